@@ -1,0 +1,43 @@
+/* main.c - the baton program: dispatch to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "baton.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: baton <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
+            "                next to the machine's measured read bandwidth and FMA peak\n"
+            "                (baton bench ops --help for its options)\n"
+            "  version       print the version\n"
+            "  help          this text\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("baton %s\n", BATON_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "bench")) {
+        if (argc < 3) {
+            fprintf(stderr, "baton bench: missing benchmark name (try: baton bench ops)\n");
+            return 2;
+        }
+        return bt_cli_bench(argc - 2, argv + 2);
+    }
+    fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,447 @@
+/* ops.c - op constructors: shape rules, result types and op_params.
+ * Nothing is computed here; see ops.h for each op's semantics. */
+#include "ops.h"
+
+#include <string.h>
+
+#define FAIL(ctx, ...)                            \
+    do {                                          \
+        bt_context_set_error((ctx), __VA_ARGS__); \
+        return NULL;                              \
+    } while (0)
+
+/* "f32 [4, 3, 1, 1]" for messages */
+static const char *shape_str(const struct bt_tensor *t, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s [%lld, %lld, %lld, %lld]", t->name[0] ? "'" : "", t->name,
+             t->name[0] ? "' " : "", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+             (long long)t->ne[3]);
+    return buf;
+}
+#define SHAPE(t) shape_str((t), (char[112]){0}, 112)
+
+static struct bt_tensor *new_result(bt_context *ctx, enum bt_type type, const int64_t ne[4],
+                                    enum bt_op op) {
+    struct bt_tensor *t = bt_new_tensor(ctx, type, 4, ne);
+    if (t) t->op = op;
+    return t;
+}
+
+/* A view tensor over a's data: metadata only, data = a's data + offs. */
+static struct bt_tensor *new_view(bt_context *ctx, struct bt_tensor *a, enum bt_type type,
+                                  const int64_t ne[4], const size_t nb[4], size_t offs,
+                                  enum bt_op op) {
+    struct bt_tensor *t = bt_context_alloc(ctx, sizeof(struct bt_tensor));
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    t->type = type;
+    for (int i = 0; i < BT_MAX_DIMS; i++) {
+        t->ne[i] = ne[i];
+        t->nb[i] = nb[i];
+    }
+    t->op = op;
+    t->src[0] = a;
+    t->view_src = a->view_src ? a->view_src : a;
+    t->view_offs = a->view_offs + offs;
+    t->data = a->data ? (uint8_t *)a->data + offs : NULL;
+    t->buffer = a->buffer;
+    snprintf(t->name, sizeof t->name, "%.*s (view)", BT_MAX_NAME - 8, a->name);
+    return t;
+}
+
+/* ---- element-wise binary ops ---------------------------------------------- */
+
+static struct bt_tensor *binary(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
+                                enum bt_op op) {
+    if (!a || !b) return NULL;
+    if (a->type != BT_TYPE_F32 || b->type != BT_TYPE_F32)
+        FAIL(ctx, "%s: operands must be f32, got %s and %s", bt_op_name(op), bt_type_name(a->type),
+             bt_type_name(b->type));
+    for (int i = 0; i < BT_MAX_DIMS; i++) {
+        if (b->ne[i] != a->ne[i] && b->ne[i] != 1)
+            FAIL(ctx, "%s: %s cannot be broadcast to %s (dim %d)", bt_op_name(op), SHAPE(b),
+                 SHAPE(a), i);
+    }
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, a->ne, op);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    return binary(ctx, a, b, BT_OP_ADD);
+}
+struct bt_tensor *bt_sub(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    return binary(ctx, a, b, BT_OP_SUB);
+}
+struct bt_tensor *bt_mul(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    return binary(ctx, a, b, BT_OP_MUL);
+}
+struct bt_tensor *bt_div(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    return binary(ctx, a, b, BT_OP_DIV);
+}
+
+/* ---- element-wise unary ops ------------------------------------------------ */
+
+static struct bt_tensor *unary(bt_context *ctx, struct bt_tensor *a, enum bt_op op) {
+    if (!a) return NULL;
+    if (a->type != BT_TYPE_F32)
+        FAIL(ctx, "%s: operand must be f32, got %s", bt_op_name(op), bt_type_name(a->type));
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, a->ne, op);
+    if (!t) return NULL;
+    t->src[0] = a;
+    return t;
+}
+
+struct bt_tensor *bt_scale(bt_context *ctx, struct bt_tensor *a, float s) {
+    struct bt_tensor *t = unary(ctx, a, BT_OP_SCALE);
+    if (t) bt_set_op_param_f32(t, 0, s);
+    return t;
+}
+struct bt_tensor *bt_sqr(bt_context *ctx, struct bt_tensor *a) { return unary(ctx, a, BT_OP_SQR); }
+struct bt_tensor *bt_sqrt(bt_context *ctx, struct bt_tensor *a) { return unary(ctx, a, BT_OP_SQRT); }
+struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a) { return unary(ctx, a, BT_OP_SILU); }
+struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a) { return unary(ctx, a, BT_OP_GELU); }
+struct bt_tensor *bt_relu(bt_context *ctx, struct bt_tensor *a) { return unary(ctx, a, BT_OP_RELU); }
+struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a) {
+    return unary(ctx, a, BT_OP_SIGMOID);
+}
+
+struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    if (!a || !b) return NULL;
+    if (!bt_are_same_shape(a, b))
+        FAIL(ctx, "SWIGLU: shapes differ: %s and %s", SHAPE(a), SHAPE(b));
+    if (b->type != BT_TYPE_F32) FAIL(ctx, "SWIGLU: operands must be f32, got %s", bt_type_name(b->type));
+    struct bt_tensor *t = unary(ctx, a, BT_OP_SWIGLU);
+    if (t) t->src[1] = b;
+    return t;
+}
+
+static struct bt_tensor *row_reduce(bt_context *ctx, struct bt_tensor *a, enum bt_op op) {
+    if (!a) return NULL;
+    if (a->type != BT_TYPE_F32)
+        FAIL(ctx, "%s: operand must be f32, got %s", bt_op_name(op), bt_type_name(a->type));
+    const int64_t ne[4] = {1, a->ne[1], a->ne[2], a->ne[3]};
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, op);
+    if (t) t->src[0] = a;
+    return t;
+}
+struct bt_tensor *bt_sum_rows(bt_context *ctx, struct bt_tensor *a) {
+    return row_reduce(ctx, a, BT_OP_SUM_ROWS);
+}
+struct bt_tensor *bt_mean(bt_context *ctx, struct bt_tensor *a) { return row_reduce(ctx, a, BT_OP_MEAN); }
+
+/* ---- matrix products -------------------------------------------------------- */
+
+struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    if (!a || !b) return NULL;
+    if (a->ne[0] != b->ne[0])
+        FAIL(ctx, "MUL_MAT: inner dimensions differ: %s x %s", SHAPE(a), SHAPE(b));
+    if (b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0)
+        FAIL(ctx, "MUL_MAT: %s cannot be broadcast over %s in dims 2 and 3", SHAPE(a), SHAPE(b));
+    if (b->type != BT_TYPE_F32) FAIL(ctx, "MUL_MAT: activations must be f32, got %s", bt_type_name(b->type));
+    if (a->type == BT_TYPE_I32) FAIL(ctx, "MUL_MAT: weights of type i32 are not supported");
+    if (!bt_is_contiguous_rows(a))
+        FAIL(ctx, "MUL_MAT: weight rows of %s must be contiguous", SHAPE(a));
+    if (!bt_is_contiguous_rows(b))
+        FAIL(ctx, "MUL_MAT: activation rows of %s must be contiguous", SHAPE(b));
+    const int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
+                                struct bt_tensor *ids) {
+    if (!as || !b || !ids) return NULL;
+    if (ids->type != BT_TYPE_I32) FAIL(ctx, "MUL_MAT_ID: ids must be i32, got %s", bt_type_name(ids->type));
+    if (as->ne[3] != 1) FAIL(ctx, "MUL_MAT_ID: expert weights %s must be 3-d", SHAPE(as));
+    if (ids->ne[2] != 1 || ids->ne[3] != 1) FAIL(ctx, "MUL_MAT_ID: ids %s must be 2-d", SHAPE(ids));
+    if (as->ne[0] != b->ne[0])
+        FAIL(ctx, "MUL_MAT_ID: inner dimensions differ: %s x %s", SHAPE(as), SHAPE(b));
+    if (b->ne[2] != ids->ne[1])
+        FAIL(ctx, "MUL_MAT_ID: %s has %lld tokens, ids %s has %lld", SHAPE(b), (long long)b->ne[2],
+             SHAPE(ids), (long long)ids->ne[1]);
+    if (b->ne[1] != 1 && b->ne[1] != ids->ne[0])
+        FAIL(ctx, "MUL_MAT_ID: %s: ne[1] must be 1 or n_used = %lld", SHAPE(b), (long long)ids->ne[0]);
+    if (b->ne[3] != 1) FAIL(ctx, "MUL_MAT_ID: activations %s must be 3-d", SHAPE(b));
+    if (b->type != BT_TYPE_F32) FAIL(ctx, "MUL_MAT_ID: activations must be f32, got %s", bt_type_name(b->type));
+    if (as->type == BT_TYPE_I32) FAIL(ctx, "MUL_MAT_ID: weights of type i32 are not supported");
+    if (!bt_is_contiguous_rows(as) || !bt_is_contiguous_rows(b))
+        FAIL(ctx, "MUL_MAT_ID: rows of %s and %s must be contiguous", SHAPE(as), SHAPE(b));
+    const int64_t ne[4] = {as->ne[1], ids->ne[0], ids->ne[1], 1};
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT_ID);
+    if (!t) return NULL;
+    t->src[0] = as;
+    t->src[1] = b;
+    t->src[2] = ids;
+    return t;
+}
+
+/* ---- rows and copies ------------------------------------------------------ */
+
+struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *ids) {
+    if (!a || !ids) return NULL;
+    if (ids->type != BT_TYPE_I32) FAIL(ctx, "GET_ROWS: ids must be i32, got %s", bt_type_name(ids->type));
+    if (ids->ne[1] != a->ne[2] || ids->ne[2] != a->ne[3] || ids->ne[3] != 1)
+        FAIL(ctx, "GET_ROWS: ids %s do not match %s (need [nr, %lld, %lld])", SHAPE(ids), SHAPE(a),
+             (long long)a->ne[2], (long long)a->ne[3]);
+    const int64_t ne[4] = {a->ne[0], ids->ne[0], ids->ne[1], ids->ne[2]};
+    struct bt_tensor *t = new_result(ctx, a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32, ne,
+                                     BT_OP_GET_ROWS);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = ids;
+    return t;
+}
+
+struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
+                              struct bt_tensor *ids) {
+    if (!a || !b || !ids) return NULL;
+    if (ids->type != BT_TYPE_I32) FAIL(ctx, "SET_ROWS: ids must be i32, got %s", bt_type_name(ids->type));
+    if (b->type != BT_TYPE_F32) FAIL(ctx, "SET_ROWS: rows must be f32, got %s", bt_type_name(b->type));
+    if (a->type == BT_TYPE_I32) FAIL(ctx, "SET_ROWS: destination of type i32 is not supported");
+    if (a->ne[0] != b->ne[0] || a->ne[2] != b->ne[2] || a->ne[3] != b->ne[3])
+        FAIL(ctx, "SET_ROWS: rows %s do not fit destination %s", SHAPE(b), SHAPE(a));
+    if (ids->ne[0] != b->ne[1] || ids->ne[1] != b->ne[2] || ids->ne[2] != b->ne[3])
+        FAIL(ctx, "SET_ROWS: ids %s do not match rows %s", SHAPE(ids), SHAPE(b));
+    struct bt_tensor *t = new_view(ctx, a, a->type, a->ne, a->nb, 0, BT_OP_SET_ROWS);
+    if (!t) return NULL;
+    t->src[1] = b;
+    t->src[2] = ids;
+    return t;
+}
+
+struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
+    if (!a || !b) return NULL;
+    if (bt_nelements(a) != bt_nelements(b))
+        FAIL(ctx, "CPY: %s and %s have different element counts", SHAPE(a), SHAPE(b));
+    if ((bt_type_traits(a->type)->is_quantized || bt_type_traits(b->type)->is_quantized) &&
+        (a->ne[0] != b->ne[0]))
+        FAIL(ctx, "CPY: copies to or from block types need equal rows: %s and %s", SHAPE(a), SHAPE(b));
+    if ((a->type == BT_TYPE_I32) != (b->type == BT_TYPE_I32) && b->type != BT_TYPE_F32 &&
+        a->type != BT_TYPE_F32)
+        FAIL(ctx, "CPY: cannot convert %s to %s", bt_type_name(a->type), bt_type_name(b->type));
+    struct bt_tensor *t = new_view(ctx, b, b->type, b->ne, b->nb, 0, BT_OP_CPY);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+struct bt_tensor *bt_cont(bt_context *ctx, struct bt_tensor *a) {
+    if (!a) return NULL;
+    struct bt_tensor *t = new_result(ctx, a->type, a->ne, BT_OP_CONT);
+    if (!t) return NULL;
+    t->src[0] = a;
+    return t;
+}
+
+/* ---- views ---------------------------------------------------------------- */
+
+static struct bt_tensor *view_checked(bt_context *ctx, struct bt_tensor *a, const int64_t ne[4],
+                                      const size_t nb[4], size_t offset, enum bt_op op) {
+    if (!a) return NULL;
+    for (int i = 0; i < 4; i++)
+        if (ne[i] <= 0) FAIL(ctx, "%s of %s: ne[%d] = %lld must be positive", bt_op_name(op), SHAPE(a), i, (long long)ne[i]);
+    if (ne[0] % bt_blck_size(a->type) != 0)
+        FAIL(ctx, "%s of %s: ne[0] = %lld is not a multiple of the block size", bt_op_name(op), SHAPE(a),
+             (long long)ne[0]);
+    struct bt_tensor probe = {.type = a->type};
+    memcpy(probe.ne, ne, sizeof probe.ne);
+    memcpy(probe.nb, nb, sizeof probe.nb);
+    /* the view must lie inside the data of the tensor that owns it */
+    const struct bt_tensor *owner = a->view_src ? a->view_src : a;
+    const size_t owner_bytes = bt_nbytes(owner);
+    const size_t start = a->view_offs + offset;
+    if (start > owner_bytes || bt_nbytes(&probe) > owner_bytes - start)
+        FAIL(ctx, "%s of %s: %zu bytes at offset %zu lie past the end of its %zu bytes",
+             bt_op_name(op), SHAPE(a), bt_nbytes(&probe), start, owner_bytes);
+    return new_view(ctx, a, a->type, ne, nb, offset, op);
+}
+
+struct bt_tensor *bt_view_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
+                             size_t offset) {
+    if (!a) return NULL;
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    const size_t nb[4] = {a->nb[0], nb1, nb2, nb3};
+    return view_checked(ctx, a, ne, nb, offset, BT_OP_VIEW);
+}
+struct bt_tensor *bt_view_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             int64_t ne2, size_t nb1, size_t nb2, size_t offset) {
+    return bt_view_4d(ctx, a, ne0, ne1, ne2, 1, nb1, nb2, nb2 * (size_t)ne2, offset);
+}
+struct bt_tensor *bt_view_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             size_t nb1, size_t offset) {
+    return bt_view_4d(ctx, a, ne0, ne1, 1, 1, nb1, nb1 * (size_t)ne1, nb1 * (size_t)ne1, offset);
+}
+struct bt_tensor *bt_view_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, size_t offset) {
+    if (!a) return NULL;
+    const size_t row = bt_row_size(a->type, ne0);
+    return bt_view_4d(ctx, a, ne0, 1, 1, 1, row, row, row, offset);
+}
+struct bt_tensor *bt_view_tensor(bt_context *ctx, struct bt_tensor *a) {
+    if (!a) return NULL;
+    return view_checked(ctx, a, a->ne, a->nb, 0, BT_OP_VIEW);
+}
+
+struct bt_tensor *bt_reshape_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2, int64_t ne3) {
+    if (!a) return NULL;
+    if (!bt_is_contiguous(a)) FAIL(ctx, "RESHAPE of %s: the tensor must be contiguous", SHAPE(a));
+    if (ne0 <= 0 || ne1 <= 0 || ne2 <= 0 || ne3 <= 0 || ne0 * ne1 * ne2 * ne3 != bt_nelements(a))
+        FAIL(ctx, "RESHAPE of %s to [%lld, %lld, %lld, %lld]: element counts differ", SHAPE(a),
+             (long long)ne0, (long long)ne1, (long long)ne2, (long long)ne3);
+    if (ne0 % bt_blck_size(a->type) != 0)
+        FAIL(ctx, "RESHAPE of %s: ne[0] = %lld is not a multiple of the block size", SHAPE(a), (long long)ne0);
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    size_t nb[4];
+    nb[0] = bt_type_size(a->type);
+    nb[1] = bt_row_size(a->type, ne0);
+    nb[2] = nb[1] * (size_t)ne1;
+    nb[3] = nb[2] * (size_t)ne2;
+    return new_view(ctx, a, a->type, ne, nb, 0, BT_OP_RESHAPE);
+}
+struct bt_tensor *bt_reshape_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2) {
+    return bt_reshape_4d(ctx, a, ne0, ne1, ne2, 1);
+}
+struct bt_tensor *bt_reshape_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1) {
+    return bt_reshape_4d(ctx, a, ne0, ne1, 1, 1);
+}
+struct bt_tensor *bt_reshape_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0) {
+    return bt_reshape_4d(ctx, a, ne0, 1, 1, 1);
+}
+
+static struct bt_tensor *permute_op(bt_context *ctx, struct bt_tensor *a, const int ax[4],
+                                    enum bt_op op) {
+    if (!a) return NULL;
+    for (int i = 0; i < 4; i++) {
+        if (ax[i] < 0 || ax[i] > 3) FAIL(ctx, "PERMUTE of %s: axis %d out of range", SHAPE(a), ax[i]);
+        for (int j = 0; j < i; j++)
+            if (ax[i] == ax[j]) FAIL(ctx, "PERMUTE of %s: axis %d repeated", SHAPE(a), ax[i]);
+    }
+    if (bt_type_traits(a->type)->is_quantized && ax[0] != 0)
+        FAIL(ctx, "PERMUTE of %s: a block type cannot move dimension 0", SHAPE(a));
+    int64_t ne[4];
+    size_t nb[4];
+    for (int i = 0; i < 4; i++) {
+        ne[ax[i]] = a->ne[i];
+        nb[ax[i]] = a->nb[i];
+    }
+    struct bt_tensor *t = new_view(ctx, a, a->type, ne, nb, 0, op);
+    if (t)
+        for (int i = 0; i < 4; i++) t->op_params[i] = ax[i];
+    return t;
+}
+
+struct bt_tensor *bt_permute(bt_context *ctx, struct bt_tensor *a, int axis0, int axis1, int axis2,
+                             int axis3) {
+    const int ax[4] = {axis0, axis1, axis2, axis3};
+    return permute_op(ctx, a, ax, BT_OP_PERMUTE);
+}
+struct bt_tensor *bt_transpose(bt_context *ctx, struct bt_tensor *a) {
+    const int ax[4] = {1, 0, 2, 3};
+    return permute_op(ctx, a, ax, BT_OP_TRANSPOSE);
+}
+
+/* ---- normalisation, attention --------------------------------------------- */
+
+struct bt_tensor *bt_rms_norm(bt_context *ctx, struct bt_tensor *a, float eps) {
+    if (a && !(eps >= 0)) FAIL(ctx, "RMS_NORM: eps must be >= 0");
+    struct bt_tensor *t = unary(ctx, a, BT_OP_RMS_NORM);
+    if (t) bt_set_op_param_f32(t, 0, eps);
+    return t;
+}
+struct bt_tensor *bt_norm(bt_context *ctx, struct bt_tensor *a, float eps) {
+    if (a && !(eps >= 0)) FAIL(ctx, "NORM: eps must be >= 0");
+    struct bt_tensor *t = unary(ctx, a, BT_OP_NORM);
+    if (t) bt_set_op_param_f32(t, 0, eps);
+    return t;
+}
+
+struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *mask,
+                                  float scale) {
+    if (!a) return NULL;
+    if (mask) {
+        if (mask->type != BT_TYPE_F32) FAIL(ctx, "SOFT_MAX: mask must be f32, got %s", bt_type_name(mask->type));
+        if (mask->ne[0] != a->ne[0] || mask->ne[1] < a->ne[1] || mask->ne[2] != 1 || mask->ne[3] != 1)
+            FAIL(ctx, "SOFT_MAX: mask %s does not fit %s (need [%lld, >= %lld])", SHAPE(mask), SHAPE(a),
+                 (long long)a->ne[0], (long long)a->ne[1]);
+    }
+    struct bt_tensor *t = unary(ctx, a, BT_OP_SOFT_MAX);
+    if (!t) return NULL;
+    t->src[1] = mask;
+    bt_set_op_param_f32(t, 0, scale);
+    return t;
+}
+struct bt_tensor *bt_soft_max(bt_context *ctx, struct bt_tensor *a) {
+    return bt_soft_max_ext(ctx, a, NULL, 1.0f);
+}
+
+struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+                          int mode, float freq_base, float freq_scale) {
+    if (!a || !pos) return NULL;
+    if (pos->type != BT_TYPE_I32) FAIL(ctx, "ROPE: positions must be i32, got %s", bt_type_name(pos->type));
+    if (a->ne[3] != 1 || pos->ne[0] != a->ne[2] || bt_nelements(pos) != pos->ne[0])
+        FAIL(ctx, "ROPE: positions %s do not match %s (need [%lld])", SHAPE(pos), SHAPE(a),
+             (long long)a->ne[2]);
+    if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a->ne[0])
+        FAIL(ctx, "ROPE: n_dims = %d must be even, positive and <= %lld", n_dims, (long long)a->ne[0]);
+    if (mode != BT_ROPE_NORMAL && mode != BT_ROPE_NEOX) FAIL(ctx, "ROPE: unknown mode %d", mode);
+    if (!(freq_base > 0) || !(freq_scale > 0)) FAIL(ctx, "ROPE: freq_base and freq_scale must be > 0");
+    struct bt_tensor *t = unary(ctx, a, BT_OP_ROPE);
+    if (!t) return NULL;
+    t->src[1] = pos;
+    t->op_params[0] = n_dims;
+    t->op_params[1] = mode;
+    bt_set_op_param_f32(t, 2, freq_base);
+    bt_set_op_param_f32(t, 3, freq_scale);
+    return t;
+}
+
+/* ---- sorting, concat -------------------------------------------------------- */
+
+struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order) {
+    if (!a) return NULL;
+    if (a->type != BT_TYPE_F32) FAIL(ctx, "ARGSORT: operand must be f32, got %s", bt_type_name(a->type));
+    if (order != BT_SORT_ASC && order != BT_SORT_DESC) FAIL(ctx, "ARGSORT: unknown order %d", (int)order);
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_I32, a->ne, BT_OP_ARGSORT);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->op_params[0] = order;
+    return t;
+}
+
+struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k) {
+    if (!a) return NULL;
+    if (k <= 0 || k > a->ne[0]) FAIL(ctx, "TOP_K: k = %d must be in [1, %lld]", k, (long long)a->ne[0]);
+    struct bt_tensor *s = bt_argsort(ctx, a, BT_SORT_DESC);
+    if (!s) return NULL;
+    struct bt_tensor *t = bt_view_4d(ctx, s, k, s->ne[1], s->ne[2], s->ne[3], s->nb[1], s->nb[2], s->nb[3], 0);
+    if (t) bt_format_name(t, "%.*s (top %d)", BT_MAX_NAME - 16, a->name, k);
+    return t;
+}
+
+struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim) {
+    if (!a || !b) return NULL;
+    if (dim < 0 || dim > 3) FAIL(ctx, "CONCAT: dim %d out of range", dim);
+    if (a->type != b->type)
+        FAIL(ctx, "CONCAT: types differ: %s and %s", bt_type_name(a->type), bt_type_name(b->type));
+    if (bt_type_traits(a->type)->is_quantized) FAIL(ctx, "CONCAT: block types are not supported");
+    int64_t ne[4];
+    for (int i = 0; i < 4; i++) {
+        if (i != dim && a->ne[i] != b->ne[i])
+            FAIL(ctx, "CONCAT along %d: %s and %s differ in dim %d", dim, SHAPE(a), SHAPE(b), i);
+        ne[i] = i == dim ? a->ne[i] + b->ne[i] : a->ne[i];
+    }
+    struct bt_tensor *t = new_result(ctx, a->type, ne, BT_OP_CONCAT);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    t->op_params[0] = dim;
+    return t;
+}

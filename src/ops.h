@@ -1,0 +1,140 @@
+/* ops.h - op constructors: each builds a result tensor with its shape, type,
+ * sources and op_params; nothing is computed here (backends compute).
+ *
+ * A shape or type error a caller can make returns NULL and leaves a message in
+ * bt_context_error(ctx).  Given a NULL source, a constructor returns NULL and
+ * keeps the earlier message.
+ *
+ * Semantics (a backend implements exactly these; "F32" means the type of the
+ * data the kernels read and write):
+ *
+ *  ADD/SUB/MUL/DIV(a, b)  a F32, b F32; b->ne[i] == a->ne[i] or 1 (broadcast);
+ *                         result F32 contiguous, shape of a.  Any strides.
+ *  SCALE(a, s)            a*s; op_params f32[0] = s.
+ *  SQR, SQRT              element-wise, shape of a.
+ *  SUM_ROWS(a)            [n0,n1,n2,n3] -> [1,n1,n2,n3], sum over dim 0.
+ *  MEAN(a)                as SUM_ROWS divided by n0.
+ *  MUL_MAT(a, b)          a [k,m,a2,a3] of any type with contiguous rows,
+ *                         b F32 [k,n,b2,b3] with nb[0] == 4, b2 % a2 == 0,
+ *                         b3 % a3 == 0 -> F32 [m,n,b2,b3];
+ *                         out[i,j,i2,i3] = dot(a row i of (i2/(b2/a2), i3/(b3/a3)),
+ *                                             b column j of (i2,i3)).
+ *  MUL_MAT_ID(as, b, ids) as [k,m,n_expert] (contiguous rows), b F32
+ *                         [k,n_b,n_tokens] with n_b 1 or n_used, ids I32
+ *                         [n_used,n_tokens] -> F32 [m,n_used,n_tokens];
+ *                         out[:,e,t] = as[:,:,ids[e,t]] x b[:, e % n_b, t].
+ *                         An id outside [0,n_expert) is a run-time error.
+ *  GET_ROWS(a, ids)       a [n0,n1,n2,n3] any type, ids I32 [nr,n2,n3]
+ *                         -> [n0,nr,n2,n3] F32 (I32 when a is I32);
+ *                         out[:,i,i2,i3] = a[:, ids[i,i2,i3], i2, i3].
+ *  SET_ROWS(a, b, ids)    a [n0,n1,n2,n3] destination (F32, F16, BF16, Q8_0,
+ *                         Q4_0), b F32 [n0,nr,n2,n3], ids I32 [nr,n2,n3];
+ *                         a[:, ids[i,i2,i3], i2, i3] = b[:,i,i2,i3] converted.
+ *                         The result is a view of a (writes into a).
+ *  CPY(a, b)              copy a into b with type conversion; same element
+ *                         count; elements in logical (i0 fastest) order; any
+ *                         strides.  Result: a view of b.
+ *  CONT(a)                contiguous copy of a (same type and shape).
+ *  VIEW                   op_params: none; ne/nb/view_offs describe it.
+ *  RESHAPE, PERMUTE,      views; PERMUTE op_params i32[0..3] = axes (result
+ *  TRANSPOSE              dim axis[i] is a's dim i).
+ *  RMS_NORM(a, eps)       along dim 0: x / sqrt(mean(x^2) + eps); f32[0] = eps.
+ *  NORM(a, eps)           along dim 0: (x - mean) / sqrt(var + eps).
+ *  SOFT_MAX(a, mask, s)   along dim 0: softmax(a*s + mask); mask optional, F32
+ *                         [n0, >=n1] broadcast over dims 2 and 3 (mask row i1
+ *                         used for a's row i1); f32[0] = s.
+ *  ROPE(a, pos, ...)      a F32 [d, n_head, n_tokens, 1], pos I32 [n_tokens];
+ *                         i32[0] = n_dims (even, <= d), i32[1] = mode,
+ *                         f32[2] = freq_base, f32[3] = freq_scale.
+ *                         theta_i = pos*freq_scale*base^(-2i/n_dims), i < n_dims/2;
+ *                         NORMAL rotates pairs (2i, 2i+1), NEOX pairs
+ *                         (i, i + n_dims/2); dims >= n_dims pass through.
+ *  SILU, GELU (tanh form), RELU, SIGMOID   element-wise.
+ *  SWIGLU(a, b)           silu(a) * b, same shapes.
+ *  ARGSORT(a, order)      along dim 0 -> I32 of a's shape; i32[0] = order;
+ *                         ties keep the lower index first (stable).
+ *  TOP_K(a, k)            view [k, n1, n2, n3] of ARGSORT(a, DESC).
+ *  CONCAT(a, b, dim)      same type; shapes equal except along dim;
+ *                         i32[0] = dim.
+ */
+#ifndef BATON_OPS_H
+#define BATON_OPS_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum bt_rope_mode {
+    BT_ROPE_NORMAL = 0,
+    BT_ROPE_NEOX = 2,
+};
+
+enum bt_sort_order {
+    BT_SORT_ASC = 0,
+    BT_SORT_DESC = 1,
+};
+
+struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_sub(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_mul(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_div(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_scale(bt_context *ctx, struct bt_tensor *a, float s);
+struct bt_tensor *bt_sqr(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_sqrt(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_sum_rows(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_mean(bt_context *ctx, struct bt_tensor *a);
+
+struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
+                                struct bt_tensor *ids);
+
+struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *ids);
+struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
+                              struct bt_tensor *ids);
+struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_cont(bt_context *ctx, struct bt_tensor *a);
+
+struct bt_tensor *bt_view_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, size_t offset);
+struct bt_tensor *bt_view_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             size_t nb1, size_t offset);
+struct bt_tensor *bt_view_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             int64_t ne2, size_t nb1, size_t nb2, size_t offset);
+struct bt_tensor *bt_view_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                             int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
+                             size_t offset);
+/* A view of the whole of a (same shape and strides). */
+struct bt_tensor *bt_view_tensor(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_reshape_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0);
+struct bt_tensor *bt_reshape_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1);
+struct bt_tensor *bt_reshape_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2);
+struct bt_tensor *bt_reshape_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2, int64_t ne3);
+struct bt_tensor *bt_permute(bt_context *ctx, struct bt_tensor *a, int axis0, int axis1, int axis2,
+                             int axis3);
+struct bt_tensor *bt_transpose(bt_context *ctx, struct bt_tensor *a);
+
+struct bt_tensor *bt_rms_norm(bt_context *ctx, struct bt_tensor *a, float eps);
+struct bt_tensor *bt_norm(bt_context *ctx, struct bt_tensor *a, float eps);
+struct bt_tensor *bt_soft_max(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *mask,
+                                  float scale);
+struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+                          int mode, float freq_base, float freq_scale);
+
+struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_relu(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a);
+struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+
+struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
+struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
+struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

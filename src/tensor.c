@@ -1,0 +1,496 @@
+/* tensor.c - element types and their conversions (F16, BF16, GGUF's Q8_0 and
+ * Q4_0), the context arena, and tensor creation and inspection. */
+#include "tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+const char *bt_status_str(enum bt_status s) {
+    switch (s) {
+    case BT_OK: return "ok";
+    case BT_ERR_INVALID: return "invalid argument";
+    case BT_ERR_NOMEM: return "out of memory";
+    case BT_ERR_CAPACITY: return "capacity exceeded";
+    case BT_ERR_UNSUPPORTED: return "unsupported";
+    case BT_ERR_IO: return "i/o error";
+    case BT_ERR_ABORTED: return "aborted";
+    case BT_ERR_COMM: return "communication error";
+    case BT_ERR_MISMATCH: return "mismatch";
+    }
+    return "unknown status";
+}
+
+/* ---- scalar conversions ------------------------------------------------ */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float bt_fp16_to_fp32(bt_fp16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f;
+    const uint32_t man = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24 */
+        const float v = (float)man * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+bt_fp16_t bt_fp32_to_fp16(float f) {
+    const uint32_t x = f32_bits(f);
+    const uint32_t sign = (x >> 16) & 0x8000;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (bt_fp16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (bt_fp16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {
+        /* result is subnormal (or zero): round |f| / 2^-24 to nearest even */
+        const float v = bits_f32(ax) * 0x1p24f;
+        return (bt_fp16_t)(sign | (uint32_t)nearbyintf(v));
+    }
+    /* normal: rebias exponent, round 13 dropped bits to nearest even */
+    const uint32_t mant_odd = (ax >> 13) & 1;
+    const uint32_t r = ax + 0xfffu + mant_odd;
+    return (bt_fp16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+float bt_bf16_to_fp32(bt_bf16_t h) { return bits_f32((uint32_t)h << 16); }
+
+bt_bf16_t bt_fp32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (bt_bf16_t)((x >> 16) | 0x40); /* quiet nan */
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (bt_bf16_t)(x >> 16);
+}
+
+/* ---- row conversions ---------------------------------------------------- */
+
+static void f32_to_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+static void f32_from_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+
+static void f16_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_fp16_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = bt_fp16_to_fp32(s[i]);
+}
+static void f16_from_f32(const float *src, void *dst, int64_t n) {
+    bt_fp16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = bt_fp32_to_fp16(src[i]);
+}
+static void bf16_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_bf16_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = bt_bf16_to_fp32(s[i]);
+}
+static void bf16_from_f32(const float *src, void *dst, int64_t n) {
+    bt_bf16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = bt_fp32_to_bf16(src[i]);
+}
+static void i32_to_f32(const void *src, float *dst, int64_t n) {
+    const int32_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
+}
+static void i32_from_f32(const float *src, void *dst, int64_t n) {
+    int32_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
+}
+
+/* Q8_0: d = max|x| / 127, q = round(x / d) */
+static void q8_0_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = bt_fp32_to_fp16(d);
+        for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+static void q8_0_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q8_0 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = bt_fp16_to_fp32(x[b].d);
+        for (int j = 0; j < BT_QK; j++) dst[b * BT_QK + j] = (float)x[b].qs[j] * d;
+    }
+}
+
+/* Q4_0 (as ggml): the element of largest magnitude maps to -8,
+ * d = max / -8, q = clamp(x/d + 8.5, 0, 15) */
+static void q4_0_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q4_0 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < BT_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = bt_fp32_to_fp16(d);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const float x0 = x[j] * id + 8.5f;
+            const float x1 = x[j + BT_QK / 2] * id + 8.5f;
+            const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
+            const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+static void q4_0_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_0 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = bt_fp16_to_fp32(x[b].d);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            dst[b * BT_QK + j] = (float)((x[b].qs[j] & 0x0f) - 8) * d;
+            dst[b * BT_QK + j + BT_QK / 2] = (float)((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static const struct bt_type_traits type_traits[BT_TYPE_COUNT] = {
+    [BT_TYPE_F32] = {"f32", 1, sizeof(float), false, f32_to_f32, f32_from_f32},
+    [BT_TYPE_F16] = {"f16", 1, sizeof(bt_fp16_t), false, f16_to_f32, f16_from_f32},
+    [BT_TYPE_BF16] = {"bf16", 1, sizeof(bt_bf16_t), false, bf16_to_f32, bf16_from_f32},
+    [BT_TYPE_I32] = {"i32", 1, sizeof(int32_t), false, i32_to_f32, i32_from_f32},
+    [BT_TYPE_Q8_0] = {"q8_0", BT_QK, sizeof(bt_block_q8_0), true, q8_0_to_f32, q8_0_from_f32},
+    [BT_TYPE_Q4_0] = {"q4_0", BT_QK, sizeof(bt_block_q4_0), true, q4_0_to_f32, q4_0_from_f32},
+};
+
+_Static_assert(sizeof(bt_block_q8_0) == 34, "Q8_0 block must match GGUF (34 bytes)");
+_Static_assert(sizeof(bt_block_q4_0) == 18, "Q4_0 block must match GGUF (18 bytes)");
+
+const struct bt_type_traits *bt_type_traits(enum bt_type t) {
+    BT_ASSERT(t >= 0 && t < BT_TYPE_COUNT);
+    return &type_traits[t];
+}
+const char *bt_type_name(enum bt_type t) {
+    return (t >= 0 && t < BT_TYPE_COUNT) ? type_traits[t].name : "?";
+}
+size_t bt_type_size(enum bt_type t) { return bt_type_traits(t)->type_size; }
+int64_t bt_blck_size(enum bt_type t) { return bt_type_traits(t)->blck_size; }
+size_t bt_row_size(enum bt_type t, int64_t ne0) {
+    const struct bt_type_traits *tt = bt_type_traits(t);
+    return (size_t)(ne0 / tt->blck_size) * tt->type_size;
+}
+
+void bt_row_to_f32(enum bt_type t, const void *src, float *dst, int64_t n) {
+    bt_type_traits(t)->to_float(src, dst, n);
+}
+void bt_row_from_f32(enum bt_type t, const float *src, void *dst, int64_t n) {
+    bt_type_traits(t)->from_float(src, dst, n);
+}
+
+/* ---- ops: names ---------------------------------------------------------- */
+
+static const char *const op_names[BT_OP_COUNT] = {
+    [BT_OP_NONE] = "NONE",         [BT_OP_ADD] = "ADD",
+    [BT_OP_SUB] = "SUB",           [BT_OP_MUL] = "MUL",
+    [BT_OP_DIV] = "DIV",           [BT_OP_SCALE] = "SCALE",
+    [BT_OP_SQR] = "SQR",           [BT_OP_SQRT] = "SQRT",
+    [BT_OP_SUM_ROWS] = "SUM_ROWS", [BT_OP_MEAN] = "MEAN",
+    [BT_OP_MUL_MAT] = "MUL_MAT",   [BT_OP_MUL_MAT_ID] = "MUL_MAT_ID",
+    [BT_OP_GET_ROWS] = "GET_ROWS", [BT_OP_SET_ROWS] = "SET_ROWS",
+    [BT_OP_CPY] = "CPY",           [BT_OP_CONT] = "CONT",
+    [BT_OP_VIEW] = "VIEW",         [BT_OP_RESHAPE] = "RESHAPE",
+    [BT_OP_PERMUTE] = "PERMUTE",   [BT_OP_TRANSPOSE] = "TRANSPOSE",
+    [BT_OP_RMS_NORM] = "RMS_NORM", [BT_OP_NORM] = "NORM",
+    [BT_OP_SOFT_MAX] = "SOFT_MAX", [BT_OP_ROPE] = "ROPE",
+    [BT_OP_SILU] = "SILU",         [BT_OP_GELU] = "GELU",
+    [BT_OP_RELU] = "RELU",         [BT_OP_SIGMOID] = "SIGMOID",
+    [BT_OP_SWIGLU] = "SWIGLU",     [BT_OP_ARGSORT] = "ARGSORT",
+    [BT_OP_CONCAT] = "CONCAT",
+};
+
+const char *bt_op_name(enum bt_op op) {
+    return (op >= 0 && op < BT_OP_COUNT && op_names[op]) ? op_names[op] : "?";
+}
+
+bool bt_op_is_view(enum bt_op op) {
+    return op == BT_OP_VIEW || op == BT_OP_RESHAPE || op == BT_OP_PERMUTE || op == BT_OP_TRANSPOSE;
+}
+
+/* ---- contexts ------------------------------------------------------------ */
+
+struct bt_context {
+    uint8_t *mem;
+    size_t mem_size;
+    size_t used;
+    bool owns_mem;
+    bool no_alloc;
+    char err[256];
+};
+
+bt_context *bt_init(struct bt_init_params params) {
+    bt_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->mem_size = params.mem_size;
+    ctx->no_alloc = params.no_alloc;
+    if (params.mem_buffer) {
+        ctx->mem = params.mem_buffer;
+    } else if (params.mem_size > 0) {
+        if (posix_memalign((void **)&ctx->mem, BT_MEM_ALIGN, params.mem_size) != 0) {
+            free(ctx);
+            return NULL;
+        }
+        ctx->owns_mem = true;
+    }
+    return ctx;
+}
+
+void bt_free(bt_context *ctx) {
+    if (!ctx) return;
+    if (ctx->owns_mem) free(ctx->mem);
+    free(ctx);
+}
+
+size_t bt_used_mem(const bt_context *ctx) { return ctx->used; }
+bool bt_get_no_alloc(const bt_context *ctx) { return ctx->no_alloc; }
+void bt_set_no_alloc(bt_context *ctx, bool no_alloc) { ctx->no_alloc = no_alloc; }
+size_t bt_tensor_overhead(void) {
+    return (sizeof(struct bt_tensor) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+}
+
+const char *bt_context_error(const bt_context *ctx) { return ctx->err; }
+void bt_context_clear_error(bt_context *ctx) { ctx->err[0] = '\0'; }
+void bt_context_set_error(bt_context *ctx, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+}
+
+void *bt_context_alloc(bt_context *ctx, size_t n) {
+    const size_t start = (ctx->used + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+    if (!ctx->mem || start > ctx->mem_size || n > ctx->mem_size - start) {
+        bt_context_set_error(ctx, "context arena full: %zu bytes requested, %zu of %zu used", n,
+                             ctx->used, ctx->mem_size);
+        return NULL;
+    }
+    ctx->used = start + n;
+    return ctx->mem + start;
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+struct bt_tensor *bt_new_tensor(bt_context *ctx, enum bt_type type, int n_dims, const int64_t *ne) {
+    if (type < 0 || type >= BT_TYPE_COUNT) {
+        bt_context_set_error(ctx, "new tensor: unknown type %d", (int)type);
+        return NULL;
+    }
+    if (n_dims < 1 || n_dims > BT_MAX_DIMS) {
+        bt_context_set_error(ctx, "new tensor: %d dimensions (1 to %d allowed)", n_dims, BT_MAX_DIMS);
+        return NULL;
+    }
+    int64_t shape[BT_MAX_DIMS] = {1, 1, 1, 1};
+    for (int i = 0; i < n_dims; i++) {
+        if (ne[i] <= 0) {
+            bt_context_set_error(ctx, "new tensor: ne[%d] = %lld must be positive", i, (long long)ne[i]);
+            return NULL;
+        }
+        shape[i] = ne[i];
+    }
+    const struct bt_type_traits *tt = bt_type_traits(type);
+    if (shape[0] % tt->blck_size != 0) {
+        bt_context_set_error(ctx, "new tensor: ne[0] = %lld is not a multiple of %s's block size %lld",
+                             (long long)shape[0], tt->name, (long long)tt->blck_size);
+        return NULL;
+    }
+    /* bytes, with an overflow check: rows * row size must fit in size_t */
+    size_t nbytes = bt_row_size(type, shape[0]);
+    for (int i = 1; i < BT_MAX_DIMS; i++) {
+        if ((uint64_t)shape[i] > SIZE_MAX / (nbytes ? nbytes : 1)) {
+            bt_context_set_error(ctx, "new tensor: size overflows");
+            return NULL;
+        }
+        nbytes *= (size_t)shape[i];
+    }
+    struct bt_tensor *t = bt_context_alloc(ctx, sizeof(struct bt_tensor));
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    void *data = NULL;
+    if (!ctx->no_alloc) {
+        data = bt_context_alloc(ctx, nbytes);
+        if (!data) {
+            ctx->used -= sizeof(struct bt_tensor); /* best effort: leave the arena as it was */
+            return NULL;
+        }
+    }
+    t->type = type;
+    for (int i = 0; i < BT_MAX_DIMS; i++) t->ne[i] = shape[i];
+    t->nb[0] = tt->type_size;
+    t->nb[1] = bt_row_size(type, shape[0]);
+    for (int i = 2; i < BT_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)shape[i - 1];
+    t->data = data;
+    return t;
+}
+
+struct bt_tensor *bt_new_tensor_1d(bt_context *ctx, enum bt_type type, int64_t ne0) {
+    return bt_new_tensor(ctx, type, 1, &ne0);
+}
+struct bt_tensor *bt_new_tensor_2d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1) {
+    const int64_t ne[2] = {ne0, ne1};
+    return bt_new_tensor(ctx, type, 2, ne);
+}
+struct bt_tensor *bt_new_tensor_3d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+                                   int64_t ne2) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    return bt_new_tensor(ctx, type, 3, ne);
+}
+struct bt_tensor *bt_new_tensor_4d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+                                   int64_t ne2, int64_t ne3) {
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    return bt_new_tensor(ctx, type, 4, ne);
+}
+
+struct bt_tensor *bt_dup_tensor(bt_context *ctx, const struct bt_tensor *src) {
+    if (!src) return NULL;
+    return bt_new_tensor(ctx, src->type, BT_MAX_DIMS, src->ne);
+}
+
+struct bt_tensor *bt_dup_tensor_layout(bt_context *ctx, const struct bt_tensor *src) {
+    struct bt_tensor *t = bt_dup_tensor(ctx, src);
+    if (!t) return NULL;
+    /* keep src's strides; the data block must cover them */
+    const size_t need = bt_nbytes(src);
+    for (int i = 0; i < BT_MAX_DIMS; i++) t->nb[i] = src->nb[i];
+    if (t->data && need > bt_nbytes(t)) {
+        void *data = bt_context_alloc(ctx, need);
+        if (!data) return NULL;
+        t->data = data;
+    }
+    return t;
+}
+
+int64_t bt_nelements(const struct bt_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+int64_t bt_nrows(const struct bt_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+
+size_t bt_nbytes(const struct bt_tensor *t) {
+    for (int i = 0; i < BT_MAX_DIMS; i++)
+        if (t->ne[i] <= 0) return 0;
+    const int64_t blck = bt_blck_size(t->type);
+    size_t n = bt_row_size(t->type, t->ne[0]);
+    if (blck == 1) n = bt_type_size(t->type);
+    if (blck == 1) {
+        for (int i = 0; i < BT_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    } else {
+        for (int i = 1; i < BT_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    }
+    return n;
+}
+
+int bt_n_dims(const struct bt_tensor *t) {
+    for (int i = BT_MAX_DIMS - 1; i >= 1; i--)
+        if (t->ne[i] > 1) return i + 1;
+    return 1;
+}
+
+bool bt_is_contiguous(const struct bt_tensor *t) {
+    size_t next = bt_type_size(t->type);
+    if (t->ne[0] != bt_blck_size(t->type) && t->nb[0] != next) return false;
+    next = bt_row_size(t->type, t->ne[0]);
+    for (int i = 1; i < BT_MAX_DIMS; i++) {
+        if (t->ne[i] != 1 && t->nb[i] != next) return false;
+        next *= (size_t)t->ne[i];
+    }
+    return true;
+}
+
+bool bt_is_contiguous_rows(const struct bt_tensor *t) { return t->nb[0] == bt_type_size(t->type); }
+
+bool bt_are_same_shape(const struct bt_tensor *a, const struct bt_tensor *b) {
+    for (int i = 0; i < BT_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return false;
+    return true;
+}
+
+bool bt_is_view(const struct bt_tensor *t) { return t->view_src != NULL; }
+
+struct bt_tensor *bt_set_name(struct bt_tensor *t, const char *name) {
+    if (!t) return NULL;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+struct bt_tensor *bt_format_name(struct bt_tensor *t, const char *fmt, ...) {
+    if (!t) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    return t;
+}
+
+const char *bt_get_name(const struct bt_tensor *t) { return t->name; }
+void bt_set_input(struct bt_tensor *t) { t->flags |= BT_TENSOR_FLAG_INPUT; }
+void bt_set_output(struct bt_tensor *t) { t->flags |= BT_TENSOR_FLAG_OUTPUT; }
+void bt_set_weight(struct bt_tensor *t) { t->flags |= BT_TENSOR_FLAG_WEIGHT; }
+
+/* ---- element access ------------------------------------------------------ */
+
+static void *elem_ptr(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    BT_ASSERT(t->data != NULL);
+    BT_ASSERT(i0 >= 0 && i0 < t->ne[0] && i1 >= 0 && i1 < t->ne[1]);
+    BT_ASSERT(i2 >= 0 && i2 < t->ne[2] && i3 >= 0 && i3 < t->ne[3]);
+    const int64_t blck = bt_blck_size(t->type);
+    return (uint8_t *)t->data + (size_t)(i0 / blck) * t->nb[0] + (size_t)i1 * t->nb[1] +
+           (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
+}
+
+float bt_get_f32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    const void *p = elem_ptr(t, i0, i1, i2, i3);
+    switch (t->type) {
+    case BT_TYPE_F32: return *(const float *)p;
+    case BT_TYPE_F16: return bt_fp16_to_fp32(*(const bt_fp16_t *)p);
+    case BT_TYPE_BF16: return bt_bf16_to_fp32(*(const bt_bf16_t *)p);
+    case BT_TYPE_I32: return (float)*(const int32_t *)p;
+    default: {
+        float block[BT_QK];
+        bt_row_to_f32(t->type, p, block, BT_QK);
+        return block[i0 % BT_QK];
+    }
+    }
+}
+
+void bt_set_f32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v) {
+    void *p = elem_ptr(t, i0, i1, i2, i3);
+    switch (t->type) {
+    case BT_TYPE_F32: *(float *)p = v; break;
+    case BT_TYPE_F16: *(bt_fp16_t *)p = bt_fp32_to_fp16(v); break;
+    case BT_TYPE_BF16: *(bt_bf16_t *)p = bt_fp32_to_bf16(v); break;
+    case BT_TYPE_I32: *(int32_t *)p = (int32_t)v; break;
+    default: {
+        /* re-quantise the block with one element changed */
+        float block[BT_QK];
+        bt_row_to_f32(t->type, p, block, BT_QK);
+        block[i0 % BT_QK] = v;
+        bt_row_from_f32(t->type, block, p, BT_QK);
+    }
+    }
+}
+
+int32_t bt_get_i32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    if (t->type == BT_TYPE_I32) return *(const int32_t *)elem_ptr(t, i0, i1, i2, i3);
+    return (int32_t)bt_get_f32_nd(t, i0, i1, i2, i3);
+}
+
+void bt_set_i32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int32_t v) {
+    if (t->type == BT_TYPE_I32) {
+        *(int32_t *)elem_ptr(t, i0, i1, i2, i3) = v;
+        return;
+    }
+    bt_set_f32_nd(t, i0, i1, i2, i3, (float)v);
+}

@@ -1,0 +1,279 @@
+/* tensor.h - element types, the tensor struct, contexts (arenas), status codes.
+ *
+ * A tensor has up to 4 dimensions: ne[i] elements along dimension i and nb[i]
+ * byte strides (dimension 0 is the fastest).  For block types (Q8_0, Q4_0)
+ * nb[0] is the block size in bytes and nb[1] = row size; a row always holds
+ * whole blocks, so ne[0] must be a multiple of 32.
+ *
+ * A context is one arena: tensor metadata (and, unless no_alloc, tensor data)
+ * is carved from it in order; nothing is freed until the context is.
+ */
+#ifndef BATON_TENSOR_H
+#define BATON_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BT_MAX_DIMS 4
+#ifndef BT_MAX_SRC
+#define BT_MAX_SRC 4
+#endif
+#define BT_MAX_OP_PARAMS 64 /* bytes */
+#ifndef BT_MAX_NAME
+#define BT_MAX_NAME 64
+#endif
+#define BT_MEM_ALIGN 64
+#define BT_QK 32 /* elements per Q8_0 / Q4_0 block */
+
+/* Programmer's errors (broken invariants inside baton): abort with file:line. */
+#define BT_ASSERT(x)                                                              \
+    do {                                                                          \
+        if (!(x)) {                                                               \
+            fprintf(stderr, "%s:%d: BT_ASSERT(%s) failed\n", __FILE__, __LINE__, #x); \
+            abort();                                                              \
+        }                                                                         \
+    } while (0)
+
+/* A user's or the world's errors: returned as a status, never aborted on. */
+enum bt_status {
+    BT_OK = 0,
+    BT_ERR_INVALID = -1,     /* bad argument, shape or file content */
+    BT_ERR_NOMEM = -2,       /* arena or allocation exhausted */
+    BT_ERR_CAPACITY = -3,    /* a fixed capacity (graph size, ...) exceeded */
+    BT_ERR_UNSUPPORTED = -4, /* op or type not supported by a backend */
+    BT_ERR_IO = -5,
+    BT_ERR_ABORTED = -6,     /* stopped by a callback */
+    BT_ERR_COMM = -7,        /* transport / peer failure */
+    BT_ERR_MISMATCH = -8,    /* e.g. graph hashes differ between ranks */
+};
+const char *bt_status_str(enum bt_status s);
+
+enum bt_type {
+    BT_TYPE_F32 = 0,
+    BT_TYPE_F16,
+    BT_TYPE_BF16,
+    BT_TYPE_I32,
+    BT_TYPE_Q8_0,
+    BT_TYPE_Q4_0,
+    BT_TYPE_COUNT,
+};
+
+typedef uint16_t bt_fp16_t;
+typedef uint16_t bt_bf16_t;
+
+/* GGUF byte layout: 34 bytes, d (fp16) then 32 signed quants; x = d * q */
+typedef struct {
+    bt_fp16_t d;
+    int8_t qs[BT_QK];
+} bt_block_q8_0;
+
+/* GGUF byte layout: 18 bytes, d (fp16) then 16 bytes of nibbles;
+ * element j (0..15) is the low nibble of qs[j], element j+16 the high nibble;
+ * x = d * (q - 8) */
+typedef struct {
+    bt_fp16_t d;
+    uint8_t qs[BT_QK / 2];
+} bt_block_q4_0;
+
+typedef void (*bt_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*bt_from_float_fn)(const float *src, void *dst, int64_t n);
+
+struct bt_type_traits {
+    const char *name;
+    int64_t blck_size;  /* elements per block (1 for plain types) */
+    size_t type_size;   /* bytes per block */
+    bool is_quantized;
+    bt_to_float_fn to_float;     /* n elements (multiple of blck_size) */
+    bt_from_float_fn from_float; /* n elements (multiple of blck_size) */
+};
+const struct bt_type_traits *bt_type_traits(enum bt_type t);
+const char *bt_type_name(enum bt_type t);
+size_t bt_type_size(enum bt_type t);
+int64_t bt_blck_size(enum bt_type t);
+size_t bt_row_size(enum bt_type t, int64_t ne0); /* bytes of ne0 elements */
+
+float bt_fp16_to_fp32(bt_fp16_t h);
+bt_fp16_t bt_fp32_to_fp16(float f); /* round to nearest even */
+float bt_bf16_to_fp32(bt_bf16_t h);
+bt_bf16_t bt_fp32_to_bf16(float f); /* round to nearest even */
+
+/* Row conversion between any type and F32 (n a multiple of the block size;
+ * I32 converts by value). */
+void bt_row_to_f32(enum bt_type t, const void *src, float *dst, int64_t n);
+void bt_row_from_f32(enum bt_type t, const float *src, void *dst, int64_t n);
+
+enum bt_op {
+    BT_OP_NONE = 0,
+
+    BT_OP_ADD,
+    BT_OP_SUB,
+    BT_OP_MUL,
+    BT_OP_DIV,
+    BT_OP_SCALE,
+    BT_OP_SQR,
+    BT_OP_SQRT,
+    BT_OP_SUM_ROWS,
+    BT_OP_MEAN,
+
+    BT_OP_MUL_MAT,
+    BT_OP_MUL_MAT_ID,
+
+    BT_OP_GET_ROWS,
+    BT_OP_SET_ROWS,
+    BT_OP_CPY,
+    BT_OP_CONT,
+
+    BT_OP_VIEW,
+    BT_OP_RESHAPE,
+    BT_OP_PERMUTE,
+    BT_OP_TRANSPOSE,
+
+    BT_OP_RMS_NORM,
+    BT_OP_NORM,
+    BT_OP_SOFT_MAX,
+    BT_OP_ROPE,
+
+    BT_OP_SILU,
+    BT_OP_GELU,
+    BT_OP_RELU,
+    BT_OP_SIGMOID,
+    BT_OP_SWIGLU,
+
+    BT_OP_ARGSORT,
+    BT_OP_CONCAT,
+
+    BT_OP_COUNT,
+};
+const char *bt_op_name(enum bt_op op);
+/* VIEW, RESHAPE, PERMUTE, TRANSPOSE compute nothing: their data is their
+ * source's.  (CPY and SET_ROWS are views too but write into their view_src.) */
+bool bt_op_is_view(enum bt_op op);
+
+enum bt_tensor_flag {
+    BT_TENSOR_FLAG_INPUT = 1,  /* set by the user before each run */
+    BT_TENSOR_FLAG_OUTPUT = 2, /* read by the user after a run; never freed early */
+    BT_TENSOR_FLAG_WEIGHT = 4, /* model parameter: set once */
+};
+
+struct bt_buffer; /* backend.h */
+
+struct bt_tensor {
+    enum bt_type type;
+    int64_t ne[BT_MAX_DIMS]; /* elements per dimension */
+    size_t nb[BT_MAX_DIMS];  /* bytes per step in each dimension */
+
+    enum bt_op op;
+    int32_t op_params[BT_MAX_OP_PARAMS / sizeof(int32_t)];
+    int32_t flags; /* enum bt_tensor_flag */
+
+    struct bt_tensor *src[BT_MAX_SRC];
+
+    struct bt_tensor *view_src; /* the tensor that owns the data, for views */
+    size_t view_offs;           /* byte offset into view_src's data */
+
+    void *data;
+    struct bt_buffer *buffer;
+    void *extra; /* backend-specific */
+
+    char name[BT_MAX_NAME];
+};
+
+/* ---- contexts ---------------------------------------------------------- */
+
+struct bt_init_params {
+    size_t mem_size;   /* bytes of the arena */
+    void *mem_buffer;  /* NULL: the context allocates (and frees) it */
+    bool no_alloc;     /* true: tensors get metadata only, data placed later */
+};
+
+typedef struct bt_context bt_context;
+
+/* NULL when the arena cannot be allocated. */
+bt_context *bt_init(struct bt_init_params params);
+void bt_free(bt_context *ctx);
+size_t bt_used_mem(const bt_context *ctx);
+bool bt_get_no_alloc(const bt_context *ctx);
+void bt_set_no_alloc(bt_context *ctx, bool no_alloc);
+/* Bytes the arena needs per tensor of metadata (for sizing mem_size). */
+size_t bt_tensor_overhead(void);
+/* Carve n bytes (aligned) from the arena; NULL and an error when full. */
+void *bt_context_alloc(bt_context *ctx, size_t n);
+
+/* The last error a constructor in this context reported (a shape error, an
+ * exhausted arena); "" when none.  Constructors that fail return NULL, and a
+ * constructor given a NULL source returns NULL and keeps the first message,
+ * so a chain of calls can be checked once at its end. */
+const char *bt_context_error(const bt_context *ctx);
+void bt_context_clear_error(bt_context *ctx);
+void bt_context_set_error(bt_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- tensors ----------------------------------------------------------- */
+
+struct bt_tensor *bt_new_tensor(bt_context *ctx, enum bt_type type, int n_dims, const int64_t *ne);
+struct bt_tensor *bt_new_tensor_1d(bt_context *ctx, enum bt_type type, int64_t ne0);
+struct bt_tensor *bt_new_tensor_2d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1);
+struct bt_tensor *bt_new_tensor_3d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+                                   int64_t ne2);
+struct bt_tensor *bt_new_tensor_4d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+                                   int64_t ne2, int64_t ne3);
+/* Same type and shape, contiguous, new data. */
+struct bt_tensor *bt_dup_tensor(bt_context *ctx, const struct bt_tensor *src);
+/* Same type, shape and strides (not necessarily contiguous), new data. */
+struct bt_tensor *bt_dup_tensor_layout(bt_context *ctx, const struct bt_tensor *src);
+
+int64_t bt_nelements(const struct bt_tensor *t);
+int64_t bt_nrows(const struct bt_tensor *t); /* ne1*ne2*ne3 */
+size_t bt_nbytes(const struct bt_tensor *t); /* span of the data, strides included */
+int bt_n_dims(const struct bt_tensor *t);    /* highest dim with ne>1, plus one (>= 1) */
+bool bt_is_contiguous(const struct bt_tensor *t);
+bool bt_is_contiguous_rows(const struct bt_tensor *t); /* nb[0] == element size */
+bool bt_are_same_shape(const struct bt_tensor *a, const struct bt_tensor *b);
+bool bt_is_view(const struct bt_tensor *t);
+
+struct bt_tensor *bt_set_name(struct bt_tensor *t, const char *name);
+struct bt_tensor *bt_format_name(struct bt_tensor *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+const char *bt_get_name(const struct bt_tensor *t);
+void bt_set_input(struct bt_tensor *t);
+void bt_set_output(struct bt_tensor *t);
+void bt_set_weight(struct bt_tensor *t);
+
+/* Element access (host data only; i in elements of a contiguous view of the
+ * tensor's logical index order).  For tests and small tools. */
+float bt_get_f32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+void bt_set_f32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v);
+int32_t bt_get_i32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+void bt_set_i32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int32_t v);
+
+/* op_params helpers */
+static inline void bt_set_op_param_i32(struct bt_tensor *t, int i, int32_t v) { t->op_params[i] = v; }
+static inline int32_t bt_get_op_param_i32(const struct bt_tensor *t, int i) { return t->op_params[i]; }
+static inline void bt_set_op_param_f32(struct bt_tensor *t, int i, float v) {
+    union { float f; int32_t i; } u;
+    u.f = v;
+    t->op_params[i] = u.i;
+}
+static inline float bt_get_op_param_f32(const struct bt_tensor *t, int i) {
+    union { float f; int32_t i; } u;
+    u.i = t->op_params[i];
+    return u.f;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
