@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "graph.h"
 #include "cpu.h"
+#include "backend.h"
 
 #define BATON_VERSION "0.1.0"
 

@@ -30,9 +30,8 @@ static struct bt_tensor *new_result(bt_context *ctx, enum bt_type type, const in
 static struct bt_tensor *new_view(bt_context *ctx, struct bt_tensor *a, enum bt_type type,
                                   const int64_t ne[4], const size_t nb[4], size_t offs,
                                   enum bt_op op) {
-    struct bt_tensor *t = bt_context_alloc(ctx, sizeof(struct bt_tensor));
+    struct bt_tensor *t = bt_context_new_tensor_struct(ctx);
     if (!t) return NULL;
-    memset(t, 0, sizeof *t);
     t->type = type;
     for (int i = 0; i < BT_MAX_DIMS; i++) {
         t->ne[i] = ne[i];

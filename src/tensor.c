@@ -232,6 +232,8 @@ struct bt_context {
     bool owns_mem;
     bool no_alloc;
     char err[256];
+    struct bt_tensor **tensors; /* every tensor made in this context, in order */
+    int n_tensors, cap_tensors;
 };
 
 bt_context *bt_init(struct bt_init_params params) {
@@ -254,6 +256,7 @@ bt_context *bt_init(struct bt_init_params params) {
 void bt_free(bt_context *ctx) {
     if (!ctx) return;
     if (ctx->owns_mem) free(ctx->mem);
+    free(ctx->tensors);
     free(ctx);
 }
 
@@ -282,6 +285,30 @@ void *bt_context_alloc(bt_context *ctx, size_t n) {
     }
     ctx->used = start + n;
     return ctx->mem + start;
+}
+
+struct bt_tensor *bt_context_new_tensor_struct(bt_context *ctx) {
+    if (ctx->n_tensors == ctx->cap_tensors) {
+        const int cap = ctx->cap_tensors ? 2 * ctx->cap_tensors : 64;
+        struct bt_tensor **nt = realloc(ctx->tensors, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            bt_context_set_error(ctx, "out of memory for the tensor list");
+            return NULL;
+        }
+        ctx->tensors = nt;
+        ctx->cap_tensors = cap;
+    }
+    struct bt_tensor *t = bt_context_alloc(ctx, sizeof(struct bt_tensor));
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    ctx->tensors[ctx->n_tensors++] = t;
+    return t;
+}
+
+int bt_context_n_tensors(const bt_context *ctx) { return ctx->n_tensors; }
+struct bt_tensor *bt_context_tensor(const bt_context *ctx, int i) {
+    BT_ASSERT(i >= 0 && i < ctx->n_tensors);
+    return ctx->tensors[i];
 }
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -318,14 +345,15 @@ struct bt_tensor *bt_new_tensor(bt_context *ctx, enum bt_type type, int n_dims, 
         }
         nbytes *= (size_t)shape[i];
     }
-    struct bt_tensor *t = bt_context_alloc(ctx, sizeof(struct bt_tensor));
+    const size_t used_before = ctx->used;
+    struct bt_tensor *t = bt_context_new_tensor_struct(ctx);
     if (!t) return NULL;
-    memset(t, 0, sizeof *t);
     void *data = NULL;
     if (!ctx->no_alloc) {
         data = bt_context_alloc(ctx, nbytes);
         if (!data) {
-            ctx->used -= sizeof(struct bt_tensor); /* best effort: leave the arena as it was */
+            ctx->used = used_before; /* leave the arena as it was */
+            ctx->n_tensors--;
             return NULL;
         }
     }

@@ -205,6 +205,12 @@ void bt_set_no_alloc(bt_context *ctx, bool no_alloc);
 size_t bt_tensor_overhead(void);
 /* Carve n bytes (aligned) from the arena; NULL and an error when full. */
 void *bt_context_alloc(bt_context *ctx, size_t n);
+/* A zeroed tensor struct carved from the arena and recorded in the context's
+ * list of tensors (op constructors and views use it); NULL when full. */
+struct bt_tensor *bt_context_new_tensor_struct(bt_context *ctx);
+/* The tensors of a context in creation order: i from 0 to bt_context_n_tensors. */
+int bt_context_n_tensors(const bt_context *ctx);
+struct bt_tensor *bt_context_tensor(const bt_context *ctx, int i);
 
 /* The last error a constructor in this context reported (a shape error, an
  * exhausted arena); "" when none.  Constructors that fail return NULL, and a

@@ -4,6 +4,7 @@
 
 #include "baton.h"
 #include "cli.h"
+#include "topology_cmd.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -13,6 +14,8 @@ static void usage(FILE *f) {
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
+            "  launch-files  -t TOPOLOGY --out DIR: write the hostfile, rankfile and environment\n"
+            "                for mpirun (used by launch/baton-run)\n"
             "  version       print the version\n"
             "  help          this text\n");
 }
@@ -38,6 +41,7 @@ int main(int argc, char **argv) {
         }
         return bt_cli_bench(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;
 }

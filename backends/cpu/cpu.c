@@ -1,0 +1,204 @@
+/* cpu.c - the CPU executor: runs a graph's nodes in order on a thread pool.
+ *
+ * The whole graph is computed inside ONE bt_threadpool_run: every thread
+ * walks nodes[] and computes its (ith, nth) share of each node, with a
+ * barrier after each node (ggml_graph_compute_thread).  View ops
+ * (VIEW/RESHAPE/PERMUTE/TRANSPOSE) compute nothing and are skipped without a
+ * barrier.
+ *
+ * Errors: before anything runs, every node is checked (has data, is
+ * supported), so a bad graph fails with nothing computed.  A run-time error
+ * (an id out of range) is reported by a kernel through bt_cpu_fail; after the
+ * node's barrier every thread sees it and stops.  Node i reports into
+ * status slot i % 2: a fast thread that has passed node i's barrier can only
+ * reach node i + 1 (slot (i+1) % 2) while a slow one still reads slot i % 2,
+ * so all threads agree on where to stop.
+ */
+#include "cpu_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct bt_cpu {
+    int n_threads;
+    bool reference;
+    bt_threadpool *pool;
+    void *wdata; /* work buffer, BT_MEM_ALIGN aligned, kept between runs */
+    size_t wsize;
+    char err[BT_CPU_ERRBUF];
+};
+
+bt_cpu *bt_cpu_new(int n_threads) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    bt_cpu *cpu = calloc(1, sizeof(*cpu));
+    if (!cpu) return NULL;
+    cpu->n_threads = n_threads;
+    cpu->pool = bt_threadpool_new(n_threads);
+    if (!cpu->pool) {
+        free(cpu);
+        return NULL;
+    }
+    return cpu;
+}
+
+void bt_cpu_free(bt_cpu *cpu) {
+    if (!cpu) return;
+    bt_threadpool_free(cpu->pool);
+    free(cpu->wdata);
+    free(cpu);
+}
+
+int bt_cpu_n_threads(const bt_cpu *cpu) { return cpu->n_threads; }
+void bt_cpu_set_reference(bt_cpu *cpu, bool reference) { cpu->reference = reference; }
+const char *bt_cpu_error(const bt_cpu *cpu) { return cpu->err; }
+
+void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fmt, ...) {
+    BT_ASSERT(s != BT_OK);
+    int expected = BT_OK;
+    /* first one wins; only the winner writes the message */
+    if (!__atomic_compare_exchange_n((int *)p->status, &expected, (int)s, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->errbuf, BT_CPU_ERRBUF, fmt, ap);
+    va_end(ap);
+}
+
+static bool is_mul_mat(enum bt_op op) { return op == BT_OP_MUL_MAT || op == BT_OP_MUL_MAT_ID; }
+
+bool bt_cpu_supports_op(const struct bt_tensor *node) {
+    if (!node || (int)node->op < 0 || node->op >= BT_OP_COUNT) return false;
+    if ((int)node->type < 0 || node->type >= BT_TYPE_COUNT) return false;
+    if (is_mul_mat(node->op)) return bt_cpu_mul_mat_supported(node);
+    return bt_cpu_op_supported(node);
+}
+
+size_t bt_cpu_work_size(const struct bt_tensor *node, int nth) {
+    if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) return 0;
+    if (is_mul_mat(node->op)) return bt_cpu_mul_mat_work_size(node, nth);
+    return bt_cpu_op_work_size(node, nth);
+}
+
+/* ---- one run ---- */
+
+struct compute_state {
+    bt_cpu *cpu;
+    struct bt_graph *g;
+    volatile int status[2]; /* node i reports into status[i & 1] */
+    volatile int fail_node; /* index of the failing node (thread 0 writes) */
+};
+
+static void compute_thread(void *arg, int ith, int nth) {
+    struct compute_state *st = arg;
+    bt_cpu *cpu = st->cpu;
+    struct bt_graph *g = st->g;
+
+    struct bt_cpu_params p = {
+        /* .ith       = */ ith,
+        /* .nth       = */ nth,
+        /* .wdata     = */ cpu->wdata,
+        /* .wsize     = */ cpu->wsize,
+        /* .reference = */ cpu->reference,
+        /* .pool      = */ cpu->pool,
+        /* .status    = */ NULL,
+        /* .errbuf    = */ cpu->err,
+    };
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct bt_tensor *node = g->nodes[i];
+        if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
+        p.status = &st->status[i & 1];
+        if (is_mul_mat(node->op)) {
+            if (node->op == BT_OP_MUL_MAT)
+                bt_cpu_mul_mat(&p, node);
+            else
+                bt_cpu_mul_mat_id(&p, node);
+        } else {
+            bt_cpu_compute_op(&p, node);
+        }
+        bt_threadpool_barrier(cpu->pool);
+        if (__atomic_load_n((int *)&st->status[i & 1], __ATOMIC_ACQUIRE) != BT_OK) {
+            if (ith == 0) st->fail_node = i;
+            break;
+        }
+    }
+}
+
+/* Check every node before anything runs; grow the work buffer. */
+static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g) {
+    size_t wsize = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct bt_tensor *node = g->nodes[i];
+        if (!node) {
+            snprintf(cpu->err, sizeof(cpu->err), "node %d is NULL", i);
+            return BT_ERR_INVALID;
+        }
+        if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
+        if (!bt_cpu_supports_op(node)) {
+            snprintf(cpu->err, sizeof(cpu->err),
+                     "node %d '%s': op %s (type %s) not supported by the CPU backend", i, node->name,
+                     ((int)node->op >= 0 && node->op < BT_OP_COUNT) ? bt_op_name(node->op) : "?",
+                     ((int)node->type >= 0 && node->type < BT_TYPE_COUNT) ? bt_type_name(node->type)
+                                                                          : "?");
+            return BT_ERR_UNSUPPORTED;
+        }
+        if (!node->data) {
+            snprintf(cpu->err, sizeof(cpu->err), "node %d '%s' (%s) has no data", i, node->name,
+                     bt_op_name(node->op));
+            return BT_ERR_INVALID;
+        }
+        for (int s = 0; s < BT_MAX_SRC; s++) {
+            const struct bt_tensor *src = node->src[s];
+            if (src && !src->data) {
+                snprintf(cpu->err, sizeof(cpu->err), "node %d '%s' (%s): source %d '%s' has no data",
+                         i, node->name, bt_op_name(node->op), s, src->name);
+                return BT_ERR_INVALID;
+            }
+        }
+        size_t w = bt_cpu_work_size(node, cpu->n_threads);
+        if (w > wsize) wsize = w;
+    }
+    if (wsize > cpu->wsize) {
+        /* round up so the aligned allocation's size is a multiple of the alignment */
+        size_t sz = (wsize + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+        void *w = NULL;
+        if (posix_memalign(&w, BT_MEM_ALIGN, sz) != 0 || !w) {
+            snprintf(cpu->err, sizeof(cpu->err), "cannot allocate a work buffer of %zu bytes", sz);
+            return BT_ERR_NOMEM;
+        }
+        free(cpu->wdata);
+        cpu->wdata = w;
+        cpu->wsize = sz;
+    }
+    return BT_OK;
+}
+
+enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {
+    BT_ASSERT(cpu && g);
+    cpu->err[0] = '\0';
+    enum bt_status s = prepare(cpu, g);
+    if (s != BT_OK) return s;
+
+    struct compute_state st = {
+        /* .cpu       = */ cpu,
+        /* .g         = */ g,
+        /* .status    = */ {BT_OK, BT_OK},
+        /* .fail_node = */ -1,
+    };
+    bt_threadpool_run(cpu->pool, compute_thread, &st);
+
+    if (st.fail_node >= 0) {
+        s = (enum bt_status)st.status[st.fail_node & 1];
+        if (cpu->err[0] == '\0')
+            snprintf(cpu->err, sizeof(cpu->err), "node %d '%s': %s", st.fail_node,
+                     g->nodes[st.fail_node]->name, bt_status_str(s));
+        return s;
+    }
+    return BT_OK;
+}

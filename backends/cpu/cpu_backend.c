@@ -1,0 +1,136 @@
+/* cpu_backend.c - the CPU as a baton backend: host-memory buffers and the
+ * thread-pool executor (cpu.c) behind the backend vtable.  The CPU computes
+ * synchronously, so it needs no events: the scheduler synchronises instead. */
+#include "backend.h"
+#include "cpu.h"
+
+#include <string.h>
+
+/* ---- buffer type: 64-byte aligned host memory ---------------------------- */
+
+static const char *cpu_buft_name(bt_buffer_type_t buft) {
+    (void)buft;
+    return "CPU";
+}
+
+static bt_buffer_t cpu_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
+    bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
+    if (!b) free(p);
+    return b;
+}
+
+static size_t cpu_buft_alignment(bt_buffer_type_t buft) {
+    (void)buft;
+    return BT_MEM_ALIGN;
+}
+
+static bool cpu_buft_is_host(bt_buffer_type_t buft) {
+    (void)buft;
+    return true;
+}
+
+static struct bt_buffer_type cpu_buft = {
+    .iface =
+        {
+            /* .get_name       = */ cpu_buft_name,
+            /* .alloc_buffer   = */ cpu_buft_alloc,
+            /* .get_alignment  = */ cpu_buft_alignment,
+            /* .get_max_size   = */ NULL,
+            /* .get_alloc_size = */ NULL,
+            /* .is_host        = */ cpu_buft_is_host,
+        },
+    .context = NULL,
+};
+
+bt_buffer_type_t bt_cpu_buffer_type(void) { return &cpu_buft; }
+
+bt_buffer_t bt_cpu_buffer_from_ptr(void *ptr, size_t size) {
+    return bt_host_buffer_new(&cpu_buft, ptr, size, false);
+}
+
+/* ---- backend --------------------------------------------------------------- */
+
+struct cpu_backend {
+    bt_cpu *cpu;
+    char name[32];
+};
+
+static const char *cpu_get_name(bt_backend_t backend) {
+    return ((struct cpu_backend *)backend->context)->name;
+}
+
+static void cpu_free(bt_backend_t backend) {
+    struct cpu_backend *cb = backend->context;
+    bt_cpu_free(cb->cpu);
+    free(cb);
+    free(backend);
+}
+
+static bt_buffer_type_t cpu_get_default_buffer_type(bt_backend_t backend) {
+    (void)backend;
+    return &cpu_buft;
+}
+
+static enum bt_status cpu_graph_compute(bt_backend_t backend, struct bt_graph *graph) {
+    return bt_cpu_graph_compute(((struct cpu_backend *)backend->context)->cpu, graph);
+}
+
+static bool cpu_supports_op(bt_backend_t backend, const struct bt_tensor *op) {
+    (void)backend;
+    return bt_cpu_supports_op(op);
+}
+
+/* Any host memory the CPU can read directly (its own, pinned host memory). */
+static bool cpu_supports_buft(bt_backend_t backend, bt_buffer_type_t buft) {
+    (void)backend;
+    return bt_buft_is_host(buft);
+}
+
+static const char *cpu_get_error(bt_backend_t backend) {
+    return bt_cpu_error(((struct cpu_backend *)backend->context)->cpu);
+}
+
+static const struct bt_backend_i cpu_backend_i = {
+    /* .get_name                = */ cpu_get_name,
+    /* .free                    = */ cpu_free,
+    /* .get_default_buffer_type = */ cpu_get_default_buffer_type,
+    /* .set_tensor_async        = */ NULL,
+    /* .get_tensor_async        = */ NULL,
+    /* .cpy_tensor_async        = */ NULL,
+    /* .synchronize             = */ NULL,
+    /* .graph_compute           = */ cpu_graph_compute,
+    /* .supports_op             = */ cpu_supports_op,
+    /* .supports_buft           = */ cpu_supports_buft,
+    /* .offload_op              = */ NULL,
+    /* .event_new               = */ NULL,
+    /* .event_free              = */ NULL,
+    /* .event_record            = */ NULL,
+    /* .event_wait              = */ NULL,
+    /* .event_synchronize       = */ NULL,
+    /* .get_error               = */ cpu_get_error,
+};
+
+bt_backend_t bt_backend_cpu_init(int n_threads) {
+    bt_backend_t backend = calloc(1, sizeof *backend);
+    struct cpu_backend *cb = calloc(1, sizeof *cb);
+    bt_cpu *cpu = (backend && cb) ? bt_cpu_new(n_threads) : NULL;
+    if (!cpu) {
+        free(backend);
+        free(cb);
+        return NULL;
+    }
+    cb->cpu = cpu;
+    snprintf(cb->name, sizeof cb->name, "CPU");
+    backend->iface = cpu_backend_i;
+    backend->context = cb;
+    return backend;
+}
+
+bool bt_backend_is_cpu(bt_backend_t backend) { return backend && backend->iface.get_name == cpu_get_name; }
+
+void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference) {
+    BT_ASSERT(bt_backend_is_cpu(backend));
+    bt_cpu_set_reference(((struct cpu_backend *)backend->context)->cpu, reference);
+}

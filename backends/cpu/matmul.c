@@ -1,0 +1,805 @@
+/* matmul.c - MUL_MAT and MUL_MAT_ID on the CPU.
+ *
+ *   a [k, m, a2, a3] weights (F32, F16, BF16, Q8_0, Q4_0; contiguous rows)
+ *   b [k, n, b2, b3] F32 activations (nb[0] == 4, any other strides)
+ *   d [m, n, b2, b3] F32:  d[i, j] = dot(a row i, b column j)
+ *
+ * Work is described as "jobs": one weight matrix (m rows) times a list of
+ * columns of b, written to a list of columns of d.  MUL_MAT has one job per
+ * batch (i2, i3); MUL_MAT_ID one job per used expert, whose columns are the
+ * (slot, token) pairs that chose it, so an expert's weights are read once.
+ *
+ * Threads split the rows of the jobs (output elements), never a dot
+ * product's k-reduction.  Every output element's sum over k is accumulated in
+ * an order that depends only on k and on the path the job takes (chosen from
+ * its column count), never on (ith, nth) or on where the element sits in a
+ * tile, so results are bitwise equal for any thread count:
+ *
+ *  - dot path (few columns: decode): vector lane l of two accumulators per
+ *    element takes k = l, l+VL, ... in order (vectors alternate between the
+ *    two), then acc0 + acc1 and a fixed horizontal sum.  Weights are
+ *    dequantised in registers and FMA'd with the F32 activations.
+ *  - GEMM path (many columns: prompt): a register-blocked outer-product
+ *    micro-kernel (MR rows x NR columns of accumulators); each element is a
+ *    scalar FMA chain over k in increasing order.  k is blocked by KC, and a
+ *    block continues from the value the previous block stored in d, which
+ *    leaves that order unchanged.  Weight rows are converted to F32 into the
+ *    thread's slice of the work buffer (a packed panel) once per k block and
+ *    reused for all columns.
+ *  - reference path (p->reference): the plain triple loop.
+ */
+#include "cpu_impl.h"
+
+#include <string.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+/* ---- vectors: AVX-512, AVX2+FMA, or plain C (always correct) ---------------- */
+
+#if defined(__AVX512F__)
+#define VL 16
+#define MR 32 /* GEMM micro-kernel rows (2 vectors) */
+#define NR 12 /* GEMM micro-kernel columns */
+typedef __m512 vf;
+static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
+static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline float vf_hsum(vf v) { return _mm512_reduce_add_ps(v); }
+static inline vf vf_load_n(const float *p, int n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+static inline void vf_store_n(float *p, vf v, int n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+static inline vf vf_load_f16(const bt_fp16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline vf vf_load_bf16(const bt_bf16_t *p) {
+    __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+/* 16 int8 -> float */
+static inline vf vf_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+/* 16 nibbles (low or high halves of 16 bytes) minus 8 -> float */
+static inline vf vf_load_q4(const uint8_t *p, int hi) {
+    __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    if (hi) x = _mm512_srli_epi32(x, 4);
+    x = _mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(15)), _mm512_set1_epi32(8));
+    return _mm512_cvtepi32_ps(x);
+}
+static inline float fp16_scalar(bt_fp16_t h) { return _cvtsh_ss(h); }
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VL 8
+#define MR 16
+#define NR 6
+typedef __m256 vf;
+static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
+static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
+static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline float vf_hsum(vf v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline __m256i lane_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline vf vf_load_n(const float *p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+static inline void vf_store_n(float *p, vf v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+#if defined(__F16C__)
+static inline vf vf_load_f16(const bt_fp16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline float fp16_scalar(bt_fp16_t h) { return _cvtsh_ss(h); }
+#else
+static inline vf vf_load_f16(const bt_fp16_t *p) {
+    float t[8];
+    for (int i = 0; i < 8; i++) t[i] = bt_fp16_to_fp32(p[i]);
+    return _mm256_loadu_ps(t);
+}
+static inline float fp16_scalar(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
+#endif
+static inline vf vf_load_bf16(const bt_bf16_t *p) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+static inline vf vf_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline vf vf_load_q4(const uint8_t *p, int hi) {
+    __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    if (hi) x = _mm256_srli_epi32(x, 4);
+    x = _mm256_sub_epi32(_mm256_and_si256(x, _mm256_set1_epi32(15)), _mm256_set1_epi32(8));
+    return _mm256_cvtepi32_ps(x);
+}
+
+#else /* plain C: a "vector" of 8 floats the compiler may vectorise */
+#define VL 8
+#define MR 16
+#define NR 4
+typedef struct {
+    float v[VL];
+} vf;
+static inline vf vf_zero(void) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = 0.0f;
+    return r;
+}
+static inline vf vf_load(const float *p) {
+    vf r;
+    memcpy(r.v, p, sizeof(r.v));
+    return r;
+}
+static inline void vf_store(float *p, vf v) { memcpy(p, v.v, sizeof(v.v)); }
+static inline vf vf_set1(float x) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = x;
+    return r;
+}
+static inline vf vf_fma(vf a, vf b, vf c) {
+    for (int i = 0; i < VL; i++) c.v[i] += a.v[i] * b.v[i];
+    return c;
+}
+static inline vf vf_add(vf a, vf b) {
+    for (int i = 0; i < VL; i++) a.v[i] += b.v[i];
+    return a;
+}
+static inline vf vf_mul(vf a, vf b) {
+    for (int i = 0; i < VL; i++) a.v[i] *= b.v[i];
+    return a;
+}
+static inline float vf_hsum(vf v) {
+    float s = 0.0f;
+    for (int i = 0; i < VL; i++) s += v.v[i];
+    return s;
+}
+static inline vf vf_load_n(const float *p, int n) {
+    vf r = vf_zero();
+    for (int i = 0; i < n; i++) r.v[i] = p[i];
+    return r;
+}
+static inline void vf_store_n(float *p, vf v, int n) {
+    for (int i = 0; i < n; i++) p[i] = v.v[i];
+}
+static inline vf vf_load_f16(const bt_fp16_t *p) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = bt_fp16_to_fp32(p[i]);
+    return r;
+}
+static inline vf vf_load_bf16(const bt_bf16_t *p) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = bt_bf16_to_fp32(p[i]);
+    return r;
+}
+static inline vf vf_load_i8(const int8_t *p) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = (float)p[i];
+    return r;
+}
+static inline vf vf_load_q4(const uint8_t *p, int hi) {
+    vf r;
+    for (int i = 0; i < VL; i++) r.v[i] = (float)(((hi ? p[i] >> 4 : p[i]) & 15) - 8);
+    return r;
+}
+static inline float fp16_scalar(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
+#endif
+
+#define QB 32         /* elements per "block": a Q8_0 / Q4_0 block, 32 floats otherwise */
+#define NV (QB / VL)  /* vectors per block */
+
+#ifndef BT_MM_KC
+#define BT_MM_KC 256 /* k block of the GEMM path (a multiple of QB) */
+#endif
+#ifndef BT_MM_MC
+#define BT_MM_MC 128 /* rows of weights packed at once (a multiple of MR) */
+#endif
+#ifndef BT_MM_NC
+#define BT_MM_NC (64 * NR) /* columns of activations packed at once */
+#endif
+#ifndef BT_MM_GEMM_MIN_COLS
+#define BT_MM_GEMM_MIN_COLS 8 /* jobs with at least this many columns take the GEMM path */
+#endif
+#define UNIT_ROWS 32 /* rows per unit of work handed to threads (a multiple of MR) */
+#define DOT_RB 16    /* rows kept hot while the dot path walks column groups */
+
+_Static_assert(BT_MM_KC % QB == 0, "BT_MM_KC must be a multiple of 32");
+_Static_assert(BT_MM_MC % MR == 0, "BT_MM_MC must be a multiple of MR");
+_Static_assert(BT_MM_NC % NR == 0, "BT_MM_NC must be a multiple of NR");
+_Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
+
+#define ALIGN_UP(x) (((x) + (size_t)BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
+
+/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a weight row,
+ * dequantised exactly as bt_row_to_f32 does (x = d * q in float). */
+static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const char *row,
+                                                        int64_t blk, int v) {
+    switch (type) {
+    case BT_TYPE_F32: return vf_load((const float *)row + blk * QB + v * VL);
+    case BT_TYPE_F16: return vf_load_f16((const bt_fp16_t *)row + blk * QB + v * VL);
+    case BT_TYPE_BF16: return vf_load_bf16((const bt_bf16_t *)row + blk * QB + v * VL);
+    case BT_TYPE_Q8_0: {
+        const bt_block_q8_0 *b = (const bt_block_q8_0 *)row + blk;
+        return vf_mul(vf_load_i8(b->qs + v * VL), vf_set1(fp16_scalar(b->d)));
+    }
+    case BT_TYPE_Q4_0: {
+        const bt_block_q4_0 *b = (const bt_block_q4_0 *)row + blk;
+        return vf_mul(vf_load_q4(b->qs + (v * VL) % 16, (v * VL) / 16), vf_set1(fp16_scalar(b->d)));
+    }
+    default: BT_ASSERT(0 && "unsupported weight type"); return vf_zero();
+    }
+}
+
+/* Convert elements [k0, k0+n) of a weight row to F32 (k0 a multiple of QB;
+ * n a multiple of QB for block types). */
+static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
+    if (type == BT_TYPE_F32) {
+        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
+        return;
+    }
+    const int64_t nfull = n / QB;
+    const int64_t b0 = k0 / QB;
+    switch (type) {
+#define CONV_CASE(T)                                                   \
+    case T:                                                            \
+        for (int64_t b = 0; b < nfull; b++)                            \
+            for (int v = 0; v < NV; v++)                               \
+                vf_store(dst + b * QB + v * VL, load_a(T, row, b0 + b, v)); \
+        break;
+        CONV_CASE(BT_TYPE_F16)
+        CONV_CASE(BT_TYPE_BF16)
+        CONV_CASE(BT_TYPE_Q8_0)
+        CONV_CASE(BT_TYPE_Q4_0)
+#undef CONV_CASE
+    default: BT_ASSERT(0 && "unsupported weight type");
+    }
+    const int64_t rest = n - nfull * QB; /* F16 / BF16 tail */
+    if (rest > 0) {
+        const int64_t e0 = k0 + nfull * QB;
+        float *out = dst + nfull * QB;
+        for (int64_t i = 0; i < rest; i++)
+            out[i] = type == BT_TYPE_F16 ? bt_fp16_to_fp32(((const bt_fp16_t *)row)[e0 + i])
+                                         : bt_bf16_to_fp32(((const bt_bf16_t *)row)[e0 + i]);
+    }
+}
+
+/* ---- dot path: RM weight rows x RN columns, whole k ------------------------- */
+
+/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  Per element: two vector
+ * accumulators, block vector v into acc[v & 1], then a fixed reduction. */
+static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, const int RM,
+                                                            const int RN, int64_t k,
+                                                            const char *const *arows,
+                                                            const float *const *bcols, float *out) {
+    vf acc[4][4][2];
+    for (int r = 0; r < RM; r++)
+        for (int j = 0; j < RN; j++) acc[r][j][0] = acc[r][j][1] = vf_zero();
+
+    const int64_t nblk = k / QB;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        vf a[4][NV];
+        for (int r = 0; r < RM; r++)
+            for (int v = 0; v < NV; v++) a[r][v] = load_a(type, arows[r], blk, v);
+        for (int j = 0; j < RN; j++) {
+            for (int v = 0; v < NV; v++) {
+                const vf bv = vf_load(bcols[j] + blk * QB + v * VL);
+                for (int r = 0; r < RM; r++) acc[r][j][v & 1] = vf_fma(a[r][v], bv, acc[r][j][v & 1]);
+            }
+        }
+    }
+    const int rest = (int)(k - nblk * QB); /* float types only: a zero-padded last block */
+    if (rest > 0) {
+        float at[4][QB], bt[4][QB];
+        for (int r = 0; r < RM; r++) {
+            row_to_f32(type, arows[r], nblk * QB, rest, at[r]);
+            memset(at[r] + rest, 0, sizeof(float) * (size_t)(QB - rest));
+        }
+        for (int j = 0; j < RN; j++) {
+            memcpy(bt[j], bcols[j] + nblk * QB, sizeof(float) * (size_t)rest);
+            memset(bt[j] + rest, 0, sizeof(float) * (size_t)(QB - rest));
+        }
+        for (int j = 0; j < RN; j++)
+            for (int v = 0; v < NV; v++) {
+                const vf bv = vf_load(bt[j] + v * VL);
+                for (int r = 0; r < RM; r++)
+                    acc[r][j][v & 1] = vf_fma(vf_load(at[r] + v * VL), bv, acc[r][j][v & 1]);
+            }
+    }
+    for (int j = 0; j < RN; j++)
+        for (int r = 0; r < RM; r++) out[j * RM + r] = vf_hsum(vf_add(acc[r][j][0], acc[r][j][1]));
+}
+
+typedef void (*dot_fn)(int64_t k, const char *const *arows, const float *const *bcols, float *out);
+
+#define DEF_DOT(T, RM, RN)                                                                     \
+    static void dot_##T##_##RM##x##RN(int64_t k, const char *const *arows,                    \
+                                      const float *const *bcols, float *out) {                \
+        dot_tile(BT_TYPE_##T, RM, RN, k, arows, bcols, out);                                   \
+    }
+#define DEF_DOTS(T) DEF_DOT(T, 4, 1) DEF_DOT(T, 4, 2) DEF_DOT(T, 2, 4)
+DEF_DOTS(F32)
+DEF_DOTS(F16)
+DEF_DOTS(BF16)
+DEF_DOTS(Q8_0)
+DEF_DOTS(Q4_0)
+
+/* tile shapes: [0] 4x1, [1] 4x2, [2] 2x4 */
+static const int dot_rm[3] = {4, 4, 2};
+static const int dot_rn[3] = {1, 2, 4};
+
+static dot_fn dot_kernel(enum bt_type type, int shape) {
+#define ROW(T) {dot_##T##_4x1, dot_##T##_4x2, dot_##T##_2x4}
+    static const dot_fn table[BT_TYPE_COUNT][3] = {
+        [BT_TYPE_F32] = ROW(F32),   [BT_TYPE_F16] = ROW(F16),   [BT_TYPE_BF16] = ROW(BF16),
+        [BT_TYPE_Q8_0] = ROW(Q8_0), [BT_TYPE_Q4_0] = ROW(Q4_0),
+    };
+#undef ROW
+    dot_fn f = table[type][shape];
+    BT_ASSERT(f);
+    return f;
+}
+
+/* ---- GEMM path -------------------------------------------------------------- */
+
+/* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
+ * ap: kc x MR (row index fastest), bp: kc x NR (column index fastest). */
+static void gemm_ukernel(int64_t kc, const float *restrict ap, const float *restrict bp,
+                         float *const *dcols, int64_t row, int mr, int nr, bool first) {
+    vf c0[NR], c1[NR];
+    const int n0 = mr < VL ? mr : VL;
+    const int n1 = mr > VL ? mr - VL : 0;
+#pragma GCC unroll 16
+    for (int j = 0; j < NR; j++) {
+        if (first || j >= nr) {
+            c0[j] = vf_zero();
+            c1[j] = vf_zero();
+        } else if (mr == MR) {
+            c0[j] = vf_load(dcols[j] + row);
+            c1[j] = vf_load(dcols[j] + row + VL);
+        } else {
+            c0[j] = vf_load_n(dcols[j] + row, n0);
+            c1[j] = n1 > 0 ? vf_load_n(dcols[j] + row + VL, n1) : vf_zero();
+        }
+    }
+#pragma GCC unroll 2
+    for (int64_t kk = 0; kk < kc; kk++) {
+        const vf a0 = vf_load(ap);
+        const vf a1 = vf_load(ap + VL);
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            const vf b = vf_set1(bp[j]);
+            c0[j] = vf_fma(a0, b, c0[j]);
+            c1[j] = vf_fma(a1, b, c1[j]);
+        }
+        ap += MR;
+        bp += NR;
+    }
+    if (mr == MR) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            if (j < nr) {
+                vf_store(dcols[j] + row, c0[j]);
+                vf_store(dcols[j] + row + VL, c1[j]);
+            }
+        }
+    } else {
+        for (int j = 0; j < nr; j++) {
+            vf_store_n(dcols[j] + row, c0[j], n0);
+            if (n1 > 0) vf_store_n(dcols[j] + row + VL, c1[j], n1);
+        }
+    }
+}
+
+/* ---- jobs and the per-thread work buffer ------------------------------------ */
+
+struct mm_plan {
+    enum bt_type type;
+    int64_t k, m;
+    size_t a_nb1;
+    int64_t njobs;
+    int64_t ncols_max;
+
+    /* MUL_MAT */
+    const struct bt_tensor *a, *b, *d;
+    int64_t r2, r3; /* broadcast ratios b2/a2, b3/a3 */
+
+    /* MUL_MAT_ID */
+    bool is_id;
+    int64_t n_expert, n_used, n_tokens, n_b;
+    const int32_t *offs; /* [n_expert + 1] start of each expert's pairs */
+    const int32_t *pairs; /* slot + n_used * token, grouped by expert */
+};
+
+/* Bytes of one thread's slice and the offsets of its parts. */
+struct mm_slice {
+    size_t ap, bp, tmp, bcols, dcols, offs, pairs, size;
+};
+
+static struct mm_slice slice_layout(const struct bt_tensor *node) {
+    const struct bt_tensor *a = node->src[0];
+    const int64_t k = a->ne[0];
+    int64_t ncols = node->src[1]->ne[1];
+    int64_t n_expert = 0, npairs = 0;
+    if (node->op == BT_OP_MUL_MAT_ID) {
+        n_expert = a->ne[2];
+        npairs = node->src[2]->ne[0] * node->src[2]->ne[1];
+        ncols = npairs;
+    }
+    int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
+    int64_t tmp = k > BT_MM_KC ? k : BT_MM_KC;
+    struct mm_slice s;
+    size_t off = 0;
+    s.ap = off;
+    off += ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
+    s.bp = off;
+    off += ALIGN_UP((size_t)nc * BT_MM_KC * sizeof(float));
+    s.tmp = off;
+    off += ALIGN_UP((size_t)tmp * sizeof(float));
+    s.bcols = off;
+    off += ALIGN_UP((size_t)ncols * sizeof(float *));
+    s.dcols = off;
+    off += ALIGN_UP((size_t)ncols * sizeof(float *));
+    s.offs = off;
+    off += ALIGN_UP((size_t)(n_expert + 1) * sizeof(int32_t));
+    s.pairs = off;
+    off += ALIGN_UP((size_t)npairs * sizeof(int32_t));
+    s.size = off;
+    return s;
+}
+
+static int64_t job_ncols(const struct mm_plan *pl, int64_t jb) {
+    if (pl->is_id) return pl->offs[jb + 1] - pl->offs[jb];
+    return pl->b->ne[1];
+}
+
+/* Weight matrix of job jb. */
+static const char *job_a(const struct mm_plan *pl, int64_t jb) {
+    if (pl->is_id) return (const char *)pl->a->data + (size_t)jb * pl->a->nb[2];
+    const int64_t i2 = jb % pl->b->ne[2], i3 = jb / pl->b->ne[2];
+    return (const char *)pl->a->data + (size_t)(i2 / pl->r2) * pl->a->nb[2] +
+           (size_t)(i3 / pl->r3) * pl->a->nb[3];
+}
+
+/* Column pointers of job jb into b and d. */
+static void job_cols(const struct mm_plan *pl, int64_t jb, const float **bcols, float **dcols) {
+    const struct bt_tensor *b = pl->b, *d = pl->d;
+    if (pl->is_id) {
+        const int32_t *pr = pl->pairs + pl->offs[jb];
+        const int64_t n = pl->offs[jb + 1] - pl->offs[jb];
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t e = pr[j] % pl->n_used, t = pr[j] / pl->n_used;
+            bcols[j] = (const float *)((const char *)b->data + (size_t)(e % pl->n_b) * b->nb[1] +
+                                       (size_t)t * b->nb[2]);
+            dcols[j] = (float *)((char *)d->data + (size_t)e * d->nb[1] + (size_t)t * d->nb[2]);
+        }
+        return;
+    }
+    const int64_t i2 = jb % b->ne[2], i3 = jb / b->ne[2];
+    const char *b0 = (const char *)b->data + (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3];
+    char *d0 = (char *)d->data + (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3];
+    for (int64_t j = 0; j < b->ne[1]; j++) {
+        bcols[j] = (const float *)(b0 + (size_t)j * b->nb[1]);
+        dcols[j] = (float *)(d0 + (size_t)j * d->nb[1]);
+    }
+}
+
+/* Dot path over rows [r0, r1) of one job. */
+static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
+                    float *const *dcols, int64_t r0, int64_t r1) {
+    const int64_t k = pl->k;
+    for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
+        const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
+        for (int64_t j0 = 0; j0 < ncols;) {
+            const int64_t left = ncols - j0;
+            const int shape = left >= 4 ? 2 : left >= 2 ? 1 : 0;
+            const int RM = dot_rm[shape], RN = dot_rn[shape];
+            const dot_fn fn = dot_kernel(pl->type, shape);
+            for (int64_t r = rb; r < rb1; r += RM) {
+                const int nr = (int)(rb1 - r < RM ? rb1 - r : RM);
+                const char *rows[4];
+                float out[16];
+                for (int i = 0; i < RM; i++)
+                    rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
+                fn(k, rows, bcols + j0, out);
+                for (int j = 0; j < RN; j++)
+                    for (int i = 0; i < nr; i++) dcols[j0 + j][r + i] = out[j * RM + i];
+            }
+            j0 += RN;
+        }
+    }
+}
+
+/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]. */
+static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
+                   int64_t kc, float *restrict ap, float *restrict tmp) {
+    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        float *dst = ap + p0 * kc;
+        for (int r = 0; r < MR; r++) {
+            if (p0 + r < mc) {
+                const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
+                const float *src;
+                if (pl->type == BT_TYPE_F32) {
+                    src = (const float *)row + pc;
+                } else {
+                    row_to_f32(pl->type, row, pc, kc, tmp);
+                    src = tmp;
+                }
+                for (int64_t kk = 0; kk < kc; kk++) dst[kk * MR + r] = src[kk];
+            } else {
+                for (int64_t kk = 0; kk < kc; kk++) dst[kk * MR + r] = 0.0f;
+            }
+        }
+    }
+}
+
+/* Pack columns [j0, j0+nc) x k [pc, pc+kc) into NR-column panels: bp[p][kk][NR]. */
+static void pack_b(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
+                   float *restrict bp) {
+    for (int64_t p0 = 0; p0 < nc; p0 += NR) {
+        float *dst = bp + p0 * kc;
+        for (int j = 0; j < NR; j++) {
+            if (p0 + j < nc) {
+                const float *src = bcols[j0 + p0 + j] + pc;
+                for (int64_t kk = 0; kk < kc; kk++) dst[kk * NR + j] = src[kk];
+            } else {
+                for (int64_t kk = 0; kk < kc; kk++) dst[kk * NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* GEMM path over rows [r0, r1) of one job. */
+static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
+                     const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                     float *ap, float *bp, float *tmp) {
+    const int64_t k = pl->k;
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
+        const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
+        for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
+            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC;
+            pack_b(bcols, jc, nc, pc, kc, bp);
+            for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
+                const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
+                pack_a(pl, a, ic, mc, pc, kc, ap, tmp);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+                        gemm_ukernel(kc, ap + ir * kc, bp + jr * kc, (float *const *)dcols + jc + jr,
+                                     ic + ir, mr, nr, pc == 0);
+                    }
+                }
+            }
+        }
+    }
+    if (k == 0)
+        for (int64_t j = 0; j < ncols; j++)
+            for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
+}
+
+/* Rows [r0, r1) of job jb on this thread. */
+static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1, char *slice,
+                    const struct mm_slice *sl) {
+    const int64_t ncols = job_ncols(pl, jb);
+    const float **bcols = (const float **)(slice + sl->bcols);
+    float **dcols = (float **)(slice + sl->dcols);
+    job_cols(pl, jb, bcols, dcols);
+    const char *a = job_a(pl, jb);
+    if (ncols >= BT_MM_GEMM_MIN_COLS)
+        run_gemm(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->ap),
+                 (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
+    else
+        run_dot(pl, a, ncols, bcols, dcols, r0, r1);
+}
+
+/* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,
+ * into nth contiguous shares; run this thread's share. */
+static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+                     const struct mm_slice *sl) {
+    const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
+    double total = 0.0;
+    for (int64_t jb = 0; jb < pl->njobs; jb++) {
+        const int64_t nc = job_ncols(pl, jb);
+        if (nc > 0) total += (double)units_per_job * (double)(nc + 4);
+    }
+    if (total <= 0.0) return;
+    double before = 0.0;
+    for (int64_t jb = 0; jb < pl->njobs; jb++) {
+        const int64_t nc = job_ncols(pl, jb);
+        if (nc == 0) continue;
+        const double w = (double)(nc + 4);
+        int64_t u0 = -1, u1 = -1; /* this thread's units of this job */
+        for (int64_t u = 0; u < units_per_job; u++) {
+            int owner = (int)((before + (double)u * w) * p->nth / total);
+            if (owner >= p->nth) owner = p->nth - 1;
+            if (owner == p->ith) {
+                if (u0 < 0) u0 = u;
+                u1 = u + 1;
+            } else if (owner > p->ith) {
+                break;
+            }
+        }
+        before += (double)units_per_job * w;
+        if (u0 < 0) continue;
+        const int64_t r0 = u0 * UNIT_ROWS;
+        const int64_t r1 = u1 * UNIT_ROWS < pl->m ? u1 * UNIT_ROWS : pl->m;
+        run_job(pl, jb, r0, r1, slice, sl);
+    }
+}
+
+/* ---- reference kernels --------------------------------------------------------- */
+
+/* d[:, j] = a x b[:, j] for rows [r0, r1), converting each a row with bt_row_to_f32. */
+static void ref_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, const float *b,
+                     float *d, int64_t r0, int64_t r1, float *row) {
+    for (int64_t i = r0; i < r1; i++) {
+        bt_row_to_f32(type, a + (size_t)i * a_nb1, row, k);
+        float sum = 0.0f;
+        for (int64_t kk = 0; kk < k; kk++) sum += row[kk] * b[kk];
+        d[i] = sum;
+    }
+}
+
+static void ref_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d, float *row) {
+    const struct bt_tensor *a = d->src[0], *b = d->src[1];
+    const int64_t m = a->ne[1], r0 = m * p->ith / p->nth, r1 = m * (p->ith + 1) / p->nth;
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++)
+            for (int64_t j = 0; j < b->ne[1]; j++) {
+                const char *a0 = (const char *)a->data + (size_t)(i2 / r2) * a->nb[2] +
+                                 (size_t)(i3 / r3) * a->nb[3];
+                const float *bc = (const float *)((const char *)b->data + (size_t)j * b->nb[1] +
+                                                  (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3]);
+                float *dc = (float *)((char *)d->data + (size_t)j * d->nb[1] +
+                                      (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3]);
+                ref_rows(a->type, a0, a->nb[1], a->ne[0], bc, dc, r0, r1, row);
+            }
+}
+
+/* ---- entry points --------------------------------------------------------------- */
+
+static bool weight_type_ok(enum bt_type t) {
+    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || t == BT_TYPE_Q8_0 ||
+           t == BT_TYPE_Q4_0;
+}
+
+bool bt_cpu_mul_mat_supported(const struct bt_tensor *node) {
+    const struct bt_tensor *a = node->src[0], *b = node->src[1];
+    if (!a || !b || node->type != BT_TYPE_F32 || node->nb[0] != sizeof(float)) return false;
+    if (!weight_type_ok(a->type) || a->nb[0] != bt_type_size(a->type)) return false;
+    if (b->type != BT_TYPE_F32 || b->nb[0] != sizeof(float)) return false;
+    if (a->ne[0] != b->ne[0] || a->ne[0] % bt_blck_size(a->type) != 0) return false;
+    if (node->op == BT_OP_MUL_MAT) {
+        return a->ne[2] > 0 && a->ne[3] > 0 && b->ne[2] % a->ne[2] == 0 &&
+               b->ne[3] % a->ne[3] == 0 && node->ne[0] == a->ne[1] && node->ne[1] == b->ne[1] &&
+               node->ne[2] == b->ne[2] && node->ne[3] == b->ne[3];
+    }
+    if (node->op == BT_OP_MUL_MAT_ID) {
+        const struct bt_tensor *ids = node->src[2];
+        if (!ids || ids->type != BT_TYPE_I32) return false;
+        const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
+        return a->ne[3] == 1 && b->ne[3] == 1 && b->ne[2] == n_tokens &&
+               (b->ne[1] == 1 || b->ne[1] == n_used) && node->ne[0] == a->ne[1] &&
+               node->ne[1] == n_used && node->ne[2] == n_tokens &&
+               n_used * n_tokens < INT32_MAX && a->ne[2] < INT32_MAX;
+    }
+    return false;
+}
+
+size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth) {
+    return slice_layout(node).size * (size_t)(nth > 0 ? nth : 1);
+}
+
+static char *thread_slice(const struct bt_cpu_params *p, const struct mm_slice *sl) {
+    BT_ASSERT(p->wdata && sl->size * (size_t)p->nth <= p->wsize);
+    return (char *)p->wdata + sl->size * (size_t)p->ith;
+}
+
+void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
+    const struct bt_tensor *a = d->src[0], *b = d->src[1];
+    const struct mm_slice sl = slice_layout(d);
+    char *slice = thread_slice(p, &sl);
+    if (p->reference) {
+        ref_mul_mat(p, d, (float *)(slice + sl.tmp));
+        return;
+    }
+    struct mm_plan pl = {0};
+    pl.type = a->type;
+    pl.k = a->ne[0];
+    pl.m = a->ne[1];
+    pl.a_nb1 = a->nb[1];
+    pl.njobs = b->ne[2] * b->ne[3];
+    pl.ncols_max = b->ne[1];
+    pl.a = a;
+    pl.b = b;
+    pl.d = d;
+    pl.r2 = b->ne[2] / a->ne[2];
+    pl.r3 = b->ne[3] / a->ne[3];
+    run_plan(p, &pl, slice, &sl);
+}
+
+void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
+    const struct bt_tensor *as = d->src[0], *b = d->src[1], *ids = d->src[2];
+    const int64_t n_expert = as->ne[2], n_used = ids->ne[0], n_tokens = ids->ne[1];
+    const struct mm_slice sl = slice_layout(d);
+    char *slice = thread_slice(p, &sl);
+
+    /* every thread checks the ids and groups the (slot, token) pairs by expert
+     * in its own slice (cheap), so no barrier is needed */
+    int32_t *offs = (int32_t *)(slice + sl.offs);
+    int32_t *pairs = (int32_t *)(slice + sl.pairs);
+    memset(offs, 0, sizeof(int32_t) * (size_t)(n_expert + 1));
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) {
+            const int32_t id = *(const int32_t *)((const char *)ids->data + (size_t)e * ids->nb[0] +
+                                                  (size_t)t * ids->nb[1]);
+            if (id < 0 || id >= n_expert) {
+                bt_cpu_fail(p, BT_ERR_INVALID, "node '%s': expert id %d out of range [0, %lld)",
+                            d->name, id, (long long)n_expert);
+                return;
+            }
+            offs[id + 1]++;
+        }
+
+    if (p->reference) {
+        float *row = (float *)(slice + sl.tmp);
+        const int64_t m = as->ne[1], r0 = m * p->ith / p->nth, r1 = m * (p->ith + 1) / p->nth;
+        for (int64_t t = 0; t < n_tokens; t++)
+            for (int64_t e = 0; e < n_used; e++) {
+                const int32_t id = *(const int32_t *)((const char *)ids->data +
+                                                      (size_t)e * ids->nb[0] + (size_t)t * ids->nb[1]);
+                const float *bc = (const float *)((const char *)b->data +
+                                                  (size_t)(e % b->ne[1]) * b->nb[1] +
+                                                  (size_t)t * b->nb[2]);
+                float *dc = (float *)((char *)d->data + (size_t)e * d->nb[1] + (size_t)t * d->nb[2]);
+                ref_rows(as->type, (const char *)as->data + (size_t)id * as->nb[2], as->nb[1],
+                         as->ne[0], bc, dc, r0, r1, row);
+            }
+        return;
+    }
+
+    for (int64_t x = 0; x < n_expert; x++) offs[x + 1] += offs[x];
+    /* counting sort, stable in (token, slot) order; offs[x] ends as x's end,
+     * so shift back afterwards */
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) {
+            const int32_t id = *(const int32_t *)((const char *)ids->data + (size_t)e * ids->nb[0] +
+                                                  (size_t)t * ids->nb[1]);
+            pairs[offs[id]++] = (int32_t)(e + n_used * t);
+        }
+    for (int64_t x = n_expert; x > 0; x--) offs[x] = offs[x - 1];
+    offs[0] = 0;
+
+    struct mm_plan pl = {0};
+    pl.type = as->type;
+    pl.k = as->ne[0];
+    pl.m = as->ne[1];
+    pl.a_nb1 = as->nb[1];
+    pl.njobs = n_expert;
+    pl.ncols_max = n_used * n_tokens;
+    pl.a = as;
+    pl.b = b;
+    pl.d = d;
+    pl.is_id = true;
+    pl.n_expert = n_expert;
+    pl.n_used = n_used;
+    pl.n_tokens = n_tokens;
+    pl.n_b = b->ne[1];
+    pl.offs = offs;
+    pl.pairs = pairs;
+    run_plan(p, &pl, slice, &sl);
+}

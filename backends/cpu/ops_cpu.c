@@ -1,0 +1,828 @@
+/* ops_cpu.c - CPU kernels for every op except MUL_MAT / MUL_MAT_ID.
+ *
+ * Each kernel is called by all nth threads of a run with the same node; a
+ * thread takes a contiguous range of rows (thread_range).  One output
+ * element is always computed entirely by one thread, in a fixed order, so
+ * the result is bitwise the same for any thread count.
+ *
+ * Every kernel reads its sources through their nb[] strides (views,
+ * permutations) and writes dst through dst->nb[] (CPY's and SET_ROWS' dst is
+ * a view into another tensor).  Semantics are those documented in ops.h.
+ *
+ * Scratch: each thread owns op_scratch_bytes(node) bytes of the work buffer
+ * at wdata + ith * op_scratch_bytes(node).
+ */
+#include "cpu_impl.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static inline void thread_range(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
+    const int64_t dr = (n + nth - 1) / nth;
+    int64_t a = dr * ith;
+    int64_t b = a + dr;
+    if (a > n) a = n;
+    if (b > n) b = n;
+    *r0 = a;
+    *r1 = b;
+}
+
+/* row index ir (over ne1*ne2*ne3 of t) -> (i1, i2, i3) */
+static inline void row_index(const struct bt_tensor *t, int64_t ir, int64_t *i1, int64_t *i2,
+                             int64_t *i3) {
+    const int64_t n1 = t->ne[1], n2 = t->ne[2];
+    *i3 = ir / (n1 * n2);
+    ir -= *i3 * n1 * n2;
+    *i2 = ir / n1;
+    *i1 = ir - *i2 * n1;
+}
+
+static inline char *row_ptr(const struct bt_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
+    return (char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+static inline bool is_quant(enum bt_type t) { return t == BT_TYPE_Q8_0 || t == BT_TYPE_Q4_0; }
+
+static inline bool valid_type(enum bt_type t) { return (int)t >= 0 && t < BT_TYPE_COUNT; }
+
+/* Elements along dim 0 are packed (for block types: blocks are packed). */
+static inline bool row_packed(const struct bt_tensor *t) { return t->nb[0] == bt_type_size(t->type); }
+
+/* A row of n elements at `row` (stride nb0) as F32 into out[n]. */
+static void load_row_f32(const struct bt_tensor *t, const char *row, float *out, int64_t n) {
+    if (row_packed(t)) {
+        bt_row_to_f32(t->type, row, out, n);
+        return;
+    }
+    const size_t nb0 = t->nb[0];
+    if (t->type == BT_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) out[i] = *(const float *)(row + i * nb0);
+    } else {
+        BT_ASSERT(!is_quant(t->type));
+        for (int64_t i = 0; i < n; i++) bt_row_to_f32(t->type, row + i * nb0, out + i, 1);
+    }
+}
+
+/* in[n] F32 into a row of t at `row` (stride nb0), converted to t's type. */
+static void store_row_f32(const struct bt_tensor *t, char *row, const float *in, int64_t n) {
+    if (row_packed(t)) {
+        bt_row_from_f32(t->type, in, row, n);
+        return;
+    }
+    const size_t nb0 = t->nb[0];
+    if (t->type == BT_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) *(float *)(row + i * nb0) = in[i];
+    } else {
+        BT_ASSERT(!is_quant(t->type));
+        for (int64_t i = 0; i < n; i++) bt_row_from_f32(t->type, in + i, row + i * nb0, 1);
+    }
+}
+
+static inline float f32_at(const char *row, size_t nb0, int64_t i) {
+    return *(const float *)(row + i * nb0);
+}
+static inline float *f32_ptr(char *row, size_t nb0, int64_t i) { return (float *)(row + i * nb0); }
+
+/* ---- scratch ------------------------------------------------------------ */
+
+static int64_t max_ne0(const struct bt_tensor *node) {
+    int64_t m = node->ne[0];
+    for (int s = 0; s < BT_MAX_SRC; s++)
+        if (node->src[s] && node->src[s]->ne[0] > m) m = node->src[s]->ne[0];
+    return m;
+}
+
+#define CPY_CHUNK 1024 /* elements per chunk of a flat conversion (multiple of BT_QK) */
+
+static size_t op_scratch_bytes(const struct bt_tensor *node) {
+    int64_t n = 0; /* floats per thread */
+    switch (node->op) {
+        case BT_OP_GET_ROWS:
+        case BT_OP_SET_ROWS:
+        case BT_OP_SOFT_MAX:
+        case BT_OP_ROPE:
+            n = max_ne0(node);
+            break;
+        case BT_OP_CPY:
+        case BT_OP_CONT:
+            n = max_ne0(node);
+            if (n < CPY_CHUNK) n = CPY_CHUNK;
+            break;
+        case BT_OP_ARGSORT:
+            n = 3 * max_ne0(node); /* values, indices, merge buffer */
+            break;
+        default:
+            return 0;
+    }
+    return ((size_t)n * sizeof(float) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+}
+
+size_t bt_cpu_op_work_size(const struct bt_tensor *node, int nth) {
+    return op_scratch_bytes(node) * (size_t)(nth > 0 ? nth : 1);
+}
+
+static void *scratch(const struct bt_cpu_params *p, const struct bt_tensor *node) {
+    const size_t per = op_scratch_bytes(node);
+    BT_ASSERT(p->wdata && p->wsize >= per * (size_t)p->nth);
+    return (char *)p->wdata + per * (size_t)p->ith;
+}
+
+/* ---- binary element-wise: ADD SUB MUL DIV (b broadcast) ----------------- */
+
+static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t n0 = dst->ne[0], nb_0 = b->ne[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    const enum bt_op op = dst->op;
+    const bool fast = a->nb[0] == 4 && b->nb[0] == 4 && dst->nb[0] == 4 && nb_0 == n0;
+
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        const char *rb = row_ptr(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        if (fast) {
+            const float *x = (const float *)ra, *y = (const float *)rb;
+            float *z = (float *)rd;
+            switch (op) {
+                case BT_OP_ADD: for (int64_t i = 0; i < n0; i++) z[i] = x[i] + y[i]; break;
+                case BT_OP_SUB: for (int64_t i = 0; i < n0; i++) z[i] = x[i] - y[i]; break;
+                case BT_OP_MUL: for (int64_t i = 0; i < n0; i++) z[i] = x[i] * y[i]; break;
+                case BT_OP_DIV: for (int64_t i = 0; i < n0; i++) z[i] = x[i] / y[i]; break;
+                default: BT_ASSERT(false);
+            }
+            continue;
+        }
+        for (int64_t i = 0; i < n0; i++) {
+            const float x = f32_at(ra, a->nb[0], i);
+            const float y = f32_at(rb, b->nb[0], i % nb_0);
+            float z;
+            switch (op) {
+                case BT_OP_ADD: z = x + y; break;
+                case BT_OP_SUB: z = x - y; break;
+                case BT_OP_MUL: z = x * y; break;
+                case BT_OP_DIV: z = x / y; break;
+                default: BT_ASSERT(false); z = 0;
+            }
+            *f32_ptr(rd, dst->nb[0], i) = z;
+        }
+    }
+}
+
+/* ---- unary element-wise ------------------------------------------------- */
+
+#define GELU_COEF_A 0.044715f
+#define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+static inline float op_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float op_gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_COEF_A * x * x)));
+}
+
+static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0];
+    const int64_t n0 = dst->ne[0];
+    const float s = dst->op == BT_OP_SCALE ? bt_get_op_param_f32(dst, 0) : 0.0f;
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        const size_t sa = a->nb[0], sd = dst->nb[0];
+        switch (dst->op) {
+            case BT_OP_SCALE:
+                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * s;
+                break;
+            case BT_OP_SQR:
+                for (int64_t i = 0; i < n0; i++) {
+                    const float x = f32_at(ra, sa, i);
+                    *f32_ptr(rd, sd, i) = x * x;
+                }
+                break;
+            case BT_OP_SQRT:
+                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = sqrtf(f32_at(ra, sa, i));
+                break;
+            case BT_OP_SILU:
+                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_silu(f32_at(ra, sa, i));
+                break;
+            case BT_OP_GELU:
+                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_gelu(f32_at(ra, sa, i));
+                break;
+            case BT_OP_RELU:
+                for (int64_t i = 0; i < n0; i++) {
+                    const float x = f32_at(ra, sa, i);
+                    *f32_ptr(rd, sd, i) = x > 0.0f ? x : 0.0f;
+                }
+                break;
+            case BT_OP_SIGMOID:
+                for (int64_t i = 0; i < n0; i++)
+                    *f32_ptr(rd, sd, i) = 1.0f / (1.0f + expf(-f32_at(ra, sa, i)));
+                break;
+            default: BT_ASSERT(false);
+        }
+    }
+}
+
+static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t n0 = dst->ne[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3), *rb = row_ptr(b, i1, i2, i3);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        for (int64_t i = 0; i < n0; i++)
+            *f32_ptr(rd, dst->nb[0], i) = op_silu(f32_at(ra, a->nb[0], i)) * f32_at(rb, b->nb[0], i);
+    }
+}
+
+/* ---- row reductions: SUM_ROWS MEAN RMS_NORM NORM ------------------------ */
+
+static void compute_sum_rows(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0];
+    const int64_t n0 = a->ne[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        double sum = 0.0;
+        for (int64_t i = 0; i < n0; i++) sum += (double)f32_at(ra, a->nb[0], i);
+        float v = (float)sum;
+        if (dst->op == BT_OP_MEAN) v = (float)(sum / (double)n0);
+        *(float *)row_ptr(dst, i1, i2, i3) = v;
+    }
+}
+
+static void compute_norm(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0];
+    const int64_t n0 = a->ne[0];
+    const float eps = bt_get_op_param_f32(dst, 0);
+    const size_t sa = a->nb[0], sd = dst->nb[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        if (dst->op == BT_OP_RMS_NORM) {
+            /* x / sqrt(mean(x^2) + eps) */
+            double sum = 0.0;
+            for (int64_t i = 0; i < n0; i++) {
+                const float x = f32_at(ra, sa, i);
+                sum += (double)(x * x);
+            }
+            const float mean = (float)(sum / (double)n0);
+            const float scale = 1.0f / sqrtf(mean + eps);
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * scale;
+        } else {
+            /* (x - mean) / sqrt(var + eps) */
+            double sum = 0.0;
+            for (int64_t i = 0; i < n0; i++) sum += (double)f32_at(ra, sa, i);
+            const float mean = (float)(sum / (double)n0);
+            double sum2 = 0.0;
+            for (int64_t i = 0; i < n0; i++) {
+                const float y = f32_at(ra, sa, i) - mean;
+                sum2 += (double)(y * y);
+            }
+            const float var = (float)(sum2 / (double)n0);
+            const float scale = 1.0f / sqrtf(var + eps);
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = (f32_at(ra, sa, i) - mean) * scale;
+        }
+    }
+}
+
+/* ---- SOFT_MAX ----------------------------------------------------------- */
+
+static void compute_soft_max(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *mask = dst->src[1];
+    const int64_t n0 = a->ne[0];
+    const float scale = bt_get_op_param_f32(dst, 0);
+    float *w = scratch(p, dst);
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        const char *rm =
+            mask ? row_ptr(mask, i1, i2 % mask->ne[2], i3 % mask->ne[3]) : NULL;
+        /* w = a*scale + mask; subtract the row max for stability */
+        float max = -INFINITY;
+        for (int64_t i = 0; i < n0; i++) {
+            float v = f32_at(ra, a->nb[0], i) * scale;
+            if (rm) v += f32_at(rm, mask->nb[0], i);
+            w[i] = v;
+            if (v > max) max = v;
+        }
+        char *rd = row_ptr(dst, i1, i2, i3);
+        if (max == -INFINITY) {
+            /* every entry masked out: an all-zero row rather than NaN */
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, dst->nb[0], i) = 0.0f;
+            continue;
+        }
+        double sum = 0.0;
+        for (int64_t i = 0; i < n0; i++) {
+            const float e = expf(w[i] - max);
+            w[i] = e;
+            sum += (double)e;
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, dst->nb[0], i) = w[i] * inv;
+    }
+}
+
+/* ---- ROPE --------------------------------------------------------------- */
+
+static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *pos = dst->src[1];
+    const int64_t d = a->ne[0];
+    const int n_dims = bt_get_op_param_i32(dst, 0);
+    const int mode = bt_get_op_param_i32(dst, 1);
+    const float freq_base = bt_get_op_param_f32(dst, 2);
+    const float freq_scale = bt_get_op_param_f32(dst, 3);
+    const int half = n_dims / 2;
+    /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2 */
+    float *cache = scratch(p, dst);
+    int64_t cached = -1;
+    const size_t sa = a->nb[0], sd = dst->nb[0];
+
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        if (i2 != cached) {
+            const int32_t ps = *(const int32_t *)((const char *)pos->data + i2 * pos->nb[0]);
+            for (int i = 0; i < half; i++) {
+                const float theta = (float)ps * freq_scale *
+                                    powf(freq_base, -2.0f * (float)i / (float)n_dims);
+                cache[2 * i] = cosf(theta);
+                cache[2 * i + 1] = sinf(theta);
+            }
+            cached = i2;
+        }
+        const char *ra = row_ptr(a, i1, i2, i3);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        for (int i = 0; i < half; i++) {
+            const int64_t j0 = mode == BT_ROPE_NEOX ? i : 2 * i;
+            const int64_t j1 = mode == BT_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float c = cache[2 * i], s = cache[2 * i + 1];
+            const float x0 = f32_at(ra, sa, j0), x1 = f32_at(ra, sa, j1);
+            *f32_ptr(rd, sd, j0) = x0 * c - x1 * s;
+            *f32_ptr(rd, sd, j1) = x0 * s + x1 * c;
+        }
+        for (int64_t i = n_dims; i < d; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i);
+    }
+}
+
+/* ---- ARGSORT (stable merge sort of indices) ----------------------------- */
+
+static void compute_argsort(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0];
+    const int64_t n = a->ne[0];
+    const bool desc = bt_get_op_param_i32(dst, 0) == BT_SORT_DESC;
+    float *val = scratch(p, dst);
+    int32_t *idx = (int32_t *)(val + n);
+    int32_t *tmp = idx + n;
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const char *ra = row_ptr(a, i1, i2, i3);
+        for (int64_t i = 0; i < n; i++) {
+            val[i] = f32_at(ra, a->nb[0], i);
+            idx[i] = (int32_t)i;
+        }
+        /* bottom-up merge sort: take from the left run unless the right
+         * element strictly precedes it, so ties keep the lower index first */
+        int32_t *src = idx, *out = tmp;
+        for (int64_t width = 1; width < n; width *= 2) {
+            for (int64_t lo = 0; lo < n; lo += 2 * width) {
+                int64_t mid = lo + width < n ? lo + width : n;
+                int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+                int64_t i = lo, j = mid, k = lo;
+                while (i < mid && j < hi) {
+                    const float vi = val[src[i]], vj = val[src[j]];
+                    const bool right_first = desc ? vj > vi : vj < vi;
+                    out[k++] = right_first ? src[j++] : src[i++];
+                }
+                while (i < mid) out[k++] = src[i++];
+                while (j < hi) out[k++] = src[j++];
+            }
+            int32_t *t = src;
+            src = out;
+            out = t;
+        }
+        char *rd = row_ptr(dst, i1, i2, i3);
+        for (int64_t i = 0; i < n; i++) *(int32_t *)(rd + i * dst->nb[0]) = src[i];
+    }
+}
+
+/* ---- CONCAT ------------------------------------------------------------- */
+
+static void compute_concat(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *b = dst->src[1];
+    const int dim = bt_get_op_param_i32(dst, 0);
+    const size_t ts = bt_type_size(dst->type);
+    const int64_t n0 = dst->ne[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i[4];
+        row_index(dst, ir, &i[1], &i[2], &i[3]);
+        char *rd = row_ptr(dst, i[1], i[2], i[3]);
+        if (dim != 0) {
+            /* the whole row comes from one source */
+            const struct bt_tensor *s = a;
+            int64_t j[4] = {0, i[1], i[2], i[3]};
+            if (i[dim] >= a->ne[dim]) {
+                s = b;
+                j[dim] -= a->ne[dim];
+            }
+            const char *rs = row_ptr(s, j[1], j[2], j[3]);
+            if (row_packed(s) && row_packed(dst)) {
+                memcpy(rd, rs, bt_row_size(dst->type, n0));
+            } else {
+                for (int64_t k = 0; k < n0; k++) memcpy(rd + k * dst->nb[0], rs + k * s->nb[0], ts);
+            }
+            continue;
+        }
+        const char *ra = row_ptr(a, i[1], i[2], i[3]);
+        const char *rb = row_ptr(b, i[1], i[2], i[3]);
+        const int64_t na = a->ne[0];
+        for (int64_t k = 0; k < n0; k++) {
+            const char *e = k < na ? ra + k * a->nb[0] : rb + (k - na) * b->nb[0];
+            memcpy(rd + k * dst->nb[0], e, ts);
+        }
+    }
+}
+
+/* ---- GET_ROWS / SET_ROWS ------------------------------------------------ */
+
+static inline int32_t ids_at(const struct bt_tensor *ids, int64_t i0, int64_t i1, int64_t i2) {
+    return *(const int32_t *)((const char *)ids->data + i0 * ids->nb[0] + i1 * ids->nb[1] +
+                              i2 * ids->nb[2]);
+}
+
+/* Every thread scans all ids (cheap) so a bad id is reported once, by
+ * thread 0, always the first one in order, and nothing is written. */
+static bool check_ids(const struct bt_cpu_params *p, const struct bt_tensor *node,
+                      const struct bt_tensor *ids, int64_t n_rows) {
+    for (int64_t i2 = 0; i2 < ids->ne[2]; i2++)
+        for (int64_t i1 = 0; i1 < ids->ne[1]; i1++)
+            for (int64_t i0 = 0; i0 < ids->ne[0]; i0++) {
+                const int32_t id = ids_at(ids, i0, i1, i2);
+                if (id < 0 || id >= n_rows) {
+                    if (p->ith == 0)
+                        bt_cpu_fail(p, BT_ERR_INVALID,
+                                    "node '%s' (%s): row id %d at [%lld,%lld,%lld] out of range "
+                                    "[0, %lld)",
+                                    node->name, bt_op_name(node->op), (int)id, (long long)i0,
+                                    (long long)i1, (long long)i2, (long long)n_rows);
+                    return false;
+                }
+            }
+    return true;
+}
+
+static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *ids = dst->src[1];
+    if (!check_ids(p, dst, ids, a->ne[1])) return;
+    const int64_t n0 = a->ne[0];
+    float *w = scratch(p, dst);
+    int64_t r0, r1;
+    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(dst, ir, &i1, &i2, &i3);
+        const int64_t id = ids_at(ids, i1, i2, i3);
+        const char *rs = row_ptr(a, id, i2, i3);
+        char *rd = row_ptr(dst, i1, i2, i3);
+        if (a->type == dst->type && row_packed(a) && row_packed(dst)) {
+            memcpy(rd, rs, bt_row_size(a->type, n0));
+        } else if (a->type == BT_TYPE_I32 && dst->type == BT_TYPE_I32) {
+            for (int64_t k = 0; k < n0; k++)
+                *(int32_t *)(rd + k * dst->nb[0]) = *(const int32_t *)(rs + k * a->nb[0]);
+        } else if (dst->nb[0] == sizeof(float)) {
+            load_row_f32(a, rs, (float *)rd, n0);
+        } else {
+            load_row_f32(a, rs, w, n0);
+            store_row_f32(dst, rd, w, n0);
+        }
+    }
+}
+
+static void compute_set_rows(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *b = dst->src[1], *ids = dst->src[2];
+    if (!check_ids(p, dst, ids, dst->ne[1])) return;
+    const int64_t n0 = b->ne[0];
+    float *w = scratch(p, dst);
+    /* Split by destination row (id % nth), not by source row: two source
+     * rows with the same id go to one thread, in order, so the last one
+     * wins whatever the thread count. */
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < b->ne[1]; i1++) {
+                const int64_t id = ids_at(ids, i1, i2, i3);
+                if (id % p->nth != p->ith) continue;
+                const char *rb = row_ptr(b, i1, i2, i3);
+                char *rd = row_ptr(dst, id, i2, i3);
+                if (b->nb[0] == sizeof(float)) {
+                    store_row_f32(dst, rd, (const float *)rb, n0);
+                } else {
+                    load_row_f32(b, rb, w, n0);
+                    store_row_f32(dst, rd, w, n0);
+                }
+            }
+}
+
+/* ---- CPY / CONT --------------------------------------------------------- */
+
+/* n elements of row `rs` (tensor s) into row `rd` (tensor d), converting. */
+static void convert_row(const struct bt_tensor *s, const char *rs, const struct bt_tensor *d,
+                        char *rd, int64_t n, float *w) {
+    if (s->type == d->type) {
+        if (row_packed(s) && row_packed(d)) {
+            memcpy(rd, rs, bt_row_size(s->type, n));
+        } else {
+            const size_t ts = bt_type_size(s->type);
+            for (int64_t k = 0; k < n; k++) memcpy(rd + k * d->nb[0], rs + k * s->nb[0], ts);
+        }
+        return;
+    }
+    if (d->type == BT_TYPE_F32 && d->nb[0] == sizeof(float)) {
+        load_row_f32(s, rs, (float *)rd, n);
+        return;
+    }
+    if (s->type == BT_TYPE_F32 && s->nb[0] == sizeof(float)) {
+        store_row_f32(d, rd, (const float *)rs, n);
+        return;
+    }
+    load_row_f32(s, rs, w, n);
+    store_row_f32(d, rd, w, n);
+}
+
+static void compute_cpy(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *s = dst->src[0];
+    float *w = scratch(p, dst);
+
+    if (s->ne[0] == dst->ne[0]) {
+        /* rows map one to one in logical order */
+        const int64_t n0 = dst->ne[0];
+        int64_t r0, r1;
+        thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+        for (int64_t ir = r0; ir < r1; ir++) {
+            int64_t i1, i2, i3, j1, j2, j3;
+            row_index(dst, ir, &i1, &i2, &i3);
+            row_index(s, ir, &j1, &j2, &j3);
+            convert_row(s, row_ptr(s, j1, j2, j3), dst, row_ptr(dst, i1, i2, i3), n0, w);
+        }
+        return;
+    }
+
+    const int64_t n = bt_nelements(dst);
+    if (bt_is_contiguous(s) && bt_is_contiguous(dst)) {
+        /* flat: chunks of CPY_CHUNK elements (whole blocks) */
+        const int64_t n_chunks = (n + CPY_CHUNK - 1) / CPY_CHUNK;
+        int64_t c0, c1;
+        thread_range(n_chunks, p->ith, p->nth, &c0, &c1);
+        const int64_t bs = bt_blck_size(s->type), bd = bt_blck_size(dst->type);
+        for (int64_t c = c0; c < c1; c++) {
+            const int64_t e0 = c * CPY_CHUNK;
+            const int64_t m = n - e0 < CPY_CHUNK ? n - e0 : CPY_CHUNK;
+            const char *ps = (const char *)s->data + (size_t)(e0 / bs) * bt_type_size(s->type);
+            char *pd = (char *)dst->data + (size_t)(e0 / bd) * bt_type_size(dst->type);
+            if (s->type == dst->type) {
+                memcpy(pd, ps, bt_row_size(s->type, m));
+            } else {
+                bt_row_to_f32(s->type, ps, w, m);
+                bt_row_from_f32(dst->type, w, pd, m);
+            }
+        }
+        return;
+    }
+
+    /* general: element by element in logical order (plain types only) */
+    BT_ASSERT(!is_quant(s->type) && !is_quant(dst->type));
+    int64_t e0, e1;
+    thread_range(n, p->ith, p->nth, &e0, &e1);
+    if (e0 >= e1) return;
+    int64_t si[4], di[4];
+    {
+        int64_t r = e0;
+        for (int k = 0; k < 4; k++) {
+            si[k] = r % s->ne[k];
+            r /= s->ne[k];
+        }
+        r = e0;
+        for (int k = 0; k < 4; k++) {
+            di[k] = r % dst->ne[k];
+            r /= dst->ne[k];
+        }
+    }
+    const size_t ts = bt_type_size(s->type);
+    const bool same = s->type == dst->type;
+    for (int64_t e = e0; e < e1; e++) {
+        const char *ps = (const char *)s->data + si[0] * s->nb[0] + si[1] * s->nb[1] +
+                         si[2] * s->nb[2] + si[3] * s->nb[3];
+        char *pd = (char *)dst->data + di[0] * dst->nb[0] + di[1] * dst->nb[1] +
+                   di[2] * dst->nb[2] + di[3] * dst->nb[3];
+        if (same) {
+            memcpy(pd, ps, ts);
+        } else {
+            float f;
+            bt_row_to_f32(s->type, ps, &f, 1);
+            bt_row_from_f32(dst->type, &f, pd, 1);
+        }
+        for (int k = 0; k < 4 && ++si[k] == s->ne[k]; k++) si[k] = 0;
+        for (int k = 0; k < 4 && ++di[k] == dst->ne[k]; k++) di[k] = 0;
+    }
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+void bt_cpu_compute_op(const struct bt_cpu_params *p, struct bt_tensor *node) {
+    switch (node->op) {
+        case BT_OP_NONE:
+        case BT_OP_VIEW:
+        case BT_OP_RESHAPE:
+        case BT_OP_PERMUTE:
+        case BT_OP_TRANSPOSE:
+            return;
+        case BT_OP_ADD:
+        case BT_OP_SUB:
+        case BT_OP_MUL:
+        case BT_OP_DIV:
+            compute_binary(p, node);
+            return;
+        case BT_OP_SCALE:
+        case BT_OP_SQR:
+        case BT_OP_SQRT:
+        case BT_OP_SILU:
+        case BT_OP_GELU:
+        case BT_OP_RELU:
+        case BT_OP_SIGMOID:
+            compute_unary(p, node);
+            return;
+        case BT_OP_SWIGLU: compute_swiglu(p, node); return;
+        case BT_OP_SUM_ROWS:
+        case BT_OP_MEAN:
+            compute_sum_rows(p, node);
+            return;
+        case BT_OP_RMS_NORM:
+        case BT_OP_NORM:
+            compute_norm(p, node);
+            return;
+        case BT_OP_SOFT_MAX: compute_soft_max(p, node); return;
+        case BT_OP_ROPE: compute_rope(p, node); return;
+        case BT_OP_ARGSORT: compute_argsort(p, node); return;
+        case BT_OP_CONCAT: compute_concat(p, node); return;
+        case BT_OP_GET_ROWS: compute_get_rows(p, node); return;
+        case BT_OP_SET_ROWS: compute_set_rows(p, node); return;
+        case BT_OP_CPY:
+        case BT_OP_CONT:
+            compute_cpy(p, node);
+            return;
+        default:
+            bt_cpu_fail(p, BT_ERR_UNSUPPORTED, "node '%s': op %s has no CPU kernel", node->name,
+                        bt_op_name(node->op));
+            return;
+    }
+}
+
+/* ---- support ------------------------------------------------------------ */
+
+static bool is_f32(const struct bt_tensor *t) { return t && t->type == BT_TYPE_F32; }
+static bool is_i32(const struct bt_tensor *t) { return t && t->type == BT_TYPE_I32; }
+
+/* A tensor of a block type must have packed whole blocks along dim 0. */
+static bool layout_ok(const struct bt_tensor *t) {
+    if (!t || !valid_type(t->type)) return false;
+    if (is_quant(t->type)) return t->nb[0] == bt_type_size(t->type) && t->ne[0] % BT_QK == 0;
+    return true;
+}
+
+static bool same_shape(const struct bt_tensor *a, const struct bt_tensor *b) {
+    for (int i = 0; i < BT_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return false;
+    return true;
+}
+
+static bool cpy_supported(const struct bt_tensor *s, const struct bt_tensor *d) {
+    if (!layout_ok(s) || !layout_ok(d)) return false;
+    if (bt_nelements(s) != bt_nelements(d)) return false;
+    if (s->ne[0] == d->ne[0]) return true; /* row path */
+    if (bt_is_contiguous(s) && bt_is_contiguous(d)) {
+        /* flat path: chunks must start on block boundaries */
+        return CPY_CHUNK % bt_blck_size(s->type) == 0 && CPY_CHUNK % bt_blck_size(d->type) == 0;
+    }
+    return !is_quant(s->type) && !is_quant(d->type); /* element path */
+}
+
+bool bt_cpu_op_supported(const struct bt_tensor *node) {
+    const struct bt_tensor *a = node->src[0], *b = node->src[1], *c = node->src[2];
+    switch (node->op) {
+        case BT_OP_NONE:
+        case BT_OP_VIEW:
+        case BT_OP_RESHAPE:
+        case BT_OP_PERMUTE:
+        case BT_OP_TRANSPOSE:
+            return true;
+        case BT_OP_ADD:
+        case BT_OP_SUB:
+        case BT_OP_MUL:
+        case BT_OP_DIV:
+            if (!is_f32(node) || !is_f32(a) || !is_f32(b) || !same_shape(node, a)) return false;
+            for (int i = 0; i < BT_MAX_DIMS; i++)
+                if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
+            return true;
+        case BT_OP_SCALE:
+        case BT_OP_SQR:
+        case BT_OP_SQRT:
+        case BT_OP_SILU:
+        case BT_OP_GELU:
+        case BT_OP_RELU:
+        case BT_OP_SIGMOID:
+        case BT_OP_RMS_NORM:
+        case BT_OP_NORM:
+            return is_f32(node) && is_f32(a) && same_shape(node, a);
+        case BT_OP_SWIGLU:
+            return is_f32(node) && is_f32(a) && is_f32(b) && same_shape(node, a) &&
+                   same_shape(a, b);
+        case BT_OP_SUM_ROWS:
+        case BT_OP_MEAN:
+            return is_f32(node) && is_f32(a) && node->ne[0] == 1 && node->ne[1] == a->ne[1] &&
+                   node->ne[2] == a->ne[2] && node->ne[3] == a->ne[3];
+        case BT_OP_SOFT_MAX:
+            if (!is_f32(node) || !is_f32(a) || !same_shape(node, a)) return false;
+            if (b) {
+                if (!is_f32(b) || b->ne[0] != a->ne[0] || b->ne[1] < a->ne[1]) return false;
+                if (b->ne[2] <= 0 || b->ne[3] <= 0 || a->ne[2] % b->ne[2] || a->ne[3] % b->ne[3])
+                    return false;
+            }
+            return true;
+        case BT_OP_ROPE: {
+            const int n_dims = bt_get_op_param_i32(node, 0);
+            const int mode = bt_get_op_param_i32(node, 1);
+            return is_f32(node) && is_f32(a) && is_i32(b) && same_shape(node, a) &&
+                   b->ne[0] >= a->ne[2] && n_dims > 0 && n_dims % 2 == 0 && n_dims <= a->ne[0] &&
+                   (mode == BT_ROPE_NORMAL || mode == BT_ROPE_NEOX);
+        }
+        case BT_OP_ARGSORT:
+            return is_i32(node) && is_f32(a) && same_shape(node, a) && a->ne[0] <= INT32_MAX;
+        case BT_OP_CONCAT: {
+            const int dim = bt_get_op_param_i32(node, 0);
+            if (!a || !b || dim < 0 || dim >= BT_MAX_DIMS) return false;
+            if (a->type != node->type || b->type != node->type || !layout_ok(a) ||
+                !layout_ok(b) || !layout_ok(node))
+                return false;
+            if (is_quant(node->type) && dim == 0) return false;
+            for (int i = 0; i < BT_MAX_DIMS; i++) {
+                if (i == dim) {
+                    if (node->ne[i] != a->ne[i] + b->ne[i]) return false;
+                } else if (a->ne[i] != node->ne[i] || b->ne[i] != node->ne[i]) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        case BT_OP_GET_ROWS:
+            if (!layout_ok(a) || !is_i32(b)) return false;
+            if (node->type != (a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32)) return false;
+            return node->ne[0] == a->ne[0] && node->ne[1] == b->ne[0] && node->ne[2] == b->ne[1] &&
+                   node->ne[3] == b->ne[2] && a->ne[2] == node->ne[2] && a->ne[3] == node->ne[3];
+        case BT_OP_SET_ROWS:
+            if (!a || !is_f32(b) || !is_i32(c) || !layout_ok(node)) return false;
+            switch (node->type) {
+                case BT_TYPE_F32:
+                case BT_TYPE_F16:
+                case BT_TYPE_BF16:
+                case BT_TYPE_Q8_0:
+                case BT_TYPE_Q4_0:
+                    break;
+                default:
+                    return false;
+            }
+            return b->ne[0] == node->ne[0] && c->ne[0] == b->ne[1] && c->ne[1] == b->ne[2] &&
+                   c->ne[2] == b->ne[3] && b->ne[2] == node->ne[2] && b->ne[3] == node->ne[3];
+        case BT_OP_CPY:
+            return a && cpy_supported(a, node);
+        case BT_OP_CONT:
+            return a && a->type == node->type && cpy_supported(a, node);
+        default:
+            return false;
+    }
+}

@@ -1,0 +1,231 @@
+/* threadpool.c - the CPU executor's persistent thread pool.
+ *
+ * The caller is thread 0; n_threads - 1 workers live as long as the pool.
+ * A run publishes (fn, arg) and bumps `generation`; each worker notices the
+ * new generation, calls fn(arg, ith, nth), and counts itself done.  Idle
+ * workers spin briefly on the generation counter, then sleep on a condition
+ * variable, so a pool between runs holds no core (several ranks may share
+ * few cores).  The caller waits for the workers the same way: spin, yield,
+ * then sleep.
+ *
+ * bt_threadpool_barrier is a sense-reversing barrier (a phase counter) among
+ * the nth threads of the current run; waiters spin, then yield.
+ */
+#include "cpu_impl.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BT_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define BT_CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define BT_CPU_RELAX() ((void)0)
+#endif
+
+#ifndef BT_POOL_SPIN
+#define BT_POOL_SPIN 4096 /* pause iterations before a waiter yields / sleeps */
+#endif
+#ifndef BT_POOL_YIELD
+#define BT_POOL_YIELD 64 /* sched_yield()s before the caller sleeps on done */
+#endif
+
+struct bt_worker {
+    bt_threadpool *pool;
+    int ith;
+};
+
+struct bt_threadpool {
+    int n_threads;
+    pthread_t *threads;        /* [n_threads - 1] */
+    struct bt_worker *workers; /* [n_threads - 1] */
+
+    pthread_mutex_t mutex;
+    pthread_cond_t cond_work; /* workers sleep here for a new generation */
+    pthread_cond_t cond_done; /* the caller sleeps here for n_done */
+
+    /* the current run; fn/arg are written before generation is bumped */
+    bt_task_fn fn;
+    void *arg;
+    atomic_int generation;
+    atomic_int n_done; /* workers finished with the current generation */
+    atomic_bool stop;
+    atomic_bool running;
+
+    /* barrier */
+    atomic_int bar_count;
+    atomic_int bar_phase;
+};
+
+static void *worker_main(void *p) {
+    struct bt_worker *w = p;
+    bt_threadpool *pool = w->pool;
+    /* generation is 0 when the pool starts its threads; reading it here
+     * instead could miss a run published before this thread got going */
+    int seen = 0;
+
+    for (;;) {
+        /* wait for a new generation (or stop): spin, then sleep */
+        int gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        for (int i = 0; gen == seen && i < BT_POOL_SPIN; i++) {
+            if (atomic_load_explicit(&pool->stop, memory_order_relaxed)) break;
+            BT_CPU_RELAX();
+            gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&pool->mutex);
+            while ((gen = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stop))
+                pthread_cond_wait(&pool->cond_work, &pool->mutex);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+        if (atomic_load(&pool->stop)) break;
+        seen = gen;
+
+        pool->fn(pool->arg, w->ith, pool->n_threads);
+
+        if (atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_acq_rel) + 1 ==
+            pool->n_threads - 1) {
+            /* the last worker: wake the caller if it went to sleep */
+            pthread_mutex_lock(&pool->mutex);
+            pthread_cond_signal(&pool->cond_done);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+    }
+    return NULL;
+}
+
+bt_threadpool *bt_threadpool_new(int n_threads) {
+    BT_ASSERT(n_threads >= 1);
+    bt_threadpool *pool = calloc(1, sizeof(*pool));
+    if (!pool) return NULL;
+    pool->n_threads = n_threads;
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->n_done, 0);
+    atomic_init(&pool->stop, false);
+    atomic_init(&pool->running, false);
+    atomic_init(&pool->bar_count, 0);
+    atomic_init(&pool->bar_phase, 0);
+    if (n_threads == 1) return pool;
+
+    if (pthread_mutex_init(&pool->mutex, NULL) != 0) goto fail_mutex;
+    if (pthread_cond_init(&pool->cond_work, NULL) != 0) goto fail_cw;
+    if (pthread_cond_init(&pool->cond_done, NULL) != 0) goto fail_cd;
+    pool->threads = calloc((size_t)n_threads - 1, sizeof(pthread_t));
+    pool->workers = calloc((size_t)n_threads - 1, sizeof(struct bt_worker));
+    if (!pool->threads || !pool->workers) goto fail_alloc;
+
+    int started = 0;
+    for (; started < n_threads - 1; started++) {
+        pool->workers[started].pool = pool;
+        pool->workers[started].ith = started + 1;
+        if (pthread_create(&pool->threads[started], NULL, worker_main, &pool->workers[started]) != 0)
+            break;
+    }
+    if (started == n_threads - 1) return pool;
+
+    /* could not start every thread: stop those that did */
+    pthread_mutex_lock(&pool->mutex);
+    atomic_store(&pool->stop, true);
+    pthread_cond_broadcast(&pool->cond_work);
+    pthread_mutex_unlock(&pool->mutex);
+    for (int i = 0; i < started; i++) pthread_join(pool->threads[i], NULL);
+fail_alloc:
+    free(pool->threads);
+    free(pool->workers);
+    pthread_cond_destroy(&pool->cond_done);
+fail_cd:
+    pthread_cond_destroy(&pool->cond_work);
+fail_cw:
+    pthread_mutex_destroy(&pool->mutex);
+fail_mutex:
+    free(pool);
+    return NULL;
+}
+
+void bt_threadpool_free(bt_threadpool *pool) {
+    if (!pool) return;
+    if (pool->n_threads > 1) {
+        BT_ASSERT(!atomic_load(&pool->running));
+        pthread_mutex_lock(&pool->mutex);
+        atomic_store(&pool->stop, true);
+        pthread_cond_broadcast(&pool->cond_work);
+        pthread_mutex_unlock(&pool->mutex);
+        for (int i = 0; i < pool->n_threads - 1; i++) pthread_join(pool->threads[i], NULL);
+        free(pool->threads);
+        free(pool->workers);
+        pthread_cond_destroy(&pool->cond_done);
+        pthread_cond_destroy(&pool->cond_work);
+        pthread_mutex_destroy(&pool->mutex);
+    }
+    free(pool);
+}
+
+int bt_threadpool_n_threads(const bt_threadpool *pool) { return pool->n_threads; }
+
+void bt_threadpool_run(bt_threadpool *pool, bt_task_fn fn, void *arg) {
+    const int nth = pool->n_threads;
+    if (nth == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    /* one run at a time: the pool is not reentrant */
+    BT_ASSERT(!atomic_exchange(&pool->running, true));
+
+    pool->fn = fn;
+    pool->arg = arg;
+    atomic_store(&pool->n_done, 0);
+    atomic_store(&pool->bar_count, 0);
+    /* publish under the mutex so a worker between its check and its wait
+     * cannot miss the wake-up */
+    pthread_mutex_lock(&pool->mutex);
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool->cond_work);
+    pthread_mutex_unlock(&pool->mutex);
+
+    fn(arg, 0, nth);
+
+    /* wait for the workers: spin, yield, then sleep */
+    const int want = nth - 1;
+    int i = 0;
+    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) != want) {
+        if (i < BT_POOL_SPIN) {
+            BT_CPU_RELAX();
+        } else if (i < BT_POOL_SPIN + BT_POOL_YIELD) {
+            sched_yield();
+        } else {
+            pthread_mutex_lock(&pool->mutex);
+            while (atomic_load(&pool->n_done) != want)
+                pthread_cond_wait(&pool->cond_done, &pool->mutex);
+            pthread_mutex_unlock(&pool->mutex);
+            break;
+        }
+        i++;
+    }
+    atomic_store(&pool->running, false);
+}
+
+void bt_threadpool_barrier(bt_threadpool *pool) {
+    const int nth = pool->n_threads;
+    if (nth == 1) return;
+    /* The phase cannot move on before this thread arrives, so reading it
+     * first is safe; the last to arrive resets the count, then flips it. */
+    const int phase = atomic_load(&pool->bar_phase);
+    if (atomic_fetch_add(&pool->bar_count, 1) == nth - 1) {
+        atomic_store(&pool->bar_count, 0);
+        atomic_fetch_add(&pool->bar_phase, 1);
+        return;
+    }
+    int i = 0;
+    while (atomic_load(&pool->bar_phase) == phase) {
+        if (i < BT_POOL_SPIN) {
+            BT_CPU_RELAX();
+            i++;
+        } else {
+            sched_yield();
+        }
+    }
+}

@@ -1,0 +1,206 @@
+/* backend.h - the backend interface (as ggml-backend): buffer types, buffers,
+ * backends and events, each a vtable plus a context pointer.  The CPU backend
+ * (backends/cpu/) and the CUDA backend (backends/cuda/) fill these tables;
+ * the scheduler (sched.c) and the distributed runtime use only this header.
+ *
+ *   buffer type  where memory comes from (host, device, pinned host)
+ *   buffer       one allocation of a buffer type; tensors are placed in it
+ *   backend      a device plus a stream: computes graphs, copies tensors
+ *   event        a point in a backend's stream that others can wait for
+ */
+#ifndef BATON_BACKEND_H
+#define BATON_BACKEND_H
+
+#include "graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_buffer_type *bt_buffer_type_t;
+typedef struct bt_buffer *bt_buffer_t;
+typedef struct bt_backend *bt_backend_t;
+typedef struct bt_event *bt_event_t;
+
+enum bt_buffer_usage {
+    BT_BUFFER_USAGE_ANY = 0,
+    BT_BUFFER_USAGE_WEIGHTS = 1,
+    BT_BUFFER_USAGE_COMPUTE = 2,
+};
+
+/* ---- buffer type ---------------------------------------------------------- */
+
+struct bt_buffer_type_i {
+    const char *(*get_name)(bt_buffer_type_t buft);
+    /* NULL when the memory cannot be had */
+    bt_buffer_t (*alloc_buffer)(bt_buffer_type_t buft, size_t size);
+    size_t (*get_alignment)(bt_buffer_type_t buft);
+    size_t (*get_max_size)(bt_buffer_type_t buft);                                 /* optional: SIZE_MAX */
+    size_t (*get_alloc_size)(bt_buffer_type_t buft, const struct bt_tensor *tensor); /* optional: bt_nbytes */
+    bool (*is_host)(bt_buffer_type_t buft); /* optional: false; data readable by the CPU */
+};
+
+struct bt_buffer_type {
+    struct bt_buffer_type_i iface;
+    void *context;
+};
+
+/* ---- buffer --------------------------------------------------------------- */
+
+struct bt_buffer_i {
+    void (*free_buffer)(bt_buffer_t buffer);
+    void *(*get_base)(bt_buffer_t buffer);
+    /* optional: prepare a tensor just placed in this buffer */
+    enum bt_status (*init_tensor)(bt_buffer_t buffer, struct bt_tensor *tensor);
+    void (*memset_tensor)(bt_buffer_t buffer, struct bt_tensor *tensor, uint8_t value, size_t offset,
+                          size_t size);
+    void (*set_tensor)(bt_buffer_t buffer, struct bt_tensor *tensor, const void *data, size_t offset,
+                       size_t size);
+    void (*get_tensor)(bt_buffer_t buffer, const struct bt_tensor *tensor, void *data, size_t offset,
+                       size_t size);
+    /* optional: dst lives in this buffer; true when it did the copy */
+    bool (*cpy_tensor)(bt_buffer_t buffer, const struct bt_tensor *src, struct bt_tensor *dst);
+    void (*clear)(bt_buffer_t buffer, uint8_t value);
+};
+
+struct bt_buffer {
+    struct bt_buffer_i iface;
+    bt_buffer_type_t buft;
+    void *context;
+    size_t size;
+    enum bt_buffer_usage usage;
+};
+
+/* ---- events ---------------------------------------------------------------- */
+
+struct bt_event {
+    bt_backend_t backend;
+    void *context;
+};
+
+/* ---- backend ---------------------------------------------------------------- */
+
+struct bt_backend_i {
+    const char *(*get_name)(bt_backend_t backend);
+    void (*free)(bt_backend_t backend);
+    bt_buffer_type_t (*get_default_buffer_type)(bt_backend_t backend);
+
+    /* optional asynchronous transfers (in the backend's stream order) */
+    void (*set_tensor_async)(bt_backend_t backend, struct bt_tensor *tensor, const void *data,
+                             size_t offset, size_t size);
+    void (*get_tensor_async)(bt_backend_t backend, const struct bt_tensor *tensor, void *data,
+                             size_t offset, size_t size);
+    /* optional: copy src (on backend_src) into dst (on backend_dst); false when
+     * this pair cannot copy asynchronously */
+    bool (*cpy_tensor_async)(bt_backend_t backend_src, bt_backend_t backend_dst,
+                             const struct bt_tensor *src, struct bt_tensor *dst);
+
+    void (*synchronize)(bt_backend_t backend); /* optional: a synchronous backend */
+
+    /* run the graph's nodes in order; may return before they finish */
+    enum bt_status (*graph_compute)(bt_backend_t backend, struct bt_graph *graph);
+
+    bool (*supports_op)(bt_backend_t backend, const struct bt_tensor *op);
+    bool (*supports_buft)(bt_backend_t backend, bt_buffer_type_t buft);
+    /* optional: worth running op here although its weights live elsewhere */
+    bool (*offload_op)(bt_backend_t backend, const struct bt_tensor *op);
+
+    /* optional events; a backend without them is synchronised instead */
+    bt_event_t (*event_new)(bt_backend_t backend);
+    void (*event_free)(bt_event_t event);
+    void (*event_record)(bt_event_t event, bt_backend_t backend);
+    void (*event_wait)(bt_backend_t backend, bt_event_t event);
+    void (*event_synchronize)(bt_event_t event);
+
+    /* optional: the message of the last failed graph_compute */
+    const char *(*get_error)(bt_backend_t backend);
+};
+
+struct bt_backend {
+    struct bt_backend_i iface;
+    void *context;
+};
+
+/* ---- helpers (backend.c) ----------------------------------------------------- */
+
+const char *bt_buft_name(bt_buffer_type_t buft);
+bt_buffer_t bt_buft_alloc_buffer(bt_buffer_type_t buft, size_t size);
+size_t bt_buft_get_alignment(bt_buffer_type_t buft);
+size_t bt_buft_get_max_size(bt_buffer_type_t buft);
+size_t bt_buft_get_alloc_size(bt_buffer_type_t buft, const struct bt_tensor *tensor);
+bool bt_buft_is_host(bt_buffer_type_t buft);
+
+void bt_buffer_free(bt_buffer_t buffer);
+void *bt_buffer_get_base(bt_buffer_t buffer);
+size_t bt_buffer_get_size(bt_buffer_t buffer);
+bt_buffer_type_t bt_buffer_get_type(bt_buffer_t buffer);
+size_t bt_buffer_get_alignment(bt_buffer_t buffer);
+void bt_buffer_clear(bt_buffer_t buffer, uint8_t value);
+bool bt_buffer_is_host(bt_buffer_t buffer);
+void bt_buffer_set_usage(bt_buffer_t buffer, enum bt_buffer_usage usage);
+enum bt_buffer_usage bt_buffer_get_usage(bt_buffer_t buffer);
+
+/* Place tensor at addr inside buffer (and init it). */
+enum bt_status bt_tensor_alloc(bt_buffer_t buffer, struct bt_tensor *tensor, void *addr);
+/* Give a view the data of its view_src (which must be placed). */
+enum bt_status bt_view_init(struct bt_tensor *tensor);
+
+/* Synchronous data movement between a tensor (in any buffer) and host memory. */
+void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, size_t size);
+void bt_tensor_get(const struct bt_tensor *tensor, void *data, size_t offset, size_t size);
+void bt_tensor_memset(struct bt_tensor *tensor, uint8_t value, size_t offset, size_t size);
+/* Copy src into dst (same byte size), across any two buffers. */
+void bt_tensor_copy(const struct bt_tensor *src, struct bt_tensor *dst);
+
+const char *bt_backend_name(bt_backend_t backend);
+void bt_backend_free(bt_backend_t backend);
+bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend);
+bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size);
+size_t bt_backend_get_alignment(bt_backend_t backend);
+void bt_backend_tensor_set_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data,
+                                 size_t offset, size_t size);
+void bt_backend_tensor_get_async(bt_backend_t backend, const struct bt_tensor *tensor, void *data,
+                                 size_t offset, size_t size);
+/* Asynchronous when the pair allows it, else synchronous. */
+void bt_backend_tensor_copy_async(bt_backend_t backend_src, bt_backend_t backend_dst,
+                                  const struct bt_tensor *src, struct bt_tensor *dst);
+void bt_backend_synchronize(bt_backend_t backend);
+enum bt_status bt_backend_graph_compute_async(bt_backend_t backend, struct bt_graph *graph);
+enum bt_status bt_backend_graph_compute(bt_backend_t backend, struct bt_graph *graph);
+bool bt_backend_supports_op(bt_backend_t backend, const struct bt_tensor *op);
+bool bt_backend_supports_buft(bt_backend_t backend, bt_buffer_type_t buft);
+bool bt_backend_offload_op(bt_backend_t backend, const struct bt_tensor *op);
+const char *bt_backend_error(bt_backend_t backend);
+
+/* NULL when the backend has no events. */
+bt_event_t bt_event_new(bt_backend_t backend);
+void bt_event_free(bt_event_t event);
+void bt_event_record(bt_event_t event, bt_backend_t backend);
+void bt_event_synchronize(bt_event_t event);
+void bt_backend_event_wait(bt_backend_t backend, bt_event_t event);
+
+/* Allocate every tensor of ctx that has no data yet in one buffer of buft
+ * (views get their source's data).  NULL and a message in ctx on failure. */
+bt_buffer_t bt_alloc_ctx_tensors_from_buft(bt_context *ctx, bt_buffer_type_t buft);
+bt_buffer_t bt_alloc_ctx_tensors(bt_context *ctx, bt_backend_t backend);
+
+/* ---- the CPU backend (backends/cpu/cpu_backend.c) ------------------------- */
+
+/* n_threads <= 0: every online core.  NULL when threads cannot start. */
+bt_backend_t bt_backend_cpu_init(int n_threads);
+bool bt_backend_is_cpu(bt_backend_t backend);
+void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference);
+/* The CPU's plain host-memory buffer type (a singleton). */
+bt_buffer_type_t bt_cpu_buffer_type(void);
+/* A buffer over memory the caller owns (host, not freed by the buffer). */
+bt_buffer_t bt_cpu_buffer_from_ptr(void *ptr, size_t size);
+
+/* Plain host-memory buffer implementation for other backends that keep host
+ * data (test backends, pinned memory): base and size, alignment, and the
+ * buffer type to report. */
+bt_buffer_t bt_host_buffer_new(bt_buffer_type_t buft, void *base, size_t size, bool owned);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,116 @@
+/* sched.h - the multi-backend scheduler (ggml's ggml_backend_sched): the
+ * splitter assigns every node to a backend in five passes and cuts the graph
+ * into splits; the executor copies each split's inputs to its backend (through
+ * a ring of n_copies slots, with events) and runs the splits in order.
+ *
+ * Usage, one micro-batch at a time:
+ *     bt_sched_t s = bt_sched_new(backends, NULL, n, graph_size, n_copies);
+ *     bt_sched_reserve(s, worst_case_graph);    optional: size buffers once
+ *     bt_sched_alloc_graph(s, g);               plan (first time) + next slot
+ *     bt_tensor_set(input, ...);                user inputs
+ *     bt_sched_graph_compute(s, g);             copy inputs, run the splits
+ *
+ * The plan is made once per graph and kept: a later call with the same graph
+ * only advances the copy slot.  Weights are recognised by their buffer's usage
+ * (BT_BUFFER_USAGE_WEIGHTS) or, for tensors without a buffer (a plan made for
+ * other processes), by BT_TENSOR_FLAG_WEIGHT and a user assignment.
+ */
+#ifndef BATON_BT_SCHED_H
+#define BATON_BT_SCHED_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef BT_SCHED_MAX_BACKENDS
+#define BT_SCHED_MAX_BACKENDS 16
+#endif
+#ifndef BT_SCHED_MAX_SPLIT_INPUTS
+#define BT_SCHED_MAX_SPLIT_INPUTS 32
+#endif
+#ifndef BT_SCHED_MAX_COPIES
+#define BT_SCHED_MAX_COPIES 8
+#endif
+
+typedef struct bt_sched *bt_sched_t;
+
+/* Called twice per node of interest: first with ask = true ("do you want to
+ * see t?"); if the answer is true, again with ask = false once t is computed
+ * (its data readable); returning false then stops the run (BT_ERR_ABORTED). */
+typedef bool (*bt_sched_eval_callback)(struct bt_tensor *t, bool ask, void *user_data);
+
+struct bt_sched_split {
+    int backend_id;
+    int i_start, i_end; /* nodes [i_start, i_end) of the user's graph */
+    struct bt_tensor *inputs[BT_SCHED_MAX_SPLIT_INPUTS];
+    int n_inputs;
+    struct bt_graph graph; /* view of the split's nodes (sources rewritten to copies) */
+};
+
+struct bt_sched_stats {
+    uint64_t copy_calls;  /* input copies issued (an MoE expert run counts once) */
+    uint64_t copy_bytes;  /* bytes copied into split inputs */
+    uint64_t moe_copies;  /* of those, partial copies of expert weights */
+    uint64_t splits_run;
+};
+
+/* backends in priority order, the last one the CPU (the fallback); bufts NULL
+ * for each backend's default buffer type.  NULL and a message on stderr for
+ * bad arguments. */
+bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends,
+                        size_t graph_size, int n_copies);
+void bt_sched_free(bt_sched_t sched);
+
+/* Forget the plan and every user assignment. */
+void bt_sched_reset(bt_sched_t sched);
+
+/* Pin a node or leaf to a backend before planning (never overwritten). */
+void bt_sched_set_tensor_backend(bt_sched_t sched, struct bt_tensor *t, bt_backend_t backend);
+/* The backend a tensor was assigned (NULL when none). */
+bt_backend_t bt_sched_get_tensor_backend(bt_sched_t sched, struct bt_tensor *t);
+int bt_sched_get_backend_id(bt_sched_t sched, const struct bt_tensor *t); /* -1 when none */
+
+/* Plan only: the five passes and the split inputs (no memory).  Rewrites the
+ * graph's node sources to the copies of the current slot. */
+enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph);
+
+/* Plan (when graph is new) and size the buffers for it. */
+enum bt_status bt_sched_reserve(bt_sched_t sched, struct bt_graph *measure_graph);
+/* Plan when needed, allocate, and advance to the next copy slot. */
+enum bt_status bt_sched_alloc_graph(bt_sched_t sched, struct bt_graph *graph);
+/* alloc (when not yet done for this micro-batch) + run; _async may return
+ * before the backends finish: bt_sched_synchronize waits. */
+enum bt_status bt_sched_graph_compute_async(bt_sched_t sched, struct bt_graph *graph);
+enum bt_status bt_sched_graph_compute(bt_sched_t sched, struct bt_graph *graph);
+void bt_sched_synchronize(bt_sched_t sched);
+
+/* Use copy slot c for the next run (re-points the rewritten sources): the
+ * distributed runtime drives the ring itself. */
+void bt_sched_set_cur_copy(bt_sched_t sched, int c);
+
+void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);
+
+int bt_sched_get_n_backends(bt_sched_t sched);
+bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i);
+int bt_sched_get_n_copies(bt_sched_t sched);
+int bt_sched_get_cur_copy(bt_sched_t sched);
+int bt_sched_get_n_splits(bt_sched_t sched);
+const struct bt_sched_split *bt_sched_get_split(bt_sched_t sched, int i);
+/* The copy of a split input on backend_id in slot c (NULL if none). */
+struct bt_tensor *bt_sched_get_tensor_copy(bt_sched_t sched, const struct bt_tensor *t, int backend_id,
+                                           int c);
+size_t bt_sched_get_buffer_size(bt_sched_t sched, bt_backend_t backend);
+struct bt_sched_stats bt_sched_get_stats(bt_sched_t sched);
+const char *bt_sched_error(bt_sched_t sched);
+
+/* A readable plan: each split, its backend, its nodes, its inputs and their
+ * bytes.  Printed to stderr after each planning when BATON_SCHED_DEBUG is set
+ * (1: splits and inputs, 2: also every node's backend and why). */
+void bt_sched_print_plan(bt_sched_t sched, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

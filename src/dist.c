@@ -1,0 +1,1282 @@
+/* dist.c - the distributed runtime (see dist.h): graph agreement, rank
+ * descriptions, weight placement, the splitter with one backend per rank,
+ * per-rank allocation, and the micro-batch pipeline over a transport. */
+#include "dist.h"
+
+#include <fnmatch.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ops.h"
+
+#define MAXC BT_SCHED_MAX_COPIES
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int bt_dist_name_layer(const char *name) {
+    const char *p = strstr(name, "blk.");
+    if (!p || (p != name && p[-1] != '.' && p[-1] != '#' && p[-1] != ' ')) return -1;
+    p += 4;
+    if (*p < '0' || *p > '9') return -1;
+    long v = 0;
+    while (*p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        if (v > 1000000) return -1;
+        p++;
+    }
+    return *p == '.' ? (int)v : -1;
+}
+
+/* A transfer: `tensor` (on src) is needed by split `consumer` (on dst) every
+ * micro-batch, or is a graph output going back to rank 0 (consumer -1). */
+struct xfer {
+    struct bt_tensor *tensor;
+    int src, dst;
+    int producer; /* split that computes it, -1: a leaf, available at submit */
+    int consumer;
+    size_t bytes;
+    int tag0; /* tag of slot c: tag0 + c */
+    struct bt_tensor *copies[MAXC]; /* dst: where each slot lands (consumer >= 0) */
+    void *ring[MAXC];               /* rank 0: output slots (consumer -1) */
+    bt_treq recv[MAXC];
+    int64_t recv_k[MAXC]; /* micro-batch the slot's receive is for */
+    void *stage[MAXC];    /* src: send slots */
+    bt_treq send[MAXC];
+};
+
+/* An output computed on rank 0 itself, copied to a ring after its split. */
+struct local_output {
+    struct bt_tensor *tensor;
+    int split;
+    size_t bytes;
+    void *ring[MAXC];
+};
+
+struct proxy {
+    bt_dist *d;
+    int rank;
+    char name[24];
+};
+
+struct bt_dist {
+    bt_transport *t;
+    bt_backend_t backend;
+    struct bt_dist_options opt;
+    int rank, size, n_copies;
+
+    struct bt_graph *graph;
+    int *node_owner, *leaf_owner;
+    int64_t *slot_index; /* visited-set slot -> node index (>= 0) or -(leaf index + 1); for lookups */
+
+    /* planning: one proxy backend (and buffer type) per rank */
+    struct bt_backend *proxies;
+    struct bt_buffer_type *proxy_bufts;
+    struct proxy *proxy_ctx;
+    uint8_t *support; /* [size][n_nodes]: rank r can run node i */
+    bt_sched_t sched;
+    struct bt_rank_desc *descs;
+    int *layer_first, *layer_last;
+    double *predicted_s;
+    int n_layers;
+
+    /* this rank's execution */
+    bt_buffer_t weight_buf;
+    bt_gallocr_t galloc;
+    struct bt_graph local;
+    struct xfer *xfers;
+    int n_xfers;
+    struct local_output *louts;
+    int n_louts;
+    int64_t k_next;
+    bool planned;
+
+    struct bt_dist_stats stats;
+    double wall_start;
+    char err[512];
+};
+
+static enum bt_status fail(bt_dist *d, enum bt_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static enum bt_status fail(bt_dist *d, enum bt_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->err, sizeof d->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Every rank learns whether any rank failed; all return the first failing
+ * rank's status and message. */
+static enum bt_status agree(bt_dist *d, enum bt_status st) {
+    int64_t v[2] = {st != BT_OK ? (int64_t)(d->size - d->rank) : 0, 0};
+    if (d->t->iface.allreduce_max(d->t, v, 1) != BT_OK) return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    if (v[0] == 0) return BT_OK;
+    const int root = d->size - (int)v[0]; /* the lowest failing rank */
+    int32_t code = (int32_t)st;
+    char msg[sizeof d->err];
+    memcpy(msg, d->err, sizeof msg);
+    if (d->t->iface.bcast(d->t, &code, sizeof code, root) != BT_OK ||
+        d->t->iface.bcast(d->t, msg, sizeof msg, root) != BT_OK)
+        return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    memcpy(d->err, msg, sizeof msg);
+    d->err[sizeof d->err - 1] = '\0';
+    return (enum bt_status)code;
+}
+
+/* ---- proxy backends: the splitter's view of the ranks ------------------------ */
+
+static int node_index(const bt_dist *d, const struct bt_tensor *t) {
+    const struct bt_hash_set *hs = &d->graph->visited;
+    const size_t i = bt_hash_find(hs, t);
+    if (i == BT_HASHSET_FULL || hs->keys[i] != t) return INT32_MIN;
+    const int64_t v = d->slot_index[i];
+    return (int)v;
+}
+
+static const char *proxy_name(bt_backend_t b) { return ((struct proxy *)b->context)->name; }
+static void proxy_free(bt_backend_t b) { (void)b; }
+static bt_buffer_type_t proxy_buft(bt_backend_t b) {
+    struct proxy *p = b->context;
+    return &p->d->proxy_bufts[p->rank];
+}
+static enum bt_status proxy_compute(bt_backend_t b, struct bt_graph *g) {
+    (void)b;
+    (void)g;
+    return BT_ERR_UNSUPPORTED; /* planning only */
+}
+static bool proxy_supports_op(bt_backend_t b, const struct bt_tensor *op) {
+    struct proxy *p = b->context;
+    const int i = node_index(p->d, op);
+    if (i < 0) return true; /* leafs and the splitter's own tensors */
+    return p->d->support[(size_t)p->rank * (size_t)p->d->graph->n_nodes + (size_t)i] != 0;
+}
+static bool proxy_supports_buft(bt_backend_t b, bt_buffer_type_t buft) { return buft == proxy_buft(b); }
+
+static const char *proxy_buft_name(bt_buffer_type_t buft) {
+    return ((struct proxy *)buft->context)->name;
+}
+static bt_buffer_t proxy_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    (void)buft;
+    (void)size;
+    return NULL;
+}
+static size_t proxy_buft_align(bt_buffer_type_t buft) {
+    (void)buft;
+    return BT_MEM_ALIGN;
+}
+
+static const struct bt_backend_i proxy_i = {
+    /* .get_name                = */ proxy_name,
+    /* .free                    = */ proxy_free,
+    /* .get_default_buffer_type = */ proxy_buft,
+    /* .set_tensor_async        = */ NULL,
+    /* .get_tensor_async        = */ NULL,
+    /* .cpy_tensor_async        = */ NULL,
+    /* .synchronize             = */ NULL,
+    /* .graph_compute           = */ proxy_compute,
+    /* .supports_op             = */ proxy_supports_op,
+    /* .supports_buft           = */ proxy_supports_buft,
+    /* .offload_op              = */ NULL,
+    /* .event_new               = */ NULL,
+    /* .event_free              = */ NULL,
+    /* .event_record            = */ NULL,
+    /* .event_wait              = */ NULL,
+    /* .event_synchronize       = */ NULL,
+    /* .get_error               = */ NULL,
+};
+
+/* ---- placement: layers to ranks ------------------------------------------------- */
+
+struct layer_costs {
+    int L;                  /* layers 0..L-1 */
+    double *flops;          /* [L + 2]: index 0 = before layer 0, L+1 = after the last */
+    double *wbytes;         /* [L + 2] */
+    double *cut_bytes;      /* [L + 1]: bytes crossing the cut before layer l (l = 0..L) */
+    int *weight_layer;      /* per leaf: layer, -1 before, L after; INT32_MIN: not a weight */
+};
+
+static double node_flops(const struct bt_tensor *n) {
+    if (n->op == BT_OP_MUL_MAT) return 2.0 * (double)n->src[0]->ne[0] * (double)bt_nelements(n);
+    if (n->op == BT_OP_MUL_MAT_ID) return 2.0 * (double)n->src[0]->ne[0] * (double)bt_nelements(n);
+    if (bt_op_is_view(n->op) || n->op == BT_OP_NONE) return 0.0;
+    return (double)bt_nelements(n);
+}
+
+static bool leaf_is_weight(const struct bt_tensor *t) {
+    return (t->flags & BT_TENSOR_FLAG_WEIGHT) || (t->buffer && bt_buffer_get_usage(t->buffer) == BT_BUFFER_USAGE_WEIGHTS);
+}
+
+/* Layers of nodes: from names; a node without a layer name takes the layer of
+ * the last named node before it (-1 before any).  Leafs: from names; an
+ * unnamed weight takes the layer of its first consumer. */
+static enum bt_status layer_costs_make(const struct bt_graph *g, struct layer_costs *lc, char *err, size_t errlen) {
+    memset(lc, 0, sizeof *lc);
+    int *node_layer = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
+    lc->weight_layer = malloc(sizeof(int) * (size_t)(g->n_leafs + 1));
+    if (!node_layer || !lc->weight_layer) {
+        free(node_layer);
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
+    int L = 0, cur = -1;
+    for (int i = 0; i < g->n_leafs; i++) {
+        const int l = bt_dist_name_layer(g->leafs[i]->name);
+        if (l + 1 > L) L = l + 1;
+    }
+    bool any_named_node = false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const int l = bt_dist_name_layer(g->nodes[i]->name);
+        if (l >= 0) {
+            cur = l;
+            any_named_node = true;
+            if (l + 1 > L) L = l + 1;
+        }
+        node_layer[i] = cur;
+    }
+    if (!any_named_node) {
+        /* a graph without layer names: 64 pseudo-layers by position */
+        L = g->n_nodes < 64 ? g->n_nodes : 64;
+        if (L < 1) L = 1;
+        for (int i = 0; i < g->n_nodes; i++) node_layer[i] = (int)((int64_t)i * L / (g->n_nodes ? g->n_nodes : 1));
+    }
+    lc->L = L;
+    lc->flops = calloc((size_t)L + 2, sizeof(double));
+    lc->wbytes = calloc((size_t)L + 2, sizeof(double));
+    lc->cut_bytes = calloc((size_t)L + 1, sizeof(double));
+    if (!lc->flops || !lc->wbytes || !lc->cut_bytes) {
+        free(node_layer);
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
+    /* first consumer layer of each leaf, last consumer layer of each tensor */
+    struct bt_hash_set hs = {bt_hash_size((size_t)(g->n_nodes + g->n_leafs) * 2 + 8), NULL};
+    hs.keys = calloc(hs.size, sizeof(struct bt_tensor *));
+    int *first_c = malloc(hs.size * sizeof(int));
+    int *last_c = malloc(hs.size * sizeof(int));
+    int *own = malloc(hs.size * sizeof(int));
+    if (!hs.keys || !first_c || !last_c || !own) {
+        free(hs.keys);
+        free(first_c);
+        free(last_c);
+        free(own);
+        free(node_layer);
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < hs.size; i++) {
+        first_c[i] = INT32_MAX;
+        last_c[i] = INT32_MIN;
+        own[i] = -1;
+    }
+    for (int i = 0; i < g->n_nodes; i++) own[bt_hash_insert(&hs, g->nodes[i])] = node_layer[i];
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *n = g->nodes[i];
+        for (int j = 0; j < BT_MAX_SRC; j++) {
+            const struct bt_tensor *s = n->src[j];
+            if (!s) continue;
+            if (s->view_src) s = s->view_src;
+            const size_t h = bt_hash_insert(&hs, (struct bt_tensor *)s);
+            if (node_layer[i] < first_c[h]) first_c[h] = node_layer[i];
+            if (node_layer[i] > last_c[h]) last_c[h] = node_layer[i];
+        }
+    }
+    for (int i = 0; i < g->n_leafs; i++) {
+        const struct bt_tensor *t = g->leafs[i];
+        if (!leaf_is_weight(t)) {
+            lc->weight_layer[i] = INT32_MIN;
+            continue;
+        }
+        int l = any_named_node ? bt_dist_name_layer(t->name) : -2;
+        if (l < 0) {
+            const size_t h = bt_hash_find(&hs, t);
+            const int fc = (h != BT_HASHSET_FULL && hs.keys[h] == t) ? first_c[h] : INT32_MAX;
+            if (!any_named_node && fc != INT32_MAX) l = fc;
+            else l = (fc == INT32_MAX || fc < 0) ? -1 : L; /* before the first layer or after the last */
+            if (any_named_node && fc >= 0 && fc < L && bt_dist_name_layer(t->name) < 0) l = fc == 0 ? -1 : L;
+        }
+        lc->weight_layer[i] = l;
+        lc->wbytes[l + 1] += (double)bt_nbytes(t);
+    }
+    for (int i = 0; i < g->n_nodes; i++) lc->flops[node_layer[i] + 1] += node_flops(g->nodes[i]);
+    /* activations crossing cuts: a tensor made in layer a and last used in
+     * layer b crosses the cuts before layers a+1..b */
+    for (size_t h = 0; h < hs.size; h++) {
+        const struct bt_tensor *t = hs.keys[h];
+        if (!t || last_c[h] == INT32_MIN || leaf_is_weight(t)) continue;
+        const int a = own[h] < 0 ? 0 : own[h] + 1;
+        for (int c = a; c <= last_c[h] && c <= L; c++)
+            if (c >= 0) lc->cut_bytes[c] += (double)bt_nbytes(t);
+    }
+    free(hs.keys);
+    free(first_c);
+    free(last_c);
+    free(own);
+    free(node_layer);
+    return BT_OK;
+}
+
+static void layer_costs_free(struct layer_costs *lc) {
+    free(lc->flops);
+    free(lc->wbytes);
+    free(lc->cut_bytes);
+    free(lc->weight_layer);
+}
+
+static double stage_time(const struct layer_costs *lc, const struct bt_rank_desc *desc, int r, int P, int a, int b,
+                         double bw) {
+    double fl = 0;
+    for (int l = a; l < b; l++) fl += lc->flops[l + 1];
+    if (r == 0) fl += lc->flops[0];
+    if (r == P - 1) fl += lc->flops[lc->L + 1];
+    const double gf = desc->gflops > 0 ? desc->gflops : 1.0;
+    double t = fl / (gf * 1e9);
+    if (r > 0 && a < lc->L) t += lc->cut_bytes[a] / bw;
+    return t;
+}
+
+static double stage_bytes(const struct layer_costs *lc, int r, int P, int a, int b) {
+    double by = 0;
+    for (int l = a; l < b; l++) by += lc->wbytes[l + 1];
+    if (r == 0) by += lc->wbytes[0];
+    if (r == P - 1) by += lc->wbytes[lc->L + 1];
+    return by;
+}
+
+/* Contiguous layer ranges per rank minimising the slowest stage, within each
+ * rank's memory; or the fixed counts.  first[r]..last[r] inclusive (-1 none). */
+static enum bt_status place_layers(const struct layer_costs *lc, const struct bt_rank_desc *descs, int P,
+                                   const struct bt_dist_options *opt, int *first, int *last, double *pred,
+                                   char *err, size_t errlen) {
+    const int L = lc->L;
+    const double bw = (opt->link_gbps > 0 ? opt->link_gbps : 5.0) * 1e9;
+    int *start = malloc(sizeof(int) * (size_t)(P + 1));
+    if (!start) return BT_ERR_NOMEM;
+    if (opt->layers_per_rank) {
+        int sum = 0;
+        for (int r = 0; r < P; r++) {
+            if (opt->layers_per_rank[r] < 0) {
+                snprintf(err, errlen, "layer count of rank %d is negative (%d)", r, opt->layers_per_rank[r]);
+                free(start);
+                return BT_ERR_INVALID;
+            }
+            start[r] = sum;
+            sum += opt->layers_per_rank[r];
+        }
+        if (sum != L) {
+            snprintf(err, errlen, "the layer counts per rank add up to %d, but the model has %d layers", sum, L);
+            free(start);
+            return BT_ERR_INVALID;
+        }
+        start[P] = L;
+    } else {
+        /* dp[r][b]: best slowest-stage time with layers [0,b) on ranks [0,r] */
+        const size_t W = (size_t)L + 1;
+        double *dp = malloc(sizeof(double) * (size_t)P * W);
+        int *arg = malloc(sizeof(int) * (size_t)P * W);
+        if (!dp || !arg) {
+            free(dp);
+            free(arg);
+            free(start);
+            return BT_ERR_NOMEM;
+        }
+        for (int r = 0; r < P; r++) {
+            for (int b = 0; b <= L; b++) {
+                double best = INFINITY;
+                int besta = -1;
+                const int a_lo = r == 0 ? 0 : 0, a_hi = r == 0 ? 0 : b;
+                for (int a = a_lo; a <= a_hi; a++) {
+                    /* every rank gets a layer when there are enough */
+                    if (L >= P && b - a < 1) continue;
+                    const double prev = r == 0 ? 0.0 : dp[(size_t)(r - 1) * W + (size_t)a];
+                    if (!isfinite(prev)) continue;
+                    if (stage_bytes(lc, r, P, a, b) > (double)descs[r].mem_bytes) continue;
+                    const double st = stage_time(lc, &descs[r], r, P, a, b, bw);
+                    const double v = prev > st ? prev : st;
+                    if (v < best) {
+                        best = v;
+                        besta = a;
+                    }
+                }
+                dp[(size_t)r * W + (size_t)b] = best;
+                arg[(size_t)r * W + (size_t)b] = besta;
+            }
+        }
+        if (!isfinite(dp[(size_t)(P - 1) * W + (size_t)L])) {
+            double total = 0, maxmem = 0;
+            for (int l = 0; l < L + 2; l++) total += lc->wbytes[l];
+            for (int r = 0; r < P; r++) maxmem += (double)descs[r].mem_bytes;
+            snprintf(err, errlen,
+                     "the model's %.1f MiB of weights do not fit in the ranks' memory (%.1f MiB in all) in any "
+                     "placement of %d layers on %d ranks",
+                     total / 1048576.0, maxmem / 1048576.0, L, P);
+            free(dp);
+            free(arg);
+            free(start);
+            return BT_ERR_NOMEM;
+        }
+        start[P] = L;
+        int b = L;
+        for (int r = P - 1; r >= 0; r--) {
+            const int a = arg[(size_t)r * W + (size_t)b];
+            start[r] = a;
+            b = a;
+        }
+        free(dp);
+        free(arg);
+    }
+    for (int r = 0; r < P; r++) {
+        first[r] = start[r] < start[r + 1] ? start[r] : -1;
+        last[r] = start[r] < start[r + 1] ? start[r + 1] - 1 : -1;
+        pred[r] = stage_time(lc, &descs[r], r, P, start[r], start[r + 1], bw);
+    }
+    free(start);
+    return BT_OK;
+}
+
+static int rank_of_layer(int l, const int *first, const int *last, int P) {
+    if (l < 0) return 0;
+    for (int r = 0; r < P; r++)
+        if (first[r] >= 0 && l >= first[r] && l <= last[r]) return r;
+    return P - 1;
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist_options *opt) {
+    bt_dist *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->t = t;
+    d->backend = backend;
+    if (opt) d->opt = *opt;
+    d->rank = t->rank;
+    d->size = t->size;
+    d->n_copies = d->opt.n_copies > 0 ? d->opt.n_copies : 2;
+    if (d->n_copies > MAXC) d->n_copies = MAXC;
+    d->stats.rank = d->rank;
+    return d;
+}
+
+int bt_dist_rank(const bt_dist *d) { return d->rank; }
+int bt_dist_size(const bt_dist *d) { return d->size; }
+const char *bt_dist_error(const bt_dist *d) { return d->err; }
+
+static void release_plan(bt_dist *d) {
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        for (int c = 0; c < d->n_copies; c++) {
+            if (xf->recv[c].active && d->t->iface.cancel) d->t->iface.cancel(d->t, &xf->recv[c]);
+            if (xf->send[c].active) bt_transport_wait(d->t, &xf->send[c]);
+            free(xf->stage[c]);
+            free(xf->ring[c]);
+        }
+    }
+    free(d->xfers);
+    d->xfers = NULL;
+    d->n_xfers = 0;
+    for (int i = 0; i < d->n_louts; i++)
+        for (int c = 0; c < d->n_copies; c++) free(d->louts[i].ring[c]);
+    free(d->louts);
+    d->louts = NULL;
+    d->n_louts = 0;
+    if (d->sched) bt_sched_free(d->sched); /* restores the graph's sources */
+    d->sched = NULL;
+    if (d->galloc) bt_gallocr_free(d->galloc);
+    d->galloc = NULL;
+    /* weights and compute tensors of this rank lose their memory */
+    if (d->graph) {
+        for (int i = 0; i < d->graph->n_leafs; i++) {
+            struct bt_tensor *l = d->graph->leafs[i];
+            if (d->weight_buf && l->buffer == d->weight_buf) {
+                l->buffer = NULL;
+                l->data = NULL;
+            }
+        }
+    }
+    bt_buffer_free(d->weight_buf);
+    d->weight_buf = NULL;
+    free(d->local.nodes);
+    free(d->local.leafs);
+    memset(&d->local, 0, sizeof d->local);
+    free(d->node_owner);
+    free(d->leaf_owner);
+    free(d->slot_index);
+    free(d->support);
+    free(d->proxies);
+    free(d->proxy_bufts);
+    free(d->proxy_ctx);
+    free(d->descs);
+    free(d->layer_first);
+    free(d->layer_last);
+    free(d->predicted_s);
+    d->node_owner = d->leaf_owner = NULL;
+    d->slot_index = NULL;
+    d->support = NULL;
+    d->proxies = NULL;
+    d->proxy_bufts = NULL;
+    d->proxy_ctx = NULL;
+    d->descs = NULL;
+    d->layer_first = d->layer_last = NULL;
+    d->predicted_s = NULL;
+    d->planned = false;
+}
+
+void bt_dist_free(bt_dist *d) {
+    if (!d) return;
+    release_plan(d);
+    free(d);
+}
+
+/* ---- the plan ---------------------------------------------------------------------- */
+
+static enum bt_status make_proxies(bt_dist *d) {
+    const int P = d->size;
+    d->proxies = calloc((size_t)P, sizeof *d->proxies);
+    d->proxy_bufts = calloc((size_t)P, sizeof *d->proxy_bufts);
+    d->proxy_ctx = calloc((size_t)P, sizeof *d->proxy_ctx);
+    if (!d->proxies || !d->proxy_bufts || !d->proxy_ctx) return fail(d, BT_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < P; r++) {
+        d->proxy_ctx[r] = (struct proxy){d, r, ""};
+        snprintf(d->proxy_ctx[r].name, sizeof d->proxy_ctx[r].name, "rank%d", r);
+        d->proxy_bufts[r].iface = (struct bt_buffer_type_i){
+            /* .get_name       = */ proxy_buft_name,
+            /* .alloc_buffer   = */ proxy_buft_alloc,
+            /* .get_alignment  = */ proxy_buft_align,
+            /* .get_max_size   = */ NULL,
+            /* .get_alloc_size = */ NULL,
+            /* .is_host        = */ NULL,
+        };
+        d->proxy_bufts[r].context = &d->proxy_ctx[r];
+        d->proxies[r].iface = proxy_i;
+        d->proxies[r].context = &d->proxy_ctx[r];
+    }
+    return BT_OK;
+}
+
+static enum bt_status make_sched(bt_dist *d) {
+    bt_backend_t list[BT_SCHED_MAX_BACKENDS];
+    if (d->size > BT_SCHED_MAX_BACKENDS)
+        return fail(d, BT_ERR_CAPACITY, "%d ranks: at most %d are supported (BT_SCHED_MAX_BACKENDS)", d->size,
+                    BT_SCHED_MAX_BACKENDS);
+    for (int r = 0; r < d->size; r++) list[r] = &d->proxies[r];
+    d->sched = bt_sched_new(list, NULL, d->size, (size_t)(d->graph->n_nodes + d->graph->n_leafs) + 64, d->n_copies);
+    if (!d->sched) return fail(d, BT_ERR_NOMEM, "cannot create the splitter");
+    return BT_OK;
+}
+
+/* Split with every node and leaf pinned to its owner: every rank derives the
+ * same splits from the broadcast owners. */
+static enum bt_status split_pinned(bt_dist *d) {
+    struct bt_graph *g = d->graph;
+    for (int i = 0; i < g->n_leafs; i++) bt_sched_set_tensor_backend(d->sched, g->leafs[i], &d->proxies[d->leaf_owner[i]]);
+    for (int i = 0; i < g->n_nodes; i++) bt_sched_set_tensor_backend(d->sched, g->nodes[i], &d->proxies[d->node_owner[i]]);
+    enum bt_status st = bt_sched_split_graph(d->sched, g);
+    if (st != BT_OK) return fail(d, st, "%s", bt_sched_error(d->sched));
+    return BT_OK;
+}
+
+static int split_of_node(bt_dist *d, int i) {
+    const int n = bt_sched_get_n_splits(d->sched);
+    for (int s = 0; s < n; s++) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        if (i >= sp->i_start && i < sp->i_end) return s;
+    }
+    return -1;
+}
+
+/* The split that computes t's data on its owner (-1: a leaf). */
+static int producer_split(bt_dist *d, const struct bt_tensor *t) {
+    const struct bt_tensor *base = t->view_src ? t->view_src : t;
+    const int i = node_index(d, base);
+    if (i < 0) return -1;
+    return split_of_node(d, i);
+}
+
+static int owner_of(const bt_dist *d, const struct bt_tensor *t) {
+    const int i = node_index(d, t);
+    if (i == INT32_MIN) return -1;
+    return i >= 0 ? d->node_owner[i] : d->leaf_owner[-i - 1];
+}
+
+int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t) {
+    if (!d->planned) return -1;
+    return owner_of(d, t);
+}
+
+static enum bt_status add_xfer(bt_dist *d, struct bt_tensor *t, int src, int dst, int consumer) {
+    struct xfer *nx = realloc(d->xfers, sizeof *nx * (size_t)(d->n_xfers + 1));
+    if (!nx) return fail(d, BT_ERR_NOMEM, "out of memory");
+    d->xfers = nx;
+    struct xfer *x = &d->xfers[d->n_xfers];
+    memset(x, 0, sizeof *x);
+    x->tensor = t;
+    x->src = src;
+    x->dst = dst;
+    x->producer = producer_split(d, t);
+    x->consumer = consumer;
+    x->bytes = bt_nbytes(t);
+    x->tag0 = d->n_xfers * d->n_copies;
+    if (x->tag0 + d->n_copies - 1 > BT_TRANSPORT_MAX_TAG)
+        return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots exceed the transport's %d tags", d->n_xfers + 1,
+                    d->n_copies, BT_TRANSPORT_MAX_TAG);
+    if (consumer >= 0)
+        for (int c = 0; c < d->n_copies; c++) x->copies[c] = bt_sched_get_tensor_copy(d->sched, t, dst, c);
+    d->n_xfers++;
+    return BT_OK;
+}
+
+static enum bt_status find_transfers(bt_dist *d) {
+    const int n = bt_sched_get_n_splits(d->sched);
+    for (int s = 0; s < n; s++) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        for (int j = 0; j < sp->n_inputs; j++) {
+            struct bt_tensor *in = sp->inputs[j];
+            enum bt_status st = add_xfer(d, in, owner_of(d, in), sp->backend_id, s);
+            if (st != BT_OK) return st;
+        }
+    }
+    for (int i = 0; i < d->graph->n_nodes; i++) {
+        struct bt_tensor *t = d->graph->nodes[i];
+        if (!(t->flags & BT_TENSOR_FLAG_OUTPUT)) continue;
+        const int owner = d->node_owner[i];
+        if (owner != 0) {
+            enum bt_status st = add_xfer(d, t, owner, 0, -1);
+            if (st != BT_OK) return st;
+        } else if (d->rank == 0) {
+            struct local_output *nl = realloc(d->louts, sizeof *nl * (size_t)(d->n_louts + 1));
+            if (!nl) return fail(d, BT_ERR_NOMEM, "out of memory");
+            d->louts = nl;
+            d->louts[d->n_louts++] = (struct local_output){t, producer_split(d, t), bt_nbytes(t), {0}};
+        }
+    }
+    return BT_OK;
+}
+
+static size_t physical_memory(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
+}
+
+/* Rank 0: placement, then owners for every node and leaf. */
+static enum bt_status master_plan(bt_dist *d) {
+    struct bt_graph *g = d->graph;
+    struct layer_costs lc;
+    char err[256] = "";
+    enum bt_status st = layer_costs_make(g, &lc, err, sizeof err);
+    if (st != BT_OK) {
+        layer_costs_free(&lc);
+        return fail(d, st, "planning: %s", err);
+    }
+    d->n_layers = lc.L;
+    st = place_layers(&lc, d->descs, d->size, &d->opt, d->layer_first, d->layer_last, d->predicted_s, err, sizeof err);
+    if (st != BT_OK) {
+        layer_costs_free(&lc);
+        return fail(d, st, "placement: %s", err);
+    }
+    /* weights by layer (or pin), inputs on rank 0 */
+    for (int i = 0; i < g->n_leafs; i++) {
+        struct bt_tensor *t = g->leafs[i];
+        int owner = -1;
+        if (lc.weight_layer[i] != INT32_MIN) {
+            owner = rank_of_layer(lc.weight_layer[i] >= lc.L ? lc.L : lc.weight_layer[i], d->layer_first,
+                                  d->layer_last, d->size);
+            if (lc.weight_layer[i] >= lc.L) owner = d->size - 1;
+            for (int p = 0; p < d->opt.n_pins; p++)
+                if (fnmatch(d->opt.pins[p].pattern, t->name, 0) == 0) owner = d->opt.pins[p].rank;
+        } else if (t->flags & BT_TENSOR_FLAG_INPUT) {
+            owner = 0;
+        }
+        if (owner >= 0) bt_sched_set_tensor_backend(d->sched, t, &d->proxies[owner]);
+    }
+    layer_costs_free(&lc);
+    st = bt_sched_split_graph(d->sched, g);
+    if (st != BT_OK) return fail(d, st, "splitter: %s", bt_sched_error(d->sched));
+    for (int i = 0; i < g->n_leafs; i++) d->leaf_owner[i] = bt_sched_get_backend_id(d->sched, g->leafs[i]);
+    for (int i = 0; i < g->n_nodes; i++) d->node_owner[i] = bt_sched_get_backend_id(d->sched, g->nodes[i]);
+    for (int i = 0; i < g->n_leafs; i++)
+        if (d->leaf_owner[i] < 0) d->leaf_owner[i] = 0; /* unused leaf */
+    return BT_OK;
+}
+
+/* This rank's memory: its weights, then its compute graph. */
+static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
+    struct bt_graph *g = d->graph;
+    bt_buffer_type_t buft = bt_backend_get_default_buffer_type(d->backend);
+    const size_t align = bt_buft_get_alignment(buft);
+    /* weights */
+    size_t wbytes = 0;
+    int n_w = 0;
+    for (int i = 0; i < g->n_leafs; i++) {
+        struct bt_tensor *t = g->leafs[i];
+        if (d->leaf_owner[i] != d->rank || t->data || !(t->flags & BT_TENSOR_FLAG_WEIGHT)) continue;
+        wbytes += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
+        n_w++;
+    }
+    if (wbytes > 0) {
+        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
+        if (!d->weight_buf)
+            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
+                        (double)wbytes / 1048576.0, bt_backend_name(d->backend));
+        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
+        uint8_t *p = bt_buffer_get_base(d->weight_buf);
+        for (int i = 0; i < g->n_leafs; i++) {
+            struct bt_tensor *t = g->leafs[i];
+            if (d->leaf_owner[i] != d->rank || t->data || !(t->flags & BT_TENSOR_FLAG_WEIGHT)) continue;
+            bt_tensor_alloc(d->weight_buf, t, p);
+            p += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
+            if (init) init(t, user);
+        }
+    }
+    d->stats.weight_bytes = (int64_t)wbytes;
+    d->stats.n_weights = n_w;
+
+    /* slots keep their memory; tensors sent away are not reused before sent */
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst == d->rank && xf->consumer >= 0)
+            for (int c = 0; c < d->n_copies; c++) xf->copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
+        if (xf->src == d->rank) {
+            struct bt_tensor *base = xf->tensor->view_src ? xf->tensor->view_src : xf->tensor;
+            base->flags |= BT_TENSOR_FLAG_OUTPUT;
+        }
+    }
+
+    /* the local graph: my splits' nodes, my leafs, my receive slots */
+    const int cap = g->n_nodes + g->n_leafs + d->n_xfers * d->n_copies + 8;
+    d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
+    d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
+    if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "out of memory");
+    d->local.size = cap;
+    d->local.ctx = g->ctx;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst != d->rank || xf->consumer < 0) continue;
+        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = xf->copies[c];
+    }
+    for (int i = 0; i < g->n_leafs; i++)
+        if (d->leaf_owner[i] == d->rank && !g->leafs[i]->data) d->local.leafs[d->local.n_leafs++] = g->leafs[i];
+    int n_mine = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (d->node_owner[i] != d->rank) continue;
+        d->local.nodes[d->local.n_nodes++] = g->nodes[i];
+        if (!bt_op_is_view(g->nodes[i]->op)) n_mine++;
+    }
+    d->stats.n_nodes = n_mine;
+    d->galloc = bt_gallocr_new(buft);
+    if (!d->galloc) return fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
+        return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
+    d->stats.compute_bytes = (int64_t)bt_gallocr_get_buffer_size(d->galloc, 0);
+
+    /* send slots, output rings; the first n_copies receives */
+    int64_t slot_bytes = 0;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        for (int c = 0; c < d->n_copies; c++) {
+            if (xf->src == d->rank) {
+                if (posix_memalign(&xf->stage[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
+                    return fail(d, BT_ERR_NOMEM, "out of memory for send slots");
+                slot_bytes += (int64_t)xf->bytes;
+            }
+            if (xf->dst == d->rank && xf->consumer < 0) {
+                if (posix_memalign(&xf->ring[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
+                    return fail(d, BT_ERR_NOMEM, "out of memory for output slots");
+                slot_bytes += (int64_t)xf->bytes;
+            }
+            if (xf->dst == d->rank && xf->consumer >= 0) slot_bytes += (int64_t)xf->bytes;
+        }
+    }
+    for (int i = 0; i < d->n_louts; i++) {
+        for (int c = 0; c < d->n_copies; c++) {
+            if (posix_memalign(&d->louts[i].ring[c], BT_MEM_ALIGN, d->louts[i].bytes ? d->louts[i].bytes : 1) != 0)
+                return fail(d, BT_ERR_NOMEM, "out of memory for output slots");
+            slot_bytes += (int64_t)d->louts[i].bytes;
+        }
+    }
+    d->stats.slot_bytes = slot_bytes;
+    d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + slot_bytes;
+    return BT_OK;
+}
+
+static enum bt_status post_recv(bt_dist *d, struct xfer *xf, int c, int64_t k) {
+    void *buf = xf->consumer >= 0 ? xf->copies[c]->data : xf->ring[c];
+    enum bt_status st = bt_transport_irecv(d->t, buf, xf->bytes, xf->src, xf->tag0 + c, &xf->recv[c]);
+    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    xf->recv_k[c] = k;
+    return BT_OK;
+}
+
+static enum bt_status describe_and_gather(bt_dist *d) {
+    const int P = d->size, N = d->graph->n_nodes;
+    struct bt_rank_desc mine;
+    memset(&mine, 0, sizeof mine);
+    snprintf(mine.backend, sizeof mine.backend, "%s", bt_backend_name(d->backend));
+    mine.mem_bytes = d->opt.mem_limit > 0 ? d->opt.mem_limit
+                                          : (int64_t)(physical_memory() / (size_t)(d->t->local_size > 0 ? d->t->local_size : 1));
+    mine.gflops = bt_backend_measure_gflops(d->backend);
+    uint8_t *sup = malloc((size_t)N + 1);
+    if (!sup) return fail(d, BT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < N; i++) sup[i] = bt_backend_supports_op(d->backend, d->graph->nodes[i]) ? 1 : 0;
+    if (d->rank == 0) {
+        d->descs = calloc((size_t)P, sizeof *d->descs);
+        d->support = malloc((size_t)P * (size_t)N + 1);
+        if (!d->descs || !d->support) {
+            free(sup);
+            return fail(d, BT_ERR_NOMEM, "out of memory");
+        }
+    }
+    enum bt_status st = d->t->iface.gather(d->t, &mine, sizeof mine, d->descs, 0);
+    if (st == BT_OK && N > 0) st = d->t->iface.gather(d->t, sup, (size_t)N, d->support, 0);
+    free(sup);
+    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    return BT_OK;
+}
+
+enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_init_fn init, void *user) {
+    if (d->planned) release_plan(d);
+    d->graph = graph;
+    d->err[0] = '\0';
+    const int P = d->size;
+    enum bt_status st = BT_OK;
+
+    /* 1. every rank must have built the same graph */
+    int64_t h[3] = {(int64_t)bt_graph_hash(graph), graph->n_nodes, graph->n_leafs};
+    int64_t h0[3] = {h[0], h[1], h[2]};
+    if (d->t->iface.bcast(d->t, h0, sizeof h0, 0) != BT_OK) return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    if (memcmp(h, h0, sizeof h) != 0)
+        st = fail(d, BT_ERR_MISMATCH,
+                  "rank %d built a different graph than rank 0 (hash %016llx, %lld nodes, %lld leafs; rank 0: "
+                  "%016llx, %lld nodes, %lld leafs): every rank must build the same model with the same options",
+                  d->rank, (unsigned long long)h[0], (long long)h[1], (long long)h[2], (unsigned long long)h0[0],
+                  (long long)h0[1], (long long)h0[2]);
+    st = agree(d, st);
+    if (st != BT_OK) return st;
+
+    /* lookups from the graph's visited set */
+    if (graph->visited.size == 0) return fail(d, BT_ERR_INVALID, "bt_dist_plan needs a full graph, not a view");
+    d->slot_index = malloc(sizeof(int64_t) * graph->visited.size);
+    d->node_owner = malloc(sizeof(int) * (size_t)(graph->n_nodes + 1));
+    d->leaf_owner = malloc(sizeof(int) * (size_t)(graph->n_leafs + 1));
+    d->layer_first = malloc(sizeof(int) * (size_t)P);
+    d->layer_last = malloc(sizeof(int) * (size_t)P);
+    d->predicted_s = calloc((size_t)P, sizeof(double));
+    if (!d->slot_index || !d->node_owner || !d->leaf_owner || !d->layer_first || !d->layer_last || !d->predicted_s)
+        st = fail(d, BT_ERR_NOMEM, "out of memory");
+    if (st == BT_OK) {
+        for (int i = 0; i < graph->n_nodes; i++) d->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
+        for (int i = 0; i < graph->n_leafs; i++)
+            d->slot_index[bt_hash_find(&graph->visited, graph->leafs[i])] = -(int64_t)i - 1;
+        st = make_proxies(d);
+    }
+    st = agree(d, st);
+    if (st != BT_OK) {
+        release_plan(d);
+        return st;
+    }
+
+    /* 2. descriptions to rank 0; 3. rank 0 plans */
+    st = describe_and_gather(d);
+    if (st == BT_OK && d->rank == 0) {
+        st = make_sched(d);
+        if (st == BT_OK) st = master_plan(d);
+        if (st == BT_OK) {
+            bt_sched_free(d->sched); /* re-derived below like every other rank */
+            d->sched = NULL;
+        }
+    }
+    st = agree(d, st);
+    if (st != BT_OK) {
+        release_plan(d);
+        return st;
+    }
+    if (d->t->iface.bcast(d->t, d->node_owner, sizeof(int) * (size_t)graph->n_nodes, 0) != BT_OK ||
+        d->t->iface.bcast(d->t, d->leaf_owner, sizeof(int) * (size_t)graph->n_leafs, 0) != BT_OK ||
+        d->t->iface.bcast(d->t, d->layer_first, sizeof(int) * (size_t)P, 0) != BT_OK ||
+        d->t->iface.bcast(d->t, d->layer_last, sizeof(int) * (size_t)P, 0) != BT_OK) {
+        release_plan(d);
+        return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    }
+
+    /* 4. every rank: the same splits from the owners; transfers; memory */
+    if (d->rank != 0) {
+        d->support = malloc((size_t)graph->n_nodes + 1);
+        if (!d->support) st = fail(d, BT_ERR_NOMEM, "out of memory");
+        else memset(d->support, 1, (size_t)graph->n_nodes + 1);
+    } else {
+        /* pinned owners are supported by construction */
+        memset(d->support, 1, (size_t)P * (size_t)graph->n_nodes + 1);
+    }
+    if (d->rank != 0 && d->support) {
+        /* a proxy reads support[rank * n + i]: give every rank a full table */
+        uint8_t *full = malloc((size_t)P * (size_t)graph->n_nodes + 1);
+        if (!full) st = fail(d, BT_ERR_NOMEM, "out of memory");
+        else {
+            memset(full, 1, (size_t)P * (size_t)graph->n_nodes + 1);
+            free(d->support);
+            d->support = full;
+        }
+    }
+    if (st == BT_OK) st = make_sched(d);
+    if (st == BT_OK) st = split_pinned(d);
+    if (st == BT_OK) st = find_transfers(d);
+    if (st == BT_OK) st = allocate_local(d, init, user);
+    if (st == BT_OK) {
+        int n = 0;
+        for (int s = 0; s < bt_sched_get_n_splits(d->sched); s++)
+            if (bt_sched_get_split(d->sched, s)->backend_id == d->rank) n++;
+        d->stats.n_splits = n;
+        d->stats.first_layer = d->layer_first[d->rank];
+        d->stats.last_layer = d->layer_last[d->rank];
+    }
+    st = agree(d, st);
+    if (st != BT_OK) {
+        release_plan(d);
+        return st;
+    }
+    /* 5. the first n_copies receives of every incoming transfer */
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst != d->rank || xf->consumer < 0) continue;
+        for (int c = 0; c < d->n_copies && st == BT_OK; c++) st = post_recv(d, xf, c, c);
+    }
+    st = agree(d, st);
+    if (st != BT_OK) {
+        release_plan(d);
+        return st;
+    }
+    d->planned = true;
+    d->k_next = 0;
+    if (d->opt.verbose && d->rank == 0) bt_dist_print_plan(d, stderr);
+    return BT_OK;
+}
+
+/* ---- the pipeline --------------------------------------------------------------------- */
+
+/* Wait for a request without holding a core: test, yield, then short naps. */
+static enum bt_status wait_req(bt_dist *d, bt_treq *r) {
+    int spins = 0;
+    for (;;) {
+        bool done = false;
+        enum bt_status st = bt_transport_test(d->t, r, &done);
+        if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+        if (done) return BT_OK;
+        if (++spins < 64) {
+            sched_yield();
+        } else {
+            const struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
+    const double t0 = now_s();
+    if (xf->send[c].active) {
+        enum bt_status st = wait_req(d, &xf->send[c]);
+        if (st != BT_OK) return st;
+    }
+    bt_tensor_get(xf->tensor, xf->stage[c], 0, xf->bytes);
+    enum bt_status st = bt_transport_isend(d->t, xf->stage[c], xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    d->stats.bytes_sent += (int64_t)xf->bytes;
+    d->stats.send_s += now_s() - t0;
+    return BT_OK;
+}
+
+enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void *data, size_t size) {
+    if (!d->planned) return fail(d, BT_ERR_INVALID, "set_input before bt_dist_plan");
+    if (d->rank != 0) return BT_OK; /* inputs live on rank 0 */
+    if (!(input->flags & BT_TENSOR_FLAG_INPUT) || owner_of(d, input) != 0)
+        return fail(d, BT_ERR_INVALID, "tensor '%s' is not a graph input", input->name);
+    if (size != bt_nbytes(input))
+        return fail(d, BT_ERR_INVALID, "input '%s' takes %zu bytes, got %zu", input->name, bt_nbytes(input), size);
+    bt_tensor_set(input, data, 0, size);
+    return BT_OK;
+}
+
+/* A run-time failure in the middle of the pipeline cannot be agreed on (the
+ * other ranks are blocked in transfers): print it and stop every rank. */
+static void die(bt_dist *d, enum bt_status st) {
+    fprintf(stderr, "baton: rank %d: %s (%s)\n", d->rank, d->err, bt_status_str(st));
+    d->t->iface.abort(d->t, 1);
+}
+
+enum bt_status bt_dist_submit(bt_dist *d) {
+    if (!d->planned) return fail(d, BT_ERR_INVALID, "submit before bt_dist_plan");
+    const int64_t k = d->k_next;
+    const int c = (int)(k % d->n_copies);
+    if (k == 0) d->wall_start = now_s();
+    bt_sched_set_cur_copy(d->sched, c);
+    enum bt_status st = BT_OK;
+
+    /* rank 0: the outputs of micro-batch k land in slot c */
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst != d->rank || xf->consumer >= 0) continue;
+        if (xf->recv[c].active) st = wait_req(d, &xf->recv[c]);
+        if (st == BT_OK) st = post_recv(d, xf, c, k);
+    }
+    /* leafs other ranks need (inputs on rank 0) */
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->src == d->rank && xf->producer < 0) st = send_xfer(d, xf, c);
+    }
+    const int n_splits = bt_sched_get_n_splits(d->sched);
+    for (int s = 0; s < n_splits && st == BT_OK; s++) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        if (sp->backend_id != d->rank) continue;
+        const double t0 = now_s();
+        for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (xf->dst == d->rank && xf->consumer == s) {
+                st = wait_req(d, &xf->recv[c]);
+                if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
+            }
+        }
+        const double t1 = now_s();
+        d->stats.wait_s += t1 - t0;
+        if (st != BT_OK) break;
+        struct bt_graph view = sp->graph;
+        st = bt_backend_graph_compute(d->backend, &view);
+        d->stats.compute_s += now_s() - t1;
+        if (st != BT_OK) {
+            fail(d, st, "split %d: %s", s, bt_backend_error(d->backend));
+            break;
+        }
+        for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (xf->src == d->rank && xf->producer == s) st = send_xfer(d, xf, c);
+        }
+        for (int i = 0; i < d->n_louts; i++)
+            if (d->louts[i].split == s) bt_tensor_get(d->louts[i].tensor, d->louts[i].ring[c], 0, d->louts[i].bytes);
+    }
+    /* slot c is free again: post the receives of micro-batch k + n_copies */
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, k + d->n_copies);
+    }
+    if (st != BT_OK) die(d, st);
+    d->k_next++;
+    d->stats.micro_batches++;
+    return BT_OK;
+}
+
+enum bt_status bt_dist_get_output(bt_dist *d, int k, const struct bt_tensor *output, void *dst, size_t size) {
+    if (!d->planned) return fail(d, BT_ERR_INVALID, "get_output before bt_dist_plan");
+    if (d->rank != 0) return fail(d, BT_ERR_INVALID, "outputs are read on rank 0");
+    if (k < 0 || k >= d->k_next || k < d->k_next - d->n_copies)
+        return fail(d, BT_ERR_INVALID, "output of micro-batch %d is not available (submitted %lld, %d kept)", k,
+                    (long long)d->k_next, d->n_copies);
+    const int c = k % d->n_copies;
+    for (int i = 0; i < d->n_louts; i++) {
+        if (d->louts[i].tensor != output) continue;
+        if (size != d->louts[i].bytes) return fail(d, BT_ERR_INVALID, "output '%s' has %zu bytes", output->name, d->louts[i].bytes);
+        memcpy(dst, d->louts[i].ring[c], size);
+        return BT_OK;
+    }
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->tensor != output || xf->consumer >= 0) continue;
+        if (size != xf->bytes) return fail(d, BT_ERR_INVALID, "output '%s' has %zu bytes", output->name, xf->bytes);
+        if (xf->recv_k[c] != k) return fail(d, BT_ERR_INVALID, "output of micro-batch %d was overwritten", k);
+        if (xf->recv[c].active) {
+            const double t0 = now_s();
+            enum bt_status st = wait_req(d, &xf->recv[c]);
+            d->stats.wait_s += now_s() - t0;
+            if (st != BT_OK) return st;
+            d->stats.bytes_recv += (int64_t)xf->bytes;
+        }
+        memcpy(dst, xf->ring[c], size);
+        return BT_OK;
+    }
+    return fail(d, BT_ERR_INVALID, "tensor '%s' is not a graph output", output->name);
+}
+
+enum bt_status bt_dist_synchronize(bt_dist *d) {
+    if (!d->planned) return fail(d, BT_ERR_INVALID, "synchronize before bt_dist_plan");
+    enum bt_status st = BT_OK;
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
+            if (xf->src == d->rank && xf->send[c].active) st = wait_req(d, &xf->send[c]);
+            if (st == BT_OK && xf->dst == d->rank && xf->consumer < 0 && xf->recv[c].active) {
+                const double t0 = now_s();
+                st = wait_req(d, &xf->recv[c]);
+                d->stats.wait_s += now_s() - t0;
+                if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
+            }
+        }
+    }
+    bt_backend_synchronize(d->backend);
+    if (d->wall_start > 0) d->stats.wall_s = now_s() - d->wall_start;
+    return st;
+}
+
+/* ---- statistics and the plan in words ------------------------------------------ */
+
+struct bt_dist_stats bt_dist_local_stats(const bt_dist *d) {
+    struct bt_dist_stats s = d->stats;
+    s.bubble = s.wall_s > 0 ? 1.0 - s.compute_s / s.wall_s : 0.0;
+    return s;
+}
+
+void bt_dist_reset_stats(bt_dist *d) {
+    const struct bt_dist_stats keep = d->stats;
+    memset(&d->stats, 0, sizeof d->stats);
+    d->stats.rank = keep.rank;
+    d->stats.n_splits = keep.n_splits;
+    d->stats.weight_bytes = keep.weight_bytes;
+    d->stats.compute_bytes = keep.compute_bytes;
+    d->stats.slot_bytes = keep.slot_bytes;
+    d->stats.peak_bytes = keep.peak_bytes;
+    d->stats.n_nodes = keep.n_nodes;
+    d->stats.n_weights = keep.n_weights;
+    d->stats.first_layer = keep.first_layer;
+    d->stats.last_layer = keep.last_layer;
+    d->wall_start = now_s();
+}
+
+enum bt_status bt_dist_gather_stats(bt_dist *d, struct bt_dist_stats *out) {
+    struct bt_dist_stats s = bt_dist_local_stats(d);
+    enum bt_status st = d->t->iface.gather(d->t, &s, sizeof s, out, 0);
+    return st == BT_OK ? BT_OK : fail(d, st, "%s", d->t->error);
+}
+
+const struct bt_rank_desc *bt_dist_rank_desc(const bt_dist *d, int rank) {
+    return d->descs && rank >= 0 && rank < d->size ? &d->descs[rank] : NULL;
+}
+
+void bt_dist_rank_layers(const bt_dist *d, int rank, int *first, int *last) {
+    *first = d->layer_first ? d->layer_first[rank] : -1;
+    *last = d->layer_last ? d->layer_last[rank] : -1;
+}
+
+void bt_dist_print_plan(const bt_dist *d, FILE *f) {
+    if (!d->planned && !d->sched) return;
+    const int P = d->size;
+    fprintf(f, "plan: %d ranks, %d splits, %d transfers per micro-batch, %d micro-batches in flight\n", P,
+            bt_sched_get_n_splits(d->sched), d->n_xfers, d->n_copies);
+    for (int r = 0; r < P; r++) {
+        int nodes = 0, splits = 0;
+        double wbytes = 0, in_bytes = 0;
+        for (int i = 0; i < d->graph->n_nodes; i++)
+            if (d->node_owner[i] == r && !bt_op_is_view(d->graph->nodes[i]->op)) nodes++;
+        for (int i = 0; i < d->graph->n_leafs; i++)
+            if (d->leaf_owner[i] == r && (d->graph->leafs[i]->flags & BT_TENSOR_FLAG_WEIGHT))
+                wbytes += (double)bt_nbytes(d->graph->leafs[i]);
+        for (int s = 0; s < bt_sched_get_n_splits(d->sched); s++)
+            if (bt_sched_get_split(d->sched, s)->backend_id == r) splits++;
+        for (int x = 0; x < d->n_xfers; x++)
+            if (d->xfers[x].dst == r) in_bytes += (double)d->xfers[x].bytes;
+        fprintf(f, "  rank %d (%s, %.1f GFLOP/s): layers ", r, d->descs ? d->descs[r].backend : "?",
+                d->descs ? d->descs[r].gflops : 0.0);
+        if (d->layer_first[r] >= 0) fprintf(f, "%d-%d", d->layer_first[r], d->layer_last[r]);
+        else fprintf(f, "none");
+        fprintf(f, ", %d splits, %d nodes, weights %.2f MiB, receives %.1f KiB per micro-batch", splits, nodes,
+                wbytes / 1048576.0, in_bytes / 1024.0);
+        if (d->predicted_s) fprintf(f, ", predicted stage %.3f ms", d->predicted_s[r] * 1e3);
+        fprintf(f, "\n");
+    }
+}
+
+/* ---- measuring a backend ------------------------------------------------------------ */
+
+double bt_backend_measure_gflops(bt_backend_t backend) {
+    const int64_t K = 512, M = 512, N = 64;
+    bt_context *ctx = bt_init((struct bt_init_params){bt_tensor_overhead() * 8 + bt_graph_overhead(8), NULL, true});
+    if (!ctx) return 1.0;
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, K, M);
+    struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, K, N);
+    struct bt_tensor *c = bt_mul_mat(ctx, a, b);
+    struct bt_graph *g = bt_graph_new(ctx, 8);
+    double best = 1e30;
+    if (c && g && bt_graph_build_forward_expand(g, c) == BT_OK) {
+        bt_buffer_t buf = bt_alloc_ctx_tensors(ctx, backend);
+        if (buf) {
+            float *tmp = calloc((size_t)(K * M), sizeof(float));
+            if (tmp) {
+                for (int64_t i = 0; i < K * M; i++) tmp[i] = (float)((i * 7) % 13) * 0.01f;
+                bt_tensor_set(a, tmp, 0, bt_nbytes(a));
+                bt_tensor_set(b, tmp, 0, bt_nbytes(b));
+                free(tmp);
+            }
+            for (int it = 0; it < 6; it++) {
+                const double t0 = now_s();
+                if (bt_backend_graph_compute(backend, g) != BT_OK) break;
+                const double dt = now_s() - t0;
+                if (it > 0 && dt < best) best = dt;
+            }
+            bt_buffer_free(buf);
+        }
+    }
+    bt_free(ctx);
+    if (best >= 1e30 || best <= 0) return 1.0;
+    return 2.0 * (double)(K * M * N) / best / 1e9;
+}
+
+/* ---- the plan without running it ------------------------------------------------------ */
+
+enum bt_status bt_dist_plan_offline(struct bt_graph *graph, const struct bt_rank_desc *ranks, int n_ranks,
+                                    const struct bt_dist_options *opt, FILE *out, char *err, size_t errlen) {
+    /* a stand-in transport of n_ranks that is never used to talk */
+    bt_transport fake;
+    memset(&fake, 0, sizeof fake);
+    fake.rank = 0;
+    fake.size = n_ranks;
+    bt_dist *d = bt_dist_new(&fake, NULL, opt);
+    if (!d) return BT_ERR_NOMEM;
+    d->graph = graph;
+    const int P = n_ranks, N = graph->n_nodes;
+    enum bt_status st = BT_OK;
+    d->slot_index = malloc(sizeof(int64_t) * graph->visited.size);
+    d->node_owner = malloc(sizeof(int) * (size_t)(N + 1));
+    d->leaf_owner = malloc(sizeof(int) * (size_t)(graph->n_leafs + 1));
+    d->layer_first = malloc(sizeof(int) * (size_t)P);
+    d->layer_last = malloc(sizeof(int) * (size_t)P);
+    d->predicted_s = calloc((size_t)P, sizeof(double));
+    d->descs = malloc(sizeof *d->descs * (size_t)P);
+    d->support = malloc((size_t)P * (size_t)N + 1);
+    if (!d->slot_index || !d->node_owner || !d->leaf_owner || !d->layer_first || !d->layer_last ||
+        !d->predicted_s || !d->descs || !d->support) {
+        st = fail(d, BT_ERR_NOMEM, "out of memory");
+    } else {
+        for (int i = 0; i < N; i++) d->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
+        for (int i = 0; i < graph->n_leafs; i++)
+            d->slot_index[bt_hash_find(&graph->visited, graph->leafs[i])] = -(int64_t)i - 1;
+        memcpy(d->descs, ranks, sizeof *d->descs * (size_t)P);
+        memset(d->support, 1, (size_t)P * (size_t)N + 1);
+        st = make_proxies(d);
+        if (st == BT_OK) st = make_sched(d);
+        if (st == BT_OK) st = master_plan(d);
+        if (st == BT_OK) {
+            /* transfers, as every rank would derive them */
+            bt_sched_free(d->sched);
+            d->sched = NULL;
+            st = make_sched(d);
+            if (st == BT_OK) st = split_pinned(d);
+            if (st == BT_OK) st = find_transfers(d);
+        }
+        if (st == BT_OK) {
+            d->planned = true;
+            bt_dist_print_plan(d, out);
+        }
+    }
+    if (st != BT_OK) snprintf(err, errlen, "%s", d->err);
+    d->planned = false;
+    release_plan(d);
+    free(d);
+    return st;
+}

@@ -1,0 +1,28 @@
+/* backend_limited.h - "cpu-limited", a backend for tests only: CPU kernels
+ * behind its own buffer type (which the CPU backend treats as incompatible,
+ * as it would a GPU's) and a supports_op that refuses a chosen set of ops.
+ * With it, graphs really split and inputs are really copied, without a GPU.
+ * It counts its asynchronous uploads so tests can check what was copied. */
+#ifndef BATON_TEST_BACKEND_LIMITED_H
+#define BATON_TEST_BACKEND_LIMITED_H
+
+#include "backend.h"
+
+struct bt_limited_stats {
+    uint64_t set_async_calls; /* bt_backend_tensor_set_async into this backend */
+    uint64_t set_async_bytes;
+    uint64_t buffer_sets;     /* synchronous sets into its buffers */
+    uint64_t buffer_set_bytes;
+    uint64_t graph_computes;
+    uint64_t nodes_computed;
+    uint64_t events_recorded;
+};
+
+/* name: shown in plans ("LIMITED0"); refused: ops it will not run. */
+bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused);
+bool bt_backend_is_limited(bt_backend_t backend);
+void bt_backend_limited_refuse(bt_backend_t backend, enum bt_op op, bool refuse);
+struct bt_limited_stats bt_backend_limited_stats(bt_backend_t backend);
+void bt_backend_limited_reset_stats(bt_backend_t backend);
+
+#endif

@@ -1,0 +1,286 @@
+/* mpi_test_dist.c - the distributed pipeline under mpiexec (1 to 4 ranks):
+ * bitwise equality with a one-process run for every FFN kind, n_copies and
+ * micro-batch count; ownership of nodes and weights; graph mismatch. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baton.h"
+#include "dist.h"
+#include "model/model.h"
+#include "transport.h"
+
+static bt_transport *T;
+
+/* ---- the one-process reference ---------------------------------------------- */
+
+struct reference {
+    struct bt_model *m;
+    bt_backend_t cpu;
+    bt_buffer_t wbuf;
+    bt_context *ctx;
+    struct bt_model_graph g;
+};
+
+static void reference_init(struct reference *r, const struct bt_model_config *cfg) {
+    memset(r, 0, sizeof *r);
+    r->m = bt_model_new(cfg);
+    ck_assert_ptr_nonnull(r->m);
+    r->cpu = bt_backend_cpu_init(1);
+    ck_assert_ptr_nonnull(r->cpu);
+    r->wbuf = bt_alloc_ctx_tensors(bt_model_context(r->m), r->cpu);
+    ck_assert_ptr_nonnull(r->wbuf);
+    bt_model_init_weights(r->m);
+    /* a context with data: the graph's tensors are computed in place */
+    const size_t graph_bytes = 64u << 20;
+    r->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg) + graph_bytes, NULL, false});
+    ck_assert_ptr_nonnull(r->ctx);
+    ck_assert_int_eq(bt_model_build_graph(r->m, r->ctx, &r->g), BT_OK);
+}
+
+static void reference_run(struct reference *r, int k, float *logits) {
+    bt_model_set_inputs(r->m, &r->g, k);
+    ck_assert_int_eq(bt_backend_graph_compute(r->cpu, r->g.graph), BT_OK);
+    bt_tensor_get(r->g.logits, logits, 0, bt_nbytes(r->g.logits));
+}
+
+static void reference_free(struct reference *r) {
+    bt_free(r->ctx);
+    bt_buffer_free(r->wbuf);
+    bt_backend_free(r->cpu);
+    bt_model_free(r->m);
+}
+
+/* ---- the distributed run ----------------------------------------------------------- */
+
+struct distributed {
+    struct bt_model *m;
+    bt_backend_t cpu;
+    bt_context *ctx;
+    struct bt_model_graph g;
+    bt_dist *d;
+    /* rank 0 keeps a data copy of the inputs for each micro-batch */
+    struct reference inputs;
+};
+
+static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }
+
+static enum bt_status distributed_init(struct distributed *x, const struct bt_model_config *cfg, int n_copies) {
+    memset(x, 0, sizeof *x);
+    x->m = bt_model_new(cfg);
+    ck_assert_ptr_nonnull(x->m);
+    x->cpu = bt_backend_cpu_init(1);
+    x->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
+    ck_assert_ptr_nonnull(x->ctx);
+    ck_assert_int_eq(bt_model_build_graph(x->m, x->ctx, &x->g), BT_OK);
+    struct bt_dist_options opt = {.n_copies = n_copies};
+    x->d = bt_dist_new(T, x->cpu, &opt);
+    ck_assert_ptr_nonnull(x->d);
+    return bt_dist_plan(x->d, x->g.graph, init_weight, x->m);
+}
+
+static void distributed_free(struct distributed *x) {
+    bt_dist_free(x->d);
+    bt_free(x->ctx);
+    bt_backend_free(x->cpu);
+    bt_model_free(x->m);
+}
+
+/* inputs of micro-batch k, as the model writes them; they live on rank 0 */
+static void set_inputs(struct distributed *x, const struct bt_model_config *cfg, int k) {
+    (void)cfg;
+    if (T->rank == 0) bt_model_set_inputs(x->m, &x->g, k);
+}
+
+/* M micro-batches through the pipeline; outputs read n_copies-1 behind, as a
+ * streaming user would; every output bitwise equal to the reference. */
+static void check_pipeline(enum bt_ffn_kind kind, int n_copies, int M) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = kind;
+    cfg.n_layers = 4;
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    struct distributed x;
+    ck_assert_msg(distributed_init(&x, &cfg, n_copies) == BT_OK, "plan: %s", bt_dist_error(x.d));
+
+    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
+    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
+    int checked = 0;
+    for (int k = 0; k < M; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+        const int ready = k - (n_copies - 1);
+        if (ready >= 0 && T->rank == 0) {
+            reference_run(&ref, ready, want);
+            ck_assert_msg(bt_dist_get_output(x.d, ready, x.g.logits, got, n_logits * sizeof(float)) == BT_OK, "%s",
+                          bt_dist_error(x.d));
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0,
+                          "%s, n_copies %d: micro-batch %d differs from the one-process run",
+                          bt_ffn_kind_name(kind), n_copies, ready);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    if (T->rank == 0) {
+        for (int k = M - n_copies + 1 > 0 ? M - n_copies + 1 : 0; k < M; k++) {
+            reference_run(&ref, k, want);
+            ck_assert_int_eq(bt_dist_get_output(x.d, k, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "%s, n_copies %d: micro-batch %d differs",
+                          bt_ffn_kind_name(kind), n_copies, k);
+            checked++;
+        }
+        ck_assert_int_eq(checked, M);
+        /* distinct inputs give distinct outputs: the check can fail */
+        if (M > 1) {
+            reference_run(&ref, 0, want);
+            ck_assert_int_ne(memcmp(want, got, n_logits * sizeof(float)), 0);
+        }
+    }
+    free(want);
+    free(got);
+    distributed_free(&x);
+    reference_free(&ref);
+}
+
+START_TEST(test_pipeline_kinds) {
+    const enum bt_ffn_kind kinds[] = {BT_FFN_MLP, BT_FFN_MOE_DENSE, BT_FFN_MOE_TOPK, BT_FFN_MOE_SHARED};
+    const int copies[] = {1, 2, 4};
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++) check_pipeline(kinds[i], copies[c], 8);
+}
+END_TEST
+
+START_TEST(test_pipeline_micro_batch_counts) {
+    for (int M = 1; M <= 8; M++) check_pipeline(BT_FFN_MOE_SHARED, 2, M);
+    check_pipeline(BT_FFN_MOE_TOPK, 4, 3); /* fewer micro-batches than slots */
+}
+END_TEST
+
+/* Every node on exactly one rank; each rank holds exactly its own weights. */
+START_TEST(test_ownership) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.n_layers = 5;
+    struct distributed x;
+    ck_assert_msg(distributed_init(&x, &cfg, 2) == BT_OK, "%s", bt_dist_error(x.d));
+    const struct bt_graph *g = x.g.graph;
+    int64_t mine = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const int o = bt_dist_owner(x.d, g->nodes[i]);
+        ck_assert_msg(o >= 0 && o < T->size, "node %s has owner %d", g->nodes[i]->name, o);
+    }
+    for (int i = 0; i < g->n_leafs; i++) {
+        const struct bt_tensor *l = g->leafs[i];
+        if (!(l->flags & BT_TENSOR_FLAG_WEIGHT)) continue;
+        const int o = bt_dist_owner(x.d, l);
+        ck_assert(o >= 0 && o < T->size);
+        if (o == T->rank) {
+            ck_assert_msg(l->data != NULL, "own weight %s has no data", l->name);
+            mine += (int64_t)bt_nbytes(l);
+        } else {
+            ck_assert_msg(l->data == NULL, "rank %d holds %s of rank %d", T->rank, l->name, o);
+        }
+    }
+    const struct bt_dist_stats s = bt_dist_local_stats(x.d);
+    /* the weight buffer is the weights, each rounded up to the alignment */
+    ck_assert_int_ge(s.weight_bytes, mine);
+    ck_assert_int_lt(s.weight_bytes, mine + 64 * (int64_t)(s.n_weights + 1));
+    /* all ranks together hold every weight once */
+    int64_t total_bytes = 0;
+    struct bt_dist_stats *all = calloc((size_t)T->size, sizeof *all);
+    ck_assert_int_eq(bt_dist_gather_stats(x.d, all), BT_OK);
+    if (T->rank == 0) {
+        int64_t want = 0;
+        for (int i = 0; i < g->n_leafs; i++)
+            if (g->leafs[i]->flags & BT_TENSOR_FLAG_WEIGHT) want += (int64_t)bt_nbytes(g->leafs[i]);
+        int nodes = 0;
+        for (int r = 0; r < T->size; r++) {
+            total_bytes += all[r].weight_bytes;
+            nodes += all[r].n_nodes;
+            if (T->size <= cfg.n_layers) ck_assert_msg(all[r].first_layer >= 0, "rank %d holds no layer", r);
+        }
+        ck_assert_int_ge(total_bytes, want);
+        ck_assert_int_lt(total_bytes, want + 64 * 200);
+        int want_nodes = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!bt_op_is_view(g->nodes[i]->op)) want_nodes++;
+        ck_assert_int_eq(nodes, want_nodes);
+    }
+    free(all);
+    distributed_free(&x);
+}
+END_TEST
+
+/* Ranks that build different graphs: one clear error on every rank. */
+START_TEST(test_graph_mismatch) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    if (T->rank == T->size - 1 && T->size > 1) cfg.d_ff *= 2;
+    struct distributed x;
+    const enum bt_status st = distributed_init(&x, &cfg, 2);
+    if (T->size > 1) {
+        ck_assert_int_eq(st, BT_ERR_MISMATCH);
+        ck_assert_msg(strstr(bt_dist_error(x.d), "different graph") != NULL, "message: %s", bt_dist_error(x.d));
+        char want[32];
+        snprintf(want, sizeof want, "rank %d ", T->size - 1);
+        ck_assert_msg(strstr(bt_dist_error(x.d), want) != NULL, "message names the rank: %s", bt_dist_error(x.d));
+    } else {
+        ck_assert_int_eq(st, BT_OK);
+    }
+    distributed_free(&x);
+}
+END_TEST
+
+/* Outputs outside the kept window and inputs of the wrong size are errors. */
+START_TEST(test_api_errors) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    struct distributed x;
+    ck_assert_int_eq(distributed_init(&x, &cfg, 2), BT_OK);
+    if (T->rank == 0) {
+        int32_t tok[2] = {0, 0}; /* the model has more tokens */
+        ck_assert_int_eq(bt_dist_set_input(x.d, x.g.tokens, tok, sizeof tok), BT_ERR_INVALID);
+        ck_assert_ptr_nonnull(strstr(bt_dist_error(x.d), "bytes"));
+        float f;
+        ck_assert_int_eq(bt_dist_get_output(x.d, 0, x.g.logits, &f, sizeof f), BT_ERR_INVALID);
+    }
+    for (int k = 0; k < 4; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    if (T->rank == 0) {
+        const size_t n = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens * sizeof(float);
+        float *buf = malloc(n);
+        ck_assert_int_eq(bt_dist_get_output(x.d, 1, x.g.logits, buf, n), BT_ERR_INVALID); /* overwritten */
+        ck_assert_int_eq(bt_dist_get_output(x.d, 3, x.g.logits, buf, n), BT_OK);
+        free(buf);
+    }
+    distributed_free(&x);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    T = bt_transport_mpi_init(&argc, &argv, 50);
+    if (!T) return 1;
+    Suite *s = suite_create("dist");
+    TCase *tc = tcase_create("pipeline");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_graph_mismatch);
+    tcase_add_test(tc, test_ownership);
+    tcase_add_test(tc, test_api_errors);
+    tcase_add_test(tc, test_pipeline_kinds);
+    tcase_add_test(tc, test_pipeline_micro_batch_counts);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
+    srunner_run_all(sr, T->rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    /* every rank's verdict decides the exit code */
+    int64_t f = failed;
+    T->iface.allreduce_max(T, &f, 1);
+    bt_transport_mpi_finalize(T);
+    return f == 0 ? 0 : 1;
+}

@@ -1,0 +1,300 @@
+/* mpi.c - the MPI transport: non-blocking point-to-point over
+ * MPI_COMM_WORLD, collectives for the control plane, and a progress thread.
+ *
+ * Why a progress thread: with Open MPI's shared-memory copy-in/copy-out path
+ * (and rendezvous for large messages in general) an MPI_Isend only moves data
+ * while some thread of the sender calls into MPI.  A pipeline stage that posts
+ * its sends and starts computing the next micro-batch would stall the next
+ * stage for a whole compute.  The thread calls MPI_Iprobe on a private
+ * communicator (which runs MPI's progress engine without touching baton's
+ * requests) every `progress_us` microseconds while requests are outstanding,
+ * and sleeps otherwise, so an idle rank holds no core. */
+#include <errno.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "transport.h"
+
+struct mpi_ctx {
+    MPI_Comm comm;       /* baton's traffic */
+    MPI_Comm probe_comm; /* never carries a message: for the progress thread */
+    bool we_initialised;
+    int thread_level;
+
+    pthread_t progress;
+    bool progress_running;
+    int progress_us;
+    atomic_int outstanding;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((bt_treq *)0)->opaque), "MPI_Request must fit in bt_treq");
+
+static MPI_Request *req_handle(bt_treq *r) { return (MPI_Request *)(void *)r->opaque; }
+
+static enum bt_status mpi_fail(bt_transport *t, int rc, const char *what, int peer) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    snprintf(t->error, sizeof t->error, "rank %d: %s (peer %d): %.300s", t->rank, what, peer, msg);
+    return BT_ERR_COMM;
+}
+
+static void *progress_main(void *arg) {
+    bt_transport *t = arg;
+    struct mpi_ctx *m = t->context;
+    const struct timespec nap = {0, (long)m->progress_us * 1000L};
+    while (!atomic_load(&m->stop)) {
+        if (atomic_load(&m->outstanding) <= 0) {
+            pthread_mutex_lock(&m->mu);
+            while (atomic_load(&m->outstanding) <= 0 && !atomic_load(&m->stop)) pthread_cond_wait(&m->cv, &m->mu);
+            pthread_mutex_unlock(&m->mu);
+            continue;
+        }
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->probe_comm, &flag, MPI_STATUS_IGNORE);
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+void bt_transport_mpi_hold_progress(bt_transport *t, int delta) {
+    struct mpi_ctx *m = t->context;
+    if (!m->progress_running) return;
+    const int before = atomic_fetch_add(&m->outstanding, delta);
+    if (before <= 0 && before + delta > 0) {
+        pthread_mutex_lock(&m->mu);
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+static const char *mpi_name(bt_transport *t) {
+    (void)t;
+    return "mpi";
+}
+
+static enum bt_status check_count(bt_transport *t, size_t bytes, int peer, int tag) {
+    if (bytes > (size_t)INT32_MAX) {
+        snprintf(t->error, sizeof t->error, "rank %d: a transfer of %zu bytes to/from rank %d exceeds 2 GiB",
+                 t->rank, bytes, peer);
+        return BT_ERR_INVALID;
+    }
+    if (peer < 0 || peer >= t->size || tag < 0 || tag > BT_TRANSPORT_MAX_TAG) {
+        snprintf(t->error, sizeof t->error, "rank %d: bad peer %d or tag %d", t->rank, peer, tag);
+        return BT_ERR_INVALID;
+    }
+    return BT_OK;
+}
+
+static enum bt_status mpi_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
+    struct mpi_ctx *m = t->context;
+    enum bt_status st = check_count(t, bytes, peer, tag);
+    if (st != BT_OK) return st;
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, req_handle(req));
+    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Isend", peer);
+    req->active = true;
+    req->is_recv = false;
+    req->bytes = bytes;
+    req->peer = peer;
+    req->tag = tag;
+    bt_transport_mpi_hold_progress(t, 1);
+    return BT_OK;
+}
+
+static enum bt_status mpi_irecv(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
+    struct mpi_ctx *m = t->context;
+    enum bt_status st = check_count(t, bytes, peer, tag);
+    if (st != BT_OK) return st;
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, req_handle(req));
+    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Irecv", peer);
+    req->active = true;
+    req->is_recv = true;
+    req->bytes = bytes;
+    req->peer = peer;
+    req->tag = tag;
+    bt_transport_mpi_hold_progress(t, 1);
+    return BT_OK;
+}
+
+static enum bt_status check_received(bt_transport *t, bt_treq *req, const MPI_Status *status) {
+    if (!req->is_recv) return BT_OK;
+    int count = 0;
+    MPI_Get_count(status, MPI_BYTE, &count);
+    if ((size_t)count != req->bytes) {
+        snprintf(t->error, sizeof t->error, "rank %d: received %d bytes from rank %d (tag %d), expected %zu",
+                 t->rank, count, req->peer, req->tag, req->bytes);
+        return BT_ERR_COMM;
+    }
+    return BT_OK;
+}
+
+static enum bt_status mpi_test(bt_transport *t, bt_treq *req, bool *done) {
+    int flag = 0;
+    MPI_Status status;
+    memset(&status, 0, sizeof status);
+    int rc = MPI_Test(req_handle(req), &flag, &status);
+    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Test", req->peer);
+    *done = flag != 0;
+    if (flag) {
+        req->active = false;
+        bt_transport_mpi_hold_progress(t, -1);
+        return check_received(t, req, &status);
+    }
+    return BT_OK;
+}
+
+static enum bt_status mpi_wait(bt_transport *t, bt_treq *req) {
+    MPI_Status status;
+    memset(&status, 0, sizeof status);
+    int rc = MPI_Wait(req_handle(req), &status);
+    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Wait", req->peer);
+    req->active = false;
+    bt_transport_mpi_hold_progress(t, -1);
+    return check_received(t, req, &status);
+}
+
+static void mpi_cancel(bt_transport *t, bt_treq *req) {
+    if (!req->active) return;
+    MPI_Cancel(req_handle(req));
+    MPI_Wait(req_handle(req), MPI_STATUS_IGNORE);
+    req->active = false;
+    bt_transport_mpi_hold_progress(t, -1);
+}
+
+static enum bt_status mpi_bcast(bt_transport *t, void *buf, size_t bytes, int root) {
+    struct mpi_ctx *m = t->context;
+    if (bytes > (size_t)INT32_MAX) return check_count(t, bytes, root, 0);
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, m->comm);
+    return rc == MPI_SUCCESS ? BT_OK : mpi_fail(t, rc, "MPI_Bcast", root);
+}
+
+static enum bt_status mpi_gather(bt_transport *t, const void *send, size_t bytes, void *recv, int root) {
+    struct mpi_ctx *m = t->context;
+    if (bytes > (size_t)INT32_MAX) return check_count(t, bytes, root, 0);
+    int rc = MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, m->comm);
+    return rc == MPI_SUCCESS ? BT_OK : mpi_fail(t, rc, "MPI_Gather", root);
+}
+
+static enum bt_status mpi_allreduce_max(bt_transport *t, int64_t *v, int n) {
+    struct mpi_ctx *m = t->context;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, m->comm);
+    return rc == MPI_SUCCESS ? BT_OK : mpi_fail(t, rc, "MPI_Allreduce", -1);
+}
+
+static enum bt_status mpi_barrier(bt_transport *t) {
+    struct mpi_ctx *m = t->context;
+    int rc = MPI_Barrier(m->comm);
+    return rc == MPI_SUCCESS ? BT_OK : mpi_fail(t, rc, "MPI_Barrier", -1);
+}
+
+static void mpi_abort(bt_transport *t, int code) {
+    (void)t;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static void stop_progress(struct mpi_ctx *m) {
+    if (!m->progress_running) return;
+    atomic_store(&m->stop, true);
+    pthread_mutex_lock(&m->mu);
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->progress, NULL);
+    m->progress_running = false;
+}
+
+static void mpi_free(bt_transport *t) {
+    struct mpi_ctx *m = t->context;
+    stop_progress(m);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+        MPI_Comm_free(&m->probe_comm);
+        MPI_Comm_free(&m->comm);
+    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
+    free(t);
+}
+
+static const struct bt_transport_i mpi_i = {
+    /* .name          = */ mpi_name,
+    /* .isend         = */ mpi_isend,
+    /* .irecv         = */ mpi_irecv,
+    /* .test          = */ mpi_test,
+    /* .wait          = */ mpi_wait,
+    /* .cancel        = */ mpi_cancel,
+    /* .bcast         = */ mpi_bcast,
+    /* .gather        = */ mpi_gather,
+    /* .allreduce_max = */ mpi_allreduce_max,
+    /* .barrier       = */ mpi_barrier,
+    /* .abort         = */ mpi_abort,
+    /* .free          = */ mpi_free,
+};
+
+bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
+    int initialised = 0, provided = 0;
+    MPI_Initialized(&initialised);
+    bool we = false;
+    if (!initialised) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+            fprintf(stderr, "baton: MPI_Init_thread failed\n");
+            return NULL;
+        }
+        we = true;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    bt_transport *t = calloc(1, sizeof *t);
+    struct mpi_ctx *m = calloc(1, sizeof *m);
+    if (!t || !m) {
+        free(t);
+        free(m);
+        fprintf(stderr, "baton: out of memory\n");
+        return NULL;
+    }
+    m->we_initialised = we;
+    m->thread_level = provided;
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->probe_comm);
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, &t->rank);
+    MPI_Comm_size(m->comm, &t->size);
+    MPI_Comm node;
+    MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &t->local_rank);
+    MPI_Comm_size(node, &t->local_size);
+    MPI_Comm_free(&node);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    t->iface = mpi_i;
+    t->context = m;
+
+    if (progress_us > 0) {
+        if (provided < MPI_THREAD_MULTIPLE) {
+            if (t->rank == 0)
+                fprintf(stderr, "baton: MPI gives no MPI_THREAD_MULTIPLE; running without a progress thread\n");
+        } else {
+            m->progress_us = progress_us;
+            if (pthread_create(&m->progress, NULL, progress_main, t) == 0) m->progress_running = true;
+        }
+    }
+    return t;
+}
+
+void bt_transport_mpi_finalize(bt_transport *t) {
+    if (!t) return;
+    struct mpi_ctx *m = t->context;
+    const bool we = m->we_initialised;
+    mpi_free(t);
+    if (we) MPI_Finalize();
+}

@@ -1,0 +1,105 @@
+/* transport.h - point-to-point transfers between ranks, behind one interface
+ * (a vtable), plus the few collectives the control plane needs.
+ *
+ * A request names a buffer, a byte count, a peer rank and a tag; baton makes
+ * tags from (transfer index, copy slot) so that micro-batches in flight never
+ * mix.  Implementations: MPI (transport/mpi.c) for host memory; NCCL
+ * (transport/nccl.c) between CUDA ranks.  src/dist.c uses only this header.
+ */
+#ifndef BATON_TRANSPORT_H
+#define BATON_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_transport bt_transport;
+
+/* One outstanding send or receive.  Opaque storage for the implementation's
+ * handle (an MPI_Request, ...); `active` is true from post until completion. */
+typedef struct {
+    uint64_t opaque[4];
+    bool active;
+    bool is_recv;
+    size_t bytes;
+    int peer, tag;
+} bt_treq;
+
+struct bt_transport_i {
+    const char *(*name)(bt_transport *t);
+    enum bt_status (*isend)(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req);
+    enum bt_status (*irecv)(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req);
+    /* *done = true once the request completed (it is then inactive) */
+    enum bt_status (*test)(bt_transport *t, bt_treq *req, bool *done);
+    enum bt_status (*wait)(bt_transport *t, bt_treq *req);
+    /* optional: cancel an outstanding receive */
+    void (*cancel)(bt_transport *t, bt_treq *req);
+
+    /* control plane: collectives over all ranks */
+    enum bt_status (*bcast)(bt_transport *t, void *buf, size_t bytes, int root);
+    /* root receives size*bytes: rank i's bytes at offset i*bytes */
+    enum bt_status (*gather)(bt_transport *t, const void *send, size_t bytes, void *recv, int root);
+    /* element-wise max over ranks, result on every rank */
+    enum bt_status (*allreduce_max)(bt_transport *t, int64_t *v, int n);
+    enum bt_status (*barrier)(bt_transport *t);
+    /* stop every rank (after a message has been printed) */
+    void (*abort)(bt_transport *t, int code);
+    void (*free)(bt_transport *t);
+};
+
+struct bt_transport {
+    struct bt_transport_i iface;
+    void *context;
+    int rank;
+    int size;
+    int local_rank; /* index among the ranks on this node */
+    int local_size;
+    char error[512]; /* message of the last failed call */
+};
+
+static inline enum bt_status bt_transport_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag,
+                                                bt_treq *req) {
+    return t->iface.isend(t, buf, bytes, peer, tag, req);
+}
+static inline enum bt_status bt_transport_irecv(bt_transport *t, void *buf, size_t bytes, int peer, int tag,
+                                                bt_treq *req) {
+    return t->iface.irecv(t, buf, bytes, peer, tag, req);
+}
+static inline enum bt_status bt_transport_test(bt_transport *t, bt_treq *req, bool *done) {
+    if (!req->active) {
+        *done = true;
+        return BT_OK;
+    }
+    return t->iface.test(t, req, done);
+}
+static inline enum bt_status bt_transport_wait(bt_transport *t, bt_treq *req) {
+    return req->active ? t->iface.wait(t, req) : BT_OK;
+}
+
+/* Largest tag a transport accepts (MPI guarantees at least 32767). */
+#define BT_TRANSPORT_MAX_TAG 32767
+
+/* ---- MPI (transport/mpi.c) ---------------------------------------------- */
+
+/* Initialise MPI (MPI_THREAD_MULTIPLE, so a progress thread may drive
+ * transfers while the compute thread works) unless already initialised, and
+ * return the transport over MPI_COMM_WORLD.  NULL with a message on stderr
+ * when MPI cannot start.  progress_us > 0 starts a thread that drives MPI's
+ * progress engine every progress_us microseconds while transfers are
+ * outstanding (sends then complete without their sender calling MPI). */
+bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us);
+/* MPI_Finalize when this transport initialised MPI. */
+void bt_transport_mpi_finalize(bt_transport *t);
+/* Count of outstanding requests (the progress thread runs while > 0). */
+void bt_transport_mpi_hold_progress(bt_transport *t, int delta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
