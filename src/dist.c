@@ -5,7 +5,6 @@
 
 #include <fnmatch.h>
 #include <math.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -103,8 +102,18 @@ struct bt_dist {
 
     struct bt_dist_stats stats;
     double wall_start;
+
+    struct bt_trace_event *trace;
+    int trace_n, trace_cap;
+    double trace_t0;
     char err[512];
 };
+
+static void trace_add(bt_dist *d, int kind, double t0, double t1, int64_t k, int split, int peer, int64_t bytes) {
+    if (d->trace_n >= d->trace_cap) return;
+    d->trace[d->trace_n++] = (struct bt_trace_event){(t0 - d->trace_t0) * 1e6, (t1 - t0) * 1e6, kind, (int32_t)k,
+                                                    split, peer, bytes};
+}
 
 static enum bt_status fail(bt_dist *d, enum bt_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -467,6 +476,7 @@ bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist
     d->n_copies = d->opt.n_copies > 0 ? d->opt.n_copies : 2;
     if (d->n_copies > MAXC) d->n_copies = MAXC;
     d->stats.rank = d->rank;
+    if (getenv("BATON_DIST_DEBUG")) d->opt.verbose = true;
     return d;
 }
 
@@ -537,7 +547,82 @@ static void release_plan(bt_dist *d) {
 void bt_dist_free(bt_dist *d) {
     if (!d) return;
     release_plan(d);
+    free(d->trace);
     free(d);
+}
+
+enum bt_status bt_dist_enable_trace(bt_dist *d, int capacity) {
+    free(d->trace);
+    d->trace = NULL;
+    d->trace_n = d->trace_cap = 0;
+    if (capacity <= 0) return BT_OK;
+    d->trace = calloc((size_t)capacity, sizeof *d->trace);
+    if (!d->trace) return fail(d, BT_ERR_NOMEM, "out of memory for %d trace events", capacity);
+    d->trace_cap = capacity;
+    /* a common zero for all ranks: a barrier, then each rank's clock */
+    if (d->t->iface.barrier(d->t) != BT_OK) return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    d->trace_t0 = now_s();
+    return BT_OK;
+}
+
+static const char *trace_kind_name(int kind) {
+    return kind == BT_TRACE_COMPUTE ? "compute" : kind == BT_TRACE_WAIT ? "wait" : "send";
+}
+
+enum bt_status bt_dist_write_trace(bt_dist *d, const char *path) {
+    int64_t n = d->trace_n;
+    if (d->t->iface.allreduce_max(d->t, &n, 1) != BT_OK) return fail(d, BT_ERR_COMM, "%s", d->t->error);
+    const size_t per = (size_t)n + 1; /* slot 0 carries the count */
+    struct bt_trace_event *mine = calloc(per, sizeof *mine);
+    struct bt_trace_event *all = d->rank == 0 ? calloc(per * (size_t)d->size, sizeof *all) : NULL;
+    enum bt_status st = (!mine || (d->rank == 0 && !all)) ? BT_ERR_NOMEM : BT_OK;
+    if (mine) {
+        mine[0].k = d->trace_n;
+        if (d->trace_n) memcpy(mine + 1, d->trace, sizeof *mine * (size_t)d->trace_n);
+    }
+    st = agree(d, st == BT_OK ? BT_OK : fail(d, st, "out of memory for the trace"));
+    if (st == BT_OK && d->t->iface.gather(d->t, mine, per * sizeof *mine, all, 0) != BT_OK)
+        st = fail(d, BT_ERR_COMM, "%s", d->t->error);
+    if (st == BT_OK && d->rank == 0) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+        FILE *f = fopen(tmp, "w");
+        if (!f) {
+            st = fail(d, BT_ERR_IO, "%s: cannot write the trace", path);
+        } else {
+            fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+            bool first = true;
+            for (int r = 0; r < d->size; r++) {
+                fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+                        first ? "" : ",\n", r, r);
+                first = false;
+                const struct bt_trace_event *ev = all + per * (size_t)r;
+                for (int i = 1; i <= ev[0].k; i++) {
+                    const struct bt_trace_event *e = &ev[i];
+                    char name[64];
+                    if (e->kind == BT_TRACE_COMPUTE) snprintf(name, sizeof name, "split %d mb %d", e->split, e->k);
+                    else if (e->kind == BT_TRACE_WAIT) snprintf(name, sizeof name, "wait rank %d mb %d", e->peer, e->k);
+                    else snprintf(name, sizeof name, "send rank %d mb %d", e->peer, e->k);
+                    fprintf(f,
+                            ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                            "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"micro_batch\": %d, \"split\": %d, "
+                            "\"peer\": %d, \"bytes\": %lld}}",
+                            name, trace_kind_name(e->kind), r, 0, e->ts_us, e->dur_us, e->k, e->split, e->peer,
+                            (long long)e->bytes);
+                }
+            }
+            fprintf(f, "\n]}\n");
+            const bool ok = fflush(f) == 0 && !ferror(f);
+            fclose(f);
+            if (!ok || rename(tmp, path) != 0) {
+                remove(tmp);
+                st = fail(d, BT_ERR_IO, "%s: cannot write the trace", path);
+            }
+        }
+    }
+    free(mine);
+    free(all);
+    return agree(d, st);
 }
 
 /* ---- the plan ---------------------------------------------------------------------- */
@@ -965,21 +1050,9 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
 
 /* ---- the pipeline --------------------------------------------------------------------- */
 
-/* Wait for a request without holding a core: test, yield, then short naps. */
 static enum bt_status wait_req(bt_dist *d, bt_treq *r) {
-    int spins = 0;
-    for (;;) {
-        bool done = false;
-        enum bt_status st = bt_transport_test(d->t, r, &done);
-        if (st != BT_OK) return fail(d, st, "%s", d->t->error);
-        if (done) return BT_OK;
-        if (++spins < 64) {
-            sched_yield();
-        } else {
-            const struct timespec nap = {0, 20000};
-            nanosleep(&nap, NULL);
-        }
-    }
+    enum bt_status st = bt_transport_wait_polite(d->t, r);
+    return st == BT_OK ? BT_OK : fail(d, st, "%s", d->t->error);
 }
 
 static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
@@ -992,7 +1065,9 @@ static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
     enum bt_status st = bt_transport_isend(d->t, xf->stage[c], xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
     if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     d->stats.bytes_sent += (int64_t)xf->bytes;
-    d->stats.send_s += now_s() - t0;
+    const double t1 = now_s();
+    d->stats.send_s += t1 - t0;
+    if (d->trace) trace_add(d, BT_TRACE_SEND, t0, t1, d->k_next, xf->producer, xf->dst, (int64_t)xf->bytes);
     return BT_OK;
 }
 
@@ -1042,8 +1117,10 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
             if (xf->dst == d->rank && xf->consumer == s) {
+                const double w0 = now_s();
                 st = wait_req(d, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
+                if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }
         const double t1 = now_s();
@@ -1051,7 +1128,9 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
         st = bt_backend_graph_compute(d->backend, &view);
-        d->stats.compute_s += now_s() - t1;
+        const double t2 = now_s();
+        d->stats.compute_s += t2 - t1;
+        if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);
         if (st != BT_OK) {
             fail(d, st, "split %d: %s", s, bt_backend_error(d->backend));
             break;

@@ -121,6 +121,20 @@ void bt_dist_rank_layers(const bt_dist *d, int rank, int *first, int *last);
 void bt_dist_print_plan(const bt_dist *d, FILE *f);
 const char *bt_dist_error(const bt_dist *d);
 
+/* ---- tracing: a Chrome trace (chrome://tracing, Perfetto) of every split's
+ * compute, every send and every wait, per rank and micro-batch ---- */
+enum bt_trace_kind { BT_TRACE_COMPUTE = 0, BT_TRACE_WAIT = 1, BT_TRACE_SEND = 2 };
+struct bt_trace_event {
+    double ts_us, dur_us; /* from the common start (after a barrier) */
+    int32_t kind, k, split, peer;
+    int64_t bytes;
+};
+/* Keep up to `capacity` events on this rank (0: stop tracing). */
+enum bt_status bt_dist_enable_trace(bt_dist *d, int capacity);
+/* Collective: rank 0 writes every rank's events to path as one JSON file
+ * (written to a temporary name, then renamed: never half-written). */
+enum bt_status bt_dist_write_trace(bt_dist *d, const char *path);
+
 /* The layer a tensor name belongs to ("blk.N." -> N), -1 when none. */
 int bt_dist_name_layer(const char *name);
 

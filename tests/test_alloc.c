@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "testutil.h"
 
-#define N_THREADS 1
+#define N_THREADS 2
 
 static bt_context *na_ctx(size_t mb) {
     bt_context *ctx = bt_init((struct bt_init_params){mb * 1024 * 1024, NULL, true});

@@ -9,9 +9,11 @@
 #ifndef BATON_TRANSPORT_H
 #define BATON_TRANSPORT_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "tensor.h"
 
@@ -80,6 +82,24 @@ static inline enum bt_status bt_transport_test(bt_transport *t, bt_treq *req, bo
 }
 static inline enum bt_status bt_transport_wait(bt_transport *t, bt_treq *req) {
     return req->active ? t->iface.wait(t, req) : BT_OK;
+}
+
+/* Wait without holding a core: test, then yield, then 20 us naps.  Spinning
+ * first keeps small transfers fast; napping keeps ranks that wait for a long
+ * stage (several per core on small machines) from starving the ones that
+ * compute. */
+static inline enum bt_status bt_transport_wait_polite(bt_transport *t, bt_treq *req) {
+    for (int spins = 0;; spins++) {
+        bool done = false;
+        const enum bt_status st = bt_transport_test(t, req, &done);
+        if (st != BT_OK || done) return st;
+        if (spins < 200) {
+            sched_yield();
+        } else {
+            const struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
 }
 
 /* Largest tag a transport accepts (MPI guarantees at least 32767). */

@@ -439,7 +439,7 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
         ncols = npairs;
     }
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
-    int64_t tmp = k > BT_MM_KC ? k : BT_MM_KC;
+    int64_t tmp = k > (int64_t)MR * BT_MM_KC ? k : (int64_t)MR * BT_MM_KC;
     struct mm_slice s;
     size_t off = 0;
     s.ap = off;
@@ -522,26 +522,81 @@ static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, cons
     }
 }
 
-/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]. */
+/* Interleave up to 16 source rows: dst[kk * ld + r] = src[r][kk] for r < nr,
+ * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld).
+ * The AVX-512 version transposes 16 x 16 tiles in registers. */
+#if defined(__AVX512F__)
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + j], 128-bit lane L: column 4L + j of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        t[0 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(2, 0, 2, 0));
+        t[8 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(3, 1, 3, 1));
+        t[4 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
+    const __mmask16 wmask = (__mmask16)(ld >= 16 ? 0xffff : (1u << ld) - 1u);
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+        const int n = (int)(kc - kk < 16 ? kc - kk : 16);
+        const __mmask16 lmask = (__mmask16)((1u << n) - 1u);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = src[i] ? _mm512_maskz_loadu_ps(lmask, src[i] + kk) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (kk + i) * ld, wmask, r[i]);
+    }
+}
+#define INTERLEAVE_ROWS 16
+#else
+static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
+    for (int r = 0; r < ld; r++) {
+        if (src[r])
+            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = src[r][kk];
+        else
+            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = 0.0f;
+    }
+}
+#define INTERLEAVE_ROWS MR /* one call covers a whole panel */
+#endif
+
+/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR].
+ * tmp: MR * kc floats for converting non-F32 rows. */
 static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
                    int64_t kc, float *restrict ap, float *restrict tmp) {
     for (int64_t p0 = 0; p0 < mc; p0 += MR) {
-        float *dst = ap + p0 * kc;
+        const float *src[MR > 16 ? MR : 16];
         for (int r = 0; r < MR; r++) {
-            if (p0 + r < mc) {
-                const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
-                const float *src;
-                if (pl->type == BT_TYPE_F32) {
-                    src = (const float *)row + pc;
-                } else {
-                    row_to_f32(pl->type, row, pc, kc, tmp);
-                    src = tmp;
-                }
-                for (int64_t kk = 0; kk < kc; kk++) dst[kk * MR + r] = src[kk];
+            src[r] = NULL;
+            if (p0 + r >= mc) continue;
+            const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
+            if (pl->type == BT_TYPE_F32) {
+                src[r] = (const float *)row + pc;
             } else {
-                for (int64_t kk = 0; kk < kc; kk++) dst[kk * MR + r] = 0.0f;
+                row_to_f32(pl->type, row, pc, kc, tmp + r * kc);
+                src[r] = tmp + r * kc;
             }
         }
+        for (int h = 0; h < MR; h += INTERLEAVE_ROWS) interleave(src + h, kc, ap + p0 * kc + h, MR);
     }
 }
 
@@ -549,15 +604,10 @@ static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t 
 static void pack_b(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
                    float *restrict bp) {
     for (int64_t p0 = 0; p0 < nc; p0 += NR) {
-        float *dst = bp + p0 * kc;
-        for (int j = 0; j < NR; j++) {
-            if (p0 + j < nc) {
-                const float *src = bcols[j0 + p0 + j] + pc;
-                for (int64_t kk = 0; kk < kc; kk++) dst[kk * NR + j] = src[kk];
-            } else {
-                for (int64_t kk = 0; kk < kc; kk++) dst[kk * NR + j] = 0.0f;
-            }
-        }
+        const float *src[NR > 16 ? NR : 16];
+        for (int j = 0; j < (NR > 16 ? NR : 16); j++)
+            src[j] = j < NR && p0 + j < nc ? bcols[j0 + p0 + j] + pc : NULL;
+        interleave(src, kc, bp + p0 * kc, NR);
     }
 }
 

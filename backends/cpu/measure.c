@@ -118,17 +118,31 @@ static double fma_loop(long iters) {
 #define V_SUM(x) ((x)[0] + (x)[1] + (x)[2] + (x)[3] + (x)[4] + (x)[5] + (x)[6] + (x)[7])
 #endif
 #if defined(V_FMA)
-    v acc[FMA_CHAINS];
-    for (int c = 0; c < FMA_CHAINS; c++) acc[c] = V_SET1(1.0f + 0.01f * (float)c);
+    /* 12 named chains (an array would be kept in memory by the compiler) */
+    v c0 = V_SET1(1.00f), c1 = V_SET1(1.01f), c2 = V_SET1(1.02f), c3 = V_SET1(1.03f);
+    v c4 = V_SET1(1.04f), c5 = V_SET1(1.05f), c6 = V_SET1(1.06f), c7 = V_SET1(1.07f);
+    v c8 = V_SET1(1.08f), c9 = V_SET1(1.09f), c10 = V_SET1(1.10f), c11 = V_SET1(1.11f);
     /* acc = acc * 0.999999 + 1e-6: stays near 1, no denormals */
     const v m = V_SET1(0.999999f), a = V_SET1(1e-6f);
     for (long i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-        for (int c = 0; c < FMA_CHAINS; c++) acc[c] = V_FMA(acc[c], m, a);
-        __asm__ __volatile__("" ::: "memory");
+        c0 = V_FMA(c0, m, a);
+        c1 = V_FMA(c1, m, a);
+        c2 = V_FMA(c2, m, a);
+        c3 = V_FMA(c3, m, a);
+        c4 = V_FMA(c4, m, a);
+        c5 = V_FMA(c5, m, a);
+        c6 = V_FMA(c6, m, a);
+        c7 = V_FMA(c7, m, a);
+        c8 = V_FMA(c8, m, a);
+        c9 = V_FMA(c9, m, a);
+        c10 = V_FMA(c10, m, a);
+        c11 = V_FMA(c11, m, a);
+        /* keep the chains in registers and alive (no instruction) */
+        __asm__ __volatile__("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+        __asm__ __volatile__("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
     }
-    v s = acc[0];
-    for (int c = 1; c < FMA_CHAINS; c++) s = V_ADD(s, acc[c]);
+    v s = V_ADD(V_ADD(V_ADD(c0, c1), V_ADD(c2, c3)), V_ADD(V_ADD(c4, c5), V_ADD(c6, c7)));
+    s = V_ADD(s, V_ADD(V_ADD(c8, c9), V_ADD(c10, c11)));
     return (double)V_SUM(s);
 #undef V_SET1
 #undef V_FMA

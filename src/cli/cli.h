@@ -3,6 +3,10 @@
 #ifndef BATON_CLI_H
 #define BATON_CLI_H
 
-int bt_cli_bench(int argc, char **argv); /* bench.c: argv[0] is the benchmark name */
+int bt_cli_bench(int argc, char **argv); /* bench.c: argv[0] is the benchmark name ("ops") */
+int bt_cli_demo(int argc, char **argv);  /* demo.c: the built-in main job */
+int bt_cli_plan(int argc, char **argv);  /* plan.c: the plan for a topology, without running it */
+int bt_cli_bench_pipeline(int argc, char **argv);  /* bench_dist.c */
+int bt_cli_bench_transport(int argc, char **argv); /* bench_dist.c */
 
 #endif

@@ -11,6 +11,11 @@ static void usage(FILE *f) {
             "usage: baton <command> [options]\n"
             "\n"
             "commands:\n"
+            "  demo          the built-in main job: a synthetic MoE transformer run as a\n"
+            "                pipeline over the ranks it was launched with\n"
+            "  plan          the plan for a topology file, without running it\n"
+            "  bench pipeline  pipeline efficiency for P ranks and M micro-batches (under mpirun)\n"
+            "  bench transport baton's rank-to-rank transfers next to a raw MPI ping-pong (2 ranks)\n"
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
@@ -39,8 +44,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "baton bench: missing benchmark name (try: baton bench ops)\n");
             return 2;
         }
+        if (!strcmp(argv[2], "pipeline")) return bt_cli_bench_pipeline(argc - 2, argv + 2);
+        if (!strcmp(argv[2], "transport")) return bt_cli_bench_transport(argc - 2, argv + 2);
         return bt_cli_bench(argc - 2, argv + 2);
     }
+    if (!strcmp(cmd, "demo")) return bt_cli_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return bt_cli_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;

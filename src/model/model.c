@@ -434,6 +434,7 @@ int bt_model_moe_route(bt_context *ctx, const struct bt_model_config *c, struct 
         /* the seed's SparseMoE: top-K of the logits, softmax over those K */
         const int64_t K = c->top_k;
         id = nm(bt_top_k(ctx, logits, (int)K), il, "ffn_moe_ids"); /* [K, T] view of argsort */
+        if (id) nm(id->src[0], il, "ffn_moe_argsort");              /* [E, T], descending */
         struct bt_tensor *l3 = nm(bt_reshape_3d(ctx, logits, 1, E, T), il, "ffn_moe_logits_3d");
         struct bt_tensor *sel = nm(bt_get_rows(ctx, l3, id), il, "ffn_moe_logits_sel"); /* [1, K, T] */
         struct bt_tensor *sel2 = nm(bt_reshape_2d(ctx, sel, K, T), il, "ffn_moe_logits_sel_2d");

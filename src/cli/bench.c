@@ -1,0 +1,399 @@
+/* bench.c - `baton bench ops`: times MUL_MAT and MUL_MAT_ID on the CPU backend
+ * for each weight type and thread count, next to the machine's measured
+ * streaming-read bandwidth and FMA peak.  Prints figures; never fails on time.
+ *
+ * Shapes (weights a [k, m], activations b [k, n]):
+ *   decode  mul_mat     m=4096 n=1   k=14336   (weight-bandwidth bound)
+ *   prompt  mul_mat     m=4096 n=512 k=4096    (FMA bound)
+ *   moe     mul_mat_id  128 experts, 8 used, m=768 k=2048, tokens 1, 32, 512
+ * Weight GB/s counts the weight bytes a call must read: the whole matrix for
+ * mul_mat, only the experts the ids select for mul_mat_id.
+ */
+#include "baton.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BENCH_MAX_THREADS 16
+#define MOE_EXPERTS 128
+#define MOE_USED 8
+#define N_PATTERN_ROWS 61 /* distinct random rows, repeated to fill a weight matrix */
+
+struct bench_opts {
+    int threads[BENCH_MAX_THREADS];
+    int n_threads;
+    bool types[BT_TYPE_COUNT];
+    int reps; /* 0: per-shape default */
+    bool quick;
+};
+
+struct machine {
+    double read_bw[BENCH_MAX_THREADS]; /* bytes/s, per entry of opts.threads */
+    double fma_peak[BENCH_MAX_THREADS];
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static float rng_float(uint64_t *s) { /* uniform in [-1, 1) */
+    return (float)((double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* Fill every row of t (contiguous) with one of N_PATTERN_ROWS random rows
+ * converted to t's type: a cheap fill that still gives the kernels real
+ * numbers to read. */
+static bool fill_random(struct bt_tensor *t, uint64_t seed) {
+    const int64_t n0 = t->ne[0];
+    const size_t row_bytes = bt_row_size(t->type, n0);
+    float *tmp = malloc(sizeof(float) * (size_t)n0);
+    char *pat = malloc(row_bytes * N_PATTERN_ROWS);
+    if (!tmp || !pat) {
+        free(tmp);
+        free(pat);
+        return false;
+    }
+    uint64_t s = seed | 1;
+    for (int r = 0; r < N_PATTERN_ROWS; r++) {
+        for (int64_t i = 0; i < n0; i++) tmp[i] = rng_float(&s);
+        bt_row_from_f32(t->type, tmp, pat + row_bytes * (size_t)r, n0);
+    }
+    const int64_t nrows = bt_nrows(t);
+    for (int64_t r = 0; r < nrows; r++)
+        memcpy((char *)t->data + (size_t)r * t->nb[1], pat + row_bytes * (size_t)(r % N_PATTERN_ROWS),
+               row_bytes);
+    free(tmp);
+    free(pat);
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds per bt_cpu_graph_compute of g over reps runs (after one
+ * warm-up run); < 0 on a compute error (message printed). */
+static double time_graph(bt_cpu *cpu, struct bt_graph *g, int reps) {
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!t) return -1.0;
+    double med = -1.0;
+    enum bt_status s = bt_cpu_graph_compute(cpu, g);
+    for (int r = 0; r < reps && s == BT_OK; r++) {
+        const double t0 = now_s();
+        s = bt_cpu_graph_compute(cpu, g);
+        t[r] = now_s() - t0;
+    }
+    if (s != BT_OK) {
+        fprintf(stderr, "baton bench: compute failed: %s\n", bt_cpu_error(cpu));
+    } else {
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    return med;
+}
+
+static void print_row(const char *op, enum bt_type type, const char *shape, int nth, double sec,
+                      double flop, double wbytes, double bw, double peak) {
+    printf("%-10s %-5s %-28s %3d %10.3f %9.1f %9.2f %7.1f%% %7.1f%%\n", op, bt_type_name(type),
+           shape, nth, sec * 1e3, flop / sec * 1e-9, wbytes / sec * 1e-9,
+           bw > 0 ? 100.0 * wbytes / sec / bw : 0.0, peak > 0 ? 100.0 * flop / sec / peak : 0.0);
+    fflush(stdout);
+}
+
+/* One mul_mat shape for one type, every thread count.  Returns 0, or 1 on
+ * an allocation / compute failure. */
+static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, enum bt_type type,
+                         int64_t m, int64_t n, int64_t k, int reps) {
+    const size_t bytes = bt_row_size(type, k) * (size_t)m + sizeof(float) * (size_t)(k * n + m * n) +
+                         16 * bt_tensor_overhead() + bt_graph_overhead(8) + (1 << 20);
+    bt_context *ctx = bt_init((struct bt_init_params){bytes, NULL, false});
+    if (!ctx) {
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB for mul_mat %s\n", bytes >> 20,
+                bt_type_name(type));
+        return 1;
+    }
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, type, k, m);
+    struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, n);
+    struct bt_tensor *c = bt_mul_mat(ctx, a, b);
+    struct bt_graph *g = c ? bt_graph_new(ctx, 8) : NULL;
+    if (!g || bt_graph_build_forward_expand(g, c) != BT_OK || !fill_random(a, 1234 + (uint64_t)type) ||
+        !fill_random(b, 99)) {
+        fprintf(stderr, "baton bench: cannot build mul_mat %s: %s\n", bt_type_name(type),
+                bt_context_error(ctx));
+        bt_free(ctx);
+        return 1;
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
+    const double flop = 2.0 * (double)m * (double)n * (double)k;
+    const double wbytes = (double)bt_row_size(type, k) * (double)m;
+    int rc = 0;
+    for (int ti = 0; ti < o->n_threads && rc == 0; ti++) {
+        bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
+        if (!cpu) {
+            fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
+            rc = 1;
+            break;
+        }
+        const double sec = time_graph(cpu, g, reps);
+        bt_cpu_free(cpu);
+        if (sec < 0) {
+            rc = 1;
+            break;
+        }
+        print_row("mul_mat", type, shape, o->threads[ti], sec, flop, wbytes, mc->read_bw[ti],
+                  mc->fma_peak[ti]);
+    }
+    bt_free(ctx);
+    return rc;
+}
+
+/* The MoE shapes for one type: experts built once, every token count and
+ * thread count. */
+static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc, enum bt_type type,
+                            int64_t m, int64_t k, const int64_t *tokens, int n_tok, const int *reps) {
+    int64_t max_tok = 0;
+    for (int i = 0; i < n_tok; i++)
+        if (tokens[i] > max_tok) max_tok = tokens[i];
+    const size_t expert_bytes = bt_row_size(type, k) * (size_t)m;
+    const size_t bytes = expert_bytes * MOE_EXPERTS +
+                         sizeof(float) * (size_t)(k * max_tok + m * MOE_USED * max_tok) +
+                         sizeof(int32_t) * (size_t)(MOE_USED * max_tok) +
+                         (size_t)n_tok * (16 * bt_tensor_overhead() + bt_graph_overhead(8)) +
+                         (4 << 20);
+    bt_context *ctx = bt_init((struct bt_init_params){bytes, NULL, false});
+    if (!ctx) {
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB for mul_mat_id %s\n", bytes >> 20,
+                bt_type_name(type));
+        return 1;
+    }
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, type, k, m, MOE_EXPERTS);
+    if (!as || !fill_random(as, 4321 + (uint64_t)type)) {
+        fprintf(stderr, "baton bench: cannot build experts: %s\n", bt_context_error(ctx));
+        bt_free(ctx);
+        return 1;
+    }
+    int rc = 0;
+    for (int si = 0; si < n_tok && rc == 0; si++) {
+        const int64_t nt = tokens[si];
+        /* activations broadcast over the used slots (n_b = 1), as for an FFN's gate/up */
+        struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, 1, nt);
+        struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, MOE_USED, nt);
+        struct bt_tensor *c = bt_mul_mat_id(ctx, as, b, ids);
+        struct bt_graph *g = c ? bt_graph_new(ctx, 8) : NULL;
+        if (!g || bt_graph_build_forward_expand(g, c) != BT_OK || !fill_random(b, 77)) {
+            fprintf(stderr, "baton bench: cannot build mul_mat_id: %s\n", bt_context_error(ctx));
+            rc = 1;
+            break;
+        }
+        /* random but deterministic routing: MOE_USED distinct experts per token */
+        bool used[MOE_EXPERTS] = {false};
+        uint64_t s = 0x9e3779b97f4a7c15ull + (uint64_t)nt;
+        for (int64_t t = 0; t < nt; t++) {
+            bool pick[MOE_EXPERTS] = {false};
+            for (int e = 0; e < MOE_USED; e++) {
+                int id;
+                do {
+                    id = (int)(rng_next(&s) % MOE_EXPERTS);
+                } while (pick[id]);
+                pick[id] = used[id] = true;
+                ((int32_t *)ids->data)[t * MOE_USED + e] = id;
+            }
+        }
+        int n_sel = 0;
+        for (int x = 0; x < MOE_EXPERTS; x++) n_sel += used[x];
+
+        char shape[64];
+        snprintf(shape, sizeof(shape), "m=%lld k=%lld tok=%lld E%d/%d", (long long)m, (long long)k,
+                 (long long)nt, MOE_USED, MOE_EXPERTS);
+        const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
+        const double wbytes = (double)expert_bytes * n_sel;
+        for (int ti = 0; ti < o->n_threads; ti++) {
+            bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
+            if (!cpu) {
+                fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
+                rc = 1;
+                break;
+            }
+            const double sec = time_graph(cpu, g, reps[si]);
+            bt_cpu_free(cpu);
+            if (sec < 0) {
+                rc = 1;
+                break;
+            }
+            print_row("mul_mat_id", type, shape, o->threads[ti], sec, flop, wbytes, mc->read_bw[ti],
+                      mc->fma_peak[ti]);
+        }
+    }
+    bt_free(ctx);
+    return rc;
+}
+
+/* ---- flags ---- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick]\n"
+            "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
+            "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0 (default all)\n"
+            "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
+            "                  shapes, 5 for large ones)\n"
+            "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n");
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+/* "1,2" -> threads; false with a message on a bad list. */
+static bool parse_threads(const char *arg, struct bench_opts *o) {
+    char buf[256];
+    if (strlen(arg) >= sizeof(buf)) {
+        fprintf(stderr, "baton bench: --threads: list too long\n");
+        return false;
+    }
+    strcpy(buf, arg);
+    o->n_threads = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (!parse_int(tok, 1, 1024, &v)) {
+            fprintf(stderr, "baton bench: --threads: '%s' is not a thread count (1..1024)\n", tok);
+            return false;
+        }
+        if (o->n_threads == BENCH_MAX_THREADS) {
+            fprintf(stderr, "baton bench: --threads: at most %d entries\n", BENCH_MAX_THREADS);
+            return false;
+        }
+        o->threads[o->n_threads++] = (int)v;
+    }
+    if (o->n_threads == 0) {
+        fprintf(stderr, "baton bench: --threads: empty list\n");
+        return false;
+    }
+    return true;
+}
+
+static bool parse_types(const char *arg, struct bench_opts *o) {
+    char buf[256];
+    if (strlen(arg) >= sizeof(buf)) {
+        fprintf(stderr, "baton bench: --types: list too long\n");
+        return false;
+    }
+    strcpy(buf, arg);
+    memset(o->types, 0, sizeof(o->types));
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int t = 0; t < BT_TYPE_COUNT; t++)
+            if (t != BT_TYPE_I32 && !strcmp(tok, bt_type_name((enum bt_type)t))) found = t;
+        if (found < 0) {
+            fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32, f16, bf16, q8_0, q4_0)\n",
+                    tok);
+            return false;
+        }
+        o->types[found] = true;
+        n++;
+    }
+    if (n == 0) {
+        fprintf(stderr, "baton bench: --types: empty list\n");
+        return false;
+    }
+    return true;
+}
+
+int bt_cli_bench(int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "ops") != 0) {
+        fprintf(stderr, "baton bench: unknown benchmark '%s' (try: baton bench ops)\n",
+                argc >= 1 ? argv[0] : "");
+        return 2;
+    }
+    struct bench_opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 0, .quick = false};
+    for (int t = 0; t < BT_TYPE_COUNT; t++) o.types[t] = t != BT_TYPE_I32;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(f, "--quick")) {
+            o.quick = true;
+        } else if (!strcmp(f, "--threads") || !strcmp(f, "--types") || !strcmp(f, "--reps")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "baton bench: %s needs a value\n", f);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(f, "--threads")) {
+                if (!parse_threads(v, &o)) return 2;
+            } else if (!strcmp(f, "--types")) {
+                if (!parse_types(v, &o)) return 2;
+            } else {
+                long r;
+                if (!parse_int(v, 1, 100000, &r)) {
+                    fprintf(stderr, "baton bench: --reps: '%s' is not a count (1..100000)\n", v);
+                    return 2;
+                }
+                o.reps = (int)r;
+            }
+        } else {
+            fprintf(stderr, "baton bench: unknown flag '%s' (try: baton bench ops --help)\n", f);
+            return 2;
+        }
+    }
+
+    const int reps_small = o.reps ? o.reps : o.quick ? 5 : 20;
+    const int reps_large = o.reps ? o.reps : o.quick ? 2 : 5;
+    const size_t bw_bytes = o.quick ? (size_t)512 << 20 : (size_t)2 << 30;
+
+    struct machine mc;
+    for (int ti = 0; ti < o.n_threads; ti++) {
+        mc.read_bw[ti] = bt_cpu_measure_read_bw(bw_bytes, o.threads[ti]);
+        mc.fma_peak[ti] = bt_cpu_measure_fma_peak(o.threads[ti]);
+        printf("machine: %d thread%s: streaming read %.2f GB/s (%zu MiB buffer), FMA peak %.1f GFLOP/s\n",
+               o.threads[ti], o.threads[ti] == 1 ? " " : "s", mc.read_bw[ti] * 1e-9, bw_bytes >> 20,
+               mc.fma_peak[ti] * 1e-9);
+    }
+    printf("time: median of %d calls (large shapes %d); weight GB/s: weight bytes read / time;\n"
+           "%%bw: of the streaming read bandwidth, %%fma: of the FMA peak, same thread count\n\n",
+           reps_small, reps_large);
+    printf("%-10s %-5s %-28s %3s %10s %9s %9s %8s %8s\n", "op", "type", "shape", "thr", "time ms",
+           "GFLOP/s", "wGB/s", "%bw", "%fma");
+
+    static const enum bt_type order[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
+                                         BT_TYPE_Q4_0};
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        const enum bt_type t = order[i];
+        if (!o.types[t]) continue;
+        if (bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small)) return 1;
+        if (bench_mul_mat(&o, &mc, t, 4096, 512, 4096, reps_large)) return 1;
+    }
+    static const int64_t tokens[] = {1, 32, 512};
+    const int reps_id[] = {reps_small, reps_small, reps_large};
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        const enum bt_type t = order[i];
+        if (!o.types[t]) continue;
+        if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, 3, reps_id)) return 1;
+    }
+    return 0;
+}

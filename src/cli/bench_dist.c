@@ -1,0 +1,276 @@
+/* bench_dist.c - benchmarks that need several ranks (run under mpirun):
+ *   baton bench transport   baton's tensor transfer next to a raw MPI
+ *                           ping-pong of the same sizes, in the same run
+ *   baton bench pipeline    pipeline efficiency for the launched P and
+ *                           M = 1, 2, 4, 8, 16 micro-batches
+ * They print figures; they do not pass or fail. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "baton.h"
+#include "cli.h"
+#include "common.h"
+#include "transport.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- transport ---------------------------------------------------------------- */
+
+static int iters_for(size_t bytes) {
+    size_t it = ((size_t)256 << 20) / bytes;
+    if (it < 10) it = 10;
+    if (it > 2000) it = 2000;
+    return (int)it;
+}
+
+/* one-way time per message: half a round trip */
+static double raw_pingpong(void *buf, size_t bytes, int rank, int iters) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = 0;
+    for (int i = -3; i < iters; i++) {
+        if (i == 0) t0 = now_s();
+        if (rank == 0) {
+            MPI_Send(buf, (int)bytes, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
+            MPI_Recv(buf, (int)bytes, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+        }
+    }
+    return (now_s() - t0) / (2.0 * iters);
+}
+
+/* baton's path for a tensor: the sender stages the tensor into its send slot
+ * and posts a non-blocking send; the receiver's slot is posted ahead and
+ * waited on politely, as in bt_dist_submit. */
+static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, void *stage, size_t bytes, int iters) {
+    const int peer = 1 - t->rank;
+    bt_treq sreq, rreq;
+    memset(&sreq, 0, sizeof sreq);
+    memset(&rreq, 0, sizeof rreq);
+    t->iface.barrier(t);
+    double t0 = 0;
+    for (int i = -3; i < iters; i++) {
+        if (i == 0) t0 = now_s();
+        if (t->rank == 0) {
+            bt_transport_irecv(t, tensor->data, bytes, peer, 9, &rreq);
+            bt_tensor_get(tensor, stage, 0, bytes);
+            bt_transport_isend(t, stage, bytes, peer, 8, &sreq);
+            bt_transport_wait_polite(t, &rreq);
+            bt_transport_wait_polite(t, &sreq);
+        } else {
+            bt_transport_irecv(t, tensor->data, bytes, peer, 8, &rreq);
+            bt_transport_wait_polite(t, &rreq);
+            bt_tensor_get(tensor, stage, 0, bytes);
+            bt_transport_isend(t, stage, bytes, peer, 9, &sreq);
+            bt_transport_wait_polite(t, &sreq);
+        }
+    }
+    return (now_s() - t0) / (2.0 * iters);
+}
+
+int bt_cli_bench_transport(int argc, char **argv) {
+    long max_bytes = 64L << 20;
+    for (int i = 1; i < argc; i++) {
+        long v;
+        if (!strcmp(argv[i], "--max") && i + 1 < argc && bt_cli_parse_int(argv[i + 1], 4096, 1L << 30, &v)) {
+            max_bytes = v;
+            i++;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: mpirun -np 2 baton bench transport [--max BYTES]\n"
+                   "Transfers of 4 KiB .. BYTES (default 64 MiB) between two ranks: a raw MPI\n"
+                   "ping-pong and baton's tensor path (stage, non-blocking send, polite wait).\n");
+            return 0;
+        } else {
+            if (bt_cli_env_rank() == 0) fprintf(stderr, "baton bench transport: bad option '%s' (try --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    bt_transport *t = bt_transport_mpi_init(&argc, &argv, 50);
+    if (!t) return 1;
+    if (t->size != 2) {
+        if (t->rank == 0) fprintf(stderr, "baton bench transport: run it with 2 ranks (mpirun -np 2), not %d\n", t->size);
+        bt_transport_mpi_finalize(t);
+        return 2;
+    }
+    bt_context *ctx = bt_init((struct bt_init_params){(size_t)max_bytes + 4096, NULL, false});
+    struct bt_tensor *tensor = ctx ? bt_new_tensor_1d(ctx, BT_TYPE_F32, max_bytes / 4) : NULL;
+    void *stage = NULL, *raw = NULL;
+    if (!tensor || posix_memalign(&stage, 64, (size_t)max_bytes) || posix_memalign(&raw, 64, (size_t)max_bytes)) {
+        fprintf(stderr, "baton bench transport: out of memory\n");
+        t->iface.abort(t, 1);
+    }
+    memset(tensor->data, 1, (size_t)max_bytes);
+    memset(raw, 1, (size_t)max_bytes);
+    if (t->rank == 0) {
+        printf("transport: 2 ranks, one-way time = half a round trip\n");
+        printf("%10s  %11s %10s  %11s %10s  %9s %10s\n", "bytes", "raw_us", "raw_GB/s", "baton_us", "baton_GB/s",
+               "baton/raw", "added_us");
+    }
+    for (size_t bytes = 4096; bytes <= (size_t)max_bytes; bytes *= 4) {
+        const int iters = iters_for(bytes);
+        const double r = raw_pingpong(raw, bytes, t->rank, iters);
+        const double b = baton_pingpong(t, tensor, stage, bytes, iters);
+        if (t->rank == 0)
+            printf("%10zu  %11.2f %10.3f  %11.2f %10.3f  %8.1f%% %10.2f\n", bytes, r * 1e6, (double)bytes / r / 1e9,
+                   b * 1e6, (double)bytes / b / 1e9, 100.0 * r / b, (b - r) * 1e6);
+    }
+    free(stage);
+    free(raw);
+    bt_free(ctx);
+    bt_transport_mpi_finalize(t);
+    return 0;
+}
+
+/* ---- pipeline ---------------------------------------------------------------------- */
+
+static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }
+
+int bt_cli_bench_pipeline(int argc, char **argv) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MLP;
+    cfg.n_layers = 8;
+    cfg.d_model = 1024;
+    cfg.n_heads = 16;
+    cfg.d_ff = 2048;
+    cfg.n_vocab = 256;
+    cfg.n_tokens = 128;
+    int copies = 2, threads = 1, progress_us = 50;
+    int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
+    static const struct option longs[] = {
+        {"copies", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, 'T'},
+        {"micro-batches", required_argument, 0, 'm'},
+        {"progress-us", required_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},
+        BT_CLI_MODEL_LONG_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    const bool quiet = bt_cli_env_rank() != 0;
+    opterr = 0;
+    optind = 1;
+    int code;
+    long v;
+    char err[256];
+    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        err[0] = '\0';
+        if (code == 'c') {
+            if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: bad value '%s'", optarg);
+            else copies = (int)v;
+        } else if (code == 'T') {
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: bad value '%s'", optarg);
+            else threads = (int)v;
+        } else if (code == 'p') {
+            if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: bad value '%s'", optarg);
+            else progress_us = (int)v;
+        } else if (code == 'm') {
+            n_mbs = 0;
+            char *s = optarg, *end;
+            while (*s && n_mbs < 16) {
+                const long m = strtol(s, &end, 10);
+                if (end == s || m < 1 || m > 100000 || (*end && *end != ',')) {
+                    snprintf(err, sizeof err, "--micro-batches: '%s' is not a list like 1,2,4,8,16", optarg);
+                    break;
+                }
+                mbs[n_mbs++] = (int)m;
+                s = *end ? end + 1 : end;
+            }
+        } else if (code == 'h') {
+            if (!quiet) {
+                printf("usage: mpirun -np P baton bench pipeline [options]\n"
+                       "  --micro-batches LIST  M values (default 1,2,4,8,16)\n"
+                       "  --copies N            micro-batches in flight (default 2)\n"
+                       "  --threads N           CPU threads per rank (default 1)\n"
+                       "  --progress-us N       MPI progress thread period, 0 = none (default 50)\n\n");
+                bt_cli_model_help(stdout, &cfg);
+            }
+            return 0;
+        } else if (code == ':' || code == '?') {
+            snprintf(err, sizeof err, "bad option %s", argv[optind - 1]);
+        } else if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
+            bt_cli_model_option(&cfg, code, optarg, err, sizeof err);
+        }
+        if (err[0]) {
+            if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
+            return 2;
+        }
+    }
+    if (bt_model_config_check(&cfg, err, sizeof err) != BT_OK) {
+        if (!quiet) fprintf(stderr, "baton bench pipeline: model: %s\n", err);
+        return 2;
+    }
+    bt_transport *t = bt_transport_mpi_init(&argc, &argv, progress_us);
+    if (!t) return 1;
+    const int P = t->size;
+    bt_backend_t backend = bt_backend_cpu_init(threads);
+    struct bt_model *m = bt_model_new(&cfg);
+    bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    struct bt_model_graph g;
+    if (!backend || !m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
+        fprintf(stderr, "baton bench pipeline: cannot build the model\n");
+        t->iface.abort(t, 1);
+    }
+    /* equal stages: an even layer split when it divides */
+    int *counts = NULL;
+    if (cfg.n_layers % P == 0) {
+        counts = malloc(sizeof(int) * (size_t)P);
+        for (int r = 0; r < P; r++) counts[r] = cfg.n_layers / P;
+    }
+    struct bt_dist_options opt = {.n_copies = copies, .layers_per_rank = counts};
+    bt_dist *d = bt_dist_new(t, backend, &opt);
+    if (bt_dist_plan(d, g.graph, init_weight, m) != BT_OK) {
+        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", bt_dist_error(d));
+        t->iface.abort(t, 1);
+    }
+    /* warm-up */
+    for (int k = 0; k < 2; k++) {
+        if (t->rank == 0) bt_model_set_inputs(m, &g, k);
+        bt_dist_submit(d);
+    }
+    bt_dist_synchronize(d);
+    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
+    if (t->rank == 0) {
+        printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d\n",
+               P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies);
+        printf("%4s %4s %12s %8s %8s %9s   per rank: compute_s / wait_s / wall_s\n", "P", "M", "tokens/s", "E",
+               "ideal", "E/ideal");
+    }
+    for (int i = 0; i < n_mbs; i++) {
+        const int M = mbs[i];
+        t->iface.barrier(t);
+        bt_dist_reset_stats(d);
+        for (int k = 0; k < M; k++) {
+            if (t->rank == 0) bt_model_set_inputs(m, &g, k);
+            bt_dist_submit(d);
+        }
+        bt_dist_synchronize(d);
+        bt_dist_gather_stats(d, all);
+        if (t->rank == 0) {
+            double wall = 0, compute = 0;
+            for (int r = 0; r < P; r++) {
+                wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+                compute += all[r].compute_s;
+            }
+            const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
+            printf("%4d %4d %12.1f %8.3f %8.3f %9.3f  ", P, M, (double)M * cfg.n_tokens / wall, E, ideal, E / ideal);
+            for (int r = 0; r < P; r++) printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    free(all);
+    free(counts);
+    bt_dist_free(d);
+    bt_free(ctx);
+    bt_model_free(m);
+    bt_backend_free(backend);
+    bt_transport_mpi_finalize(t);
+    return 0;
+}

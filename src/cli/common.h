@@ -1,0 +1,85 @@
+/* common.h - what the baton program's subcommands share: model options,
+ * the topology and MPI start-up, a progress display, small parsers. */
+#ifndef BATON_CLI_COMMON_H
+#define BATON_CLI_COMMON_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dist.h"
+#include "model/model.h"
+#include "topology.h"
+
+/* getopt_long codes of the model options (>= 1000 so they clash with no letter) */
+enum {
+    OPT_LAYERS = 1000,
+    OPT_D_MODEL,
+    OPT_HEADS,
+    OPT_D_FF,
+    OPT_EXPERTS,
+    OPT_TOP_K,
+    OPT_SHARED,
+    OPT_SHARED_GATE,
+    OPT_FFN,
+    OPT_VOCAB,
+    OPT_TOKENS,
+    OPT_TYPE,
+    OPT_SEED,
+    OPT_MODEL_LAST,
+};
+
+#define BT_CLI_MODEL_LONG_OPTIONS                                                                                   \
+    {"layers", required_argument, 0, OPT_LAYERS}, {"d-model", required_argument, 0, OPT_D_MODEL},                  \
+        {"heads", required_argument, 0, OPT_HEADS}, {"d-ff", required_argument, 0, OPT_D_FF},                      \
+        {"experts", required_argument, 0, OPT_EXPERTS}, {"top-k", required_argument, 0, OPT_TOP_K},               \
+        {"shared", required_argument, 0, OPT_SHARED}, {"shared-gate", required_argument, 0, OPT_SHARED_GATE},      \
+        {"ffn", required_argument, 0, OPT_FFN}, {"vocab", required_argument, 0, OPT_VOCAB},                        \
+        {"tokens", required_argument, 0, OPT_TOKENS}, {"type", required_argument, 0, OPT_TYPE},                    \
+        {"seed", required_argument, 0, OPT_SEED}
+
+#define BT_CLI_MODEL_HELP                                                                                           \
+    "model (a synthetic MoE transformer with deterministic weights):\n"                                          \
+    "  --layers N          transformer layers                       (default %d)\n"                                \
+    "  --d-model N         width                                    (default %d)\n"                                \
+    "  --heads N           attention heads (d-model / heads even)   (default %d)\n"                                \
+    "  --d-ff N            feed-forward width of one expert         (default %d)\n"                                \
+    "  --ffn KIND          mlp | moe-dense | moe-topk | moe-shared  (default %s)\n"                                \
+    "  --experts N         routed experts                           (default %d)\n"                                \
+    "  --top-k N           experts used per token (moe-topk, moe-shared) (default %d)\n"                           \
+    "  --shared N          shared experts (moe-shared)              (default %d)\n"                                \
+    "  --shared-gate 0|1   gate the shared experts by a sigmoid     (default %d)\n"                                \
+    "  --vocab N           vocabulary                               (default %d)\n"                                \
+    "  --tokens N          tokens per micro-batch                   (default %d)\n"                                \
+    "  --type T            weight type: f32 f16 bf16 q8_0 q4_0      (default %s)\n"                                \
+    "  --seed N            weights and inputs                       (default %llu)\n"
+
+/* The demo's defaults: finishes in seconds on two ranks of a 2-core machine
+ * and still shows the pipeline (several micro-batches, several layers per
+ * rank, MoE layers). */
+void bt_cli_model_defaults(struct bt_model_config *c);
+/* Print BT_CLI_MODEL_HELP filled with c's values. */
+void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
+/* Apply one model option; false and a message in err for a bad value. */
+bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
+
+/* Strict number parsers: the whole string, in range. */
+bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);
+bool bt_cli_parse_u64(const char *s, uint64_t *out);
+
+/* The world rank before MPI starts (from the launcher's environment), so only
+ * rank 0 prints usage errors. */
+int bt_cli_env_rank(void);
+
+/* Progress on long steps, rank 0 only, only when stderr is a terminal. */
+struct bt_progress {
+    bool on;
+    const char *label;
+    int last_pct;
+};
+void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label);
+void bt_progress_update(struct bt_progress *p, int64_t done, int64_t total);
+void bt_progress_end(struct bt_progress *p);
+
+#endif

@@ -1,0 +1,443 @@
+/* demo.c - `baton demo`: the built-in main job.  A synthetic MoE transformer
+ * runs over the ranks the program was launched with, M micro-batches through
+ * the pipeline; rank 0 prints per-rank statistics, tokens per second, the
+ * bubble fraction, and whether the output equals a one-rank run. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "baton.h"
+#include "cli.h"
+#include "common.h"
+#include "transport.h"
+
+struct demo_opts {
+    struct bt_model_config model;
+    const char *topology;
+    int micro_batches;
+    int copies;   /* 0: the topology's, else 2 */
+    int threads;  /* 0: the topology's, else cores / ranks on the node */
+    int progress_us;
+    int check;    /* -1: on small models, 0 no, 1 yes */
+    const char *trace;
+    const char *partition; /* "auto" or "a,b,c" */
+    bool json;
+    bool verbose;
+};
+
+static void demo_usage(FILE *f, const struct demo_opts *o) {
+    fprintf(f,
+            "usage: baton demo [options]\n"
+            "       mpirun -np N baton demo [options]\n"
+            "       launch/baton-run -t TOPOLOGY -- baton demo [options]\n"
+            "\n"
+            "Runs a synthetic Mixture-of-Experts transformer across the ranks it was\n"
+            "launched with (one backend per rank), M micro-batches through the pipeline,\n"
+            "and prints per-rank statistics, tokens per second, the bubble fraction and\n"
+            "whether the output equals a one-rank run of the same model.\n"
+            "\n"
+            "run:\n"
+            "  -t, --topology FILE   topology file (default: $BATON_TOPOLOGY, else CPU ranks)\n"
+            "  -m, --micro-batches M micro-batches to run           (default %d)\n"
+            "  -c, --copies N        micro-batches in flight (n_copies, 1-%d; default: the\n"
+            "                        topology's, else 2)\n"
+            "      --threads N       CPU threads per rank (default: the topology's, else the\n"
+            "                        node's cores divided among its ranks)\n"
+            "      --partition P     auto, or layer counts per rank: 4,4 (default: topology's)\n"
+            "      --check / --no-check  compare with a one-rank run (default: when the model\n"
+            "                        has at most 512 MiB of weights)\n"
+            "      --trace FILE      write a Chrome trace (open it in Perfetto)\n"
+            "      --json            statistics as JSON on stdout\n"
+            "      --progress-us N   MPI progress thread period, 0 = none (default %d)\n"
+            "  -v, --verbose         print the plan\n"
+            "  -h, --help            this text\n"
+            "\n",
+            o->micro_batches, BT_SCHED_MAX_COPIES, o->progress_us);
+    bt_cli_model_help(f, &o->model);
+}
+
+/* ---- option parsing ------------------------------------------------------------ */
+
+enum { OPT_THREADS = OPT_MODEL_LAST + 1, OPT_PARTITION, OPT_CHECK, OPT_NO_CHECK, OPT_TRACE, OPT_JSON, OPT_PROGRESS };
+
+static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
+    static const struct option longs[] = {
+        {"topology", required_argument, 0, 't'},
+        {"micro-batches", required_argument, 0, 'm'},
+        {"copies", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"partition", required_argument, 0, OPT_PARTITION},
+        {"check", no_argument, 0, OPT_CHECK},
+        {"no-check", no_argument, 0, OPT_NO_CHECK},
+        {"trace", required_argument, 0, OPT_TRACE},
+        {"json", no_argument, 0, OPT_JSON},
+        {"progress-us", required_argument, 0, OPT_PROGRESS},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        BT_CLI_MODEL_LONG_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int code;
+    long v;
+    char err[256];
+    while ((code = getopt_long(argc, argv, ":t:m:c:vh", longs, NULL)) != -1) {
+        err[0] = '\0';
+        switch (code) {
+        case 't': o->topology = optarg; break;
+        case 'm':
+            if (!bt_cli_parse_int(optarg, 1, 1000000, &v)) snprintf(err, sizeof err, "--micro-batches: '%s' is not an integer in [1, 1000000]", optarg);
+            else o->micro_batches = (int)v;
+            break;
+        case 'c':
+            if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: '%s' is not an integer in [1, %d]", optarg, BT_SCHED_MAX_COPIES);
+            else o->copies = (int)v;
+            break;
+        case OPT_THREADS:
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: '%s' is not an integer in [1, 4096]", optarg);
+            else o->threads = (int)v;
+            break;
+        case OPT_PARTITION: o->partition = optarg; break;
+        case OPT_CHECK: o->check = 1; break;
+        case OPT_NO_CHECK: o->check = 0; break;
+        case OPT_TRACE: o->trace = optarg; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_PROGRESS:
+            if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: '%s' is not an integer in [0, 1000000]", optarg);
+            else o->progress_us = (int)v;
+            break;
+        case 'v': o->verbose = true; break;
+        case 'h':
+            if (!quiet) demo_usage(stdout, o);
+            return 0;
+        case ':': snprintf(err, sizeof err, "%s needs a value", argv[optind - 1]); break;
+        case '?':
+            if (optopt) snprintf(err, sizeof err, "unknown option -%c", optopt);
+            else snprintf(err, sizeof err, "unknown option %s", argv[optind - 1]);
+            break;
+        default:
+            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) bt_cli_model_option(&o->model, code, optarg, err, sizeof err);
+            break;
+        }
+        if (err[0]) {
+            if (!quiet) fprintf(stderr, "baton demo: %s (try: baton demo --help)\n", err);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        if (!quiet) fprintf(stderr, "baton demo: unexpected argument '%s' (try: baton demo --help)\n", argv[optind]);
+        return 2;
+    }
+    if (bt_model_config_check(&o->model, err, sizeof err) != BT_OK) {
+        if (!quiet) fprintf(stderr, "baton demo: model: %s\n", err);
+        return 2;
+    }
+    return -1; /* go on */
+}
+
+/* "4,4" -> counts; false on a malformed list */
+static bool parse_partition(const char *s, int *counts, int n, char *err, size_t errlen) {
+    int i = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 100000 || (*end && *end != ',')) {
+            snprintf(err, errlen, "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4", s);
+            return false;
+        }
+        if (i >= n) {
+            snprintf(err, errlen, "--partition: %s lists more than %d counts (one per rank)", s, n);
+            return false;
+        }
+        counts[i++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (i != n) {
+        snprintf(err, errlen, "--partition: %s lists %d counts for %d ranks", s, i, n);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+struct init_ctx {
+    const struct bt_model *m;
+    struct bt_progress *progress;
+    int done, total;
+};
+
+static void init_weight(struct bt_tensor *w, void *user) {
+    struct init_ctx *ic = user;
+    bt_model_init_weight(ic->m, w);
+    bt_progress_update(ic->progress, ++ic->done, ic->total);
+}
+
+static int fail_all(bt_transport *t, const char *msg) {
+    if (t->rank == 0) fprintf(stderr, "baton demo: %s\n", msg);
+    bt_transport_mpi_finalize(t);
+    return 1;
+}
+
+static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *all, int P, int M, double wall,
+                        const char *check_result, int n_threads) {
+    double compute = 0;
+    for (int r = 0; r < P; r++) compute += all[r].compute_s;
+    const double E = wall > 0 ? compute / ((double)P * wall) : 0;
+    const double ideal = (double)M / (double)(M + P - 1);
+    const double tokens = (double)M * o->model.n_tokens;
+    if (o->json) {
+        printf("{\"ranks\": %d, \"threads_per_rank\": %d, \"micro_batches\": %d, \"n_copies\": %d, \"layers\": %d, "
+               "\"ffn\": \"%s\", \"tokens_per_micro_batch\": %d, \"wall_s\": %.6f, \"tokens_per_s\": %.2f, "
+               "\"pipeline_efficiency\": %.4f, \"ideal_efficiency\": %.4f, \"check\": \"%s\", \"per_rank\": [",
+               P, n_threads, M, o->copies, o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_tokens, wall,
+               tokens / wall, E, ideal, check_result);
+        for (int r = 0; r < P; r++) {
+            const struct bt_dist_stats *s = &all[r];
+            printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"nodes\": %d, \"compute_s\": %.6f, "
+                   "\"wait_s\": %.6f, \"send_s\": %.6f, \"wall_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %lld, "
+                   "\"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld}",
+                   r ? ", " : "", s->rank, s->first_layer, s->last_layer, s->n_nodes, s->compute_s, s->wait_s,
+                   s->send_s, s->wall_s, s->bubble, (long long)s->bytes_sent, (long long)s->bytes_recv,
+                   (long long)s->weight_bytes, (long long)s->peak_bytes);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("baton demo: %d layers (%s, %d experts, top-%d, %d shared), d_model %d, %d tokens per micro-batch, %s weights\n",
+           o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_experts, o->model.top_k, o->model.n_shared,
+           o->model.d_model, o->model.n_tokens, bt_type_name(o->model.wtype));
+    printf("%d ranks x %d threads, %d micro-batches, %d in flight\n\n", P, n_threads, M, o->copies);
+    printf("rank  layers   nodes  compute_s   wait_s   send_s   wall_s  bubble   sent_MiB  recv_MiB  weights_MiB  peak_MiB\n");
+    for (int r = 0; r < P; r++) {
+        const struct bt_dist_stats *s = &all[r];
+        char layers[32];
+        if (s->first_layer >= 0) snprintf(layers, sizeof layers, "%d-%d", s->first_layer, s->last_layer);
+        else snprintf(layers, sizeof layers, "-");
+        printf("%4d  %-7s %6d  %9.3f  %7.3f  %7.3f  %7.3f  %5.1f%%  %9.2f  %8.2f  %11.2f  %8.2f\n", r, layers,
+               s->n_nodes, s->compute_s, s->wait_s, s->send_s, s->wall_s, 100 * s->bubble, s->bytes_sent / 1048576.0,
+               s->bytes_recv / 1048576.0, s->weight_bytes / 1048576.0, s->peak_bytes / 1048576.0);
+    }
+    printf("\nthroughput: %.1f tokens/s (%.3f s for %d micro-batches)\n", tokens / wall, wall, M);
+    printf("pipeline efficiency E = %.3f (ideal M/(M+P-1) = %.3f, %.0f%% of ideal); bubble %.1f%%\n", E, ideal,
+           100 * E / ideal, 100 * (1 - E));
+    printf("check: %s\n", check_result);
+}
+
+int bt_cli_demo(int argc, char **argv) {
+    struct demo_opts o;
+    memset(&o, 0, sizeof o);
+    bt_cli_model_defaults(&o.model);
+    o.micro_batches = 16;
+    o.check = -1;
+    o.progress_us = 50;
+    const int env_rank = bt_cli_env_rank();
+    const int pr = parse_demo(argc, argv, &o, env_rank != 0);
+    if (pr >= 0) return pr;
+    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+
+    /* the topology before MPI: a bad file stops every rank at once */
+    struct bt_topology topo;
+    bool have_topo = false;
+    char err[1024];
+    if (o.topology && *o.topology) {
+        if (bt_topology_load(o.topology, &topo, err, sizeof err) != BT_OK) {
+            if (env_rank == 0) fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        have_topo = true;
+    }
+
+    bt_transport *t = bt_transport_mpi_init(&argc, &argv, o.progress_us);
+    if (!t) return 1;
+    const int P = t->size, rank = t->rank;
+    int rc = 0;
+    if (have_topo && bt_topology_check_world(&topo, P, err, sizeof err) != BT_OK) {
+        rc = fail_all(t, err);
+        bt_topology_free(&topo);
+        return rc;
+    }
+    if (o.copies == 0) o.copies = have_topo ? topo.pipeline.micro_batches : 2;
+    if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
+    int threads = o.threads;
+    if (threads == 0 && have_topo) threads = bt_topology_rank(&topo, rank)->threads;
+    if (threads == 0) {
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (t->local_size > 0 ? t->local_size : 1));
+        if (threads < 1) threads = 1;
+    }
+    if (have_topo && bt_topology_rank(&topo, rank)->backend != BT_TOPO_BACKEND_CPU) {
+        snprintf(err, sizeof err, "%s: rank %d: backend %s: this build of baton has no CUDA backend", o.topology, rank,
+                 bt_topo_backend_name(bt_topology_rank(&topo, rank)->backend));
+        fprintf(stderr, "baton demo: %s\n", err);
+        t->iface.abort(t, 1);
+    }
+    int *counts = NULL;
+    if (o.partition && strcmp(o.partition, "auto") != 0) {
+        counts = calloc((size_t)P, sizeof(int));
+        if (!parse_partition(o.partition, counts, P, err, sizeof err)) {
+            free(counts);
+            if (have_topo) bt_topology_free(&topo);
+            if (rank == 0) fprintf(stderr, "baton demo: %s\n", err);
+            bt_transport_mpi_finalize(t);
+            return 2;
+        }
+    } else if (!o.partition && have_topo && !topo.pipeline.partition_auto) {
+        counts = calloc((size_t)P, sizeof(int));
+        for (int r = 0; r < P; r++) counts[r] = topo.pipeline.layers[r];
+        if (bt_topology_check_layers(&topo, o.model.n_layers, err, sizeof err) != BT_OK) {
+            free(counts);
+            bt_topology_free(&topo);
+            return fail_all(t, err);
+        }
+    }
+
+    bt_backend_t backend = bt_backend_cpu_init(threads);
+    struct bt_model *model = bt_model_new(&o.model);
+    bt_context *gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
+    struct bt_model_graph g;
+    if (!backend || !model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
+        fprintf(stderr, "baton demo: rank %d: cannot build the model%s%s\n", rank, gctx ? ": " : "",
+                gctx ? bt_context_error(gctx) : "");
+        t->iface.abort(t, 1);
+    }
+
+    struct bt_dist_pin *pins = NULL;
+    struct bt_dist_options dopt = {.n_copies = o.copies, .layers_per_rank = counts, .verbose = o.verbose && !o.json};
+    if (have_topo) {
+        dopt.mem_limit = (int64_t)bt_topology_rank(&topo, rank)->memory;
+        if (topo.pipeline.n_pins > 0) {
+            pins = calloc((size_t)topo.pipeline.n_pins, sizeof *pins);
+            for (int i = 0; i < topo.pipeline.n_pins; i++) {
+                snprintf(pins[i].pattern, sizeof pins[i].pattern, "%s", topo.pipeline.pins[i].pattern);
+                pins[i].rank = topo.pipeline.pins[i].rank;
+            }
+            dopt.pins = pins;
+            dopt.n_pins = topo.pipeline.n_pins;
+        }
+    }
+    bt_dist *d = bt_dist_new(t, backend, &dopt);
+    struct bt_progress prog;
+    bt_progress_begin(&prog, rank == 0, "planning and creating weights");
+    struct init_ctx ic = {model, &prog, 0, bt_model_n_weights(model) / (P > 0 ? P : 1)};
+    enum bt_status st = bt_dist_plan(d, g.graph, init_weight, &ic);
+    bt_progress_end(&prog);
+    if (st != BT_OK) {
+        snprintf(err, sizeof err, "%s", bt_dist_error(d));
+        bt_dist_free(d);
+        free(pins);
+        free(counts);
+        if (have_topo) bt_topology_free(&topo);
+        bt_free(gctx);
+        bt_model_free(model);
+        bt_backend_free(backend);
+        return fail_all(t, err);
+    }
+    if (o.trace && bt_dist_enable_trace(d, 64 + o.micro_batches * 64) != BT_OK) {
+        fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
+        t->iface.abort(t, 1);
+    }
+
+    /* rank 0 keeps every micro-batch's output when checking */
+    const int M = o.micro_batches;
+    const size_t out_bytes = bt_nbytes(g.logits);
+    if (o.check < 0) o.check = bt_model_weight_bytes(&o.model) <= ((size_t)512 << 20);
+    float *outs = NULL;
+    if (rank == 0 && o.check) {
+        outs = malloc(out_bytes * (size_t)M);
+        if (!outs) {
+            fprintf(stderr, "baton demo: out of memory keeping %d outputs for the check (try --no-check)\n", M);
+            t->iface.abort(t, 1);
+        }
+    }
+    bt_dist_reset_stats(d);
+    for (int k = 0; k < M; k++) {
+        if (rank == 0) bt_model_set_inputs(model, &g, k);
+        bt_dist_submit(d); /* a failure mid-pipeline stops every rank with its message */
+        const int ready = k - (o.copies - 1);
+        if (ready >= 0 && outs && bt_dist_get_output(d, ready, g.logits, (uint8_t *)outs + out_bytes * (size_t)ready, out_bytes) != BT_OK) {
+            fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
+            t->iface.abort(t, 1);
+        }
+    }
+    bt_dist_synchronize(d);
+    for (int k = M - o.copies + 1 > 0 ? M - o.copies + 1 : 0; outs && k < M; k++)
+        bt_dist_get_output(d, k, g.logits, (uint8_t *)outs + out_bytes * (size_t)k, out_bytes);
+
+    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
+    bt_dist_gather_stats(d, all);
+    if (o.trace) {
+        if (bt_dist_write_trace(d, o.trace) != BT_OK) {
+            if (rank == 0) fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
+            rc = 1;
+        } else if (rank == 0 && !o.json) {
+            fprintf(stderr, "trace written to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", o.trace);
+        }
+    }
+
+    /* the check: the same model in one process, on rank 0 */
+    char check_result[256] = "skipped (--no-check, or the model is large)";
+    if (rank == 0 && o.check) {
+        struct bt_progress cp;
+        bt_progress_begin(&cp, true, "checking against a one-rank run");
+        struct bt_model *ref = bt_model_new(&o.model);
+        bt_buffer_t wbuf = ref ? bt_alloc_ctx_tensors(bt_model_context(ref), backend) : NULL;
+        bt_context *rctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
+        struct bt_model_graph rg;
+        bt_sched_t single = NULL;
+        bool ok = ref && wbuf && rctx && bt_model_build_graph(ref, rctx, &rg) == BT_OK;
+        if (ok) {
+            bt_model_init_weights(ref);
+            single = bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(&o.model) * 2, 1);
+            ok = single != NULL;
+        }
+        int bad = -1;
+        float *want = malloc(out_bytes);
+        for (int k = 0; ok && k < M && bad < 0; k++) {
+            ok = bt_sched_alloc_graph(single, rg.graph) == BT_OK;
+            if (!ok) break;
+            bt_model_set_inputs(ref, &rg, k);
+            ok = bt_sched_graph_compute(single, rg.graph) == BT_OK;
+            bt_tensor_get(rg.logits, want, 0, out_bytes);
+            if (memcmp(want, (uint8_t *)outs + out_bytes * (size_t)k, out_bytes) != 0) bad = k;
+            bt_progress_update(&cp, k + 1, M);
+        }
+        bt_progress_end(&cp);
+        if (!ok) {
+            snprintf(check_result, sizeof check_result, "could not run the one-rank reference");
+            rc = 1;
+        } else if (bad >= 0) {
+            snprintf(check_result, sizeof check_result, "FAILED: micro-batch %d differs from a one-rank run", bad);
+            rc = 1;
+        } else {
+            snprintf(check_result, sizeof check_result, "output equals a one-rank run (%d micro-batches, bitwise)", M);
+        }
+        free(want);
+        bt_sched_free(single);
+        bt_free(rctx);
+        bt_buffer_free(wbuf);
+        bt_model_free(ref);
+    }
+    if (rank == 0) {
+        double wall = 0;
+        for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+        print_stats(&o, all, P, M, wall, check_result, threads);
+    }
+    int64_t rcv = rc;
+    t->iface.allreduce_max(t, &rcv, 1);
+    free(all);
+    free(outs);
+    bt_dist_free(d);
+    free(pins);
+    free(counts);
+    if (have_topo) bt_topology_free(&topo);
+    bt_free(gctx);
+    bt_model_free(model);
+    bt_backend_free(backend);
+    bt_transport_mpi_finalize(t);
+    return (int)rcv;
+}
