@@ -2,6 +2,7 @@
 # bootstrap.sh - set up a fresh Debian machine for baton, build it, and run it.
 #
 #   bash launch/bootstrap.sh run    install packages, build, run the main job
+#                                   (baton demo on two local ranks)
 #   bash launch/bootstrap.sh test   install packages, build, run every test (ctest)
 #
 # Runs as root (or with sudo available).  Installs only Debian packages.
@@ -34,11 +35,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 build=${BATON_BUILD_DIR:-build}
+case "$build" in /*) build_abs=$build ;; *) build_abs=$root/$build ;; esac
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)"
 
 if [ "$mode" = run ]; then
-    exec "$build/baton" bench ops
+    # the main job: the built-in MoE demo as a two-rank pipeline on this machine
+    BATON_BIN="$build_abs/baton" exec "$root/launch/baton-run" -t "$root/configs/local-cpu-2.yaml" -- baton demo
 else
     cd "$build"
     ctest --output-on-failure

@@ -217,9 +217,12 @@ struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor 
     if (!a || !b) return NULL;
     if (bt_nelements(a) != bt_nelements(b))
         FAIL(ctx, "CPY: %s and %s have different element counts", SHAPE(a), SHAPE(b));
+    /* to or from a block type, every row must hold whole blocks of 32 so that
+     * each block covers 32 consecutive elements of the other side */
     if ((bt_type_traits(a->type)->is_quantized || bt_type_traits(b->type)->is_quantized) &&
-        (a->ne[0] != b->ne[0]))
-        FAIL(ctx, "CPY: copies to or from block types need equal rows: %s and %s", SHAPE(a), SHAPE(b));
+        (a->ne[0] % BT_QK != 0 || b->ne[0] % BT_QK != 0))
+        FAIL(ctx, "CPY: copies to or from block types need rows of whole %d-element blocks: %s and %s", BT_QK,
+             SHAPE(a), SHAPE(b));
     if ((a->type == BT_TYPE_I32) != (b->type == BT_TYPE_I32) && b->type != BT_TYPE_F32 &&
         a->type != BT_TYPE_F32)
         FAIL(ctx, "CPY: cannot convert %s to %s", bt_type_name(a->type), bt_type_name(b->type));

@@ -41,6 +41,7 @@ struct bt_sched {
     /* per graph tensor (hashed): backend id, cause, copies [n_backends][n_copies] */
     struct bt_hash_set hash_set;
     int *hv_backend_ids;
+    uint8_t *hv_user; /* 1: the user's assignment, kept across plans */
     const char **hv_cause;
     struct bt_tensor **hv_copies;
 
@@ -143,13 +144,14 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     sched->hash_set.keys = calloc(sched->hash_set.size, sizeof(struct bt_tensor *));
     sched->hv_backend_ids = malloc(sched->hash_set.size * sizeof(int));
     sched->hv_cause = calloc(sched->hash_set.size, sizeof(char *));
+    sched->hv_user = calloc(sched->hash_set.size, 1);
     sched->hv_copies = calloc(sched->hash_set.size * (size_t)n_backends * (size_t)n_copies,
                               sizeof(struct bt_tensor *));
     sched->splits_capacity = 16;
     sched->splits = calloc((size_t)sched->splits_capacity, sizeof *sched->splits);
     sched->galloc = bt_gallocr_new_n(sched->bufts, n_backends);
     sched->ctx_size = bt_tensor_overhead() * (graph_size * (size_t)(n_copies + 2) + 1024);
-    if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_copies ||
+    if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_user || !sched->hv_copies ||
         !sched->splits || !sched->galloc) {
         fprintf(stderr, "bt_sched_new: out of memory\n");
         bt_sched_free(sched);
@@ -173,14 +175,38 @@ static void restore_sources(bt_sched_t sched, bool forget) {
     if (forget) sched->n_rewrites = 0;
 }
 
+/* Take back the memory the scheduler's allocator gave the graph's tensors,
+ * so that a new plan starts from the user's placements only. */
+static void unplace_tensors(bt_sched_t sched) {
+    if (!sched->is_allocated) return;
+    const struct bt_graph *gc = &sched->graph;
+    for (int pass = 0; pass < 2; pass++) {
+        const int n = pass == 0 ? gc->n_nodes : gc->n_leafs;
+        struct bt_tensor **list = pass == 0 ? gc->nodes : gc->leafs;
+        for (int i = 0; i < n; i++) {
+            struct bt_tensor *t = list[i];
+            if (!t->buffer) continue;
+            for (int b = 0; b < sched->n_backends; b++) {
+                if (t->buffer == bt_gallocr_get_buffer(sched->galloc, b)) {
+                    t->buffer = NULL;
+                    t->data = NULL;
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /* Drop the plan (sources restored, copies forgotten), keep user assignments
  * unless `all`. */
 static void drop_plan(bt_sched_t sched, bool all) {
     restore_sources(sched, true);
+    unplace_tensors(sched);
     if (all) {
         memset(sched->hash_set.keys, 0, sched->hash_set.size * sizeof(struct bt_tensor *));
         memset(sched->hv_backend_ids, -1, sched->hash_set.size * sizeof(int));
         memset(sched->hv_cause, 0, sched->hash_set.size * sizeof(char *));
+        memset(sched->hv_user, 0, sched->hash_set.size);
     }
     memset(sched->hv_copies, 0,
            sched->hash_set.size * (size_t)sched->n_backends * (size_t)sched->n_copies * sizeof(struct bt_tensor *));
@@ -202,6 +228,7 @@ void bt_sched_free(bt_sched_t sched) {
     free(sched->hash_set.keys);
     free(sched->hv_backend_ids);
     free(sched->hv_cause);
+    free(sched->hv_user);
     free(sched->hv_copies);
     free(sched->graph.nodes);
     free(sched->graph.leafs);
@@ -223,8 +250,10 @@ static int backend_index(bt_sched_t sched, bt_backend_t backend) {
 void bt_sched_set_tensor_backend(bt_sched_t sched, struct bt_tensor *t, bt_backend_t backend) {
     const int b = backend_index(sched, backend);
     BT_ASSERT(b >= 0);
-    tensor_backend_id(t) = b;
-    SET_CAUSE(t, "usr");
+    const size_t id = hash_id(sched, t);
+    sched->hv_backend_ids[id] = b;
+    sched->hv_user[id] = 1;
+    sched->hv_cause[id] = "usr";
     /* a new assignment invalidates a plan made without it */
     if (sched->planned) drop_plan(sched, false);
 }
@@ -366,6 +395,12 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
     }
     const int last = sched->n_backends - 1;
     sched->planned_hash = bt_graph_hash(graph); /* with the user's sources */
+    /* a new plan starts from the user's assignments only */
+    for (size_t i = 0; i < sched->hash_set.size; i++) {
+        if (sched->hv_user[i]) continue;
+        sched->hv_backend_ids[i] = -1;
+        sched->hv_cause[i] = NULL;
+    }
 
     /* pass 1: backends from pre-allocated tensors, inputs, and weights */
     for (int i = 0; i < graph->n_leafs; i++) {
@@ -703,9 +738,11 @@ static void sync_slot(bt_sched_t sched, int b) {
 }
 
 /* Is input_cpy used in this split only as the expert weights of MUL_MAT_IDs
- * that share one ids tensor?  Returns that ids tensor, or NULL. */
+ * that share one ids tensor, computed before the split starts?  Returns that
+ * ids tensor, or NULL (then the whole tensor is copied). */
 static struct bt_tensor *moe_ids_of(const struct bt_sched_split *split, const struct bt_tensor *input_cpy) {
     struct bt_tensor *ids = NULL;
+    const struct bt_tensor *ids_base = NULL;
     for (int n = 0; n < split->graph.n_nodes; n++) {
         const struct bt_tensor *node = split->graph.nodes[n];
         for (int j = 0; j < BT_MAX_SRC; j++) {
@@ -715,6 +752,11 @@ static struct bt_tensor *moe_ids_of(const struct bt_sched_split *split, const st
             ids = node->src[2];
         }
     }
+    if (!ids) return NULL;
+    /* ids made inside this split are not computed yet when inputs are copied */
+    ids_base = ids->view_src ? ids->view_src : ids;
+    for (int n = 0; n < split->graph.n_nodes; n++)
+        if (split->graph.nodes[n] == ids || split->graph.nodes[n] == ids_base) return NULL;
     return ids;
 }
 

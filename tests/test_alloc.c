@@ -284,6 +284,13 @@ static void free_placed(struct placed *p) {
     bt_free(p->wctx);
 }
 
+/* A second CPU-memory buffer type that is not the same object (its own buffer). */
+static struct bt_buffer_type other_buft;
+static bt_buffer_type_t make_other_buft(void) {
+    other_buft = *bt_cpu_buffer_type();
+    return &other_buft;
+}
+
 #define CK_GA(ga, call) ck_assert_msg((call), "%s: %s", #call, bt_gallocr_error(ga))
 
 /* ---- no overlap ---------------------------------------------------------------- */
@@ -391,6 +398,77 @@ START_TEST(test_chain_peak) {
         ck_assert_msg(p4 == p16 && p16 == p64, "chain %d: peaks %zu %zu %zu", kind, p4, p16, p64);
         if (kind == CHAIN_INPLACE) ck_assert_uint_eq(p4, 2 * blk);    /* the input + one */
         if (kind != CHAIN_INPLACE) ck_assert_uint_eq(p4, 3 * blk);    /* the input + two */
+    }
+}
+END_TEST
+
+/* A block freed at the top of the buffer, next to a free block, gives both
+ * back to the tail: a later larger tensor starts at the free block. */
+START_TEST(test_tail_reuse) {
+    bt_context *ctx = na_ctx(4);
+    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 256, 4); /* S = 4 KiB */
+    bt_set_input(x);
+    struct bt_tensor *a = bt_cont(ctx, x);        /* [S, 2S) */
+    struct bt_tensor *b = bt_sum_rows(ctx, a);    /* [2S, 2S+64); frees a */
+    struct bt_tensor *c = bt_cont(ctx, b);        /* [S, S+64); frees b: tail from S+64 */
+    struct bt_tensor *d = bt_add(ctx, x, c);      /* [S+64, 2S+64) */
+    TU_OK(ctx, d);
+    struct bt_graph *g = tu_graph(ctx, &d, 1);
+    bt_gallocr_t ga = bt_gallocr_new(bt_cpu_buffer_type());
+    CK_GA(ga, bt_gallocr_reserve(ga, g));
+    ck_assert_uint_eq(bt_gallocr_get_buffer_size(ga, 0), 2 * 4096 + BT_MEM_ALIGN);
+    CK_GA(ga, bt_gallocr_alloc_graph(ga, g));
+    check_no_overlap(g, bt_gallocr_get_buffer(ga, 0));
+    ck_assert_ptr_eq(c->data, a->data); /* best fit: the smallest free block */
+    bt_gallocr_free(ga);
+    bt_free(ctx);
+}
+END_TEST
+
+/* A graph with the counts, ops and sizes of the reserved one but other
+ * sources or flags does not reuse the plan (which would overwrite a tensor
+ * still needed). */
+static struct bt_graph *wired(bt_context *ctx, int variant) {
+    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 4);
+    bt_set_input(x);
+    struct bt_tensor *n0 = bt_set_name(bt_cont(ctx, x), "n0");
+    struct bt_tensor *n1 = bt_set_name(bt_cont(ctx, n0), "n1");
+    struct bt_tensor *n2 = bt_set_name(bt_cont(ctx, variant == 1 ? x : n1), "n2");
+    struct bt_tensor *n3 = bt_set_name(bt_add(ctx, n2, variant == 1 ? n0 : x), "n3");
+    if (variant == 2) bt_set_output(n0);
+    TU_OK(ctx, n3);
+    /* in this order whatever the wiring (variant 1 leaves n1 unread) */
+    struct bt_graph *g = bt_graph_new(ctx, 16);
+    g->leafs[g->n_leafs++] = x;
+    g->nodes[g->n_nodes++] = n0;
+    g->nodes[g->n_nodes++] = n1;
+    g->nodes[g->n_nodes++] = n2;
+    g->nodes[g->n_nodes++] = n3;
+    return g;
+}
+
+START_TEST(test_structure_mismatch) {
+    for (int variant = 1; variant <= 2; variant++) {
+        bt_context *ctx = na_ctx(4);
+        struct bt_graph *g0 = wired(ctx, 0), *g1 = wired(ctx, variant);
+        ck_assert_int_eq(g0->n_nodes, g1->n_nodes);
+        ck_assert_int_eq(g0->n_leafs, g1->n_leafs);
+        bt_gallocr_t ga = bt_gallocr_new(bt_cpu_buffer_type());
+        CK_GA(ga, bt_gallocr_reserve(ga, g0));
+        CK_GA(ga, bt_gallocr_alloc_graph(ga, g1));
+        check_no_overlap(g1, bt_gallocr_get_buffer(ga, 0));
+        bt_gallocr_free(ga);
+
+        /* with several buffers: refused, with the node named */
+        bt_buffer_type_t bufts[2] = {bt_cpu_buffer_type(), make_other_buft()};
+        ga = bt_gallocr_new_n(bufts, 2);
+        struct bt_graph *g2 = wired(ctx, 0), *g3 = wired(ctx, variant);
+        CK_GA(ga, bt_gallocr_reserve_n(ga, g2, NULL, NULL));
+        ck_assert(!bt_gallocr_alloc_graph(ga, g3));
+        ck_assert_msg(strstr(bt_gallocr_error(ga), variant == 1 ? "node 2 ('n2'" : "node 0 ('n0'"), "%s",
+                      bt_gallocr_error(ga));
+        bt_gallocr_free(ga);
+        bt_free(ctx);
     }
 }
 END_TEST
@@ -556,13 +634,6 @@ START_TEST(test_reserve_then_smaller) {
     free_placed(&other);
 }
 END_TEST
-
-/* A second CPU-memory buffer type that is not the same object (its own buffer). */
-static struct bt_buffer_type other_buft;
-static bt_buffer_type_t make_other_buft(void) {
-    other_buft = *bt_cpu_buffer_type();
-    return &other_buft;
-}
 
 START_TEST(test_several_buffers_no_auto_reserve) {
     struct placed big, larger;
@@ -749,6 +820,8 @@ int main(void) {
     tcase_add_test(tc, test_shared_buffer_type);
     tcase_add_test(tc, test_op_none_nodes);
     tcase_add_test(tc, test_chain_peak);
+    tcase_add_test(tc, test_tail_reuse);
+    tcase_add_test(tc, test_structure_mismatch);
     tcase_add_test(tc, test_inplace_allowed);
     tcase_add_test(tc, test_inplace_refused);
     tcase_add_test(tc, test_reserve_then_smaller);

@@ -105,6 +105,13 @@ static void assert_bitwise(const float *got, const float *want, int64_t n, const
                  max_abs);
 }
 
+/* Place a reference graph's tensors in one CPU buffer. */
+static bt_buffer_t alloc_ref(bt_context *ctx, bt_backend_t cpu) {
+    bt_buffer_t buf = bt_alloc_ctx_tensors(ctx, cpu);
+    ck_assert_msg(buf != NULL, "%s", bt_context_error(ctx));
+    return buf;
+}
+
 static bt_sched_t new_sched(bt_backend_t *backends, int n, int n_copies) {
     bt_sched_t s = bt_sched_new(backends, NULL, n, 1024, n_copies);
     ck_assert_ptr_nonnull(s);
@@ -219,10 +226,11 @@ static void chain_set_input(struct chain *c, int mb) {
 static float *chain_reference(bt_backend_t cpu, int mb) {
     struct chain c;
     chain_build(&c, cpu, NULL, NULL);
-    ck_assert_ptr_nonnull(bt_alloc_ctx_tensors(c.ctx, cpu));
+    bt_buffer_t buf = alloc_ref(c.ctx, cpu);
     chain_set_input(&c, mb);
     ck_assert_int_eq(bt_backend_graph_compute(cpu, c.g), BT_OK);
     float *out = get_bytes(c.F);
+    bt_buffer_free(buf);
     chain_free(&c);
     return out;
 }
@@ -329,6 +337,8 @@ START_TEST(test_seed_example_plan) {
     free(got);
     free(want);
     bt_sched_free(sched);
+    chain_free(&c);
+    chain_free(&c2);
     bt_backend_free(lim);
     bt_backend_free(cpu);
 }
@@ -383,6 +393,7 @@ START_TEST(test_user_assignment) {
         free(want);
     }
     bt_sched_free(sched);
+    chain_free(&c);
 
     bt_backend_free(lim);
     bt_backend_free(cpu);
@@ -412,6 +423,7 @@ START_TEST(test_pin_after_plan) {
     assert_split(sched, 0, lim, 0, 1);
     assert_split(sched, 1, cpu, 1, 6);
     bt_sched_free(sched);
+    chain_free(&c);
     bt_backend_free(lim);
     bt_backend_free(cpu);
 }
@@ -447,6 +459,7 @@ START_TEST(test_reset_after_run) {
     free(got);
     free(want);
     bt_sched_free(sched);
+    chain_free(&c);
     bt_backend_free(lim);
     bt_backend_free(cpu);
 }
@@ -527,7 +540,7 @@ START_TEST(test_views_follow_source) {
     /* computed right over a few micro-batches */
     struct views ref;
     views_build(&ref, cpu);
-    ck_assert_ptr_nonnull(bt_alloc_ctx_tensors(ref.ctx, cpu));
+    bt_buffer_t ref_buf = alloc_ref(ref.ctx, cpu);
     for (int mb = 0; mb < 3; mb++) {
         CK_STATUS(sched, bt_sched_alloc_graph(sched, v.g));
         tu_rng r;
@@ -543,6 +556,7 @@ START_TEST(test_views_follow_source) {
         free(want);
     }
     bt_sched_free(sched);
+    bt_buffer_free(ref_buf);
     views_free(&v);
     views_free(&ref);
     bt_backend_free(lim);
@@ -584,6 +598,7 @@ START_TEST(test_unsupported_op) {
     free(got);
     free(want);
     bt_sched_free(sched);
+    chain_free(&c);
     bt_backend_free(l0);
     bt_backend_free(l1);
     bt_backend_free(cpu);
@@ -804,8 +819,7 @@ static void net_set_inputs(struct net *n, int mb) {
 static void net_reference(enum net_kind kind, bt_backend_t cpu, float *out[N_MICRO]) {
     struct net n;
     net_build(&n, kind, cpu, cpu);
-    bt_buffer_t buf = bt_alloc_ctx_tensors(n.ctx, cpu);
-    ck_assert_msg(buf != NULL, "%s", bt_context_error(n.ctx));
+    bt_buffer_t buf = alloc_ref(n.ctx, cpu);
     for (int mb = 0; mb < N_MICRO; mb++) {
         net_set_inputs(&n, mb);
         const enum bt_status st = bt_backend_graph_compute(cpu, n.g);
@@ -916,6 +930,7 @@ START_TEST(test_two_graphs_alternate) {
         free(got);
     }
     bt_sched_free(sched);
+    chain_free(&c);
     net_free(&n);
     for (int mb = 0; mb < N_MICRO; mb++) free(want_net[mb]);
     bt_backend_free(lim);
@@ -983,7 +998,7 @@ START_TEST(test_moe_copies_used_experts) {
         struct moe1 m, ref;
         moe1_build(&m, types[ti], cpu);
         moe1_build(&ref, types[ti], cpu);
-        ck_assert_ptr_nonnull(bt_alloc_ctx_tensors(ref.ctx, cpu));
+        bt_buffer_t ref_buf = alloc_ref(ref.ctx, cpu);
         const size_t expert_bytes = m.as->nb[2];
         ck_assert_uint_eq(expert_bytes, 16 * bt_row_size(types[ti], 32));
 
@@ -1026,6 +1041,7 @@ START_TEST(test_moe_copies_used_experts) {
             free(want);
         }
         bt_sched_free(sched);
+        bt_buffer_free(ref_buf);
         moe1_free(&m);
         moe1_free(&ref);
         bt_backend_free(lim);
@@ -1089,7 +1105,7 @@ START_TEST(test_moe_ids_computed_in_split) {
     struct moe2 m, ref;
     moe2_build(&m, lim, cpu);
     moe2_build(&ref, cpu, cpu);
-    ck_assert_ptr_nonnull(bt_alloc_ctx_tensors(ref.ctx, cpu));
+    bt_buffer_t ref_buf = alloc_ref(ref.ctx, cpu);
     bt_sched_t sched = new_sched(backends, 2, 1);
     bt_sched_set_tensor_backend(sched, m.x, lim);
     bt_sched_set_tensor_backend(sched, m.y, lim);
@@ -1115,6 +1131,7 @@ START_TEST(test_moe_ids_computed_in_split) {
         free(want);
     }
     bt_sched_free(sched);
+    bt_buffer_free(ref_buf);
     moe2_free(&m);
     moe2_free(&ref);
     bt_backend_free(lim);
@@ -1240,6 +1257,7 @@ START_TEST(test_eval_callback) {
     assert_bitwise(out, want, 64, "out_user (no callback)");
     free(want);
     bt_sched_free(sched);
+    chain_free(&c);
     bt_backend_free(lim);
     bt_backend_free(cpu);
 }

@@ -1,0 +1,174 @@
+/* cuda_common.cuh - device-side helpers shared by ops.cu and matmul.cu: a
+ * tensor passed to a kernel by value (data, ne, nb, type), element loads and
+ * stores of every type converted through F32 exactly as tensor.c converts on
+ * the CPU, Q8_0 / Q4_0 block quantisation, launch sizes and reductions. */
+#ifndef BATON_CUDA_COMMON_CUH
+#define BATON_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+/* A tensor as a kernel sees it. */
+struct t4 {
+    char *data;
+    int64_t ne[4];
+    int64_t nb[4];
+    int type;
+};
+
+static inline t4 t4_of(const struct bt_tensor *t) {
+    t4 r;
+    r.data = (char *)t->data;
+    for (int i = 0; i < 4; i++) {
+        r.ne[i] = t->ne[i];
+        r.nb[i] = (int64_t)t->nb[i];
+    }
+    r.type = (int)t->type;
+    return r;
+}
+
+#define CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over n items. */
+static inline unsigned grid_for(int64_t n) {
+    int64_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+    if (b < 1) b = 1;
+    if (b > (1 << 20)) b = 1 << 20;
+    return (unsigned)b;
+}
+
+#define GRID_STRIDE(e, n) \
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < (n); e += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ bool d_is_quant(int type) { return type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0; }
+__device__ __forceinline__ int64_t d_blck(int type) { return d_is_quant(type) ? BT_QK : 1; }
+
+/* linear logical index e (i0 fastest) -> (i0, i1, i2, i3) over ne */
+__device__ __forceinline__ void unravel(int64_t e, const int64_t ne[4], int64_t i[4]) {
+    i[0] = e % ne[0];
+    e /= ne[0];
+    i[1] = e % ne[1];
+    e /= ne[1];
+    i[2] = e % ne[2];
+    i[3] = e / ne[2];
+}
+
+/* byte address of element (i0..i3); for block types the block holding i0 */
+__device__ __forceinline__ char *elem_addr(const t4 &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return t.data + (i0 / d_blck(t.type)) * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+__device__ __forceinline__ float d_fp16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t d_f32_to_fp16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+/* round to nearest even, NaN quietened: bit for bit bt_fp32_to_bf16 */
+__device__ __forceinline__ uint16_t d_f32_to_bf16(float f) {
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* element j (0..31) of a Q8_0 / Q4_0 block */
+__device__ __forceinline__ float d_q8_0_get(const char *blk, int j) {
+    const bt_block_q8_0 *b = (const bt_block_q8_0 *)blk;
+    return (float)b->qs[j] * d_fp16_to_f32(b->d);
+}
+__device__ __forceinline__ float d_q4_0_get(const char *blk, int j) {
+    const bt_block_q4_0 *b = (const bt_block_q4_0 *)blk;
+    const uint8_t q = j < BT_QK / 2 ? (b->qs[j] & 0x0f) : (b->qs[j - BT_QK / 2] >> 4);
+    return (float)((int)q - 8) * d_fp16_to_f32(b->d);
+}
+
+/* value at p (an element, or the block holding element i0) as F32 */
+__device__ __forceinline__ float load_f32(int type, const char *p, int64_t i0) {
+    switch (type) {
+        case BT_TYPE_F32: return *(const float *)p;
+        case BT_TYPE_F16: return d_fp16_to_f32(*(const uint16_t *)p);
+        case BT_TYPE_BF16: return d_bf16_to_f32(*(const uint16_t *)p);
+        case BT_TYPE_I32: return (float)*(const int32_t *)p;
+        case BT_TYPE_Q8_0: return d_q8_0_get(p, (int)(i0 % BT_QK));
+        case BT_TYPE_Q4_0: return d_q4_0_get(p, (int)(i0 % BT_QK));
+        default: return 0.0f;
+    }
+}
+
+/* store v at p converted to a plain (non-block) type */
+__device__ __forceinline__ void store_f32(int type, char *p, float v) {
+    switch (type) {
+        case BT_TYPE_F32: *(float *)p = v; break;
+        case BT_TYPE_F16: *(uint16_t *)p = d_f32_to_fp16(v); break;
+        case BT_TYPE_BF16: *(uint16_t *)p = d_f32_to_bf16(v); break;
+        case BT_TYPE_I32: *(int32_t *)p = (int32_t)v; break;
+        default: break;
+    }
+}
+
+/* Quantise 32 values into the block at p, as tensor.c's q8_0_from_f32 /
+ * q4_0_from_f32 (the same float operations in the same order). */
+__device__ __forceinline__ void quantize_block(int type, const float *x, char *p) {
+    if (type == BT_TYPE_Q8_0) {
+        bt_block_q8_0 *y = (bt_block_q8_0 *)p;
+        float amax = 0.0f;
+        for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y->d = d_f32_to_fp16(d);
+        for (int j = 0; j < BT_QK; j++) y->qs[j] = (int8_t)roundf(__fmul_rn(x[j], id));
+    } else if (type == BT_TYPE_Q4_0) {
+        bt_block_q4_0 *y = (bt_block_q4_0 *)p;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < BT_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y->d = d_f32_to_fp16(d);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const float x0 = __fadd_rn(__fmul_rn(x[j], id), 8.5f);
+            const float x1 = __fadd_rn(__fmul_rn(x[j + BT_QK / 2], id), 8.5f);
+            const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
+            const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
+            y->qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* Record a bad id found by a kernel: the first failing node wins. */
+__device__ __forceinline__ void report_bad_id(int *err, int node_tag, int id) {
+    if (atomicCAS(&err[0], 0, node_tag) == 0) err[1] = id;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the total.  sh: 32 doubles of shared memory. */
+__device__ __forceinline__ double block_sum(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    const int nw = (int)(blockDim.x >> 5);
+    double t = 0.0;
+    for (int w = 0; w < nw; w++) t += sh[w]; /* fixed order: deterministic */
+    return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    const int nw = (int)(blockDim.x >> 5);
+    float t = -INFINITY;
+    for (int w = 0; w < nw; w++) t = fmaxf(t, sh[w]);
+    return t;
+}
+
+#endif

@@ -1,0 +1,241 @@
+/* matmul.cu - MUL_MAT and MUL_MAT_ID on the GPU.
+ *
+ * One 2-D product D[m, n] = A[k, m]^T x B[k, n] (A a weight matrix of any
+ * type with contiguous rows, B and D F32 columns) is the unit:
+ *   n <= MMV_MAX_COLS (decode): a direct kernel, one warp per row of A,
+ *     reading the weight row once for all n columns (any weight type,
+ *     dequantised on the fly, F32 accumulation);
+ *   otherwise cuBLAS (cublasGemmEx, F32 accumulation): F32 weights as they
+ *     are; F16 / BF16 weights with B converted to the weight type in scratch;
+ *     Q8_0 / Q4_0 weights dequantised to F16 in scratch, B converted to F16.
+ * MUL_MAT runs the unit for each (i2, i3) of b, with a's matrix
+ * (i2 / (b2/a2), i3 / (b3/a3)) (broadcast over dims 2 and 3).
+ * MUL_MAT_ID copies ids to the host (after a stream synchronise), checks
+ * them, groups the (slot, token) pairs by expert, gathers each expert's
+ * columns of b into one contiguous block, runs the unit once per used
+ * expert and scatters the results back. */
+#include <stdio.h>
+
+#include "cuda_common.cuh"
+
+#define MMV_MAX_COLS 8
+#define MMV_WARPS 4
+
+/* element kk of a weight row */
+__device__ __forceinline__ float weight_at(int type, const char *row, int64_t kk) {
+    switch (type) {
+        case BT_TYPE_F32: return ((const float *)row)[kk];
+        case BT_TYPE_F16: return d_fp16_to_f32(((const uint16_t *)row)[kk]);
+        case BT_TYPE_BF16: return d_bf16_to_f32(((const uint16_t *)row)[kk]);
+        case BT_TYPE_Q8_0: return d_q8_0_get(row + (kk / BT_QK) * sizeof(bt_block_q8_0), (int)(kk % BT_QK));
+        case BT_TYPE_Q4_0: return d_q4_0_get(row + (kk / BT_QK) * sizeof(bt_block_q4_0), (int)(kk % BT_QK));
+        default: return 0.0f;
+    }
+}
+
+/* D[:, c] = A^T B[:, c] for c < ncols; one warp per row of A */
+template <int TYPE>
+__global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
+                      float *D, int64_t ldd) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (row >= m) return;
+    const char *ar = A + row * a_nb1;
+    float acc[MMV_MAX_COLS];
+#pragma unroll
+    for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
+    for (int64_t kk = lane; kk < k; kk += 32) {
+        const float w = weight_at(TYPE, ar, kk);
+#pragma unroll
+        for (int c = 0; c < MMV_MAX_COLS; c++)
+            if (c < ncols) acc[c] += w * B[c * ldb + kk];
+    }
+#pragma unroll
+    for (int c = 0; c < MMV_MAX_COLS; c++) {
+        if (c >= ncols) break;
+        float v = acc[c];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0) D[c * ldd + row] = v;
+    }
+}
+
+/* dst[k, n] (type F16 or BF16, contiguous) = src columns (F32, ld floats) */
+__global__ void k_convert_cols(int type, const float *src, int64_t ld, int64_t k, void *dst, int64_t n_items) {
+    GRID_STRIDE(e, n_items) {
+        const float v = src[(e / k) * ld + e % k];
+        ((uint16_t *)dst)[e] = type == BT_TYPE_BF16 ? d_f32_to_bf16(v) : d_f32_to_fp16(v);
+    }
+}
+
+/* dst[k, m] F16 contiguous = dequantised rows of A (block type, a_nb1) */
+__global__ void k_dequant_f16(int type, const char *A, int64_t a_nb1, int64_t k, uint16_t *dst, int64_t n_items) {
+    GRID_STRIDE(e, n_items) {
+        const int64_t row = e / k, kk = e % k;
+        dst[e] = d_f32_to_fp16(weight_at(type, A + row * a_nb1, kk));
+    }
+}
+
+static cudaDataType_t cuda_type(enum bt_type t) {
+    switch (t) {
+        case BT_TYPE_F16: return CUDA_R_16F;
+        case BT_TYPE_BF16: return CUDA_R_16BF;
+        default: return CUDA_R_32F;
+    }
+}
+
+static enum bt_status cublas_check(struct bt_cuda_ctx *c, cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return BT_OK;
+    return bt_cuda_fail(c, BT_ERR_INVALID, "%s: cuBLAS status %d", what, (int)s);
+}
+
+/* D[m, n] (ldd floats) = A[k, m]^T (type, a_nb1 bytes per row) x B[k, n] (ldb floats) */
+static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char *A, int64_t a_nb1, int64_t k,
+                            int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
+    if (m == 0 || n == 0) return BT_OK;
+    cudaStream_t st = c->stream;
+    if (n <= MMV_MAX_COLS) {
+        const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
+        const int nc = (int)n;
+        switch (type) {
+#define MMV_CASE(T) \
+    case T: k_mmv<T><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd); break;
+            MMV_CASE(BT_TYPE_F32)
+            MMV_CASE(BT_TYPE_F16)
+            MMV_CASE(BT_TYPE_BF16)
+            MMV_CASE(BT_TYPE_Q8_0)
+            MMV_CASE(BT_TYPE_Q4_0)
+#undef MMV_CASE
+            default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
+        }
+        return bt_cuda_check(c, cudaGetLastError(), "mul_mat (mmv)");
+    }
+
+    const float one = 1.0f, zero = 0.0f;
+    const void *a_ptr = A, *b_ptr = B;
+    int64_t lda = 0, ldb_g = ldb;
+    enum bt_type gemm_type = type;
+    if (type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) {
+        uint16_t *aw = (uint16_t *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_A, (size_t)(k * m) * sizeof(uint16_t));
+        if (!aw) return BT_ERR_NOMEM;
+        k_dequant_f16<<<grid_for(k * m), CUDA_THREADS, 0, st>>>((int)type, A, a_nb1, k, aw, k * m);
+        a_ptr = aw;
+        lda = k;
+        gemm_type = BT_TYPE_F16;
+    } else {
+        lda = a_nb1 / (int64_t)bt_type_size(type);
+    }
+    if (gemm_type != BT_TYPE_F32) {
+        void *bw = bt_cuda_scratch(c, BT_CUDA_SCRATCH_B, (size_t)(k * n) * sizeof(uint16_t));
+        if (!bw) return BT_ERR_NOMEM;
+        k_convert_cols<<<grid_for(k * n), CUDA_THREADS, 0, st>>>((int)gemm_type, B, ldb, k, bw, k * n);
+        b_ptr = bw;
+        ldb_g = k;
+    }
+    enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (convert)");
+    if (s != BT_OK) return s;
+    const cudaDataType_t ct = cuda_type(gemm_type);
+    /* column-major view: D (m x n) = A' (k x m)^T  B' (k x n) */
+    return cublas_check(c,
+                        cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a_ptr, ct,
+                                     (int)lda, b_ptr, ct, (int)ldb_g, &zero, D, CUDA_R_32F, (int)ldd,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "cublasGemmEx");
+}
+
+extern "C" enum bt_status bt_cuda_mul_mat(struct bt_cuda_ctx *c, struct bt_tensor *d) {
+    const struct bt_tensor *a = d->src[0], *b = d->src[1];
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
+            const char *A = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+            const float *B = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
+            float *D = (float *)((char *)d->data + i2 * d->nb[2] + i3 * d->nb[3]);
+            const enum bt_status s = mm_2d(c, a->type, A, (int64_t)a->nb[1], a->ne[0], a->ne[1], B,
+                                           (int64_t)(b->nb[1] / sizeof(float)), b->ne[1], D,
+                                           (int64_t)(d->nb[1] / sizeof(float)));
+            if (s != BT_OK) return s;
+        }
+    return BT_OK;
+}
+
+/* ---- MUL_MAT_ID --------------------------------------------------------------- */
+
+/* bg[:, p] = b[:, e % n_b, t] for pair p = e + n_used * t */
+__global__ void k_gather(t4 b, const int32_t *pairs, int64_t n_used, int64_t k, float *bg, int64_t n_items) {
+    GRID_STRIDE(x, n_items) {
+        const int64_t p = x / k, kk = x % k;
+        const int64_t pair = pairs[p], e = pair % n_used, t = pair / n_used;
+        bg[x] = *(const float *)elem_addr(b, kk, e % b.ne[1], t, 0);
+    }
+}
+
+/* dst[:, e, t] = dg[:, p] */
+__global__ void k_scatter(t4 d, const int32_t *pairs, int64_t n_used, int64_t m, const float *dg, int64_t n_items) {
+    GRID_STRIDE(x, n_items) {
+        const int64_t p = x / m, i = x % m;
+        const int64_t pair = pairs[p], e = pair % n_used, t = pair / n_used;
+        *(float *)elem_addr(d, i, e, t, 0) = dg[x];
+    }
+}
+
+extern "C" enum bt_status bt_cuda_mul_mat_id(struct bt_cuda_ctx *c, struct bt_tensor *d) {
+    const struct bt_tensor *as = d->src[0], *b = d->src[1], *ids = d->src[2];
+    const int64_t n_expert = as->ne[2], n_used = ids->ne[0], n_tokens = ids->ne[1];
+    const int64_t k = as->ne[0], m = as->ne[1], total = n_used * n_tokens;
+    if (total == 0 || m == 0) return BT_OK;
+    const size_t ids_bytes = bt_nbytes(ids);
+    const size_t ids_span = (ids_bytes + 63) / 64 * 64;
+    /* host: ids, then pairs (total), then offs (n_expert + 1) */
+    enum bt_status s = bt_cuda_check(c, cudaStreamSynchronize(c->stream), "mul_mat_id: synchronize");
+    if (s != BT_OK) return s;
+    char *stage = (char *)bt_cuda_host_stage(c, ids_span + (size_t)total * 4 + (size_t)(n_expert + 1) * 4);
+    if (!stage) return BT_ERR_NOMEM;
+    s = bt_cuda_check(c, cudaMemcpyAsync(stage, ids->data, ids_bytes, cudaMemcpyDeviceToHost, c->stream),
+                      "mul_mat_id: ids to host");
+    if (s != BT_OK) return s;
+    s = bt_cuda_check(c, cudaStreamSynchronize(c->stream), "mul_mat_id: synchronize");
+    if (s != BT_OK) return s;
+
+    int32_t *pairs = (int32_t *)(stage + ids_span);
+    int32_t *offs = pairs + total;
+    for (int64_t x = 0; x <= n_expert; x++) offs[x] = 0;
+#define ID_AT(e, t) (*(const int32_t *)(stage + (size_t)(e) * ids->nb[0] + (size_t)(t) * ids->nb[1]))
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) {
+            const int32_t id = ID_AT(e, t);
+            if (id < 0 || id >= n_expert)
+                return bt_cuda_fail(c, BT_ERR_INVALID, "node '%s': expert id %d out of range [0, %lld)", d->name,
+                                    id, (long long)n_expert);
+            offs[id + 1]++;
+        }
+    for (int64_t x = 0; x < n_expert; x++) offs[x + 1] += offs[x];
+    /* counting sort, stable in (token, slot) order; offs[x] ends at x's end */
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) pairs[offs[ID_AT(e, t)]++] = (int32_t)(e + n_used * t);
+#undef ID_AT
+    for (int64_t x = n_expert; x > 0; x--) offs[x] = offs[x - 1];
+    offs[0] = 0;
+
+    /* device: gathered columns bg [k, total], results dg [m, total], pairs */
+    const size_t bg_bytes = ((size_t)(k * total) * 4 + 255) / 256 * 256;
+    const size_t dg_bytes = ((size_t)(m * total) * 4 + 255) / 256 * 256;
+    char *scr = (char *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_ID, bg_bytes + dg_bytes + (size_t)total * 4);
+    if (!scr) return BT_ERR_NOMEM;
+    float *bg = (float *)scr, *dg = (float *)(scr + bg_bytes);
+    int32_t *dpairs = (int32_t *)(scr + bg_bytes + dg_bytes);
+    s = bt_cuda_check(c, cudaMemcpyAsync(dpairs, pairs, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream),
+                      "mul_mat_id: pairs to device");
+    if (s != BT_OK) return s;
+    k_gather<<<grid_for(k * total), CUDA_THREADS, 0, c->stream>>>(t4_of(b), dpairs, n_used, k, bg, k * total);
+    s = bt_cuda_check(c, cudaGetLastError(), "mul_mat_id (gather)");
+    if (s != BT_OK) return s;
+    for (int64_t x = 0; x < n_expert; x++) {
+        const int64_t cnt = offs[x + 1] - offs[x];
+        if (cnt == 0) continue;
+        s = mm_2d(c, as->type, (const char *)as->data + x * as->nb[2], (int64_t)as->nb[1], k, m, bg + offs[x] * k, k,
+                  cnt, dg + offs[x] * m, m);
+        if (s != BT_OK) return s;
+    }
+    k_scatter<<<grid_for(m * total), CUDA_THREADS, 0, c->stream>>>(t4_of(d), dpairs, n_used, m, dg, m * total);
+    return bt_cuda_check(c, cudaGetLastError(), "mul_mat_id (scatter)");
+}
