@@ -11,7 +11,10 @@
  *     bt_sched_graph_compute(s, g);             copy inputs, run the splits
  *
  * The plan is made once per graph and kept: a later call with the same graph
- * only advances the copy slot.  Weights are recognised by their buffer's usage
+ * only advances the copy slot.  A new plan (another graph, bt_sched_reset, a
+ * new user assignment) takes back the memory the scheduler gave the previous
+ * graph's tensors: their data, outputs included, is not readable until that
+ * graph is allocated again.  Weights are recognised by their buffer's usage
  * (BT_BUFFER_USAGE_WEIGHTS) or, for tensors without a buffer (a plan made for
  * other processes), by BT_TENSOR_FLAG_WEIGHT and a user assignment.
  */

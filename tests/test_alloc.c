@@ -569,6 +569,27 @@ START_TEST(test_inplace_refused) {
     ck_assert_ptr_ne(si->data, m->data);
     ip_end(&s);
 
+    /* through a whole view whose source is read again later */
+    ip_begin(&s);
+    struct bt_tensor *rv = bt_relu(s.ctx, bt_view_tensor(s.ctx, s.a));
+    struct bt_tensor *o = bt_add(s.ctx, rv, s.a);
+    ip_alloc(&s, &o, 1);
+    ck_assert_ptr_ne(rv->data, s.a->data);
+    ip_end(&s);
+
+    /* a view flagged OUTPUT keeps its source: nothing later takes its block */
+    ip_begin(&s);
+    struct bt_tensor *vo = bt_view_tensor(s.ctx, s.a);
+    bt_set_output(vo);
+    struct bt_tensor *c1 = bt_cont(s.ctx, vo);
+    struct bt_tensor *c2 = bt_cont(s.ctx, c1);
+    struct bt_tensor *c3 = bt_relu(s.ctx, bt_cont(s.ctx, c2));
+    ip_alloc(&s, &c3, 1);
+    ck_assert_ptr_ne(c1->data, s.a->data);
+    ck_assert_ptr_ne(c2->data, s.a->data);
+    ck_assert_ptr_ne(c3->data, s.a->data);
+    ip_end(&s);
+
     /* a view of part of its source */
     ip_begin(&s);
     struct bt_tensor *part = bt_view_1d(s.ctx, s.a, 64, 64 * sizeof(float));

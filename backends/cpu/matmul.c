@@ -68,13 +68,27 @@ static inline vf vf_load_bf16(const bt_bf16_t *p) {
 static inline vf vf_load_i8(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
-/* 16 nibbles (low or high halves of 16 bytes) minus 8 -> float */
+/* 16 nibbles (low or high halves of 16 bytes) minus 8 -> float.  vpermps
+ * reads only the low 4 bits of each index, so a table lookup of q - 8 needs
+ * no mask, subtraction or int->float conversion. */
 static inline vf vf_load_q4(const uint8_t *p, int hi) {
+    const __m512 table = _mm512_setr_ps(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f, -1.0f,
+                                        0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f);
     __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
     if (hi) x = _mm512_srli_epi32(x, 4);
-    x = _mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(15)), _mm512_set1_epi32(8));
-    return _mm512_cvtepi32_ps(x);
+    return _mm512_permutexvar_ps(x, table);
 }
+/* The fp16 scales of n (<= 16) consecutive blocks of bs bytes -> float. */
+static inline void block_scales(const char *blk0, int bs, int n, float *out) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                             12, 13, 14, 15),
+                                           _mm512_set1_epi32(bs));
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    /* 4 bytes at each block's start: d then the first quants; keep d */
+    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, blk0, 1);
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
+}
+#define HAVE_BLOCK_SCALES 1
 static inline float fp16_scalar(bt_fp16_t h) { return _cvtsh_ss(h); }
 
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -198,6 +212,16 @@ static inline vf vf_load_q4(const uint8_t *p, int hi) {
 static inline float fp16_scalar(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
 #endif
 
+#ifndef HAVE_BLOCK_SCALES
+static inline void block_scales(const char *blk0, int bs, int n, float *out) {
+    for (int i = 0; i < n; i++) {
+        bt_fp16_t h;
+        memcpy(&h, blk0 + (size_t)i * (size_t)bs, sizeof(h));
+        out[i] = fp16_scalar(h);
+    }
+}
+#endif
+
 #define QB 32         /* elements per "block": a Q8_0 / Q4_0 block, 32 floats otherwise */
 #define NV (QB / VL)  /* vectors per block */
 
@@ -278,17 +302,59 @@ static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n
 
 /* ---- dot path: RM weight rows x RN columns, whole k ------------------------- */
 
-/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  Per element: two vector
- * accumulators, block vector v into acc[v & 1], then a fixed reduction. */
+/* Raw quants of vector v of block blk as float: q (Q8_0) or q - 8 (Q4_0). */
+static inline __attribute__((always_inline)) vf load_q(enum bt_type type, const char *row,
+                                                        int64_t blk, int v) {
+    if (type == BT_TYPE_Q8_0) return vf_load_i8(((const bt_block_q8_0 *)row)[blk].qs + v * VL);
+    return vf_load_q4(((const bt_block_q4_0 *)row)[blk].qs + (v * VL) % 16, (v * VL) / 16);
+}
+
+#define DOT_SCALES 16 /* block scales converted at once */
+
+/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  The order of each
+ * element's sum depends only on k:
+ *  float types: two vector accumulators, block vector v into acc[v & 1],
+ *               then acc0 + acc1 and a fixed horizontal sum;
+ *  Q8_0, Q4_0:  per block s = sum_v q_v * b_v (lane-wise, v in order), then
+ *               acc += d * s, then a fixed horizontal sum. */
 static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, const int RM,
                                                             const int RN, int64_t k,
                                                             const char *const *arows,
                                                             const float *const *bcols, float *out) {
+    const int64_t nblk = k / QB;
+    if (type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) {
+        const int bs = type == BT_TYPE_Q8_0 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+        vf acc[4][4];
+        for (int r = 0; r < RM; r++)
+            for (int j = 0; j < RN; j++) acc[r][j] = vf_zero();
+        for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
+            const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
+            float dq[4][DOT_SCALES];
+            for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
+            for (int i = 0; i < nc; i++) {
+                const int64_t blk = c0 + i;
+                vf x[4][NV];
+                for (int r = 0; r < RM; r++)
+                    for (int v = 0; v < NV; v++) x[r][v] = load_q(type, arows[r], blk, v);
+                for (int j = 0; j < RN; j++) {
+                    vf bv[NV];
+                    for (int v = 0; v < NV; v++) bv[v] = vf_load(bcols[j] + blk * QB + v * VL);
+                    for (int r = 0; r < RM; r++) {
+                        vf sum = vf_mul(x[r][0], bv[0]);
+                        for (int v = 1; v < NV; v++) sum = vf_fma(x[r][v], bv[v], sum);
+                        acc[r][j] = vf_fma(sum, vf_set1(dq[r][i]), acc[r][j]);
+                    }
+                }
+            }
+        }
+        for (int j = 0; j < RN; j++)
+            for (int r = 0; r < RM; r++) out[j * RM + r] = vf_hsum(acc[r][j]);
+        return;
+    }
+
     vf acc[4][4][2];
     for (int r = 0; r < RM; r++)
         for (int j = 0; j < RN; j++) acc[r][j][0] = acc[r][j][1] = vf_zero();
-
-    const int64_t nblk = k / QB;
     for (int64_t blk = 0; blk < nblk; blk++) {
         vf a[4][NV];
         for (int r = 0; r < RM; r++)
@@ -300,7 +366,7 @@ static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, co
             }
         }
     }
-    const int rest = (int)(k - nblk * QB); /* float types only: a zero-padded last block */
+    const int rest = (int)(k - nblk * QB); /* a zero-padded last block */
     if (rest > 0) {
         float at[4][QB], bt[4][QB];
         for (int r = 0; r < RM; r++) {

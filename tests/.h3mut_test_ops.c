@@ -1,0 +1,1236 @@
+/* test_ops.c - every op of ops.h computed on the CPU backend against a plain
+ * reference written here (loops over logical indices, double accumulation),
+ * on random data: odd shapes, broadcasting, non-contiguous inputs, 1 to 4
+ * threads; plus the shape errors constructors report and the run-time errors
+ * the executor reports. */
+#include <math.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define TOL_ELEM 1e-7  /* NMSE bound for element-wise / row ops */
+#define TOL_MATMUL 5e-4 /* NMSE bound for mul_mat / mul_mat_id */
+#define MAX_NT 4
+
+static char g_case[512]; /* what is being checked, for failure messages */
+static int g_skipped;     /* non-contiguous cases the CPU declares unsupported */
+
+/* ---- inputs in various layouts ---- */
+
+enum layout { L_CONT, L_TRANS, L_STRIDED, L_PERM, L_COUNT };
+static const char *layout_name[L_COUNT] = {"cont", "transposed", "strided", "permuted"};
+
+static bool is_block(enum bt_type t) { return bt_blck_size(t) > 1; }
+
+/* A tensor of logical shape ne in the given layout, filled with uniform
+ * values in [lo, hi).  The unused bytes around a view are NaN (0xff), so a
+ * kernel that reads outside the view poisons its result.
+ *   L_TRANS:   a transposed view (nb[0] is a row, not an element)
+ *   L_STRIDED: a view into a larger tensor (padded rows and planes)
+ *   L_PERM:    dims 1 and 2 swapped (rows stay contiguous) */
+static struct bt_tensor *new_input(bt_context *ctx, enum bt_type type, const int64_t ne[4],
+                                   enum layout lay, tu_rng *r, float lo, float hi) {
+    struct bt_tensor *base = NULL, *t = NULL;
+    switch (lay) {
+    case L_CONT:
+        t = base = bt_new_tensor_4d(ctx, type, ne[0], ne[1], ne[2], ne[3]);
+        break;
+    case L_TRANS:
+        BT_ASSERT(!is_block(type));
+        base = bt_new_tensor_4d(ctx, type, ne[1], ne[0], ne[2], ne[3]);
+        t = bt_transpose(ctx, base);
+        break;
+    case L_STRIDED: {
+        int64_t pad0 = is_block(type) ? 32 : 3;
+        base = bt_new_tensor_4d(ctx, type, ne[0] + pad0, ne[1] + 1, ne[2] + 1, ne[3]);
+        size_t off = base->nb[1] + base->nb[2] + (is_block(type) ? 0 : base->nb[0]);
+        t = bt_view_4d(ctx, base, ne[0], ne[1], ne[2], ne[3], base->nb[1], base->nb[2], base->nb[3],
+                       off);
+        break;
+    }
+    case L_PERM:
+        base = bt_new_tensor_4d(ctx, type, ne[0], ne[2], ne[1], ne[3]);
+        t = bt_permute(ctx, base, 0, 2, 1, 3);
+        break;
+    default: BT_ASSERT(0);
+    }
+    ck_assert_msg(t != NULL, "%s: new_input(%s): %s", g_case, layout_name[lay],
+                  bt_context_error(ctx));
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(t->ne[i], ne[i]);
+    if (base != t && type != BT_TYPE_I32) memset(tu_data(base), 0xff, bt_nbytes(base));
+    tu_fill_uniform(t, r, lo, hi);
+    return t;
+}
+
+static int64_t nel4(const int64_t ne[4]) { return ne[0] * ne[1] * ne[2] * ne[3]; }
+static int64_t idx4(const int64_t ne[4], int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return i0 + ne[0] * (i1 + ne[1] * (i2 + ne[2] * i3));
+}
+
+/* Compute g with nt threads after poisoning out (unless out is a view). */
+static void run_nt(struct bt_graph *g, struct bt_tensor *out, int nt) {
+    if (out && !out->view_src) memset(tu_data(out), 0xff, bt_nbytes(out));
+    enum bt_status s = tu_run(g, nt);
+    ck_assert_msg(s == BT_OK, "%s: nt=%d: %s: %s", g_case, nt, bt_status_str(s),
+                  bt_cpu_error(tu_cpu(nt)));
+}
+
+static void check_nmse(const struct bt_tensor *out, const float *ref, double tol, int nt) {
+    double e = tu_nmse_tensor(out, ref);
+    ck_assert_msg(e <= tol, "%s: nt=%d: NMSE %g > %g", g_case, nt, e, tol);
+}
+
+/* false (and counted) when the CPU declares a non-contiguous case unsupported;
+ * a contiguous case must be supported */
+static bool supported(const struct bt_tensor *out, bool contiguous) {
+    if (bt_cpu_supports_op(out)) return true;
+    ck_assert_msg(!contiguous, "%s: CPU does not support the contiguous case", g_case);
+    g_skipped++;
+    fprintf(stderr, "skip (unsupported by the CPU): %s\n", g_case);
+    return false;
+}
+
+static struct bt_graph *graph1(bt_context *ctx, struct bt_tensor *out) {
+    ck_assert_msg(out != NULL, "%s: constructor returned NULL: %s", g_case, bt_context_error(ctx));
+    return tu_graph(ctx, &out, 1);
+}
+
+/* ---- binary element-wise ops with broadcasting ---- */
+
+static const int64_t shapes[][4] = {
+    {1, 1, 1, 1}, {3, 1, 1, 1}, {17, 3, 1, 1}, {33, 5, 2, 1}, {67, 3, 2, 3}, {5, 17, 3, 2},
+};
+#define N_SHAPES ((int)(sizeof(shapes) / sizeof(shapes[0])))
+
+static float ref_bin(int op, float a, float b) {
+    switch (op) {
+    case BT_OP_ADD: return a + b;
+    case BT_OP_SUB: return a - b;
+    case BT_OP_MUL: return a * b;
+    default: return a / b;
+    }
+}
+
+START_TEST(test_binary) {
+    const int ops[4] = {BT_OP_ADD, BT_OP_SUB, BT_OP_MUL, BT_OP_DIV};
+    tu_rng r;
+    tu_rng_init(&r, 100 + _i);
+    int op = ops[_i];
+    int case_no = 0;
+    for (int si = 0; si < N_SHAPES; si++) {
+        const int64_t *ne = shapes[si];
+        for (int mask = 0; mask < 16; mask++) {
+            int64_t neb[4];
+            for (int d = 0; d < 4; d++) neb[d] = (mask >> d) & 1 ? 1 : ne[d];
+            enum layout la = (enum layout)(case_no % L_COUNT);
+            enum layout lb = (enum layout)((case_no / L_COUNT + mask) % L_COUNT);
+            case_no++;
+            snprintf(g_case, sizeof(g_case), "%s a[%ld,%ld,%ld,%ld] %s b[%ld,%ld,%ld,%ld] %s",
+                     bt_op_name((enum bt_op)op), (long)ne[0], (long)ne[1], (long)ne[2],
+                     (long)ne[3], layout_name[la], (long)neb[0], (long)neb[1], (long)neb[2],
+                     (long)neb[3], layout_name[lb]);
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, la, &r, -1, 1);
+            struct bt_tensor *b = op == BT_OP_DIV ? new_input(ctx, BT_TYPE_F32, neb, lb, &r, 0.5f, 1.5f)
+                                                  : new_input(ctx, BT_TYPE_F32, neb, lb, &r, -1, 1);
+            struct bt_tensor *out = op == BT_OP_ADD   ? bt_add(ctx, a, b)
+                                    : op == BT_OP_SUB ? bt_sub(ctx, a, b)
+                                    : op == BT_OP_MUL ? bt_mul(ctx, a, b)
+                                                      : bt_div(ctx, a, b);
+            ck_assert_msg(out != NULL, "%s: NULL: %s", g_case, bt_context_error(ctx));
+            ck_assert_int_eq(out->type, BT_TYPE_F32);
+            ck_assert(bt_are_same_shape(out, a));
+            ck_assert(bt_is_contiguous(out));
+            struct bt_graph *g = graph1(ctx, out);
+            float *A = tu_read_f32(a), *B = tu_read_f32(b);
+            float *ref = malloc(sizeof(float) * nel4(ne));
+            for (int64_t i3 = 0; i3 < ne[3]; i3++)
+                for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                    for (int64_t i1 = 0; i1 < ne[1]; i1++)
+                        for (int64_t i0 = 0; i0 < ne[0]; i0++)
+                            ref[idx4(ne, i0, i1, i2, i3)] =
+                                ref_bin(op, A[idx4(ne, i0, i1, i2, i3)],
+                                        B[idx4(neb, i0 % neb[0], i1 % neb[1], i2 % neb[2],
+                                               i3 % neb[3])]);
+            if (supported(out, la == L_CONT && lb == L_CONT)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    run_nt(g, out, nt);
+                    check_nmse(out, ref, TOL_ELEM, nt);
+                }
+            }
+            free(A);
+            free(B);
+            free(ref);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+/* ---- unary ops ---- */
+
+enum unary { U_SCALE, U_SQR, U_SQRT, U_SILU, U_GELU, U_RELU, U_SIGMOID, U_COUNT };
+static const char *unary_name[U_COUNT] = {"scale", "sqr", "sqrt", "silu", "gelu", "relu", "sigmoid"};
+
+static double ref_unary(int u, double x) {
+    switch (u) {
+    case U_SCALE: return x * 0.37f;
+    case U_SQR: return x * x;
+    case U_SQRT: return sqrt(x);
+    case U_SILU: return x / (1.0 + exp(-x));
+    case U_GELU: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case U_RELU: return x > 0 ? x : 0;
+    default: return 1.0 / (1.0 + exp(-x));
+    }
+}
+
+START_TEST(test_unary) {
+    int u = _i;
+    tu_rng r;
+    tu_rng_init(&r, 200 + u);
+    for (int si = 0; si < N_SHAPES; si++) {
+        for (int lay = 0; lay < L_COUNT; lay++) {
+            const int64_t *ne = shapes[si];
+            snprintf(g_case, sizeof(g_case), "%s [%ld,%ld,%ld,%ld] %s", unary_name[u], (long)ne[0],
+                     (long)ne[1], (long)ne[2], (long)ne[3], layout_name[lay]);
+            bt_context *ctx = tu_ctx(4);
+            float lo = u == U_SQRT ? 0.0f : -4.0f, hi = 4.0f;
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, lo, hi);
+            struct bt_tensor *out = NULL;
+            switch (u) {
+            case U_SCALE: out = bt_scale(ctx, a, 0.37f); break;
+            case U_SQR: out = bt_sqr(ctx, a); break;
+            case U_SQRT: out = bt_sqrt(ctx, a); break;
+            case U_SILU: out = bt_silu(ctx, a); break;
+            case U_GELU: out = bt_gelu(ctx, a); break;
+            case U_RELU: out = bt_relu(ctx, a); break;
+            default: out = bt_sigmoid(ctx, a); break;
+            }
+            struct bt_graph *g = graph1(ctx, out);
+            ck_assert(bt_are_same_shape(out, a));
+            ck_assert_int_eq(out->type, BT_TYPE_F32);
+            if (u == U_SCALE) ck_assert_float_eq(bt_get_op_param_f32(out, 0), 0.37f);
+            float *A = tu_read_f32(a);
+            float *ref = malloc(sizeof(float) * nel4(ne));
+            for (int64_t i = 0; i < nel4(ne); i++) ref[i] = (float)ref_unary(u, A[i]);
+            if (supported(out, lay == L_CONT)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    run_nt(g, out, nt);
+                    check_nmse(out, ref, TOL_ELEM, nt);
+                }
+            }
+            free(A);
+            free(ref);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+/* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
+
+enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_COUNT };
+static const char *rowop_name[R_COUNT] = {"swiglu", "sum_rows", "mean", "rms_norm", "norm"};
+
+START_TEST(test_rowops) {
+    int op = _i;
+    tu_rng r;
+    tu_rng_init(&r, 300 + op);
+    static const int64_t rshapes[][4] = {{1, 3, 1, 1},  {3, 2, 1, 1},   {17, 5, 2, 1},
+                                         {67, 3, 2, 2}, {256, 7, 1, 1}, {1000, 3, 1, 1}};
+    for (int si = 0; si < 6; si++) {
+        for (int lay = 0; lay < L_COUNT; lay++) {
+            const int64_t *ne = rshapes[si];
+            const float eps = si % 2 ? 1e-5f : 1e-6f;
+            snprintf(g_case, sizeof(g_case), "%s [%ld,%ld,%ld,%ld] %s", rowop_name[op], (long)ne[0],
+                     (long)ne[1], (long)ne[2], (long)ne[3], layout_name[lay]);
+            bt_context *ctx = tu_ctx(4);
+            /* a non-zero mean makes norm's mean subtraction matter */
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, -0.5f, 1.5f);
+            struct bt_tensor *b = NULL, *out = NULL;
+            switch (op) {
+            case R_SWIGLU:
+                b = new_input(ctx, BT_TYPE_F32, ne, (enum layout)((lay + 1) % L_COUNT), &r, -1, 1);
+                out = bt_swiglu(ctx, a, b);
+                break;
+            case R_SUM_ROWS: out = bt_sum_rows(ctx, a); break;
+            case R_MEAN: out = bt_mean(ctx, a); break;
+            case R_RMS_NORM: out = bt_rms_norm(ctx, a, eps); break;
+            default: out = bt_norm(ctx, a, eps); break;
+            }
+            struct bt_graph *g = graph1(ctx, out);
+            float *A = tu_read_f32(a), *B = b ? tu_read_f32(b) : NULL;
+            float *ref = malloc(sizeof(float) * nel4(ne));
+            int64_t n0 = ne[0], nrows = nel4(ne) / n0;
+            if (op == R_SUM_ROWS || op == R_MEAN) {
+                ck_assert_int_eq(out->ne[0], 1);
+                for (int d = 1; d < 4; d++) ck_assert_int_eq(out->ne[d], ne[d]);
+            } else {
+                ck_assert(bt_are_same_shape(out, a));
+            }
+            if (op == R_RMS_NORM || op == R_NORM) ck_assert_float_eq(bt_get_op_param_f32(out, 0), eps);
+            for (int64_t row = 0; row < nrows; row++) {
+                const float *x = A + row * n0;
+                double sum = 0, sum2 = 0;
+                for (int64_t i = 0; i < n0; i++) {
+                    sum += x[i];
+                    sum2 += (double)x[i] * x[i];
+                }
+                double mean = sum / n0;
+                for (int64_t i = 0; i < n0; i++) {
+                    switch (op) {
+                    case R_SWIGLU: {
+                        double v = x[i];
+                        ref[row * n0 + i] = (float)(v / (1.0 + exp(-v)) * B[row * n0 + i]);
+                        break;
+                    }
+                    case R_SUM_ROWS: ref[row] = (float)sum; break;
+                    case R_MEAN: ref[row] = (float)mean; break;
+                    case R_RMS_NORM: ref[row * n0 + i] = (float)(x[i] / sqrt(sum2 / n0 + eps)); break;
+                    default: {
+                        double var = 0;
+                        for (int64_t j = 0; j < n0; j++) var += (x[j] - mean) * (x[j] - mean);
+                        var /= n0;
+                        ref[row * n0 + i] = (float)((x[i] - mean) / sqrt(var + eps));
+                    }
+                    }
+                }
+            }
+            if (supported(out, lay == L_CONT && (!b || (lay + 1) % L_COUNT == L_CONT))) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    run_nt(g, out, nt);
+                    check_nmse(out, ref, TOL_ELEM, nt);
+                }
+            }
+            free(A);
+            free(B);
+            free(ref);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+/* ---- soft_max ---- */
+
+START_TEST(test_soft_max) {
+    tu_rng r;
+    tu_rng_init(&r, 400);
+    static const int64_t sshapes[][4] = {{1, 1, 1, 1}, {3, 5, 1, 1}, {17, 4, 3, 1}, {67, 5, 3, 2},
+                                         {200, 2, 1, 1}};
+    for (int si = 0; si < 5; si++) {
+        for (int variant = 0; variant < 4; variant++) { /* mask? x scale? */
+            const int64_t *ne = sshapes[si];
+            bool use_mask = variant & 1;
+            float scale = variant & 2 ? 0.125f : 1.0f;
+            enum layout lay = (enum layout)((si + variant) % L_COUNT);
+            snprintf(g_case, sizeof(g_case), "soft_max [%ld,%ld,%ld,%ld] %s mask=%d scale=%g",
+                     (long)ne[0], (long)ne[1], (long)ne[2], (long)ne[3], layout_name[lay], use_mask,
+                     scale);
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, lay, &r, -8, 8);
+            struct bt_tensor *mask = NULL;
+            int64_t nem[4] = {ne[0], ne[1] + 2, 1, 1};
+            if (use_mask) {
+                mask = bt_new_tensor_2d(ctx, BT_TYPE_F32, nem[0], nem[1]);
+                tu_fill_uniform(mask, &r, -2, 2);
+                /* -inf everywhere except column 0 in a few places (causal-like) */
+                float *m = tu_data(mask);
+                for (int64_t i1 = 0; i1 < nem[1]; i1++)
+                    for (int64_t i0 = 1; i0 < nem[0]; i0++)
+                        if ((i0 + i1) % 3 == 0) m[i1 * nem[0] + i0] = -INFINITY;
+            }
+            struct bt_tensor *out = (!use_mask && scale == 1.0f) ? bt_soft_max(ctx, a)
+                                                                 : bt_soft_max_ext(ctx, a, mask, scale);
+            struct bt_graph *g = graph1(ctx, out);
+            ck_assert(bt_are_same_shape(out, a));
+            float *A = tu_read_f32(a);
+            float *M = mask ? tu_read_f32(mask) : NULL;
+            float *ref = malloc(sizeof(float) * nel4(ne));
+            double *tmp = malloc(sizeof(double) * ne[0]);
+            for (int64_t i3 = 0; i3 < ne[3]; i3++)
+                for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                    for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                        double mx = -INFINITY, sum = 0;
+                        for (int64_t i0 = 0; i0 < ne[0]; i0++) {
+                            double v = (double)A[idx4(ne, i0, i1, i2, i3)] * scale;
+                            if (M) v += M[i1 * nem[0] + i0];
+                            tmp[i0] = v;
+                            if (v > mx) mx = v;
+                        }
+                        for (int64_t i0 = 0; i0 < ne[0]; i0++) sum += (tmp[i0] = exp(tmp[i0] - mx));
+                        for (int64_t i0 = 0; i0 < ne[0]; i0++)
+                            ref[idx4(ne, i0, i1, i2, i3)] = (float)(tmp[i0] / sum);
+                    }
+            if (supported(out, lay == L_CONT)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    run_nt(g, out, nt);
+                    check_nmse(out, ref, TOL_ELEM, nt);
+                    /* masked entries are exactly 0 */
+                    float *o = tu_read_f32(out);
+                    for (int64_t i = 0; i < nel4(ne); i++)
+                        if (ref[i] == 0.0f) ck_assert_msg(o[i] == 0.0f, "%s: masked %g", g_case, o[i]);
+                    free(o);
+                }
+            }
+            free(A);
+            free(M);
+            free(ref);
+            free(tmp);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+/* ---- rope ---- */
+
+START_TEST(test_rope) {
+    tu_rng r;
+    tu_rng_init(&r, 500);
+    struct {
+        int64_t d, nh, T;
+        int n_dims;
+    } cfg[] = {{64, 2, 5, 64}, {64, 3, 9, 32}, {6, 1, 1, 4}, {128, 2, 3, 96}, {16, 4, 17, 2}};
+    const int modes[2] = {BT_ROPE_NORMAL, BT_ROPE_NEOX};
+    for (int ci = 0; ci < 5; ci++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int fi = 0; fi < 2; fi++) {
+                int64_t ne[4] = {cfg[ci].d, cfg[ci].nh, cfg[ci].T, 1};
+                int n_dims = cfg[ci].n_dims, mode = modes[mi];
+                float base = fi ? 500000.0f : 10000.0f, fscale = fi ? 0.25f : 1.0f;
+                enum layout lay = (ci + mi + fi) % 2 ? L_STRIDED : L_CONT;
+                snprintf(g_case, sizeof(g_case), "rope [%ld,%ld,%ld] %s n_dims=%d mode=%d base=%g fs=%g",
+                         (long)ne[0], (long)ne[1], (long)ne[2], layout_name[lay], n_dims, mode, base,
+                         fscale);
+                bt_context *ctx = tu_ctx(4);
+                struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, lay, &r, -1, 1);
+                struct bt_tensor *pos = bt_new_tensor_1d(ctx, BT_TYPE_I32, ne[2]);
+                tu_fill_ids(pos, &r, 200);
+                struct bt_tensor *out = bt_rope(ctx, a, pos, n_dims, mode, base, fscale);
+                struct bt_graph *g = graph1(ctx, out);
+                ck_assert_int_eq(bt_get_op_param_i32(out, 0), n_dims);
+                ck_assert_int_eq(bt_get_op_param_i32(out, 1), mode);
+                ck_assert_float_eq(bt_get_op_param_f32(out, 2), base);
+                ck_assert_float_eq(bt_get_op_param_f32(out, 3), fscale);
+                float *A = tu_read_f32(a);
+                int32_t *P = tu_read_i32(pos);
+                float *ref = malloc(sizeof(float) * nel4(ne));
+                memcpy(ref, A, sizeof(float) * nel4(ne)); /* dims >= n_dims pass through */
+                for (int64_t t = 0; t < ne[2]; t++)
+                    for (int64_t h = 0; h < ne[1]; h++) {
+                        const float *x = A + idx4(ne, 0, h, t, 0);
+                        float *y = ref + idx4(ne, 0, h, t, 0);
+                        for (int i = 0; i < n_dims / 2; i++) {
+                            double theta = P[t] * (double)fscale * pow(base, -2.0 * i / n_dims);
+                            double c = cos(theta), s = sin(theta);
+                            int j0 = mode == BT_ROPE_NEOX ? i : 2 * i;
+                            int j1 = mode == BT_ROPE_NEOX ? i + n_dims / 2 : 2 * i + 1;
+                            y[j0] = (float)(x[j0] * c - x[j1] * s);
+                            y[j1] = (float)(x[j0] * s + x[j1] * c);
+                        }
+                    }
+                if (supported(out, lay == L_CONT)) {
+                    for (int nt = 1; nt <= MAX_NT; nt++) {
+                        run_nt(g, out, nt);
+                        check_nmse(out, ref, TOL_ELEM, nt);
+                        /* pass-through dims are exact */
+                        float *o = tu_read_f32(out);
+                        for (int64_t row = 0; row < ne[1] * ne[2]; row++)
+                            for (int64_t i = n_dims; i < ne[0]; i++)
+                                ck_assert_float_eq(o[row * ne[0] + i], A[row * ne[0] + i]);
+                        free(o);
+                    }
+                }
+                free(A);
+                free(P);
+                free(ref);
+                bt_free(ctx);
+            }
+}
+END_TEST
+
+/* ---- mul_mat ---- */
+
+static const enum bt_type wtypes[5] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
+                                       BT_TYPE_Q4_0};
+
+static void run_matmul_modes(struct bt_graph *g, struct bt_tensor *out, const float *ref) {
+    for (int nt = 1; nt <= MAX_NT; nt++) {
+        run_nt(g, out, nt);
+        check_nmse(out, ref, TOL_MATMUL, nt);
+    }
+    /* the plain reference kernels too */
+    for (int nt = 1; nt <= 3; nt += 2) {
+        bt_cpu *cpu = tu_cpu(nt);
+        bt_cpu_set_reference(cpu, true);
+        memset(tu_data(out), 0xff, bt_nbytes(out));
+        enum bt_status s = bt_cpu_graph_compute(cpu, g);
+        bt_cpu_set_reference(cpu, false);
+        ck_assert_msg(s == BT_OK, "%s: reference nt=%d: %s", g_case, nt, bt_cpu_error(cpu));
+        double e = tu_nmse_tensor(out, ref);
+        ck_assert_msg(e <= TOL_MATMUL, "%s: reference kernels nt=%d: NMSE %g", g_case, nt, e);
+    }
+}
+
+START_TEST(test_mul_mat) {
+    enum bt_type wt = wtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 600 + _i);
+    static const int64_t kmn[][3] = {{1, 1, 1},    {3, 3, 1},    {17, 5, 3},  {33, 17, 17},
+                                     {67, 33, 5},  {128, 7, 33}, {256, 65, 9}, {1024, 64, 2}};
+    static const int64_t bc[][4] = {/* a2, a3, b2, b3 */
+                                    {1, 1, 1, 1}, {2, 3, 2, 3}, {1, 1, 4, 1}, {2, 1, 4, 3}, {2, 3, 4, 6}};
+    int case_no = 0;
+    for (int ki = 0; ki < 8; ki++)
+        for (int bi = 0; bi < 5; bi++) {
+            int64_t k = kmn[ki][0], m = kmn[ki][1], n = kmn[ki][2];
+            if (is_block(wt)) k = (k + 31) / 32 * 32;
+            if (bi > 0 && k * m * n > 40000) continue; /* keep the broadcast cases small */
+            enum layout la = case_no % 2 ? L_CONT : (is_block(wt) ? L_STRIDED : L_PERM);
+            enum layout lb = (enum layout)((case_no / 2) % 3 == 0 ? L_CONT : (case_no / 2) % 3 == 1 ? L_STRIDED : L_PERM);
+            case_no++;
+            int64_t nea[4] = {k, m, bc[bi][0], bc[bi][1]}, neb[4] = {k, n, bc[bi][2], bc[bi][3]};
+            snprintf(g_case, sizeof(g_case), "mul_mat %s a[%ld,%ld,%ld,%ld] %s b[%ld,%ld,%ld,%ld] %s",
+                     bt_type_name(wt), (long)nea[0], (long)nea[1], (long)nea[2], (long)nea[3],
+                     layout_name[la], (long)neb[0], (long)neb[1], (long)neb[2], (long)neb[3],
+                     layout_name[lb]);
+            bt_context *ctx = tu_ctx(16);
+            struct bt_tensor *a = new_input(ctx, wt, nea, la, &r, -1, 1);
+            struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, lb, &r, -1, 1);
+            struct bt_tensor *out = bt_mul_mat(ctx, a, b);
+            struct bt_graph *g = graph1(ctx, out);
+            ck_assert_int_eq(out->type, BT_TYPE_F32);
+            ck_assert_int_eq(out->ne[0], m);
+            ck_assert_int_eq(out->ne[1], n);
+            ck_assert_int_eq(out->ne[2], neb[2]);
+            ck_assert_int_eq(out->ne[3], neb[3]);
+            float *A = tu_read_f32(a), *B = tu_read_f32(b); /* A dequantised: bt_row_to_f32 */
+            int64_t neo[4] = {m, n, neb[2], neb[3]};
+            float *ref = malloc(sizeof(float) * nel4(neo));
+            int64_t r2 = neb[2] / nea[2], r3 = neb[3] / nea[3];
+            for (int64_t i3 = 0; i3 < neo[3]; i3++)
+                for (int64_t i2 = 0; i2 < neo[2]; i2++)
+                    for (int64_t j = 0; j < n; j++)
+                        for (int64_t i = 0; i < m; i++) {
+                            const float *ar = A + idx4(nea, 0, i, i2 / r2, i3 / r3);
+                            const float *bcol = B + idx4(neb, 0, j, i2, i3);
+                            double s = 0;
+                            for (int64_t kk = 0; kk < k; kk++) s += (double)ar[kk] * bcol[kk];
+                            ref[idx4(neo, i, j, i2, i3)] = (float)s;
+                        }
+            if (supported(out, la == L_CONT && lb == L_CONT)) run_matmul_modes(g, out, ref);
+            free(A);
+            free(B);
+            free(ref);
+            bt_free(ctx);
+        }
+}
+END_TEST
+
+/* ---- mul_mat_id ---- */
+
+START_TEST(test_mul_mat_id) {
+    enum bt_type wt = wtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 700 + _i);
+    struct {
+        int64_t k, m, n_expert, n_used, T;
+        bool bcast_b; /* n_b = 1 */
+        int ids_mode; /* 0 random (repeats), 1 all the same expert, 2 strided ids view */
+    } cfg[] = {
+        {64, 17, 4, 2, 3, false, 0}, {64, 17, 4, 2, 3, true, 0},  {96, 33, 8, 4, 17, false, 0},
+        {32, 5, 8, 1, 9, true, 1},   {64, 3, 8, 2, 17, false, 1}, {128, 40, 6, 3, 5, true, 2},
+        {64, 67, 8, 2, 33, false, 2},
+    };
+    for (int ci = 0; ci < 7; ci++) {
+        int64_t k = cfg[ci].k, m = cfg[ci].m, ne_ = cfg[ci].n_expert, nu = cfg[ci].n_used,
+                T = cfg[ci].T;
+        if (!is_block(wt)) k -= 1; /* odd k for the plain types */
+        int64_t nb_ = cfg[ci].bcast_b ? 1 : nu;
+        enum layout lb = ci % 3 == 2 ? L_PERM : L_CONT;
+        snprintf(g_case, sizeof(g_case),
+                 "mul_mat_id %s as[%ld,%ld,%ld] b[%ld,%ld,%ld] %s ids[%ld,%ld] mode %d",
+                 bt_type_name(wt), (long)k, (long)m, (long)ne_, (long)k, (long)nb_, (long)T,
+                 layout_name[lb], (long)nu, (long)T, cfg[ci].ids_mode);
+        bt_context *ctx = tu_ctx(16);
+        int64_t nea[4] = {k, m, ne_, 1}, neb[4] = {k, nb_, T, 1};
+        struct bt_tensor *as = new_input(ctx, wt, nea, L_CONT, &r, -1, 1);
+        struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, lb, &r, -1, 1);
+        struct bt_tensor *ids;
+        if (cfg[ci].ids_mode == 2) {
+            /* a view of the first n_used of n_used+3 ids per token (like top_k) */
+            struct bt_tensor *all = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu + 3, T);
+            for (int64_t i = 0; i < (nu + 3) * T; i++) ((int32_t *)all->data)[i] = 1000000; /* poison */
+            ids = bt_view_2d(ctx, all, nu, T, all->nb[1], 0);
+            TU_OK(ctx, ids);
+            tu_fill_ids(ids, &r, (int32_t)ne_);
+        } else {
+            ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu, T);
+            if (cfg[ci].ids_mode == 1)
+                tu_fill_uniform(ids, &r, (float)(ne_ - 1), (float)ne_);
+            else
+                tu_fill_ids(ids, &r, (int32_t)ne_);
+        }
+        struct bt_tensor *out = bt_mul_mat_id(ctx, as, b, ids);
+        struct bt_graph *g = graph1(ctx, out);
+        ck_assert_int_eq(out->type, BT_TYPE_F32);
+        ck_assert_int_eq(out->ne[0], m);
+        ck_assert_int_eq(out->ne[1], nu);
+        ck_assert_int_eq(out->ne[2], T);
+        float *A = tu_read_f32(as), *B = tu_read_f32(b);
+        int32_t *I = tu_read_i32(ids);
+        float *ref = malloc(sizeof(float) * m * nu * T);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t e = 0; e < nu; e++) {
+                int32_t ex = I[e + nu * t];
+                ck_assert(ex >= 0 && ex < ne_);
+                const float *bcol = B + idx4(neb, 0, e % nb_, t, 0);
+                for (int64_t i = 0; i < m; i++) {
+                    const float *ar = A + idx4(nea, 0, i, ex, 0);
+                    double s = 0;
+                    for (int64_t kk = 0; kk < k; kk++) s += (double)ar[kk] * bcol[kk];
+                    ref[i + m * (e + nu * t)] = (float)s;
+                }
+            }
+        if (supported(out, lb == L_CONT && cfg[ci].ids_mode != 2)) run_matmul_modes(g, out, ref);
+        free(A);
+        free(B);
+        free(I);
+        free(ref);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
+/* ---- get_rows ---- */
+
+START_TEST(test_get_rows) {
+    const enum bt_type types[6] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16,
+                                   BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_I32};
+    enum bt_type ty = types[_i];
+    tu_rng r;
+    tu_rng_init(&r, 800 + _i);
+    static const int64_t gshapes[][5] = {/* n0, n1, n2, n3, nr */
+                                         {7, 5, 1, 1, 1},  {33, 4, 2, 1, 11}, {64, 9, 3, 2, 4},
+                                         {1, 3, 1, 1, 5},  {96, 1, 1, 1, 3}, {256, 17, 1, 1, 17}};
+    for (int si = 0; si < 6; si++) {
+        int64_t ne[4] = {gshapes[si][0], gshapes[si][1], gshapes[si][2], gshapes[si][3]};
+        int64_t nr = gshapes[si][4];
+        if (is_block(ty)) ne[0] = (ne[0] + 31) / 32 * 32;
+        enum layout lay = si % 2 && !is_block(ty) ? L_PERM : L_CONT;
+        if (si == 5) lay = L_STRIDED;
+        snprintf(g_case, sizeof(g_case), "get_rows %s a[%ld,%ld,%ld,%ld] %s ids[%ld,%ld,%ld]",
+                 bt_type_name(ty), (long)ne[0], (long)ne[1], (long)ne[2], (long)ne[3],
+                 layout_name[lay], (long)nr, (long)ne[2], (long)ne[3]);
+        bt_context *ctx = tu_ctx(4);
+        struct bt_tensor *a = ty == BT_TYPE_I32 ? new_input(ctx, ty, ne, lay, &r, -100000, 100000)
+                                                : new_input(ctx, ty, ne, lay, &r, -1, 1);
+        struct bt_tensor *ids = bt_new_tensor_3d(ctx, BT_TYPE_I32, nr, ne[2], ne[3]);
+        tu_fill_ids(ids, &r, (int32_t)ne[1]);
+        struct bt_tensor *out = bt_get_rows(ctx, a, ids);
+        struct bt_graph *g = graph1(ctx, out);
+        ck_assert_int_eq(out->type, ty == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32);
+        int64_t neo[4] = {ne[0], nr, ne[2], ne[3]};
+        for (int d = 0; d < 4; d++) ck_assert_int_eq(out->ne[d], neo[d]);
+        float *A = tu_read_f32(a);
+        int32_t *I = tu_read_i32(ids);
+        float *ref = malloc(sizeof(float) * nel4(neo));
+        for (int64_t i3 = 0; i3 < ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i = 0; i < nr; i++) {
+                    int32_t row = I[i + nr * (i2 + ne[2] * i3)];
+                    memcpy(ref + idx4(neo, 0, i, i2, i3), A + idx4(ne, 0, row, i2, i3),
+                           sizeof(float) * ne[0]);
+                }
+        if (supported(out, lay == L_CONT)) {
+            for (int nt = 1; nt <= MAX_NT; nt++) {
+                run_nt(g, out, nt);
+                float *o = tu_read_f32(out); /* dequantised by the same function: exact */
+                for (int64_t i = 0; i < nel4(neo); i++)
+                    ck_assert_msg(o[i] == ref[i], "%s: nt=%d: elem %ld: %g want %g", g_case, nt,
+                                  (long)i, o[i], ref[i]);
+                free(o);
+            }
+        }
+        free(A);
+        free(I);
+        free(ref);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
+/* ---- set_rows and cpy into every type ---- */
+
+static const enum bt_type dtypes[5] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
+                                       BT_TYPE_Q4_0};
+
+/* got (row of n values read back from type ty) against the F32 source: exact
+ * conversion for plain types, at most one quantisation step for blocks */
+static void check_converted(enum bt_type ty, const float *src, const float *got, int64_t n,
+                            const char *what) {
+    if (!is_block(ty)) {
+        for (int64_t i = 0; i < n; i++) {
+            float want = src[i];
+            if (ty == BT_TYPE_F16) want = bt_fp16_to_fp32(bt_fp32_to_fp16(src[i]));
+            if (ty == BT_TYPE_BF16) want = bt_bf16_to_fp32(bt_fp32_to_bf16(src[i]));
+            ck_assert_msg(got[i] == want, "%s: %s elem %ld: %.9g want %.9g", g_case, what, (long)i,
+                          got[i], want);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(src[b * 32 + j]));
+        /* one step: Q8_0 amax/127, Q4_0 amax/8 (ggml) - allow amax/7 schemes */
+        float step = (ty == BT_TYPE_Q8_0 ? amax / 127.0f : amax / 7.0f) * 1.002f + 1e-7f;
+        for (int j = 0; j < 32; j++) {
+            float err = fabsf(got[b * 32 + j] - src[b * 32 + j]);
+            ck_assert_msg(err <= step, "%s: %s elem %ld: %.9g want %.9g (step %g)", g_case, what,
+                          (long)(b * 32 + j), got[b * 32 + j], src[b * 32 + j], step);
+        }
+    }
+}
+
+START_TEST(test_set_rows) {
+    enum bt_type ty = dtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 900 + _i);
+    static const int64_t sshapes[][5] = {{64, 10, 2, 2, 4}, {32, 1, 1, 1, 1}, {96, 33, 3, 1, 17}};
+    for (int si = 0; si < 3; si++) {
+        int64_t ne[4] = {sshapes[si][0], sshapes[si][1], sshapes[si][2], sshapes[si][3]};
+        int64_t nr = sshapes[si][4];
+        if (!is_block(ty)) ne[0] -= 1; /* odd rows for plain types */
+        enum layout lb = (enum layout)(si % 2 == 0 ? L_CONT : L_TRANS);
+        if (si == 2) lb = L_STRIDED;
+        snprintf(g_case, sizeof(g_case), "set_rows %s a[%ld,%ld,%ld,%ld] b rows %ld %s",
+                 bt_type_name(ty), (long)ne[0], (long)ne[1], (long)ne[2], (long)ne[3], (long)nr,
+                 layout_name[lb]);
+        bt_context *ctx = tu_ctx(8);
+        struct bt_tensor *a = new_input(ctx, ty, ne, L_CONT, &r, -1, 1);
+        int64_t neb[4] = {ne[0], nr, ne[2], ne[3]};
+        struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, lb, &r, -2, 2);
+        struct bt_tensor *ids = bt_new_tensor_3d(ctx, BT_TYPE_I32, nr, ne[2], ne[3]);
+        /* distinct rows per (i2,i3): a shuffled prefix */
+        int32_t *idv = ids->data;
+        for (int64_t p = 0; p < ne[2] * ne[3]; p++) {
+            int32_t *perm = malloc(sizeof(int32_t) * ne[1]);
+            for (int64_t i = 0; i < ne[1]; i++) perm[i] = (int32_t)i;
+            for (int64_t i = ne[1] - 1; i > 0; i--) {
+                int64_t j = tu_rng_int(&r, i + 1);
+                int32_t t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            memcpy(idv + p * nr, perm, sizeof(int32_t) * nr);
+            free(perm);
+        }
+        struct bt_tensor *out = bt_set_rows(ctx, a, b, ids);
+        struct bt_graph *g = graph1(ctx, out);
+        ck_assert_ptr_eq(out->view_src, a);
+        ck_assert(bt_are_same_shape(out, a));
+        size_t abytes = bt_nbytes(a);
+        void *saved = malloc(abytes);
+        memcpy(saved, a->data, abytes);
+        float *A0 = tu_read_f32(a), *B = tu_read_f32(b);
+        if (supported(out, lb == L_CONT)) {
+            for (int nt = 1; nt <= MAX_NT; nt++) {
+                memcpy(a->data, saved, abytes);
+                run_nt(g, out, nt);
+                float *A1 = tu_read_f32(a);
+                for (int64_t i3 = 0; i3 < ne[3]; i3++)
+                    for (int64_t i2 = 0; i2 < ne[2]; i2++) {
+                        const int32_t *rows = idv + nr * (i2 + ne[2] * i3);
+                        for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                            int64_t w = -1;
+                            for (int64_t i = 0; i < nr; i++)
+                                if (rows[i] == i1) w = i;
+                            const float *got = A1 + idx4(ne, 0, i1, i2, i3);
+                            char what[128];
+                            snprintf(what, sizeof(what), "nt=%d row (%ld,%ld,%ld)", nt, (long)i1,
+                                     (long)i2, (long)i3);
+                            if (w < 0) {
+                                ck_assert_msg(memcmp(got, A0 + idx4(ne, 0, i1, i2, i3),
+                                                     sizeof(float) * ne[0]) == 0,
+                                              "%s: %s not in ids was changed", g_case, what);
+                            } else {
+                                check_converted(ty, B + idx4(neb, 0, w, i2, i3), got, ne[0], what);
+                            }
+                        }
+                    }
+                free(A1);
+            }
+        }
+        free(saved);
+        free(A0);
+        free(B);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
+START_TEST(test_cpy) {
+    tu_rng r;
+    tu_rng_init(&r, 1000);
+    /* F32 source of 32*6*2 elements in every layout into every type, with a
+     * different destination shape (only the element count matters) */
+    for (int di = 0; di < 5; di++)
+        for (int lay = 0; lay < L_COUNT; lay++) {
+            enum bt_type ty = dtypes[di];
+            int64_t nes[4] = {32, 6, 2, 1};
+            snprintf(g_case, sizeof(g_case), "cpy f32 [32,6,2] %s -> %s [64,3,2]", layout_name[lay],
+                     bt_type_name(ty));
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, nes, (enum layout)lay, &r, -1, 1);
+            struct bt_tensor *dst = bt_new_tensor_3d(ctx, ty, 64, 3, 2);
+            struct bt_tensor *out = bt_cpy(ctx, a, dst);
+            struct bt_graph *g = graph1(ctx, out);
+            ck_assert_ptr_eq(out->view_src, dst);
+            float *A = tu_read_f32(a);
+            if (supported(out, lay == L_CONT)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    memset(dst->data, 0xff, bt_nbytes(dst));
+                    run_nt(g, out, nt);
+                    float *D = tu_read_f32(dst);
+                    char what[32];
+                    snprintf(what, sizeof(what), "nt=%d", nt);
+                    check_converted(ty, A, D, 64 * 3 * 2, what);
+                    free(D);
+                }
+            }
+            free(A);
+            bt_free(ctx);
+        }
+    /* from F16 / BF16 into F32 and same-type copies of transposed views */
+    const enum bt_type st[2] = {BT_TYPE_F16, BT_TYPE_BF16};
+    for (int si = 0; si < 2; si++)
+        for (int same = 0; same < 2; same++) {
+            int64_t nes[4] = {17, 5, 3, 1};
+            enum bt_type dty = same ? st[si] : BT_TYPE_F32;
+            snprintf(g_case, sizeof(g_case), "cpy %s [17,5,3] transposed -> %s [85,3]",
+                     bt_type_name(st[si]), bt_type_name(dty));
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, st[si], nes, L_TRANS, &r, -1, 1);
+            struct bt_tensor *dst = bt_new_tensor_2d(ctx, dty, 85, 3);
+            struct bt_tensor *out = bt_cpy(ctx, a, dst);
+            struct bt_graph *g = graph1(ctx, out);
+            float *A = tu_read_f32(a);
+            if (supported(out, false)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    memset(dst->data, 0xff, bt_nbytes(dst));
+                    run_nt(g, out, nt);
+                    float *D = tu_read_f32(dst);
+                    for (int64_t i = 0; i < 85 * 3; i++)
+                        ck_assert_msg(D[i] == A[i], "%s: nt=%d elem %ld: %g want %g", g_case, nt,
+                                      (long)i, D[i], A[i]);
+                    free(D);
+                }
+            }
+            free(A);
+            bt_free(ctx);
+        }
+}
+END_TEST
+
+/* ---- cont and the view ops ---- */
+
+START_TEST(test_cont_views) {
+    tu_rng r;
+    tu_rng_init(&r, 1100);
+    const enum bt_type types[4] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_I32};
+    const int64_t ne[4] = {6, 5, 4, 3};
+    for (int ti = 0; ti < 4; ti++) {
+        enum bt_type ty = types[ti];
+        bt_context *ctx = tu_ctx(8);
+        snprintf(g_case, sizeof(g_case), "views %s", bt_type_name(ty));
+        struct bt_tensor *base = new_input(ctx, ty, ne, L_CONT, &r, -100, 100);
+        float *X = tu_read_f32(base);
+
+        /* permute (result dim axis[i] is a's dim i) */
+        const int axes[3][4] = {{1, 0, 2, 3}, {2, 0, 3, 1}, {3, 2, 1, 0}};
+        for (int pi = 0; pi < 3; pi++) {
+            const int *ax = axes[pi];
+            struct bt_tensor *p = bt_permute(ctx, base, ax[0], ax[1], ax[2], ax[3]);
+            struct bt_tensor *c = bt_cont(ctx, p);
+            snprintf(g_case, sizeof(g_case), "cont(permute %d,%d,%d,%d) %s", ax[0], ax[1], ax[2],
+                     ax[3], bt_type_name(ty));
+            struct bt_graph *g = graph1(ctx, c);
+            ck_assert(bt_is_contiguous(c));
+            ck_assert_int_eq(c->type, ty);
+            int64_t nep[4];
+            for (int d = 0; d < 4; d++) nep[ax[d]] = ne[d];
+            for (int d = 0; d < 4; d++) ck_assert_int_eq(c->ne[d], nep[d]);
+            for (int nt = 1; nt <= MAX_NT; nt++) {
+                run_nt(g, c, nt);
+                float *C = tu_read_f32(c);
+                int64_t i[4];
+                for (i[3] = 0; i[3] < ne[3]; i[3]++)
+                    for (i[2] = 0; i[2] < ne[2]; i[2]++)
+                        for (i[1] = 0; i[1] < ne[1]; i[1]++)
+                            for (i[0] = 0; i[0] < ne[0]; i[0]++) {
+                                int64_t j[4];
+                                for (int d = 0; d < 4; d++) j[ax[d]] = i[d];
+                                ck_assert_msg(C[idx4(nep, j[0], j[1], j[2], j[3])] ==
+                                                  X[idx4(ne, i[0], i[1], i[2], i[3])],
+                                              "%s nt=%d", g_case, nt);
+                            }
+                free(C);
+            }
+        }
+        /* transpose of a 2d reshape */
+        struct bt_tensor *r2 = bt_reshape_2d(ctx, base, 30, 12);
+        struct bt_tensor *tr = bt_cont(ctx, bt_transpose(ctx, r2));
+        snprintf(g_case, sizeof(g_case), "cont(transpose(reshape_2d)) %s", bt_type_name(ty));
+        struct bt_graph *g = graph1(ctx, tr);
+        ck_assert_int_eq(tr->ne[0], 12);
+        ck_assert_int_eq(tr->ne[1], 30);
+        run_nt(g, tr, 3);
+        float *T = tu_read_f32(tr);
+        for (int64_t i1 = 0; i1 < 30; i1++)
+            for (int64_t i0 = 0; i0 < 12; i0++) ck_assert(T[i0 + 12 * i1] == X[i1 + 30 * i0]);
+        free(T);
+
+        /* reshapes keep the element order */
+        struct bt_tensor *rs[4] = {bt_reshape_1d(ctx, base, 360), bt_reshape_2d(ctx, base, 9, 40),
+                                   bt_reshape_3d(ctx, base, 2, 60, 3),
+                                   bt_reshape_4d(ctx, base, 3, 3, 5, 8)};
+        for (int k = 0; k < 4; k++) {
+            TU_OK(ctx, rs[k]);
+            ck_assert_int_eq(bt_nelements(rs[k]), 360);
+            ck_assert_ptr_eq(tu_data(rs[k]), base->data);
+            float *R = tu_read_f32(rs[k]);
+            ck_assert(memcmp(R, X, sizeof(float) * 360) == 0);
+            free(R);
+        }
+
+        /* view_1d..4d with offsets */
+        size_t es = bt_type_size(ty);
+        struct bt_tensor *v1 = bt_view_1d(ctx, base, 4, 7 * es);
+        struct bt_tensor *v2 = bt_view_2d(ctx, base, 3, 4, base->nb[1], base->nb[1] + 2 * es);
+        struct bt_tensor *v3 = bt_view_3d(ctx, base, 2, 3, 2, base->nb[2], base->nb[1], es);
+        struct bt_tensor *v4 = bt_view_4d(ctx, base, 2, 2, 2, 2, 2 * base->nb[1], base->nb[2],
+                                          base->nb[3], base->nb[3] + es);
+        struct bt_tensor *vs[4] = {v1, v2, v3, v4};
+        for (int k = 0; k < 4; k++) {
+            TU_OK(ctx, vs[k]);
+            ck_assert_ptr_eq(vs[k]->view_src, base);
+            struct bt_tensor *c = bt_cont(ctx, vs[k]);
+            snprintf(g_case, sizeof(g_case), "cont(view_%dd) %s", k + 1, bt_type_name(ty));
+            struct bt_graph *gv = graph1(ctx, c);
+            run_nt(gv, c, 1 + k % 4);
+            float *C = tu_read_f32(c);
+            const struct bt_tensor *v = vs[k];
+            int64_t n = 0;
+            for (int64_t i3 = 0; i3 < v->ne[3]; i3++)
+                for (int64_t i2 = 0; i2 < v->ne[2]; i2++)
+                    for (int64_t i1 = 0; i1 < v->ne[1]; i1++)
+                        for (int64_t i0 = 0; i0 < v->ne[0]; i0++, n++) {
+                            size_t off = v->view_offs + tu_offset(v, i0, i1, i2, i3);
+                            ck_assert_uint_eq(off % es, 0);
+                            ck_assert_msg(C[n] == X[off / es], "%s elem %ld", g_case, (long)n);
+                        }
+            free(C);
+        }
+        free(X);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
+/* ---- argsort and top_k ---- */
+
+static const float *g_sort_row;
+static int g_sort_desc;
+static int cmp_idx(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float va = g_sort_row[a], vb = g_sort_row[b];
+    if (va != vb) return (va < vb) == !g_sort_desc ? -1 : 1;
+    return a < b ? 1 : -1; /* stable: lower index first */
+}
+
+START_TEST(test_argsort_top_k) {
+    tu_rng r;
+    tu_rng_init(&r, 1200);
+    static const int64_t ashapes[][4] = {{1, 3, 1, 1}, {3, 4, 1, 1}, {17, 5, 2, 1},
+                                         {67, 3, 2, 2}, {200, 2, 1, 1}, {1000, 3, 1, 1}};
+    for (int si = 0; si < 6; si++)
+        for (int order = 0; order < 2; order++) {
+            const int64_t *ne = ashapes[si];
+            enum layout lay = (enum layout)((si + order) % L_COUNT);
+            snprintf(g_case, sizeof(g_case), "argsort [%ld,%ld,%ld,%ld] %s %s", (long)ne[0],
+                     (long)ne[1], (long)ne[2], (long)ne[3], layout_name[lay], order ? "DESC" : "ASC");
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, lay, &r, -1, 1);
+            float *A = tu_read_f32(a);
+            /* many ties: round half of the rows to 5 levels */
+            for (int64_t i = 0; i < nel4(ne); i++)
+                if ((i / ne[0]) % 2 == 0) A[i] = floorf(A[i] * 2.5f) / 2.5f;
+            tu_write_f32(a, A);
+            struct bt_tensor *out = bt_argsort(ctx, a, order ? BT_SORT_DESC : BT_SORT_ASC);
+            int kk = (int)(ne[0] < 5 ? ne[0] : 5);
+            struct bt_tensor *tk = bt_top_k(ctx, a, kk);
+            ck_assert_msg(out && tk, "%s: %s", g_case, bt_context_error(ctx));
+            ck_assert_int_eq(out->type, BT_TYPE_I32);
+            ck_assert(bt_are_same_shape(out, a));
+            ck_assert_int_eq(tk->type, BT_TYPE_I32);
+            ck_assert_int_eq(tk->ne[0], kk);
+            for (int d = 1; d < 4; d++) ck_assert_int_eq(tk->ne[d], ne[d]);
+            struct bt_tensor *outs[2] = {out, tk};
+            struct bt_graph *g = tu_graph(ctx, outs, 2);
+            int32_t *ref = malloc(sizeof(int32_t) * nel4(ne));
+            int32_t *refd = malloc(sizeof(int32_t) * nel4(ne));
+            for (int64_t row = 0; row < nel4(ne) / ne[0]; row++) {
+                for (int dsc = 0; dsc < 2; dsc++) {
+                    int32_t *dst = (dsc ? refd : ref) + row * ne[0];
+                    for (int64_t i = 0; i < ne[0]; i++) dst[i] = (int32_t)i;
+                    g_sort_row = A + row * ne[0];
+                    g_sort_desc = dsc;
+                    qsort(dst, ne[0], sizeof(int32_t), cmp_idx);
+                }
+            }
+            const int32_t *want = order ? refd : ref;
+            if (supported(out, lay == L_CONT)) {
+                for (int nt = 1; nt <= MAX_NT; nt++) {
+                    run_nt(g, out, nt);
+                    int32_t *O = tu_read_i32(out), *K = tu_read_i32(tk);
+                    for (int64_t i = 0; i < nel4(ne); i++)
+                        ck_assert_msg(O[i] == want[i], "%s: nt=%d: row %ld pos %ld: %d want %d",
+                                      g_case, nt, (long)(i / ne[0]), (long)(i % ne[0]), O[i], want[i]);
+                    for (int64_t row = 0; row < nel4(ne) / ne[0]; row++)
+                        for (int j = 0; j < kk; j++)
+                            ck_assert_msg(K[row * kk + j] == refd[row * ne[0] + j],
+                                          "%s: top_k nt=%d row %ld pos %d: %d want %d", g_case, nt,
+                                          (long)row, j, K[row * kk + j], refd[row * ne[0] + j]);
+                    free(O);
+                    free(K);
+                }
+            }
+            free(A);
+            free(ref);
+            free(refd);
+            bt_free(ctx);
+        }
+}
+END_TEST
+
+/* ---- concat ---- */
+
+START_TEST(test_concat) {
+    tu_rng r;
+    tu_rng_init(&r, 1300);
+    const int64_t ne[4] = {3, 4, 2, 2};
+    const enum bt_type types[3] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_I32};
+    for (int ti = 0; ti < 3; ti++)
+        for (int dim = 0; dim < 4; dim++)
+            for (int lay = 0; lay < 2; lay++) {
+                enum bt_type ty = types[ti];
+                int64_t neb[4] = {ne[0], ne[1], ne[2], ne[3]};
+                neb[dim] = 5;
+                enum layout la = lay ? L_TRANS : L_CONT;
+                snprintf(g_case, sizeof(g_case), "concat %s dim %d a %s", bt_type_name(ty), dim,
+                         layout_name[la]);
+                bt_context *ctx = tu_ctx(4);
+                struct bt_tensor *a = new_input(ctx, ty, ne, la, &r, -50, 50);
+                struct bt_tensor *b = new_input(ctx, ty, neb, lay ? L_STRIDED : L_CONT, &r, -50, 50);
+                struct bt_tensor *out = bt_concat(ctx, a, b, dim);
+                struct bt_graph *g = graph1(ctx, out);
+                ck_assert_int_eq(out->type, ty);
+                int64_t neo[4] = {ne[0], ne[1], ne[2], ne[3]};
+                neo[dim] += 5;
+                for (int d = 0; d < 4; d++) ck_assert_int_eq(out->ne[d], neo[d]);
+                ck_assert_int_eq(bt_get_op_param_i32(out, 0), dim);
+                float *A = tu_read_f32(a), *B = tu_read_f32(b);
+                float *ref = malloc(sizeof(float) * nel4(neo));
+                int64_t i[4];
+                for (i[3] = 0; i[3] < neo[3]; i[3]++)
+                    for (i[2] = 0; i[2] < neo[2]; i[2]++)
+                        for (i[1] = 0; i[1] < neo[1]; i[1]++)
+                            for (i[0] = 0; i[0] < neo[0]; i[0]++) {
+                                int64_t o = idx4(neo, i[0], i[1], i[2], i[3]);
+                                if (i[dim] < ne[dim]) {
+                                    ref[o] = A[idx4(ne, i[0], i[1], i[2], i[3])];
+                                } else {
+                                    int64_t j[4] = {i[0], i[1], i[2], i[3]};
+                                    j[dim] -= ne[dim];
+                                    ref[o] = B[idx4(neb, j[0], j[1], j[2], j[3])];
+                                }
+                            }
+                if (supported(out, !lay)) {
+                    for (int nt = 1; nt <= MAX_NT; nt++) {
+                        run_nt(g, out, nt);
+                        float *O = tu_read_f32(out);
+                        for (int64_t k = 0; k < nel4(neo); k++)
+                            ck_assert_msg(O[k] == ref[k], "%s nt=%d elem %ld: %g want %g", g_case, nt,
+                                          (long)k, O[k], ref[k]);
+                        free(O);
+                    }
+                }
+                free(A);
+                free(B);
+                free(ref);
+                bt_free(ctx);
+            }
+}
+END_TEST
+
+/* ---- shape errors: NULL and a message ---- */
+
+#define EXPECT_SHAPE_ERROR(ctx, expr)                                                       \
+    do {                                                                                    \
+        bt_context_clear_error(ctx);                                                        \
+        struct bt_tensor *_t = (expr);                                                      \
+        ck_assert_msg(_t == NULL, "%s: expected NULL", #expr);                              \
+        ck_assert_msg(bt_context_error(ctx)[0] != '\0', "%s: NULL without a message", #expr); \
+    } while (0)
+
+START_TEST(test_shape_errors) {
+    bt_context *ctx = tu_ctx(4);
+    struct bt_tensor *a34 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 3, 4);
+    struct bt_tensor *a43 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 4, 3);
+    struct bt_tensor *a32 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 3, 2);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, BT_TYPE_F32, 32, 8);
+    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 33, 2);
+    struct bt_tensor *x16 = bt_new_tensor_2d(ctx, BT_TYPE_F16, 32, 2);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 8, 4);
+    struct bt_tensor *bb = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 2, 5);
+    struct bt_tensor *ids_f = bt_new_tensor_2d(ctx, BT_TYPE_F32, 2, 5);
+    struct bt_tensor *ids_i = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 5);
+    struct bt_tensor *ten = bt_new_tensor_1d(ctx, BT_TYPE_F32, 10);
+    TU_OK(ctx, ids_i);
+
+    EXPECT_SHAPE_ERROR(ctx, bt_add(ctx, a34, a43));
+    EXPECT_SHAPE_ERROR(ctx, bt_mul(ctx, a34, a32)); /* 4 % 2 == 0 but b must be 1 or equal */
+    EXPECT_SHAPE_ERROR(ctx, bt_sub(ctx, a32, a34)); /* b larger than a */
+    EXPECT_SHAPE_ERROR(ctx, bt_mul_mat(ctx, w, x));  /* k 32 vs 33 */
+    EXPECT_SHAPE_ERROR(ctx, bt_mul_mat(ctx, w, x16)); /* b must be F32 */
+    {
+        struct bt_tensor *a3 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 8, 3);
+        struct bt_tensor *b4 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 2, 4);
+        EXPECT_SHAPE_ERROR(ctx, bt_mul_mat(ctx, a3, b4)); /* 4 % 3 != 0 */
+    }
+    EXPECT_SHAPE_ERROR(ctx, bt_mul_mat_id(ctx, as, bb, ids_f)); /* ids not I32 */
+    {
+        struct bt_tensor *b3 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 3, 5);
+        EXPECT_SHAPE_ERROR(ctx, bt_mul_mat_id(ctx, as, b3, ids_i)); /* n_b 3, n_used 2 */
+        struct bt_tensor *bk = bt_new_tensor_3d(ctx, BT_TYPE_F32, 16, 2, 5);
+        EXPECT_SHAPE_ERROR(ctx, bt_mul_mat_id(ctx, as, bk, ids_i)); /* k differs */
+        struct bt_tensor *bt6 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 2, 6);
+        EXPECT_SHAPE_ERROR(ctx, bt_mul_mat_id(ctx, as, bt6, ids_i)); /* n_tokens differs */
+    }
+    EXPECT_SHAPE_ERROR(ctx, bt_reshape_2d(ctx, a34, 5, 2));
+    EXPECT_SHAPE_ERROR(ctx, bt_reshape_1d(ctx, bt_transpose(ctx, a34), 12)); /* not contiguous */
+    EXPECT_SHAPE_ERROR(ctx, bt_view_1d(ctx, ten, 8, 3 * sizeof(float)));      /* past the end */
+    EXPECT_SHAPE_ERROR(ctx, bt_view_2d(ctx, ten, 4, 3, 16, 0));               /* past the end */
+    EXPECT_SHAPE_ERROR(ctx, bt_permute(ctx, a34, 0, 0, 1, 2));                /* not a permutation */
+    EXPECT_SHAPE_ERROR(ctx, bt_get_rows(ctx, a34, ids_f));
+    EXPECT_SHAPE_ERROR(ctx, bt_swiglu(ctx, a34, a43));
+    EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a43, 0));
+    EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a34, 4));
+    EXPECT_SHAPE_ERROR(ctx, bt_cpy(ctx, a34, a32)); /* element counts differ */
+    {
+        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, 8, 2, 3);
+        struct bt_tensor *pos = bt_new_tensor_1d(ctx, BT_TYPE_I32, 3);
+        struct bt_tensor *posf = bt_new_tensor_1d(ctx, BT_TYPE_F32, 3);
+        EXPECT_SHAPE_ERROR(ctx, bt_rope(ctx, q, pos, 3, BT_ROPE_NORMAL, 1e4f, 1.0f)); /* odd */
+        EXPECT_SHAPE_ERROR(ctx, bt_rope(ctx, q, pos, 10, BT_ROPE_NORMAL, 1e4f, 1.0f)); /* > d */
+        EXPECT_SHAPE_ERROR(ctx, bt_rope(ctx, q, posf, 8, BT_ROPE_NEOX, 1e4f, 1.0f));
+        struct bt_tensor *mask = bt_new_tensor_2d(ctx, BT_TYPE_F32, 8, 1);
+        EXPECT_SHAPE_ERROR(ctx, bt_soft_max_ext(ctx, q, mask, 1.0f)); /* mask rows < n1 */
+        struct bt_tensor *mask7 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 7, 2);
+        EXPECT_SHAPE_ERROR(ctx, bt_soft_max_ext(ctx, q, mask7, 1.0f));
+        EXPECT_SHAPE_ERROR(ctx, bt_top_k(ctx, q, 9)); /* k > n0 */
+    }
+    {
+        struct bt_tensor *dstq = bt_new_tensor_2d(ctx, BT_TYPE_F32, 3, 4);
+        struct bt_tensor *src_b = bt_new_tensor_2d(ctx, BT_TYPE_F32, 4, 2);
+        struct bt_tensor *rid = bt_new_tensor_1d(ctx, BT_TYPE_I32, 2);
+        EXPECT_SHAPE_ERROR(ctx, bt_set_rows(ctx, dstq, src_b, rid)); /* row length differs */
+    }
+    /* a NULL source propagates and keeps the first message */
+    bt_context_clear_error(ctx);
+    struct bt_tensor *bad = bt_add(ctx, a34, a43);
+    ck_assert_ptr_null(bad);
+    char first[256];
+    snprintf(first, sizeof(first), "%s", bt_context_error(ctx));
+    ck_assert_str_ne(first, "");
+    struct bt_tensor *chain = bt_scale(ctx, bt_relu(ctx, bad), 2.0f);
+    chain = bt_mul_mat(ctx, w, chain);
+    ck_assert_ptr_null(chain);
+    ck_assert_str_eq(bt_context_error(ctx), first);
+    bt_free(ctx);
+}
+END_TEST
+
+/* ---- run-time errors: a status and a message, no crash ---- */
+
+START_TEST(test_runtime_errors) {
+    for (int nt = 1; nt <= 3; nt += 2) {
+        for (int bad = 0; bad < 2; bad++) {
+            bt_context *ctx = tu_ctx(4);
+            tu_rng r;
+            tu_rng_init(&r, 1400);
+            struct bt_tensor *as = bt_new_tensor_3d(ctx, BT_TYPE_Q8_0, 32, 8, 4);
+            struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 2, 5);
+            struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 5);
+            tu_fill(as, &r);
+            tu_fill(b, &r);
+            tu_fill_ids(ids, &r, 4);
+            ((int32_t *)ids->data)[7] = bad ? -1 : 4; /* n_expert is 4 */
+            struct bt_tensor *out = bt_mul_mat_id(ctx, as, b, ids);
+            struct bt_graph *g = tu_graph(ctx, &out, 1);
+            enum bt_status s = tu_run(g, nt);
+            ck_assert_msg(s != BT_OK, "mul_mat_id with expert id %d: BT_OK", bad ? -1 : 4);
+            ck_assert_str_ne(bt_cpu_error(tu_cpu(nt)), "");
+            /* the executor is still usable afterwards */
+            ((int32_t *)ids->data)[7] = 1;
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            bt_free(ctx);
+
+            ctx = tu_ctx(4);
+            struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F16, 16, 5);
+            struct bt_tensor *rid = bt_new_tensor_1d(ctx, BT_TYPE_I32, 3);
+            tu_fill(a, &r);
+            int32_t *rv = rid->data;
+            rv[0] = 0;
+            rv[1] = bad ? -1 : 5;
+            rv[2] = 4;
+            struct bt_tensor *gr = bt_get_rows(ctx, a, rid);
+            g = tu_graph(ctx, &gr, 1);
+            s = tu_run(g, nt);
+            ck_assert_msg(s != BT_OK, "get_rows with row id %d of 5: BT_OK", rv[1]);
+            ck_assert_str_ne(bt_cpu_error(tu_cpu(nt)), "");
+            rv[1] = 3;
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_binary, 0, 4);
+    tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
+    tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
+    tcase_add_test(tc, test_soft_max);
+    tcase_add_test(tc, test_rope);
+    tcase_add_loop_test(tc, test_mul_mat, 0, 5);
+    tcase_add_loop_test(tc, test_mul_mat_id, 0, 5);
+    tcase_add_loop_test(tc, test_get_rows, 0, 6);
+    tcase_add_loop_test(tc, test_set_rows, 0, 5);
+    tcase_add_test(tc, test_cpy);
+    tcase_add_test(tc, test_cont_views);
+    tcase_add_test(tc, test_argsort_top_k);
+    tcase_add_test(tc, test_concat);
+    tcase_add_test(tc, test_shape_errors);
+    tcase_add_test(tc, test_runtime_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
