@@ -47,7 +47,8 @@ struct xfer {
     size_t bytes;
     int tag0; /* tag of slot c: tag0 + c */
     struct bt_tensor *copies[MAXC]; /* dst: where each slot lands (consumer >= 0) */
-    void *ring[MAXC];               /* rank 0: output slots (consumer -1) */
+    void *ring[MAXC];               /* host slots: outputs on rank 0 (consumer -1), or receives
+                                       staged through host memory for a device backend */
     bt_treq recv[MAXC];
     int64_t recv_k[MAXC]; /* micro-batch the slot's receive is for */
     void *stage[MAXC];    /* src: send slots */
@@ -881,7 +882,16 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
                     return fail(d, BT_ERR_NOMEM, "out of memory for output slots");
                 slot_bytes += (int64_t)xf->bytes;
             }
-            if (xf->dst == d->rank && xf->consumer >= 0) slot_bytes += (int64_t)xf->bytes;
+            if (xf->dst == d->rank && xf->consumer >= 0) {
+                slot_bytes += (int64_t)xf->bytes;
+                /* MPI moves host memory: a device backend receives into host
+                 * slots and uploads after the wait */
+                if (!bt_buft_is_host(buft)) {
+                    if (posix_memalign(&xf->ring[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
+                        return fail(d, BT_ERR_NOMEM, "out of memory for receive staging");
+                    slot_bytes += (int64_t)xf->bytes;
+                }
+            }
         }
     }
     for (int i = 0; i < d->n_louts; i++) {
@@ -897,7 +907,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
 }
 
 static enum bt_status post_recv(bt_dist *d, struct xfer *xf, int c, int64_t k) {
-    void *buf = xf->consumer >= 0 ? xf->copies[c]->data : xf->ring[c];
+    void *buf = xf->ring[c] ? xf->ring[c] : xf->copies[c]->data;
     enum bt_status st = bt_transport_irecv(d->t, buf, xf->bytes, xf->src, xf->tag0 + c, &xf->recv[c]);
     if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     xf->recv_k[c] = k;
@@ -1120,6 +1130,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
                 const double w0 = now_s();
                 st = wait_req(d, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
+                if (st == BT_OK && xf->ring[c]) bt_tensor_set(xf->copies[c], xf->ring[c], 0, xf->bytes);
                 if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }

@@ -237,16 +237,20 @@ START_TEST(test_rowops) {
     tu_rng r;
     tu_rng_init(&r, 300 + op);
     static const int64_t rshapes[][4] = {{1, 3, 1, 1},  {3, 2, 1, 1},   {17, 5, 2, 1},
-                                         {67, 3, 2, 2}, {256, 7, 1, 1}, {1000, 3, 1, 1}};
-    for (int si = 0; si < 6; si++) {
+                                         {67, 3, 2, 2}, {256, 7, 1, 1}, {1000, 3, 1, 1},
+                                         {33, 4, 1, 1}};
+    for (int si = 0; si < 7; si++) {
         for (int lay = 0; lay < L_COUNT; lay++) {
             const int64_t *ne = rshapes[si];
             const float eps = si % 2 ? 1e-5f : 1e-6f;
             snprintf(g_case, sizeof(g_case), "%s [%ld,%ld,%ld,%ld] %s", rowop_name[op], (long)ne[0],
                      (long)ne[1], (long)ne[2], (long)ne[3], layout_name[lay]);
             bt_context *ctx = tu_ctx(4);
-            /* a non-zero mean makes norm's mean subtraction matter */
-            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, -0.5f, 1.5f);
+            /* a non-zero mean makes norm's mean subtraction matter; the last
+             * shape has a variance near eps, so that eps matters too */
+            const float sc = si == 6 ? 1e-3f : 1.0f;
+            struct bt_tensor *a =
+                new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, -0.5f * sc, 1.5f * sc);
             struct bt_tensor *b = NULL, *out = NULL;
             switch (op) {
             case R_SWIGLU:
@@ -776,32 +780,34 @@ START_TEST(test_cpy) {
     /* F32 source of 32*6*2 elements in every layout into every type, with a
      * different destination shape (only the element count matters) */
     for (int di = 0; di < 5; di++)
-        for (int lay = 0; lay < L_COUNT; lay++) {
-            enum bt_type ty = dtypes[di];
-            int64_t nes[4] = {32, 6, 2, 1};
-            snprintf(g_case, sizeof(g_case), "cpy f32 [32,6,2] %s -> %s [64,3,2]", layout_name[lay],
-                     bt_type_name(ty));
-            bt_context *ctx = tu_ctx(4);
-            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, nes, (enum layout)lay, &r, -1, 1);
-            struct bt_tensor *dst = bt_new_tensor_3d(ctx, ty, 64, 3, 2);
-            struct bt_tensor *out = bt_cpy(ctx, a, dst);
-            struct bt_graph *g = graph1(ctx, out);
-            ck_assert_ptr_eq(out->view_src, dst);
-            float *A = tu_read_f32(a);
-            if (supported(out, lay == L_CONT)) {
-                for (int nt = 1; nt <= MAX_NT; nt++) {
-                    memset(dst->data, 0xff, bt_nbytes(dst));
-                    run_nt(g, out, nt);
-                    float *D = tu_read_f32(dst);
-                    char what[32];
-                    snprintf(what, sizeof(what), "nt=%d", nt);
-                    check_converted(ty, A, D, 64 * 3 * 2, what);
-                    free(D);
+        for (int lay = 0; lay < L_COUNT; lay++)
+            for (int same = 0; same < 2; same++) { /* same shape (row path) or reshaped */
+                enum bt_type ty = dtypes[di];
+                int64_t nes[4] = {32, 6, 2, 1};
+                snprintf(g_case, sizeof(g_case), "cpy f32 [32,6,2] %s -> %s %s", layout_name[lay],
+                         bt_type_name(ty), same ? "[32,6,2]" : "[64,3,2]");
+                bt_context *ctx = tu_ctx(4);
+                struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, nes, (enum layout)lay, &r, -1, 1);
+                struct bt_tensor *dst = same ? bt_new_tensor_3d(ctx, ty, 32, 6, 2)
+                                             : bt_new_tensor_3d(ctx, ty, 64, 3, 2);
+                struct bt_tensor *out = bt_cpy(ctx, a, dst);
+                struct bt_graph *g = graph1(ctx, out);
+                ck_assert_ptr_eq(out->view_src, dst);
+                float *A = tu_read_f32(a);
+                if (supported(out, lay == L_CONT)) {
+                    for (int nt = 1; nt <= MAX_NT; nt++) {
+                        memset(dst->data, 0xff, bt_nbytes(dst));
+                        run_nt(g, out, nt);
+                        float *D = tu_read_f32(dst);
+                        char what[32];
+                        snprintf(what, sizeof(what), "nt=%d", nt);
+                        check_converted(ty, A, D, 64 * 3 * 2, what);
+                        free(D);
+                    }
                 }
+                free(A);
+                bt_free(ctx);
             }
-            free(A);
-            bt_free(ctx);
-        }
     /* from F16 / BF16 into F32 and same-type copies of transposed views */
     const enum bt_type st[2] = {BT_TYPE_F16, BT_TYPE_BF16};
     for (int si = 0; si < 2; si++)

@@ -303,70 +303,86 @@ static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n
 /* ---- dot path: RM weight rows x RN columns, whole k ------------------------- */
 
 /* Raw quants of vector v of block blk as float: q (Q8_0) or q - 8 (Q4_0). */
-static inline __attribute__((always_inline)) vf load_q(enum bt_type type, const char *row,
-                                                        int64_t blk, int v) {
-    if (type == BT_TYPE_Q8_0) return vf_load_i8(((const bt_block_q8_0 *)row)[blk].qs + v * VL);
-    return vf_load_q4(((const bt_block_q4_0 *)row)[blk].qs + (v * VL) % 16, (v * VL) / 16);
+#if defined(__AVX512F__)
+/* Q4_0 on AVX-512: the block's 16 bytes are broadcast to the four 128-bit
+ * lanes (a load, no shuffle), a per-lane shift brings byte 4*(j%4) + j/4 to
+ * the bottom of lane j, and vpermps looks its low nibble up in a table of
+ * d * (q - 8) (vpermps reads only the low 4 bits of an index).  So lane j
+ * holds element q4_perm(j) (+16 for the high nibbles), dequantised exactly
+ * as bt_row_to_f32 does; the dot path pairs it with activations permuted the
+ * same way (run_dot). */
+#define Q4_PERMUTED 1
+static inline int q4_perm(int j) { return 4 * (j % 4) + j / 4; }
+static inline vf q4_table(float d) {
+    const __m512 q = _mm512_setr_ps(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f, -1.0f, 0.0f,
+                                    1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f);
+    return _mm512_mul_ps(q, _mm512_set1_ps(d));
 }
+static inline vf load_q4_perm(const uint8_t *qs, int hi, vf table) {
+    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    const __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
+    const __m512i x = _mm512_srlv_epi32(w, hi ? _mm512_add_epi32(sh, _mm512_set1_epi32(4)) : sh);
+    return _mm512_permutexvar_ps(x, table);
+}
+#else
+#define Q4_PERMUTED 0
+static inline int q4_perm(int j) { return j; }
+#endif
 
 #define DOT_SCALES 16 /* block scales converted at once */
 
-/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  The order of each
- * element's sum depends only on k:
- *  float types: two vector accumulators, block vector v into acc[v & 1],
- *               then acc0 + acc1 and a fixed horizontal sum;
- *  Q8_0, Q4_0:  per block s = sum_v q_v * b_v (lane-wise, v in order), then
- *               acc += d * s, then a fixed horizontal sum. */
+/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  Every type is dequantised
+ * exactly (x = d * q as bt_row_to_f32), then per element: two vector
+ * accumulators, block vector v into acc[v & 1] in block order, then
+ * acc0 + acc1 and a fixed horizontal sum.  The order depends only on k. */
 static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, const int RM,
                                                             const int RN, int64_t k,
                                                             const char *const *arows,
                                                             const float *const *bcols, float *out) {
+    const bool quant = type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0;
+    const int bs = type == BT_TYPE_Q8_0 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
     const int64_t nblk = k / QB;
-    if (type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) {
-        const int bs = type == BT_TYPE_Q8_0 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
-        vf acc[4][4];
-        for (int r = 0; r < RM; r++)
-            for (int j = 0; j < RN; j++) acc[r][j] = vf_zero();
-        for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
-            const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
-            float dq[4][DOT_SCALES];
-            for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
-            for (int i = 0; i < nc; i++) {
-                const int64_t blk = c0 + i;
-                vf x[4][NV];
-                for (int r = 0; r < RM; r++)
-                    for (int v = 0; v < NV; v++) x[r][v] = load_q(type, arows[r], blk, v);
-                for (int j = 0; j < RN; j++) {
-                    vf bv[NV];
-                    for (int v = 0; v < NV; v++) bv[v] = vf_load(bcols[j] + blk * QB + v * VL);
-                    for (int r = 0; r < RM; r++) {
-                        vf sum = vf_mul(x[r][0], bv[0]);
-                        for (int v = 1; v < NV; v++) sum = vf_fma(x[r][v], bv[v], sum);
-                        acc[r][j] = vf_fma(sum, vf_set1(dq[r][i]), acc[r][j]);
-                    }
-                }
-            }
-        }
-        for (int j = 0; j < RN; j++)
-            for (int r = 0; r < RM; r++) out[j * RM + r] = vf_hsum(acc[r][j]);
-        return;
-    }
-
     vf acc[4][4][2];
     for (int r = 0; r < RM; r++)
         for (int j = 0; j < RN; j++) acc[r][j][0] = acc[r][j][1] = vf_zero();
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        vf a[4][NV];
-        for (int r = 0; r < RM; r++)
-            for (int v = 0; v < NV; v++) a[r][v] = load_a(type, arows[r], blk, v);
-        for (int j = 0; j < RN; j++) {
-            for (int v = 0; v < NV; v++) {
-                const vf bv = vf_load(bcols[j] + blk * QB + v * VL);
-                for (int r = 0; r < RM; r++) acc[r][j][v & 1] = vf_fma(a[r][v], bv, acc[r][j][v & 1]);
+
+    for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
+        const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
+        float dq[4][DOT_SCALES];
+        if (quant)
+            for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
+        for (int i = 0; i < nc; i++) {
+            const int64_t blk = c0 + i;
+            vf a[4][NV];
+            for (int r = 0; r < RM; r++) {
+                if (type == BT_TYPE_Q8_0) {
+                    const vf d = vf_set1(dq[r][i]);
+                    const int8_t *qs = ((const bt_block_q8_0 *)arows[r])[blk].qs;
+                    for (int v = 0; v < NV; v++) a[r][v] = vf_mul(vf_load_i8(qs + v * VL), d);
+                } else if (type == BT_TYPE_Q4_0) {
+                    const uint8_t *qs = ((const bt_block_q4_0 *)arows[r])[blk].qs;
+#if Q4_PERMUTED
+                    const vf table = q4_table(dq[r][i]);
+                    for (int v = 0; v < NV; v++) a[r][v] = load_q4_perm(qs, v, table);
+#else
+                    const vf d = vf_set1(dq[r][i]);
+                    for (int v = 0; v < NV; v++)
+                        a[r][v] = vf_mul(vf_load_q4(qs + (v * VL) % 16, (v * VL) / 16), d);
+#endif
+                } else {
+                    for (int v = 0; v < NV; v++) a[r][v] = load_a(type, arows[r], blk, v);
+                }
+            }
+            for (int j = 0; j < RN; j++) {
+                for (int v = 0; v < NV; v++) {
+                    const vf bv = vf_load(bcols[j] + blk * QB + v * VL);
+                    for (int r = 0; r < RM; r++)
+                        acc[r][j][v & 1] = vf_fma(a[r][v], bv, acc[r][j][v & 1]);
+                }
             }
         }
     }
-    const int rest = (int)(k - nblk * QB); /* a zero-padded last block */
+    const int rest = (int)(k - nblk * QB); /* float types only: a zero-padded last block */
     if (rest > 0) {
         float at[4][QB], bt[4][QB];
         for (int r = 0; r < RM; r++) {
@@ -505,7 +521,10 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
         ncols = npairs;
     }
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
-    int64_t tmp = k > (int64_t)MR * BT_MM_KC ? k : (int64_t)MR * BT_MM_KC;
+    /* tmp: a converted A panel (GEMM), permuted activations (dot) or one
+     * converted row (reference) */
+    int64_t tmp = (int64_t)MR * BT_MM_KC;
+    if (k * BT_MM_GEMM_MIN_COLS > tmp) tmp = k * BT_MM_GEMM_MIN_COLS;
     struct mm_slice s;
     size_t off = 0;
     s.ap = off;
@@ -564,8 +583,24 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const float **bcols, 
 
 /* Dot path over rows [r0, r1) of one job. */
 static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
-                    float *const *dcols, int64_t r0, int64_t r1) {
+                    float *const *dcols, int64_t r0, int64_t r1, float *bperm) {
     const int64_t k = pl->k;
+#if Q4_PERMUTED
+    /* activations in the lane order load_q4_perm produces */
+    const float *pcols[BT_MM_GEMM_MIN_COLS];
+    if (pl->type == BT_TYPE_Q4_0) {
+        BT_ASSERT(ncols <= BT_MM_GEMM_MIN_COLS);
+        for (int64_t j = 0; j < ncols; j++) {
+            float *dst = bperm + j * k;
+            for (int64_t i = 0; i < k; i += 16)
+                for (int l = 0; l < 16; l++) dst[i + l] = bcols[j][i + q4_perm(l)];
+            pcols[j] = dst;
+        }
+        bcols = pcols;
+    }
+#else
+    (void)bperm;
+#endif
     for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
         const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
         for (int64_t j0 = 0; j0 < ncols;) {
@@ -718,7 +753,7 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         run_gemm(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->ap),
                  (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
     else
-        run_dot(pl, a, ncols, bcols, dcols, r0, r1);
+        run_dot(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->tmp));
 }
 
 /* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,

@@ -551,6 +551,17 @@ static void compute_set_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
 
 /* ---- CPY / CONT --------------------------------------------------------- */
 
+/* flat logical index e (i0 fastest) of t -> (i0..i3), and the next one */
+static void logical_index(const struct bt_tensor *t, int64_t e, int64_t i[4]) {
+    for (int k = 0; k < 4; k++) {
+        i[k] = e % t->ne[k];
+        e /= t->ne[k];
+    }
+}
+static inline void logical_next(const struct bt_tensor *t, int64_t i[4]) {
+    for (int k = 0; k < 4 && ++i[k] == t->ne[k]; k++) i[k] = 0;
+}
+
 /* n elements of row `rs` (tensor s) into row `rd` (tensor d), converting. */
 static void convert_row(const struct bt_tensor *s, const char *rs, const struct bt_tensor *d,
                         char *rd, int64_t n, float *w) {
@@ -615,40 +626,54 @@ static void compute_cpy(const struct bt_cpu_params *p, struct bt_tensor *dst) {
         return;
     }
 
-    /* general: element by element in logical order (plain types only) */
-    BT_ASSERT(!is_quant(s->type) && !is_quant(dst->type));
-    int64_t e0, e1;
-    thread_range(n, p->ith, p->nth, &e0, &e1);
-    if (e0 >= e1) return;
-    int64_t si[4], di[4];
-    {
-        int64_t r = e0;
-        for (int k = 0; k < 4; k++) {
-            si[k] = r % s->ne[k];
-            r /= s->ne[k];
+    if (!is_quant(s->type)) {
+        /* gather: each dst row takes the next dst->ne[0] source elements in
+         * logical order (works for any dst type, block types included) */
+        const int64_t n0 = dst->ne[0];
+        const bool same = s->type == dst->type;
+        const size_t ts = bt_type_size(s->type);
+        int64_t r0, r1;
+        thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+        if (r0 >= r1) return;
+        int64_t si[4];
+        logical_index(s, r0 * n0, si);
+        for (int64_t ir = r0; ir < r1; ir++) {
+            int64_t i1, i2, i3;
+            row_index(dst, ir, &i1, &i2, &i3);
+            char *rd = row_ptr(dst, i1, i2, i3);
+            for (int64_t k = 0; k < n0; k++) {
+                const char *ps = (const char *)s->data + si[0] * s->nb[0] + si[1] * s->nb[1] +
+                                 si[2] * s->nb[2] + si[3] * s->nb[3];
+                if (same) /* bytes, so I32 and the like copy exactly */
+                    memcpy(rd + k * dst->nb[0], ps, ts);
+                else
+                    bt_row_to_f32(s->type, ps, &w[k], 1);
+                logical_next(s, si);
+            }
+            if (!same) store_row_f32(dst, rd, w, n0);
         }
-        r = e0;
-        for (int k = 0; k < 4; k++) {
-            di[k] = r % dst->ne[k];
-            r /= dst->ne[k];
-        }
+        return;
     }
-    const size_t ts = bt_type_size(s->type);
-    const bool same = s->type == dst->type;
-    for (int64_t e = e0; e < e1; e++) {
-        const char *ps = (const char *)s->data + si[0] * s->nb[0] + si[1] * s->nb[1] +
-                         si[2] * s->nb[2] + si[3] * s->nb[3];
-        char *pd = (char *)dst->data + di[0] * dst->nb[0] + di[1] * dst->nb[1] +
-                   di[2] * dst->nb[2] + di[3] * dst->nb[3];
-        if (same) {
-            memcpy(pd, ps, ts);
-        } else {
-            float f;
-            bt_row_to_f32(s->type, ps, &f, 1);
-            bt_row_from_f32(dst->type, &f, pd, 1);
+
+    /* scatter: a block-type source, row by row, into the next s->ne[0]
+     * destination elements in logical order (dst of a plain type) */
+    BT_ASSERT(!is_quant(dst->type));
+    const int64_t n0 = s->ne[0];
+    int64_t r0, r1;
+    thread_range(bt_nrows(s), p->ith, p->nth, &r0, &r1);
+    if (r0 >= r1) return;
+    int64_t di[4];
+    logical_index(dst, r0 * n0, di);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t i1, i2, i3;
+        row_index(s, ir, &i1, &i2, &i3);
+        load_row_f32(s, row_ptr(s, i1, i2, i3), w, n0);
+        for (int64_t k = 0; k < n0; k++) {
+            char *pd = (char *)dst->data + di[0] * dst->nb[0] + di[1] * dst->nb[1] +
+                       di[2] * dst->nb[2] + di[3] * dst->nb[3];
+            bt_row_from_f32(dst->type, &w[k], pd, 1);
+            logical_next(dst, di);
         }
-        for (int k = 0; k < 4 && ++si[k] == s->ne[k]; k++) si[k] = 0;
-        for (int k = 0; k < 4 && ++di[k] == dst->ne[k]; k++) di[k] = 0;
     }
 }
 
@@ -729,7 +754,9 @@ static bool cpy_supported(const struct bt_tensor *s, const struct bt_tensor *d) 
         /* flat path: chunks must start on block boundaries */
         return CPY_CHUNK % bt_blck_size(s->type) == 0 && CPY_CHUNK % bt_blck_size(d->type) == 0;
     }
-    return !is_quant(s->type) && !is_quant(d->type); /* element path */
+    /* gather path (plain source, any destination) or scatter path (block
+     * source, plain destination) */
+    return !is_quant(s->type) || !is_quant(d->type);
 }
 
 bool bt_cpu_op_supported(const struct bt_tensor *node) {

@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../../src/ops.h"
-#include "cuda.h"
+#include "bt_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,6 +12,9 @@
 #include "cli.h"
 #include "common.h"
 #include "transport.h"
+#ifdef BATON_HAVE_CUDA
+#include "bt_cuda.h"
+#endif
 
 struct demo_opts {
     struct bt_model_config model;
@@ -270,11 +273,25 @@ int bt_cli_demo(int argc, char **argv) {
         threads = (int)(cores / (t->local_size > 0 ? t->local_size : 1));
         if (threads < 1) threads = 1;
     }
-    if (have_topo && bt_topology_rank(&topo, rank)->backend != BT_TOPO_BACKEND_CPU) {
-        snprintf(err, sizeof err, "%s: rank %d: backend %s: this build of baton has no CUDA backend", o.topology, rank,
-                 bt_topo_backend_name(bt_topology_rank(&topo, rank)->backend));
-        fprintf(stderr, "baton demo: %s\n", err);
+    bt_backend_t backend = NULL;
+    if (have_topo && bt_topology_rank(&topo, rank)->backend == BT_TOPO_BACKEND_CUDA) {
+#ifdef BATON_HAVE_CUDA
+        const int dev = bt_topology_rank(&topo, rank)->device;
+        if (dev >= bt_cuda_device_count()) {
+            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this process sees %d CUDA devices\n",
+                    o.topology, rank, dev, bt_cuda_device_count());
+            t->iface.abort(t, 1);
+        }
+        backend = bt_backend_cuda_init(dev);
+        if (!backend) {
+            fprintf(stderr, "baton demo: rank %d: cannot start CUDA device %d\n", rank, dev);
+            t->iface.abort(t, 1);
+        }
+#else
+        fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this build of baton has no CUDA backend\n",
+                o.topology, rank, bt_topology_rank(&topo, rank)->device);
         t->iface.abort(t, 1);
+#endif
     }
     int *counts = NULL;
     if (o.partition && strcmp(o.partition, "auto") != 0) {
@@ -296,7 +313,7 @@ int bt_cli_demo(int argc, char **argv) {
         }
     }
 
-    bt_backend_t backend = bt_backend_cpu_init(threads);
+    if (!backend) backend = bt_backend_cpu_init(threads);
     struct bt_model *model = bt_model_new(&o.model);
     bt_context *gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
     struct bt_model_graph g;

@@ -8,8 +8,8 @@
  * Every function here is safe on a machine without a GPU or without a
  * driver: bt_cuda_device_count() is then 0 and bt_backend_cuda_init() NULL.
  */
-#ifndef BATON_CUDA_H
-#define BATON_CUDA_H
+#ifndef BATON_BT_CUDA_H
+#define BATON_BT_CUDA_H
 
 #include "../../src/backend.h"
 
