@@ -89,7 +89,11 @@ static inline void block_scales(const char *blk0, int bs, int n, float *out) {
     _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
 }
 #define HAVE_BLOCK_SCALES 1
+#if defined(__F16C__)
 static inline float fp16_scalar(bt_fp16_t h) { return _cvtsh_ss(h); }
+#else
+static inline float fp16_scalar(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
+#endif
 
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VL 8
@@ -326,7 +330,6 @@ static inline vf load_q4_perm(const uint8_t *qs, int hi, vf table) {
 }
 #else
 #define Q4_PERMUTED 0
-static inline int q4_perm(int j) { return j; }
 #endif
 
 #define DOT_SCALES 16 /* block scales converted at once */

@@ -184,10 +184,55 @@ static inline float op_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_COEF_A * x * x)));
 }
 
+#if defined(__GNUC__)
+#define BT_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define BT_ALWAYS_INLINE inline
+#endif
+
+/* One row; inlined with constant strides 4 for packed rows so the compiler
+ * can vectorise (same IEEE results either way: no reassociation). */
+static BT_ALWAYS_INLINE void unary_row(enum bt_op op, int64_t n0, const char *ra, size_t sa,
+                                       char *rd, size_t sd, float s) {
+    switch (op) {
+        case BT_OP_SCALE:
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * s;
+            break;
+        case BT_OP_SQR:
+            for (int64_t i = 0; i < n0; i++) {
+                const float x = f32_at(ra, sa, i);
+                *f32_ptr(rd, sd, i) = x * x;
+            }
+            break;
+        case BT_OP_SQRT:
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = sqrtf(f32_at(ra, sa, i));
+            break;
+        case BT_OP_SILU:
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_silu(f32_at(ra, sa, i));
+            break;
+        case BT_OP_GELU:
+            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_gelu(f32_at(ra, sa, i));
+            break;
+        case BT_OP_RELU:
+            for (int64_t i = 0; i < n0; i++) {
+                const float x = f32_at(ra, sa, i);
+                *f32_ptr(rd, sd, i) = x > 0.0f ? x : 0.0f;
+            }
+            break;
+        case BT_OP_SIGMOID:
+            for (int64_t i = 0; i < n0; i++)
+                *f32_ptr(rd, sd, i) = 1.0f / (1.0f + expf(-f32_at(ra, sa, i)));
+            break;
+        default: BT_ASSERT(false);
+    }
+}
+
 static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const struct bt_tensor *a = dst->src[0];
     const int64_t n0 = dst->ne[0];
     const float s = dst->op == BT_OP_SCALE ? bt_get_op_param_f32(dst, 0) : 0.0f;
+    const size_t sa = a->nb[0], sd = dst->nb[0];
+    const bool packed = sa == sizeof(float) && sd == sizeof(float);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -195,38 +240,10 @@ static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) 
         row_index(dst, ir, &i1, &i2, &i3);
         const char *ra = row_ptr(a, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
-        const size_t sa = a->nb[0], sd = dst->nb[0];
-        switch (dst->op) {
-            case BT_OP_SCALE:
-                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * s;
-                break;
-            case BT_OP_SQR:
-                for (int64_t i = 0; i < n0; i++) {
-                    const float x = f32_at(ra, sa, i);
-                    *f32_ptr(rd, sd, i) = x * x;
-                }
-                break;
-            case BT_OP_SQRT:
-                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = sqrtf(f32_at(ra, sa, i));
-                break;
-            case BT_OP_SILU:
-                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_silu(f32_at(ra, sa, i));
-                break;
-            case BT_OP_GELU:
-                for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = op_gelu(f32_at(ra, sa, i));
-                break;
-            case BT_OP_RELU:
-                for (int64_t i = 0; i < n0; i++) {
-                    const float x = f32_at(ra, sa, i);
-                    *f32_ptr(rd, sd, i) = x > 0.0f ? x : 0.0f;
-                }
-                break;
-            case BT_OP_SIGMOID:
-                for (int64_t i = 0; i < n0; i++)
-                    *f32_ptr(rd, sd, i) = 1.0f / (1.0f + expf(-f32_at(ra, sa, i)));
-                break;
-            default: BT_ASSERT(false);
-        }
+        if (packed)
+            unary_row(dst->op, n0, ra, sizeof(float), rd, sizeof(float), s);
+        else
+            unary_row(dst->op, n0, ra, sa, rd, sd, s);
     }
 }
 
@@ -264,11 +281,41 @@ static void compute_sum_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
     }
 }
 
+static BT_ALWAYS_INLINE void norm_row(bool rms, int64_t n0, const char *ra, size_t sa, char *rd,
+                                      size_t sd, float eps) {
+    if (rms) {
+        /* x / sqrt(mean(x^2) + eps) */
+        double sum = 0.0;
+        for (int64_t i = 0; i < n0; i++) {
+            const float x = f32_at(ra, sa, i);
+            sum += (double)(x * x);
+        }
+        const float mean = (float)(sum / (double)n0);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * scale;
+    } else {
+        /* (x - mean) / sqrt(var + eps) */
+        double sum = 0.0;
+        for (int64_t i = 0; i < n0; i++) sum += (double)f32_at(ra, sa, i);
+        const float mean = (float)(sum / (double)n0);
+        double sum2 = 0.0;
+        for (int64_t i = 0; i < n0; i++) {
+            const float y = f32_at(ra, sa, i) - mean;
+            sum2 += (double)(y * y);
+        }
+        const float var = (float)(sum2 / (double)n0);
+        const float scale = 1.0f / sqrtf(var + eps);
+        for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = (f32_at(ra, sa, i) - mean) * scale;
+    }
+}
+
 static void compute_norm(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const struct bt_tensor *a = dst->src[0];
     const int64_t n0 = a->ne[0];
     const float eps = bt_get_op_param_f32(dst, 0);
+    const bool rms = dst->op == BT_OP_RMS_NORM;
     const size_t sa = a->nb[0], sd = dst->nb[0];
+    const bool packed = sa == sizeof(float) && sd == sizeof(float);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -276,30 +323,10 @@ static void compute_norm(const struct bt_cpu_params *p, struct bt_tensor *dst) {
         row_index(dst, ir, &i1, &i2, &i3);
         const char *ra = row_ptr(a, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
-        if (dst->op == BT_OP_RMS_NORM) {
-            /* x / sqrt(mean(x^2) + eps) */
-            double sum = 0.0;
-            for (int64_t i = 0; i < n0; i++) {
-                const float x = f32_at(ra, sa, i);
-                sum += (double)(x * x);
-            }
-            const float mean = (float)(sum / (double)n0);
-            const float scale = 1.0f / sqrtf(mean + eps);
-            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * scale;
-        } else {
-            /* (x - mean) / sqrt(var + eps) */
-            double sum = 0.0;
-            for (int64_t i = 0; i < n0; i++) sum += (double)f32_at(ra, sa, i);
-            const float mean = (float)(sum / (double)n0);
-            double sum2 = 0.0;
-            for (int64_t i = 0; i < n0; i++) {
-                const float y = f32_at(ra, sa, i) - mean;
-                sum2 += (double)(y * y);
-            }
-            const float var = (float)(sum2 / (double)n0);
-            const float scale = 1.0f / sqrtf(var + eps);
-            for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = (f32_at(ra, sa, i) - mean) * scale;
-        }
+        if (packed)
+            norm_row(rms, n0, ra, sizeof(float), rd, sizeof(float), eps);
+        else
+            norm_row(rms, n0, ra, sa, rd, sd, eps);
     }
 }
 

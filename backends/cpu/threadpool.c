@@ -28,7 +28,13 @@
 #endif
 
 #ifndef BT_POOL_SPIN
-#define BT_POOL_SPIN 4096 /* pause iterations before a waiter yields / sleeps */
+#define BT_POOL_SPIN 4096 /* pause iterations before an idle worker sleeps */
+#endif
+#ifndef BT_BARRIER_SPIN
+/* pause iterations before a barrier waiter starts yielding: short, because
+ * with more threads than free cores the thread being waited for may need
+ * this core (sched_yield costs little when nothing else is runnable) */
+#define BT_BARRIER_SPIN 256
 #endif
 #ifndef BT_POOL_YIELD
 #define BT_POOL_YIELD 64 /* sched_yield()s before the caller sleeps on done */
@@ -221,7 +227,7 @@ void bt_threadpool_barrier(bt_threadpool *pool) {
     }
     int i = 0;
     while (atomic_load(&pool->bar_phase) == phase) {
-        if (i < BT_POOL_SPIN) {
+        if (i < BT_BARRIER_SPIN) {
             BT_CPU_RELAX();
             i++;
         } else {
