@@ -51,7 +51,8 @@ struct xfer {
                                        staged through host memory for a device backend */
     bt_treq recv[MAXC];
     int64_t recv_k[MAXC]; /* micro-batch the slot's receive is for */
-    void *stage[MAXC];    /* src: send slots */
+    void *stage[MAXC];    /* src: send slots (leafs and device tensors only) */
+    bool zero_copy;       /* src: sent straight from the tensor's memory */
     bt_treq send[MAXC];
 };
 
@@ -872,10 +873,17 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         for (int c = 0; c < d->n_copies; c++) {
+            /* a computed tensor in host memory is sent from where it lies (its
+             * producer waits for the send before computing it again); leafs,
+             * which the user rewrites between submits, and device tensors go
+             * through send slots */
             if (xf->src == d->rank) {
-                if (posix_memalign(&xf->stage[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
-                    return fail(d, BT_ERR_NOMEM, "out of memory for send slots");
-                slot_bytes += (int64_t)xf->bytes;
+                xf->zero_copy = xf->producer >= 0 && bt_buft_is_host(buft);
+                if (!xf->zero_copy) {
+                    if (posix_memalign(&xf->stage[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
+                        return fail(d, BT_ERR_NOMEM, "out of memory for send slots");
+                    slot_bytes += (int64_t)xf->bytes;
+                }
             }
             if (xf->dst == d->rank && xf->consumer < 0) {
                 if (posix_memalign(&xf->ring[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
@@ -1071,8 +1079,12 @@ static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
         enum bt_status st = wait_req(d, &xf->send[c]);
         if (st != BT_OK) return st;
     }
-    bt_tensor_get(xf->tensor, xf->stage[c], 0, xf->bytes);
-    enum bt_status st = bt_transport_isend(d->t, xf->stage[c], xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+    const void *buf = xf->tensor->data;
+    if (!xf->zero_copy) {
+        bt_tensor_get(xf->tensor, xf->stage[c], 0, xf->bytes);
+        buf = xf->stage[c];
+    }
+    enum bt_status st = bt_transport_isend(d->t, buf, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
     if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     d->stats.bytes_sent += (int64_t)xf->bytes;
     const double t1 = now_s();
@@ -1134,11 +1146,23 @@ enum bt_status bt_dist_submit(bt_dist *d) {
                 if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }
+        /* tensors this split makes and sends from their own memory: the
+         * previous micro-batch's sends must be done before they are rewritten */
+        const double ts = now_s();
+        for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (xf->src != d->rank || xf->producer != s || !xf->zero_copy) continue;
+            for (int cc = 0; cc < d->n_copies && st == BT_OK; cc++)
+                if (xf->send[cc].active) st = wait_req(d, &xf->send[cc]);
+        }
         const double t1 = now_s();
-        d->stats.wait_s += t1 - t0;
+        d->stats.wait_s += ts - t0;
+        d->stats.send_s += t1 - ts;
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
+        bt_transport_set_busy(d->t, true); /* sends in flight keep moving */
         st = bt_backend_graph_compute(d->backend, &view);
+        bt_transport_set_busy(d->t, false);
         const double t2 = now_s();
         d->stats.compute_s += t2 - t1;
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);

@@ -61,6 +61,7 @@ static const struct bt_transport_i loop_i = {
     /* .test          = */ loop_test,
     /* .wait          = */ loop_wait,
     /* .cancel        = */ NULL,
+    /* .set_busy      = */ NULL,
     /* .bcast         = */ NULL,
     /* .gather        = */ NULL,
     /* .allreduce_max = */ NULL,

@@ -29,6 +29,7 @@ struct mpi_ctx {
     bool progress_running;
     int progress_us;
     atomic_int outstanding;
+    atomic_bool busy;
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -51,9 +52,10 @@ static void *progress_main(void *arg) {
     struct mpi_ctx *m = t->context;
     const struct timespec nap = {0, (long)m->progress_us * 1000L};
     while (!atomic_load(&m->stop)) {
-        if (atomic_load(&m->outstanding) <= 0) {
+        if (atomic_load(&m->outstanding) <= 0 || !atomic_load(&m->busy)) {
             pthread_mutex_lock(&m->mu);
-            while (atomic_load(&m->outstanding) <= 0 && !atomic_load(&m->stop)) pthread_cond_wait(&m->cv, &m->mu);
+            while ((atomic_load(&m->outstanding) <= 0 || !atomic_load(&m->busy)) && !atomic_load(&m->stop))
+                pthread_cond_wait(&m->cv, &m->mu);
             pthread_mutex_unlock(&m->mu);
             continue;
         }
@@ -68,7 +70,18 @@ void bt_transport_mpi_hold_progress(bt_transport *t, int delta) {
     struct mpi_ctx *m = t->context;
     if (!m->progress_running) return;
     const int before = atomic_fetch_add(&m->outstanding, delta);
-    if (before <= 0 && before + delta > 0) {
+    if (before <= 0 && before + delta > 0 && atomic_load(&m->busy)) {
+        pthread_mutex_lock(&m->mu);
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+static void mpi_set_busy(bt_transport *t, bool busy) {
+    struct mpi_ctx *m = t->context;
+    if (!m->progress_running) return;
+    const bool was = atomic_exchange(&m->busy, busy);
+    if (busy && !was) {
         pthread_mutex_lock(&m->mu);
         pthread_cond_signal(&m->cv);
         pthread_mutex_unlock(&m->mu);
@@ -233,6 +246,7 @@ static const struct bt_transport_i mpi_i = {
     /* .test          = */ mpi_test,
     /* .wait          = */ mpi_wait,
     /* .cancel        = */ mpi_cancel,
+    /* .set_busy      = */ mpi_set_busy,
     /* .bcast         = */ mpi_bcast,
     /* .gather        = */ mpi_gather,
     /* .allreduce_max = */ mpi_allreduce_max,

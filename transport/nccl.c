@@ -213,6 +213,7 @@ static const struct bt_transport_i nccl_i = {
     /* .test          = */ nccl_test,
     /* .wait          = */ nccl_wait,
     /* .cancel        = */ NULL,
+    /* .set_busy      = */ NULL,
     /* .bcast         = */ nccl_bcast,
     /* .gather        = */ nccl_gather,
     /* .allreduce_max = */ nccl_allreduce_max,

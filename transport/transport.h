@@ -42,6 +42,10 @@ struct bt_transport_i {
     enum bt_status (*wait)(bt_transport *t, bt_treq *req);
     /* optional: cancel an outstanding receive */
     void (*cancel)(bt_transport *t, bt_treq *req);
+    /* optional: the caller is about to compute (busy) or to wait on requests
+     * itself; a transport may drive its transfers from another thread while
+     * the caller is busy */
+    void (*set_busy)(bt_transport *t, bool busy);
 
     /* control plane: collectives over all ranks */
     enum bt_status (*bcast)(bt_transport *t, void *buf, size_t bytes, int root);
@@ -84,22 +88,33 @@ static inline enum bt_status bt_transport_wait(bt_transport *t, bt_treq *req) {
     return req->active ? t->iface.wait(t, req) : BT_OK;
 }
 
-/* Wait without holding a core: test, then yield, then 20 us naps.  Spinning
- * first keeps small transfers fast; napping keeps ranks that wait for a long
- * stage (several per core on small machines) from starving the ones that
- * compute. */
+/* Wait for a request: test and yield (the waiter's MPI calls are what moves
+ * a transfer in flight, and a yield lets a computing rank on the same core
+ * run); after 50 ms of waiting (a pipeline bubble, not a transfer) test every
+ * 20 us instead, so a long-idle rank does not hold a core. */
 static inline enum bt_status bt_transport_wait_polite(bt_transport *t, bt_treq *req) {
-    for (int spins = 0;; spins++) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bool napping = false;
+    for (unsigned spins = 0;; spins++) {
         bool done = false;
         const enum bt_status st = bt_transport_test(t, req, &done);
         if (st != BT_OK || done) return st;
-        if (spins < 200) {
-            sched_yield();
+        if (!napping && (spins & 255) == 255) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            napping = (now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > 50000000L;
+        }
+        if (napping) {
+            const struct timespec d = {0, 20000};
+            nanosleep(&d, NULL);
         } else {
-            const struct timespec nap = {0, 20000};
-            nanosleep(&nap, NULL);
+            sched_yield();
         }
     }
+}
+
+static inline void bt_transport_set_busy(bt_transport *t, bool busy) {
+    if (t->iface.set_busy) t->iface.set_busy(t, busy);
 }
 
 /* Largest tag a transport accepts (MPI guarantees at least 32767). */
@@ -112,7 +127,10 @@ static inline enum bt_status bt_transport_wait_polite(bt_transport *t, bt_treq *
  * return the transport over MPI_COMM_WORLD.  NULL with a message on stderr
  * when MPI cannot start.  progress_us > 0 starts a thread that drives MPI's
  * progress engine every progress_us microseconds while transfers are
- * outstanding (sends then complete without their sender calling MPI). */
+ * outstanding and the caller is busy computing (set_busy): sends then
+ * complete without their sender calling MPI.  While the caller waits on
+ * requests itself the thread sleeps: two threads polling one MPI library
+ * only contend for its lock. */
 bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us);
 /* MPI_Finalize when this transport initialised MPI. */
 void bt_transport_mpi_finalize(bt_transport *t);

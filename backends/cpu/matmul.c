@@ -89,6 +89,39 @@ static inline void block_scales(const char *blk0, int bs, int n, float *out) {
     _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
 }
 #define HAVE_BLOCK_SCALES 1
+#if defined(__AVX512BW__)
+/* The scales of 16 whole Q4_0 blocks (288 bytes from blk0): scale i is u16
+ * number 9*i.  Two 128-byte windows, each holding 8 scales, are picked out
+ * with vpermt2w; no load reaches past the 16 blocks.  Cheaper than a gather. */
+static inline void q4_scales16(const char *blk0, float *out) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         63 - 0, 54, 45, 36, 27, 18, 9, 0, 63, 54, 45, 36, 27, 18, 9,
+                                         0);
+    /* window 1 starts at u16 72 (block 8), window 0 at u16 0 (block 0) */
+    const __m512i w0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx,
+                                                 _mm512_loadu_si512(blk0 + 64));
+    const __m512i w1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0 + 144), idx,
+                                                 _mm512_loadu_si512(blk0 + 208));
+    const __m512i both = _mm512_mask_mov_epi16(w0, (__mmask32)0xff00u, w1);
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_castsi512_si256(both)));
+}
+#define HAVE_Q4_SCALES16 1
+/* The same for 16 whole Q8_0 blocks (544 bytes): scale i is u16 number 17*i;
+ * four 128-byte windows of 4 scales each. */
+static inline void q8_scales16(const char *blk0, float *out) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34,
+                                         17, 0, 51, 34, 17, 0, 51, 34, 17, 0, 51, 34, 17, 0);
+    __m512i res = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx,
+                                            _mm512_loadu_si512(blk0 + 64));
+    for (int w = 1; w < 4; w++) {
+        const char *p = blk0 + 136 * w; /* block 4w */
+        const __m512i x = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx,
+                                                    _mm512_loadu_si512(p + 64));
+        res = _mm512_mask_mov_epi16(res, (__mmask32)(0xfu << (4 * w)), x);
+    }
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_castsi512_si256(res)));
+}
+#endif
 #if defined(__F16C__)
 static inline float fp16_scalar(bt_fp16_t h) { return _cvtsh_ss(h); }
 #else
@@ -333,17 +366,23 @@ static inline vf load_q4_perm(const uint8_t *qs, int hi, vf table) {
 #endif
 
 #define DOT_SCALES 16 /* block scales converted at once */
+#ifndef BT_MM_PREFETCH
+#define BT_MM_PREFETCH 2 /* dot path: prefetch distance in chunks of DOT_SCALES blocks */
+#endif
 
-/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  Every type is dequantised
- * exactly (x = d * q as bt_row_to_f32), then per element: two vector
- * accumulators, block vector v into acc[v & 1] in block order, then
- * acc0 + acc1 and a fixed horizontal sum.  The order depends only on k. */
+/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  F32, F16, BF16 and Q4_0
+ * are dequantised exactly (x = d * q as bt_row_to_f32), then per element: two
+ * vector accumulators, block vector v into acc[v & 1] in block order, then
+ * acc0 + acc1 and a fixed horizontal sum.  Q8_0 (one multiply fewer per
+ * block): acc0 += d * (q_0 * b_0 + q_1 * b_1) per block.  The order depends
+ * only on k. */
 static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, const int RM,
                                                             const int RN, int64_t k,
                                                             const char *const *arows,
                                                             const float *const *bcols, float *out) {
     const bool quant = type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0;
     const int bs = type == BT_TYPE_Q8_0 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const int blk_bytes = quant ? bs : QB * (type == BT_TYPE_F32 ? 4 : 2); /* bytes per block of a row */
     const int64_t nblk = k / QB;
     vf acc[4][4][2];
     for (int r = 0; r < RM; r++)
@@ -352,16 +391,33 @@ static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, co
     for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
         const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
         float dq[4][DOT_SCALES];
+#if defined(HAVE_Q4_SCALES16)
+        if (type == BT_TYPE_Q4_0 && nc == DOT_SCALES)
+            for (int r = 0; r < RM; r++) q4_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
+        else if (type == BT_TYPE_Q8_0 && nc == DOT_SCALES)
+            for (int r = 0; r < RM; r++) q8_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
+        else
+#endif
         if (quant)
             for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
+#if defined(__AVX512F__) || defined(__AVX2__)
+        /* the hardware prefetcher alone leaves these few row streams waiting
+         * on memory: ask for the chunk BT_MM_PREFETCH chunks ahead */
+        if (c0 + (BT_MM_PREFETCH + 1) * DOT_SCALES <= nblk)
+            for (int r = 0; r < RM; r++)
+                for (int o = 0; o < DOT_SCALES * blk_bytes; o += 64)
+                    _mm_prefetch(arows[r] + (size_t)(c0 + BT_MM_PREFETCH * DOT_SCALES) * (size_t)blk_bytes + o,
+                                 _MM_HINT_T0);
+#else
+        (void)blk_bytes;
+#endif
         for (int i = 0; i < nc; i++) {
             const int64_t blk = c0 + i;
             vf a[4][NV];
             for (int r = 0; r < RM; r++) {
-                if (type == BT_TYPE_Q8_0) {
-                    const vf d = vf_set1(dq[r][i]);
+                if (type == BT_TYPE_Q8_0) { /* raw q; d is applied per block below */
                     const int8_t *qs = ((const bt_block_q8_0 *)arows[r])[blk].qs;
-                    for (int v = 0; v < NV; v++) a[r][v] = vf_mul(vf_load_i8(qs + v * VL), d);
+                    for (int v = 0; v < NV; v++) a[r][v] = vf_load_i8(qs + v * VL);
                 } else if (type == BT_TYPE_Q4_0) {
                     const uint8_t *qs = ((const bt_block_q4_0 *)arows[r])[blk].qs;
 #if Q4_PERMUTED
@@ -375,6 +431,20 @@ static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, co
                 } else {
                     for (int v = 0; v < NV; v++) a[r][v] = load_a(type, arows[r], blk, v);
                 }
+            }
+            if (type == BT_TYPE_Q8_0) {
+                /* acc0 += d * sum_v q_v * b_v: one multiply by d per block
+                 * instead of one per vector (acc1 stays zero) */
+                for (int j = 0; j < RN; j++) {
+                    vf bv[NV];
+                    for (int v = 0; v < NV; v++) bv[v] = vf_load(bcols[j] + blk * QB + v * VL);
+                    for (int r = 0; r < RM; r++) {
+                        vf sum = vf_mul(a[r][0], bv[0]);
+                        for (int v = 1; v < NV; v++) sum = vf_fma(a[r][v], bv[v], sum);
+                        acc[r][j][0] = vf_fma(sum, vf_set1(dq[r][i]), acc[r][j][0]);
+                    }
+                }
+                continue;
             }
             for (int j = 0; j < RN; j++) {
                 for (int v = 0; v < NV; v++) {
@@ -437,6 +507,192 @@ static dot_fn dot_kernel(enum bt_type type, int shape) {
     return f;
 }
 
+/* ---- dot path, int8 variant for Q8_0 / Q4_0 weights (AVX-512 VNNI) ---------- *
+ *
+ * As ggml does: each activation column is quantised once per call to int8
+ * blocks of 32 (d = max|x| / 127, q = roundf(x / d), exactly as
+ * bt_row_from_f32(BT_TYPE_Q8_0) but with d kept in float), by every thread
+ * that needs it, into its own slice, so the quantised values never depend on
+ * the thread count.  A dot product is then, per block, an exact integer dot
+ * (vpdpbusd: unsigned weight bytes x signed activation bytes; Q8_0 weights are
+ * offset by 128 (xor 0x80), Q4_0 nibbles are 0..15, i.e. offset by 8; the
+ * offset times the activations' sum is subtracted exactly in the integer
+ * accumulator, which starts from a precomputed -offset * (sum of 4 bytes) per
+ * lane).  Two blocks share a 512-bit vector; per pair and element, lane l
+ * takes acc_l = fma(float(int_l), d_w * d_a, acc_l) in block order, then a
+ * fixed horizontal sum: the order depends only on k.
+ *
+ * Activation column layout (pair p = blocks 2p, 2p+1; a missing last block
+ * is zero):
+ *   q   [npairs][64] int8   Q8_0: block 2p elements 0..31, block 2p+1 0..31
+ *                           Q4_0: 2p 0..15, 2p+1 0..15, 2p 16..31, 2p+1 16..31
+ *                           (the lanes the weight loads below produce)
+ *   nc  [npairs][16] int32  -offset * (sum of the lane's 4 q bytes)
+ *   d   [nblk rounded up to 16] float, zero beyond nblk
+ */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define HAVE_I8_DOT 1
+
+struct qcol {
+    const int8_t *q;
+    const int32_t *nc;
+    const float *d;
+};
+
+static size_t i8_col_bytes(int64_t k) {
+    const int64_t nblk = k / QB, npairs = (nblk + 1) / 2, nd = (nblk + 15) / 16 * 16;
+    return ALIGN_UP((size_t)npairs * 128 + (size_t)nd * sizeof(float));
+}
+
+/* roundf (half away from zero) of integer-range values, exactly */
+static inline __m512 round_away(__m512 v) {
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(v, t); /* exact */
+    const __mmask16 up = _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __mmask16 dn = _mm512_cmp_ps_mask(f, _mm512_set1_ps(-0.5f), _CMP_LE_OQ);
+    t = _mm512_mask_add_ps(t, up, t, _mm512_set1_ps(1.0f));
+    return _mm512_mask_sub_ps(t, dn, t, _mm512_set1_ps(1.0f));
+}
+
+static struct qcol quant_col(enum bt_type type, const float *x, int64_t k, char *buf) {
+    const int64_t nblk = k / QB, npairs = (nblk + 1) / 2, nd = (nblk + 15) / 16 * 16;
+    int8_t *q = (int8_t *)buf;
+    int32_t *nc = (int32_t *)(buf + (size_t)npairs * 64);
+    float *d = (float *)(buf + (size_t)npairs * 128);
+    const bool q8 = type == BT_TYPE_Q8_0;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < nblk; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * QB), v1 = _mm512_loadu_ps(x + b * QB + 16);
+        const float amax = _mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = dd;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(round_away(_mm512_mul_ps(v0, vid))));
+        const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(round_away(_mm512_mul_ps(v1, vid))));
+        int8_t *dst = q + (b / 2) * 64;
+        const int h = (int)(b % 2);
+        if (q8) {
+            _mm_storeu_si128((__m128i *)(dst + h * 32), q0);
+            _mm_storeu_si128((__m128i *)(dst + h * 32 + 16), q1);
+        } else {
+            _mm_storeu_si128((__m128i *)(dst + h * 16), q0);
+            _mm_storeu_si128((__m128i *)(dst + 32 + h * 16), q1);
+        }
+    }
+    if (nblk % 2) {
+        int8_t *dst = q + (nblk / 2) * 64;
+        if (q8) {
+            memset(dst + 32, 0, 32);
+        } else {
+            memset(dst + 16, 0, 16);
+            memset(dst + 48, 0, 16);
+        }
+    }
+    for (int64_t b = nblk; b < nd; b++) d[b] = 0.0f;
+    const __m512i off = _mm512_set1_epi8(q8 ? (char)0x80 : 8);
+    for (int64_t p = 0; p < npairs; p++) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), off,
+                                              _mm512_loadu_si512(q + p * 64));
+        _mm512_storeu_si512(nc + p * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+    }
+    return (struct qcol){q, nc, d};
+}
+
+static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type, const int RM,
+                                                               const int RN, int64_t k,
+                                                               const char *const *arows,
+                                                               const struct qcol *qc, float *out) {
+    const bool q8 = type == BT_TYPE_Q8_0;
+    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const int64_t nblk = k / QB;
+    const __m512i x80 = _mm512_set1_epi8((char)0x80), m0f = _mm512_set1_epi8(0x0f);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    /* lane -> block of the pair (0 or 1), per layout */
+    const __m512i idx0 = q8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+                            : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+    __m512 acc[4][4];
+    for (int r = 0; r < RM; r++)
+        for (int j = 0; j < RN; j++) acc[r][j] = _mm512_setzero_ps();
+
+    for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
+        const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
+        float dq[4][DOT_SCALES];
+        if (nc == DOT_SCALES) {
+            if (q8)
+                for (int r = 0; r < RM; r++) q8_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
+            else
+                for (int r = 0; r < RM; r++) q4_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
+        } else {
+            for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
+        }
+        if (c0 + (BT_MM_PREFETCH + 1) * DOT_SCALES <= nblk)
+            for (int r = 0; r < RM; r++)
+                for (int o = 0; o < DOT_SCALES * bs; o += 64)
+                    _mm_prefetch(arows[r] + (size_t)(c0 + BT_MM_PREFETCH * DOT_SCALES) * (size_t)bs + o,
+                                 _MM_HINT_T0);
+        __m512 s[4][4]; /* d_w * d_a of the chunk's 16 blocks */
+        for (int r = 0; r < RM; r++) {
+            const __m512 dw = _mm512_loadu_ps(dq[r]);
+            for (int j = 0; j < RN; j++) s[r][j] = _mm512_mul_ps(dw, _mm512_loadu_ps(qc[j].d + c0));
+        }
+        __m512i idx = idx0;
+        for (int i = 0; i < nc; i += 2) {
+            const int64_t blk = c0 + i, pair = blk / 2;
+            const bool two = i + 1 < nc;
+            __m512i w[4];
+            for (int r = 0; r < RM; r++) {
+                if (q8) {
+                    const int8_t *p0 = ((const bt_block_q8_0 *)arows[r])[blk].qs;
+                    __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p0));
+                    if (two)
+                        x = _mm512_inserti64x4(x, _mm256_loadu_si256((const __m256i *)(p0 + bs)), 1);
+                    w[r] = _mm512_xor_si512(x, x80);
+                } else {
+                    const uint8_t *p0 = ((const bt_block_q4_0 *)arows[r])[blk].qs;
+                    __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p0));
+                    if (two)
+                        x = _mm512_mask_broadcast_i32x4(x, (__mmask16)0xF0F0,
+                                                        _mm_loadu_si128((const __m128i *)(p0 + bs)));
+                    w[r] = _mm512_and_si512(_mm512_srlv_epi64(x, sh), m0f);
+                }
+            }
+            for (int j = 0; j < RN; j++) {
+                const __m512i a = _mm512_loadu_si512(qc[j].q + pair * 64);
+                const __m512i n = _mm512_loadu_si512(qc[j].nc + pair * 16);
+                for (int r = 0; r < RM; r++) {
+                    const __m512i dot = _mm512_dpbusd_epi32(n, w[r], a);
+                    acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                                _mm512_permutexvar_ps(idx, s[r][j]), acc[r][j]);
+                }
+            }
+            idx = _mm512_add_epi32(idx, _mm512_set1_epi32(2));
+        }
+    }
+    for (int j = 0; j < RN; j++)
+        for (int r = 0; r < RM; r++) out[j * RM + r] = _mm512_reduce_add_ps(acc[r][j]);
+}
+
+typedef void (*dot_i8_fn)(int64_t k, const char *const *arows, const struct qcol *qc, float *out);
+
+#define DEF_DOT_I8(T, RM, RN)                                                                  \
+    static void dot_i8_##T##_##RM##x##RN(int64_t k, const char *const *arows,                \
+                                         const struct qcol *qc, float *out) {                \
+        dot_tile_i8(BT_TYPE_##T, RM, RN, k, arows, qc, out);                                   \
+    }
+DEF_DOT_I8(Q8_0, 4, 1) DEF_DOT_I8(Q8_0, 4, 2) DEF_DOT_I8(Q8_0, 2, 4)
+DEF_DOT_I8(Q4_0, 4, 1) DEF_DOT_I8(Q4_0, 4, 2) DEF_DOT_I8(Q4_0, 2, 4)
+
+static dot_i8_fn dot_i8_kernel(enum bt_type type, int shape) {
+    static const dot_i8_fn q8[3] = {dot_i8_Q8_0_4x1, dot_i8_Q8_0_4x2, dot_i8_Q8_0_2x4};
+    static const dot_i8_fn q4[3] = {dot_i8_Q4_0_4x1, dot_i8_Q4_0_4x2, dot_i8_Q4_0_2x4};
+    return type == BT_TYPE_Q8_0 ? q8[shape] : q4[shape];
+}
+#else
+#define HAVE_I8_DOT 0
+#endif
+
 /* ---- GEMM path -------------------------------------------------------------- */
 
 /* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
@@ -495,7 +751,6 @@ struct mm_plan {
     int64_t k, m;
     size_t a_nb1;
     int64_t njobs;
-    int64_t ncols_max;
 
     /* MUL_MAT */
     const struct bt_tensor *a, *b, *d;
@@ -503,7 +758,7 @@ struct mm_plan {
 
     /* MUL_MAT_ID */
     bool is_id;
-    int64_t n_expert, n_used, n_tokens, n_b;
+    int64_t n_used, n_b;
     const int32_t *offs; /* [n_expert + 1] start of each expert's pairs */
     const int32_t *pairs; /* slot + n_used * token, grouped by expert */
 };
@@ -528,6 +783,12 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
      * converted row (reference) */
     int64_t tmp = (int64_t)MR * BT_MM_KC;
     if (k * BT_MM_GEMM_MIN_COLS > tmp) tmp = k * BT_MM_GEMM_MIN_COLS;
+#if HAVE_I8_DOT
+    { /* int8 activation columns of the dot path */
+        const int64_t q = (int64_t)(i8_col_bytes(k) * BT_MM_GEMM_MIN_COLS / sizeof(float));
+        if (q > tmp) tmp = q;
+    }
+#endif
     struct mm_slice s;
     size_t off = 0;
     s.ap = off;
@@ -588,6 +849,37 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const float **bcols, 
 static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
                     float *const *dcols, int64_t r0, int64_t r1, float *bperm) {
     const int64_t k = pl->k;
+#if HAVE_I8_DOT
+    if (pl->type == BT_TYPE_Q8_0 || pl->type == BT_TYPE_Q4_0) {
+        /* int8 activations, quantised by this thread into its own slice */
+        struct qcol qc[BT_MM_GEMM_MIN_COLS];
+        BT_ASSERT(ncols <= BT_MM_GEMM_MIN_COLS);
+        const size_t cb = i8_col_bytes(k);
+        for (int64_t j = 0; j < ncols; j++)
+            qc[j] = quant_col(pl->type, bcols[j], k, (char *)bperm + (size_t)j * cb);
+        for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
+            const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
+            for (int64_t j0 = 0; j0 < ncols;) {
+                const int64_t left = ncols - j0;
+                const int shape = left >= 4 ? 2 : left >= 2 ? 1 : 0;
+                const int RM = dot_rm[shape], RN = dot_rn[shape];
+                const dot_i8_fn fn = dot_i8_kernel(pl->type, shape);
+                for (int64_t r = rb; r < rb1; r += RM) {
+                    const int nr = (int)(rb1 - r < RM ? rb1 - r : RM);
+                    const char *rows[4];
+                    float out[16];
+                    for (int i = 0; i < RM; i++)
+                        rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
+                    fn(k, rows, qc + j0, out);
+                    for (int j = 0; j < RN; j++)
+                        for (int i = 0; i < nr; i++) dcols[j0 + j][r + i] = out[j * RM + i];
+                }
+                j0 += RN;
+            }
+        }
+        return;
+    }
+#endif
 #if Q4_PERMUTED
     /* activations in the lane order load_q4_perm produces */
     const float *pcols[BT_MM_GEMM_MIN_COLS];
@@ -877,7 +1169,6 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.m = a->ne[1];
     pl.a_nb1 = a->nb[1];
     pl.njobs = b->ne[2] * b->ne[3];
-    pl.ncols_max = b->ne[1];
     pl.a = a;
     pl.b = b;
     pl.d = d;
@@ -944,14 +1235,11 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.m = as->ne[1];
     pl.a_nb1 = as->nb[1];
     pl.njobs = n_expert;
-    pl.ncols_max = n_used * n_tokens;
     pl.a = as;
     pl.b = b;
     pl.d = d;
     pl.is_id = true;
-    pl.n_expert = n_expert;
     pl.n_used = n_used;
-    pl.n_tokens = n_tokens;
     pl.n_b = b->ne[1];
     pl.offs = offs;
     pl.pairs = pairs;

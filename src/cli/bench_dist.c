@@ -46,10 +46,10 @@ static double raw_pingpong(void *buf, size_t bytes, int rank, int iters) {
     return (now_s() - t0) / (2.0 * iters);
 }
 
-/* baton's path for a tensor: the sender stages the tensor into its send slot
- * and posts a non-blocking send; the receiver's slot is posted ahead and
- * waited on politely, as in bt_dist_submit. */
-static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, void *stage, size_t bytes, int iters) {
+/* baton's path for a computed tensor, as in bt_dist_submit: the sender posts
+ * a non-blocking send from the tensor's own memory, the receiver's slot is
+ * posted ahead, and both wait politely (test + yield, then naps). */
+static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, struct bt_tensor *slot, size_t bytes, int iters) {
     const int peer = 1 - t->rank;
     bt_treq sreq, rreq;
     memset(&sreq, 0, sizeof sreq);
@@ -59,16 +59,14 @@ static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, void *st
     for (int i = -3; i < iters; i++) {
         if (i == 0) t0 = now_s();
         if (t->rank == 0) {
-            bt_transport_irecv(t, tensor->data, bytes, peer, 9, &rreq);
-            bt_tensor_get(tensor, stage, 0, bytes);
-            bt_transport_isend(t, stage, bytes, peer, 8, &sreq);
+            bt_transport_irecv(t, slot->data, bytes, peer, 9, &rreq);
+            bt_transport_isend(t, tensor->data, bytes, peer, 8, &sreq);
             bt_transport_wait_polite(t, &rreq);
             bt_transport_wait_polite(t, &sreq);
         } else {
-            bt_transport_irecv(t, tensor->data, bytes, peer, 8, &rreq);
+            bt_transport_irecv(t, slot->data, bytes, peer, 8, &rreq);
             bt_transport_wait_polite(t, &rreq);
-            bt_tensor_get(tensor, stage, 0, bytes);
-            bt_transport_isend(t, stage, bytes, peer, 9, &sreq);
+            bt_transport_isend(t, tensor->data, bytes, peer, 9, &sreq);
             bt_transport_wait_polite(t, &sreq);
         }
     }
@@ -76,33 +74,38 @@ static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, void *st
 }
 
 int bt_cli_bench_transport(int argc, char **argv) {
-    long max_bytes = 64L << 20;
+    long max_bytes = 64L << 20, progress_us = 50;
     for (int i = 1; i < argc; i++) {
         long v;
         if (!strcmp(argv[i], "--max") && i + 1 < argc && bt_cli_parse_int(argv[i + 1], 4096, 1L << 30, &v)) {
             max_bytes = v;
             i++;
+        } else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc && bt_cli_parse_int(argv[i + 1], 0, 1000000, &v)) {
+            progress_us = v;
+            i++;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: mpirun -np 2 baton bench transport [--max BYTES]\n"
+            printf("usage: mpirun -np 2 baton bench transport [--max BYTES] [--progress-us N]\n"
                    "Transfers of 4 KiB .. BYTES (default 64 MiB) between two ranks: a raw MPI\n"
-                   "ping-pong and baton's tensor path (stage, non-blocking send, polite wait).\n");
+                   "ping-pong and baton's tensor path (non-blocking send from the tensor,\n"
+                   "receive into a slot posted ahead, polite wait).\n");
             return 0;
         } else {
             if (bt_cli_env_rank() == 0) fprintf(stderr, "baton bench transport: bad option '%s' (try --help)\n", argv[i]);
             return 2;
         }
     }
-    bt_transport *t = bt_transport_mpi_init(&argc, &argv, 50);
+    bt_transport *t = bt_transport_mpi_init(&argc, &argv, (int)progress_us);
     if (!t) return 1;
     if (t->size != 2) {
         if (t->rank == 0) fprintf(stderr, "baton bench transport: run it with 2 ranks (mpirun -np 2), not %d\n", t->size);
         bt_transport_mpi_finalize(t);
         return 2;
     }
-    bt_context *ctx = bt_init((struct bt_init_params){(size_t)max_bytes + 4096, NULL, false});
+    bt_context *ctx = bt_init((struct bt_init_params){2 * (size_t)max_bytes + 8192, NULL, false});
     struct bt_tensor *tensor = ctx ? bt_new_tensor_1d(ctx, BT_TYPE_F32, max_bytes / 4) : NULL;
-    void *stage = NULL, *raw = NULL;
-    if (!tensor || posix_memalign(&stage, 64, (size_t)max_bytes) || posix_memalign(&raw, 64, (size_t)max_bytes)) {
+    struct bt_tensor *slot = ctx ? bt_new_tensor_1d(ctx, BT_TYPE_F32, max_bytes / 4) : NULL;
+    void *raw = NULL;
+    if (!tensor || !slot || posix_memalign(&raw, 64, (size_t)max_bytes)) {
         fprintf(stderr, "baton bench transport: out of memory\n");
         t->iface.abort(t, 1);
     }
@@ -116,12 +119,11 @@ int bt_cli_bench_transport(int argc, char **argv) {
     for (size_t bytes = 4096; bytes <= (size_t)max_bytes; bytes *= 4) {
         const int iters = iters_for(bytes);
         const double r = raw_pingpong(raw, bytes, t->rank, iters);
-        const double b = baton_pingpong(t, tensor, stage, bytes, iters);
+        const double b = baton_pingpong(t, tensor, slot, bytes, iters);
         if (t->rank == 0)
             printf("%10zu  %11.2f %10.3f  %11.2f %10.3f  %8.1f%% %10.2f\n", bytes, r * 1e6, (double)bytes / r / 1e9,
                    b * 1e6, (double)bytes / b / 1e9, 100.0 * r / b, (b - r) * 1e6);
     }
-    free(stage);
     free(raw);
     bt_free(ctx);
     bt_transport_mpi_finalize(t);
