@@ -114,5 +114,20 @@ expect 1 "rank 1 built a different graph" "graphs differ between ranks" -- \
     mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --d-ff 256
 [ $(($(date +%s) - start)) -lt 60 ] && ok "mismatch stops within a minute" || bad "mismatch stops within a minute"
 
+# a rank that dies in the middle of a run: the job ends, non-zero, no hang
+start=$(date +%s)
+timeout 120 mpirun -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo -m 100000 --no-check & p=$!; sleep 3; kill -9 $p; wait $p; exit 9; else exec "$0" demo -m 100000 --no-check; fi' "$baton" >"$tmp/out" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $(($(date +%s) - start)) -lt 60 ]; then
+    ok "a rank killed mid-run ends the job (exit $rc)"
+else
+    bad "a rank killed mid-run ends the job (exit $rc)"
+fi
+
+# the kernel benchmark's own flags
+expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
+expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
+expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
