@@ -701,9 +701,5 @@ int main(void) {
     tcase_add_loop_test(tc, test_forward_reference, 0, BT_FFN_COUNT);
     tcase_add_test(tc, test_deterministic);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tu_run_suite(s);
 }

@@ -585,9 +585,5 @@ int main(void) {
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_element_access);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tu_run_suite(s);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "topology.h"
+#include "testutil.h"
 
 static char g_dir[PATH_MAX]; /* temporary folder, one per test */
 static char g_path[PATH_MAX + 16];
@@ -643,9 +644,5 @@ static Suite *topology_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(topology_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(topology_suite());
 }

@@ -1,4 +1,5 @@
 /* testutil.c - see testutil.h. */
+#include <stdlib.h>
 #include "testutil.h"
 
 #include <math.h>
@@ -194,4 +195,12 @@ void tu_compute(bt_context *ctx, struct bt_tensor *out, int n_threads) {
     enum bt_status s = tu_run(g, n_threads);
     ck_assert_msg(s == BT_OK, "compute (%d threads): %s: %s", n_threads, bt_status_str(s),
                   bt_cpu_error(tu_cpu(n_threads)));
+}
+
+int tu_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

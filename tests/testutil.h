@@ -62,6 +62,9 @@ bt_context *tu_ctx(size_t mem_mb);
 bt_cpu *tu_cpu(int n_threads);
 /* A graph in ctx holding outs[0..n) (asserts the build succeeded). */
 struct bt_graph *tu_graph(bt_context *ctx, struct bt_tensor **outs, int n);
+/* Run a suite (Check's default fork mode) and return the process exit code. */
+int tu_run_suite(Suite *s);
+
 /* Compute g with n threads; returns the status (message: tu_cpu(n) error). */
 enum bt_status tu_run(struct bt_graph *g, int n_threads);
 /* Build a graph for one output and compute it, asserting BT_OK. */
