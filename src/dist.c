@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "place.h"
 #include "ops.h"
 
 #define MAXC BT_SCHED_MAX_COPIES
@@ -23,19 +24,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int bt_dist_name_layer(const char *name) {
-    const char *p = strstr(name, "blk.");
-    if (!p || (p != name && p[-1] != '.' && p[-1] != '#' && p[-1] != ' ')) return -1;
-    p += 4;
-    if (*p < '0' || *p > '9') return -1;
-    long v = 0;
-    while (*p >= '0' && *p <= '9') {
-        v = v * 10 + (*p - '0');
-        if (v > 1000000) return -1;
-        p++;
-    }
-    return *p == '.' ? (int)v : -1;
-}
 
 /* A transfer: `tensor` (on src) is needed by split `consumer` (on dst) every
  * micro-batch, or is a graph output going back to rank 0 (consumer -1). */
@@ -209,261 +197,6 @@ static const struct bt_backend_i proxy_i = {
     /* .event_synchronize       = */ NULL,
     /* .get_error               = */ NULL,
 };
-
-/* ---- placement: layers to ranks ------------------------------------------------- */
-
-struct layer_costs {
-    int L;                  /* layers 0..L-1 */
-    double *flops;          /* [L + 2]: index 0 = before layer 0, L+1 = after the last */
-    double *wbytes;         /* [L + 2] */
-    double *cut_bytes;      /* [L + 1]: bytes crossing the cut before layer l (l = 0..L) */
-    int *weight_layer;      /* per leaf: layer, -1 before, L after; INT32_MIN: not a weight */
-};
-
-static double node_flops(const struct bt_tensor *n) {
-    if (n->op == BT_OP_MUL_MAT) return 2.0 * (double)n->src[0]->ne[0] * (double)bt_nelements(n);
-    if (n->op == BT_OP_MUL_MAT_ID) return 2.0 * (double)n->src[0]->ne[0] * (double)bt_nelements(n);
-    if (bt_op_is_view(n->op) || n->op == BT_OP_NONE) return 0.0;
-    return (double)bt_nelements(n);
-}
-
-static bool leaf_is_weight(const struct bt_tensor *t) {
-    return (t->flags & BT_TENSOR_FLAG_WEIGHT) || (t->buffer && bt_buffer_get_usage(t->buffer) == BT_BUFFER_USAGE_WEIGHTS);
-}
-
-/* Layers of nodes: from names; a node without a layer name takes the layer of
- * the last named node before it (-1 before any).  Leafs: from names; an
- * unnamed weight takes the layer of its first consumer. */
-static enum bt_status layer_costs_make(const struct bt_graph *g, struct layer_costs *lc, char *err, size_t errlen) {
-    memset(lc, 0, sizeof *lc);
-    int *node_layer = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
-    lc->weight_layer = malloc(sizeof(int) * (size_t)(g->n_leafs + 1));
-    if (!node_layer || !lc->weight_layer) {
-        free(node_layer);
-        snprintf(err, errlen, "out of memory");
-        return BT_ERR_NOMEM;
-    }
-    int L = 0, cur = -1;
-    for (int i = 0; i < g->n_leafs; i++) {
-        const int l = bt_dist_name_layer(g->leafs[i]->name);
-        if (l + 1 > L) L = l + 1;
-    }
-    bool any_named_node = false;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const int l = bt_dist_name_layer(g->nodes[i]->name);
-        if (l >= 0) {
-            cur = l;
-            any_named_node = true;
-            if (l + 1 > L) L = l + 1;
-        }
-        node_layer[i] = cur;
-    }
-    if (!any_named_node) {
-        /* a graph without layer names: 64 pseudo-layers by position */
-        L = g->n_nodes < 64 ? g->n_nodes : 64;
-        if (L < 1) L = 1;
-        for (int i = 0; i < g->n_nodes; i++) node_layer[i] = (int)((int64_t)i * L / (g->n_nodes ? g->n_nodes : 1));
-    }
-    lc->L = L;
-    lc->flops = calloc((size_t)L + 2, sizeof(double));
-    lc->wbytes = calloc((size_t)L + 2, sizeof(double));
-    lc->cut_bytes = calloc((size_t)L + 1, sizeof(double));
-    if (!lc->flops || !lc->wbytes || !lc->cut_bytes) {
-        free(node_layer);
-        snprintf(err, errlen, "out of memory");
-        return BT_ERR_NOMEM;
-    }
-    /* first consumer layer of each leaf, last consumer layer of each tensor */
-    struct bt_hash_set hs = {bt_hash_size((size_t)(g->n_nodes + g->n_leafs) * 2 + 8), NULL};
-    hs.keys = calloc(hs.size, sizeof(struct bt_tensor *));
-    int *first_c = malloc(hs.size * sizeof(int));
-    int *last_c = malloc(hs.size * sizeof(int));
-    int *own = malloc(hs.size * sizeof(int));
-    if (!hs.keys || !first_c || !last_c || !own) {
-        free(hs.keys);
-        free(first_c);
-        free(last_c);
-        free(own);
-        free(node_layer);
-        snprintf(err, errlen, "out of memory");
-        return BT_ERR_NOMEM;
-    }
-    for (size_t i = 0; i < hs.size; i++) {
-        first_c[i] = INT32_MAX;
-        last_c[i] = INT32_MIN;
-        own[i] = -1;
-    }
-    for (int i = 0; i < g->n_nodes; i++) own[bt_hash_insert(&hs, g->nodes[i])] = node_layer[i];
-    for (int i = 0; i < g->n_nodes; i++) {
-        const struct bt_tensor *n = g->nodes[i];
-        for (int j = 0; j < BT_MAX_SRC; j++) {
-            const struct bt_tensor *s = n->src[j];
-            if (!s) continue;
-            if (s->view_src) s = s->view_src;
-            const size_t h = bt_hash_insert(&hs, (struct bt_tensor *)s);
-            if (node_layer[i] < first_c[h]) first_c[h] = node_layer[i];
-            if (node_layer[i] > last_c[h]) last_c[h] = node_layer[i];
-        }
-    }
-    for (int i = 0; i < g->n_leafs; i++) {
-        const struct bt_tensor *t = g->leafs[i];
-        if (!leaf_is_weight(t)) {
-            lc->weight_layer[i] = INT32_MIN;
-            continue;
-        }
-        int l = any_named_node ? bt_dist_name_layer(t->name) : -2;
-        if (l < 0) {
-            const size_t h = bt_hash_find(&hs, t);
-            const int fc = (h != BT_HASHSET_FULL && hs.keys[h] == t) ? first_c[h] : INT32_MAX;
-            if (!any_named_node && fc != INT32_MAX) l = fc;
-            else l = (fc == INT32_MAX || fc < 0) ? -1 : L; /* before the first layer or after the last */
-            if (any_named_node && fc >= 0 && fc < L && bt_dist_name_layer(t->name) < 0) l = fc == 0 ? -1 : L;
-        }
-        lc->weight_layer[i] = l;
-        lc->wbytes[l + 1] += (double)bt_nbytes(t);
-    }
-    for (int i = 0; i < g->n_nodes; i++) lc->flops[node_layer[i] + 1] += node_flops(g->nodes[i]);
-    /* activations crossing cuts: a tensor made in layer a and last used in
-     * layer b crosses the cuts before layers a+1..b */
-    for (size_t h = 0; h < hs.size; h++) {
-        const struct bt_tensor *t = hs.keys[h];
-        if (!t || last_c[h] == INT32_MIN || leaf_is_weight(t)) continue;
-        const int a = own[h] < 0 ? 0 : own[h] + 1;
-        for (int c = a; c <= last_c[h] && c <= L; c++)
-            if (c >= 0) lc->cut_bytes[c] += (double)bt_nbytes(t);
-    }
-    free(hs.keys);
-    free(first_c);
-    free(last_c);
-    free(own);
-    free(node_layer);
-    return BT_OK;
-}
-
-static void layer_costs_free(struct layer_costs *lc) {
-    free(lc->flops);
-    free(lc->wbytes);
-    free(lc->cut_bytes);
-    free(lc->weight_layer);
-}
-
-static double stage_time(const struct layer_costs *lc, const struct bt_rank_desc *desc, int r, int P, int a, int b,
-                         double bw) {
-    double fl = 0;
-    for (int l = a; l < b; l++) fl += lc->flops[l + 1];
-    if (r == 0) fl += lc->flops[0];
-    if (r == P - 1) fl += lc->flops[lc->L + 1];
-    const double gf = desc->gflops > 0 ? desc->gflops : 1.0;
-    double t = fl / (gf * 1e9);
-    if (r > 0 && a < lc->L) t += lc->cut_bytes[a] / bw;
-    return t;
-}
-
-static double stage_bytes(const struct layer_costs *lc, int r, int P, int a, int b) {
-    double by = 0;
-    for (int l = a; l < b; l++) by += lc->wbytes[l + 1];
-    if (r == 0) by += lc->wbytes[0];
-    if (r == P - 1) by += lc->wbytes[lc->L + 1];
-    return by;
-}
-
-/* Contiguous layer ranges per rank minimising the slowest stage, within each
- * rank's memory; or the fixed counts.  first[r]..last[r] inclusive (-1 none). */
-static enum bt_status place_layers(const struct layer_costs *lc, const struct bt_rank_desc *descs, int P,
-                                   const struct bt_dist_options *opt, int *first, int *last, double *pred,
-                                   char *err, size_t errlen) {
-    const int L = lc->L;
-    const double bw = (opt->link_gbps > 0 ? opt->link_gbps : 5.0) * 1e9;
-    int *start = malloc(sizeof(int) * (size_t)(P + 1));
-    if (!start) return BT_ERR_NOMEM;
-    if (opt->layers_per_rank) {
-        int sum = 0;
-        for (int r = 0; r < P; r++) {
-            if (opt->layers_per_rank[r] < 0) {
-                snprintf(err, errlen, "layer count of rank %d is negative (%d)", r, opt->layers_per_rank[r]);
-                free(start);
-                return BT_ERR_INVALID;
-            }
-            start[r] = sum;
-            sum += opt->layers_per_rank[r];
-        }
-        if (sum != L) {
-            snprintf(err, errlen, "the layer counts per rank add up to %d, but the model has %d layers", sum, L);
-            free(start);
-            return BT_ERR_INVALID;
-        }
-        start[P] = L;
-    } else {
-        /* dp[r][b]: best slowest-stage time with layers [0,b) on ranks [0,r] */
-        const size_t W = (size_t)L + 1;
-        double *dp = malloc(sizeof(double) * (size_t)P * W);
-        int *arg = malloc(sizeof(int) * (size_t)P * W);
-        if (!dp || !arg) {
-            free(dp);
-            free(arg);
-            free(start);
-            return BT_ERR_NOMEM;
-        }
-        for (int r = 0; r < P; r++) {
-            for (int b = 0; b <= L; b++) {
-                double best = INFINITY;
-                int besta = -1;
-                const int a_lo = r == 0 ? 0 : 0, a_hi = r == 0 ? 0 : b;
-                for (int a = a_lo; a <= a_hi; a++) {
-                    /* every rank gets a layer when there are enough */
-                    if (L >= P && b - a < 1) continue;
-                    const double prev = r == 0 ? 0.0 : dp[(size_t)(r - 1) * W + (size_t)a];
-                    if (!isfinite(prev)) continue;
-                    if (stage_bytes(lc, r, P, a, b) > (double)descs[r].mem_bytes) continue;
-                    const double st = stage_time(lc, &descs[r], r, P, a, b, bw);
-                    const double v = prev > st ? prev : st;
-                    if (v < best) {
-                        best = v;
-                        besta = a;
-                    }
-                }
-                dp[(size_t)r * W + (size_t)b] = best;
-                arg[(size_t)r * W + (size_t)b] = besta;
-            }
-        }
-        if (!isfinite(dp[(size_t)(P - 1) * W + (size_t)L])) {
-            double total = 0, maxmem = 0;
-            for (int l = 0; l < L + 2; l++) total += lc->wbytes[l];
-            for (int r = 0; r < P; r++) maxmem += (double)descs[r].mem_bytes;
-            snprintf(err, errlen,
-                     "the model's %.1f MiB of weights do not fit in the ranks' memory (%.1f MiB in all) in any "
-                     "placement of %d layers on %d ranks",
-                     total / 1048576.0, maxmem / 1048576.0, L, P);
-            free(dp);
-            free(arg);
-            free(start);
-            return BT_ERR_NOMEM;
-        }
-        start[P] = L;
-        int b = L;
-        for (int r = P - 1; r >= 0; r--) {
-            const int a = arg[(size_t)r * W + (size_t)b];
-            start[r] = a;
-            b = a;
-        }
-        free(dp);
-        free(arg);
-    }
-    for (int r = 0; r < P; r++) {
-        first[r] = start[r] < start[r + 1] ? start[r] : -1;
-        last[r] = start[r] < start[r + 1] ? start[r + 1] - 1 : -1;
-        pred[r] = stage_time(lc, &descs[r], r, P, start[r], start[r + 1], bw);
-    }
-    free(start);
-    return BT_OK;
-}
-
-static int rank_of_layer(int l, const int *first, const int *last, int P) {
-    if (l < 0) return 0;
-    for (int r = 0; r < P; r++)
-        if (first[r] >= 0 && l >= first[r] && l <= last[r]) return r;
-    return P - 1;
-}
 
 /* ---- creation ------------------------------------------------------------------ */
 
@@ -760,17 +493,17 @@ static size_t physical_memory(void) {
 /* Rank 0: placement, then owners for every node and leaf. */
 static enum bt_status master_plan(bt_dist *d) {
     struct bt_graph *g = d->graph;
-    struct layer_costs lc;
+    struct bt_layer_costs lc;
     char err[256] = "";
-    enum bt_status st = layer_costs_make(g, &lc, err, sizeof err);
+    enum bt_status st = bt_layer_costs_make(g, &lc, err, sizeof err);
     if (st != BT_OK) {
-        layer_costs_free(&lc);
+        bt_layer_costs_free(&lc);
         return fail(d, st, "planning: %s", err);
     }
     d->n_layers = lc.L;
-    st = place_layers(&lc, d->descs, d->size, &d->opt, d->layer_first, d->layer_last, d->predicted_s, err, sizeof err);
+    st = bt_place_layers(&lc, d->descs, d->size, &d->opt, d->layer_first, d->layer_last, d->predicted_s, err, sizeof err);
     if (st != BT_OK) {
-        layer_costs_free(&lc);
+        bt_layer_costs_free(&lc);
         return fail(d, st, "placement: %s", err);
     }
     /* weights by layer (or pin), inputs on rank 0 */
@@ -778,7 +511,7 @@ static enum bt_status master_plan(bt_dist *d) {
         struct bt_tensor *t = g->leafs[i];
         int owner = -1;
         if (lc.weight_layer[i] != INT32_MIN) {
-            owner = rank_of_layer(lc.weight_layer[i] >= lc.L ? lc.L : lc.weight_layer[i], d->layer_first,
+            owner = bt_place_rank_of_layer(lc.weight_layer[i] >= lc.L ? lc.L : lc.weight_layer[i], d->layer_first,
                                   d->layer_last, d->size);
             if (lc.weight_layer[i] >= lc.L) owner = d->size - 1;
             for (int p = 0; p < d->opt.n_pins; p++)
@@ -788,7 +521,7 @@ static enum bt_status master_plan(bt_dist *d) {
         }
         if (owner >= 0) bt_sched_set_tensor_backend(d->sched, t, &d->proxies[owner]);
     }
-    layer_costs_free(&lc);
+    bt_layer_costs_free(&lc);
     st = bt_sched_split_graph(d->sched, g);
     if (st != BT_OK) return fail(d, st, "splitter: %s", bt_sched_error(d->sched));
     for (int i = 0; i < g->n_leafs; i++) d->leaf_owner[i] = bt_sched_get_backend_id(d->sched, g->leafs[i]);

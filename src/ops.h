@@ -134,6 +134,10 @@ struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_
 struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
 struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim);
 
+/* Is node a well-formed instance of its op as documented above (types,
+ * shapes, op params)?  Backends add their own limits on top. */
+bool bt_op_is_well_formed(const struct bt_tensor *node);
+
 #ifdef __cplusplus
 }
 #endif
