@@ -51,15 +51,19 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
         if (l + 1 > L) L = l + 1;
     }
     bool any_named_node = false;
+    int last_named = -1;
     for (int i = 0; i < g->n_nodes; i++) {
         const int l = bt_dist_name_layer(g->nodes[i]->name);
         if (l >= 0) {
             cur = l;
             any_named_node = true;
+            last_named = i;
             if (l + 1 > L) L = l + 1;
         }
         node_layer[i] = cur;
     }
+    /* nodes after the last layer's (the output head) come after it */
+    for (int i = last_named + 1; any_named_node && i < g->n_nodes; i++) node_layer[i] = L;
     if (!any_named_node) {
         /* a graph without layer names: 64 pseudo-layers by position */
         L = g->n_nodes < 64 ? g->n_nodes : 64;
@@ -113,13 +117,13 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
             lc->weight_layer[i] = INT32_MIN;
             continue;
         }
-        int l = any_named_node ? bt_dist_name_layer(t->name) : -2;
+        int l = any_named_node ? bt_dist_name_layer(t->name) : -1;
         if (l < 0) {
+            /* no layer in its name: it lives with its first consumer (a
+             * pre-layer node: -1, a layer, or the output head: L) */
             const size_t h = bt_hash_find(&hs, t);
             const int fc = (h != BT_HASHSET_FULL && hs.keys[h] == t) ? first_c[h] : INT32_MAX;
-            if (!any_named_node && fc != INT32_MAX) l = fc;
-            else l = (fc == INT32_MAX || fc < 0) ? -1 : L; /* before the first layer or after the last */
-            if (any_named_node && fc >= 0 && fc < L && bt_dist_name_layer(t->name) < 0) l = fc == 0 ? -1 : L;
+            l = fc == INT32_MAX ? -1 : fc;
         }
         lc->weight_layer[i] = l;
         lc->wbytes[l + 1] += (double)bt_nbytes(t);
