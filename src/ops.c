@@ -1,5 +1,7 @@
-/* ops.c - op constructors: shape rules, result types and op_params.
- * Nothing is computed here; see ops.h for each op's semantics. */
+/* ops.c - op constructors: shape rules, result types and op_params; and
+ * bt_op_is_well_formed, which checks a built node against the same semantics
+ * (every backend's supports_op starts there).  Nothing is computed here; see
+ * ops.h for each op's semantics. */
 #include "ops.h"
 
 #include <string.h>
