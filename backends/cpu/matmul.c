@@ -18,7 +18,11 @@
  *  - dot path (few columns: decode): vector lane l of two accumulators per
  *    element takes k = l, l+VL, ... in order (vectors alternate between the
  *    two), then acc0 + acc1 and a fixed horizontal sum.  Weights are
- *    dequantised in registers and FMA'd with the F32 activations.
+ *    dequantised in registers and FMA'd with the F32 activations.  Q8_0 and
+ *    Q4_0 weights on AVX-512 VNNI or AVX2 instead take the int8 dot path (as
+ *    ggml): the activation columns are quantised to int8 blocks once per job,
+ *    each block's dot is an exact integer, and lane l of one accumulator takes
+ *    float(int_l) * d_w * d_a block by block (see dot_tile_i8).
  *  - GEMM path (many columns: prompt): a register-blocked outer-product
  *    micro-kernel (MR rows x NR columns of accumulators); each element is a
  *    scalar FMA chain over k in increasing order.  k is blocked by KC, and a
@@ -507,9 +511,9 @@ static dot_fn dot_kernel(enum bt_type type, int shape) {
     return f;
 }
 
-/* ---- dot path, int8 variant for Q8_0 / Q4_0 weights (AVX-512 VNNI) ---------- *
+/* ---- dot path, int8 variant for Q8_0 / Q4_0 weights (AVX-512 VNNI; AVX2) ---- *
  *
- * As ggml does: each activation column is quantised once per call to int8
+ * As ggml does: each activation column is quantised once per job to int8
  * blocks of 32 (d = max|x| / 127, q = roundf(x / d), exactly as
  * bt_row_from_f32(BT_TYPE_Q8_0) but with d kept in float), by every thread
  * that needs it, into its own slice, so the quantised values never depend on
@@ -524,14 +528,19 @@ static dot_fn dot_kernel(enum bt_type type, int shape) {
  *
  * Activation column layout (pair p = blocks 2p, 2p+1; a missing last block
  * is zero):
- *   q   [npairs][64] int8   Q8_0: block 2p elements 0..31, block 2p+1 0..31
- *                           Q4_0: 2p 0..15, 2p+1 0..15, 2p 16..31, 2p+1 16..31
- *                           (the lanes the weight loads below produce)
+ *   q   [npairs][64] int8   32-bit lane 2u + h: elements 4u .. 4u+3 of block
+ *                           2p + h (u < 8), the lanes the weight loads below
+ *                           produce; so lanes alternate between the two
+ *                           blocks and the pair's scales are one 64-bit
+ *                           broadcast
  *   nc  [npairs][16] int32  -offset * (sum of the lane's 4 q bytes)
  *   d   [nblk rounded up to 16] float, zero beyond nblk
  */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define HAVE_I8_DOT 1
+#ifndef BT_MM_PREFETCH_I8
+#define BT_MM_PREFETCH_I8 1536 /* int8 dot path: prefetch distance in bytes of a row */
+#endif
 
 struct qcol {
     const int8_t *q;
@@ -571,24 +580,16 @@ static struct qcol quant_col(enum bt_type type, const float *x, int64_t k, char 
         const __m512 vid = _mm512_set1_ps(id);
         const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(round_away(_mm512_mul_ps(v0, vid))));
         const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(round_away(_mm512_mul_ps(v1, vid))));
-        int8_t *dst = q + (b / 2) * 64;
-        const int h = (int)(b % 2);
-        if (q8) {
-            _mm_storeu_si128((__m128i *)(dst + h * 32), q0);
-            _mm_storeu_si128((__m128i *)(dst + h * 32 + 16), q1);
-        } else {
-            _mm_storeu_si128((__m128i *)(dst + h * 16), q0);
-            _mm_storeu_si128((__m128i *)(dst + 32 + h * 16), q1);
-        }
+        /* lanes 2u + h, u < 8: scatter the block's 8 dwords with stride 8 bytes */
+        int32_t *dst = (int32_t *)(q + (b / 2) * 64) + (b % 2);
+        int32_t tmp[8];
+        _mm_storeu_si128((__m128i *)tmp, q0);
+        _mm_storeu_si128((__m128i *)(tmp + 4), q1);
+        for (int u = 0; u < 8; u++) dst[2 * u] = tmp[u];
     }
     if (nblk % 2) {
-        int8_t *dst = q + (nblk / 2) * 64;
-        if (q8) {
-            memset(dst + 32, 0, 32);
-        } else {
-            memset(dst + 16, 0, 16);
-            memset(dst + 48, 0, 16);
-        }
+        int32_t *dst = (int32_t *)(q + (nblk / 2) * 64) + 1;
+        for (int u = 0; u < 8; u++) dst[2 * u] = 0;
     }
     for (int64_t b = nblk; b < nd; b++) d[b] = 0.0f;
     const __m512i off = _mm512_set1_epi8(q8 ? (char)0x80 : 8);
@@ -603,22 +604,37 @@ static struct qcol quant_col(enum bt_type type, const float *x, int64_t k, char 
 static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type, const int RM,
                                                                const int RN, int64_t k,
                                                                const char *const *arows,
+                                                               const char *const *nrows,
                                                                const struct qcol *qc, float *out) {
     const bool q8 = type == BT_TYPE_Q8_0;
     const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
     const int64_t nblk = k / QB;
-    const __m512i x80 = _mm512_set1_epi8((char)0x80), m0f = _mm512_set1_epi8(0x0f);
+    /* prefetch distance in blocks, a whole number of chunks */
+    const int64_t pf_chunks = (BT_MM_PREFETCH_I8 / (DOT_SCALES * bs) + 1) * DOT_SCALES;
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    /* vpermt2d picks dword u of block 2p + h (h: second source) for lane 2u + h;
+     * Q4_0: dwords 0..3 twice, the second time (qwords 4..7) for the high
+     * nibbles */
+    const __m512i pidx = q8 ? _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)
+                            : _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 0, 16, 1, 17, 2, 18, 3, 19);
+#if defined(__GFNI__)
+    /* per qword: the low nibble of each byte (qwords 0..3) or the high one
+     * moved down (4..7), as one GF(2) affine map */
+    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL,
+                                          0x0102040800000000LL, 0x0102040800000000LL,
+                                          0x1020408000000000LL, 0x1020408000000000LL,
+                                          0x1020408000000000LL, 0x1020408000000000LL);
+#else
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
     const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    /* lane -> block of the pair (0 or 1), per layout */
-    const __m512i idx0 = q8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                            : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    __m512 acc[4][4];
+#endif
+    __m512 acc[8][4];
     for (int r = 0; r < RM; r++)
         for (int j = 0; j < RN; j++) acc[r][j] = _mm512_setzero_ps();
 
     for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
         const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
-        float dq[4][DOT_SCALES];
+        float dq[8][DOT_SCALES];
         if (nc == DOT_SCALES) {
             if (q8)
                 for (int r = 0; r < RM; r++) q8_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
@@ -627,35 +643,51 @@ static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type,
         } else {
             for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
         }
-        if (c0 + (BT_MM_PREFETCH + 1) * DOT_SCALES <= nblk)
-            for (int r = 0; r < RM; r++)
-                for (int o = 0; o < DOT_SCALES * bs; o += 64)
-                    _mm_prefetch(arows[r] + (size_t)(c0 + BT_MM_PREFETCH * DOT_SCALES) * (size_t)bs + o,
-                                 _MM_HINT_T0);
-        __m512 s[4][4]; /* d_w * d_a of the chunk's 16 blocks */
+        /* prefetch about BT_MM_PREFETCH_I8 bytes ahead in each row (these
+         * rows are short in bytes per block, so a distance in chunks as
+         * dot_tile uses would leave too few lines in flight); near a row's
+         * end, the start of the next tile's row (nrows, when there is one),
+         * so that the next tile does not begin by waiting on memory */
+        {
+            const int64_t pos = c0 + pf_chunks;
+            for (int r = 0; r < RM; r++) {
+                const char *pa = pos + DOT_SCALES <= nblk ? arows[r] + (size_t)pos * (size_t)bs
+                                 : nrows && pos - nblk + DOT_SCALES <= nblk
+                                     ? nrows[r] + (size_t)(pos - nblk) * (size_t)bs
+                                     : NULL;
+                if (pa) /* to L2: measured a little faster here than to L1 */
+                    for (int o = 0; o < DOT_SCALES * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
+            }
+        }
+        /* d_w * d_a of the chunk's 16 blocks, read back a pair at a time */
+        float sc[8][4][DOT_SCALES] __attribute__((aligned(64)));
         for (int r = 0; r < RM; r++) {
             const __m512 dw = _mm512_loadu_ps(dq[r]);
-            for (int j = 0; j < RN; j++) s[r][j] = _mm512_mul_ps(dw, _mm512_loadu_ps(qc[j].d + c0));
+            for (int j = 0; j < RN; j++)
+                _mm512_store_ps(sc[r][j], _mm512_mul_ps(dw, _mm512_loadu_ps(qc[j].d + c0)));
         }
-        __m512i idx = idx0;
         for (int i = 0; i < nc; i += 2) {
             const int64_t blk = c0 + i, pair = blk / 2;
             const bool two = i + 1 < nc;
-            __m512i w[4];
+            __m512i w[8];
             for (int r = 0; r < RM; r++) {
                 if (q8) {
                     const int8_t *p0 = ((const bt_block_q8_0 *)arows[r])[blk].qs;
-                    __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p0));
-                    if (two)
-                        x = _mm512_inserti64x4(x, _mm256_loadu_si256((const __m256i *)(p0 + bs)), 1);
-                    w[r] = _mm512_xor_si512(x, x80);
+                    const __m512i x0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0));
+                    const __m512i x1 =
+                        two ? _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + bs))) : x0;
+                    w[r] = _mm512_xor_si512(_mm512_permutex2var_epi32(x0, pidx, x1), x80);
                 } else {
                     const uint8_t *p0 = ((const bt_block_q4_0 *)arows[r])[blk].qs;
-                    __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p0));
-                    if (two)
-                        x = _mm512_mask_broadcast_i32x4(x, (__mmask16)0xF0F0,
-                                                        _mm_loadu_si128((const __m128i *)(p0 + bs)));
+                    const __m512i x0 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+                    const __m512i x1 =
+                        two ? _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + bs))) : x0;
+                    const __m512i x = _mm512_permutex2var_epi32(x0, pidx, x1);
+#if defined(__GFNI__)
+                    w[r] = _mm512_gf2p8affine_epi64_epi8(x, nib, 0);
+#else
                     w[r] = _mm512_and_si512(_mm512_srlv_epi64(x, sh), m0f);
+#endif
                 }
             }
             for (int j = 0; j < RN; j++) {
@@ -663,34 +695,157 @@ static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type,
                 const __m512i n = _mm512_loadu_si512(qc[j].nc + pair * 16);
                 for (int r = 0; r < RM; r++) {
                     const __m512i dot = _mm512_dpbusd_epi32(n, w[r], a);
-                    acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                                _mm512_permutexvar_ps(idx, s[r][j]), acc[r][j]);
+                    double s2;
+                    memcpy(&s2, &sc[r][j][i], sizeof(s2));
+                    const __m512 scale = _mm512_castpd_ps(_mm512_set1_pd(s2));
+                    acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r][j]);
                 }
             }
-            idx = _mm512_add_epi32(idx, _mm512_set1_epi32(2));
         }
     }
     for (int j = 0; j < RN; j++)
         for (int r = 0; r < RM; r++) out[j * RM + r] = _mm512_reduce_add_ps(acc[r][j]);
 }
 
-typedef void (*dot_i8_fn)(int64_t k, const char *const *arows, const struct qcol *qc, float *out);
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2: one block per 256-bit vector, activations in natural order; the
+ * integer dot takes ggml's sign trick: vpmaddubsw(|w|, a * sign(w)) (no
+ * saturation: 2 * 128 * 127 < 32768), then vpmaddwd with ones; Q4_0 as
+ * q - 8.  Per block acc = fma(float(int lanes), d_w * d_a, acc), in block
+ * order, then a fixed horizontal sum. */
+#define HAVE_I8_DOT 1
 
-#define DEF_DOT_I8(T, RM, RN)                                                                  \
-    static void dot_i8_##T##_##RM##x##RN(int64_t k, const char *const *arows,                \
-                                         const struct qcol *qc, float *out) {                \
-        dot_tile_i8(BT_TYPE_##T, RM, RN, k, arows, qc, out);                                   \
+struct qcol {
+    const int8_t *q;
+    const float *d;
+};
+
+static size_t i8_col_bytes(int64_t k) {
+    const int64_t nblk = k / QB;
+    return ALIGN_UP((size_t)nblk * QB + (size_t)(nblk + 15) / 16 * 16 * sizeof(float));
+}
+
+static inline __m256 round_away(__m256 v) {
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(v, t); /* exact */
+    const __m256 one = _mm256_set1_ps(1.0f);
+    t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one));
+    return _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(-0.5f), _CMP_LE_OQ), one));
+}
+
+static struct qcol quant_col(enum bt_type type, const float *x, int64_t k, char *buf) {
+    (void)type;
+    const int64_t nblk = k / QB, nd = (nblk + 15) / 16 * 16;
+    int8_t *q = (int8_t *)buf;
+    float *d = (float *)(buf + (size_t)nblk * QB);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + b * QB + 8 * i);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[i], absmask));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float dd = _mm_cvtss_f32(h) / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = dd;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i qi[4];
+        for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[i], vid)));
+        /* 32 int32 -> 32 int8 in order */
+        const __m256i w01 = _mm256_packs_epi32(qi[0], qi[1]), w23 = _mm256_packs_epi32(qi[2], qi[3]);
+        const __m256i bb = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23),
+                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + b * QB), bb);
     }
-DEF_DOT_I8(Q8_0, 4, 1) DEF_DOT_I8(Q8_0, 4, 2) DEF_DOT_I8(Q8_0, 2, 4)
-DEF_DOT_I8(Q4_0, 4, 1) DEF_DOT_I8(Q4_0, 4, 2) DEF_DOT_I8(Q4_0, 2, 4)
+    for (int64_t b = nblk; b < nd; b++) d[b] = 0.0f;
+    return (struct qcol){q, d};
+}
 
-static dot_i8_fn dot_i8_kernel(enum bt_type type, int shape) {
-    static const dot_i8_fn q8[3] = {dot_i8_Q8_0_4x1, dot_i8_Q8_0_4x2, dot_i8_Q8_0_2x4};
-    static const dot_i8_fn q4[3] = {dot_i8_Q4_0_4x1, dot_i8_Q4_0_4x2, dot_i8_Q4_0_2x4};
-    return type == BT_TYPE_Q8_0 ? q8[shape] : q4[shape];
+static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type, const int RM,
+                                                               const int RN, int64_t k,
+                                                               const char *const *arows,
+                                                               const char *const *nrows,
+                                                               const struct qcol *qc, float *out) {
+    (void)nrows;
+    const bool q8 = type == BT_TYPE_Q8_0;
+    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const int64_t nblk = k / QB;
+    const __m256i m0f = _mm256_set1_epi8(0x0f), c8 = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8][4];
+    for (int r = 0; r < RM; r++)
+        for (int j = 0; j < RN; j++) acc[r][j] = _mm256_setzero_ps();
+    for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
+        const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
+        float dq[8][DOT_SCALES] = {{0}};
+        for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
+        if (c0 + (BT_MM_PREFETCH + 1) * DOT_SCALES <= nblk)
+            for (int r = 0; r < RM; r++)
+                for (int o = 0; o < DOT_SCALES * bs; o += 64)
+                    _mm_prefetch(arows[r] + (size_t)(c0 + BT_MM_PREFETCH * DOT_SCALES) * (size_t)bs + o,
+                                 _MM_HINT_T0);
+        float sc[8][4][DOT_SCALES]; /* d_w * d_a */
+        for (int r = 0; r < RM; r++)
+            for (int j = 0; j < RN; j++)
+                for (int h = 0; h < DOT_SCALES; h += 8)
+                    _mm256_storeu_ps(sc[r][j] + h, _mm256_mul_ps(_mm256_loadu_ps(dq[r] + h),
+                                                                 _mm256_loadu_ps(qc[j].d + c0 + h)));
+        for (int i = 0; i < nc; i++) {
+            const int64_t blk = c0 + i;
+            __m256i aw[8], sw[8]; /* |w| and its sign source */
+            for (int r = 0; r < RM; r++) {
+                __m256i w;
+                if (q8) {
+                    w = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)arows[r])[blk].qs);
+                } else {
+                    const __m128i x = _mm_loadu_si128((const __m128i *)((const bt_block_q4_0 *)arows[r])[blk].qs);
+                    w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m0f);
+                    w = _mm256_sub_epi8(w, c8);
+                }
+                aw[r] = _mm256_sign_epi8(w, w);
+                sw[r] = w;
+            }
+            for (int j = 0; j < RN; j++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(qc[j].q + blk * QB));
+                for (int r = 0; r < RM; r++) {
+                    const __m256i p16 = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(a, sw[r]));
+                    const __m256i dot = _mm256_madd_epi16(p16, ones);
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc[r][j][i]),
+                                                acc[r][j]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < RN; j++)
+        for (int r = 0; r < RM; r++) out[j * RM + r] = vf_hsum(acc[r][j]);
 }
 #else
 #define HAVE_I8_DOT 0
+#endif
+
+#if HAVE_I8_DOT
+typedef void (*dot_i8_fn)(int64_t k, const char *const *arows, const char *const *nrows,
+                          const struct qcol *qc, float *out);
+
+#define DEF_DOT_I8(T, RM, RN)                                                                  \
+    static void dot_i8_##T##_##RM##x##RN(int64_t k, const char *const *arows,                \
+                                         const char *const *nrows, const struct qcol *qc,    \
+                                         float *out) {                                       \
+        dot_tile_i8(BT_TYPE_##T, RM, RN, k, arows, nrows, qc, out);                            \
+    }
+DEF_DOT_I8(Q8_0, 4, 1) DEF_DOT_I8(Q8_0, 4, 2) DEF_DOT_I8(Q8_0, 2, 4) DEF_DOT_I8(Q8_0, 8, 1)
+DEF_DOT_I8(Q4_0, 4, 1) DEF_DOT_I8(Q4_0, 4, 2) DEF_DOT_I8(Q4_0, 2, 4) DEF_DOT_I8(Q4_0, 8, 1)
+
+static dot_i8_fn dot_i8_kernel(enum bt_type type, int shape) {
+    static const dot_i8_fn q8[4] = {dot_i8_Q8_0_4x1, dot_i8_Q8_0_4x2, dot_i8_Q8_0_2x4,
+                                    dot_i8_Q8_0_8x1};
+    static const dot_i8_fn q4[4] = {dot_i8_Q4_0_4x1, dot_i8_Q4_0_4x2, dot_i8_Q4_0_2x4,
+                                    dot_i8_Q4_0_8x1};
+    return type == BT_TYPE_Q8_0 ? q8[shape] : q4[shape];
+}
 #endif
 
 /* ---- GEMM path -------------------------------------------------------------- */
@@ -861,16 +1016,24 @@ static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, cons
             const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
             for (int64_t j0 = 0; j0 < ncols;) {
                 const int64_t left = ncols - j0;
-                const int shape = left >= 4 ? 2 : left >= 2 ? 1 : 0;
-                const int RM = dot_rm[shape], RN = dot_rn[shape];
+                /* Q4_0, one column: 8-row tiles (shape 3): its rows are short
+                 * in bytes, and more of them in flight read memory faster */
+                const int shape = ncols == 1 && pl->type == BT_TYPE_Q4_0 ? 3
+                                  : left >= 4                             ? 2
+                                  : left >= 2                             ? 1
+                                                                          : 0;
+                const int RM = shape == 3 ? 8 : dot_rm[shape], RN = shape == 3 ? 1 : dot_rn[shape];
                 const dot_i8_fn fn = dot_i8_kernel(pl->type, shape);
                 for (int64_t r = rb; r < rb1; r += RM) {
                     const int nr = (int)(rb1 - r < RM ? rb1 - r : RM);
-                    const char *rows[4];
+                    const char *rows[8], *next[8];
                     float out[16];
-                    for (int i = 0; i < RM; i++)
+                    for (int i = 0; i < RM; i++) {
                         rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
-                    fn(k, rows, qc + j0, out);
+                        /* the rows the next tile will likely read */
+                        next[i] = a + (size_t)(r + RM + i < r1 ? r + RM + i : r1 - 1) * pl->a_nb1;
+                    }
+                    fn(k, rows, r + RM < r1 ? next : NULL, qc + j0, out);
                     for (int j = 0; j < RN; j++)
                         for (int i = 0; i < nr; i++) dcols[j0 + j][r + i] = out[j * RM + i];
                 }
