@@ -93,6 +93,13 @@ struct bt_dist {
     struct bt_dist_stats stats;
     double wall_start;
 
+    /* graph tensors whose flags this rank's plan changed, to put back */
+    struct flag_change {
+        struct bt_tensor *t;
+        int32_t flags;
+    } *flag_changes;
+    int n_flag_changes;
+
     struct bt_trace_event *trace;
     int trace_n, trace_cap;
     double trace_t0;
@@ -237,10 +244,30 @@ static void release_plan(bt_dist *d) {
     free(d->louts);
     d->louts = NULL;
     d->n_louts = 0;
+    if (d->galloc) {
+        /* this rank's compute tensors lose the memory the plan gave them */
+        bt_buffer_t cbuf = bt_gallocr_get_buffer(d->galloc, 0);
+        for (int pass = 0; pass < 2 && cbuf; pass++) {
+            const int n = pass ? d->local.n_leafs : d->local.n_nodes;
+            struct bt_tensor **list = pass ? d->local.leafs : d->local.nodes;
+            for (int i = 0; i < n; i++) {
+                if (list[i]->buffer == cbuf) {
+                    list[i]->buffer = NULL;
+                    list[i]->data = NULL;
+                }
+            }
+        }
+        bt_gallocr_free(d->galloc);
+    }
+    d->galloc = NULL;
+    /* the user's graph as it was: flags (this rank's plan marked the tensors
+     * it sends), then sources (the splitter's copies) */
+    for (int i = d->n_flag_changes - 1; i >= 0; i--) d->flag_changes[i].t->flags = d->flag_changes[i].flags;
+    free(d->flag_changes);
+    d->flag_changes = NULL;
+    d->n_flag_changes = 0;
     if (d->sched) bt_sched_free(d->sched); /* restores the graph's sources */
     d->sched = NULL;
-    if (d->galloc) bt_gallocr_free(d->galloc);
-    d->galloc = NULL;
     /* weights and compute tensors of this rank lose their memory */
     if (d->graph) {
         for (int i = 0; i < d->graph->n_leafs; i++) {
@@ -570,7 +597,14 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
             for (int c = 0; c < d->n_copies; c++) xf->copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
         if (xf->src == d->rank) {
             struct bt_tensor *base = xf->tensor->view_src ? xf->tensor->view_src : xf->tensor;
-            base->flags |= BT_TENSOR_FLAG_OUTPUT;
+            if (!(base->flags & BT_TENSOR_FLAG_OUTPUT)) {
+                struct flag_change *nf =
+                    realloc(d->flag_changes, sizeof *nf * (size_t)(d->n_flag_changes + 1));
+                if (!nf) return fail(d, BT_ERR_NOMEM, "out of memory");
+                d->flag_changes = nf;
+                d->flag_changes[d->n_flag_changes++] = (struct flag_change){base, base->flags};
+                base->flags |= BT_TENSOR_FLAG_OUTPUT;
+            }
         }
     }
 

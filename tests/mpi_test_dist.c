@@ -212,6 +212,34 @@ START_TEST(test_ownership) {
 }
 END_TEST
 
+/* The same graph planned again (another n_copies) by the same runtime and by
+ * a new one: the graph is left as the user built it, so ranks still agree. */
+START_TEST(test_replan) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    struct distributed x;
+    ck_assert_msg(distributed_init(&x, &cfg, 2) == BT_OK, "%s", bt_dist_error(x.d));
+    /* the hash of the graph as built, from an identical graph never planned */
+    bt_context *ctx2 = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    struct bt_model_graph g2;
+    ck_assert_int_eq(bt_model_build_graph(x.m, ctx2, &g2), BT_OK);
+    const uint64_t h = bt_graph_hash(g2.graph);
+    bt_free(ctx2);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "replan: %s", bt_dist_error(x.d));
+    bt_dist_free(x.d);
+    ck_assert(bt_graph_hash(x.g.graph) == h);
+    struct bt_dist_options opt = {.n_copies = 3};
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "new runtime: %s", bt_dist_error(x.d));
+    for (int k = 0; k < 3; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    distributed_free(&x);
+}
+END_TEST
+
 /* Ranks that build different graphs: one clear error on every rank. */
 START_TEST(test_graph_mismatch) {
     struct bt_model_config cfg;
@@ -270,6 +298,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_graph_mismatch);
     tcase_add_test(tc, test_ownership);
     tcase_add_test(tc, test_api_errors);
+    tcase_add_test(tc, test_replan);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     suite_add_tcase(s, tc);
