@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1011,6 +1012,8 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
 struct bt_dist_stats bt_dist_local_stats(const bt_dist *d) {
     struct bt_dist_stats s = d->stats;
     s.bubble = s.wall_s > 0 ? 1.0 - s.compute_s / s.wall_s : 0.0;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) s.rss_bytes = (int64_t)ru.ru_maxrss * 1024; /* KiB on Linux */
     return s;
 }
 

@@ -77,6 +77,7 @@ struct bt_dist_stats {
     int64_t compute_bytes;    /* compute buffer */
     int64_t slot_bytes;       /* receive + send + output slots */
     int64_t peak_bytes;       /* weights + compute + slots */
+    int64_t rss_bytes;        /* the process's peak resident memory (getrusage) */
     int32_t n_nodes, n_weights, first_layer, last_layer;
     double bubble;            /* 1 - compute / wall */
 };

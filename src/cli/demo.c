@@ -203,10 +203,10 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
             const struct bt_dist_stats *s = &all[r];
             printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"nodes\": %d, \"compute_s\": %.6f, "
                    "\"wait_s\": %.6f, \"send_s\": %.6f, \"wall_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %lld, "
-                   "\"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld}",
+                   "\"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld, \"rss_bytes\": %lld}",
                    r ? ", " : "", s->rank, s->first_layer, s->last_layer, s->n_nodes, s->compute_s, s->wait_s,
                    s->send_s, s->wall_s, s->bubble, (long long)s->bytes_sent, (long long)s->bytes_recv,
-                   (long long)s->weight_bytes, (long long)s->peak_bytes);
+                   (long long)s->weight_bytes, (long long)s->peak_bytes, (long long)s->rss_bytes);
         }
         printf("]}\n");
         return;
