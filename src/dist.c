@@ -518,6 +518,29 @@ static size_t physical_memory(void) {
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Ranks on the same kind of backend measure slightly different speeds from
+ * run to run (other processes, turbo); a plan should not change with that
+ * noise.  Speeds within 25% of the median of their backend kind become that
+ * median; a rank really faster or slower keeps its own figure. */
+static void smooth_speeds(struct bt_rank_desc *descs, int P) {
+    double *v = malloc(sizeof(double) * (size_t)P);
+    if (!v) return;
+    for (int r = 0; r < P; r++) {
+        int n = 0;
+        for (int q = 0; q < P; q++)
+            if (!strcmp(descs[q].backend, descs[r].backend)) v[n++] = descs[q].gflops;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        const double med = v[n / 2];
+        if (descs[r].gflops > 0.8 * med && descs[r].gflops < 1.25 * med) descs[r].gflops = med;
+    }
+    free(v);
+}
+
 /* Rank 0: placement, then owners for every node and leaf. */
 static enum bt_status master_plan(bt_dist *d) {
     struct bt_graph *g = d->graph;
@@ -529,6 +552,7 @@ static enum bt_status master_plan(bt_dist *d) {
         return fail(d, st, "planning: %s", err);
     }
     d->n_layers = lc.L;
+    smooth_speeds(d->descs, d->size);
     st = bt_place_layers(&lc, d->descs, d->size, &d->opt, d->layer_first, d->layer_last, d->predicted_s, err, sizeof err);
     if (st != BT_OK) {
         bt_layer_costs_free(&lc);
