@@ -64,6 +64,8 @@ struct bt_sched_stats {
  * bad arguments. */
 bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends,
                         size_t graph_size, int n_copies);
+/* Puts the planned graph back as the user built it (sources, memory): free
+ * the scheduler before the context that holds the graph. */
 void bt_sched_free(bt_sched_t sched);
 
 /* Forget the plan and every user assignment. */

@@ -231,6 +231,10 @@ static void release_plan(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         for (int c = 0; c < d->n_copies; c++) {
+            /* outputs of submitted micro-batches will arrive: take them, or
+             * their senders would wait forever; receives posted ahead for
+             * micro-batches never submitted are cancelled */
+            if (xf->recv[c].active && xf->recv_k[c] < d->k_next) bt_transport_wait_polite(d->t, &xf->recv[c]);
             if (xf->recv[c].active && d->t->iface.cancel) d->t->iface.cancel(d->t, &xf->recv[c]);
             if (xf->send[c].active) bt_transport_wait(d->t, &xf->send[c]);
             free(xf->stage[c]);
@@ -476,6 +480,9 @@ static enum bt_status add_xfer(bt_dist *d, struct bt_tensor *t, int src, int dst
     x->producer = producer_split(d, t);
     x->consumer = consumer;
     x->bytes = bt_nbytes(t);
+    if (x->bytes > (size_t)INT32_MAX)
+        return fail(d, BT_ERR_CAPACITY, "tensor '%s' (%zu bytes) needs a transfer from rank %d to rank %d larger than 2 GiB: use smaller micro-batches",
+                    t->name, x->bytes, src, dst);
     x->tag0 = d->n_xfers * d->n_copies;
     if (x->tag0 + d->n_copies - 1 > BT_TRANSPORT_MAX_TAG)
         return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots exceed the transport's %d tags", d->n_xfers + 1,
@@ -1144,6 +1151,10 @@ enum bt_status bt_dist_plan_offline(struct bt_graph *graph, const struct bt_rank
     memset(&fake, 0, sizeof fake);
     fake.rank = 0;
     fake.size = n_ranks;
+    if (graph->visited.size == 0) {
+        snprintf(err, errlen, "the plan needs a full graph, not a view");
+        return BT_ERR_INVALID;
+    }
     bt_dist *d = bt_dist_new(&fake, NULL, opt);
     if (!d) return BT_ERR_NOMEM;
     d->graph = graph;

@@ -89,6 +89,9 @@ typedef void (*bt_dist_weight_init_fn)(struct bt_tensor *weight, void *user);
 
 /* The rank's one backend and its transport (neither owned). */
 bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist_options *opt);
+/* Collective (every rank frees): waits for the outputs of submitted
+ * micro-batches, cancels receives posted ahead, and gives the graph back as
+ * built; free it before the context that holds the graph. */
 void bt_dist_free(bt_dist *d);
 
 /* Collective.  On error every rank returns the same status and rank 0's

@@ -380,7 +380,20 @@ static enum bt_status make_copies(bt_sched_t sched, struct bt_tensor *src, int b
 
 static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph);
 
+static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph);
+
 enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
+    const enum bt_status st = split_graph(sched, graph);
+    if (st != BT_OK) {
+        /* a failed plan leaves the user's graph as it was */
+        restore_sources(sched, true);
+        sched->n_splits = 0;
+        sched->planned = NULL;
+    }
+    return st;
+}
+
+static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
     drop_plan(sched, false);
     sched->err[0] = '\0';
     sched->ctx = bt_init((struct bt_init_params){sched->ctx_size, NULL, true});
@@ -395,11 +408,42 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
     }
     const int last = sched->n_backends - 1;
     sched->planned_hash = bt_graph_hash(graph); /* with the user's sources */
-    /* a new plan starts from the user's assignments only */
-    for (size_t i = 0; i < sched->hash_set.size; i++) {
-        if (sched->hv_user[i]) continue;
-        sched->hv_backend_ids[i] = -1;
-        sched->hv_cause[i] = NULL;
+    /* a new plan starts from the user's assignments of this graph's tensors
+     * only: the table is rebuilt, so tensors of earlier graphs (perhaps freed,
+     * their addresses reused) neither fill it nor leave assignments behind */
+    {
+        const size_t n = sched->hash_set.size;
+        struct bt_tensor **keep_t = malloc(sizeof *keep_t * n);
+        int *keep_b = malloc(sizeof *keep_b * n);
+        if (!keep_t || !keep_b) {
+            free(keep_t);
+            free(keep_b);
+            set_error(sched, "scheduler: out of memory");
+            return BT_ERR_NOMEM;
+        }
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct bt_tensor *t = sched->hash_set.keys[i];
+            if (!t || !sched->hv_user[i]) continue;
+            const bool in_graph = graph->visited.size > 0 ? bt_hash_contains(&graph->visited, t)
+                                                          : bt_graph_node_index(graph, t) >= 0;
+            if (in_graph) {
+                keep_t[kept] = t;
+                keep_b[kept++] = sched->hv_backend_ids[i];
+            }
+        }
+        memset(sched->hash_set.keys, 0, n * sizeof(struct bt_tensor *));
+        memset(sched->hv_backend_ids, -1, n * sizeof(int));
+        memset(sched->hv_cause, 0, n * sizeof(char *));
+        memset(sched->hv_user, 0, n);
+        for (size_t k = 0; k < kept; k++) {
+            const size_t id = hash_id(sched, keep_t[k]);
+            sched->hv_backend_ids[id] = keep_b[k];
+            sched->hv_user[id] = 1;
+            sched->hv_cause[id] = "usr";
+        }
+        free(keep_t);
+        free(keep_b);
     }
 
     /* pass 1: backends from pre-allocated tensors, inputs, and weights */
@@ -540,16 +584,20 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
                     need_new_split = true;
                     break;
                 }
-                /* the split's inputs are full */
-                if (split->n_inputs == BT_SCHED_MAX_SPLIT_INPUTS) {
-                    const size_t id = hash_id(sched, src);
-                    if (sched->hv_backend_ids[id] != cur_backend && !*copy_slot(sched, id, cur_backend, 0) &&
-                        !buffer_supported(sched, src, cur_backend)) {
-                        need_new_split = true;
-                        break;
-                    }
-                }
             }
+        }
+        /* the sources this node would add as new inputs must fit the split */
+        if (node_backend == cur_backend && !need_new_split) {
+            int need = 0;
+            for (int j = 0; j < BT_MAX_SRC; j++) {
+                const struct bt_tensor *src = node->src[j];
+                if (!src) continue;
+                const size_t id = hash_id(sched, src);
+                if (sched->hv_backend_ids[id] != cur_backend && !*copy_slot(sched, id, cur_backend, 0) &&
+                    !buffer_supported(sched, src, cur_backend))
+                    need++;
+            }
+            if (split->n_inputs + need > BT_SCHED_MAX_SPLIT_INPUTS) need_new_split = true;
         }
         if (node_backend != cur_backend || need_new_split) {
             split->i_end = i;

@@ -1376,6 +1376,87 @@ START_TEST(test_buffer_sizes_stable) {
 }
 END_TEST
 
+
+/* ---- 8. capacity: many graphs on one scheduler, many inputs in one split ---- */
+
+/* A small scheduler planning one new graph after another (earlier contexts
+ * still alive): the table of tensors does not fill up, and an earlier graph's
+ * pins do not leak into later ones. */
+START_TEST(test_many_graphs) {
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[1] = {cpu};
+    bt_sched_t sched = bt_sched_new(backends, NULL, 1, 8, 1);
+    ck_assert_ptr_nonnull(sched);
+    bt_context *ctxs[300];
+    for (int it = 0; it < 300; it++) {
+        bt_context *ctx = bt_init((struct bt_init_params){1 << 16, NULL, true});
+        ctxs[it] = ctx;
+        struct bt_tensor *x = bt_new_tensor_1d(ctx, BT_TYPE_F32, 4);
+        bt_set_input(x);
+        struct bt_tensor *y = bt_sqr(ctx, x);
+        struct bt_tensor *z = bt_scale(ctx, y, 2.0f);
+        struct bt_graph *g = bt_graph_new(ctx, 8);
+        ck_assert_int_eq(bt_graph_build_forward_expand(g, z), BT_OK);
+        bt_sched_set_tensor_backend(sched, y, cpu);
+        CK_STATUS(sched, bt_sched_alloc_graph(sched, g));
+        const float in[4] = {1, 2, 3, (float)it};
+        bt_tensor_set(x, in, 0, sizeof in);
+        CK_STATUS(sched, bt_sched_graph_compute(sched, g));
+        float out[4];
+        bt_tensor_get(z, out, 0, sizeof out);
+        ck_assert(out[3] == 2.0f * (float)it * (float)it);
+    }
+    bt_sched_free(sched);
+    for (int it = 0; it < 300; it++) bt_free(ctxs[it]);
+    bt_backend_free(cpu);
+}
+END_TEST
+
+/* 40 nodes on LIMITED0 that each need two new inputs from the CPU: splits
+ * are cut before the inputs overflow (no abort), and the result is right. */
+START_TEST(test_many_inputs) {
+    bt_backend_t lim = limited_backend("LIMITED0", NULL, 0);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    bt_context *ctx = bt_init((struct bt_init_params){1 << 20, NULL, false});
+    enum { N = 40 };
+    struct bt_tensor *a[N], *b[N], *sum = NULL;
+    for (int i = 0; i < N; i++) {
+        a[i] = bt_new_tensor_1d(ctx, BT_TYPE_F32, 8);
+        b[i] = bt_new_tensor_1d(ctx, BT_TYPE_F32, 8);
+        for (int j = 0; j < 8; j++) {
+            ((float *)a[i]->data)[j] = (float)(i + j);
+            ((float *)b[i]->data)[j] = (float)(i * j);
+        }
+    }
+    struct bt_tensor *nodes[N];
+    for (int i = 0; i < N; i++) {
+        nodes[i] = bt_add(ctx, a[i], b[i]);
+        sum = sum ? bt_add(ctx, sum, nodes[i]) : nodes[i];
+    }
+    bt_set_output(sum);
+    struct bt_graph *g = bt_graph_new(ctx, 4 * N);
+    ck_assert_int_eq(bt_graph_build_forward_expand(g, sum), BT_OK);
+    bt_sched_t sched = new_sched(backends, 2, 1);
+    for (int i = 0; i < N; i++) bt_sched_set_tensor_backend(sched, nodes[i], lim);
+    CK_STATUS(sched, bt_sched_split_graph(sched, g));
+    for (int s2 = 0; s2 < bt_sched_get_n_splits(sched); s2++)
+        ck_assert_int_le(bt_sched_get_split(sched, s2)->n_inputs, BT_SCHED_MAX_SPLIT_INPUTS);
+    CK_STATUS(sched, bt_sched_graph_compute(sched, g));
+    float got[8];
+    memcpy(got, sum->data, sizeof got);
+    for (int j = 0; j < 8; j++) {
+        float want = 0;
+        for (int i = 0; i < N; i++) want += (float)(i + j) + (float)(i * j);
+        ck_assert_msg(fabsf(got[j] - want) <= 1e-3f * fabsf(want), "[%d] %f want %f", j, got[j], want);
+    }
+    bt_sched_free(sched);
+    bt_free(ctx);
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
@@ -1397,6 +1478,8 @@ int main(void) {
     tcase_add_test(tc, test_eval_callback);
     tcase_add_test(tc, test_copy_ring);
     tcase_add_test(tc, test_buffer_sizes_stable);
+    tcase_add_test(tc, test_many_graphs);
+    tcase_add_test(tc, test_many_inputs);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

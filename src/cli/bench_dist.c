@@ -109,6 +109,7 @@ int bt_cli_bench_transport(int argc, char **argv) {
         fprintf(stderr, "baton bench transport: out of memory\n");
         t->iface.abort(t, 1);
     }
+    max_bytes = (long)bt_nbytes(tensor); /* whole f32 elements */
     memset(tensor->data, 1, (size_t)max_bytes);
     memset(raw, 1, (size_t)max_bytes);
     if (t->rank == 0) {

@@ -414,6 +414,7 @@ int bt_cli_demo(int argc, char **argv) {
         }
         int bad = -1;
         float *want = malloc(out_bytes);
+        ok = ok && want != NULL;
         for (int k = 0; ok && k < M && bad < 0; k++) {
             ok = bt_sched_alloc_graph(single, rg.graph) == BT_OK;
             if (!ok) break;
