@@ -84,6 +84,12 @@ expect 1 "cannot write the trace" "trace into a missing directory" -- \
     mpirun -np 2 "$baton" demo "${small[@]}" --trace "$tmp/no/such/dir/t.json"
 [ ! -e "$tmp/no/such/dir/t.json" ] && ok "no half-written trace" || bad "no half-written trace"
 
+# progress on long steps: off in a pipe, on when asked (the launcher asks on a terminal)
+expect 0 "" "no progress display in a pipe" -- mpirun -np 2 "$baton" demo "${small[@]}"
+grep -q "planning and creating weights" "$tmp/out" && bad "no progress display in a pipe: it printed one" || ok "progress display stays off in a pipe"
+expect 0 "planning and creating weights +100%" "progress display with BATON_PROGRESS=1" -- \
+    mpirun -np 2 -x BATON_PROGRESS=1 "$baton" demo "${small[@]}"
+
 # ---- plans ----
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32

@@ -119,7 +119,10 @@ int bt_cli_env_rank(void) {
 }
 
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
-    p->on = rank0 && isatty(STDERR_FILENO);
+    /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
+     * its own stderr is a terminal */
+    const char *env = getenv("BATON_PROGRESS");
+    p->on = rank0 && (env ? strcmp(env, "1") == 0 : isatty(STDERR_FILENO));
     p->label = label;
     p->last_pct = -1;
     if (p->on) {

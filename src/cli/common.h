@@ -72,7 +72,9 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out);
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);
 
-/* Progress on long steps, rank 0 only, only when stderr is a terminal. */
+/* Progress on long steps, rank 0 only, only when stderr is a terminal (or
+ * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;
+ * BATON_PROGRESS=0 turns it off). */
 struct bt_progress {
     bool on;
     const char *label;
