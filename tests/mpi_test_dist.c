@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_limited.h"
 #include "baton.h"
 #include "dist.h"
 #include "model/model.h"
@@ -240,6 +241,53 @@ START_TEST(test_replan) {
 }
 END_TEST
 
+/* Ranks whose backend memory is not host memory (as a GPU's): tensors leave
+ * and arrive through host slots (the staged path CUDA ranks use), and the
+ * result is still bitwise the one-process run. */
+START_TEST(test_staged_device_path) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_SHARED;
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    struct distributed x;
+    memset(&x, 0, sizeof x);
+    x.m = bt_model_new(&cfg);
+    x.cpu = bt_backend_limited_init("DEVICE", 1, NULL, 0);
+    ck_assert_ptr_nonnull(x.cpu);
+    ck_assert(!bt_buft_is_host(bt_backend_get_default_buffer_type(x.cpu)));
+    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+    struct bt_dist_options opt = {.n_copies = 2};
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
+    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
+    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
+    for (int k = 0; k < 5; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+        if (T->rank == 0 && k >= 1) {
+            reference_run(&ref, k - 1, want);
+            ck_assert_int_eq(bt_dist_get_output(x.d, k - 1, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "staged path: micro-batch %d differs",
+                          k - 1);
+        }
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    if (T->rank == 0) {
+        reference_run(&ref, 4, want);
+        ck_assert_int_eq(bt_dist_get_output(x.d, 4, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
+        ck_assert(memcmp(want, got, n_logits * sizeof(float)) == 0);
+    }
+    /* the uploads really went through the backend's buffers */
+    if (T->size > 1) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).buffer_sets, 0);
+    free(want);
+    free(got);
+    distributed_free(&x);
+    reference_free(&ref);
+}
+END_TEST
+
 /* Ranks that build different graphs: one clear error on every rank. */
 START_TEST(test_graph_mismatch) {
     struct bt_model_config cfg;
@@ -299,6 +347,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_ownership);
     tcase_add_test(tc, test_api_errors);
     tcase_add_test(tc, test_replan);
+    tcase_add_test(tc, test_staged_device_path);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     suite_add_tcase(s, tc);
