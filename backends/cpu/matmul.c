@@ -1281,32 +1281,10 @@ static void ref_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d, floa
 
 /* ---- entry points --------------------------------------------------------------- */
 
-static bool weight_type_ok(enum bt_type t) {
-    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || t == BT_TYPE_Q8_0 ||
-           t == BT_TYPE_Q4_0;
-}
-
+/* Every well-formed product (src/ops.c) has a CPU kernel: the fast paths
+ * fall back to portable code, so there is no CPU-specific limit. */
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node) {
-    const struct bt_tensor *a = node->src[0], *b = node->src[1];
-    if (!a || !b || node->type != BT_TYPE_F32 || node->nb[0] != sizeof(float)) return false;
-    if (!weight_type_ok(a->type) || a->nb[0] != bt_type_size(a->type)) return false;
-    if (b->type != BT_TYPE_F32 || b->nb[0] != sizeof(float)) return false;
-    if (a->ne[0] != b->ne[0] || a->ne[0] % bt_blck_size(a->type) != 0) return false;
-    if (node->op == BT_OP_MUL_MAT) {
-        return a->ne[2] > 0 && a->ne[3] > 0 && b->ne[2] % a->ne[2] == 0 &&
-               b->ne[3] % a->ne[3] == 0 && node->ne[0] == a->ne[1] && node->ne[1] == b->ne[1] &&
-               node->ne[2] == b->ne[2] && node->ne[3] == b->ne[3];
-    }
-    if (node->op == BT_OP_MUL_MAT_ID) {
-        const struct bt_tensor *ids = node->src[2];
-        if (!ids || ids->type != BT_TYPE_I32) return false;
-        const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
-        return a->ne[3] == 1 && b->ne[3] == 1 && b->ne[2] == n_tokens &&
-               (b->ne[1] == 1 || b->ne[1] == n_used) && node->ne[0] == a->ne[1] &&
-               node->ne[1] == n_used && node->ne[2] == n_tokens &&
-               n_used * n_tokens < INT32_MAX && a->ne[2] < INT32_MAX;
-    }
-    return false;
+    return (node->op == BT_OP_MUL_MAT || node->op == BT_OP_MUL_MAT_ID) && bt_op_is_well_formed(node);
 }
 
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth) {

@@ -109,6 +109,34 @@ bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value,
     return false;
 }
 
+bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pipeline *p) {
+    memset(p, 0, sizeof *p);
+    if (!t->pipeline.partition_auto) {
+        p->counts = calloc((size_t)t->n_ranks, sizeof(int));
+        if (!p->counts) return false;
+        for (int r = 0; r < t->n_ranks; r++) p->counts[r] = t->pipeline.layers[r];
+    }
+    if (t->pipeline.n_pins > 0) {
+        p->pins = calloc((size_t)t->pipeline.n_pins, sizeof *p->pins);
+        if (!p->pins) {
+            bt_cli_pipeline_free(p);
+            return false;
+        }
+        for (int i = 0; i < t->pipeline.n_pins; i++) {
+            snprintf(p->pins[i].pattern, sizeof p->pins[i].pattern, "%s", t->pipeline.pins[i].pattern);
+            p->pins[i].rank = t->pipeline.pins[i].rank;
+        }
+        p->n_pins = t->pipeline.n_pins;
+    }
+    return true;
+}
+
+void bt_cli_pipeline_free(struct bt_cli_pipeline *p) {
+    free(p->counts);
+    free(p->pins);
+    memset(p, 0, sizeof *p);
+}
+
 int bt_cli_env_rank(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -64,6 +64,17 @@ void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
 /* Apply one model option; false and a message in err for a bad value. */
 bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
 
+/* A topology's pipeline section as runtime options: layer counts per rank
+ * (NULL for `partition: auto`) and tensor-name pins; the caller frees with
+ * bt_cli_pipeline_free.  false only when out of memory. */
+struct bt_cli_pipeline {
+    int *counts;
+    struct bt_dist_pin *pins;
+    int n_pins;
+};
+bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pipeline *p);
+void bt_cli_pipeline_free(struct bt_cli_pipeline *p);
+
 /* Strict number parsers: the whole string, in range. */
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);
 bool bt_cli_parse_u64(const char *s, uint64_t *out);

@@ -180,10 +180,48 @@ static void init_weight(struct bt_tensor *w, void *user) {
     bt_progress_update(ic->progress, ++ic->done, ic->total);
 }
 
-static int fail_all(bt_transport *t, const char *msg) {
-    if (t->rank == 0) fprintf(stderr, "baton demo: %s\n", msg);
-    bt_transport_mpi_finalize(t);
-    return 1;
+/* Rank 0: the same model run in this one process, micro-batch by
+ * micro-batch, against the pipeline's outputs (bitwise).  false when they
+ * differ or the reference cannot run; the verdict in words in result. */
+static bool check_one_rank(const struct bt_model_config *cfg, bt_backend_t backend, const float *outs, int M,
+                           char *result, size_t n) {
+    struct bt_progress cp;
+    bt_progress_begin(&cp, true, "checking against a one-rank run");
+    struct bt_model *ref = bt_model_new(cfg);
+    bt_buffer_t wbuf = ref ? bt_alloc_ctx_tensors(bt_model_context(ref), backend) : NULL;
+    bt_context *rctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
+    struct bt_model_graph rg;
+    bt_sched_t single = NULL;
+    float *want = NULL;
+    size_t out_bytes = 0;
+    bool ok = ref && wbuf && rctx && bt_model_build_graph(ref, rctx, &rg) == BT_OK;
+    if (ok) {
+        bt_model_init_weights(ref);
+        single = bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(cfg) * 2, 1);
+        out_bytes = bt_nbytes(rg.logits);
+        want = malloc(out_bytes);
+        ok = single && want;
+    }
+    int bad = -1;
+    for (int k = 0; ok && k < M && bad < 0; k++) {
+        ok = bt_sched_alloc_graph(single, rg.graph) == BT_OK;
+        if (!ok) break;
+        bt_model_set_inputs(ref, &rg, k);
+        ok = bt_sched_graph_compute(single, rg.graph) == BT_OK;
+        bt_tensor_get(rg.logits, want, 0, out_bytes);
+        if (memcmp(want, (const uint8_t *)outs + out_bytes * (size_t)k, out_bytes) != 0) bad = k;
+        bt_progress_update(&cp, k + 1, M);
+    }
+    bt_progress_end(&cp);
+    if (!ok) snprintf(result, n, "could not run the one-rank reference");
+    else if (bad >= 0) snprintf(result, n, "FAILED: micro-batch %d differs from a one-rank run", bad);
+    else snprintf(result, n, "output equals a one-rank run (%d micro-batches, bitwise)", M);
+    free(want);
+    bt_sched_free(single); /* before the graph's context */
+    bt_free(rctx);
+    bt_buffer_free(wbuf);
+    bt_model_free(ref);
+    return ok && bad < 0;
 }
 
 static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *all, int P, int M, double wall,
@@ -256,13 +294,26 @@ int bt_cli_demo(int argc, char **argv) {
     }
 
     bt_transport *t = bt_transport_mpi_init(&argc, &argv, o.progress_us);
-    if (!t) return 1;
+    if (!t) {
+        if (have_topo) bt_topology_free(&topo);
+        return 1;
+    }
     const int P = t->size, rank = t->rank;
+    /* every rank takes the same path through the checks below: a failure is
+     * reported once (rank 0) and every rank leaves through `out` */
     int rc = 0;
+    struct bt_cli_pipeline pl = {0};
+    bt_backend_t backend = NULL;
+    struct bt_model *model = NULL;
+    bt_context *gctx = NULL;
+    bt_dist *d = NULL;
+    float *outs = NULL;
+    struct bt_dist_stats *all = NULL;
+    err[0] = '\0';
+
     if (have_topo && bt_topology_check_world(&topo, P, err, sizeof err) != BT_OK) {
-        rc = fail_all(t, err);
-        bt_topology_free(&topo);
-        return rc;
+        rc = 1;
+        goto out;
     }
     if (o.copies == 0) o.copies = have_topo ? topo.pipeline.micro_batches : 2;
     if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
@@ -273,7 +324,27 @@ int bt_cli_demo(int argc, char **argv) {
         threads = (int)(cores / (t->local_size > 0 ? t->local_size : 1));
         if (threads < 1) threads = 1;
     }
-    bt_backend_t backend = NULL;
+    if (have_topo && !bt_cli_pipeline_from_topology(&topo, &pl)) {
+        snprintf(err, sizeof err, "out of memory");
+        rc = 1;
+        goto out;
+    }
+    if (o.partition) { /* the command line overrides the topology's partition */
+        free(pl.counts);
+        pl.counts = NULL;
+        if (strcmp(o.partition, "auto") != 0) {
+            pl.counts = calloc((size_t)P, sizeof(int));
+            if (!pl.counts || !parse_partition(o.partition, pl.counts, P, err, sizeof err)) {
+                rc = 2;
+                goto out;
+            }
+        }
+    } else if (have_topo && !topo.pipeline.partition_auto &&
+               bt_topology_check_layers(&topo, o.model.n_layers, err, sizeof err) != BT_OK) {
+        rc = 1;
+        goto out;
+    }
+
     if (have_topo && bt_topology_rank(&topo, rank)->backend == BT_TOPO_BACKEND_CUDA) {
 #ifdef BATON_HAVE_CUDA
         const int dev = bt_topology_rank(&topo, rank)->device;
@@ -293,29 +364,9 @@ int bt_cli_demo(int argc, char **argv) {
         t->iface.abort(t, 1);
 #endif
     }
-    int *counts = NULL;
-    if (o.partition && strcmp(o.partition, "auto") != 0) {
-        counts = calloc((size_t)P, sizeof(int));
-        if (!parse_partition(o.partition, counts, P, err, sizeof err)) {
-            free(counts);
-            if (have_topo) bt_topology_free(&topo);
-            if (rank == 0) fprintf(stderr, "baton demo: %s\n", err);
-            bt_transport_mpi_finalize(t);
-            return 2;
-        }
-    } else if (!o.partition && have_topo && !topo.pipeline.partition_auto) {
-        counts = calloc((size_t)P, sizeof(int));
-        for (int r = 0; r < P; r++) counts[r] = topo.pipeline.layers[r];
-        if (bt_topology_check_layers(&topo, o.model.n_layers, err, sizeof err) != BT_OK) {
-            free(counts);
-            bt_topology_free(&topo);
-            return fail_all(t, err);
-        }
-    }
-
     if (!backend) backend = bt_backend_cpu_init(threads);
-    struct bt_model *model = bt_model_new(&o.model);
-    bt_context *gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
+    model = bt_model_new(&o.model);
+    gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
     struct bt_model_graph g;
     if (!backend || !model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
         fprintf(stderr, "baton demo: rank %d: cannot build the model%s%s\n", rank, gctx ? ": " : "",
@@ -323,36 +374,24 @@ int bt_cli_demo(int argc, char **argv) {
         t->iface.abort(t, 1);
     }
 
-    struct bt_dist_pin *pins = NULL;
-    struct bt_dist_options dopt = {.n_copies = o.copies, .layers_per_rank = counts, .verbose = o.verbose && !o.json};
-    if (have_topo) {
-        dopt.mem_limit = (int64_t)bt_topology_rank(&topo, rank)->memory;
-        if (topo.pipeline.n_pins > 0) {
-            pins = calloc((size_t)topo.pipeline.n_pins, sizeof *pins);
-            for (int i = 0; i < topo.pipeline.n_pins; i++) {
-                snprintf(pins[i].pattern, sizeof pins[i].pattern, "%s", topo.pipeline.pins[i].pattern);
-                pins[i].rank = topo.pipeline.pins[i].rank;
-            }
-            dopt.pins = pins;
-            dopt.n_pins = topo.pipeline.n_pins;
-        }
-    }
-    bt_dist *d = bt_dist_new(t, backend, &dopt);
+    struct bt_dist_options dopt = {
+        .n_copies = o.copies,
+        .layers_per_rank = pl.counts,
+        .pins = pl.pins,
+        .n_pins = pl.n_pins,
+        .mem_limit = have_topo ? (int64_t)bt_topology_rank(&topo, rank)->memory : 0,
+        .verbose = o.verbose && !o.json,
+    };
+    d = bt_dist_new(t, backend, &dopt);
     struct bt_progress prog;
     bt_progress_begin(&prog, rank == 0, "planning and creating weights");
     struct init_ctx ic = {model, &prog, 0, bt_model_n_weights(model) / (P > 0 ? P : 1)};
-    enum bt_status st = bt_dist_plan(d, g.graph, init_weight, &ic);
+    const enum bt_status st = bt_dist_plan(d, g.graph, init_weight, &ic);
     bt_progress_end(&prog);
     if (st != BT_OK) {
         snprintf(err, sizeof err, "%s", bt_dist_error(d));
-        bt_dist_free(d);
-        free(pins);
-        free(counts);
-        if (have_topo) bt_topology_free(&topo);
-        bt_free(gctx);
-        bt_model_free(model);
-        bt_backend_free(backend);
-        return fail_all(t, err);
+        rc = 1;
+        goto out;
     }
     if (o.trace && bt_dist_enable_trace(d, 64 + o.micro_batches * 64) != BT_OK) {
         fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
@@ -363,7 +402,6 @@ int bt_cli_demo(int argc, char **argv) {
     const int M = o.micro_batches;
     const size_t out_bytes = bt_nbytes(g.logits);
     if (o.check < 0) o.check = bt_model_weight_bytes(&o.model) <= ((size_t)512 << 20);
-    float *outs = NULL;
     if (rank == 0 && o.check) {
         outs = malloc(out_bytes * (size_t)M);
         if (!outs) {
@@ -376,7 +414,8 @@ int bt_cli_demo(int argc, char **argv) {
         if (rank == 0) bt_model_set_inputs(model, &g, k);
         bt_dist_submit(d); /* a failure mid-pipeline stops every rank with its message */
         const int ready = k - (o.copies - 1);
-        if (ready >= 0 && outs && bt_dist_get_output(d, ready, g.logits, (uint8_t *)outs + out_bytes * (size_t)ready, out_bytes) != BT_OK) {
+        if (ready >= 0 && outs &&
+            bt_dist_get_output(d, ready, g.logits, (uint8_t *)outs + out_bytes * (size_t)ready, out_bytes) != BT_OK) {
             fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
             t->iface.abort(t, 1);
         }
@@ -385,7 +424,7 @@ int bt_cli_demo(int argc, char **argv) {
     for (int k = M - o.copies + 1 > 0 ? M - o.copies + 1 : 0; outs && k < M; k++)
         bt_dist_get_output(d, k, g.logits, (uint8_t *)outs + out_bytes * (size_t)k, out_bytes);
 
-    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
+    all = calloc((size_t)P, sizeof *all);
     bt_dist_gather_stats(d, all);
     if (o.trace) {
         if (bt_dist_write_trace(d, o.trace) != BT_OK) {
@@ -396,50 +435,9 @@ int bt_cli_demo(int argc, char **argv) {
         }
     }
 
-    /* the check: the same model in one process, on rank 0 */
     char check_result[256] = "skipped (--no-check, or the model is large)";
-    if (rank == 0 && o.check) {
-        struct bt_progress cp;
-        bt_progress_begin(&cp, true, "checking against a one-rank run");
-        struct bt_model *ref = bt_model_new(&o.model);
-        bt_buffer_t wbuf = ref ? bt_alloc_ctx_tensors(bt_model_context(ref), backend) : NULL;
-        bt_context *rctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
-        struct bt_model_graph rg;
-        bt_sched_t single = NULL;
-        bool ok = ref && wbuf && rctx && bt_model_build_graph(ref, rctx, &rg) == BT_OK;
-        if (ok) {
-            bt_model_init_weights(ref);
-            single = bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(&o.model) * 2, 1);
-            ok = single != NULL;
-        }
-        int bad = -1;
-        float *want = malloc(out_bytes);
-        ok = ok && want != NULL;
-        for (int k = 0; ok && k < M && bad < 0; k++) {
-            ok = bt_sched_alloc_graph(single, rg.graph) == BT_OK;
-            if (!ok) break;
-            bt_model_set_inputs(ref, &rg, k);
-            ok = bt_sched_graph_compute(single, rg.graph) == BT_OK;
-            bt_tensor_get(rg.logits, want, 0, out_bytes);
-            if (memcmp(want, (uint8_t *)outs + out_bytes * (size_t)k, out_bytes) != 0) bad = k;
-            bt_progress_update(&cp, k + 1, M);
-        }
-        bt_progress_end(&cp);
-        if (!ok) {
-            snprintf(check_result, sizeof check_result, "could not run the one-rank reference");
-            rc = 1;
-        } else if (bad >= 0) {
-            snprintf(check_result, sizeof check_result, "FAILED: micro-batch %d differs from a one-rank run", bad);
-            rc = 1;
-        } else {
-            snprintf(check_result, sizeof check_result, "output equals a one-rank run (%d micro-batches, bitwise)", M);
-        }
-        free(want);
-        bt_sched_free(single);
-        bt_free(rctx);
-        bt_buffer_free(wbuf);
-        bt_model_free(ref);
-    }
+    if (rank == 0 && o.check && !check_one_rank(&o.model, backend, outs, M, check_result, sizeof check_result))
+        rc = 1;
     if (rank == 0) {
         double wall = 0;
         for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
@@ -447,15 +445,18 @@ int bt_cli_demo(int argc, char **argv) {
     }
     int64_t rcv = rc;
     t->iface.allreduce_max(t, &rcv, 1);
+    rc = (int)rcv;
+
+out:
+    if (err[0] && rank == 0) fprintf(stderr, "baton demo: %s\n", err);
     free(all);
     free(outs);
-    bt_dist_free(d);
-    free(pins);
-    free(counts);
+    bt_dist_free(d); /* before the graph's context */
+    bt_cli_pipeline_free(&pl);
     if (have_topo) bt_topology_free(&topo);
     bt_free(gctx);
     bt_model_free(model);
     bt_backend_free(backend);
     bt_transport_mpi_finalize(t);
-    return (int)rcv;
+    return rc;
 }

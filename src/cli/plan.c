@@ -101,21 +101,18 @@ int bt_cli_plan(int argc, char **argv) {
             descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : host_mem / (on_host > 0 ? on_host : 1);
         }
     }
-    int *counts = NULL;
-    if (!topo.pipeline.partition_auto) {
-        counts = calloc((size_t)P, sizeof(int));
-        for (int r = 0; r < P; r++) counts[r] = topo.pipeline.layers[r];
-    }
-    struct bt_dist_pin *pins = topo.pipeline.n_pins ? calloc((size_t)topo.pipeline.n_pins, sizeof *pins) : NULL;
-    for (int i = 0; i < topo.pipeline.n_pins; i++) {
-        snprintf(pins[i].pattern, sizeof pins[i].pattern, "%s", topo.pipeline.pins[i].pattern);
-        pins[i].rank = topo.pipeline.pins[i].rank;
+    struct bt_cli_pipeline pl;
+    if (!bt_cli_pipeline_from_topology(&topo, &pl)) {
+        fprintf(stderr, "baton plan: out of memory\n");
+        free(descs);
+        bt_topology_free(&topo);
+        return 1;
     }
     struct bt_dist_options opt = {
         .n_copies = topo.pipeline.micro_batches,
-        .layers_per_rank = counts,
-        .pins = pins,
-        .n_pins = topo.pipeline.n_pins,
+        .layers_per_rank = pl.counts,
+        .pins = pl.pins,
+        .n_pins = pl.n_pins,
     };
     struct bt_model *m = bt_model_new(&cfg);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
@@ -135,8 +132,7 @@ int bt_cli_plan(int argc, char **argv) {
     }
     bt_free(ctx);
     bt_model_free(m);
-    free(pins);
-    free(counts);
+    bt_cli_pipeline_free(&pl);
     free(descs);
     bt_topology_free(&topo);
     return rc;
