@@ -168,7 +168,7 @@ static enum bt_status proxy_compute(bt_backend_t b, struct bt_graph *g) {
 static bool proxy_supports_op(bt_backend_t b, const struct bt_tensor *op) {
     struct proxy *p = b->context;
     const int i = node_index(p->d, op);
-    if (i < 0) return true; /* leafs and the splitter's own tensors */
+    if (i < 0 || !p->d->support) return true; /* leafs, the splitter's own tensors; pinned plans */
     return p->d->support[(size_t)p->rank * (size_t)p->d->graph->n_nodes + (size_t)i] != 0;
 }
 static bool proxy_supports_buft(bt_backend_t b, bt_buffer_type_t buft) { return buft == proxy_buft(b); }
@@ -747,6 +747,25 @@ static enum bt_status describe_and_gather(bt_dist *d) {
     return BT_OK;
 }
 
+/* The plan's per-graph tables (owners, layer ranges, lookups from the graph's
+ * visited set) and the proxy backends, for d->graph on d->size ranks. */
+static enum bt_status plan_arrays(bt_dist *d) {
+    const struct bt_graph *graph = d->graph;
+    const int P = d->size;
+    d->slot_index = malloc(sizeof(int64_t) * graph->visited.size);
+    d->node_owner = malloc(sizeof(int) * (size_t)(graph->n_nodes + 1));
+    d->leaf_owner = malloc(sizeof(int) * (size_t)(graph->n_leafs + 1));
+    d->layer_first = malloc(sizeof(int) * (size_t)P);
+    d->layer_last = malloc(sizeof(int) * (size_t)P);
+    d->predicted_s = calloc((size_t)P, sizeof(double));
+    if (!d->slot_index || !d->node_owner || !d->leaf_owner || !d->layer_first || !d->layer_last || !d->predicted_s)
+        return fail(d, BT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < graph->n_nodes; i++) d->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
+    for (int i = 0; i < graph->n_leafs; i++)
+        d->slot_index[bt_hash_find(&graph->visited, graph->leafs[i])] = -(int64_t)i - 1;
+    return make_proxies(d);
+}
+
 enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_init_fn init, void *user) {
     if (d->planned) release_plan(d);
     d->graph = graph;
@@ -769,20 +788,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
 
     /* lookups from the graph's visited set */
     if (graph->visited.size == 0) return fail(d, BT_ERR_INVALID, "bt_dist_plan needs a full graph, not a view");
-    d->slot_index = malloc(sizeof(int64_t) * graph->visited.size);
-    d->node_owner = malloc(sizeof(int) * (size_t)(graph->n_nodes + 1));
-    d->leaf_owner = malloc(sizeof(int) * (size_t)(graph->n_leafs + 1));
-    d->layer_first = malloc(sizeof(int) * (size_t)P);
-    d->layer_last = malloc(sizeof(int) * (size_t)P);
-    d->predicted_s = calloc((size_t)P, sizeof(double));
-    if (!d->slot_index || !d->node_owner || !d->leaf_owner || !d->layer_first || !d->layer_last || !d->predicted_s)
-        st = fail(d, BT_ERR_NOMEM, "out of memory");
-    if (st == BT_OK) {
-        for (int i = 0; i < graph->n_nodes; i++) d->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
-        for (int i = 0; i < graph->n_leafs; i++)
-            d->slot_index[bt_hash_find(&graph->visited, graph->leafs[i])] = -(int64_t)i - 1;
-        st = make_proxies(d);
-    }
+    st = plan_arrays(d);
     st = agree(d, st);
     if (st != BT_OK) {
         release_plan(d);
@@ -812,25 +818,10 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
         return fail(d, BT_ERR_COMM, "%s", d->t->error);
     }
 
-    /* 4. every rank: the same splits from the owners; transfers; memory */
-    if (d->rank != 0) {
-        d->support = malloc((size_t)graph->n_nodes + 1);
-        if (!d->support) st = fail(d, BT_ERR_NOMEM, "out of memory");
-        else memset(d->support, 1, (size_t)graph->n_nodes + 1);
-    } else {
-        /* pinned owners are supported by construction */
-        memset(d->support, 1, (size_t)P * (size_t)graph->n_nodes + 1);
-    }
-    if (d->rank != 0 && d->support) {
-        /* a proxy reads support[rank * n + i]: give every rank a full table */
-        uint8_t *full = malloc((size_t)P * (size_t)graph->n_nodes + 1);
-        if (!full) st = fail(d, BT_ERR_NOMEM, "out of memory");
-        else {
-            memset(full, 1, (size_t)P * (size_t)graph->n_nodes + 1);
-            free(d->support);
-            d->support = full;
-        }
-    }
+    /* 4. every rank: the same splits from the owners; transfers; memory.
+     * Every node is pinned to its owner now: no support table is needed */
+    free(d->support);
+    d->support = NULL;
     if (st == BT_OK) st = make_sched(d);
     if (st == BT_OK) st = split_pinned(d);
     if (st == BT_OK) st = find_transfers(d);
@@ -1158,27 +1149,13 @@ enum bt_status bt_dist_plan_offline(struct bt_graph *graph, const struct bt_rank
     bt_dist *d = bt_dist_new(&fake, NULL, opt);
     if (!d) return BT_ERR_NOMEM;
     d->graph = graph;
-    const int P = n_ranks, N = graph->n_nodes;
+    const int P = n_ranks;
     enum bt_status st = BT_OK;
-    d->slot_index = malloc(sizeof(int64_t) * graph->visited.size);
-    d->node_owner = malloc(sizeof(int) * (size_t)(N + 1));
-    d->leaf_owner = malloc(sizeof(int) * (size_t)(graph->n_leafs + 1));
-    d->layer_first = malloc(sizeof(int) * (size_t)P);
-    d->layer_last = malloc(sizeof(int) * (size_t)P);
-    d->predicted_s = calloc((size_t)P, sizeof(double));
     d->descs = malloc(sizeof *d->descs * (size_t)P);
-    d->support = malloc((size_t)P * (size_t)N + 1);
-    if (!d->slot_index || !d->node_owner || !d->leaf_owner || !d->layer_first || !d->layer_last ||
-        !d->predicted_s || !d->descs || !d->support) {
-        st = fail(d, BT_ERR_NOMEM, "out of memory");
-    } else {
-        for (int i = 0; i < N; i++) d->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
-        for (int i = 0; i < graph->n_leafs; i++)
-            d->slot_index[bt_hash_find(&graph->visited, graph->leafs[i])] = -(int64_t)i - 1;
-        memcpy(d->descs, ranks, sizeof *d->descs * (size_t)P);
-        memset(d->support, 1, (size_t)P * (size_t)N + 1);
-        st = make_proxies(d);
-        if (st == BT_OK) st = make_sched(d);
+    st = d->descs ? plan_arrays(d) : fail(d, BT_ERR_NOMEM, "out of memory");
+    if (st == BT_OK) {
+        memcpy(d->descs, ranks, sizeof *d->descs * (size_t)P); /* no support table: every rank runs every op */
+        st = make_sched(d);
         if (st == BT_OK) st = master_plan(d);
         if (st == BT_OK) {
             /* transfers, as every rank would derive them */
