@@ -4,7 +4,8 @@
  * type with contiguous rows, B and D F32 columns) is the unit:
  *   n <= MMV_MAX_COLS (decode): a direct kernel, one warp per row of A,
  *     reading the weight row once for all n columns (any weight type,
- *     dequantised on the fly, F32 accumulation);
+ *     dequantised on the fly, F32 accumulation); also, MMV_MAX_COLS columns
+ *     at a time, any product whose row strides cuBLAS cannot take;
  *   otherwise cuBLAS (cublasGemmEx, F32 accumulation): F32 weights as they
  *     are; F16 / BF16 weights with B converted to the weight type in scratch;
  *     Q8_0 / Q4_0 weights dequantised to F16 in scratch, B converted to F16.
@@ -93,31 +94,45 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
                             int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
     if (m == 0 || n == 0) return BT_OK;
     cudaStream_t st = c->stream;
-    if (n <= MMV_MAX_COLS) {
+    const bool quant = type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0;
+    /* cuBLAS wants lda, ldb >= max(1, k) and ldd >= max(1, m); the CPU takes
+     * any row strides (overlapping views, k == 0), so anything else goes
+     * through the direct kernel, MMV_MAX_COLS columns at a time */
+    const bool gemm_ok = k > 0 && ldd >= m && (quant || a_nb1 / (int64_t)bt_type_size(type) >= k) &&
+                         (type != BT_TYPE_F32 || ldb >= k);
+    if (n <= MMV_MAX_COLS || !gemm_ok) {
         const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
-        const int nc = (int)n;
-        switch (type) {
+        for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
+            const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
+            const float *Bc = B + c0 * ldb;
+            float *Dc = D + c0 * ldd;
+            switch (type) {
 #define MMV_CASE(T) \
-    case T: k_mmv<T><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd); break;
-            MMV_CASE(BT_TYPE_F32)
-            MMV_CASE(BT_TYPE_F16)
-            MMV_CASE(BT_TYPE_BF16)
-            MMV_CASE(BT_TYPE_Q8_0)
-            MMV_CASE(BT_TYPE_Q4_0)
+    case T: k_mmv<T><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, Bc, ldb, nc, Dc, ldd); break;
+                MMV_CASE(BT_TYPE_F32)
+                MMV_CASE(BT_TYPE_F16)
+                MMV_CASE(BT_TYPE_BF16)
+                MMV_CASE(BT_TYPE_Q8_0)
+                MMV_CASE(BT_TYPE_Q4_0)
 #undef MMV_CASE
-            default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
+                default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
+            }
+            const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (mmv)");
+            if (s != BT_OK) return s;
         }
-        return bt_cuda_check(c, cudaGetLastError(), "mul_mat (mmv)");
+        return BT_OK;
     }
 
     const float one = 1.0f, zero = 0.0f;
     const void *a_ptr = A, *b_ptr = B;
     int64_t lda = 0, ldb_g = ldb;
     enum bt_type gemm_type = type;
-    if (type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) {
+    if (quant) {
         uint16_t *aw = (uint16_t *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_A, (size_t)(k * m) * sizeof(uint16_t));
         if (!aw) return BT_ERR_NOMEM;
         k_dequant_f16<<<grid_for(k * m), CUDA_THREADS, 0, st>>>((int)type, A, a_nb1, k, aw, k * m);
+        const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (dequantise)");
+        if (s != BT_OK) return s;
         a_ptr = aw;
         lda = k;
         gemm_type = BT_TYPE_F16;

@@ -204,11 +204,17 @@ __global__ void k_argsort(t4 d, t4 a, int desc) {
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float vi = vals[i];
+        const bool ni = isnan(vi);
         int rank = 0;
         for (int j = 0; j < n; j++) {
             const float vj = vals[j];
-            const bool before = desc ? vj > vi : vj < vi;
-            rank += (before || (vj == vi && j < i)) ? 1 : 0;
+            const bool nj = isnan(vj);
+            /* NaNs after every number (in either order), so that the ranks
+             * are a permutation: with NaN unordered, ranks would collide and
+             * leave some output entries unwritten */
+            const bool before = (ni || nj) ? (ni && !nj) : (desc ? vj > vi : vj < vi);
+            const bool tie = (ni || nj) ? (ni && nj) : vj == vi;
+            rank += (before || (tie && j < i)) ? 1 : 0;
         }
         *(int32_t *)(rd + (int64_t)rank * d.nb[0]) = i;
     }

@@ -34,6 +34,8 @@ bool bt_cuda_op_supported(const struct bt_tensor *node) {
     switch (node->op) {
         case BT_OP_SUM_ROWS:
         case BT_OP_MEAN:
+        case BT_OP_RMS_NORM:
+        case BT_OP_NORM:
         case BT_OP_SOFT_MAX:
             return bt_nrows(node) <= INT_MAX;
         case BT_OP_ARGSORT:

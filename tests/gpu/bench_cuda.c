@@ -23,8 +23,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* a weight matrix of random values in [-1/sqrt(k), 1/sqrt(k)), converted
- * row by row on the host */
+/* a weight matrix of random values in [-1/64, 1/64), converted row by row
+ * on the host */
 static void fill_weight(struct bt_tensor *w, uint64_t seed) {
     const int64_t k = w->ne[0], m = w->ne[1];
     const size_t row = bt_row_size(w->type, k);
@@ -71,7 +71,12 @@ static void bench(bt_backend_t gpu, enum bt_type type, int64_t m, int64_t n, int
             goto done;
         }
     const double t0 = now_s();
-    for (int i = 0; i < iters; i++) bt_backend_graph_compute_async(gpu, g);
+    for (int i = 0; i < iters; i++)
+        if (bt_backend_graph_compute_async(gpu, g) != BT_OK) {
+            printf("%-7s %-5s  failed: %s\n", what, bt_type_name(type), bt_backend_error(gpu));
+            bt_backend_synchronize(gpu);
+            goto done;
+        }
     bt_backend_synchronize(gpu);
     const double t = (now_s() - t0) / iters;
     const double flops = 2.0 * (double)m * (double)n * (double)k;
