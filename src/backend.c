@@ -138,6 +138,11 @@ size_t bt_backend_get_alignment(bt_backend_t backend) {
     return bt_buft_get_alignment(bt_backend_get_default_buffer_type(backend));
 }
 
+bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend) {
+    bt_buffer_type_t h = backend->iface.get_host_buffer_type ? backend->iface.get_host_buffer_type(backend) : NULL;
+    return h ? h : bt_cpu_buffer_type();
+}
+
 void bt_backend_tensor_set_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data,
                                  size_t offset, size_t size) {
     if (backend->iface.set_tensor_async) {

@@ -114,6 +114,10 @@ struct bt_backend_i {
 
     /* optional: the message of the last failed graph_compute */
     const char *(*get_error)(bt_backend_t backend);
+
+    /* optional: host memory this backend copies to and from fastest (pinned
+     * memory for a GPU); without it, plain host memory */
+    bt_buffer_type_t (*get_host_buffer_type)(bt_backend_t backend);
 };
 
 struct bt_backend {
@@ -157,6 +161,9 @@ void bt_backend_free(bt_backend_t backend);
 bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend);
 bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size);
 size_t bt_backend_get_alignment(bt_backend_t backend);
+/* Host memory for staging this backend's tensors (is_host): the backend's
+ * own (pinned for a GPU) or else the CPU's. */
+bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend);
 void bt_backend_tensor_set_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data,
                                  size_t offset, size_t size);
 void bt_backend_tensor_get_async(bt_backend_t backend, const struct bt_tensor *tensor, void *data,

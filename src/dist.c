@@ -12,8 +12,9 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "place.h"
 #include "ops.h"
+#include "place.h"
+#include "staging.h"
 
 #define MAXC BT_SCHED_MAX_COPIES
 
@@ -42,6 +43,7 @@ struct xfer {
     int64_t recv_k[MAXC]; /* micro-batch the slot's receive is for */
     void *stage[MAXC];    /* src: send slots (leafs and device tensors only) */
     bool zero_copy;       /* src: sent straight from the tensor's memory */
+    bool direct;          /* over the device transport, backend memory to backend memory */
     bt_treq send[MAXC];
 };
 
@@ -88,6 +90,10 @@ struct bt_dist {
     int n_xfers;
     struct local_output *louts;
     int n_louts;
+    bt_transport *direct;  /* this rank's device transport (opt.device_transport) */
+    bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
+    bt_event_t upload_ev;  /* after this micro-batch's uploads from receive staging */
+    bool uploads_pending;
     int64_t k_next;
     bool planned;
 
@@ -204,6 +210,7 @@ static const struct bt_backend_i proxy_i = {
     /* .event_wait              = */ NULL,
     /* .event_synchronize       = */ NULL,
     /* .get_error               = */ NULL,
+    /* .get_host_buffer_type    = */ NULL,
 };
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -218,6 +225,7 @@ bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist
     d->size = t->size;
     d->n_copies = d->opt.n_copies > 0 ? d->opt.n_copies : 2;
     if (d->n_copies > MAXC) d->n_copies = MAXC;
+    d->direct = d->opt.device_transport;
     d->stats.rank = d->rank;
     if (getenv("BATON_DIST_DEBUG")) d->opt.verbose = true;
     return d;
@@ -227,25 +235,49 @@ int bt_dist_rank(const bt_dist *d) { return d->rank; }
 int bt_dist_size(const bt_dist *d) { return d->size; }
 const char *bt_dist_error(const bt_dist *d) { return d->err; }
 
+/* The transport a transfer travels on. */
+static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) { return xf->direct ? d->direct : d->t; }
+
+/* The device transport cannot cancel the receives posted ahead for
+ * micro-batches never submitted (k_next .. k_next + n_copies - 1, posted in
+ * that order): their senders send them, whatever the tensors hold, in the
+ * same order, so that both ends finish. */
+static void drain_direct(bt_dist *d) {
+    if (!d->planned) return;
+    for (int64_t k = d->k_next; k < d->k_next + d->n_copies; k++) {
+        const int c = (int)(k % d->n_copies);
+        for (int x = 0; x < d->n_xfers; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (!xf->direct || xf->src != d->rank) continue;
+            if (xf->send[c].active) bt_transport_wait(d->direct, &xf->send[c]);
+            bt_transport_isend(d->direct, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+        }
+    }
+}
+
 static void release_plan(bt_dist *d) {
+    drain_direct(d);
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
+        bt_transport *t = xfer_transport(d, xf);
         for (int c = 0; c < d->n_copies; c++) {
             /* outputs of submitted micro-batches will arrive: take them, or
              * their senders would wait forever; receives posted ahead for
-             * micro-batches never submitted are cancelled */
-            if (xf->recv[c].active && xf->recv_k[c] < d->k_next) bt_transport_wait_polite(d->t, &xf->recv[c]);
-            if (xf->recv[c].active && d->t->iface.cancel) d->t->iface.cancel(d->t, &xf->recv[c]);
-            if (xf->send[c].active) bt_transport_wait(d->t, &xf->send[c]);
-            free(xf->stage[c]);
-            free(xf->ring[c]);
+             * micro-batches never submitted are cancelled (or drained) */
+            if (xf->recv[c].active && (xf->recv_k[c] < d->k_next || (xf->direct && d->planned)))
+                bt_transport_wait_polite(t, &xf->recv[c]);
+            if (xf->recv[c].active && t->iface.cancel) t->iface.cancel(t, &xf->recv[c]);
+            if (xf->send[c].active) bt_transport_wait(t, &xf->send[c]);
         }
     }
     free(d->xfers);
     d->xfers = NULL;
     d->n_xfers = 0;
-    for (int i = 0; i < d->n_louts; i++)
-        for (int c = 0; c < d->n_copies; c++) free(d->louts[i].ring[c]);
+    bt_buffer_free(d->host_buf);
+    d->host_buf = NULL;
+    if (d->upload_ev) bt_event_free(d->upload_ev);
+    d->upload_ev = NULL;
+    d->uploads_pending = false;
     free(d->louts);
     d->louts = NULL;
     d->n_louts = 0;
@@ -483,14 +515,71 @@ static enum bt_status add_xfer(bt_dist *d, struct bt_tensor *t, int src, int dst
     if (x->bytes > (size_t)INT32_MAX)
         return fail(d, BT_ERR_CAPACITY, "tensor '%s' (%zu bytes) needs a transfer from rank %d to rank %d larger than 2 GiB: use smaller micro-batches",
                     t->name, x->bytes, src, dst);
-    x->tag0 = d->n_xfers * d->n_copies;
-    if (x->tag0 + d->n_copies - 1 > BT_TRANSPORT_MAX_TAG)
+    if ((d->n_xfers + 1) * d->n_copies - 1 > BT_TRANSPORT_MAX_USER_TAG)
         return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots exceed the transport's %d tags", d->n_xfers + 1,
-                    d->n_copies, BT_TRANSPORT_MAX_TAG);
+                    d->n_copies, BT_TRANSPORT_MAX_USER_TAG + 1);
     if (consumer >= 0)
         for (int c = 0; c < d->n_copies; c++) x->copies[c] = bt_sched_get_tensor_copy(d->sched, t, dst, c);
     d->n_xfers++;
     return BT_OK;
+}
+
+/* Transfers in the order their data is made: by producing split (leafs,
+ * -1, first), then as found.  A rank sends in split order and posts its
+ * receives in transfer order, so on every edge both ends post in the same
+ * order, which a transport without tags (NCCL) needs.  Tags follow. */
+static int cmp_xfer(const void *a, const void *b) {
+    const struct xfer *x = a, *y = b;
+    if (x->producer != y->producer) return x->producer < y->producer ? -1 : 1;
+    return x->tag0 < y->tag0 ? -1 : x->tag0 > y->tag0;
+}
+
+static void order_transfers(bt_dist *d) {
+    for (int x = 0; x < d->n_xfers; x++) d->xfers[x].tag0 = x; /* found order, the tie-break */
+    qsort(d->xfers, (size_t)d->n_xfers, sizeof *d->xfers, cmp_xfer);
+    for (int x = 0; x < d->n_xfers; x++) d->xfers[x].tag0 = x * d->n_copies;
+}
+
+/* Which transfers go over the device transport: computed tensors from one
+ * split to another between two ranks that both have one, on an edge that
+ * rank 0's options allow.  Every rank that has one then opens those edges
+ * (its own among them) in one order. */
+static enum bt_status choose_links(bt_dist *d) {
+    const int P = d->size;
+    int64_t *member = calloc((size_t)P, sizeof *member);
+    uint8_t *allow = malloc((size_t)P * (size_t)P);
+    int *esrc = malloc(sizeof(int) * (size_t)(d->n_xfers + 1)), *edst = malloc(sizeof(int) * (size_t)(d->n_xfers + 1));
+    enum bt_status st = member && allow && esrc && edst ? BT_OK : fail(d, BT_ERR_NOMEM, "out of memory");
+    st = agree(d, st);
+    if (st == BT_OK) {
+        member[d->rank] = d->direct != NULL;
+        for (size_t i = 0; i < (size_t)P * (size_t)P; i++)
+            allow[i] = d->opt.device_edges ? d->opt.device_edges[i] != 0 : 1;
+        if (d->t->iface.allreduce_max(d->t, member, P) != BT_OK ||
+            d->t->iface.bcast(d->t, allow, (size_t)P * (size_t)P, 0) != BT_OK)
+            st = fail(d, BT_ERR_COMM, "%s", d->t->error);
+    }
+    int n_edges = 0;
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        xf->direct = xf->producer >= 0 && xf->consumer >= 0 && member[xf->src] && member[xf->dst] &&
+                     allow[(size_t)xf->src * (size_t)P + (size_t)xf->dst];
+        if (!xf->direct) continue;
+        bool seen = false;
+        for (int e = 0; e < n_edges && !seen; e++) seen = esrc[e] == xf->src && edst[e] == xf->dst;
+        if (!seen) {
+            esrc[n_edges] = xf->src;
+            edst[n_edges++] = xf->dst;
+        }
+    }
+    if (st == BT_OK && d->direct && bt_transport_connect(d->direct, esrc, edst, n_edges) != BT_OK)
+        st = fail(d, BT_ERR_COMM, "rank %d: %s transport: %s", d->rank, d->direct->iface.name(d->direct),
+                  d->direct->error);
+    free(member);
+    free(allow);
+    free(esrc);
+    free(edst);
+    return st;
 }
 
 static enum bt_status find_transfers(bt_dist *d) {
@@ -517,6 +606,7 @@ static enum bt_status find_transfers(bt_dist *d) {
             d->louts[d->n_louts++] = (struct local_output){t, producer_split(d, t), bt_nbytes(t), {0}};
         }
     }
+    order_transfers(d);
     return BT_OK;
 }
 
@@ -588,6 +678,14 @@ static enum bt_status master_plan(bt_dist *d) {
     for (int i = 0; i < g->n_leafs; i++)
         if (d->leaf_owner[i] < 0) d->leaf_owner[i] = 0; /* unused leaf */
     return BT_OK;
+}
+
+/* The next slot of n bytes at *off in a host buffer at base (NULL while
+ * sizing: then only *off moves). */
+static void *take_slot(uint8_t *base, size_t *off, size_t n, size_t align) {
+    void *p = base ? base + *off : NULL;
+    *off += ((n ? n : 1) + align - 1) / align * align;
+    return p;
 }
 
 /* This rank's memory: its weights, then its compute graph. */
@@ -667,47 +765,53 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
     d->stats.compute_bytes = (int64_t)bt_gallocr_get_buffer_size(d->galloc, 0);
 
-    /* send slots, output rings; the first n_copies receives */
+    /* send slots, receive staging and output rings: one buffer of the
+     * backend's host memory (pinned for a GPU, so its copies are fast).  A
+     * computed tensor in host memory, or one that goes over the device
+     * transport, is sent from where it lies (its producer waits for the send
+     * before computing it again); leafs, which the user rewrites between
+     * submits, and device tensors for a host transport go through send
+     * slots.  A device backend receives a host transport's data into
+     * staging slots and uploads it after the wait. */
+    const bool host_backend = bt_buft_is_host(buft);
+    bt_buffer_type_t hbuft = bt_backend_get_host_buffer_type(d->backend);
+    size_t halign = bt_buft_get_alignment(hbuft);
+    if (halign < BT_MEM_ALIGN) halign = BT_MEM_ALIGN;
     int64_t slot_bytes = 0;
-    for (int x = 0; x < d->n_xfers; x++) {
-        struct xfer *xf = &d->xfers[x];
-        for (int c = 0; c < d->n_copies; c++) {
-            /* a computed tensor in host memory is sent from where it lies (its
-             * producer waits for the send before computing it again); leafs,
-             * which the user rewrites between submits, and device tensors go
-             * through send slots */
-            if (xf->src == d->rank) {
-                xf->zero_copy = xf->producer >= 0 && bt_buft_is_host(buft);
-                if (!xf->zero_copy) {
-                    if (posix_memalign(&xf->stage[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
-                        return fail(d, BT_ERR_NOMEM, "out of memory for send slots");
-                    slot_bytes += (int64_t)xf->bytes;
-                }
-            }
-            if (xf->dst == d->rank && xf->consumer < 0) {
-                if (posix_memalign(&xf->ring[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
-                    return fail(d, BT_ERR_NOMEM, "out of memory for output slots");
-                slot_bytes += (int64_t)xf->bytes;
-            }
-            if (xf->dst == d->rank && xf->consumer >= 0) {
-                slot_bytes += (int64_t)xf->bytes;
-                /* MPI moves host memory: a device backend receives into host
-                 * slots and uploads after the wait */
-                if (!bt_buft_is_host(buft)) {
-                    if (posix_memalign(&xf->ring[c], BT_MEM_ALIGN, xf->bytes ? xf->bytes : 1) != 0)
-                        return fail(d, BT_ERR_NOMEM, "out of memory for receive staging");
-                    slot_bytes += (int64_t)xf->bytes;
-                }
+    bool staged_recv = false;
+    uint8_t *base = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        slot_bytes = 0;
+        for (int x = 0; x < d->n_xfers; x++) {
+            struct xfer *xf = &d->xfers[x];
+            xf->zero_copy = xf->src == d->rank && xf->producer >= 0 && (host_backend || xf->direct);
+            for (int c = 0; c < d->n_copies; c++) {
+                const bool stage = xf->src == d->rank && !xf->zero_copy;
+                const bool output = xf->dst == d->rank && xf->consumer < 0;
+                const bool staging = xf->dst == d->rank && xf->consumer >= 0 && !host_backend && !xf->direct;
+                if (xf->dst == d->rank && xf->consumer >= 0) slot_bytes += (int64_t)xf->bytes; /* the copy */
+                if (stage) xf->stage[c] = take_slot(base, &off, xf->bytes, halign);
+                if (output || staging) xf->ring[c] = take_slot(base, &off, xf->bytes, halign);
+                if (stage || output || staging) slot_bytes += (int64_t)xf->bytes;
+                staged_recv = staged_recv || staging;
             }
         }
-    }
-    for (int i = 0; i < d->n_louts; i++) {
-        for (int c = 0; c < d->n_copies; c++) {
-            if (posix_memalign(&d->louts[i].ring[c], BT_MEM_ALIGN, d->louts[i].bytes ? d->louts[i].bytes : 1) != 0)
-                return fail(d, BT_ERR_NOMEM, "out of memory for output slots");
-            slot_bytes += (int64_t)d->louts[i].bytes;
+        for (int i = 0; i < d->n_louts; i++) {
+            for (int c = 0; c < d->n_copies; c++) {
+                d->louts[i].ring[c] = take_slot(base, &off, d->louts[i].bytes, halign);
+                slot_bytes += (int64_t)d->louts[i].bytes;
+            }
+        }
+        if (pass == 0 && off > 0) {
+            d->host_buf = bt_buft_alloc_buffer(hbuft, off);
+            if (!d->host_buf)
+                return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB of %s memory for transfer slots",
+                            d->rank, (double)off / 1048576.0, bt_buft_name(hbuft));
+            base = bt_buffer_get_base(d->host_buf);
         }
     }
+    if (staged_recv) d->upload_ev = bt_event_new(d->backend); /* NULL: synchronise instead */
     d->stats.slot_bytes = slot_bytes;
     d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + slot_bytes;
     return BT_OK;
@@ -715,8 +819,9 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
 
 static enum bt_status post_recv(bt_dist *d, struct xfer *xf, int c, int64_t k) {
     void *buf = xf->ring[c] ? xf->ring[c] : xf->copies[c]->data;
-    enum bt_status st = bt_transport_irecv(d->t, buf, xf->bytes, xf->src, xf->tag0 + c, &xf->recv[c]);
-    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    bt_transport *t = xfer_transport(d, xf);
+    enum bt_status st = bt_transport_irecv(t, buf, xf->bytes, xf->src, xf->tag0 + c, &xf->recv[c]);
+    if (st != BT_OK) return fail(d, st, "%s", t->error);
     xf->recv_k[c] = k;
     return BT_OK;
 }
@@ -825,6 +930,8 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
     if (st == BT_OK) st = make_sched(d);
     if (st == BT_OK) st = split_pinned(d);
     if (st == BT_OK) st = find_transfers(d);
+    st = agree(d, st);
+    if (st == BT_OK) st = choose_links(d);
     if (st == BT_OK) st = allocate_local(d, init, user);
     if (st == BT_OK) {
         int n = 0;
@@ -839,11 +946,13 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
         release_plan(d);
         return st;
     }
-    /* 5. the first n_copies receives of every incoming transfer */
-    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
-        struct xfer *xf = &d->xfers[x];
-        if (xf->dst != d->rank || xf->consumer < 0) continue;
-        for (int c = 0; c < d->n_copies && st == BT_OK; c++) st = post_recv(d, xf, c, c);
+    /* 5. the first n_copies receives of every incoming transfer, micro-batch
+     * by micro-batch (the order submit keeps) */
+    for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
+        for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, c);
+        }
     }
     st = agree(d, st);
     if (st != BT_OK) {
@@ -858,25 +967,43 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
 
 /* ---- the pipeline --------------------------------------------------------------------- */
 
-static enum bt_status wait_req(bt_dist *d, bt_treq *r) {
-    enum bt_status st = bt_transport_wait_polite(d->t, r);
-    return st == BT_OK ? BT_OK : fail(d, st, "%s", d->t->error);
+static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
+    bt_transport *t = xfer_transport(d, xf);
+    enum bt_status st = bt_transport_wait_polite(t, r);
+    return st == BT_OK ? BT_OK : fail(d, st, "%s", t->error);
+}
+
+/* A tensor of this rank into host memory: staged through the backend's
+ * stream when it lives in the backend's memory, else a plain read. */
+static enum bt_status download(bt_dist *d, const struct bt_tensor *x, void *host) {
+    const bt_buffer_t b = x->view_src ? x->view_src->buffer : x->buffer;
+    if (b && d->host_buf && bt_backend_supports_buft(d->backend, bt_buffer_get_type(b))) {
+        const size_t off = (size_t)((uint8_t *)host - (uint8_t *)bt_buffer_get_base(d->host_buf));
+        enum bt_status st = bt_staging_to_host(d->backend, x, d->host_buf, off, d->err, sizeof d->err);
+        if (st != BT_OK) return st;
+    } else {
+        bt_tensor_get(x, host, 0, bt_nbytes(x));
+    }
+    return BT_OK;
 }
 
 static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
     const double t0 = now_s();
     if (xf->send[c].active) {
-        enum bt_status st = wait_req(d, &xf->send[c]);
+        enum bt_status st = wait_req(d, xf, &xf->send[c]);
         if (st != BT_OK) return st;
     }
     const void *buf = xf->tensor->data;
     if (!xf->zero_copy) {
-        bt_tensor_get(xf->tensor, xf->stage[c], 0, xf->bytes);
+        enum bt_status st = download(d, xf->tensor, xf->stage[c]);
+        if (st != BT_OK) return st;
         buf = xf->stage[c];
     }
-    enum bt_status st = bt_transport_isend(d->t, buf, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
-    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    bt_transport *t = xfer_transport(d, xf);
+    enum bt_status st = bt_transport_isend(t, buf, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+    if (st != BT_OK) return fail(d, st, "%s", t->error);
     d->stats.bytes_sent += (int64_t)xf->bytes;
+    if (xf->direct) d->stats.bytes_direct += (int64_t)xf->bytes;
     const double t1 = now_s();
     d->stats.send_s += t1 - t0;
     if (d->trace) trace_add(d, BT_TRACE_SEND, t0, t1, d->k_next, xf->producer, xf->dst, (int64_t)xf->bytes);
@@ -913,7 +1040,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->dst != d->rank || xf->consumer >= 0) continue;
-        if (xf->recv[c].active) st = wait_req(d, &xf->recv[c]);
+        if (xf->recv[c].active) st = wait_req(d, xf, &xf->recv[c]);
         if (st == BT_OK) st = post_recv(d, xf, c, k);
     }
     /* leafs other ranks need (inputs on rank 0) */
@@ -930,9 +1057,15 @@ enum bt_status bt_dist_submit(bt_dist *d) {
             struct xfer *xf = &d->xfers[x];
             if (xf->dst == d->rank && xf->consumer == s) {
                 const double w0 = now_s();
-                st = wait_req(d, &xf->recv[c]);
+                st = wait_req(d, xf, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
-                if (st == BT_OK && xf->ring[c]) bt_tensor_set(xf->copies[c], xf->ring[c], 0, xf->bytes);
+                if (st == BT_OK && xf->ring[c]) {
+                    /* the upload runs in the backend's stream, before the split */
+                    const size_t off = (size_t)((uint8_t *)xf->ring[c] - (uint8_t *)bt_buffer_get_base(d->host_buf));
+                    st = bt_staging_from_host(d->backend, xf->copies[c], d->host_buf, off, d->err, sizeof d->err);
+                    if (st == BT_OK && d->upload_ev) bt_event_record(d->upload_ev, d->backend);
+                    d->uploads_pending = true;
+                }
                 if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }
@@ -943,7 +1076,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
             struct xfer *xf = &d->xfers[x];
             if (xf->src != d->rank || xf->producer != s || !xf->zero_copy) continue;
             for (int cc = 0; cc < d->n_copies && st == BT_OK; cc++)
-                if (xf->send[cc].active) st = wait_req(d, &xf->send[cc]);
+                if (xf->send[cc].active) st = wait_req(d, xf, &xf->send[cc]);
         }
         const double t1 = now_s();
         d->stats.wait_s += ts - t0;
@@ -964,10 +1097,19 @@ enum bt_status bt_dist_submit(bt_dist *d) {
             struct xfer *xf = &d->xfers[x];
             if (xf->src == d->rank && xf->producer == s) st = send_xfer(d, xf, c);
         }
-        for (int i = 0; i < d->n_louts; i++)
-            if (d->louts[i].split == s) bt_tensor_get(d->louts[i].tensor, d->louts[i].ring[c], 0, d->louts[i].bytes);
+        for (int i = 0; i < d->n_louts && st == BT_OK; i++)
+            if (d->louts[i].split == s) st = download(d, d->louts[i].tensor, d->louts[i].ring[c]);
     }
-    /* slot c is free again: post the receives of micro-batch k + n_copies */
+    /* slot c is free again once its uploads are done: post the receives of
+     * micro-batch k + n_copies */
+    if (st == BT_OK && d->uploads_pending) {
+        if (d->upload_ev) {
+            bt_event_synchronize(d->upload_ev);
+        } else {
+            bt_backend_synchronize(d->backend);
+        }
+        d->uploads_pending = false;
+    }
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, k + d->n_copies);
@@ -998,7 +1140,7 @@ enum bt_status bt_dist_get_output(bt_dist *d, int k, const struct bt_tensor *out
         if (xf->recv_k[c] != k) return fail(d, BT_ERR_INVALID, "output of micro-batch %d was overwritten", k);
         if (xf->recv[c].active) {
             const double t0 = now_s();
-            enum bt_status st = wait_req(d, &xf->recv[c]);
+            enum bt_status st = wait_req(d, xf, &xf->recv[c]);
             d->stats.wait_s += now_s() - t0;
             if (st != BT_OK) return st;
             d->stats.bytes_recv += (int64_t)xf->bytes;
@@ -1015,10 +1157,10 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
         for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
-            if (xf->src == d->rank && xf->send[c].active) st = wait_req(d, &xf->send[c]);
+            if (xf->src == d->rank && xf->send[c].active) st = wait_req(d, xf, &xf->send[c]);
             if (st == BT_OK && xf->dst == d->rank && xf->consumer < 0 && xf->recv[c].active) {
                 const double t0 = now_s();
-                st = wait_req(d, &xf->recv[c]);
+                st = wait_req(d, xf, &xf->recv[c]);
                 d->stats.wait_s += now_s() - t0;
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
             }
@@ -1073,8 +1215,12 @@ void bt_dist_rank_layers(const bt_dist *d, int rank, int *first, int *last) {
 void bt_dist_print_plan(const bt_dist *d, FILE *f) {
     if (!d->planned && !d->sched) return;
     const int P = d->size;
-    fprintf(f, "plan: %d ranks, %d splits, %d transfers per micro-batch, %d micro-batches in flight\n", P,
-            bt_sched_get_n_splits(d->sched), d->n_xfers, d->n_copies);
+    int n_direct = 0;
+    for (int x = 0; x < d->n_xfers; x++) n_direct += d->xfers[x].direct;
+    fprintf(f, "plan: %d ranks, %d splits, %d transfers per micro-batch", P, bt_sched_get_n_splits(d->sched),
+            d->n_xfers);
+    if (n_direct > 0) fprintf(f, " (%d device to device)", n_direct);
+    fprintf(f, ", %d micro-batches in flight\n", d->n_copies);
     for (int r = 0; r < P; r++) {
         int nodes = 0, splits = 0;
         double wbytes = 0, in_bytes = 0;

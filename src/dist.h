@@ -20,7 +20,8 @@
  * backend per rank and broadcasts the assignment; every rank re-derives the
  * same splits from it, allocates only its own weights, compute memory,
  * n_copies receive slots per incoming transfer and n_copies send slots per
- * outgoing one, and posts its first receives.
+ * outgoing one, opens the device transport's edges, and posts its first
+ * receives.
  *
  * Layers are read from tensor names "blk.N." (as baton's model builder and
  * GGUF files name them); tensors before the first layer belong to rank 0,
@@ -55,6 +56,20 @@ struct bt_dist_options {
     int64_t mem_limit;           /* bytes this rank may use (0: the machine's) */
     double link_gbps;            /* assumed rank-to-rank bandwidth for planning (0: 5 GB/s) */
     bool verbose;                /* print the plan on rank 0 */
+    /* This rank's transport for backend memory to backend memory (NCCL
+     * between CUDA ranks), NULL on ranks that have none; not owned.  A tensor
+     * one rank's split computes for another rank's split goes over it when
+     * both ranks have one and device_edges allows the edge; inputs, outputs
+     * and every other edge go over the main transport, staged through the
+     * backend's host memory (pinned for a GPU) when its memory is not the
+     * host's.  It may match by posting order alone (no tags) and need not
+     * cancel: baton opens its edges at plan time (connect), posts both ends
+     * of an edge in the same order, and at free sends what receives were
+     * posted ahead for. */
+    bt_transport *device_transport;
+    /* size x size, [src * size + dst] != 0: this edge may use the device
+     * transport (rank 0's governs); NULL: every edge may */
+    const uint8_t *device_edges;
 };
 
 struct bt_rank_desc {
@@ -73,6 +88,7 @@ struct bt_dist_stats {
     double send_s;            /* time staging and posting sends (incl. waiting for a free send slot) */
     double wall_s;            /* first submit to the end of synchronize */
     int64_t bytes_sent, bytes_recv;
+    int64_t bytes_direct;     /* of bytes_sent: over the device transport */
     int64_t weight_bytes;     /* weights held by this rank */
     int64_t compute_bytes;    /* compute buffer */
     int64_t slot_bytes;       /* receive + send + output slots */

@@ -11,6 +11,7 @@ struct limited {
     bool refused[BT_OP_COUNT];
     struct bt_limited_stats stats;
     struct bt_buffer_type buft;
+    struct bt_buffer_type host_buft; /* its "pinned" host memory */
     struct bt_backend *self;
 };
 
@@ -36,6 +37,31 @@ static bt_buffer_t lim_buft_alloc(bt_buffer_type_t buft, size_t size) {
     }
     b->iface.set_tensor = lim_buffer_set;
     return b;
+}
+
+/* host memory, counted (stands for a GPU's pinned memory) */
+static const char *lim_host_buft_name(bt_buffer_type_t buft) {
+    (void)buft;
+    return "LIMITED_Host";
+}
+
+static bt_buffer_t lim_host_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    struct limited *l = buft->context;
+    void *p = NULL;
+    if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
+    bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
+    if (!b) {
+        free(p);
+        return NULL;
+    }
+    l->stats.host_allocs++;
+    l->stats.host_alloc_bytes += size;
+    return b;
+}
+
+static bool lim_host_buft_is_host(bt_buffer_type_t buft) {
+    (void)buft;
+    return true;
 }
 
 static size_t lim_buft_alignment(bt_buffer_type_t buft) {
@@ -70,7 +96,7 @@ static void lim_set_async(bt_backend_t b, struct bt_tensor *t, const void *data,
 }
 
 static void lim_get_async(bt_backend_t b, const struct bt_tensor *t, void *data, size_t offset, size_t size) {
-    (void)b;
+    ((struct limited *)b->context)->stats.get_async_calls++;
     memcpy(data, (const uint8_t *)t->data + offset, size);
 }
 
@@ -110,6 +136,8 @@ static void lim_event_sync(bt_event_t e) { (void)e; }
 
 static const char *lim_error(bt_backend_t b) { return bt_cpu_error(((struct limited *)b->context)->cpu); }
 
+static bt_buffer_type_t lim_host_buft(bt_backend_t b) { return &((struct limited *)b->context)->host_buft; }
+
 static const struct bt_backend_i lim_i = {
     /* .get_name                = */ lim_name,
     /* .free                    = */ lim_free,
@@ -128,6 +156,7 @@ static const struct bt_backend_i lim_i = {
     /* .event_wait              = */ lim_event_wait,
     /* .event_synchronize       = */ lim_event_sync,
     /* .get_error               = */ lim_error,
+    /* .get_host_buffer_type    = */ lim_host_buft,
 };
 
 bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused) {
@@ -151,6 +180,15 @@ bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum
         /* .is_host        = */ lim_buft_is_host,
     };
     l->buft.context = l;
+    l->host_buft.iface = (struct bt_buffer_type_i){
+        /* .get_name       = */ lim_host_buft_name,
+        /* .alloc_buffer   = */ lim_host_buft_alloc,
+        /* .get_alignment  = */ lim_buft_alignment,
+        /* .get_max_size   = */ NULL,
+        /* .get_alloc_size = */ NULL,
+        /* .is_host        = */ lim_host_buft_is_host,
+    };
+    l->host_buft.context = l;
     l->self = b;
     b->iface = lim_i;
     b->context = l;

@@ -2,7 +2,9 @@
  * behind its own buffer type (which the CPU backend treats as incompatible,
  * as it would a GPU's) and a supports_op that refuses a chosen set of ops.
  * With it, graphs really split and inputs are really copied, without a GPU.
- * It counts its asynchronous uploads so tests can check what was copied. */
+ * It counts its asynchronous uploads so tests can check what was copied, and
+ * has a host buffer type of its own (as a GPU's pinned memory) whose
+ * allocations it counts. */
 #ifndef BATON_TEST_BACKEND_LIMITED_H
 #define BATON_TEST_BACKEND_LIMITED_H
 
@@ -16,6 +18,9 @@ struct bt_limited_stats {
     uint64_t graph_computes;
     uint64_t nodes_computed;
     uint64_t events_recorded;
+    uint64_t get_async_calls; /* bt_backend_tensor_get_async from this backend */
+    uint64_t host_allocs;     /* buffers of its host buffer type */
+    uint64_t host_alloc_bytes;
 };
 
 /* name: shown in plans ("LIMITED0"); refused: ops it will not run. */

@@ -288,6 +288,155 @@ START_TEST(test_staged_device_path) {
 }
 END_TEST
 
+/* ---- the device transport path, over the ordered transport (NCCL's rules) ---- */
+
+/* The ordered transport itself: data matches in posting order whatever the
+ * tags; a transfer needs an opened edge; edge lists that differ between the
+ * two ends are an error naming both. */
+START_TEST(test_ordered_transport) {
+    bt_transport *o = bt_transport_ordered_new(T);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_str_eq(o->iface.name(o), "ordered");
+    const int P = T->size, r = T->rank;
+    bt_treq a, b;
+    int32_t v[2] = {0, 0};
+    if (P >= 2) {
+        /* no edge yet */
+        if (r == 0) {
+            ck_assert_int_eq(bt_transport_isend(o, v, sizeof v, 1, 0, &a), BT_ERR_INVALID);
+            ck_assert_ptr_nonnull(strstr(o->error, "no open channel from rank 0 to rank 1"));
+        }
+        const int src[1] = {0}, dst[1] = {1};
+        ck_assert_int_eq(bt_transport_connect(o, src, dst, 1), BT_OK);
+        if (r == 0) {
+            int32_t x = 11, y = 22;
+            ck_assert_int_eq(bt_transport_isend(o, &x, sizeof x, 1, 5, &a), BT_OK);
+            ck_assert_int_eq(bt_transport_isend(o, &y, sizeof y, 1, 3, &b), BT_OK);
+            ck_assert_int_eq(bt_transport_wait(o, &a), BT_OK);
+            ck_assert_int_eq(bt_transport_wait(o, &b), BT_OK);
+            /* only 0 -> 1 is open */
+            ck_assert_int_eq(bt_transport_irecv(o, v, sizeof v, 1, 0, &a), BT_ERR_INVALID);
+        } else if (r == 1) {
+            /* posted with the tags swapped: the order decides, as with NCCL */
+            ck_assert_int_eq(bt_transport_irecv(o, &v[0], sizeof v[0], 0, 3, &a), BT_OK);
+            ck_assert_int_eq(bt_transport_irecv(o, &v[1], sizeof v[1], 0, 5, &b), BT_OK);
+            ck_assert_int_eq(bt_transport_wait(o, &a), BT_OK);
+            ck_assert_int_eq(bt_transport_wait(o, &b), BT_OK);
+            ck_assert_int_eq(v[0], 11);
+            ck_assert_int_eq(v[1], 22);
+        }
+        /* rank 1 lists the edges in another order than rank 0 */
+        const int s2[2] = {0, 1}, d2[2] = {1, 0}, s3[2] = {1, 0}, d3[2] = {0, 1};
+        if (r <= 1) {
+            const enum bt_status st = r == 0 ? bt_transport_connect(o, s2, d2, 2) : bt_transport_connect(o, s3, d3, 2);
+            ck_assert_int_eq(st, BT_ERR_MISMATCH);
+            ck_assert_msg(strstr(o->error, "entry 0 of this rank's edge list is") != NULL &&
+                              strstr(o->error, "same edges in the same order") != NULL,
+                          "%s", o->error);
+        }
+    }
+    const int self[1] = {r};
+    ck_assert_int_eq(bt_transport_connect(o, self, self, 1), BT_ERR_INVALID);
+    ck_assert_int_eq(o->iface.barrier(o), BT_OK);
+    o->iface.free(o);
+}
+END_TEST
+
+/* The pipeline with a device transport: rank 0 on the CPU, the others on a
+ * backend whose memory is not the host's (as a GPU's), some ranks holding an
+ * ordered transport.  The results are bitwise those of one process, tensors
+ * between two member ranks went over the ordered transport, and the rest
+ * (inputs, outputs, edges with a non-member) over MPI through the backend's
+ * host memory.  `refuse` makes the device ranks refuse an op, so the graph
+ * goes back and forth between ranks and one edge carries several tensors
+ * from different splits. */
+static void check_device_transport(bool rank0_member, enum bt_op refuse, const uint8_t *edges, int n_copies, int M) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_TOPK;
+    cfg.n_layers = 4;
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    struct distributed x;
+    memset(&x, 0, sizeof x);
+    x.m = bt_model_new(&cfg);
+    x.cpu = T->rank == 0 ? bt_backend_cpu_init(1)
+                         : bt_backend_limited_init("DEVICE", 1, &refuse, refuse == BT_OP_NONE ? 0 : 1);
+    ck_assert_ptr_nonnull(x.cpu);
+    bt_transport *o = T->rank > 0 || rank0_member ? bt_transport_ordered_new(T) : NULL;
+    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+    struct bt_dist_options opt = {.n_copies = n_copies, .device_transport = o, .device_edges = edges};
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
+    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
+    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
+    for (int k = 0; k < M; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+        const int ready = k - (n_copies - 1);
+        if (T->rank == 0 && ready >= 0) {
+            reference_run(&ref, ready, want);
+            ck_assert_int_eq(bt_dist_get_output(x.d, ready, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0,
+                          "device transport (rank 0 %s, n_copies %d): micro-batch %d differs",
+                          rank0_member ? "a member" : "not a member", n_copies, ready);
+        }
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    struct bt_dist_stats *all = calloc((size_t)T->size, sizeof *all);
+    ck_assert_int_eq(bt_dist_gather_stats(x.d, all), BT_OK);
+    if (T->rank == 0) {
+        int64_t direct = 0, sent = 0;
+        for (int r = 0; r < T->size; r++) {
+            direct += all[r].bytes_direct;
+            sent += all[r].bytes_sent;
+        }
+        /* two device ranks next to each other exchange activations directly
+         * (unless the only edge between them is ruled out); rank 0 does not
+         * when it is not a member */
+        const bool expect = T->size >= 3 || (T->size == 2 && rank0_member);
+        if (!edges && expect) ck_assert_int_gt(direct, 0);
+        if (!rank0_member) ck_assert_int_eq(all[0].bytes_direct, 0);
+        if (edges && T->size == 2) ck_assert_int_eq(direct, 0); /* the only edges are ruled out */
+        ck_assert_int_le(direct, sent);
+    }
+    /* the device ranks staged their host transfers through their own host
+     * memory, with asynchronous copies */
+    if (T->rank > 0) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).host_allocs, 0);
+    free(all);
+    free(want);
+    free(got);
+    distributed_free(&x); /* sends what the receives posted ahead wait for */
+    if (o) o->iface.free(o);
+    reference_free(&ref);
+}
+
+START_TEST(test_device_transport) {
+    for (int n_copies = 1; n_copies <= 3; n_copies++) check_device_transport(true, BT_OP_NONE, NULL, n_copies, 5);
+    check_device_transport(false, BT_OP_NONE, NULL, 2, 4);
+}
+END_TEST
+
+START_TEST(test_device_transport_back_and_forth) {
+    check_device_transport(true, BT_OP_SOFT_MAX, NULL, 2, 5);
+    check_device_transport(true, BT_OP_ARGSORT, NULL, 3, 4);
+    check_device_transport(false, BT_OP_SOFT_MAX, NULL, 2, 3);
+}
+END_TEST
+
+/* Edges ruled out by device_edges go over MPI (here: every edge touching the
+ * last rank). */
+START_TEST(test_device_transport_edges) {
+    const int P = T->size;
+    uint8_t *edges = malloc((size_t)P * (size_t)P);
+    for (int a = 0; a < P; a++)
+        for (int b = 0; b < P; b++) edges[a * P + b] = a != P - 1 && b != P - 1;
+    check_device_transport(true, BT_OP_SOFT_MAX, edges, 2, 4);
+    free(edges);
+}
+END_TEST
+
 /* Ranks that build different graphs: one clear error on every rank. */
 START_TEST(test_graph_mismatch) {
     struct bt_model_config cfg;
@@ -348,6 +497,10 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_api_errors);
     tcase_add_test(tc, test_replan);
     tcase_add_test(tc, test_staged_device_path);
+    tcase_add_test(tc, test_ordered_transport);
+    tcase_add_test(tc, test_device_transport);
+    tcase_add_test(tc, test_device_transport_back_and_forth);
+    tcase_add_test(tc, test_device_transport_edges);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     suite_add_tcase(s, tc);

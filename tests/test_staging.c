@@ -68,6 +68,7 @@ static const struct bt_transport_i loop_i = {
     /* .barrier       = */ NULL,
     /* .abort         = */ NULL,
     /* .free          = */ NULL,
+    /* .connect       = */ NULL,
 };
 
 /* ---- fixtures ---- */

@@ -1,21 +1,26 @@
-/* nccl.h - the NCCL transport: point-to-point transfers of device memory
- * between CUDA ranks (ncclSend / ncclRecv on the backend's CUDA stream),
- * with the control-plane collectives delegated to an MPI transport.
+/* bt_nccl.h - the NCCL transport: point-to-point transfers of device memory
+ * between CUDA ranks, with the control-plane collectives delegated to an MPI
+ * transport.  Ranks and peers are MPI_COMM_WORLD ranks, as with MPI.
  *
- * Ranks and peers are MPI_COMM_WORLD ranks, as with the MPI transport.  The
- * communicator spans the CUDA ranks given at init (rank 0 of them creates the
- * ncclUniqueId and broadcasts it over MPI).
+ * Channels.  Each direction between two ranks is an edge of its own: a
+ * two-rank NCCL communicator with its own CUDA stream, opened by connect
+ * (bt_transport_connect), which every CUDA rank calls with the same edge list
+ * in the same order (src/dist.c does, at plan time).  A transfer on an edge
+ * never waits behind another edge's, so receives posted ahead (the n_copies
+ * ring) block nothing else.  A rank's transfers to itself use a one-rank
+ * communicator.  Two ranks on one GPU cannot share an edge: NCCL refuses it.
  *
  * Differences from MPI a caller must know:
- *  - NCCL has no tags: between two ranks, sends and receives match in the
- *    order they are posted.  The tag is recorded but not used for matching.
- *  - A transfer runs in stream order: a send posted after a graph_compute on
- *    the same stream sends the result, without a host synchronise.
- *  - A send and a receive that must proceed together (a rank sending to
- *    itself, or two ranks exchanging) must be posted inside one
- *    bt_transport_nccl_group_begin / _end pair, or the stream deadlocks.
- *  - A completed request is known by a cudaEvent recorded after the call:
- *    test = cudaEventQuery, wait = cudaEventSynchronize.  No cancel.
+ *  - No tags: on an edge, sends and receives match in the order they are
+ *    posted.  The tag is recorded but not used for matching.
+ *  - Stream order: a post is queued after everything already queued on the
+ *    backend's stream (cuda_stream at init), so a send posted after a
+ *    graph_compute sends its result and a receive into a slot waits for the
+ *    compute that read the slot, without a host synchronise.
+ *  - A send and a receive to itself must be posted inside one
+ *    bt_transport_nccl_group_begin / _end pair.
+ *  - Completion is a cudaEvent recorded after the call: test polls it (and
+ *    the communicator, so a dead peer is an error, not a hang).  No cancel.
  */
 #ifndef BATON_BT_NCCL_H
 #define BATON_BT_NCCL_H
@@ -26,15 +31,15 @@
 extern "C" {
 #endif
 
-/* Every rank of `mpi` calls this (it is collective over MPI): the NCCL
- * communicator spans all ranks, each on its current CUDA device, enqueuing
- * on cuda_stream (a cudaStream_t, e.g. bt_backend_cuda_stream(backend)).
- * NULL with a message in err on failure.  `mpi` is not owned. */
+/* This rank's NCCL transport, every rank of `mpi` being a CUDA rank; its
+ * device is the current one, its posts ordered after cuda_stream (a
+ * cudaStream_t, e.g. bt_backend_cuda_stream(backend)).  Not collective: it
+ * opens only the one-rank communicator; connect opens the edges.  NULL with a
+ * message in err on failure.  `mpi` is not owned and must outlive it. */
 bt_transport *bt_transport_nccl_init(bt_transport *mpi, void *cuda_stream, char *err, size_t n);
 
-/* As above over a subset: ranks[0..n_ranks) lists the CUDA ranks (world
- * ranks, ascending).  Every rank of `mpi` calls it; a rank not listed gets
- * NULL and err "" (not a member). */
+/* As above where ranks[0..n_ranks) (world ranks, ascending) are the CUDA
+ * ranks: a rank not listed gets NULL and err "" (not a member). */
 bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream, const int *ranks, int n_ranks,
                                            char *err, size_t n);
 

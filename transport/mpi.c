@@ -253,6 +253,7 @@ static const struct bt_transport_i mpi_i = {
     /* .barrier       = */ mpi_barrier,
     /* .abort         = */ mpi_abort,
     /* .free          = */ mpi_free,
+    /* .connect       = */ NULL,
 };
 
 bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {

@@ -1,22 +1,45 @@
-/* nccl.c - the NCCL transport (see bt_nccl.h): ncclSend / ncclRecv in a group on
- * one CUDA stream, a cudaEvent per request for completion, the communicator
- * bootstrapped over the MPI transport's broadcast, and every collective of
- * the control plane handed to that MPI transport. */
+/* nccl.c - the NCCL transport (see bt_nccl.h).  Between two ranks each
+ * direction is a communicator of its own (an edge, opened by connect) with
+ * a CUDA stream of its own, so receives posted ahead on one edge block
+ * nothing but that edge, and each edge carries its transfers in posting
+ * order.  A post first makes its edge's stream wait for what is queued on
+ * the backend's stream (a send goes after the compute that made its data, a
+ * receive after the compute that read its slot last); a cudaEvent recorded
+ * after the call tells its completion.  A rank's transfers to itself use a
+ * one-rank communicator.  Every collective of the control plane is the MPI
+ * transport's. */
 #include "bt_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+struct edge {
+    int peer;
+    bool out; /* this rank -> peer (else peer -> this rank) */
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+
+struct pending {
+    bt_treq *req;
+    cudaStream_t stream;
+};
 
 struct nccl_ctx {
     bt_transport *mpi;
-    ncclComm_t comm;
-    cudaStream_t stream;
-    int world_to_nccl[BT_TRANSPORT_MAX_RANKS_NCCL]; /* -1: not a member */
+    cudaStream_t backend_stream; /* where the data is made and used */
+    cudaEvent_t dep;             /* "what is queued on backend_stream so far" */
+    ncclComm_t self;             /* one rank: transfers to itself */
+    cudaStream_t self_stream;
+    uint8_t member[BT_TRANSPORT_MAX_RANKS_NCCL];
     int n_world;
+    struct edge *edges;
+    int n_edges;
     int group_depth;
-    bt_treq *pending[BT_NCCL_MAX_GROUP];
+    struct pending pending[BT_NCCL_MAX_GROUP];
     int n_pending;
 };
 
@@ -39,12 +62,17 @@ static const char *nccl_name(bt_transport *t) {
     return "nccl";
 }
 
-/* Record the completion event of req on the stream. */
-static enum bt_status record(bt_transport *t, bt_treq *req) {
-    struct nccl_ctx *c = t->context;
+static struct edge *find_edge(struct nccl_ctx *c, int peer, bool out) {
+    for (int i = 0; i < c->n_edges; i++)
+        if (c->edges[i].peer == peer && c->edges[i].out == out) return &c->edges[i];
+    return NULL;
+}
+
+/* Record the completion event of req on stream. */
+static enum bt_status record(bt_transport *t, bt_treq *req, cudaStream_t stream) {
     cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(ev, c->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, stream);
     if (e != cudaSuccess) {
         if (ev) cudaEventDestroy(ev);
         req->active = false;
@@ -57,10 +85,24 @@ static enum bt_status record(bt_transport *t, bt_treq *req) {
 static enum bt_status post(bt_transport *t, bool is_recv, void *buf, size_t bytes, int peer, int tag,
                            bt_treq *req) {
     struct nccl_ctx *c = t->context;
-    if (peer < 0 || peer >= c->n_world || c->world_to_nccl[peer] < 0) {
-        snprintf(t->error, sizeof t->error, "rank %d: rank %d is not a CUDA rank of the NCCL communicator", t->rank,
+    if (peer < 0 || peer >= c->n_world || !c->member[peer]) {
+        snprintf(t->error, sizeof t->error, "rank %d: rank %d is not a CUDA rank of the NCCL transport", t->rank,
                  peer);
         return BT_ERR_INVALID;
+    }
+    ncclComm_t comm = c->self;
+    cudaStream_t stream = c->self_stream;
+    int np = 0; /* the peer's rank in comm */
+    if (peer != t->rank) {
+        const struct edge *e = find_edge(c, peer, !is_recv);
+        if (!e) {
+            snprintf(t->error, sizeof t->error, "rank %d: no NCCL channel from rank %d to rank %d (connect it first)",
+                     t->rank, is_recv ? peer : t->rank, is_recv ? t->rank : peer);
+            return BT_ERR_INVALID;
+        }
+        comm = e->comm;
+        stream = e->stream;
+        np = is_recv ? 0 : 1; /* an edge's sender is its rank 0 */
     }
     if (c->group_depth > 0 && c->n_pending >= BT_NCCL_MAX_GROUP) {
         snprintf(t->error, sizeof t->error, "rank %d: more than %d transfers in one NCCL group", t->rank,
@@ -72,12 +114,14 @@ static enum bt_status post(bt_transport *t, bool is_recv, void *buf, size_t byte
     req->bytes = bytes;
     req->peer = peer;
     req->tag = tag;
-    const int np = c->world_to_nccl[peer];
+    /* after everything queued on the backend's stream so far */
+    cudaError_t ce = cudaEventRecord(c->dep, c->backend_stream);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream, c->dep, 0);
+    if (ce != cudaSuccess) return cuda_fail(t, "ordering after the backend's stream", ce, peer);
     ncclResult_t r = ncclSuccess;
     if (c->group_depth == 0) r = ncclGroupStart();
     if (r == ncclSuccess)
-        r = is_recv ? ncclRecv(buf, bytes, ncclChar, np, c->comm, c->stream)
-                    : ncclSend(buf, bytes, ncclChar, np, c->comm, c->stream);
+        r = is_recv ? ncclRecv(buf, bytes, ncclChar, np, comm, stream) : ncclSend(buf, bytes, ncclChar, np, comm, stream);
     if (c->group_depth == 0) {
         const ncclResult_t r2 = ncclGroupEnd();
         if (r == ncclSuccess) r = r2;
@@ -85,10 +129,10 @@ static enum bt_status post(bt_transport *t, bool is_recv, void *buf, size_t byte
     if (r != ncclSuccess) return nccl_fail(t, is_recv ? "ncclRecv" : "ncclSend", r, peer);
     req->active = true;
     if (c->group_depth > 0) {
-        c->pending[c->n_pending++] = req; /* its event is recorded at group end */
+        c->pending[c->n_pending++] = (struct pending){req, stream}; /* its event is recorded at group end */
         return BT_OK;
     }
-    return record(t, req);
+    return record(t, req, stream);
 }
 
 static enum bt_status nccl_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
@@ -118,13 +162,13 @@ enum bt_status bt_transport_nccl_group_end(bt_transport *t) {
     if (--c->group_depth > 0) return BT_OK;
     const ncclResult_t r = ncclGroupEnd();
     if (r != ncclSuccess) {
-        for (int i = 0; i < c->n_pending; i++) c->pending[i]->active = false;
+        for (int i = 0; i < c->n_pending; i++) c->pending[i].req->active = false;
         c->n_pending = 0;
         return nccl_fail(t, "ncclGroupEnd", r, -1);
     }
     enum bt_status s = BT_OK;
     for (int i = 0; i < c->n_pending; i++) {
-        const enum bt_status si = record(t, c->pending[i]);
+        const enum bt_status si = record(t, c->pending[i].req, c->pending[i].stream);
         if (s == BT_OK) s = si;
     }
     c->n_pending = 0;
@@ -140,8 +184,14 @@ static void finish(bt_treq *req) {
 /* A communicator error (a peer died) is reported rather than waited on. */
 static enum bt_status comm_error(bt_transport *t, bt_treq *req) {
     struct nccl_ctx *c = t->context;
+    ncclComm_t comm = c->self;
+    if (req->peer != t->rank) {
+        const struct edge *e = find_edge(c, req->peer, !req->is_recv);
+        if (!e) return BT_OK;
+        comm = e->comm;
+    }
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(c->comm, &async);
+    ncclCommGetAsyncError(comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) return nccl_fail(t, "NCCL communicator", async, req->peer);
     return BT_OK;
 }
@@ -161,12 +211,76 @@ static enum bt_status nccl_test(bt_transport *t, bt_treq *req, bool *done) {
     return comm_error(t, req);
 }
 
+/* Polls (the event, and the communicator for a dead peer) rather than
+ * blocking in cudaEventSynchronize, which would never return if the peer
+ * died. */
 static enum bt_status nccl_wait(bt_transport *t, bt_treq *req) {
-    const enum bt_status s = comm_error(t, req);
-    if (s != BT_OK) return s;
-    const cudaError_t e = cudaEventSynchronize(*req_event(req));
-    finish(req);
-    return e == cudaSuccess ? BT_OK : cuda_fail(t, "cudaEventSynchronize", e, req->peer);
+    for (;;) {
+        bool done = false;
+        const enum bt_status s = nccl_test(t, req, &done);
+        if (s != BT_OK || done) return s;
+        sched_yield();
+    }
+}
+
+/* Open the edges of this rank, in list order (a blocking rendezvous of the
+ * two ends, NCCL's communicator set-up): the sender makes the unique id and
+ * hands it to the receiver over MPI. */
+static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
+    struct nccl_ctx *c = t->context;
+    bt_transport *mpi = c->mpi;
+    for (int i = 0; i < n_edges; i++) {
+        if (src[i] < 0 || src[i] >= c->n_world || dst[i] < 0 || dst[i] >= c->n_world || src[i] == dst[i]) {
+            snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks",
+                     t->rank, i, src[i], dst[i]);
+            return BT_ERR_INVALID;
+        }
+        if (src[i] != t->rank && dst[i] != t->rank) continue;
+        const bool out = src[i] == t->rank;
+        const int peer = out ? dst[i] : src[i];
+        if (!c->member[peer]) {
+            snprintf(t->error, sizeof t->error, "rank %d: connect: rank %d is not a CUDA rank of the NCCL transport",
+                     t->rank, peer);
+            return BT_ERR_INVALID;
+        }
+        if (find_edge(c, peer, out)) continue; /* opened by an earlier plan (so on both ends) */
+        struct edge *ne = realloc(c->edges, sizeof *ne * (size_t)(c->n_edges + 1));
+        if (!ne) {
+            snprintf(t->error, sizeof t->error, "rank %d: out of memory", t->rank);
+            return BT_ERR_NOMEM;
+        }
+        c->edges = ne;
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        bt_treq req;
+        enum bt_status s = BT_OK;
+        if (out) {
+            const ncclResult_t r = ncclGetUniqueId(&id);
+            if (r != ncclSuccess) return nccl_fail(t, "ncclGetUniqueId", r, peer);
+            s = mpi->iface.isend(mpi, &id, sizeof id, peer, BT_TRANSPORT_TAG_CONNECT, &req);
+        } else {
+            s = mpi->iface.irecv(mpi, &id, sizeof id, peer, BT_TRANSPORT_TAG_CONNECT, &req);
+        }
+        if (s == BT_OK) s = bt_transport_wait(mpi, &req);
+        if (s != BT_OK) {
+            snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %s", t->rank, src[i], dst[i], mpi->error);
+            return s;
+        }
+        struct edge e = {peer, out, NULL, NULL};
+        const cudaError_t ce = cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking);
+        if (ce != cudaSuccess) return cuda_fail(t, "cudaStreamCreate", ce, peer);
+        const ncclResult_t r = ncclCommInitRank(&e.comm, 2, id, out ? 0 : 1);
+        if (r != ncclSuccess) {
+            cudaStreamDestroy(e.stream);
+            snprintf(t->error, sizeof t->error, "rank %d: NCCL channel %d -> %d: ncclCommInitRank: %s%s", t->rank,
+                     src[i], dst[i], ncclGetErrorString(r),
+                     r == ncclInvalidUsage ? " (two ranks on one GPU? NCCL refuses that: use the mpi device link)"
+                                           : "");
+            return BT_ERR_COMM;
+        }
+        c->edges[c->n_edges++] = e;
+    }
+    return BT_OK;
 }
 
 /* ---- the control plane: MPI's ---- */
@@ -194,14 +308,23 @@ static enum bt_status nccl_barrier(bt_transport *t) {
 }
 static void nccl_abort(bt_transport *t, int code) {
     struct nccl_ctx *c = t->context;
-    ncclCommAbort(c->comm);
-    c->comm = NULL;
+    for (int i = 0; i < c->n_edges; i++) ncclCommAbort(c->edges[i].comm);
+    c->n_edges = 0;
+    if (c->self) ncclCommAbort(c->self);
+    c->self = NULL;
     c->mpi->iface.abort(c->mpi, code);
 }
 
 static void nccl_free(bt_transport *t) {
     struct nccl_ctx *c = t->context;
-    if (c->comm) ncclCommDestroy(c->comm);
+    for (int i = 0; i < c->n_edges; i++) {
+        ncclCommDestroy(c->edges[i].comm);
+        cudaStreamDestroy(c->edges[i].stream);
+    }
+    free(c->edges);
+    if (c->self) ncclCommDestroy(c->self);
+    if (c->self_stream) cudaStreamDestroy(c->self_stream);
+    if (c->dep) cudaEventDestroy(c->dep);
     free(c);
     free(t);
 }
@@ -220,6 +343,7 @@ static const struct bt_transport_i nccl_i = {
     /* .barrier       = */ nccl_barrier,
     /* .abort         = */ nccl_abort,
     /* .free          = */ nccl_free,
+    /* .connect       = */ nccl_connect,
 };
 
 bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream, const int *ranks, int n_ranks,
@@ -230,31 +354,15 @@ bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream,
                                BT_TRANSPORT_MAX_RANKS_NCCL);
         return NULL;
     }
-    int map[BT_TRANSPORT_MAX_RANKS_NCCL];
-    for (int i = 0; i < mpi->size; i++) map[i] = -1;
+    uint8_t member[BT_TRANSPORT_MAX_RANKS_NCCL] = {0};
     for (int i = 0; i < n_ranks; i++) {
         if (ranks[i] < 0 || ranks[i] >= mpi->size || (i > 0 && ranks[i] <= ranks[i - 1])) {
             if (err && n) snprintf(err, n, "nccl: CUDA rank list entry %d (%d) is out of order or range", i, ranks[i]);
             return NULL;
         }
-        map[ranks[i]] = i;
+        member[ranks[i]] = 1;
     }
-    /* the first CUDA rank makes the id; everyone hears it (collective) */
-    ncclUniqueId id;
-    memset(&id, 0, sizeof id);
-    ncclResult_t r = ncclSuccess;
-    if (mpi->rank == ranks[0]) r = ncclGetUniqueId(&id);
-    int32_t ok = r == ncclSuccess;
-    if (mpi->iface.bcast(mpi, &ok, sizeof ok, ranks[0]) != BT_OK ||
-        mpi->iface.bcast(mpi, &id, sizeof id, ranks[0]) != BT_OK) {
-        if (err && n) snprintf(err, n, "nccl: broadcast of the unique id: %s", mpi->error);
-        return NULL;
-    }
-    if (!ok) {
-        if (err && n) snprintf(err, n, "nccl: ncclGetUniqueId failed on rank %d", ranks[0]);
-        return NULL;
-    }
-    if (map[mpi->rank] < 0) return NULL; /* not a CUDA rank */
+    if (!member[mpi->rank]) return NULL; /* not a CUDA rank */
 
     bt_transport *t = calloc(1, sizeof *t);
     struct nccl_ctx *c = calloc(1, sizeof *c);
@@ -264,23 +372,29 @@ bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream,
         if (err && n) snprintf(err, n, "nccl: out of memory");
         return NULL;
     }
-    r = ncclCommInitRank(&c->comm, n_ranks, id, map[mpi->rank]);
-    if (r != ncclSuccess) {
-        if (err && n) snprintf(err, n, "rank %d: ncclCommInitRank: %s", mpi->rank, ncclGetErrorString(r));
-        free(t);
-        free(c);
-        return NULL;
-    }
     c->mpi = mpi;
-    c->stream = (cudaStream_t)cuda_stream;
+    c->backend_stream = (cudaStream_t)cuda_stream;
     c->n_world = mpi->size;
-    memcpy(c->world_to_nccl, map, sizeof(int) * (size_t)mpi->size);
+    memcpy(c->member, member, sizeof member);
     t->iface = nccl_i;
     t->context = c;
     t->rank = mpi->rank;
     t->size = mpi->size;
     t->local_rank = mpi->local_rank;
     t->local_size = mpi->local_size;
+    /* the one-rank communicator and the streams */
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r == ncclSuccess) r = ncclCommInitRank(&c->self, 1, id, 0);
+    cudaError_t ce = cudaEventCreateWithFlags(&c->dep, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&c->self_stream, cudaStreamNonBlocking);
+    if (r != ncclSuccess || ce != cudaSuccess) {
+        if (err && n)
+            snprintf(err, n, "rank %d: nccl: %s", mpi->rank,
+                     r != ncclSuccess ? ncclGetErrorString(r) : cudaGetErrorString(ce));
+        nccl_free(t);
+        return NULL;
+    }
     return t;
 }
 

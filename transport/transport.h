@@ -57,6 +57,13 @@ struct bt_transport_i {
     /* stop every rank (after a message has been printed) */
     void (*abort)(bt_transport *t, int code);
     void (*free)(bt_transport *t);
+
+    /* optional: open the channels of these directed edges (src[i] -> dst[i]),
+     * before any transfer on them.  Every rank that holds this transport
+     * calls it with the same list in the same order and takes part in the
+     * edges it is an end of (NCCL: one communicator per edge).  Without it a
+     * transport reaches every peer. */
+    enum bt_status (*connect)(bt_transport *t, const int *src, const int *dst, int n_edges);
 };
 
 struct bt_transport {
@@ -117,8 +124,18 @@ static inline void bt_transport_set_busy(bt_transport *t, bool busy) {
     if (t->iface.set_busy) t->iface.set_busy(t, busy);
 }
 
-/* Largest tag a transport accepts (MPI guarantees at least 32767). */
+/* Largest tag a transport accepts (MPI guarantees at least 32767).  The
+ * top two are reserved: BT_TRANSPORT_TAG_CONNECT for setting up channels
+ * (connect), BT_TRANSPORT_TAG_ORDERED for the ordered transport's data;
+ * callers use tags 0..BT_TRANSPORT_MAX_USER_TAG. */
 #define BT_TRANSPORT_MAX_TAG 32767
+#define BT_TRANSPORT_TAG_CONNECT BT_TRANSPORT_MAX_TAG
+#define BT_TRANSPORT_TAG_ORDERED (BT_TRANSPORT_MAX_TAG - 1)
+#define BT_TRANSPORT_MAX_USER_TAG (BT_TRANSPORT_MAX_TAG - 2)
+
+static inline enum bt_status bt_transport_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
+    return t->iface.connect ? t->iface.connect(t, src, dst, n_edges) : BT_OK;
+}
 
 /* ---- MPI (transport/mpi.c) ---------------------------------------------- */
 
@@ -136,6 +153,19 @@ bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us);
 void bt_transport_mpi_finalize(bt_transport *t);
 /* Count of outstanding requests (the progress thread runs while > 0). */
 void bt_transport_mpi_hold_progress(bt_transport *t, int delta);
+
+/* ---- ordered (transport/ordered.c) --------------------------------------- */
+
+/* NCCL's rules for moving data, over another transport (`inner`, not owned,
+ * which also serves the collectives): no tags (between two ranks, sends and
+ * receives match in the order they are posted), a transfer only on an edge
+ * opened by connect, which is a rendezvous of both ends as NCCL's
+ * communicator set-up is (edge lists that differ between the two ends are
+ * an error), and no cancel.  It lets the code that drives a device
+ * transport run and be tested on machines without GPUs: a caller that posts
+ * the two ends of an edge in different orders gets swapped data or a size
+ * error here, as it would get wrong results or a hang from NCCL. */
+bt_transport *bt_transport_ordered_new(bt_transport *inner);
 
 #ifdef __cplusplus
 }

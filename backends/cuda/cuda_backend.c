@@ -364,6 +364,11 @@ static bt_buffer_type_t cuda_get_default_buffer_type(bt_backend_t backend) {
     return bt_cuda_buffer_type(bctx(backend)->device);
 }
 
+static bt_buffer_type_t cuda_get_host_buffer_type(bt_backend_t backend) {
+    (void)backend;
+    return bt_cuda_host_buffer_type();
+}
+
 static void cuda_set_tensor_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data, size_t offset,
                                   size_t size) {
     struct bt_cuda_ctx *c = bctx(backend);
@@ -529,6 +534,7 @@ static const struct bt_backend_i cuda_backend_i = {
     /* .event_wait              = */ cuda_event_wait,
     /* .event_synchronize       = */ cuda_event_synchronize,
     /* .get_error               = */ cuda_get_error,
+    /* .get_host_buffer_type    = */ cuda_get_host_buffer_type,
 };
 
 bt_backend_t bt_backend_cuda_init(int device) {

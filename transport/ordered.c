@@ -1,0 +1,172 @@
+/* ordered.c - NCCL's rules for moving data over another transport (see
+ * transport.h): every transfer carries one tag, so MPI's non-overtaking rule
+ * matches sends and receives between two ranks in posting order, as NCCL
+ * does; a peer is reachable only over an edge that connect opened; nothing
+ * can be cancelled.  The collectives are the inner transport's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport.h"
+
+struct ordered_ctx {
+    bt_transport *inner;
+    uint8_t *to;   /* [peer]: an edge rank -> peer is open */
+    uint8_t *from; /* [peer]: an edge peer -> rank is open */
+};
+
+static struct ordered_ctx *octx(bt_transport *t) { return t->context; }
+
+static enum bt_status inner_error(bt_transport *t, enum bt_status s) {
+    if (s != BT_OK) snprintf(t->error, sizeof t->error, "%s", octx(t)->inner->error);
+    return s;
+}
+
+static const char *ordered_name(bt_transport *t) {
+    (void)t;
+    return "ordered";
+}
+
+static enum bt_status no_edge(bt_transport *t, int from, int to) {
+    snprintf(t->error, sizeof t->error, "rank %d: no open channel from rank %d to rank %d (connect it first)", t->rank,
+             from, to);
+    return BT_ERR_INVALID;
+}
+
+static bool peer_ok(bt_transport *t, int peer) { return peer >= 0 && peer < t->size; }
+
+static enum bt_status ordered_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
+    if (!peer_ok(t, peer) || !octx(t)->to[peer]) return no_edge(t, t->rank, peer);
+    bt_transport *in = octx(t)->inner;
+    const enum bt_status s = inner_error(t, in->iface.isend(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    req->tag = tag;
+    return s;
+}
+
+static enum bt_status ordered_irecv(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
+    if (!peer_ok(t, peer) || !octx(t)->from[peer]) return no_edge(t, peer, t->rank);
+    bt_transport *in = octx(t)->inner;
+    const enum bt_status s = inner_error(t, in->iface.irecv(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    req->tag = tag;
+    return s;
+}
+
+static enum bt_status ordered_test(bt_transport *t, bt_treq *req, bool *done) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.test(in, req, done));
+}
+
+static enum bt_status ordered_wait(bt_transport *t, bt_treq *req) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.wait(in, req));
+}
+
+static void ordered_set_busy(bt_transport *t, bool busy) { bt_transport_set_busy(octx(t)->inner, busy); }
+
+static enum bt_status ordered_bcast(bt_transport *t, void *buf, size_t bytes, int root) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.bcast(in, buf, bytes, root));
+}
+static enum bt_status ordered_gather(bt_transport *t, const void *send, size_t bytes, void *recv, int root) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.gather(in, send, bytes, recv, root));
+}
+static enum bt_status ordered_allreduce_max(bt_transport *t, int64_t *v, int n) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.allreduce_max(in, v, n));
+}
+static enum bt_status ordered_barrier(bt_transport *t) {
+    bt_transport *in = octx(t)->inner;
+    return inner_error(t, in->iface.barrier(in));
+}
+static void ordered_abort(bt_transport *t, int code) {
+    bt_transport *in = octx(t)->inner;
+    in->iface.abort(in, code);
+}
+
+static void ordered_free(bt_transport *t) {
+    free(octx(t)->to);
+    free(octx(t)->from);
+    free(t->context);
+    free(t);
+}
+
+/* Each edge in list order is a rendezvous of its two ends, which exchange
+ * the edge and its index in their lists: ends with different lists fail here
+ * (or wait, as NCCL's set-up would, when one end never comes). */
+static enum bt_status ordered_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
+    struct ordered_ctx *c = octx(t);
+    bt_transport *in = c->inner;
+    for (int e = 0; e < n_edges; e++) {
+        if (!peer_ok(t, src[e]) || !peer_ok(t, dst[e]) || src[e] == dst[e]) {
+            snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks of %d",
+                     t->rank, e, src[e], dst[e], t->size);
+            return BT_ERR_INVALID;
+        }
+        if (src[e] != t->rank && dst[e] != t->rank) continue;
+        const bool sender = src[e] == t->rank;
+        const int peer = sender ? dst[e] : src[e];
+        int32_t mine[3] = {e, src[e], dst[e]}, theirs[3] = {-1, -1, -1};
+        bt_treq sr, rr;
+        enum bt_status s = in->iface.isend(in, mine, sizeof mine, peer, BT_TRANSPORT_TAG_CONNECT, &sr);
+        if (s == BT_OK) s = in->iface.irecv(in, theirs, sizeof theirs, peer, BT_TRANSPORT_TAG_CONNECT, &rr);
+        if (s == BT_OK) s = bt_transport_wait(in, &rr);
+        if (s == BT_OK) s = bt_transport_wait(in, &sr);
+        if (s != BT_OK) return inner_error(t, s);
+        if (memcmp(mine, theirs, sizeof mine) != 0) {
+            snprintf(t->error, sizeof t->error,
+                     "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, "
+                     "%d -> %d: every rank must list the same edges in the same order",
+                     t->rank, e, src[e], dst[e], peer, (int)theirs[0], (int)theirs[1], (int)theirs[2]);
+            return BT_ERR_MISMATCH;
+        }
+        if (sender)
+            c->to[peer] = 1;
+        else
+            c->from[peer] = 1;
+    }
+    return BT_OK;
+}
+
+static const struct bt_transport_i ordered_i = {
+    /* .name          = */ ordered_name,
+    /* .isend         = */ ordered_isend,
+    /* .irecv         = */ ordered_irecv,
+    /* .test          = */ ordered_test,
+    /* .wait          = */ ordered_wait,
+    /* .cancel        = */ NULL,
+    /* .set_busy      = */ ordered_set_busy,
+    /* .bcast         = */ ordered_bcast,
+    /* .gather        = */ ordered_gather,
+    /* .allreduce_max = */ ordered_allreduce_max,
+    /* .barrier       = */ ordered_barrier,
+    /* .abort         = */ ordered_abort,
+    /* .free          = */ ordered_free,
+    /* .connect       = */ ordered_connect,
+};
+
+bt_transport *bt_transport_ordered_new(bt_transport *inner) {
+    bt_transport *t = calloc(1, sizeof *t);
+    struct ordered_ctx *c = calloc(1, sizeof *c);
+    if (c) {
+        c->to = calloc((size_t)inner->size, 1);
+        c->from = calloc((size_t)inner->size, 1);
+    }
+    if (!t || !c || !c->to || !c->from) {
+        if (c) {
+            free(c->to);
+            free(c->from);
+        }
+        free(c);
+        free(t);
+        return NULL;
+    }
+    c->inner = inner;
+    t->iface = ordered_i;
+    t->context = c;
+    t->rank = inner->rank;
+    t->size = inner->size;
+    t->local_rank = inner->local_rank;
+    t->local_size = inner->local_size;
+    return t;
+}
