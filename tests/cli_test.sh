@@ -104,6 +104,14 @@ expect 2 "--type: 'q5_k'" "demo: unknown type" -- "$baton" demo --type q5_k
 expect 2 "--ffn: 'moe'" "demo: unknown ffn" -- "$baton" demo --ffn moe
 expect 2 "top_k" "demo: top-k above experts" -- "$baton" demo --experts 4 --top-k 5
 expect 2 "needs a value" "demo: missing value" -- "$baton" demo --layers
+expect 2 "--backend: 'gpu' is not cpu or cuda" "demo: unknown backend" -- "$baton" demo --backend gpu
+expect 2 "the topology names each rank's backend" "demo: --backend with a topology" -- \
+    "$baton" demo --backend cpu -t "$root/configs/local-cpu-2.yaml"
+expect 0 "bitwise" "demo --backend cpu" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cpu
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    expect 1 "rank [01]: (this process sees no CUDA device|this build of baton has no CUDA backend)" \
+        "demo --backend cuda without a GPU" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cuda
+fi
 expect 2 "unexpected argument 'extra'" "demo: stray argument" -- "$baton" demo extra
 expect 2 "unknown command 'dmeo'" "unknown command" -- "$baton" dmeo
 expect 2 "missing -t" "plan without topology" -- "$baton" plan

@@ -263,7 +263,7 @@ static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *d
         }
         if (s == BT_OK) s = bt_transport_wait(mpi, &req);
         if (s != BT_OK) {
-            snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %s", t->rank, src[i], dst[i], mpi->error);
+            snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %.400s", t->rank, src[i], dst[i], mpi->error);
             return s;
         }
         struct edge e = {peer, out, NULL, NULL};

@@ -146,6 +146,15 @@ int bt_cli_env_rank(void) {
     return 0;
 }
 
+int bt_cli_env_local_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v) return atoi(v);
+    }
+    return -1;
+}
+
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
     /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
      * its own stderr is a terminal */

@@ -82,6 +82,9 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out);
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);
+/* The node-local rank the launcher put in the environment (before MPI is
+ * up), -1 when none did. */
+int bt_cli_env_local_rank(void);
 
 /* Progress on long steps, rank 0 only, only when stderr is a terminal (or
  * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;

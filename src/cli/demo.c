@@ -15,6 +15,9 @@
 #ifdef BATON_HAVE_CUDA
 #include "bt_cuda.h"
 #endif
+#ifdef BATON_HAVE_NCCL
+#include "bt_nccl.h"
+#endif
 
 struct demo_opts {
     struct bt_model_config model;
@@ -28,6 +31,7 @@ struct demo_opts {
     const char *partition; /* "auto" or "a,b,c" */
     bool json;
     bool verbose;
+    const char *backend; /* --backend: "cpu" or "cuda" (no topology), NULL: not given */
 };
 
 static void demo_usage(FILE *f, const struct demo_opts *o) {
@@ -42,7 +46,11 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "whether the output equals a one-rank run of the same model.\n"
             "\n"
             "run:\n"
-            "  -t, --topology FILE   topology file (default: $BATON_TOPOLOGY, else CPU ranks)\n"
+            "  -t, --topology FILE   topology file (default: $BATON_TOPOLOGY, else ranks on\n"
+            "                        --backend)\n"
+            "      --backend B       without a topology: cpu (default) or cuda: every rank on\n"
+            "                        GPU (node-local rank mod GPUs); NCCL between the GPUs\n"
+            "                        when no two ranks of a node share one, else MPI\n"
             "  -m, --micro-batches M micro-batches to run           (default %d)\n"
             "  -c, --copies N        micro-batches in flight (n_copies, 1-%d; default: the\n"
             "                        topology's, else 2)\n"
@@ -63,7 +71,16 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
 
 /* ---- option parsing ------------------------------------------------------------ */
 
-enum { OPT_THREADS = OPT_MODEL_LAST + 1, OPT_PARTITION, OPT_CHECK, OPT_NO_CHECK, OPT_TRACE, OPT_JSON, OPT_PROGRESS };
+enum {
+    OPT_THREADS = OPT_MODEL_LAST + 1,
+    OPT_PARTITION,
+    OPT_CHECK,
+    OPT_NO_CHECK,
+    OPT_TRACE,
+    OPT_JSON,
+    OPT_PROGRESS,
+    OPT_BACKEND
+};
 
 static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
     static const struct option longs[] = {
@@ -77,6 +94,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
         {"trace", required_argument, 0, OPT_TRACE},
         {"json", no_argument, 0, OPT_JSON},
         {"progress-us", required_argument, 0, OPT_PROGRESS},
+        {"backend", required_argument, 0, OPT_BACKEND},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
@@ -111,6 +129,10 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
         case OPT_PROGRESS:
             if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: '%s' is not an integer in [0, 1000000]", optarg);
             else o->progress_us = (int)v;
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) o->backend = optarg;
+            else snprintf(err, sizeof err, "--backend: '%s' is not cpu or cuda", optarg);
             break;
         case 'v': o->verbose = true; break;
         case 'h':
@@ -269,6 +291,65 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
     printf("check: %s\n", check_result);
 }
 
+/* NCCL between CUDA ranks: with a topology, on its edges between two CUDA
+ * ranks that ask for nccl; with --backend cuda (topo NULL), on every edge
+ * when no two ranks of a node share a GPU (NCCL refuses that).  A CUDA rank
+ * gets the NCCL transport (the plan opens its edges) and edges the matrix of
+ * allowed edges.  Edges without NCCL go over MPI, staged through pinned host
+ * memory; rank 0 says why when NCCL was asked for or expected.  Every rank
+ * returns the same verdict. */
+static bool open_device_transport(const struct bt_topology *topo, bt_transport *t, bt_backend_t backend,
+                                  bt_transport **device_t, uint8_t **edges) {
+    const int P = t->size;
+    if (P < 2) return true;
+    int n_nccl = 0;
+    if (topo) {
+        for (int a = 0; a < P; a++)
+            for (int b = 0; b < P; b++) n_nccl += a != b && bt_topology_edge_link(topo, a, b) == BT_TOPO_LINK_NCCL;
+        if (n_nccl == 0) return true;
+    }
+#ifdef BATON_HAVE_NCCL
+    if (!topo) {
+        int64_t shared = t->local_size > bt_cuda_device_count(); /* on any node */
+        t->iface.allreduce_max(t, &shared, 1);
+        if (shared) {
+            if (t->rank == 0)
+                fprintf(stderr, "baton demo: ranks share GPUs on a node (NCCL refuses that): GPU-to-GPU transfers go "
+                                "over MPI, staged through pinned host memory\n");
+            return true;
+        }
+    }
+    *edges = calloc((size_t)P * (size_t)P, 1);
+    int *cuda_ranks = malloc(sizeof(int) * (size_t)P), n_cuda = 0;
+    char err[512] = "";
+    bool ok = *edges && cuda_ranks;
+    if (!ok) snprintf(err, sizeof err, "out of memory");
+    for (int a = 0; ok && a < P; a++) {
+        if (!topo || bt_topology_rank(topo, a)->backend == BT_TOPO_BACKEND_CUDA) cuda_ranks[n_cuda++] = a;
+        for (int b = 0; b < P; b++)
+            (*edges)[a * P + b] = a != b && (!topo || bt_topology_edge_link(topo, a, b) == BT_TOPO_LINK_NCCL);
+    }
+    if (ok && (!topo || bt_topology_rank(topo, t->rank)->backend == BT_TOPO_BACKEND_CUDA)) {
+        *device_t = bt_transport_nccl_init_ranks(t, bt_backend_cuda_stream(backend), cuda_ranks, n_cuda, err,
+                                                 sizeof err);
+        ok = *device_t != NULL;
+    }
+    free(cuda_ranks);
+    if (!ok) fprintf(stderr, "baton demo: rank %d: NCCL: %s\n", t->rank, err);
+    int64_t bad = !ok;
+    t->iface.allreduce_max(t, &bad, 1);
+    return bad == 0;
+#else
+    (void)backend;
+    (void)device_t;
+    (void)edges;
+    if (t->rank == 0)
+        fprintf(stderr, "baton demo: this build of baton has no NCCL: GPU-to-GPU transfers%s go over MPI, staged "
+                        "through host memory\n", topo ? " the topology asks NCCL for" : "");
+    return true;
+#endif
+}
+
 int bt_cli_demo(int argc, char **argv) {
     struct demo_opts o;
     memset(&o, 0, sizeof o);
@@ -280,6 +361,14 @@ int bt_cli_demo(int argc, char **argv) {
     const int pr = parse_demo(argc, argv, &o, env_rank != 0);
     if (pr >= 0) return pr;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+    if (o.backend && o.topology && *o.topology) {
+        if (env_rank == 0)
+            fprintf(stderr, "baton demo: --backend %s and the topology %s%s: the topology names each rank's backend; "
+                            "give one or the other\n", o.backend, o.topology,
+                    getenv("BATON_TOPOLOGY") && o.topology == getenv("BATON_TOPOLOGY") ? " (from $BATON_TOPOLOGY)" : "");
+        return 2;
+    }
+    const bool all_cuda = o.backend && strcmp(o.backend, "cuda") == 0;
 
     /* the topology before MPI: a bad file stops every rank at once */
     struct bt_topology topo;
@@ -293,6 +382,13 @@ int bt_cli_demo(int argc, char **argv) {
         have_topo = true;
     }
 
+#ifdef BATON_HAVE_CUDA
+    /* a CUDA rank's device is current before MPI starts (MPI may touch CUDA,
+     * and would make a context on device 0 for every rank) */
+    if (have_topo && env_rank < topo.n_ranks && bt_topology_rank(&topo, env_rank)->backend == BT_TOPO_BACKEND_CUDA)
+        bt_cuda_select_device_from_local_rank(bt_topology_rank(&topo, env_rank)->device);
+    if (all_cuda) bt_cuda_select_device_from_local_rank(bt_cli_env_local_rank());
+#endif
     bt_transport *t = bt_transport_mpi_init(&argc, &argv, o.progress_us);
     if (!t) {
         if (have_topo) bt_topology_free(&topo);
@@ -307,6 +403,8 @@ int bt_cli_demo(int argc, char **argv) {
     struct bt_model *model = NULL;
     bt_context *gctx = NULL;
     bt_dist *d = NULL;
+    bt_transport *device_t = NULL; /* NCCL between CUDA ranks */
+    uint8_t *device_edges = NULL;
     float *outs = NULL;
     struct bt_dist_stats *all = NULL;
     err[0] = '\0';
@@ -345,22 +443,33 @@ int bt_cli_demo(int argc, char **argv) {
         goto out;
     }
 
-    if (have_topo && bt_topology_rank(&topo, rank)->backend == BT_TOPO_BACKEND_CUDA) {
+    const bool on_cuda = all_cuda || (have_topo && bt_topology_rank(&topo, rank)->backend == BT_TOPO_BACKEND_CUDA);
+    if (on_cuda) {
+        /* the topology's device, else the node-local rank's */
+        const int dev = have_topo ? bt_topology_rank(&topo, rank)->device
+                                  : (bt_cli_env_local_rank() >= 0 ? bt_cli_env_local_rank() : t->local_rank);
 #ifdef BATON_HAVE_CUDA
-        const int dev = bt_topology_rank(&topo, rank)->device;
-        if (dev >= bt_cuda_device_count()) {
-            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this process sees %d CUDA devices\n",
-                    o.topology, rank, dev, bt_cuda_device_count());
+        const int n_dev = bt_cuda_device_count();
+        if (have_topo && dev >= n_dev) {
+            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this process sees %d CUDA devices\n", o.topology,
+                    rank, dev, n_dev);
             t->iface.abort(t, 1);
         }
-        backend = bt_backend_cuda_init(dev);
+        if (!have_topo && n_dev == 0) {
+            fprintf(stderr, "baton demo: --backend cuda: rank %d: this process sees no CUDA device\n", rank);
+            t->iface.abort(t, 1);
+        }
+        backend = bt_backend_cuda_init(have_topo ? dev : dev % n_dev);
         if (!backend) {
-            fprintf(stderr, "baton demo: rank %d: cannot start CUDA device %d\n", rank, dev);
+            fprintf(stderr, "baton demo: rank %d: cannot start CUDA device %d\n", rank, have_topo ? dev : dev % n_dev);
             t->iface.abort(t, 1);
         }
 #else
-        fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this build of baton has no CUDA backend\n",
-                o.topology, rank, bt_topology_rank(&topo, rank)->device);
+        if (have_topo)
+            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this build of baton has no CUDA backend\n",
+                    o.topology, rank, dev);
+        else
+            fprintf(stderr, "baton demo: --backend cuda: rank %d: this build of baton has no CUDA backend\n", rank);
         t->iface.abort(t, 1);
 #endif
     }
@@ -374,7 +483,13 @@ int bt_cli_demo(int argc, char **argv) {
         t->iface.abort(t, 1);
     }
 
+    if ((have_topo || all_cuda) && !open_device_transport(have_topo ? &topo : NULL, t, backend, &device_t, &device_edges)) {
+        rc = 1;
+        goto out;
+    }
     struct bt_dist_options dopt = {
+        .device_transport = device_t,
+        .device_edges = device_edges,
         .n_copies = o.copies,
         .layers_per_rank = pl.counts,
         .pins = pl.pins,
@@ -452,6 +567,8 @@ out:
     free(all);
     free(outs);
     bt_dist_free(d); /* before the graph's context */
+    if (device_t) device_t->iface.free(device_t);
+    free(device_edges);
     bt_cli_pipeline_free(&pl);
     if (have_topo) bt_topology_free(&topo);
     bt_free(gctx);

@@ -4,13 +4,19 @@
  * of every micro-batch to a file, so that a run under `mpiexec -n 2` can be
  * compared byte for byte with `mpiexec -n 1` (tests/gpu/run.sh does).
  *
- *   mpi_cuda_pipeline OUT.bin [ffn-kind] [micro-batches] [n_copies]
+ *   mpi_cuda_pipeline OUT.bin [ffn-kind] [micro-batches] [n_copies] [nccl]
+ * With "nccl", activations between ranks go over the NCCL transport (each
+ * rank needs a GPU of its own: NCCL refuses two ranks on one, and the plan
+ * then fails with that message on every rank).
  * Exit 77 (every rank) when a rank has no CUDA device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bt_cuda.h"
+#ifdef BATON_HAVE_NCCL
+#include "bt_nccl.h"
+#endif
 #include "dist.h"
 #include "model/model.h"
 #include "transport.h"
@@ -25,7 +31,7 @@ int main(int argc, char **argv) {
     bt_transport *T = bt_transport_mpi_init(&argc, &argv, 50);
     if (!T) return 1;
     if (argc < 2) {
-        if (T->rank == 0) fprintf(stderr, "usage: %s OUT.bin [ffn-kind] [micro-batches] [n_copies]\n", argv[0]);
+        if (T->rank == 0) fprintf(stderr, "usage: %s OUT.bin [ffn-kind] [micro-batches] [n_copies] [nccl]\n", argv[0]);
         bt_transport_mpi_finalize(T);
         return 2;
     }
@@ -48,6 +54,21 @@ int main(int argc, char **argv) {
     }
     const int M = argc > 3 ? atoi(argv[3]) : 6;
     struct bt_dist_options opt = {.n_copies = argc > 4 ? atoi(argv[4]) : 2};
+    bt_transport *nccl = NULL;
+    if (argc > 5 && strcmp(argv[5], "nccl") == 0) {
+#ifdef BATON_HAVE_NCCL
+        char err[512];
+        nccl = bt_transport_nccl_init(T, bt_backend_cuda_stream(gpu), err, sizeof err);
+        if (!nccl) {
+            fprintf(stderr, "rank %d: %s\n", T->rank, err);
+            T->iface.abort(T, 1);
+        }
+        opt.device_transport = nccl;
+#else
+        if (T->rank == 0) fprintf(stderr, "this build has no NCCL\n");
+        T->iface.abort(T, 1);
+#endif
+    }
     struct bt_model *m = bt_model_new(&cfg);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
@@ -55,7 +76,10 @@ int main(int argc, char **argv) {
     bt_dist *d = bt_dist_new(T, gpu, &opt);
     if (bt_dist_plan(d, g.graph, init_weight, m) != BT_OK) {
         if (T->rank == 0) fprintf(stderr, "plan: %s\n", bt_dist_error(d));
-        T->iface.abort(T, 1);
+        bt_dist_free(d);
+        if (nccl) nccl->iface.free(nccl);
+        bt_transport_mpi_finalize(T);
+        return 1;
     }
     if (T->rank == 0) bt_dist_print_plan(d, stdout);
 
@@ -91,6 +115,7 @@ int main(int argc, char **argv) {
     }
     free(all);
     bt_dist_free(d);
+    if (nccl) nccl->iface.free(nccl);
     bt_free(ctx);
     bt_model_free(m);
     bt_backend_free(gpu);

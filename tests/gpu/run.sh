@@ -6,9 +6,13 @@
 #      scheduler's split example on [CUDA, CPU], NCCL with one rank
 #   3. NCCL single-rank on its own (CK_RUN_CASE=nccl)
 #   4. the pipeline with a CUDA backend per rank, both ranks on one GPU,
-#      transfers staged over MPI: mpiexec -n 2 bitwise equal to -n 1
-#      (an MLP model and a top-k MoE model)
-#   5. the mul_mat benchmark (decode and prompt shapes) against the peaks
+#      transfers staged over MPI through pinned memory: mpiexec -n 2 bitwise
+#      equal to -n 1 (an MLP model and a top-k MoE model)
+#   5. the pipeline with the NCCL device transport: one rank bitwise equal to
+#      the MPI run; two ranks on one GPU end with NCCL's refusal as one clear
+#      error on every rank, not a hang (with two GPUs or more: bitwise equal)
+#   6. the mul_mat benchmark (decode and prompt shapes) against the peaks
+#   7. `baton demo --backend cuda` on one rank and on two ranks sharing the GPU
 # and a summary.  Exit status: 0 when every step passed (or was skipped for
 # want of a device), 1 otherwise.
 #
@@ -33,7 +37,7 @@ echo "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format
 
 # 1. build
 if timeout 300 cmake -S "$ROOT" -B "$BUILD" -DBATON_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$BUILD.configure.log" 2>&1 &&
-   timeout 300 cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda mpi_cuda_pipeline >"$BUILD.build.log" 2>&1; then
+   timeout 300 cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda mpi_cuda_pipeline baton_cli >"$BUILD.build.log" 2>&1; then
     step "build (CUDA sm_90)" PASS "$(grep -o 'NCCL transport ON' "$BUILD.configure.log" || echo 'NCCL off')"
 else
     tail -30 "$BUILD.configure.log" "$BUILD.build.log" 2>/dev/null
@@ -88,7 +92,33 @@ for kind in mlp moe-topk; do
     fi
 done
 
-# 5. the benchmark (figures, not a pass/fail)
+# 5. the NCCL device transport
+if grep -q "NCCL transport ON" "$BUILD.configure.log"; then
+    ref="$BUILD/pipe_moe-topk_np1.bin" out1="$BUILD/pipe_nccl_np1.bin" out2="$BUILD/pipe_nccl_np2.bin"
+    rm -f "$out1" "$out2"
+    timeout 90 mpiexec -n 1 "$BUILD/mpi_cuda_pipeline" "$out1" moe-topk 6 2 nccl >"$BUILD.nccl1.log" 2>&1
+    rc=$?
+    tail -n 3 "$BUILD.nccl1.log"
+    if [ $rc -eq 77 ]; then step "pipeline with NCCL, 1 rank" SKIP "no CUDA device"
+    elif [ $rc -eq 0 ] && cmp -s "$ref" "$out1"; then step "pipeline with NCCL, 1 rank" PASS "bitwise equal to the MPI run"
+    else step "pipeline with NCCL, 1 rank" FAIL "rc $rc (see $BUILD.nccl1.log)"; fi
+    n_gpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    timeout 120 mpiexec -n 2 "$BUILD/mpi_cuda_pipeline" "$out2" moe-topk 6 2 nccl >"$BUILD.nccl2.log" 2>&1
+    rc=$?
+    tail -n 6 "$BUILD.nccl2.log"
+    if [ $rc -eq 77 ]; then step "pipeline with NCCL, 2 ranks" SKIP "no CUDA device"
+    elif [ "$n_gpu" -ge 2 ]; then
+        if [ $rc -eq 0 ] && cmp -s "$ref" "$out2"; then step "pipeline with NCCL, 2 ranks" PASS "2 GPUs, bitwise equal"
+        else step "pipeline with NCCL, 2 ranks" FAIL "rc $rc (see $BUILD.nccl2.log)"; fi
+    elif [ $rc -eq 124 ]; then step "pipeline with NCCL, 2 ranks on 1 GPU" FAIL "hung (timeout)"
+    elif [ $rc -ne 0 ] && grep -q "NCCL channel" "$BUILD.nccl2.log"; then
+        step "pipeline with NCCL, 2 ranks on 1 GPU" PASS "refused with one message: $(grep -m1 -o 'NCCL channel.*' "$BUILD.nccl2.log" | cut -c1-90)"
+    else step "pipeline with NCCL, 2 ranks on 1 GPU" FAIL "rc $rc without NCCL's refusal (see $BUILD.nccl2.log)"; fi
+else
+    step "pipeline with NCCL" SKIP "NCCL not found at configure time"
+fi
+
+# 6. the benchmark (figures, not a pass/fail)
 timeout 150 "$BUILD/bench_cuda" 20 >"$BUILD.bench.log" 2>&1
 rc=$?
 cat "$BUILD.bench.log"
@@ -97,6 +127,17 @@ case $rc in
     77) step "mul_mat benchmark" SKIP "no CUDA device" ;;
     *) step "mul_mat benchmark" FAIL "rc $rc" ;;
 esac
+
+# 7. the demo on the GPU: one rank, then two ranks sharing it (MPI, pinned staging)
+for np in 1 2; do
+    timeout 120 mpiexec -n $np "$BUILD/baton" demo --backend cuda -m 16 >"$BUILD.demo$np.log" 2>&1
+    rc=$?
+    tail -n 4 "$BUILD.demo$np.log"
+    if grep -q "sees no CUDA device" "$BUILD.demo$np.log"; then step "demo --backend cuda, $np ranks" SKIP "no CUDA device"
+    elif [ $rc -eq 0 ] && grep -q "bitwise" "$BUILD.demo$np.log"; then
+        step "demo --backend cuda, $np ranks" PASS "$(grep -m1 -o 'throughput: [0-9.]* tokens/s' "$BUILD.demo$np.log")"
+    else step "demo --backend cuda, $np ranks" FAIL "rc $rc (see $BUILD.demo$np.log)"; fi
+done
 
 echo
 echo "==== summary ($(( $(date +%s) - T_START )) s) ===="
