@@ -540,6 +540,9 @@ static void order_transfers(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) d->xfers[x].tag0 = x * d->n_copies;
 }
 
+/* A tensor one split computes for another split (not an input or output). */
+static bool may_go_direct(const struct xfer *xf) { return xf->producer >= 0 && xf->consumer >= 0; }
+
 /* Which transfers go over the device transport: computed tensors from one
  * split to another between two ranks that both have one, on an edge that
  * rank 0's options allow.  Every rank that has one then opens those edges
@@ -562,7 +565,7 @@ static enum bt_status choose_links(bt_dist *d) {
     int n_edges = 0;
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
-        xf->direct = xf->producer >= 0 && xf->consumer >= 0 && member[xf->src] && member[xf->dst] &&
+        xf->direct = may_go_direct(xf) && member[xf->src] && member[xf->dst] &&
                      allow[(size_t)xf->src * (size_t)P + (size_t)xf->dst];
         if (!xf->direct) continue;
         bool seen = false;
@@ -1310,6 +1313,11 @@ enum bt_status bt_dist_plan_offline(struct bt_graph *graph, const struct bt_rank
             st = make_sched(d);
             if (st == BT_OK) st = split_pinned(d);
             if (st == BT_OK) st = find_transfers(d);
+        }
+        /* the device transport where the topology asks for it */
+        for (int x = 0; st == BT_OK && opt && opt->device_edges && x < d->n_xfers; x++) {
+            struct xfer *xf = &d->xfers[x];
+            xf->direct = may_go_direct(xf) && opt->device_edges[(size_t)xf->src * (size_t)P + (size_t)xf->dst];
         }
         if (st == BT_OK) {
             d->planned = true;

@@ -94,6 +94,13 @@ expect 0 "planning and creating weights +100%" "progress display with BATON_PROG
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32
 done
+# GPU-to-GPU edges that ask for nccl are counted as device-to-device
+# transfers; a CPU-only topology has none
+expect 0 "transfers per micro-batch \([0-9]+ device to device\)" "plan shows the NCCL edges" -- \
+    "$baton" plan -t "$root/configs/one-node-8gpu.yaml"
+"$baton" plan -t "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
+grep -q "device to device" "$tmp/out" && bad "plan for CPU ranks shows device-to-device transfers" ||
+    ok "plan for CPU ranks has no device-to-device transfers"
 
 # ---- bad inputs ----
 expect 2 "unknown option --frobnicate" "demo: unknown flag" -- "$baton" demo --frobnicate

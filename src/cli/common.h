@@ -73,6 +73,12 @@ struct bt_cli_pipeline {
     int n_pins;
 };
 bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pipeline *p);
+
+/* The topology's edges between two CUDA ranks that ask for nccl, as a
+ * ranks x ranks matrix for bt_dist_options.device_edges ([a * n + b] = 1,
+ * both directions); *n_edges counts them.  NULL when there are none (or out
+ * of memory: then *n_edges is -1).  The caller frees it. */
+uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges);
 void bt_cli_pipeline_free(struct bt_cli_pipeline *p);
 
 /* Strict number parsers: the whole string, in range. */

@@ -304,8 +304,7 @@ static bool open_device_transport(const struct bt_topology *topo, bt_transport *
     if (P < 2) return true;
     int n_nccl = 0;
     if (topo) {
-        for (int a = 0; a < P; a++)
-            for (int b = 0; b < P; b++) n_nccl += a != b && bt_topology_edge_link(topo, a, b) == BT_TOPO_LINK_NCCL;
+        *edges = bt_cli_nccl_edges(topo, &n_nccl);
         if (n_nccl == 0) return true;
     }
 #ifdef BATON_HAVE_NCCL
@@ -319,16 +318,12 @@ static bool open_device_transport(const struct bt_topology *topo, bt_transport *
             return true;
         }
     }
-    *edges = calloc((size_t)P * (size_t)P, 1);
     int *cuda_ranks = malloc(sizeof(int) * (size_t)P), n_cuda = 0;
     char err[512] = "";
-    bool ok = *edges && cuda_ranks;
+    bool ok = cuda_ranks && n_nccl >= 0;
     if (!ok) snprintf(err, sizeof err, "out of memory");
-    for (int a = 0; ok && a < P; a++) {
+    for (int a = 0; ok && a < P; a++)
         if (!topo || bt_topology_rank(topo, a)->backend == BT_TOPO_BACKEND_CUDA) cuda_ranks[n_cuda++] = a;
-        for (int b = 0; b < P; b++)
-            (*edges)[a * P + b] = a != b && (!topo || bt_topology_edge_link(topo, a, b) == BT_TOPO_LINK_NCCL);
-    }
     if (ok && (!topo || bt_topology_rank(topo, t->rank)->backend == BT_TOPO_BACKEND_CUDA)) {
         *device_t = bt_transport_nccl_init_ranks(t, bt_backend_cuda_stream(backend), cuda_ranks, n_cuda, err,
                                                  sizeof err);
@@ -342,7 +337,10 @@ static bool open_device_transport(const struct bt_topology *topo, bt_transport *
 #else
     (void)backend;
     (void)device_t;
-    (void)edges;
+    if (n_nccl < 0) {
+        fprintf(stderr, "baton demo: rank %d: out of memory\n", t->rank);
+        t->iface.abort(t, 1);
+    }
     if (t->rank == 0)
         fprintf(stderr, "baton demo: this build of baton has no NCCL: GPU-to-GPU transfers%s go over MPI, staged "
                         "through host memory\n", topo ? " the topology asks NCCL for" : "");

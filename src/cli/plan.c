@@ -108,11 +108,14 @@ int bt_cli_plan(int argc, char **argv) {
         bt_topology_free(&topo);
         return 1;
     }
+    int n_nccl = 0;
+    uint8_t *nccl_edges = bt_cli_nccl_edges(&topo, &n_nccl);
     struct bt_dist_options opt = {
         .n_copies = topo.pipeline.micro_batches,
         .layers_per_rank = pl.counts,
         .pins = pl.pins,
         .n_pins = pl.n_pins,
+        .device_edges = nccl_edges,
     };
     struct bt_model *m = bt_model_new(&cfg);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
@@ -133,6 +136,7 @@ int bt_cli_plan(int argc, char **argv) {
     bt_free(ctx);
     bt_model_free(m);
     bt_cli_pipeline_free(&pl);
+    free(nccl_edges);
     free(descs);
     bt_topology_free(&topo);
     return rc;
