@@ -306,6 +306,7 @@ bt_buffer_type_t bt_cuda_host_buffer_type(void) { return &pinned_buft; }
 /* ---- scratch --------------------------------------------------------------------------- */
 
 void *bt_cuda_scratch(struct bt_cuda_ctx *c, enum bt_cuda_scratch_slot slot, size_t bytes) {
+    if (bytes == 0) bytes = 1; /* a region, never NULL (NULL means out of memory) */
     if (bytes <= c->scratch_size[slot]) return c->scratch[slot];
     /* work queued on the stream may still read the old region */
     if (bt_cuda_check(c, cudaStreamSynchronize(c->stream), "scratch: synchronize") != BT_OK) return NULL;
@@ -430,7 +431,8 @@ static enum bt_status check_ids(struct bt_cuda_ctx *c, const struct bt_graph *gr
     c->ids_checked = false;
     if (c->h_err[0] == 0) return BT_OK;
     const int i = c->h_err[0] - 1, id = c->h_err[1];
-    cudaMemsetAsync(c->d_err, 0, 2 * sizeof(int), c->stream);
+    s = bt_cuda_check(c, cudaMemsetAsync(c->d_err, 0, 2 * sizeof(int), c->stream), "clearing the error word");
+    if (s != BT_OK) return s;
     if (i < 0 || i >= graph->n_nodes) return bt_cuda_fail(c, BT_ERR_INVALID, "a row id %d out of range", id);
     const struct bt_tensor *node = graph->nodes[i];
     const int64_t n_rows = node->op == BT_OP_GET_ROWS ? node->src[0]->ne[1] : node->ne[1];

@@ -263,9 +263,11 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
             const struct bt_dist_stats *s = &all[r];
             printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"nodes\": %d, \"compute_s\": %.6f, "
                    "\"wait_s\": %.6f, \"send_s\": %.6f, \"wall_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %lld, "
-                   "\"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld, \"rss_bytes\": %lld}",
+                   "\"bytes_direct\": %lld, \"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld, "
+                   "\"rss_bytes\": %lld}",
                    r ? ", " : "", s->rank, s->first_layer, s->last_layer, s->n_nodes, s->compute_s, s->wait_s,
-                   s->send_s, s->wall_s, s->bubble, (long long)s->bytes_sent, (long long)s->bytes_recv,
+                   s->send_s, s->wall_s, s->bubble, (long long)s->bytes_sent, (long long)s->bytes_direct,
+                   (long long)s->bytes_recv,
                    (long long)s->weight_bytes, (long long)s->peak_bytes, (long long)s->rss_bytes);
         }
         printf("]}\n");
@@ -285,6 +287,14 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
                s->n_nodes, s->compute_s, s->wait_s, s->send_s, s->wall_s, 100 * s->bubble, s->bytes_sent / 1048576.0,
                s->bytes_recv / 1048576.0, s->weight_bytes / 1048576.0, s->peak_bytes / 1048576.0);
     }
+    int64_t direct = 0, sent = 0;
+    for (int r = 0; r < P; r++) {
+        direct += all[r].bytes_direct;
+        sent += all[r].bytes_sent;
+    }
+    if (direct > 0)
+        printf("\nGPU to GPU over NCCL: %.2f MiB of the %.2f MiB sent (the rest over MPI)\n", direct / 1048576.0,
+               sent / 1048576.0);
     printf("\nthroughput: %.1f tokens/s (%.3f s for %d micro-batches)\n", tokens / wall, wall, M);
     printf("pipeline efficiency E = %.3f (ideal M/(M+P-1) = %.3f, %.0f%% of ideal); bubble %.1f%%\n", E, ideal,
            100 * E / ideal, 100 * (1 - E));
