@@ -3,8 +3,12 @@
  *
  * A request names a buffer, a byte count, a peer rank and a tag; baton makes
  * tags from (transfer index, copy slot) so that micro-batches in flight never
- * mix.  Implementations: MPI (transport/mpi.c) for host memory; NCCL
- * (transport/nccl.c) between CUDA ranks.  src/dist.c uses only this header.
+ * mix on a transport that matches by tag.  Implementations: MPI
+ * (transport/mpi.c) for host memory; NCCL (transport/nccl.c) between CUDA
+ * ranks, which matches by posting order only and needs its edges opened
+ * (connect); the ordered transport (transport/ordered.c), NCCL's rules over
+ * another transport, for testing without GPUs.  src/dist.c uses only this
+ * header.
  */
 #ifndef BATON_TRANSPORT_H
 #define BATON_TRANSPORT_H
