@@ -425,6 +425,52 @@ START_TEST(test_device_transport_back_and_forth) {
 }
 END_TEST
 
+/* Receives posted ahead on the device transport cannot be cancelled: a
+ * runtime freed before any submit, and one planned again after one submit,
+ * drain them (their senders send), and the next run is still exact. */
+START_TEST(test_device_transport_drain) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_TOPK;
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    struct distributed x;
+    memset(&x, 0, sizeof x);
+    x.m = bt_model_new(&cfg);
+    const enum bt_op refuse = BT_OP_SOFT_MAX;
+    x.cpu = T->rank == 0 ? bt_backend_cpu_init(1) : bt_backend_limited_init("DEVICE", 1, &refuse, 1);
+    bt_transport *o = bt_transport_ordered_new(T);
+    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+    struct bt_dist_options opt = {.n_copies = 3, .device_transport = o};
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
+    bt_dist_free(x.d); /* nothing submitted: all n_copies receives drained */
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
+    set_inputs(&x, &cfg, 0);
+    ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "replan: %s", bt_dist_error(x.d));
+    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
+    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
+    for (int k = 0; k < 4; k++) {
+        set_inputs(&x, &cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    for (int k = 1; k < 4 && T->rank == 0; k++) {
+        reference_run(&ref, k, want);
+        ck_assert_int_eq(bt_dist_get_output(x.d, k, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
+        ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "after a replan: micro-batch %d differs", k);
+    }
+    free(want);
+    free(got);
+    distributed_free(&x);
+    o->iface.free(o);
+    reference_free(&ref);
+}
+END_TEST
+
 /* Edges ruled out by device_edges go over MPI (here: every edge touching the
  * last rank). */
 START_TEST(test_device_transport_edges) {
@@ -501,6 +547,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport);
     tcase_add_test(tc, test_device_transport_back_and_forth);
     tcase_add_test(tc, test_device_transport_edges);
+    tcase_add_test(tc, test_device_transport_drain);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     suite_add_tcase(s, tc);
