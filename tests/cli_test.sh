@@ -149,6 +149,11 @@ fi
 expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
 expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
+expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
+    "$baton" bench pipeline --device nccl
+expect 0 "activations over the ordered transport" "bench pipeline over the ordered transport" -- \
+    mpirun -np 2 "$baton" bench pipeline --device ordered -m 1,2 --layers 2 --d-model 64 --heads 4 --d-ff 128 \
+    --vocab 64 --tokens 8
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

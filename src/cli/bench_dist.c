@@ -146,12 +146,14 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     cfg.n_vocab = 256;
     cfg.n_tokens = 128;
     int copies = 2, threads = 1, progress_us = 50;
+    bool ordered = false; /* --device ordered: activations over the ordered transport */
     int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
     static const struct option longs[] = {
         {"copies", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'T'},
         {"micro-batches", required_argument, 0, 'm'},
         {"progress-us", required_argument, 0, 'p'},
+        {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
@@ -162,7 +164,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     int code;
     long v;
     char err[256];
-    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+    while ((code = getopt_long(argc, argv, ":hm:c:", longs, NULL)) != -1) {
         err[0] = '\0';
         if (code == 'c') {
             if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: bad value '%s'", optarg);
@@ -173,6 +175,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         } else if (code == 'p') {
             if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: bad value '%s'", optarg);
             else progress_us = (int)v;
+        } else if (code == 'D') {
+            if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) ordered = strcmp(optarg, "ordered") == 0;
+            else snprintf(err, sizeof err, "--device: '%s' is not none or ordered", optarg);
         } else if (code == 'm') {
             n_mbs = 0;
             char *s = optarg, *end;
@@ -188,10 +193,14 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         } else if (code == 'h') {
             if (!quiet) {
                 printf("usage: mpirun -np P baton bench pipeline [options]\n"
-                       "  --micro-batches LIST  M values (default 1,2,4,8,16)\n"
-                       "  --copies N            micro-batches in flight (default 2)\n"
-                       "  --threads N           CPU threads per rank (default 1)\n"
-                       "  --progress-us N       MPI progress thread period, 0 = none (default 50)\n\n");
+                       "  -m, --micro-batches LIST  M values (default 1,2,4,8,16)\n"
+                       "  -c, --copies N            micro-batches in flight (default 2)\n"
+                       "      --threads N           CPU threads per rank (default 1)\n"
+                       "      --progress-us N       MPI progress thread period, 0 = none (default 50)\n"
+                       "      --device none|ordered activations between ranks over MPI with tags\n"
+                       "                            (none, the default) or over the ordered\n"
+                       "                            transport: the NCCL path's rules (matching by\n"
+                       "                            posting order) on the CPU\n\n");
                 bt_cli_model_help(stdout, &cfg);
             }
             return 0;
@@ -226,7 +235,12 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         counts = malloc(sizeof(int) * (size_t)P);
         for (int r = 0; r < P; r++) counts[r] = cfg.n_layers / P;
     }
-    struct bt_dist_options opt = {.n_copies = copies, .layers_per_rank = counts};
+    bt_transport *device_t = ordered ? bt_transport_ordered_new(t) : NULL;
+    if (ordered && !device_t) {
+        fprintf(stderr, "baton bench pipeline: out of memory\n");
+        t->iface.abort(t, 1);
+    }
+    struct bt_dist_options opt = {.n_copies = copies, .layers_per_rank = counts, .device_transport = device_t};
     bt_dist *d = bt_dist_new(t, backend, &opt);
     if (bt_dist_plan(d, g.graph, init_weight, m) != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", bt_dist_error(d));
@@ -240,8 +254,10 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     bt_dist_synchronize(d);
     struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
     if (t->rank == 0) {
-        printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d\n",
-               P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies);
+        printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d, "
+               "activations over %s\n",
+               P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies,
+               ordered ? "the ordered transport" : "MPI (tags)");
         printf("%4s %4s %12s %8s %8s %9s   per rank: compute_s / wait_s / wall_s\n", "P", "M", "tokens/s", "E",
                "ideal", "E/ideal");
     }
@@ -271,6 +287,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     free(all);
     free(counts);
     bt_dist_free(d);
+    if (device_t) device_t->iface.free(device_t);
     bt_free(ctx);
     bt_model_free(m);
     bt_backend_free(backend);
