@@ -132,6 +132,8 @@ static enum bt_status fail(bt_dist *d, enum bt_status st, const char *fmt, ...) 
     return st;
 }
 
+static void die(bt_dist *d, enum bt_status st);
+
 /* Every rank learns whether any rank failed; all return the first failing
  * rank's status and message. */
 static enum bt_status agree(bt_dist *d, enum bt_status st) {
@@ -249,8 +251,13 @@ static void drain_direct(bt_dist *d) {
         for (int x = 0; x < d->n_xfers; x++) {
             struct xfer *xf = &d->xfers[x];
             if (!xf->direct || xf->src != d->rank) continue;
-            if (xf->send[c].active) bt_transport_wait(d->direct, &xf->send[c]);
-            bt_transport_isend(d->direct, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+            enum bt_status st = bt_transport_wait(d->direct, &xf->send[c]);
+            if (st == BT_OK)
+                st = bt_transport_isend(d->direct, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+            if (st != BT_OK) { /* its receiver would wait forever */
+                fail(d, st, "draining the device transport: %s", d->direct->error);
+                die(d, st);
+            }
         }
     }
 }
@@ -341,6 +348,7 @@ static void release_plan(bt_dist *d) {
     d->layer_first = d->layer_last = NULL;
     d->predicted_s = NULL;
     d->planned = false;
+    d->k_next = 0;
 }
 
 void bt_dist_free(bt_dist *d) {
@@ -951,12 +959,15 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
     }
     /* 5. the first n_copies receives of every incoming transfer, micro-batch
      * by micro-batch (the order submit keeps) */
+    bool posted_direct = false;
     for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
             if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, c);
+            posted_direct = posted_direct || (st == BT_OK && xf->direct && xf->dst == d->rank && xf->consumer >= 0);
         }
     }
+    if (st != BT_OK && posted_direct) die(d, st); /* a device receive cannot be taken back */
     st = agree(d, st);
     if (st != BT_OK) {
         release_plan(d);

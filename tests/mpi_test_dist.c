@@ -471,6 +471,34 @@ START_TEST(test_device_transport_drain) {
 }
 END_TEST
 
+/* An edge the device transport refuses to open (as NCCL refuses two ranks
+ * on one GPU): the plan fails on every rank with one message naming it, and
+ * the ends of later edges are not left waiting. */
+START_TEST(test_device_transport_refused) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    struct distributed x;
+    memset(&x, 0, sizeof x);
+    x.m = bt_model_new(&cfg);
+    x.cpu = bt_backend_limited_init("DEVICE", 1, NULL, 0);
+    bt_transport *o = bt_transport_ordered_new(T);
+    bt_transport_ordered_refuse(o, 0, 1);
+    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+    struct bt_dist_options opt = {.n_copies = 2, .device_transport = o};
+    x.d = bt_dist_new(T, x.cpu, &opt);
+    const enum bt_status st = bt_dist_plan(x.d, x.g.graph, init_weight, x.m);
+    if (T->size == 1) {
+        ck_assert_int_eq(st, BT_OK);
+    } else {
+        ck_assert_int_eq(st, BT_ERR_COMM);
+        ck_assert_msg(strstr(bt_dist_error(x.d), "channel 0 -> 1 refused") != NULL, "%s", bt_dist_error(x.d));
+    }
+    distributed_free(&x);
+    o->iface.free(o);
+}
+END_TEST
+
 /* Edges ruled out by device_edges go over MPI (here: every edge touching the
  * last rank). */
 START_TEST(test_device_transport_edges) {
@@ -548,6 +576,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport_back_and_forth);
     tcase_add_test(tc, test_device_transport_edges);
     tcase_add_test(tc, test_device_transport_drain);
+    tcase_add_test(tc, test_device_transport_refused);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     suite_add_tcase(s, tc);

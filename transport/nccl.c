@@ -32,6 +32,7 @@ struct nccl_ctx {
     bt_transport *mpi;
     cudaStream_t backend_stream; /* where the data is made and used */
     cudaEvent_t dep;             /* "what is queued on backend_stream so far" */
+    void *warm;                  /* a device byte for each edge's first transfer */
     ncclComm_t self;             /* one rank: transfers to itself */
     cudaStream_t self_stream;
     uint8_t member[BT_TRANSPORT_MAX_RANKS_NCCL];
@@ -223,12 +224,40 @@ static enum bt_status nccl_wait(bt_transport *t, bt_treq *req) {
     }
 }
 
-/* Open the edges of this rank, in list order (a blocking rendezvous of the
- * two ends, NCCL's communicator set-up): the sender makes the unique id and
- * hands it to the receiver over MPI. */
+/* What the two ends of an edge tell each other before opening it. */
+struct connect_msg {
+    int32_t e, src, dst; /* the edge and its index in the list */
+    int32_t ok;          /* this end can open it */
+    ncclUniqueId id;     /* the sender's */
+};
+
+/* The first transfer on a new edge, both ends present: NCCL sets up the link
+ * between two ranks at the first operation and blocks until the peer makes
+ * its own, which would otherwise be a receive posted ahead at plan time
+ * waiting for a send the peer makes only in its first micro-batch. */
+static enum bt_status first_transfer(bt_transport *t, const struct edge *e) {
+    struct nccl_ctx *c = t->context;
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess)
+        r = e->out ? ncclSend(c->warm, 1, ncclChar, 1, e->comm, e->stream)
+                   : ncclRecv(c->warm, 1, ncclChar, 0, e->comm, e->stream);
+    const ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) return nccl_fail(t, "first transfer", r, e->peer);
+    const cudaError_t ce = cudaStreamSynchronize(e->stream);
+    return ce == cudaSuccess ? BT_OK : cuda_fail(t, "first transfer", ce, e->peer);
+}
+
+/* Open this rank's edges in list order.  For each, the two ends exchange the
+ * edge, whether they can open it and the sender's unique id over MPI; then
+ * both create the communicator (a blocking rendezvous), tell each other
+ * whether that worked, and make the first transfer.  A list that differs
+ * between the ends is an error at once; a failed edge is reported after
+ * every later edge has had its exchange, so no peer is left waiting. */
 static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
     struct nccl_ctx *c = t->context;
     bt_transport *mpi = c->mpi;
+    enum bt_status first = BT_OK;
     for (int i = 0; i < n_edges; i++) {
         if (src[i] < 0 || src[i] >= c->n_world || dst[i] < 0 || dst[i] >= c->n_world || src[i] == dst[i]) {
             snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks",
@@ -244,43 +273,70 @@ static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *d
             return BT_ERR_INVALID;
         }
         if (find_edge(c, peer, out)) continue; /* opened by an earlier plan (so on both ends) */
+        struct connect_msg mine, theirs;
+        memset(&mine, 0, sizeof mine);
+        memset(&theirs, 0, sizeof theirs);
+        mine.e = i;
+        mine.src = src[i];
+        mine.dst = dst[i];
+        mine.ok = 1;
         struct edge *ne = realloc(c->edges, sizeof *ne * (size_t)(c->n_edges + 1));
+        if (ne) c->edges = ne;
+        ncclResult_t r = ncclSuccess;
         if (!ne) {
-            snprintf(t->error, sizeof t->error, "rank %d: out of memory", t->rank);
-            return BT_ERR_NOMEM;
+            mine.ok = 0;
+        } else if (out && (r = ncclGetUniqueId(&mine.id)) != ncclSuccess) {
+            mine.ok = 0;
         }
-        c->edges = ne;
-        ncclUniqueId id;
-        memset(&id, 0, sizeof id);
-        bt_treq req;
-        enum bt_status s = BT_OK;
-        if (out) {
-            const ncclResult_t r = ncclGetUniqueId(&id);
-            if (r != ncclSuccess) return nccl_fail(t, "ncclGetUniqueId", r, peer);
-            s = mpi->iface.isend(mpi, &id, sizeof id, peer, BT_TRANSPORT_TAG_CONNECT, &req);
-        } else {
-            s = mpi->iface.irecv(mpi, &id, sizeof id, peer, BT_TRANSPORT_TAG_CONNECT, &req);
-        }
-        if (s == BT_OK) s = bt_transport_wait(mpi, &req);
+        enum bt_status s = bt_transport_exchange(mpi, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
         if (s != BT_OK) {
             snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %.400s", t->rank, src[i], dst[i], mpi->error);
             return s;
         }
-        struct edge e = {peer, out, NULL, NULL};
-        const cudaError_t ce = cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking);
-        if (ce != cudaSuccess) return cuda_fail(t, "cudaStreamCreate", ce, peer);
-        const ncclResult_t r = ncclCommInitRank(&e.comm, 2, id, out ? 0 : 1);
-        if (r != ncclSuccess) {
-            cudaStreamDestroy(e.stream);
-            snprintf(t->error, sizeof t->error, "rank %d: NCCL channel %d -> %d: ncclCommInitRank: %s%s", t->rank,
-                     src[i], dst[i], ncclGetErrorString(r),
-                     r == ncclInvalidUsage ? " (two ranks on one GPU? NCCL refuses that: use the mpi device link)"
-                                           : "");
-            return BT_ERR_COMM;
+        if (theirs.e != mine.e || theirs.src != mine.src || theirs.dst != mine.dst) {
+            snprintf(t->error, sizeof t->error,
+                     "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, "
+                     "%d -> %d: every rank must list the same edges in the same order",
+                     t->rank, i, src[i], dst[i], peer, (int)theirs.e, (int)theirs.src, (int)theirs.dst);
+            return BT_ERR_MISMATCH;
         }
-        c->edges[c->n_edges++] = e;
+        if (!mine.ok || !theirs.ok) {
+            if (first == BT_OK)
+                snprintf(t->error, sizeof t->error, "rank %d: NCCL channel %d -> %d: %s", t->rank, src[i], dst[i],
+                         !ne ? "out of memory"
+                         : r != ncclSuccess ? ncclGetErrorString(r)
+                                            : "the other end could not open it");
+            first = BT_ERR_COMM;
+            continue;
+        }
+        struct edge e = {peer, out, NULL, NULL};
+        const ncclUniqueId id = out ? mine.id : theirs.id;
+        cudaError_t ce = cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking);
+        r = ce == cudaSuccess ? ncclCommInitRank(&e.comm, 2, id, out ? 0 : 1) : ncclSuccess;
+        int32_t ok = ce == cudaSuccess && r == ncclSuccess, peer_ok = 0;
+        s = bt_transport_exchange(mpi, peer, BT_TRANSPORT_TAG_CONNECT, &ok, &peer_ok, sizeof ok);
+        if (s == BT_OK && ok && peer_ok) {
+            c->edges[c->n_edges++] = e;
+            s = first_transfer(t, &c->edges[c->n_edges - 1]);
+            if (s != BT_OK) return s;
+            continue;
+        }
+        if (e.comm) ncclCommDestroy(e.comm);
+        if (e.stream) cudaStreamDestroy(e.stream);
+        if (s != BT_OK) {
+            snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %.400s", t->rank, src[i], dst[i], mpi->error);
+            return s;
+        }
+        if (first == BT_OK)
+            snprintf(t->error, sizeof t->error, "rank %d: NCCL channel %d -> %d: ncclCommInitRank: %s%s", t->rank,
+                     src[i], dst[i],
+                     ce != cudaSuccess ? cudaGetErrorString(ce)
+                     : r != ncclSuccess ? ncclGetErrorString(r)
+                                        : "the other end could not open it",
+                     r == ncclInvalidUsage ? " (two ranks on one GPU? NCCL refuses that: use the mpi device link)" : "");
+        first = BT_ERR_COMM;
     }
-    return BT_OK;
+    return first;
 }
 
 /* ---- the control plane: MPI's ---- */
@@ -325,6 +381,7 @@ static void nccl_free(bt_transport *t) {
     if (c->self) ncclCommDestroy(c->self);
     if (c->self_stream) cudaStreamDestroy(c->self_stream);
     if (c->dep) cudaEventDestroy(c->dep);
+    if (c->warm) cudaFree(c->warm);
     free(c);
     free(t);
 }
@@ -388,6 +445,7 @@ bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream,
     if (r == ncclSuccess) r = ncclCommInitRank(&c->self, 1, id, 0);
     cudaError_t ce = cudaEventCreateWithFlags(&c->dep, cudaEventDisableTiming);
     if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&c->self_stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaMalloc(&c->warm, 16);
     if (r != ncclSuccess || ce != cudaSuccess) {
         if (err && n)
             snprintf(err, n, "rank %d: nccl: %s", mpi->rank,

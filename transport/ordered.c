@@ -1,8 +1,10 @@
 /* ordered.c - NCCL's rules for moving data over another transport (see
  * transport.h): every transfer carries one tag, so MPI's non-overtaking rule
  * matches sends and receives between two ranks in posting order, as NCCL
- * does; a peer is reachable only over an edge that connect opened; nothing
- * can be cancelled.  The collectives are the inner transport's. */
+ * does; a peer is reachable only over an edge that connect opened; the first
+ * transfer on an edge waits for the other end's first one, as NCCL's lazy
+ * connection does; nothing can be cancelled.  The collectives are the inner
+ * transport's.  Its connect follows the steps of transport/nccl.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +13,10 @@
 
 struct ordered_ctx {
     bt_transport *inner;
-    uint8_t *to;   /* [peer]: an edge rank -> peer is open */
-    uint8_t *from; /* [peer]: an edge peer -> rank is open */
+    uint8_t *to;      /* [peer]: an edge rank -> peer is open */
+    uint8_t *from;    /* [peer]: an edge peer -> rank is open */
+    uint8_t *live;    /* [2 * peer + (1: rank -> peer)]: the edge has carried a first transfer */
+    uint8_t *refused; /* [src * size + dst]: connect refuses this edge */
 };
 
 static struct ordered_ctx *octx(bt_transport *t) { return t->context; }
@@ -35,10 +39,27 @@ static enum bt_status no_edge(bt_transport *t, int from, int to) {
 
 static bool peer_ok(bt_transport *t, int peer) { return peer >= 0 && peer < t->size; }
 
+/* The first transfer on an edge: both ends meet (NCCL sets up the link
+ * between two ranks at the first operation and blocks until the peer makes
+ * its own). */
+static enum bt_status first_contact(bt_transport *t, int peer, bool out) {
+    struct ordered_ctx *c = octx(t);
+    uint8_t *live = &c->live[2 * peer + (out ? 1 : 0)];
+    if (*live) return BT_OK;
+    int32_t mine = 1, theirs = 0;
+    const enum bt_status s =
+        bt_transport_exchange(c->inner, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
+    if (s != BT_OK) return inner_error(t, s);
+    *live = 1;
+    return BT_OK;
+}
+
 static enum bt_status ordered_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
     if (!peer_ok(t, peer) || !octx(t)->to[peer]) return no_edge(t, t->rank, peer);
     bt_transport *in = octx(t)->inner;
-    const enum bt_status s = inner_error(t, in->iface.isend(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    enum bt_status s = first_contact(t, peer, true);
+    if (s != BT_OK) return s;
+    s = inner_error(t, in->iface.isend(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
     req->tag = tag;
     return s;
 }
@@ -46,7 +67,9 @@ static enum bt_status ordered_isend(bt_transport *t, const void *buf, size_t byt
 static enum bt_status ordered_irecv(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
     if (!peer_ok(t, peer) || !octx(t)->from[peer]) return no_edge(t, peer, t->rank);
     bt_transport *in = octx(t)->inner;
-    const enum bt_status s = inner_error(t, in->iface.irecv(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    enum bt_status s = first_contact(t, peer, false);
+    if (s != BT_OK) return s;
+    s = inner_error(t, in->iface.irecv(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
     req->tag = tag;
     return s;
 }
@@ -87,16 +110,22 @@ static void ordered_abort(bt_transport *t, int code) {
 static void ordered_free(bt_transport *t) {
     free(octx(t)->to);
     free(octx(t)->from);
+    free(octx(t)->live);
+    free(octx(t)->refused);
     free(t->context);
     free(t);
 }
 
 /* Each edge in list order is a rendezvous of its two ends, which exchange
- * the edge and its index in their lists: ends with different lists fail here
- * (or wait, as NCCL's set-up would, when one end never comes). */
+ * the edge, its index in their lists and whether they can open it (a list
+ * that differs between the ends is an error at once; a refused edge is
+ * reported after every later edge has had its rendezvous, so no peer is left
+ * waiting); then the first transfer, so that later ones never wait for the
+ * other end to arrive. */
 static enum bt_status ordered_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
     struct ordered_ctx *c = octx(t);
     bt_transport *in = c->inner;
+    enum bt_status first = BT_OK;
     for (int e = 0; e < n_edges; e++) {
         if (!peer_ok(t, src[e]) || !peer_ok(t, dst[e]) || src[e] == dst[e]) {
             snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks of %d",
@@ -104,28 +133,38 @@ static enum bt_status ordered_connect(bt_transport *t, const int *src, const int
             return BT_ERR_INVALID;
         }
         if (src[e] != t->rank && dst[e] != t->rank) continue;
-        const bool sender = src[e] == t->rank;
-        const int peer = sender ? dst[e] : src[e];
-        int32_t mine[3] = {e, src[e], dst[e]}, theirs[3] = {-1, -1, -1};
-        bt_treq sr, rr;
-        enum bt_status s = in->iface.isend(in, mine, sizeof mine, peer, BT_TRANSPORT_TAG_CONNECT, &sr);
-        if (s == BT_OK) s = in->iface.irecv(in, theirs, sizeof theirs, peer, BT_TRANSPORT_TAG_CONNECT, &rr);
-        if (s == BT_OK) s = bt_transport_wait(in, &rr);
-        if (s == BT_OK) s = bt_transport_wait(in, &sr);
+        const bool out = src[e] == t->rank;
+        const int peer = out ? dst[e] : src[e];
+        int32_t mine[4] = {e, src[e], dst[e], !c->refused[(size_t)src[e] * (size_t)t->size + (size_t)dst[e]]};
+        int32_t theirs[4] = {-1, -1, -1, 0};
+        enum bt_status s = bt_transport_exchange(in, peer, BT_TRANSPORT_TAG_CONNECT, mine, theirs, sizeof mine);
         if (s != BT_OK) return inner_error(t, s);
-        if (memcmp(mine, theirs, sizeof mine) != 0) {
+        if (memcmp(mine, theirs, 3 * sizeof mine[0]) != 0) {
             snprintf(t->error, sizeof t->error,
                      "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, "
                      "%d -> %d: every rank must list the same edges in the same order",
                      t->rank, e, src[e], dst[e], peer, (int)theirs[0], (int)theirs[1], (int)theirs[2]);
             return BT_ERR_MISMATCH;
         }
-        if (sender)
+        if (!mine[3] || !theirs[3]) {
+            if (first == BT_OK)
+                snprintf(t->error, sizeof t->error, "rank %d: channel %d -> %d refused by rank %d", t->rank, src[e],
+                         dst[e], mine[3] ? peer : t->rank);
+            first = BT_ERR_COMM;
+            continue;
+        }
+        if (out)
             c->to[peer] = 1;
         else
             c->from[peer] = 1;
+        s = first_contact(t, peer, out);
+        if (s != BT_OK) return s;
     }
-    return BT_OK;
+    return first;
+}
+
+void bt_transport_ordered_refuse(bt_transport *t, int src, int dst) {
+    if (peer_ok(t, src) && peer_ok(t, dst)) octx(t)->refused[(size_t)src * (size_t)t->size + (size_t)dst] = 1;
 }
 
 static const struct bt_transport_i ordered_i = {
@@ -151,11 +190,15 @@ bt_transport *bt_transport_ordered_new(bt_transport *inner) {
     if (c) {
         c->to = calloc((size_t)inner->size, 1);
         c->from = calloc((size_t)inner->size, 1);
+        c->live = calloc(2 * (size_t)inner->size, 1);
+        c->refused = calloc((size_t)inner->size * (size_t)inner->size, 1);
     }
-    if (!t || !c || !c->to || !c->from) {
+    if (!t || !c || !c->to || !c->from || !c->live || !c->refused) {
         if (c) {
             free(c->to);
             free(c->from);
+            free(c->live);
+            free(c->refused);
         }
         free(c);
         free(t);

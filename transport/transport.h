@@ -124,6 +124,19 @@ static inline enum bt_status bt_transport_wait_polite(bt_transport *t, bt_treq *
     }
 }
 
+/* Send n bytes to peer and receive n bytes from it (tag), waiting for both:
+ * a rendezvous of two ranks, as when they open a channel. */
+static inline enum bt_status bt_transport_exchange(bt_transport *t, int peer, int tag, const void *mine,
+                                                   void *theirs, size_t n) {
+    bt_treq sr, rr;
+    enum bt_status s = t->iface.isend(t, mine, n, peer, tag, &sr);
+    if (s != BT_OK) return s;
+    s = t->iface.irecv(t, theirs, n, peer, tag, &rr);
+    if (s == BT_OK) s = bt_transport_wait(t, &rr);
+    const enum bt_status s2 = bt_transport_wait(t, &sr);
+    return s != BT_OK ? s : s2;
+}
+
 static inline void bt_transport_set_busy(bt_transport *t, bool busy) {
     if (t->iface.set_busy) t->iface.set_busy(t, busy);
 }
@@ -165,11 +178,16 @@ void bt_transport_mpi_hold_progress(bt_transport *t, int delta);
  * receives match in the order they are posted), a transfer only on an edge
  * opened by connect, which is a rendezvous of both ends as NCCL's
  * communicator set-up is (edge lists that differ between the two ends are
- * an error), and no cancel.  It lets the code that drives a device
+ * an error), a first transfer on an edge that blocks until the other end
+ * makes its first one (NCCL connects lazily; connect does that first
+ * exchange itself), and no cancel.  It lets the code that drives a device
  * transport run and be tested on machines without GPUs: a caller that posts
- * the two ends of an edge in different orders gets swapped data or a size
- * error here, as it would get wrong results or a hang from NCCL. */
+ * the two ends of an edge in different orders gets swapped data, a size
+ * error or a hang here, as it would get wrong results or a hang from NCCL. */
 bt_transport *bt_transport_ordered_new(bt_transport *inner);
+/* Make this rank refuse to open the edge src -> dst in connect, as NCCL
+ * refuses two ranks on one GPU: for tests of what a refused edge does. */
+void bt_transport_ordered_refuse(bt_transport *t, int src, int dst);
 
 #ifdef __cplusplus
 }

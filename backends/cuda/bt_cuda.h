@@ -40,6 +40,10 @@ int bt_backend_cuda_device(bt_backend_t backend);
  * for transports that enqueue on it (transport/nccl.c). */
 void *bt_backend_cuda_stream(bt_backend_t backend);
 
+/* The device's UUID (16 bytes, the same in every process that sees it):
+ * false when the device does not exist. */
+bool bt_cuda_device_uuid(int device, uint8_t uuid[16]);
+
 /* Device memory of `device` (NULL for a device out of range). */
 bt_buffer_type_t bt_cuda_buffer_type(int device);
 /* Pinned (page-locked) host memory: is_host, so the CPU backend can compute

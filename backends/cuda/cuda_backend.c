@@ -65,6 +65,16 @@ int bt_cuda_select_device_from_local_rank(int local_rank) {
     return dev;
 }
 
+bool bt_cuda_device_uuid(int device, uint8_t uuid[16]) {
+    struct cudaDeviceProp prop;
+    if (device < 0 || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    memcpy(uuid, prop.uuid.bytes, 16);
+    return true;
+}
+
 /* ---- device buffers --------------------------------------------------------------- */
 
 struct cuda_buffer {
@@ -305,16 +315,21 @@ bt_buffer_type_t bt_cuda_host_buffer_type(void) { return &pinned_buft; }
 
 /* ---- scratch --------------------------------------------------------------------------- */
 
+/* Scratch grows in stream order (cudaFreeAsync / cudaMallocAsync on the
+ * backend's stream): the old region is freed after the work queued that
+ * reads it, and nothing waits for the whole device.  cudaMalloc and cudaFree
+ * may: with NCCL receives posted ahead on other streams, a device-wide wait
+ * in the middle of a micro-batch could wait for data that this very rank
+ * has still to send. */
 void *bt_cuda_scratch(struct bt_cuda_ctx *c, enum bt_cuda_scratch_slot slot, size_t bytes) {
     if (bytes == 0) bytes = 1; /* a region, never NULL (NULL means out of memory) */
     if (bytes <= c->scratch_size[slot]) return c->scratch[slot];
-    /* work queued on the stream may still read the old region */
-    if (bt_cuda_check(c, cudaStreamSynchronize(c->stream), "scratch: synchronize") != BT_OK) return NULL;
-    cudaFree(c->scratch[slot]);
+    if (c->scratch[slot] && bt_cuda_check(c, cudaFreeAsync(c->scratch[slot], c->stream), "scratch: cudaFreeAsync") != BT_OK)
+        return NULL;
     c->scratch[slot] = NULL;
     c->scratch_size[slot] = 0;
     const size_t want = bytes + bytes / 4; /* some headroom for the next, larger op */
-    if (bt_cuda_check(c, cudaMalloc(&c->scratch[slot], want), "scratch: cudaMalloc") != BT_OK) {
+    if (bt_cuda_check(c, cudaMallocAsync(&c->scratch[slot], want, c->stream), "scratch: cudaMallocAsync") != BT_OK) {
         c->scratch[slot] = NULL;
         return NULL;
     }
@@ -322,16 +337,18 @@ void *bt_cuda_scratch(struct bt_cuda_ctx *c, enum bt_cuda_scratch_slot slot, siz
     return c->scratch[slot];
 }
 
+/* Pageable host memory: MUL_MAT_ID synchronises its stream around the copies
+ * anyway, and allocating pinned memory (cudaMallocHost) mid-run is a
+ * device-wide synchronisation point (see bt_cuda_scratch). */
 void *bt_cuda_host_stage(struct bt_cuda_ctx *c, size_t bytes) {
     if (bytes <= c->host_stage_size) return c->host_stage;
-    cudaFreeHost(c->host_stage);
-    c->host_stage = NULL;
-    c->host_stage_size = 0;
     const size_t want = bytes + bytes / 4;
-    if (bt_cuda_check(c, cudaMallocHost(&c->host_stage, want), "host stage: cudaMallocHost") != BT_OK) {
-        c->host_stage = NULL;
+    void *p = realloc(c->host_stage, want);
+    if (!p) {
+        bt_cuda_fail(c, BT_ERR_NOMEM, "host stage: out of memory (%zu bytes)", want);
         return NULL;
     }
+    c->host_stage = p;
     c->host_stage_size = want;
     return c->host_stage;
 }
@@ -345,8 +362,11 @@ static const char *cuda_get_name(bt_backend_t backend) { return bctx(backend)->n
 static void ctx_destroy(struct bt_cuda_ctx *c) {
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < BT_CUDA_SCRATCH_COUNT; i++) cudaFree(c->scratch[i]);
-    cudaFreeHost(c->host_stage);
+    for (int i = 0; i < BT_CUDA_SCRATCH_COUNT; i++)
+        if (c->scratch[i]) cudaFreeAsync(c->scratch[i], c->stream);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    free(c->host_stage);
+    cudaFree(c->cublas_ws);
     cudaFree(c->d_err);
     cudaFreeHost(c->h_err);
     if (c->copy_event) cudaEventDestroy(c->copy_event);
@@ -574,6 +594,13 @@ bt_backend_t bt_backend_cuda_init(int device) {
     /* plain F32 arithmetic for F32 products (no TF32 unless the user asks
      * through NVIDIA_TF32_OVERRIDE) */
     if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetMathMode(c->cublas, CUBLAS_DEFAULT_MATH);
+    /* a workspace of its own, so cuBLAS never allocates in the middle of a
+     * run (see bt_cuda_scratch) */
+    if (cs == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->cublas_ws, BT_CUDA_CUBLAS_WORKSPACE) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cs = CUBLAS_STATUS_ALLOC_FAILED;
+    }
+    if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetWorkspace(c->cublas, c->cublas_ws, BT_CUDA_CUBLAS_WORKSPACE);
     if (cs != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "baton: CUDA%d: cuBLAS initialisation failed (status %d)\n", device, (int)cs);
         ctx_destroy(c);

@@ -25,6 +25,7 @@ enum bt_cuda_scratch_slot {
 };
 
 #define BT_CUDA_ERRBUF 256
+#define BT_CUDA_CUBLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's workspace (cuBLAS suggests 32 MiB on Hopper) */
 
 /* One backend: a device, its stream, its cuBLAS handle and scratch. */
 struct bt_cuda_ctx {
@@ -35,7 +36,8 @@ struct bt_cuda_ctx {
 
     void *scratch[BT_CUDA_SCRATCH_COUNT];
     size_t scratch_size[BT_CUDA_SCRATCH_COUNT];
-    void *host_stage; /* pinned: MUL_MAT_ID ids and pairs */
+    void *host_stage; /* pageable: MUL_MAT_ID ids and pairs */
+    void *cublas_ws;  /* cuBLAS's workspace, BT_CUDA_CUBLAS_WORKSPACE bytes */
     size_t host_stage_size;
 
     /* run-time errors found by kernels (a row or expert id out of range):
@@ -58,10 +60,10 @@ enum bt_status bt_cuda_fail(struct bt_cuda_ctx *c, enum bt_status s, const char 
 /* BT_OK, or BT_ERR_INVALID with "what: <cuda message>" recorded. */
 enum bt_status bt_cuda_check(struct bt_cuda_ctx *c, cudaError_t e, const char *what);
 
-/* A scratch region of at least `bytes` (grown after a stream synchronise);
+/* A scratch region of at least `bytes` (grown in stream order);
  * NULL with BT_ERR_NOMEM recorded when the device has no room. */
 void *bt_cuda_scratch(struct bt_cuda_ctx *c, enum bt_cuda_scratch_slot slot, size_t bytes);
-/* Pinned host staging of at least `bytes`; the stream must be idle (the
+/* Host staging (pageable) of at least `bytes`; the stream must be idle (the
  * caller synchronised).  NULL with BT_ERR_NOMEM recorded on failure. */
 void *bt_cuda_host_stage(struct bt_cuda_ctx *c, size_t bytes);
 

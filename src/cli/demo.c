@@ -319,7 +319,14 @@ static bool open_device_transport(const struct bt_topology *topo, bt_transport *
     }
 #ifdef BATON_HAVE_NCCL
     if (!topo) {
-        int64_t shared = t->local_size > bt_cuda_device_count(); /* on any node */
+        /* two ranks on one GPU (its UUID is the same in every process) */
+        uint8_t mine[16] = {0}, *all = t->rank == 0 ? calloc((size_t)P, 16) : NULL;
+        bt_cuda_device_uuid(bt_backend_cuda_device(backend), mine);
+        t->iface.gather(t, mine, 16, all, 0);
+        int64_t shared = t->rank == 0 && !all;
+        for (int a = 0; all && a < P && !shared; a++)
+            for (int b = a + 1; b < P && !shared; b++) shared = memcmp(all + 16 * a, all + 16 * b, 16) == 0;
+        free(all);
         t->iface.allreduce_max(t, &shared, 1);
         if (shared) {
             if (t->rank == 0)
