@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh - every GPU check of baton in one go (about 5 minutes on
-# an H200; each step has its own time limit so the whole stays under 8):
+# an H200; each step has its own time limit, cut to what is left of 470 s,
+# so the whole stays under 8 minutes):
 #   1. build with CUDA (and NCCL when found) in build-gpu/
 #   2. ctest -L gpu: every op against the CPU, events, copies, the
 #      scheduler's split example on [CUDA, CPU], NCCL with one rank
@@ -26,6 +27,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 declare -a SUMMARY=()
 FAILED=0
 T_START=$(date +%s)
+DEADLINE=$((T_START + 470)) # the whole script stays under 8 minutes
+
+# lim N: a step's time limit, N seconds or what is left before the deadline
+lim() {
+    local left=$((DEADLINE - $(date +%s)))
+    [ "$left" -lt 1 ] && left=1
+    [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
 
 step() { # name, status (PASS / FAIL / SKIP), detail
     SUMMARY+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
@@ -36,8 +45,8 @@ step() { # name, status (PASS / FAIL / SKIP), detail
 echo "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
 
 # 1. build
-if timeout 300 cmake -S "$ROOT" -B "$BUILD" -DBATON_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$BUILD.configure.log" 2>&1 &&
-   timeout 300 cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda mpi_cuda_pipeline baton_cli >"$BUILD.build.log" 2>&1; then
+if timeout "$(lim 300)" cmake -S "$ROOT" -B "$BUILD" -DBATON_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$BUILD.configure.log" 2>&1 &&
+   timeout "$(lim 300)" cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda mpi_cuda_pipeline baton_cli >"$BUILD.build.log" 2>&1; then
     step "build (CUDA sm_90)" PASS "$(grep -o 'NCCL transport ON' "$BUILD.configure.log" || echo 'NCCL off')"
 else
     tail -30 "$BUILD.configure.log" "$BUILD.build.log" 2>/dev/null
@@ -47,7 +56,7 @@ else
 fi
 
 # 2. the op suite
-(cd "$BUILD" && timeout 240 ctest -L gpu --output-on-failure) >"$BUILD.ctest.log" 2>&1
+(cd "$BUILD" && timeout "$(lim 240)" ctest -L gpu --output-on-failure) >"$BUILD.ctest.log" 2>&1
 rc=$?
 cat "$BUILD.ctest.log"
 if grep -q "Not Run\|\*\*\*Skipped\|Skipped" "$BUILD.ctest.log" && ! grep -q "Failed" "$BUILD.ctest.log"; then
@@ -60,7 +69,7 @@ fi
 
 # 3. NCCL, one rank sending to itself
 if grep -q "NCCL transport ON" "$BUILD.configure.log"; then
-    CK_RUN_CASE=nccl timeout 120 "$BUILD/test_cuda" >"$BUILD.nccl.log" 2>&1
+    CK_RUN_CASE=nccl timeout "$(lim 120)" "$BUILD/test_cuda" >"$BUILD.nccl.log" 2>&1
     rc=$?
     cat "$BUILD.nccl.log"
     case $rc in
@@ -76,9 +85,9 @@ fi
 for kind in mlp moe-topk; do
     out1="$BUILD/pipe_${kind}_np1.bin" out2="$BUILD/pipe_${kind}_np2.bin"
     rm -f "$out1" "$out2"
-    timeout 90 mpiexec -n 1 --oversubscribe "$BUILD/mpi_cuda_pipeline" "$out1" "$kind" 6 2 >"$BUILD.pipe1.log" 2>&1
+    timeout "$(lim 90)" mpiexec -n 1 --oversubscribe "$BUILD/mpi_cuda_pipeline" "$out1" "$kind" 6 2 >"$BUILD.pipe1.log" 2>&1
     rc1=$?
-    timeout 90 mpiexec -n 2 --oversubscribe "$BUILD/mpi_cuda_pipeline" "$out2" "$kind" 6 2 >"$BUILD.pipe2.log" 2>&1
+    timeout "$(lim 90)" mpiexec -n 2 --oversubscribe "$BUILD/mpi_cuda_pipeline" "$out2" "$kind" 6 2 >"$BUILD.pipe2.log" 2>&1
     rc2=$?
     tail -n 3 "$BUILD.pipe1.log" "$BUILD.pipe2.log"
     if [ $rc1 -eq 77 ] || [ $rc2 -eq 77 ]; then
@@ -96,14 +105,14 @@ done
 if grep -q "NCCL transport ON" "$BUILD.configure.log"; then
     ref="$BUILD/pipe_moe-topk_np1.bin" out1="$BUILD/pipe_nccl_np1.bin" out2="$BUILD/pipe_nccl_np2.bin"
     rm -f "$out1" "$out2"
-    timeout 90 mpiexec -n 1 "$BUILD/mpi_cuda_pipeline" "$out1" moe-topk 6 2 nccl >"$BUILD.nccl1.log" 2>&1
+    timeout "$(lim 90)" mpiexec -n 1 "$BUILD/mpi_cuda_pipeline" "$out1" moe-topk 6 2 nccl >"$BUILD.nccl1.log" 2>&1
     rc=$?
     tail -n 3 "$BUILD.nccl1.log"
     if [ $rc -eq 77 ]; then step "pipeline with NCCL, 1 rank" SKIP "no CUDA device"
     elif [ $rc -eq 0 ] && cmp -s "$ref" "$out1"; then step "pipeline with NCCL, 1 rank" PASS "bitwise equal to the MPI run"
     else step "pipeline with NCCL, 1 rank" FAIL "rc $rc (see $BUILD.nccl1.log)"; fi
     n_gpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-    timeout 120 mpiexec -n 2 "$BUILD/mpi_cuda_pipeline" "$out2" moe-topk 6 2 nccl >"$BUILD.nccl2.log" 2>&1
+    timeout "$(lim 120)" mpiexec -n 2 "$BUILD/mpi_cuda_pipeline" "$out2" moe-topk 6 2 nccl >"$BUILD.nccl2.log" 2>&1
     rc=$?
     tail -n 6 "$BUILD.nccl2.log"
     if [ $rc -eq 77 ]; then step "pipeline with NCCL, 2 ranks" SKIP "no CUDA device"
@@ -119,7 +128,7 @@ else
 fi
 
 # 6. the benchmark (figures, not a pass/fail)
-timeout 150 "$BUILD/bench_cuda" 20 >"$BUILD.bench.log" 2>&1
+timeout "$(lim 150)" "$BUILD/bench_cuda" 20 >"$BUILD.bench.log" 2>&1
 rc=$?
 cat "$BUILD.bench.log"
 case $rc in
@@ -130,7 +139,7 @@ esac
 
 # 7. the demo on the GPU: one rank, then two ranks sharing it (MPI, pinned staging)
 for np in 1 2; do
-    timeout 120 mpiexec -n $np "$BUILD/baton" demo --backend cuda -m 16 >"$BUILD.demo$np.log" 2>&1
+    timeout "$(lim 120)" mpiexec -n $np "$BUILD/baton" demo --backend cuda -m 16 >"$BUILD.demo$np.log" 2>&1
     rc=$?
     tail -n 4 "$BUILD.demo$np.log"
     if grep -q "sees no CUDA device" "$BUILD.demo$np.log"; then step "demo --backend cuda, $np ranks" SKIP "no CUDA device"
