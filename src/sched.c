@@ -554,6 +554,18 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                       (long long)node->ne[1], (long long)node->ne[2], (long long)node->ne[3]);
             return BT_ERR_UNSUPPORTED;
         }
+        /* a node the user allocated is written where it lies: the backend
+         * that runs it must be able to use that memory (ggml aborts here) */
+        if (!bt_op_is_view(node->op) && node->op != BT_OP_NONE && node->buffer &&
+            !buffer_supported(sched, node, *cur)) {
+            set_error(sched,
+                      "node %d '%s' (%s) is allocated in a %s buffer, which %s, the backend that runs it, cannot "
+                      "use, and no backend that can use it runs %s: leave the tensor to the scheduler or allocate "
+                      "it where its op can run",
+                      i, node->name, bt_op_name(node->op), bt_buft_name(node->buffer->buft),
+                      bt_backend_name(sched->backends[*cur]), bt_op_name(node->op));
+            return BT_ERR_UNSUPPORTED;
+        }
     }
 
     /* pass 5: cut splits; sources from incompatible backends become inputs */

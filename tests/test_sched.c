@@ -564,6 +564,40 @@ START_TEST(test_views_follow_source) {
 }
 END_TEST
 
+/* 2c. A node the user allocated in memory that only a backend which cannot
+ * run its op can use (as a GPU buffer holding an op only the CPU runs): a
+ * status and a message naming the node, its buffer and the backend, where
+ * the CPU would otherwise write into memory it cannot use. */
+START_TEST(test_preallocated_node_unusable) {
+    const enum bt_op refused[] = {BT_OP_SQRT};
+    bt_backend_t lim = limited_backend("LIMITED0", refused, 1);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    struct chain c;
+    chain_build(&c, lim, NULL, NULL);
+    bt_buffer_t dbuf = bt_backend_alloc_buffer(lim, bt_nbytes(c.D) + BT_MEM_ALIGN);
+    ck_assert_ptr_nonnull(dbuf);
+    ck_assert_int_eq(bt_tensor_alloc(dbuf, c.D, bt_buffer_get_base(dbuf)), BT_OK);
+    bt_sched_t sched = new_sched(backends, 2, 1);
+    ck_assert_int_eq(bt_sched_split_graph(sched, c.g), BT_ERR_UNSUPPORTED);
+    const char *err = bt_sched_error(sched);
+    ck_assert_msg(strstr(err, "'D'") != NULL && strstr(err, "LIMITED0 buffer") != NULL &&
+                      strstr(err, "CPU") != NULL,
+                  "message: \"%s\"", err);
+    /* where LIMITED0 runs SQRT itself the same graph plans */
+    bt_backend_limited_refuse(lim, BT_OP_SQRT, false);
+    CK_STATUS(sched, bt_sched_split_graph(sched, c.g));
+    ck_assert_ptr_eq(bt_sched_get_tensor_backend(sched, c.D), lim);
+    bt_sched_free(sched);
+    c.D->buffer = NULL;
+    c.D->data = NULL;
+    bt_buffer_free(dbuf);
+    chain_free(&c);
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
 /* 2b. An op that no backend runs: a status and a message naming the node and
  * the op, from both split_graph and graph_compute; never an abort. */
 START_TEST(test_unsupported_op) {
@@ -1467,6 +1501,7 @@ int main(void) {
     tcase_add_test(tc, test_reset_after_run);
     tcase_add_test(tc, test_views_follow_source);
     tcase_add_test(tc, test_unsupported_op);
+    tcase_add_test(tc, test_preallocated_node_unusable);
     tcase_add_test(tc, test_mlp_matches_cpu);
     tcase_add_test(tc, test_attention_matches_cpu);
     tcase_add_test(tc, test_moe_dense_matches_cpu);
