@@ -1,9 +1,25 @@
 /* backend_limited.c - the "cpu-limited" test backend (see backend_limited.h). */
 #include "backend_limited.h"
 
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu.h"
+
+/* One piece of work on the asynchronous backend's queue (its "stream"). */
+enum cmd_kind { CMD_COMPUTE, CMD_COPY, CMD_MARK, CMD_WAIT };
+struct cmd {
+    enum cmd_kind kind;
+    struct bt_graph graph;    /* COMPUTE: a copy of the caller's graph view */
+    struct bt_tensor **nodes; /* its own copy of the node list */
+    void *dst;                /* COPY */
+    const void *src;
+    size_t n;
+    struct limited *other; /* WAIT: until other has completed `seq` */
+    uint64_t seq;
+    enum bt_status status; /* COMPUTE: how it went */
+};
 
 struct limited {
     bt_cpu *cpu;
@@ -13,7 +29,91 @@ struct limited {
     struct bt_buffer_type buft;
     struct bt_buffer_type host_buft; /* its "pinned" host memory */
     struct bt_backend *self;
+
+    /* asynchronous mode: a worker thread runs the queue in order */
+    bool async;
+    int delay_us;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* queue changed / progress made */
+    struct cmd *q;
+    int q_cap, q_head, q_len;
+    uint64_t submitted, completed;
+    bool stop;
+    enum bt_status async_status; /* the first failure of queued work */
 };
+
+/* ---- the queue (asynchronous mode) ---- */
+
+static void *worker_main(void *arg) {
+    struct limited *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (l->q_len == 0 && !l->stop) pthread_cond_wait(&l->cv, &l->mu);
+        if (l->q_len == 0 && l->stop) break;
+        struct cmd c = l->q[l->q_head];
+        pthread_mutex_unlock(&l->mu);
+        if (c.kind == CMD_COMPUTE) {
+            /* late, so that whoever does not wait for it reads stale data */
+            const struct timespec d = {0, (long)l->delay_us * 1000L};
+            nanosleep(&d, NULL);
+            c.status = bt_cpu_graph_compute(l->cpu, &c.graph);
+            free(c.nodes);
+        } else if (c.kind == CMD_COPY) {
+            memcpy(c.dst, c.src, c.n);
+        } else if (c.kind == CMD_WAIT) {
+            pthread_mutex_lock(&c.other->mu);
+            while (c.other->completed < c.seq) pthread_cond_wait(&c.other->cv, &c.other->mu);
+            pthread_mutex_unlock(&c.other->mu);
+        }
+        pthread_mutex_lock(&l->mu);
+        if (c.kind == CMD_COMPUTE && c.status != BT_OK && l->async_status == BT_OK) l->async_status = c.status;
+        l->q_head = (l->q_head + 1) % l->q_cap;
+        l->q_len--;
+        l->completed++;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Queue c; returns its sequence number (completed >= it: done). */
+static uint64_t enqueue(struct limited *l, struct cmd c) {
+    pthread_mutex_lock(&l->mu);
+    if (l->q_len == l->q_cap) {
+        const int cap = l->q_cap ? 2 * l->q_cap : 64;
+        struct cmd *q = malloc(sizeof *q * (size_t)cap);
+        BT_ASSERT(q != NULL);
+        for (int i = 0; i < l->q_len; i++) q[i] = l->q[(l->q_head + i) % l->q_cap];
+        free(l->q);
+        l->q = q;
+        l->q_cap = cap;
+        l->q_head = 0;
+    }
+    l->q[(l->q_head + l->q_len) % l->q_cap] = c;
+    l->q_len++;
+    const uint64_t seq = ++l->submitted;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return seq;
+}
+
+static void wait_done(struct limited *l, uint64_t seq) {
+    if (!l->async) return;
+    pthread_mutex_lock(&l->mu);
+    while (l->completed < seq) pthread_cond_wait(&l->cv, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Everything queued so far is done (the synchronous buffer calls wait for
+ * the queue first, as cudaMemcpy waits for a blocking stream). */
+static void drain(struct limited *l) {
+    if (!l->async) return;
+    pthread_mutex_lock(&l->mu);
+    const uint64_t seq = l->submitted;
+    pthread_mutex_unlock(&l->mu);
+    wait_done(l, seq);
+}
 
 /* ---- buffer type: host memory that only this backend claims ---- */
 
@@ -22,9 +122,36 @@ static const char *lim_buft_name(bt_buffer_type_t buft) { return ((struct limite
 static void lim_buffer_set(bt_buffer_t buffer, struct bt_tensor *tensor, const void *data, size_t offset,
                            size_t size) {
     struct limited *l = buffer->buft->context;
+    drain(l);
     l->stats.buffer_sets++;
     l->stats.buffer_set_bytes += size;
     memcpy((uint8_t *)tensor->data + offset, data, size);
+}
+
+static void lim_buffer_get(bt_buffer_t buffer, const struct bt_tensor *tensor, void *data, size_t offset,
+                           size_t size) {
+    drain(buffer->buft->context);
+    memcpy(data, (const uint8_t *)tensor->data + offset, size);
+}
+
+static void lim_buffer_memset(bt_buffer_t buffer, struct bt_tensor *tensor, uint8_t value, size_t offset,
+                              size_t size) {
+    drain(buffer->buft->context);
+    memset((uint8_t *)tensor->data + offset, value, size);
+}
+
+static bool lim_buffer_cpy(bt_buffer_t buffer, const struct bt_tensor *src, struct bt_tensor *dst) {
+    struct limited *l = buffer->buft->context;
+    const bt_buffer_t sb = src->view_src ? src->view_src->buffer : src->buffer;
+    if (!sb || sb->buft != buffer->buft) return false; /* only within this backend's memory */
+    drain(l);
+    memcpy(dst->data, src->data, bt_nbytes(src));
+    return true;
+}
+
+static void lim_buffer_clear(bt_buffer_t buffer, uint8_t value) {
+    drain(buffer->buft->context);
+    memset(bt_buffer_get_base(buffer), value, bt_buffer_get_size(buffer));
 }
 
 static bt_buffer_t lim_buft_alloc(bt_buffer_type_t buft, size_t size) {
@@ -36,6 +163,10 @@ static bt_buffer_t lim_buft_alloc(bt_buffer_type_t buft, size_t size) {
         return NULL;
     }
     b->iface.set_tensor = lim_buffer_set;
+    b->iface.get_tensor = lim_buffer_get;
+    b->iface.memset_tensor = lim_buffer_memset;
+    b->iface.cpy_tensor = lim_buffer_cpy;
+    b->iface.clear = lim_buffer_clear;
     return b;
 }
 
@@ -81,6 +212,16 @@ static const char *lim_name(bt_backend_t b) { return ((struct limited *)b->conte
 
 static void lim_free(bt_backend_t b) {
     struct limited *l = b->context;
+    if (l->async) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->worker, NULL);
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l->q);
+    }
     bt_cpu_free(l->cpu);
     free(l);
     free(b);
@@ -88,24 +229,47 @@ static void lim_free(bt_backend_t b) {
 
 static bt_buffer_type_t lim_default_buft(bt_backend_t b) { return &((struct limited *)b->context)->buft; }
 
+/* Asynchronous copies read and write the host memory when their turn comes,
+ * as a GPU's copies from pinned memory do: the caller keeps it alive and
+ * untouched until it synchronises. */
 static void lim_set_async(bt_backend_t b, struct bt_tensor *t, const void *data, size_t offset, size_t size) {
     struct limited *l = b->context;
     l->stats.set_async_calls++;
     l->stats.set_async_bytes += size;
-    memcpy((uint8_t *)t->data + offset, data, size);
+    if (l->async)
+        enqueue(l, (struct cmd){.kind = CMD_COPY, .dst = (uint8_t *)t->data + offset, .src = data, .n = size});
+    else
+        memcpy((uint8_t *)t->data + offset, data, size);
 }
 
 static void lim_get_async(bt_backend_t b, const struct bt_tensor *t, void *data, size_t offset, size_t size) {
-    ((struct limited *)b->context)->stats.get_async_calls++;
-    memcpy(data, (const uint8_t *)t->data + offset, size);
+    struct limited *l = b->context;
+    l->stats.get_async_calls++;
+    if (l->async)
+        enqueue(l, (struct cmd){.kind = CMD_COPY, .dst = data, .src = (const uint8_t *)t->data + offset, .n = size});
+    else
+        memcpy(data, (const uint8_t *)t->data + offset, size);
 }
 
 static enum bt_status lim_compute(bt_backend_t b, struct bt_graph *g) {
     struct limited *l = b->context;
     l->stats.graph_computes++;
     l->stats.nodes_computed += (uint64_t)g->n_nodes;
-    return bt_cpu_graph_compute(l->cpu, g);
+    if (!l->async) return bt_cpu_graph_compute(l->cpu, g);
+    pthread_mutex_lock(&l->mu);
+    const enum bt_status failed = l->async_status;
+    pthread_mutex_unlock(&l->mu);
+    if (failed != BT_OK) return failed; /* sticky, as a GPU's errors are */
+    struct cmd c = {.kind = CMD_COMPUTE, .graph = *g};
+    c.nodes = malloc(sizeof *c.nodes * (size_t)(g->n_nodes + 1));
+    if (!c.nodes) return BT_ERR_NOMEM;
+    memcpy(c.nodes, g->nodes, sizeof *c.nodes * (size_t)g->n_nodes);
+    c.graph.nodes = c.nodes;
+    enqueue(l, c);
+    return BT_OK; /* before the work is done */
 }
+
+static void lim_synchronize(bt_backend_t b) { drain(b->context); }
 
 static bool lim_supports_op(bt_backend_t b, const struct bt_tensor *op) {
     struct limited *l = b->context;
@@ -116,8 +280,9 @@ static bool lim_supports_buft(bt_backend_t b, bt_buffer_type_t buft) {
     return buft == &((struct limited *)b->context)->buft;
 }
 
-/* events: the backend computes synchronously, so an event is complete once
- * recorded; they exist to exercise the scheduler's event path */
+/* Events: a point in the backend's queue (its sequence number).  A
+ * synchronous backend's events are complete once recorded; they exist to
+ * exercise the scheduler's event path. */
 static bt_event_t lim_event_new(bt_backend_t b) {
     bt_event_t e = calloc(1, sizeof *e);
     if (e) e->backend = b;
@@ -125,14 +290,26 @@ static bt_event_t lim_event_new(bt_backend_t b) {
 }
 static void lim_event_free(bt_event_t e) { free(e); }
 static void lim_event_record(bt_event_t e, bt_backend_t b) {
-    (void)e;
-    ((struct limited *)b->context)->stats.events_recorded++;
+    struct limited *l = b->context;
+    l->stats.events_recorded++;
+    e->backend = b;
+    e->context = (void *)(uintptr_t)(l->async ? enqueue(l, (struct cmd){.kind = CMD_MARK}) : 0);
 }
+/* b's queue waits for e (recorded on any limited backend) */
 static void lim_event_wait(bt_backend_t b, bt_event_t e) {
-    (void)b;
-    (void)e;
+    struct limited *l = b->context, *owner = e->backend->context;
+    const uint64_t seq = (uint64_t)(uintptr_t)e->context;
+    if (!owner->async || seq == 0) return;
+    if (l->async && owner != l)
+        enqueue(l, (struct cmd){.kind = CMD_WAIT, .other = owner, .seq = seq});
+    else if (!l->async)
+        wait_done(owner, seq);
+    /* the same queue: already in order */
 }
-static void lim_event_sync(bt_event_t e) { (void)e; }
+static void lim_event_sync(bt_event_t e) {
+    struct limited *owner = e->backend->context;
+    wait_done(owner, (uint64_t)(uintptr_t)e->context);
+}
 
 static const char *lim_error(bt_backend_t b) { return bt_cpu_error(((struct limited *)b->context)->cpu); }
 
@@ -145,7 +322,7 @@ static const struct bt_backend_i lim_i = {
     /* .set_tensor_async        = */ lim_set_async,
     /* .get_tensor_async        = */ lim_get_async,
     /* .cpy_tensor_async        = */ NULL,
-    /* .synchronize             = */ NULL,
+    /* .synchronize             = */ lim_synchronize,
     /* .graph_compute           = */ lim_compute,
     /* .supports_op             = */ lim_supports_op,
     /* .supports_buft           = */ lim_supports_buft,
@@ -205,4 +382,14 @@ struct bt_limited_stats bt_backend_limited_stats(bt_backend_t b) { return ((stru
 
 void bt_backend_limited_reset_stats(bt_backend_t b) {
     memset(&((struct limited *)b->context)->stats, 0, sizeof(struct bt_limited_stats));
+}
+
+void bt_backend_limited_set_async(bt_backend_t b, int delay_us) {
+    struct limited *l = b->context;
+    BT_ASSERT(!l->async);
+    l->delay_us = delay_us;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->async = pthread_create(&l->worker, NULL, worker_main, l) == 0;
+    BT_ASSERT(l->async);
 }

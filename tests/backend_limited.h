@@ -2,6 +2,7 @@
  * behind its own buffer type (which the CPU backend treats as incompatible,
  * as it would a GPU's) and a supports_op that refuses a chosen set of ops.
  * With it, graphs really split and inputs are really copied, without a GPU.
+ * It can run asynchronously, as a GPU does (bt_backend_limited_set_async).
  * It counts its asynchronous uploads so tests can check what was copied, and
  * has a host buffer type of its own (as a GPU's pinned memory) whose
  * allocations it counts. */
@@ -28,6 +29,13 @@ bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum
 bool bt_backend_is_limited(bt_backend_t backend);
 void bt_backend_limited_refuse(bt_backend_t backend, enum bt_op op, bool refuse);
 struct bt_limited_stats bt_backend_limited_stats(bt_backend_t backend);
+/* Make the backend asynchronous, as a GPU is: graph_compute, the
+ * asynchronous copies and event records go on a queue that a worker thread
+ * runs in order (each compute after delay_us, so that a caller who does not
+ * wait for it reads stale data); synchronize, event_synchronize and the
+ * buffers' synchronous calls wait for the queue, and event_wait makes the
+ * queue wait.  Call it right after init. */
+void bt_backend_limited_set_async(bt_backend_t backend, int delay_us);
 void bt_backend_limited_reset_stats(bt_backend_t backend);
 
 #endif

@@ -255,6 +255,7 @@ START_TEST(test_staged_device_path) {
     x.m = bt_model_new(&cfg);
     x.cpu = bt_backend_limited_init("DEVICE", 1, NULL, 0);
     ck_assert_ptr_nonnull(x.cpu);
+    bt_backend_limited_set_async(x.cpu, 200); /* as a GPU: copies and computes run later */
     ck_assert(!bt_buft_is_host(bt_backend_get_default_buffer_type(x.cpu)));
     x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
@@ -363,6 +364,7 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
     x.cpu = T->rank == 0 ? bt_backend_cpu_init(1)
                          : bt_backend_limited_init("DEVICE", 1, &refuse, refuse == BT_OP_NONE ? 0 : 1);
     ck_assert_ptr_nonnull(x.cpu);
+    if (T->rank > 0) bt_backend_limited_set_async(x.cpu, 200); /* as a GPU */
     bt_transport *o = T->rank > 0 || rank0_member ? bt_transport_ordered_new(T) : NULL;
     x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);

@@ -917,6 +917,65 @@ static void net_check_all(enum net_kind kind) {
     bt_backend_free(cpu);
 }
 
+/* Micro-batches submitted back to back without a synchronise in between,
+ * as a streaming user of an asynchronous backend does: the n_copies ring and
+ * its events keep micro-batch mb + 1's input copies from overwriting slots
+ * that mb's queued work still reads.  Each pair's second output is checked
+ * (the first one is overwritten before the synchronise by design). */
+static void net_stream_back_to_back(enum net_kind kind, int n_copies, bt_backend_t lim, bt_backend_t cpu,
+                                    float *const want[N_MICRO]) {
+    struct net n;
+    net_build(&n, kind, lim, cpu);
+    bt_backend_t backends[2] = {lim, cpu};
+    bt_sched_t sched = new_sched(backends, 2, n_copies);
+    char what[160];
+    for (int mb = 0; mb + 1 < N_MICRO; mb += 2) {
+        snprintf(what, sizeof what, "%s, back to back, n_copies %d, micro-batches %d and %d", net_names[kind],
+                 n_copies, mb, mb + 1);
+        for (int k = mb; k <= mb + 1; k++) {
+            enum bt_status st = bt_sched_alloc_graph(sched, n.g); /* the next slot of the ring */
+            ck_assert_msg(st == BT_OK, "%s: alloc: %s", what, bt_sched_error(sched));
+            net_set_inputs(&n, k);
+            st = bt_sched_graph_compute_async(sched, n.g);
+            ck_assert_msg(st == BT_OK, "%s: %s", what, bt_sched_error(sched));
+        }
+        bt_sched_synchronize(sched);
+        float *got = get_bytes(n.out);
+        assert_bitwise(got, want[mb + 1], DM * NT, what);
+        free(got);
+    }
+    bt_sched_free(sched);
+    net_free(&n);
+}
+
+/* 3a'. The same nets with the limited backend asynchronous (a queue run by
+ * a worker thread, each compute late), as a GPU is: results only right when
+ * the scheduler waits where it must (copies after the producer, slots free
+ * before they are overwritten, outputs after a synchronise). */
+static void net_check_async(enum net_kind kind) {
+    const enum bt_op refused[] = {BT_OP_SOFT_MAX, BT_OP_ARGSORT, BT_OP_ROPE, BT_OP_SWIGLU};
+    bt_backend_t lim = limited_backend("ASYNC0", refused, 4);
+    bt_backend_limited_set_async(lim, 300);
+    bt_backend_t cpu = cpu_backend();
+    float *want[N_MICRO];
+    net_reference(kind, cpu, want);
+    const int n_places = is_moe(kind) ? 4 : 2;
+    for (int p = 0; p < n_places; p++) net_stream(kind, (enum placement)p, 2, lim, cpu, want);
+    for (int c = 1; c <= 4; c *= 2) net_stream_back_to_back(kind, c, lim, cpu, want);
+    for (int mb = 0; mb < N_MICRO; mb++) free(want[mb]);
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+
+START_TEST(test_async_backend_matches_cpu) {
+    net_check_async(NET_MLP);
+    net_check_async(NET_ATTN);
+    net_check_async(NET_MOE_DENSE);
+    net_check_async(NET_MOE_TOP2);
+    net_check_async(NET_MOE_SHARED);
+}
+END_TEST
+
 START_TEST(test_mlp_matches_cpu) { net_check_all(NET_MLP); }
 END_TEST
 START_TEST(test_attention_matches_cpu) { net_check_all(NET_ATTN); }
@@ -1502,6 +1561,7 @@ int main(void) {
     tcase_add_test(tc, test_views_follow_source);
     tcase_add_test(tc, test_unsupported_op);
     tcase_add_test(tc, test_preallocated_node_unusable);
+    tcase_add_test(tc, test_async_backend_matches_cpu);
     tcase_add_test(tc, test_mlp_matches_cpu);
     tcase_add_test(tc, test_attention_matches_cpu);
     tcase_add_test(tc, test_moe_dense_matches_cpu);
