@@ -12,7 +12,8 @@ enum cmd_kind { CMD_COMPUTE, CMD_COPY, CMD_MARK, CMD_WAIT };
 struct cmd {
     enum cmd_kind kind;
     struct bt_graph graph;    /* COMPUTE: a copy of the caller's graph view */
-    struct bt_tensor **nodes; /* its own copy of the node list */
+    struct bt_tensor **nodes; /* its own node list, over... */
+    struct bt_tensor *frozen; /* ...copies of the nodes as they were when queued */
     void *dst;                /* COPY */
     const void *src;
     size_t n;
@@ -59,6 +60,7 @@ static void *worker_main(void *arg) {
             nanosleep(&d, NULL);
             c.status = bt_cpu_graph_compute(l->cpu, &c.graph);
             free(c.nodes);
+            free(c.frozen);
         } else if (c.kind == CMD_COPY) {
             memcpy(c.dst, c.src, c.n);
         } else if (c.kind == CMD_WAIT) {
@@ -260,10 +262,21 @@ static enum bt_status lim_compute(bt_backend_t b, struct bt_graph *g) {
     const enum bt_status failed = l->async_status;
     pthread_mutex_unlock(&l->mu);
     if (failed != BT_OK) return failed; /* sticky, as a GPU's errors are */
+    /* a GPU's kernels take their operands' addresses when launched: freeze
+     * the nodes (sources, parameters) as they are now, since the caller may
+     * re-point them (the scheduler's copy slots) before the queue gets here */
     struct cmd c = {.kind = CMD_COMPUTE, .graph = *g};
     c.nodes = malloc(sizeof *c.nodes * (size_t)(g->n_nodes + 1));
-    if (!c.nodes) return BT_ERR_NOMEM;
-    memcpy(c.nodes, g->nodes, sizeof *c.nodes * (size_t)g->n_nodes);
+    c.frozen = malloc(sizeof *c.frozen * (size_t)(g->n_nodes + 1));
+    if (!c.nodes || !c.frozen) {
+        free(c.nodes);
+        free(c.frozen);
+        return BT_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        c.frozen[i] = *g->nodes[i];
+        c.nodes[i] = &c.frozen[i];
+    }
     c.graph.nodes = c.nodes;
     enqueue(l, c);
     return BT_OK; /* before the work is done */
