@@ -90,10 +90,7 @@ struct bt_dist {
     int n_xfers;
     struct local_output *louts;
     int n_louts;
-    bt_transport *direct;  /* this rank's device transport (opt.device_transport) */
     bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
-    bt_event_t upload_ev;  /* after this micro-batch's uploads from receive staging */
-    bool uploads_pending;
     int64_t k_next;
     bool planned;
 
@@ -227,7 +224,6 @@ bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist
     d->size = t->size;
     d->n_copies = d->opt.n_copies > 0 ? d->opt.n_copies : 2;
     if (d->n_copies > MAXC) d->n_copies = MAXC;
-    d->direct = d->opt.device_transport;
     d->stats.rank = d->rank;
     if (getenv("BATON_DIST_DEBUG")) d->opt.verbose = true;
     return d;
@@ -238,7 +234,9 @@ int bt_dist_size(const bt_dist *d) { return d->size; }
 const char *bt_dist_error(const bt_dist *d) { return d->err; }
 
 /* The transport a transfer travels on. */
-static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) { return xf->direct ? d->direct : d->t; }
+static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) {
+    return xf->direct ? d->opt.device_transport : d->t;
+}
 
 /* The device transport cannot cancel the receives posted ahead for
  * micro-batches never submitted (k_next .. k_next + n_copies - 1, posted in
@@ -251,11 +249,11 @@ static void drain_direct(bt_dist *d) {
         for (int x = 0; x < d->n_xfers; x++) {
             struct xfer *xf = &d->xfers[x];
             if (!xf->direct || xf->src != d->rank) continue;
-            enum bt_status st = bt_transport_wait(d->direct, &xf->send[c]);
-            if (st == BT_OK)
-                st = bt_transport_isend(d->direct, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
+            bt_transport *t = xfer_transport(d, xf);
+            enum bt_status st = bt_transport_wait(t, &xf->send[c]);
+            if (st == BT_OK) st = bt_transport_isend(t, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
             if (st != BT_OK) { /* its receiver would wait forever */
-                fail(d, st, "draining the device transport: %s", d->direct->error);
+                fail(d, st, "draining the device transport: %s", t->error);
                 die(d, st);
             }
         }
@@ -282,9 +280,6 @@ static void release_plan(bt_dist *d) {
     d->n_xfers = 0;
     bt_buffer_free(d->host_buf);
     d->host_buf = NULL;
-    if (d->upload_ev) bt_event_free(d->upload_ev);
-    d->upload_ev = NULL;
-    d->uploads_pending = false;
     free(d->louts);
     d->louts = NULL;
     d->n_louts = 0;
@@ -563,7 +558,7 @@ static enum bt_status choose_links(bt_dist *d) {
     enum bt_status st = member && allow && esrc && edst ? BT_OK : fail(d, BT_ERR_NOMEM, "out of memory");
     st = agree(d, st);
     if (st == BT_OK) {
-        member[d->rank] = d->direct != NULL;
+        member[d->rank] = d->opt.device_transport != NULL;
         for (size_t i = 0; i < (size_t)P * (size_t)P; i++)
             allow[i] = d->opt.device_edges ? d->opt.device_edges[i] != 0 : 1;
         if (d->t->iface.allreduce_max(d->t, member, P) != BT_OK ||
@@ -583,9 +578,9 @@ static enum bt_status choose_links(bt_dist *d) {
             edst[n_edges++] = xf->dst;
         }
     }
-    if (st == BT_OK && d->direct && bt_transport_connect(d->direct, esrc, edst, n_edges) != BT_OK)
-        st = fail(d, BT_ERR_COMM, "rank %d: %s transport: %s", d->rank, d->direct->iface.name(d->direct),
-                  d->direct->error);
+    bt_transport *dt = d->opt.device_transport;
+    if (st == BT_OK && dt && bt_transport_connect(dt, esrc, edst, n_edges) != BT_OK)
+        st = fail(d, BT_ERR_COMM, "rank %d: %s transport: %s", d->rank, dt->iface.name(dt), dt->error);
     free(member);
     free(allow);
     free(esrc);
@@ -789,7 +784,6 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     size_t halign = bt_buft_get_alignment(hbuft);
     if (halign < BT_MEM_ALIGN) halign = BT_MEM_ALIGN;
     int64_t slot_bytes = 0;
-    bool staged_recv = false;
     uint8_t *base = NULL;
     for (int pass = 0; pass < 2; pass++) {
         size_t off = 0;
@@ -805,7 +799,6 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
                 if (stage) xf->stage[c] = take_slot(base, &off, xf->bytes, halign);
                 if (output || staging) xf->ring[c] = take_slot(base, &off, xf->bytes, halign);
                 if (stage || output || staging) slot_bytes += (int64_t)xf->bytes;
-                staged_recv = staged_recv || staging;
             }
         }
         for (int i = 0; i < d->n_louts; i++) {
@@ -822,7 +815,6 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
             base = bt_buffer_get_base(d->host_buf);
         }
     }
-    if (staged_recv) d->upload_ev = bt_event_new(d->backend); /* NULL: synchronise instead */
     d->stats.slot_bytes = slot_bytes;
     d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + slot_bytes;
     return BT_OK;
@@ -987,17 +979,18 @@ static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
     return st == BT_OK ? BT_OK : fail(d, st, "%s", t->error);
 }
 
-/* A tensor of this rank into host memory: staged through the backend's
+/* Where a slot lies in the host buffer (the staging calls take offsets). */
+static size_t slot_offset(const bt_dist *d, const void *slot) {
+    return (size_t)((const uint8_t *)slot - (const uint8_t *)bt_buffer_get_base(d->host_buf));
+}
+
+/* A tensor of this rank into host memory (a slot): staged through the backend's
  * stream when it lives in the backend's memory, else a plain read. */
 static enum bt_status download(bt_dist *d, const struct bt_tensor *x, void *host) {
     const bt_buffer_t b = x->view_src ? x->view_src->buffer : x->buffer;
-    if (b && d->host_buf && bt_backend_supports_buft(d->backend, bt_buffer_get_type(b))) {
-        const size_t off = (size_t)((uint8_t *)host - (uint8_t *)bt_buffer_get_base(d->host_buf));
-        enum bt_status st = bt_staging_to_host(d->backend, x, d->host_buf, off, d->err, sizeof d->err);
-        if (st != BT_OK) return st;
-    } else {
-        bt_tensor_get(x, host, 0, bt_nbytes(x));
-    }
+    if (b && bt_backend_supports_buft(d->backend, bt_buffer_get_type(b)))
+        return bt_staging_to_host(d->backend, x, d->host_buf, slot_offset(d, host), d->err, sizeof d->err);
+    bt_tensor_get(x, host, 0, bt_nbytes(x));
     return BT_OK;
 }
 
@@ -1073,13 +1066,12 @@ enum bt_status bt_dist_submit(bt_dist *d) {
                 const double w0 = now_s();
                 st = wait_req(d, xf, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
-                if (st == BT_OK && xf->ring[c]) {
-                    /* the upload runs in the backend's stream, before the split */
-                    const size_t off = (size_t)((uint8_t *)xf->ring[c] - (uint8_t *)bt_buffer_get_base(d->host_buf));
-                    st = bt_staging_from_host(d->backend, xf->copies[c], d->host_buf, off, d->err, sizeof d->err);
-                    if (st == BT_OK && d->upload_ev) bt_event_record(d->upload_ev, d->backend);
-                    d->uploads_pending = true;
-                }
+                /* the upload runs in the backend's stream, before the split;
+                 * the split's compute (synchronous) finishes it before the
+                 * slot takes its next receive */
+                if (st == BT_OK && xf->ring[c])
+                    st = bt_staging_from_host(d->backend, xf->copies[c], d->host_buf, slot_offset(d, xf->ring[c]),
+                                              d->err, sizeof d->err);
                 if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }
@@ -1114,16 +1106,8 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         for (int i = 0; i < d->n_louts && st == BT_OK; i++)
             if (d->louts[i].split == s) st = download(d, d->louts[i].tensor, d->louts[i].ring[c]);
     }
-    /* slot c is free again once its uploads are done: post the receives of
-     * micro-batch k + n_copies */
-    if (st == BT_OK && d->uploads_pending) {
-        if (d->upload_ev) {
-            bt_event_synchronize(d->upload_ev);
-        } else {
-            bt_backend_synchronize(d->backend);
-        }
-        d->uploads_pending = false;
-    }
+    /* slot c is free again (its splits have run, uploads included): post
+     * the receives of micro-batch k + n_copies */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, k + d->n_copies);

@@ -234,23 +234,24 @@ static bt_buffer_type_t lim_default_buft(bt_backend_t b) { return &((struct limi
 /* Asynchronous copies read and write the host memory when their turn comes,
  * as a GPU's copies from pinned memory do: the caller keeps it alive and
  * untouched until it synchronises. */
+static void copy_in_order(struct limited *l, void *dst, const void *src, size_t n) {
+    if (l->async)
+        enqueue(l, (struct cmd){.kind = CMD_COPY, .dst = dst, .src = src, .n = n});
+    else
+        memcpy(dst, src, n);
+}
+
 static void lim_set_async(bt_backend_t b, struct bt_tensor *t, const void *data, size_t offset, size_t size) {
     struct limited *l = b->context;
     l->stats.set_async_calls++;
     l->stats.set_async_bytes += size;
-    if (l->async)
-        enqueue(l, (struct cmd){.kind = CMD_COPY, .dst = (uint8_t *)t->data + offset, .src = data, .n = size});
-    else
-        memcpy((uint8_t *)t->data + offset, data, size);
+    copy_in_order(l, (uint8_t *)t->data + offset, data, size);
 }
 
 static void lim_get_async(bt_backend_t b, const struct bt_tensor *t, void *data, size_t offset, size_t size) {
     struct limited *l = b->context;
     l->stats.get_async_calls++;
-    if (l->async)
-        enqueue(l, (struct cmd){.kind = CMD_COPY, .dst = data, .src = (const uint8_t *)t->data + offset, .n = size});
-    else
-        memcpy(data, (const uint8_t *)t->data + offset, size);
+    copy_in_order(l, data, (const uint8_t *)t->data + offset, size);
 }
 
 static enum bt_status lim_compute(bt_backend_t b, struct bt_graph *g) {

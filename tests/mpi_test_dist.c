@@ -60,24 +60,30 @@ struct distributed {
     bt_context *ctx;
     struct bt_model_graph g;
     bt_dist *d;
-    /* rank 0 keeps a data copy of the inputs for each micro-batch */
-    struct reference inputs;
 };
 
 static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }
 
-static enum bt_status distributed_init(struct distributed *x, const struct bt_model_config *cfg, int n_copies) {
+/* The model on this rank's backend (x owns it) under opt, planned: the
+ * plan's status. */
+static enum bt_status distributed_init_on(struct distributed *x, const struct bt_model_config *cfg, bt_backend_t backend,
+                                          const struct bt_dist_options *opt) {
     memset(x, 0, sizeof *x);
     x->m = bt_model_new(cfg);
     ck_assert_ptr_nonnull(x->m);
-    x->cpu = bt_backend_cpu_init(1);
+    x->cpu = backend;
+    ck_assert_ptr_nonnull(x->cpu);
     x->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
     ck_assert_ptr_nonnull(x->ctx);
     ck_assert_int_eq(bt_model_build_graph(x->m, x->ctx, &x->g), BT_OK);
-    struct bt_dist_options opt = {.n_copies = n_copies};
-    x->d = bt_dist_new(T, x->cpu, &opt);
+    x->d = bt_dist_new(T, x->cpu, opt);
     ck_assert_ptr_nonnull(x->d);
     return bt_dist_plan(x->d, x->g.graph, init_weight, x->m);
+}
+
+static enum bt_status distributed_init(struct distributed *x, const struct bt_model_config *cfg, int n_copies) {
+    const struct bt_dist_options opt = {.n_copies = n_copies};
+    return distributed_init_on(x, cfg, bt_backend_cpu_init(1), &opt);
 }
 
 static void distributed_free(struct distributed *x) {
@@ -93,8 +99,47 @@ static void set_inputs(struct distributed *x, const struct bt_model_config *cfg,
     if (T->rank == 0) bt_model_set_inputs(x->m, &x->g, k);
 }
 
-/* M micro-batches through the pipeline; outputs read n_copies-1 behind, as a
- * streaming user would; every output bitwise equal to the reference. */
+/* M micro-batches through x's pipeline; outputs read n_copies-1 behind, as a
+ * streaming user would, the rest after a synchronise; every output bitwise
+ * equal to the reference (rank 0 checks). */
+static void stream_and_check(struct distributed *x, struct reference *ref, const struct bt_model_config *cfg,
+                             int n_copies, int M, const char *what) {
+    const size_t n_logits = (size_t)cfg->n_vocab * (size_t)cfg->n_tokens;
+    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
+    int checked = 0;
+    for (int k = 0; k < M; k++) {
+        set_inputs(x, cfg, k);
+        ck_assert_int_eq(bt_dist_submit(x->d), BT_OK);
+        const int ready = k - (n_copies - 1);
+        if (ready >= 0 && T->rank == 0) {
+            reference_run(ref, ready, want);
+            ck_assert_msg(bt_dist_get_output(x->d, ready, x->g.logits, got, n_logits * sizeof(float)) == BT_OK, "%s",
+                          bt_dist_error(x->d));
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0,
+                          "%s, n_copies %d: micro-batch %d differs from the one-process run", what, n_copies, ready);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(bt_dist_synchronize(x->d), BT_OK);
+    if (T->rank == 0) {
+        for (int k = M - n_copies + 1 > 0 ? M - n_copies + 1 : 0; k < M; k++) {
+            reference_run(ref, k, want);
+            ck_assert_int_eq(bt_dist_get_output(x->d, k, x->g.logits, got, n_logits * sizeof(float)), BT_OK);
+            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "%s, n_copies %d: micro-batch %d differs",
+                          what, n_copies, k);
+            checked++;
+        }
+        ck_assert_int_eq(checked, M);
+        /* distinct inputs give distinct outputs: the check can fail */
+        if (M > 1) {
+            reference_run(ref, 0, want);
+            ck_assert_int_ne(memcmp(want, got, n_logits * sizeof(float)), 0);
+        }
+    }
+    free(want);
+    free(got);
+}
+
 static void check_pipeline(enum bt_ffn_kind kind, int n_copies, int M) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
@@ -104,42 +149,7 @@ static void check_pipeline(enum bt_ffn_kind kind, int n_copies, int M) {
     reference_init(&ref, &cfg);
     struct distributed x;
     ck_assert_msg(distributed_init(&x, &cfg, n_copies) == BT_OK, "plan: %s", bt_dist_error(x.d));
-
-    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
-    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
-    int checked = 0;
-    for (int k = 0; k < M; k++) {
-        set_inputs(&x, &cfg, k);
-        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
-        const int ready = k - (n_copies - 1);
-        if (ready >= 0 && T->rank == 0) {
-            reference_run(&ref, ready, want);
-            ck_assert_msg(bt_dist_get_output(x.d, ready, x.g.logits, got, n_logits * sizeof(float)) == BT_OK, "%s",
-                          bt_dist_error(x.d));
-            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0,
-                          "%s, n_copies %d: micro-batch %d differs from the one-process run",
-                          bt_ffn_kind_name(kind), n_copies, ready);
-            checked++;
-        }
-    }
-    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
-    if (T->rank == 0) {
-        for (int k = M - n_copies + 1 > 0 ? M - n_copies + 1 : 0; k < M; k++) {
-            reference_run(&ref, k, want);
-            ck_assert_int_eq(bt_dist_get_output(x.d, k, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
-            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "%s, n_copies %d: micro-batch %d differs",
-                          bt_ffn_kind_name(kind), n_copies, k);
-            checked++;
-        }
-        ck_assert_int_eq(checked, M);
-        /* distinct inputs give distinct outputs: the check can fail */
-        if (M > 1) {
-            reference_run(&ref, 0, want);
-            ck_assert_int_ne(memcmp(want, got, n_logits * sizeof(float)), 0);
-        }
-    }
-    free(want);
-    free(got);
+    stream_and_check(&x, &ref, &cfg, n_copies, M, bt_ffn_kind_name(kind));
     distributed_free(&x);
     reference_free(&ref);
 }
@@ -250,40 +260,20 @@ START_TEST(test_staged_device_path) {
     cfg.ffn = BT_FFN_MOE_SHARED;
     struct reference ref;
     reference_init(&ref, &cfg);
+    bt_backend_t dev = bt_backend_limited_init("DEVICE", 1, NULL, 0);
+    ck_assert_ptr_nonnull(dev);
+    bt_backend_limited_set_async(dev, 200); /* as a GPU: copies and computes run later */
+    ck_assert(!bt_buft_is_host(bt_backend_get_default_buffer_type(dev)));
     struct distributed x;
-    memset(&x, 0, sizeof x);
-    x.m = bt_model_new(&cfg);
-    x.cpu = bt_backend_limited_init("DEVICE", 1, NULL, 0);
-    ck_assert_ptr_nonnull(x.cpu);
-    bt_backend_limited_set_async(x.cpu, 200); /* as a GPU: copies and computes run later */
-    ck_assert(!bt_buft_is_host(bt_backend_get_default_buffer_type(x.cpu)));
-    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
-    struct bt_dist_options opt = {.n_copies = 2};
-    x.d = bt_dist_new(T, x.cpu, &opt);
-    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
-    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
-    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
-    for (int k = 0; k < 5; k++) {
-        set_inputs(&x, &cfg, k);
-        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
-        if (T->rank == 0 && k >= 1) {
-            reference_run(&ref, k - 1, want);
-            ck_assert_int_eq(bt_dist_get_output(x.d, k - 1, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
-            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "staged path: micro-batch %d differs",
-                          k - 1);
-        }
+    const struct bt_dist_options opt = {.n_copies = 2};
+    ck_assert_msg(distributed_init_on(&x, &cfg, dev, &opt) == BT_OK, "%s", bt_dist_error(x.d));
+    stream_and_check(&x, &ref, &cfg, opt.n_copies, 5, "staged path");
+    /* the transfers really went through the backend's asynchronous copies:
+     * downloads into send slots everywhere, uploads where activations arrive */
+    if (T->size > 1) {
+        ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).get_async_calls, 0);
+        if (T->rank > 0) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).set_async_calls, 0);
     }
-    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
-    if (T->rank == 0) {
-        reference_run(&ref, 4, want);
-        ck_assert_int_eq(bt_dist_get_output(x.d, 4, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
-        ck_assert(memcmp(want, got, n_logits * sizeof(float)) == 0);
-    }
-    /* the uploads really went through the backend's buffers */
-    if (T->size > 1) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).buffer_sets, 0);
-    free(want);
-    free(got);
     distributed_free(&x);
     reference_free(&ref);
 }
@@ -358,34 +348,17 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
     cfg.n_layers = 4;
     struct reference ref;
     reference_init(&ref, &cfg);
-    struct distributed x;
-    memset(&x, 0, sizeof x);
-    x.m = bt_model_new(&cfg);
-    x.cpu = T->rank == 0 ? bt_backend_cpu_init(1)
-                         : bt_backend_limited_init("DEVICE", 1, &refuse, refuse == BT_OP_NONE ? 0 : 1);
-    ck_assert_ptr_nonnull(x.cpu);
-    if (T->rank > 0) bt_backend_limited_set_async(x.cpu, 200); /* as a GPU */
+    bt_backend_t backend = T->rank == 0 ? bt_backend_cpu_init(1)
+                                        : bt_backend_limited_init("DEVICE", 1, &refuse, refuse == BT_OP_NONE ? 0 : 1);
+    ck_assert_ptr_nonnull(backend);
+    if (T->rank > 0) bt_backend_limited_set_async(backend, 200); /* as a GPU */
     bt_transport *o = T->rank > 0 || rank0_member ? bt_transport_ordered_new(T) : NULL;
-    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
-    struct bt_dist_options opt = {.n_copies = n_copies, .device_transport = o, .device_edges = edges};
-    x.d = bt_dist_new(T, x.cpu, &opt);
-    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
-    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
-    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
-    for (int k = 0; k < M; k++) {
-        set_inputs(&x, &cfg, k);
-        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
-        const int ready = k - (n_copies - 1);
-        if (T->rank == 0 && ready >= 0) {
-            reference_run(&ref, ready, want);
-            ck_assert_int_eq(bt_dist_get_output(x.d, ready, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
-            ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0,
-                          "device transport (rank 0 %s, n_copies %d): micro-batch %d differs",
-                          rank0_member ? "a member" : "not a member", n_copies, ready);
-        }
-    }
-    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
+    const struct bt_dist_options opt = {.n_copies = n_copies, .device_transport = o, .device_edges = edges};
+    struct distributed x;
+    ck_assert_msg(distributed_init_on(&x, &cfg, backend, &opt) == BT_OK, "%s", bt_dist_error(x.d));
+    char what[96];
+    snprintf(what, sizeof what, "device transport (rank 0 %s)", rank0_member ? "a member" : "not a member");
+    stream_and_check(&x, &ref, &cfg, n_copies, M, what);
     struct bt_dist_stats *all = calloc((size_t)T->size, sizeof *all);
     ck_assert_int_eq(bt_dist_gather_stats(x.d, all), BT_OK);
     if (T->rank == 0) {
@@ -407,8 +380,6 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
      * memory, with asynchronous copies */
     if (T->rank > 0) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).host_allocs, 0);
     free(all);
-    free(want);
-    free(got);
     distributed_free(&x); /* sends what the receives posted ahead wait for */
     if (o) o->iface.free(o);
     reference_free(&ref);
@@ -436,37 +407,22 @@ START_TEST(test_device_transport_drain) {
     cfg.ffn = BT_FFN_MOE_TOPK;
     struct reference ref;
     reference_init(&ref, &cfg);
-    struct distributed x;
-    memset(&x, 0, sizeof x);
-    x.m = bt_model_new(&cfg);
     const enum bt_op refuse = BT_OP_SOFT_MAX;
-    x.cpu = T->rank == 0 ? bt_backend_cpu_init(1) : bt_backend_limited_init("DEVICE", 1, &refuse, 1);
     bt_transport *o = bt_transport_ordered_new(T);
-    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
-    struct bt_dist_options opt = {.n_copies = 3, .device_transport = o};
-    x.d = bt_dist_new(T, x.cpu, &opt);
-    ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
+    const struct bt_dist_options opt = {.n_copies = 3, .device_transport = o};
+    struct distributed x;
+    ck_assert_msg(distributed_init_on(&x, &cfg,
+                                      T->rank == 0 ? bt_backend_cpu_init(1)
+                                                   : bt_backend_limited_init("DEVICE", 1, &refuse, 1),
+                                      &opt) == BT_OK,
+                  "%s", bt_dist_error(x.d));
     bt_dist_free(x.d); /* nothing submitted: all n_copies receives drained */
     x.d = bt_dist_new(T, x.cpu, &opt);
     ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "%s", bt_dist_error(x.d));
     set_inputs(&x, &cfg, 0);
     ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
     ck_assert_msg(bt_dist_plan(x.d, x.g.graph, init_weight, x.m) == BT_OK, "replan: %s", bt_dist_error(x.d));
-    const size_t n_logits = (size_t)cfg.n_vocab * (size_t)cfg.n_tokens;
-    float *want = malloc(n_logits * sizeof(float)), *got = malloc(n_logits * sizeof(float));
-    for (int k = 0; k < 4; k++) {
-        set_inputs(&x, &cfg, k);
-        ck_assert_int_eq(bt_dist_submit(x.d), BT_OK);
-    }
-    ck_assert_int_eq(bt_dist_synchronize(x.d), BT_OK);
-    for (int k = 1; k < 4 && T->rank == 0; k++) {
-        reference_run(&ref, k, want);
-        ck_assert_int_eq(bt_dist_get_output(x.d, k, x.g.logits, got, n_logits * sizeof(float)), BT_OK);
-        ck_assert_msg(memcmp(want, got, n_logits * sizeof(float)) == 0, "after a replan: micro-batch %d differs", k);
-    }
-    free(want);
-    free(got);
+    stream_and_check(&x, &ref, &cfg, opt.n_copies, 4, "after a replan");
     distributed_free(&x);
     o->iface.free(o);
     reference_free(&ref);
@@ -479,17 +435,11 @@ END_TEST
 START_TEST(test_device_transport_refused) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
-    struct distributed x;
-    memset(&x, 0, sizeof x);
-    x.m = bt_model_new(&cfg);
-    x.cpu = bt_backend_limited_init("DEVICE", 1, NULL, 0);
     bt_transport *o = bt_transport_ordered_new(T);
     bt_transport_ordered_refuse(o, 0, 1);
-    x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
-    struct bt_dist_options opt = {.n_copies = 2, .device_transport = o};
-    x.d = bt_dist_new(T, x.cpu, &opt);
-    const enum bt_status st = bt_dist_plan(x.d, x.g.graph, init_weight, x.m);
+    const struct bt_dist_options opt = {.n_copies = 2, .device_transport = o};
+    struct distributed x;
+    const enum bt_status st = distributed_init_on(&x, &cfg, bt_backend_limited_init("DEVICE", 1, NULL, 0), &opt);
     if (T->size == 1) {
         ck_assert_int_eq(st, BT_OK);
     } else {

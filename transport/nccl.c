@@ -29,14 +29,12 @@ struct pending {
 };
 
 struct nccl_ctx {
-    bt_transport *mpi;
     cudaStream_t backend_stream; /* where the data is made and used */
     cudaEvent_t dep;             /* "what is queued on backend_stream so far" */
     void *warm;                  /* a device byte for each edge's first transfer */
     ncclComm_t self;             /* one rank: transfers to itself */
     cudaStream_t self_stream;
     uint8_t member[BT_TRANSPORT_MAX_RANKS_NCCL];
-    int n_world;
     struct edge *edges;
     int n_edges;
     int group_depth;
@@ -86,7 +84,7 @@ static enum bt_status record(bt_transport *t, bt_treq *req, cudaStream_t stream)
 static enum bt_status post(bt_transport *t, bool is_recv, void *buf, size_t bytes, int peer, int tag,
                            bt_treq *req) {
     struct nccl_ctx *c = t->context;
-    if (peer < 0 || peer >= c->n_world || !c->member[peer]) {
+    if (peer < 0 || peer >= t->size || !c->member[peer]) {
         snprintf(t->error, sizeof t->error, "rank %d: rank %d is not a CUDA rank of the NCCL transport", t->rank,
                  peer);
         return BT_ERR_INVALID;
@@ -226,9 +224,9 @@ static enum bt_status nccl_wait(bt_transport *t, bt_treq *req) {
 
 /* What the two ends of an edge tell each other before opening it. */
 struct connect_msg {
-    int32_t e, src, dst; /* the edge and its index in the list */
+    struct bt_edge_id id;
     int32_t ok;          /* this end can open it */
-    ncclUniqueId id;     /* the sender's */
+    ncclUniqueId unique; /* the sender's */
 };
 
 /* The first transfer on a new edge, both ends present: NCCL sets up the link
@@ -256,14 +254,11 @@ static enum bt_status first_transfer(bt_transport *t, const struct edge *e) {
  * every later edge has had its exchange, so no peer is left waiting. */
 static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
     struct nccl_ctx *c = t->context;
-    bt_transport *mpi = c->mpi;
+    bt_transport *mpi = t->control;
     enum bt_status first = BT_OK;
     for (int i = 0; i < n_edges; i++) {
-        if (src[i] < 0 || src[i] >= c->n_world || dst[i] < 0 || dst[i] >= c->n_world || src[i] == dst[i]) {
-            snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks",
-                     t->rank, i, src[i], dst[i]);
-            return BT_ERR_INVALID;
-        }
+        enum bt_status s = bt_transport_edge_check(t, i, src[i], dst[i]);
+        if (s != BT_OK) return s;
         if (src[i] != t->rank && dst[i] != t->rank) continue;
         const bool out = src[i] == t->rank;
         const int peer = out ? dst[i] : src[i];
@@ -276,30 +271,23 @@ static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *d
         struct connect_msg mine, theirs;
         memset(&mine, 0, sizeof mine);
         memset(&theirs, 0, sizeof theirs);
-        mine.e = i;
-        mine.src = src[i];
-        mine.dst = dst[i];
+        mine.id = (struct bt_edge_id){i, src[i], dst[i]};
         mine.ok = 1;
         struct edge *ne = realloc(c->edges, sizeof *ne * (size_t)(c->n_edges + 1));
         if (ne) c->edges = ne;
         ncclResult_t r = ncclSuccess;
         if (!ne) {
             mine.ok = 0;
-        } else if (out && (r = ncclGetUniqueId(&mine.id)) != ncclSuccess) {
+        } else if (out && (r = ncclGetUniqueId(&mine.unique)) != ncclSuccess) {
             mine.ok = 0;
         }
-        enum bt_status s = bt_transport_exchange(mpi, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
+        s = bt_transport_exchange(mpi, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
         if (s != BT_OK) {
             snprintf(t->error, sizeof t->error, "rank %d: connect %d -> %d: %.400s", t->rank, src[i], dst[i], mpi->error);
             return s;
         }
-        if (theirs.e != mine.e || theirs.src != mine.src || theirs.dst != mine.dst) {
-            snprintf(t->error, sizeof t->error,
-                     "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, "
-                     "%d -> %d: every rank must list the same edges in the same order",
-                     t->rank, i, src[i], dst[i], peer, (int)theirs.e, (int)theirs.src, (int)theirs.dst);
-            return BT_ERR_MISMATCH;
-        }
+        s = bt_transport_edge_agree(t, mine.id, theirs.id, peer);
+        if (s != BT_OK) return s;
         if (!mine.ok || !theirs.ok) {
             if (first == BT_OK)
                 snprintf(t->error, sizeof t->error, "rank %d: NCCL channel %d -> %d: %s", t->rank, src[i], dst[i],
@@ -310,7 +298,7 @@ static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *d
             continue;
         }
         struct edge e = {peer, out, NULL, NULL};
-        const ncclUniqueId id = out ? mine.id : theirs.id;
+        const ncclUniqueId id = out ? mine.unique : theirs.unique;
         cudaError_t ce = cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking);
         r = ce == cudaSuccess ? ncclCommInitRank(&e.comm, 2, id, out ? 0 : 1) : ncclSuccess;
         int32_t ok = ce == cudaSuccess && r == ncclSuccess, peer_ok = 0;
@@ -339,36 +327,13 @@ static enum bt_status nccl_connect(bt_transport *t, const int *src, const int *d
     return first;
 }
 
-/* ---- the control plane: MPI's ---- */
-
-static enum bt_status copy_error(bt_transport *t, enum bt_status s) {
-    struct nccl_ctx *c = t->context;
-    if (s != BT_OK) snprintf(t->error, sizeof t->error, "%s", c->mpi->error);
-    return s;
-}
-static enum bt_status nccl_bcast(bt_transport *t, void *buf, size_t bytes, int root) {
-    struct nccl_ctx *c = t->context;
-    return copy_error(t, c->mpi->iface.bcast(c->mpi, buf, bytes, root));
-}
-static enum bt_status nccl_gather(bt_transport *t, const void *send, size_t bytes, void *recv, int root) {
-    struct nccl_ctx *c = t->context;
-    return copy_error(t, c->mpi->iface.gather(c->mpi, send, bytes, recv, root));
-}
-static enum bt_status nccl_allreduce_max(bt_transport *t, int64_t *v, int n) {
-    struct nccl_ctx *c = t->context;
-    return copy_error(t, c->mpi->iface.allreduce_max(c->mpi, v, n));
-}
-static enum bt_status nccl_barrier(bt_transport *t) {
-    struct nccl_ctx *c = t->context;
-    return copy_error(t, c->mpi->iface.barrier(c->mpi));
-}
 static void nccl_abort(bt_transport *t, int code) {
     struct nccl_ctx *c = t->context;
     for (int i = 0; i < c->n_edges; i++) ncclCommAbort(c->edges[i].comm);
     c->n_edges = 0;
     if (c->self) ncclCommAbort(c->self);
     c->self = NULL;
-    c->mpi->iface.abort(c->mpi, code);
+    t->control->iface.abort(t->control, code);
 }
 
 static void nccl_free(bt_transport *t) {
@@ -394,10 +359,10 @@ static const struct bt_transport_i nccl_i = {
     /* .wait          = */ nccl_wait,
     /* .cancel        = */ NULL,
     /* .set_busy      = */ NULL,
-    /* .bcast         = */ nccl_bcast,
-    /* .gather        = */ nccl_gather,
-    /* .allreduce_max = */ nccl_allreduce_max,
-    /* .barrier       = */ nccl_barrier,
+    /* .bcast         = */ bt_transport_control_bcast,
+    /* .gather        = */ bt_transport_control_gather,
+    /* .allreduce_max = */ bt_transport_control_allreduce_max,
+    /* .barrier       = */ bt_transport_control_barrier,
     /* .abort         = */ nccl_abort,
     /* .free          = */ nccl_free,
     /* .connect       = */ nccl_connect,
@@ -429,16 +394,9 @@ bt_transport *bt_transport_nccl_init_ranks(bt_transport *mpi, void *cuda_stream,
         if (err && n) snprintf(err, n, "nccl: out of memory");
         return NULL;
     }
-    c->mpi = mpi;
     c->backend_stream = (cudaStream_t)cuda_stream;
-    c->n_world = mpi->size;
     memcpy(c->member, member, sizeof member);
-    t->iface = nccl_i;
-    t->context = c;
-    t->rank = mpi->rank;
-    t->size = mpi->size;
-    t->local_rank = mpi->local_rank;
-    t->local_size = mpi->local_size;
+    bt_transport_init_over(t, &nccl_i, c, mpi);
     /* the one-rank communicator and the streams */
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);

@@ -12,7 +12,6 @@
 #include "transport.h"
 
 struct ordered_ctx {
-    bt_transport *inner;
     uint8_t *to;      /* [peer]: an edge rank -> peer is open */
     uint8_t *from;    /* [peer]: an edge peer -> rank is open */
     uint8_t *live;    /* [2 * peer + (1: rank -> peer)]: the edge has carried a first transfer */
@@ -20,11 +19,6 @@ struct ordered_ctx {
 };
 
 static struct ordered_ctx *octx(bt_transport *t) { return t->context; }
-
-static enum bt_status inner_error(bt_transport *t, enum bt_status s) {
-    if (s != BT_OK) snprintf(t->error, sizeof t->error, "%s", octx(t)->inner->error);
-    return s;
-}
 
 static const char *ordered_name(bt_transport *t) {
     (void)t;
@@ -48,64 +42,45 @@ static enum bt_status first_contact(bt_transport *t, int peer, bool out) {
     if (*live) return BT_OK;
     int32_t mine = 1, theirs = 0;
     const enum bt_status s =
-        bt_transport_exchange(c->inner, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
-    if (s != BT_OK) return inner_error(t, s);
+        bt_transport_exchange(t->control, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
+    if (s != BT_OK) return bt_transport_control_status(t, s);
     *live = 1;
     return BT_OK;
 }
 
 static enum bt_status ordered_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
     if (!peer_ok(t, peer) || !octx(t)->to[peer]) return no_edge(t, t->rank, peer);
-    bt_transport *in = octx(t)->inner;
+    bt_transport *in = t->control;
     enum bt_status s = first_contact(t, peer, true);
     if (s != BT_OK) return s;
-    s = inner_error(t, in->iface.isend(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    s = bt_transport_control_status(t, in->iface.isend(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
     req->tag = tag;
     return s;
 }
 
 static enum bt_status ordered_irecv(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req) {
     if (!peer_ok(t, peer) || !octx(t)->from[peer]) return no_edge(t, peer, t->rank);
-    bt_transport *in = octx(t)->inner;
+    bt_transport *in = t->control;
     enum bt_status s = first_contact(t, peer, false);
     if (s != BT_OK) return s;
-    s = inner_error(t, in->iface.irecv(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
+    s = bt_transport_control_status(t, in->iface.irecv(in, buf, bytes, peer, BT_TRANSPORT_TAG_ORDERED, req));
     req->tag = tag;
     return s;
 }
 
 static enum bt_status ordered_test(bt_transport *t, bt_treq *req, bool *done) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.test(in, req, done));
+    bt_transport *in = t->control;
+    return bt_transport_control_status(t, in->iface.test(in, req, done));
 }
 
 static enum bt_status ordered_wait(bt_transport *t, bt_treq *req) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.wait(in, req));
+    bt_transport *in = t->control;
+    return bt_transport_control_status(t, in->iface.wait(in, req));
 }
 
-static void ordered_set_busy(bt_transport *t, bool busy) { bt_transport_set_busy(octx(t)->inner, busy); }
+static void ordered_set_busy(bt_transport *t, bool busy) { bt_transport_set_busy(t->control, busy); }
 
-static enum bt_status ordered_bcast(bt_transport *t, void *buf, size_t bytes, int root) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.bcast(in, buf, bytes, root));
-}
-static enum bt_status ordered_gather(bt_transport *t, const void *send, size_t bytes, void *recv, int root) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.gather(in, send, bytes, recv, root));
-}
-static enum bt_status ordered_allreduce_max(bt_transport *t, int64_t *v, int n) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.allreduce_max(in, v, n));
-}
-static enum bt_status ordered_barrier(bt_transport *t) {
-    bt_transport *in = octx(t)->inner;
-    return inner_error(t, in->iface.barrier(in));
-}
-static void ordered_abort(bt_transport *t, int code) {
-    bt_transport *in = octx(t)->inner;
-    in->iface.abort(in, code);
-}
+static void ordered_abort(bt_transport *t, int code) { t->control->iface.abort(t->control, code); }
 
 static void ordered_free(bt_transport *t) {
     free(octx(t)->to);
@@ -124,32 +99,27 @@ static void ordered_free(bt_transport *t) {
  * other end to arrive. */
 static enum bt_status ordered_connect(bt_transport *t, const int *src, const int *dst, int n_edges) {
     struct ordered_ctx *c = octx(t);
-    bt_transport *in = c->inner;
+    bt_transport *in = t->control;
     enum bt_status first = BT_OK;
     for (int e = 0; e < n_edges; e++) {
-        if (!peer_ok(t, src[e]) || !peer_ok(t, dst[e]) || src[e] == dst[e]) {
-            snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks of %d",
-                     t->rank, e, src[e], dst[e], t->size);
-            return BT_ERR_INVALID;
-        }
+        enum bt_status s = bt_transport_edge_check(t, e, src[e], dst[e]);
+        if (s != BT_OK) return s;
         if (src[e] != t->rank && dst[e] != t->rank) continue;
         const bool out = src[e] == t->rank;
         const int peer = out ? dst[e] : src[e];
-        int32_t mine[4] = {e, src[e], dst[e], !c->refused[(size_t)src[e] * (size_t)t->size + (size_t)dst[e]]};
-        int32_t theirs[4] = {-1, -1, -1, 0};
-        enum bt_status s = bt_transport_exchange(in, peer, BT_TRANSPORT_TAG_CONNECT, mine, theirs, sizeof mine);
-        if (s != BT_OK) return inner_error(t, s);
-        if (memcmp(mine, theirs, 3 * sizeof mine[0]) != 0) {
-            snprintf(t->error, sizeof t->error,
-                     "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, "
-                     "%d -> %d: every rank must list the same edges in the same order",
-                     t->rank, e, src[e], dst[e], peer, (int)theirs[0], (int)theirs[1], (int)theirs[2]);
-            return BT_ERR_MISMATCH;
-        }
-        if (!mine[3] || !theirs[3]) {
+        struct {
+            struct bt_edge_id id;
+            int32_t ok; /* this end can open it */
+        } mine = {{e, src[e], dst[e]}, !c->refused[(size_t)src[e] * (size_t)t->size + (size_t)dst[e]]}, theirs;
+        memset(&theirs, 0, sizeof theirs);
+        s = bt_transport_exchange(in, peer, BT_TRANSPORT_TAG_CONNECT, &mine, &theirs, sizeof mine);
+        if (s != BT_OK) return bt_transport_control_status(t, s);
+        s = bt_transport_edge_agree(t, mine.id, theirs.id, peer);
+        if (s != BT_OK) return s;
+        if (!mine.ok || !theirs.ok) {
             if (first == BT_OK)
                 snprintf(t->error, sizeof t->error, "rank %d: channel %d -> %d refused by rank %d", t->rank, src[e],
-                         dst[e], mine[3] ? peer : t->rank);
+                         dst[e], mine.ok ? peer : t->rank);
             first = BT_ERR_COMM;
             continue;
         }
@@ -175,10 +145,10 @@ static const struct bt_transport_i ordered_i = {
     /* .wait          = */ ordered_wait,
     /* .cancel        = */ NULL,
     /* .set_busy      = */ ordered_set_busy,
-    /* .bcast         = */ ordered_bcast,
-    /* .gather        = */ ordered_gather,
-    /* .allreduce_max = */ ordered_allreduce_max,
-    /* .barrier       = */ ordered_barrier,
+    /* .bcast         = */ bt_transport_control_bcast,
+    /* .gather        = */ bt_transport_control_gather,
+    /* .allreduce_max = */ bt_transport_control_allreduce_max,
+    /* .barrier       = */ bt_transport_control_barrier,
     /* .abort         = */ ordered_abort,
     /* .free          = */ ordered_free,
     /* .connect       = */ ordered_connect,
@@ -204,12 +174,6 @@ bt_transport *bt_transport_ordered_new(bt_transport *inner) {
         free(t);
         return NULL;
     }
-    c->inner = inner;
-    t->iface = ordered_i;
-    t->context = c;
-    t->rank = inner->rank;
-    t->size = inner->size;
-    t->local_rank = inner->local_rank;
-    t->local_size = inner->local_size;
+    bt_transport_init_over(t, &ordered_i, c, inner);
     return t;
 }

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "tensor.h"
@@ -78,7 +79,44 @@ struct bt_transport {
     int local_rank; /* index among the ranks on this node */
     int local_size;
     char error[512]; /* message of the last failed call */
+    bt_transport *control; /* a transport built over another (NCCL, ordered): that one, which
+                              serves its collectives; NULL otherwise */
 };
+
+/* ---- a transport built over another ---------------------------------------- */
+
+/* Set up t over base: the same ranks, base's collectives (control). */
+static inline void bt_transport_init_over(bt_transport *t, const struct bt_transport_i *iface, void *context,
+                                          bt_transport *base) {
+    t->iface = *iface;
+    t->context = context;
+    t->rank = base->rank;
+    t->size = base->size;
+    t->local_rank = base->local_rank;
+    t->local_size = base->local_size;
+    t->control = base;
+}
+
+/* s, with the control transport's message in t->error when it failed. */
+static inline enum bt_status bt_transport_control_status(bt_transport *t, enum bt_status s) {
+    if (s != BT_OK) snprintf(t->error, sizeof t->error, "%s", t->control->error);
+    return s;
+}
+
+/* The collectives of a transport built over another: the control's. */
+static inline enum bt_status bt_transport_control_bcast(bt_transport *t, void *buf, size_t bytes, int root) {
+    return bt_transport_control_status(t, t->control->iface.bcast(t->control, buf, bytes, root));
+}
+static inline enum bt_status bt_transport_control_gather(bt_transport *t, const void *send, size_t bytes, void *recv,
+                                                         int root) {
+    return bt_transport_control_status(t, t->control->iface.gather(t->control, send, bytes, recv, root));
+}
+static inline enum bt_status bt_transport_control_allreduce_max(bt_transport *t, int64_t *v, int n) {
+    return bt_transport_control_status(t, t->control->iface.allreduce_max(t->control, v, n));
+}
+static inline enum bt_status bt_transport_control_barrier(bt_transport *t) {
+    return bt_transport_control_status(t, t->control->iface.barrier(t->control));
+}
 
 static inline enum bt_status bt_transport_isend(bt_transport *t, const void *buf, size_t bytes, int peer, int tag,
                                                 bt_treq *req) {
@@ -135,6 +173,36 @@ static inline enum bt_status bt_transport_exchange(bt_transport *t, int peer, in
     if (s == BT_OK) s = bt_transport_wait(t, &rr);
     const enum bt_status s2 = bt_transport_wait(t, &sr);
     return s != BT_OK ? s : s2;
+}
+
+/* ---- connect: what a transport's edges have in common ------------------------ */
+
+/* The first thing the two ends of an edge tell each other in connect: the
+ * edge and its index in their lists. */
+struct bt_edge_id {
+    int32_t index, src, dst;
+};
+
+/* BT_OK when entry i (src -> dst) of an edge list joins two ranks of t, else
+ * BT_ERR_INVALID with a message. */
+static inline enum bt_status bt_transport_edge_check(bt_transport *t, int i, int src, int dst) {
+    if (src >= 0 && src < t->size && dst >= 0 && dst < t->size && src != dst) return BT_OK;
+    snprintf(t->error, sizeof t->error, "rank %d: connect: edge %d (%d -> %d) is not between two ranks of %d", t->rank,
+             i, src, dst, t->size);
+    return BT_ERR_INVALID;
+}
+
+/* BT_OK when both ends are at the same entry of the same list, else
+ * BT_ERR_MISMATCH naming both. */
+static inline enum bt_status bt_transport_edge_agree(bt_transport *t, struct bt_edge_id mine, struct bt_edge_id theirs,
+                                                     int peer) {
+    if (mine.index == theirs.index && mine.src == theirs.src && mine.dst == theirs.dst) return BT_OK;
+    snprintf(t->error, sizeof t->error,
+             "rank %d: connect: entry %d of this rank's edge list is %d -> %d, but rank %d is at entry %d, %d -> %d: "
+             "every rank must list the same edges in the same order",
+             t->rank, (int)mine.index, (int)mine.src, (int)mine.dst, peer, (int)theirs.index, (int)theirs.src,
+             (int)theirs.dst);
+    return BT_ERR_MISMATCH;
 }
 
 static inline void bt_transport_set_busy(bt_transport *t, bool busy) {

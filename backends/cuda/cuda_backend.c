@@ -361,8 +361,7 @@ static const char *cuda_get_name(bt_backend_t backend) { return bctx(backend)->n
 
 static void ctx_destroy(struct bt_cuda_ctx *c) {
     cudaSetDevice(c->device);
-    if (c->stream) cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < BT_CUDA_SCRATCH_COUNT; i++)
+    for (int i = 0; i < BT_CUDA_SCRATCH_COUNT; i++) /* after the work queued that reads them */
         if (c->scratch[i]) cudaFreeAsync(c->scratch[i], c->stream);
     if (c->stream) cudaStreamSynchronize(c->stream);
     free(c->host_stage);

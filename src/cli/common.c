@@ -148,18 +148,16 @@ int bt_cli_env_rank(void) {
 
 uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges) {
     const int P = t->n_ranks;
-    *n_edges = 0;
-    for (int a = 0; a < P; a++)
-        for (int b = 0; b < P; b++) *n_edges += a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
-    if (*n_edges == 0) return NULL;
     uint8_t *m = calloc((size_t)P * (size_t)P, 1);
-    if (!m) {
-        *n_edges = -1;
-        return NULL;
-    }
-    for (int a = 0; a < P; a++)
-        for (int b = 0; b < P; b++) m[a * P + b] = a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
-    return m;
+    *n_edges = m ? 0 : -1;
+    for (int a = 0; m && a < P; a++)
+        for (int b = 0; b < P; b++) {
+            m[a * P + b] = a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
+            *n_edges += m[a * P + b];
+        }
+    if (*n_edges > 0) return m;
+    free(m);
+    return NULL;
 }
 
 int bt_cli_env_local_rank(void) {
