@@ -156,14 +156,19 @@ static void lim_buffer_clear(bt_buffer_t buffer, uint8_t value) {
     memset(bt_buffer_get_base(buffer), value, bt_buffer_get_size(buffer));
 }
 
-static bt_buffer_t lim_buft_alloc(bt_buffer_type_t buft, size_t size) {
+/* A buffer of aligned host memory reported as buft's (both buffer types
+ * here are host memory underneath). */
+static bt_buffer_t aligned_buffer(bt_buffer_type_t buft, size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
     bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
-    if (!b) {
-        free(p);
-        return NULL;
-    }
+    if (!b) free(p);
+    return b;
+}
+
+static bt_buffer_t lim_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    bt_buffer_t b = aligned_buffer(buft, size);
+    if (!b) return NULL;
     b->iface.set_tensor = lim_buffer_set;
     b->iface.get_tensor = lim_buffer_get;
     b->iface.memset_tensor = lim_buffer_memset;
@@ -180,13 +185,8 @@ static const char *lim_host_buft_name(bt_buffer_type_t buft) {
 
 static bt_buffer_t lim_host_buft_alloc(bt_buffer_type_t buft, size_t size) {
     struct limited *l = buft->context;
-    void *p = NULL;
-    if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
-    bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
-    if (!b) {
-        free(p);
-        return NULL;
-    }
+    bt_buffer_t b = aligned_buffer(buft, size);
+    if (!b) return NULL;
     l->stats.host_allocs++;
     l->stats.host_alloc_bytes += size;
     return b;
