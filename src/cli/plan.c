@@ -93,6 +93,7 @@ int bt_cli_plan(int argc, char **argv) {
                      bt_topology_host(&topo, tr->host)->name);
             descs[r].gflops = gpu_gflops;
             descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : (int64_t)80 << 30;
+            descs[r].device = 1; /* CUDA ranks open the NCCL transport (for the topology's nccl edges) */
         } else {
             snprintf(descs[r].backend, sizeof descs[r].backend, "CPUx%d@%s", tr->threads,
                      bt_topology_host(&topo, tr->host)->name);
@@ -110,8 +111,9 @@ int bt_cli_plan(int argc, char **argv) {
     }
     int n_nccl = 0;
     uint8_t *nccl_edges = bt_cli_nccl_edges(&topo, &n_nccl);
-    struct bt_dist_options opt = {
-        .n_copies = topo.pipeline.micro_batches,
+    struct bt_plan_options opt = {
+        /* as demo: micro-batches in flight, at most the scheduler's ring */
+        .n_copies = topo.pipeline.micro_batches < BT_SCHED_MAX_COPIES ? topo.pipeline.micro_batches : BT_SCHED_MAX_COPIES,
         .layers_per_rank = pl.counts,
         .pins = pl.pins,
         .n_pins = pl.n_pins,
@@ -128,10 +130,15 @@ int bt_cli_plan(int argc, char **argv) {
         printf("topology %s: %d ranks on %d hosts; model: %d layers, %s, d_model %d, %s weights, %.1f MiB\n", path, P,
                topo.n_hosts, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, bt_type_name(cfg.wtype),
                (double)bt_model_weight_bytes(&cfg) / 1048576.0);
-        if (bt_dist_plan_offline(g.graph, descs, P, &opt, stdout, err, sizeof err) != BT_OK) {
-            fprintf(stderr, "baton plan: %s\n", err);
+        struct bt_plan plan;
+        if (bt_plan_make(&plan, g.graph, descs, P, NULL, &opt) != BT_OK) {
+            fprintf(stderr, "baton plan: %s\n", plan.error);
             rc = 1;
+        } else {
+            bt_plan_print(&plan, g.graph, stdout);
+            printf("planned in %.3f s\n", plan.seconds);
         }
+        bt_plan_free(&plan);
     }
     bt_free(ctx);
     bt_model_free(m);
