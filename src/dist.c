@@ -597,8 +597,9 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
     /* 2. descriptions to rank 0; 3. rank 0 plans, every rank gets the plan */
     struct bt_rank_desc *descs = NULL;
     uint8_t *support = NULL;
-    st = describe_and_gather(d, &descs, &support);
-    if (st == BT_OK && d->rank == 0) {
+    st = describe_and_gather(d, &descs, &support); /* agreed: the same on every rank */
+    const bool described = st == BT_OK;
+    if (described && d->rank == 0) {
         const struct bt_plan_options popt = {
             .n_copies = d->n_copies,
             .layers_per_rank = d->opt.layers_per_rank,
@@ -612,7 +613,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
     }
     free(descs);
     free(support);
-    if (st == BT_OK || d->rank == 0) st = broadcast_plan(d, st);
+    if (described) st = broadcast_plan(d, st); /* rank 0's planning failure is agreed on there */
     if (st != BT_OK) {
         release_plan(d);
         return st;
