@@ -23,6 +23,17 @@ static double tol_matmul(enum bt_type wt) {
     case BT_TYPE_BF16: return 1e-11;
     case BT_TYPE_Q8_0: return 2e-4;
     case BT_TYPE_Q4_0: return 2e-4;
+    /* activations as blocks of 32 too: bounded like Q8_0 (until measured) */
+    case BT_TYPE_Q4_1:
+    case BT_TYPE_Q5_0:
+    case BT_TYPE_Q5_1: return 2e-4;
+    /* activations as Q8_K (one scale per 256): not measured yet, a coarser
+     * scale allows more */
+    case BT_TYPE_Q2_K:
+    case BT_TYPE_Q3_K:
+    case BT_TYPE_Q4_K:
+    case BT_TYPE_Q5_K:
+    case BT_TYPE_Q6_K: return 5e-4;
     default: ck_abort_msg("no matmul bound for type %s", bt_type_name(wt)); return 0.0;
     }
 }
@@ -546,6 +557,53 @@ START_TEST(test_mul_mat) {
             free(ref);
             bt_free(ctx);
         }
+}
+END_TEST
+
+/* Every weight type: the CPU either computes the product (to its bound) or
+ * declines it up front with a clear error, never aborts.  F32, F16, BF16,
+ * Q8_0 and Q4_0 must be computed; a type registered in qtypes.h later is
+ * checked here without a change. */
+START_TEST(test_mul_mat_every_type) {
+    const enum bt_type wt = (enum bt_type)_i;
+    if (wt == BT_TYPE_I32 || wt == BT_TYPE_Q8_K) return; /* not weight types */
+    tu_rng r;
+    tu_rng_init(&r, 650 + _i);
+    const int64_t k = 512, m = 19, n = 11; /* n: both the dot and GEMM paths */
+    for (int ncols = 1; ncols <= n; ncols += n - 1) {
+        snprintf(g_case, sizeof(g_case), "mul_mat %s a[%ld,%ld] b[%ld,%d]", bt_type_name(wt),
+                 (long)k, (long)m, (long)k, ncols);
+        bt_context *ctx = tu_ctx(16);
+        struct bt_tensor *a = bt_new_tensor_2d(ctx, wt, k, m);
+        struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, ncols);
+        ck_assert_msg(a && b, "%s: %s", g_case, bt_context_error(ctx));
+        tu_fill(a, &r);
+        tu_fill(b, &r);
+        struct bt_tensor *out = bt_mul_mat(ctx, a, b);
+        struct bt_graph *g = graph1(ctx, out);
+        if (!bt_cpu_supports_op(out)) {
+            ck_assert_msg(wt != BT_TYPE_F32 && wt != BT_TYPE_F16 && wt != BT_TYPE_BF16 &&
+                              wt != BT_TYPE_Q8_0 && wt != BT_TYPE_Q4_0,
+                          "%s: the CPU declines a type it must compute", g_case);
+            ck_assert_int_eq(tu_run(g, 2), BT_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(bt_cpu_error(tu_cpu(2)), "not supported") != NULL, "%s: %s",
+                          g_case, bt_cpu_error(tu_cpu(2)));
+        } else {
+            float *A = tu_read_f32(a), *B = tu_read_f32(b);
+            float *ref = malloc(sizeof(float) * (size_t)(m * ncols));
+            for (int64_t j = 0; j < ncols; j++)
+                for (int64_t i = 0; i < m; i++) {
+                    double s2 = 0;
+                    for (int64_t kk = 0; kk < k; kk++) s2 += (double)A[i * k + kk] * B[j * k + kk];
+                    ref[j * m + i] = (float)s2;
+                }
+            run_matmul_modes(g, out, ref);
+            free(A);
+            free(B);
+            free(ref);
+        }
+        bt_free(ctx);
+    }
 }
 END_TEST
 
@@ -1248,6 +1306,7 @@ int main(void) {
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);
     tcase_add_loop_test(tc, test_mul_mat, 0, 5);
+    tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, 5);
     tcase_add_loop_test(tc, test_get_rows, 0, 6);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);

@@ -1314,10 +1314,14 @@ static void ref_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d, floa
 
 /* ---- entry points --------------------------------------------------------------- */
 
-/* Every well-formed product (src/ops.c) has a CPU kernel: the fast paths
- * fall back to portable code, so there is no CPU-specific limit. */
+/* Every well-formed product (src/ops.c) whose weights are F32, F16, BF16 or
+ * a type of qtypes.h's table has a CPU kernel: the fast paths fall back to
+ * portable code, so there is no other CPU-specific limit. */
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node) {
-    return (node->op == BT_OP_MUL_MAT || node->op == BT_OP_MUL_MAT_ID) && bt_op_is_well_formed(node);
+    if (node->op != BT_OP_MUL_MAT && node->op != BT_OP_MUL_MAT_ID) return false;
+    if (!bt_op_is_well_formed(node)) return false;
+    const enum bt_type t = node->src[0]->type;
+    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || bt_cpu_qtype_of(t) != NULL;
 }
 
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth) {
