@@ -532,7 +532,7 @@ static enum bt_status describe_and_gather(bt_dist *d, struct bt_rank_desc **desc
     mine.device = d->opt.device_transport != NULL;
     mine.mem_bytes = d->opt.mem_limit > 0 ? d->opt.mem_limit
                                           : (int64_t)(physical_memory() / (size_t)(d->t->local_size > 0 ? d->t->local_size : 1));
-    mine.gflops = bt_backend_measure_gflops(d->backend);
+    mine.gflops = d->opt.gflops > 0 ? d->opt.gflops : bt_backend_measure_gflops(d->backend);
     enum bt_status st = BT_OK;
     uint8_t *sup = malloc((size_t)N + 1);
     if (!sup) st = fail(d, BT_ERR_NOMEM, "rank %d: out of memory describing itself", d->rank);

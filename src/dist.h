@@ -48,6 +48,8 @@ struct bt_dist_options {
     int n_pins;
     int64_t mem_limit;           /* bytes this rank may use (0: the machine's) */
     double link_gbps;            /* assumed rank-to-rank bandwidth for planning (0: 5 GB/s) */
+    double gflops;               /* this rank's speed for planning (0: measured; measurements vary
+                                    from run to run, a given figure makes the plan reproducible) */
     bool verbose;                /* print the plan on rank 0 */
     /* This rank's transport for backend memory to backend memory (NCCL
      * between CUDA ranks), NULL on ranks that have none; not owned.  A tensor
