@@ -18,6 +18,7 @@ void bt_cli_model_defaults(struct bt_model_config *c) {
     c->top_k = 2;
     c->n_shared = 1;
     c->shared_gate = 1;
+    c->norm_topk = 0; /* with the gated shared expert: Qwen2-MoE */
     c->ffn = BT_FFN_MOE_SHARED;
     c->n_vocab = 1024;
     c->n_tokens = 64;
@@ -88,6 +89,7 @@ static const struct int_opt int_opts[] = {
     {OPT_TOP_K, "top-k", "experts used per token (moe-topk/shared)", FIELD(top_k), 1, BT_MODEL_MAX_EXPERTS},
     {OPT_SHARED, "shared", "shared experts (moe-shared)", FIELD(n_shared), 0, BT_MODEL_MAX_SHARED},
     {OPT_SHARED_GATE, "shared-gate", "gate the shared experts by a sigmoid", FIELD(shared_gate), 0, 1},
+    {OPT_NORM_TOPK, "norm-topk", "renormalise the top-k weights to sum 1", FIELD(norm_topk), 0, 1},
     {OPT_VOCAB, "vocab", "vocabulary", FIELD(n_vocab), 1, BT_MODEL_MAX_VOCAB},
     {OPT_TOKENS, "tokens", "tokens per micro-batch", FIELD(n_tokens), 1, BT_MODEL_MAX_TOKENS},
 };
@@ -103,6 +105,7 @@ void bt_cli_model_help(FILE *f, const struct bt_model_config *c) {
         snprintf(flag, sizeof flag, "--%s %s", o->name, o->hi == 1 ? "0|1" : "N");
         snprintf(text, sizeof text, "%s [%d, %d]", o->help, o->lo, o->hi);
         fprintf(f, "  %-19s %-52s (default %d)\n", flag, text, *int_field((struct bt_model_config *)c, o));
+        if (o->code == OPT_NORM_TOPK) fprintf(f, "  %-19s (1: Mixtral, Qwen3-MoE; 0: Qwen2-MoE, as norm_topk_prob)\n", "");
         if (o->code == OPT_D_FF)
             fprintf(f, "  %-19s %-52s (default %s)\n", "--ffn KIND", "mlp | moe-dense | moe-topk | moe-shared",
                     bt_ffn_kind_name(c->ffn));

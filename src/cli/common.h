@@ -22,6 +22,7 @@ enum {
     OPT_TOP_K,
     OPT_SHARED,
     OPT_SHARED_GATE,
+    OPT_NORM_TOPK,
     OPT_FFN,
     OPT_VOCAB,
     OPT_TOKENS,
@@ -35,6 +36,7 @@ enum {
         {"heads", required_argument, 0, OPT_HEADS}, {"d-ff", required_argument, 0, OPT_D_FF},                      \
         {"experts", required_argument, 0, OPT_EXPERTS}, {"top-k", required_argument, 0, OPT_TOP_K},               \
         {"shared", required_argument, 0, OPT_SHARED}, {"shared-gate", required_argument, 0, OPT_SHARED_GATE},      \
+        {"norm-topk", required_argument, 0, OPT_NORM_TOPK},                                                       \
         {"ffn", required_argument, 0, OPT_FFN}, {"vocab", required_argument, 0, OPT_VOCAB},                        \
         {"tokens", required_argument, 0, OPT_TOKENS}, {"type", required_argument, 0, OPT_TYPE},                    \
         {"seed", required_argument, 0, OPT_SEED}

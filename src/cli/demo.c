@@ -228,6 +228,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     ITEM("--top-k", true, "%d", m->top_k);
     ITEM("--shared", true, "%d", m->n_shared);
     ITEM("--shared-gate", true, "%d", m->shared_gate);
+    ITEM("--norm-topk", true, "%d", m->norm_topk);
     ITEM("--vocab", true, "%d", m->n_vocab);
     ITEM("--tokens", true, "%d", m->n_tokens);
     ITEM("--type", true, "%s", bt_type_name(m->wtype));
@@ -235,7 +236,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
 #undef ITEM
     return n;
 }
-#define DEMO_AGREE_ITEMS 19
+#define DEMO_AGREE_ITEMS 20
 
 /* "4,4" -> counts; false on a malformed list */
 static bool parse_partition(const char *s, int *counts, int n, char *err, size_t errlen) {
