@@ -389,7 +389,7 @@ static enum bt_status find_transfers(struct bt_plan *p, const bt_plan_splitter *
         enum bt_status st = add_transfer(p, s, g->nodes[i], 0, -1, &cap);
         if (st != BT_OK) return st;
     }
-    qsort(p->transfers, (size_t)p->n_transfers, sizeof *p->transfers, cmp_transfer);
+    if (p->n_transfers > 1) qsort(p->transfers, (size_t)p->n_transfers, sizeof *p->transfers, cmp_transfer); /* NULL with none */
     for (int x = 0; x < p->n_transfers; x++) {
         p->transfers[x].tag0 = x * p->n_copies;
         p->transfers[x].direct = goes_direct(p, &p->transfers[x], edges);

@@ -234,29 +234,31 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
 #endif
 }
 
-enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, int *argc, char ***argv) {
+enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, bool failed, bool start_mpi_on_error,
+                             int *argc, char ***argv) {
     memset(r, 0, sizeof *r);
     r->exit_code = 1;
     const bool all_cuda = c->backend && strcmp(c->backend, "cuda") == 0;
-    if (c->backend && strcmp(c->backend, "cpu") != 0 && !all_cuda)
-        return rfail(r, BT_ERR_INVALID, 2, "%s: --backend: '%s' is not cpu or cuda", c->prog, c->backend);
-    if (c->backend && c->topology && *c->topology)
-        return rfail(r, BT_ERR_INVALID, 2,
-                     "%s: --backend %s and the topology %s: the topology names each rank's backend; give one or the other",
-                     c->prog, c->backend, c->topology);
-
+    enum bt_status st = BT_OK;
+    if (!failed && c->backend && strcmp(c->backend, "cpu") != 0 && !all_cuda)
+        st = rfail(r, BT_ERR_INVALID, 2, "%s: --backend: '%s' is not cpu or cuda", c->prog, c->backend);
+    else if (!failed && c->backend && c->topology && *c->topology)
+        st = rfail(r, BT_ERR_INVALID, 2,
+                   "%s: --backend %s and the topology %s: the topology names each rank's backend; give one or the other",
+                   c->prog, c->backend, c->topology);
     /* the topology before MPI: a bad file stops every rank at once */
-    if (c->topology && *c->topology) {
-        if (bt_topology_load(c->topology, &r->topo, r->error, sizeof r->error) != BT_OK) return BT_ERR_INVALID;
-        r->have_topo = true;
+    else if (!failed && c->topology && *c->topology) {
+        if (bt_topology_load(c->topology, &r->topo, r->error, sizeof r->error) != BT_OK) st = BT_ERR_INVALID;
+        else r->have_topo = true;
     }
+    if ((failed || st != BT_OK) && !start_mpi_on_error) return st;
 #ifdef BATON_HAVE_CUDA
     /* a CUDA rank's device is current before MPI starts (MPI may touch CUDA,
      * and would make a context on device 0 for every rank) */
     const int er = env_rank();
     if (r->have_topo && er < r->topo.n_ranks && bt_topology_rank(&r->topo, er)->backend == BT_TOPO_BACKEND_CUDA)
         bt_cuda_select_device_from_local_rank(bt_topology_rank(&r->topo, er)->device);
-    if (all_cuda) bt_cuda_select_device_from_local_rank(env_local_rank());
+    if (all_cuda && !failed) bt_cuda_select_device_from_local_rank(env_local_rank());
 #else
     (void)env_rank;
 #endif
@@ -264,8 +266,14 @@ enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, i
     if (!r->t) return rfail(r, BT_ERR_COMM, 1, "%s: MPI did not start", c->prog);
     r->rank = r->t->rank;
     r->size = r->t->size;
+    return st;
+}
 
-    /* everything below reads the same inputs on every rank: the same verdict */
+enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) {
+    const bool all_cuda = c->backend && strcmp(c->backend, "cuda") == 0;
+    r->exit_code = 1;
+    /* everything up to the backend reads the same inputs on every rank: the
+     * same verdict everywhere */
     if (r->have_topo && bt_topology_check_world(&r->topo, r->size, r->error, sizeof r->error) != BT_OK)
         return BT_ERR_INVALID;
     r->copies = c->copies > 0 ? c->copies : r->have_topo ? r->topo.pipeline.micro_batches : 2;
@@ -311,6 +319,11 @@ enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, i
     };
     r->exit_code = 0;
     return BT_OK;
+}
+
+enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, int *argc, char ***argv) {
+    enum bt_status st = bt_rank_start(r, c, false, false, argc, argv);
+    return st == BT_OK ? bt_rank_setup(r, c) : st;
 }
 
 void bt_rank_free(struct bt_rank *r) {

@@ -50,9 +50,24 @@ struct bt_rank {
     uint8_t *device_edges;
 };
 
-/* Bring this rank up (MPI_Init included: argc/argv as main's).  On failure
- * r->t may be NULL (before MPI) or not; bt_rank_free is right either way. */
+/* Bring this rank up in one call (MPI_Init included: argc/argv as main's):
+ * bt_rank_start, then bt_rank_setup.  On failure r->t may be NULL (before
+ * MPI) or not; bt_rank_free is right either way. */
 enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, int *argc, char ***argv);
+
+/* The same in two steps, for a program whose ranks first agree on their
+ * command lines (src/cli/agree.h) once MPI is up:
+ * bt_rank_start reads the topology file and starts MPI (a CUDA rank's device
+ * made current first).  `failed`: the program has already found an error
+ * (the file is then not read).  After a failure (the program's or the
+ * file's: the status returned) MPI starts only when start_mpi_on_error (the
+ * process is one of several ranks, which then agree on the failure so that
+ * the job ends with one message); r->t is NULL otherwise. */
+enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, bool failed, bool start_mpi_on_error,
+                             int *argc, char ***argv);
+/* Collective: the topology against the world, copies, threads, partition,
+ * this rank's backend, the device transport, r->dist. */
+enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c);
 /* Device transport, backend, topology, then MPI_Finalize. */
 void bt_rank_free(struct bt_rank *r);
 
