@@ -5,7 +5,9 @@
 #                                   (baton demo on two local ranks)
 #   bash launch/bootstrap.sh test   install packages, build, run every test (ctest)
 #
-# Runs as root (or with sudo available).  Installs only Debian packages.
+# Runs as root (or with sudo available).  Installs Debian packages; for
+# `test`, also the `gguf` Python package (llama.cpp's gguf-py, pinned) into a
+# virtual environment in the build folder, which tests/gguf_interop.py uses.
 set -euo pipefail
 
 mode=${1:-run}
@@ -24,6 +26,8 @@ sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
 packages=(build-essential cmake pkg-config check libyaml-dev openmpi-bin libopenmpi-dev)
+# tests: Python for the gguf package's checks, clang + libFuzzer for the GGUF fuzz
+if [ "$mode" = test ]; then packages+=(python3 python3-venv clang libclang-rt-dev); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -36,7 +40,15 @@ fi
 
 build=${BATON_BUILD_DIR:-build}
 case "$build" in /*) build_abs=$build ;; *) build_abs=$root/$build ;; esac
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake_args=()
+if [ "$mode" = test ]; then
+    # the gguf Python package reads and writes GGUF independently of baton
+    venv=$build_abs/pyenv
+    if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check gguf==0.19.0 numpy==2.4.6
+    cmake_args+=(-DPython3_EXECUTABLE="$venv/bin/python")
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 cmake --build "$build" -j"$(nproc)"
 
 if [ "$mode" = run ]; then
