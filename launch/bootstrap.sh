@@ -5,9 +5,8 @@
 #                                   (baton demo on two local ranks)
 #   bash launch/bootstrap.sh test   install packages, build, run every test (ctest)
 #
-# Runs as root (or with sudo available).  Installs Debian packages; for
-# `test`, also the `gguf` Python package (llama.cpp's gguf-py, pinned) into a
-# virtual environment in the build folder, which tests/gguf_interop.py uses.
+# Runs as root (or with sudo available).  Installs Debian packages, and for
+# the tests the pinned Python packages they compare against (pip).
 set -euo pipefail
 
 mode=${1:-run}
@@ -26,8 +25,8 @@ sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
 packages=(build-essential cmake pkg-config check libyaml-dev openmpi-bin libopenmpi-dev)
-# tests: Python for the gguf package's checks, clang + libFuzzer for the GGUF fuzz
-if [ "$mode" = test ]; then packages+=(python3 python3-venv clang libclang-rt-dev); fi
+# tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
+if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,17 +37,25 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
+if [ "$mode" = test ]; then
+    # tests/quants_gguf.py checks baton's block types against the gguf
+    # package's numpy implementation: pinned versions, installed only when
+    # the ones present differ
+    py_pins=(gguf==0.19.0 numpy==2.4.6 pyyaml==6.0.3 tqdm==4.70.1 requests==2.34.2)
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-pip
+    fi
+    if ! python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0" and numpy.__version__ == "2.4.6"' >/dev/null 2>&1; then
+        echo "bootstrap: pip installing ${py_pins[*]}"
+        python3 -m pip install -q --break-system-packages "${py_pins[@]}" 2>/dev/null ||
+            python3 -m pip install -q "${py_pins[@]}"
+    fi
+fi
+
 build=${BATON_BUILD_DIR:-build}
 case "$build" in /*) build_abs=$build ;; *) build_abs=$root/$build ;; esac
-cmake_args=()
-if [ "$mode" = test ]; then
-    # the gguf Python package reads and writes GGUF independently of baton
-    venv=$build_abs/pyenv
-    if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check gguf==0.19.0 numpy==2.4.6
-    cmake_args+=(-DPython3_EXECUTABLE="$venv/bin/python")
-fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)"
 
 if [ "$mode" = run ]; then
