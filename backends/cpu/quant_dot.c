@@ -271,7 +271,8 @@ static inline __m256i q4_K_scales16(const uint8_t *scales) {
     u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
     u[2] = mins_lo;
     u[0] &= 0x3f3f3f3f;
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u));
+    /* from registers: a 16-byte load of the 4 words just stored would stall */
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
 /* Weight row r, block b: its scale table and per-chunk unpacking. */
@@ -296,14 +297,18 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
         _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
         _mm256_set1_epi16(8));
     __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
         const uint8_t *wb[4];
         struct k_row kr[4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             const bt_block_q4_K *w4 = (const bt_block_q4_K *)wb[r]; /* d, dmin, scales: same in Q5_K */
@@ -314,12 +319,17 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
             kr[r].dmin = h2f(w4->dmin);
         }
         __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) {
             __m512i av[4];
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
             const __m512i sidx = _mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * g)));
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const uint8_t *qs = q5 ? ((const bt_block_q5_K *)wb[r])->qs : ((const bt_block_q4_K *)wb[r])->qs;
                 __m512i q = bcast32(qs + 32 * g);
@@ -331,12 +341,15 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
                     q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
                 }
                 const __m512i scv = perm16(kr[r].table, sidx);
+                _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++)
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
@@ -345,7 +358,9 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
@@ -361,27 +376,36 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
                          10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         3);
     __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
         const bt_block_q6_K *wb[4];
         __m512i table[4];
         __m256i sc16[4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
             sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
             table[r] = _mm512_zextsi256_si512(sc16[r]);
         }
         __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) { /* chunk g: half g / 2, pair g % 2 */
             const int h = g / 2, pr = g % 2;
             __m512i av[4];
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
             const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
                 const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
@@ -392,12 +416,15 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
                 const __m512i q = _mm512_or_si512(_mm512_and_si512(lo, m4),
                                                   _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
                 const __m512i scv = perm16(table[r], sidx);
+                _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++)
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 /* the offset: lane i < 8 loses 32 * (sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1]) */
                 const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16[r], bsums), 5);
@@ -407,7 +434,9 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
