@@ -625,47 +625,91 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* one 32-element block into the 8 lanes (lanes32's integers); mode 0: Q4_1 / Q5_1, 1: Q5_0 */
-static inline __m256 block32_lanes(__m256 acc, __m256i q, const bt_block_q8_0 *a, float dw, float mw,
-                                   int mode) {
-    const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av);
-    const __m256i asum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av);
-    const float da = h2f_fast(a->d);
-    if (mode == 1)
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(asum, 4))),
-                               _mm256_set1_ps(dw * da), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da), acc);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_set1_ps(mw * da), acc);
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
+ * columns, in lanes32's order (see dot_q4_1_ref). */
+static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
+                                                           const void *const *acts, float *out,
+                                                           const int RM, const int RN, const int mode) {
+    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        __m256i av[4], asum[4];
+        __m256 asumf[4];
+        float da[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            asum[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av[c]);
+            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
+            da[c] = h2f_fast(ab->d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            __m256i q;
+            float dw, mw = 0.0f;
+            if (mode == 0) {
+                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
+                q = nibbles32(w->qs);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            } else if (mode == 1) {
+                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
+                if (mode == 1) {
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                } else {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
 }
 
-static void dot_q4_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, nibbles32(w[b].qs), &a[b], h2f_fast(w[b].d), h2f_fast(w[b].m), 0);
-    *s = hsum8_avx(acc);
-}
-
-static void dot_q5_0_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_0 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d), 0.0f, 1);
-    *s = hsum8_avx(acc);
-}
-
-static void dot_q5_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d),
-                            h2f_fast(w[b].m), 0);
-    *s = hsum8_avx(acc);
-}
+#define Q32_TILES(name, mode)                                                                        \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 1, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 2, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x4(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 4, mode);                                                          \
+    }                                                                                                \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
+        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
+    }
+Q32_TILES(q4_1, 0)
+Q32_TILES(q5_0, 1)
+Q32_TILES(q5_1, 2)
+#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx512
 #else
@@ -709,10 +753,11 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define NO_TILES {{0, 0, NULL}}
 #ifndef HAVE_QDOT_AVX512
 #define K_TILE_LIST(name) NO_TILES
+#define Q32_TILE_LIST(name) NO_TILES
 #endif
-QTYPE(q4_1, q8_0, NO_TILES);
-QTYPE(q5_0, q8_0, NO_TILES);
-QTYPE(q5_1, q8_0, NO_TILES);
+QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1));
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0));
+QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1));
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K));
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K));
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K));
