@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
+            "  quantize      IN.gguf OUT.gguf TYPE: quantise a GGUF file's weights (Q8_0 Q4_0\n"
+            "                Q6_K Q4_K_M Q5_K_M; baton quantize --help)\n"
             "  launch-files  -t TOPOLOGY --out DIR: write the hostfile, rankfile and environment\n"
             "                for mpirun (used by launch/baton-run)\n"
             "  version       print the version\n"
@@ -41,8 +43,19 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "baton bench: missing benchmark name (try: baton bench ops)\n");
+            fprintf(stderr, "baton bench: missing benchmark name (try: baton bench --help)\n");
             return 2;
+        }
+        if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "help")) {
+            printf("usage: baton bench ops|transport|pipeline [options]\n"
+                   "\n"
+                   "  ops        kernel benchmark: mul_mat and mul_mat_id per weight type\n"
+                   "  transport  baton's rank-to-rank transfers next to a raw MPI ping-pong\n"
+                   "             (mpirun -np 2)\n"
+                   "  pipeline   pipeline efficiency for P ranks and M micro-batches (mpirun -np P)\n"
+                   "\n"
+                   "baton bench NAME --help for the options of one.\n");
+            return 0;
         }
         if (!strcmp(argv[2], "pipeline")) return bt_cli_bench_pipeline(argc - 2, argv + 2);
         if (!strcmp(argv[2], "transport")) return bt_cli_bench_transport(argc - 2, argv + 2);
@@ -50,6 +63,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "demo")) return bt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return bt_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return bt_cli_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;
