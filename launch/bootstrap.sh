@@ -23,7 +23,7 @@ cd "$root"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
-packages=(build-essential cmake pkg-config check libyaml-dev openmpi-bin libopenmpi-dev)
+packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
