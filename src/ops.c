@@ -219,12 +219,13 @@ struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor 
     if (!a || !b) return NULL;
     if (bt_nelements(a) != bt_nelements(b))
         FAIL(ctx, "CPY: %s and %s have different element counts", SHAPE(a), SHAPE(b));
-    /* to or from a block type, every row must hold whole blocks of 32 so that
-     * each block covers 32 consecutive elements of the other side */
-    if ((bt_type_traits(a->type)->is_quantized || bt_type_traits(b->type)->is_quantized) &&
-        (a->ne[0] % BT_QK != 0 || b->ne[0] % BT_QK != 0))
-        FAIL(ctx, "CPY: copies to or from block types need rows of whole %d-element blocks: %s and %s", BT_QK,
-             SHAPE(a), SHAPE(b));
+    /* to or from a block type, every row must hold whole blocks so that each
+     * block covers consecutive elements of the other side */
+    const int64_t blck = bt_blck_size(a->type) > bt_blck_size(b->type) ? bt_blck_size(a->type)
+                                                                       : bt_blck_size(b->type);
+    if (blck > 1 && (a->ne[0] % blck != 0 || b->ne[0] % blck != 0))
+        FAIL(ctx, "CPY: copies to or from block types need rows of whole %lld-element blocks: %s and %s",
+             (long long)blck, SHAPE(a), SHAPE(b));
     if ((a->type == BT_TYPE_I32) != (b->type == BT_TYPE_I32) && b->type != BT_TYPE_F32 &&
         a->type != BT_TYPE_F32)
         FAIL(ctx, "CPY: cannot convert %s to %s", bt_type_name(a->type), bt_type_name(b->type));
@@ -456,14 +457,14 @@ struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tens
  * deserialized graph, a test's hand-made node) reach backends too, so every
  * source is checked for NULL. */
 
-static bool is_quant(enum bt_type t) { return t == BT_TYPE_Q8_0 || t == BT_TYPE_Q4_0; }
+static bool is_quant(enum bt_type t) { return bt_type_traits(t)->is_quantized; }
 static bool is_f32(const struct bt_tensor *t) { return t && t->type == BT_TYPE_F32; }
 static bool is_i32(const struct bt_tensor *t) { return t && t->type == BT_TYPE_I32; }
 
 /* A tensor of a block type must have packed whole blocks along dim 0. */
 static bool layout_ok(const struct bt_tensor *t) {
     if (!t || (int)t->type < 0 || t->type >= BT_TYPE_COUNT) return false;
-    if (is_quant(t->type)) return t->nb[0] == bt_type_size(t->type) && t->ne[0] % BT_QK == 0;
+    if (is_quant(t->type)) return t->nb[0] == bt_type_size(t->type) && t->ne[0] % bt_blck_size(t->type) == 0;
     return true;
 }
 

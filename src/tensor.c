@@ -1,6 +1,8 @@
-/* tensor.c - element types and their conversions (F16, BF16, GGUF's Q8_0 and
- * Q4_0), the context arena, and tensor creation and inspection. */
+/* tensor.c - element types (their traits; F16 and BF16 conversions here, the
+ * block types' in quants.c), the context arena, and tensor creation and inspection. */
 #include "tensor.h"
+
+#include "quants.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -104,74 +106,37 @@ static void i32_from_f32(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
 }
 
-/* Q8_0: d = max|x| / 127, q = round(x / d) */
-static void q8_0_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q8_0 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float amax = 0.0f;
-        for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = bt_fp32_to_fp16(d);
-        for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
-    }
-}
-static void q8_0_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_block_q8_0 *x = src;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float d = bt_fp16_to_fp32(x[b].d);
-        for (int j = 0; j < BT_QK; j++) dst[b * BT_QK + j] = (float)x[b].qs[j] * d;
-    }
-}
-
-/* Q4_0 (as ggml): the element of largest magnitude maps to -8,
- * d = max / -8, q = clamp(x/d + 8.5, 0, 15) */
-static void q4_0_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q4_0 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < BT_QK; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = bt_fp32_to_fp16(d);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const float x0 = x[j] * id + 8.5f;
-            const float x1 = x[j + BT_QK / 2] * id + 8.5f;
-            const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
-            const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
-            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
-        }
-    }
-}
-static void q4_0_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_block_q4_0 *x = src;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float d = bt_fp16_to_fp32(x[b].d);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            dst[b * BT_QK + j] = (float)((x[b].qs[j] & 0x0f) - 8) * d;
-            dst[b * BT_QK + j + BT_QK / 2] = (float)((x[b].qs[j] >> 4) - 8) * d;
-        }
-    }
-}
-
 static const struct bt_type_traits type_traits[BT_TYPE_COUNT] = {
     [BT_TYPE_F32] = {"f32", 1, sizeof(float), false, f32_to_f32, f32_from_f32},
     [BT_TYPE_F16] = {"f16", 1, sizeof(bt_fp16_t), false, f16_to_f32, f16_from_f32},
     [BT_TYPE_BF16] = {"bf16", 1, sizeof(bt_bf16_t), false, bf16_to_f32, bf16_from_f32},
     [BT_TYPE_I32] = {"i32", 1, sizeof(int32_t), false, i32_to_f32, i32_from_f32},
-    [BT_TYPE_Q8_0] = {"q8_0", BT_QK, sizeof(bt_block_q8_0), true, q8_0_to_f32, q8_0_from_f32},
-    [BT_TYPE_Q4_0] = {"q4_0", BT_QK, sizeof(bt_block_q4_0), true, q4_0_to_f32, q4_0_from_f32},
+#define QTYPE(T, name, blck, blk) [T] = {#name, blck, sizeof(blk), true, bt_##name##_to_f32, bt_##name##_from_f32}
+    QTYPE(BT_TYPE_Q8_0, q8_0, BT_QK, bt_block_q8_0),
+    QTYPE(BT_TYPE_Q4_0, q4_0, BT_QK, bt_block_q4_0),
+    QTYPE(BT_TYPE_Q4_1, q4_1, BT_QK, bt_block_q4_1),
+    QTYPE(BT_TYPE_Q5_0, q5_0, BT_QK, bt_block_q5_0),
+    QTYPE(BT_TYPE_Q5_1, q5_1, BT_QK, bt_block_q5_1),
+    QTYPE(BT_TYPE_Q2_K, q2_K, BT_QK_K, bt_block_q2_K),
+    QTYPE(BT_TYPE_Q3_K, q3_K, BT_QK_K, bt_block_q3_K),
+    QTYPE(BT_TYPE_Q4_K, q4_K, BT_QK_K, bt_block_q4_K),
+    QTYPE(BT_TYPE_Q5_K, q5_K, BT_QK_K, bt_block_q5_K),
+    QTYPE(BT_TYPE_Q6_K, q6_K, BT_QK_K, bt_block_q6_K),
+    QTYPE(BT_TYPE_Q8_K, q8_K, BT_QK_K, bt_block_q8_K),
+#undef QTYPE
 };
 
 _Static_assert(sizeof(bt_block_q8_0) == 34, "Q8_0 block must match GGUF (34 bytes)");
 _Static_assert(sizeof(bt_block_q4_0) == 18, "Q4_0 block must match GGUF (18 bytes)");
+_Static_assert(sizeof(bt_block_q4_1) == 20, "Q4_1 block must match GGUF (20 bytes)");
+_Static_assert(sizeof(bt_block_q5_0) == 22, "Q5_0 block must match GGUF (22 bytes)");
+_Static_assert(sizeof(bt_block_q5_1) == 24, "Q5_1 block must match GGUF (24 bytes)");
+_Static_assert(sizeof(bt_block_q2_K) == 84, "Q2_K block must match GGUF (84 bytes)");
+_Static_assert(sizeof(bt_block_q3_K) == 110, "Q3_K block must match GGUF (110 bytes)");
+_Static_assert(sizeof(bt_block_q4_K) == 144, "Q4_K block must match GGUF (144 bytes)");
+_Static_assert(sizeof(bt_block_q5_K) == 176, "Q5_K block must match GGUF (176 bytes)");
+_Static_assert(sizeof(bt_block_q6_K) == 210, "Q6_K block must match GGUF (210 bytes)");
+_Static_assert(sizeof(bt_block_q8_K) == 292, "Q8_K block must match ggml (292 bytes)");
 
 const struct bt_type_traits *bt_type_traits(enum bt_type t) {
     BT_ASSERT(t >= 0 && t < BT_TYPE_COUNT);
@@ -486,9 +451,10 @@ float bt_get_f32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i
     case BT_TYPE_BF16: return bt_bf16_to_fp32(*(const bt_bf16_t *)p);
     case BT_TYPE_I32: return (float)*(const int32_t *)p;
     default: {
-        float block[BT_QK];
-        bt_row_to_f32(t->type, p, block, BT_QK);
-        return block[i0 % BT_QK];
+        float block[BT_QK_K]; /* the largest block */
+        const int64_t blck = bt_blck_size(t->type);
+        bt_row_to_f32(t->type, p, block, blck);
+        return block[i0 % blck];
     }
     }
 }
@@ -502,10 +468,11 @@ void bt_set_f32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int6
     case BT_TYPE_I32: *(int32_t *)p = (int32_t)v; break;
     default: {
         /* re-quantise the block with one element changed */
-        float block[BT_QK];
-        bt_row_to_f32(t->type, p, block, BT_QK);
-        block[i0 % BT_QK] = v;
-        bt_row_from_f32(t->type, block, p, BT_QK);
+        float block[BT_QK_K]; /* the largest block */
+        const int64_t blck = bt_blck_size(t->type);
+        bt_row_to_f32(t->type, p, block, blck);
+        block[i0 % blck] = v;
+        bt_row_from_f32(t->type, block, p, blck);
     }
     }
 }

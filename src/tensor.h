@@ -1,9 +1,10 @@
 /* tensor.h - element types, the tensor struct, contexts (arenas), status codes.
  *
  * A tensor has up to 4 dimensions: ne[i] elements along dimension i and nb[i]
- * byte strides (dimension 0 is the fastest).  For block types (Q8_0, Q4_0)
- * nb[0] is the block size in bytes and nb[1] = row size; a row always holds
- * whole blocks, so ne[0] must be a multiple of 32.
+ * byte strides (dimension 0 is the fastest).  For block types (Q8_0, Q4_0,
+ * and the types of quants.h) nb[0] is the block size in bytes and nb[1] = row
+ * size; a row always holds whole blocks, so ne[0] must be a multiple of the
+ * type's block size (32, or 256 for the K-quants).
  *
  * A context is one arena: tensor metadata (and, unless no_alloc, tensor data)
  * is carved from it in order; nothing is freed until the context is.
@@ -62,6 +63,16 @@ enum bt_type {
     BT_TYPE_I32,
     BT_TYPE_Q8_0,
     BT_TYPE_Q4_0,
+    /* quants.h */
+    BT_TYPE_Q4_1,
+    BT_TYPE_Q5_0,
+    BT_TYPE_Q5_1,
+    BT_TYPE_Q2_K,
+    BT_TYPE_Q3_K,
+    BT_TYPE_Q4_K,
+    BT_TYPE_Q5_K,
+    BT_TYPE_Q6_K,
+    BT_TYPE_Q8_K, /* activations of K-quant dot products */
     BT_TYPE_COUNT,
 };
 

@@ -44,7 +44,7 @@ static inline char *row_ptr(const struct bt_tensor *t, int64_t i1, int64_t i2, i
     return (char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
 }
 
-static inline bool is_quant(enum bt_type t) { return t == BT_TYPE_Q8_0 || t == BT_TYPE_Q4_0; }
+static inline bool is_quant(enum bt_type t) { return bt_type_traits(t)->is_quantized; }
 
 /* Elements along dim 0 are packed (for block types: blocks are packed). */
 static inline bool row_packed(const struct bt_tensor *t) { return t->nb[0] == bt_type_size(t->type); }

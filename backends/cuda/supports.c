@@ -1,7 +1,7 @@
 /* supports.c - which nodes the CUDA backend computes: the well-formed ones
  * (bt_op_is_well_formed, src/ops.c) within the GPU's own limits: one block
  * per row (grid x <= INT_MAX), ARGSORT rows in shared memory, cuBLAS's int
- * sizes, and the CPY kernel's copy paths. */
+ * sizes, the CPY kernel's copy paths, and the types its kernels know. */
 #include <limits.h>
 
 #include "cuda_impl.h"
@@ -28,8 +28,15 @@ static bool cublas_sizes_ok(const struct bt_tensor *node) {
     return a->nb[1] / ta <= INT_MAX && b->nb[1] / 4 <= INT_MAX && node->nb[1] / 4 <= INT_MAX;
 }
 
+/* The CUDA kernels know F32, F16, BF16, I32 and the block types Q8_0 and
+ * Q4_0; nodes touching the other block types (quants.h) stay on the CPU. */
+static bool cuda_type_ok(enum bt_type t) { return !bt_type_traits(t)->is_quantized || is_quant(t); }
+
 bool bt_cuda_op_supported(const struct bt_tensor *node) {
     if (!bt_op_is_well_formed(node)) return false;
+    if (!cuda_type_ok(node->type)) return false;
+    for (int i = 0; i < BT_MAX_SRC; i++)
+        if (node->src[i] && !cuda_type_ok(node->src[i]->type)) return false;
     const struct bt_tensor *a = node->src[0], *b = node->src[1];
     switch (node->op) {
         case BT_OP_SUM_ROWS:

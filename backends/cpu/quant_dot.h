@@ -1,0 +1,34 @@
+/* quant_dot.h - dot products of one row of quantised weights (Q4_1, Q5_0,
+ * Q5_1, Q2_K .. Q6_K) with one activation column quantised to int8 blocks
+ * (Q8_0 for the 32-element types, Q8_K for the K-quants).  Internal to the
+ * CPU backend (matmul.c's table of quantised weight types).
+ *
+ * Accumulation order (fixed, so any caller gets the same bits): per weight
+ * block, in increasing block order, the block's dot is an exact integer
+ * (and, for types with a min, a second exact integer from the activation
+ * sums); the float accumulator then takes the block's term in one fixed
+ * expression (see each type in quant_dot.c).  Every implementation (plain C,
+ * AVX-512) computes the same integers and the same float expression, so they
+ * are bitwise equal to each other; quant_dot.c is built without FMA
+ * contraction for that.
+ */
+#ifndef BATON_QUANT_DOT_H
+#define BATON_QUANT_DOT_H
+
+#include "../../src/quants.h"
+
+/* s = dot(w_row, act) over k elements (k a multiple of the weight's block
+ * size); act is the column quantised with the entry's quantize_act. */
+typedef void (*bt_quant_vec_dot_fn)(int64_t k, float *s, const void *w_row, const void *act);
+
+struct bt_quant_dot {
+    enum bt_type act_type; /* BT_TYPE_Q8_0 or BT_TYPE_Q8_K */
+    void (*quantize_act)(const float *x, void *y, int64_t k);
+    bt_quant_vec_dot_fn vec_dot;     /* the fastest this build has */
+    bt_quant_vec_dot_fn vec_dot_ref; /* plain C, bitwise equal to vec_dot */
+};
+
+/* The entry for weight type t; NULL for types quant_dot.c does not handle. */
+const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t);
+
+#endif

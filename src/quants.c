@@ -1,0 +1,742 @@
+/* quants.c - row conversions of the block types (Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K .. Q6_K, Q8_K) to and from F32; the layouts are in quants.h.
+ *
+ * Built with -ffp-contract=off (CMakeLists.txt): dequantisation must round
+ * d * q and then - m separately, as ggml and the gguf Python package do, to
+ * be bit-exact with them; the quantisers' searches then also take the same
+ * float steps as ggml's reference quantisers they follow.
+ */
+#include "quants.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define QMIN(a, b) ((a) < (b) ? (a) : (b))
+#define QMAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* below this a group is "all zero" (ggml's GROUP_MAX_EPS) */
+#define GROUP_MAX_EPS 1e-15f
+
+static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
+static inline bt_fp16_t f2h(float f) { return bt_fp32_to_fp16(f); }
+
+/* ---- Q8_0: d = max|x| / 127, q = round(x / d) ----------------------------- */
+
+void bt_q8_0_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f2h(d);
+        for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+void bt_q8_0_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q8_0 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = h2f(x[b].d);
+        for (int j = 0; j < BT_QK; j++) dst[b * BT_QK + j] = (float)x[b].qs[j] * d;
+    }
+}
+
+/* ---- Q4_0 (as ggml): the element of largest magnitude maps to -8,
+ * d = max / -8, q = clamp(x/d + 8.5, 0, 15) -------------------------------- */
+
+void bt_q4_0_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q4_0 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < BT_QK; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f2h(d);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const float x0 = x[j] * id + 8.5f;
+            const float x1 = x[j + BT_QK / 2] * id + 8.5f;
+            const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
+            const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+void bt_q4_0_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_0 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = h2f(x[b].d);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            dst[b * BT_QK + j] = (float)((x[b].qs[j] & 0x0f) - 8) * d;
+            dst[b * BT_QK + j + BT_QK / 2] = (float)((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* ---- Q4_1 / Q5_1: min and max of the block, d = (max - min) / (2^bits - 1),
+ * q = trunc((x - min) / d + 0.5) --------------------------------------------- */
+
+static void block_min_max(const float *x, float *min, float *max) {
+    *min = FLT_MAX;
+    *max = -FLT_MAX;
+    for (int j = 0; j < BT_QK; j++) {
+        if (x[j] < *min) *min = x[j];
+        if (x[j] > *max) *max = x[j];
+    }
+}
+
+void bt_q4_1_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q4_1 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float min, max;
+        block_min_max(x, &min, &max);
+        const float d = (max - min) / 15.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f2h(d);
+        y[b].m = f2h(min);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const float x0 = (x[j] - min) * id;
+            const float x1 = (x[j + BT_QK / 2] - min) * id;
+            const int q0 = QMIN(15, (int)(x0 + 0.5f));
+            const int q1 = QMIN(15, (int)(x1 + 0.5f));
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+void bt_q4_1_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_1 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = h2f(x[b].d), m = h2f(x[b].m);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            dst[b * BT_QK + j] = (float)(x[b].qs[j] & 0x0f) * d + m;
+            dst[b * BT_QK + j + BT_QK / 2] = (float)(x[b].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static uint32_t load_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void store_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Q5_0: the element of largest magnitude maps to -16, d = max / -16. */
+void bt_q5_0_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q5_0 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < BT_QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f2h(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const int q0 = QMIN(31, (int)(x[j] * id + 16.5f));
+            const int q1 = QMIN(31, (int)(x[j + BT_QK / 2] * id + 16.5f));
+            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
+        }
+        store_u32(y[b].qh, qh);
+    }
+}
+void bt_q5_0_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q5_0 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = h2f(x[b].d);
+        const uint32_t qh = load_u32(x[b].qh);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            dst[b * BT_QK + j] = (float)(q0 - 16) * d;
+            dst[b * BT_QK + j + BT_QK / 2] = (float)(q1 - 16) * d;
+        }
+    }
+}
+
+void bt_q5_1_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q5_1 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float min, max;
+        block_min_max(x, &min, &max);
+        const float d = (max - min) / 31.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f2h(d);
+        y[b].m = f2h(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const int q0 = QMIN(31, (int)((x[j] - min) * id + 0.5f));
+            const int q1 = QMIN(31, (int)((x[j + BT_QK / 2] - min) * id + 0.5f));
+            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
+        }
+        store_u32(y[b].qh, qh);
+    }
+}
+void bt_q5_1_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q5_1 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float d = h2f(x[b].d), m = h2f(x[b].m);
+        const uint32_t qh = load_u32(x[b].qh);
+        for (int j = 0; j < BT_QK / 2; j++) {
+            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            dst[b * BT_QK + j] = (float)q0 * d + m;
+            dst[b * BT_QK + j + BT_QK / 2] = (float)q1 * d + m;
+        }
+    }
+}
+
+/* ---- K-quant scale searches ------------------------------------------------ */
+
+/* Scale and min for n values x with weights w, q = L[i] in 0..nmax:
+ * x ~ scale * L - the_min.  Starts from the range's own grid, then tries
+ * nstep+1 grids of (nmax + rmin + rdelta*is) steps across the range and keeps
+ * the weighted least-squares fit (a closed-form scale and min per grid) of
+ * smallest weighted error (absolute if use_mad, squared otherwise). */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                              bool use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = bt_nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)QMAX(0, QMIN(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += w[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = bt_nearest_int(iscale * (x[i] - min));
+            l = QMAX(0, QMIN(nmax, l));
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += w[i] * diff;
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Symmetric scale for n values, L[i] = q + nmax with q in -nmax..nmax-1:
+ * starts from the grid through the element of largest magnitude, then moves
+ * single quants while the x^2-weighted fit improves (up to 5 sweeps). */
+static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    const float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = bt_nearest_int(iscale * x[i]);
+        l = QMAX(-nmax, QMIN(nmax - 1, l));
+        L[i] = (int8_t)l;
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                int new_l = bt_nearest_int(x[i] * sl2 / slx);
+                new_l = QMAX(-nmax, QMIN(nmax - 1, new_l));
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Symmetric scale for n values, L[i] = q + nmax, q in -nmax..nmax-1, weights
+ * x^2: the x^2-weighted least-squares scale over 19 grids around the one
+ * through the element of largest magnitude (ggml's make_qx_quants with
+ * rmse_type 1 and no importance weights). */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = bt_nearest_int(iscale * x[i]);
+        l = QMAX(-nmax, QMIN(nmax - 1, l));
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = bt_nearest_int(iscale * x[i]);
+            l = QMAX(-nmax, QMIN(nmax - 1, l));
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) {
+                const int l = bt_nearest_int(iscale * x[i]);
+                L[i] = (int8_t)(nmax + QMAX(-nmax, QMIN(nmax - 1, l)));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Four 2-bit values per byte: element j + 32s (s 0..3) of each 128 at bits 2s
+ * of byte j of that 128's 32 bytes (Q2_K and Q3_K's low bits). */
+static void pack_2bit(const uint8_t *L, uint8_t *qs) {
+    for (int j = 0; j < BT_QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+                                      (L[j + l + 96] << 6));
+}
+
+/* ---- Q2_K ------------------------------------------------------------------ */
+
+void bt_q2_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q2_K *y = dst;
+    uint8_t L[BT_QK_K], Laux[16];
+    float w[16], mins[16], scales[16];
+    const float q4scale = 15.f;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        float max_scale = 0, max_min = 0; /* the min is subtracted: scales are >= 0 */
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f,
+                                         0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        if (max_scale > 0) {
+            const float iscale = q4scale / max_scale;
+            for (int j = 0; j < 16; j++) y[b].scales[j] = (uint8_t)bt_nearest_int(iscale * scales[j]);
+            y[b].d = f2h(max_scale / q4scale);
+        } else {
+            for (int j = 0; j < 16; j++) y[b].scales[j] = 0;
+            y[b].d = f2h(0.f);
+        }
+        if (max_min > 0) {
+            const float iscale = q4scale / max_min;
+            for (int j = 0; j < 16; j++)
+                y[b].scales[j] |= (uint8_t)(bt_nearest_int(iscale * mins[j]) << 4);
+            y[b].dmin = f2h(max_min / q4scale);
+        } else {
+            y[b].dmin = f2h(0.f);
+        }
+        /* requantise against the stored (rounded) scales and mins */
+        for (int j = 0; j < 16; j++) {
+            const float d = h2f(y[b].d) * (y[b].scales[j] & 0xF);
+            if (!d) continue;
+            const float dm = h2f(y[b].dmin) * (y[b].scales[j] >> 4);
+            for (int i = 0; i < 16; i++) {
+                const int l = bt_nearest_int((x[16 * j + i] + dm) / d);
+                L[16 * j + i] = (uint8_t)QMAX(0, QMIN(3, l));
+            }
+        }
+        pack_2bit(L, y[b].qs);
+    }
+}
+
+void bt_q2_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q2_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
+        float *y = dst + b * BT_QK_K;
+        for (int j = 0; j < BT_QK_K; j++) {
+            const int half = j / 128, s = (j % 128) / 32, l = j % 32;
+            const int q = (x[b].qs[32 * half + l] >> (2 * s)) & 3;
+            const uint8_t sc = x[b].scales[j / 16];
+            const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+            y[j] = dl * (float)q - ml;
+        }
+    }
+}
+
+/* ---- Q3_K ------------------------------------------------------------------ */
+
+void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q3_K *y = dst;
+    int8_t L[BT_QK_K];
+    float scales[16];
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            const float a = fabsf(scales[j]);
+            if (a > amax) {
+                amax = a;
+                max_scale = scales[j];
+            }
+        }
+        memset(y[b].scales, 0, 12);
+        if (max_scale) {
+            const float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = bt_nearest_int(iscale * scales[j]);
+                l = QMAX(-32, QMIN(31, l)) + 32; /* 0..63 */
+                if (j < 8)
+                    y[b].scales[j] = (uint8_t)(l & 0xF);
+                else
+                    y[b].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+                y[b].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[b].d = f2h(1 / iscale);
+        } else {
+            y[b].d = f2h(0.f);
+        }
+        int8_t sc[16];
+        bt_q3_K_scales(y[b].scales, sc);
+        for (int j = 0; j < 16; j++) {
+            const float d = h2f(y[b].d) * sc[j];
+            if (!d) continue;
+            for (int i = 0; i < 16; i++) {
+                const int l = bt_nearest_int(x[16 * j + i] / d);
+                L[16 * j + i] = (int8_t)(QMAX(-4, QMIN(3, l)) + 4);
+            }
+        }
+        /* high bit of element j into bit j/32 of hmask[j%32]; low 2 bits packed */
+        uint8_t lo[BT_QK_K];
+        memset(y[b].hmask, 0, sizeof y[b].hmask);
+        for (int j = 0; j < BT_QK_K; j++) {
+            int l = L[j];
+            if (l > 3) {
+                y[b].hmask[j % 32] |= (uint8_t)(1 << (j / 32));
+                l -= 4;
+            }
+            lo[j] = (uint8_t)l;
+        }
+        pack_2bit(lo, y[b].qs);
+    }
+}
+
+void bt_q3_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q3_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        int8_t sc[16];
+        bt_q3_K_scales(x[b].scales, sc);
+        float *y = dst + b * BT_QK_K;
+        for (int j = 0; j < BT_QK_K; j++) {
+            const int half = j / 128, s = (j % 128) / 32, l = j % 32;
+            const int lo = (x[b].qs[32 * half + l] >> (2 * s)) & 3;
+            const int hi = (x[b].hmask[l] >> (j / 32)) & 1;
+            const float dl = d * (float)sc[j / 16];
+            y[j] = dl * (float)(lo - (hi ? 0 : 4));
+        }
+    }
+}
+
+/* ---- Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins ------------- */
+
+/* Scales and mins of the 8 sub-blocks of x (L gets their quants, 0..nmax),
+ * quantised to 6 bits into the 12 packed bytes, then every element requantised
+ * against the stored (rounded) values. */
+static void qk_scales_mins(const float *x, int nmax, float rmin, int nstep, uint8_t *L,
+                           uint8_t packed[12], bt_fp16_t *dh, bt_fp16_t *dminh) {
+    float w[32], mins[8], scales[8];
+    uint8_t Laux[32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f,
+                                     nstep, false);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t ls = (uint8_t)QMIN(63, (uint8_t)bt_nearest_int(inv_scale * scales[j]));
+        const uint8_t lm = (uint8_t)QMIN(63, (uint8_t)bt_nearest_int(inv_min * mins[j]));
+        if (j < 4) {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            packed[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            packed[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *dh = f2h(max_scale / 63.f);
+    *dminh = f2h(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        bt_q4_K_scale_min(j, packed, &sc, &m);
+        const float d = h2f(*dh) * sc;
+        if (!d) continue;
+        const float dm = h2f(*dminh) * m;
+        for (int i = 0; i < 32; i++) {
+            const int l = bt_nearest_int((x[32 * j + i] + dm) / d);
+            L[32 * j + i] = (uint8_t)QMAX(0, QMIN(nmax, l));
+        }
+    }
+}
+
+void bt_q4_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q4_K *y = dst;
+    uint8_t L[BT_QK_K];
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        qk_scales_mins(x, 15, -1.f, 20, L, y[b].scales, &y[b].d, &y[b].dmin);
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++)
+                y[b].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
+    }
+}
+
+void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
+        float *y = dst + b * BT_QK_K;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            bt_q4_K_scale_min(j, x[b].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            const uint8_t *q = x[b].qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+        }
+    }
+}
+
+void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q5_K *y = dst;
+    uint8_t L[BT_QK_K];
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        qk_scales_mins(x, 31, -0.5f, 15, L, y[b].scales, &y[b].d, &y[b].dmin);
+        memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int g = 0; g < 4; g++) {
+            for (int l = 0; l < 32; l++) {
+                int l1 = L[64 * g + l], l2 = L[64 * g + 32 + l];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    y[b].qh[l] |= (uint8_t)(1 << (2 * g));
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    y[b].qh[l] |= (uint8_t)(2 << (2 * g));
+                }
+                y[b].qs[32 * g + l] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+void bt_q5_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q5_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
+        float *y = dst + b * BT_QK_K;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            bt_q4_K_scale_min(j, x[b].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            const uint8_t *q = x[b].qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++) {
+                const int v = ((q[l] >> shift) & 0xF) | (((x[b].qh[l] >> j) & 1) << 4);
+                y[32 * j + l] = d1 * (float)v - m1;
+            }
+        }
+    }
+}
+
+/* ---- Q6_K ------------------------------------------------------------------ */
+
+void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q6_K *y = dst;
+    int8_t L[BT_QK_K];
+    float scales[16];
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        float max_scale = 0, max_abs_scale = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
+            const float a = fabsf(scales[j]);
+            if (a > max_abs_scale) {
+                max_abs_scale = a;
+                max_scale = scales[j];
+            }
+        }
+        if (max_abs_scale < GROUP_MAX_EPS) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -128.f / max_scale;
+        y[b].d = f2h(1 / iscale);
+        for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
+        for (int j = 0; j < 16; j++) {
+            const float d = h2f(y[b].d) * y[b].scales[j];
+            if (!d) continue;
+            for (int i = 0; i < 16; i++) {
+                const int l = bt_nearest_int(x[16 * j + i] / d);
+                L[16 * j + i] = (int8_t)(QMAX(-32, QMIN(31, l)) + 32);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const int8_t *Lh = L + 128 * h;
+            uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
+                qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                                  ((Lh[l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+void bt_q6_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q6_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        float *y = dst + b * BT_QK_K;
+        for (int j = 0; j < BT_QK_K; j++) {
+            const int h = j / 128, s = (j % 128) / 32, l = j % 32;
+            const int lo = (x[b].ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF;
+            const int hi = (x[b].qh[32 * h + l] >> (2 * s)) & 3;
+            const float dl = d * (float)x[b].scales[j / 16];
+            y[j] = dl * (float)((lo | (hi << 4)) - 32);
+        }
+    }
+}
+
+/* ---- Q8_K: d = max / -127 (the element of largest magnitude maps to -127) -- */
+
+void bt_q8_K_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_q8_K *y = dst;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        float max = 0, amax = 0;
+        for (int j = 0; j < BT_QK_K; j++) {
+            const float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (!amax) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < BT_QK_K; j++) y[b].qs[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * x[j]));
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[16 * j + i];
+            y[b].bsums[j] = (int16_t)sum;
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+void bt_q8_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q8_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++)
+        for (int j = 0; j < BT_QK_K; j++) dst[b * BT_QK_K + j] = x[b].d * (float)x[b].qs[j];
+}

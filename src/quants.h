@@ -1,0 +1,169 @@
+/* quants.h - the block types beyond Q8_0 / Q4_0: their GGUF byte layouts
+ * (ggml's block_q4_1 ... block_q8_K, byte for byte) and their row
+ * conversions to and from F32.
+ *
+ * Two families:
+ *   - 32-element blocks: Q4_1, Q5_0, Q5_1 (one fp16 scale, and for the "_1"
+ *     types an fp16 offset m: x = d * q + m);
+ *   - 256-element super-blocks (the "K-quants"): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+ *     hold 8 or 16 sub-blocks, each with its own quantised scale (and for
+ *     Q2_K, Q4_K, Q5_K a quantised min), the super-block an fp16 scale of the
+ *     scales; Q8_K (float d, 256 int8, per-16 sums) is the activation format
+ *     the K-quant dot products use.
+ *
+ * Dequantisation is bit-exact against ggml's dequantize_row_* and the gguf
+ * Python package (quants.c is compiled without FMA contraction so that
+ * d * q - m rounds twice, as they do).  Quantisation follows ggml's reference
+ * quantisers (quantize_row_*_ref), K-quants with the same searches for the
+ * sub-block scales (make_qkx2_quants, make_q3_quants, make_qx_quants).
+ */
+#ifndef BATON_QUANTS_H
+#define BATON_QUANTS_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BT_QK_K 256 /* elements per K-quant super-block */
+#define BT_K_SCALE_SIZE 12
+
+/* 20 bytes: x = d * q + m, q 0..15 (nibbles as Q4_0: j low, j+16 high) */
+typedef struct {
+    bt_fp16_t d;
+    bt_fp16_t m;
+    uint8_t qs[BT_QK / 2];
+} bt_block_q4_1;
+
+/* 22 bytes: x = d * (q - 16), q 0..31; bit j of qh (little-endian u32) is the
+ * 5th bit of element j; the low 4 bits as Q4_0 */
+typedef struct {
+    bt_fp16_t d;
+    uint8_t qh[4];
+    uint8_t qs[BT_QK / 2];
+} bt_block_q5_0;
+
+/* 24 bytes: x = d * q + m, q 0..31, bits as Q5_0 */
+typedef struct {
+    bt_fp16_t d;
+    bt_fp16_t m;
+    uint8_t qh[4];
+    uint8_t qs[BT_QK / 2];
+} bt_block_q5_1;
+
+/* 84 bytes: 16 sub-blocks of 16; scales[i] = scale (low nibble) | min (high);
+ * x = d * sc * q - dmin * m, q 0..3.  qs: for each half (128 elements, 32
+ * bytes), element 32*s + l of the half sits at bits 2s of byte l. */
+typedef struct {
+    uint8_t scales[BT_QK_K / 16];
+    uint8_t qs[BT_QK_K / 4];
+    bt_fp16_t d;
+    bt_fp16_t dmin;
+} bt_block_q2_K;
+
+/* 110 bytes: 16 sub-blocks of 16, 6-bit signed scales (offset 32) packed in
+ * 12 bytes; x = d * (sc - 32) * (q - 4 * !hbit), q's 2 low bits as Q2_K;
+ * hmask: bit s of byte l is the high bit of element 32*s + l. */
+typedef struct {
+    uint8_t hmask[BT_QK_K / 8];
+    uint8_t qs[BT_QK_K / 4];
+    uint8_t scales[12];
+    bt_fp16_t d;
+} bt_block_q3_K;
+
+/* 144 bytes: 8 sub-blocks of 32, 6-bit scales and mins packed in 12 bytes;
+ * x = d * sc * q - dmin * m, q 0..15; byte l of 32-byte group g holds
+ * element 64g + l (low nibble) and 64g + 32 + l (high nibble). */
+typedef struct {
+    bt_fp16_t d;
+    bt_fp16_t dmin;
+    uint8_t scales[BT_K_SCALE_SIZE];
+    uint8_t qs[BT_QK_K / 2];
+} bt_block_q4_K;
+
+/* 176 bytes: as Q4_K with a 5th bit: bit 2g (2g+1) of qh[l] is the high bit
+ * of element 64g + l (64g + 32 + l). */
+typedef struct {
+    bt_fp16_t d;
+    bt_fp16_t dmin;
+    uint8_t scales[BT_K_SCALE_SIZE];
+    uint8_t qh[BT_QK_K / 8];
+    uint8_t qs[BT_QK_K / 2];
+} bt_block_q5_K;
+
+/* 210 bytes: 16 sub-blocks of 16, int8 scales; x = d * sc * (q - 32), q
+ * 0..63: low 4 bits in ql, high 2 bits in qh (per 128-element half: element
+ * 32s + l has its low bits in ql[l + 32*(s&1)] >> 4*(s>>1), its high bits in
+ * qh[l] >> 2s). */
+typedef struct {
+    uint8_t ql[BT_QK_K / 2];
+    uint8_t qh[BT_QK_K / 4];
+    int8_t scales[BT_QK_K / 16];
+    bt_fp16_t d;
+} bt_block_q6_K;
+
+/* 292 bytes: activations for K-quant dot products; x = d * q, bsums[i] the
+ * sum of q over elements 16i..16i+15. */
+typedef struct {
+    float d;
+    int8_t qs[BT_QK_K];
+    int16_t bsums[BT_QK_K / 16];
+} bt_block_q8_K;
+
+/* ggml's nearest_int: round to nearest, ties to even, for |f| < 2^22. */
+static inline int bt_nearest_int(float f) {
+    union { float f; int32_t i; } u;
+    u.f = f + 12582912.f;
+    return (u.i & 0x007fffff) - 0x00400000;
+}
+
+/* Row conversions (n a multiple of the type's block size); the type traits
+ * in tensor.c point at these. */
+void bt_q8_0_to_f32(const void *src, float *dst, int64_t n);
+void bt_q8_0_from_f32(const float *src, void *dst, int64_t n);
+void bt_q4_0_to_f32(const void *src, float *dst, int64_t n);
+void bt_q4_0_from_f32(const float *src, void *dst, int64_t n);
+void bt_q4_1_to_f32(const void *src, float *dst, int64_t n);
+void bt_q4_1_from_f32(const float *src, void *dst, int64_t n);
+void bt_q5_0_to_f32(const void *src, float *dst, int64_t n);
+void bt_q5_0_from_f32(const float *src, void *dst, int64_t n);
+void bt_q5_1_to_f32(const void *src, float *dst, int64_t n);
+void bt_q5_1_from_f32(const float *src, void *dst, int64_t n);
+void bt_q2_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q2_K_from_f32(const float *src, void *dst, int64_t n);
+void bt_q3_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q3_K_from_f32(const float *src, void *dst, int64_t n);
+void bt_q4_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q4_K_from_f32(const float *src, void *dst, int64_t n);
+void bt_q5_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q5_K_from_f32(const float *src, void *dst, int64_t n);
+void bt_q6_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q6_K_from_f32(const float *src, void *dst, int64_t n);
+void bt_q8_K_to_f32(const void *src, float *dst, int64_t n);
+void bt_q8_K_from_f32(const float *src, void *dst, int64_t n);
+
+/* Scale j (0..7) and min j of a Q4_K / Q5_K block's 12 packed bytes. */
+static inline void bt_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* The 16 signed scales (-32..31) of a Q3_K block's 12 packed bytes. */
+static inline void bt_q3_K_scales(const uint8_t *s, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+        const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

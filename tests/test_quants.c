@@ -1,0 +1,245 @@
+/* test_quants.c - the block types of quants.h: traits and sizes, quantiser
+ * output identical to ggml's reference quantisers (hashes of ggml's bytes for
+ * one fixed input), error bounds on a weight-like tensor, Q8_K's sums, element
+ * access and shape errors for 256-element blocks.  Dequantisation against the
+ * gguf Python package: tests/quants_gguf.py (ctest quants_gguf). */
+#include <math.h>
+#include <string.h>
+
+#include "quant_dot.h"
+#include "quants.h"
+#include "testutil.h"
+
+static const enum bt_type all_blocks[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,
+                                          BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K,
+                                          BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_Q8_K};
+#define N_BLOCKS ((int)(sizeof all_blocks / sizeof all_blocks[0]))
+
+START_TEST(test_traits) {
+    static const struct { enum bt_type t; const char *name; int64_t blck; size_t size; } want[] = {
+        {BT_TYPE_Q4_1, "q4_1", 32, 20},   {BT_TYPE_Q5_0, "q5_0", 32, 22},   {BT_TYPE_Q5_1, "q5_1", 32, 24},
+        {BT_TYPE_Q2_K, "q2_K", 256, 84},  {BT_TYPE_Q3_K, "q3_K", 256, 110}, {BT_TYPE_Q4_K, "q4_K", 256, 144},
+        {BT_TYPE_Q5_K, "q5_K", 256, 176}, {BT_TYPE_Q6_K, "q6_K", 256, 210}, {BT_TYPE_Q8_K, "q8_K", 256, 292},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ck_assert_str_eq(bt_type_name(want[i].t), want[i].name);
+        ck_assert_int_eq(bt_blck_size(want[i].t), want[i].blck);
+        ck_assert_uint_eq(bt_type_size(want[i].t), want[i].size);
+        ck_assert(bt_type_traits(want[i].t)->is_quantized);
+        ck_assert_uint_eq(bt_row_size(want[i].t, 1024), 1024 / want[i].blck * want[i].size);
+    }
+}
+END_TEST
+
+/* Exact arithmetic only (an integer hash, one IEEE division each), so the
+ * input has the same bits on every machine. */
+static void golden_input(float *x, int n) {
+    unsigned int h = 12345;
+    for (int i = 0; i < n; i++) {
+        h = h * 1103515245u + 12345u;
+        const int v = (int)((h >> 8) % 2001) - 1000;
+        x[i] = (float)v / (float)(100 + 37 * (i % 23)) - (i / 256 == 2 ? 0.5f : 0.0f);
+    }
+}
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* FNV-1a of the bytes ggml's ggml_quantize_chunk (quantize_row_q8_K_ref for
+ * Q8_K) writes for golden_input(1024), llama.cpp as vendored in
+ * llama-cpp-python 0.3.36 (ggml 0.25.3). */
+START_TEST(test_same_bytes_as_ggml) {
+    static const struct { enum bt_type t; uint64_t h; } want[] = {
+        {BT_TYPE_Q4_0, 0xb9648b89ae059b74ull}, {BT_TYPE_Q4_1, 0xc70ad4bc210d1261ull},
+        {BT_TYPE_Q5_0, 0xd18c38b74cec3feeull}, {BT_TYPE_Q5_1, 0x568d0f2f70e6de1bull},
+        {BT_TYPE_Q8_0, 0x2511b4bdaecfb508ull}, {BT_TYPE_Q2_K, 0x142709d65a8bb409ull},
+        {BT_TYPE_Q3_K, 0x140a12337a8d6c2full}, {BT_TYPE_Q4_K, 0x5411fe489a0351c1ull},
+        {BT_TYPE_Q5_K, 0x97177655592fb210ull}, {BT_TYPE_Q6_K, 0xbd6e1f20dd4726c6ull},
+        {BT_TYPE_Q8_K, 0x3a9335d0a7d48398ull},
+    };
+    float x[1024];
+    golden_input(x, 1024);
+    uint8_t q[1024 / 32 * 292 / 8 + 2048];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const size_t nb = bt_row_size(want[i].t, 1024);
+        ck_assert_uint_le(nb, sizeof q);
+        bt_row_from_f32(want[i].t, x, q, 1024);
+        ck_assert_msg(fnv1a(q, nb) == want[i].h, "%s: bytes differ from ggml's (hash %016llx)",
+                      bt_type_name(want[i].t), (unsigned long long)fnv1a(q, nb));
+    }
+}
+END_TEST
+
+/* A weight-like tensor (normal-ish, rows of different scales, rare
+ * outliers): each type's NMSE stays under a bound a little above what ggml's
+ * quantiser gets on it (tests/bench_quants_ggml.c; the bytes are identical). */
+START_TEST(test_error_bounds) {
+    static const struct { enum bt_type t; double max_nmse; } want[] = {
+        {BT_TYPE_Q8_0, 5e-5}, {BT_TYPE_Q4_0, 1.2e-2}, {BT_TYPE_Q4_1, 8e-3}, {BT_TYPE_Q5_0, 3e-3},
+        {BT_TYPE_Q5_1, 2e-3}, {BT_TYPE_Q2_K, 1.1e-1}, {BT_TYPE_Q3_K, 3e-2}, {BT_TYPE_Q4_K, 7e-3},
+        {BT_TYPE_Q5_K, 1.8e-3}, {BT_TYPE_Q6_K, 5e-4}, {BT_TYPE_Q8_K, 2e-4},
+    };
+    enum { ROWS = 64, COLS = 2048 };
+    tu_rng r;
+    tu_rng_init(&r, 1313);
+    float *x = malloc(sizeof(float) * ROWS * COLS), *y = malloc(sizeof(float) * ROWS * COLS);
+    uint8_t *q = malloc(bt_row_size(BT_TYPE_Q8_K, COLS) * ROWS);
+    for (int i = 0; i < ROWS * COLS; i++) {
+        /* sum of 4 uniforms: close to normal */
+        float v = 0;
+        for (int k = 0; k < 4; k++) v += tu_rng_f32(&r, -1.0f, 1.0f);
+        v *= 0.02f * (0.5f + (float)(i / COLS) / ROWS);
+        if (i % 997 == 0) v *= 8.0f;
+        x[i] = v;
+    }
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        bt_row_from_f32(want[i].t, x, q, (int64_t)ROWS * COLS);
+        bt_row_to_f32(want[i].t, q, y, (int64_t)ROWS * COLS);
+        const double e = tu_nmse(y, x, (int64_t)ROWS * COLS);
+        ck_assert_msg(e <= want[i].max_nmse, "%s: NMSE %.3e > %.1e", bt_type_name(want[i].t), e,
+                      want[i].max_nmse);
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+END_TEST
+
+/* All-zero and constant blocks quantise to exact zeros / near constants, with
+ * no NaN from a zero scale. */
+START_TEST(test_degenerate_blocks) {
+    float x[256], y[256];
+    uint8_t q[512];
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const enum bt_type t = all_blocks[i];
+        const int64_t n = bt_blck_size(t) == 256 ? 256 : 256;
+        memset(x, 0, sizeof x);
+        bt_row_from_f32(t, x, q, n);
+        bt_row_to_f32(t, q, y, n);
+        for (int j = 0; j < n; j++) ck_assert_msg(y[j] == 0.0f, "%s: zero -> %g", bt_type_name(t), y[j]);
+        for (int j = 0; j < n; j++) x[j] = 0.75f;
+        bt_row_from_f32(t, x, q, n);
+        bt_row_to_f32(t, q, y, n);
+        for (int j = 0; j < n; j++)
+            ck_assert_msg(fabsf(y[j] - 0.75f) < 0.05f, "%s: 0.75 -> %g", bt_type_name(t), y[j]);
+    }
+}
+END_TEST
+
+START_TEST(test_q8_K_sums) {
+    float x[512];
+    tu_rng r;
+    tu_rng_init(&r, 77);
+    for (int i = 0; i < 512; i++) x[i] = tu_rng_f32(&r, -3.0f, 2.0f);
+    bt_block_q8_K b[2];
+    bt_row_from_f32(BT_TYPE_Q8_K, x, b, 512);
+    for (int k = 0; k < 2; k++) {
+        int amax = 0;
+        for (int j = 0; j < 256; j++) amax = abs(b[k].qs[j]) > amax ? abs(b[k].qs[j]) : amax;
+        ck_assert_int_eq(amax, 127); /* the element of largest magnitude maps to +-127 */
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += b[k].qs[16 * g + j];
+            ck_assert_int_eq(b[k].bsums[g], s);
+        }
+        for (int j = 0; j < 256; j++) ck_assert(fabsf(b[k].d * b[k].qs[j] - x[256 * k + j]) <= fabsf(b[k].d) * 0.5001f);
+    }
+}
+END_TEST
+
+/* Element access into a K-quant tensor reads and rewrites whole 256-element
+ * blocks at the right byte offsets. */
+START_TEST(test_k_tensor_access) {
+    bt_context *ctx = tu_ctx(4);
+    struct bt_tensor *t = bt_new_tensor_2d(ctx, BT_TYPE_Q6_K, 512, 3);
+    TU_OK(ctx, t);
+    ck_assert_uint_eq(t->nb[0], 210);
+    ck_assert_uint_eq(t->nb[1], 420);
+    float v[512 * 3], row[512];
+    for (int i = 0; i < 512 * 3; i++) v[i] = (float)((i * 7) % 13) - 6.0f;
+    tu_write_f32(t, v);
+    for (int64_t i1 = 0; i1 < 3; i1++) {
+        bt_row_to_f32(BT_TYPE_Q6_K, (const char *)t->data + i1 * t->nb[1], row, 512);
+        for (int64_t i0 = 0; i0 < 512; i0++) ck_assert(bt_get_f32_nd(t, i0, i1, 0, 0) == row[i0]);
+    }
+    bt_set_f32_nd(t, 300, 2, 0, 0, 5.5f);
+    ck_assert(fabsf(bt_get_f32_nd(t, 300, 2, 0, 0) - 5.5f) < 0.1f);
+    bt_free(ctx);
+}
+END_TEST
+
+START_TEST(test_k_shape_errors) {
+    bt_context *ctx = tu_ctx(1);
+    ck_assert_ptr_null(bt_new_tensor_1d(ctx, BT_TYPE_Q4_K, 128));
+    ck_assert_str_eq(bt_context_error(ctx), "new tensor: ne[0] = 128 is not a multiple of q4_K's block size 256");
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, 96, 8);
+    struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_Q4_K, 256, 3);
+    TU_OK(ctx, a);
+    TU_OK(ctx, b);
+    ck_assert_ptr_null(bt_cpy(ctx, a, b));
+    ck_assert_msg(strstr(bt_context_error(ctx), "whole 256-element blocks") != NULL, "%s", bt_context_error(ctx));
+    bt_free(ctx);
+}
+END_TEST
+
+/* Each weight type's dot product: the fast and plain versions bitwise equal,
+ * and both the dot of the dequantised weights with the dequantised
+ * activations up to float rounding. */
+START_TEST(test_vec_dots) {
+    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
+                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    enum { K = 4096 };
+    static float w[K], x[K], wd[K], xd[K];
+    static uint8_t wq[K / 32 * 34 + 4096], xq[K / 256 * 292 + 4096];
+    tu_rng r;
+    tu_rng_init(&r, 4242);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const struct bt_quant_dot *qd = bt_quant_dot_of(types[t]);
+        ck_assert_msg(qd != NULL, "%s has no dot product", bt_type_name(types[t]));
+        for (int trial = 0; trial < 20; trial++) {
+            const int64_t k = trial % 4 == 0 ? 256 : K;
+            const float off = trial % 3 == 1 ? 0.5f : 0.0f; /* rows not centred on 0 */
+            for (int64_t i = 0; i < k; i++) {
+                w[i] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(i % 300) / 50.0f) + off;
+                x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
+            }
+            bt_row_from_f32(types[t], w, wq, k);
+            qd->quantize_act(x, xq, k);
+            bt_row_to_f32(types[t], wq, wd, k);
+            bt_row_to_f32(qd->act_type, xq, xd, k);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                ref += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+            }
+            float fast = NAN, plain = NAN;
+            qd->vec_dot(k, &fast, wq, xq);
+            qd->vec_dot_ref(k, &plain, wq, xq);
+            ck_assert_msg(memcmp(&fast, &plain, sizeof fast) == 0, "%s trial %d: fast %.9g, plain %.9g",
+                          bt_type_name(types[t]), trial, fast, plain);
+            ck_assert_msg(fabs(plain - ref) <= 1e-5 * mag, "%s trial %d: %.9g, dequantised dot %.9g",
+                          bt_type_name(types[t]), trial, plain, ref);
+        }
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("quants");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_traits);
+    tcase_add_test(tc, test_same_bytes_as_ggml);
+    tcase_add_test(tc, test_error_bounds);
+    tcase_add_test(tc, test_degenerate_blocks);
+    tcase_add_test(tc, test_q8_K_sums);
+    tcase_add_test(tc, test_k_tensor_access);
+    tcase_add_test(tc, test_k_shape_errors);
+    tcase_add_test(tc, test_vec_dots);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
