@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
+            "  tokenize      -m FILE -p TEXT: the token ids of a text under a GGUF file's\n"
+            "                vocabulary (baton tokenize --help)\n"
             "  launch-files  -t TOPOLOGY --out DIR: write the hostfile, rankfile and environment\n"
             "                for mpirun (used by launch/baton-run)\n"
             "  version       print the version\n"
@@ -50,6 +52,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "demo")) return bt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return bt_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return bt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;
