@@ -11,12 +11,25 @@
  *     bt_sched_graph_compute(s, g);             copy inputs, run the splits
  *
  * The plan is made once per graph and kept: a later call with the same graph
- * only advances the copy slot.  A new plan (another graph, bt_sched_reset, a
- * new user assignment) takes back the memory the scheduler gave the previous
- * graph's tensors: their data, outputs included, is not readable until that
- * graph is allocated again.  Weights are recognised by their buffer's usage
- * (BT_BUFFER_USAGE_WEIGHTS) or, for tensors without a buffer (a plan made for
- * other processes), by BT_TENSOR_FLAG_WEIGHT and a user assignment.
+ * (the same tensors, unchanged) only advances the copy slot.  A new plan
+ * (another graph, bt_sched_reset, a new user assignment) reuses the memory
+ * the scheduler gave the previous graph's tensors: their data, outputs
+ * included, is not readable until that graph is allocated again.
+ *
+ * The previous graph is never written to by a new plan, so the usual loop
+ * (a new graph every step, the previous step's context freed) is safe:
+ * bt_sched_alloc_graph, bt_sched_graph_compute[_async] and bt_sched_reserve
+ * leave the graph's sources as the user built them when they return (the
+ * splits read the copies only while compute queues them), and the memory the
+ * allocator placed (marked BT_TENSOR_FLAG_SCHED) is taken back when that
+ * graph is planned again.  Only bt_sched_split_graph and bt_sched_set_cur_copy,
+ * for a caller that runs the splits itself, leave the sources pointing at the
+ * copies: then the graph must live until the next plan, bt_sched_reset or
+ * bt_sched_free, which put them back.
+ *
+ * Weights are recognised by their buffer's usage (BT_BUFFER_USAGE_WEIGHTS)
+ * or, for tensors without a buffer (a plan made for other processes), by
+ * BT_TENSOR_FLAG_WEIGHT and a user assignment.
  */
 #ifndef BATON_BT_SCHED_H
 #define BATON_BT_SCHED_H
@@ -64,8 +77,9 @@ struct bt_sched_stats {
  * bad arguments. */
 bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends,
                         size_t graph_size, int n_copies);
-/* Puts the planned graph back as the user built it (sources, memory): free
- * the scheduler before the context that holds the graph. */
+/* Puts back the sources of a graph that bt_sched_split_graph or
+ * bt_sched_set_cur_copy left rewritten (touches no other graph).  Tensors the
+ * scheduler placed keep pointers into its freed memory. */
 void bt_sched_free(bt_sched_t sched);
 
 /* Forget the plan and every user assignment. */
@@ -78,7 +92,8 @@ bt_backend_t bt_sched_get_tensor_backend(bt_sched_t sched, struct bt_tensor *t);
 int bt_sched_get_backend_id(bt_sched_t sched, const struct bt_tensor *t); /* -1 when none */
 
 /* Plan only: the five passes and the split inputs (no memory).  Rewrites the
- * graph's node sources to the copies of the current slot. */
+ * graph's node sources to the copies of the current slot, for a caller that
+ * runs the splits' graphs itself (keep the graph alive: see above). */
 enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph);
 
 /* Plan (when graph is new) and size the buffers for it. */
@@ -91,8 +106,8 @@ enum bt_status bt_sched_graph_compute_async(bt_sched_t sched, struct bt_graph *g
 enum bt_status bt_sched_graph_compute(bt_sched_t sched, struct bt_graph *graph);
 void bt_sched_synchronize(bt_sched_t sched);
 
-/* Use copy slot c for the next run (re-points the rewritten sources): the
- * distributed runtime drives the ring itself. */
+/* Use copy slot c for the next run and point the rewritten sources at its
+ * copies: the distributed runtime drives the ring itself. */
 void bt_sched_set_cur_copy(bt_sched_t sched, int c);
 
 void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);

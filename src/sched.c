@@ -13,7 +13,11 @@
  *    an abort;
  *  - the MoE partial copy applies when every consumer of the expert weights
  *    in the split is a MUL_MAT_ID with the same ids (ggml looks only at the
- *    split's first node);
+ *    split's first node); a later split of the same backend whose MUL_MAT_ID
+ *    reads that copy copies its own experts again (ggml reuses the copy);
+ *  - the user's graph holds rewritten sources only while compute queues the
+ *    splits (ggml leaves them rewritten): a new plan never writes into an
+ *    earlier graph, which the user may have freed;
  *  - a weight is recognised by its buffer's usage or, without a buffer, by
  *    BT_TENSOR_FLAG_WEIGHT with an assigned backend, so that rank 0 can plan
  *    for weights that live in other processes.
@@ -30,6 +34,10 @@ struct rewrite {
     int src_index;
     struct bt_tensor *orig; /* the source before rewriting */
     int backend_id;         /* the split backend whose copy replaces it */
+};
+
+struct split_extra {
+    bool recopy[BT_SCHED_MAX_SPLIT_INPUTS];
 };
 
 struct bt_sched {
@@ -56,6 +64,14 @@ struct bt_sched {
 
     struct rewrite *rewrites;
     int n_rewrites, rewrites_capacity;
+    /* the planned graph's sources point at copies now (between a
+     * bt_sched_split_graph or bt_sched_set_cur_copy and the next call that
+     * puts them back); every other call leaves the user's sources in place */
+    bool rewritten;
+
+    /* per split: inputs copied again (an expert tensor an earlier split of
+     * the same backend copied with only its own experts) */
+    struct split_extra *split_extra;
 
     int n_copies;
     int cur_copy;
@@ -67,6 +83,10 @@ struct bt_sched {
 
     struct bt_graph *planned; /* the graph the plan is for */
     uint64_t planned_hash;
+    struct bt_tensor **planned_tensors; /* its nodes, then its leafs, as planned */
+    int planned_n_nodes, planned_n_leafs;
+    size_t planned_capacity;
+    int n_placed; /* of those, placed by the allocator (BT_TENSOR_FLAG_SCHED) */
     bool is_allocated; /* memory placed for the plan */
     bool slot_ready;   /* alloc_graph done for the next compute */
 
@@ -149,10 +169,11 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
                               sizeof(struct bt_tensor *));
     sched->splits_capacity = 16;
     sched->splits = calloc((size_t)sched->splits_capacity, sizeof *sched->splits);
+    sched->split_extra = calloc((size_t)sched->splits_capacity, sizeof *sched->split_extra);
     sched->galloc = bt_gallocr_new_n(sched->bufts, n_backends);
     sched->ctx_size = bt_tensor_overhead() * (graph_size * (size_t)(n_copies + 2) + 1024);
     if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_user || !sched->hv_copies ||
-        !sched->splits || !sched->galloc) {
+        !sched->splits || !sched->split_extra || !sched->galloc) {
         fprintf(stderr, "bt_sched_new: out of memory\n");
         bt_sched_free(sched);
         return NULL;
@@ -166,30 +187,50 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     return sched;
 }
 
-/* Put the user's sources back (forget: also drop the list). */
-static void restore_sources(bt_sched_t sched, bool forget) {
+/* Put the user's sources back where the planned graph holds rewritten ones.
+ * Only then is the planned graph written to: after bt_sched_alloc_graph,
+ * bt_sched_graph_compute and bt_sched_reserve the sources are the user's, so
+ * a plan never writes into a graph the user may have freed since. */
+static void restore_sources(bt_sched_t sched) {
+    if (!sched->rewritten) return;
     for (int i = sched->n_rewrites - 1; i >= 0; i--) {
         struct rewrite *r = &sched->rewrites[i];
         r->node->src[r->src_index] = r->orig;
     }
-    if (forget) sched->n_rewrites = 0;
+    sched->rewritten = false;
 }
 
-/* Take back the memory the scheduler's allocator gave the graph's tensors,
- * so that a new plan starts from the user's placements only. */
-static void unplace_tensors(bt_sched_t sched) {
-    if (!sched->is_allocated) return;
-    const struct bt_graph *gc = &sched->graph;
+/* The graph about to be planned (the user's, alive) gets back the tensors an
+ * earlier plan placed in the allocator's memory: a new plan starts from the
+ * user's placements only.  Done here rather than when the earlier plan is
+ * dropped, since by then its graph may be freed. */
+static void take_back_memory(struct bt_graph *graph) {
     for (int pass = 0; pass < 2; pass++) {
-        const int n = pass == 0 ? gc->n_nodes : gc->n_leafs;
-        struct bt_tensor **list = pass == 0 ? gc->nodes : gc->leafs;
+        const int n = pass == 0 ? graph->n_nodes : graph->n_leafs;
+        struct bt_tensor **list = pass == 0 ? graph->nodes : graph->leafs;
+        for (int i = 0; i < n; i++) {
+            struct bt_tensor *t = list[i];
+            if (!(t->flags & BT_TENSOR_FLAG_SCHED)) continue;
+            t->buffer = NULL;
+            t->data = NULL;
+            t->flags &= ~BT_TENSOR_FLAG_SCHED;
+        }
+    }
+}
+
+/* Mark the planned graph's tensors that the allocator placed. */
+static void mark_placed(bt_sched_t sched, struct bt_graph *graph) {
+    sched->n_placed = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const int n = pass == 0 ? graph->n_nodes : graph->n_leafs;
+        struct bt_tensor **list = pass == 0 ? graph->nodes : graph->leafs;
         for (int i = 0; i < n; i++) {
             struct bt_tensor *t = list[i];
             if (!t->buffer) continue;
             for (int b = 0; b < sched->n_backends; b++) {
                 if (t->buffer == bt_gallocr_get_buffer(sched->galloc, b)) {
-                    t->buffer = NULL;
-                    t->data = NULL;
+                    t->flags |= BT_TENSOR_FLAG_SCHED;
+                    sched->n_placed++;
                     break;
                 }
             }
@@ -197,11 +238,11 @@ static void unplace_tensors(bt_sched_t sched) {
     }
 }
 
-/* Drop the plan (sources restored, copies forgotten), keep user assignments
- * unless `all`. */
+/* Drop the plan (copies forgotten), keep user assignments unless `all`.  The
+ * planned graph is not touched unless it holds rewritten sources. */
 static void drop_plan(bt_sched_t sched, bool all) {
-    restore_sources(sched, true);
-    unplace_tensors(sched);
+    restore_sources(sched);
+    sched->n_rewrites = 0;
     if (all) {
         memset(sched->hash_set.keys, 0, sched->hash_set.size * sizeof(struct bt_tensor *));
         memset(sched->hv_backend_ids, -1, sched->hash_set.size * sizeof(int));
@@ -212,6 +253,8 @@ static void drop_plan(bt_sched_t sched, bool all) {
            sched->hash_set.size * (size_t)sched->n_backends * (size_t)sched->n_copies * sizeof(struct bt_tensor *));
     sched->n_splits = 0;
     sched->planned = NULL;
+    sched->planned_n_nodes = sched->planned_n_leafs = 0;
+    sched->n_placed = 0;
     sched->is_allocated = false;
     sched->slot_ready = false;
     sched->first_alloc = true;
@@ -235,6 +278,8 @@ void bt_sched_free(bt_sched_t sched) {
     free(sched->node_backend_ids);
     free(sched->leaf_backend_ids);
     free(sched->splits);
+    free(sched->split_extra);
+    free(sched->planned_tensors);
     free(sched->rewrites);
     free(sched);
 }
@@ -335,12 +380,36 @@ static bool buffer_supported(bt_sched_t sched, const struct bt_tensor *t, int b)
     return buft != NULL && bt_backend_supports_buft(sched->backends[b], buft);
 }
 
+/* May a copy of t hold only some of its experts (compute_splits' partial
+ * copy: expert weights in host memory)? */
+static bool may_copy_partially(const struct bt_tensor *t) {
+    bt_buffer_t buf = tensor_buffer(t);
+    return buf && bt_buffer_get_usage(buf) == BT_BUFFER_USAGE_WEIGHTS && bt_buffer_is_host(buf);
+}
+
+static bool split_has_input(const struct bt_sched_split *split, const struct bt_tensor *t) {
+    for (int k = 0; k < split->n_inputs; k++)
+        if (split->inputs[k] == t) return true;
+    return false;
+}
+
+/* Does node's source j, which cur_backend reads from a copy an earlier split
+ * made, need copying again?  Yes for the expert weights of a MUL_MAT_ID: the
+ * earlier split may have copied only the experts its own ids chose. */
+static bool needs_recopy(const struct bt_sched_split *split, const struct bt_tensor *node, int j) {
+    return node->op == BT_OP_MUL_MAT_ID && j == 0 && may_copy_partially(node->src[j]) &&
+           !split_has_input(split, node->src[j]);
+}
+
 static bool grow_splits(bt_sched_t sched) {
     if (sched->n_splits < sched->splits_capacity) return true;
     const int cap = sched->splits_capacity * 2;
     struct bt_sched_split *s = realloc(sched->splits, (size_t)cap * sizeof *s);
     if (!s) return false;
     sched->splits = s;
+    struct split_extra *e = realloc(sched->split_extra, (size_t)cap * sizeof *e);
+    if (!e) return false;
+    sched->split_extra = e;
     sched->splits_capacity = cap;
     return true;
 }
@@ -386,7 +455,8 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
     const enum bt_status st = split_graph(sched, graph);
     if (st != BT_OK) {
         /* a failed plan leaves the user's graph as it was */
-        restore_sources(sched, true);
+        restore_sources(sched);
+        sched->n_rewrites = 0;
         sched->n_splits = 0;
         sched->planned = NULL;
     }
@@ -395,6 +465,7 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
 
 static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
     drop_plan(sched, false);
+    take_back_memory(graph);
     sched->err[0] = '\0';
     sched->ctx = bt_init((struct bt_init_params){sched->ctx_size, NULL, true});
     if (!sched->ctx) {
@@ -576,6 +647,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
     struct bt_sched_split *split = &sched->splits[0];
     *split = (struct bt_sched_split){.backend_id = i < graph->n_nodes ? tensor_backend_id(graph->nodes[i]) : last,
                                      .i_start = 0};
+    memset(&sched->split_extra[0], 0, sizeof sched->split_extra[0]);
     sched->n_splits = 1;
     int cur_backend = split->backend_id;
     for (; i < graph->n_nodes; i++) {
@@ -605,8 +677,8 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 const struct bt_tensor *src = node->src[j];
                 if (!src) continue;
                 const size_t id = hash_id(sched, src);
-                if (sched->hv_backend_ids[id] != cur_backend && !*copy_slot(sched, id, cur_backend, 0) &&
-                    !buffer_supported(sched, src, cur_backend))
+                if (sched->hv_backend_ids[id] != cur_backend && !buffer_supported(sched, src, cur_backend) &&
+                    (!*copy_slot(sched, id, cur_backend, 0) || needs_recopy(split, node, j)))
                     need++;
             }
             if (split->n_inputs + need > BT_SCHED_MAX_SPLIT_INPUTS) need_new_split = true;
@@ -617,6 +689,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 set_error(sched, "scheduler: out of memory for splits");
                 return BT_ERR_NOMEM;
             }
+            memset(&sched->split_extra[sched->n_splits], 0, sizeof sched->split_extra[0]);
             split = &sched->splits[sched->n_splits++];
             *split = (struct bt_sched_split){.backend_id = node_backend, .i_start = i};
             cur_backend = node_backend;
@@ -630,11 +703,17 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             BT_ASSERT(src_backend != -1);
             if (src_backend == cur_backend || buffer_supported(sched, src, cur_backend)) continue;
             /* a source already copied to this backend (by this or an earlier
-             * split) is read from that copy */
-            if (!*copy_slot(sched, src_id, cur_backend, 0)) {
-                enum bt_status st = make_copies(sched, src, cur_backend);
-                if (st != BT_OK) return st;
+             * split) is read from that copy; expert weights are copied again
+             * (the experts this split's ids choose) */
+            const bool have_copy = *copy_slot(sched, src_id, cur_backend, 0) != NULL;
+            const bool recopy = have_copy && needs_recopy(split, node, j);
+            if (!have_copy || recopy) {
+                if (!have_copy) {
+                    enum bt_status st = make_copies(sched, src, cur_backend);
+                    if (st != BT_OK) return st;
+                }
                 BT_ASSERT(split->n_inputs < BT_SCHED_MAX_SPLIT_INPUTS);
+                sched->split_extra[sched->n_splits - 1].recopy[split->n_inputs] = recopy;
                 split->inputs[split->n_inputs++] = src;
             }
             if (!add_rewrite(sched, node, j, src, cur_backend)) {
@@ -642,6 +721,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 return BT_ERR_NOMEM;
             }
             node->src[j] = *copy_slot(sched, src_id, cur_backend, sched->first_alloc ? 0 : sched->cur_copy);
+            sched->rewritten = true;
         }
     }
     split->i_end = graph->n_nodes;
@@ -650,6 +730,22 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
 
     enum bt_status st = build_graph_copy(sched, graph);
     if (st != BT_OK) return st;
+    /* the graph's own tensors, to know it when it comes again */
+    const size_t n_tensors = (size_t)graph->n_nodes + (size_t)graph->n_leafs;
+    if (n_tensors > sched->planned_capacity) {
+        struct bt_tensor **list = realloc(sched->planned_tensors, n_tensors * sizeof *list);
+        if (!list) {
+            set_error(sched, "scheduler: out of memory");
+            return BT_ERR_NOMEM;
+        }
+        sched->planned_tensors = list;
+        sched->planned_capacity = n_tensors;
+    }
+    if (graph->n_nodes) memcpy(sched->planned_tensors, graph->nodes, (size_t)graph->n_nodes * sizeof *graph->nodes);
+    if (graph->n_leafs)
+        memcpy(sched->planned_tensors + graph->n_nodes, graph->leafs, (size_t)graph->n_leafs * sizeof *graph->leafs);
+    sched->planned_n_nodes = graph->n_nodes;
+    sched->planned_n_leafs = graph->n_leafs;
     sched->planned = graph;
     if (sched->debug) bt_sched_print_plan(sched, stderr);
     return BT_OK;
@@ -687,6 +783,7 @@ static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph)
         struct bt_sched_split *split = &sched->splits[s];
         for (int j = 0; j < split->n_inputs; j++) {
             struct bt_tensor *input = split->inputs[j];
+            if (sched->split_extra[s].recopy[j]) continue; /* its copy is already in the graph */
             const size_t id = hash_id(sched, input);
             struct bt_tensor *dep = bt_view_tensor(sched->ctx, input);
             if (!dep) {
@@ -707,6 +804,7 @@ static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph)
         for (int s = 0; s < sched->n_splits; s++) {
             const struct bt_sched_split *split = &sched->splits[s];
             for (int j = 0; j < split->n_inputs; j++) {
+                if (sched->split_extra[s].recopy[j]) continue;
                 const size_t id = hash_id(sched, split->inputs[j]);
                 for (int c = 0; c < sched->n_copies; c++) {
                     sched->leaf_backend_ids[gc->n_leafs] = split->backend_id;
@@ -725,11 +823,26 @@ static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph)
 /* ---- allocation ------------------------------------------------------------- */
 
 /* Is the plan for this graph?  The same graph object rebuilt differently
- * must be planned again: compare hashes, taken with the user's sources. */
+ * (or a new graph where a freed one lay) must be planned again: the same
+ * tensors, the same hash (taken with the user's sources), and the tensors
+ * the allocator placed still placed. */
 static bool graph_is_planned(bt_sched_t sched, struct bt_graph *graph) {
-    if (sched->planned != graph) return false;
-    restore_sources(sched, false);
-    return bt_graph_hash(graph) == sched->planned_hash;
+    if (sched->planned != graph || graph->n_nodes != sched->planned_n_nodes ||
+        graph->n_leafs != sched->planned_n_leafs)
+        return false;
+    if ((graph->n_nodes && memcmp(graph->nodes, sched->planned_tensors, (size_t)graph->n_nodes * sizeof *graph->nodes)) ||
+        (graph->n_leafs && memcmp(graph->leafs, sched->planned_tensors + graph->n_nodes,
+                                  (size_t)graph->n_leafs * sizeof *graph->leafs)))
+        return false;
+    restore_sources(sched); /* the tensors are the planned ones: alive */
+    if (bt_graph_hash(graph) != sched->planned_hash) return false;
+    if (sched->is_allocated) {
+        int n_placed = 0;
+        for (int i = 0; i < graph->n_nodes; i++) n_placed += (graph->nodes[i]->flags & BT_TENSOR_FLAG_SCHED) != 0;
+        for (int i = 0; i < graph->n_leafs; i++) n_placed += (graph->leafs[i]->flags & BT_TENSOR_FLAG_SCHED) != 0;
+        if (n_placed != sched->n_placed) return false;
+    }
+    return true;
 }
 
 /* Re-point rewritten sources to the copies of the current slot. */
@@ -738,8 +851,10 @@ static void point_sources_to_slot(bt_sched_t sched) {
         struct rewrite *r = &sched->rewrites[i];
         r->node->src[r->src_index] = *copy_slot(sched, hash_id(sched, r->orig), r->backend_id, sched->cur_copy);
     }
+    sched->rewritten = sched->n_rewrites > 0;
 }
 
+/* Plan when needed; the sources then point at the current slot's copies. */
 static enum bt_status plan_if_needed(bt_sched_t sched, struct bt_graph *graph) {
     if (graph_is_planned(sched, graph)) {
         point_sources_to_slot(sched);
@@ -751,7 +866,10 @@ static enum bt_status plan_if_needed(bt_sched_t sched, struct bt_graph *graph) {
 enum bt_status bt_sched_reserve(bt_sched_t sched, struct bt_graph *measure_graph) {
     enum bt_status st = plan_if_needed(sched, measure_graph);
     if (st != BT_OK) return st;
-    if (!bt_gallocr_reserve_n(sched->galloc, &sched->graph, sched->node_backend_ids, sched->leaf_backend_ids)) {
+    const bool ok =
+        bt_gallocr_reserve_n(sched->galloc, &sched->graph, sched->node_backend_ids, sched->leaf_backend_ids);
+    restore_sources(sched);
+    if (!ok) {
         set_error(sched, "scheduler: %s", bt_gallocr_error(sched->galloc));
         return BT_ERR_NOMEM;
     }
@@ -764,15 +882,17 @@ enum bt_status bt_sched_alloc_graph(bt_sched_t sched, struct bt_graph *graph) {
     if (!sched->is_allocated) {
         if (!bt_gallocr_reserve_n(sched->galloc, &sched->graph, sched->node_backend_ids, sched->leaf_backend_ids) ||
             !bt_gallocr_alloc_graph(sched->galloc, &sched->graph)) {
+            restore_sources(sched);
             set_error(sched, "scheduler: %s", bt_gallocr_error(sched->galloc));
             return BT_ERR_NOMEM;
         }
         sched->is_allocated = true;
+        mark_placed(sched, graph);
     }
     /* the ring: micro-batch k uses slot k % n_copies */
     sched->cur_copy = sched->first_alloc ? 0 : (sched->cur_copy + 1) % sched->n_copies;
     sched->first_alloc = false;
-    point_sources_to_slot(sched);
+    restore_sources(sched); /* compute points them at the slot while it runs */
     sched->slot_ready = true;
     return BT_OK;
 }
@@ -965,7 +1085,13 @@ enum bt_status bt_sched_graph_compute_async(bt_sched_t sched, struct bt_graph *g
         if (st != BT_OK) return st;
     }
     sched->slot_ready = false; /* the next compute takes the next slot */
-    return compute_splits(sched);
+    /* the splits read the slot's copies while they are queued (a backend
+     * takes its operands when it queues the work, as a GPU launch does);
+     * the user's sources are back when this returns */
+    point_sources_to_slot(sched);
+    const enum bt_status st = compute_splits(sched);
+    restore_sources(sched);
+    return st;
 }
 
 enum bt_status bt_sched_graph_compute(bt_sched_t sched, struct bt_graph *graph) {
@@ -1032,8 +1158,9 @@ void bt_sched_print_plan(bt_sched_t sched, FILE *f) {
         for (int j = 0; j < split->n_inputs; j++) {
             const struct bt_tensor *in = split->inputs[j];
             const int ib = bt_sched_get_backend_id(sched, in);
-            fprintf(f, "   input %-28s from %-10s %10zu bytes\n", in->name,
-                    ib >= 0 ? bt_backend_name(sched->backends[ib]) : "?", bt_nbytes(in));
+            fprintf(f, "   input %-28s from %-10s %10zu bytes%s\n", in->name,
+                    ib >= 0 ? bt_backend_name(sched->backends[ib]) : "?", bt_nbytes(in),
+                    sched->split_extra[s].recopy[j] ? " (again: this split's experts)" : "");
         }
         for (int n = 0; n < split->graph.n_nodes; n++) {
             const struct bt_tensor *node = split->graph.nodes[n];

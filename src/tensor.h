@@ -171,6 +171,9 @@ enum bt_tensor_flag {
     BT_TENSOR_FLAG_INPUT = 1,  /* set by the user before each run */
     BT_TENSOR_FLAG_OUTPUT = 2, /* read by the user after a run; never freed early */
     BT_TENSOR_FLAG_WEIGHT = 4, /* model parameter: set once */
+    /* memory placed by a scheduler's allocator (bt_sched.h), which takes it
+     * back when it plans the tensor's graph again; not part of a graph's hash */
+    BT_TENSOR_FLAG_SCHED = 8,
 };
 
 struct bt_buffer; /* backend.h */

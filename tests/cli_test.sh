@@ -108,6 +108,7 @@ expect 2 "--layers: 'abc' is not an integer" "demo: bad value" -- "$baton" demo 
 expect 2 "--micro-batches: '0'" "demo: zero micro-batches" -- "$baton" demo -m 0
 expect 2 "--copies: '99'" "demo: too many copies" -- "$baton" demo -c 99
 expect 2 "--type: 'q5_k'" "demo: unknown type" -- "$baton" demo --type q5_k
+expect 2 "--norm-topk: '2' is not an integer in \\[0, 1\\]" "demo: bad --norm-topk" -- "$baton" demo --norm-topk 2
 expect 2 "--ffn: 'moe'" "demo: unknown ffn" -- "$baton" demo --ffn moe
 expect 2 "top_k" "demo: top-k above experts" -- "$baton" demo --experts 4 --top-k 5
 expect 2 "needs a value" "demo: missing value" -- "$baton" demo --layers

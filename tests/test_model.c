@@ -138,12 +138,21 @@ static void ref_ffn(const struct bt_model_config *c, const struct ref_layer *w, 
             const double margin = logits[sel[K - 1]] - next;
             if (margin < g_min_margin) g_min_margin = margin;
         }
-        double wsum = 0, wgt[64];
-        for (int j = 0; j < K; j++) wsum += wgt[j] = exp(logits[sel[j]] - logits[sel[0]]);
+        /* the routing weights as transformers' Qwen2MoeSparseMoeBlock (and
+         * Mixtral's, Qwen3-MoE's) compute them: softmax over all E experts,
+         * top-K of those probabilities, divided by their sum only when the
+         * config's norm_topk_prob is true */
+        double mx = logits[0], z = 0, probs[64], wgt[64], wsum = 0;
+        for (int e = 1; e < E; e++)
+            if (logits[e] > mx) mx = logits[e];
+        for (int e = 0; e < E; e++) z += probs[e] = exp(logits[e] - mx);
+        for (int e = 0; e < E; e++) probs[e] /= z;
+        for (int j = 0; j < K; j++) wsum += wgt[j] = probs[sel[j]];
+        const bool norm_topk_prob = c->ffn != BT_FFN_MOE_DENSE && c->norm_topk;
         for (int j = 0; j < K; j++) {
             const size_t e = (size_t)sel[j];
             ref_mlp(w->gate_exps + e * d * ff, w->up_exps + e * d * ff, w->down_exps + e * ff * d, x, d, ff,
-                    wgt[j] / wsum, acc);
+                    norm_topk_prob ? wgt[j] / wsum : wgt[j], acc);
         }
         if (c->ffn == BT_FFN_MOE_SHARED) {
             double gate = 1.0;
@@ -263,11 +272,12 @@ static float *run_model(const struct bt_model *m, int k, uint64_t *hash) {
 
 /* ---- FFN kinds against the reference --------------------------------------------- */
 
-static void check_ffn(enum bt_ffn_kind kind, enum bt_type wtype, int shared_gate) {
+static void check_ffn_norm(enum bt_ffn_kind kind, enum bt_type wtype, int shared_gate, int norm_topk) {
     struct bt_model_config c;
     small_config(&c, kind);
     c.wtype = wtype;
     c.shared_gate = shared_gate;
+    c.norm_topk = norm_topk;
     c.n_tokens = 24;
     const int d = c.d_model, T = c.n_tokens;
     bt_context *ctx = tu_ctx(64);
@@ -304,14 +314,18 @@ static void check_ffn(enum bt_ffn_kind kind, enum bt_type wtype, int shared_gate
      * depend on rounding: the data must not have one */
     ck_assert_msg(g_min_margin > 1e-4, "routing margin %g too small: change the seed", g_min_margin);
     const double e = tu_nmse_tensor(out, ref);
-    printf("ffn %-10s %-4s gate %d: nmse %.3g, routing margin %.3g\n", bt_ffn_kind_name(kind), bt_type_name(wtype),
-           shared_gate, e, g_min_margin);
-    ck_assert_msg(e <= TOL_MATMUL, "ffn %s (%s, gate %d): nmse %g", bt_ffn_kind_name(kind), bt_type_name(wtype),
-                  shared_gate, e);
+    printf("ffn %-10s %-4s gate %d norm_topk %d: nmse %.3g, routing margin %.3g\n", bt_ffn_kind_name(kind),
+           bt_type_name(wtype), shared_gate, norm_topk, e, g_min_margin);
+    ck_assert_msg(e <= TOL_MATMUL, "ffn %s (%s, gate %d, norm_topk %d): nmse %g", bt_ffn_kind_name(kind),
+                  bt_type_name(wtype), shared_gate, norm_topk, e);
     free(xv);
     free(ref);
     ref_layer_free(&rw);
     bt_free(ctx);
+}
+
+static void check_ffn(enum bt_ffn_kind kind, enum bt_type wtype, int shared_gate) {
+    check_ffn_norm(kind, wtype, shared_gate, 1);
 }
 
 START_TEST(test_ffn_mlp) { check_ffn(BT_FFN_MLP, BT_TYPE_F32, 0); }
@@ -328,6 +342,16 @@ END_TEST
 START_TEST(test_ffn_q8_0) {
     check_ffn(BT_FFN_MOE_TOPK, BT_TYPE_Q8_0, 0);
     check_ffn(BT_FFN_MOE_SHARED, BT_TYPE_Q8_0, 1);
+}
+END_TEST
+
+/* Qwen2-MoE (norm_topk_prob false): the top-K probabilities of the full
+ * softmax, not renormalised, with the sigmoid-gated shared expert; also
+ * without shared experts and with q8_0 weights */
+START_TEST(test_ffn_qwen2_moe) {
+    check_ffn_norm(BT_FFN_MOE_SHARED, BT_TYPE_F32, 1, 0);
+    check_ffn_norm(BT_FFN_MOE_TOPK, BT_TYPE_F32, 0, 0);
+    check_ffn_norm(BT_FFN_MOE_SHARED, BT_TYPE_Q8_0, 1, 0);
 }
 END_TEST
 
@@ -368,6 +392,7 @@ START_TEST(test_forward_reference) {
     const enum bt_ffn_kind kind = (enum bt_ffn_kind)_i;
     struct bt_model_config c;
     small_config(&c, kind);
+    if (kind == BT_FFN_MOE_SHARED) c.norm_topk = 0; /* as Qwen2-MoE (gated shared expert) */
     bt_buffer_t buf;
     struct bt_model *m = model_with_data(&c, &buf);
     float *logits = run_model(m, 3, NULL);
@@ -634,6 +659,7 @@ BAD(b_topk_big, "top_k", c->top_k = 9)
 BAD(b_shared, "n_shared", c->ffn = BT_FFN_MOE_SHARED; c->n_shared = 0)
 BAD(b_shared_neg, "n_shared", c->n_shared = -1)
 BAD(b_gate, "shared_gate", c->shared_gate = 2)
+BAD(b_norm_topk, "norm_topk", c->norm_topk = -1)
 BAD(b_vocab, "n_vocab", c->n_vocab = 0)
 BAD(b_tokens, "n_tokens", c->n_tokens = -1)
 BAD(b_wtype, "wtype", c->wtype = BT_TYPE_I32)
@@ -652,7 +678,7 @@ START_TEST(test_config_errors) {
         {"n_heads", b_heads0},    {"n_heads", b_heads_div},   {"n_heads", b_heads_odd},
         {"d_ff", b_dff},          {"ffn", b_ffn},             {"n_experts", b_experts},
         {"top_k", b_topk0},       {"top_k", b_topk_big},      {"n_shared", b_shared},
-        {"n_shared", b_shared_neg}, {"shared_gate", b_gate},  {"n_vocab", b_vocab},
+        {"n_shared", b_shared_neg}, {"shared_gate", b_gate},  {"norm_topk", b_norm_topk}, {"n_vocab", b_vocab},
         {"n_tokens", b_tokens},   {"wtype", b_wtype},         {"wtype", b_wtype_unknown},
         {"d_model", b_q_dmodel},  {"d_ff", b_q_dff},          {"rope_base", b_rope},
         {"rope_base", b_rope_nan}, {"norm_eps", b_eps},       {"norm_eps", b_eps_inf},
@@ -698,6 +724,7 @@ int main(void) {
     tcase_add_test(tc, test_ffn_shared);
     tcase_add_test(tc, test_ffn_q8_0);
     tcase_add_test(tc, test_ffn_top1);
+    tcase_add_test(tc, test_ffn_qwen2_moe);
     tcase_add_loop_test(tc, test_forward_reference, 0, BT_FFN_COUNT);
     tcase_add_test(tc, test_deterministic);
     suite_add_tcase(s, tc);

@@ -1220,6 +1220,110 @@ START_TEST(test_moe_ids_computed_in_split) {
 }
 END_TEST
 
+/* 4c. One expert tensor read by two MUL_MAT_IDs on LIMITED0 with a CPU split
+ * between them (shared or tied expert weights): the copy the first split
+ * made holds only the experts its ids chose, so the second split, whose ids
+ * choose others, must get its own experts copied.
+ *
+ *   experts [32, 16, 8] (CPU weights), b [32, 1, 5], ids1, ids2 [1, 5]
+ *   y1 = mul_mat_id(experts, b, ids1)     LIMITED0
+ *   c  = b * 2                            CPU
+ *   y2 = mul_mat_id(experts, c, ids2)     LIMITED0
+ */
+struct moe3 {
+    bt_context *ectx, *ctx;
+    bt_buffer_t ebuf;
+    struct bt_tensor *as, *b, *ids1, *ids2, *c, *y1, *y2, *out;
+    struct bt_graph *g;
+};
+
+static void moe3_build(struct moe3 *m, bt_backend_t cpu) {
+    memset(m, 0, sizeof *m);
+    m->ectx = meta_ctx(1);
+    m->as = bt_set_name(bt_new_tensor_3d(m->ectx, BT_TYPE_F32, 32, 16, 8), "experts");
+    m->ebuf = alloc_weights(m->ectx, cpu);
+    tu_rng r;
+    tu_rng_init(&r, 4343);
+    set_uniform(m->as, &r, -1, 1);
+    m->ctx = meta_ctx(1);
+    m->b = bt_set_name(bt_new_tensor_3d(m->ctx, BT_TYPE_F32, 32, 1, 5), "b");
+    m->ids1 = bt_set_name(bt_new_tensor_2d(m->ctx, BT_TYPE_I32, 1, 5), "ids1");
+    m->ids2 = bt_set_name(bt_new_tensor_2d(m->ctx, BT_TYPE_I32, 1, 5), "ids2");
+    bt_set_input(m->b);
+    bt_set_input(m->ids1);
+    bt_set_input(m->ids2);
+    m->y1 = bt_set_name(bt_mul_mat_id(m->ctx, m->as, m->b, m->ids1), "y1");
+    m->c = bt_set_name(bt_scale(m->ctx, m->b, 2.0f), "c");
+    m->y2 = bt_set_name(bt_mul_mat_id(m->ctx, m->as, m->c, m->ids2), "y2");
+    m->out = bt_set_name(bt_concat(m->ctx, m->y1, m->y2, 0), "out");
+    TU_OK(m->ctx, m->out);
+    bt_set_output(m->out);
+    m->g = bt_graph_new(m->ctx, 32);
+    ck_assert_int_eq(bt_graph_build_forward_expand(m->g, m->out), BT_OK);
+}
+
+static void moe3_set_inputs(struct moe3 *m, int mb, const int32_t *ids1, const int32_t *ids2) {
+    tu_rng r;
+    tu_rng_init(&r, 500 + (uint64_t)mb);
+    set_uniform(m->b, &r, -1, 1);
+    set_i32(m->ids1, ids1);
+    set_i32(m->ids2, ids2);
+}
+
+START_TEST(test_moe_copy_reused_by_later_split) {
+    static const int32_t ids1[][5] = {{0, 1, 1, 0, 1}, {6, 7, 6, 7, 6}, {3, 3, 3, 3, 3}};
+    static const int32_t ids2[][5] = {{6, 7, 7, 6, 6}, {0, 1, 0, 1, 0}, {3, 4, 5, 4, 3}};
+    bt_backend_t lim = limited_backend("LIMITED0", NULL, 0);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    for (int nc = 1; nc <= 2; nc++) {
+        struct moe3 m, ref;
+        moe3_build(&m, cpu);
+        moe3_build(&ref, cpu);
+        bt_buffer_t ref_buf = alloc_ref(ref.ctx, cpu);
+        bt_sched_t sched = new_sched(backends, 2, nc);
+        bt_sched_set_tensor_backend(sched, m.y1, lim);
+        bt_sched_set_tensor_backend(sched, m.c, cpu);
+        bt_sched_set_tensor_backend(sched, m.y2, lim);
+        bt_sched_set_tensor_backend(sched, m.out, lim);
+        for (int k = 0; k < 3; k++) {
+            CK_STATUS(sched, bt_sched_alloc_graph(sched, m.g));
+            if (k == 0) {
+                char *plan = plan_text(sched);
+                ck_assert_msg(bt_sched_get_n_splits(sched) == 3, "%d splits, want 3 (LIMITED0, CPU, LIMITED0):\n%s",
+                              bt_sched_get_n_splits(sched), plan);
+                free(plan);
+            }
+            moe3_set_inputs(&m, k, ids1[k], ids2[k]);
+            const struct bt_sched_stats before = bt_sched_get_stats(sched);
+            CK_STATUS(sched, bt_sched_graph_compute(sched, m.g));
+            const struct bt_sched_stats after = bt_sched_get_stats(sched);
+            /* still only the used experts: at most 2 + 3 of the 8, twice */
+            ck_assert_uint_le(after.copy_bytes - before.copy_bytes,
+                              5 * m.as->nb[2] + 2 * bt_nbytes(m.b) + 2 * bt_nbytes(m.ids1) + bt_nbytes(m.c));
+            moe3_set_inputs(&ref, k, ids1[k], ids2[k]);
+            ck_assert_int_eq(bt_backend_graph_compute(cpu, ref.g), BT_OK);
+            float *got = get_bytes(m.out), *want = get_bytes(ref.out);
+            char what[96];
+            snprintf(what, sizeof what, "n_copies %d, ids set %d: [y1 y2]", nc, k);
+            assert_bitwise(got, want, 2 * 16 * 5, what);
+            free(got);
+            free(want);
+        }
+        bt_sched_free(sched);
+        bt_buffer_free(ref_buf);
+        bt_buffer_free(m.ebuf);
+        bt_buffer_free(ref.ebuf);
+        bt_free(m.ectx);
+        bt_free(ref.ectx);
+        bt_free(m.ctx);
+        bt_free(ref.ctx);
+    }
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
 /* ---- 5. the eval callback -------------------------------------------------------- */
 
 struct eval_log {
@@ -1388,12 +1492,26 @@ START_TEST(test_copy_ring) {
                 }
                 ck_assert_ptr_null(bt_sched_get_tensor_copy(sched, in, sp->backend_id == 0 ? 1 : 0, 0));
             }
-            /* the consumers read the current slot's copy */
-            ck_assert_ptr_eq(c.D->src[0], bt_sched_get_tensor_copy(sched, c.C, 1, cur));
-            ck_assert_ptr_eq(c.E->src[0], bt_sched_get_tensor_copy(sched, c.D, 0, cur));
-            ck_assert_ptr_eq(c.A->src[1], bt_sched_get_tensor_copy(sched, c.x, 0, cur));
+            /* between calls the graph has the user's sources */
+            ck_assert_ptr_eq(c.D->src[0], c.C);
+            ck_assert_ptr_eq(c.E->src[0], c.D);
+            ck_assert_ptr_eq(c.A->src[1], c.x);
             chain_set_input(&c, mb);
             CK_STATUS(sched, bt_sched_graph_compute(sched, c.g));
+            ck_assert_ptr_eq(c.E->src[0], c.D);
+            if (nc > 1) {
+                /* the run went through the current slot: its copies hold this
+                 * micro-batch's x and D (a slot's memory is its own) */
+                const struct bt_tensor *cx = bt_sched_get_tensor_copy(sched, c.x, 0, cur),
+                                       *cd = bt_sched_get_tensor_copy(sched, c.D, 0, cur);
+                float *gx = get_bytes(cx), *wx = get_bytes(c.x), *gd = get_bytes(cd), *wd = get_bytes(c.D);
+                ck_assert_msg(memcmp(gx, wx, bt_nbytes(c.x)) == 0, "n_copies %d, micro-batch %d: slot %d's x", nc, mb, cur);
+                ck_assert_msg(memcmp(gd, wd, bt_nbytes(c.D)) == 0, "n_copies %d, micro-batch %d: slot %d's D", nc, mb, cur);
+                free(gx);
+                free(wx);
+                free(gd);
+                free(wd);
+            }
             /* LIMITED0's two splits have inputs: an event each */
             const uint64_t ev = bt_backend_limited_stats(lim).events_recorded;
             ck_assert_msg(ev >= events + 2, "events %llu -> %llu", (unsigned long long)events, (unsigned long long)ev);
@@ -1493,6 +1611,117 @@ START_TEST(test_many_graphs) {
 }
 END_TEST
 
+/* 8b. The usual loop: one scheduler, a new graph every step, the previous
+ * step's contexts freed before the next plan.  Planning the next graph must
+ * not write into the freed one (under -DBATON_SANITIZE=ON a write there is a
+ * heap-use-after-free), and every step's result is right. */
+START_TEST(test_free_every_step) {
+    const enum bt_op refused[] = {BT_OP_SQRT};
+    bt_backend_t lim = limited_backend("LIMITED0", refused, 1);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    for (int nc = 1; nc <= 2; nc++) {
+        bt_sched_t sched = new_sched(backends, 2, nc);
+        for (int step = 0; step < 6; step++) {
+            struct chain c;
+            chain_build(&c, lim, NULL, NULL);
+            CK_STATUS(sched, bt_sched_alloc_graph(sched, c.g));
+            ck_assert_int_eq(bt_sched_get_n_splits(sched), 3);
+            chain_set_input(&c, step);
+            CK_STATUS(sched, bt_sched_graph_compute(sched, c.g));
+            float *got = get_bytes(c.F), *want = chain_reference(cpu, step);
+            char what[64];
+            snprintf(what, sizeof what, "n_copies %d, step %d", nc, step);
+            assert_bitwise(got, want, 64, what);
+            free(got);
+            free(want);
+            /* after the run the graph is the user's again: sources as built */
+            ck_assert_ptr_eq(c.D->src[0], c.C);
+            ck_assert_ptr_eq(c.E->src[0], c.D);
+            ck_assert_ptr_eq(c.A->src[1], c.x);
+            chain_free(&c);
+        }
+        bt_sched_free(sched); /* after the last graph was freed, too */
+    }
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
+/* The chain of test 1 in a context over the caller's arena, W given. */
+static struct bt_graph *arena_chain(void *arena, size_t size, struct bt_tensor *W, int64_t n_tok, bt_context **ctx,
+                                    struct chain *c) {
+    memset(c, 0, sizeof *c);
+    *ctx = bt_init((struct bt_init_params){size, arena, true});
+    ck_assert_ptr_nonnull(*ctx);
+    c->W = W;
+    c->x = bt_set_name(bt_new_tensor_2d(*ctx, BT_TYPE_F32, 32, n_tok), "x");
+    bt_set_input(c->x);
+    c->A = bt_set_name(bt_mul_mat(*ctx, W, c->x), "A");
+    c->B = bt_set_name(bt_scale(*ctx, c->A, 0.5f), "B");
+    c->C = bt_set_name(bt_sqr(*ctx, c->B), "C");
+    c->D = bt_set_name(bt_sqrt(*ctx, c->C), "D");
+    c->E = bt_set_name(bt_scale(*ctx, c->D, 2.0f), "E");
+    c->F = bt_set_name(bt_add(*ctx, c->E, c->D), "F");
+    TU_OK(*ctx, c->F);
+    bt_set_output(c->F);
+    c->g = bt_graph_new(*ctx, 64);
+    ck_assert_int_eq(bt_graph_build_forward_expand(c->g, c->F), BT_OK);
+    return c->g;
+}
+
+/* 8c. The same loop with one arena reused for every step's context: each
+ * new graph lies exactly where the previous one lay (same graph address,
+ * structure two steps running, then another token count for two steps).  Nothing
+ * the scheduler did to the old graph may show in the new one: each new graph
+ * is placed and computed as if it were the first. */
+START_TEST(test_arena_reused_every_step) {
+    const enum bt_op refused[] = {BT_OP_SQRT};
+    bt_backend_t lim = limited_backend("LIMITED0", refused, 1);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    bt_context *wctx = meta_ctx(1);
+    struct bt_tensor *W = bt_set_name(bt_new_tensor_2d(wctx, BT_TYPE_F32, 32, 16), "W");
+    bt_buffer_t wbuf = alloc_weights(wctx, lim);
+    tu_rng r;
+    tu_rng_init(&r, 11); /* chain_build's W */
+    set_uniform(W, &r, -1, 1);
+    const size_t size = 1 << 20;
+    void *arena = malloc(size);
+    ck_assert_ptr_nonnull(arena);
+    bt_sched_t sched = new_sched(backends, 2, 2);
+    struct bt_graph *first = NULL;
+    for (int step = 0; step < 8; step++) {
+        struct chain c;
+        bt_context *ctx;
+        struct bt_graph *g = arena_chain(arena, size, W, (step / 2) % 2 ? 3 : 4, &ctx, &c);
+        if (step == 0) first = g;
+        ck_assert_ptr_eq(g, first); /* the same address every step */
+        CK_STATUS(sched, bt_sched_alloc_graph(sched, g));
+        ck_assert_ptr_nonnull(c.x->data);
+        chain_set_input(&c, step);
+        CK_STATUS(sched, bt_sched_graph_compute(sched, g));
+        ck_assert_ptr_eq(c.E->src[0], c.D);
+        if ((step / 2) % 2 == 0) { /* chain_reference computes 4 tokens */
+            float *got = get_bytes(c.F), *want = chain_reference(cpu, step);
+            char what[64];
+            snprintf(what, sizeof what, "arena reused, step %d", step);
+            assert_bitwise(got, want, 64, what);
+            free(got);
+            free(want);
+        }
+        bt_free(ctx);
+        memset(arena, 0xa5, size); /* what a reused arena holds between steps */
+    }
+    bt_sched_free(sched);
+    free(arena);
+    bt_buffer_free(wbuf);
+    bt_free(wctx);
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
 /* 40 nodes on LIMITED0 that each need two new inputs from the CPU: splits
  * are cut before the inputs overflow (no abort), and the result is right. */
 START_TEST(test_many_inputs) {
@@ -1558,11 +1787,14 @@ int main(void) {
     tcase_add_test(tc, test_two_graphs_alternate);
     tcase_add_test(tc, test_moe_copies_used_experts);
     tcase_add_test(tc, test_moe_ids_computed_in_split);
+    tcase_add_test(tc, test_moe_copy_reused_by_later_split);
     tcase_add_test(tc, test_eval_callback);
     tcase_add_test(tc, test_copy_ring);
     tcase_add_test(tc, test_buffer_sizes_stable);
     tcase_add_test(tc, test_many_graphs);
     tcase_add_test(tc, test_many_inputs);
+    tcase_add_test(tc, test_free_every_step);
+    tcase_add_test(tc, test_arena_reused_every_step);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -17,6 +17,7 @@ void bt_cli_model_defaults(struct bt_model_config *c) {
     c->top_k = 2;
     c->n_shared = 1;
     c->shared_gate = 1;
+    c->norm_topk = 0; /* with the gated shared expert: Qwen2-MoE */
     c->ffn = BT_FFN_MOE_SHARED;
     c->n_vocab = 1024;
     c->n_tokens = 64;
@@ -25,7 +26,7 @@ void bt_cli_model_defaults(struct bt_model_config *c) {
 
 void bt_cli_model_help(FILE *f, const struct bt_model_config *c) {
     fprintf(f, BT_CLI_MODEL_HELP, c->n_layers, c->d_model, c->n_heads, c->d_ff, bt_ffn_kind_name(c->ffn),
-            c->n_experts, c->top_k, c->n_shared, c->shared_gate, c->n_vocab, c->n_tokens, bt_type_name(c->wtype),
+            c->n_experts, c->top_k, c->n_shared, c->shared_gate, c->norm_topk, c->n_vocab, c->n_tokens, bt_type_name(c->wtype),
             (unsigned long long)c->seed);
 }
 
@@ -80,6 +81,7 @@ bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value,
         INT_OPT(OPT_TOP_K, "top-k", top_k, 1, 4096)
         INT_OPT(OPT_SHARED, "shared", n_shared, 0, 64)
         INT_OPT(OPT_SHARED_GATE, "shared-gate", shared_gate, 0, 1)
+        INT_OPT(OPT_NORM_TOPK, "norm-topk", norm_topk, 0, 1)
         INT_OPT(OPT_VOCAB, "vocab", n_vocab, 1, big)
         INT_OPT(OPT_TOKENS, "tokens", n_tokens, 1, 1 << 16)
 #undef INT_OPT

@@ -22,6 +22,7 @@ enum {
     OPT_TOP_K,
     OPT_SHARED,
     OPT_SHARED_GATE,
+    OPT_NORM_TOPK,
     OPT_FFN,
     OPT_VOCAB,
     OPT_TOKENS,
@@ -35,6 +36,7 @@ enum {
         {"heads", required_argument, 0, OPT_HEADS}, {"d-ff", required_argument, 0, OPT_D_FF},                      \
         {"experts", required_argument, 0, OPT_EXPERTS}, {"top-k", required_argument, 0, OPT_TOP_K},               \
         {"shared", required_argument, 0, OPT_SHARED}, {"shared-gate", required_argument, 0, OPT_SHARED_GATE},      \
+        {"norm-topk", required_argument, 0, OPT_NORM_TOPK},                                                       \
         {"ffn", required_argument, 0, OPT_FFN}, {"vocab", required_argument, 0, OPT_VOCAB},                        \
         {"tokens", required_argument, 0, OPT_TOKENS}, {"type", required_argument, 0, OPT_TYPE},                    \
         {"seed", required_argument, 0, OPT_SEED}
@@ -50,6 +52,8 @@ enum {
     "  --top-k N           experts used per token (moe-topk, moe-shared) (default %d)\n"                           \
     "  --shared N          shared experts (moe-shared)              (default %d)\n"                                \
     "  --shared-gate 0|1   gate the shared experts by a sigmoid     (default %d)\n"                                \
+    "  --norm-topk 0|1     renormalise the top-k weights to sum 1   (default %d)\n"                                \
+    "                      (1: Mixtral, Qwen3-MoE; 0: Qwen2-MoE, as norm_topk_prob)\n"                              \
     "  --vocab N           vocabulary                               (default %d)\n"                                \
     "  --tokens N          tokens per micro-batch                   (default %d)\n"                                \
     "  --type T            weight type: f32 f16 bf16 q8_0 q4_0      (default %s)\n"                                \

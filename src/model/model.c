@@ -47,6 +47,7 @@ void bt_model_config_default(struct bt_model_config *c) {
     c->n_shared = 1;
     c->ffn = BT_FFN_MOE_TOPK;
     c->shared_gate = 1;
+    c->norm_topk = 1;
     c->n_vocab = 256;
     c->n_tokens = 16;
     c->wtype = BT_TYPE_F32;
@@ -120,6 +121,8 @@ int bt_model_config_check(const struct bt_model_config *c, char *err, size_t n) 
     RANGE(n_shared, c->ffn == BT_FFN_MOE_SHARED ? 1 : 0, MAX_SHARED);
     if (c->shared_gate != 0 && c->shared_gate != 1)
         return fail(err, n, "shared_gate = %d: must be 0 or 1", c->shared_gate);
+    if (c->norm_topk != 0 && c->norm_topk != 1)
+        return fail(err, n, "norm_topk = %d: must be 0 or 1", c->norm_topk);
     RANGE(n_vocab, 1, MAX_VOCAB);
     RANGE(n_tokens, 1, MAX_TOKENS);
     switch (c->wtype) {
@@ -430,6 +433,16 @@ int bt_model_moe_route(bt_context *ctx, const struct bt_model_config *c, struct 
         id = nm(bt_argsort(ctx, probs, BT_SORT_DESC), il, "ffn_moe_ids");             /* [E, T] */
         struct bt_tensor *p3 = nm(bt_reshape_3d(ctx, probs, 1, E, T), il, "ffn_moe_probs_3d");
         wt = nm(bt_get_rows(ctx, p3, id), il, "ffn_moe_weights"); /* [1, E, T] */
+    } else if (!c->norm_topk) {
+        /* Qwen2-MoE: the full softmax's probabilities of the top K, not
+         * renormalised (softmax is monotonic: top-K of the logits picks the
+         * same experts, ties included, as top-K of the probabilities) */
+        const int64_t K = c->top_k;
+        struct bt_tensor *probs = nm(bt_soft_max(ctx, logits), il, "ffn_moe_probs"); /* [E, T] */
+        id = nm(bt_top_k(ctx, logits, (int)K), il, "ffn_moe_ids");                   /* [K, T] view of argsort */
+        if (id) nm(id->src[0], il, "ffn_moe_argsort");                                /* [E, T], descending */
+        struct bt_tensor *p3 = nm(bt_reshape_3d(ctx, probs, 1, E, T), il, "ffn_moe_probs_3d");
+        wt = nm(bt_get_rows(ctx, p3, id), il, "ffn_moe_weights"); /* [1, K, T] */
     } else {
         /* the seed's SparseMoE: top-K of the logits, softmax over those K */
         const int64_t K = c->top_k;

@@ -18,14 +18,17 @@
  *   MLP         down(swiglu(gate x, up x))
  *   MOE_DENSE   p = softmax(router x) [E,T]; every expert used, weight p_e
  *   MOE_TOPK    l = router x; S = top-K of l (ties: lower index first);
- *               weights = softmax over l restricted to S (the seed's SparseMoE:
- *               top-K of the logits, then softmax over the K)
+ *               norm_topk 1: weights = softmax over l restricted to S (the
+ *               top-K probabilities renormalised to sum 1: the seed's
+ *               SparseMoE, Mixtral, Qwen3-MoE; norm_topk_prob true);
+ *               norm_topk 0: weights = softmax(l) at S, summing to less than 1
+ *               (Qwen2-MoE, DeepSeek-V2; norm_topk_prob false)
  *   MOE_SHARED  MOE_TOPK + n_shared shared experts that every token uses,
  *               built as one MLP of width n_shared*d_ff (the sum of n_shared
  *               MLPs of width d_ff is exactly that MLP); with shared_gate its
  *               output is scaled per token by sigmoid(ffn_gate_inp_shexp . x)
- *               (Qwen2-MoE); without it the shared part is always fully on
- *               (DeepSeek, as in the seed).
+ *               (Qwen2-MoE, with norm_topk 0); without it the shared part is
+ *               always fully on (DeepSeek, as in the seed).
  * The routed experts' outputs [d_model, K, T] are multiplied by their weights
  * [1, K, T] and summed over K with K strided 2-d views (slot e: offset
  * e*nb[1], row stride nb[2]) and K-1 adds, so no permute + copy is needed.
@@ -69,6 +72,7 @@ struct bt_model_config {
     int n_experts, top_k, n_shared;       /* MoE: experts, experts used per token, shared experts */
     enum bt_ffn_kind ffn;
     int shared_gate;     /* MOE_SHARED: 1 = shared output gated by a sigmoid, 0 = ungated */
+    int norm_topk;       /* MOE_TOPK, MOE_SHARED: 1 = the K weights renormalised to sum 1, 0 = not */
     int n_vocab;         /* token embeddings + output projection */
     int n_tokens;        /* tokens per micro-batch */
     enum bt_type wtype;  /* type of the big matrices (F32 F16 BF16 Q8_0 Q4_0) */
@@ -77,7 +81,7 @@ struct bt_model_config {
 };
 
 /* Small and fast: 4 layers, d_model 64, 4 heads, d_ff 128, top-2 of 8
- * experts (MOE_TOPK), n_vocab 256, 16 tokens, F32. */
+ * experts (MOE_TOPK, norm_topk 1), n_vocab 256, 16 tokens, F32. */
 void bt_model_config_default(struct bt_model_config *c);
 /* BT_OK, or BT_ERR_INVALID with one message naming the first bad field in
  * err (n bytes, may be NULL). */
