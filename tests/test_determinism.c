@@ -1,7 +1,11 @@
 /* test_determinism.c - cpu.h promises that results never depend on the thread
  * count: a graph of mixed ops computed with 1, 2, 3 and 4 threads must give
  * bitwise identical outputs.  Shapes are large enough that every thread gets
- * work and odd enough that the splits are uneven. */
+ * work and odd enough that the splits are uneven.  And a token's MUL_MAT /
+ * MUL_MAT_ID result never depends on the batch it shares: the same column
+ * alone and at several positions of batches of 1..64 columns (MUL_MAT_ID: with
+ * any number of other tokens choosing the same experts) gives the same bits,
+ * for every weight type. */
 #include <math.h>
 #include <string.h>
 
@@ -108,10 +112,14 @@ static void build(struct model *m) {
     m->g = tu_graph(ctx, m->outs, m->n_outs);
 }
 
-/* Poison the outputs that own their data, compute, snapshot every output. */
+/* Poison the outputs that own their data, compute, snapshot every output.
+ * Each run poisons with a different byte, so an element no kernel writes
+ * differs between two runs instead of comparing equal. */
 static void run_snapshot(struct model *m, bt_cpu *cpu, void **snap) {
+    static int run_no;
+    const int poison = 0x11 * (run_no++ % 15 + 1); /* 0x11, 0x22, ..., 0xff */
     for (int i = 0; i < m->n_outs; i++)
-        if (!m->outs[i]->view_src) memset(tu_data(m->outs[i]), 0xff, bt_nbytes(m->outs[i]));
+        if (!m->outs[i]->view_src) memset(tu_data(m->outs[i]), poison, bt_nbytes(m->outs[i]));
     enum bt_status s = bt_cpu_graph_compute(cpu, m->g);
     ck_assert_msg(s == BT_OK, "compute (%d threads): %s", bt_cpu_n_threads(cpu), bt_cpu_error(cpu));
     for (int i = 0; i < m->n_outs; i++) {
@@ -214,6 +222,145 @@ START_TEST(test_rebuild_same_result) {
 }
 END_TEST
 
+
+/* ---- batch invariance ------------------------------------------------------ */
+
+static const enum bt_type bi_types[5] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
+                                         BT_TYPE_Q4_0};
+
+/* d = mul_mat(w, b) where b holds n columns: random ones, with column `pos`
+ * equal to x; returns d's column pos (m floats, malloc'd).  Output poisoned
+ * with a byte that differs per call so an unwritten element cannot match. */
+static float *bi_mul_mat_col(const struct bt_tensor *w, const float *x, int64_t n, int64_t pos,
+                             int nt, uint64_t seed, int poison) {
+    const int64_t k = w->ne[0], m = w->ne[1];
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *wc = bt_new_tensor_2d(ctx, w->type, k, m);
+    memcpy(wc->data, w->data, bt_nbytes(w));
+    struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, n);
+    tu_rng r;
+    tu_rng_init(&r, seed);
+    tu_fill(b, &r);
+    memcpy((float *)b->data + pos * k, x, sizeof(float) * (size_t)k);
+    struct bt_tensor *d = bt_mul_mat(ctx, wc, b);
+    ck_assert_ptr_nonnull(d);
+    struct bt_graph *g = tu_graph(ctx, &d, 1);
+    memset(d->data, poison, bt_nbytes(d));
+    ck_assert_int_eq(tu_run(g, nt), BT_OK);
+    float *col = malloc(sizeof(float) * (size_t)m);
+    memcpy(col, (const float *)d->data + pos * m, sizeof(float) * (size_t)m);
+    bt_free(ctx);
+    return col;
+}
+
+START_TEST(test_batch_invariance_mul_mat) {
+    const enum bt_type wt = bi_types[_i];
+    /* k: not a multiple of 16 for the float types (a tail), several blocks
+     * otherwise; m not a multiple of any tile */
+    const int64_t k = bt_blck_size(wt) > 1 ? 320 : 203, m = 45;
+    bt_context *ctx = tu_ctx(8);
+    tu_rng r;
+    tu_rng_init(&r, 5150 + (uint64_t)_i);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, wt, k, m);
+    tu_fill(w, &r);
+    float *x = malloc(sizeof(float) * (size_t)k);
+    for (int64_t i = 0; i < k; i++) x[i] = tu_rng_f32(&r, -1.0f, 1.0f);
+    float *alone = bi_mul_mat_col(w, x, 1, 0, 1, 1, 0xff);
+    double s2 = 0.0;
+    for (int64_t i = 0; i < m; i++) {
+        ck_assert(isfinite(alone[i]));
+        s2 += (double)alone[i] * alone[i];
+    }
+    ck_assert(s2 > 1.0);
+    int calls = 0;
+    for (int64_t n = 1; n <= 64; n++) {
+        const int64_t poss[3] = {0, n / 2, n - 1};
+        for (int pi = 0; pi < 3; pi++) {
+            if (pi > 0 && poss[pi] == poss[pi - 1]) continue;
+            const int nt = 1 + (int)((n + pi) % 3);
+            float *got = bi_mul_mat_col(w, x, n, poss[pi], nt, 77 + (uint64_t)n, 0x11 * (++calls % 15 + 1));
+            for (int64_t i = 0; i < m; i++)
+                ck_assert_msg(memcmp(&got[i], &alone[i], sizeof(float)) == 0,
+                              "%s: mul_mat row %ld: alone %.9g, column %ld of %ld (%d threads) %.9g",
+                              bt_type_name(wt), (long)i, alone[i], (long)poss[pi], (long)n, nt,
+                              got[i]);
+            free(got);
+        }
+    }
+    free(alone);
+    free(x);
+    bt_free(ctx);
+}
+END_TEST
+
+/* d = mul_mat_id(as, b, ids) over T tokens; token pos uses x and ids xid
+ * (n_used of them), the others random columns and random ids (so the number
+ * of columns each expert gets varies with T).  Returns d[:, :, pos]
+ * (m * n_used floats, malloc'd). */
+static float *bi_mul_mat_id_tok(const struct bt_tensor *as, const float *x, const int32_t *xid,
+                                int64_t n_used, bool bcast, int64_t T, int64_t pos, int nt,
+                                uint64_t seed, int poison) {
+    const int64_t k = as->ne[0], m = as->ne[1], ne = as->ne[2], nb = bcast ? 1 : n_used;
+    bt_context *ctx = tu_ctx(16);
+    struct bt_tensor *ac = bt_new_tensor_3d(ctx, as->type, k, m, ne);
+    memcpy(ac->data, as->data, bt_nbytes(as));
+    struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, nb, T);
+    struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, n_used, T);
+    tu_rng r;
+    tu_rng_init(&r, seed);
+    tu_fill(b, &r);
+    tu_fill_ids(ids, &r, (int32_t)ne);
+    for (int64_t s = 0; s < nb; s++)
+        memcpy((float *)b->data + (pos * nb + s) * k, x + s * k, sizeof(float) * (size_t)k);
+    memcpy((int32_t *)ids->data + pos * n_used, xid, sizeof(int32_t) * (size_t)n_used);
+    struct bt_tensor *d = bt_mul_mat_id(ctx, ac, b, ids);
+    ck_assert_ptr_nonnull(d);
+    struct bt_graph *g = tu_graph(ctx, &d, 1);
+    memset(d->data, poison, bt_nbytes(d));
+    ck_assert_int_eq(tu_run(g, nt), BT_OK);
+    float *out = malloc(sizeof(float) * (size_t)(m * n_used));
+    memcpy(out, (const float *)d->data + pos * m * n_used, sizeof(float) * (size_t)(m * n_used));
+    bt_free(ctx);
+    return out;
+}
+
+START_TEST(test_batch_invariance_mul_mat_id) {
+    const enum bt_type wt = bi_types[_i % 5];
+    const bool bcast = _i >= 5; /* one activation row shared by the used experts */
+    const int64_t k = bt_blck_size(wt) > 1 ? 256 : 141, m = 37, ne = 4, nu = 2;
+    bt_context *ctx = tu_ctx(8);
+    tu_rng r;
+    tu_rng_init(&r, 6160 + (uint64_t)_i);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, wt, k, m, ne);
+    tu_fill(as, &r);
+    const int64_t nx = bcast ? k : nu * k;
+    float *x = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) x[i] = tu_rng_f32(&r, -1.0f, 1.0f);
+    const int32_t xid[2] = {3, 1};
+    float *alone = bi_mul_mat_id_tok(as, x, xid, nu, bcast, 1, 0, 1, 1, 0xff);
+    int calls = 0;
+    for (int64_t T = 1; T <= 64; T++) {
+        const int64_t poss[3] = {0, T / 2, T - 1};
+        for (int pi = 0; pi < 3; pi++) {
+            if (pi > 0 && poss[pi] == poss[pi - 1]) continue;
+            const int nt = 1 + (int)((T + pi) % 3);
+            float *got = bi_mul_mat_id_tok(as, x, xid, nu, bcast, T, poss[pi], nt, 99 + (uint64_t)T,
+                                           0x11 * (++calls % 15 + 1));
+            for (int64_t i = 0; i < m * nu; i++)
+                ck_assert_msg(memcmp(&got[i], &alone[i], sizeof(float)) == 0,
+                              "%s%s: mul_mat_id slot %ld row %ld: alone %.9g, token %ld of %ld "
+                              "(%d threads) %.9g",
+                              bt_type_name(wt), bcast ? " (shared b)" : "", (long)(i / m),
+                              (long)(i % m), alone[i], (long)poss[pi], (long)T, nt, got[i]);
+            free(got);
+        }
+    }
+    free(alone);
+    free(x);
+    bt_free(ctx);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("determinism");
     TCase *tc = tcase_create("core");
@@ -221,5 +368,10 @@ int main(void) {
     tcase_add_test(tc, test_thread_count_invariance);
     tcase_add_test(tc, test_rebuild_same_result);
     suite_add_tcase(s, tc);
+    TCase *tb = tcase_create("batch");
+    tcase_set_timeout(tb, 120);
+    tcase_add_loop_test(tb, test_batch_invariance_mul_mat, 0, 5);
+    tcase_add_loop_test(tb, test_batch_invariance_mul_mat_id, 0, 10);
+    suite_add_tcase(s, tb);
     return tu_run_suite(s);
 }

@@ -1,6 +1,7 @@
 /* matmul.c - MUL_MAT and MUL_MAT_ID on the CPU.
  *
- *   a [k, m, a2, a3] weights (F32, F16, BF16, Q8_0, Q4_0; contiguous rows)
+ *   a [k, m, a2, a3] weights (F32, F16, BF16, or a quantised type of
+ *     qtypes.h; contiguous rows)
  *   b [k, n, b2, b3] F32 activations (nb[0] == 4, any other strides)
  *   d [m, n, b2, b3] F32:  d[i, j] = dot(a row i, b column j)
  *
@@ -10,31 +11,39 @@
  * (slot, token) pairs that chose it, so an expert's weights are read once.
  *
  * Threads split the rows of the jobs (output elements), never a dot
- * product's k-reduction.  Every output element's sum over k is accumulated in
- * an order that depends only on k and on the path the job takes (chosen from
- * its column count), never on (ith, nth) or on where the element sits in a
- * tile, so results are bitwise equal for any thread count:
+ * product's k-reduction.  Each weight type has ONE accumulation order per
+ * output element, used by every path, so an element's bits depend only on
+ * its weight row and its activation column: never on the thread count, the
+ * batch size, the column's position or neighbours, or how MUL_MAT_ID groups
+ * the tokens by expert (tests/test_determinism.c checks all of these):
  *
- *  - dot path (few columns: decode): vector lane l of two accumulators per
- *    element takes k = l, l+VL, ... in order (vectors alternate between the
- *    two), then acc0 + acc1 and a fixed horizontal sum.  Weights are
- *    dequantised in registers and FMA'd with the F32 activations.  Q8_0 and
- *    Q4_0 weights on AVX-512 VNNI or AVX2 instead take the int8 dot path (as
- *    ggml): the activation columns are quantised to int8 blocks once per job,
- *    each block's dot is an exact integer, and lane l of one accumulator takes
- *    float(int_l) * d_w * d_a block by block (see dot_tile_i8).
- *  - GEMM path (many columns: prompt): a register-blocked outer-product
- *    micro-kernel (MR rows x NR columns of accumulators); each element is a
- *    scalar FMA chain over k in increasing order.  k is blocked by KC, and a
- *    block continues from the value the previous block stored in d, which
- *    leaves that order unchanged.  Weight rows are converted to F32 into the
- *    thread's slice of the work buffer (a packed panel) once per k block and
- *    reused for all columns.
+ *  - float weights (F32, F16, BF16): a scalar FMA chain over k in increasing
+ *    order, d = fma(w[k-1], b[k-1], ... fma(w[0], b[0], 0)), weights
+ *    converted exactly to F32.
+ *    - GEMM path (many columns: prompt): a register-blocked outer-product
+ *      micro-kernel (MR rows x NR columns of accumulators, a vector lane per
+ *      row).  k is blocked by KC, and a block continues from the value the
+ *      previous block stored in d, which leaves the order unchanged.  Weight
+ *      rows are converted to F32 into the thread's slice of the work buffer
+ *      (a packed panel) once per k block and reused for all columns.
+ *    - dot path (fewer than BT_MM_GEMM_MIN_COLS columns: decode; AVX-512):
+ *      16 rows at a time, each 16 x 16 block of weights is transposed in
+ *      registers (a lane per row) and FMA'd with broadcast activations in
+ *      the same order, without packing.  Elsewhere the GEMM path runs.
+ *  - quantised weights (Q8_0, Q4_0 and what qtypes.h's table holds): every
+ *    activation column is quantised once per node (all threads share the
+ *    work, then a barrier) to the entry's activation format, on every path
+ *    and batch size; each element is the entry's vec_dot or a tile that
+ *    gives the same bits (exact integer block dots, float accumulation in a
+ *    fixed block order).
  *  - reference path (p->reference): the plain triple loop.
  */
 #include "cpu_impl.h"
+#include "qtypes.h"
 
+#include <math.h>
 #include <string.h>
+
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -288,28 +297,19 @@ _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
 
 #define ALIGN_UP(x) (((x) + (size_t)BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
 
-/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a weight row,
- * dequantised exactly as bt_row_to_f32 does (x = d * q in float). */
+/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a float weight row,
+ * converted exactly as bt_row_to_f32 does. */
 static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const char *row,
                                                         int64_t blk, int v) {
     switch (type) {
     case BT_TYPE_F32: return vf_load((const float *)row + blk * QB + v * VL);
     case BT_TYPE_F16: return vf_load_f16((const bt_fp16_t *)row + blk * QB + v * VL);
     case BT_TYPE_BF16: return vf_load_bf16((const bt_bf16_t *)row + blk * QB + v * VL);
-    case BT_TYPE_Q8_0: {
-        const bt_block_q8_0 *b = (const bt_block_q8_0 *)row + blk;
-        return vf_mul(vf_load_i8(b->qs + v * VL), vf_set1(fp16_scalar(b->d)));
-    }
-    case BT_TYPE_Q4_0: {
-        const bt_block_q4_0 *b = (const bt_block_q4_0 *)row + blk;
-        return vf_mul(vf_load_q4(b->qs + (v * VL) % 16, (v * VL) / 16), vf_set1(fp16_scalar(b->d)));
-    }
-    default: BT_ASSERT(0 && "unsupported weight type"); return vf_zero();
+    default: BT_ASSERT(0 && "unsupported float weight type"); return vf_zero();
     }
 }
 
-/* Convert elements [k0, k0+n) of a weight row to F32 (k0 a multiple of QB;
- * n a multiple of QB for block types). */
+/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB). */
 static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
     if (type == BT_TYPE_F32) {
         memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
@@ -326,10 +326,8 @@ static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n
         break;
         CONV_CASE(BT_TYPE_F16)
         CONV_CASE(BT_TYPE_BF16)
-        CONV_CASE(BT_TYPE_Q8_0)
-        CONV_CASE(BT_TYPE_Q4_0)
 #undef CONV_CASE
-    default: BT_ASSERT(0 && "unsupported weight type");
+    default: BT_ASSERT(0 && "unsupported float weight type");
     }
     const int64_t rest = n - nfull * QB; /* F16 / BF16 tail */
     if (rest > 0) {
@@ -341,175 +339,11 @@ static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n
     }
 }
 
-/* ---- dot path: RM weight rows x RN columns, whole k ------------------------- */
-
-/* Raw quants of vector v of block blk as float: q (Q8_0) or q - 8 (Q4_0). */
-#if defined(__AVX512F__)
-/* Q4_0 on AVX-512: the block's 16 bytes are broadcast to the four 128-bit
- * lanes (a load, no shuffle), a per-lane shift brings byte 4*(j%4) + j/4 to
- * the bottom of lane j, and vpermps looks its low nibble up in a table of
- * d * (q - 8) (vpermps reads only the low 4 bits of an index).  So lane j
- * holds element q4_perm(j) (+16 for the high nibbles), dequantised exactly
- * as bt_row_to_f32 does; the dot path pairs it with activations permuted the
- * same way (run_dot). */
-#define Q4_PERMUTED 1
-static inline int q4_perm(int j) { return 4 * (j % 4) + j / 4; }
-static inline vf q4_table(float d) {
-    const __m512 q = _mm512_setr_ps(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f, -1.0f, 0.0f,
-                                    1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f);
-    return _mm512_mul_ps(q, _mm512_set1_ps(d));
-}
-static inline vf load_q4_perm(const uint8_t *qs, int hi, vf table) {
-    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
-    const __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
-    const __m512i x = _mm512_srlv_epi32(w, hi ? _mm512_add_epi32(sh, _mm512_set1_epi32(4)) : sh);
-    return _mm512_permutexvar_ps(x, table);
-}
-#else
-#define Q4_PERMUTED 0
-#endif
-
 #define DOT_SCALES 16 /* block scales converted at once */
 #ifndef BT_MM_PREFETCH
-#define BT_MM_PREFETCH 2 /* dot path: prefetch distance in chunks of DOT_SCALES blocks */
+#define BT_MM_PREFETCH 2 /* int8 dot path (AVX2): prefetch distance in chunks of DOT_SCALES blocks */
 #endif
 
-/* out[j*RM + r] = dot(arows[r], bcols[j]) over k.  F32, F16, BF16 and Q4_0
- * are dequantised exactly (x = d * q as bt_row_to_f32), then per element: two
- * vector accumulators, block vector v into acc[v & 1] in block order, then
- * acc0 + acc1 and a fixed horizontal sum.  Q8_0 (one multiply fewer per
- * block): acc0 += d * (q_0 * b_0 + q_1 * b_1) per block.  The order depends
- * only on k. */
-static inline __attribute__((always_inline)) void dot_tile(enum bt_type type, const int RM,
-                                                            const int RN, int64_t k,
-                                                            const char *const *arows,
-                                                            const float *const *bcols, float *out) {
-    const bool quant = type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0;
-    const int bs = type == BT_TYPE_Q8_0 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
-    const int blk_bytes = quant ? bs : QB * (type == BT_TYPE_F32 ? 4 : 2); /* bytes per block of a row */
-    const int64_t nblk = k / QB;
-    vf acc[4][4][2];
-    for (int r = 0; r < RM; r++)
-        for (int j = 0; j < RN; j++) acc[r][j][0] = acc[r][j][1] = vf_zero();
-
-    for (int64_t c0 = 0; c0 < nblk; c0 += DOT_SCALES) {
-        const int nc = (int)(nblk - c0 < DOT_SCALES ? nblk - c0 : DOT_SCALES);
-        float dq[4][DOT_SCALES];
-#if defined(HAVE_Q4_SCALES16)
-        if (type == BT_TYPE_Q4_0 && nc == DOT_SCALES)
-            for (int r = 0; r < RM; r++) q4_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
-        else if (type == BT_TYPE_Q8_0 && nc == DOT_SCALES)
-            for (int r = 0; r < RM; r++) q8_scales16(arows[r] + (size_t)c0 * (size_t)bs, dq[r]);
-        else
-#endif
-        if (quant)
-            for (int r = 0; r < RM; r++) block_scales(arows[r] + (size_t)c0 * (size_t)bs, bs, nc, dq[r]);
-#if defined(__AVX512F__) || defined(__AVX2__)
-        /* the hardware prefetcher alone leaves these few row streams waiting
-         * on memory: ask for the chunk BT_MM_PREFETCH chunks ahead */
-        if (c0 + (BT_MM_PREFETCH + 1) * DOT_SCALES <= nblk)
-            for (int r = 0; r < RM; r++)
-                for (int o = 0; o < DOT_SCALES * blk_bytes; o += 64)
-                    _mm_prefetch(arows[r] + (size_t)(c0 + BT_MM_PREFETCH * DOT_SCALES) * (size_t)blk_bytes + o,
-                                 _MM_HINT_T0);
-#else
-        (void)blk_bytes;
-#endif
-        for (int i = 0; i < nc; i++) {
-            const int64_t blk = c0 + i;
-            vf a[4][NV];
-            for (int r = 0; r < RM; r++) {
-                if (type == BT_TYPE_Q8_0) { /* raw q; d is applied per block below */
-                    const int8_t *qs = ((const bt_block_q8_0 *)arows[r])[blk].qs;
-                    for (int v = 0; v < NV; v++) a[r][v] = vf_load_i8(qs + v * VL);
-                } else if (type == BT_TYPE_Q4_0) {
-                    const uint8_t *qs = ((const bt_block_q4_0 *)arows[r])[blk].qs;
-#if Q4_PERMUTED
-                    const vf table = q4_table(dq[r][i]);
-                    for (int v = 0; v < NV; v++) a[r][v] = load_q4_perm(qs, v, table);
-#else
-                    const vf d = vf_set1(dq[r][i]);
-                    for (int v = 0; v < NV; v++)
-                        a[r][v] = vf_mul(vf_load_q4(qs + (v * VL) % 16, (v * VL) / 16), d);
-#endif
-                } else {
-                    for (int v = 0; v < NV; v++) a[r][v] = load_a(type, arows[r], blk, v);
-                }
-            }
-            if (type == BT_TYPE_Q8_0) {
-                /* acc0 += d * sum_v q_v * b_v: one multiply by d per block
-                 * instead of one per vector (acc1 stays zero) */
-                for (int j = 0; j < RN; j++) {
-                    vf bv[NV];
-                    for (int v = 0; v < NV; v++) bv[v] = vf_load(bcols[j] + blk * QB + v * VL);
-                    for (int r = 0; r < RM; r++) {
-                        vf sum = vf_mul(a[r][0], bv[0]);
-                        for (int v = 1; v < NV; v++) sum = vf_fma(a[r][v], bv[v], sum);
-                        acc[r][j][0] = vf_fma(sum, vf_set1(dq[r][i]), acc[r][j][0]);
-                    }
-                }
-                continue;
-            }
-            for (int j = 0; j < RN; j++) {
-                for (int v = 0; v < NV; v++) {
-                    const vf bv = vf_load(bcols[j] + blk * QB + v * VL);
-                    for (int r = 0; r < RM; r++)
-                        acc[r][j][v & 1] = vf_fma(a[r][v], bv, acc[r][j][v & 1]);
-                }
-            }
-        }
-    }
-    const int rest = (int)(k - nblk * QB); /* float types only: a zero-padded last block */
-    if (rest > 0) {
-        float at[4][QB], bt[4][QB];
-        for (int r = 0; r < RM; r++) {
-            row_to_f32(type, arows[r], nblk * QB, rest, at[r]);
-            memset(at[r] + rest, 0, sizeof(float) * (size_t)(QB - rest));
-        }
-        for (int j = 0; j < RN; j++) {
-            memcpy(bt[j], bcols[j] + nblk * QB, sizeof(float) * (size_t)rest);
-            memset(bt[j] + rest, 0, sizeof(float) * (size_t)(QB - rest));
-        }
-        for (int j = 0; j < RN; j++)
-            for (int v = 0; v < NV; v++) {
-                const vf bv = vf_load(bt[j] + v * VL);
-                for (int r = 0; r < RM; r++)
-                    acc[r][j][v & 1] = vf_fma(vf_load(at[r] + v * VL), bv, acc[r][j][v & 1]);
-            }
-    }
-    for (int j = 0; j < RN; j++)
-        for (int r = 0; r < RM; r++) out[j * RM + r] = vf_hsum(vf_add(acc[r][j][0], acc[r][j][1]));
-}
-
-typedef void (*dot_fn)(int64_t k, const char *const *arows, const float *const *bcols, float *out);
-
-#define DEF_DOT(T, RM, RN)                                                                     \
-    static void dot_##T##_##RM##x##RN(int64_t k, const char *const *arows,                    \
-                                      const float *const *bcols, float *out) {                \
-        dot_tile(BT_TYPE_##T, RM, RN, k, arows, bcols, out);                                   \
-    }
-#define DEF_DOTS(T) DEF_DOT(T, 4, 1) DEF_DOT(T, 4, 2) DEF_DOT(T, 2, 4)
-DEF_DOTS(F32)
-DEF_DOTS(F16)
-DEF_DOTS(BF16)
-DEF_DOTS(Q8_0)
-DEF_DOTS(Q4_0)
-
-/* tile shapes: [0] 4x1, [1] 4x2, [2] 2x4 */
-static const int dot_rm[3] = {4, 4, 2};
-static const int dot_rn[3] = {1, 2, 4};
-
-static dot_fn dot_kernel(enum bt_type type, int shape) {
-#define ROW(T) {dot_##T##_4x1, dot_##T##_4x2, dot_##T##_2x4}
-    static const dot_fn table[BT_TYPE_COUNT][3] = {
-        [BT_TYPE_F32] = ROW(F32),   [BT_TYPE_F16] = ROW(F16),   [BT_TYPE_BF16] = ROW(BF16),
-        [BT_TYPE_Q8_0] = ROW(Q8_0), [BT_TYPE_Q4_0] = ROW(Q4_0),
-    };
-#undef ROW
-    dot_fn f = table[type][shape];
-    BT_ASSERT(f);
-    return f;
-}
 
 /* ---- dot path, int8 variant for Q8_0 / Q4_0 weights (AVX-512 VNNI; AVX2) ---- *
  *
@@ -551,6 +385,14 @@ struct qcol {
 static size_t i8_col_bytes(int64_t k) {
     const int64_t nblk = k / QB, npairs = (nblk + 1) / 2, nd = (nblk + 15) / 16 * 16;
     return ALIGN_UP((size_t)npairs * 128 + (size_t)nd * sizeof(float));
+}
+
+/* the parts of a column quantised by quant_col into buf */
+static inline struct qcol qcol_at(const void *buf, int64_t k) {
+    const int64_t npairs = (k / QB + 1) / 2;
+    const char *p = buf;
+    return (struct qcol){(const int8_t *)p, (const int32_t *)(p + (size_t)npairs * 64),
+                         (const float *)(p + (size_t)npairs * 128)};
 }
 
 /* roundf (half away from zero) of integer-range values, exactly */
@@ -725,6 +567,12 @@ static size_t i8_col_bytes(int64_t k) {
     return ALIGN_UP((size_t)nblk * QB + (size_t)(nblk + 15) / 16 * 16 * sizeof(float));
 }
 
+/* the parts of a column quantised by quant_col into buf */
+static inline struct qcol qcol_at(const void *buf, int64_t k) {
+    const char *p = buf;
+    return (struct qcol){(const int8_t *)p, (const float *)(p + (size_t)(k / QB) * QB)};
+}
+
 static inline __m256 round_away(__m256 v) {
     __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(v, t); /* exact */
@@ -826,27 +674,106 @@ static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type,
 #define HAVE_I8_DOT 0
 #endif
 
+/* ---- qtypes.h entries for Q8_0 and Q4_0 ------------------------------------- */
+
 #if HAVE_I8_DOT
-typedef void (*dot_i8_fn)(int64_t k, const char *const *arows, const char *const *nrows,
-                          const struct qcol *qc, float *out);
-
-#define DEF_DOT_I8(T, RM, RN)                                                                  \
-    static void dot_i8_##T##_##RM##x##RN(int64_t k, const char *const *arows,                \
-                                         const char *const *nrows, const struct qcol *qc,    \
-                                         float *out) {                                       \
-        dot_tile_i8(BT_TYPE_##T, RM, RN, k, arows, nrows, qc, out);                            \
+#define DEF_QTILE(T, RM, RN)                                                                   \
+    static void qtile_##T##_##RM##x##RN(int64_t k, const void *const *w_rows,                \
+                                        const void *const *acts, const void *const *next_rows, \
+                                        float *out) {                                         \
+        struct qcol qc[RN];                                                                    \
+        for (int j = 0; j < RN; j++) qc[j] = qcol_at(acts[j], k);                              \
+        dot_tile_i8(BT_TYPE_##T, RM, RN, k, (const char *const *)w_rows,                       \
+                    (const char *const *)next_rows, qc, out);                                  \
     }
-DEF_DOT_I8(Q8_0, 4, 1) DEF_DOT_I8(Q8_0, 4, 2) DEF_DOT_I8(Q8_0, 2, 4) DEF_DOT_I8(Q8_0, 8, 1)
-DEF_DOT_I8(Q4_0, 4, 1) DEF_DOT_I8(Q4_0, 4, 2) DEF_DOT_I8(Q4_0, 2, 4) DEF_DOT_I8(Q4_0, 8, 1)
+#define DEF_QTYPE(T)                                                                           \
+    static void qact_##T(const float *x, void *y, int64_t k) { (void)quant_col(BT_TYPE_##T, x, k, y); } \
+    static void qdot_##T(int64_t k, float *s, const void *w_row, const void *act) {            \
+        const struct qcol qc = qcol_at(act, k);                                                \
+        const char *row = w_row;                                                               \
+        dot_tile_i8(BT_TYPE_##T, 1, 1, k, &row, NULL, &qc, s);                                 \
+    }
+DEF_QTYPE(Q8_0)
+DEF_QTYPE(Q4_0)
+DEF_QTILE(Q8_0, 4, 1) DEF_QTILE(Q8_0, 4, 2) DEF_QTILE(Q8_0, 4, 4)
+DEF_QTILE(Q4_0, 8, 1) DEF_QTILE(Q4_0, 4, 2) DEF_QTILE(Q4_0, 4, 4)
+#define Q8_0_TILES {{4, 1, qtile_Q8_0_4x1}, {4, 2, qtile_Q8_0_4x2}, {4, 4, qtile_Q8_0_4x4}, {0, 0, NULL}}
+/* Q4_0, one column: 8-row tiles: its rows are short in bytes, and more of
+ * them in flight read memory faster */
+#define Q4_0_TILES {{8, 1, qtile_Q4_0_8x1}, {4, 2, qtile_Q4_0_4x2}, {4, 4, qtile_Q4_0_4x4}, {0, 0, NULL}}
+#define I8_ACT_NAME "int8 blocks of 32, float scale (SIMD layout)"
 
-static dot_i8_fn dot_i8_kernel(enum bt_type type, int shape) {
-    static const dot_i8_fn q8[4] = {dot_i8_Q8_0_4x1, dot_i8_Q8_0_4x2, dot_i8_Q8_0_2x4,
-                                    dot_i8_Q8_0_8x1};
-    static const dot_i8_fn q4[4] = {dot_i8_Q4_0_4x1, dot_i8_Q4_0_4x2, dot_i8_Q4_0_2x4,
-                                    dot_i8_Q4_0_8x1};
-    return type == BT_TYPE_Q8_0 ? q8[shape] : q4[shape];
+#else
+/* Portable C: an activation column is nblk blocks of 32 int8 values, then
+ * nblk float scales (d = max|x| / 127, q = roundf(x / d)); a dot is, block
+ * by block, acc += float(exact integer dot) * (d_w * d_a). */
+static size_t i8_col_bytes(int64_t k) {
+    const int64_t nblk = k / QB;
+    return ALIGN_UP((size_t)nblk * QB + (size_t)nblk * sizeof(float));
 }
+
+static void quant_col_c(const float *x, void *y, int64_t k) {
+    const int64_t nblk = k / QB;
+    int8_t *q = y;
+    float *d = (float *)((char *)y + (size_t)nblk * QB);
+    for (int64_t b = 0; b < nblk; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(x[b * QB + i]));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = dd;
+        for (int i = 0; i < QB; i++) q[b * QB + i] = (int8_t)roundf(x[b * QB + i] * id);
+    }
+}
+
+static void qdot_c(enum bt_type type, int64_t k, float *s, const void *w_row, const void *act) {
+    const int64_t nblk = k / QB;
+    const int8_t *q = act;
+    const float *d = (const float *)((const char *)act + (size_t)nblk * QB);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nblk; b++) {
+        int32_t isum = 0;
+        float dw;
+        if (type == BT_TYPE_Q8_0) {
+            const bt_block_q8_0 *w = (const bt_block_q8_0 *)w_row + b;
+            for (int i = 0; i < QB; i++) isum += (int32_t)w->qs[i] * q[b * QB + i];
+            dw = fp16_scalar(w->d);
+        } else {
+            const bt_block_q4_0 *w = (const bt_block_q4_0 *)w_row + b;
+            for (int i = 0; i < QB / 2; i++)
+                isum += ((int32_t)(w->qs[i] & 15) - 8) * q[b * QB + i] +
+                        ((int32_t)(w->qs[i] >> 4) - 8) * q[b * QB + i + QB / 2];
+            dw = fp16_scalar(w->d);
+        }
+        acc += (float)isum * (dw * d[b]);
+    }
+    *s = acc;
+}
+static void qact_Q8_0(const float *x, void *y, int64_t k) { quant_col_c(x, y, k); }
+static void qact_Q4_0(const float *x, void *y, int64_t k) { quant_col_c(x, y, k); }
+static void qdot_Q8_0(int64_t k, float *s, const void *w, const void *a) { qdot_c(BT_TYPE_Q8_0, k, s, w, a); }
+static void qdot_Q4_0(int64_t k, float *s, const void *w, const void *a) { qdot_c(BT_TYPE_Q4_0, k, s, w, a); }
+#define Q8_0_TILES {{0, 0, NULL}}
+#define Q4_0_TILES {{0, 0, NULL}}
+#define I8_ACT_NAME "int8 blocks of 32, float scale"
 #endif
+
+const struct bt_cpu_qtype bt_cpu_qtype_q8_0 = {
+    /* .act_name     = */ I8_ACT_NAME,
+    /* .act_size     = */ i8_col_bytes,
+    /* .quantize_act = */ qact_Q8_0,
+    /* .vec_dot      = */ qdot_Q8_0,
+    /* .tiles        = */ Q8_0_TILES,
+};
+
+const struct bt_cpu_qtype bt_cpu_qtype_q4_0 = {
+    /* .act_name     = */ I8_ACT_NAME,
+    /* .act_size     = */ i8_col_bytes,
+    /* .quantize_act = */ qact_Q4_0,
+    /* .vec_dot      = */ qdot_Q4_0,
+    /* .tiles        = */ Q4_0_TILES,
+};
+
 
 /* ---- GEMM path -------------------------------------------------------------- */
 
@@ -916,12 +843,21 @@ struct mm_plan {
     int64_t n_used, n_b;
     const int32_t *offs; /* [n_expert + 1] start of each expert's pairs */
     const int32_t *pairs; /* slot + n_used * token, grouped by expert */
+
+    /* quantised weights: b's columns quantised, in b's column order */
+    const struct bt_cpu_qtype *qt;
+    const char *qbuf;
+    size_t qcb; /* bytes per column */
 };
 
-/* Bytes of one thread's slice and the offsets of its parts. */
+/* The work buffer: a shared part (quantised activations), then one slice per
+ * thread; offsets of a slice's parts. */
 struct mm_slice {
+    size_t shared;
     size_t ap, bp, tmp, bcols, dcols, offs, pairs, size;
 };
+
+static int64_t b_ncols(const struct bt_tensor *b) { return b->ne[1] * b->ne[2] * b->ne[3]; }
 
 static struct mm_slice slice_layout(const struct bt_tensor *node) {
     const struct bt_tensor *a = node->src[0];
@@ -933,23 +869,18 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
         npairs = node->src[2]->ne[0] * node->src[2]->ne[1];
         ncols = npairs;
     }
-    int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
-    /* tmp: a converted A panel (GEMM), permuted activations (dot) or one
-     * converted row (reference) */
-    int64_t tmp = (int64_t)MR * BT_MM_KC;
-    if (k * BT_MM_GEMM_MIN_COLS > tmp) tmp = k * BT_MM_GEMM_MIN_COLS;
-#if HAVE_I8_DOT
-    { /* int8 activation columns of the dot path */
-        const int64_t q = (int64_t)(i8_col_bytes(k) * BT_MM_GEMM_MIN_COLS / sizeof(float));
-        if (q > tmp) tmp = q;
-    }
-#endif
     struct mm_slice s;
+    const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(a->type);
+    s.shared = qt ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
+    int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
+    /* tmp: a converted A panel (GEMM) or one converted row (reference) */
+    int64_t tmp = (int64_t)MR * BT_MM_KC;
+    if (k > tmp) tmp = k;
     size_t off = 0;
     s.ap = off;
-    off += ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
+    off += qt ? 0 : ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
     s.bp = off;
-    off += ALIGN_UP((size_t)nc * BT_MM_KC * sizeof(float));
+    off += qt ? 0 : ALIGN_UP((size_t)nc * BT_MM_KC * sizeof(float));
     s.tmp = off;
     off += ALIGN_UP((size_t)tmp * sizeof(float));
     s.bcols = off;
@@ -977,106 +908,97 @@ static const char *job_a(const struct mm_plan *pl, int64_t jb) {
            (size_t)(i3 / pl->r3) * pl->a->nb[3];
 }
 
-/* Column pointers of job jb into b and d. */
-static void job_cols(const struct mm_plan *pl, int64_t jb, const float **bcols, float **dcols) {
-    const struct bt_tensor *b = pl->b, *d = pl->d;
+/* b's column (i1, i2, i3): the F32 column, or its quantised copy when the
+ * weights are quantised. */
+static const void *b_col(const struct mm_plan *pl, int64_t i1, int64_t i2, int64_t i3) {
+    const struct bt_tensor *b = pl->b;
+    if (pl->qt) return pl->qbuf + (size_t)(i1 + b->ne[1] * (i2 + b->ne[2] * i3)) * pl->qcb;
+    return (const char *)b->data + (size_t)i1 * b->nb[1] + (size_t)i2 * b->nb[2] +
+           (size_t)i3 * b->nb[3];
+}
+
+/* Column pointers of job jb into b (or its quantised copy) and d. */
+static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, float **dcols) {
+    const struct bt_tensor *d = pl->d;
     if (pl->is_id) {
         const int32_t *pr = pl->pairs + pl->offs[jb];
         const int64_t n = pl->offs[jb + 1] - pl->offs[jb];
         for (int64_t j = 0; j < n; j++) {
             const int64_t e = pr[j] % pl->n_used, t = pr[j] / pl->n_used;
-            bcols[j] = (const float *)((const char *)b->data + (size_t)(e % pl->n_b) * b->nb[1] +
-                                       (size_t)t * b->nb[2]);
+            bcols[j] = b_col(pl, e % pl->n_b, t, 0);
             dcols[j] = (float *)((char *)d->data + (size_t)e * d->nb[1] + (size_t)t * d->nb[2]);
         }
         return;
     }
-    const int64_t i2 = jb % b->ne[2], i3 = jb / b->ne[2];
-    const char *b0 = (const char *)b->data + (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3];
+    const int64_t i2 = jb % pl->b->ne[2], i3 = jb / pl->b->ne[2];
     char *d0 = (char *)d->data + (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3];
-    for (int64_t j = 0; j < b->ne[1]; j++) {
-        bcols[j] = (const float *)(b0 + (size_t)j * b->nb[1]);
+    for (int64_t j = 0; j < pl->b->ne[1]; j++) {
+        bcols[j] = b_col(pl, j, i2, i3);
         dcols[j] = (float *)(d0 + (size_t)j * d->nb[1]);
     }
 }
 
-/* Dot path over rows [r0, r1) of one job. */
-static void run_dot(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
-                    float *const *dcols, int64_t r0, int64_t r1, float *bperm) {
+/* Each thread quantises its share of b's columns for the table entry pl->qt
+ * into the shared part of the work buffer; then all wait for all. */
+static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared) {
+    const struct bt_tensor *b = pl->b;
+    const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
+    pl->qcb = pl->qt->act_size(pl->k);
+    pl->qbuf = shared;
+    for (int64_t c = n * p->ith / p->nth; c < n * (p->ith + 1) / p->nth; c++) {
+        const float *x = (const float *)((const char *)b->data + (size_t)(c % ne1) * b->nb[1] +
+                                         (size_t)((c / ne1) % ne2) * b->nb[2] +
+                                         (size_t)(c / (ne1 * ne2)) * b->nb[3]);
+        pl->qt->quantize_act(x, shared + (size_t)c * pl->qcb, pl->k);
+    }
+    bt_threadpool_barrier(p->pool);
+}
+
+#ifndef BT_MM_QNC
+#define BT_MM_QNC 64 /* quantised path: activation columns kept hot while rows are walked */
+#endif
+
+/* Quantised weights over rows [r0, r1) of one job: tiles of the entry, else
+ * its vec_dot (qtypes.h: every element the same bits either way). */
+static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const void *const *acts,
+                  float *const *dcols, int64_t r0, int64_t r1) {
+    const struct bt_cpu_qtype *qt = pl->qt;
     const int64_t k = pl->k;
-#if HAVE_I8_DOT
-    if (pl->type == BT_TYPE_Q8_0 || pl->type == BT_TYPE_Q4_0) {
-        /* int8 activations, quantised by this thread into its own slice */
-        struct qcol qc[BT_MM_GEMM_MIN_COLS];
-        BT_ASSERT(ncols <= BT_MM_GEMM_MIN_COLS);
-        const size_t cb = i8_col_bytes(k);
-        for (int64_t j = 0; j < ncols; j++)
-            qc[j] = quant_col(pl->type, bcols[j], k, (char *)bperm + (size_t)j * cb);
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_QNC) {
+        const int64_t jc1 = jc + BT_MM_QNC < ncols ? jc + BT_MM_QNC : ncols;
         for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
             const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
-            for (int64_t j0 = 0; j0 < ncols;) {
-                const int64_t left = ncols - j0;
-                /* Q4_0, one column: 8-row tiles (shape 3): its rows are short
-                 * in bytes, and more of them in flight read memory faster */
-                const int shape = ncols == 1 && pl->type == BT_TYPE_Q4_0 ? 3
-                                  : left >= 4                             ? 2
-                                  : left >= 2                             ? 1
-                                                                          : 0;
-                const int RM = shape == 3 ? 8 : dot_rm[shape], RN = shape == 3 ? 1 : dot_rn[shape];
-                const dot_i8_fn fn = dot_i8_kernel(pl->type, shape);
+            for (int64_t j0 = jc; j0 < jc1;) {
+                const int64_t left = jc1 - j0;
+                const struct bt_cpu_qtile *tile = NULL;
+                for (int t = 0; t < BT_CPU_QTILES; t++) {
+                    const struct bt_cpu_qtile *c = &qt->tiles[t];
+                    if (!c->fn || c->rn > left) continue;
+                    if (!tile || c->rn > tile->rn || (c->rn == tile->rn && c->rm > tile->rm)) tile = c;
+                }
+                if (!tile) {
+                    for (int64_t r = rb; r < rb1; r++)
+                        qt->vec_dot(k, &dcols[j0][r], a + (size_t)r * pl->a_nb1, acts[j0]);
+                    j0++;
+                    continue;
+                }
+                const int RM = tile->rm, RN = tile->rn;
+                BT_ASSERT(RM >= 1 && RM <= BT_CPU_TILE_MAX && RN >= 1 && RN <= BT_CPU_TILE_MAX);
                 for (int64_t r = rb; r < rb1; r += RM) {
                     const int nr = (int)(rb1 - r < RM ? rb1 - r : RM);
-                    const char *rows[8], *next[8];
-                    float out[16];
+                    const void *rows[BT_CPU_TILE_MAX], *next[BT_CPU_TILE_MAX];
+                    float out[BT_CPU_TILE_MAX * BT_CPU_TILE_MAX];
                     for (int i = 0; i < RM; i++) {
                         rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
                         /* the rows the next tile will likely read */
                         next[i] = a + (size_t)(r + RM + i < r1 ? r + RM + i : r1 - 1) * pl->a_nb1;
                     }
-                    fn(k, rows, r + RM < r1 ? next : NULL, qc + j0, out);
+                    tile->fn(k, rows, acts + j0, r + RM < r1 ? next : NULL, out);
                     for (int j = 0; j < RN; j++)
                         for (int i = 0; i < nr; i++) dcols[j0 + j][r + i] = out[j * RM + i];
                 }
                 j0 += RN;
             }
-        }
-        return;
-    }
-#endif
-#if Q4_PERMUTED
-    /* activations in the lane order load_q4_perm produces */
-    const float *pcols[BT_MM_GEMM_MIN_COLS];
-    if (pl->type == BT_TYPE_Q4_0) {
-        BT_ASSERT(ncols <= BT_MM_GEMM_MIN_COLS);
-        for (int64_t j = 0; j < ncols; j++) {
-            float *dst = bperm + j * k;
-            for (int64_t i = 0; i < k; i += 16)
-                for (int l = 0; l < 16; l++) dst[i + l] = bcols[j][i + q4_perm(l)];
-            pcols[j] = dst;
-        }
-        bcols = pcols;
-    }
-#else
-    (void)bperm;
-#endif
-    for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
-        const int64_t rb1 = rb + DOT_RB < r1 ? rb + DOT_RB : r1;
-        for (int64_t j0 = 0; j0 < ncols;) {
-            const int64_t left = ncols - j0;
-            const int shape = left >= 4 ? 2 : left >= 2 ? 1 : 0;
-            const int RM = dot_rm[shape], RN = dot_rn[shape];
-            const dot_fn fn = dot_kernel(pl->type, shape);
-            for (int64_t r = rb; r < rb1; r += RM) {
-                const int nr = (int)(rb1 - r < RM ? rb1 - r : RM);
-                const char *rows[4];
-                float out[16];
-                for (int i = 0; i < RM; i++)
-                    rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
-                fn(k, rows, bcols + j0, out);
-                for (int j = 0; j < RN; j++)
-                    for (int i = 0; i < nr; i++) dcols[j0 + j][r + i] = out[j * RM + i];
-            }
-            j0 += RN;
         }
     }
 }
@@ -1200,19 +1122,130 @@ static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
 }
 
 /* Rows [r0, r1) of job jb on this thread. */
+
+/* ---- dot path for float weights (AVX-512): the GEMM order without packing --- */
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HAVE_DOT_T 1
+#ifndef BT_MM_PREFETCH_T
+#define BT_MM_PREFETCH_T 1024 /* dot path: prefetch distance in bytes of each row */
+#endif
+
+/* elements [kk, kk+16) of a float weight row as F32 (lanes outside m zero) */
+static inline __attribute__((always_inline)) __m512 load_w16(enum bt_type type, const char *row,
+                                                              int64_t kk, __mmask16 m) {
+    switch (type) {
+    case BT_TYPE_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + kk);
+    case BT_TYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + kk));
+    default: {
+        const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const bt_bf16_t *)row + kk));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    }
+    }
+}
+
+/* d[row0 .. row0+nrows) of columns dcols[0 .. RN) = rows x bcols: 16 rows
+ * (rows[i] repeats the last real row beyond nrows); each 16 x 16 block is
+ * transposed so lane i holds row i, then acc_j = fma(w[i][kk], b_j[kk],
+ * acc_j) for kk in increasing order: per element the GEMM micro-kernel's
+ * FMA chain, so both paths give the same bits. */
+static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, const int RN,
+                                                              int64_t k, const char *const *rows,
+                                                              const float *const *bcols,
+                                                              float *const *dcols, int64_t row0,
+                                                              int nrows) {
+    const int64_t es = type == BT_TYPE_F32 ? 4 : 2;
+    __m512 acc[BT_MM_GEMM_MIN_COLS];
+    for (int j = 0; j < RN; j++) acc[j] = _mm512_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 16 <= k; kk += 16) {
+        __m512 r[16];
+        if (((kk * es) & 63) == 0)
+            for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + kk * es + BT_MM_PREFETCH_T, _MM_HINT_T0);
+        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)0xffff);
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++)
+            for (int j = 0; j < RN; j++)
+                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
+    }
+    if (kk < k) {
+        const int n = (int)(k - kk);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)((1u << n) - 1u));
+        transpose16(r);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < RN; j++)
+                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
+    }
+    const __mmask16 sm = (__mmask16)(nrows >= 16 ? 0xffff : (1u << nrows) - 1u);
+    for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
+}
+
+typedef void (*dot_t_fn)(int64_t k, const char *const *rows, const float *const *bcols,
+                         float *const *dcols, int64_t row0, int nrows);
+#define DEF_DOT_T(T, RN)                                                                       \
+    static void dot_t_##T##_##RN(int64_t k, const char *const *rows, const float *const *bcols, \
+                                 float *const *dcols, int64_t row0, int nrows) {               \
+        dot_t_tile(BT_TYPE_##T, RN, k, rows, bcols, dcols, row0, nrows);                      \
+    }
+#define DEF_DOT_TS(T)                                                                          \
+    DEF_DOT_T(T, 1) DEF_DOT_T(T, 2) DEF_DOT_T(T, 3) DEF_DOT_T(T, 4) DEF_DOT_T(T, 5)            \
+    DEF_DOT_T(T, 6) DEF_DOT_T(T, 7)
+DEF_DOT_TS(F32)
+DEF_DOT_TS(F16)
+DEF_DOT_TS(BF16)
+_Static_assert(BT_MM_GEMM_MIN_COLS == 8, "dot_t kernels cover 1..7 columns");
+
+static dot_t_fn dot_t_kernel(enum bt_type type, int64_t ncols) {
+#define ROW(T) {NULL, dot_t_##T##_1, dot_t_##T##_2, dot_t_##T##_3, dot_t_##T##_4, dot_t_##T##_5, \
+                dot_t_##T##_6, dot_t_##T##_7}
+    static const dot_t_fn table[3][8] = {ROW(F32), ROW(F16), ROW(BF16)};
+#undef ROW
+    const int t = type == BT_TYPE_F32 ? 0 : type == BT_TYPE_F16 ? 1 : 2;
+    BT_ASSERT(ncols >= 1 && ncols < 8 &&
+              (type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16));
+    return table[t][ncols];
+}
+
+/* Dot path over rows [r0, r1) of one job with 1..7 columns. */
+static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
+                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
+    const dot_t_fn fn = dot_t_kernel(pl->type, ncols);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int n = (int)(r1 - r < 16 ? r1 - r : 16);
+        const char *rows[16];
+        for (int i = 0; i < 16; i++) rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
+        fn(pl->k, rows, bcols, dcols, r, n);
+    }
+}
+#else
+#define HAVE_DOT_T 0
+#endif
+
+/* Rows [r0, r1) of job jb on this thread. */
 static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1, char *slice,
                     const struct mm_slice *sl) {
     const int64_t ncols = job_ncols(pl, jb);
-    const float **bcols = (const float **)(slice + sl->bcols);
+    const void **bcols = (const void **)(slice + sl->bcols);
     float **dcols = (float **)(slice + sl->dcols);
     job_cols(pl, jb, bcols, dcols);
     const char *a = job_a(pl, jb);
-    if (ncols >= BT_MM_GEMM_MIN_COLS)
-        run_gemm(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->ap),
-                 (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
-    else
-        run_dot(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->tmp));
+    if (pl->qt) {
+        run_q(pl, a, ncols, bcols, dcols, r0, r1);
+        return;
+    }
+#if HAVE_DOT_T
+    if (ncols < BT_MM_GEMM_MIN_COLS) {
+        run_dot_t(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1);
+        return;
+    }
+#endif
+    run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
+             (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
 }
+
 
 /* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,
  * into nth contiguous shares; run this thread's share. */
@@ -1281,19 +1314,24 @@ static void ref_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d, floa
 
 /* ---- entry points --------------------------------------------------------------- */
 
-/* Every well-formed product (src/ops.c) has a CPU kernel: the fast paths
- * fall back to portable code, so there is no CPU-specific limit. */
+/* Every well-formed product (src/ops.c) whose weights are F32, F16, BF16 or
+ * a type of qtypes.h's table has a CPU kernel: the fast paths fall back to
+ * portable code, so there is no other CPU-specific limit. */
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node) {
-    return (node->op == BT_OP_MUL_MAT || node->op == BT_OP_MUL_MAT_ID) && bt_op_is_well_formed(node);
+    if (node->op != BT_OP_MUL_MAT && node->op != BT_OP_MUL_MAT_ID) return false;
+    if (!bt_op_is_well_formed(node)) return false;
+    const enum bt_type t = node->src[0]->type;
+    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || bt_cpu_qtype_of(t) != NULL;
 }
 
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth) {
-    return slice_layout(node).size * (size_t)(nth > 0 ? nth : 1);
+    const struct mm_slice sl = slice_layout(node);
+    return sl.shared + sl.size * (size_t)(nth > 0 ? nth : 1);
 }
 
 static char *thread_slice(const struct bt_cpu_params *p, const struct mm_slice *sl) {
-    BT_ASSERT(p->wdata && sl->size * (size_t)p->nth <= p->wsize);
-    return (char *)p->wdata + sl->size * (size_t)p->ith;
+    BT_ASSERT(p->wdata && sl->shared + sl->size * (size_t)p->nth <= p->wsize);
+    return (char *)p->wdata + sl->shared + sl->size * (size_t)p->ith;
 }
 
 void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
@@ -1315,6 +1353,8 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.d = d;
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
+    pl.qt = bt_cpu_qtype_of(a->type);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1384,5 +1424,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.n_b = b->ne[1];
     pl.offs = offs;
     pl.pairs = pairs;
+    pl.qt = bt_cpu_qtype_of(as->type);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
     run_plan(p, &pl, slice, &sl);
 }

@@ -9,5 +9,6 @@ int bt_cli_plan(int argc, char **argv);  /* plan.c: the plan for a topology, wit
 int bt_cli_bench_pipeline(int argc, char **argv);  /* bench_dist.c */
 int bt_cli_bench_transport(int argc, char **argv); /* bench_dist.c */
 int bt_cli_tokenize(int argc, char **argv);        /* tokenize.c: text -> token ids under a GGUF vocabulary */
+int bt_cli_quantize(int argc, char **argv);        /* quantize.c: baton quantize IN OUT TYPE */
 
 #endif

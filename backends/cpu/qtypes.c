@@ -1,0 +1,13 @@
+/* qtypes.c - the table of quantised weight types the CPU matmul dispatches
+ * on (qtypes.h says what an entry must do).  One line per type. */
+#include "qtypes.h"
+
+static const struct bt_cpu_qtype *const qtype_table[BT_TYPE_COUNT] = {
+    [BT_TYPE_Q8_0] = &bt_cpu_qtype_q8_0,
+    [BT_TYPE_Q4_0] = &bt_cpu_qtype_q4_0,
+};
+
+const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type) {
+    if ((int)weight_type < 0 || weight_type >= BT_TYPE_COUNT) return NULL;
+    return qtype_table[weight_type];
+}

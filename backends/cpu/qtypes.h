@@ -1,0 +1,83 @@
+/* qtypes.h - the CPU matmul's table of quantised weight types: for each, how
+ * activation columns are quantised and how a weight row is dotted with one.
+ * matmul.c runs every MUL_MAT / MUL_MAT_ID with quantised weights through
+ * this table; qtypes.c holds the table itself.  Internal to backends/cpu.
+ *
+ * How matmul.c uses an entry (so a new type gets batch invariance and thread
+ * invariance without doing anything for it):
+ *
+ *  1. Every activation column of b (each [k] column of every batch, for
+ *     MUL_MAT_ID each (slot, token) column of b, shared by all the experts
+ *     that read it) is quantised exactly once per node by quantize_act into
+ *     act_size(k) bytes of the work buffer, on every path and for every batch
+ *     size: a decode step and a 512-token prompt quantise a column the same
+ *     way.  quantize_act must depend on x only (not on the column's
+ *     neighbours, its position or the thread).
+ *  2. Every output element d[i, j] is vec_dot(k, &d, weight row i, act
+ *     column j), or the element (r, c) of a tile covering it.  A tile is an
+ *     optimisation and must give, for each of its elements, the same bits as
+ *     vec_dot on that row and column (the same per-element accumulation
+ *     order; typically one template instantiated for 1x1 and the tile
+ *     shapes).  matmul.c picks tiles by the number of columns left and may
+ *     pass a row or a column twice to fill a tile (extra outputs discarded).
+ *  3. Threads split output rows, never a dot's k reduction.
+ *
+ * So the result of a column never depends on the batch, on its position, on
+ * the other columns, on the expert grouping or on the thread count.
+ *
+ * Adding a type: write quantize_act, act_size, vec_dot (and tiles if they
+ * pay) in your own file (e.g. quant_dot.c), define a
+ * `const struct bt_cpu_qtype bt_cpu_qtype_<name>` there, declare it below and
+ * add one line to the table in qtypes.c.  Activation formats may be shared
+ * between weight types (e.g. every K-quant dots against Q8_K columns: 256
+ * values as int8 with one float scale and the sums of each 16 values, as
+ * ggml's block_q8_K); the byte layout of an activation column is private to
+ * the entry's functions: matmul.c only passes pointers to act_size(k) bytes
+ * (aligned to BT_MEM_ALIGN).  k is always a multiple of the weight type's
+ * block size (bt_blck_size). */
+#ifndef BATON_CPU_QTYPES_H
+#define BATON_CPU_QTYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../src/tensor.h"
+
+/* one activation column x[k] -> y (act_size(k) bytes) */
+typedef void (*bt_cpu_quantize_act_fn)(const float *x, void *y, int64_t k);
+/* *s = dot(weight row w_row, activation column act) over k */
+typedef void (*bt_cpu_vec_dot_fn)(int64_t k, float *s, const void *w_row, const void *act);
+/* out[c * rm + r] = dot(w_rows[r], acts[c]) for r < rm, c < rn (the tile's
+ * shape); next_rows: the rm rows the next call will likely read, a prefetch
+ * hint that may be NULL or ignored */
+typedef void (*bt_cpu_tile_fn)(int64_t k, const void *const *w_rows, const void *const *acts,
+                               const void *const *next_rows, float *out);
+
+#define BT_CPU_QTILES 4 /* tile shapes an entry may offer */
+#define BT_CPU_TILE_MAX 8 /* largest rm and rn a tile may have */
+
+struct bt_cpu_qtile {
+    int rm, rn; /* weight rows x activation columns; rm, rn <= BT_CPU_TILE_MAX */
+    bt_cpu_tile_fn fn;
+};
+
+struct bt_cpu_qtype {
+    const char *act_name;                 /* the activation format, for messages */
+    size_t (*act_size)(int64_t k);        /* bytes of one quantised column */
+    bt_cpu_quantize_act_fn quantize_act;
+    bt_cpu_vec_dot_fn vec_dot;
+    /* optional tiles, unused entries {0}.  matmul.c takes, for each group of
+     * columns, the tile with the most columns not above the columns left
+     * (among those, the most rows), else vec_dot */
+    struct bt_cpu_qtile tiles[BT_CPU_QTILES];
+};
+
+/* The entry for a weight type, NULL for the float types (F32, F16, BF16,
+ * which matmul.c computes itself). */
+const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type);
+
+/* entries (each defined in the file named) */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* matmul.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* matmul.c */
+
+#endif

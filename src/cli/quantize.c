@@ -1,0 +1,475 @@
+/* quantize.c - `baton quantize IN OUT TYPE`: a GGUF file's F32 / F16 / BF16
+ * weights quantised to Q8_0, Q4_0, Q6_K or the K-quant mixes Q4_K_M / Q5_K_M
+ * (Q4_K and Q5_K are their aliases, as in llama-quantize), every other
+ * tensor and every metadata value copied.
+ *
+ * Which tensor gets which type is a plan made first, as a value, from names
+ * and shapes alone (plan_tensor_types; `--dry-run` prints it).  It follows
+ * llama.cpp's src/llama-quant.cpp for these types:
+ *   - quantised: tensors of 2 or more dimensions whose name ends in "weight",
+ *     except norms, MoE router weights (ffn_gate_inp), position / token-type
+ *     embeddings and a few small special tensors;
+ *   - output.weight (or token_embd.weight when there is no output.weight,
+ *     the embeddings being tied): Q6_K (Q8_0 stays Q8_0; Q8_0 when rows are
+ *     not whole 256-element blocks);
+ *   - Q4_K_M / Q5_K_M: attention V (attn_v, attn_qkv, attn_kv_b) and
+ *     ffn_down get Q6_K on "more bits" layers (the first and last eighth and
+ *     every third in between); with 8 experts attn_v and attn_k get Q8_0 and
+ *     (Q4_K_M) attn_output Q5_K;
+ *   - a row length that is not a multiple of the chosen type's block falls
+ *     back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then
+ *     F16).
+ * Not taken over: importance matrices, llama.cpp's 70B attn_v rule (it needs
+ * the model's size class) and its Falcon-specific rules.
+ *
+ * Tensors are converted one at a time (rows split among --threads threads:
+ * each row is quantised on its own, so the bytes do not depend on the thread
+ * count) and streamed to OUT.tmp.XXXXXX, renamed to OUT at the end: a failure
+ * leaves no OUT behind.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gguf.h"
+#include "quants.h"
+#include "tensor.h"
+
+/* llama.cpp's llama_ftype numbers, written to general.file_type */
+enum { FTYPE_Q4_0 = 2, FTYPE_Q8_0 = 7, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_M = 17, FTYPE_Q6_K = 18 };
+
+struct qmix {
+    const char *name;
+    enum bt_type base;
+    int ftype;
+    bool k_mix; /* the Q4_K_M / Q5_K_M rules */
+};
+static const struct qmix mixes[] = {
+    {"Q8_0", BT_TYPE_Q8_0, FTYPE_Q8_0, false},     {"Q4_0", BT_TYPE_Q4_0, FTYPE_Q4_0, false},
+    {"Q6_K", BT_TYPE_Q6_K, FTYPE_Q6_K, false},     {"Q4_K_M", BT_TYPE_Q4_K, FTYPE_Q4_K_M, true},
+    {"Q4_K", BT_TYPE_Q4_K, FTYPE_Q4_K_M, true},    {"Q5_K_M", BT_TYPE_Q5_K, FTYPE_Q5_K_M, true},
+    {"Q5_K", BT_TYPE_Q5_K, FTYPE_Q5_K_M, true},
+};
+
+/* ---- the plan ------------------------------------------------------------- */
+
+static bool has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static bool ends_with(const char *s, const char *suf) {
+    const size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static bool is_quantisable(const struct bt_gguf_tensor *t) {
+    const char *n = t->name;
+    if (t->n_dims < 2 || !ends_with(n, "weight")) return false;
+    if (has(n, "_norm.weight") || has(n, "ffn_gate_inp.weight") || has(n, "ffn_gate_tid2eid.weight")) return false;
+    if (has(n, "altup") || has(n, "laurel") || has(n, "per_layer_model_proj")) return false;
+    if (!strcmp(n, "position_embd.weight") || !strcmp(n, "token_types.weight")) return false;
+    if (has(n, "ssm_conv1d") || has(n, "shortconv.conv.weight")) return false;
+    return true;
+}
+
+static bool is_attn_v_like(const char *n) {
+    return has(n, "attn_v.weight") || has(n, "attn_qkv.weight") || has(n, "attn_kv_b.weight");
+}
+
+/* llama.cpp's use_more_bits: the first and last eighth, and every third layer between */
+static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* llama.cpp's tensor_type_fallback for rows of ne0 elements */
+static enum bt_type shape_fallback(enum bt_type t, int64_t ne0) {
+    if (ne0 % bt_blck_size(t) == 0) return t;
+    switch (t) {
+    case BT_TYPE_Q4_K: t = BT_TYPE_Q5_0; break;
+    case BT_TYPE_Q5_K: t = BT_TYPE_Q5_1; break;
+    case BT_TYPE_Q6_K: t = BT_TYPE_Q8_0; break;
+    default: break;
+    }
+    return ne0 % bt_blck_size(t) == 0 ? t : BT_TYPE_F16;
+}
+
+struct model_info {
+    int n_layer;  /* {arch}.block_count, else 1 + the largest blk.N */
+    int n_expert; /* {arch}.expert_count, else 0 */
+};
+
+/* Block N of a "blk.N." name; -1 when the name has none. */
+static int layer_of(const char *name) {
+    int l, n = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &n) == 1 && n > 0 && l >= 0) return l;
+    return -1;
+}
+
+/* The type of every tensor of g (out[i], BT_TYPE_COUNT: copied as it is). */
+static void plan_tensor_types(const struct bt_gguf *g, const struct qmix *mix, bool pure,
+                              const struct model_info *mi, enum bt_type *out) {
+    const int64_t n = bt_gguf_n_tensors(g);
+    const bool tied = bt_gguf_find_tensor(g, "output.weight") < 0;
+    int n_attn_v = 0, i_attn_v = 0, i_ffn_down = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (is_attn_v_like(bt_gguf_tensor(g, i)->name)) n_attn_v++;
+    for (int64_t i = 0; i < n; i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        out[i] = BT_TYPE_COUNT;
+        if (!is_quantisable(t)) continue;
+        const char *name = t->name;
+        enum bt_type ty = mix->base;
+        if (!pure) {
+            if (!strcmp(name, "output.weight") || (tied && !strcmp(name, "token_embd.weight"))) {
+                if (t->ne[0] % BT_QK_K != 0) ty = BT_TYPE_Q8_0;
+                else if (ty != BT_TYPE_Q8_0) ty = BT_TYPE_Q6_K;
+            } else if (is_attn_v_like(name)) {
+                if (mix->k_mix && more_bits(i_attn_v, n_attn_v)) ty = BT_TYPE_Q6_K;
+                if (mi->n_expert == 8) ty = BT_TYPE_Q8_0;
+                i_attn_v++;
+            } else if (has(name, "attn_k.weight")) {
+                if (mi->n_expert == 8) ty = BT_TYPE_Q8_0;
+            } else if (has(name, "ffn_down")) {
+                /* with experts, the layer from the name (llama.cpp: they are not in order) */
+                const int layer = mi->n_expert > 1 && layer_of(name) >= 0 ? layer_of(name) : i_ffn_down;
+                if (mix->k_mix && more_bits(layer, mi->n_layer)) ty = BT_TYPE_Q6_K;
+                i_ffn_down++;
+            } else if (has(name, "attn_output.weight")) {
+                if (mi->n_expert == 8 && mix->ftype == FTYPE_Q4_K_M) ty = BT_TYPE_Q5_K;
+            }
+        }
+        out[i] = shape_fallback(ty, t->ne[0]);
+    }
+}
+
+/* ---- converting one tensor --------------------------------------------------- */
+
+struct conv_job {
+    const uint8_t *src;
+    enum bt_type src_type, dst_type;
+    int64_t ne0, nrows;
+    size_t src_row, dst_row;
+    uint8_t *dst;
+    int nth;
+    /* per thread: the first non-finite element (row * ne0 + col), or -1 */
+    int64_t bad[64];
+    bool nomem[64];
+};
+struct conv_arg {
+    struct conv_job *job;
+    int ith;
+};
+
+static void *conv_thread(void *p) {
+    struct conv_arg *a = p;
+    struct conv_job *j = a->job;
+    const int64_t r0 = j->nrows * a->ith / j->nth, r1 = j->nrows * (a->ith + 1) / j->nth;
+    j->bad[a->ith] = -1;
+    float *row = malloc((size_t)j->ne0 * sizeof *row);
+    if (!row) {
+        j->nomem[a->ith] = true;
+        return NULL;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        bt_row_to_f32(j->src_type, j->src + (size_t)r * j->src_row, row, j->ne0);
+        for (int64_t c = 0; c < j->ne0; c++)
+            if (!isfinite(row[c])) {
+                j->bad[a->ith] = r * j->ne0 + c;
+                free(row);
+                return NULL;
+            }
+        bt_row_from_f32(j->dst_type, row, j->dst + (size_t)r * j->dst_row, j->ne0);
+    }
+    free(row);
+    return NULL;
+}
+
+/* Convert job->nrows rows with nth threads; 0, or 1 with a message in err. */
+static int convert(struct conv_job *job, const char *path, const char *name, char *err, size_t n_err) {
+    pthread_t th[64];
+    bool created[64] = {false};
+    struct conv_arg args[64];
+    for (int i = 0; i < job->nth; i++) {
+        args[i] = (struct conv_arg){job, i};
+        job->nomem[i] = false;
+    }
+    for (int i = 1; i < job->nth; i++) created[i] = pthread_create(&th[i], NULL, conv_thread, &args[i]) == 0;
+    conv_thread(&args[0]);
+    for (int i = 1; i < job->nth; i++) {
+        if (created[i])
+            pthread_join(th[i], NULL);
+        else
+            conv_thread(&args[i]); /* no thread: its share runs here */
+    }
+    int64_t bad = -1;
+    for (int i = 0; i < job->nth; i++) {
+        if (job->nomem[i]) {
+            snprintf(err, n_err, "%s: tensor \"%s\": out of memory", path, name);
+            return 1;
+        }
+        if (job->bad[i] >= 0 && (bad < 0 || job->bad[i] < bad)) bad = job->bad[i];
+    }
+    if (bad >= 0) {
+        snprintf(err, n_err, "%s: tensor \"%s\": row %lld, element %lld is not a finite number: cannot quantise",
+                 path, name, (long long)(bad / job->ne0), (long long)(bad % job->ne0));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the command -------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: baton quantize [options] IN.gguf OUT.gguf TYPE\n"
+            "\n"
+            "Quantise the F32 / F16 / BF16 weights of IN into OUT (written to a temporary\n"
+            "file beside OUT and renamed at the end).  TYPE:\n"
+            "  Q8_0 Q4_0 Q6_K     one type for the weights (output.weight: Q6_K unless Q8_0)\n"
+            "  Q4_K_M Q5_K_M      llama.cpp's mixes: Q4_K / Q5_K with Q6_K for the attention\n"
+            "                     V and ffn_down tensors of some layers and for output.weight\n"
+            "  Q4_K Q5_K          aliases of Q4_K_M and Q5_K_M (as in llama-quantize)\n"
+            "\n"
+            "options:\n"
+            "  -t, --threads N    threads (default: the online cores)\n"
+            "  --pure             every quantised tensor gets TYPE's base type\n"
+            "  --dry-run          print each tensor's type and write nothing\n"
+            "  -h, --help         this text\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void shape_str(const struct bt_gguf_tensor *t, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->n_dims && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static const char *ggml_name(uint32_t id) {
+    const struct bt_ggml_type_info *info = bt_ggml_type_info(id);
+    return info ? info->name : "?";
+}
+
+int bt_cli_quantize(int argc, char **argv) {
+    long nth = sysconf(_SC_NPROCESSORS_ONLN);
+    bool pure = false, dry = false;
+    const char *pos[3];
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--pure")) {
+            pure = true;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            char *end;
+            if (i + 1 >= argc) {
+                fprintf(stderr, "baton quantize: %s needs a value\n", a);
+                return 2;
+            }
+            errno = 0;
+            nth = strtol(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || nth < 1 || nth > 64) {
+                fprintf(stderr, "baton quantize: %s %s: threads must be 1 to 64\n", a, argv[i]);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "baton quantize: unknown option '%s' (try: baton quantize --help)\n", a);
+            return 2;
+        } else if (npos < 3) {
+            pos[npos++] = a;
+        } else {
+            fprintf(stderr, "baton quantize: unexpected argument '%s' (IN OUT TYPE expected)\n", a);
+            return 2;
+        }
+    }
+    if (npos != 3) {
+        fprintf(stderr, "baton quantize: IN, OUT and TYPE are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (nth < 1) nth = 1;
+    if (nth > 64) nth = 64;
+    const char *in = pos[0], *out_path = pos[1];
+    const struct qmix *mix = NULL;
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
+        if (!strcasecmp(pos[2], mixes[i].name)) mix = &mixes[i];
+    if (!mix) {
+        fprintf(stderr, "baton quantize: unknown TYPE '%s' (one of Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_K Q5_K)\n",
+                pos[2]);
+        return 2;
+    }
+
+    char err[1024];
+    struct bt_gguf *g = NULL;
+    if (bt_gguf_open(in, &g, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        return 1;
+    }
+    /* the model's layer and expert counts, for the mixes */
+    struct model_info mi = {bt_gguf_n_layers(g), 0};
+    struct bt_gguf_str arch;
+    if (bt_gguf_get_str(g, "general.architecture", &arch) == BT_OK && arch.n < 200) {
+        char key[256];
+        const char *what[2] = {"block_count", "expert_count"};
+        int *dst[2] = {&mi.n_layer, &mi.n_expert};
+        for (int k = 0; k < 2; k++) {
+            snprintf(key, sizeof key, "%.*s.%s", (int)arch.n, arch.data, what[k]);
+            const int64_t ki = bt_gguf_find_key(g, key);
+            if (ki < 0) continue;
+            const struct bt_gguf_value *v = bt_gguf_kv_value(g, ki);
+            if (v->type > BT_GGUF_TYPE_INT32 && v->type != BT_GGUF_TYPE_UINT64 && v->type != BT_GGUF_TYPE_INT64) {
+                fprintf(stderr, "baton quantize: %s: key \"%s\" is %s, not an integer\n", in, key,
+                        bt_gguf_type_name(v->type));
+                bt_gguf_close(g);
+                return 1;
+            }
+            const int64_t x = bt_gguf_value_i64(g, v);
+            if (x < 0 || x > 1000000) {
+                fprintf(stderr, "baton quantize: %s: key \"%s\" = %lld is out of range\n", in, key, (long long)x);
+                bt_gguf_close(g);
+                return 1;
+            }
+            *dst[k] = (int)x;
+        }
+    }
+
+    const int64_t n = bt_gguf_n_tensors(g);
+    enum bt_type *types = calloc((size_t)(n > 0 ? n : 1), sizeof *types);
+    if (!types) {
+        fprintf(stderr, "baton quantize: out of memory\n");
+        bt_gguf_close(g);
+        return 1;
+    }
+    plan_tensor_types(g, mix, pure, &mi, types);
+    /* the plan's tensors must be of a type this converts from */
+    for (int64_t i = 0; i < n; i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        if (types[i] == BT_TYPE_COUNT) continue;
+        if (t->type != BT_TYPE_F32 && t->type != BT_TYPE_F16 && t->type != BT_TYPE_BF16) {
+            fprintf(stderr,
+                    "baton quantize: %s: tensor \"%s\" is %s: only F32, F16 and BF16 tensors are quantised\n", in,
+                    t->name, ggml_name(t->ggml_type));
+            free(types);
+            bt_gguf_close(g);
+            return 1;
+        }
+    }
+    if (dry) {
+        for (int64_t i = 0; i < n; i++) {
+            const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+            char shape[128];
+            shape_str(t, shape, sizeof shape);
+            printf("%-40s %-20s %-5s -> %s\n", t->name, shape, ggml_name(t->ggml_type),
+                   types[i] == BT_TYPE_COUNT ? ggml_name(t->ggml_type) : ggml_name(bt_ggml_type_from_bt(types[i])));
+        }
+        free(types);
+        bt_gguf_close(g);
+        return 0;
+    }
+
+    /* header: every key but the two this rewrites, then the tensor table */
+    struct bt_gguf_writer *w = NULL;
+    if (bt_gguf_writer_open(out_path, &w, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+    int rc = 0;
+    for (int64_t i = 0; i < bt_gguf_n_kv(g) && !rc; i++) {
+        const char *key = bt_gguf_kv_key(g, i);
+        if (!strcmp(key, "general.file_type") || !strcmp(key, "general.quantization_version")) continue;
+        if (bt_gguf_writer_set_value(w, key, g, bt_gguf_kv_value(g, i)) != BT_OK) rc = 1;
+    }
+    if (!rc && (bt_gguf_writer_set_u32(w, "general.quantization_version", 2) != BT_OK ||
+                bt_gguf_writer_set_u32(w, "general.file_type", (uint32_t)mix->ftype) != BT_OK))
+        rc = 1;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        const uint32_t gt = types[i] == BT_TYPE_COUNT ? t->ggml_type : bt_ggml_type_from_bt(types[i]);
+        if (bt_gguf_writer_add_tensor(w, t->name, gt, t->n_dims, t->ne, NULL) != BT_OK) rc = 1;
+    }
+    if (rc) {
+        fprintf(stderr, "baton quantize: %s\n", bt_gguf_writer_error(w));
+        bt_gguf_writer_close(w);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+
+    /* data, one tensor at a time */
+    const double t0 = now_s();
+    uint64_t bytes_in = 0, bytes_out = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        const uint8_t *src = bt_gguf_tensor_data(g, t);
+        char shape[128];
+        shape_str(t, shape, sizeof shape);
+        bytes_in += t->size;
+        if (types[i] == BT_TYPE_COUNT) {
+            if (bt_gguf_writer_write_data(w, src, t->size) != BT_OK) rc = 1;
+            bytes_out += t->size;
+            fprintf(stderr, "[%*lld/%lld] %-40s %-20s %-5s copied\n", (int)snprintf(NULL, 0, "%lld", (long long)n),
+                    (long long)i + 1, (long long)n, t->name, shape, ggml_name(t->ggml_type));
+            continue;
+        }
+        int64_t nrows = 1;
+        for (int d = 1; d < t->n_dims; d++) nrows *= t->ne[d];
+        struct conv_job job = {
+            .src = src, .src_type = t->type, .dst_type = types[i], .ne0 = t->ne[0], .nrows = nrows,
+            .src_row = bt_row_size(t->type, t->ne[0]), .dst_row = bt_row_size(types[i], t->ne[0]),
+            .nth = (int)(nrows < nth ? (nrows > 0 ? nrows : 1) : nth),
+        };
+        const size_t out_size = job.dst_row * (size_t)nrows;
+        job.dst = malloc(out_size ? out_size : 1);
+        if (!job.dst) {
+            fprintf(stderr, "baton quantize: %s: tensor \"%s\": out of memory for %zu bytes\n", in, t->name,
+                    out_size);
+            rc = 1;
+            break;
+        }
+        if (convert(&job, in, t->name, err, sizeof err)) {
+            fprintf(stderr, "baton quantize: %s\n", err);
+            rc = 1;
+        } else if (bt_gguf_writer_write_data(w, job.dst, out_size) != BT_OK) {
+            rc = 1;
+        }
+        free(job.dst);
+        bytes_out += out_size;
+        if (!rc)
+            fprintf(stderr, "[%*lld/%lld] %-40s %-20s %-5s -> %-5s %8.2f MiB -> %8.2f MiB\n",
+                    (int)snprintf(NULL, 0, "%lld", (long long)n), (long long)i + 1, (long long)n, t->name, shape,
+                    ggml_name(t->ggml_type), ggml_name(bt_ggml_type_from_bt(types[i])), t->size / 1048576.0,
+                    out_size / 1048576.0);
+    }
+    if (rc) {
+        if (bt_gguf_writer_error(w)[0]) fprintf(stderr, "baton quantize: %s\n", bt_gguf_writer_error(w));
+        bt_gguf_writer_close(w);
+        fprintf(stderr, "baton quantize: %s not written\n", out_path);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+    if (bt_gguf_writer_finish(w, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+    fprintf(stderr, "baton quantize: %s (%.2f MiB) -> %s (%.2f MiB, %s) in %.1f s with %ld threads\n", in,
+            bytes_in / 1048576.0, out_path, bytes_out / 1048576.0, mix->name, now_s() - t0, nth);
+    free(types);
+    bt_gguf_close(g);
+    return 0;
+}
