@@ -476,8 +476,8 @@ static bool same_shape(const struct bt_tensor *a, const struct bt_tensor *b) {
 
 /* Types holding real numbers (all but I32): MUL_MAT's a, SET_ROWS' destination. */
 static bool weight_type_ok(enum bt_type t) {
-    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || t == BT_TYPE_Q8_0 ||
-           t == BT_TYPE_Q4_0;
+    /* every block type but Q8_K, which only activations take */
+    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_BF16 || (is_quant(t) && t != BT_TYPE_Q8_K);
 }
 
 static bool mul_mat_well_formed(const struct bt_tensor *node) {

@@ -225,8 +225,11 @@ END_TEST
 
 /* ---- batch invariance ------------------------------------------------------ */
 
-static const enum bt_type bi_types[5] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
-                                         BT_TYPE_Q4_0};
+static const enum bt_type bi_types[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
+                                        /* quants.h's weight types */
+                                        BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
+                                        BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+#define N_BI ((int)(sizeof bi_types / sizeof bi_types[0]))
 
 /* d = mul_mat(w, b) where b holds n columns: random ones, with column `pos`
  * equal to x; returns d's column pos (m floats, malloc'd).  Output poisoned
@@ -257,7 +260,7 @@ START_TEST(test_batch_invariance_mul_mat) {
     const enum bt_type wt = bi_types[_i];
     /* k: not a multiple of 16 for the float types (a tail), several blocks
      * otherwise; m not a multiple of any tile */
-    const int64_t k = bt_blck_size(wt) > 1 ? 320 : 203, m = 45;
+    const int64_t k = bt_blck_size(wt) > 32 ? 512 : bt_blck_size(wt) > 1 ? 320 : 203, m = 45;
     bt_context *ctx = tu_ctx(8);
     tu_rng r;
     tu_rng_init(&r, 5150 + (uint64_t)_i);
@@ -325,8 +328,8 @@ static float *bi_mul_mat_id_tok(const struct bt_tensor *as, const float *x, cons
 }
 
 START_TEST(test_batch_invariance_mul_mat_id) {
-    const enum bt_type wt = bi_types[_i % 5];
-    const bool bcast = _i >= 5; /* one activation row shared by the used experts */
+    const enum bt_type wt = bi_types[_i % N_BI];
+    const bool bcast = _i >= N_BI; /* one activation row shared by the used experts */
     const int64_t k = bt_blck_size(wt) > 1 ? 256 : 141, m = 37, ne = 4, nu = 2;
     bt_context *ctx = tu_ctx(8);
     tu_rng r;
@@ -370,8 +373,8 @@ int main(void) {
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("batch");
     tcase_set_timeout(tb, 120);
-    tcase_add_loop_test(tb, test_batch_invariance_mul_mat, 0, 5);
-    tcase_add_loop_test(tb, test_batch_invariance_mul_mat_id, 0, 10);
+    tcase_add_loop_test(tb, test_batch_invariance_mul_mat, 0, N_BI);
+    tcase_add_loop_test(tb, test_batch_invariance_mul_mat_id, 0, 2 * N_BI);
     suite_add_tcase(s, tb);
     return tu_run_suite(s);
 }

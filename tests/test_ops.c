@@ -67,7 +67,7 @@ static struct bt_tensor *new_input(bt_context *ctx, enum bt_type type, const int
         t = bt_transpose(ctx, base);
         break;
     case L_STRIDED: {
-        int64_t pad0 = is_block(type) ? 32 : 3;
+        int64_t pad0 = is_block(type) ? bt_blck_size(type) : 3;
         base = bt_new_tensor_4d(ctx, type, ne[0] + pad0, ne[1] + 1, ne[2] + 1, ne[3]);
         size_t off = base->nb[1] + base->nb[2] + (is_block(type) ? 0 : base->nb[0]);
         t = bt_view_4d(ctx, base, ne[0], ne[1], ne[2], ne[3], base->nb[1], base->nb[2], base->nb[3],
@@ -483,8 +483,13 @@ END_TEST
 
 /* ---- mul_mat ---- */
 
-static const enum bt_type wtypes[5] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
-                                       BT_TYPE_Q4_0};
+static const enum bt_type wtypes[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
+                                      /* quants.h's weight types */
+                                      BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
+                                      BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+#define N_WTYPES ((int)(sizeof wtypes / sizeof wtypes[0]))
+/* k rounded up to whole blocks of the weight type */
+static int64_t k_blocks(enum bt_type t, int64_t k) { return (k + bt_blck_size(t) - 1) / bt_blck_size(t) * bt_blck_size(t); }
 
 static void run_matmul_modes(struct bt_graph *g, struct bt_tensor *out, const float *ref) {
     for (int nt = 1; nt <= MAX_NT; nt++) {
@@ -516,7 +521,7 @@ START_TEST(test_mul_mat) {
     for (int ki = 0; ki < 8; ki++)
         for (int bi = 0; bi < 5; bi++) {
             int64_t k = kmn[ki][0], m = kmn[ki][1], n = kmn[ki][2];
-            if (is_block(wt)) k = (k + 31) / 32 * 32;
+            if (is_block(wt)) k = k_blocks(wt, k);
             if (bi > 0 && k * m * n > 40000) continue; /* keep the broadcast cases small */
             enum layout la = case_no % 2 ? L_CONT : (is_block(wt) ? L_STRIDED : L_PERM);
             enum layout lb = (enum layout)((case_no / 2) % 3 == 0 ? L_CONT : (case_no / 2) % 3 == 1 ? L_STRIDED : L_PERM);
@@ -626,6 +631,7 @@ START_TEST(test_mul_mat_id) {
         int64_t k = cfg[ci].k, m = cfg[ci].m, ne_ = cfg[ci].n_expert, nu = cfg[ci].n_used,
                 T = cfg[ci].T;
         if (!is_block(wt)) k -= 1; /* odd k for the plain types */
+        k = k_blocks(wt, k);
         int64_t nb_ = cfg[ci].bcast_b ? 1 : nu;
         enum layout lb = ci % 3 == 2 ? L_PERM : L_CONT;
         snprintf(g_case, sizeof(g_case),
@@ -1305,9 +1311,9 @@ int main(void) {
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);
-    tcase_add_loop_test(tc, test_mul_mat, 0, 5);
+    tcase_add_loop_test(tc, test_mul_mat, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
-    tcase_add_loop_test(tc, test_mul_mat_id, 0, 5);
+    tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_get_rows, 0, 6);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);
     tcase_add_test(tc, test_cpy);

@@ -5,6 +5,14 @@
 static const struct bt_cpu_qtype *const qtype_table[BT_TYPE_COUNT] = {
     [BT_TYPE_Q8_0] = &bt_cpu_qtype_q8_0,
     [BT_TYPE_Q4_0] = &bt_cpu_qtype_q4_0,
+    [BT_TYPE_Q4_1] = &bt_cpu_qtype_q4_1,
+    [BT_TYPE_Q5_0] = &bt_cpu_qtype_q5_0,
+    [BT_TYPE_Q5_1] = &bt_cpu_qtype_q5_1,
+    [BT_TYPE_Q2_K] = &bt_cpu_qtype_q2_K,
+    [BT_TYPE_Q3_K] = &bt_cpu_qtype_q3_K,
+    [BT_TYPE_Q4_K] = &bt_cpu_qtype_q4_K,
+    [BT_TYPE_Q5_K] = &bt_cpu_qtype_q5_K,
+    [BT_TYPE_Q6_K] = &bt_cpu_qtype_q6_K,
 };
 
 const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type) {

@@ -79,5 +79,13 @@ const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type);
 /* entries (each defined in the file named) */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* matmul.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* matmul.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q2_K; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q3_K; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q4_K; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q5_K; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q6_K; /* quant_dot.c */
 
 #endif

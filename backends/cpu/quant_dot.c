@@ -17,6 +17,8 @@
  */
 #include "quant_dot.h"
 
+#include "qtypes.h"
+
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -448,3 +450,26 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
     if ((int)t < 0 || t >= BT_TYPE_COUNT || !quant_dots[t].vec_dot) return NULL;
     return &quant_dots[t];
 }
+
+/* ---- qtypes.h entries: matmul.c's table of quantised weight types ---------- */
+
+/* an activation column: k / 32 Q8_0 blocks, or k / 256 Q8_K blocks */
+static size_t act_size_q8_0(int64_t k) { return (size_t)(k / BT_QK) * sizeof(bt_block_q8_0); }
+static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
+
+#define QTYPE(name, act)                                                  \
+    const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
+        /* .act_name     = */ #act " (ggml's block_" #act ")",            \
+        /* .act_size     = */ act_size_##act,                             \
+        /* .quantize_act = */ bt_##act##_from_f32,                        \
+        /* .vec_dot      = */ FAST(name),                                 \
+        /* .tiles        = */ {{0, 0, NULL}},                             \
+    }
+QTYPE(q4_1, q8_0);
+QTYPE(q5_0, q8_0);
+QTYPE(q5_1, q8_0);
+QTYPE(q2_K, q8_K);
+QTYPE(q3_K, q8_K);
+QTYPE(q4_K, q8_K);
+QTYPE(q5_K, q8_K);
+QTYPE(q6_K, q8_K);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define BENCH_MAX_THREADS 16
@@ -279,7 +280,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
-            "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0 (default all)\n"
+            "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
+            "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all)\n"
             "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
             "                  shapes, 5 for large ones)\n"
             "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n");
@@ -334,9 +336,9 @@ static bool parse_types(const char *arg, struct bench_opts *o) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int found = -1;
         for (int t = 0; t < BT_TYPE_COUNT; t++)
-            if (t != BT_TYPE_I32 && !strcmp(tok, bt_type_name((enum bt_type)t))) found = t;
+            if (t != BT_TYPE_I32 && t != BT_TYPE_Q8_K && !strcasecmp(tok, bt_type_name((enum bt_type)t))) found = t;
         if (found < 0) {
-            fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32, f16, bf16, q8_0, q4_0)\n",
+            fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K)\n",
                     tok);
             return false;
         }
@@ -407,8 +409,10 @@ int bt_cli_bench(int argc, char **argv) {
     printf("%-10s %-5s %-28s %3s %10s %9s %9s %8s %8s\n", "op", "type", "shape", "thr", "time ms",
            "GFLOP/s", "wGB/s", "%bw", "%fma");
 
-    static const enum bt_type order[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0,
-                                         BT_TYPE_Q4_0};
+    static const enum bt_type order[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0,
+                                         BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1,
+                                         BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,
+                                         BT_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
