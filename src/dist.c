@@ -539,7 +539,7 @@ static int cmp_xfer(const void *a, const void *b) {
 
 static void order_transfers(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) d->xfers[x].tag0 = x; /* found order, the tie-break */
-    qsort(d->xfers, (size_t)d->n_xfers, sizeof *d->xfers, cmp_xfer);
+    if (d->n_xfers > 1) qsort(d->xfers, (size_t)d->n_xfers, sizeof *d->xfers, cmp_xfer); /* xfers is NULL with none */
     for (int x = 0; x < d->n_xfers; x++) d->xfers[x].tag0 = x * d->n_copies;
 }
 

@@ -253,7 +253,7 @@ static void *xcalloc(size_t n, size_t size) {
     return q;
 }
 
-/* "16GiB", "512 MiB", "1000000" (bytes): > 0, no overflow. */
+/* "16GiB", "512 MiB", "1000000" (bytes): > 0, below 2^63 (an int64_t size). */
 static enum bt_status get_memory(struct tp *p, const struct where *w, yaml_node_t *v,
                                  uint64_t *out) {
     static const struct {
@@ -290,8 +290,8 @@ static enum bt_status get_memory(struct tp *p, const struct where *w, yaml_node_
     while (*c == ' ') c++;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(c, units[i].unit)) continue;
-        if (overflow || (x && x > UINT64_MAX / units[i].mult))
-            return FAIL(p, v, "%s: %s is too large (more than 2^64-1 bytes)", lb,
+        if (overflow || (x && x > BT_TOPO_MAX_MEMORY / units[i].mult))
+            return FAIL(p, v, "%s: %s is too large (at most 2^63-1 bytes)", lb,
                         describe(v, b, sizeof b));
         if (x == 0)
             return FAIL(p, v, "%s: must be more than 0 bytes, got %s", lb,
@@ -451,7 +451,8 @@ static enum bt_status parse_ranks(struct tp *p, yaml_node_t *v) {
     int n = seq_len(v);
     if (n == 0) return FAIL(p, v, "ranks: the list is empty; give at least one rank");
     if (n > BT_TOPO_MAX_RANKS)
-        return FAIL(p, v, "ranks: %d ranks, more than the %d baton supports", n, BT_TOPO_MAX_RANKS);
+        return FAIL(p, v, "ranks: %d ranks, more than the %d baton runs (BT_SCHED_MAX_BACKENDS)", n,
+                    BT_TOPO_MAX_RANKS);
     t->ranks = xcalloc((size_t)n, sizeof *t->ranks);
     t->n_ranks = n;
     /* Which indices the list holds (silently), to name a missing one. */
@@ -869,6 +870,83 @@ static enum bt_status yaml_error(struct tp *p, const yaml_parser_t *ps) {
     return fail_pos(p, pos, "invalid YAML: %s", ps->problem ? ps->problem : "syntax error");
 }
 
+/* The whole file, at most BT_TOPO_MAX_FILE_BYTES, into *text (NUL-ended). */
+static enum bt_status read_capped(struct tp *p, unsigned char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(p->path, "rb");
+    if (!f) {
+        fail_pos(p, (struct bt_topo_pos){0, 0}, "cannot open: %s", strerror(errno));
+        return BT_ERR_IO;
+    }
+    struct stat sb;
+    enum bt_status st = BT_OK;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fail_pos(p, (struct bt_topo_pos){0, 0}, "cannot read: is a directory");
+        st = BT_ERR_IO;
+    } else if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > BT_TOPO_MAX_FILE_BYTES) {
+        /* refused before reading a byte */
+        st = fail_pos(p, (struct bt_topo_pos){0, 0},
+                      "%lld bytes, more than the %d a topology file may have (BT_TOPO_MAX_FILE_BYTES)",
+                      (long long)sb.st_size, BT_TOPO_MAX_FILE_BYTES);
+    }
+    unsigned char *buf = st == BT_OK ? malloc((size_t)BT_TOPO_MAX_FILE_BYTES + 2) : NULL;
+    if (st == BT_OK && !buf) st = fail_pos(p, (struct bt_topo_pos){0, 0}, "out of memory");
+    size_t n = 0;
+    while (st == BT_OK && n <= (size_t)BT_TOPO_MAX_FILE_BYTES) {
+        size_t k = fread(buf + n, 1, (size_t)BT_TOPO_MAX_FILE_BYTES + 1 - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    if (st == BT_OK && ferror(f)) {
+        fail_pos(p, (struct bt_topo_pos){0, 0}, "cannot read: %s", strerror(errno));
+        st = BT_ERR_IO;
+    } else if (st == BT_OK && n > (size_t)BT_TOPO_MAX_FILE_BYTES) { /* a pipe or a growing file */
+        st = fail_pos(p, (struct bt_topo_pos){0, 0},
+                      "more than the %d bytes a topology file may have (BT_TOPO_MAX_FILE_BYTES)",
+                      BT_TOPO_MAX_FILE_BYTES);
+    }
+    fclose(f);
+    if (st != BT_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return BT_OK;
+}
+
+/* libyaml's parser takes time quadratic in the nesting depth: walk the
+ * events first and stop at the first list or mapping deeper than
+ * BT_TOPO_MAX_DEPTH, before any deep work is done.  Syntax errors are left to
+ * the loader, which reports them the same way. */
+static enum bt_status check_depth(struct tp *p, const unsigned char *text, size_t len) {
+    yaml_parser_t ps;
+    BT_ASSERT(yaml_parser_initialize(&ps));
+    yaml_parser_set_input_string(&ps, text, len);
+    enum bt_status st = BT_OK;
+    int depth = 0;
+    for (;;) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&ps, &e)) break;
+        const yaml_event_type_t type = e.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > BT_TOPO_MAX_DEPTH)
+                st = fail_pos(p,
+                              (struct bt_topo_pos){(int)e.start_mark.line + 1, (int)e.start_mark.column + 1},
+                              "lists and mappings nested more than %d deep (a topology needs 5)",
+                              BT_TOPO_MAX_DEPTH);
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&e);
+        if (st != BT_OK || type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&ps);
+    return st;
+}
+
 enum bt_status bt_topology_load(const char *path, struct bt_topology *out, char *err,
                                 size_t errlen) {
     BT_ASSERT(path && out);
@@ -876,31 +954,23 @@ enum bt_status bt_topology_load(const char *path, struct bt_topology *out, char 
     if (err && errlen) err[0] = '\0';
     struct tp p = {path, err, errlen, NULL, out};
 
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fail_pos(&p, (struct bt_topo_pos){0, 0}, "cannot open: %s", strerror(errno));
-        return BT_ERR_IO;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        fail_pos(&p, (struct bt_topo_pos){0, 0}, "cannot read: is a directory");
-        return BT_ERR_IO;
+    unsigned char *text;
+    size_t len;
+    enum bt_status st = read_capped(&p, &text, &len);
+    if (st != BT_OK) return st;
+    if ((st = check_depth(&p, text, len)) != BT_OK) {
+        free(text);
+        return st;
     }
 
     yaml_parser_t ps;
     yaml_document_t doc, doc2;
     BT_ASSERT(yaml_parser_initialize(&ps));
-    yaml_parser_set_input_file(&ps, f);
-    enum bt_status st = BT_OK;
+    yaml_parser_set_input_string(&ps, text, len);
     if (!yaml_parser_load(&ps, &doc)) {
         st = yaml_error(&p, &ps);
-        if (ps.error == YAML_READER_ERROR && ferror(f)) {
-            fail_pos(&p, (struct bt_topo_pos){0, 0}, "cannot read: %s", strerror(errno));
-            st = BT_ERR_IO;
-        }
         yaml_parser_delete(&ps);
-        fclose(f);
+        free(text);
         return st;
     }
     p.doc = &doc;
@@ -929,7 +999,7 @@ enum bt_status bt_topology_load(const char *path, struct bt_topology *out, char 
     }
     yaml_document_delete(&doc);
     yaml_parser_delete(&ps);
-    fclose(f);
+    free(text);
     if (st != BT_OK) bt_topology_free(out);
     return st;
 }

@@ -15,8 +15,8 @@
  *       host: gpu01             # required, a name from hosts
  *       backend: cuda:0         # required: "cpu" or "cuda:N" (N: device index on host)
  *       threads: 8              # cpu ranks only, optional, >= 1 (default 1)
- *       memory: 70GiB           # optional limit, > 0: B KiB MiB GiB TiB KB MB GB TB,
- *                               #   or a plain integer (bytes)
+ *       memory: 70GiB           # optional limit, > 0 and < 2^63 bytes: B KiB MiB GiB
+ *                               #   TiB KB MB GB TB, or a plain integer (bytes)
  *   pipeline:                   # optional
  *     micro_batches: 4          # 1..16 (default 1): micro-batches in flight (n_copies)
  *     partition: auto           # "auto" (default, cost model) or one layer count
@@ -59,17 +59,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h" /* enum bt_status */
+#include "bt_sched.h" /* BT_SCHED_MAX_BACKENDS */
+#include "tensor.h"   /* enum bt_status */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#ifndef BT_TOPO_MAX_RANKS
-#define BT_TOPO_MAX_RANKS 65536
-#endif
+/* The one rank limit: the runtime gives each rank one backend of the
+ * splitter, which holds at most BT_SCHED_MAX_BACKENDS (a build may raise that).
+ * A topology file, launch-files and `baton plan` refuse more ranks before
+ * doing any work per rank; `baton demo` refuses a larger MPI world the same
+ * way. */
+#define BT_TOPO_MAX_RANKS BT_SCHED_MAX_BACKENDS
 #ifndef BT_TOPO_MAX_HOSTS
-#define BT_TOPO_MAX_HOSTS 65536
+#define BT_TOPO_MAX_HOSTS 4096 /* names are checked for duplicates pairwise */
 #endif
 #ifndef BT_TOPO_MAX_THREADS
 #define BT_TOPO_MAX_THREADS 4096
@@ -81,6 +85,17 @@ extern "C" {
 #define BT_TOPO_MAX_GPUS 1024
 #endif
 #define BT_TOPO_MAX_MICRO_BATCHES 16
+/* Read before parsing: a topology is a few KiB; libyaml's parser is quadratic
+ * in the nesting depth, so a deeply nested file is refused at the first level
+ * past the limit (the schema needs 5). */
+#ifndef BT_TOPO_MAX_FILE_BYTES
+#define BT_TOPO_MAX_FILE_BYTES (1 << 20)
+#endif
+#ifndef BT_TOPO_MAX_DEPTH
+#define BT_TOPO_MAX_DEPTH 16
+#endif
+/* memory: values are kept below 2^63 bytes (they become int64_t sizes) */
+#define BT_TOPO_MAX_MEMORY ((uint64_t)INT64_MAX)
 
 /* Where something was written: 1-based line and column; 0/0 when the file did
  * not write it (a default). */

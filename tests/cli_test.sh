@@ -80,9 +80,14 @@ EOF
 else
     bad "trace has compute, send and wait events of both ranks"
 fi
-expect 1 "cannot write the trace" "trace into a missing directory" -- \
-    mpirun -np 2 "$baton" demo "${small[@]}" --trace "$tmp/no/such/dir/t.json"
+# an unwritable trace is found before the run, with the OS's reason
+start=$(date +%s)
+expect 2 "^baton demo: --trace $tmp/no/such/dir/t.json: cannot write there: No such file or directory\$" \
+    "trace into a missing directory" -- \
+    mpirun -np 2 "$baton" demo "${small[@]}" -m 100000 --no-check --trace "$tmp/no/such/dir/t.json"
+[ $(($(date +%s) - start)) -lt 30 ] && ok "unwritable trace found at start" || bad "unwritable trace found at start"
 [ ! -e "$tmp/no/such/dir/t.json" ] && ok "no half-written trace" || bad "no half-written trace"
+expect 2 "^baton demo: --trace $tmp: is a directory\$" "trace onto a directory" -- "$baton" demo --trace "$tmp"
 
 # progress on long steps: off in a pipe, on when asked (the launcher asks on a terminal)
 expect 0 "" "no progress display in a pipe" -- mpirun -np 2 "$baton" demo "${small[@]}"
@@ -121,8 +126,60 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
         "demo --backend cuda without a GPU" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cuda
 fi
 expect 2 "unexpected argument 'extra'" "demo: stray argument" -- "$baton" demo extra
+expect 2 "^baton demo: --topology: the file name is empty \(try: baton demo --help\)\$" "demo: -t ''" -- "$baton" demo -t ''
+expect 2 "^baton demo: --trace: the file name is empty" "demo: --trace ''" -- "$baton" demo --trace ''
+cores=$(getconf _NPROCESSORS_ONLN)
+expect 2 "^baton demo: --threads: $((cores + 1)) threads, more than this machine's $cores cores \(try: baton demo --help\)\$" \
+    "demo: more threads than cores" -- "$baton" demo --threads $((cores + 1))
+expect 2 "^baton demo: --threads: '4097' is not an integer in \[1, 4096\]" "demo: --threads 4097" -- "$baton" demo --threads 4097
+expect 2 "^baton bench pipeline: --threads: $((cores + 1)) threads, more than this machine's $cores cores" \
+    "bench pipeline: more threads than cores" -- "$baton" bench pipeline --threads $((cores + 1))
+expect 2 "^baton bench: --threads: $((cores + 1)) threads, more than this machine's $cores cores\$" \
+    "bench ops: more threads than cores" -- "$baton" bench ops --threads 1,$((cores + 1))
+expect 2 "^baton demo: --seed: ' -5' is not a non-negative integer" "demo: --seed ' -5' (strtoull would wrap it)" -- \
+    "$baton" demo --seed " -5"
+# a topology's threads are checked against the cores of the rank's machine
+printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, threads: %d}\n' \
+    $((cores + 1)) >"$tmp/threads.yaml"
+expect 1 "^baton demo: $tmp/threads.yaml:4:55: rank 0: threads: $((cores + 1)) threads, more than this machine's $cores cores\$" \
+    "demo: topology threads above the cores" -- mpirun -np 1 "$baton" demo "${small[@]}" -t "$tmp/threads.yaml"
+# the model options' ranges: --help and the parser say the model's own limits
+"$baton" demo --help >"$tmp/help" 2>&1
+for spec in layers:4096 d-model:65536 d-ff:262144 experts:1024 top-k:1024 vocab:4194304 tokens:65536 heads:65536; do
+    opt=${spec%%:*} hi=${spec#*:}
+    if grep -qE -- "^  --$opt N .*\[[01], $hi\] " "$tmp/help"; then ok "--help: --$opt up to $hi"; else bad "--help: --$opt up to $hi"; fi
+    expect 2 "^baton demo: --$opt: '$((hi + 1))' is not an integer in \[[01], $hi\]" "demo: --$opt $((hi + 1))" -- \
+        "$baton" demo --"$opt" $((hi + 1))
+done
+# the top of each range passes the model's own check (--layers 4096 used to be
+# refused by the model after the parser let 10000 through)
+expect 2 "^baton demo: model: n_heads = 65536: head_dim = d_model / n_heads = 1 must be even" \
+    "demo: --heads at its limit reaches the model's check" -- "$baton" demo --d-model 65536 --heads 65536
 expect 2 "unknown command 'dmeo'" "unknown command" -- "$baton" dmeo
 expect 2 "missing -t" "plan without topology" -- "$baton" plan
+# more ranks than the runtime runs: refused at once, before any per-rank work
+# (65537 entries fit in the 1 MiB a file may have as aliases of one)
+python3 -c '
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("hosts:\n  - {name: a, slots: 4}\nranks:\n  - &r {rank: 0, host: a, backend: cpu}\n")
+    for r in range(65536): f.write("  - *r\n")
+' "$tmp/many.yaml"
+start=$(date +%s)
+expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 16 baton runs \(BT_SCHED_MAX_BACKENDS\)\$" \
+    "plan: 65537 ranks" -- "$baton" plan -t "$tmp/many.yaml"
+expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 16 baton runs" "launch-files: 65537 ranks" -- \
+    "$baton" launch-files -t "$tmp/many.yaml" --out "$tmp/many-out"
+[ $(($(date +%s) - start)) -lt 30 ] && ok "65537 ranks refused quickly" || bad "65537 ranks refused quickly"
+printf 'hosts:\n  - {name: a, slots: 2}\nranks:\n  - {rank: 0, host: a, backend: cpu, memory: 8EiB}\n' >"$tmp/mem.yaml"
+sed -i 's/8EiB/9223372036854775808/' "$tmp/mem.yaml"
+expect 1 "^$tmp/mem.yaml:4:46: rank 0: memory: '9223372036854775808' is too large \(at most 2\^63-1 bytes\)\$" \
+    "plan: memory of 2^63 bytes" -- "$baton" plan -t "$tmp/mem.yaml"
+python3 -c 'import sys; open(sys.argv[1], "w").write("hosts: " + "[" * 1000000 + "\n")' "$tmp/deep.yaml"
+start=$(date +%s)
+expect 1 "^$tmp/deep.yaml:1:23: lists and mappings nested more than 16 deep \(a topology needs 5\)\$" \
+    "plan: a million nested lists" -- "$baton" plan -t "$tmp/deep.yaml"
+[ $(($(date +%s) - start)) -lt 30 ] && ok "deep nesting refused quickly" || bad "deep nesting refused quickly"
 expect 2 "more than 2 counts" "demo: partition of the wrong length" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 1,1,2
 expect 1 "add up to 5" "demo: partition that does not add up" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 2,3
 expect 1 "No such file" "demo: missing topology" -- "$baton" demo -t "$tmp/none.yaml"
@@ -130,11 +187,44 @@ printf 'hosts:\n  - name: localhost\n    slots: 2\nranks:\n  - {rank: 0, host: l
 expect 1 "bad.yaml:5:[0-9]+: .*thread" "demo: topology with an unknown key" -- "$baton" demo -t "$tmp/bad.yaml"
 expect 1 "2 ranks|world" "demo: topology for 2 ranks started on 3" -- \
     mpirun -np 3 "$baton" demo "${small[@]}" -t "$root/configs/local-cpu-2.yaml"
-# ranks that build different models: one message on every rank, exit 1, quickly
+# ranks started with different options: one message naming the rank and the
+# option, exit 2, before any work (these used to hang, compute something else,
+# or use rank 0's value in silence)
 start=$(date +%s)
-expect 1 "rank 1 built a different graph" "graphs differ between ranks" -- \
+expect 2 "^baton demo: rank 1 was started with --d-ff 256 but rank 0 with --d-ff 128; every rank needs the same --d-ff\$" \
+    "models differ between ranks" -- \
     mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --d-ff 256
 [ $(($(date +%s) - start)) -lt 60 ] && ok "mismatch stops within a minute" || bad "mismatch stops within a minute"
+mismatch() { # OPTION-WORDS-ON-RANK-1... -- expected message tail
+    local want=$1
+    shift
+    expect 2 "^baton demo: rank 1 was started $want\$" "rank 1 started with $*" -- \
+        mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" "$@"
+}
+mismatch "with --micro-batches 8 but rank 0 with --micro-batches 6; every rank needs the same --micro-batches" -m 8
+mismatch "with --copies 4 but rank 0 with --copies 2; every rank needs the same --copies" -c 4
+mismatch "with --copies 1 but rank 0 with --copies 2; every rank needs the same --copies" -c 1
+mismatch "with --seed 7 but rank 0 with --seed 42; every rank needs the same --seed" --seed 7
+mismatch "with --partition 1,3 but rank 0 without --partition; every rank needs the same --partition" --partition 1,3
+mismatch "with --trace but rank 0 without --trace; every rank needs the same --trace" --trace "$tmp/t1.json"
+mismatch "with --type f16 but rank 0 with --type f32; every rank needs the same --type" --type f16
+mismatch "with --backend cpu but rank 0 without --backend; every rank needs the same --backend" --backend cpu
+# -c 2 on the command line and a topology's micro_batches: 2 agree
+expect 0 "bitwise" "same copies from the command line and the topology" -- \
+    mpirun -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}" -c 2 : \
+    -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}"
+# an error only rank 1 finds is printed (by rank 0, naming rank 1)
+expect 2 "^baton demo: rank 1: --layers: 'x' is not an integer in \[1, 4096\] \(try: baton demo --help\)\$" \
+    "bad value on rank 1 only" -- mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --layers x
+expect 2 "^baton demo: rank 1: unknown option --frobnicate \(try: baton demo --help\)\$" "bad flag on rank 1 only" -- \
+    mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --frobnicate
+expect 1 "^baton demo: rank 1: $tmp/none.yaml: cannot open: No such file or directory\$" "missing topology on rank 1 only" -- \
+    mpirun -np 1 "$baton" demo "${small[@]}" -t "$root/configs/local-cpu-2.yaml" : \
+    -np 1 "$baton" demo "${small[@]}" -t "$tmp/none.yaml"
+# the same bad flag on every rank: one message, not one per rank
+expect 2 "" "bad flag on every rank" -- mpirun -np 2 "$baton" demo --frobnicate
+[ "$(grep -c "unknown option --frobnicate" "$tmp/out")" = 1 ] && ok "bad flag on every rank: one message" ||
+    bad "bad flag on every rank: one message"
 
 # a rank that dies in the middle of a run: the job ends, non-zero, no hang
 start=$(date +%s)
@@ -148,6 +238,8 @@ fi
 
 # the kernel benchmark's own flags
 expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
+expect 0 "^usage: baton bench ops\|transport\|pipeline" "bench --help" -- "$baton" bench --help
+expect 2 "^baton bench: unknown benchmark 'nope' \(try: baton bench --help\)\$" "bench: unknown benchmark" -- "$baton" bench nope
 expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \

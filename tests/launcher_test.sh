@@ -195,6 +195,64 @@ rank 1 local 1" ]; then
     fi
     capture timeout 120 "$run" -t "$root/configs/local-cpu-1.yaml" -- sh -c 'exit 3'
     if [ "$rc" = 3 ]; then pass "exit code passes through"; else fail "exit code passes through (rc $rc)"; fi
+    # Signals: to baton-run (bash would hold its traps until a foreground
+    # mpirun ended, so the job ran on) and to mpirun itself (which exits 1
+    # without a word).  Every rank must be gone within seconds, with a message
+    # saying what happened.  Python starts baton-run as a terminal would, with
+    # SIGINT not ignored (a script's background jobs ignore it).
+    signal_case() { # NAME SIGNAL TARGET(run|mpirun) WANTED-RC WANTED-OUTPUT-LINES
+        local name=$1 sig=$2 target=$3 want_rc=$4 want=$5
+        res=$(timeout 150 python3 - "$run" "$root/configs/local-cpu-2.yaml" "$sig" "$target" <<'PY' 2>&1
+import os, signal, subprocess, sys, time
+run, topo, sig, target = sys.argv[1], sys.argv[2], getattr(signal, sys.argv[3]), sys.argv[4]
+mark = "--seed %d" % (1000000 + os.getpid())  # finds this job's ranks
+p = subprocess.Popen([run, "-t", topo, "--", "baton", "demo", "-m", "1000000", "--no-check"] + mark.split(),
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
+def ranks():
+    return subprocess.run(["pgrep", "-f", "demo -m 1000000 --no-check " + mark], capture_output=True, text=True).stdout.split()
+t0 = time.time()
+while len(ranks()) < 2 and time.time() - t0 < 60:
+    time.sleep(0.1)
+time.sleep(1.0)  # past MPI's start-up
+pid = p.pid
+if target == "mpirun":
+    pid = int(subprocess.run(["pgrep", "-P", str(p.pid), "-x", "mpirun"], capture_output=True, text=True).stdout.split()[0])
+os.kill(pid, sig)
+t1 = time.time()
+while ranks() and time.time() - t1 < 60:
+    time.sleep(0.05)
+gone = time.time() - t1
+try:
+    out = p.communicate(timeout=60)[0].decode()
+except subprocess.TimeoutExpired:  # the job ran on: end it (its own process group) and say so
+    os.killpg(p.pid, signal.SIGKILL)
+    out = p.communicate()[0].decode() + "\nbaton-run did not end within 60 s"
+print("rc=%d" % p.returncode)
+print("gone=%s" % ("yes" if gone < 15 else "no (%.1f s)" % gone))
+for line in out.splitlines():
+    if line.startswith("baton"):  # mpirun's own notices vary
+        print(line)
+PY
+)
+        got=$(printf '%s\n' "$res" | sort)
+        want=$(printf 'rc=%s\ngone=yes\n%s\n' "$want_rc" "$want" | sort)
+        if [ "$got" = "$want" ]; then
+            pass "$name"
+        else
+            fail "$name"
+            diff <(printf '%s\n' "$want") <(printf '%s\n' "$got") | sed 's/^/     /'
+        fi
+    }
+    stopped="baton demo: rank 0: stopped by SIGTERM: the job was ended (interrupted, or another rank failed)
+baton demo: rank 1: stopped by SIGTERM: the job was ended (interrupted, or another rank failed)"
+    signal_case "SIGINT to baton-run stops every rank" SIGINT run 130 "baton-run: got SIGINT: stopping the 2 ranks
+$stopped
+baton-run: the job was stopped by SIGINT"
+    signal_case "SIGTERM to baton-run stops every rank" SIGTERM run 143 "baton-run: got SIGTERM: stopping the 2 ranks
+$stopped
+baton-run: the job was stopped by SIGTERM"
+    signal_case "SIGTERM to mpirun: every rank says why it stopped" SIGTERM mpirun 1 "$stopped"
 else
     echo "skip real run: no mpirun"
 fi

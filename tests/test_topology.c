@@ -265,10 +265,19 @@ START_TEST(test_overflow) {
     expect_err("hosts:\n  - {name: a, slots: 2147483648}\n" RANKS2,
                "2:22: host a: slots: '2147483648' is too large (at most 1048576)");
     expect_err(HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, memory: 16777216TiB}\n",
-               "8:50: rank 0: memory: '16777216TiB' is too large (more than 2^64-1 bytes)");
+               "8:50: rank 0: memory: '16777216TiB' is too large (at most 2^63-1 bytes)");
     expect_err(
         HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, memory: 99999999999999999999}\n",
-        "8:50: rank 0: memory: '99999999999999999999' is too large (more than 2^64-1 bytes)");
+        "8:50: rank 0: memory: '99999999999999999999' is too large (at most 2^63-1 bytes)");
+    /* 2^63 bytes and above would become negative int64_t sizes */
+    expect_err(HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, memory: 8388608TiB}\n",
+               "8:50: rank 0: memory: '8388608TiB' is too large (at most 2^63-1 bytes)");
+    expect_err(HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, memory: 9223372036854775808}\n",
+               "8:50: rank 0: memory: '9223372036854775808' is too large (at most 2^63-1 bytes)");
+    struct bt_topology t;
+    load_ok(HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, memory: 9223372036854775807}\n", &t);
+    ck_assert_uint_eq(t.ranks[0].memory, (uint64_t)INT64_MAX);
+    bt_topology_free(&t);
     expect_err(
         HOSTS RANKS2 "pipeline:\n  partition: [2147483647, 1]\n",
         "11:14: pipeline.partition: layer counts add up to 2147483648, more than 2147483647");
@@ -276,6 +285,92 @@ START_TEST(test_overflow) {
                "11:15: pipeline.partition[0]: '2147483648' is too large (at most 2147483647)");
     expect_err(HOSTS "ranks:\n  - {rank: 0, host: gpu01, backend: \"cuda:99999999999999\"}\n",
                "8:37: rank 0: backend \"cuda:99999999999999\": host gpu01 has 8 GPUs (0-7)");
+}
+END_TEST
+
+/* ---- limits checked before the work they bound ---- */
+
+/* More ranks than the runtime runs (BT_SCHED_MAX_BACKENDS): refused at the
+ * list, before any entry is read (so entry 17 being broken does not matter). */
+START_TEST(test_rank_limit) {
+    char text[8192];
+    int o = snprintf(text, sizeof text, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
+    for (int r = 0; r <= BT_TOPO_MAX_RANKS; r++)
+        o += snprintf(text + o, sizeof text - (size_t)o, "  - {rank: %d, host: a, backend: %s}\n", r,
+                      r == BT_TOPO_MAX_RANKS ? "broken" : "cpu");
+    char tail[160];
+    snprintf(tail, sizeof tail, "4:3: ranks: %d ranks, more than the %d baton runs (BT_SCHED_MAX_BACKENDS)",
+             BT_TOPO_MAX_RANKS + 1, BT_TOPO_MAX_RANKS);
+    expect_err(text, tail);
+    /* exactly the limit loads */
+    o = snprintf(text, sizeof text, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
+    for (int r = 0; r < BT_TOPO_MAX_RANKS; r++)
+        o += snprintf(text + o, sizeof text - (size_t)o, "  - {rank: %d, host: a, backend: cpu}\n", r);
+    struct bt_topology t;
+    load_ok(text, &t);
+    ck_assert_int_eq(t.n_ranks, BT_TOPO_MAX_RANKS);
+    bt_topology_free(&t);
+    /* hosts (their names are compared pairwise): refused at the list too */
+    const size_t cap = 64 * (size_t)(BT_TOPO_MAX_HOSTS + 2);
+    char *big = malloc(cap);
+    ck_assert_ptr_nonnull(big);
+    size_t k = (size_t)snprintf(big, cap, "hosts:\n");
+    for (int h = 0; h <= BT_TOPO_MAX_HOSTS; h++) k += (size_t)snprintf(big + k, cap - k, "  - {name: h%d, slots: 1}\n", h);
+    snprintf(big + k, cap - k, "ranks:\n  - {rank: 0, host: h0, backend: cpu}\n");
+    snprintf(tail, sizeof tail, "2:3: hosts: %d hosts, more than the %d baton supports", BT_TOPO_MAX_HOSTS + 1,
+             BT_TOPO_MAX_HOSTS);
+    expect_err(big, tail);
+    free(big);
+}
+END_TEST
+
+/* Deep nesting makes libyaml quadratic: refused at the first level too deep,
+ * quickly even for a million levels. */
+START_TEST(test_nesting_limit) {
+    char text[256];
+    int o = snprintf(text, sizeof text, "hosts: ");
+    for (int i = 0; i < BT_TOPO_MAX_DEPTH; i++) text[o++] = '[';
+    text[o] = '\0';
+    char tail[160];
+    snprintf(tail, sizeof tail, "1:%d: lists and mappings nested more than %d deep (a topology needs 5)",
+             7 + BT_TOPO_MAX_DEPTH, BT_TOPO_MAX_DEPTH);
+    expect_err(text, tail);
+    /* a million levels in a 1 MiB file: refused at once (seconds of libyaml before) */
+    const size_t n = 1000000;
+    char *big = malloc(n + 2);
+    ck_assert_ptr_nonnull(big);
+    memset(big, '[', n);
+    big[n] = '\n';
+    big[n + 1] = '\0';
+    snprintf(tail, sizeof tail, "1:%d: lists and mappings nested more than %d deep (a topology needs 5)",
+             BT_TOPO_MAX_DEPTH + 1, BT_TOPO_MAX_DEPTH);
+    expect_err(big, tail);
+    /* the deepest real file (transport.edges[i].ranks) loads */
+    struct bt_topology t;
+    load_ok(HOSTS "ranks:\n  - {rank: 0, host: gpu01, backend: \"cuda:0\"}\n"
+                  "  - {rank: 1, host: gpu01, backend: \"cuda:1\"}\n"
+                  "transport:\n  edges:\n    - {ranks: [0, 1], device: mpi}\n",
+            &t);
+    bt_topology_free(&t);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_file_size_limit) {
+    const size_t n = (size_t)BT_TOPO_MAX_FILE_BYTES + 1;
+    char *big = malloc(n + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, '#', n);
+    big[n] = '\0';
+    write_file(big);
+    free(big);
+    struct bt_topology t;
+    char err[512], want[PATH_MAX + 160];
+    snprintf(want, sizeof want, "%s: %zu bytes, more than the %d a topology file may have (BT_TOPO_MAX_FILE_BYTES)",
+             g_path, n, BT_TOPO_MAX_FILE_BYTES);
+    ck_assert_int_eq(bt_topology_load(g_path, &t, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, want);
+    ck_assert_ptr_null(t.ranks);
 }
 END_TEST
 
@@ -639,6 +734,9 @@ static Suite *topology_suite(void) {
     tcase_add_test(tc, test_check_world);
     tcase_add_test(tc, test_check_layers);
     tcase_add_test(tc, test_configs);
+    tcase_add_test(tc, test_rank_limit);
+    tcase_add_test(tc, test_nesting_limit);
+    tcase_add_test(tc, test_file_size_limit);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,6 +14,7 @@
  */
 #include "baton.h"
 #include "cli.h"
+#include "common.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -307,8 +308,13 @@ static bool parse_threads(const char *arg, struct bench_opts *o) {
     o->n_threads = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         long v;
+        char err[160];
         if (!parse_int(tok, 1, 1024, &v)) {
             fprintf(stderr, "baton bench: --threads: '%s' is not a thread count (1..1024)\n", tok);
+            return false;
+        }
+        if (!bt_cli_threads_check(v, "--threads", err, sizeof err)) {
+            fprintf(stderr, "baton bench: %s\n", err);
             return false;
         }
         if (o->n_threads == BENCH_MAX_THREADS) {
@@ -354,7 +360,7 @@ static bool parse_types(const char *arg, struct bench_opts *o) {
 
 int bt_cli_bench(int argc, char **argv) {
     if (argc < 1 || strcmp(argv[0], "ops") != 0) {
-        fprintf(stderr, "baton bench: unknown benchmark '%s' (try: baton bench ops)\n",
+        fprintf(stderr, "baton bench: unknown benchmark '%s' (try: baton bench --help)\n",
                 argc >= 1 ? argv[0] : "");
         return 2;
     }

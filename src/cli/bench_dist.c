@@ -171,7 +171,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             else copies = (int)v;
         } else if (code == 'T') {
             if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: bad value '%s'", optarg);
-            else threads = (int)v;
+            else if (bt_cli_threads_check(v, "--threads", err, sizeof err)) threads = (int)v;
         } else if (code == 'p') {
             if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: bad value '%s'", optarg);
             else progress_us = (int)v;

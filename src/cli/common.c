@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,14 +25,10 @@ void bt_cli_model_defaults(struct bt_model_config *c) {
     c->wtype = BT_TYPE_F32;
 }
 
-void bt_cli_model_help(FILE *f, const struct bt_model_config *c) {
-    fprintf(f, BT_CLI_MODEL_HELP, c->n_layers, c->d_model, c->n_heads, c->d_ff, bt_ffn_kind_name(c->ffn),
-            c->n_experts, c->top_k, c->n_shared, c->shared_gate, c->norm_topk, c->n_vocab, c->n_tokens, bt_type_name(c->wtype),
-            (unsigned long long)c->seed);
-}
-
+/* strtol and strtoull skip blanks and take a sign; a value here is digits
+ * (with a '-' where negatives are allowed), nothing else */
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return false;
+    if (!s || !(*s == '-' || (*s >= '0' && *s <= '9'))) return false;
     char *end = NULL;
     errno = 0;
     const long v = strtol(s, &end, 10);
@@ -41,13 +38,26 @@ bool bt_cli_parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 bool bt_cli_parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return false;
+    if (!s || *s < '0' || *s > '9') return false; /* strtoull takes " -5" as 2^64-5 */
     char *end = NULL;
     errno = 0;
     const unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end) return false;
     *out = (uint64_t)v;
     return true;
+}
+
+long bt_cli_cores(void) {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n) {
+    const long cores = bt_cli_cores();
+    if (threads >= 1 && threads <= cores) return true;
+    if (threads < 1) snprintf(err, n, "%s: must be at least 1, got %ld", what, threads);
+    else snprintf(err, n, "%s: %ld threads, more than this machine's %ld cores", what, threads, cores);
+    return false;
 }
 
 static bool parse_type(const char *s, enum bt_type *t) {
@@ -61,30 +71,64 @@ static bool parse_type(const char *s, enum bt_type *t) {
     return false;
 }
 
+/* The integer model options: the parser's ranges and the help's, from one
+ * table whose upper limits are the model's (bt_model_config_check). */
+struct int_opt {
+    int code;
+    const char *name, *help;
+    size_t field; /* offsetof(struct bt_model_config, ...) */
+    int lo, hi;
+};
+#define FIELD(f) offsetof(struct bt_model_config, f)
+static const struct int_opt int_opts[] = {
+    {OPT_LAYERS, "layers", "transformer layers", FIELD(n_layers), 1, BT_MODEL_MAX_LAYERS},
+    {OPT_D_MODEL, "d-model", "width", FIELD(d_model), 1, BT_MODEL_MAX_D_MODEL},
+    {OPT_HEADS, "heads", "attention heads (d-model / heads even)", FIELD(n_heads), 1, BT_MODEL_MAX_D_MODEL},
+    {OPT_D_FF, "d-ff", "feed-forward width of one expert", FIELD(d_ff), 1, BT_MODEL_MAX_D_FF},
+    {OPT_EXPERTS, "experts", "routed experts", FIELD(n_experts), 1, BT_MODEL_MAX_EXPERTS},
+    {OPT_TOP_K, "top-k", "experts used per token (moe-topk/shared)", FIELD(top_k), 1, BT_MODEL_MAX_EXPERTS},
+    {OPT_SHARED, "shared", "shared experts (moe-shared)", FIELD(n_shared), 0, BT_MODEL_MAX_SHARED},
+    {OPT_SHARED_GATE, "shared-gate", "gate the shared experts by a sigmoid", FIELD(shared_gate), 0, 1},
+    {OPT_NORM_TOPK, "norm-topk", "renormalise the top-k weights to sum 1", FIELD(norm_topk), 0, 1},
+    {OPT_VOCAB, "vocab", "vocabulary", FIELD(n_vocab), 1, BT_MODEL_MAX_VOCAB},
+    {OPT_TOKENS, "tokens", "tokens per micro-batch", FIELD(n_tokens), 1, BT_MODEL_MAX_TOKENS},
+};
+#undef FIELD
+
+static int *int_field(struct bt_model_config *c, const struct int_opt *o) { return (int *)((char *)c + o->field); }
+
+void bt_cli_model_help(FILE *f, const struct bt_model_config *c) {
+    fprintf(f, "model (a synthetic MoE transformer with deterministic weights):\n");
+    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
+        const struct int_opt *o = &int_opts[i];
+        char flag[32], text[96];
+        snprintf(flag, sizeof flag, "--%s %s", o->name, o->hi == 1 ? "0|1" : "N");
+        snprintf(text, sizeof text, "%s [%d, %d]", o->help, o->lo, o->hi);
+        fprintf(f, "  %-19s %-52s (default %d)\n", flag, text, *int_field((struct bt_model_config *)c, o));
+        if (o->code == OPT_NORM_TOPK) fprintf(f, "  %-19s (1: Mixtral, Qwen3-MoE; 0: Qwen2-MoE, as norm_topk_prob)\n", "");
+        if (o->code == OPT_D_FF)
+            fprintf(f, "  %-19s %-52s (default %s)\n", "--ffn KIND", "mlp | moe-dense | moe-topk | moe-shared",
+                    bt_ffn_kind_name(c->ffn));
+    }
+    fprintf(f, "  %-19s %-52s (default %s)\n", "--type T", "weight type: f32 f16 bf16 q8_0 q4_0",
+            bt_type_name(c->wtype));
+    fprintf(f, "  %-19s %-52s (default %llu)\n", "--seed N", "weights and inputs [0, 2^64-1]",
+            (unsigned long long)c->seed);
+}
+
 bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n) {
     long v = 0;
-    const long big = 1L << 20;
-    switch (code) {
-#define INT_OPT(CODE, NAME, FIELD, LO, HI)                                                                 \
-    case CODE:                                                                                             \
-        if (!bt_cli_parse_int(value, LO, HI, &v)) {                                                        \
-            snprintf(err, n, "--%s: '%s' is not an integer in [%ld, %ld]", NAME, value, (long)(LO), (long)(HI)); \
-            return false;                                                                                  \
-        }                                                                                                  \
-        c->FIELD = (int)v;                                                                                 \
+    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
+        const struct int_opt *o = &int_opts[i];
+        if (o->code != code) continue;
+        if (!bt_cli_parse_int(value, o->lo, o->hi, &v)) {
+            snprintf(err, n, "--%s: '%s' is not an integer in [%d, %d]", o->name, value, o->lo, o->hi);
+            return false;
+        }
+        *int_field(c, o) = (int)v;
         return true;
-        INT_OPT(OPT_LAYERS, "layers", n_layers, 1, 10000)
-        INT_OPT(OPT_D_MODEL, "d-model", d_model, 1, big)
-        INT_OPT(OPT_HEADS, "heads", n_heads, 1, 4096)
-        INT_OPT(OPT_D_FF, "d-ff", d_ff, 1, big)
-        INT_OPT(OPT_EXPERTS, "experts", n_experts, 1, 4096)
-        INT_OPT(OPT_TOP_K, "top-k", top_k, 1, 4096)
-        INT_OPT(OPT_SHARED, "shared", n_shared, 0, 64)
-        INT_OPT(OPT_SHARED_GATE, "shared-gate", shared_gate, 0, 1)
-        INT_OPT(OPT_NORM_TOPK, "norm-topk", norm_topk, 0, 1)
-        INT_OPT(OPT_VOCAB, "vocab", n_vocab, 1, big)
-        INT_OPT(OPT_TOKENS, "tokens", n_tokens, 1, 1 << 16)
-#undef INT_OPT
+    }
+    switch (code) {
     case OPT_FFN: {
         enum bt_ffn_kind k;
         if (bt_ffn_kind_from_name(value, &k) != BT_OK) {
@@ -154,8 +198,9 @@ uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges) {
     *n_edges = m ? 0 : -1;
     for (int a = 0; m && a < P; a++)
         for (int b = 0; b < P; b++) {
-            m[a * P + b] = a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
-            *n_edges += m[a * P + b];
+            const size_t ab = (size_t)a * (size_t)P + (size_t)b;
+            m[ab] = a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
+            *n_edges += m[ab];
         }
     if (*n_edges > 0) return m;
     free(m);

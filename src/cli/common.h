@@ -41,29 +41,13 @@ enum {
         {"tokens", required_argument, 0, OPT_TOKENS}, {"type", required_argument, 0, OPT_TYPE},                    \
         {"seed", required_argument, 0, OPT_SEED}
 
-#define BT_CLI_MODEL_HELP                                                                                           \
-    "model (a synthetic MoE transformer with deterministic weights):\n"                                          \
-    "  --layers N          transformer layers                       (default %d)\n"                                \
-    "  --d-model N         width                                    (default %d)\n"                                \
-    "  --heads N           attention heads (d-model / heads even)   (default %d)\n"                                \
-    "  --d-ff N            feed-forward width of one expert         (default %d)\n"                                \
-    "  --ffn KIND          mlp | moe-dense | moe-topk | moe-shared  (default %s)\n"                                \
-    "  --experts N         routed experts                           (default %d)\n"                                \
-    "  --top-k N           experts used per token (moe-topk, moe-shared) (default %d)\n"                           \
-    "  --shared N          shared experts (moe-shared)              (default %d)\n"                                \
-    "  --shared-gate 0|1   gate the shared experts by a sigmoid     (default %d)\n"                                \
-    "  --norm-topk 0|1     renormalise the top-k weights to sum 1   (default %d)\n"                                \
-    "                      (1: Mixtral, Qwen3-MoE; 0: Qwen2-MoE, as norm_topk_prob)\n"                              \
-    "  --vocab N           vocabulary                               (default %d)\n"                                \
-    "  --tokens N          tokens per micro-batch                   (default %d)\n"                                \
-    "  --type T            weight type: f32 f16 bf16 q8_0 q4_0      (default %s)\n"                                \
-    "  --seed N            weights and inputs                       (default %llu)\n"
-
 /* The demo's defaults: finishes in seconds on two ranks of a 2-core machine
  * and still shows the pipeline (several micro-batches, several layers per
  * rank, MoE layers). */
 void bt_cli_model_defaults(struct bt_model_config *c);
-/* Print BT_CLI_MODEL_HELP filled with c's values. */
+/* The model options' help, each with its range and c's value as default.
+ * One table in common.c gives both the help and the parser's ranges, and its
+ * upper limits are the model's own (BT_MODEL_MAX_* in model/model.h). */
 void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
 /* Apply one model option; false and a message in err for a bad value. */
 bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
@@ -84,6 +68,13 @@ bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pi
  * of memory: then *n_edges is -1).  The caller frees it. */
 uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges);
 void bt_cli_pipeline_free(struct bt_cli_pipeline *p);
+
+/* --threads N: at least 1 and at most the machine's online cores (more
+ * threads than cores make every barrier between ops wait for the OS
+ * scheduler: 4096 threads on 2 cores never finish).  what names the value in
+ * the message ("--threads", "rank 1: threads"). */
+bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n);
+long bt_cli_cores(void);
 
 /* Strict number parsers: the whole string, in range. */
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);

@@ -8,9 +8,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "agree.h"
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "signals.h"
 #include "transport.h"
 #ifdef BATON_HAVE_CUDA
 #include "bt_cuda.h"
@@ -82,7 +88,8 @@ enum {
     OPT_BACKEND
 };
 
-static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
+/* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
+static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, size_t errlen) {
     static const struct option longs[] = {
         {"topology", required_argument, 0, 't'},
         {"micro-batches", required_argument, 0, 'm'},
@@ -104,64 +111,132 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, bool quiet) {
     optind = 1;
     int code;
     long v;
-    char err[256];
+    const size_t errn = errlen;
     while ((code = getopt_long(argc, argv, ":t:m:c:vh", longs, NULL)) != -1) {
         err[0] = '\0';
         switch (code) {
-        case 't': o->topology = optarg; break;
+        case 't':
+            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
+            else o->topology = optarg;
+            break;
         case 'm':
-            if (!bt_cli_parse_int(optarg, 1, 1000000, &v)) snprintf(err, sizeof err, "--micro-batches: '%s' is not an integer in [1, 1000000]", optarg);
+            if (!bt_cli_parse_int(optarg, 1, 1000000, &v)) snprintf(err, errn, "--micro-batches: '%s' is not an integer in [1, 1000000]", optarg);
             else o->micro_batches = (int)v;
             break;
         case 'c':
-            if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: '%s' is not an integer in [1, %d]", optarg, BT_SCHED_MAX_COPIES);
+            if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, errn, "--copies: '%s' is not an integer in [1, %d]", optarg, BT_SCHED_MAX_COPIES);
             else o->copies = (int)v;
             break;
         case OPT_THREADS:
-            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: '%s' is not an integer in [1, 4096]", optarg);
-            else o->threads = (int)v;
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
+            else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
             break;
         case OPT_PARTITION: o->partition = optarg; break;
         case OPT_CHECK: o->check = 1; break;
         case OPT_NO_CHECK: o->check = 0; break;
-        case OPT_TRACE: o->trace = optarg; break;
+        case OPT_TRACE:
+            if (!*optarg) snprintf(err, errn, "--trace: the file name is empty");
+            else o->trace = optarg;
+            break;
         case OPT_JSON: o->json = true; break;
         case OPT_PROGRESS:
-            if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: '%s' is not an integer in [0, 1000000]", optarg);
+            if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, errn, "--progress-us: '%s' is not an integer in [0, 1000000]", optarg);
             else o->progress_us = (int)v;
             break;
         case OPT_BACKEND:
             if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) o->backend = optarg;
-            else snprintf(err, sizeof err, "--backend: '%s' is not cpu or cuda", optarg);
+            else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
             break;
         case 'v': o->verbose = true; break;
-        case 'h':
-            if (!quiet) demo_usage(stdout, o);
-            return 0;
-        case ':': snprintf(err, sizeof err, "%s needs a value", argv[optind - 1]); break;
+        case 'h': return 0;
+        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         case '?':
-            if (optopt) snprintf(err, sizeof err, "unknown option -%c", optopt);
-            else snprintf(err, sizeof err, "unknown option %s", argv[optind - 1]);
+            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
+            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
             break;
         default:
-            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) bt_cli_model_option(&o->model, code, optarg, err, sizeof err);
+            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) bt_cli_model_option(&o->model, code, optarg, err, errn);
             break;
         }
         if (err[0]) {
-            if (!quiet) fprintf(stderr, "baton demo: %s (try: baton demo --help)\n", err);
+            strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
             return 2;
         }
     }
     if (optind < argc) {
-        if (!quiet) fprintf(stderr, "baton demo: unexpected argument '%s' (try: baton demo --help)\n", argv[optind]);
+        snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
         return 2;
     }
-    if (bt_model_config_check(&o->model, err, sizeof err) != BT_OK) {
-        if (!quiet) fprintf(stderr, "baton demo: model: %s\n", err);
+    char merr[256];
+    if (bt_model_config_check(&o->model, merr, sizeof merr) != BT_OK) {
+        snprintf(err, errn, "model: %s", merr);
         return 2;
     }
     return -1; /* go on */
 }
+
+/* --trace FILE: rank 0 writes FILE at the end of the run, through a
+ * temporary file beside it; find out now, not after the run, whether it can
+ * (with the OS's reason). */
+static bool trace_writable(const char *path, char *err, size_t n) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, n, "--trace %s: is a directory", path);
+        return false;
+    }
+    char probe[4096];
+    if (snprintf(probe, sizeof probe, "%s.probe%d", path, (int)getpid()) >= (int)sizeof probe) {
+        snprintf(err, n, "--trace: the file name is too long");
+        return false;
+    }
+    FILE *f = fopen(probe, "wx");
+    if (!f) {
+        snprintf(err, n, "--trace %s: cannot write there: %s", path, strerror(errno));
+        return false;
+    }
+    fclose(f);
+    unlink(probe);
+    return true;
+}
+
+/* What every rank must have the same of: the options that change no graph
+ * (the graph hash would not see them) and the model's, named as the user
+ * wrote them (after the topology's defaults, so -c 2 and a topology's
+ * micro_batches: 2 agree). */
+static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) {
+    int n = 0;
+#define ITEM(OPT, GIVEN, ...)                                                             \
+    do {                                                                                  \
+        it[n].option = (OPT);                                                             \
+        it[n].given = (GIVEN);                                                            \
+        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                           \
+        n++;                                                                              \
+    } while (0)
+    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    ITEM("--micro-batches", true, "%d", o->micro_batches);
+    ITEM("--copies", true, "%d", o->copies);
+    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+    ITEM("--trace", o->trace != NULL, "%s", ""); /* writing it is collective; rank 0 names the file */
+    const struct bt_model_config *m = &o->model;
+    ITEM("--layers", true, "%d", m->n_layers);
+    ITEM("--d-model", true, "%d", m->d_model);
+    ITEM("--heads", true, "%d", m->n_heads);
+    ITEM("--d-ff", true, "%d", m->d_ff);
+    ITEM("--ffn", true, "%s", bt_ffn_kind_name(m->ffn));
+    ITEM("--experts", true, "%d", m->n_experts);
+    ITEM("--top-k", true, "%d", m->top_k);
+    ITEM("--shared", true, "%d", m->n_shared);
+    ITEM("--shared-gate", true, "%d", m->shared_gate);
+    ITEM("--norm-topk", true, "%d", m->norm_topk);
+    ITEM("--vocab", true, "%d", m->n_vocab);
+    ITEM("--tokens", true, "%d", m->n_tokens);
+    ITEM("--type", true, "%s", bt_type_name(m->wtype));
+    ITEM("--seed", true, "%llu", (unsigned long long)m->seed);
+#undef ITEM
+    return n;
+}
+#define DEMO_AGREE_ITEMS 20
 
 /* "4,4" -> counts; false on a malformed list */
 static bool parse_partition(const char *s, int *counts, int n, char *err, size_t errlen) {
@@ -373,28 +448,43 @@ int bt_cli_demo(int argc, char **argv) {
     o.check = -1;
     o.progress_us = 50;
     const int env_rank = bt_cli_env_rank();
-    const int pr = parse_demo(argc, argv, &o, env_rank != 0);
-    if (pr >= 0) return pr;
-    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (o.backend && o.topology && *o.topology) {
-        if (env_rank == 0)
-            fprintf(stderr, "baton demo: --backend %s and the topology %s%s: the topology names each rank's backend; "
-                            "give one or the other\n", o.backend, o.topology,
-                    getenv("BATON_TOPOLOGY") && o.topology == getenv("BATON_TOPOLOGY") ? " (from $BATON_TOPOLOGY)" : "");
-        return 2;
+    /* An error found before MPI starts (prc, perr) ends a one-process run at
+     * once; among several ranks it waits for MPI, so that the job ends with
+     * one message naming the rank even when only rank 1 found it. */
+    char perr[1024] = "";
+    int prc = parse_demo(argc, argv, &o, perr, sizeof perr);
+    if (prc == 0) {
+        if (env_rank == 0) demo_usage(stdout, &o);
+        return 0;
     }
+    if (prc < 0) prc = 0;
+    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+    if (!prc && o.backend && o.topology && *o.topology) {
+        snprintf(perr, sizeof perr, "--backend %s and the topology %s%s: the topology names each rank's backend; "
+                                    "give one or the other", o.backend, o.topology,
+                 getenv("BATON_TOPOLOGY") && o.topology == getenv("BATON_TOPOLOGY") ? " (from $BATON_TOPOLOGY)" : "");
+        prc = 2;
+    }
+    if (!prc && o.trace && env_rank == 0 && !trace_writable(o.trace, perr, sizeof perr)) prc = 2;
     const bool all_cuda = o.backend && strcmp(o.backend, "cuda") == 0;
 
     /* the topology before MPI: a bad file stops every rank at once */
     struct bt_topology topo;
     bool have_topo = false;
     char err[1024];
-    if (o.topology && *o.topology) {
+    if (!prc && o.topology && *o.topology) {
         if (bt_topology_load(o.topology, &topo, err, sizeof err) != BT_OK) {
-            if (env_rank == 0) fprintf(stderr, "%s\n", err);
-            return 1;
+            snprintf(perr, sizeof perr, "%s", err);
+            prc = 1;
+        } else {
+            have_topo = true;
         }
-        have_topo = true;
+    }
+    if (prc && !bt_cli_env_many_ranks()) {
+        /* a topology's own message is FILE:LINE:COLUMN: ... */
+        if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton demo: ", perr);
+        if (have_topo) bt_topology_free(&topo);
+        return prc;
     }
 
 #ifdef BATON_HAVE_CUDA
@@ -410,6 +500,7 @@ int bt_cli_demo(int argc, char **argv) {
         return 1;
     }
     const int P = t->size, rank = t->rank;
+    bt_cli_signals_install("baton demo", rank);
     /* every rank takes the same path through the checks below: a failure is
      * reported once (rank 0) and every rank leaves through `out` */
     int rc = 0;
@@ -424,19 +515,32 @@ int bt_cli_demo(int argc, char **argv) {
     struct bt_dist_stats *all = NULL;
     err[0] = '\0';
 
-    if (have_topo && bt_topology_check_world(&topo, P, err, sizeof err) != BT_OK) {
-        rc = 1;
-        goto out;
+    if (!prc && P > BT_TOPO_MAX_RANKS) {
+        snprintf(perr, sizeof perr, "%d ranks: baton runs at most %d (BT_SCHED_MAX_BACKENDS)", P, BT_TOPO_MAX_RANKS);
+        prc = 1;
     }
+    if (!prc && have_topo && bt_topology_check_world(&topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     if (o.copies == 0) o.copies = have_topo ? topo.pipeline.micro_batches : 2;
     if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
     int threads = o.threads;
-    if (threads == 0 && have_topo) threads = bt_topology_rank(&topo, rank)->threads;
+    if (!prc && threads == 0 && have_topo) {
+        const struct bt_topo_rank *tr = bt_topology_rank(&topo, rank);
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s:%d:%d: rank %d: threads", o.topology, tr->threads_pos.line,
+                 tr->threads_pos.col, rank);
+        if (tr->backend == BT_TOPO_BACKEND_CPU && !bt_cli_threads_check(tr->threads, what, perr, sizeof perr)) prc = 1;
+        threads = tr->threads;
+    }
     if (threads == 0) {
         const long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = (int)(cores / (t->local_size > 0 ? t->local_size : 1));
         if (threads < 1) threads = 1;
     }
+    struct bt_cli_agree_item items[DEMO_AGREE_ITEMS];
+    const int n_items = agree_items(&o, items);
+    BT_ASSERT(n_items == DEMO_AGREE_ITEMS);
+    rc = bt_cli_agree(t, "baton demo", prc, perr, items, n_items);
+    if (rc != 0) goto out;
     if (have_topo && !bt_cli_pipeline_from_topology(&topo, &pl)) {
         snprintf(err, sizeof err, "out of memory");
         rc = 1;

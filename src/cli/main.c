@@ -45,8 +45,19 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "baton bench: missing benchmark name (try: baton bench ops)\n");
+            fprintf(stderr, "baton bench: missing benchmark name (try: baton bench --help)\n");
             return 2;
+        }
+        if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "help")) {
+            printf("usage: baton bench ops|transport|pipeline [options]\n"
+                   "\n"
+                   "  ops        kernel benchmark: mul_mat and mul_mat_id per weight type\n"
+                   "  transport  baton's rank-to-rank transfers next to a raw MPI ping-pong\n"
+                   "             (mpirun -np 2)\n"
+                   "  pipeline   pipeline efficiency for P ranks and M micro-batches (mpirun -np P)\n"
+                   "\n"
+                   "baton bench NAME --help for the options of one.\n");
+            return 0;
         }
         if (!strcmp(argv[2], "pipeline")) return bt_cli_bench_pipeline(argc - 2, argv + 2);
         if (!strcmp(argv[2], "transport")) return bt_cli_bench_transport(argc - 2, argv + 2);

@@ -56,15 +56,14 @@ void bt_model_config_default(struct bt_model_config *c) {
     c->seed = 42;
 }
 
-/* Limits that keep every size of the model and its graph far from overflow
- * (element counts < 2^50, graph sizes < 2^31). */
-#define MAX_LAYERS 4096
-#define MAX_D_MODEL 65536
-#define MAX_D_FF 262144
-#define MAX_EXPERTS 1024
-#define MAX_SHARED 64
-#define MAX_VOCAB (1 << 22)
-#define MAX_TOKENS 65536
+/* the limits are in model.h (the command line's option table uses them) */
+#define MAX_LAYERS BT_MODEL_MAX_LAYERS
+#define MAX_D_MODEL BT_MODEL_MAX_D_MODEL
+#define MAX_D_FF BT_MODEL_MAX_D_FF
+#define MAX_EXPERTS BT_MODEL_MAX_EXPERTS
+#define MAX_SHARED BT_MODEL_MAX_SHARED
+#define MAX_VOCAB BT_MODEL_MAX_VOCAB
+#define MAX_TOKENS BT_MODEL_MAX_TOKENS
 
 static int fail(char *err, size_t n, const char *fmt, ...)
 #if defined(__GNUC__)

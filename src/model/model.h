@@ -80,6 +80,16 @@ struct bt_model_config {
     uint64_t seed;       /* weights and inputs */
 };
 
+/* Limits that keep every size of the model and its graph far from overflow
+ * (element counts < 2^50, graph sizes < 2^31); n_heads <= d_model. */
+#define BT_MODEL_MAX_LAYERS 4096
+#define BT_MODEL_MAX_D_MODEL 65536
+#define BT_MODEL_MAX_D_FF 262144
+#define BT_MODEL_MAX_EXPERTS 1024
+#define BT_MODEL_MAX_SHARED 64
+#define BT_MODEL_MAX_VOCAB (1 << 22)
+#define BT_MODEL_MAX_TOKENS 65536
+
 /* Small and fast: 4 layers, d_model 64, 4 heads, d_ff 128, top-2 of 8
  * experts (MOE_TOPK, norm_topk 1), n_vocab 256, 16 tokens, F32. */
 void bt_model_config_default(struct bt_model_config *c);

@@ -1,0 +1,50 @@
+/* agree.h - the ranks of one run agree on their options before any work.
+ *
+ * mpirun may start ranks with different command lines (`-np 1 baton demo -m 4
+ * : -np 1 baton demo -m 8`), and every rank parses its own.  Options that
+ * change no graph (micro-batches, copies, the seed, the partition) would
+ * otherwise make ranks wait for each other forever or compute something else
+ * in silence, and an error that only rank 1 found would end the job with no
+ * message (only rank 0 prints).  So, right after MPI starts, every rank sends
+ * rank 0 its own verdict on its command line (an exit code and a message)
+ * and the value of every option that must be the same everywhere; rank 0
+ * prints one message naming the first rank and option at fault, and every rank
+ * returns the same exit code.
+ */
+#ifndef BATON_CLI_AGREE_H
+#define BATON_CLI_AGREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "transport.h"
+
+#define BT_CLI_AGREE_VALUE 96 /* longer values are compared by their first 95 bytes */
+
+/* One option every rank must give the same value, as the user would write it
+ * ("--micro-batches", "8"); given false: the rank was started without it. */
+struct bt_cli_agree_item {
+    const char *option;
+    char value[BT_CLI_AGREE_VALUE];
+    bool given;
+};
+
+/* Before MPI: true when the launcher's environment says this process is one of
+ * several ranks (then an error found before MPI starts must go through
+ * bt_cli_agree so that the job ends with its message). */
+bool bt_cli_env_many_ranks(void);
+
+/* Collective, on every rank with the same n and option names.  rc, err: this
+ * rank's verdict so far (0 and "" when its command line is fine; else the
+ * exit code and its message).  Returns 0 when every rank is fine and every
+ * item agrees with rank 0's; else, on every rank, the exit code of the first
+ * rank at fault (2 for a mismatch), and rank 0 has printed
+ *   "PROG: MESSAGE"                    (rank 0's own error)
+ *   "PROG: rank R: MESSAGE"            (another rank's)
+ *   "PROG: rank R was started with --m 8 but rank 0 with --m 4; every rank
+ *    needs the same --m"
+ * A transport failure ends the job (the transport aborts). */
+int bt_cli_agree(bt_transport *t, const char *prog, int rc, const char *err, const struct bt_cli_agree_item *items,
+                 int n);
+
+#endif
