@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "qtypes.h"
 #include "quant_dot.h"
 #include "quants.h"
 #include "testutil.h"
@@ -229,6 +230,47 @@ START_TEST(test_vec_dots) {
 }
 END_TEST
 
+/* Every tile of qtypes.h's entries for the new types gives, element by
+ * element, the bits of the entry's vec_dot (rows and columns of different
+ * content, the same row twice as matmul.c may pass it). */
+START_TEST(test_tiles_equal_vec_dot) {
+    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
+                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    enum { K = 1024, R = 8 };
+    static float x[K];
+    static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 34];
+    tu_rng r;
+    tu_rng_init(&r, 99);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(types[t]);
+        ck_assert_msg(qt != NULL, "%s is not in qtypes.h's table", bt_type_name(types[t]));
+        ck_assert_uint_le(qt->act_size(K), sizeof act[0]);
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) + (i % 3 == 1 ? 0.3f : 0.0f);
+            bt_row_from_f32(types[t], x, w[i], K);
+            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f);
+            qt->quantize_act(x, act[i], K);
+        }
+        for (int ti = 0; ti < BT_CPU_QTILES && qt->tiles[ti].fn; ti++) {
+            const int rm = qt->tiles[ti].rm, rn = qt->tiles[ti].rn;
+            const void *rows[BT_CPU_TILE_MAX], *cols[BT_CPU_TILE_MAX];
+            for (int i = 0; i < rm; i++) rows[i] = w[(i * 3) % R == 0 && i ? 0 : (i * 3) % R];
+            for (int c = 0; c < rn; c++) cols[c] = act[(c * 5 + 1) % R];
+            float out[BT_CPU_TILE_MAX * BT_CPU_TILE_MAX];
+            qt->tiles[ti].fn(K, rows, cols, NULL, out);
+            for (int c = 0; c < rn; c++)
+                for (int i = 0; i < rm; i++) {
+                    float one;
+                    qt->vec_dot(K, &one, rows[i], cols[c]);
+                    ck_assert_msg(memcmp(&one, &out[c * rm + i], sizeof one) == 0,
+                                  "%s tile %dx%d element (%d,%d): %.9g, vec_dot %.9g", bt_type_name(types[t]), rm,
+                                  rn, i, c, out[c * rm + i], one);
+                }
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("quants");
     TCase *tc = tcase_create("core");
@@ -240,6 +282,7 @@ int main(void) {
     tcase_add_test(tc, test_k_tensor_access);
     tcase_add_test(tc, test_k_shape_errors);
     tcase_add_test(tc, test_vec_dots);
+    tcase_add_test(tc, test_tiles_equal_vec_dot);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

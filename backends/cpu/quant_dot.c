@@ -19,6 +19,7 @@
 
 #include "qtypes.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -128,62 +129,98 @@ static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     *s = acc;
 }
 
-/* Q4_K and Q5_K (Q5_K when qh != NULL) */
-static float dot_q45_K_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float dw,
-                             float dmin, const bt_block_q8_K *a) {
-    int isum = 0, imin = 0;
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        bt_q4_K_scale_min(j, scales, &sc, &m);
-        int sub = 0;
-        for (int l = 0; l < 32; l++) {
-            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
-            if (qh) q |= ((qh[l] >> j) & 1) << 4;
-            sub += q * a->qs[32 * j + l];
+/* Q4_K, Q5_K and Q6_K keep 16 float lanes per dot instead of one
+ * accumulator (so that the AVX-512 kernels and their tiles need no
+ * horizontal sum per block).  Lane l takes, per block, an exact integer: for
+ * each 64-element chunk g of the block, elements 64g + 4l .. 64g + 4l + 3 (the
+ * bytes vpdpwssd gathers into lane l), each times its sub-block's scale; for
+ * Q4_K / Q5_K lanes 0..7 also take the mins' term from the activation sums
+ * (lane i: m_i * (bsum[2i] + bsum[2i+1]) terms), for Q6_K lanes 0..7 its
+ * offset 32.  Then, block by block,
+ *     acc[l] = fma(float(lane int), da * dw, acc[l])
+ *     acc[l] = fma(-float(min int), da * dmin, acc[l])     (l < 8; Q4_K, Q5_K)
+ * and at the end the fixed tree hsum16 (lanes l + 8, then + 4, + 2, + 1). */
+static float hsum16(const float a[16]) {
+    float t8[8], t4[4], t2[2];
+    for (int i = 0; i < 8; i++) t8[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) t4[i] = t8[i] + t8[i + 4];
+    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
+    return t2[0] + t2[1];
+}
+
+/* Q4_K (qh NULL) and Q5_K: one block into the 16 lanes */
+static void q45_K_lanes_ref(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float dw, float dmin,
+                            const bt_block_q8_K *a, float acc[16]) {
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) bt_q4_K_scale_min(j, scales, &sc[j], &mn[j]);
+    const float dd = a->d * dw, dm = a->d * dmin;
+    for (int l = 0; l < 16; l++) {
+        int li = 0;
+        for (int g = 0; g < 4; g++) {
+            const int sub = 2 * g + (l >= 8);
+            int part = 0;
+            for (int i = 0; i < 4; i++) {
+                const int e = 4 * (l % 8) + i; /* element of the sub-block */
+                int q = (qs[32 * g + e] >> (4 * (l >= 8))) & 0xF;
+                if (qh) q |= ((qh[e] >> sub) & 1) << 4;
+                part += q * a->qs[64 * g + 4 * l + i];
+            }
+            li += sc[sub] * part;
         }
-        isum += sc * sub;
-        imin += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+        acc[l] = fmaf((float)li, dd, acc[l]);
+        if (l < 8) {
+            const int mi = mn[l] * a->bsums[2 * l] + mn[l] * a->bsums[2 * l + 1];
+            acc[l] = fmaf(-(float)mi, dm, acc[l]);
+        }
     }
-    return (a->d * dw) * (float)isum - (a->d * dmin) * (float)imin;
 }
 
 static void dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q4_K *w = vw;
     const bt_block_q8_K *a = va;
-    float acc = 0;
+    float acc[16] = {0};
     for (int64_t b = 0; b < k / BT_QK_K; b++)
-        acc += dot_q45_K_block(w[b].scales, w[b].qs, NULL, h2f(w[b].d), h2f(w[b].dmin), &a[b]);
-    *s = acc;
+        q45_K_lanes_ref(w[b].scales, w[b].qs, NULL, h2f(w[b].d), h2f(w[b].dmin), &a[b], acc);
+    *s = hsum16(acc);
 }
 
 static void dot_q5_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_K *w = vw;
     const bt_block_q8_K *a = va;
-    float acc = 0;
+    float acc[16] = {0};
     for (int64_t b = 0; b < k / BT_QK_K; b++)
-        acc += dot_q45_K_block(w[b].scales, w[b].qs, w[b].qh, h2f(w[b].d), h2f(w[b].dmin), &a[b]);
-    *s = acc;
+        q45_K_lanes_ref(w[b].scales, w[b].qs, w[b].qh, h2f(w[b].d), h2f(w[b].dmin), &a[b], acc);
+    *s = hsum16(acc);
+}
+
+/* the 6-bit value (0..63, offset 32) of element j of a Q6_K block */
+static inline int q6_get(const bt_block_q6_K *w, int j) {
+    const int h = j / 128, sb = (j % 128) / 32, l = j % 32;
+    const int lo = (w->ql[64 * h + l + 32 * (sb & 1)] >> (4 * (sb >> 1))) & 0xF;
+    const int hi = (w->qh[32 * h + l] >> (2 * sb)) & 3;
+    return lo | (hi << 4);
 }
 
 static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q6_K *w = vw;
     const bt_block_q8_K *a = va;
-    float acc = 0;
+    float acc[16] = {0};
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int sub = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) {
-                const int h = i / 128, sb = (i % 128) / 32, l = i % 32;
-                const int lo = (w[b].ql[64 * h + l + 32 * (sb & 1)] >> (4 * (sb >> 1))) & 0xF;
-                const int hi = (w[b].qh[32 * h + l] >> (2 * sb)) & 3;
-                sub += ((lo | (hi << 4)) - 32) * a[b].qs[i];
+        const float dd = a[b].d * h2f(w[b].d);
+        for (int l = 0; l < 16; l++) {
+            int li = 0;
+            for (int g = 0; g < 4; g++) {
+                int part = 0;
+                const int e0 = 64 * g + 4 * l; /* 4 elements, one 16-element sub-block */
+                for (int i = 0; i < 4; i++) part += q6_get(&w[b], e0 + i) * a[b].qs[e0 + i];
+                li += w[b].scales[e0 / 16] * part;
             }
-            isum += w[b].scales[j] * sub;
+            if (l < 8) /* the offset 32, through the sums of sub-blocks 2l and 2l+1 */
+                li -= 32 * (w[b].scales[2 * l] * a[b].bsums[2 * l] + w[b].scales[2 * l + 1] * a[b].bsums[2 * l + 1]);
+            acc[l] = fmaf((float)li, dd, acc[l]);
         }
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
     }
-    *s = acc;
+    *s = hsum16(acc);
 }
 
 /* ---- AVX-512 (BW, VL, VNNI) --------------------------------------------------- *
@@ -213,48 +250,195 @@ static inline int dot16_i16(__m256i s16, const int16_t *b16) {
     return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(t));
 }
 
-static float dot_q45_K_block_avx512(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
-                                    float dw, float dmin, const bt_block_q8_K *a) {
+/* hsum16's tree */
+static inline float hsum16_avx512(__m512 v) {
+    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* int16 lanes i -> entry idx(i) of a table of 32 int16 */
+static inline __m512i perm16(__m512i table, __m512i idx) { return _mm512_permutexvar_epi16(idx, table); }
+
+/* A Q4_K / Q5_K block's 8 scales and 8 mins as 16 int16 (sc0..7, m0..7). */
+static inline __m256i q4_K_scales16(const uint8_t *scales) {
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3f;
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u));
+}
+
+/* Weight row r, block b: its scale table and per-chunk unpacking. */
+struct k_row {
+    __m512i table; /* int16: the scales (and for Q4_K / Q5_K the mins at 8..15) */
+    __m256i mins;  /* Q4_K / Q5_K: m_i twice per pair of activation sums */
+    float d, dmin;
+};
+
+/* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns, in the
+ * lane order of q45_K_lanes_ref. */
+static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const void *const *w_rows,
+                                                             const void *const *acts, float *out,
+                                                             const int RM, const int RN, const bool q5) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; j++) bt_q4_K_scale_min(j, scales, &sc[j], &mn[j]);
-    __m512i acc = _mm512_setzero_si512();
-    const __m512i hb = qh ? bcast32(qh) : _mm512_setzero_si512();
-    for (int g = 0; g < 4; g++) {
-        /* sub-blocks 2g (low nibbles) and 2g+1 (high nibbles): elements 64g .. 64g+63 */
-        __m512i q = bcast32(qs + 32 * g);
-        q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 4), m4);
-        if (qh) {
-            const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << (2 * g))), UPPER8,
-                                                     _mm512_set1_epi8((char)(2 << (2 * g))));
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
+    /* vpermw indices: chunk g's scales (lanes 0..15 sub 2g, 16..31 sub 2g+1); mins */
+    const __m512i half = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        4);
+    const __m256i min_idx = _mm256_add_epi16(
+        _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
+        _mm256_set1_epi16(8));
+    __m512 acc[4][4];
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *ab[4];
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        const uint8_t *wb[4];
+        struct k_row kr[4];
+        for (int r = 0; r < RM; r++) {
+            wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            const bt_block_q4_K *w4 = (const bt_block_q4_K *)wb[r]; /* d, dmin, scales: same in Q5_K */
+            const __m256i s16 = q4_K_scales16(w4->scales);
+            kr[r].table = _mm512_zextsi256_si512(s16);
+            kr[r].mins = _mm256_permutexvar_epi16(min_idx, s16);
+            kr[r].d = h2f(w4->d);
+            kr[r].dmin = h2f(w4->dmin);
         }
-        const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(a->qs + 64 * g));
-        acc = _mm512_dpwssd_epi32(acc, p, scale_pair(sc[2 * g], sc[2 * g + 1]));
+        __m512i isum[4][4];
+        for (int r = 0; r < RM; r++)
+            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        for (int g = 0; g < 4; g++) {
+            __m512i av[4];
+            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
+            const __m512i sidx = _mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * g)));
+            for (int r = 0; r < RM; r++) {
+                const uint8_t *qs = q5 ? ((const bt_block_q5_K *)wb[r])->qs : ((const bt_block_q4_K *)wb[r])->qs;
+                __m512i q = bcast32(qs + 32 * g);
+                q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 4), m4);
+                if (q5) {
+                    const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << (2 * g))), UPPER8,
+                                                             _mm512_set1_epi8((char)(2 << (2 * g))));
+                    const __m512i hb = bcast32(((const bt_block_q5_K *)wb[r])->qh);
+                    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
+                }
+                const __m512i scv = perm16(kr[r].table, sidx);
+                for (int c = 0; c < RN; c++)
+                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
+            }
+        }
+        for (int c = 0; c < RN; c++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            for (int r = 0; r < RM; r++) {
+                const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
+                const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(kr[r].mins, bsums));
+                acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(dm), acc[r][c]);
+            }
+        }
     }
-    const int isum = _mm512_reduce_add_epi32(acc);
-    int imin = 0;
-    for (int j = 0; j < 8; j++) imin += mn[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
-    return (a->d * dw) * (float)isum - (a->d * dmin) * (float)imin;
+    for (int c = 0; c < RN; c++)
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
-static void dot_q4_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++)
-        acc += dot_q45_K_block_avx512(w[b].scales, w[b].qs, NULL, h2f(w[b].d), h2f(w[b].dmin), &a[b]);
-    *s = acc;
+/* An RM x RN tile of Q6_K rows against Q8_K columns, in dot_q6_K_ref's lane
+ * order. */
+static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const void *const *w_rows,
+                                                            const void *const *acts, float *out,
+                                                            const int RM, const int RN) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    /* int16 lane i of chunk g covers elements 64g + 2i, +1: sub-block 4g + i / 8 */
+    const __m512i eighth = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        3);
+    __m512 acc[4][4];
+    for (int r = 0; r < RM; r++)
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *ab[4];
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        const bt_block_q6_K *wb[4];
+        __m512i table[4];
+        __m256i sc16[4];
+        for (int r = 0; r < RM; r++) {
+            wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
+            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
+            table[r] = _mm512_zextsi256_si512(sc16[r]);
+        }
+        __m512i isum[4][4];
+        for (int r = 0; r < RM; r++)
+            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        for (int g = 0; g < 4; g++) { /* chunk g: half g / 2, pair g % 2 */
+            const int h = g / 2, pr = g % 2;
+            __m512i av[4];
+            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
+            const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
+            for (int r = 0; r < RM; r++) {
+                const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
+                const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
+                /* pair 0: low nibbles, qh bits 0-1 then 2-3; pair 1: high nibbles, bits 4-5 then 6-7 */
+                __m512i hi = pr ? _mm512_srli_epi16(qhb, 4) : qhb;
+                hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
+                const __m512i lo = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                const __m512i q = _mm512_or_si512(_mm512_and_si512(lo, m4),
+                                                  _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
+                const __m512i scv = perm16(table[r], sidx);
+                for (int c = 0; c < RN; c++)
+                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
+            }
+        }
+        for (int c = 0; c < RN; c++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            for (int r = 0; r < RM; r++) {
+                /* the offset: lane i < 8 loses 32 * (sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1]) */
+                const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16[r], bsums), 5);
+                const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
+                const float dd = ab[c]->d * h2f(wb[r]->d);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < RN; c++)
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
-static void dot_q5_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++)
-        acc += dot_q45_K_block_avx512(w[b].scales, w[b].qs, w[b].qh, h2f(w[b].d), h2f(w[b].dmin), &a[b]);
-    *s = acc;
-}
+#define K_TILES(name, call)                                                                          \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(4, 1);                                                                                  \
+    }                                                                                                \
+    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(4, 2);                                                                                  \
+    }                                                                                                \
+    static void qtile_##name##_2x4(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(2, 4);                                                                                  \
+    }                                                                                                \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
+        const void *const *w = &vw, *const *a = &va;                                                 \
+        float *out = s;                                                                              \
+        call(1, 1);                                                                                  \
+    }
+#define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, false)
+#define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, true)
+#define CALL_Q6_K(RM, RN) q6_K_tile(k, w, a, out, RM, RN)
+K_TILES(q4_K, CALL_Q4_K)
+K_TILES(q5_K, CALL_Q5_K)
+K_TILES(q6_K, CALL_Q6_K)
+#define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 /* int16 lanes i -> element base + i / 8 of a 16-entry int16 table (the scale
  * of the 16-element sub-block a maddubs pair lane belongs to) */
@@ -265,38 +449,6 @@ static inline __m512i spread_scales(__m512i table, int base) {
                           3),
         _mm512_set1_epi16((short)base));
     return _mm512_permutexvar_epi16(idx, table);
-}
-
-static void dot_q6_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q6_K *w = vw;
-    const bt_block_q8_K *a = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
-        const __m512i table = _mm512_zextsi256_si512(sc16);
-        __m512i accv = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * h);
-            const __m512i qhb = bcast32(w[b].qh + 32 * h);
-            /* elements 128h + 0..63: low nibbles of ql, qh bits 0-1 (first 32) and 2-3 */
-            __m512i hi = _mm512_mask_srli_epi16(qhb, UPPER16, qhb, 2);
-            __m512i q = _mm512_or_si512(_mm512_and_si512(ql, m4),
-                                        _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
-            __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(a[b].qs + 128 * h));
-            accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h));
-            /* elements 128h + 64..127: high nibbles, qh bits 4-5 and 6-7 */
-            hi = _mm512_srli_epi16(qhb, 4);
-            hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
-            q = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
-            p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(a[b].qs + 128 * h + 64));
-            accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h + 4));
-        }
-        const int isum = _mm512_reduce_add_epi32(accv) - 32 * dot16_i16(sc16, a[b].bsums);
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
-    }
-    *s = acc;
 }
 
 /* Q2_K (hmask NULL) and Q3_K: the 2-bit fields of half h, pair pr (elements
@@ -457,19 +609,23 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
 static size_t act_size_q8_0(int64_t k) { return (size_t)(k / BT_QK) * sizeof(bt_block_q8_0); }
 static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
 
-#define QTYPE(name, act)                                                  \
+#define QTYPE(name, act, tiles)                                           \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
         /* .act_name     = */ #act " (ggml's block_" #act ")",            \
         /* .act_size     = */ act_size_##act,                             \
         /* .quantize_act = */ bt_##act##_from_f32,                        \
         /* .vec_dot      = */ FAST(name),                                 \
-        /* .tiles        = */ {{0, 0, NULL}},                             \
+        /* .tiles        = */ tiles,                                      \
     }
-QTYPE(q4_1, q8_0);
-QTYPE(q5_0, q8_0);
-QTYPE(q5_1, q8_0);
-QTYPE(q2_K, q8_K);
-QTYPE(q3_K, q8_K);
-QTYPE(q4_K, q8_K);
-QTYPE(q5_K, q8_K);
-QTYPE(q6_K, q8_K);
+#define NO_TILES {{0, 0, NULL}}
+#ifndef HAVE_QDOT_AVX512
+#define K_TILE_LIST(name) NO_TILES
+#endif
+QTYPE(q4_1, q8_0, NO_TILES);
+QTYPE(q5_0, q8_0, NO_TILES);
+QTYPE(q5_1, q8_0, NO_TILES);
+QTYPE(q2_K, q8_K, NO_TILES);
+QTYPE(q3_K, q8_K, NO_TILES);
+QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K));
+QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K));
+QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K));
