@@ -12,15 +12,16 @@
 #define MAX_NT 4
 
 /* NMSE bounds of mul_mat / mul_mat_id against the double-precision reference
- * on the dequantised weights (k <= 1024, values in [-1, 1)).  Float weights
- * are converted exactly and only F32 rounding of the sums remains (measured
- * about 4e-13); quantised weights also round each activation to int8 blocks
- * of 32 (measured up to 6e-5). */
+ * on the dequantised weights (k <= 1024, values in [-1, 1)).  F32 and F16
+ * weights are converted exactly and only F32 rounding of the sums remains
+ * (measured about 4e-13).  BF16 weights may also round the activations to
+ * BF16 (the AVX512-BF16 dot; measured up to 2e-6).  Quantised weights round
+ * each activation to int8 blocks of 32 (measured up to 6e-5). */
 static double tol_matmul(enum bt_type wt) {
     switch (wt) {
     case BT_TYPE_F32:
-    case BT_TYPE_F16:
-    case BT_TYPE_BF16: return 1e-11;
+    case BT_TYPE_F16: return 1e-11;
+    case BT_TYPE_BF16: return 1e-5;
     case BT_TYPE_Q8_0: return 2e-4;
     case BT_TYPE_Q4_0: return 2e-4;
     /* activations as blocks of 32 too: bounded like Q8_0 (until measured) */

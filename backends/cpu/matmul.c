@@ -873,9 +873,11 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(a->type);
     s.shared = qt ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
-    /* tmp: a converted A panel (GEMM) or one converted row (reference) */
+    /* tmp: a converted A panel (GEMM), one converted row (reference) or the
+     * dot path's columns as BF16 pairs */
     int64_t tmp = (int64_t)MR * BT_MM_KC;
     if (k > tmp) tmp = k;
+    if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
     size_t off = 0;
     s.ap = off;
     off += qt ? 0 : ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
@@ -1121,8 +1123,6 @@ static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
             for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
 }
 
-/* Rows [r0, r1) of job jb on this thread. */
-
 /* ---- dot path for float weights (AVX-512): the GEMM order without packing --- */
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -1224,6 +1224,238 @@ static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
 #define HAVE_DOT_T 0
 #endif
 
+/* ---- BF16 weights with the BF16 dot instruction (AVX512-BF16) ------------- *
+ *
+ * vdpbf16ps does acc += w[2q] * b[2q] + w[2q+1] * b[2q+1] per lane in one
+ * instruction, twice the work of an F32 FMA.  Activations are rounded to
+ * BF16 (round to nearest even, as vcvtne2ps2bf16; once per column, the same
+ * way on every path), as ggml does for BF16 weights.  The order per output
+ * element: acc = dpbf16(acc, pair q of the row, pair q of the column) for
+ * q = 0, 1, ... in increasing order, an odd k padded with a zero pair half
+ * on both sides; the GEMM path (packed pairs, MR rows x NR columns) and the
+ * dot path (16 rows, 16 x 16 pair blocks transposed in registers) both
+ * follow it, so they give the same bits. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
+#define HAVE_BF16_DOT 1
+
+static inline __m512 dpbf16(__m512 acc, __m512 w, __m512 b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(w), (__m512bh)_mm512_castps_si512(b));
+}
+
+/* x[0 .. n) -> (n + 1) / 2 BF16 pairs (element 2q low, 2q+1 high; a missing
+ * last high half is zero) */
+static void f32_to_bf16_pairs(const float *x, int64_t n, uint32_t *dst) {
+    for (int64_t i = 0; i < n; i += 32) {
+        const int64_t rest = n - i;
+        const __mmask16 m0 = (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1u);
+        const __mmask16 m1 = (__mmask16)(rest >= 32 ? 0xffff : rest > 16 ? (1u << (rest - 16)) - 1u : 0u);
+        const __m512 lo = _mm512_maskz_loadu_ps(m0, x + i), hi = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        const __m512i p = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        const int64_t np = rest >= 32 ? 16 : (rest + 1) / 2;
+        _mm512_mask_storeu_epi32(dst + i / 2, (__mmask16)(np >= 16 ? 0xffff : (1u << np) - 1u), p);
+    }
+}
+
+/* Pack pairs [pc/2, pc/2 + kp) of rows [r0, r0+mc) of a (BF16) into MR-row
+ * panels ap[p][q][MR] (dwords).  tmp: MR * kp dwords for an odd k's last
+ * block (the last pair's high half zeroed). */
+static void pack_a_bf16(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
+                        int64_t kc, uint32_t *restrict ap, uint32_t *restrict tmp) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        const float *src[MR];
+        for (int r = 0; r < MR; r++) {
+            src[r] = NULL;
+            if (p0 + r >= mc) continue;
+            const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1 + (size_t)pc * 2;
+            if (kc % 2 == 0) {
+                src[r] = (const float *)row;
+            } else {
+                uint32_t *t = tmp + (size_t)r * (size_t)kp;
+                memcpy(t, row, (size_t)kc * 2);
+                ((uint16_t *)t)[kc] = 0;
+                src[r] = (const float *)t;
+            }
+        }
+        for (int h = 0; h < MR; h += 16) interleave(src + h, kp, (float *)ap + p0 * kp + h, MR);
+    }
+}
+
+/* Columns [j0, j0+nc) x elements [pc, pc+kc) as BF16 pairs in NR-column
+ * panels bp[p][q][NR] (dwords). */
+static void pack_b_bf16(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
+                        uint32_t *restrict bp) {
+    const int64_t kp = (kc + 1) / 2;
+    uint32_t cols[NR][BT_MM_KC / 2];
+    for (int64_t p0 = 0; p0 < nc; p0 += NR) {
+        const float *src[16];
+        for (int j = 0; j < 16; j++) {
+            src[j] = NULL;
+            if (j < NR && p0 + j < nc) {
+                f32_to_bf16_pairs(bcols[j0 + p0 + j] + pc, kc, cols[j]);
+                src[j] = (const float *)cols[j];
+            }
+        }
+        interleave(src, kp, (float *)bp + p0 * kp, NR);
+    }
+}
+
+/* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kp
+ * pairs (gemm_ukernel with the BF16 dot). */
+static void gemm_ukernel_bf16(int64_t kp, const uint32_t *restrict ap, const uint32_t *restrict bp,
+                              float *const *dcols, int64_t row, int mr, int nr, bool first) {
+    __m512 c0[NR], c1[NR];
+    const int n0 = mr < VL ? mr : VL;
+    const int n1 = mr > VL ? mr - VL : 0;
+#pragma GCC unroll 16
+    for (int j = 0; j < NR; j++) {
+        if (first || j >= nr) {
+            c0[j] = vf_zero();
+            c1[j] = vf_zero();
+        } else if (mr == MR) {
+            c0[j] = vf_load(dcols[j] + row);
+            c1[j] = vf_load(dcols[j] + row + VL);
+        } else {
+            c0[j] = vf_load_n(dcols[j] + row, n0);
+            c1[j] = n1 > 0 ? vf_load_n(dcols[j] + row + VL, n1) : vf_zero();
+        }
+    }
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < kp; q++) {
+        const __m512 a0 = _mm512_loadu_ps((const float *)ap);
+        const __m512 a1 = _mm512_loadu_ps((const float *)ap + VL);
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            const __m512 b = _mm512_castsi512_ps(_mm512_set1_epi32((int)bp[j]));
+            c0[j] = dpbf16(c0[j], a0, b);
+            c1[j] = dpbf16(c1[j], a1, b);
+        }
+        ap += MR;
+        bp += NR;
+    }
+    if (mr == MR) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            if (j < nr) {
+                vf_store(dcols[j] + row, c0[j]);
+                vf_store(dcols[j] + row + VL, c1[j]);
+            }
+        }
+    } else {
+        for (int j = 0; j < nr; j++) {
+            vf_store_n(dcols[j] + row, c0[j], n0);
+            if (n1 > 0) vf_store_n(dcols[j] + row + VL, c1[j], n1);
+        }
+    }
+}
+
+/* GEMM path for BF16 weights over rows [r0, r1) of one job. */
+static void run_gemm_bf16(const struct mm_plan *pl, const char *a, int64_t ncols,
+                          const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                          uint32_t *ap, uint32_t *bp, uint32_t *tmp) {
+    const int64_t k = pl->k;
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
+        const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
+        for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
+            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC, kp = (kc + 1) / 2;
+            pack_b_bf16(bcols, jc, nc, pc, kc, bp);
+            for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
+                const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
+                pack_a_bf16(pl, a, ic, mc, pc, kc, ap, tmp);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+                        gemm_ukernel_bf16(kp, ap + ir * kp, bp + jr * kp,
+                                          (float *const *)dcols + jc + jr, ic + ir, mr, nr, pc == 0);
+                    }
+                }
+            }
+        }
+    }
+    if (k == 0)
+        for (int64_t j = 0; j < ncols; j++)
+            for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
+}
+
+/* Dot path: rows[16] (the last real row repeated beyond nrows) x RN columns
+ * given as BF16 pairs (pcols); 16 pairs of 16 rows transposed per step. */
+static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, int64_t k,
+                                                                   const char *const *rows,
+                                                                   const uint32_t *const *pcols,
+                                                                   float *const *dcols,
+                                                                   int64_t row0, int nrows) {
+    const int64_t kp = (k + 1) / 2;
+    __m512 acc[BT_MM_GEMM_MIN_COLS];
+    for (int j = 0; j < RN; j++) acc[j] = _mm512_setzero_ps();
+    int64_t q = 0;
+    for (; q + 16 <= k / 2; q += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + q * 4 + BT_MM_PREFETCH_T, _MM_HINT_T0);
+        for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps((const float *)(rows[i] + q * 4));
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++)
+            for (int j = 0; j < RN; j++)
+                acc[j] = dpbf16(acc[j], r[t], _mm512_castsi512_ps(_mm512_set1_epi32((int)pcols[j][q + t])));
+    }
+    if (q < kp) {
+        /* the last < 16 pairs: whole pairs, then (odd k) one half pair */
+        const int n = (int)(kp - q), full = (int)(k / 2 - q);
+        const __mmask16 mf = (__mmask16)((1u << full) - 1u);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) {
+            __m512i v = _mm512_maskz_loadu_epi32(mf, rows[i] + q * 4);
+            if (n > full) { /* element k-1 alone, high half zero */
+                uint16_t last;
+                memcpy(&last, rows[i] + (k - 1) * 2, 2);
+                v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << full), (int)last);
+            }
+            r[i] = _mm512_castsi512_ps(v);
+        }
+        transpose16(r);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < RN; j++)
+                acc[j] = dpbf16(acc[j], r[t], _mm512_castsi512_ps(_mm512_set1_epi32((int)pcols[j][q + t])));
+    }
+    const __mmask16 sm = (__mmask16)(nrows >= 16 ? 0xffff : (1u << nrows) - 1u);
+    for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
+}
+
+typedef void (*dot_t_bf16_fn)(int64_t k, const char *const *rows, const uint32_t *const *pcols,
+                              float *const *dcols, int64_t row0, int nrows);
+#define DEF_DOT_TB(RN)                                                                         \
+    static void dot_t_bf16_##RN(int64_t k, const char *const *rows, const uint32_t *const *pcols, \
+                                float *const *dcols, int64_t row0, int nrows) {                \
+        dot_t_bf16_tile(RN, k, rows, pcols, dcols, row0, nrows);                              \
+    }
+DEF_DOT_TB(1) DEF_DOT_TB(2) DEF_DOT_TB(3) DEF_DOT_TB(4) DEF_DOT_TB(5) DEF_DOT_TB(6) DEF_DOT_TB(7)
+
+/* Dot path for BF16 weights over rows [r0, r1) of a job with 1..7 columns;
+ * the columns are converted to BF16 pairs into tmp first. */
+static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncols,
+                           const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                           uint32_t *tmp) {
+    static const dot_t_bf16_fn fns[8] = {NULL, dot_t_bf16_1, dot_t_bf16_2, dot_t_bf16_3,
+                                         dot_t_bf16_4, dot_t_bf16_5, dot_t_bf16_6, dot_t_bf16_7};
+    BT_ASSERT(ncols >= 1 && ncols < 8);
+    const int64_t k = pl->k, kp = (k + 1) / 2;
+    const uint32_t *pcols[8];
+    for (int64_t j = 0; j < ncols; j++) {
+        f32_to_bf16_pairs(bcols[j], k, tmp + j * kp);
+        pcols[j] = tmp + j * kp;
+    }
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int n = (int)(r1 - r < 16 ? r1 - r : 16);
+        const char *rows[16];
+        for (int i = 0; i < 16; i++) rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
+        fns[ncols](k, rows, pcols, dcols, r, n);
+    }
+}
+#else
+#define HAVE_BF16_DOT 0
+#endif
+
 /* Rows [r0, r1) of job jb on this thread. */
 static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1, char *slice,
                     const struct mm_slice *sl) {
@@ -1236,6 +1468,18 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         run_q(pl, a, ncols, bcols, dcols, r0, r1);
         return;
     }
+#if HAVE_BF16_DOT
+    if (pl->type == BT_TYPE_BF16) {
+        if (ncols < BT_MM_GEMM_MIN_COLS)
+            run_dot_t_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1,
+                           (uint32_t *)(slice + sl->tmp));
+        else
+            run_gemm_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1,
+                          (uint32_t *)(slice + sl->ap), (uint32_t *)(slice + sl->bp),
+                          (uint32_t *)(slice + sl->tmp));
+        return;
+    }
+#endif
 #if HAVE_DOT_T
     if (ncols < BT_MM_GEMM_MIN_COLS) {
         run_dot_t(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1);

@@ -94,33 +94,47 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static double cpu_s(void) { /* CPU time of the whole process (all its threads) */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 /* Median seconds per bt_cpu_graph_compute of g over reps runs (after one
- * warm-up run); < 0 on a compute error (message printed). */
-static double time_graph(bt_cpu *cpu, struct bt_graph *g, int reps) {
-    double *t = malloc(sizeof(double) * (size_t)reps);
+ * warm-up run), and in *cpu the median CPU seconds the process used per run;
+ * < 0 on a compute error (message printed). */
+static double time_graph(bt_cpu *cpu, struct bt_graph *g, int reps, double *cpu_sec) {
+    double *t = malloc(sizeof(double) * 2 * (size_t)reps);
     if (!t) return -1.0;
     double med = -1.0;
     enum bt_status s = bt_cpu_graph_compute(cpu, g);
     for (int r = 0; r < reps && s == BT_OK; r++) {
-        const double t0 = now_s();
+        const double t0 = now_s(), c0 = cpu_s();
         s = bt_cpu_graph_compute(cpu, g);
+        t[reps + r] = cpu_s() - c0;
         t[r] = now_s() - t0;
     }
     if (s != BT_OK) {
         fprintf(stderr, "baton bench: compute failed: %s\n", bt_cpu_error(cpu));
     } else {
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        med = median(t, reps);
+        *cpu_sec = median(t + reps, reps);
     }
     free(t);
     return med;
 }
 
 static void print_row(const char *op, enum bt_type type, const char *shape, int nth, double sec,
-                      double flop, double wbytes, double bw, double peak) {
-    printf("%-10s %-5s %-28s %3d %10.3f %9.1f %9.2f %7.1f%% %7.1f%%\n", op, bt_type_name(type),
+                      double csec, double flop, double wbytes, double bw, double peak) {
+    printf("%-10s %-5s %-28s %3d %10.3f %9.1f %9.2f %7.1f%% %7.1f%% %9.1f\n", op, bt_type_name(type),
            shape, nth, sec * 1e3, flop / sec * 1e-9, wbytes / sec * 1e-9,
-           bw > 0 ? 100.0 * wbytes / sec / bw : 0.0, peak > 0 ? 100.0 * flop / sec / peak : 0.0);
+           bw > 0 ? 100.0 * wbytes / sec / bw : 0.0, peak > 0 ? 100.0 * flop / sec / peak : 0.0,
+           csec > 0 ? flop / csec * 1e-9 : 0.0);
     fflush(stdout);
 }
 
@@ -181,13 +195,14 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
             rc = 1;
             break;
         }
-        const double sec = time_graph(cpu, g, reps);
+        double csec = 0.0;
+        const double sec = time_graph(cpu, g, reps, &csec);
         bt_cpu_free(cpu);
         if (sec < 0) {
             rc = 1;
             break;
         }
-        print_row("mul_mat", type, shape, o->threads[ti], sec / n_copies, flop, wbytes,
+        print_row("mul_mat", type, shape, o->threads[ti], sec / n_copies, csec / n_copies, flop, wbytes,
                   mc->read_bw[ti], mc->fma_peak[ti]);
     }
     bt_free(ctx);
@@ -261,14 +276,15 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
                 rc = 1;
                 break;
             }
-            const double sec = time_graph(cpu, g, reps[si]);
+            double csec = 0.0;
+            const double sec = time_graph(cpu, g, reps[si], &csec);
             bt_cpu_free(cpu);
             if (sec < 0) {
                 rc = 1;
                 break;
             }
-            print_row("mul_mat_id", type, shape, o->threads[ti], sec, flop, wbytes, mc->read_bw[ti],
-                      mc->fma_peak[ti]);
+            print_row("mul_mat_id", type, shape, o->threads[ti], sec, csec, flop, wbytes,
+                      mc->read_bw[ti], mc->fma_peak[ti]);
         }
     }
     bt_free(ctx);
@@ -410,10 +426,12 @@ int bt_cli_bench(int argc, char **argv) {
                mc.fma_peak[ti] * 1e-9);
     }
     printf("time: median of %d calls (large shapes %d); weight GB/s: weight bytes read / time;\n"
-           "%%bw: of the streaming read bandwidth, %%fma: of the FMA peak, same thread count\n\n",
+           "%%bw: of the streaming read bandwidth, %%fma: of the FMA peak, same thread count;\n"
+           "GF/cpu-s: FLOPs per second of CPU time the process used (all threads): on a machine\n"
+           "shared with other work, compare kernels by this figure at 1 thread\n\n",
            reps_small, reps_large);
-    printf("%-10s %-5s %-28s %3s %10s %9s %9s %8s %8s\n", "op", "type", "shape", "thr", "time ms",
-           "GFLOP/s", "wGB/s", "%bw", "%fma");
+    printf("%-10s %-5s %-28s %3s %10s %9s %9s %8s %8s %9s\n", "op", "type", "shape", "thr", "time ms",
+           "GFLOP/s", "wGB/s", "%bw", "%fma", "GF/cpu-s");
 
     static const enum bt_type order[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0,
                                          BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1,
