@@ -802,9 +802,17 @@ int64_t bt_gguf_value_i64(const struct bt_gguf *g, const struct bt_gguf_value *v
     case BT_GGUF_TYPE_INT32: RD(int32_t)
     case BT_GGUF_TYPE_UINT64: RD(uint64_t)
     case BT_GGUF_TYPE_INT64: RD(int64_t)
-    case BT_GGUF_TYPE_FLOAT32: RD(float)
-    case BT_GGUF_TYPE_FLOAT64: RD(double)
 #undef RD
+    case BT_GGUF_TYPE_FLOAT32:
+    case BT_GGUF_TYPE_FLOAT64: {
+        /* truncated toward zero, clamped to int64's range, NaN as 0 (a
+         * plain cast of an out-of-range float is undefined) */
+        double x = bt_gguf_value_f64(g, v);
+        if (x != x) return 0;
+        if (x >= 9223372036854775807.0) return INT64_MAX;
+        if (x <= -9223372036854775808.0) return INT64_MIN;
+        return (int64_t)x;
+    }
     default: BT_ASSERT(!"not a number"); return 0;
     }
 }

@@ -14,6 +14,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,8 @@ START_TEST(test_roundtrip) {
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_i32", BT_GGUF_TYPE_INT32, ai, 5), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_f32", BT_GGUF_TYPE_FLOAT32, af, 3), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_bool", BT_GGUF_TYPE_BOOL, ab, 4), BT_OK);
+    float afx[4] = {3e38f, -3e38f, NAN, -2.75f};
+    ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_f32x", BT_GGUF_TYPE_FLOAT32, afx, 4), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_empty", BT_GGUF_TYPE_UINT64, NULL, 0), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr_str(w, "t.arr_str", k_strs, 5), BT_OK);
 
@@ -110,7 +113,7 @@ START_TEST(test_roundtrip) {
     ck_assert_msg(bt_gguf_open(g_path, &g, err, sizeof err) == BT_OK, "%s", err);
     ck_assert_int_eq(bt_gguf_version(g), 3);
     ck_assert_int_eq(bt_gguf_alignment(g), 64);
-    ck_assert_int_eq(bt_gguf_n_kv(g), 18);
+    ck_assert_int_eq(bt_gguf_n_kv(g), 19);
     ck_assert_int_eq(bt_gguf_data_offset(g) % 64, 0);
     struct bt_gguf_str s;
     ck_assert_int_eq(bt_gguf_get_str(g, "general.architecture", &s), BT_OK);
@@ -150,6 +153,14 @@ START_TEST(test_roundtrip) {
     ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_f32", BT_GGUF_TYPE_FLOAT32, &a), BT_OK);
     e = bt_gguf_arr_elem(g, a, 2);
     ck_assert(bt_gguf_value_f64(g, &e) == 3.25);
+    /* a float read as an integer: truncated, clamped, NaN 0 (found by the fuzzer: a plain cast was undefined) */
+    ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_f32x", BT_GGUF_TYPE_FLOAT32, &a), BT_OK);
+    struct bt_gguf_value fe[4];
+    for (int i = 0; i < 4; i++) fe[i] = bt_gguf_arr_elem(g, a, (uint64_t)i);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[0]), INT64_MAX);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[1]), INT64_MIN);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[2]), 0);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[3]), -2);
     ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_bool", BT_GGUF_TYPE_BOOL, &a), BT_OK);
     uint8_t rb[4];
     bt_gguf_arr_copy(g, a, 0, 4, rb);
