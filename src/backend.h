@@ -197,6 +197,9 @@ bt_buffer_t bt_alloc_ctx_tensors(bt_context *ctx, bt_backend_t backend);
 bt_backend_t bt_backend_cpu_init(int n_threads);
 bool bt_backend_is_cpu(bt_backend_t backend);
 void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference);
+/* fn(user) on the calling thread after its share of each computed node
+ * (bt_cpu_set_node_hook); NULL: none. */
+void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user);
 /* The CPU's plain host-memory buffer type (a singleton). */
 bt_buffer_type_t bt_cpu_buffer_type(void);
 /* A buffer over memory the caller owns (host, not freed by the buffer). */

@@ -67,6 +67,11 @@ struct bt_dist {
     struct bt_dist_options opt;
     int rank, size, n_copies;
 
+    /* progress of transfers in flight while computing (bt_dist_set_progress) */
+    enum bt_dist_progress progress;
+    double progress_period_s, next_progress_s;
+    enum bt_status progress_status; /* a failed test between ops, reported after the split */
+
     struct bt_graph *graph;
     int *node_owner, *leaf_owner;
     int64_t *slot_index; /* visited-set slot -> node index (>= 0) or -(leaf index + 1); for lookups */
@@ -225,8 +230,15 @@ bt_dist *bt_dist_new(bt_transport *t, bt_backend_t backend, const struct bt_dist
     d->n_copies = d->opt.n_copies > 0 ? d->opt.n_copies : 2;
     if (d->n_copies > MAXC) d->n_copies = MAXC;
     d->stats.rank = d->rank;
+    d->progress = BT_DIST_PROGRESS_AUTO;
+    d->progress_period_s = 50e-6;
     if (getenv("BATON_DIST_DEBUG")) d->opt.verbose = true;
     return d;
+}
+
+void bt_dist_set_progress(bt_dist *d, enum bt_dist_progress mode, int period_us) {
+    d->progress = mode;
+    d->progress_period_s = period_us > 0 ? 1e-6 * period_us : 0.0;
 }
 
 int bt_dist_rank(const bt_dist *d) { return d->rank; }
@@ -1028,6 +1040,56 @@ enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void
     return BT_OK;
 }
 
+/* Between two ops of a split (the CPU backend's node hook, on the compute
+ * thread): at most once per period, test this rank's sends in flight.  A
+ * test drives the transport's progress engine, which moves every transfer in
+ * flight, receives included; a completed send is simply inactive later. */
+static void progress_between_ops(void *user) {
+    bt_dist *d = user;
+    const double t = now_s();
+    if (t < d->next_progress_s || d->progress_status != BT_OK) return;
+    d->next_progress_s = t + d->progress_period_s;
+    d->stats.progress_calls++;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->src != d->rank) continue;
+        for (int c = 0; c < d->n_copies; c++) {
+            if (!xf->send[c].active) continue;
+            bool done = false;
+            bt_transport *tr = xfer_transport(d, xf);
+            const enum bt_status st = bt_transport_test(tr, &xf->send[c], &done);
+            if (st != BT_OK) {
+                d->progress_status = st;
+                fail(d, st, "%s", tr->error);
+                return;
+            }
+        }
+    }
+}
+
+/* One split on this rank's backend, with the transfers in flight kept
+ * moving as bt_dist_set_progress chose. */
+static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
+    enum bt_dist_progress mode = d->progress;
+    const bool cpu = bt_backend_is_cpu(d->backend);
+    if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !cpu))
+        mode = cpu ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
+    enum bt_status st;
+    if (mode == BT_DIST_PROGRESS_COMPUTE) {
+        d->next_progress_s = now_s() + d->progress_period_s;
+        bt_backend_cpu_set_node_hook(d->backend, progress_between_ops, d);
+        st = bt_backend_graph_compute(d->backend, view);
+        bt_backend_cpu_set_node_hook(d->backend, NULL, NULL);
+        if (st == BT_OK && d->progress_status != BT_OK) return d->progress_status; /* d->err says why */
+    } else {
+        if (mode == BT_DIST_PROGRESS_THREAD) bt_transport_set_busy(d->t, true);
+        st = bt_backend_graph_compute(d->backend, view);
+        if (mode == BT_DIST_PROGRESS_THREAD) bt_transport_set_busy(d->t, false);
+    }
+    if (st != BT_OK) fail(d, st, "%s", bt_backend_error(d->backend));
+    return st;
+}
+
 /* A run-time failure in the middle of the pipeline cannot be agreed on (the
  * other ranks are blocked in transfers): print it and stop every rank. */
 static void die(bt_dist *d, enum bt_status st) {
@@ -1089,14 +1151,14 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         d->stats.send_s += t1 - ts;
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
-        bt_transport_set_busy(d->t, true); /* sends in flight keep moving */
-        st = bt_backend_graph_compute(d->backend, &view);
-        bt_transport_set_busy(d->t, false);
+        st = compute_split(d, &view);
         const double t2 = now_s();
         d->stats.compute_s += t2 - t1;
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);
         if (st != BT_OK) {
-            fail(d, st, "split %d: %s", s, bt_backend_error(d->backend));
+            char why[sizeof d->err];
+            snprintf(why, sizeof why, "%s", d->err);
+            fail(d, st, "split %d: %s", s, why);
             break;
         }
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {

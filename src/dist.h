@@ -96,6 +96,24 @@ struct bt_dist_stats {
     int64_t rss_bytes;        /* the process's peak resident memory (getrusage) */
     int32_t n_nodes, n_weights, first_layer, last_layer;
     double bubble;            /* 1 - compute / wall */
+    int64_t progress_calls;   /* BT_DIST_PROGRESS_COMPUTE: times the compute thread drove the transfers */
+};
+
+/* How this rank's transfers in flight move while it computes: an MPI message
+ * moves only while some thread of each end calls into MPI. */
+enum bt_dist_progress {
+    /* COMPUTE on a CPU backend (its threads hold the cores: a progress
+     * thread would take time from them), THREAD on any other (a GPU rank's
+     * host thread is free while the device computes) */
+    BT_DIST_PROGRESS_AUTO = 0,
+    /* the compute thread tests the sends in flight between ops (CPU backend
+     * only; others fall back to THREAD), at most once per period */
+    BT_DIST_PROGRESS_COMPUTE,
+    /* the transport's progress thread (bt_transport_mpi_init's progress_us)
+     * runs while this rank computes */
+    BT_DIST_PROGRESS_THREAD,
+    /* only the waits between splits */
+    BT_DIST_PROGRESS_NONE,
 };
 
 typedef struct bt_dist bt_dist;
@@ -127,6 +145,9 @@ enum bt_status bt_dist_synchronize(bt_dist *d);
 enum bt_status bt_dist_gather_stats(bt_dist *d, struct bt_dist_stats *out);
 struct bt_dist_stats bt_dist_local_stats(const bt_dist *d);
 void bt_dist_reset_stats(bt_dist *d);
+/* Choose how transfers move while this rank computes (default AUTO, every
+ * 50 us); any time between submits. */
+void bt_dist_set_progress(bt_dist *d, enum bt_dist_progress mode, int period_us);
 
 /* The rank that computes a node / holds a leaf (-1 if not in the plan). */
 int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t);

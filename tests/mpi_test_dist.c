@@ -168,6 +168,47 @@ START_TEST(test_pipeline_micro_batch_counts) {
 }
 END_TEST
 
+/* Each way of moving transfers while a rank computes gives the same bits;
+ * only progress from the compute thread calls back between ops (every op
+ * with period 0), and a backend that is not the CPU's has no such calls. */
+START_TEST(test_progress_modes) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_SHARED;
+    cfg.n_layers = 4;
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    const enum bt_dist_progress modes[] = {BT_DIST_PROGRESS_AUTO, BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD,
+                                           BT_DIST_PROGRESS_NONE};
+    const char *names[] = {"auto", "compute", "thread", "none"};
+    for (int i = 0; i < 4; i++) {
+        for (int period = 0; period <= 50; period += 50) {
+            struct distributed x;
+            ck_assert_msg(distributed_init(&x, &cfg, 2) == BT_OK, "plan: %s", bt_dist_error(x.d));
+            bt_dist_set_progress(x.d, modes[i], period);
+            char what[64];
+            snprintf(what, sizeof what, "progress %s every %d us", names[i], period);
+            stream_and_check(&x, &ref, &cfg, 2, 6, what);
+            const int64_t calls = bt_dist_local_stats(x.d).progress_calls;
+            const bool between_ops = modes[i] == BT_DIST_PROGRESS_AUTO || modes[i] == BT_DIST_PROGRESS_COMPUTE;
+            if (between_ops && period == 0)
+                ck_assert_msg(calls > 0, "rank %d, %s: no progress between ops", T->rank, what);
+            if (!between_ops) ck_assert_msg(calls == 0, "rank %d, %s: %lld calls between ops", T->rank, what, (long long)calls);
+            distributed_free(&x);
+        }
+    }
+    /* on the test backend (not the CPU's), compute falls back to the thread */
+    struct distributed x;
+    const struct bt_dist_options opt = {.n_copies = 2};
+    ck_assert_int_eq(distributed_init_on(&x, &cfg, bt_backend_limited_init("LIMITED0", 1, NULL, 0), &opt), BT_OK);
+    bt_dist_set_progress(x.d, BT_DIST_PROGRESS_COMPUTE, 0);
+    stream_and_check(&x, &ref, &cfg, 2, 4, "progress compute on the test backend");
+    ck_assert_int_eq(bt_dist_local_stats(x.d).progress_calls, 0);
+    distributed_free(&x);
+    reference_free(&ref);
+}
+END_TEST
+
 /* Every node on exactly one rank; each rank holds exactly its own weights. */
 START_TEST(test_ownership) {
     struct bt_model_config cfg;
@@ -531,6 +572,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport_refused);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
+    tcase_add_test(tc, test_progress_modes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
