@@ -1,19 +1,20 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns, as
- * ggml computes them: per weight block an exact integer dot (and an exact
- * integer from the activation block sums for the types with a min), then one
- * float step per block:
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
+ * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), and their
+ * entries in matmul.c's table (qtypes.h).
  *
- *   Q4_1, Q5_1 (x Q8_0):  acc += (dw * da) * isum + (mw * da) * asum
- *   Q5_0       (x Q8_0):  acc += (dw * da) * isum
- *   Q2_K, Q4_K, Q5_K (x Q8_K): acc += (da * dw) * isum - (da * dmin) * imin
- *   Q3_K, Q6_K (x Q8_K):  acc += (da * dw) * isum
- *
- * isum = sum over sub-blocks of scale * (sum of q_w * q_a), imin = sum of
- * min * (activation block sums), asum = sum of q_a: integers, exact in any
- * order.  The plain C and AVX-512 versions compute the same integers and the
- * same float expression (this file is built with -ffp-contract=off), so they
- * are bitwise equal; tests/test_quants.c checks it.
+ * As in ggml, each weight block's dot is made of exact integers (the sums of
+ * q_w * q_a, and for types with a min or an offset the activation sums);
+ * only the float accumulation has an order, and it is fixed per type:
+ *   - Q2_K, Q3_K: one accumulator, one float step per block;
+ *   - Q4_1, Q5_0, Q5_1: 8 float lanes, Q4_K, Q5_K, Q6_K: 16 float lanes, each
+ *     lane taking the integers of the same 4-element groups in every block
+ *     (the groups vpdpbusd / vpdpwssd gather), then a fixed tree of sums.
+ * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions
+ * and the tiles compute the same integers and the same float operations, so
+ * every path gives the same bits (tests/test_quants.c checks vec_dot against
+ * the plain version and every tile against vec_dot).  The file is built with
+ * -ffp-contract=off so that no other fusing happens.
  */
 #include "quant_dot.h"
 
@@ -45,45 +46,81 @@ static inline int asum_q8_0(const bt_block_q8_0 *a) {
     return s;
 }
 
+/* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
+ * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
+ * lane): isum_l (sum of q_w * q_a) and asum_l (sum of q_a), as
+ *     Q4_1, Q5_1: acc[l] = fma(isum_l, dw * da, acc[l]); acc[l] = fma(asum_l, mw * da, acc[l])
+ *     Q5_0:       acc[l] = fma(isum_l - 16 asum_l, dw * da, acc[l])   (q_w unsigned 0..31)
+ * and at the end the fixed tree hsum8 (lanes l + 4, then + 2, + 1). */
+static float hsum8(const float a[8]) {
+    float t4[4], t2[2];
+    for (int i = 0; i < 4; i++) t4[i] = a[i] + a[i + 4];
+    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
+    return t2[0] + t2[1];
+}
+
+/* lane sums of one 32-element block: q[32] unsigned weights, a the activations */
+static void lanes32(const int *q, const int8_t *a, int isum[8], int asum[8]) {
+    for (int l = 0; l < 8; l++) {
+        isum[l] = asum[l] = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) {
+            isum[l] += q[i] * a[i];
+            asum[l] += a[i];
+        }
+    }
+}
+
 static void dot_q4_1_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q4_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (w[b].qs[j] & 0xF) * a[b].qs[j] + (w[b].qs[j] >> 4) * a[b].qs[j + 16];
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum_q8_0(&a[b]);
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 16; j++) {
+            q[j] = w[b].qs[j] & 0xF;
+            q[j + 16] = w[b].qs[j] >> 4;
+        }
+        lanes32(q, a[b].qs, isum, asum);
+        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
+        for (int l = 0; l < 8; l++) {
+            acc[l] = fmaf((float)isum[l], dd, acc[l]);
+            acc[l] = fmaf((float)asum[l], dm, acc[l]);
+        }
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 static void dot_q5_0_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_0 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint32_t qh = qh_u32(w[b].qh);
-        int isum = 0;
-        for (int j = 0; j < BT_QK; j++) isum += (q5_get(w[b].qs, qh, j) - 16) * a[b].qs[j];
-        acc += (h2f(w[b].d) * h2f(a[b].d)) * (float)isum;
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
+        lanes32(q, a[b].qs, isum, asum);
+        const float dd = h2f(w[b].d) * h2f(a[b].d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)(isum[l] - 16 * asum[l]), dd, acc[l]);
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 static void dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint32_t qh = qh_u32(w[b].qh);
-        int isum = 0;
-        for (int j = 0; j < BT_QK; j++) isum += q5_get(w[b].qs, qh, j) * a[b].qs[j];
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum_q8_0(&a[b]);
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
+        lanes32(q, a[b].qs, isum, asum);
+        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
+        for (int l = 0; l < 8; l++) {
+            acc[l] = fmaf((float)isum[l], dd, acc[l]);
+            acc[l] = fmaf((float)asum[l], dm, acc[l]);
+        }
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 /* 2-bit field of element j (0..255) in Q2_K / Q3_K's qs */
@@ -231,6 +268,9 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
  * exactly through the activation sums. */
 #ifdef HAVE_QDOT_AVX512
 
+/* fp16 -> fp32 with F16C (exact, as bt_fp16_to_fp32, for every finite value) */
+static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
+
 #define UPPER16 ((__mmask32)0xFFFF0000u) /* the upper 256 bits, in 16-bit lanes */
 #define UPPER8 ((__mmask64)0xFFFFFFFF00000000ull) /* the same, in bytes */
 
@@ -271,7 +311,8 @@ static inline __m256i q4_K_scales16(const uint8_t *scales) {
     u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
     u[2] = mins_lo;
     u[0] &= 0x3f3f3f3f;
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u));
+    /* from registers: a 16-byte load of the 4 words just stored would stall */
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
 /* Weight row r, block b: its scale table and per-chunk unpacking. */
@@ -296,30 +337,39 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
         _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
         _mm256_set1_epi16(8));
     __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
         const uint8_t *wb[4];
         struct k_row kr[4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             const bt_block_q4_K *w4 = (const bt_block_q4_K *)wb[r]; /* d, dmin, scales: same in Q5_K */
             const __m256i s16 = q4_K_scales16(w4->scales);
             kr[r].table = _mm512_zextsi256_si512(s16);
             kr[r].mins = _mm256_permutexvar_epi16(min_idx, s16);
-            kr[r].d = h2f(w4->d);
-            kr[r].dmin = h2f(w4->dmin);
+            kr[r].d = h2f_fast(w4->d);
+            kr[r].dmin = h2f_fast(w4->dmin);
         }
         __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) {
             __m512i av[4];
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
             const __m512i sidx = _mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * g)));
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const uint8_t *qs = q5 ? ((const bt_block_q5_K *)wb[r])->qs : ((const bt_block_q4_K *)wb[r])->qs;
                 __m512i q = bcast32(qs + 32 * g);
@@ -331,12 +381,15 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
                     q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
                 }
                 const __m512i scv = perm16(kr[r].table, sidx);
+                _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++)
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
@@ -345,7 +398,9 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
@@ -361,27 +416,36 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
                          10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         3);
     __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
         const bt_block_q6_K *wb[4];
         __m512i table[4];
         __m256i sc16[4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
             sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
             table[r] = _mm512_zextsi256_si512(sc16[r]);
         }
         __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) { /* chunk g: half g / 2, pair g % 2 */
             const int h = g / 2, pr = g % 2;
             __m512i av[4];
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
             const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
                 const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
@@ -392,22 +456,27 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
                 const __m512i q = _mm512_or_si512(_mm512_and_si512(lo, m4),
                                                   _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
                 const __m512i scv = perm16(table[r], sidx);
+                _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++)
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
                 /* the offset: lane i < 8 loses 32 * (sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1]) */
                 const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16[r], bsums), 5);
                 const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
-                const float dd = ab[c]->d * h2f(wb[r]->d);
+                const float dd = ab[c]->d * h2f_fast(wb[r]->d);
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
@@ -486,7 +555,7 @@ static void dot_q2_K_avx512(int64_t k, float *s, const void *vw, const void *va)
             }
         const int isum = _mm512_reduce_add_epi32(accv);
         const int imin = dot16_i16(mn16, a[b].bsums);
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum - (a[b].d * h2f(w[b].dmin)) * (float)imin;
+        acc += (a[b].d * h2f_fast(w[b].d)) * (float)isum - (a[b].d * h2f_fast(w[b].dmin)) * (float)imin;
     }
     *s = acc;
 }
@@ -496,9 +565,17 @@ static void dot_q3_K_avx512(int64_t k, float *s, const void *vw, const void *va)
     const bt_block_q8_K *a = va;
     float acc = 0;
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int8_t sc[16];
-        bt_q3_K_scales(w[b].scales, sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        /* the 16 6-bit scales (offset 32), as bt_q3_K_scales, in registers */
+        uint32_t aux[3];
+        memcpy(aux, w[b].scales, 12);
+        const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303;
+        const __m128i s8 = _mm_sub_epi8(
+            _mm_set_epi32((int)(((aux[1] >> 4) & m2) | (((aux[2] >> 6) & m1) << 4)),
+                          (int)(((aux[0] >> 4) & m2) | (((aux[2] >> 4) & m1) << 4)),
+                          (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
+                          (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
+            _mm_set1_epi8(32));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
         const __m512i table = _mm512_zextsi256_si512(sc16);
         __m512i accv = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++)
@@ -509,7 +586,7 @@ static void dot_q3_K_avx512(int64_t k, float *s, const void *vw, const void *va)
             }
         /* the unpacked values are q + 4 */
         const int isum = _mm512_reduce_add_epi32(accv) - 4 * dot16_i16(sc16, a[b].bsums);
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
+        acc += (a[b].d * h2f_fast(w[b].d)) * (float)isum;
     }
     *s = acc;
 }
@@ -532,50 +609,53 @@ static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
     const __mmask32 k = (__mmask32)qh_u32(qh);
     return _mm256_mask_add_epi8(q, k, q, _mm256_set1_epi8(16));
 }
-/* (sum of q_w * q_a, sum of q_a) of one block; q_w unsigned bytes */
-static inline int dot32_u8_i8(__m256i q, const int8_t *act, int *asum) {
-    const __m256i av = _mm256_loadu_si256((const __m256i *)act);
-    const __m256i ones = _mm256_set1_epi8(1);
-    *asum = hsum256_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, av));
-    return hsum256_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av));
+/* hsum8's tree */
+static inline float hsum8_avx(__m256 v) {
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* one 32-element block into the 8 lanes (lanes32's integers); mode 0: Q4_1 / Q5_1, 1: Q5_0 */
+static inline __m256 block32_lanes(__m256 acc, __m256i q, const bt_block_q8_0 *a, float dw, float mw,
+                                   int mode) {
+    const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
+    const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av);
+    const __m256i asum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av);
+    const float da = h2f_fast(a->d);
+    if (mode == 1)
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(asum, 4))),
+                               _mm256_set1_ps(dw * da), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_set1_ps(mw * da), acc);
 }
 
 static void dot_q4_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q4_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(nibbles32(w[b].qs), a[b].qs, &asum);
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum;
-    }
-    *s = acc;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++)
+        acc = block32_lanes(acc, nibbles32(w[b].qs), &a[b], h2f_fast(w[b].d), h2f_fast(w[b].m), 0);
+    *s = hsum8_avx(acc);
 }
 
 static void dot_q5_0_avx512(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_0 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(add_qh(nibbles32(w[b].qs), w[b].qh), a[b].qs, &asum) - 16 * asum;
-        acc += (h2f(w[b].d) * h2f(a[b].d)) * (float)isum;
-    }
-    *s = acc;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++)
+        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d), 0.0f, 1);
+    *s = hsum8_avx(acc);
 }
 
 static void dot_q5_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(add_qh(nibbles32(w[b].qs), w[b].qh), a[b].qs, &asum);
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum;
-    }
-    *s = acc;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++)
+        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d),
+                            h2f_fast(w[b].m), 0);
+    *s = hsum8_avx(acc);
 }
 
 #define FAST(name) dot_##name##_avx512
