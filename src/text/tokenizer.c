@@ -917,18 +917,70 @@ static bigram heap_pop(heap *q) {
     return top;
 }
 
+/* a word's ids, remembered for the rest of one tokenize call (words repeat:
+ * BPE of a piece does not depend on its neighbours) */
+typedef struct {
+    const char *key; /* into the text being tokenized; NULL: empty slot */
+    uint32_t len, first, n;
+} wc_slot;
+
 /* scratch shared by the merges of one tokenize call */
 typedef struct {
     symbol *sym;
     size_t n_sym, cap_sym;
     heap q;
     sbuf key; /* "left right" for merge lookups */
+    wc_slot *wc; /* word cache: open addressing, at most half full */
+    size_t wc_mask, wc_n;
+    bt_tokens wc_ids; /* the cached words' ids */
 } work;
 
 static void work_free(work *w) {
     free(w->sym);
     free(w->q.h);
     free(w->key.p);
+    free(w->wc);
+    bt_tokens_free(&w->wc_ids);
+}
+
+#define WC_MAX_WORD 256
+
+static wc_slot *wc_find(work *w, const char *s, size_t n) {
+    if (!w->wc) return NULL;
+    size_t i = hash_bytes(s, n) & w->wc_mask;
+    while (w->wc[i].key) {
+        if (w->wc[i].len == n && !memcmp(w->wc[i].key, s, n)) return &w->wc[i];
+        i = (i + 1) & w->wc_mask;
+    }
+    return NULL;
+}
+
+/* remember ids[first..] as the word s; a failed allocation only skips the cache */
+static void wc_put(work *w, const char *s, size_t n, const bt_tokens *out, size_t first) {
+    if (2 * (w->wc_n + 1) > (w->wc ? w->wc_mask + 1 : 0)) {
+        size_t cap = w->wc ? 2 * (w->wc_mask + 1) : 4096;
+        wc_slot *t = calloc(cap, sizeof *t);
+        if (!t) return;
+        for (size_t i = 0; w->wc && i <= w->wc_mask; i++) {
+            if (!w->wc[i].key) continue;
+            size_t j = hash_bytes(w->wc[i].key, w->wc[i].len) & (cap - 1);
+            while (t[j].key) j = (j + 1) & (cap - 1);
+            t[j] = w->wc[i];
+        }
+        free(w->wc);
+        w->wc = t;
+        w->wc_mask = cap - 1;
+    }
+    size_t at = w->wc_ids.n;
+    for (size_t i = first; i < out->n; i++)
+        if (tokens_push(&w->wc_ids, out->ids[i])) {
+            w->wc_ids.n = at;
+            return;
+        }
+    size_t i = hash_bytes(s, n) & w->wc_mask;
+    while (w->wc[i].key) i = (i + 1) & w->wc_mask;
+    w->wc[i] = (wc_slot){s, (uint32_t)n, (uint32_t)at, (uint32_t)(out->n - first)};
+    w->wc_n++;
 }
 
 static int split_symbols(work *w, const char *s, size_t n) {
@@ -1128,12 +1180,21 @@ static enum bt_status bpe_tokenize(const bt_tokenizer *t, work *w, const char *t
     for (size_t k = 0; k < cur.n; k++) {
         enc.n = 0;
         const unsigned char *s = (const unsigned char *)text + cur.v[k].off;
-        if (sbuf_reserve(&enc, 2 * cur.v[k].len + 1)) goto done;
-        for (size_t i = 0; i < cur.v[k].len; i++) {
+        size_t n = cur.v[k].len;
+        const wc_slot *hit = n <= WC_MAX_WORD ? wc_find(w, (const char *)s, n) : NULL;
+        if (hit) {
+            for (uint32_t i = 0; i < hit->n; i++)
+                if (tokens_push(out, w->wc_ids.ids[hit->first + i])) goto done;
+            continue;
+        }
+        if (sbuf_reserve(&enc, 2 * n + 1)) goto done;
+        for (size_t i = 0; i < n; i++) {
             memcpy(enc.p + enc.n, t->byte_enc[s[i]], t->byte_enc_len[s[i]]);
             enc.n += t->byte_enc_len[s[i]];
         }
+        size_t first = out->n;
         if (bpe_word(t, w, enc.p, enc.n, out)) goto done;
+        if (n <= WC_MAX_WORD) wc_put(w, (const char *)s, n, out, first);
     }
     st = BT_OK;
 done:
