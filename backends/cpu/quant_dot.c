@@ -128,44 +128,6 @@ static inline int q2_get(const uint8_t *qs, int j) {
     return (qs[32 * (j / 128) + j % 32] >> (2 * ((j % 128) / 32))) & 3;
 }
 
-static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q2_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int isum = 0, imin = 0;
-        for (int j = 0; j < 16; j++) {
-            int sub = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) sub += q2_get(w[b].qs, i) * a[b].qs[i];
-            isum += (w[b].scales[j] & 0xF) * sub;
-            imin += (w[b].scales[j] >> 4) * a[b].bsums[j];
-        }
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum - (a[b].d * h2f(w[b].dmin)) * (float)imin;
-    }
-    *s = acc;
-}
-
-static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q3_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int8_t sc[16];
-        bt_q3_K_scales(w[b].scales, sc);
-        int isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int sub = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) {
-                const int hi = (w[b].hmask[i % 32] >> (i / 32)) & 1;
-                sub += (q2_get(w[b].qs, i) - (hi ? 0 : 4)) * a[b].qs[i];
-            }
-            isum += sc[j] * sub;
-        }
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
-    }
-    *s = acc;
-}
-
 /* Q4_K, Q5_K and Q6_K keep 16 float lanes per dot instead of one
  * accumulator (so that the AVX-512 kernels and their tiles need no
  * horizontal sum per block).  Lane l takes, per block, an exact integer: for
@@ -260,6 +222,62 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     *s = hsum16(acc);
 }
 
+/* Q2_K and Q3_K: the lanes of Q6_K (16-element sub-blocks, int8 scales):
+ * Q2_K with its mins as Q4_K's (lane i < 8: mn[2i] bsum[2i] + mn[2i+1]
+ * bsum[2i+1]), Q3_K with the offset 4 of its unsigned values q + 4. */
+static void dot_q23_K_lanes_ref(int64_t k, float *s, const void *vw, const void *va, bool q3) {
+    const bt_block_q8_K *a = va;
+    float acc[16] = {0};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        int sc[16], mn[16] = {0};
+        const uint8_t *qs;
+        float dd, dm = 0;
+        const bt_block_q3_K *w3 = (const bt_block_q3_K *)vw + b;
+        const bt_block_q2_K *w2 = (const bt_block_q2_K *)vw + b;
+        if (q3) {
+            int8_t s8[16];
+            bt_q3_K_scales(w3->scales, s8);
+            for (int j = 0; j < 16; j++) sc[j] = s8[j];
+            qs = w3->qs;
+            dd = a[b].d * h2f(w3->d);
+        } else {
+            for (int j = 0; j < 16; j++) {
+                sc[j] = w2->scales[j] & 0xF;
+                mn[j] = w2->scales[j] >> 4;
+            }
+            qs = w2->qs;
+            dd = a[b].d * h2f(w2->d);
+            dm = a[b].d * h2f(w2->dmin);
+        }
+        for (int l = 0; l < 16; l++) {
+            int li = 0;
+            for (int g = 0; g < 4; g++) {
+                int part = 0;
+                const int e0 = 64 * g + 4 * l;
+                for (int i = e0; i < e0 + 4; i++) {
+                    int q = q2_get(qs, i);
+                    if (q3) q += 4 * ((w3->hmask[i % 32] >> (i / 32)) & 1);
+                    part += q * a[b].qs[i];
+                }
+                li += sc[e0 / 16] * part;
+            }
+            if (l < 8 && q3) li -= 4 * (sc[2 * l] * a[b].bsums[2 * l] + sc[2 * l + 1] * a[b].bsums[2 * l + 1]);
+            acc[l] = fmaf((float)li, dd, acc[l]);
+            if (l < 8 && !q3) {
+                const int mi = mn[2 * l] * a[b].bsums[2 * l] + mn[2 * l + 1] * a[b].bsums[2 * l + 1];
+                acc[l] = fmaf(-(float)mi, dm, acc[l]);
+            }
+        }
+    }
+    *s = hsum16(acc);
+}
+static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_q23_K_lanes_ref(k, s, vw, va, false);
+}
+static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_q23_K_lanes_ref(k, s, vw, va, true);
+}
+
 /* ---- AVX-512 (BW, VL, VNNI) --------------------------------------------------- *
  * Weights are unpacked to unsigned bytes, multiplied with the signed
  * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768, no
@@ -288,6 +306,33 @@ static inline __m512i bcast32(const uint8_t *p) {
 static inline int dot16_i16(__m256i s16, const int16_t *b16) {
     const __m256i t = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)b16));
     return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(t));
+}
+
+/* int16 lanes i -> element base + i / 8 of a 16-entry int16 table (the scale
+ * of the 16-element sub-block a maddubs pair lane belongs to) */
+static inline __m512i spread_scales(__m512i table, int base) {
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                          3),
+        _mm512_set1_epi16((short)base));
+    return _mm512_permutexvar_epi16(idx, table);
+}
+
+/* Q2_K (hmask NULL) and Q3_K: the 2-bit fields of half h, pair pr (elements
+ * 128h + 64pr .. +63) as bytes 0..3, plus 4 where Q3_K's high bit is set */
+static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h, int pr) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512i q = bcast32(qs + 32 * h);
+    q = _mm512_srli_epi16(q, 4 * pr);
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 2), m3);
+    if (hmask) {
+        const int sb = 4 * h + 2 * pr; /* hmask bit of the first 32 elements */
+        const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << sb)), UPPER8,
+                                                 _mm512_set1_epi8((char)(1 << (sb + 1))));
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(bcast32(hmask), bit), q, _mm512_set1_epi8(4));
+    }
+    return q;
 }
 
 /* hsum16's tree */
@@ -404,11 +449,12 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
 }
 
-/* An RM x RN tile of Q6_K rows against Q8_K columns, in dot_q6_K_ref's lane
- * order. */
-static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const void *const *w_rows,
-                                                            const void *const *acts, float *out,
-                                                            const int RM, const int RN) {
+enum { KQ2, KQ3, KQ6 };
+/* An RM x RN tile of Q2_K, Q3_K or Q6_K rows (16-element sub-blocks) against
+ * Q8_K columns, in the lane order of dot_q6_K_ref / dot_q23_K_lanes_ref. */
+static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const void *const *w_rows,
+                                                              const void *const *acts, float *out,
+                                                              const int RM, const int RN, const int kind) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
     /* int16 lane i of chunk g covers elements 64g + 2i, +1: sub-block 4g + i / 8 */
     const __m512i eighth = _mm512_srli_epi16(
@@ -425,12 +471,39 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
         const bt_block_q6_K *wb[4];
+        const bt_block_q3_K *w3[4];
+        const bt_block_q2_K *w2[4];
         __m512i table[4];
-        __m256i sc16[4];
+        __m256i sc16[4], mn16[4];
+        float dw[4], dmin[4];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
-            wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
-            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
+            if (kind == KQ6) {
+                wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
+                sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
+                dw[r] = h2f_fast(wb[r]->d);
+            } else if (kind == KQ3) {
+                w3[r] = (const bt_block_q3_K *)w_rows[r] + b;
+                /* the 16 6-bit scales (offset 32), as bt_q3_K_scales, in registers */
+                uint32_t aux[3];
+                memcpy(aux, w3[r]->scales, 12);
+                const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303;
+                const __m128i s8 = _mm_sub_epi8(
+                    _mm_set_epi32((int)(((aux[1] >> 4) & m2) | (((aux[2] >> 6) & m1) << 4)),
+                                  (int)(((aux[0] >> 4) & m2) | (((aux[2] >> 4) & m1) << 4)),
+                                  (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
+                                  (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
+                    _mm_set1_epi8(32));
+                sc16[r] = _mm256_cvtepi8_epi16(s8);
+                dw[r] = h2f_fast(w3[r]->d);
+            } else {
+                w2[r] = (const bt_block_q2_K *)w_rows[r] + b;
+                const __m128i raw = _mm_loadu_si128((const __m128i *)w2[r]->scales);
+                sc16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+                mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+                dw[r] = h2f_fast(w2[r]->d);
+                dmin[r] = h2f_fast(w2[r]->dmin);
+            }
             table[r] = _mm512_zextsi256_si512(sc16[r]);
         }
         __m512i isum[4][4];
@@ -447,14 +520,20 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
             const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
             _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
-                const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
-                const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
-                /* pair 0: low nibbles, qh bits 0-1 then 2-3; pair 1: high nibbles, bits 4-5 then 6-7 */
-                __m512i hi = pr ? _mm512_srli_epi16(qhb, 4) : qhb;
-                hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
-                const __m512i lo = pr ? _mm512_srli_epi16(ql, 4) : ql;
-                const __m512i q = _mm512_or_si512(_mm512_and_si512(lo, m4),
-                                                  _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
+                __m512i q;
+                if (kind == KQ6) {
+                    const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
+                    const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
+                    /* pair 0: low nibbles, qh bits 0-1 then 2-3; pair 1: high nibbles, bits 4-5 then 6-7 */
+                    __m512i hi = pr ? _mm512_srli_epi16(qhb, 4) : qhb;
+                    hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
+                    const __m512i lo = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                    q = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
+                } else if (kind == KQ3) {
+                    q = q23_unpack(w3[r]->qs, w3[r]->hmask, h, pr);
+                } else {
+                    q = q23_unpack(w2[r]->qs, NULL, h, pr);
+                }
                 const __m512i scv = perm16(table[r], sidx);
                 _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++)
@@ -466,11 +545,19 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
-                /* the offset: lane i < 8 loses 32 * (sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1]) */
-                const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16[r], bsums), 5);
-                const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
-                const float dd = ab[c]->d * h2f_fast(wb[r]->d);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
+                const float dd = ab[c]->d * dw[r];
+                if (kind == KQ2) {
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
+                    const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(mn16[r], bsums));
+                    acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(ab[c]->d * dmin[r]),
+                                                 acc[r][c]);
+                } else {
+                    /* the offset (32, Q3_K's 4): lane i < 8 loses it times sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1] */
+                    const __m256i sb = _mm256_madd_epi16(sc16[r], bsums);
+                    const __m256i off = kind == KQ6 ? _mm256_slli_epi32(sb, 5) : _mm256_slli_epi32(sb, 2);
+                    const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
+                }
             }
         }
     }
@@ -503,93 +590,15 @@ static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const voi
     }
 #define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, false)
 #define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, true)
-#define CALL_Q6_K(RM, RN) q6_K_tile(k, w, a, out, RM, RN)
+#define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ6)
+#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ3)
+#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ2)
 K_TILES(q4_K, CALL_Q4_K)
 K_TILES(q5_K, CALL_Q5_K)
 K_TILES(q6_K, CALL_Q6_K)
+K_TILES(q3_K, CALL_Q3_K)
+K_TILES(q2_K, CALL_Q2_K)
 #define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
-
-/* int16 lanes i -> element base + i / 8 of a 16-entry int16 table (the scale
- * of the 16-element sub-block a maddubs pair lane belongs to) */
-static inline __m512i spread_scales(__m512i table, int base) {
-    const __m512i idx = _mm512_add_epi16(
-        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
-                                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                          3),
-        _mm512_set1_epi16((short)base));
-    return _mm512_permutexvar_epi16(idx, table);
-}
-
-/* Q2_K (hmask NULL) and Q3_K: the 2-bit fields of half h, pair pr (elements
- * 128h + 64pr .. +63) as bytes 0..3, plus 4 where Q3_K's high bit is set */
-static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h, int pr) {
-    const __m512i m3 = _mm512_set1_epi8(3);
-    __m512i q = bcast32(qs + 32 * h);
-    q = _mm512_srli_epi16(q, 4 * pr);
-    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 2), m3);
-    if (hmask) {
-        const int sb = 4 * h + 2 * pr; /* hmask bit of the first 32 elements */
-        const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << sb)), UPPER8,
-                                                 _mm512_set1_epi8((char)(1 << (sb + 1))));
-        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(bcast32(hmask), bit), q, _mm512_set1_epi8(4));
-    }
-    return q;
-}
-
-static void dot_q2_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q2_K *w = vw;
-    const bt_block_q8_K *a = va;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)w[b].scales);
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-        const __m512i table = _mm512_zextsi256_si512(sc16);
-        __m512i accv = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++)
-            for (int pr = 0; pr < 2; pr++) {
-                const __m512i p = _mm512_maddubs_epi16(q23_unpack(w[b].qs, NULL, h, pr),
-                                                       _mm512_loadu_si512(a[b].qs + 128 * h + 64 * pr));
-                accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h + 4 * pr));
-            }
-        const int isum = _mm512_reduce_add_epi32(accv);
-        const int imin = dot16_i16(mn16, a[b].bsums);
-        acc += (a[b].d * h2f_fast(w[b].d)) * (float)isum - (a[b].d * h2f_fast(w[b].dmin)) * (float)imin;
-    }
-    *s = acc;
-}
-
-static void dot_q3_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q3_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        /* the 16 6-bit scales (offset 32), as bt_q3_K_scales, in registers */
-        uint32_t aux[3];
-        memcpy(aux, w[b].scales, 12);
-        const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303;
-        const __m128i s8 = _mm_sub_epi8(
-            _mm_set_epi32((int)(((aux[1] >> 4) & m2) | (((aux[2] >> 6) & m1) << 4)),
-                          (int)(((aux[0] >> 4) & m2) | (((aux[2] >> 4) & m1) << 4)),
-                          (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
-                          (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
-            _mm_set1_epi8(32));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
-        const __m512i table = _mm512_zextsi256_si512(sc16);
-        __m512i accv = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++)
-            for (int pr = 0; pr < 2; pr++) {
-                const __m512i p = _mm512_maddubs_epi16(q23_unpack(w[b].qs, w[b].hmask, h, pr),
-                                                       _mm512_loadu_si512(a[b].qs + 128 * h + 64 * pr));
-                accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h + 4 * pr));
-            }
-        /* the unpacked values are q + 4 */
-        const int isum = _mm512_reduce_add_epi32(accv) - 4 * dot16_i16(sc16, a[b].bsums);
-        acc += (a[b].d * h2f_fast(w[b].d)) * (float)isum;
-    }
-    *s = acc;
-}
 
 /* 32-element types x Q8_0: one block per 256-bit vector */
 static inline int hsum256_i32(__m256i v) {
@@ -616,47 +625,91 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* one 32-element block into the 8 lanes (lanes32's integers); mode 0: Q4_1 / Q5_1, 1: Q5_0 */
-static inline __m256 block32_lanes(__m256 acc, __m256i q, const bt_block_q8_0 *a, float dw, float mw,
-                                   int mode) {
-    const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av);
-    const __m256i asum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av);
-    const float da = h2f_fast(a->d);
-    if (mode == 1)
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(asum, 4))),
-                               _mm256_set1_ps(dw * da), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da), acc);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(asum), _mm256_set1_ps(mw * da), acc);
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
+ * columns, in lanes32's order (see dot_q4_1_ref). */
+static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
+                                                           const void *const *acts, float *out,
+                                                           const int RM, const int RN, const int mode) {
+    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        __m256i av[4], asum[4];
+        __m256 asumf[4];
+        float da[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            asum[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av[c]);
+            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
+            da[c] = h2f_fast(ab->d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            __m256i q;
+            float dw, mw = 0.0f;
+            if (mode == 0) {
+                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
+                q = nibbles32(w->qs);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            } else if (mode == 1) {
+                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
+                if (mode == 1) {
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                } else {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
 }
 
-static void dot_q4_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, nibbles32(w[b].qs), &a[b], h2f_fast(w[b].d), h2f_fast(w[b].m), 0);
-    *s = hsum8_avx(acc);
-}
-
-static void dot_q5_0_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_0 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d), 0.0f, 1);
-    *s = hsum8_avx(acc);
-}
-
-static void dot_q5_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++)
-        acc = block32_lanes(acc, add_qh(nibbles32(w[b].qs), w[b].qh), &a[b], h2f_fast(w[b].d),
-                            h2f_fast(w[b].m), 0);
-    *s = hsum8_avx(acc);
-}
+#define Q32_TILES(name, mode)                                                                        \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 1, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 2, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x4(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 4, mode);                                                          \
+    }                                                                                                \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
+        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
+    }
+Q32_TILES(q4_1, 0)
+Q32_TILES(q5_0, 1)
+Q32_TILES(q5_1, 2)
+#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx512
 #else
@@ -700,12 +753,13 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define NO_TILES {{0, 0, NULL}}
 #ifndef HAVE_QDOT_AVX512
 #define K_TILE_LIST(name) NO_TILES
+#define Q32_TILE_LIST(name) NO_TILES
 #endif
-QTYPE(q4_1, q8_0, NO_TILES);
-QTYPE(q5_0, q8_0, NO_TILES);
-QTYPE(q5_1, q8_0, NO_TILES);
-QTYPE(q2_K, q8_K, NO_TILES);
-QTYPE(q3_K, q8_K, NO_TILES);
+QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1));
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0));
+QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1));
+QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K));
+QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K));
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K));
 QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K));
 QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K));

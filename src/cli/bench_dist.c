@@ -5,7 +5,9 @@
  *                           M = 1, 2, 4, 8, 16 micro-batches, next to one
  *                           process on the same cores, in the same run
  * They print figures; they do not pass or fail. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_OR */
 #include <mpi.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -148,9 +150,25 @@ struct one_proc {
     bt_gallocr_t galloc;
 };
 
+/* The cores the ranks may run on (mpirun --bind-to core gives each one), as
+ * rank 0 learns them: collective; rank 0 gets the union in *all. */
+static void gather_cores(bt_transport *t, cpu_set_t *all) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine);
+    cpu_set_t *sets = t->rank == 0 ? calloc((size_t)t->size, sizeof *sets) : NULL;
+    if (t->rank == 0 && !sets) t->iface.abort(t, 1);
+    if (t->iface.gather(t, &mine, sizeof mine, sets, 0) != BT_OK) t->iface.abort(t, 1);
+    if (t->rank == 0) {
+        CPU_ZERO(all);
+        for (int r = 0; r < t->size; r++) CPU_OR(all, all, &sets[r]);
+    }
+    free(sets);
+}
+
 static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg, int threads) {
     memset(o, 0, sizeof *o);
-    o->backend = bt_backend_cpu_init(threads);
+    o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
     o->m = bt_model_new(cfg);
     if (!o->backend || !o->m) return false;
     o->wbuf = bt_alloc_ctx_tensors_from_buft(bt_model_context(o->m), bt_cpu_buffer_type());
@@ -171,14 +189,20 @@ static void one_proc_free(struct one_proc *o) {
     if (o->backend) bt_backend_free(o->backend);
 }
 
-/* Seconds for M micro-batches, inputs set as the pipeline's rank 0 sets them. */
-static double one_proc_run(struct one_proc *o, int M) {
-    const double t0 = now_s();
-    for (int k = 0; k < M; k++) {
+/* Seconds for M micro-batches, inputs set as the pipeline's rank 0 sets them,
+ * with the calling thread on `cores` for the while. */
+static double one_proc_run(struct one_proc *o, int M, const cpu_set_t *cores) {
+    cpu_set_t own;
+    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
+    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    double s = now_s();
+    for (int k = 0; k < M && s >= 0; k++) {
         bt_model_set_inputs(o->m, &o->g, k);
-        if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) return -1;
+        if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) s = -1;
     }
-    return now_s() - t0;
+    if (s >= 0) s = now_s() - s;
+    if (widen) sched_setaffinity(0, sizeof own, &own);
+    return s;
 }
 
 /* Ranks other than 0 while rank 0 measures alone: wait for its word,
@@ -342,10 +366,21 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         fprintf(stderr, "baton bench pipeline: cannot build the model\n");
         t->iface.abort(t, 1);
     }
+    /* the one-process run gets every core of the ranks: rank 0 widens its
+     * own to their union while it creates the run's threads and while it
+     * computes (the calling thread is thread 0), and narrows it back after */
     struct one_proc one;
-    if (t->rank == 0 && !one_proc_init(&one, &cfg, P * threads)) {
-        fprintf(stderr, "baton bench pipeline: cannot set up the one-process run (%d threads)\n", P * threads);
-        t->iface.abort(t, 1);
+    cpu_set_t all_cores, own_cores;
+    gather_cores(t, &all_cores);
+    if (t->rank == 0) {
+        const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
+        if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
+        const bool ok = one_proc_init(&one, &cfg, P * threads);
+        if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
+        if (!ok) {
+            fprintf(stderr, "baton bench pipeline: cannot set up the one-process run (%d threads)\n", P * threads);
+            t->iface.abort(t, 1);
+        }
     }
     /* equal stages: an even layer split when it divides */
     int *counts = NULL;
@@ -371,7 +406,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     }
     bt_dist_synchronize(d);
     if (t->rank == 0) {
-        if (one_proc_run(&one, 1) < 0) {
+        if (one_proc_run(&one, 1, &all_cores) < 0) {
             fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
             t->iface.abort(t, 1);
         }
@@ -385,8 +420,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                "activations over %s\n",
                P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies,
                ordered ? "the ordered transport" : "MPI (tags)");
-        printf("one process: the same model on rank 0 alone with %d threads (the ranks' cores), before each M\n",
-               P * threads);
+        printf("one process: the same model on rank 0 alone with %d threads on the ranks' %d cores, before each M\n",
+               P * threads, CPU_COUNT(&all_cores));
         printf("progress: how transfers move while a rank computes (compute: its compute thread between ops, "
                "thread: an MPI progress thread every %d us)\n", progress_us);
         printf("%4s %4s %-8s %10s %10s %8s %7s %8s %7s %8s   per rank: compute_s / wait_s / wall_s\n", "P", "M",
@@ -397,7 +432,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         double one_s = 0;
         t->iface.barrier(t);
         if (t->rank == 0) {
-            one_s = one_proc_run(&one, M);
+            one_s = one_proc_run(&one, M, &all_cores);
             if (one_s < 0) {
                 fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
                 t->iface.abort(t, 1);
