@@ -211,10 +211,23 @@ p = subprocess.Popen([run, "-t", topo, "--", "baton", "demo", "-m", "1000000", "
                      preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
 def ranks():
     return subprocess.run(["pgrep", "-f", "demo -m 1000000 --no-check " + mark], capture_output=True, text=True).stdout.split()
-t0 = time.time()
-while len(ranks()) < 2 and time.time() - t0 < 60:
+def catching(pid):  # the rank's handlers for SIGINT and SIGTERM are in (its SigCgt mask)
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            mask = int(next(l for l in f if l.startswith("SigCgt:")).split()[1], 16)
+    except (OSError, StopIteration, ValueError):
+        return False
+    return all(mask >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM))
+def rank_pids():  # the ranks themselves: processes of the baton binary
+    def exe(pid):
+        try:
+            return os.path.realpath("/proc/%s/exe" % pid)
+        except OSError:
+            return ""
+    return [r for r in ranks() if exe(r) == os.path.realpath(os.environ["BATON_BIN"])]
+t0 = time.time()  # ready: both ranks exist and catch the signals (no fixed wait: a loaded machine starts slowly)
+while not (len(rank_pids()) >= 2 and all(catching(r) for r in rank_pids())) and time.time() - t0 < 60:
     time.sleep(0.1)
-time.sleep(1.0)  # past MPI's start-up
 pid = p.pid
 if target == "mpirun":
     pid = int(subprocess.run(["pgrep", "-P", str(p.pid), "-x", "mpirun"], capture_output=True, text=True).stdout.split()[0])

@@ -375,6 +375,10 @@ int bt_cli_demo(int argc, char **argv) {
     o.check = -1;
     o.progress_us = 50;
     const int env_rank = bt_cli_env_rank();
+    /* at once, with the rank mpirun gave in the environment: a signal during
+     * MPI's start-up (seconds on a loaded machine) must not end the rank
+     * without its line; installed again once MPI has started */
+    bt_cli_signals_install("baton demo", env_rank);
     /* An error found before MPI starts (prc, perr) ends a one-process run at
      * once; among several ranks it waits for MPI, so that the job ends with
      * one message naming the rank even when only rank 1 found it. */

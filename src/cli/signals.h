@@ -3,7 +3,8 @@
 #ifndef BATON_CLI_SIGNALS_H
 #define BATON_CLI_SIGNALS_H
 
-/* Once the rank is known (after MPI starts: MPI may install handlers). */
+/* As early as possible (with the rank from mpirun's environment), and again
+ * once MPI has started (MPI may install handlers of its own). */
 void bt_cli_signals_install(const char *prog, int rank);
 
 #endif
