@@ -736,9 +736,11 @@ enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void
 }
 
 /* Between two ops of a split (the CPU backend's node hook, on the compute
- * thread): at most once per period, test this rank's sends in flight.  A
- * test drives the transport's progress engine, which moves every transfer in
- * flight, receives included; a completed send is simply inactive later. */
+ * thread): at most once per period, test this rank's sends in flight, up to
+ * the first that is not done.  One test drives the transport's progress
+ * engine, which moves every transfer in flight (receives included): more
+ * calls would only cost the compute thread time.  A completed send is
+ * simply inactive later.  No send in flight: no call at all. */
 static void progress_between_ops(void *user) {
     bt_dist *d = user;
     const double t = now_s();
@@ -758,6 +760,7 @@ static void progress_between_ops(void *user) {
                 fail(d, st, "%s", tr->error);
                 return;
             }
+            if (!done) return;
         }
     }
 }
