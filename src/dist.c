@@ -386,6 +386,12 @@ static enum bt_status open_device_edges(bt_dist *d) {
     return st;
 }
 
+/* A tensor this rank computes and sends from its own memory: on a host
+ * backend, or over the device transport (backend memory to backend memory). */
+static bool sent_in_place(const struct xfer *xf, int rank, bool host_backend) {
+    return xf->src == rank && xf->producer >= 0 && (host_backend || xf->direct);
+}
+
 /* The next slot of n bytes at *off in a host buffer at base (NULL while
  * sizing: then only *off moves). */
 static void *take_slot(uint8_t *base, size_t *off, size_t n, size_t align) {
@@ -411,7 +417,7 @@ static size_t layout_slots(bt_dist *d, uint8_t *base, size_t halign, int64_t *st
     int64_t slot_bytes = 0;
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
-        xf->zero_copy = xf->src == d->rank && xf->producer >= 0 && (host_backend || xf->direct);
+        xf->zero_copy = sent_in_place(xf, d->rank, host_backend);
         for (int c = 0; c < d->n_copies; c++) {
             const bool stage = xf->src == d->rank && !xf->zero_copy;
             const bool output = xf->dst == d->rank && xf->consumer < 0;
@@ -525,20 +531,27 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         n_w++;
     }
 
-    /* slots keep their memory; tensors sent away are not reused before sent */
+    /* slots keep their memory; tensors sent away are not reused before sent.
+     * A tensor sent from its own memory (zero copy) may still be in flight
+     * while the next micro-batch computes this rank's earlier ops: it must
+     * share its memory with no other tensor (INPUT as well as OUTPUT: the
+     * allocator places it before any node, and never frees it), or those ops
+     * overwrite what its receiver has not yet taken. */
+    const bool host_backend = bt_buft_is_host(buft);
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->dst == d->rank && xf->consumer >= 0)
             for (int c = 0; c < d->n_copies; c++) xf->copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
         if (xf->src == d->rank) {
             struct bt_tensor *base = xf->tensor->view_src ? xf->tensor->view_src : xf->tensor;
-            if (!(base->flags & BT_TENSOR_FLAG_OUTPUT)) {
+            const int32_t want = BT_TENSOR_FLAG_OUTPUT | (sent_in_place(xf, d->rank, host_backend) ? BT_TENSOR_FLAG_INPUT : 0);
+            if ((base->flags & want) != want) {
                 struct flag_change *nf =
                     realloc(d->flag_changes, sizeof *nf * (size_t)(d->n_flag_changes + 1));
                 if (!nf) return fail(d, BT_ERR_NOMEM, "out of memory");
                 d->flag_changes = nf;
                 d->flag_changes[d->n_flag_changes++] = (struct flag_change){base, base->flags};
-                base->flags |= BT_TENSOR_FLAG_OUTPUT;
+                base->flags |= want;
             }
         }
     }

@@ -524,6 +524,60 @@ START_TEST(test_device_transport_drain) {
 }
 END_TEST
 
+/* A tensor this rank computes and sends from its own memory (a host
+ * backend, or the device transport) is still in flight while the next
+ * micro-batch runs this rank's earlier ops: no other tensor of this rank may
+ * share its memory (it did: an 8-rank run read the next micro-batch's
+ * activations on the receiving side, now and then, under load). */
+static void check_sent_memory_alone(struct distributed *x) {
+    const struct bt_plan *p = bt_dist_get_plan(x->d);
+    ck_assert_ptr_nonnull(p);
+    const struct bt_graph *g = x->g.graph;
+    const bool host = bt_buft_is_host(bt_backend_get_default_buffer_type(x->cpu));
+    int checked = 0;
+    for (int k = 0; k < p->n_transfers; k++) {
+        const struct bt_plan_transfer *pt = &p->transfers[k];
+        if (pt->src != T->rank || pt->producer < 0 || !(host || pt->direct)) continue;
+        const struct bt_tensor *sent = bt_plan_tensor(g, pt->tensor);
+        const struct bt_tensor *base = sent->view_src ? sent->view_src : sent;
+        ck_assert_ptr_nonnull(base->data);
+        const uint8_t *a0 = base->data, *a1 = a0 + bt_nbytes(base);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const struct bt_tensor *t = g->nodes[i];
+            if (t == base || t->view_src == base || !t->data || bt_dist_owner(x->d, t) != T->rank) continue;
+            const uint8_t *b0 = t->data, *b1 = b0 + bt_nbytes(t);
+            ck_assert_msg(b1 <= a0 || a1 <= b0, "rank %d: '%s', sent from its own memory to rank %d, shares it with '%s'",
+                          T->rank, sent->name, pt->dst, t->name);
+        }
+        checked++;
+    }
+    int64_t n = checked; /* some rank sends in place: the check can fail */
+    T->iface.allreduce_max(T, &n, 1);
+    if (T->size > 1) ck_assert_int_gt(n, 0);
+}
+
+START_TEST(test_sent_memory_alone) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_TOPK;
+    struct distributed x;
+    ck_assert_int_eq(distributed_init(&x, &cfg, 3), BT_OK); /* CPU ranks: every computed tensor sent in place */
+    check_sent_memory_alone(&x);
+    distributed_free(&x);
+    const enum bt_op refuse = BT_OP_SOFT_MAX; /* the device transport: rank 0 and the others back and forth */
+    bt_transport *o = bt_transport_ordered_new(T);
+    const struct bt_dist_options opt = {.n_copies = 3, .device_transport = o};
+    ck_assert_int_eq(distributed_init_on(&x, &cfg,
+                                         T->rank == 0 ? bt_backend_cpu_init(1)
+                                                      : bt_backend_limited_init("DEVICE", 1, &refuse, 1),
+                                         &opt),
+                     BT_OK);
+    check_sent_memory_alone(&x);
+    distributed_free(&x);
+    o->iface.free(o);
+}
+END_TEST
+
 /* An edge the device transport refuses to open (as NCCL refuses two ranks
  * on one GPU): the plan fails on every rank with one message naming it, and
  * the ends of later edges are not left waiting. */
@@ -700,6 +754,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport_back_and_forth);
     tcase_add_test(tc, test_device_transport_edges);
     tcase_add_test(tc, test_device_transport_drain);
+    tcase_add_test(tc, test_sent_memory_alone);
     tcase_add_test(tc, test_device_transport_refused);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
