@@ -25,6 +25,8 @@ sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
 packages=(build-essential cmake pkg-config check libyaml-dev openmpi-bin libopenmpi-dev)
+# tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
+if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -4,6 +4,9 @@
 #include "backend.h"
 
 #include <string.h>
+#include <time.h>
+
+#include "ops.h"
 
 /* ---- buffer type ---------------------------------------------------------- */
 
@@ -38,6 +41,12 @@ void bt_buffer_clear(bt_buffer_t buffer, uint8_t value) { buffer->iface.clear(bu
 bool bt_buffer_is_host(bt_buffer_t buffer) { return bt_buft_is_host(buffer->buft); }
 void bt_buffer_set_usage(bt_buffer_t buffer, enum bt_buffer_usage usage) { buffer->usage = usage; }
 enum bt_buffer_usage bt_buffer_get_usage(bt_buffer_t buffer) { return buffer->usage; }
+
+bool bt_tensor_is_weight(const struct bt_tensor *t) {
+    const bt_buffer_t buf = t->view_src ? t->view_src->buffer : t->buffer;
+    if (buf) return buf->usage == BT_BUFFER_USAGE_WEIGHTS;
+    return (t->flags & BT_TENSOR_FLAG_WEIGHT) != 0;
+}
 
 enum bt_status bt_tensor_alloc(bt_buffer_t buffer, struct bt_tensor *tensor, void *addr) {
     BT_ASSERT(tensor->buffer == NULL && tensor->data == NULL && tensor->view_src == NULL);
@@ -337,3 +346,45 @@ bt_buffer_t bt_host_buffer_new(bt_buffer_type_t buft, void *base, size_t size, b
     };
     return buffer;
 }
+
+/* ---- measuring a backend -------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double bt_backend_measure_gflops(bt_backend_t backend) {
+    const int64_t K = 512, M = 512, N = 64;
+    bt_context *ctx = bt_init((struct bt_init_params){bt_tensor_overhead() * 8 + bt_graph_overhead(8), NULL, true});
+    if (!ctx) return 1.0;
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, K, M);
+    struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, K, N);
+    struct bt_tensor *c = bt_mul_mat(ctx, a, b);
+    struct bt_graph *g = bt_graph_new(ctx, 8);
+    double best = 1e30;
+    if (c && g && bt_graph_build_forward_expand(g, c) == BT_OK) {
+        bt_buffer_t buf = bt_alloc_ctx_tensors(ctx, backend);
+        if (buf) {
+            float *tmp = calloc((size_t)(K * M), sizeof(float));
+            if (tmp) {
+                for (int64_t i = 0; i < K * M; i++) tmp[i] = (float)((i * 7) % 13) * 0.01f;
+                bt_tensor_set(a, tmp, 0, bt_nbytes(a));
+                bt_tensor_set(b, tmp, 0, bt_nbytes(b));
+                free(tmp);
+            }
+            for (int it = 0; it < 6; it++) {
+                const double t0 = now_s();
+                if (bt_backend_graph_compute(backend, g) != BT_OK) break;
+                const double dt = now_s() - t0;
+                if (it > 0 && dt < best) best = dt;
+            }
+            bt_buffer_free(buf);
+        }
+    }
+    bt_free(ctx);
+    if (best >= 1e30 || best <= 0) return 1.0;
+    return 2.0 * (double)(K * M * N) / best / 1e9;
+}
+

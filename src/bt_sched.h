@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #ifndef BT_SCHED_MAX_BACKENDS
-#define BT_SCHED_MAX_BACKENDS 16
+#define BT_SCHED_MAX_BACKENDS 4096 /* a bound on arguments; memory grows with the split inputs, not with it */
 #endif
 #ifndef BT_SCHED_MAX_SPLIT_INPUTS
 #define BT_SCHED_MAX_SPLIT_INPUTS 32

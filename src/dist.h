@@ -14,39 +14,32 @@
  *
  * Planning: every rank hashes its graph and compares with rank 0 (a mismatch
  * stops all ranks with one message); rank 0 gathers each rank's description
- * (backend, memory, supported nodes, measured mul_mat speed), places the
- * weights layer by layer so that the slowest stage is as fast as possible
- * within each rank's memory (or as the options fix), runs the splitter with one
- * backend per rank and broadcasts the assignment; every rank re-derives the
- * same splits from it, allocates only its own weights, compute memory,
- * n_copies receive slots per incoming transfer and n_copies send slots per
- * outgoing one, opens the device transport's edges, and posts its first
- * receives.
+ * (backend, memory, supported nodes, measured mul_mat speed), computes the
+ * plan (plan.h: a value, the same function `baton plan` uses) and broadcasts
+ * it; every rank derives the plan's splits on its own graph, allocates only
+ * its own weights, compute memory, n_copies receive slots per incoming
+ * transfer and n_copies send slots per outgoing one, opens the device
+ * transport's edges, and posts its first receives.
  *
- * Layers are read from tensor names "blk.N." (as baton's model builder and
- * GGUF files name them); tensors before the first layer belong to rank 0,
- * after the last to the last rank.  Graph inputs (BT_TENSOR_FLAG_INPUT) live
- * on rank 0; graph outputs (BT_TENSOR_FLAG_OUTPUT) travel back to rank 0.
+ * Errors: every call returns a status, and bt_dist_error(d) gives the
+ * message.  A collective call that fails on one rank fails on every rank with
+ * that rank's message.  A failure in the middle of the pipeline (submit, a
+ * transfer, draining the device transport at free) cannot be agreed on, as
+ * the other ranks are blocked in transfers: it prints the rank's message and
+ * ends every rank (the transport's abort) - the only aborts in the library.
  */
 #ifndef BATON_DIST_H
 #define BATON_DIST_H
 
-#include "../transport/transport.h"
 #include "backend.h"
 #include "bt_sched.h"
+#include "plan.h"
+#include "trace.h"
+#include "transport.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#ifndef BT_DIST_MAX_RANKS
-#define BT_DIST_MAX_RANKS 256
-#endif
-
-struct bt_dist_pin {
-    char pattern[64]; /* fnmatch glob on weight names */
-    int rank;
-};
 
 struct bt_dist_options {
     int n_copies;                /* micro-batches in flight, 1..BT_SCHED_MAX_COPIES */
@@ -55,6 +48,8 @@ struct bt_dist_options {
     int n_pins;
     int64_t mem_limit;           /* bytes this rank may use (0: the machine's) */
     double link_gbps;            /* assumed rank-to-rank bandwidth for planning (0: 5 GB/s) */
+    double gflops;               /* this rank's speed for planning (0: measured; measurements vary
+                                    from run to run, a given figure makes the plan reproducible) */
     bool verbose;                /* print the plan on rank 0 */
     /* This rank's transport for backend memory to backend memory (NCCL
      * between CUDA ranks), NULL on ranks that have none; not owned.  A tensor
@@ -70,13 +65,6 @@ struct bt_dist_options {
     /* size x size, [src * size + dst] != 0: this edge may use the device
      * transport (rank 0's governs); NULL: every edge may */
     const uint8_t *device_edges;
-};
-
-struct bt_rank_desc {
-    char backend[32];  /* "CPU" / "CUDA0" ... */
-    int32_t threads;
-    int64_t mem_bytes; /* usable memory */
-    double gflops;     /* measured mul_mat speed */
 };
 
 struct bt_dist_stats {
@@ -96,6 +84,24 @@ struct bt_dist_stats {
     int64_t rss_bytes;        /* the process's peak resident memory (getrusage) */
     int32_t n_nodes, n_weights, first_layer, last_layer;
     double bubble;            /* 1 - compute / wall */
+    int64_t progress_calls;   /* BT_DIST_PROGRESS_COMPUTE: times the compute thread drove the transfers */
+};
+
+/* How this rank's transfers in flight move while it computes: an MPI message
+ * moves only while some thread of each end calls into MPI. */
+enum bt_dist_progress {
+    /* COMPUTE on a CPU backend (its threads hold the cores: a progress
+     * thread would take time from them), THREAD on any other (a GPU rank's
+     * host thread is free while the device computes) */
+    BT_DIST_PROGRESS_AUTO = 0,
+    /* the compute thread tests the sends in flight between ops (CPU backend
+     * only; others fall back to THREAD), at most once per period */
+    BT_DIST_PROGRESS_COMPUTE,
+    /* the transport's progress thread (bt_transport_mpi_init's progress_us)
+     * runs while this rank computes */
+    BT_DIST_PROGRESS_THREAD,
+    /* only the waits between splits */
+    BT_DIST_PROGRESS_NONE,
 };
 
 typedef struct bt_dist bt_dist;
@@ -127,44 +133,26 @@ enum bt_status bt_dist_synchronize(bt_dist *d);
 enum bt_status bt_dist_gather_stats(bt_dist *d, struct bt_dist_stats *out);
 struct bt_dist_stats bt_dist_local_stats(const bt_dist *d);
 void bt_dist_reset_stats(bt_dist *d);
+/* Choose how transfers move while this rank computes (default AUTO, every
+ * 50 us); any time between submits. */
+void bt_dist_set_progress(bt_dist *d, enum bt_dist_progress mode, int period_us);
 
 /* The rank that computes a node / holds a leaf (-1 if not in the plan). */
 int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t);
-int bt_dist_rank(const bt_dist *d);
-int bt_dist_size(const bt_dist *d);
-/* Rank 0 after planning: descriptions of all ranks and the layer ranges. */
-const struct bt_rank_desc *bt_dist_rank_desc(const bt_dist *d, int rank);
-/* Per rank: first and last layer (-1, -1 when it holds none). */
-void bt_dist_rank_layers(const bt_dist *d, int rank, int *first, int *last);
-/* Rank 0: the plan in words (per rank: layers, splits, nodes, weight bytes,
- * transfers per micro-batch, predicted stage time). */
+/* The plan this rank carries out (the same on every rank); NULL before
+ * bt_dist_plan. */
+const struct bt_plan *bt_dist_get_plan(const bt_dist *d);
+/* The plan in words (bt_plan_print). */
 void bt_dist_print_plan(const bt_dist *d, FILE *f);
 const char *bt_dist_error(const bt_dist *d);
 
 /* ---- tracing: a Chrome trace (chrome://tracing, Perfetto) of every split's
  * compute, every send and every wait, per rank and micro-batch ---- */
-enum bt_trace_kind { BT_TRACE_COMPUTE = 0, BT_TRACE_WAIT = 1, BT_TRACE_SEND = 2 };
-struct bt_trace_event {
-    double ts_us, dur_us; /* from the common start (after a barrier) */
-    int32_t kind, k, split, peer;
-    int64_t bytes;
-};
 /* Keep up to `capacity` events on this rank (0: stop tracing). */
 enum bt_status bt_dist_enable_trace(bt_dist *d, int capacity);
 /* Collective: rank 0 writes every rank's events to path as one JSON file
  * (written to a temporary name, then renamed: never half-written). */
 enum bt_status bt_dist_write_trace(bt_dist *d, const char *path);
-
-/* The layer a tensor name belongs to ("blk.N." -> N), -1 when none. */
-int bt_dist_name_layer(const char *name);
-
-/* Measure a backend's mul_mat speed in GFLOP/s (a ~50 ms probe). */
-double bt_backend_measure_gflops(bt_backend_t backend);
-
-/* The plan without running it: rank descriptions given (one per rank), the
- * same placement and splitter as bt_dist_plan.  For `baton plan`. */
-enum bt_status bt_dist_plan_offline(struct bt_graph *graph, const struct bt_rank_desc *ranks, int n_ranks,
-                                    const struct bt_dist_options *opt, FILE *out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -117,8 +117,9 @@ static void quote(char *dst, size_t n, const char *s, uint64_t len) {
 /* ---- name sets: open addressing over (bytes, length), index payload ------ */
 
 struct nameset {
-    int64_t *slot; /* -1 empty, else an index the caller resolves */
-    uint64_t cap;  /* power of two */
+    int64_t *slot;  /* -1 empty, else an index the caller resolves */
+    uint64_t cap;   /* power of two, at least twice count */
+    uint64_t count;
 };
 
 static uint64_t name_hash(const char *s, uint64_t n) {
@@ -127,15 +128,6 @@ static uint64_t name_hash(const char *s, uint64_t n) {
     return h;
 }
 
-static bool nameset_init(struct nameset *s, int64_t n) {
-    uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2) cap <<= 1;
-    s->slot = malloc(cap * sizeof *s->slot);
-    if (!s->slot) return false;
-    for (uint64_t i = 0; i < cap; i++) s->slot[i] = -1;
-    s->cap = cap;
-    return true;
-}
 
 /* ---- the reader ------------------------------------------------------------ */
 
@@ -148,7 +140,7 @@ struct bt_gguf {
     uint32_t alignment;
     uint64_t data_offset;
 
-    int64_t n_kv;
+    int64_t n_kv, cap_kv;
     char **keys;          /* NUL-terminated copies */
     uint64_t *key_off;    /* file offset of each key-value entry */
     int64_t *kv_val;      /* index of each key's value in pool */
@@ -156,7 +148,7 @@ struct bt_gguf {
     int64_t n_pool, cap_pool;
     struct nameset key_set;
 
-    int64_t n_tensors;
+    int64_t n_tensors, cap_tensors;
     struct bt_gguf_tensor *tensors;
     struct nameset tensor_set;
     int n_layers;
@@ -164,6 +156,21 @@ struct bt_gguf {
 
     char err[BT_GGUF_ERR_LEN];
 };
+
+/* Arrays grow with what is parsed, never by a count the file claims: a
+ * corrupted count in a large file must not allocate (and touch) gigabytes
+ * before the entries it promises turn out not to be there. */
+static bool grow(void **a, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int64_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    if ((uint64_t)c > SIZE_MAX / elem) return false;
+    void *x = realloc(*a, (size_t)c * elem);
+    if (!x) return false;
+    *a = x;
+    *cap = c;
+    return true;
+}
 
 /* the set's lookup: keys or tensor names, depending on which set */
 static const char *set_name(const struct bt_gguf *g, const struct nameset *s, int64_t i) {
@@ -178,11 +185,30 @@ static int64_t nameset_find(const struct bt_gguf *g, const struct nameset *s, co
         if (strlen(o) == n && memcmp(o, name, n) == 0) return i;
     }
 }
-static void nameset_add(const struct bt_gguf *g, struct nameset *s, int64_t i) {
+static void nameset_put(const struct bt_gguf *g, struct nameset *s, int64_t i) {
     const char *name = set_name(g, s, i);
     uint64_t h = name_hash(name, strlen(name)) & (s->cap - 1);
     while (s->slot[h] >= 0) h = (h + 1) & (s->cap - 1);
     s->slot[h] = i;
+}
+/* add index i, doubling (and rehashing) at half full; false when out of memory */
+static bool nameset_add(const struct bt_gguf *g, struct nameset *s, int64_t i) {
+    if ((s->count + 1) * 2 > s->cap) {
+        uint64_t cap = s->cap ? s->cap * 2 : 32;
+        if (cap > SIZE_MAX / sizeof(int64_t)) return false;
+        int64_t *old = s->slot, *slot = malloc(cap * sizeof *slot);
+        if (!slot) return false;
+        for (uint64_t k = 0; k < cap; k++) slot[k] = -1;
+        uint64_t old_cap = s->cap;
+        s->slot = slot;
+        s->cap = cap;
+        for (uint64_t k = 0; k < old_cap; k++)
+            if (old[k] >= 0) nameset_put(g, s, old[k]);
+        free(old);
+    }
+    nameset_put(g, s, i);
+    s->count++;
+    return true;
 }
 
 struct parser {
@@ -191,6 +217,7 @@ struct parser {
     char ctx[160]; /* `key "general.name"`, `tensor "x"`, or "" */
     char *err;
     size_t n_err;
+    uint64_t n_kv, n_tensors; /* as the header claims */
 };
 
 #if defined(__GNUC__)
@@ -314,8 +341,7 @@ static bool parse_value(struct parser *p, enum bt_gguf_type type, int64_t slot, 
 
 static bool parse_kv(struct parser *p) {
     struct bt_gguf *g = p->g;
-    if (!nameset_init(&g->key_set, g->n_kv)) return fail(p, 16, "out of memory for %" PRId64 " keys", g->n_kv);
-    for (int64_t i = 0; i < g->n_kv; i++) {
+    for (int64_t i = 0; (uint64_t)i < p->n_kv; i++) {
         uint64_t at = p->pos, n;
         const char *s;
         char what[48];
@@ -329,12 +355,18 @@ static bool parse_kv(struct parser *p) {
         if (memchr(s, 0, n)) return fail(p, at, "key contains a NUL byte");
         int64_t dup = nameset_find(g, &g->key_set, s, n);
         if (dup >= 0) return fail(p, at, "key appears twice (first at offset %" PRIu64 ")", g->key_off[dup]);
-        g->keys[i] = malloc(n + 1);
-        if (!g->keys[i]) return fail(p, at, "out of memory");
+        /* three arrays of one capacity */
+        int64_t c1 = g->cap_kv, c2 = g->cap_kv, c3 = g->cap_kv;
+        if (!grow((void **)&g->keys, &c1, i + 1, sizeof *g->keys) ||
+            !grow((void **)&g->key_off, &c2, i + 1, sizeof *g->key_off) ||
+            !grow((void **)&g->kv_val, &c3, i + 1, sizeof *g->kv_val) || !(g->keys[i] = malloc(n + 1)))
+            return fail(p, at, "out of memory");
+        g->cap_kv = c1;
+        g->n_kv = i + 1;
         memcpy(g->keys[i], s, n);
         g->keys[i][n] = 0;
         g->key_off[i] = at;
-        nameset_add(g, &g->key_set, i);
+        if (!nameset_add(g, &g->key_set, i)) return fail(p, at, "out of memory");
         uint32_t type;
         uint64_t tat = p->pos;
         if (!rd_u32(p, &type, "value type")) return false;
@@ -381,11 +413,10 @@ static int layer_of(const char *name) {
 
 static bool parse_tensors(struct parser *p) {
     struct bt_gguf *g = p->g;
-    if (!nameset_init(&g->tensor_set, g->n_tensors))
-        return fail(p, 8, "out of memory for %" PRId64 " tensors", g->n_tensors);
-    for (int64_t i = 0; i < g->n_tensors; i++) {
-        struct bt_gguf_tensor *t = &g->tensors[i];
+    for (int64_t i = 0; (uint64_t)i < p->n_tensors; i++) {
         uint64_t at = p->pos, n;
+        if (!grow((void **)&g->tensors, &g->cap_tensors, i + 1, sizeof *g->tensors)) return fail(p, at, "out of memory");
+        struct bt_gguf_tensor *t = &g->tensors[i];
         const char *s;
         char what[48];
         snprintf(what, sizeof what, "tensor %" PRId64 " name", i);
@@ -444,7 +475,8 @@ static bool parse_tensors(struct parser *p) {
         t->file_offset = oat; /* the offset field's position, until the data section is known */
         t->layer = layer_of(t->name);
         if (t->layer >= g->n_layers) g->n_layers = t->layer + 1;
-        nameset_add(g, &g->tensor_set, i);
+        if (!nameset_add(g, &g->tensor_set, i)) return fail(p, at, "out of memory");
+        g->n_tensors = i + 1;
     }
     p->ctx[0] = 0;
     return true;
@@ -560,14 +592,8 @@ static bool parse(struct parser *p) {
     if (nkv > left(p) / 14)
         return fail(p, 16, "key-value count %" PRIu64 " cannot fit in the %" PRIu64 " bytes after the header", nkv,
                     left(p));
-    g->n_tensors = (int64_t)nt;
-    g->n_kv = (int64_t)nkv;
-    size_t nk = nkv ? (size_t)nkv : 1, ntt = nt ? (size_t)nt : 1;
-    g->keys = calloc(nk, sizeof *g->keys);
-    g->key_off = calloc(nk, sizeof *g->key_off);
-    g->kv_val = calloc(nk, sizeof *g->kv_val);
-    g->tensors = calloc(ntt, sizeof *g->tensors);
-    if (!g->keys || !g->key_off || !g->kv_val || !g->tensors) return fail(p, 8, "out of memory");
+    p->n_tensors = nt;
+    p->n_kv = nkv;
     return parse_kv(p) && parse_alignment(p) && parse_tensors(p) && check_data(p) && index_layers(p);
 }
 
@@ -802,9 +828,17 @@ int64_t bt_gguf_value_i64(const struct bt_gguf *g, const struct bt_gguf_value *v
     case BT_GGUF_TYPE_INT32: RD(int32_t)
     case BT_GGUF_TYPE_UINT64: RD(uint64_t)
     case BT_GGUF_TYPE_INT64: RD(int64_t)
-    case BT_GGUF_TYPE_FLOAT32: RD(float)
-    case BT_GGUF_TYPE_FLOAT64: RD(double)
 #undef RD
+    case BT_GGUF_TYPE_FLOAT32:
+    case BT_GGUF_TYPE_FLOAT64: {
+        /* truncated toward zero, clamped to int64's range, NaN as 0 (a
+         * plain cast of an out-of-range float is undefined) */
+        double x = bt_gguf_value_f64(g, v);
+        if (x != x) return 0;
+        if (x >= 9223372036854775807.0) return INT64_MAX;
+        if (x <= -9223372036854775808.0) return INT64_MIN;
+        return (int64_t)x;
+    }
     default: BT_ASSERT(!"not a number"); return 0;
     }
 }

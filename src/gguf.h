@@ -166,7 +166,9 @@ void bt_gguf_arr_copy(const struct bt_gguf *g, const struct bt_gguf_value *arr, 
 
 /* Scalar readers of a value of any integer / float type (BT_ASSERT that v is
  * one); the string reader BT_ASSERTs a string. */
-int64_t bt_gguf_value_i64(const struct bt_gguf *g, const struct bt_gguf_value *v); /* uint64 above INT64_MAX: cast */
+/* uint64 above INT64_MAX wraps; floats are truncated toward zero, clamped to
+ * int64's range, NaN gives 0 */
+int64_t bt_gguf_value_i64(const struct bt_gguf *g, const struct bt_gguf_value *v);
 uint64_t bt_gguf_value_u64(const struct bt_gguf *g, const struct bt_gguf_value *v);
 double bt_gguf_value_f64(const struct bt_gguf *g, const struct bt_gguf_value *v);
 struct bt_gguf_str bt_gguf_value_str(const struct bt_gguf *g, const struct bt_gguf_value *v);

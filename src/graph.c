@@ -196,9 +196,13 @@ static inline uint64_t fnv_i64(uint64_t h, int64_t v) { return fnv(h, &v, sizeof
  * not reachable) 0.  Uses a side table indexed like the visited set. */
 static int64_t tensor_pos(const struct bt_graph *g, const int64_t *pos, const struct bt_tensor *t) {
     if (!t) return INT64_MIN;
-    if (g->visited.size == 0) {
+    if (!pos) {
+        /* a view (no visited set: nodes only), or no memory for the side
+         * table: the same positions by search */
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i] == t) return -(int64_t)(i + 1);
+        for (int i = 0; g->visited.size > 0 && i < g->n_leafs; i++)
+            if (g->leafs[i] == t) return (int64_t)(i + 1);
         return 0;
     }
     const size_t i = bt_hash_find(&g->visited, t);
@@ -226,9 +230,8 @@ uint64_t bt_graph_hash(const struct bt_graph *g) {
     int64_t *pos = NULL;
     if (g->visited.size > 0) {
         pos = calloc(g->visited.size, sizeof *pos);
-        BT_ASSERT(pos != NULL);
-        for (int i = 0; i < g->n_leafs; i++) pos[bt_hash_find(&g->visited, g->leafs[i])] = i + 1;
-        for (int i = 0; i < g->n_nodes; i++) pos[bt_hash_find(&g->visited, g->nodes[i])] = -(int64_t)(i + 1);
+        for (int i = 0; pos && i < g->n_leafs; i++) pos[bt_hash_find(&g->visited, g->leafs[i])] = i + 1;
+        for (int i = 0; pos && i < g->n_nodes; i++) pos[bt_hash_find(&g->visited, g->nodes[i])] = -(int64_t)(i + 1);
     }
     uint64_t h = 0xcbf29ce484222325ULL;
     h = fnv_i64(h, g->n_leafs);

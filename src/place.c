@@ -29,10 +29,6 @@ static double node_flops(const struct bt_tensor *n) {
     return (double)bt_nelements(n);
 }
 
-bool bt_place_is_weight(const struct bt_tensor *t) {
-    return (t->flags & BT_TENSOR_FLAG_WEIGHT) || (t->buffer && bt_buffer_get_usage(t->buffer) == BT_BUFFER_USAGE_WEIGHTS);
-}
-
 /* Layers of nodes: from names; a node without a layer name takes the layer of
  * the last named node before it (-1 before any).  Leafs: from names; an
  * unnamed weight takes the layer of its first consumer. */
@@ -113,7 +109,7 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
     }
     for (int i = 0; i < g->n_leafs; i++) {
         const struct bt_tensor *t = g->leafs[i];
-        if (!bt_place_is_weight(t)) {
+        if (!bt_tensor_is_weight(t)) {
             lc->weight_layer[i] = INT32_MIN;
             continue;
         }
@@ -133,7 +129,7 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
      * layer b crosses the cuts before layers a+1..b */
     for (size_t h = 0; h < hs.size; h++) {
         const struct bt_tensor *t = hs.keys[h];
-        if (!t || last_c[h] == INT32_MIN || bt_place_is_weight(t)) continue;
+        if (!t || last_c[h] == INT32_MIN || bt_tensor_is_weight(t)) continue;
         const int a = own[h] < 0 ? 0 : own[h] + 1;
         for (int c = a; c <= last_c[h] && c <= L; c++)
             if (c >= 0) lc->cut_bytes[c] += (double)bt_nbytes(t);
@@ -176,7 +172,7 @@ static double stage_bytes(const struct bt_layer_costs *lc, int r, int P, int a, 
 /* Contiguous layer ranges per rank minimising the slowest stage, within each
  * rank's memory; or the fixed counts.  first[r]..last[r] inclusive (-1 none). */
 enum bt_status bt_place_layers(const struct bt_layer_costs *lc, const struct bt_rank_desc *descs, int P,
-                               const struct bt_dist_options *opt, int *first, int *last, double *pred, char *err,
+                               const struct bt_plan_options *opt, int *first, int *last, double *pred, char *err,
                                size_t errlen) {
     const int L = lc->L;
     const double bw = (opt->link_gbps > 0 ? opt->link_gbps : 5.0) * 1e9;

@@ -42,16 +42,22 @@ struct split_extra {
 
 struct bt_sched {
     int n_backends;
-    bt_backend_t backends[BT_SCHED_MAX_BACKENDS];
-    bt_buffer_type_t bufts[BT_SCHED_MAX_BACKENDS];
+    bt_backend_t *backends;   /* [n_backends] */
+    bt_buffer_type_t *bufts;  /* [n_backends] */
     bt_gallocr_t galloc;
 
-    /* per graph tensor (hashed): backend id, cause, copies [n_backends][n_copies] */
+    /* per graph tensor (hashed): backend id, cause, and the index of its
+     * block of copies ([n_backends][n_copies] in `copies`, -1: none).  Only
+     * split inputs have copies: a block per tensor that has any keeps the
+     * memory in proportion to the inputs, not to tensors x backends (a plan
+     * for 256 ranks would otherwise take hundreds of MiB). */
     struct bt_hash_set hash_set;
     int *hv_backend_ids;
     uint8_t *hv_user; /* 1: the user's assignment, kept across plans */
     const char **hv_cause;
-    struct bt_tensor **hv_copies;
+    int32_t *hv_copy_block;
+    struct bt_tensor **copies;
+    int n_copy_blocks, copy_blocks_capacity;
 
     /* the graph copy: split inputs and nodes, with per-entry backend ids */
     struct bt_graph graph;
@@ -76,7 +82,7 @@ struct bt_sched {
     int n_copies;
     int cur_copy;
     bool first_alloc; /* the next alloc_graph uses slot 0 */
-    bt_event_t events[BT_SCHED_MAX_BACKENDS][BT_SCHED_MAX_COPIES];
+    bt_event_t *events; /* [n_backends * n_copies]: backend b, slot c at b * n_copies + c */
 
     bt_context *ctx; /* copies and dependency views (metadata only) */
     size_t ctx_size;
@@ -124,10 +130,34 @@ static int *tensor_backend_id_ptr(bt_sched_t sched, const struct bt_tensor *t) {
 }
 #define tensor_backend_id(t) (*tensor_backend_id_ptr(sched, (t)))
 
-static struct bt_tensor **copy_slot(bt_sched_t sched, size_t id, int backend_id, int c) {
-    return &sched->hv_copies[(id * (size_t)sched->n_backends + (size_t)backend_id) * (size_t)sched->n_copies +
-                             (size_t)c];
+/* The copy of tensor `id` for backend_id in slot c (NULL when none). */
+static struct bt_tensor *copy_get(bt_sched_t sched, size_t id, int backend_id, int c) {
+    const int32_t blk = sched->hv_copy_block[id];
+    if (blk < 0) return NULL;
+    return sched->copies[((size_t)blk * (size_t)sched->n_backends + (size_t)backend_id) * (size_t)sched->n_copies +
+                         (size_t)c];
 }
+
+/* Record a copy; false when out of memory for a new block. */
+static bool copy_set(bt_sched_t sched, size_t id, int backend_id, int c, struct bt_tensor *cpy) {
+    const size_t per = (size_t)sched->n_backends * (size_t)sched->n_copies;
+    if (sched->hv_copy_block[id] < 0) {
+        if (sched->n_copy_blocks == sched->copy_blocks_capacity) {
+            const int cap = sched->copy_blocks_capacity ? 2 * sched->copy_blocks_capacity : 64;
+            struct bt_tensor **nc = realloc(sched->copies, sizeof *nc * per * (size_t)cap);
+            if (!nc) return false;
+            sched->copies = nc;
+            sched->copy_blocks_capacity = cap;
+        }
+        memset(sched->copies + per * (size_t)sched->n_copy_blocks, 0, sizeof *sched->copies * per);
+        sched->hv_copy_block[id] = sched->n_copy_blocks++;
+    }
+    sched->copies[(size_t)sched->hv_copy_block[id] * per + (size_t)backend_id * (size_t)sched->n_copies + (size_t)c] =
+        cpy;
+    return true;
+}
+
+static bt_event_t *event_slot(bt_sched_t sched, int b, int c) { return &sched->events[b * sched->n_copies + c]; }
 
 /* ---- creation ------------------------------------------------------------ */
 
@@ -149,13 +179,21 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     if (!sched) return NULL;
     sched->n_backends = n_backends;
     sched->n_copies = n_copies;
+    sched->backends = calloc((size_t)n_backends, sizeof *sched->backends);
+    sched->bufts = calloc((size_t)n_backends, sizeof *sched->bufts);
+    sched->events = calloc((size_t)n_backends * (size_t)n_copies, sizeof *sched->events);
+    if (!sched->backends || !sched->bufts || !sched->events) {
+        fprintf(stderr, "bt_sched_new: out of memory\n");
+        bt_sched_free(sched);
+        return NULL;
+    }
     for (int b = 0; b < n_backends; b++) {
         sched->backends[b] = backends[b];
         sched->bufts[b] = bufts && bufts[b] ? bufts[b] : bt_backend_get_default_buffer_type(backends[b]);
         if (!bt_backend_supports_buft(backends[b], sched->bufts[b])) {
             fprintf(stderr, "bt_sched_new: backend %s does not support buffer type %s\n",
                     bt_backend_name(backends[b]), bt_buft_name(sched->bufts[b]));
-            free(sched);
+            bt_sched_free(sched);
             return NULL;
         }
     }
@@ -165,22 +203,22 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     sched->hv_backend_ids = malloc(sched->hash_set.size * sizeof(int));
     sched->hv_cause = calloc(sched->hash_set.size, sizeof(char *));
     sched->hv_user = calloc(sched->hash_set.size, 1);
-    sched->hv_copies = calloc(sched->hash_set.size * (size_t)n_backends * (size_t)n_copies,
-                              sizeof(struct bt_tensor *));
+    sched->hv_copy_block = malloc(sched->hash_set.size * sizeof(int32_t));
     sched->splits_capacity = 16;
     sched->splits = calloc((size_t)sched->splits_capacity, sizeof *sched->splits);
     sched->split_extra = calloc((size_t)sched->splits_capacity, sizeof *sched->split_extra);
     sched->galloc = bt_gallocr_new_n(sched->bufts, n_backends);
     sched->ctx_size = bt_tensor_overhead() * (graph_size * (size_t)(n_copies + 2) + 1024);
-    if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_user || !sched->hv_copies ||
+    if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_user || !sched->hv_copy_block ||
         !sched->splits || !sched->split_extra || !sched->galloc) {
         fprintf(stderr, "bt_sched_new: out of memory\n");
         bt_sched_free(sched);
         return NULL;
     }
     memset(sched->hv_backend_ids, -1, sched->hash_set.size * sizeof(int));
+    memset(sched->hv_copy_block, -1, sched->hash_set.size * sizeof(int32_t));
     for (int b = 0; b < n_backends; b++)
-        for (int c = 0; c < n_copies; c++) sched->events[b][c] = bt_event_new(backends[b]);
+        for (int c = 0; c < n_copies; c++) *event_slot(sched, b, c) = bt_event_new(backends[b]);
     sched->first_alloc = true;
     const char *dbg = getenv("BATON_SCHED_DEBUG");
     sched->debug = dbg ? atoi(dbg) : 0;
@@ -249,8 +287,8 @@ static void drop_plan(bt_sched_t sched, bool all) {
         memset(sched->hv_cause, 0, sched->hash_set.size * sizeof(char *));
         memset(sched->hv_user, 0, sched->hash_set.size);
     }
-    memset(sched->hv_copies, 0,
-           sched->hash_set.size * (size_t)sched->n_backends * (size_t)sched->n_copies * sizeof(struct bt_tensor *));
+    if (sched->hv_copy_block) memset(sched->hv_copy_block, -1, sched->hash_set.size * sizeof(int32_t));
+    sched->n_copy_blocks = 0;
     sched->n_splits = 0;
     sched->planned = NULL;
     sched->planned_n_nodes = sched->planned_n_leafs = 0;
@@ -265,14 +303,18 @@ static void drop_plan(bt_sched_t sched, bool all) {
 void bt_sched_free(bt_sched_t sched) {
     if (!sched) return;
     drop_plan(sched, false);
-    for (int b = 0; b < sched->n_backends; b++)
-        for (int c = 0; c < sched->n_copies; c++) bt_event_free(sched->events[b][c]);
+    for (int b = 0; sched->events && b < sched->n_backends; b++)
+        for (int c = 0; c < sched->n_copies; c++) bt_event_free(*event_slot(sched, b, c));
     if (sched->galloc) bt_gallocr_free(sched->galloc);
     free(sched->hash_set.keys);
     free(sched->hv_backend_ids);
     free(sched->hv_cause);
     free(sched->hv_user);
-    free(sched->hv_copies);
+    free(sched->hv_copy_block);
+    free(sched->copies);
+    free(sched->backends);
+    free(sched->bufts);
+    free(sched->events);
     free(sched->graph.nodes);
     free(sched->graph.leafs);
     free(sched->node_backend_ids);
@@ -319,12 +361,6 @@ static bt_buffer_t tensor_buffer(const struct bt_tensor *t) {
     return t->view_src ? t->view_src->buffer : t->buffer;
 }
 
-static bool is_weight(const struct bt_tensor *t) {
-    bt_buffer_t buf = tensor_buffer(t);
-    if (buf) return bt_buffer_get_usage(buf) == BT_BUFFER_USAGE_WEIGHTS;
-    return (t->flags & BT_TENSOR_FLAG_WEIGHT) != 0;
-}
-
 /* The highest-priority backend that can use the tensor's buffer and run op. */
 static int backend_from_buffer(bt_sched_t sched, const struct bt_tensor *t, const struct bt_tensor *op) {
     bt_buffer_t buf = tensor_buffer(t);
@@ -347,7 +383,7 @@ static int backend_id_from_cur(bt_sched_t sched, struct bt_tensor *t) {
     /* an op with weights runs where its weights are (rope's small tables excepted) */
     for (int j = 0; j < BT_MAX_SRC; j++) {
         const struct bt_tensor *src = t->src[j];
-        if (!src || t->op == BT_OP_ROPE || !is_weight(src)) continue;
+        if (!src || t->op == BT_OP_ROPE || !bt_tensor_is_weight(src)) continue;
         int sb = tensor_buffer(src) ? backend_from_buffer(sched, src, t) : bt_sched_get_backend_id(sched, src);
         if (sb == -1) continue;
         /* a higher-priority backend may want host weights' ops anyway */
@@ -429,7 +465,7 @@ static bool add_rewrite(bt_sched_t sched, struct bt_tensor *node, int j, struct 
 /* Pass 5's copy of src for backend b: n_copies tensors with src's layout. */
 static enum bt_status make_copies(bt_sched_t sched, struct bt_tensor *src, int b) {
     const size_t id = hash_id(sched, src);
-    if (*copy_slot(sched, id, b, 0)) return BT_OK;
+    if (copy_get(sched, id, b, 0)) return BT_OK;
     for (int c = 0; c < sched->n_copies; c++) {
         struct bt_tensor *cpy = bt_dup_tensor_layout(sched->ctx, src);
         if (!cpy) {
@@ -442,7 +478,10 @@ static enum bt_status make_copies(bt_sched_t sched, struct bt_tensor *src, int b
             bt_set_input(cpy);
             bt_set_output(cpy);
         }
-        *copy_slot(sched, id, b, c) = cpy;
+        if (!copy_set(sched, id, b, c, cpy)) {
+            set_error(sched, "scheduler: out of memory");
+            return BT_ERR_NOMEM;
+        }
     }
     return BT_OK;
 }
@@ -663,7 +702,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 if (!src) continue;
                 /* a weight on an incompatible backend: a new split lets the
                  * memory of earlier copied weights be reused */
-                if (is_weight(src) && tensor_backend_id(src) != cur_backend &&
+                if (bt_tensor_is_weight(src) && tensor_backend_id(src) != cur_backend &&
                     !buffer_supported(sched, src, cur_backend)) {
                     need_new_split = true;
                     break;
@@ -678,7 +717,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 if (!src) continue;
                 const size_t id = hash_id(sched, src);
                 if (sched->hv_backend_ids[id] != cur_backend && !buffer_supported(sched, src, cur_backend) &&
-                    (!*copy_slot(sched, id, cur_backend, 0) || needs_recopy(split, node, j)))
+                    (!copy_get(sched, id, cur_backend, 0) || needs_recopy(split, node, j)))
                     need++;
             }
             if (split->n_inputs + need > BT_SCHED_MAX_SPLIT_INPUTS) need_new_split = true;
@@ -705,7 +744,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             /* a source already copied to this backend (by this or an earlier
              * split) is read from that copy; expert weights are copied again
              * (the experts this split's ids choose) */
-            const bool have_copy = *copy_slot(sched, src_id, cur_backend, 0) != NULL;
+            const bool have_copy = copy_get(sched, src_id, cur_backend, 0) != NULL;
             const bool recopy = have_copy && needs_recopy(split, node, j);
             if (!have_copy || recopy) {
                 if (!have_copy) {
@@ -720,7 +759,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                 set_error(sched, "scheduler: out of memory");
                 return BT_ERR_NOMEM;
             }
-            node->src[j] = *copy_slot(sched, src_id, cur_backend, sched->first_alloc ? 0 : sched->cur_copy);
+            node->src[j] = copy_get(sched, src_id, cur_backend, sched->first_alloc ? 0 : sched->cur_copy);
             sched->rewritten = true;
         }
     }
@@ -793,7 +832,7 @@ static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph)
             sched->node_backend_ids[gc->n_nodes] = sched->hv_backend_ids[id];
             gc->nodes[gc->n_nodes++] = dep;
             sched->node_backend_ids[gc->n_nodes] = split->backend_id;
-            gc->nodes[gc->n_nodes++] = *copy_slot(sched, id, split->backend_id, 0);
+            gc->nodes[gc->n_nodes++] = copy_get(sched, id, split->backend_id, 0);
         }
         for (int j = split->i_start; j < split->i_end; j++) {
             sched->node_backend_ids[gc->n_nodes] = tensor_backend_id(graph->nodes[j]);
@@ -808,7 +847,7 @@ static enum bt_status build_graph_copy(bt_sched_t sched, struct bt_graph *graph)
                 const size_t id = hash_id(sched, split->inputs[j]);
                 for (int c = 0; c < sched->n_copies; c++) {
                     sched->leaf_backend_ids[gc->n_leafs] = split->backend_id;
-                    gc->leafs[gc->n_leafs++] = *copy_slot(sched, id, split->backend_id, c);
+                    gc->leafs[gc->n_leafs++] = copy_get(sched, id, split->backend_id, c);
                 }
             }
         }
@@ -849,7 +888,7 @@ static bool graph_is_planned(bt_sched_t sched, struct bt_graph *graph) {
 static void point_sources_to_slot(bt_sched_t sched) {
     for (int i = 0; i < sched->n_rewrites; i++) {
         struct rewrite *r = &sched->rewrites[i];
-        r->node->src[r->src_index] = *copy_slot(sched, hash_id(sched, r->orig), r->backend_id, sched->cur_copy);
+        r->node->src[r->src_index] = copy_get(sched, hash_id(sched, r->orig), r->backend_id, sched->cur_copy);
     }
     sched->rewritten = sched->n_rewrites > 0;
 }
@@ -900,7 +939,7 @@ enum bt_status bt_sched_alloc_graph(bt_sched_t sched, struct bt_graph *graph) {
 /* ---- the executor ------------------------------------------------------------- */
 
 static void wait_slot_free(bt_sched_t sched, int b) {
-    bt_event_t ev = sched->events[b][sched->cur_copy];
+    bt_event_t ev = *event_slot(sched, b, sched->cur_copy);
     if (ev) {
         bt_backend_event_wait(sched->backends[b], ev);
     } else {
@@ -909,7 +948,7 @@ static void wait_slot_free(bt_sched_t sched, int b) {
 }
 
 static void sync_slot(bt_sched_t sched, int b) {
-    bt_event_t ev = sched->events[b][sched->cur_copy];
+    bt_event_t ev = *event_slot(sched, b, sched->cur_copy);
     if (ev) {
         bt_event_synchronize(ev);
     } else {
@@ -1073,8 +1112,8 @@ static enum bt_status compute_splits(bt_sched_t sched) {
             }
         }
         sched->stats.splits_run++;
-        if (split->n_inputs > 0 && sched->events[sb][sched->cur_copy])
-            bt_event_record(sched->events[sb][sched->cur_copy], split_backend);
+        if (split->n_inputs > 0 && *event_slot(sched, sb, sched->cur_copy))
+            bt_event_record(*event_slot(sched, sb, sched->cur_copy), split_backend);
     }
     return BT_OK;
 }
@@ -1133,7 +1172,7 @@ const struct bt_sched_split *bt_sched_get_split(bt_sched_t sched, int i) {
 
 struct bt_tensor *bt_sched_get_tensor_copy(bt_sched_t sched, const struct bt_tensor *t, int backend_id, int c) {
     if (!bt_hash_contains(&sched->hash_set, t)) return NULL;
-    return *copy_slot(sched, bt_hash_find(&sched->hash_set, t), backend_id, c);
+    return copy_get(sched, bt_hash_find(&sched->hash_set, t), backend_id, c);
 }
 
 size_t bt_sched_get_buffer_size(bt_sched_t sched, bt_backend_t backend) {

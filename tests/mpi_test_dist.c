@@ -2,8 +2,12 @@
  * bitwise equality with a one-process run for every FFN kind, n_copies and
  * micro-batch count; ownership of nodes and weights; graph mismatch. */
 #include <check.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_limited.h"
 #include "baton.h"
@@ -12,6 +16,44 @@
 #include "transport.h"
 
 static bt_transport *T;
+
+/* ---- fail fast: a failed assertion on one rank ends every rank ----------------
+ * The other ranks would wait in a collective for ever (ctest's 600 s).  The
+ * suite is linked with -Wl,--wrap=_ck_assert_failed: every failed ck_assert
+ * lands here, prints the rank and the message, and aborts the job. */
+void __wrap__ck_assert_failed(const char *file, int line, const char *expr, const char *msg, ...);
+void __wrap__ck_assert_failed(const char *file, int line, const char *expr, const char *msg, ...) {
+    char text[1024] = "";
+    if (msg) {
+        va_list ap;
+        va_start(ap, msg);
+        vsnprintf(text, sizeof text, msg, ap);
+        va_end(ap);
+    }
+    fprintf(stderr, "rank %d: %s:%d: %s%s%s\n", T ? T->rank : -1, file, line, expr, text[0] ? ": " : "", text);
+    fflush(stderr);
+    if (T) T->iface.abort(T, 1);
+    _exit(1);
+}
+
+/* ---- allocation failures on purpose (linked with --wrap=malloc,calloc,realloc) ---- */
+static atomic_long fault_countdown; /* > 0: the n-th allocation from now fails */
+static atomic_int fault_hit;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+static bool fault_now(void) {
+    if (atomic_load(&fault_countdown) <= 0) return false;
+    if (atomic_fetch_sub(&fault_countdown, 1) != 1) return false;
+    atomic_store(&fault_hit, 1);
+    return true;
+}
+void *__wrap_malloc(size_t n) { return fault_now() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { return fault_now() ? NULL : __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { return fault_now() ? NULL : __real_realloc(p, n); }
 
 /* ---- the one-process reference ---------------------------------------------- */
 
@@ -168,6 +210,47 @@ START_TEST(test_pipeline_micro_batch_counts) {
 }
 END_TEST
 
+/* Each way of moving transfers while a rank computes gives the same bits;
+ * only progress from the compute thread calls back between ops (every op
+ * with period 0), and a backend that is not the CPU's has no such calls. */
+START_TEST(test_progress_modes) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.ffn = BT_FFN_MOE_SHARED;
+    cfg.n_layers = T->size > 4 ? T->size : 4; /* a layer for every rank: every rank computes */
+    struct reference ref;
+    reference_init(&ref, &cfg);
+    const enum bt_dist_progress modes[] = {BT_DIST_PROGRESS_AUTO, BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD,
+                                           BT_DIST_PROGRESS_NONE};
+    const char *names[] = {"auto", "compute", "thread", "none"};
+    for (int i = 0; i < 4; i++) {
+        for (int period = 0; period <= 50; period += 50) {
+            struct distributed x;
+            ck_assert_msg(distributed_init(&x, &cfg, 2) == BT_OK, "plan: %s", bt_dist_error(x.d));
+            bt_dist_set_progress(x.d, modes[i], period);
+            char what[64];
+            snprintf(what, sizeof what, "progress %s every %d us", names[i], period);
+            stream_and_check(&x, &ref, &cfg, 2, 6, what);
+            const int64_t calls = bt_dist_local_stats(x.d).progress_calls;
+            const bool between_ops = modes[i] == BT_DIST_PROGRESS_AUTO || modes[i] == BT_DIST_PROGRESS_COMPUTE;
+            if (between_ops && period == 0)
+                ck_assert_msg(calls > 0, "rank %d, %s: no progress between ops", T->rank, what);
+            if (!between_ops) ck_assert_msg(calls == 0, "rank %d, %s: %lld calls between ops", T->rank, what, (long long)calls);
+            distributed_free(&x);
+        }
+    }
+    /* on the test backend (not the CPU's), compute falls back to the thread */
+    struct distributed x;
+    const struct bt_dist_options opt = {.n_copies = 2};
+    ck_assert_int_eq(distributed_init_on(&x, &cfg, bt_backend_limited_init("LIMITED0", 1, NULL, 0), &opt), BT_OK);
+    bt_dist_set_progress(x.d, BT_DIST_PROGRESS_COMPUTE, 0);
+    stream_and_check(&x, &ref, &cfg, 2, 4, "progress compute on the test backend");
+    ck_assert_int_eq(bt_dist_local_stats(x.d).progress_calls, 0);
+    distributed_free(&x);
+    reference_free(&ref);
+}
+END_TEST
+
 /* Every node on exactly one rank; each rank holds exactly its own weights. */
 START_TEST(test_ownership) {
     struct bt_model_config cfg;
@@ -270,10 +353,18 @@ START_TEST(test_staged_device_path) {
     stream_and_check(&x, &ref, &cfg, opt.n_copies, 5, "staged path");
     /* the transfers really went through the backend's asynchronous copies:
      * downloads into send slots everywhere, uploads where activations arrive */
-    if (T->size > 1) {
-        ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).get_async_calls, 0);
-        if (T->rank > 0) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).set_async_calls, 0);
+    const struct bt_plan *plan = bt_dist_get_plan(x.d);
+    ck_assert_ptr_nonnull(plan);
+    bool sends = false, receives = false;
+    for (int i = 0; i < plan->n_transfers; i++) {
+        sends |= plan->transfers[i].src == T->rank;
+        receives |= plan->transfers[i].dst == T->rank && plan->transfers[i].consumer >= 0;
     }
+    /* with more ranks than layers, some ranks hold nothing */
+    if (T->size > 1) ck_assert(sends || plan->layer_first[T->rank] < 0);
+    if (sends) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).get_async_calls, 0);
+    if (receives) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).set_async_calls, 0);
+    if (T->size > 1 && T->rank > 0 && plan->layer_first[T->rank] >= 0) ck_assert(receives);
     distributed_free(&x);
     reference_free(&ref);
 }
@@ -345,7 +436,7 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
     cfg.ffn = BT_FFN_MOE_TOPK;
-    cfg.n_layers = 4;
+    cfg.n_layers = T->size > 4 ? T->size : 4; /* a layer for every rank */
     struct reference ref;
     reference_init(&ref, &cfg);
     bt_backend_t backend = T->rank == 0 ? bt_backend_cpu_init(1)
@@ -378,7 +469,11 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
     }
     /* the device ranks staged their host transfers through their own host
      * memory, with asynchronous copies */
-    if (T->rank > 0) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).host_allocs, 0);
+    const struct bt_plan *plan = bt_dist_get_plan(x.d);
+    bool staged = false;
+    for (int i = 0; i < plan->n_transfers; i++)
+        staged |= !plan->transfers[i].direct && (plan->transfers[i].src == T->rank || plan->transfers[i].dst == T->rank);
+    if (T->rank > 0 && staged) ck_assert_uint_gt(bt_backend_limited_stats(x.cpu).host_allocs, 0);
     free(all);
     distributed_free(&x); /* sends what the receives posted ahead wait for */
     if (o) o->iface.free(o);
@@ -435,6 +530,7 @@ END_TEST
 START_TEST(test_device_transport_refused) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
+    if (T->size > cfg.n_layers) cfg.n_layers = T->size; /* rank 0 sends to rank 1 */
     bt_transport *o = bt_transport_ordered_new(T);
     bt_transport_ordered_refuse(o, 0, 1);
     const struct bt_dist_options opt = {.n_copies = 2, .device_transport = o};
@@ -512,13 +608,89 @@ START_TEST(test_api_errors) {
 }
 END_TEST
 
+/* Issue 11, item 7: an allocation that fails on one rank anywhere in
+ * planning ends the plan on every rank with that rank's message; no rank is
+ * left waiting in a collective, none crashes.  Each allocation bt_dist_plan
+ * makes on the victim rank fails in turn, until one plan runs through with
+ * no allocation left to fail. */
+/* The model's own weight initialisation is the caller's code, not the
+ * library's: no allocation fails in it. */
+static void init_weight_no_fault(struct bt_tensor *w, void *user) {
+    const long keep = atomic_exchange(&fault_countdown, 0);
+    bt_model_init_weight(user, w);
+    atomic_store(&fault_countdown, keep);
+}
+
+static void plan_with_failing_allocations(int victim) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    cfg.n_layers = 2;
+    int n_failed = 0;
+    for (long n = 1;; n++) {
+        ck_assert_msg(n < 100000, "planning makes more allocations than expected");
+        struct distributed x;
+        memset(&x, 0, sizeof x);
+        x.m = bt_model_new(&cfg);
+        x.cpu = bt_backend_cpu_init(1);
+        x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+        ck_assert(x.m && x.cpu && x.ctx);
+        ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+        const struct bt_dist_options opt = {.n_copies = 2};
+        x.d = bt_dist_new(T, x.cpu, &opt);
+        ck_assert_ptr_nonnull(x.d);
+        atomic_store(&fault_hit, 0);
+        if (T->rank == victim) atomic_store(&fault_countdown, n);
+        const enum bt_status st = bt_dist_plan(x.d, x.g.graph, init_weight_no_fault, x.m);
+        atomic_store(&fault_countdown, 0);
+        int64_t v[2] = {atomic_load(&fault_hit), st != BT_OK};
+        ck_assert_int_eq(T->iface.allreduce_max(T, v, 2), BT_OK);
+        /* every rank the same verdict and the same message */
+        int64_t mine = st, lo = -(int64_t)st;
+        ck_assert_int_eq(T->iface.allreduce_max(T, &mine, 1), BT_OK);
+        ck_assert_int_eq(T->iface.allreduce_max(T, &lo, 1), BT_OK);
+        ck_assert_msg(mine == -lo, "ranks disagree on the plan's status after allocation %ld failed on rank %d", n,
+                      victim);
+        char msg[512], msg0[512];
+        snprintf(msg, sizeof msg, "%s", st != BT_OK ? bt_dist_error(x.d) : "");
+        memcpy(msg0, msg, sizeof msg);
+        ck_assert_int_eq(T->iface.bcast(T, msg0, sizeof msg0, 0), BT_OK);
+        ck_assert_msg(strcmp(msg, msg0) == 0, "rank %d: '%s', rank 0: '%s'", T->rank, msg, msg0);
+        if (st != BT_OK) {
+            ck_assert_msg(msg[0] != '\0', "a failed plan without a message");
+            n_failed++;
+        }
+        distributed_free(&x);
+        if (!v[0]) break; /* no allocation left to fail */
+    }
+    ck_assert_int_gt(n_failed, 0);
+}
+
+START_TEST(test_plan_allocation_failures) {
+    alarm(300); /* a rank left waiting is a failure, not ctest's timeout */
+    plan_with_failing_allocations(T->size - 1);
+    if (T->size > 1) plan_with_failing_allocations(0);
+    alarm(0);
+}
+END_TEST
+
+/* Only with BATON_TEST_FAIL_FAST=1 (tests/fail_fast_test.sh): the last
+ * rank's assertion fails while the others wait in a collective. */
+START_TEST(test_fail_fast) {
+    ck_assert_msg(T->rank != T->size - 1, "deliberate failure on the last rank");
+    T->iface.barrier(T);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     T = bt_transport_mpi_init(&argc, &argv, 50);
     if (!T) return 1;
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("pipeline");
     tcase_set_timeout(tc, 600);
+    const char *ff = getenv("BATON_TEST_FAIL_FAST");
+    if (ff && strcmp(ff, "1") == 0) tcase_add_test(tc, test_fail_fast);
     tcase_add_test(tc, test_graph_mismatch);
+    tcase_add_test(tc, test_plan_allocation_failures);
     tcase_add_test(tc, test_ownership);
     tcase_add_test(tc, test_api_errors);
     tcase_add_test(tc, test_replan);
@@ -531,6 +703,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport_refused);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
+    tcase_add_test(tc, test_progress_modes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */

@@ -14,6 +14,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,8 @@ START_TEST(test_roundtrip) {
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_i32", BT_GGUF_TYPE_INT32, ai, 5), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_f32", BT_GGUF_TYPE_FLOAT32, af, 3), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_bool", BT_GGUF_TYPE_BOOL, ab, 4), BT_OK);
+    float afx[4] = {3e38f, -3e38f, NAN, -2.75f};
+    ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_f32x", BT_GGUF_TYPE_FLOAT32, afx, 4), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr(w, "t.arr_empty", BT_GGUF_TYPE_UINT64, NULL, 0), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_arr_str(w, "t.arr_str", k_strs, 5), BT_OK);
 
@@ -110,7 +113,7 @@ START_TEST(test_roundtrip) {
     ck_assert_msg(bt_gguf_open(g_path, &g, err, sizeof err) == BT_OK, "%s", err);
     ck_assert_int_eq(bt_gguf_version(g), 3);
     ck_assert_int_eq(bt_gguf_alignment(g), 64);
-    ck_assert_int_eq(bt_gguf_n_kv(g), 18);
+    ck_assert_int_eq(bt_gguf_n_kv(g), 19);
     ck_assert_int_eq(bt_gguf_data_offset(g) % 64, 0);
     struct bt_gguf_str s;
     ck_assert_int_eq(bt_gguf_get_str(g, "general.architecture", &s), BT_OK);
@@ -150,6 +153,14 @@ START_TEST(test_roundtrip) {
     ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_f32", BT_GGUF_TYPE_FLOAT32, &a), BT_OK);
     e = bt_gguf_arr_elem(g, a, 2);
     ck_assert(bt_gguf_value_f64(g, &e) == 3.25);
+    /* a float read as an integer: truncated, clamped, NaN 0 (found by the fuzzer: a plain cast was undefined) */
+    ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_f32x", BT_GGUF_TYPE_FLOAT32, &a), BT_OK);
+    struct bt_gguf_value fe[4];
+    for (int i = 0; i < 4; i++) fe[i] = bt_gguf_arr_elem(g, a, (uint64_t)i);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[0]), INT64_MAX);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[1]), INT64_MIN);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[2]), 0);
+    ck_assert_int_eq(bt_gguf_value_i64(g, &fe[3]), -2);
     ck_assert_int_eq(bt_gguf_get_arr(g, "t.arr_bool", BT_GGUF_TYPE_BOOL, &a), BT_OK);
     uint8_t rb[4];
     bt_gguf_arr_copy(g, a, 0, 4, rb);
@@ -777,6 +788,92 @@ START_TEST(test_open_errors) {
 }
 END_TEST
 
+/* kB of a /proc/self/status field ("VmHWM", "RssFile") */
+static long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') kb = atol(line + n + 1);
+    fclose(f);
+    ck_assert_int_ge(kb, 0);
+    return kb;
+}
+
+/* A count the header claims is not what the reader allocates: a 256 MiB
+ * (sparse) file claiming 11 million tensors, of which only the first is
+ * there, fails at the second with next to no memory. */
+START_TEST(test_claimed_counts_not_allocated) {
+    FILE *f = fopen(g_path, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint64_t size = 256ull << 20, nt = (size - 24) / 24, zero = 0, one = 1;
+    uint32_t v = 3, u1 = 1, f32 = 0;
+    fwrite("GGUF", 1, 4, f);
+    fwrite(&v, 4, 1, f);
+    fwrite(&nt, 8, 1, f);
+    fwrite(&zero, 8, 1, f);
+    fwrite(&one, 8, 1, f); /* tensor 0: "a", 1 dimension of 1, F32, offset 0 */
+    fwrite("a", 1, 1, f);
+    fwrite(&u1, 4, 1, f);
+    fwrite(&one, 8, 1, f);
+    fwrite(&f32, 4, 1, f);
+    fwrite(&zero, 8, 1, f);
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)size), 0);
+    fclose(f);
+    long before = status_kb("VmHWM");
+    struct bt_gguf *g;
+    char err[1024], want[PATH_MAX + 100];
+    ck_assert_int_eq(bt_gguf_open(g_path, &g, err, sizeof err), BT_ERR_INVALID);
+    snprintf(want, sizeof want, "%s: offset 57: tensor 1 has an empty name", g_path);
+    ck_assert_str_eq(err, want);
+    long grown = status_kb("VmHWM") - before;
+    ck_assert_msg(grown < 8 * 1024, "peak memory grew by %ld kB", grown);
+}
+END_TEST
+
+/* Reading one layer's tensors pages in that layer's bytes of the mapping,
+ * not the others' (the file's resident pages, counted by RssFile). */
+START_TEST(test_layer_touches_only_its_data) {
+    enum { L = 4, N = 1 << 20 }; /* 4 layers of one 4 MiB F32 tensor */
+    float *x = malloc((size_t)N * sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 1000);
+    struct bt_gguf_writer *w;
+    char err[BT_GGUF_ERR_LEN];
+    ck_assert_int_eq(bt_gguf_writer_open(g_path, &w, err, sizeof err), BT_OK);
+    for (int l = 0; l < L; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+        ck_assert_int_eq(bt_gguf_writer_add_tensor(w, name, 0, 1, (int64_t[]){N}, x), BT_OK);
+    }
+    ck_assert_int_eq(bt_gguf_writer_finish(w, err, sizeof err), BT_OK);
+    free(x);
+    struct bt_gguf *g;
+    ck_assert_int_eq(bt_gguf_open(g_path, &g, err, sizeof err), BT_OK);
+    long base = status_kb("RssFile");
+    const int64_t *idx;
+    ck_assert_int_eq(bt_gguf_layer_tensors(g, 2, &idx), 1);
+    const struct bt_gguf_tensor *t = bt_gguf_tensor(g, idx[0]);
+    const volatile uint8_t *d = bt_gguf_tensor_data(g, t);
+    unsigned sum = 0;
+    for (uint64_t i = 0; i < t->size; i += 64) sum += d[i];
+    long one = status_kb("RssFile") - base;
+    for (int l = 0; l < L; l++) {
+        bt_gguf_layer_tensors(g, l, &idx);
+        t = bt_gguf_tensor(g, idx[0]);
+        d = bt_gguf_tensor_data(g, t);
+        for (uint64_t i = 0; i < t->size; i += 64) sum += d[i];
+    }
+    long all = status_kb("RssFile") - base;
+    bt_gguf_close(g);
+    /* 4096 kB for the layer, a little more for read-ahead around it */
+    ck_assert_msg(one >= 4000 && one <= 4096 + 1024, "one layer: %ld kB resident (sum %u)", one, sum);
+    ck_assert_msg(all >= 4 * 4000, "all layers: %ld kB resident", all);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("core");
@@ -792,6 +889,8 @@ int main(void) {
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_nesting_and_v2);
     tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_claimed_counts_not_allocated);
+    tcase_add_test(tc, test_layer_touches_only_its_data);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

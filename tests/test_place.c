@@ -82,7 +82,7 @@ START_TEST(test_balanced) {
     int first[4], last[4];
     double pred[4];
     char err[256];
-    struct bt_dist_options opt = {0};
+    struct bt_plan_options opt = {0};
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 4, &opt, first, last, pred, err, sizeof err), BT_OK);
     int covered = 0;
     for (int r = 0; r < 4; r++) {
@@ -106,12 +106,12 @@ START_TEST(test_faster_rank_more_layers) {
     int first[2], last[2];
     double pred[2];
     char err[256];
-    struct bt_dist_options opt = {0};
+    struct bt_plan_options opt = {0};
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_OK);
     const int n0 = last[0] - first[0] + 1, n1 = last[1] - first[1] + 1;
     ck_assert_msg(n1 >= 2 * n0, "rank 1 (3x faster) got %d layers, rank 0 %d", n1, n0);
     /* the slowest predicted stage is no slower than an even split's */
-    struct bt_dist_options even = {.layers_per_rank = (const int[]){6, 6}};
+    struct bt_plan_options even = {.layers_per_rank = (const int[]){6, 6}};
     double pred_even[2];
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &even, first, last, pred_even, err, sizeof err), BT_OK);
     ck_assert(fmax(pred[0], pred[1]) <= fmax(pred_even[0], pred_even[1]));
@@ -130,7 +130,7 @@ START_TEST(test_memory_limits) {
     int first[2], last[2];
     double pred[2];
     char err[256];
-    struct bt_dist_options opt = {0};
+    struct bt_plan_options opt = {0};
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_OK);
     ck_assert_int_le(last[0] - first[0] + 1, 2);
     /* nowhere near enough memory: one message, no placement */
@@ -149,7 +149,7 @@ START_TEST(test_fixed_counts) {
     int first[2], last[2];
     double pred[2];
     char err[256];
-    struct bt_dist_options opt = {.layers_per_rank = (const int[]){1, 4}};
+    struct bt_plan_options opt = {.layers_per_rank = (const int[]){1, 4}};
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_OK);
     ck_assert_int_eq(first[0], 0);
     ck_assert_int_eq(last[0], 0);

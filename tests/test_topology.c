@@ -293,23 +293,27 @@ END_TEST
 /* More ranks than the runtime runs (BT_SCHED_MAX_BACKENDS): refused at the
  * list, before any entry is read (so entry 17 being broken does not matter). */
 START_TEST(test_rank_limit) {
-    char text[8192];
-    int o = snprintf(text, sizeof text, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
+    /* sized for the limit, whatever BT_SCHED_MAX_BACKENDS is */
+    const size_t text_cap = 64 * (size_t)(BT_TOPO_MAX_RANKS + 2);
+    char *text = malloc(text_cap);
+    ck_assert_ptr_nonnull(text);
+    int o = snprintf(text, text_cap, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
     for (int r = 0; r <= BT_TOPO_MAX_RANKS; r++)
-        o += snprintf(text + o, sizeof text - (size_t)o, "  - {rank: %d, host: a, backend: %s}\n", r,
+        o += snprintf(text + o, text_cap - (size_t)o, "  - {rank: %d, host: a, backend: %s}\n", r,
                       r == BT_TOPO_MAX_RANKS ? "broken" : "cpu");
     char tail[160];
     snprintf(tail, sizeof tail, "4:3: ranks: %d ranks, more than the %d baton runs (BT_SCHED_MAX_BACKENDS)",
              BT_TOPO_MAX_RANKS + 1, BT_TOPO_MAX_RANKS);
     expect_err(text, tail);
     /* exactly the limit loads */
-    o = snprintf(text, sizeof text, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
+    o = snprintf(text, text_cap, "hosts:\n  - {name: a, slots: 4}\nranks:\n");
     for (int r = 0; r < BT_TOPO_MAX_RANKS; r++)
-        o += snprintf(text + o, sizeof text - (size_t)o, "  - {rank: %d, host: a, backend: cpu}\n", r);
+        o += snprintf(text + o, text_cap - (size_t)o, "  - {rank: %d, host: a, backend: cpu}\n", r);
     struct bt_topology t;
     load_ok(text, &t);
     ck_assert_int_eq(t.n_ranks, BT_TOPO_MAX_RANKS);
     bt_topology_free(&t);
+    free(text);
     /* hosts (their names are compared pairwise): refused at the list too */
     const size_t cap = 64 * (size_t)(BT_TOPO_MAX_HOSTS + 2);
     char *big = malloc(cap);

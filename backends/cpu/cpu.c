@@ -28,6 +28,8 @@ struct bt_cpu {
     bt_threadpool *pool;
     void *wdata; /* work buffer, BT_MEM_ALIGN aligned, kept between runs */
     size_t wsize;
+    bt_cpu_node_hook hook; /* thread 0, after its share of each node */
+    void *hook_user;
     char err[BT_CPU_ERRBUF];
 };
 
@@ -122,6 +124,7 @@ static void compute_thread(void *arg, int ith, int nth) {
         } else {
             bt_cpu_compute_op(&p, node);
         }
+        if (ith == 0 && cpu->hook) cpu->hook(cpu->hook_user);
         bt_threadpool_barrier(cpu->pool);
         if (__atomic_load_n((int *)&st->status[i & 1], __ATOMIC_ACQUIRE) != BT_OK) {
             if (ith == 0) st->fail_node = i;
@@ -177,6 +180,11 @@ static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g) {
         cpu->wsize = sz;
     }
     return BT_OK;
+}
+
+void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user) {
+    cpu->hook = fn;
+    cpu->hook_user = user;
 }
 
 enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {

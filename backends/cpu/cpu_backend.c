@@ -135,3 +135,8 @@ void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference) {
     BT_ASSERT(bt_backend_is_cpu(backend));
     bt_cpu_set_reference(((struct cpu_backend *)backend->context)->cpu, reference);
 }
+
+void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
+    BT_ASSERT(bt_backend_is_cpu(backend));
+    bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
+}

@@ -1,19 +1,20 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns, as
- * ggml computes them: per weight block an exact integer dot (and an exact
- * integer from the activation block sums for the types with a min), then one
- * float step per block:
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
+ * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), and their
+ * entries in matmul.c's table (qtypes.h).
  *
- *   Q4_1, Q5_1 (x Q8_0):  acc += (dw * da) * isum + (mw * da) * asum
- *   Q5_0       (x Q8_0):  acc += (dw * da) * isum
- *   Q2_K, Q4_K, Q5_K (x Q8_K): acc += (da * dw) * isum - (da * dmin) * imin
- *   Q3_K, Q6_K (x Q8_K):  acc += (da * dw) * isum
- *
- * isum = sum over sub-blocks of scale * (sum of q_w * q_a), imin = sum of
- * min * (activation block sums), asum = sum of q_a: integers, exact in any
- * order.  The plain C and AVX-512 versions compute the same integers and the
- * same float expression (this file is built with -ffp-contract=off), so they
- * are bitwise equal; tests/test_quants.c checks it.
+ * As in ggml, each weight block's dot is made of exact integers (the sums of
+ * q_w * q_a, and for types with a min or an offset the activation sums);
+ * only the float accumulation has an order, and it is fixed per type:
+ *   - Q2_K, Q3_K: one accumulator, one float step per block;
+ *   - Q4_1, Q5_0, Q5_1: 8 float lanes, Q4_K, Q5_K, Q6_K: 16 float lanes, each
+ *     lane taking the integers of the same 4-element groups in every block
+ *     (the groups vpdpbusd / vpdpwssd gather), then a fixed tree of sums.
+ * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions
+ * and the tiles compute the same integers and the same float operations, so
+ * every path gives the same bits (tests/test_quants.c checks vec_dot against
+ * the plain version and every tile against vec_dot).  The file is built with
+ * -ffp-contract=off so that no other fusing happens.
  */
 #include "quant_dot.h"
 
@@ -45,88 +46,86 @@ static inline int asum_q8_0(const bt_block_q8_0 *a) {
     return s;
 }
 
+/* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
+ * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
+ * lane): isum_l (sum of q_w * q_a) and asum_l (sum of q_a), as
+ *     Q4_1, Q5_1: acc[l] = fma(isum_l, dw * da, acc[l]); acc[l] = fma(asum_l, mw * da, acc[l])
+ *     Q5_0:       acc[l] = fma(isum_l - 16 asum_l, dw * da, acc[l])   (q_w unsigned 0..31)
+ * and at the end the fixed tree hsum8 (lanes l + 4, then + 2, + 1). */
+static float hsum8(const float a[8]) {
+    float t4[4], t2[2];
+    for (int i = 0; i < 4; i++) t4[i] = a[i] + a[i + 4];
+    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
+    return t2[0] + t2[1];
+}
+
+/* lane sums of one 32-element block: q[32] unsigned weights, a the activations */
+static void lanes32(const int *q, const int8_t *a, int isum[8], int asum[8]) {
+    for (int l = 0; l < 8; l++) {
+        isum[l] = asum[l] = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) {
+            isum[l] += q[i] * a[i];
+            asum[l] += a[i];
+        }
+    }
+}
+
 static void dot_q4_1_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q4_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (w[b].qs[j] & 0xF) * a[b].qs[j] + (w[b].qs[j] >> 4) * a[b].qs[j + 16];
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum_q8_0(&a[b]);
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 16; j++) {
+            q[j] = w[b].qs[j] & 0xF;
+            q[j + 16] = w[b].qs[j] >> 4;
+        }
+        lanes32(q, a[b].qs, isum, asum);
+        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
+        for (int l = 0; l < 8; l++) {
+            acc[l] = fmaf((float)isum[l], dd, acc[l]);
+            acc[l] = fmaf((float)asum[l], dm, acc[l]);
+        }
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 static void dot_q5_0_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_0 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint32_t qh = qh_u32(w[b].qh);
-        int isum = 0;
-        for (int j = 0; j < BT_QK; j++) isum += (q5_get(w[b].qs, qh, j) - 16) * a[b].qs[j];
-        acc += (h2f(w[b].d) * h2f(a[b].d)) * (float)isum;
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
+        lanes32(q, a[b].qs, isum, asum);
+        const float dd = h2f(w[b].d) * h2f(a[b].d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)(isum[l] - 16 * asum[l]), dd, acc[l]);
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 static void dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *va) {
     const bt_block_q5_1 *w = vw;
     const bt_block_q8_0 *a = va;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint32_t qh = qh_u32(w[b].qh);
-        int isum = 0;
-        for (int j = 0; j < BT_QK; j++) isum += q5_get(w[b].qs, qh, j) * a[b].qs[j];
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum_q8_0(&a[b]);
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
+        lanes32(q, a[b].qs, isum, asum);
+        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
+        for (int l = 0; l < 8; l++) {
+            acc[l] = fmaf((float)isum[l], dd, acc[l]);
+            acc[l] = fmaf((float)asum[l], dm, acc[l]);
+        }
     }
-    *s = acc;
+    *s = hsum8(acc);
 }
 
 /* 2-bit field of element j (0..255) in Q2_K / Q3_K's qs */
 static inline int q2_get(const uint8_t *qs, int j) {
     return (qs[32 * (j / 128) + j % 32] >> (2 * ((j % 128) / 32))) & 3;
-}
-
-static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q2_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int isum = 0, imin = 0;
-        for (int j = 0; j < 16; j++) {
-            int sub = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) sub += q2_get(w[b].qs, i) * a[b].qs[i];
-            isum += (w[b].scales[j] & 0xF) * sub;
-            imin += (w[b].scales[j] >> 4) * a[b].bsums[j];
-        }
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum - (a[b].d * h2f(w[b].dmin)) * (float)imin;
-    }
-    *s = acc;
-}
-
-static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q3_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int8_t sc[16];
-        bt_q3_K_scales(w[b].scales, sc);
-        int isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int sub = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) {
-                const int hi = (w[b].hmask[i % 32] >> (i / 32)) & 1;
-                sub += (q2_get(w[b].qs, i) - (hi ? 0 : 4)) * a[b].qs[i];
-            }
-            isum += sc[j] * sub;
-        }
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
-    }
-    *s = acc;
 }
 
 /* Q4_K, Q5_K and Q6_K keep 16 float lanes per dot instead of one
@@ -223,6 +222,62 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
     *s = hsum16(acc);
 }
 
+/* Q2_K and Q3_K: the lanes of Q6_K (16-element sub-blocks, int8 scales):
+ * Q2_K with its mins as Q4_K's (lane i < 8: mn[2i] bsum[2i] + mn[2i+1]
+ * bsum[2i+1]), Q3_K with the offset 4 of its unsigned values q + 4. */
+static void dot_q23_K_lanes_ref(int64_t k, float *s, const void *vw, const void *va, bool q3) {
+    const bt_block_q8_K *a = va;
+    float acc[16] = {0};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        int sc[16], mn[16] = {0};
+        const uint8_t *qs;
+        float dd, dm = 0;
+        const bt_block_q3_K *w3 = (const bt_block_q3_K *)vw + b;
+        const bt_block_q2_K *w2 = (const bt_block_q2_K *)vw + b;
+        if (q3) {
+            int8_t s8[16];
+            bt_q3_K_scales(w3->scales, s8);
+            for (int j = 0; j < 16; j++) sc[j] = s8[j];
+            qs = w3->qs;
+            dd = a[b].d * h2f(w3->d);
+        } else {
+            for (int j = 0; j < 16; j++) {
+                sc[j] = w2->scales[j] & 0xF;
+                mn[j] = w2->scales[j] >> 4;
+            }
+            qs = w2->qs;
+            dd = a[b].d * h2f(w2->d);
+            dm = a[b].d * h2f(w2->dmin);
+        }
+        for (int l = 0; l < 16; l++) {
+            int li = 0;
+            for (int g = 0; g < 4; g++) {
+                int part = 0;
+                const int e0 = 64 * g + 4 * l;
+                for (int i = e0; i < e0 + 4; i++) {
+                    int q = q2_get(qs, i);
+                    if (q3) q += 4 * ((w3->hmask[i % 32] >> (i / 32)) & 1);
+                    part += q * a[b].qs[i];
+                }
+                li += sc[e0 / 16] * part;
+            }
+            if (l < 8 && q3) li -= 4 * (sc[2 * l] * a[b].bsums[2 * l] + sc[2 * l + 1] * a[b].bsums[2 * l + 1]);
+            acc[l] = fmaf((float)li, dd, acc[l]);
+            if (l < 8 && !q3) {
+                const int mi = mn[2 * l] * a[b].bsums[2 * l] + mn[2 * l + 1] * a[b].bsums[2 * l + 1];
+                acc[l] = fmaf(-(float)mi, dm, acc[l]);
+            }
+        }
+    }
+    *s = hsum16(acc);
+}
+static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_q23_K_lanes_ref(k, s, vw, va, false);
+}
+static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_q23_K_lanes_ref(k, s, vw, va, true);
+}
+
 /* ---- AVX-512 (BW, VL, VNNI) --------------------------------------------------- *
  * Weights are unpacked to unsigned bytes, multiplied with the signed
  * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768, no
@@ -230,6 +285,9 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
  * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #ifdef HAVE_QDOT_AVX512
+
+/* fp16 -> fp32 with F16C (exact, as bt_fp16_to_fp32, for every finite value) */
+static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 
 #define UPPER16 ((__mmask32)0xFFFF0000u) /* the upper 256 bits, in 16-bit lanes */
 #define UPPER8 ((__mmask64)0xFFFFFFFF00000000ull) /* the same, in bytes */
@@ -249,196 +307,6 @@ static inline int dot16_i16(__m256i s16, const int16_t *b16) {
     const __m256i t = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)b16));
     return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(t));
 }
-
-/* hsum16's tree */
-static inline float hsum16_avx512(__m512 v) {
-    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
-
-/* int16 lanes i -> entry idx(i) of a table of 32 int16 */
-static inline __m512i perm16(__m512i table, __m512i idx) { return _mm512_permutexvar_epi16(idx, table); }
-
-/* A Q4_K / Q5_K block's 8 scales and 8 mins as 16 int16 (sc0..7, m0..7). */
-static inline __m256i q4_K_scales16(const uint8_t *scales) {
-    uint32_t u[4];
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3f3f3f3f;
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u));
-}
-
-/* Weight row r, block b: its scale table and per-chunk unpacking. */
-struct k_row {
-    __m512i table; /* int16: the scales (and for Q4_K / Q5_K the mins at 8..15) */
-    __m256i mins;  /* Q4_K / Q5_K: m_i twice per pair of activation sums */
-    float d, dmin;
-};
-
-/* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns, in the
- * lane order of q45_K_lanes_ref. */
-static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const void *const *w_rows,
-                                                             const void *const *acts, float *out,
-                                                             const int RM, const int RN, const bool q5) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    /* vpermw indices: chunk g's scales (lanes 0..15 sub 2g, 16..31 sub 2g+1); mins */
-    const __m512i half = _mm512_srli_epi16(
-        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
-                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        4);
-    const __m256i min_idx = _mm256_add_epi16(
-        _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
-        _mm256_set1_epi16(8));
-    __m512 acc[4][4];
-    for (int r = 0; r < RM; r++)
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
-    const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const bt_block_q8_K *ab[4];
-        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
-        const uint8_t *wb[4];
-        struct k_row kr[4];
-        for (int r = 0; r < RM; r++) {
-            wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
-            const bt_block_q4_K *w4 = (const bt_block_q4_K *)wb[r]; /* d, dmin, scales: same in Q5_K */
-            const __m256i s16 = q4_K_scales16(w4->scales);
-            kr[r].table = _mm512_zextsi256_si512(s16);
-            kr[r].mins = _mm256_permutexvar_epi16(min_idx, s16);
-            kr[r].d = h2f(w4->d);
-            kr[r].dmin = h2f(w4->dmin);
-        }
-        __m512i isum[4][4];
-        for (int r = 0; r < RM; r++)
-            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
-        for (int g = 0; g < 4; g++) {
-            __m512i av[4];
-            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
-            const __m512i sidx = _mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * g)));
-            for (int r = 0; r < RM; r++) {
-                const uint8_t *qs = q5 ? ((const bt_block_q5_K *)wb[r])->qs : ((const bt_block_q4_K *)wb[r])->qs;
-                __m512i q = bcast32(qs + 32 * g);
-                q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 4), m4);
-                if (q5) {
-                    const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << (2 * g))), UPPER8,
-                                                             _mm512_set1_epi8((char)(2 << (2 * g))));
-                    const __m512i hb = bcast32(((const bt_block_q5_K *)wb[r])->qh);
-                    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
-                }
-                const __m512i scv = perm16(kr[r].table, sidx);
-                for (int c = 0; c < RN; c++)
-                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
-            }
-        }
-        for (int c = 0; c < RN; c++) {
-            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
-            for (int r = 0; r < RM; r++) {
-                const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
-                const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(kr[r].mins, bsums));
-                acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(dm), acc[r][c]);
-            }
-        }
-    }
-    for (int c = 0; c < RN; c++)
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
-}
-
-/* An RM x RN tile of Q6_K rows against Q8_K columns, in dot_q6_K_ref's lane
- * order. */
-static inline __attribute__((always_inline)) void q6_K_tile(int64_t k, const void *const *w_rows,
-                                                            const void *const *acts, float *out,
-                                                            const int RM, const int RN) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    /* int16 lane i of chunk g covers elements 64g + 2i, +1: sub-block 4g + i / 8 */
-    const __m512i eighth = _mm512_srli_epi16(
-        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
-                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        3);
-    __m512 acc[4][4];
-    for (int r = 0; r < RM; r++)
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const bt_block_q8_K *ab[4];
-        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
-        const bt_block_q6_K *wb[4];
-        __m512i table[4];
-        __m256i sc16[4];
-        for (int r = 0; r < RM; r++) {
-            wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
-            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
-            table[r] = _mm512_zextsi256_si512(sc16[r]);
-        }
-        __m512i isum[4][4];
-        for (int r = 0; r < RM; r++)
-            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
-        for (int g = 0; g < 4; g++) { /* chunk g: half g / 2, pair g % 2 */
-            const int h = g / 2, pr = g % 2;
-            __m512i av[4];
-            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
-            const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
-            for (int r = 0; r < RM; r++) {
-                const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
-                const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
-                /* pair 0: low nibbles, qh bits 0-1 then 2-3; pair 1: high nibbles, bits 4-5 then 6-7 */
-                __m512i hi = pr ? _mm512_srli_epi16(qhb, 4) : qhb;
-                hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
-                const __m512i lo = pr ? _mm512_srli_epi16(ql, 4) : ql;
-                const __m512i q = _mm512_or_si512(_mm512_and_si512(lo, m4),
-                                                  _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
-                const __m512i scv = perm16(table[r], sidx);
-                for (int c = 0; c < RN; c++)
-                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
-            }
-        }
-        for (int c = 0; c < RN; c++) {
-            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
-            for (int r = 0; r < RM; r++) {
-                /* the offset: lane i < 8 loses 32 * (sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1]) */
-                const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16[r], bsums), 5);
-                const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
-                const float dd = ab[c]->d * h2f(wb[r]->d);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
-            }
-        }
-    }
-    for (int c = 0; c < RN; c++)
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
-}
-
-#define K_TILES(name, call)                                                                          \
-    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        call(4, 1);                                                                                  \
-    }                                                                                                \
-    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        call(4, 2);                                                                                  \
-    }                                                                                                \
-    static void qtile_##name##_2x4(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        call(2, 4);                                                                                  \
-    }                                                                                                \
-    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
-        const void *const *w = &vw, *const *a = &va;                                                 \
-        float *out = s;                                                                              \
-        call(1, 1);                                                                                  \
-    }
-#define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, false)
-#define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, true)
-#define CALL_Q6_K(RM, RN) q6_K_tile(k, w, a, out, RM, RN)
-K_TILES(q4_K, CALL_Q4_K)
-K_TILES(q5_K, CALL_Q5_K)
-K_TILES(q6_K, CALL_Q6_K)
-#define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 /* int16 lanes i -> element base + i / 8 of a 16-entry int16 table (the scale
  * of the 16-element sub-block a maddubs pair lane belongs to) */
@@ -467,52 +335,270 @@ static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h,
     return q;
 }
 
-static void dot_q2_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q2_K *w = vw;
-    const bt_block_q8_K *a = va;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)w[b].scales);
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-        const __m512i table = _mm512_zextsi256_si512(sc16);
-        __m512i accv = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++)
-            for (int pr = 0; pr < 2; pr++) {
-                const __m512i p = _mm512_maddubs_epi16(q23_unpack(w[b].qs, NULL, h, pr),
-                                                       _mm512_loadu_si512(a[b].qs + 128 * h + 64 * pr));
-                accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h + 4 * pr));
-            }
-        const int isum = _mm512_reduce_add_epi32(accv);
-        const int imin = dot16_i16(mn16, a[b].bsums);
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum - (a[b].d * h2f(w[b].dmin)) * (float)imin;
-    }
-    *s = acc;
+/* hsum16's tree */
+static inline float hsum16_avx512(__m512 v) {
+    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-static void dot_q3_K_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q3_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int8_t sc[16];
-        bt_q3_K_scales(w[b].scales, sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        const __m512i table = _mm512_zextsi256_si512(sc16);
-        __m512i accv = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++)
-            for (int pr = 0; pr < 2; pr++) {
-                const __m512i p = _mm512_maddubs_epi16(q23_unpack(w[b].qs, w[b].hmask, h, pr),
-                                                       _mm512_loadu_si512(a[b].qs + 128 * h + 64 * pr));
-                accv = _mm512_dpwssd_epi32(accv, p, spread_scales(table, 8 * h + 4 * pr));
-            }
-        /* the unpacked values are q + 4 */
-        const int isum = _mm512_reduce_add_epi32(accv) - 4 * dot16_i16(sc16, a[b].bsums);
-        acc += (a[b].d * h2f(w[b].d)) * (float)isum;
-    }
-    *s = acc;
+/* int16 lanes i -> entry idx(i) of a table of 32 int16 */
+static inline __m512i perm16(__m512i table, __m512i idx) { return _mm512_permutexvar_epi16(idx, table); }
+
+/* A Q4_K / Q5_K block's 8 scales and 8 mins as 16 int16 (sc0..7, m0..7). */
+static inline __m256i q4_K_scales16(const uint8_t *scales) {
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3f;
+    /* from registers: a 16-byte load of the 4 words just stored would stall */
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
+
+/* Weight row r, block b: its scale table and per-chunk unpacking. */
+struct k_row {
+    __m512i table; /* int16: the scales (and for Q4_K / Q5_K the mins at 8..15) */
+    __m256i mins;  /* Q4_K / Q5_K: m_i twice per pair of activation sums */
+    float d, dmin;
+};
+
+/* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns, in the
+ * lane order of q45_K_lanes_ref. */
+static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const void *const *w_rows,
+                                                             const void *const *acts, float *out,
+                                                             const int RM, const int RN, const bool q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    /* vpermw indices: chunk g's scales (lanes 0..15 sub 2g, 16..31 sub 2g+1); mins */
+    const __m512i half = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        4);
+    const __m256i min_idx = _mm256_add_epi16(
+        _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
+        _mm256_set1_epi16(8));
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        const uint8_t *wb[4];
+        struct k_row kr[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            const bt_block_q4_K *w4 = (const bt_block_q4_K *)wb[r]; /* d, dmin, scales: same in Q5_K */
+            const __m256i s16 = q4_K_scales16(w4->scales);
+            kr[r].table = _mm512_zextsi256_si512(s16);
+            kr[r].mins = _mm256_permutexvar_epi16(min_idx, s16);
+            kr[r].d = h2f_fast(w4->d);
+            kr[r].dmin = h2f_fast(w4->dmin);
+        }
+        __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int g = 0; g < 4; g++) {
+            __m512i av[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
+            const __m512i sidx = _mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * g)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                const uint8_t *qs = q5 ? ((const bt_block_q5_K *)wb[r])->qs : ((const bt_block_q4_K *)wb[r])->qs;
+                __m512i q = bcast32(qs + 32 * g);
+                q = _mm512_and_si512(_mm512_mask_srli_epi16(q, UPPER16, q, 4), m4);
+                if (q5) {
+                    const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << (2 * g))), UPPER8,
+                                                             _mm512_set1_epi8((char)(2 << (2 * g))));
+                    const __m512i hb = bcast32(((const bt_block_q5_K *)wb[r])->qh);
+                    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, sixteen);
+                }
+                const __m512i scv = perm16(kr[r].table, sidx);
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
+                const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(kr[r].mins, bsums));
+                acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(dm), acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
+}
+
+enum { KQ2, KQ3, KQ6 };
+/* An RM x RN tile of Q2_K, Q3_K or Q6_K rows (16-element sub-blocks) against
+ * Q8_K columns, in the lane order of dot_q6_K_ref / dot_q23_K_lanes_ref. */
+static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const void *const *w_rows,
+                                                              const void *const *acts, float *out,
+                                                              const int RM, const int RN, const int kind) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    /* int16 lane i of chunk g covers elements 64g + 2i, +1: sub-block 4g + i / 8 */
+    const __m512i eighth = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                         10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        3);
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        const bt_block_q6_K *wb[4];
+        const bt_block_q3_K *w3[4];
+        const bt_block_q2_K *w2[4];
+        __m512i table[4];
+        __m256i sc16[4], mn16[4];
+        float dw[4], dmin[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            if (kind == KQ6) {
+                wb[r] = (const bt_block_q6_K *)w_rows[r] + b;
+                sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[r]->scales));
+                dw[r] = h2f_fast(wb[r]->d);
+            } else if (kind == KQ3) {
+                w3[r] = (const bt_block_q3_K *)w_rows[r] + b;
+                /* the 16 6-bit scales (offset 32), as bt_q3_K_scales, in registers */
+                uint32_t aux[3];
+                memcpy(aux, w3[r]->scales, 12);
+                const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303;
+                const __m128i s8 = _mm_sub_epi8(
+                    _mm_set_epi32((int)(((aux[1] >> 4) & m2) | (((aux[2] >> 6) & m1) << 4)),
+                                  (int)(((aux[0] >> 4) & m2) | (((aux[2] >> 4) & m1) << 4)),
+                                  (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
+                                  (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
+                    _mm_set1_epi8(32));
+                sc16[r] = _mm256_cvtepi8_epi16(s8);
+                dw[r] = h2f_fast(w3[r]->d);
+            } else {
+                w2[r] = (const bt_block_q2_K *)w_rows[r] + b;
+                const __m128i raw = _mm_loadu_si128((const __m128i *)w2[r]->scales);
+                sc16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+                mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+                dw[r] = h2f_fast(w2[r]->d);
+                dmin[r] = h2f_fast(w2[r]->dmin);
+            }
+            table[r] = _mm512_zextsi256_si512(sc16[r]);
+        }
+        __m512i isum[4][4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++)
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) isum[r][c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int g = 0; g < 4; g++) { /* chunk g: half g / 2, pair g % 2 */
+            const int h = g / 2, pr = g % 2;
+            __m512i av[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) av[c] = _mm512_loadu_si512(ab[c]->qs + 64 * g);
+            const __m512i sidx = _mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * g)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                __m512i q;
+                if (kind == KQ6) {
+                    const __m512i ql = _mm512_loadu_si512(wb[r]->ql + 64 * h);
+                    const __m512i qhb = bcast32(wb[r]->qh + 32 * h);
+                    /* pair 0: low nibbles, qh bits 0-1 then 2-3; pair 1: high nibbles, bits 4-5 then 6-7 */
+                    __m512i hi = pr ? _mm512_srli_epi16(qhb, 4) : qhb;
+                    hi = _mm512_mask_srli_epi16(hi, UPPER16, hi, 2);
+                    const __m512i lo = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                    q = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(_mm512_and_si512(hi, m3), 4));
+                } else if (kind == KQ3) {
+                    q = q23_unpack(w3[r]->qs, w3[r]->hmask, h, pr);
+                } else {
+                    q = q23_unpack(w2[r]->qs, NULL, h, pr);
+                }
+                const __m512i scv = perm16(table[r], sidx);
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                const float dd = ab[c]->d * dw[r];
+                if (kind == KQ2) {
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
+                    const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(mn16[r], bsums));
+                    acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(ab[c]->d * dmin[r]),
+                                                 acc[r][c]);
+                } else {
+                    /* the offset (32, Q3_K's 4): lane i < 8 loses it times sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1] */
+                    const __m256i sb = _mm256_madd_epi16(sc16[r], bsums);
+                    const __m256i off = kind == KQ6 ? _mm256_slli_epi32(sb, 5) : _mm256_slli_epi32(sb, 2);
+                    const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
+}
+
+#define K_TILES(name, call)                                                                          \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(4, 1);                                                                                  \
+    }                                                                                                \
+    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(4, 2);                                                                                  \
+    }                                                                                                \
+    static void qtile_##name##_2x4(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        call(2, 4);                                                                                  \
+    }                                                                                                \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
+        const void *const *w = &vw, *const *a = &va;                                                 \
+        float *out = s;                                                                              \
+        call(1, 1);                                                                                  \
+    }
+#define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, false)
+#define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, true)
+#define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ6)
+#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ3)
+#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ2)
+K_TILES(q4_K, CALL_Q4_K)
+K_TILES(q5_K, CALL_Q5_K)
+K_TILES(q6_K, CALL_Q6_K)
+K_TILES(q3_K, CALL_Q3_K)
+K_TILES(q2_K, CALL_Q2_K)
+#define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 /* 32-element types x Q8_0: one block per 256-bit vector */
 static inline int hsum256_i32(__m256i v) {
@@ -532,51 +618,98 @@ static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
     const __mmask32 k = (__mmask32)qh_u32(qh);
     return _mm256_mask_add_epi8(q, k, q, _mm256_set1_epi8(16));
 }
-/* (sum of q_w * q_a, sum of q_a) of one block; q_w unsigned bytes */
-static inline int dot32_u8_i8(__m256i q, const int8_t *act, int *asum) {
-    const __m256i av = _mm256_loadu_si256((const __m256i *)act);
-    const __m256i ones = _mm256_set1_epi8(1);
-    *asum = hsum256_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, av));
-    return hsum256_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av));
+/* hsum8's tree */
+static inline float hsum8_avx(__m256 v) {
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-static void dot_q4_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc = 0;
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
+ * columns, in lanes32's order (see dot_q4_1_ref). */
+static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
+                                                           const void *const *acts, float *out,
+                                                           const int RM, const int RN, const int mode) {
+    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(nibbles32(w[b].qs), a[b].qs, &asum);
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum;
+        __m256i av[4], asum[4];
+        __m256 asumf[4];
+        float da[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            asum[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av[c]);
+            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
+            da[c] = h2f_fast(ab->d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            __m256i q;
+            float dw, mw = 0.0f;
+            if (mode == 0) {
+                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
+                q = nibbles32(w->qs);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            } else if (mode == 1) {
+                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
+                if (mode == 1) {
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                } else {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
+                }
+            }
+        }
     }
-    *s = acc;
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
 }
 
-static void dot_q5_0_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_0 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(add_qh(nibbles32(w[b].qs), w[b].qh), a[b].qs, &asum) - 16 * asum;
-        acc += (h2f(w[b].d) * h2f(a[b].d)) * (float)isum;
+#define Q32_TILES(name, mode)                                                                        \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 1, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 2, mode);                                                          \
+    }                                                                                                \
+    static void qtile_##name##_4x4(int64_t k, const void *const *w, const void *const *a,            \
+                                   const void *const *next, float *out) {                            \
+        (void)next;                                                                                  \
+        q32_tile(k, w, a, out, 4, 4, mode);                                                          \
+    }                                                                                                \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
+        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
     }
-    *s = acc;
-}
-
-static void dot_q5_1_avx512(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc = 0;
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int asum;
-        const int isum = dot32_u8_i8(add_qh(nibbles32(w[b].qs), w[b].qh), a[b].qs, &asum);
-        const float da = h2f(a[b].d);
-        acc += (h2f(w[b].d) * da) * (float)isum + (h2f(w[b].m) * da) * (float)asum;
-    }
-    *s = acc;
-}
+Q32_TILES(q4_1, 0)
+Q32_TILES(q5_0, 1)
+Q32_TILES(q5_1, 2)
+#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx512
 #else
@@ -620,12 +753,13 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define NO_TILES {{0, 0, NULL}}
 #ifndef HAVE_QDOT_AVX512
 #define K_TILE_LIST(name) NO_TILES
+#define Q32_TILE_LIST(name) NO_TILES
 #endif
-QTYPE(q4_1, q8_0, NO_TILES);
-QTYPE(q5_0, q8_0, NO_TILES);
-QTYPE(q5_1, q8_0, NO_TILES);
-QTYPE(q2_K, q8_K, NO_TILES);
-QTYPE(q3_K, q8_K, NO_TILES);
+QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1));
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0));
+QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1));
+QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K));
+QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K));
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K));
 QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K));
 QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K));

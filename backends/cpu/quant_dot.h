@@ -3,14 +3,8 @@
  * (Q8_0 for the 32-element types, Q8_K for the K-quants).  Internal to the
  * CPU backend (matmul.c's table of quantised weight types).
  *
- * Accumulation order (fixed, so any caller gets the same bits): per weight
- * block, in increasing block order, the block's dot is an exact integer
- * (and, for types with a min, a second exact integer from the activation
- * sums); the float accumulator then takes the block's term in one fixed
- * expression (see each type in quant_dot.c).  Every implementation (plain C,
- * AVX-512) computes the same integers and the same float expression, so they
- * are bitwise equal to each other; quant_dot.c is built without FMA
- * contraction for that.
+ * Accumulation order: fixed per type, the same on every path (quant_dot.c's
+ * header), so any caller gets the same bits for a row and a column.
  */
 #ifndef BATON_QUANT_DOT_H
 #define BATON_QUANT_DOT_H

@@ -1,14 +1,18 @@
 /* bench_dist.c - benchmarks that need several ranks (run under mpirun):
  *   baton bench transport   baton's tensor transfer next to a raw MPI
  *                           ping-pong of the same sizes, in the same run
- *   baton bench pipeline    pipeline efficiency for the launched P and
- *                           M = 1, 2, 4, 8, 16 micro-batches
+ *   baton bench pipeline    pipeline throughput for the launched P and
+ *                           M = 1, 2, 4, 8, 16 micro-batches, next to one
+ *                           process on the same cores, in the same run
  * They print figures; they do not pass or fail. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_OR */
 #include <mpi.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
@@ -135,6 +139,108 @@ int bt_cli_bench_transport(int argc, char **argv) {
 
 static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }
 
+/* The yardstick: the same model in one process, on rank 0 alone, with the
+ * cores all ranks use (P x threads), the whole graph on one CPU backend. */
+struct one_proc {
+    bt_backend_t backend;
+    struct bt_model *m;
+    bt_buffer_t wbuf;
+    bt_context *ctx;
+    struct bt_model_graph g;
+    bt_gallocr_t galloc;
+};
+
+/* The cores the ranks may run on (mpirun --bind-to core gives each one), as
+ * rank 0 learns them: collective; rank 0 gets the union in *all. */
+static void gather_cores(bt_transport *t, cpu_set_t *all) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine);
+    cpu_set_t *sets = t->rank == 0 ? calloc((size_t)t->size, sizeof *sets) : NULL;
+    if (t->rank == 0 && !sets) t->iface.abort(t, 1);
+    if (t->iface.gather(t, &mine, sizeof mine, sets, 0) != BT_OK) t->iface.abort(t, 1);
+    if (t->rank == 0) {
+        CPU_ZERO(all);
+        for (int r = 0; r < t->size; r++) CPU_OR(all, all, &sets[r]);
+    }
+    free(sets);
+}
+
+static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg, int threads) {
+    memset(o, 0, sizeof *o);
+    o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
+    o->m = bt_model_new(cfg);
+    if (!o->backend || !o->m) return false;
+    o->wbuf = bt_alloc_ctx_tensors_from_buft(bt_model_context(o->m), bt_cpu_buffer_type());
+    if (!o->wbuf) return false;
+    bt_buffer_set_usage(o->wbuf, BT_BUFFER_USAGE_WEIGHTS);
+    bt_model_init_weights(o->m);
+    o->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
+    if (!o->ctx || bt_model_build_graph(o->m, o->ctx, &o->g) != BT_OK) return false;
+    o->galloc = bt_gallocr_new(bt_cpu_buffer_type());
+    return o->galloc && bt_gallocr_alloc_graph(o->galloc, o->g.graph);
+}
+
+static void one_proc_free(struct one_proc *o) {
+    if (o->galloc) bt_gallocr_free(o->galloc);
+    if (o->ctx) bt_free(o->ctx);
+    if (o->wbuf) bt_buffer_free(o->wbuf);
+    if (o->m) bt_model_free(o->m);
+    if (o->backend) bt_backend_free(o->backend);
+}
+
+/* Seconds for M micro-batches, inputs set as the pipeline's rank 0 sets them,
+ * with the calling thread on `cores` for the while. */
+static double one_proc_run(struct one_proc *o, int M, const cpu_set_t *cores) {
+    cpu_set_t own;
+    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
+    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    double s = now_s();
+    for (int k = 0; k < M && s >= 0; k++) {
+        bt_model_set_inputs(o->m, &o->g, k);
+        if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) s = -1;
+    }
+    if (s >= 0) s = now_s() - s;
+    if (widen) sched_setaffinity(0, sizeof own, &own);
+    return s;
+}
+
+/* Ranks other than 0 while rank 0 measures alone: wait for its word,
+ * sleeping 1 ms between tests so that they take no core from it. */
+static void wait_for_rank0(bt_transport *t) {
+    int word = 0;
+    bt_treq r;
+    memset(&r, 0, sizeof r);
+    if (t->iface.irecv(t, &word, sizeof word, 0, BT_TRANSPORT_MAX_USER_TAG, &r) != BT_OK) t->iface.abort(t, 1);
+    for (;;) {
+        bool done = false;
+        if (bt_transport_test(t, &r, &done) != BT_OK) t->iface.abort(t, 1);
+        if (done) return;
+        const struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+static void release_others(bt_transport *t) {
+    static const int word = 1;
+    for (int r = 1; r < t->size; r++) {
+        bt_treq q;
+        memset(&q, 0, sizeof q);
+        if (t->iface.isend(t, &word, sizeof word, r, BT_TRANSPORT_MAX_USER_TAG, &q) != BT_OK ||
+            bt_transport_wait(t, &q) != BT_OK)
+            t->iface.abort(t, 1);
+    }
+}
+
+static const char *progress_name(enum bt_dist_progress p) {
+    switch (p) {
+    case BT_DIST_PROGRESS_COMPUTE: return "compute";
+    case BT_DIST_PROGRESS_THREAD: return "thread";
+    case BT_DIST_PROGRESS_NONE: return "none";
+    default: return "auto";
+    }
+}
+
 int bt_cli_bench_pipeline(int argc, char **argv) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
@@ -148,11 +254,15 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     int copies = 2, threads = 1, progress_us = 50;
     bool ordered = false; /* --device ordered: activations over the ordered transport */
     int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
+    /* after (progress from the compute thread) and before (a progress thread) */
+    enum bt_dist_progress modes[4] = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD};
+    int n_modes = 2;
     static const struct option longs[] = {
         {"copies", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'T'},
         {"micro-batches", required_argument, 0, 'm'},
         {"progress-us", required_argument, 0, 'p'},
+        {"progress", required_argument, 0, 'P'},
         {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
@@ -175,6 +285,26 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         } else if (code == 'p') {
             if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: bad value '%s'", optarg);
             else progress_us = (int)v;
+        } else if (code == 'P') {
+            n_modes = 0;
+            char list[64];
+            snprintf(list, sizeof list, "%s", optarg);
+            for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                enum bt_dist_progress p;
+                if (!strcmp(w, "compute")) p = BT_DIST_PROGRESS_COMPUTE;
+                else if (!strcmp(w, "thread")) p = BT_DIST_PROGRESS_THREAD;
+                else if (!strcmp(w, "none")) p = BT_DIST_PROGRESS_NONE;
+                else {
+                    snprintf(err, sizeof err, "--progress: '%s' is not a list of compute, thread, none", optarg);
+                    break;
+                }
+                if (n_modes == 4) {
+                    snprintf(err, sizeof err, "--progress: '%s': at most 4 modes", optarg);
+                    break;
+                }
+                modes[n_modes++] = p;
+            }
+            if (!err[0] && n_modes == 0) snprintf(err, sizeof err, "--progress: '%s' names no mode", optarg);
         } else if (code == 'D') {
             if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) ordered = strcmp(optarg, "ordered") == 0;
             else snprintf(err, sizeof err, "--device: '%s' is not none or ordered", optarg);
@@ -193,10 +323,17 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         } else if (code == 'h') {
             if (!quiet) {
                 printf("usage: mpirun -np P baton bench pipeline [options]\n"
+                       "Throughput of the pipeline over the launched P ranks for each M, next to\n"
+                       "the same model in one process on rank 0 alone with P x threads threads\n"
+                       "(the same cores), measured in the same run.\n"
                        "  -m, --micro-batches LIST  M values (default 1,2,4,8,16)\n"
                        "  -c, --copies N            micro-batches in flight (default 2)\n"
                        "      --threads N           CPU threads per rank (default 1)\n"
-                       "      --progress-us N       MPI progress thread period, 0 = none (default 50)\n"
+                       "      --progress LIST       how transfers move while a rank computes, each\n"
+                       "                            measured in turn (default compute,thread):\n"
+                       "                            compute: the compute thread between ops;\n"
+                       "                            thread: MPI progress thread; none: only waits\n"
+                       "      --progress-us N       period of either (default 50; 0 = no thread)\n"
                        "      --device none|ordered activations between ranks over MPI with tags\n"
                        "                            (none, the default) or over the ordered\n"
                        "                            transport: the NCCL path's rules (matching by\n"
@@ -229,6 +366,22 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         fprintf(stderr, "baton bench pipeline: cannot build the model\n");
         t->iface.abort(t, 1);
     }
+    /* the one-process run gets every core of the ranks: rank 0 widens its
+     * own to their union while it creates the run's threads and while it
+     * computes (the calling thread is thread 0), and narrows it back after */
+    struct one_proc one;
+    cpu_set_t all_cores, own_cores;
+    gather_cores(t, &all_cores);
+    if (t->rank == 0) {
+        const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
+        if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
+        const bool ok = one_proc_init(&one, &cfg, P * threads);
+        if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
+        if (!ok) {
+            fprintf(stderr, "baton bench pipeline: cannot set up the one-process run (%d threads)\n", P * threads);
+            t->iface.abort(t, 1);
+        }
+    }
     /* equal stages: an even layer split when it divides */
     int *counts = NULL;
     if (cfg.n_layers % P == 0) {
@@ -246,48 +399,80 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", bt_dist_error(d));
         t->iface.abort(t, 1);
     }
-    /* warm-up */
+    /* warm-up, both */
     for (int k = 0; k < 2; k++) {
         if (t->rank == 0) bt_model_set_inputs(m, &g, k);
         bt_dist_submit(d);
     }
     bt_dist_synchronize(d);
+    if (t->rank == 0) {
+        if (one_proc_run(&one, 1, &all_cores) < 0) {
+            fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
+            t->iface.abort(t, 1);
+        }
+        release_others(t);
+    } else {
+        wait_for_rank0(t);
+    }
     struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
     if (t->rank == 0) {
         printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d, "
                "activations over %s\n",
                P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies,
                ordered ? "the ordered transport" : "MPI (tags)");
-        printf("%4s %4s %12s %8s %8s %9s   per rank: compute_s / wait_s / wall_s\n", "P", "M", "tokens/s", "E",
-               "ideal", "E/ideal");
+        printf("one process: the same model on rank 0 alone with %d threads on the ranks' %d cores, before each M\n",
+               P * threads, CPU_COUNT(&all_cores));
+        printf("progress: how transfers move while a rank computes (compute: its compute thread between ops, "
+               "thread: an MPI progress thread every %d us)\n", progress_us);
+        printf("%4s %4s %-8s %10s %10s %8s %7s %8s %7s %8s   per rank: compute_s / wait_s / wall_s\n", "P", "M",
+               "progress", "tokens/s", "1-proc", "vs_1proc", "ideal", "vs/ideal", "E", "E/ideal");
     }
     for (int i = 0; i < n_mbs; i++) {
         const int M = mbs[i];
+        double one_s = 0;
         t->iface.barrier(t);
-        bt_dist_reset_stats(d);
-        for (int k = 0; k < M; k++) {
-            if (t->rank == 0) bt_model_set_inputs(m, &g, k);
-            bt_dist_submit(d);
-        }
-        bt_dist_synchronize(d);
-        bt_dist_gather_stats(d, all);
         if (t->rank == 0) {
-            double wall = 0, compute = 0;
-            for (int r = 0; r < P; r++) {
-                wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-                compute += all[r].compute_s;
+            one_s = one_proc_run(&one, M, &all_cores);
+            if (one_s < 0) {
+                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
+                t->iface.abort(t, 1);
             }
-            const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
-            printf("%4d %4d %12.1f %8.3f %8.3f %9.3f  ", P, M, (double)M * cfg.n_tokens / wall, E, ideal, E / ideal);
-            for (int r = 0; r < P; r++) printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
-            printf("\n");
-            fflush(stdout);
+            release_others(t);
+        } else {
+            wait_for_rank0(t);
+        }
+        for (int mi = 0; mi < n_modes; mi++) {
+            bt_dist_set_progress(d, modes[mi], progress_us);
+            t->iface.barrier(t);
+            bt_dist_reset_stats(d);
+            for (int k = 0; k < M; k++) {
+                if (t->rank == 0) bt_model_set_inputs(m, &g, k);
+                bt_dist_submit(d);
+            }
+            bt_dist_synchronize(d);
+            bt_dist_gather_stats(d, all);
+            if (t->rank == 0) {
+                double wall = 0, compute = 0;
+                for (int r = 0; r < P; r++) {
+                    wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+                    compute += all[r].compute_s;
+                }
+                const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
+                const double tps = (double)M * cfg.n_tokens / wall, one_tps = (double)M * cfg.n_tokens / one_s;
+                printf("%4d %4d %-8s %10.1f %10.1f %8.3f %7.3f %8.3f %7.3f %8.3f  ", P, M, progress_name(modes[mi]),
+                       tps, one_tps, tps / one_tps, ideal, tps / one_tps / ideal, E, E / ideal);
+                for (int r = 0; r < P; r++)
+                    printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
+                printf("\n");
+                fflush(stdout);
+            }
         }
     }
     free(all);
     free(counts);
     bt_dist_free(d);
     if (device_t) device_t->iface.free(device_t);
+    if (t->rank == 0) one_proc_free(&one);
     bt_free(ctx);
     bt_model_free(m);
     bt_backend_free(backend);

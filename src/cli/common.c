@@ -155,33 +155,6 @@ bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value,
     return false;
 }
 
-bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pipeline *p) {
-    memset(p, 0, sizeof *p);
-    if (!t->pipeline.partition_auto) {
-        p->counts = calloc((size_t)t->n_ranks, sizeof(int));
-        if (!p->counts) return false;
-        for (int r = 0; r < t->n_ranks; r++) p->counts[r] = t->pipeline.layers[r];
-    }
-    if (t->pipeline.n_pins > 0) {
-        p->pins = calloc((size_t)t->pipeline.n_pins, sizeof *p->pins);
-        if (!p->pins) {
-            bt_cli_pipeline_free(p);
-            return false;
-        }
-        for (int i = 0; i < t->pipeline.n_pins; i++) {
-            snprintf(p->pins[i].pattern, sizeof p->pins[i].pattern, "%s", t->pipeline.pins[i].pattern);
-            p->pins[i].rank = t->pipeline.pins[i].rank;
-        }
-        p->n_pins = t->pipeline.n_pins;
-    }
-    return true;
-}
-
-void bt_cli_pipeline_free(struct bt_cli_pipeline *p) {
-    free(p->counts);
-    free(p->pins);
-    memset(p, 0, sizeof *p);
-}
 
 int bt_cli_env_rank(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
@@ -192,29 +165,7 @@ int bt_cli_env_rank(void) {
     return 0;
 }
 
-uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges) {
-    const int P = t->n_ranks;
-    uint8_t *m = calloc((size_t)P * (size_t)P, 1);
-    *n_edges = m ? 0 : -1;
-    for (int a = 0; m && a < P; a++)
-        for (int b = 0; b < P; b++) {
-            const size_t ab = (size_t)a * (size_t)P + (size_t)b;
-            m[ab] = a != b && bt_topology_edge_link(t, a, b) == BT_TOPO_LINK_NCCL;
-            *n_edges += m[ab];
-        }
-    if (*n_edges > 0) return m;
-    free(m);
-    return NULL;
-}
 
-int bt_cli_env_local_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v) return atoi(v);
-    }
-    return -1;
-}
 
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
     /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
@@ -240,6 +191,9 @@ void bt_progress_update(struct bt_progress *p, int64_t done, int64_t total) {
 
 void bt_progress_end(struct bt_progress *p) {
     if (!p->on) return;
+    /* the total was an estimate (rank 0's share of the weights is known only
+     * once planned): the step is complete now */
+    bt_progress_update(p, 1, 1);
     fprintf(stderr, "\r%s done\x1b[K\n", p->label);
     fflush(stderr);
 }

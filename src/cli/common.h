@@ -52,23 +52,6 @@ void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
 /* Apply one model option; false and a message in err for a bad value. */
 bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
 
-/* A topology's pipeline section as runtime options: layer counts per rank
- * (NULL for `partition: auto`) and tensor-name pins; the caller frees with
- * bt_cli_pipeline_free.  false only when out of memory. */
-struct bt_cli_pipeline {
-    int *counts;
-    struct bt_dist_pin *pins;
-    int n_pins;
-};
-bool bt_cli_pipeline_from_topology(const struct bt_topology *t, struct bt_cli_pipeline *p);
-
-/* The topology's edges between two CUDA ranks that ask for nccl, as a
- * ranks x ranks matrix for bt_dist_options.device_edges ([a * n + b] = 1,
- * both directions); *n_edges counts them.  NULL when there are none (or out
- * of memory: then *n_edges is -1).  The caller frees it. */
-uint8_t *bt_cli_nccl_edges(const struct bt_topology *t, int *n_edges);
-void bt_cli_pipeline_free(struct bt_cli_pipeline *p);
-
 /* --threads N: at least 1 and at most the machine's online cores (more
  * threads than cores make every barrier between ops wait for the OS
  * scheduler: 4096 threads on 2 cores never finish).  what names the value in
@@ -83,9 +66,6 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out);
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);
-/* The node-local rank the launcher put in the environment (before MPI is
- * up), -1 when none did. */
-int bt_cli_env_local_rank(void);
 
 /* Progress on long steps, rank 0 only, only when stderr is a terminal (or
  * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;

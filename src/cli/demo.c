@@ -17,13 +17,8 @@
 #include "cli.h"
 #include "common.h"
 #include "signals.h"
+#include "run/bringup.h"
 #include "transport.h"
-#ifdef BATON_HAVE_CUDA
-#include "bt_cuda.h"
-#endif
-#ifdef BATON_HAVE_NCCL
-#include "bt_nccl.h"
-#endif
 
 struct demo_opts {
     struct bt_model_config model;
@@ -38,6 +33,8 @@ struct demo_opts {
     bool json;
     bool verbose;
     const char *backend; /* --backend: "cpu" or "cuda" (no topology), NULL: not given */
+    const char *dump_plan; /* --dump-plan FILE: the plan as text (bt_plan_dump) */
+    double rank_gflops;    /* --rank-gflops: every rank's speed for the plan (0: measured) */
 };
 
 static void demo_usage(FILE *f, const struct demo_opts *o) {
@@ -68,6 +65,9 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "      --trace FILE      write a Chrome trace (open it in Perfetto)\n"
             "      --json            statistics as JSON on stdout\n"
             "      --progress-us N   MPI progress thread period, 0 = none (default %d)\n"
+            "      --dump-plan FILE  write the plan as text (as `baton plan --dump-plan`)\n"
+            "      --rank-gflops X   plan with this speed for every rank instead of measuring\n"
+            "                        it (measurements vary between runs; this reproduces a plan)\n"
             "  -v, --verbose         print the plan\n"
             "  -h, --help            this text\n"
             "\n",
@@ -85,7 +85,9 @@ enum {
     OPT_TRACE,
     OPT_JSON,
     OPT_PROGRESS,
-    OPT_BACKEND
+    OPT_BACKEND,
+    OPT_DUMP_PLAN,
+    OPT_RANK_GFLOPS
 };
 
 /* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
@@ -102,6 +104,8 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"json", no_argument, 0, OPT_JSON},
         {"progress-us", required_argument, 0, OPT_PROGRESS},
         {"backend", required_argument, 0, OPT_BACKEND},
+        {"dump-plan", required_argument, 0, OPT_DUMP_PLAN},
+        {"rank-gflops", required_argument, 0, OPT_RANK_GFLOPS},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
@@ -147,6 +151,18 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) o->backend = optarg;
             else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
             break;
+        case OPT_DUMP_PLAN:
+            if (!*optarg) snprintf(err, errn, "--dump-plan: the file name is empty");
+            else o->dump_plan = optarg;
+            break;
+        case OPT_RANK_GFLOPS: {
+            char *end = NULL;
+            const double g = strtod(optarg, &end);
+            if (!*optarg || *end || !(g > 0 && g < 1e12))
+                snprintf(err, errn, "--rank-gflops: '%s' is not a positive number", optarg);
+            else o->rank_gflops = g;
+            break;
+        }
         case 'v': o->verbose = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
@@ -237,31 +253,6 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     return n;
 }
 #define DEMO_AGREE_ITEMS 20
-
-/* "4,4" -> counts; false on a malformed list */
-static bool parse_partition(const char *s, int *counts, int n, char *err, size_t errlen) {
-    int i = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        const long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 100000 || (*end && *end != ',')) {
-            snprintf(err, errlen, "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4", s);
-            return false;
-        }
-        if (i >= n) {
-            snprintf(err, errlen, "--partition: %s lists more than %d counts (one per rank)", s, n);
-            return false;
-        }
-        counts[i++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    if (i != n) {
-        snprintf(err, errlen, "--partition: %s lists %d counts for %d ranks", s, i, n);
-        return false;
-    }
-    return true;
-}
 
 /* ---- the run ------------------------------------------------------------------------ */
 
@@ -376,70 +367,6 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
     printf("check: %s\n", check_result);
 }
 
-/* NCCL between CUDA ranks: with a topology, on its edges between two CUDA
- * ranks that ask for nccl; with --backend cuda (topo NULL), on every edge
- * when no two ranks of a node share a GPU (NCCL refuses that).  A CUDA rank
- * gets the NCCL transport (the plan opens its edges) and edges the matrix of
- * allowed edges.  Edges without NCCL go over MPI, staged through pinned host
- * memory; rank 0 says why when NCCL was asked for or expected.  Every rank
- * returns the same verdict. */
-static bool open_device_transport(const struct bt_topology *topo, bt_transport *t, bt_backend_t backend,
-                                  bt_transport **device_t, uint8_t **edges) {
-    const int P = t->size;
-    if (P < 2) return true;
-    int n_nccl = 0;
-    if (topo) {
-        *edges = bt_cli_nccl_edges(topo, &n_nccl);
-        if (n_nccl == 0) return true;
-    }
-#ifdef BATON_HAVE_NCCL
-    if (!topo) {
-        /* two ranks on one GPU (its UUID is the same in every process) */
-        uint8_t mine[16] = {0}, *all = t->rank == 0 ? calloc((size_t)P, 16) : NULL;
-        bt_cuda_device_uuid(bt_backend_cuda_device(backend), mine);
-        t->iface.gather(t, mine, 16, all, 0);
-        int64_t shared = t->rank == 0 && !all;
-        for (int a = 0; all && a < P && !shared; a++)
-            for (int b = a + 1; b < P && !shared; b++) shared = memcmp(all + 16 * a, all + 16 * b, 16) == 0;
-        free(all);
-        t->iface.allreduce_max(t, &shared, 1);
-        if (shared) {
-            if (t->rank == 0)
-                fprintf(stderr, "baton demo: ranks share GPUs on a node (NCCL refuses that): GPU-to-GPU transfers go "
-                                "over MPI, staged through pinned host memory\n");
-            return true;
-        }
-    }
-    int *cuda_ranks = malloc(sizeof(int) * (size_t)P), n_cuda = 0;
-    char err[512] = "";
-    bool ok = cuda_ranks && n_nccl >= 0;
-    if (!ok) snprintf(err, sizeof err, "out of memory");
-    for (int a = 0; ok && a < P; a++)
-        if (!topo || bt_topology_rank(topo, a)->backend == BT_TOPO_BACKEND_CUDA) cuda_ranks[n_cuda++] = a;
-    if (ok && (!topo || bt_topology_rank(topo, t->rank)->backend == BT_TOPO_BACKEND_CUDA)) {
-        *device_t = bt_transport_nccl_init_ranks(t, bt_backend_cuda_stream(backend), cuda_ranks, n_cuda, err,
-                                                 sizeof err);
-        ok = *device_t != NULL;
-    }
-    free(cuda_ranks);
-    if (!ok) fprintf(stderr, "baton demo: rank %d: NCCL: %s\n", t->rank, err);
-    int64_t bad = !ok;
-    t->iface.allreduce_max(t, &bad, 1);
-    return bad == 0;
-#else
-    (void)backend;
-    (void)device_t;
-    if (n_nccl < 0) {
-        fprintf(stderr, "baton demo: rank %d: out of memory\n", t->rank);
-        t->iface.abort(t, 1);
-    }
-    if (t->rank == 0)
-        fprintf(stderr, "baton demo: this build of baton has no NCCL: GPU-to-GPU transfers%s go over MPI, staged "
-                        "through host memory\n", topo ? " the topology asks NCCL for" : "");
-    return true;
-#endif
-}
-
 int bt_cli_demo(int argc, char **argv) {
     struct demo_opts o;
     memset(&o, 0, sizeof o);
@@ -466,156 +393,90 @@ int bt_cli_demo(int argc, char **argv) {
         prc = 2;
     }
     if (!prc && o.trace && env_rank == 0 && !trace_writable(o.trace, perr, sizeof perr)) prc = 2;
-    const bool all_cuda = o.backend && strcmp(o.backend, "cuda") == 0;
 
-    /* the topology before MPI: a bad file stops every rank at once */
-    struct bt_topology topo;
-    bool have_topo = false;
-    char err[1024];
-    if (!prc && o.topology && *o.topology) {
-        if (bt_topology_load(o.topology, &topo, err, sizeof err) != BT_OK) {
-            snprintf(perr, sizeof perr, "%s", err);
-            prc = 1;
-        } else {
-            have_topo = true;
-        }
+    /* the rank, in two steps around the ranks' agreement on their command
+     * lines: the topology (or plain mpirun) and MPI; then the backend, the
+     * device transport and the dist options (src/run/bringup.c) */
+    const struct bt_rank_config rcfg = {
+        .prog = "baton demo",
+        .topology = o.topology,
+        .backend = o.backend,
+        .threads = o.threads,
+        .copies = o.copies,
+        .partition = o.partition,
+        .n_layers = o.model.n_layers,
+        .progress_us = o.progress_us,
+    };
+    struct bt_rank R;
+    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
+        snprintf(perr, sizeof perr, "%s", R.error); /* a topology's own message is FILE:LINE:COLUMN: ... */
+        prc = R.exit_code;
     }
-    if (prc && !bt_cli_env_many_ranks()) {
-        /* a topology's own message is FILE:LINE:COLUMN: ... */
+    if (prc && !R.t) {
         if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton demo: ", perr);
-        if (have_topo) bt_topology_free(&topo);
+        bt_rank_free(&R);
         return prc;
     }
-
-#ifdef BATON_HAVE_CUDA
-    /* a CUDA rank's device is current before MPI starts (MPI may touch CUDA,
-     * and would make a context on device 0 for every rank) */
-    if (have_topo && env_rank < topo.n_ranks && bt_topology_rank(&topo, env_rank)->backend == BT_TOPO_BACKEND_CUDA)
-        bt_cuda_select_device_from_local_rank(bt_topology_rank(&topo, env_rank)->device);
-    if (all_cuda) bt_cuda_select_device_from_local_rank(bt_cli_env_local_rank());
-#endif
-    bt_transport *t = bt_transport_mpi_init(&argc, &argv, o.progress_us);
-    if (!t) {
-        if (have_topo) bt_topology_free(&topo);
+    if (!R.t) {
+        if (env_rank == 0) fprintf(stderr, "%s\n", R.error);
+        bt_rank_free(&R);
         return 1;
     }
-    const int P = t->size, rank = t->rank;
+    bt_transport *t = R.t;
+    const int P = R.size, rank = R.rank;
     bt_cli_signals_install("baton demo", rank);
     /* every rank takes the same path through the checks below: a failure is
      * reported once (rank 0) and every rank leaves through `out` */
     int rc = 0;
-    struct bt_cli_pipeline pl = {0};
     bt_backend_t backend = NULL;
     struct bt_model *model = NULL;
     bt_context *gctx = NULL;
     bt_dist *d = NULL;
-    bt_transport *device_t = NULL; /* NCCL between CUDA ranks */
-    uint8_t *device_edges = NULL;
     float *outs = NULL;
     struct bt_dist_stats *all = NULL;
-    err[0] = '\0';
+    char err[1024] = "";
+    int threads = 0;
 
     if (!prc && P > BT_TOPO_MAX_RANKS) {
         snprintf(perr, sizeof perr, "%d ranks: baton runs at most %d (BT_SCHED_MAX_BACKENDS)", P, BT_TOPO_MAX_RANKS);
         prc = 1;
     }
-    if (!prc && have_topo && bt_topology_check_world(&topo, P, perr, sizeof perr) != BT_OK) prc = 1;
-    if (o.copies == 0) o.copies = have_topo ? topo.pipeline.micro_batches : 2;
+    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
+    if (o.copies == 0) o.copies = R.have_topo ? R.topo.pipeline.micro_batches : 2;
     if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
-    int threads = o.threads;
-    if (!prc && threads == 0 && have_topo) {
-        const struct bt_topo_rank *tr = bt_topology_rank(&topo, rank);
+    if (!prc && o.threads == 0 && R.have_topo) {
+        const struct bt_topo_rank *tr = bt_topology_rank(&R.topo, rank);
         char what[PATH_MAX + 64];
         snprintf(what, sizeof what, "%s:%d:%d: rank %d: threads", o.topology, tr->threads_pos.line,
                  tr->threads_pos.col, rank);
         if (tr->backend == BT_TOPO_BACKEND_CPU && !bt_cli_threads_check(tr->threads, what, perr, sizeof perr)) prc = 1;
-        threads = tr->threads;
-    }
-    if (threads == 0) {
-        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (t->local_size > 0 ? t->local_size : 1));
-        if (threads < 1) threads = 1;
     }
     struct bt_cli_agree_item items[DEMO_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == DEMO_AGREE_ITEMS);
     rc = bt_cli_agree(t, "baton demo", prc, perr, items, n_items);
     if (rc != 0) goto out;
-    if (have_topo && !bt_cli_pipeline_from_topology(&topo, &pl)) {
-        snprintf(err, sizeof err, "out of memory");
-        rc = 1;
+    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
+        /* the same verdict on every rank (the lowest failing rank's message) */
+        snprintf(err, sizeof err, "%s", R.error);
+        rc = R.exit_code;
         goto out;
     }
-    if (o.partition) { /* the command line overrides the topology's partition */
-        free(pl.counts);
-        pl.counts = NULL;
-        if (strcmp(o.partition, "auto") != 0) {
-            pl.counts = calloc((size_t)P, sizeof(int));
-            if (!pl.counts || !parse_partition(o.partition, pl.counts, P, err, sizeof err)) {
-                rc = 2;
-                goto out;
-            }
-        }
-    } else if (have_topo && !topo.pipeline.partition_auto &&
-               bt_topology_check_layers(&topo, o.model.n_layers, err, sizeof err) != BT_OK) {
-        rc = 1;
-        goto out;
-    }
-
-    const bool on_cuda = all_cuda || (have_topo && bt_topology_rank(&topo, rank)->backend == BT_TOPO_BACKEND_CUDA);
-    if (on_cuda) {
-        /* the topology's device, else the node-local rank's */
-        const int dev = have_topo ? bt_topology_rank(&topo, rank)->device
-                                  : (bt_cli_env_local_rank() >= 0 ? bt_cli_env_local_rank() : t->local_rank);
-#ifdef BATON_HAVE_CUDA
-        const int n_dev = bt_cuda_device_count();
-        if (have_topo && dev >= n_dev) {
-            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this process sees %d CUDA devices\n", o.topology,
-                    rank, dev, n_dev);
-            t->iface.abort(t, 1);
-        }
-        if (!have_topo && n_dev == 0) {
-            fprintf(stderr, "baton demo: --backend cuda: rank %d: this process sees no CUDA device\n", rank);
-            t->iface.abort(t, 1);
-        }
-        backend = bt_backend_cuda_init(have_topo ? dev : dev % n_dev);
-        if (!backend) {
-            fprintf(stderr, "baton demo: rank %d: cannot start CUDA device %d\n", rank, have_topo ? dev : dev % n_dev);
-            t->iface.abort(t, 1);
-        }
-#else
-        if (have_topo)
-            fprintf(stderr, "baton demo: %s: rank %d: backend cuda:%d: this build of baton has no CUDA backend\n",
-                    o.topology, rank, dev);
-        else
-            fprintf(stderr, "baton demo: --backend cuda: rank %d: this build of baton has no CUDA backend\n", rank);
-        t->iface.abort(t, 1);
-#endif
-    }
-    if (!backend) backend = bt_backend_cpu_init(threads);
+    backend = R.backend;
+    threads = R.threads;
+    o.copies = R.copies;
     model = bt_model_new(&o.model);
     gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
     struct bt_model_graph g;
-    if (!backend || !model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
+    if (!model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
         fprintf(stderr, "baton demo: rank %d: cannot build the model%s%s\n", rank, gctx ? ": " : "",
                 gctx ? bt_context_error(gctx) : "");
         t->iface.abort(t, 1);
     }
 
-    if ((have_topo || all_cuda) && !open_device_transport(have_topo ? &topo : NULL, t, backend, &device_t, &device_edges)) {
-        rc = 1;
-        goto out;
-    }
-    struct bt_dist_options dopt = {
-        .device_transport = device_t,
-        .device_edges = device_edges,
-        .n_copies = o.copies,
-        .layers_per_rank = pl.counts,
-        .pins = pl.pins,
-        .n_pins = pl.n_pins,
-        .mem_limit = have_topo ? (int64_t)bt_topology_rank(&topo, rank)->memory : 0,
-        .verbose = o.verbose && !o.json,
-    };
+    struct bt_dist_options dopt = R.dist;
+    dopt.verbose = o.verbose && !o.json;
+    dopt.gflops = o.rank_gflops;
     d = bt_dist_new(t, backend, &dopt);
     struct bt_progress prog;
     bt_progress_begin(&prog, rank == 0, "planning and creating weights");
@@ -626,6 +487,14 @@ int bt_cli_demo(int argc, char **argv) {
         snprintf(err, sizeof err, "%s", bt_dist_error(d));
         rc = 1;
         goto out;
+    }
+    if (o.dump_plan && rank == 0) {
+        FILE *f = fopen(o.dump_plan, "w");
+        if (f) bt_plan_dump(bt_dist_get_plan(d), f);
+        if (!f || fclose(f) != 0) {
+            fprintf(stderr, "baton demo: %s: cannot write the plan\n", o.dump_plan);
+            t->iface.abort(t, 1);
+        }
     }
     if (o.trace && bt_dist_enable_trace(d, 64 + o.micro_batches * 64) != BT_OK) {
         fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
@@ -686,13 +555,8 @@ out:
     free(all);
     free(outs);
     bt_dist_free(d); /* before the graph's context */
-    if (device_t) device_t->iface.free(device_t);
-    free(device_edges);
-    bt_cli_pipeline_free(&pl);
-    if (have_topo) bt_topology_free(&topo);
     bt_free(gctx);
     bt_model_free(model);
-    bt_backend_free(backend);
-    bt_transport_mpi_finalize(t);
+    bt_rank_free(&R); /* device transport, backend, topology, MPI */
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "run/bringup.h"
 
 static void plan_usage(FILE *f, const struct bt_model_config *c) {
     fprintf(f,
@@ -19,6 +20,8 @@ static void plan_usage(FILE *f, const struct bt_model_config *c) {
             "weight bytes, transfers per micro-batch and predicted stage time.\n"
             "\n"
             "  -t, --topology FILE   topology file (required)\n"
+            "      --dump-plan FILE  also write the plan as text (owners, splits, transfers),\n"
+            "                        to compare with a live run's (baton demo --dump-plan)\n"
             "  -h, --help            this text\n"
             "\n");
     bt_cli_model_help(f, c);
@@ -27,9 +30,10 @@ static void plan_usage(FILE *f, const struct bt_model_config *c) {
 int bt_cli_plan(int argc, char **argv) {
     struct bt_model_config cfg;
     bt_cli_model_defaults(&cfg);
-    const char *path = NULL;
+    const char *path = NULL, *dump_path = NULL;
     static const struct option longs[] = {
         {"topology", required_argument, 0, 't'},
+        {"dump-plan", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
@@ -41,6 +45,7 @@ int bt_cli_plan(int argc, char **argv) {
     while ((code = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
         err[0] = '\0';
         if (code == 't') path = optarg;
+        else if (code == 'D') dump_path = optarg;
         else if (code == 'h') {
             plan_usage(stdout, &cfg);
             return 0;
@@ -76,47 +81,27 @@ int bt_cli_plan(int argc, char **argv) {
         return 1;
     }
 
-    /* rank descriptions from the file */
+    /* rank descriptions and options from the file (the bring-up library's
+     * reading of a topology, as a live run on it would give) */
     bt_backend_t probe = bt_backend_cpu_init(1);
     const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
     bt_backend_free(probe);
     const char *gpu_env = getenv("BATON_PLAN_GPU_GFLOPS");
     const double gpu_gflops = gpu_env ? atof(gpu_env) : 400000.0;
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    const int64_t host_mem = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
-    struct bt_rank_desc *descs = calloc((size_t)P, sizeof *descs);
-    for (int r = 0; r < P; r++) {
-        const struct bt_topo_rank *tr = bt_topology_rank(&topo, r);
-        const int on_host = bt_topology_host_ranks(&topo, tr->host);
-        if (tr->backend == BT_TOPO_BACKEND_CUDA) {
-            snprintf(descs[r].backend, sizeof descs[r].backend, "CUDA%d@%s", tr->device,
-                     bt_topology_host(&topo, tr->host)->name);
-            descs[r].gflops = gpu_gflops;
-            descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : (int64_t)80 << 30;
-        } else {
-            snprintf(descs[r].backend, sizeof descs[r].backend, "CPUx%d@%s", tr->threads,
-                     bt_topology_host(&topo, tr->host)->name);
-            descs[r].threads = tr->threads;
-            descs[r].gflops = cpu_gflops * tr->threads;
-            descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : host_mem / (on_host > 0 ? on_host : 1);
-        }
-    }
-    struct bt_cli_pipeline pl;
-    if (!bt_cli_pipeline_from_topology(&topo, &pl)) {
+    struct bt_rank_desc *descs = bt_topology_rank_descs(&topo, cpu_gflops, gpu_gflops);
+    struct bt_plan_options opt;
+    int *counts = NULL;
+    struct bt_dist_pin *pins = NULL;
+    uint8_t *nccl_edges = NULL;
+    if (!descs || bt_topology_plan_options(&topo, &opt, &counts, &pins, &nccl_edges) != BT_OK) {
         fprintf(stderr, "baton plan: out of memory\n");
         free(descs);
+        free(counts);
+        free(pins);
+        free(nccl_edges);
         bt_topology_free(&topo);
         return 1;
     }
-    int n_nccl = 0;
-    uint8_t *nccl_edges = bt_cli_nccl_edges(&topo, &n_nccl);
-    struct bt_dist_options opt = {
-        .n_copies = topo.pipeline.micro_batches,
-        .layers_per_rank = pl.counts,
-        .pins = pl.pins,
-        .n_pins = pl.n_pins,
-        .device_edges = nccl_edges,
-    };
     struct bt_model *m = bt_model_new(&cfg);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
@@ -128,14 +113,26 @@ int bt_cli_plan(int argc, char **argv) {
         printf("topology %s: %d ranks on %d hosts; model: %d layers, %s, d_model %d, %s weights, %.1f MiB\n", path, P,
                topo.n_hosts, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, bt_type_name(cfg.wtype),
                (double)bt_model_weight_bytes(&cfg) / 1048576.0);
-        if (bt_dist_plan_offline(g.graph, descs, P, &opt, stdout, err, sizeof err) != BT_OK) {
-            fprintf(stderr, "baton plan: %s\n", err);
+        struct bt_plan plan;
+        if (bt_plan_make(&plan, g.graph, descs, P, NULL, &opt) != BT_OK) {
+            fprintf(stderr, "baton plan: %s\n", plan.error);
             rc = 1;
+        } else {
+            bt_plan_print(&plan, g.graph, stdout);
+            printf("planned in %.3f s\n", plan.seconds);
+            FILE *f = dump_path ? fopen(dump_path, "w") : NULL;
+            if (f) bt_plan_dump(&plan, f);
+            if (dump_path && (!f || fclose(f) != 0)) {
+                fprintf(stderr, "baton plan: %s: cannot write the plan\n", dump_path);
+                rc = 1;
+            }
         }
+        bt_plan_free(&plan);
     }
     bt_free(ctx);
     bt_model_free(m);
-    bt_cli_pipeline_free(&pl);
+    free(counts);
+    free(pins);
     free(nccl_edges);
     free(descs);
     bt_topology_free(&topo);

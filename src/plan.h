@@ -1,0 +1,129 @@
+/* plan.h - the distributed plan as a value.  A pure function (no MPI, no
+ * backend, nothing allocated for tensors) turns a graph, one description per
+ * rank and the options into a plan: the owner of every node and leaf, the
+ * layer ranges and predicted stage time of every rank, the splits, and the
+ * transfers between ranks with their tags, and which of them go over the
+ * device transport.  Rank 0 computes it and bt_dist_plan broadcasts it;
+ * `baton plan` computes it from a topology file and prints it; tests check it
+ * without mpiexec.  The runtime (dist.c) only carries it out.
+ *
+ * Layers are read from tensor names "blk.N." (as baton's model builder and
+ * GGUF files name them); tensors before the first layer belong to rank 0,
+ * after the last to the last rank.  Graph inputs (BT_TENSOR_FLAG_INPUT) live
+ * on rank 0; graph outputs (BT_TENSOR_FLAG_OUTPUT) travel back to rank 0. */
+#ifndef BATON_PLAN_H
+#define BATON_PLAN_H
+
+#include <stdio.h>
+
+#include "bt_sched.h"
+#include "graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef BT_PLAN_MAX_RANKS
+#define BT_PLAN_MAX_RANKS 4096
+#endif
+
+struct bt_dist_pin {
+    char pattern[64]; /* fnmatch glob on weight names */
+    int rank;
+};
+
+/* What a rank tells rank 0 about itself. */
+struct bt_rank_desc {
+    char backend[32];  /* "CPU" / "CUDA0" ... */
+    int32_t threads;
+    int32_t device;    /* 1: the rank has a device transport (NCCL) */
+    int64_t mem_bytes; /* usable memory */
+    double gflops;     /* mul_mat speed */
+};
+
+struct bt_plan_options {
+    int n_copies;               /* micro-batches in flight, 1..BT_SCHED_MAX_COPIES (0: 2) */
+    const int *layers_per_rank; /* NULL: placed by the cost model; else one count per rank */
+    const struct bt_dist_pin *pins;
+    int n_pins;
+    double link_gbps;           /* assumed rank-to-rank bandwidth (0: 5 GB/s) */
+    /* ranks x ranks, [src * n + dst] != 0: the edge may use the device
+     * transport when both ranks have one; NULL: every such edge may */
+    const uint8_t *device_edges;
+};
+
+struct bt_plan_split {
+    int32_t rank;
+    int32_t i_start, i_end; /* nodes [i_start, i_end) of the graph */
+};
+
+/* `tensor` (on src) is needed by split `consumer` (on dst) every
+ * micro-batch, or is a graph output going back to rank 0 (consumer -1). */
+struct bt_plan_transfer {
+    int32_t tensor;   /* node index >= 0, or -(leaf index + 1) */
+    int32_t src, dst;
+    int32_t producer; /* split computing it, -1: a leaf, available at submit */
+    int32_t consumer;
+    int32_t tag0;     /* slot c uses tag tag0 + c */
+    int32_t direct;   /* 1: over the device transport, backend memory to backend memory */
+    int32_t pad_;
+    int64_t bytes;
+};
+
+struct bt_plan {
+    int32_t n_ranks, n_copies, n_layers;
+    int32_t n_nodes, n_leafs;
+    int32_t n_splits, n_transfers;
+    uint64_t graph_hash;
+    struct bt_rank_desc *ranks;   /* [n_ranks], speeds smoothed as placed */
+    int32_t *node_owner;          /* [n_nodes] */
+    int32_t *leaf_owner;          /* [n_leafs] */
+    int32_t *layer_first, *layer_last; /* [n_ranks], -1 when none */
+    double *predicted_s;          /* [n_ranks] */
+    struct bt_plan_split *splits; /* [n_splits] */
+    struct bt_plan_transfer *transfers; /* [n_transfers], in the order their data is made */
+    double seconds;               /* time bt_plan_make took */
+    char error[512];              /* the message of the last failure */
+};
+
+/* The plan of `graph` on n_ranks ranks.  support: NULL (every rank runs every
+ * op) or [n_ranks][n_nodes], nonzero where rank r can run node i.  On error a
+ * status and p->error; p holds nothing to free either way until
+ * bt_plan_free (which is safe on a zeroed or failed plan). */
+enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const struct bt_rank_desc *ranks, int n_ranks,
+                            const uint8_t *support, const struct bt_plan_options *opt);
+void bt_plan_free(struct bt_plan *p);
+
+/* The plan in words: per rank its backend, layers, splits, nodes, weight
+ * bytes, bytes received per micro-batch, predicted stage time. */
+void bt_plan_print(const struct bt_plan *p, const struct bt_graph *graph, FILE *f);
+/* The plan as canonical text (owners, splits, transfers, layers): two plans
+ * are the same plan when their dumps are equal.  Speeds and timings are left
+ * out (a live run measures them). */
+void bt_plan_dump(const struct bt_plan *p, FILE *f);
+
+/* A flat copy of the plan for a broadcast: *size bytes at *buf (malloc'd,
+ * the caller frees). */
+enum bt_status bt_plan_pack(const struct bt_plan *p, void **buf, size_t *size);
+/* Back from bytes; every count is checked against size and against the
+ * graph it is for (n_nodes, n_leafs). */
+enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, const struct bt_graph *graph);
+
+/* The splitter over one stand-in backend per rank, every node and leaf
+ * pinned to its owner in p: the splits of p on the graph's own tensors, for
+ * the runtime to execute (their sources rewritten to the copies of the
+ * current slot).  Freed with bt_plan_splitter_free before the graph. */
+typedef struct bt_plan_splitter bt_plan_splitter;
+bt_plan_splitter *bt_plan_splitter_new(const struct bt_plan *p, struct bt_graph *graph, char *err, size_t errlen);
+bt_sched_t bt_plan_splitter_sched(bt_plan_splitter *s);
+/* A tensor's index in the graph (node >= 0, leaf -(i + 1)); INT32_MIN when
+ * it is not one of the graph's. */
+int bt_plan_splitter_index(const bt_plan_splitter *s, const struct bt_tensor *t);
+/* The tensor a transfer's index names. */
+struct bt_tensor *bt_plan_tensor(const struct bt_graph *graph, int32_t index);
+void bt_plan_splitter_free(bt_plan_splitter *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
