@@ -451,6 +451,50 @@ struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tens
     return t;
 }
 
+/* ---- fused attention ---------------------------------------------------------- */
+
+static bool attn_kv_type_ok(enum bt_type t) {
+    return t == BT_TYPE_F32 || t == BT_TYPE_F16 || t == BT_TYPE_Q8_0;
+}
+
+struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+                                struct bt_tensor *v, struct bt_tensor *mask, float scale) {
+    if (!q || !k || !v) return NULL;
+    if (q->type != BT_TYPE_F32 || q->nb[0] != sizeof(float))
+        FAIL(ctx, "FLASH_ATTN: q %s must be f32 with packed rows", SHAPE(q));
+    if (!attn_kv_type_ok(k->type) || !attn_kv_type_ok(v->type))
+        FAIL(ctx, "FLASH_ATTN: k and v must be f32, f16 or q8_0, got %s and %s", bt_type_name(k->type),
+             bt_type_name(v->type));
+    if (k->nb[0] != bt_type_size(k->type) || v->nb[0] != bt_type_size(v->type) ||
+        k->ne[0] % bt_blck_size(k->type) != 0 || v->ne[0] % bt_blck_size(v->type) != 0)
+        FAIL(ctx, "FLASH_ATTN: k %s and v %s need packed rows of whole blocks", SHAPE(k), SHAPE(v));
+    if (q->ne[3] != 1 || k->ne[3] != 1 || v->ne[3] != 1)
+        FAIL(ctx, "FLASH_ATTN: q %s, k %s, v %s must be 3-d", SHAPE(q), SHAPE(k), SHAPE(v));
+    if (k->ne[0] != q->ne[0])
+        FAIL(ctx, "FLASH_ATTN: head sizes of q %s and k %s differ", SHAPE(q), SHAPE(k));
+    if (v->ne[1] != k->ne[1] || v->ne[2] != k->ne[2])
+        FAIL(ctx, "FLASH_ATTN: k %s and v %s differ in heads or cells", SHAPE(k), SHAPE(v));
+    if (k->ne[1] <= 0 || q->ne[1] % k->ne[1] != 0)
+        FAIL(ctx, "FLASH_ATTN: q heads (%lld) must be a multiple of k heads (%lld)", (long long)q->ne[1],
+             (long long)k->ne[1]);
+    if (mask) {
+        if (mask->type != BT_TYPE_F32 && mask->type != BT_TYPE_F16)
+            FAIL(ctx, "FLASH_ATTN: mask must be f32 or f16, got %s", bt_type_name(mask->type));
+        if (mask->ne[0] != k->ne[2] || mask->ne[1] < q->ne[2] || mask->ne[2] != 1 || mask->ne[3] != 1)
+            FAIL(ctx, "FLASH_ATTN: mask %s does not fit k %s and q %s (need [%lld, >= %lld])", SHAPE(mask),
+                 SHAPE(k), SHAPE(q), (long long)k->ne[2], (long long)q->ne[2]);
+    }
+    const int64_t ne[4] = {v->ne[0], q->ne[1], q->ne[2], 1};
+    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_FLASH_ATTN);
+    if (!t) return NULL;
+    t->src[0] = q;
+    t->src[1] = k;
+    t->src[2] = v;
+    t->src[3] = mask;
+    bt_set_op_param_f32(t, 0, scale);
+    return t;
+}
+
 /* ---- well-formedness -------------------------------------------------------- */
 /* What a backend's supports_op checks first: the node is an instance of its op
  * as ops.h documents it.  Nodes not built by the constructors above (a
@@ -587,6 +631,25 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
             return cpy_well_formed(a, node);
         case BT_OP_CONT:
             return a && a->type == node->type && cpy_well_formed(a, node);
+        case BT_OP_FLASH_ATTN: {
+            const struct bt_tensor *v = node->src[2], *mask = node->src[3];
+            if (!is_f32(node) || !bt_is_contiguous(node) || !is_f32(a) || a->nb[0] != sizeof(float)) return false;
+            if (!b || !v || !attn_kv_type_ok(b->type) || !attn_kv_type_ok(v->type)) return false;
+            if (!layout_ok(b) || !layout_ok(v) || b->nb[0] != bt_type_size(b->type) ||
+                v->nb[0] != bt_type_size(v->type))
+                return false;
+            if (a->ne[3] != 1 || b->ne[3] != 1 || v->ne[3] != 1 || b->ne[0] != a->ne[0]) return false;
+            if (v->ne[1] != b->ne[1] || v->ne[2] != b->ne[2] || b->ne[1] <= 0 || a->ne[1] % b->ne[1])
+                return false;
+            if (node->ne[0] != v->ne[0] || node->ne[1] != a->ne[1] || node->ne[2] != a->ne[2] ||
+                node->ne[3] != 1)
+                return false;
+            if (mask && ((mask->type != BT_TYPE_F32 && mask->type != BT_TYPE_F16) ||
+                         mask->ne[0] != b->ne[2] || mask->ne[1] < a->ne[2] || mask->ne[2] != 1 ||
+                         mask->ne[3] != 1))
+                return false;
+            return true;
+        }
         case BT_OP_MUL_MAT:
         case BT_OP_MUL_MAT_ID:
             return mul_mat_well_formed(node);

@@ -56,6 +56,21 @@
  *  TOP_K(a, k)            view [k, n1, n2, n3] of ARGSORT(a, DESC).
  *  CONCAT(a, b, dim)      same type; shapes equal except along dim;
  *                         i32[0] = dim.
+ *  FLASH_ATTN(q, k, v, mask, s)
+ *                         fused attention (ggml's flash_attn_ext):
+ *                         q F32 [D, H, T, 1] (nb[0] == 4), k [D, Hk, N, 1] and
+ *                         v [Dv, Hk, N, 1] of type F32, F16 or Q8_0 with packed
+ *                         rows (nb[0] == type size; block types: D, Dv
+ *                         multiples of the block), H % Hk == 0 (grouped-query
+ *                         heads: q head h reads k/v head h / (H/Hk)), mask
+ *                         F32 or F16 [N, >= T] or NULL; result F32
+ *                         [Dv, H, T, 1] contiguous;
+ *                         out[:,h,t] = sum_j p_j v[:,h',j] with
+ *                         p = softmax_j(s * q[:,h,t].k[:,h',j] + mask[j,t]).
+ *                         f32[0] = s.  A cell whose mask is -inf takes no part
+ *                         at all (not even in the running maximum); a row
+ *                         with every cell masked is 0.  The softmax is online
+ *                         (one pass over the cells, no [N, T] scores held).
  */
 #ifndef BATON_OPS_H
 #define BATON_OPS_H
@@ -133,6 +148,9 @@ struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tens
 struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
 struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
 struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim);
+/* FLASH_ATTN as documented above; mask may be NULL. */
+struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+                                struct bt_tensor *v, struct bt_tensor *mask, float scale);
 
 /* Is node a well-formed instance of its op as documented above (types,
  * shapes, op params)?  Backends add their own limits on top. */

@@ -160,6 +160,8 @@ enum bt_op {
     BT_OP_ARGSORT,
     BT_OP_CONCAT,
 
+    BT_OP_FLASH_ATTN, /* fused attention with an online softmax (ops.h) */
+
     BT_OP_COUNT,
 };
 const char *bt_op_name(enum bt_op op);

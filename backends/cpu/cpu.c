@@ -79,12 +79,14 @@ bool bt_cpu_supports_op(const struct bt_tensor *node) {
     if (!node || (int)node->op < 0 || node->op >= BT_OP_COUNT) return false;
     if ((int)node->type < 0 || node->type >= BT_TYPE_COUNT) return false;
     if (is_mul_mat(node->op)) return bt_cpu_mul_mat_supported(node);
+    if (node->op == BT_OP_FLASH_ATTN) return bt_cpu_flash_attn_supported(node);
     return bt_cpu_op_supported(node);
 }
 
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth) {
     if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) return 0;
     if (is_mul_mat(node->op)) return bt_cpu_mul_mat_work_size(node, nth);
+    if (node->op == BT_OP_FLASH_ATTN) return bt_cpu_flash_attn_work_size(node, nth);
     return bt_cpu_op_work_size(node, nth);
 }
 
@@ -121,6 +123,8 @@ static void compute_thread(void *arg, int ith, int nth) {
                 bt_cpu_mul_mat(&p, node);
             else
                 bt_cpu_mul_mat_id(&p, node);
+        } else if (node->op == BT_OP_FLASH_ATTN) {
+            bt_cpu_flash_attn(&p, node);
         } else {
             bt_cpu_compute_op(&p, node);
         }

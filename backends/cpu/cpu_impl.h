@@ -1,6 +1,6 @@
 /* cpu_impl.h - internal interface between the CPU executor (cpu.c), the
  * thread pool (threadpool.c), the element-wise / row kernels (ops_cpu.c) and
- * the matrix kernels (matmul.c).  Not part of the public API. */
+ * the matrix kernels (matmul.c) and fused attention (attn.c).  Not part of the public API. */
 #ifndef BATON_CPU_IMPL_H
 #define BATON_CPU_IMPL_H
 
@@ -50,6 +50,11 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *dst);
 void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node);
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth);
+
+/* attn.c: FLASH_ATTN */
+void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst);
+bool bt_cpu_flash_attn_supported(const struct bt_tensor *node);
+size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth);
 
 /* Work buffer bytes for node with nth threads (dispatches to the above). */
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth);

@@ -55,6 +55,10 @@ bool bt_cuda_op_supported(const struct bt_tensor *node) {
         case BT_OP_MUL_MAT:
         case BT_OP_MUL_MAT_ID:
             return cublas_sizes_ok(node);
+        case BT_OP_FLASH_ATTN:
+            /* no CUDA kernel yet (backends/cpu/attn.c is the only one): the
+             * scheduler keeps attention on a CPU backend */
+            return false;
         default:
             return true;
     }

@@ -1,0 +1,218 @@
+/* kv.c - the KV cache: cache tensors in one host buffer, cell bookkeeping,
+ * placement of a ubatch and its attention mask.  See kv.h. */
+#include "kv.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+struct bt_kv {
+    struct bt_kv_config cfg;
+    bt_context *ctx; /* no_alloc: the tensor structs */
+    bt_buffer_t buf;
+    struct bt_tensor **k, **v; /* indexed il - il0 */
+    int32_t *pos, *seq;        /* per cell; pos -1 = free */
+    int64_t n_used;
+};
+
+static enum bt_status fail(char *err, size_t n, enum bt_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static enum bt_status fail(char *err, size_t n, enum bt_status s, const char *fmt, ...) {
+    if (err && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+#define MAX_CTX (1 << 24)
+
+enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err) {
+    *out = NULL;
+    if (c->n_ctx <= 0 || c->n_ctx > MAX_CTX)
+        return fail(err, n_err, BT_ERR_INVALID, "KV cache: context size %lld out of [1, %d]", (long long)c->n_ctx,
+                    MAX_CTX);
+    if (c->n_seq_max <= 0 || c->n_seq_max > c->n_ctx)
+        return fail(err, n_err, BT_ERR_INVALID, "KV cache: %d sequences do not fit %lld cells", c->n_seq_max,
+                    (long long)c->n_ctx);
+    if (c->type != BT_TYPE_F16 && c->type != BT_TYPE_F32 && c->type != BT_TYPE_Q8_0)
+        return fail(err, n_err, BT_ERR_UNSUPPORTED, "KV cache: type %s not supported (f16, f32, q8_0)",
+                    (int)c->type >= 0 && c->type < BT_TYPE_COUNT ? bt_type_name(c->type) : "?");
+    if (c->il0 < 0 || c->il1 < c->il0)
+        return fail(err, n_err, BT_ERR_INVALID, "KV cache: bad layer range [%d, %d)", c->il0, c->il1);
+    if (c->head_dim_k <= 0 || c->head_dim_v <= 0 || c->n_embd_k % c->head_dim_k || c->n_embd_v % c->head_dim_v)
+        return fail(err, n_err, BT_ERR_INVALID, "KV cache: rows of %lld/%lld are not whole heads of %lld/%lld",
+                    (long long)c->n_embd_k, (long long)c->n_embd_v, (long long)c->head_dim_k,
+                    (long long)c->head_dim_v);
+    const int64_t blk = bt_blck_size(c->type);
+    if (c->head_dim_k % blk || c->head_dim_v % blk)
+        return fail(err, n_err, BT_ERR_UNSUPPORTED,
+                    "KV cache: type %s needs head sizes that are multiples of %lld, got %lld and %lld",
+                    bt_type_name(c->type), (long long)blk, (long long)c->head_dim_k, (long long)c->head_dim_v);
+
+    struct bt_kv *kv = calloc(1, sizeof *kv);
+    const int nl = c->il1 - c->il0;
+    if (!kv) return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+    kv->cfg = *c;
+    kv->k = calloc((size_t)nl + 1, sizeof *kv->k);
+    kv->v = calloc((size_t)nl + 1, sizeof *kv->v);
+    kv->pos = malloc((size_t)c->n_ctx * sizeof *kv->pos);
+    kv->seq = malloc((size_t)c->n_ctx * sizeof *kv->seq);
+    struct bt_init_params ip = {(size_t)(2 * nl + 1) * bt_tensor_overhead() + 1024, NULL, true};
+    kv->ctx = bt_init(ip);
+    if (!kv->k || !kv->v || !kv->pos || !kv->seq || !kv->ctx) {
+        bt_kv_free(kv);
+        return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+    }
+    for (int il = c->il0; il < c->il1; il++) {
+        struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, c->n_ctx);
+        struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, c->n_ctx);
+        BT_ASSERT(k && v);
+        bt_format_name(k, "cache_k_l%d", il);
+        bt_format_name(v, "cache_v_l%d", il);
+        kv->k[il - c->il0] = k;
+        kv->v[il - c->il0] = v;
+    }
+    if (nl > 0) {
+        kv->buf = bt_alloc_ctx_tensors_from_buft(kv->ctx, bt_cpu_buffer_type());
+        if (!kv->buf) {
+            const size_t bytes = (size_t)nl * (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) *
+                                 (size_t)c->n_ctx;
+            bt_kv_free(kv);
+            return fail(err, n_err, BT_ERR_NOMEM, "KV cache: cannot allocate %zu bytes (%lld cells, %d layers, %s)",
+                        bytes, (long long)c->n_ctx, nl, bt_type_name(c->type));
+        }
+        bt_buffer_clear(kv->buf, 0);
+    }
+    bt_kv_clear(kv);
+    *out = kv;
+    return BT_OK;
+}
+
+void bt_kv_free(struct bt_kv *kv) {
+    if (!kv) return;
+    if (kv->buf) bt_buffer_free(kv->buf);
+    if (kv->ctx) bt_free(kv->ctx);
+    free(kv->k);
+    free(kv->v);
+    free(kv->pos);
+    free(kv->seq);
+    free(kv);
+}
+
+const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv) { return &kv->cfg; }
+
+struct bt_tensor *bt_kv_k(const struct bt_kv *kv, int il) {
+    BT_ASSERT(il >= kv->cfg.il0 && il < kv->cfg.il1);
+    return kv->k[il - kv->cfg.il0];
+}
+struct bt_tensor *bt_kv_v(const struct bt_kv *kv, int il) {
+    BT_ASSERT(il >= kv->cfg.il0 && il < kv->cfg.il1);
+    return kv->v[il - kv->cfg.il0];
+}
+size_t bt_kv_bytes(const struct bt_kv *kv) { return kv->buf ? bt_buffer_get_size(kv->buf) : 0; }
+
+void bt_kv_clear(struct bt_kv *kv) {
+    for (int64_t j = 0; j < kv->cfg.n_ctx; j++) {
+        kv->pos[j] = -1;
+        kv->seq[j] = -1;
+    }
+    kv->n_used = 0;
+}
+
+int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < kv->cfg.n_ctx; j++) {
+        if (kv->pos[j] >= 0 && kv->seq[j] == seq) {
+            kv->pos[j] = -1;
+            kv->seq[j] = -1;
+            n++;
+        }
+    }
+    kv->n_used -= n;
+    return n;
+}
+
+int64_t bt_kv_n_used(const struct bt_kv *kv) { return kv->n_used; }
+
+int32_t bt_kv_seq_pos_max(const struct bt_kv *kv, int32_t seq) {
+    int32_t m = -1;
+    for (int64_t j = 0; j < kv->cfg.n_ctx; j++)
+        if (kv->pos[j] >= 0 && kv->seq[j] == seq && kv->pos[j] > m) m = kv->pos[j];
+    return m;
+}
+
+/* The placement keeps each sequence's cells in position order when it can:
+ * a token goes to the lowest free cell above its sequence's highest cell,
+ * so attention (which walks cells in index order) sees a sequence's tokens
+ * in the same order however the sequences share the cache; only when no
+ * such cell is left does it take the lowest free cell anywhere. */
+enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, const int32_t *pos,
+                           int32_t *cells, char *err, size_t n_err) {
+    const int64_t C = kv->cfg.n_ctx;
+    for (int64_t i = 0; i < n; i++) {
+        if (seq[i] < 0 || seq[i] >= kv->cfg.n_seq_max)
+            return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence id %d out of [0, %d)", (long long)i, seq[i],
+                        kv->cfg.n_seq_max);
+        if (pos[i] < 0)
+            return fail(err, n_err, BT_ERR_INVALID, "token %lld: negative position %d", (long long)i, pos[i]);
+        for (int64_t i2 = 0; i2 < i; i2++)
+            if (seq[i2] == seq[i] && pos[i2] == pos[i])
+                return fail(err, n_err, BT_ERR_INVALID, "tokens %lld and %lld: both sequence %d position %d",
+                            (long long)i2, (long long)i, seq[i], pos[i]);
+    }
+    if (n > C - kv->n_used)
+        return fail(err, n_err, BT_ERR_CAPACITY, "KV cache full: %lld tokens, %lld of %lld cells free", (long long)n,
+                    (long long)(C - kv->n_used), (long long)C);
+    for (int64_t j = 0; j < C; j++)
+        if (kv->pos[j] >= 0)
+            for (int64_t i = 0; i < n; i++)
+                if (kv->seq[j] == seq[i] && kv->pos[j] == pos[i])
+                    return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
+                                (long long)i, seq[i], pos[i]);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t last = -1; /* the sequence's highest cell */
+        for (int64_t j = C - 1; j >= 0; j--)
+            if (kv->pos[j] >= 0 && kv->seq[j] == seq[i]) {
+                last = j;
+                break;
+            }
+        int64_t c = -1;
+        for (int64_t j = last + 1; j < C && c < 0; j++)
+            if (kv->pos[j] < 0) c = j;
+        for (int64_t j = 0; j < C && c < 0; j++)
+            if (kv->pos[j] < 0) c = j;
+        BT_ASSERT(c >= 0); /* counted above */
+        kv->pos[c] = pos[i];
+        kv->seq[c] = seq[i];
+        kv->n_used++;
+        cells[i] = (int32_t)c;
+    }
+    return BT_OK;
+}
+
+int64_t bt_kv_n_active(const struct bt_kv *kv) {
+    int64_t top = 0;
+    for (int64_t j = kv->cfg.n_ctx - 1; j >= 0; j--)
+        if (kv->pos[j] >= 0) {
+            top = j + 1;
+            break;
+        }
+    int64_t n = (top + BT_KV_PAD - 1) / BT_KV_PAD * BT_KV_PAD;
+    return n < kv->cfg.n_ctx ? n : kv->cfg.n_ctx;
+}
+
+void bt_kv_mask(const struct bt_kv *kv, int64_t n_kv, int64_t n, const int32_t *seq, const int32_t *pos,
+                float *mask) {
+    BT_ASSERT(n_kv <= kv->cfg.n_ctx);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < n_kv; j++)
+            mask[j + n_kv * t] =
+                (kv->pos[j] >= 0 && kv->seq[j] == seq[t] && kv->pos[j] <= pos[t]) ? 0.0f : -INFINITY;
+}

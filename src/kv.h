@@ -1,0 +1,85 @@
+/* kv.h - the KV cache of the layers one process owns: per layer a K and a V
+ * tensor of n_ctx cells (rows), and the bookkeeping of which cell holds which
+ * token (sequence id, position).
+ *
+ *   k[il], v[il]   type [n_embd_k, n_ctx] / [n_embd_v, n_ctx], row j = cell j
+ *                  (n_embd_k = head_dim * n_head_kv); F16 by default, F32 or
+ *                  Q8_0 selectable (Q8_0 needs rows of whole 32-element
+ *                  blocks per head: head sizes multiples of 32)
+ *   cells          pos[j] (-1: free) and seq[j] of each cell; one sequence
+ *                  per cell
+ *
+ * A ubatch is placed with bt_kv_place (free cells, lowest first, in token
+ * order); the graph writes its new K/V rows into those cells with SET_ROWS
+ * (the cell indices are a graph input), so the graph is the same for every
+ * ubatch of one shape.  Attention reads the first n_kv cells
+ * (bt_kv_n_active: one past the highest used cell, padded), masked by
+ * bt_kv_mask: a token of sequence s at position p sees exactly the cells of
+ * s with position <= p.  Every process that owns layers keeps its own cells
+ * in step (placement depends only on the batches), so the mask is built
+ * where it is used, never sent.
+ */
+#ifndef BATON_KV_H
+#define BATON_KV_H
+
+#include "backend.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cells the attention reads are a multiple of this (fewer graph shapes) */
+#ifndef BT_KV_PAD
+#define BT_KV_PAD 32
+#endif
+
+struct bt_kv_config {
+    int64_t n_ctx;            /* cells */
+    int n_seq_max;            /* sequence ids 0 .. n_seq_max-1 */
+    enum bt_type type;        /* F16 (default), F32 or Q8_0 */
+    int il0, il1;             /* layers [il0, il1) held here */
+    int64_t n_embd_k, n_embd_v; /* per layer: head_dim * n_head_kv */
+    int64_t head_dim_k, head_dim_v;
+};
+
+struct bt_kv;
+
+/* BT_OK and *out, or an error with one message in err (a bad size, a type
+ * the cache cannot hold, memory). */
+enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err);
+void bt_kv_free(struct bt_kv *kv);
+const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv);
+/* Layer il's cache tensors (il in [il0, il1)). */
+struct bt_tensor *bt_kv_k(const struct bt_kv *kv, int il);
+struct bt_tensor *bt_kv_v(const struct bt_kv *kv, int il);
+/* Bytes of cache memory. */
+size_t bt_kv_bytes(const struct bt_kv *kv);
+
+/* Free every cell. */
+void bt_kv_clear(struct bt_kv *kv);
+/* Free the cells of sequence seq; returns how many. */
+int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq);
+/* Cells in use. */
+int64_t bt_kv_n_used(const struct bt_kv *kv);
+/* Position of the last token of seq in the cache, -1 when it has none. */
+int32_t bt_kv_seq_pos_max(const struct bt_kv *kv, int32_t seq);
+
+/* Place n tokens (seq[i], pos[i]): cells[i] gets a free cell, taken lowest
+ * first in token order, and the cell is marked.  Errors (nothing placed):
+ * a sequence id out of [0, n_seq_max), a negative position, a (seq, pos)
+ * already in the cache or twice in the batch, no free cells left. */
+enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, const int32_t *pos,
+                           int32_t *cells, char *err, size_t n_err);
+/* Cells the attention must read: one past the highest used cell, rounded up
+ * to BT_KV_PAD, at most n_ctx (0 when empty). */
+int64_t bt_kv_n_active(const struct bt_kv *kv);
+/* mask[j + n_kv*t] (F32 [n_kv, n]) = 0 when cell j holds seq[t] at a position
+ * <= pos[t], else -INFINITY. */
+void bt_kv_mask(const struct bt_kv *kv, int64_t n_kv, int64_t n, const int32_t *seq, const int32_t *pos,
+                float *mask);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

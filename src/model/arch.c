@@ -1,0 +1,400 @@
+/* arch.c - the architecture table, hyperparameters from GGUF keys, the
+ * expected tensors of each architecture, and loading a layer range's
+ * weights.  See arch.h; the graph and the forward pass are in llm.c. */
+#include "arch.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "arch_impl.h"
+
+/* ---- the table: one entry per architecture ------------------------------------ */
+
+static const struct bt_arch arches[] = {
+    /* name        rope mode       qk_norm_head qk_norm_full moe norm_w shared */
+    {"llama", BT_ROPE_NORMAL, false, false, 2, true, false},
+    {"qwen2", BT_ROPE_NEOX, false, false, 0, false, false},
+    {"qwen3", BT_ROPE_NEOX, true, false, 0, false, false},
+    {"qwen2moe", BT_ROPE_NEOX, false, false, 1, false, true},
+    {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false},
+    {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false},
+};
+#define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
+
+const struct bt_arch *bt_arch_find(const char *name) {
+    for (int i = 0; i < N_ARCHES; i++)
+        if (name && strcmp(arches[i].name, name) == 0) return &arches[i];
+    return NULL;
+}
+
+const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe"; }
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+enum bt_status bt_arch_fail(char *err, size_t n, enum bt_status s, const char *fmt, ...) {
+    if (err && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+#define FAIL(s, ...) return bt_arch_fail(err, n_err, (s), __VA_ARGS__)
+
+/* ---- hyperparameters ----------------------------------------------------------------- */
+
+static bool is_number(enum bt_gguf_type t) {
+    return t != BT_GGUF_TYPE_BOOL && t != BT_GGUF_TYPE_STRING && t != BT_GGUF_TYPE_ARRAY && t < BT_GGUF_TYPE_COUNT;
+}
+
+/* {arch}.<what> as an integer in [lo, hi]; absent: def, or an error when def < 0
+ * (required). */
+static enum bt_status key_int(struct bt_gguf *g, const char *arch, const char *what, int64_t def, int64_t lo,
+                              int64_t hi, int64_t *out, char *err, size_t n_err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, what);
+    const int64_t i = bt_gguf_find_key(g, key);
+    if (i < 0) {
+        if (def < 0) FAIL(BT_ERR_INVALID, "%s: key %s is missing", bt_gguf_path(g), key);
+        *out = def;
+        return BT_OK;
+    }
+    const struct bt_gguf_value *v = bt_gguf_kv_value(g, i);
+    if (!is_number(v->type) || v->type == BT_GGUF_TYPE_FLOAT32 || v->type == BT_GGUF_TYPE_FLOAT64)
+        FAIL(BT_ERR_INVALID, "%s: key %s is %s, not an integer", bt_gguf_path(g), key, bt_gguf_type_name(v->type));
+    const int64_t x = bt_gguf_value_i64(g, v);
+    if (x < lo || x > hi)
+        FAIL(BT_ERR_INVALID, "%s: key %s = %lld out of [%lld, %lld]", bt_gguf_path(g), key, (long long)x,
+             (long long)lo, (long long)hi);
+    *out = x;
+    return BT_OK;
+}
+
+static enum bt_status key_float(struct bt_gguf *g, const char *arch, const char *what, double def, double lo,
+                                double hi, float *out, char *err, size_t n_err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, what);
+    const int64_t i = bt_gguf_find_key(g, key);
+    if (i < 0) {
+        if (isnan(def)) FAIL(BT_ERR_INVALID, "%s: key %s is missing", bt_gguf_path(g), key);
+        *out = (float)def;
+        return BT_OK;
+    }
+    const struct bt_gguf_value *v = bt_gguf_kv_value(g, i);
+    if (!is_number(v->type)) FAIL(BT_ERR_INVALID, "%s: key %s is %s, not a number", bt_gguf_path(g), key,
+                                  bt_gguf_type_name(v->type));
+    const double x = bt_gguf_value_f64(g, v);
+    if (!(x >= lo && x <= hi))
+        FAIL(BT_ERR_INVALID, "%s: key %s = %g out of [%g, %g]", bt_gguf_path(g), key, x, lo, hi);
+    *out = (float)x;
+    return BT_OK;
+}
+
+#define LIM (1 << 20)
+#define TRY(x)                             \
+    do {                                   \
+        enum bt_status st_ = (x);          \
+        if (st_ != BT_OK) return st_;      \
+    } while (0)
+
+enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **arch_out, struct bt_hparams *h,
+                                    char *err, size_t n_err) {
+    memset(h, 0, sizeof *h);
+    struct bt_gguf_str s;
+    if (bt_gguf_get_str(g, "general.architecture", &s) != BT_OK)
+        FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(s.n < 63 ? s.n : 63), s.data);
+    const struct bt_arch *a = bt_arch_find(name);
+    if (!a || s.n > 63)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported (baton knows %s)", bt_gguf_path(g), name,
+             bt_arch_names());
+    *arch_out = a;
+    int64_t x;
+    TRY(key_int(g, name, "block_count", -1, 1, 4096, &x, err, n_err));
+    h->n_layer = (int)x;
+    TRY(key_int(g, name, "embedding_length", -1, 1, LIM, &h->n_embd, err, n_err));
+    TRY(key_int(g, name, "attention.head_count", -1, 1, 4096, &h->n_head, err, n_err));
+    TRY(key_int(g, name, "attention.head_count_kv", h->n_head, 1, h->n_head, &h->n_head_kv, err, n_err));
+    if (h->n_head % h->n_head_kv)
+        FAIL(BT_ERR_INVALID, "%s: %s.attention.head_count (%lld) is not a multiple of head_count_kv (%lld)",
+             bt_gguf_path(g), name, (long long)h->n_head, (long long)h->n_head_kv);
+    const int64_t hd_def = h->n_embd % h->n_head == 0 ? h->n_embd / h->n_head : -1;
+    TRY(key_int(g, name, "attention.key_length", hd_def, 1, 65536, &h->head_dim, err, n_err));
+    TRY(key_int(g, name, "attention.value_length", h->head_dim, 1, 65536, &h->head_dim_v, err, n_err));
+    TRY(key_int(g, name, "rope.dimension_count", h->head_dim, 2, h->head_dim, &x, err, n_err));
+    if (x % 2) FAIL(BT_ERR_INVALID, "%s: %s.rope.dimension_count = %lld is odd", bt_gguf_path(g), name, (long long)x);
+    h->n_rot = (int)x;
+    TRY(key_float(g, name, "rope.freq_base", 10000.0, 1e-3, 1e12, &h->rope_base, err, n_err));
+    TRY(key_float(g, name, "attention.layer_norm_rms_epsilon", NAN, 0.0, 1.0, &h->norm_eps, err, n_err));
+    h->rope_freq_scale = 1.0f;
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", name);
+    if (bt_gguf_find_key(g, key) >= 0) {
+        if (bt_gguf_get_str(g, key, &s) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
+        const bool none = s.n == 4 && memcmp(s.data, "none", 4) == 0;
+        const bool linear = s.n == 6 && memcmp(s.data, "linear", 6) == 0;
+        if (!none && !linear)
+            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear)", bt_gguf_path(g), key,
+                 (int)(s.n < 32 ? s.n : 32), s.data);
+        if (linear) {
+            float f;
+            TRY(key_float(g, name, "rope.scaling.factor", NAN, 1e-6, 1e6, &f, err, n_err));
+            h->rope_freq_scale = 1.0f / f;
+        }
+    }
+    TRY(key_int(g, name, "expert_count", 0, 0, 4096, &h->n_expert, err, n_err));
+    const bool moe = a->moe == 1 || (a->moe == 2 && h->n_expert > 0);
+    if (a->moe == 1 && h->n_expert == 0)
+        FAIL(BT_ERR_INVALID, "%s: key %s.expert_count is missing or 0 (%s is a MoE architecture)", bt_gguf_path(g),
+             name, name);
+    TRY(key_int(g, name, "feed_forward_length", moe ? 0 : -1, 0, LIM, &h->n_ff, err, n_err));
+    if (moe) {
+        TRY(key_int(g, name, "expert_used_count", -1, 1, h->n_expert, &h->n_expert_used, err, n_err));
+        TRY(key_int(g, name, "expert_feed_forward_length", h->n_ff > 0 ? h->n_ff : -1, 1, LIM, &h->n_ff_exp, err,
+                    n_err));
+        if (a->shared_expert)
+            TRY(key_int(g, name, "expert_shared_feed_forward_length", h->n_ff > 0 ? h->n_ff : -1, 1, LIM,
+                        &h->n_ff_shexp, err, n_err));
+    } else {
+        h->n_expert = 0;
+        if (h->n_ff < 1) FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is 0", bt_gguf_path(g), name);
+    }
+    /* the vocabulary is token_embd's second dimension */
+    const int64_t te = bt_gguf_find_tensor(g, "token_embd.weight");
+    if (te < 0) FAIL(BT_ERR_INVALID, "%s: tensor \"token_embd.weight\" is missing (expected [%lld, n_vocab])",
+                     bt_gguf_path(g), (long long)h->n_embd);
+    h->n_vocab = bt_gguf_tensor(g, te)->ne[1];
+    h->tied_output = bt_gguf_find_tensor(g, "output.weight") < 0;
+    return BT_OK;
+}
+
+/* ---- the expected tensors ----------------------------------------------------------- */
+
+/* Each weight the model may have: where its pointer lives, its name, shape,
+ * and whether it is required. */
+static int add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_off, int layer, const char *fmt,
+               int64_t ne0, int64_t ne1, int64_t ne2, bool required, bool vector) {
+    struct bt_arch_tensor *e = &t[n];
+    memset(e, 0, sizeof *e);
+    if (layer >= 0)
+        snprintf(e->name, sizeof e->name, fmt, layer);
+    else
+        snprintf(e->name, sizeof e->name, "%s", fmt);
+    e->ne[0] = ne0;
+    e->ne[1] = ne1;
+    e->ne[2] = ne2;
+    e->ne[3] = 1;
+    e->layer = layer;
+    e->required = required;
+    e->vector = vector;
+    e->slot = (struct bt_tensor **)((char *)slot_owner + slot_off);
+    return n + 1;
+}
+
+#define L(field) offsetof(struct bt_llm_layer, field)
+
+int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_globals *gl,
+                    struct bt_llm_layer *layers, struct bt_arch_tensor *t) {
+    int n = 0;
+    const int64_t d = h->n_embd, V = h->n_vocab, q = h->n_head * h->head_dim, kd = h->n_head_kv * h->head_dim,
+                  vd = h->n_head_kv * h->head_dim_v;
+    n = add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1, true, false);
+    n = add(t, n, gl, offsetof(struct bt_llm_globals, output_norm), -1, "output_norm.weight", d, 1, 1, true, true);
+    if (!h->tied_output)
+        n = add(t, n, gl, offsetof(struct bt_llm_globals, output), -1, "output.weight", d, V, 1, true, false);
+    const bool moe = h->n_expert > 0;
+    for (int il = 0; il < h->n_layer; il++) {
+        struct bt_llm_layer *ly = &layers[il];
+        n = add(t, n, ly, L(attn_norm), il, "blk.%d.attn_norm.weight", d, 1, 1, true, true);
+        n = add(t, n, ly, L(wq), il, "blk.%d.attn_q.weight", d, q, 1, true, false);
+        n = add(t, n, ly, L(wk), il, "blk.%d.attn_k.weight", d, kd, 1, true, false);
+        n = add(t, n, ly, L(wv), il, "blk.%d.attn_v.weight", d, vd, 1, true, false);
+        n = add(t, n, ly, L(wo), il, "blk.%d.attn_output.weight", h->n_head * h->head_dim_v, d, 1, true, false);
+        n = add(t, n, ly, L(bq), il, "blk.%d.attn_q.bias", q, 1, 1, false, true);
+        n = add(t, n, ly, L(bk), il, "blk.%d.attn_k.bias", kd, 1, 1, false, true);
+        n = add(t, n, ly, L(bv), il, "blk.%d.attn_v.bias", vd, 1, 1, false, true);
+        if (a->qk_norm_head) {
+            n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", h->head_dim, 1, 1, true, true);
+            n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", h->head_dim, 1, 1, true, true);
+        }
+        if (a->qk_norm_full) {
+            n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", q, 1, 1, true, true);
+            n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", kd, 1, 1, true, true);
+        }
+        n = add(t, n, ly, L(ffn_norm), il, "blk.%d.ffn_norm.weight", d, 1, 1, true, true);
+        if (!moe) {
+            n = add(t, n, ly, L(ffn_gate), il, "blk.%d.ffn_gate.weight", d, h->n_ff, 1, true, false);
+            n = add(t, n, ly, L(ffn_up), il, "blk.%d.ffn_up.weight", d, h->n_ff, 1, true, false);
+            n = add(t, n, ly, L(ffn_down), il, "blk.%d.ffn_down.weight", h->n_ff, d, 1, true, false);
+            continue;
+        }
+        const int64_t E = h->n_expert, f = h->n_ff_exp;
+        n = add(t, n, ly, L(ffn_gate_inp), il, "blk.%d.ffn_gate_inp.weight", d, E, 1, true, false);
+        n = add(t, n, ly, L(ffn_gate_exps), il, "blk.%d.ffn_gate_exps.weight", d, f, E, true, false);
+        n = add(t, n, ly, L(ffn_up_exps), il, "blk.%d.ffn_up_exps.weight", d, f, E, true, false);
+        n = add(t, n, ly, L(ffn_down_exps), il, "blk.%d.ffn_down_exps.weight", f, d, E, true, false);
+        if (a->shared_expert) {
+            const int64_t fs = h->n_ff_shexp;
+            n = add(t, n, ly, L(ffn_gate_inp_shexp), il, "blk.%d.ffn_gate_inp_shexp.weight", d, 1, 1, true, false);
+            n = add(t, n, ly, L(ffn_gate_shexp), il, "blk.%d.ffn_gate_shexp.weight", d, fs, 1, true, false);
+            n = add(t, n, ly, L(ffn_up_shexp), il, "blk.%d.ffn_up_shexp.weight", d, fs, 1, true, false);
+            n = add(t, n, ly, L(ffn_down_shexp), il, "blk.%d.ffn_down_shexp.weight", fs, d, 1, true, false);
+        }
+    }
+    return n;
+}
+
+int bt_arch_max_tensors(const struct bt_hparams *h) { return 3 + h->n_layer * 20; }
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+static void shape_str(char *buf, size_t n, const int64_t ne[4]) {
+    int nd = 4;
+    while (nd > 1 && ne[nd - 1] == 1) nd--;
+    int o = snprintf(buf, n, "[");
+    for (int i = 0; i < nd; i++) o += snprintf(buf + o, n - (size_t)o, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    snprintf(buf + o, n - (size_t)o, "]");
+}
+
+/* Is tensor t of the file needed by a model holding layers [il0, il1)? */
+static bool in_range(const struct bt_arch_tensor *e, const struct bt_hparams *h, int il0, int il1) {
+    if (e->layer >= 0) return e->layer >= il0 && e->layer < il1;
+    if (strcmp(e->name, "token_embd.weight") == 0) return il0 == 0 || (h->tied_output && il1 == h->n_layer);
+    return il1 == h->n_layer; /* output_norm, output */
+}
+
+enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err) {
+    *out = NULL;
+    struct bt_gguf *g = NULL;
+    enum bt_status st = bt_gguf_open(path, &g, err, n_err);
+    if (st != BT_OK) return st;
+    struct bt_llm *m = calloc(1, sizeof *m);
+    struct bt_arch_tensor *tt = NULL;
+    if (!m) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    st = bt_arch_read_hparams(g, &m->arch, &m->hp, err, n_err);
+    if (st != BT_OK) goto done;
+    const struct bt_hparams *h = &m->hp;
+    if (il1 < 0) il1 = h->n_layer;
+    if (il0 < 0 || il0 >= il1 || il1 > h->n_layer) {
+        st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: layer range [%d, %d) is not inside the model's %d layers",
+                          path, il0, il1, h->n_layer);
+        goto done;
+    }
+    m->il0 = il0;
+    m->il1 = il1;
+    m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
+    tt = calloc((size_t)bt_arch_max_tensors(h), sizeof *tt);
+    if (!m->layers || !tt) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    /* every expected tensor of the file, checked before anything is allocated */
+    struct bt_llm_globals gl_dummy;
+    struct bt_llm_layer *ly_dummy = calloc((size_t)h->n_layer, sizeof *ly_dummy);
+    if (!ly_dummy) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const int nt = bt_arch_tensors(m->arch, h, &gl_dummy, ly_dummy, tt);
+    free(ly_dummy);
+    BT_ASSERT(nt <= bt_arch_max_tensors(h));
+    int n_mine = 0;
+    for (int i = 0; i < nt; i++) {
+        const struct bt_arch_tensor *e = &tt[i];
+        char want[96], have[96];
+        shape_str(want, sizeof want, e->ne);
+        const int64_t ti = bt_gguf_find_tensor(g, e->name);
+        if (ti < 0) {
+            if (!e->required) continue;
+            st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is missing (expected %s)", path, e->name,
+                              want);
+            goto done;
+        }
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
+        shape_str(have, sizeof have, ft->ne);
+        if (ft->ne[0] != e->ne[0] || ft->ne[1] != e->ne[1] || ft->ne[2] != e->ne[2] || ft->ne[3] != e->ne[3]) {
+            st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" has shape %s, expected %s", path,
+                              e->name, have, want);
+            goto done;
+        }
+        enum bt_type ty;
+        if (bt_gguf_tensor_bt_type(g, ft, &ty) != BT_OK) {
+            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s", bt_gguf_error(g));
+            goto done;
+        }
+        if (e->vector && ty != BT_TYPE_F32) {
+            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; baton needs f32 for it",
+                              path, e->name, bt_type_name(ty));
+            goto done;
+        }
+        if (in_range(e, h, il0, il1)) n_mine++;
+    }
+    /* the range's weights: metadata, one host buffer, bytes from the mapping */
+    m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 4) * bt_tensor_overhead() + 1024, NULL, true});
+    if (!m->wctx) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const int nt2 = bt_arch_tensors(m->arch, h, &m->gl, m->layers, tt);
+    BT_ASSERT(nt2 == nt);
+    for (int i = 0; i < nt; i++) {
+        const struct bt_arch_tensor *e = &tt[i];
+        const int64_t ti = bt_gguf_find_tensor(g, e->name);
+        if (ti < 0 || !in_range(e, h, il0, il1)) continue;
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
+        struct bt_tensor *t = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
+        BT_ASSERT(t);
+        bt_set_name(t, e->name);
+        bt_set_weight(t);
+        *e->slot = t;
+    }
+    m->wbuf = bt_alloc_ctx_tensors_from_buft(m->wctx, bt_cpu_buffer_type());
+    if (!m->wbuf) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: cannot allocate the weights of layers [%d, %d)", path, il0,
+                          il1);
+        goto done;
+    }
+    for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {
+        struct bt_tensor *t = bt_context_tensor(m->wctx, i);
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
+        BT_ASSERT(ft->size == bt_nbytes(t));
+        bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+    }
+    st = BT_OK;
+done:
+    free(tt);
+    bt_gguf_close(g);
+    if (st != BT_OK) {
+        bt_llm_free(m);
+        return st;
+    }
+    *out = m;
+    return BT_OK;
+}
+
+void bt_llm_free(struct bt_llm *m) {
+    if (!m) return;
+    if (m->wbuf) bt_buffer_free(m->wbuf);
+    if (m->wctx) bt_free(m->wctx);
+    free(m->layers);
+    free(m);
+}
+
+const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m) { return &m->hp; }
+const struct bt_arch *bt_llm_arch(const struct bt_llm *m) { return m->arch; }
+void bt_llm_range(const struct bt_llm *m, int *il0, int *il1) {
+    *il0 = m->il0;
+    *il1 = m->il1;
+}
+const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il) {
+    BT_ASSERT(il >= m->il0 && il < m->il1);
+    return &m->layers[il];
+}
+size_t bt_llm_weight_bytes(const struct bt_llm *m) { return m->wbuf ? bt_buffer_get_size(m->wbuf) : 0; }

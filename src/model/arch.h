@@ -1,0 +1,154 @@
+/* arch.h - llama-family models from GGUF files: the architectures (one table
+ * entry each), their hyperparameters, weights for a range of layers, and the
+ * forward pass of a batch of tokens of several sequences over a KV cache.
+ *
+ * Architectures (general.architecture) and how their layer differs from the
+ * shared pre-norm block  x += attn(rms(x)); x += ffn(rms(x)):
+ *   llama     rope NORMAL (pairs 2i, 2i+1); dense SwiGLU, or Mixtral MoE when
+ *             llama.expert_count > 0 (softmax over the experts, top-k,
+ *             weights renormalised over the k)
+ *   qwen2     rope NEOX (pairs i, i + d/2); q/k/v biases
+ *   qwen3     rope NEOX; per-head RMSNorm of q and k (attn_q_norm [head_dim])
+ *   qwen2moe  rope NEOX; q/k/v biases; MoE, top-k weights not renormalised,
+ *             plus a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)
+ *   qwen3moe  rope NEOX; per-head q/k RMSNorm; MoE renormalised
+ *   olmoe     rope NEOX; RMSNorm of the whole q and k (attn_q_norm [n_embd]);
+ *             MoE not renormalised
+ * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
+ * Tied output: output.weight absent -> token_embd is the output projection.
+ *
+ * Tensor names and shapes (llama.cpp's; ne[0] first): token_embd [n_embd,
+ * n_vocab], output_norm [n_embd], output [n_embd, n_vocab], blk.N.attn_norm
+ * [n_embd], attn_q [n_embd, H*hd], attn_k/attn_v [n_embd, Hkv*hd],
+ * attn_output [H*hd, n_embd], ffn_norm [n_embd], ffn_gate/up [n_embd, n_ff],
+ * ffn_down [n_ff, n_embd], ffn_gate_inp [n_embd, E], ffn_gate_exps/up_exps
+ * [n_embd, n_ff_exp, E], ffn_down_exps [n_ff_exp, n_embd, E],
+ * ffn_gate_shexp/up_shexp [n_embd, n_ff_sh], ffn_down_shexp [n_ff_sh, n_embd],
+ * ffn_gate_inp_shexp [n_embd].  Vectors (norms, biases) must be F32.
+ *
+ * Layer ranges: a model is loaded for layers [il0, il1) of n_layer.  The
+ * first range (il0 == 0) also holds token_embd and turns tokens into
+ * embeddings; the last (il1 == n_layer) holds output_norm/output and makes
+ * logits.  Every tensor of the file is checked (names, shapes, types) before
+ * anything is allocated, whatever the range, so every rank of a distributed
+ * run refuses a bad file the same way; only the range's tensors are read.
+ */
+#ifndef BATON_ARCH_H
+#define BATON_ARCH_H
+
+#include "../backend.h"
+#include "../gguf.h"
+#include "../graph.h"
+#include "../kv.h"
+#include "../ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How one architecture's layer is built from the shared blocks. */
+struct bt_arch {
+    const char *name;    /* general.architecture */
+    int rope_mode;       /* BT_ROPE_NORMAL or BT_ROPE_NEOX */
+    bool qk_norm_head;   /* RMSNorm of each q/k head (attn_q_norm [head_dim]) */
+    bool qk_norm_full;   /* RMSNorm of the whole q/k (attn_q_norm [n_embd]) */
+    int moe;             /* 0 dense, 1 MoE required, 2 MoE when expert_count > 0 */
+    bool moe_norm_w;     /* renormalise the top-k weights */
+    bool shared_expert;  /* ffn_*_shexp gated by ffn_gate_inp_shexp */
+};
+/* NULL when baton does not know the architecture. */
+const struct bt_arch *bt_arch_find(const char *name);
+/* "llama, qwen2, ..." */
+const char *bt_arch_names(void);
+
+struct bt_hparams {
+    int n_layer;
+    int64_t n_embd, n_head, n_head_kv, head_dim, head_dim_v;
+    int64_t n_ff, n_vocab;
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int n_rot;                       /* rope dimensions */
+    float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
+    float norm_eps;
+    bool tied_output;
+};
+
+struct bt_llm_layer {
+    struct bt_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
+    struct bt_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    struct bt_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+    struct bt_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
+};
+
+struct bt_llm;
+
+/* Open path, check it (architecture, hyperparameters, every tensor) and load
+ * the weights of layers [il0, il1) (il1 < 0: all) into host memory.  BT_OK
+ * and *out, or an error with one message in err naming the file and the key
+ * or tensor (with the expected shape). */
+enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err);
+void bt_llm_free(struct bt_llm *m);
+const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m);
+const struct bt_arch *bt_llm_arch(const struct bt_llm *m);
+void bt_llm_range(const struct bt_llm *m, int *il0, int *il1);
+const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
+/* Bytes of the weights held. */
+size_t bt_llm_weight_bytes(const struct bt_llm *m);
+
+/* KV cache config for this model's range. */
+void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
+                      struct bt_kv_config *c);
+
+/* ---- one ubatch's graph (a static shape: T tokens, n_kv cells, n_out rows
+ * of logits) ---- */
+struct bt_llm_graph {
+    struct bt_graph *graph;
+    int64_t n_tokens, n_kv, n_out;
+    /* inputs: tokens I32 [T] (first range) or x F32 [n_embd, T] (others) */
+    struct bt_tensor *tokens, *inp_x;
+    struct bt_tensor *pos;   /* I32 [T] */
+    struct bt_tensor *cells; /* I32 [T]: the cache cells the new K/V go to */
+    struct bt_tensor *mask;  /* F32 [n_kv, T] */
+    struct bt_tensor *out_ids; /* I32 [n_out] (last range): rows that need logits */
+    /* output: logits F32 [n_vocab, n_out] (last range) or x F32 [n_embd, T] */
+    struct bt_tensor *out;
+};
+/* Build the graph in ctx (no_alloc); BT_OK or an error with a message in
+ * bt_context_error(ctx). */
+enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
+                                  int64_t n_kv, int64_t n_out, struct bt_llm_graph *out);
+size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
+
+/* ---- one process: the whole model, a KV cache, a CPU backend ---- */
+struct bt_llm_ctx_params {
+    int64_t n_ctx;      /* cells */
+    int n_seq_max;
+    int64_t n_ubatch;   /* tokens per graph */
+    enum bt_type kv_type;
+    int n_threads;
+};
+void bt_llm_ctx_default_params(struct bt_llm_ctx_params *p);
+
+struct bt_llm_ctx;
+enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *p, struct bt_llm_ctx **out,
+                              char *err, size_t n_err);
+void bt_llm_ctx_free(struct bt_llm_ctx *c);
+struct bt_kv *bt_llm_ctx_kv(struct bt_llm_ctx *c);
+/* Graphs built so far (one per ubatch shape; reused while the shape repeats). */
+int bt_llm_ctx_n_graphs(const struct bt_llm_ctx *c);
+
+/* A batch: n tokens, each with its position and sequence; logits[i] != 0
+ * asks for token i's logits.  logits_out gets n_vocab floats per asked-for
+ * token, in token order.  The batch is cut into ubatches of n_ubatch.
+ * Errors (bad token id, sequence, position, full cache) leave a message. */
+struct bt_llm_batch {
+    int64_t n_tokens;
+    const int32_t *token, *pos, *seq;
+    const int8_t *logits;
+};
+enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b, float *logits_out, char *err,
+                             size_t n_err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

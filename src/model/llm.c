@@ -1,0 +1,362 @@
+/* llm.c - the forward graph of a llama-family model (arch.h) for one ubatch
+ * over a KV cache, and a one-process context that cuts batches into ubatches,
+ * places them in the cache, reuses one graph per ubatch shape and returns the
+ * logits of the rows that need them.
+ *
+ * Layer il, x [d, T] (pre-norm):
+ *   cur = rms(x) * attn_norm
+ *   q, k, v = Wq cur (+ bq), Wk cur (+ bk), Wv cur (+ bv)
+ *   (olmoe: q, k = rms(q) * q_norm, rms(k) * k_norm over the whole vector)
+ *   q [hd, H, T], k [hd, Hk, T], v [hd_v, Hk, T]
+ *   (qwen3, qwen3moe: q, k = rms(q) * q_norm, rms(k) * k_norm per head)
+ *   q, k = rope(q), rope(k)                  NORMAL or NEOX, n_rot dims
+ *   cache_k[:, cells] = k; cache_v[:, cells] = v       (SET_ROWS)
+ *   a = FLASH_ATTN(q, cache_k[:, :n_kv], cache_v[:, :n_kv], mask, 1/sqrt(hd))
+ *   h = x + Wo a
+ *   cur = rms(h) * ffn_norm
+ *   out = h + ffn(cur)   dense SwiGLU (model.c's MLP block), or MoE:
+ *     p = softmax(router cur) [E, T]; ids = top-k of p; w = p[ids]
+ *     (renormalised over the k when the architecture says so);
+ *     sum_k w_k expert_ids_k(cur) (model.c's expert block)
+ *     (+ sigmoid(shexp_gate . cur) * shared MLP(cur) for qwen2moe)
+ * The attention reads the cache through views of the SET_ROWS results, so
+ * the writes come before the reads in the graph's order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../alloc.h"
+#include "arch_impl.h"
+#include "model.h"
+
+static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
+    if (t) {
+        if (il >= 0)
+            bt_format_name(t, "blk.%d.%s", il, what);
+        else
+            bt_set_name(t, what);
+    }
+    return t;
+}
+
+static struct bt_tensor *add_bias(bt_context *ctx, struct bt_tensor *x, struct bt_tensor *b, int il,
+                                  const char *what) {
+    return b ? nm(bt_add(ctx, x, b), il, what) : x;
+}
+
+/* MoE routing as llama.cpp's build_moe_ffn with softmax gating:
+ * ids [K, T], weights [1, K, T] */
+static void moe_route(bt_context *ctx, const struct bt_llm *m, const struct bt_llm_layer *ly, struct bt_tensor *cur,
+                      int il, struct bt_tensor **ids, struct bt_tensor **w) {
+    const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, T = cur->ne[1];
+    struct bt_tensor *logits = nm(bt_mul_mat(ctx, ly->ffn_gate_inp, cur), il, "ffn_moe_logits"); /* [E, T] */
+    struct bt_tensor *probs = nm(bt_soft_max(ctx, logits), il, "ffn_moe_probs");
+    struct bt_tensor *id = nm(bt_top_k(ctx, probs, (int)K), il, "ffn_moe_ids"); /* [K, T] */
+    if (id) nm(id->src[0], il, "ffn_moe_argsort");
+    struct bt_tensor *p3 = nm(bt_reshape_3d(ctx, probs, 1, E, T), il, "ffn_moe_probs_3d");
+    struct bt_tensor *wt = nm(bt_get_rows(ctx, p3, id), il, "ffn_moe_weights"); /* [1, K, T] */
+    if (m->arch->moe_norm_w && wt) {
+        struct bt_tensor *w2 = nm(bt_reshape_2d(ctx, wt, K, T), il, "ffn_moe_weights_2d");
+        struct bt_tensor *s = nm(bt_sum_rows(ctx, w2), il, "ffn_moe_weights_sum"); /* [1, T] */
+        w2 = nm(bt_div(ctx, w2, s), il, "ffn_moe_weights_norm");
+        wt = nm(bt_reshape_3d(ctx, w2, 1, K, T), il, "ffn_moe_weights_norm_3d");
+    }
+    *ids = id;
+    *w = wt;
+}
+
+static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *x,
+                               int il, const struct bt_llm_graph *gi) {
+    const struct bt_hparams *h = &m->hp;
+    const struct bt_llm_layer *ly = &m->layers[il];
+    const int64_t T = x->ne[1], H = h->n_head, Hk = h->n_head_kv, hd = h->head_dim, hdv = h->head_dim_v;
+    struct bt_tensor *cur = nm(bt_rms_norm(ctx, x, h->norm_eps), il, "attn_rms");
+    cur = nm(bt_mul(ctx, cur, ly->attn_norm), il, "attn_norm");
+    struct bt_tensor *q = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wq, cur), il, "q"), ly->bq, il, "q_bias");
+    struct bt_tensor *k = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wk, cur), il, "k"), ly->bk, il, "k_bias");
+    struct bt_tensor *v = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wv, cur), il, "v"), ly->bv, il, "v_bias");
+    if (m->arch->qk_norm_full) {
+        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
+        k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
+    }
+    q = nm(bt_reshape_3d(ctx, q, hd, H, T), il, "q_heads");
+    k = nm(bt_reshape_3d(ctx, k, hd, Hk, T), il, "k_heads");
+    if (m->arch->qk_norm_head) {
+        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
+        k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
+    }
+    q = nm(bt_rope(ctx, q, gi->pos, h->n_rot, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "q_rope");
+    k = nm(bt_rope(ctx, k, gi->pos, h->n_rot, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "k_rope");
+    /* the new rows into the cache, the attention over its first n_kv cells */
+    struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
+    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows"), gi->cells),
+                              il, "cache_k_write");
+    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows"), gi->cells),
+                              il, "cache_v_write");
+    struct bt_tensor *kc = ks ? nm(bt_view_3d(ctx, ks, hd, Hk, gi->n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il,
+                                   "cache_k_view")
+                              : NULL;
+    struct bt_tensor *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, Hk, gi->n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0),
+                                   il, "cache_v_view")
+                              : NULL;
+    struct bt_tensor *a = nm(bt_flash_attn(ctx, q, kc, vc, gi->mask, 1.0f / sqrtf((float)hd)), il, "attn");
+    a = nm(bt_reshape_2d(ctx, a, hdv * H, T), il, "attn_merged");
+    a = nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
+    struct bt_tensor *hres = nm(bt_add(ctx, x, a), il, "attn_residual");
+
+    cur = nm(bt_rms_norm(ctx, hres, h->norm_eps), il, "ffn_rms");
+    cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
+    struct bt_tensor *f;
+    if (h->n_expert == 0) {
+        f = cur ? bt_model_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn") : NULL;
+    } else {
+        struct bt_tensor *ids = NULL, *w = NULL;
+        if (cur) moe_route(ctx, m, ly, cur, il, &ids, &w);
+        struct bt_model_layer_weights lw;
+        memset(&lw, 0, sizeof lw);
+        lw.ffn_gate_exps = ly->ffn_gate_exps;
+        lw.ffn_up_exps = ly->ffn_up_exps;
+        lw.ffn_down_exps = ly->ffn_down_exps;
+        f = bt_model_moe_experts(ctx, cur, &lw, ids, w, il);
+        if (m->arch->shared_expert && f) {
+            struct bt_tensor *sh =
+                bt_model_ffn_mlp(ctx, cur, ly->ffn_gate_shexp, ly->ffn_up_shexp, ly->ffn_down_shexp, il, "ffn_shexp");
+            struct bt_tensor *gl = nm(bt_mul_mat(ctx, ly->ffn_gate_inp_shexp, cur), il, "ffn_shexp_gate_logit");
+            struct bt_tensor *gs = nm(bt_sigmoid(ctx, gl), il, "ffn_shexp_gate"); /* [1, T] */
+            sh = nm(bt_mul(ctx, sh, gs), il, "ffn_shexp_out");
+            f = nm(bt_add(ctx, f, sh), il, "ffn_moe_shexp_out");
+        }
+    }
+    return nm(bt_add(ctx, hres, f), il, "out");
+}
+
+static int graph_size(const struct bt_llm *m) {
+    const int64_t per = 96 + 4 * m->hp.n_expert_used;
+    return (int)(64 + (int64_t)(m->il1 - m->il0) * per);
+}
+
+size_t bt_llm_graph_ctx_size(const struct bt_llm *m) {
+    const int n = graph_size(m);
+    return (size_t)n * bt_tensor_overhead() + bt_graph_overhead(n) + 16 * BT_MEM_ALIGN;
+}
+
+enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
+                                  int64_t n_kv, int64_t n_out, struct bt_llm_graph *out) {
+    memset(out, 0, sizeof *out);
+    const struct bt_hparams *h = &m->hp;
+    const bool first = m->il0 == 0, last = m->il1 == h->n_layer;
+    const int64_t T = n_tokens;
+    BT_ASSERT(T > 0 && n_kv > 0 && n_kv <= bt_kv_get_config(kv)->n_ctx && (!last || (n_out > 0 && n_out <= T)));
+    out->n_tokens = T;
+    out->n_kv = n_kv;
+    out->n_out = last ? n_out : 0;
+    struct bt_tensor *x;
+    if (first) {
+        out->tokens = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_tokens");
+        if (out->tokens) bt_set_input(out->tokens);
+        x = nm(bt_get_rows(ctx, m->gl.tok_embd, out->tokens), -1, "inp_embd");
+    } else {
+        x = out->inp_x = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, h->n_embd, T), -1, "inp_x");
+        if (x) bt_set_input(x);
+    }
+    out->pos = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_pos");
+    out->cells = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_kv_cells");
+    out->mask = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, n_kv, T), -1, "inp_kq_mask");
+    if (!out->pos || !out->cells || !out->mask) return BT_ERR_NOMEM;
+    bt_set_input(out->pos);
+    bt_set_input(out->cells);
+    bt_set_input(out->mask);
+    for (int il = m->il0; il < m->il1 && x; il++) x = layer(ctx, m, kv, x, il, out);
+    if (last && x) {
+        out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
+        if (out->out_ids) bt_set_input(out->out_ids);
+        x = nm(bt_get_rows(ctx, x, out->out_ids), -1, "result_rows"); /* [d, n_out] */
+        x = nm(bt_rms_norm(ctx, x, h->norm_eps), -1, "result_rms");
+        x = nm(bt_mul(ctx, x, m->gl.output_norm), -1, "result_norm");
+        x = nm(bt_mul_mat(ctx, h->tied_output ? m->gl.tok_embd : m->gl.output, x), -1, "result_output");
+    }
+    if (!x) return BT_ERR_NOMEM;
+    bt_set_output(x);
+    out->out = x;
+    struct bt_graph *g = bt_graph_new(ctx, graph_size(m));
+    if (!g) return BT_ERR_NOMEM;
+    const enum bt_status st = bt_graph_build_forward_expand(g, x);
+    if (st != BT_OK) return st;
+    out->graph = g;
+    return BT_OK;
+}
+
+void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
+                      struct bt_kv_config *c) {
+    memset(c, 0, sizeof *c);
+    c->n_ctx = n_ctx;
+    c->n_seq_max = n_seq_max;
+    c->type = type;
+    c->il0 = m->il0;
+    c->il1 = m->il1;
+    c->head_dim_k = m->hp.head_dim;
+    c->head_dim_v = m->hp.head_dim_v;
+    c->n_embd_k = m->hp.head_dim * m->hp.n_head_kv;
+    c->n_embd_v = m->hp.head_dim_v * m->hp.n_head_kv;
+}
+
+/* ---- one process ------------------------------------------------------------------------ */
+
+#define MAX_GRAPHS 8
+
+struct graph_slot {
+    bt_context *ctx;
+    bt_gallocr_t galloc;
+    struct bt_llm_graph g;
+    uint64_t last_use;
+};
+
+struct bt_llm_ctx {
+    struct bt_llm *m;
+    struct bt_llm_ctx_params p;
+    struct bt_kv *kv;
+    bt_backend_t backend;
+    struct graph_slot slots[MAX_GRAPHS];
+    int n_built;
+    uint64_t clock;
+    /* per-ubatch scratch */
+    int32_t *cells, *out_ids;
+    float *mask;
+};
+
+void bt_llm_ctx_default_params(struct bt_llm_ctx_params *p) {
+    p->n_ctx = 512;
+    p->n_seq_max = 1;
+    p->n_ubatch = 64;
+    p->kv_type = BT_TYPE_F16;
+    p->n_threads = 0;
+}
+
+static void slot_free(struct graph_slot *s) {
+    if (s->galloc) bt_gallocr_free(s->galloc);
+    if (s->ctx) bt_free(s->ctx);
+    memset(s, 0, sizeof *s);
+}
+
+enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *p, struct bt_llm_ctx **out,
+                              char *err, size_t n_err) {
+    *out = NULL;
+    if (m->il0 != 0 || m->il1 != m->hp.n_layer)
+        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "a one-process context needs the whole model (layers [0, %d))",
+                            m->hp.n_layer);
+    if (p->n_ubatch <= 0 || p->n_ubatch > p->n_ctx)
+        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
+                            (long long)p->n_ubatch, (long long)p->n_ctx);
+    struct bt_llm_ctx *c = calloc(1, sizeof *c);
+    if (!c) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->p = *p;
+    struct bt_kv_config kc;
+    bt_llm_kv_config(m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    enum bt_status st = bt_kv_new(&kc, &c->kv, err, n_err);
+    if (st != BT_OK) {
+        free(c);
+        return st;
+    }
+    c->backend = bt_backend_cpu_init(p->n_threads);
+    c->cells = malloc((size_t)p->n_ubatch * sizeof *c->cells);
+    c->out_ids = malloc((size_t)p->n_ubatch * sizeof *c->out_ids);
+    c->mask = malloc((size_t)p->n_ubatch * (size_t)p->n_ctx * sizeof *c->mask);
+    if (!c->backend || !c->cells || !c->out_ids || !c->mask) {
+        bt_llm_ctx_free(c);
+        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
+    }
+    *out = c;
+    return BT_OK;
+}
+
+void bt_llm_ctx_free(struct bt_llm_ctx *c) {
+    if (!c) return;
+    for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&c->slots[i]);
+    if (c->backend) bt_backend_free(c->backend);
+    bt_kv_free(c->kv);
+    free(c->cells);
+    free(c->out_ids);
+    free(c->mask);
+    free(c);
+}
+
+struct bt_kv *bt_llm_ctx_kv(struct bt_llm_ctx *c) { return c->kv; }
+int bt_llm_ctx_n_graphs(const struct bt_llm_ctx *c) { return c->n_built; }
+
+/* The graph of shape (T, n_kv, n_out): reused when built before, else built
+ * and allocated in the least recently used slot. */
+static enum bt_status get_graph(struct bt_llm_ctx *c, int64_t T, int64_t n_kv, int64_t n_out,
+                                struct bt_llm_graph **out, char *err, size_t n_err) {
+    struct graph_slot *lru = &c->slots[0];
+    c->clock++;
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        struct graph_slot *s = &c->slots[i];
+        if (s->ctx && s->g.n_tokens == T && s->g.n_kv == n_kv && s->g.n_out == n_out) {
+            s->last_use = c->clock;
+            *out = &s->g;
+            return BT_OK;
+        }
+        if (s->last_use < lru->last_use) lru = s;
+    }
+    slot_free(lru);
+    lru->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(c->m), NULL, true});
+    if (!lru->ctx) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (graph)");
+    enum bt_status st = bt_llm_build_graph(c->m, c->kv, lru->ctx, T, n_kv, n_out, &lru->g);
+    if (st != BT_OK) {
+        st = bt_arch_fail(err, n_err, st, "building the graph: %s", bt_context_error(lru->ctx));
+        slot_free(lru);
+        return st;
+    }
+    lru->galloc = bt_gallocr_new(bt_backend_get_default_buffer_type(c->backend));
+    if (!lru->galloc || !bt_gallocr_alloc_graph(lru->galloc, lru->g.graph)) {
+        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "allocating the graph: %s",
+                          lru->galloc ? bt_gallocr_error(lru->galloc) : "out of memory");
+        slot_free(lru);
+        return st;
+    }
+    lru->last_use = c->clock;
+    c->n_built++;
+    *out = &lru->g;
+    return BT_OK;
+}
+
+enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b, float *logits_out, char *err,
+                             size_t n_err) {
+    const struct bt_hparams *h = &c->m->hp;
+    if (b->n_tokens <= 0) return bt_arch_fail(err, n_err, BT_ERR_INVALID, "empty batch");
+    for (int64_t i = 0; i < b->n_tokens; i++)
+        if (b->token[i] < 0 || b->token[i] >= h->n_vocab)
+            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)",
+                                (long long)i, b->token[i], (long long)h->n_vocab);
+    int64_t n_written = 0;
+    for (int64_t i0 = 0; i0 < b->n_tokens; i0 += c->p.n_ubatch) {
+        const int64_t T = b->n_tokens - i0 < c->p.n_ubatch ? b->n_tokens - i0 : c->p.n_ubatch;
+        enum bt_status st = bt_kv_place(c->kv, T, b->seq + i0, b->pos + i0, c->cells, err, n_err);
+        if (st != BT_OK) return st;
+        int64_t n_out = 0;
+        for (int64_t i = 0; i < T; i++)
+            if (b->logits && b->logits[i0 + i]) c->out_ids[n_out++] = (int32_t)i;
+        const int64_t n_out_g = n_out > 0 ? n_out : 1; /* a graph makes at least one row */
+        if (n_out == 0) c->out_ids[0] = 0;
+        const int64_t n_kv = bt_kv_n_active(c->kv);
+        struct bt_llm_graph *g = NULL;
+        st = get_graph(c, T, n_kv, n_out_g, &g, err, n_err);
+        if (st != BT_OK) return st;
+        bt_kv_mask(c->kv, n_kv, T, b->seq + i0, b->pos + i0, c->mask);
+        bt_tensor_set(g->tokens, b->token + i0, 0, (size_t)T * sizeof(int32_t));
+        bt_tensor_set(g->pos, b->pos + i0, 0, (size_t)T * sizeof(int32_t));
+        bt_tensor_set(g->cells, c->cells, 0, (size_t)T * sizeof(int32_t));
+        bt_tensor_set(g->mask, c->mask, 0, (size_t)(n_kv * T) * sizeof(float));
+        bt_tensor_set(g->out_ids, c->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
+        st = bt_backend_graph_compute(c->backend, g->graph);
+        if (st != BT_OK)
+            return bt_arch_fail(err, n_err, st, "compute: %s", bt_backend_error(c->backend));
+        if (n_out > 0 && logits_out) {
+            bt_tensor_get(g->out, logits_out + n_written * h->n_vocab, 0,
+                          (size_t)(n_out * h->n_vocab) * sizeof(float));
+            n_written += n_out;
+        }
+    }
+    return BT_OK;
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""model_ref.py - tiny random-weight llama-family models as GGUF files, and
+their logits from an independent numpy reference.
+
+The reference is written from the architectures' published definitions
+(Meta's LLaMA with interleaved rotary pairs, Mixtral's top-k MoE, Qwen2's
+q/k/v biases and rotate-half rotary, Qwen3's per-head q/k RMSNorm, Qwen2-MoE's
+sigmoid-gated shared expert, OLMoE's whole-vector q/k RMSNorm), reads the
+GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
+computes in float64; nothing here comes from baton.
+
+Usage: model_ref.py ARCH TYPE DIR [BREAK]
+  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe
+  TYPE  f32 or q8_0 (the matrices; norms and biases stay f32)
+  BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
+        wrong shape), arch (general.architecture "gpt9")
+Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
+int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
+one sequence, positions 0..n-1).
+"""
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV = 100, 64, 2, 4, 2
+N_FF, N_EXPERT, N_USED, N_FF_EXP, N_FF_SH = 96, 4, 2, 32, 64
+EPS, ROPE_BASE, N_TOK = 1e-5, 10000.0, 12
+
+SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (head / full / None), biases, head_dim
+    "llama": ("llama", "norm", False, False, False, None, False, 16),
+    "llama-moe": ("llama", "norm", True, True, False, None, False, 16),
+    "qwen2": ("qwen2", "neox", False, False, False, None, True, 16),
+    "qwen3": ("qwen3", "neox", False, False, False, "head", False, 32),
+    "qwen2moe": ("qwen2moe", "neox", True, False, True, None, True, 16),
+    "qwen3moe": ("qwen3moe", "neox", True, True, False, "head", False, 32),
+    "olmoe": ("olmoe", "neox", True, False, False, "full", False, 16),
+}
+
+
+def write(name, wtype, path, brk):
+    arch, rope, moe, _, shared, qkn, bias, hd = SPEC[name]
+    rng = np.random.default_rng(sum(map(ord, name)) * 7919)
+    w = gguf.GGUFWriter(path, "gpt9" if brk == "arch" else arch)
+    w.add_uint32(f"{arch}.block_count", N_LAYER)
+    w.add_uint32(f"{arch}.embedding_length", N_EMBD)
+    w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{arch}.attention.head_count_kv", N_HEAD_KV)
+    if hd != N_EMBD // N_HEAD:
+        w.add_uint32(f"{arch}.attention.key_length", hd)
+        w.add_uint32(f"{arch}.attention.value_length", hd)
+    w.add_uint32(f"{arch}.rope.dimension_count", hd)
+    w.add_float32(f"{arch}.rope.freq_base", ROPE_BASE)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", EPS)
+    w.add_uint32(f"{arch}.feed_forward_length", N_FF)
+    if moe:
+        w.add_uint32(f"{arch}.expert_count", N_EXPERT)
+        w.add_uint32(f"{arch}.expert_used_count", N_USED)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", N_FF_EXP)
+        if shared:
+            w.add_uint32(f"{arch}.expert_shared_feed_forward_length", N_FF_SH)
+
+    def mat(*shape):  # numpy shape (.., out, in): GGUF ne = reversed
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+
+    def put(tname, a, quant=True):
+        if brk == "missing" and tname == "blk.1.attn_k.weight":
+            return
+        if brk == "shape" and tname == "blk.0.ffn_up.weight":
+            a = a[:-32]
+        if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
+            a = a[:, :-16]
+        if quant and wtype == "q8_0" and a.ndim >= 2:
+            w.add_tensor(tname, gguf.quants.quantize(a, QT.Q8_0), raw_dtype=QT.Q8_0)
+        else:
+            w.add_tensor(tname, a)
+
+    q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    if name != "qwen3":  # qwen3's file ties the output to token_embd
+        put("output.weight", mat(N_VOCAB, N_EMBD))
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        put(b + "attn_norm.weight", vec(N_EMBD), False)
+        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
+        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
+        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
+        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        if bias:
+            put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
+            put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
+            put(b + "attn_v.bias", vec(kv_dim, 0.0, 0.5), False)
+        if qkn == "head":
+            put(b + "attn_q_norm.weight", vec(hd), False)
+            put(b + "attn_k_norm.weight", vec(hd), False)
+        elif qkn == "full":
+            put(b + "attn_q_norm.weight", vec(q_dim), False)
+            put(b + "attn_k_norm.weight", vec(kv_dim), False)
+        put(b + "ffn_norm.weight", vec(N_EMBD), False)
+        if not moe:
+            put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_up.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
+            continue
+        put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        if shared:
+            put(b + "ffn_gate_inp_shexp.weight", mat(N_EMBD), False)
+            put(b + "ffn_gate_shexp.weight", mat(N_FF_SH, N_EMBD))
+            put(b + "ffn_up_shexp.weight", mat(N_FF_SH, N_EMBD))
+            put(b + "ffn_down_shexp.weight", mat(N_EMBD, N_FF_SH))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---- the reference ----------------------------------------------------------
+
+def load(path):
+    r = gguf.GGUFReader(path)
+    t = {}
+    for x in r.tensors:
+        shape = tuple(int(n) for n in reversed(x.shape.tolist()))  # numpy order
+        if x.tensor_type == QT.F32:
+            a = np.asarray(x.data, dtype=np.float32).reshape(shape)
+        else:
+            a = gguf.quants.dequantize(np.asarray(x.data), x.tensor_type).reshape(shape)
+        t[x.name] = a.astype(np.float64)
+    return t
+
+
+def rms(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+
+
+def rope(x, pos, mode):
+    """x [T, heads, hd]; rotate pairs by pos * base^(-2i/hd)."""
+    T, _, d = x.shape
+    inv = ROPE_BASE ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
+    ang = pos[:, None].astype(np.float64) * inv[None, :]  # [T, d/2]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    if mode == "norm":  # Meta LLaMA: complex pairs (x[2i], x[2i+1])
+        a, b = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    else:  # rotate_half: pairs (x[i], x[i + d/2])
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        out[..., : d // 2], out[..., d // 2:] = a * c - b * s, a * s + b * c
+    return out
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def forward(name, t, tokens):
+    arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
+    T = len(tokens)
+    pos = np.arange(T)
+    x = t["token_embd.weight"][tokens]  # [T, d]
+    group = N_HEAD // N_HEAD_KV
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        h = rms(x, t[b + "attn_norm.weight"])
+        q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t.get(b + f"attn_{n}.bias", 0.0) for n in "qkv")
+        if qkn == "full":
+            q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
+        q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
+        if qkn == "head":
+            q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
+        q, k = rope(q, pos, rope_mode), rope(k, pos, rope_mode)
+        att = np.zeros((T, N_HEAD, hd))
+        for hh in range(N_HEAD):
+            kh, vh = k[:, hh // group], v[:, hh // group]
+            s = q[:, hh] @ kh.T / np.sqrt(hd)
+            s = np.where(causal, s, -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            att[:, hh] = p @ vh
+        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        h = rms(x, t[b + "ffn_norm.weight"])
+        if not moe:
+            f = (silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
+        else:
+            logits = h @ t[b + "ffn_gate_inp.weight"].T  # [T, E]
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            f = np.zeros_like(h)
+            for i in range(T):
+                sel = np.argsort(-p[i], kind="stable")[:N_USED]
+                wsel = p[i, sel] / (p[i, sel].sum() if renorm else 1.0)
+                for e, we in zip(sel, wsel):
+                    g = silu(t[b + "ffn_gate_exps.weight"][e] @ h[i]) * (t[b + "ffn_up_exps.weight"][e] @ h[i])
+                    f[i] += we * (t[b + "ffn_down_exps.weight"][e] @ g)
+            if shared:
+                sh = (silu(h @ t[b + "ffn_gate_shexp.weight"].T) * (h @ t[b + "ffn_up_shexp.weight"].T)) @ t[
+                    b + "ffn_down_shexp.weight"].T
+                gate = 1 / (1 + np.exp(-(h @ t[b + "ffn_gate_inp_shexp.weight"])))  # [T]
+                f = f + sh * gate[:, None]
+        x = x + f
+    x = rms(x, t["output_norm.weight"])
+    out = t.get("output.weight", t["token_embd.weight"])
+    return x @ out.T  # [T, V]
+
+
+def main():
+    name, wtype, d = sys.argv[1], sys.argv[2], sys.argv[3]
+    brk = sys.argv[4] if len(sys.argv) > 4 else "none"
+    if name not in SPEC or wtype not in ("f32", "q8_0"):
+        sys.exit(f"model_ref.py: unknown architecture or type: {name} {wtype}")
+    path = os.path.join(d, "model.gguf")
+    write(name, wtype, path, brk)
+    if brk != "none":
+        return
+    tokens = np.random.default_rng(5).integers(0, N_VOCAB, size=N_TOK)
+    logits = forward(name, load(path), tokens)
+    with open(os.path.join(d, "ref.bin"), "wb") as f:
+        np.array([N_TOK, N_VOCAB], dtype=np.int32).tofile(f)
+        tokens.astype(np.int32).tofile(f)
+        logits.astype(np.float32).tofile(f)
+
+
+if __name__ == "__main__":
+    main()

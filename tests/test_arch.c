@@ -1,0 +1,356 @@
+/* test_arch.c - llama-family models from GGUF (src/model/arch.h) against the
+ * independent numpy reference of tests/model_ref.py, which writes a tiny
+ * random-weight model of each architecture and its logits:
+ *   - logits of a 12-token prompt within 1e-4 (max abs difference over max
+ *     abs logit) in F32, within the quantisation's error in Q8_0;
+ *   - incremental decoding through the KV cache gives bitwise the logits of
+ *     the whole prompt at once, for F16, F32 and Q8_0 caches and any ubatch;
+ *   - several sequences decoded together (interleaved in the cache, in one
+ *     batch) give bitwise what each gives alone, and removing a sequence
+ *     frees its cells for another;
+ *   - broken files stop with the exact message (unknown architecture,
+ *     missing tensor, wrong shape).
+ * Needs python3 with numpy and gguf (launch/bootstrap.sh installs them). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv.h"
+#include "model/arch.h"
+#include "testutil.h"
+
+#ifndef BATON_SOURCE_DIR
+#error "BATON_SOURCE_DIR must be defined"
+#endif
+
+struct ref {
+    int n_tok, n_vocab;
+    int32_t *tokens;
+    float *logits; /* [n_tok][n_vocab] */
+    char dir[256], path[300];
+};
+
+static void make_model(const char *arch, const char *type, const char *brk, struct ref *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "/tmp/bt_arch_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(r->dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/model_ref.py %s %s %s %s", BATON_SOURCE_DIR, arch, type, r->dir, brk);
+    const int rc = system(cmd);
+    ck_assert_msg(rc == 0, "%s failed (%d): python3 with numpy and gguf 0.19.0 is needed", cmd, rc);
+    snprintf(r->path, sizeof r->path, "%s/model.gguf", r->dir);
+    if (strcmp(brk, "none") != 0) return;
+    char rp[300];
+    snprintf(rp, sizeof rp, "%s/ref.bin", r->dir);
+    FILE *f = fopen(rp, "rb");
+    ck_assert_ptr_nonnull(f);
+    int32_t hdr[2];
+    ck_assert_int_eq(fread(hdr, 4, 2, f), 2);
+    r->n_tok = hdr[0];
+    r->n_vocab = hdr[1];
+    r->tokens = malloc((size_t)r->n_tok * 4);
+    r->logits = malloc((size_t)r->n_tok * r->n_vocab * 4);
+    ck_assert_int_eq(fread(r->tokens, 4, (size_t)r->n_tok, f), (size_t)r->n_tok);
+    ck_assert_int_eq(fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f), (size_t)r->n_tok * r->n_vocab);
+    fclose(f);
+}
+
+static void ref_free(struct ref *r) {
+    char p[300];
+    snprintf(p, sizeof p, "%s/model.gguf", r->dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/ref.bin", r->dir);
+    unlink(p);
+    rmdir(r->dir);
+    free(r->tokens);
+    free(r->logits);
+}
+
+static struct bt_llm *load(const char *path) {
+    char err[512];
+    struct bt_llm *m = NULL;
+    const enum bt_status st = bt_llm_load(path, 0, -1, &m, err, sizeof err);
+    ck_assert_msg(st == BT_OK, "load: %s", err);
+    return m;
+}
+
+static struct bt_llm_ctx *new_ctx(struct bt_llm *m, int64_t n_ctx, int n_seq, int64_t n_ubatch, enum bt_type kv,
+                                  int threads) {
+    struct bt_llm_ctx_params p;
+    bt_llm_ctx_default_params(&p);
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq;
+    p.n_ubatch = n_ubatch;
+    p.kv_type = kv;
+    p.n_threads = threads;
+    char err[512];
+    struct bt_llm_ctx *c = NULL;
+    ck_assert_msg(bt_llm_ctx_new(m, &p, &c, err, sizeof err) == BT_OK, "ctx: %s", err);
+    return c;
+}
+
+/* decode tokens[0..n) of sequence seq at positions p0.. in one batch; logits
+ * of every token into out[n][V] */
+static void decode(struct bt_llm_ctx *c, const int32_t *tokens, int n, int32_t seq, int32_t p0, float *out) {
+    int32_t *pos = malloc((size_t)n * 4), *sq = malloc((size_t)n * 4);
+    int8_t *lg = malloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        sq[i] = seq;
+        lg[i] = 1;
+    }
+    struct bt_llm_batch b = {n, tokens, pos, sq, lg};
+    char err[512];
+    const enum bt_status st = bt_llm_decode(c, &b, out, err, sizeof err);
+    ck_assert_msg(st == BT_OK, "decode: %s", err);
+    free(pos);
+    free(sq);
+    free(lg);
+}
+
+static double max_rel(const float *a, const float *r, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - r[i]);
+        if (!(d <= md)) md = d; /* NaN wins */
+        if (fabs(r[i]) > mr) mr = fabs(r[i]);
+    }
+    return md / mr;
+}
+
+static const char *const ARCHES[] = {"llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
+#define N_ARCHES ((int)(sizeof ARCHES / sizeof ARCHES[0]))
+
+static void check_reference(const char *arch, const char *type, double tol) {
+    struct ref r;
+    make_model(arch, type, "none", &r);
+    struct bt_llm *m = load(r.path);
+    ck_assert_int_eq(bt_llm_hparams(m)->n_vocab, r.n_vocab);
+    struct bt_llm_ctx *c = new_ctx(m, 64, 1, 64, BT_TYPE_F32, 2);
+    const size_t nl = (size_t)r.n_tok * r.n_vocab;
+    float *out = malloc(nl * sizeof *out);
+    decode(c, r.tokens, r.n_tok, 0, 0, out);
+    const double e = max_rel(out, r.logits, (int64_t)nl);
+    ck_assert_msg(e <= tol, "%s %s: max |baton - numpy| / max |numpy| = %g > %g", arch, type, e, tol);
+    fprintf(stderr, "%-10s %-5s logits vs numpy reference: relative error %.3g (bound %g)\n", arch, type, e, tol);
+    free(out);
+    bt_llm_ctx_free(c);
+    bt_llm_free(m);
+    ref_free(&r);
+}
+
+START_TEST(test_reference_f32) {
+    check_reference(ARCHES[_i], "f32", 1e-4);
+}
+END_TEST
+
+START_TEST(test_reference_q8_0) {
+    /* the reference multiplies by the dequantised weights in float64; baton
+     * also rounds the activations to 8 bits for Q8_0 dot products */
+    check_reference(ARCHES[_i], "q8_0", 3e-2);
+}
+END_TEST
+
+/* whole prompt at once vs token by token vs ubatches of 5, for one cache type */
+static void check_incremental(const char *arch, enum bt_type kv) {
+    struct ref r;
+    make_model(arch, "f32", "none", &r);
+    struct bt_llm *m = load(r.path);
+    const int n = r.n_tok, V = r.n_vocab;
+    float *whole = malloc((size_t)n * V * 4), *inc = malloc((size_t)n * V * 4);
+    struct bt_llm_ctx *c = new_ctx(m, 64, 1, 64, kv, 2);
+    decode(c, r.tokens, n, 0, 0, whole);
+    bt_llm_ctx_free(c);
+
+    c = new_ctx(m, 64, 1, 64, kv, 3);
+    for (int i = 0; i < n; i++) decode(c, r.tokens + i, 1, 0, i, inc + (size_t)i * V);
+    ck_assert_msg(memcmp(whole, inc, (size_t)n * V * 4) == 0, "%s kv %s: token by token differs from at once", arch,
+                  bt_type_name(kv));
+    bt_llm_ctx_free(c);
+
+    c = new_ctx(m, 64, 1, 5, kv, 1); /* ubatches of 5, 5, 2 */
+    memset(inc, 0, (size_t)n * V * 4);
+    decode(c, r.tokens, n, 0, 0, inc);
+    ck_assert_msg(memcmp(whole, inc, (size_t)n * V * 4) == 0, "%s kv %s: ubatches of 5 differ", arch, bt_type_name(kv));
+    ck_assert_int_eq(bt_llm_ctx_n_graphs(c), 2); /* [5 tokens] reused, [2 tokens] */
+    bt_llm_ctx_free(c);
+
+    free(whole);
+    free(inc);
+    bt_llm_free(m);
+    ref_free(&r);
+}
+
+START_TEST(test_incremental_bitwise) {
+    check_incremental(ARCHES[_i], BT_TYPE_F16);
+}
+END_TEST
+
+START_TEST(test_incremental_kv_types) {
+    check_incremental("qwen3moe", BT_TYPE_F32);
+    check_incremental("qwen3", BT_TYPE_Q8_0); /* head_dim 32: whole Q8_0 blocks */
+}
+END_TEST
+
+/* three sequences (different prompts) alone, then together: prompts in one
+ * batch, then decode steps of all three in one batch */
+START_TEST(test_sequences_bitwise) {
+    const char *arch = ARCHES[_i];
+    struct ref r;
+    make_model(arch, "f32", "none", &r);
+    struct bt_llm *m = load(r.path);
+    const int V = r.n_vocab, NS = 3, NP = 5, ND = 4;
+    int32_t prompts[3][9];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < NP + ND; i++) prompts[s][i] = r.tokens[(i + 3 * s) % r.n_tok];
+    float alone[3][9][100], together[3][9][100];
+    ck_assert_int_le(V, 100);
+    for (int s = 0; s < NS; s++) {
+        struct bt_llm_ctx *c = new_ctx(m, 64, NS, 64, BT_TYPE_F16, 2);
+        decode(c, prompts[s], NP, s, 0, &alone[s][0][0]);
+        for (int i = NP; i < NP + ND; i++) decode(c, &prompts[s][i], 1, s, i, &alone[s][i][0]);
+        bt_llm_ctx_free(c);
+    }
+    struct bt_llm_ctx *c = new_ctx(m, 64, NS, 64, BT_TYPE_F16, 3);
+    /* an unrelated sequence first, removed: its cells are reused */
+    decode(c, r.tokens, 7, 2, 0, &together[0][0][0]);
+    ck_assert_int_eq(bt_kv_seq_rm(bt_llm_ctx_kv(c), 2), 7);
+    ck_assert_int_eq(bt_kv_n_used(bt_llm_ctx_kv(c)), 0);
+    {
+        int32_t tok[15], pos[15], seq[15];
+        int8_t lg[15];
+        for (int i = 0; i < NS * NP; i++) { /* interleaved: s0 p0, s1 p0, s2 p0, s0 p1, ... */
+            const int s = i % NS, p = i / NS;
+            tok[i] = prompts[s][p];
+            pos[i] = p;
+            seq[i] = s;
+            lg[i] = 1;
+        }
+        float out[15][100];
+        struct bt_llm_batch b = {NS * NP, tok, pos, seq, lg};
+        char err[512];
+        ck_assert_msg(bt_llm_decode(c, &b, &out[0][0], err, sizeof err) == BT_OK, "%s", err);
+        for (int i = 0; i < NS * NP; i++) memcpy(together[i % NS][i / NS], out[i], (size_t)V * 4);
+    }
+    for (int step = NP; step < NP + ND; step++) {
+        int32_t tok[3], pos[3], seq[3];
+        int8_t lg[3] = {1, 1, 1};
+        for (int s = 0; s < NS; s++) {
+            tok[s] = prompts[NS - 1 - s][step]; /* another order in the batch */
+            pos[s] = step;
+            seq[s] = NS - 1 - s;
+        }
+        float out[3][100];
+        struct bt_llm_batch b = {NS, tok, pos, seq, lg};
+        char err[512];
+        ck_assert_msg(bt_llm_decode(c, &b, &out[0][0], err, sizeof err) == BT_OK, "%s", err);
+        for (int s = 0; s < NS; s++) memcpy(together[NS - 1 - s][step], out[s], (size_t)V * 4);
+    }
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < NP + ND; i++)
+            ck_assert_msg(memcmp(alone[s][i], together[s][i], (size_t)V * 4) == 0,
+                          "%s: sequence %d token %d differs together from alone", arch, s, i);
+    /* removing a sequence frees its cells */
+    ck_assert_int_eq(bt_kv_seq_rm(bt_llm_ctx_kv(c), 1), NP + ND);
+    ck_assert_int_eq(bt_kv_n_used(bt_llm_ctx_kv(c)), 2 * (NP + ND));
+    ck_assert_int_eq(bt_kv_seq_pos_max(bt_llm_ctx_kv(c), 1), -1);
+    ck_assert_int_eq(bt_kv_seq_pos_max(bt_llm_ctx_kv(c), 0), NP + ND - 1);
+    bt_llm_ctx_free(c);
+    bt_llm_free(m);
+    ref_free(&r);
+}
+END_TEST
+
+static void check_broken(const char *arch, const char *brk, enum bt_status want, const char *msg) {
+    struct ref r;
+    make_model(arch, "f32", brk, &r);
+    char err[512] = "";
+    struct bt_llm *m = (struct bt_llm *)1;
+    const enum bt_status st = bt_llm_load(r.path, 0, -1, &m, err, sizeof err);
+    ck_assert_int_eq(st, want);
+    ck_assert_ptr_null(m);
+    char full[700];
+    snprintf(full, sizeof full, "%s: %s", r.path, msg);
+    ck_assert_str_eq(err, full);
+    ref_free(&r);
+}
+
+START_TEST(test_broken_files) {
+    check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
+                 "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe)");
+    check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
+    check_broken("llama", "shape", BT_ERR_INVALID,
+                 "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
+    check_broken("olmoe", "shape", BT_ERR_INVALID,
+                 "tensor \"blk.0.ffn_up_exps.weight\" has shape [64, 16, 4], expected [64, 32, 4]");
+}
+END_TEST
+
+START_TEST(test_batch_errors) {
+    struct ref r;
+    make_model("llama", "f32", "none", &r);
+    struct bt_llm *m = load(r.path);
+    struct bt_llm_ctx *c = new_ctx(m, 8, 2, 8, BT_TYPE_F16, 1);
+    char err[512];
+    int32_t tok[3] = {1, 2, 300}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    struct bt_llm_batch b = {3, tok, pos, seq, NULL};
+    ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 2: id 300 out of the vocabulary [0, 100)");
+    tok[2] = 3;
+    seq[1] = 2;
+    ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 1: sequence id 2 out of [0, 2)");
+    seq[1] = 0;
+    ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_OK);
+    ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 0: sequence 0 already has position 0");
+    int32_t tok6[6] = {1, 2, 3, 4, 5, 6}, pos6[6] = {0, 1, 2, 3, 4, 5}, seq6[6] = {1, 1, 1, 1, 1, 1};
+    struct bt_llm_batch b6 = {6, tok6, pos6, seq6, NULL};
+    ck_assert_int_eq(bt_llm_decode(c, &b6, NULL, err, sizeof err), BT_ERR_CAPACITY);
+    ck_assert_str_eq(err, "KV cache full: 6 tokens, 5 of 8 cells free");
+    bt_llm_ctx_free(c);
+
+    /* a context the cache cannot hold */
+    struct bt_llm_ctx_params p;
+    bt_llm_ctx_default_params(&p);
+    p.n_ctx = 0;
+    struct bt_llm_ctx *c2 = NULL;
+    ck_assert_int_ne(bt_llm_ctx_new(m, &p, &c2, err, sizeof err), BT_OK);
+    ck_assert_ptr_null(c2);
+    const size_t full = bt_llm_weight_bytes(m);
+    bt_llm_free(m);
+
+    /* a layer range outside the model */
+    struct bt_llm *m2 = NULL;
+    ck_assert_int_eq(bt_llm_load(r.path, 1, 5, &m2, err, sizeof err), BT_ERR_INVALID);
+    char want[400];
+    snprintf(want, sizeof want, "%s: layer range [1, 5) is not inside the model's 2 layers", r.path);
+    ck_assert_str_eq(err, want);
+    /* a range loads only its layers' tensors */
+    ck_assert_int_eq(bt_llm_load(r.path, 1, 2, &m2, err, sizeof err), BT_OK);
+    ck_assert_ptr_nonnull(bt_llm_layer(m2, 1)->wq);
+    ck_assert_uint_lt(bt_llm_weight_bytes(m2), full);
+    int il0, il1;
+    bt_llm_range(m2, &il0, &il1);
+    ck_assert_int_eq(il0, 1);
+    ck_assert_int_eq(il1, 2);
+    bt_llm_free(m2);
+    ref_free(&r);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("arch");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_reference_f32, 0, N_ARCHES);
+    tcase_add_loop_test(tc, test_reference_q8_0, 0, N_ARCHES);
+    tcase_add_loop_test(tc, test_incremental_bitwise, 0, N_ARCHES);
+    tcase_add_test(tc, test_incremental_kv_types);
+    tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
+    tcase_add_test(tc, test_broken_files);
+    tcase_add_test(tc, test_batch_errors);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

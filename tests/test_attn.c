@@ -1,0 +1,253 @@
+/* test_attn.c - FLASH_ATTN (ops.h, backends/cpu/attn.c): against a plain
+ * two-pass softmax reference in double (NMSE) for F32 / F16 / Q8_0 k and v,
+ * grouped-query heads, F32 and F16 masks, fully masked rows; bitwise
+ * determinism over thread counts, over the other query rows in the batch and
+ * the row's position in it, and over where the unmasked cells sit in the
+ * cache; the constructor's shape errors. */
+#include <math.h>
+#include <string.h>
+
+#include "testutil.h"
+
+struct attn_case {
+    int64_t D, Dv, H, Hk, N, T;
+    enum bt_type kv_type, mask_type;
+    bool with_mask;
+};
+
+/* out[:, h, t] in double from dense logical-order arrays (k/v already
+ * dequantised, as the kernel sees them) */
+static void ref_attn(const struct attn_case *c, const float *q, const float *k, const float *v,
+                     const float *mask, float scale, float *out) {
+    const int64_t group = c->H / c->Hk;
+    double *s = malloc((size_t)c->N * sizeof *s);
+    for (int64_t t = 0; t < c->T; t++) {
+        for (int64_t h = 0; h < c->H; h++) {
+            const int64_t hk = h / group;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < c->N; j++) {
+                double d = 0;
+                for (int64_t i = 0; i < c->D; i++)
+                    d += (double)q[i + c->D * (h + c->H * t)] * k[i + c->D * (hk + c->Hk * j)];
+                s[j] = d * scale + (mask ? mask[j + c->N * t] : 0.0);
+                if (s[j] > mx) mx = s[j];
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < c->N; j++) {
+                s[j] = (mx == -INFINITY) ? 0.0 : exp(s[j] - mx);
+                sum += s[j];
+            }
+            for (int64_t i = 0; i < c->Dv; i++) {
+                double a = 0;
+                for (int64_t j = 0; j < c->N; j++) a += s[j] * v[i + c->Dv * (hk + c->Hk * j)];
+                out[i + c->Dv * (h + c->H * t)] = sum > 0 ? (float)(a / sum) : 0.0f;
+            }
+        }
+    }
+    free(s);
+}
+
+/* mask values: 0, a small bias, or -inf (about a third), written as floats */
+static void fill_mask(struct bt_tensor *m, tu_rng *r, int64_t N, int64_t T) {
+    float *mv = malloc((size_t)N * T * sizeof *mv);
+    for (int64_t i = 0; i < N * T; i++) {
+        const int64_t u = tu_rng_int(r, 6);
+        mv[i] = u < 2 ? -INFINITY : (u == 2 ? tu_rng_f32(r, -1.0f, 1.0f) : 0.0f);
+    }
+    tu_write_f32(m, mv);
+    free(mv);
+}
+
+static void check_case(const struct attn_case *c, double tol) {
+    bt_context *ctx = tu_ctx(16);
+    tu_rng r;
+    tu_rng_init(&r, 1000 + (uint64_t)(c->D * 7 + c->H * 5 + c->N * 3 + c->T + c->kv_type * 11));
+    struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
+    struct bt_tensor *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
+    struct bt_tensor *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
+    struct bt_tensor *m = c->with_mask ? bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T + 3) : NULL;
+    tu_fill_uniform(q, &r, -2.0f, 2.0f);
+    tu_fill(k, &r);
+    tu_fill(v, &r);
+    if (m) fill_mask(m, &r, c->N, c->T + 3);
+    /* one row with every cell masked */
+    if (m && c->T > 2)
+        for (int64_t j = 0; j < c->N; j++) bt_set_f32_nd(m, j, 1, 0, 0, -INFINITY);
+    const float scale = 1.0f / sqrtf((float)c->D);
+    struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, scale);
+    TU_OK(ctx, out);
+    ck_assert_int_eq(out->ne[0], c->Dv);
+    ck_assert_int_eq(out->ne[1], c->H);
+    ck_assert_int_eq(out->ne[2], c->T);
+    tu_compute(ctx, out, 2);
+
+    float *qv = tu_read_f32(q), *kv = tu_read_f32(k), *vv = tu_read_f32(v);
+    float *mv = m ? tu_read_f32(m) : NULL;
+    float *ref = malloc((size_t)bt_nelements(out) * sizeof *ref);
+    ref_attn(c, qv, kv, vv, mv, scale, ref);
+    const double e = tu_nmse_tensor(out, ref);
+    ck_assert_msg(e <= tol, "D %lld H %lld/%lld N %lld T %lld %s: NMSE %g > %g", (long long)c->D,
+                  (long long)c->H, (long long)c->Hk, (long long)c->N, (long long)c->T,
+                  bt_type_name(c->kv_type), e, tol);
+    if (m && c->T > 2) {
+        float *o = tu_read_f32(out);
+        for (int64_t i = 0; i < c->Dv * c->H; i++) ck_assert_msg(o[i + c->Dv * c->H] == 0.0f, "masked row");
+        free(o);
+    }
+    free(qv);
+    free(kv);
+    free(vv);
+    free(mv);
+    free(ref);
+    bt_free(ctx);
+}
+
+START_TEST(test_against_reference) {
+    const struct attn_case cases[] = {
+        {16, 16, 4, 4, 9, 5, BT_TYPE_F32, BT_TYPE_F32, true},
+        {64, 64, 8, 2, 37, 11, BT_TYPE_F16, BT_TYPE_F32, true},  /* GQA 4:1 */
+        {32, 32, 6, 3, 50, 7, BT_TYPE_F16, BT_TYPE_F16, true},   /* F16 mask */
+        {64, 32, 4, 1, 20, 3, BT_TYPE_Q8_0, BT_TYPE_F32, true},  /* MQA, Q8_0, Dv != D */
+        {24, 40, 2, 2, 13, 4, BT_TYPE_F32, BT_TYPE_F32, false},  /* no mask */
+        {128, 128, 4, 2, 300, 2, BT_TYPE_F16, BT_TYPE_F32, true}, /* long context */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 1e-10);
+}
+END_TEST
+
+/* out (T rows) computed for a mask/q; returns the output bytes (malloc'd) */
+static float *run_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k, struct bt_tensor *v,
+                       struct bt_tensor *m, int nth) {
+    struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, 0.125f);
+    TU_OK(ctx, out);
+    tu_compute(ctx, out, nth);
+    float *o = malloc(bt_nbytes(out));
+    memcpy(o, out->data, bt_nbytes(out));
+    return o;
+}
+
+START_TEST(test_bitwise_invariance) {
+    const int64_t D = 64, H = 8, Hk = 2, N = 40, T = 9;
+    bt_context *ctx = tu_ctx(32);
+    tu_rng r;
+    tu_rng_init(&r, 77);
+    struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
+    struct bt_tensor *k = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N);
+    struct bt_tensor *v = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N);
+    struct bt_tensor *m = bt_new_tensor_2d(ctx, BT_TYPE_F32, N, T);
+    tu_fill_uniform(q, &r, -3.0f, 3.0f);
+    tu_fill(k, &r);
+    tu_fill(v, &r);
+    /* causal: row t sees cells 0 .. 30 + t */
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < N; j++) bt_set_f32_nd(m, j, t, 0, 0, j <= 30 + t ? 0.0f : -INFINITY);
+    float *base = run_attn(ctx, q, k, v, m, 1);
+    const size_t row = (size_t)D * H * sizeof(float);
+
+    /* thread counts */
+    for (int nth = 2; nth <= 4; nth++) {
+        float *o = run_attn(ctx, q, k, v, m, nth);
+        ck_assert_msg(memcmp(o, base, row * T) == 0, "%d threads differ from 1", nth);
+        free(o);
+    }
+    /* each row alone (T = 1), and in a batch in reverse order */
+    struct bt_tensor *q1 = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, 1);
+    struct bt_tensor *m1 = bt_new_tensor_2d(ctx, BT_TYPE_F32, N, 1);
+    struct bt_tensor *qr = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
+    struct bt_tensor *mr = bt_new_tensor_2d(ctx, BT_TYPE_F32, N, T);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(q1->data, (char *)q->data + t * q->nb[2], row);
+        memcpy(m1->data, (char *)m->data + t * m->nb[1], (size_t)N * 4);
+        memcpy((char *)qr->data + (T - 1 - t) * qr->nb[2], (char *)q->data + t * q->nb[2], row);
+        memcpy((char *)mr->data + (T - 1 - t) * mr->nb[1], (char *)m->data + t * m->nb[1], (size_t)N * 4);
+        float *o = run_attn(ctx, q1, k, v, m1, 3);
+        ck_assert_msg(memcmp(o, (char *)base + t * row, row) == 0, "row %lld alone differs", (long long)t);
+        free(o);
+    }
+    float *o = run_attn(ctx, qr, k, v, mr, 2);
+    for (int64_t t = 0; t < T; t++)
+        ck_assert_msg(memcmp((char *)o + (T - 1 - t) * row, (char *)base + t * row, row) == 0,
+                      "row %lld at position %lld differs", (long long)t, (long long)(T - 1 - t));
+    free(o);
+
+    /* the same cells spread over a bigger cache, masked cells between them
+     * holding other values (another sequence's): cell j -> 2j + 1 */
+    const int64_t N2 = 2 * N + 3;
+    struct bt_tensor *k2 = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N2);
+    struct bt_tensor *v2 = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N2);
+    struct bt_tensor *m2 = bt_new_tensor_2d(ctx, BT_TYPE_F32, N2, T);
+    tu_fill_uniform(k2, &r, -5.0f, 5.0f);
+    tu_fill_uniform(v2, &r, -5.0f, 5.0f);
+    for (int64_t j = 0; j < N; j++) {
+        memcpy((char *)k2->data + (2 * j + 1) * k2->nb[2], (char *)k->data + j * k->nb[2], k->nb[2]);
+        memcpy((char *)v2->data + (2 * j + 1) * v2->nb[2], (char *)v->data + j * v->nb[2], v->nb[2]);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < N2; j++)
+            bt_set_f32_nd(m2, j, t, 0, 0,
+                          (j % 2 == 1 && j / 2 < N) ? bt_get_f32_nd(m, j / 2, t, 0, 0) : -INFINITY);
+    o = run_attn(ctx, q, k2, v2, m2, 4);
+    ck_assert_msg(memcmp(o, base, row * T) == 0, "spread cells differ");
+    free(o);
+    free(base);
+    bt_free(ctx);
+}
+END_TEST
+
+START_TEST(test_errors) {
+    bt_context *ctx = tu_ctx(4);
+    struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, 16, 6, 3);
+    struct bt_tensor *k = bt_new_tensor_3d(ctx, BT_TYPE_F16, 16, 4, 10);
+    struct bt_tensor *v = bt_new_tensor_3d(ctx, BT_TYPE_F16, 16, 4, 10);
+    bt_set_name(q, "q");
+    bt_set_name(k, "k");
+    ck_assert_ptr_null(bt_flash_attn(ctx, q, k, v, NULL, 1.0f));
+    ck_assert_str_eq(bt_context_error(ctx), "FLASH_ATTN: q heads (6) must be a multiple of k heads (4)");
+    bt_context_clear_error(ctx);
+
+    struct bt_tensor *k2 = bt_new_tensor_3d(ctx, BT_TYPE_F16, 8, 2, 10);
+    bt_set_name(k2, "k2");
+    ck_assert_ptr_null(bt_flash_attn(ctx, q, k2, v, NULL, 1.0f));
+    ck_assert_str_eq(bt_context_error(ctx),
+                     "FLASH_ATTN: head sizes of q 'q'  [16, 6, 3, 1] and k 'k2'  [8, 2, 10, 1] differ");
+    bt_context_clear_error(ctx);
+
+    struct bt_tensor *k3 = bt_new_tensor_3d(ctx, BT_TYPE_F16, 16, 2, 10);
+    struct bt_tensor *v3 = bt_new_tensor_3d(ctx, BT_TYPE_F16, 16, 2, 10);
+    struct bt_tensor *m = bt_new_tensor_2d(ctx, BT_TYPE_F32, 10, 2);
+    bt_set_name(m, "mask");
+    ck_assert_ptr_null(bt_flash_attn(ctx, q, k3, v3, m, 1.0f));
+    ck_assert_msg(strstr(bt_context_error(ctx), "FLASH_ATTN: mask 'mask'  [10, 2, 1, 1] does not fit") != NULL,
+                  "%s", bt_context_error(ctx));
+    bt_context_clear_error(ctx);
+
+    struct bt_tensor *ki = bt_new_tensor_3d(ctx, BT_TYPE_I32, 16, 2, 10);
+    ck_assert_ptr_null(bt_flash_attn(ctx, q, ki, v3, NULL, 1.0f));
+    ck_assert_str_eq(bt_context_error(ctx), "FLASH_ATTN: k and v must be f32, f16 or q8_0, got i32 and f16");
+    bt_context_clear_error(ctx);
+
+    /* a NULL source keeps the earlier message */
+    ck_assert_ptr_null(bt_flash_attn(ctx, NULL, k3, v3, NULL, 1.0f));
+
+    /* well formed: GQA 6 over 2 */
+    struct bt_tensor *out = bt_flash_attn(ctx, q, k3, v3, NULL, 1.0f);
+    TU_OK(ctx, out);
+    ck_assert(bt_op_is_well_formed(out));
+    ck_assert(bt_cpu_supports_op(out));
+    out->src[2] = NULL; /* a hand-broken node is refused, not crashed on */
+    ck_assert(!bt_op_is_well_formed(out));
+    ck_assert(!bt_cpu_supports_op(out));
+    bt_free(ctx);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("attn");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_against_reference);
+    tcase_add_test(tc, test_bitwise_invariance);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,162 @@
+/* test_kv.c - the KV cache's bookkeeping (src/kv.h): placement of a ubatch
+ * (lowest free cell, a sequence's cells kept in position order when sequences
+ * share the cache, the fallback when nothing is free above), the mask built from the cells, the active
+ * span, removing a sequence, the errors a caller sees, and a cache of each
+ * type written through SET_ROWS and read back. */
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kv.h"
+#include "testutil.h"
+
+static struct bt_kv *new_kv(int64_t n_ctx, int n_seq, enum bt_type type) {
+    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32};
+    struct bt_kv *kv = NULL;
+    char err[256];
+    ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
+    return kv;
+}
+
+static void place(struct bt_kv *kv, int n, const int32_t *seq, const int32_t *pos, int32_t *cells) {
+    char err[256];
+    ck_assert_msg(bt_kv_place(kv, n, seq, pos, cells, err, sizeof err) == BT_OK, "%s", err);
+}
+
+START_TEST(test_placement_and_mask) {
+    struct bt_kv *kv = new_kv(40, 3, BT_TYPE_F16);
+    ck_assert_int_eq(bt_kv_n_active(kv), 0);
+    int32_t cells[8];
+    /* two sequences interleaved */
+    const int32_t s1[4] = {0, 1, 0, 1}, p1[4] = {0, 0, 1, 1};
+    place(kv, 4, s1, p1, cells);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(cells[i], i);
+    ck_assert_int_eq(bt_kv_n_used(kv), 4);
+    ck_assert_int_eq(bt_kv_n_active(kv), 32); /* padded to BT_KV_PAD */
+    /* sequence 0 removed: its cells 0 and 2 are free, but sequence 1's next
+     * token goes above its last cell (3), keeping its cells in position order */
+    ck_assert_int_eq(bt_kv_seq_rm(kv, 0), 2);
+    const int32_t s2[2] = {1, 2}, p2[2] = {2, 0};
+    place(kv, 2, s2, p2, cells);
+    ck_assert_int_eq(cells[0], 4);
+    ck_assert_int_eq(cells[1], 0); /* a new sequence takes the lowest free cell */
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 1), 2);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 0), -1);
+
+    /* mask: token of seq 1 at position 1 sees cells 1 and 3 (positions 0, 1) */
+    const int32_t ms[2] = {1, 2}, mp[2] = {1, 5};
+    float mask[2 * 32];
+    bt_kv_mask(kv, 32, 2, ms, mp, mask);
+    for (int j = 0; j < 32; j++) {
+        const bool see0 = j == 1 || j == 3;
+        const bool see1 = j == 0;
+        ck_assert_msg(mask[j] == (see0 ? 0.0f : -INFINITY), "cell %d row 0", j);
+        ck_assert_msg(mask[32 + j] == (see1 ? 0.0f : -INFINITY), "cell %d row 1", j);
+    }
+    /* full cells are taken from anywhere once nothing is free above */
+    int32_t s3[35], p3[35], c3[35];
+    for (int i = 0; i < 35; i++) {
+        s3[i] = 2;
+        p3[i] = 1 + i;
+    }
+    place(kv, 35, s3, p3, c3);
+    ck_assert_int_eq(c3[0], 2); /* above its cell 0 */
+    ck_assert_int_eq(c3[1], 5);
+    ck_assert_int_eq(c3[34], 38);
+    ck_assert_int_eq(bt_kv_n_used(kv), 39);
+    ck_assert_int_eq(bt_kv_n_active(kv), 40); /* 39 padded to 64, capped at n_ctx */
+    /* nothing free above the sequence's last cell: the lowest free cell */
+    ck_assert_int_eq(bt_kv_seq_rm(kv, 1), 3); /* cells 1, 3, 4 */
+    const int32_t s4[2] = {2, 2}, p4[2] = {36, 37};
+    place(kv, 2, s4, p4, cells);
+    ck_assert_int_eq(cells[0], 39);
+    ck_assert_int_eq(cells[1], 1);
+    bt_kv_clear(kv);
+    ck_assert_int_eq(bt_kv_n_used(kv), 0);
+    bt_kv_free(kv);
+}
+END_TEST
+
+START_TEST(test_errors) {
+    struct bt_kv *kv = new_kv(4, 2, BT_TYPE_F16);
+    char err[256];
+    int32_t cells[4];
+    const int32_t seq_bad[1] = {2}, pos0[1] = {0};
+    ck_assert_int_eq(bt_kv_place(kv, 1, seq_bad, pos0, cells, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 0: sequence id 2 out of [0, 2)");
+    const int32_t s0[1] = {0}, neg[1] = {-1};
+    ck_assert_int_eq(bt_kv_place(kv, 1, s0, neg, cells, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 0: negative position -1");
+    const int32_t sd[2] = {1, 1}, pd[2] = {3, 3};
+    ck_assert_int_eq(bt_kv_place(kv, 2, sd, pd, cells, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "tokens 0 and 1: both sequence 1 position 3");
+    ck_assert_int_eq(bt_kv_n_used(kv), 0); /* nothing placed by a failed call */
+    const int32_t s5[5] = {0, 0, 0, 0, 0}, p5[5] = {0, 1, 2, 3, 4};
+    int32_t c5[5];
+    ck_assert_int_eq(bt_kv_place(kv, 5, s5, p5, c5, err, sizeof err), BT_ERR_CAPACITY);
+    ck_assert_str_eq(err, "KV cache full: 5 tokens, 4 of 4 cells free");
+    bt_kv_free(kv);
+
+    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16};
+    struct bt_kv *k2 = NULL;
+    ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
+    ck_assert_str_eq(err, "KV cache: type q8_0 needs head sizes that are multiples of 32, got 16 and 16");
+    ck_assert_ptr_null(k2);
+    c.type = BT_TYPE_BF16;
+    ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
+    ck_assert_str_eq(err, "KV cache: type bf16 not supported (f16, f32, q8_0)");
+    c.type = BT_TYPE_F16;
+    c.n_seq_max = 17;
+    ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: 17 sequences do not fit 16 cells");
+    c.n_seq_max = 1;
+    c.n_ctx = 0;
+    ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: context size 0 out of [1, 16777216]");
+}
+END_TEST
+
+/* SET_ROWS into the cache tensors of each type and FLASH_ATTN reading them
+ * back through a view agree with the same attention over F32 rows. */
+START_TEST(test_cache_types_roundtrip) {
+    const enum bt_type types[3] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
+        struct bt_kv *kv = new_kv(8, 1, types[ti]);
+        struct bt_tensor *ck = bt_kv_k(kv, 1);
+        ck_assert_int_eq(ck->type, types[ti]);
+        ck_assert_int_eq(ck->ne[0], 64);
+        ck_assert_int_eq(ck->ne[1], 8);
+        bt_context *ctx = tu_ctx(8);
+        tu_rng r;
+        tu_rng_init(&r, 9 + (uint64_t)ti);
+        struct bt_tensor *rows = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 3);
+        struct bt_tensor *ids = bt_new_tensor_1d(ctx, BT_TYPE_I32, 3);
+        tu_fill(rows, &r);
+        const int32_t cells[3] = {5, 1, 6};
+        memcpy(ids->data, cells, sizeof cells);
+        struct bt_tensor *w = bt_set_rows(ctx, ck, rows, ids);
+        TU_OK(ctx, w);
+        tu_compute(ctx, w, 2);
+        float *rv = tu_read_f32(rows);
+        float back[64];
+        const double tol = types[ti] == BT_TYPE_F32 ? 0 : (types[ti] == BT_TYPE_F16 ? 1e-6 : 1e-4);
+        for (int i = 0; i < 3; i++) {
+            bt_row_to_f32(ck->type, (char *)ck->data + cells[i] * ck->nb[1], back, 64);
+            ck_assert_double_le(tu_nmse(back, rv + 64 * i, 64), tol);
+        }
+        free(rv);
+        bt_free(ctx);
+        bt_kv_free(kv);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("kv");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_placement_and_mask);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_cache_types_roundtrip);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
