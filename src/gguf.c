@@ -703,6 +703,11 @@ uint64_t bt_gguf_file_size(const struct bt_gguf *g) { return g->size; }
 uint32_t bt_gguf_alignment(const struct bt_gguf *g) { return g->alignment; }
 uint64_t bt_gguf_data_offset(const struct bt_gguf *g) { return g->data_offset; }
 const uint8_t *bt_gguf_bytes(const struct bt_gguf *g) { return g->base; }
+uint64_t bt_gguf_header_checksum(const struct bt_gguf *g) {
+    uint64_t n = g->data_offset < g->size ? g->data_offset : g->size, h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; i++) h = (h ^ g->base[i]) * 1099511628211ull;
+    return h;
+}
 
 /* ---- metadata getters -------------------------------------------------------- */
 

@@ -129,6 +129,10 @@ uint64_t bt_gguf_file_size(const struct bt_gguf *g);
 uint32_t bt_gguf_alignment(const struct bt_gguf *g);
 uint64_t bt_gguf_data_offset(const struct bt_gguf *g); /* file offset of the data section */
 const uint8_t *bt_gguf_bytes(const struct bt_gguf *g); /* the whole mapping */
+/* FNV-1a 64 of the header (the bytes before the data section, or the whole
+ * file when it is shorter): with the file's size, what ranks compare to know
+ * they opened the same file, without reading the data. */
+uint64_t bt_gguf_header_checksum(const struct bt_gguf *g);
 
 /* ---- metadata ---- */
 int64_t bt_gguf_n_kv(const struct bt_gguf *g);

@@ -49,6 +49,7 @@ f=$tmp/m.gguf
 "$tool" write "$f" || { echo "FAILED: gguf_tool write"; exit 1; }
 
 expect 0 "summary" "^$f: GGUF v3, 2.69 KiB, 28 keys, 8 tensors, alignment 64$" "^architecture +llama$" \
+    "^size 2752 bytes, header checksum [0-9a-f]{16} \(FNV-1a 64 of the 1408 bytes before the data\)$" \
     "^vocabulary +4 tokens$" "^  Q6_K +1 +420 B$" "^  Q4_K +1 +288 B$" "^  total +8 +1.02 KiB  \(data section at offset 1408\)$" \
     "^  blk.0 +3 +184 B$" "^  blk.1 +2 +456 B$" "^  other +3 +404 B$" \
     '^  t.f32 +float32 +-0.1$' '^  tokenizer.ggml.tokens +array +\[string x 4\] \["<unk>", "", "▁the", "a b"\]$' \
@@ -61,13 +62,18 @@ if command -v python3 >/dev/null 2>&1; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["version"] == 3 and j["alignment"] == 64 and j["vocab_size"] == 4, j
+raw = open(sys.argv[2], "rb").read()[:1408]
+h = 1469598103934665603
+for x in raw:
+    h = ((h ^ x) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+assert j["header_checksum"] == "%016x" % h and j["size"] == 2752, j
 assert j["architecture"] == "llama" and j["tensor_count"] == 8 and j["tensor_bytes"] == 1044
 assert j["metadata"]["t.u64"] == 18000000000000000000 and j["metadata"]["a.i32"] == [-1, 2, -3, 2147483647]
 assert j["metadata"]["tokenizer.ggml.tokens"] == {"array": "string", "length": 4}
 assert [l["bytes"] for l in j["layers"]] == [184, 456] and j["other"]["bytes"] == 404
 t = j["tensors"][5]
 assert t == {"name": "blk.1.ffn_gate.weight", "type": "Q6_K", "shape": [256, 2], "offset": 1920, "bytes": 420}, t
-print("ok")' "$tmp/j"
+print("ok")' "$tmp/j" "$f"
 fi
 
 # a damaged copy: the last tensor's data cut short

@@ -874,6 +874,32 @@ START_TEST(test_layer_touches_only_its_data) {
 }
 END_TEST
 
+/* The header checksum: the same for the same header, different when a header
+ * byte differs, blind to the data (ranks compare it without reading weights). */
+START_TEST(test_header_checksum) {
+    struct marks m;
+    struct fb f = base_file(&m);
+    struct bt_gguf *g;
+    char err[1024];
+    uint64_t sum[4];
+    for (int k = 0; k < 4; k++) {
+        if (k == 1) f.b[f.n - 1] ^= 0xff;        /* data: the same checksum */
+        if (k == 2) f.b[m.kv_val[1]] ^= 1;       /* llama.block_count 2 -> 3 */
+        if (k == 3) f.b[m.ti_ne[0][0]] = 16;      /* a dimension: 32 -> 16 */
+        ck_assert_msg(bt_gguf_open_memory(f.b, f.n, "m.gguf", &g, err, sizeof err) == BT_OK, "%d: %s", k, err);
+        sum[k] = bt_gguf_header_checksum(g);
+        bt_gguf_close(g);
+    }
+    ck_assert(sum[0] == sum[1]);
+    ck_assert(sum[1] != sum[2] && sum[2] != sum[3] && sum[1] != sum[3]);
+    /* FNV-1a 64 of the bytes before the data section, computed here */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < m.data; i++) h = (h ^ f.b[i]) * 1099511628211ull;
+    ck_assert(h == sum[3]);
+    free(f.b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("core");
@@ -891,6 +917,7 @@ int main(void) {
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_claimed_counts_not_allocated);
     tcase_add_test(tc, test_layer_touches_only_its_data);
+    tcase_add_test(tc, test_header_checksum);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
