@@ -24,7 +24,7 @@ cd "$root"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
-packages=(build-essential cmake pkg-config check libyaml-dev openmpi-bin libopenmpi-dev)
+packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmpi-bin libopenmpi-dev)
 # tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
 if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev); fi
 missing=()

@@ -1,6 +1,6 @@
 /* backend.c - dispatch helpers over the backend vtables, tensor placement,
- * synchronous data movement, and the plain host-memory buffer that the CPU
- * backend (and test backends) use. */
+ * synchronous data movement, and the host buffer type (plain host memory)
+ * that the CPU backend, test backends and staging use. */
 #include "backend.h"
 
 #include <string.h>
@@ -36,7 +36,6 @@ void bt_buffer_free(bt_buffer_t buffer) {
 void *bt_buffer_get_base(bt_buffer_t buffer) { return buffer->iface.get_base(buffer); }
 size_t bt_buffer_get_size(bt_buffer_t buffer) { return buffer->size; }
 bt_buffer_type_t bt_buffer_get_type(bt_buffer_t buffer) { return buffer->buft; }
-size_t bt_buffer_get_alignment(bt_buffer_t buffer) { return bt_buft_get_alignment(buffer->buft); }
 void bt_buffer_clear(bt_buffer_t buffer, uint8_t value) { buffer->iface.clear(buffer, value); }
 bool bt_buffer_is_host(bt_buffer_t buffer) { return bt_buft_is_host(buffer->buft); }
 void bt_buffer_set_usage(bt_buffer_t buffer, enum bt_buffer_usage usage) { buffer->usage = usage; }
@@ -141,10 +140,6 @@ bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend) {
 
 bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size) {
     return bt_buft_alloc_buffer(bt_backend_get_default_buffer_type(backend), size);
-}
-
-size_t bt_backend_get_alignment(bt_backend_t backend) {
-    return bt_buft_get_alignment(bt_backend_get_default_buffer_type(backend));
 }
 
 bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend) {
@@ -346,6 +341,49 @@ bt_buffer_t bt_host_buffer_new(bt_buffer_type_t buft, void *base, size_t size, b
     };
     return buffer;
 }
+
+/* ---- the host buffer type: 64-byte aligned host memory (the CPU backend's,
+ * and every backend's staging memory without one of its own) ---- */
+
+static const char *cpu_buft_name(bt_buffer_type_t buft) {
+    (void)buft;
+    return "CPU";
+}
+
+static bt_buffer_t cpu_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
+    bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
+    if (!b) free(p);
+    return b;
+}
+
+static size_t cpu_buft_alignment(bt_buffer_type_t buft) {
+    (void)buft;
+    return BT_MEM_ALIGN;
+}
+
+static bool cpu_buft_is_host(bt_buffer_type_t buft) {
+    (void)buft;
+    return true;
+}
+
+static struct bt_buffer_type cpu_buft = {
+    .iface =
+        {
+            /* .get_name       = */ cpu_buft_name,
+            /* .alloc_buffer   = */ cpu_buft_alloc,
+            /* .get_alignment  = */ cpu_buft_alignment,
+            /* .get_max_size   = */ NULL,
+            /* .get_alloc_size = */ NULL,
+            /* .is_host        = */ cpu_buft_is_host,
+        },
+    .context = NULL,
+};
+
+bt_buffer_type_t bt_cpu_buffer_type(void) { return &cpu_buft; }
+
+
 
 /* ---- measuring a backend -------------------------------------------------- */
 

@@ -138,7 +138,6 @@ void bt_buffer_free(bt_buffer_t buffer);
 void *bt_buffer_get_base(bt_buffer_t buffer);
 size_t bt_buffer_get_size(bt_buffer_t buffer);
 bt_buffer_type_t bt_buffer_get_type(bt_buffer_t buffer);
-size_t bt_buffer_get_alignment(bt_buffer_t buffer);
 void bt_buffer_clear(bt_buffer_t buffer, uint8_t value);
 bool bt_buffer_is_host(bt_buffer_t buffer);
 void bt_buffer_set_usage(bt_buffer_t buffer, enum bt_buffer_usage usage);
@@ -166,7 +165,6 @@ const char *bt_backend_name(bt_backend_t backend);
 void bt_backend_free(bt_backend_t backend);
 bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend);
 bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size);
-size_t bt_backend_get_alignment(bt_backend_t backend);
 /* Host memory for staging this backend's tensors (is_host): the backend's
  * own (pinned for a GPU) or else the CPU's. */
 bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend);
@@ -202,14 +200,13 @@ bt_buffer_t bt_alloc_ctx_tensors(bt_context *ctx, bt_backend_t backend);
 /* n_threads <= 0: every online core.  NULL when threads cannot start. */
 bt_backend_t bt_backend_cpu_init(int n_threads);
 bool bt_backend_is_cpu(bt_backend_t backend);
-void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference);
 /* fn(user) on the calling thread after its share of each computed node
  * (bt_cpu_set_node_hook); NULL: none. */
 void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user);
-/* The CPU's plain host-memory buffer type (a singleton). */
+/* The host buffer type: 64-byte aligned plain host memory (a singleton in
+ * the core, backend.c, as ggml keeps its CPU buffer type; the CPU backend's
+ * default, and the staging memory of a backend without its own). */
 bt_buffer_type_t bt_cpu_buffer_type(void);
-/* A buffer over memory the caller owns (host, not freed by the buffer). */
-bt_buffer_t bt_cpu_buffer_from_ptr(void *ptr, size_t size);
 
 /* Plain host-memory buffer implementation for other backends that keep host
  * data (test backends, pinned memory): base and size, alignment, and the

@@ -112,7 +112,6 @@ void bt_sched_set_cur_copy(bt_sched_t sched, int c);
 
 void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);
 
-int bt_sched_get_n_backends(bt_sched_t sched);
 bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i);
 int bt_sched_get_n_copies(bt_sched_t sched);
 int bt_sched_get_cur_copy(bt_sched_t sched);

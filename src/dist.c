@@ -78,6 +78,7 @@ struct bt_dist {
     struct local_output *louts;
     int n_louts;
     bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
+    int64_t mem_bytes;     /* the memory this rank may use (its limit, else its share of the machine's) */
     int64_t k_next;
     bool planned;
 
@@ -393,12 +394,128 @@ static void *take_slot(uint8_t *base, size_t *off, size_t n, size_t align) {
     return p;
 }
 
-/* This rank's memory: its weights, then its compute graph. */
+/* ---- this rank's memory: every allocation of the plan is sized first and
+ * checked against the rank's memory (check_memory) before any is made ---- */
+
+/* The slots of one buffer of host memory (base NULL: only count): send slots,
+ * receive staging and output rings.  A computed tensor in host memory, or one
+ * that goes over the device transport, is sent from where it lies (its
+ * producer waits for the send before computing it again); leafs, which the
+ * user rewrites between submits, and device tensors for a host transport go
+ * through send slots.  A device backend receives a host transport's data into
+ * staging slots and uploads it after the wait.  Returns the buffer's bytes;
+ * *stat_bytes: the slot bytes the statistics report. */
+static size_t layout_slots(bt_dist *d, uint8_t *base, size_t halign, int64_t *stat_bytes) {
+    const bool host_backend = bt_buft_is_host(bt_backend_get_default_buffer_type(d->backend));
+    size_t off = 0;
+    int64_t slot_bytes = 0;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        xf->zero_copy = xf->src == d->rank && xf->producer >= 0 && (host_backend || xf->direct);
+        for (int c = 0; c < d->n_copies; c++) {
+            const bool stage = xf->src == d->rank && !xf->zero_copy;
+            const bool output = xf->dst == d->rank && xf->consumer < 0;
+            const bool staging = xf->dst == d->rank && xf->consumer >= 0 && !host_backend && !xf->direct;
+            if (xf->dst == d->rank && xf->consumer >= 0) slot_bytes += (int64_t)xf->bytes; /* the copy */
+            if (stage) xf->stage[c] = take_slot(base, &off, xf->bytes, halign);
+            if (output || staging) xf->ring[c] = take_slot(base, &off, xf->bytes, halign);
+            if (stage || output || staging) slot_bytes += (int64_t)xf->bytes;
+        }
+    }
+    for (int i = 0; i < d->n_louts; i++) {
+        for (int c = 0; c < d->n_copies; c++) {
+            d->louts[i].ring[c] = take_slot(base, &off, d->louts[i].bytes, halign);
+            slot_bytes += (int64_t)d->louts[i].bytes;
+        }
+    }
+    *stat_bytes = slot_bytes;
+    return off;
+}
+
+/* A buffer type that only counts: the compute buffer is measured with it
+ * (bt_gallocr_reserve sizes its buffer and places nothing), so that its size
+ * is known before any memory is taken. */
+struct measure_buft {
+    struct bt_buffer_type buft;
+    bt_buffer_type_t real;
+};
+static void measure_free(bt_buffer_t b) { free(b); }
+static void *measure_base(bt_buffer_t b) {
+    (void)b;
+    return NULL;
+}
+static const char *measure_name(bt_buffer_type_t t) { return bt_buft_name(((struct measure_buft *)t->context)->real); }
+static bt_buffer_t measure_alloc(bt_buffer_type_t t, size_t size) {
+    bt_buffer_t b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->iface = (struct bt_buffer_i){
+        /* .free_buffer   = */ measure_free,
+        /* .get_base      = */ measure_base,
+        /* .init_tensor   = */ NULL,
+        /* .memset_tensor = */ NULL,
+        /* .set_tensor    = */ NULL,
+        /* .get_tensor    = */ NULL,
+        /* .cpy_tensor    = */ NULL,
+        /* .clear         = */ NULL,
+    };
+    b->buft = t;
+    b->size = size;
+    return b;
+}
+static size_t measure_alignment(bt_buffer_type_t t) { return bt_buft_get_alignment(((struct measure_buft *)t->context)->real); }
+static size_t measure_max_size(bt_buffer_type_t t) { return bt_buft_get_max_size(((struct measure_buft *)t->context)->real); }
+static size_t measure_alloc_size(bt_buffer_type_t t, const struct bt_tensor *x) {
+    return bt_buft_get_alloc_size(((struct measure_buft *)t->context)->real, x);
+}
+static bool measure_is_host(bt_buffer_type_t t) { return bt_buft_is_host(((struct measure_buft *)t->context)->real); }
+
+/* The compute buffer d->local needs, before the weights have memory: while
+ * measuring, this rank's weights are marked as having data (the allocator
+ * leaves such tensors alone, as it will once they are allocated). */
+static enum bt_status measure_compute(bt_dist *d, bt_buffer_type_t buft, size_t *bytes) {
+    static uint8_t mark; /* never read or written through */
+    struct bt_graph *g = d->graph;
+    struct measure_buft m = {.real = buft};
+    m.buft.iface = (struct bt_buffer_type_i){
+        /* .get_name       = */ measure_name,
+        /* .alloc_buffer   = */ measure_alloc,
+        /* .get_alignment  = */ measure_alignment,
+        /* .get_max_size   = */ measure_max_size,
+        /* .get_alloc_size = */ measure_alloc_size,
+        /* .is_host        = */ measure_is_host,
+    };
+    m.buft.context = &m;
+    for (int i = 0; i < g->n_leafs; i++)
+        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && bt_tensor_is_weight(g->leafs[i]))
+            g->leafs[i]->data = &mark;
+    bt_gallocr_t meas = bt_gallocr_new(&m.buft);
+    enum bt_status st = BT_OK;
+    if (!meas) st = fail(d, BT_ERR_NOMEM, "out of memory");
+    else if (!bt_gallocr_reserve(meas, &d->local)) st = fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(meas));
+    else *bytes = bt_gallocr_get_buffer_size(meas, 0);
+    bt_gallocr_free(meas);
+    for (int i = 0; i < g->n_leafs; i++)
+        if (g->leafs[i]->data == &mark) g->leafs[i]->data = NULL;
+    return st;
+}
+
+/* Everything the plan will allocate on this rank against its memory. */
+static enum bt_status check_memory(bt_dist *d, size_t weights, size_t compute, size_t slots) {
+    const double need = (double)weights + (double)compute + (double)slots, mib = 1048576.0;
+    if (d->mem_bytes <= 0 || need <= (double)d->mem_bytes) return BT_OK;
+    return fail(d, BT_ERR_NOMEM,
+                "rank %d (%s): the plan needs %.1f MiB (weights %.1f, compute %.1f, transfer slots %.1f) but the rank "
+                "has %.1f MiB (%s)",
+                d->rank, bt_backend_name(d->backend), need / mib, (double)weights / mib, (double)compute / mib,
+                (double)slots / mib, (double)d->mem_bytes / mib,
+                d->opt.mem_limit > 0 ? "its memory limit" : "its share of this machine's memory");
+}
+
 static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
     struct bt_graph *g = d->graph;
     bt_buffer_type_t buft = bt_backend_get_default_buffer_type(d->backend);
     const size_t align = bt_buft_get_alignment(buft);
-    /* weights */
+    /* weights: sized here, allocated after the check */
     size_t wbytes = 0;
     int n_w = 0;
     for (int i = 0; i < g->n_leafs; i++) {
@@ -407,23 +524,6 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         wbytes += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
         n_w++;
     }
-    if (wbytes > 0) {
-        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
-        if (!d->weight_buf)
-            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
-                        (double)wbytes / 1048576.0, bt_backend_name(d->backend));
-        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
-        uint8_t *p = bt_buffer_get_base(d->weight_buf);
-        for (int i = 0; i < g->n_leafs; i++) {
-            struct bt_tensor *t = g->leafs[i];
-            if (d->plan.leaf_owner[i] != d->rank || t->data || !bt_tensor_is_weight(t)) continue;
-            bt_tensor_alloc(d->weight_buf, t, p);
-            p += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
-            if (init) init(t, user);
-        }
-    }
-    d->stats.weight_bytes = (int64_t)wbytes;
-    d->stats.n_weights = n_w;
 
     /* slots keep their memory; tensors sent away are not reused before sent */
     for (int x = 0; x < d->n_xfers; x++) {
@@ -443,7 +543,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         }
     }
 
-    /* the local graph: my splits' nodes, my leafs, my receive slots */
+    /* the local graph: my splits' nodes, my leafs but weights, my receive slots */
     const int cap = g->n_nodes + g->n_leafs + d->n_xfers * d->n_copies + 8;
     d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
@@ -456,7 +556,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = xf->copies[c];
     }
     for (int i = 0; i < g->n_leafs; i++)
-        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data) d->local.leafs[d->local.n_leafs++] = g->leafs[i];
+        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
+            d->local.leafs[d->local.n_leafs++] = g->leafs[i];
     int n_mine = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         if (d->plan.node_owner[i] != d->rank) continue;
@@ -464,55 +565,52 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         if (!bt_op_is_view(g->nodes[i]->op)) n_mine++;
     }
     d->stats.n_nodes = n_mine;
+
+    /* the sizes of the compute buffer and of the slots, then the check */
+    bt_buffer_type_t hbuft = bt_backend_get_host_buffer_type(d->backend);
+    size_t halign = bt_buft_get_alignment(hbuft);
+    if (halign < BT_MEM_ALIGN) halign = BT_MEM_ALIGN;
+    int64_t slot_bytes = 0;
+    const size_t host_bytes = layout_slots(d, NULL, halign, &slot_bytes);
+    size_t compute_bytes = 0;
+    enum bt_status st = measure_compute(d, buft, &compute_bytes);
+    if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes);
+    if (st != BT_OK) return st;
+
+    /* weights */
+    if (wbytes > 0) {
+        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
+        if (!d->weight_buf)
+            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
+                        (double)wbytes / 1048576.0, bt_backend_name(d->backend));
+        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
+        uint8_t *p = bt_buffer_get_base(d->weight_buf);
+        for (int i = 0; i < g->n_leafs; i++) {
+            struct bt_tensor *t = g->leafs[i];
+            if (d->plan.leaf_owner[i] != d->rank || t->data || !bt_tensor_is_weight(t)) continue;
+            bt_tensor_alloc(d->weight_buf, t, p);
+            p += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
+            if (init) init(t, user);
+        }
+    }
+    d->stats.weight_bytes = (int64_t)wbytes;
+    d->stats.n_weights = n_w;
+
+    /* compute */
     d->galloc = bt_gallocr_new(buft);
     if (!d->galloc) return fail(d, BT_ERR_NOMEM, "out of memory");
     if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
     d->stats.compute_bytes = (int64_t)bt_gallocr_get_buffer_size(d->galloc, 0);
 
-    /* send slots, receive staging and output rings: one buffer of the
-     * backend's host memory (pinned for a GPU, so its copies are fast).  A
-     * computed tensor in host memory, or one that goes over the device
-     * transport, is sent from where it lies (its producer waits for the send
-     * before computing it again); leafs, which the user rewrites between
-     * submits, and device tensors for a host transport go through send
-     * slots.  A device backend receives a host transport's data into
-     * staging slots and uploads it after the wait. */
-    const bool host_backend = bt_buft_is_host(buft);
-    bt_buffer_type_t hbuft = bt_backend_get_host_buffer_type(d->backend);
-    size_t halign = bt_buft_get_alignment(hbuft);
-    if (halign < BT_MEM_ALIGN) halign = BT_MEM_ALIGN;
-    int64_t slot_bytes = 0;
-    uint8_t *base = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t off = 0;
-        slot_bytes = 0;
-        for (int x = 0; x < d->n_xfers; x++) {
-            struct xfer *xf = &d->xfers[x];
-            xf->zero_copy = xf->src == d->rank && xf->producer >= 0 && (host_backend || xf->direct);
-            for (int c = 0; c < d->n_copies; c++) {
-                const bool stage = xf->src == d->rank && !xf->zero_copy;
-                const bool output = xf->dst == d->rank && xf->consumer < 0;
-                const bool staging = xf->dst == d->rank && xf->consumer >= 0 && !host_backend && !xf->direct;
-                if (xf->dst == d->rank && xf->consumer >= 0) slot_bytes += (int64_t)xf->bytes; /* the copy */
-                if (stage) xf->stage[c] = take_slot(base, &off, xf->bytes, halign);
-                if (output || staging) xf->ring[c] = take_slot(base, &off, xf->bytes, halign);
-                if (stage || output || staging) slot_bytes += (int64_t)xf->bytes;
-            }
-        }
-        for (int i = 0; i < d->n_louts; i++) {
-            for (int c = 0; c < d->n_copies; c++) {
-                d->louts[i].ring[c] = take_slot(base, &off, d->louts[i].bytes, halign);
-                slot_bytes += (int64_t)d->louts[i].bytes;
-            }
-        }
-        if (pass == 0 && off > 0) {
-            d->host_buf = bt_buft_alloc_buffer(hbuft, off);
-            if (!d->host_buf)
-                return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB of %s memory for transfer slots",
-                            d->rank, (double)off / 1048576.0, bt_buft_name(hbuft));
-            base = bt_buffer_get_base(d->host_buf);
-        }
+    /* slots: one buffer of the backend's host memory (pinned for a GPU, so
+     * its copies are fast) */
+    if (host_bytes > 0) {
+        d->host_buf = bt_buft_alloc_buffer(hbuft, host_bytes);
+        if (!d->host_buf)
+            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB of %s memory for transfer slots", d->rank,
+                        (double)host_bytes / 1048576.0, bt_buft_name(hbuft));
+        layout_slots(d, bt_buffer_get_base(d->host_buf), halign, &slot_bytes);
     }
     d->stats.slot_bytes = slot_bytes;
     d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + slot_bytes;
@@ -544,6 +642,7 @@ static enum bt_status describe_and_gather(bt_dist *d, struct bt_rank_desc **desc
     mine.device = d->opt.device_transport != NULL;
     mine.mem_bytes = d->opt.mem_limit > 0 ? d->opt.mem_limit
                                           : (int64_t)(physical_memory() / (size_t)(d->t->local_size > 0 ? d->t->local_size : 1));
+    d->mem_bytes = mine.mem_bytes;
     mine.gflops = d->opt.gflops > 0 ? d->opt.gflops : bt_backend_measure_gflops(d->backend);
     enum bt_status st = BT_OK;
     uint8_t *sup = malloc((size_t)N + 1);
@@ -736,9 +835,11 @@ enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void
 }
 
 /* Between two ops of a split (the CPU backend's node hook, on the compute
- * thread): at most once per period, test this rank's sends in flight.  A
- * test drives the transport's progress engine, which moves every transfer in
- * flight, receives included; a completed send is simply inactive later. */
+ * thread): at most once per period, test this rank's sends in flight, up to
+ * the first that is not done.  One test drives the transport's progress
+ * engine, which moves every transfer in flight (receives included): more
+ * calls would only cost the compute thread time.  A completed send is
+ * simply inactive later.  No send in flight: no call at all. */
 static void progress_between_ops(void *user) {
     bt_dist *d = user;
     const double t = now_s();
@@ -758,6 +859,7 @@ static void progress_between_ops(void *user) {
                 fail(d, st, "%s", tr->error);
                 return;
             }
+            if (!done) return;
         }
     }
 }

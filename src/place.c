@@ -234,13 +234,32 @@ enum bt_status bt_place_layers(const struct bt_layer_costs *lc, const struct bt_
             }
         }
         if (!isfinite(dp[(size_t)(P - 1) * W + (size_t)L])) {
-            double total = 0, maxmem = 0;
+            double total = 0, maxmem = 0, min_layer = INFINITY;
             for (int l = 0; l < L + 2; l++) total += lc->wbytes[l];
+            for (int l = 1; l <= L; l++) min_layer = lc->wbytes[l] < min_layer ? lc->wbytes[l] : min_layer;
             for (int r = 0; r < P; r++) maxmem += (double)descs[r].mem_bytes;
-            snprintf(err, errlen,
-                     "the model's %.1f MiB of weights do not fit in the ranks' memory (%.1f MiB in all) in any "
-                     "placement of %d layers on %d ranks",
-                     total / 1048576.0, maxmem / 1048576.0, L, P);
+            /* a rank that cannot hold even its smallest share is the one to name */
+            int small = -1;
+            double small_need = 0;
+            for (int r = 0; r < P && small < 0; r++) {
+                double need = (r == 0 ? lc->wbytes[0] : 0) + (r == P - 1 ? lc->wbytes[L + 1] : 0);
+                if (L >= P && L > 0) need += min_layer; /* every rank gets a layer */
+                if (need > (double)descs[r].mem_bytes) {
+                    small = r;
+                    small_need = need;
+                }
+            }
+            if (small >= 0)
+                snprintf(err, errlen,
+                         "rank %d (%s) has %.1f MiB of memory, less than the %.1f MiB of weights its smallest share "
+                         "of %d layers on %d ranks needs",
+                         small, descs[small].backend, (double)descs[small].mem_bytes / 1048576.0,
+                         small_need / 1048576.0, L, P);
+            else
+                snprintf(err, errlen,
+                         "the model's %.1f MiB of weights do not fit in the ranks' memory (%.1f MiB in all) in any "
+                         "placement of %d layers on %d ranks",
+                         total / 1048576.0, maxmem / 1048576.0, L, P);
             free(dp);
             free(arg);
             free(start);

@@ -1157,7 +1157,6 @@ void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, voi
 
 /* ---- inspection ------------------------------------------------------------------ */
 
-int bt_sched_get_n_backends(bt_sched_t sched) { return sched->n_backends; }
 bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i) {
     BT_ASSERT(i >= 0 && i < sched->n_backends);
     return sched->backends[i];

@@ -227,7 +227,6 @@ void bt_free(bt_context *ctx) {
 
 size_t bt_used_mem(const bt_context *ctx) { return ctx->used; }
 bool bt_get_no_alloc(const bt_context *ctx) { return ctx->no_alloc; }
-void bt_set_no_alloc(bt_context *ctx, bool no_alloc) { ctx->no_alloc = no_alloc; }
 size_t bt_tensor_overhead(void) {
     return (sizeof(struct bt_tensor) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
 }

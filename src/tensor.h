@@ -216,7 +216,6 @@ bt_context *bt_init(struct bt_init_params params);
 void bt_free(bt_context *ctx);
 size_t bt_used_mem(const bt_context *ctx);
 bool bt_get_no_alloc(const bt_context *ctx);
-void bt_set_no_alloc(bt_context *ctx, bool no_alloc);
 /* Bytes the arena needs per tensor of metadata (for sizing mem_size). */
 size_t bt_tensor_overhead(void);
 /* Carve n bytes (aligned) from the arena; NULL and an error when full. */
@@ -282,7 +281,6 @@ int32_t bt_get_i32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t
 void bt_set_i32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int32_t v);
 
 /* op_params helpers */
-static inline void bt_set_op_param_i32(struct bt_tensor *t, int i, int32_t v) { t->op_params[i] = v; }
 static inline int32_t bt_get_op_param_i32(const struct bt_tensor *t, int i) { return t->op_params[i]; }
 static inline void bt_set_op_param_f32(struct bt_tensor *t, int i, float v) {
     union { float f; int32_t i; } u;

@@ -1140,10 +1140,3 @@ enum bt_topo_link bt_topology_edge_link(const struct bt_topology *t, int a, int 
     return t->transport.device;
 }
 
-const char *bt_topo_backend_name(enum bt_topo_backend b) {
-    return b == BT_TOPO_BACKEND_CUDA ? "cuda" : "cpu";
-}
-
-const char *bt_topo_link_name(enum bt_topo_link l) {
-    return l == BT_TOPO_LINK_NCCL ? "nccl" : "mpi";
-}

@@ -246,10 +246,6 @@ bool bt_topology_has_cuda(const struct bt_topology *t);
  * cpu rank; else the edge's override in transport.edges, else transport.device. */
 enum bt_topo_link bt_topology_edge_link(const struct bt_topology *t, int a, int b);
 
-/* Names for messages: "cpu"/"cuda", "mpi"/"nccl". */
-const char *bt_topo_backend_name(enum bt_topo_backend b);
-const char *bt_topo_link_name(enum bt_topo_link l);
-
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,25 @@ grep -q "planning and creating weights" "$tmp/out" && bad "no progress display i
 expect 0 "planning and creating weights +100%" "progress display with BATON_PROGRESS=1" -- \
     mpirun -np 2 -x BATON_PROGRESS=1 "$baton" demo "${small[@]}"
 
+# ---- memory: everything the plan allocates is checked before any is made ----
+# (--tokens 16384 asked for an 18 GB compute buffer and grew past 10 GiB first;
+# 64 heads make it 80 GB, more than any CI machine's share)
+mib='[0-9]+\.[0-9]'
+expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, compute $mib, transfer slots $mib\) but the rank has $mib MiB \(its share of this machine's memory\)\$" \
+    "demo: compute buffer larger than the machine" -- mpirun -np 2 "$baton" demo --tokens 16384 --heads 64 -m 1 --no-check
+printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, memory: 100MiB}\n  - {rank: 1, host: localhost, backend: cpu, memory: %s}\n' \
+    100MiB >"$tmp/mem100.yaml"
+expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights 59\.0, compute $mib, transfer slots $mib\) but the rank has 100\.0 MiB \(its memory limit\)\$" \
+    "demo: compute buffer above the topology's memory" -- \
+    mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" --tokens 4096 -m 1 --no-check
+expect 0 "bitwise" "demo: the same topology with fewer tokens fits" -- mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" -m 2
+# a rank too small for any share of the weights is the one named
+sed '5s/100MiB/10MiB/' "$tmp/mem100.yaml" >"$tmp/mem10.yaml"
+expect 1 "^baton demo: placement: rank 1 \(CPU\) has 10\.0 MiB of memory, less than the 15\.5 MiB of weights its smallest share of 8 layers on 2 ranks needs\$" \
+    "demo: the rank whose memory is too small is named" -- mpirun -np 2 "$baton" demo -t "$tmp/mem10.yaml" -m 1
+expect 1 "^baton plan: placement: rank 1 \(CPUx1@localhost\) has 10\.0 MiB of memory" "plan: the rank whose memory is too small is named" -- \
+    "$baton" plan -t "$tmp/mem10.yaml"
+
 # ---- plans ----
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32

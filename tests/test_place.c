@@ -133,10 +133,16 @@ START_TEST(test_memory_limits) {
     struct bt_plan_options opt = {0};
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_OK);
     ck_assert_int_le(last[0] - first[0] + 1, 2);
-    /* nowhere near enough memory: one message, no placement */
+    /* nowhere near enough memory: one message naming the rank that cannot
+     * hold even its smallest share (rank 0: its embeddings and one layer) */
     descs_init(d, 2, 10.0, (int64_t)layer);
     ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_ERR_NOMEM);
-    ck_assert_ptr_nonnull(strstr(err, "do not fit"));
+    ck_assert_msg(strncmp(err, "rank 0 (", 8) == 0 && strstr(err, "its smallest share of 8 layers on 2 ranks needs"),
+                  "%s", err);
+    /* each rank holds its smallest share, but not the model between them */
+    descs_init(d, 2, 10.0, (int64_t)(f.lc.wbytes[0] + f.lc.wbytes[9] + 1.5 * layer));
+    ck_assert_int_eq(bt_place_layers(&f.lc, d, 2, &opt, first, last, pred, err, sizeof err), BT_ERR_NOMEM);
+    ck_assert_msg(strstr(err, "do not fit in the ranks' memory") != NULL, "%s", err);
     fixture_free(&f);
 }
 END_TEST

@@ -8,7 +8,7 @@
 #ifndef BATON_CPU_H
 #define BATON_CPU_H
 
-#include "../../src/graph.h"
+#include "graph.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,49 +6,8 @@
 
 #include <string.h>
 
-/* ---- buffer type: 64-byte aligned host memory ---------------------------- */
-
-static const char *cpu_buft_name(bt_buffer_type_t buft) {
-    (void)buft;
-    return "CPU";
-}
-
-static bt_buffer_t cpu_buft_alloc(bt_buffer_type_t buft, size_t size) {
-    void *p = NULL;
-    if (posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) != 0) return NULL;
-    bt_buffer_t b = bt_host_buffer_new(buft, p, size, true);
-    if (!b) free(p);
-    return b;
-}
-
-static size_t cpu_buft_alignment(bt_buffer_type_t buft) {
-    (void)buft;
-    return BT_MEM_ALIGN;
-}
-
-static bool cpu_buft_is_host(bt_buffer_type_t buft) {
-    (void)buft;
-    return true;
-}
-
-static struct bt_buffer_type cpu_buft = {
-    .iface =
-        {
-            /* .get_name       = */ cpu_buft_name,
-            /* .alloc_buffer   = */ cpu_buft_alloc,
-            /* .get_alignment  = */ cpu_buft_alignment,
-            /* .get_max_size   = */ NULL,
-            /* .get_alloc_size = */ NULL,
-            /* .is_host        = */ cpu_buft_is_host,
-        },
-    .context = NULL,
-};
-
-bt_buffer_type_t bt_cpu_buffer_type(void) { return &cpu_buft; }
-
-bt_buffer_t bt_cpu_buffer_from_ptr(void *ptr, size_t size) {
-    return bt_host_buffer_new(&cpu_buft, ptr, size, false);
-}
+/* The CPU's buffers are the core's plain host memory (bt_cpu_buffer_type,
+ * backend.c). */
 
 /* ---- backend --------------------------------------------------------------- */
 
@@ -70,7 +29,7 @@ static void cpu_free(bt_backend_t backend) {
 
 static bt_buffer_type_t cpu_get_default_buffer_type(bt_backend_t backend) {
     (void)backend;
-    return &cpu_buft;
+    return bt_cpu_buffer_type();
 }
 
 static enum bt_status cpu_graph_compute(bt_backend_t backend, struct bt_graph *graph) {
@@ -131,10 +90,6 @@ bt_backend_t bt_backend_cpu_init(int n_threads) {
 
 bool bt_backend_is_cpu(bt_backend_t backend) { return backend && backend->iface.get_name == cpu_get_name; }
 
-void bt_backend_cpu_set_reference(bt_backend_t backend, bool reference) {
-    BT_ASSERT(bt_backend_is_cpu(backend));
-    bt_cpu_set_reference(((struct cpu_backend *)backend->context)->cpu, reference);
-}
 
 void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
     BT_ASSERT(bt_backend_is_cpu(backend));

@@ -5,7 +5,7 @@
 #define BATON_CPU_IMPL_H
 
 #include "cpu.h"
-#include "../../src/ops.h"
+#include "ops.h"
 
 /* ---- thread pool ---- */
 typedef struct bt_threadpool bt_threadpool;

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../src/tensor.h"
+#include "tensor.h"
 
 /* one activation column x[k] -> y (act_size(k) bytes) */
 typedef void (*bt_cpu_quantize_act_fn)(const float *x, void *y, int64_t k);

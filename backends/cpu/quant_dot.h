@@ -9,7 +9,7 @@
 #ifndef BATON_QUANT_DOT_H
 #define BATON_QUANT_DOT_H
 
-#include "../../src/quants.h"
+#include "quants.h"
 
 /* s = dot(w_row, act) over k elements (k a multiple of the weight's block
  * size); act is the column quantised with the entry's quantize_act. */

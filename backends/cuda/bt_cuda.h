@@ -11,7 +11,7 @@
 #ifndef BATON_BT_CUDA_H
 #define BATON_BT_CUDA_H
 
-#include "../../src/backend.h"
+#include "backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "../../src/ops.h"
+#include "ops.h"
 #include "bt_cuda.h"
 
 #ifdef __cplusplus

@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
+            "  tokenize      -m FILE -p TEXT: the token ids of a text under a GGUF file's\n"
+            "                vocabulary (baton tokenize --help)\n"
             "  gguf FILE     what a GGUF model file holds: architecture, hyperparameters,\n"
             "                tensors by type, bytes per layer (--tensors, --json)\n"
             "  quantize      IN.gguf OUT.gguf TYPE: quantise a GGUF file's weights (Q8_0 Q4_0\n"
@@ -65,6 +67,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "demo")) return bt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return bt_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return bt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gguf")) return bt_cli_gguf(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return bt_cli_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);

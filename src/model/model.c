@@ -9,7 +9,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "../backend.h"
+#include "backend.h"
 
 /* ---- FFN kind names ---------------------------------------------------------- */
 

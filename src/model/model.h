@@ -48,9 +48,9 @@
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
-#include "../graph.h"
-#include "../ops.h"
-#include "../tensor.h"
+#include "graph.h"
+#include "ops.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,353 @@
+/* chat.c - the common chat formats, detected from the marks in a model's
+ * Jinja chat template and written by hand, following llama.cpp's
+ * src/llama-chat.cpp (the same rules in the same order, so a template is
+ * given the same format; its tests/test-chat-template.cpp outputs are
+ * baton's tests).  Formats that llama.cpp detects after the last one baton
+ * writes (exaone, granite, ...) are reported as unknown rather than guessed. */
+#include "chat.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum fmt {
+    F_CHATML, F_LLAMA2, F_LLAMA2_SYS, F_LLAMA2_SYS_BOS, F_LLAMA2_SYS_STRIP, F_MISTRAL_V1, F_MISTRAL_V3,
+    F_MISTRAL_V3_TEKKEN, F_MISTRAL_V7, F_MISTRAL_V7_TEKKEN, F_PHI3, F_PHI4, F_FALCON3, F_ZEPHYR, F_MONARCH, F_GEMMA,
+    F_ORION, F_OPENCHAT, F_VICUNA, F_VICUNA_ORCA, F_DEEPSEEK, F_DEEPSEEK2, F_DEEPSEEK3, F_COMMAND_R, F_LLAMA3,
+    F_CHATGLM3, F_CHATGLM4, F_GLMEDGE, F_MINICPM, F_COUNT, F_UNKNOWN = -1,
+};
+
+static const char *const k_names[F_COUNT + 1] = {
+    "chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3",
+    "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "phi4", "falcon3", "zephyr", "monarch", "gemma",
+    "orion", "openchat", "vicuna", "vicuna-orca", "deepseek", "deepseek2", "deepseek3", "command-r", "llama3",
+    "chatglm3", "chatglm4", "glmedge", "minicpm", NULL,
+};
+
+const char *const *bt_chat_template_names(void) { return k_names; }
+
+static int has(const char *t, const char *s) { return strstr(t, s) != NULL; }
+
+static enum fmt detect(const char *t) {
+    for (int i = 0; i < F_COUNT; i++)
+        if (!strcmp(t, k_names[i])) return (enum fmt)i;
+    if (has(t, "<|im_start|>")) {
+        if (has(t, "<|im_sep|>")) return F_PHI4;
+        if (has(t, "<end_of_utterance>")) return F_UNKNOWN; /* SmolVLM: not chatml */
+        return F_CHATML;
+    }
+    if (!strncmp(t, "mistral", 7) || has(t, "[INST]")) {
+        if (has(t, "[SYSTEM_PROMPT]")) return F_MISTRAL_V7;
+        if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
+            if (has(t, " [INST]")) return F_MISTRAL_V1;
+            if (has(t, "\"[INST]\"")) return F_MISTRAL_V3_TEKKEN;
+            return F_MISTRAL_V3;
+        }
+        if (has(t, "content.strip()")) return F_LLAMA2_SYS_STRIP;
+        if (has(t, "bos_token + '[INST]")) return F_LLAMA2_SYS_BOS;
+        if (has(t, "<<SYS>>")) return F_LLAMA2_SYS;
+        return F_LLAMA2;
+    }
+    if (has(t, "<|assistant|>") && has(t, "<|end|>")) return F_PHI3;
+    if (has(t, "[gMASK]<sop>")) return F_CHATGLM4;
+    if (has(t, "<|assistant|>") && has(t, "<|user|>")) {
+        if (has(t, "<|tool_declare|>")) return F_UNKNOWN; /* exaone-moe */
+        return has(t, "</s>") ? F_FALCON3 : F_GLMEDGE;
+    }
+    if (has(t, "<|{{ item['role'] }}|>") && has(t, "<|begin_of_image|>")) return F_GLMEDGE;
+    if (has(t, "<|user|>") && has(t, "<|endoftext|>")) return F_ZEPHYR;
+    if (has(t, "bos_token + message['role']")) return F_MONARCH;
+    if (has(t, "<start_of_turn>")) return F_GEMMA;
+    if (has(t, "'\\n\\nAssistant: ' + eos_token")) return F_ORION;
+    if (has(t, "GPT4 Correct ")) return F_OPENCHAT;
+    if (has(t, "USER: ") && has(t, "ASSISTANT: ")) return has(t, "SYSTEM: ") ? F_VICUNA_ORCA : F_VICUNA;
+    if (has(t, "### Instruction:") && has(t, "<|EOT|>")) return F_DEEPSEEK;
+    if (has(t, "<|START_OF_TURN_TOKEN|>") && has(t, "<|USER_TOKEN|>")) return F_COMMAND_R;
+    if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) return F_LLAMA3;
+    if (has(t, "[gMASK]sop")) return F_CHATGLM3;
+    if (has(t, "<\xe7\x94\xa8\xe6\x88\xb7>")) return F_MINICPM; /* <用户> */
+    if (has(t, "'Assistant: ' + message['content'] + eos_token")) return F_DEEPSEEK2;
+    if (has(t, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") && has(t, "<\xef\xbd\x9c" "User\xef\xbd\x9c>") &&
+        has(t, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"))
+        return F_DEEPSEEK3;
+    return F_UNKNOWN;
+}
+
+const char *bt_chat_template_detect(const char *tmpl) {
+    enum fmt f = detect(tmpl);
+    return f == F_UNKNOWN ? NULL : k_names[f];
+}
+
+/* ---- writing ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} out_buf;
+
+static void put_n(out_buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void put(out_buf *b, const char *s) { put_n(b, s, strlen(s)); }
+
+/* s without leading and trailing white space */
+static void put_trim(out_buf *b, const char *s) {
+    size_t a = 0, e = strlen(s);
+    while (a < e && isspace((unsigned char)s[a])) a++;
+    while (e > a && isspace((unsigned char)s[e - 1])) e--;
+    put_n(b, s + a, e - a);
+}
+
+static int is(const char *role, const char *r) { return !strcmp(role, r); }
+
+#define EOS_DEEPSEEK "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+
+static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+    switch (f) {
+    case F_CHATML:
+        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
+                                       put(b, "<|im_end|>\n");
+        if (add_ass) put(b, "<|im_start|>assistant\n");
+        break;
+    case F_MISTRAL_V7:
+    case F_MISTRAL_V7_TEKKEN: {
+        const char *sp = f == F_MISTRAL_V7 ? " " : "";
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(b, "[SYSTEM_PROMPT]"), put(b, sp), put(b, m[i].content), put(b, "[/SYSTEM_PROMPT]");
+            else if (is(m[i].role, "user")) put(b, "[INST]"), put(b, sp), put(b, m[i].content), put(b, "[/INST]");
+            else put(b, sp), put(b, m[i].content), put(b, "</s>");
+        }
+        break;
+    }
+    case F_MISTRAL_V1:
+    case F_MISTRAL_V3:
+    case F_MISTRAL_V3_TEKKEN: {
+        const char *lead = f == F_MISTRAL_V1 ? " " : "", *trail = f == F_MISTRAL_V3_TEKKEN ? "" : " ";
+        int inside = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!inside) put(b, lead), put(b, "[INST]"), put(b, trail), inside = 1;
+            if (is(m[i].role, "system")) put(b, m[i].content), put(b, "\n\n");
+            else if (is(m[i].role, "user")) put(b, m[i].content), put(b, lead), put(b, "[/INST]");
+            else {
+                put(b, trail);
+                if (f == F_MISTRAL_V3) put_trim(b, m[i].content);
+                else put(b, m[i].content);
+                put(b, "</s>");
+                inside = 0;
+            }
+        }
+        break;
+    }
+    case F_LLAMA2:
+    case F_LLAMA2_SYS:
+    case F_LLAMA2_SYS_BOS:
+    case F_LLAMA2_SYS_STRIP: {
+        int sys = f != F_LLAMA2, bos = f == F_LLAMA2_SYS_BOS, strip = f == F_LLAMA2_SYS_STRIP, inside = 1;
+        put(b, "[INST] ");
+        for (size_t i = 0; i < n; i++) {
+            if (!inside) inside = 1, put(b, bos ? "<s>[INST] " : "[INST] ");
+            void (*content)(out_buf *, const char *) = strip ? put_trim : put;
+            if (is(m[i].role, "system")) {
+                if (sys) put(b, "<<SYS>>\n"), content(b, m[i].content), put(b, "\n<</SYS>>\n\n");
+                else content(b, m[i].content), put(b, "\n");
+            } else if (is(m[i].role, "user")) {
+                content(b, m[i].content), put(b, " [/INST]");
+            } else {
+                content(b, m[i].content), put(b, "</s>");
+                inside = 0;
+            }
+        }
+        break;
+    }
+    case F_PHI3:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
+                                       put(b, "<|end|>\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_PHI4:
+        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "<|im_sep|>"),
+                                       put(b, m[i].content), put(b, "<|im_end|>");
+        if (add_ass) put(b, "<|im_start|>assistant<|im_sep|>");
+        break;
+    case F_FALCON3:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content), put(b, "\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_ZEPHYR:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
+                                       put(b, "<|endoftext|>\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_MONARCH:
+        for (size_t i = 0; i < n; i++) put(b, i ? "<s>" : ""), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
+                                       put(b, "</s>\n");
+        if (add_ass) put(b, "<s>assistant\n");
+        break;
+    case F_GEMMA: {
+        out_buf sys = {0};
+        put(&sys, "");
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) { /* no system turn in gemma: merged into the next user turn */
+                put_trim(&sys, m[i].content);
+                continue;
+            }
+            const char *role = is(m[i].role, "assistant") ? "model" : m[i].role;
+            put(b, "<start_of_turn>"), put(b, role), put(b, "\n");
+            if (sys.n && strcmp(role, "model")) put(b, sys.p), put(b, "\n\n"), sys.n = 0;
+            put_trim(b, m[i].content), put(b, "<end_of_turn>\n");
+        }
+        if (sys.oom) b->oom = 1;
+        free(sys.p);
+        if (add_ass) put(b, "<start_of_turn>model\n");
+        break;
+    }
+    case F_ORION: {
+        out_buf sys = {0};
+        put(&sys, "");
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(&sys, m[i].content);
+            else if (is(m[i].role, "user")) {
+                put(b, "Human: ");
+                if (sys.n) put(b, sys.p), put(b, "\n\n"), sys.n = 0;
+                put(b, m[i].content), put(b, "\n\nAssistant: </s>");
+            } else put(b, m[i].content), put(b, "</s>");
+        }
+        if (sys.oom) b->oom = 1;
+        free(sys.p);
+        break;
+    }
+    case F_OPENCHAT:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(b, m[i].content), put(b, "<|end_of_turn|>");
+            else {
+                char c = (char)toupper((unsigned char)m[i].role[0]);
+                put(b, "GPT4 Correct "), put_n(b, &c, m[i].role[0] ? 1 : 0), put(b, m[i].role[0] ? m[i].role + 1 : ""),
+                    put(b, ": "), put(b, m[i].content), put(b, "<|end_of_turn|>");
+            }
+        }
+        if (add_ass) put(b, "GPT4 Correct Assistant:");
+        break;
+    case F_VICUNA:
+    case F_VICUNA_ORCA:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) {
+                if (f == F_VICUNA_ORCA) put(b, "SYSTEM: "), put(b, m[i].content), put(b, "\n");
+                else put(b, m[i].content), put(b, "\n\n");
+            } else if (is(m[i].role, "user")) put(b, "USER: "), put(b, m[i].content), put(b, "\n");
+            else if (is(m[i].role, "assistant")) put(b, "ASSISTANT: "), put(b, m[i].content), put(b, "</s>\n");
+        }
+        if (add_ass) put(b, "ASSISTANT:");
+        break;
+    case F_DEEPSEEK:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(b, m[i].content);
+            else if (is(m[i].role, "user")) put(b, "### Instruction:\n"), put(b, m[i].content), put(b, "\n");
+            else if (is(m[i].role, "assistant")) put(b, "### Response:\n"), put(b, m[i].content), put(b, "\n<|EOT|>\n");
+        }
+        if (add_ass) put(b, "### Response:\n");
+        break;
+    case F_DEEPSEEK2:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(b, m[i].content), put(b, "\n\n");
+            else if (is(m[i].role, "user")) put(b, "User: "), put(b, m[i].content), put(b, "\n\n");
+            else if (is(m[i].role, "assistant")) put(b, "Assistant: "), put(b, m[i].content), put(b, EOS_DEEPSEEK);
+        }
+        if (add_ass) put(b, "Assistant:");
+        break;
+    case F_DEEPSEEK3:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "system")) put(b, m[i].content), put(b, "\n\n");
+            else if (is(m[i].role, "user")) put(b, "<\xef\xbd\x9cUser\xef\xbd\x9c>"), put(b, m[i].content);
+            else if (is(m[i].role, "assistant"))
+                put(b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"), put(b, m[i].content), put(b, EOS_DEEPSEEK);
+        }
+        if (add_ass) put(b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+        break;
+    case F_COMMAND_R:
+        for (size_t i = 0; i < n; i++) {
+            const char *tag = is(m[i].role, "system") ? "<|SYSTEM_TOKEN|>" : is(m[i].role, "user") ? "<|USER_TOKEN|>"
+                              : is(m[i].role, "assistant")                  ? "<|CHATBOT_TOKEN|>" : NULL;
+            if (!tag) continue;
+            put(b, "<|START_OF_TURN_TOKEN|>"), put(b, tag), put_trim(b, m[i].content), put(b, "<|END_OF_TURN_TOKEN|>");
+        }
+        if (add_ass) put(b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        break;
+    case F_LLAMA3:
+        for (size_t i = 0; i < n; i++) put(b, "<|start_header_id|>"), put(b, m[i].role),
+                                       put(b, "<|end_header_id|>\n\n"), put_trim(b, m[i].content), put(b, "<|eot_id|>");
+        if (add_ass) put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case F_CHATGLM3:
+        put(b, "[gMASK]sop");
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n "), put(b, m[i].content);
+        if (add_ass) put(b, "<|assistant|>");
+        break;
+    case F_CHATGLM4:
+        put(b, "[gMASK]<sop>");
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content);
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_GLMEDGE:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content);
+        if (add_ass) put(b, "<|assistant|>");
+        break;
+    case F_MINICPM:
+        for (size_t i = 0; i < n; i++) {
+            if (is(m[i].role, "user")) put(b, "<\xe7\x94\xa8\xe6\x88\xb7>"), put_trim(b, m[i].content), put(b, "<AI>");
+            else put_trim(b, m[i].content);
+        }
+        break;
+    case F_COUNT:
+    case F_UNKNOWN:
+        BT_ASSERT(!"unknown format");
+    }
+}
+
+enum bt_status bt_chat_apply(const char *tmpl, const bt_chat_msg *msgs, size_t n, int add_assistant, char **out,
+                             char *err, size_t errlen) {
+    *out = NULL;
+    enum fmt f = tmpl ? detect(tmpl) : F_UNKNOWN;
+    if (f == F_UNKNOWN) {
+        size_t o = 0;
+        if (tmpl && strlen(tmpl) < 40 && !strchr(tmpl, '{'))
+            o += (size_t)snprintf(err, errlen, "unknown chat template '%s'", tmpl);
+        else o += (size_t)snprintf(err, errlen, "the chat template is not one baton knows");
+        if (o < errlen) o += (size_t)snprintf(err + o, errlen - o, " (names:");
+        for (int i = 0; i < F_COUNT && o < errlen; i++) o += (size_t)snprintf(err + o, errlen - o, " %s", k_names[i]);
+        if (o < errlen) snprintf(err + o, errlen - o, ")");
+        return BT_ERR_UNSUPPORTED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            snprintf(err, errlen, "chat message %zu has no %s", i, msgs[i].role ? "content" : "role");
+            return BT_ERR_INVALID;
+        }
+    }
+    out_buf b = {0};
+    put(&b, "");
+    write_fmt(f, msgs, n, add_assistant, &b);
+    if (b.oom) {
+        free(b.p);
+        snprintf(err, errlen, "out of memory writing the chat");
+        return BT_ERR_NOMEM;
+    }
+    *out = b.p;
+    return BT_OK;
+}

@@ -1,0 +1,60 @@
+/* sampler.h - the next token from a row of logits: penalties on the tokens
+ * already seen (repetition, frequency, presence), then top-k, top-p, min-p,
+ * temperature, and a draw from what is left; temperature 0 is greedy.  A
+ * seed makes a run repeatable: each sampler owns its random stream (no
+ * global state), so two samplers with one seed draw the same tokens.
+ *
+ * The order and the rules are llama.cpp's (common/sampling.cpp's default
+ * chain: penalties, top_k, top_p, min_p, temperature, dist). */
+#ifndef BATON_TEXT_SAMPLER_H
+#define BATON_TEXT_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h" /* enum bt_status */
+
+/* xoshiro256** seeded through splitmix64: the same numbers on every machine */
+typedef struct bt_rng {
+    uint64_t s[4];
+} bt_rng;
+void bt_rng_seed(bt_rng *r, uint64_t seed);
+uint64_t bt_rng_next(bt_rng *r);
+double bt_rng_uniform(bt_rng *r); /* [0, 1), 53 random bits */
+
+typedef struct bt_sampler_params {
+    float temp;              /* <= 0: greedy (the largest logit after the penalties); default 0.8 */
+    int32_t top_k;           /* keep the k largest; 0: all; default 40 */
+    float top_p;             /* keep the smallest head whose probability reaches p; 1: all; default 0.95 */
+    float min_p;             /* drop tokens below min_p x the top probability; 0: none; default 0.05 */
+    float repeat_penalty;    /* seen tokens: positive logits / penalty, negative x penalty; 1: off */
+    float frequency_penalty; /* seen tokens: logit - penalty x count; 0: off */
+    float presence_penalty;  /* seen tokens: logit - penalty; 0: off */
+    int32_t penalty_last_n;  /* how many of the last tokens count as seen; 0: none, -1: all; default 64 */
+    uint64_t seed;           /* default 0 */
+} bt_sampler_params;
+
+void bt_sampler_params_default(bt_sampler_params *p);
+/* A value a user gave out of range: BT_ERR_INVALID and one message naming
+ * the option as llama.cpp's flags do (--temp, --top-k, ...). */
+enum bt_status bt_sampler_params_check(const bt_sampler_params *p, char *err, size_t errlen);
+
+typedef struct bt_sampler bt_sampler;
+
+enum bt_status bt_sampler_create(const bt_sampler_params *p, int32_t n_vocab, bt_sampler **out, char *err,
+                                 size_t errlen);
+void bt_sampler_free(bt_sampler *s);
+/* Record a token of the context (prompt or generated) for the penalties. */
+void bt_sampler_accept(bt_sampler *s, int32_t id);
+/* The next token for logits[0..n_vocab).  Deterministic for a seed and a
+ * sequence of calls.  Does not accept the token (call bt_sampler_accept). */
+int32_t bt_sampler_sample(bt_sampler *s, const float *logits);
+/* Forget the context and restart the random stream from the seed. */
+void bt_sampler_reset(bt_sampler *s);
+
+/* The probabilities the sampler would draw from for logits (p[n_vocab],
+ * zero for the tokens it removes): what the distribution tests compare
+ * counts with, and what `--verbose` shows. */
+void bt_sampler_probs(bt_sampler *s, const float *logits, double *p);
+
+#endif

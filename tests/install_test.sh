@@ -1,0 +1,43 @@
+#!/bin/bash
+# install_test.sh SOURCE BUILD - `cmake --install` into a fresh prefix, then
+# the example under examples/ built against that prefix only, once with
+# find_package(baton) and once with pkg-config, and run.  Neither build sees
+# the source tree, MPI or libyaml.
+set -u
+src=${1:?usage: install_test.sh SOURCE BUILD}
+build=${2:?usage: install_test.sh SOURCE BUILD}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAILED: $1"; [ -f "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -20; fail=1; }
+
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/log" 2>&1 || { bad "cmake --install"; exit 1; }
+for f in lib/libbaton.a include/baton/baton.h include/baton/tensor.h include/baton/cpu.h \
+         lib/pkgconfig/baton.pc lib/cmake/baton/batonConfig.cmake lib/cmake/baton/batonTargets.cmake; do
+    [ -f "$tmp/prefix/$f" ] || bad "installed: $f is missing"
+done
+# the example is copied out of the tree: nothing else of the tree is reachable
+mkdir -p "$tmp/ex" && cp "$src/examples/matmul.c" "$src/examples/CMakeLists.txt" "$tmp/ex/"
+
+if cmake -S "$tmp/ex" -B "$tmp/ex/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/log" 2>&1 &&
+   cmake --build "$tmp/ex/build" >>"$tmp/log" 2>&1 && "$tmp/ex/build/matmul" >"$tmp/log" 2>&1 &&
+   grep -q "ok$" "$tmp/log"; then
+    echo "ok: find_package(baton): $(cat "$tmp/log")"
+else
+    bad "the example with find_package(baton)"
+fi
+
+if cc -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
+      $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs baton) >"$tmp/log" 2>&1 &&
+   "$tmp/ex/matmul_pc" >"$tmp/log" 2>&1 && grep -q "ok$" "$tmp/log"; then
+    echo "ok: pkg-config baton: $(cat "$tmp/log")"
+else
+    bad "the example with pkg-config"
+fi
+# the core needs neither MPI nor libyaml
+if nm -u "$tmp/prefix/lib/libbaton.a" 2>/dev/null | grep -qE " (MPI_|yaml_)"; then
+    bad "libbaton.a refers to MPI or libyaml"
+else
+    echo "ok: libbaton.a needs neither MPI nor libyaml"
+fi
+exit $fail
