@@ -1152,17 +1152,26 @@ static inline __attribute__((always_inline)) __m512 load_w16(enum bt_type type, 
  * FMA chain, so both paths give the same bits. */
 static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, const int RN,
                                                               int64_t k, const char *const *rows,
+                                                              const char *const *next,
                                                               const float *const *bcols,
                                                               float *const *dcols, int64_t row0,
                                                               int nrows) {
-    const int64_t es = type == BT_TYPE_F32 ? 4 : 2;
+    const int64_t es = type == BT_TYPE_F32 ? 4 : 2, row_bytes = k * es;
     __m512 acc[BT_MM_GEMM_MIN_COLS];
     for (int j = 0; j < RN; j++) acc[j] = _mm512_setzero_ps();
     int64_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
         __m512 r[16];
-        if (((kk * es) & 63) == 0)
-            for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + kk * es + BT_MM_PREFETCH_T, _MM_HINT_T0);
+        if (((kk * es) & 63) == 0) {
+            /* BT_MM_PREFETCH_T bytes ahead; near the rows' end, the start of
+             * the next tile's rows (next, when there is one), so that a tile
+             * of short rows does not begin by waiting on memory */
+            const int64_t off = kk * es + BT_MM_PREFETCH_T;
+            if (off < row_bytes)
+                for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + off, _MM_HINT_T0);
+            else if (next && off - row_bytes < row_bytes)
+                for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
+        }
         for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)0xffff);
         transpose16(r);
 #pragma GCC unroll 16
@@ -1183,12 +1192,13 @@ static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, 
     for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
 }
 
-typedef void (*dot_t_fn)(int64_t k, const char *const *rows, const float *const *bcols,
-                         float *const *dcols, int64_t row0, int nrows);
+typedef void (*dot_t_fn)(int64_t k, const char *const *rows, const char *const *next,
+                         const float *const *bcols, float *const *dcols, int64_t row0, int nrows);
 #define DEF_DOT_T(T, RN)                                                                       \
-    static void dot_t_##T##_##RN(int64_t k, const char *const *rows, const float *const *bcols, \
-                                 float *const *dcols, int64_t row0, int nrows) {               \
-        dot_t_tile(BT_TYPE_##T, RN, k, rows, bcols, dcols, row0, nrows);                      \
+    static void dot_t_##T##_##RN(int64_t k, const char *const *rows, const char *const *next,   \
+                                 const float *const *bcols, float *const *dcols, int64_t row0, \
+                                 int nrows) {                                                  \
+        dot_t_tile(BT_TYPE_##T, RN, k, rows, next, bcols, dcols, row0, nrows);                \
     }
 #define DEF_DOT_TS(T)                                                                          \
     DEF_DOT_T(T, 1) DEF_DOT_T(T, 2) DEF_DOT_T(T, 3) DEF_DOT_T(T, 4) DEF_DOT_T(T, 5)            \
@@ -1215,9 +1225,12 @@ static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
     const dot_t_fn fn = dot_t_kernel(pl->type, ncols);
     for (int64_t r = r0; r < r1; r += 16) {
         const int n = (int)(r1 - r < 16 ? r1 - r : 16);
-        const char *rows[16];
-        for (int i = 0; i < 16; i++) rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
-        fn(pl->k, rows, bcols, dcols, r, n);
+        const char *rows[16], *next[16];
+        for (int i = 0; i < 16; i++) {
+            rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
+            next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
+        }
+        fn(pl->k, rows, r + 16 < r1 ? next : NULL, bcols, dcols, r, n);
     }
 }
 #else
@@ -1382,6 +1395,7 @@ static void run_gemm_bf16(const struct mm_plan *pl, const char *a, int64_t ncols
  * given as BF16 pairs (pcols); 16 pairs of 16 rows transposed per step. */
 static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, int64_t k,
                                                                    const char *const *rows,
+                                                                   const char *const *next,
                                                                    const uint32_t *const *pcols,
                                                                    float *const *dcols,
                                                                    int64_t row0, int nrows) {
@@ -1391,7 +1405,11 @@ static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, 
     int64_t q = 0;
     for (; q + 16 <= k / 2; q += 16) {
         __m512 r[16];
-        for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + q * 4 + BT_MM_PREFETCH_T, _MM_HINT_T0);
+        const int64_t off = q * 4 + BT_MM_PREFETCH_T, row_bytes = k * 2; /* as dot_t_tile */
+        if (off < row_bytes)
+            for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + off, _MM_HINT_T0);
+        else if (next && off - row_bytes < row_bytes)
+            for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
         for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps((const float *)(rows[i] + q * 4));
         transpose16(r);
 #pragma GCC unroll 16
@@ -1422,12 +1440,14 @@ static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, 
     for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
 }
 
-typedef void (*dot_t_bf16_fn)(int64_t k, const char *const *rows, const uint32_t *const *pcols,
-                              float *const *dcols, int64_t row0, int nrows);
+typedef void (*dot_t_bf16_fn)(int64_t k, const char *const *rows, const char *const *next,
+                              const uint32_t *const *pcols, float *const *dcols, int64_t row0,
+                              int nrows);
 #define DEF_DOT_TB(RN)                                                                         \
-    static void dot_t_bf16_##RN(int64_t k, const char *const *rows, const uint32_t *const *pcols, \
-                                float *const *dcols, int64_t row0, int nrows) {                \
-        dot_t_bf16_tile(RN, k, rows, pcols, dcols, row0, nrows);                              \
+    static void dot_t_bf16_##RN(int64_t k, const char *const *rows, const char *const *next,    \
+                                const uint32_t *const *pcols, float *const *dcols, int64_t row0, \
+                                int nrows) {                                                   \
+        dot_t_bf16_tile(RN, k, rows, next, pcols, dcols, row0, nrows);                        \
     }
 DEF_DOT_TB(1) DEF_DOT_TB(2) DEF_DOT_TB(3) DEF_DOT_TB(4) DEF_DOT_TB(5) DEF_DOT_TB(6) DEF_DOT_TB(7)
 
@@ -1447,9 +1467,12 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
     }
     for (int64_t r = r0; r < r1; r += 16) {
         const int n = (int)(r1 - r < 16 ? r1 - r : 16);
-        const char *rows[16];
-        for (int i = 0; i < 16; i++) rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
-        fns[ncols](k, rows, pcols, dcols, r, n);
+        const char *rows[16], *next[16];
+        for (int i = 0; i < 16; i++) {
+            rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
+            next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
+        }
+        fns[ncols](k, rows, r + 16 < r1 ? next : NULL, pcols, dcols, r, n);
     }
 }
 #else
