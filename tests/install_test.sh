@@ -5,7 +5,9 @@
 # the source tree, MPI or libyaml.
 set -u
 src=${1:?usage: install_test.sh SOURCE BUILD}
-build=${2:?usage: install_test.sh SOURCE BUILD}
+build=${2:?usage: install_test.sh SOURCE BUILD [CFLAGS]}
+# a sanitizer build installs a sanitized library: its users compile with the same flags
+cflags=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -19,7 +21,7 @@ done
 # the example is copied out of the tree: nothing else of the tree is reachable
 mkdir -p "$tmp/ex" && cp "$src/examples/matmul.c" "$src/examples/CMakeLists.txt" "$tmp/ex/"
 
-if cmake -S "$tmp/ex" -B "$tmp/ex/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/log" 2>&1 &&
+if cmake -S "$tmp/ex" -B "$tmp/ex/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="$cflags" >"$tmp/log" 2>&1 &&
    cmake --build "$tmp/ex/build" >>"$tmp/log" 2>&1 && "$tmp/ex/build/matmul" >"$tmp/log" 2>&1 &&
    grep -q "ok$" "$tmp/log"; then
     echo "ok: find_package(baton): $(cat "$tmp/log")"
@@ -27,7 +29,7 @@ else
     bad "the example with find_package(baton)"
 fi
 
-if cc -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
+if cc $cflags -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
       $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs baton) >"$tmp/log" 2>&1 &&
    "$tmp/ex/matmul_pc" >"$tmp/log" 2>&1 && grep -q "ok$" "$tmp/log"; then
     echo "ok: pkg-config baton: $(cat "$tmp/log")"
