@@ -1,0 +1,136 @@
+/* engine.h - a llama-family GGUF model (src/model/arch.h) spread over the
+ * ranks of a job and run as a pipeline of ubatches.  `generate`, `bench
+ * model` and `serve` drive a model only through this header.
+ *
+ * Bring-up (bt_engine_open, collective):
+ *   - every rank opens the file itself (the same path on every host, or the
+ *     one the topology's pipeline section names) and rank 0 checks that every
+ *     rank found the same file (size and bt_gguf_header_checksum): a rank
+ *     that cannot open it or finds another file stops every rank with one
+ *     message naming the rank, host and path;
+ *   - rank 0 places the layers (contiguous ranges, rank 0 first) from the
+ *     file's real tensor sizes and the ranks' speeds and memory, or from a
+ *     fixed partition, and every rank loads only its range (CPU ranks use
+ *     the mapped bytes in place where the layout allows);
+ *   - every rank keeps the KV cache of its own layers.
+ *   Every check (file, hyperparameters, tensors, context size against
+ *   memory) is done before any rank allocates.
+ *
+ * A ubatch travels the ranks in order: a small header (the tokens' ids,
+ * positions, sequences, which rows need logits) and, from the second rank on,
+ * the activations x [n_embd, T].  Each rank places the tokens in its own cache
+ * (every rank's cache is in step: placement depends only on the ubatches, in
+ * the order rank 0 submitted them), builds the mask itself, computes its
+ * layers and sends x on; the last rank sends the rows of logits asked for to
+ * rank 0.  With one rank everything is local.  Up to max_inflight ubatches
+ * are in flight, so P ranks work on P different ubatches at once.
+ *
+ * Rank 0 drives: submit ubatches, collect their logits in submission order,
+ * remove sequences.  The other ranks call bt_engine_serve, which returns when
+ * rank 0 closes the engine (or a rank fails: then every rank returns an error
+ * naming the failed rank).
+ *
+ * Results: a token's logits do not depend on the number of ranks, the thread
+ * count, the other tokens of its ubatch, the other sequences in the cache, or
+ * whether its context came in one ubatch or token by token (bitwise).
+ *
+ * Errors: open writes one message into err; on an open engine a failed call
+ * returns a status and bt_engine_error(e) says why.  A failed transfer or a
+ * dead rank is fatal to the engine (every later call fails the same way).
+ */
+#ifndef BATON_ENGINE_H
+#define BATON_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../model/arch.h"
+#include "bringup.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct bt_engine_params {
+    const char *model;    /* GGUF path; NULL: the topology's pipeline section's */
+    int64_t n_ctx;        /* KV cells; each sequence may use n_ctx / n_seq_max of them */
+    int n_seq_max;        /* sequence ids 0 .. n_seq_max-1 */
+    int64_t n_ubatch;     /* most tokens in one ubatch */
+    enum bt_type kv_type; /* F16 (default), F32 or Q8_0 */
+    int max_inflight;     /* ubatches in flight; 0: ranks x the rank's copies */
+};
+/* n_ctx 4096, n_seq_max 1, n_ubatch 512, F16, max_inflight 0 */
+void bt_engine_default_params(struct bt_engine_params *p);
+
+struct bt_engine;
+
+/* Collective over every rank of r (after bt_rank_init).  BT_OK and *out on
+ * every rank, or the same status on every rank and one message in err. */
+enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *p, struct bt_engine **out, char *err,
+                              size_t n_err);
+/* Every rank: frees its stage (rank 0 stops the others first when
+ * bt_engine_stop was not called).  Safe on NULL. */
+void bt_engine_close(struct bt_engine *e);
+const char *bt_engine_error(const struct bt_engine *e);
+
+const struct bt_hparams *bt_engine_hparams(const struct bt_engine *e);
+const struct bt_arch *bt_engine_arch(const struct bt_engine *e);
+const struct bt_engine_params *bt_engine_params(const struct bt_engine *e);
+/* The model file, open on every rank (vocabulary, chat template, metadata). */
+struct bt_gguf *bt_engine_gguf(const struct bt_engine *e);
+/* This rank's layers [*il0, *il1), and every rank's (rank 0: all P ranges). */
+void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1);
+int bt_engine_n_ranks(const struct bt_engine *e);
+
+/* ---- rank 0 ---- */
+
+/* One ubatch: 1 <= n_tokens <= n_ubatch tokens (token, pos, seq; logits[i]
+ * != 0 asks for token i's row; logits NULL: the last token's row only).  The
+ * tokens are checked and placed in the cache at once; a bad token id,
+ * sequence or position, or a sequence whose share of the cache is full, is an
+ * error and nothing is submitted.  Blocks while max_inflight ubatches are in
+ * flight (collect first).  *id: the ubatch's number, 0, 1, ... */
+enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *ub, uint64_t *id);
+/* Ubatches submitted and not yet collected. */
+int bt_engine_n_inflight(const struct bt_engine *e);
+/* Whether the oldest ubatch in flight is done (collect would not block);
+ * false when none is in flight.  Drives the transfers. */
+bool bt_engine_ready(struct bt_engine *e);
+/* Wait for the oldest ubatch in flight: its id, and its n_out rows of logits
+ * (n_vocab floats each, in token order) copied into logits (room for
+ * n_ubatch * n_vocab floats).  BT_ERR_INVALID when none is in flight. */
+enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logits, int64_t *n_out);
+/* Free sequence seq's cells on every rank, after the ubatches submitted
+ * before this call. */
+enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq);
+/* Collect what is in flight and tell the other ranks to stop (their
+ * bt_engine_serve returns BT_OK). */
+enum bt_status bt_engine_stop(struct bt_engine *e);
+/* Position of seq's last token in the cache, -1 when it has none. */
+int32_t bt_engine_seq_pos_max(const struct bt_engine *e, int32_t seq);
+
+/* ---- ranks 1 .. P-1 ---- */
+
+/* Run this rank's stage until rank 0 closes the engine (BT_OK) or a rank
+ * fails (an error naming it). */
+enum bt_status bt_engine_serve(struct bt_engine *e);
+
+/* ---- statistics ---- */
+struct bt_engine_stats {
+    uint64_t ubatches, tokens;   /* processed by this rank */
+    double compute_s;            /* in graph compute */
+    double wait_s;               /* waiting for input */
+    uint64_t bytes_sent, bytes_received;
+    size_t weight_bytes, kv_bytes, compute_bytes;
+    size_t peak_rss;             /* bytes, from getrusage */
+};
+/* This rank's. */
+void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s);
+/* Collective, after bt_engine_stop (rank 0) / bt_engine_serve (the others):
+ * every rank's into all[0..P) on rank 0 (all may be NULL elsewhere). */
+enum bt_status bt_engine_gather_stats(struct bt_engine *e, struct bt_engine_stats *all);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
