@@ -222,19 +222,19 @@ START_TEST(test_device_memory) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
     bt_backend_t dev = bt_backend_limited_init("LIMITED0", 1, NULL, 0);
-    bt_backend_limited_set_memory(dev, (size_t)1 << 20, (size_t)2 << 20);
+    bt_backend_limited_set_memory(dev, (size_t)64 << 10, (size_t)2 << 20);
     const char *what = NULL;
-    ck_assert_int_eq(bt_backend_plan_memory(dev, 0, 2, &what), (int64_t)1 << 20);
+    ck_assert_int_eq(bt_backend_plan_memory(dev, 0, 2, &what), (int64_t)64 << 10);
     ck_assert_str_eq(what, "its device's free memory");
     ck_assert_int_eq(bt_backend_plan_memory(dev, 5 << 20, 2, &what), (int64_t)5 << 20);
     ck_assert_str_eq(what, "its memory limit");
     struct distributed x;
     const struct bt_dist_options opt = {.n_copies = 2};
     ck_assert_int_eq(distributed_init_on(&x, &cfg, dev, &opt), BT_ERR_NOMEM);
-    /* 1 MiB per rank: one rank named, or all of them counted */
+    /* 64 KiB per rank: one rank named, or all of them counted */
     char all[64];
-    snprintf(all, sizeof all, "memory (%d.0 MiB in all)", T->size);
-    ck_assert_msg(strstr(bt_dist_error(x.d), "has 1.0 MiB of memory") || strstr(bt_dist_error(x.d), all), "%s",
+    snprintf(all, sizeof all, "memory (%.1f MiB in all)", T->size * 64.0 / 1024.0);
+    ck_assert_msg(strstr(bt_dist_error(x.d), "has 0.1 MiB of memory") || strstr(bt_dist_error(x.d), all), "%s",
                   bt_dist_error(x.d));
     distributed_free(&x);
     /* the host's share without a device */
