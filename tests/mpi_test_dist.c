@@ -97,10 +97,12 @@ static void distributed_free(struct distributed *x) {
     bt_model_free(x->m);
 }
 
-/* inputs of micro-batch k, as the model writes them; they live on rank 0 */
+/* inputs of micro-batch k, as the model writes them; every rank sets the
+ * ones it reads */
 static void set_inputs(struct distributed *x, const struct bt_model_config *cfg, int k) {
     (void)cfg;
-    if (T->rank == 0) bt_model_set_inputs(x->m, &x->g, k);
+    ck_assert_msg(bt_model_set_inputs_with(x->m, &x->g, k, bt_dist_set_input_fn, x->d) == BT_OK, "%s",
+                  bt_dist_error(x->d));
 }
 
 /* M micro-batches through x's pipeline; outputs read n_copies-1 behind, as a
