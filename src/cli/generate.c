@@ -85,7 +85,7 @@ static void gen_usage(FILE *f) {
             "\n"
             "run:\n"
             "  -c, --ctx-size N        KV cache cells, shared by the sequences (default 4096)\n"
-            "      --ubatch N          most tokens in one ubatch (default 512)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most -c)\n"
             "  -t, --threads N         CPU threads per rank (default: the topology's, else the\n"
             "                          node's cores divided among its ranks)\n"
             "      --topology FILE     topology file (default: $BATON_TOPOLOGY, else every\n"
@@ -704,7 +704,7 @@ int bt_cli_generate(int argc, char **argv) {
     bt_sampler_params_default(&o.sp);
     o.n_predict = 128;
     o.n_ctx = 4096;
-    o.n_ubatch = 512;
+    o.n_ubatch = 0; /* 512, at most the context */
     o.parallel = 1;
     o.escape = true;
     const int env_rank = bt_cli_env_rank();
@@ -716,6 +716,11 @@ int bt_cli_generate(int argc, char **argv) {
         return 0;
     }
     if (prc < 0) prc = 0;
+    if (o.n_ubatch == 0) o.n_ubatch = o.n_ctx < 512 ? o.n_ctx : 512;
+    if (!prc && o.n_ubatch > o.n_ctx) {
+        snprintf(perr, sizeof perr, "--ubatch %ld is larger than --ctx-size %ld", o.n_ubatch, o.n_ctx);
+        prc = 2;
+    }
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
     if (!prc && o.backend && o.topology && *o.topology) {
         snprintf(perr, sizeof perr, "--backend %s and the topology %s: the topology names each rank's backend; give "
