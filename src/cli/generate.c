@@ -556,6 +556,7 @@ static void print_rank_table(FILE *f, const struct bt_engine *e, const struct bt
 }
 
 struct gen_totals {
+    uint64_t digest; /* FNV-1a 64 of every completion's token ids (little-endian int32), in input order */
     int64_t n_prompt, n_gen, n_decode;
     double prompt_s, gen_s, wall_s, prompt_tps, gen_tps;
 };
@@ -566,8 +567,12 @@ struct gen_totals {
  * llama.cpp's prompt eval and eval rates). */
 static void totals(const struct gen_run *run, struct gen_totals *t) {
     memset(t, 0, sizeof *t);
+    t->digest = 1469598103934665603ull;
     for (size_t i = 0; i < run->n; i++) {
         const struct bt_gen_result *r = &run->p[i].res;
+        for (size_t k = 0; k < run->p[i].n_gen; k++)
+            for (int byte = 0; byte < 4; byte++)
+                t->digest = (t->digest ^ (((uint32_t)run->p[i].gen[k] >> (8 * byte)) & 0xff)) * 1099511628211ull;
         t->n_prompt += r->n_prompt;
         t->n_gen += r->n_gen;
         t->n_decode += r->n_gen > 0 ? r->n_gen - 1 : 0;
@@ -597,8 +602,9 @@ static void print_json(const struct gen_run *run, const struct gen_totals *t, co
         printf("]}");
     }
     printf("], \"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"prompt_tokens_per_s\": %.2f, "
-           "\"gen_tokens_per_s\": %.2f, \"wall_s\": %.6f, \"per_rank\": [",
-           (long long)t->n_prompt, (long long)t->n_gen, t->prompt_tps, t->gen_tps, t->wall_s);
+           "\"gen_tokens_per_s\": %.2f, \"wall_s\": %.6f, \"token_digest\": \"%016llx\", \"per_rank\": [",
+           (long long)t->n_prompt, (long long)t->n_gen, t->prompt_tps, t->gen_tps, t->wall_s,
+           (unsigned long long)t->digest);
     for (int r = 0; r < P; r++) {
         const struct bt_engine_stats *s = &all[r];
         int il0 = 0, il1 = 0;
@@ -835,7 +841,9 @@ int bt_cli_generate(int argc, char **argv) {
                     tt.prompt_s, tt.prompt_tps);
             fprintf(stderr, "generation: %6lld tokens in %8.3f s = %9.2f tokens/s (after each first token)\n",
                     (long long)tt.n_decode, tt.gen_s, tt.gen_tps);
-            fprintf(stderr, "wall:       %.3f s\n\n", tt.wall_s);
+            fprintf(stderr, "wall:       %.3f s\n", tt.wall_s);
+            fprintf(stderr, "tokens:     %lld generated, digest %016llx (FNV-1a 64 of the ids: equal digests, equal tokens)\n\n",
+                    (long long)tt.n_gen, (unsigned long long)tt.digest);
             print_rank_table(stderr, e, all, P);
         }
         if (fflush(stdout) != 0) {
