@@ -73,6 +73,17 @@ static struct bt_gen_request request(const bt_tokens *p, struct out *o, float te
     return r;
 }
 
+/* o cleared, its request added (it must be accepted); its id */
+static uint64_t add_ok(struct bt_batcher *b, const bt_tokens *p, struct out *o, float temp, uint64_t seed,
+                       int64_t max) {
+    memset(o, 0, sizeof *o);
+    const struct bt_gen_request r = request(p, o, temp, seed, max);
+    uint64_t id;
+    char err[256];
+    ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+    return id;
+}
+
 static struct bt_batcher *batcher(int max_inflight, int64_t n_ubatch) {
     struct bt_batcher_params p;
     bt_batcher_default_params(&p);
@@ -103,14 +114,10 @@ static const char *PROMPTS[] = {
 static void same_alone_and_together(float temp) {
     bt_tokens p[N_PROMPTS];
     struct out alone[N_PROMPTS], together[N_PROMPTS];
-    memset(alone, 0, sizeof alone);
     for (int i = 0; i < N_PROMPTS; i++) p[i] = tokenize(PROMPTS[i]);
     struct bt_batcher *b = batcher(1, 0);
     for (int i = 0; i < N_PROMPTS; i++) {
-        const struct bt_gen_request r = request(&p[i], &alone[i], temp, 100 + i, 12);
-        uint64_t id;
-        char err[256];
-        ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+        add_ok(b, &p[i], &alone[i], temp, 100 + i, 12);
         run_until_idle(b);
         ck_assert(alone[i].done);
         ck_assert_int_eq(alone[i].res.finish, BT_FINISH_LENGTH);
@@ -122,15 +129,11 @@ static void same_alone_and_together(float temp) {
     const int inflight[] = {1, 2, 4};
     const int64_t ubatch[] = {0, 3, 7};
     for (int c = 0; c < 3; c++) {
-        memset(together, 0, sizeof together);
         b = batcher(inflight[c], ubatch[c]);
         int next = 0;
         while (next < N_PROMPTS || !bt_batcher_idle(b)) {
             while (next < N_PROMPTS && bt_batcher_n_free(b) > 0) {
-                const struct bt_gen_request r = request(&p[next], &together[next], temp, 100 + next, 12);
-                uint64_t id;
-                char err[256];
-                ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+                add_ok(b, &p[next], &together[next], temp, 100 + next, 12);
                 next++;
             }
             ck_assert_msg(bt_batcher_step(b) == BT_OK, "%s", bt_batcher_error(b));
@@ -158,16 +161,9 @@ END_TEST
 START_TEST(test_cancel_frees_at_once) {
     bt_tokens p = tokenize("Hello world");
     struct out a, b2, c;
-    memset(&a, 0, sizeof a);
-    memset(&b2, 0, sizeof b2);
-    memset(&c, 0, sizeof c);
     struct bt_batcher *b = batcher(0, 0);
-    uint64_t ida, idb;
-    char err[256];
-    struct bt_gen_request r = request(&p, &a, 0, 0, 20);
-    ck_assert_int_eq(bt_batcher_add(b, &r, &ida, err, sizeof err), BT_OK);
-    r = request(&p, &b2, 0, 0, 20);
-    ck_assert_int_eq(bt_batcher_add(b, &r, &idb, err, sizeof err), BT_OK);
+    const uint64_t ida = add_ok(b, &p, &a, 0, 0, 20);
+    add_ok(b, &p, &b2, 0, 0, 20);
     for (int i = 0; i < 4; i++) ck_assert_int_eq(bt_batcher_step(b), BT_OK);
     bt_batcher_cancel(b, ida);
     bt_batcher_cancel(b, 999999); /* unknown: ignored */
@@ -177,14 +173,36 @@ START_TEST(test_cancel_frees_at_once) {
     ck_assert_str_eq(bt_finish_name(a.res.finish), "cancelled");
     ck_assert_int_eq(bt_batcher_n_free(b), N_SEQ - 1);
     /* the freed slot takes a new request whose tokens are those of one alone */
-    r = request(&p, &c, 0, 0, 20);
-    uint64_t idc;
-    ck_assert_int_eq(bt_batcher_add(b, &r, &idc, err, sizeof err), BT_OK);
+    add_ok(b, &p, &c, 0, 0, 20);
     run_until_idle(b);
     ck_assert(b2.done && c.done);
     ck_assert_int_eq(b2.n, 20);
     ck_assert_int_eq(c.n, 20);
     ck_assert(memcmp(b2.tok, c.tok, sizeof(int32_t) * 20) == 0);
+    bt_batcher_free(b);
+    bt_tokens_free(&p);
+}
+END_TEST
+
+/* A batcher freed with ubatches in flight leaves the engine clean: the next
+ * batcher's request gives the tokens of one alone. */
+START_TEST(test_free_with_ubatches_in_flight) {
+    bt_tokens p = tokenize("Hello world");
+    struct out a, b2, alone;
+    struct bt_batcher *b = batcher(2, 0);
+    add_ok(b, &p, &a, 0, 0, 10);
+    add_ok(b, &p, &b2, 0, 0, 10);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(bt_batcher_step(b), BT_OK);
+    ck_assert(!bt_batcher_idle(b));
+    bt_batcher_free(b);
+    ck_assert(a.done && b2.done);
+    ck_assert_int_eq(a.res.finish, BT_FINISH_CANCELLED);
+    ck_assert_int_eq(bt_engine_n_inflight(E), 0);
+    b = batcher(0, 0);
+    add_ok(b, &p, &alone, 0, 0, 10);
+    run_until_idle(b);
+    ck_assert_int_eq(alone.n, 10);
+    ck_assert(memcmp(alone.tok, a.tok, sizeof(int32_t) * (size_t)a.n) == 0);
     bt_batcher_free(b);
     bt_tokens_free(&p);
 }
@@ -247,12 +265,8 @@ END_TEST
 START_TEST(test_context_share_limit) {
     bt_tokens p = tokenize("Hello world");
     struct out o;
-    memset(&o, 0, sizeof o);
     struct bt_batcher *b = batcher(0, 0);
-    uint64_t id;
-    char err[256];
-    const struct bt_gen_request r = request(&p, &o, 0, 0, -1);
-    ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_OK);
+    add_ok(b, &p, &o, 0, 0, -1);
     run_until_idle(b);
     ck_assert(o.done);
     /* greedy on random weights rarely meets gpt-2's end token; when it does, it stops */
@@ -285,13 +299,9 @@ static void *add_from_thread(void *arg) {
 START_TEST(test_add_from_another_thread) {
     bt_tokens p = tokenize("The capital of France is");
     struct out alone, o[8];
-    memset(&alone, 0, sizeof alone);
     memset(o, 0, sizeof o);
     struct bt_batcher *b = batcher(0, 0);
-    uint64_t id;
-    char err[256];
-    const struct bt_gen_request r = request(&p, &alone, 0, 0, 8);
-    ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_OK);
+    add_ok(b, &p, &alone, 0, 0, 8);
     run_until_idle(b);
     struct adder a = {b, &p, o, 8};
     pthread_t th;
@@ -348,6 +358,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_greedy_alone_equals_together);
     tcase_add_test(tc, test_seeded_alone_equals_together);
     tcase_add_test(tc, test_cancel_frees_at_once);
+    tcase_add_test(tc, test_free_with_ubatches_in_flight);
     tcase_add_test(tc, test_capacity_and_bad_requests);
     tcase_add_test(tc, test_context_share_limit);
     tcase_add_test(tc, test_add_from_another_thread);

@@ -118,6 +118,15 @@ static void flight_free(struct flight *f) {
 
 void bt_batcher_free(struct bt_batcher *b) {
     if (!b) return;
+    /* what is in flight is collected and dropped: the engine is left with
+     * nothing of this batcher's in flight */
+    while (!b->failed && b->fl_n > 0) {
+        uint64_t got;
+        int64_t n_out;
+        if (bt_engine_collect(b->e, &got, b->logits, &n_out) != BT_OK) b->failed = true;
+        b->fl_head = (b->fl_head + 1) % b->max_inflight;
+        b->fl_n--;
+    }
     for (int s = 0; s < b->n_seq; s++) {
         struct slot *sl = &b->slots[s];
         if (sl->state == SLOT_FREE) continue;
