@@ -497,6 +497,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         kc.head_dim_v = e->hp.head_dim_v;
         kc.n_embd_k = e->hp.head_dim * e->hp.n_head_kv;
         kc.n_embd_v = e->hp.head_dim_v * e->hp.n_head_kv;
+        kc.buft = il1 > il0 ? bt_backend_get_default_buffer_type(r->backend) : NULL;
         if (st == BT_OK && (il1 > il0 || t->rank == 0)) {
             st = bt_kv_new(&kc, &e->kv, lerr, sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
@@ -515,6 +516,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         if (st == BT_OK && (!e->cells || !e->x || !e->outs))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
+        if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
         if (e->kv) e->stats.kv_bytes = bt_kv_bytes(e->kv);
     }
     AGREE();
