@@ -137,10 +137,10 @@ expect 400 "unrecognized request argument supplied: 'bogus'" "${auth[@]}" "${jso
 # longer than a request's share of the context (1024 / 4 = 256 tokens)
 long=$(python3 -c 'print(" ".join(["word"] * 400))')
 expect 400 "maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"$long\"}" "$C"
-expect 400 "you requested 210 tokens" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":200}" "$C"
+expect 400 "you requested 260 tokens (10 in the prompt, 250 in the completion)" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":250}" "$C"
 # a good one with curl, streamed
 out=$(curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":5,\"temperature\":0,\"stream\":true}" "$H")
-if ! grep -q '"object":"chat.completion.chunk"' <<<"$out" || [ "$(tail -n 2 <<<"$out" | head -n 1)" != "data: [DONE]" ]; then
+if ! grep -q '"object":"chat.completion.chunk"' <<<"$out" || [ "$(tail -n 1 <<<"$out")" != "data: [DONE]" ]; then
     fail "curl stream: '$out'"
 else
     echo "ok: curl stream ends with data: [DONE]"
@@ -152,7 +152,7 @@ expect 200 '"status":"ok"' "$url/health"
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0"; then fail "serve_client.py"; fi
 
 # ---- SIGTERM: a request in flight finishes, then every rank stops, exit 0 ----
-curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":40,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
+curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
 curl_pid=$!
 for _ in $(seq 1 100); do if grep -q '"text"' "$tmp/drain" 2>/dev/null; then break; fi; sleep 0.05; done
 kill -TERM "$pid0"
@@ -167,13 +167,12 @@ else
     server=""
     if [ $rc -ne 0 ]; then fail "SIGTERM: mpirun exited $rc: $(cat "$tmp/main.err")"; else echo "ok: SIGTERM: every rank stopped, exit 0"; fi
 fi
-if grep -q '"finish_reason":"length"' "$tmp/drain" && [ "$(grep -c '^data: ' "$tmp/drain")" -ge 40 ] &&
-    tail -n 2 "$tmp/drain" | grep -q "data: \[DONE\]"; then
-    echo "ok: SIGTERM: the request in flight got its 40 tokens and [DONE]"
+if grep -qE '"finish_reason":"(length|stop)"' "$tmp/drain" && tail -n 2 "$tmp/drain" | grep -q "data: \[DONE\]"; then
+    echo "ok: SIGTERM: the request in flight got to its end and [DONE]"
 else
     fail "SIGTERM: the request in flight was cut: $(tail -c 300 "$tmp/drain")"
 fi
-grep -q "stopping: finishing" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
+grep -q "stopping: finishing 1 running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
 echo "health during the drain or after: $code"
 
 # ---- a rank killed while serving: the job ends with a message ----
@@ -198,7 +197,11 @@ else
         wait $server
         rc=$?
         if [ $rc -eq 0 ]; then fail "rank 1 killed: exit 0"; else echo "ok: rank 1 killed: the job ended (exit $rc)"; fi
-        cat "$tmp/killed.err" | head -n 5
+        if grep -qiE "signal|exit|abort" "$tmp/killed.err"; then
+            echo "ok: rank 1 killed: a message says so"
+        else
+            fail "rank 1 killed: no message: $(cat "$tmp/killed.err")"
+        fi
     fi
 fi
 server=""

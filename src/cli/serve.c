@@ -69,7 +69,7 @@ static void serve_usage(FILE *f) {
             "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
             "      --max-body BYTES    largest request body (default 1048576)\n"
             "      --max-connections N open connections at once (default 256)\n"
-            "      --ubatch N          most tokens in one ubatch (default 512)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n"
             "  -t, --topology FILE     the ranks' topology (also $BATON_TOPOLOGY)\n"
             "      --threads N         CPU threads per rank\n"
             "  -h, --help              this text\n"
@@ -248,7 +248,7 @@ out:
 
 int bt_cli_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
-                           .max_conn = 256, .ubatch = 512, .max_body = 1 << 20};
+                           .max_conn = 256, .ubatch = 0, .max_body = 1 << 20};
     const int env_rank = bt_cli_env_rank();
     bt_cli_signals_install("baton serve", env_rank);
     char perr[1024] = "";
@@ -310,7 +310,7 @@ int bt_cli_serve(int argc, char **argv) {
     ep.model = o.model;
     ep.n_ctx = o.ctx;
     ep.n_seq_max = o.parallel;
-    ep.n_ubatch = o.ubatch;
+    ep.n_ubatch = o.ubatch ? o.ubatch : (o.ctx < 512 ? o.ctx : 512);
     struct bt_engine *e = NULL;
     char err[1024] = "";
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {

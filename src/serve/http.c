@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,8 @@ struct req {
     char *out;       /* the SSE bytes being sent */
     size_t out_len, out_pos;
     bool timed;
-    bool gone; /* the client went away before the end of its answer */
+    bool gone;      /* the client went away before the end of its answer */
+    bool submitted; /* counted in s->n_answering */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -378,7 +380,12 @@ static enum MHD_Result handle_generate(struct req *r) {
              (unsigned long long)s->created, (unsigned long long)n);
     j->created = (int64_t)time(NULL);
     switch (bt_jobs_submit(&s->jobs, j)) {
-    case BT_OK: break;
+    case BT_OK:
+        pthread_mutex_lock(&s->jobs.mu);
+        s->n_answering++;
+        r->submitted = true;
+        pthread_mutex_unlock(&s->jobs.mu);
+        break;
     case BT_ERR_CAPACITY:
         bt_metrics_rejected(&s->metrics);
         bt_api_error_set(&e, 503, "server_error", NULL, "server_overloaded",
@@ -511,10 +518,26 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         bt_job_release(&s->jobs, r->job);
     }
+    if (r->submitted) {
+        pthread_mutex_lock(&s->jobs.mu);
+        s->n_answering--;
+        pthread_mutex_unlock(&s->jobs.mu);
+    }
     free(r->body);
     free(r->out);
     free(r);
     *con_cls = NULL;
+}
+
+/* libmicrohttpd's own messages (a socket error, a client gone mid-stream),
+ * one line each under the program's name */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    fprintf(stderr, "baton serve: http: %s\n", line);
 }
 
 enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config *cfg, const bt_tokenizer *tok,
@@ -541,8 +564,8 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_END);
     freeaddrinfo(ai);
@@ -562,6 +585,15 @@ fail:
 
 void bt_server_stop(struct bt_server *s) {
     if (!s->daemon) return;
+    /* the last chunks of a drained request may still be on their way */
+    for (int i = 0; i < 3000; i++) {
+        pthread_mutex_lock(&s->jobs.mu);
+        int n = s->n_answering;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (n == 0) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     bt_metrics_destroy(&s->metrics);

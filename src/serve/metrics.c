@@ -149,7 +149,16 @@ char *bt_metrics_text(struct bt_metrics *m, int queued, int running, int slots, 
     metric(&b, "baton_uptime_seconds", "counter", "Seconds since the server started.");
     put(&b, "baton_uptime_seconds %.3f\n", up);
     metric(&b, "baton_model_info", "gauge", "The model served.");
-    put(&b, "baton_model_info{model=\"%s\"} 1\n", model);
+    put(&b, "baton_model_info{model=\"");
+    for (const char *c = model; *c; c++) { /* a label value escapes \\, " and newlines */
+        if (*c == '\\' || *c == '"')
+            put(&b, "\\%c", *c);
+        else if (*c == '\n')
+            put(&b, "\\n");
+        else
+            put(&b, "%c", *c);
+    }
+    put(&b, "\"} 1\n");
     if (b.oom) {
         free(b.s);
         return NULL;

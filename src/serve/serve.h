@@ -49,6 +49,7 @@ struct bt_server {
     int64_t created;   /* Unix seconds at start */
     uint64_t next_id;  /* request numbers (under jobs.mu) */
     struct bt_batcher *batcher; /* while bt_server_run runs */
+    int n_answering;            /* submitted jobs whose answer is not yet sent (under jobs.mu) */
     struct MHD_Daemon *daemon;
     int port;          /* bound */
 };
@@ -58,7 +59,8 @@ struct bt_server {
  * outlive the server. */
 enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config *cfg, const bt_tokenizer *tok,
                                const char *chat_template, char *err, size_t n_err);
-/* Stop listening and wait for the HTTP threads. */
+/* Let every submitted request's answer go out (at most 30 s), then stop
+ * listening and wait for the HTTP threads. */
 void bt_server_stop(struct bt_server *s);
 
 /* The engine's thread: run until *stop is set (then drain: refuse new
