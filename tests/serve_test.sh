@@ -79,6 +79,13 @@ key=sekrit-test-key
 start_server main --parallel 4 --ctx-size 1024 --api-key "$key" --max-queue 16 --max-body 65536
 url=http://127.0.0.1:$port
 mid=model.gguf
+# the port is taken now; an address that is none
+out=$("$baton" serve -m "$model" --port "$port" 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -qF "cannot listen on 127.0.0.1 port $port" <<<"$out"; then fail "a port in use: rc $rc, '$out'"; else echo "ok: a port in use: $out"; fi
+out=$("$baton" serve -m "$model" --port 0 --host no.such.host.invalid 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -qF -- "--host no.such.host.invalid:" <<<"$out"; then fail "a bad --host: rc $rc, '$out'"; else echo "ok: a bad --host: $out"; fi
 
 # status and a part of the message (the error object's message, or the body)
 expect() {

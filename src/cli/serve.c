@@ -280,6 +280,7 @@ int bt_cli_serve(int argc, char **argv) {
     }
     const int rank = R.rank, P = R.size;
     bt_cli_signals_install("baton serve", rank);
+    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[4];
     int n_items = 0;
 #define ITEM(OPT, ...)                                                            \
