@@ -159,7 +159,7 @@ expect 200 '"status":"ok"' "$url/health"
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0"; then fail "serve_client.py"; fi
 
 # ---- SIGTERM: a request in flight finishes, then every rank stops, exit 0 ----
-curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
+curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":240,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
 curl_pid=$!
 for _ in $(seq 1 100); do if grep -q '"text"' "$tmp/drain" 2>/dev/null; then break; fi; sleep 0.05; done
 kill -TERM "$pid0"
