@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "serve/api.h"
+#include "serve/jobs.h"
 
 static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000};
 
@@ -229,6 +230,71 @@ START_TEST(test_output) {
 }
 END_TEST
 
+/* the hand-over between HTTP threads and the engine's thread (jobs.c) */
+START_TEST(test_jobs) {
+    struct bt_jobs q;
+    bt_jobs_init(&q, 2, 1); /* 2 slots, 1 waiting */
+    struct bt_job *j[4];
+    for (int i = 0; i < 4; i++) ck_assert_ptr_nonnull(j[i] = bt_job_new());
+    ck_assert_int_eq(bt_jobs_submit(&q, j[0]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[1]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[2]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[3]), BT_ERR_CAPACITY); /* 2 slots + 1 queued */
+    ck_assert_int_eq(bt_jobs_active(&q), 3);
+    /* oldest first; untake puts it back in front */
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[0]);
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[1]);
+    bt_jobs_untake(&q, j[1]);
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[1]);
+    int queued, running;
+    bt_jobs_counts(&q, &queued, &running);
+    ck_assert_int_eq(queued, 1);
+    ck_assert_int_eq(running, 2);
+    /* a queued job cancelled ends at once; a running one waits for the engine */
+    bt_jobs_cancel(&q, j[2]);
+    ck_assert_int_eq(j[2]->state, BT_JOB_DONE);
+    ck_assert_int_eq(j[2]->res.finish, BT_FINISH_CANCELLED);
+    ck_assert_ptr_null(bt_jobs_take(&q));
+    j[1]->batch_id = 77;
+    bt_jobs_cancel(&q, j[1]);
+    uint64_t ids[4];
+    ck_assert_int_eq(bt_jobs_cancels(&q, ids, 4), 1);
+    ck_assert_uint_eq(ids[0], 77);
+    ck_assert_int_eq(bt_jobs_cancels(&q, ids, 4), 0); /* once */
+    /* text, then the end */
+    bt_job_emit(&q, j[0], "ab", 2);
+    bt_job_emit(&q, j[0], "", 0); /* a token with nothing to show yet */
+    bt_job_emit(&q, j[0], "c", 1);
+    ck_assert_uint_eq(j[0]->len, 3);
+    ck_assert_str_eq(j[0]->text, "abc");
+    ck_assert_int_eq(j[0]->n_tokens, 3);
+    struct bt_gen_result r = {.finish = BT_FINISH_LENGTH, .n_gen = 3};
+    bt_job_finish(&q, j[0], &r, NULL);
+    r.finish = BT_FINISH_CANCELLED;
+    bt_job_finish(&q, j[1], &r, NULL);
+    ck_assert_int_eq(j[0]->state, BT_JOB_DONE);
+    ck_assert_int_eq(bt_jobs_active(&q), 0);
+    /* closed: draining refuses, a failure says why and ends what waits */
+    ck_assert_int_eq(bt_jobs_submit(&q, j[3]), BT_OK);
+    bt_jobs_close(&q, "rank 1 died");
+    ck_assert_int_eq(j[3]->state, BT_JOB_DONE);
+    ck_assert_int_eq(j[3]->res.finish, BT_FINISH_ERROR);
+    ck_assert_str_eq(j[3]->error, "rank 1 died");
+    struct bt_job *late = bt_job_new();
+    ck_assert_int_eq(bt_jobs_submit(&q, late), BT_ERR_COMM);
+    bt_job_release(&q, late);
+    for (int i = 0; i < 4; i++) bt_job_release(&q, j[i]);
+    bt_jobs_destroy(&q);
+
+    bt_jobs_init(&q, 1, 0);
+    struct bt_job *d = bt_job_new();
+    bt_jobs_close(&q, NULL);
+    ck_assert_int_eq(bt_jobs_submit(&q, d), BT_ERR_ABORTED);
+    bt_job_release(&q, d);
+    bt_jobs_destroy(&q);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("serve_api");
     TCase *tc = tcase_create("requests");
@@ -236,6 +302,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_good_completion);
     tcase_add_test(tc, test_good_chat);
     tcase_add_test(tc, test_output);
+    tcase_add_test(tc, test_jobs);
     suite_add_tcase(s, tc);
     return s;
 }
