@@ -15,6 +15,7 @@ failure."""
 import concurrent.futures as cf
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -186,7 +187,10 @@ with cf.ThreadPoolExecutor(16) as ex:
     list(ex.map(worker, range(16)))
 rss2 = rss_kib()
 print(f"rank 0 RSS: {rss0} KiB before, {rss1} KiB after 128 requests, {rss2} KiB after 192", flush=True)
-check(rss2 - rss1 < 4096, "memory flat: under 4 MiB of growth over the last 64 requests")
+if os.environ.get("ASAN_OPTIONS") is not None:
+    print("note: a sanitizer build (its quarantine holds freed memory): RSS not bounded", flush=True)
+else:
+    check(rss2 - rss1 < 4096, "memory flat: under 4 MiB of growth over the last 64 requests")
 
 # ---- a client that goes away frees its slot ----
 cancelled0 = metric("baton_requests_cancelled_total")

@@ -214,6 +214,9 @@ fi
 server=""
 wait
 
+# nothing went wrong inside the servers (a sanitizer build reports there)
+if grep -l "AddressSanitizer\|runtime error\|BT_ASSERT" "$tmp"/*.err; then fail "the servers' logs report errors: $(grep -h -A5 "AddressSanitizer\|runtime error\|BT_ASSERT" "$tmp"/*.err | head -n 40)"; fi
+
 if [ $fails -ne 0 ]; then
     echo "serve_test: $fails failure(s)"
     exit 1
