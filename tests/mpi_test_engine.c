@@ -485,6 +485,44 @@ START_TEST(test_memory_per_rank) {
 }
 END_TEST
 
+/* The model path from the topology's pipeline.model when the caller gives
+ * none; neither: an error saying so. */
+START_TEST(test_model_from_topology) {
+    char dense[512], yaml[600];
+    shared_model(dense, sizeof dense, "dense.gguf", false, N_LAYER, 42);
+    snprintf(yaml, sizeof yaml, "%s/topo.yaml", DIR_);
+    if (T->rank == 0) {
+        FILE *f = fopen(yaml, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "hosts:\n  - {name: localhost, slots: %d}\nranks:\n", T->size);
+        for (int r = 0; r < T->size; r++) fprintf(f, "  - {rank: %d, host: localhost, backend: cpu}\n", r);
+        fprintf(f, "pipeline:\n  model: %s\n", dense);
+        ck_assert_int_eq(fclose(f), 0);
+    }
+    ck_assert(T->iface.barrier(T) == BT_OK);
+    expect_open_error(NULL, 64, 16, BT_ERR_INVALID, "no model file: give one, or the topology's pipeline.model", NULL);
+    char err[1024];
+    ck_assert_msg(bt_topology_load(yaml, &R.topo, err, sizeof err) == BT_OK, "%s", err);
+    R.have_topo = true;
+    struct bt_engine *e = open_engine(NULL, 64, 1, 16, 0);
+    ck_assert_str_eq(bt_gguf_path(bt_engine_gguf(e)), dense);
+    if (T->rank == 0) {
+        const int32_t t[1] = {5}, p[1] = {0}, sq[1] = {0};
+        float out[N_VOCAB], ref[N_VOCAB];
+        submit(e, 1, t, p, sq, NULL);
+        collect(e, 0, 1, out);
+        reference(dense, 1, t, p, sq, 1, ref);
+        ck_assert(memcmp(out, ref, sizeof out) == 0);
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert(bt_engine_serve(e) == BT_OK);
+    }
+    bt_engine_close(e);
+    bt_topology_free(&R.topo);
+    R.have_topo = false;
+}
+END_TEST
+
 /* Run by tests/engine_dead_rank_test.sh (BATON_TEST_ENGINE_DIE=1): the last
  * rank dies in the middle of a run; the job must end with a message, not
  * hang. */
@@ -538,6 +576,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);
+    tcase_add_test(tc, test_model_from_topology);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {
@@ -545,13 +584,7 @@ int main(int argc, char **argv) {
         tcase_add_test(td, test_rank_dies);
         suite_add_tcase(s, td);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
-    srunner_run_all(sr, T->rank == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    int64_t f = failed;
-    T->iface.allreduce_max(T, &f, 1);
+    int64_t f = mtu_run_suite(s);
     T->iface.barrier(T);
     if (T->rank == 0) {
         char cmd[512];

@@ -376,9 +376,10 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     AGREE();
 
     /* 2. the file, the same on every rank */
-    const char *path = p->model;
+    const char *path = p->model && *p->model ? p->model : r->have_topo ? r->topo.pipeline.model : NULL;
     if (!path || !*path)
-        st = BT_ERR_INVALID, msgf(msg, sizeof msg, "rank %d: no model file given", t->rank);
+        st = BT_ERR_INVALID,
+        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model", t->rank);
     else
         snprintf(e->path, sizeof e->path, "%s", path);
     AGREE();
