@@ -244,11 +244,6 @@ static void host_name(char *buf, size_t n) {
     buf[n - 1] = '\0';
 }
 
-static size_t physical_memory(void) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
-}
-
 /* KV bytes one layer's cache takes. */
 static double kv_layer_bytes(const struct bt_hparams *h, const struct bt_engine_params *p) {
     return (double)p->n_ctx * (double)(bt_row_size(p->kv_type, h->head_dim * h->n_head_kv) +
@@ -426,8 +421,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         struct bt_rank_desc d;
         memset(&d, 0, sizeof d);
         msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_name(r->backend), host);
-        d.mem_bytes = r->dist.mem_limit > 0 ? r->dist.mem_limit
-                                            : (int64_t)(physical_memory() / (size_t)(t->local_size > 0 ? t->local_size : 1));
+        d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
         struct bt_rank_desc *descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
         int32_t *ranges = calloc((size_t)(2 * P), sizeof(int32_t));
