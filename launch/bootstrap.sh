@@ -26,7 +26,8 @@ if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
 packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmpi-bin libopenmpi-dev)
 # tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
-if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev); fi
+# tests/netns_test.sh: network namespaces, veth pairs and tc (iproute2)
+if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev iproute2); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
