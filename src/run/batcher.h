@@ -1,0 +1,139 @@
+/* batcher.h - continuous batching on rank 0: many requests (a prompt, sampling
+ * parameters, a token limit, stop strings) run as sequences of one engine
+ * (engine.h), their prompt chunks and decode tokens packed into shared
+ * ubatches that stream through the ranks' pipeline.  `baton generate
+ * --parallel` and `baton serve` drive their models through it.
+ *
+ * One request = one sequence slot (0 .. n_seq-1) for its whole life.  Each
+ * step forms ubatches from the ready sequences (first one decode token of each
+ * sequence whose last token has been sampled, then prompt chunks, at most
+ * n_ubatch tokens), submits while fewer than max_inflight ubatches are in
+ * flight, then collects the oldest, samples the rows it brought back and hands
+ * each request its new text.  A sequence's next decode token waits only for its
+ * own previous token; its prompt chunks follow each other without waiting.
+ *
+ * Results: the engine gives each sequence its own cells and its kernels do not
+ * depend on the batch, so with greedy sampling (or a fixed seed) a request's
+ * tokens are the same bits whether it runs alone or among many, on any number
+ * of ranks.
+ *
+ * Threads: bt_batcher_add, bt_batcher_cancel, bt_batcher_wait and
+ * bt_batcher_n_free may be called from any thread: they go through an inbox
+ * under a mutex, which bt_batcher_step drains.  Everything else, and every
+ * callback, runs on the one thread that calls bt_batcher_step (the engine's
+ * thread); the callbacks are called without the inbox lock held, so they may
+ * call add / cancel themselves.
+ */
+#ifndef BATON_BATCHER_H
+#define BATON_BATCHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../text/sampler.h"
+#include "../text/tokenizer.h"
+#include "engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Why a request ended. */
+enum bt_finish {
+    BT_FINISH_STOP = 0,      /* an end-of-generation token or a stop string: "stop" */
+    BT_FINISH_LENGTH = 1,    /* max_tokens, or the sequence's share of the context is full: "length" */
+    BT_FINISH_CANCELLED = 2, /* bt_batcher_cancel: "cancelled" */
+    BT_FINISH_ERROR = 3,     /* the engine failed (bt_batcher_error says why): "error" */
+};
+/* "stop", "length", "cancelled", "error" (OpenAI's finish_reason where it has one) */
+const char *bt_finish_name(enum bt_finish f);
+
+struct bt_gen_result {
+    uint64_t id;             /* bt_batcher_add's */
+    enum bt_finish finish;
+    int64_t n_prompt;        /* prompt tokens */
+    int64_t n_gen;           /* tokens sampled, the last one (an EOG token, ...) included */
+    double t_prompt_s;       /* from the request's first submitted token to its first sampled token */
+    double t_gen_s;          /* from its first sampled token to its last */
+};
+
+/* A request.  The batcher copies what it keeps (prompt, stop strings) in add;
+ * user must stay valid until on_done has been called. */
+struct bt_gen_request {
+    const int32_t *prompt;   /* n_prompt >= 1 token ids (BOS, chat template: the caller's) */
+    size_t n_prompt;
+    bt_sampler_params sampling;
+    int64_t max_tokens;      /* >= 1, or -1: until a stop or the context share is full */
+    const char *const *stops; /* n_stops stop strings (non-empty, valid UTF-8), or NULL */
+    size_t n_stops;
+    /* Each sampled token, in order: its id and the text that may be shown now
+     * (len may be 0: a character or a possible stop string still pending; an
+     * end-of-generation token and stop strings are never shown).  May be NULL. */
+    void (*on_token)(void *user, int32_t id, const char *text, size_t len);
+    /* Once, at the end, whatever the reason (cancel included).  May be NULL. */
+    void (*on_done)(void *user, const struct bt_gen_result *r);
+    void *user;
+};
+
+struct bt_batcher_params {
+    int64_t n_ubatch;        /* most tokens in one ubatch; 0: the engine's */
+    int max_inflight;        /* ubatches in flight; 0: the engine's */
+};
+void bt_batcher_default_params(struct bt_batcher_params *p);
+
+struct bt_batcher;
+
+/* A batcher over an open engine (rank 0) with the engine's n_seq_max slots;
+ * tok detokenises and recognises end-of-generation tokens.  Both must outlive
+ * the batcher.  BT_ERR_INVALID with a message for bad params. */
+enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, const struct bt_batcher_params *p,
+                              struct bt_batcher **out, char *err, size_t n_err);
+/* Frees the batcher; requests still running end with BT_FINISH_CANCELLED
+ * (their on_done is called) and their sequences are removed. */
+void bt_batcher_free(struct bt_batcher *b);
+
+/* Any thread.  Checks the request and queues it; *id names it for cancel.
+ *   BT_ERR_CAPACITY: every sequence slot is taken (queue the request and try
+ *                    again after a request ends);
+ *   BT_ERR_INVALID:  a bad request (empty prompt, a token id outside the
+ *                    vocabulary, a prompt longer than a sequence's share of
+ *                    the context, bad sampling values, max_tokens 0, a bad
+ *                    stop string) with one message in err;
+ *   BT_ERR_COMM:     the engine has failed.
+ * Nothing is called back for a request that add refused. */
+enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,
+                              size_t n_err);
+/* Any thread.  The request ends (on_done with BT_FINISH_CANCELLED, from the
+ * step thread) and its sequence is freed at the next step.  Unknown or
+ * finished ids are ignored. */
+void bt_batcher_cancel(struct bt_batcher *b, uint64_t id);
+/* Any thread: slots that an add would find free now. */
+int bt_batcher_n_free(struct bt_batcher *b);
+/* Any thread: block until the inbox holds something or timeout_ms passed
+ * (-1: no limit).  For a loop that has nothing to step (bt_batcher_idle). */
+void bt_batcher_wait(struct bt_batcher *b, int timeout_ms);
+
+/* Step thread.  One round: take the inbox, submit what is ready while fewer
+ * than max_inflight ubatches are in flight, collect the oldest ubatch in
+ * flight (blocking for it), sample its rows and call back.  Returns at once
+ * when there is nothing to do.  An engine failure ends every request with
+ * BT_FINISH_ERROR and returns its status (then every later call fails). */
+enum bt_status bt_batcher_step(struct bt_batcher *b);
+/* Step thread: no request running, none queued, nothing in flight. */
+bool bt_batcher_idle(struct bt_batcher *b);
+const char *bt_batcher_error(const struct bt_batcher *b);
+
+/* Step thread: totals since bt_batcher_new. */
+struct bt_batcher_stats {
+    uint64_t ubatches;       /* submitted */
+    uint64_t prompt_tokens;  /* prompt tokens submitted */
+    uint64_t gen_tokens;     /* tokens sampled */
+    uint64_t decode_tokens;  /* sampled tokens submitted back (decode steps) */
+};
+void bt_batcher_stats(const struct bt_batcher *b, struct bt_batcher_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
