@@ -138,6 +138,10 @@ cmd_up() { # DIR N
         ip -n "$sw" link add name "p$i" type veth peer name eth0 netns "$ns"
         ip -n "$sw" link set dev "p$i" master br
         ip -n "$sw" link set dev "p$i" up
+        # a connection with unacknowledged data to a peer behind a cut cable
+        # fails after ~6 s of retransmissions, not the default ~15 minutes
+        # (mpirun's kill order to a daemon it can no longer reach)
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=4
         ip -n "$ns" addr add "$subnet_prefix.$((i + 1))/24" dev eth0
         ip -n "$ns" link set dev eth0 up
     done

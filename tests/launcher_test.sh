@@ -143,7 +143,7 @@ chmod +x "$work/agent" "$work/plain-agent" "$work/bad-agent"
 capture "$run" -t "$root/configs/local-cpu-2.yaml" --dry-run --agent "$work/agent" -- prog
 out=$(printf '%s\n' "$out" | head -2) # the command; the files are as above
 expect "dry-run --agent with a subnet" 0 "$(printf '%s' "# command:
-mpirun -np 2 --hostfile TMP/hostfile --rankfile TMP/rankfile --mca plm_rsh_agent $work/agent --mca btl tcp\\,vader\\,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 -x OMPI_MCA_mpi_yield_when_idle=1 -x OMPI_MCA_pml=ob1 -x OMPI_MCA_btl_vader_single_copy_mechanism=cma -x BATON_TOPOLOGY=ROOT/configs/local-cpu-2.yaml prog" | normalise)"
+mpirun -np 2 --hostfile TMP/hostfile --rankfile TMP/rankfile --mca plm_rsh_agent $work/agent --mca btl tcp\\,vader\\,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 -x OMPI_MCA_mpi_yield_when_idle=1 -x OMPI_MCA_pml=ob1 -x OMPI_MCA_btl_vader_single_copy_mechanism=cma -x BATON_TOPOLOGY=ROOT/configs/local-cpu-2.yaml prog" | normalise)"
 capture "$run" -t "$root/configs/local-cpu-2.yaml" --dry-run --agent "$work/plain-agent" -- prog
 out=$(printf '%s\n' "$out" | head -2) # the command; the files are as above
 expect "dry-run --agent without a subnet" 0 "$(printf '%s' "# command:
