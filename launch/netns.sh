@@ -200,6 +200,17 @@ cmd_link() { # DIR H up|down
     h=$(host_index "$dir" "$2")
     case "${3:-}" in up | down) ;; *) die "link: want up or down, got '${3:-}'" ;; esac
     ip -n "bt$tag-sw" link set dev "p$h" "$3"
+    [ "$3" = up ] || return 0
+    # back in service: both ends up, and no host remembers a neighbour as
+    # unreachable from while the cable was out
+    local t n i
+    n=$(state "$dir" hosts)
+    for t in $(seq 50); do
+        ip -n "bt$tag-h$h" -o link show dev eth0 | grep -q 'state UP' &&
+            ip -n "bt$tag-sw" -o link show dev "p$h" | grep -q 'state UP' && break
+        sleep 0.1
+    done
+    for ((i = 0; i < n; i++)); do ip -n "bt$tag-h$i" neigh flush all 2>/dev/null || true; done
 }
 
 cmd_shape() { # DIR CLASS

@@ -17,7 +17,7 @@
  * communicator, independent of what the main thread is doing (a rank computing
  * for minutes still beats), and notes when it last heard from each peer.  A
  * peer silent for longer than the limit (BATON_WATCHDOG_S, seconds, default
- * 60; 0 turns it off) is named on stderr ("no sign of life from rank 3 (host
+ * 60; 0 turns it off; rank 0's value holds for all) is named on stderr ("no sign of life from rank 3 (host
  * gpu02) for 60.0 s") and the job is stopped (MPI_Abort; the process ends by
  * itself 5 s later if the abort cannot reach mpirun).  A rank that is done says
  * goodbye first, so its peers stop watching it. */
@@ -177,14 +177,17 @@ static void wd_free(struct watchdog *w) {
     free(w);
 }
 
-/* Start the watchdog over comm (collective).  NULL when limit_s is 0 or MPI
- * gives no MPI_THREAD_MULTIPLE (said on rank 0). */
+/* Start the watchdog over comm (collective).  Rank 0's limit holds for every
+ * rank (a remote host's rank may not have this host's environment).  NULL
+ * when the limit is 0 or MPI gives no MPI_THREAD_MULTIPLE (said on rank 0). */
 static struct watchdog *wd_start(MPI_Comm world, int rank, int size, double limit_s, int thread_level) {
-    if (limit_s <= 0 || size < 2) return NULL;
+    if (size < 2) return NULL;
     if (thread_level < MPI_THREAD_MULTIPLE) {
         if (rank == 0) fprintf(stderr, "baton: MPI gives no MPI_THREAD_MULTIPLE; running without the watchdog\n");
         return NULL;
     }
+    MPI_Bcast(&limit_s, 1, MPI_DOUBLE, 0, world);
+    if (limit_s <= 0) return NULL;
     struct watchdog *w = calloc(1, sizeof *w);
     BT_ASSERT(w);
     const size_t n = (size_t)size;
