@@ -45,6 +45,14 @@ struct xfer {
     bt_treq send[MAXC];
 };
 
+/* A graph input this rank reads but does not own (plan.h: bt_plan_input):
+ * its caller sets it into the slot of the micro-batch it is for. */
+struct local_input {
+    struct bt_tensor *tensor;
+    struct bt_tensor *copies[MAXC];
+    int64_t set_k[MAXC]; /* the micro-batch each slot was last set for */
+};
+
 /* An output computed on rank 0 itself, copied to a ring after its split. */
 struct local_output {
     struct bt_tensor *tensor;
@@ -77,6 +85,8 @@ struct bt_dist {
     int n_xfers;
     struct local_output *louts;
     int n_louts;
+    struct local_input *lins;
+    int n_lins;
     bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
     int64_t mem_bytes;     /* the memory this rank may use (its limit, else its share of the machine's) */
     int64_t k_next;
@@ -213,6 +223,9 @@ static void release_plan(bt_dist *d) {
     free(d->louts);
     d->louts = NULL;
     d->n_louts = 0;
+    free(d->lins);
+    d->lins = NULL;
+    d->n_lins = 0;
     if (d->galloc) {
         /* this rank's compute tensors lose the memory the plan gave them */
         bt_buffer_t cbuf = bt_gallocr_get_buffer(d->galloc, 0);
@@ -347,6 +360,20 @@ static enum bt_status take_transfers(bt_dist *d) {
             }
     }
     d->n_xfers = p->n_transfers;
+    d->lins = calloc((size_t)p->n_inputs + 1, sizeof *d->lins);
+    if (!d->lins) return fail(d, BT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (p->inputs[i].rank != d->rank) continue;
+        struct local_input *li = &d->lins[d->n_lins++];
+        li->tensor = bt_plan_tensor(d->graph, p->inputs[i].tensor);
+        for (int c = 0; c < d->n_copies; c++) {
+            li->copies[c] = bt_sched_get_tensor_copy(d->sched, li->tensor, d->rank, c);
+            li->set_k[c] = -1;
+            if (!li->copies[c])
+                return fail(d, BT_ERR_MISMATCH, "rank %d: no copy of input '%s': not the plan's graph", d->rank,
+                            li->tensor->name);
+        }
+    }
     for (int i = 0; d->rank == 0 && i < d->graph->n_nodes; i++) {
         struct bt_tensor *t = d->graph->nodes[i];
         if (!(t->flags & BT_TENSOR_FLAG_OUTPUT) || p->node_owner[i] != 0) continue;
@@ -557,7 +584,9 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     }
 
     /* the local graph: my splits' nodes, my leafs but weights, my receive slots */
-    const int cap = g->n_nodes + g->n_leafs + d->n_xfers * d->n_copies + 8;
+    for (int i = 0; i < d->n_lins; i++)
+        for (int c = 0; c < d->n_copies; c++) d->lins[i].copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
+    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 8;
     d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "out of memory");
@@ -568,6 +597,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         if (xf->dst != d->rank || xf->consumer < 0) continue;
         for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = xf->copies[c];
     }
+    for (int i = 0; i < d->n_lins; i++)
+        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = d->lins[i].copies[c];
     for (int i = 0; i < g->n_leafs; i++)
         if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
             d->local.leafs[d->local.n_leafs++] = g->leafs[i];
@@ -838,13 +869,22 @@ static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
 
 enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void *data, size_t size) {
     if (!d->planned) return fail(d, BT_ERR_INVALID, "set_input before bt_dist_plan");
-    if (d->rank != 0) return BT_OK; /* inputs live on rank 0 */
-    if (!(input->flags & BT_TENSOR_FLAG_INPUT) || owner_of(d, input) != 0)
+    if (!(input->flags & BT_TENSOR_FLAG_INPUT) || bt_tensor_is_weight(input) || owner_of(d, input) < 0)
         return fail(d, BT_ERR_INVALID, "tensor '%s' is not a graph input", input->name);
     if (size != bt_nbytes(input))
         return fail(d, BT_ERR_INVALID, "input '%s' takes %zu bytes, got %zu", input->name, bt_nbytes(input), size);
-    bt_tensor_set(input, data, 0, size);
+    if (owner_of(d, input) == d->rank) bt_tensor_set(input, data, 0, size);
+    const int c = (int)(d->k_next % d->n_copies); /* its previous micro-batch's splits have run */
+    for (int i = 0; i < d->n_lins; i++) {
+        if (d->lins[i].tensor != input) continue;
+        bt_tensor_set(d->lins[i].copies[c], data, 0, size);
+        d->lins[i].set_k[c] = d->k_next;
+    }
     return BT_OK;
+}
+
+enum bt_status bt_dist_set_input_fn(void *d, struct bt_tensor *input, const void *data, size_t size) {
+    return bt_dist_set_input(d, input, data, size);
 }
 
 /* Between two ops of a split (the CPU backend's node hook, on the compute
@@ -887,6 +927,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
     enum bt_status st;
     if (mode == BT_DIST_PROGRESS_COMPUTE) {
         d->next_progress_s = now_s() + d->progress_period_s;
+        d->progress_status = BT_OK; /* this split's own */
         bt_backend_cpu_set_node_hook(d->backend, progress_between_ops, d);
         st = bt_backend_graph_compute(d->backend, view);
         bt_backend_cpu_set_node_hook(d->backend, NULL, NULL);
@@ -914,6 +955,12 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     if (k == 0) d->wall_start = now_s();
     bt_sched_set_cur_copy(d->sched, c);
     enum bt_status st = BT_OK;
+    for (int i = 0; i < d->n_lins && st == BT_OK; i++)
+        if (d->lins[i].set_k[c] != k)
+            st = fail(d, BT_ERR_INVALID,
+                      "rank %d reads graph input '%s' but it was not set for micro-batch %lld: every rank sets every "
+                      "input (bt_dist_set_input) before each submit",
+                      d->rank, d->lins[i].tensor->name, (long long)k);
 
     /* rank 0: the outputs of micro-batch k land in slot c */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
@@ -922,7 +969,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         if (xf->recv[c].active) st = wait_req(d, xf, &xf->recv[c]);
         if (st == BT_OK) st = post_recv(d, xf, c, k);
     }
-    /* leafs other ranks need (inputs on rank 0) */
+    /* leafs other ranks read (a weight pinned away from its readers; graph inputs never travel) */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->src == d->rank && xf->producer < 0) st = send_xfer(d, xf, c);

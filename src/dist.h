@@ -7,7 +7,7 @@
  *     bt_dist *d = bt_dist_new(transport, backend, &opt);
  *     bt_dist_plan(d, graph, init_weight, model);   collective
  *     for k in 0..M-1:
- *         rank 0: bt_dist_set_input(d, tokens, ...)  (inputs of micro-batch k)
+ *         bt_dist_set_input(d, tokens, ...)         (inputs of micro-batch k, every rank)
  *         bt_dist_submit(d);                          collective, asynchronous
  *         rank 0: bt_dist_get_output(d, k - lag, ...) (any of the last n_copies)
  *     bt_dist_synchronize(d);                         collective
@@ -18,8 +18,9 @@
  * plan (plan.h: a value, the same function `baton plan` uses) and broadcasts
  * it; every rank derives the plan's splits on its own graph, allocates only
  * its own weights, compute memory, n_copies receive slots per incoming
- * transfer and n_copies send slots per outgoing one, opens the device
- * transport's edges, and posts its first receives.
+ * transfer and n_copies send slots per outgoing one, n_copies slots per
+ * graph input it reads but does not own, opens the device transport's
+ * edges, and posts its first receives.
  *
  * Errors: every call returns a status, and bt_dist_error(d) gives the
  * message.  A collective call that fails on one rank fails on every rank with
@@ -120,8 +121,16 @@ void bt_dist_free(bt_dist *d);
  * message (bt_dist_error); nothing is left allocated half-way. */
 enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_init_fn init, void *user);
 
-/* Rank 0: data of a graph input for the next submit. */
+/* Every rank, before each submit: the data of a graph input for the next
+ * micro-batch (the same on every rank: inputs are known to every rank).  A
+ * rank keeps it where the plan reads it (its owner, and every other rank
+ * that reads it, into a slot of the micro-batch: inputs never travel), and
+ * ignores it elsewhere.  A rank that reads an input not set for the
+ * micro-batch fails its submit. */
 enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void *data, size_t size);
+/* bt_dist_set_input with the bt_dist as a void pointer (a callback's shape:
+ * bt_model_set_inputs_with). */
+enum bt_status bt_dist_set_input_fn(void *d, struct bt_tensor *input, const void *data, size_t size);
 /* Collective: run the next micro-batch k = number of earlier submits. */
 enum bt_status bt_dist_submit(bt_dist *d);
 /* Rank 0: an output of micro-batch k (one of the last n_copies submitted). */

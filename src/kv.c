@@ -33,8 +33,7 @@ static enum bt_status fail(char *err, size_t n, enum bt_status s, const char *fm
 
 #define MAX_CTX (1 << 24)
 
-enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err) {
-    *out = NULL;
+enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_t n_err) {
     if (c->n_ctx <= 0 || c->n_ctx > MAX_CTX)
         return fail(err, n_err, BT_ERR_INVALID, "KV cache: context size %lld out of [1, %d]", (long long)c->n_ctx,
                     MAX_CTX);
@@ -56,6 +55,13 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
                     "KV cache: type %s needs head sizes that are multiples of %lld, got %lld and %lld",
                     bt_type_name(c->type), (long long)blk, (long long)c->head_dim_k, (long long)c->head_dim_v);
 
+    return BT_OK;
+}
+
+enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err) {
+    *out = NULL;
+    const enum bt_status st = bt_kv_check_config(c, err, n_err);
+    if (st != BT_OK) return st;
     struct bt_kv *kv = calloc(1, sizeof *kv);
     const int nl = c->il1 - c->il0;
     if (!kv) return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");

@@ -49,6 +49,8 @@ struct bt_kv;
  * the cache cannot hold, memory). */
 enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err);
 void bt_kv_free(struct bt_kv *kv);
+/* The checks bt_kv_new makes before it allocates (sizes, type, head sizes). */
+enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_t n_err);
 const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv);
 /* Layer il's cache tensors (il in [il0, il1)). */
 struct bt_tensor *bt_kv_k(const struct bt_kv *kv, int il);

@@ -278,7 +278,7 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
     }
     bt_plan_splitter *s = st == BT_OK ? splitter_new(g, p->n_ranks, p->n_copies, support, err, sizeof err) : NULL;
     if (st == BT_OK && !s) st = perr(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
-    /* weights by layer (or pin), inputs on rank 0 */
+    /* weights by layer (or pin), inputs owned by rank 0 */
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
         int owner = -1;
@@ -291,6 +291,18 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
             owner = 0;
         }
         if (owner >= 0) bt_sched_set_tensor_backend(s->sched, t, &s->proxies[owner]);
+    }
+    /* a node named for a layer runs on that layer's rank where the rank can
+     * run it: the next layer's weightless first op (its rms_norm) does not
+     * stay behind on the previous rank, so a boundary carries one activation
+     * (views follow their sources in pass 4) */
+    for (int i = 0; st == BT_OK && i < g->n_nodes; i++) {
+        struct bt_tensor *t = g->nodes[i];
+        const int l = bt_dist_name_layer(t->name);
+        if (l < 0 || bt_op_is_view(t->op)) continue;
+        const int owner = bt_place_rank_of_layer(l, first, last, p->n_ranks);
+        if (!support || support[(size_t)owner * (size_t)g->n_nodes + (size_t)i])
+            bt_sched_set_tensor_backend(s->sched, t, &s->proxies[owner]);
     }
     free(first);
     free(last);
@@ -355,6 +367,30 @@ static enum bt_status add_transfer(struct bt_plan *p, const bt_plan_splitter *s,
     return BT_OK;
 }
 
+/* A graph input (a leaf, not a weight): set on every rank that reads it,
+ * never sent. */
+static bool set_where_read(const bt_plan_splitter *s, const struct bt_tensor *t) {
+    return (t->flags & BT_TENSOR_FLAG_INPUT) && !bt_tensor_is_weight(t) && node_index(s, t) < 0 &&
+           node_index(s, t) != INT32_MIN;
+}
+
+static enum bt_status add_input(struct bt_plan *p, const bt_plan_splitter *s, struct bt_tensor *t, int rank,
+                                int consumer, int *cap) {
+    const int32_t index = node_index(s, t);
+    for (int i = 0; i < p->n_inputs; i++)
+        if (p->inputs[i].tensor == index && p->inputs[i].rank == rank) return BT_OK;
+    if (p->n_inputs == *cap) {
+        const int nc = *cap ? 2 * *cap : 16;
+        struct bt_plan_input *ni = realloc(p->inputs, sizeof *ni * (size_t)nc);
+        if (!ni) return perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
+        p->inputs = ni;
+        *cap = nc;
+    }
+    p->inputs[p->n_inputs++] =
+        (struct bt_plan_input){.tensor = index, .rank = rank, .consumer = consumer, .bytes = (int64_t)bt_nbytes(t)};
+    return BT_OK;
+}
+
 /* Transfers in the order their data is made: by producing split (leafs,
  * -1, first), then as found.  A rank sends in split order and posts its
  * receives in transfer order, so on every edge both ends post in the same
@@ -376,11 +412,13 @@ static bool goes_direct(const struct bt_plan *p, const struct bt_plan_transfer *
 static enum bt_status find_transfers(struct bt_plan *p, const bt_plan_splitter *s, const uint8_t *edges) {
     bt_sched_t sched = s->sched;
     struct bt_graph *g = s->graph;
-    int cap = 0;
+    int cap = 0, icap = 0;
     for (int k = 0; k < p->n_splits; k++) {
         const struct bt_sched_split *sp = bt_sched_get_split(sched, k);
         for (int j = 0; j < sp->n_inputs; j++) {
-            enum bt_status st = add_transfer(p, s, sp->inputs[j], sp->backend_id, k, &cap);
+            enum bt_status st = set_where_read(s, sp->inputs[j])
+                                    ? add_input(p, s, sp->inputs[j], sp->backend_id, k, &icap)
+                                    : add_transfer(p, s, sp->inputs[j], sp->backend_id, k, &cap);
             if (st != BT_OK) return st;
         }
     }
@@ -406,12 +444,14 @@ void bt_plan_free(struct bt_plan *p) {
     free(p->predicted_s);
     free(p->splits);
     free(p->transfers);
+    free(p->inputs);
+    p->inputs = NULL;
     p->ranks = NULL;
     p->node_owner = p->leaf_owner = p->layer_first = p->layer_last = NULL;
     p->predicted_s = NULL;
     p->splits = NULL;
     p->transfers = NULL;
-    p->n_splits = p->n_transfers = 0;
+    p->n_splits = p->n_transfers = p->n_inputs = 0;
 }
 
 /* Arrays of a plan with the counts already set. */
@@ -425,8 +465,9 @@ static enum bt_status plan_alloc(struct bt_plan *p) {
     p->predicted_s = calloc(P, sizeof(double));
     p->splits = malloc(sizeof *p->splits * ((size_t)p->n_splits + 1));
     p->transfers = malloc(sizeof *p->transfers * ((size_t)p->n_transfers + 1));
+    p->inputs = malloc(sizeof *p->inputs * ((size_t)p->n_inputs + 1));
     if (!p->ranks || !p->node_owner || !p->leaf_owner || !p->layer_first || !p->layer_last || !p->predicted_s ||
-        !p->splits || !p->transfers)
+        !p->splits || !p->transfers || !p->inputs)
         return perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory for the plan");
     return BT_OK;
 }
@@ -498,6 +539,39 @@ fail:;
 
 /* ---- the plan in words ------------------------------------------------------------ */
 
+/* Every boundary (src -> dst, in the order of its first transfer) with the
+ * tensors and bytes it carries per micro-batch, then the inputs set where
+ * they are read. */
+static void print_boundaries(const struct bt_plan *p, const struct bt_graph *g, FILE *f) {
+    fprintf(f, "  boundaries, per micro-batch:\n");
+    for (int x = 0; x < p->n_transfers; x++) {
+        const struct bt_plan_transfer *t = &p->transfers[x];
+        bool first = true;
+        for (int y = 0; y < x && first; y++) first = p->transfers[y].src != t->src || p->transfers[y].dst != t->dst;
+        if (!first) continue;
+        int n = 0;
+        int64_t bytes = 0;
+        for (int y = x; y < p->n_transfers; y++) {
+            if (p->transfers[y].src != t->src || p->transfers[y].dst != t->dst) continue;
+            n++;
+            bytes += p->transfers[y].bytes;
+        }
+        fprintf(f, "    rank %d -> %d: %d tensor%s, %.1f KiB (", t->src, t->dst, n, n == 1 ? "" : "s",
+                (double)bytes / 1024.0);
+        int shown = 0;
+        for (int y = x; y < p->n_transfers && shown < 3; y++)
+            if (p->transfers[y].src == t->src && p->transfers[y].dst == t->dst)
+                fprintf(f, "%s%s", shown++ ? ", " : "", bt_plan_tensor(g, p->transfers[y].tensor)->name);
+        fprintf(f, "%s)%s\n", n > shown ? ", ..." : "", t->direct ? " device to device" : "");
+    }
+    if (p->n_inputs > 0) {
+        int64_t bytes = 0;
+        for (int i = 0; i < p->n_inputs; i++) bytes += p->inputs[i].bytes;
+        fprintf(f, "  graph inputs a rank other than their owner reads, set there (not sent): %d, %.1f KiB\n",
+                p->n_inputs, (double)bytes / 1024.0);
+    }
+}
+
 void bt_plan_print(const struct bt_plan *p, const struct bt_graph *g, FILE *f) {
     const int P = p->n_ranks;
     int n_direct = 0;
@@ -529,11 +603,12 @@ void bt_plan_print(const struct bt_plan *p, const struct bt_graph *g, FILE *f) {
     free(splits);
     free(wbytes);
     free(in_bytes);
+    print_boundaries(p, g, f);
 }
 
 void bt_plan_dump(const struct bt_plan *p, FILE *f) {
-    fprintf(f, "plan ranks %d copies %d layers %d nodes %d leafs %d splits %d transfers %d graph %016llx\n", p->n_ranks,
-            p->n_copies, p->n_layers, p->n_nodes, p->n_leafs, p->n_splits, p->n_transfers,
+    fprintf(f, "plan ranks %d copies %d layers %d nodes %d leafs %d splits %d transfers %d inputs %d graph %016llx\n",
+            p->n_ranks, p->n_copies, p->n_layers, p->n_nodes, p->n_leafs, p->n_splits, p->n_transfers, p->n_inputs,
             (unsigned long long)p->graph_hash);
     for (int r = 0; r < p->n_ranks; r++)
         fprintf(f, "rank %d layers %d %d\n", r, p->layer_first[r], p->layer_last[r]);
@@ -544,6 +619,9 @@ void bt_plan_dump(const struct bt_plan *p, FILE *f) {
         fprintf(f, "transfer %d tensor %d %d->%d producer %d consumer %d tag %d bytes %lld direct %d\n", x, t->tensor,
                 t->src, t->dst, t->producer, t->consumer, t->tag0, (long long)t->bytes, t->direct);
     }
+    for (int i = 0; i < p->n_inputs; i++)
+        fprintf(f, "input %d tensor %d rank %d consumer %d bytes %lld\n", i, p->inputs[i].tensor, p->inputs[i].rank,
+                p->inputs[i].consumer, (long long)p->inputs[i].bytes);
     fprintf(f, "leaf owners");
     for (int i = 0; i < p->n_leafs; i++) fprintf(f, " %d", p->leaf_owner[i]);
     fprintf(f, "\nnode owners");
@@ -554,7 +632,7 @@ void bt_plan_dump(const struct bt_plan *p, FILE *f) {
 /* ---- the plan as bytes -------------------------------------------------------------- */
 
 struct plan_header {
-    int32_t n_ranks, n_copies, n_layers, n_nodes, n_leafs, n_splits, n_transfers, pad_;
+    int32_t n_ranks, n_copies, n_layers, n_nodes, n_leafs, n_splits, n_transfers, n_inputs;
     uint64_t graph_hash;
     double seconds;
 };
@@ -563,7 +641,7 @@ static size_t packed_size(const struct plan_header *h) {
     const size_t P = (size_t)h->n_ranks;
     return sizeof *h + P * sizeof(struct bt_rank_desc) + sizeof(int32_t) * ((size_t)h->n_nodes + (size_t)h->n_leafs + 2 * P) +
            sizeof(double) * P + sizeof(struct bt_plan_split) * (size_t)h->n_splits +
-           sizeof(struct bt_plan_transfer) * (size_t)h->n_transfers;
+           sizeof(struct bt_plan_transfer) * (size_t)h->n_transfers + sizeof(struct bt_plan_input) * (size_t)h->n_inputs;
 }
 
 #define PACK_ARRAYS(X)                                                                                  \
@@ -574,11 +652,12 @@ static size_t packed_size(const struct plan_header *h) {
     X(p->layer_last, sizeof(int32_t) * (size_t)h.n_ranks)                                              \
     X(p->predicted_s, sizeof(double) * (size_t)h.n_ranks)                                              \
     X(p->splits, sizeof(struct bt_plan_split) * (size_t)h.n_splits)                                    \
-    X(p->transfers, sizeof(struct bt_plan_transfer) * (size_t)h.n_transfers)
+    X(p->transfers, sizeof(struct bt_plan_transfer) * (size_t)h.n_transfers)                          \
+    X(p->inputs, sizeof(struct bt_plan_input) * (size_t)h.n_inputs)
 
 enum bt_status bt_plan_pack(const struct bt_plan *p, void **buf, size_t *size) {
     const struct plan_header h = {p->n_ranks, p->n_copies, p->n_layers, p->n_nodes, p->n_leafs,
-                                  p->n_splits, p->n_transfers, 0, p->graph_hash, p->seconds};
+                                  p->n_splits, p->n_transfers, p->n_inputs, p->graph_hash, p->seconds};
     *size = packed_size(&h);
     uint8_t *b = malloc(*size);
     *buf = b;
@@ -600,7 +679,8 @@ enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, c
     memcpy(&h, buf, sizeof h);
     if (h.n_ranks < 1 || h.n_ranks > BT_PLAN_MAX_RANKS || h.n_copies < 1 || h.n_copies > BT_SCHED_MAX_COPIES ||
         h.n_nodes != graph->n_nodes || h.n_leafs != graph->n_leafs || h.n_splits < 0 || h.n_transfers < 0 ||
-        h.n_splits > graph->n_nodes + 1 || h.n_transfers > INT32_MAX / 16 || packed_size(&h) != size)
+        h.n_splits > graph->n_nodes + 1 || h.n_transfers > INT32_MAX / 16 || h.n_inputs < 0 ||
+        h.n_inputs > INT32_MAX / 16 || packed_size(&h) != size)
         return perr(p->error, sizeof p->error, BT_ERR_INVALID,
                     "the plan (%d ranks, %d nodes, %d leafs, %d splits, %d transfers, %zu bytes) does not fit this "
                     "graph (%d nodes, %d leafs)",
@@ -612,6 +692,7 @@ enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, c
     p->n_leafs = h.n_leafs;
     p->n_splits = h.n_splits;
     p->n_transfers = h.n_transfers;
+    p->n_inputs = h.n_inputs;
     p->graph_hash = h.graph_hash;
     p->seconds = h.seconds;
     enum bt_status st = plan_alloc(p);
@@ -637,6 +718,11 @@ enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, c
         ok = t->tensor >= -p->n_leafs && t->tensor < p->n_nodes && t->src >= 0 && t->src < p->n_ranks && t->dst >= 0 &&
              t->dst < p->n_ranks && t->producer >= -1 && t->producer < p->n_splits && t->consumer >= -1 &&
              t->consumer < p->n_splits && t->bytes >= 0 && t->bytes <= INT32_MAX && t->tag0 >= 0;
+    }
+    for (int i = 0; ok && i < p->n_inputs; i++) {
+        const struct bt_plan_input *in = &p->inputs[i];
+        ok = in->tensor >= -p->n_leafs && in->tensor < 0 && in->rank >= 0 && in->rank < p->n_ranks &&
+             in->consumer >= 0 && in->consumer < p->n_splits && in->bytes >= 0;
     }
     for (int r = 0; r < p->n_ranks; r++) p->ranks[r].backend[sizeof p->ranks[r].backend - 1] = '\0';
     if (!ok) {

@@ -9,8 +9,12 @@
  *
  * Layers are read from tensor names "blk.N." (as baton's model builder and
  * GGUF files name them); tensors before the first layer belong to rank 0,
- * after the last to the last rank.  Graph inputs (BT_TENSOR_FLAG_INPUT) live
- * on rank 0; graph outputs (BT_TENSOR_FLAG_OUTPUT) travel back to rank 0. */
+ * after the last to the last rank, and a node named for a layer runs on its
+ * layer's rank (where that rank supports it), so a boundary between two
+ * ranks carries one activation.  Graph inputs (BT_TENSOR_FLAG_INPUT) are
+ * owned by rank 0 but never travel: a rank that reads one is given it by its
+ * own caller (inputs are known to every rank), into a slot of its own.
+ * Graph outputs (BT_TENSOR_FLAG_OUTPUT) travel back to rank 0. */
 #ifndef BATON_PLAN_H
 #define BATON_PLAN_H
 
@@ -70,10 +74,21 @@ struct bt_plan_transfer {
     int64_t bytes;
 };
 
+/* Graph input `tensor` (a leaf) is read by split `consumer` on `rank`, not
+ * its owner: that rank's caller sets it (bt_dist_set_input) into n_copies
+ * slots of its own; nothing travels. */
+struct bt_plan_input {
+    int32_t tensor;   /* -(leaf index + 1) */
+    int32_t rank;
+    int32_t consumer; /* the first split on `rank` that reads it */
+    int32_t pad_;
+    int64_t bytes;
+};
+
 struct bt_plan {
     int32_t n_ranks, n_copies, n_layers;
     int32_t n_nodes, n_leafs;
-    int32_t n_splits, n_transfers;
+    int32_t n_splits, n_transfers, n_inputs;
     uint64_t graph_hash;
     struct bt_rank_desc *ranks;   /* [n_ranks], speeds smoothed as placed */
     int32_t *node_owner;          /* [n_nodes] */
@@ -82,6 +97,7 @@ struct bt_plan {
     double *predicted_s;          /* [n_ranks] */
     struct bt_plan_split *splits; /* [n_splits] */
     struct bt_plan_transfer *transfers; /* [n_transfers], in the order their data is made */
+    struct bt_plan_input *inputs; /* [n_inputs], graph inputs set on the ranks that read them */
     double seconds;               /* time bt_plan_make took */
     char error[512];              /* the message of the last failure */
 };
@@ -95,7 +111,9 @@ enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const str
 void bt_plan_free(struct bt_plan *p);
 
 /* The plan in words: per rank its backend, layers, splits, nodes, weight
- * bytes, bytes received per micro-batch, predicted stage time. */
+ * bytes, bytes received per micro-batch, predicted stage time; then every
+ * boundary (a pair of ranks) with the tensors and bytes it carries per
+ * micro-batch, and the graph inputs each rank sets itself. */
 void bt_plan_print(const struct bt_plan *p, const struct bt_graph *graph, FILE *f);
 /* The plan as canonical text (owners, splits, transfers, layers): two plans
  * are the same plan when their dumps are equal.  Speeds and timings are left

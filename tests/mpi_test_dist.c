@@ -15,45 +15,7 @@
 #include "model/model.h"
 #include "transport.h"
 
-static bt_transport *T;
-
-/* ---- fail fast: a failed assertion on one rank ends every rank ----------------
- * The other ranks would wait in a collective for ever (ctest's 600 s).  The
- * suite is linked with -Wl,--wrap=_ck_assert_failed: every failed ck_assert
- * lands here, prints the rank and the message, and aborts the job. */
-void __wrap__ck_assert_failed(const char *file, int line, const char *expr, const char *msg, ...);
-void __wrap__ck_assert_failed(const char *file, int line, const char *expr, const char *msg, ...) {
-    char text[1024] = "";
-    if (msg) {
-        va_list ap;
-        va_start(ap, msg);
-        vsnprintf(text, sizeof text, msg, ap);
-        va_end(ap);
-    }
-    fprintf(stderr, "rank %d: %s:%d: %s%s%s\n", T ? T->rank : -1, file, line, expr, text[0] ? ": " : "", text);
-    fflush(stderr);
-    if (T) T->iface.abort(T, 1);
-    _exit(1);
-}
-
-/* ---- allocation failures on purpose (linked with --wrap=malloc,calloc,realloc) ---- */
-static atomic_long fault_countdown; /* > 0: the n-th allocation from now fails */
-static atomic_int fault_hit;
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t m);
-void *__wrap_realloc(void *p, size_t n);
-static bool fault_now(void) {
-    if (atomic_load(&fault_countdown) <= 0) return false;
-    if (atomic_fetch_sub(&fault_countdown, 1) != 1) return false;
-    atomic_store(&fault_hit, 1);
-    return true;
-}
-void *__wrap_malloc(size_t n) { return fault_now() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { return fault_now() ? NULL : __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { return fault_now() ? NULL : __real_realloc(p, n); }
+#include "mpi_testutil.h"
 
 /* ---- the one-process reference ---------------------------------------------- */
 
@@ -135,10 +97,12 @@ static void distributed_free(struct distributed *x) {
     bt_model_free(x->m);
 }
 
-/* inputs of micro-batch k, as the model writes them; they live on rank 0 */
+/* inputs of micro-batch k, as the model writes them; every rank sets the
+ * ones it reads */
 static void set_inputs(struct distributed *x, const struct bt_model_config *cfg, int k) {
     (void)cfg;
-    if (T->rank == 0) bt_model_set_inputs(x->m, &x->g, k);
+    ck_assert_msg(bt_model_set_inputs_with(x->m, &x->g, k, bt_dist_set_input_fn, x->d) == BT_OK, "%s",
+                  bt_dist_error(x->d));
 }
 
 /* M micro-batches through x's pipeline; outputs read n_copies-1 behind, as a

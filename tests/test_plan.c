@@ -187,6 +187,22 @@ START_TEST(test_plan_pack_unpack) {
         free(b2);
         free(tr);
     }
+    /* an input set on a rank out of range */
+    ck_assert_int_gt(p.n_inputs, 0);
+    {
+        struct bt_plan bad = p;
+        struct bt_plan_input *in = malloc(sizeof *in * (size_t)p.n_inputs);
+        memcpy(in, p.inputs, sizeof *in * (size_t)p.n_inputs);
+        in[0].rank = 4;
+        bad.inputs = in;
+        void *b2 = NULL;
+        size_t n2 = 0;
+        ck_assert_int_eq(bt_plan_pack(&bad, &b2, &n2), BT_OK);
+        ck_assert_int_eq(bt_plan_unpack(&q, b2, n2, f.g.graph), BT_ERR_INVALID);
+        ck_assert_ptr_nonnull(strstr(q.error, "out of range"));
+        free(b2);
+        free(in);
+    }
     /* for another graph */
     struct bt_model_config c2 = c;
     c2.n_layers = c.n_layers + 1;
@@ -233,6 +249,67 @@ START_TEST(test_plan_device_edges) {
     for (int x = 0; x < p.n_transfers; x++) ck_assert_int_eq(p.transfers[x].direct, 0);
     bt_plan_free(&p);
     free(d);
+    fixture_free(&f);
+}
+END_TEST
+
+/* Issue 11, item 6: a boundary carries one activation, and graph inputs
+ * never travel.  On P ranks with layers on every rank: P - 1 activations
+ * (each layer's output, "blk.N.out") and the logits back to rank 0; inp_pos
+ * and inp_mask are set on the ranks that read them. */
+START_TEST(test_plan_one_activation_per_boundary) {
+    struct bt_model_config c;
+    bt_model_config_default(&c);
+    c.n_layers = 8;
+    struct fixture f;
+    fixture_init(&f, &c);
+    for (int P = 2; P <= 8; P *= 2) {
+        struct bt_rank_desc *d = descs_new(P);
+        int *counts = malloc(sizeof(int) * (size_t)P);
+        for (int r = 0; r < P; r++) counts[r] = c.n_layers / P;
+        const struct bt_plan_options opt = {.layers_per_rank = counts};
+        struct bt_plan p;
+        ck_assert_msg(bt_plan_make(&p, f.g.graph, d, P, NULL, &opt) == BT_OK, "%s", p.error);
+        check_invariants(&p, f.g.graph);
+        ck_assert_int_eq(p.n_transfers, P);
+        int activations = 0;
+        for (int x = 0; x < p.n_transfers; x++) {
+            const struct bt_plan_transfer *t = &p.transfers[x];
+            const struct bt_tensor *tensor = bt_plan_tensor(f.g.graph, t->tensor);
+            if (t->consumer < 0) {
+                ck_assert_ptr_eq(tensor, f.g.logits);
+                continue;
+            }
+            ck_assert_int_eq(t->dst, t->src + 1);
+            char want[32];
+            snprintf(want, sizeof want, "blk.%d.out", p.layer_last[t->src]);
+            ck_assert_str_eq(tensor->name, want);
+            activations++;
+        }
+        ck_assert_int_eq(activations, P - 1);
+        /* pos and mask on every rank but rank 0 (their owner), nothing else */
+        ck_assert_int_eq(p.n_inputs, 2 * (P - 1));
+        for (int i = 0; i < p.n_inputs; i++) {
+            const struct bt_tensor *t = bt_plan_tensor(f.g.graph, p.inputs[i].tensor);
+            ck_assert(t == f.g.pos || t == f.g.mask);
+            ck_assert_int_ne(p.inputs[i].rank, 0);
+            ck_assert_int_eq(p.splits[p.inputs[i].consumer].rank, p.inputs[i].rank);
+        }
+        /* baton plan shows the bytes of each boundary */
+        char *buf = NULL;
+        size_t n = 0;
+        FILE *mf = open_memstream(&buf, &n);
+        bt_plan_print(&p, f.g.graph, mf);
+        fclose(mf);
+        char line[128];
+        snprintf(line, sizeof line, "rank 0 -> 1: 1 tensor, %.1f KiB (blk.%d.out)",
+                 (double)c.d_model * c.n_tokens * sizeof(float) / 1024.0, p.layer_last[0]);
+        ck_assert_msg(strstr(buf, line) != NULL, "no '%s' in:\n%s", line, buf);
+        free(buf);
+        bt_plan_free(&p);
+        free(counts);
+        free(d);
+    }
     fixture_free(&f);
 }
 END_TEST
@@ -314,6 +391,7 @@ int main(void) {
     tcase_add_test(tc, test_plan_is_a_pure_function);
     tcase_add_test(tc, test_plan_pack_unpack);
     tcase_add_test(tc, test_plan_device_edges);
+    tcase_add_test(tc, test_plan_one_activation_per_boundary);
     tcase_add_test(tc, test_plan_errors);
     tcase_add_test(tc, test_plan_256_ranks);
     suite_add_tcase(s, tc);

@@ -401,7 +401,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     }
     /* warm-up, both */
     for (int k = 0; k < 2; k++) {
-        if (t->rank == 0) bt_model_set_inputs(m, &g, k);
+        bt_model_set_inputs_with(m, &g, k, bt_dist_set_input_fn, d); /* every rank: each sets what it reads */
         bt_dist_submit(d);
     }
     bt_dist_synchronize(d);
@@ -446,7 +446,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             t->iface.barrier(t);
             bt_dist_reset_stats(d);
             for (int k = 0; k < M; k++) {
-                if (t->rank == 0) bt_model_set_inputs(m, &g, k);
+                bt_model_set_inputs_with(m, &g, k, bt_dist_set_input_fn, d); /* every rank: each sets what it reads */
                 bt_dist_submit(d);
             }
             bt_dist_synchronize(d);

@@ -518,7 +518,10 @@ int bt_cli_demo(int argc, char **argv) {
     }
     bt_dist_reset_stats(d);
     for (int k = 0; k < M; k++) {
-        if (rank == 0) bt_model_set_inputs(model, &g, k);
+        if (bt_model_set_inputs_with(model, &g, k, bt_dist_set_input_fn, d) != BT_OK) { /* every rank sets what it reads */
+            fprintf(stderr, "baton demo: rank %d: %s\n", rank, bt_dist_error(d));
+            t->iface.abort(t, 1);
+        }
         bt_dist_submit(d); /* a failure mid-pipeline stops every rank with its message */
         const int ready = k - (o.copies - 1);
         if (ready >= 0 && outs &&

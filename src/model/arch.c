@@ -267,17 +267,87 @@ static bool in_range(const struct bt_arch_tensor *e, const struct bt_hparams *h,
     return il1 == h->n_layer; /* output_norm, output */
 }
 
-enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err) {
-    *out = NULL;
-    struct bt_gguf *g = NULL;
-    enum bt_status st = bt_gguf_open(path, &g, err, n_err);
+/* Every expected tensor of the file (names, shapes, types) into tt; the
+ * count in *nt. */
+static enum bt_status check_tensors(struct bt_gguf *g, const struct bt_arch *arch, const struct bt_hparams *h,
+                                    struct bt_arch_tensor *tt, int *nt_out, char *err, size_t n_err) {
+    const char *path = bt_gguf_path(g);
+    struct bt_llm_globals gl_dummy;
+    struct bt_llm_layer *ly_dummy = calloc((size_t)h->n_layer, sizeof *ly_dummy);
+    if (!ly_dummy) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    const int nt = bt_arch_tensors(arch, h, &gl_dummy, ly_dummy, tt);
+    free(ly_dummy);
+    BT_ASSERT(nt <= bt_arch_max_tensors(h));
+    *nt_out = nt;
+    for (int i = 0; i < nt; i++) {
+        const struct bt_arch_tensor *e = &tt[i];
+        char want[96], have[96];
+        shape_str(want, sizeof want, e->ne);
+        const int64_t ti = bt_gguf_find_tensor(g, e->name);
+        if (ti < 0) {
+            if (!e->required) continue;
+            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is missing (expected %s)", path,
+                                e->name, want);
+        }
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
+        shape_str(have, sizeof have, ft->ne);
+        if (ft->ne[0] != e->ne[0] || ft->ne[1] != e->ne[1] || ft->ne[2] != e->ne[2] || ft->ne[3] != e->ne[3])
+            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" has shape %s, expected %s", path,
+                                e->name, have, want);
+        enum bt_type ty;
+        if (bt_gguf_tensor_bt_type(g, ft, &ty) != BT_OK)
+            return bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s", bt_gguf_error(g));
+        if (e->vector && ty != BT_TYPE_F32)
+            return bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; baton needs f32 for it",
+                                path, e->name, bt_type_name(ty));
+    }
+    return BT_OK;
+}
+
+enum bt_status bt_llm_check_gguf(struct bt_gguf *g, const struct bt_arch **arch, struct bt_hparams *h, char *err,
+                                 size_t n_err) {
+    enum bt_status st = bt_arch_read_hparams(g, arch, h, err, n_err);
     if (st != BT_OK) return st;
+    struct bt_arch_tensor *tt = calloc((size_t)bt_arch_max_tensors(h), sizeof *tt);
+    if (!tt) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    int nt = 0;
+    st = check_tensors(g, *arch, h, tt, &nt, err, n_err);
+    free(tt);
+    return st;
+}
+
+uint64_t bt_llm_part_bytes(struct bt_gguf *g, const struct bt_hparams *h, int l) {
+    if (l >= 0 && l < h->n_layer) return bt_gguf_layer_bytes(g, l);
+    const char *names[3] = {"token_embd.weight", NULL, NULL};
+    if (l >= h->n_layer) {
+        names[0] = "output_norm.weight";
+        names[1] = "output.weight";
+        names[2] = h->tied_output ? "token_embd.weight" : NULL;
+    }
+    uint64_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        const int64_t ti = names[i] ? bt_gguf_find_tensor(g, names[i]) : -1;
+        if (ti >= 0) n += bt_gguf_tensor(g, ti)->size;
+    }
+    return n;
+}
+
+/* Can t's bytes in the mapping be used in place (host memory, its type's
+ * alignment)? */
+static bool usable_in_place(struct bt_gguf *g, const struct bt_gguf_tensor *ft, bt_buffer_type_t buft) {
+    const uintptr_t p = (uintptr_t)bt_gguf_tensor_data(g, ft);
+    return buft == bt_cpu_buffer_type() && p % 32 == 0 && ft->size > 0;
+}
+
+enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, struct bt_llm **out,
+                                char *err, size_t n_err) {
+    *out = NULL;
+    const char *path = bt_gguf_path(g);
+    if (!buft) buft = bt_cpu_buffer_type();
     struct bt_llm *m = calloc(1, sizeof *m);
     struct bt_arch_tensor *tt = NULL;
-    if (!m) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
-        goto done;
-    }
+    enum bt_status st;
+    if (!m) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
     st = bt_arch_read_hparams(g, &m->arch, &m->hp, err, n_err);
     if (st != BT_OK) goto done;
     const struct bt_hparams *h = &m->hp;
@@ -296,47 +366,14 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
         goto done;
     }
     /* every expected tensor of the file, checked before anything is allocated */
-    struct bt_llm_globals gl_dummy;
-    struct bt_llm_layer *ly_dummy = calloc((size_t)h->n_layer, sizeof *ly_dummy);
-    if (!ly_dummy) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    const int nt = bt_arch_tensors(m->arch, h, &gl_dummy, ly_dummy, tt);
-    free(ly_dummy);
-    BT_ASSERT(nt <= bt_arch_max_tensors(h));
+    int nt = 0;
+    st = check_tensors(g, m->arch, h, tt, &nt, err, n_err);
+    if (st != BT_OK) goto done;
     int n_mine = 0;
-    for (int i = 0; i < nt; i++) {
-        const struct bt_arch_tensor *e = &tt[i];
-        char want[96], have[96];
-        shape_str(want, sizeof want, e->ne);
-        const int64_t ti = bt_gguf_find_tensor(g, e->name);
-        if (ti < 0) {
-            if (!e->required) continue;
-            st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is missing (expected %s)", path, e->name,
-                              want);
-            goto done;
-        }
-        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
-        shape_str(have, sizeof have, ft->ne);
-        if (ft->ne[0] != e->ne[0] || ft->ne[1] != e->ne[1] || ft->ne[2] != e->ne[2] || ft->ne[3] != e->ne[3]) {
-            st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" has shape %s, expected %s", path,
-                              e->name, have, want);
-            goto done;
-        }
-        enum bt_type ty;
-        if (bt_gguf_tensor_bt_type(g, ft, &ty) != BT_OK) {
-            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s", bt_gguf_error(g));
-            goto done;
-        }
-        if (e->vector && ty != BT_TYPE_F32) {
-            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; baton needs f32 for it",
-                              path, e->name, bt_type_name(ty));
-            goto done;
-        }
-        if (in_range(e, h, il0, il1)) n_mine++;
-    }
-    /* the range's weights: metadata, one host buffer, bytes from the mapping */
+    for (int i = 0; i < nt; i++)
+        if (bt_gguf_find_tensor(g, tt[i].name) >= 0 && in_range(&tt[i], h, il0, il1)) n_mine++;
+    /* the range's weights: metadata; bytes used in place from the mapping
+     * where they can be, else copied into one buffer of buft */
     m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 4) * bt_tensor_overhead() + 1024, NULL, true});
     if (!m->wctx) {
         st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
@@ -344,6 +381,7 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
     }
     const int nt2 = bt_arch_tensors(m->arch, h, &m->gl, m->layers, tt);
     BT_ASSERT(nt2 == nt);
+    size_t copied = 0;
     for (int i = 0; i < nt; i++) {
         const struct bt_arch_tensor *e = &tt[i];
         const int64_t ti = bt_gguf_find_tensor(g, e->name);
@@ -353,24 +391,33 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
         BT_ASSERT(t);
         bt_set_name(t, e->name);
         bt_set_weight(t);
+        BT_ASSERT(ft->size == bt_nbytes(t));
+        if (usable_in_place(g, ft, buft)) {
+            /* host memory in the mapping: the tensor points at it (read only) */
+            t->data = (void *)bt_gguf_tensor_data(g, ft);
+            t->buffer = NULL;
+            m->mapped_bytes += ft->size;
+        } else {
+            copied += ft->size;
+        }
         *e->slot = t;
     }
-    m->wbuf = bt_alloc_ctx_tensors_from_buft(m->wctx, bt_cpu_buffer_type());
-    if (!m->wbuf) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: cannot allocate the weights of layers [%d, %d)", path, il0,
-                          il1);
-        goto done;
-    }
-    for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {
-        struct bt_tensor *t = bt_context_tensor(m->wctx, i);
-        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
-        BT_ASSERT(ft->size == bt_nbytes(t));
-        bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+    if (copied > 0) {
+        m->wbuf = bt_alloc_ctx_tensors_from_buft(m->wctx, buft);
+        if (!m->wbuf) {
+            st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the weights of layers [%d, %d)",
+                              path, copied, il0, il1);
+            goto done;
+        }
+        for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {
+            struct bt_tensor *t = bt_context_tensor(m->wctx, i);
+            const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
+            if (t->buffer) bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+        }
     }
     st = BT_OK;
 done:
     free(tt);
-    bt_gguf_close(g);
     if (st != BT_OK) {
         bt_llm_free(m);
         return st;
@@ -379,10 +426,25 @@ done:
     return BT_OK;
 }
 
+enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err) {
+    *out = NULL;
+    struct bt_gguf *g = NULL;
+    enum bt_status st = bt_gguf_open(path, &g, err, n_err);
+    if (st != BT_OK) return st;
+    st = bt_llm_load_gguf(g, il0, il1, NULL, out, err, n_err);
+    if (st != BT_OK) {
+        bt_gguf_close(g);
+        return st;
+    }
+    (*out)->own_gguf = g; /* the weights may point into its mapping */
+    return BT_OK;
+}
+
 void bt_llm_free(struct bt_llm *m) {
     if (!m) return;
     if (m->wbuf) bt_buffer_free(m->wbuf);
     if (m->wctx) bt_free(m->wctx);
+    bt_gguf_close(m->own_gguf);
     free(m->layers);
     free(m);
 }
@@ -397,4 +459,5 @@ const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il) {
     BT_ASSERT(il >= m->il0 && il < m->il1);
     return &m->layers[il];
 }
-size_t bt_llm_weight_bytes(const struct bt_llm *m) { return m->wbuf ? bt_buffer_get_size(m->wbuf) : 0; }
+size_t bt_llm_weight_bytes(const struct bt_llm *m) { return (m->wbuf ? bt_buffer_get_size(m->wbuf) : 0) + m->mapped_bytes; }
+size_t bt_llm_mapped_bytes(const struct bt_llm *m) { return m->mapped_bytes; }

@@ -86,13 +86,30 @@ struct bt_llm;
  * and *out, or an error with one message in err naming the file and the key
  * or tensor (with the expected shape). */
 enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err);
+/* The same from a file the caller opened (and keeps open while the model
+ * lives: CPU weights whose bytes in the mapping are aligned are used there in
+ * place, not copied); the weights that are copied go into a buffer of buft
+ * (NULL: host memory; a device's buffer type uploads them all). */
+enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, struct bt_llm **out,
+                                char *err, size_t n_err);
+/* Every check bt_llm_load makes (architecture, hyperparameters, every
+ * tensor's name, shape and type) without allocating any weight; the
+ * architecture and hyperparameters into *arch, *h. */
+enum bt_status bt_llm_check_gguf(struct bt_gguf *g, const struct bt_arch **arch, struct bt_hparams *h, char *err,
+                                 size_t n_err);
+/* Bytes of the file's weights of layer l: 0 .. n_layer-1 a layer's, -1 what
+ * the first range holds besides its layers (token_embd), n_layer what the last
+ * range holds (output_norm, output, or token_embd when tied). */
+uint64_t bt_llm_part_bytes(struct bt_gguf *g, const struct bt_hparams *h, int l);
 void bt_llm_free(struct bt_llm *m);
 const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m);
 const struct bt_arch *bt_llm_arch(const struct bt_llm *m);
 void bt_llm_range(const struct bt_llm *m, int *il0, int *il1);
 const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
-/* Bytes of the weights held. */
+/* Bytes of the weights held (copied or used in place), and of those used in
+ * place in the file's mapping. */
 size_t bt_llm_weight_bytes(const struct bt_llm *m);
+size_t bt_llm_mapped_bytes(const struct bt_llm *m);
 
 /* KV cache config for this model's range. */
 void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
@@ -117,6 +134,24 @@ struct bt_llm_graph {
 enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
                                   int64_t n_kv, int64_t n_out, struct bt_llm_graph *out);
 size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
+
+/* ---- one stage: a layer range's graphs (one per ubatch shape, reused while
+ * the shape repeats) over its cache on one backend.  bt_llm_ctx and the
+ * engine (src/run/engine.h) both run their ubatches through it. ---- */
+struct bt_llm_stage;
+enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
+                                struct bt_llm_stage **out, char *err, size_t n_err);
+void bt_llm_stage_free(struct bt_llm_stage *s);
+/* Graphs built so far, and the bytes of their compute buffers. */
+int bt_llm_stage_n_graphs(const struct bt_llm_stage *s);
+size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s);
+/* One ubatch of T <= n_ubatch tokens already placed in the cache (cells[]):
+ * the first range takes token ids, the others x [n_embd, T] (F32); the mask
+ * comes from the cache.  out gets x [n_embd, T], or on the last range the
+ * logits of the n_out rows out_ids[] ([n_vocab, n_out]; n_out 0: none). */
+enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t *token, const float *x,
+                                const int32_t *pos, const int32_t *seq, const int32_t *cells, int64_t n_out,
+                                const int32_t *out_ids, float *out, char *err, size_t n_err);
 
 /* ---- one process: the whole model, a KV cache, a CPU backend ---- */
 struct bt_llm_ctx_params {

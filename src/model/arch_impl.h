@@ -27,7 +27,9 @@ struct bt_llm {
     struct bt_llm_globals gl;
     struct bt_llm_layer *layers; /* n_layer entries; only [il0, il1) filled */
     bt_context *wctx;            /* no_alloc: weight metadata */
-    bt_buffer_t wbuf;
+    bt_buffer_t wbuf;            /* the weights copied (NULL when every one is used in place) */
+    size_t mapped_bytes;         /* weights used in place in the file's mapping */
+    struct bt_gguf *own_gguf;    /* bt_llm_load's file, closed with the model */
 };
 
 enum bt_status bt_arch_fail(char *err, size_t n, enum bt_status s, const char *fmt, ...)

@@ -200,7 +200,7 @@ void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum
     c->n_embd_v = m->hp.head_dim_v * m->hp.n_head_kv;
 }
 
-/* ---- one process ------------------------------------------------------------------------ */
+/* ---- one stage ---------------------------------------------------------------------------- */
 
 #define MAX_GRAPHS 8
 
@@ -211,26 +211,17 @@ struct graph_slot {
     uint64_t last_use;
 };
 
-struct bt_llm_ctx {
-    struct bt_llm *m;
-    struct bt_llm_ctx_params p;
+struct bt_llm_stage {
+    const struct bt_llm *m;
     struct bt_kv *kv;
     bt_backend_t backend;
+    int64_t n_ubatch;
     struct graph_slot slots[MAX_GRAPHS];
     int n_built;
     uint64_t clock;
-    /* per-ubatch scratch */
-    int32_t *cells, *out_ids;
-    float *mask;
+    int32_t *out_ids; /* [n_ubatch] */
+    float *mask;      /* [n_ctx, n_ubatch] */
 };
-
-void bt_llm_ctx_default_params(struct bt_llm_ctx_params *p) {
-    p->n_ctx = 512;
-    p->n_seq_max = 1;
-    p->n_ubatch = 64;
-    p->kv_type = BT_TYPE_F16;
-    p->n_threads = 0;
-}
 
 static void slot_free(struct graph_slot *s) {
     if (s->galloc) bt_gallocr_free(s->galloc);
@@ -238,55 +229,50 @@ static void slot_free(struct graph_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *p, struct bt_llm_ctx **out,
-                              char *err, size_t n_err) {
+enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
+                                struct bt_llm_stage **out, char *err, size_t n_err) {
     *out = NULL;
-    if (m->il0 != 0 || m->il1 != m->hp.n_layer)
-        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "a one-process context needs the whole model (layers [0, %d))",
-                            m->hp.n_layer);
-    if (p->n_ubatch <= 0 || p->n_ubatch > p->n_ctx)
+    const int64_t n_ctx = bt_kv_get_config(kv)->n_ctx;
+    if (n_ubatch <= 0 || n_ubatch > n_ctx)
         return bt_arch_fail(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
-                            (long long)p->n_ubatch, (long long)p->n_ctx);
-    struct bt_llm_ctx *c = calloc(1, sizeof *c);
-    if (!c) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
-    c->m = m;
-    c->p = *p;
-    struct bt_kv_config kc;
-    bt_llm_kv_config(m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
-    enum bt_status st = bt_kv_new(&kc, &c->kv, err, n_err);
-    if (st != BT_OK) {
-        free(c);
-        return st;
+                            (long long)n_ubatch, (long long)n_ctx);
+    struct bt_llm_stage *s = calloc(1, sizeof *s);
+    if (!s) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->kv = kv;
+    s->backend = backend;
+    s->n_ubatch = n_ubatch;
+    s->out_ids = malloc((size_t)n_ubatch * sizeof *s->out_ids);
+    s->mask = malloc((size_t)n_ubatch * (size_t)n_ctx * sizeof *s->mask);
+    if (!s->out_ids || !s->mask) {
+        bt_llm_stage_free(s);
+        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
+                            (long long)n_ubatch, (long long)n_ctx);
     }
-    c->backend = bt_backend_cpu_init(p->n_threads);
-    c->cells = malloc((size_t)p->n_ubatch * sizeof *c->cells);
-    c->out_ids = malloc((size_t)p->n_ubatch * sizeof *c->out_ids);
-    c->mask = malloc((size_t)p->n_ubatch * (size_t)p->n_ctx * sizeof *c->mask);
-    if (!c->backend || !c->cells || !c->out_ids || !c->mask) {
-        bt_llm_ctx_free(c);
-        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
-    }
-    *out = c;
+    *out = s;
     return BT_OK;
 }
 
-void bt_llm_ctx_free(struct bt_llm_ctx *c) {
-    if (!c) return;
-    for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&c->slots[i]);
-    if (c->backend) bt_backend_free(c->backend);
-    bt_kv_free(c->kv);
-    free(c->cells);
-    free(c->out_ids);
-    free(c->mask);
-    free(c);
+void bt_llm_stage_free(struct bt_llm_stage *s) {
+    if (!s) return;
+    for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&s->slots[i]);
+    free(s->out_ids);
+    free(s->mask);
+    free(s);
 }
 
-struct bt_kv *bt_llm_ctx_kv(struct bt_llm_ctx *c) { return c->kv; }
-int bt_llm_ctx_n_graphs(const struct bt_llm_ctx *c) { return c->n_built; }
+int bt_llm_stage_n_graphs(const struct bt_llm_stage *s) { return s->n_built; }
+
+size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s) {
+    size_t n = 0;
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (s->slots[i].galloc) n += bt_gallocr_get_buffer_size(s->slots[i].galloc, 0);
+    return n;
+}
 
 /* The graph of shape (T, n_kv, n_out): reused when built before, else built
  * and allocated in the least recently used slot. */
-static enum bt_status get_graph(struct bt_llm_ctx *c, int64_t T, int64_t n_kv, int64_t n_out,
+static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
                                 struct bt_llm_graph **out, char *err, size_t n_err) {
     struct graph_slot *lru = &c->slots[0];
     c->clock++;
@@ -321,6 +307,105 @@ static enum bt_status get_graph(struct bt_llm_ctx *c, int64_t T, int64_t n_kv, i
     return BT_OK;
 }
 
+enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t *token, const float *x,
+                                const int32_t *pos, const int32_t *seq, const int32_t *cells, int64_t n_out,
+                                const int32_t *out_ids, float *out, char *err, size_t n_err) {
+    const struct bt_llm *m = s->m;
+    const bool last = m->il1 == m->hp.n_layer;
+    BT_ASSERT(T >= 1 && T <= s->n_ubatch && n_out >= 0 && n_out <= T);
+    /* a graph makes at least one row */
+    const int64_t n_out_g = last ? (n_out > 0 ? n_out : 1) : 1;
+    if (last) {
+        for (int64_t i = 0; i < n_out; i++) s->out_ids[i] = out_ids[i];
+        if (n_out == 0) s->out_ids[0] = 0;
+    }
+    const int64_t n_kv = bt_kv_n_active(s->kv);
+    struct bt_llm_graph *g = NULL;
+    enum bt_status st = get_graph(s, T, n_kv, n_out_g, &g, err, n_err);
+    if (st != BT_OK) return st;
+    bt_kv_mask(s->kv, n_kv, T, seq, pos, s->mask);
+    if (g->tokens) bt_tensor_set(g->tokens, token, 0, (size_t)T * sizeof(int32_t));
+    else bt_tensor_set(g->inp_x, x, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
+    bt_tensor_set(g->pos, pos, 0, (size_t)T * sizeof(int32_t));
+    bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
+    bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
+    if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
+    st = bt_backend_graph_compute(s->backend, g->graph);
+    if (st != BT_OK) return bt_arch_fail(err, n_err, st, "compute: %s", bt_backend_error(s->backend));
+    if (!last) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
+    else if (n_out > 0 && out) bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
+    return BT_OK;
+}
+
+/* ---- one process ------------------------------------------------------------------------ */
+
+struct bt_llm_ctx {
+    struct bt_llm *m;
+    struct bt_llm_ctx_params p;
+    struct bt_kv *kv;
+    bt_backend_t backend;
+    struct bt_llm_stage *stage;
+    /* per-ubatch scratch */
+    int32_t *cells, *out_ids;
+};
+
+void bt_llm_ctx_default_params(struct bt_llm_ctx_params *p) {
+    p->n_ctx = 512;
+    p->n_seq_max = 1;
+    p->n_ubatch = 64;
+    p->kv_type = BT_TYPE_F16;
+    p->n_threads = 0;
+}
+
+enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *p, struct bt_llm_ctx **out,
+                              char *err, size_t n_err) {
+    *out = NULL;
+    if (m->il0 != 0 || m->il1 != m->hp.n_layer)
+        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "a one-process context needs the whole model (layers [0, %d))",
+                            m->hp.n_layer);
+    if (p->n_ubatch <= 0 || p->n_ubatch > p->n_ctx)
+        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
+                            (long long)p->n_ubatch, (long long)p->n_ctx);
+    struct bt_llm_ctx *c = calloc(1, sizeof *c);
+    if (!c) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->p = *p;
+    struct bt_kv_config kc;
+    bt_llm_kv_config(m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    enum bt_status st = bt_kv_new(&kc, &c->kv, err, n_err);
+    if (st != BT_OK) {
+        free(c);
+        return st;
+    }
+    c->backend = bt_backend_cpu_init(p->n_threads);
+    c->cells = malloc((size_t)p->n_ubatch * sizeof *c->cells);
+    c->out_ids = malloc((size_t)p->n_ubatch * sizeof *c->out_ids);
+    if (!c->backend || !c->cells || !c->out_ids) {
+        bt_llm_ctx_free(c);
+        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
+    }
+    st = bt_llm_stage_new(m, c->kv, c->backend, p->n_ubatch, &c->stage, err, n_err);
+    if (st != BT_OK) {
+        bt_llm_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return BT_OK;
+}
+
+void bt_llm_ctx_free(struct bt_llm_ctx *c) {
+    if (!c) return;
+    bt_llm_stage_free(c->stage);
+    if (c->backend) bt_backend_free(c->backend);
+    bt_kv_free(c->kv);
+    free(c->cells);
+    free(c->out_ids);
+    free(c);
+}
+
+struct bt_kv *bt_llm_ctx_kv(struct bt_llm_ctx *c) { return c->kv; }
+int bt_llm_ctx_n_graphs(const struct bt_llm_ctx *c) { return bt_llm_stage_n_graphs(c->stage); }
+
 enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b, float *logits_out, char *err,
                              size_t n_err) {
     const struct bt_hparams *h = &c->m->hp;
@@ -337,26 +422,10 @@ enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b,
         int64_t n_out = 0;
         for (int64_t i = 0; i < T; i++)
             if (b->logits && b->logits[i0 + i]) c->out_ids[n_out++] = (int32_t)i;
-        const int64_t n_out_g = n_out > 0 ? n_out : 1; /* a graph makes at least one row */
-        if (n_out == 0) c->out_ids[0] = 0;
-        const int64_t n_kv = bt_kv_n_active(c->kv);
-        struct bt_llm_graph *g = NULL;
-        st = get_graph(c, T, n_kv, n_out_g, &g, err, n_err);
+        st = bt_llm_stage_run(c->stage, T, b->token + i0, NULL, b->pos + i0, b->seq + i0, c->cells, n_out,
+                              c->out_ids, logits_out ? logits_out + n_written * h->n_vocab : NULL, err, n_err);
         if (st != BT_OK) return st;
-        bt_kv_mask(c->kv, n_kv, T, b->seq + i0, b->pos + i0, c->mask);
-        bt_tensor_set(g->tokens, b->token + i0, 0, (size_t)T * sizeof(int32_t));
-        bt_tensor_set(g->pos, b->pos + i0, 0, (size_t)T * sizeof(int32_t));
-        bt_tensor_set(g->cells, c->cells, 0, (size_t)T * sizeof(int32_t));
-        bt_tensor_set(g->mask, c->mask, 0, (size_t)(n_kv * T) * sizeof(float));
-        bt_tensor_set(g->out_ids, c->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
-        st = bt_backend_graph_compute(c->backend, g->graph);
-        if (st != BT_OK)
-            return bt_arch_fail(err, n_err, st, "compute: %s", bt_backend_error(c->backend));
-        if (n_out > 0 && logits_out) {
-            bt_tensor_get(g->out, logits_out + n_written * h->n_vocab, 0,
-                          (size_t)(n_out * h->n_vocab) * sizeof(float));
-            n_written += n_out;
-        }
+        if (logits_out) n_written += n_out;
     }
     return BT_OK;
 }

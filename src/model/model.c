@@ -620,27 +620,39 @@ int32_t bt_model_input_token(const struct bt_model_config *c, int k, int i) {
     return (int32_t)(stream_at(key, idx) % (uint64_t)c->n_vocab);
 }
 
-void bt_model_set_inputs(const struct bt_model *m, const struct bt_model_graph *g, int k) {
+/* into a tensor that has memory (bt_model_set_inputs) */
+static enum bt_status set_direct(void *user, struct bt_tensor *t, const void *data, size_t size) {
+    (void)user;
+    if (t->data) bt_tensor_set(t, data, 0, size);
+    return BT_OK;
+}
+
+enum bt_status bt_model_set_inputs_with(const struct bt_model *m, const struct bt_model_graph *g, int k,
+                                        bt_model_input_fn set, void *user) {
     const int T = m->cfg.n_tokens;
-    int32_t *buf = malloc((size_t)T * sizeof *buf);
+    int32_t *tok = malloc((size_t)T * sizeof *tok), *pos = malloc((size_t)T * sizeof *pos);
     float *mask = malloc((size_t)T * (size_t)T * sizeof *mask);
-    BT_ASSERT(buf != NULL && mask != NULL);
-    if (g->tokens && g->tokens->data) {
-        for (int i = 0; i < T; i++) buf[i] = bt_model_input_token(&m->cfg, k, i);
-        bt_tensor_set(g->tokens, buf, 0, (size_t)T * sizeof *buf);
-    }
-    if (g->pos && g->pos->data) {
-        for (int i = 0; i < T; i++) buf[i] = i;
-        bt_tensor_set(g->pos, buf, 0, (size_t)T * sizeof *buf);
-    }
-    if (g->mask && g->mask->data) {
+    enum bt_status st = tok && pos && mask ? BT_OK : BT_ERR_NOMEM;
+    if (st == BT_OK) {
+        for (int i = 0; i < T; i++) {
+            tok[i] = bt_model_input_token(&m->cfg, k, i);
+            pos[i] = i;
+        }
         /* mask[i_k, i_q]: key i_k is visible to query i_q when i_k <= i_q */
         for (int iq = 0; iq < T; iq++)
             for (int ik = 0; ik < T; ik++) mask[(size_t)iq * T + ik] = ik <= iq ? 0.0f : -INFINITY;
-        bt_tensor_set(g->mask, mask, 0, (size_t)T * (size_t)T * sizeof *mask);
     }
-    free(buf);
+    if (st == BT_OK && g->tokens) st = set(user, g->tokens, tok, (size_t)T * sizeof *tok);
+    if (st == BT_OK && g->pos) st = set(user, g->pos, pos, (size_t)T * sizeof *pos);
+    if (st == BT_OK && g->mask) st = set(user, g->mask, mask, (size_t)T * (size_t)T * sizeof *mask);
+    free(tok);
+    free(pos);
     free(mask);
+    return st;
+}
+
+void bt_model_set_inputs(const struct bt_model *m, const struct bt_model_graph *g, int k) {
+    BT_ASSERT(bt_model_set_inputs_with(m, g, k, set_direct, NULL) == BT_OK);
 }
 
 /* ---- cost figures ------------------------------------------------------------- */

@@ -196,8 +196,14 @@ int bt_model_graph_size(const struct bt_model_config *c);
 size_t bt_model_graph_ctx_size(const struct bt_model_config *c);
 
 /* Inputs of micro-batch k: tokens from (seed, k), positions 0..n-1, causal
- * mask; written with bt_tensor_set (the inputs must have data). */
+ * mask; written with bt_tensor_set into the inputs that have data. */
 void bt_model_set_inputs(const struct bt_model *m, const struct bt_model_graph *g, int k);
+/* The same inputs through set(user, input, data, bytes) for each of them:
+ * a distributed run passes bt_dist_set_input_fn and its bt_dist on every
+ * rank (each rank sets the inputs it reads).  The first failing status. */
+typedef enum bt_status (*bt_model_input_fn)(void *user, struct bt_tensor *input, const void *data, size_t size);
+enum bt_status bt_model_set_inputs_with(const struct bt_model *m, const struct bt_model_graph *g, int k,
+                                        bt_model_input_fn set, void *user);
 /* Token i of micro-batch k (what bt_model_set_inputs writes). */
 int32_t bt_model_input_token(const struct bt_model_config *c, int k, int i);
 

@@ -30,20 +30,30 @@ static enum bt_status rfail(struct bt_rank *r, enum bt_status st, int exit_code,
     return st;
 }
 
+enum bt_status bt_rank_agree(bt_transport *t, enum bt_status st, int *exit_code, char *msg, size_t n_msg) {
+    int64_t v = st != BT_OK ? (int64_t)(t->size - t->rank) : 0;
+    if (t->iface.allreduce_max(t, &v, 1) != BT_OK) {
+        snprintf(msg, n_msg, "%s", t->error);
+        return BT_ERR_COMM;
+    }
+    if (v == 0) return BT_OK;
+    const int root = t->size - (int)v;
+    int32_t code[2] = {(int32_t)st, exit_code ? *exit_code : 1};
+    if (t->iface.bcast(t, code, sizeof code, root) != BT_OK || t->iface.bcast(t, msg, n_msg, root) != BT_OK) {
+        snprintf(msg, n_msg, "%s", t->error);
+        return BT_ERR_COMM;
+    }
+    msg[n_msg - 1] = '\0';
+    if (exit_code) *exit_code = code[1];
+    return (enum bt_status)code[0];
+}
+
 /* Every rank learns whether any failed; all return the lowest failing rank's
  * status, exit code and message. */
 static enum bt_status agree(struct bt_rank *r, enum bt_status st) {
-    bt_transport *t = r->t;
-    int64_t v = st != BT_OK ? (int64_t)(t->size - t->rank) : 0;
-    if (t->iface.allreduce_max(t, &v, 1) != BT_OK) return rfail(r, BT_ERR_COMM, 1, "%s", t->error);
-    if (v == 0) return BT_OK;
-    const int root = t->size - (int)v;
-    int32_t code[2] = {(int32_t)st, r->exit_code};
-    if (t->iface.bcast(t, code, sizeof code, root) != BT_OK || t->iface.bcast(t, r->error, sizeof r->error, root) != BT_OK)
-        return rfail(r, BT_ERR_COMM, 1, "%s", t->error);
-    r->error[sizeof r->error - 1] = '\0';
-    r->exit_code = code[1];
-    return (enum bt_status)code[0];
+    const enum bt_status s = bt_rank_agree(r->t, st, &r->exit_code, r->error, sizeof r->error);
+    if (s == BT_ERR_COMM && st != BT_ERR_COMM) r->exit_code = 1;
+    return s;
 }
 
 /* ---- what a topology says ------------------------------------------------------ */

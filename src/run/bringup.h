@@ -71,6 +71,12 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c);
 /* Device transport, backend, topology, then MPI_Finalize. */
 void bt_rank_free(struct bt_rank *r);
 
+/* Collective over t: every rank learns whether any failed (st != BT_OK) and
+ * returns the lowest failing rank's status, with its message in msg (n_msg
+ * bytes, the same size on every rank) and its exit code in *exit_code (may be
+ * NULL); BT_ERR_COMM with the transport's message when that fails. */
+enum bt_status bt_rank_agree(bt_transport *t, enum bt_status st, int *exit_code, char *msg, size_t n_msg);
+
 /* A topology's pipeline as planning options: layer counts per rank (NULL for
  * `partition: auto`), pins, micro-batches in flight (at most the scheduler's
  * ring), and the edges between two CUDA ranks that ask for nccl as a ranks x

@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     float *all = calloc((size_t)M * n_logits, sizeof(float));
     int status = 0;
     for (int k = 0; k < M && status == 0; k++) {
-        if (T->rank == 0) bt_model_set_inputs(m, &g, k);
+        if (bt_model_set_inputs_with(m, &g, k, bt_dist_set_input_fn, d) != BT_OK) status = 1;
         if (bt_dist_submit(d) != BT_OK) status = 1;
         const int ready = k - (opt.n_copies - 1);
         if (status == 0 && ready >= 0 && T->rank == 0 &&
