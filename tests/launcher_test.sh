@@ -13,6 +13,7 @@ baton=${1:?usage: launcher_test.sh PATH/TO/baton}
 baton=$(cd "$(dirname "$baton")" && pwd)/$(basename "$baton")
 run=$root/launch/baton-run
 export BATON_BIN=$baton
+unset BATON_WATCHDOG_S # baton-run would pass it on: the commands below are exact
 work=$(mktemp -d "${TMPDIR:-/tmp}/baton-launcher-test.XXXXXX")
 export TMPDIR=$work/tmp # baton-run's own temporary folders land here
 mkdir -p "$TMPDIR"

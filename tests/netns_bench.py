@@ -95,9 +95,12 @@ def interp(rows, b):
 
 
 def model_arg(model, name, default):
-    if name in model:
-        return int(model[model.index(name) + 1])
-    return default
+    """the last value given for an option"""
+    v = default
+    for i, x in enumerate(model[:-1]):
+        if x == name:
+            v = int(model[i + 1])
+    return v
 
 
 def main():
@@ -109,8 +112,9 @@ def main():
     a = ap.parse_args()
     baton = os.path.abspath(a.baton)
     os.environ["BATON_BIN"] = baton
-    model = a.model.split()
-    # the bench pipeline's model: its defaults, then --model
+    # the bench pipeline's model, stated for both the run and the projection
+    model = ["--ffn", "mlp", "--layers", "8", "--d-model", "1024", "--heads", "16", "--d-ff", "2048",
+             "--vocab", "256", "--tokens", "128", "--type", "f32"] + a.model.split()
     act_bytes = model_arg(model, "--tokens", 128) * model_arg(model, "--d-model", 1024) * 4
     work = tempfile.mkdtemp(prefix="baton-netns-bench.")
     hosts = os.path.join(work, "hosts")
@@ -123,7 +127,13 @@ def main():
         for cls in a.classes.split(","):
             if cls not in CLASSES:
                 sys.exit("netns_bench: unknown class %s (%s)" % (cls, ", ".join(CLASSES)))
-            sh([NETNS, "shape", hosts, cls])
+            r = subprocess.run([NETNS, "shape", hosts, cls], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit("netns_bench: shape %s: %s" % (cls, r.stderr))
+            # without netem the class's latency is not there: predict without it
+            no_delay = "no netem" in r.stderr
+            if no_delay:
+                print(r.stderr.strip())
             tr = transport(hosts)
             if cls == "none":
                 bare = tr
@@ -131,14 +141,16 @@ def main():
             print("%-5s transport one-way us: %s" % (cls, "  ".join("%d B: %.1f" % kv for kv in sorted(tr.items()))))
             print("%-5s pipeline: %s" % (cls, line.strip()))
             sys.stdout.flush()
-            results.append((cls, tr, tps, per))
+            results.append((cls, tr, tps, per, no_delay))
         # predictions
         print("\nactivation %d bytes a micro-batch; M = %d; model: bench pipeline defaults %s" % (act_bytes, a.m, a.model))
         print("| link | transfer measured | link alone | link + bare path | miss | compute a stage, measured (r0 / r1) | "
               "predicted (r0 / r1) | miss | tokens/s measured | predicted | miss |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for cls, tr, tps, per in results:
+        for cls, tr, tps, per, no_delay in results:
             link = CLASSES[cls] or (1e3, 0.0)
+            if no_delay:
+                link = (link[0], 0.0)
             alone = link[1] + act_bytes / (link[0] * 1e3)  # us
             with_bare = alone + (interp(bare, act_bytes) if bare else 0)
             meas_tr = interp(tr, act_bytes)

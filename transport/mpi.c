@@ -123,6 +123,11 @@ static void wd_poll(struct watchdog *w, bool beat) {
 
 static void *wd_main(void *arg) {
     struct watchdog *w = arg;
+    /* signals go to the main thread, as without the watchdog (a handler that
+     * says why the rank stops, mpirun's SIGTERM) */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     double next_beat = 0;
     while (!atomic_load(&w->stop)) {
         const double now = mono_s();
