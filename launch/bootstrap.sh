@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bootstrap.sh - set up a fresh Debian machine for baton, build it, and run it.
 #
-#   bash launch/bootstrap.sh run    install packages, build, run the main job
-#                                   (baton demo on two local ranks)
+#   bash launch/bootstrap.sh run [MODEL.gguf]
+#                                   install packages, build, run the main job
+#                                   (launch/main-job.sh: baton generate on two
+#                                   local ranks, checked against one rank; without
+#                                   MODEL on a random-weight MoE model it writes)
 #   bash launch/bootstrap.sh test   install packages, build, run every test (ctest)
 #
 # Runs as root (or with sudo available).  Installs Debian packages, and for
@@ -10,14 +13,16 @@
 set -euo pipefail
 
 mode=${1:-run}
+model=${2:-}
 case "$mode" in
 run | test) ;;
 *)
-    echo "usage: bash launch/bootstrap.sh run|test" >&2
+    echo "usage: bash launch/bootstrap.sh run [MODEL.gguf] | test" >&2
     exit 2
     ;;
 esac
 
+case "$model" in /* | "") ;; *) model=$PWD/$model ;; esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
@@ -60,8 +65,10 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)"
 
 if [ "$mode" = run ]; then
-    # the main job: the built-in MoE demo as a two-rank pipeline on this machine
-    BATON_BIN="$build_abs/baton" exec "$root/launch/baton-run" -t "$root/configs/local-cpu-2.yaml" -- baton demo
+    # the main job: text from a GGUF model (without one, a random-weight MoE
+    # model it writes) as a two-rank pipeline, checked against one rank
+    # (the synthetic-graph demo stays: launch/baton-run -t configs/local-cpu-2.yaml -- baton demo)
+    BATON_BUILD_DIR="$build_abs" BATON_BIN="$build_abs/baton" exec bash "$root/launch/main-job.sh" ${model:+"$model"}
 else
     cd "$build"
     ctest --output-on-failure

@@ -17,6 +17,16 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
+
+       model_ref.py ARCH TYPE DIR vocab VOCAB.gguf
+Writes DIR/model.gguf with the vocabulary (every tokenizer.* key) of
+VOCAB.gguf, n_vocab its token count; no ref.bin.
+
+       model_ref.py ARCH TYPE DIR greedy IDS N
+Greedy decoding of DIR/model.gguf from the prompt IDS (comma-separated token
+ids): prints one JSON object {"tokens": [N ids], "margin": [the gap between
+the largest and the second largest logit at each step, over the largest
+absolute logit]}.  Each step recomputes the whole sequence (no cache).
 """
 import os
 import sys
@@ -40,10 +50,27 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
 }
 
 
-def write(name, wtype, path, brk):
+def copy_vocab(w, vocab):
+    """every tokenizer.* key of the GGUF file vocab into w; the token count"""
+    r = gguf.GGUFReader(vocab)
+    n = 0
+    for k, f in r.fields.items():
+        if not k.startswith("tokenizer."):
+            continue
+        sub = f.types[1] if len(f.types) > 1 else None
+        w.add_key_value(k, f.contents(), f.types[0], sub)
+        if k == "tokenizer.ggml.tokens":
+            n = len(f.contents())
+    return n
+
+
+def write(name, wtype, path, brk, vocab=None):
+    global N_VOCAB
     arch, rope, moe, _, shared, qkn, bias, hd = SPEC[name]
     rng = np.random.default_rng(sum(map(ord, name)) * 7919)
     w = gguf.GGUFWriter(path, "gpt9" if brk == "arch" else arch)
+    if vocab:
+        N_VOCAB = copy_vocab(w, vocab)
     w.add_uint32(f"{arch}.block_count", N_LAYER)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
@@ -213,12 +240,35 @@ def forward(name, t, tokens):
     return x @ out.T  # [T, V]
 
 
+def greedy(name, path, ids, n):
+    """n tokens by argmax from the prompt ids, the whole sequence recomputed
+    at each step; the top-2 gap of each step relative to the largest |logit|"""
+    t = load(path)
+    seq, out, margin = list(ids), [], []
+    for _ in range(n):
+        row = forward(name, t, np.array(seq))[-1]
+        top = np.argsort(-row, kind="stable")[:2]
+        out.append(int(top[0]))
+        margin.append(float((row[top[0]] - row[top[1]]) / np.abs(row).max()))
+        seq.append(int(top[0]))
+    return out, margin
+
+
 def main():
+    global N_VOCAB
     name, wtype, d = sys.argv[1], sys.argv[2], sys.argv[3]
     brk = sys.argv[4] if len(sys.argv) > 4 else "none"
     if name not in SPEC or wtype not in ("f32", "q8_0"):
         sys.exit(f"model_ref.py: unknown architecture or type: {name} {wtype}")
     path = os.path.join(d, "model.gguf")
+    if brk == "vocab":
+        write(name, wtype, path, "none", sys.argv[5])
+        return
+    if brk == "greedy":
+        import json
+        out, margin = greedy(name, path, [int(x) for x in sys.argv[5].split(",")], int(sys.argv[6]))
+        print(json.dumps({"tokens": out, "margin": margin}))
+        return
     write(name, wtype, path, brk)
     if brk != "none":
         return

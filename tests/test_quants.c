@@ -271,6 +271,66 @@ START_TEST(test_tiles_equal_vec_dot) {
 }
 END_TEST
 
+/* The packed GEMM of qtypes.h's entries (the K-quants) gives, element by
+ * element, the bits of vec_dot: every column count up to 19 (each tile width
+ * and remainder), panels of 16 rows and of fewer (the last row repeated). */
+START_TEST(test_gemm_equal_vec_dot) {
+    static const enum bt_type types[] = {BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    enum { K = 768, R = 16, C = 19 };
+    static float x[K], d[C][R];
+    static uint8_t w[R][K / 256 * 210], act[C][K / 256 * 292];
+    static _Alignas(64) uint8_t panel[K / 256 * 8192];
+    tu_rng r;
+    tu_rng_init(&r, 77);
+    int with_gemm = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(types[t]);
+        ck_assert_ptr_nonnull(qt);
+        if (!qt->gemm) continue; /* a build without AVX-512 VNNI */
+        with_gemm++;
+        ck_assert_uint_le(qt->panel_size(K), sizeof panel);
+        ck_assert_int_ge(qt->gemm_min_cols, 1);
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 97) / 20.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
+            bt_row_from_f32(types[t], x, w[i], K);
+        }
+        for (int c = 0; c < C; c++) {
+            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 20.0f : 1.0f);
+            qt->quantize_act(x, act[c], K);
+        }
+        for (int nrows = 16; nrows >= 5; nrows -= 11) {
+            const void *rows[BT_CPU_PANEL_ROWS], *cols[C];
+            for (int i = 0; i < BT_CPU_PANEL_ROWS; i++) rows[i] = w[i < nrows ? i : nrows - 1];
+            qt->pack(K, rows, panel);
+            for (int64_t ncols = 1; ncols <= C; ncols++) {
+                float *dcols[C];
+                for (int c = 0; c < ncols; c++) {
+                    cols[c] = act[(c * 7 + ncols) % C];
+                    dcols[c] = d[c];
+                    for (int i = 0; i < R; i++) d[c][i] = -12345.0f;
+                }
+                qt->gemm(K, panel, cols, ncols, dcols, 0, nrows);
+                for (int c = 0; c < ncols; c++)
+                    for (int i = 0; i < R; i++) {
+                        if (i >= nrows) {
+                            ck_assert_msg(d[c][i] == -12345.0f, "%s: gemm wrote row %d of %d", bt_type_name(types[t]), i, nrows);
+                            continue;
+                        }
+                        float one;
+                        qt->vec_dot(K, &one, rows[i], cols[c]);
+                        ck_assert_msg(memcmp(&one, &d[c][i], sizeof one) == 0,
+                                      "%s gemm %d rows x %ld columns, element (%d,%d): %.9g, vec_dot %.9g",
+                                      bt_type_name(types[t]), nrows, (long)ncols, i, c, d[c][i], one);
+                    }
+            }
+        }
+    }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    ck_assert_int_eq(with_gemm, 5);
+#endif
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("quants");
     TCase *tc = tcase_create("core");
@@ -283,6 +343,7 @@ int main(void) {
     tcase_add_test(tc, test_k_shape_errors);
     tcase_add_test(tc, test_vec_dots);
     tcase_add_test(tc, test_tiles_equal_vec_dot);
+    tcase_add_test(tc, test_gemm_equal_vec_dot);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -56,6 +56,39 @@ void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_flash_attn_supported(const struct bt_tensor *node);
 size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth);
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* Transpose 16 x 16 32-bit values in registers (r[i] lane j <-> r[j] lane
+ * i); only bit moves, so it serves integer data cast to __m512 too. */
+static inline void bt_cpu_transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + j], 128-bit lane L: column 4L + j of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        t[0 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(2, 0, 2, 0));
+        t[8 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(3, 1, 3, 1));
+        t[4 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+#endif
+
 /* Work buffer bytes for node with nth threads (dispatches to the above). */
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth);
 

@@ -35,7 +35,9 @@
  *    work, then a barrier) to the entry's activation format, on every path
  *    and batch size; each element is the entry's vec_dot or a tile that
  *    gives the same bits (exact integer block dots, float accumulation in a
- *    fixed block order).
+ *    fixed block order); entries with a packed GEMM (the K-quants) pack 16
+ *    weight rows at a time into the thread's slice for jobs with many
+ *    columns, with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
  */
 #include "cpu_impl.h"
@@ -764,6 +766,10 @@ const struct bt_cpu_qtype bt_cpu_qtype_q8_0 = {
     /* .quantize_act = */ qact_Q8_0,
     /* .vec_dot      = */ qdot_Q8_0,
     /* .tiles        = */ Q8_0_TILES,
+    /* .gemm_min_cols = */ 0,
+    /* .panel_size   = */ NULL,
+    /* .pack         = */ NULL,
+    /* .gemm         = */ NULL,
 };
 
 const struct bt_cpu_qtype bt_cpu_qtype_q4_0 = {
@@ -772,6 +778,10 @@ const struct bt_cpu_qtype bt_cpu_qtype_q4_0 = {
     /* .quantize_act = */ qact_Q4_0,
     /* .vec_dot      = */ qdot_Q4_0,
     /* .tiles        = */ Q4_0_TILES,
+    /* .gemm_min_cols = */ 0,
+    /* .panel_size   = */ NULL,
+    /* .pack         = */ NULL,
+    /* .gemm         = */ NULL,
 };
 
 
@@ -878,6 +888,9 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     int64_t tmp = (int64_t)MR * BT_MM_KC;
     if (k > tmp) tmp = k;
     if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
+    /* or a packed panel of quantised weights */
+    if (qt && qt->gemm && (int64_t)((qt->panel_size(k) + sizeof(float) - 1) / sizeof(float)) > tmp)
+        tmp = (int64_t)((qt->panel_size(k) + sizeof(float) - 1) / sizeof(float));
     size_t off = 0;
     s.ap = off;
     off += qt ? 0 : ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
@@ -963,9 +976,20 @@ static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, cha
 /* Quantised weights over rows [r0, r1) of one job: tiles of the entry, else
  * its vec_dot (qtypes.h: every element the same bits either way). */
 static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const void *const *acts,
-                  float *const *dcols, int64_t r0, int64_t r1) {
+                  float *const *dcols, int64_t r0, int64_t r1, void *panel) {
     const struct bt_cpu_qtype *qt = pl->qt;
     const int64_t k = pl->k;
+    if (qt->gemm && ncols >= qt->gemm_min_cols) {
+        /* the entry's packed GEMM: a panel of rows packed once, every column against it */
+        for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
+            const int nr = (int)(r1 - r < BT_CPU_PANEL_ROWS ? r1 - r : BT_CPU_PANEL_ROWS);
+            const void *rows[BT_CPU_PANEL_ROWS];
+            for (int i = 0; i < BT_CPU_PANEL_ROWS; i++) rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * pl->a_nb1;
+            qt->pack(k, rows, panel);
+            qt->gemm(k, panel, acts, ncols, dcols, r, nr);
+        }
+        return;
+    }
     for (int64_t jc = 0; jc < ncols; jc += BT_MM_QNC) {
         const int64_t jc1 = jc + BT_MM_QNC < ncols ? jc + BT_MM_QNC : ncols;
         for (int64_t rb = r0; rb < r1; rb += DOT_RB) {
@@ -1009,34 +1033,6 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
  * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld).
  * The AVX-512 version transposes 16 x 16 tiles in registers. */
 #if defined(__AVX512F__)
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4g + j], 128-bit lane L: column 4L + j of rows 4g .. 4g+3 */
-    for (int g = 0; g < 4; g++) {
-        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
-        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
-        r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int j = 0; j < 4; j++) {
-        const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
-        t[0 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(2, 0, 2, 0));
-        t[8 + j] = _mm512_shuffle_f32x4(s0, s2, _MM_SHUFFLE(3, 1, 3, 1));
-        t[4 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(2, 0, 2, 0));
-        t[12 + j] = _mm512_shuffle_f32x4(s1, s3, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
 static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
     const __mmask16 wmask = (__mmask16)(ld >= 16 ? 0xffff : (1u << ld) - 1u);
     for (int64_t kk = 0; kk < kc; kk += 16) {
@@ -1045,7 +1041,7 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
         __m512 r[16];
         for (int i = 0; i < 16; i++)
             r[i] = src[i] ? _mm512_maskz_loadu_ps(lmask, src[i] + kk) : _mm512_setzero_ps();
-        transpose16(r);
+        bt_cpu_transpose16(r);
         for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (kk + i) * ld, wmask, r[i]);
     }
 }
@@ -1173,7 +1169,7 @@ static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, 
                 for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
         }
         for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)0xffff);
-        transpose16(r);
+        bt_cpu_transpose16(r);
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++)
             for (int j = 0; j < RN; j++)
@@ -1183,7 +1179,7 @@ static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, 
         const int n = (int)(k - kk);
         __m512 r[16];
         for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)((1u << n) - 1u));
-        transpose16(r);
+        bt_cpu_transpose16(r);
         for (int t = 0; t < n; t++)
             for (int j = 0; j < RN; j++)
                 acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
@@ -1411,7 +1407,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, 
         else if (next && off - row_bytes < row_bytes)
             for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
         for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps((const float *)(rows[i] + q * 4));
-        transpose16(r);
+        bt_cpu_transpose16(r);
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++)
             for (int j = 0; j < RN; j++)
@@ -1431,7 +1427,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_tile(const int RN, 
             }
             r[i] = _mm512_castsi512_ps(v);
         }
-        transpose16(r);
+        bt_cpu_transpose16(r);
         for (int t = 0; t < n; t++)
             for (int j = 0; j < RN; j++)
                 acc[j] = dpbf16(acc[j], r[t], _mm512_castsi512_ps(_mm512_set1_epi32((int)pcols[j][q + t])));
@@ -1488,7 +1484,7 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
     job_cols(pl, jb, bcols, dcols);
     const char *a = job_a(pl, jb);
     if (pl->qt) {
-        run_q(pl, a, ncols, bcols, dcols, r0, r1);
+        run_q(pl, a, ncols, bcols, dcols, r0, r1, slice + sl->tmp);
         return;
     }
 #if HAVE_BF16_DOT

@@ -61,6 +61,17 @@ struct bt_cpu_qtile {
     bt_cpu_tile_fn fn;
 };
 
+/* Optional packed GEMM for products with many columns (prompt): matmul.c
+ * packs BT_CPU_PANEL_ROWS weight rows (the last repeated where fewer are
+ * left) into panel_size(k) bytes of the thread's work buffer (64-byte
+ * aligned) once, then calls gemm for all the job's columns; gemm writes
+ * dcols[j][row0 + i] for i < nrows, j < ncols, each element the bits of
+ * vec_dot on that row and column. */
+#define BT_CPU_PANEL_ROWS 16
+typedef void (*bt_cpu_qpack_fn)(int64_t k, const void *const *w_rows, void *panel);
+typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const *acts, int64_t ncols,
+                                float *const *dcols, int64_t row0, int nrows);
+
 struct bt_cpu_qtype {
     const char *act_name;                 /* the activation format, for messages */
     size_t (*act_size)(int64_t k);        /* bytes of one quantised column */
@@ -70,6 +81,12 @@ struct bt_cpu_qtype {
      * columns, the tile with the most columns not above the columns left
      * (among those, the most rows), else vec_dot */
     struct bt_cpu_qtile tiles[BT_CPU_QTILES];
+    /* optional packed GEMM (all NULL / 0 when the type has none): jobs with
+     * at least gemm_min_cols columns take it */
+    int gemm_min_cols;
+    size_t (*panel_size)(int64_t k);
+    bt_cpu_qpack_fn pack;
+    bt_cpu_qgemm_fn gemm;
 };
 
 /* The entry for a weight type, NULL for the float types (F32, F16, BF16,

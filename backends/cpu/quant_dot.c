@@ -1,24 +1,26 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
  * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
- * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), and their
- * entries in matmul.c's table (qtypes.h).
+ * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
+ * entries in matmul.c's table (qtypes.h), and the K-quants' packed GEMM.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
  * only the float accumulation has an order, and it is fixed per type:
- *   - Q2_K, Q3_K: one accumulator, one float step per block;
- *   - Q4_1, Q5_0, Q5_1: 8 float lanes, Q4_K, Q5_K, Q6_K: 16 float lanes, each
- *     lane taking the integers of the same 4-element groups in every block
- *     (the groups vpdpbusd / vpdpwssd gather), then a fixed tree of sums.
+ *   - Q2_K .. Q6_K: one float accumulator, one or two fused steps per block
+ *     on the block's two integers (kq_step, described above dot_kq_ref);
+ *   - Q4_1, Q5_0, Q5_1: 8 float lanes, each lane taking the integers of the
+ *     same 4-element groups in every block (the groups vpdpbusd gathers),
+ *     then a fixed tree of sums.
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions
  * and the tiles compute the same integers and the same float operations, so
  * every path gives the same bits (tests/test_quants.c checks vec_dot against
- * the plain version and every tile against vec_dot).  The file is built with
+ * the plain version and every tile and the GEMM against vec_dot).  The file is built with
  * -ffp-contract=off so that no other fusing happens.
  */
 #include "quant_dot.h"
 
 #include "qtypes.h"
+#include "cpu_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -128,70 +130,6 @@ static inline int q2_get(const uint8_t *qs, int j) {
     return (qs[32 * (j / 128) + j % 32] >> (2 * ((j % 128) / 32))) & 3;
 }
 
-/* Q4_K, Q5_K and Q6_K keep 16 float lanes per dot instead of one
- * accumulator (so that the AVX-512 kernels and their tiles need no
- * horizontal sum per block).  Lane l takes, per block, an exact integer: for
- * each 64-element chunk g of the block, elements 64g + 4l .. 64g + 4l + 3 (the
- * bytes vpdpwssd gathers into lane l), each times its sub-block's scale; for
- * Q4_K / Q5_K lanes 0..7 also take the mins' term from the activation sums
- * (lane i: m_i * (bsum[2i] + bsum[2i+1]) terms), for Q6_K lanes 0..7 its
- * offset 32.  Then, block by block,
- *     acc[l] = fma(float(lane int), da * dw, acc[l])
- *     acc[l] = fma(-float(min int), da * dmin, acc[l])     (l < 8; Q4_K, Q5_K)
- * and at the end the fixed tree hsum16 (lanes l + 8, then + 4, + 2, + 1). */
-static float hsum16(const float a[16]) {
-    float t8[8], t4[4], t2[2];
-    for (int i = 0; i < 8; i++) t8[i] = a[i] + a[i + 8];
-    for (int i = 0; i < 4; i++) t4[i] = t8[i] + t8[i + 4];
-    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
-    return t2[0] + t2[1];
-}
-
-/* Q4_K (qh NULL) and Q5_K: one block into the 16 lanes */
-static void q45_K_lanes_ref(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float dw, float dmin,
-                            const bt_block_q8_K *a, float acc[16]) {
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; j++) bt_q4_K_scale_min(j, scales, &sc[j], &mn[j]);
-    const float dd = a->d * dw, dm = a->d * dmin;
-    for (int l = 0; l < 16; l++) {
-        int li = 0;
-        for (int g = 0; g < 4; g++) {
-            const int sub = 2 * g + (l >= 8);
-            int part = 0;
-            for (int i = 0; i < 4; i++) {
-                const int e = 4 * (l % 8) + i; /* element of the sub-block */
-                int q = (qs[32 * g + e] >> (4 * (l >= 8))) & 0xF;
-                if (qh) q |= ((qh[e] >> sub) & 1) << 4;
-                part += q * a->qs[64 * g + 4 * l + i];
-            }
-            li += sc[sub] * part;
-        }
-        acc[l] = fmaf((float)li, dd, acc[l]);
-        if (l < 8) {
-            const int mi = mn[l] * a->bsums[2 * l] + mn[l] * a->bsums[2 * l + 1];
-            acc[l] = fmaf(-(float)mi, dm, acc[l]);
-        }
-    }
-}
-
-static void dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc[16] = {0};
-    for (int64_t b = 0; b < k / BT_QK_K; b++)
-        q45_K_lanes_ref(w[b].scales, w[b].qs, NULL, h2f(w[b].d), h2f(w[b].dmin), &a[b], acc);
-    *s = hsum16(acc);
-}
-
-static void dot_q5_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc[16] = {0};
-    for (int64_t b = 0; b < k / BT_QK_K; b++)
-        q45_K_lanes_ref(w[b].scales, w[b].qs, w[b].qh, h2f(w[b].d), h2f(w[b].dmin), &a[b], acc);
-    *s = hsum16(acc);
-}
-
 /* the 6-bit value (0..63, offset 32) of element j of a Q6_K block */
 static inline int q6_get(const bt_block_q6_K *w, int j) {
     const int h = j / 128, sb = (j % 128) / 32, l = j % 32;
@@ -200,83 +138,135 @@ static inline int q6_get(const bt_block_q6_K *w, int j) {
     return lo | (hi << 4);
 }
 
-static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q6_K *w = vw;
-    const bt_block_q8_K *a = va;
-    float acc[16] = {0};
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const float dd = a[b].d * h2f(w[b].d);
-        for (int l = 0; l < 16; l++) {
-            int li = 0;
-            for (int g = 0; g < 4; g++) {
-                int part = 0;
-                const int e0 = 64 * g + 4 * l; /* 4 elements, one 16-element sub-block */
-                for (int i = 0; i < 4; i++) part += q6_get(&w[b], e0 + i) * a[b].qs[e0 + i];
-                li += w[b].scales[e0 / 16] * part;
-            }
-            if (l < 8) /* the offset 32, through the sums of sub-blocks 2l and 2l+1 */
-                li -= 32 * (w[b].scales[2 * l] * a[b].bsums[2 * l] + w[b].scales[2 * l + 1] * a[b].bsums[2 * l + 1]);
-            acc[l] = fmaf((float)li, dd, acc[l]);
-        }
+/* The K-quants (Q2_K .. Q6_K) all dot the same way.  A weight block is seen
+ * as 256 unsigned values q (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63, Q2_K 0..3,
+ * Q3_K 0..7), an integer scale sc[s] and an integer "min" mn[s] per
+ * 16-element sub-block s, and the float scales d, dmin:
+ *   Q4_K, Q5_K: sc, mn = the 6-bit scale and min of the 32-element sub-block;
+ *   Q2_K: the 4-bit scale and min;   x = d sc q - dmin mn
+ *   Q6_K: the int8 scale, mn = 32 sc; Q3_K: the 6-bit signed scale, mn = 4 sc;
+ *         x = d (sc q - mn)   (the offsets 32 and 4, through the activation sums)
+ * Per block, two exact integers against a Q8_K column a:
+ *   I = sum_s sc[s] sum_{e in s} q[e] a.qs[e],   M = sum_s mn[s] a.bsums[s]
+ * and one float step (kq_step), blocks in increasing order from acc = +0:
+ *   with mins (Q2_K, Q4_K, Q5_K): acc = fma(I, da dw, acc); acc = fma(-M, da dmin, acc)
+ *   without (Q3_K, Q6_K):         acc = fma(I - M, da dw, acc)
+ * |I|, |M| < 2^29 for every type, so the integers are exact in int32 however
+ * a path groups them: the plain C dot, the AVX-512 dot and tiles (16 int32
+ * lanes, reduced per block), and the packed GEMM (a lane per weight row)
+ * give the same bits. */
+enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6 };
+
+struct kq_block {
+    uint8_t q[BT_QK_K];
+    int8_t sc[16];
+    int16_t mn[16];
+    float d, dmin;
+};
+
+static inline bool kq_has_min(int kind) { return kind == KQ2 || kind == KQ4 || kind == KQ5; }
+
+static size_t kq_block_bytes(int kind) {
+    switch (kind) {
+    case KQ2: return sizeof(bt_block_q2_K);
+    case KQ3: return sizeof(bt_block_q3_K);
+    case KQ4: return sizeof(bt_block_q4_K);
+    case KQ5: return sizeof(bt_block_q5_K);
+    default: return sizeof(bt_block_q6_K);
     }
-    *s = hsum16(acc);
 }
 
-/* Q2_K and Q3_K: the lanes of Q6_K (16-element sub-blocks, int8 scales):
- * Q2_K with its mins as Q4_K's (lane i < 8: mn[2i] bsum[2i] + mn[2i+1]
- * bsum[2i+1]), Q3_K with the offset 4 of its unsigned values q + 4. */
-static void dot_q23_K_lanes_ref(int64_t k, float *s, const void *vw, const void *va, bool q3) {
-    const bt_block_q8_K *a = va;
-    float acc[16] = {0};
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        int sc[16], mn[16] = {0};
-        const uint8_t *qs;
-        float dd, dm = 0;
-        const bt_block_q3_K *w3 = (const bt_block_q3_K *)vw + b;
-        const bt_block_q2_K *w2 = (const bt_block_q2_K *)vw + b;
-        if (q3) {
-            int8_t s8[16];
-            bt_q3_K_scales(w3->scales, s8);
-            for (int j = 0; j < 16; j++) sc[j] = s8[j];
-            qs = w3->qs;
-            dd = a[b].d * h2f(w3->d);
-        } else {
-            for (int j = 0; j < 16; j++) {
-                sc[j] = w2->scales[j] & 0xF;
-                mn[j] = w2->scales[j] >> 4;
-            }
-            qs = w2->qs;
-            dd = a[b].d * h2f(w2->d);
-            dm = a[b].d * h2f(w2->dmin);
+/* the scales, mins and float scales of one block (not q) */
+static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
+    o->dmin = 0.0f;
+    if (kind == KQ4 || kind == KQ5) {
+        const bt_block_q4_K *w = blk; /* d, dmin, scales: the same in Q5_K */
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            bt_q4_K_scale_min(j, w->scales, &sc, &mn);
+            o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc;
+            o->mn[2 * j] = o->mn[2 * j + 1] = mn;
         }
-        for (int l = 0; l < 16; l++) {
-            int li = 0;
-            for (int g = 0; g < 4; g++) {
-                int part = 0;
-                const int e0 = 64 * g + 4 * l;
-                for (int i = e0; i < e0 + 4; i++) {
-                    int q = q2_get(qs, i);
-                    if (q3) q += 4 * ((w3->hmask[i % 32] >> (i / 32)) & 1);
-                    part += q * a[b].qs[i];
-                }
-                li += sc[e0 / 16] * part;
-            }
-            if (l < 8 && q3) li -= 4 * (sc[2 * l] * a[b].bsums[2 * l] + sc[2 * l + 1] * a[b].bsums[2 * l + 1]);
-            acc[l] = fmaf((float)li, dd, acc[l]);
-            if (l < 8 && !q3) {
-                const int mi = mn[2 * l] * a[b].bsums[2 * l] + mn[2 * l + 1] * a[b].bsums[2 * l + 1];
-                acc[l] = fmaf(-(float)mi, dm, acc[l]);
-            }
+        o->d = h2f(w->d);
+        o->dmin = h2f(w->dmin);
+    } else if (kind == KQ6) {
+        const bt_block_q6_K *w = blk;
+        for (int s = 0; s < 16; s++) {
+            o->sc[s] = w->scales[s];
+            o->mn[s] = (int16_t)(32 * w->scales[s]);
         }
+        o->d = h2f(w->d);
+    } else if (kind == KQ3) {
+        const bt_block_q3_K *w = blk;
+        bt_q3_K_scales(w->scales, o->sc);
+        for (int s = 0; s < 16; s++) o->mn[s] = (int16_t)(4 * o->sc[s]);
+        o->d = h2f(w->d);
+    } else {
+        const bt_block_q2_K *w = blk;
+        for (int s = 0; s < 16; s++) {
+            o->sc[s] = (int8_t)(w->scales[s] & 0xF);
+            o->mn[s] = (int16_t)(w->scales[s] >> 4);
+        }
+        o->d = h2f(w->d);
+        o->dmin = h2f(w->dmin);
     }
-    *s = hsum16(acc);
 }
-static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    dot_q23_K_lanes_ref(k, s, vw, va, false);
+
+/* one block's q, in plain C */
+static void kq_unpack_q_ref(int kind, const void *blk, uint8_t q[BT_QK_K]) {
+    for (int j = 0; j < BT_QK_K; j++) {
+        int v;
+        if (kind == KQ4 || kind == KQ5) {
+            const int g = j / 64, e = j % 64;
+            const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
+            v = (qs[32 * g + e % 32] >> (4 * (e >= 32))) & 0xF;
+            if (kind == KQ5) v |= ((((const bt_block_q5_K *)blk)->qh[e % 32] >> (2 * g + (e >= 32))) & 1) << 4;
+        } else if (kind == KQ6) {
+            v = q6_get(blk, j);
+        } else if (kind == KQ3) {
+            const bt_block_q3_K *w = blk;
+            v = q2_get(w->qs, j) + 4 * ((w->hmask[j % 32] >> (j / 32)) & 1);
+        } else {
+            v = q2_get(((const bt_block_q2_K *)blk)->qs, j);
+        }
+        q[j] = (uint8_t)v;
+    }
 }
-static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) {
-    dot_q23_K_lanes_ref(k, s, vw, va, true);
+
+/* the float step of one block (see above) */
+static inline float kq_step(bool has_min, float acc, int32_t I, int32_t M, float da, float dw, float dmin) {
+    if (has_min) {
+        acc = fmaf((float)I, da * dw, acc);
+        return fmaf(-(float)M, da * dmin, acc);
+    }
+    return fmaf((float)(I - M), da * dw, acc);
 }
+
+static void dot_kq_ref(int kind, int64_t k, float *s, const void *vw, const void *va) {
+    const bt_block_q8_K *a = va;
+    const size_t bs = kq_block_bytes(kind);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        struct kq_block o;
+        const void *blk = (const char *)vw + (size_t)b * bs;
+        kq_unpack_scales(kind, blk, &o);
+        kq_unpack_q_ref(kind, blk, o.q);
+        int32_t I = 0, M = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int32_t p = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++) p += o.q[e] * a[b].qs[e];
+            I += o.sc[sb] * p;
+            M += o.mn[sb] * a[b].bsums[sb];
+        }
+        acc = kq_step(kq_has_min(kind), acc, I, M, a[b].d, o.d, o.dmin);
+    }
+    *s = acc;
+}
+static void dot_q2_K_ref(int64_t k, float *s, const void *vw, const void *va) { dot_kq_ref(KQ2, k, s, vw, va); }
+static void dot_q3_K_ref(int64_t k, float *s, const void *vw, const void *va) { dot_kq_ref(KQ3, k, s, vw, va); }
+static void dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *va) { dot_kq_ref(KQ4, k, s, vw, va); }
+static void dot_q5_K_ref(int64_t k, float *s, const void *vw, const void *va) { dot_kq_ref(KQ5, k, s, vw, va); }
+static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { dot_kq_ref(KQ6, k, s, vw, va); }
 
 /* ---- AVX-512 (BW, VL, VNNI) --------------------------------------------------- *
  * Weights are unpacked to unsigned bytes, multiplied with the signed
@@ -335,13 +325,48 @@ static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h,
     return q;
 }
 
-/* hsum16's tree */
-static inline float hsum16_avx512(__m512 v) {
-    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+/* the sum of 8 int32 lanes */
+static inline int32_t hsum8_i32(__m256i v) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
+/* One block's float step (kq_step) for n dots at once: dot i has the
+ * integers I = the sum of iv[i]'s 16 int32 lanes, M = the sum of mv[i]'s 8
+ * (exact, so how the lanes are grouped does not matter: four dots at a time
+ * through horizontal adds), the scales da[i], dw[i], dm[i] and the
+ * accumulator acc[i]; the same float operations as kq_step, 4 lanes wide. */
+static inline __attribute__((always_inline)) void kq_step_n(const int n, const bool has_min, const __m512i *iv,
+                                                            const __m256i *mv, const float *da, const float *dw,
+                                                            const float *dm, float *acc) {
+    _Pragma("GCC unroll 4")
+    for (int i0 = 0; i0 < n; i0 += 4) {
+        __m256i f[4], m[4];
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            const int i = i0 + j < n ? i0 + j : i0;
+            f[j] = _mm256_add_epi32(_mm512_castsi512_si256(iv[i]), _mm512_extracti64x4_epi64(iv[i], 1));
+            m[j] = mv[i];
+        }
+        const __m256i fa = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
+        const __m256i ma = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+        /* 128-bit halves of fa, ma: the 4 dots' partial sums of one half of the lanes */
+        const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(fa), _mm256_extracti128_si256(fa, 1));
+        const __m128i M = _mm_add_epi32(_mm256_castsi256_si128(ma), _mm256_extracti128_si256(ma, 1));
+        const int nn = n - i0 < 4 ? n - i0 : 4;
+        const __mmask8 lm = (__mmask8)((1u << nn) - 1u);
+        const __m128 a = _mm_maskz_loadu_ps(lm, da + i0);
+        __m128 x = _mm_maskz_loadu_ps(lm, acc + i0);
+        if (has_min) {
+            x = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(a, _mm_maskz_loadu_ps(lm, dw + i0)), x);
+            x = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(a, _mm_maskz_loadu_ps(lm, dm + i0)), x);
+        } else {
+            x = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_sub_epi32(I, M)), _mm_mul_ps(a, _mm_maskz_loadu_ps(lm, dw + i0)), x);
+        }
+        _mm_mask_storeu_ps(acc + i0, lm, x);
+    }
 }
 
 /* int16 lanes i -> entry idx(i) of a table of 32 int16 */
@@ -367,8 +392,9 @@ struct k_row {
     float d, dmin;
 };
 
-/* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns, in the
- * lane order of q45_K_lanes_ref. */
+/* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns: the
+ * block's I and M of dot_kq_ref in 16 int32 lanes (scales applied per int16
+ * pair by vpdpwssd), reduced per block, then kq_step. */
 static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const void *const *w_rows,
                                                              const void *const *acts, float *out,
                                                              const int RM, const int RN, const bool q5) {
@@ -381,11 +407,7 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
     const __m256i min_idx = _mm256_add_epi16(
         _mm256_srli_epi16(_mm256_set_epi16(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1),
         _mm256_set1_epi16(8));
-    __m512 acc[4][4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < RM; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
@@ -431,27 +453,36 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        __m512i iv[16];
+        __m256i mv[16];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
-                const float dd = ab[c]->d * kr[r].d, dm = ab[c]->d * kr[r].dmin;
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
-                const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(kr[r].mins, bsums));
-                acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(dm), acc[r][c]);
+                iv[c * RM + r] = isum[r][c];
+                mv[c * RM + r] = _mm256_madd_epi16(kr[r].mins, bsums);
             }
         }
+        float da[16], dw[16], dm[16];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++)
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                da[c * RM + r] = ab[c]->d;
+                dw[c * RM + r] = kr[r].d;
+                dm[c * RM + r] = kr[r].dmin;
+            }
+        kq_step_n(RM * RN, true, iv, mv, da, dw, dm, acc);
     }
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
 
-enum { KQ2, KQ3, KQ6 };
 /* An RM x RN tile of Q2_K, Q3_K or Q6_K rows (16-element sub-blocks) against
- * Q8_K columns, in the lane order of dot_q6_K_ref / dot_q23_K_lanes_ref. */
+ * Q8_K columns, computing dot_kq_ref's integers as q45_K_tile does. */
 static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const void *const *w_rows,
                                                               const void *const *acts, float *out,
                                                               const int RM, const int RN, const int kind) {
@@ -461,11 +492,7 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
         _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
                          10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         3);
-    __m512 acc[4][4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < RM; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
@@ -540,31 +567,37 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
                     isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(q, av[c]), scv);
             }
         }
+        __m512i iv[16];
+        __m256i mv[16];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < RM; r++) {
-                const float dd = ab[c]->d * dw[r];
+                iv[c * RM + r] = isum[r][c];
                 if (kind == KQ2) {
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dd), acc[r][c]);
-                    const __m512i mi = _mm512_zextsi256_si512(_mm256_madd_epi16(mn16[r], bsums));
-                    acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_set1_ps(ab[c]->d * dmin[r]),
-                                                 acc[r][c]);
-                } else {
-                    /* the offset (32, Q3_K's 4): lane i < 8 loses it times sc[2i] bsum[2i] + sc[2i+1] bsum[2i+1] */
+                    mv[c * RM + r] = _mm256_madd_epi16(mn16[r], bsums);
+                } else { /* the offset (32, Q3_K's 4) times sc[s] bsums[s] */
                     const __m256i sb = _mm256_madd_epi16(sc16[r], bsums);
-                    const __m256i off = kind == KQ6 ? _mm256_slli_epi32(sb, 5) : _mm256_slli_epi32(sb, 2);
-                    const __m512i li = _mm512_sub_epi32(isum[r][c], _mm512_zextsi256_si512(off));
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_set1_ps(dd), acc[r][c]);
+                    mv[c * RM + r] = kind == KQ6 ? _mm256_slli_epi32(sb, 5) : _mm256_slli_epi32(sb, 2);
                 }
             }
         }
+        float da[16], dd[16], dm[16];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++)
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < RM; r++) {
+                da[c * RM + r] = ab[c]->d;
+                dd[c * RM + r] = dw[r];
+                dm[c * RM + r] = kind == KQ2 ? dmin[r] : 0.0f;
+            }
+        kq_step_n(RM * RN, kind == KQ2, iv, mv, da, dd, dm, acc);
     }
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum16_avx512(acc[r][c]);
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
 
 #define K_TILES(name, call)                                                                          \
@@ -600,13 +633,182 @@ K_TILES(q3_K, CALL_Q3_K)
 K_TILES(q2_K, CALL_Q2_K)
 #define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
-/* 32-element types x Q8_0: one block per 256-bit vector */
-static inline int hsum256_i32(__m256i v) {
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-    return _mm_cvtsi128_si32(t);
+/* ---- K-quant packed GEMM (prompt-size products) ----------------------------- *
+ * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
+ * buffer) and runs every column against it.  Per block, the panel holds
+ *   bytes 0..4095     q, 4-element group g of row r at 64g + 4r (a lane per row)
+ *   4096..4351        sc: sub-block s of row r at 16s + r (int8)
+ *   4352..4863        mn: pair j of row r at int32 16j + r = mn[2j] | mn[2j+1] << 16
+ *   4864..4927        d, 4928..4991 dmin (float, row r at r)
+ * and the kernel keeps a lane per row: vpdpbusd of 4 unsigned weight bytes
+ * with 4 broadcast activation bytes, one sub-block at a time, times its
+ * scale (vpmulld) into I; vpdpwssd of the mins with the activation sums into
+ * M; then kq_step in float lanes.  The same integers as the dot, so the same
+ * bits. */
+#define KQ_PB 4992 /* bytes of one block of a 16-row panel */
+
+static size_t kq_panel_size(int64_t k) { return (size_t)(k / BT_QK_K) * KQ_PB; }
+
+/* one block's q (as kq_unpack_q_ref), 32 values per 256-bit step */
+static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind, const void *blk, uint8_t *q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+#define SRL8(v, n) _mm256_srl_epi16((v), _mm_cvtsi32_si128(n)) /* bytes >> n, n < 8, before masking */
+    if (kind == KQ4 || kind == KQ5) {
+        const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
+        const __m256i qh =
+            kind == KQ5 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q5_K *)blk)->qh) : _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (kind == KQ5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g + 1), one), 4));
+            }
+            _mm256_store_si256((__m256i *)(q + 64 * g), lo);
+            _mm256_store_si256((__m256i *)(q + 64 * g + 32), hi);
+        }
+    } else if (kind == KQ6) {
+        const bt_block_q6_K *w = blk;
+        for (int h = 0; h < 2; h++) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+            for (int sb = 0; sb < 4; sb++) {
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
+                const __m256i lo = _mm256_and_si256(SRL8(ql, 4 * (sb >> 1)), m4);
+                const __m256i hi = _mm256_and_si256(SRL8(qh, 2 * sb), m3);
+                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sb), _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+            }
+        }
+    } else {
+        const uint8_t *qs = kind == KQ3 ? ((const bt_block_q3_K *)blk)->qs : ((const bt_block_q2_K *)blk)->qs;
+        const __m256i hm =
+            kind == KQ3 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q3_K *)blk)->hmask) : _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            for (int sh = 0; sh < 4; sh++) {
+                __m256i x = _mm256_and_si256(SRL8(v, 2 * sh), m3);
+                if (kind == KQ3) x = _mm256_add_epi8(x, _mm256_slli_epi16(_mm256_and_si256(SRL8(hm, 4 * h + sh), one), 2));
+                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sh), x);
+            }
+        }
+    }
+#undef SRL8
 }
+
+static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_t k, const void *const *rows,
+                                                          void *panel) {
+    const size_t bs = kq_block_bytes(kind);
+    _Alignas(64) uint8_t q[16][BT_QK_K];
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        uint8_t *pb = (uint8_t *)panel + (size_t)b * KQ_PB;
+        int8_t *psc = (int8_t *)(pb + 4096);
+        int32_t *pmn = (int32_t *)(pb + 4352);
+        float *pd = (float *)(pb + 4864), *pdm = pd + 16;
+        for (int r = 0; r < 16; r++) {
+            const void *blk = (const char *)rows[r] + (size_t)b * bs;
+            struct kq_block o;
+            kq_unpack_scales(kind, blk, &o);
+            kq_unpack_q_avx(kind, blk, q[r]);
+            for (int sb = 0; sb < 16; sb++) psc[16 * sb + r] = o.sc[sb];
+            for (int j = 0; j < 8; j++)
+                pmn[16 * j + r] = (int32_t)((uint32_t)(uint16_t)o.mn[2 * j] | (uint32_t)(uint16_t)o.mn[2 * j + 1] << 16);
+            pd[r] = o.d;
+            pdm[r] = o.dmin;
+        }
+        for (int c = 0; c < 4; c++) {
+            __m512 v[16];
+            for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
+            bt_cpu_transpose16(v); /* bit moves only */
+            for (int g = 0; g < 16; g++) _mm512_store_si512(pb + 64 * (16 * c + g), _mm512_castps_si512(v[g]));
+        }
+    }
+}
+
+static inline int32_t load_i32(const void *p) {
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
+static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, const int RN, int64_t k,
+                                                               const uint8_t *panel, const void *const *acts,
+                                                               float *const *dcols, int64_t row0, int nrows) {
+    const int SL = kind == KQ4 || kind == KQ5 ? 32 : 16; /* sub-block length with one scale */
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const uint8_t *pb = panel + (size_t)b * KQ_PB;
+        const bt_block_q8_K *ab[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        __m512i I[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) I[c] = _mm512_setzero_si512();
+        for (int sb = 0; sb < BT_QK_K / SL; sb++) {
+            __m512i P[8];
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) P[c] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < SL / 4; t++) {
+                const int g = sb * (SL / 4) + t;
+                const __m512i w = _mm512_load_si512(pb + 64 * g);
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++)
+                    P[c] = _mm512_dpbusd_epi32(P[c], w, _mm512_set1_epi32(load_i32(ab[c]->qs + 4 * g)));
+            }
+            const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(pb + 4096 + 16 * (sb * SL / 16))));
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(P[c], scv));
+        }
+        const __m512 dw = _mm512_load_ps((const float *)(pb + 4864));
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            __m512i M = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++)
+                M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pb + 4352 + 64 * j),
+                                        _mm512_set1_epi32(load_i32(&ab[c]->bsums[2 * j])));
+            const __m512 da = _mm512_set1_ps(ab[c]->d);
+            if (kind == KQ2 || kind == KQ4 || kind == KQ5) {
+                const __m512 dm = _mm512_load_ps((const float *)(pb + 4928));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(da, dw), acc[c]);
+                acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(da, dm), acc[c]);
+            } else {
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I[c], M)), _mm512_mul_ps(da, dw), acc[c]);
+            }
+        }
+    }
+    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
+}
+
+#define KQ_GEMM(name, kind)                                                                                   \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel); } \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
+                             float *const *dcols, int64_t row0, int nrows) {                                      \
+        int64_t j = 0;                                                                                            \
+        for (; j + 8 <= ncols; j += 8) kq_gemm_tile(kind, 8, k, panel, acts + j, dcols + j, row0, nrows);        \
+        if (ncols - j >= 4) {                                                                                     \
+            kq_gemm_tile(kind, 4, k, panel, acts + j, dcols + j, row0, nrows);                                    \
+            j += 4;                                                                                               \
+        }                                                                                                         \
+        if (ncols - j >= 2) {                                                                                     \
+            kq_gemm_tile(kind, 2, k, panel, acts + j, dcols + j, row0, nrows);                                    \
+            j += 2;                                                                                               \
+        }                                                                                                         \
+        if (ncols - j >= 1) kq_gemm_tile(kind, 1, k, panel, acts + j, dcols + j, row0, nrows);                   \
+    }
+KQ_GEMM(q2_K, KQ2)
+KQ_GEMM(q3_K, KQ3)
+KQ_GEMM(q4_K, KQ4)
+KQ_GEMM(q5_K, KQ5)
+KQ_GEMM(q6_K, KQ6)
+#define KQ_GEMM_MIN_COLS 16
+#define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
+
+/* 32-element types x Q8_0: one block per 256-bit vector */
 /* the 32 nibbles of a Q4 block as bytes 0..15, element order */
 static inline __m256i nibbles32(const uint8_t *qs) {
     const __m128i x = _mm_loadu_si128((const __m128i *)qs);
@@ -742,24 +944,27 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
 static size_t act_size_q8_0(int64_t k) { return (size_t)(k / BT_QK) * sizeof(bt_block_q8_0); }
 static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
 
-#define QTYPE(name, act, tiles)                                           \
+#define QTYPE(name, act, tiles, gemm)                                     \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
         /* .act_name     = */ #act " (ggml's block_" #act ")",            \
         /* .act_size     = */ act_size_##act,                             \
         /* .quantize_act = */ bt_##act##_from_f32,                        \
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ tiles,                                      \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,           \
     }
 #define NO_TILES {{0, 0, NULL}}
 #ifndef HAVE_QDOT_AVX512
 #define K_TILE_LIST(name) NO_TILES
 #define Q32_TILE_LIST(name) NO_TILES
+#define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
-QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1));
-QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0));
-QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1));
-QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K));
-QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K));
-QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K));
-QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K));
-QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K));
+#define NO_GEMM 0, NULL, NULL, NULL
+QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM);
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM);
+QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM);
+QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K));
+QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K));
+QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K));
+QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K), K_GEMM(q5_K));
+QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K), K_GEMM(q6_K));

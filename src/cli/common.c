@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void bt_cli_model_defaults(struct bt_model_config *c) {
@@ -196,4 +197,122 @@ void bt_progress_end(struct bt_progress *p) {
     bt_progress_update(p, 1, 1);
     fprintf(stderr, "\r%s done\x1b[K\n", p->label);
     fflush(stderr);
+}
+
+/* ---- text helpers (tokenize, generate, gguf) ---- */
+
+/* -p's escapes, in place (llama.cpp's string_process_escapes) */
+void bt_cli_process_escapes(char *s, size_t *len) {
+    size_t o = 0, n = *len;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 >= n) {
+            s[o++] = s[i];
+            continue;
+        }
+        char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\'': s[o++] = '\''; break;
+        case '"': s[o++] = '"'; break;
+        case '\\': s[o++] = '\\'; break;
+        case 'x': {
+            int v = 0, k = 0;
+            while (k < 2 && i + 1 < n) {
+                char h = s[i + 1];
+                int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (d < 0) break;
+                v = v * 16 + d;
+                i++, k++;
+            }
+            if (k == 2) s[o++] = (char)v;
+            else {
+                s[o++] = '\\';
+                s[o++] = 'x';
+                i -= (size_t)k;
+            }
+            break;
+        }
+        default:
+            s[o++] = '\\';
+            s[o++] = c;
+        }
+    }
+    *len = o;
+}
+
+/* the whole of a stream; NULL with err set on failure */
+char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t errlen) {
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    if (!b) {
+        snprintf(err, errlen, "out of memory reading %s", name);
+        return NULL;
+    }
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            char *p = realloc(b, cap + 1);
+            if (!p) {
+                free(b);
+                snprintf(err, errlen, "out of memory reading %s", name);
+                return NULL;
+            }
+            b = p;
+        }
+        size_t r = fread(b + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) {
+        free(b);
+        snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+/* length of the valid UTF-8 sequence at s (0 when invalid) */
+static int utf8_len(const unsigned char *s, uint64_t n) {
+    int k = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
+    if (k == 0 || (uint64_t)k > n) return 0;
+    for (int i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    return k;
+}
+
+/* a JSON string; a byte that is not part of valid UTF-8 becomes \u00XX */
+void bt_cli_json_str(FILE *f, const char *s, uint64_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    for (uint64_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+            i++;
+        } else if (c < 0x20) {
+            fprintf(f, "\\u%04x", c);
+            i++;
+        } else {
+            int k = utf8_len(u + i, n - i);
+            if (k == 0) {
+                fprintf(f, "\\u%04x", c);
+                i++;
+            } else {
+                fwrite(u + i, 1, (size_t)k, f);
+                i += (uint64_t)k;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+double bt_cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -79,4 +79,16 @@ void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label);
 void bt_progress_update(struct bt_progress *p, int64_t done, int64_t total);
 void bt_progress_end(struct bt_progress *p);
 
+/* -p's backslash escapes (\n \r \t \' \" \\ \xHH), in place, as llama.cpp's
+ * string_process_escapes; *len is updated. */
+void bt_cli_process_escapes(char *s, size_t *len);
+/* The whole of a stream (NUL-terminated, its length in *len); NULL and a
+ * message naming `name` on failure. */
+char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t errlen);
+/* s[0..n) as a JSON string; a byte that is not part of valid UTF-8 becomes \u00XX. */
+void bt_cli_json_str(FILE *f, const char *s, uint64_t n);
+
+/* Seconds on the monotonic clock. */
+double bt_cli_now_s(void);
+
 #endif

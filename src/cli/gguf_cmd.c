@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common.h"
 #include "gguf.h"
 
 static void gguf_usage(FILE *f) {
@@ -61,40 +62,6 @@ static void put_text(FILE *f, const char *s, uint64_t n, uint64_t max) {
     if (n > max) fputs("...", f);
 }
 
-/* length of the valid UTF-8 sequence at s (0 when invalid) */
-static int utf8_len(const unsigned char *s, uint64_t n) {
-    int k = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
-    if (k == 0 || (uint64_t)k > n) return 0;
-    for (int i = 1; i < k; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    return k;
-}
-
-/* a JSON string; a byte that is not part of valid UTF-8 becomes \u00XX */
-static void put_json_str(FILE *f, const char *s, uint64_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    fputc('"', f);
-    for (uint64_t i = 0; i < n;) {
-        unsigned char c = u[i];
-        if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-            i++;
-        } else if (c < 0x20) {
-            fprintf(f, "\\u%04x", c);
-            i++;
-        } else {
-            int k = utf8_len(u + i, n - i);
-            if (k == 0) {
-                fprintf(f, "\\u%04x", c);
-                i++;
-            } else {
-                fwrite(u + i, 1, (size_t)k, f);
-                i += (uint64_t)k;
-            }
-        }
-    }
-    fputc('"', f);
-}
 
 static void put_number(FILE *f, const struct bt_gguf *g, const struct bt_gguf_value *v, bool json) {
     switch (v->type) {
@@ -147,7 +114,7 @@ static void put_value(FILE *f, const struct bt_gguf *g, const struct bt_gguf_val
 static void put_json_value(FILE *f, const struct bt_gguf *g, const struct bt_gguf_value *v) {
     if (v->type == BT_GGUF_TYPE_STRING) {
         struct bt_gguf_str s = bt_gguf_value_str(g, v);
-        put_json_str(f, s.data, s.n);
+        bt_cli_json_str(f, s.data, s.n);
     } else if (v->type == BT_GGUF_TYPE_ARRAY) {
         if (v->n <= 16 && bt_gguf_type_size(v->elem_type) > 0) {
             fputc('[', f);
@@ -264,13 +231,13 @@ int bt_cli_gguf(int argc, char **argv) {
     if (json) {
         FILE *f = stdout;
         fputs("{\"file\": ", f);
-        put_json_str(f, path, strlen(path));
+        bt_cli_json_str(f, path, strlen(path));
         fprintf(f, ", \"version\": %" PRIu32 ", \"size\": %" PRIu64 ", \"alignment\": %" PRIu32
                    ", \"data_offset\": %" PRIu64 ", \"header_checksum\": \"%016" PRIx64 "\",\n",
                 bt_gguf_version(g), bt_gguf_file_size(g), bt_gguf_alignment(g), bt_gguf_data_offset(g),
                 bt_gguf_header_checksum(g));
         fputs(" \"architecture\": ", f);
-        if (has_arch) put_json_str(f, arch.data, arch.n);
+        if (has_arch) bt_cli_json_str(f, arch.data, arch.n);
         else fputs("null", f);
         fputs(", \"vocab_size\": ", f);
         if (vocab >= 0) fprintf(f, "%" PRId64, vocab);
@@ -279,7 +246,7 @@ int bt_cli_gguf(int argc, char **argv) {
         for (int64_t i = 0; i < bt_gguf_n_kv(g); i++) {
             const char *k = bt_gguf_kv_key(g, i);
             fputs(i ? ",\n  " : "\n  ", f);
-            put_json_str(f, k, strlen(k));
+            bt_cli_json_str(f, k, strlen(k));
             fputs(": ", f);
             put_json_value(f, g, bt_gguf_kv_value(g, i));
         }
@@ -303,7 +270,7 @@ int bt_cli_gguf(int argc, char **argv) {
             for (int64_t i = 0; i < nt; i++) {
                 const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
                 fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
-                put_json_str(f, t->name, strlen(t->name));
+                bt_cli_json_str(f, t->name, strlen(t->name));
                 fprintf(f, ", \"type\": \"%s\", \"shape\": [", bt_ggml_type_info(t->ggml_type)->name);
                 for (int d = 0; d < t->n_dims; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", t->ne[d]);
                 fprintf(f, "], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->file_offset, t->size);

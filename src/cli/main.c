@@ -19,6 +19,10 @@ static void usage(FILE *f) {
             "  bench ops     kernel benchmark: mul_mat and mul_mat_id for each weight type,\n"
             "                next to the machine's measured read bandwidth and FMA peak\n"
             "                (baton bench ops --help for its options)\n"
+            "  generate      -m FILE -p TEXT: text from a GGUF model over the ranks it was\n"
+            "                launched with (baton generate --help)\n"
+            "  make-model    OUT.gguf --vocab FILE: a small random-weight model with a real\n"
+            "                vocabulary (baton make-model --help)\n"
             "  tokenize      -m FILE -p TEXT: the token ids of a text under a GGUF file's\n"
             "                vocabulary (baton tokenize --help)\n"
             "  gguf FILE     what a GGUF model file holds: architecture, hyperparameters,\n"
@@ -67,6 +71,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "demo")) return bt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return bt_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "make-model")) return bt_cli_make_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return bt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return bt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gguf")) return bt_cli_gguf(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return bt_cli_quantize(argc - 1, argv + 1);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
@@ -51,87 +52,6 @@ static void tokenize_usage(FILE *f) {
         col += l;
     }
     fprintf(f, "\n");
-}
-
-/* -p's escapes, in place (llama.cpp's string_process_escapes) */
-static void process_escapes(char *s, size_t *len) {
-    size_t o = 0, n = *len;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\' || i + 1 >= n) {
-            s[o++] = s[i];
-            continue;
-        }
-        char c = s[++i];
-        switch (c) {
-        case 'n': s[o++] = '\n'; break;
-        case 'r': s[o++] = '\r'; break;
-        case 't': s[o++] = '\t'; break;
-        case '\'': s[o++] = '\''; break;
-        case '"': s[o++] = '"'; break;
-        case '\\': s[o++] = '\\'; break;
-        case 'x': {
-            int v = 0, k = 0;
-            while (k < 2 && i + 1 < n) {
-                char h = s[i + 1];
-                int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-                if (d < 0) break;
-                v = v * 16 + d;
-                i++, k++;
-            }
-            if (k == 2) s[o++] = (char)v;
-            else {
-                s[o++] = '\\';
-                s[o++] = 'x';
-                i -= (size_t)k;
-            }
-            break;
-        }
-        default:
-            s[o++] = '\\';
-            s[o++] = c;
-        }
-    }
-    *len = o;
-}
-
-/* the whole of a stream; NULL with err set on failure */
-static char *read_all(FILE *f, const char *name, size_t *len, char *err, size_t errlen) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    if (!b) {
-        snprintf(err, errlen, "out of memory reading %s", name);
-        return NULL;
-    }
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            char *p = realloc(b, cap + 1);
-            if (!p) {
-                free(b);
-                snprintf(err, errlen, "out of memory reading %s", name);
-                return NULL;
-            }
-            b = p;
-        }
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        free(b);
-        snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void print_piece(const char *p, size_t n) {
@@ -203,14 +123,14 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
 
     char err[1024];
-    double t0 = now_s();
+    double t0 = bt_cli_now_s();
     bt_tokenizer *tok;
     char *tmpl = NULL;
     if (bt_tokenizer_load(model, &tok, &tmpl, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton tokenize: %s\n", err);
         return 1;
     }
-    double t1 = now_s();
+    double t1 = bt_cli_now_s();
     if (info) {
         int32_t bos = bt_tokenizer_bos(tok), eos = bt_tokenizer_eos(tok), eot = bt_tokenizer_eot(tok);
         size_t l;
@@ -244,7 +164,7 @@ int bt_cli_tokenize(int argc, char **argv) {
             return 1;
         }
         memcpy(text, prompt, len + 1);
-        if (escape) process_escapes(text, &len);
+        if (escape) bt_cli_process_escapes(text, &len);
     } else if (file) {
         FILE *f = fopen(file, "rb");
         if (!f) {
@@ -252,10 +172,10 @@ int bt_cli_tokenize(int argc, char **argv) {
             bt_tokenizer_free(tok);
             return 1;
         }
-        text = read_all(f, file, &len, err, sizeof err);
+        text = bt_cli_read_all(f, file, &len, err, sizeof err);
         fclose(f);
     } else {
-        text = read_all(stdin, "standard input", &len, err, sizeof err);
+        text = bt_cli_read_all(stdin, "standard input", &len, err, sizeof err);
     }
     if (!text) {
         fprintf(stderr, "baton tokenize: %s\n", err);
@@ -264,9 +184,9 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
 
     bt_tokens ids = {0};
-    double t2 = now_s();
+    double t2 = bt_cli_now_s();
     enum bt_status st = bt_tokenizer_tokenize(tok, text, len, add_special, parse_special, &ids, err, sizeof err);
-    double t3 = now_s();
+    double t3 = bt_cli_now_s();
     if (st != BT_OK) {
         fprintf(stderr, "baton tokenize: %s: %s\n", prompt ? "-p" : file ? file : "standard input", err);
         free(text);

@@ -89,8 +89,9 @@ struct bt_batcher;
  * the batcher.  BT_ERR_INVALID with a message for bad params. */
 enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, const struct bt_batcher_params *p,
                               struct bt_batcher **out, char *err, size_t n_err);
-/* Frees the batcher; requests still running end with BT_FINISH_CANCELLED
- * (their on_done is called) and their sequences are removed. */
+/* Frees the batcher: the ubatches in flight are collected and dropped,
+ * requests still running end with BT_FINISH_CANCELLED (their on_done is
+ * called) and their sequences are removed. */
 void bt_batcher_free(struct bt_batcher *b);
 
 /* Any thread.  Checks the request and queues it; *id names it for cancel.

@@ -190,6 +190,33 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* c[0..k) becomes the k first of c[0..n) in cand_cmp's order (a total
+ * order, so the set is the one a full sort would keep), unsorted: a heap
+ * whose root is the last of the k kept, replaced by any later candidate that
+ * comes before it. */
+static void heap_down(cand *h, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && cand_cmp(&h[l], &h[w]) > 0) w = l;
+        if (r < k && cand_cmp(&h[r], &h[w]) > 0) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static int32_t top_k_select(cand *c, int32_t n, int32_t k) {
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(c, k, i);
+    for (int32_t i = k; i < n; i++)
+        if (cand_cmp(&c[i], &c[0]) < 0) {
+            c[0] = c[i];
+            heap_down(c, k, 0);
+        }
+    return k;
+}
+
 /* softmax of c[0..n) (sorted: c[0] is the largest) into .p */
 static void softmax(cand *c, int32_t n) {
     double sum = 0, mx = c[0].logit;
@@ -223,10 +250,11 @@ static int32_t prepare(bt_sampler *s, const float *logits) {
         s->c[best] = t;
         return 0;
     }
-    /* top-k: a partial order would do; a full sort keeps the code short and
-     * is ~10 ms for 150k tokens, far below a forward pass */
+    /* top-k: the k first in the order (larger logit, then smaller id) kept
+     * in a heap, then sorted; a full sort of 150k candidates took 30-70 ms a
+     * token, more than a small model's forward pass */
+    if (par->top_k > 0 && par->top_k < n) n = top_k_select(s->c, n, par->top_k);
     qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
-    if (par->top_k > 0 && par->top_k < n) n = par->top_k;
     /* top-p on the probabilities at temperature 1 */
     softmax(s->c, n);
     if (par->top_p < 1.0f) {

@@ -1,0 +1,866 @@
+/* generate.c - `baton generate`: text from a GGUF model run over the ranks the
+ * program was launched with.  One prompt (-p) streams its completion to stdout
+ * as it is produced; many (--prompts FILE, one a line) run as sequences
+ * through the pipeline (--parallel N at a time, src/run/batcher.h) and print
+ * their completions in input order.  At the end, on stderr: prompt and
+ * generation tokens/s and the ranks' statistics; --json puts everything in
+ * one object on stdout instead.
+ *
+ * Every check that needs only the command line is made before MPI starts; the
+ * ones that need the file (vocabulary, chat template, the prompts' token
+ * counts against the context) are made by rank 0 once the engine is open, and
+ * every rank leaves with the same exit code. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agree.h"
+#include "cli.h"
+#include "common.h"
+#include "signals.h"
+#include "run/batcher.h"
+#include "run/bringup.h"
+#include "run/engine.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+#include "text/vocab_gguf.h"
+
+#define GEN_MAX_STOPS 16
+#define GEN_PROG "baton generate"
+
+struct gen_opts {
+    const char *model, *prompt, *prompts_file, *topology, *backend, *partition;
+    const char *chat_template, *system;
+    const char *stops[GEN_MAX_STOPS];
+    int n_stops;
+    bool chat, json, escape;
+    long n_predict;
+    long n_ctx, n_ubatch, parallel;
+    int threads;
+    bt_sampler_params sp;
+};
+
+static void gen_usage(FILE *f) {
+    bt_sampler_params d;
+    bt_sampler_params_default(&d);
+    fprintf(f,
+            "usage: baton generate -m FILE (-p TEXT | --prompts FILE) [options]\n"
+            "       mpirun -np N baton generate ...\n"
+            "       launch/baton-run -t TOPOLOGY -- baton generate ...\n"
+            "\n"
+            "Generates text with a GGUF model (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe)\n"
+            "whose layers are spread over the ranks it was launched with.  One prompt\n"
+            "streams its completion to stdout; --prompts runs many as sequences through\n"
+            "the pipeline and prints each completion, labelled, in input order.  At the\n"
+            "end (stderr): prompt and generation tokens/s and per-rank statistics.\n"
+            "\n"
+            "  -m, --model FILE        the GGUF model (required)\n"
+            "  -p, --prompt TEXT       the prompt (\\n \\t \\\\ \\xHH ... escapes are processed)\n"
+            "      --no-escape         take -p's text as it is\n"
+            "      --prompts FILE      one prompt a line (taken as they are)\n"
+            "      --parallel N        sequences at once (default 1; the context is shared:\n"
+            "                          each holds -c / N tokens)\n"
+            "  -n, --n-predict N       tokens to generate per prompt, -1: until an end token\n"
+            "                          or the context is full (default 128; 0 is an error)\n"
+            "      --stop S            stop when S appears (not printed; repeatable, at most %d)\n"
+            "      --chat              write the prompt as a user message in the model's chat\n"
+            "                          template (tokenizer.chat_template)\n"
+            "      --chat-template NAME  use this template instead (implies --chat)\n"
+            "      --system TEXT       a system message first (with --chat)\n"
+            "\n"
+            "sampling (llama.cpp's flags and order):\n"
+            "      --temp T            temperature, 0: greedy (default %g)\n"
+            "      --top-k K           0: off (default %d)\n"
+            "      --top-p P           1: off (default %g)\n"
+            "      --min-p P           0: off (default %g)\n"
+            "      --repeat-penalty X  1: off (default %g)\n"
+            "      --repeat-last-n N   tokens the penalties look back at, -1: all (default %d)\n"
+            "      --presence-penalty X, --frequency-penalty X   0: off (default 0)\n"
+            "      --seed N            the random stream's seed (default %llu): the same\n"
+            "                          seed gives the same text\n"
+            "\n"
+            "run:\n"
+            "  -c, --ctx-size N        KV cache cells, shared by the sequences (default 4096)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most -c)\n"
+            "  -t, --threads N         CPU threads per rank (default: the topology's, else the\n"
+            "                          node's cores divided among its ranks)\n"
+            "      --topology FILE     topology file (default: $BATON_TOPOLOGY, else every\n"
+            "                          rank on --backend)\n"
+            "      --backend cpu|cuda  without a topology (default cpu)\n"
+            "      --partition P       auto, or layer counts per rank: 12,12\n"
+            "      --json              the completions and statistics as one JSON object\n"
+            "  -h, --help              this text\n"
+            "\n"
+            "Greedy output (--temp 0) is the same for any number of ranks, threads and\n"
+            "--parallel.\n",
+            GEN_MAX_STOPS, (double)d.temp, d.top_k, (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
+            d.penalty_last_n, (unsigned long long)d.seed);
+}
+
+enum {
+    OPT_NO_ESCAPE = 1000,
+    OPT_PROMPTS,
+    OPT_PARALLEL,
+    OPT_STOP,
+    OPT_CHAT,
+    OPT_CHAT_TEMPLATE,
+    OPT_SYSTEM,
+    OPT_TEMP,
+    OPT_TOPK,
+    OPT_TOPP,
+    OPT_MINP,
+    OPT_REPEAT_PENALTY,
+    OPT_REPEAT_LAST_N,
+    OPT_PRESENCE,
+    OPT_FREQUENCY,
+    OPT_SEED_,
+    OPT_UBATCH,
+    OPT_TOPOLOGY,
+    OPT_BACKEND,
+    OPT_PARTITION,
+    OPT_JSON,
+};
+
+static bool parse_float(const char *s, float *out) {
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v)) return false;
+    *out = (float)v;
+    return true;
+}
+
+/* 0: --help; 2: a bad flag or value (message in err); -1: go on. */
+static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, size_t errn) {
+    static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'},
+        {"prompt", required_argument, 0, 'p'},
+        {"no-escape", no_argument, 0, OPT_NO_ESCAPE},
+        {"prompts", required_argument, 0, OPT_PROMPTS},
+        {"parallel", required_argument, 0, OPT_PARALLEL},
+        {"n-predict", required_argument, 0, 'n'},
+        {"stop", required_argument, 0, OPT_STOP},
+        {"chat", no_argument, 0, OPT_CHAT},
+        {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"system", required_argument, 0, OPT_SYSTEM},
+        {"temp", required_argument, 0, OPT_TEMP},
+        {"top-k", required_argument, 0, OPT_TOPK},
+        {"top-p", required_argument, 0, OPT_TOPP},
+        {"min-p", required_argument, 0, OPT_MINP},
+        {"repeat-penalty", required_argument, 0, OPT_REPEAT_PENALTY},
+        {"repeat-last-n", required_argument, 0, OPT_REPEAT_LAST_N},
+        {"presence-penalty", required_argument, 0, OPT_PRESENCE},
+        {"frequency-penalty", required_argument, 0, OPT_FREQUENCY},
+        {"seed", required_argument, 0, OPT_SEED_},
+        {"ctx-size", required_argument, 0, 'c'},
+        {"ubatch", required_argument, 0, OPT_UBATCH},
+        {"threads", required_argument, 0, 't'},
+        {"topology", required_argument, 0, OPT_TOPOLOGY},
+        {"backend", required_argument, 0, OPT_BACKEND},
+        {"partition", required_argument, 0, OPT_PARTITION},
+        {"json", no_argument, 0, OPT_JSON},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int code;
+    long v;
+    while ((code = getopt_long(argc, argv, ":m:p:n:c:t:h", longs, NULL)) != -1) {
+        err[0] = '\0';
+        switch (code) {
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case OPT_NO_ESCAPE: o->escape = false; break;
+        case OPT_PROMPTS: o->prompts_file = optarg; break;
+        case OPT_PARALLEL:
+            if (!bt_cli_parse_int(optarg, 1, 1024, &v)) snprintf(err, errn, "--parallel: '%s' is not an integer in [1, 1024]", optarg);
+            else o->parallel = v;
+            break;
+        case 'n':
+            if (!bt_cli_parse_int(optarg, LONG_MIN, LONG_MAX, &v)) snprintf(err, errn, "-n: '%s' is not an integer", optarg);
+            else if (v == 0 || v < -1) snprintf(err, errn, "-n %ld: the number of tokens to generate must be positive (or -1: until an end token or the context is full)", v);
+            else o->n_predict = v;
+            break;
+        case OPT_STOP:
+            if (o->n_stops == GEN_MAX_STOPS) snprintf(err, errn, "--stop: at most %d stop strings", GEN_MAX_STOPS);
+            else o->stops[o->n_stops++] = optarg;
+            break;
+        case OPT_CHAT: o->chat = true; break;
+        case OPT_CHAT_TEMPLATE: o->chat_template = optarg, o->chat = true; break;
+        case OPT_SYSTEM: o->system = optarg; break;
+        case OPT_TEMP:
+            if (!parse_float(optarg, &o->sp.temp)) snprintf(err, errn, "--temp: '%s' is not a number", optarg);
+            break;
+        case OPT_TOPK:
+            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--top-k: '%s' is not an integer", optarg);
+            else o->sp.top_k = (int32_t)v;
+            break;
+        case OPT_TOPP:
+            if (!parse_float(optarg, &o->sp.top_p)) snprintf(err, errn, "--top-p: '%s' is not a number", optarg);
+            break;
+        case OPT_MINP:
+            if (!parse_float(optarg, &o->sp.min_p)) snprintf(err, errn, "--min-p: '%s' is not a number", optarg);
+            break;
+        case OPT_REPEAT_PENALTY:
+            if (!parse_float(optarg, &o->sp.repeat_penalty)) snprintf(err, errn, "--repeat-penalty: '%s' is not a number", optarg);
+            break;
+        case OPT_REPEAT_LAST_N:
+            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--repeat-last-n: '%s' is not an integer", optarg);
+            else o->sp.penalty_last_n = (int32_t)v;
+            break;
+        case OPT_PRESENCE:
+            if (!parse_float(optarg, &o->sp.presence_penalty)) snprintf(err, errn, "--presence-penalty: '%s' is not a number", optarg);
+            break;
+        case OPT_FREQUENCY:
+            if (!parse_float(optarg, &o->sp.frequency_penalty)) snprintf(err, errn, "--frequency-penalty: '%s' is not a number", optarg);
+            break;
+        case OPT_SEED_:
+            if (!bt_cli_parse_u64(optarg, &o->sp.seed)) snprintf(err, errn, "--seed: '%s' is not a non-negative integer", optarg);
+            break;
+        case 'c':
+            if (!bt_cli_parse_int(optarg, 1, 1L << 24, &v)) snprintf(err, errn, "--ctx-size: '%s' is not an integer in [1, %ld]", optarg, 1L << 24);
+            else o->n_ctx = v;
+            break;
+        case OPT_UBATCH:
+            if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, errn, "--ubatch: '%s' is not an integer in [1, 65536]", optarg);
+            else o->n_ubatch = v;
+            break;
+        case 't':
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
+            else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
+            break;
+        case OPT_TOPOLOGY:
+            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
+            else o->topology = optarg;
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) o->backend = optarg;
+            else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
+            break;
+        case OPT_PARTITION: o->partition = optarg; break;
+        case OPT_JSON: o->json = true; break;
+        case 'h': return 0;
+        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
+        case '?':
+            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
+            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
+            break;
+        default: BT_ASSERT(!"an option without a case");
+        }
+        if (err[0]) {
+            strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        snprintf(err, errn, "missing -m FILE, the GGUF model (try: baton generate --help)");
+        return 2;
+    }
+    if (!o->prompt == !o->prompts_file) {
+        snprintf(err, errn, "give the prompt one way: -p TEXT or --prompts FILE (try: baton generate --help)");
+        return 2;
+    }
+    if (o->system && !o->chat) {
+        snprintf(err, errn, "--system needs --chat (the system message is part of the chat template)");
+        return 2;
+    }
+    if (bt_sampler_params_check(&o->sp, err, errn) != BT_OK) return 2;
+    for (int i = 0; i < o->n_stops; i++) {
+        if (!o->stops[i][0]) {
+            snprintf(err, errn, "--stop: the stop string is empty");
+            return 2;
+        }
+        const int64_t bad = bt_utf8_check(o->stops[i], strlen(o->stops[i]));
+        if (bad >= 0) {
+            snprintf(err, errn, "--stop: invalid UTF-8 at byte %lld", (long long)bad);
+            return 2;
+        }
+    }
+    if (o->parallel > o->n_ctx) {
+        snprintf(err, errn,
+                 "--parallel %ld with --ctx-size %ld: each sequence needs its own cells of the context; at most "
+                 "--parallel %ld",
+                 o->parallel, o->n_ctx, o->n_ctx);
+        return 2;
+    }
+    return -1;
+}
+
+/* ---- the prompts ---- */
+
+struct prompt {
+    char *text; /* NUL-terminated; the user's text before any template */
+    size_t len;
+    bt_tokens ids;
+    /* the completion, rank 0 */
+    char *out;
+    size_t n_out, cap_out;
+    int32_t *gen;
+    size_t n_gen, cap_gen;
+    struct bt_gen_result res;
+    bool done;
+    struct gen_run *run;
+};
+
+struct gen_run {
+    const struct gen_opts *o;
+    struct prompt *p;
+    size_t n;
+    bool stream; /* one prompt, not --json: its text goes to stdout as it comes */
+    bool nomem;
+    size_t n_done;
+    double t_start, t_first_token, t_end;
+};
+
+static void free_prompts(struct prompt *p, size_t n) {
+    for (size_t i = 0; p && i < n; i++) {
+        free(p[i].text);
+        bt_tokens_free(&p[i].ids);
+        free(p[i].out);
+        free(p[i].gen);
+    }
+    free(p);
+}
+
+/* The prompts of the command line: -p (escapes processed) or one a line of
+ * --prompts FILE.  Each non-empty and valid UTF-8.  rc 2 (-p) or 1 (FILE)
+ * with a message. */
+static int read_prompts(const struct gen_opts *o, struct prompt **out, size_t *n_out, char *err, size_t errn) {
+    *out = NULL;
+    *n_out = 0;
+    if (o->prompt) {
+        struct prompt *p = calloc(1, sizeof *p);
+        size_t len = strlen(o->prompt);
+        if (!p || !(p->text = malloc(len + 1))) {
+            free(p);
+            snprintf(err, errn, "out of memory");
+            return 1;
+        }
+        memcpy(p->text, o->prompt, len + 1);
+        if (o->escape) bt_cli_process_escapes(p->text, &len);
+        p->text[len] = '\0';
+        p->len = len;
+        const int64_t bad = bt_utf8_check(p->text, len);
+        if (len == 0) snprintf(err, errn, "-p: the prompt is empty");
+        else if (bad >= 0) snprintf(err, errn, "-p: the prompt is not valid UTF-8: byte %lld", (long long)bad);
+        else if (memchr(p->text, '\0', len)) snprintf(err, errn, "-p: the prompt holds a NUL byte");
+        if (err[0]) {
+            free_prompts(p, 1);
+            return 2;
+        }
+        *out = p;
+        *n_out = 1;
+        return 0;
+    }
+    FILE *f = fopen(o->prompts_file, "rb");
+    if (!f) {
+        snprintf(err, errn, "--prompts %s: %s", o->prompts_file, strerror(errno));
+        return 1;
+    }
+    size_t len = 0;
+    char *all = bt_cli_read_all(f, o->prompts_file, &len, err, errn);
+    fclose(f);
+    if (!all) return 1;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) n += all[i] == '\n';
+    if (len > 0 && all[len - 1] != '\n') n++;
+    if (n == 0) {
+        snprintf(err, errn, "--prompts %s: the file holds no prompt", o->prompts_file);
+        free(all);
+        return 1;
+    }
+    struct prompt *p = calloc(n, sizeof *p);
+    if (!p) {
+        snprintf(err, errn, "out of memory for %zu prompts", n);
+        free(all);
+        return 1;
+    }
+    size_t k = 0, line_start = 0;
+    for (size_t i = 0; i <= len && k < n; i++) {
+        if (i < len && all[i] != '\n') continue;
+        size_t l = i - line_start;
+        if (l > 0 && all[line_start + l - 1] == '\r') l--; /* CRLF */
+        const char *s = all + line_start;
+        const int64_t bad = bt_utf8_check(s, l);
+        if (l == 0) snprintf(err, errn, "%s:%zu: the prompt is empty", o->prompts_file, k + 1);
+        else if (bad >= 0)
+            snprintf(err, errn, "%s:%zu: the prompt is not valid UTF-8: byte %lld of the line", o->prompts_file,
+                     k + 1, (long long)bad);
+        else if (memchr(s, '\0', l)) snprintf(err, errn, "%s:%zu: the prompt holds a NUL byte", o->prompts_file, k + 1);
+        else if (!(p[k].text = malloc(l + 1))) snprintf(err, errn, "out of memory");
+        if (err[0]) {
+            free_prompts(p, n);
+            free(all);
+            return 1;
+        }
+        memcpy(p[k].text, s, l);
+        p[k].text[l] = '\0';
+        p[k].len = l;
+        k++;
+        line_start = i + 1;
+    }
+    free(all);
+    *out = p;
+    *n_out = n;
+    return 0;
+}
+
+static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const char *tmpl, struct prompt *p,
+                         size_t n, int64_t share, char *err, size_t errn);
+
+/* Rank 0, once the model is open: the tokens of each prompt (in the chat
+ * template when asked), checked against the context.  1 and a message. */
+static int tokenize_prompts(const struct gen_opts *o, const char *model, struct bt_gguf *g, bt_tokenizer **tok_out,
+                            struct prompt *p, size_t n, int64_t share, char *err, size_t errn) {
+    bt_tokenizer *tok = NULL;
+    char e[768];
+    if (bt_tokenizer_from_gguf(g, &tok, e, sizeof e) != BT_OK) {
+        snprintf(err, errn, "%s", e);
+        return 1;
+    }
+    *tok_out = tok;
+    const char *tmpl = o->chat_template;
+    char *file_tmpl = NULL;
+    if (o->chat && !tmpl) {
+        struct bt_gguf_str s;
+        if (bt_gguf_find_key(g, "tokenizer.chat_template") < 0 ||
+            bt_gguf_get_str(g, "tokenizer.chat_template", &s) != BT_OK) {
+            snprintf(err, errn, "%s: --chat: the file has no tokenizer.chat_template; name one with --chat-template",
+                     model);
+            return 1;
+        }
+        if (!(file_tmpl = malloc(s.n + 1))) {
+            snprintf(err, errn, "out of memory");
+            return 1;
+        }
+        memcpy(file_tmpl, s.data, s.n);
+        file_tmpl[s.n] = '\0';
+        tmpl = file_tmpl;
+    }
+    const int rc = tokenize_each(o, tok, tmpl, p, n, share, err, errn);
+    free(file_tmpl);
+    return rc;
+}
+
+/* Each prompt's tokens, checked against a sequence's share of the context. */
+static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const char *tmpl, struct prompt *p,
+                         size_t n, int64_t share, char *err, size_t errn) {
+    char e[768];
+    for (size_t i = 0; i < n; i++) {
+        const char *text = p[i].text;
+        size_t len = p[i].len;
+        char *chat = NULL;
+        if (o->chat) {
+            bt_chat_msg msgs[2];
+            size_t nm = 0;
+            if (o->system) msgs[nm++] = (bt_chat_msg){"system", o->system};
+            msgs[nm++] = (bt_chat_msg){"user", p[i].text};
+            if (bt_chat_apply(tmpl, msgs, nm, 1, &chat, e, sizeof e) != BT_OK) {
+                snprintf(err, errn, "%s%s", o->chat_template ? "--chat-template: " : "--chat: ", e);
+                return 1;
+            }
+            text = chat;
+            len = strlen(chat);
+        }
+        const enum bt_status st = bt_tokenizer_tokenize(tok, text, len, 1, 1, &p[i].ids, e, sizeof e);
+        free(chat);
+        if (st != BT_OK) {
+            snprintf(err, errn, "prompt %zu: %s", i + 1, e);
+            return 1;
+        }
+        if (p[i].ids.n == 0) {
+            snprintf(err, errn, "prompt %zu: no tokens", i + 1);
+            return 1;
+        }
+        if ((int64_t)p[i].ids.n > share) {
+            if (o->parallel > 1)
+                snprintf(err, errn,
+                         "prompt %zu has %zu tokens but each of the %ld sequences holds %lld (--ctx-size %ld / "
+                         "--parallel %ld): raise --ctx-size or lower --parallel",
+                         i + 1, p[i].ids.n, o->parallel, (long long)share, o->n_ctx, o->parallel);
+            else
+                snprintf(err, errn, "prompt %zu has %zu tokens but the context holds %lld (--ctx-size %ld)", i + 1,
+                         p[i].ids.n, (long long)share, o->n_ctx);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the callbacks (rank 0, the step thread) ---- */
+
+static bool grow(void **buf, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*buf, c * elem);
+    if (!q) return false;
+    *buf = q;
+    *cap = c;
+    return true;
+}
+
+static void on_token(void *user, int32_t id, const char *text, size_t len) {
+    struct prompt *p = user;
+    struct gen_run *run = p->run;
+    if (run->t_first_token == 0) run->t_first_token = bt_cli_now_s();
+    if (!grow((void **)&p->gen, &p->cap_gen, p->n_gen + 1, sizeof *p->gen) ||
+        !grow((void **)&p->out, &p->cap_out, p->n_out + len + 1, 1)) {
+        run->nomem = true;
+        return;
+    }
+    p->gen[p->n_gen++] = id;
+    memcpy(p->out + p->n_out, text, len);
+    p->n_out += len;
+    p->out[p->n_out] = '\0';
+    if (run->stream && len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+}
+
+static void on_done(void *user, const struct bt_gen_result *r) {
+    struct prompt *p = user;
+    p->res = *r;
+    p->done = true;
+    p->run->n_done++;
+    p->run->t_end = bt_cli_now_s();
+}
+
+/* ---- output ---- */
+
+static void print_rank_table(FILE *f, const struct bt_engine *e, const struct bt_engine_stats *all, int P) {
+    fprintf(f, "rank  layers   ubatches   tokens  compute_s   wait_s   sent_MiB  recv_MiB  weights_MiB  kv_MiB  "
+               "peak_MiB\n");
+    for (int r = 0; r < P; r++) {
+        const struct bt_engine_stats *s = &all[r];
+        int il0 = 0, il1 = 0;
+        bt_engine_range(e, r, &il0, &il1);
+        char layers[32];
+        if (il1 > il0) snprintf(layers, sizeof layers, "%d-%d", il0, il1 - 1);
+        else snprintf(layers, sizeof layers, "-");
+        fprintf(f, "%4d  %-7s %9llu %8llu  %9.3f  %7.3f  %9.2f  %8.2f  %11.2f  %6.2f  %8.2f\n", r, layers,
+                (unsigned long long)s->ubatches, (unsigned long long)s->tokens, s->compute_s, s->wait_s,
+                s->bytes_sent / 1048576.0, s->bytes_received / 1048576.0, s->weight_bytes / 1048576.0,
+                s->kv_bytes / 1048576.0, s->peak_rss / 1048576.0);
+    }
+}
+
+struct gen_totals {
+    uint64_t digest; /* FNV-1a 64 of every completion's token ids (little-endian int32), in input order */
+    int64_t n_prompt, n_gen, n_decode;
+    double prompt_s, gen_s, wall_s, prompt_tps, gen_tps;
+};
+
+/* Prompt tokens/s: each prompt's tokens over the time to its first token,
+ * summed; generation tokens/s: the tokens sampled after each first one over
+ * the time from the first first token to the end (one prompt: exactly
+ * llama.cpp's prompt eval and eval rates). */
+static void totals(const struct gen_run *run, struct gen_totals *t) {
+    memset(t, 0, sizeof *t);
+    t->digest = 1469598103934665603ull;
+    for (size_t i = 0; i < run->n; i++) {
+        const struct bt_gen_result *r = &run->p[i].res;
+        for (size_t k = 0; k < run->p[i].n_gen; k++)
+            for (int byte = 0; byte < 4; byte++)
+                t->digest = (t->digest ^ (((uint32_t)run->p[i].gen[k] >> (8 * byte)) & 0xff)) * 1099511628211ull;
+        t->n_prompt += r->n_prompt;
+        t->n_gen += r->n_gen;
+        t->n_decode += r->n_gen > 0 ? r->n_gen - 1 : 0;
+        t->prompt_s += r->t_prompt_s;
+    }
+    t->wall_s = run->t_end - run->t_start;
+    t->gen_s = run->t_first_token > 0 ? run->t_end - run->t_first_token : 0;
+    if (run->n == 1) t->gen_s = run->p[0].res.t_gen_s;
+    t->prompt_tps = t->prompt_s > 0 ? (double)t->n_prompt / t->prompt_s : 0;
+    t->gen_tps = t->gen_s > 0 ? (double)t->n_decode / t->gen_s : 0;
+}
+
+static void print_json(const struct gen_run *run, const struct gen_totals *t, const struct bt_engine *e,
+                       const struct bt_engine_stats *all, int P) {
+    printf("{\"model\": ");
+    bt_cli_json_str(stdout, run->o->model, strlen(run->o->model));
+    printf(", \"ranks\": %d, \"parallel\": %ld, \"completions\": [", P, run->o->parallel);
+    for (size_t i = 0; i < run->n; i++) {
+        const struct prompt *p = &run->p[i];
+        printf("%s{\"prompt\": ", i ? ", " : "");
+        bt_cli_json_str(stdout, p->text, p->len);
+        printf(", \"text\": ");
+        bt_cli_json_str(stdout, p->out ? p->out : "", p->n_out);
+        printf(", \"finish_reason\": \"%s\", \"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"tokens\": [",
+               bt_finish_name(p->res.finish), (long long)p->res.n_prompt, (long long)p->res.n_gen);
+        for (size_t k = 0; k < p->n_gen; k++) printf(k ? ", %d" : "%d", p->gen[k]);
+        printf("]}");
+    }
+    printf("], \"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"prompt_tokens_per_s\": %.2f, "
+           "\"gen_tokens_per_s\": %.2f, \"wall_s\": %.6f, \"token_digest\": \"%016llx\", \"per_rank\": [",
+           (long long)t->n_prompt, (long long)t->n_gen, t->prompt_tps, t->gen_tps, t->wall_s,
+           (unsigned long long)t->digest);
+    for (int r = 0; r < P; r++) {
+        const struct bt_engine_stats *s = &all[r];
+        int il0 = 0, il1 = 0;
+        bt_engine_range(e, r, &il0, &il1);
+        printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"ubatches\": %llu, \"tokens\": %llu, "
+               "\"compute_s\": %.6f, \"wait_s\": %.6f, \"bytes_sent\": %llu, \"bytes_received\": %llu, "
+               "\"weight_bytes\": %zu, \"kv_bytes\": %zu, \"compute_bytes\": %zu, \"peak_rss\": %zu}",
+               r ? ", " : "", r, il0, il1 - 1, (unsigned long long)s->ubatches, (unsigned long long)s->tokens,
+               s->compute_s, s->wait_s, (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_received,
+               s->weight_bytes, s->kv_bytes, s->compute_bytes, s->peak_rss);
+    }
+    printf("]}\n");
+}
+
+static void print_text(const struct gen_run *run) {
+    if (run->stream) {
+        printf("\n");
+        return;
+    }
+    for (size_t i = 0; i < run->n; i++) {
+        const struct prompt *p = &run->p[i];
+        printf("[%zu] %s\n", i + 1, p->text);
+        printf("[%zu] => ", i + 1);
+        fwrite(p->out ? p->out : "", 1, p->n_out, stdout);
+        printf("\n[%zu] (%s, %lld tokens)\n\n", i + 1, bt_finish_name(p->res.finish), (long long)p->res.n_gen);
+    }
+}
+
+/* ---- rank 0's loop: every prompt through the batcher ---- */
+
+static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokenizer *tok, char *err, size_t errn) {
+    struct bt_batcher_params bp;
+    bt_batcher_default_params(&bp);
+    struct bt_batcher *b = NULL;
+    if (bt_batcher_new(e, tok, &bp, &b, err, errn) != BT_OK) return 1;
+    int rc = 0;
+    size_t next = 0;
+    run->t_start = bt_cli_now_s();
+    while (run->n_done < run->n) {
+        while (next < run->n && bt_batcher_n_free(b) > 0) {
+            struct prompt *p = &run->p[next];
+            const struct bt_gen_request req = {
+                .prompt = p->ids.ids,
+                .n_prompt = p->ids.n,
+                .sampling = run->o->sp,
+                .max_tokens = run->o->n_predict,
+                .stops = run->o->stops,
+                .n_stops = (size_t)run->o->n_stops,
+                .on_token = on_token,
+                .on_done = on_done,
+                .user = p,
+            };
+            uint64_t id;
+            char e2[768];
+            if (bt_batcher_add(b, &req, &id, e2, sizeof e2) != BT_OK) {
+                snprintf(err, errn, "prompt %zu: %s", next + 1, e2);
+                rc = 1;
+                break;
+            }
+            next++;
+        }
+        if (rc) break;
+        if (bt_batcher_step(b) != BT_OK) {
+            snprintf(err, errn, "%s", bt_batcher_error(b));
+            rc = 1;
+            break;
+        }
+        if (run->nomem) {
+            snprintf(err, errn, "out of memory keeping the completions");
+            rc = 1;
+            break;
+        }
+    }
+    bt_batcher_free(b);
+    return rc;
+}
+
+/* What every rank must have the same of. */
+static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
+    int n = 0;
+#define ITEM(OPT, GIVEN, ...)                                                             \
+    do {                                                                                  \
+        it[n].option = (OPT);                                                             \
+        it[n].given = (GIVEN);                                                            \
+        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                           \
+        n++;                                                                              \
+    } while (0)
+    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    ITEM("-m", true, "%s", o->model);
+    ITEM("--ctx-size", true, "%ld", o->n_ctx);
+    ITEM("--ubatch", true, "%ld", o->n_ubatch);
+    ITEM("--parallel", true, "%ld", o->parallel);
+    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+#undef ITEM
+    return n;
+}
+#define GEN_AGREE_ITEMS 7
+
+int bt_cli_generate(int argc, char **argv) {
+    struct gen_opts o;
+    memset(&o, 0, sizeof o);
+    bt_sampler_params_default(&o.sp);
+    o.n_predict = 128;
+    o.n_ctx = 4096;
+    o.n_ubatch = 0; /* 512, at most the context */
+    o.parallel = 1;
+    o.escape = true;
+    const int env_rank = bt_cli_env_rank();
+    bt_cli_signals_install(GEN_PROG, env_rank);
+    char perr[1024] = "";
+    int prc = parse_generate(argc, argv, &o, perr, sizeof perr);
+    if (prc == 0) {
+        if (env_rank == 0) gen_usage(stdout);
+        return 0;
+    }
+    if (prc < 0) prc = 0;
+    if (o.n_ubatch == 0) o.n_ubatch = o.n_ctx < 512 ? o.n_ctx : 512;
+    if (!prc && o.n_ubatch > o.n_ctx) {
+        snprintf(perr, sizeof perr, "--ubatch %ld is larger than --ctx-size %ld", o.n_ubatch, o.n_ctx);
+        prc = 2;
+    }
+    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+    if (!prc && o.backend && o.topology && *o.topology) {
+        snprintf(perr, sizeof perr, "--backend %s and the topology %s: the topology names each rank's backend; give "
+                                    "one or the other", o.backend, o.topology);
+        prc = 2;
+    }
+    struct prompt *prompts = NULL;
+    size_t n_prompts = 0;
+    if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
+
+    const struct bt_rank_config rcfg = {
+        .prog = GEN_PROG,
+        .topology = o.topology,
+        .backend = o.backend,
+        .threads = o.threads,
+        .copies = 0,
+        .partition = o.partition,
+        .n_layers = 0,
+        .progress_us = 0,
+    };
+    struct bt_rank R;
+    bool bare = false;
+    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
+        snprintf(perr, sizeof perr, "%s", R.error);
+        prc = R.exit_code;
+        bare = true;
+    }
+    if (prc && !R.t) {
+        /* a topology's own message is FILE:LINE:COLUMN: ... */
+        if (env_rank == 0) fprintf(stderr, "%s%s\n", bare ? "" : GEN_PROG ": ", perr);
+        bt_rank_free(&R);
+        free_prompts(prompts, n_prompts);
+        return prc;
+    }
+    if (!R.t) {
+        if (env_rank == 0) fprintf(stderr, "%s\n", R.error);
+        bt_rank_free(&R);
+        free_prompts(prompts, n_prompts);
+        return 1;
+    }
+    bt_transport *t = R.t;
+    const int P = R.size, rank = R.rank;
+    bt_cli_signals_install(GEN_PROG, rank);
+    int rc = 0;
+    char err[1024] = "";
+    struct bt_engine *e = NULL;
+    bt_tokenizer *tok = NULL;
+    struct bt_engine_stats *all = NULL;
+
+    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
+    struct bt_cli_agree_item items[GEN_AGREE_ITEMS];
+    const int n_items = agree_items(&o, items);
+    BT_ASSERT(n_items == GEN_AGREE_ITEMS);
+    rc = bt_cli_agree(t, GEN_PROG, prc, perr, items, n_items);
+    if (rc != 0) goto out;
+    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
+        snprintf(err, sizeof err, "%s", R.error);
+        rc = R.exit_code;
+        goto out;
+    }
+
+    struct bt_engine_params ep;
+    bt_engine_default_params(&ep);
+    ep.model = o.model;
+    ep.n_ctx = o.n_ctx;
+    ep.n_seq_max = (int)o.parallel;
+    ep.n_ubatch = o.n_ubatch;
+    if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
+        rc = 1;
+        goto out;
+    }
+
+    /* rank 0: the vocabulary and the prompts' tokens; every rank learns the
+     * verdict before rank 0 starts driving */
+    int64_t verdict = 0;
+    if (rank == 0)
+        verdict = tokenize_prompts(&o, o.model, bt_engine_gguf(e), &tok, prompts, n_prompts,
+                                   o.n_ctx / o.parallel, err, sizeof err);
+    if (t->iface.allreduce_max(t, &verdict, 1) != BT_OK && !verdict) {
+        snprintf(err, sizeof err, "the ranks could not agree: %s", "transport failure");
+        verdict = 1;
+    }
+    struct gen_run run = {.o = &o, .p = prompts, .n = n_prompts, .stream = n_prompts == 1 && !o.json};
+    for (size_t i = 0; i < n_prompts; i++) prompts[i].run = &run;
+    if (rank == 0) {
+        if (!verdict) rc = run_prompts(&run, e, tok, err, sizeof err);
+        else rc = (int)verdict;
+        if (bt_engine_stop(e) != BT_OK && !rc) {
+            snprintf(err, sizeof err, "%s", bt_engine_error(e));
+            rc = 1;
+        }
+    } else if (bt_engine_serve(e) != BT_OK) {
+        snprintf(err, sizeof err, "%s", bt_engine_error(e));
+        rc = 1;
+    }
+    all = calloc((size_t)P, sizeof *all);
+    if (!all || bt_engine_gather_stats(e, all) != BT_OK) {
+        if (!rc) snprintf(err, sizeof err, "gathering the ranks' statistics: %s", all ? bt_engine_error(e) : "out of memory");
+        rc = 1;
+    }
+    if (rank == 0 && !verdict && !rc) {
+        struct gen_totals tt;
+        totals(&run, &tt);
+        if (o.json) {
+            print_json(&run, &tt, e, all, P);
+        } else {
+            print_text(&run);
+            fflush(stdout);
+            fprintf(stderr, "\n" GEN_PROG ": %d rank%s, %zu prompt%s, --parallel %ld\n", P, P > 1 ? "s" : "",
+                    n_prompts, n_prompts > 1 ? "s" : "", o.parallel);
+            fprintf(stderr, "prompt:     %6lld tokens in %8.3f s = %9.2f tokens/s\n", (long long)tt.n_prompt,
+                    tt.prompt_s, tt.prompt_tps);
+            fprintf(stderr, "generation: %6lld tokens in %8.3f s = %9.2f tokens/s (after each first token)\n",
+                    (long long)tt.n_decode, tt.gen_s, tt.gen_tps);
+            fprintf(stderr, "wall:       %.3f s\n", tt.wall_s);
+            fprintf(stderr, "tokens:     %lld generated, digest %016llx (FNV-1a 64 of the ids: equal digests, equal tokens)\n\n",
+                    (long long)tt.n_gen, (unsigned long long)tt.digest);
+            print_rank_table(stderr, e, all, P);
+        }
+        if (fflush(stdout) != 0) {
+            snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
+            rc = 1;
+        }
+    }
+    int64_t rcv = rc;
+    t->iface.allreduce_max(t, &rcv, 1);
+    rc = (int)rcv;
+
+out:
+    if (err[0] && rank == 0) fprintf(stderr, GEN_PROG ": %s\n", err);
+    free(all);
+    bt_tokenizer_free(tok);
+    bt_engine_close(e);
+    free_prompts(prompts, n_prompts);
+    bt_rank_free(&R);
+    return rc;
+}

@@ -1,0 +1,524 @@
+/* batcher.c - continuous batching over an engine on rank 0 (batcher.h): the
+ * request slots, the inbox other threads write into, the ubatches formed from
+ * the sequences that are ready, and the sampling of the rows that come back.
+ *
+ * A slot's life: FREE -> PROMPT (prompt tokens left to submit; chunks follow
+ * each other without waiting) -> WAIT (the ubatch holding its last token is in
+ * flight) -> READY (a sampled token to submit) -> WAIT ... -> FREE (stop,
+ * limit, cancel).  A ubatch remembers, for each row of logits it asked for,
+ * the slot and the request id: a row whose request has ended in the meantime
+ * (cancelled) is dropped, so a slot can be reused at once (the engine removes
+ * the old sequence's cells before the new one's tokens land, in submission
+ * order). */
+#define _GNU_SOURCE /* clock_gettime, pthread_cond_timedwait */
+#include "batcher.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../text/stop.h"
+
+enum slot_state { SLOT_FREE = 0, SLOT_PROMPT, SLOT_WAIT, SLOT_READY };
+
+struct slot {
+    enum slot_state state;
+    uint64_t id;
+    struct bt_gen_request req; /* callbacks, user, sampling (prompt / stops: the copies below) */
+    int32_t *prompt;
+    size_t n_prompt, n_sub;    /* prompt tokens, and how many are submitted */
+    bt_sampler *smp;
+    bt_stopper *stop;
+    int32_t next;              /* READY: the token to submit */
+    int32_t pos;               /* the position of the next token submitted */
+    int64_t n_gen;
+    double t_sub, t_first, t_last;
+};
+
+/* an add waiting in the inbox: the request and its own copies */
+struct pending_add {
+    uint64_t id;
+    struct bt_gen_request req;
+    int32_t *prompt;
+    bt_sampler *smp;
+    bt_stopper *stop;
+};
+
+/* a ubatch in flight: its tokens (kept until collected) and, per row of
+ * logits, which request it belongs to */
+struct flight {
+    uint64_t engine_id;
+    int64_t n_tokens, n_rows;
+    int32_t *token, *pos, *seq;
+    int8_t *logits;
+    int *row_slot;
+    uint64_t *row_req;
+    bool prompt_only;
+};
+
+struct bt_batcher {
+    struct bt_engine *e;
+    const bt_tokenizer *tok;
+    int n_seq;
+    int64_t n_ubatch, n_vocab, share; /* share: cells of one sequence */
+    int max_inflight;
+    struct slot *slots;
+
+    struct flight *fl; /* ring of max_inflight */
+    int fl_head, fl_n;
+    float *logits;     /* n_ubatch x n_vocab */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu: */
+    struct pending_add *adds, *adds_taken; /* adds_taken: drain_inbox's copy */
+    int n_adds;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    int n_taken;       /* slots not FREE */
+    uint64_t next_id;
+    bool failed;
+
+    struct bt_batcher_stats stats;
+    char error[1024];
+};
+
+const char *bt_finish_name(enum bt_finish f) {
+    switch (f) {
+    case BT_FINISH_STOP: return "stop";
+    case BT_FINISH_LENGTH: return "length";
+    case BT_FINISH_CANCELLED: return "cancelled";
+    case BT_FINISH_ERROR: return "error";
+    }
+    return "?";
+}
+
+void bt_batcher_default_params(struct bt_batcher_params *p) {
+    p->n_ubatch = 0;
+    p->max_inflight = 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void flight_free(struct flight *f) {
+    free(f->token);
+    free(f->pos);
+    free(f->seq);
+    free(f->logits);
+    free(f->row_slot);
+    free(f->row_req);
+}
+
+void bt_batcher_free(struct bt_batcher *b) {
+    if (!b) return;
+    /* what is in flight is collected and dropped: the engine is left with
+     * nothing of this batcher's in flight */
+    while (!b->failed && b->fl_n > 0) {
+        uint64_t got;
+        int64_t n_out;
+        if (bt_engine_collect(b->e, &got, b->logits, &n_out) != BT_OK) b->failed = true;
+        b->fl_head = (b->fl_head + 1) % b->max_inflight;
+        b->fl_n--;
+    }
+    for (int s = 0; s < b->n_seq; s++) {
+        struct slot *sl = &b->slots[s];
+        if (sl->state == SLOT_FREE) continue;
+        if (!b->failed) bt_engine_seq_rm(b->e, s);
+        struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0};
+        if (sl->req.on_done) sl->req.on_done(sl->req.user, &r);
+        free(sl->prompt);
+        bt_sampler_free(sl->smp);
+        bt_stopper_free(sl->stop);
+    }
+    for (int i = 0; i < b->n_adds; i++) {
+        struct pending_add *a = &b->adds[i];
+        struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0};
+        if (a->req.on_done) a->req.on_done(a->req.user, &r);
+        free(a->prompt);
+        bt_sampler_free(a->smp);
+        bt_stopper_free(a->stop);
+    }
+    for (int i = 0; i < b->max_inflight && b->fl; i++) flight_free(&b->fl[i]);
+    free(b->fl);
+    free(b->slots);
+    free(b->adds);
+    free(b->adds_taken);
+    free(b->cancels);
+    free(b->logits);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}
+
+enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, const struct bt_batcher_params *p,
+                              struct bt_batcher **out, char *err, size_t n_err) {
+    *out = NULL;
+    const struct bt_engine_params *ep = bt_engine_params(e);
+    const struct bt_hparams *hp = bt_engine_hparams(e);
+    if (p->n_ubatch < 0 || p->max_inflight < 0) {
+        snprintf(err, n_err, "batcher: n_ubatch %lld and max_inflight %d must not be negative", (long long)p->n_ubatch,
+                 p->max_inflight);
+        return BT_ERR_INVALID;
+    }
+    if ((int64_t)bt_tokenizer_n_tokens(tok) > hp->n_vocab) {
+        snprintf(err, n_err, "the vocabulary has %u tokens but the model's output has %lld rows",
+                 bt_tokenizer_n_tokens(tok), (long long)hp->n_vocab);
+        return BT_ERR_INVALID;
+    }
+    struct bt_batcher *b = calloc(1, sizeof *b);
+    if (!b) goto nomem;
+    b->e = e;
+    b->tok = tok;
+    b->n_seq = ep->n_seq_max;
+    b->n_vocab = hp->n_vocab;
+    b->share = ep->n_ctx / ep->n_seq_max;
+    b->n_ubatch = p->n_ubatch > 0 && p->n_ubatch < ep->n_ubatch ? p->n_ubatch : ep->n_ubatch;
+    b->max_inflight = p->max_inflight > 0   ? p->max_inflight
+                      : ep->max_inflight > 0 ? ep->max_inflight
+                                             : 2 * bt_engine_n_ranks(e);
+    b->next_id = 1;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->slots = calloc((size_t)b->n_seq, sizeof *b->slots);
+    b->adds = calloc((size_t)b->n_seq, sizeof *b->adds);
+    b->adds_taken = calloc((size_t)b->n_seq, sizeof *b->adds_taken);
+    b->fl = calloc((size_t)b->max_inflight, sizeof *b->fl);
+    /* the engine's collect writes up to its n_ubatch rows */
+    b->logits = malloc((size_t)ep->n_ubatch * (size_t)b->n_vocab * sizeof(float));
+    if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits) goto nomem;
+    for (int i = 0; i < b->max_inflight; i++) {
+        struct flight *f = &b->fl[i];
+        const size_t n = (size_t)b->n_ubatch;
+        f->token = malloc(n * sizeof *f->token);
+        f->pos = malloc(n * sizeof *f->pos);
+        f->seq = malloc(n * sizeof *f->seq);
+        f->logits = malloc(n);
+        f->row_slot = malloc(n * sizeof *f->row_slot);
+        f->row_req = malloc(n * sizeof *f->row_req);
+        if (!f->token || !f->pos || !f->seq || !f->logits || !f->row_slot || !f->row_req) goto nomem;
+    }
+    *out = b;
+    return BT_OK;
+nomem:
+    bt_batcher_free(b);
+    snprintf(err, n_err, "batcher: out of memory");
+    return BT_ERR_NOMEM;
+}
+
+/* ---- any thread ---- */
+
+enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,
+                              size_t n_err) {
+    if (!req->prompt || req->n_prompt == 0) {
+        snprintf(err, n_err, "the prompt is empty");
+        return BT_ERR_INVALID;
+    }
+    if ((int64_t)req->n_prompt > b->share) {
+        snprintf(err, n_err,
+                 "the prompt has %zu tokens but a sequence holds at most %lld (the context of %lld tokens shared by "
+                 "%d sequences)",
+                 req->n_prompt, (long long)b->share, (long long)bt_engine_params(b->e)->n_ctx, b->n_seq);
+        return BT_ERR_INVALID;
+    }
+    for (size_t i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0 || req->prompt[i] >= (int32_t)b->n_vocab) {
+            snprintf(err, n_err, "prompt token %zu: id %d is not in the vocabulary [0, %lld)", i,
+                     (int)req->prompt[i], (long long)b->n_vocab);
+            return BT_ERR_INVALID;
+        }
+    if (bt_sampler_params_check(&req->sampling, err, n_err) != BT_OK) return BT_ERR_INVALID;
+    if (req->max_tokens == 0 || req->max_tokens < -1) {
+        snprintf(err, n_err, "max_tokens %lld: the number of tokens to generate must be positive (or -1: no limit)",
+                 (long long)req->max_tokens);
+        return BT_ERR_INVALID;
+    }
+    /* the sequence's cells: the prompt, then every sampled token but the last */
+    const int64_t room = b->share - (int64_t)req->n_prompt + 1;
+    const int64_t max_tokens = req->max_tokens < 0 || req->max_tokens > room ? room : req->max_tokens;
+
+    struct pending_add a = {0};
+    a.req = *req;
+    a.prompt = malloc(req->n_prompt * sizeof *a.prompt);
+    if (!a.prompt) {
+        snprintf(err, n_err, "out of memory for a prompt of %zu tokens", req->n_prompt);
+        return BT_ERR_NOMEM;
+    }
+    memcpy(a.prompt, req->prompt, req->n_prompt * sizeof *a.prompt);
+    enum bt_status st = bt_stopper_create(req->stops, req->n_stops, max_tokens, &a.stop, err, n_err);
+    if (st == BT_OK) st = bt_sampler_create(&req->sampling, (int32_t)b->n_vocab, &a.smp, err, n_err);
+    if (st == BT_OK)
+        for (size_t i = 0; i < req->n_prompt; i++) bt_sampler_accept(a.smp, a.prompt[i]);
+    a.req.prompt = NULL;
+    a.req.stops = NULL;
+    a.req.n_stops = 0;
+    if (st == BT_OK) {
+        pthread_mutex_lock(&b->mu);
+        if (b->failed) {
+            snprintf(err, n_err, "the engine has failed: %s", b->error);
+            st = BT_ERR_COMM;
+        } else if (b->n_taken + b->n_adds >= b->n_seq) {
+            snprintf(err, n_err, "all %d sequences are busy", b->n_seq);
+            st = BT_ERR_CAPACITY;
+        } else {
+            a.id = b->next_id++;
+            *id = a.id;
+            b->adds[b->n_adds++] = a;
+            pthread_cond_broadcast(&b->cv);
+        }
+        pthread_mutex_unlock(&b->mu);
+    }
+    if (st != BT_OK) {
+        free(a.prompt);
+        bt_sampler_free(a.smp);
+        bt_stopper_free(a.stop);
+    }
+    return st;
+}
+
+void bt_batcher_cancel(struct bt_batcher *b, uint64_t id) {
+    pthread_mutex_lock(&b->mu);
+    if (b->n_cancels == b->cap_cancels) {
+        const int c = b->cap_cancels ? 2 * b->cap_cancels : 16;
+        uint64_t *p = realloc(b->cancels, (size_t)c * sizeof *p);
+        if (!p) { /* cannot record it: the request runs to its end instead */
+            pthread_mutex_unlock(&b->mu);
+            return;
+        }
+        b->cancels = p;
+        b->cap_cancels = c;
+    }
+    b->cancels[b->n_cancels++] = id;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+int bt_batcher_n_free(struct bt_batcher *b) {
+    pthread_mutex_lock(&b->mu);
+    const int n = b->failed ? 0 : b->n_seq - b->n_taken - b->n_adds;
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
+void bt_batcher_wait(struct bt_batcher *b, int timeout_ms) {
+    pthread_mutex_lock(&b->mu);
+    if (timeout_ms < 0) {
+        while (b->n_adds == 0 && b->n_cancels == 0) pthread_cond_wait(&b->cv, &b->mu);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (b->n_adds == 0 && b->n_cancels == 0)
+            if (pthread_cond_timedwait(&b->cv, &b->mu, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- the step thread ---- */
+
+/* End slot s's request: its cells go, on_done, the slot is free. */
+static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
+    struct slot *sl = &b->slots[s];
+    BT_ASSERT(sl->state != SLOT_FREE);
+    if (why != BT_FINISH_ERROR && bt_engine_seq_rm(b->e, s) != BT_OK) {
+        /* the engine is broken: this request and then every other ends */
+        snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
+        pthread_mutex_lock(&b->mu);
+        b->failed = true;
+        pthread_mutex_unlock(&b->mu);
+        why = BT_FINISH_ERROR;
+    }
+    struct bt_gen_result r = {
+        .id = sl->id,
+        .finish = why,
+        .n_prompt = (int64_t)sl->n_prompt,
+        .n_gen = sl->n_gen,
+        .t_prompt_s = sl->n_gen > 0 ? sl->t_first - sl->t_sub : 0,
+        .t_gen_s = sl->n_gen > 0 ? sl->t_last - sl->t_first : 0,
+    };
+    const struct bt_gen_request req = sl->req;
+    free(sl->prompt);
+    bt_sampler_free(sl->smp);
+    bt_stopper_free(sl->stop);
+    memset(sl, 0, sizeof *sl);
+    pthread_mutex_lock(&b->mu);
+    b->n_taken--;
+    pthread_mutex_unlock(&b->mu);
+    if (req.on_done) req.on_done(req.user, &r);
+}
+
+/* The engine failed: every request ends with BT_FINISH_ERROR. */
+static enum bt_status fail(struct bt_batcher *b, enum bt_status st) {
+    if (!b->failed) snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
+    pthread_mutex_lock(&b->mu);
+    b->failed = true;
+    pthread_mutex_unlock(&b->mu);
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->slots[s].state != SLOT_FREE) finish(b, s, BT_FINISH_ERROR);
+    b->fl_n = 0;
+    return st == BT_OK ? BT_ERR_COMM : st;
+}
+
+/* Take the inbox: new requests into free slots, cancels. */
+static void drain_inbox(struct bt_batcher *b) {
+    pthread_mutex_lock(&b->mu);
+    int n_adds = b->n_adds, n_cancels = b->n_cancels;
+    struct pending_add *adds = b->adds_taken;
+    memcpy(adds, b->adds, (size_t)n_adds * sizeof *adds);
+    b->n_adds = 0;
+    uint64_t *cancels = b->cancels;
+    b->cancels = NULL;
+    b->n_cancels = b->cap_cancels = 0;
+    b->n_taken += n_adds; /* add counted them against the slots already */
+    pthread_mutex_unlock(&b->mu);
+
+    for (int i = 0; i < n_adds; i++) {
+        int s = 0;
+        while (b->slots[s].state != SLOT_FREE) s++; /* a free one exists: add checked */
+        BT_ASSERT(s < b->n_seq);
+        struct slot *sl = &b->slots[s];
+        sl->state = SLOT_PROMPT;
+        sl->id = adds[i].id;
+        sl->req = adds[i].req;
+        sl->prompt = adds[i].prompt;
+        sl->n_prompt = adds[i].req.n_prompt;
+        sl->smp = adds[i].smp;
+        sl->stop = adds[i].stop;
+    }
+    for (int i = 0; i < n_cancels; i++)
+        for (int s = 0; s < b->n_seq; s++)
+            if (b->slots[s].state != SLOT_FREE && b->slots[s].id == cancels[i]) finish(b, s, BT_FINISH_CANCELLED);
+    free(cancels);
+}
+
+/* Fill f with what is ready: one decode token per READY slot (at most
+ * max_decode of them), then prompt chunks; false when nothing is. */
+static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_decode, double t) {
+    f->n_tokens = f->n_rows = 0;
+    f->prompt_only = true;
+    int64_t n_decode = 0;
+    for (int s = 0; s < b->n_seq && f->n_tokens < b->n_ubatch && n_decode < max_decode; s++) {
+        struct slot *sl = &b->slots[s];
+        if (sl->state != SLOT_READY) continue;
+        const int64_t i = f->n_tokens++;
+        f->token[i] = sl->next;
+        f->pos[i] = sl->pos++;
+        f->seq[i] = s;
+        f->logits[i] = 1;
+        f->row_slot[f->n_rows] = s;
+        f->row_req[f->n_rows++] = sl->id;
+        sl->state = SLOT_WAIT;
+        f->prompt_only = false;
+        n_decode++;
+    }
+    for (int s = 0; s < b->n_seq && f->n_tokens < b->n_ubatch; s++) {
+        struct slot *sl = &b->slots[s];
+        if (sl->state != SLOT_PROMPT) continue;
+        if (sl->n_sub == 0) sl->t_sub = t;
+        size_t n = sl->n_prompt - sl->n_sub;
+        if ((int64_t)n > b->n_ubatch - f->n_tokens) n = (size_t)(b->n_ubatch - f->n_tokens);
+        for (size_t k = 0; k < n; k++) {
+            const int64_t i = f->n_tokens++;
+            f->token[i] = sl->prompt[sl->n_sub];
+            f->pos[i] = sl->pos++;
+            f->seq[i] = s;
+            f->logits[i] = 0;
+            sl->n_sub++;
+        }
+        b->stats.prompt_tokens += n;
+        if (sl->n_sub == sl->n_prompt) { /* the prompt's last token gives the first logits */
+            f->logits[f->n_tokens - 1] = 1;
+            f->row_slot[f->n_rows] = s;
+            f->row_req[f->n_rows++] = sl->id;
+            sl->state = SLOT_WAIT;
+        }
+    }
+    return f->n_tokens > 0;
+}
+
+/* One row of logits for slot s: sample, call back, go on or finish. */
+static void take_row(struct bt_batcher *b, int s, const float *row, double t) {
+    struct slot *sl = &b->slots[s];
+    const int32_t id = bt_sampler_sample(sl->smp, row);
+    bt_sampler_accept(sl->smp, id);
+    if (sl->n_gen == 0) sl->t_first = t;
+    sl->t_last = t;
+    sl->n_gen++;
+    b->stats.gen_tokens++;
+    const char *text;
+    size_t len;
+    const enum bt_stop_reason why = bt_stopper_push(sl->stop, b->tok, id, &text, &len);
+    if (sl->req.on_token) sl->req.on_token(sl->req.user, id, text, len);
+    if (why == BT_STOP_NONE) {
+        BT_ASSERT(sl->pos < b->share); /* the stopper's limit keeps the sequence inside its share */
+        sl->next = id;
+        sl->state = SLOT_READY;
+        return;
+    }
+    finish(b, s, why == BT_STOP_LIMIT ? BT_FINISH_LENGTH : BT_FINISH_STOP);
+}
+
+enum bt_status bt_batcher_step(struct bt_batcher *b) {
+    if (b->failed) return BT_ERR_COMM;
+    drain_inbox(b);
+    if (b->failed) return fail(b, BT_ERR_COMM); /* a cancel's seq_rm failed */
+    int n_active = 0;
+    for (int s = 0; s < b->n_seq; s++) n_active += b->slots[s].state != SLOT_FREE;
+    if (n_active == 0 && b->fl_n == 0) return BT_OK;
+
+    /* decode tokens spread over the ubatches in flight, so that every stage
+     * of the pipeline has one to work on */
+    const int64_t max_decode = (n_active + b->max_inflight - 1) / b->max_inflight;
+    const double t = now_s();
+    while (b->fl_n < b->max_inflight) {
+        struct flight *f = &b->fl[(b->fl_head + b->fl_n) % b->max_inflight];
+        if (!form_ubatch(b, f, max_decode, t)) break;
+        const struct bt_llm_batch ub = {f->n_tokens, f->token, f->pos, f->seq, f->logits};
+        const enum bt_status st = bt_engine_submit(b->e, &ub, &f->engine_id);
+        if (st != BT_OK) return fail(b, st);
+        b->fl_n++;
+        b->stats.ubatches++;
+        b->stats.decode_tokens += (uint64_t)(f->n_tokens > 0 && !f->prompt_only ? f->n_rows : 0);
+    }
+    if (b->fl_n == 0) return BT_OK;
+
+    struct flight *f = &b->fl[b->fl_head];
+    uint64_t got;
+    int64_t n_out = 0;
+    const enum bt_status st = bt_engine_collect(b->e, &got, b->logits, &n_out);
+    if (st != BT_OK) return fail(b, st);
+    BT_ASSERT(got == f->engine_id && n_out == f->n_rows);
+    b->fl_head = (b->fl_head + 1) % b->max_inflight;
+    b->fl_n--;
+    const double tc = now_s();
+    for (int64_t r = 0; r < f->n_rows; r++) {
+        const int s = f->row_slot[r];
+        if (b->slots[s].state != SLOT_WAIT || b->slots[s].id != f->row_req[r]) continue; /* cancelled */
+        take_row(b, s, b->logits + (size_t)r * (size_t)b->n_vocab, tc);
+        if (b->failed) return fail(b, BT_ERR_COMM); /* a finished request's seq_rm failed */
+    }
+    return BT_OK;
+}
+
+bool bt_batcher_idle(struct bt_batcher *b) {
+    if (b->fl_n > 0) return false;
+    pthread_mutex_lock(&b->mu);
+    const bool idle = b->n_taken == 0 && b->n_adds == 0;
+    pthread_mutex_unlock(&b->mu);
+    return idle;
+}
+
+const char *bt_batcher_error(const struct bt_batcher *b) { return b->error; }
+
+void bt_batcher_stats(const struct bt_batcher *b, struct bt_batcher_stats *s) { *s = b->stats; }

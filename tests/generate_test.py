@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""generate_test.py BATON MPIEXEC [ref] - `baton generate` as a user meets it.
+
+Without "ref": a random-weight MoE model with a real vocabulary from
+`baton make-model`; greedy output the same on 1, 2, 3 and 4 ranks, with
+--parallel 1 and 4 (and every prompt of a batch the same as alone); a seed
+repeats a sampled run, alone or among others; stop strings and the token
+limit; every bad input with its one message and exit code.
+
+With "ref": for every supported architecture, tests/model_ref.py writes a tiny
+model with a real vocabulary and decodes greedily in numpy from the published
+definitions; `baton generate --temp 0` must give the same tokens (skipped,
+exit 77, where the gguf package cannot be imported).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BATON, MPIEXEC = sys.argv[1], sys.argv[2]
+REF = len(sys.argv) > 3 and sys.argv[3] == "ref"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = os.path.join(ROOT, "tests", "data", "vocab")
+TMP = tempfile.mkdtemp(prefix="gen_test.")
+failed = 0
+passed = 0
+
+
+def run(args, np=1, timeout=300):
+    # one rank: a plain process, as a user runs it without mpirun
+    cmd = [BATON] + args if np == 1 else [MPIEXEC, "-np", str(np), "--oversubscribe", BATON] + args
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def check(cond, name, detail=""):
+    global failed, passed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAILED: {name}" + (f"\n    {detail}" if detail else ""), flush=True)
+
+
+def gen_json(args, np=1):
+    rc, out, err = run(["generate"] + args + ["--json"], np)
+    if rc != 0:
+        check(False, f"generate {' '.join(args)} on {np} ranks", f"exit {rc}: {err.strip()[-400:]}")
+        return None
+    return json.loads(out)
+
+
+def tokens(js):
+    return [c["tokens"] for c in js["completions"]] if js else None
+
+
+def expect_error(args, code, want, name, np=1):
+    rc, out, err = run(args, np)
+    check(rc == code and want in err, name, f"exit {rc} (want {code}); stderr: {err.strip()[-300:]!r}; want {want!r}")
+    if np == 1:
+        lines = [l for l in err.strip().split("\n") if l]
+        check(len(lines) == 1, name + ": one line", f"{lines}")
+
+
+def cli_tests():
+    model = os.path.join(TMP, "moe.gguf")
+    rc, _, err = run(["make-model", model, "--vocab", os.path.join(VOCAB, "ggml-vocab-gpt-2.gguf"), "--embd", "64",
+                      "--head-dim", "16", "--ff", "128", "--ff-exp", "32"])
+    check(rc == 0 and os.path.exists(model), "make-model", err)
+    if rc:
+        return
+    rc1, _, _ = run(["make-model", model + "2", "--vocab", os.path.join(VOCAB, "ggml-vocab-gpt-2.gguf"), "--embd",
+                     "64", "--head-dim", "16", "--ff", "128", "--ff-exp", "32"])
+    check(rc1 == 0 and open(model, "rb").read() == open(model + "2", "rb").read(), "make-model: the same bytes again")
+
+    # greedy: the same tokens on 1..4 ranks
+    base = ["-m", model, "-p", "The quick brown fox", "-n", "12", "--temp", "0", "-c", "256", "--ubatch", "16"]
+    want = tokens(gen_json(base))
+    check(want is not None and len(want[0]) == 12, "greedy: 12 tokens", f"{want}")
+    for np in (2, 3, 4):
+        got = tokens(gen_json(base, np))
+        check(got == want, f"greedy on {np} ranks equals one rank", f"{got} vs {want}")
+
+    # the text streamed to stdout is the completion of the JSON output
+    rc, out, err = run(["generate"] + base)
+    js = gen_json(base)
+    check(rc == 0 and js and out == js["completions"][0]["text"] + "\n", "streamed text equals the completion",
+          f"{out!r} vs {js and js['completions'][0]['text']!r}")
+    check("prompt:" in err and "generation:" in err and "tokens/s" in err and "rank" in err,
+          "statistics on stderr", err[-400:])
+
+    # --parallel: each prompt's tokens the same alone, with --parallel 1 and 4, on 1 and 2 ranks
+    prompts = ["Hello world", "Once upon a time, in a land far away", "1 2 3 4 5", "import numpy as np",
+               "The capital of France is", "a"]
+    pf = os.path.join(TMP, "prompts.txt")
+    with open(pf, "w") as f:
+        f.write("\n".join(prompts) + "\n")
+    common = ["-m", model, "--prompts", pf, "-n", "10", "--temp", "0", "-c", "512", "--ubatch", "16"]
+    p1 = gen_json(common + ["--parallel", "1"])
+    p4 = gen_json(common + ["--parallel", "4"])
+    p4r2 = gen_json(common + ["--parallel", "4"], 2)
+    check(p1 and [c["prompt"] for c in p1["completions"]] == prompts, "completions in input order")
+    check(tokens(p4) == tokens(p1), "--parallel 4 equals --parallel 1", f"{tokens(p4)} vs {tokens(p1)}")
+    check(tokens(p4r2) == tokens(p1), "--parallel 4 on 2 ranks equals --parallel 1 on 1")
+    for i in (0, 1):
+        alone = tokens(gen_json(["-m", model, "-p", prompts[i], "-n", "10", "--temp", "0", "-c", "512"]))
+        check(alone and p1 and alone[0] == tokens(p1)[i], f"prompt {i + 1} alone equals it in the batch")
+    rc, out, _ = run(["generate"] + common + ["--parallel", "3"])
+    check(rc == 0 and out.startswith("[1] Hello world\n[1] => ") and "[6] a\n" in out, "labelled text output",
+          out[:200])
+
+    # a seed repeats a sampled run, alone or among others
+    samp = ["--temp", "0.9", "--top-k", "50", "--seed", "7", "-n", "10", "-c", "512", "--ubatch", "16"]
+    s1 = gen_json(["-m", model, "--prompts", pf, "--parallel", "1"] + samp)
+    s4 = gen_json(["-m", model, "--prompts", pf, "--parallel", "4"] + samp, 2)
+    check(s1 and tokens(s1) == tokens(s4), "a seed gives the same samples alone and in a batch on 2 ranks")
+    s8 = gen_json(["-m", model, "--prompts", pf, "--parallel", "1"] + samp[:4] + ["--seed", "8"] + samp[6:])
+    check(s1 and s8 and tokens(s1) != tokens(s8), "another seed, other samples")
+
+    # stop strings end the text before them
+    full = gen_json(base)
+    text = full["completions"][0]["text"] if full else ""
+    if len(text) > 6:
+        stop = text[3:6]
+        st = gen_json(base + ["--stop", stop])
+        c = st["completions"][0] if st else {}
+        check(c.get("finish_reason") == "stop" and c.get("text") == text[: text.find(stop)],
+              "--stop ends the text before the stop string", f"{c} stop {stop!r}")
+    check(full and full["completions"][0]["finish_reason"] == "length", "-n: finish_reason length")
+
+    # bad input: one message, exit code 2 (usage) or 1 (file / text against the model)
+    g = ["generate", "-m", model]
+    expect_error(g + ["-p", ""], 2, "baton generate: -p: the prompt is empty", "empty prompt")
+    expect_error(g + ["-p", "a\\xffb"], 2, "baton generate: -p: the prompt is not valid UTF-8: byte 1",
+                 "invalid UTF-8 in the prompt")
+    expect_error(g + ["-p", "x", "-n", "0"], 2, "-n 0: the number of tokens to generate must be positive", "-n 0")
+    expect_error(g + ["-p", "x", "--temp", "-1"], 2, "--temp -1: the temperature must be 0 (greedy) or positive",
+                 "negative temperature")
+    expect_error(g + ["-p", "x", "-c", "8", "--parallel", "9"], 2,
+                 "--parallel 9 with --ctx-size 8: each sequence needs its own cells of the context; at most --parallel 8",
+                 "--parallel larger than the context")
+    long_prompt = " ".join(["word"] * 40)
+    expect_error(g + ["-p", long_prompt, "-c", "16"], 1,
+                 "baton generate: prompt 1 has 40 tokens but the context holds 16 (--ctx-size 16)",
+                 "prompt longer than the context")
+    expect_error(g + ["--prompts", pf, "-c", "32", "--parallel", "4"], 1,
+                 "baton generate: prompt 2 has 10 tokens but each of the 4 sequences holds 8 (--ctx-size 32 / "
+                 "--parallel 4): raise --ctx-size or lower --parallel", "prompt longer than a sequence's share")
+    notgguf = os.path.join(TMP, "notgguf.bin")
+    with open(notgguf, "wb") as f:
+        f.write(b"this is not a model file at all, not even close" * 4)
+    expect_error(["generate", "-m", notgguf, "-p", "x"], 1, notgguf + ": offset 0: not a GGUF file", "not a GGUF file")
+    rc, _, err = run(["generate", "-m", notgguf, "-p", "x"], 2)
+    check(rc == 1 and err.count(notgguf) == 1, "not a GGUF file on 2 ranks: one message", err)
+    bad = os.path.join(TMP, "bad.txt")
+    with open(bad, "wb") as f:
+        f.write(b"fine\n\xc3\x28 bad\n")
+    expect_error(g + ["--prompts", bad], 1, f"baton generate: {bad}:2: the prompt is not valid UTF-8: byte 0 of the line",
+                 "invalid UTF-8 in --prompts")
+    with open(bad, "wb") as f:
+        f.write(b"fine\n\nthird\n")
+    expect_error(g + ["--prompts", bad], 1, f"baton generate: {bad}:2: the prompt is empty", "empty line in --prompts")
+    expect_error(g + ["-p", "x", "--chat-template", "nope"], 1, "--chat-template: ", "unknown chat template")
+    expect_error(["generate", "-p", "x"], 2, "missing -m FILE", "no model")
+    expect_error(g + ["-p", "x", "--system", "s"], 2, "--system needs --chat", "--system without --chat")
+    # an unsupported vocabulary type: the model's tokenizer.ggml.model says "bert"
+    try:
+        import gguf  # noqa: F401
+        have_gguf = True
+    except ImportError:
+        have_gguf = False
+    if have_gguf:
+        import gguf
+        vb = os.path.join(TMP, "bert-vocab.gguf")
+        w = gguf.GGUFWriter(vb, "llama")
+        w.add_string("tokenizer.ggml.model", "bert")
+        w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(100)])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        mb = os.path.join(TMP, "bert.gguf")
+        rc, _, err = run(["make-model", mb, "--vocab", vb, "--arch", "llama", "--embd", "64", "--head-dim", "16",
+                          "--layers", "1"])
+        check(rc == 0, "make-model with a bert vocabulary", err)
+        rc, _, err = run(["generate", "-m", mb, "-p", "x"])
+        check(rc == 1 and "bert" in err and err.startswith("baton generate: ") and err.count("\n") == 1,
+              "unsupported vocabulary type", err)
+    # --chat through the file's template (gpt-2's vocabulary has none: the message says so)
+    expect_error(g + ["-p", "x", "--chat"], 1, "--chat: the file has no tokenizer.chat_template", "--chat without a template")
+    js = gen_json(["-m", model, "-p", "hi", "--chat-template", "chatml", "--system", "be brief", "-n", "3", "--temp", "0"])
+    check(js is not None and js["completions"][0]["prompt_tokens"] > 10, "--chat-template chatml wraps the prompt",
+          f"{js and js['completions'][0]}")
+
+
+def ref_tests():
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        print("gguf package missing: skipped")
+        sys.exit(77)
+    ref = os.path.join(ROOT, "tests", "model_ref.py")
+    vocab = os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf")
+    prompt, n = "Once upon a time", 6
+    for arch in ("llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"):
+        d = os.path.join(TMP, arch)
+        os.makedirs(d)
+        subprocess.run([sys.executable, ref, arch, "f32", d, "vocab", vocab], check=True)
+        m = os.path.join(d, "model.gguf")
+        rc, out, err = run(["tokenize", "-m", m, "-p", prompt, "--ids"])
+        ids = json.loads(out)
+        r = subprocess.run([sys.executable, ref, arch, "f32", d, "greedy", ",".join(map(str, ids)), str(n)],
+                           check=True, stdout=subprocess.PIPE)
+        want = json.loads(r.stdout)
+        # a step whose top two logits are closer than the F32 error could swap them
+        k = next((i for i, mg in enumerate(want["margin"]) if mg < 1e-4), n)
+        js = gen_json(["-m", m, "-p", prompt, "-n", str(n), "--temp", "0", "-c", "64"])
+        got = tokens(js)[0] if js else None
+        check(got is not None and k >= 3 and got[:k] == want["tokens"][:k],
+              f"{arch}: greedy tokens equal the numpy reference", f"baton {got}, numpy {want}")
+        js2 = gen_json(["-m", m, "-p", prompt, "-n", str(n), "--temp", "0", "-c", "64"], 2)
+        got2 = tokens(js2)[0] if js2 else None
+        check(got2 == got, f"{arch}: the same on 2 ranks", f"{got2} vs {got}")
+
+
+try:
+    if REF:
+        ref_tests()
+    else:
+        cli_tests()
+finally:
+    subprocess.run(["rm", "-rf", TMP])
+print(f"generate_test{' ref' if REF else ''}: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
