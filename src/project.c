@@ -135,6 +135,13 @@ static void print_bottleneck(const struct bt_projection *p, const struct bt_clus
     else
         fprintf(f, "stage %d's compute (%.0f%%; input over %s %.0f%%)", p->slowest, 100 * (1 - link_share),
                 s->cross_node ? "the node link" : "the in-node link", 100 * link_share);
+    /* layers do not split: a stage with more of them than the average holds
+     * up the rest */
+    int layers = 0;
+    for (int r = 0; r < p->P; r++)
+        if (p->stage[r].first >= 0) layers += p->stage[r].last - p->stage[r].first + 1;
+    const int mine = s->first >= 0 ? s->last - s->first + 1 : 0;
+    if (p->P > 1 && mine * p->P > layers) fprintf(f, ", %d layers where the average is %.2f", mine, (double)layers / p->P);
 }
 
 void bt_projection_print_line(const struct bt_projection *p, const struct bt_cluster *c, FILE *f) {

@@ -90,7 +90,7 @@ long_run() {
         baton demo "${small[@]}" -m 1000000 --no-check >"$work/out" 2>&1 &
     job=$!
     local t
-    for t in $(seq 100); do
+    for t in $(seq 600); do # a loaded machine starts slowly
         rank1=$(baton_pid 1)
         # running; then give it time to be past MPI's start (the watchdog
         # watches from there on)
@@ -100,12 +100,15 @@ long_run() {
         fi
         sleep 0.1
     done
+    kill "$job" 2>/dev/null
+    wait "$job"
     return 1
 }
+comm=$(basename "$baton" | cut -c1-15) # the ranks' process name
 baton_pid() { # host: the baton rank running there
     local p
     for p in $(ip netns pids "bt$tag-h$1" 2>/dev/null); do
-        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = baton ] && echo "$p"
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$comm" ] && echo "$p"
     done
 }
 # waits up to 30 s for baton-run; sets $secs and $rc
@@ -133,6 +136,8 @@ no_leftovers_within() { # seconds
         [ -z "$(leftovers)" ] && return 0
         sleep 0.1
     done
+    kill "$job" 2>/dev/null
+    wait "$job"
     return 1
 }
 
