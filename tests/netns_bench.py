@@ -12,7 +12,9 @@ device at this machine's measured speed, linked by the class) and the
 comparison: transfer of one activation, stage time and tokens/s, predicted
 against measured.  Two predictions of a transfer: the link alone (latency +
 bytes / bandwidth, the class's figures) and the link after this machine's own
-path (the unshaped veth/TCP time for those bytes plus the link's).  Needs root.
+path (the unshaped veth/TCP time for those bytes plus the link's).  Compute is
+predicted at the speed the one-process run of the same command reached (the
+machine's load at the time), not at the planner's short probe.  Needs root.
 """
 import argparse
 import os
@@ -141,13 +143,13 @@ def main():
             print("%-5s transport one-way us: %s" % (cls, "  ".join("%d B: %.1f" % kv for kv in sorted(tr.items()))))
             print("%-5s pipeline: %s" % (cls, line.strip()))
             sys.stdout.flush()
-            results.append((cls, tr, tps, per, no_delay))
+            results.append((cls, tr, tps, one, per, no_delay))
         # predictions
         print("\nactivation %d bytes a micro-batch; M = %d; model: bench pipeline defaults %s" % (act_bytes, a.m, a.model))
         print("| link | transfer measured | link alone | link + bare path | miss | compute a stage, measured (r0 / r1) | "
               "predicted (r0 / r1) | miss | tokens/s measured | predicted | miss |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for cls, tr, tps, per, no_delay in results:
+        for cls, tr, tps, one_tps, per, no_delay in results:
             link = CLASSES[cls] or (1e3, 0.0)
             if no_delay:
                 link = (link[0], 0.0)
@@ -157,8 +159,16 @@ def main():
             # what the pipeline's stage costs the cost model: the link plus this machine's path
             eff_gbs = act_bytes / (with_bare * 1e3)
             stages, ptps = project(baton, model, a.m, (eff_gbs, 0.0))
+            # the device's speed under this machine's load at the time: the
+            # one-process run of the same command (2 threads on the 2 cores)
+            # against the projection's speed (a short probe): k scales every
+            # predicted compute time
+            one_mb_s = model_arg(model, "--tokens", 128) / one_tps
+            k = one_mb_s * 2 / (stages[0][0] + stages[1][0])
             meas_stage = [c / a.m for c, _, _ in per]
-            pred_stage = [s[0] for s in stages]  # compute; the transfer is compared on its own
+            pred_stage = [s[0] * k for s in stages]  # compute; the transfer is compared on its own
+            pstage = [s[0] * k + s[1] for s in stages]
+            ptps = a.m * model_arg(model, "--tokens", 128) / (sum(pstage) + (a.m - 1) * max(pstage))
             sm = max(abs(p / m - 1) for p, m in zip(pred_stage, meas_stage))
             print("| %s | %.0f us | %.0f us | %.0f us | %+.0f%% | %.1f / %.1f ms | %.1f / %.1f ms | %.0f%% | %.1f | %.1f | %+.0f%% |" % (
                 cls, meas_tr, alone, with_bare, 100 * (with_bare / meas_tr - 1), 1e3 * meas_stage[0],
