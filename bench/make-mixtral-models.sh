@@ -2,7 +2,8 @@
 # make-mixtral-models.sh - the random-weight Mixtral-shaped models `baton bench
 # model` is compared with llama-bench on (issue 14): llama architecture,
 # d_model 2048, 4 layers, 32 / 8 heads, 8 experts of 5632, top-2, llama's
-# 32,000-token vocabulary; 1.28 B parameters.  Writes mixtral-F16.gguf and its
+# 32,000-token vocabulary (llama.cpp reads the experts' length from
+# feed_forward_length, so both are 5632).  Writes mixtral-F16.gguf and its
 # Q8_0, Q4_0 and Q4_K_M quantisations to DIR (default build/bench-models;
 # about 5 GiB in all, kept out of git).
 #
@@ -17,7 +18,7 @@ f16=$dir/mixtral-F16.gguf
 if [ ! -s "$f16" ]; then
     "$baton" make-model "$f16.tmp" --vocab "$here/tests/data/vocab/ggml-vocab-llama-spm.gguf" --arch llama \
         --layers 4 --embd 2048 --heads 32 --heads-kv 8 --head-dim 64 --experts 8 --experts-used 2 \
-        --ff-exp 5632 --ctx 4096 --type f16 --seed 14
+        --ff 5632 --ff-exp 5632 --ctx 4096 --type f16 --seed 14
     mv "$f16.tmp" "$f16"
 fi
 for t in Q8_0 Q4_0 Q4_K_M; do
