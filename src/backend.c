@@ -5,6 +5,7 @@
 
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ops.h"
 
@@ -201,6 +202,30 @@ bool bt_backend_supports_buft(bt_backend_t backend, bt_buffer_type_t buft) {
 
 bool bt_backend_offload_op(bt_backend_t backend, const struct bt_tensor *op) {
     return backend->iface.offload_op ? backend->iface.offload_op(backend, op) : false;
+}
+
+int64_t bt_backend_plan_memory(bt_backend_t backend, int64_t limit, int ranks_on_host, const char **what) {
+    const char *w = "its memory limit";
+    int64_t m = limit;
+    size_t dev_free = 0, dev_total = 0;
+    if (limit <= 0 && bt_backend_get_memory(backend, &dev_free, &dev_total)) {
+        w = "its device's free memory";
+        m = (int64_t)dev_free;
+    } else if (limit <= 0) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        const int64_t phys = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
+        w = "its share of this machine's memory";
+        m = phys / (ranks_on_host > 0 ? ranks_on_host : 1);
+    }
+    if (what) *what = w;
+    return m;
+}
+
+bool bt_backend_get_memory(bt_backend_t backend, size_t *free, size_t *total) {
+    *free = *total = 0;
+    if (!backend->iface.get_memory) return false;
+    backend->iface.get_memory(backend, free, total);
+    return true;
 }
 
 const char *bt_backend_error(bt_backend_t backend) {

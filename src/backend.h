@@ -118,6 +118,10 @@ struct bt_backend_i {
     /* optional: host memory this backend copies to and from fastest (pinned
      * memory for a GPU); without it, plain host memory */
     bt_buffer_type_t (*get_host_buffer_type)(bt_backend_t backend);
+
+    /* optional: a backend with memory of its own (a GPU's): its free and
+     * total bytes now; without it, the backend computes in host memory */
+    void (*get_memory)(bt_backend_t backend, size_t *free, size_t *total);
 };
 
 struct bt_backend {
@@ -181,6 +185,15 @@ enum bt_status bt_backend_graph_compute(bt_backend_t backend, struct bt_graph *g
 bool bt_backend_supports_op(bt_backend_t backend, const struct bt_tensor *op);
 bool bt_backend_supports_buft(bt_backend_t backend, bt_buffer_type_t buft);
 bool bt_backend_offload_op(bt_backend_t backend, const struct bt_tensor *op);
+/* The backend's own memory (a GPU's): true with its free and total bytes;
+ * false for a backend that computes in host memory. */
+bool bt_backend_get_memory(bt_backend_t backend, size_t *free, size_t *total);
+/* The memory a rank on this backend places weights in and checks its
+ * allocations against: limit when > 0; else a backend with memory of its
+ * own its free memory now; else this machine's physical memory shared by
+ * ranks_on_host ranks.  *what (may be NULL) says which of the three, for a
+ * message. */
+int64_t bt_backend_plan_memory(bt_backend_t backend, int64_t limit, int ranks_on_host, const char **what);
 const char *bt_backend_error(bt_backend_t backend);
 
 /* NULL when the backend has no events. */

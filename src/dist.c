@@ -88,7 +88,8 @@ struct bt_dist {
     struct local_input *lins;
     int n_lins;
     bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
-    int64_t mem_bytes;     /* the memory this rank may use (its limit, else its share of the machine's) */
+    int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
+    const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
     bool planned;
 
@@ -541,7 +542,7 @@ static enum bt_status check_memory(bt_dist *d, size_t weights, size_t compute, s
                 "has %.1f MiB (%s)",
                 d->rank, bt_backend_name(d->backend), need / mib, (double)weights / mib, (double)compute / mib,
                 (double)slots / mib, (double)d->mem_bytes / mib,
-                d->opt.mem_limit > 0 ? "its memory limit" : "its share of this machine's memory");
+                d->mem_what);
 }
 
 static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
@@ -670,11 +671,6 @@ static enum bt_status post_recv(bt_dist *d, struct xfer *xf, int c, int64_t k) {
     return BT_OK;
 }
 
-static size_t physical_memory(void) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
-}
-
 /* Every rank's description and supported nodes to rank 0 (descs and support
  * allocated there, freed by the caller).  Every rank learns of a failure
  * before the gathers, so none is left waiting in them. */
@@ -684,8 +680,7 @@ static enum bt_status describe_and_gather(bt_dist *d, struct bt_rank_desc **desc
     memset(&mine, 0, sizeof mine);
     snprintf(mine.backend, sizeof mine.backend, "%s", bt_backend_name(d->backend));
     mine.device = d->opt.device_transport != NULL;
-    mine.mem_bytes = d->opt.mem_limit > 0 ? d->opt.mem_limit
-                                          : (int64_t)(physical_memory() / (size_t)(d->t->local_size > 0 ? d->t->local_size : 1));
+    mine.mem_bytes = bt_backend_plan_memory(d->backend, d->opt.mem_limit, d->t->local_size, &d->mem_what);
     d->mem_bytes = mine.mem_bytes;
     mine.gflops = d->opt.gflops > 0 ? d->opt.gflops : bt_backend_measure_gflops(d->backend);
     enum bt_status st = BT_OK;

@@ -86,7 +86,7 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
         kv->v[il - c->il0] = v;
     }
     if (nl > 0) {
-        kv->buf = bt_alloc_ctx_tensors_from_buft(kv->ctx, bt_cpu_buffer_type());
+        kv->buf = bt_alloc_ctx_tensors_from_buft(kv->ctx, c->buft ? c->buft : bt_cpu_buffer_type());
         if (!kv->buf) {
             const size_t bytes = (size_t)nl * (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) *
                                  (size_t)c->n_ctx;
@@ -154,14 +154,16 @@ int32_t bt_kv_seq_pos_max(const struct bt_kv *kv, int32_t seq) {
     return m;
 }
 
-/* The placement keeps each sequence's cells in position order when it can:
- * a token goes to the lowest free cell above its sequence's highest cell,
- * so attention (which walks cells in index order) sees a sequence's tokens
- * in the same order however the sequences share the cache; only when no
- * such cell is left does it take the lowest free cell anywhere. */
+/* Each sequence has its own region of the cache, cells [s*per, (s+1)*per)
+ * with per = n_ctx / n_seq_max (as llama.cpp's server splits its context
+ * among slots), and a token goes to the lowest free cell of its region above
+ * its sequence's highest cell: a sequence's cells are always in the order its
+ * tokens came and at the same cells whatever else is in the cache, so the
+ * attention (which walks cells in index order) computes the same bits for it
+ * whatever ran before. */
 enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, const int32_t *pos,
                            int32_t *cells, char *err, size_t n_err) {
-    const int64_t C = kv->cfg.n_ctx;
+    const int64_t C = kv->cfg.n_ctx, per = bt_kv_seq_cells(kv);
     for (int64_t i = 0; i < n; i++) {
         if (seq[i] < 0 || seq[i] >= kv->cfg.n_seq_max)
             return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence id %d out of [0, %d)", (long long)i, seq[i],
@@ -176,25 +178,29 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
     if (n > C - kv->n_used)
         return fail(err, n_err, BT_ERR_CAPACITY, "KV cache full: %lld tokens, %lld of %lld cells free", (long long)n,
                     (long long)(C - kv->n_used), (long long)C);
-    for (int64_t j = 0; j < C; j++)
-        if (kv->pos[j] >= 0)
-            for (int64_t i = 0; i < n; i++)
-                if (kv->seq[j] == seq[i] && kv->pos[j] == pos[i])
-                    return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
-                                (long long)i, seq[i], pos[i]);
     for (int64_t i = 0; i < n; i++) {
-        int64_t last = -1; /* the sequence's highest cell */
-        for (int64_t j = C - 1; j >= 0; j--)
-            if (kv->pos[j] >= 0 && kv->seq[j] == seq[i]) {
-                last = j;
-                break;
+        const int64_t r0 = (int64_t)seq[i] * per, r1 = r0 + per;
+        for (int64_t j = r0; j < r1; j++)
+            if (kv->pos[j] >= 0 && kv->seq[j] == seq[i] && kv->pos[j] == pos[i])
+                return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
+                            (long long)i, seq[i], pos[i]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r0 = (int64_t)seq[i] * per, r1 = r0 + per;
+        int64_t c = r1;
+        while (c > r0 && kv->pos[c - 1] < 0) c--; /* one past the sequence's highest cell */
+        if (c >= r1) {
+            /* undo this call's placements: nothing placed on error */
+            for (int64_t k = 0; k < i; k++) {
+                kv->pos[cells[k]] = -1;
+                kv->seq[cells[k]] = -1;
+                kv->n_used--;
             }
-        int64_t c = -1;
-        for (int64_t j = last + 1; j < C && c < 0; j++)
-            if (kv->pos[j] < 0) c = j;
-        for (int64_t j = 0; j < C && c < 0; j++)
-            if (kv->pos[j] < 0) c = j;
-        BT_ASSERT(c >= 0); /* counted above */
+            return fail(err, n_err, BT_ERR_CAPACITY,
+                        "token %lld: sequence %d has used its share of the KV cache (%lld of %lld cells for %d "
+                        "sequences)",
+                        (long long)i, seq[i], (long long)per, (long long)C, kv->cfg.n_seq_max);
+        }
         kv->pos[c] = pos[i];
         kv->seq[c] = seq[i];
         kv->n_used++;
@@ -202,6 +208,8 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
     }
     return BT_OK;
 }
+
+int64_t bt_kv_seq_cells(const struct bt_kv *kv) { return kv->cfg.n_ctx / kv->cfg.n_seq_max; }
 
 int64_t bt_kv_n_active(const struct bt_kv *kv) {
     int64_t top = 0;

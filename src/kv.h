@@ -9,8 +9,8 @@
  *   cells          pos[j] (-1: free) and seq[j] of each cell; one sequence
  *                  per cell
  *
- * A ubatch is placed with bt_kv_place (free cells, lowest first, in token
- * order); the graph writes its new K/V rows into those cells with SET_ROWS
+ * A ubatch is placed with bt_kv_place (each sequence in its own region of
+ * n_ctx / n_seq_max cells, in token order); the graph writes its new K/V rows into those cells with SET_ROWS
  * (the cell indices are a graph input), so the graph is the same for every
  * ubatch of one shape.  Attention reads the first n_kv cells
  * (bt_kv_n_active: one past the highest used cell, padded), masked by
@@ -41,6 +41,7 @@ struct bt_kv_config {
     int il0, il1;             /* layers [il0, il1) held here */
     int64_t n_embd_k, n_embd_v; /* per layer: head_dim * n_head_kv */
     int64_t head_dim_k, head_dim_v;
+    bt_buffer_type_t buft;    /* where the cache lives; NULL: host memory */
 };
 
 struct bt_kv;
@@ -67,12 +68,16 @@ int64_t bt_kv_n_used(const struct bt_kv *kv);
 /* Position of the last token of seq in the cache, -1 when it has none. */
 int32_t bt_kv_seq_pos_max(const struct bt_kv *kv, int32_t seq);
 
-/* Place n tokens (seq[i], pos[i]): cells[i] gets a free cell, taken lowest
- * first in token order, and the cell is marked.  Errors (nothing placed):
- * a sequence id out of [0, n_seq_max), a negative position, a (seq, pos)
- * already in the cache or twice in the batch, no free cells left. */
+/* Place n tokens (seq[i], pos[i]): cells[i] gets the lowest free cell of
+ * sequence seq[i]'s region (cells [s*per, (s+1)*per), per =
+ * bt_kv_seq_cells) above that sequence's highest cell, and the cell is
+ * marked.  Errors (nothing placed): a sequence id out of [0, n_seq_max), a
+ * negative position, a (seq, pos) already in the cache or twice in the batch,
+ * no free cells left, a sequence whose region is used up. */
 enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, const int32_t *pos,
                            int32_t *cells, char *err, size_t n_err);
+/* Cells each sequence may use: n_ctx / n_seq_max. */
+int64_t bt_kv_seq_cells(const struct bt_kv *kv);
 /* Cells the attention must read: one past the highest used cell, rounded up
  * to BT_KV_PAD, at most n_ctx (0 when empty). */
 int64_t bt_kv_n_active(const struct bt_kv *kv);

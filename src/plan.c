@@ -106,6 +106,7 @@ static const struct bt_backend_i proxy_i = {
     /* .event_synchronize       = */ NULL,
     /* .get_error               = */ NULL,
     /* .get_host_buffer_type    = */ NULL,
+    /* .get_memory              = */ NULL,
 };
 
 static const struct bt_buffer_type_i proxy_buft_i = {

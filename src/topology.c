@@ -254,7 +254,7 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 /* "16GiB", "512 MiB", "1000000" (bytes): > 0, below 2^63 (an int64_t size). */
-static enum bt_status get_memory(struct tp *p, const struct where *w, yaml_node_t *v,
+static enum bt_status get_memory(struct tp *p, const struct where *w, const char *key, yaml_node_t *v,
                                  uint64_t *out) {
     static const struct {
         const char *unit;
@@ -272,7 +272,7 @@ static enum bt_status get_memory(struct tp *p, const struct where *w, yaml_node_
         {"TB", 1000000000000ull},
     };
     char lb[160], b[64];
-    label(w, "memory", lb, sizeof lb);
+    label(w, key, lb, sizeof lb);
     const char *s = scalar_text(v);
     if (!s || scalar_is_empty(v))
         return FAIL(p, v, "%s: expected a size like 16GiB, got %s", lb, describe(v, b, sizeof b));
@@ -334,8 +334,8 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
         snprintf(w.name, sizeof w.name, "hosts[%d]", i);
         if ((st = need_map(p, w.name, e, "name and slots"))) return st;
         h->pos = pos_of(e);
-        struct field f[] = {{.key = "name"}, {.key = "slots"}, {.key = "gpus"}, {.key = "address"}};
-        if ((st = get_fields(p, &w, e, f, 4))) return st;
+        struct field f[] = {{.key = "name"}, {.key = "slots"}, {.key = "gpus"}, {.key = "address"}, {.key = "gpu_memory"}};
+        if ((st = get_fields(p, &w, e, f, 5))) return st;
         if ((st = need_key(p, &w, e, &f[0], "the host's name, used by ranks: host:"))) return st;
         const char *name;
         if ((st = get_str(p, &w, "name", f[0].v, &name))) return st;
@@ -368,6 +368,10 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
                                 a);
             h->address = dupstr(a);
             h->address_pos = pos_of(f[3].v);
+        }
+        if (f[4].v) {
+            if ((st = get_memory(p, &w, "gpu_memory", f[4].v, &h->gpu_memory))) return st;
+            h->gpu_memory_pos = pos_of(f[4].v);
         }
     }
     return BT_OK;
@@ -535,7 +539,7 @@ static enum bt_status parse_ranks(struct tp *p, yaml_node_t *v) {
             r->threads_pos = pos_of(f[3].v);
         }
         if (f[4].v) {
-            if ((st = get_memory(p, &w, f[4].v, &r->memory))) break;
+            if ((st = get_memory(p, &w, "memory", f[4].v, &r->memory))) break;
             r->memory_pos = pos_of(f[4].v);
         }
     }
@@ -1080,6 +1084,13 @@ int bt_topology_local_rank(const struct bt_topology *t, int r) {
     for (int i = 0; i < r; i++)
         if (t->ranks[i].host == t->ranks[r].host) k++;
     return k;
+}
+
+uint64_t bt_topology_rank_memory(const struct bt_topology *t, int r) {
+    const struct bt_topo_rank *tr = bt_topology_rank(t, r);
+    if (!tr) return 0;
+    if (tr->memory || tr->backend != BT_TOPO_BACKEND_CUDA) return tr->memory;
+    return t->hosts[tr->host].gpu_memory;
 }
 
 int bt_topology_host_ranks(const struct bt_topology *t, int h) {

@@ -10,13 +10,22 @@
  *       gpus: 8                 # optional, >= 0 (default 0): CUDA devices on the host
  *       address: 10.0.0.11      # optional: what mpirun uses to reach the host
  *                               #   (hostfile/rankfile); default: name
+ *       gpu_memory: 80GiB       # optional: memory of each of the host's GPUs, the
+ *                               #   placement memory of its CUDA ranks that give
+ *                               #   no memory: of their own (same units as memory)
  *   ranks:                      # required, a list; ranks 0..N-1, each exactly once
  *     - rank: 0                 # required, the MPI rank this entry describes
  *       host: gpu01             # required, a name from hosts
  *       backend: cuda:0         # required: "cpu" or "cuda:N" (N: device index on host)
  *       threads: 8              # cpu ranks only, optional, >= 1 (default 1)
  *       memory: 70GiB           # optional limit, > 0 and < 2^63 bytes: B KiB MiB GiB
- *                               #   TiB KB MB GB TB, or a plain integer (bytes)
+ *                               #   TiB KB MB GB TB, or a plain integer (bytes).
+ *                               #   Placement plans with it; without it a live
+ *                               #   run uses the device's free memory (CUDA) or
+ *                               #   the host's memory / its ranks (CPU), and
+ *                               #   `baton plan` the host's gpu_memory (CUDA: an
+ *                               #   error when neither is given) or the memory
+ *                               #   of the machine it runs on / the host's ranks
  *   pipeline:                   # optional
  *     micro_batches: 4          # 1..16 (default 1): micro-batches in flight (n_copies)
  *     partition: auto           # "auto" (default, cost model) or one layer count
@@ -131,8 +140,9 @@ struct bt_topo_host {
     char *address;          /* NULL when not given */
     int slots;              /* >= 1 */
     int gpus;               /* >= 0 */
+    uint64_t gpu_memory;    /* bytes per GPU; 0 = not given */
     struct bt_topo_pos pos; /* the list entry */
-    struct bt_topo_pos name_pos, slots_pos, gpus_pos, address_pos;
+    struct bt_topo_pos name_pos, slots_pos, gpus_pos, address_pos, gpu_memory_pos;
 };
 
 struct bt_topo_rank {
@@ -228,6 +238,9 @@ const char *bt_topology_host_target(const struct bt_topology *t, int h);
  * Open MPI's OMPI_COMM_WORLD_LOCAL_RANK under the launcher's rankfile); -1 when r
  * is out of range. */
 int bt_topology_local_rank(const struct bt_topology *t, int r);
+/* The memory rank r plans with, as the file gives it: its memory:, else
+ * for a CUDA rank its host's gpu_memory:; 0 when none is given. */
+uint64_t bt_topology_rank_memory(const struct bt_topology *t, int r);
 /* Number of ranks placed on host h. */
 int bt_topology_host_ranks(const struct bt_topology *t, int h);
 /* Cores the ranks on host h want: the sum of cpu threads, plus 1 per cuda rank. */

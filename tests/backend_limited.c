@@ -30,6 +30,7 @@ struct limited {
     struct bt_buffer_type buft;
     struct bt_buffer_type host_buft; /* its "pinned" host memory */
     struct bt_backend *self;
+    size_t mem_free, mem_total; /* bt_backend_limited_set_memory */
 
     /* asynchronous mode: a worker thread runs the queue in order */
     bool async;
@@ -329,6 +330,19 @@ static const char *lim_error(bt_backend_t b) { return bt_cpu_error(((struct limi
 
 static bt_buffer_type_t lim_host_buft(bt_backend_t b) { return &((struct limited *)b->context)->host_buft; }
 
+static void lim_get_memory(bt_backend_t b, size_t *free_bytes, size_t *total_bytes) {
+    const struct limited *l = b->context;
+    *free_bytes = l->mem_free;
+    *total_bytes = l->mem_total;
+}
+
+void bt_backend_limited_set_memory(bt_backend_t b, size_t free_bytes, size_t total_bytes) {
+    struct limited *l = b->context;
+    l->mem_free = free_bytes;
+    l->mem_total = total_bytes;
+    b->iface.get_memory = lim_get_memory;
+}
+
 static const struct bt_backend_i lim_i = {
     /* .get_name                = */ lim_name,
     /* .free                    = */ lim_free,
@@ -348,6 +362,7 @@ static const struct bt_backend_i lim_i = {
     /* .event_synchronize       = */ lim_event_sync,
     /* .get_error               = */ lim_error,
     /* .get_host_buffer_type    = */ lim_host_buft,
+    /* .get_memory              = */ NULL,
 };
 
 bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused) {

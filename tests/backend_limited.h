@@ -37,5 +37,8 @@ struct bt_limited_stats bt_backend_limited_stats(bt_backend_t backend);
  * queue wait.  Call it right after init. */
 void bt_backend_limited_set_async(bt_backend_t backend, int delay_us);
 void bt_backend_limited_reset_stats(bt_backend_t backend);
+/* Give the backend memory of its own, as a GPU has (bt_backend_get_memory
+ * reports free_bytes of total_bytes); without it, it computes in host memory. */
+void bt_backend_limited_set_memory(bt_backend_t backend, size_t free_bytes, size_t total_bytes);
 
 #endif

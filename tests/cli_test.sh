@@ -114,6 +114,20 @@ expect 1 "^baton demo: placement: rank 1 \(CPU\) has 10\.0 MiB of memory, less t
 expect 1 "^baton plan: placement: rank 1 \(CPUx1@localhost\) has 10\.0 MiB of memory" "plan: the rank whose memory is too small is named" -- \
     "$baton" plan -t "$tmp/mem10.yaml"
 
+# CUDA ranks place with the topology's memory (the rank's, else the host's
+# gpu_memory), as a live run given that file does; without either, baton plan
+# cannot know the device's memory and says so (no 80 GiB guess)
+printf 'hosts:\n  - {name: g, slots: 4, gpus: 2%s}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0"%s}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
+    "" "" >"$tmp/gpu-nomem.yaml"
+expect 1 "^baton plan: $tmp/gpu-nomem.yaml:4:5: rank 0 \(cuda:0 on g\): the plan needs its device's memory: give the rank a memory: or its host a gpu_memory:" \
+    "plan: a CUDA rank without memory is an error" -- "$baton" plan -t "$tmp/gpu-nomem.yaml"
+printf 'hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 12MiB}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0", memory: 100MiB}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
+    >"$tmp/gpu-mem.yaml"
+expect 1 "^baton plan: placement: rank 1 \(CUDA1@g\) has 12\.0 MiB of memory" \
+    "plan: a CUDA rank without memory: takes its host's gpu_memory" -- "$baton" plan -t "$tmp/gpu-mem.yaml"
+expect 1 "host g: gpu_memory: expected a size like 16GiB" "topology: bad gpu_memory" -- \
+    "$baton" plan -t <(sed 's/gpu_memory: 12MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
+
 # ---- plans ----
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32

@@ -215,6 +215,36 @@ START_TEST(test_progress_modes) {
 }
 END_TEST
 
+/* Issue 11, item 8: a rank whose backend has memory of its own (a GPU's)
+ * places and checks with the device's free memory, not its share of the
+ * host's; a limit given (the topology's memory) still wins. */
+START_TEST(test_device_memory) {
+    struct bt_model_config cfg;
+    bt_model_config_default(&cfg);
+    bt_backend_t dev = bt_backend_limited_init("LIMITED0", 1, NULL, 0);
+    bt_backend_limited_set_memory(dev, (size_t)64 << 10, (size_t)2 << 20);
+    const char *what = NULL;
+    ck_assert_int_eq(bt_backend_plan_memory(dev, 0, 2, &what), (int64_t)64 << 10);
+    ck_assert_str_eq(what, "its device's free memory");
+    ck_assert_int_eq(bt_backend_plan_memory(dev, 5 << 20, 2, &what), (int64_t)5 << 20);
+    ck_assert_str_eq(what, "its memory limit");
+    struct distributed x;
+    const struct bt_dist_options opt = {.n_copies = 2};
+    ck_assert_int_eq(distributed_init_on(&x, &cfg, dev, &opt), BT_ERR_NOMEM);
+    /* 64 KiB per rank: one rank named, or all of them counted */
+    char all[64];
+    snprintf(all, sizeof all, "memory (%.1f MiB in all)", T->size * 64.0 / 1024.0);
+    ck_assert_msg(strstr(bt_dist_error(x.d), "has 0.1 MiB of memory") || strstr(bt_dist_error(x.d), all), "%s",
+                  bt_dist_error(x.d));
+    distributed_free(&x);
+    /* the host's share without a device */
+    bt_backend_t cpu = bt_backend_cpu_init(1);
+    ck_assert_int_gt(bt_backend_plan_memory(cpu, 0, 2, &what), (int64_t)1 << 20);
+    ck_assert_str_eq(what, "its share of this machine's memory");
+    bt_backend_free(cpu);
+}
+END_TEST
+
 /* Every node on exactly one rank; each rank holds exactly its own weights. */
 START_TEST(test_ownership) {
     struct bt_model_config cfg;
@@ -710,6 +740,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_graph_mismatch);
     tcase_add_test(tc, test_plan_allocation_failures);
     tcase_add_test(tc, test_ownership);
+    tcase_add_test(tc, test_device_memory);
     tcase_add_test(tc, test_api_errors);
     tcase_add_test(tc, test_replan);
     tcase_add_test(tc, test_staged_device_path);

@@ -8,9 +8,11 @@
  * GGUF writer (the tensors every architecture expects come from the
  * architecture table itself). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "model/arch_impl.h"
@@ -26,58 +28,70 @@ static char DIR_[256];
 #define N_LAYER 4
 
 /* A llama model (moe: Mixtral-style, 4 experts, 2 used) with n_layer
- * layers, random weights from seed, written to path. */
-static void write_model(const char *path, bool moe, int n_layer, uint64_t seed) {
+ * layers of width d (4 heads, 2 kv heads, ffn 1.5 d) and a vocabulary of
+ * n_vocab, random F32 weights from seed, streamed to path one tensor at a
+ * time. */
+static void write_model_dims(const char *path, bool moe, int n_layer, uint64_t seed, int64_t d, int64_t n_vocab) {
     struct bt_gguf_writer *w = NULL;
     char err[512];
     ck_assert_msg(bt_gguf_writer_open(path, &w, err, sizeof err) == BT_OK, "%s", err);
     struct bt_hparams h;
     memset(&h, 0, sizeof h);
     h.n_layer = n_layer;
-    h.n_embd = N_EMBD;
+    h.n_embd = d;
     h.n_head = 4;
     h.n_head_kv = 2;
-    h.head_dim = h.head_dim_v = 16;
-    h.n_ff = 96;
-    h.n_vocab = N_VOCAB;
+    h.head_dim = h.head_dim_v = d / 4;
+    h.n_ff = d * 3 / 2;
+    h.n_vocab = n_vocab;
     h.n_expert = moe ? 4 : 0;
     h.n_expert_used = moe ? 2 : 0;
-    h.n_ff_exp = moe ? 32 : 0;
+    h.n_ff_exp = moe ? d / 2 : 0;
     bt_gguf_writer_set_str(w, "general.architecture", "llama");
     bt_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)n_layer);
-    bt_gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD);
+    bt_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)d);
     bt_gguf_writer_set_u32(w, "llama.attention.head_count", 4);
     bt_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 2);
-    bt_gguf_writer_set_u32(w, "llama.feed_forward_length", 96);
+    bt_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)h.n_ff);
     bt_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     if (moe) {
         bt_gguf_writer_set_u32(w, "llama.expert_count", 4);
         bt_gguf_writer_set_u32(w, "llama.expert_used_count", 2);
-        bt_gguf_writer_set_u32(w, "llama.expert_feed_forward_length", 32);
+        bt_gguf_writer_set_u32(w, "llama.expert_feed_forward_length", (uint32_t)h.n_ff_exp);
     }
     const struct bt_arch *a = bt_arch_find("llama");
     struct bt_arch_tensor *tt = calloc((size_t)bt_arch_max_tensors(&h), sizeof *tt);
     struct bt_llm_layer *ly = calloc((size_t)n_layer, sizeof *ly);
     struct bt_llm_globals gl;
     const int nt = bt_arch_tensors(a, &h, &gl, ly, tt);
-    float **data = calloc((size_t)nt, sizeof *data);
-    tu_rng rng;
-    tu_rng_init(&rng, seed);
+    int64_t most = 0;
     for (int i = 0; i < nt; i++) {
         if (!tt[i].required) continue; /* no biases */
         const int64_t n = tt[i].ne[0] * tt[i].ne[1] * tt[i].ne[2];
-        data[i] = malloc((size_t)n * sizeof(float));
-        for (int64_t j = 0; j < n; j++)
-            data[i][j] = tt[i].vector ? tu_rng_f32(&rng, 0.8f, 1.2f) : tu_rng_f32(&rng, -0.3f, 0.3f);
+        most = n > most ? n : most;
         const int nd = tt[i].ne[2] > 1 ? 3 : tt[i].ne[1] > 1 ? 2 : 1;
-        ck_assert(bt_gguf_writer_add_tensor(w, tt[i].name, bt_ggml_type_from_bt(BT_TYPE_F32), nd, tt[i].ne, data[i]) ==
+        ck_assert(bt_gguf_writer_add_tensor(w, tt[i].name, bt_ggml_type_from_bt(BT_TYPE_F32), nd, tt[i].ne, NULL) ==
                   BT_OK);
     }
+    float *data = malloc((size_t)most * sizeof(float));
+    tu_rng rng;
+    tu_rng_init(&rng, seed);
+    const float amp = 2.4f / sqrtf((float)d); /* keeps the activations of a wider model in range */
+    for (int i = 0; i < nt; i++) {
+        if (!tt[i].required) continue;
+        const int64_t n = tt[i].ne[0] * tt[i].ne[1] * tt[i].ne[2];
+        for (int64_t j = 0; j < n; j++)
+            data[j] = tt[i].vector ? tu_rng_f32(&rng, 0.8f, 1.2f) : tu_rng_f32(&rng, -amp, amp);
+        ck_assert(bt_gguf_writer_write_data(w, data, (uint64_t)n * sizeof(float)) == BT_OK);
+    }
     ck_assert_msg(bt_gguf_writer_finish(w, err, sizeof err) == BT_OK, "%s", err);
-    for (int i = 0; i < nt; i++) free(data[i]);
     free(data);
     free(tt);
     free(ly);
+}
+
+static void write_model(const char *path, bool moe, int n_layer, uint64_t seed) {
+    write_model_dims(path, moe, n_layer, seed, N_EMBD, N_VOCAB);
 }
 
 /* Rank 0 makes the file; every rank gets its path. */
@@ -262,6 +276,242 @@ START_TEST(test_rank0_drives_only) {
 }
 END_TEST
 
+/* Sequence A alone, and A after B was decoded and removed and C placed:
+ * bitwise the same logits (each sequence has its own cells) */
+START_TEST(test_history_bitwise) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    enum { NT = 10 };
+    const size_t V = N_VOCAB, row = V * sizeof(float);
+    int32_t ta[NT], tb[NT], pos[NT], sa[NT], sb[NT], sc[NT];
+    for (int i = 0; i < NT; i++) {
+        ta[i] = (i * 7 + 1) % N_VOCAB;
+        tb[i] = (i * 11 + 5) % N_VOCAB;
+        pos[i] = i;
+        sa[i] = 0;
+        sb[i] = 1;
+        sc[i] = 2;
+    }
+    int8_t all[NT];
+    memset(all, 1, sizeof all);
+    float *alone = malloc(NT * row), *after = malloc(NT * row), *junk = malloc(NT * row);
+    for (int run = 0; run < 2; run++) {
+        struct bt_engine *e = open_engine(path, 96, 3, 16, 0);
+        if (T->rank == 0) {
+            uint64_t id = 0;
+            if (run == 1) {
+                submit(e, NT, tb, pos, sb, all);
+                collect(e, id++, NT, junk);
+                ck_assert(bt_engine_seq_rm(e, 1) == BT_OK);
+                submit(e, 6, tb, pos, sc, all);
+                collect(e, id++, 6, junk);
+            }
+            /* A token by token */
+            for (int i = 0; i < NT; i++) submit(e, 1, ta + i, pos + i, sa + i, NULL);
+            for (int i = 0; i < NT; i++) collect(e, id++, 1, (run ? after : alone) + (size_t)i * V);
+            ck_assert(bt_engine_stop(e) == BT_OK);
+        } else {
+            ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+        }
+        bt_engine_close(e);
+    }
+    if (T->rank == 0)
+        ck_assert_msg(memcmp(alone, after, NT * row) == 0, "sequence A's logits depend on what ran before it");
+    free(alone);
+    free(after);
+    free(junk);
+}
+END_TEST
+
+/* Every rank must get the same error from a collective open. */
+static void expect_open_error(const char *path_here, int64_t n_ctx, int64_t n_ubatch, enum bt_status want,
+                              const char *part1, const char *part2) {
+    struct bt_engine_params p;
+    bt_engine_default_params(&p);
+    p.model = path_here;
+    p.n_ctx = n_ctx;
+    p.n_seq_max = 1;
+    p.n_ubatch = n_ubatch;
+    struct bt_engine *e = (struct bt_engine *)&p; /* must come back NULL */
+    char err[1024] = "";
+    const enum bt_status st = bt_engine_open(&R, &p, &e, err, sizeof err);
+    ck_assert_msg(st == want, "open gave %d (%s), expected %d", (int)st, err, (int)want);
+    ck_assert_ptr_null(e);
+    ck_assert_msg(strstr(err, part1) != NULL, "'%s' does not say '%s'", err, part1);
+    if (part2) ck_assert_msg(strstr(err, part2) != NULL, "'%s' does not say '%s'", err, part2);
+}
+
+START_TEST(test_open_errors) {
+    char dense[512], moe[512], bad[600], rank_s[32];
+    shared_model(dense, sizeof dense, "dense.gguf", false, N_LAYER, 42);
+    shared_model(moe, sizeof moe, "moe.gguf", true, N_LAYER, 77);
+    const int last = T->size - 1;
+    snprintf(rank_s, sizeof rank_s, "rank %d ", last);
+    /* the last rank cannot open its file */
+    snprintf(bad, sizeof bad, "%s/missing.gguf", DIR_);
+    expect_open_error(T->rank == last ? bad : dense, 64, 16, BT_ERR_IO, rank_s, bad);
+    /* the last rank opens another file */
+    if (T->size > 1)
+        expect_open_error(T->rank == last ? moe : dense, 64, 16, BT_ERR_MISMATCH, rank_s,
+                          "is not the file rank 0 opened");
+    /* a ubatch larger than the context */
+    expect_open_error(dense, 64, 128, BT_ERR_INVALID, "ubatch size 128 out of [1, context size 64]", NULL);
+    /* another context size on one rank */
+    if (T->size > 1)
+        expect_open_error(dense, T->rank == last ? 128 : 64, 16, BT_ERR_MISMATCH, rank_s, "other parameters");
+    /* weights that fit no rank's memory */
+    R.dist.mem_limit = 64 << 10;
+    expect_open_error(dense, 64, 16, BT_ERR_NOMEM, dense, "MiB");
+    /* weights that fit, with a cache that does not (4 layers of 256k cells
+     * of 2 x 32 f16: 32 MiB a layer) */
+    R.dist.mem_limit = 2 << 20;
+    expect_open_error(dense, 1 << 18, 16, BT_ERR_NOMEM, "a context of 262144 cells", "MiB of KV cache");
+    R.dist.mem_limit = 0;
+    /* and the engine opens fine after all that */
+    struct bt_engine *e = open_engine(dense, 64, 1, 16, 0);
+    if (T->rank == 0) ck_assert(bt_engine_stop(e) == BT_OK);
+    else ck_assert(bt_engine_serve(e) == BT_OK);
+    bt_engine_close(e);
+}
+END_TEST
+
+static void expect_submit_error(struct bt_engine *e, int n, const int32_t *tok, const int32_t *pos, const int32_t *seq,
+                                enum bt_status want, const char *text) {
+    struct bt_llm_batch b = {n, tok, pos, seq, NULL};
+    uint64_t id = 12345;
+    const int before = bt_engine_n_inflight(e);
+    ck_assert_int_eq(bt_engine_submit(e, &b, &id), want);
+    ck_assert_msg(strstr(bt_engine_error(e), text) != NULL, "'%s' does not say '%s'", bt_engine_error(e), text);
+    ck_assert_int_eq(id, 12345);
+    ck_assert_int_eq(bt_engine_n_inflight(e), before);
+}
+
+START_TEST(test_submit_errors) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    struct bt_engine *e = open_engine(path, 64, 2, 8, 0); /* 32 cells per sequence */
+    if (T->rank == 0) {
+        const int32_t ok_t[2] = {1, 2}, ok_p[2] = {0, 1}, ok_s[2] = {0, 0};
+        const int32_t bad_t[1] = {N_VOCAB}, neg_t[1] = {-1}, p0[1] = {0}, s0[1] = {0}, s2[1] = {2}, pneg[1] = {-3};
+        expect_submit_error(e, 1, bad_t, p0, s0, BT_ERR_INVALID, "id 100 out of the vocabulary [0, 100)");
+        expect_submit_error(e, 1, neg_t, p0, s0, BT_ERR_INVALID, "id -1 out of the vocabulary");
+        expect_submit_error(e, 1, ok_t, p0, s2, BT_ERR_INVALID, "sequence id 2 out of [0, 2)");
+        expect_submit_error(e, 1, ok_t, pneg, s0, BT_ERR_INVALID, "negative position -3");
+        expect_submit_error(e, 0, ok_t, p0, s0, BT_ERR_INVALID, "out of [1, n_ubatch 8]");
+        expect_submit_error(e, 9, ok_t, p0, s0, BT_ERR_INVALID, "out of [1, n_ubatch 8]");
+        const int32_t dup_p[2] = {4, 4};
+        expect_submit_error(e, 2, ok_t, dup_p, ok_s, BT_ERR_INVALID, "both sequence 0 position 4");
+        float out[N_VOCAB];
+        uint64_t id;
+        int64_t n_out;
+        ck_assert_int_eq(bt_engine_collect(e, &id, out, &n_out), BT_ERR_INVALID);
+        ck_assert_int_eq(bt_engine_seq_rm(e, 7), BT_ERR_INVALID);
+        /* still usable: a good ubatch, then the same position again */
+        submit(e, 2, ok_t, ok_p, ok_s, NULL);
+        collect(e, 0, 1, out);
+        expect_submit_error(e, 1, ok_t, p0, s0, BT_ERR_INVALID, "sequence 0 already has position 0");
+        /* a sequence's share of the cache: 32 cells */
+        int32_t t8[8], p8[8], s8[8];
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < 8; i++) t8[i] = 3, p8[i] = 2 + 8 * k + i, s8[i] = 0;
+            submit(e, 8, t8, p8, s8, NULL);
+        }
+        for (int i = 0; i < 8; i++) p8[i] = 26 + i;
+        expect_submit_error(e, 8, t8, p8, s8, BT_ERR_CAPACITY, "sequence 0 has used its share of the KV cache");
+        for (int k = 0; k < 3; k++) collect(e, 1 + (uint64_t)k, 1, out);
+        ck_assert_int_eq(bt_engine_seq_pos_max(e, 0), 25);
+        ck_assert(bt_engine_stop(e) == BT_OK);
+        ck_assert_int_eq(bt_engine_submit(e, &(struct bt_llm_batch){2, ok_t, ok_p, ok_s, NULL}, &id), BT_ERR_INVALID);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    bt_engine_close(e);
+}
+END_TEST
+
+static size_t peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
+}
+
+/* Each rank maps the file and touches only its own layers: its peak resident
+ * memory grows by about its share of the weights, not by the whole file.
+ * Prints every rank's figures (README: the engine's memory per rank). */
+START_TEST(test_memory_per_rank) {
+    if (T->size != 2) return; /* the figure is for two ranks */
+    char path[512];
+    snprintf(path, sizeof path, "%s/wide.gguf", DIR_);
+    if (T->rank == 0) write_model_dims(path, false, 4, 5, 512, 2048); /* 4 layers of 7.5 MiB */
+    ck_assert(T->iface.barrier(T) == BT_OK);
+    const size_t before = peak_rss();
+    struct bt_engine *e = open_engine(path, 256, 1, 32, 0);
+    if (T->rank == 0) {
+        int32_t tok[32], pos[32], seq[32];
+        for (int i = 0; i < 32; i++) tok[i] = (i * 31) % 2048, pos[i] = i, seq[i] = 0;
+        float *out = malloc(2048 * sizeof(float));
+        submit(e, 32, tok, pos, seq, NULL);
+        collect(e, 0, 1, out);
+        for (int i = 0; i < 4; i++) {
+            int32_t p1 = 32 + i;
+            submit(e, 1, tok + i, &p1, seq, NULL);
+            collect(e, 1 + (uint64_t)i, 1, out);
+        }
+        for (int i = 0; i < 2048; i++) ck_assert(isfinite(out[i]));
+        free(out);
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert(bt_engine_serve(e) == BT_OK);
+    }
+    struct bt_engine_stats mine, all[2];
+    bt_engine_stats(e, &mine);
+    const size_t grew = mine.peak_rss > before ? mine.peak_rss - before : 0;
+    int64_t g[2] = {(int64_t)grew, (int64_t)mine.weight_bytes};
+    ck_assert(bt_engine_gather_stats(e, all) == BT_OK);
+    const double file = (double)bt_gguf_file_size(bt_engine_gguf(e)) / 1048576.0;
+    int il0, il1;
+    bt_engine_range(e, T->rank, &il0, &il1);
+    fprintf(stderr,
+            "rank %d: layers [%d, %d): weights %.1f MiB (%.1f MiB used in place from the mapping), cache %.1f MiB, "
+            "compute %.1f MiB; peak RSS %.1f MiB, %.1f MiB more than before open; the file is %.1f MiB\n",
+            T->rank, il0, il1, (double)mine.weight_bytes / 1048576.0, (double)mine.mapped_bytes / 1048576.0,
+            (double)mine.kv_bytes / 1048576.0, (double)mine.compute_bytes / 1048576.0,
+            (double)mine.peak_rss / 1048576.0, (double)grew / 1048576.0, file);
+    /* the growth: this rank's weights and buffers, well under the file */
+    ck_assert_msg((double)g[0] < 0.75 * file * 1048576.0, "rank %d grew by %.1f MiB for a %.1f MiB file", T->rank,
+                  (double)g[0] / 1048576.0, file);
+    ck_assert_msg((double)g[1] < 0.75 * file * 1048576.0, "rank %d holds %.1f MiB of weights", T->rank,
+                  (double)g[1] / 1048576.0);
+    bt_engine_close(e);
+}
+END_TEST
+
+/* Run by tests/engine_dead_rank_test.sh (BATON_TEST_ENGINE_DIE=1): the last
+ * rank dies in the middle of a run; the job must end with a message, not
+ * hang. */
+START_TEST(test_rank_dies) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
+    if (T->rank == 0) {
+        int32_t t[1] = {1}, p[1], s[1] = {0};
+        float out[N_VOCAB];
+        for (int i = 0; i < 20; i++) {
+            p[0] = i;
+            submit(e, 1, t, p, s, NULL);
+            collect(e, (uint64_t)i, 1, out);
+        }
+        ck_abort_msg("rank 0 went on after the last rank died");
+    } else if (T->rank == T->size - 1) {
+        fprintf(stderr, "rank %d: dying on purpose\n", T->rank);
+        fflush(stderr);
+        _exit(3);
+    } else {
+        bt_engine_serve(e);
+    }
+    bt_engine_close(e);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -284,7 +534,17 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_dense_bitwise);
     tcase_add_test(tc, test_moe_bitwise);
     tcase_add_test(tc, test_rank0_drives_only);
+    tcase_add_test(tc, test_history_bitwise);
+    tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_submit_errors);
+    tcase_add_test(tc, test_memory_per_rank);
     suite_add_tcase(s, tc);
+    const char *die = getenv("BATON_TEST_ENGINE_DIE");
+    if (die && strcmp(die, "1") == 0) {
+        TCase *td = tcase_create("die");
+        tcase_add_test(td, test_rank_dies);
+        suite_add_tcase(s, td);
+    }
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
     srunner_run_all(sr, T->rank == 0 ? CK_NORMAL : CK_SILENT);

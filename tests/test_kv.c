@@ -11,7 +11,7 @@
 #include "testutil.h"
 
 static struct bt_kv *new_kv(int64_t n_ctx, int n_seq, enum bt_type type) {
-    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32};
+    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL};
     struct bt_kv *kv = NULL;
     char err[256];
     ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
@@ -24,55 +24,82 @@ static void place(struct bt_kv *kv, int n, const int32_t *seq, const int32_t *po
 }
 
 START_TEST(test_placement_and_mask) {
-    struct bt_kv *kv = new_kv(40, 3, BT_TYPE_F16);
+    struct bt_kv *kv = new_kv(40, 3, BT_TYPE_F16); /* regions of 13 cells: 0-12, 13-25, 26-38 */
+    ck_assert_int_eq(bt_kv_seq_cells(kv), 13);
     ck_assert_int_eq(bt_kv_n_active(kv), 0);
-    int32_t cells[8];
-    /* two sequences interleaved */
+    int32_t cells[16];
+    /* two sequences interleaved: each in its own region, in token order */
     const int32_t s1[4] = {0, 1, 0, 1}, p1[4] = {0, 0, 1, 1};
     place(kv, 4, s1, p1, cells);
-    for (int i = 0; i < 4; i++) ck_assert_int_eq(cells[i], i);
+    ck_assert_int_eq(cells[0], 0);
+    ck_assert_int_eq(cells[1], 13);
+    ck_assert_int_eq(cells[2], 1);
+    ck_assert_int_eq(cells[3], 14);
     ck_assert_int_eq(bt_kv_n_used(kv), 4);
-    ck_assert_int_eq(bt_kv_n_active(kv), 32); /* padded to BT_KV_PAD */
-    /* sequence 0 removed: its cells 0 and 2 are free, but sequence 1's next
-     * token goes above its last cell (3), keeping its cells in position order */
+    ck_assert_int_eq(bt_kv_n_active(kv), 32); /* 15 padded to BT_KV_PAD */
+    /* sequence 0 removed: its cells are free; sequence 1 goes on above its
+     * last cell, sequence 2 starts its own region */
     ck_assert_int_eq(bt_kv_seq_rm(kv, 0), 2);
     const int32_t s2[2] = {1, 2}, p2[2] = {2, 0};
     place(kv, 2, s2, p2, cells);
-    ck_assert_int_eq(cells[0], 4);
-    ck_assert_int_eq(cells[1], 0); /* a new sequence takes the lowest free cell */
+    ck_assert_int_eq(cells[0], 15);
+    ck_assert_int_eq(cells[1], 26);
     ck_assert_int_eq(bt_kv_seq_pos_max(kv, 1), 2);
     ck_assert_int_eq(bt_kv_seq_pos_max(kv, 0), -1);
 
-    /* mask: token of seq 1 at position 1 sees cells 1 and 3 (positions 0, 1) */
+    /* mask: token of seq 1 at position 1 sees cells 13 and 14 (positions 0,
+     * 1), token of seq 2 at position 5 sees cell 26 */
     const int32_t ms[2] = {1, 2}, mp[2] = {1, 5};
     float mask[2 * 32];
+    ck_assert_int_eq(bt_kv_n_active(kv), 32);
     bt_kv_mask(kv, 32, 2, ms, mp, mask);
     for (int j = 0; j < 32; j++) {
-        const bool see0 = j == 1 || j == 3;
-        const bool see1 = j == 0;
+        const bool see0 = j == 13 || j == 14;
+        const bool see1 = j == 26;
         ck_assert_msg(mask[j] == (see0 ? 0.0f : -INFINITY), "cell %d row 0", j);
         ck_assert_msg(mask[32 + j] == (see1 ? 0.0f : -INFINITY), "cell %d row 1", j);
     }
-    /* full cells are taken from anywhere once nothing is free above */
-    int32_t s3[35], p3[35], c3[35];
-    for (int i = 0; i < 35; i++) {
+    /* a sequence fills its region and no more, though other cells are free */
+    int32_t s3[13], p3[13], c3[13];
+    for (int i = 0; i < 13; i++) {
         s3[i] = 2;
         p3[i] = 1 + i;
     }
-    place(kv, 35, s3, p3, c3);
-    ck_assert_int_eq(c3[0], 2); /* above its cell 0 */
-    ck_assert_int_eq(c3[1], 5);
-    ck_assert_int_eq(c3[34], 38);
-    ck_assert_int_eq(bt_kv_n_used(kv), 39);
+    place(kv, 12, s3, p3, c3);
+    ck_assert_int_eq(c3[0], 27);
+    ck_assert_int_eq(c3[11], 38);
     ck_assert_int_eq(bt_kv_n_active(kv), 40); /* 39 padded to 64, capped at n_ctx */
-    /* nothing free above the sequence's last cell: the lowest free cell */
-    ck_assert_int_eq(bt_kv_seq_rm(kv, 1), 3); /* cells 1, 3, 4 */
-    const int32_t s4[2] = {2, 2}, p4[2] = {36, 37};
-    place(kv, 2, s4, p4, cells);
-    ck_assert_int_eq(cells[0], 39);
-    ck_assert_int_eq(cells[1], 1);
+    char err[256];
+    const int64_t used = bt_kv_n_used(kv);
+    ck_assert_int_eq(bt_kv_place(kv, 1, s3 + 12, p3 + 12, c3, err, sizeof err), BT_ERR_CAPACITY);
+    ck_assert_str_eq(err, "token 0: sequence 2 has used its share of the KV cache (13 of 40 cells for 3 sequences)");
+    ck_assert_int_eq(bt_kv_n_used(kv), used);
+    /* a batch that overflows a region half way places nothing */
+    const int32_t s4[3] = {0, 2, 0}, p4[3] = {0, 99, 1};
+    ck_assert_int_eq(bt_kv_place(kv, 3, s4, p4, c3, err, sizeof err), BT_ERR_CAPACITY);
+    ck_assert_int_eq(bt_kv_n_used(kv), used);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 0), -1);
     bt_kv_clear(kv);
     ck_assert_int_eq(bt_kv_n_used(kv), 0);
+    bt_kv_free(kv);
+}
+END_TEST
+
+/* A sequence's cells do not depend on what else used the cache before: A
+ * alone, and A after B was placed and removed and C took B's old cells. */
+START_TEST(test_cells_independent_of_history) {
+    const int32_t sa[5] = {0, 0, 0, 0, 0}, pa[5] = {0, 1, 2, 3, 4};
+    const int32_t sb[6] = {1, 1, 1, 1, 1, 1}, sc[6] = {2, 2, 2, 2, 2, 2}, pb[6] = {0, 1, 2, 3, 4, 5};
+    int32_t alone[5], after[5], tmp[6];
+    struct bt_kv *kv = new_kv(48, 3, BT_TYPE_F16);
+    place(kv, 5, sa, pa, alone);
+    bt_kv_free(kv);
+    kv = new_kv(48, 3, BT_TYPE_F16);
+    place(kv, 6, sb, pb, tmp);
+    ck_assert_int_eq(bt_kv_seq_rm(kv, 1), 6);
+    place(kv, 6, sc, pb, tmp);
+    place(kv, 5, sa, pa, after);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(after[i], alone[i]);
     bt_kv_free(kv);
 }
 END_TEST
@@ -97,7 +124,7 @@ START_TEST(test_errors) {
     ck_assert_str_eq(err, "KV cache full: 5 tokens, 4 of 4 cells free");
     bt_kv_free(kv);
 
-    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16};
+    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL};
     struct bt_kv *k2 = NULL;
     ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_str_eq(err, "KV cache: type q8_0 needs head sizes that are multiples of 32, got 16 and 16");
@@ -155,6 +182,7 @@ int main(void) {
     Suite *s = suite_create("kv");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_placement_and_mask);
+    tcase_add_test(tc, test_cells_independent_of_history);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_cache_types_roundtrip);
     suite_add_tcase(s, tc);

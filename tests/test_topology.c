@@ -154,7 +154,7 @@ START_TEST(test_unknown_keys) {
         HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, thread: 2}\n",
         "8:42: rank 0: unknown key 'thread' (allowed: rank, host, backend, threads, memory)");
     expect_err("hosts:\n  - name: a\n    slot: 2\n" RANKS2,
-               "3:5: hosts[0]: unknown key 'slot' (allowed: name, slots, gpus, address)");
+               "3:5: hosts[0]: unknown key 'slot' (allowed: name, slots, gpus, address, gpu_memory)");
     expect_err(HOSTS RANKS2 "mpi:\n  pml: ob1\n  btl: tcp\n",
                "12:3: mpi: unknown key 'btl' (allowed: pml, single_copy, extra_args)");
     expect_err(HOSTS RANKS2 "transport:\n  nccl: true\n",
@@ -379,6 +379,25 @@ START_TEST(test_file_size_limit) {
 END_TEST
 
 /* ---- ranks ---- */
+
+/* Issue 11, item 8: a CUDA rank plans with its own memory:, else its host's
+ * gpu_memory:; a CPU rank only with its own. */
+START_TEST(test_gpu_memory) {
+    struct bt_topology t;
+    load_ok("hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 16GiB}\n"
+            "ranks:\n  - {rank: 0, host: g, backend: \"cuda:0\", memory: 1GiB}\n"
+            "  - {rank: 1, host: g, backend: \"cuda:1\"}\n  - {rank: 2, host: g, backend: cpu}\n",
+            &t);
+    ck_assert_uint_eq(t.hosts[0].gpu_memory, (uint64_t)16 << 30);
+    ck_assert_uint_eq(bt_topology_rank_memory(&t, 0), (uint64_t)1 << 30);
+    ck_assert_uint_eq(bt_topology_rank_memory(&t, 1), (uint64_t)16 << 30);
+    ck_assert_uint_eq(bt_topology_rank_memory(&t, 2), 0);
+    ck_assert_uint_eq(bt_topology_rank_memory(&t, 3), 0);
+    bt_topology_free(&t);
+    expect_err("hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 0}\nranks:\n  - {rank: 0, host: g, backend: cpu}\n",
+               "2:46: host g: gpu_memory: must be more than 0 bytes, got '0'");
+}
+END_TEST
 
 START_TEST(test_duplicate_rank) {
     expect_err(HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu}\n"
@@ -728,6 +747,7 @@ static Suite *topology_suite(void) {
     tcase_add_test(tc, test_not_positive);
     tcase_add_test(tc, test_overflow);
     tcase_add_test(tc, test_duplicate_rank);
+    tcase_add_test(tc, test_gpu_memory);
     tcase_add_test(tc, test_missing_rank);
     tcase_add_test(tc, test_unknown_host);
     tcase_add_test(tc, test_cuda_device);

@@ -70,6 +70,7 @@ static const struct bt_backend_i cpu_backend_i = {
     /* .event_synchronize       = */ NULL,
     /* .get_error               = */ cpu_get_error,
     /* .get_host_buffer_type    = */ NULL,
+    /* .get_memory              = */ NULL,
 };
 
 bt_backend_t bt_backend_cpu_init(int n_threads) {

@@ -537,6 +537,16 @@ static void cuda_event_synchronize(bt_event_t event) {
 
 static const char *cuda_get_error(bt_backend_t backend) { return bctx(backend)->error; }
 
+/* The device's free and total memory (cudaMemGetInfo); 0 and 0 when the
+ * driver cannot tell (the error is cleared). */
+static void cuda_get_memory(bt_backend_t backend, size_t *free, size_t *total) {
+    *free = *total = 0;
+    if (cudaSetDevice(bctx(backend)->device) != cudaSuccess || cudaMemGetInfo(free, total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *free = *total = 0;
+    }
+}
+
 static const struct bt_backend_i cuda_backend_i = {
     /* .get_name                = */ cuda_get_name,
     /* .free                    = */ cuda_free,
@@ -556,6 +566,7 @@ static const struct bt_backend_i cuda_backend_i = {
     /* .event_synchronize       = */ cuda_event_synchronize,
     /* .get_error               = */ cuda_get_error,
     /* .get_host_buffer_type    = */ cuda_get_host_buffer_type,
+    /* .get_memory              = */ cuda_get_memory,
 };
 
 bt_backend_t bt_backend_cuda_init(int device) {

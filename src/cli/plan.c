@@ -88,12 +88,17 @@ int bt_cli_plan(int argc, char **argv) {
     bt_backend_free(probe);
     const char *gpu_env = getenv("BATON_PLAN_GPU_GFLOPS");
     const double gpu_gflops = gpu_env ? atof(gpu_env) : 400000.0;
-    struct bt_rank_desc *descs = bt_topology_rank_descs(&topo, cpu_gflops, gpu_gflops);
+    struct bt_rank_desc *descs = NULL;
+    if (bt_topology_rank_descs(&topo, cpu_gflops, gpu_gflops, &descs, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        bt_topology_free(&topo);
+        return 1;
+    }
     struct bt_plan_options opt;
     int *counts = NULL;
     struct bt_dist_pin *pins = NULL;
     uint8_t *nccl_edges = NULL;
-    if (!descs || bt_topology_plan_options(&topo, &opt, &counts, &pins, &nccl_edges) != BT_OK) {
+    if (bt_topology_plan_options(&topo, &opt, &counts, &pins, &nccl_edges) != BT_OK) {
         fprintf(stderr, "baton plan: out of memory\n");
         free(descs);
         free(counts);

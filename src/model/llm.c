@@ -229,6 +229,9 @@ static void slot_free(struct graph_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
+static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
+                                struct bt_llm_graph **out, char *err, size_t n_err);
+
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
                                 struct bt_llm_stage **out, char *err, size_t n_err) {
     *out = NULL;
@@ -249,6 +252,21 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
         return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
                             (long long)n_ubatch, (long long)n_ctx);
     }
+    /* the backend must run every op of the range's graph */
+    struct bt_llm_graph *g = NULL;
+    const int64_t n_kv = n_ctx < BT_KV_PAD ? n_ctx : BT_KV_PAD;
+    enum bt_status st = get_graph(s, 1, n_kv, 1, &g, err, n_err);
+    for (int i = 0; st == BT_OK && i < g->graph->n_nodes; i++) {
+        const struct bt_tensor *n = g->graph->nodes[i];
+        if (!bt_backend_supports_op(backend, n))
+            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "backend %s cannot run %s (%s) of layers [%d, %d)",
+                              bt_backend_name(backend), bt_op_name(n->op), n->name, m->il0, m->il1);
+    }
+    if (st != BT_OK) {
+        bt_llm_stage_free(s);
+        return st;
+    }
+    s->n_built = 0; /* the probe is kept for one-token ubatches but not counted */
     *out = s;
     return BT_OK;
 }

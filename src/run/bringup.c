@@ -96,29 +96,44 @@ enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_p
     return BT_OK;
 }
 
-struct bt_rank_desc *bt_topology_rank_descs(const struct bt_topology *t, double cpu_gflops, double gpu_gflops) {
+enum bt_status bt_topology_rank_descs(const struct bt_topology *t, double cpu_gflops, double gpu_gflops,
+                                      struct bt_rank_desc **out, char *err, size_t errlen) {
     const int P = t->n_ranks;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     const int64_t host_mem = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
+    *out = NULL;
     struct bt_rank_desc *descs = calloc((size_t)P, sizeof *descs);
-    if (!descs) return NULL;
+    if (!descs) {
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
     for (int r = 0; r < P; r++) {
         const struct bt_topo_rank *tr = bt_topology_rank(t, r);
         const int on_host = bt_topology_host_ranks(t, tr->host);
-        const char *host = bt_topology_host(t, tr->host)->name;
+        const struct bt_topo_host *h = bt_topology_host(t, tr->host);
+        const int64_t mem = (int64_t)bt_topology_rank_memory(t, r);
         if (tr->backend == BT_TOPO_BACKEND_CUDA) {
-            snprintf(descs[r].backend, sizeof descs[r].backend, "CUDA%d@%s", tr->device, host);
+            if (mem == 0) {
+                snprintf(err, errlen,
+                         "%s:%d:%d: rank %d (cuda:%d on %s): the plan needs its device's memory: give the rank a "
+                         "memory: or its host a gpu_memory: (a live run uses the device's free memory)",
+                         t->path ? t->path : "topology", tr->pos.line, tr->pos.col, r, tr->device, h->name);
+                free(descs);
+                return BT_ERR_INVALID;
+            }
+            snprintf(descs[r].backend, sizeof descs[r].backend, "CUDA%d@%s", tr->device, h->name);
             descs[r].gflops = gpu_gflops;
-            descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : (int64_t)80 << 30;
+            descs[r].mem_bytes = mem;
             descs[r].device = 1; /* CUDA ranks open NCCL for the topology's nccl edges */
         } else {
-            snprintf(descs[r].backend, sizeof descs[r].backend, "CPUx%d@%s", tr->threads, host);
+            snprintf(descs[r].backend, sizeof descs[r].backend, "CPUx%d@%s", tr->threads, h->name);
             descs[r].threads = tr->threads;
             descs[r].gflops = cpu_gflops * tr->threads;
-            descs[r].mem_bytes = tr->memory ? (int64_t)tr->memory : host_mem / (on_host > 0 ? on_host : 1);
+            descs[r].mem_bytes = mem ? mem : host_mem / (on_host > 0 ? on_host : 1);
         }
     }
-    return descs;
+    *out = descs;
+    return BT_OK;
 }
 
 /* ---- bring-up ---------------------------------------------------------------------- */
@@ -323,7 +338,7 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
         .layers_per_rank = r->layer_counts,
         .pins = r->pins,
         .n_pins = r->have_topo && r->pins ? r->topo.pipeline.n_pins : 0,
-        .mem_limit = r->have_topo ? (int64_t)bt_topology_rank(&r->topo, r->rank)->memory : 0,
+        .mem_limit = r->have_topo ? (int64_t)bt_topology_rank_memory(&r->topo, r->rank) : 0,
         .device_transport = r->device_t,
         .device_edges = r->device_edges,
     };

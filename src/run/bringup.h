@@ -86,9 +86,14 @@ enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_p
                                         struct bt_dist_pin **pins, uint8_t **edges);
 /* The description each rank of a topology gives rank 0, as far as the file
  * says: CPU ranks at cpu_gflops per thread, CUDA ranks at gpu_gflops with a
- * device transport; memory from the file, else the host's divided among its
- * ranks (CPU) or 80 GiB (CUDA).  NULL when out of memory. */
-struct bt_rank_desc *bt_topology_rank_descs(const struct bt_topology *t, double cpu_gflops, double gpu_gflops);
+ * device transport; memory as bt_topology_rank_memory gives it (what a live
+ * run on the file plans with), else for a CPU rank this machine's memory
+ * divided among the host's ranks.  A CUDA rank without memory in the file is
+ * BT_ERR_INVALID naming it (a live run would use its device's free memory,
+ * which only that device can tell); out of memory BT_ERR_NOMEM.  *out is
+ * malloc'd (the caller frees it). */
+enum bt_status bt_topology_rank_descs(const struct bt_topology *t, double cpu_gflops, double gpu_gflops,
+                                      struct bt_rank_desc **out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

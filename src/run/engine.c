@@ -244,11 +244,6 @@ static void host_name(char *buf, size_t n) {
     buf[n - 1] = '\0';
 }
 
-static size_t physical_memory(void) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
-}
-
 /* KV bytes one layer's cache takes. */
 static double kv_layer_bytes(const struct bt_hparams *h, const struct bt_engine_params *p) {
     return (double)p->n_ctx * (double)(bt_row_size(p->kv_type, h->head_dim * h->n_head_kv) +
@@ -425,8 +420,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         struct bt_rank_desc d;
         memset(&d, 0, sizeof d);
         msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_name(r->backend), host);
-        d.mem_bytes = r->dist.mem_limit > 0 ? r->dist.mem_limit
-                                            : (int64_t)(physical_memory() / (size_t)(t->local_size > 0 ? t->local_size : 1));
+        d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
         struct bt_rank_desc *descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
         int32_t *ranges = calloc((size_t)(2 * P), sizeof(int32_t));
@@ -503,6 +497,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         kc.head_dim_v = e->hp.head_dim_v;
         kc.n_embd_k = e->hp.head_dim * e->hp.n_head_kv;
         kc.n_embd_v = e->hp.head_dim_v * e->hp.n_head_kv;
+        kc.buft = il1 > il0 ? bt_backend_get_default_buffer_type(r->backend) : NULL;
         if (st == BT_OK && (il1 > il0 || t->rank == 0)) {
             st = bt_kv_new(&kc, &e->kv, lerr, sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
@@ -521,6 +516,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         if (st == BT_OK && (!e->cells || !e->x || !e->outs))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
+        if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
         if (e->kv) e->stats.kv_bytes = bt_kv_bytes(e->kv);
     }
     AGREE();

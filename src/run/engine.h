@@ -122,6 +122,7 @@ struct bt_engine_stats {
     double wait_s;               /* waiting for input */
     uint64_t bytes_sent, bytes_received;
     size_t weight_bytes, kv_bytes, compute_bytes;
+    size_t mapped_bytes;         /* of weight_bytes: used in place in the file's mapping */
     size_t peak_rss;             /* bytes, from getrusage */
 };
 /* This rank's. */
