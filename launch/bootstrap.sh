@@ -29,9 +29,12 @@ cd "$root"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
-packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmpi-bin libopenmpi-dev)
+# baton serve: libmicrohttpd (HTTP) and jansson (JSON)
+packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmpi-bin libopenmpi-dev libmicrohttpd-dev
+    libjansson-dev)
 # tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
-if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev); fi
+# tests/serve_test.sh: curl and the openai Python package as clients
+if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev curl); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -46,12 +49,12 @@ if [ "$mode" = test ]; then
     # tests/quants_gguf.py checks baton's block types against the gguf
     # package's numpy implementation: pinned versions, installed only when
     # the ones present differ
-    py_pins=(gguf==0.19.0 numpy==2.4.6 pyyaml==6.0.3 tqdm==4.70.1 requests==2.34.2)
+    py_pins=(gguf==0.19.0 numpy==2.4.6 pyyaml==6.0.3 tqdm==4.70.1 requests==2.34.2 openai==3.51.0)
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
         $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-pip
     fi
-    if ! python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0" and numpy.__version__ == "2.4.6"' >/dev/null 2>&1; then
+    if ! python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0" and numpy.__version__ == "2.4.6" and m.version("openai") == "3.51.0"' >/dev/null 2>&1; then
         echo "bootstrap: pip installing ${py_pins[*]}"
         python3 -m pip install -q --break-system-packages "${py_pins[@]}" 2>/dev/null ||
             python3 -m pip install -q "${py_pins[@]}"

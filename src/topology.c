@@ -586,10 +586,16 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
     enum bt_status st;
-    if ((st = need_map(p, "pipeline", v, "micro_batches, partition or pin"))) return st;
+    if ((st = need_map(p, "pipeline", v, "micro_batches, partition, pin or model"))) return st;
     t->pipeline.pos = pos_of(v);
-    struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}};
-    if ((st = get_fields(p, &w, v, f, 3))) return st;
+    struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"}};
+    if ((st = get_fields(p, &w, v, f, 4))) return st;
+    if (f[3].v) {
+        const char *m;
+        if ((st = get_str(p, &w, "model", f[3].v, &m))) return st;
+        t->pipeline.model = dupstr(m);
+        t->pipeline.model_pos = pos_of(f[3].v);
+    }
     if (f[0].v) {
         if ((st = get_int(p, &w, "micro_batches", f[0].v, 1, BT_TOPO_MAX_MICRO_BATCHES,
                           &t->pipeline.micro_batches)))
@@ -1055,6 +1061,7 @@ void bt_topology_free(struct bt_topology *t) {
     free(t->pipeline.layers);
     for (int i = 0; i < t->pipeline.n_pins; i++) free(t->pipeline.pins[i].pattern);
     free(t->pipeline.pins);
+    free(t->pipeline.model);
     free(t->transport.edges);
     for (int i = 0; i < t->mpi.n_extra_args; i++) free(t->mpi.extra_args[i]);
     free(t->mpi.extra_args);

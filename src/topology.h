@@ -33,6 +33,8 @@
  *     pin:                      # optional: tensors whose name matches the glob
  *       - pattern: "blk.0.*"    #   (fnmatch) live on that rank, overriding
  *         rank: 0               #   the partition
+ *     model: /models/m.gguf     # optional: the GGUF file every rank opens (the same
+ *                               #   path on every host), when the command names none
  *   transport:                  # optional
  *     host: mpi                 # host-memory edges: only "mpi" (default)
  *     device: nccl              # edges between two CUDA ranks: "nccl" or "mpi";
@@ -187,7 +189,8 @@ struct bt_topology {
         int64_t layers_sum;
         struct bt_topo_pin *pins;
         int n_pins;
-        struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos;
+        char *model; /* NULL when the file names none */
+        struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos, model_pos;
     } pipeline;
 
     struct {

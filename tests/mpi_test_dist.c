@@ -755,14 +755,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     tcase_add_test(tc, test_progress_modes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
-    srunner_run_all(sr, T->rank == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    /* every rank's verdict decides the exit code */
-    int64_t f = failed;
-    T->iface.allreduce_max(T, &f, 1);
+    const int f = mtu_run_suite(s);
     bt_transport_mpi_finalize(T);
     return f == 0 ? 0 : 1;
 }

@@ -48,3 +48,14 @@ void *__wrap_malloc(size_t n) { return fault_now() ? NULL : __real_malloc(n); }
 void *__wrap_calloc(size_t n, size_t m) { return fault_now() ? NULL : __real_calloc(n, m); }
 void *__wrap_realloc(void *p, size_t n) { return fault_now() ? NULL : __real_realloc(p, n); }
 
+
+int mtu_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork() do not mix */
+    srunner_run_all(sr, T->rank == 0 ? CK_NORMAL : CK_SILENT);
+    int64_t f = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    /* every rank's verdict decides the exit code */
+    if (T->iface.allreduce_max(T, &f, 1) != BT_OK) return 1;
+    return f == 0 ? 0 : 1;
+}

@@ -4,10 +4,12 @@
  *     message" and aborts the job through T (set T once MPI is up), instead of
  *     leaving the other ranks in a collective until ctest's timeout;
  *   - fault injection: fault_countdown > 0 makes the n-th allocation from now
- *     fail (fault_hit says one did). */
+ *     fail (fault_hit says one did);
+ *   - running a suite on every rank with one verdict. */
 #ifndef BATON_MPI_TESTUTIL_H
 #define BATON_MPI_TESTUTIL_H
 
+#include <check.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -16,5 +18,9 @@
 extern bt_transport *T;
 extern atomic_long fault_countdown;
 extern atomic_int fault_hit;
+
+/* Run the suite on every rank (no fork: MPI), rank 0 printing; 0 when no
+ * rank had a failure, else 1 (on every rank). */
+int mtu_run_suite(Suite *s);
 
 #endif

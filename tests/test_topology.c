@@ -139,7 +139,7 @@ START_TEST(test_root_and_sections) {
     expect_err(HOSTS "ranks:\n", "7:7: ranks: expected a list of ranks, got nothing");
     expect_err(HOSTS "ranks: []\n", "7:8: ranks: the list is empty; give at least one rank");
     expect_err(HOSTS RANKS2 "pipeline: 4\n",
-               "10:11: pipeline: expected a mapping with micro_batches, partition or pin, got '4'");
+               "10:11: pipeline: expected a mapping with micro_batches, partition, pin or model, got '4'");
     expect_err(HOSTS "ranks:\n  - 0\n", "8:5: ranks[0]: expected a mapping with rank, host and "
                                         "backend, got '0'");
 }
@@ -465,6 +465,20 @@ START_TEST(test_partition_and_pins) {
 }
 END_TEST
 
+START_TEST(test_pipeline_model) {
+    expect_err(HOSTS RANKS2 "pipeline:\n  model: \"\"\n", "11:10: pipeline.model: expected a string, got ''");
+    expect_err(HOSTS RANKS2 "pipeline:\n  model: [a, b]\n", "11:10: pipeline.model: expected a string, got a list");
+    struct bt_topology t;
+    load_ok(HOSTS RANKS2 "pipeline:\n  model: /models/qwen3-0.6b.gguf\n", &t);
+    ck_assert_str_eq(t.pipeline.model, "/models/qwen3-0.6b.gguf");
+    ck_assert_int_eq(t.pipeline.model_pos.line, 11);
+    bt_topology_free(&t);
+    load_ok(HOSTS RANKS2, &t);
+    ck_assert_ptr_null(t.pipeline.model);
+    bt_topology_free(&t);
+}
+END_TEST
+
 START_TEST(test_nccl) {
     expect_err(HOSTS RANKS2 "transport:\n  device: nccl\n",
                "11:11: transport.device: nccl joins two CUDA ranks, but this file has no CUDA "
@@ -752,6 +766,7 @@ static Suite *topology_suite(void) {
     tcase_add_test(tc, test_unknown_host);
     tcase_add_test(tc, test_cuda_device);
     tcase_add_test(tc, test_partition_and_pins);
+    tcase_add_test(tc, test_pipeline_model);
     tcase_add_test(tc, test_nccl);
     tcase_add_test(tc, test_valid_full);
     tcase_add_test(tc, test_defaults);

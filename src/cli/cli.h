@@ -12,6 +12,7 @@ int bt_cli_bench_model(int argc, char **argv);     /* bench_model.c: a GGUF mode
 int bt_cli_tokenize(int argc, char **argv);        /* tokenize.c: text -> token ids under a GGUF vocabulary */
 int bt_cli_gguf(int argc, char **argv);            /* gguf_cmd.c: what a GGUF file holds */
 int bt_cli_quantize(int argc, char **argv);        /* quantize.c: baton quantize IN OUT TYPE */
+int bt_cli_serve(int argc, char **argv);           /* serve.c: the OpenAI-compatible HTTP server */
 int bt_cli_make_model(int argc, char **argv);      /* make_model.c: a random-weight model with a real vocabulary */
 int bt_cli_generate(int argc, char **argv);        /* generate.c: text from a GGUF model over the ranks */
 

@@ -29,6 +29,8 @@ static void usage(FILE *f) {
             "                tensors by type, bytes per layer (--tensors, --json)\n"
             "  quantize      IN.gguf OUT.gguf TYPE: quantise a GGUF file's weights (Q8_0 Q4_0\n"
             "                Q6_K Q4_K_M Q5_K_M; baton quantize --help)\n"
+            "  serve         -m FILE: an OpenAI-compatible HTTP server for a GGUF model over the\n"
+            "                ranks (continuous batching; baton serve --help)\n"
             "  launch-files  -t TOPOLOGY --out DIR: write the hostfile, rankfile and environment\n"
             "                for mpirun (used by launch/baton-run)\n"
             "  version       print the version\n"
@@ -79,6 +81,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return bt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "gguf")) return bt_cli_gguf(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return bt_cli_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return bt_cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;

@@ -6,8 +6,9 @@
  *
  * One request = one sequence slot (0 .. n_seq-1) for its whole life.  Each
  * step forms ubatches from the ready sequences (first one decode token of each
- * sequence whose last token has been sampled, then prompt chunks, at most
- * n_ubatch tokens), submits while fewer than max_inflight ubatches are in
+ * sequence whose last token has been sampled, spread over as many ubatches as
+ * the pipeline has stages, then prompt chunks; at most n_ubatch tokens),
+ * submits while fewer than max_inflight ubatches are in
  * flight, then collects the oldest, samples the rows it brought back and hands
  * each request its new text.  A sequence's next decode token waits only for its
  * own previous token; its prompt chunks follow each other without waiting.
@@ -69,7 +70,11 @@ struct bt_gen_request {
     size_t n_stops;
     /* Each sampled token, in order: its id and the text that may be shown now
      * (len may be 0: a character or a possible stop string still pending; an
-     * end-of-generation token and stop strings are never shown).  May be NULL. */
+     * end-of-generation token and stop strings are never shown).  The text is
+     * the pieces' bytes: whole characters, but bytes that cannot form one
+     * (a model may sample a lead byte and then no continuation) pass through
+     * as they are, so it is not always valid UTF-8 (JSON writers: escape or
+     * replace them).  May be NULL. */
     void (*on_token)(void *user, int32_t id, const char *text, size_t len);
     /* Once, at the end, whatever the reason (cancel included).  May be NULL. */
     void (*on_done)(void *user, const struct bt_gen_result *r);

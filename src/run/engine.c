@@ -371,9 +371,10 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     AGREE();
 
     /* 2. the file, the same on every rank */
-    const char *path = p->model;
+    const char *path = p->model && *p->model ? p->model : r->have_topo ? r->topo.pipeline.model : NULL;
     if (!path || !*path)
-        st = BT_ERR_INVALID, msgf(msg, sizeof msg, "rank %d: no model file given", t->rank);
+        st = BT_ERR_INVALID,
+        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model", t->rank);
     else
         snprintf(e->path, sizeof e->path, "%s", path);
     AGREE();
@@ -838,6 +839,19 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
 
 /* ---- ranks 1 .. P-1 ------------------------------------------------------------------ */
 
+/* This rank's failure (e->err) down the chain to rank 0, once. */
+static void report_failure(struct bt_engine *e, int nxt) {
+    struct out_msg *o = out_get(e, 0);
+    if (!o) return;
+    o->head.kind = MSG_ERROR;
+    o->head.arg = e->t->rank;
+    msgf(o->head.text, sizeof o->head.text, "%s", e->err);
+    out_send(e, o, nxt >= 0 ? nxt : 0);
+}
+
+/* After a failure (this rank's or an earlier stage's) a stage drops the
+ * ubatches that still come and waits for the stop, so that rank 0, which
+ * learns of the failure through the chain, is never left waiting. */
 enum bt_status bt_engine_serve(struct bt_engine *e) {
     bt_transport *t = e->t;
     if (t->rank == 0) return efail(e, BT_ERR_INVALID, "rank 0 drives the engine; the other ranks serve");
@@ -853,6 +867,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         const double t0 = now_s();
         if (bt_transport_irecv(t, &head, sizeof head, prev, TAG_HEAD, &rh) != BT_OK ||
             bt_transport_wait_polite(t, &rh) != BT_OK) {
+            /* the transport is broken: nothing more can come or go */
             failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
             break;
         }
@@ -870,58 +885,55 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         }
         if (head.kind == MSG_ERROR) {
             /* an earlier stage failed: pass it on, then wait for the stop */
-            if (failed == BT_OK) failed = efail(e, BT_ERR_COMM, "%s", head.text);
-            struct out_msg *o = out_get(e, 0);
-            if (o) {
-                o->head = head;
-                o->head.body = 0;
-                out_send(e, o, nxt >= 0 ? nxt : 0);
+            if (failed == BT_OK) {
+                failed = efail(e, BT_ERR_COMM, "%s", head.text);
+                report_failure(e, nxt);
             }
             continue;
         }
         const int64_t T = head.n_tokens, n_out = head.n_out;
         /* stage 0 gets the tokens from rank 0, the others x as well */
         const size_t want = body_bytes(T, n_out, e->my_stage == 0 ? 0 : T * e->hp.n_embd);
+        enum bt_status st = BT_OK;
         if (head.kind != MSG_UBATCH || e->my_stage < 0 || T < 1 || T > e->p.n_ubatch || n_out < 0 || n_out > T ||
             head.body != want) {
-            failed = efail(e, BT_ERR_COMM, "rank %d: a message from rank %d it cannot use (kind %d, %lld tokens, %lld bytes)",
-                           t->rank, prev, head.kind, (long long)T, (long long)head.body);
-            break;
-        }
-        if (want > cap) {
-            void *b = realloc(body, want);
-            if (!b) {
-                failed = efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", t->rank, want);
+            st = efail(e, BT_ERR_COMM, "rank %d: a message from rank %d it cannot use (kind %d, %lld tokens, %lld bytes)",
+                       t->rank, prev, head.kind, (long long)T, (long long)head.body);
+            if (e->my_stage < 0) { /* a rank outside the chain has nobody to tell but rank 0 */
+                failed = st;
                 break;
             }
-            body = b;
-            cap = want;
+        } else if (want > cap) {
+            void *b = realloc(body, want);
+            if (b) {
+                body = b;
+                cap = want;
+            } else {
+                st = efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", t->rank, want);
+            }
         }
-        if (bt_transport_irecv(t, body, want, prev, TAG_BODY, &rh) != BT_OK || bt_transport_wait_polite(t, &rh) != BT_OK) {
-            failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
-            break;
+        if (st == BT_OK) {
+            if (bt_transport_irecv(t, body, want, prev, TAG_BODY, &rh) != BT_OK ||
+                bt_transport_wait_polite(t, &rh) != BT_OK) {
+                failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
+                break;
+            }
+            e->stats.bytes_received += want;
+            e->stats.wait_s += now_s() - t0;
         }
-        e->stats.bytes_received += want;
-        e->stats.wait_s += now_s() - t0;
         if (failed != BT_OK) continue; /* after a failure: drop the work, wait for the stop */
         const int32_t *ints = body;
-        const float *x = e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out));
-        /* the positions, sequences and rows asked for were checked on rank 0;
-         * the ones a stage cannot use mean a broken message */
-        for (int64_t i = 0; i < n_out; i++)
-            if (ints[3 * T + i] < 0 || ints[3 * T + i] >= T) failed = BT_ERR_COMM;
-        enum bt_status st = failed != BT_OK ? efail(e, failed, "rank %d: ubatch %llu asks for rows outside its tokens",
-                                                    t->rank, (unsigned long long)head.id)
-                                            : stage_step(e, head.id, T, n_out, ints, x);
+        /* the rows asked for were checked on rank 0; others mean a broken message */
+        for (int64_t i = 0; st == BT_OK && i < n_out; i++)
+            if (ints[3 * T + i] < 0 || ints[3 * T + i] >= T)
+                st = efail(e, BT_ERR_COMM, "rank %d: ubatch %llu asks for rows outside its tokens", t->rank,
+                           (unsigned long long)head.id);
+        if (st == BT_OK)
+            st = stage_step(e, head.id, T, n_out, ints,
+                            e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out)));
         if (st != BT_OK) {
             failed = st;
-            struct out_msg *o = out_get(e, 0);
-            if (o) {
-                o->head.kind = MSG_ERROR;
-                o->head.arg = t->rank;
-                msgf(o->head.text, sizeof o->head.text, "%s", e->err);
-                out_send(e, o, nxt >= 0 ? nxt : 0);
-            }
+            report_failure(e, nxt);
         }
     }
     free(body);

@@ -88,8 +88,11 @@ int bt_engine_n_ranks(const struct bt_engine *e);
  * != 0 asks for token i's row; logits NULL: the last token's row only).  The
  * tokens are checked and placed in the cache at once; a bad token id,
  * sequence or position, or a sequence whose share of the cache is full, is an
- * error and nothing is submitted.  Blocks while max_inflight ubatches are in
- * flight (collect first).  *id: the ubatch's number, 0, 1, ... */
+ * error and nothing is submitted.  Blocks while max_inflight ubatches are
+ * still in the pipeline (until the oldest one's logits are back on rank 0;
+ * logits that are back wait for collect, however many).  Rank 0 computes its
+ * own layers of the ubatch inside this call.  *id: the ubatch's number, 0, 1,
+ * ... */
 enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *ub, uint64_t *id);
 /* Ubatches submitted and not yet collected. */
 int bt_engine_n_inflight(const struct bt_engine *e);

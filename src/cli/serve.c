@@ -1,0 +1,334 @@
+/* serve.c - `baton serve`: a GGUF model over the ranks of the job, served on
+ * rank 0 as an OpenAI-compatible HTTP API (src/serve/).  Rank 0 runs the
+ * batcher on its main thread and HTTP on libmicrohttpd's threads; the other
+ * ranks run their stage (bt_engine_serve) until rank 0 stops them.
+ *
+ * SIGTERM or SIGINT to rank 0's process drains: no new requests (503), the
+ * running and queued ones finish, then every rank stops and the job exits 0.
+ * A second signal ends rank 0 at once.  A rank that dies ends the job through
+ * mpirun (with its message), never a hang. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agree.h"
+#include "cli.h"
+#include "common.h"
+#include "gguf.h"
+#include "run/batcher.h"
+#include "run/bringup.h"
+#include "run/engine.h"
+#include "serve/serve.h"
+#include "signals.h"
+#include "text/chat.h"
+#include "text/vocab_gguf.h"
+
+enum {
+    OPT_HOST = 2000,
+    OPT_PORT,
+    OPT_PARALLEL,
+    OPT_CTX,
+    OPT_API_KEY,
+    OPT_MAX_QUEUE,
+    OPT_MAX_BODY,
+    OPT_MAX_CONN,
+    OPT_UBATCH,
+    OPT_THREADS_S,
+    OPT_ALIAS,
+};
+
+struct serve_opts {
+    const char *model, *host, *api_key, *topology, *alias;
+    int port, parallel, max_queue, max_conn, threads;
+    long ctx, ubatch;
+    long max_body;
+};
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: mpirun -np P baton serve -m FILE [options]   (or launch/baton-run -t TOPOLOGY -- baton serve ...)\n"
+            "\n"
+            "An OpenAI-compatible HTTP server on rank 0: POST /v1/completions, POST /v1/chat/completions\n"
+            "(streamed or not), GET /v1/models, GET /health, GET /metrics (Prometheus).  Requests run\n"
+            "together (continuous batching) through the pipeline of the P ranks.\n"
+            "\n"
+            "  -m, --model FILE        the GGUF model (every rank opens it)\n"
+            "      --host ADDR         address to listen on (default 127.0.0.1: this machine only)\n"
+            "      --port N            TCP port, 0 = any free one (default 8080)\n"
+            "      --parallel N        requests generating at once, each with its own sequence (default 4)\n"
+            "      --ctx-size N        KV cache cells in all; each request gets N / parallel (default 4096)\n"
+            "      --api-key KEY       ask every caller for 'Authorization: Bearer KEY' (else 401);\n"
+            "                          also read from $BATON_API_KEY\n"
+            "      --alias NAME        the model's name in the API (default: the file's name)\n"
+            "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
+            "      --max-body BYTES    largest request body (default 1048576)\n"
+            "      --max-connections N open connections at once (default 256)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n"
+            "  -t, --topology FILE     the ranks' topology (also $BATON_TOPOLOGY)\n"
+            "      --threads N         CPU threads per rank\n"
+            "  -h, --help              this text\n"
+            "\n"
+            "Stop it with SIGTERM or SIGINT to rank 0 (its pid is printed): running requests finish first.\n");
+}
+
+/* -1: go on; 0: --help; 2: a usage error in err */
+static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, size_t n) {
+    static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'},          {"host", required_argument, 0, OPT_HOST},
+        {"port", required_argument, 0, OPT_PORT},       {"parallel", required_argument, 0, OPT_PARALLEL},
+        {"ctx-size", required_argument, 0, OPT_CTX},    {"api-key", required_argument, 0, OPT_API_KEY},
+        {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
+        {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
+        {"topology", required_argument, 0, 't'},        {"threads", required_argument, 0, OPT_THREADS_S},
+        {"alias", required_argument, 0, OPT_ALIAS},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int code;
+    long v;
+    while ((code = getopt_long(argc, argv, ":m:t:h", longs, NULL)) != -1) {
+        err[0] = 0;
+        switch (code) {
+        case 'm': o->model = optarg; break;
+        case 't': o->topology = optarg; break;
+        case OPT_HOST: o->host = optarg; break;
+        case OPT_ALIAS:
+            if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
+                snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
+            else o->alias = optarg;
+            break;
+        case OPT_API_KEY:
+            if (!*optarg) snprintf(err, n, "--api-key: the key is empty");
+            else o->api_key = optarg;
+            break;
+#define INT_OPT(CODE, NAME, LO, HI, DST)                                                                        \
+    case CODE:                                                                                                \
+        if (!bt_cli_parse_int(optarg, LO, HI, &v))                                                            \
+            snprintf(err, n, "%s: '%s' is not an integer in [%ld, %ld]", NAME, optarg, (long)(LO), (long)(HI)); \
+        else DST = v;                                                                                         \
+        break;
+        INT_OPT(OPT_PORT, "--port", 0, 65535, o->port)
+        INT_OPT(OPT_PARALLEL, "--parallel", 1, 256, o->parallel)
+        INT_OPT(OPT_CTX, "--ctx-size", 16, 1L << 24, o->ctx)
+        INT_OPT(OPT_MAX_QUEUE, "--max-queue", 0, 100000, o->max_queue)
+        INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
+        INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)
+        INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
+        case OPT_THREADS_S:
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, n, "--threads: '%s' is not an integer in [1, 4096]", optarg);
+            else if (bt_cli_threads_check(v, "--threads", err, n)) o->threads = (int)v;
+            break;
+#undef INT_OPT
+        case 'h': return 0;
+        case ':': snprintf(err, n, "%s needs a value", argv[optind - 1]); break;
+        case '?':
+            if (optopt) snprintf(err, n, "unknown option -%c", optopt);
+            else snprintf(err, n, "unknown option %s", argv[optind - 1]);
+            break;
+        }
+        if (err[0]) {
+            strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, n, "unexpected argument '%s' (try: baton serve --help)", argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        snprintf(err, n, "no model: give -m FILE (try: baton serve --help)");
+        return 2;
+    }
+    if (o->ctx / o->parallel < 2) {
+        snprintf(err, n, "--ctx-size %ld over --parallel %d leaves %ld cells per request: at least 2", o->ctx,
+                 o->parallel, o->ctx / o->parallel);
+        return 2;
+    }
+    return -1;
+}
+
+static volatile sig_atomic_t g_stop; /* the drain flag: set by the signal handler only */
+
+static void on_stop_signal(int sig) {
+    static const char msg[] = "baton serve: signal received: draining (a second one stops at once)\n";
+    ssize_t k = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)k;
+    g_stop = 1;
+    signal(sig, SIG_DFL); /* the second one ends the process */
+}
+
+/* tokenizer.chat_template of the model, or NULL; the name of the format used */
+static const char *chat_template_of(struct bt_gguf *g, char **owned) {
+    *owned = NULL;
+    struct bt_gguf_str s;
+    if (bt_gguf_find_key(g, "tokenizer.chat_template") >= 0 && bt_gguf_get_str(g, "tokenizer.chat_template", &s) == BT_OK &&
+        (*owned = malloc(s.n + 1))) {
+        memcpy(*owned, s.data, s.n);
+        (*owned)[s.n] = 0;
+        if (bt_chat_template_detect(*owned)) return *owned;
+        fprintf(stderr, "baton serve: the model's chat template is none that baton knows: chat requests use chatml\n");
+    }
+    return "chatml"; /* as llama.cpp, for a model without a template */
+}
+
+/* rank 0, the engine open: tokenizer, batcher, HTTP, the loop */
+static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
+    char err[1024] = "";
+    int rc = 1;
+    bt_tokenizer *tok = NULL;
+    struct bt_batcher *b = NULL;
+    char *tmpl_owned = NULL;
+    struct bt_server srv;
+    bool started = false;
+    if (bt_tokenizer_from_gguf(bt_engine_gguf(e), &tok, err, sizeof err) != BT_OK) goto out;
+    const char *tmpl = chat_template_of(bt_engine_gguf(e), &tmpl_owned);
+    struct bt_batcher_params bp;
+    bt_batcher_default_params(&bp);
+    if (bt_batcher_new(e, tok, &bp, &b, err, sizeof err) != BT_OK) goto out;
+
+    char model_buf[PATH_MAX];
+    snprintf(model_buf, sizeof model_buf, "%s", o->model);
+    const char *model_id = o->alias ? o->alias : basename(model_buf);
+    const struct bt_engine_params *ep = bt_engine_params(e);
+    struct bt_serve_config cfg = {
+        .host = o->host,
+        .port = o->port,
+        .api_key = o->api_key,
+        .max_body = (size_t)o->max_body,
+        .max_connections = o->max_conn,
+        .max_queue = o->max_queue,
+        .n_slots = o->parallel,
+        .n_ctx_seq = ep->n_ctx / ep->n_seq_max,
+        .model_id = model_id,
+    };
+    if (bt_server_start(&srv, &cfg, tok, tmpl, err, sizeof err) != BT_OK) goto out;
+    started = true;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer is the socket's error, not the process's end */
+    printf("baton serve: listening on http://%s%s%s:%d (model %s, %d rank%s, %d parallel requests of up to %lld "
+           "tokens, %s; pid %d)\n",
+           strchr(o->host, ':') ? "[" : "", o->host, strchr(o->host, ':') ? "]" : "", srv.port, model_id, P,
+           P == 1 ? "" : "s", o->parallel, (long long)cfg.n_ctx_seq, o->api_key ? "API key required" : "no API key",
+           (int)getpid());
+    fflush(stdout);
+    enum bt_status st = bt_server_run(&srv, b, e, &g_stop, err, sizeof err);
+    bt_server_stop(&srv);
+    started = false;
+    if (st == BT_OK) {
+        rc = 0;
+        printf("baton serve: stopped\n");
+    }
+out:
+    if (started) {
+        bt_jobs_close(&srv.jobs, "the server is stopping");
+        bt_server_stop(&srv);
+    }
+    if (rc) fprintf(stderr, "baton serve: %s\n", err);
+    bt_batcher_free(b);
+    if (rc == 0 && bt_engine_stop(e) != BT_OK) {
+        fprintf(stderr, "baton serve: stopping the ranks: %s\n", bt_engine_error(e));
+        rc = 1;
+    }
+    bt_tokenizer_free(tok);
+    free(tmpl_owned);
+    return rc;
+}
+
+int bt_cli_serve(int argc, char **argv) {
+    struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
+                           .max_conn = 256, .ubatch = 0, .max_body = 1 << 20};
+    const int env_rank = bt_cli_env_rank();
+    bt_cli_signals_install("baton serve", env_rank);
+    char perr[1024] = "";
+    int prc = parse_serve(argc, argv, &o, perr, sizeof perr);
+    if (prc == 0) {
+        if (env_rank == 0) serve_usage(stdout);
+        return 0;
+    }
+    if (prc < 0) prc = 0;
+    if (o.max_queue < 0) o.max_queue = 4 * o.parallel;
+    if (!o.api_key && getenv("BATON_API_KEY") && *getenv("BATON_API_KEY")) o.api_key = getenv("BATON_API_KEY");
+    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+
+    const struct bt_rank_config rcfg = {
+        .prog = "baton serve",
+        .topology = o.topology,
+        .threads = o.threads,
+        .progress_us = 50,
+    };
+    struct bt_rank R;
+    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
+        snprintf(perr, sizeof perr, "%s", R.error);
+        prc = R.exit_code;
+    }
+    if (!R.t) {
+        if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton serve: ", prc ? perr : R.error);
+        bt_rank_free(&R);
+        return prc ? prc : 1;
+    }
+    const int rank = R.rank, P = R.size;
+    bt_cli_signals_install("baton serve", rank);
+    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
+    struct bt_cli_agree_item items[4];
+    int n_items = 0;
+#define ITEM(OPT, ...)                                                            \
+    do {                                                                          \
+        items[n_items].option = (OPT);                                            \
+        items[n_items].given = true;                                              \
+        snprintf(items[n_items].value, sizeof items[n_items].value, __VA_ARGS__); \
+        n_items++;                                                                \
+    } while (0)
+    ITEM("--model", "%s", o.model ? o.model : "");
+    ITEM("--parallel", "%d", o.parallel);
+    ITEM("--ctx-size", "%ld", o.ctx);
+    ITEM("--ubatch", "%ld", o.ubatch);
+#undef ITEM
+    int rc = bt_cli_agree(R.t, "baton serve", prc, perr, items, n_items);
+    if (rc != 0) {
+        bt_rank_free(&R);
+        return rc;
+    }
+    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
+        if (rank == 0) fprintf(stderr, "%s\n", R.error);
+        rc = R.exit_code;
+        bt_rank_free(&R);
+        return rc;
+    }
+    struct bt_engine_params ep;
+    bt_engine_default_params(&ep);
+    ep.model = o.model;
+    ep.n_ctx = o.ctx;
+    ep.n_seq_max = o.parallel;
+    ep.n_ubatch = o.ubatch ? o.ubatch : (o.ctx < 512 ? o.ctx : 512);
+    struct bt_engine *e = NULL;
+    char err[1024] = "";
+    if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
+        if (rank == 0) fprintf(stderr, "baton serve: %s\n", err);
+        bt_rank_free(&R);
+        return 1;
+    }
+    if (rank == 0) {
+        rc = serve_rank0(e, &o, P);
+    } else {
+        /* this rank's stage until rank 0 stops (a failed rank: an error naming it) */
+        if (bt_engine_serve(e) != BT_OK) {
+            fprintf(stderr, "baton serve: rank %d: %s\n", rank, bt_engine_error(e));
+            rc = 1;
+        }
+    }
+    bt_engine_close(e);
+    bt_rank_free(&R);
+    return rc;
+}

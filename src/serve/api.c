@@ -1,0 +1,653 @@
+/* api.c - OpenAI request bodies parsed and checked (jansson), and the JSON
+ * of responses, stream chunks, model lists and error objects (api.h).
+ *
+ * The checks are OpenAI's where it documents a range (temperature 0..2,
+ * top_p 0..1, penalties -2..2, at most 4 stop strings, n 1 here) and
+ * llama.cpp server's for the extensions (top_k, min_p, repeat_penalty).  An
+ * argument OpenAI defines that baton does not implement (n > 1, logprobs,
+ * tools, best_of, suffix, a logit_bias) is a 400 naming it, never ignored in
+ * silence; an argument nobody defines is a 400 too ("unrecognized request
+ * argument"), as OpenAI answers. */
+#include "api.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../text/tokenizer.h" /* bt_utf8_check */
+
+void bt_api_error_set(struct bt_api_error *e, int status, const char *type, const char *param, const char *code,
+                      const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    e->param = NULL;
+    if (param) {
+        snprintf(e->param_buf, sizeof e->param_buf, "%s", param);
+        e->param = e->param_buf;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+#define BAD(param, ...) bt_api_error_set(err, 400, "invalid_request_error", (param), NULL, __VA_ARGS__)
+
+void bt_api_request_free(struct bt_api_request *r) {
+    if (!r) return;
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free((char *)r->msgs[i].role);
+        free((char *)r->msgs[i].content);
+    }
+    free(r->msgs);
+    for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+/* A number in [lo, hi] (JSON integers count); absent or null keeps *out. */
+static bool get_number(json_t *o, const char *key, double lo, double hi, float *out, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) {
+        BAD(key, "'%s' must be a number, not %s", key, json_kind(v));
+        return false;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        BAD(key, "'%s' is %g: it must be between %g and %g", key, x, lo, hi);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+/* An integer in [lo, hi]; absent or null: false in *given. */
+static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *given,
+                    struct bt_api_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (given) *given = false;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) {
+        BAD(key, "'%s' must be an integer, not %s", key, json_kind(v));
+        return false;
+    }
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        BAD(key, "'%s' is %lld: it must be between %lld and %lld", key, (long long)x, (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = (int64_t)x;
+    if (given) *given = true;
+    return true;
+}
+
+static bool get_bool(json_t *o, const char *key, bool *out, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        BAD(key, "'%s' must be a boolean, not %s", key, json_kind(v));
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static bool nomem(struct bt_api_error *err) {
+    bt_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return false;
+}
+
+/* The arguments each endpoint knows.  unsupported: defined by OpenAI, allowed
+ * only at the value that means "off" (checked below). */
+static const char *const common_keys[] = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+                                          "n", "stop", "seed", "presence_penalty", "frequency_penalty", "user",
+                                          "logit_bias", "logprobs", "top_k", "min_p", "repeat_penalty", NULL};
+static const char *const completion_keys[] = {"prompt", "echo", "suffix", "best_of", NULL};
+static const char *const chat_keys[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                                        "response_format", "parallel_tool_calls", NULL};
+
+static bool in_list(const char *const *l, const char *k) {
+    for (; *l; l++)
+        if (!strcmp(*l, k)) return true;
+    return false;
+}
+
+static bool check_keys(enum bt_api_kind kind, json_t *o, struct bt_api_error *err) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        (void)v;
+        if (in_list(common_keys, k)) continue;
+        if (kind == BT_API_COMPLETION && in_list(completion_keys, k)) continue;
+        if (kind == BT_API_CHAT && in_list(chat_keys, k)) continue;
+        BAD(k, "unrecognized request argument supplied: '%s'", k);
+        return false;
+    }
+    return true;
+}
+
+/* Arguments baton does not implement: allowed only when they ask for nothing. */
+static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_error *err) {
+    json_t *v;
+    if ((v = json_object_get(o, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0)) {
+        BAD("logprobs", "'logprobs' is not supported by this server (leave it out or set it to null)");
+        return false;
+    }
+    if ((v = json_object_get(o, "logit_bias")) && !json_is_null(v) &&
+        !(json_is_object(v) && json_object_size(v) == 0)) {
+        BAD("logit_bias", "'logit_bias' is not supported by this server (leave it out or give {})");
+        return false;
+    }
+    if (kind == BT_API_COMPLETION) {
+        if ((v = json_object_get(o, "suffix")) && !json_is_null(v)) {
+            BAD("suffix", "'suffix' is not supported by this server");
+            return false;
+        }
+        if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
+            !(json_is_integer(v) && json_integer_value(v) == 1)) {
+            BAD("best_of", "'best_of' must be 1 on this server");
+            return false;
+        }
+    } else {
+        if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v)) {
+            BAD("top_logprobs", "'top_logprobs' is not supported by this server");
+            return false;
+        }
+        if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
+            BAD("tools", "'tools' is not supported by this server");
+            return false;
+        }
+        if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
+            !(json_is_string(v) && !strcmp(json_string_value(v), "none"))) {
+            BAD("tool_choice", "'tool_choice' is not supported by this server (only \"none\")");
+            return false;
+        }
+        if ((v = json_object_get(o, "response_format")) && !json_is_null(v)) {
+            json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+            if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text")) {
+                BAD("response_format", "'response_format' must be {\"type\": \"text\"} on this server");
+                return false;
+            }
+        }
+        if ((v = json_object_get(o, "parallel_tool_calls")) && !json_is_null(v) && !json_is_boolean(v)) {
+            BAD("parallel_tool_calls", "'parallel_tool_calls' must be a boolean, not %s", json_kind(v));
+            return false;
+        }
+    }
+    if ((v = json_object_get(o, "user")) && !json_is_null(v) && !json_is_string(v)) {
+        BAD("user", "'user' must be a string, not %s", json_kind(v));
+        return false;
+    }
+    return true;
+}
+
+static bool parse_prompt(json_t *o, const struct bt_api_limits *lim, struct bt_api_request *r,
+                         struct bt_api_error *err) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p || json_is_null(p)) {
+        BAD("prompt", "you must provide a 'prompt'");
+        return false;
+    }
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0); /* ["text"]: one prompt */
+    if (json_is_string(p)) {
+        if (json_string_length(p) == 0) {
+            BAD("prompt", "'prompt' is empty");
+            return false;
+        }
+        if (!(r->prompt = dup_n(json_string_value(p), json_string_length(p)))) return nomem(err);
+        return true;
+    }
+    if (!json_is_array(p)) {
+        BAD("prompt", "'prompt' must be a string or an array of token ids, not %s", json_kind(p));
+        return false;
+    }
+    size_t n = json_array_size(p);
+    if (n == 0) {
+        BAD("prompt", "'prompt' is empty");
+        return false;
+    }
+    if (!json_is_integer(json_array_get(p, 0))) {
+        BAD("prompt", "'prompt' as an array holds one string or token ids; several prompts in one request are "
+                      "not supported");
+        return false;
+    }
+    if (!(r->prompt_ids = malloc(n * sizeof *r->prompt_ids))) return nomem(err);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(p, i);
+        char param[32];
+        snprintf(param, sizeof param, "prompt[%zu]", i);
+        if (!json_is_integer(t)) {
+            BAD(param, "'%s' must be a token id (an integer), not %s", param, json_kind(t));
+            return false;
+        }
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id >= (json_int_t)lim->n_vocab) {
+            BAD(param, "'%s' is token id %lld: the vocabulary has ids 0 to %u", param, (long long)id,
+                lim->n_vocab - 1);
+            return false;
+        }
+        r->prompt_ids[i] = (int32_t)id;
+    }
+    r->n_prompt_ids = n;
+    return true;
+}
+
+/* content: a string, or an array of {"type": "text", "text": "..."} parts */
+static bool parse_content(json_t *c, size_t i, char **out, struct bt_api_error *err) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (json_is_string(c)) {
+        if (!(*out = dup_n(json_string_value(c), json_string_length(c)))) return nomem(err);
+        return true;
+    }
+    if (!json_is_array(c)) {
+        BAD(param, "'%s' must be a string or an array of text parts, not %s", param, json_kind(c));
+        return false;
+    }
+    size_t total = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"), *text;
+        if (!json_is_object(part) || !json_is_string(type)) {
+            BAD(param, "'%s[%zu]' must be an object with a 'type'", param, k);
+            return false;
+        }
+        if (strcmp(json_string_value(type), "text")) {
+            BAD(param, "'%s[%zu]' is of type '%s': only 'text' parts are supported", param, k,
+                json_string_value(type));
+            return false;
+        }
+        if (!json_is_string(text = json_object_get(part, "text"))) {
+            BAD(param, "'%s[%zu].text' must be a string", param, k);
+            return false;
+        }
+        total += json_string_length(text);
+    }
+    char *s = malloc(total + 1);
+    if (!s) return nomem(err);
+    size_t at = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *text = json_object_get(json_array_get(c, k), "text");
+        memcpy(s + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    s[at] = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *m = json_object_get(o, "messages");
+    if (!m || json_is_null(m)) {
+        BAD("messages", "you must provide 'messages'");
+        return false;
+    }
+    if (!json_is_array(m)) {
+        BAD("messages", "'messages' must be an array, not %s", json_kind(m));
+        return false;
+    }
+    size_t n = json_array_size(m);
+    if (n == 0) {
+        BAD("messages", "'messages' is empty: give at least one message");
+        return false;
+    }
+    if (n > BT_API_MAX_MESSAGES) {
+        BAD("messages", "'messages' has %zu messages: at most %d", n, BT_API_MAX_MESSAGES);
+        return false;
+    }
+    if (!(r->msgs = calloc(n, sizeof *r->msgs))) return nomem(err);
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(msg)) {
+            BAD(param, "'%s' must be an object, not %s", param, json_kind(msg));
+            return false;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(msg, k, v) {
+            (void)v;
+            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
+                BAD(param, "'%s' has an unsupported field '%s' (role, content and name are supported)", param, k);
+                return false;
+            }
+        }
+        json_t *role = json_object_get(msg, "role");
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!role) {
+            BAD(param, "'%s' is missing", param);
+            return false;
+        }
+        if (!json_is_string(role)) {
+            BAD(param, "'%s' must be a string, not %s", param, json_kind(role));
+            return false;
+        }
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for system */
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
+            BAD(param, "'%s' is '%s': it must be 'system', 'developer', 'user' or 'assistant'", param, rs);
+            return false;
+        }
+        if (!(r->msgs[i].role = dup_n(rs, strlen(rs)))) return nomem(err);
+        r->n_msgs = i + 1; /* owned from here on */
+        json_t *c = json_object_get(msg, "content");
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (!c || json_is_null(c)) {
+            BAD(param, "'%s' is missing", param);
+            return false;
+        }
+        char *content = NULL;
+        if (!parse_content(c, i, &content, err)) return false;
+        r->msgs[i].content = content;
+    }
+    return true;
+}
+
+static bool parse_stop(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *s = json_object_get(o, "stop");
+    if (!s || json_is_null(s)) return true;
+    json_t *one[1] = {s};
+    json_t **list = one;
+    size_t n = 1;
+    if (json_is_array(s)) {
+        n = json_array_size(s);
+        if (n > BT_API_MAX_STOPS) {
+            BAD("stop", "'stop' has %zu strings: at most %d", n, BT_API_MAX_STOPS);
+            return false;
+        }
+        list = NULL;
+    } else if (!json_is_string(s)) {
+        BAD("stop", "'stop' must be a string or an array of strings, not %s", json_kind(s));
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = list ? list[i] : json_array_get(s, i);
+        if (!json_is_string(v)) {
+            BAD("stop", "'stop[%zu]' must be a string, not %s", i, json_kind(v));
+            return false;
+        }
+        size_t len = json_string_length(v);
+        if (len == 0 || len > BT_API_MAX_STOP_LEN) {
+            BAD("stop", "'stop[%zu]' has %zu bytes: a stop string has 1 to %d", i, len, BT_API_MAX_STOP_LEN);
+            return false;
+        }
+        if (!(r->stops[i] = dup_n(json_string_value(v), len))) return nomem(err);
+        r->n_stops = i + 1;
+    }
+    return true;
+}
+
+static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_limits *lim, uint64_t default_seed,
+                         struct bt_api_request *r, struct bt_api_error *err) {
+    if (!check_keys(kind, o, err) || !check_unsupported(kind, o, err)) return false;
+
+    json_t *model = json_object_get(o, "model");
+    if (!model || json_is_null(model)) {
+        BAD("model", "you must provide a 'model' (this server has '%s')", lim->model_id);
+        return false;
+    }
+    if (!json_is_string(model)) {
+        BAD("model", "'model' must be a string, not %s", json_kind(model));
+        return false;
+    }
+    if (strcmp(json_string_value(model), lim->model_id)) {
+        bt_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
+                         "The model '%.200s' does not exist (this server has '%s')", json_string_value(model),
+                         lim->model_id);
+        return false;
+    }
+
+    if (kind == BT_API_COMPLETION) {
+        if (!parse_prompt(o, lim, r, err)) return false;
+        if (!get_bool(o, "echo", &r->echo, err)) return false;
+    } else if (!parse_messages(o, r, err)) {
+        return false;
+    }
+
+    if (!get_bool(o, "stream", &r->stream, err)) return false;
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!r->stream) {
+            BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
+            return false;
+        }
+        if (!json_is_object(so)) {
+            BAD("stream_options", "'stream_options' must be an object, not %s", json_kind(so));
+            return false;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(so, k, v) {
+            (void)v;
+            if (strcmp(k, "include_usage")) {
+                BAD("stream_options", "'stream_options' has an unknown field '%s'", k);
+                return false;
+            }
+        }
+        if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
+    }
+
+    int64_t n = 1;
+    if (!get_int(o, "n", 1, 128, &n, NULL, err)) return false;
+    if (n != 1) {
+        BAD("n", "'n' is %lld: this server gives one choice per request (n = 1)", (long long)n);
+        return false;
+    }
+
+    r->max_tokens = -1;
+    bool given = false;
+    const char *mt_key = "max_tokens";
+    if (kind == BT_API_CHAT && json_object_get(o, "max_completion_tokens")) mt_key = "max_completion_tokens";
+    if (!get_int(o, mt_key, 1, lim->max_tokens, &r->max_tokens, &given, err)) return false;
+    if (!given) r->max_tokens = -1;
+
+    /* OpenAI's defaults: the model's whole distribution */
+    bt_sampler_params *sp = &r->sampling;
+    bt_sampler_params_default(sp);
+    sp->temp = 1.0f;
+    sp->top_k = 0;
+    sp->top_p = 1.0f;
+    sp->min_p = 0.0f;
+    sp->repeat_penalty = 1.0f;
+    sp->frequency_penalty = 0.0f;
+    sp->presence_penalty = 0.0f;
+    if (!get_number(o, "temperature", 0.0, 2.0, &sp->temp, err)) return false;
+    if (!get_number(o, "top_p", 0.0, 1.0, &sp->top_p, err)) return false;
+    if (sp->top_p <= 0.0f) {
+        BAD("top_p", "'top_p' is 0: it must be above 0 and at most 1");
+        return false;
+    }
+    if (!get_number(o, "min_p", 0.0, 1.0, &sp->min_p, err)) return false;
+    if (!get_number(o, "presence_penalty", -2.0, 2.0, &sp->presence_penalty, err)) return false;
+    if (!get_number(o, "frequency_penalty", -2.0, 2.0, &sp->frequency_penalty, err)) return false;
+    if (!get_number(o, "repeat_penalty", 0.0, 10.0, &sp->repeat_penalty, err)) return false;
+    if (sp->repeat_penalty <= 0.0f) {
+        BAD("repeat_penalty", "'repeat_penalty' is 0: it must be above 0 (1 is off)");
+        return false;
+    }
+    int64_t top_k = 0;
+    if (!get_int(o, "top_k", 0, INT32_MAX, &top_k, NULL, err)) return false;
+    sp->top_k = (int32_t)top_k;
+    int64_t seed = 0;
+    if (!get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &r->seed_given, err)) return false;
+    sp->seed = r->seed_given ? (uint64_t)seed : default_seed;
+    char msg[256];
+    if (bt_sampler_params_check(sp, msg, sizeof msg) != BT_OK) {
+        BAD(NULL, "bad sampling parameters: %s", msg);
+        return false;
+    }
+    return parse_stop(o, r, err);
+}
+
+bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const struct bt_api_limits *lim,
+                  uint64_t default_seed, struct bt_api_request *out, struct bt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    if (len == 0) {
+        BAD(NULL, "the request body is empty: send a JSON object");
+        return false;
+    }
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        BAD(NULL, "the request body is not valid JSON: line %d, column %d: %s", je.line, je.column, je.text);
+        return false;
+    }
+    bool ok;
+    if (!json_is_object(o)) {
+        BAD(NULL, "the request body must be a JSON object, not %s", json_kind(o));
+        ok = false;
+    } else {
+        ok = parse_object(kind, o, lim, default_seed, out, err);
+    }
+    json_decref(o);
+    if (!ok) {
+        bt_api_request_free(out);
+        out->kind = kind;
+    }
+    return ok;
+}
+
+/* ---- output ---- */
+
+static char *dump(json_t *o) {
+    if (!o) return NULL;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* text as a JSON string; bytes that are not UTF-8 become U+FFFD */
+static json_t *text_value(const char *text, size_t len) {
+    if (bt_utf8_check(text, len) < 0) return json_stringn(text, len);
+    char *fixed = malloc(len * 3 + 1);
+    if (!fixed) return NULL;
+    size_t at = 0, i = 0;
+    while (i < len) {
+        int64_t bad = bt_utf8_check(text + i, len - i);
+        size_t good = bad < 0 ? len - i : (size_t)bad;
+        memcpy(fixed + at, text + i, good);
+        at += good;
+        i += good;
+        if (bad >= 0) {
+            memcpy(fixed + at, "\xEF\xBF\xBD", 3);
+            at += 3;
+            i++;
+        }
+    }
+    json_t *v = json_stringn(fixed, at);
+    free(fixed);
+    return v;
+}
+
+char *bt_api_error_json(const struct bt_api_error *e) {
+    return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type", e->type, "param",
+                          e->param, "code", e->code));
+}
+
+static json_t *usage(int64_t n_prompt, int64_t n_gen) {
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens", (json_int_t)n_gen,
+                     "total_tokens", (json_int_t)(n_prompt + n_gen));
+}
+
+static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                        bool chunk) {
+    const char *object = r->kind == BT_API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", object, "created", (json_int_t)created, "model",
+                     model, "system_fingerprint", "baton");
+}
+
+char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen) {
+    json_t *o = envelope(r, id, created, model, false), *t = text_value(text, len);
+    if (!o || !t) {
+        json_decref(o);
+        json_decref(t);
+        return NULL;
+    }
+    json_t *choice;
+    if (r->kind == BT_API_CHAT)
+        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content", t,
+                           "logprobs", "finish_reason", finish);
+    else
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", t, "logprobs", "finish_reason", finish);
+    if (json_object_set_new(o, "choices", json_pack("[o]", choice)) ||
+        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                        const char *text, size_t len, const char *finish, bool first) {
+    json_t *o = envelope(r, id, created, model, true), *t = text_value(text, len);
+    if (!o || !t) {
+        json_decref(o);
+        json_decref(t);
+        return NULL;
+    }
+    json_t *choice;
+    if (r->kind == BT_API_CHAT) {
+        json_t *delta = json_object();
+        if (first) json_object_set_new(delta, "role", json_string("assistant"));
+        if (finish && len == 0)
+            json_decref(t); /* the last chunk's delta is empty, as OpenAI's */
+        else
+            json_object_set_new(delta, "content", t);
+        choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason", finish);
+    } else {
+        choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text", t, "logprobs", "finish_reason", finish);
+    }
+    if (json_object_set_new(o, "choices", json_pack("[o]", choice))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                              int64_t n_prompt, int64_t n_gen) {
+    json_t *o = envelope(r, id, created, model, true);
+    if (!o || json_object_set_new(o, "choices", json_array()) ||
+        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+char *bt_api_models_json(const char *model, int64_t created) {
+    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", model, "object", "model",
+                          "created", (json_int_t)created, "owned_by", "baton"));
+}

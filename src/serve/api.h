@@ -1,0 +1,105 @@
+/* api.h - the OpenAI API as `baton serve` speaks it: a request body (JSON)
+ * parsed and checked into a bt_api_request, and the JSON of responses,
+ * stream chunks, model lists and error objects.  Pure functions of their
+ * arguments: no model, no sockets (http.c carries the bytes, serve.c runs
+ * the model), so every bad request is a unit test.
+ *
+ * Errors follow OpenAI's shape:
+ *   {"error": {"message": "...", "type": "invalid_request_error",
+ *              "param": "max_tokens", "code": null}}
+ * with the HTTP status beside it (400 bad value, 404 unknown model or path,
+ * 413 body too large, ...). */
+#ifndef BATON_SERVE_API_H
+#define BATON_SERVE_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../text/chat.h"
+#include "../text/sampler.h"
+
+#ifndef BT_API_MAX_STOPS
+#define BT_API_MAX_STOPS 4 /* stop strings per request, as OpenAI */
+#endif
+#ifndef BT_API_MAX_STOP_LEN
+#define BT_API_MAX_STOP_LEN 256 /* bytes per stop string */
+#endif
+#ifndef BT_API_MAX_MESSAGES
+#define BT_API_MAX_MESSAGES 1024 /* chat messages per request */
+#endif
+
+enum bt_api_kind {
+    BT_API_COMPLETION = 0, /* POST /v1/completions */
+    BT_API_CHAT = 1,       /* POST /v1/chat/completions */
+};
+
+/* An error a client gets: HTTP status, OpenAI error type, the parameter at
+ * fault (NULL when none), a code (NULL when none) and the message. */
+struct bt_api_error {
+    int status;
+    const char *type;  /* "invalid_request_error", "authentication_error", "server_error", ... */
+    const char *param; /* "max_tokens", "messages[2].role", ... (points into param_buf or a literal) */
+    const char *code;  /* "model_not_found", "context_length_exceeded", ... or NULL */
+    char param_buf[64];
+    char message[512];
+};
+/* Fill e (printf-style message). */
+void bt_api_error_set(struct bt_api_error *e, int status, const char *type, const char *param, const char *code,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* What a request may ask, fixed by the server's options. */
+struct bt_api_limits {
+    const char *model_id;   /* the one model served ("model" must name it) */
+    int64_t max_tokens;     /* the largest max_tokens (a sequence's share of the context) */
+    uint32_t n_vocab;       /* token ids in a prompt given as ids must be below it */
+};
+
+/* A checked request.  Strings are owned (bt_api_request_free). */
+struct bt_api_request {
+    enum bt_api_kind kind;
+    /* completions: the prompt as text, or as token ids (prompt_ids != NULL) */
+    char *prompt;
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    /* chat: the messages (role and content owned) */
+    bt_chat_msg *msgs;
+    size_t n_msgs;
+    bool stream;
+    bool include_usage;     /* stream_options.include_usage: a last chunk with the usage */
+    int64_t max_tokens;     /* -1: not given (until a stop or the context share is full) */
+    bt_sampler_params sampling;
+    bool seed_given;
+    char *stops[BT_API_MAX_STOPS];
+    size_t n_stops;
+    bool echo;              /* completions: the prompt before the text */
+};
+void bt_api_request_free(struct bt_api_request *r);
+
+/* Parse and check body[0..len) for kind.  Returns true and fills *out, or
+ * false and fills *err (out is then empty, nothing to free).  The sampling
+ * defaults are OpenAI's (temperature 1, top_p 1, no top_k, no min_p, no
+ * penalties); top_k, min_p and repeat_penalty are accepted as llama.cpp's
+ * server does.  A request without a seed gets default_seed. */
+bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const struct bt_api_limits *lim,
+                  uint64_t default_seed, struct bt_api_request *out, struct bt_api_error *err);
+
+/* ---- what the server sends (malloc'd NUL-terminated JSON; NULL when out of memory) ---- */
+
+char *bt_api_error_json(const struct bt_api_error *e);
+
+/* One finished request: OpenAI's text_completion / chat.completion object.
+ * text[0..len) need not be valid UTF-8 (bad bytes become U+FFFD). */
+char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen);
+/* One stream chunk: text (may be empty) and finish (NULL until the last).
+ * first: a chat chunk carries the assistant's role. */
+char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                        const char *text, size_t len, const char *finish, bool first);
+/* The usage chunk of a stream that asked for it (choices empty). */
+char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                              int64_t n_prompt, int64_t n_gen);
+/* GET /v1/models: the one model. */
+char *bt_api_models_json(const char *model, int64_t created);
+
+#endif

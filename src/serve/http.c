@@ -1,0 +1,601 @@
+/* http.c - the HTTP side of `baton serve` (serve.h): libmicrohttpd with one
+ * thread per connection (a request's thread may block on its job), routing,
+ * the Bearer key, the body limit, prompts (chat template, tokenizer, length
+ * against a sequence's share of the context), job submission, and answers as
+ * one JSON object or as server-sent events.
+ *
+ * A thread waiting for its job wakes at least every WAIT_MS to look at its
+ * socket: a client that closed it cancels the job at once (its sequence is
+ * freed at the batcher's next step), streamed or not. */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "serve.h"
+
+#define WAIT_MS 50
+#define RETRY_AFTER_S "1"
+
+enum route {
+    R_COMPLETIONS = BT_EP_COMPLETIONS,
+    R_CHAT = BT_EP_CHAT,
+    R_MODELS = BT_EP_MODELS,
+    R_HEALTH = BT_EP_HEALTH,
+    R_METRICS = BT_EP_METRICS,
+    R_NONE = BT_EP_OTHER,
+};
+
+/* one request's state, from its first call to MHD's "completed" */
+struct req {
+    struct bt_server *s;
+    struct MHD_Connection *conn;
+    enum route route;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    bool answered;
+    struct bt_job *job;
+    /* streaming */
+    int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
+    size_t text_seen; /* bytes of job->text already sent */
+    char *out;       /* the SSE bytes being sent */
+    size_t out_len, out_pos;
+    bool timed;
+    bool gone;      /* the client went away before the end of its answer */
+    bool submitted; /* counted in s->n_answering */
+};
+
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char ch;
+        return recv(ci->connect_fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return false;
+}
+
+static enum MHD_Result send_text(struct req *r, int status, const char *type, char *text,
+                                 const char *extra_name, const char *extra_value) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(text ? strlen(text) : 0, text ? text : (char *)"",
+                                        text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (extra_name) MHD_add_response_header(resp, extra_name, extra_value);
+    enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    bt_metrics_request(&r->s->metrics, (enum bt_metrics_endpoint)r->route, status);
+    r->answered = true;
+    return ok;
+}
+
+static enum MHD_Result send_error(struct req *r, const struct bt_api_error *e, const char *extra_name,
+                                  const char *extra_value) {
+    char *js = bt_api_error_json(e);
+    if (!js) return MHD_NO;
+    return send_text(r, e->status, "application/json", js, extra_name, extra_value);
+}
+
+static enum MHD_Result fail(struct req *r, int status, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result fail(struct req *r, int status, const char *type, const char *code, const char *fmt, ...) {
+    struct bt_api_error e;
+    bt_api_error_set(&e, status, type, NULL, code, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(r, &e, NULL, NULL);
+}
+
+static enum route route_of(const char *url) {
+    if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/v1/models")) return R_MODELS;
+    if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    return R_NONE;
+}
+
+static bool key_ok(struct bt_server *s, struct MHD_Connection *c, struct bt_api_error *e) {
+    if (!s->cfg.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h) {
+        bt_api_error_set(e, 401, "authentication_error", NULL, "invalid_api_key",
+                         "You didn't provide an API key: send the header 'Authorization: Bearer KEY'");
+        return false;
+    }
+    const char *k = strncmp(h, "Bearer ", 7) ? NULL : h + 7;
+    /* the same time whatever the first differing byte (no early exit) */
+    size_t n = strlen(s->cfg.api_key), m = k ? strlen(k) : 0;
+    unsigned diff = (unsigned)(n != m) | (unsigned)(k == NULL);
+    for (size_t i = 0; k && i < n && i < m; i++) diff |= (unsigned char)(k[i] ^ s->cfg.api_key[i]);
+    if (diff) {
+        bt_api_error_set(e, 401, "authentication_error", NULL, "invalid_api_key", "Incorrect API key provided");
+        return false;
+    }
+    return true;
+}
+
+/* ---- prompts ---- */
+
+/* The prompt's tokens into j (the request already checked). */
+static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
+    struct bt_api_request *q = &j->req;
+    char msg[512] = "";
+    if (q->prompt_ids) {
+        j->prompt = malloc(q->n_prompt_ids * sizeof *j->prompt);
+        if (!j->prompt) goto oom;
+        memcpy(j->prompt, q->prompt_ids, q->n_prompt_ids * sizeof *j->prompt);
+        j->n_prompt = q->n_prompt_ids;
+        if (q->echo) {
+            size_t len;
+            j->echo = bt_tokenizer_detokenize(s->tok, j->prompt, j->n_prompt, 0, 0, &len);
+            if (!j->echo) goto oom;
+        }
+    } else {
+        char *text = q->prompt;
+        char *owned = NULL;
+        if (q->kind == BT_API_CHAT) {
+            if (bt_chat_apply(s->chat_template, q->msgs, q->n_msgs, 1, &owned, msg, sizeof msg) != BT_OK) {
+                bt_api_error_set(e, 500, "server_error", NULL, NULL, "the chat template failed: %s", msg);
+                return false;
+            }
+            text = owned;
+        } else if (q->echo && !(j->echo = strdup(q->prompt))) {
+            goto oom;
+        }
+        bt_tokens t = {0};
+        enum bt_status st = bt_tokenizer_tokenize(s->tok, text, strlen(text), 1, 1, &t, msg, sizeof msg);
+        free(owned);
+        if (st != BT_OK) {
+            bt_tokens_free(&t);
+            bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt", NULL,
+                             "the prompt cannot be tokenized: %s", msg);
+            return false;
+        }
+        /* a template that writes the BOS text itself, and a vocabulary that adds one */
+        int32_t bos = bt_tokenizer_bos(s->tok);
+        if (t.n >= 2 && bos != BT_TOKEN_NONE && t.ids[0] == bos && t.ids[1] == bos) {
+            memmove(t.ids, t.ids + 1, (t.n - 1) * sizeof *t.ids);
+            t.n--;
+        }
+        j->prompt = t.ids;
+        j->n_prompt = t.n;
+    }
+    if (j->n_prompt == 0) {
+        bt_api_error_set(e, 400, "invalid_request_error", "prompt", NULL, "the prompt has no tokens");
+        return false;
+    }
+    const int64_t share = s->cfg.n_ctx_seq, n = (int64_t)j->n_prompt;
+    if (n >= share || (q->max_tokens > 0 && n + q->max_tokens > share)) {
+        if (q->max_tokens > 0)
+            bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt",
+                             "context_length_exceeded",
+                             "This model's maximum context length is %lld tokens per request. However, you requested "
+                             "%lld tokens (%lld in the %s, %lld in the completion). Please reduce the length of the "
+                             "%s or the completion.",
+                             (long long)share, (long long)(n + q->max_tokens), (long long)n,
+                             q->kind == BT_API_CHAT ? "messages" : "prompt", (long long)q->max_tokens,
+                             q->kind == BT_API_CHAT ? "messages" : "prompt");
+        else
+            bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt",
+                             "context_length_exceeded",
+                             "This model's maximum context length is %lld tokens per request. However, your %s "
+                             "has %lld tokens, which leaves no room for the completion.",
+                             (long long)share, q->kind == BT_API_CHAT ? "messages" : "prompt", (long long)n);
+        return false;
+    }
+    return true;
+oom:
+    bt_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return false;
+}
+
+/* ---- answers ---- */
+
+static void count_timing(struct req *r) {
+    if (r->timed) return;
+    r->timed = true;
+    struct bt_job *j = r->job;
+    double now = bt_serve_now();
+    bt_metrics_timing(&r->s->metrics, j->t_first - j->t_submit, now - j->t_submit);
+}
+
+static enum MHD_Result answer_whole(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_job *j = r->job;
+    pthread_mutex_lock(&s->jobs.mu);
+    while (j->state != BT_JOB_DONE) {
+        bt_job_wait_locked(&s->jobs, j, (size_t)-1, WAIT_MS);
+        if (j->state != BT_JOB_DONE && client_gone(r->conn)) {
+            pthread_mutex_unlock(&s->jobs.mu);
+            r->gone = true; /* on_completed cancels the job */
+            return MHD_NO;  /* nobody to answer: close */
+        }
+    }
+    pthread_mutex_unlock(&s->jobs.mu);
+    /* DONE: the engine's thread writes nothing more */
+    if (j->bad_request) return fail(r, 400, "invalid_request_error", NULL, "%s", j->error);
+    if (j->res.finish == BT_FINISH_ERROR || j->res.finish == BT_FINISH_CANCELLED || j->error[0])
+        return fail(r, 500, "server_error", NULL, "the request failed: %s",
+                    j->error[0] ? j->error : "it was cancelled");
+    count_timing(r);
+    size_t elen = j->echo ? strlen(j->echo) : 0;
+    char *text = malloc(elen + j->len + 1);
+    if (!text) return fail(r, 500, "server_error", NULL, "out of memory");
+    if (elen) memcpy(text, j->echo, elen);
+    if (j->len) memcpy(text + elen, j->text, j->len);
+    char *js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
+                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen);
+    free(text);
+    if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
+    return send_text(r, 200, "application/json", js, NULL, NULL);
+}
+
+/* the next SSE event of a streamed answer into r->out; false at the end or
+ * when the client went away (*gone) */
+static bool next_event(struct req *r, bool *gone) {
+    struct bt_server *s = r->s;
+    struct bt_job *j = r->job;
+    const char *model = s->cfg.model_id;
+    char *js = NULL;
+    free(r->out);
+    r->out = NULL;
+    r->out_len = r->out_pos = 0;
+    if (r->phase == 0) {
+        r->phase = 1;
+        if (j->req.kind == BT_API_CHAT)
+            js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, NULL, true);
+        else if (j->echo)
+            js = bt_api_chunk_json(&j->req, j->id, j->created, model, j->echo, strlen(j->echo), NULL, false);
+        else
+            return next_event(r, gone);
+    } else if (r->phase == 1) {
+        pthread_mutex_lock(&s->jobs.mu);
+        while (j->state != BT_JOB_DONE && j->len <= r->text_seen) {
+            bt_job_wait_locked(&s->jobs, j, r->text_seen, WAIT_MS);
+            if (j->state != BT_JOB_DONE && j->len <= r->text_seen && client_gone(r->conn)) {
+                pthread_mutex_unlock(&s->jobs.mu);
+                *gone = true;
+                return false;
+            }
+        }
+        if (j->len > r->text_seen) {
+            size_t from = r->text_seen, n = j->len - from;
+            char *piece = malloc(n);
+            if (piece) memcpy(piece, j->text + from, n);
+            r->text_seen = j->len;
+            pthread_mutex_unlock(&s->jobs.mu);
+            if (!piece) return false;
+            js = bt_api_chunk_json(&j->req, j->id, j->created, model, piece, n, NULL, false);
+            free(piece);
+        } else {
+            pthread_mutex_unlock(&s->jobs.mu);
+            if (j->res.finish == BT_FINISH_ERROR || j->res.finish == BT_FINISH_CANCELLED || j->error[0]) {
+                struct bt_api_error e;
+                if (j->bad_request)
+                    bt_api_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", j->error);
+                else
+                    bt_api_error_set(&e, 500, "server_error", NULL, NULL, "the request failed: %s",
+                                     j->error[0] ? j->error : "it was cancelled");
+                js = bt_api_error_json(&e);
+                r->phase = 3; /* then [DONE] */
+            } else {
+                count_timing(r);
+                js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, bt_finish_name(j->res.finish),
+                                       false);
+                r->phase = j->req.include_usage ? 2 : 3;
+            }
+        }
+    } else if (r->phase == 2) {
+        js = bt_api_usage_chunk_json(&j->req, j->id, j->created, model, j->res.n_prompt, j->res.n_gen);
+        r->phase = 3;
+    } else if (r->phase == 3) {
+        r->phase = 4;
+        if (!(r->out = strdup("data: [DONE]\n\n"))) return false;
+        r->out_len = strlen(r->out);
+        return true;
+    } else {
+        return false;
+    }
+    if (!js) return false;
+    size_t n = strlen(js);
+    r->out = malloc(n + 9);
+    if (!r->out) {
+        free(js);
+        return false;
+    }
+    memcpy(r->out, "data: ", 6);
+    memcpy(r->out + 6, js, n);
+    memcpy(r->out + 6 + n, "\n\n", 3);
+    r->out_len = n + 8;
+    free(js);
+    return true;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    struct req *r = cls;
+    if (r->out_pos == r->out_len) {
+        bool gone = false;
+        if (!next_event(r, &gone)) {
+            if (gone || r->phase != 4) {
+                r->gone = true; /* on_completed cancels the job */
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+    }
+    size_t n = r->out_len - r->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, r->out + r->out_pos, n);
+    r->out_pos += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result answer_stream(struct req *r) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    bt_metrics_request(&r->s->metrics, (enum bt_metrics_endpoint)r->route, 200);
+    r->answered = true;
+    return ok;
+}
+
+static enum MHD_Result handle_generate(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_api_error e;
+    struct bt_job *j = bt_job_new();
+    if (!j) return fail(r, 500, "server_error", NULL, "out of memory");
+    r->job = j;
+    pthread_mutex_lock(&s->jobs.mu);
+    uint64_t n = ++s->next_id;
+    pthread_mutex_unlock(&s->jobs.mu);
+    /* a request without a seed: a different stream each time */
+    uint64_t seed = (uint64_t)s->created * 0x9E3779B97F4A7C15ull + n;
+    enum bt_api_kind kind = r->route == R_CHAT ? BT_API_CHAT : BT_API_COMPLETION;
+    if (!bt_api_parse(kind, r->body ? r->body : "", r->len, &s->lim, seed, &j->req, &e)) return send_error(r, &e, NULL, NULL);
+    if (!make_prompt(s, j, &e)) return send_error(r, &e, NULL, NULL);
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llu", kind == BT_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->created, (unsigned long long)n);
+    j->created = (int64_t)time(NULL);
+    switch (bt_jobs_submit(&s->jobs, j)) {
+    case BT_OK:
+        pthread_mutex_lock(&s->jobs.mu);
+        s->n_answering++;
+        r->submitted = true;
+        pthread_mutex_unlock(&s->jobs.mu);
+        break;
+    case BT_ERR_CAPACITY:
+        bt_metrics_rejected(&s->metrics);
+        bt_api_error_set(&e, 503, "server_error", NULL, "server_overloaded",
+                         "The server is busy: all %d sequence slots are taken and %d requests are waiting; retry "
+                         "later",
+                         s->cfg.n_slots, s->cfg.max_queue);
+        return send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+    case BT_ERR_ABORTED:
+        bt_api_error_set(&e, 503, "server_error", NULL, "shutting_down", "The server is shutting down");
+        return send_error(r, &e, NULL, NULL);
+    default:
+        pthread_mutex_lock(&s->jobs.mu);
+        bt_api_error_set(&e, 500, "server_error", NULL, NULL, "the engine has failed: %s", s->jobs.fail_msg);
+        pthread_mutex_unlock(&s->jobs.mu);
+        return send_error(r, &e, NULL, NULL);
+    }
+    return j->req.stream ? answer_stream(r) : answer_whole(r);
+}
+
+static enum MHD_Result handle_get(struct req *r) {
+    struct bt_server *s = r->s;
+    if (r->route == R_HEALTH) {
+        pthread_mutex_lock(&s->jobs.mu);
+        bool failed = s->jobs.failed, draining = s->jobs.draining;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (failed) return fail(r, 503, "server_error", NULL, "the engine has failed");
+        if (draining) return fail(r, 503, "server_error", "shutting_down", "The server is shutting down");
+        return send_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
+    }
+    if (r->route == R_MODELS) {
+        char *js = bt_api_models_json(s->cfg.model_id, s->created);
+        if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
+        return send_text(r, 200, "application/json", js, NULL, NULL);
+    }
+    int queued, running;
+    bt_jobs_counts(&s->jobs, &queued, &running);
+    char *txt = bt_metrics_text(&s->metrics, queued, running, s->cfg.n_slots, s->cfg.model_id);
+    if (!txt) return fail(r, 500, "server_error", NULL, "out of memory");
+    return send_text(r, 200, "text/plain; version=0.0.4", txt, NULL, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    struct bt_server *s = cls;
+    struct req *r = *con_cls;
+    if (!r) {
+        /* the headers: route, method, key, declared size */
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->s = s;
+        r->conn = conn;
+        r->route = route_of(url);
+        *con_cls = r;
+        struct bt_api_error e;
+        const bool post = r->route == R_COMPLETIONS || r->route == R_CHAT;
+        if (r->route == R_NONE)
+            return fail(r, 404, "invalid_request_error", "unknown_url", "Unknown request URL: %.16s %.200s", method,
+                        url);
+        if (strcmp(method, post ? "POST" : "GET")) {
+            bt_api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                             "%.200s takes %s, not %.16s", url, post ? "POST" : "GET", method);
+            return send_error(r, &e, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET");
+        }
+        if (r->route != R_HEALTH && !key_ok(s, conn, &e)) return send_error(r, &e, "WWW-Authenticate", "Bearer");
+        if (!post) return handle_get(r);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || *end || v > s->cfg.max_body) {
+                bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                                 "the request body has %.40s bytes: this server takes at most %zu", cl,
+                                 s->cfg.max_body);
+                return send_error(r, &e, NULL, NULL);
+            }
+        }
+        return MHD_YES;
+    }
+    if (r->answered) {
+        *upload_size = 0; /* an early answer: what comes is dropped */
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->too_large || r->len + n > s->cfg.max_body) {
+            r->too_large = true;
+            r->len += n;
+            /* a body that never ends (chunked): stop reading it */
+            return r->len > 16 * s->cfg.max_body ? MHD_NO : MHD_YES;
+        }
+        if (r->len + n + 1 > r->cap) {
+            size_t cap = r->cap ? r->cap : 4096;
+            while (cap < r->len + n + 1) cap *= 2;
+            char *b = realloc(r->body, cap);
+            if (!b) return MHD_NO;
+            r->body = b;
+            r->cap = cap;
+        }
+        memcpy(r->body + r->len, upload, n);
+        r->len += n;
+        r->body[r->len] = 0;
+        return MHD_YES;
+    }
+    if (r->too_large) {
+        struct bt_api_error e;
+        bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request body has %zu bytes: this server takes at most %zu", r->len, s->cfg.max_body);
+        return send_error(r, &e, NULL, NULL);
+    }
+    return handle_generate(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    (void)toe;
+    struct bt_server *s = cls;
+    struct req *r = *con_cls;
+    if (!r) return;
+    if (r->job) {
+        /* an answer cut short: the client went away (seen while waiting, or
+         * as a failed write of a stream) */
+        pthread_mutex_lock(&s->jobs.mu);
+        bool open = r->job->state == BT_JOB_QUEUED || r->job->state == BT_JOB_RUNNING;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (open || r->gone) {
+            bt_jobs_cancel(&s->jobs, r->job);
+            bt_metrics_cancelled(&s->metrics);
+        }
+        bt_job_release(&s->jobs, r->job);
+    }
+    if (r->submitted) {
+        pthread_mutex_lock(&s->jobs.mu);
+        s->n_answering--;
+        pthread_mutex_unlock(&s->jobs.mu);
+    }
+    free(r->body);
+    free(r->out);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* libmicrohttpd's own messages (a socket error, a client gone mid-stream),
+ * one line each under the program's name */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    fprintf(stderr, "baton serve: http: %s\n", line);
+}
+
+enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config *cfg, const bt_tokenizer *tok,
+                               const char *chat_template, char *err, size_t n_err) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->tok = tok;
+    s->chat_template = chat_template;
+    s->lim.model_id = cfg->model_id;
+    s->lim.max_tokens = cfg->n_ctx_seq - 1;
+    s->lim.n_vocab = bt_tokenizer_n_tokens(tok);
+    s->created = (int64_t)time(NULL);
+    bt_jobs_init(&s->jobs, cfg->n_slots, cfg->max_queue);
+    bt_metrics_init(&s->metrics);
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
+                    *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, n_err, "--host %s: %s", cfg->host, gai_strerror(gai));
+        goto fail;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        snprintf(err, n_err, "cannot listen on %s port %d (in use, or not an address of this host)", cfg->host,
+                 cfg->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    return BT_OK;
+fail:
+    bt_metrics_destroy(&s->metrics);
+    bt_jobs_destroy(&s->jobs);
+    return BT_ERR_IO;
+}
+
+void bt_server_stop(struct bt_server *s) {
+    if (!s->daemon) return;
+    /* the last chunks of a drained request may still be on their way */
+    for (int i = 0; i < 3000; i++) {
+        pthread_mutex_lock(&s->jobs.mu);
+        int n = s->n_answering;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (n == 0) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+    bt_metrics_destroy(&s->metrics);
+    bt_jobs_destroy(&s->jobs);
+}

@@ -1,0 +1,122 @@
+/* jobs.h - the hand-over between `baton serve`'s HTTP threads and the
+ * engine's thread on rank 0.
+ *
+ * An HTTP thread makes a job (a checked request and its prompt tokens) and
+ * submits it: the job waits in a bounded queue until the engine's thread
+ * takes it into a sequence slot.  The engine's thread appends the job's text
+ * as tokens come and finishes it once; the HTTP thread waits on the job's
+ * condition variable for text or the end.  A client that goes away cancels
+ * its job: a queued job ends at once, a running one is handed to the engine's
+ * thread to cancel in the batcher (its sequence is freed at the next step).
+ *
+ * One mutex guards every job and the queue; each job has its own condition
+ * variable (the HTTP thread waiting on it) and the queue one for the engine's
+ * thread.  A job is freed when both sides have let it go (two references
+ * while submitted). */
+#ifndef BATON_SERVE_JOBS_H
+#define BATON_SERVE_JOBS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../run/batcher.h"
+#include "api.h"
+
+enum bt_job_state {
+    BT_JOB_NEW = 0,     /* made, not submitted */
+    BT_JOB_QUEUED = 1,  /* waiting for a sequence slot */
+    BT_JOB_RUNNING = 2, /* taken by the engine's thread */
+    BT_JOB_DONE = 3,    /* finished: result (and error) set */
+};
+
+struct bt_job {
+    /* set before submit, read-only afterwards */
+    struct bt_api_request req;
+    int32_t *prompt; /* token ids */
+    size_t n_prompt;
+    char *echo;      /* completions with echo: the prompt's text, shown first */
+    char id[48];     /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created; /* Unix seconds */
+    double t_submit; /* monotonic seconds */
+    /* under the queue's mutex */
+    enum bt_job_state state;
+    char *text; /* generated text so far */
+    size_t len, cap;
+    int64_t n_tokens;  /* tokens sampled so far */
+    double t_first;    /* monotonic time of the first text (0: none yet) */
+    bool cancel;       /* the client went away: cancel it in the batcher */
+    bool cancel_sent;  /* the engine's thread has done so */
+    uint64_t batch_id; /* bt_batcher_add's id, while running */
+    struct bt_gen_result res;
+    char error[512];   /* the reason of BT_FINISH_ERROR */
+    int bad_request;   /* the batcher refused the request as invalid: answer 400 with `error` */
+    int refs;
+    struct bt_jobs *queue; /* set by submit */
+    struct bt_job *next; /* in the queue or the running list */
+    pthread_cond_t cv;
+};
+
+struct bt_jobs {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;   /* the engine's thread waits here for work */
+    struct bt_job *head, *tail; /* queued, oldest first */
+    struct bt_job *running;     /* taken by the engine's thread */
+    int n_queued, n_running;
+    int n_slots;   /* sequence slots (--parallel) */
+    int max_queue; /* jobs that may wait beyond the slots */
+    bool draining; /* no new jobs (SIGTERM) */
+    bool failed;   /* the engine failed: no new jobs, fail_msg says why */
+    char fail_msg[512];
+};
+
+void bt_jobs_init(struct bt_jobs *q, int n_slots, int max_queue);
+void bt_jobs_destroy(struct bt_jobs *q);
+
+/* A new job owned by the caller (free it with bt_job_release if it is never
+ * submitted).  NULL when out of memory. */
+struct bt_job *bt_job_new(void);
+
+/* HTTP thread.  BT_OK: the job is queued (the queue holds a reference).
+ * BT_ERR_CAPACITY: the slots and the queue are full (503, Retry-After);
+ * BT_ERR_ABORTED: the server is draining; BT_ERR_COMM: the engine failed. */
+enum bt_status bt_jobs_submit(struct bt_jobs *q, struct bt_job *j);
+/* HTTP thread: the client went away.  A queued job ends now; a running one
+ * is cancelled by the engine's thread at its next turn. */
+void bt_jobs_cancel(struct bt_jobs *q, struct bt_job *j);
+/* Either side lets go of the job; the last one frees it. */
+void bt_job_release(struct bt_jobs *q, struct bt_job *j);
+
+/* ---- the engine's thread ---- */
+
+/* The oldest queued job, now running (NULL when none). */
+struct bt_job *bt_jobs_take(struct bt_jobs *q);
+/* Put a taken job back at the front (the batcher had no slot after all). */
+void bt_jobs_untake(struct bt_jobs *q, struct bt_job *j);
+/* Running jobs whose clients went away and are not yet cancelled: up to max
+ * batcher ids into ids; returns how many. */
+int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max);
+/* Append generated text (and count one token). */
+void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len);
+/* The job ended (error: the reason of BT_FINISH_ERROR, or NULL); drops the
+ * engine's reference. */
+void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_result *r, const char *error);
+/* Wait until a job is queued, a cancel is asked, the server drains, or
+ * timeout_ms passed. */
+void bt_jobs_wait_work(struct bt_jobs *q, int timeout_ms);
+/* Refuse new jobs from now on (draining, or failed with msg). */
+void bt_jobs_close(struct bt_jobs *q, const char *fail_msg);
+/* Jobs queued or running. */
+int bt_jobs_active(struct bt_jobs *q);
+void bt_jobs_counts(struct bt_jobs *q, int *queued, int *running);
+
+/* ---- the HTTP thread, waiting for its job ---- */
+
+/* Wait until the job has more than `seen` bytes of text or is done, or
+ * timeout_ms passed.  Call with q->mu held (pthread_cond_timedwait). */
+void bt_job_wait_locked(struct bt_jobs *q, struct bt_job *j, size_t seen, int timeout_ms);
+
+double bt_serve_now(void); /* monotonic seconds */
+
+#endif

@@ -1,0 +1,131 @@
+/* loop.c - the engine's thread of `baton serve` (serve.h): queued jobs into
+ * free sequence slots, cancels into the batcher, batcher steps, each job's
+ * text and end back to its HTTP thread, the metrics' snapshot; and the drain
+ * on SIGTERM. */
+#define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "serve.h"
+
+#define IDLE_WAIT_MS 100   /* how often an idle loop looks at the stop flag */
+#define PUBLISH_EVERY_S 0.05
+
+static struct bt_server *server_of(struct bt_jobs *q) {
+    return (struct bt_server *)(void *)((char *)q - offsetof(struct bt_server, jobs));
+}
+
+static void on_token(void *user, int32_t id, const char *text, size_t len) {
+    (void)id;
+    struct bt_job *j = user;
+    bt_job_emit(j->queue, j, text, len);
+}
+
+static void on_done(void *user, const struct bt_gen_result *r) {
+    struct bt_job *j = user;
+    const char *why = NULL;
+    if (r->finish == BT_FINISH_ERROR) why = bt_batcher_error(server_of(j->queue)->batcher);
+    bt_job_finish(j->queue, j, r, why);
+}
+
+static void publish(struct bt_server *s, struct bt_batcher *b, struct bt_engine *e, double busy_s) {
+    struct bt_batcher_stats bs;
+    bt_batcher_stats(b, &bs);
+    struct bt_engine_stats es;
+    bt_engine_stats(e, &es);
+    struct bt_metrics_engine m = {
+        .prompt_tokens = bs.prompt_tokens,
+        .gen_tokens = bs.gen_tokens,
+        .busy_s = busy_s,
+        .rank0_compute_s = es.compute_s,
+        .kv_cells = bt_engine_params(e)->n_ctx,
+    };
+    for (int q = 0; q < s->cfg.n_slots; q++) {
+        int32_t p = bt_engine_seq_pos_max(e, q);
+        if (p >= 0) m.kv_used += (int64_t)p + 1;
+    }
+    bt_metrics_publish(&s->metrics, &m);
+}
+
+/* queued jobs into the batcher while it has free slots */
+static void admit(struct bt_server *s, struct bt_batcher *b) {
+    while (bt_batcher_n_free(b) > 0) {
+        struct bt_job *j = bt_jobs_take(&s->jobs);
+        if (!j) return;
+        struct bt_gen_request g = {
+            .prompt = j->prompt,
+            .n_prompt = j->n_prompt,
+            .sampling = j->req.sampling,
+            .max_tokens = j->req.max_tokens,
+            .stops = (const char *const *)j->req.stops,
+            .n_stops = j->req.n_stops,
+            .on_token = on_token,
+            .on_done = on_done,
+            .user = j,
+        };
+        uint64_t id = 0;
+        char msg[512] = "";
+        enum bt_status st = bt_batcher_add(b, &g, &id, msg, sizeof msg);
+        if (st == BT_OK) {
+            pthread_mutex_lock(&s->jobs.mu);
+            j->batch_id = id;
+            pthread_mutex_unlock(&s->jobs.mu);
+            continue;
+        }
+        if (st == BT_ERR_CAPACITY) {
+            bt_jobs_untake(&s->jobs, j);
+            return;
+        }
+        /* refused: a request the batcher finds invalid, or a failed engine */
+        struct bt_gen_result r;
+        memset(&r, 0, sizeof r);
+        r.finish = BT_FINISH_ERROR;
+        r.n_prompt = (int64_t)j->n_prompt;
+        j->bad_request = st == BT_ERR_INVALID;
+        bt_job_finish(&s->jobs, j, &r, msg[0] ? msg : bt_status_str(st));
+    }
+}
+
+enum bt_status bt_server_run(struct bt_server *s, struct bt_batcher *b, struct bt_engine *e,
+                             volatile sig_atomic_t *stop, char *err, size_t n_err) {
+    s->batcher = b;
+    bool draining = false;
+    double last_publish = 0, busy_s = 0; /* time in steps with work to do */
+    for (;;) {
+        if (*stop && !draining) {
+            draining = true;
+            bt_jobs_close(&s->jobs, NULL);
+            int queued, running;
+            bt_jobs_counts(&s->jobs, &queued, &running);
+            fprintf(stderr, "baton serve: stopping: finishing %d running and %d queued requests, refusing new ones\n",
+                    running, queued);
+        }
+        uint64_t ids[64];
+        int n;
+        while ((n = bt_jobs_cancels(&s->jobs, ids, 64)) > 0)
+            for (int i = 0; i < n; i++) bt_batcher_cancel(b, ids[i]);
+        admit(s, b);
+        if (bt_batcher_idle(b)) {
+            publish(s, b, e, busy_s);
+            if (draining && bt_jobs_active(&s->jobs) == 0) break;
+            bt_jobs_wait_work(&s->jobs, IDLE_WAIT_MS);
+            continue;
+        }
+        double t0 = bt_serve_now();
+        enum bt_status st = bt_batcher_step(b);
+        double now = bt_serve_now();
+        busy_s += now - t0;
+        if (st != BT_OK) {
+            snprintf(err, n_err, "%s", bt_batcher_error(b));
+            bt_jobs_close(&s->jobs, err);
+            publish(s, b, e, busy_s);
+            return st;
+        }
+        if (now - last_publish > PUBLISH_EVERY_S) {
+            publish(s, b, e, busy_s);
+            last_publish = now;
+        }
+    }
+    return BT_OK;
+}

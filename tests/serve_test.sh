@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# serve_test.sh BATON - `baton serve` on two ranks with a tiny random-weight
+# llama model that has a real vocabulary (tests/model_ref.py ... vocab), as
+# users call it: curl (bad options, bad requests, each with its status and
+# message), the openai Python package (tests/serve_client.py: completions,
+# chat, streams, stop strings, seed, determinism under load, a bounded load
+# test, disconnects, 503 past the queue, memory), then SIGTERM (requests in
+# flight finish, every rank stops, exit 0) and a rank killed while serving
+# (the job ends with a message, no hang).
+set -u
+baton=$1
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+server=""
+trap 'if [ -n "$server" ]; then kill -9 $server 2>/dev/null; fi; rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_base_warn_component_unused=0
+mpirun=${MPIEXEC:-mpirun}
+fails=0
+fail() {
+    echo "FAIL: $*"
+    fails=$((fails + 1))
+}
+
+python3 -c 'import gguf, numpy, openai' 2>/dev/null || {
+    echo "SKIP: python3 with gguf, numpy and openai is needed (launch/bootstrap.sh test installs them)"
+    exit 77
+}
+command -v curl >/dev/null || {
+    echo "SKIP: curl is needed"
+    exit 77
+}
+python3 "$here/model_ref.py" llama f32 "$tmp" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" || {
+    echo "FAIL: could not write the test model"
+    exit 1
+}
+model=$tmp/model.gguf
+
+# ---- bad options: a usage error each, exit 2, before any model is read ----
+expect_usage() {
+    local want=$1
+    shift
+    out=$("$baton" serve "$@" 2>&1)
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -qF -- "$want" <<<"$out"; then fail "baton serve $*: rc $rc, '$out' (wanted '$want')"; else echo "ok: baton serve $* -> $want"; fi
+}
+expect_usage "no model: give -m FILE"
+expect_usage "--port: '70000' is not an integer in [0, 65535]" -m "$model" --port 70000
+expect_usage "--parallel: 'x' is not an integer" -m "$model" --parallel x
+expect_usage "--ctx-size 16 over --parallel 16 leaves 1 cells per request" -m "$model" --ctx-size 16 --parallel 16
+expect_usage "--api-key: the key is empty" -m "$model" --api-key ""
+expect_usage "unknown option --frob" -m "$model" --frob
+out=$("$baton" serve -m "$tmp/missing.gguf" --port 0 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "missing.gguf" <<<"$out"; then fail "a missing model file: rc $rc, '$out'"; else echo "ok: a missing model file names it"; fi
+
+# ---- the server: two ranks ----
+start_server() { # log-name, extra options; sets server, port, pid0
+    local log=$tmp/$1
+    shift
+    "$mpirun" -np 2 "$baton" serve -m "$model" --port 0 --threads 1 "$@" >"$log.out" 2>"$log.err" &
+    server=$!
+    for _ in $(seq 1 600); do
+        if grep -q "listening on" "$log.out" 2>/dev/null; then break; fi
+        if ! kill -0 $server 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    line=$(grep "listening on" "$log.out")
+    if [ -z "$line" ]; then
+        echo "FAIL: the server did not start:"
+        cat "$log.out" "$log.err"
+        exit 1
+    fi
+    port=$(sed -E 's/.*:([0-9]+) \(model.*/\1/' <<<"$line")
+    pid0=$(sed -E 's/.*pid ([0-9]+)\).*/\1/' <<<"$line")
+    echo "server: $line"
+}
+key=sekrit-test-key
+start_server main --parallel 4 --ctx-size 1024 --api-key "$key" --max-queue 16 --max-body 65536
+url=http://127.0.0.1:$port
+mid=model.gguf
+# the port is taken now; an address that is none
+out=$("$baton" serve -m "$model" --port "$port" 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -qF "cannot listen on 127.0.0.1 port $port" <<<"$out"; then fail "a port in use: rc $rc, '$out'"; else echo "ok: a port in use: $out"; fi
+out=$("$baton" serve -m "$model" --port 0 --host no.such.host.invalid 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -qF -- "--host no.such.host.invalid:" <<<"$out"; then fail "a bad --host: rc $rc, '$out'"; else echo "ok: a bad --host: $out"; fi
+
+# status and a part of the message (the error object's message, or the body)
+expect() {
+    local want_status=$1 want_text=$2
+    shift 2
+    body=$(curl -s -o "$tmp/body" -w '%{http_code}' "$@")
+    got=$(cat "$tmp/body")
+    if [ "$body" != "$want_status" ] || ! grep -qF -- "$want_text" "$tmp/body"; then
+        fail "curl $*: $body '$got' (wanted $want_status '$want_text')"
+    else
+        echo "ok: $want_status $want_text"
+    fi
+}
+auth=(-H "Authorization: Bearer $key")
+json=(-H "Content-Type: application/json")
+C=$url/v1/completions
+H=$url/v1/chat/completions
+expect 200 '"status":"ok"' "$url/health"
+expect 200 "\"id\":\"$mid\"" "${auth[@]}" "$url/v1/models"
+expect 200 "baton_requests_total" "${auth[@]}" "$url/metrics"
+# 401: no key, a wrong key, not Bearer
+expect 401 "You didn't provide an API key" "$url/v1/models"
+expect 401 "Incorrect API key provided" -H "Authorization: Bearer nope" "$url/v1/models"
+expect 401 "Incorrect API key provided" -H "Authorization: Basic $key" "${json[@]}" -d '{}' "$C"
+# 404, 405
+expect 404 "Unknown request URL: GET /v2/nothing" "${auth[@]}" "$url/v2/nothing"
+expect 405 "takes POST, not GET" "${auth[@]}" "$C"
+expect 405 "takes GET, not POST" "${auth[@]}" -d '{}' "$url/v1/models"
+expect 405 "takes POST, not DELETE" "${auth[@]}" -X DELETE "$H"
+# 413: declared and chunked
+head -c 70000 /dev/zero | tr '\0' 'a' >"$tmp/big"
+expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" --data-binary @"$tmp/big" "$C"
+expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/big" "$C"
+# 400s and a 404 from the body
+expect 400 "the request body is empty" "${auth[@]}" "${json[@]}" -X POST "$C"
+expect 400 "not valid JSON: line 1" "${auth[@]}" "${json[@]}" -d '{"model":' "$C"
+expect 400 "must be a JSON object, not an array" "${auth[@]}" "${json[@]}" -d '[]' "$C"
+expect 404 "The model 'gpt-4' does not exist" "${auth[@]}" "${json[@]}" -d '{"model":"gpt-4","prompt":"x"}' "$C"
+expect 400 "you must provide a 'prompt'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\"}" "$C"
+expect 400 "'prompt' must be a string or an array of token ids, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":5}" "$C"
+expect 400 "is token id 99999999" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":[1,99999999]}" "$C"
+expect 400 "you must provide 'messages'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\"}" "$H"
+expect 400 "'messages' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[]}" "$H"
+expect 400 "'messages[0].role' is 'robot'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}" "$H"
+expect 400 "'messages[0].content' is missing" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[{\"role\":\"user\"}]}" "$H"
+msg='"messages":[{"role":"user","content":"hi"}]'
+expect 400 "'max_tokens' is 0" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":0}" "$H"
+expect 400 "'max_tokens' is 100000" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":100000}" "$H"
+expect 400 "'max_tokens' must be an integer, not a string" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":\"9\"}" "$H"
+expect 400 "'temperature' is 5: it must be between 0 and 2" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"temperature\":5}" "$H"
+expect 400 "'top_p' is 2" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_p\":2}" "$H"
+expect 400 "'stream' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stream\":1}" "$H"
+expect 400 "'stop' has 5 strings: at most 4" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}" "$H"
+expect 400 "one choice per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3}" "$H"
+expect 400 "unrecognized request argument supplied: 'bogus'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"bogus\":1}" "$H"
+# longer than a request's share of the context (1024 / 4 = 256 tokens)
+long=$(python3 -c 'print(" ".join(["word"] * 400))')
+expect 400 "maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"$long\"}" "$C"
+expect 400 "you requested 260 tokens (10 in the prompt, 250 in the completion)" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":250}" "$C"
+# a good one with curl, streamed
+out=$(curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":5,\"temperature\":0,\"stream\":true}" "$H")
+if ! grep -q '"object":"chat.completion.chunk"' <<<"$out" || [ "$(tail -n 1 <<<"$out")" != "data: [DONE]" ]; then
+    fail "curl stream: '$out'"
+else
+    echo "ok: curl stream ends with data: [DONE]"
+fi
+# chat: the model's template (phi3, from the vocabulary's tokenizer.chat_template) with its
+# control tokens, as `baton tokenize` counts them
+want=$("$baton" tokenize -m "$model" -p '<|system|>\nYou are terse.<|end|>\n<|user|>\nSay hi.<|end|>\n<|assistant|>\n' --ids |
+    python3 -c 'import sys, json; print(len(json.loads(sys.stdin.read())))')
+got=$(curl -s "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Say hi.\"}],\"max_tokens\":2}" "$H" |
+    python3 -c 'import sys, json; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+if [ -z "$want" ] || [ "$want" != "$got" ]; then fail "chat template: $got prompt tokens, $want expected"; else echo "ok: chat: the phi3 template, $got prompt tokens"; fi
+# the server is still well after all of that
+expect 200 '"status":"ok"' "$url/health"
+
+# ---- the openai package ----
+if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0"; then fail "serve_client.py"; fi
+
+# ---- SIGTERM: a request in flight finishes, then every rank stops, exit 0 ----
+curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":240,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
+curl_pid=$!
+for _ in $(seq 1 100); do if grep -q '"text"' "$tmp/drain" 2>/dev/null; then break; fi; sleep 0.05; done
+kill -TERM "$pid0"
+wait $curl_pid
+code=$(curl -s -o /dev/null -w '%{http_code}' "$url/health")
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+if kill -0 $server 2>/dev/null; then
+    fail "SIGTERM: the job did not end within 30 s"
+else
+    wait $server
+    rc=$?
+    server=""
+    if [ $rc -ne 0 ]; then fail "SIGTERM: mpirun exited $rc: $(cat "$tmp/main.err")"; else echo "ok: SIGTERM: every rank stopped, exit 0"; fi
+fi
+if grep -qE '"finish_reason":"(length|stop)"' "$tmp/drain" && tail -n 2 "$tmp/drain" | grep -q "data: \[DONE\]"; then
+    echo "ok: SIGTERM: the request in flight got to its end and [DONE]"
+else
+    fail "SIGTERM: the request in flight was cut: $(tail -c 300 "$tmp/drain")"
+fi
+grep -q "stopping: finishing 1 running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
+echo "health during the drain or after: $code"
+
+# ---- a rank killed while serving: the job ends with a message ----
+start_server killed --parallel 2 --ctx-size 256
+pid1=$(pgrep -P "$server" | grep -vx "$pid0" | head -n 1)
+# the ranks are mpirun's children (or grandchildren through its daemon)
+if [ -z "$pid1" ]; then
+    for p in $(pgrep -P "$server"); do pid1=$(pgrep -P "$p" | grep -vx "$pid0" | head -n 1); done
+fi
+if [ -z "$pid1" ]; then
+    fail "could not find rank 1's process"
+    kill -9 $server
+else
+    curl -s "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Killed\",\"max_tokens\":100}" "$C" >"$tmp/killed.body" &
+    sleep 0.3
+    kill -9 "$pid1"
+    for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+    if kill -0 $server 2>/dev/null; then
+        fail "rank 1 killed: the job still runs after 30 s"
+        kill -9 $server
+    else
+        wait $server
+        rc=$?
+        if [ $rc -eq 0 ]; then fail "rank 1 killed: exit 0"; else echo "ok: rank 1 killed: the job ended (exit $rc)"; fi
+        if grep -qiE "signal|exit|abort" "$tmp/killed.err"; then
+            echo "ok: rank 1 killed: a message says so"
+        else
+            fail "rank 1 killed: no message: $(cat "$tmp/killed.err")"
+        fi
+    fi
+fi
+server=""
+wait
+
+# nothing went wrong inside the servers (a sanitizer build reports there)
+if grep -l "AddressSanitizer\|runtime error\|BT_ASSERT" "$tmp"/*.err; then fail "the servers' logs report errors: $(grep -h -A5 "AddressSanitizer\|runtime error\|BT_ASSERT" "$tmp"/*.err | head -n 40)"; fi
+
+if [ $fails -ne 0 ]; then
+    echo "serve_test: $fails failure(s)"
+    exit 1
+fi
+echo "serve_test: all passed"

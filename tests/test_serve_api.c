@@ -1,0 +1,316 @@
+/* test_serve_api.c - the OpenAI request checks of `baton serve` (src/serve/
+ * api.c) without a model or a socket: each bad body gets its status, the
+ * parameter at fault and the words of its message; good bodies give the
+ * values asked for, OpenAI's defaults otherwise; responses, chunks and error
+ * objects are JSON of OpenAI's shape (read back with jansson). */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/api.h"
+#include "serve/jobs.h"
+
+static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000};
+
+struct bad_case {
+    enum bt_api_kind kind;
+    const char *body;
+    int status;
+    const char *param; /* NULL: none */
+    const char *words; /* a part of the message */
+};
+
+#define C BT_API_COMPLETION
+#define H BT_API_CHAT
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+static const struct bad_case k_bad[] = {
+    {C, "", 400, NULL, "body is empty"},
+    {C, "{\"model\":\"tiny\",", 400, NULL, "not valid JSON: line 1"},
+    {C, "[1,2]", 400, NULL, "must be a JSON object, not an array"},
+    {C, "{\"model\":\"tiny\",\"model\":\"tiny\",\"prompt\":\"a\"}", 400, NULL, "duplicate"},
+    {C, "{\"prompt\":\"a\"}", 400, "model", "must provide a 'model'"},
+    {C, "{\"model\":7,\"prompt\":\"a\"}", 400, "model", "'model' must be a string, not an integer"},
+    {C, "{\"model\":\"gpt-4\",\"prompt\":\"a\"}", 404, "model", "'gpt-4' does not exist"},
+    {C, "{\"model\":\"tiny\"}", 400, "prompt", "must provide a 'prompt'"},
+    {C, "{\"model\":\"tiny\",\"prompt\":{}}", 400, "prompt", "not an object"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"\"}", 400, "prompt", "'prompt' is empty"},
+    {C, "{\"model\":\"tiny\",\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "several prompts"},
+    {C, "{\"model\":\"tiny\",\"prompt\":[1,5000]}", 400, "prompt[1]", "token id 5000"},
+    {C, "{\"model\":\"tiny\",\"prompt\":[1,\"x\"]}", 400, "prompt[1]", "must be a token id"},
+    {H, "{\"model\":\"tiny\"}", 400, "messages", "must provide 'messages'"},
+    {H, "{\"model\":\"tiny\",\"messages\":\"hi\"}", 400, "messages", "must be an array, not a string"},
+    {H, "{\"model\":\"tiny\",\"messages\":[]}", 400, "messages", "'messages' is empty"},
+    {H, "{\"model\":\"tiny\",\"messages\":[3]}", 400, "messages[0]", "must be an object"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "is missing"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role",
+     "is 'wizard'"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"x\"}]}",
+     400, "messages[1].role", "is 'tool'"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "is missing"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content",
+     "must be a string or an array of text parts"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+     "messages[0].content", "only 'text' parts"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400,
+     "messages[0]", "unsupported field 'tool_calls'"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":\"5\"}", 400, "max_tokens", "must be an integer, not a string"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":0}", 400, "max_tokens", "between 1 and 256"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":257}", 400, "max_tokens", "is 257"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"max_completion_tokens\":-1}", 400, "max_completion_tokens", "is -1"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":2.5}", 400, "max_tokens", "not a number"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"temperature\":3}", 400, "temperature", "between 0 and 2"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"temperature\":\"hot\"}", 400, "temperature", "must be a number"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"top_p\":1.5}", 400, "top_p", "between 0 and 1"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"top_p\":0}", 400, "top_p", "above 0"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"presence_penalty\":-3}", 400, "presence_penalty", "between -2 and 2"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"frequency_penalty\":2.5}", 400, "frequency_penalty", "between -2 and 2"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"top_k\":-1}", 400, "top_k", "between 0 and"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stream\":\"yes\"}", 400, "stream", "must be a boolean, not a string"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options",
+     "only allowed when 'stream' is true"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stop\":7}", 400, "stop", "must be a string or an array"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", "at most 4"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"\"]}", 400, "stop", "1 to 256"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",null]}", 400, "stop", "'stop[1]' must be a string"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"n\":2}", 400, "n", "one choice per request"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"seed\":1.5}", 400, "seed", "must be an integer"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true}", 400, "logprobs", "not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
+     "must be {\"type\": \"text\"}"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":100}}", 400, "logit_bias", "not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"frobnicate\":1}", 400, "frobnicate", "unrecognized request argument"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"messages\":[]}", 400, "messages", "unrecognized request argument"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "not supported"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"echo\":1}", 400, "echo", "must be a boolean"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"\xff\"}", 400, NULL, "not valid JSON"},
+};
+
+START_TEST(test_bad_requests) {
+    const struct bad_case *c = &k_bad[_i];
+    struct bt_api_request r;
+    struct bt_api_error e;
+    memset(&e, 0, sizeof e);
+    bool ok = bt_api_parse(c->kind, c->body, strlen(c->body), &k_lim, 1, &r, &e);
+    ck_assert_msg(!ok, "case %d accepted: %s", _i, c->body);
+    ck_assert_msg(e.status == c->status, "case %d: status %d, expected %d (%s)", _i, e.status, c->status, e.message);
+    if (c->param)
+        ck_assert_msg(e.param && !strcmp(e.param, c->param), "case %d: param '%s', expected '%s' (%s)", _i,
+                      e.param ? e.param : "(null)", c->param, e.message);
+    else
+        ck_assert_msg(!e.param, "case %d: param '%s', expected none", _i, e.param);
+    ck_assert_msg(strstr(e.message, c->words), "case %d: message '%s' lacks '%s'", _i, e.message, c->words);
+    ck_assert_str_eq(e.type, "invalid_request_error");
+    /* nothing was left for the caller to free */
+    ck_assert_ptr_null(r.prompt);
+    ck_assert_ptr_null(r.msgs);
+    ck_assert_uint_eq(r.n_stops, 0);
+    /* the error object is OpenAI's */
+    char *js = bt_api_error_json(&e);
+    ck_assert_ptr_nonnull(js);
+    json_error_t je;
+    json_t *o = json_loads(js, 0, &je);
+    ck_assert_ptr_nonnull(o);
+    json_t *eo = json_object_get(o, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(eo, "message")), e.message);
+    ck_assert_str_eq(json_string_value(json_object_get(eo, "type")), "invalid_request_error");
+    if (c->param)
+        ck_assert_str_eq(json_string_value(json_object_get(eo, "param")), c->param);
+    else
+        ck_assert(json_is_null(json_object_get(eo, "param")));
+    ck_assert_ptr_nonnull(json_object_get(eo, "code"));
+    json_decref(o);
+    free(js);
+}
+END_TEST
+
+START_TEST(test_good_completion) {
+    const char *b = "{\"model\":\"tiny\",\"prompt\":\"Hello\",\"max_tokens\":16,\"temperature\":0,"
+                    "\"stop\":[\"\\n\",\"END\"],\"seed\":-3,\"stream\":true,"
+                    "\"stream_options\":{\"include_usage\":true},\"top_k\":5,\"user\":\"u\",\"logprobs\":null}";
+    struct bt_api_request r;
+    struct bt_api_error e;
+    ck_assert_msg(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 99, &r, &e), "%s", e.message);
+    ck_assert_str_eq(r.prompt, "Hello");
+    ck_assert_int_eq(r.max_tokens, 16);
+    ck_assert(r.sampling.temp == 0.0f);
+    ck_assert_int_eq(r.sampling.top_k, 5);
+    ck_assert(r.seed_given);
+    ck_assert_uint_eq(r.sampling.seed, (uint64_t)-3);
+    ck_assert(r.stream && r.include_usage);
+    ck_assert_uint_eq(r.n_stops, 2);
+    ck_assert_str_eq(r.stops[0], "\n");
+    ck_assert_str_eq(r.stops[1], "END");
+    bt_api_request_free(&r);
+
+    /* defaults: OpenAI's; no seed: the server's; token ids; one-string array */
+    b = "{\"model\":\"tiny\",\"prompt\":[1,2,999]}";
+    ck_assert(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 99, &r, &e));
+    ck_assert_ptr_null(r.prompt);
+    ck_assert_uint_eq(r.n_prompt_ids, 3);
+    ck_assert_int_eq(r.prompt_ids[2], 999);
+    ck_assert_int_eq(r.max_tokens, -1);
+    ck_assert(r.sampling.temp == 1.0f && r.sampling.top_p == 1.0f && r.sampling.top_k == 0);
+    ck_assert(r.sampling.min_p == 0.0f && r.sampling.repeat_penalty == 1.0f);
+    ck_assert(!r.seed_given && r.sampling.seed == 99);
+    ck_assert(!r.stream);
+    bt_api_request_free(&r);
+    b = "{\"model\":\"tiny\",\"prompt\":[\"one\"],\"stop\":\"x\"}";
+    ck_assert(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 99, &r, &e));
+    ck_assert_str_eq(r.prompt, "one");
+    ck_assert_uint_eq(r.n_stops, 1);
+    bt_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_good_chat) {
+    const char *b = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                    "{\"role\":\"user\",\"name\":\"ann\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
+                    "{\"type\":\"text\",\"text\":\"there\"}]},{\"role\":\"assistant\",\"content\":\"Yes?\"}],"
+                    "\"max_completion_tokens\":256,\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"}}";
+    struct bt_api_request r;
+    struct bt_api_error e;
+    ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_uint_eq(r.n_msgs, 3);
+    ck_assert_str_eq(r.msgs[0].role, "system");
+    ck_assert_str_eq(r.msgs[0].content, "Be brief.");
+    ck_assert_str_eq(r.msgs[1].content, "Hi there");
+    ck_assert_str_eq(r.msgs[2].role, "assistant");
+    ck_assert_int_eq(r.max_tokens, 256);
+    bt_api_request_free(&r);
+}
+END_TEST
+
+static json_t *load(char *s) {
+    ck_assert_ptr_nonnull(s);
+    json_error_t je;
+    json_t *o = json_loads(s, 0, &je);
+    ck_assert_msg(o != NULL, "not JSON: %s", s);
+    free(s);
+    return o;
+}
+
+START_TEST(test_output) {
+    struct bt_api_request chat = {.kind = BT_API_CHAT}, cmpl = {.kind = BT_API_COMPLETION};
+    json_t *o = load(bt_api_response_json(&chat, "chatcmpl-1", 1700000000, "tiny", "ok\xff", 3, "stop", 5, 2));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "message"), "content")), "ok\xEF\xBF\xBD");
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 7);
+    json_decref(o);
+
+    o = load(bt_api_response_json(&cmpl, "cmpl-2", 1, "tiny", "abc", 3, "length", 1, 3));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), "abc");
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    json_decref(o);
+
+    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, NULL, true));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")), "assistant");
+    ck_assert(json_is_null(json_object_get(ch, "finish_reason")));
+    json_decref(o);
+    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, "stop", false));
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_uint_eq(json_object_size(json_object_get(ch, "delta")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    json_decref(o);
+    o = load(bt_api_usage_chunk_json(&chat, "chatcmpl-1", 1, "tiny", 4, 6));
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "choices")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 6);
+    json_decref(o);
+    o = load(bt_api_models_json("tiny", 5));
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")), "tiny");
+    json_decref(o);
+}
+END_TEST
+
+/* the hand-over between HTTP threads and the engine's thread (jobs.c) */
+START_TEST(test_jobs) {
+    struct bt_jobs q;
+    bt_jobs_init(&q, 2, 1); /* 2 slots, 1 waiting */
+    struct bt_job *j[4];
+    for (int i = 0; i < 4; i++) ck_assert_ptr_nonnull(j[i] = bt_job_new());
+    ck_assert_int_eq(bt_jobs_submit(&q, j[0]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[1]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[2]), BT_OK);
+    ck_assert_int_eq(bt_jobs_submit(&q, j[3]), BT_ERR_CAPACITY); /* 2 slots + 1 queued */
+    ck_assert_int_eq(bt_jobs_active(&q), 3);
+    /* oldest first; untake puts it back in front */
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[0]);
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[1]);
+    bt_jobs_untake(&q, j[1]);
+    ck_assert_ptr_eq(bt_jobs_take(&q), j[1]);
+    int queued, running;
+    bt_jobs_counts(&q, &queued, &running);
+    ck_assert_int_eq(queued, 1);
+    ck_assert_int_eq(running, 2);
+    /* a queued job cancelled ends at once; a running one waits for the engine */
+    bt_jobs_cancel(&q, j[2]);
+    ck_assert_int_eq(j[2]->state, BT_JOB_DONE);
+    ck_assert_int_eq(j[2]->res.finish, BT_FINISH_CANCELLED);
+    ck_assert_ptr_null(bt_jobs_take(&q));
+    j[1]->batch_id = 77;
+    bt_jobs_cancel(&q, j[1]);
+    uint64_t ids[4];
+    ck_assert_int_eq(bt_jobs_cancels(&q, ids, 4), 1);
+    ck_assert_uint_eq(ids[0], 77);
+    ck_assert_int_eq(bt_jobs_cancels(&q, ids, 4), 0); /* once */
+    /* text, then the end */
+    bt_job_emit(&q, j[0], "ab", 2);
+    bt_job_emit(&q, j[0], "", 0); /* a token with nothing to show yet */
+    bt_job_emit(&q, j[0], "c", 1);
+    ck_assert_uint_eq(j[0]->len, 3);
+    ck_assert_str_eq(j[0]->text, "abc");
+    ck_assert_int_eq(j[0]->n_tokens, 3);
+    struct bt_gen_result r = {.finish = BT_FINISH_LENGTH, .n_gen = 3};
+    bt_job_finish(&q, j[0], &r, NULL);
+    r.finish = BT_FINISH_CANCELLED;
+    bt_job_finish(&q, j[1], &r, NULL);
+    ck_assert_int_eq(j[0]->state, BT_JOB_DONE);
+    ck_assert_int_eq(bt_jobs_active(&q), 0);
+    /* closed: draining refuses, a failure says why and ends what waits */
+    ck_assert_int_eq(bt_jobs_submit(&q, j[3]), BT_OK);
+    bt_jobs_close(&q, "rank 1 died");
+    ck_assert_int_eq(j[3]->state, BT_JOB_DONE);
+    ck_assert_int_eq(j[3]->res.finish, BT_FINISH_ERROR);
+    ck_assert_str_eq(j[3]->error, "rank 1 died");
+    struct bt_job *late = bt_job_new();
+    ck_assert_int_eq(bt_jobs_submit(&q, late), BT_ERR_COMM);
+    bt_job_release(&q, late);
+    for (int i = 0; i < 4; i++) bt_job_release(&q, j[i]);
+    bt_jobs_destroy(&q);
+
+    bt_jobs_init(&q, 1, 0);
+    struct bt_job *d = bt_job_new();
+    bt_jobs_close(&q, NULL);
+    ck_assert_int_eq(bt_jobs_submit(&q, d), BT_ERR_ABORTED);
+    bt_job_release(&q, d);
+    bt_jobs_destroy(&q);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("serve_api");
+    TCase *tc = tcase_create("requests");
+    tcase_add_loop_test(tc, test_bad_requests, 0, (int)(sizeof k_bad / sizeof k_bad[0]));
+    tcase_add_test(tc, test_good_completion);
+    tcase_add_test(tc, test_good_chat);
+    tcase_add_test(tc, test_output);
+    tcase_add_test(tc, test_jobs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
