@@ -220,7 +220,9 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     const bool last = nxt < 0;
     const int64_t n_floats = last ? n_out * e->hp.n_vocab : T * e->hp.n_embd;
     const double t0 = now_s();
+    bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
     st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, e->x, msg, sizeof msg);
+    bt_transport_set_busy(e->t, false);
     e->stats.compute_s += now_s() - t0;
     if (st != BT_OK) return efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     e->stats.ubatches++;
@@ -371,10 +373,16 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     AGREE();
 
     /* 2. the file, the same on every rank */
-    const char *path = p->model && *p->model ? p->model : r->have_topo ? r->topo.pipeline.model : NULL;
+    /* the caller's path, else this rank's host's in the topology, else the pipeline's */
+    const char *path = p->model;
+    if ((!path || !*path) && r->have_topo) {
+        const struct bt_topo_rank *tr = bt_topology_rank(&r->topo, t->rank);
+        const struct bt_topo_host *th = tr ? bt_topology_host(&r->topo, tr->host) : NULL;
+        path = th && th->model ? th->model : r->topo.pipeline.model;
+    }
     if (!path || !*path)
         st = BT_ERR_INVALID,
-        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model", t->rank);
+        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model (or its host's model)", t->rank);
     else
         snprintf(e->path, sizeof e->path, "%s", path);
     AGREE();
