@@ -328,6 +328,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     char msg[1024] = "", host[128];
     host_name(host, sizeof host);
     enum bt_status st = BT_OK;
+    int32_t *ranges = NULL; /* every rank's layer range, from rank 0 */
 #define AGREE()                                                                                \
     do {                                                                                       \
         if (st == BT_OK) msg[0] = '\0';                                                        \
@@ -432,7 +433,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
         struct bt_rank_desc *descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
-        int32_t *ranges = calloc((size_t)(2 * P), sizeof(int32_t));
+        ranges = calloc((size_t)(2 * P), sizeof(int32_t));
         e->il0s = calloc((size_t)P, sizeof(int));
         e->il1s = calloc((size_t)P, sizeof(int));
         e->stages = calloc((size_t)P, sizeof(int));
@@ -467,10 +468,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             free(last);
         }
         free(descs);
-        if (st != BT_OK) {
-            free(ranges);
-            AGREE();
-        }
         AGREE();
         if (t->iface.bcast(t, ranges, sizeof(int32_t) * (size_t)(2 * P), 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
@@ -483,6 +480,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             }
         }
         free(ranges);
+        ranges = NULL;
         AGREE();
     }
 
@@ -533,6 +531,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     *out = e;
     return BT_OK;
 fail:
+    free(ranges);
     msgf(err, n_err, "%s", msg);
     if (e) e->stopped = true; /* nobody to stop: every rank fails here */
     bt_engine_close(e);
