@@ -187,6 +187,40 @@ def cli_tests():
         rc, _, err = run(["generate", "-m", mb, "-p", "x"])
         check(rc == 1 and "bert" in err and err.startswith("baton generate: ") and err.count("\n") == 1,
               "unsupported vocabulary type", err)
+    # a rank that dies mid-generation ends the job within seconds, naming the rank
+    import signal
+    import time
+    p = subprocess.Popen([MPIEXEC, "-np", "2", "--oversubscribe", BATON, "generate", "-m", model, "-p", "hello",
+                          "-n", "-1", "-c", "4096", "--temp", "0.8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(1)  # generation has started: text streams
+    rank1 = None
+    for _ in range(100):
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+        for k in kids:
+            try:
+                if b"OMPI_COMM_WORLD_RANK=1" in open(f"/proc/{k}/environ", "rb").read().split(b"\0"):
+                    rank1 = int(k)
+            except OSError:
+                pass
+        if rank1:
+            break
+        time.sleep(0.1)
+    check(rank1 is not None, "dead rank: rank 1's process found")
+    if rank1:
+        t0 = time.time()
+        os.kill(rank1, signal.SIGKILL)
+        try:
+            _, err = p.communicate(timeout=120)
+            err = err.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired:
+            p.kill()
+            err = "still running after 120 s"
+        check(p.returncode not in (0, None) and time.time() - t0 < 60 and "rank 1" in err,
+              "a dead rank ends generate with a message naming it", f"exit {p.returncode}: {err[-400:]}")
+    else:
+        p.kill()
+        p.communicate()
+
     # --chat through the file's template (gpt-2's vocabulary has none: the message says so)
     expect_error(g + ["-p", "x", "--chat"], 1, "--chat: the file has no tokenizer.chat_template", "--chat without a template")
     js = gen_json(["-m", model, "-p", "hi", "--chat-template", "chatml", "--system", "be brief", "-n", "3", "--temp", "0"])

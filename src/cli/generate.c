@@ -58,7 +58,8 @@ static void gen_usage(FILE *f) {
             "the pipeline and prints each completion, labelled, in input order.  At the\n"
             "end (stderr): prompt and generation tokens/s and per-rank statistics.\n"
             "\n"
-            "  -m, --model FILE        the GGUF model (required)\n"
+            "  -m, --model FILE        the GGUF model (required, unless the topology's\n"
+            "                          pipeline section names it)\n"
             "  -p, --prompt TEXT       the prompt (\\n \\t \\\\ \\xHH ... escapes are processed)\n"
             "      --no-escape         take -p's text as it is\n"
             "      --prompts FILE      one prompt a line (taken as they are)\n"
@@ -261,7 +262,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
         return 2;
     }
-    if (!o->model) {
+    if (!o->model && !o->topology && !getenv("BATON_TOPOLOGY")) {
         snprintf(err, errn, "missing -m FILE, the GGUF model (try: baton generate --help)");
         return 2;
     }
@@ -313,6 +314,7 @@ struct prompt {
 
 struct gen_run {
     const struct gen_opts *o;
+    const char *model; /* the file the engine opened */
     struct prompt *p;
     size_t n;
     bool stream; /* one prompt, not --json: its text goes to stdout as it comes */
@@ -588,7 +590,7 @@ static void totals(const struct gen_run *run, struct gen_totals *t) {
 static void print_json(const struct gen_run *run, const struct gen_totals *t, const struct bt_engine *e,
                        const struct bt_engine_stats *all, int P) {
     printf("{\"model\": ");
-    bt_cli_json_str(stdout, run->o->model, strlen(run->o->model));
+    bt_cli_json_str(stdout, run->model, strlen(run->model));
     printf(", \"ranks\": %d, \"parallel\": %ld, \"completions\": [", P, run->o->parallel);
     for (size_t i = 0; i < run->n; i++) {
         const struct prompt *p = &run->p[i];
@@ -694,7 +696,7 @@ static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
     } while (0)
     ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
     ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
-    ITEM("-m", true, "%s", o->model);
+    ITEM("-m", o->model != NULL, "%s", o->model ? o->model : "");
     ITEM("--ctx-size", true, "%ld", o->n_ctx);
     ITEM("--ubatch", true, "%ld", o->n_ubatch);
     ITEM("--parallel", true, "%ld", o->parallel);
@@ -803,13 +805,13 @@ int bt_cli_generate(int argc, char **argv) {
      * verdict before rank 0 starts driving */
     int64_t verdict = 0;
     if (rank == 0)
-        verdict = tokenize_prompts(&o, o.model, bt_engine_gguf(e), &tok, prompts, n_prompts,
+        verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, prompts, n_prompts,
                                    o.n_ctx / o.parallel, err, sizeof err);
     if (t->iface.allreduce_max(t, &verdict, 1) != BT_OK && !verdict) {
         snprintf(err, sizeof err, "the ranks could not agree: %s", "transport failure");
         verdict = 1;
     }
-    struct gen_run run = {.o = &o, .p = prompts, .n = n_prompts, .stream = n_prompts == 1 && !o.json};
+    struct gen_run run = {.o = &o, .model = bt_gguf_path(bt_engine_gguf(e)), .p = prompts, .n = n_prompts, .stream = n_prompts == 1 && !o.json};
     for (size_t i = 0; i < n_prompts; i++) prompts[i].run = &run;
     if (rank == 0) {
         if (!verdict) rc = run_prompts(&run, e, tok, err, sizeof err);
