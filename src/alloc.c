@@ -7,6 +7,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "ops.h"
+
 #define ALLOC_ERR_LEN 512
 
 static const char *tname(const struct bt_tensor *t) { return t->name[0] ? t->name : "(unnamed)"; }
@@ -287,24 +289,8 @@ static int ref_of(bt_gallocr_t g, struct bt_tensor *t) {
 
 /* ---- planning --------------------------------------------------------------------- */
 
-/* Element-wise ops whose kernels read element i before writing element i. */
-static bool op_can_inplace(enum bt_op op) {
-    switch (op) {
-        case BT_OP_ADD:
-        case BT_OP_SUB:
-        case BT_OP_MUL:
-        case BT_OP_DIV:
-        case BT_OP_SCALE:
-        case BT_OP_SQR:
-        case BT_OP_SQRT:
-        case BT_OP_SILU:
-        case BT_OP_GELU:
-        case BT_OP_RELU:
-        case BT_OP_SIGMOID:
-        case BT_OP_SWIGLU: return true;
-        default: return false;
-    }
-}
+/* Element-wise ops: their kernels read element i before writing element i. */
+static bool op_can_inplace(enum bt_op op) { return bt_op_elementwise(op) != BT_ELEMENTWISE_NONE; }
 
 static bool same_layout(const struct bt_tensor *a, const struct bt_tensor *b) {
     if (a->type != b->type) return false;

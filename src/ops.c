@@ -550,8 +550,37 @@ static bool cpy_well_formed(const struct bt_tensor *s, const struct bt_tensor *d
     return layout_ok(s) && layout_ok(d) && bt_nelements(s) == bt_nelements(d);
 }
 
+enum bt_elementwise bt_op_elementwise(enum bt_op op) {
+    switch (op) {
+        case BT_OP_ADD:
+        case BT_OP_SUB:
+        case BT_OP_MUL:
+        case BT_OP_DIV: return BT_ELEMENTWISE_BINARY;
+        case BT_OP_SCALE:
+        case BT_OP_SQR:
+        case BT_OP_SQRT:
+        case BT_OP_SILU:
+        case BT_OP_GELU:
+        case BT_OP_RELU:
+        case BT_OP_SIGMOID: return BT_ELEMENTWISE_UNARY;
+        case BT_OP_SWIGLU: return BT_ELEMENTWISE_GLU;
+        default: return BT_ELEMENTWISE_NONE;
+    }
+}
+
 bool bt_op_is_well_formed(const struct bt_tensor *node) {
     const struct bt_tensor *a = node->src[0], *b = node->src[1], *c = node->src[2];
+    switch (bt_op_elementwise(node->op)) {
+        case BT_ELEMENTWISE_BINARY:
+            if (!is_f32(node) || !is_f32(a) || !is_f32(b) || !same_shape(node, a)) return false;
+            for (int i = 0; i < BT_MAX_DIMS; i++)
+                if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
+            return true;
+        case BT_ELEMENTWISE_UNARY: return is_f32(node) && is_f32(a) && same_shape(node, a);
+        case BT_ELEMENTWISE_GLU:
+            return is_f32(node) && is_f32(a) && is_f32(b) && same_shape(node, a) && same_shape(a, b);
+        case BT_ELEMENTWISE_NONE: break;
+    }
     switch (node->op) {
         case BT_OP_NONE:
         case BT_OP_VIEW:
@@ -559,27 +588,9 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
         case BT_OP_PERMUTE:
         case BT_OP_TRANSPOSE:
             return true;
-        case BT_OP_ADD:
-        case BT_OP_SUB:
-        case BT_OP_MUL:
-        case BT_OP_DIV:
-            if (!is_f32(node) || !is_f32(a) || !is_f32(b) || !same_shape(node, a)) return false;
-            for (int i = 0; i < BT_MAX_DIMS; i++)
-                if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
-            return true;
-        case BT_OP_SCALE:
-        case BT_OP_SQR:
-        case BT_OP_SQRT:
-        case BT_OP_SILU:
-        case BT_OP_GELU:
-        case BT_OP_RELU:
-        case BT_OP_SIGMOID:
         case BT_OP_RMS_NORM:
         case BT_OP_NORM:
             return is_f32(node) && is_f32(a) && same_shape(node, a);
-        case BT_OP_SWIGLU:
-            return is_f32(node) && is_f32(a) && is_f32(b) && same_shape(node, a) &&
-                   same_shape(a, b);
         case BT_OP_SUM_ROWS:
         case BT_OP_MEAN:
             return is_f32(node) && is_f32(a) && node->ne[0] == 1 && node->ne[1] == a->ne[1] &&

@@ -156,6 +156,19 @@ struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_
  * shapes, op params)?  Backends add their own limits on top. */
 bool bt_op_is_well_formed(const struct bt_tensor *node);
 
+/* The element-wise ops: element i of the result depends only on element i
+ * of each source (a binary op's second source broadcast), so a kernel reads
+ * element i before it writes it and the result may take a source's memory.
+ * The one list: op checks, the allocator's in-place rule and the backends'
+ * dispatch all ask here. */
+enum bt_elementwise {
+    BT_ELEMENTWISE_NONE = 0, /* not element-wise */
+    BT_ELEMENTWISE_UNARY,    /* f(a[i]) (SCALE with its op param) */
+    BT_ELEMENTWISE_BINARY,   /* a[i] op b[i mod b's shape] */
+    BT_ELEMENTWISE_GLU,      /* f(a[i]) * b[i], a and b the same shape */
+};
+enum bt_elementwise bt_op_elementwise(enum bt_op op);
+
 #ifdef __cplusplus
 }
 #endif

@@ -293,7 +293,7 @@ fi
 
 # the kernel benchmark's own flags
 expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
-expect 0 "^usage: baton bench ops\|transport\|pipeline" "bench --help" -- "$baton" bench --help
+expect 0 "^usage: baton bench ops\|model\|transport\|pipeline" "bench --help" -- "$baton" bench --help
 expect 2 "^baton bench: unknown benchmark 'nope' \(try: baton bench --help\)\$" "bench: unknown benchmark" -- "$baton" bench nope
 expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport

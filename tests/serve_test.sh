@@ -30,7 +30,7 @@ command -v curl >/dev/null || {
     echo "SKIP: curl is needed"
     exit 77
 }
-python3 "$here/model_ref.py" llama f32 "$tmp" vocab "$here/data/vocab/ggml-vocab-llama-spm.gguf" || {
+python3 "$here/model_ref.py" llama f32 "$tmp" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" || {
     echo "FAIL: could not write the test model"
     exit 1
 }
@@ -152,6 +152,13 @@ if ! grep -q '"object":"chat.completion.chunk"' <<<"$out" || [ "$(tail -n 1 <<<"
 else
     echo "ok: curl stream ends with data: [DONE]"
 fi
+# chat: the model's template (phi3, from the vocabulary's tokenizer.chat_template) with its
+# control tokens, as `baton tokenize` counts them
+want=$("$baton" tokenize -m "$model" -p '<|system|>\nYou are terse.<|end|>\n<|user|>\nSay hi.<|end|>\n<|assistant|>\n' --ids |
+    python3 -c 'import sys, json; print(len(json.loads(sys.stdin.read())))')
+got=$(curl -s "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Say hi.\"}],\"max_tokens\":2}" "$H" |
+    python3 -c 'import sys, json; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+if [ -z "$want" ] || [ "$want" != "$got" ]; then fail "chat template: $got prompt tokens, $want expected"; else echo "ok: chat: the phi3 template, $got prompt tokens"; fi
 # the server is still well after all of that
 expect 200 '"status":"ok"' "$url/health"
 

@@ -531,6 +531,52 @@ START_TEST(test_inplace_allowed) {
 }
 END_TEST
 
+/* The node of an element-wise op over a and (for two-source ops) x, made by
+ * its constructor; NULL for any other op. */
+static struct bt_tensor *elementwise_node(struct ip *s, enum bt_op op) {
+    switch (op) {
+        case BT_OP_ADD: return bt_add(s->ctx, s->a, s->x);
+        case BT_OP_SUB: return bt_sub(s->ctx, s->a, s->x);
+        case BT_OP_MUL: return bt_mul(s->ctx, s->a, s->x);
+        case BT_OP_DIV: return bt_div(s->ctx, s->a, s->x);
+        case BT_OP_SCALE: return bt_scale(s->ctx, s->a, 0.5f);
+        case BT_OP_SQR: return bt_sqr(s->ctx, s->a);
+        case BT_OP_SQRT: return bt_sqrt(s->ctx, s->a);
+        case BT_OP_SILU: return bt_silu(s->ctx, s->a);
+        case BT_OP_GELU: return bt_gelu(s->ctx, s->a);
+        case BT_OP_RELU: return bt_relu(s->ctx, s->a);
+        case BT_OP_SIGMOID: return bt_sigmoid(s->ctx, s->a);
+        case BT_OP_SWIGLU: return bt_swiglu(s->ctx, s->a, s->x);
+        default: return NULL;
+    }
+}
+
+/* Issue 10, item 6: one list of element-wise ops (bt_op_elementwise), and the
+ * allocator's in-place rule is that list: each takes the block of a source
+ * it reads last, and no other op is element-wise. */
+START_TEST(test_inplace_elementwise_list) {
+    int n = 0;
+    for (int op = 0; op < BT_OP_COUNT; op++) {
+        const enum bt_elementwise kind = bt_op_elementwise((enum bt_op)op);
+        struct ip s;
+        ip_begin(&s);
+        struct bt_tensor *node = elementwise_node(&s, (enum bt_op)op);
+        ck_assert_msg((node != NULL) == (kind != BT_ELEMENTWISE_NONE), "op %s: element-wise %d", bt_op_name((enum bt_op)op),
+                      (int)kind);
+        if (node) {
+            ck_assert(bt_op_is_well_formed(node));
+            ck_assert_int_eq(kind, node->src[1] ? (op == BT_OP_SWIGLU ? BT_ELEMENTWISE_GLU : BT_ELEMENTWISE_BINARY)
+                                                : BT_ELEMENTWISE_UNARY);
+            ip_alloc(&s, &node, 1);
+            ck_assert_msg(node->data == s.a->data, "op %s did not take its source's block", bt_op_name((enum bt_op)op));
+            n++;
+        }
+        ip_end(&s);
+    }
+    ck_assert_int_eq(n, 12);
+}
+END_TEST
+
 START_TEST(test_inplace_refused) {
     struct ip s;
     /* a has two consumers */
@@ -845,6 +891,7 @@ int main(void) {
     tcase_add_test(tc, test_structure_mismatch);
     tcase_add_test(tc, test_inplace_allowed);
     tcase_add_test(tc, test_inplace_refused);
+    tcase_add_test(tc, test_inplace_elementwise_list);
     tcase_add_test(tc, test_reserve_then_smaller);
     tcase_add_test(tc, test_several_buffers_no_auto_reserve);
     tcase_add_test(tc, test_preallocated_untouched);

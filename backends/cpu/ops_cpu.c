@@ -705,6 +705,12 @@ static void compute_cpy(const struct bt_cpu_params *p, struct bt_tensor *dst) {
 /* ---- dispatch ----------------------------------------------------------- */
 
 void bt_cpu_compute_op(const struct bt_cpu_params *p, struct bt_tensor *node) {
+    switch (bt_op_elementwise(node->op)) {
+        case BT_ELEMENTWISE_BINARY: compute_binary(p, node); return;
+        case BT_ELEMENTWISE_UNARY: compute_unary(p, node); return;
+        case BT_ELEMENTWISE_GLU: compute_swiglu(p, node); return;
+        case BT_ELEMENTWISE_NONE: break;
+    }
     switch (node->op) {
         case BT_OP_NONE:
         case BT_OP_VIEW:
@@ -712,22 +718,6 @@ void bt_cpu_compute_op(const struct bt_cpu_params *p, struct bt_tensor *node) {
         case BT_OP_PERMUTE:
         case BT_OP_TRANSPOSE:
             return;
-        case BT_OP_ADD:
-        case BT_OP_SUB:
-        case BT_OP_MUL:
-        case BT_OP_DIV:
-            compute_binary(p, node);
-            return;
-        case BT_OP_SCALE:
-        case BT_OP_SQR:
-        case BT_OP_SQRT:
-        case BT_OP_SILU:
-        case BT_OP_GELU:
-        case BT_OP_RELU:
-        case BT_OP_SIGMOID:
-            compute_unary(p, node);
-            return;
-        case BT_OP_SWIGLU: compute_swiglu(p, node); return;
         case BT_OP_SUM_ROWS:
         case BT_OP_MEAN:
             compute_sum_rows(p, node);

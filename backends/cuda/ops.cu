@@ -348,27 +348,21 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
     const t4 d = t4_of(node);
     const struct bt_tensor *a = node->src[0], *b = node->src[1], *x = node->src[2];
     const int tag = node_index + 1;
-    switch (node->op) {
-        case BT_OP_ADD:
-        case BT_OP_SUB:
-        case BT_OP_MUL:
-        case BT_OP_DIV:
+    switch (bt_op_elementwise(node->op)) {
+        case BT_ELEMENTWISE_BINARY:
             k_binary<<<grid_for(n), CUDA_THREADS, 0, st>>>((int)node->op, d, t4_of(a), t4_of(b), n);
-            break;
-        case BT_OP_SCALE:
-        case BT_OP_SQR:
-        case BT_OP_SQRT:
-        case BT_OP_SILU:
-        case BT_OP_GELU:
-        case BT_OP_RELU:
-        case BT_OP_SIGMOID: {
+            return bt_cuda_check(c, cudaGetLastError(), bt_op_name(node->op));
+        case BT_ELEMENTWISE_UNARY: {
             const float s = node->op == BT_OP_SCALE ? bt_get_op_param_f32(node, 0) : 0.0f;
             k_unary<<<grid_for(n), CUDA_THREADS, 0, st>>>((int)node->op, s, d, t4_of(a), n);
-            break;
+            return bt_cuda_check(c, cudaGetLastError(), bt_op_name(node->op));
         }
-        case BT_OP_SWIGLU:
+        case BT_ELEMENTWISE_GLU:
             k_swiglu<<<grid_for(n), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n);
-            break;
+            return bt_cuda_check(c, cudaGetLastError(), bt_op_name(node->op));
+        case BT_ELEMENTWISE_NONE: break;
+    }
+    switch (node->op) {
         case BT_OP_SUM_ROWS:
         case BT_OP_MEAN:
             k_sum_rows<<<(unsigned)nrows, row_threads(a->ne[0]), 0, st>>>((int)node->op, d, t4_of(a));

@@ -65,6 +65,7 @@ struct bt_batcher {
     int n_seq;
     int64_t n_ubatch, n_vocab, share; /* share: cells of one sequence */
     int max_inflight;
+    int n_stages;      /* ranks that hold layers: ubatches the pipeline works on at once */
     struct slot *slots;
 
     struct flight *fl; /* ring of max_inflight */
@@ -183,6 +184,13 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     b->max_inflight = p->max_inflight > 0   ? p->max_inflight
                       : ep->max_inflight > 0 ? ep->max_inflight
                                              : 2 * bt_engine_n_ranks(e);
+    b->n_stages = 0;
+    for (int r = 0; r < bt_engine_n_ranks(e); r++) {
+        int il0 = 0, il1 = 0;
+        bt_engine_range(e, r, &il0, &il1);
+        b->n_stages += il1 > il0;
+    }
+    if (b->n_stages < 1) b->n_stages = 1;
     b->next_id = 1;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
@@ -477,9 +485,12 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
     for (int s = 0; s < b->n_seq; s++) n_active += b->slots[s].state != SLOT_FREE;
     if (n_active == 0 && b->fl_n == 0) return BT_OK;
 
-    /* decode tokens spread over the ubatches in flight, so that every stage
-     * of the pipeline has one to work on */
-    const int64_t max_decode = (n_active + b->max_inflight - 1) / b->max_inflight;
+    /* decode tokens spread over as many ubatches as the pipeline has stages,
+     * so that every stage has one to work on; more, smaller ubatches only add
+     * each ubatch's fixed cost (on 2 ranks, 8 sequences: 1.05x to 1.9x the
+     * tokens/s of spreading them over every ubatch in flight) */
+    const int spread = b->n_stages < b->max_inflight ? b->n_stages : b->max_inflight;
+    const int64_t max_decode = (n_active + spread - 1) / spread;
     const double t = now_s();
     while (b->fl_n < b->max_inflight) {
         struct flight *f = &b->fl[(b->fl_head + b->fl_n) % b->max_inflight];
