@@ -581,6 +581,62 @@ START_TEST(test_failure_on_a_stage) {
 }
 END_TEST
 
+/* Every allocation bt_engine_open makes on one rank fails in turn: every
+ * rank returns the same status and message (that rank's), none crashes or
+ * waits for ever; then one open runs through with nothing left to fail. */
+static void open_with_failing_allocations(const char *path, int victim, const int *counts) {
+    int n_failed = 0;
+    for (long n = 1;; n++) {
+        ck_assert_msg(n < 20000, "open makes more allocations than expected");
+        struct bt_engine_params p;
+        bt_engine_default_params(&p);
+        p.model = path;
+        p.n_ctx = 64;
+        p.n_ubatch = 8;
+        R.layer_counts = (int *)counts; /* no speed measurement: fast */
+        struct bt_engine *e = NULL;
+        char err[1024] = "";
+        atomic_store(&fault_hit, 0);
+        if (T->rank == victim) atomic_store(&fault_countdown, n);
+        const enum bt_status st = bt_engine_open(&R, &p, &e, err, sizeof err);
+        atomic_store(&fault_countdown, 0);
+        R.layer_counts = NULL;
+        int64_t v[2] = {atomic_load(&fault_hit), st != BT_OK};
+        ck_assert_int_eq(T->iface.allreduce_max(T, v, 2), BT_OK);
+        int64_t mine = st, lo = -(int64_t)st;
+        ck_assert_int_eq(T->iface.allreduce_max(T, &mine, 1), BT_OK);
+        ck_assert_int_eq(T->iface.allreduce_max(T, &lo, 1), BT_OK);
+        ck_assert_msg(mine == -lo, "ranks disagree on open's status after allocation %ld failed on rank %d", n, victim);
+        char msg0[1024];
+        memcpy(msg0, err, sizeof msg0);
+        ck_assert_int_eq(T->iface.bcast(T, msg0, sizeof msg0, 0), BT_OK);
+        ck_assert_msg(strcmp(err, msg0) == 0, "rank %d: '%s', rank 0: '%s'", T->rank, err, msg0);
+        if (st != BT_OK) {
+            ck_assert_ptr_null(e);
+            ck_assert_msg(err[0] != '\0', "a failed open without a message");
+            n_failed++;
+        } else {
+            if (T->rank == 0) ck_assert(bt_engine_stop(e) == BT_OK);
+            else ck_assert(bt_engine_serve(e) == BT_OK);
+            bt_engine_close(e);
+        }
+        if (!v[0]) break; /* no allocation left to fail */
+    }
+    ck_assert_int_gt(n_failed, 0);
+}
+
+START_TEST(test_open_allocation_failures) {
+    if (T->size > 2) return; /* one pass per allocation: kept to 1 and 2 ranks */
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    const int counts[2] = {T->size == 1 ? N_LAYER : 2, 2};
+    alarm(120); /* a rank left waiting is a failure, not ctest's timeout */
+    open_with_failing_allocations(path, T->size - 1, counts);
+    if (T->size > 1) open_with_failing_allocations(path, 0, counts);
+    alarm(0);
+}
+END_TEST
+
 /* Run by tests/engine_dead_rank_test.sh (BATON_TEST_ENGINE_DIE=1): the last
  * rank dies in the middle of a run; the job must end with a message, not
  * hang. */
@@ -636,6 +692,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_memory_per_rank);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
+    tcase_add_test(tc, test_open_allocation_failures);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {

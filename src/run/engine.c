@@ -328,7 +328,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     char msg[1024] = "", host[128];
     host_name(host, sizeof host);
     enum bt_status st = BT_OK;
-    int32_t *ranges = NULL; /* every rank's layer range, from rank 0 */
+    int32_t *ranges = NULL;              /* every rank's layer range, from rank 0 */
+    struct bt_rank_desc *descs = NULL;   /* rank 0: every rank's description */
 #define AGREE()                                                                                \
     do {                                                                                       \
         if (st == BT_OK) msg[0] = '\0';                                                        \
@@ -432,14 +433,15 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_name(r->backend), host);
         d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
-        struct bt_rank_desc *descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
+        descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
         ranges = calloc((size_t)(2 * P), sizeof(int32_t));
         e->il0s = calloc((size_t)P, sizeof(int));
         e->il1s = calloc((size_t)P, sizeof(int));
         e->stages = calloc((size_t)P, sizeof(int));
         if ((t->rank == 0 && !descs) || !ranges || !e->il0s || !e->il1s || !e->stages)
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
-        if (st == BT_OK && t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
+        AGREE(); /* before the gather: a rank that failed does not take part */
+        if (t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
         if (st == BT_OK && t->rank == 0) {
             int *first = calloc((size_t)P, sizeof(int)), *last = calloc((size_t)P, sizeof(int));
@@ -468,6 +470,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             free(last);
         }
         free(descs);
+        descs = NULL;
         AGREE();
         if (t->iface.bcast(t, ranges, sizeof(int32_t) * (size_t)(2 * P), 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
@@ -532,6 +535,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     return BT_OK;
 fail:
     free(ranges);
+    free(descs);
     msgf(err, n_err, "%s", msg);
     if (e) e->stopped = true; /* nobody to stop: every rank fails here */
     bt_engine_close(e);
