@@ -805,12 +805,14 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
     return BT_OK;
 }
 
-/* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer. */
-static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg) {
+/* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer; text: a failure
+ * the stop carries to every rank (NULL: none). */
+static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg, const char *text) {
     struct out_msg *o = out_get(e, 0);
     if (!o) return e->fatal = BT_ERR_COMM;
     o->head.kind = kind;
     o->head.arg = arg;
+    if (text) msgf(o->head.text, sizeof o->head.text, "%s", text);
     return out_send(e, o, peer);
 }
 
@@ -821,7 +823,7 @@ enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
         return efail(e, BT_ERR_INVALID, "seq_rm: sequence id %d out of [0, %d)", seq, e->p.n_seq_max);
     bt_kv_seq_rm(e->kv, seq);
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq)) != BT_OK) e->fatal = st;
+    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq, NULL)) != BT_OK) e->fatal = st;
     return st;
 }
 
@@ -840,9 +842,10 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
     /* then the stop goes down the chain and to every rank without layers */
     enum bt_status st = BT_OK;
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0);
+    const char *why = e->fatal != BT_OK ? e->err : NULL; /* every rank learns of a failure */
+    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0, why);
     for (int r = 1; r < e->P && st == BT_OK; r++)
-        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0);
+        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0, why);
     const enum bt_status st2 = drain_sends(e);
     if (e->fatal != BT_OK) return e->fatal;
     return st != BT_OK ? st : st2;
@@ -886,12 +889,16 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         head.text[MSG_TEXT - 1] = '\0';
         if (head.kind == MSG_STOP) {
             e->stats.wait_s += now_s() - t0;
-            if (nxt >= 0 && send_control(e, nxt, MSG_STOP, 0) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
+            /* a failure rank 0 learned of ends this rank with its message too */
+            if (head.text[0] && failed == BT_OK) failed = efail(e, BT_ERR_COMM, "%s", head.text);
+            if (nxt >= 0 && send_control(e, nxt, MSG_STOP, 0, head.text[0] ? head.text : NULL) != BT_OK &&
+                failed == BT_OK)
+                failed = BT_ERR_COMM;
             break;
         }
         if (head.kind == MSG_SEQ_RM) {
             if (e->kv) bt_kv_seq_rm(e->kv, head.arg);
-            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
+            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg, NULL) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
             continue;
         }
         if (head.kind == MSG_ERROR) {
