@@ -190,7 +190,24 @@ grep -q "stopping: finishing 1 running" "$tmp/main.err" || fail "SIGTERM: no dra
 echo "health during the drain or after: $code"
 
 # ---- a rank killed while serving: the job ends with a message ----
-start_server killed --parallel 2 --ctx-size 256
+start_server killed --parallel 2 --ctx-size 256 --max-connections 3
+# connections are bounded: with 3 open, a 4th is closed unanswered; then all is well again
+if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 4th connection is closed unanswered"; else fail "--max-connections"; fi
+import socket, sys, time
+port = int(sys.argv[1])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+time.sleep(0.3)
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(10)
+try:
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = s.recv(100)
+except OSError:
+    data = b""
+sys.exit(0 if data == b"" else 1)
+PY
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
+if [ "$code" != 200 ]; then fail "after the connection limit: /health $code"; fi
 pid1=$(pgrep -P "$server" | grep -vx "$pid0" | head -n 1)
 # the ranks are mpirun's children (or grandchildren through its daemon)
 if [ -z "$pid1" ]; then
