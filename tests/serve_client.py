@@ -231,9 +231,13 @@ slots, queue_cap = int(metric("baton_sequence_slots")), None
 statuses, retry = [], []
 
 
+start = threading.Barrier(48)
+
+
 def long_request(_):
+    start.wait()  # all at once: more than the 4 slots + 16 waiting
     st, hdr, data = raw("POST", "/v1/completions", json.dumps(
-        {"model": MODEL, "prompt": "Busy", "max_tokens": 60, "temperature": 0}))
+        {"model": MODEL, "prompt": "Busy", "max_tokens": 120, "temperature": 0}))
     with lock:
         statuses.append(st)
         if st == 503:
