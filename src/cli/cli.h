@@ -8,6 +8,7 @@ int bt_cli_demo(int argc, char **argv);  /* demo.c: the built-in main job */
 int bt_cli_plan(int argc, char **argv);  /* plan.c: the plan for a topology, without running it */
 int bt_cli_bench_pipeline(int argc, char **argv);  /* bench_dist.c */
 int bt_cli_bench_transport(int argc, char **argv); /* bench_dist.c */
+int bt_cli_bench_model(int argc, char **argv);     /* bench_model.c: a GGUF model's tokens/s */
 int bt_cli_tokenize(int argc, char **argv);        /* tokenize.c: text -> token ids under a GGUF vocabulary */
 int bt_cli_gguf(int argc, char **argv);            /* gguf_cmd.c: what a GGUF file holds */
 int bt_cli_quantize(int argc, char **argv);        /* quantize.c: baton quantize IN OUT TYPE */

@@ -57,9 +57,11 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "help")) {
-            printf("usage: baton bench ops|transport|pipeline [options]\n"
+            printf("usage: baton bench ops|model|transport|pipeline [options]\n"
                    "\n"
                    "  ops        kernel benchmark: mul_mat and mul_mat_id per weight type\n"
+                   "  model      prompt and generation tokens/s of a GGUF model (llama-bench's\n"
+                   "             table; also under mpirun)\n"
                    "  transport  baton's rank-to-rank transfers next to a raw MPI ping-pong\n"
                    "             (mpirun -np 2)\n"
                    "  pipeline   pipeline efficiency for P ranks and M micro-batches (mpirun -np P)\n"
@@ -68,6 +70,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(argv[2], "pipeline")) return bt_cli_bench_pipeline(argc - 2, argv + 2);
+        if (!strcmp(argv[2], "model")) return bt_cli_bench_model(argc - 2, argv + 2);
         if (!strcmp(argv[2], "transport")) return bt_cli_bench_transport(argc - 2, argv + 2);
         return bt_cli_bench(argc - 2, argv + 2);
     }

@@ -6,8 +6,9 @@
  *
  * One request = one sequence slot (0 .. n_seq-1) for its whole life.  Each
  * step forms ubatches from the ready sequences (first one decode token of each
- * sequence whose last token has been sampled, then prompt chunks, at most
- * n_ubatch tokens), submits while fewer than max_inflight ubatches are in
+ * sequence whose last token has been sampled, spread over as many ubatches as
+ * the pipeline has stages, then prompt chunks; at most n_ubatch tokens),
+ * submits while fewer than max_inflight ubatches are in
  * flight, then collects the oldest, samples the rows it brought back and hands
  * each request its new text.  A sequence's next decode token waits only for its
  * own previous token; its prompt chunks follow each other without waiting.

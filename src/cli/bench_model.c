@@ -1,0 +1,448 @@
+/* bench_model.c - `baton bench model -m FILE [-p N] [-n N] [-r N]`: prompt
+ * processing and generation speed of a GGUF model through the engine
+ * (src/run/engine.h), in llama-bench's table (model, size, params, backend,
+ * ranks, threads, test, t/s +- sd) or as JSON.  Runs on one process or under
+ * mpirun like `baton generate` (the same bring-up: topology or plain mpirun).
+ *
+ * What is timed, as llama-bench does it (random token ids, no sampling):
+ *   ppN  per repetition, S sequences (--seqs) of N prompt tokens each, split
+ *        into ubatches of --ubatch tokens, submitted with up to the engine's
+ *        ubatches in flight (P ranks work on P ubatches at once), every
+ *        ubatch's last row of logits collected; t/s = S N / seconds;
+ *   tgN  per repetition, N steps of one token per sequence (S ubatches of one
+ *        token in flight, all collected before the next step), from an empty
+ *        cache; t/s = S N / seconds.
+ * One warm-up repetition of each test runs first and is not counted; the
+ * cache is emptied between repetitions. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "cli.h"
+#include "common.h"
+#include "gguf.h"
+#include "run/engine.h"
+#include "signals.h"
+
+#define BM_PROG "baton bench model"
+
+struct bm_opts {
+    const char *model, *topology, *backend, *partition;
+    long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
+    int threads;
+    bool json;
+};
+
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_TOPOLOGY, OPT_BM_BACKEND, OPT_BM_PARTITION, OPT_BM_JSON };
+
+static void bm_usage(FILE *f) {
+    fprintf(f,
+            "usage: baton bench model -m FILE [options]      (also under mpirun / launch/baton-run)\n"
+            "\n"
+            "Prompt processing (ppN) and generation (tgN) tokens per second of a GGUF model,\n"
+            "as llama-bench measures them (random tokens, no sampling), in its table form.\n"
+            "\n"
+            "  -m, --model FILE     the GGUF model (required)\n"
+            "  -p, --n-prompt N     prompt tokens per sequence, 0: no pp test (default 512)\n"
+            "  -n, --n-gen N        generated tokens per sequence, 0: no tg test (default 128)\n"
+            "  -r, --repetitions N  timed repetitions of each test (default 5)\n"
+            "      --ubatch N       most tokens in one ubatch (default 512)\n"
+            "      --seqs S         sequences processed together (default 1)\n"
+            "      --inflight N     ubatches in flight through the ranks (default: ranks x copies)\n"
+            "  -t, --threads N      CPU threads per rank\n"
+            "      --topology FILE  a topology file (or BATON_TOPOLOGY)\n"
+            "      --backend B      cpu or cuda, without a topology\n"
+            "      --partition P    layers per rank, e.g. 2,2, or auto\n"
+            "      --json           one JSON object per test instead of the table\n"
+            "  -h, --help           this text\n");
+}
+
+/* 0: help; 2 and a message: a bad option; 1: go */
+static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t errn) {
+    static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'},        {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'},        {"repetitions", required_argument, 0, 'r'},
+        {"threads", required_argument, 0, 't'},      {"ubatch", required_argument, 0, OPT_BM_UBATCH},
+        {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
+        {"topology", required_argument, 0, OPT_BM_TOPOLOGY}, {"backend", required_argument, 0, OPT_BM_BACKEND},
+        {"partition", required_argument, 0, OPT_BM_PARTITION}, {"json", no_argument, 0, OPT_BM_JSON},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int code;
+    long v;
+#define NUM(FLAG, LO, HI, DST)                                                                               \
+    do {                                                                                                     \
+        if (!bt_cli_parse_int(optarg, (LO), (HI), &v))                                                       \
+            snprintf(err, errn, "%s: '%s' is not an integer in [%ld, %ld]", (FLAG), optarg, (long)(LO), (long)(HI)); \
+        else                                                                                                 \
+            (DST) = v;                                                                                       \
+    } while (0)
+    while ((code = getopt_long(argc, argv, ":m:p:n:r:t:h", longs, NULL)) != -1) {
+        switch (code) {
+        case 'm': o->model = optarg; break;
+        case 'p': NUM("-p", 0, 1L << 20, o->n_prompt); break;
+        case 'n': NUM("-n", 0, 1L << 20, o->n_gen); break;
+        case 'r': NUM("-r", 1, 1000, o->reps); break;
+        case OPT_BM_UBATCH: NUM("--ubatch", 1, 65536, o->n_ubatch); break;
+        case OPT_BM_SEQS: NUM("--seqs", 1, 1024, o->seqs); break;
+        case OPT_BM_INFLIGHT: NUM("--inflight", 1, 1024, o->inflight); break;
+        case 't':
+            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
+            else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
+            break;
+        case OPT_BM_TOPOLOGY:
+            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
+            else o->topology = optarg;
+            break;
+        case OPT_BM_BACKEND:
+            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "cuda")) o->backend = optarg;
+            else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
+            break;
+        case OPT_BM_PARTITION: o->partition = optarg; break;
+        case OPT_BM_JSON: o->json = true; break;
+        case 'h': return 0;
+        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
+        default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
+        }
+        if (err[0]) return 2;
+    }
+#undef NUM
+    if (optind < argc) {
+        snprintf(err, errn, "unexpected argument '%s' (try: " BM_PROG " --help)", argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        snprintf(err, errn, "-m FILE: the model is required (try: " BM_PROG " --help)");
+        return 2;
+    }
+    if (o->n_prompt == 0 && o->n_gen == 0) {
+        snprintf(err, errn, "-p 0 and -n 0: nothing to measure");
+        return 2;
+    }
+    return 1;
+}
+
+/* The model's column of the table: architecture and the weight type holding
+ * the most bytes ("mix" when other quantised types are there too); size in
+ * bytes and parameters. */
+struct bm_model {
+    char desc[96];
+    uint64_t bytes, params;
+};
+
+static void bm_describe(struct bt_gguf *g, const char *arch, struct bm_model *m) {
+    uint64_t by_type[BT_TYPE_COUNT + 1] = {0};
+    m->bytes = m->params = 0;
+    for (int64_t i = 0; i < bt_gguf_n_tensors(g); i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        uint64_t n = 1;
+        for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
+        m->params += n;
+        m->bytes += t->size;
+        by_type[t->type <= BT_TYPE_COUNT ? t->type : BT_TYPE_COUNT] += t->size;
+    }
+    int top = BT_TYPE_F32, quantised = 0;
+    for (int ty = 0; ty < BT_TYPE_COUNT; ty++) {
+        if (by_type[ty] > by_type[top]) top = ty;
+        if (by_type[ty] && bt_blck_size((enum bt_type)ty) > 1) quantised++;
+    }
+    const bool mix = quantised > 1 || (quantised == 1 && bt_blck_size((enum bt_type)top) == 1);
+    const char *params_unit = m->params >= 1000000000ull ? "B" : "M";
+    const double params_v = (double)m->params / (m->params >= 1000000000ull ? 1e9 : 1e6);
+    snprintf(m->desc, sizeof m->desc, "%s %.2f%s %s%s", arch, params_v, params_unit, bt_type_name((enum bt_type)top),
+             mix ? " mix" : "");
+}
+
+/* One test's results (t/s of each repetition). */
+struct bm_result {
+    char test[32];
+    int64_t n_prompt, n_gen;
+    double *ts;
+    int n;
+};
+
+static void bm_stats(const struct bm_result *r, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < r->n; i++) s += r->ts[i];
+    *mean = s / r->n;
+    for (int i = 0; i < r->n; i++) s2 += (r->ts[i] - *mean) * (r->ts[i] - *mean);
+    *sd = r->n > 1 ? sqrt(s2 / (r->n - 1)) : 0.0;
+}
+
+struct bm_run {
+    struct bt_engine *e;
+    const struct bm_opts *o;
+    int64_t n_vocab;
+    float *logits;
+    int32_t *tok, *pos, *seq;
+    uint64_t rng;
+    int limit; /* ubatches submitted and not collected, at most */
+};
+
+static int32_t bm_token(struct bm_run *b) {
+    b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((b->rng >> 33) % (uint64_t)b->n_vocab);
+}
+
+static enum bt_status bm_collect(struct bm_run *b) {
+    uint64_t id;
+    int64_t n_out;
+    return bt_engine_collect(b->e, &id, b->logits, &n_out);
+}
+
+static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_t pos0) {
+    while (bt_engine_n_inflight(b->e) >= b->limit) {
+        const enum bt_status st = bm_collect(b);
+        if (st != BT_OK) return st;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        b->tok[i] = bm_token(b);
+        b->pos[i] = pos0 + (int32_t)i;
+        b->seq[i] = seq;
+    }
+    const struct bt_llm_batch ub = {.n_tokens = n, .token = b->tok, .pos = b->pos, .seq = b->seq, .logits = NULL};
+    uint64_t id;
+    return bt_engine_submit(b->e, &ub, &id);
+}
+
+static enum bt_status bm_drain(struct bm_run *b) {
+    while (bt_engine_n_inflight(b->e) > 0) {
+        const enum bt_status st = bm_collect(b);
+        if (st != BT_OK) return st;
+    }
+    return BT_OK;
+}
+
+/* One repetition of a test; *tps its tokens/s. */
+static enum bt_status bm_rep(struct bm_run *b, bool pp, double *tps) {
+    const struct bm_opts *o = b->o;
+    enum bt_status st = BT_OK;
+    const double t0 = bt_cli_now_s();
+    if (pp) {
+        for (int32_t s = 0; s < o->seqs && st == BT_OK; s++)
+            for (int64_t p = 0; p < o->n_prompt && st == BT_OK; p += o->n_ubatch)
+                st = bm_submit(b, o->n_prompt - p < o->n_ubatch ? o->n_prompt - p : o->n_ubatch, s, (int32_t)p);
+    } else {
+        for (int64_t i = 0; i < o->n_gen && st == BT_OK; i++) {
+            for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bm_submit(b, 1, s, (int32_t)i);
+            if (st == BT_OK) st = bm_drain(b);
+        }
+    }
+    if (st == BT_OK) st = bm_drain(b);
+    const double dt = bt_cli_now_s() - t0;
+    for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bt_engine_seq_rm(b->e, s);
+    *tps = (double)o->seqs * (double)(pp ? o->n_prompt : o->n_gen) / (dt > 0 ? dt : 1e-9);
+    return st;
+}
+
+static void bm_print(const struct bm_opts *o, const struct bm_model *m, const char *backend, int P, int threads,
+                     const struct bm_result *res, int n_res) {
+    if (o->json) {
+        for (int i = 0; i < n_res; i++) {
+            double mean, sd;
+            bm_stats(&res[i], &mean, &sd);
+            printf("{\"model\": ");
+            bt_cli_json_str(stdout, m->desc, strlen(m->desc));
+            printf(", \"model_file\": ");
+            bt_cli_json_str(stdout, o->model, strlen(o->model));
+            printf(", \"size\": %llu, \"params\": %llu, \"backend\": \"%s\", \"ranks\": %d, \"threads\": %d, "
+                   "\"n_ubatch\": %ld, \"seqs\": %ld, \"test\": \"%s\", \"n_prompt\": %lld, \"n_gen\": %lld, "
+                   "\"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
+                   (unsigned long long)m->bytes, (unsigned long long)m->params, backend, P, threads, o->n_ubatch,
+                   o->seqs, res[i].test, (long long)res[i].n_prompt, (long long)res[i].n_gen, mean, sd);
+            for (int j = 0; j < res[i].n; j++) printf("%s%.6f", j ? ", " : "", res[i].ts[j]);
+            printf("]}\n");
+        }
+        return;
+    }
+    printf("| %-28s | %10s | %8s | %-7s | %5s | %7s | %12s | %20s |\n", "model", "size", "params", "backend", "ranks",
+           "threads", "test", "t/s");
+    /* llama-bench's alignment row: ':' at the right of right-aligned columns */
+    static const int width[8] = {28, 10, 8, 7, 5, 7, 12, 20};
+    static const bool right[8] = {false, true, true, false, true, true, true, true};
+    for (int c = 0; c < 8; c++) {
+        printf("| ");
+        for (int i = 0; i < width[c] - (right[c] ? 1 : 0); i++) putchar('-');
+        printf(right[c] ? ": " : " ");
+    }
+    printf("|\n");
+    for (int i = 0; i < n_res; i++) {
+        double mean, sd;
+        bm_stats(&res[i], &mean, &sd);
+        char size[32], params[32], ts[48];
+        snprintf(size, sizeof size, "%.2f GiB", (double)m->bytes / (1024.0 * 1024.0 * 1024.0));
+        if (m->params >= 1000000000ull) snprintf(params, sizeof params, "%.2f B", (double)m->params / 1e9);
+        else snprintf(params, sizeof params, "%.2f M", (double)m->params / 1e6);
+        snprintf(ts, sizeof ts, "%.2f ± %.2f", mean, sd);
+        printf("| %-28s | %10s | %8s | %-7s | %5d | %7d | %12s | %20s |\n", m->desc, size, params, backend, P, threads,
+               res[i].test, ts);
+    }
+}
+
+#define BM_AGREE_ITEMS 10
+static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
+    int n = 0;
+#define ITEM(OPT, GIVEN, ...)                                                   \
+    do {                                                                        \
+        it[n].option = (OPT);                                                   \
+        it[n].given = (GIVEN);                                                  \
+        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                 \
+        n++;                                                                    \
+    } while (0)
+    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    ITEM("-m", true, "%s", o->model ? o->model : "");
+    ITEM("-p", true, "%ld", o->n_prompt);
+    ITEM("-n", true, "%ld", o->n_gen);
+    ITEM("-r", true, "%ld", o->reps);
+    ITEM("--ubatch", true, "%ld", o->n_ubatch);
+    ITEM("--seqs", true, "%ld", o->seqs);
+    ITEM("--inflight", o->inflight > 0, "%ld", o->inflight);
+    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+#undef ITEM
+    return n;
+}
+
+int bt_cli_bench_model(int argc, char **argv) {
+    struct bm_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .n_ubatch = 512, .seqs = 1};
+    const int env_rank = bt_cli_env_rank();
+    bt_cli_signals_install(BM_PROG, env_rank);
+    char perr[1024] = "";
+    int prc = bm_parse(argc, argv, &o, perr, sizeof perr);
+    if (prc == 0) {
+        if (env_rank == 0) bm_usage(stdout);
+        return 0;
+    }
+    if (prc == 1) prc = 0;
+    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+    if (!prc && o.backend && o.topology && *o.topology) {
+        snprintf(perr, sizeof perr, "--backend %s and the topology %s: give one or the other", o.backend, o.topology);
+        prc = 2;
+    }
+    const struct bt_rank_config rcfg = {
+        .prog = BM_PROG,
+        .topology = o.topology,
+        .backend = o.backend,
+        .threads = o.threads,
+        .copies = 0,
+        .partition = o.partition,
+        .n_layers = 0,
+        .progress_us = 0,
+    };
+    struct bt_rank R;
+    bool bare = false;
+    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
+        snprintf(perr, sizeof perr, "%s", R.error);
+        prc = R.exit_code;
+        bare = true;
+    }
+    if (!R.t) {
+        if (env_rank == 0) fprintf(stderr, "%s%s\n", bare || !prc ? "" : BM_PROG ": ", prc ? perr : R.error);
+        bt_rank_free(&R);
+        return prc ? prc : 1;
+    }
+    bt_transport *t = R.t;
+    const int P = R.size, rank = R.rank;
+    bt_cli_signals_install(BM_PROG, rank);
+    int rc = 0;
+    char err[1024] = "";
+    struct bt_engine *e = NULL;
+    struct bm_run b = {0};
+    struct bm_result res[2];
+    memset(res, 0, sizeof res);
+    int n_res = 0;
+
+    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
+    struct bt_cli_agree_item items[BM_AGREE_ITEMS];
+    BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
+    rc = bt_cli_agree(t, BM_PROG, prc, perr, items, BM_AGREE_ITEMS);
+    if (rc != 0) goto out;
+    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
+        snprintf(err, sizeof err, "%s", R.error);
+        rc = R.exit_code;
+        goto out;
+    }
+
+    struct bt_engine_params ep;
+    bt_engine_default_params(&ep);
+    ep.model = o.model;
+    ep.n_seq_max = (int)o.seqs;
+    const long per_seq = o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen;
+    ep.n_ctx = o.seqs * per_seq;
+    ep.n_ubatch = o.n_ubatch < per_seq ? o.n_ubatch : per_seq;
+    ep.max_inflight = (int)o.inflight;
+    if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
+        rc = 1;
+        goto out;
+    }
+    if (rank == 0) {
+        b.e = e;
+        b.o = &o;
+        b.n_vocab = bt_engine_hparams(e)->n_vocab;
+        b.rng = 0x5eed;
+        b.limit = 4 * P + 16 + (int)o.inflight;
+        b.logits = malloc((size_t)ep.n_ubatch * (size_t)b.n_vocab * sizeof(float));
+        b.tok = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
+        b.pos = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
+        b.seq = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
+        for (int i = 0; i < 2; i++) res[i].ts = calloc((size_t)o.reps, sizeof(double));
+        if (!b.logits || !b.tok || !b.pos || !b.seq || !res[0].ts || !res[1].ts) {
+            snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
+            rc = 1;
+        }
+        for (int pp = 1; pp >= 0 && !rc; pp--) {
+            if ((pp ? o.n_prompt : o.n_gen) == 0) continue;
+            struct bm_result *r = &res[n_res++];
+            snprintf(r->test, sizeof r->test, "%s%ld", pp ? "pp" : "tg", pp ? o.n_prompt : o.n_gen);
+            r->n_prompt = pp ? o.n_prompt : 0;
+            r->n_gen = pp ? 0 : o.n_gen;
+            double warm;
+            if (bm_rep(&b, pp, &warm) != BT_OK) {
+                snprintf(err, sizeof err, "%s", bt_engine_error(e));
+                rc = 1;
+            }
+            for (r->n = 0; r->n < o.reps && !rc; r->n++)
+                if (bm_rep(&b, pp, &r->ts[r->n]) != BT_OK) {
+                    snprintf(err, sizeof err, "%s", bt_engine_error(e));
+                    rc = 1;
+                }
+        }
+        if (bt_engine_stop(e) != BT_OK && !rc) {
+            snprintf(err, sizeof err, "%s", bt_engine_error(e));
+            rc = 1;
+        }
+        if (!rc) {
+            struct bm_model m;
+            bm_describe(bt_engine_gguf(e), bt_engine_arch(e)->name, &m);
+            bm_print(&o, &m, bt_backend_name(R.backend), P, R.threads, res, n_res);
+            if (fflush(stdout) != 0) {
+                snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
+                rc = 1;
+            }
+        }
+    } else if (bt_engine_serve(e) != BT_OK) {
+        snprintf(err, sizeof err, "%s", bt_engine_error(e));
+        rc = 1;
+    }
+    int64_t rcv = rc;
+    t->iface.allreduce_max(t, &rcv, 1);
+    rc = (int)rcv;
+
+out:
+    if (err[0] && rank == 0) fprintf(stderr, BM_PROG ": %s\n", err);
+    free(b.logits);
+    free(b.tok);
+    free(b.pos);
+    free(b.seq);
+    free(res[0].ts);
+    free(res[1].ts);
+    bt_engine_close(e);
+    bt_rank_free(&R);
+    return rc;
+}
