@@ -82,6 +82,16 @@ def cli_tests():
         got = tokens(gen_json(base, np))
         check(got == want, f"greedy on {np} ranks equals one rank", f"{got} vs {want}")
 
+    # a long prompt: on several ranks the batcher cuts it into chunks for the
+    # stages (at least 32 tokens each); the same tokens as one rank in one ubatch
+    long_p = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+    lp = ["-m", model, "-p", long_p, "-n", "6", "--temp", "0", "-c", "512", "--ubatch", "256"]
+    want_long = tokens(gen_json(lp))
+    for np in (2, 3):
+        got = tokens(gen_json(lp, np))
+        check(want_long is not None and got == want_long, f"a long prompt on {np} ranks equals one rank",
+              f"{got} vs {want_long}")
+
     # the text streamed to stdout is the completion of the JSON output
     rc, out, err = run(["generate"] + base)
     js = gen_json(base)
