@@ -1,7 +1,7 @@
 /* cuda_impl.h - internal interface of the CUDA backend, shared by the
  * backend glue (cuda_backend.c, plain C), the op support rules (supports.c),
- * the element-wise / row kernels (ops.cu) and the matrix products through
- * cuBLAS (matmul.cu).  Not part of the public API. */
+ * the element-wise / row kernels (ops.cu), the fused attention (attn.cu) and
+ * the matrix products through cuBLAS (matmul.cu).  Not part of the public API. */
 #ifndef BATON_CUDA_IMPL_H
 #define BATON_CUDA_IMPL_H
 
@@ -71,10 +71,14 @@ void *bt_cuda_host_stage(struct bt_cuda_ctx *c, size_t bytes);
 /* support rules (supports.c) */
 bool bt_cuda_op_supported(const struct bt_tensor *node);
 #define BT_CUDA_ARGSORT_MAX 4096 /* longest row ARGSORT sorts (shared memory) */
+#define BT_CUDA_ATTN_MAX_D 512    /* largest FLASH_ATTN head size (q/k and v rows held in registers) */
 
 /* ops.cu: every op except MUL_MAT / MUL_MAT_ID, enqueued on c->stream;
  * node_index identifies the node in run-time error reports. */
 enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_tensor *node, int node_index);
+
+/* attn.cu: FLASH_ATTN, one warp per (q head, query row) */
+enum bt_status bt_cuda_flash_attn(struct bt_cuda_ctx *c, struct bt_tensor *dst);
 
 /* matmul.cu */
 enum bt_status bt_cuda_mul_mat(struct bt_cuda_ctx *c, struct bt_tensor *dst);

@@ -1,5 +1,6 @@
 /* ops.cu - CUDA kernels for every op of ops.h except MUL_MAT / MUL_MAT_ID
- * (matmul.cu), with the semantics of the CPU kernels (backends/cpu/ops_cpu.c):
+ * (matmul.cu) and FLASH_ATTN (attn.cu), and the dispatch of all of them,
+ * with the semantics of the CPU kernels (backends/cpu/ops_cpu.c):
  * sources are read through their nb[] strides, dst is written through its
  * own (CPY's and SET_ROWS' dst is a view into another tensor), reductions
  * accumulate in double, conversions round as tensor.c does.
@@ -414,6 +415,7 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
             k_cpy<<<grid_for(n / g), CUDA_THREADS, 0, st>>>(d, t4_of(a), g, ts, n / g);
             break;
         }
+        case BT_OP_FLASH_ATTN: return bt_cuda_flash_attn(c, node);
         case BT_OP_MUL_MAT: return bt_cuda_mul_mat(c, node);
         case BT_OP_MUL_MAT_ID: return bt_cuda_mul_mat_id(c, node);
         default:

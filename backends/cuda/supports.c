@@ -1,6 +1,7 @@
 /* supports.c - which nodes the CUDA backend computes: the well-formed ones
  * (bt_op_is_well_formed, src/ops.c) within the GPU's own limits: one block
- * per row (grid x <= INT_MAX), ARGSORT rows in shared memory, cuBLAS's int
+ * per row (grid x <= INT_MAX), ARGSORT rows in shared memory, FLASH_ATTN's
+ * head size (BT_CUDA_ATTN_MAX_D), cuBLAS's int
  * sizes, the CPY kernel's copy paths, and the types its kernels know. */
 #include <limits.h>
 
@@ -56,9 +57,10 @@ bool bt_cuda_op_supported(const struct bt_tensor *node) {
         case BT_OP_MUL_MAT_ID:
             return cublas_sizes_ok(node);
         case BT_OP_FLASH_ATTN:
-            /* no CUDA kernel yet (backends/cpu/attn.c is the only one): the
-             * scheduler keeps attention on a CPU backend */
-            return false;
+            /* attn.cu: head sizes within the registers of a warp, one warp
+             * per (head, query row) in a grid of int blocks */
+            return a->ne[0] <= BT_CUDA_ATTN_MAX_D && node->ne[0] <= BT_CUDA_ATTN_MAX_D &&
+                   bt_nrows(node) / 4 < INT_MAX;
         default:
             return true;
     }

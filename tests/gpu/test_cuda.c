@@ -41,7 +41,7 @@ static void teardown(void) {
 
 enum kind {
     K_BINARY, K_UNARY, K_SWIGLU, K_SUM_ROWS, K_NORM, K_SOFT_MAX, K_ROPE, K_GET_ROWS, K_SET_ROWS,
-    K_CPY, K_CPY_FLAT, K_CONT, K_ARGSORT, K_CONCAT, K_MUL_MAT, K_MUL_MAT_ID,
+    K_CPY, K_CPY_FLAT, K_CONT, K_ARGSORT, K_CONCAT, K_MUL_MAT, K_MUL_MAT_ID, K_FLASH_ATTN,
 };
 
 struct spec {
@@ -157,8 +157,34 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
             b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, s->variant ? 1 : n_used, n);
             return bt_mul_mat_id(ctx, a, b, ids(ctx, n_used, n, 1, n_expert));
         }
+        case K_FLASH_ATTN: { /* n = head size, m = query rows, k = cells; variant: bit 0 k/v are
+                              * views of a larger cache (padded rows, as the engine's cache view),
+                              * bit 1 an F16 mask, bit 2 no mask, bits 3.. q heads per kv head - 1 */
+            const int64_t Hk = 2, H = Hk * (1 + (s->variant >> 3)), Dv = n == 64 ? 32 : n;
+            struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, H, m);
+            struct bt_tensor *kk = input(ctx, s->type, n, Hk, k, 1, s->variant & 1 ? 2 : 0);
+            struct bt_tensor *vv = input(ctx, s->type, Dv, Hk, k, 1, s->variant & 1 ? 2 : 0);
+            struct bt_tensor *mask = NULL;
+            if (!(s->variant & 4))
+                mask = bt_set_name(bt_new_tensor_2d(ctx, s->variant & 2 ? BT_TYPE_F16 : BT_TYPE_F32, k, m + 3), "mask");
+            return bt_flash_attn(ctx, q, kk, vv, mask, 0.125f);
+        }
     }
     return NULL;
+}
+
+/* FLASH_ATTN's mask [N, rows]: -inf for the cells after a causal diagonal
+ * (row t sees cells j <= N - rows + t), for every fifth cell, and for the
+ * whole of row 1 (a row that sees no cell is 0); the other values stay as
+ * filled (small, like an ALiBi bias). */
+static void attn_mask_cells(struct bt_tensor *mask) {
+    float *mv = tu_read_f32(mask);
+    const int64_t N = mask->ne[0], rows = mask->ne[1];
+    for (int64_t t = 0; t < rows; t++)
+        for (int64_t j = 0; j < N; j++)
+            if (j > N - rows + t || j % 5 == 3 || t == 1) mv[t * N + j] = -INFINITY;
+    tu_write_f32(mask, mv);
+    free(mv);
 }
 
 struct side {
@@ -211,6 +237,7 @@ static void check_case(const struct spec *s, double tol) {
             tu_fill(t, &r);
         if (s->kind == K_ARGSORT) /* many ties */
             for (int64_t j = 0; j < bt_nelements(t); j++) ((float *)t->data)[j] = floorf(((float *)t->data)[j]);
+        if (strcmp(t->name, "mask") == 0) attn_mask_cells(t);
         bt_tensor_set(bt_context_tensor(d.ctx, i), t->data, 0, bt_nbytes(t));
     }
     ck_assert_msg(bt_backend_graph_compute(g_cpu, c.g) == BT_OK, "%s: cpu: %s", name, bt_backend_error(g_cpu));
@@ -315,6 +342,79 @@ START_TEST(test_mul_mat) {
             for (int v = 0; v < 2; v++)
                 check_case(&(struct spec){K_MUL_MAT_ID, BT_OP_MUL_MAT_ID, types[i], tokens[t], 48, 128, v},
                            TOL_MATMUL);
+}
+END_TEST
+
+START_TEST(test_flash_attn) {
+    /* head sizes 64 (v rows of 32), 128, 32; k/v F32, F16, Q8_0; decode (1
+     * row) and prompt rows; packed or cache-view k/v; F32, F16 or no mask;
+     * 1, 2 and 4 q heads per kv head */
+    const enum bt_type types[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_Q8_0};
+    const int64_t heads[] = {64, 128, 32};
+    const int variants[] = {0, 1, 2, 4, 8 | 1, 24 | 2};
+    for (int i = 0; i < 3; i++)
+        for (int h = 0; h < 3; h++)
+            for (int v = 0; v < 6; v++) {
+                check_case(&(struct spec){K_FLASH_ATTN, BT_OP_FLASH_ATTN, types[i], heads[h], 7, 45, variants[v]},
+                           TOL_ELEM);
+                check_case(&(struct spec){K_FLASH_ATTN, BT_OP_FLASH_ATTN, types[i], heads[h], 1, 300, variants[v]},
+                           TOL_ELEM);
+            }
+}
+END_TEST
+
+/* The promise on the GPU: a query row's result is bitwise the same computed
+ * with its whole batch over every cell, alone over every cell, and alone
+ * over only the cells up to the last one it sees. */
+START_TEST(test_flash_attn_rows_alone) {
+    const enum bt_type types[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
+        const int64_t D = 128, H = 8, Hk = 2, T = 9, N = 70;
+        bt_context *ctx = bt_init((struct bt_init_params){4u << 20, NULL, true});
+        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
+        struct bt_tensor *k = bt_new_tensor_3d(ctx, types[ti], D, Hk, N);
+        struct bt_tensor *v = bt_new_tensor_3d(ctx, types[ti], D, Hk, N);
+        struct bt_tensor *mask = bt_new_tensor_2d(ctx, BT_TYPE_F32, N, T);
+        struct bt_tensor *outs[1 + 2 * T];
+        outs[0] = bt_flash_attn(ctx, q, k, v, mask, 0.09f);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t n_seen = N - T + t + 1; /* the causal pattern of attn_mask_cells */
+            struct bt_tensor *qt = bt_view_3d(ctx, q, D, H, 1, q->nb[1], q->nb[2], (size_t)t * q->nb[2]);
+            struct bt_tensor *mt = bt_view_2d(ctx, mask, N, 1, mask->nb[1], (size_t)t * mask->nb[1]);
+            struct bt_tensor *mt2 = bt_view_2d(ctx, mask, n_seen, 1, mask->nb[1], (size_t)t * mask->nb[1]);
+            struct bt_tensor *k2 = bt_view_3d(ctx, k, D, Hk, n_seen, k->nb[1], k->nb[2], 0);
+            struct bt_tensor *v2 = bt_view_3d(ctx, v, D, Hk, n_seen, v->nb[1], v->nb[2], 0);
+            outs[1 + 2 * t] = bt_flash_attn(ctx, qt, k, v, mt, 0.09f);
+            outs[2 + 2 * t] = bt_flash_attn(ctx, qt, k2, v2, mt2, 0.09f);
+        }
+        struct bt_graph *g = bt_graph_new(ctx, 256);
+        for (int i = 0; i < 1 + 2 * T; i++) {
+            TU_OK(ctx, outs[i]);
+            bt_graph_build_forward_expand(g, outs[i]);
+        }
+        bt_buffer_t buf = bt_alloc_ctx_tensors(ctx, g_gpu);
+        ck_assert_ptr_nonnull(buf);
+        tu_rng r;
+        tu_rng_init(&r, 77 + (uint64_t)ti);
+        tu_fill(q, &r);
+        tu_fill(k, &r);
+        tu_fill(v, &r);
+        tu_fill(mask, &r);
+        attn_mask_cells(mask);
+        ck_assert_msg(bt_backend_graph_compute(g_gpu, g) == BT_OK, "%s", bt_backend_error(g_gpu));
+        float *all = tu_read_f32(outs[0]);
+        for (int64_t t = 0; t < T; t++)
+            for (int w = 1; w <= 2; w++) {
+                float *one = tu_read_f32(outs[w + 2 * t]);
+                ck_assert_msg(memcmp(one, all + t * D * H, (size_t)(D * H) * sizeof(float)) == 0,
+                              "%s: row %lld computed alone (%s) differs from the batch's", bt_type_name(types[ti]),
+                              (long long)t, w == 1 ? "every cell" : "only the cells it sees");
+                free(one);
+            }
+        free(all);
+        bt_buffer_free(buf);
+        bt_free(ctx);
+    }
 }
 END_TEST
 
@@ -518,6 +618,8 @@ int main(void) {
     tcase_add_test(tc, test_rows);
     tcase_add_test(tc, test_rows_and_copies);
     tcase_add_test(tc, test_mul_mat);
+    tcase_add_test(tc, test_flash_attn);
+    tcase_add_test(tc, test_flash_attn_rows_alone);
     tcase_add_test(tc, test_bad_ids);
     tcase_add_test(tc, test_buffers_events);
     tcase_add_test(tc, test_sched_split);
