@@ -1,7 +1,9 @@
-/* cuda_common.cuh - device-side helpers shared by ops.cu and matmul.cu: a
- * tensor passed to a kernel by value (data, ne, nb, type), element loads and
- * stores of every type converted through F32 exactly as tensor.c converts on
- * the CPU, Q8_0 / Q4_0 block quantisation, launch sizes and reductions. */
+/* cuda_common.cuh - device-side helpers shared by ops.cu, attn.cu and
+ * matmul.cu: a tensor passed to a kernel by value (data, ne, nb, type),
+ * element loads and stores of every type converted through F32 exactly as
+ * tensor.c converts on the CPU (element reads of every block type as
+ * quants.c dequantises), Q8_0 / Q4_0 block quantisation, launch sizes and
+ * reductions. */
 #ifndef BATON_CUDA_COMMON_CUH
 #define BATON_CUDA_COMMON_CUH
 
@@ -10,6 +12,7 @@
 #include <stdint.h>
 
 #include "cuda_impl.h"
+#include "quants.h"
 
 /* A tensor as a kernel sees it. */
 struct t4 {
@@ -43,8 +46,40 @@ static inline unsigned grid_for(int64_t n) {
 #define GRID_STRIDE(e, n) \
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < (n); e += (int64_t)gridDim.x * blockDim.x)
 
+/* the block types the kernels also write (quantize_block) */
 __device__ __forceinline__ bool d_is_quant(int type) { return type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0; }
-__device__ __forceinline__ int64_t d_blck(int type) { return d_is_quant(type) ? BT_QK : 1; }
+/* elements per block: 32, 256 for the K-quants, 1 for the plain types */
+__device__ __forceinline__ int64_t d_blck(int type) {
+    switch (type) {
+        case BT_TYPE_Q8_0:
+        case BT_TYPE_Q4_0:
+        case BT_TYPE_Q4_1:
+        case BT_TYPE_Q5_0:
+        case BT_TYPE_Q5_1: return BT_QK;
+        case BT_TYPE_Q2_K:
+        case BT_TYPE_Q3_K:
+        case BT_TYPE_Q4_K:
+        case BT_TYPE_Q5_K:
+        case BT_TYPE_Q6_K: return BT_QK_K;
+        default: return 1;
+    }
+}
+/* bytes per block of a block type */
+__device__ __forceinline__ int64_t d_block_bytes(int type) {
+    switch (type) {
+        case BT_TYPE_Q8_0: return sizeof(bt_block_q8_0);
+        case BT_TYPE_Q4_0: return sizeof(bt_block_q4_0);
+        case BT_TYPE_Q4_1: return sizeof(bt_block_q4_1);
+        case BT_TYPE_Q5_0: return sizeof(bt_block_q5_0);
+        case BT_TYPE_Q5_1: return sizeof(bt_block_q5_1);
+        case BT_TYPE_Q2_K: return sizeof(bt_block_q2_K);
+        case BT_TYPE_Q3_K: return sizeof(bt_block_q3_K);
+        case BT_TYPE_Q4_K: return sizeof(bt_block_q4_K);
+        case BT_TYPE_Q5_K: return sizeof(bt_block_q5_K);
+        case BT_TYPE_Q6_K: return sizeof(bt_block_q6_K);
+        default: return 1;
+    }
+}
 
 /* linear logical index e (i0 fastest) -> (i0, i1, i2, i3) over ne */
 __device__ __forceinline__ void unravel(int64_t e, const int64_t ne[4], int64_t i[4]) {
@@ -83,6 +118,92 @@ __device__ __forceinline__ float d_q4_0_get(const char *blk, int j) {
     return (float)((int)q - 8) * d_fp16_to_f32(b->d);
 }
 
+/* Element j of a block of the types only read (Q4_1, Q5_0, Q5_1, Q2_K ..
+ * Q6_K): the arithmetic of src/quants.c's bt_*_to_f32, each product and sum
+ * rounded on its own (quants.c is built with -ffp-contract=off; nvcc would
+ * fuse a * b + c), so the values are bit for bit the CPU's. */
+__device__ __forceinline__ float d_block_get(int type, const char *blk, int j) {
+    switch (type) {
+        case BT_TYPE_Q8_0: return d_q8_0_get(blk, j);
+        case BT_TYPE_Q4_0: return d_q4_0_get(blk, j);
+        case BT_TYPE_Q4_1: {
+            const bt_block_q4_1 *b = (const bt_block_q4_1 *)blk;
+            const int q = j < BT_QK / 2 ? (b->qs[j] & 0x0f) : (b->qs[j - BT_QK / 2] >> 4);
+            return __fadd_rn(__fmul_rn((float)q, d_fp16_to_f32(b->d)), d_fp16_to_f32(b->m));
+        }
+        case BT_TYPE_Q5_0:
+        case BT_TYPE_Q5_1: {
+            const bool one = type == BT_TYPE_Q5_1;
+            const uint8_t *qh8 = one ? ((const bt_block_q5_1 *)blk)->qh : ((const bt_block_q5_0 *)blk)->qh;
+            const uint8_t *qs = one ? ((const bt_block_q5_1 *)blk)->qs : ((const bt_block_q5_0 *)blk)->qs;
+            const uint32_t qh = (uint32_t)qh8[0] | (uint32_t)qh8[1] << 8 | (uint32_t)qh8[2] << 16 | (uint32_t)qh8[3] << 24;
+            const int lo = j < BT_QK / 2 ? (qs[j] & 0x0f) : (qs[j - BT_QK / 2] >> 4);
+            const int q = lo | (int)(((qh >> j) & 1) << 4);
+            if (!one) return __fmul_rn((float)(q - 16), d_fp16_to_f32(((const bt_block_q5_0 *)blk)->d));
+            const bt_block_q5_1 *b = (const bt_block_q5_1 *)blk;
+            return __fadd_rn(__fmul_rn((float)q, d_fp16_to_f32(b->d)), d_fp16_to_f32(b->m));
+        }
+        case BT_TYPE_Q2_K: {
+            const bt_block_q2_K *b = (const bt_block_q2_K *)blk;
+            const int half = j / 128, s = (j % 128) / 32, l = j % 32;
+            const int q = (b->qs[32 * half + l] >> (2 * s)) & 3;
+            const uint8_t sc = b->scales[j / 16];
+            const float dl = __fmul_rn(d_fp16_to_f32(b->d), (float)(sc & 0xF));
+            const float ml = __fmul_rn(d_fp16_to_f32(b->dmin), (float)(sc >> 4));
+            return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+        }
+        case BT_TYPE_Q3_K: {
+            const bt_block_q3_K *b = (const bt_block_q3_K *)blk;
+            const int half = j / 128, s = (j % 128) / 32, l = j % 32, is = j / 16;
+            const int lo = (b->qs[32 * half + l] >> (2 * s)) & 3;
+            const int hi = (b->hmask[l] >> (j / 32)) & 1;
+            /* bt_q3_K_scales for scale is */
+            const int slo = is < 8 ? b->scales[is] & 0xF : b->scales[is - 8] >> 4;
+            const int shi = (b->scales[8 + is % 4] >> (2 * (is / 4))) & 3;
+            const int sc = (int)(int8_t)((slo | (shi << 4)) - 32);
+            const float dl = __fmul_rn(d_fp16_to_f32(b->d), (float)sc);
+            return __fmul_rn(dl, (float)(lo - (hi ? 0 : 4)));
+        }
+        case BT_TYPE_Q4_K:
+        case BT_TYPE_Q5_K: {
+            const bool five = type == BT_TYPE_Q5_K;
+            const uint16_t dh = five ? ((const bt_block_q5_K *)blk)->d : ((const bt_block_q4_K *)blk)->d;
+            const uint16_t mh = five ? ((const bt_block_q5_K *)blk)->dmin : ((const bt_block_q4_K *)blk)->dmin;
+            const uint8_t *sc8 = five ? ((const bt_block_q5_K *)blk)->scales : ((const bt_block_q4_K *)blk)->scales;
+            const uint8_t *qs = five ? ((const bt_block_q5_K *)blk)->qs : ((const bt_block_q4_K *)blk)->qs;
+            const int sub = j / 32, l = j % 32;
+            /* bt_q4_K_scale_min for sub-block sub */
+            uint8_t sc, m;
+            if (sub < 4) {
+                sc = sc8[sub] & 63;
+                m = sc8[sub + 4] & 63;
+            } else {
+                sc = (uint8_t)((sc8[sub + 4] & 0xF) | ((sc8[sub - 4] >> 6) << 4));
+                m = (uint8_t)((sc8[sub + 4] >> 4) | ((sc8[sub] >> 6) << 4));
+            }
+            const float d1 = __fmul_rn(d_fp16_to_f32(dh), (float)sc), m1 = __fmul_rn(d_fp16_to_f32(mh), (float)m);
+            int v = (qs[32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
+            if (five) v |= ((((const bt_block_q5_K *)blk)->qh[l] >> sub) & 1) << 4;
+            return __fsub_rn(__fmul_rn(d1, (float)v), m1);
+        }
+        case BT_TYPE_Q6_K: {
+            const bt_block_q6_K *b = (const bt_block_q6_K *)blk;
+            const int h = j / 128, s = (j % 128) / 32, l = j % 32;
+            const int lo = (b->ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF;
+            const int hi = (b->qh[32 * h + l] >> (2 * s)) & 3;
+            const float dl = __fmul_rn(d_fp16_to_f32(b->d), (float)b->scales[j / 16]);
+            return __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
+        }
+        default: return 0.0f;
+    }
+}
+
+/* element kk of a packed row of any block type */
+__device__ __forceinline__ float d_row_block_get(int type, const char *row, int64_t kk) {
+    const int64_t bl = d_blck(type);
+    return d_block_get(type, row + (kk / bl) * d_block_bytes(type), (int)(kk % bl));
+}
+
 /* value at p (an element, or the block holding element i0) as F32 */
 __device__ __forceinline__ float load_f32(int type, const char *p, int64_t i0) {
     switch (type) {
@@ -90,9 +211,7 @@ __device__ __forceinline__ float load_f32(int type, const char *p, int64_t i0) {
         case BT_TYPE_F16: return d_fp16_to_f32(*(const uint16_t *)p);
         case BT_TYPE_BF16: return d_bf16_to_f32(*(const uint16_t *)p);
         case BT_TYPE_I32: return (float)*(const int32_t *)p;
-        case BT_TYPE_Q8_0: return d_q8_0_get(p, (int)(i0 % BT_QK));
-        case BT_TYPE_Q4_0: return d_q4_0_get(p, (int)(i0 % BT_QK));
-        default: return 0.0f;
+        default: return d_block_get(type, p, (int)(i0 % d_blck(type)));
     }
 }
 

@@ -8,7 +8,9 @@
  *     at a time, any product whose row strides cuBLAS cannot take;
  *   otherwise cuBLAS (cublasGemmEx, F32 accumulation): F32 weights as they
  *     are; F16 / BF16 weights with B converted to the weight type in scratch;
- *     Q8_0 / Q4_0 weights dequantised to F16 in scratch, B converted to F16.
+ *     block-type weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K)
+ *     dequantised to F16 in scratch (each value as quants.c gives it, then
+ *     rounded to F16), B converted to F16.
  * MUL_MAT runs the unit for each (i2, i3) of b, with a's matrix
  * (i2 / (b2/a2), i3 / (b3/a3)) (broadcast over dims 2 and 3).
  * MUL_MAT_ID copies ids to the host (after a stream synchronise), checks
@@ -28,9 +30,7 @@ __device__ __forceinline__ float weight_at(int type, const char *row, int64_t kk
         case BT_TYPE_F32: return ((const float *)row)[kk];
         case BT_TYPE_F16: return d_fp16_to_f32(((const uint16_t *)row)[kk]);
         case BT_TYPE_BF16: return d_bf16_to_f32(((const uint16_t *)row)[kk]);
-        case BT_TYPE_Q8_0: return d_q8_0_get(row + (kk / BT_QK) * sizeof(bt_block_q8_0), (int)(kk % BT_QK));
-        case BT_TYPE_Q4_0: return d_q4_0_get(row + (kk / BT_QK) * sizeof(bt_block_q4_0), (int)(kk % BT_QK));
-        default: return 0.0f;
+        default: return d_row_block_get(type, row, kk); /* the block types */
     }
 }
 
@@ -94,7 +94,7 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
                             int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
     if (m == 0 || n == 0) return BT_OK;
     cudaStream_t st = c->stream;
-    const bool quant = type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0;
+    const bool quant = bt_type_traits(type)->is_quantized;
     /* cuBLAS wants lda, ldb >= max(1, k) and ldd >= max(1, m); the CPU takes
      * any row strides (overlapping views, k == 0), so anything else goes
      * through the direct kernel, MMV_MAX_COLS columns at a time */
@@ -114,6 +114,14 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
                 MMV_CASE(BT_TYPE_BF16)
                 MMV_CASE(BT_TYPE_Q8_0)
                 MMV_CASE(BT_TYPE_Q4_0)
+                MMV_CASE(BT_TYPE_Q4_1)
+                MMV_CASE(BT_TYPE_Q5_0)
+                MMV_CASE(BT_TYPE_Q5_1)
+                MMV_CASE(BT_TYPE_Q2_K)
+                MMV_CASE(BT_TYPE_Q3_K)
+                MMV_CASE(BT_TYPE_Q4_K)
+                MMV_CASE(BT_TYPE_Q5_K)
+                MMV_CASE(BT_TYPE_Q6_K)
 #undef MMV_CASE
                 default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
             }

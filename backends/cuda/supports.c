@@ -29,15 +29,28 @@ static bool cublas_sizes_ok(const struct bt_tensor *node) {
     return a->nb[1] / ta <= INT_MAX && b->nb[1] / 4 <= INT_MAX && node->nb[1] / 4 <= INT_MAX;
 }
 
-/* The CUDA kernels know F32, F16, BF16, I32 and the block types Q8_0 and
- * Q4_0; nodes touching the other block types (quants.h) stay on the CPU. */
-static bool cuda_type_ok(enum bt_type t) { return !bt_type_traits(t)->is_quantized || is_quant(t); }
+/* The block types the kernels only read (cuda_common.cuh's d_block_get, as
+ * quants.c dequantises): weights, as MUL_MAT's / MUL_MAT_ID's matrix or
+ * GET_ROWS' table, nothing else.  Q8_K (activations of the CPU's K-quant dot
+ * products) has no CUDA kernel at all. */
+static bool read_only_block(enum bt_type t) {
+    return bt_type_traits(t)->is_quantized && !is_quant(t) && t != BT_TYPE_Q8_K;
+}
 
+static bool read_only_use_ok(const struct bt_tensor *node, int src) {
+    if (node->op == BT_OP_NONE || bt_op_is_view(node->op)) return true;
+    return src == 0 && (node->op == BT_OP_MUL_MAT || node->op == BT_OP_MUL_MAT_ID || node->op == BT_OP_GET_ROWS);
+}
+
+/* The CUDA kernels know F32, F16, BF16, I32, the block types Q8_0 and Q4_0
+ * everywhere, and the read-only block types as above. */
 bool bt_cuda_op_supported(const struct bt_tensor *node) {
     if (!bt_op_is_well_formed(node)) return false;
-    if (!cuda_type_ok(node->type)) return false;
-    for (int i = 0; i < BT_MAX_SRC; i++)
-        if (node->src[i] && !cuda_type_ok(node->src[i]->type)) return false;
+    if (node->type == BT_TYPE_Q8_K || (read_only_block(node->type) && !read_only_use_ok(node, -1))) return false;
+    for (int i = 0; i < BT_MAX_SRC; i++) {
+        const struct bt_tensor *s = node->src[i];
+        if (s && (s->type == BT_TYPE_Q8_K || (read_only_block(s->type) && !read_only_use_ok(node, i)))) return false;
+    }
     const struct bt_tensor *a = node->src[0], *b = node->src[1];
     switch (node->op) {
         case BT_OP_SUM_ROWS:

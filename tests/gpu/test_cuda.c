@@ -3,7 +3,8 @@
  * Every op of ops.h is built twice, once in CPU memory and once in device
  * memory, on the same input bytes; both are computed and the GPU's result
  * must agree within NMSE 1e-7 (5e-4 for MUL_MAT / MUL_MAT_ID; one
- * quantisation step for results stored as Q8_0 / Q4_0; exactly for I32).
+ * quantisation step for results stored as Q8_0 / Q4_0; exactly for I32 and
+ * for rows dequantised from Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K).
  * Then: run-time id errors, events and asynchronous copies, pinned host
  * memory, the scheduler's seed split example on [CUDA, CPU], and NCCL with a
  * single rank sending to itself.
@@ -418,6 +419,29 @@ START_TEST(test_flash_attn_rows_alone) {
 }
 END_TEST
 
+/* The block types the GPU only reads (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K): GET_ROWS
+ * dequantises bit for bit as quants.c does on the CPU (tolerance 0), MUL_MAT
+ * and MUL_MAT_ID within the matmul tolerance (decode columns through the
+ * direct kernel, prompt columns through F16 and cuBLAS); the support rules
+ * refuse them anywhere else (as a copy's destination). */
+START_TEST(test_read_only_quants) {
+    const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
+                                  BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    for (int i = 0; i < 8; i++) {
+        check_case(&(struct spec){K_GET_ROWS, BT_OP_GET_ROWS, types[i], 512, 10, 7, 0}, 0);
+        for (int c = 0; c < 2; c++)
+            check_case(&(struct spec){K_MUL_MAT, BT_OP_MUL_MAT, types[i], c ? 37 : 3, 70, 512, 0}, TOL_MATMUL);
+        check_case(&(struct spec){K_MUL_MAT_ID, BT_OP_MUL_MAT_ID, types[i], 40, 48, 256, 0}, TOL_MATMUL);
+        bt_context *ctx = bt_init((struct bt_init_params){1 << 20, NULL, true});
+        struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 256, 2);
+        struct bt_tensor *y = bt_cpy(ctx, x, bt_new_tensor_2d(ctx, types[i], 256, 2));
+        TU_OK(ctx, y);
+        ck_assert_msg(!bt_backend_supports_op(g_gpu, y), "%s: a copy into it is accepted", bt_type_name(types[i]));
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- run-time errors: a bad id is a status and a message, as on the CPU ---- */
 
 START_TEST(test_bad_ids) {
@@ -620,6 +644,7 @@ int main(void) {
     tcase_add_test(tc, test_mul_mat);
     tcase_add_test(tc, test_flash_attn);
     tcase_add_test(tc, test_flash_attn_rows_alone);
+    tcase_add_test(tc, test_read_only_quants);
     tcase_add_test(tc, test_bad_ids);
     tcase_add_test(tc, test_buffers_events);
     tcase_add_test(tc, test_sched_split);

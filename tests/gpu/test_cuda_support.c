@@ -8,7 +8,9 @@
  * when the head sizes are whole blocks), one token and a
  * 7-token ubatch, and both the whole model and a later layer range: the
  * graph bt_llm_build_graph makes, every node through bt_cuda_op_supported.
- * Each refused node is printed (op, name, types); exit 1 if any.
+ * Each refused node is printed (op, name, types); exit 1 if any.  Also:
+ * Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K weights are accepted where the GPU reads
+ * them (MUL_MAT, MUL_MAT_ID, GET_ROWS) and refused as a copy's ends.
  *
  *   test_cuda_support   (python3 with numpy and gguf writes the models) */
 #include <stdio.h>
@@ -60,6 +62,42 @@ static int check_graph(const char *what, const struct bt_llm *m, enum bt_type kv
     return bad;
 }
 
+/* Weights of the types the GPU only reads: accepted as MUL_MAT's and
+ * MUL_MAT_ID's matrix and GET_ROWS' table, refused as a copy's destination
+ * or source. */
+static int check_read_only_types(void) {
+    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
+                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        bt_context *ctx = bt_init((struct bt_init_params){1 << 20, NULL, true});
+        struct bt_tensor *w = bt_new_tensor_2d(ctx, types[i], 512, 16);
+        struct bt_tensor *we = bt_new_tensor_3d(ctx, types[i], 512, 16, 4);
+        struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 512, 3);
+        struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 3);
+        struct bt_tensor *rows = bt_new_tensor_1d(ctx, BT_TYPE_I32, 5);
+        struct bt_tensor *ok[3] = {bt_mul_mat(ctx, w, x),
+                                   bt_mul_mat_id(ctx, we, bt_reshape_3d(ctx, x, 512, 1, 3), ids),
+                                   bt_get_rows(ctx, w, rows)};
+        struct bt_tensor *no[2] = {bt_cpy(ctx, x, bt_new_tensor_2d(ctx, types[i], 512, 3)),
+                                   bt_cpy(ctx, bt_view_2d(ctx, w, 512, 3, w->nb[1], 0),
+                                          bt_new_tensor_2d(ctx, BT_TYPE_F32, 512, 3))};
+        for (int j = 0; j < 3; j++)
+            if (!ok[j] || !bt_cuda_op_supported(ok[j])) {
+                fprintf(stderr, "%s: CUDA refuses %s of its weights\n", bt_type_name(types[i]),
+                        ok[j] ? bt_op_name(ok[j]->op) : bt_context_error(ctx));
+                bad++;
+            }
+        for (int j = 0; j < 2; j++)
+            if (!no[j] || bt_cuda_op_supported(no[j])) {
+                fprintf(stderr, "%s: CUDA accepts a copy %s it\n", bt_type_name(types[i]), j ? "from" : "into");
+                bad++;
+            }
+        bt_free(ctx);
+    }
+    return bad;
+}
+
 int main(void) {
     static const char *archs[] = {"llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
     static const char *wtypes[] = {"f32", "q8_0"};
@@ -72,7 +110,7 @@ int main(void) {
     char path[128], ref[128];
     snprintf(path, sizeof path, "%s/model.gguf", dir);
     snprintf(ref, sizeof ref, "%s/ref.bin", dir);
-    int bad = 0;
+    int bad = check_read_only_types();
     for (size_t a = 0; a < sizeof archs / sizeof *archs; a++)
         for (int w = 0; w < 2; w++) {
             char cmd[1024], what[96];
