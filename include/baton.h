@@ -5,7 +5,8 @@
  *   tensor.h    types, tensors, contexts (arenas), status codes
  *   ops.h       op constructors (shape rules; nothing computed)
  *   graph.h     the static graph: nodes/leafs by post-order DFS, views, hash
- *   backend.h   backends, buffer types, buffers, events; the CPU backend
+ *   backend.h   backends, buffer types, buffers, events (opaque handles: their
+ *               vtables are internal, backend-impl.h); the CPU backend
  *   alloc.h     the graph allocator
  *   bt_sched.h  the scheduler over several backends (splits, copies, ring)
  *   cpu.h       the CPU executor (thread pool, kernels)

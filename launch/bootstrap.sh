@@ -34,7 +34,8 @@ packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmp
     libjansson-dev)
 # tests: clang + libFuzzer for the GGUF reader's fuzz (tests/fuzz/run.sh)
 # tests/serve_test.sh: curl and the openai Python package as clients
-if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev curl); fi
+# tests/netns_test.sh: network namespaces, veth pairs and tc (iproute2)
+if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev curl iproute2); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

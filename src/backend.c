@@ -1,7 +1,7 @@
 /* backend.c - dispatch helpers over the backend vtables, tensor placement,
  * synchronous data movement, and the host buffer type (plain host memory)
  * that the CPU backend, test backends and staging use. */
-#include "backend.h"
+#include "backend-impl.h"
 
 #include <string.h>
 #include <time.h>
@@ -168,11 +168,14 @@ void bt_backend_tensor_get_async(bt_backend_t backend, const struct bt_tensor *t
     }
 }
 
+bool bt_backend_tensor_try_copy_async(bt_backend_t backend_src, bt_backend_t backend_dst,
+                                      const struct bt_tensor *src, struct bt_tensor *dst) {
+    return backend_dst->iface.cpy_tensor_async && backend_dst->iface.cpy_tensor_async(backend_src, backend_dst, src, dst);
+}
+
 void bt_backend_tensor_copy_async(bt_backend_t backend_src, bt_backend_t backend_dst,
                                   const struct bt_tensor *src, struct bt_tensor *dst) {
-    if (backend_dst->iface.cpy_tensor_async &&
-        backend_dst->iface.cpy_tensor_async(backend_src, backend_dst, src, dst))
-        return;
+    if (bt_backend_tensor_try_copy_async(backend_src, backend_dst, src, dst)) return;
     bt_backend_synchronize(backend_src);
     bt_backend_synchronize(backend_dst);
     bt_tensor_copy(src, dst);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "backend-impl.h"
 #include "ops.h"
 #include "plan.h"
 #include "staging.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend-impl.h"
 #include "ops.h"
 #include "place.h"
 

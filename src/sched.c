@@ -366,7 +366,7 @@ static int backend_from_buffer(bt_sched_t sched, const struct bt_tensor *t, cons
     bt_buffer_t buf = tensor_buffer(t);
     if (!buf) return -1;
     for (int b = 0; b < sched->n_backends; b++)
-        if (bt_backend_supports_buft(sched->backends[b], buf->buft) && bt_backend_supports_op(sched->backends[b], op))
+        if (bt_backend_supports_buft(sched->backends[b], bt_buffer_get_type(buf)) && bt_backend_supports_op(sched->backends[b], op))
             return b;
     return -1;
 }
@@ -407,7 +407,7 @@ static bool buffer_supported(bt_sched_t sched, const struct bt_tensor *t, int b)
     bt_buffer_t buf = tensor_buffer(t);
     bt_buffer_type_t buft = NULL;
     if (buf) {
-        buft = buf->buft;
+        buft = bt_buffer_get_type(buf);
     } else {
         int tb = bt_sched_get_backend_id(sched, t);
         if (tb == -1 && t->view_src) tb = bt_sched_get_backend_id(sched, t->view_src);
@@ -672,7 +672,7 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
                       "node %d '%s' (%s) is allocated in a %s buffer, which %s, the backend that runs it, cannot "
                       "use, and no backend that can use it runs %s: leave the tensor to the scheduler or allocate "
                       "it where its op can run",
-                      i, node->name, bt_op_name(node->op), bt_buft_name(node->buffer->buft),
+                      i, node->name, bt_op_name(node->op), bt_buft_name(bt_buffer_get_type(node->buffer)),
                       bt_backend_name(sched->backends[*cur]), bt_op_name(node->op));
             return BT_ERR_UNSUPPORTED;
         }
@@ -1070,8 +1070,7 @@ static enum bt_status compute_splits(bt_sched_t sched) {
                 if (st != BT_OK) return st;
                 continue;
             }
-            if (!split_backend->iface.cpy_tensor_async ||
-                !split_backend->iface.cpy_tensor_async(input_backend, split_backend, input, input_cpy)) {
+            if (!bt_backend_tensor_try_copy_async(input_backend, split_backend, input, input_cpy)) {
                 bt_backend_synchronize(input_backend);
                 sync_slot(sched, sb);
                 bt_tensor_copy(input, input_cpy);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend-impl.h"
 #include "cpu.h"
 
 /* One piece of work on the asynchronous backend's queue (its "stream"). */

@@ -52,6 +52,12 @@ done
 for type in f16 bf16 q8_0 q4_0; do
     expect 0 "bitwise" "demo --type $type on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --type "$type"
 done
+# the watchdog (transport/mpi.c): heartbeats keep a short limit quiet while rank 0
+# checks the result long after rank 1 is done (it said goodbye); a bad limit is refused
+expect 0 "bitwise" "demo with a 0.5 s watchdog" -- env BATON_WATCHDOG_S=0.5 mpirun -np 2 -x BATON_WATCHDOG_S \
+    "$baton" demo "${small[@]}" --d-model 256 -m 24
+expect 1 "^baton: BATON_WATCHDOG_S='abc': want seconds from 0 \(off\) to 86400$" "a bad BATON_WATCHDOG_S" -- \
+    env BATON_WATCHDOG_S=abc mpirun -np 2 -x BATON_WATCHDOG_S "$baton" demo "${small[@]}"
 expect 0 "layers" "demo --partition 1,3" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 1,3 -v
 expect 0 "bitwise" "demo through the launcher (local-cpu-2)" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$root/configs/local-cpu-2.yaml" -- baton demo "${small[@]}"
@@ -160,6 +166,24 @@ expect 0 "transfers per micro-batch \([0-9]+ device to device\)" "plan shows the
 "$baton" plan -t "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
 grep -q "device to device" "$tmp/out" && bad "plan for CPU ranks shows device-to-device transfers" ||
     ok "plan for CPU ranks has no device-to-device transfers"
+
+# the projection on paper (baton plan --project): every cluster file, the
+# 64-GPU table, the model options over the file's, and bad cluster files
+for cf in "$root"/configs/projection/*.yaml; do
+    expect 0 "^   64      8 .*tokens/s|bottleneck: stage" "plan --project $(basename "$cf")" -- "$baton" plan --project "$cf"
+done
+expect 0 "^   64      8 " "plan --project: the 64-GPU line" -- "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml"
+expect 0 "^model: 96 layers" "plan --project: --layers over the file's" -- \
+    "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml" --layers 96
+sed 's/^  latency_us: 5 .*/  latency_us: fast/' "$root/configs/projection/eight-nodes-64gpu.yaml" >"$tmp/c1.yaml"
+expect 1 "c1\.yaml:[0-9]+:15: inter_node\.latency_us: expected a number, got 'fast'$" "plan --project: a bad number" -- \
+    "$baton" plan --project "$tmp/c1.yaml"
+sed 's/^  nodes: 8/  node: 8/' "$root/configs/projection/eight-nodes-64gpu.yaml" >"$tmp/c2.yaml"
+expect 1 "c2\.yaml:[0-9]+:3: cluster: unknown key 'node' \(allowed: nodes, devices_per_node, micro_batches\)$" \
+    "plan --project: an unknown key" -- "$baton" plan --project "$tmp/c2.yaml"
+expect 1 "nope\.yaml: cannot open" "plan --project: no such file" -- "$baton" plan --project "$tmp/nope.yaml"
+expect 2 "--project goes without -t" "plan --project with -t" -- \
+    "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml" -t "$root/configs/local-cpu-2.yaml"
 
 # ---- bad inputs ----
 expect 2 "unknown option --frobnicate" "demo: unknown flag" -- "$baton" demo --frobnicate

@@ -82,6 +82,27 @@ def cli_tests():
         got = tokens(gen_json(base, np))
         check(got == want, f"greedy on {np} ranks equals one rank", f"{got} vs {want}")
 
+    # a long prompt: on several ranks the batcher cuts it into chunks for the
+    # stages (at least 32 tokens each); the same tokens as one rank in one ubatch
+    long_p = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+    lp = ["-m", model, "-p", long_p, "-n", "6", "--temp", "0", "-c", "512", "--ubatch", "256"]
+    want_long = tokens(gen_json(lp))
+    for np in (2, 3):
+        got = tokens(gen_json(lp, np))
+        check(want_long is not None and got == want_long, f"a long prompt on {np} ranks equals one rank",
+              f"{got} vs {want_long}")
+
+    # the model named by the topology's pipeline section instead of -m
+    topo_src = open(os.path.join(ROOT, "configs", "local-cpu-2.yaml")).read()
+    topo = os.path.join(TMP, "topo.yaml")
+    with open(topo, "w") as f:
+        f.write(topo_src.replace("pipeline:\n", "pipeline:\n  model: " + model + "\n", 1))
+    got = tokens(gen_json(["--topology", topo] + base[2:], 2))
+    check(got == want, "the topology's pipeline.model instead of -m", f"{got} vs {want}")
+    rc, _, err = run(["generate", "--topology", os.path.join(ROOT, "configs", "local-cpu-2.yaml"), "-p", "x"], 2)
+    check(rc == 1 and "no model file: give one, or the topology's pipeline.model" in err,
+          "neither -m nor a model in the topology", err[-300:])
+
     # the text streamed to stdout is the completion of the JSON output
     rc, out, err = run(["generate"] + base)
     js = gen_json(base)

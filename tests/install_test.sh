@@ -36,6 +36,18 @@ if cc $cflags -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
 else
     bad "the example with pkg-config"
 fi
+# the handles are opaque (issue 10, item 5): what a backend, buffer or buffer
+# type holds is in backend-impl.h, which is not installed, so a user program
+# cannot reach a vtable
+[ -f "$tmp/prefix/include/baton/backend-impl.h" ] && bad "installed: backend-impl.h is internal"
+printf '#include <baton/baton.h>\nint main(void) { return (int)sizeof(struct bt_backend); }\n' >"$tmp/ex/opaque.c"
+if cc $cflags -c -I"$tmp/prefix/include" -o "$tmp/ex/opaque.o" "$tmp/ex/opaque.c" >"$tmp/log" 2>&1; then
+    bad "a program built against the installed headers sees the layout of struct bt_backend"
+elif grep -q "incomplete type\|invalid application of .sizeof." "$tmp/log"; then
+    echo "ok: the installed headers keep struct bt_backend opaque"
+else
+    bad "the opaque-handle check did not compile for another reason"
+fi
 # the core needs neither MPI nor libyaml
 if nm -u "$tmp/prefix/lib/libbaton.a" 2>/dev/null | grep -qE " (MPI_|yaml_)"; then
     bad "libbaton.a refers to MPI or libyaml"

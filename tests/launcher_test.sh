@@ -13,6 +13,7 @@ baton=${1:?usage: launcher_test.sh PATH/TO/baton}
 baton=$(cd "$(dirname "$baton")" && pwd)/$(basename "$baton")
 run=$root/launch/baton-run
 export BATON_BIN=$baton
+unset BATON_WATCHDOG_S # baton-run would pass it on: the commands below are exact
 work=$(mktemp -d "${TMPDIR:-/tmp}/baton-launcher-test.XXXXXX")
 export TMPDIR=$work/tmp # baton-run's own temporary folders land here
 mkdir -p "$TMPDIR"
@@ -133,6 +134,26 @@ BATON_TOPOLOGY=$(printf '%s' "$work" | normalise)/threads.yaml
 btl_tcp_if_include
 eth0"
 
+# --agent: hosts reached by a program; one that names a subnet means hosts in
+# network namespaces on this machine (launch/netns.sh): TCP on that subnet,
+# yield when idle
+printf '#!/bin/sh\n[ "$1" = --subnet ] && echo 10.77.0.0/24\n' >"$work/agent"
+printf '#!/bin/sh\nexec ssh "$@"\n' >"$work/plain-agent"
+printf '#!/bin/sh\necho eth0\n' >"$work/bad-agent"
+chmod +x "$work/agent" "$work/plain-agent" "$work/bad-agent"
+capture "$run" -t "$root/configs/local-cpu-2.yaml" --dry-run --agent "$work/agent" -- prog
+out=$(printf '%s\n' "$out" | head -2) # the command; the files are as above
+expect "dry-run --agent with a subnet" 0 "$(printf '%s' "# command:
+mpirun -np 2 --hostfile TMP/hostfile --rankfile TMP/rankfile --mca plm_rsh_agent $work/agent --mca btl tcp\\,vader\\,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 -x OMPI_MCA_mpi_yield_when_idle=1 -x OMPI_MCA_pml=ob1 -x OMPI_MCA_btl_vader_single_copy_mechanism=cma -x BATON_TOPOLOGY=ROOT/configs/local-cpu-2.yaml prog" | normalise)"
+capture "$run" -t "$root/configs/local-cpu-2.yaml" --dry-run --agent "$work/plain-agent" -- prog
+out=$(printf '%s\n' "$out" | head -2) # the command; the files are as above
+expect "dry-run --agent without a subnet" 0 "$(printf '%s' "# command:
+mpirun -np 2 --hostfile TMP/hostfile --rankfile TMP/rankfile --mca plm_rsh_agent $work/plain-agent -x OMPI_MCA_pml=ob1 -x OMPI_MCA_btl_vader_single_copy_mechanism=cma -x BATON_TOPOLOGY=ROOT/configs/local-cpu-2.yaml prog" | normalise)"
+capture "$run" -t "$root/configs/local-cpu-2.yaml" --dry-run --agent "$work/bad-agent" -- prog
+expect "--agent printing no subnet" 2 "baton-run: --agent $(printf '%s' "$work" | normalise)/bad-agent: '--subnet' printed 'eth0', not a subnet like 10.77.0.0/24"
+capture "$run" -t "$root/configs/local-cpu-2.yaml" --agent "$work/nope" -- prog
+expect "--agent not a program" 2 "baton-run: --agent $(printf '%s' "$work" | normalise)/nope is not an executable file"
+
 # ---- usage errors: exit 2, one line ----
 usage_line="usage: baton-run -t TOPOLOGY [--dry-run] -- PROGRAM ARGS..."
 capture "$run" -- hostname
@@ -140,7 +161,7 @@ expect "missing -t" 2 "baton-run: missing -t TOPOLOGY ($usage_line)"
 capture "$run" -t "$root/configs/local-cpu-2.yaml" hostname
 expect "missing --" 2 "baton-run: missing '--' before the program 'hostname' (usage: baton-run -t TOPOLOGY -- PROGRAM ARGS...)"
 capture "$run" -t "$root/configs/local-cpu-2.yaml" --verbose -- hostname
-expect "unknown option" 2 "baton-run: unknown option '--verbose' (usage: baton-run -t TOPOLOGY [--dry-run] [--np-check] [--no-bind] -- PROGRAM ARGS...)"
+expect "unknown option" 2 "baton-run: unknown option '--verbose' (usage: baton-run -t TOPOLOGY [--dry-run] [--np-check] [--no-bind] [--agent PROG] -- PROGRAM ARGS...)"
 capture "$run" -t "$root/configs/local-cpu-2.yaml"
 expect "missing -- at the end" 2 "baton-run: missing '--' before the program (usage: baton-run -t TOPOLOGY -- PROGRAM ARGS...)"
 capture "$run" -t "$root/configs/local-cpu-2.yaml" --

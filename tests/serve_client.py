@@ -209,14 +209,35 @@ while time.time() < deadline and (metric("baton_requests_running") != 0 or
 check(metric("baton_requests_cancelled_total") == cancelled0 + 1, "disconnect: the request is cancelled")
 check(metric("baton_requests_running") == 0, "disconnect: its slot is free again")
 
+# the same for a request that is not streamed: the client sends it and goes away
+import socket
+body = json.dumps({"model": MODEL, "prompt": "Endless", "max_tokens": 200, "temperature": 0}).encode()
+s = socket.create_connection(("127.0.0.1", PORT))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+          b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+deadline = time.time() + 20
+while time.time() < deadline and metric("baton_requests_running") == 0:
+    time.sleep(0.01)
+s.close()
+deadline = time.time() + 20
+while time.time() < deadline and (metric("baton_requests_running") != 0 or
+                                  metric("baton_requests_cancelled_total") == cancelled0 + 1):
+    time.sleep(0.05)
+check(metric("baton_requests_cancelled_total") == cancelled0 + 2, "disconnect, not streamed: the request is cancelled")
+check(metric("baton_requests_running") == 0, "disconnect, not streamed: its slot is free again")
+
 # ---- past the queue: 503 with Retry-After ----
 slots, queue_cap = int(metric("baton_sequence_slots")), None
 statuses, retry = [], []
 
 
+start = threading.Barrier(48)
+
+
 def long_request(_):
+    start.wait()  # all at once: more than the 4 slots + 16 waiting
     st, hdr, data = raw("POST", "/v1/completions", json.dumps(
-        {"model": MODEL, "prompt": "Busy", "max_tokens": 60, "temperature": 0}))
+        {"model": MODEL, "prompt": "Busy", "max_tokens": 120, "temperature": 0}))
     with lock:
         statuses.append(st)
         if st == 503:

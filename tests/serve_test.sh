@@ -165,13 +165,24 @@ expect 200 '"status":"ok"' "$url/health"
 # ---- the openai package ----
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0"; then fail "serve_client.py"; fi
 
-# ---- SIGTERM: a request in flight finishes, then every rank stops, exit 0 ----
-curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain\",\"max_tokens\":240,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain" &
-curl_pid=$!
-for _ in $(seq 1 100); do if grep -q '"text"' "$tmp/drain" 2>/dev/null; then break; fi; sleep 0.05; done
+# ---- SIGTERM: the requests running and queued finish, new ones get 503, every rank stops, exit 0 ----
+curl_pids=()
+for i in 1 2 3 4 5 6 7 8; do
+    curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain $i\",\"max_tokens\":240,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain$i" &
+    curl_pids+=($!)
+done
+for _ in $(seq 1 200); do if grep -q '"text"' "$tmp"/drain* 2>/dev/null; then break; fi; sleep 0.02; done
 kill -TERM "$pid0"
-wait $curl_pid
-code=$(curl -s -o /dev/null -w '%{http_code}' "$url/health")
+sleep 0.1
+code=$(curl -s -o "$tmp/late" -w '%{http_code}' "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Late\",\"max_tokens\":2}" "$C")
+if [ "$code" = 503 ] && grep -q "shutting down" "$tmp/late"; then
+    echo "ok: SIGTERM: a new request during the drain gets 503"
+elif [ "$code" = 000 ]; then
+    echo "note: the drain was over before the late request"
+else
+    fail "SIGTERM: a request during the drain got $code: $(cat "$tmp/late")"
+fi
+wait "${curl_pids[@]}"
 for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
 if kill -0 $server 2>/dev/null; then
     fail "SIGTERM: the job did not end within 30 s"
@@ -181,16 +192,36 @@ else
     server=""
     if [ $rc -ne 0 ]; then fail "SIGTERM: mpirun exited $rc: $(cat "$tmp/main.err")"; else echo "ok: SIGTERM: every rank stopped, exit 0"; fi
 fi
-if grep -qE '"finish_reason":"(length|stop)"' "$tmp/drain" && tail -n 2 "$tmp/drain" | grep -q "data: \[DONE\]"; then
-    echo "ok: SIGTERM: the request in flight got to its end and [DONE]"
-else
-    fail "SIGTERM: the request in flight was cut: $(tail -c 300 "$tmp/drain")"
-fi
-grep -q "stopping: finishing 1 running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
-echo "health during the drain or after: $code"
+cut=0
+for i in 1 2 3 4 5 6 7 8; do
+    if ! grep -qE '"finish_reason":"(length|stop)"' "$tmp/drain$i" || ! tail -n 2 "$tmp/drain$i" | grep -q "data: \[DONE\]"; then
+        fail "SIGTERM: request $i was cut: $(tail -c 300 "$tmp/drain$i")"
+        cut=1
+    fi
+done
+if [ $cut = 0 ]; then echo "ok: SIGTERM: all 8 requests (4 running, 4 queued) got to their end and [DONE]"; fi
+grep -qE "stopping: finishing [1-9][0-9]* running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
+grep "stopping: finishing" "$tmp/main.err"
 
 # ---- a rank killed while serving: the job ends with a message ----
-start_server killed --parallel 2 --ctx-size 256
+start_server killed --parallel 2 --ctx-size 256 --max-connections 3
+# connections are bounded: with 3 open, a 4th is closed unanswered; then all is well again
+if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 4th connection is closed unanswered"; else fail "--max-connections"; fi
+import socket, sys, time
+port = int(sys.argv[1])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+time.sleep(0.3)
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(10)
+try:
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = s.recv(100)
+except OSError:
+    data = b""
+sys.exit(0 if data == b"" else 1)
+PY
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
+if [ "$code" != 200 ]; then fail "after the connection limit: /health $code"; fi
 pid1=$(pgrep -P "$server" | grep -vx "$pid0" | head -n 1)
 # the ranks are mpirun's children (or grandchildren through its daemon)
 if [ -z "$pid1" ]; then

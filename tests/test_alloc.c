@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "backend-impl.h"
 #include "backend.h"
 #include "testutil.h"
 

@@ -4,7 +4,7 @@
  * errors a caller sees for a buffer that is not host memory or too small. */
 #include <string.h>
 
-#include "backend.h"
+#include "backend-impl.h"
 #include "staging.h"
 #include "testutil.h"
 

@@ -8,14 +8,30 @@
  * stage for a whole compute.  The thread calls MPI_Iprobe on a private
  * communicator (which runs MPI's progress engine without touching baton's
  * requests) every `progress_us` microseconds while requests are outstanding,
- * and sleeps otherwise, so an idle rank holds no core. */
+ * and sleeps otherwise, so an idle rank holds no core.
+ *
+ * The watchdog: a peer that hangs (stopped, or its link cut) never fails an
+ * MPI call; every rank waiting on it would wait for ever, in a point-to-point
+ * wait or inside a collective alike.  A second thread sends each peer a small
+ * heartbeat every period (a quarter of the limit, at most 1 s) on a private
+ * communicator, independent of what the main thread is doing (a rank computing
+ * for minutes still beats), and notes when it last heard from each peer.  A
+ * peer silent for longer than the limit (BATON_WATCHDOG_S, seconds, default
+ * 60; 0 turns it off; rank 0's value holds for all) is named on stderr ("no sign of life from rank 3 (host
+ * gpu02) for 60.0 s") and the job is stopped (MPI_Abort; the process ends by
+ * itself 5 s later if the abort cannot reach mpirun).  A rank that is done says
+ * goodbye first, so its peers stop watching it. */
 #include <errno.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "transport.h"
 
@@ -33,7 +49,220 @@ struct mpi_ctx {
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+
+    struct watchdog *wd; /* NULL when off */
 };
+
+/* ---- the watchdog ---------------------------------------------------------- */
+
+#define WD_TAG_BEAT 1
+#define WD_TAG_BYE 2
+#define WD_DEFAULT_S 60.0
+#define WD_HOST_MAX 64
+
+struct watchdog {
+    MPI_Comm comm;   /* heartbeats only */
+    double limit_s;  /* a peer silent this long is declared lost */
+    double period_s; /* between two beats */
+    int rank, size;
+    double *heard;      /* [size]: when the last message from each peer came (monotonic s) */
+    bool *gone;         /* [size]: the peer said goodbye */
+    MPI_Request *recv;  /* [size]: the posted receive from each peer */
+    MPI_Request *send;  /* [size]: the last beat to each peer */
+    int32_t *in, *out;  /* [size]: receive buffers; what was sent */
+    char (*host)[WD_HOST_MAX]; /* [size]: each rank's host name, for the message */
+    pthread_t thread;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* BATON_WATCHDOG_S: seconds (> 0), 0 for off; unset: the default.  -1 and a
+ * message on a bad value. */
+static double watchdog_limit(char *err, size_t n) {
+    const char *v = getenv("BATON_WATCHDOG_S");
+    if (!v || !*v) return WD_DEFAULT_S;
+    char *end = NULL;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < 0 || x > 86400) {
+        snprintf(err, n, "BATON_WATCHDOG_S='%.40s': want seconds from 0 (off) to 86400", v);
+        return -1;
+    }
+    return x;
+}
+
+/* Note every message that came in (a beat or a goodbye) and post the next
+ * receive; start a beat to every peer whose last one went out. */
+static void wd_poll(struct watchdog *w, bool beat) {
+    const double now = mono_s();
+    for (int p = 0; p < w->size; p++) {
+        if (p == w->rank) continue;
+        int flag = 0;
+        MPI_Status st;
+        while (!w->gone[p] && MPI_Test(&w->recv[p], &flag, &st) == MPI_SUCCESS && flag) {
+            w->heard[p] = now;
+            if (st.MPI_TAG == WD_TAG_BYE) {
+                w->gone[p] = true;
+                break;
+            }
+            MPI_Irecv(&w->in[p], 1, MPI_INT32_T, p, MPI_ANY_TAG, w->comm, &w->recv[p]);
+        }
+        if (!beat || w->gone[p]) continue;
+        flag = 1;
+        if (w->send[p] != MPI_REQUEST_NULL) MPI_Test(&w->send[p], &flag, MPI_STATUS_IGNORE);
+        if (flag) MPI_Isend(&w->out[p], 1, MPI_INT32_T, p, WD_TAG_BEAT, w->comm, &w->send[p]);
+    }
+}
+
+static void *wd_main(void *arg) {
+    struct watchdog *w = arg;
+    /* signals go to the main thread, as without the watchdog (a handler that
+     * says why the rank stops, mpirun's SIGTERM) */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    double next_beat = 0;
+    while (!atomic_load(&w->stop)) {
+        const double now = mono_s();
+        const bool beat = now >= next_beat;
+        if (beat) next_beat = now + w->period_s;
+        wd_poll(w, beat);
+        for (int p = 0; p < w->size; p++) {
+            if (p == w->rank || w->gone[p]) continue;
+            const double silent = mono_s() - w->heard[p];
+            if (silent <= w->limit_s) continue;
+            /* a stuck abort must not keep this process: the default action of
+             * SIGALRM ends it */
+            signal(SIGALRM, SIG_DFL);
+            alarm(5);
+            fflush(stdout);
+            fprintf(stderr,
+                    "baton: rank %d (host %s): watchdog: no sign of life from rank %d (host %s) for %.1f s: it "
+                    "hangs, or the link to it is down; stopping every rank (BATON_WATCHDOG_S=%g)\n",
+                    w->rank, w->host[w->rank], p, w->host[p], silent, w->limit_s);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            _exit(1);
+        }
+        /* nap a tenth of a period (a stop request cuts it short) */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        const double nap = w->period_s / 10;
+        until.tv_sec += (time_t)nap;
+        until.tv_nsec += (long)((nap - floor(nap)) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&w->mu);
+        if (!atomic_load(&w->stop)) pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return NULL;
+}
+
+static void wd_free(struct watchdog *w) {
+    if (!w) return;
+    free(w->heard);
+    free(w->gone);
+    free(w->recv);
+    free(w->send);
+    free(w->in);
+    free(w->out);
+    free(w->host);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+/* Start the watchdog over comm (collective).  Rank 0's limit holds for every
+ * rank (a remote host's rank may not have this host's environment).  NULL
+ * when the limit is 0 or MPI gives no MPI_THREAD_MULTIPLE (said on rank 0). */
+static struct watchdog *wd_start(MPI_Comm world, int rank, int size, double limit_s, int thread_level) {
+    if (size < 2) return NULL;
+    if (thread_level < MPI_THREAD_MULTIPLE) {
+        if (rank == 0) fprintf(stderr, "baton: MPI gives no MPI_THREAD_MULTIPLE; running without the watchdog\n");
+        return NULL;
+    }
+    MPI_Bcast(&limit_s, 1, MPI_DOUBLE, 0, world);
+    if (limit_s <= 0) return NULL;
+    struct watchdog *w = calloc(1, sizeof *w);
+    BT_ASSERT(w);
+    const size_t n = (size_t)size;
+    w->heard = calloc(n, sizeof *w->heard);
+    w->gone = calloc(n, sizeof *w->gone);
+    w->recv = calloc(n, sizeof *w->recv);
+    w->send = calloc(n, sizeof *w->send);
+    w->in = calloc(n, sizeof *w->in);
+    w->out = calloc(n, sizeof *w->out);
+    w->host = calloc(n, sizeof *w->host);
+    BT_ASSERT(w->heard && w->gone && w->recv && w->send && w->in && w->out && w->host);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->rank = rank;
+    w->size = size;
+    w->limit_s = limit_s;
+    w->period_s = limit_s / 4 < 1.0 ? limit_s / 4 : 1.0;
+    char me[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    MPI_Get_processor_name(me, &len);
+    snprintf(w->host[rank], WD_HOST_MAX, "%s", me);
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->host, WD_HOST_MAX, MPI_CHAR, world);
+    MPI_Comm_dup(world, &w->comm);
+    const double now = mono_s();
+    for (int p = 0; p < size; p++) {
+        w->heard[p] = now;
+        w->send[p] = MPI_REQUEST_NULL;
+        w->recv[p] = MPI_REQUEST_NULL;
+        w->out[p] = rank;
+        if (p != rank) MPI_Irecv(&w->in[p], 1, MPI_INT32_T, p, MPI_ANY_TAG, w->comm, &w->recv[p]);
+    }
+    if (pthread_create(&w->thread, NULL, wd_main, w) != 0) {
+        for (int p = 0; p < size; p++)
+            if (w->recv[p] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&w->recv[p]);
+                MPI_Wait(&w->recv[p], MPI_STATUS_IGNORE);
+            }
+        MPI_Comm_free(&w->comm);
+        wd_free(w);
+        if (rank == 0) fprintf(stderr, "baton: cannot start the watchdog thread; running without it\n");
+        return NULL;
+    }
+    return w;
+}
+
+/* Stop the thread, tell every peer this rank is done (it stops watching us),
+ * and release the requests. */
+static void wd_stop(struct watchdog *w) {
+    if (!w) return;
+    atomic_store(&w->stop, true);
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    for (int p = 0; p < w->size; p++) {
+        if (p == w->rank) continue;
+        if (w->send[p] != MPI_REQUEST_NULL) MPI_Request_free(&w->send[p]);
+        MPI_Request bye;
+        MPI_Isend(&w->out[p], 1, MPI_INT32_T, p, WD_TAG_BYE, w->comm, &bye);
+        MPI_Request_free(&bye);
+        if (!w->gone[p]) {
+            MPI_Cancel(&w->recv[p]);
+            MPI_Wait(&w->recv[p], MPI_STATUS_IGNORE);
+        }
+    }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&w->comm);
+    wd_free(w);
+}
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((bt_treq *)0)->opaque), "MPI_Request must fit in bt_treq");
 
@@ -226,6 +455,7 @@ static void stop_progress(struct mpi_ctx *m) {
 
 static void mpi_free(bt_transport *t) {
     struct mpi_ctx *m = t->context;
+    wd_stop(m->wd);
     stop_progress(m);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -257,6 +487,14 @@ static const struct bt_transport_i mpi_i = {
 };
 
 bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
+    char err[160];
+    const double wd_limit = watchdog_limit(err, sizeof err);
+    if (wd_limit < 0) {
+        /* every rank reads the same value: one says so (MPI is not up yet) */
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        if (!r || !strcmp(r, "0")) fprintf(stderr, "baton: %s\n", err);
+        return NULL;
+    }
     int initialised = 0, provided = 0;
     MPI_Initialized(&initialised);
     bool we = false;
@@ -293,6 +531,7 @@ bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
     pthread_cond_init(&m->cv, NULL);
     t->iface = mpi_i;
     t->context = m;
+    m->wd = wd_start(m->comm, t->rank, t->size, wd_limit, provided);
 
     if (progress_us > 0) {
         if (provided < MPI_THREAD_MULTIPLE) {

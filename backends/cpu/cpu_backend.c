@@ -1,7 +1,7 @@
 /* cpu_backend.c - the CPU as a baton backend: host-memory buffers and the
  * thread-pool executor (cpu.c) behind the backend vtable.  The CPU computes
  * synchronously, so it needs no events: the scheduler synchronises instead. */
-#include "backend.h"
+#include "backend-impl.h"
 #include "cpu.h"
 
 #include <string.h>

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ops.h"
+#include "backend-impl.h"
 #include "bt_cuda.h"
 
 #ifdef __cplusplus

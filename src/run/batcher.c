@@ -22,6 +22,11 @@
 
 #include "../text/stop.h"
 
+/* the shortest prompt chunk cut for the pipeline's sake (n_ubatch still bounds every ubatch) */
+#ifndef BT_BATCHER_MIN_CHUNK
+#define BT_BATCHER_MIN_CHUNK 32
+#endif
+
 enum slot_state { SLOT_FREE = 0, SLOT_PROMPT, SLOT_WAIT, SLOT_READY };
 
 struct slot {
@@ -51,12 +56,11 @@ struct pending_add {
  * logits, which request it belongs to */
 struct flight {
     uint64_t engine_id;
-    int64_t n_tokens, n_rows;
+    int64_t n_tokens, n_rows, n_decode;
     int32_t *token, *pos, *seq;
     int8_t *logits;
     int *row_slot;
     uint64_t *row_req;
-    bool prompt_only;
 };
 
 struct bt_batcher {
@@ -411,10 +415,10 @@ static void drain_inbox(struct bt_batcher *b) {
 }
 
 /* Fill f with what is ready: one decode token per READY slot (at most
- * max_decode of them), then prompt chunks; false when nothing is. */
-static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_decode, double t) {
+ * max_decode of them), then prompt chunks (at most max_prompt tokens);
+ * false when nothing is. */
+static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_decode, int64_t max_prompt, double t) {
     f->n_tokens = f->n_rows = 0;
-    f->prompt_only = true;
     int64_t n_decode = 0;
     for (int s = 0; s < b->n_seq && f->n_tokens < b->n_ubatch && n_decode < max_decode; s++) {
         struct slot *sl = &b->slots[s];
@@ -427,15 +431,16 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_deco
         f->row_slot[f->n_rows] = s;
         f->row_req[f->n_rows++] = sl->id;
         sl->state = SLOT_WAIT;
-        f->prompt_only = false;
         n_decode++;
     }
-    for (int s = 0; s < b->n_seq && f->n_tokens < b->n_ubatch; s++) {
+    f->n_decode = n_decode;
+    const int64_t end = f->n_tokens + max_prompt < b->n_ubatch ? f->n_tokens + max_prompt : b->n_ubatch;
+    for (int s = 0; s < b->n_seq && f->n_tokens < end; s++) {
         struct slot *sl = &b->slots[s];
         if (sl->state != SLOT_PROMPT) continue;
         if (sl->n_sub == 0) sl->t_sub = t;
         size_t n = sl->n_prompt - sl->n_sub;
-        if ((int64_t)n > b->n_ubatch - f->n_tokens) n = (size_t)(b->n_ubatch - f->n_tokens);
+        if ((int64_t)n > end - f->n_tokens) n = (size_t)(end - f->n_tokens);
         for (size_t k = 0; k < n; k++) {
             const int64_t i = f->n_tokens++;
             f->token[i] = sl->prompt[sl->n_sub];
@@ -491,16 +496,23 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
      * tokens/s of spreading them over every ubatch in flight) */
     const int spread = b->n_stages < b->max_inflight ? b->n_stages : b->max_inflight;
     const int64_t max_decode = (n_active + spread - 1) / spread;
+    /* prompt tokens likewise, so that a long prompt's chunks overlap in the
+     * stages; chunks of at least BT_BATCHER_MIN_CHUNK tokens */
+    int64_t pending = 0;
+    for (int s = 0; s < b->n_seq; s++)
+        if (b->slots[s].state == SLOT_PROMPT) pending += (int64_t)(b->slots[s].n_prompt - b->slots[s].n_sub);
+    int64_t max_prompt = (pending + spread - 1) / spread;
+    if (max_prompt < BT_BATCHER_MIN_CHUNK) max_prompt = BT_BATCHER_MIN_CHUNK;
     const double t = now_s();
     while (b->fl_n < b->max_inflight) {
         struct flight *f = &b->fl[(b->fl_head + b->fl_n) % b->max_inflight];
-        if (!form_ubatch(b, f, max_decode, t)) break;
+        if (!form_ubatch(b, f, max_decode, max_prompt, t)) break;
         const struct bt_llm_batch ub = {f->n_tokens, f->token, f->pos, f->seq, f->logits};
         const enum bt_status st = bt_engine_submit(b->e, &ub, &f->engine_id);
         if (st != BT_OK) return fail(b, st);
         b->fl_n++;
         b->stats.ubatches++;
-        b->stats.decode_tokens += (uint64_t)(f->n_tokens > 0 && !f->prompt_only ? f->n_rows : 0);
+        b->stats.decode_tokens += (uint64_t)f->n_decode;
     }
     if (b->fl_n == 0) return BT_OK;
 
