@@ -11,10 +11,16 @@
  *   bt_sched.h  the scheduler over several backends (splits, copies, ring)
  *   cpu.h       the CPU executor (thread pool, kernels)
  *
- * Errors: a call that can fail on a user's input returns an enum bt_status
- * (or NULL) and leaves its message in the object it was called on
- * (bt_context_error, bt_sched_error, bt_backend_error, bt_dist_error).
- * BT_ASSERT aborts only on a broken invariant inside baton.
+ * Errors, one convention: a call on an object that can fail on a user's
+ * input returns an enum bt_status (or NULL) and leaves its message in that
+ * object (bt_context_error, bt_sched_error, bt_backend_error,
+ * bt_gallocr_error, bt_dist_error); a constructor, which has no object yet
+ * to hold it, returns the status and writes the message into the caller's
+ * buffer (err, n_err: bt_sched_new).  Errors are not printed (still
+ * printed, to be brought under this rule: bt_backend_cuda_init,
+ * bt_transport_mpi_init and bt_model_new).  Two aborts only: BT_ASSERT on a broken invariant inside baton, and a failure
+ * in the middle of the distributed pipeline, which must stop every rank
+ * (dist.h says which).
  *
  * The core library (libbaton) needs neither MPI nor libyaml; the
  * distributed runtime's transports and topology files are libbaton_mpi and

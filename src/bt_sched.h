@@ -4,7 +4,7 @@
  * a ring of n_copies slots, with events) and runs the splits in order.
  *
  * Usage, one micro-batch at a time:
- *     bt_sched_t s = bt_sched_new(backends, NULL, n, graph_size, n_copies);
+ *     bt_sched_new(backends, NULL, n, graph_size, n_copies, &s, err, sizeof err);
  *     bt_sched_reserve(s, worst_case_graph);    optional: size buffers once
  *     bt_sched_alloc_graph(s, g);               plan (first time) + next slot
  *     bt_tensor_set(input, ...);                user inputs
@@ -73,10 +73,12 @@ struct bt_sched_stats {
 };
 
 /* backends in priority order, the last one the CPU (the fallback); bufts NULL
- * for each backend's default buffer type.  NULL and a message on stderr for
- * bad arguments. */
-bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends,
-                        size_t graph_size, int n_copies);
+ * for each backend's default buffer type.  BT_OK and the scheduler in *out;
+ * else *out NULL, BT_ERR_INVALID (a count out of range, a buffer type its
+ * backend cannot use) or BT_ERR_NOMEM, and the message in err (n_err bytes:
+ * a constructor has no object yet to keep it).  Nothing is printed. */
+enum bt_status bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends, size_t graph_size,
+                            int n_copies, bt_sched_t *out, char *err, size_t n_err);
 /* Puts back the sources of a graph that bt_sched_split_graph or
  * bt_sched_set_cur_copy left rewritten (touches no other graph).  Tensors the
  * scheduler placed keep pointers into its freed memory. */

@@ -79,7 +79,10 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     for (int il = c->il0; il < c->il1; il++) {
         struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, c->n_ctx);
         struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, c->n_ctx);
-        BT_ASSERT(k && v);
+        if (!k || !v) {
+            bt_kv_free(kv);
+            return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+        }
         bt_format_name(k, "cache_k_l%d", il);
         bt_format_name(v, "cache_v_l%d", il);
         kv->k[il - c->il0] = k;

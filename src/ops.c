@@ -581,13 +581,8 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
             return is_f32(node) && is_f32(a) && is_f32(b) && same_shape(node, a) && same_shape(a, b);
         case BT_ELEMENTWISE_NONE: break;
     }
+    if (node->op == BT_OP_NONE || bt_op_is_view(node->op)) return true;
     switch (node->op) {
-        case BT_OP_NONE:
-        case BT_OP_VIEW:
-        case BT_OP_RESHAPE:
-        case BT_OP_PERMUTE:
-        case BT_OP_TRANSPOSE:
-            return true;
         case BT_OP_RMS_NORM:
         case BT_OP_NORM:
             return is_f32(node) && is_f32(a) && same_shape(node, a);

@@ -19,19 +19,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static enum bt_status perr(char *err, size_t n, enum bt_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-static enum bt_status perr(char *err, size_t n, enum bt_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 /* ---- stand-in backends: the splitter's view of the ranks ---------------------- */
 
 struct proxy {
@@ -133,7 +120,7 @@ static bt_plan_splitter *splitter_new(struct bt_graph *graph, int n_ranks, int n
                                       char *err, size_t errlen) {
     bt_plan_splitter *s = calloc(1, sizeof *s);
     if (!s) {
-        perr(err, errlen, BT_ERR_NOMEM, "out of memory");
+        bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory");
         return NULL;
     }
     s->graph = graph;
@@ -147,7 +134,7 @@ static bt_plan_splitter *splitter_new(struct bt_graph *graph, int n_ranks, int n
     if (!s->slot_index || !s->proxies || !s->bufts || !s->ctx || !list) {
         free(list);
         bt_plan_splitter_free(s);
-        perr(err, errlen, BT_ERR_NOMEM, "out of memory");
+        bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory");
         return NULL;
     }
     for (int i = 0; i < graph->n_nodes; i++) s->slot_index[bt_hash_find(&graph->visited, graph->nodes[i])] = i;
@@ -162,11 +149,14 @@ static bt_plan_splitter *splitter_new(struct bt_graph *graph, int n_ranks, int n
         s->proxies[r].context = &s->ctx[r];
         list[r] = &s->proxies[r];
     }
-    s->sched = bt_sched_new(list, NULL, n_ranks, (size_t)(graph->n_nodes + graph->n_leafs) + 64, n_copies);
+    char why[256];
+    const enum bt_status st =
+        bt_sched_new(list, NULL, n_ranks, (size_t)(graph->n_nodes + graph->n_leafs) + 64, n_copies, &s->sched, why,
+                     sizeof why);
     free(list);
-    if (!s->sched) {
+    if (st != BT_OK) {
         bt_plan_splitter_free(s);
-        perr(err, errlen, BT_ERR_NOMEM, "cannot create the splitter for %d ranks", n_ranks);
+        bt_error_printf(err, errlen, st, "the splitter for %d ranks: %s", n_ranks, why);
         return NULL;
     }
     return s;
@@ -180,13 +170,13 @@ static enum bt_status split_pinned(bt_plan_splitter *s, const int32_t *node_owne
     for (int i = 0; i < g->n_leafs; i++) bt_sched_set_tensor_backend(s->sched, g->leafs[i], &s->proxies[leaf_owner[i]]);
     for (int i = 0; i < g->n_nodes; i++) bt_sched_set_tensor_backend(s->sched, g->nodes[i], &s->proxies[node_owner[i]]);
     enum bt_status st = bt_sched_split_graph(s->sched, g);
-    if (st != BT_OK) return perr(err, errlen, st, "splitter: %s", bt_sched_error(s->sched));
+    if (st != BT_OK) return bt_error_printf(err, errlen, st, "splitter: %s", bt_sched_error(s->sched));
     return BT_OK;
 }
 
 bt_plan_splitter *bt_plan_splitter_new(const struct bt_plan *p, struct bt_graph *graph, char *err, size_t errlen) {
     if (graph->n_nodes != p->n_nodes || graph->n_leafs != p->n_leafs || graph->visited.size == 0) {
-        perr(err, errlen, BT_ERR_MISMATCH, "the plan is for %d nodes and %d leafs, the graph has %d and %d", p->n_nodes,
+        bt_error_printf(err, errlen, BT_ERR_MISMATCH, "the plan is for %d nodes and %d leafs, the graph has %d and %d", p->n_nodes,
              p->n_leafs, graph->n_nodes, graph->n_leafs);
         return NULL;
     }
@@ -205,7 +195,7 @@ bt_plan_splitter *bt_plan_splitter_new(const struct bt_plan *p, struct bt_graph 
                sp->i_end == p->splits[i].i_end;
     }
     if (!same) {
-        perr(err, errlen, BT_ERR_MISMATCH, "the graph gives %d splits where the plan has %d: not the graph it was made for",
+        bt_error_printf(err, errlen, BT_ERR_MISMATCH, "the graph gives %d splits where the plan has %d: not the graph it was made for",
              n, p->n_splits);
         bt_plan_splitter_free(s);
         return NULL;
@@ -263,22 +253,22 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
     enum bt_status st = bt_layer_costs_make(g, &lc, err, sizeof err);
     if (st != BT_OK) {
         bt_layer_costs_free(&lc);
-        return perr(p->error, sizeof p->error, st, "planning: %s", err);
+        return bt_error_printf(p->error, sizeof p->error, st, "planning: %s", err);
     }
     p->n_layers = lc.L;
     int *first = malloc(sizeof(int) * (size_t)p->n_ranks), *last = malloc(sizeof(int) * (size_t)p->n_ranks);
     st = first && last ? smooth_speeds(p->ranks, p->n_ranks) : BT_ERR_NOMEM;
-    if (st != BT_OK) perr(p->error, sizeof p->error, st, "out of memory");
+    if (st != BT_OK) bt_error_printf(p->error, sizeof p->error, st, "out of memory");
     if (st == BT_OK) {
         st = bt_place_layers(&lc, p->ranks, p->n_ranks, opt, first, last, p->predicted_s, err, sizeof err);
-        if (st != BT_OK) perr(p->error, sizeof p->error, st, "placement: %s", err);
+        if (st != BT_OK) bt_error_printf(p->error, sizeof p->error, st, "placement: %s", err);
     }
     for (int r = 0; st == BT_OK && r < p->n_ranks; r++) {
         p->layer_first[r] = first[r];
         p->layer_last[r] = last[r];
     }
     bt_plan_splitter *s = st == BT_OK ? splitter_new(g, p->n_ranks, p->n_copies, support, err, sizeof err) : NULL;
-    if (st == BT_OK && !s) st = perr(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
+    if (st == BT_OK && !s) st = bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
     /* weights by layer (or pin), inputs owned by rank 0 */
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
@@ -310,7 +300,7 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
     bt_layer_costs_free(&lc);
     if (st == BT_OK) {
         st = bt_sched_split_graph(s->sched, g);
-        if (st != BT_OK) perr(p->error, sizeof p->error, st, "splitter: %s", bt_sched_error(s->sched));
+        if (st != BT_OK) bt_error_printf(p->error, sizeof p->error, st, "splitter: %s", bt_sched_error(s->sched));
     }
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {
         const int o = bt_sched_get_backend_id(s->sched, g->leafs[i]);
@@ -339,12 +329,12 @@ static enum bt_status add_transfer(struct bt_plan *p, const bt_plan_splitter *s,
     int32_t index = 0;
     const int src = owner_of(p, s, t, &index);
     if (src < 0)
-        return perr(p->error, sizeof p->error, BT_ERR_INVALID, "tensor '%s' is read across ranks but is not in the graph",
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "tensor '%s' is read across ranks but is not in the graph",
                     t->name);
     if (p->n_transfers == *cap) {
         const int nc = *cap ? 2 * *cap : 64;
         struct bt_plan_transfer *nx = realloc(p->transfers, sizeof *nx * (size_t)nc);
-        if (!nx) return perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
+        if (!nx) return bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
         p->transfers = nx;
         *cap = nc;
     }
@@ -352,7 +342,7 @@ static enum bt_status add_transfer(struct bt_plan *p, const bt_plan_splitter *s,
     const int bi = node_index(s, base);
     const size_t bytes = bt_nbytes(t);
     if (bytes > (size_t)INT32_MAX)
-        return perr(p->error, sizeof p->error, BT_ERR_CAPACITY,
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_CAPACITY,
                     "tensor '%s' (%zu bytes) needs a transfer from rank %d to rank %d larger than 2 GiB: use smaller "
                     "micro-batches",
                     t->name, bytes, src, dst);
@@ -383,7 +373,7 @@ static enum bt_status add_input(struct bt_plan *p, const bt_plan_splitter *s, st
     if (p->n_inputs == *cap) {
         const int nc = *cap ? 2 * *cap : 16;
         struct bt_plan_input *ni = realloc(p->inputs, sizeof *ni * (size_t)nc);
-        if (!ni) return perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
+        if (!ni) return bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
         p->inputs = ni;
         *cap = nc;
     }
@@ -469,7 +459,7 @@ static enum bt_status plan_alloc(struct bt_plan *p) {
     p->inputs = malloc(sizeof *p->inputs * ((size_t)p->n_inputs + 1));
     if (!p->ranks || !p->node_owner || !p->leaf_owner || !p->layer_first || !p->layer_last || !p->predicted_s ||
         !p->splits || !p->transfers || !p->inputs)
-        return perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory for the plan");
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory for the plan");
     return BT_OK;
 }
 
@@ -480,17 +470,17 @@ enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const str
     static const struct bt_plan_options none;
     if (!opt) opt = &none;
     if (graph->visited.size == 0)
-        return perr(p->error, sizeof p->error, BT_ERR_INVALID, "the plan needs a full graph, not a view");
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "the plan needs a full graph, not a view");
     if (n_ranks < 1 || n_ranks > BT_PLAN_MAX_RANKS)
-        return perr(p->error, sizeof p->error, BT_ERR_CAPACITY, "%d ranks: 1 to %d are supported (BT_PLAN_MAX_RANKS)",
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_CAPACITY, "%d ranks: 1 to %d are supported (BT_PLAN_MAX_RANKS)",
                     n_ranks, BT_PLAN_MAX_RANKS);
     const int n_copies = opt->n_copies > 0 ? opt->n_copies : 2;
     if (n_copies > BT_SCHED_MAX_COPIES)
-        return perr(p->error, sizeof p->error, BT_ERR_INVALID, "n_copies %d: 1 to %d are supported", n_copies,
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "n_copies %d: 1 to %d are supported", n_copies,
                     BT_SCHED_MAX_COPIES);
     for (int k = 0; k < opt->n_pins; k++)
         if (opt->pins[k].rank < 0 || opt->pins[k].rank >= n_ranks)
-            return perr(p->error, sizeof p->error, BT_ERR_INVALID, "pin '%s' names rank %d of %d", opt->pins[k].pattern,
+            return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "pin '%s' names rank %d of %d", opt->pins[k].pattern,
                         opt->pins[k].rank, n_ranks);
     p->n_ranks = n_ranks;
     p->n_copies = n_copies;
@@ -508,14 +498,14 @@ enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const str
     char err[512];
     bt_plan_splitter *s = splitter_new(graph, n_ranks, n_copies, NULL, err, sizeof err);
     if (!s) {
-        st = perr(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
+        st = bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
         goto fail;
     }
     st = split_pinned(s, p->node_owner, p->leaf_owner, p->error, sizeof p->error);
     if (st == BT_OK) {
         const int n = bt_sched_get_n_splits(s->sched);
         struct bt_plan_split *ns = realloc(p->splits, sizeof *ns * ((size_t)n + 1));
-        if (!ns) st = perr(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
+        if (!ns) st = bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
         else {
             p->splits = ns;
             p->n_splits = n;
@@ -676,13 +666,13 @@ enum bt_status bt_plan_pack(const struct bt_plan *p, void **buf, size_t *size) {
 enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, const struct bt_graph *graph) {
     memset(p, 0, sizeof *p);
     struct plan_header h;
-    if (size < sizeof h) return perr(p->error, sizeof p->error, BT_ERR_INVALID, "a plan of %zu bytes is truncated", size);
+    if (size < sizeof h) return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "a plan of %zu bytes is truncated", size);
     memcpy(&h, buf, sizeof h);
     if (h.n_ranks < 1 || h.n_ranks > BT_PLAN_MAX_RANKS || h.n_copies < 1 || h.n_copies > BT_SCHED_MAX_COPIES ||
         h.n_nodes != graph->n_nodes || h.n_leafs != graph->n_leafs || h.n_splits < 0 || h.n_transfers < 0 ||
         h.n_splits > graph->n_nodes + 1 || h.n_transfers > INT32_MAX / 16 || h.n_inputs < 0 ||
         h.n_inputs > INT32_MAX / 16 || packed_size(&h) != size)
-        return perr(p->error, sizeof p->error, BT_ERR_INVALID,
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID,
                     "the plan (%d ranks, %d nodes, %d leafs, %d splits, %d transfers, %zu bytes) does not fit this "
                     "graph (%d nodes, %d leafs)",
                     h.n_ranks, h.n_nodes, h.n_leafs, h.n_splits, h.n_transfers, size, graph->n_nodes, graph->n_leafs);
@@ -728,7 +718,7 @@ enum bt_status bt_plan_unpack(struct bt_plan *p, const void *buf, size_t size, c
     for (int r = 0; r < p->n_ranks; r++) p->ranks[r].backend[sizeof p->ranks[r].backend - 1] = '\0';
     if (!ok) {
         bt_plan_free(p);
-        return perr(p->error, sizeof p->error, BT_ERR_INVALID, "the plan holds an index out of range");
+        return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "the plan holds an index out of range");
     }
     return BT_OK;
 }

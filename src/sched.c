@@ -161,40 +161,37 @@ static bt_event_t *event_slot(bt_sched_t sched, int b, int c) { return &sched->e
 
 /* ---- creation ------------------------------------------------------------ */
 
-bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends,
-                        size_t graph_size, int n_copies) {
-    if (n_backends < 1 || n_backends > BT_SCHED_MAX_BACKENDS) {
-        fprintf(stderr, "bt_sched_new: %d backends (1 to %d allowed)\n", n_backends, BT_SCHED_MAX_BACKENDS);
-        return NULL;
-    }
-    if (n_copies < 1 || n_copies > BT_SCHED_MAX_COPIES) {
-        fprintf(stderr, "bt_sched_new: n_copies = %d (1 to %d allowed)\n", n_copies, BT_SCHED_MAX_COPIES);
-        return NULL;
-    }
-    if (graph_size < 1 || graph_size > (1u << 26)) {
-        fprintf(stderr, "bt_sched_new: graph size %zu out of range\n", graph_size);
-        return NULL;
-    }
+enum bt_status bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends, size_t graph_size,
+                            int n_copies, bt_sched_t *out, char *err, size_t n_err) {
+    *out = NULL;
+    if (n_backends < 1 || n_backends > BT_SCHED_MAX_BACKENDS)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "scheduler: %d backends (1 to %d allowed)", n_backends,
+                        BT_SCHED_MAX_BACKENDS);
+    if (n_copies < 1 || n_copies > BT_SCHED_MAX_COPIES)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "scheduler: n_copies = %d (1 to %d allowed)", n_copies,
+                        BT_SCHED_MAX_COPIES);
+    if (graph_size < 1 || graph_size > (1u << 26))
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "scheduler: graph size %zu (1 to %u allowed)", graph_size, 1u << 26);
     bt_sched_t sched = calloc(1, sizeof *sched);
-    if (!sched) return NULL;
+    if (!sched) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "scheduler: out of memory");
     sched->n_backends = n_backends;
     sched->n_copies = n_copies;
     sched->backends = calloc((size_t)n_backends, sizeof *sched->backends);
     sched->bufts = calloc((size_t)n_backends, sizeof *sched->bufts);
     sched->events = calloc((size_t)n_backends * (size_t)n_copies, sizeof *sched->events);
     if (!sched->backends || !sched->bufts || !sched->events) {
-        fprintf(stderr, "bt_sched_new: out of memory\n");
         bt_sched_free(sched);
-        return NULL;
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "scheduler: out of memory for %d backends", n_backends);
     }
     for (int b = 0; b < n_backends; b++) {
         sched->backends[b] = backends[b];
         sched->bufts[b] = bufts && bufts[b] ? bufts[b] : bt_backend_get_default_buffer_type(backends[b]);
         if (!bt_backend_supports_buft(backends[b], sched->bufts[b])) {
-            fprintf(stderr, "bt_sched_new: backend %s does not support buffer type %s\n",
-                    bt_backend_name(backends[b]), bt_buft_name(sched->bufts[b]));
+            const enum bt_status st = bt_error_printf(err, n_err, BT_ERR_INVALID,
+                                               "scheduler: backend %s does not support buffer type %s",
+                                               bt_backend_name(backends[b]), bt_buft_name(sched->bufts[b]));
             bt_sched_free(sched);
-            return NULL;
+            return st;
         }
     }
     /* graph tensors: up to graph_size nodes and graph_size leafs, plus views */
@@ -211,9 +208,8 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     sched->ctx_size = bt_tensor_overhead() * (graph_size * (size_t)(n_copies + 2) + 1024);
     if (!sched->hash_set.keys || !sched->hv_backend_ids || !sched->hv_cause || !sched->hv_user || !sched->hv_copy_block ||
         !sched->splits || !sched->split_extra || !sched->galloc) {
-        fprintf(stderr, "bt_sched_new: out of memory\n");
         bt_sched_free(sched);
-        return NULL;
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "scheduler: out of memory for a graph of %zu nodes", graph_size);
     }
     memset(sched->hv_backend_ids, -1, sched->hash_set.size * sizeof(int));
     memset(sched->hv_copy_block, -1, sched->hash_set.size * sizeof(int32_t));
@@ -222,7 +218,8 @@ bt_sched_t bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_b
     sched->first_alloc = true;
     const char *dbg = getenv("BATON_SCHED_DEBUG");
     sched->debug = dbg ? atoi(dbg) : 0;
-    return sched;
+    *out = sched;
+    return BT_OK;
 }
 
 /* Put the user's sources back where the planned graph holds rewritten ones.

@@ -188,6 +188,16 @@ bool bt_op_is_view(enum bt_op op) {
     return op == BT_OP_VIEW || op == BT_OP_RESHAPE || op == BT_OP_PERMUTE || op == BT_OP_TRANSPOSE;
 }
 
+enum bt_status bt_error_printf(char *err, size_t n, enum bt_status st, const char *fmt, ...) {
+    if (err && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
 /* ---- contexts ------------------------------------------------------------ */
 
 struct bt_context {

@@ -334,8 +334,9 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
         snprintf(w.name, sizeof w.name, "hosts[%d]", i);
         if ((st = need_map(p, w.name, e, "name and slots"))) return st;
         h->pos = pos_of(e);
-        struct field f[] = {{.key = "name"}, {.key = "slots"}, {.key = "gpus"}, {.key = "address"}, {.key = "gpu_memory"}};
-        if ((st = get_fields(p, &w, e, f, 5))) return st;
+        struct field f[] = {{.key = "name"},    {.key = "slots"},      {.key = "gpus"},
+                            {.key = "address"}, {.key = "gpu_memory"}, {.key = "model"}};
+        if ((st = get_fields(p, &w, e, f, 6))) return st;
         if ((st = need_key(p, &w, e, &f[0], "the host's name, used by ranks: host:"))) return st;
         const char *name;
         if ((st = get_str(p, &w, "name", f[0].v, &name))) return st;
@@ -372,6 +373,12 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
         if (f[4].v) {
             if ((st = get_memory(p, &w, "gpu_memory", f[4].v, &h->gpu_memory))) return st;
             h->gpu_memory_pos = pos_of(f[4].v);
+        }
+        if (f[5].v) {
+            const char *m;
+            if ((st = get_str(p, &w, "model", f[5].v, &m))) return st;
+            h->model = dupstr(m);
+            h->model_pos = pos_of(f[5].v);
         }
     }
     return BT_OK;
@@ -1055,6 +1062,7 @@ void bt_topology_free(struct bt_topology *t) {
     for (int i = 0; t->hosts && i < t->n_hosts; i++) {
         free(t->hosts[i].name);
         free(t->hosts[i].address);
+        free(t->hosts[i].model);
     }
     free(t->hosts);
     free(t->ranks);

@@ -13,6 +13,8 @@
  *       gpu_memory: 80GiB       # optional: memory of each of the host's GPUs, the
  *                               #   placement memory of its CUDA ranks that give
  *                               #   no memory: of their own (same units as memory)
+ *       model: /data/m.gguf     # optional: the GGUF file's path on this host (overrides
+ *                               #   pipeline.model for the ranks on it)
  *   ranks:                      # required, a list; ranks 0..N-1, each exactly once
  *     - rank: 0                 # required, the MPI rank this entry describes
  *       host: gpu01             # required, a name from hosts
@@ -143,8 +145,9 @@ struct bt_topo_host {
     int slots;              /* >= 1 */
     int gpus;               /* >= 0 */
     uint64_t gpu_memory;    /* bytes per GPU; 0 = not given */
+    char *model;            /* the GGUF file's path on this host; NULL: pipeline.model */
     struct bt_topo_pos pos; /* the list entry */
-    struct bt_topo_pos name_pos, slots_pos, gpus_pos, address_pos, gpu_memory_pos;
+    struct bt_topo_pos name_pos, slots_pos, gpus_pos, address_pos, gpu_memory_pos, model_pos;
 };
 
 struct bt_topo_rank {

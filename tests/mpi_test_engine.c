@@ -489,8 +489,8 @@ START_TEST(test_memory_per_rank) {
 }
 END_TEST
 
-/* The model path from the topology's pipeline.model when the caller gives
- * none; neither: an error saying so. */
+/* The model path from the topology (a host's model, else pipeline.model)
+ * when the caller gives none; none at all: an error saying so. */
 START_TEST(test_model_from_topology) {
     char dense[512], yaml[600];
     shared_model(dense, sizeof dense, "dense.gguf", false, N_LAYER, 42);
@@ -498,8 +498,13 @@ START_TEST(test_model_from_topology) {
     if (T->rank == 0) {
         FILE *f = fopen(yaml, "w");
         ck_assert_ptr_nonnull(f);
-        fprintf(f, "hosts:\n  - {name: localhost, slots: %d}\nranks:\n", T->size);
-        for (int r = 0; r < T->size; r++) fprintf(f, "  - {rank: %d, host: localhost, backend: cpu}\n", r);
+        /* rank 0 on a host that names its own path, the others on the
+         * pipeline's: the same file by two names */
+        fprintf(f, "hosts:\n  - {name: localhost, slots: %d, model: %s/../%s/dense.gguf}\n", T->size, DIR_,
+                strrchr(DIR_, '/') + 1);
+        fprintf(f, "  - {name: other, slots: %d}\nranks:\n", T->size);
+        for (int r = 0; r < T->size; r++)
+            fprintf(f, "  - {rank: %d, host: %s, backend: cpu}\n", r, r == 0 ? "localhost" : "other");
         fprintf(f, "pipeline:\n  model: %s\n", dense);
         ck_assert_int_eq(fclose(f), 0);
     }
@@ -509,7 +514,8 @@ START_TEST(test_model_from_topology) {
     ck_assert_msg(bt_topology_load(yaml, &R.topo, err, sizeof err) == BT_OK, "%s", err);
     R.have_topo = true;
     struct bt_engine *e = open_engine(NULL, 64, 1, 16, 0);
-    ck_assert_str_eq(bt_gguf_path(bt_engine_gguf(e)), dense);
+    if (T->rank == 0) ck_assert_ptr_nonnull(strstr(bt_gguf_path(bt_engine_gguf(e)), "/../"));
+    else ck_assert_str_eq(bt_gguf_path(bt_engine_gguf(e)), dense);
     if (T->rank == 0) {
         const int32_t t[1] = {5}, p[1] = {0}, sq[1] = {0};
         float out[N_VOCAB], ref[N_VOCAB];
@@ -566,12 +572,72 @@ START_TEST(test_failure_on_a_stage) {
             const enum bt_status st = bt_engine_serve(e);
             atomic_store(&fault_countdown, 0);
             if (st != BT_OK) ck_assert_msg(strstr(bt_engine_error(e), want) != NULL, "%s", bt_engine_error(e));
+            hit = st != BT_OK ? 2 : 0;
         }
-        ck_assert(T->iface.allreduce_max(T, &hit, 1) == BT_OK);
-        n_failed += (int)hit;
+        /* rank 0 failed (1) exactly when every other rank did (2), all naming the stage */
+        int64_t v[2] = {hit == 1, T->rank == 0 ? 0 : hit != 2};
+        ck_assert(T->iface.allreduce_max(T, v, 2) == BT_OK);
+        ck_assert_msg(T->size == 1 || !v[0] || !v[1], "rank 0 failed but a rank's serve returned BT_OK");
+        n_failed += (int)v[0];
         bt_engine_close(e);
     }
     ck_assert_int_gt(n_failed, 0); /* some allocation of the stage did fail */
+}
+END_TEST
+
+/* Every allocation bt_engine_open makes on one rank fails in turn: every
+ * rank returns the same status and message (that rank's), none crashes or
+ * waits for ever; then one open runs through with nothing left to fail. */
+static void open_with_failing_allocations(const char *path, int victim, const int *counts) {
+    int n_failed = 0;
+    for (long n = 1;; n++) {
+        ck_assert_msg(n < 20000, "open makes more allocations than expected");
+        struct bt_engine_params p;
+        bt_engine_default_params(&p);
+        p.model = path;
+        p.n_ctx = 64;
+        p.n_ubatch = 8;
+        R.layer_counts = (int *)counts; /* no speed measurement: fast */
+        struct bt_engine *e = NULL;
+        char err[1024] = "";
+        atomic_store(&fault_hit, 0);
+        if (T->rank == victim) atomic_store(&fault_countdown, n);
+        const enum bt_status st = bt_engine_open(&R, &p, &e, err, sizeof err);
+        atomic_store(&fault_countdown, 0);
+        R.layer_counts = NULL;
+        int64_t v[2] = {atomic_load(&fault_hit), st != BT_OK};
+        ck_assert_int_eq(T->iface.allreduce_max(T, v, 2), BT_OK);
+        int64_t mine = st, lo = -(int64_t)st;
+        ck_assert_int_eq(T->iface.allreduce_max(T, &mine, 1), BT_OK);
+        ck_assert_int_eq(T->iface.allreduce_max(T, &lo, 1), BT_OK);
+        ck_assert_msg(mine == -lo, "ranks disagree on open's status after allocation %ld failed on rank %d", n, victim);
+        char msg0[1024];
+        memcpy(msg0, err, sizeof msg0);
+        ck_assert_int_eq(T->iface.bcast(T, msg0, sizeof msg0, 0), BT_OK);
+        ck_assert_msg(strcmp(err, msg0) == 0, "rank %d: '%s', rank 0: '%s'", T->rank, err, msg0);
+        if (st != BT_OK) {
+            ck_assert_ptr_null(e);
+            ck_assert_msg(err[0] != '\0', "a failed open without a message");
+            n_failed++;
+        } else {
+            if (T->rank == 0) ck_assert(bt_engine_stop(e) == BT_OK);
+            else ck_assert(bt_engine_serve(e) == BT_OK);
+            bt_engine_close(e);
+        }
+        if (!v[0]) break; /* no allocation left to fail */
+    }
+    ck_assert_int_gt(n_failed, 0);
+}
+
+START_TEST(test_open_allocation_failures) {
+    if (T->size > 2) return; /* one pass per allocation: kept to 1 and 2 ranks */
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    const int counts[2] = {T->size == 1 ? N_LAYER : 2, 2};
+    alarm(120); /* a rank left waiting is a failure, not ctest's timeout */
+    open_with_failing_allocations(path, T->size - 1, counts);
+    if (T->size > 1) open_with_failing_allocations(path, 0, counts);
+    alarm(0);
 }
 END_TEST
 
@@ -630,6 +696,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_memory_per_rank);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
+    tcase_add_test(tc, test_open_allocation_failures);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {

@@ -12,7 +12,10 @@
  * context (the scheduler rewrites the sources of the graph it plans).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "backend.h"
@@ -113,8 +116,9 @@ static bt_buffer_t alloc_ref(bt_context *ctx, bt_backend_t cpu) {
 }
 
 static bt_sched_t new_sched(bt_backend_t *backends, int n, int n_copies) {
-    bt_sched_t s = bt_sched_new(backends, NULL, n, 1024, n_copies);
-    ck_assert_ptr_nonnull(s);
+    bt_sched_t s = NULL;
+    char err[256];
+    ck_assert_msg(bt_sched_new(backends, NULL, n, 1024, n_copies, &s, err, sizeof err) == BT_OK, "%s", err);
     return s;
 }
 
@@ -1581,11 +1585,51 @@ END_TEST
 /* A small scheduler planning one new graph after another (earlier contexts
  * still alive): the table of tensors does not fill up, and an earlier graph's
  * pins do not leak into later ones. */
+/* Issue 10, item 4: bt_sched_new's bad arguments are a status and a message
+ * in the caller's buffer, with nothing printed. */
+START_TEST(test_new_errors) {
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[1] = {cpu};
+    char path[] = "/tmp/bt-sched-stderr-XXXXXX";
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    const int saved = dup(2);
+    dup2(fd, 2);
+    bt_sched_t s = (bt_sched_t)backends; /* overwritten */
+    char err[256] = "";
+    const enum bt_status st1 = bt_sched_new(backends, NULL, 1, 8, BT_SCHED_MAX_COPIES + 1, &s, err, sizeof err);
+    const bool null1 = s == NULL;
+    char err1[256];
+    snprintf(err1, sizeof err1, "%s", err);
+    const enum bt_status st2 = bt_sched_new(backends, NULL, 0, 8, 1, &s, err, sizeof err);
+    const enum bt_status st3 = bt_sched_new(backends, NULL, 1, 0, 1, &s, NULL, 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    struct stat sb;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(st1, BT_ERR_INVALID);
+    ck_assert(null1);
+    char want[64];
+    snprintf(want, sizeof want, "n_copies = %d", BT_SCHED_MAX_COPIES + 1);
+    ck_assert_msg(strstr(err1, want) != NULL, "%s", err1);
+    ck_assert_int_eq(st2, BT_ERR_INVALID);
+    ck_assert_msg(strstr(err, "0 backends") != NULL, "%s", err);
+    ck_assert_int_eq(st3, BT_ERR_INVALID);
+    ck_assert_ptr_null(s);
+    ck_assert_int_eq(sb.st_size, 0); /* nothing on stderr */
+    bt_backend_free(cpu);
+}
+END_TEST
+
 START_TEST(test_many_graphs) {
     bt_backend_t cpu = cpu_backend();
     bt_backend_t backends[1] = {cpu};
-    bt_sched_t sched = bt_sched_new(backends, NULL, 1, 8, 1);
-    ck_assert_ptr_nonnull(sched);
+    bt_sched_t sched = NULL;
+    ck_assert_int_eq(bt_sched_new(backends, NULL, 1, 8, 1, &sched, NULL, 0), BT_OK);
     bt_context *ctxs[300];
     for (int it = 0; it < 300; it++) {
         bt_context *ctx = bt_init((struct bt_init_params){1 << 16, NULL, true});
@@ -1772,6 +1816,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_seed_example_plan);
+    tcase_add_test(tc, test_new_errors);
     tcase_add_test(tc, test_user_assignment);
     tcase_add_test(tc, test_pin_after_plan);
     tcase_add_test(tc, test_reset_after_run);

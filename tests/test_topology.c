@@ -154,7 +154,7 @@ START_TEST(test_unknown_keys) {
         HOSTS "ranks:\n  - {rank: 0, host: cpu01, backend: cpu, thread: 2}\n",
         "8:42: rank 0: unknown key 'thread' (allowed: rank, host, backend, threads, memory)");
     expect_err("hosts:\n  - name: a\n    slot: 2\n" RANKS2,
-               "3:5: hosts[0]: unknown key 'slot' (allowed: name, slots, gpus, address, gpu_memory)");
+               "3:5: hosts[0]: unknown key 'slot' (allowed: name, slots, gpus, address, gpu_memory, model)");
     expect_err(HOSTS RANKS2 "mpi:\n  pml: ob1\n  btl: tcp\n",
                "12:3: mpi: unknown key 'btl' (allowed: pml, single_copy, extra_args)");
     expect_err(HOSTS RANKS2 "transport:\n  nccl: true\n",
@@ -475,7 +475,18 @@ START_TEST(test_pipeline_model) {
     bt_topology_free(&t);
     load_ok(HOSTS RANKS2, &t);
     ck_assert_ptr_null(t.pipeline.model);
+    ck_assert_ptr_null(t.hosts[0].model);
     bt_topology_free(&t);
+    /* a host's own path */
+    load_ok("hosts:\n  - {name: a, slots: 2, model: /a/m.gguf}\n  - {name: b, slots: 2}\n"
+            "ranks:\n  - {rank: 0, host: a, backend: cpu}\n  - {rank: 1, host: b, backend: cpu}\n",
+            &t);
+    ck_assert_str_eq(t.hosts[0].model, "/a/m.gguf");
+    ck_assert_ptr_null(t.hosts[1].model);
+    bt_topology_free(&t);
+    expect_err("hosts:\n  - {name: a, slots: 2, model: 7}\n  - {name: b, slots: 2, model: \"\"}\n"
+               "ranks:\n  - {rank: 0, host: a, backend: cpu}\n",
+               "3:32: host b: model: expected a string, got ''");
 }
 END_TEST
 

@@ -711,13 +711,8 @@ void bt_cpu_compute_op(const struct bt_cpu_params *p, struct bt_tensor *node) {
         case BT_ELEMENTWISE_GLU: compute_swiglu(p, node); return;
         case BT_ELEMENTWISE_NONE: break;
     }
+    if (node->op == BT_OP_NONE || bt_op_is_view(node->op)) return; /* no data of their own to compute */
     switch (node->op) {
-        case BT_OP_NONE:
-        case BT_OP_VIEW:
-        case BT_OP_RESHAPE:
-        case BT_OP_PERMUTE:
-        case BT_OP_TRANSPOSE:
-            return;
         case BT_OP_SUM_ROWS:
         case BT_OP_MEAN:
             compute_sum_rows(p, node);

@@ -285,7 +285,9 @@ static bool check_one_rank(const struct bt_model_config *cfg, bt_backend_t backe
     bool ok = ref && wbuf && rctx && bt_model_build_graph(ref, rctx, &rg) == BT_OK;
     if (ok) {
         bt_model_init_weights(ref);
-        single = bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(cfg) * 2, 1);
+        char why[256];
+        if (bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(cfg) * 2, 1, &single, why, sizeof why) != BT_OK)
+            fprintf(stderr, "baton demo: the one-process reference: %s\n", why);
         out_bytes = bt_nbytes(rg.logits);
         want = malloc(out_bytes);
         ok = single && want;

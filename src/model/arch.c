@@ -388,7 +388,10 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
         if (ti < 0 || !in_range(e, h, il0, il1)) continue;
         const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
         struct bt_tensor *t = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
-        BT_ASSERT(t);
+        if (!t) {
+            st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
+            goto done;
+        }
         bt_set_name(t, e->name);
         bt_set_weight(t);
         BT_ASSERT(ft->size == bt_nbytes(t));

@@ -65,33 +65,18 @@ void bt_model_config_default(struct bt_model_config *c) {
 #define MAX_VOCAB BT_MODEL_MAX_VOCAB
 #define MAX_TOKENS BT_MODEL_MAX_TOKENS
 
-static int fail(char *err, size_t n, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return BT_ERR_INVALID;
-}
-
 static int check_range(const char *field, int v, int lo, int hi, char *err, size_t n) {
     if (v < lo || v > hi) {
-        if (lo == 1 && v < 1) return fail(err, n, "%s = %d: must be positive", field, v);
-        if (lo == 0 && v < 0) return fail(err, n, "%s = %d: must not be negative", field, v);
-        return fail(err, n, "%s = %d: must be in [%d, %d]", field, v, lo, hi);
+        if (lo == 1 && v < 1) return bt_error_printf(err, n, BT_ERR_INVALID, "%s = %d: must be positive", field, v);
+        if (lo == 0 && v < 0) return bt_error_printf(err, n, BT_ERR_INVALID, "%s = %d: must not be negative", field, v);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "%s = %d: must be in [%d, %d]", field, v, lo, hi);
     }
     return BT_OK;
 }
 
 int bt_model_config_check(const struct bt_model_config *c, char *err, size_t n) {
     if (err && n > 0) err[0] = '\0';
-    if (!c) return fail(err, n, "no config");
+    if (!c) return bt_error_printf(err, n, BT_ERR_INVALID, "no config");
 #define RANGE(f, lo, hi)                                                   \
     do {                                                                   \
         if (check_range(#f, c->f, (lo), (hi), err, n) != BT_OK) return BT_ERR_INVALID; \
@@ -100,28 +85,28 @@ int bt_model_config_check(const struct bt_model_config *c, char *err, size_t n) 
     RANGE(d_model, 1, MAX_D_MODEL);
     RANGE(n_heads, 1, MAX_D_MODEL);
     if (c->d_model % c->n_heads != 0)
-        return fail(err, n, "n_heads = %d: d_model = %d is not a multiple of it", c->n_heads, c->d_model);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "n_heads = %d: d_model = %d is not a multiple of it", c->n_heads, c->d_model);
     if ((c->d_model / c->n_heads) % 2 != 0)
-        return fail(err, n, "n_heads = %d: head_dim = d_model / n_heads = %d must be even (rope)",
+        return bt_error_printf(err, n, BT_ERR_INVALID, "n_heads = %d: head_dim = d_model / n_heads = %d must be even (rope)",
                     c->n_heads, c->d_model / c->n_heads);
     RANGE(d_ff, 1, MAX_D_FF);
     if ((int)c->ffn < 0 || c->ffn >= BT_FFN_COUNT)
-        return fail(err, n, "ffn = %d: unknown FFN kind (mlp, moe-dense, moe-topk, moe-shared)", (int)c->ffn);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "ffn = %d: unknown FFN kind (mlp, moe-dense, moe-topk, moe-shared)", (int)c->ffn);
     const bool moe = c->ffn != BT_FFN_MLP;
     const bool topk = c->ffn == BT_FFN_MOE_TOPK || c->ffn == BT_FFN_MOE_SHARED;
     RANGE(n_experts, moe ? 1 : 0, MAX_EXPERTS);
     if (topk) {
-        if (c->top_k < 1) return fail(err, n, "top_k = %d: must be positive", c->top_k);
+        if (c->top_k < 1) return bt_error_printf(err, n, BT_ERR_INVALID, "top_k = %d: must be positive", c->top_k);
         if (c->top_k > c->n_experts)
-            return fail(err, n, "top_k = %d: must not exceed n_experts = %d", c->top_k, c->n_experts);
+            return bt_error_printf(err, n, BT_ERR_INVALID, "top_k = %d: must not exceed n_experts = %d", c->top_k, c->n_experts);
     } else {
         RANGE(top_k, 0, MAX_EXPERTS);
     }
     RANGE(n_shared, c->ffn == BT_FFN_MOE_SHARED ? 1 : 0, MAX_SHARED);
     if (c->shared_gate != 0 && c->shared_gate != 1)
-        return fail(err, n, "shared_gate = %d: must be 0 or 1", c->shared_gate);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "shared_gate = %d: must be 0 or 1", c->shared_gate);
     if (c->norm_topk != 0 && c->norm_topk != 1)
-        return fail(err, n, "norm_topk = %d: must be 0 or 1", c->norm_topk);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "norm_topk = %d: must be 0 or 1", c->norm_topk);
     RANGE(n_vocab, 1, MAX_VOCAB);
     RANGE(n_tokens, 1, MAX_TOKENS);
     switch (c->wtype) {
@@ -131,20 +116,20 @@ int bt_model_config_check(const struct bt_model_config *c, char *err, size_t n) 
     case BT_TYPE_Q8_0:
     case BT_TYPE_Q4_0: break;
     default:
-        return fail(err, n, "wtype = %d (%s): weights must be f32, f16, bf16, q8_0 or q4_0", (int)c->wtype,
+        return bt_error_printf(err, n, BT_ERR_INVALID, "wtype = %d (%s): weights must be f32, f16, bf16, q8_0 or q4_0", (int)c->wtype,
                     ((int)c->wtype >= 0 && c->wtype < BT_TYPE_COUNT) ? bt_type_name(c->wtype) : "unknown");
     }
     const int64_t blck = bt_blck_size(c->wtype);
     if (c->d_model % blck != 0)
-        return fail(err, n, "d_model = %d: wtype %s needs a multiple of %lld (its block size)", c->d_model,
+        return bt_error_printf(err, n, BT_ERR_INVALID, "d_model = %d: wtype %s needs a multiple of %lld (its block size)", c->d_model,
                     bt_type_name(c->wtype), (long long)blck);
     if (c->d_ff % blck != 0)
-        return fail(err, n, "d_ff = %d: wtype %s needs a multiple of %lld (its block size)", c->d_ff,
+        return bt_error_printf(err, n, BT_ERR_INVALID, "d_ff = %d: wtype %s needs a multiple of %lld (its block size)", c->d_ff,
                     bt_type_name(c->wtype), (long long)blck);
     if (!(c->rope_base > 0.0f) || !isfinite(c->rope_base))
-        return fail(err, n, "rope_base = %g: must be positive and finite", (double)c->rope_base);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "rope_base = %g: must be positive and finite", (double)c->rope_base);
     if (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps))
-        return fail(err, n, "norm_eps = %g: must be positive and finite", (double)c->norm_eps);
+        return bt_error_printf(err, n, BT_ERR_INVALID, "norm_eps = %g: must be positive and finite", (double)c->norm_eps);
 #undef RANGE
     return BT_OK;
 }

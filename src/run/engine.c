@@ -220,7 +220,9 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     const bool last = nxt < 0;
     const int64_t n_floats = last ? n_out * e->hp.n_vocab : T * e->hp.n_embd;
     const double t0 = now_s();
+    bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
     st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, e->x, msg, sizeof msg);
+    bt_transport_set_busy(e->t, false);
     e->stats.compute_s += now_s() - t0;
     if (st != BT_OK) return efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     e->stats.ubatches++;
@@ -326,6 +328,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     char msg[1024] = "", host[128];
     host_name(host, sizeof host);
     enum bt_status st = BT_OK;
+    int32_t *ranges = NULL;              /* every rank's layer range, from rank 0 */
+    struct bt_rank_desc *descs = NULL;   /* rank 0: every rank's description */
 #define AGREE()                                                                                \
     do {                                                                                       \
         if (st == BT_OK) msg[0] = '\0';                                                        \
@@ -371,10 +375,16 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     AGREE();
 
     /* 2. the file, the same on every rank */
-    const char *path = p->model && *p->model ? p->model : r->have_topo ? r->topo.pipeline.model : NULL;
+    /* the caller's path, else this rank's host's in the topology, else the pipeline's */
+    const char *path = p->model;
+    if ((!path || !*path) && r->have_topo) {
+        const struct bt_topo_rank *tr = bt_topology_rank(&r->topo, t->rank);
+        const struct bt_topo_host *th = tr ? bt_topology_host(&r->topo, tr->host) : NULL;
+        path = th && th->model ? th->model : r->topo.pipeline.model;
+    }
     if (!path || !*path)
         st = BT_ERR_INVALID,
-        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model", t->rank);
+        msgf(msg, sizeof msg, "rank %d: no model file: give one, or the topology's pipeline.model (or its host's model)", t->rank);
     else
         snprintf(e->path, sizeof e->path, "%s", path);
     AGREE();
@@ -423,14 +433,15 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_name(r->backend), host);
         d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
-        struct bt_rank_desc *descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
-        int32_t *ranges = calloc((size_t)(2 * P), sizeof(int32_t));
+        descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;
+        ranges = calloc((size_t)(2 * P), sizeof(int32_t));
         e->il0s = calloc((size_t)P, sizeof(int));
         e->il1s = calloc((size_t)P, sizeof(int));
         e->stages = calloc((size_t)P, sizeof(int));
         if ((t->rank == 0 && !descs) || !ranges || !e->il0s || !e->il1s || !e->stages)
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
-        if (st == BT_OK && t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
+        AGREE(); /* before the gather: a rank that failed does not take part */
+        if (t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
         if (st == BT_OK && t->rank == 0) {
             int *first = calloc((size_t)P, sizeof(int)), *last = calloc((size_t)P, sizeof(int));
@@ -459,10 +470,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             free(last);
         }
         free(descs);
-        if (st != BT_OK) {
-            free(ranges);
-            AGREE();
-        }
+        descs = NULL;
         AGREE();
         if (t->iface.bcast(t, ranges, sizeof(int32_t) * (size_t)(2 * P), 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
@@ -475,6 +483,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             }
         }
         free(ranges);
+        ranges = NULL;
         AGREE();
     }
 
@@ -525,6 +534,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     *out = e;
     return BT_OK;
 fail:
+    free(ranges);
+    free(descs);
     msgf(err, n_err, "%s", msg);
     if (e) e->stopped = true; /* nobody to stop: every rank fails here */
     bt_engine_close(e);
@@ -794,12 +805,14 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
     return BT_OK;
 }
 
-/* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer. */
-static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg) {
+/* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer; text: a failure
+ * the stop carries to every rank (NULL: none). */
+static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg, const char *text) {
     struct out_msg *o = out_get(e, 0);
     if (!o) return e->fatal = BT_ERR_COMM;
     o->head.kind = kind;
     o->head.arg = arg;
+    if (text) msgf(o->head.text, sizeof o->head.text, "%s", text);
     return out_send(e, o, peer);
 }
 
@@ -810,7 +823,7 @@ enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
         return efail(e, BT_ERR_INVALID, "seq_rm: sequence id %d out of [0, %d)", seq, e->p.n_seq_max);
     bt_kv_seq_rm(e->kv, seq);
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq)) != BT_OK) e->fatal = st;
+    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq, NULL)) != BT_OK) e->fatal = st;
     return st;
 }
 
@@ -829,9 +842,10 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
     /* then the stop goes down the chain and to every rank without layers */
     enum bt_status st = BT_OK;
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0);
+    const char *why = e->fatal != BT_OK ? e->err : NULL; /* every rank learns of a failure */
+    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0, why);
     for (int r = 1; r < e->P && st == BT_OK; r++)
-        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0);
+        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0, why);
     const enum bt_status st2 = drain_sends(e);
     if (e->fatal != BT_OK) return e->fatal;
     return st != BT_OK ? st : st2;
@@ -875,12 +889,16 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         head.text[MSG_TEXT - 1] = '\0';
         if (head.kind == MSG_STOP) {
             e->stats.wait_s += now_s() - t0;
-            if (nxt >= 0 && send_control(e, nxt, MSG_STOP, 0) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
+            /* a failure rank 0 learned of ends this rank with its message too */
+            if (head.text[0] && failed == BT_OK) failed = efail(e, BT_ERR_COMM, "%s", head.text);
+            if (nxt >= 0 && send_control(e, nxt, MSG_STOP, 0, head.text[0] ? head.text : NULL) != BT_OK &&
+                failed == BT_OK)
+                failed = BT_ERR_COMM;
             break;
         }
         if (head.kind == MSG_SEQ_RM) {
             if (e->kv) bt_kv_seq_rm(e->kv, head.arg);
-            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
+            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg, NULL) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
             continue;
         }
         if (head.kind == MSG_ERROR) {

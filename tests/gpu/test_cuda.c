@@ -430,8 +430,8 @@ START_TEST(test_sched_split) {
             bt_tensor_get(F, ref, 0, sizeof ref);
         } else {
             bt_backend_t backends[2] = {g_gpu, g_cpu};
-            bt_sched_t s = bt_sched_new(backends, NULL, 2, 64, 2);
-            ck_assert_ptr_nonnull(s);
+            bt_sched_t s = NULL;
+            ck_assert_int_eq(bt_sched_new(backends, NULL, 2, 64, 2, &s, NULL, 0), BT_OK);
             bt_sched_set_tensor_backend(s, D, g_cpu);
             ck_assert_msg(bt_sched_alloc_graph(s, g) == BT_OK, "%s", bt_sched_error(s));
             ck_assert_int_eq(bt_sched_get_n_splits(s), 3);
