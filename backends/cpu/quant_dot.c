@@ -23,6 +23,7 @@
 #include "cpu_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -159,10 +160,13 @@ enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6 };
 
 struct kq_block {
     uint8_t q[BT_QK_K];
+    /* sc .. dmin: 56 contiguous bytes, packed as they are (kq_pack) */
     int8_t sc[16];
     int16_t mn[16];
     float d, dmin;
 };
+_Static_assert(offsetof(struct kq_block, dmin) == offsetof(struct kq_block, sc) + 52,
+               "kq_pack moves sc .. dmin as 14 words");
 
 static inline bool kq_has_min(int kind) { return kind == KQ2 || kind == KQ4 || kind == KQ5; }
 
@@ -181,9 +185,14 @@ static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
     o->dmin = 0.0f;
     if (kind == KQ4 || kind == KQ5) {
         const bt_block_q4_K *w = blk; /* d, dmin, scales: the same in Q5_K */
+        /* the 6-bit scales and mins of the 8 sub-blocks, 4 to a word (as
+         * bt_q4_K_scale_min, without a branch per sub-block) */
+        uint32_t u[3];
+        memcpy(u, w->scales, 12);
+        const uint32_t sc_w[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
+        const uint32_t mn_w[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
         for (int j = 0; j < 8; j++) {
-            uint8_t sc, mn;
-            bt_q4_K_scale_min(j, w->scales, &sc, &mn);
+            const uint8_t sc = (uint8_t)(sc_w[j / 4] >> (8 * (j % 4))), mn = (uint8_t)(mn_w[j / 4] >> (8 * (j % 4)));
             o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc;
             o->mn[2 * j] = o->mn[2 * j + 1] = mn;
         }
@@ -637,9 +646,12 @@ K_TILES(q2_K, CALL_Q2_K)
  * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
  * buffer) and runs every column against it.  Per block, the panel holds
  *   bytes 0..4095     q, 4-element group g of row r at 64g + 4r (a lane per row)
- *   4096..4351        sc: sub-block s of row r at 16s + r (int8)
- *   4352..4863        mn: pair j of row r at int32 16j + r = mn[2j] | mn[2j+1] << 16
+ *   4096..4351        sc: int32 16w + r holds the int8 scales of row r's
+ *                     sub-blocks 4w .. 4w+3 (byte i: sub-block 4w + i)
+ *   4352..4863        mn: int32 16j + r = row r's mn[2j] | mn[2j+1] << 16
  *   4864..4927        d, 4928..4991 dmin (float, row r at r)
+ * that is, after q, the 16 x 14 words of each row's struct kq_block from sc
+ * on, transposed.
  * and the kernel keeps a lane per row: vpdpbusd of 4 unsigned weight bytes
  * with 4 broadcast activation bytes, one sub-block at a time, times its
  * scale (vpmulld) into I; vpdpwssd of the mins with the activation sums into
@@ -700,20 +712,16 @@ static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_
     _Alignas(64) uint8_t q[16][BT_QK_K];
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         uint8_t *pb = (uint8_t *)panel + (size_t)b * KQ_PB;
-        int8_t *psc = (int8_t *)(pb + 4096);
-        int32_t *pmn = (int32_t *)(pb + 4352);
-        float *pd = (float *)(pb + 4864), *pdm = pd + 16;
+        __m512 meta[16];
         for (int r = 0; r < 16; r++) {
             const void *blk = (const char *)rows[r] + (size_t)b * bs;
             struct kq_block o;
             kq_unpack_scales(kind, blk, &o);
             kq_unpack_q_avx(kind, blk, q[r]);
-            for (int sb = 0; sb < 16; sb++) psc[16 * sb + r] = o.sc[sb];
-            for (int j = 0; j < 8; j++)
-                pmn[16 * j + r] = (int32_t)((uint32_t)(uint16_t)o.mn[2 * j] | (uint32_t)(uint16_t)o.mn[2 * j + 1] << 16);
-            pd[r] = o.d;
-            pdm[r] = o.dmin;
+            meta[r] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(0x3FFF, o.sc));
         }
+        bt_cpu_transpose16(meta); /* bit moves only */
+        for (int w = 0; w < 14; w++) _mm512_store_si512(pb + 4096 + 64 * w, _mm512_castps_si512(meta[w]));
         for (int c = 0; c < 4; c++) {
             __m512 v[16];
             for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
@@ -757,7 +765,9 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
                 for (int c = 0; c < RN; c++)
                     P[c] = _mm512_dpbusd_epi32(P[c], w, _mm512_set1_epi32(load_i32(ab[c]->qs + 4 * g)));
             }
-            const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(pb + 4096 + 16 * (sb * SL / 16))));
+            const int s16 = sb * SL / 16; /* the first 16-element sub-block */
+            const __m512i sw = _mm512_load_si512(pb + 4096 + 64 * (s16 / 4));
+            const __m512i scv = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (s16 % 4)), 24);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(P[c], scv));
         }
