@@ -255,6 +255,18 @@ static void check_model(const char *name, bool moe, const int *counts) {
             ck_assert_uint_gt(all[r].peak_rss, 0);
         }
         ck_assert_uint_eq(tokens, NT + NT + NS * NT); /* every stage saw every token */
+        /* the compute seconds the answers carried: every stage's, exactly
+         * its own figure after the last ubatch (nothing computed since) */
+        double *seen = calloc((size_t)T->size, sizeof *seen);
+        bt_engine_compute_seconds(e, seen);
+        for (int r = 0; r < T->size; r++) {
+            int a, b;
+            bt_engine_range(e, r, &a, &b);
+            if (b > a) ck_assert_double_gt(seen[r], 0.0);
+            ck_assert_msg(seen[r] == all[r].compute_s, "rank %d: compute seconds %.9f on rank 0, %.9f on the rank", r,
+                          seen[r], all[r].compute_s);
+        }
+        free(seen);
     }
     free(all);
     bt_engine_close(e);

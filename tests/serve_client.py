@@ -256,4 +256,8 @@ check(metric("baton_requests_rejected_total") >= statuses.count(503), "metrics: 
 # ---- metrics ----
 check(metric("baton_generated_tokens_total") > 0 and metric("baton_prompt_tokens_total") > 0, "metrics: tokens in and out")
 check(metric("baton_kv_cache_cells") > 0 and metric("baton_requests_queued") == 0, "metrics: KV cells, empty queue")
+st, _, data = raw("GET", "/metrics")
+busy = [float(l.rsplit(" ", 1)[1]) for l in data.decode().splitlines() if l.startswith("baton_rank_busy_fraction{")]
+check(len(busy) == 2 and all(0 <= b <= 1 for b in busy) and max(busy) > 0,
+      f"metrics: a busy fraction for each of the 2 ranks ({busy})")
 print("serve_client: all checks passed", flush=True)

@@ -202,8 +202,11 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     b->adds = calloc((size_t)b->n_seq, sizeof *b->adds);
     b->adds_taken = calloc((size_t)b->n_seq, sizeof *b->adds_taken);
     b->fl = calloc((size_t)b->max_inflight, sizeof *b->fl);
-    /* the engine's collect writes up to its n_ubatch rows */
-    b->logits = malloc((size_t)ep->n_ubatch * (size_t)b->n_vocab * sizeof(float));
+    /* collect writes the rows a ubatch asked for: at most one per sequence
+     * (a decode token, or a prompt's last token), so not n_ubatch rows of a
+     * vocabulary that may be 150k wide */
+    const int64_t max_rows = b->n_seq < b->n_ubatch ? b->n_seq : b->n_ubatch;
+    b->logits = malloc((size_t)max_rows * (size_t)b->n_vocab * sizeof(float));
     if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits) goto nomem;
     for (int i = 0; i < b->max_inflight; i++) {
         struct flight *f = &b->fl[i];

@@ -94,6 +94,7 @@ struct bt_engine {
     enum bt_status fatal;
     char err[1024];
     struct bt_engine_stats stats;
+    double *stage_compute_s; /* rank 0: each stage's compute seconds, as its last answer said */
 };
 
 static enum bt_status efail(struct bt_engine *e, enum bt_status st, const char *fmt, ...)
@@ -141,10 +142,19 @@ void bt_engine_default_params(struct bt_engine_params *p) {
 /* ---- messages --------------------------------------------------------------------- */
 
 /* Body layout of a ubatch: token, pos, seq [T], out_ids [n_out], then the
- * floats (x or logits), 8-byte aligned. */
+ * floats (x or logits), 8-byte aligned, then one double per stage: the
+ * seconds each stage the ubatch went through had spent in graph compute when
+ * it sent it on (0 for the stages still ahead), so that rank 0 learns every
+ * stage's busy time from the answers, with no extra message. */
 static size_t body_ints(int64_t T, int64_t n_out) { return ((size_t)(3 * T + n_out) + 1) / 2 * 2; }
-static size_t body_bytes(int64_t T, int64_t n_out, int64_t n_floats) {
-    return body_ints(T, n_out) * sizeof(int32_t) + (size_t)n_floats * sizeof(float);
+static size_t busy_offset(int64_t T, int64_t n_out, int64_t n_floats) {
+    return (body_ints(T, n_out) * sizeof(int32_t) + (size_t)n_floats * sizeof(float) + 7) / 8 * 8;
+}
+static size_t body_bytes(const struct bt_engine *e, int64_t T, int64_t n_out, int64_t n_floats) {
+    return busy_offset(T, n_out, n_floats) + (size_t)e->n_stages * sizeof(double);
+}
+static double *body_busy(void *body, int64_t T, int64_t n_out, int64_t n_floats) {
+    return (double *)((char *)body + busy_offset(T, n_out, n_floats));
 }
 
 /* A free entry of the send ring (waits for its last sends). */
@@ -193,12 +203,13 @@ static int next_rank(const struct bt_engine *e, int stage) {
 /* ---- one ubatch through this rank's stage ------------------------------------------ */
 
 static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in);
+                                    const float *x_in, const double *busy_in);
 
 /* Place the tokens, compute, and send x on (or the logits to rank 0).  ints:
- * the body's arrays; x_in: the activations from the previous stage. */
+ * the body's arrays; x_in: the activations from the previous stage; busy_in:
+ * the earlier stages' compute seconds (NULL on rank 0). */
 static enum bt_status stage_step(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                 const float *x_in) {
+                                 const float *x_in, const double *busy_in) {
     const int32_t *pos = ints + T, *seq = ints + 2 * T;
     char msg[512];
     enum bt_status st = bt_kv_place(e->kv, T, seq, pos, e->cells, msg, sizeof msg);
@@ -206,13 +217,13 @@ static enum bt_status stage_step(struct bt_engine *e, uint64_t id, int64_t T, in
         return e->t->rank == 0 ? efail(e, st, "%s", msg)
                                : efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     /* from here on a failure leaves this cache out of step with the others' */
-    st = stage_compute(e, id, T, n_out, ints, x_in);
+    st = stage_compute(e, id, T, n_out, ints, x_in, busy_in);
     if (st != BT_OK) e->fatal = st;
     return st;
 }
 
 static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in) {
+                                    const float *x_in, const double *busy_in) {
     const int32_t *token = ints, *pos = ints + T, *seq = ints + 2 * T, *out_ids = ints + 3 * T;
     char msg[512];
     enum bt_status st;
@@ -228,8 +239,11 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     e->stats.ubatches++;
     e->stats.tokens += (uint64_t)T;
     if (last && e->t->rank == 0) return BT_OK; /* the caller takes e->x */
-    struct out_msg *o = out_get(e, body_bytes(T, n_out, n_floats));
+    struct out_msg *o = out_get(e, body_bytes(e, T, n_out, n_floats));
     if (!o) return BT_ERR_COMM;
+    double *busy = body_busy(o->body, T, n_out, n_floats);
+    for (int k = 0; k < e->n_stages; k++) busy[k] = busy_in ? busy_in[k] : 0.0;
+    busy[e->my_stage] = e->stats.compute_s;
     o->head.kind = MSG_UBATCH;
     o->head.n_tokens = (int32_t)T;
     o->head.n_out = (int32_t)n_out;
@@ -519,11 +533,13 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         const int64_t wide = e->hp.n_vocab > e->hp.n_embd ? e->hp.n_vocab : e->hp.n_embd;
         e->max_inflight = q->max_inflight > 0 ? q->max_inflight : e->n_stages * (r->copies > 0 ? r->copies : 1);
         if (e->max_inflight < 1) e->max_inflight = 1;
+        e->p.max_inflight = e->max_inflight; /* what bt_engine_params reports: the value in use */
         e->n_outs = e->max_inflight + 2;
+        e->stage_compute_s = calloc((size_t)(e->n_stages > 0 ? e->n_stages : 1), sizeof(double));
         e->cells = malloc((size_t)q->n_ubatch * sizeof *e->cells);
         e->x = malloc((size_t)(q->n_ubatch * wide) * sizeof(float));
         e->outs = calloc((size_t)e->n_outs, sizeof *e->outs);
-        if (st == BT_OK && (!e->cells || !e->x || !e->outs))
+        if (st == BT_OK && (!e->cells || !e->x || !e->outs || !e->stage_compute_s))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
         if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
@@ -569,6 +585,7 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->il0s);
     free(e->il1s);
     free(e->stages);
+    free(e->stage_compute_s);
     free(e);
 }
 
@@ -630,7 +647,7 @@ static bool slot_poll(struct bt_engine *e, struct slot *s) {
             e->fatal = efail(e, BT_ERR_COMM, "%s", s->head.text);
             return true;
         }
-        const size_t want = body_bytes(s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
+        const size_t want = body_bytes(e, s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
         if (s->head.kind != MSG_UBATCH || s->head.id != s->id || s->head.n_out != s->n_out || s->head.body != want) {
             e->fatal = efail(e, BT_ERR_COMM,
                              "rank 0: rank %d answered ubatch %llu with message %d for ubatch %llu (%lld bytes)",
@@ -659,6 +676,9 @@ static bool slot_poll(struct bt_engine *e, struct slot *s) {
     }
     if (done) {
         e->stats.bytes_received += s->head.body;
+        const double *busy = body_busy(s->body, s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
+        for (int k = 0; k < e->n_stages; k++)
+            if (busy[k] > e->stage_compute_s[k]) e->stage_compute_s[k] = busy[k];
         s->done = true;
         e->n_pending--;
     }
@@ -732,10 +752,10 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
     s->n_out = n_out;
     if (e->my_stage == 0) {
         /* rank 0's own layers first: checks and places the tokens */
-        st = stage_step(e, my_id, T, n_out, ints, NULL);
+        st = stage_step(e, my_id, T, n_out, ints, NULL, NULL);
         if (st == BT_OK && nxt < 0) {
             /* one stage: the logits are here */
-            const size_t want = body_bytes(T, n_out, n_out * e->hp.n_vocab);
+            const size_t want = body_bytes(e, T, n_out, n_out * e->hp.n_vocab);
             if (want > s->cap) {
                 void *b = realloc(s->body, want);
                 if (!b) st = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
@@ -752,7 +772,7 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
         char msg[512];
         st = bt_kv_place(e->kv, T, ub->seq, ub->pos, e->cells, msg, sizeof msg);
         if (st != BT_OK) efail(e, st, "%s", msg);
-        struct out_msg *o = st == BT_OK ? out_get(e, body_bytes(T, n_out, 0)) : NULL;
+        struct out_msg *o = st == BT_OK ? out_get(e, body_bytes(e, T, n_out, 0)) : NULL;
         if (st == BT_OK && !o) st = e->fatal = BT_ERR_COMM;
         if (st == BT_OK) {
             o->head.kind = MSG_UBATCH;
@@ -760,6 +780,7 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
             o->head.n_out = (int32_t)n_out;
             o->head.id = my_id;
             memcpy(o->body, ints, (size_t)(3 * T + n_out) * sizeof(int32_t));
+            memset(body_busy(o->body, T, n_out, 0), 0, (size_t)e->n_stages * sizeof(double));
             st = out_send(e, o, nxt);
             if (st != BT_OK) e->fatal = st;
         }
@@ -911,7 +932,8 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         }
         const int64_t T = head.n_tokens, n_out = head.n_out;
         /* stage 0 gets the tokens from rank 0, the others x as well */
-        const size_t want = body_bytes(T, n_out, e->my_stage == 0 ? 0 : T * e->hp.n_embd);
+        const int64_t n_floats_in = e->my_stage == 0 ? 0 : T * e->hp.n_embd;
+        const size_t want = body_bytes(e, T, n_out, n_floats_in);
         enum bt_status st = BT_OK;
         if (head.kind != MSG_UBATCH || e->my_stage < 0 || T < 1 || T > e->p.n_ubatch || n_out < 0 || n_out > T ||
             head.body != want) {
@@ -948,7 +970,8 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                            (unsigned long long)head.id);
         if (st == BT_OK)
             st = stage_step(e, head.id, T, n_out, ints,
-                            e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out)));
+                            e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out)),
+                            body_busy(body, T, n_out, n_floats_in));
         if (st != BT_OK) {
             failed = st;
             report_failure(e, nxt);
@@ -961,6 +984,13 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
 }
 
 /* ---- statistics ----------------------------------------------------------------------- */
+
+void bt_engine_compute_seconds(const struct bt_engine *e, double *compute_s) {
+    for (int r = 0; r < e->P; r++) compute_s[r] = 0.0;
+    if (e->t->rank != 0) return;
+    for (int k = 0; k < e->n_stages; k++) compute_s[e->stages[k]] = e->stage_compute_s[k];
+    compute_s[0] = e->stats.compute_s; /* rank 0's own, now */
+}
 
 void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s) {
     *s = e->stats;

@@ -100,8 +100,9 @@ int bt_engine_n_inflight(const struct bt_engine *e);
  * false when none is in flight.  Drives the transfers. */
 bool bt_engine_ready(struct bt_engine *e);
 /* Wait for the oldest ubatch in flight: its id, and its n_out rows of logits
- * (n_vocab floats each, in token order) copied into logits (room for
- * n_ubatch * n_vocab floats).  BT_ERR_INVALID when none is in flight. */
+ * (n_vocab floats each, in token order) copied into logits (room for the
+ * rows that ubatch asked for at submit).  BT_ERR_INVALID when none is in
+ * flight. */
 enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logits, int64_t *n_out);
 /* Free sequence seq's cells on every rank, after the ubatches submitted
  * before this call. */
@@ -128,6 +129,12 @@ struct bt_engine_stats {
     size_t mapped_bytes;         /* of weight_bytes: used in place in the file's mapping */
     size_t peak_rss;             /* bytes, from getrusage */
 };
+/* Rank 0, while the engine runs: each rank's seconds in graph compute so
+ * far into compute_s[0..P), as the answers of the ubatches collected (or
+ * done) last reported them (every ubatch carries the compute time of each
+ * stage it went through; no extra message); rank 0's own is current, a rank
+ * without layers 0.  Elsewhere: all 0. */
+void bt_engine_compute_seconds(const struct bt_engine *e, double *compute_s);
 /* This rank's. */
 void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s);
 /* Collective, after bt_engine_stop (rank 0) / bt_engine_serve (the others):

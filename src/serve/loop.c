@@ -29,16 +29,16 @@ static void on_done(void *user, const struct bt_gen_result *r) {
     bt_job_finish(j->queue, j, r, why);
 }
 
-static void publish(struct bt_server *s, struct bt_batcher *b, struct bt_engine *e, double busy_s) {
+static void publish(struct bt_server *s, struct bt_batcher *b, struct bt_engine *e, double busy_s, double *rank_s) {
     struct bt_batcher_stats bs;
     bt_batcher_stats(b, &bs);
-    struct bt_engine_stats es;
-    bt_engine_stats(e, &es);
+    if (rank_s) bt_engine_compute_seconds(e, rank_s);
     struct bt_metrics_engine m = {
         .prompt_tokens = bs.prompt_tokens,
         .gen_tokens = bs.gen_tokens,
         .busy_s = busy_s,
-        .rank0_compute_s = es.compute_s,
+        .rank_compute_s = rank_s,
+        .n_ranks = rank_s ? bt_engine_n_ranks(e) : 0,
         .kv_cells = bt_engine_params(e)->n_ctx,
     };
     for (int q = 0; q < s->cfg.n_slots; q++) {
@@ -92,6 +92,9 @@ enum bt_status bt_server_run(struct bt_server *s, struct bt_batcher *b, struct b
     s->batcher = b;
     bool draining = false;
     double last_publish = 0, busy_s = 0; /* time in steps with work to do */
+    /* each rank's compute seconds (NULL when out of memory: no per-rank figures) */
+    double *rank_s = calloc((size_t)bt_engine_n_ranks(e), sizeof *rank_s);
+    enum bt_status ret = BT_OK;
     for (;;) {
         if (*stop && !draining) {
             draining = true;
@@ -107,7 +110,7 @@ enum bt_status bt_server_run(struct bt_server *s, struct bt_batcher *b, struct b
             for (int i = 0; i < n; i++) bt_batcher_cancel(b, ids[i]);
         admit(s, b);
         if (bt_batcher_idle(b)) {
-            publish(s, b, e, busy_s);
+            publish(s, b, e, busy_s, rank_s);
             if (draining && bt_jobs_active(&s->jobs) == 0) break;
             bt_jobs_wait_work(&s->jobs, IDLE_WAIT_MS);
             continue;
@@ -119,13 +122,15 @@ enum bt_status bt_server_run(struct bt_server *s, struct bt_batcher *b, struct b
         if (st != BT_OK) {
             snprintf(err, n_err, "%s", bt_batcher_error(b));
             bt_jobs_close(&s->jobs, err);
-            publish(s, b, e, busy_s);
-            return st;
+            publish(s, b, e, busy_s, rank_s);
+            ret = st;
+            break;
         }
         if (now - last_publish > PUBLISH_EVERY_S) {
-            publish(s, b, e, busy_s);
+            publish(s, b, e, busy_s, rank_s);
             last_publish = now;
         }
     }
-    return BT_OK;
+    free(rank_s);
+    return ret;
 }

@@ -19,7 +19,11 @@ void bt_metrics_init(struct bt_metrics *m) {
     m->t_start = bt_serve_now();
 }
 
-void bt_metrics_destroy(struct bt_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void bt_metrics_destroy(struct bt_metrics *m) {
+    pthread_mutex_destroy(&m->mu);
+    free(m->rank_compute_s);
+    m->rank_compute_s = NULL;
+}
 
 void bt_metrics_request(struct bt_metrics *m, enum bt_metrics_endpoint ep, int status) {
     int c = BT_METRICS_N_CODES - 1; /* "other" */
@@ -53,6 +57,13 @@ void bt_metrics_rejected(struct bt_metrics *m) {
 void bt_metrics_publish(struct bt_metrics *m, const struct bt_metrics_engine *e) {
     pthread_mutex_lock(&m->mu);
     m->eng = *e;
+    if (e->n_ranks > m->n_ranks_cap) {
+        double *r = realloc(m->rank_compute_s, (size_t)e->n_ranks * sizeof *r);
+        if (r) m->rank_compute_s = r, m->n_ranks_cap = e->n_ranks;
+    }
+    m->eng.n_ranks = e->n_ranks <= m->n_ranks_cap ? e->n_ranks : 0; /* out of memory: none shown */
+    if (m->eng.n_ranks > 0) memcpy(m->rank_compute_s, e->rank_compute_s, (size_t)m->eng.n_ranks * sizeof(double));
+    m->eng.rank_compute_s = m->rank_compute_s;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -99,6 +110,9 @@ char *bt_metrics_text(struct bt_metrics *m, int queued, int running, int slots, 
     b.s[0] = 0;
     pthread_mutex_lock(&m->mu);
     struct bt_metrics copy = *m;
+    double *rank_s = copy.eng.n_ranks > 0 ? malloc((size_t)copy.eng.n_ranks * sizeof *rank_s) : NULL;
+    if (rank_s) memcpy(rank_s, m->rank_compute_s, (size_t)copy.eng.n_ranks * sizeof *rank_s);
+    else copy.eng.n_ranks = 0;
     pthread_mutex_unlock(&m->mu);
     double up = bt_serve_now() - copy.t_start;
 
@@ -145,7 +159,9 @@ char *bt_metrics_text(struct bt_metrics *m, int queued, int running, int slots, 
     metric(&b, "baton_engine_busy_fraction", "gauge", "Fraction of the uptime the engine loop had work to do.");
     put(&b, "baton_engine_busy_fraction %.6f\n", up > 0 ? copy.eng.busy_s / up : 0.0);
     metric(&b, "baton_rank_busy_fraction", "gauge", "Fraction of the uptime a rank spent in graph compute.");
-    put(&b, "baton_rank_busy_fraction{rank=\"0\"} %.6f\n", up > 0 ? copy.eng.rank0_compute_s / up : 0.0);
+    for (int r = 0; r < copy.eng.n_ranks; r++)
+        put(&b, "baton_rank_busy_fraction{rank=\"%d\"} %.6f\n", r, up > 0 ? rank_s[r] / up : 0.0);
+    free(rank_s);
     metric(&b, "baton_uptime_seconds", "counter", "Seconds since the server started.");
     put(&b, "baton_uptime_seconds %.3f\n", up);
     metric(&b, "baton_model_info", "gauge", "The model served.");

@@ -1,7 +1,8 @@
 /* metrics.h - what `baton serve` counts, and GET /metrics as Prometheus text
  * (exposition format 0.0.4): requests by endpoint and status, tokens in and
  * out, generation speed, queue and running requests, KV cache use, and the
- * busy fraction of rank 0 and of the engine loop.  HTTP threads count
+ * busy fraction of every rank (time in graph compute, as the ubatches' answers
+ * report it: bt_engine_compute_seconds) and of the engine loop.  HTTP threads count
  * requests; the engine's thread publishes a snapshot after each step; one
  * mutex guards both. */
 #ifndef BATON_SERVE_METRICS_H
@@ -28,7 +29,8 @@ enum bt_metrics_endpoint {
 struct bt_metrics_engine {
     uint64_t prompt_tokens, gen_tokens; /* totals */
     double busy_s;                      /* the engine loop with work to do */
-    double rank0_compute_s;             /* rank 0's time in graph compute */
+    const double *rank_compute_s;       /* [n_ranks]: each rank's time in graph compute (copied) */
+    int n_ranks;
     int64_t kv_used, kv_cells;          /* cells holding tokens, and all */
 };
 
@@ -40,7 +42,9 @@ struct bt_metrics {
     uint64_t cancelled;     /* clients that went away */
     double ttft_sum_s, latency_sum_s;
     uint64_t n_timed;
-    struct bt_metrics_engine eng;
+    struct bt_metrics_engine eng; /* eng.rank_compute_s points to rank_compute_s */
+    double *rank_compute_s;
+    int n_ranks_cap;
 };
 
 void bt_metrics_init(struct bt_metrics *m);
