@@ -494,10 +494,13 @@ static inline __attribute__((always_inline)) void dot_tile_i8(enum bt_type type,
          * so that the next tile does not begin by waiting on memory */
         {
             const int64_t pos = c0 + pf_chunks;
+            /* in the next tile's rows; rows shorter than the distance wrap
+             * round, so that they are still read ahead */
+            const int64_t npos = (pos - nblk) % nblk / DOT_SCALES * DOT_SCALES;
             for (int r = 0; r < RM; r++) {
                 const char *pa = pos + DOT_SCALES <= nblk ? arows[r] + (size_t)pos * (size_t)bs
-                                 : nrows && pos - nblk + DOT_SCALES <= nblk
-                                     ? nrows[r] + (size_t)(pos - nblk) * (size_t)bs
+                                 : nrows && npos + DOT_SCALES <= nblk
+                                     ? nrows[r] + (size_t)npos * (size_t)bs
                                      : NULL;
                 if (pa) /* to L2: measured a little faster here than to L1 */
                     for (int o = 0; o < DOT_SCALES * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);

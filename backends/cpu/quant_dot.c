@@ -414,9 +414,10 @@ static inline __attribute__((always_inline)) void kq_prefetch(const void *const 
     const int64_t pf = (int64_t)(KQ_PREFETCH / bs) + 1, pos = b + pf;
     _Pragma("GCC unroll 8")
     for (int r = 0; r < RM; r++) {
+        /* rows shorter than the distance wrap round in the next tile's rows */
         const char *p = pos < nblk ? (const char *)w_rows[r] + (size_t)pos * bs
-                        : next && pos - nblk < nblk ? (const char *)next[r] + (size_t)(pos - nblk) * bs
-                                                     : NULL;
+                        : next ? (const char *)next[r] + (size_t)((pos - nblk) % nblk) * bs
+                               : NULL;
         if (p) {
             for (size_t o = 0; o < bs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
             _mm_prefetch(p + bs - 1, _MM_HINT_T1);
