@@ -175,7 +175,7 @@ static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg,
     o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
     char err[256];
     if (bt_model_new(cfg, &o->m, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton bench: model: %s\n", err);
+        fprintf(stderr, "baton bench pipeline: the one-process run: model: %s\n", err);
         return false;
     }
     if (!o->backend) return false;
