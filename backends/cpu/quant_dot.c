@@ -401,11 +401,34 @@ struct k_row {
     float d, dmin;
 };
 
+/* Prefetch (to L2) the block PF blocks ahead in each of a tile's rows,
+ * about KQ_PREFETCH bytes on; near a row's end, the start of the row the next
+ * tile reads (next, when there is one), so that it does not begin by waiting
+ * on memory.  The hardware prefetcher alone leaves the 1-column tiles waiting
+ * on memory: more rows' lines in flight read faster. */
+#ifndef KQ_PREFETCH
+#define KQ_PREFETCH 1536
+#endif
+static inline __attribute__((always_inline)) void kq_prefetch(const void *const *w_rows, const void *const *next,
+                                                              int64_t b, int64_t nblk, size_t bs, const int RM) {
+    const int64_t pf = (int64_t)(KQ_PREFETCH / bs) + 1, pos = b + pf;
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < RM; r++) {
+        const char *p = pos < nblk ? (const char *)w_rows[r] + (size_t)pos * bs
+                        : next && pos - nblk < nblk ? (const char *)next[r] + (size_t)(pos - nblk) * bs
+                                                     : NULL;
+        if (p) {
+            for (size_t o = 0; o < bs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            _mm_prefetch(p + bs - 1, _MM_HINT_T1);
+        }
+    }
+}
+
 /* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns: the
  * block's I and M of dot_kq_ref in 16 int32 lanes (scales applied per int16
  * pair by vpdpwssd), reduced per block, then kq_step. */
 static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const void *const *w_rows,
-                                                             const void *const *acts, float *out,
+                                                             const void *const *acts, const void *const *next, float *out,
                                                              const int RM, const int RN, const bool q5) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     /* vpermw indices: chunk g's scales (lanes 0..15 sub 2g, 16..31 sub 2g+1); mins */
@@ -419,6 +442,7 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        kq_prefetch(w_rows, next, b, k / BT_QK_K, bs, RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
@@ -493,7 +517,7 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
 /* An RM x RN tile of Q2_K, Q3_K or Q6_K rows (16-element sub-blocks) against
  * Q8_K columns, computing dot_kq_ref's integers as q45_K_tile does. */
 static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const void *const *w_rows,
-                                                              const void *const *acts, float *out,
+                                                              const void *const *acts, const void *const *next, float *out,
                                                               const int RM, const int RN, const int kind) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
     /* int16 lane i of chunk g covers elements 64g + 2i, +1: sub-block 4g + i / 8 */
@@ -503,6 +527,7 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
         3);
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        kq_prefetch(w_rows, next, b, k / BT_QK_K, kq_block_bytes(kind), RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
@@ -612,29 +637,26 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
 #define K_TILES(name, call)                                                                          \
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
         call(4, 1);                                                                                  \
     }                                                                                                \
     static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
         call(4, 2);                                                                                  \
     }                                                                                                \
     static void qtile_##name##_2x4(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
         call(2, 4);                                                                                  \
     }                                                                                                \
     static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
-        const void *const *w = &vw, *const *a = &va;                                                 \
+        const void *const *w = &vw, *const *a = &va, *const *next = NULL;                            \
         float *out = s;                                                                              \
         call(1, 1);                                                                                  \
     }
-#define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, false)
-#define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, out, RM, RN, true)
-#define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ6)
-#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ3)
-#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, out, RM, RN, KQ2)
+#define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, false)
+#define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, true)
+#define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ6)
+#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ3)
+#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ2)
 K_TILES(q4_K, CALL_Q4_K)
 K_TILES(q5_K, CALL_Q5_K)
 K_TILES(q6_K, CALL_Q6_K)
