@@ -16,9 +16,14 @@
  * object (bt_context_error, bt_sched_error, bt_backend_error,
  * bt_gallocr_error, bt_dist_error); a constructor, which has no object yet
  * to hold it, returns the status and writes the message into the caller's
- * buffer (err, n_err: bt_sched_new).  Errors are not printed (still
- * printed, to be brought under this rule: bt_backend_cuda_init,
- * bt_transport_mpi_init and bt_model_new).  Two aborts only: BT_ASSERT on a broken invariant inside baton, and a failure
+ * buffer (err, n_err: bt_sched_new, bt_model_new, bt_transport_mpi_init,
+ * bt_backend_cuda_init; bt_error_printf writes it), and the caller prints
+ * it once.  Errors are not printed.  The one exception is a warning, not an
+ * error: bt_transport_mpi_init says on rank 0's stderr when the run goes on
+ * without the watchdog or the progress thread (no MPI_THREAD_MULTIPLE, or
+ * the watchdog thread did not start), which
+ * the user must see (transport.h).  Two aborts only: BT_ASSERT on a broken
+ * invariant inside baton, and a failure
  * in the middle of the distributed pipeline, which must stop every rank
  * (dist.h says which).
  *

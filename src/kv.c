@@ -3,7 +3,6 @@
 #include "kv.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,44 +15,30 @@ struct bt_kv {
     int64_t n_used;
 };
 
-static enum bt_status fail(char *err, size_t n, enum bt_status s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-static enum bt_status fail(char *err, size_t n, enum bt_status s, const char *fmt, ...) {
-    if (err && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
-
 #define MAX_CTX (1 << 24)
 
 enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_t n_err) {
     if (c->n_ctx <= 0 || c->n_ctx > MAX_CTX)
-        return fail(err, n_err, BT_ERR_INVALID, "KV cache: context size %lld out of [1, %d]", (long long)c->n_ctx,
-                    MAX_CTX);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "KV cache: context size %lld out of [1, %d]",
+                               (long long)c->n_ctx, MAX_CTX);
     if (c->n_seq_max <= 0 || c->n_seq_max > c->n_ctx)
-        return fail(err, n_err, BT_ERR_INVALID, "KV cache: %d sequences do not fit %lld cells", c->n_seq_max,
-                    (long long)c->n_ctx);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "KV cache: %d sequences do not fit %lld cells", c->n_seq_max,
+                               (long long)c->n_ctx);
     if (c->type != BT_TYPE_F16 && c->type != BT_TYPE_F32 && c->type != BT_TYPE_Q8_0)
-        return fail(err, n_err, BT_ERR_UNSUPPORTED, "KV cache: type %s not supported (f16, f32, q8_0)",
-                    (int)c->type >= 0 && c->type < BT_TYPE_COUNT ? bt_type_name(c->type) : "?");
+        return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "KV cache: type %s not supported (f16, f32, q8_0)",
+                               (int)c->type >= 0 && c->type < BT_TYPE_COUNT ? bt_type_name(c->type) : "?");
     if (c->il0 < 0 || c->il1 < c->il0)
-        return fail(err, n_err, BT_ERR_INVALID, "KV cache: bad layer range [%d, %d)", c->il0, c->il1);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "KV cache: bad layer range [%d, %d)", c->il0, c->il1);
     if (c->head_dim_k <= 0 || c->head_dim_v <= 0 || c->n_embd_k % c->head_dim_k || c->n_embd_v % c->head_dim_v)
-        return fail(err, n_err, BT_ERR_INVALID, "KV cache: rows of %lld/%lld are not whole heads of %lld/%lld",
-                    (long long)c->n_embd_k, (long long)c->n_embd_v, (long long)c->head_dim_k,
-                    (long long)c->head_dim_v);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: rows of %lld/%lld are not whole heads of %lld/%lld", (long long)c->n_embd_k,
+                               (long long)c->n_embd_v, (long long)c->head_dim_k, (long long)c->head_dim_v);
     const int64_t blk = bt_blck_size(c->type);
     if (c->head_dim_k % blk || c->head_dim_v % blk)
-        return fail(err, n_err, BT_ERR_UNSUPPORTED,
-                    "KV cache: type %s needs head sizes that are multiples of %lld, got %lld and %lld",
-                    bt_type_name(c->type), (long long)blk, (long long)c->head_dim_k, (long long)c->head_dim_v);
+        return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED,
+                               "KV cache: type %s needs head sizes that are multiples of %lld, got %lld and %lld",
+                               bt_type_name(c->type), (long long)blk, (long long)c->head_dim_k,
+                               (long long)c->head_dim_v);
 
     return BT_OK;
 }
@@ -64,7 +49,7 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     if (st != BT_OK) return st;
     struct bt_kv *kv = calloc(1, sizeof *kv);
     const int nl = c->il1 - c->il0;
-    if (!kv) return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+    if (!kv) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
     kv->cfg = *c;
     kv->k = calloc((size_t)nl + 1, sizeof *kv->k);
     kv->v = calloc((size_t)nl + 1, sizeof *kv->v);
@@ -74,14 +59,14 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     kv->ctx = bt_init(ip);
     if (!kv->k || !kv->v || !kv->pos || !kv->seq || !kv->ctx) {
         bt_kv_free(kv);
-        return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
     }
     for (int il = c->il0; il < c->il1; il++) {
         struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, c->n_ctx);
         struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, c->n_ctx);
         if (!k || !v) {
             bt_kv_free(kv);
-            return fail(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
+            return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
         }
         bt_format_name(k, "cache_k_l%d", il);
         bt_format_name(v, "cache_v_l%d", il);
@@ -94,8 +79,9 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
             const size_t bytes = (size_t)nl * (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) *
                                  (size_t)c->n_ctx;
             bt_kv_free(kv);
-            return fail(err, n_err, BT_ERR_NOMEM, "KV cache: cannot allocate %zu bytes (%lld cells, %d layers, %s)",
-                        bytes, (long long)c->n_ctx, nl, bt_type_name(c->type));
+            return bt_error_printf(err, n_err, BT_ERR_NOMEM,
+                                   "KV cache: cannot allocate %zu bytes (%lld cells, %d layers, %s)", bytes,
+                                   (long long)c->n_ctx, nl, bt_type_name(c->type));
         }
         bt_buffer_clear(kv->buf, 0);
     }
@@ -169,24 +155,25 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
     const int64_t C = kv->cfg.n_ctx, per = bt_kv_seq_cells(kv);
     for (int64_t i = 0; i < n; i++) {
         if (seq[i] < 0 || seq[i] >= kv->cfg.n_seq_max)
-            return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence id %d out of [0, %d)", (long long)i, seq[i],
-                        kv->cfg.n_seq_max);
+            return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: sequence id %d out of [0, %d)",
+                                   (long long)i, seq[i], kv->cfg.n_seq_max);
         if (pos[i] < 0)
-            return fail(err, n_err, BT_ERR_INVALID, "token %lld: negative position %d", (long long)i, pos[i]);
+            return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: negative position %d", (long long)i,
+                                   pos[i]);
         for (int64_t i2 = 0; i2 < i; i2++)
             if (seq[i2] == seq[i] && pos[i2] == pos[i])
-                return fail(err, n_err, BT_ERR_INVALID, "tokens %lld and %lld: both sequence %d position %d",
-                            (long long)i2, (long long)i, seq[i], pos[i]);
+                return bt_error_printf(err, n_err, BT_ERR_INVALID, "tokens %lld and %lld: both sequence %d position %d",
+                                       (long long)i2, (long long)i, seq[i], pos[i]);
     }
     if (n > C - kv->n_used)
-        return fail(err, n_err, BT_ERR_CAPACITY, "KV cache full: %lld tokens, %lld of %lld cells free", (long long)n,
-                    (long long)(C - kv->n_used), (long long)C);
+        return bt_error_printf(err, n_err, BT_ERR_CAPACITY, "KV cache full: %lld tokens, %lld of %lld cells free",
+                               (long long)n, (long long)(C - kv->n_used), (long long)C);
     for (int64_t i = 0; i < n; i++) {
         const int64_t r0 = (int64_t)seq[i] * per, r1 = r0 + per;
         for (int64_t j = r0; j < r1; j++)
             if (kv->pos[j] >= 0 && kv->seq[j] == seq[i] && kv->pos[j] == pos[i])
-                return fail(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
-                            (long long)i, seq[i], pos[i]);
+                return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
+                                       (long long)i, seq[i], pos[i]);
     }
     for (int64_t i = 0; i < n; i++) {
         const int64_t r0 = (int64_t)seq[i] * per, r1 = r0 + per;
@@ -199,10 +186,11 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
                 kv->seq[cells[k]] = -1;
                 kv->n_used--;
             }
-            return fail(err, n_err, BT_ERR_CAPACITY,
-                        "token %lld: sequence %d has used its share of the KV cache (%lld of %lld cells for %d "
-                        "sequences)",
-                        (long long)i, seq[i], (long long)per, (long long)C, kv->cfg.n_seq_max);
+            return bt_error_printf(
+                err, n_err, BT_ERR_CAPACITY,
+                "token %lld: sequence %d has used its share of the KV cache (%lld of %lld cells for %d "
+                "sequences)",
+                (long long)i, seq[i], (long long)per, (long long)C, kv->cfg.n_seq_max);
         }
         kv->pos[c] = pos[i];
         kv->seq[c] = seq[i];

@@ -56,8 +56,11 @@ done
 # checks the result long after rank 1 is done (it said goodbye); a bad limit is refused
 expect 0 "bitwise" "demo with a 0.5 s watchdog" -- env BATON_WATCHDOG_S=0.5 mpirun -np 2 -x BATON_WATCHDOG_S \
     "$baton" demo "${small[@]}" --d-model 256 -m 24
-expect 1 "^baton: BATON_WATCHDOG_S='abc': want seconds from 0 \(off\) to 86400$" "a bad BATON_WATCHDOG_S" -- \
+expect 1 "^baton demo: BATON_WATCHDOG_S='abc': want seconds from 0 \(off\) to 86400$" "a bad BATON_WATCHDOG_S" -- \
     env BATON_WATCHDOG_S=abc mpirun -np 2 -x BATON_WATCHDOG_S "$baton" demo "${small[@]}"
+# the transport returns the message (nothing printed there); the program prints it once, on rank 0
+n_wd=$(grep -c "BATON_WATCHDOG_S='abc'" "$tmp/out")
+if [ "$n_wd" -eq 1 ]; then ok "a bad BATON_WATCHDOG_S: said once"; else bad "a bad BATON_WATCHDOG_S: said $n_wd times, want once"; fi
 expect 0 "layers" "demo --partition 1,3" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 1,3 -v
 expect 0 "bitwise" "demo through the launcher (local-cpu-2)" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$root/configs/local-cpu-2.yaml" -- baton demo "${small[@]}"

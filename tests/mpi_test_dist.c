@@ -29,8 +29,8 @@ struct reference {
 
 static void reference_init(struct reference *r, const struct bt_model_config *cfg) {
     memset(r, 0, sizeof *r);
-    r->m = bt_model_new(cfg);
-    ck_assert_ptr_nonnull(r->m);
+    char err[256];
+    ck_assert_msg(bt_model_new(cfg, &r->m, err, sizeof err) == BT_OK, "%s", err);
     r->cpu = bt_backend_cpu_init(1);
     ck_assert_ptr_nonnull(r->cpu);
     r->wbuf = bt_alloc_ctx_tensors(bt_model_context(r->m), r->cpu);
@@ -73,8 +73,8 @@ static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(
 static enum bt_status distributed_init_on(struct distributed *x, const struct bt_model_config *cfg, bt_backend_t backend,
                                           const struct bt_dist_options *opt) {
     memset(x, 0, sizeof *x);
-    x->m = bt_model_new(cfg);
-    ck_assert_ptr_nonnull(x->m);
+    char merr[256];
+    ck_assert_msg(bt_model_new(cfg, &x->m, merr, sizeof merr) == BT_OK, "%s", merr);
     x->cpu = backend;
     ck_assert_ptr_nonnull(x->cpu);
     x->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
@@ -678,7 +678,8 @@ static void plan_with_failing_allocations(int victim) {
         ck_assert_msg(n < 100000, "planning makes more allocations than expected");
         struct distributed x;
         memset(&x, 0, sizeof x);
-        x.m = bt_model_new(&cfg);
+        const enum bt_status mst = bt_model_new(&cfg, &x.m, NULL, 0);
+        ck_assert_int_eq(mst, BT_OK);
         x.cpu = bt_backend_cpu_init(1);
         x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
         ck_assert(x.m && x.cpu && x.ctx);
@@ -730,8 +731,11 @@ START_TEST(test_fail_fast) {
 END_TEST
 
 int main(int argc, char **argv) {
-    T = bt_transport_mpi_init(&argc, &argv, 50);
-    if (!T) return 1;
+    char err[256];
+    if (bt_transport_mpi_init(&argc, &argv, 50, &T, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "mpi_test_dist: %s\n", err);
+        return 1;
+    }
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("pipeline");
     tcase_set_timeout(tc, 600);

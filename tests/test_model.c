@@ -6,6 +6,8 @@
  * figures, and the config errors a user sees. */
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "model/model.h"
@@ -243,8 +245,9 @@ static void ref_layer_forward(const struct bt_model_config *c, const struct ref_
 
 /* a model with every weight in one CPU buffer, initialised */
 static struct bt_model *model_with_data(const struct bt_model_config *c, bt_buffer_t *buf) {
-    struct bt_model *m = bt_model_new(c);
-    ck_assert_ptr_nonnull(m);
+    struct bt_model *m = NULL;
+    char err[256];
+    ck_assert_msg(bt_model_new(c, &m, err, sizeof err) == BT_OK, "%s", err);
     *buf = bt_alloc_ctx_tensors_from_buft(bt_model_context(m), bt_cpu_buffer_type());
     ck_assert_msg(*buf != NULL, "%s", bt_context_error(bt_model_context(m)));
     bt_model_init_weights(m);
@@ -517,8 +520,9 @@ START_TEST(test_graph_structure) {
     bt_model_config_default(&c);
     for (int kind = 0; kind < BT_FFN_COUNT; kind++) {
         c.ffn = (enum bt_ffn_kind)kind;
-        struct bt_model *m = bt_model_new(&c);
-        ck_assert_ptr_nonnull(m);
+        struct bt_model *m = NULL;
+        char err[256];
+        ck_assert_msg(bt_model_new(&c, &m, err, sizeof err) == BT_OK, "%s", err);
         /* metadata only, in a context of exactly the advertised size */
         const size_t sz = bt_model_graph_ctx_size(&c);
         bt_context *ctx = bt_init((struct bt_init_params){sz, NULL, true});
@@ -580,8 +584,9 @@ START_TEST(test_weights_and_layers) {
     for (int kind = 0; kind < BT_FFN_COUNT; kind++) {
         c.ffn = (enum bt_ffn_kind)kind;
         c.wtype = kind % 2 ? BT_TYPE_Q4_0 : BT_TYPE_F16;
-        struct bt_model *m = bt_model_new(&c);
-        ck_assert_ptr_nonnull(m);
+        struct bt_model *m = NULL;
+        char err[256];
+        ck_assert_msg(bt_model_new(&c, &m, err, sizeof err) == BT_OK, "%s", err);
         size_t per_layer[64] = {0}, total = 0;
         ck_assert(c.n_layers < 64);
         for (int i = 0; i < bt_model_n_weights(m); i++) {
@@ -696,7 +701,11 @@ START_TEST(test_config_errors) {
         const size_t lf = strlen(cases[i].field);
         ck_assert_msg(strncmp(err, cases[i].field, lf) == 0 && err[lf] == ' ', "case %zu: expected '%s': got '%s'",
                       i, cases[i].field, err);
-        ck_assert_ptr_null(bt_model_new(&c));
+        struct bt_model *m = (struct bt_model *)&c; /* overwritten */
+        char err2[256];
+        ck_assert_int_eq(bt_model_new(&c, &m, err2, sizeof err2), BT_ERR_INVALID);
+        ck_assert_ptr_null(m);
+        ck_assert_str_eq(err2, err); /* the check's message, as it is */
     }
     /* unused fields of an MLP are not errors when zero */
     bt_model_config_default(&c);
@@ -710,11 +719,55 @@ START_TEST(test_config_errors) {
 }
 END_TEST
 
+/* Issue 10, item 4: a bad config given to bt_model_new is a status and the
+ * message in the caller's buffer, with nothing printed on stderr. */
+START_TEST(test_new_errors) {
+    char path[] = "/tmp/bt-model-stderr-XXXXXX";
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    const int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    dup2(fd, 2);
+    struct bt_model_config c;
+    bt_model_config_default(&c);
+    c.n_heads = 3;
+    struct bt_model *m = (struct bt_model *)&c; /* overwritten */
+    char err[256] = "";
+    const enum bt_status st1 = bt_model_new(&c, &m, err, sizeof err);
+    const bool null1 = m == NULL;
+    bt_model_config_default(&c);
+    c.n_layers = 0;
+    struct bt_model *m2 = (struct bt_model *)&c;
+    const enum bt_status st2 = bt_model_new(&c, &m2, NULL, 0); /* no buffer: still quiet */
+    struct bt_model *m3 = (struct bt_model *)&c;
+    char err3[256] = "";
+    const enum bt_status st3 = bt_model_new(NULL, &m3, err3, sizeof err3);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    struct stat sb;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(st1, BT_ERR_INVALID);
+    ck_assert(null1);
+    ck_assert_str_eq(err, "n_heads = 3: d_model = 64 is not a multiple of it");
+    ck_assert_int_eq(st2, BT_ERR_INVALID);
+    ck_assert_ptr_null(m2);
+    ck_assert_int_eq(st3, BT_ERR_INVALID);
+    ck_assert_ptr_null(m3);
+    ck_assert_str_eq(err3, "no config");
+    ck_assert_int_eq(sb.st_size, 0); /* nothing on stderr */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("model");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_new_errors);
     tcase_add_test(tc, test_weights_and_layers);
     tcase_add_test(tc, test_weight_data);
     tcase_add_test(tc, test_graph_structure);

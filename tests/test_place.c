@@ -19,8 +19,8 @@ static void fixture_init(struct fixture *f, int n_layers) {
     struct bt_model_config c;
     bt_model_config_default(&c);
     c.n_layers = n_layers;
-    f->m = bt_model_new(&c);
-    ck_assert_ptr_nonnull(f->m);
+    char merr[256];
+    ck_assert_msg(bt_model_new(&c, &f->m, merr, sizeof merr) == BT_OK, "%s", merr);
     f->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&c), NULL, true});
     ck_assert_int_eq(bt_model_build_graph(f->m, f->ctx, &f->g), BT_OK);
     char err[256];

@@ -18,8 +18,8 @@ struct fixture {
 };
 
 static void fixture_init(struct fixture *f, const struct bt_model_config *c) {
-    f->m = bt_model_new(c);
-    ck_assert_ptr_nonnull(f->m);
+    char err[256];
+    ck_assert_msg(bt_model_new(c, &f->m, err, sizeof err) == BT_OK, "%s", err);
     f->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(c), NULL, true});
     ck_assert_ptr_nonnull(f->ctx);
     ck_assert_int_eq(bt_model_build_graph(f->m, f->ctx, &f->g), BT_OK);

@@ -486,23 +486,20 @@ static const struct bt_transport_i mpi_i = {
     /* .connect       = */ NULL,
 };
 
-bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
-    char err[160];
-    const double wd_limit = watchdog_limit(err, sizeof err);
-    if (wd_limit < 0) {
-        /* every rank reads the same value: one says so (MPI is not up yet) */
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
-        if (!r || !strcmp(r, "0")) fprintf(stderr, "baton: %s\n", err);
-        return NULL;
-    }
+enum bt_status bt_transport_mpi_init(int *argc, char ***argv, int progress_us, bt_transport **out, char *err,
+                                     size_t n_err) {
+    BT_ASSERT(out);
+    *out = NULL;
+    if (err && n_err > 0) err[0] = '\0';
+    char why[160];
+    const double wd_limit = watchdog_limit(why, sizeof why);
+    if (wd_limit < 0) return bt_error_printf(err, n_err, BT_ERR_INVALID, "%s", why);
     int initialised = 0, provided = 0;
     MPI_Initialized(&initialised);
     bool we = false;
     if (!initialised) {
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-            fprintf(stderr, "baton: MPI_Init_thread failed\n");
-            return NULL;
-        }
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+            return bt_error_printf(err, n_err, BT_ERR_COMM, "MPI did not start (MPI_Init_thread failed)");
         we = true;
     } else {
         MPI_Query_thread(&provided);
@@ -512,8 +509,8 @@ bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
     if (!t || !m) {
         free(t);
         free(m);
-        fprintf(stderr, "baton: out of memory\n");
-        return NULL;
+        if (we) MPI_Finalize();
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     }
     m->we_initialised = we;
     m->thread_level = provided;
@@ -542,7 +539,8 @@ bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us) {
             if (pthread_create(&m->progress, NULL, progress_main, t) == 0) m->progress_running = true;
         }
     }
-    return t;
+    *out = t;
+    return BT_OK;
 }
 
 void bt_transport_mpi_finalize(bt_transport *t) {

@@ -226,14 +226,24 @@ static inline enum bt_status bt_transport_connect(bt_transport *t, const int *sr
 
 /* Initialise MPI (MPI_THREAD_MULTIPLE, so a progress thread may drive
  * transfers while the compute thread works) unless already initialised, and
- * return the transport over MPI_COMM_WORLD.  NULL with a message on stderr
- * when MPI cannot start.  progress_us > 0 starts a thread that drives MPI's
+ * put the transport over MPI_COMM_WORLD in *out: BT_OK; else *out NULL and
+ * BT_ERR_INVALID (a bad BATON_WATCHDOG_S, the same on every rank),
+ * BT_ERR_COMM (MPI_Init_thread failed) or BT_ERR_NOMEM, with the message in
+ * err (n_err bytes; nothing printed: baton.h's error convention).  MPI is
+ * not up then, so the caller cannot know its rank from the transport
+ * (bt_cli_env_rank reads the launcher's).  Warnings, not errors, still go
+ * to stderr, on rank 0 only (every rank would say the same): the run goes on
+ * without the watchdog, or without the progress thread, when MPI gives no
+ * MPI_THREAD_MULTIPLE or the watchdog thread cannot start; the user must see
+ * that a dead rank may then hang the others, or that sends may progress
+ * later.  progress_us > 0 starts a thread that drives MPI's
  * progress engine every progress_us microseconds while transfers are
  * outstanding and the caller is busy computing (set_busy): sends then
  * complete without their sender calling MPI.  While the caller waits on
  * requests itself the thread sleeps: two threads polling one MPI library
  * only contend for its lock. */
-bt_transport *bt_transport_mpi_init(int *argc, char ***argv, int progress_us);
+enum bt_status bt_transport_mpi_init(int *argc, char ***argv, int progress_us, bt_transport **out, char *err,
+                                     size_t n_err);
 /* MPI_Finalize when this transport initialised MPI. */
 void bt_transport_mpi_finalize(bt_transport *t);
 /* Count of outstanding requests (the progress thread runs while > 0). */

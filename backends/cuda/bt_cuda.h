@@ -6,7 +6,8 @@
  * pointers.
  *
  * Every function here is safe on a machine without a GPU or without a
- * driver: bt_cuda_device_count() is then 0 and bt_backend_cuda_init() NULL.
+ * driver: bt_cuda_device_count() is then 0 and bt_backend_cuda_init()
+ * BT_ERR_UNSUPPORTED.
  */
 #ifndef BATON_BT_CUDA_H
 #define BATON_BT_CUDA_H
@@ -30,9 +31,11 @@ int bt_cuda_device_count(void);
  * primary context is created on that device.  -1 when there is no device. */
 int bt_cuda_select_device_from_local_rank(int local_rank);
 
-/* A backend on `device` with its own stream and cuBLAS handle; NULL (and a
- * message on stderr) when the device does not exist or cannot start. */
-bt_backend_t bt_backend_cuda_init(int device);
+/* A backend on `device` with its own stream and cuBLAS handle in *out: BT_OK;
+ * else *out NULL and BT_ERR_UNSUPPORTED (the device does not exist or cannot
+ * start: CUDA's or cuBLAS's reason) or BT_ERR_NOMEM, with the message in err
+ * (n_err bytes; nothing printed: baton.h's error convention). */
+enum bt_status bt_backend_cuda_init(int device, bt_backend_t *out, char *err, size_t n_err);
 bool bt_backend_is_cuda(bt_backend_t backend);
 /* The device of a CUDA backend. */
 int bt_backend_cuda_device(bt_backend_t backend);

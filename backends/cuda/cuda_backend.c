@@ -569,18 +569,19 @@ static const struct bt_backend_i cuda_backend_i = {
     /* .get_memory              = */ cuda_get_memory,
 };
 
-bt_backend_t bt_backend_cuda_init(int device) {
+enum bt_status bt_backend_cuda_init(int device, bt_backend_t *out, char *err, size_t n_err) {
+    BT_ASSERT(out);
+    *out = NULL;
+    if (err && n_err > 0) err[0] = '\0';
     const int n = bt_cuda_device_count();
-    if (device < 0 || device >= n || device >= BT_CUDA_MAX_DEVICES) {
-        fprintf(stderr, "baton: CUDA device %d: %d device(s) present\n", device, n);
-        return NULL;
-    }
+    if (device < 0 || device >= n || device >= BT_CUDA_MAX_DEVICES)
+        return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "CUDA device %d: %d device(s) present", device, n);
     struct bt_cuda_ctx *c = calloc(1, sizeof *c);
     bt_backend_t backend = calloc(1, sizeof *backend);
     if (!c || !backend) {
         free(c);
         free(backend);
-        return NULL;
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "CUDA%d: out of memory", device);
     }
     c->device = device;
     snprintf(c->name, sizeof c->name, "CUDA%d", device);
@@ -594,10 +595,11 @@ bt_backend_t bt_backend_cuda_init(int device) {
     if (!what && (e = cudaMemset(c->d_err, 0, 2 * sizeof(int))) != cudaSuccess) what = "error word";
     if (!what && (e = cudaMallocHost((void **)&c->h_err, 2 * sizeof(int))) != cudaSuccess) what = "error word";
     if (what) {
-        fprintf(stderr, "baton: CUDA%d: %s: %s\n", device, what, cudaGetErrorString(e));
+        const enum bt_status st =
+            bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "CUDA%d: %s: %s", device, what, cudaGetErrorString(e));
         ctx_destroy(c);
         free(backend);
-        return NULL;
+        return st;
     }
     cublasStatus_t cs = cublasCreate(&c->cublas);
     if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetStream(c->cublas, c->stream);
@@ -612,14 +614,15 @@ bt_backend_t bt_backend_cuda_init(int device) {
     }
     if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetWorkspace(c->cublas, c->cublas_ws, BT_CUDA_CUBLAS_WORKSPACE);
     if (cs != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "baton: CUDA%d: cuBLAS initialisation failed (status %d)\n", device, (int)cs);
         ctx_destroy(c);
         free(backend);
-        return NULL;
+        return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "CUDA%d: cuBLAS initialisation failed (status %d)", device,
+                               (int)cs);
     }
     backend->iface = cuda_backend_i;
     backend->context = c;
-    return backend;
+    *out = backend;
+    return BT_OK;
 }
 
 bool bt_backend_is_cuda(bt_backend_t backend) { return backend && backend->iface.get_name == cuda_get_name; }

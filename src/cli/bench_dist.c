@@ -98,8 +98,12 @@ int bt_cli_bench_transport(int argc, char **argv) {
             return 2;
         }
     }
-    bt_transport *t = bt_transport_mpi_init(&argc, &argv, (int)progress_us);
-    if (!t) return 1;
+    bt_transport *t = NULL;
+    char terr[256];
+    if (bt_transport_mpi_init(&argc, &argv, (int)progress_us, &t, terr, sizeof terr) != BT_OK) {
+        if (bt_cli_env_rank() == 0) fprintf(stderr, "baton bench transport: %s\n", terr);
+        return 1;
+    }
     if (t->size != 2) {
         if (t->rank == 0) fprintf(stderr, "baton bench transport: run it with 2 ranks (mpirun -np 2), not %d\n", t->size);
         bt_transport_mpi_finalize(t);
@@ -169,8 +173,12 @@ static void gather_cores(bt_transport *t, cpu_set_t *all) {
 static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg, int threads) {
     memset(o, 0, sizeof *o);
     o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
-    o->m = bt_model_new(cfg);
-    if (!o->backend || !o->m) return false;
+    char err[256];
+    if (bt_model_new(cfg, &o->m, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton bench pipeline: the one-process run: model: %s\n", err);
+        return false;
+    }
+    if (!o->backend) return false;
     o->wbuf = bt_alloc_ctx_tensors_from_buft(bt_model_context(o->m), bt_cpu_buffer_type());
     if (!o->wbuf) return false;
     bt_buffer_set_usage(o->wbuf, BT_BUFFER_USAGE_WEIGHTS);
@@ -355,11 +363,19 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         if (!quiet) fprintf(stderr, "baton bench pipeline: model: %s\n", err);
         return 2;
     }
-    bt_transport *t = bt_transport_mpi_init(&argc, &argv, progress_us);
-    if (!t) return 1;
+    bt_transport *t = NULL;
+    if (bt_transport_mpi_init(&argc, &argv, progress_us, &t, err, sizeof err) != BT_OK) {
+        if (!quiet && bt_cli_env_rank() == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
+        return 1;
+    }
     const int P = t->size;
     bt_backend_t backend = bt_backend_cpu_init(threads);
-    struct bt_model *m = bt_model_new(&cfg);
+    struct bt_model *m = NULL;
+    char merr[256];
+    if (bt_model_new(&cfg, &m, merr, sizeof merr) != BT_OK) {
+        fprintf(stderr, "baton bench pipeline: rank %d: model: %s\n", t->rank, merr);
+        t->iface.abort(t, 1);
+    }
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
     if (!backend || !m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {

@@ -275,7 +275,10 @@ static bool check_one_rank(const struct bt_model_config *cfg, bt_backend_t backe
                            char *result, size_t n) {
     struct bt_progress cp;
     bt_progress_begin(&cp, true, "checking against a one-rank run");
-    struct bt_model *ref = bt_model_new(cfg);
+    struct bt_model *ref = NULL;
+    char merr[256];
+    if (bt_model_new(cfg, &ref, merr, sizeof merr) != BT_OK)
+        fprintf(stderr, "baton demo: the one-process reference: model: %s\n", merr);
     bt_buffer_t wbuf = ref ? bt_alloc_ctx_tensors(bt_model_context(ref), backend) : NULL;
     bt_context *rctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
     struct bt_model_graph rg;
@@ -471,7 +474,11 @@ int bt_cli_demo(int argc, char **argv) {
     backend = R.backend;
     threads = R.threads;
     o.copies = R.copies;
-    model = bt_model_new(&o.model);
+    char merr[256];
+    if (bt_model_new(&o.model, &model, merr, sizeof merr) != BT_OK) {
+        fprintf(stderr, "baton demo: rank %d: model: %s\n", rank, merr);
+        t->iface.abort(t, 1);
+    }
     gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
     struct bt_model_graph g;
     if (!model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {

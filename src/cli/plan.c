@@ -51,11 +51,11 @@ static int plan_project(const char *path, const int *codes, const char *const *v
         return 1;
     }
     for (int i = 0; i < n; i++) bt_cli_model_option(&cfg, codes[i], vals[i], err, sizeof err); /* checked before */
-    if (bt_model_config_check(&cfg, err, sizeof err) != BT_OK) {
+    struct bt_model *m = NULL;
+    if (bt_model_new(&cfg, &m, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: model: %s\n", err);
         return 1;
     }
-    struct bt_model *m = bt_model_new(&cfg);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
     struct bt_layer_costs lc;
@@ -208,11 +208,15 @@ int bt_cli_plan(int argc, char **argv) {
         bt_topology_free(&topo);
         return 1;
     }
-    struct bt_model *m = bt_model_new(&cfg);
+    struct bt_model *m = NULL;
+    const enum bt_status mst = bt_model_new(&cfg, &m, err, sizeof err);
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
     int rc = 0;
-    if (!m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
+    if (mst != BT_OK) {
+        fprintf(stderr, "baton plan: model: %s\n", err);
+        rc = 1;
+    } else if (!ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
         fprintf(stderr, "baton plan: cannot build the model%s%s\n", ctx ? ": " : "", ctx ? bt_context_error(ctx) : "");
         rc = 1;
     } else {

@@ -4,7 +4,6 @@
 #include "arch.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,16 +32,7 @@ const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3mo
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-enum bt_status bt_arch_fail(char *err, size_t n, enum bt_status s, const char *fmt, ...) {
-    if (err && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
-#define FAIL(s, ...) return bt_arch_fail(err, n_err, (s), __VA_ARGS__)
+#define FAIL(s, ...) return bt_error_printf(err, n_err, (s), __VA_ARGS__)
 
 /* ---- hyperparameters ----------------------------------------------------------------- */
 
@@ -274,7 +264,7 @@ static enum bt_status check_tensors(struct bt_gguf *g, const struct bt_arch *arc
     const char *path = bt_gguf_path(g);
     struct bt_llm_globals gl_dummy;
     struct bt_llm_layer *ly_dummy = calloc((size_t)h->n_layer, sizeof *ly_dummy);
-    if (!ly_dummy) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    if (!ly_dummy) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     const int nt = bt_arch_tensors(arch, h, &gl_dummy, ly_dummy, tt);
     free(ly_dummy);
     BT_ASSERT(nt <= bt_arch_max_tensors(h));
@@ -286,20 +276,20 @@ static enum bt_status check_tensors(struct bt_gguf *g, const struct bt_arch *arc
         const int64_t ti = bt_gguf_find_tensor(g, e->name);
         if (ti < 0) {
             if (!e->required) continue;
-            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is missing (expected %s)", path,
-                                e->name, want);
+            return bt_error_printf(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is missing (expected %s)", path,
+                                   e->name, want);
         }
         const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
         shape_str(have, sizeof have, ft->ne);
         if (ft->ne[0] != e->ne[0] || ft->ne[1] != e->ne[1] || ft->ne[2] != e->ne[2] || ft->ne[3] != e->ne[3])
-            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" has shape %s, expected %s", path,
-                                e->name, have, want);
+            return bt_error_printf(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" has shape %s, expected %s", path,
+                                   e->name, have, want);
         enum bt_type ty;
         if (bt_gguf_tensor_bt_type(g, ft, &ty) != BT_OK)
-            return bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s", bt_gguf_error(g));
+            return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "%s", bt_gguf_error(g));
         if (e->vector && ty != BT_TYPE_F32)
-            return bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; baton needs f32 for it",
-                                path, e->name, bt_type_name(ty));
+            return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; baton needs f32 for it",
+                                   path, e->name, bt_type_name(ty));
     }
     return BT_OK;
 }
@@ -309,7 +299,7 @@ enum bt_status bt_llm_check_gguf(struct bt_gguf *g, const struct bt_arch **arch,
     enum bt_status st = bt_arch_read_hparams(g, arch, h, err, n_err);
     if (st != BT_OK) return st;
     struct bt_arch_tensor *tt = calloc((size_t)bt_arch_max_tensors(h), sizeof *tt);
-    if (!tt) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    if (!tt) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     int nt = 0;
     st = check_tensors(g, *arch, h, tt, &nt, err, n_err);
     free(tt);
@@ -347,14 +337,14 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     struct bt_llm *m = calloc(1, sizeof *m);
     struct bt_arch_tensor *tt = NULL;
     enum bt_status st;
-    if (!m) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    if (!m) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     st = bt_arch_read_hparams(g, &m->arch, &m->hp, err, n_err);
     if (st != BT_OK) goto done;
     const struct bt_hparams *h = &m->hp;
     if (il1 < 0) il1 = h->n_layer;
     if (il0 < 0 || il0 >= il1 || il1 > h->n_layer) {
-        st = bt_arch_fail(err, n_err, BT_ERR_INVALID, "%s: layer range [%d, %d) is not inside the model's %d layers",
-                          path, il0, il1, h->n_layer);
+        st = bt_error_printf(err, n_err, BT_ERR_INVALID, "%s: layer range [%d, %d) is not inside the model's %d layers",
+                             path, il0, il1, h->n_layer);
         goto done;
     }
     m->il0 = il0;
@@ -362,7 +352,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     tt = calloc((size_t)bt_arch_max_tensors(h), sizeof *tt);
     if (!m->layers || !tt) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
         goto done;
     }
     /* every expected tensor of the file, checked before anything is allocated */
@@ -376,7 +366,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
      * where they can be, else copied into one buffer of buft */
     m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 4) * bt_tensor_overhead() + 1024, NULL, true});
     if (!m->wctx) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
         goto done;
     }
     const int nt2 = bt_arch_tensors(m->arch, h, &m->gl, m->layers, tt);
@@ -389,7 +379,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
         const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
         struct bt_tensor *t = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
         if (!t) {
-            st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
+            st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
             goto done;
         }
         bt_set_name(t, e->name);
@@ -408,8 +398,9 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     if (copied > 0) {
         m->wbuf = bt_alloc_ctx_tensors_from_buft(m->wctx, buft);
         if (!m->wbuf) {
-            st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the weights of layers [%d, %d)",
-                              path, copied, il0, il1);
+            st = bt_error_printf(err, n_err, BT_ERR_NOMEM,
+                                 "%s: cannot allocate %zu bytes for the weights of layers [%d, %d)", path, copied, il0,
+                                 il1);
             goto done;
         }
         for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {

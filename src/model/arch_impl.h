@@ -32,11 +32,6 @@ struct bt_llm {
     struct bt_gguf *own_gguf;    /* bt_llm_load's file, closed with the model */
 };
 
-enum bt_status bt_arch_fail(char *err, size_t n, enum bt_status s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
 enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **arch, struct bt_hparams *h, char *err,
                                     size_t n_err);
 /* Fill t[] (bt_arch_max_tensors entries) with every expected weight; returns

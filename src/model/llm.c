@@ -237,10 +237,10 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     *out = NULL;
     const int64_t n_ctx = bt_kv_get_config(kv)->n_ctx;
     if (n_ubatch <= 0 || n_ubatch > n_ctx)
-        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
-                            (long long)n_ubatch, (long long)n_ctx);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
+                               (long long)n_ubatch, (long long)n_ctx);
     struct bt_llm_stage *s = calloc(1, sizeof *s);
-    if (!s) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    if (!s) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     s->m = m;
     s->kv = kv;
     s->backend = backend;
@@ -249,8 +249,8 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     s->mask = malloc((size_t)n_ubatch * (size_t)n_ctx * sizeof *s->mask);
     if (!s->out_ids || !s->mask) {
         bt_llm_stage_free(s);
-        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
-                            (long long)n_ubatch, (long long)n_ctx);
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
+                               (long long)n_ubatch, (long long)n_ctx);
     }
     /* the backend must run every op of the range's graph */
     struct bt_llm_graph *g = NULL;
@@ -259,8 +259,8 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     for (int i = 0; st == BT_OK && i < g->graph->n_nodes; i++) {
         const struct bt_tensor *n = g->graph->nodes[i];
         if (!bt_backend_supports_op(backend, n))
-            st = bt_arch_fail(err, n_err, BT_ERR_UNSUPPORTED, "backend %s cannot run %s (%s) of layers [%d, %d)",
-                              bt_backend_name(backend), bt_op_name(n->op), n->name, m->il0, m->il1);
+            st = bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "backend %s cannot run %s (%s) of layers [%d, %d)",
+                                 bt_backend_name(backend), bt_op_name(n->op), n->name, m->il0, m->il1);
     }
     if (st != BT_OK) {
         bt_llm_stage_free(s);
@@ -305,17 +305,17 @@ static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv,
     }
     slot_free(lru);
     lru->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(c->m), NULL, true});
-    if (!lru->ctx) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (graph)");
+    if (!lru->ctx) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (graph)");
     enum bt_status st = bt_llm_build_graph(c->m, c->kv, lru->ctx, T, n_kv, n_out, &lru->g);
     if (st != BT_OK) {
-        st = bt_arch_fail(err, n_err, st, "building the graph: %s", bt_context_error(lru->ctx));
+        st = bt_error_printf(err, n_err, st, "building the graph: %s", bt_context_error(lru->ctx));
         slot_free(lru);
         return st;
     }
     lru->galloc = bt_gallocr_new(bt_backend_get_default_buffer_type(c->backend));
     if (!lru->galloc || !bt_gallocr_alloc_graph(lru->galloc, lru->g.graph)) {
-        st = bt_arch_fail(err, n_err, BT_ERR_NOMEM, "allocating the graph: %s",
-                          lru->galloc ? bt_gallocr_error(lru->galloc) : "out of memory");
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "allocating the graph: %s",
+                             lru->galloc ? bt_gallocr_error(lru->galloc) : "out of memory");
         slot_free(lru);
         return st;
     }
@@ -349,7 +349,7 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
     if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
     st = bt_backend_graph_compute(s->backend, g->graph);
-    if (st != BT_OK) return bt_arch_fail(err, n_err, st, "compute: %s", bt_backend_error(s->backend));
+    if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_backend_error(s->backend));
     if (!last) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
     else if (n_out > 0 && out) bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
     return BT_OK;
@@ -379,13 +379,13 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
                               char *err, size_t n_err) {
     *out = NULL;
     if (m->il0 != 0 || m->il1 != m->hp.n_layer)
-        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "a one-process context needs the whole model (layers [0, %d))",
-                            m->hp.n_layer);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "a one-process context needs the whole model (layers [0, %d))", m->hp.n_layer);
     if (p->n_ubatch <= 0 || p->n_ubatch > p->n_ctx)
-        return bt_arch_fail(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
-                            (long long)p->n_ubatch, (long long)p->n_ctx);
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, ctx size %lld]",
+                               (long long)p->n_ubatch, (long long)p->n_ctx);
     struct bt_llm_ctx *c = calloc(1, sizeof *c);
-    if (!c) return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory");
+    if (!c) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = *p;
     struct bt_kv_config kc;
@@ -400,7 +400,7 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
     c->out_ids = malloc((size_t)p->n_ubatch * sizeof *c->out_ids);
     if (!c->backend || !c->cells || !c->out_ids) {
         bt_llm_ctx_free(c);
-        return bt_arch_fail(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
     }
     st = bt_llm_stage_new(m, c->kv, c->backend, p->n_ubatch, &c->stage, err, n_err);
     if (st != BT_OK) {
@@ -427,11 +427,11 @@ int bt_llm_ctx_n_graphs(const struct bt_llm_ctx *c) { return bt_llm_stage_n_grap
 enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b, float *logits_out, char *err,
                              size_t n_err) {
     const struct bt_hparams *h = &c->m->hp;
-    if (b->n_tokens <= 0) return bt_arch_fail(err, n_err, BT_ERR_INVALID, "empty batch");
+    if (b->n_tokens <= 0) return bt_error_printf(err, n_err, BT_ERR_INVALID, "empty batch");
     for (int64_t i = 0; i < b->n_tokens; i++)
         if (b->token[i] < 0 || b->token[i] >= h->n_vocab)
-            return bt_arch_fail(err, n_err, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)",
-                                (long long)i, b->token[i], (long long)h->n_vocab);
+            return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)",
+                                   (long long)i, b->token[i], (long long)h->n_vocab);
     int64_t n_written = 0;
     for (int64_t i0 = 0; i0 < b->n_tokens; i0 += c->p.n_ubatch) {
         const int64_t T = b->n_tokens - i0 < c->p.n_ubatch ? b->n_tokens - i0 : c->p.n_ubatch;

@@ -208,12 +208,12 @@ struct bt_model {
     struct bt_tensor **weights; /* every weight, in creation order */
 };
 
-struct bt_model *bt_model_new(const struct bt_model_config *c) {
-    char err[256];
-    if (bt_model_config_check(c, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "model: %s\n", err);
-        return NULL;
-    }
+enum bt_status bt_model_new(const struct bt_model_config *c, struct bt_model **out, char *err, size_t n_err) {
+    BT_ASSERT(out);
+    *out = NULL;
+    if (err && n_err > 0) err[0] = '\0';
+    enum bt_status st = (enum bt_status)bt_model_config_check(c, err, n_err);
+    if (st != BT_OK) return st;
     struct bt_model *m = calloc(1, sizeof *m);
     if (!m) goto nomem;
     m->cfg = *c;
@@ -239,16 +239,16 @@ struct bt_model *bt_model_new(const struct bt_model_config *c) {
     m->weights = malloc((size_t)m->n_weights * sizeof *m->weights);
     if (!m->weights) goto nomem;
     for (int i = 0; i < m->n_weights; i++) m->weights[i] = bt_context_tensor(m->ctx, i);
-    return m;
+    *out = m;
+    return BT_OK;
 
 ctxerr:
-    fprintf(stderr, "model: %s\n", bt_context_error(m->ctx));
+    st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s", bt_context_error(m->ctx));
     bt_model_free(m);
-    return NULL;
+    return st;
 nomem:
-    fprintf(stderr, "model: out of memory\n");
     bt_model_free(m);
-    return NULL;
+    return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
 }
 
 void bt_model_free(struct bt_model *m) {

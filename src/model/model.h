@@ -124,9 +124,11 @@ int bt_model_layer_weights_new(bt_context *ctx, const struct bt_model_config *c,
 struct bt_model;
 
 /* Every weight's metadata in the model's own no_alloc context: token_embd,
- * then each layer's, then output_norm, output.  NULL and a message on stderr
- * on a bad config. */
-struct bt_model *bt_model_new(const struct bt_model_config *c);
+ * then each layer's, then output_norm, output.  BT_OK and the model in *out;
+ * else *out NULL, BT_ERR_INVALID (a bad config, bt_model_config_check's
+ * message) or BT_ERR_NOMEM, with the message in err (n_err bytes; nothing
+ * is printed: baton.h's error convention). */
+enum bt_status bt_model_new(const struct bt_model_config *c, struct bt_model **out, char *err, size_t n_err);
 void bt_model_free(struct bt_model *m);
 const struct bt_model_config *bt_model_get_config(const struct bt_model *m);
 /* The no_alloc context that holds the weights (to allocate them all at once

@@ -192,9 +192,10 @@ static enum bt_status start_backend(struct bt_rank *r, const struct bt_rank_conf
             return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: --backend cuda: rank %d: this process sees no CUDA device",
                          c->prog, r->rank);
         const int use = r->have_topo ? dev : dev % n_dev;
-        r->backend = bt_backend_cuda_init(use);
-        if (!r->backend)
-            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: rank %d: cannot start CUDA device %d", c->prog, r->rank, use);
+        char cerr[256];
+        const enum bt_status cst = bt_backend_cuda_init(use, &r->backend, cerr, sizeof cerr);
+        if (cst != BT_OK)
+            return rfail(r, cst, 1, "%s: rank %d: cannot start CUDA device %d: %s", c->prog, r->rank, use, cerr);
         return BT_OK;
 #else
         if (r->have_topo)
@@ -287,8 +288,9 @@ enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, 
 #else
     (void)env_rank;
 #endif
-    r->t = bt_transport_mpi_init(argc, argv, c->progress_us);
-    if (!r->t) return rfail(r, BT_ERR_COMM, 1, "%s: MPI did not start", c->prog);
+    char terr[256];
+    const enum bt_status tst = bt_transport_mpi_init(argc, argv, c->progress_us, &r->t, terr, sizeof terr);
+    if (tst != BT_OK) return rfail(r, tst, 1, "%s: %s", c->prog, terr);
     r->rank = r->t->rank;
     r->size = r->t->size;
     return st;

@@ -96,8 +96,12 @@ int main(int argc, char **argv) {
         return 77;
     }
     const int iters = argc > 1 ? atoi(argv[1]) : 20;
-    bt_backend_t gpu = bt_backend_cuda_init(0);
-    if (!gpu) return 1;
+    bt_backend_t gpu = NULL;
+    char err[256];
+    if (bt_backend_cuda_init(0, &gpu, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "bench_cuda: %s\n", err);
+        return 1;
+    }
     const enum bt_type types[] = {BT_TYPE_BF16, BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
     printf("mul_mat on %s, %d iterations each (peaks: H200 dense BF16 %.0f TFLOP/s, HBM %.1f TB/s)\n",
            bt_backend_name(gpu), iters, PEAK_TFLOPS, PEAK_GBS / 1000);

@@ -28,8 +28,12 @@ int main(int argc, char **argv) {
      * may touch CUDA): from the launcher's node-local rank */
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const int dev_early = bt_cuda_select_device_from_local_rank(lr ? atoi(lr) : 0);
-    bt_transport *T = bt_transport_mpi_init(&argc, &argv, 50);
-    if (!T) return 1;
+    bt_transport *T = NULL;
+    char terr[256];
+    if (bt_transport_mpi_init(&argc, &argv, 50, &T, terr, sizeof terr) != BT_OK) {
+        fprintf(stderr, "mpi_cuda_pipeline: %s\n", terr);
+        return 1;
+    }
     if (argc < 2) {
         if (T->rank == 0) fprintf(stderr, "usage: %s OUT.bin [ffn-kind] [micro-batches] [n_copies] [nccl]\n", argv[0]);
         bt_transport_mpi_finalize(T);
@@ -43,8 +47,11 @@ int main(int argc, char **argv) {
         return 77;
     }
     const int dev = bt_cuda_select_device_from_local_rank(T->local_rank);
-    bt_backend_t gpu = bt_backend_cuda_init(dev);
-    if (!gpu) T->iface.abort(T, 1);
+    bt_backend_t gpu = NULL;
+    if (bt_backend_cuda_init(dev, &gpu, terr, sizeof terr) != BT_OK) {
+        fprintf(stderr, "mpi_cuda_pipeline: rank %d: %s\n", T->rank, terr);
+        T->iface.abort(T, 1);
+    }
 
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
@@ -69,7 +76,12 @@ int main(int argc, char **argv) {
         T->iface.abort(T, 1);
 #endif
     }
-    struct bt_model *m = bt_model_new(&cfg);
+    struct bt_model *m = NULL;
+    char merr[256];
+    if (bt_model_new(&cfg, &m, merr, sizeof merr) != BT_OK) {
+        fprintf(stderr, "mpi_cuda_pipeline: rank %d: model: %s\n", T->rank, merr);
+        T->iface.abort(T, 1);
+    }
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
     if (!m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) T->iface.abort(T, 1);

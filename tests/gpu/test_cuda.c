@@ -29,7 +29,8 @@ static bt_backend_t g_cpu, g_gpu;
 
 static void setup(void) {
     g_cpu = bt_backend_cpu_init(2);
-    g_gpu = bt_backend_cuda_init(0);
+    char err[256];
+    ck_assert_msg(bt_backend_cuda_init(0, &g_gpu, err, sizeof err) == BT_OK, "%s", err);
     ck_assert_ptr_nonnull(g_cpu);
     ck_assert_ptr_nonnull(g_gpu);
 }
@@ -483,8 +484,16 @@ START_TEST(test_buffers_events) {
     ck_assert(bt_buft_is_host(bt_cuda_host_buffer_type()));
     ck_assert(!bt_buft_is_host(bt_cuda_buffer_type(0)));
     ck_assert_ptr_null(bt_cuda_buffer_type(bt_cuda_device_count()));
-    bt_backend_t gpu2 = bt_backend_cuda_init(0); /* a second stream on the same device */
+    bt_backend_t gpu2 = NULL; /* a second stream on the same device */
+    char err[256];
+    ck_assert_msg(bt_backend_cuda_init(0, &gpu2, err, sizeof err) == BT_OK, "%s", err);
     ck_assert_ptr_nonnull(gpu2);
+    /* a device that is not there: the status and the message, nothing printed
+     * (issue 10 item 4) */
+    bt_backend_t none = gpu2;
+    ck_assert_int_eq(bt_backend_cuda_init(bt_cuda_device_count(), &none, err, sizeof err), BT_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(none);
+    ck_assert_msg(strstr(err, "device(s) present") != NULL, "%s", err);
     bt_context *ctx = bt_init((struct bt_init_params){1 << 20, NULL, true});
     struct bt_tensor *x = bt_new_tensor_1d(ctx, BT_TYPE_F32, 1000), *y = bt_new_tensor_1d(ctx, BT_TYPE_F32, 1000);
     bt_buffer_t dev = bt_alloc_ctx_tensors(ctx, g_gpu);
