@@ -4,6 +4,8 @@
  * at fault and broadcasts the exit code. */
 #include "agree.h"
 
+#include "run/bringup.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,4 +113,20 @@ int bt_cli_agree(bt_transport *t, const char *prog, int rc, const char *err, con
     free(mine);
     free(all);
     return verdict;
+}
+
+bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int env_rank, int *prc, char *perr,
+                       size_t n, int *argc, char ***argv) {
+    bool bare = false; /* the start's own message (a topology's FILE:LINE:COLUMN: ...) */
+    if (bt_rank_start(R, c, *prc != 0, bt_cli_env_many_ranks(), argc, argv) != BT_OK && !*prc) {
+        snprintf(perr, n, "%s", R->error);
+        *prc = R->exit_code;
+        bare = true;
+    }
+    if (R->t) return true;
+    const bool prefix = *prc && !bare;
+    if (env_rank == 0) fprintf(stderr, "%s%s%s\n", prefix ? c->prog : "", prefix ? ": " : "", *prc ? perr : R->error);
+    bt_rank_free(R);
+    if (!*prc) *prc = 1;
+    return false;
 }

@@ -34,6 +34,18 @@ struct bt_cli_agree_item {
  * bt_cli_agree so that the job ends with its message). */
 bool bt_cli_env_many_ranks(void);
 
+struct bt_rank;
+struct bt_rank_config;
+/* bt_rank_start for a subcommand whose own checks of its command line so far
+ * gave *prc (0, or an exit code with its message in perr[n]).  True when MPI
+ * is up (R->t): a failure of the start or of the topology file is then in *prc
+ * and perr, for bt_cli_agree to report once.  False when it is not: the one
+ * message was printed (by the launcher's rank env_rank 0; a topology's own
+ * message, FILE:LINE:COLUMN: ..., without the program's prefix), R freed, and
+ * the program exits with *prc. */
+bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int env_rank, int *prc, char *perr,
+                       size_t n, int *argc, char ***argv);
+
 /* Collective, on every rank with the same n and option names.  rc, err: this
  * rank's verdict so far (0 and "" when its command line is fine; else the
  * exit code and its message).  Returns 0 when every rank is fine and every

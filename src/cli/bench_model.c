@@ -336,17 +336,7 @@ int bt_cli_bench_model(int argc, char **argv) {
         .progress_us = 0,
     };
     struct bt_rank R;
-    bool bare = false;
-    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
-        snprintf(perr, sizeof perr, "%s", R.error);
-        prc = R.exit_code;
-        bare = true;
-    }
-    if (!R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s%s\n", bare || !prc ? "" : BM_PROG ": ", prc ? perr : R.error);
-        bt_rank_free(&R);
-        return prc ? prc : 1;
-    }
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
     bt_cli_signals_install(BM_PROG, rank);

@@ -750,24 +750,9 @@ int bt_cli_generate(int argc, char **argv) {
         .progress_us = 0,
     };
     struct bt_rank R;
-    bool bare = false;
-    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
-        snprintf(perr, sizeof perr, "%s", R.error);
-        prc = R.exit_code;
-        bare = true;
-    }
-    if (prc && !R.t) {
-        /* a topology's own message is FILE:LINE:COLUMN: ... */
-        if (env_rank == 0) fprintf(stderr, "%s%s\n", bare ? "" : GEN_PROG ": ", perr);
-        bt_rank_free(&R);
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) {
         free_prompts(prompts, n_prompts);
         return prc;
-    }
-    if (!R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s\n", R.error);
-        bt_rank_free(&R);
-        free_prompts(prompts, n_prompts);
-        return 1;
     }
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
