@@ -51,6 +51,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATTN_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define TARGET_AVX512 __attribute__((target("avx512f,fma,f16c")))
 #define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -178,7 +179,13 @@ static void c_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t v
 #ifdef ATTN_X86
 /* ---- AVX-512 ---- */
 
-static bool avx512_available(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c"); }
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know it) */
+static bool has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+static bool avx512_available(void) { return __builtin_cpu_supports("avx512f") && has_f16c(); }
 
 TARGET_AVX512 static bool avx512_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
     if (D % 16) return false;
@@ -304,7 +311,7 @@ TARGET_AVX512 static void avx512_accum2(float *a0, float *a1, int64_t Dv, const 
 /* ---- AVX2 + FMA + F16C ---- */
 
 static bool avx2_available(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
 /* 8 x 8 floats: r[i] lane j <-> r[j] lane i */
@@ -551,6 +558,39 @@ static inline float mask_at(const struct bt_tensor *mask, int64_t j, int64_t t) 
     return *(const float *)p;
 }
 
+/* mt [nt][TILE]: the mask of query rows t0 .. t0+nt-1 at cells j0 ..
+ * j0+TILE-1 (-inf past the nj cells there are; 0 without a mask); false
+ * when every value is -inf (no row of the block sees a cell of the tile) */
+static bool mask_tile(const struct bt_tensor *mask, int64_t j0, int nj, int64_t t0, int64_t nt, float *mt) {
+    bool any = false;
+    for (int64_t tr = 0; tr < nt; tr++) {
+        float *m = mt + tr * TILE;
+        if (!mask)
+            for (int c = 0; c < nj; c++) m[c] = 0.0f;
+        else if (mask->type == BT_TYPE_F32 && mask->nb[0] == sizeof(float)) {
+            const float *src = (const float *)((const char *)mask->data + (t0 + tr) * mask->nb[1]) + j0;
+            for (int c = 0; c < nj; c++) m[c] = src[c];
+        } else
+            for (int c = 0; c < nj; c++) m[c] = mask_at(mask, j0 + c, t0 + tr);
+        for (int c = nj; c < TILE; c++) m[c] = -INFINITY;
+        for (int c = 0; c < nj; c++) any |= m[c] != -INFINITY;
+    }
+    return any;
+}
+
+/* the next tile's k and v rows on their way to the cache while this one is
+ * computed: for decode steps (one or two query rows), which stream a long
+ * context; a prompt's block reuses the tiles from the cache */
+static void prefetch_tile(const struct bt_tensor *k, const struct bt_tensor *v, int64_t hk, int64_t j0, int nj) {
+    const size_t kb = bt_row_size(k->type, k->ne[0]), vb = bt_row_size(v->type, v->ne[0]);
+    const char *kp = (const char *)k->data + hk * k->nb[1] + j0 * k->nb[2];
+    const char *vp = (const char *)v->data + hk * v->nb[1] + j0 * v->nb[2];
+    for (int c = 0; c < nj; c++) {
+        for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(kp + c * k->nb[2] + o);
+        for (size_t o = 0; o < vb; o += 64) __builtin_prefetch(vp + c * v->nb[2] + o);
+    }
+}
+
 /* kt [D][TILE] for cells j0 .. j0+nj-1 of kv head hk (0 beyond) */
 static void k_tile(const struct attn_isa *isa, const struct bt_tensor *k, int64_t hk, int64_t j0, int nj,
                    float *kt, float *row) {
@@ -622,14 +662,8 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
         }
         for (int64_t j0 = 0; j0 < N; j0 += TILE) {
             const int nj = N - j0 < TILE ? (int)(N - j0) : TILE;
-            bool any = false;
-            for (int64_t tr = 0; tr < nt; tr++)
-                for (int c = 0; c < TILE; c++) {
-                    const float m = c >= nj ? -INFINITY : mask ? mask_at(mask, j0 + c, t0 + tr) : 0.0f;
-                    mt[tr * TILE + c] = m;
-                    any |= m != -INFINITY;
-                }
-            if (!any) continue;
+            if (!mask_tile(mask, j0, nj, t0, nt, mt)) continue;
+            if (nt <= 2 && j0 + TILE < N) prefetch_tile(k, v, hk, j0 + TILE, N - j0 - TILE < TILE ? (int)(N - j0 - TILE) : TILE);
             k_tile(isa, k, hk, j0, nj, kt, row);
             isa->scores(kt, D, qp, nr, (int)group, mt, scale, s);
             /* per row: the cells it sees, the maximum before each, the new maxima */
