@@ -9,10 +9,18 @@
  * Errors: before anything runs, every node is checked (has data, is
  * supported), so a bad graph fails with nothing computed.  A run-time error
  * (an id out of range) is reported by a kernel through bt_cpu_fail; after the
- * node's barrier every thread sees it and stops.  Node i reports into
- * status slot i % 2: a fast thread that has passed node i's barrier can only
- * reach node i + 1 (slot (i+1) % 2) while a slow one still reads slot i % 2,
- * so all threads agree on where to stop.
+ * node's barrier every thread sees it and stops.  The n-th node computed
+ * (views skipped, so n is not the node's index) reports into status slot
+ * n % 2: a fast thread that has passed its barrier can only reach the next
+ * computed node (slot (n+1) % 2) while a slow one still reads slot n % 2, so
+ * all threads agree on where to stop.
+ *
+ * Work counters: a kernel may hand out its work in chunks from a counter
+ * shared by the node's threads (bt_cpu_next_chunk), so that a thread slowed
+ * by the OS does not hold the others at the barrier.  The n-th computed node
+ * uses counter n % 2; thread 0 zeroes it after the node's barrier, which
+ * is before the barrier that ends node n + 1 and so before node n + 2 (the
+ * next user of that counter) starts.
  */
 #include "cpu_impl.h"
 
@@ -95,8 +103,10 @@ size_t bt_cpu_work_size(const struct bt_tensor *node, int nth) {
 struct compute_state {
     bt_cpu *cpu;
     struct bt_graph *g;
-    volatile int status[2]; /* node i reports into status[i & 1] */
+    volatile int status[2]; /* the n-th computed node reports into status[n & 1] */
     volatile int fail_node; /* index of the failing node (thread 0 writes) */
+    volatile int fail_status; /* its status (thread 0 writes) */
+    int64_t chunk[2];       /* the n-th computed node's work counter: chunk[n & 1] */
 };
 
 static void compute_thread(void *arg, int ith, int nth) {
@@ -113,11 +123,14 @@ static void compute_thread(void *arg, int ith, int nth) {
         /* .pool      = */ cpu->pool,
         /* .status    = */ NULL,
         /* .errbuf    = */ cpu->err,
+        /* .chunk     = */ NULL,
     };
+    int n = 0; /* nodes computed so far */
     for (int i = 0; i < g->n_nodes; i++) {
         struct bt_tensor *node = g->nodes[i];
         if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
-        p.status = &st->status[i & 1];
+        p.status = &st->status[n & 1];
+        p.chunk = &st->chunk[n & 1];
         if (is_mul_mat(node->op)) {
             if (node->op == BT_OP_MUL_MAT)
                 bt_cpu_mul_mat(&p, node);
@@ -130,10 +143,16 @@ static void compute_thread(void *arg, int ith, int nth) {
         }
         if (ith == 0 && cpu->hook) cpu->hook(cpu->hook_user);
         bt_threadpool_barrier(cpu->pool);
-        if (__atomic_load_n((int *)&st->status[i & 1], __ATOMIC_ACQUIRE) != BT_OK) {
-            if (ith == 0) st->fail_node = i;
+        if (ith == 0) __atomic_store_n(&st->chunk[n & 1], 0, __ATOMIC_RELAXED);
+        const int s = __atomic_load_n((int *)&st->status[n & 1], __ATOMIC_ACQUIRE);
+        if (s != BT_OK) {
+            if (ith == 0) {
+                st->fail_node = i;
+                st->fail_status = s;
+            }
             break;
         }
+        n++;
     }
 }
 
@@ -202,11 +221,13 @@ enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {
         /* .g         = */ g,
         /* .status    = */ {BT_OK, BT_OK},
         /* .fail_node = */ -1,
+        /* .fail_status = */ BT_OK,
+        /* .chunk     = */ {0, 0},
     };
     bt_threadpool_run(cpu->pool, compute_thread, &st);
 
     if (st.fail_node >= 0) {
-        s = (enum bt_status)st.status[st.fail_node & 1];
+        s = (enum bt_status)st.fail_status;
         if (cpu->err[0] == '\0')
             snprintf(cpu->err, sizeof(cpu->err), "node %d '%s': %s", st.fail_node,
                      g->nodes[st.fail_node]->name, bt_status_str(s));

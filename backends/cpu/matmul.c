@@ -1515,7 +1515,7 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
 
 /* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,
  * into nth contiguous shares; run this thread's share. */
-static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
                      const struct mm_slice *sl) {
     const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
     double total = 0.0;
@@ -1544,6 +1544,52 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
         if (u0 < 0) continue;
         const int64_t r0 = u0 * UNIT_ROWS;
         const int64_t r1 = u1 * UNIT_ROWS < pl->m ? u1 * UNIT_ROWS : pl->m;
+        run_job(pl, jb, r0, r1, slice, sl);
+    }
+}
+
+/* Hand the jobs' rows out in chunks of whole UNIT_ROWS units, job by job,
+ * from the node's shared counter (bt_cpu_next_chunk): each thread takes the
+ * next chunk when it is done with its last, so a thread that the OS slows
+ * (preempted, or sharing its core with another rank) leaves its share to the
+ * others instead of holding them at the barrier.  About BT_MM_CHUNKS chunks
+ * per thread.  Which thread computes a row never changes the
+ * row's bits (see the top of this file).  Jobs of many columns (the GEMM
+ * paths: prompts) keep one contiguous share per thread (run_plan_static):
+ * their columns are packed once per share, which small chunks would repeat. */
+#ifndef BT_MM_CHUNKS
+#define BT_MM_CHUNKS 16
+#endif
+static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+                     const struct mm_slice *sl) {
+    const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
+    int64_t n_active = 0, widest = 0;
+    for (int64_t jb = 0; jb < pl->njobs; jb++) {
+        const int64_t nc = job_ncols(pl, jb);
+        if (nc > 0) n_active++;
+        if (nc > widest) widest = nc;
+    }
+    if (n_active == 0) return;
+    if (widest >= BT_MM_GEMM_MIN_COLS || p->nth == 1) {
+        run_plan_static(p, pl, slice, sl);
+        return;
+    }
+    /* units per chunk, the same for every job */
+    int64_t cu = units_per_job * n_active / ((int64_t)p->nth * BT_MM_CHUNKS);
+    if (cu < 1) cu = 1;
+    if (cu > units_per_job) cu = units_per_job;
+    const int64_t chunks_per_job = (units_per_job + cu - 1) / cu, n_chunks = chunks_per_job * n_active;
+    /* chunk c is chunk c % chunks_per_job of the (c / chunks_per_job)-th
+     * active job; a thread's chunks come in increasing order, so one walk
+     * over the jobs finds them all */
+    int64_t jb = -1, active = -1;
+    for (int64_t c = bt_cpu_next_chunk(p); c < n_chunks; c = bt_cpu_next_chunk(p)) {
+        while (active < c / chunks_per_job) {
+            jb++;
+            if (job_ncols(pl, jb) > 0) active++;
+        }
+        const int64_t u0 = (c % chunks_per_job) * cu;
+        const int64_t r0 = u0 * UNIT_ROWS, r1 = (u0 + cu) * UNIT_ROWS < pl->m ? (u0 + cu) * UNIT_ROWS : pl->m;
         run_job(pl, jb, r0, r1, slice, sl);
     }
 }
