@@ -33,6 +33,8 @@ struct bt_cpu_params {
     /* this node's work counter, shared by its threads, 0 when the node
      * starts: a kernel hands out chunks of work with bt_cpu_next_chunk */
     int64_t *chunk;
+    int node;            /* the node's index in the graph */
+    int *fail_node;      /* where bt_cpu_fail records it */
 };
 
 /* The next chunk of the current node's work for this thread (0, 1, 2, ...
@@ -101,5 +103,8 @@ static inline void bt_cpu_transpose16(__m512 r[16]) {
 
 /* Work buffer bytes for node with nth threads (dispatches to the above). */
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth);
+
+/* cpu_plan.c: does thread 0 compute this node alone (with nth threads)? */
+bool bt_cpu_node_solo(const struct bt_tensor *node, int nth);
 
 #endif

@@ -867,8 +867,15 @@ struct mm_plan {
  * thread; offsets of a slice's parts. */
 struct mm_slice {
     size_t shared;
-    size_t ap, bp, tmp, bcols, dcols, offs, pairs, size;
+    size_t ap, bp, tmp, bcols, dcols, offs, pairs, qact, size;
 };
+
+#ifndef BT_MM_QPRIVATE_COLS
+/* quantised weights and at most this many activation columns (decode): each
+ * thread quantises every column into its own slice, a few microseconds of
+ * work, instead of sharing the work and then waiting for all at a barrier */
+#define BT_MM_QPRIVATE_COLS 4
+#endif
 
 static int64_t b_ncols(const struct bt_tensor *b) { return b->ne[1] * b->ne[2] * b->ne[3]; }
 
@@ -884,7 +891,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     }
     struct mm_slice s;
     const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(a->type);
-    s.shared = qt ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
+    const bool qprivate = qt && b_ncols(node->src[1]) <= BT_MM_QPRIVATE_COLS;
+    s.shared = qt && !qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
     /* tmp: a converted A panel (GEMM), one converted row (reference) or the
      * dot path's columns as BF16 pairs */
@@ -909,6 +917,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     off += ALIGN_UP((size_t)(n_expert + 1) * sizeof(int32_t));
     s.pairs = off;
     off += ALIGN_UP((size_t)npairs * sizeof(int32_t));
+    s.qact = off;
+    off += qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     s.size = off;
     return s;
 }
@@ -957,19 +967,23 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, f
 }
 
 /* Each thread quantises its share of b's columns for the table entry pl->qt
- * into the shared part of the work buffer; then all wait for all. */
-static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared) {
+ * into the shared part of the work buffer; then all wait for all.  With at
+ * most BT_MM_QPRIVATE_COLS columns, each thread quantises them all into its
+ * own slice (priv) and nobody waits (the same function: the same bits). */
+static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared, char *priv) {
     const struct bt_tensor *b = pl->b;
     const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
+    const bool own = n <= BT_MM_QPRIVATE_COLS;
     pl->qcb = pl->qt->act_size(pl->k);
-    pl->qbuf = shared;
-    for (int64_t c = n * p->ith / p->nth; c < n * (p->ith + 1) / p->nth; c++) {
+    pl->qbuf = own ? priv : shared;
+    const int64_t c0 = own ? 0 : n * p->ith / p->nth, c1 = own ? n : n * (p->ith + 1) / p->nth;
+    for (int64_t c = c0; c < c1; c++) {
         const float *x = (const float *)((const char *)b->data + (size_t)(c % ne1) * b->nb[1] +
                                          (size_t)((c / ne1) % ne2) * b->nb[2] +
                                          (size_t)(c / (ne1 * ne2)) * b->nb[3]);
-        pl->qt->quantize_act(x, shared + (size_t)c * pl->qcb, pl->k);
+        pl->qt->quantize_act(x, (char *)pl->qbuf + (size_t)c * pl->qcb, pl->k);
     }
-    bt_threadpool_barrier(p->pool);
+    if (!own) bt_threadpool_barrier(p->pool);
 }
 
 #ifndef BT_MM_QNC
@@ -1666,7 +1680,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
     pl.qt = bt_cpu_qtype_of(a->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1737,6 +1751,6 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.offs = offs;
     pl.pairs = pairs;
     pl.qt = bt_cpu_qtype_of(as->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
