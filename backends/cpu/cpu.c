@@ -83,7 +83,7 @@ void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fm
     if (!__atomic_compare_exchange_n((int *)p->status, &expected, (int)s, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
         return;
-    *p->fail_node = p->node;
+    if (p->fail_node) *p->fail_node = p->node;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->errbuf, BT_CPU_ERRBUF, fmt, ap);

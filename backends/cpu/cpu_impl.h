@@ -34,7 +34,7 @@ struct bt_cpu_params {
      * starts: a kernel hands out chunks of work with bt_cpu_next_chunk */
     int64_t *chunk;
     int node;            /* the node's index in the graph */
-    int *fail_node;      /* where bt_cpu_fail records it */
+    int *fail_node;      /* where bt_cpu_fail records it (NULL: nowhere) */
 };
 
 /* The next chunk of the current node's work for this thread (0, 1, 2, ...
