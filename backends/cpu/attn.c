@@ -6,9 +6,10 @@
  *
  * Work: a unit is a block of up to R query rows and one kv head hk; its
  * "rows" are the R x group (query row, q head) pairs that read kv head hk.
- * Threads take the units in turn (unit u goes to thread u % nth, so a causal
- * prompt's long and short rows spread evenly); nothing is reduced across
- * threads.  A unit walks the cells in tiles of 16: a tile that every row of
+ * Threads take the units from the node's shared counter (or, without one,
+ * in turn: unit u to thread u % nth), so a causal prompt's long and short
+ * rows spread evenly and a slowed thread takes fewer; nothing is reduced
+ * across threads.  A unit walks the cells in tiles of 16: a tile that every row of
  * the block has masked is skipped whole; otherwise k's 16 rows are converted
  * to F32 once and transposed ([D][16]: a lane per cell) and v's converted
  * ([16][Dv]), and every row of the block is computed against them.
@@ -737,7 +738,10 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
 
     const int64_t R = block_rows(T, Hk, group, p->nth);
     const int64_t n_blocks = (T + R - 1) / R, n_units = n_blocks * Hk;
-    for (int64_t u = p->ith; u < n_units; u += p->nth) {
+    /* the units: handed out by the node's counter (a slowed thread takes
+     * fewer), or in turn without one */
+    for (int64_t u = p->chunk ? bt_cpu_next_chunk(p) : p->ith; u < n_units;
+         u = p->chunk ? bt_cpu_next_chunk(p) : u + p->nth) {
         const int64_t b = u / Hk, hk = u - b * Hk, t0 = b * R, h0 = hk * group;
         const int64_t nt = T - t0 < R ? T - t0 : R;
         const int nr = (int)(nt * group);
