@@ -31,7 +31,8 @@ struct bt_cpu_params {
     volatile int *status;
     char *errbuf;        /* message for *status, BT_CPU_ERRBUF bytes */
     /* this node's work counter, shared by its threads, 0 when the node
-     * starts: a kernel hands out chunks of work with bt_cpu_next_chunk */
+     * starts: a kernel hands out chunks of work with bt_cpu_next_chunk;
+     * NULL: none (each thread keeps a fixed share) */
     int64_t *chunk;
     int node;            /* the node's index in the graph */
     int *fail_node;      /* where bt_cpu_fail records it (NULL: nowhere) */

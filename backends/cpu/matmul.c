@@ -1197,7 +1197,9 @@ static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan 
  * per thread.  Which thread computes a row never changes the
  * row's bits (see the top of this file).  Jobs of many columns (the GEMM
  * paths: prompts) keep one contiguous share per thread (run_plan_static):
- * their columns are packed once per share, which small chunks would repeat. */
+ * their columns are packed once per share, which small chunks would repeat.
+ * So do callers without a counter (p->chunk NULL: a test that runs each
+ * thread's share in turn). */
 #ifndef BT_MM_CHUNKS
 #define BT_MM_CHUNKS 16
 #endif
@@ -1211,7 +1213,7 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
         if (nc > widest) widest = nc;
     }
     if (n_active == 0) return;
-    if (widest >= BT_MM_GEMM_MIN_COLS || p->nth == 1) {
+    if (widest >= BT_MM_GEMM_MIN_COLS || p->nth == 1 || !p->chunk) {
         run_plan_static(p, pl, slice, sl);
         return;
     }
