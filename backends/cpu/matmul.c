@@ -299,48 +299,6 @@ _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
 
 #define ALIGN_UP(x) (((x) + (size_t)BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
 
-/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a float weight row,
- * converted exactly as bt_row_to_f32 does. */
-static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const char *row,
-                                                        int64_t blk, int v) {
-    switch (type) {
-    case BT_TYPE_F32: return vf_load((const float *)row + blk * QB + v * VL);
-    case BT_TYPE_F16: return vf_load_f16((const bt_fp16_t *)row + blk * QB + v * VL);
-    case BT_TYPE_BF16: return vf_load_bf16((const bt_bf16_t *)row + blk * QB + v * VL);
-    default: BT_ASSERT(0 && "unsupported float weight type"); return vf_zero();
-    }
-}
-
-/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB). */
-static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
-    if (type == BT_TYPE_F32) {
-        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
-        return;
-    }
-    const int64_t nfull = n / QB;
-    const int64_t b0 = k0 / QB;
-    switch (type) {
-#define CONV_CASE(T)                                                   \
-    case T:                                                            \
-        for (int64_t b = 0; b < nfull; b++)                            \
-            for (int v = 0; v < NV; v++)                               \
-                vf_store(dst + b * QB + v * VL, load_a(T, row, b0 + b, v)); \
-        break;
-        CONV_CASE(BT_TYPE_F16)
-        CONV_CASE(BT_TYPE_BF16)
-#undef CONV_CASE
-    default: BT_ASSERT(0 && "unsupported float weight type");
-    }
-    const int64_t rest = n - nfull * QB; /* F16 / BF16 tail */
-    if (rest > 0) {
-        const int64_t e0 = k0 + nfull * QB;
-        float *out = dst + nfull * QB;
-        for (int64_t i = 0; i < rest; i++)
-            out[i] = type == BT_TYPE_F16 ? bt_fp16_to_fp32(((const bt_fp16_t *)row)[e0 + i])
-                                         : bt_bf16_to_fp32(((const bt_bf16_t *)row)[e0 + i]);
-    }
-}
-
 #define DOT_SCALES 16 /* block scales converted at once */
 #ifndef BT_MM_PREFETCH
 #define BT_MM_PREFETCH 2 /* int8 dot path (AVX2): prefetch distance in chunks of DOT_SCALES blocks */
@@ -788,57 +746,6 @@ const struct bt_cpu_qtype bt_cpu_qtype_q4_0 = {
 };
 
 
-/* ---- GEMM path -------------------------------------------------------------- */
-
-/* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
- * ap: kc x MR (row index fastest), bp: kc x NR (column index fastest). */
-static void gemm_ukernel(int64_t kc, const float *restrict ap, const float *restrict bp,
-                         float *const *dcols, int64_t row, int mr, int nr, bool first) {
-    vf c0[NR], c1[NR];
-    const int n0 = mr < VL ? mr : VL;
-    const int n1 = mr > VL ? mr - VL : 0;
-#pragma GCC unroll 16
-    for (int j = 0; j < NR; j++) {
-        if (first || j >= nr) {
-            c0[j] = vf_zero();
-            c1[j] = vf_zero();
-        } else if (mr == MR) {
-            c0[j] = vf_load(dcols[j] + row);
-            c1[j] = vf_load(dcols[j] + row + VL);
-        } else {
-            c0[j] = vf_load_n(dcols[j] + row, n0);
-            c1[j] = n1 > 0 ? vf_load_n(dcols[j] + row + VL, n1) : vf_zero();
-        }
-    }
-#pragma GCC unroll 2
-    for (int64_t kk = 0; kk < kc; kk++) {
-        const vf a0 = vf_load(ap);
-        const vf a1 = vf_load(ap + VL);
-#pragma GCC unroll 16
-        for (int j = 0; j < NR; j++) {
-            const vf b = vf_set1(bp[j]);
-            c0[j] = vf_fma(a0, b, c0[j]);
-            c1[j] = vf_fma(a1, b, c1[j]);
-        }
-        ap += MR;
-        bp += NR;
-    }
-    if (mr == MR) {
-#pragma GCC unroll 16
-        for (int j = 0; j < NR; j++) {
-            if (j < nr) {
-                vf_store(dcols[j] + row, c0[j]);
-                vf_store(dcols[j] + row + VL, c1[j]);
-            }
-        }
-    } else {
-        for (int j = 0; j < nr; j++) {
-            vf_store_n(dcols[j] + row, c0[j], n0);
-            if (n1 > 0) vf_store_n(dcols[j] + row + VL, c1[j], n1);
-        }
-    }
-}
-
 /* ---- jobs and the per-thread work buffer ------------------------------------ */
 
 struct mm_plan {
@@ -896,7 +803,10 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
         tmp = (int64_t)((qt->panel_size(k) + sizeof(float) - 1) / sizeof(float));
     size_t off = 0;
     s.ap = off;
-    off += qt ? 0 : ALIGN_UP((size_t)BT_MM_MC * BT_MM_KC * sizeof(float));
+    /* ap: the BF16 GEMM's packed A panel, or fdot.c's converted rows */
+    const size_t ap_bytes = (size_t)BT_MM_MC * BT_MM_KC * sizeof(float);
+    const size_t fd_bytes = bt_cpu_fdot_buf_bytes(ncols);
+    off += qt ? 0 : ALIGN_UP(ap_bytes > fd_bytes ? ap_bytes : fd_bytes);
     s.bp = off;
     off += qt ? 0 : ALIGN_UP((size_t)nc * BT_MM_KC * sizeof(float));
     s.tmp = off;
@@ -1033,9 +943,9 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
 }
 
 /* Interleave up to 16 source rows: dst[kk * ld + r] = src[r][kk] for r < nr,
- * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld).
- * The AVX-512 version transposes 16 x 16 tiles in registers. */
-#if defined(__AVX512F__)
+ * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld):
+ * 16 x 16 tiles transposed in registers (the BF16 GEMM's packing). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
 static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
     const __mmask16 wmask = (__mmask16)(ld >= 16 ? 0xffff : (1u << ld) - 1u);
     for (int64_t kk = 0; kk < kc; kk += 16) {
@@ -1048,192 +958,6 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
         for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (kk + i) * ld, wmask, r[i]);
     }
 }
-#define INTERLEAVE_ROWS 16
-#else
-static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
-    for (int r = 0; r < ld; r++) {
-        if (src[r])
-            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = src[r][kk];
-        else
-            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = 0.0f;
-    }
-}
-#define INTERLEAVE_ROWS MR /* one call covers a whole panel */
-#endif
-
-/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR].
- * tmp: MR * kc floats for converting non-F32 rows. */
-static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
-                   int64_t kc, float *restrict ap, float *restrict tmp) {
-    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
-        const float *src[MR > 16 ? MR : 16];
-        for (int r = 0; r < MR; r++) {
-            src[r] = NULL;
-            if (p0 + r >= mc) continue;
-            const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
-            if (pl->type == BT_TYPE_F32) {
-                src[r] = (const float *)row + pc;
-            } else {
-                row_to_f32(pl->type, row, pc, kc, tmp + r * kc);
-                src[r] = tmp + r * kc;
-            }
-        }
-        for (int h = 0; h < MR; h += INTERLEAVE_ROWS) interleave(src + h, kc, ap + p0 * kc + h, MR);
-    }
-}
-
-/* Pack columns [j0, j0+nc) x k [pc, pc+kc) into NR-column panels: bp[p][kk][NR]. */
-static void pack_b(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
-                   float *restrict bp) {
-    for (int64_t p0 = 0; p0 < nc; p0 += NR) {
-        const float *src[NR > 16 ? NR : 16];
-        for (int j = 0; j < (NR > 16 ? NR : 16); j++)
-            src[j] = j < NR && p0 + j < nc ? bcols[j0 + p0 + j] + pc : NULL;
-        interleave(src, kc, bp + p0 * kc, NR);
-    }
-}
-
-/* GEMM path over rows [r0, r1) of one job. */
-static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
-                     const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
-                     float *ap, float *bp, float *tmp) {
-    const int64_t k = pl->k;
-    for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
-        const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
-        for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
-            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC;
-            pack_b(bcols, jc, nc, pc, kc, bp);
-            for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
-                const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
-                pack_a(pl, a, ic, mc, pc, kc, ap, tmp);
-                for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
-                        gemm_ukernel(kc, ap + ir * kc, bp + jr * kc, (float *const *)dcols + jc + jr,
-                                     ic + ir, mr, nr, pc == 0);
-                    }
-                }
-            }
-        }
-    }
-    if (k == 0)
-        for (int64_t j = 0; j < ncols; j++)
-            for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
-}
-
-/* ---- dot path for float weights (AVX-512): the GEMM order without packing --- */
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define HAVE_DOT_T 1
-#ifndef BT_MM_PREFETCH_T
-#define BT_MM_PREFETCH_T 1024 /* dot path: prefetch distance in bytes of each row */
-#endif
-
-/* elements [kk, kk+16) of a float weight row as F32 (lanes outside m zero) */
-static inline __attribute__((always_inline)) __m512 load_w16(enum bt_type type, const char *row,
-                                                              int64_t kk, __mmask16 m) {
-    switch (type) {
-    case BT_TYPE_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + kk);
-    case BT_TYPE_F16:
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + kk));
-    default: {
-        const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const bt_bf16_t *)row + kk));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    }
-    }
-}
-
-/* d[row0 .. row0+nrows) of columns dcols[0 .. RN) = rows x bcols: 16 rows
- * (rows[i] repeats the last real row beyond nrows); each 16 x 16 block is
- * transposed so lane i holds row i, then acc_j = fma(w[i][kk], b_j[kk],
- * acc_j) for kk in increasing order: per element the GEMM micro-kernel's
- * FMA chain, so both paths give the same bits. */
-static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, const int RN,
-                                                              int64_t k, const char *const *rows,
-                                                              const char *const *next,
-                                                              const float *const *bcols,
-                                                              float *const *dcols, int64_t row0,
-                                                              int nrows) {
-    const int64_t es = type == BT_TYPE_F32 ? 4 : 2, row_bytes = k * es;
-    __m512 acc[BT_MM_GEMM_MIN_COLS];
-    for (int j = 0; j < RN; j++) acc[j] = _mm512_setzero_ps();
-    int64_t kk = 0;
-    for (; kk + 16 <= k; kk += 16) {
-        __m512 r[16];
-        if (((kk * es) & 63) == 0) {
-            /* BT_MM_PREFETCH_T bytes ahead; near the rows' end, the start of
-             * the next tile's rows (next, when there is one), so that a tile
-             * of short rows does not begin by waiting on memory */
-            const int64_t off = kk * es + BT_MM_PREFETCH_T;
-            if (off < row_bytes)
-                for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + off, _MM_HINT_T0);
-            else if (next && off - row_bytes < row_bytes)
-                for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
-        }
-        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)0xffff);
-        bt_cpu_transpose16(r);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++)
-            for (int j = 0; j < RN; j++)
-                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
-    }
-    if (kk < k) {
-        const int n = (int)(k - kk);
-        __m512 r[16];
-        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)((1u << n) - 1u));
-        bt_cpu_transpose16(r);
-        for (int t = 0; t < n; t++)
-            for (int j = 0; j < RN; j++)
-                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
-    }
-    const __mmask16 sm = (__mmask16)(nrows >= 16 ? 0xffff : (1u << nrows) - 1u);
-    for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
-}
-
-typedef void (*dot_t_fn)(int64_t k, const char *const *rows, const char *const *next,
-                         const float *const *bcols, float *const *dcols, int64_t row0, int nrows);
-#define DEF_DOT_T(T, RN)                                                                       \
-    static void dot_t_##T##_##RN(int64_t k, const char *const *rows, const char *const *next,   \
-                                 const float *const *bcols, float *const *dcols, int64_t row0, \
-                                 int nrows) {                                                  \
-        dot_t_tile(BT_TYPE_##T, RN, k, rows, next, bcols, dcols, row0, nrows);                \
-    }
-#define DEF_DOT_TS(T)                                                                          \
-    DEF_DOT_T(T, 1) DEF_DOT_T(T, 2) DEF_DOT_T(T, 3) DEF_DOT_T(T, 4) DEF_DOT_T(T, 5)            \
-    DEF_DOT_T(T, 6) DEF_DOT_T(T, 7)
-DEF_DOT_TS(F32)
-DEF_DOT_TS(F16)
-DEF_DOT_TS(BF16)
-_Static_assert(BT_MM_GEMM_MIN_COLS == 8, "dot_t kernels cover 1..7 columns");
-
-static dot_t_fn dot_t_kernel(enum bt_type type, int64_t ncols) {
-#define ROW(T) {NULL, dot_t_##T##_1, dot_t_##T##_2, dot_t_##T##_3, dot_t_##T##_4, dot_t_##T##_5, \
-                dot_t_##T##_6, dot_t_##T##_7}
-    static const dot_t_fn table[3][8] = {ROW(F32), ROW(F16), ROW(BF16)};
-#undef ROW
-    const int t = type == BT_TYPE_F32 ? 0 : type == BT_TYPE_F16 ? 1 : 2;
-    BT_ASSERT(ncols >= 1 && ncols < 8 &&
-              (type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16));
-    return table[t][ncols];
-}
-
-/* Dot path over rows [r0, r1) of one job with 1..7 columns. */
-static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
-                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
-    const dot_t_fn fn = dot_t_kernel(pl->type, ncols);
-    for (int64_t r = r0; r < r1; r += 16) {
-        const int n = (int)(r1 - r < 16 ? r1 - r : 16);
-        const char *rows[16], *next[16];
-        for (int i = 0; i < 16; i++) {
-            rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
-            next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
-        }
-        fn(pl->k, rows, r + 16 < r1 ? next : NULL, bcols, dcols, r, n);
-    }
-}
-#else
-#define HAVE_DOT_T 0
 #endif
 
 /* ---- BF16 weights with the BF16 dot instruction (AVX512-BF16) ------------- *
@@ -1249,6 +973,9 @@ static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
  * follow it, so they give the same bits. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
 #define HAVE_BF16_DOT 1
+#ifndef BT_MM_PREFETCH_T
+#define BT_MM_PREFETCH_T 1024 /* dot path: prefetch distance in bytes of each row */
+#endif
 
 static inline __m512 dpbf16(__m512 acc, __m512 w, __m512 b) {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(w), (__m512bh)_mm512_castps_si512(b));
@@ -1502,14 +1229,8 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         return;
     }
 #endif
-#if HAVE_DOT_T
-    if (ncols < BT_MM_GEMM_MIN_COLS) {
-        run_dot_t(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1);
-        return;
-    }
-#endif
-    run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
-             (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
+    bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols, r0,
+                     r1, (float *)(slice + sl->ap));
 }
 
 
