@@ -3,10 +3,14 @@
  * grouped-query heads, F32 and F16 masks, fully masked rows; bitwise
  * determinism over thread counts, over the other query rows in the batch and
  * the row's position in it, and over where the unmasked cells sit in the
- * cache; the constructor's shape errors. */
+ * cache; every instruction-set variant the CPU has against the plain C one,
+ * bitwise; a prompt's rows computed in blocks against the same rows decoded
+ * one at a time over a growing cache, bitwise, in every variant; the
+ * constructor's shape errors. */
 #include <math.h>
 #include <string.h>
 
+#include "cpu_impl.h"
 #include "testutil.h"
 
 struct attn_case {
@@ -194,6 +198,158 @@ START_TEST(test_bitwise_invariance) {
 }
 END_TEST
 
+/* dst computed by one instruction-set variant with nth threads (run one
+ * after another: the threads share nothing but the scratch buffer, each its
+ * own slice); returns a malloc'd copy of the output */
+static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) {
+    const size_t ws = bt_cpu_flash_attn_work_size(dst, nth);
+    void *w = NULL;
+    ck_assert_int_eq(posix_memalign(&w, 64, ws > 0 ? ws : 64), 0);
+    memset(dst->data, 0xff, bt_nbytes(dst)); /* NaN: an unwritten element shows */
+    for (int ith = 0; ith < nth; ith++) {
+        volatile int status = 0;
+        char errbuf[BT_CPU_ERRBUF];
+        struct bt_cpu_params p = {ith, nth, w, ws, false, NULL, &status, errbuf};
+        bt_cpu_flash_attn_isa(&p, dst, isa);
+    }
+    free(w);
+    float *o = malloc(bt_nbytes(dst));
+    memcpy(o, dst->data, bt_nbytes(dst));
+    return o;
+}
+
+/* the first index where a and b differ bitwise, -1 if none */
+static int64_t first_diff(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+    return -1;
+}
+
+/* Shapes that reach every kernel's edges: D and Dv multiples of 16, of 8
+ * only, of neither (the generic k tile, the masked and plain-C tails of the
+ * accumulation); partial tiles (N not a multiple of 16); F32 / F16 / Q8_0
+ * k and v; F16 masks; MQA and MHA; causal masks (even cases: whole tiles
+ * every row sees) and random ones (odd cases), and no mask; scores large
+ * enough that new maxima and exp's underflow to 0 occur inside tiles. */
+START_TEST(test_isa_variants) {
+    const struct attn_case cases[] = {
+        {64, 64, 8, 2, 100, 37, BT_TYPE_F16, BT_TYPE_F32, true},
+        {128, 128, 4, 2, 45, 6, BT_TYPE_F16, BT_TYPE_F16, true},
+        {40, 24, 6, 3, 33, 5, BT_TYPE_F16, BT_TYPE_F32, true},
+        {20, 72, 2, 1, 17, 9, BT_TYPE_F16, BT_TYPE_F32, true},
+        {64, 96, 4, 4, 50, 3, BT_TYPE_F32, BT_TYPE_F32, true},
+        {64, 64, 8, 1, 31, 4, BT_TYPE_Q8_0, BT_TYPE_F16, true},
+        {32, 32, 2, 2, 16, 1, BT_TYPE_F16, BT_TYPE_F32, false},
+        {48, 80, 8, 2, 90, 12, BT_TYPE_F16, BT_TYPE_F32, false},
+    };
+    int n_variants = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct attn_case *c = &cases[ci];
+        bt_context *ctx = tu_ctx(16);
+        tu_rng r;
+        tu_rng_init(&r, 500 + ci);
+        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
+        struct bt_tensor *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
+        struct bt_tensor *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
+        struct bt_tensor *m = c->with_mask ? bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T) : NULL;
+        /* case 6: scores within 1e-3 of each other (exp near 1) */
+        tu_fill_uniform(q, &r, ci == 6 ? -0.002f : -6.0f, ci == 6 ? 0.002f : 6.0f);
+        tu_fill_uniform(k, &r, -3.0f, 3.0f);
+        tu_fill(v, &r);
+        if (m && ci % 2 == 0) { /* causal over the last T of N cells: whole tiles unmasked */
+            for (int64_t t = 0; t < c->T; t++)
+                for (int64_t j = 0; j < c->N; j++)
+                    bt_set_f32_nd(m, j, t, 0, 0, j <= c->N - c->T + t ? 0.0f : -INFINITY);
+        } else if (m) {
+            fill_mask(m, &r, c->N, c->T);
+        }
+        struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, 1.0f / sqrtf((float)c->D));
+        TU_OK(ctx, out);
+        float *base = run_isa(out, BT_CPU_ATTN_C, 1);
+        const int64_t n = bt_nelements(out);
+        for (int64_t i = 0; i < n; i++) ck_assert_msg(!isnan(base[i]), "case %zu: element %lld unset", ci, (long long)i);
+        for (int isa = 0; isa < BT_CPU_ATTN_ISA_COUNT; isa++) {
+            if (!bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)isa)) continue;
+            if (ci == 0) n_variants++;
+            for (int nth = 1; nth <= 3; nth += 2) {
+                float *o = run_isa(out, (enum bt_cpu_attn_isa)isa, nth);
+                const int64_t d = first_diff(o, base, n);
+                ck_assert_msg(d < 0, "case %zu: %s with %d threads differs from c at %lld: %a vs %a", ci,
+                              bt_cpu_attn_isa_name((enum bt_cpu_attn_isa)isa), nth, (long long)d, o[d < 0 ? 0 : d],
+                              base[d < 0 ? 0 : d]);
+                free(o);
+            }
+        }
+        /* the graph path (the widest variant) agrees too */
+        tu_compute(ctx, out, 2);
+        ck_assert_msg(first_diff(out->data, base, n) < 0, "case %zu: the graph's result differs", ci);
+        free(base);
+        bt_free(ctx);
+    }
+#if defined(__x86_64__)
+    /* this test is only worth its name where there is a SIMD variant */
+    if (__builtin_cpu_supports("avx2")) ck_assert_int_ge(n_variants, 2);
+#endif
+    ck_assert_int_ge(n_variants, 1);
+}
+END_TEST
+
+/* A prompt of T tokens at once (causal mask over N = T cells, rows in
+ * blocks) against the same tokens decoded one at a time: token t alone (one
+ * query row), over a cache of n_kv = t + 1 + pad cells whose cells past t hold
+ * other values and are masked.  Bitwise, in every variant. */
+START_TEST(test_prompt_equals_decode) {
+    const int64_t D = 64, H = 8, Hk = 2, T = 70;
+    bt_context *ctx = tu_ctx(32);
+    tu_rng r;
+    tu_rng_init(&r, 4242);
+    struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
+    struct bt_tensor *k = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, T);
+    struct bt_tensor *v = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, T);
+    struct bt_tensor *m = bt_new_tensor_2d(ctx, BT_TYPE_F32, T, T);
+    tu_fill_uniform(q, &r, -5.0f, 5.0f);
+    tu_fill_uniform(k, &r, -2.0f, 2.0f);
+    tu_fill(v, &r);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < T; j++) bt_set_f32_nd(m, j, t, 0, 0, j <= t ? 0.0f : -INFINITY);
+    struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, 0.125f);
+    TU_OK(ctx, out);
+    const size_t row = (size_t)D * H * sizeof(float);
+    for (int isa = 0; isa < BT_CPU_ATTN_ISA_COUNT; isa++) {
+        if (!bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)isa)) continue;
+        const char *name = bt_cpu_attn_isa_name((enum bt_cpu_attn_isa)isa);
+        float *whole = run_isa(out, (enum bt_cpu_attn_isa)isa, 1);
+        float *whole2 = run_isa(out, (enum bt_cpu_attn_isa)isa, 2);
+        ck_assert_msg(first_diff(whole, whole2, (int64_t)(row / 4) * T) < 0, "%s: 1 and 2 threads differ", name);
+        free(whole2);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t pad = t % 5, n_kv = t + 1 + pad;
+            bt_context *c1 = tu_ctx(4);
+            struct bt_tensor *q1 = bt_new_tensor_3d(c1, BT_TYPE_F32, D, H, 1);
+            struct bt_tensor *k1 = bt_new_tensor_3d(c1, BT_TYPE_F16, D, Hk, n_kv);
+            struct bt_tensor *v1 = bt_new_tensor_3d(c1, BT_TYPE_F16, D, Hk, n_kv);
+            struct bt_tensor *m1 = bt_new_tensor_2d(c1, BT_TYPE_F32, n_kv, 1);
+            tu_fill_uniform(k1, &r, -9.0f, 9.0f); /* the cells past t: other values */
+            tu_fill_uniform(v1, &r, -9.0f, 9.0f);
+            memcpy(q1->data, (char *)q->data + t * q->nb[2], row);
+            memcpy(k1->data, k->data, (size_t)(t + 1) * k->nb[2]);
+            memcpy(v1->data, v->data, (size_t)(t + 1) * v->nb[2]);
+            for (int64_t j = 0; j < n_kv; j++) bt_set_f32_nd(m1, j, 0, 0, 0, j <= t ? 0.0f : -INFINITY);
+            struct bt_tensor *o1 = bt_flash_attn(c1, q1, k1, v1, m1, 0.125f);
+            TU_OK(c1, o1);
+            float *dec = run_isa(o1, (enum bt_cpu_attn_isa)isa, 1);
+            const int64_t d = first_diff(dec, (float *)((char *)whole + t * row), (int64_t)(row / 4));
+            ck_assert_msg(d < 0, "%s: token %lld decoded over %lld cells differs from the prompt at %lld", name,
+                          (long long)t, (long long)n_kv, (long long)d);
+            free(dec);
+            bt_free(c1);
+        }
+        free(whole);
+    }
+    bt_free(ctx);
+}
+END_TEST
+
 START_TEST(test_errors) {
     bt_context *ctx = tu_ctx(4);
     struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, 16, 6, 3);
@@ -247,6 +403,8 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_against_reference);
     tcase_add_test(tc, test_bitwise_invariance);
+    tcase_add_test(tc, test_isa_variants);
+    tcase_add_test(tc, test_prompt_equals_decode);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

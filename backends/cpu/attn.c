@@ -4,62 +4,545 @@
  *   q    F32 [D, H, T]        k [D, Hk, N], v [Dv, Hk, N] (F32, F16, Q8_0)
  *   mask F32/F16 [N, >= T]    out F32 [Dv, H, T] contiguous
  *
- * Threads split the (query row t, kv head) units; a unit computes the whole
- * output rows of the q heads that share that kv head (each row with its own
- * arithmetic; the group only shares the conversion of k/v rows to F32), so
- * there is no reduction across threads.
+ * Work: a unit is a block of up to R query rows and one kv head hk; its
+ * "rows" are the R x group (query row, q head) pairs that read kv head hk.
+ * Threads take the units in turn (unit u goes to thread u % nth, so a causal
+ * prompt's long and short rows spread evenly); nothing is reduced across
+ * threads.  A unit walks the cells in tiles of 16: a tile that every row of
+ * the block has masked is skipped whole; otherwise k's 16 rows are converted
+ * to F32 once and transposed ([D][16]: a lane per cell) and v's converted
+ * ([16][Dv]), and every row of the block is computed against them.
  *
  * Determinism: a row's result depends only on its own q row and on the
- * sequence of cells it sees (the unmasked cells, in increasing cell order,
- * with their k, v and mask values).  A cell whose mask is -inf is skipped
- * before anything is computed from it, so masked cells (another sequence's,
- * future positions, empty cells) leave no trace in the running maximum or
- * the sums.  Every per-cell step is the same code for every row: the dot
- * product over D has one fixed order (8 strided partial sums combined in a
- * fixed tree), the update
- *     s > M:  r = exp(M - s); M = s;  acc = acc*r + v;   S = S*r + 1
- *     else:   e = exp(s - M);         acc = acc + v*e;   S = S + e
- * is element-wise.  So the result is bitwise the same for any thread count,
- * any number of other rows in the batch, any row position, and any placement
- * of the cells in the cache that keeps their relative order.
+ * sequence of cells it sees (the cells whose mask is not -inf and whose score
+ * is not -inf, in increasing cell order, with their k, v and mask values).
+ * Each cell's step is one fixed sequence of IEEE operations, whatever the
+ * tile, the block, the other rows or the thread:
+ *     d = fma(q[D-1], k[D-1], ... fma(q[0], k[0], 0))      score: one FMA chain
+ *     s = d * scale + mask
+ *     M' = max(M, s)            (M: the running maximum before the cell)
+ *     x  = exp_fixed(min(s, M) - max(s, M))
+ *     s > M:  acc = acc * x + v        S = S * x + 1     (new maximum)
+ *     else:   acc = fma(x, v, acc)     S = S + x
+ * where exp_fixed is one polynomial (below) and the vector lanes of acc are
+ * its elements.  A masked cell is skipped before anything is computed from
+ * it, so other sequences' cells, future positions and empty cells leave no
+ * trace.  The tile only decides which cells are handled together, never an
+ * operation of a row, so the result is bitwise the same for any thread
+ * count, any block (a decode step's single row or a prompt's block), any
+ * number of other rows in the batch, and any placement of the cells in the
+ * cache that keeps their relative order.
  *
- * Scratch per thread: see per_thread_bytes.
+ * Instruction sets: the kernels (k tile, scores, exp, accumulation) come in
+ * AVX-512, AVX2+FMA+F16C and plain C; bt_cpu_flash_attn takes the widest the
+ * CPU has at run time (whatever -march the file was built with), the plain C
+ * one under p->reference.  All three do the same operations lane by lane
+ * (the plain C one with fmaf), so they give the same bits: test_attn.c runs
+ * each variant the CPU has against the plain one.  This file is built with
+ * -ffp-contract=off so that the compiler fuses nothing on its own.
+ *
+ * Scratch per thread: see scratch_layout.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cpu_impl.h"
 
-#if defined(__F16C__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ATTN_X86 1
 #include <immintrin.h>
+#define TARGET_AVX512 __attribute__((target("avx512f,fma,f16c")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
-/* Scratch per thread for one unit (query row t, kv head hk) and its `group`
- * q heads: their q rows, one k and one v row as F32, their accumulators and
- * running maximum / sum. */
-static size_t per_thread_bytes(const struct bt_tensor *node) {
-    const int64_t D = node->src[0]->ne[0], Dv = node->src[2]->ne[0];
-    const int64_t group = node->src[0]->ne[1] / node->src[1]->ne[1];
-    const size_t n = (size_t)(group * (D + Dv + 2) + D + Dv) * sizeof(float);
-    return (n + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+#define TILE 16      /* cells per tile: one AVX-512 vector of scores */
+#define ROWS_MAX 32  /* rows (query row x q head) per unit, when group allows */
+
+/* ---- exp_fixed: exp(x) for x <= 0 (and -inf), one sequence of operations ---- *
+ * Cephes' expf: n = round(x log2 e), r = x - n ln2 (in two parts), a degree-5
+ * polynomial, times 2^n; below -87 the result is 0.  About 1 ulp. */
+#define EXP_LO (-87.0f)
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 (-2.12194440e-4f)
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
+static float exp_fixed(float x) {
+    if (!(x >= EXP_LO)) return x < EXP_LO ? 0.0f : x; /* -inf, tiny: 0; NaN stays */
+    const float n = nearbyintf(x * EXP_LOG2E);
+    float r = fmaf(n, -EXP_C1, x);
+    r = fmaf(n, -EXP_C2, r);
+    float p = EXP_P0;
+    p = fmaf(p, r, EXP_P1);
+    p = fmaf(p, r, EXP_P2);
+    p = fmaf(p, r, EXP_P3);
+    p = fmaf(p, r, EXP_P4);
+    p = fmaf(p, r, EXP_P5);
+    float y = fmaf(p, r * r, r);
+    y = y + 1.0f;
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return y * two_n;
+}
+
+/* ---- the kernels of one instruction set ------------------------------------- */
+
+/* kt [D][TILE] F32 from nj (<= TILE) F16 rows of D at base + c * stride
+ * (cells c >= nj: 0); returns false when D does not suit the variant. */
+typedef bool (*attn_k_tile_fn)(const char *base, size_t stride, int nj, int64_t D, float *kt);
+/* n F16 -> F32 (exact, so every variant gives the same bits) */
+typedef void (*attn_f16_row_fn)(const bt_fp16_t *x, float *y, int64_t n);
+/* s[r][c] = chain(q_r, kt[:, c]) * scale + mt[r / group][c] for r < nr */
+typedef void (*attn_scores_fn)(const float *kt, int64_t D, const float *const *qp, int nr, int group,
+                               const float *mt, float scale, float *s);
+/* x[c] = exp_fixed(min(s[c], mp[c]) - max(s[c], mp[c])), c < TILE (in place allowed) */
+typedef void (*attn_exp_fn)(const float *s, const float *mp, float *x);
+/* acc [Dv] over the cells c < TILE not in skip: new-maximum cells
+ * acc = acc * x[c] + v_c, others acc = fma(x[c], v_c, acc) (v_c = v + c * vs) */
+typedef void (*attn_accum_fn)(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+                              uint32_t newb, uint32_t skip);
+/* the same for two rows, every cell seen and none a new maximum */
+typedef void (*attn_accum2_fn)(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs, const float *x0,
+                               const float *x1);
+
+struct attn_isa {
+    const char *name;
+    bool (*available)(void);
+    attn_k_tile_fn k_tile_f16;
+    attn_f16_row_fn f16_row;
+    attn_scores_fn scores;
+    attn_exp_fn exp;
+    attn_accum_fn accum;
+    attn_accum2_fn accum2;
+};
+
+/* ---- plain C ---- */
+
+static bool c_available(void) { return true; }
+
+static bool c_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
+    for (int c = 0; c < TILE; c++) {
+        const bt_fp16_t *row = (const bt_fp16_t *)(base + (size_t)c * stride);
+        for (int64_t i = 0; i < D; i++) kt[i * TILE + c] = c < nj ? bt_fp16_to_fp32(row[i]) : 0.0f;
+    }
+    return true;
+}
+
+static void c_f16_row(const bt_fp16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = bt_fp16_to_fp32(x[i]);
+}
+
+static void c_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group, const float *mt,
+                     float scale, float *s) {
+    for (int r = 0; r < nr; r++) {
+        float d[TILE] = {0};
+        for (int64_t i = 0; i < D; i++)
+            for (int c = 0; c < TILE; c++) d[c] = fmaf(qp[r][i], kt[i * TILE + c], d[c]);
+        const float *m = mt + (r / group) * TILE;
+        for (int c = 0; c < TILE; c++) s[r * TILE + c] = d[c] * scale + m[c];
+    }
+}
+
+static void c_exp(const float *s, const float *mp, float *x) {
+    for (int c = 0; c < TILE; c++) {
+        const float lo = s[c] < mp[c] ? s[c] : mp[c], hi = s[c] < mp[c] ? mp[c] : s[c];
+        x[c] = exp_fixed(lo - hi);
+    }
+}
+
+static void c_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x, uint32_t newb,
+                    uint32_t skip) {
+    for (int c = 0; c < TILE; c++) {
+        if (skip >> c & 1) continue;
+        const float *vc = v + c * vs;
+        if (newb >> c & 1)
+            for (int64_t i = 0; i < Dv; i++) acc[i] = acc[i] * x[c] + vc[i];
+        else
+            for (int64_t i = 0; i < Dv; i++) acc[i] = fmaf(x[c], vc[i], acc[i]);
+    }
+}
+
+static void c_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs, const float *x0,
+                     const float *x1) {
+    c_accum(a0, Dv, v, vs, x0, 0, 0);
+    c_accum(a1, Dv, v, vs, x1, 0, 0);
+}
+
+#ifdef ATTN_X86
+/* ---- AVX-512 ---- */
+
+static bool avx512_available(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c"); }
+
+TARGET_AVX512 static bool avx512_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
+    if (D % 16) return false;
+    for (int64_t i0 = 0; i0 < D; i0 += 16) {
+        __m512 r[16];
+        for (int c = 0; c < 16; c++)
+            r[c] = c < nj ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + (size_t)c * stride) + i0 / 16))
+                          : _mm512_setzero_ps();
+        bt_cpu_transpose16(r);
+        for (int i = 0; i < 16; i++) _mm512_storeu_ps(kt + (i0 + i) * TILE, r[i]);
+    }
+    return true;
+}
+
+TARGET_AVX512 static void avx512_f16_row(const bt_fp16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
+    for (; i < n; i++) y[i] = bt_fp16_to_fp32(x[i]);
+}
+
+/* NR rows at once (NR accumulators, one load of kt per i for all) */
+#define AVX512_SCORES_N(NR)                                                                                 \
+    TARGET_AVX512 static void avx512_scores_##NR(const float *kt, int64_t D, const float *const *qp,       \
+                                                 int r0, int group, const float *mt, float scale, float *s) { \
+        __m512 a[NR];                                                                                       \
+        for (int r = 0; r < NR; r++) a[r] = _mm512_setzero_ps();                                            \
+        for (int64_t i = 0; i < D; i++) {                                                                   \
+            const __m512 kv = _mm512_loadu_ps(kt + i * TILE);                                               \
+            for (int r = 0; r < NR; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(qp[r0 + r][i]), kv, a[r]);   \
+        }                                                                                                   \
+        const __m512 sc = _mm512_set1_ps(scale);                                                            \
+        for (int r = 0; r < NR; r++)                                                                        \
+            _mm512_storeu_ps(s + (r0 + r) * TILE,                                                           \
+                             _mm512_add_ps(_mm512_mul_ps(a[r], sc), _mm512_loadu_ps(mt + ((r0 + r) / group) * TILE))); \
+    }
+AVX512_SCORES_N(8)
+AVX512_SCORES_N(1)
+
+TARGET_AVX512 static void avx512_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group,
+                                        const float *mt, float scale, float *s) {
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) avx512_scores_8(kt, D, qp, r, group, mt, scale, s);
+    for (; r < nr; r++) avx512_scores_1(kt, D, qp, r, group, mt, scale, s);
+}
+
+TARGET_AVX512 static __m512 avx512_exp_fixed(__m512 x) {
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C1), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C2), r);
+    __m512 p = _mm512_set1_ps(EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps(ok, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
+}
+
+TARGET_AVX512 static void avx512_exp(const float *s, const float *mp, float *x) {
+    const __m512 a = _mm512_loadu_ps(s), b = _mm512_loadu_ps(mp);
+    const __mmask16 lt = _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ);
+    const __m512 lo = _mm512_mask_blend_ps(lt, b, a), hi = _mm512_mask_blend_ps(lt, a, b);
+    _mm512_storeu_ps(x, avx512_exp_fixed(_mm512_sub_ps(lo, hi)));
+}
+
+/* the Dv elements in chunks of up to 4 vectors kept in registers over the tile */
+TARGET_AVX512 static void avx512_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+                                       uint32_t newb, uint32_t skip) {
+    for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
+        __mmask16 m[4];
+        __m512 a[4];
+        for (int l = 0; l < 4; l++) {
+            const int64_t left = Dv - d0 - 16 * l;
+            m[l] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+            a[l] = _mm512_maskz_loadu_ps(m[l], acc + d0 + 16 * l);
+        }
+        for (int c = 0; c < TILE; c++) {
+            if (skip >> c & 1) continue;
+            const float *vc = v + c * vs + d0;
+            const __m512 xc = _mm512_set1_ps(x[c]);
+            if (newb >> c & 1)
+                for (int l = 0; l < 4; l++)
+                    a[l] = _mm512_add_ps(_mm512_mul_ps(a[l], xc), _mm512_maskz_loadu_ps(m[l], vc + 16 * l));
+            else
+                for (int l = 0; l < 4; l++) a[l] = _mm512_fmadd_ps(xc, _mm512_maskz_loadu_ps(m[l], vc + 16 * l), a[l]);
+        }
+        for (int l = 0; l < 4; l++) _mm512_mask_storeu_ps(acc + d0 + 16 * l, m[l], a[l]);
+    }
+}
+
+TARGET_AVX512 static void avx512_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs,
+                                        const float *x0, const float *x1) {
+    for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
+        __mmask16 m[4];
+        __m512 p[4], q[4];
+        for (int l = 0; l < 4; l++) {
+            const int64_t left = Dv - d0 - 16 * l;
+            m[l] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+            p[l] = _mm512_maskz_loadu_ps(m[l], a0 + d0 + 16 * l);
+            q[l] = _mm512_maskz_loadu_ps(m[l], a1 + d0 + 16 * l);
+        }
+        for (int c = 0; c < TILE; c++) {
+            const float *vc = v + c * vs + d0;
+            const __m512 y0 = _mm512_set1_ps(x0[c]), y1 = _mm512_set1_ps(x1[c]);
+            for (int l = 0; l < 4; l++) {
+                const __m512 vv = _mm512_maskz_loadu_ps(m[l], vc + 16 * l);
+                p[l] = _mm512_fmadd_ps(y0, vv, p[l]);
+                q[l] = _mm512_fmadd_ps(y1, vv, q[l]);
+            }
+        }
+        for (int l = 0; l < 4; l++) {
+            _mm512_mask_storeu_ps(a0 + d0 + 16 * l, m[l], p[l]);
+            _mm512_mask_storeu_ps(a1 + d0 + 16 * l, m[l], q[l]);
+        }
+    }
+}
+
+/* ---- AVX2 + FMA + F16C ---- */
+
+static bool avx2_available(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+/* 8 x 8 floats: r[i] lane j <-> r[j] lane i */
+TARGET_AVX2 static void avx2_transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+TARGET_AVX2 static bool avx2_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
+    if (D % 8) return false;
+    for (int64_t i0 = 0; i0 < D; i0 += 8)
+        for (int c0 = 0; c0 < TILE; c0 += 8) {
+            __m256 r[8];
+            for (int c = 0; c < 8; c++)
+                r[c] = c0 + c < nj ? _mm256_cvtph_ps(_mm_loadu_si128(
+                                         (const __m128i *)((const bt_fp16_t *)(base + (size_t)(c0 + c) * stride) + i0)))
+                                   : _mm256_setzero_ps();
+            avx2_transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (i0 + i) * TILE + c0, r[i]);
+        }
+    return true;
+}
+
+TARGET_AVX2 static void avx2_f16_row(const bt_fp16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = bt_fp16_to_fp32(x[i]);
+}
+
+#define AVX2_SCORES_N(NR)                                                                                   \
+    TARGET_AVX2 static void avx2_scores_##NR(const float *kt, int64_t D, const float *const *qp, int r0,    \
+                                             int group, const float *mt, float scale, float *s) {           \
+        __m256 a[NR][2];                                                                                    \
+        for (int r = 0; r < NR; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();                               \
+        for (int64_t i = 0; i < D; i++) {                                                                   \
+            const __m256 k0 = _mm256_loadu_ps(kt + i * TILE), k1 = _mm256_loadu_ps(kt + i * TILE + 8);      \
+            for (int r = 0; r < NR; r++) {                                                                  \
+                const __m256 qv = _mm256_set1_ps(qp[r0 + r][i]);                                            \
+                a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);                                                 \
+                a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);                                                 \
+            }                                                                                               \
+        }                                                                                                   \
+        const __m256 sc = _mm256_set1_ps(scale);                                                            \
+        for (int r = 0; r < NR; r++)                                                                        \
+            for (int h = 0; h < 2; h++)                                                                     \
+                _mm256_storeu_ps(s + (r0 + r) * TILE + 8 * h,                                               \
+                                 _mm256_add_ps(_mm256_mul_ps(a[r][h], sc),                                  \
+                                               _mm256_loadu_ps(mt + ((r0 + r) / group) * TILE + 8 * h)));   \
+    }
+AVX2_SCORES_N(4)
+AVX2_SCORES_N(1)
+
+TARGET_AVX2 static void avx2_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group,
+                                    const float *mt, float scale, float *s) {
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) avx2_scores_4(kt, D, qp, r, group, mt, scale, s);
+    for (; r < nr; r++) avx2_scores_1(kt, D, qp, r, group, mt, scale, s);
+}
+
+TARGET_AVX2 static __m256 avx2_exp_fixed(__m256 x) {
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C1), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C2), r);
+    __m256 p = _mm256_set1_ps(EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    /* n is in [-126, 0] where ok; elsewhere the lane is cleared below */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(ok, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+TARGET_AVX2 static void avx2_exp(const float *s, const float *mp, float *x) {
+    for (int h = 0; h < TILE; h += 8) {
+        const __m256 a = _mm256_loadu_ps(s + h), b = _mm256_loadu_ps(mp + h);
+        const __m256 lt = _mm256_cmp_ps(a, b, _CMP_LT_OQ);
+        const __m256 lo = _mm256_blendv_ps(b, a, lt), hi = _mm256_blendv_ps(a, b, lt);
+        _mm256_storeu_ps(x + h, avx2_exp_fixed(_mm256_sub_ps(lo, hi)));
+    }
+}
+
+/* 8-element chunks; a tail of Dv % 8 elements in plain C (the same operations) */
+TARGET_AVX2 static void avx2_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+                                   uint32_t newb, uint32_t skip) {
+    int64_t d0 = 0;
+    for (; d0 + 32 <= Dv; d0 += 32) {
+        __m256 a[4];
+        for (int l = 0; l < 4; l++) a[l] = _mm256_loadu_ps(acc + d0 + 8 * l);
+        for (int c = 0; c < TILE; c++) {
+            if (skip >> c & 1) continue;
+            const float *vc = v + c * vs + d0;
+            const __m256 xc = _mm256_set1_ps(x[c]);
+            if (newb >> c & 1)
+                for (int l = 0; l < 4; l++) a[l] = _mm256_add_ps(_mm256_mul_ps(a[l], xc), _mm256_loadu_ps(vc + 8 * l));
+            else
+                for (int l = 0; l < 4; l++) a[l] = _mm256_fmadd_ps(xc, _mm256_loadu_ps(vc + 8 * l), a[l]);
+        }
+        for (int l = 0; l < 4; l++) _mm256_storeu_ps(acc + d0 + 8 * l, a[l]);
+    }
+    if (d0 < Dv) c_accum(acc + d0, Dv - d0, v + d0, vs, x, newb, skip);
+}
+
+TARGET_AVX2 static void avx2_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs,
+                                    const float *x0, const float *x1) {
+    int64_t d0 = 0;
+    for (; d0 + 32 <= Dv; d0 += 32) {
+        __m256 p[4], q[4];
+        for (int l = 0; l < 4; l++) {
+            p[l] = _mm256_loadu_ps(a0 + d0 + 8 * l);
+            q[l] = _mm256_loadu_ps(a1 + d0 + 8 * l);
+        }
+        for (int c = 0; c < TILE; c++) {
+            const float *vc = v + c * vs + d0;
+            const __m256 y0 = _mm256_set1_ps(x0[c]), y1 = _mm256_set1_ps(x1[c]);
+            for (int l = 0; l < 4; l++) {
+                const __m256 vv = _mm256_loadu_ps(vc + 8 * l);
+                p[l] = _mm256_fmadd_ps(y0, vv, p[l]);
+                q[l] = _mm256_fmadd_ps(y1, vv, q[l]);
+            }
+        }
+        for (int l = 0; l < 4; l++) {
+            _mm256_storeu_ps(a0 + d0 + 8 * l, p[l]);
+            _mm256_storeu_ps(a1 + d0 + 8 * l, q[l]);
+        }
+    }
+    if (d0 < Dv) c_accum2(a0 + d0, a1 + d0, Dv - d0, v + d0, vs, x0, x1);
+}
+#endif /* ATTN_X86 */
+
+static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
+    [BT_CPU_ATTN_C] = {
+        /* .name       = */ "c",
+        /* .available  = */ c_available,
+        /* .k_tile_f16 = */ c_k_tile_f16,
+        /* .f16_row    = */ c_f16_row,
+        /* .scores     = */ c_scores,
+        /* .exp        = */ c_exp,
+        /* .accum      = */ c_accum,
+        /* .accum2     = */ c_accum2,
+    },
+#ifdef ATTN_X86
+    [BT_CPU_ATTN_AVX2] = {
+        /* .name       = */ "avx2",
+        /* .available  = */ avx2_available,
+        /* .k_tile_f16 = */ avx2_k_tile_f16,
+        /* .f16_row    = */ avx2_f16_row,
+        /* .scores     = */ avx2_scores,
+        /* .exp        = */ avx2_exp,
+        /* .accum      = */ avx2_accum,
+        /* .accum2     = */ avx2_accum2,
+    },
+    [BT_CPU_ATTN_AVX512] = {
+        /* .name       = */ "avx512",
+        /* .available  = */ avx512_available,
+        /* .k_tile_f16 = */ avx512_k_tile_f16,
+        /* .f16_row    = */ avx512_f16_row,
+        /* .scores     = */ avx512_scores,
+        /* .exp        = */ avx512_exp,
+        /* .accum      = */ avx512_accum,
+        /* .accum2     = */ avx512_accum2,
+    },
+#endif
+};
+
+const char *bt_cpu_attn_isa_name(enum bt_cpu_attn_isa isa) {
+    return (int)isa >= 0 && isa < BT_CPU_ATTN_ISA_COUNT && isas[isa].name ? isas[isa].name : NULL;
+}
+
+bool bt_cpu_attn_isa_available(enum bt_cpu_attn_isa isa) {
+    return bt_cpu_attn_isa_name(isa) != NULL && isas[isa].available();
+}
+
+/* ---- the driver: units, tiles, masks, the running maximum and sum ----------- */
+
+/* query rows per unit: ROWS_MAX rows (query row x q head) when the group
+ * allows, fewer when the units would not keep nth threads busy (4 each) */
+static int64_t block_rows(int64_t T, int64_t Hk, int64_t group, int nth) {
+    int64_t R = ROWS_MAX / group > 1 ? ROWS_MAX / group : 1;
+    while (R > 1 && (T + R - 1) / R * Hk < 4 * (int64_t)nth) R /= 2;
+    return R < T ? R : T;
+}
+
+struct scratch_layout {
+    size_t kt, vt, row, mt, s, mp, acc, ms, bits, qp, total; /* byte offsets, total size */
+};
+
+/* per thread: kt [D][TILE], vt [TILE][Dv], row [max(D, Dv)] (one k row
+ * converted), mt [R][TILE] mask values, s [nr][TILE] scores then exp
+ * values, mp [TILE] running maxima, acc [nr][Dv], M and S [nr] each, the
+ * new-maximum and skip bits [nr] each, the q row pointers [nr] */
+static struct scratch_layout scratch_layout(const struct bt_tensor *node, int nth) {
+    const int64_t D = node->src[0]->ne[0], H = node->src[0]->ne[1], T = node->src[0]->ne[2];
+    const int64_t Hk = node->src[1]->ne[1], Dv = node->src[2]->ne[0], group = H / Hk;
+    const int64_t R = block_rows(T, Hk, group, nth), nr = R * group;
+    struct scratch_layout l;
+    size_t at = 0;
+#define TAKE(field, bytes) (l.field = at, at += ((size_t)(bytes) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
+    TAKE(kt, D * TILE * sizeof(float));
+    TAKE(vt, TILE * Dv * sizeof(float));
+    TAKE(row, (D > Dv ? D : Dv) * sizeof(float));
+    TAKE(mt, R * TILE * sizeof(float));
+    TAKE(s, nr * TILE * sizeof(float));
+    TAKE(mp, TILE * sizeof(float));
+    TAKE(acc, nr * Dv * sizeof(float));
+    TAKE(ms, 2 * nr * sizeof(float));
+    TAKE(bits, 2 * nr * sizeof(uint32_t));
+    TAKE(qp, nr * sizeof(const float *));
+#undef TAKE
+    l.total = at;
+    return l;
 }
 
 size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth) {
-    return per_thread_bytes(node) * (size_t)(nth > 0 ? nth : 1);
+    if (nth < 1) nth = 1;
+    return scratch_layout(node, nth).total * (size_t)nth;
 }
 
 bool bt_cpu_flash_attn_supported(const struct bt_tensor *node) {
     return bt_op_is_well_formed(node);
-}
-
-/* One fixed order of summation, whatever the caller. */
-static float dot_fixed(const float *a, const float *b, int64_t n) {
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) s[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) s[l] += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 static inline float mask_at(const struct bt_tensor *mask, int64_t j, int64_t t) {
@@ -68,87 +551,143 @@ static inline float mask_at(const struct bt_tensor *mask, int64_t j, int64_t t) 
     return *(const float *)p;
 }
 
-/* F16 -> F32 is exact, so the hardware conversion gives the same bits as
- * bt_fp16_to_fp32. */
-static void f16_to_f32(const bt_fp16_t *x, float *y, int64_t n) {
-    int64_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
-#endif
-    for (; i < n; i++) y[i] = bt_fp16_to_fp32(x[i]);
+/* kt [D][TILE] for cells j0 .. j0+nj-1 of kv head hk (0 beyond) */
+static void k_tile(const struct attn_isa *isa, const struct bt_tensor *k, int64_t hk, int64_t j0, int nj,
+                   float *kt, float *row) {
+    const int64_t D = k->ne[0];
+    const char *base = (const char *)k->data + hk * k->nb[1] + j0 * k->nb[2];
+    if (k->type == BT_TYPE_F16 && isa->k_tile_f16(base, k->nb[2], nj, D, kt)) return;
+    for (int c = 0; c < TILE; c++) {
+        if (c < nj && k->type == BT_TYPE_F16)
+            isa->f16_row((const bt_fp16_t *)(base + c * k->nb[2]), row, D);
+        else if (c < nj)
+            bt_row_to_f32(k->type, base + c * k->nb[2], row, D);
+        for (int64_t i = 0; i < D; i++) kt[i * TILE + c] = c < nj ? row[i] : 0.0f;
+    }
 }
 
-/* Row j of a head of k or v as F32: the data itself for F32, else converted
- * into buf. */
-static inline const float *row_f32(const struct bt_tensor *t, int64_t h, int64_t j, float *buf) {
-    const char *p = (const char *)t->data + h * t->nb[1] + j * t->nb[2];
-    if (t->type == BT_TYPE_F32) return (const float *)p;
-    if (t->type == BT_TYPE_F16)
-        f16_to_f32((const bt_fp16_t *)p, buf, t->ne[0]);
-    else
-        bt_row_to_f32(t->type, p, buf, t->ne[0]);
-    return buf;
+/* v rows of cells j0 .. j0+nj-1 as F32: the data itself for F32 (*vs its
+ * row stride in floats), else converted into vt (*vs = Dv) */
+static const float *v_tile(const struct attn_isa *isa, const struct bt_tensor *v, int64_t hk, int64_t j0, int nj,
+                           float *vt, int64_t *vs) {
+    const int64_t Dv = v->ne[0];
+    const char *base = (const char *)v->data + hk * v->nb[1] + j0 * v->nb[2];
+    if (v->type == BT_TYPE_F32 && v->nb[2] % sizeof(float) == 0) {
+        *vs = (int64_t)(v->nb[2] / sizeof(float));
+        return (const float *)base;
+    }
+    for (int c = 0; c < nj; c++) {
+        if (v->type == BT_TYPE_F16)
+            isa->f16_row((const bt_fp16_t *)(base + c * v->nb[2]), vt + c * Dv, Dv);
+        else
+            bt_row_to_f32(v->type, base + c * v->nb[2], vt + c * Dv, Dv);
+    }
+    *vs = Dv;
+    return vt;
 }
 
-void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst, enum bt_cpu_attn_isa which) {
+    BT_ASSERT(bt_cpu_attn_isa_available(which));
+    const struct attn_isa *isa = &isas[which];
     const struct bt_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const int64_t D = q->ne[0], H = q->ne[1], T = q->ne[2];
     const int64_t Hk = k->ne[1], N = k->ne[2], Dv = v->ne[0];
     const int64_t group = H / Hk;
     const float scale = bt_get_op_param_f32(dst, 0);
+    BT_ASSERT(q->nb[0] == sizeof(float));
 
-    const size_t per = per_thread_bytes(dst);
-    BT_ASSERT(p->wdata && p->wsize >= per * (size_t)p->nth);
-    float *qf = (float *)((char *)p->wdata + per * (size_t)p->ith); /* [group][D] */
-    float *acc = qf + group * D;                                     /* [group][Dv] */
-    float *M = acc + group * Dv, *S = M + group;                     /* [group] */
-    float *kf = S + group, *vf = kf + D;
+    const struct scratch_layout l = scratch_layout(dst, p->nth);
+    BT_ASSERT(p->wdata && p->wsize >= l.total * (size_t)p->nth);
+    char *w = (char *)p->wdata + l.total * (size_t)p->ith;
+    float *kt = (float *)(w + l.kt), *vt = (float *)(w + l.vt), *row = (float *)(w + l.row);
+    float *mt = (float *)(w + l.mt), *s = (float *)(w + l.s), *mp = (float *)(w + l.mp);
+    float *acc = (float *)(w + l.acc), *M = (float *)(w + l.ms);
+    uint32_t *newbits = (uint32_t *)(w + l.bits);
+    const float **qp = (const float **)(w + l.qp);
 
-    /* units u = t*Hk + hk: query row t with the q heads hk*group .. +group-1
-     * that read kv head hk (each head's arithmetic is its own: grouping only
-     * shares the conversion of k and v rows) */
-    const int64_t n_units = Hk * T;
-    const int64_t du = (n_units + p->nth - 1) / p->nth;
-    const int64_t u0 = du * p->ith < n_units ? du * p->ith : n_units;
-    const int64_t u1 = u0 + du < n_units ? u0 + du : n_units;
-
-    for (int64_t u = u0; u < u1; u++) {
-        const int64_t t = u / Hk, hk = u - t * Hk, h0 = hk * group;
-        for (int64_t g = 0; g < group; g++) {
-            memcpy(qf + g * D, (const char *)q->data + (h0 + g) * q->nb[1] + t * q->nb[2], (size_t)D * sizeof(float));
-            for (int64_t i = 0; i < Dv; i++) acc[g * Dv + i] = 0.0f;
-            M[g] = -INFINITY;
-            S[g] = 0.0f;
+    const int64_t R = block_rows(T, Hk, group, p->nth);
+    const int64_t n_blocks = (T + R - 1) / R, n_units = n_blocks * Hk;
+    for (int64_t u = p->ith; u < n_units; u += p->nth) {
+        const int64_t b = u / Hk, hk = u - b * Hk, t0 = b * R, h0 = hk * group;
+        const int64_t nt = T - t0 < R ? T - t0 : R;
+        const int nr = (int)(nt * group);
+        float *S = M + nr;
+        uint32_t *skipbits = newbits + nr;
+        for (int r = 0; r < nr; r++) {
+            const int64_t tr = r / group, g = r - tr * group;
+            qp[r] = (const float *)((const char *)q->data + (h0 + g) * q->nb[1] + (t0 + tr) * q->nb[2]);
+            for (int64_t i = 0; i < Dv; i++) acc[r * Dv + i] = 0.0f;
+            M[r] = -INFINITY;
+            S[r] = 0.0f;
         }
-        for (int64_t j = 0; j < N; j++) {
-            float mv = 0.0f;
-            if (mask) {
-                mv = mask_at(mask, j, t);
-                if (mv == -INFINITY) continue;
-            }
-            const float *kr = row_f32(k, hk, j, kf);
-            const float *vr = NULL;
-            for (int64_t g = 0; g < group; g++) {
-                const float s = dot_fixed(qf + g * D, kr, D) * scale + mv;
-                if (s == -INFINITY) continue;
-                if (!vr) vr = row_f32(v, hk, j, vf);
-                float *a = acc + g * Dv;
-                if (s > M[g]) {
-                    const float rs = expf(M[g] - s); /* 0 for the first cell (M = -inf) */
-                    M[g] = s;
-                    for (int64_t i = 0; i < Dv; i++) a[i] = a[i] * rs + vr[i];
-                    S[g] = S[g] * rs + 1.0f;
-                } else {
-                    const float e = expf(s - M[g]);
-                    for (int64_t i = 0; i < Dv; i++) a[i] = a[i] + vr[i] * e;
-                    S[g] = S[g] + e;
+        for (int64_t j0 = 0; j0 < N; j0 += TILE) {
+            const int nj = N - j0 < TILE ? (int)(N - j0) : TILE;
+            bool any = false;
+            for (int64_t tr = 0; tr < nt; tr++)
+                for (int c = 0; c < TILE; c++) {
+                    const float m = c >= nj ? -INFINITY : mask ? mask_at(mask, j0 + c, t0 + tr) : 0.0f;
+                    mt[tr * TILE + c] = m;
+                    any |= m != -INFINITY;
                 }
+            if (!any) continue;
+            k_tile(isa, k, hk, j0, nj, kt, row);
+            isa->scores(kt, D, qp, nr, (int)group, mt, scale, s);
+            /* per row: the cells it sees, the maximum before each, the new maxima */
+            for (int r = 0; r < nr; r++) {
+                const float *mr = mt + (r / group) * TILE;
+                float *sr = s + r * TILE, m = M[r];
+                uint32_t nb = 0, sk = 0;
+                for (int c = 0; c < TILE; c++) {
+                    mp[c] = m;
+                    if (mr[c] == -INFINITY || sr[c] == -INFINITY) {
+                        sk |= 1u << c;
+                    } else if (sr[c] > m) {
+                        nb |= 1u << c;
+                        m = sr[c];
+                    }
+                }
+                newbits[r] = nb;
+                skipbits[r] = sk;
+                if (sk == (1u << TILE) - 1u) continue;
+                isa->exp(sr, mp, sr); /* sr: the scores become x */
+                float sum = S[r];
+                for (int c = 0; c < TILE; c++) {
+                    if (sk >> c & 1) continue;
+                    sum = nb >> c & 1 ? sum * sr[c] + 1.0f : sum + sr[c];
+                }
+                S[r] = sum;
+                M[r] = m;
             }
+            int64_t vs = 0;
+            const float *vr = v_tile(isa, v, hk, j0, nj, vt, &vs);
+            int r = 0;
+            for (; r + 2 <= nr; r += 2) {
+                if ((newbits[r] | skipbits[r] | newbits[r + 1] | skipbits[r + 1]) == 0)
+                    isa->accum2(acc + r * Dv, acc + (r + 1) * Dv, Dv, vr, vs, s + r * TILE, s + (r + 1) * TILE);
+                else
+                    for (int e = r; e < r + 2; e++)
+                        if (skipbits[e] != (1u << TILE) - 1u)
+                            isa->accum(acc + e * Dv, Dv, vr, vs, s + e * TILE, newbits[e], skipbits[e]);
+            }
+            if (r < nr && skipbits[r] != (1u << TILE) - 1u)
+                isa->accum(acc + r * Dv, Dv, vr, vs, s + r * TILE, newbits[r], skipbits[r]);
         }
-        for (int64_t g = 0; g < group; g++) {
-            float *out = (float *)((char *)dst->data + (h0 + g) * dst->nb[1] + t * dst->nb[2]);
-            const float inv = S[g] > 0.0f ? 1.0f / S[g] : 0.0f;
-            for (int64_t i = 0; i < Dv; i++) out[i] = acc[g * Dv + i] * inv;
+        for (int r = 0; r < nr; r++) {
+            const int64_t tr = r / group, g = r - tr * group;
+            float *out = (float *)((char *)dst->data + (h0 + g) * dst->nb[1] + (t0 + tr) * dst->nb[2]);
+            const float inv = S[r] > 0.0f ? 1.0f / S[r] : 0.0f;
+            for (int64_t i = 0; i < Dv; i++) out[i] = acc[r * Dv + i] * inv;
         }
     }
+}
+
+void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    enum bt_cpu_attn_isa which = BT_CPU_ATTN_C;
+    if (!p->reference)
+        for (int i = BT_CPU_ATTN_ISA_COUNT - 1; i > BT_CPU_ATTN_C; i--)
+            if (bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)i)) {
+                which = (enum bt_cpu_attn_isa)i;
+                break;
+            }
+    bt_cpu_flash_attn_isa(p, dst, which);
 }

@@ -63,16 +63,30 @@ size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
 #define BT_MM_FKC 1024 /* fdot.c: chunk of the float order, in elements (a multiple of 16) */
 #endif
 
-/* attn.c: FLASH_ATTN */
+/* attn.c: FLASH_ATTN.  bt_cpu_flash_attn runs the widest kernel set the
+ * CPU has (the plain C one under p->reference); every set gives the same
+ * bits, and bt_cpu_flash_attn_isa runs a chosen one (for the tests). */
+enum bt_cpu_attn_isa { BT_CPU_ATTN_C, BT_CPU_ATTN_AVX2, BT_CPU_ATTN_AVX512, BT_CPU_ATTN_ISA_COUNT };
 void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_flash_attn_supported(const struct bt_tensor *node);
 size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth);
+/* "c", "avx2", "avx512"; NULL for a set this build lacks */
+const char *bt_cpu_attn_isa_name(enum bt_cpu_attn_isa isa);
+/* built in and supported by this CPU */
+bool bt_cpu_attn_isa_available(enum bt_cpu_attn_isa isa);
+void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst, enum bt_cpu_attn_isa isa);
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
 #include <immintrin.h>
 /* Transpose 16 x 16 32-bit values in registers (r[i] lane j <-> r[j] lane
- * i); only bit moves, so it serves integer data cast to __m512 too. */
+ * i); only bit moves, so it serves integer data cast to __m512 too.  Built
+ * for AVX-512 whatever the file's -march, for callers that choose their
+ * instruction set at run time (attn.c). */
+#if defined(__AVX512F__)
 static inline void bt_cpu_transpose16(__m512 r[16]) {
+#else
+__attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 r[16]) {
+#endif
     __m512 t[16];
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

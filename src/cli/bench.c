@@ -6,6 +6,10 @@
  *   decode  mul_mat     m=4096 n=1   k=14336   (weight-bandwidth bound)
  *   prompt  mul_mat     m=4096 n=512 k=4096    (FMA bound)
  *   moe     mul_mat_id  128 experts, 8 used, m=768 k=2048, tokens 1, 32, 512
+ *   attention flash_attn  head size 64, 32 q heads over 8 kv heads, F16 cache
+ *           (the test models' shape), causal: a prompt of T = 512 over
+ *           n_kv = 512 and 4096 cells, a decode step (T = 1) over 512 and 4096
+ *           (with f16 among --types)
  * Weight GB/s counts the weight bytes a call must read: the whole matrix for
  * mul_mat, only the experts the ids select for mul_mat_id.  Decode-shaped
  * mul_mats rotate over copies of the weights so they stream from memory; the
@@ -17,6 +21,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +296,64 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
     return rc;
 }
 
+/* FLASH_ATTN of T query rows at the end of n_kv cells (row t sees cells
+ * 0 .. n_kv - T + t), every thread count.  FLOPs count the cells each row
+ * sees (2 D for q.k, 2 Dv for the sum of v); bytes: the k and v of the cache. */
+static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc, int64_t T, int64_t n_kv,
+                            int reps) {
+    const int64_t D = 64, H = 32, Hk = 8;
+    const size_t kv_bytes = 2 * bt_row_size(BT_TYPE_F16, D) * (size_t)(Hk * n_kv);
+    const size_t bytes = kv_bytes + sizeof(float) * (size_t)(2 * D * H * T + n_kv * T) +
+                         16 * bt_tensor_overhead() + bt_graph_overhead(8) + (1 << 20);
+    bt_context *ctx = bt_init((struct bt_init_params){bytes, NULL, false});
+    if (!ctx) {
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB for flash_attn\n", bytes >> 20);
+        return 1;
+    }
+    struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
+    struct bt_tensor *k = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, n_kv);
+    struct bt_tensor *v = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, n_kv);
+    struct bt_tensor *m = bt_new_tensor_2d(ctx, BT_TYPE_F32, n_kv, T);
+    struct bt_tensor *a = bt_flash_attn(ctx, q, k, v, m, 0.125f);
+    struct bt_graph *g = a ? bt_graph_new(ctx, 8) : NULL;
+    if (!g || bt_graph_build_forward_expand(g, a) != BT_OK || !fill_random(q, 5) || !fill_random(k, 6) ||
+        !fill_random(v, 7)) {
+        fprintf(stderr, "baton bench: cannot build flash_attn: %s\n", bt_context_error(ctx));
+        bt_free(ctx);
+        return 1;
+    }
+    double seen = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        float *row = (float *)m->data + t * n_kv;
+        for (int64_t j = 0; j < n_kv; j++) row[j] = j <= n_kv - T + t ? 0.0f : -INFINITY;
+        seen += (double)(n_kv - T + t + 1);
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "T=%lld n_kv=%lld D=%lld H=%lld/%lld", (long long)T, (long long)n_kv,
+             (long long)D, (long long)H, (long long)Hk);
+    const double flop = seen * (double)H * 4.0 * (double)D;
+    int rc = 0;
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
+        if (!cpu) {
+            fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
+            rc = 1;
+            break;
+        }
+        double csec = 0.0;
+        const double sec = time_graph(cpu, g, reps, &csec);
+        bt_cpu_free(cpu);
+        if (sec < 0) {
+            rc = 1;
+            break;
+        }
+        print_row("flash_attn", BT_TYPE_F16, shape, o->threads[ti], sec, csec, flop, (double)kv_bytes,
+                  mc->read_bw[ti], mc->fma_peak[ti]);
+    }
+    bt_free(ctx);
+    return rc;
+}
+
 /* ---- flags ---- */
 
 static void usage(FILE *f) {
@@ -298,7 +361,8 @@ static void usage(FILE *f) {
             "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
-            "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all)\n"
+            "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all); f16 adds the\n"
+            "                  flash_attn rows (F16 cache)\n"
             "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
             "                  shapes, 5 for large ones)\n"
             "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n");
@@ -449,6 +513,13 @@ int bt_cli_bench(int argc, char **argv) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, 3, reps_id)) return 1;
+    }
+    if (o.types[BT_TYPE_F16]) {
+        static const int64_t attn_shapes[][2] = {{512, 512}, {512, 4096}, {1, 512}, {1, 4096}};
+        for (size_t i = 0; i < sizeof(attn_shapes) / sizeof(attn_shapes[0]); i++)
+            if (bench_flash_attn(&o, &mc, attn_shapes[i][0], attn_shapes[i][1],
+                                 attn_shapes[i][0] > 1 ? reps_large : reps_small))
+                return 1;
     }
     return 0;
 }

@@ -2,28 +2,59 @@
  * sending its ranks SIGTERM (after a SIGINT or SIGTERM of its own, or when
  * another rank failed), and then exits 1 without a word: the rank's line is
  * what tells the user that the run was stopped from outside and not by a
- * failure of its own. */
+ * failure of its own.
+ *
+ * Among several ranks, a rank lingers after its line instead of ending at
+ * once.  Open MPI (odls, 4.1) sends SIGTERM to every rank, then sleeps
+ * odls_base_sigkill_timeout (1 s) before SIGKILL; but the first rank's death
+ * (SIGCHLD) cuts that sleep short, and SIGKILL follows within milliseconds.
+ * A rank that the machine had not scheduled yet (a loaded machine) died by
+ * SIGKILL without its line.  Lingering LINGER_S keeps every rank alive for
+ * mpirun's whole grace period, so each gets it to write its line; mpirun's
+ * SIGKILL then ends them (or, with a longer timeout, the rank ends itself
+ * by the signal after LINGER_S).  A one-process run ends at once. */
 #define _POSIX_C_SOURCE 200809L
 #include "signals.h"
 
+#include "agree.h"
+
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
 #define N_CAUGHT (sizeof caught / sizeof caught[0])
 static char messages[N_CAUGHT][192]; /* written before the handlers go in */
+static int linger;                    /* several ranks: wait before ending */
+#define LINGER_S 3 /* longer than mpirun's default 1 s grace period */
 
 static void on_signal(int sig) {
+    /* one line per rank: any further signal ends it at once (a second ^C
+     * while it lingers) */
+    for (size_t i = 0; i < N_CAUGHT; i++) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(caught[i], &dfl, NULL);
+    }
     for (size_t i = 0; i < N_CAUGHT; i++) {
         if (caught[i] != sig) continue;
         /* write(2) is async-signal-safe; stdio is not */
         ssize_t k = write(STDERR_FILENO, messages[i], strlen(messages[i]));
         (void)k;
     }
+    if (linger) {
+        /* nanosleep is async-signal-safe */
+        struct timespec left = {LINGER_S, 0};
+        int saved = errno;
+        nanosleep(&left, &left);
+        errno = saved;
+    }
     /* then end as the signal would have: the exit status still says which */
-    signal(sig, SIG_DFL);
     raise(sig);
 }
 
@@ -32,6 +63,7 @@ void bt_cli_signals_install(const char *prog, int rank) {
     for (size_t i = 0; i < N_CAUGHT; i++)
         snprintf(messages[i], sizeof messages[i], "%s: rank %d: stopped by %s: the job was ended (interrupted, or another rank failed)\n", prog,
                  rank, names[i]);
+    linger = bt_cli_env_many_ranks();
     for (size_t i = 0; i < N_CAUGHT; i++) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
