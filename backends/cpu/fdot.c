@@ -21,21 +21,22 @@
  * MoE experts run at the memory's speed (before this, an FMA chain along k
  * per element needed a 16 x 16 transposition per 256 weights at 1 column).
  *
- * Two ways through it, the same bits (tests/test_determinism.c,
- * tests/test_ops.c check a column bitwise against a scalar model of the
- * order, alone and in batches of 1..64, MUL_MAT and MUL_MAT_ID):
+ * Two ways through it, the same bits (tests/test_determinism.c checks every
+ * element of MUL_MAT and MUL_MAT_ID, 1..70 columns, against a scalar model
+ * of the order, bitwise):
  *   - direct (fewer than BT_MM_FGEMM_COLS columns: decode, MoE experts):
  *     tiles of RM rows x RN columns (16x1, 8x2, 4x3, 4x4) read the rows
  *     where they lie, a chunk at a time, the chunk sums kept in a register
  *     and stored once;
- *   - blocked (many columns: prompt): columns in blocks of BT_MM_FNC, a
- *     chunk at a time; F16/BF16 rows are converted to F32 into the
- *     thread's buffer (BT_MM_FMC rows per chunk) once for all the block's
- *     columns; 4 x 4 tiles; a chunk's sums are added into d, which holds
- *     the sum of the chunks before (the order above, since d = d + s_c).
- * The tiles reduce their 16 accumulators to 16 sums together: a
- * transposing tree of 30 shuffles and 15 additions that performs exactly
- * R's additions for each of them.
+ *   - blocked (many columns: prompt): a chunk at a time, up to BT_MM_FNC
+ *     columns and BT_MM_FMC rows (converted to F32) are packed into the
+ *     thread's buffer with a padded stride; 4 x 6 tiles, a tile's columns
+ *     kept in L1 while the rows pass by (the next tile's rows prefetched);
+ *     a chunk's sums are added into d, which holds the sum of the chunks
+ *     before (the order above, since d = d + s_c).
+ * The tiles reduce their accumulators 16 at a time: a transposing tree of
+ * 30 shuffles and 15 additions that performs exactly R's additions for
+ * each of the 16.
  */
 #include "cpu_impl.h"
 
@@ -310,13 +311,11 @@ static inline __attribute__((always_inline)) void tile_store(const v16 *s, const
         _mm512_mask_storeu_ps(d, m, v);
     }
 #else
-    float t[32];
+    float t[32] = {0};
     v16_store(t, s[0]);
     if (RM * RN > 16) v16_store(t + 16, s[1]);
-#pragma GCC unroll 32
     for (int j = 0; j < RN; j++)
-#pragma GCC unroll 32
-        for (int i = 0; i < nrows; i++) {
+        for (int i = 0; i < RM && i < nrows; i++) {
             float *d = dcols[j] + row0 + i;
             *d = add ? *d + t[j * RM + i] : t[j * RM + i];
         }

@@ -17,19 +17,11 @@
  * batch size, the column's position or neighbours, or how MUL_MAT_ID groups
  * the tokens by expert (tests/test_determinism.c checks all of these):
  *
- *  - float weights (F32, F16, BF16): a scalar FMA chain over k in increasing
- *    order, d = fma(w[k-1], b[k-1], ... fma(w[0], b[0], 0)), weights
- *    converted exactly to F32.
- *    - GEMM path (many columns: prompt): a register-blocked outer-product
- *      micro-kernel (MR rows x NR columns of accumulators, a vector lane per
- *      row).  k is blocked by KC, and a block continues from the value the
- *      previous block stored in d, which leaves the order unchanged.  Weight
- *      rows are converted to F32 into the thread's slice of the work buffer
- *      (a packed panel) once per k block and reused for all columns.
- *    - dot path (fewer than BT_MM_GEMM_MIN_COLS columns: decode; AVX-512):
- *      16 rows at a time, each 16 x 16 block of weights is transposed in
- *      registers (a lane per row) and FMA'd with broadcast activations in
- *      the same order, without packing.  Elsewhere the GEMM path runs.
+ *  - float weights F32, F16 (and BF16 without AVX512-BF16): fdot.c, one
+ *    order (16 lanes along k, a fixed tree per chunk, chunks in order) on
+ *    its direct (decode) and blocked (prompt) paths.
+ *  - BF16 with AVX512-BF16: the BF16 dot below, one pair order on its GEMM
+ *    and dot paths.
  *  - quantised weights (Q8_0, Q4_0 and what qtypes.h's table holds): every
  *    activation column is quantised once per node (all threads share the
  *    work, then a barrier) to the entry's activation format, on every path
