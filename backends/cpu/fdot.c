@@ -1,8 +1,8 @@
-/* fdot.c - MUL_MAT / MUL_MAT_ID for float weights (F32, F16, and BF16 where
- * the AVX512-BF16 path of matmul.c does not take them): the one summation
- * order of these types, on every path.
+/* fdot.c - MUL_MAT / MUL_MAT_ID for F32 and F16 weights: the one summation
+ * order of these types, on every path (BF16 weights have their own, the
+ * pair order of vdpbf16ps: matmul.c).
  *
- *   a  [k, m] weight rows (F32, F16 or BF16, row stride a_nb1 bytes)
+ *   a  [k, m] weight rows (F32 or F16, row stride a_nb1 bytes)
  *   b  columns bcols[j]: k F32 values each (contiguous)
  *   d  columns dcols[j]: d[j][r] = dot(a row r, b column j)
  *
@@ -71,10 +71,6 @@ static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
 static inline v16 v16_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline v16 v16_load_f16(const bt_fp16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline v16 v16_load_bf16(const bt_bf16_t *p) {
-    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
 static inline void v16_store(float *p, v16 v) { _mm512_storeu_ps(p, v); }
 /* keep v in a register: otherwise the compiler folds a value used by several
@@ -153,11 +149,6 @@ static inline v16 v16_load_f16(const bt_fp16_t *p) {
     for (int i = 0; i < 16; i++) t[i] = bt_fp16_to_fp32(p[i]);
     return v16_load(t);
 }
-static inline v16 v16_load_bf16(const bt_bf16_t *p) {
-    float t[16];
-    for (int i = 0; i < 16; i++) t[i] = bt_bf16_to_fp32(p[i]);
-    return v16_load(t);
-}
 static inline void v16_store(float *p, v16 v) {
     v8_store(p, v.lo);
     v8_store(p + 8, v.hi);
@@ -179,11 +170,8 @@ static inline v16 v16_sum16(const v16 v[16]) {
 /* 16 weights from element e of a row (all 16 exist) */
 static inline __attribute__((always_inline)) v16 load_w(enum bt_type type, const char *row,
                                                          int64_t e) {
-    switch (type) {
-    case BT_TYPE_F32: return v16_load((const float *)row + e);
-    case BT_TYPE_F16: return v16_load_f16((const bt_fp16_t *)row + e);
-    default: return v16_load_bf16((const bt_bf16_t *)row + e);
-    }
+    return type == BT_TYPE_F32 ? v16_load((const float *)row + e)
+                               : v16_load_f16((const bt_fp16_t *)row + e);
 }
 
 /* the last n < 16 weights from element e, zero beyond */
@@ -191,15 +179,9 @@ static inline __attribute__((always_inline)) v16 load_w(enum bt_type type, const
 static inline __attribute__((always_inline)) v16 load_w_tail(enum bt_type type, const char *row,
                                                               int64_t e, int n) {
     const __mmask16 m = (__mmask16)((1u << n) - 1u);
-    switch (type) {
-    case BT_TYPE_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + e);
-    case BT_TYPE_F16:
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + e));
-    default: {
-        const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const bt_bf16_t *)row + e));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    }
-    }
+    return type == BT_TYPE_F32
+               ? _mm512_maskz_loadu_ps(m, (const float *)row + e)
+               : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + e));
 }
 
 static inline __attribute__((always_inline)) v16 load_x_tail(const float *x, int n) {
@@ -208,14 +190,10 @@ static inline __attribute__((always_inline)) v16 load_x_tail(const float *x, int
 #else
 static v16 load_w_tail(enum bt_type type, const char *row, int64_t e, int n) {
     float t[16] = {0};
-    switch (type) {
-    case BT_TYPE_F32: memcpy(t, (const float *)row + e, sizeof(float) * (size_t)n); break;
-    case BT_TYPE_F16:
+    if (type == BT_TYPE_F32)
+        memcpy(t, (const float *)row + e, sizeof(float) * (size_t)n);
+    else
         for (int i = 0; i < n; i++) t[i] = bt_fp16_to_fp32(((const bt_fp16_t *)row)[e + i]);
-        break;
-    default:
-        for (int i = 0; i < n; i++) t[i] = bt_bf16_to_fp32(((const bt_bf16_t *)row)[e + i]);
-    }
     return v16_load(t);
 }
 
@@ -356,16 +334,15 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
 #define DEF_DIRECTS(T) DEF_DIRECT(T, 16, 1) DEF_DIRECT(T, 8, 2) DEF_DIRECT(T, 4, 3) DEF_DIRECT(T, 4, 4)
 DEF_DIRECTS(F32)
 DEF_DIRECTS(F16)
-DEF_DIRECTS(BF16)
 
 static const int direct_rm[5] = {0, 16, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
 
 static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                        const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
 #define ROW(T) {NULL, direct_##T##_1, direct_##T##_2, direct_##T##_3, direct_##T##_4}
-    static const direct_fn table[3][5] = {ROW(F32), ROW(F16), ROW(BF16)};
+    static const direct_fn table[2][5] = {ROW(F32), ROW(F16)};
 #undef ROW
-    const direct_fn *fns = table[type == BT_TYPE_F32 ? 0 : type == BT_TYPE_F16 ? 1 : 2];
+    const direct_fn *fns = table[type == BT_TYPE_F32 ? 0 : 1];
     const int64_t row_bytes = k * (int64_t)type_bytes(type);
     /* 16 rows at a time, every column group over them while they are hot */
     for (int64_t rb = r0; rb < r1; rb += 16) {
@@ -436,9 +413,8 @@ static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t 
                     int64_t e = 0;
                     for (; e + 16 <= kc; e += 16) v16_store(dst + e, load_w(type, row, e));
                     for (; e < kc; e++)
-                        dst[e] = type == BT_TYPE_F32   ? ((const float *)row)[e]
-                                 : type == BT_TYPE_F16 ? bt_fp16_to_fp32(((const bt_fp16_t *)row)[e])
-                                                       : bt_bf16_to_fp32(((const bt_bf16_t *)row)[e]);
+                        dst[e] = type == BT_TYPE_F32 ? ((const float *)row)[e]
+                                                     : bt_fp16_to_fp32(((const bt_fp16_t *)row)[e]);
                     src[i] = (const char *)dst;
                 }
                 /* a tile's columns stay in L1 while the block's rows pass by */
@@ -469,7 +445,7 @@ size_t bt_cpu_fdot_buf_bytes(int64_t ncols) {
 void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
                       float *buf) {
-    BT_ASSERT(type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16);
+    BT_ASSERT(type == BT_TYPE_F32 || type == BT_TYPE_F16);
     if (ncols <= 0 || r1 <= r0) return;
     if (k == 0) { /* no chunks: every sum is 0 */
         for (int64_t j = 0; j < ncols; j++)

@@ -17,11 +17,11 @@
  * batch size, the column's position or neighbours, or how MUL_MAT_ID groups
  * the tokens by expert (tests/test_determinism.c checks all of these):
  *
- *  - float weights F32, F16 (and BF16 without AVX512-BF16): fdot.c, one
- *    order (16 lanes along k, a fixed tree per chunk, chunks in order) on
- *    its direct (decode) and blocked (prompt) paths.
- *  - BF16 with AVX512-BF16: the BF16 dot below, one pair order on its GEMM
- *    and dot paths.
+ *  - float weights F32, F16: fdot.c, one order (16 lanes along k, a fixed
+ *    tree per chunk, chunks in order) on its direct (decode) and blocked
+ *    (prompt) paths.
+ *  - BF16 weights: the pair order of vdpbf16ps (section below), on the GEMM
+ *    and dot paths of AVX-512 and on the GEMM path (run_gemm) elsewhere.
  *  - quantised weights (Q8_0, Q4_0 and what qtypes.h's table holds): every
  *    activation column is quantised once per node (all threads share the
  *    work, then a barrier) to the entry's activation format, on every path
@@ -35,6 +35,7 @@
 #include "cpu_impl.h"
 #include "qtypes.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -57,6 +58,14 @@ static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
 static inline vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+/* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
+static inline vf vf_ftz(vf v) {
+    const __m512i x = _mm512_castps_si512(v);
+    const __mmask16 tiny = _mm512_cmp_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                 _mm512_set1_epi32(0x00800000), _MM_CMPINT_LT);
+    return _mm512_castsi512_ps(_mm512_mask_and_epi32(x, tiny, x, _mm512_set1_epi32((int)0x80000000u)));
+}
+static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm512_fmadd_ps(a, b, c)); }
 static inline float vf_hsum(vf v) { return _mm512_reduce_add_ps(v); }
 static inline vf vf_load_n(const float *p, int n) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
@@ -147,6 +156,14 @@ static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
 static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+/* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
+static inline vf vf_ftz(vf v) {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000),
+                                            _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_andnot_si256(_mm256_set1_epi32((int)0x80000000u), tiny), x));
+}
+static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm256_fmadd_ps(a, b, c)); }
 static inline float vf_hsum(vf v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -220,6 +237,14 @@ static inline vf vf_mul(vf a, vf b) {
     for (int i = 0; i < VL; i++) a.v[i] *= b.v[i];
     return a;
 }
+/* c = fma(a, b, c) rounded once, then denormals to a zero of the same sign */
+static inline vf vf_fma_ftz(vf a, vf b, vf c) {
+    for (int i = 0; i < VL; i++) {
+        const float r = fmaf(a.v[i], b.v[i], c.v[i]);
+        c.v[i] = fabsf(r) < FLT_MIN ? copysignf(0.0f, r) : r;
+    }
+    return c;
+}
 static inline float vf_hsum(vf v) {
     float s = 0.0f;
     for (int i = 0; i < VL; i++) s += v.v[i];
@@ -278,6 +303,18 @@ static inline void block_scales(const char *blk0, int bs, int n, float *out) {
 #ifndef BT_MM_NC
 #define BT_MM_NC (64 * NR) /* columns of activations packed at once */
 #endif
+#ifndef BT_MM_BF16_KC
+#define BT_MM_BF16_KC 1024 /* k block of the BF16 GEMM path (AVX-512; elements, even) */
+#endif
+#ifndef BT_MM_BF16_MC
+#define BT_MM_BF16_MC 128 /* rows of BF16 weights packed at once */
+#endif
+#ifndef BT_MM_BF16_MR
+#define BT_MM_BF16_MR 32 /* BF16 GEMM micro-kernel rows (a multiple of 16) */
+#endif
+#ifndef BT_MM_BF16_NR
+#define BT_MM_BF16_NR 12 /* BF16 GEMM micro-kernel columns */
+#endif
 #ifndef BT_MM_GEMM_MIN_COLS
 #define BT_MM_GEMM_MIN_COLS 8 /* jobs with at least this many columns take the GEMM path */
 #endif
@@ -290,6 +327,49 @@ _Static_assert(BT_MM_NC % NR == 0, "BT_MM_NC must be a multiple of NR");
 _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
 
 #define ALIGN_UP(x) (((x) + (size_t)BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
+
+/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a float weight row,
+ * converted exactly as bt_row_to_f32 does. */
+static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const char *row,
+                                                        int64_t blk, int v) {
+    switch (type) {
+    case BT_TYPE_F32: return vf_load((const float *)row + blk * QB + v * VL);
+    case BT_TYPE_F16: return vf_load_f16((const bt_fp16_t *)row + blk * QB + v * VL);
+    case BT_TYPE_BF16: return vf_load_bf16((const bt_bf16_t *)row + blk * QB + v * VL);
+    default: BT_ASSERT(0 && "unsupported float weight type"); return vf_zero();
+    }
+}
+
+/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB);
+ * run_gemm's packing, built where BF16 has no AVX-512 path. */
+static inline void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
+    if (type == BT_TYPE_F32) {
+        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
+        return;
+    }
+    const int64_t nfull = n / QB;
+    const int64_t b0 = k0 / QB;
+    switch (type) {
+#define CONV_CASE(T)                                                   \
+    case T:                                                            \
+        for (int64_t b = 0; b < nfull; b++)                            \
+            for (int v = 0; v < NV; v++)                               \
+                vf_store(dst + b * QB + v * VL, load_a(T, row, b0 + b, v)); \
+        break;
+        CONV_CASE(BT_TYPE_F16)
+        CONV_CASE(BT_TYPE_BF16)
+#undef CONV_CASE
+    default: BT_ASSERT(0 && "unsupported float weight type");
+    }
+    const int64_t rest = n - nfull * QB; /* F16 / BF16 tail */
+    if (rest > 0) {
+        const int64_t e0 = k0 + nfull * QB;
+        float *out = dst + nfull * QB;
+        for (int64_t i = 0; i < rest; i++)
+            out[i] = type == BT_TYPE_F16 ? bt_fp16_to_fp32(((const bt_fp16_t *)row)[e0 + i])
+                                         : bt_bf16_to_fp32(((const bt_bf16_t *)row)[e0 + i]);
+    }
+}
 
 #define DOT_SCALES 16 /* block scales converted at once */
 #ifndef BT_MM_PREFETCH
@@ -738,6 +818,125 @@ const struct bt_cpu_qtype bt_cpu_qtype_q4_0 = {
 };
 
 
+/* ---- BF16 weights: the pair order of vdpbf16ps on every build --------------- *
+ *
+ * BF16 weights are computed as the AVX512-BF16 dot instruction does, as ggml
+ * does for them: the activations are rounded to BF16 (once per column, the
+ * same way on every path), and per output element, for the k pairs
+ * q = 0, 1, ... in increasing order (an odd k padded with a zero half on
+ * both sides):
+ *
+ *     acc = ftz(acc + w[2q+1] * b[2q+1]);  acc = ftz(acc + w[2q] * b[2q])
+ *
+ * each step rounded once to nearest even (a product of two BF16 values is
+ * exact in F32, so each step is an FMA), BF16 inputs that are denormal read
+ * as zero, and ftz replacing a denormal result by a zero of the same sign;
+ * the activations are rounded to nearest even, denormals to a zero of the
+ * same sign, NaN quietened (vcvtne2ps2bf16).  That is vdpbf16ps exactly (the
+ * Intel SDM's definition, and checked bit for bit against the instruction on
+ * Zen 4 by tests/test_bf16_emu.c), so a CPU without the instruction gives
+ * the same bits by emulating it:
+ *  - AVX-512 (F, BW, VL): the instruction where the build has AVX512-BF16,
+ *    else dpbf16() below emulates it lane by lane; the GEMM path (packed
+ *    pairs) and the dot path (16 x 16 pair blocks transposed in registers).
+ *  - AVX2 / plain C: the GEMM path on every batch size, its panels holding
+ *    the weights and the rounded activations as F32, each pair's halves
+ *    swapped (so the order above is the k order), FMA then ftz per step. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HAVE_BF16_DOT 1
+#else
+#define HAVE_BF16_DOT 0
+#endif
+
+/* x rounded to BF16 as vcvtneps2bf16 does */
+static inline bt_bf16_t bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bt_bf16_t)((u >> 16) | 0x40); /* quiet NaN */
+    if ((u & 0x7f800000u) == 0) return (bt_bf16_t)((u >> 16) & 0x8000);      /* denormal: zero */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (bt_bf16_t)(u >> 16);
+}
+
+#if !HAVE_BF16_DOT
+/* a BF16 value as F32, a denormal read as a zero of the same sign */
+static inline float bf16_daz(bt_bf16_t h) {
+    if ((h & 0x7f80) == 0) h &= 0x8000;
+    return bt_bf16_to_fp32(h);
+}
+
+/* n elements of a BF16 row (w) or of F32 activations rounded to BF16 (x) as
+ * F32 in the pair order: dst[2i] = element 2i+1, dst[2i+1] = element 2i; an
+ * odd n's last pair has a zero first */
+static void bf16_row_pairs(const bt_bf16_t *w, int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; i += 2) {
+        dst[i] = i + 1 < n ? bf16_daz(w[i + 1]) : 0.0f;
+        dst[i + 1] = bf16_daz(w[i]);
+    }
+}
+static void f32_col_pairs(const float *x, int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; i += 2) {
+        dst[i] = i + 1 < n ? bf16_daz(bf16_round(x[i + 1])) : 0.0f;
+        dst[i + 1] = bf16_daz(bf16_round(x[i]));
+    }
+}
+#endif
+
+/* ---- GEMM path -------------------------------------------------------------- */
+
+/* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
+ * ap: kc x MR (row index fastest), bp: kc x NR (column index fastest).
+ * ftz: each step flushes a denormal result to zero (BF16 pairs emulated). */
+static inline __attribute__((always_inline)) void gemm_ukernel(int64_t kc, const float *restrict ap,
+                                                               const float *restrict bp,
+                                                               float *const *dcols, int64_t row,
+                                                               int mr, int nr, bool first,
+                                                               const bool ftz) {
+    vf c0[NR], c1[NR];
+    const int n0 = mr < VL ? mr : VL;
+    const int n1 = mr > VL ? mr - VL : 0;
+#pragma GCC unroll 16
+    for (int j = 0; j < NR; j++) {
+        if (first || j >= nr) {
+            c0[j] = vf_zero();
+            c1[j] = vf_zero();
+        } else if (mr == MR) {
+            c0[j] = vf_load(dcols[j] + row);
+            c1[j] = vf_load(dcols[j] + row + VL);
+        } else {
+            c0[j] = vf_load_n(dcols[j] + row, n0);
+            c1[j] = n1 > 0 ? vf_load_n(dcols[j] + row + VL, n1) : vf_zero();
+        }
+    }
+#pragma GCC unroll 2
+    for (int64_t kk = 0; kk < kc; kk++) {
+        const vf a0 = vf_load(ap);
+        const vf a1 = vf_load(ap + VL);
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            const vf b = vf_set1(bp[j]);
+            c0[j] = ftz ? vf_fma_ftz(a0, b, c0[j]) : vf_fma(a0, b, c0[j]);
+            c1[j] = ftz ? vf_fma_ftz(a1, b, c1[j]) : vf_fma(a1, b, c1[j]);
+        }
+        ap += MR;
+        bp += NR;
+    }
+    if (mr == MR) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) {
+            if (j < nr) {
+                vf_store(dcols[j] + row, c0[j]);
+                vf_store(dcols[j] + row + VL, c1[j]);
+            }
+        }
+    } else {
+        for (int j = 0; j < nr; j++) {
+            vf_store_n(dcols[j] + row, c0[j], n0);
+            if (n1 > 0) vf_store_n(dcols[j] + row + VL, c1[j], n1);
+        }
+    }
+}
+
 /* ---- jobs and the per-thread work buffer ------------------------------------ */
 
 struct mm_plan {
@@ -766,8 +965,15 @@ struct mm_plan {
  * thread; offsets of a slice's parts. */
 struct mm_slice {
     size_t shared;
-    size_t ap, bp, tmp, bcols, dcols, offs, pairs, size;
+    size_t ap, bp, tmp, bcols, dcols, offs, pairs, qact, size;
 };
+
+#ifndef BT_MM_QPRIVATE_COLS
+/* quantised weights and at most this many activation columns (decode): each
+ * thread quantises every column into its own slice, a few microseconds of
+ * work, instead of sharing the work and then waiting for all at a barrier */
+#define BT_MM_QPRIVATE_COLS 4
+#endif
 
 static int64_t b_ncols(const struct bt_tensor *b) { return b->ne[1] * b->ne[2] * b->ne[3]; }
 
@@ -783,24 +989,32 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     }
     struct mm_slice s;
     const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(a->type);
-    s.shared = qt ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
+    const bool qprivate = qt && b_ncols(node->src[1]) <= BT_MM_QPRIVATE_COLS;
+    s.shared = qt && !qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
     /* tmp: a converted A panel (GEMM), one converted row (reference) or the
      * dot path's columns as BF16 pairs */
     int64_t tmp = (int64_t)MR * BT_MM_KC;
     if (k > tmp) tmp = k;
     if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
+    /* or an odd k's last block of BF16 rows as pairs (pack_a_bf16) */
+    const int64_t bkp = ((k < BT_MM_BF16_KC ? k : BT_MM_BF16_KC) + 1) / 2;
+    if (a->type == BT_TYPE_BF16 && BT_MM_BF16_MR * bkp > tmp) tmp = BT_MM_BF16_MR * bkp;
     /* or a packed panel of quantised weights */
     if (qt && qt->gemm && (int64_t)((qt->panel_size(k) + sizeof(float) - 1) / sizeof(float)) > tmp)
         tmp = (int64_t)((qt->panel_size(k) + sizeof(float) - 1) / sizeof(float));
     size_t off = 0;
+    /* the packed panels (F32, or BF16 pairs: run_gemm_bf16) */
+    const bool bf = a->type == BT_TYPE_BF16;
+    const size_t apn = bf && BT_MM_BF16_MC * BT_MM_BF16_KC / 2 > BT_MM_MC * BT_MM_KC
+                           ? (size_t)BT_MM_BF16_MC * BT_MM_BF16_KC / 2 : (size_t)BT_MM_MC * BT_MM_KC;
+    const size_t bpk = bf && BT_MM_BF16_KC / 2 > BT_MM_KC ? BT_MM_BF16_KC / 2 : BT_MM_KC;
+    /* or fdot.c's packed rows and columns */
+    const size_t ap_bytes = apn * sizeof(float), fd_bytes = bt_cpu_fdot_buf_bytes(ncols);
     s.ap = off;
-    /* ap: the BF16 GEMM's packed A panel, or fdot.c's converted rows */
-    const size_t ap_bytes = (size_t)BT_MM_MC * BT_MM_KC * sizeof(float);
-    const size_t fd_bytes = bt_cpu_fdot_buf_bytes(ncols);
     off += qt ? 0 : ALIGN_UP(ap_bytes > fd_bytes ? ap_bytes : fd_bytes);
     s.bp = off;
-    off += qt ? 0 : ALIGN_UP((size_t)nc * BT_MM_KC * sizeof(float));
+    off += qt ? 0 : ALIGN_UP((size_t)nc * bpk * sizeof(float));
     s.tmp = off;
     off += ALIGN_UP((size_t)tmp * sizeof(float));
     s.bcols = off;
@@ -811,6 +1025,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     off += ALIGN_UP((size_t)(n_expert + 1) * sizeof(int32_t));
     s.pairs = off;
     off += ALIGN_UP((size_t)npairs * sizeof(int32_t));
+    s.qact = off;
+    off += qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     s.size = off;
     return s;
 }
@@ -859,19 +1075,23 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, f
 }
 
 /* Each thread quantises its share of b's columns for the table entry pl->qt
- * into the shared part of the work buffer; then all wait for all. */
-static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared) {
+ * into the shared part of the work buffer; then all wait for all.  With at
+ * most BT_MM_QPRIVATE_COLS columns, each thread quantises them all into its
+ * own slice (priv) and nobody waits (the same function: the same bits). */
+static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared, char *priv) {
     const struct bt_tensor *b = pl->b;
     const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
+    const bool own = n <= BT_MM_QPRIVATE_COLS;
     pl->qcb = pl->qt->act_size(pl->k);
-    pl->qbuf = shared;
-    for (int64_t c = n * p->ith / p->nth; c < n * (p->ith + 1) / p->nth; c++) {
+    pl->qbuf = own ? priv : shared;
+    const int64_t c0 = own ? 0 : n * p->ith / p->nth, c1 = own ? n : n * (p->ith + 1) / p->nth;
+    for (int64_t c = c0; c < c1; c++) {
         const float *x = (const float *)((const char *)b->data + (size_t)(c % ne1) * b->nb[1] +
                                          (size_t)((c / ne1) % ne2) * b->nb[2] +
                                          (size_t)(c / (ne1 * ne2)) * b->nb[3]);
-        pl->qt->quantize_act(x, shared + (size_t)c * pl->qcb, pl->k);
+        pl->qt->quantize_act(x, (char *)pl->qbuf + (size_t)c * pl->qcb, pl->k);
     }
-    bt_threadpool_barrier(p->pool);
+    if (!own) bt_threadpool_barrier(p->pool);
 }
 
 #ifndef BT_MM_QNC
@@ -935,9 +1155,9 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
 }
 
 /* Interleave up to 16 source rows: dst[kk * ld + r] = src[r][kk] for r < nr,
- * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld):
- * 16 x 16 tiles transposed in registers (the BF16 GEMM's packing). */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
+ * kk < kc; rows r >= nr (or with src[r] NULL) are zero up to 16 (or ld).
+ * The AVX-512 version transposes 16 x 16 tiles in registers. */
+#if defined(__AVX512F__)
 static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
     const __mmask16 wmask = (__mmask16)(ld >= 16 ? 0xffff : (1u << ld) - 1u);
     for (int64_t kk = 0; kk < kc; kk += 16) {
@@ -950,28 +1170,161 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
         for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (kk + i) * ld, wmask, r[i]);
     }
 }
+#define INTERLEAVE_ROWS 16
+#else
+static void interleave(const float *const *src, int64_t kc, float *restrict dst, int ld) {
+    for (int r = 0; r < ld; r++) {
+        if (src[r])
+            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = src[r][kk];
+        else
+            for (int64_t kk = 0; kk < kc; kk++) dst[kk * ld + r] = 0.0f;
+    }
+}
+#define INTERLEAVE_ROWS MR /* one call covers a whole panel */
 #endif
 
-/* ---- BF16 weights with the BF16 dot instruction (AVX512-BF16) ------------- *
- *
- * vdpbf16ps does acc += w[2q] * b[2q] + w[2q+1] * b[2q+1] per lane in one
- * instruction, twice the work of an F32 FMA.  Activations are rounded to
- * BF16 (round to nearest even, as vcvtne2ps2bf16; once per column, the same
- * way on every path), as ggml does for BF16 weights.  The order per output
- * element: acc = dpbf16(acc, pair q of the row, pair q of the column) for
- * q = 0, 1, ... in increasing order, an odd k padded with a zero pair half
- * on both sides; the GEMM path (packed pairs, MR rows x NR columns) and the
- * dot path (16 rows, 16 x 16 pair blocks transposed in registers) both
- * follow it, so they give the same bits. */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
-#define HAVE_BF16_DOT 1
+/* pack_a, pack_b, run_gemm: the GEMM path of BF16 weights without AVX-512 (the
+ * pair order emulated in F32); F32 and F16 weights take fdot.c. */
+#if !HAVE_BF16_DOT
+/* The k length of a packed panel of kc elements: kc, rounded up to whole
+ * pairs for BF16 weights without the dot instruction (bf16_row_pairs). */
+static inline int64_t packed_k(const struct mm_plan *pl, int64_t kc) {
+    return !HAVE_BF16_DOT && pl->type == BT_TYPE_BF16 ? (kc + 1) / 2 * 2 : kc;
+}
+
+/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]
+ * (kk < packed_k).  tmp: MR * packed_k floats for converting non-F32 rows. */
+static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
+                   int64_t kc, float *restrict ap, float *restrict tmp) {
+    const int64_t kp = packed_k(pl, kc);
+    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        const float *src[MR > 16 ? MR : 16];
+        for (int r = 0; r < MR; r++) {
+            src[r] = NULL;
+            if (p0 + r >= mc) continue;
+            const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
+            if (pl->type == BT_TYPE_F32) {
+                src[r] = (const float *)row + pc;
+                continue;
+            }
+#if !HAVE_BF16_DOT
+            if (pl->type == BT_TYPE_BF16)
+                bf16_row_pairs((const bt_bf16_t *)row + pc, kc, tmp + r * kp);
+            else
+#endif
+                row_to_f32(pl->type, row, pc, kc, tmp + r * kp);
+            src[r] = tmp + r * kp;
+        }
+        for (int h = 0; h < MR; h += INTERLEAVE_ROWS) interleave(src + h, kp, ap + p0 * kp + h, MR);
+    }
+}
+
+/* Pack columns [j0, j0+nc) x k [pc, pc+kc) into NR-column panels: bp[p][kk][NR]
+ * (kk < packed_k; BF16 weights without the dot instruction: the columns
+ * rounded to BF16 in the pair order). */
+static void pack_b(const struct mm_plan *pl, const float *const *bcols, int64_t j0, int64_t nc,
+                   int64_t pc, int64_t kc, float *restrict bp) {
+    const int64_t kp = packed_k(pl, kc);
+#if !HAVE_BF16_DOT
+    float cols[NR][BT_MM_KC];
+#endif
+    for (int64_t p0 = 0; p0 < nc; p0 += NR) {
+        const float *src[NR > 16 ? NR : 16];
+        for (int j = 0; j < (NR > 16 ? NR : 16); j++) {
+            src[j] = j < NR && p0 + j < nc ? bcols[j0 + p0 + j] + pc : NULL;
+#if !HAVE_BF16_DOT
+            if (src[j] && pl->type == BT_TYPE_BF16) {
+                f32_col_pairs(src[j], kc, cols[j]);
+                src[j] = cols[j];
+            }
+#endif
+        }
+        interleave(src, kp, bp + p0 * kp, NR);
+    }
+}
+
+/* GEMM path over rows [r0, r1) of one job. */
+static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
+                     const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                     float *ap, float *bp, float *tmp) {
+    const int64_t k = pl->k;
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
+        const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
+        for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
+            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC, kp = packed_k(pl, kc);
+            pack_b(pl, bcols, jc, nc, pc, kc, bp);
+            for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
+                const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
+                pack_a(pl, a, ic, mc, pc, kc, ap, tmp);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+                        float *const *dc = (float *const *)dcols + jc + jr;
+                        if (!HAVE_BF16_DOT && pl->type == BT_TYPE_BF16) /* emulated BF16 pairs */
+                            gemm_ukernel(kp, ap + ir * kp, bp + jr * kp, dc, ic + ir, mr, nr, pc == 0, true);
+                        else
+                            gemm_ukernel(kc, ap + ir * kc, bp + jr * kc, dc, ic + ir, mr, nr, pc == 0, false);
+                    }
+                }
+            }
+        }
+    }
+    if (k == 0)
+        for (int64_t j = 0; j < ncols; j++)
+            for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
+}
+#endif /* !HAVE_BF16_DOT */
+
 #ifndef BT_MM_PREFETCH_T
-#define BT_MM_PREFETCH_T 1024 /* dot path: prefetch distance in bytes of each row */
+#define BT_MM_PREFETCH_T 1024 /* BF16 dot path: prefetch distance in bytes of each row */
 #endif
 
+/* ---- BF16 weights on AVX-512: vdpbf16ps, or its emulation ------------------ *
+ *
+ * vdpbf16ps does acc = dpbf16(acc, pair q of the row, pair q of the column)
+ * per lane in one instruction, twice the work of an F32 FMA; the order and
+ * rounding are the section "BF16 weights: the pair order" above.  The GEMM
+ * path (packed pairs, MR rows x NR columns) and the dot path (16 rows, 16 x
+ * 16 pair blocks transposed in registers) both follow it, so they give the
+ * same bits. */
+#if HAVE_BF16_DOT
+#if defined(__AVX512BF16__)
 static inline __m512 dpbf16(__m512 acc, __m512 w, __m512 b) {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(w), (__m512bh)_mm512_castps_si512(b));
 }
+/* 16 + 16 floats -> 32 BF16 (lo first) */
+static inline __m512i bf16_round32(__m512 lo, __m512 hi) {
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+#else
+/* Without AVX512-BF16: the same per lane, exactly (see above). */
+static inline __m512 dpbf16(__m512 acc, __m512 w, __m512 b) {
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i wi = _mm512_castps_si512(w), bi = _mm512_castps_si512(b);
+    const __m512 w1 = vf_ftz(_mm512_castsi512_ps(_mm512_and_si512(wi, hi)));
+    const __m512 b1 = vf_ftz(_mm512_castsi512_ps(_mm512_and_si512(bi, hi)));
+    const __m512 w0 = vf_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(wi, 16)));
+    const __m512 b0 = vf_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(bi, 16)));
+    return vf_fma_ftz(w0, b0, vf_fma_ftz(w1, b1, vf_ftz(acc)));
+}
+/* 16 floats -> 16 BF16 in 32-bit lanes, as bf16_round */
+static inline __m512i bf16_round16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x), top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(top, _mm512_set1_epi32(1)))),
+        16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40));
+    return _mm512_mask_and_epi32(r, den, top, _mm512_set1_epi32(0x8000));
+}
+static inline __m512i bf16_round32(__m512 lo, __m512 hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_round16(lo))),
+                              _mm512_cvtepi32_epi16(bf16_round16(hi)), 1);
+}
+#endif
 
 /* x[0 .. n) -> (n + 1) / 2 BF16 pairs (element 2q low, 2q+1 high; a missing
  * last high half is zero) */
@@ -981,21 +1334,29 @@ static void f32_to_bf16_pairs(const float *x, int64_t n, uint32_t *dst) {
         const __mmask16 m0 = (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1u);
         const __mmask16 m1 = (__mmask16)(rest >= 32 ? 0xffff : rest > 16 ? (1u << (rest - 16)) - 1u : 0u);
         const __m512 lo = _mm512_maskz_loadu_ps(m0, x + i), hi = _mm512_maskz_loadu_ps(m1, x + i + 16);
-        const __m512i p = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        const __m512i p = bf16_round32(lo, hi);
         const int64_t np = rest >= 32 ? 16 : (rest + 1) / 2;
         _mm512_mask_storeu_epi32(dst + i / 2, (__mmask16)(np >= 16 ? 0xffff : (1u << np) - 1u), p);
     }
 }
 
-/* Pack pairs [pc/2, pc/2 + kp) of rows [r0, r0+mc) of a (BF16) into MR-row
- * panels ap[p][q][MR] (dwords).  tmp: MR * kp dwords for an odd k's last
+#define BMR BT_MM_BF16_MR
+#define BNR BT_MM_BF16_NR
+#define BMV (BMR / 16)
+#define BKC BT_MM_BF16_KC
+#define BMC BT_MM_BF16_MC
+_Static_assert(BMR % 16 == 0 && BMC % BMR == 0 && BNR <= 16 && BT_MM_NC % BNR == 0 && BKC % 2 == 0,
+               "BF16 micro-kernel shape");
+
+/* Pack pairs [pc/2, pc/2 + kp) of rows [r0, r0+mc) of a (BF16) into BMR-row
+ * panels ap[p][q][BMR] (dwords).  tmp: BMR * kp dwords for an odd k's last
  * block (the last pair's high half zeroed). */
 static void pack_a_bf16(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
                         int64_t kc, uint32_t *restrict ap, uint32_t *restrict tmp) {
     const int64_t kp = (kc + 1) / 2;
-    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
-        const float *src[MR];
-        for (int r = 0; r < MR; r++) {
+    for (int64_t p0 = 0; p0 < mc; p0 += BMR) {
+        const float *src[BMR];
+        for (int r = 0; r < BMR; r++) {
             src[r] = NULL;
             if (p0 + r >= mc) continue;
             const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1 + (size_t)pc * 2;
@@ -1008,76 +1369,66 @@ static void pack_a_bf16(const struct mm_plan *pl, const char *a, int64_t r0, int
                 src[r] = (const float *)t;
             }
         }
-        for (int h = 0; h < MR; h += 16) interleave(src + h, kp, (float *)ap + p0 * kp + h, MR);
+        for (int h = 0; h < BMR; h += 16) interleave(src + h, kp, (float *)ap + p0 * kp + h, BMR);
     }
 }
 
-/* Columns [j0, j0+nc) x elements [pc, pc+kc) as BF16 pairs in NR-column
- * panels bp[p][q][NR] (dwords). */
+/* Columns [j0, j0+nc) x elements [pc, pc+kc) as BF16 pairs in BNR-column
+ * panels bp[p][q][BNR] (dwords). */
 static void pack_b_bf16(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
                         uint32_t *restrict bp) {
     const int64_t kp = (kc + 1) / 2;
-    uint32_t cols[NR][BT_MM_KC / 2];
-    for (int64_t p0 = 0; p0 < nc; p0 += NR) {
+    uint32_t cols[BNR][BKC / 2];
+    for (int64_t p0 = 0; p0 < nc; p0 += BNR) {
         const float *src[16];
         for (int j = 0; j < 16; j++) {
             src[j] = NULL;
-            if (j < NR && p0 + j < nc) {
+            if (j < BNR && p0 + j < nc) {
                 f32_to_bf16_pairs(bcols[j0 + p0 + j] + pc, kc, cols[j]);
                 src[j] = (const float *)cols[j];
             }
         }
-        interleave(src, kp, (float *)bp + p0 * kp, NR);
+        interleave(src, kp, (float *)bp + p0 * kp, BNR);
     }
 }
 
 /* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kp
- * pairs (gemm_ukernel with the BF16 dot). */
+ * pairs: BMV x BNR accumulators, a lane per row. */
 static void gemm_ukernel_bf16(int64_t kp, const uint32_t *restrict ap, const uint32_t *restrict bp,
                               float *const *dcols, int64_t row, int mr, int nr, bool first) {
-    __m512 c0[NR], c1[NR];
-    const int n0 = mr < VL ? mr : VL;
-    const int n1 = mr > VL ? mr - VL : 0;
+    __m512 c[BMV][BNR];
 #pragma GCC unroll 16
-    for (int j = 0; j < NR; j++) {
-        if (first || j >= nr) {
-            c0[j] = vf_zero();
-            c1[j] = vf_zero();
-        } else if (mr == MR) {
-            c0[j] = vf_load(dcols[j] + row);
-            c1[j] = vf_load(dcols[j] + row + VL);
-        } else {
-            c0[j] = vf_load_n(dcols[j] + row, n0);
-            c1[j] = n1 > 0 ? vf_load_n(dcols[j] + row + VL, n1) : vf_zero();
+    for (int j = 0; j < BNR; j++)
+#pragma GCC unroll 8
+        for (int v = 0; v < BMV; v++) {
+            const int n = mr - 16 * v; /* rows of vector v */
+            if (first || j >= nr || n <= 0) c[v][j] = _mm512_setzero_ps();
+            else if (n >= 16) c[v][j] = _mm512_loadu_ps(dcols[j] + row + 16 * v);
+            else c[v][j] = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), dcols[j] + row + 16 * v);
         }
-    }
 #pragma GCC unroll 2
     for (int64_t q = 0; q < kp; q++) {
-        const __m512 a0 = _mm512_loadu_ps((const float *)ap);
-        const __m512 a1 = _mm512_loadu_ps((const float *)ap + VL);
+        __m512 av[BMV];
+#pragma GCC unroll 8
+        for (int v = 0; v < BMV; v++) av[v] = _mm512_loadu_ps((const float *)ap + 16 * v);
 #pragma GCC unroll 16
-        for (int j = 0; j < NR; j++) {
+        for (int j = 0; j < BNR; j++) {
             const __m512 b = _mm512_castsi512_ps(_mm512_set1_epi32((int)bp[j]));
-            c0[j] = dpbf16(c0[j], a0, b);
-            c1[j] = dpbf16(c1[j], a1, b);
+#pragma GCC unroll 8
+            for (int v = 0; v < BMV; v++) c[v][j] = dpbf16(c[v][j], av[v], b);
         }
-        ap += MR;
-        bp += NR;
+        ap += BMR;
+        bp += BNR;
     }
-    if (mr == MR) {
 #pragma GCC unroll 16
-        for (int j = 0; j < NR; j++) {
-            if (j < nr) {
-                vf_store(dcols[j] + row, c0[j]);
-                vf_store(dcols[j] + row + VL, c1[j]);
-            }
+    for (int j = 0; j < BNR; j++)
+#pragma GCC unroll 8
+        for (int v = 0; v < BMV; v++) {
+            const int n = mr - 16 * v;
+            if (j >= nr || n <= 0) continue;
+            if (n >= 16) _mm512_storeu_ps(dcols[j] + row + 16 * v, c[v][j]);
+            else _mm512_mask_storeu_ps(dcols[j] + row + 16 * v, (__mmask16)((1u << n) - 1u), c[v][j]);
         }
-    } else {
-        for (int j = 0; j < nr; j++) {
-            vf_store_n(dcols[j] + row, c0[j], n0);
-            if (n1 > 0) vf_store_n(dcols[j] + row + VL, c1[j], n1);
-        }
-    }
 }
 
 /* GEMM path for BF16 weights over rows [r0, r1) of one job. */
@@ -1087,16 +1438,16 @@ static void run_gemm_bf16(const struct mm_plan *pl, const char *a, int64_t ncols
     const int64_t k = pl->k;
     for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
         const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
-        for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
-            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC, kp = (kc + 1) / 2;
+        for (int64_t pc = 0; pc < k; pc += BKC) {
+            const int64_t kc = k - pc < BKC ? k - pc : BKC, kp = (kc + 1) / 2;
             pack_b_bf16(bcols, jc, nc, pc, kc, bp);
-            for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
-                const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
+            for (int64_t ic = r0; ic < r1; ic += BMC) {
+                const int64_t mc = r1 - ic < BMC ? r1 - ic : BMC;
                 pack_a_bf16(pl, a, ic, mc, pc, kc, ap, tmp);
-                for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+                for (int64_t jr = 0; jr < nc; jr += BNR) {
+                    const int nr = (int)(nc - jr < BNR ? nc - jr : BNR);
+                    for (int64_t ir = 0; ir < mc; ir += BMR) {
+                        const int mr = (int)(mc - ir < BMR ? mc - ir : BMR);
                         gemm_ukernel_bf16(kp, ap + ir * kp, bp + jr * kp,
                                           (float *const *)dcols + jc + jr, ic + ir, mr, nr, pc == 0);
                     }
@@ -1193,8 +1544,6 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
         fns[ncols](k, rows, r + 16 < r1 ? next : NULL, pcols, dcols, r, n);
     }
 }
-#else
-#define HAVE_BF16_DOT 0
 #endif
 
 /* Rows [r0, r1) of job jb on this thread. */
@@ -1221,14 +1570,21 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         return;
     }
 #endif
-    bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols, r0,
-                     r1, (float *)(slice + sl->ap));
+    if (pl->type != BT_TYPE_BF16) {
+        bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols,
+                         r0, r1, (float *)(slice + sl->ap));
+        return;
+    }
+#if !HAVE_BF16_DOT
+    run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
+             (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
+#endif
 }
 
 
 /* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,
  * into nth contiguous shares; run this thread's share. */
-static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
                      const struct mm_slice *sl) {
     const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
     double total = 0.0;
@@ -1257,6 +1613,54 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
         if (u0 < 0) continue;
         const int64_t r0 = u0 * UNIT_ROWS;
         const int64_t r1 = u1 * UNIT_ROWS < pl->m ? u1 * UNIT_ROWS : pl->m;
+        run_job(pl, jb, r0, r1, slice, sl);
+    }
+}
+
+/* Hand the jobs' rows out in chunks of whole UNIT_ROWS units, job by job,
+ * from the node's shared counter (bt_cpu_next_chunk): each thread takes the
+ * next chunk when it is done with its last, so a thread that the OS slows
+ * (preempted, or sharing its core with another rank) leaves its share to the
+ * others instead of holding them at the barrier.  About BT_MM_CHUNKS chunks
+ * per thread.  Which thread computes a row never changes the
+ * row's bits (see the top of this file).  Jobs of many columns (the GEMM
+ * paths: prompts) keep one contiguous share per thread (run_plan_static):
+ * their columns are packed once per share, which small chunks would repeat.
+ * So do callers without a counter (p->chunk NULL: a test that runs each
+ * thread's share in turn). */
+#ifndef BT_MM_CHUNKS
+#define BT_MM_CHUNKS 16
+#endif
+static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+                     const struct mm_slice *sl) {
+    const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
+    int64_t n_active = 0, widest = 0;
+    for (int64_t jb = 0; jb < pl->njobs; jb++) {
+        const int64_t nc = job_ncols(pl, jb);
+        if (nc > 0) n_active++;
+        if (nc > widest) widest = nc;
+    }
+    if (n_active == 0) return;
+    if (widest >= BT_MM_GEMM_MIN_COLS || p->nth == 1 || !p->chunk) {
+        run_plan_static(p, pl, slice, sl);
+        return;
+    }
+    /* units per chunk, the same for every job */
+    int64_t cu = units_per_job * n_active / ((int64_t)p->nth * BT_MM_CHUNKS);
+    if (cu < 1) cu = 1;
+    if (cu > units_per_job) cu = units_per_job;
+    const int64_t chunks_per_job = (units_per_job + cu - 1) / cu, n_chunks = chunks_per_job * n_active;
+    /* chunk c is chunk c % chunks_per_job of the (c / chunks_per_job)-th
+     * active job; a thread's chunks come in increasing order, so one walk
+     * over the jobs finds them all */
+    int64_t jb = -1, active = -1;
+    for (int64_t c = bt_cpu_next_chunk(p); c < n_chunks; c = bt_cpu_next_chunk(p)) {
+        while (active < c / chunks_per_job) {
+            jb++;
+            if (job_ncols(pl, jb) > 0) active++;
+        }
+        const int64_t u0 = (c % chunks_per_job) * cu;
+        const int64_t r0 = u0 * UNIT_ROWS, r1 = (u0 + cu) * UNIT_ROWS < pl->m ? (u0 + cu) * UNIT_ROWS : pl->m;
         run_job(pl, jb, r0, r1, slice, sl);
     }
 }
@@ -1333,7 +1737,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
     pl.qt = bt_cpu_qtype_of(a->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1404,6 +1808,6 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.offs = offs;
     pl.pairs = pairs;
     pl.qt = bt_cpu_qtype_of(as->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
