@@ -84,7 +84,11 @@ struct bt_engine {
      * the message that carries it on, so no rank holds a ubatch-wide buffer
      * of the vocabulary's width */
     int32_t *cells;
-    size_t in_cap; /* bt_engine_serve's receive buffer */
+    /* ranks 1..P-1 with layers: a ubatch's body as it comes in, sized at
+     * open for the largest (serve never allocates for what it receives, so
+     * it never leaves a message it could not take on the wire) */
+    void *in;
+    size_t in_cap;
     /* sends, a ring */
     struct out_msg *outs;
     int n_outs, next_out;
@@ -545,7 +549,11 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         e->stage_compute_s = calloc((size_t)(e->n_stages > 0 ? e->n_stages : 1), sizeof(double));
         e->cells = malloc((size_t)q->n_ubatch * sizeof *e->cells);
         e->outs = calloc((size_t)e->n_outs, sizeof *e->outs);
-        if (st == BT_OK && (!e->cells || !e->outs || !e->stage_compute_s))
+        if (t->rank != 0 && il1 > il0) {
+            e->in_cap = body_bytes(e, q->n_ubatch, q->n_ubatch, e->my_stage == 0 ? 0 : q->n_ubatch * e->hp.n_embd);
+            e->in = malloc(e->in_cap);
+        }
+        if (st == BT_OK && (!e->cells || !e->outs || !e->stage_compute_s || (e->in_cap && !e->in)))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
         if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
@@ -587,6 +595,7 @@ void bt_engine_close(struct bt_engine *e) {
     bt_llm_free(e->m);
     bt_gguf_close(e->g);
     free(e->cells);
+    free(e->in);
     free(e->il0s);
     free(e->il1s);
     free(e->stages);
@@ -901,8 +910,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
     const int nxt = e->my_stage < 0 ? -1 : next_rank(e, e->my_stage);
     enum bt_status failed = BT_OK; /* this rank's or an earlier one's failure */
     struct msg_head head;
-    void *body = NULL;
-    size_t cap = 0;
+    void *body = e->in;
     bt_treq rh;
     memset(&rh, 0, sizeof rh);
     for (;;) {
@@ -950,20 +958,20 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                 failed = st;
                 break;
             }
-        } else if (want > cap) {
-            void *b = realloc(body, want);
-            if (b) {
-                body = b;
-                cap = e->in_cap = want;
-            } else {
-                st = efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", t->rank, want);
-            }
         }
         if (st == BT_OK) {
+            BT_ASSERT(want <= e->in_cap); /* T <= n_ubatch, n_out <= T: sized at open */
             if (bt_transport_irecv(t, body, want, prev, TAG_BODY, &rh) != BT_OK ||
                 bt_transport_wait_polite(t, &rh) != BT_OK) {
-                failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
-                break;
+                /* the chain learns of it and this rank waits for the stop:
+                 * leaving now would leave the ranks after it (and rank 0)
+                 * waiting for ever; a transport that is really broken fails
+                 * the next receive, which ends the loop */
+                if (failed == BT_OK) {
+                    failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
+                    report_failure(e, nxt);
+                }
+                continue;
             }
             e->stats.bytes_received += want;
             e->stats.wait_s += now_s() - t0;
@@ -984,7 +992,6 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
             report_failure(e, nxt);
         }
     }
-    free(body);
     const enum bt_status st = drain_sends(e);
     if (failed != BT_OK) return failed;
     return st;
