@@ -6,6 +6,7 @@
 
 #include "run/bringup.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,16 @@ struct record_item {
     char value[BT_CLI_AGREE_VALUE];
     uint8_t given;
 };
+
+void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *option, bool given, const char *fmt, ...) {
+    struct bt_cli_agree_item *it = &items[(*n)++];
+    it->option = option;
+    it->given = given;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->value, sizeof it->value, fmt, ap);
+    va_end(ap);
+}
 
 bool bt_cli_env_many_ranks(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};

@@ -29,6 +29,13 @@ struct bt_cli_agree_item {
     bool given;
 };
 
+/* items[*n] = option, given, the value as printf formats it; then *n + 1. */
+void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *option, bool given, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /* Before MPI: true when the launcher's environment says this process is one of
  * several ranks (then an error found before MPI starts must go through
  * bt_cli_agree so that the job ends with its message). */

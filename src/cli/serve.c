@@ -283,18 +283,10 @@ int bt_cli_serve(int argc, char **argv) {
     if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[4];
     int n_items = 0;
-#define ITEM(OPT, ...)                                                            \
-    do {                                                                          \
-        items[n_items].option = (OPT);                                            \
-        items[n_items].given = true;                                              \
-        snprintf(items[n_items].value, sizeof items[n_items].value, __VA_ARGS__); \
-        n_items++;                                                                \
-    } while (0)
-    ITEM("--model", "%s", o.model ? o.model : "");
-    ITEM("--parallel", "%d", o.parallel);
-    ITEM("--ctx-size", "%ld", o.ctx);
-    ITEM("--ubatch", "%ld", o.ubatch);
-#undef ITEM
+    bt_cli_agree_add(items, &n_items, "--model", true, "%s", o.model ? o.model : "");
+    bt_cli_agree_add(items, &n_items, "--parallel", true, "%d", o.parallel);
+    bt_cli_agree_add(items, &n_items, "--ctx-size", true, "%ld", o.ctx);
+    bt_cli_agree_add(items, &n_items, "--ubatch", true, "%ld", o.ubatch);
     int rc = bt_cli_agree(R.t, "baton serve", prc, perr, items, n_items);
     if (rc != 0) {
         bt_rank_free(&R);
