@@ -14,6 +14,7 @@
 #include "gguf.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
+#include "testutil.h"
 
 #ifndef BATON_TEST_DATA
 #error "BATON_TEST_DATA (the tests/data folder) must be defined by the build"
@@ -414,10 +415,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(suite()); }
