@@ -141,3 +141,16 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
     if (!*prc) *prc = 1;
     return false;
 }
+
+int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,
+                      const struct bt_cli_agree_item *items, int n_items, char *err, size_t n_err) {
+    err[0] = '\0';
+    if (!prc && R->have_topo && bt_topology_check_world(&R->topo, R->size, perr, n_perr) != BT_OK) prc = 1;
+    const int rc = bt_cli_agree(R->t, c->prog, prc, perr, items, n_items);
+    if (rc != 0) return rc;
+    if (bt_rank_setup(R, c) != BT_OK) {
+        snprintf(err, n_err, "%s", R->error);
+        return R->exit_code;
+    }
+    return 0;
+}

@@ -340,16 +340,10 @@ int bt_cli_bench_model(int argc, char **argv) {
     memset(res, 0, sizeof res);
     int n_res = 0;
 
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[BM_AGREE_ITEMS];
     BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
-    rc = bt_cli_agree(t, BM_PROG, prc, perr, items, BM_AGREE_ITEMS);
+    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, BM_AGREE_ITEMS, err, sizeof err);
     if (rc != 0) goto out;
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        snprintf(err, sizeof err, "%s", R.error);
-        rc = R.exit_code;
-        goto out;
-    }
 
     struct bt_engine_params ep;
     bt_engine_default_params(&ep);

@@ -755,17 +755,11 @@ int bt_cli_generate(int argc, char **argv) {
     bt_tokenizer *tok = NULL;
     struct bt_engine_stats *all = NULL;
 
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[GEN_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == GEN_AGREE_ITEMS);
-    rc = bt_cli_agree(t, GEN_PROG, prc, perr, items, n_items);
+    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) goto out;
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        snprintf(err, sizeof err, "%s", R.error);
-        rc = R.exit_code;
-        goto out;
-    }
 
     struct bt_engine_params ep;
     bt_engine_default_params(&ep);
