@@ -2,7 +2,8 @@
 #include "trace.h"
 
 #include <stdio.h>
-#include <unistd.h>
+
+#include "outfile.h"
 
 static const char *kind_name(int kind) {
     return kind == BT_TRACE_COMPUTE ? "compute" : kind == BT_TRACE_WAIT ? "wait" : "send";
@@ -10,13 +11,9 @@ static const char *kind_name(int kind) {
 
 enum bt_status bt_trace_write_json(const struct bt_trace_event *all, size_t per, int n_ranks, const char *path,
                                    char *err, size_t errlen) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write the trace", path);
-        return BT_ERR_IO;
-    }
+    struct bt_outfile o;
+    if (bt_outfile_open(&o, path, "the trace", err, errlen) != BT_OK) return BT_ERR_IO;
+    FILE *f = o.f;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int r = 0; r < n_ranks; r++) {
         fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
@@ -36,12 +33,6 @@ enum bt_status bt_trace_write_json(const struct bt_trace_event *all, size_t per,
         }
     }
     fprintf(f, "\n]}\n");
-    const bool ok = fflush(f) == 0 && !ferror(f);
-    fclose(f);
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        snprintf(err, errlen, "%s: cannot write the trace", path);
-        return BT_ERR_IO;
-    }
+    if (bt_outfile_commit(&o, "the trace", err, errlen) != BT_OK) return BT_ERR_IO;
     return BT_OK;
 }

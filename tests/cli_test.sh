@@ -169,6 +169,20 @@ expect 0 "transfers per micro-batch \([0-9]+ device to device\)" "plan shows the
 "$baton" plan -t "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
 grep -q "device to device" "$tmp/out" && bad "plan for CPU ranks shows device-to-device transfers" ||
     ok "plan for CPU ranks has no device-to-device transfers"
+# --dump-plan is written whole or not at all: a write that fails halfway
+# (here the file size limit, 1 KiB, of a plan of about 2 KiB) leaves the file
+# as it was and no temporary file beside it; a missing directory is named
+printf 'an older plan\n' >"$tmp/keep.plan"
+expect 1 "^baton plan: $tmp/keep.plan: cannot write the plan: File too large\$" "plan --dump-plan: a write that fails" -- \
+    bash -c 'trap "" XFSZ; ulimit -f 1; exec "$0" plan -t "$1" --dump-plan "$2" >/dev/null' \
+    "$baton" "$root/configs/local-cpu-4.yaml" "$tmp/keep.plan"
+if [ "$(cat "$tmp/keep.plan")" = "an older plan" ] && [ -z "$(find "$tmp" -name 'keep.plan.tmp*')" ]; then
+    ok "plan --dump-plan: a failed write leaves the old file whole, nothing beside it"
+else
+    bad "plan --dump-plan: a failed write leaves the old file whole, nothing beside it ($(wc -c <"$tmp/keep.plan") bytes; $(ls "$tmp"))"
+fi
+expect 1 "^baton plan: $tmp/no/dir/x.plan: cannot write the plan: No such file or directory\$" \
+    "plan --dump-plan into a missing directory" -- "$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/no/dir/x.plan"
 
 # the projection on paper (baton plan --project): every cluster file, the
 # 64-GPU table, the model options over the file's, and bad cluster files

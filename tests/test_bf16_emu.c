@@ -297,7 +297,7 @@ START_TEST(test_copies_are_the_model) {
             volatile int status = BT_OK;
             char err[BT_CPU_ERRBUF] = "";
             for (int ith = 0; ith < nth; ith++) { /* two threads' shares, one after the other */
-                const struct bt_cpu_params prm = {ith, nth, wdata, ws, false, NULL, &status, err};
+                const struct bt_cpu_params prm = {ith, nth, wdata, ws, false, NULL, &status, err, NULL, -1, NULL};
                 (id ? copies[c].mul_mat_id : copies[c].mul_mat)(&prm, d);
             }
             ck_assert_msg(status == BT_OK, "%s: %s", copies[c].name, err);

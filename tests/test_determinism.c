@@ -52,6 +52,19 @@ static void build(struct model *m) {
         tu_fill(as, &r);
         add_out(m, bt_mul_mat_id(ctx, as, xb, ids), "mul_mat_id"); /* [67, 2, 37] */
     }
+    /* decode shapes: one column (the dot paths, whose rows the threads take
+     * in chunks from a shared counter), each matmul behind a view so that
+     * computed nodes and node indices alternate differently */
+    for (int i = 0; i < 5; i++) {
+        struct bt_tensor *w = bt_new_tensor_2d(ctx, wtypes[i], K, 3 * M);
+        tu_fill(w, &r);
+        struct bt_tensor *col = bt_view_2d(ctx, x, K, 1, x->nb[1], (size_t)(i + 1) * x->nb[1]);
+        add_out(m, bt_mul_mat(ctx, w, col), "mul_mat_decode");
+        struct bt_tensor *as = bt_new_tensor_3d(ctx, wtypes[i], K, M, NE);
+        tu_fill(as, &r);
+        struct bt_tensor *id1 = bt_view_2d(ctx, ids, NU, 1, ids->nb[1], (size_t)i * ids->nb[1]);
+        add_out(m, bt_mul_mat_id(ctx, as, bt_reshape_3d(ctx, col, K, 1, 1), id1), "mul_mat_id_decode");
+    }
     /* a larger matmul with a transposed-activation operand and batch broadcast */
     struct bt_tensor *w3 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 320, 131, 2);
     struct bt_tensor *x3 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 320, 45, 4);

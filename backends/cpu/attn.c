@@ -25,15 +25,17 @@
  *     s > M:  acc = acc * x + v        S = S * x + 1     (new maximum)
  *     else:   acc = fma(x, v, acc)     S = S + x
  * where exp_fixed is one polynomial (below) and the vector lanes of acc are
- * its elements.  A masked cell is skipped before anything is computed from
- * it, so other sequences' cells, future positions and empty cells leave no
+ * its elements.  A masked cell takes no part in a row's maximum, sum or
+ * accumulator (a vector lane may compute its score, which is then dropped),
+ * so other sequences' cells, future positions and empty cells leave no
  * trace.  The tile only decides which cells are handled together, never an
  * operation of a row, so the result is bitwise the same for any thread
  * count, any block (a decode step's single row or a prompt's block), any
  * number of other rows in the batch, and any placement of the cells in the
  * cache that keeps their relative order.
  *
- * Instruction sets: the kernels (k tile, scores, exp, accumulation) come in
+ * Instruction sets: the kernels (k tile, scores, running maximum and exp,
+ * accumulation; the sum S is plain C in all) come in
  * AVX-512, AVX2+FMA+F16C and plain C; bt_cpu_flash_attn takes the widest the
  * CPU has at run time (whatever -march the file was built with), the plain C
  * one under p->reference.  All three do the same operations lane by lane
@@ -51,6 +53,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATTN_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define TARGET_AVX512 __attribute__((target("avx512f,fma,f16c")))
 #define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -102,15 +105,21 @@ typedef void (*attn_f16_row_fn)(const bt_fp16_t *x, float *y, int64_t n);
 /* s[r][c] = chain(q_r, kt[:, c]) * scale + mt[r / group][c] for r < nr */
 typedef void (*attn_scores_fn)(const float *kt, int64_t D, const float *const *qp, int nr, int group,
                                const float *mt, float scale, float *s);
-/* x[c] = exp_fixed(min(s[c], mp[c]) - max(s[c], mp[c])), c < TILE (in place allowed) */
-typedef void (*attn_exp_fn)(const float *s, const float *mp, float *x);
-/* acc [Dv] over the cells c < TILE not in skip: new-maximum cells
- * acc = acc * x[c] + v_c, others acc = fma(x[c], v_c, acc) (v_c = v + c * vs) */
-typedef void (*attn_accum_fn)(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+/* One row's tile of scores s [TILE] with its mask values mr [TILE] and
+ * running maximum *M: the cells it skips (mask or score -inf), the running
+ * maximum before each cell mp[c] (exact, so however it is found), the cells
+ * that raise it (s[c] > mp[c]), and in place of the scores
+ *     x[c] = exp_fixed(min(s[c], mp[c]) - max(s[c], mp[c]));
+ * *M becomes the maximum after the tile. */
+typedef void (*attn_softmax_fn)(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip);
+/* acc [Dv] and the sum *S over the cells c < TILE not in skip: new-maximum
+ * cells acc = acc * x[c] + v_c, S = S * x[c] + 1; others acc = fma(x[c], v_c,
+ * acc), S = S + x[c] (v_c = v + c * vs) */
+typedef void (*attn_accum_fn)(float *acc, float *S, int64_t Dv, const float *v, int64_t vs, const float *x,
                               uint32_t newb, uint32_t skip);
 /* the same for two rows, every cell seen and none a new maximum */
-typedef void (*attn_accum2_fn)(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs, const float *x0,
-                               const float *x1);
+typedef void (*attn_accum2_fn)(float *a0, float *a1, float *S0, float *S1, int64_t Dv, const float *v, int64_t vs,
+                               const float *x0, const float *x1);
 
 struct attn_isa {
     const char *name;
@@ -118,7 +127,7 @@ struct attn_isa {
     attn_k_tile_fn k_tile_f16;
     attn_f16_row_fn f16_row;
     attn_scores_fn scores;
-    attn_exp_fn exp;
+    attn_softmax_fn softmax;
     attn_accum_fn accum;
     attn_accum2_fn accum2;
 };
@@ -150,15 +159,42 @@ static void c_scores(const float *kt, int64_t D, const float *const *qp, int nr,
     }
 }
 
-static void c_exp(const float *s, const float *mp, float *x) {
+static void c_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
+    float mp[TILE], m = *M;
+    uint32_t nb = 0, sk = 0;
+    for (int c = 0; c < TILE; c++) {
+        mp[c] = m;
+        if (mr[c] == -INFINITY || s[c] == -INFINITY) {
+            sk |= 1u << c;
+        } else if (s[c] > m) {
+            nb |= 1u << c;
+            m = s[c];
+        }
+    }
+    *M = m;
+    *newb = nb;
+    *skip = sk;
     for (int c = 0; c < TILE; c++) {
         const float lo = s[c] < mp[c] ? s[c] : mp[c], hi = s[c] < mp[c] ? mp[c] : s[c];
-        x[c] = exp_fixed(lo - hi);
+        s[c] = exp_fixed(lo - hi);
     }
 }
 
-static void c_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x, uint32_t newb,
-                    uint32_t skip) {
+/* the running sum: the same scalar code in every variant (the accumulation
+ * kernels start with it so that its chain of dependent adds overlaps their
+ * vector work) */
+static inline void sum_update(float *S, const float *x, uint32_t newb, uint32_t skip) {
+    float sum = *S;
+    for (int c = 0; c < TILE; c++) {
+        if (skip >> c & 1) continue;
+        sum = newb >> c & 1 ? sum * x[c] + 1.0f : sum + x[c];
+    }
+    *S = sum;
+}
+
+/* acc alone (no sum), plain C: the accumulation of c_accum and the tail of AVX2's */
+static void c_accum_v(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x, uint32_t newb,
+                      uint32_t skip) {
     for (int c = 0; c < TILE; c++) {
         if (skip >> c & 1) continue;
         const float *vc = v + c * vs;
@@ -169,16 +205,28 @@ static void c_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const fl
     }
 }
 
-static void c_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs, const float *x0,
-                     const float *x1) {
-    c_accum(a0, Dv, v, vs, x0, 0, 0);
-    c_accum(a1, Dv, v, vs, x1, 0, 0);
+static void c_accum(float *acc, float *S, int64_t Dv, const float *v, int64_t vs, const float *x, uint32_t newb,
+                    uint32_t skip) {
+    sum_update(S, x, newb, skip);
+    c_accum_v(acc, Dv, v, vs, x, newb, skip);
+}
+
+static void c_accum2(float *a0, float *a1, float *S0, float *S1, int64_t Dv, const float *v, int64_t vs,
+                     const float *x0, const float *x1) {
+    c_accum(a0, S0, Dv, v, vs, x0, 0, 0);
+    c_accum(a1, S1, Dv, v, vs, x1, 0, 0);
 }
 
 #ifdef ATTN_X86
 /* ---- AVX-512 ---- */
 
-static bool avx512_available(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c"); }
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know it) */
+static bool has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+static bool avx512_available(void) { return __builtin_cpu_supports("avx512f") && has_f16c(); }
 
 TARGET_AVX512 static bool avx512_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
     if (D % 16) return false;
@@ -242,16 +290,34 @@ TARGET_AVX512 static __m512 avx512_exp_fixed(__m512 x) {
     return _mm512_maskz_mov_ps(ok, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
 }
 
-TARGET_AVX512 static void avx512_exp(const float *s, const float *mp, float *x) {
-    const __m512 a = _mm512_loadu_ps(s), b = _mm512_loadu_ps(mp);
+/* the running maximum by a log-step prefix max over the lanes of the cells
+ * that count (seen, score not NaN) */
+TARGET_AVX512 static void avx512_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), a = _mm512_loadu_ps(s);
+    const __mmask16 seen = _mm512_cmp_ps_mask(a, ninf, _CMP_NEQ_UQ) &
+                           _mm512_cmp_ps_mask(_mm512_loadu_ps(mr), ninf, _CMP_NEQ_UQ);
+    const __mmask16 counts = seen & _mm512_cmp_ps_mask(a, ninf, _CMP_GT_OQ);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 p = _mm512_mask_mov_ps(ninf, counts, a);
+    for (int k = 1; k < 16; k *= 2)
+        p = _mm512_max_ps(p, _mm512_mask_permutexvar_ps(ninf, (__mmask16)(0xFFFFu << k),
+                                                        _mm512_sub_epi32(lane, _mm512_set1_epi32(k)), p));
+    const __m512 m_in = _mm512_set1_ps(*M);
+    const __m512 b = _mm512_max_ps(m_in, _mm512_mask_permutexvar_ps(ninf, (__mmask16)0xFFFEu,
+                                                                    _mm512_sub_epi32(lane, _mm512_set1_epi32(1)), p));
+    const float last = _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), p));
+    if (last > *M) *M = last;
+    *newb = counts & _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ);
+    *skip = (uint16_t)~seen;
     const __mmask16 lt = _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ);
     const __m512 lo = _mm512_mask_blend_ps(lt, b, a), hi = _mm512_mask_blend_ps(lt, a, b);
-    _mm512_storeu_ps(x, avx512_exp_fixed(_mm512_sub_ps(lo, hi)));
+    _mm512_storeu_ps(s, avx512_exp_fixed(_mm512_sub_ps(lo, hi)));
 }
 
 /* the Dv elements in chunks of up to 4 vectors kept in registers over the tile */
-TARGET_AVX512 static void avx512_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+TARGET_AVX512 static void avx512_accum(float *acc, float *S, int64_t Dv, const float *v, int64_t vs, const float *x,
                                        uint32_t newb, uint32_t skip) {
+    sum_update(S, x, newb, skip);
     for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
         __mmask16 m[4];
         __m512 a[4];
@@ -274,8 +340,10 @@ TARGET_AVX512 static void avx512_accum(float *acc, int64_t Dv, const float *v, i
     }
 }
 
-TARGET_AVX512 static void avx512_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs,
-                                        const float *x0, const float *x1) {
+TARGET_AVX512 static void avx512_accum2(float *a0, float *a1, float *S0, float *S1, int64_t Dv, const float *v,
+                                        int64_t vs, const float *x0, const float *x1) {
+    sum_update(S0, x0, 0, 0);
+    sum_update(S1, x1, 0, 0);
     for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
         __mmask16 m[4];
         __m512 p[4], q[4];
@@ -304,7 +372,7 @@ TARGET_AVX512 static void avx512_accum2(float *a0, float *a1, int64_t Dv, const 
 /* ---- AVX2 + FMA + F16C ---- */
 
 static bool avx2_available(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
 /* 8 x 8 floats: r[i] lane j <-> r[j] lane i */
@@ -396,18 +464,43 @@ TARGET_AVX2 static __m256 avx2_exp_fixed(__m256 x) {
     return _mm256_and_ps(ok, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-TARGET_AVX2 static void avx2_exp(const float *s, const float *mp, float *x) {
+/* as avx512_softmax, a half of 8 cells at a time, the maximum carried over */
+TARGET_AVX2 static void avx2_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    float carry = *M;
+    uint32_t nb = 0, sk = 0;
     for (int h = 0; h < TILE; h += 8) {
-        const __m256 a = _mm256_loadu_ps(s + h), b = _mm256_loadu_ps(mp + h);
+        const __m256 a = _mm256_loadu_ps(s + h);
+        const __m256 seen = _mm256_and_ps(_mm256_cmp_ps(a, ninf, _CMP_NEQ_UQ),
+                                          _mm256_cmp_ps(_mm256_loadu_ps(mr + h), ninf, _CMP_NEQ_UQ));
+        const __m256 counts = _mm256_and_ps(seen, _mm256_cmp_ps(a, ninf, _CMP_GT_OQ));
+        __m256 p = _mm256_blendv_ps(ninf, a, counts);
+        p = _mm256_max_ps(p, _mm256_blend_ps(_mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6)),
+                                             ninf, 0x01));
+        p = _mm256_max_ps(p, _mm256_blend_ps(_mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 0, 1, 2, 3, 4, 5)),
+                                             ninf, 0x03));
+        p = _mm256_max_ps(p, _mm256_blend_ps(_mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3)),
+                                             ninf, 0x0F));
+        const __m256 m_in = _mm256_set1_ps(carry);
+        const __m256 b = _mm256_max_ps(
+            m_in, _mm256_blend_ps(_mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6)), ninf, 0x01));
+        const float last = _mm256_cvtss_f32(_mm256_permutevar8x32_ps(p, _mm256_set1_epi32(7)));
+        if (last > carry) carry = last;
+        nb |= (uint32_t)_mm256_movemask_ps(_mm256_and_ps(counts, _mm256_cmp_ps(a, b, _CMP_GT_OQ))) << h;
+        sk |= (uint32_t)(~_mm256_movemask_ps(seen) & 0xFF) << h;
         const __m256 lt = _mm256_cmp_ps(a, b, _CMP_LT_OQ);
         const __m256 lo = _mm256_blendv_ps(b, a, lt), hi = _mm256_blendv_ps(a, b, lt);
-        _mm256_storeu_ps(x + h, avx2_exp_fixed(_mm256_sub_ps(lo, hi)));
+        _mm256_storeu_ps(s + h, avx2_exp_fixed(_mm256_sub_ps(lo, hi)));
     }
+    *M = carry;
+    *newb = nb;
+    *skip = sk;
 }
 
 /* 8-element chunks; a tail of Dv % 8 elements in plain C (the same operations) */
-TARGET_AVX2 static void avx2_accum(float *acc, int64_t Dv, const float *v, int64_t vs, const float *x,
+TARGET_AVX2 static void avx2_accum(float *acc, float *S, int64_t Dv, const float *v, int64_t vs, const float *x,
                                    uint32_t newb, uint32_t skip) {
+    sum_update(S, x, newb, skip);
     int64_t d0 = 0;
     for (; d0 + 32 <= Dv; d0 += 32) {
         __m256 a[4];
@@ -423,11 +516,13 @@ TARGET_AVX2 static void avx2_accum(float *acc, int64_t Dv, const float *v, int64
         }
         for (int l = 0; l < 4; l++) _mm256_storeu_ps(acc + d0 + 8 * l, a[l]);
     }
-    if (d0 < Dv) c_accum(acc + d0, Dv - d0, v + d0, vs, x, newb, skip);
+    if (d0 < Dv) c_accum_v(acc + d0, Dv - d0, v + d0, vs, x, newb, skip);
 }
 
-TARGET_AVX2 static void avx2_accum2(float *a0, float *a1, int64_t Dv, const float *v, int64_t vs,
-                                    const float *x0, const float *x1) {
+TARGET_AVX2 static void avx2_accum2(float *a0, float *a1, float *S0, float *S1, int64_t Dv, const float *v,
+                                    int64_t vs, const float *x0, const float *x1) {
+    sum_update(S0, x0, 0, 0);
+    sum_update(S1, x1, 0, 0);
     int64_t d0 = 0;
     for (; d0 + 32 <= Dv; d0 += 32) {
         __m256 p[4], q[4];
@@ -449,7 +544,10 @@ TARGET_AVX2 static void avx2_accum2(float *a0, float *a1, int64_t Dv, const floa
             _mm256_storeu_ps(a1 + d0 + 8 * l, q[l]);
         }
     }
-    if (d0 < Dv) c_accum2(a0 + d0, a1 + d0, Dv - d0, v + d0, vs, x0, x1);
+    if (d0 < Dv) {
+        c_accum_v(a0 + d0, Dv - d0, v + d0, vs, x0, 0, 0);
+        c_accum_v(a1 + d0, Dv - d0, v + d0, vs, x1, 0, 0);
+    }
 }
 #endif /* ATTN_X86 */
 
@@ -460,7 +558,7 @@ static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
         /* .k_tile_f16 = */ c_k_tile_f16,
         /* .f16_row    = */ c_f16_row,
         /* .scores     = */ c_scores,
-        /* .exp        = */ c_exp,
+        /* .softmax    = */ c_softmax,
         /* .accum      = */ c_accum,
         /* .accum2     = */ c_accum2,
     },
@@ -471,7 +569,7 @@ static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
         /* .k_tile_f16 = */ avx2_k_tile_f16,
         /* .f16_row    = */ avx2_f16_row,
         /* .scores     = */ avx2_scores,
-        /* .exp        = */ avx2_exp,
+        /* .softmax    = */ avx2_softmax,
         /* .accum      = */ avx2_accum,
         /* .accum2     = */ avx2_accum2,
     },
@@ -481,7 +579,7 @@ static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
         /* .k_tile_f16 = */ avx512_k_tile_f16,
         /* .f16_row    = */ avx512_f16_row,
         /* .scores     = */ avx512_scores,
-        /* .exp        = */ avx512_exp,
+        /* .softmax    = */ avx512_softmax,
         /* .accum      = */ avx512_accum,
         /* .accum2     = */ avx512_accum2,
     },
@@ -507,12 +605,12 @@ static int64_t block_rows(int64_t T, int64_t Hk, int64_t group, int nth) {
 }
 
 struct scratch_layout {
-    size_t kt, vt, row, mt, s, mp, acc, ms, bits, qp, total; /* byte offsets, total size */
+    size_t kt, vt, row, mt, s, acc, ms, bits, qp, total; /* byte offsets, total size */
 };
 
 /* per thread: kt [D][TILE], vt [TILE][Dv], row [max(D, Dv)] (one k row
  * converted), mt [R][TILE] mask values, s [nr][TILE] scores then exp
- * values, mp [TILE] running maxima, acc [nr][Dv], M and S [nr] each, the
+ * values, acc [nr][Dv], M and S [nr] each, the
  * new-maximum and skip bits [nr] each, the q row pointers [nr] */
 static struct scratch_layout scratch_layout(const struct bt_tensor *node, int nth) {
     const int64_t D = node->src[0]->ne[0], H = node->src[0]->ne[1], T = node->src[0]->ne[2];
@@ -526,7 +624,6 @@ static struct scratch_layout scratch_layout(const struct bt_tensor *node, int nt
     TAKE(row, (D > Dv ? D : Dv) * sizeof(float));
     TAKE(mt, R * TILE * sizeof(float));
     TAKE(s, nr * TILE * sizeof(float));
-    TAKE(mp, TILE * sizeof(float));
     TAKE(acc, nr * Dv * sizeof(float));
     TAKE(ms, 2 * nr * sizeof(float));
     TAKE(bits, 2 * nr * sizeof(uint32_t));
@@ -549,6 +646,39 @@ static inline float mask_at(const struct bt_tensor *mask, int64_t j, int64_t t) 
     const char *p = (const char *)mask->data + j * mask->nb[0] + t * mask->nb[1];
     if (mask->type == BT_TYPE_F16) return bt_fp16_to_fp32(*(const bt_fp16_t *)p);
     return *(const float *)p;
+}
+
+/* mt [nt][TILE]: the mask of query rows t0 .. t0+nt-1 at cells j0 ..
+ * j0+TILE-1 (-inf past the nj cells there are; 0 without a mask); false
+ * when every value is -inf (no row of the block sees a cell of the tile) */
+static bool mask_tile(const struct bt_tensor *mask, int64_t j0, int nj, int64_t t0, int64_t nt, float *mt) {
+    bool any = false;
+    for (int64_t tr = 0; tr < nt; tr++) {
+        float *m = mt + tr * TILE;
+        if (!mask)
+            for (int c = 0; c < nj; c++) m[c] = 0.0f;
+        else if (mask->type == BT_TYPE_F32 && mask->nb[0] == sizeof(float)) {
+            const float *src = (const float *)((const char *)mask->data + (t0 + tr) * mask->nb[1]) + j0;
+            for (int c = 0; c < nj; c++) m[c] = src[c];
+        } else
+            for (int c = 0; c < nj; c++) m[c] = mask_at(mask, j0 + c, t0 + tr);
+        for (int c = nj; c < TILE; c++) m[c] = -INFINITY;
+        for (int c = 0; c < nj; c++) any |= m[c] != -INFINITY;
+    }
+    return any;
+}
+
+/* the next tile's k and v rows on their way to the cache while this one is
+ * computed: for decode steps (one or two query rows), which stream a long
+ * context; a prompt's block reuses the tiles from the cache */
+static void prefetch_tile(const struct bt_tensor *k, const struct bt_tensor *v, int64_t hk, int64_t j0, int nj) {
+    const size_t kb = bt_row_size(k->type, k->ne[0]), vb = bt_row_size(v->type, v->ne[0]);
+    const char *kp = (const char *)k->data + hk * k->nb[1] + j0 * k->nb[2];
+    const char *vp = (const char *)v->data + hk * v->nb[1] + j0 * v->nb[2];
+    for (int c = 0; c < nj; c++) {
+        for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(kp + c * k->nb[2] + o);
+        for (size_t o = 0; o < vb; o += 64) __builtin_prefetch(vp + c * v->nb[2] + o);
+    }
 }
 
 /* kt [D][TILE] for cells j0 .. j0+nj-1 of kv head hk (0 beyond) */
@@ -600,7 +730,7 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
     BT_ASSERT(p->wdata && p->wsize >= l.total * (size_t)p->nth);
     char *w = (char *)p->wdata + l.total * (size_t)p->ith;
     float *kt = (float *)(w + l.kt), *vt = (float *)(w + l.vt), *row = (float *)(w + l.row);
-    float *mt = (float *)(w + l.mt), *s = (float *)(w + l.s), *mp = (float *)(w + l.mp);
+    float *mt = (float *)(w + l.mt), *s = (float *)(w + l.s);
     float *acc = (float *)(w + l.acc), *M = (float *)(w + l.ms);
     uint32_t *newbits = (uint32_t *)(w + l.bits);
     const float **qp = (const float **)(w + l.qp);
@@ -622,55 +752,27 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
         }
         for (int64_t j0 = 0; j0 < N; j0 += TILE) {
             const int nj = N - j0 < TILE ? (int)(N - j0) : TILE;
-            bool any = false;
-            for (int64_t tr = 0; tr < nt; tr++)
-                for (int c = 0; c < TILE; c++) {
-                    const float m = c >= nj ? -INFINITY : mask ? mask_at(mask, j0 + c, t0 + tr) : 0.0f;
-                    mt[tr * TILE + c] = m;
-                    any |= m != -INFINITY;
-                }
-            if (!any) continue;
+            if (!mask_tile(mask, j0, nj, t0, nt, mt)) continue;
+            if (nt <= 2 && j0 + TILE < N) prefetch_tile(k, v, hk, j0 + TILE, N - j0 - TILE < TILE ? (int)(N - j0 - TILE) : TILE);
             k_tile(isa, k, hk, j0, nj, kt, row);
             isa->scores(kt, D, qp, nr, (int)group, mt, scale, s);
-            /* per row: the cells it sees, the maximum before each, the new maxima */
-            for (int r = 0; r < nr; r++) {
-                const float *mr = mt + (r / group) * TILE;
-                float *sr = s + r * TILE, m = M[r];
-                uint32_t nb = 0, sk = 0;
-                for (int c = 0; c < TILE; c++) {
-                    mp[c] = m;
-                    if (mr[c] == -INFINITY || sr[c] == -INFINITY) {
-                        sk |= 1u << c;
-                    } else if (sr[c] > m) {
-                        nb |= 1u << c;
-                        m = sr[c];
-                    }
-                }
-                newbits[r] = nb;
-                skipbits[r] = sk;
-                if (sk == (1u << TILE) - 1u) continue;
-                isa->exp(sr, mp, sr); /* sr: the scores become x */
-                float sum = S[r];
-                for (int c = 0; c < TILE; c++) {
-                    if (sk >> c & 1) continue;
-                    sum = nb >> c & 1 ? sum * sr[c] + 1.0f : sum + sr[c];
-                }
-                S[r] = sum;
-                M[r] = m;
-            }
+            /* per row: the cells it sees, the new maxima, the scores become x */
+            for (int r = 0; r < nr; r++)
+                isa->softmax(s + r * TILE, mt + (r / group) * TILE, &M[r], &newbits[r], &skipbits[r]);
             int64_t vs = 0;
             const float *vr = v_tile(isa, v, hk, j0, nj, vt, &vs);
             int r = 0;
             for (; r + 2 <= nr; r += 2) {
                 if ((newbits[r] | skipbits[r] | newbits[r + 1] | skipbits[r + 1]) == 0)
-                    isa->accum2(acc + r * Dv, acc + (r + 1) * Dv, Dv, vr, vs, s + r * TILE, s + (r + 1) * TILE);
+                    isa->accum2(acc + r * Dv, acc + (r + 1) * Dv, &S[r], &S[r + 1], Dv, vr, vs, s + r * TILE,
+                                s + (r + 1) * TILE);
                 else
                     for (int e = r; e < r + 2; e++)
                         if (skipbits[e] != (1u << TILE) - 1u)
-                            isa->accum(acc + e * Dv, Dv, vr, vs, s + e * TILE, newbits[e], skipbits[e]);
+                            isa->accum(acc + e * Dv, &S[e], Dv, vr, vs, s + e * TILE, newbits[e], skipbits[e]);
             }
             if (r < nr && skipbits[r] != (1u << TILE) - 1u)
-                isa->accum(acc + r * Dv, Dv, vr, vs, s + r * TILE, newbits[r], skipbits[r]);
+                isa->accum(acc + r * Dv, &S[r], Dv, vr, vs, s + r * TILE, newbits[r], skipbits[r]);
         }
         for (int r = 0; r < nr; r++) {
             const int64_t tr = r / group, g = r - tr * group;

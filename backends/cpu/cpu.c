@@ -1,18 +1,25 @@
 /* cpu.c - the CPU executor: runs a graph's nodes in order on a thread pool.
  *
  * The whole graph is computed inside ONE bt_threadpool_run: every thread
- * walks nodes[] and computes its (ith, nth) share of each node, with a
- * barrier after each node (ggml_graph_compute_thread).  View ops
- * (VIEW/RESHAPE/PERMUTE/TRANSPOSE) compute nothing and are skipped without a
- * barrier.
+ * walks the plan's steps (cpu_plan.c: the computed nodes, views skipped) and
+ * computes its (ith, nth) share of each, or skips a solo step (thread 0
+ * computes it alone), with a barrier after the steps the plan marks (where a
+ * later node needs what earlier ones wrote; ggml_graph_compute_thread puts
+ * one after every node).
  *
  * Errors: before anything runs, every node is checked (has data, is
  * supported), so a bad graph fails with nothing computed.  A run-time error
  * (an id out of range) is reported by a kernel through bt_cpu_fail; after the
- * node's barrier every thread sees it and stops.  Node i reports into
- * status slot i % 2: a fast thread that has passed node i's barrier can only
- * reach node i + 1 (slot (i+1) % 2) while a slow one still reads slot i % 2,
- * so all threads agree on where to stop.
+ * next barrier every thread sees it and stops.  The nodes between the s-th
+ * and the (s+1)-th barrier report into status slot s % 2: a fast thread that
+ * has passed barrier s can only reach nodes before barrier s + 1 (slot
+ * (s+1) % 2) while a slow one still reads slot s % 2, so all threads agree
+ * on where to stop.
+ *
+ * Work counters: a kernel may hand out its work in chunks from a counter
+ * shared by the node's threads (bt_cpu_next_chunk), so that a thread slowed
+ * by the OS does not hold the others at the barrier.  Each step has its own
+ * counter (a cache line apart), zeroed before the run.
  */
 #include "cpu_impl.h"
 
@@ -25,13 +32,19 @@
 struct bt_cpu {
     int n_threads;
     bool reference;
+    bool barrier_every_node; /* the plan off: a barrier after every node */
     bt_threadpool *pool;
     void *wdata; /* work buffer, BT_MEM_ALIGN aligned, kept between runs */
     size_t wsize;
+    struct bt_cpu_step *steps; /* the current graph's plan */
+    int64_t *counters;         /* one work counter per step, BT_CPU_COUNTER_STRIDE apart */
+    int steps_cap;
     bt_cpu_node_hook hook; /* thread 0, after its share of each node */
     void *hook_user;
     char err[BT_CPU_ERRBUF];
 };
+
+#define BT_CPU_COUNTER_STRIDE 8 /* int64_t: a cache line per counter */
 
 bt_cpu *bt_cpu_new(int n_threads) {
     if (n_threads <= 0) {
@@ -53,11 +66,14 @@ void bt_cpu_free(bt_cpu *cpu) {
     if (!cpu) return;
     bt_threadpool_free(cpu->pool);
     free(cpu->wdata);
+    free(cpu->steps);
+    free(cpu->counters);
     free(cpu);
 }
 
 int bt_cpu_n_threads(const bt_cpu *cpu) { return cpu->n_threads; }
 void bt_cpu_set_reference(bt_cpu *cpu, bool reference) { cpu->reference = reference; }
+void bt_cpu_set_barrier_every_node(bt_cpu *cpu, bool on) { cpu->barrier_every_node = on; }
 const char *bt_cpu_error(const bt_cpu *cpu) { return cpu->err; }
 
 void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fmt, ...) {
@@ -67,6 +83,7 @@ void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fm
     if (!__atomic_compare_exchange_n((int *)p->status, &expected, (int)s, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
         return;
+    if (p->fail_node) *p->fail_node = p->node;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->errbuf, BT_CPU_ERRBUF, fmt, ap);
@@ -95,8 +112,10 @@ size_t bt_cpu_work_size(const struct bt_tensor *node, int nth) {
 struct compute_state {
     bt_cpu *cpu;
     struct bt_graph *g;
-    volatile int status[2]; /* node i reports into status[i & 1] */
-    volatile int fail_node; /* index of the failing node (thread 0 writes) */
+    int n_steps;
+    /* the nodes after the s-th barrier report into slot s & 1 */
+    volatile int status[2];
+    volatile int fail_node[2]; /* the node that set status[k] */
 };
 
 static void compute_thread(void *arg, int ith, int nth) {
@@ -107,38 +126,50 @@ static void compute_thread(void *arg, int ith, int nth) {
     struct bt_cpu_params p = {
         /* .ith       = */ ith,
         /* .nth       = */ nth,
-        /* .wdata     = */ cpu->wdata,
-        /* .wsize     = */ cpu->wsize,
+        /* .wdata     = */ NULL,
+        /* .wsize     = */ 0,
         /* .reference = */ cpu->reference,
         /* .pool      = */ cpu->pool,
         /* .status    = */ NULL,
         /* .errbuf    = */ cpu->err,
+        /* .chunk     = */ NULL,
+        /* .node      = */ -1,
+        /* .fail_node = */ NULL,
     };
-    for (int i = 0; i < g->n_nodes; i++) {
-        struct bt_tensor *node = g->nodes[i];
-        if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
-        p.status = &st->status[i & 1];
-        if (is_mul_mat(node->op)) {
-            if (node->op == BT_OP_MUL_MAT)
-                bt_cpu_mul_mat(&p, node);
-            else
-                bt_cpu_mul_mat_id(&p, node);
-        } else if (node->op == BT_OP_FLASH_ATTN) {
-            bt_cpu_flash_attn(&p, node);
-        } else {
-            bt_cpu_compute_op(&p, node);
+    int sb = 0; /* barriers passed */
+    for (int k = 0; k < st->n_steps; k++) {
+        const struct bt_cpu_step *step = &cpu->steps[k];
+        struct bt_tensor *node = g->nodes[step->node];
+        if (!step->solo || ith == 0) {
+            p.ith = step->solo ? 0 : ith;
+            p.nth = step->solo ? 1 : nth;
+            p.wdata = cpu->wdata ? (char *)cpu->wdata + step->wofs : NULL;
+            p.wsize = step->wsize;
+            p.status = &st->status[sb & 1];
+            p.fail_node = (int *)&st->fail_node[sb & 1];
+            p.chunk = &cpu->counters[(size_t)k * BT_CPU_COUNTER_STRIDE];
+            p.node = step->node;
+            if (is_mul_mat(node->op)) {
+                if (node->op == BT_OP_MUL_MAT)
+                    bt_cpu_mul_mat(&p, node);
+                else
+                    bt_cpu_mul_mat_id(&p, node);
+            } else if (node->op == BT_OP_FLASH_ATTN) {
+                bt_cpu_flash_attn(&p, node);
+            } else {
+                bt_cpu_compute_op(&p, node);
+            }
         }
         if (ith == 0 && cpu->hook) cpu->hook(cpu->hook_user);
+        if (!step->barrier) continue;
         bt_threadpool_barrier(cpu->pool);
-        if (__atomic_load_n((int *)&st->status[i & 1], __ATOMIC_ACQUIRE) != BT_OK) {
-            if (ith == 0) st->fail_node = i;
-            break;
-        }
+        if (__atomic_load_n((int *)&st->status[sb & 1], __ATOMIC_ACQUIRE) != BT_OK) break;
+        sb++;
     }
 }
 
-/* Check every node before anything runs; grow the work buffer. */
-static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g) {
+/* Check every node before anything runs; plan the run; grow the work buffer. */
+static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g, int *n_steps) {
     size_t wsize = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         struct bt_tensor *node = g->nodes[i];
@@ -168,9 +199,23 @@ static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g) {
                 return BT_ERR_INVALID;
             }
         }
-        size_t w = bt_cpu_work_size(node, cpu->n_threads);
-        if (w > wsize) wsize = w;
     }
+    if (g->n_nodes > cpu->steps_cap) {
+        struct bt_cpu_step *steps = malloc((size_t)g->n_nodes * sizeof *steps);
+        int64_t *counters = malloc((size_t)g->n_nodes * BT_CPU_COUNTER_STRIDE * sizeof *counters);
+        if (!steps || !counters) {
+            free(steps);
+            free(counters);
+            snprintf(cpu->err, sizeof(cpu->err), "out of memory (the plan of %d nodes)", g->n_nodes);
+            return BT_ERR_NOMEM;
+        }
+        free(cpu->steps);
+        free(cpu->counters);
+        cpu->steps = steps;
+        cpu->counters = counters;
+        cpu->steps_cap = g->n_nodes;
+    }
+    *n_steps = bt_cpu_plan(g, cpu->n_threads, cpu->barrier_every_node, cpu->steps, &wsize);
     if (wsize > cpu->wsize) {
         /* round up so the aligned allocation's size is a multiple of the alignment */
         size_t sz = (wsize + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
@@ -194,22 +239,26 @@ void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user) {
 enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {
     BT_ASSERT(cpu && g);
     cpu->err[0] = '\0';
-    enum bt_status s = prepare(cpu, g);
+    int n_steps = 0;
+    enum bt_status s = prepare(cpu, g, &n_steps);
     if (s != BT_OK) return s;
+    memset(cpu->counters, 0, (size_t)n_steps * BT_CPU_COUNTER_STRIDE * sizeof *cpu->counters);
 
     struct compute_state st = {
         /* .cpu       = */ cpu,
         /* .g         = */ g,
+        /* .n_steps   = */ n_steps,
         /* .status    = */ {BT_OK, BT_OK},
-        /* .fail_node = */ -1,
+        /* .fail_node = */ {-1, -1},
     };
     bt_threadpool_run(cpu->pool, compute_thread, &st);
 
-    if (st.fail_node >= 0) {
-        s = (enum bt_status)st.status[st.fail_node & 1];
+    for (int k = 0; k < 2; k++) {
+        if (st.status[k] == BT_OK) continue;
+        s = (enum bt_status)st.status[k];
         if (cpu->err[0] == '\0')
-            snprintf(cpu->err, sizeof(cpu->err), "node %d '%s': %s", st.fail_node,
-                     g->nodes[st.fail_node]->name, bt_status_str(s));
+            snprintf(cpu->err, sizeof(cpu->err), "node %d '%s': %s", st.fail_node[k], g->nodes[st.fail_node[k]]->name,
+                     bt_status_str(s));
         return s;
     }
     return BT_OK;

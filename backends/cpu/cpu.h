@@ -1,6 +1,8 @@
 /* cpu.h - the CPU executor: a persistent thread pool; every node of a graph
  * is computed by all threads together, each taking its share by (ith, nth),
- * with a barrier between nodes (ggml's ggml_graph_compute).
+ * or by thread 0 alone when it is tiny, with a barrier wherever a node needs
+ * what earlier ones wrote (ggml's ggml_graph_compute has one after every
+ * node; cpu_plan.c says where).
  *
  * Results never depend on the thread count: no output element's reduction is
  * split across threads, so 1, 2, 3 or 4 threads give bitwise equal results.
@@ -25,6 +27,25 @@ int bt_cpu_n_threads(const bt_cpu *cpu);
 /* Use the plain reference kernels (no SIMD, no blocking) for mul_mat and
  * mul_mat_id: kept for tests and for comparison in benchmarks. */
 void bt_cpu_set_reference(bt_cpu *cpu, bool reference);
+
+/* A barrier after every node, every node on every thread (ggml's way): for
+ * tests, which compare it with the plan (cpu_plan.c); off by default. */
+void bt_cpu_set_barrier_every_node(bt_cpu *cpu, bool on);
+
+/* How bt_cpu_graph_compute runs a graph (cpu_plan.c): one step per computed
+ * node (views skip), in graph order. */
+struct bt_cpu_step {
+    int node;      /* index into g->nodes */
+    bool solo;     /* thread 0 computes it alone; the other threads skip it */
+    bool barrier;  /* every thread waits for all after it */
+    size_t wofs;   /* its part of the work buffer: [wofs, wofs + wsize) */
+    size_t wsize;
+};
+/* The plan for nth threads into steps (room for g->n_nodes); returns the
+ * number of steps; *wsize: the work buffer it needs.  barrier_every_node:
+ * a barrier after each step and no solo steps.  Nodes must have data. */
+int bt_cpu_plan(const struct bt_graph *g, int nth, bool barrier_every_node, struct bt_cpu_step *steps,
+                size_t *wsize);
 
 /* Can the CPU compute this node (op, types, layout)? */
 bool bt_cpu_supports_op(const struct bt_tensor *node);

@@ -30,7 +30,20 @@ struct bt_cpu_params {
     /* first run-time error of this node; any thread may set it */
     volatile int *status;
     char *errbuf;        /* message for *status, BT_CPU_ERRBUF bytes */
+    /* this node's work counter, shared by its threads, 0 when the node
+     * starts: a kernel hands out chunks of work with bt_cpu_next_chunk;
+     * NULL: none (each thread keeps a fixed share) */
+    int64_t *chunk;
+    int node;            /* the node's index in the graph */
+    int *fail_node;      /* where bt_cpu_fail records it (NULL: nowhere) */
 };
+
+/* The next chunk of the current node's work for this thread (0, 1, 2, ...
+ * across all threads together, each index given once).  A thread that is
+ * slowed (preempted, or sharing its core) simply takes fewer chunks. */
+static inline int64_t bt_cpu_next_chunk(const struct bt_cpu_params *p) {
+    return __atomic_fetch_add(p->chunk, 1, __ATOMIC_RELAXED);
+}
 #define BT_CPU_ERRBUF 256
 
 /* Report a run-time error from a kernel (first one wins; thread-safe). */
@@ -105,5 +118,8 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
 
 /* Work buffer bytes for node with nth threads (dispatches to the above). */
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth);
+
+/* cpu_plan.c: does thread 0 compute this node alone (with nth threads)? */
+bool bt_cpu_node_solo(const struct bt_tensor *node, int nth);
 
 #endif

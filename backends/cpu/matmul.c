@@ -972,8 +972,15 @@ struct mm_plan {
  * thread; offsets of a slice's parts. */
 struct mm_slice {
     size_t shared;
-    size_t ap, bp, tmp, bcols, dcols, offs, pairs, size;
+    size_t ap, bp, tmp, bcols, dcols, offs, pairs, qact, size;
 };
+
+#ifndef BT_MM_QPRIVATE_COLS
+/* quantised weights and at most this many activation columns (decode): each
+ * thread quantises every column into its own slice, a few microseconds of
+ * work, instead of sharing the work and then waiting for all at a barrier */
+#define BT_MM_QPRIVATE_COLS 4
+#endif
 
 static int64_t b_ncols(const struct bt_tensor *b) { return b->ne[1] * b->ne[2] * b->ne[3]; }
 
@@ -989,7 +996,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     }
     struct mm_slice s;
     const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(a->type);
-    s.shared = qt ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
+    const bool qprivate = qt && b_ncols(node->src[1]) <= BT_MM_QPRIVATE_COLS;
+    s.shared = qt && !qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     int64_t nc = ncols < BT_MM_NC ? (ncols + NR - 1) / NR * NR : BT_MM_NC;
     /* tmp: a converted A panel (GEMM), one converted row (reference) or the
      * dot path's columns as BF16 pairs */
@@ -1022,6 +1030,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     off += ALIGN_UP((size_t)(n_expert + 1) * sizeof(int32_t));
     s.pairs = off;
     off += ALIGN_UP((size_t)npairs * sizeof(int32_t));
+    s.qact = off;
+    off += qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
     s.size = off;
     return s;
 }
@@ -1070,19 +1080,23 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, f
 }
 
 /* Each thread quantises its share of b's columns for the table entry pl->qt
- * into the shared part of the work buffer; then all wait for all. */
-static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared) {
+ * into the shared part of the work buffer; then all wait for all.  With at
+ * most BT_MM_QPRIVATE_COLS columns, each thread quantises them all into its
+ * own slice (priv) and nobody waits (the same function: the same bits). */
+static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared, char *priv) {
     const struct bt_tensor *b = pl->b;
     const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
+    const bool own = n <= BT_MM_QPRIVATE_COLS;
     pl->qcb = pl->qt->act_size(pl->k);
-    pl->qbuf = shared;
-    for (int64_t c = n * p->ith / p->nth; c < n * (p->ith + 1) / p->nth; c++) {
+    pl->qbuf = own ? priv : shared;
+    const int64_t c0 = own ? 0 : n * p->ith / p->nth, c1 = own ? n : n * (p->ith + 1) / p->nth;
+    for (int64_t c = c0; c < c1; c++) {
         const float *x = (const float *)((const char *)b->data + (size_t)(c % ne1) * b->nb[1] +
                                          (size_t)((c / ne1) % ne2) * b->nb[2] +
                                          (size_t)(c / (ne1 * ne2)) * b->nb[3]);
-        pl->qt->quantize_act(x, shared + (size_t)c * pl->qcb, pl->k);
+        pl->qt->quantize_act(x, (char *)pl->qbuf + (size_t)c * pl->qcb, pl->k);
     }
-    bt_threadpool_barrier(p->pool);
+    if (!own) bt_threadpool_barrier(p->pool);
 }
 
 #ifndef BT_MM_QNC
@@ -1680,7 +1694,7 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
 
 /* Split the jobs' rows, in units of UNIT_ROWS weighted by their column count,
  * into nth contiguous shares; run this thread's share. */
-static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
                      const struct mm_slice *sl) {
     const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
     double total = 0.0;
@@ -1709,6 +1723,54 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
         if (u0 < 0) continue;
         const int64_t r0 = u0 * UNIT_ROWS;
         const int64_t r1 = u1 * UNIT_ROWS < pl->m ? u1 * UNIT_ROWS : pl->m;
+        run_job(pl, jb, r0, r1, slice, sl);
+    }
+}
+
+/* Hand the jobs' rows out in chunks of whole UNIT_ROWS units, job by job,
+ * from the node's shared counter (bt_cpu_next_chunk): each thread takes the
+ * next chunk when it is done with its last, so a thread that the OS slows
+ * (preempted, or sharing its core with another rank) leaves its share to the
+ * others instead of holding them at the barrier.  About BT_MM_CHUNKS chunks
+ * per thread.  Which thread computes a row never changes the
+ * row's bits (see the top of this file).  Jobs of many columns (the GEMM
+ * paths: prompts) keep one contiguous share per thread (run_plan_static):
+ * their columns are packed once per share, which small chunks would repeat.
+ * So do callers without a counter (p->chunk NULL: a test that runs each
+ * thread's share in turn). */
+#ifndef BT_MM_CHUNKS
+#define BT_MM_CHUNKS 16
+#endif
+static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
+                     const struct mm_slice *sl) {
+    const int64_t units_per_job = (pl->m + UNIT_ROWS - 1) / UNIT_ROWS;
+    int64_t n_active = 0, widest = 0;
+    for (int64_t jb = 0; jb < pl->njobs; jb++) {
+        const int64_t nc = job_ncols(pl, jb);
+        if (nc > 0) n_active++;
+        if (nc > widest) widest = nc;
+    }
+    if (n_active == 0) return;
+    if (widest >= BT_MM_GEMM_MIN_COLS || p->nth == 1 || !p->chunk) {
+        run_plan_static(p, pl, slice, sl);
+        return;
+    }
+    /* units per chunk, the same for every job */
+    int64_t cu = units_per_job * n_active / ((int64_t)p->nth * BT_MM_CHUNKS);
+    if (cu < 1) cu = 1;
+    if (cu > units_per_job) cu = units_per_job;
+    const int64_t chunks_per_job = (units_per_job + cu - 1) / cu, n_chunks = chunks_per_job * n_active;
+    /* chunk c is chunk c % chunks_per_job of the (c / chunks_per_job)-th
+     * active job; a thread's chunks come in increasing order, so one walk
+     * over the jobs finds them all */
+    int64_t jb = -1, active = -1;
+    for (int64_t c = bt_cpu_next_chunk(p); c < n_chunks; c = bt_cpu_next_chunk(p)) {
+        while (active < c / chunks_per_job) {
+            jb++;
+            if (job_ncols(pl, jb) > 0) active++;
+        }
+        const int64_t u0 = (c % chunks_per_job) * cu;
+        const int64_t r0 = u0 * UNIT_ROWS, r1 = (u0 + cu) * UNIT_ROWS < pl->m ? (u0 + cu) * UNIT_ROWS : pl->m;
         run_job(pl, jb, r0, r1, slice, sl);
     }
 }
@@ -1785,7 +1847,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
     pl.qt = bt_cpu_qtype_of(a->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1856,6 +1918,6 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.offs = offs;
     pl.pairs = pairs;
     pl.qt = bt_cpu_qtype_of(as->type);
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata);
+    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }

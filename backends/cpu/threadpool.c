@@ -9,14 +9,26 @@
  * then sleep.
  *
  * bt_threadpool_barrier is a sense-reversing barrier (a phase counter) among
- * the nth threads of the current run; waiters spin, then yield.
+ * the nth threads of the current run; waiters spin with a pause, then yield.
+ * How long they spin adapts (barrier_spin): a decode step is a hundred or
+ * more small nodes, each ending in a barrier, and a waiter that yields its
+ * core while a background process is runnable loses the core for a time
+ * slice, far longer than the wait it yielded for; but when the thread it
+ * waits for is not running (more threads than cores: ranks sharing cores),
+ * spinning only delays it.  So waiters spin up to a time budget, the budget
+ * halves each time a wait outlasts it and doubles back each time a wait ends
+ * inside it, and a pool with more threads than the cores it may run on
+ * spins only briefly (BT_BARRIER_SPIN pauses) before it yields, as before.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu_impl.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -36,6 +48,12 @@
  * this core (sched_yield costs little when nothing else is runnable) */
 #define BT_BARRIER_SPIN 256
 #endif
+#ifndef BT_BARRIER_SPIN_NS
+/* the most a barrier waiter spins (ns) when the pool has a core per thread:
+ * longer than a node's usual imbalance, short next to a time slice */
+#define BT_BARRIER_SPIN_NS 100000
+#endif
+#define BT_BARRIER_SHIFT_MAX 6 /* the budget's floor: BT_BARRIER_SPIN_NS >> 6 (1.6 us) */
 #ifndef BT_POOL_YIELD
 #define BT_POOL_YIELD 64 /* sched_yield()s before the caller sleeps on done */
 #endif
@@ -65,7 +83,26 @@ struct bt_threadpool {
     /* barrier */
     atomic_int bar_count;
     atomic_int bar_phase;
+    int64_t spin_ns;        /* the spin budget's ceiling; 0: more threads than cores */
+    atomic_int spin_shift;  /* the budget is spin_ns >> spin_shift */
 };
+
+/* CPUs this process may run on (its affinity mask), else the online CPUs. */
+static int usable_cpus(void) {
+#if defined(__linux__) && defined(CPU_COUNT)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void *worker_main(void *p) {
     struct bt_worker *w = p;
@@ -115,6 +152,8 @@ bt_threadpool *bt_threadpool_new(int n_threads) {
     atomic_init(&pool->running, false);
     atomic_init(&pool->bar_count, 0);
     atomic_init(&pool->bar_phase, 0);
+    atomic_init(&pool->spin_shift, 0);
+    pool->spin_ns = n_threads <= usable_cpus() ? BT_BARRIER_SPIN_NS : 0;
     if (n_threads == 1) return pool;
 
     if (pthread_mutex_init(&pool->mutex, NULL) != 0) goto fail_mutex;
@@ -214,6 +253,32 @@ void bt_threadpool_run(bt_threadpool *pool, bt_task_fn fn, void *arg) {
     atomic_store(&pool->running, false);
 }
 
+/* Wait for the barrier's phase to leave `phase` by spinning: at least
+ * BT_BARRIER_SPIN pauses, then until the pool's budget has passed.  true:
+ * it left; false: the budget ran out (the caller yields from then on).
+ * Each outcome moves the budget (one relaxed store, only when it changes). */
+static bool barrier_spin(bt_threadpool *pool, int phase) {
+    const int shift = atomic_load_explicit(&pool->spin_shift, memory_order_relaxed);
+    const int64_t budget = pool->spin_ns >> shift;
+    int64_t t0 = 0;
+    for (int i = 0;; i++) {
+        if (atomic_load(&pool->bar_phase) != phase) {
+            if (shift > 0 && pool->spin_ns > 0)
+                atomic_store_explicit(&pool->spin_shift, shift - 1, memory_order_relaxed);
+            return true;
+        }
+        BT_CPU_RELAX();
+        if (i < BT_BARRIER_SPIN || (i & 15) != 0) continue;
+        if (budget <= 0) break;
+        const int64_t t = now_ns();
+        if (t0 == 0) t0 = t;
+        else if (t - t0 > budget) break;
+    }
+    if (shift < BT_BARRIER_SHIFT_MAX && pool->spin_ns > 0)
+        atomic_store_explicit(&pool->spin_shift, shift + 1, memory_order_relaxed);
+    return false;
+}
+
 void bt_threadpool_barrier(bt_threadpool *pool) {
     const int nth = pool->n_threads;
     if (nth == 1) return;
@@ -225,13 +290,6 @@ void bt_threadpool_barrier(bt_threadpool *pool) {
         atomic_fetch_add(&pool->bar_phase, 1);
         return;
     }
-    int i = 0;
-    while (atomic_load(&pool->bar_phase) == phase) {
-        if (i < BT_BARRIER_SPIN) {
-            BT_CPU_RELAX();
-            i++;
-        } else {
-            sched_yield();
-        }
-    }
+    if (barrier_spin(pool, phase)) return;
+    while (atomic_load(&pool->bar_phase) == phase) sched_yield();
 }

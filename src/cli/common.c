@@ -2,6 +2,9 @@
  * by the baton program's subcommands. */
 #include "common.h"
 
+#include "outfile.h"
+#include "plan.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -315,4 +318,15 @@ double bt_cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *prog) {
+    struct bt_outfile o;
+    char err[4200];
+    if (bt_outfile_open(&o, path, "the plan", err, sizeof err) == BT_OK) {
+        bt_plan_dump(plan, o.f);
+        if (bt_outfile_commit(&o, "the plan", err, sizeof err) == BT_OK) return 0;
+    }
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return 1;
 }

@@ -63,6 +63,10 @@ long bt_cli_cores(void);
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);
 bool bt_cli_parse_u64(const char *s, uint64_t *out);
 
+/* --dump-plan FILE: the plan as text (bt_plan_dump), written whole or not at
+ * all (outfile.h); 0, or 1 after "PROG: FILE: cannot write the plan: why". */
+int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *prog);
+
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);

@@ -502,12 +502,7 @@ int bt_cli_demo(int argc, char **argv) {
         goto out;
     }
     if (o.dump_plan && rank == 0) {
-        FILE *f = fopen(o.dump_plan, "w");
-        if (f) bt_plan_dump(bt_dist_get_plan(d), f);
-        if (!f || fclose(f) != 0) {
-            fprintf(stderr, "baton demo: %s: cannot write the plan\n", o.dump_plan);
-            t->iface.abort(t, 1);
-        }
+        if (bt_cli_dump_plan(bt_dist_get_plan(d), o.dump_plan, "baton demo") != 0) t->iface.abort(t, 1);
     }
     if (o.trace && bt_dist_enable_trace(d, 64 + o.micro_batches * 64) != BT_OK) {
         fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));

@@ -230,12 +230,7 @@ int bt_cli_plan(int argc, char **argv) {
         } else {
             bt_plan_print(&plan, g.graph, stdout);
             printf("planned in %.3f s\n", plan.seconds);
-            FILE *f = dump_path ? fopen(dump_path, "w") : NULL;
-            if (f) bt_plan_dump(&plan, f);
-            if (dump_path && (!f || fclose(f) != 0)) {
-                fprintf(stderr, "baton plan: %s: cannot write the plan\n", dump_path);
-                rc = 1;
-            }
+            if (dump_path && bt_cli_dump_plan(&plan, dump_path, "baton plan") != 0) rc = 1;
         }
         bt_plan_free(&plan);
     }

@@ -1,0 +1,38 @@
+/* outfile.h - a file written whole or not at all: the text goes to a
+ * temporary file beside the destination (PATH.tmp.XXXXXX) and is renamed
+ * over PATH only once every byte is written and closed; on any failure the
+ * temporary file is removed and PATH keeps what it had (or stays absent). */
+#ifndef BATON_OUTFILE_H
+#define BATON_OUTFILE_H
+
+#include <stdio.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct bt_outfile {
+    FILE *f; /* write here between open and commit */
+    const char *path;
+    char tmp[4096];
+};
+
+/* BT_ERR_IO and "PATH: cannot write WHAT: reason" in err when the temporary
+ * file cannot be made (o->f is then NULL and nothing needs undoing). */
+enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const char *what, char *err, size_t n_err);
+
+/* Flush, close and rename into place.  BT_ERR_IO and the message when any
+ * write failed (a full disk, a file size limit) or the rename did: nothing
+ * is left behind. */
+enum bt_status bt_outfile_commit(struct bt_outfile *o, const char *what, char *err, size_t n_err);
+
+/* Give up: close and remove the temporary file (PATH untouched). */
+void bt_outfile_abandon(struct bt_outfile *o);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

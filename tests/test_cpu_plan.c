@@ -1,0 +1,261 @@
+/* test_cpu_plan.c - the CPU executor's plan (cpu_plan.c): where barriers go,
+ * which nodes thread 0 computes alone, the work buffer's parts.
+ *
+ * Checked against the graph's structure, not against the plan's own rule
+ * (memory ranges): every node that reads another computed node's output is
+ * separated from it by a barrier unless both are solo; nodes between two
+ * barriers have disjoint work buffer parts.  And the results: a decode-shaped
+ * model graph placed by the graph allocator (buffers reused between nodes)
+ * gives bitwise the logits of a run with a barrier after every node, for
+ * 2, 3 and 4 threads; a run-time error anywhere in a stretch stops the run
+ * with the failing node's message, never a hang. */
+#include <string.h>
+
+#include "alloc.h"
+#include "backend.h"
+#include "model/model.h"
+#include "testutil.h"
+
+/* The computed node whose output t's bytes are (views followed). */
+static const struct bt_tensor *producer(const struct bt_tensor *t) {
+    while (t && bt_op_is_view(t->op)) t = t->src[0];
+    return t;
+}
+
+static int node_index(const struct bt_graph *g, const struct bt_tensor *t) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i] == t) return i;
+    return -1;
+}
+
+struct plan_counts {
+    int steps, barriers, solo;
+};
+
+/* The plan for nth threads, checked; returns its counts. */
+static struct plan_counts check_plan(const struct bt_graph *g, int nth) {
+    struct bt_cpu_step *steps = malloc((size_t)g->n_nodes * sizeof *steps);
+    int *step_of = malloc((size_t)g->n_nodes * sizeof *step_of);
+    ck_assert(steps && step_of);
+    size_t wsize = 0;
+    const int n = bt_cpu_plan(g, nth, false, steps, &wsize);
+    struct plan_counts c = {n, 0, 0};
+    for (int i = 0; i < g->n_nodes; i++) step_of[i] = -1;
+    int prev = -1;
+    for (int k = 0; k < n; k++) {
+        ck_assert_msg(steps[k].node > prev, "step %d: node %d after node %d", k, steps[k].node, prev);
+        prev = steps[k].node;
+        step_of[steps[k].node] = k;
+        c.barriers += steps[k].barrier;
+        c.solo += steps[k].solo;
+        ck_assert(steps[k].wofs + steps[k].wsize <= wsize);
+        if (nth == 1) ck_assert(!steps[k].solo);
+    }
+    int computed = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!bt_op_is_view(g->nodes[i]->op) && g->nodes[i]->op != BT_OP_NONE) {
+            computed++;
+            ck_assert_msg(step_of[i] >= 0, "node %d '%s' has no step", i, g->nodes[i]->name);
+        }
+    ck_assert_int_eq(computed, n);
+    ck_assert(n == 0 || steps[n - 1].barrier);
+    for (int kb = 0; kb < n; kb++) {
+        const struct bt_tensor *b = g->nodes[steps[kb].node];
+        for (int s = 0; s < BT_MAX_SRC; s++) {
+            const int ix = b->src[s] ? node_index(g, producer(b->src[s])) : -1;
+            if (ix < 0 || step_of[ix] < 0) continue; /* a leaf */
+            const int kx = step_of[ix];
+            ck_assert_int_lt(kx, kb);
+            if (steps[kx].solo && steps[kb].solo) continue; /* thread 0, in order */
+            bool sep = false;
+            for (int k = kx; k < kb && !sep; k++) sep = steps[k].barrier;
+            ck_assert_msg(sep, "%d threads: '%s' reads '%s' with no barrier between", nth, b->name,
+                          g->nodes[ix]->name);
+        }
+        /* parts of the work buffer of one stretch do not overlap */
+        for (int k = kb - 1; k >= 0 && !steps[k].barrier; k--) {
+            const struct bt_cpu_step *x = &steps[k], *y = &steps[kb];
+            if (x->wsize == 0 || y->wsize == 0) continue;
+            ck_assert_msg(x->wofs + x->wsize <= y->wofs || y->wofs + y->wsize <= x->wofs,
+                          "'%s' and '%s' share work buffer bytes in one stretch", g->nodes[x->node]->name, b->name);
+        }
+    }
+    free(steps);
+    free(step_of);
+    return c;
+}
+
+/* A decode step (one token) of a small MoE model with quantised weights, its
+ * activations placed by the graph allocator. */
+struct decode_graph {
+    struct bt_model *m;
+    bt_buffer_t wbuf;
+    bt_context *ctx;
+    bt_gallocr_t galloc;
+    struct bt_model_graph g;
+};
+
+static void decode_graph_new(struct decode_graph *d, enum bt_ffn_kind kind) {
+    struct bt_model_config c;
+    bt_model_config_default(&c);
+    c.n_layers = 2;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.d_ff = 96;
+    c.n_experts = 8;
+    c.top_k = 2;
+    c.n_shared = 1;
+    c.ffn = kind;
+    c.n_vocab = 100;
+    c.n_tokens = 1;
+    c.wtype = BT_TYPE_Q8_0;
+    char err[256];
+    ck_assert_msg(bt_model_new(&c, &d->m, err, sizeof err) == BT_OK, "%s", err);
+    d->wbuf = bt_alloc_ctx_tensors_from_buft(bt_model_context(d->m), bt_cpu_buffer_type());
+    ck_assert(d->wbuf != NULL);
+    bt_model_init_weights(d->m);
+    d->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&c), NULL, true});
+    ck_assert(d->ctx != NULL);
+    ck_assert_msg(bt_model_build_graph(d->m, d->ctx, &d->g) == BT_OK, "%s", bt_context_error(d->ctx));
+    d->galloc = bt_gallocr_new(bt_cpu_buffer_type());
+    ck_assert(d->galloc && bt_gallocr_alloc_graph(d->galloc, d->g.graph));
+    bt_model_set_inputs(d->m, &d->g, 2);
+}
+
+static void decode_graph_free(struct decode_graph *d) {
+    bt_gallocr_free(d->galloc);
+    bt_free(d->ctx);
+    bt_buffer_free(d->wbuf);
+    bt_model_free(d->m);
+}
+
+static float *logits_of(struct decode_graph *d, bt_cpu *cpu) {
+    const enum bt_status s = bt_cpu_graph_compute(cpu, d->g.graph);
+    ck_assert_msg(s == BT_OK, "compute: %s", bt_cpu_error(cpu));
+    float *out = malloc(bt_nbytes(d->g.logits));
+    bt_tensor_get(d->g.logits, out, 0, bt_nbytes(d->g.logits));
+    return out;
+}
+
+START_TEST(test_plan_decode_graph) {
+    const enum bt_ffn_kind kinds[] = {BT_FFN_MLP, BT_FFN_MOE_TOPK, BT_FFN_MOE_SHARED};
+    const enum bt_ffn_kind kind = kinds[_i];
+    struct decode_graph d;
+    decode_graph_new(&d, kind);
+    const struct bt_graph *g = d.g.graph;
+
+    const struct plan_counts one = check_plan(g, 1);
+    ck_assert_int_eq(one.solo, 0);
+    const struct plan_counts two = check_plan(g, 2);
+    /* a decode step is mostly tiny nodes: many need no barrier of their own
+     * (this graph: 34 of 46 steps end in one, 38 of 58, 48 of 74; with a
+     * barrier after every node, all of them) */
+    ck_assert_int_gt(two.solo, 0);
+    ck_assert_msg(two.barriers < two.steps, "%s: %d barriers for %d steps", bt_ffn_kind_name(kind), two.barriers,
+                  two.steps);
+    check_plan(g, 3);
+    check_plan(g, 4);
+
+    /* bitwise the logits of a barrier after every node, every thread count,
+     * several runs (a missing barrier would show as a race sooner or later) */
+    bt_cpu *ref_cpu = bt_cpu_new(2);
+    bt_cpu_set_barrier_every_node(ref_cpu, true);
+    float *ref = logits_of(&d, ref_cpu);
+    const size_t nb = bt_nbytes(d.g.logits);
+    for (int nt = 2; nt <= 4; nt++) {
+        bt_cpu *cpu = bt_cpu_new(nt);
+        ck_assert(cpu != NULL);
+        for (int rep = 0; rep < 20; rep++) {
+            float *l = logits_of(&d, cpu);
+            ck_assert_msg(memcmp(l, ref, nb) == 0, "%s, %d threads, run %d: logits differ from a barrier after every node",
+                          bt_ffn_kind_name(kind), nt, rep);
+            free(l);
+        }
+        bt_cpu_free(cpu);
+    }
+    free(ref);
+    bt_cpu_free(ref_cpu);
+    decode_graph_free(&d);
+}
+END_TEST
+
+/* barrier_every_node: one step per computed node, each followed by a barrier */
+START_TEST(test_plan_every_node) {
+    struct decode_graph d;
+    decode_graph_new(&d, BT_FFN_MOE_TOPK);
+    const struct bt_graph *g = d.g.graph;
+    struct bt_cpu_step *steps = malloc((size_t)g->n_nodes * sizeof *steps);
+    size_t wsize = 0;
+    const int n = bt_cpu_plan(g, 2, true, steps, &wsize);
+    ck_assert_int_gt(n, 0);
+    for (int k = 0; k < n; k++) {
+        ck_assert(steps[k].barrier);
+        ck_assert(!steps[k].solo);
+        ck_assert_uint_eq(steps[k].wofs, 0);
+    }
+    free(steps);
+    decode_graph_free(&d);
+}
+END_TEST
+
+/* A run-time error in a node that shares its stretch with others (a solo
+ * GET_ROWS between views, or a MUL_MAT_ID next to an independent one): the
+ * run stops with that node's message, every time, and the executor works
+ * afterwards. */
+START_TEST(test_plan_runtime_error) {
+    for (int nt = 2; nt <= 3; nt++) {
+        bt_cpu *cpu = bt_cpu_new(nt);
+        for (int rep = 0; rep < 30; rep++) {
+            bt_context *ctx = tu_ctx(4);
+            tu_rng r;
+            tu_rng_init(&r, 900 + (uint64_t)rep);
+            struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, 16, 5);
+            struct bt_tensor *rid = bt_new_tensor_1d(ctx, BT_TYPE_I32, 3);
+            struct bt_tensor *as = bt_new_tensor_3d(ctx, BT_TYPE_Q8_0, 32, 64, 4);
+            struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 1, 1);
+            struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 1);
+            tu_fill(a, &r);
+            tu_fill(as, &r);
+            tu_fill(b, &r);
+            int32_t *rv = rid->data, *iv = ids->data;
+            rv[0] = 0;
+            rv[1] = 4;
+            rv[2] = 2;
+            iv[0] = 1;
+            iv[1] = 3;
+            const bool bad_rows = rep % 2 == 0;
+            if (bad_rows) rv[1] = 5;
+            else iv[1] = 4;
+            /* mm1 and mm2 are independent: one stretch; gr between views */
+            struct bt_tensor *mm1 = bt_mul_mat_id(ctx, as, b, ids);
+            struct bt_tensor *v = bt_reshape_2d(ctx, bt_scale(ctx, a, 2.0f), 16, 5);
+            struct bt_tensor *gr = bt_get_rows(ctx, bt_transpose(ctx, bt_transpose(ctx, v)), rid);
+            bt_set_name(mm1, "mm1");
+            bt_set_name(gr, "gr");
+            struct bt_tensor *mm2 = bt_mul_mat_id(ctx, as, b, ids);
+            struct bt_tensor *outs[3] = {mm1, gr, mm2};
+            struct bt_graph *g = tu_graph(ctx, outs, 3);
+            const enum bt_status s = bt_cpu_graph_compute(cpu, g);
+            ck_assert_msg(s == BT_ERR_INVALID, "%d threads: status %d", nt, (int)s);
+            ck_assert_msg(strstr(bt_cpu_error(cpu), bad_rows ? "gr" : "mm1") != NULL, "%d threads: message '%s'", nt,
+                          bt_cpu_error(cpu));
+            rv[1] = 4;
+            iv[1] = 3;
+            ck_assert_int_eq(bt_cpu_graph_compute(cpu, g), BT_OK);
+            bt_free(ctx);
+        }
+        bt_cpu_free(cpu);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cpu_plan");
+    TCase *tc = tcase_create("cpu_plan");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_plan_decode_graph, 0, 3);
+    tcase_add_test(tc, test_plan_every_node);
+    tcase_add_test(tc, test_plan_runtime_error);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
