@@ -495,6 +495,15 @@ START_TEST(test_memory_per_rank) {
                   (double)g[0] / 1048576.0, file);
 #endif
     ck_assert_uint_eq(mine.mapped_bytes, mine.weight_bytes); /* nothing copied */
+    /* the engine's own buffers follow what travels: x of a ubatch, and only
+     * the logits rows asked for (one per ubatch here), never a scratch of
+     * [n_vocab, n_ubatch] floats on every rank (256 KiB here; 311 MB for a
+     * 151k vocabulary at ubatch 512) */
+    const size_t vocab_scratch = (size_t)32 * 2048 * sizeof(float);
+    fprintf(stderr, "rank %d: engine buffers %.1f KiB; a [n_vocab, n_ubatch] scratch would be %.1f KiB\n", T->rank,
+            (double)mine.buffer_bytes / 1024.0, (double)vocab_scratch / 1024.0);
+    ck_assert_msg(mine.buffer_bytes > 0 && mine.buffer_bytes < vocab_scratch, "rank %d: %zu bytes of buffers",
+                  T->rank, mine.buffer_bytes);
     ck_assert_msg((double)g[1] < 0.75 * file * 1048576.0, "rank %d holds %.1f MiB of weights", T->rank,
                   (double)g[1] / 1048576.0);
     bt_engine_close(e);
@@ -594,6 +603,57 @@ START_TEST(test_failure_on_a_stage) {
         bt_engine_close(e);
     }
     ck_assert_int_gt(n_failed, 0); /* some allocation of the stage did fail */
+}
+END_TEST
+
+/* A stage that fails on a ubatch still takes that ubatch's whole message
+ * off the wire: the next engine over the same ranks must not receive it
+ * in place of its own (issue: a stage that could not allocate its input
+ * left the body behind; the next engine's stage got the old body for a
+ * ubatch of another size, broke off, and rank 0 waited for ever).  The last
+ * rank fails at its first allocation in serve; then a fresh engine runs a
+ * ubatch of another size, logits bitwise equal to one process. */
+START_TEST(test_failure_leaves_nothing_behind) {
+    if (T->size == 1) return;
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    int *counts = calloc((size_t)T->size, sizeof *counts);
+    counts[0] = N_LAYER / 2;
+    counts[T->size - 1] = N_LAYER - N_LAYER / 2; /* stages: rank 0, the last rank */
+    const int32_t t3[3] = {1, 2, 3}, p3[3] = {0, 1, 2}, s3[3] = {0, 0, 0};
+    R.layer_counts = counts;
+    struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
+    if (T->rank == 0) {
+        struct bt_llm_batch b = {3, t3, p3, s3, NULL};
+        uint64_t id;
+        float out[N_VOCAB];
+        enum bt_status st = bt_engine_submit(e, &b, &id);
+        if (st == BT_OK) st = bt_engine_collect(e, &id, out, NULL);
+        ck_assert_msg(st != BT_OK, "the last rank's failure did not reach rank 0");
+        ck_assert_int_eq(bt_engine_stop(e), st);
+    } else {
+        if (T->rank == T->size - 1) atomic_store(&fault_countdown, 1);
+        const enum bt_status st = bt_engine_serve(e);
+        atomic_store(&fault_countdown, 0);
+        ck_assert_msg(T->rank == T->size - 1 ? st != BT_OK : true, "the first allocation of serve did not fail");
+    }
+    bt_engine_close(e);
+    e = open_engine(path, 64, 1, 8, 0);
+    R.layer_counts = NULL;
+    enum { N = 5 };
+    const int32_t tok[N] = {7, 8, 9, 10, 11}, pos[N] = {0, 1, 2, 3, 4}, seq[N] = {0, 0, 0, 0, 0};
+    if (T->rank == 0) {
+        float ref[N_VOCAB * N], got[N_VOCAB];
+        reference(path, 1, tok, pos, seq, N, ref);
+        submit(e, N, tok, pos, seq, NULL);
+        collect(e, 0, 1, got);
+        ck_assert_msg(memcmp(ref + (N - 1) * N_VOCAB, got, sizeof got) == 0, "the last row differs from one process");
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    bt_engine_close(e);
+    free(counts);
 }
 END_TEST
 
@@ -708,6 +768,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_memory_per_rank);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
+    tcase_add_test(tc, test_failure_leaves_nothing_behind);
     tcase_add_test(tc, test_open_allocation_failures);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");

@@ -209,7 +209,8 @@ static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) 
     for (int ith = 0; ith < nth; ith++) {
         volatile int status = 0;
         char errbuf[BT_CPU_ERRBUF];
-        struct bt_cpu_params p = {ith, nth, w, ws, false, NULL, &status, errbuf, NULL, -1, NULL};
+        struct bt_cpu_params p = {.ith = ith, .nth = nth, .wdata = w, .wsize = ws,
+                                  .status = &status, .errbuf = errbuf, .node = -1};
         bt_cpu_flash_attn_isa(&p, dst, isa);
     }
     free(w);

@@ -12,6 +12,7 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
+#include "testutil.h"
 
 #include "../tests/data/chat/llama_cpp_cases.h"
 
@@ -156,10 +157,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(suite()); }

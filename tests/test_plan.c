@@ -386,9 +386,5 @@ int main(void) {
     tcase_add_test(tc, test_plan_errors);
     tcase_add_test(tc, test_plan_256_ranks);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run_suite(s);
 }

@@ -230,55 +230,113 @@ START_TEST(test_vec_dots) {
 }
 END_TEST
 
-/* Every tile of qtypes.h's entries for the new types gives, element by
+/* Every entry of qtypes.h's table: the fast activation quantiser and dot
+ * give the bytes and bits of their plain C versions (odd block counts, an
+ * outlier, zero blocks, k of one block), and the dot is the dot of the
+ * dequantised operands up to float rounding. */
+START_TEST(test_table_refs) {
+    enum { K = 4096 };
+    static float w[K], x[K], wd[K];
+    static uint8_t wq[K / 32 * 34 + 4096], xq[2][K / 32 * 40 + K / 256 * 292 + 64];
+    tu_rng r;
+    tu_rng_init(&r, 4243);
+    int n = 0;
+    for (int t = 0; t < BT_TYPE_COUNT; t++) {
+        const struct bt_cpu_qtype *qt = bt_cpu_qtype_of((enum bt_type)t);
+        if (!qt) continue;
+        n++;
+        ck_assert_msg(qt->quantize_act_ref && qt->vec_dot_ref, "%s: no plain C versions", bt_type_name((enum bt_type)t));
+        const int64_t blk = bt_blck_size((enum bt_type)t);
+        for (int trial = 0; trial < 12; trial++) {
+            const int64_t k = trial % 4 == 0 ? (blk == 32 ? 32 * 7 : 256 * 3) : trial % 4 == 1 ? blk : K;
+            for (int64_t i = 0; i < k; i++) {
+                w[i] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(i % 300) / 50.0f) + (trial % 3 == 1 ? 0.5f : 0.0f);
+                x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
+                if (trial % 6 == 3 && i < 64) x[i] = 0.0f; /* zero blocks */
+            }
+            bt_row_from_f32((enum bt_type)t, w, wq, k);
+            bt_row_to_f32((enum bt_type)t, wq, wd, k);
+            memset(xq, 0x5a, sizeof xq[0]);
+            memset(xq[1], 0xa5, sizeof xq[1]);
+            qt->quantize_act(x, xq[0], k);
+            qt->quantize_act_ref(x, xq[1], k);
+            ck_assert_msg(memcmp(xq[0], xq[1], qt->act_size(k)) == 0, "%s trial %d: quantize_act differs from its plain C version",
+                          bt_type_name((enum bt_type)t), trial);
+            float fast = NAN, plain = NAN;
+            qt->vec_dot(k, &fast, wq, xq[0]);
+            qt->vec_dot_ref(k, &plain, wq, xq[0]);
+            ck_assert_msg(memcmp(&fast, &plain, sizeof fast) == 0, "%s trial %d k %ld: fast %.9g, plain %.9g",
+                          bt_type_name((enum bt_type)t), trial, (long)k, fast, plain);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                ref += (double)wd[i] * x[i];
+                mag += fabs((double)wd[i] * x[i]);
+            }
+            /* against the f32 activations: the activations' int8 rounding */
+            ck_assert_msg(fabs(plain - ref) <= 2e-2 * mag, "%s trial %d: %.9g, dot of the dequantised weights %.9g",
+                          bt_type_name((enum bt_type)t), trial, plain, ref);
+        }
+    }
+    ck_assert_int_eq(n, 10);
+}
+END_TEST
+
+/* Every tile of qtypes.h's entries gives, element by
  * element, the bits of the entry's vec_dot (rows and columns of different
  * content, the same row twice as matmul.c may pass it). */
 START_TEST(test_tiles_equal_vec_dot) {
-    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
+    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
                                          BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
-    enum { K = 1024, R = 8 };
+    enum { K = 1024, R = 16 };
     static float x[K];
-    static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 34];
+    static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 40 + 64];
     tu_rng r;
     tu_rng_init(&r, 99);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(types[t]);
         ck_assert_msg(qt != NULL, "%s is not in qtypes.h's table", bt_type_name(types[t]));
         ck_assert_uint_le(qt->act_size(K), sizeof act[0]);
-        for (int i = 0; i < R; i++) {
-            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) + (i % 3 == 1 ? 0.3f : 0.0f);
-            bt_row_from_f32(types[t], x, w[i], K);
-            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f);
-            qt->quantize_act(x, act[i], K);
-        }
-        for (int ti = 0; ti < BT_CPU_QTILES && qt->tiles[ti].fn; ti++) {
-            const int rm = qt->tiles[ti].rm, rn = qt->tiles[ti].rn;
-            const void *rows[BT_CPU_TILE_MAX], *cols[BT_CPU_TILE_MAX];
-            for (int i = 0; i < rm; i++) rows[i] = w[(i * 3) % R == 0 && i ? 0 : (i * 3) % R];
-            for (int c = 0; c < rn; c++) cols[c] = act[(c * 5 + 1) % R];
-            float out[BT_CPU_TILE_MAX * BT_CPU_TILE_MAX];
-            qt->tiles[ti].fn(K, rows, cols, NULL, out);
-            for (int c = 0; c < rn; c++)
-                for (int i = 0; i < rm; i++) {
-                    float one;
-                    qt->vec_dot(K, &one, rows[i], cols[c]);
-                    ck_assert_msg(memcmp(&one, &out[c * rm + i], sizeof one) == 0,
-                                  "%s tile %dx%d element (%d,%d): %.9g, vec_dot %.9g", bt_type_name(types[t]), rm,
-                                  rn, i, c, out[c * rm + i], one);
-                }
+        /* for the 32-element types also an odd block count that ends in a
+         * part of a 16-block chunk */
+        for (int64_t k = K; k >= 800; k -= 160) {
+            if (k != K && bt_blck_size(types[t]) != 32) break;
+            for (int i = 0; i < R; i++) {
+                for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) + (i % 3 == 1 ? 0.3f : 0.0f);
+                bt_row_from_f32(types[t], x, w[i], k);
+                for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f);
+                qt->quantize_act(x, act[i], k);
+            }
+            for (int ti = 0; ti < BT_CPU_QTILES && qt->tiles[ti].fn; ti++) {
+                const int rm = qt->tiles[ti].rm, rn = qt->tiles[ti].rn;
+                const void *rows[BT_CPU_TILE_MAX], *cols[BT_CPU_TILE_MAX];
+                /* distinct rows, and the last one repeated as matmul.c passes it */
+                for (int i = 0; i < rm; i++) rows[i] = w[i == rm - 1 && rm > 1 ? 0 : (i * 5 + 1) % R];
+                for (int c = 0; c < rn; c++) cols[c] = act[(c * 5 + 2) % R];
+                float out[BT_CPU_TILE_MAX * BT_CPU_TILE_MAX];
+                qt->tiles[ti].fn(k, rows, cols, NULL, out);
+                for (int c = 0; c < rn; c++)
+                    for (int i = 0; i < rm; i++) {
+                        float one;
+                        qt->vec_dot(k, &one, rows[i], cols[c]);
+                        ck_assert_msg(memcmp(&one, &out[c * rm + i], sizeof one) == 0,
+                                      "%s k %ld tile %dx%d element (%d,%d): %.9g, vec_dot %.9g", bt_type_name(types[t]),
+                                      (long)k, rm, rn, i, c, out[c * rm + i], one);
+                    }
+            }
         }
     }
 }
 END_TEST
 
-/* The packed GEMM of qtypes.h's entries (the K-quants) gives, element by
+/* The packed GEMM of qtypes.h's entries (Q8_0, Q4_0, the K-quants) gives, element by
  * element, the bits of vec_dot: every column count up to 19 (each tile width
  * and remainder), panels of 16 rows and of fewer (the last row repeated). */
 START_TEST(test_gemm_equal_vec_dot) {
-    static const enum bt_type types[] = {BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
+                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
     enum { K = 768, R = 16, C = 19 };
     static float x[K], d[C][R];
-    static uint8_t w[R][K / 256 * 210], act[C][K / 256 * 292];
+    static uint8_t w[R][K / 32 * 34], act[C][K / 256 * 292 + K / 32 * 40 + 64];
     static _Alignas(64) uint8_t panel[K / 256 * 8192];
     tu_rng r;
     tu_rng_init(&r, 77);
@@ -288,20 +346,22 @@ START_TEST(test_gemm_equal_vec_dot) {
         ck_assert_ptr_nonnull(qt);
         if (!qt->gemm) continue; /* a build without AVX-512 VNNI */
         with_gemm++;
-        ck_assert_uint_le(qt->panel_size(K), sizeof panel);
+        /* the 32-element types: an odd block count (23) */
+        const int64_t k = bt_blck_size(types[t]) == 32 ? K - 32 : K;
+        ck_assert_uint_le(qt->panel_size(k), sizeof panel);
         ck_assert_int_ge(qt->gemm_min_cols, 1);
         for (int i = 0; i < R; i++) {
-            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 97) / 20.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
-            bt_row_from_f32(types[t], x, w[i], K);
+            for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 97) / 20.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
+            bt_row_from_f32(types[t], x, w[i], k);
         }
         for (int c = 0; c < C; c++) {
-            for (int j = 0; j < K; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 20.0f : 1.0f);
-            qt->quantize_act(x, act[c], K);
+            for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 20.0f : 1.0f);
+            qt->quantize_act(x, act[c], k);
         }
         for (int nrows = 16; nrows >= 5; nrows -= 11) {
             const void *rows[BT_CPU_PANEL_ROWS], *cols[C];
             for (int i = 0; i < BT_CPU_PANEL_ROWS; i++) rows[i] = w[i < nrows ? i : nrows - 1];
-            qt->pack(K, rows, panel);
+            qt->pack(k, rows, panel);
             for (int64_t ncols = 1; ncols <= C; ncols++) {
                 float *dcols[C];
                 for (int c = 0; c < ncols; c++) {
@@ -309,7 +369,7 @@ START_TEST(test_gemm_equal_vec_dot) {
                     dcols[c] = d[c];
                     for (int i = 0; i < R; i++) d[c][i] = -12345.0f;
                 }
-                qt->gemm(K, panel, cols, ncols, dcols, 0, nrows);
+                qt->gemm(k, panel, cols, ncols, dcols, 0, nrows);
                 for (int c = 0; c < ncols; c++)
                     for (int i = 0; i < R; i++) {
                         if (i >= nrows) {
@@ -317,7 +377,7 @@ START_TEST(test_gemm_equal_vec_dot) {
                             continue;
                         }
                         float one;
-                        qt->vec_dot(K, &one, rows[i], cols[c]);
+                        qt->vec_dot(k, &one, rows[i], cols[c]);
                         ck_assert_msg(memcmp(&one, &d[c][i], sizeof one) == 0,
                                       "%s gemm %d rows x %ld columns, element (%d,%d): %.9g, vec_dot %.9g",
                                       bt_type_name(types[t]), nrows, (long)ncols, i, c, d[c][i], one);
@@ -326,7 +386,7 @@ START_TEST(test_gemm_equal_vec_dot) {
         }
     }
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    ck_assert_int_eq(with_gemm, 5);
+    ck_assert_int_eq(with_gemm, 7);
 #endif
 }
 END_TEST
@@ -342,6 +402,7 @@ int main(void) {
     tcase_add_test(tc, test_k_tensor_access);
     tcase_add_test(tc, test_k_shape_errors);
     tcase_add_test(tc, test_vec_dots);
+    tcase_add_test(tc, test_table_refs);
     tcase_add_test(tc, test_tiles_equal_vec_dot);
     tcase_add_test(tc, test_gemm_equal_vec_dot);
     suite_add_tcase(s, tc);

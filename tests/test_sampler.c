@@ -17,6 +17,7 @@
 #include "text/stop.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
+#include "testutil.h"
 
 #define NV 8
 static const float k_logits[NV] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -3.0f};
@@ -491,10 +492,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(suite()); }

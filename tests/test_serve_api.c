@@ -10,6 +10,7 @@
 
 #include "serve/api.h"
 #include "serve/jobs.h"
+#include "testutil.h"
 
 static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000};
 
@@ -307,10 +308,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(suite()); }

@@ -14,6 +14,7 @@
 #include "gguf.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
+#include "testutil.h"
 
 #ifndef BATON_TEST_DATA
 #error "BATON_TEST_DATA (the tests/data folder) must be defined by the build"
@@ -287,8 +288,10 @@ static void teardown(void) {
     rmdir(g_dir);
 }
 
-/* a small vocabulary file: model, and optionally tokens / merges */
-static void write_vocab(const char *model, int n_tokens, int with_merges, int32_t bos) {
+/* a small vocabulary file: model, and optionally tokens / merges, and one
+ * more array (arr_key: arr_n zeros of arr_type) */
+static void write_vocab_arr(const char *model, int n_tokens, int with_merges, int32_t bos, const char *arr_key,
+                            enum bt_gguf_type arr_type, int arr_n) {
     struct bt_gguf_writer *w;
     char err[256];
     ck_assert_int_eq(bt_gguf_writer_open(g_path, &w, err, sizeof err), BT_OK);
@@ -299,7 +302,13 @@ static void write_vocab(const char *model, int n_tokens, int with_merges, int32_
     if (with_merges) ck_assert_int_eq(bt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, (uint64_t)with_merges), BT_OK);
     if (bos >= 0) ck_assert_int_eq(bt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2"), BT_OK);
+    static const uint8_t zeros[64];
+    if (arr_key) ck_assert_int_eq(bt_gguf_writer_set_arr(w, arr_key, arr_type, zeros, (uint64_t)arr_n), BT_OK);
     ck_assert_int_eq(bt_gguf_writer_finish(w, err, sizeof err), BT_OK);
+}
+
+static void write_vocab(const char *model, int n_tokens, int with_merges, int32_t bos) {
+    write_vocab_arr(model, n_tokens, with_merges, bos, NULL, BT_GGUF_TYPE_INT32, 0);
 }
 
 static void expect_load_error(enum bt_status want, const char *tail) {
@@ -334,6 +343,16 @@ START_TEST(test_bad_files) {
     expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.merges[1] 'ab' is not two pieces separated by a space");
     write_vocab("gpt2", 4, 1, 7);
     expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.bos_token_id = 7 is outside the vocabulary (4 tokens)");
+
+    /* the optional per-token arrays: their type, and an entry for every token */
+    write_vocab_arr("gpt2", 4, 1, -1, "tokenizer.ggml.scores", BT_GGUF_TYPE_UINT8, 4);
+    expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.scores is not an array of float32 or int32");
+    write_vocab_arr("gpt2", 4, 1, -1, "tokenizer.ggml.scores", BT_GGUF_TYPE_FLOAT32, 3);
+    expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.scores has 3 entries, the vocabulary 4");
+    write_vocab_arr("gpt2", 4, 1, -1, "tokenizer.ggml.token_type", BT_GGUF_TYPE_FLOAT32, 4);
+    expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.token_type is not an array of int32");
+    write_vocab_arr("gpt2", 4, 1, -1, "tokenizer.ggml.token_type", BT_GGUF_TYPE_INT32, 2);
+    expect_load_error(BT_ERR_INVALID, "tokenizer.ggml.token_type has 2 entries, the vocabulary 4");
 
     /* a small valid one: "ab" merges, the rest are single tokens */
     write_vocab("gpt2", 5, 1, -1);
@@ -396,10 +415,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(suite()); }

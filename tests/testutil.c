@@ -3,7 +3,10 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- RNG ---- */
 
@@ -195,6 +198,27 @@ void tu_compute(bt_context *ctx, struct bt_tensor *out, int n_threads) {
     enum bt_status s = tu_run(g, n_threads);
     ck_assert_msg(s == BT_OK, "compute (%d threads): %s: %s", n_threads, bt_status_str(s),
                   bt_cpu_error(tu_cpu(n_threads)));
+}
+
+void tu_stderr_begin(struct tu_stderr *c) {
+    snprintf(c->path, sizeof c->path, "/tmp/bt-stderr-XXXXXX");
+    c->fd = mkstemp(c->path);
+    ck_assert_int_ge(c->fd, 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    ck_assert_int_ge(c->saved, 0);
+    ck_assert_int_ge(dup2(c->fd, 2), 0);
+}
+
+long tu_stderr_end(struct tu_stderr *c) {
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    struct stat sb;
+    ck_assert_int_eq(fstat(c->fd, &sb), 0);
+    close(c->fd);
+    unlink(c->path);
+    return (long)sb.st_size;
 }
 
 int tu_run_suite(Suite *s) {

@@ -62,6 +62,16 @@ bt_context *tu_ctx(size_t mem_mb);
 bt_cpu *tu_cpu(int n_threads);
 /* A graph in ctx holding outs[0..n) (asserts the build succeeded). */
 struct bt_graph *tu_graph(bt_context *ctx, struct bt_tensor **outs, int n);
+/* stderr into a temporary file from tu_stderr_begin until tu_stderr_end,
+ * which puts it back and returns the bytes written meanwhile ("nothing
+ * printed" checks). */
+struct tu_stderr {
+    char path[64];
+    int fd, saved;
+};
+void tu_stderr_begin(struct tu_stderr *c);
+long tu_stderr_end(struct tu_stderr *c);
+
 /* Run a suite (Check's default fork mode) and return the process exit code. */
 int tu_run_suite(Suite *s);
 

@@ -6,9 +6,10 @@
  *
  * Work: a unit is a block of up to R query rows and one kv head hk; its
  * "rows" are the R x group (query row, q head) pairs that read kv head hk.
- * Threads take the units in turn (unit u goes to thread u % nth, so a causal
- * prompt's long and short rows spread evenly); nothing is reduced across
- * threads.  A unit walks the cells in tiles of 16: a tile that every row of
+ * Threads take the units from the node's shared counter (or, without one,
+ * in turn: unit u to thread u % nth), so a causal prompt's long and short
+ * rows spread evenly and a slowed thread takes fewer; nothing is reduced
+ * across threads.  A unit walks the cells in tiles of 16: a tile that every row of
  * the block has masked is skipped whole; otherwise k's 16 rows are converted
  * to F32 once and transposed ([D][16]: a lane per cell) and v's converted
  * ([16][Dv]), and every row of the block is computed against them.
@@ -60,7 +61,9 @@
 #endif
 
 #define TILE 16      /* cells per tile: one AVX-512 vector of scores */
+
 #define ROWS_MAX 32  /* rows (query row x q head) per unit, when group allows */
+#define PF_DIST 32   /* decode: cells ahead whose k and v rows are prefetched */
 
 /* ---- exp_fixed: exp(x) for x <= 0 (and -inf), one sequence of operations ---- *
  * Cephes' expf: n = round(x log2 e), r = x - n ln2 (in two parts), a degree-5
@@ -263,13 +266,18 @@ TARGET_AVX512 static void avx512_f16_row(const bt_fp16_t *x, float *y, int64_t n
                              _mm512_add_ps(_mm512_mul_ps(a[r], sc), _mm512_loadu_ps(mt + ((r0 + r) / group) * TILE))); \
     }
 AVX512_SCORES_N(8)
+AVX512_SCORES_N(4)
+AVX512_SCORES_N(2)
 AVX512_SCORES_N(1)
 
 TARGET_AVX512 static void avx512_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group,
                                         const float *mt, float scale, float *s) {
     int r = 0;
+    /* each row's FMA chain is latency-bound alone: as many rows at once as there are */
     for (; r + 8 <= nr; r += 8) avx512_scores_8(kt, D, qp, r, group, mt, scale, s);
-    for (; r < nr; r++) avx512_scores_1(kt, D, qp, r, group, mt, scale, s);
+    if (r + 4 <= nr) avx512_scores_4(kt, D, qp, r, group, mt, scale, s), r += 4;
+    if (r + 2 <= nr) avx512_scores_2(kt, D, qp, r, group, mt, scale, s), r += 2;
+    if (r < nr) avx512_scores_1(kt, D, qp, r, group, mt, scale, s);
 }
 
 TARGET_AVX512 static __m512 avx512_exp_fixed(__m512 x) {
@@ -436,13 +444,15 @@ TARGET_AVX2 static void avx2_f16_row(const bt_fp16_t *x, float *y, int64_t n) {
                                                _mm256_loadu_ps(mt + ((r0 + r) / group) * TILE + 8 * h)));   \
     }
 AVX2_SCORES_N(4)
+AVX2_SCORES_N(2)
 AVX2_SCORES_N(1)
 
 TARGET_AVX2 static void avx2_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group,
                                     const float *mt, float scale, float *s) {
     int r = 0;
     for (; r + 4 <= nr; r += 4) avx2_scores_4(kt, D, qp, r, group, mt, scale, s);
-    for (; r < nr; r++) avx2_scores_1(kt, D, qp, r, group, mt, scale, s);
+    if (r + 2 <= nr) avx2_scores_2(kt, D, qp, r, group, mt, scale, s), r += 2;
+    if (r < nr) avx2_scores_1(kt, D, qp, r, group, mt, scale, s);
 }
 
 TARGET_AVX2 static __m256 avx2_exp_fixed(__m256 x) {
@@ -668,8 +678,8 @@ static bool mask_tile(const struct bt_tensor *mask, int64_t j0, int nj, int64_t 
     return any;
 }
 
-/* the next tile's k and v rows on their way to the cache while this one is
- * computed: for decode steps (one or two query rows), which stream a long
+/* the k and v rows PF_DIST cells ahead on their way to the cache while this
+ * tile is computed: for decode steps (one or two query rows), which stream a long
  * context; a prompt's block reuses the tiles from the cache */
 static void prefetch_tile(const struct bt_tensor *k, const struct bt_tensor *v, int64_t hk, int64_t j0, int nj) {
     const size_t kb = bt_row_size(k->type, k->ne[0]), vb = bt_row_size(v->type, v->ne[0]);
@@ -737,7 +747,10 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
 
     const int64_t R = block_rows(T, Hk, group, p->nth);
     const int64_t n_blocks = (T + R - 1) / R, n_units = n_blocks * Hk;
-    for (int64_t u = p->ith; u < n_units; u += p->nth) {
+    /* the units: handed out by the node's counter (a slowed thread takes
+     * fewer), or in turn without one */
+    for (int64_t u = p->chunk ? bt_cpu_next_chunk(p) : p->ith; u < n_units;
+         u = p->chunk ? bt_cpu_next_chunk(p) : u + p->nth) {
         const int64_t b = u / Hk, hk = u - b * Hk, t0 = b * R, h0 = hk * group;
         const int64_t nt = T - t0 < R ? T - t0 : R;
         const int nr = (int)(nt * group);
@@ -753,7 +766,8 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
         for (int64_t j0 = 0; j0 < N; j0 += TILE) {
             const int nj = N - j0 < TILE ? (int)(N - j0) : TILE;
             if (!mask_tile(mask, j0, nj, t0, nt, mt)) continue;
-            if (nt <= 2 && j0 + TILE < N) prefetch_tile(k, v, hk, j0 + TILE, N - j0 - TILE < TILE ? (int)(N - j0 - TILE) : TILE);
+            if (nt <= 2 && j0 + PF_DIST < N)
+                prefetch_tile(k, v, hk, j0 + PF_DIST, N - j0 - PF_DIST < TILE ? (int)(N - j0 - PF_DIST) : TILE);
             k_tile(isa, k, hk, j0, nj, kt, row);
             isa->scores(kt, D, qp, nr, (int)group, mt, scale, s);
             /* per row: the cells it sees, the new maxima, the scores become x */

@@ -54,7 +54,7 @@ typedef void (*bt_cpu_tile_fn)(int64_t k, const void *const *w_rows, const void 
                                const void *const *next_rows, float *out);
 
 #define BT_CPU_QTILES 4 /* tile shapes an entry may offer */
-#define BT_CPU_TILE_MAX 8 /* largest rm and rn a tile may have */
+#define BT_CPU_TILE_MAX 16 /* largest rm and rn a tile may have */
 
 struct bt_cpu_qtile {
     int rm, rn; /* weight rows x activation columns; rm, rn <= BT_CPU_TILE_MAX */
@@ -87,6 +87,10 @@ struct bt_cpu_qtype {
     size_t (*panel_size)(int64_t k);
     bt_cpu_qpack_fn pack;
     bt_cpu_qgemm_fn gemm;
+    /* plain C versions, bitwise equal to quantize_act and vec_dot (the tests
+     * compare them) */
+    bt_cpu_quantize_act_fn quantize_act_ref;
+    bt_cpu_vec_dot_fn vec_dot_ref;
 };
 
 /* The entry for a weight type, NULL for the float types (F32, F16, BF16,
@@ -94,8 +98,8 @@ struct bt_cpu_qtype {
 const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type);
 
 /* entries (each defined in the file named) */
-extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* matmul.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* matmul.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* quant_i8.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_dot.c */

@@ -6,6 +6,7 @@
 
 #include "run/bringup.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,16 @@ struct record_item {
     char value[BT_CLI_AGREE_VALUE];
     uint8_t given;
 };
+
+void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *option, bool given, const char *fmt, ...) {
+    struct bt_cli_agree_item *it = &items[(*n)++];
+    it->option = option;
+    it->given = given;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->value, sizeof it->value, fmt, ap);
+    va_end(ap);
+}
 
 bool bt_cli_env_many_ranks(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
@@ -129,4 +140,17 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
     bt_rank_free(R);
     if (!*prc) *prc = 1;
     return false;
+}
+
+int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,
+                      const struct bt_cli_agree_item *items, int n_items, char *err, size_t n_err) {
+    err[0] = '\0';
+    if (!prc && R->have_topo && bt_topology_check_world(&R->topo, R->size, perr, n_perr) != BT_OK) prc = 1;
+    const int rc = bt_cli_agree(R->t, c->prog, prc, perr, items, n_items);
+    if (rc != 0) return rc;
+    if (bt_rank_setup(R, c) != BT_OK) {
+        snprintf(err, n_err, "%s", R->error);
+        return R->exit_code;
+    }
+    return 0;
 }

@@ -29,6 +29,13 @@ struct bt_cli_agree_item {
     bool given;
 };
 
+/* items[*n] = option, given, the value as printf formats it; then *n + 1. */
+void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *option, bool given, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /* Before MPI: true when the launcher's environment says this process is one of
  * several ranks (then an error found before MPI starts must go through
  * bt_cli_agree so that the job ends with its message). */
@@ -45,6 +52,15 @@ struct bt_rank_config;
  * the program exits with *prc. */
 bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int env_rank, int *prc, char *perr,
                        size_t n, int *argc, char ***argv);
+
+/* Collective, after bt_cli_rank_start: the topology checked against the
+ * number of ranks (a mismatch becomes prc 1 and its message in perr), every
+ * rank's verdict and items compared (bt_cli_agree, which prints), then
+ * bt_rank_setup.  0 when all went through; else the exit code, with
+ * bt_rank_setup's message in err[n_err] (for rank 0 to print) or err empty
+ * (bt_cli_agree printed it). */
+int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,
+                      const struct bt_cli_agree_item *items, int n_items, char *err, size_t n_err);
 
 /* Collective, on every rank with the same n and option names.  rc, err: this
  * rank's verdict so far (0 and "" when its command line is fine; else the

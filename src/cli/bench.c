@@ -143,6 +143,28 @@ static void print_row(const char *op, enum bt_type type, const char *shape, int 
     fflush(stdout);
 }
 
+/* g timed and printed as one row per thread count of o (times divided by
+ * n_copies, the independent copies of the op g holds).  Returns 0, or 1 when
+ * threads cannot start or the compute fails. */
+static int time_rows(const struct bench_opts *o, const struct machine *mc, struct bt_graph *g, int reps,
+                     int n_copies, const char *op, enum bt_type type, const char *shape, double flop,
+                     double wbytes) {
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
+        if (!cpu) {
+            fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
+            return 1;
+        }
+        double csec = 0.0;
+        const double sec = time_graph(cpu, g, reps, &csec);
+        bt_cpu_free(cpu);
+        if (sec < 0) return 1;
+        print_row(op, type, shape, o->threads[ti], sec / n_copies, csec / n_copies, flop, wbytes,
+                  mc->read_bw[ti], mc->fma_peak[ti]);
+    }
+    return 0;
+}
+
 /* One mul_mat shape for one type, every thread count.  The graph holds
  * n_copies independent mul_mats, each with its own copy of the weights, so
  * that one run touches more than BENCH_STREAM_BYTES of weights and they are
@@ -192,24 +214,7 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
     snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     const double wbytes = (double)wsize;
-    int rc = 0;
-    for (int ti = 0; ti < o->n_threads && rc == 0; ti++) {
-        bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
-        if (!cpu) {
-            fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
-            rc = 1;
-            break;
-        }
-        double csec = 0.0;
-        const double sec = time_graph(cpu, g, reps, &csec);
-        bt_cpu_free(cpu);
-        if (sec < 0) {
-            rc = 1;
-            break;
-        }
-        print_row("mul_mat", type, shape, o->threads[ti], sec / n_copies, csec / n_copies, flop, wbytes,
-                  mc->read_bw[ti], mc->fma_peak[ti]);
-    }
+    const int rc = time_rows(o, mc, g, reps, n_copies, "mul_mat", type, shape, flop, wbytes);
     bt_free(ctx);
     return rc;
 }
@@ -274,23 +279,7 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
                  (long long)nt, MOE_USED, MOE_EXPERTS);
         const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
         const double wbytes = (double)expert_bytes * n_sel;
-        for (int ti = 0; ti < o->n_threads; ti++) {
-            bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
-            if (!cpu) {
-                fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
-                rc = 1;
-                break;
-            }
-            double csec = 0.0;
-            const double sec = time_graph(cpu, g, reps[si], &csec);
-            bt_cpu_free(cpu);
-            if (sec < 0) {
-                rc = 1;
-                break;
-            }
-            print_row("mul_mat_id", type, shape, o->threads[ti], sec, csec, flop, wbytes,
-                      mc->read_bw[ti], mc->fma_peak[ti]);
-        }
+        rc = time_rows(o, mc, g, reps[si], 1, "mul_mat_id", type, shape, flop, wbytes);
     }
     bt_free(ctx);
     return rc;
@@ -332,24 +321,7 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
     snprintf(shape, sizeof(shape), "T=%lld n_kv=%lld D=%lld H=%lld/%lld", (long long)T, (long long)n_kv,
              (long long)D, (long long)H, (long long)Hk);
     const double flop = seen * (double)H * 4.0 * (double)D;
-    int rc = 0;
-    for (int ti = 0; ti < o->n_threads; ti++) {
-        bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
-        if (!cpu) {
-            fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
-            rc = 1;
-            break;
-        }
-        double csec = 0.0;
-        const double sec = time_graph(cpu, g, reps, &csec);
-        bt_cpu_free(cpu);
-        if (sec < 0) {
-            rc = 1;
-            break;
-        }
-        print_row("flash_attn", BT_TYPE_F16, shape, o->threads[ti], sec, csec, flop, (double)kv_bytes,
-                  mc->read_bw[ti], mc->fma_peak[ti]);
-    }
+    const int rc = time_rows(o, mc, g, reps, 1, "flash_attn", BT_TYPE_F16, shape, flop, (double)kv_bytes);
     bt_free(ctx);
     return rc;
 }

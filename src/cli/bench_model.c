@@ -288,24 +288,16 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
 #define BM_AGREE_ITEMS 10
 static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-#define ITEM(OPT, GIVEN, ...)                                                   \
-    do {                                                                        \
-        it[n].option = (OPT);                                                   \
-        it[n].given = (GIVEN);                                                  \
-        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                 \
-        n++;                                                                    \
-    } while (0)
-    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
-    ITEM("-m", true, "%s", o->model ? o->model : "");
-    ITEM("-p", true, "%ld", o->n_prompt);
-    ITEM("-n", true, "%ld", o->n_gen);
-    ITEM("-r", true, "%ld", o->reps);
-    ITEM("--ubatch", true, "%ld", o->n_ubatch);
-    ITEM("--seqs", true, "%ld", o->seqs);
-    ITEM("--inflight", o->inflight > 0, "%ld", o->inflight);
-    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
-#undef ITEM
+    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add(it, &n, "-m", true, "%s", o->model ? o->model : "");
+    bt_cli_agree_add(it, &n, "-p", true, "%ld", o->n_prompt);
+    bt_cli_agree_add(it, &n, "-n", true, "%ld", o->n_gen);
+    bt_cli_agree_add(it, &n, "-r", true, "%ld", o->reps);
+    bt_cli_agree_add(it, &n, "--ubatch", true, "%ld", o->n_ubatch);
+    bt_cli_agree_add(it, &n, "--seqs", true, "%ld", o->seqs);
+    bt_cli_agree_add(it, &n, "--inflight", o->inflight > 0, "%ld", o->inflight);
+    bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
     return n;
 }
 
@@ -348,16 +340,10 @@ int bt_cli_bench_model(int argc, char **argv) {
     memset(res, 0, sizeof res);
     int n_res = 0;
 
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[BM_AGREE_ITEMS];
     BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
-    rc = bt_cli_agree(t, BM_PROG, prc, perr, items, BM_AGREE_ITEMS);
+    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, BM_AGREE_ITEMS, err, sizeof err);
     if (rc != 0) goto out;
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        snprintf(err, sizeof err, "%s", R.error);
-        rc = R.exit_code;
-        goto out;
-    }
 
     struct bt_engine_params ep;
     bt_engine_default_params(&ep);

@@ -221,35 +221,28 @@ static bool trace_writable(const char *path, char *err, size_t n) {
  * micro_batches: 2 agree). */
 static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-#define ITEM(OPT, GIVEN, ...)                                                             \
-    do {                                                                                  \
-        it[n].option = (OPT);                                                             \
-        it[n].given = (GIVEN);                                                            \
-        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                           \
-        n++;                                                                              \
-    } while (0)
-    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
-    ITEM("--micro-batches", true, "%d", o->micro_batches);
-    ITEM("--copies", true, "%d", o->copies);
-    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
-    ITEM("--trace", o->trace != NULL, "%s", ""); /* writing it is collective; rank 0 names the file */
+    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add(it, &n, "--micro-batches", true, "%d", o->micro_batches);
+    bt_cli_agree_add(it, &n, "--copies", true, "%d", o->copies);
+    bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+    /* writing the trace is collective; rank 0 names the file */
+    bt_cli_agree_add(it, &n, "--trace", o->trace != NULL, "%s", "");
     const struct bt_model_config *m = &o->model;
-    ITEM("--layers", true, "%d", m->n_layers);
-    ITEM("--d-model", true, "%d", m->d_model);
-    ITEM("--heads", true, "%d", m->n_heads);
-    ITEM("--d-ff", true, "%d", m->d_ff);
-    ITEM("--ffn", true, "%s", bt_ffn_kind_name(m->ffn));
-    ITEM("--experts", true, "%d", m->n_experts);
-    ITEM("--top-k", true, "%d", m->top_k);
-    ITEM("--shared", true, "%d", m->n_shared);
-    ITEM("--shared-gate", true, "%d", m->shared_gate);
-    ITEM("--norm-topk", true, "%d", m->norm_topk);
-    ITEM("--vocab", true, "%d", m->n_vocab);
-    ITEM("--tokens", true, "%d", m->n_tokens);
-    ITEM("--type", true, "%s", bt_type_name(m->wtype));
-    ITEM("--seed", true, "%llu", (unsigned long long)m->seed);
-#undef ITEM
+    bt_cli_agree_add(it, &n, "--layers", true, "%d", m->n_layers);
+    bt_cli_agree_add(it, &n, "--d-model", true, "%d", m->d_model);
+    bt_cli_agree_add(it, &n, "--heads", true, "%d", m->n_heads);
+    bt_cli_agree_add(it, &n, "--d-ff", true, "%d", m->d_ff);
+    bt_cli_agree_add(it, &n, "--ffn", true, "%s", bt_ffn_kind_name(m->ffn));
+    bt_cli_agree_add(it, &n, "--experts", true, "%d", m->n_experts);
+    bt_cli_agree_add(it, &n, "--top-k", true, "%d", m->top_k);
+    bt_cli_agree_add(it, &n, "--shared", true, "%d", m->n_shared);
+    bt_cli_agree_add(it, &n, "--shared-gate", true, "%d", m->shared_gate);
+    bt_cli_agree_add(it, &n, "--norm-topk", true, "%d", m->norm_topk);
+    bt_cli_agree_add(it, &n, "--vocab", true, "%d", m->n_vocab);
+    bt_cli_agree_add(it, &n, "--tokens", true, "%d", m->n_tokens);
+    bt_cli_agree_add(it, &n, "--type", true, "%s", bt_type_name(m->wtype));
+    bt_cli_agree_add(it, &n, "--seed", true, "%llu", (unsigned long long)m->seed);
     return n;
 }
 #define DEMO_AGREE_ITEMS 20

@@ -687,21 +687,13 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
 /* What every rank must have the same of. */
 static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-#define ITEM(OPT, GIVEN, ...)                                                             \
-    do {                                                                                  \
-        it[n].option = (OPT);                                                             \
-        it[n].given = (GIVEN);                                                            \
-        snprintf(it[n].value, sizeof it[n].value, __VA_ARGS__);                           \
-        n++;                                                                              \
-    } while (0)
-    ITEM("--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    ITEM("--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
-    ITEM("-m", o->model != NULL, "%s", o->model ? o->model : "");
-    ITEM("--ctx-size", true, "%ld", o->n_ctx);
-    ITEM("--ubatch", true, "%ld", o->n_ubatch);
-    ITEM("--parallel", true, "%ld", o->parallel);
-    ITEM("--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
-#undef ITEM
+    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
+    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add(it, &n, "-m", o->model != NULL, "%s", o->model ? o->model : "");
+    bt_cli_agree_add(it, &n, "--ctx-size", true, "%ld", o->n_ctx);
+    bt_cli_agree_add(it, &n, "--ubatch", true, "%ld", o->n_ubatch);
+    bt_cli_agree_add(it, &n, "--parallel", true, "%ld", o->parallel);
+    bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
     return n;
 }
 #define GEN_AGREE_ITEMS 7
@@ -763,17 +755,11 @@ int bt_cli_generate(int argc, char **argv) {
     bt_tokenizer *tok = NULL;
     struct bt_engine_stats *all = NULL;
 
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[GEN_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == GEN_AGREE_ITEMS);
-    rc = bt_cli_agree(t, GEN_PROG, prc, perr, items, n_items);
+    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) goto out;
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        snprintf(err, sizeof err, "%s", R.error);
-        rc = R.exit_code;
-        goto out;
-    }
 
     struct bt_engine_params ep;
     bt_engine_default_params(&ep);

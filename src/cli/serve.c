@@ -280,29 +280,16 @@ int bt_cli_serve(int argc, char **argv) {
     }
     const int rank = R.rank, P = R.size;
     bt_cli_signals_install("baton serve", rank);
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     struct bt_cli_agree_item items[4];
     int n_items = 0;
-#define ITEM(OPT, ...)                                                            \
-    do {                                                                          \
-        items[n_items].option = (OPT);                                            \
-        items[n_items].given = true;                                              \
-        snprintf(items[n_items].value, sizeof items[n_items].value, __VA_ARGS__); \
-        n_items++;                                                                \
-    } while (0)
-    ITEM("--model", "%s", o.model ? o.model : "");
-    ITEM("--parallel", "%d", o.parallel);
-    ITEM("--ctx-size", "%ld", o.ctx);
-    ITEM("--ubatch", "%ld", o.ubatch);
-#undef ITEM
-    int rc = bt_cli_agree(R.t, "baton serve", prc, perr, items, n_items);
+    bt_cli_agree_add(items, &n_items, "--model", true, "%s", o.model ? o.model : "");
+    bt_cli_agree_add(items, &n_items, "--parallel", true, "%d", o.parallel);
+    bt_cli_agree_add(items, &n_items, "--ctx-size", true, "%ld", o.ctx);
+    bt_cli_agree_add(items, &n_items, "--ubatch", true, "%ld", o.ubatch);
+    char err[1024] = "";
+    int rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) {
-        bt_rank_free(&R);
-        return rc;
-    }
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        if (rank == 0) fprintf(stderr, "%s\n", R.error);
-        rc = R.exit_code;
+        if (rank == 0 && err[0]) fprintf(stderr, "%s\n", err);
         bt_rank_free(&R);
         return rc;
     }
@@ -313,7 +300,6 @@ int bt_cli_serve(int argc, char **argv) {
     ep.n_seq_max = o.parallel;
     ep.n_ubatch = o.ubatch ? o.ubatch : (o.ctx < 512 ? o.ctx : 512);
     struct bt_engine *e = NULL;
-    char err[1024] = "";
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         if (rank == 0) fprintf(stderr, "baton serve: %s\n", err);
         bt_rank_free(&R);

@@ -79,9 +79,16 @@ struct bt_engine {
     struct bt_kv *kv; /* rank 0 without layers: bookkeeping only */
     struct bt_llm_stage *stage;
     int max_inflight;
-    /* scratch: one ubatch */
+    /* scratch: one ubatch's cells; a stage writes its output (x [n_embd, T],
+     * or on the last stage the logits of the rows asked for) straight into
+     * the message that carries it on, so no rank holds a ubatch-wide buffer
+     * of the vocabulary's width */
     int32_t *cells;
-    float *x; /* [n_embd, n_ubatch], or logits [n_vocab, n_ubatch] on the last stage */
+    /* ranks 1..P-1 with layers: a ubatch's body as it comes in, sized at
+     * open for the largest (serve never allocates for what it receives, so
+     * it never leaves a message it could not take on the wire) */
+    void *in;
+    size_t in_cap;
     /* sends, a ring */
     struct out_msg *outs;
     int n_outs, next_out;
@@ -203,13 +210,14 @@ static int next_rank(const struct bt_engine *e, int stage) {
 /* ---- one ubatch through this rank's stage ------------------------------------------ */
 
 static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in, const double *busy_in);
+                                    const float *x_in, const double *busy_in, float *logits);
 
 /* Place the tokens, compute, and send x on (or the logits to rank 0).  ints:
  * the body's arrays; x_in: the activations from the previous stage; busy_in:
- * the earlier stages' compute seconds (NULL on rank 0). */
+ * the earlier stages' compute seconds (NULL on rank 0); logits: where rank 0,
+ * when it is the only stage, wants the logits [n_vocab, n_out]. */
 static enum bt_status stage_step(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                 const float *x_in, const double *busy_in) {
+                                 const float *x_in, const double *busy_in, float *logits) {
     const int32_t *pos = ints + T, *seq = ints + 2 * T;
     char msg[512];
     enum bt_status st = bt_kv_place(e->kv, T, seq, pos, e->cells, msg, sizeof msg);
@@ -217,30 +225,35 @@ static enum bt_status stage_step(struct bt_engine *e, uint64_t id, int64_t T, in
         return e->t->rank == 0 ? efail(e, st, "%s", msg)
                                : efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     /* from here on a failure leaves this cache out of step with the others' */
-    st = stage_compute(e, id, T, n_out, ints, x_in, busy_in);
+    st = stage_compute(e, id, T, n_out, ints, x_in, busy_in, logits);
     if (st != BT_OK) e->fatal = st;
     return st;
 }
 
 static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in, const double *busy_in) {
+                                    const float *x_in, const double *busy_in, float *logits) {
     const int32_t *token = ints, *pos = ints + T, *seq = ints + 2 * T, *out_ids = ints + 3 * T;
     char msg[512];
     enum bt_status st;
     const int nxt = next_rank(e, e->my_stage);
     const bool last = nxt < 0;
     const int64_t n_floats = last ? n_out * e->hp.n_vocab : T * e->hp.n_embd;
+    /* the output goes straight into its message (rank 0 alone: the caller's) */
+    struct out_msg *o = NULL;
+    float *out = logits;
+    if (!(last && e->t->rank == 0)) {
+        if (!(o = out_get(e, body_bytes(e, T, n_out, n_floats)))) return BT_ERR_COMM;
+        out = (float *)((int32_t *)o->body + body_ints(T, n_out));
+    }
     const double t0 = now_s();
     bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
-    st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, e->x, msg, sizeof msg);
+    st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, out, msg, sizeof msg);
     bt_transport_set_busy(e->t, false);
     e->stats.compute_s += now_s() - t0;
     if (st != BT_OK) return efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     e->stats.ubatches++;
     e->stats.tokens += (uint64_t)T;
-    if (last && e->t->rank == 0) return BT_OK; /* the caller takes e->x */
-    struct out_msg *o = out_get(e, body_bytes(e, T, n_out, n_floats));
-    if (!o) return BT_ERR_COMM;
+    if (!o) return BT_OK;
     double *busy = body_busy(o->body, T, n_out, n_floats);
     for (int k = 0; k < e->n_stages; k++) busy[k] = busy_in ? busy_in[k] : 0.0;
     busy[e->my_stage] = e->stats.compute_s;
@@ -249,7 +262,6 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     o->head.n_out = (int32_t)n_out;
     o->head.id = id;
     memcpy(o->body, ints, (size_t)(3 * T + n_out) * sizeof(int32_t));
-    memcpy((int32_t *)o->body + body_ints(T, n_out), e->x, (size_t)n_floats * sizeof(float));
     return out_send(e, o, last ? 0 : nxt);
 }
 
@@ -530,16 +542,18 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             st = bt_llm_stage_new(e->m, e->kv, r->backend, q->n_ubatch, &e->stage, lerr, sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
         }
-        const int64_t wide = e->hp.n_vocab > e->hp.n_embd ? e->hp.n_vocab : e->hp.n_embd;
         e->max_inflight = q->max_inflight > 0 ? q->max_inflight : e->n_stages * (r->copies > 0 ? r->copies : 1);
         if (e->max_inflight < 1) e->max_inflight = 1;
         e->p.max_inflight = e->max_inflight; /* what bt_engine_params reports: the value in use */
         e->n_outs = e->max_inflight + 2;
         e->stage_compute_s = calloc((size_t)(e->n_stages > 0 ? e->n_stages : 1), sizeof(double));
         e->cells = malloc((size_t)q->n_ubatch * sizeof *e->cells);
-        e->x = malloc((size_t)(q->n_ubatch * wide) * sizeof(float));
         e->outs = calloc((size_t)e->n_outs, sizeof *e->outs);
-        if (st == BT_OK && (!e->cells || !e->x || !e->outs || !e->stage_compute_s))
+        if (t->rank != 0 && il1 > il0) {
+            e->in_cap = body_bytes(e, q->n_ubatch, q->n_ubatch, e->my_stage == 0 ? 0 : q->n_ubatch * e->hp.n_embd);
+            e->in = malloc(e->in_cap);
+        }
+        if (st == BT_OK && (!e->cells || !e->outs || !e->stage_compute_s || (e->in_cap && !e->in)))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
         if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
@@ -581,7 +595,7 @@ void bt_engine_close(struct bt_engine *e) {
     bt_llm_free(e->m);
     bt_gguf_close(e->g);
     free(e->cells);
-    free(e->x);
+    free(e->in);
     free(e->il0s);
     free(e->il1s);
     free(e->stages);
@@ -751,21 +765,23 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
     s->id = my_id;
     s->n_out = n_out;
     if (e->my_stage == 0) {
-        /* rank 0's own layers first: checks and places the tokens */
-        st = stage_step(e, my_id, T, n_out, ints, NULL, NULL);
-        if (st == BT_OK && nxt < 0) {
-            /* one stage: the logits are here */
+        /* one stage: the logits go straight into the slot (room made first:
+         * nothing placed yet when there is none) */
+        float *logits = NULL;
+        if (nxt < 0) {
             const size_t want = body_bytes(e, T, n_out, n_out * e->hp.n_vocab);
             if (want > s->cap) {
                 void *b = realloc(s->body, want);
                 if (!b) st = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
                 else s->body = b, s->cap = want;
             }
-            if (st == BT_OK) {
-                memcpy((int32_t *)s->body + body_ints(T, n_out), e->x, (size_t)(n_out * e->hp.n_vocab) * sizeof(float));
-                s->head.n_tokens = (int32_t)T;
-                s->done = true;
-            }
+            if (st == BT_OK) logits = (float *)((int32_t *)s->body + body_ints(T, n_out));
+        }
+        /* rank 0's own layers first: checks and places the tokens */
+        if (st == BT_OK) st = stage_step(e, my_id, T, n_out, ints, NULL, NULL, logits);
+        if (st == BT_OK && nxt < 0) {
+            s->head.n_tokens = (int32_t)T;
+            s->done = true;
         }
     } else {
         /* rank 0 holds no layers: its cache keeps the books, stage 0 computes */
@@ -894,8 +910,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
     const int nxt = e->my_stage < 0 ? -1 : next_rank(e, e->my_stage);
     enum bt_status failed = BT_OK; /* this rank's or an earlier one's failure */
     struct msg_head head;
-    void *body = NULL;
-    size_t cap = 0;
+    void *body = e->in;
     bt_treq rh;
     memset(&rh, 0, sizeof rh);
     for (;;) {
@@ -943,20 +958,20 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                 failed = st;
                 break;
             }
-        } else if (want > cap) {
-            void *b = realloc(body, want);
-            if (b) {
-                body = b;
-                cap = want;
-            } else {
-                st = efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", t->rank, want);
-            }
         }
         if (st == BT_OK) {
+            BT_ASSERT(want <= e->in_cap); /* T <= n_ubatch, n_out <= T: sized at open */
             if (bt_transport_irecv(t, body, want, prev, TAG_BODY, &rh) != BT_OK ||
                 bt_transport_wait_polite(t, &rh) != BT_OK) {
-                failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
-                break;
+                /* the chain learns of it and this rank waits for the stop:
+                 * leaving now would leave the ranks after it (and rank 0)
+                 * waiting for ever; a transport that is really broken fails
+                 * the next receive, which ends the loop */
+                if (failed == BT_OK) {
+                    failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
+                    report_failure(e, nxt);
+                }
+                continue;
             }
             e->stats.bytes_received += want;
             e->stats.wait_s += now_s() - t0;
@@ -971,13 +986,12 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         if (st == BT_OK)
             st = stage_step(e, head.id, T, n_out, ints,
                             e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out)),
-                            body_busy(body, T, n_out, n_floats_in));
+                            body_busy(body, T, n_out, n_floats_in), NULL);
         if (st != BT_OK) {
             failed = st;
             report_failure(e, nxt);
         }
     }
-    free(body);
     const enum bt_status st = drain_sends(e);
     if (failed != BT_OK) return failed;
     return st;
@@ -995,6 +1009,10 @@ void bt_engine_compute_seconds(const struct bt_engine *e, double *compute_s) {
 void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s) {
     *s = e->stats;
     if (e->stage) s->compute_bytes = bt_llm_stage_compute_bytes(e->stage);
+    s->buffer_bytes = e->in_cap;
+    for (int i = 0; e->outs && i < e->n_outs; i++) s->buffer_bytes += e->outs[i].cap;
+    for (int i = 0; i < e->q_cap; i++)
+        if (e->q[i]) s->buffer_bytes += e->q[i]->cap;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) s->peak_rss = (size_t)ru.ru_maxrss * 1024;
 }

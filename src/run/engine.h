@@ -128,6 +128,7 @@ struct bt_engine_stats {
     size_t weight_bytes, kv_bytes, compute_bytes;
     size_t mapped_bytes;         /* of weight_bytes: used in place in the file's mapping */
     size_t peak_rss;             /* bytes, from getrusage */
+    size_t buffer_bytes;         /* the engine's own message buffers: sends, answers, the stage's input */
 };
 /* Rank 0, while the engine runs: each rank's seconds in graph compute so
  * far into compute_s[0..P), as the answers of the ubatches collected (or

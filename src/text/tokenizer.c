@@ -112,6 +112,18 @@ typedef struct {
     size_t n, cap;
 } sbuf;
 
+/* A growing array v of *cap elements of elem bytes, n of them in use: v
+ * itself while there is room for one more, else v reallocated to twice the
+ * room (first elements at the start) and *cap updated; NULL when out of
+ * memory (v and *cap unchanged). */
+static void *grow(void *v, size_t *cap, size_t n, size_t elem, size_t first) {
+    if (n < *cap) return v;
+    const size_t c = *cap ? *cap * 2 : first;
+    void *p = realloc(v, c * elem);
+    if (p) *cap = c;
+    return p;
+}
+
 static int sbuf_reserve(sbuf *b, size_t extra) {
     if (b->n + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 64;
@@ -132,13 +144,9 @@ static int sbuf_add(sbuf *b, const char *s, size_t n) {
 }
 
 static int tokens_push(bt_tokens *t, int32_t id) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        int32_t *p = realloc(t->ids, cap * sizeof *p);
-        if (!p) return -1;
-        t->ids = p;
-        t->cap = cap;
-    }
+    int32_t *p = grow(t->ids, &t->cap, t->n, sizeof *p, 64);
+    if (!p) return -1;
+    t->ids = p;
     t->ids[t->n++] = id;
     return 0;
 }
@@ -883,13 +891,9 @@ static int bigram_less(const bigram *a, const bigram *b) {
 }
 
 static int heap_push(heap *q, bigram g) {
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? q->cap * 2 : 64;
-        bigram *h = realloc(q->h, cap * sizeof *h);
-        if (!h) return -1;
-        q->h = h;
-        q->cap = cap;
-    }
+    bigram *h = grow(q->h, &q->cap, q->n, sizeof *h, 64);
+    if (!h) return -1;
+    q->h = h;
     size_t i = q->n++;
     while (i > 0) {
         size_t par = (i - 1) / 2;
@@ -989,13 +993,9 @@ static int split_symbols(work *w, const char *s, size_t n) {
     for (size_t off = 0; off < n;) {
         size_t l = utf8_len((unsigned char)s[off]);
         if (l > n - off) l = n - off;
-        if (w->n_sym == w->cap_sym) {
-            size_t cap = w->cap_sym ? w->cap_sym * 2 : 64;
-            symbol *p = realloc(w->sym, cap * sizeof *p);
-            if (!p) return -1;
-            w->sym = p;
-            w->cap_sym = cap;
-        }
+        symbol *p = grow(w->sym, &w->cap_sym, w->n_sym, sizeof *p, 64);
+        if (!p) return -1;
+        w->sym = p;
         symbol *y = &w->sym[w->n_sym];
         y->off = off;
         y->n = l;
@@ -1068,7 +1068,10 @@ static int spm_tokenize(const bt_tokenizer *t, work *w, const char *s, size_t n,
     return start < n ? spm_segment(t, w, s + start, n - start, out) : 0;
 }
 
-static int spm_segment(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_tokens *out) {
+/* s split into symbols and merged; each symbol's token, or for a symbol that
+ * is no token its bytes: SentencePiece's byte tokens (else unk) when spm,
+ * else (as llama.cpp) each byte that is a token by itself. */
+static int emit_merged(const bt_tokenizer *t, work *w, const char *s, size_t n, bool spm, bt_tokens *out) {
     if (split_symbols(w, s, n) || merge_word(t, w, s)) return -1;
     for (int i = w->n_sym ? 0 : -1; i != -1; i = w->sym[i].next) {
         const symbol *y = &w->sym[i];
@@ -1077,13 +1080,22 @@ static int spm_segment(const bt_tokenizer *t, work *w, const char *s, size_t n, 
             if (tokens_push(out, id)) return -1;
             continue;
         }
-        for (size_t k = 0; k < y->n; k++) { /* byte fallback */
-            int32_t b = t->byte_tok[(unsigned char)s[y->off + k]];
-            if (b < 0) b = t->unk;
+        for (size_t k = 0; k < y->n; k++) {
+            int32_t b;
+            if (spm) {
+                b = t->byte_tok[(unsigned char)s[y->off + k]];
+                if (b < 0) b = t->unk;
+            } else {
+                b = find_tok(t, s + y->off + k, 1);
+            }
             if (b >= 0 && tokens_push(out, b)) return -1;
         }
     }
     return 0;
+}
+
+static int spm_segment(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_tokens *out) {
+    return emit_merged(t, w, s, n, true, out);
 }
 
 /* "gpt2": one pre-tokenized piece (already byte-encoded) */
@@ -1092,20 +1104,7 @@ static int bpe_word(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_
         int32_t id = find_tok(t, s, n);
         if (id >= 0) return tokens_push(out, id);
     }
-    if (split_symbols(w, s, n) || merge_word(t, w, s)) return -1;
-    for (int i = w->n_sym ? 0 : -1; i != -1; i = w->sym[i].next) {
-        const symbol *y = &w->sym[i];
-        int32_t id = find_tok(t, s + y->off, y->n);
-        if (id >= 0) {
-            if (tokens_push(out, id)) return -1;
-            continue;
-        }
-        for (size_t k = 0; k < y->n; k++) { /* as llama.cpp: each byte that is a token by itself */
-            int32_t b = find_tok(t, s + y->off + k, 1);
-            if (b >= 0 && tokens_push(out, b)) return -1;
-        }
-    }
-    return 0;
+    return emit_merged(t, w, s, n, false, out);
 }
 
 /* a piece of text: [off, off+len) */
@@ -1119,13 +1118,9 @@ typedef struct {
 } spans;
 
 static int spans_push(spans *s, size_t off, size_t len) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        span *p = realloc(s->v, cap * sizeof *p);
-        if (!p) return -1;
-        s->v = p;
-        s->cap = cap;
-    }
+    span *p = grow(s->v, &s->cap, s->n, sizeof *p, 64);
+    if (!p) return -1;
+    s->v = p;
     s->v[s->n].off = off;
     s->v[s->n].len = len;
     s->n++;
@@ -1221,13 +1216,9 @@ typedef struct {
 } fragments;
 
 static int frag_push(fragments *f, size_t off, size_t len, int32_t id) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        fragment *p = realloc(f->v, cap * sizeof *p);
-        if (!p) return -1;
-        f->v = p;
-        f->cap = cap;
-    }
+    fragment *p = grow(f->v, &f->cap, f->n, sizeof *p, 16);
+    if (!p) return -1;
+    f->v = p;
     f->v[f->n].off = off;
     f->v[f->n].len = len;
     f->v[f->n].id = id;

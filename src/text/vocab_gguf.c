@@ -32,6 +32,33 @@ static enum bt_status get_int(struct bt_gguf *g, const char *key, int64_t *out, 
     }
 }
 
+/* The array key, when the file has it: of elem_type t0 or t1 (4 bytes each)
+ * and at least n entries (else an error naming the file and key), its first
+ * n copied into *out (malloc'd; NULL when the key is absent), its type in
+ * *elem. */
+static enum bt_status optional_array(struct bt_gguf *g, const char *path, const char *key, int t0, int t1,
+                                     const char *want, uint32_t n, void **out, int *elem, char *err, size_t errlen) {
+    *out = NULL;
+    const int64_t ki = bt_gguf_find_key(g, key);
+    if (ki < 0) return BT_OK;
+    const struct bt_gguf_value *a = bt_gguf_kv_value(g, ki);
+    if (a->type != BT_GGUF_TYPE_ARRAY || ((int)a->elem_type != t0 && (int)a->elem_type != t1)) {
+        snprintf(err, errlen, "%s: %s is not %s", path, key, want);
+        return BT_ERR_INVALID;
+    }
+    if (a->n < n) {
+        snprintf(err, errlen, "%s: %s has %llu entries, the vocabulary %u", path, key, (unsigned long long)a->n, n);
+        return BT_ERR_INVALID;
+    }
+    if (!(*out = malloc((size_t)(n ? n : 1) * 4))) {
+        snprintf(err, errlen, "out of memory reading the vocabulary of %s", path);
+        return BT_ERR_NOMEM;
+    }
+    bt_gguf_arr_copy(g, a, 0, n, *out);
+    *elem = (int)a->elem_type;
+    return BT_OK;
+}
+
 static enum bt_status get_flag(struct bt_gguf *g, const char *key, int *out, char *err, size_t errlen) {
     if (bt_gguf_find_key(g, key) < 0) return BT_OK;
     bool b;
@@ -143,24 +170,13 @@ enum bt_status bt_tokenizer_from_gguf(struct bt_gguf *g, bt_tokenizer **out, cha
     sp.token_text = tok_text;
     sp.token_len = tok_len;
 
-    int64_t ki = bt_gguf_find_key(g, "tokenizer.ggml.scores");
-    if (ki >= 0) {
-        const struct bt_gguf_value *a = bt_gguf_kv_value(g, ki);
-        if (a->type != BT_GGUF_TYPE_ARRAY || (a->elem_type != BT_GGUF_TYPE_FLOAT32 && a->elem_type != BT_GGUF_TYPE_INT32)) {
-            snprintf(err, errlen, "%s: tokenizer.ggml.scores is not an array of float32 or int32", path);
-            st = BT_ERR_INVALID;
-            goto done;
-        }
-        if (a->n < sp.n_tokens) {
-            snprintf(err, errlen, "%s: tokenizer.ggml.scores has %llu entries, the vocabulary %u", path,
-                     (unsigned long long)a->n, sp.n_tokens);
-            st = BT_ERR_INVALID;
-            goto done;
-        }
-        scores = malloc(sp.n_tokens * sizeof *scores);
-        if (!scores) goto nomem;
-        bt_gguf_arr_copy(g, a, 0, sp.n_tokens, scores);
-        if (a->elem_type == BT_GGUF_TYPE_INT32)
+    void *arr = NULL;
+    int elem = 0;
+    st = optional_array(g, path, "tokenizer.ggml.scores", BT_GGUF_TYPE_FLOAT32, BT_GGUF_TYPE_INT32,
+                        "an array of float32 or int32", sp.n_tokens, &arr, &elem, err, errlen);
+    if (st != BT_OK) goto done;
+    if ((scores = arr) != NULL) {
+        if (elem == BT_GGUF_TYPE_INT32)
             for (uint32_t i = 0; i < sp.n_tokens; i++) {
                 int32_t v;
                 memcpy(&v, &scores[i], sizeof v);
@@ -168,25 +184,10 @@ enum bt_status bt_tokenizer_from_gguf(struct bt_gguf *g, bt_tokenizer **out, cha
             }
         sp.scores = scores;
     }
-    ki = bt_gguf_find_key(g, "tokenizer.ggml.token_type");
-    if (ki >= 0) {
-        const struct bt_gguf_value *a = bt_gguf_kv_value(g, ki);
-        if (a->type != BT_GGUF_TYPE_ARRAY || a->elem_type != BT_GGUF_TYPE_INT32) {
-            snprintf(err, errlen, "%s: tokenizer.ggml.token_type is not an array of int32", path);
-            st = BT_ERR_INVALID;
-            goto done;
-        }
-        if (a->n < sp.n_tokens) {
-            snprintf(err, errlen, "%s: tokenizer.ggml.token_type has %llu entries, the vocabulary %u", path,
-                     (unsigned long long)a->n, sp.n_tokens);
-            st = BT_ERR_INVALID;
-            goto done;
-        }
-        types = malloc(sp.n_tokens * sizeof *types);
-        if (!types) goto nomem;
-        bt_gguf_arr_copy(g, a, 0, sp.n_tokens, types);
-        sp.types = types;
-    }
+    st = optional_array(g, path, "tokenizer.ggml.token_type", BT_GGUF_TYPE_INT32, BT_GGUF_TYPE_INT32,
+                        "an array of int32", sp.n_tokens, &arr, &elem, err, errlen);
+    if (st != BT_OK) goto done;
+    sp.types = types = arr;
     if (!strcmp(model, "gpt2")) {
         if (bt_gguf_find_key(g, "tokenizer.ggml.merges") < 0) {
             snprintf(err, errlen, "%s: no tokenizer.ggml.merges (a gpt2 vocabulary needs its merges)", path);
@@ -214,10 +215,6 @@ enum bt_status bt_tokenizer_from_gguf(struct bt_gguf *g, bt_tokenizer **out, cha
     char inner[400];
     st = bt_tokenizer_create(&sp, out, inner, sizeof inner);
     if (st != BT_OK) snprintf(err, errlen, "%s: %s", path, inner);
-    goto done;
-nomem:
-    snprintf(err, errlen, "out of memory reading the vocabulary of %s", path);
-    st = BT_ERR_NOMEM;
 done:
     free(tok_text);
     free(tok_len);

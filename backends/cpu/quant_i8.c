@@ -1,0 +1,495 @@
+/* quant_i8.c - Q8_0 and Q4_0 weights on the CPU: their activation format,
+ * dot product, decode tiles and packed GEMM, and their two entries in
+ * matmul.c's table of quantised weight types (qtypes.h).
+ *
+ * Activation column (act_size(k) bytes, 64-byte multiple), nblk = k / 32:
+ *   q [nblk][32] int8   element order; q = roundf(x / d)
+ *   d [nblk]     float  d = max|x| / 127 of the block (kept in float)
+ *   s [nblk]     int32  the sum of the block's 32 q
+ *
+ * One accumulation order per output element, on every path (plain C, the
+ * AVX-512 dot and tiles, the GEMM): per block b the exact integer
+ *   I_b = sum_i w_i q_i      (Q8_0: w = qs; Q4_0: w = nibble - 8)
+ * then, blocks in increasing order from acc = +0,
+ *   acc = fma((float)I_b, dw_b * d_b, acc)
+ * (dw_b the block's fp16 scale as float; |I_b| < 2^21, so (float)I_b is
+ * exact).  The integers are exact however a path groups them, so a path only
+ * has to produce I_b and take the same float steps:
+ *   - dot_ref: plain C, one block at a time;
+ *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): per row,
+ *     vpdpbusd of two blocks' unsigned weight bytes (Q8_0 w + 128, Q4_0 the
+ *     nibble) with the column's 64 bytes, reduced across 16 rows at once
+ *     (shuffles and adds) to a lane per row, the offset taken off through s;
+ *     then the float step for 16 rows in one vector;
+ *   - GEMM (AVX-512 VNNI, BT_I8_GEMM_MIN_COLS columns and more): 16 rows packed
+ *     once per call, a lane per row (4 bytes of a block per lane, 8 vectors
+ *     per block, the rows' scales beside them); vpdpbusd with 4 activation
+ *     bytes broadcast, 8 per block, into I, then the float step.
+ * The file is built with -ffp-contract=off: no fusing beyond the fma above.
+ */
+#include "qtypes.h"
+
+#include "cpu_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define HAVE_I8_AVX512 1
+#endif
+
+#define I8_QK 32
+
+/* ---- the activation column ---------------------------------------------------- */
+
+static size_t i8_act_size(int64_t k) {
+    const size_t nblk = (size_t)(k / I8_QK);
+    return (nblk * (I8_QK + 2 * sizeof(float)) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
+}
+
+struct i8col {
+    const int8_t *q;
+    const float *d;
+    const int32_t *s;
+};
+
+static inline struct i8col i8col_at(const void *act, int64_t k) {
+    const size_t nblk = (size_t)(k / I8_QK);
+    const char *p = act;
+    return (struct i8col){(const int8_t *)p, (const float *)(p + nblk * I8_QK),
+                          (const int32_t *)(p + nblk * (I8_QK + sizeof(float)))};
+}
+
+/* the bytes after s up to act_size(k): zero, so that a column's bytes are
+ * all defined */
+static void i8_zero_tail(void *y, int64_t k) {
+    const size_t used = (size_t)(k / I8_QK) * (I8_QK + 2 * sizeof(float));
+    memset((char *)y + used, 0, i8_act_size(k) - used);
+}
+
+static void i8_quantize_ref(const float *x, void *y, int64_t k) {
+    const int64_t nblk = k / I8_QK;
+    i8_zero_tail(y, k);
+    int8_t *q = y;
+    float *d = (float *)((char *)y + (size_t)nblk * I8_QK);
+    int32_t *s = (int32_t *)(d + nblk);
+    for (int64_t b = 0; b < nblk; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < I8_QK; i++) amax = fmaxf(amax, fabsf(x[b * I8_QK + i]));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < I8_QK; i++) {
+            const int8_t v = (int8_t)roundf(x[b * I8_QK + i] * id);
+            q[b * I8_QK + i] = v;
+            sum += v;
+        }
+        d[b] = dd;
+        s[b] = sum;
+    }
+}
+
+/* ---- plain C: the order spelled out -------------------------------------------- */
+
+static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_row, const void *act) {
+    const int64_t nblk = k / I8_QK;
+    const struct i8col a = i8col_at(act, k);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nblk; b++) {
+        int32_t isum = 0;
+        float dw;
+        const int8_t *qa = a.q + b * I8_QK;
+        if (type == BT_TYPE_Q8_0) {
+            const bt_block_q8_0 *w = (const bt_block_q8_0 *)w_row + b;
+            for (int i = 0; i < I8_QK; i++) isum += (int32_t)w->qs[i] * qa[i];
+            dw = bt_fp16_to_fp32(w->d);
+        } else {
+            const bt_block_q4_0 *w = (const bt_block_q4_0 *)w_row + b;
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += ((int32_t)(w->qs[i] & 15) - 8) * qa[i] + ((int32_t)(w->qs[i] >> 4) - 8) * qa[i + I8_QK / 2];
+            dw = bt_fp16_to_fp32(w->d);
+        }
+        acc = fmaf((float)isum, dw * a.d[b], acc);
+    }
+    *out = acc;
+}
+static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
+static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
+
+#ifdef HAVE_I8_AVX512
+/* ---- AVX-512 VNNI --------------------------------------------------------------- */
+
+/* roundf (half away from zero) of integer-range values, exactly */
+static inline __m512 round_away(__m512 v) {
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(v, t); /* exact */
+    const __mmask16 up = _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __mmask16 dn = _mm512_cmp_ps_mask(f, _mm512_set1_ps(-0.5f), _CMP_LE_OQ);
+    t = _mm512_mask_add_ps(t, up, t, _mm512_set1_ps(1.0f));
+    return _mm512_mask_sub_ps(t, dn, t, _mm512_set1_ps(1.0f));
+}
+
+/* i8_quantize_ref's values, 16 at a time */
+static void i8_quantize(const float *x, void *y, int64_t k) {
+    const int64_t nblk = k / I8_QK;
+    i8_zero_tail(y, k);
+    int8_t *q = y;
+    float *d = (float *)((char *)y + (size_t)nblk * I8_QK);
+    int32_t *s = (int32_t *)(d + nblk);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < nblk; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * I8_QK), v1 = _mm512_loadu_ps(x + b * I8_QK + 16);
+        const float amax =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i i0 = _mm512_cvtps_epi32(round_away(_mm512_mul_ps(v0, vid)));
+        const __m512i i1 = _mm512_cvtps_epi32(round_away(_mm512_mul_ps(v1, vid)));
+        _mm_storeu_si128((__m128i *)(q + b * I8_QK), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128((__m128i *)(q + b * I8_QK + 16), _mm512_cvtepi32_epi8(i1));
+        d[b] = dd;
+        s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+}
+
+static inline int32_t load_i32(const void *p) {
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* The fp16 scales of n (<= 16) consecutive blocks of bs bytes -> 16 floats
+ * (zero beyond n). */
+static inline __m512 block_scales(const char *blk0, int bs, int n) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(bs));
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    /* 4 bytes at each block's start: d then the first quants; keep d */
+    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, blk0, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
+}
+/* The scales of 16 whole Q4_0 blocks (288 bytes from blk0): scale i is u16
+ * number 9*i.  Two 128-byte windows, each holding 8 scales, are picked out
+ * with vpermt2w; no load reaches past the 16 blocks.  Cheaper than a gather. */
+static inline __m512 q4_scales16(const char *blk0) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0,
+                                         63, 54, 45, 36, 27, 18, 9, 0);
+    /* window 1 starts at u16 72 (block 8), window 0 at u16 0 (block 0) */
+    const __m512i w0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx, _mm512_loadu_si512(blk0 + 64));
+    const __m512i w1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0 + 144), idx, _mm512_loadu_si512(blk0 + 208));
+    const __m512i both = _mm512_mask_mov_epi16(w0, (__mmask32)0xff00u, w1);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(both));
+}
+/* The same for 16 whole Q8_0 blocks (544 bytes): scale i is u16 number 17*i;
+ * four 128-byte windows of 4 scales each. */
+static inline __m512 q8_scales16(const char *blk0) {
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0, 51, 34, 17, 0,
+                                         51, 34, 17, 0, 51, 34, 17, 0);
+    __m512i res = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx, _mm512_loadu_si512(blk0 + 64));
+    for (int w = 1; w < 4; w++) {
+        const char *p = blk0 + 136 * w; /* block 4w */
+        const __m512i x = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+        res = _mm512_mask_mov_epi16(res, (__mmask32)(0xfu << (4 * w)), x);
+    }
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(res));
+}
+
+/* the scales of n (<= 16) blocks from block c0 of a row */
+static inline __m512 row_scales(const bool q8, const char *row, int64_t c0, int n) {
+    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const char *p = row + (size_t)c0 * (size_t)bs;
+    if (n == 16) return q8 ? q8_scales16(p) : q4_scales16(p);
+    return block_scales(p, bs, n);
+}
+
+/* Blocks b and b+1 of a weight row (b+1 only when two; else b again) as 64
+ * unsigned bytes in element order: dwords 0..7 block b, 8..15 block b+1;
+ * Q8_0 as w + 128, Q4_0 as the nibble (w + 8). */
+static inline __m512i load_pair(const bool q8, const char *row, int64_t b, bool two) {
+    if (q8) {
+        const bt_block_q8_0 *w = (const bt_block_q8_0 *)row + b;
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)w[0].qs);
+        const __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)w[1].qs) : x0;
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1), _mm512_set1_epi8((char)0x80));
+    }
+    const bt_block_q4_0 *w = (const bt_block_q4_0 *)row + b;
+    const __m128i x0 = _mm_loadu_si128((const __m128i *)w[0].qs);
+    const __m128i x1 = two ? _mm_loadu_si128((const __m128i *)w[1].qs) : x0;
+    /* 128-bit lanes: qs_b, qs_b, qs_b1, qs_b1; then low, high, low, high nibbles */
+    const __m512i x = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(x0)), _mm256_broadcastsi128_si256(x1), 1);
+#if defined(__GFNI__)
+    /* per qword, the low nibble of each byte or the high one moved down, as
+     * one GF(2) affine map */
+    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
+                                          0x1020408000000000LL, 0x0102040800000000LL, 0x0102040800000000LL,
+                                          0x1020408000000000LL, 0x1020408000000000LL);
+    return _mm512_gf2p8affine_epi64_epi8(x, nib, 0);
+#else
+    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    return _mm512_and_si512(_mm512_srlv_epi64(x, sh), _mm512_set1_epi8(0x0f));
+#endif
+}
+
+/* The lane order of reduce16's results: lane i holds row I8_ROW[i]. */
+static const int I8_ROW[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+/* The reduction of 16 rows' pair dots to a lane per row, in three levels:
+ * v[r]: row r's 16 int32 lanes, 0..7 for block b, 8..15 for block b+1.
+ * red4: rows 4g .. 4g+3 -> per 128-bit lane: halves of the sums of rows
+ * (4g, b), (4g, b+1) ... as below; red_end: the four red4 results -> *r0,
+ * *r1: the sums for block b, b+1 of each row, lane i row I8_ROW[i]. */
+static inline __attribute__((always_inline)) __m512i red4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+    /* 128-bit lanes of c: row 2m block b, row 2m block b+1, row 2m+1 b, b+1 (4 partial sums each) */
+    const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* per 128-bit lane: halves of c0, c1, the other halves of c0, c1 */
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(c0, c1), _mm512_unpackhi_epi32(c0, c1));
+}
+static inline __attribute__((always_inline)) void red_end(const __m512i d[4], __m512i *r0, __m512i *r1) {
+    /* per 128-bit lane of e[p]: rows 8p + 2j + (lane >> 1), j = 0..3, block lane & 1 */
+    const __m512i e0 = _mm512_add_epi32(_mm512_unpacklo_epi64(d[0], d[1]), _mm512_unpackhi_epi64(d[0], d[1]));
+    const __m512i e1 = _mm512_add_epi32(_mm512_unpacklo_epi64(d[2], d[3]), _mm512_unpackhi_epi64(d[2], d[3]));
+    *r0 = _mm512_shuffle_i32x4(e0, e1, _MM_SHUFFLE(2, 0, 2, 0));
+    *r1 = _mm512_shuffle_i32x4(e0, e1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+#ifndef BT_I8_PREFETCH
+#define BT_I8_PREFETCH 1536 /* decode tiles: prefetch distance in bytes of a row */
+#endif
+#define I8_CHUNK 16 /* blocks whose scales are converted at once */
+
+/* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
+static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
+                                                            const char *const *rows, const char *const *next,
+                                                            const void *const *acts, float *out) {
+    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const int off = q8 ? 128 : 8;
+    const int64_t nblk = k / I8_QK;
+    const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
+    struct i8col a[4];
+    __m512 acc[4];
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
+        const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
+        /* dw[i]: block c0 + i's scales, lane i row I8_ROW[i] */
+        _Alignas(64) float dw[16][16];
+        {
+            __m512 t[16];
+            for (int i = 0; i < 16; i++) t[i] = row_scales(q8, rows[I8_ROW[i]], c0, nc);
+            bt_cpu_transpose16(t);
+            for (int i = 0; i < 16; i++) _mm512_store_ps(dw[i], t[i]);
+        }
+        /* prefetch about BT_I8_PREFETCH bytes ahead in each row; near a row's
+         * end, the next tile's rows (rows shorter than the distance wrap
+         * round), so that the next tile does not begin by waiting on memory */
+        {
+            const int64_t pos = c0 + pf_chunks;
+            const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
+            for (int r = 0; r < 16; r++) {
+                const char *pa = pos + I8_CHUNK <= nblk               ? rows[r] + (size_t)pos * (size_t)bs
+                                 : next && npos + I8_CHUNK <= nblk ? next[r] + (size_t)npos * (size_t)bs
+                                                                      : NULL;
+                if (pa)
+                    for (int o = 0; o < I8_CHUNK * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
+            }
+        }
+        for (int i = 0; i < nc; i += 2) {
+            const int64_t b = c0 + i;
+            const bool two = i + 1 < nc;
+            __m512i av[4];
+            for (int c = 0; c < RN; c++)
+                av[c] = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : (__mmask64)0xffffffffu, a[c].q + b * I8_QK);
+            __m512i d[4][4];
+            for (int g = 0; g < 4; g++) {
+                __m512i w[4];
+                for (int r = 0; r < 4; r++) w[r] = load_pair(q8, rows[4 * g + r], b, two);
+                for (int c = 0; c < RN; c++) {
+                    __m512i v[4];
+                    for (int r = 0; r < 4; r++) v[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], av[c]);
+                    d[c][g] = red4(v[0], v[1], v[2], v[3]);
+                }
+            }
+            for (int c = 0; c < RN; c++) {
+                __m512i i0, i1;
+                red_end(d[c], &i0, &i1);
+                i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(off * a[c].s[b]));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0),
+                                         _mm512_mul_ps(_mm512_load_ps(dw[i]), _mm512_set1_ps(a[c].d[b])), acc[c]);
+                if (two) {
+                    i1 = _mm512_sub_epi32(i1, _mm512_set1_epi32(off * a[c].s[b + 1]));
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1),
+                                             _mm512_mul_ps(_mm512_load_ps(dw[i + 1]), _mm512_set1_ps(a[c].d[b + 1])),
+                                             acc[c]);
+                }
+            }
+        }
+    }
+    for (int c = 0; c < RN; c++) {
+        _Alignas(64) float t[16];
+        _mm512_store_ps(t, acc[c]);
+        for (int i = 0; i < 16; i++) out[c * 16 + I8_ROW[i]] = t[i];
+    }
+}
+
+/* One row, one column: the tile's order for a single row, without the
+ * 16-row reduction (vec_dot; matmul.c's edges). */
+static inline void i8_dot1(const bool q8, int64_t k, float *out, const char *row, const void *act) {
+    const int off = q8 ? 128 : 8;
+    const int64_t nblk = k / I8_QK;
+    const struct i8col a = i8col_at(act, k);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nblk; b += 2) {
+        const bool two = b + 1 < nblk;
+        const __m512i av = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : (__mmask64)0xffffffffu, a.q + b * I8_QK);
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_pair(q8, row, b, two), av);
+        const int32_t i0 = _mm512_mask_reduce_add_epi32(0x00ff, p) - off * a.s[b];
+        float dw;
+        if (q8) dw = _cvtsh_ss(((const bt_block_q8_0 *)row)[b].d);
+        else dw = _cvtsh_ss(((const bt_block_q4_0 *)row)[b].d);
+        acc = fmaf((float)i0, dw * a.d[b], acc);
+        if (two) {
+            const int32_t i1 = _mm512_mask_reduce_add_epi32(0xff00, p) - off * a.s[b + 1];
+            if (q8) dw = _cvtsh_ss(((const bt_block_q8_0 *)row)[b + 1].d);
+            else dw = _cvtsh_ss(((const bt_block_q4_0 *)row)[b + 1].d);
+            acc = fmaf((float)i1, dw * a.d[b + 1], acc);
+        }
+    }
+    *out = acc;
+}
+
+/* ---- packed GEMM ------------------------------------------------------------------ *
+ * A 16-row panel, per block (I8_PB bytes): 8 vectors of the 16 rows' unsigned
+ * weight bytes (vector u, lane r: elements 4u .. 4u+3 of row r), then the
+ * 16 rows' scales as float. */
+#define I8_PB (8 * 64 + 64)
+
+static size_t i8_panel_size(int64_t k) { return (size_t)(k / I8_QK) * I8_PB; }
+
+static inline __attribute__((always_inline)) void i8_pack(const bool q8, int64_t k, const void *const *rows,
+                                                          void *panel) {
+    const int64_t nblk = k / I8_QK;
+    uint8_t *pn = panel;
+    for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
+        const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
+        __m512 dw[16];
+        for (int r = 0; r < 16; r++) dw[r] = row_scales(q8, rows[r], c0, nc);
+        bt_cpu_transpose16(dw); /* bit moves only */
+        for (int i = 0; i < nc; i++) _mm512_store_ps((float *)(pn + (size_t)(c0 + i) * I8_PB + 512), dw[i]);
+    }
+    for (int64_t b = 0; b < nblk; b += 2) {
+        const bool two = b + 1 < nblk;
+        __m512 v[16];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(load_pair(q8, rows[r], b, two));
+        bt_cpu_transpose16(v); /* v[u]: dword u of every row */
+        uint8_t *pb = pn + (size_t)b * I8_PB;
+        for (int u = 0; u < 8; u++) _mm512_store_ps(pb + 64 * u, v[u]);
+        if (two)
+            for (int u = 0; u < 8; u++) _mm512_store_ps(pb + I8_PB + 64 * u, v[8 + u]);
+    }
+}
+
+/* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
+static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, const int RN, int64_t k,
+                                                               const uint8_t *panel, const void *const *acts,
+                                                               float *const *dcols, int64_t row0, int nrows) {
+    const int off = q8 ? 128 : 8;
+    struct i8col a[8];
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < k / I8_QK; b++) {
+        const uint8_t *pb = panel + (size_t)b * I8_PB;
+        __m512i I[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < 8; u++) {
+            const __m512i w = _mm512_load_si512(pb + 64 * u);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++)
+                I[c] = _mm512_dpbusd_epi32(I[c], w, _mm512_set1_epi32(load_i32(a[c].q + b * I8_QK + 4 * u)));
+        }
+        const __m512 dw = _mm512_load_ps(pb + 512);
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
+    }
+    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
+}
+
+#define I8_DEFS(name, q8)                                                                                        \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *w, const void *a) {                          \
+        i8_dot1(q8, k, s, w, a);                                                                                   \
+    }                                                                                                              \
+    static void qtile_##name##_16x1(int64_t k, const void *const *w, const void *const *a, const void *const *n, \
+                                    float *out) {                                                                  \
+        i8_tile16(q8, 1, k, (const char *const *)w, (const char *const *)n, a, out);                              \
+    }                                                                                                              \
+    static void qtile_##name##_16x2(int64_t k, const void *const *w, const void *const *a, const void *const *n, \
+                                    float *out) {                                                                  \
+        i8_tile16(q8, 2, k, (const char *const *)w, (const char *const *)n, a, out);                              \
+    }                                                                                                              \
+    static void qtile_##name##_16x4(int64_t k, const void *const *w, const void *const *a, const void *const *n, \
+                                    float *out) {                                                                  \
+        i8_tile16(q8, 4, k, (const char *const *)w, (const char *const *)n, a, out);                              \
+    }                                                                                                              \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { i8_pack(q8, k, rows, panel); }   \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
+                             float *const *dcols, int64_t row0, int nrows) {                                      \
+        int64_t j = 0;                                                                                             \
+        for (; j + 8 <= ncols; j += 8) i8_gemm_tile(q8, 8, k, panel, acts + j, dcols + j, row0, nrows);          \
+        if (ncols - j >= 4) {                                                                                      \
+            i8_gemm_tile(q8, 4, k, panel, acts + j, dcols + j, row0, nrows);                                      \
+            j += 4;                                                                                                \
+        }                                                                                                          \
+        if (ncols - j >= 2) {                                                                                      \
+            i8_gemm_tile(q8, 2, k, panel, acts + j, dcols + j, row0, nrows);                                      \
+            j += 2;                                                                                                \
+        }                                                                                                          \
+        if (ncols - j >= 1) i8_gemm_tile(q8, 1, k, panel, acts + j, dcols + j, row0, nrows);                     \
+    }
+I8_DEFS(q8_0, true)
+I8_DEFS(q4_0, false)
+
+#ifndef BT_I8_GEMM_MIN_COLS
+#define BT_I8_GEMM_MIN_COLS 3 /* jobs with at least this many columns take the packed GEMM */
+#endif
+#define I8_TILES(name) {{16, 1, qtile_##name##_16x1}, {16, 2, qtile_##name##_16x2}, {16, 4, qtile_##name##_16x4}, {0, 0, NULL}}
+#define I8_GEMM(name) BT_I8_GEMM_MIN_COLS, i8_panel_size, qpack_##name, qgemm_##name
+#define I8_QUANTIZE i8_quantize
+#define FAST(name) dot_##name##_avx512
+#else
+#define I8_TILES(name) {{0, 0, NULL}}
+#define I8_GEMM(name) 0, NULL, NULL, NULL
+#define I8_QUANTIZE i8_quantize_ref
+#define FAST(name) dot_##name##_ref
+#endif
+
+/* ---- qtypes.h entries ------------------------------------------------------------- */
+
+#define I8_QTYPE(name)                                                            \
+    const struct bt_cpu_qtype bt_cpu_qtype_##name = {                             \
+        /* .act_name         = */ "int8 blocks of 32, float scale, block sums",   \
+        /* .act_size         = */ i8_act_size,                                    \
+        /* .quantize_act     = */ I8_QUANTIZE,                                    \
+        /* .vec_dot          = */ FAST(name),                                     \
+        /* .tiles            = */ I8_TILES(name),                                 \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ I8_GEMM(name),          \
+        /* .quantize_act_ref = */ i8_quantize_ref,                                \
+        /* .vec_dot_ref      = */ dot_##name##_ref,                               \
+    }
+I8_QTYPE(q8_0);
+I8_QTYPE(q4_0);
