@@ -5,10 +5,12 @@
  * MUL_MAT_ID result never depends on the batch it shares: the same column
  * alone and at several positions of batches of 1..64 columns (MUL_MAT_ID: with
  * any number of other tokens choosing the same experts) gives the same bits,
- * for every weight type. */
+ * for every weight type.  And float weights follow fdot.c's one order on
+ * every path: each element bitwise equal to a scalar model of it. */
 #include <math.h>
 #include <string.h>
 
+#include "cpu_impl.h" /* BT_MM_FKC */
 #include "testutil.h"
 
 #define N_OUT_MAX 64
@@ -377,6 +379,122 @@ START_TEST(test_batch_invariance_mul_mat_id) {
 }
 END_TEST
 
+/* ---- the float order (backends/cpu/fdot.c), as a scalar model ------------- */
+
+#if defined(__FMA__) || defined(__AVX512F__)
+#define MODEL_FMA(a, b, c) fmaf(a, b, c) /* the kernels' vector FMA */
+#else
+#define MODEL_FMA(a, b, c) ((a) * (b) + (c)) /* the portable build's multiply, then add */
+#endif
+#define N_FO 2 /* BF16 weights have their own order (the pair order of vdpbf16ps) */
+static const enum bt_type fo_types[N_FO] = {BT_TYPE_F32, BT_TYPE_F16};
+
+/* w . x: chunks of BT_MM_FKC; in a chunk 16 lanes, lane e % 16 takes element
+ * e by FMA; the chunk's sum by the tree (l, l+8), (l, l+4), (l, l+2), (0, 1);
+ * the chunk sums added in order. */
+static float model_dot(const float *w, const float *x, int64_t k) {
+    float d = 0.0f;
+    for (int64_t c0 = 0; c0 < k; c0 += BT_MM_FKC) {
+        float p[16] = {0};
+        for (int64_t e = c0; e < k && e < c0 + BT_MM_FKC; e++) p[e % 16] = MODEL_FMA(w[e], x[e], p[e % 16]);
+        float u[8], v[4], t[2];
+        for (int l = 0; l < 8; l++) u[l] = p[l] + p[l + 8];
+        for (int l = 0; l < 4; l++) v[l] = u[l] + u[l + 4];
+        for (int l = 0; l < 2; l++) t[l] = v[l] + v[l + 2];
+        const float s = t[0] + t[1];
+        d = c0 == 0 ? s : d + s;
+    }
+    return d;
+}
+
+/* every element of mul_mat(w, b) for n = 1 .. 70 columns (the direct tiles,
+ * the blocked path and its column remainders), several thread counts, k
+ * below, at and past a chunk, with and without a 16-element tail */
+START_TEST(test_float_order_mul_mat) {
+    const enum bt_type wt = fo_types[_i];
+    static const int64_t ks[] = {1, 15, 203, 2 * BT_MM_FKC, 2 * BT_MM_FKC + 203};
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 70};
+    const int64_t m = 37;
+    int calls = 0;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int64_t k = ks[ki];
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t n = ns[ni];
+            bt_context *ctx = tu_ctx(64);
+            tu_rng r;
+            tu_rng_init(&r, 7100 + (uint64_t)(ki * 16 + ni));
+            struct bt_tensor *w = bt_new_tensor_2d(ctx, wt, k, m);
+            struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, n);
+            tu_fill(w, &r);
+            tu_fill(b, &r);
+            struct bt_tensor *d = bt_mul_mat(ctx, w, b);
+            ck_assert_ptr_nonnull(d);
+            struct bt_graph *g = tu_graph(ctx, &d, 1);
+            memset(d->data, 0x11 * (++calls % 15 + 1), bt_nbytes(d));
+            const int nt = 1 + (int)((ki + ni) % 3);
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            float *wrow = malloc(sizeof(float) * (size_t)k);
+            for (int64_t i = 0; i < m; i++) {
+                bt_row_to_f32(wt, (const char *)w->data + (size_t)i * w->nb[1], wrow, k);
+                for (int64_t j = 0; j < n; j++) {
+                    const float want = model_dot(wrow, (const float *)b->data + j * k, k);
+                    const float got = ((const float *)d->data)[j * m + i];
+                    ck_assert_msg(memcmp(&want, &got, sizeof(float)) == 0,
+                                  "%s k=%ld n=%ld (%d threads): element (%ld, %ld) %.9g, the "
+                                  "order gives %.9g",
+                                  bt_type_name(wt), (long)k, (long)n, nt, (long)i, (long)j, got, want);
+                }
+            }
+            free(wrow);
+            bt_free(ctx);
+        }
+    }
+}
+END_TEST
+
+/* MUL_MAT_ID: every (slot, token) element against the model, tokens 1..40
+ * over 5 experts (experts get 0 .. many columns: both paths) */
+START_TEST(test_float_order_mul_mat_id) {
+    const enum bt_type wt = fo_types[_i];
+    const int64_t k = BT_MM_FKC + 77, m = 21, ne = 5, nu = 2;
+    static const int64_t Ts[] = {1, 3, 17, 40};
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int64_t T = Ts[ti];
+        bt_context *ctx = tu_ctx(64);
+        tu_rng r;
+        tu_rng_init(&r, 7300 + (uint64_t)ti);
+        struct bt_tensor *as = bt_new_tensor_3d(ctx, wt, k, m, ne);
+        struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, nu, T);
+        struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu, T);
+        tu_fill(as, &r);
+        tu_fill(b, &r);
+        tu_fill_ids(ids, &r, (int32_t)ne);
+        struct bt_tensor *d = bt_mul_mat_id(ctx, as, b, ids);
+        ck_assert_ptr_nonnull(d);
+        struct bt_graph *g = tu_graph(ctx, &d, 1);
+        memset(d->data, 0x5a, bt_nbytes(d));
+        ck_assert_int_eq(tu_run(g, 1 + (int)(ti % 3)), BT_OK);
+        float *wrow = malloc(sizeof(float) * (size_t)k);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t s = 0; s < nu; s++) {
+                const int32_t id = ((const int32_t *)ids->data)[t * nu + s];
+                const float *x = (const float *)b->data + (t * nu + s) * k;
+                for (int64_t i = 0; i < m; i++) {
+                    bt_row_to_f32(wt, (const char *)as->data + (size_t)id * as->nb[2] + (size_t)i * as->nb[1],
+                                  wrow, k);
+                    const float want = model_dot(wrow, x, k);
+                    const float got = ((const float *)d->data)[(t * nu + s) * m + i];
+                    ck_assert_msg(memcmp(&want, &got, sizeof(float)) == 0,
+                                  "%s T=%ld: token %ld slot %ld row %ld: %.9g, the order gives %.9g",
+                                  bt_type_name(wt), (long)T, (long)t, (long)s, (long)i, got, want);
+                }
+            }
+        free(wrow);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("determinism");
     TCase *tc = tcase_create("core");
@@ -389,5 +507,10 @@ int main(void) {
     tcase_add_loop_test(tb, test_batch_invariance_mul_mat, 0, N_BI);
     tcase_add_loop_test(tb, test_batch_invariance_mul_mat_id, 0, 2 * N_BI);
     suite_add_tcase(s, tb);
+    TCase *tf = tcase_create("float_order");
+    tcase_set_timeout(tf, 120);
+    tcase_add_loop_test(tf, test_float_order_mul_mat, 0, N_FO);
+    tcase_add_loop_test(tf, test_float_order_mul_mat_id, 0, N_FO);
+    suite_add_tcase(s, tf);
     return tu_run_suite(s);
 }

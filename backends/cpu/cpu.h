@@ -57,10 +57,11 @@ enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g);
 const char *bt_cpu_error(const bt_cpu *cpu);
 
 /* Called on the calling thread (thread 0 of the pool) after it has done its
- * share of each computed node, before the node's barrier: a place for short
- * work that must not wait for the whole graph, such as driving a transport's
- * progress between ops, without a thread of its own competing for the
- * cores.  It must not touch the graph.  NULL: none (the default). */
+ * share of each computed node (before the barrier that follows it, if
+ * any): a place for short work that must not wait for the whole graph, such
+ * as driving a transport's progress between ops, without a thread of its
+ * own competing for the cores.  It must not touch the graph.  NULL: none
+ * (the default). */
 typedef void (*bt_cpu_node_hook)(void *user);
 void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
 

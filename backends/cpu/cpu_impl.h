@@ -1,6 +1,6 @@
 /* cpu_impl.h - internal interface between the CPU executor (cpu.c), the
  * thread pool (threadpool.c), the element-wise / row kernels (ops_cpu.c) and
- * the matrix kernels (matmul.c) and fused attention (attn.c).  Not part of the public API. */
+ * the matrix kernels (matmul.c, fdot.c) and fused attention (attn.c).  Not part of the public API. */
 #ifndef BATON_CPU_IMPL_H
 #define BATON_CPU_IMPL_H
 
@@ -63,6 +63,18 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *dst);
 void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node);
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth);
+
+/* fdot.c: rows [r0, r1) of float weights a (F32 or F16; k columns,
+ * row stride a_nb1) times ncols F32 columns bcols into dcols[j][r], in the
+ * one order of these types (fdot.c says which); buf: a thread's
+ * bt_cpu_fdot_buf_bytes(n) bytes, n >= ncols. */
+void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                      float *buf);
+size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
+#ifndef BT_MM_FKC
+#define BT_MM_FKC 1024 /* fdot.c: chunk of the float order, in elements (a multiple of 16) */
+#endif
 
 /* attn.c: FLASH_ATTN.  bt_cpu_flash_attn runs the widest kernel set the
  * CPU has (the plain C one under p->reference); every set gives the same

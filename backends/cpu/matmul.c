@@ -17,19 +17,11 @@
  * batch size, the column's position or neighbours, or how MUL_MAT_ID groups
  * the tokens by expert (tests/test_determinism.c checks all of these):
  *
- *  - float weights (F32, F16, BF16): a scalar FMA chain over k in increasing
- *    order, d = fma(w[k-1], b[k-1], ... fma(w[0], b[0], 0)), weights
- *    converted exactly to F32.
- *    - GEMM path (many columns: prompt): a register-blocked outer-product
- *      micro-kernel (MR rows x NR columns of accumulators, a vector lane per
- *      row).  k is blocked by KC, and a block continues from the value the
- *      previous block stored in d, which leaves the order unchanged.  Weight
- *      rows are converted to F32 into the thread's slice of the work buffer
- *      (a packed panel) once per k block and reused for all columns.
- *    - dot path (fewer than BT_MM_GEMM_MIN_COLS columns: decode; AVX-512):
- *      16 rows at a time, each 16 x 16 block of weights is transposed in
- *      registers (a lane per row) and FMA'd with broadcast activations in
- *      the same order, without packing.  Elsewhere the GEMM path runs.
+ *  - float weights F32, F16: fdot.c, one order (16 lanes along k, a fixed
+ *    tree per chunk, chunks in order) on its direct (decode) and blocked
+ *    (prompt) paths.
+ *  - BF16 weights: the pair order of vdpbf16ps (section below), on the GEMM
+ *    and dot paths of AVX-512 and on the GEMM path (run_gemm) elsewhere.
  *  - quantised weights (what qtypes.h's table holds: Q8_0 and Q4_0 in
  *    quant_i8.c, the others in quant_dot.c): every
  *    activation column is quantised once per node (all threads share the
@@ -255,8 +247,9 @@ static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const 
     }
 }
 
-/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB). */
-static void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
+/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB);
+ * run_gemm's packing, built where BF16 has no AVX-512 path. */
+static inline void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
     if (type == BT_TYPE_F32) {
         memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
         return;
@@ -478,8 +471,10 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     const size_t apn = bf && BT_MM_BF16_MC * BT_MM_BF16_KC / 2 > BT_MM_MC * BT_MM_KC
                            ? (size_t)BT_MM_BF16_MC * BT_MM_BF16_KC / 2 : (size_t)BT_MM_MC * BT_MM_KC;
     const size_t bpk = bf && BT_MM_BF16_KC / 2 > BT_MM_KC ? BT_MM_BF16_KC / 2 : BT_MM_KC;
+    /* or fdot.c's packed rows and columns */
+    const size_t ap_bytes = apn * sizeof(float), fd_bytes = bt_cpu_fdot_buf_bytes(ncols);
     s.ap = off;
-    off += qt ? 0 : ALIGN_UP(apn * sizeof(float));
+    off += qt ? 0 : ALIGN_UP(ap_bytes > fd_bytes ? ap_bytes : fd_bytes);
     s.bp = off;
     off += qt ? 0 : ALIGN_UP((size_t)nc * bpk * sizeof(float));
     s.tmp = off;
@@ -650,6 +645,9 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
 #define INTERLEAVE_ROWS MR /* one call covers a whole panel */
 #endif
 
+/* pack_a, pack_b, run_gemm: the GEMM path of BF16 weights without AVX-512 (the
+ * pair order emulated in F32); F32 and F16 weights take fdot.c. */
+#if !HAVE_BF16_DOT
 /* The k length of a packed panel of kc elements: kc, rounded up to whole
  * pairs for BF16 weights without the dot instruction (bf16_row_pairs). */
 static inline int64_t packed_k(const struct mm_plan *pl, int64_t kc) {
@@ -738,119 +736,10 @@ static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
         for (int64_t j = 0; j < ncols; j++)
             for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
 }
+#endif /* !HAVE_BF16_DOT */
 
-/* ---- dot path for float weights (AVX-512): the GEMM order without packing --- */
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define HAVE_DOT_T 1
 #ifndef BT_MM_PREFETCH_T
-#define BT_MM_PREFETCH_T 1024 /* dot path: prefetch distance in bytes of each row */
-#endif
-
-/* elements [kk, kk+16) of a float weight row as F32 (lanes outside m zero) */
-static inline __attribute__((always_inline)) __m512 load_w16(enum bt_type type, const char *row,
-                                                              int64_t kk, __mmask16 m) {
-    switch (type) {
-    case BT_TYPE_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + kk);
-    case BT_TYPE_F16:
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + kk));
-    default: {
-        const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const bt_bf16_t *)row + kk));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    }
-    }
-}
-
-/* d[row0 .. row0+nrows) of columns dcols[0 .. RN) = rows x bcols: 16 rows
- * (rows[i] repeats the last real row beyond nrows); each 16 x 16 block is
- * transposed so lane i holds row i, then acc_j = fma(w[i][kk], b_j[kk],
- * acc_j) for kk in increasing order: per element the GEMM micro-kernel's
- * FMA chain, so both paths give the same bits. */
-static inline __attribute__((always_inline)) void dot_t_tile(enum bt_type type, const int RN,
-                                                              int64_t k, const char *const *rows,
-                                                              const char *const *next,
-                                                              const float *const *bcols,
-                                                              float *const *dcols, int64_t row0,
-                                                              int nrows) {
-    const int64_t es = type == BT_TYPE_F32 ? 4 : 2, row_bytes = k * es;
-    __m512 acc[BT_MM_GEMM_MIN_COLS];
-    for (int j = 0; j < RN; j++) acc[j] = _mm512_setzero_ps();
-    int64_t kk = 0;
-    for (; kk + 16 <= k; kk += 16) {
-        __m512 r[16];
-        if (((kk * es) & 63) == 0) {
-            /* BT_MM_PREFETCH_T bytes ahead; near the rows' end, the start of
-             * the next tile's rows (next, when there is one), so that a tile
-             * of short rows does not begin by waiting on memory */
-            const int64_t off = kk * es + BT_MM_PREFETCH_T;
-            if (off < row_bytes)
-                for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + off, _MM_HINT_T0);
-            else if (next && off - row_bytes < row_bytes)
-                for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), _MM_HINT_T0);
-        }
-        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)0xffff);
-        bt_cpu_transpose16(r);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++)
-            for (int j = 0; j < RN; j++)
-                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
-    }
-    if (kk < k) {
-        const int n = (int)(k - kk);
-        __m512 r[16];
-        for (int i = 0; i < 16; i++) r[i] = load_w16(type, rows[i], kk, (__mmask16)((1u << n) - 1u));
-        bt_cpu_transpose16(r);
-        for (int t = 0; t < n; t++)
-            for (int j = 0; j < RN; j++)
-                acc[j] = _mm512_fmadd_ps(r[t], _mm512_set1_ps(bcols[j][kk + t]), acc[j]);
-    }
-    const __mmask16 sm = (__mmask16)(nrows >= 16 ? 0xffff : (1u << nrows) - 1u);
-    for (int j = 0; j < RN; j++) _mm512_mask_storeu_ps(dcols[j] + row0, sm, acc[j]);
-}
-
-typedef void (*dot_t_fn)(int64_t k, const char *const *rows, const char *const *next,
-                         const float *const *bcols, float *const *dcols, int64_t row0, int nrows);
-#define DEF_DOT_T(T, RN)                                                                       \
-    static void dot_t_##T##_##RN(int64_t k, const char *const *rows, const char *const *next,   \
-                                 const float *const *bcols, float *const *dcols, int64_t row0, \
-                                 int nrows) {                                                  \
-        dot_t_tile(BT_TYPE_##T, RN, k, rows, next, bcols, dcols, row0, nrows);                \
-    }
-#define DEF_DOT_TS(T)                                                                          \
-    DEF_DOT_T(T, 1) DEF_DOT_T(T, 2) DEF_DOT_T(T, 3) DEF_DOT_T(T, 4) DEF_DOT_T(T, 5)            \
-    DEF_DOT_T(T, 6) DEF_DOT_T(T, 7)
-DEF_DOT_TS(F32)
-DEF_DOT_TS(F16)
-DEF_DOT_TS(BF16)
-_Static_assert(BT_MM_GEMM_MIN_COLS == 8, "dot_t kernels cover 1..7 columns");
-
-static dot_t_fn dot_t_kernel(enum bt_type type, int64_t ncols) {
-#define ROW(T) {NULL, dot_t_##T##_1, dot_t_##T##_2, dot_t_##T##_3, dot_t_##T##_4, dot_t_##T##_5, \
-                dot_t_##T##_6, dot_t_##T##_7}
-    static const dot_t_fn table[3][8] = {ROW(F32), ROW(F16), ROW(BF16)};
-#undef ROW
-    const int t = type == BT_TYPE_F32 ? 0 : type == BT_TYPE_F16 ? 1 : 2;
-    BT_ASSERT(ncols >= 1 && ncols < 8 &&
-              (type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16));
-    return table[t][ncols];
-}
-
-/* Dot path over rows [r0, r1) of one job with 1..7 columns. */
-static void run_dot_t(const struct mm_plan *pl, const char *a, int64_t ncols,
-                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
-    const dot_t_fn fn = dot_t_kernel(pl->type, ncols);
-    for (int64_t r = r0; r < r1; r += 16) {
-        const int n = (int)(r1 - r < 16 ? r1 - r : 16);
-        const char *rows[16], *next[16];
-        for (int i = 0; i < 16; i++) {
-            rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
-            next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
-        }
-        fn(pl->k, rows, r + 16 < r1 ? next : NULL, bcols, dcols, r, n);
-    }
-}
-#else
-#define HAVE_DOT_T 0
+#define BT_MM_PREFETCH_T 1024 /* BF16 dot path: prefetch distance in bytes of each row */
 #endif
 
 /* ---- BF16 weights on AVX-512: vdpbf16ps, or its emulation ------------------ *
@@ -1143,14 +1032,15 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         return;
     }
 #endif
-#if HAVE_DOT_T
-    if (ncols < BT_MM_GEMM_MIN_COLS) {
-        run_dot_t(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1);
+    if (pl->type != BT_TYPE_BF16) {
+        bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols,
+                         r0, r1, (float *)(slice + sl->ap));
         return;
     }
-#endif
+#if !HAVE_BF16_DOT
     run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
              (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
+#endif
 }
 
 

@@ -1,0 +1,459 @@
+/* fdot.c - MUL_MAT / MUL_MAT_ID for F32 and F16 weights: the one summation
+ * order of these types, on every path (BF16 weights have their own, the
+ * pair order of vdpbf16ps: matmul.c).
+ *
+ *   a  [k, m] weight rows (F32 or F16, row stride a_nb1 bytes)
+ *   b  columns bcols[j]: k F32 values each (contiguous)
+ *   d  columns dcols[j]: d[j][r] = dot(a row r, b column j)
+ *
+ * THE ORDER (per output element, w a weight row and x a column, converted
+ * exactly to F32):
+ *   k is cut into chunks of BT_MM_FKC elements (the last may be shorter);
+ *   in chunk c sixteen lanes start at 0 and, group by group (16 elements,
+ *   in increasing order), lane l takes P[l] = fma(w[e], x[e], P[l]) for the
+ *   group's element e with e % 16 == l (elements past k count as 0 * 0);
+ *   the chunk's sum is s_c = R(P), the fixed tree
+ *       u[l] = P[l] + P[l+8], v[l] = u[l] + u[l+4], t[l] = v[l] + v[l+2], s = t[0] + t[1];
+ *   and d = s_0, then d = d + s_c for c = 1, 2, ... in order.
+ * Sixteen lanes along k are what a 512-bit register holds: a weight row is
+ * loaded as it lies in memory (F16 converted in registers), one FMA per 16
+ * weights, no transposition; that is what makes 1-column decode and the
+ * MoE experts run at the memory's speed (before this, an FMA chain along k
+ * per element needed a 16 x 16 transposition per 256 weights at 1 column).
+ *
+ * Two ways through it, the same bits (tests/test_determinism.c checks every
+ * element of MUL_MAT and MUL_MAT_ID, 1..70 columns, against a scalar model
+ * of the order, bitwise):
+ *   - direct (fewer than BT_MM_FGEMM_COLS columns: decode, MoE experts):
+ *     tiles of RM rows x RN columns (16x1, 8x2, 4x3, 4x4) read the rows
+ *     where they lie, a chunk at a time, the chunk sums kept in a register
+ *     and stored once;
+ *   - blocked (many columns: prompt): a chunk at a time, up to BT_MM_FNC
+ *     columns and BT_MM_FMC rows (converted to F32) are packed into the
+ *     thread's buffer with a padded stride; 4 x 6 tiles, a tile's columns
+ *     kept in L1 while the rows pass by (the next tile's rows prefetched);
+ *     a chunk's sums are added into d, which holds the sum of the chunks
+ *     before (the order above, since d = d + s_c).
+ * The tiles reduce their accumulators 16 at a time: a transposing tree of
+ * 30 shuffles and 15 additions that performs exactly R's additions for
+ * each of the 16.
+ */
+#include "cpu_impl.h"
+
+#include <string.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#ifndef BT_MM_FMC
+#define BT_MM_FMC 64 /* blocked path: rows converted per chunk (a multiple of 4) */
+#endif
+#ifndef BT_MM_FNC
+#define BT_MM_FNC 256 /* blocked path: columns packed per chunk */
+#endif
+#ifndef BT_MM_FGEMM_COLS
+#define BT_MM_FGEMM_COLS 8 /* jobs with at least this many columns take the blocked path */
+#endif
+#ifndef BT_MM_FPREFETCH
+#define BT_MM_FPREFETCH 1024 /* direct path: prefetch distance in bytes of each row */
+#endif
+_Static_assert(BT_MM_FKC % 16 == 0 && BT_MM_FKC > 0, "BT_MM_FKC must be a multiple of 16");
+_Static_assert(BT_MM_FMC % 4 == 0 && BT_MM_FMC > 0, "BT_MM_FMC must be a multiple of 4");
+
+/* ---- 16 lanes: one AVX-512 register, or two of 8 (AVX2 / plain C) -------- */
+
+#if defined(__AVX512F__)
+typedef __m512 v16;
+static inline v16 v16_zero(void) { return _mm512_setzero_ps(); }
+static inline v16 v16_fma(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+static inline v16 v16_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline v16 v16_load_f16(const bt_fp16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline void v16_store(float *p, v16 v) { _mm512_storeu_ps(p, v); }
+/* keep v in a register: otherwise the compiler folds a value used by several
+ * FMAs into each as a memory operand, and the loads, not the FMAs, bound a tile */
+#define V16_PIN(v) __asm__("" : "+v"(v))
+
+/* s[i] = R(v[i]) for i < 16, each by R's own additions: four rounds that
+ * each fold two vectors' halves together (lane i of the result holds vector
+ * 4 (i % 4) + i / 4 before the last permutation). */
+static inline v16 v16_sum16(const v16 v[16]) {
+    __m512 a[8], b[4], c[2];
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) /* [u of v[2i] | u of v[2i+1]] */
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) /* quarter q: the v-level of vector 4i + q */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 16
+    for (int i = 0; i < 2; i++) { /* quarter q: t of vectors 8i + q, 8i + 4 + q */
+        const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, s);
+}
+
+#else
+#if defined(__AVX2__) && defined(__FMA__)
+typedef __m256 v8;
+static inline v8 v8_zero(void) { return _mm256_setzero_ps(); }
+static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
+static inline v8 v8_add(v8 a, v8 b) { return _mm256_add_ps(a, b); }
+static inline v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v8_store(float *p, v8 v) { _mm256_storeu_ps(p, v); }
+#else /* plain C: 8 floats the compiler may vectorise (a * b + c, not fused) */
+typedef struct {
+    float f[8];
+} v8;
+static inline v8 v8_zero(void) {
+    v8 r;
+    for (int i = 0; i < 8; i++) r.f[i] = 0.0f;
+    return r;
+}
+static inline v8 v8_fma(v8 a, v8 b, v8 c) {
+    for (int i = 0; i < 8; i++) c.f[i] += a.f[i] * b.f[i];
+    return c;
+}
+static inline v8 v8_add(v8 a, v8 b) {
+    for (int i = 0; i < 8; i++) a.f[i] += b.f[i];
+    return a;
+}
+static inline v8 v8_load(const float *p) {
+    v8 r;
+    memcpy(r.f, p, sizeof(r.f));
+    return r;
+}
+static inline void v8_store(float *p, v8 v) { memcpy(p, v.f, sizeof(v.f)); }
+#endif
+typedef struct {
+    v8 lo, hi;
+} v16;
+#define V16_PIN(v) ((void)0)
+static inline v16 v16_zero(void) { return (v16){v8_zero(), v8_zero()}; }
+static inline v16 v16_fma(v16 a, v16 b, v16 c) {
+    return (v16){v8_fma(a.lo, b.lo, c.lo), v8_fma(a.hi, b.hi, c.hi)};
+}
+static inline v16 v16_add(v16 a, v16 b) { return (v16){v8_add(a.lo, b.lo), v8_add(a.hi, b.hi)}; }
+static inline v16 v16_load(const float *p) { return (v16){v8_load(p), v8_load(p + 8)}; }
+static inline v16 v16_load_f16(const bt_fp16_t *p) {
+    float t[16];
+    for (int i = 0; i < 16; i++) t[i] = bt_fp16_to_fp32(p[i]);
+    return v16_load(t);
+}
+static inline void v16_store(float *p, v16 v) {
+    v8_store(p, v.lo);
+    v8_store(p + 8, v.hi);
+}
+static inline v16 v16_sum16(const v16 v[16]) {
+    float s[16];
+    for (int i = 0; i < 16; i++) {
+        float p[16], u[8], w[4], t[2];
+        v16_store(p, v[i]);
+        for (int l = 0; l < 8; l++) u[l] = p[l] + p[l + 8];
+        for (int l = 0; l < 4; l++) w[l] = u[l] + u[l + 4];
+        for (int l = 0; l < 2; l++) t[l] = w[l] + w[l + 2];
+        s[i] = t[0] + t[1];
+    }
+    return v16_load(s);
+}
+#endif
+
+/* 16 weights from element e of a row (all 16 exist) */
+static inline __attribute__((always_inline)) v16 load_w(enum bt_type type, const char *row,
+                                                         int64_t e) {
+    return type == BT_TYPE_F32 ? v16_load((const float *)row + e)
+                               : v16_load_f16((const bt_fp16_t *)row + e);
+}
+
+/* the last n < 16 weights from element e, zero beyond */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline __attribute__((always_inline)) v16 load_w_tail(enum bt_type type, const char *row,
+                                                              int64_t e, int n) {
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    return type == BT_TYPE_F32
+               ? _mm512_maskz_loadu_ps(m, (const float *)row + e)
+               : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const bt_fp16_t *)row + e));
+}
+
+static inline __attribute__((always_inline)) v16 load_x_tail(const float *x, int n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), x);
+}
+#else
+static v16 load_w_tail(enum bt_type type, const char *row, int64_t e, int n) {
+    float t[16] = {0};
+    if (type == BT_TYPE_F32)
+        memcpy(t, (const float *)row + e, sizeof(float) * (size_t)n);
+    else
+        for (int i = 0; i < n; i++) t[i] = bt_fp16_to_fp32(((const bt_fp16_t *)row)[e + i]);
+    return v16_load(t);
+}
+
+static v16 load_x_tail(const float *x, int n) {
+    float t[16] = {0};
+    memcpy(t, x, sizeof(float) * (size_t)n);
+    return v16_load(t);
+}
+#endif
+
+static size_t type_bytes(enum bt_type type) { return type == BT_TYPE_F32 ? 4 : 2; }
+
+#define TILE_MAX 24 /* accumulators of a tile (RM * RN) */
+
+/* One chunk, elements [e0, e1) of RM weight rows x RN columns (RM * RN <=
+ * TILE_MAX, RM a divisor of 16): lane a % 16 of s[a / 16], a = j * RM + i,
+ * is the chunk sum s_c of row i, column j.  PF: prefetch BT_MM_FPREFETCH
+ * bytes ahead in each row (rows of row_bytes bytes), near a row's end into
+ * next[i] (when not NULL). */
+static inline __attribute__((always_inline)) void tile_chunk(enum bt_type type, const int RM,
+                                                              const int RN, const bool PF,
+                                                              const char *const *rows,
+                                                              const char *const *next,
+                                                              int64_t row_bytes,
+                                                              const float *const *x, int64_t e0,
+                                                              int64_t e1, v16 *s) {
+    const int64_t es = (int64_t)type_bytes(type);
+    v16 acc[32]; /* [TILE_MAX] used, the rest zero for the second v16_sum16 */
+#pragma GCC unroll 32
+    for (int i = 0; i < 32; i++) acc[i] = v16_zero();
+    int64_t e = e0;
+    for (; e + 16 <= e1; e += 16) {
+        if (PF && ((e * es) & 63) == 0) {
+            const int64_t off = e * es + BT_MM_FPREFETCH;
+            if (off < row_bytes)
+#pragma GCC unroll 32
+                for (int i = 0; i < RM; i++) __builtin_prefetch(rows[i] + off, 0, 3);
+            else if (next && off - row_bytes < row_bytes)
+#pragma GCC unroll 32
+                for (int i = 0; i < RM; i++) __builtin_prefetch(next[i] + (off - row_bytes), 0, 3);
+        }
+        if (RN == 1) { /* each weight used once: the FMA may read it from memory */
+            v16 b = v16_load(x[0] + e);
+            V16_PIN(b);
+#pragma GCC unroll 32
+            for (int i = 0; i < RM; i++) acc[i] = v16_fma(load_w(type, rows[i], e), b, acc[i]);
+        } else {
+            v16 w[8];
+#pragma GCC unroll 32
+            for (int i = 0; i < RM; i++) {
+                w[i] = load_w(type, rows[i], e);
+                V16_PIN(w[i]);
+            }
+#pragma GCC unroll 32
+            for (int j = 0; j < RN; j++) {
+                v16 b = v16_load(x[j] + e);
+                V16_PIN(b);
+#pragma GCC unroll 32
+                for (int i = 0; i < RM; i++) acc[j * RM + i] = v16_fma(w[i], b, acc[j * RM + i]);
+            }
+        }
+    }
+    if (e < e1) {
+        const int n = (int)(e1 - e);
+#pragma GCC unroll 32
+        for (int i = 0; i < RM; i++) {
+            const v16 w = load_w_tail(type, rows[i], e, n);
+#pragma GCC unroll 32
+            for (int j = 0; j < RN; j++)
+                acc[j * RM + i] = v16_fma(w, load_x_tail(x[j] + e, n), acc[j * RM + i]);
+        }
+    }
+    s[0] = v16_sum16(acc);
+    if (RM * RN > 16) s[1] = v16_sum16(acc + 16);
+}
+
+/* d[j][row0 + i] (+)= lane a % 16 of s[a / 16], a = j * RM + i, for j < RN,
+ * i < nrows */
+static inline __attribute__((always_inline)) void tile_store(const v16 *s, const int RM,
+                                                              const int RN, float *const *dcols,
+                                                              int64_t row0, int nrows, bool add) {
+#if defined(__AVX512F__)
+    const __mmask16 m = (__mmask16)((1u << nrows) - 1u);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 32
+    for (int j = 0; j < RN; j++) {
+        const int a = j * RM;
+        __m512 v = a % 16 == 0 ? s[a / 16]
+                               : _mm512_permutexvar_ps(_mm512_add_epi32(iota, _mm512_set1_epi32(a % 16)),
+                                                       s[a / 16]);
+        float *d = dcols[j] + row0;
+        if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), v);
+        _mm512_mask_storeu_ps(d, m, v);
+    }
+#else
+    float t[32] = {0};
+    v16_store(t, s[0]);
+    if (RM * RN > 16) v16_store(t + 16, s[1]);
+    for (int j = 0; j < RN; j++)
+        for (int i = 0; i < RM && i < nrows; i++) {
+            float *d = dcols[j] + row0 + i;
+            *d = add ? *d + t[j * RM + i] : t[j * RM + i];
+        }
+#endif
+}
+
+/* ---- direct path: tiles over the rows where they lie ---------------------- */
+
+typedef void (*direct_fn)(int64_t k, const char *const *rows, const char *const *next,
+                          int64_t row_bytes, const float *const *x, float *const *dcols,
+                          int64_t row0, int nrows);
+
+/* All chunks of one tile; the chunk sums accumulate in a register. */
+static inline __attribute__((always_inline)) void direct_tile(enum bt_type type, const int RM,
+                                                               const int RN, int64_t k,
+                                                               const char *const *rows,
+                                                               const char *const *next,
+                                                               int64_t row_bytes,
+                                                               const float *const *x,
+                                                               float *const *dcols, int64_t row0,
+                                                               int nrows) {
+    v16 tot[1], s[1];
+    tile_chunk(type, RM, RN, true, rows, next, row_bytes, x, 0, k < BT_MM_FKC ? k : BT_MM_FKC, tot);
+    for (int64_t e0 = BT_MM_FKC; e0 < k; e0 += BT_MM_FKC) {
+        tile_chunk(type, RM, RN, true, rows, next, row_bytes, x, e0,
+                   k - e0 < BT_MM_FKC ? k : e0 + BT_MM_FKC, s);
+        tot[0] = v16_add(tot[0], s[0]);
+    }
+    tile_store(tot, RM, RN, dcols, row0, nrows, false);
+}
+
+#define DEF_DIRECT(T, RM, RN)                                                                    \
+    static void direct_##T##_##RN(int64_t k, const char *const *rows, const char *const *next,    \
+                                  int64_t row_bytes, const float *const *x, float *const *dcols,  \
+                                  int64_t row0, int nrows) {                                     \
+        direct_tile(BT_TYPE_##T, RM, RN, k, rows, next, row_bytes, x, dcols, row0, nrows);       \
+    }
+#define DEF_DIRECTS(T) DEF_DIRECT(T, 16, 1) DEF_DIRECT(T, 8, 2) DEF_DIRECT(T, 4, 3) DEF_DIRECT(T, 4, 4)
+DEF_DIRECTS(F32)
+DEF_DIRECTS(F16)
+
+static const int direct_rm[5] = {0, 16, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
+
+static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
+#define ROW(T) {NULL, direct_##T##_1, direct_##T##_2, direct_##T##_3, direct_##T##_4}
+    static const direct_fn table[2][5] = {ROW(F32), ROW(F16)};
+#undef ROW
+    const direct_fn *fns = table[type == BT_TYPE_F32 ? 0 : 1];
+    const int64_t row_bytes = k * (int64_t)type_bytes(type);
+    /* 16 rows at a time, every column group over them while they are hot */
+    for (int64_t rb = r0; rb < r1; rb += 16) {
+        const int64_t rb1 = rb + 16 < r1 ? rb + 16 : r1;
+        for (int64_t j0 = 0; j0 < ncols;) {
+            const int rn = (int)(ncols - j0 < 4 ? ncols - j0 : 4), rm = direct_rm[rn];
+            for (int64_t r = rb; r < rb1; r += rm) {
+                const int nr = (int)(rb1 - r < rm ? rb1 - r : rm);
+                const char *rows[16], *next[16];
+                for (int i = 0; i < rm; i++) {
+                    rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * a_nb1;
+                    next[i] = a + (size_t)(r + rm + i < r1 ? r + rm + i : r1 - 1) * a_nb1;
+                }
+                fns[rn](k, rows, r + rm < r1 ? next : NULL, row_bytes, bcols + j0, dcols + j0, r, nr);
+            }
+            j0 += rn;
+        }
+    }
+}
+
+/* ---- blocked path: converted rows, 4 x 4 tiles ---------------------------- */
+
+typedef void (*chunk_fn)(const char *const *rows, const char *const *next, const float *const *x,
+                         int64_t n, float *const *dcols, int64_t row0, int nrows, bool add);
+/* rows: 4 packed F32 rows of n elements; next: the rows of the tile after
+ * this one (prefetched while this one runs), or NULL */
+#define DEF_CHUNK(RN)                                                                             \
+    static void chunk_4x##RN(const char *const *rows, const char *const *next,                   \
+                             const float *const *x, int64_t n, float *const *dcols, int64_t row0, \
+                             int nrows, bool add) {                                              \
+        v16 s[2];                                                                                \
+        tile_chunk(BT_TYPE_F32, 4, RN, true, rows, next, n * (int64_t)sizeof(float), x, 0, n, s); \
+        tile_store(s, 4, RN, dcols, row0, nrows, add);                                           \
+    }
+DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3) DEF_CHUNK(4) DEF_CHUNK(5) DEF_CHUNK(6)
+#define BLOCK_RN 6 /* columns of a blocked tile */
+
+/* Stride in floats of a packed row or column: a chunk plus a cache line, so
+ * that a tile's 10 streams do not all fall in the same L1 sets (rows of 2^n
+ * bytes would). */
+#define PACK_LD (BT_MM_FKC + 16)
+
+static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+                        const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                        float *buf) {
+    static const chunk_fn fns[BLOCK_RN + 1] = {NULL,      chunk_4x1, chunk_4x2, chunk_4x3,
+                                               chunk_4x4, chunk_4x5, chunk_4x6};
+    const size_t es = type_bytes(type);
+    float *abuf = buf, *bbuf = buf + (size_t)BT_MM_FMC * PACK_LD;
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_FNC) {
+        const int64_t nc = ncols - jc < BT_MM_FNC ? ncols - jc : BT_MM_FNC;
+        for (int64_t pc = 0; pc < k; pc += BT_MM_FKC) {
+            const int64_t kc = k - pc < BT_MM_FKC ? k - pc : BT_MM_FKC;
+            /* the block's columns of this chunk, packed */
+            const float *x[BT_MM_FNC];
+            for (int64_t j = 0; j < nc; j++) {
+                float *dst = bbuf + j * PACK_LD;
+                memcpy(dst, bcols[jc + j] + pc, sizeof(float) * (size_t)kc);
+                x[j] = dst;
+            }
+            for (int64_t ic = r0; ic < r1; ic += BT_MM_FMC) {
+                const int64_t mc = r1 - ic < BT_MM_FMC ? r1 - ic : BT_MM_FMC;
+                /* the block's rows of this chunk as F32, packed */
+                const char *src[BT_MM_FMC];
+                for (int64_t i = 0; i < mc; i++) {
+                    const char *row = a + (size_t)(ic + i) * a_nb1 + (size_t)pc * es;
+                    float *dst = abuf + i * PACK_LD;
+                    int64_t e = 0;
+                    for (; e + 16 <= kc; e += 16) v16_store(dst + e, load_w(type, row, e));
+                    for (; e < kc; e++)
+                        dst[e] = type == BT_TYPE_F32 ? ((const float *)row)[e]
+                                                     : bt_fp16_to_fp32(((const bt_fp16_t *)row)[e]);
+                    src[i] = (const char *)dst;
+                }
+                /* a tile's columns stay in L1 while the block's rows pass by */
+                for (int64_t jr = 0; jr < nc; jr += BLOCK_RN) {
+                    const int rn = (int)(nc - jr < BLOCK_RN ? nc - jr : BLOCK_RN);
+                    for (int64_t ir = 0; ir < mc; ir += 4) {
+                        const int nr = (int)(mc - ir < 4 ? mc - ir : 4);
+                        const char *rows[4], *next[4];
+                        for (int i = 0; i < 4; i++) {
+                            rows[i] = src[ir + (i < nr ? i : nr - 1)];
+                            next[i] = src[ir + 4 + i < mc ? ir + 4 + i : mc - 1];
+                        }
+                        fns[rn](rows, ir + 4 < mc ? next : NULL, x + jr, kc, dcols + jc + jr, ic + ir,
+                                nr, pc > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+size_t bt_cpu_fdot_buf_bytes(int64_t ncols) {
+    if (ncols < BT_MM_FGEMM_COLS) return 0; /* the direct path packs nothing */
+    const int64_t nc = ncols < BT_MM_FNC ? ncols : BT_MM_FNC;
+    return (size_t)(BT_MM_FMC + nc) * PACK_LD * sizeof(float);
+}
+
+void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                      float *buf) {
+    BT_ASSERT(type == BT_TYPE_F32 || type == BT_TYPE_F16);
+    if (ncols <= 0 || r1 <= r0) return;
+    if (k == 0) { /* no chunks: every sum is 0 */
+        for (int64_t j = 0; j < ncols; j++)
+            for (int64_t r = r0; r < r1; r++) dcols[j][r] = 0.0f;
+        return;
+    }
+    if (ncols < BT_MM_FGEMM_COLS)
+        run_direct(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1);
+    else
+        run_blocked(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, buf);
+}
