@@ -9,20 +9,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_base_warn_component_unused=0
 unset BATON_TOPOLOGY
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-ok() {
-    passed=$((passed + 1))
-    echo "ok: $1"
-}
-bad() {
-    failed=$((failed + 1))
-    echo "FAILED: $1"
-    [ -f "$tmp/out" ] && sed 's/^/    | /' "$tmp/out" | head -20
-}
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # $tmp, ok, bad
 
 # expect CODE GREP NAME -- command...: exit code and a line matching GREP
 expect() {

@@ -7,19 +7,8 @@
 set -u
 baton=${1:?usage: gguf_cli_test.sh BATON GGUF_TOOL}
 tool=${2:?usage: gguf_cli_test.sh BATON GGUF_TOOL}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() {
-    passed=$((passed + 1))
-    echo "ok: $1"
-}
-bad() {
-    failed=$((failed + 1))
-    echo "FAILED: $1"
-    [ -f "$tmp/out" ] && sed 's/^/    | /' "$tmp/out" | head -20
-}
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # $tmp, ok, bad
 # expect CODE NAME PATTERN... -- command...: exit code and a line matching each PATTERN
 expect() {
     local code=$1 name=$2

@@ -35,6 +35,11 @@ void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *optio
     va_end(ap);
 }
 
+void bt_cli_agree_add_where(struct bt_cli_agree_item *items, int *n, const char *topology, const char *backend) {
+    bt_cli_agree_add(items, n, "--topology", topology != NULL && *topology, "%s", topology ? topology : "");
+    bt_cli_agree_add(items, n, "--backend", backend != NULL, "%s", backend ? backend : "");
+}
+
 bool bt_cli_env_many_ranks(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

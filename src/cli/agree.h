@@ -36,6 +36,10 @@ void bt_cli_agree_add(struct bt_cli_agree_item *items, int *n, const char *optio
 #endif
     ;
 
+/* The two items of where the ranks run: --topology (given when non-empty)
+ * and --backend (given when not NULL). */
+void bt_cli_agree_add_where(struct bt_cli_agree_item *items, int *n, const char *topology, const char *backend);
+
 /* Before MPI: true when the launcher's environment says this process is one of
  * several ranks (then an error found before MPI starts must go through
  * bt_cli_agree so that the job ends with its message). */

@@ -288,8 +288,7 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
 #define BM_AGREE_ITEMS 10
 static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add_where(it, &n, o->topology, o->backend);
     bt_cli_agree_add(it, &n, "-m", true, "%s", o->model ? o->model : "");
     bt_cli_agree_add(it, &n, "-p", true, "%ld", o->n_prompt);
     bt_cli_agree_add(it, &n, "-n", true, "%ld", o->n_gen);

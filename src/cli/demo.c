@@ -221,8 +221,7 @@ static bool trace_writable(const char *path, char *err, size_t n) {
  * micro_batches: 2 agree). */
 static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add_where(it, &n, o->topology, o->backend);
     bt_cli_agree_add(it, &n, "--micro-batches", true, "%d", o->micro_batches);
     bt_cli_agree_add(it, &n, "--copies", true, "%d", o->copies);
     bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");

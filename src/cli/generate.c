@@ -687,8 +687,7 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
 /* What every rank must have the same of. */
 static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-    bt_cli_agree_add(it, &n, "--topology", o->topology != NULL && *o->topology, "%s", o->topology ? o->topology : "");
-    bt_cli_agree_add(it, &n, "--backend", o->backend != NULL, "%s", o->backend ? o->backend : "");
+    bt_cli_agree_add_where(it, &n, o->topology, o->backend);
     bt_cli_agree_add(it, &n, "-m", o->model != NULL, "%s", o->model ? o->model : "");
     bt_cli_agree_add(it, &n, "--ctx-size", true, "%ld", o->n_ctx);
     bt_cli_agree_add(it, &n, "--ubatch", true, "%ld", o->n_ubatch);
