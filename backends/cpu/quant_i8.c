@@ -22,7 +22,9 @@
  *     column two vpdpbusd per row pair against the activation's dwords
  *     spread to match, then the partial sums added across 16 rows at once
  *     (blends, a few shuffles, adds) to a lane per row, the offset taken off
- *     through s; then the float step for 16 rows in one vector;
+ *     through s; the rows' scales picked out of the same loads (a masked
+ *     word permute per row, no transpose); then the float step for 16 rows
+ *     in one vector;
  *   - GEMM (AVX-512 VNNI, BT_I8_GEMM_MIN_COLS columns and more): 16 rows packed
  *     once per call, a lane per row (4 bytes of a block per lane, 8 vectors
  *     per block, the rows' scales beside them); vpdpbusd with 4 activation
@@ -235,6 +237,47 @@ static inline __m512i load_pair(const bool q8, const char *row, int64_t b, bool 
 #endif
 }
 
+/* load_pair's bytes for the decode tiles, from the pair's own bytes (one or
+ * two masked 64-byte loads, nothing read past block b or b+1) with one byte
+ * permute; beside them, the pair's fp16 scales d_b, d_b+1 put into words
+ * 2r, 2r+1 of *ds (row r of the tile; a masked word permute, merged into *ds
+ * for r >= 2, the first two rows start it), so that the scales of 16 rows
+ * need no transpose. */
+static inline __attribute__((always_inline)) __m512i load_pair_d(const bool q8, const char *row, int64_t b, bool two,
+                                                                 int r, __m512i *ds) {
+    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
+    const char *p = row + (size_t)b * (size_t)bs;
+    const __mmask64 m1 = q8 ? (two ? ~(__mmask64)0 : (((__mmask64)1 << 34) - 1))
+                            : (((__mmask64)1 << (two ? 36 : 18)) - 1);
+    const __m512i x = _mm512_maskz_loadu_epi8(m1, p);
+    /* words 2r, 2r+1 <- the u16 at bytes 0 and bs of the pair */
+    const __m512i didx = _mm512_set1_epi32((int)((uint32_t)(bs / 2) << 16));
+    const __mmask32 dm = (__mmask32)(3u << (2 * r));
+    *ds = r < 2 ? _mm512_maskz_permutexvar_epi16(dm, didx, x) : _mm512_mask_permutexvar_epi16(*ds, dm, didx, x);
+    if (q8) {
+        /* qs_b: bytes 2..33; qs_b+1: bytes 36..63 and 64..67 (the second load) */
+        const __m512i y = _mm512_maskz_loadu_epi8(two ? (__mmask64)0xf : 0, p + 64);
+        const __m512i idx = _mm512_setr_epi64(0x0908070605040302LL, 0x11100f0e0d0c0b0aLL, 0x1918171615141312LL,
+                                              0x21201f1e1d1c1b1aLL, 0x2b2a292827262524LL, 0x333231302f2e2d2cLL,
+                                              0x3b3a393837363534LL, 0x434241403f3e3d3cLL);
+        return _mm512_xor_si512(_mm512_permutex2var_epi8(x, idx, y), _mm512_set1_epi8((char)0x80));
+    }
+    /* 128-bit lanes: qs_b (bytes 2..17) twice, qs_b+1 (20..35) twice */
+    const __m512i idx = _mm512_setr_epi64(0x0908070605040302LL, 0x11100f0e0d0c0b0aLL, 0x0908070605040302LL,
+                                          0x11100f0e0d0c0b0aLL, 0x1b1a191817161514LL, 0x232221201f1e1d1cLL,
+                                          0x1b1a191817161514LL, 0x232221201f1e1d1cLL);
+    const __m512i xx = _mm512_permutexvar_epi8(idx, x);
+#if defined(__GFNI__)
+    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
+                                          0x1020408000000000LL, 0x0102040800000000LL, 0x0102040800000000LL,
+                                          0x1020408000000000LL, 0x1020408000000000LL);
+    return _mm512_gf2p8affine_epi64_epi8(xx, nib, 0);
+#else
+    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    return _mm512_and_si512(_mm512_srlv_epi64(xx, sh), _mm512_set1_epi8(0x0f));
+#endif
+}
+
 /* The 16 rows' pair dots, with the exact sums per row and block taken in
  * three steps (a block's 32 bytes span two 128-bit lanes of a row's vector
  * w[r]: dwords 0..7 block b, 8..15 block b+1):
@@ -281,7 +324,7 @@ static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8],
 #ifndef BT_I8_PREFETCH
 #define BT_I8_PREFETCH 1536 /* decode tiles: prefetch distance in bytes of a row */
 #endif
-#define I8_CHUNK 16 /* blocks whose scales are converted at once */
+#define I8_CHUNK 16 /* blocks per prefetch step (tiles) and per scale conversion (pack) */
 
 /* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
 static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
@@ -299,14 +342,6 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     }
     for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
         const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
-        /* dw[i]: block c0 + i's scales, lane r row r */
-        _Alignas(64) float dw[16][16];
-        {
-            __m512 t[16];
-            for (int i = 0; i < 16; i++) t[i] = row_scales(q8, rows[i], c0, nc);
-            bt_cpu_transpose16(t);
-            for (int i = 0; i < 16; i++) _mm512_store_ps(dw[i], t[i]);
-        }
         /* prefetch about BT_I8_PREFETCH bytes ahead in each row; near a row's
          * end, the next tile's rows (rows shorter than the distance wrap
          * round), so that the next tile does not begin by waiting on memory */
@@ -327,19 +362,23 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
             __m512i av[4];
             for (int c = 0; c < RN; c++)
                 av[c] = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : (__mmask64)0xffffffffu, a[c].q + b * I8_QK);
-            __m512i w[16], lo[8], hi[8];
-            for (int r = 0; r < 16; r++) w[r] = load_pair(q8, rows[r], b, two);
+            __m512i w[16], lo[8], hi[8], ds[2];
+            for (int r = 0; r < 16; r++) w[r] = load_pair_d(q8, rows[r], b, two, r, &ds[r & 1]);
             i8_interleave(w, lo, hi);
+            /* dword r of ds: row r's d_b, d_b+1 (words 2r, 2r+1) */
+            const __m512i dsr = _mm512_or_si512(ds[0], ds[1]);
+            const __m512 dw0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dsr));
+            const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dsr, 16)));
             for (int c = 0; c < RN; c++) {
                 __m512i i0, i1;
                 i8_reduce(lo, hi, av[c], &i0, &i1);
                 i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(off * a[c].s[b]));
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0),
-                                         _mm512_mul_ps(_mm512_load_ps(dw[i]), _mm512_set1_ps(a[c].d[b])), acc[c]);
+                                         _mm512_mul_ps(dw0, _mm512_set1_ps(a[c].d[b])), acc[c]);
                 if (two) {
                     i1 = _mm512_sub_epi32(i1, _mm512_set1_epi32(off * a[c].s[b + 1]));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1),
-                                             _mm512_mul_ps(_mm512_load_ps(dw[i + 1]), _mm512_set1_ps(a[c].d[b + 1])),
+                                             _mm512_mul_ps(dw1, _mm512_set1_ps(a[c].d[b + 1])),
                                              acc[c]);
                 }
             }
