@@ -16,11 +16,13 @@
  * exact).  The integers are exact however a path groups them, so a path only
  * has to produce I_b and take the same float steps:
  *   - dot_ref: plain C, one block at a time;
- *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): per row,
- *     vpdpbusd of two blocks' unsigned weight bytes (Q8_0 w + 128, Q4_0 the
- *     nibble) with the column's 64 bytes, reduced across 16 rows at once
- *     (shuffles and adds) to a lane per row, the offset taken off through s;
- *     then the float step for 16 rows in one vector;
+ *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): two
+ *     blocks' unsigned weight bytes per row (Q8_0 w + 128, Q4_0 the nibble),
+ *     rows interleaved in pairs by dword once (shared by the columns), per
+ *     column two vpdpbusd per row pair against the activation's dwords
+ *     spread to match, then the partial sums added across 16 rows at once
+ *     (blends, a few shuffles, adds) to a lane per row, the offset taken off
+ *     through s; then the float step for 16 rows in one vector;
  *   - GEMM (AVX-512 VNNI, BT_I8_GEMM_MIN_COLS columns and more): 16 rows packed
  *     once per call, a lane per row (4 bytes of a block per lane, 8 vectors
  *     per block, the rows' scales beside them); vpdpbusd with 4 activation
@@ -233,29 +235,47 @@ static inline __m512i load_pair(const bool q8, const char *row, int64_t b, bool 
 #endif
 }
 
-/* The lane order of reduce16's results: lane i holds row I8_ROW[i]. */
-static const int I8_ROW[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
-
-/* The reduction of 16 rows' pair dots to a lane per row, in three levels:
- * v[r]: row r's 16 int32 lanes, 0..7 for block b, 8..15 for block b+1.
- * red4: rows 4g .. 4g+3 -> per 128-bit lane: halves of the sums of rows
- * (4g, b), (4g, b+1) ... as below; red_end: the four red4 results -> *r0,
- * *r1: the sums for block b, b+1 of each row, lane i row I8_ROW[i]. */
-static inline __attribute__((always_inline)) __m512i red4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
-    /* 128-bit lanes of c: row 2m block b, row 2m block b+1, row 2m+1 b, b+1 (4 partial sums each) */
-    const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                        _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(2, 0, 2, 0)),
-                                        _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* per 128-bit lane: halves of c0, c1, the other halves of c0, c1 */
-    return _mm512_add_epi32(_mm512_unpacklo_epi32(c0, c1), _mm512_unpackhi_epi32(c0, c1));
+/* The 16 rows' pair dots, with the exact sums per row and block taken in
+ * three steps (a block's 32 bytes span two 128-bit lanes of a row's vector
+ * w[r]: dwords 0..7 block b, 8..15 block b+1):
+ *  1. i8_interleave: rows 2p, 2p+1 merged, per 128-bit lane
+ *     lo[p] = (a0 b0 a1 b1), hi[p] = (a2 b2 a3 b3) (a: row 2p's dwords of the
+ *     lane, b: row 2p+1's); once per pair, shared by the columns;
+ *  2. per column: vpdpbusd of lo[p] with the activation's dwords (x0 x0 x1 x1)
+ *     then of hi[p] with (x2 x2 x3 x3): per lane (a0+a2, b0+b2, a1+a3, b1+b3);
+ *  3. i8_reduce: qword pairs added (blend + alignr) -> per 128-bit lane the
+ *     sums of rows 4m .. 4m+3, then lane pairs (blend + vpermt2q) and a pick
+ *     of halves in row order -> *r0, *r1: lane r the sum of row r's block b,
+ *     b+1.
+ * Integer sums are exact in any grouping, so the result is the same I_b. */
+static inline __attribute__((always_inline)) void i8_interleave(const __m512i w[16], __m512i lo[8], __m512i hi[8]) {
+    for (int p = 0; p < 8; p++) {
+        lo[p] = _mm512_unpacklo_epi32(w[2 * p], w[2 * p + 1]);
+        hi[p] = _mm512_unpackhi_epi32(w[2 * p], w[2 * p + 1]);
+    }
 }
-static inline __attribute__((always_inline)) void red_end(const __m512i d[4], __m512i *r0, __m512i *r1) {
-    /* per 128-bit lane of e[p]: rows 8p + 2j + (lane >> 1), j = 0..3, block lane & 1 */
-    const __m512i e0 = _mm512_add_epi32(_mm512_unpacklo_epi64(d[0], d[1]), _mm512_unpackhi_epi64(d[0], d[1]));
-    const __m512i e1 = _mm512_add_epi32(_mm512_unpacklo_epi64(d[2], d[3]), _mm512_unpackhi_epi64(d[2], d[3]));
-    *r0 = _mm512_shuffle_i32x4(e0, e1, _MM_SHUFFLE(2, 0, 2, 0));
-    *r1 = _mm512_shuffle_i32x4(e0, e1, _MM_SHUFFLE(3, 1, 3, 1));
+static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8], const __m512i hi[8], __m512i av,
+                                                            __m512i *r0, __m512i *r1) {
+    const __m512i alo = _mm512_shuffle_epi32(av, _MM_PERM_BBAA), ahi = _mm512_shuffle_epi32(av, _MM_PERM_DDCC);
+    __m512i x[4];
+    for (int m = 0; m < 4; m++) {
+        const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[2 * m], alo),
+                                              hi[2 * m], ahi);
+        const __m512i b = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[2 * m + 1], alo),
+                                              hi[2 * m + 1], ahi);
+        /* per 128-bit lane: a's high qword beside b's low */
+        x[m] = _mm512_add_epi32(_mm512_mask_blend_epi64((__mmask8)0xAA, a, b), _mm512_alignr_epi8(b, a, 8));
+    }
+    const __m512i pidx = _mm512_setr_epi64(2, 3, 8, 9, 6, 7, 12, 13);
+    __m512i y[2];
+    for (int n = 0; n < 2; n++) {
+        const __m512i a = x[2 * n], b = x[2 * n + 1];
+        /* 128-bit lanes: a1, b0, a3, b2 beside a0, b1, a2, b3 */
+        y[n] = _mm512_add_epi32(_mm512_mask_blend_epi64((__mmask8)0xCC, a, b), _mm512_permutex2var_epi64(a, pidx, b));
+    }
+    /* y[n] 128-bit lanes: rows 8n..8n+3 and 8n+4..8n+7 for block b, then for b+1 */
+    *r0 = _mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
+    *r1 = _mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
 }
 
 #ifndef BT_I8_PREFETCH
@@ -279,11 +299,11 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     }
     for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
         const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
-        /* dw[i]: block c0 + i's scales, lane i row I8_ROW[i] */
+        /* dw[i]: block c0 + i's scales, lane r row r */
         _Alignas(64) float dw[16][16];
         {
             __m512 t[16];
-            for (int i = 0; i < 16; i++) t[i] = row_scales(q8, rows[I8_ROW[i]], c0, nc);
+            for (int i = 0; i < 16; i++) t[i] = row_scales(q8, rows[i], c0, nc);
             bt_cpu_transpose16(t);
             for (int i = 0; i < 16; i++) _mm512_store_ps(dw[i], t[i]);
         }
@@ -307,19 +327,12 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
             __m512i av[4];
             for (int c = 0; c < RN; c++)
                 av[c] = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : (__mmask64)0xffffffffu, a[c].q + b * I8_QK);
-            __m512i d[4][4];
-            for (int g = 0; g < 4; g++) {
-                __m512i w[4];
-                for (int r = 0; r < 4; r++) w[r] = load_pair(q8, rows[4 * g + r], b, two);
-                for (int c = 0; c < RN; c++) {
-                    __m512i v[4];
-                    for (int r = 0; r < 4; r++) v[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], av[c]);
-                    d[c][g] = red4(v[0], v[1], v[2], v[3]);
-                }
-            }
+            __m512i w[16], lo[8], hi[8];
+            for (int r = 0; r < 16; r++) w[r] = load_pair(q8, rows[r], b, two);
+            i8_interleave(w, lo, hi);
             for (int c = 0; c < RN; c++) {
                 __m512i i0, i1;
-                red_end(d[c], &i0, &i1);
+                i8_reduce(lo, hi, av[c], &i0, &i1);
                 i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(off * a[c].s[b]));
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0),
                                          _mm512_mul_ps(_mm512_load_ps(dw[i]), _mm512_set1_ps(a[c].d[b])), acc[c]);
@@ -332,11 +345,7 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
             }
         }
     }
-    for (int c = 0; c < RN; c++) {
-        _Alignas(64) float t[16];
-        _mm512_store_ps(t, acc[c]);
-        for (int i = 0; i < 16; i++) out[c * 16 + I8_ROW[i]] = t[i];
-    }
+    for (int c = 0; c < RN; c++) _mm512_storeu_ps(out + c * 16, acc[c]);
 }
 
 /* One row, one column: the tile's order for a single row, without the
