@@ -171,7 +171,16 @@ for i in 1 2 3 4 5 6 7 8; do
     curl -sN "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Drain $i\",\"max_tokens\":240,\"temperature\":0,\"stream\":true}" "$C" >"$tmp/drain$i" &
     curl_pids+=($!)
 done
-for _ in $(seq 1 200); do if grep -q '"text"' "$tmp"/drain* 2>/dev/null; then break; fi; sleep 0.02; done
+# SIGTERM only once the server holds all 8 (running or queued): on a loaded machine a curl
+# started above may not have connected yet, and a request that arrives during the drain is
+# refused by design, which is not what this case tests
+for _ in $(seq 1 1000); do
+    # finished first: a request that ends in between is then counted once or not at all
+    finished=$(grep -l '"finish_reason"' "$tmp"/drain* 2>/dev/null | wc -l)
+    inflight=$(curl -s "${auth[@]}" "$url/metrics" | awk '/^baton_requests_(queued|running) /{n+=$2} END{print n+0}')
+    if [ $((inflight + finished)) -ge 8 ]; then break; fi
+    sleep 0.02
+done
 kill -TERM "$pid0"
 sleep 0.1
 code=$(curl -s -o "$tmp/late" -w '%{http_code}' "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"Late\",\"max_tokens\":2}" "$C")
