@@ -164,50 +164,6 @@ static inline int32_t load_i32(const void *p) {
     return x;
 }
 
-/* The fp16 scales of n (<= 16) consecutive blocks of bs bytes -> 16 floats
- * (zero beyond n). */
-static inline __m512 block_scales(const char *blk0, int bs, int n) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(bs));
-    const __mmask16 m = (__mmask16)((1u << n) - 1u);
-    /* 4 bytes at each block's start: d then the first quants; keep d */
-    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, blk0, 1);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
-}
-/* The scales of 16 whole Q4_0 blocks (288 bytes from blk0): scale i is u16
- * number 9*i.  Two 128-byte windows, each holding 8 scales, are picked out
- * with vpermt2w; no load reaches past the 16 blocks.  Cheaper than a gather. */
-static inline __m512 q4_scales16(const char *blk0) {
-    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0,
-                                         63, 54, 45, 36, 27, 18, 9, 0);
-    /* window 1 starts at u16 72 (block 8), window 0 at u16 0 (block 0) */
-    const __m512i w0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx, _mm512_loadu_si512(blk0 + 64));
-    const __m512i w1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0 + 144), idx, _mm512_loadu_si512(blk0 + 208));
-    const __m512i both = _mm512_mask_mov_epi16(w0, (__mmask32)0xff00u, w1);
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(both));
-}
-/* The same for 16 whole Q8_0 blocks (544 bytes): scale i is u16 number 17*i;
- * four 128-byte windows of 4 scales each. */
-static inline __m512 q8_scales16(const char *blk0) {
-    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0, 51, 34, 17, 0,
-                                         51, 34, 17, 0, 51, 34, 17, 0);
-    __m512i res = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk0), idx, _mm512_loadu_si512(blk0 + 64));
-    for (int w = 1; w < 4; w++) {
-        const char *p = blk0 + 136 * w; /* block 4w */
-        const __m512i x = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
-        res = _mm512_mask_mov_epi16(res, (__mmask32)(0xfu << (4 * w)), x);
-    }
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(res));
-}
-
-/* the scales of n (<= 16) blocks from block c0 of a row */
-static inline __m512 row_scales(const bool q8, const char *row, int64_t c0, int n) {
-    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
-    const char *p = row + (size_t)c0 * (size_t)bs;
-    if (n == 16) return q8 ? q8_scales16(p) : q4_scales16(p);
-    return block_scales(p, bs, n);
-}
-
 /* Blocks b and b+1 of a weight row (b+1 only when two; else b again) as 64
  * unsigned bytes in element order: dwords 0..7 block b, 8..15 block b+1;
  * Q8_0 as w + 128, Q4_0 as the nibble (w + 8). */
@@ -278,6 +234,13 @@ static inline __attribute__((always_inline)) __m512i load_pair_d(const bool q8, 
 #endif
 }
 
+/* load_pair_d's *ds of 16 rows -> the rows' scales of block b, b+1 as floats */
+static inline void pair_scales(const __m512i ds[2], __m512 *dw0, __m512 *dw1) {
+    const __m512i d = _mm512_or_si512(ds[0], ds[1]); /* dword r: row r's d_b, d_b+1 */
+    *dw0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+    *dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
+}
+
 /* The 16 rows' pair dots, with the exact sums per row and block taken in
  * three steps (a block's 32 bytes span two 128-bit lanes of a row's vector
  * w[r]: dwords 0..7 block b, 8..15 block b+1):
@@ -324,7 +287,7 @@ static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8],
 #ifndef BT_I8_PREFETCH
 #define BT_I8_PREFETCH 1536 /* decode tiles: prefetch distance in bytes of a row */
 #endif
-#define I8_CHUNK 16 /* blocks per prefetch step (tiles) and per scale conversion (pack) */
+#define I8_CHUNK 16 /* blocks per prefetch step of the decode tiles */
 
 /* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
 static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
@@ -365,10 +328,8 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
             __m512i w[16], lo[8], hi[8], ds[2];
             for (int r = 0; r < 16; r++) w[r] = load_pair_d(q8, rows[r], b, two, r, &ds[r & 1]);
             i8_interleave(w, lo, hi);
-            /* dword r of ds: row r's d_b, d_b+1 (words 2r, 2r+1) */
-            const __m512i dsr = _mm512_or_si512(ds[0], ds[1]);
-            const __m512 dw0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dsr));
-            const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dsr, 16)));
+            __m512 dw0, dw1;
+            pair_scales(ds, &dw0, &dw1);
             for (int c = 0; c < RN; c++) {
                 __m512i i0, i1;
                 i8_reduce(lo, hi, av[c], &i0, &i1);
@@ -425,17 +386,15 @@ static inline __attribute__((always_inline)) void i8_pack(const bool q8, int64_t
                                                           void *panel) {
     const int64_t nblk = k / I8_QK;
     uint8_t *pn = panel;
-    for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
-        const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
-        __m512 dw[16];
-        for (int r = 0; r < 16; r++) dw[r] = row_scales(q8, rows[r], c0, nc);
-        bt_cpu_transpose16(dw); /* bit moves only */
-        for (int i = 0; i < nc; i++) _mm512_store_ps((float *)(pn + (size_t)(c0 + i) * I8_PB + 512), dw[i]);
-    }
     for (int64_t b = 0; b < nblk; b += 2) {
         const bool two = b + 1 < nblk;
         __m512 v[16];
-        for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(load_pair(q8, rows[r], b, two));
+        __m512i ds[2];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(load_pair_d(q8, rows[r], b, two, r, &ds[r & 1]));
+        __m512 dw0, dw1;
+        pair_scales(ds, &dw0, &dw1);
+        _mm512_store_ps(pn + (size_t)b * I8_PB + 512, dw0);
+        if (two) _mm512_store_ps(pn + (size_t)(b + 1) * I8_PB + 512, dw1);
         bt_cpu_transpose16(v); /* v[u]: dword u of every row */
         uint8_t *pb = pn + (size_t)b * I8_PB;
         for (int u = 0; u < 8; u++) _mm512_store_ps(pb + 64 * u, v[u]);
