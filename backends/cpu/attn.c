@@ -47,6 +47,7 @@
  * Scratch per thread: see scratch_layout.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -600,8 +601,22 @@ const char *bt_cpu_attn_isa_name(enum bt_cpu_attn_isa isa) {
     return (int)isa >= 0 && isa < BT_CPU_ATTN_ISA_COUNT && isas[isa].name ? isas[isa].name : NULL;
 }
 
+/* what the CPU has, asked once: cpuid traps to the hypervisor in a virtual
+ * machine, and the op runs a few hundred times per token (bit i: isa i) */
+static unsigned isa_mask(void) {
+    static _Atomic unsigned cached; /* 0: not asked yet; bit 31 marks it asked */
+    unsigned m = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (m == 0) {
+        m = 1u << 31;
+        for (int i = 0; i < BT_CPU_ATTN_ISA_COUNT; i++)
+            if (isas[i].name && isas[i].available()) m |= 1u << i;
+        atomic_store_explicit(&cached, m, memory_order_relaxed);
+    }
+    return m;
+}
+
 bool bt_cpu_attn_isa_available(enum bt_cpu_attn_isa isa) {
-    return bt_cpu_attn_isa_name(isa) != NULL && isas[isa].available();
+    return bt_cpu_attn_isa_name(isa) != NULL && (isa_mask() >> isa & 1u);
 }
 
 /* ---- the driver: units, tiles, masks, the running maximum and sum ----------- */
