@@ -31,7 +31,9 @@
  *   - blocked (many columns: prompt): a chunk at a time, up to BT_MM_FNC
  *     columns and BT_MM_FMC rows (converted to F32) are packed into the
  *     thread's buffer with a padded stride; 4 x 6 tiles, a tile's columns
- *     kept in L1 while the rows pass by (the next tile's rows prefetched);
+ *     kept in L1 while the rows pass by (the next tile's rows prefetched;
+ *     a full tile addresses its 10 packed streams from two pointers, as ten
+ *     pointers spill general registers in the inner loop);
  *     a chunk's sums are added into d, which holds the sum of the chunks
  *     before (the order above, since d = d + s_c).
  * The tiles reduce their accumulators 16 at a time: a transposing tree of
@@ -385,6 +387,24 @@ DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3) DEF_CHUNK(4) DEF_CHUNK(5) DEF_CHUNK(6)
  * bytes would). */
 #define PACK_LD (BT_MM_FKC + 16)
 
+/* The full 4 x 6 tile: 4 packed rows from r, 6 packed columns from c, each
+ * PACK_LD floats after the one before; the same work as chunk_4x6, but the
+ * streams are two registers and constant offsets (ten pointers spill) */
+static void chunk_4x6_packed(const float *r, const float *c, int64_t n, float *const *dcols,
+                             int64_t row0, bool last, bool add) {
+    const char *rows[4], *next[4];
+    const float *x[6];
+    for (int i = 0; i < 4; i++) {
+        rows[i] = (const char *)(r + i * PACK_LD);
+        next[i] = (const char *)(r + (4 + i) * PACK_LD);
+    }
+    for (int j = 0; j < 6; j++) x[j] = c + j * PACK_LD;
+    v16 s[2];
+    tile_chunk(BT_TYPE_F32, 4, 6, true, rows, last ? NULL : next, n * (int64_t)sizeof(float), x, 0,
+               n, s);
+    tile_store(s, 4, 6, dcols, row0, 4, add);
+}
+
 static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                         const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
                         float *buf) {
@@ -422,6 +442,11 @@ static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t 
                     const int rn = (int)(nc - jr < BLOCK_RN ? nc - jr : BLOCK_RN);
                     for (int64_t ir = 0; ir < mc; ir += 4) {
                         const int nr = (int)(mc - ir < 4 ? mc - ir : 4);
+                        if (rn == BLOCK_RN && nr == 4) {
+                            chunk_4x6_packed((const float *)src[ir], x[jr], kc, dcols + jc + jr,
+                                             ic + ir, ir + 8 > mc, pc > 0);
+                            continue;
+                        }
                         const char *rows[4], *next[4];
                         for (int i = 0; i < 4; i++) {
                             rows[i] = src[ir + (i < nr ? i : nr - 1)];
