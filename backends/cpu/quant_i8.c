@@ -164,6 +164,22 @@ static inline int32_t load_i32(const void *p) {
     return x;
 }
 
+/* Q4_0 quants laid out as 128-bit lanes qs_b, qs_b, qs_b1, qs_b1 -> the
+ * low nibbles of the first copy of each and the high nibbles of the second:
+ * per qword, the low nibble of each byte or the high one moved down (with
+ * GFNI as one GF(2) affine map) */
+static inline __attribute__((always_inline)) __m512i q4_nibbles(__m512i x) {
+#if defined(__GFNI__)
+    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
+                                          0x1020408000000000LL, 0x0102040800000000LL, 0x0102040800000000LL,
+                                          0x1020408000000000LL, 0x1020408000000000LL);
+    return _mm512_gf2p8affine_epi64_epi8(x, nib, 0);
+#else
+    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    return _mm512_and_si512(_mm512_srlv_epi64(x, sh), _mm512_set1_epi8(0x0f));
+#endif
+}
+
 /* Blocks b and b+1 of a weight row (b+1 only when two; else b again) as 64
  * unsigned bytes in element order: dwords 0..7 block b, 8..15 block b+1;
  * Q8_0 as w + 128, Q4_0 as the nibble (w + 8). */
@@ -180,17 +196,7 @@ static inline __m512i load_pair(const bool q8, const char *row, int64_t b, bool 
     /* 128-bit lanes: qs_b, qs_b, qs_b1, qs_b1; then low, high, low, high nibbles */
     const __m512i x = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_broadcastsi128_si256(x0)), _mm256_broadcastsi128_si256(x1), 1);
-#if defined(__GFNI__)
-    /* per qword, the low nibble of each byte or the high one moved down, as
-     * one GF(2) affine map */
-    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
-                                          0x1020408000000000LL, 0x0102040800000000LL, 0x0102040800000000LL,
-                                          0x1020408000000000LL, 0x1020408000000000LL);
-    return _mm512_gf2p8affine_epi64_epi8(x, nib, 0);
-#else
-    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-    return _mm512_and_si512(_mm512_srlv_epi64(x, sh), _mm512_set1_epi8(0x0f));
-#endif
+    return q4_nibbles(x);
 }
 
 /* load_pair's bytes for the decode tiles, from the pair's own bytes (one or
@@ -222,16 +228,7 @@ static inline __attribute__((always_inline)) __m512i load_pair_d(const bool q8, 
     const __m512i idx = _mm512_setr_epi64(0x0908070605040302LL, 0x11100f0e0d0c0b0aLL, 0x0908070605040302LL,
                                           0x11100f0e0d0c0b0aLL, 0x1b1a191817161514LL, 0x232221201f1e1d1cLL,
                                           0x1b1a191817161514LL, 0x232221201f1e1d1cLL);
-    const __m512i xx = _mm512_permutexvar_epi8(idx, x);
-#if defined(__GFNI__)
-    const __m512i nib = _mm512_setr_epi64(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
-                                          0x1020408000000000LL, 0x0102040800000000LL, 0x0102040800000000LL,
-                                          0x1020408000000000LL, 0x1020408000000000LL);
-    return _mm512_gf2p8affine_epi64_epi8(xx, nib, 0);
-#else
-    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-    return _mm512_and_si512(_mm512_srlv_epi64(xx, sh), _mm512_set1_epi8(0x0f));
-#endif
+    return q4_nibbles(_mm512_permutexvar_epi8(idx, x));
 }
 
 /* load_pair_d's *ds of 16 rows -> the rows' scales of block b, b+1 as floats */
