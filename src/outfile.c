@@ -12,6 +12,17 @@
 enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const char *what, char *err, size_t n_err) {
     memset(o, 0, sizeof *o);
     o->path = path;
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* a link (/dev/stdout, whatever it points at), a pipe, a terminal:
+         * renaming over it would replace the link or the device, so it is
+         * written as it comes (o->tmp stays empty) */
+        if (!(o->f = fopen(path, "w"))) {
+            snprintf(err, n_err, "%s: cannot write %s: %s", path, what, strerror(errno));
+            return BT_ERR_IO;
+        }
+        return BT_OK;
+    }
     if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= sizeof o->tmp) {
         snprintf(err, n_err, "%s: cannot write %s: the path is too long", path, what);
         return BT_ERR_IO;
@@ -42,18 +53,11 @@ enum bt_status bt_outfile_commit(struct bt_outfile *o, const char *what, char *e
     errno = 0;
     if (fclose(o->f) != 0 && !e) e = errno ? errno : EIO;
     o->f = NULL;
-    if (!e && rename(o->tmp, o->path) != 0) e = errno;
+    if (!e && o->tmp[0] && rename(o->tmp, o->path) != 0) e = errno;
     if (e) {
-        unlink(o->tmp);
+        if (o->tmp[0]) unlink(o->tmp);
         snprintf(err, n_err, "%s: cannot write %s: %s", o->path, what, strerror(e));
         return BT_ERR_IO;
     }
     return BT_OK;
-}
-
-void bt_outfile_abandon(struct bt_outfile *o) {
-    if (!o->f) return;
-    fclose(o->f);
-    o->f = NULL;
-    unlink(o->tmp);
 }

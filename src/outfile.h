@@ -1,7 +1,9 @@
 /* outfile.h - a file written whole or not at all: the text goes to a
  * temporary file beside the destination (PATH.tmp.XXXXXX) and is renamed
  * over PATH only once every byte is written and closed; on any failure the
- * temporary file is removed and PATH keeps what it had (or stays absent). */
+ * temporary file is removed and PATH keeps what it had (or stays absent).
+ * A PATH that exists and is no regular file (a symbolic link such as
+ * /dev/stdout, a pipe, a terminal) is written directly, as it comes. */
 #ifndef BATON_OUTFILE_H
 #define BATON_OUTFILE_H
 
@@ -16,7 +18,7 @@ extern "C" {
 struct bt_outfile {
     FILE *f; /* write here between open and commit */
     const char *path;
-    char tmp[4096];
+    char tmp[4096]; /* empty: PATH is written directly */
 };
 
 /* BT_ERR_IO and "PATH: cannot write WHAT: reason" in err when the temporary
@@ -27,9 +29,6 @@ enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const cha
  * write failed (a full disk, a file size limit) or the rename did: nothing
  * is left behind. */
 enum bt_status bt_outfile_commit(struct bt_outfile *o, const char *what, char *err, size_t n_err);
-
-/* Give up: close and remove the temporary file (PATH untouched). */
-void bt_outfile_abandon(struct bt_outfile *o);
 
 #ifdef __cplusplus
 }

@@ -171,6 +171,16 @@ else
 fi
 expect 1 "^baton plan: $tmp/no/dir/x.plan: cannot write the plan: No such file or directory\$" \
     "plan --dump-plan into a missing directory" -- "$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/no/dir/x.plan"
+# a path that is no regular file (the link /dev/stdout, here to a pipe) is written
+# through: before, a temporary file went beside it (/dev/stdout.tmp.XXXXXX) and was
+# renamed over the link, which root may do (when stdout was a regular file)
+"$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/file.plan" >/dev/null 2>&1
+"$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan /dev/stdout 2>/dev/null | cat >"$tmp/pipe.out"
+if [ -s "$tmp/file.plan" ] && ! grep -vxFf "$tmp/pipe.out" "$tmp/file.plan" >/dev/null && [ -L /dev/stdout ]; then
+    ok "plan --dump-plan /dev/stdout: every line of the plan comes down the pipe, /dev/stdout stays a link"
+else
+    bad "plan --dump-plan /dev/stdout: $(head -c 300 "$tmp/pipe.out")"
+fi
 
 # the projection on paper (baton plan --project): every cluster file, the
 # 64-GPU table, the model options over the file's, and bad cluster files
