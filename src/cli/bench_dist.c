@@ -378,7 +378,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     }
     bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
     struct bt_model_graph g;
-    if (!backend || !m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
+    if (!backend || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
         fprintf(stderr, "baton bench pipeline: cannot build the model\n");
         t->iface.abort(t, 1);
     }

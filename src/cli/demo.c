@@ -473,7 +473,7 @@ int bt_cli_demo(int argc, char **argv) {
     }
     gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
     struct bt_model_graph g;
-    if (!model || !gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
+    if (!gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
         fprintf(stderr, "baton demo: rank %d: cannot build the model%s%s\n", rank, gctx ? ": " : "",
                 gctx ? bt_context_error(gctx) : "");
         t->iface.abort(t, 1);

@@ -61,7 +61,7 @@ static int plan_project(const char *path, const int *codes, const char *const *v
     struct bt_layer_costs lc;
     memset(&lc, 0, sizeof lc);
     int rc = 0;
-    if (!m || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
+    if (!ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
         fprintf(stderr, "baton plan: cannot build the model%s%s\n", ctx ? ": " : "", ctx ? bt_context_error(ctx) : "");
         rc = 1;
     } else if (bt_layer_costs_make(g.graph, &lc, err, sizeof err) != BT_OK) {

@@ -78,7 +78,6 @@ struct bt_engine {
     struct bt_llm *m;
     struct bt_kv *kv; /* rank 0 without layers: bookkeeping only */
     struct bt_llm_stage *stage;
-    int max_inflight;
     /* scratch: one ubatch's cells; a stage writes its output (x [n_embd, T],
      * or on the last stage the logits of the rows asked for) straight into
      * the message that carries it on, so no rank holds a ubatch-wide buffer
@@ -542,10 +541,10 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             st = bt_llm_stage_new(e->m, e->kv, r->backend, q->n_ubatch, &e->stage, lerr, sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
         }
-        e->max_inflight = q->max_inflight > 0 ? q->max_inflight : e->n_stages * (r->copies > 0 ? r->copies : 1);
-        if (e->max_inflight < 1) e->max_inflight = 1;
-        e->p.max_inflight = e->max_inflight; /* what bt_engine_params reports: the value in use */
-        e->n_outs = e->max_inflight + 2;
+        /* the value in use, which bt_engine_params reports */
+        e->p.max_inflight = q->max_inflight > 0 ? q->max_inflight : e->n_stages * (r->copies > 0 ? r->copies : 1);
+        if (e->p.max_inflight < 1) e->p.max_inflight = 1;
+        e->n_outs = e->p.max_inflight + 2;
         e->stage_compute_s = calloc((size_t)(e->n_stages > 0 ? e->n_stages : 1), sizeof(double));
         e->cells = malloc((size_t)q->n_ubatch * sizeof *e->cells);
         e->outs = calloc((size_t)e->n_outs, sizeof *e->outs);
@@ -734,7 +733,7 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
             return efail(e, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)", (long long)i,
                          ub->token[i], (long long)e->hp.n_vocab);
     /* the pipeline's depth: wait for the oldest ubatch still in the chain */
-    while (e->n_pending >= e->max_inflight) {
+    while (e->n_pending >= e->p.max_inflight) {
         for (int i = 0; i < e->q_len; i++) {
             struct slot *s = q_at(e, i);
             if (!s->done) {

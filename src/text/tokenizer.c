@@ -1048,10 +1048,10 @@ static int merge_word(const bt_tokenizer *t, work *w, const char *s) {
     return 0;
 }
 
+static int emit_merged(const bt_tokenizer *t, work *w, const char *s, size_t n, bool spm, bt_tokens *out);
+
 /* "llama": text is already escaped (spaces as U+2581); merged segment by
  * segment, cut between characters that no token holds side by side */
-static int spm_segment(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_tokens *out);
-
 static int spm_tokenize(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_tokens *out) {
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, o = 0, a, b;
@@ -1061,11 +1061,11 @@ static int spm_tokenize(const bt_tokenizer *t, work *w, const char *s, size_t n,
         uint32_t c2 = utf8_get(u + o + a, n - o - a, &b);
         o += a;
         if (!u64set_has(&t->pairs, ((uint64_t)c1 << 21 | c2) + 1)) {
-            if (spm_segment(t, w, s + start, o - start, out)) return -1;
+            if (emit_merged(t, w, s + start, o - start, true, out)) return -1;
             start = o;
         }
     }
-    return start < n ? spm_segment(t, w, s + start, n - start, out) : 0;
+    return start < n ? emit_merged(t, w, s + start, n - start, true, out) : 0;
 }
 
 /* s split into symbols and merged; each symbol's token, or for a symbol that
@@ -1092,10 +1092,6 @@ static int emit_merged(const bt_tokenizer *t, work *w, const char *s, size_t n, 
         }
     }
     return 0;
-}
-
-static int spm_segment(const bt_tokenizer *t, work *w, const char *s, size_t n, bt_tokens *out) {
-    return emit_merged(t, w, s, n, true, out);
 }
 
 /* "gpt2": one pre-tokenized piece (already byte-encoded) */
