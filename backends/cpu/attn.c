@@ -631,6 +631,7 @@ static int64_t block_rows(int64_t T, int64_t Hk, int64_t group, int nth) {
 
 struct scratch_layout {
     size_t kt, vt, row, mt, s, acc, ms, bits, qp, total; /* byte offsets, total size */
+    int64_t R; /* query rows per unit: block_rows */
 };
 
 /* per thread: kt [D][TILE], vt [TILE][Dv], row [max(D, Dv)] (one k row
@@ -642,6 +643,7 @@ static struct scratch_layout scratch_layout(const struct bt_tensor *node, int nt
     const int64_t Hk = node->src[1]->ne[1], Dv = node->src[2]->ne[0], group = H / Hk;
     const int64_t R = block_rows(T, Hk, group, nth), nr = R * group;
     struct scratch_layout l;
+    l.R = R;
     size_t at = 0;
 #define TAKE(field, bytes) (l.field = at, at += ((size_t)(bytes) + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
     TAKE(kt, D * TILE * sizeof(float));
@@ -695,9 +697,10 @@ static bool mask_tile(const struct bt_tensor *mask, int64_t j0, int nj, int64_t 
 
 /* the k and v rows PF_DIST cells ahead on their way to the cache while this
  * tile is computed: for decode steps (one or two query rows), which stream a long
- * context; a prompt's block reuses the tiles from the cache */
-static void prefetch_tile(const struct bt_tensor *k, const struct bt_tensor *v, int64_t hk, int64_t j0, int nj) {
-    const size_t kb = bt_row_size(k->type, k->ne[0]), vb = bt_row_size(v->type, v->ne[0]);
+ * context; a prompt's block reuses the tiles from the cache.  kb, vb: the
+ * bytes of one k row and one v row */
+static void prefetch_tile(const struct bt_tensor *k, const struct bt_tensor *v, size_t kb, size_t vb, int64_t hk,
+                          int64_t j0, int nj) {
     const char *kp = (const char *)k->data + hk * k->nb[1] + j0 * k->nb[2];
     const char *vp = (const char *)v->data + hk * v->nb[1] + j0 * v->nb[2];
     for (int c = 0; c < nj; c++) {
@@ -760,7 +763,8 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
     uint32_t *newbits = (uint32_t *)(w + l.bits);
     const float **qp = (const float **)(w + l.qp);
 
-    const int64_t R = block_rows(T, Hk, group, p->nth);
+    const int64_t R = l.R;
+    const size_t kb = bt_row_size(k->type, k->ne[0]), vb = bt_row_size(v->type, v->ne[0]);
     const int64_t n_blocks = (T + R - 1) / R, n_units = n_blocks * Hk;
     /* the units: handed out by the node's counter (a slowed thread takes
      * fewer), or in turn without one */
@@ -782,7 +786,7 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
             const int nj = N - j0 < TILE ? (int)(N - j0) : TILE;
             if (!mask_tile(mask, j0, nj, t0, nt, mt)) continue;
             if (nt <= 2 && j0 + PF_DIST < N)
-                prefetch_tile(k, v, hk, j0 + PF_DIST, N - j0 - PF_DIST < TILE ? (int)(N - j0 - PF_DIST) : TILE);
+                prefetch_tile(k, v, kb, vb, hk, j0 + PF_DIST, N - j0 - PF_DIST < TILE ? (int)(N - j0 - PF_DIST) : TILE);
             k_tile(isa, k, hk, j0, nj, kt, row);
             isa->scores(kt, D, qp, nr, (int)group, mt, scale, s);
             /* per row: the cells it sees, the new maxima, the scores become x */

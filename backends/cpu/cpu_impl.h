@@ -7,6 +7,9 @@
 #include "cpu.h"
 #include "ops.h"
 
+#include <stdint.h>
+#include <string.h>
+
 /* ---- thread pool ---- */
 typedef struct bt_threadpool bt_threadpool;
 typedef void (*bt_task_fn)(void *arg, int ith, int nth);
@@ -127,6 +130,13 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 #endif
+
+/* 4 bytes at p (any alignment) as an int32 (quant_i8.c, quant_dot.c) */
+static inline int32_t bt_cpu_load_i32(const void *p) {
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
 
 /* Work buffer bytes for node with nth threads (dispatches to the above). */
 size_t bt_cpu_work_size(const struct bt_tensor *node, int nth);

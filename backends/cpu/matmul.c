@@ -67,19 +67,11 @@ static inline vf vf_ftz(vf v) {
     return _mm512_castsi512_ps(_mm512_mask_and_epi32(x, tiny, x, _mm512_set1_epi32((int)0x80000000u)));
 }
 static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm512_fmadd_ps(a, b, c)); }
-static inline float vf_hsum(vf v) { return _mm512_reduce_add_ps(v); }
 static inline vf vf_load_n(const float *p, int n) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
 }
 static inline void vf_store_n(float *p, vf v, int n) {
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
-}
-static inline vf vf_load_f16(const bt_fp16_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline vf vf_load_bf16(const bt_bf16_t *p) {
-    __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -102,32 +94,11 @@ static inline vf vf_ftz(vf v) {
     return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_andnot_si256(_mm256_set1_epi32((int)0x80000000u), tiny), x));
 }
 static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm256_fmadd_ps(a, b, c)); }
-static inline float vf_hsum(vf v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 static inline __m256i lane_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 static inline vf vf_load_n(const float *p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
 static inline void vf_store_n(float *p, vf v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
-#if defined(__F16C__)
-static inline vf vf_load_f16(const bt_fp16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-#else
-static inline vf vf_load_f16(const bt_fp16_t *p) {
-    float t[8];
-    for (int i = 0; i < 8; i++) t[i] = bt_fp16_to_fp32(p[i]);
-    return _mm256_loadu_ps(t);
-}
-#endif
-static inline vf vf_load_bf16(const bt_bf16_t *p) {
-    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-}
 
 #else /* plain C: a "vector" of 8 floats the compiler may vectorise */
 #define VL 8
@@ -172,11 +143,6 @@ static inline vf vf_fma_ftz(vf a, vf b, vf c) {
     }
     return c;
 }
-static inline float vf_hsum(vf v) {
-    float s = 0.0f;
-    for (int i = 0; i < VL; i++) s += v.v[i];
-    return s;
-}
 static inline vf vf_load_n(const float *p, int n) {
     vf r = vf_zero();
     for (int i = 0; i < n; i++) r.v[i] = p[i];
@@ -185,24 +151,11 @@ static inline vf vf_load_n(const float *p, int n) {
 static inline void vf_store_n(float *p, vf v, int n) {
     for (int i = 0; i < n; i++) p[i] = v.v[i];
 }
-static inline vf vf_load_f16(const bt_fp16_t *p) {
-    vf r;
-    for (int i = 0; i < VL; i++) r.v[i] = bt_fp16_to_fp32(p[i]);
-    return r;
-}
-static inline vf vf_load_bf16(const bt_bf16_t *p) {
-    vf r;
-    for (int i = 0; i < VL; i++) r.v[i] = bt_bf16_to_fp32(p[i]);
-    return r;
-}
 #endif
 
 
-#define QB 32         /* elements per "block" of a float weight row */
-#define NV (QB / VL)  /* vectors per block */
-
 #ifndef BT_MM_KC
-#define BT_MM_KC 256 /* k block of the GEMM path (a multiple of QB) */
+#define BT_MM_KC 256 /* k block of the GEMM path (even: whole BF16 pairs) */
 #endif
 #ifndef BT_MM_MC
 #define BT_MM_MC 128 /* rows of weights packed at once (a multiple of MR) */
@@ -228,57 +181,12 @@ static inline vf vf_load_bf16(const bt_bf16_t *p) {
 #define UNIT_ROWS 32 /* rows per unit of work handed to threads (a multiple of MR) */
 #define DOT_RB 16    /* rows kept hot while the dot path walks column groups */
 
-_Static_assert(BT_MM_KC % QB == 0, "BT_MM_KC must be a multiple of 32");
+_Static_assert(BT_MM_KC % 2 == 0, "BT_MM_KC must be even");
 _Static_assert(BT_MM_MC % MR == 0, "BT_MM_MC must be a multiple of MR");
 _Static_assert(BT_MM_NC % NR == 0, "BT_MM_NC must be a multiple of NR");
 _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
 
 #define ALIGN_UP(x) (((x) + (size_t)BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN)
-
-/* One vector (elements [v*VL, v*VL+VL)) of block `blk` of a float weight row,
- * converted exactly as bt_row_to_f32 does. */
-static inline __attribute__((always_inline)) vf load_a(enum bt_type type, const char *row,
-                                                        int64_t blk, int v) {
-    switch (type) {
-    case BT_TYPE_F32: return vf_load((const float *)row + blk * QB + v * VL);
-    case BT_TYPE_F16: return vf_load_f16((const bt_fp16_t *)row + blk * QB + v * VL);
-    case BT_TYPE_BF16: return vf_load_bf16((const bt_bf16_t *)row + blk * QB + v * VL);
-    default: BT_ASSERT(0 && "unsupported float weight type"); return vf_zero();
-    }
-}
-
-/* Convert elements [k0, k0+n) of a float weight row to F32 (k0 a multiple of QB);
- * run_gemm's packing, built where BF16 has no AVX-512 path. */
-static inline void row_to_f32(enum bt_type type, const char *row, int64_t k0, int64_t n, float *dst) {
-    if (type == BT_TYPE_F32) {
-        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
-        return;
-    }
-    const int64_t nfull = n / QB;
-    const int64_t b0 = k0 / QB;
-    switch (type) {
-#define CONV_CASE(T)                                                   \
-    case T:                                                            \
-        for (int64_t b = 0; b < nfull; b++)                            \
-            for (int v = 0; v < NV; v++)                               \
-                vf_store(dst + b * QB + v * VL, load_a(T, row, b0 + b, v)); \
-        break;
-        CONV_CASE(BT_TYPE_F16)
-        CONV_CASE(BT_TYPE_BF16)
-#undef CONV_CASE
-    default: BT_ASSERT(0 && "unsupported float weight type");
-    }
-    const int64_t rest = n - nfull * QB; /* F16 / BF16 tail */
-    if (rest > 0) {
-        const int64_t e0 = k0 + nfull * QB;
-        float *out = dst + nfull * QB;
-        for (int64_t i = 0; i < rest; i++)
-            out[i] = type == BT_TYPE_F16 ? bt_fp16_to_fp32(((const bt_fp16_t *)row)[e0 + i])
-                                         : bt_bf16_to_fp32(((const bt_bf16_t *)row)[e0 + i]);
-    }
-}
-
-
 
 /* ---- BF16 weights: the pair order of vdpbf16ps on every build --------------- *
  *
@@ -348,12 +256,11 @@ static void f32_col_pairs(const float *x, int64_t n, float *dst) {
 
 /* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
  * ap: kc x MR (row index fastest), bp: kc x NR (column index fastest).
- * ftz: each step flushes a denormal result to zero (BF16 pairs emulated). */
+ * Each step flushes a denormal result to zero (BF16 pairs emulated). */
 static inline __attribute__((always_inline)) void gemm_ukernel(int64_t kc, const float *restrict ap,
                                                                const float *restrict bp,
                                                                float *const *dcols, int64_t row,
-                                                               int mr, int nr, bool first,
-                                                               const bool ftz) {
+                                                               int mr, int nr, bool first) {
     vf c0[NR], c1[NR];
     const int n0 = mr < VL ? mr : VL;
     const int n1 = mr > VL ? mr - VL : 0;
@@ -377,8 +284,8 @@ static inline __attribute__((always_inline)) void gemm_ukernel(int64_t kc, const
 #pragma GCC unroll 16
         for (int j = 0; j < NR; j++) {
             const vf b = vf_set1(bp[j]);
-            c0[j] = ftz ? vf_fma_ftz(a0, b, c0[j]) : vf_fma(a0, b, c0[j]);
-            c1[j] = ftz ? vf_fma_ftz(a1, b, c1[j]) : vf_fma(a1, b, c1[j]);
+            c0[j] = vf_fma_ftz(a0, b, c0[j]);
+            c1[j] = vf_fma_ftz(a1, b, c1[j]);
         }
         ap += MR;
         bp += NR;
@@ -648,33 +555,22 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
 /* pack_a, pack_b, run_gemm: the GEMM path of BF16 weights without AVX-512 (the
  * pair order emulated in F32); F32 and F16 weights take fdot.c. */
 #if !HAVE_BF16_DOT
-/* The k length of a packed panel of kc elements: kc, rounded up to whole
- * pairs for BF16 weights without the dot instruction (bf16_row_pairs). */
-static inline int64_t packed_k(const struct mm_plan *pl, int64_t kc) {
-    return !HAVE_BF16_DOT && pl->type == BT_TYPE_BF16 ? (kc + 1) / 2 * 2 : kc;
-}
+/* The k length of a packed panel of kc elements: kc rounded up to whole
+ * pairs (bf16_row_pairs). */
+static inline int64_t packed_k(int64_t kc) { return (kc + 1) / 2 * 2; }
 
 /* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]
- * (kk < packed_k).  tmp: MR * packed_k floats for converting non-F32 rows. */
+ * (kk < packed_k), as BF16 pairs.  tmp: MR * packed_k floats for the pairs. */
 static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
                    int64_t kc, float *restrict ap, float *restrict tmp) {
-    const int64_t kp = packed_k(pl, kc);
+    const int64_t kp = packed_k(kc);
     for (int64_t p0 = 0; p0 < mc; p0 += MR) {
         const float *src[MR > 16 ? MR : 16];
         for (int r = 0; r < MR; r++) {
             src[r] = NULL;
             if (p0 + r >= mc) continue;
             const char *row = a + (size_t)(r0 + p0 + r) * pl->a_nb1;
-            if (pl->type == BT_TYPE_F32) {
-                src[r] = (const float *)row + pc;
-                continue;
-            }
-#if !HAVE_BF16_DOT
-            if (pl->type == BT_TYPE_BF16)
-                bf16_row_pairs((const bt_bf16_t *)row + pc, kc, tmp + r * kp);
-            else
-#endif
-                row_to_f32(pl->type, row, pc, kc, tmp + r * kp);
+            bf16_row_pairs((const bt_bf16_t *)row + pc, kc, tmp + r * kp);
             src[r] = tmp + r * kp;
         }
         for (int h = 0; h < MR; h += INTERLEAVE_ROWS) interleave(src + h, kp, ap + p0 * kp + h, MR);
@@ -682,24 +578,19 @@ static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t 
 }
 
 /* Pack columns [j0, j0+nc) x k [pc, pc+kc) into NR-column panels: bp[p][kk][NR]
- * (kk < packed_k; BF16 weights without the dot instruction: the columns
- * rounded to BF16 in the pair order). */
-static void pack_b(const struct mm_plan *pl, const float *const *bcols, int64_t j0, int64_t nc,
-                   int64_t pc, int64_t kc, float *restrict bp) {
-    const int64_t kp = packed_k(pl, kc);
-#if !HAVE_BF16_DOT
+ * (kk < packed_k; the columns rounded to BF16 in the pair order). */
+static void pack_b(const float *const *bcols, int64_t j0, int64_t nc, int64_t pc, int64_t kc,
+                   float *restrict bp) {
+    const int64_t kp = packed_k(kc);
     float cols[NR][BT_MM_KC];
-#endif
     for (int64_t p0 = 0; p0 < nc; p0 += NR) {
         const float *src[NR > 16 ? NR : 16];
         for (int j = 0; j < (NR > 16 ? NR : 16); j++) {
             src[j] = j < NR && p0 + j < nc ? bcols[j0 + p0 + j] + pc : NULL;
-#if !HAVE_BF16_DOT
-            if (src[j] && pl->type == BT_TYPE_BF16) {
+            if (src[j]) {
                 f32_col_pairs(src[j], kc, cols[j]);
                 src[j] = cols[j];
             }
-#endif
         }
         interleave(src, kp, bp + p0 * kp, NR);
     }
@@ -713,8 +604,8 @@ static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
     for (int64_t jc = 0; jc < ncols; jc += BT_MM_NC) {
         const int64_t nc = ncols - jc < BT_MM_NC ? ncols - jc : BT_MM_NC;
         for (int64_t pc = 0; pc < k; pc += BT_MM_KC) {
-            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC, kp = packed_k(pl, kc);
-            pack_b(pl, bcols, jc, nc, pc, kc, bp);
+            const int64_t kc = k - pc < BT_MM_KC ? k - pc : BT_MM_KC, kp = packed_k(kc);
+            pack_b(bcols, jc, nc, pc, kc, bp);
             for (int64_t ic = r0; ic < r1; ic += BT_MM_MC) {
                 const int64_t mc = r1 - ic < BT_MM_MC ? r1 - ic : BT_MM_MC;
                 pack_a(pl, a, ic, mc, pc, kc, ap, tmp);
@@ -723,10 +614,7 @@ static void run_gemm(const struct mm_plan *pl, const char *a, int64_t ncols,
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int mr = (int)(mc - ir < MR ? mc - ir : MR);
                         float *const *dc = (float *const *)dcols + jc + jr;
-                        if (!HAVE_BF16_DOT && pl->type == BT_TYPE_BF16) /* emulated BF16 pairs */
-                            gemm_ukernel(kp, ap + ir * kp, bp + jr * kp, dc, ic + ir, mr, nr, pc == 0, true);
-                        else
-                            gemm_ukernel(kc, ap + ir * kc, bp + jr * kc, dc, ic + ir, mr, nr, pc == 0, false);
+                        gemm_ukernel(kp, ap + ir * kp, bp + jr * kp, dc, ic + ir, mr, nr, pc == 0);
                     }
                 }
             }

@@ -754,12 +754,6 @@ static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_
     }
 }
 
-static inline int32_t load_i32(const void *p) {
-    int32_t x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
 /* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
 static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, const int RN, int64_t k,
                                                                const uint8_t *panel, const void *const *acts,
@@ -786,7 +780,7 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
                 const __m512i w = _mm512_load_si512(pb + 64 * g);
                 _Pragma("GCC unroll 8")
                 for (int c = 0; c < RN; c++)
-                    P[c] = _mm512_dpbusd_epi32(P[c], w, _mm512_set1_epi32(load_i32(ab[c]->qs + 4 * g)));
+                    P[c] = _mm512_dpbusd_epi32(P[c], w, _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)));
             }
             const int s16 = sb * SL / 16; /* the first 16-element sub-block */
             const __m512i sw = _mm512_load_si512(pb + 4096 + 64 * (s16 / 4));
@@ -801,7 +795,7 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 8; j++)
                 M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pb + 4352 + 64 * j),
-                                        _mm512_set1_epi32(load_i32(&ab[c]->bsums[2 * j])));
+                                        _mm512_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j])));
             const __m512 da = _mm512_set1_ps(ab[c]->d);
             if (kind == KQ2 || kind == KQ4 || kind == KQ5) {
                 const __m512 dm = _mm512_load_ps((const float *)(pb + 4928));

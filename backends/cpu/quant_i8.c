@@ -158,12 +158,6 @@ static void i8_quantize(const float *x, void *y, int64_t k) {
     }
 }
 
-static inline int32_t load_i32(const void *p) {
-    int32_t x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
 /* Q4_0 quants laid out as 128-bit lanes qs_b, qs_b, qs_b1, qs_b1 -> the
  * low nibbles of the first copy of each and the high nibbles of the second:
  * per qword, the low nibble of each byte or the high one moved down (with
@@ -422,7 +416,7 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
             const __m512i w = _mm512_load_si512(pb + 64 * u);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++)
-                I[c] = _mm512_dpbusd_epi32(I[c], w, _mm512_set1_epi32(load_i32(a[c].q + b * I8_QK + 4 * u)));
+                I[c] = _mm512_dpbusd_epi32(I[c], w, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u)));
         }
         const __m512 dw = _mm512_load_ps(pb + 512);
         _Pragma("GCC unroll 8")
