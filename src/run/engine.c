@@ -979,7 +979,10 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                 /* the chain learns of it and this rank waits for the stop:
                  * leaving now would leave the ranks after it (and rank 0)
                  * waiting for ever; a transport that is really broken fails
-                 * the next receive, which ends the loop */
+                 * the next receive, which ends the loop.  The failed
+                 * receive ended its request (transport.h), so rh is posted
+                 * into again, never waited on twice, and no receive is left
+                 * pointing into the body buffer */
                 if (failed == BT_OK) {
                     failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
                     report_failure(e, nxt, failed);
