@@ -524,7 +524,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         char lerr[900];
         if (il1 > il0) {
             bt_buffer_type_t buft = bt_backend_get_default_buffer_type(r->backend);
-            st = bt_llm_load_gguf(e->g, il0, il1, buft, &e->m, lerr, sizeof lerr);
+            st = bt_llm_load_gguf(e->g, il0, il1, buft, q->mmap, &e->m, lerr, sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
         }
         struct bt_kv_config kc;

@@ -59,6 +59,7 @@ struct bt_engine_params {
     int64_t n_ubatch;     /* most tokens in one ubatch */
     enum bt_type kv_type; /* F16 (default), F32 or Q8_0 */
     int max_inflight;     /* ubatches in flight; 0: ranks x the rank's copies */
+    bool mmap;            /* CPU weights used in place in the file's mapping, not copied onto huge pages */
 };
 /* n_ctx 4096, n_seq_max 1, n_ubatch 512, F16, max_inflight 0 */
 void bt_engine_default_params(struct bt_engine_params *p);
