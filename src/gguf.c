@@ -892,6 +892,15 @@ const void *bt_gguf_tensor_data(const struct bt_gguf *g, const struct bt_gguf_te
     return g->base + t->file_offset;
 }
 
+void bt_gguf_tensor_release(struct bt_gguf *g, const struct bt_gguf_tensor *t) {
+    BT_ASSERT(t >= g->tensors && t < g->tensors + g->n_tensors);
+    if (!g->mapped) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t b = ((uintptr_t)(g->base + t->file_offset) + page - 1) / page * page;
+    const uintptr_t e = (uintptr_t)(g->base + t->file_offset + t->size) / page * page;
+    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED); /* advice: nothing to undo if refused */
+}
+
 enum bt_status bt_gguf_tensor_bt_type(struct bt_gguf *g, const struct bt_gguf_tensor *t, enum bt_type *out) {
     if (t->type == BT_TYPE_COUNT) {
         char list[256] = "";

@@ -184,6 +184,10 @@ int64_t bt_gguf_find_tensor(const struct bt_gguf *g, const char *name);        /
 /* The tensor's bytes inside the mapping (aligned to the file's alignment
  * from the mapping's start, which is page-aligned for a file). */
 const void *bt_gguf_tensor_data(const struct bt_gguf *g, const struct bt_gguf_tensor *t);
+/* Done with tensor t's bytes for now (they were copied): the whole pages of
+ * its range leave this process's resident memory (a later read maps them
+ * again from the file).  A no-op for a file read into memory. */
+void bt_gguf_tensor_release(struct bt_gguf *g, const struct bt_gguf_tensor *t);
 /* baton's type for a tensor: BT_ERR_UNSUPPORTED and bt_gguf_error() naming
  * the tensor and its type when baton cannot compute it. */
 enum bt_status bt_gguf_tensor_bt_type(struct bt_gguf *g, const struct bt_gguf_tensor *t, enum bt_type *out);

@@ -81,6 +81,9 @@ def cli_tests():
     for np in (2, 3, 4):
         got = tokens(gen_json(base, np))
         check(got == want, f"greedy on {np} ranks equals one rank", f"{got} vs {want}")
+    # --mmap: the weights used in place in the file, the same tokens
+    got = tokens(gen_json(base + ["--mmap"], 2))
+    check(got == want, "--mmap on 2 ranks equals one rank (weights copied)", f"{got} vs {want}")
 
     # a long prompt: on several ranks the batcher cuts it into chunks for the
     # stages (at least 32 tokens each); the same tokens as one rank in one ubatch

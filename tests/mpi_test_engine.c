@@ -101,7 +101,8 @@ static void shared_model(char *path, size_t n, const char *name, bool moe, int n
     ck_assert(T->iface.barrier(T) == BT_OK);
 }
 
-static struct bt_engine *open_engine(const char *path, int64_t n_ctx, int n_seq, int64_t n_ubatch, int inflight) {
+static struct bt_engine *open_engine_map(const char *path, int64_t n_ctx, int n_seq, int64_t n_ubatch, int inflight,
+                                         bool mmap) {
     struct bt_engine_params p;
     bt_engine_default_params(&p);
     p.model = path;
@@ -109,10 +110,15 @@ static struct bt_engine *open_engine(const char *path, int64_t n_ctx, int n_seq,
     p.n_seq_max = n_seq;
     p.n_ubatch = n_ubatch;
     p.max_inflight = inflight;
+    p.mmap = mmap;
     struct bt_engine *e = NULL;
     char err[1024] = "";
     ck_assert_msg(bt_engine_open(&R, &p, &e, err, sizeof err) == BT_OK, "%s", err);
     return e;
+}
+
+static struct bt_engine *open_engine(const char *path, int64_t n_ctx, int n_seq, int64_t n_ubatch, int inflight) {
+    return open_engine_map(path, n_ctx, n_seq, n_ubatch, inflight, false);
 }
 
 /* The one-process reference: every token's logits. */
@@ -446,8 +452,9 @@ static size_t peak_rss(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
 }
 
-/* Each rank maps the file and touches only its own layers: its peak resident
- * memory grows by about its share of the weights, not by the whole file.
+/* Each rank copies only its own layers out of the file's mapping and lets go
+ * of the pages it read: its peak resident memory grows by about its share of
+ * the weights, not by the whole file.
  * Prints every rank's figures (README: the engine's memory per rank). */
 START_TEST(test_memory_per_rank) {
     if (T->size != 2) return; /* the figure is for two ranks */
@@ -494,7 +501,7 @@ START_TEST(test_memory_per_rank) {
     ck_assert_msg((double)g[0] < 0.75 * file * 1048576.0, "rank %d grew by %.1f MiB for a %.1f MiB file", T->rank,
                   (double)g[0] / 1048576.0, file);
 #endif
-    ck_assert_uint_eq(mine.mapped_bytes, mine.weight_bytes); /* nothing copied */
+    ck_assert_uint_eq(mine.mapped_bytes, 0); /* copied (onto huge pages), not used in the mapping */
     /* the engine's own buffers follow what travels: x of a ubatch, and only
      * the logits rows asked for (one per ubatch here), never a scratch of
      * [n_vocab, n_ubatch] floats on every rank (256 KiB here; 311 MB for a
@@ -507,6 +514,45 @@ START_TEST(test_memory_per_rank) {
     ck_assert_msg((double)g[1] < 0.75 * file * 1048576.0, "rank %d holds %.1f MiB of weights", T->rank,
                   (double)g[1] / 1048576.0);
     bt_engine_close(e);
+}
+END_TEST
+
+/* --mmap: each rank's weights are used in place in the file's mapping, and
+ * the logits are bitwise those of the weights copied onto huge pages. */
+START_TEST(test_weights_in_place) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    enum { N = 12 };
+    int32_t tok[N], pos[N], seq[N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % 64, pos[i] = i, seq[i] = 0;
+    float *out[2] = {NULL, NULL};
+    for (int run = 0; run < 2; run++) {
+        struct bt_engine *e = open_engine_map(path, 64, 1, 8, 0, run == 1);
+        struct bt_engine_stats st;
+        bt_engine_stats(e, &st);
+        int il0, il1;
+        bt_engine_range(e, T->rank, &il0, &il1);
+        if (il1 > il0) {
+            ck_assert_uint_gt(st.weight_bytes, 0);
+            ck_assert_uint_eq(st.mapped_bytes, run == 1 ? st.weight_bytes : 0);
+        }
+        if (T->rank == 0) {
+            const int64_t nv = bt_engine_hparams(e)->n_vocab;
+            out[run] = malloc((size_t)(2 * nv) * sizeof(float));
+            ck_assert_ptr_nonnull(out[run]);
+            submit(e, 8, tok, pos, seq, NULL);
+            collect(e, 0, 1, out[run]);
+            submit(e, N - 8, tok + 8, pos + 8, seq + 8, NULL);
+            collect(e, 1, 1, out[run] + nv);
+            ck_assert(bt_engine_stop(e) == BT_OK);
+            if (run == 1) ck_assert_mem_eq(out[0], out[1], (size_t)(2 * nv) * sizeof(float));
+        } else {
+            ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+        }
+        bt_engine_close(e);
+    }
+    free(out[0]);
+    free(out[1]);
 }
 END_TEST
 
@@ -556,12 +602,15 @@ END_TEST
 
 /* An allocation that fails on the last stage while it serves (the n-th from
  * the start of serve, for several n): rank 0 either gets its logits or an
- * error naming that rank, and every rank ends, none waits for ever. */
+ * error naming that rank, and every rank ends, none waits for ever.  An
+ * error that says out of memory comes with BT_ERR_NOMEM, on the stage and on
+ * rank 0 (it once came as BT_ERR_COMM when the answer's message could not be
+ * allocated). */
 START_TEST(test_failure_on_a_stage) {
     if (T->size == 1) return;
     char path[512], want[64];
     shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
-    int n_failed = 0;
+    int n_failed = 0, n_nomem = 0;
     for (int n = 1; n <= 6; n++) {
         struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
         int64_t hit = 0;
@@ -583,6 +632,11 @@ START_TEST(test_failure_on_a_stage) {
             if (st != BT_OK) {
                 ck_assert_msg(strstr(bt_engine_error(e), want) != NULL, "'%s' does not name %s", bt_engine_error(e),
                               want);
+                /* the stage's status comes with its message */
+                if (strstr(bt_engine_error(e), "out of memory")) {
+                    ck_assert_msg(st == BT_ERR_NOMEM, "'%s' with status %d", bt_engine_error(e), st);
+                    n_nomem++;
+                }
                 /* the engine stays failed */
                 ck_assert_int_eq(bt_engine_submit(e, &b, &id), st);
                 hit = 1;
@@ -593,6 +647,8 @@ START_TEST(test_failure_on_a_stage) {
             const enum bt_status st = bt_engine_serve(e);
             atomic_store(&fault_countdown, 0);
             if (st != BT_OK) ck_assert_msg(strstr(bt_engine_error(e), want) != NULL, "%s", bt_engine_error(e));
+            if (st != BT_OK && strstr(bt_engine_error(e), "out of memory"))
+                ck_assert_msg(st == BT_ERR_NOMEM, "rank %d: '%s' with status %d", T->rank, bt_engine_error(e), st);
             hit = st != BT_OK ? 2 : 0;
         }
         /* rank 0 failed (1) exactly when every other rank did (2), all naming the stage */
@@ -603,6 +659,7 @@ START_TEST(test_failure_on_a_stage) {
         bt_engine_close(e);
     }
     ck_assert_int_gt(n_failed, 0); /* some allocation of the stage did fail */
+    if (T->rank == 0) ck_assert_int_gt(n_nomem, 0); /* among them the answer's message */
 }
 END_TEST
 
@@ -766,6 +823,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);
+    tcase_add_test(tc, test_weights_in_place);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
     tcase_add_test(tc, test_failure_leaves_nothing_behind);

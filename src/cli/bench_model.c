@@ -34,10 +34,10 @@ struct bm_opts {
     const char *model, *topology, *backend, *partition;
     long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
     int threads;
-    bool json;
+    bool json, mmap;
 };
 
-enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_TOPOLOGY, OPT_BM_BACKEND, OPT_BM_PARTITION, OPT_BM_JSON };
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_TOPOLOGY, OPT_BM_BACKEND, OPT_BM_PARTITION, OPT_BM_JSON, OPT_BM_MMAP };
 
 static void bm_usage(FILE *f) {
     fprintf(f,
@@ -57,6 +57,9 @@ static void bm_usage(FILE *f) {
             "      --topology FILE  a topology file (or BATON_TOPOLOGY)\n"
             "      --backend B      cpu or cuda, without a topology\n"
             "      --partition P    layers per rank, e.g. 2,2, or auto\n"
+            "      --mmap           use the weights in place in the file's mapping (4 KiB\n"
+            "                       pages: less memory, a slower decode; default: copied\n"
+            "                       onto huge pages)\n"
             "      --json           one JSON object per test instead of the table\n"
             "  -h, --help           this text\n");
 }
@@ -70,6 +73,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
         {"topology", required_argument, 0, OPT_BM_TOPOLOGY}, {"backend", required_argument, 0, OPT_BM_BACKEND},
         {"partition", required_argument, 0, OPT_BM_PARTITION}, {"json", no_argument, 0, OPT_BM_JSON},
+        {"mmap", no_argument, 0, OPT_BM_MMAP},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -106,6 +110,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
             break;
         case OPT_BM_PARTITION: o->partition = optarg; break;
         case OPT_BM_JSON: o->json = true; break;
+        case OPT_BM_MMAP: o->mmap = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
@@ -312,10 +317,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     }
     if (prc == 1) prc = 0;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && o.backend && o.topology && *o.topology) {
-        snprintf(perr, sizeof perr, "--backend %s and the topology %s: give one or the other", o.backend, o.topology);
-        prc = 2;
-    }
+    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     const struct bt_rank_config rcfg = {
         .prog = BM_PROG,
         .topology = o.topology,
@@ -352,6 +354,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     ep.n_ctx = o.seqs * per_seq;
     ep.n_ubatch = o.n_ubatch < per_seq ? o.n_ubatch : per_seq;
     ep.max_inflight = (int)o.inflight;
+    ep.mmap = o.mmap;
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         rc = 1;
         goto out;

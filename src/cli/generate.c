@@ -37,7 +37,7 @@ struct gen_opts {
     const char *chat_template, *system;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
-    bool chat, json, escape;
+    bool chat, json, escape, mmap;
     long n_predict;
     long n_ctx, n_ubatch, parallel;
     int threads;
@@ -93,6 +93,9 @@ static void gen_usage(FILE *f) {
             "                          rank on --backend)\n"
             "      --backend cpu|cuda  without a topology (default cpu)\n"
             "      --partition P       auto, or layer counts per rank: 12,12\n"
+            "      --mmap              use the weights in place in the file's mapping (4 KiB\n"
+            "                          pages: less memory, a slower decode; default: copied\n"
+            "                          onto huge pages)\n"
             "      --json              the completions and statistics as one JSON object\n"
             "  -h, --help              this text\n"
             "\n"
@@ -124,6 +127,7 @@ enum {
     OPT_BACKEND,
     OPT_PARTITION,
     OPT_JSON,
+    OPT_MMAP,
 };
 
 static bool parse_float(const char *s, float *out) {
@@ -164,6 +168,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"backend", required_argument, 0, OPT_BACKEND},
         {"partition", required_argument, 0, OPT_PARTITION},
         {"json", no_argument, 0, OPT_JSON},
+        {"mmap", no_argument, 0, OPT_MMAP},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -245,6 +250,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             break;
         case OPT_PARTITION: o->partition = optarg; break;
         case OPT_JSON: o->json = true; break;
+        case OPT_MMAP: o->mmap = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         case '?':
@@ -721,11 +727,7 @@ int bt_cli_generate(int argc, char **argv) {
         prc = 2;
     }
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && o.backend && o.topology && *o.topology) {
-        snprintf(perr, sizeof perr, "--backend %s and the topology %s: the topology names each rank's backend; give "
-                                    "one or the other", o.backend, o.topology);
-        prc = 2;
-    }
+    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     struct prompt *prompts = NULL;
     size_t n_prompts = 0;
     if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
@@ -766,6 +768,7 @@ int bt_cli_generate(int argc, char **argv) {
     ep.n_ctx = o.n_ctx;
     ep.n_seq_max = (int)o.parallel;
     ep.n_ubatch = o.n_ubatch;
+    ep.mmap = o.mmap;
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         rc = 1;
         goto out;

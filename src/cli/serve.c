@@ -41,6 +41,7 @@ enum {
     OPT_UBATCH,
     OPT_THREADS_S,
     OPT_ALIAS,
+    OPT_MMAP,
 };
 
 struct serve_opts {
@@ -48,6 +49,7 @@ struct serve_opts {
     int port, parallel, max_queue, max_conn, threads;
     long ctx, ubatch;
     long max_body;
+    bool mmap;
 };
 
 static void serve_usage(FILE *f) {
@@ -72,6 +74,9 @@ static void serve_usage(FILE *f) {
             "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n"
             "  -t, --topology FILE     the ranks' topology (also $BATON_TOPOLOGY)\n"
             "      --threads N         CPU threads per rank\n"
+            "      --mmap              use the weights in place in the file's mapping (4 KiB\n"
+            "                          pages: less memory, a slower decode; default: copied\n"
+            "                          onto huge pages)\n"
             "  -h, --help              this text\n"
             "\n"
             "Stop it with SIGTERM or SIGINT to rank 0 (its pid is printed): running requests finish first.\n");
@@ -86,7 +91,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"topology", required_argument, 0, 't'},        {"threads", required_argument, 0, OPT_THREADS_S},
-        {"alias", required_argument, 0, OPT_ALIAS},     {"help", no_argument, 0, 'h'},
+        {"alias", required_argument, 0, OPT_ALIAS},     {"mmap", no_argument, 0, OPT_MMAP},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     opterr = 0;
@@ -99,6 +105,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         case 'm': o->model = optarg; break;
         case 't': o->topology = optarg; break;
         case OPT_HOST: o->host = optarg; break;
+        case OPT_MMAP: o->mmap = true; break;
         case OPT_ALIAS:
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
@@ -269,15 +276,7 @@ int bt_cli_serve(int argc, char **argv) {
         .progress_us = 50,
     };
     struct bt_rank R;
-    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
-        snprintf(perr, sizeof perr, "%s", R.error);
-        prc = R.exit_code;
-    }
-    if (!R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton serve: ", prc ? perr : R.error);
-        bt_rank_free(&R);
-        return prc ? prc : 1;
-    }
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;
     bt_cli_signals_install("baton serve", rank);
     struct bt_cli_agree_item items[4];
@@ -297,6 +296,7 @@ int bt_cli_serve(int argc, char **argv) {
     bt_engine_default_params(&ep);
     ep.model = o.model;
     ep.n_ctx = o.ctx;
+    ep.mmap = o.mmap;
     ep.n_seq_max = o.parallel;
     ep.n_ubatch = o.ubatch ? o.ubatch : (o.ctx < 512 ? o.ctx : 512);
     struct bt_engine *e = NULL;

@@ -329,8 +329,8 @@ static bool usable_in_place(struct bt_gguf *g, const struct bt_gguf_tensor *ft, 
     return buft == bt_cpu_buffer_type() && p % 32 == 0 && ft->size > 0;
 }
 
-enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, struct bt_llm **out,
-                                char *err, size_t n_err) {
+enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
+                                struct bt_llm **out, char *err, size_t n_err) {
     *out = NULL;
     const char *path = bt_gguf_path(g);
     if (!buft) buft = bt_cpu_buffer_type();
@@ -385,7 +385,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
         bt_set_name(t, e->name);
         bt_set_weight(t);
         BT_ASSERT(ft->size == bt_nbytes(t));
-        if (usable_in_place(g, ft, buft)) {
+        if (in_place && usable_in_place(g, ft, buft)) {
             /* host memory in the mapping: the tensor points at it (read only) */
             t->data = (void *)bt_gguf_tensor_data(g, ft);
             t->buffer = NULL;
@@ -406,7 +406,9 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
         for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {
             struct bt_tensor *t = bt_context_tensor(m->wctx, i);
             const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
-            if (t->buffer) bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+            if (!t->buffer) continue;
+            bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+            bt_gguf_tensor_release(g, ft);
         }
     }
     st = BT_OK;
@@ -425,7 +427,7 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
     struct bt_gguf *g = NULL;
     enum bt_status st = bt_gguf_open(path, &g, err, n_err);
     if (st != BT_OK) return st;
-    st = bt_llm_load_gguf(g, il0, il1, NULL, out, err, n_err);
+    st = bt_llm_load_gguf(g, il0, il1, NULL, false, out, err, n_err);
     if (st != BT_OK) {
         bt_gguf_close(g);
         return st;

@@ -87,11 +87,13 @@ struct bt_llm;
  * or tensor (with the expected shape). */
 enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err);
 /* The same from a file the caller opened (and keeps open while the model
- * lives: CPU weights whose bytes in the mapping are aligned are used there in
- * place, not copied); the weights that are copied go into a buffer of buft
- * (NULL: host memory; a device's buffer type uploads them all). */
-enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, struct bt_llm **out,
-                                char *err, size_t n_err);
+ * lives).  The weights are copied into one buffer of buft (NULL: host memory,
+ * on huge pages; a device's buffer type uploads them), and the file's pages
+ * they came from leave the process's memory.  in_place: CPU weights whose
+ * bytes in the mapping are aligned are used there in place, not copied (less
+ * memory while loading, a faster start; a slower decode on 4 KiB pages). */
+enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
+                                struct bt_llm **out, char *err, size_t n_err);
 /* Every check bt_llm_load makes (architecture, hyperparameters, every
  * tensor's name, shape and type) without allocating any weight; the
  * architecture and hyperparameters into *arch, *h. */

@@ -28,7 +28,8 @@
  * Rank 0 drives: submit ubatches, collect their logits in submission order,
  * remove sequences.  The other ranks call bt_engine_serve, which returns when
  * rank 0 closes the engine (or a rank fails: then every rank returns an error
- * naming the failed rank).
+ * naming the failed rank, with that rank's status: BT_ERR_NOMEM when it ran
+ * out of memory, BT_ERR_COMM for a transfer that failed).
  *
  * Results: a token's logits do not depend on the number of ranks, the thread
  * count, the other tokens of its ubatch, the other sequences in the cache, or
@@ -58,6 +59,7 @@ struct bt_engine_params {
     int64_t n_ubatch;     /* most tokens in one ubatch */
     enum bt_type kv_type; /* F16 (default), F32 or Q8_0 */
     int max_inflight;     /* ubatches in flight; 0: ranks x the rank's copies */
+    bool mmap;            /* CPU weights used in place in the file's mapping, not copied onto huge pages */
 };
 /* n_ctx 4096, n_seq_max 1, n_ubatch 512, F16, max_inflight 0 */
 void bt_engine_default_params(struct bt_engine_params *p);
