@@ -4,10 +4,42 @@
 #include "outfile.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Create PATH.tmp.XXXXXX (a new name) for writing, with the mode any new
+ * file gets: 0666 less the umask, which open applies itself.  mkstemp would
+ * make it 0600, and setting the mode afterwards needs the umask, which can
+ * only be read by setting it: another thread creating a file at that moment
+ * would get the wrong mode.  The fd, or -1 (errno) or -2 (the name does not
+ * fit in tmp). */
+static int create_tmp(char *tmp, size_t n, const char *path) {
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static atomic_uint counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^ (uintptr_t)tmp;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        /* splitmix64 over the seed and a counter: a fresh name each try */
+        uint64_t z = x + 0x9e3779b97f4a7c15ull * (1 + atomic_fetch_add(&counter, 1));
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        char suffix[7];
+        for (int i = 0; i < 6; i++, z /= 62) suffix[i] = digits[z % 62];
+        suffix[6] = '\0';
+        if ((size_t)snprintf(tmp, n, "%s.tmp.%s", path, suffix) >= n) return -2;
+        const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1; /* errno EEXIST */
+}
 
 enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const char *what, char *err, size_t n_err) {
     memset(o, 0, sizeof *o);
@@ -23,22 +55,16 @@ enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const cha
         }
         return BT_OK;
     }
-    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= sizeof o->tmp) {
-        snprintf(err, n_err, "%s: cannot write %s: the path is too long", path, what);
-        return BT_ERR_IO;
-    }
-    const int fd = mkstemp(o->tmp);
+    const int fd = create_tmp(o->tmp, sizeof o->tmp, path);
     if (fd < 0) {
-        snprintf(err, n_err, "%s: cannot write %s: %s", path, what, strerror(errno));
+        snprintf(err, n_err, "%s: cannot write %s: %s", path, what, fd == -2 ? "the path is too long" : strerror(errno));
         return BT_ERR_IO;
     }
-    /* mkstemp makes it 0600: a plain file's mode, as fopen would have */
-    const mode_t mask = umask(0);
-    umask(mask);
-    if (fchmod(fd, 0666 & ~mask) != 0 || !(o->f = fdopen(fd, "w"))) {
+    if (!(o->f = fdopen(fd, "w"))) {
         snprintf(err, n_err, "%s: cannot write %s: %s", path, what, strerror(errno));
         close(fd);
         unlink(o->tmp);
+        o->tmp[0] = '\0';
         return BT_ERR_IO;
     }
     return BT_OK;

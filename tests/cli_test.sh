@@ -215,6 +215,33 @@ expect 2 "--backend: 'gpu' is not cpu or cuda" "demo: unknown backend" -- "$bato
 expect 2 "the topology names each rank's backend" "demo: --backend with a topology" -- \
     "$baton" demo --backend cpu -t "$root/configs/local-cpu-2.yaml"
 expect 0 "bitwise" "demo --backend cpu" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cpu
+# --backend with a topology: one line, the same for every subcommand that
+# starts ranks, in one process and under mpirun (demo, generate and bench
+# model each had their own check and words; serve and demo their own start
+# branch): the topology named, and where it came from
+topo2="$root/configs/local-cpu-2.yaml"
+for sub in demo generate "bench model"; do
+    case $sub in
+    demo) subv=(demo) ;;
+    generate) subv=(generate -m x -p hi) ;;
+    *) subv=(bench model -m x) ;;
+    esac
+    line="^baton $sub: --backend cpu and the topology $topo2 \\(from \\\$BATON_TOPOLOGY\\): the topology names each rank's backend; give one or the other\$"
+    for launch in one mpirun; do
+        if [ $launch = one ]; then
+            env BATON_TOPOLOGY="$topo2" "$baton" "${subv[@]}" --backend cpu >"$tmp/out" 2>&1
+        else
+            mpirun -np 2 -x BATON_TOPOLOGY="$topo2" "$baton" "${subv[@]}" --backend cpu >"$tmp/out" 2>&1
+        fi
+        rc=$?
+        n=$(grep -c "names each rank's backend" "$tmp/out") # once, by rank 0
+        if [ $rc -eq 2 ] && [ "$n" = 1 ] && grep -qE -- "$line" "$tmp/out"; then
+            ok "$sub --backend with \$BATON_TOPOLOGY ($launch)"
+        else
+            bad "$sub --backend with \$BATON_TOPOLOGY ($launch): exit $rc, $n lines: $(head -c 400 "$tmp/out")"
+        fi
+    done
+done
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "rank [01]: (this process sees no CUDA device|this build of baton has no CUDA backend)" \
         "demo --backend cuda without a GPU" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cuda

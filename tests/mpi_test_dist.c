@@ -474,6 +474,49 @@ static void check_device_transport(bool rank0_member, enum bt_op refuse, const u
     reference_free(&ref);
 }
 
+/* A receive that fails (a message longer than its buffer) ends its request:
+ * the handle is inactive afterwards, so the caller may post into it again
+ * (the engine's serve loop does) or cancel it, and no receive is left
+ * posted into the caller's buffer to take a later message.  The MPI
+ * transport once left such a request active, through MPI_Test and MPI_Wait
+ * alike: the next post overwrote a live handle, and cancelling it later
+ * passed MPI a freed request. */
+START_TEST(test_failed_receive_ends_request) {
+    if (T->size < 2) return;
+    enum { TAG = 11 };
+    if (T->rank == 1) {
+        const int64_t big[2] = {1, 2};
+        const int32_t small = 77;
+        bt_treq a, b, c;
+        ck_assert_int_eq(bt_transport_isend(T, big, sizeof big, 0, TAG, &a), BT_OK);
+        ck_assert_int_eq(bt_transport_isend(T, big, sizeof big, 0, TAG, &b), BT_OK);
+        ck_assert_int_eq(bt_transport_isend(T, &small, sizeof small, 0, TAG, &c), BT_OK);
+        /* a truncated message may fail its send too; it must end all the same */
+        bt_transport_wait(T, &a);
+        bt_transport_wait(T, &b);
+        ck_assert_int_eq(bt_transport_wait(T, &c), BT_OK);
+        ck_assert(!a.active && !b.active);
+    } else if (T->rank == 0) {
+        int32_t v = 0;
+        bt_treq r;
+        memset(&r, 0, sizeof r);
+        /* through test (wait_polite), then through wait */
+        ck_assert_int_eq(bt_transport_irecv(T, &v, sizeof v, 1, TAG, &r), BT_OK);
+        ck_assert_int_ne(bt_transport_wait_polite(T, &r), BT_OK);
+        ck_assert_msg(!r.active, "a failed test left its request active");
+        ck_assert_int_eq(bt_transport_irecv(T, &v, sizeof v, 1, TAG, &r), BT_OK);
+        ck_assert_int_ne(bt_transport_wait(T, &r), BT_OK);
+        ck_assert_msg(!r.active, "a failed wait left its request active");
+        if (T->iface.cancel) T->iface.cancel(T, &r); /* nothing to cancel: a no-op */
+        /* the handle again: the next message, whole */
+        ck_assert_int_eq(bt_transport_irecv(T, &v, sizeof v, 1, TAG, &r), BT_OK);
+        ck_assert_int_eq(bt_transport_wait(T, &r), BT_OK);
+        ck_assert_int_eq(v, 77);
+    }
+    ck_assert_int_eq(T->iface.barrier(T), BT_OK);
+}
+END_TEST
+
 START_TEST(test_device_transport) {
     for (int n_copies = 1; n_copies <= 3; n_copies++) check_device_transport(true, BT_OP_NONE, NULL, n_copies, 5);
     check_device_transport(false, BT_OP_NONE, NULL, 2, 4);
@@ -749,6 +792,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_replan);
     tcase_add_test(tc, test_staged_device_path);
     tcase_add_test(tc, test_ordered_transport);
+    tcase_add_test(tc, test_failed_receive_ends_request);
     tcase_add_test(tc, test_device_transport);
     tcase_add_test(tc, test_device_transport_back_and_forth);
     tcase_add_test(tc, test_device_transport_edges);

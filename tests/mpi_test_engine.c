@@ -602,12 +602,15 @@ END_TEST
 
 /* An allocation that fails on the last stage while it serves (the n-th from
  * the start of serve, for several n): rank 0 either gets its logits or an
- * error naming that rank, and every rank ends, none waits for ever. */
+ * error naming that rank, and every rank ends, none waits for ever.  An
+ * error that says out of memory comes with BT_ERR_NOMEM, on the stage and on
+ * rank 0 (it once came as BT_ERR_COMM when the answer's message could not be
+ * allocated). */
 START_TEST(test_failure_on_a_stage) {
     if (T->size == 1) return;
     char path[512], want[64];
     shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
-    int n_failed = 0;
+    int n_failed = 0, n_nomem = 0;
     for (int n = 1; n <= 6; n++) {
         struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
         int64_t hit = 0;
@@ -629,6 +632,11 @@ START_TEST(test_failure_on_a_stage) {
             if (st != BT_OK) {
                 ck_assert_msg(strstr(bt_engine_error(e), want) != NULL, "'%s' does not name %s", bt_engine_error(e),
                               want);
+                /* the stage's status comes with its message */
+                if (strstr(bt_engine_error(e), "out of memory")) {
+                    ck_assert_msg(st == BT_ERR_NOMEM, "'%s' with status %d", bt_engine_error(e), st);
+                    n_nomem++;
+                }
                 /* the engine stays failed */
                 ck_assert_int_eq(bt_engine_submit(e, &b, &id), st);
                 hit = 1;
@@ -639,6 +647,8 @@ START_TEST(test_failure_on_a_stage) {
             const enum bt_status st = bt_engine_serve(e);
             atomic_store(&fault_countdown, 0);
             if (st != BT_OK) ck_assert_msg(strstr(bt_engine_error(e), want) != NULL, "%s", bt_engine_error(e));
+            if (st != BT_OK && strstr(bt_engine_error(e), "out of memory"))
+                ck_assert_msg(st == BT_ERR_NOMEM, "rank %d: '%s' with status %d", T->rank, bt_engine_error(e), st);
             hit = st != BT_OK ? 2 : 0;
         }
         /* rank 0 failed (1) exactly when every other rank did (2), all naming the stage */
@@ -649,6 +659,7 @@ START_TEST(test_failure_on_a_stage) {
         bt_engine_close(e);
     }
     ck_assert_int_gt(n_failed, 0); /* some allocation of the stage did fail */
+    if (T->rank == 0) ck_assert_int_gt(n_nomem, 0); /* among them the answer's message */
 }
 END_TEST
 

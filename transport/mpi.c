@@ -377,12 +377,30 @@ static enum bt_status check_received(bt_transport *t, bt_treq *req, const MPI_St
     return BT_OK;
 }
 
+/* Cancel req and end it (MPI: a cancelled request's wait returns whatever
+ * the peers do); MPI has already freed a request that completed. */
+static void end_request(bt_transport *t, bt_treq *req) {
+    if (*req_handle(req) != MPI_REQUEST_NULL) {
+        MPI_Cancel(req_handle(req));
+        MPI_Wait(req_handle(req), MPI_STATUS_IGNORE);
+    }
+    req->active = false;
+    bt_transport_mpi_hold_progress(t, -1);
+}
+
+/* A test or wait that failed (rc): the request ends there (transport.h). */
+static enum bt_status request_failed(bt_transport *t, bt_treq *req, int rc, const char *what) {
+    const enum bt_status st = mpi_fail(t, rc, what, req->peer);
+    end_request(t, req);
+    return st;
+}
+
 static enum bt_status mpi_test(bt_transport *t, bt_treq *req, bool *done) {
     int flag = 0;
     MPI_Status status;
     memset(&status, 0, sizeof status);
     int rc = MPI_Test(req_handle(req), &flag, &status);
-    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Test", req->peer);
+    if (rc != MPI_SUCCESS) return request_failed(t, req, rc, "MPI_Test");
     *done = flag != 0;
     if (flag) {
         req->active = false;
@@ -396,18 +414,14 @@ static enum bt_status mpi_wait(bt_transport *t, bt_treq *req) {
     MPI_Status status;
     memset(&status, 0, sizeof status);
     int rc = MPI_Wait(req_handle(req), &status);
-    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Wait", req->peer);
+    if (rc != MPI_SUCCESS) return request_failed(t, req, rc, "MPI_Wait");
     req->active = false;
     bt_transport_mpi_hold_progress(t, -1);
     return check_received(t, req, &status);
 }
 
 static void mpi_cancel(bt_transport *t, bt_treq *req) {
-    if (!req->active) return;
-    MPI_Cancel(req_handle(req));
-    MPI_Wait(req_handle(req), MPI_STATUS_IGNORE);
-    req->active = false;
-    bt_transport_mpi_hold_progress(t, -1);
+    if (req->active) end_request(t, req);
 }
 
 static enum bt_status mpi_bcast(bt_transport *t, void *buf, size_t bytes, int root) {

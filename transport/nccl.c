@@ -207,7 +207,11 @@ static enum bt_status nccl_test(bt_transport *t, bt_treq *req, bool *done) {
         finish(req);
         return cuda_fail(t, "cudaEventQuery", e, req->peer);
     }
-    return comm_error(t, req);
+    /* a dead communicator ends the request too (transport.h): nothing on
+     * its edge completes any more */
+    const enum bt_status s = comm_error(t, req);
+    if (s != BT_OK) finish(req);
+    return s;
 }
 
 /* Polls (the event, and the communicator for a dead peer) rather than

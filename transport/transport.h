@@ -42,7 +42,13 @@ struct bt_transport_i {
     const char *(*name)(bt_transport *t);
     enum bt_status (*isend)(bt_transport *t, const void *buf, size_t bytes, int peer, int tag, bt_treq *req);
     enum bt_status (*irecv)(bt_transport *t, void *buf, size_t bytes, int peer, int tag, bt_treq *req);
-    /* *done = true once the request completed (it is then inactive) */
+    /* *done = true once the request completed (it is then inactive).  A
+     * test or wait that returns an error ends the request as well: it is
+     * inactive, the caller may post into the handle again, and it is never
+     * waited on or cancelled again.  MPI cancels a receive that had not
+     * completed, so no later message lands in its buffer; NCCL fails only
+     * when the edge's communicator is broken, and nothing on it completes
+     * after that. */
     enum bt_status (*test)(bt_transport *t, bt_treq *req, bool *done);
     enum bt_status (*wait)(bt_transport *t, bt_treq *req);
     /* optional: cancel an outstanding receive */

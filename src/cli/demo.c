@@ -387,12 +387,7 @@ int bt_cli_demo(int argc, char **argv) {
     }
     if (prc < 0) prc = 0;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && o.backend && o.topology && *o.topology) {
-        snprintf(perr, sizeof perr, "--backend %s and the topology %s%s: the topology names each rank's backend; "
-                                    "give one or the other", o.backend, o.topology,
-                 getenv("BATON_TOPOLOGY") && o.topology == getenv("BATON_TOPOLOGY") ? " (from $BATON_TOPOLOGY)" : "");
-        prc = 2;
-    }
+    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     if (!prc && o.trace && env_rank == 0 && !trace_writable(o.trace, perr, sizeof perr)) prc = 2;
 
     /* the rank, in two steps around the ranks' agreement on their command
@@ -409,20 +404,7 @@ int bt_cli_demo(int argc, char **argv) {
         .progress_us = o.progress_us,
     };
     struct bt_rank R;
-    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
-        snprintf(perr, sizeof perr, "%s", R.error); /* a topology's own message is FILE:LINE:COLUMN: ... */
-        prc = R.exit_code;
-    }
-    if (prc && !R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton demo: ", perr);
-        bt_rank_free(&R);
-        return prc;
-    }
-    if (!R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s\n", R.error);
-        bt_rank_free(&R);
-        return 1;
-    }
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
     bt_cli_signals_install("baton demo", rank);
@@ -442,10 +424,10 @@ int bt_cli_demo(int argc, char **argv) {
         snprintf(perr, sizeof perr, "%d ranks: baton runs at most %d (BT_SCHED_MAX_BACKENDS)", P, BT_TOPO_MAX_RANKS);
         prc = 1;
     }
-    if (!prc && R.have_topo && bt_topology_check_world(&R.topo, P, perr, sizeof perr) != BT_OK) prc = 1;
     if (o.copies == 0) o.copies = R.have_topo ? R.topo.pipeline.micro_batches : 2;
     if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
-    if (!prc && o.threads == 0 && R.have_topo) {
+    /* a topology for another number of ranks: bt_cli_rank_agree says so */
+    if (!prc && o.threads == 0 && R.have_topo && R.topo.n_ranks == P) {
         const struct bt_topo_rank *tr = bt_topology_rank(&R.topo, rank);
         char what[PATH_MAX + 64];
         snprintf(what, sizeof what, "%s:%d:%d: rank %d: threads", o.topology, tr->threads_pos.line,
@@ -455,14 +437,8 @@ int bt_cli_demo(int argc, char **argv) {
     struct bt_cli_agree_item items[DEMO_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == DEMO_AGREE_ITEMS);
-    rc = bt_cli_agree(t, "baton demo", prc, perr, items, n_items);
+    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) goto out;
-    if (bt_rank_setup(&R, &rcfg) != BT_OK) {
-        /* the same verdict on every rank (the lowest failing rank's message) */
-        snprintf(err, sizeof err, "%s", R.error);
-        rc = R.exit_code;
-        goto out;
-    }
     backend = R.backend;
     threads = R.threads;
     o.copies = R.copies;

@@ -276,15 +276,7 @@ int bt_cli_serve(int argc, char **argv) {
         .progress_us = 50,
     };
     struct bt_rank R;
-    if (bt_rank_start(&R, &rcfg, prc != 0, bt_cli_env_many_ranks(), &argc, &argv) != BT_OK && !prc) {
-        snprintf(perr, sizeof perr, "%s", R.error);
-        prc = R.exit_code;
-    }
-    if (!R.t) {
-        if (env_rank == 0) fprintf(stderr, "%s%s\n", prc == 1 ? "" : "baton serve: ", prc ? perr : R.error);
-        bt_rank_free(&R);
-        return prc ? prc : 1;
-    }
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;
     bt_cli_signals_install("baton serve", rank);
     struct bt_cli_agree_item items[4];

@@ -40,10 +40,17 @@ struct msg_head {
     int32_t kind;
     int32_t n_tokens, n_out;
     int32_t arg;   /* MSG_SEQ_RM: the sequence; MSG_ERROR: the failed rank */
+    int32_t status, pad_; /* MSG_ERROR, MSG_STOP with a text: the failure's bt_status */
     uint64_t id;   /* MSG_UBATCH: the ubatch's number */
     uint64_t body; /* bytes of the body that follows (MSG_UBATCH) */
     char text[MSG_TEXT]; /* MSG_ERROR */
 };
+
+/* A failure's status as a message gives it: one of bt_status's errors, else
+ * (a broken message) BT_ERR_COMM. */
+static enum bt_status wire_status(int32_t s) {
+    return s <= BT_ERR_INVALID && s >= BT_ERR_MISMATCH ? (enum bt_status)s : BT_ERR_COMM;
+}
 
 /* A message being sent: head and body stay alive until both are done. */
 struct out_msg {
@@ -163,26 +170,25 @@ static double *body_busy(void *body, int64_t T, int64_t n_out, int64_t n_floats)
     return (double *)((char *)body + busy_offset(T, n_out, n_floats));
 }
 
-/* A free entry of the send ring (waits for its last sends). */
-static struct out_msg *out_get(struct bt_engine *e, size_t body) {
+/* A free entry of the send ring in *out (waits for its last sends), with
+ * room for a body of that many bytes: BT_OK, else BT_ERR_COMM or
+ * BT_ERR_NOMEM with the message in e->err. */
+static enum bt_status out_get(struct bt_engine *e, size_t body, struct out_msg **out) {
     struct out_msg *o = &e->outs[e->next_out];
     e->next_out = (e->next_out + 1) % e->n_outs;
-    if (bt_transport_wait_polite(e->t, &o->rh) != BT_OK || bt_transport_wait_polite(e->t, &o->rb) != BT_OK) {
-        efail(e, BT_ERR_COMM, "rank %d: %s", e->t->rank, e->t->error);
-        return NULL;
-    }
+    *out = NULL;
+    if (bt_transport_wait_polite(e->t, &o->rh) != BT_OK || bt_transport_wait_polite(e->t, &o->rb) != BT_OK)
+        return efail(e, BT_ERR_COMM, "rank %d: %s", e->t->rank, e->t->error);
     if (body > o->cap) {
         void *b = realloc(o->body, body);
-        if (!b) {
-            efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", e->t->rank, body);
-            return NULL;
-        }
+        if (!b) return efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", e->t->rank, body);
         o->body = b;
         o->cap = body;
     }
     memset(&o->head, 0, sizeof o->head);
     o->head.body = body;
-    return o;
+    *out = o;
+    return BT_OK;
 }
 
 static enum bt_status out_send(struct bt_engine *e, struct out_msg *o, int peer) {
@@ -241,7 +247,7 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     struct out_msg *o = NULL;
     float *out = logits;
     if (!(last && e->t->rank == 0)) {
-        if (!(o = out_get(e, body_bytes(e, T, n_out, n_floats)))) return BT_ERR_COMM;
+        if ((st = out_get(e, body_bytes(e, T, n_out, n_floats), &o)) != BT_OK) return st;
         out = (float *)((int32_t *)o->body + body_ints(T, n_out));
     }
     const double t0 = now_s();
@@ -657,7 +663,7 @@ static bool slot_poll(struct bt_engine *e, struct slot *s) {
         e->stats.bytes_received += sizeof s->head;
         s->head.text[MSG_TEXT - 1] = '\0';
         if (s->head.kind == MSG_ERROR) {
-            e->fatal = efail(e, BT_ERR_COMM, "%s", s->head.text);
+            e->fatal = efail(e, wire_status(s->head.status), "%s", s->head.text);
             return true;
         }
         const size_t want = body_bytes(e, s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
@@ -787,8 +793,8 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
         char msg[512];
         st = bt_kv_place(e->kv, T, ub->seq, ub->pos, e->cells, msg, sizeof msg);
         if (st != BT_OK) efail(e, st, "%s", msg);
-        struct out_msg *o = st == BT_OK ? out_get(e, body_bytes(e, T, n_out, 0)) : NULL;
-        if (st == BT_OK && !o) st = e->fatal = BT_ERR_COMM;
+        struct out_msg *o = NULL;
+        if (st == BT_OK && (st = out_get(e, body_bytes(e, T, n_out, 0), &o)) != BT_OK) e->fatal = st;
         if (st == BT_OK) {
             o->head.kind = MSG_UBATCH;
             o->head.n_tokens = (int32_t)T;
@@ -842,13 +848,18 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
 }
 
 /* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer; text: a failure
- * the stop carries to every rank (NULL: none). */
-static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg, const char *text) {
-    struct out_msg *o = out_get(e, 0);
-    if (!o) return e->fatal = BT_ERR_COMM;
+ * the stop carries to every rank, with its status why (NULL: none). */
+static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg, const char *text,
+                                   enum bt_status why) {
+    struct out_msg *o;
+    const enum bt_status st = out_get(e, 0, &o);
+    if (st != BT_OK) return e->fatal = st;
     o->head.kind = kind;
     o->head.arg = arg;
-    if (text) msgf(o->head.text, sizeof o->head.text, "%s", text);
+    if (text) {
+        msgf(o->head.text, sizeof o->head.text, "%s", text);
+        o->head.status = why;
+    }
     return out_send(e, o, peer);
 }
 
@@ -859,7 +870,7 @@ enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
         return efail(e, BT_ERR_INVALID, "seq_rm: sequence id %d out of [0, %d)", seq, e->p.n_seq_max);
     bt_kv_seq_rm(e->kv, seq);
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq, NULL)) != BT_OK) e->fatal = st;
+    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq, NULL, BT_OK)) != BT_OK) e->fatal = st;
     return st;
 }
 
@@ -879,9 +890,9 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
     enum bt_status st = BT_OK;
     const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
     const char *why = e->fatal != BT_OK ? e->err : NULL; /* every rank learns of a failure */
-    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0, why);
+    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0, why, e->fatal);
     for (int r = 1; r < e->P && st == BT_OK; r++)
-        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0, why);
+        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0, why, e->fatal);
     const enum bt_status st2 = drain_sends(e);
     if (e->fatal != BT_OK) return e->fatal;
     return st != BT_OK ? st : st2;
@@ -889,12 +900,14 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
 
 /* ---- ranks 1 .. P-1 ------------------------------------------------------------------ */
 
-/* This rank's failure (e->err) down the chain to rank 0, once. */
-static void report_failure(struct bt_engine *e, int nxt) {
-    struct out_msg *o = out_get(e, 0);
-    if (!o) return;
+/* This rank's failure (status st, message e->err) down the chain to rank 0,
+ * once. */
+static void report_failure(struct bt_engine *e, int nxt, enum bt_status st) {
+    struct out_msg *o;
+    if (out_get(e, 0, &o) != BT_OK) return;
     o->head.kind = MSG_ERROR;
     o->head.arg = e->t->rank;
+    o->head.status = st;
     msgf(o->head.text, sizeof o->head.text, "%s", e->err);
     out_send(e, o, nxt >= 0 ? nxt : 0);
 }
@@ -925,22 +938,23 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         if (head.kind == MSG_STOP) {
             e->stats.wait_s += now_s() - t0;
             /* a failure rank 0 learned of ends this rank with its message too */
-            if (head.text[0] && failed == BT_OK) failed = efail(e, BT_ERR_COMM, "%s", head.text);
-            if (nxt >= 0 && send_control(e, nxt, MSG_STOP, 0, head.text[0] ? head.text : NULL) != BT_OK &&
+            if (head.text[0] && failed == BT_OK) failed = efail(e, wire_status(head.status), "%s", head.text);
+            if (nxt >= 0 &&
+                send_control(e, nxt, MSG_STOP, 0, head.text[0] ? head.text : NULL, wire_status(head.status)) != BT_OK &&
                 failed == BT_OK)
                 failed = BT_ERR_COMM;
             break;
         }
         if (head.kind == MSG_SEQ_RM) {
             if (e->kv) bt_kv_seq_rm(e->kv, head.arg);
-            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg, NULL) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
+            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg, NULL, BT_OK) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
             continue;
         }
         if (head.kind == MSG_ERROR) {
             /* an earlier stage failed: pass it on, then wait for the stop */
             if (failed == BT_OK) {
-                failed = efail(e, BT_ERR_COMM, "%s", head.text);
-                report_failure(e, nxt);
+                failed = efail(e, wire_status(head.status), "%s", head.text);
+                report_failure(e, nxt, failed);
             }
             continue;
         }
@@ -965,10 +979,13 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                 /* the chain learns of it and this rank waits for the stop:
                  * leaving now would leave the ranks after it (and rank 0)
                  * waiting for ever; a transport that is really broken fails
-                 * the next receive, which ends the loop */
+                 * the next receive, which ends the loop.  The failed
+                 * receive ended its request (transport.h), so rh is posted
+                 * into again, never waited on twice, and no receive is left
+                 * pointing into the body buffer */
                 if (failed == BT_OK) {
                     failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
-                    report_failure(e, nxt);
+                    report_failure(e, nxt, failed);
                 }
                 continue;
             }
@@ -988,7 +1005,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                             body_busy(body, T, n_out, n_floats_in), NULL);
         if (st != BT_OK) {
             failed = st;
-            report_failure(e, nxt);
+            report_failure(e, nxt, failed);
         }
     }
     const enum bt_status st = drain_sends(e);

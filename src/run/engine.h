@@ -28,7 +28,8 @@
  * Rank 0 drives: submit ubatches, collect their logits in submission order,
  * remove sequences.  The other ranks call bt_engine_serve, which returns when
  * rank 0 closes the engine (or a rank fails: then every rank returns an error
- * naming the failed rank).
+ * naming the failed rank, with that rank's status: BT_ERR_NOMEM when it ran
+ * out of memory, BT_ERR_COMM for a transfer that failed).
  *
  * Results: a token's logits do not depend on the number of ranks, the thread
  * count, the other tokens of its ubatch, the other sequences in the cache, or
