@@ -6,6 +6,12 @@
  *   decode  mul_mat     m=4096 n=1   k=14336   (weight-bandwidth bound)
  *   prompt  mul_mat     m=4096 n=512 k=4096    (FMA bound)
  *   moe     mul_mat_id  128 experts, 8 used, m=768 k=2048, tokens 1, 32, 512
+ *   a Mixtral-shaped model's decode step (d_model 2048, 8 experts of 5632,
+ *           top-2, vocabulary 32000: the llama-bench comparison's files), one
+ *           token, a barrier after each product as in the model:
+ *           mul_mat m=2048, 512 and 32000 at k=2048 (attention q/o, k/v, the
+ *           output), mul_mat_id 2 of 8 experts m=5632 k=2048 (gate, up) and
+ *           m=2048 k=5632 (down)
  *   attention flash_attn  head size 64, 32 q heads over 8 kv heads, F16 cache
  *           (the test models' shape), causal: a prompt of T = 512 over
  *           n_kv = 512 and 4096 cells, a decode step (T = 1) over 512 and 4096
@@ -144,17 +150,20 @@ static void print_row(const char *op, enum bt_type type, const char *shape, int 
 }
 
 /* g timed and printed as one row per thread count of o (times divided by
- * n_copies, the independent copies of the op g holds).  Returns 0, or 1 when
- * threads cannot start or the compute fails. */
+ * n_copies, the independent copies of the op g holds; with `each`, a barrier
+ * after every node, as a model's step has after each product, so that every
+ * copy pays its own start and end-of-op tail).  Returns 0, or 1 when threads
+ * cannot start or the compute fails. */
 static int time_rows(const struct bench_opts *o, const struct machine *mc, struct bt_graph *g, int reps,
-                     int n_copies, const char *op, enum bt_type type, const char *shape, double flop,
-                     double wbytes) {
+                     int n_copies, bool each, const char *op, enum bt_type type, const char *shape,
+                     double flop, double wbytes) {
     for (int ti = 0; ti < o->n_threads; ti++) {
         bt_cpu *cpu = bt_cpu_new(o->threads[ti]);
         if (!cpu) {
             fprintf(stderr, "baton bench: cannot start %d threads\n", o->threads[ti]);
             return 1;
         }
+        bt_cpu_set_barrier_every_node(cpu, each);
         double csec = 0.0;
         const double sec = time_graph(cpu, g, reps, &csec);
         bt_cpu_free(cpu);
@@ -172,7 +181,7 @@ static int time_rows(const struct bench_opts *o, const struct machine *mc, struc
  * (this machine's L3 is 260 MB).  Returns 0, or 1 on an allocation / compute
  * failure. */
 static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, enum bt_type type,
-                         int64_t m, int64_t n, int64_t k, int reps) {
+                         int64_t m, int64_t n, int64_t k, int reps, bool each) {
     const size_t wsize = bt_row_size(type, k) * (size_t)m;
     /* only shapes bound by weight bandwidth (few columns) need the copies */
     int n_copies = n <= 4 ? (int)((BENCH_STREAM_BYTES + wsize - 1) / wsize) : 1;
@@ -214,7 +223,7 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
     snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     const double wbytes = (double)wsize;
-    const int rc = time_rows(o, mc, g, reps, n_copies, "mul_mat", type, shape, flop, wbytes);
+    const int rc = time_rows(o, mc, g, reps, n_copies, each, "mul_mat", type, shape, flop, wbytes);
     bt_free(ctx);
     return rc;
 }
@@ -279,8 +288,60 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
                  (long long)nt, MOE_USED, MOE_EXPERTS);
         const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
         const double wbytes = (double)expert_bytes * n_sel;
-        rc = time_rows(o, mc, g, reps[si], 1, "mul_mat_id", type, shape, flop, wbytes);
+        rc = time_rows(o, mc, g, reps[si], 1, false, "mul_mat_id", type, shape, flop, wbytes);
     }
+    bt_free(ctx);
+    return rc;
+}
+
+/* A decode step's MUL_MAT_ID (1 token, n_used of n_expert experts of m x k):
+ * n_copies products, each over its own n_expert experts, so that one run
+ * reads at least BENCH_STREAM_BYTES of selected experts from memory.  The
+ * copies' experts are views into one pool: copy c sees experts n_used * c ..
+ * n_used * c + n_expert - 1 and selects its first n_used, so the selected
+ * experts of all copies are distinct and the pool holds little else.  n_b:
+ * the activation columns (1: broadcast to every slot, as gate and up; n_used:
+ * one per slot, as down).  A barrier after every product, as in the model. */
+static int bench_moe_decode(const struct bench_opts *o, const struct machine *mc, enum bt_type type, int64_t m,
+                            int64_t k, int n_expert, int n_used, int64_t n_b, int reps) {
+    const size_t expert_bytes = bt_row_size(type, k) * (size_t)m, sel_bytes = expert_bytes * (size_t)n_used;
+    int n_copies = (int)((BENCH_STREAM_BYTES + sel_bytes - 1) / sel_bytes);
+    if (n_copies > BENCH_MAX_COPIES) n_copies = BENCH_MAX_COPIES;
+    const int64_t n_pool = (int64_t)n_used * n_copies + n_expert - n_used;
+    const size_t bytes = expert_bytes * (size_t)n_pool + sizeof(float) * (size_t)(k * n_b) +
+                         (sizeof(float) * (size_t)(m * n_used) + sizeof(int32_t) * (size_t)n_used + 4 * BT_MEM_ALIGN) *
+                             (size_t)n_copies +
+                         (size_t)(4 * n_copies + 16) * bt_tensor_overhead() + bt_graph_overhead(4 * n_copies + 8) +
+                         (1 << 20);
+    bt_context *ctx = bt_init((struct bt_init_params){bytes, NULL, false});
+    if (!ctx) {
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB for mul_mat_id %s\n", bytes >> 20, bt_type_name(type));
+        return 1;
+    }
+    struct bt_tensor *pool = bt_new_tensor_3d(ctx, type, k, m, n_pool);
+    struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, n_b, 1);
+    struct bt_graph *g = bt_graph_new(ctx, 4 * n_copies + 8);
+    bool ok = pool && b && g && fill_random(pool, 4321 + (uint64_t)type) && fill_random(b, 77);
+    for (int c = 0; c < n_copies && ok; c++) {
+        struct bt_tensor *as = bt_view_3d(ctx, pool, k, m, n_expert, pool->nb[1], pool->nb[2],
+                                          (size_t)n_used * (size_t)c * pool->nb[2]);
+        struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, n_used, 1);
+        struct bt_tensor *d = as && ids ? bt_mul_mat_id(ctx, as, b, ids) : NULL;
+        ok = d && bt_graph_build_forward_expand(g, d) == BT_OK;
+        for (int e = 0; ok && e < n_used; e++) ((int32_t *)ids->data)[e] = e;
+    }
+    if (!ok) {
+        fprintf(stderr, "baton bench: cannot build mul_mat_id %s: %s\n", bt_type_name(type), bt_context_error(ctx));
+        bt_free(ctx);
+        return 1;
+    }
+    char shape[64];
+    /* nbN: N activation columns, one per slot */
+    int len = snprintf(shape, sizeof(shape), "m=%lld k=%lld tok=1 E%d/%d", (long long)m, (long long)k, n_used, n_expert);
+    if (n_b > 1 && len > 0 && (size_t)len < sizeof(shape))
+        snprintf(shape + len, sizeof(shape) - (size_t)len, " nb%lld", (long long)n_b);
+    const double flop = 2.0 * (double)m * (double)k * n_used;
+    const int rc = time_rows(o, mc, g, reps, n_copies, true, "mul_mat_id", type, shape, flop, (double)sel_bytes);
     bt_free(ctx);
     return rc;
 }
@@ -321,7 +382,7 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
     snprintf(shape, sizeof(shape), "T=%lld n_kv=%lld D=%lld H=%lld/%lld", (long long)T, (long long)n_kv,
              (long long)D, (long long)H, (long long)Hk);
     const double flop = seen * (double)H * 4.0 * (double)D;
-    const int rc = time_rows(o, mc, g, reps, 1, "flash_attn", BT_TYPE_F16, shape, flop, (double)kv_bytes);
+    const int rc = time_rows(o, mc, g, reps, 1, false, "flash_attn", BT_TYPE_F16, shape, flop, (double)kv_bytes);
     bt_free(ctx);
     return rc;
 }
@@ -476,8 +537,8 @@ int bt_cli_bench(int argc, char **argv) {
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
-        if (bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small)) return 1;
-        if (bench_mul_mat(&o, &mc, t, 4096, 512, 4096, reps_large)) return 1;
+        if (bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small, false)) return 1;
+        if (bench_mul_mat(&o, &mc, t, 4096, 512, 4096, reps_large, false)) return 1;
     }
     static const int64_t tokens[] = {1, 32, 512};
     const int reps_id[] = {reps_small, reps_small, reps_large};
@@ -485,6 +546,20 @@ int bt_cli_bench(int argc, char **argv) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, 3, reps_id)) return 1;
+    }
+    /* a decode step's products in a Mixtral-shaped model (d_model 2048, 32/8
+     * heads of 64, 8 experts of 5632, top-2, vocabulary 32000: the
+     * llama-bench comparison's files), one barrier after each */
+    printf("\ndecode products of a Mixtral-shaped model (d 2048, 8 experts of 5632, top-2, vocab 32000),\n"
+           "a barrier after each, as in its decode step:\n");
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        const enum bt_type t = order[i];
+        if (!o.types[t]) continue;
+        if (bench_mul_mat(&o, &mc, t, 2048, 1, 2048, reps_small, true)) return 1;  /* attn_q, attn_output */
+        if (bench_mul_mat(&o, &mc, t, 512, 1, 2048, reps_small, true)) return 1;   /* attn_k, attn_v */
+        if (bench_moe_decode(&o, &mc, t, 5632, 2048, 8, 2, 1, reps_small)) return 1; /* ffn_gate, ffn_up */
+        if (bench_moe_decode(&o, &mc, t, 2048, 5632, 8, 2, 2, reps_small)) return 1; /* ffn_down */
+        if (bench_mul_mat(&o, &mc, t, 32000, 1, 2048, reps_small, true)) return 1; /* output */
     }
     if (o.types[BT_TYPE_F16]) {
         static const int64_t attn_shapes[][2] = {{512, 512}, {512, 4096}, {1, 512}, {1, 4096}};
