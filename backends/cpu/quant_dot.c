@@ -180,16 +180,11 @@ static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
     o->dmin = 0.0f;
     if (kind == KQ4 || kind == KQ5) {
         const bt_block_q4_K *w = blk; /* d, dmin, scales: the same in Q5_K */
-        /* the 6-bit scales and mins of the 8 sub-blocks, 4 to a word (as
-         * bt_q4_K_scale_min, without a branch per sub-block) */
-        uint32_t u[3];
-        memcpy(u, w->scales, 12);
-        const uint32_t sc_w[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
-        const uint32_t mn_w[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
+        uint8_t sc[8], mn[8]; /* the 8 sub-blocks' 6-bit scales and mins, each on its two halves */
+        bt_q4_K_scales_mins(w->scales, sc, mn);
         for (int j = 0; j < 8; j++) {
-            const uint8_t sc = (uint8_t)(sc_w[j / 4] >> (8 * (j % 4))), mn = (uint8_t)(mn_w[j / 4] >> (8 * (j % 4)));
-            o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc;
-            o->mn[2 * j] = o->mn[2 * j + 1] = mn;
+            o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc[j];
+            o->mn[2 * j] = o->mn[2 * j + 1] = mn[j];
         }
         o->d = h2f(w->d);
         o->dmin = h2f(w->dmin);
