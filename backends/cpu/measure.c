@@ -4,6 +4,8 @@
  * thread's; best of several passes). */
 #include "cpu_impl.h"
 
+#include "backend.h"
+
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -222,11 +224,10 @@ static double run_timed(void *(*fn)(void *), struct measure_thread *ts, int n_th
 
 double bt_cpu_measure_read_bw(size_t bytes, int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    const size_t align = 4096;
     bytes = bytes / (256 * (size_t)n_threads) * (256 * (size_t)n_threads);
     if (bytes == 0) return 0.0;
-    void *buf = NULL;
-    if (posix_memalign(&buf, align, bytes) != 0 || !buf) return 0.0;
+    void *buf = bt_host_alloc(bytes); /* the pages the kernels' weights get */
+    if (!buf) return 0.0;
     memset(buf, 1, bytes); /* touch every page first */
     struct measure_thread *ts = calloc((size_t)n_threads, sizeof(*ts));
     if (!ts) {
