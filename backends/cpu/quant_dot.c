@@ -369,8 +369,33 @@ struct k_row {
 #ifndef KQ_PREFETCH
 #define KQ_PREFETCH 1536
 #endif
+#ifndef KQ_BLOCK_ROW
+#define KQ_BLOCK_ROW 2048 /* rows up to this many bytes prefetch the next tiles as one block */
+#endif
+/* block (kq_block_kind): the next tile's rows are one block of memory
+ * (bt_cpu_rows_block) and short: per block b a share of the rows after them (the tile after the
+ * next: at one tile, the next tile's last rows came too late for its first
+ * blocks, Q6_K 20.7 -> 17.3 GB/s; at two, Q6_K as before, Q4_K 13 -> 15
+ * GB/s, 1 thread, 2 MiB pages, k = 2048), in address order
+ * (bt_cpu_prefetch_share) */
+/* 0: no block; 1: block; 2: block, and the next tile does not follow this
+ * one (a new chunk of rows, whose first tile no tile has prefetched yet: it
+ * too) */
+static inline int kq_block_kind(const void *const *w_rows, const void *const *next, int64_t nblk, size_t bs,
+                                const int RM) {
+    if ((size_t)nblk * bs > KQ_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
+    return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
+}
 static inline __attribute__((always_inline)) void kq_prefetch(const void *const *w_rows, const void *const *next,
-                                                              int64_t b, int64_t nblk, size_t bs, const int RM) {
+                                                              int block, int64_t b, int64_t nblk, size_t bs,
+                                                              const int RM) {
+    if (block) {
+        /* a 4-row tile is short: the tile after the next one */
+        const size_t tb = (size_t)RM * (size_t)nblk * bs;
+        bt_cpu_prefetch_share(next[0], tb, tb, b, nblk);
+        if (block == 2) bt_cpu_prefetch_share(next[0], 0, tb, b, nblk);
+        return;
+    }
     const int64_t pf = (int64_t)(KQ_PREFETCH / bs) + 1, pos = b + pf;
     _Pragma("GCC unroll 8")
     for (int r = 0; r < RM; r++) {
@@ -402,8 +427,9 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
         _mm256_set1_epi16(8));
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
+    const int block = kq_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        kq_prefetch(w_rows, next, b, k / BT_QK_K, bs, RM);
+        kq_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
@@ -487,8 +513,9 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
                          10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         3);
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
+    const int block = kq_block_kind(w_rows, next, k / BT_QK_K, kq_block_bytes(kind), RM);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        kq_prefetch(w_rows, next, b, k / BT_QK_K, kq_block_bytes(kind), RM);
+        kq_prefetch(w_rows, next, block, b, k / BT_QK_K, kq_block_bytes(kind), RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
