@@ -67,6 +67,23 @@ static void build(struct model *m) {
         struct bt_tensor *id1 = bt_view_2d(ctx, ids, NU, 1, ids->nb[1], (size_t)i * ids->nb[1]);
         add_out(m, bt_mul_mat_id(ctx, as, bt_reshape_3d(ctx, col, K, 1, 1), id1), "mul_mat_id_decode");
     }
+    /* the K-quants' decode tiles (4 rows; a thread's last tile of a chunk
+     * claims its next chunk, for MUL_MAT_ID maybe in the next expert): 283
+     * rows (9 chunks of 32) and 2 experts of 83 rows (3 chunks each), rows
+     * of 2 and 1 blocks */
+    const enum bt_type ktypes[2] = {BT_TYPE_Q4_K, BT_TYPE_Q6_K};
+    for (int i = 0; i < 2; i++) {
+        const int64_t KK = 512 / (i + 1);
+        struct bt_tensor *xk = bt_new_tensor_2d(ctx, BT_TYPE_F32, KK, 1);
+        tu_fill(xk, &r);
+        struct bt_tensor *w = bt_new_tensor_2d(ctx, ktypes[i], KK, 283);
+        tu_fill(w, &r);
+        add_out(m, bt_mul_mat(ctx, w, xk), "mul_mat_decode_k");
+        struct bt_tensor *as = bt_new_tensor_3d(ctx, ktypes[i], KK, 83, NE);
+        tu_fill(as, &r);
+        struct bt_tensor *id1 = bt_view_2d(ctx, ids, NU, 1, ids->nb[1], (size_t)(i + 5) * ids->nb[1]);
+        add_out(m, bt_mul_mat_id(ctx, as, bt_reshape_3d(ctx, xk, KK, 1, 1), id1), "mul_mat_id_decode_k");
+    }
     /* a larger matmul with a transposed-activation operand and batch broadcast */
     struct bt_tensor *w3 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 320, 131, 2);
     struct bt_tensor *x3 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 320, 45, 4);

@@ -131,6 +131,34 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
 }
 #endif
 
+#if defined(__AVX512F__)
+/* Decode tiles over short weight rows (quant_i8.c, quant_dot.c): a tile of
+ * rm rows of rb bytes reads them side by side; when the next tile's rows
+ * are one block of memory (next[r] = next[0] + r rb, consecutive rows of a
+ * weight matrix), the tile prefetches that block (or, for small tiles, the
+ * one after it) in address order, share `step` of `nsteps` per step,
+ * instead of a piece of each row: the order the memory and the hardware
+ * prefetchers stream best.  With 2 MiB pages, on the 1152-byte Q4_0 rows of
+ * a k = 2048 product: 1 thread 15.3 -> 17.6 GB/s, 2 threads (m = 32000)
+ * 23.8 -> 28.3.  Prefetching changes no result. */
+static inline bool bt_cpu_rows_block(const void *const *next, int rm, size_t rb) {
+    if (!next) return false;
+    for (int r = 1; r < rm; r++)
+        if ((const char *)next[r] != (const char *)next[0] + (size_t)r * rb) return false;
+    return true;
+}
+/* the lines of share `step` of the `bytes` bytes that start `ahead` bytes
+ * after block (addresses as integers: past the block may be past its
+ * allocation, where a prefetch is harmless) */
+static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t bytes, int64_t step, int64_t nsteps) {
+    const uintptr_t p = (uintptr_t)block + ahead;
+    const size_t lo = bytes * (size_t)step / (size_t)nsteps, hi = bytes * (size_t)(step + 1) / (size_t)nsteps;
+    if (hi <= lo) return;
+    const uintptr_t l0 = (p + lo) & ~(uintptr_t)63, l1 = (p + hi - 1) & ~(uintptr_t)63;
+    for (uintptr_t l = l0; l <= l1; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T1);
+}
+#endif
+
 /* 4 bytes at p (any alignment) as an int32 (quant_i8.c, quant_dot.c) */
 static inline int32_t bt_cpu_load_i32(const void *p) {
     int32_t x;

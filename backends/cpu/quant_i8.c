@@ -279,6 +279,9 @@ static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8],
 #define BT_I8_PREFETCH 1536 /* decode tiles: prefetch distance in bytes of a row */
 #endif
 #define I8_CHUNK 16 /* blocks per prefetch step of the decode tiles */
+#ifndef BT_I8_BLOCK_ROW
+#define BT_I8_BLOCK_ROW 2048 /* decode tiles: rows up to this many bytes prefetch the next tile as a block */
+#endif
 
 /* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
 static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
@@ -288,6 +291,11 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     const int off = q8 ? 128 : 8;
     const int64_t nblk = k / I8_QK;
     const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
+    /* rows up to BT_I8_BLOCK_ROW bytes: the next tile's block of rows, in
+     * order (bt_cpu_prefetch_share) */
+    const size_t rb = (size_t)nblk * (size_t)bs;
+    const bool block = rb <= BT_I8_BLOCK_ROW && bt_cpu_rows_block((const void *const *)next, 16, rb);
+    const int64_t nsteps = (nblk + I8_CHUNK - 1) / I8_CHUNK;
     struct i8col a[4];
     __m512 acc[4];
     for (int c = 0; c < RN; c++) {
@@ -299,7 +307,9 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
         /* prefetch about BT_I8_PREFETCH bytes ahead in each row; near a row's
          * end, the next tile's rows (rows shorter than the distance wrap
          * round), so that the next tile does not begin by waiting on memory */
-        {
+        if (block) {
+            bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, nsteps);
+        } else {
             const int64_t pos = c0 + pf_chunks;
             const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
             for (int r = 0; r < 16; r++) {
