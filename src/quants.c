@@ -562,12 +562,12 @@ static void qk_scales_mins(const float *x, int nmax, float rmin, int nstep, uint
     }
     *dh = f2h(max_scale / 63.f);
     *dminh = f2h(max_min / 63.f);
+    uint8_t scs[8], ms[8];
+    bt_q4_K_scales_mins(packed, scs, ms);
     for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        bt_q4_K_scale_min(j, packed, &sc, &m);
-        const float d = h2f(*dh) * sc;
+        const float d = h2f(*dh) * scs[j];
         if (!d) continue;
-        const float dm = h2f(*dminh) * m;
+        const float dm = h2f(*dminh) * ms[j];
         for (int i = 0; i < 32; i++) {
             const int l = bt_nearest_int((x[32 * j + i] + dm) / d);
             L[32 * j + i] = (uint8_t)QMAX(0, QMIN(nmax, l));
@@ -592,10 +592,10 @@ void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
         float *y = dst + b * BT_QK_K;
+        uint8_t sc[8], m[8];
+        bt_q4_K_scales_mins(x[b].scales, sc, m);
         for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            bt_q4_K_scale_min(j, x[b].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
+            const float d1 = d * sc[j], m1 = dmin * m[j];
             const uint8_t *q = x[b].qs + 32 * (j / 2);
             const int shift = 4 * (j % 2);
             for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
@@ -632,10 +632,10 @@ void bt_q5_K_to_f32(const void *src, float *dst, int64_t n) {
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
         float *y = dst + b * BT_QK_K;
+        uint8_t sc[8], m[8];
+        bt_q4_K_scales_mins(x[b].scales, sc, m);
         for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            bt_q4_K_scale_min(j, x[b].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
+            const float d1 = d * sc[j], m1 = dmin * m[j];
             const uint8_t *q = x[b].qs + 32 * (j / 2);
             const int shift = 4 * (j % 2);
             for (int l = 0; l < 32; l++) {

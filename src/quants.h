@@ -20,6 +20,8 @@
 #ifndef BATON_QUANTS_H
 #define BATON_QUANTS_H
 
+#include <string.h>
+
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -143,14 +145,18 @@ void bt_q6_K_from_f32(const float *src, void *dst, int64_t n);
 void bt_q8_K_to_f32(const void *src, float *dst, int64_t n);
 void bt_q8_K_from_f32(const float *src, void *dst, int64_t n);
 
-/* Scale j (0..7) and min j of a Q4_K / Q5_K block's 12 packed bytes. */
-static inline void bt_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+/* The 6-bit scales and mins of a Q4_K / Q5_K block's 12 packed bytes q:
+ * sub-block j (0..7) has sc[j], m[j].  Bytes 0..3 hold scales 0..3 (low 6
+ * bits), 4..7 mins 0..3, 8..11 the low 4 bits of scales and mins 4..7, whose
+ * high 2 bits are the top bits of bytes 0..7; four at a time, a word each. */
+static inline void bt_q4_K_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t sc_w[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
+    const uint32_t mn_w[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(sc_w[j / 4] >> (8 * (j % 4)));
+        m[j] = (uint8_t)(mn_w[j / 4] >> (8 * (j % 4)));
     }
 }
 

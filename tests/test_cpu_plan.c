@@ -9,6 +9,7 @@
  * gives bitwise the logits of a run with a barrier after every node, for
  * 2, 3 and 4 threads; a run-time error anywhere in a stretch stops the run
  * with the failing node's message, never a hang. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -249,6 +250,76 @@ START_TEST(test_plan_runtime_error) {
 }
 END_TEST
 
+/* The executor plans a graph once and keeps the plan while the graph's key
+ * (its ops, shapes, strides, data addresses, the thread count) stays the
+ * same: a decode step's graph computed again is not planned again.  A
+ * different graph, or the same one with a node moved to other memory (or
+ * without memory: refused), is planned anew; every run's logits are bitwise
+ * those of a barrier after every node. */
+START_TEST(test_plan_kept) {
+    struct decode_graph a, b;
+    decode_graph_new(&a, BT_FFN_MOE_TOPK);
+    decode_graph_new(&b, BT_FFN_MLP);
+    bt_cpu *ref_cpu = bt_cpu_new(2);
+    bt_cpu_set_barrier_every_node(ref_cpu, true);
+    float *ref_a = logits_of(&a, ref_cpu), *ref_b = logits_of(&b, ref_cpu);
+    const size_t nba = bt_nbytes(a.g.logits), nbb = bt_nbytes(b.g.logits);
+    bt_cpu *cpu = bt_cpu_new(3);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 0);
+    for (int rep = 0; rep < 4; rep++) {
+        float *l = logits_of(&a, cpu);
+        ck_assert_msg(memcmp(l, ref_a, nba) == 0, "run %d: logits differ", rep);
+        free(l);
+    }
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 1); /* planned once, kept three times */
+    /* another graph, then the first again: planned each time */
+    float *l = logits_of(&b, cpu);
+    ck_assert(memcmp(l, ref_b, nbb) == 0);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 2);
+    l = logits_of(&a, cpu);
+    ck_assert(memcmp(l, ref_a, nba) == 0);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 3);
+    /* the same graph with its logits written elsewhere: another plan */
+    struct bt_tensor *out = a.g.logits;
+    void *old = out->data, *moved = aligned_alloc(64, (bt_nbytes(out) + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(moved);
+    out->data = moved;
+    l = logits_of(&a, cpu);
+    ck_assert(memcmp(l, ref_a, nba) == 0);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 4);
+    out->data = old;
+    free(moved);
+    /* the checks come with the plan: a kept graph whose node lost its data
+     * is refused, then planned again once it has it back */
+    l = logits_of(&a, cpu);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 5);
+    out->data = NULL;
+    ck_assert_int_eq(bt_cpu_graph_compute(cpu, a.g.graph), BT_ERR_INVALID);
+    ck_assert_msg(strstr(bt_cpu_error(cpu), "has no data") != NULL, "%s", bt_cpu_error(cpu));
+    out->data = old;
+    l = logits_of(&a, cpu);
+    ck_assert(memcmp(l, ref_a, nba) == 0);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 6);
+    /* a barrier after every node asked for: another plan too */
+    bt_cpu_set_barrier_every_node(cpu, true);
+    l = logits_of(&a, cpu);
+    ck_assert(memcmp(l, ref_a, nba) == 0);
+    free(l);
+    ck_assert_uint_eq(bt_cpu_n_plans(cpu), 7);
+    bt_cpu_free(cpu);
+    bt_cpu_free(ref_cpu);
+    free(ref_a);
+    free(ref_b);
+    decode_graph_free(&a);
+    decode_graph_free(&b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_plan");
     TCase *tc = tcase_create("cpu_plan");
@@ -256,6 +327,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_plan_decode_graph, 0, 3);
     tcase_add_test(tc, test_plan_every_node);
     tcase_add_test(tc, test_plan_runtime_error);
+    tcase_add_test(tc, test_plan_kept);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

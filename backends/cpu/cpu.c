@@ -7,6 +7,10 @@
  * later node needs what earlier ones wrote; ggml_graph_compute_thread puts
  * one after every node).
  *
+ * The plan, and the checks below, are kept for the next graph with the same
+ * key (cpu_plan.c: every value of the graph they read): the scheduler
+ * computes a decode step's graph again each token.
+ *
  * Errors: before anything runs, every node is checked (has data, is
  * supported), so a bad graph fails with nothing computed.  A run-time error
  * (an id out of range) is reported by a kernel through bt_cpu_fail; after the
@@ -39,6 +43,12 @@ struct bt_cpu {
     struct bt_cpu_step *steps; /* the current graph's plan */
     int64_t *counters;         /* one work counter per step, BT_CPU_COUNTER_STRIDE apart */
     int steps_cap;
+    /* the plan in steps is kept for the next graph with the same key
+     * (bt_cpu_plan_key): key [key_len] words, and what bt_cpu_plan returned */
+    uint64_t *key, *key_new;
+    size_t key_len, key_cap;
+    int plan_steps; /* -1: no plan kept */
+    uint64_t n_plans;
     bt_cpu_node_hook hook; /* thread 0, after its share of each node */
     void *hook_user;
     char err[BT_CPU_ERRBUF];
@@ -54,6 +64,7 @@ bt_cpu *bt_cpu_new(int n_threads) {
     bt_cpu *cpu = calloc(1, sizeof(*cpu));
     if (!cpu) return NULL;
     cpu->n_threads = n_threads;
+    cpu->plan_steps = -1;
     cpu->pool = bt_threadpool_new(n_threads);
     if (!cpu->pool) {
         free(cpu);
@@ -68,6 +79,8 @@ void bt_cpu_free(bt_cpu *cpu) {
     free(cpu->wdata);
     free(cpu->steps);
     free(cpu->counters);
+    free(cpu->key);
+    free(cpu->key_new);
     free(cpu);
 }
 
@@ -75,6 +88,7 @@ int bt_cpu_n_threads(const bt_cpu *cpu) { return cpu->n_threads; }
 void bt_cpu_set_reference(bt_cpu *cpu, bool reference) { cpu->reference = reference; }
 void bt_cpu_set_barrier_every_node(bt_cpu *cpu, bool on) { cpu->barrier_every_node = on; }
 const char *bt_cpu_error(const bt_cpu *cpu) { return cpu->err; }
+uint64_t bt_cpu_n_plans(const bt_cpu *cpu) { return cpu->n_plans; }
 
 void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fmt, ...) {
     BT_ASSERT(s != BT_OK);
@@ -168,15 +182,11 @@ static void compute_thread(void *arg, int ith, int nth) {
     }
 }
 
-/* Check every node before anything runs; plan the run; grow the work buffer. */
-static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g, int *n_steps) {
-    size_t wsize = 0;
+/* Every computed node supported, with data, and its sources with data:
+ * BT_OK, else the status and cpu->err. */
+static enum bt_status check_nodes(bt_cpu *cpu, const struct bt_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         struct bt_tensor *node = g->nodes[i];
-        if (!node) {
-            snprintf(cpu->err, sizeof(cpu->err), "node %d is NULL", i);
-            return BT_ERR_INVALID;
-        }
         if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
         if (!bt_cpu_supports_op(node)) {
             snprintf(cpu->err, sizeof(cpu->err),
@@ -200,22 +210,65 @@ static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g, int *n_steps) {
             }
         }
     }
-    if (g->n_nodes > cpu->steps_cap) {
-        struct bt_cpu_step *steps = malloc((size_t)g->n_nodes * sizeof *steps);
-        int64_t *counters = malloc((size_t)g->n_nodes * BT_CPU_COUNTER_STRIDE * sizeof *counters);
-        if (!steps || !counters) {
-            free(steps);
-            free(counters);
-            snprintf(cpu->err, sizeof(cpu->err), "out of memory (the plan of %d nodes)", g->n_nodes);
-            return BT_ERR_NOMEM;
-        }
-        free(cpu->steps);
-        free(cpu->counters);
-        cpu->steps = steps;
-        cpu->counters = counters;
-        cpu->steps_cap = g->n_nodes;
+    return BT_OK;
+}
+
+/* Room for the plan and the key of a graph of n nodes.  Growing drops the
+ * kept plan (a larger graph than its own has another key anyway). */
+static enum bt_status reserve(bt_cpu *cpu, int n) {
+    const size_t kw = bt_cpu_plan_key_words(n);
+    if (n <= cpu->steps_cap && kw <= cpu->key_cap) return BT_OK;
+    struct bt_cpu_step *steps = malloc((size_t)n * sizeof *steps);
+    int64_t *counters = malloc((size_t)n * BT_CPU_COUNTER_STRIDE * sizeof *counters);
+    uint64_t *key = malloc(kw * sizeof *key), *key_new = malloc(kw * sizeof *key_new);
+    if (!steps || !counters || !key || !key_new) {
+        free(steps);
+        free(counters);
+        free(key);
+        free(key_new);
+        snprintf(cpu->err, sizeof(cpu->err), "out of memory (the plan of %d nodes)", n);
+        return BT_ERR_NOMEM;
     }
+    free(cpu->steps);
+    free(cpu->counters);
+    free(cpu->key);
+    free(cpu->key_new);
+    cpu->steps = steps;
+    cpu->counters = counters;
+    cpu->key = key;
+    cpu->key_new = key_new;
+    cpu->steps_cap = n;
+    cpu->key_cap = kw;
+    cpu->plan_steps = -1;
+    cpu->key_len = 0;
+    return BT_OK;
+}
+
+/* Check the graph, plan the run, grow the work buffer; or, when the graph's
+ * key (bt_cpu_plan_key) is the kept plan's, take that plan as it is: the
+ * key holds everything the checks, the plan and the work sizes read (op,
+ * op_params, type, shape, strides and data of each computed node and of its
+ * sources), so they would all come out the same.  A decode step computes
+ * the same graph every token. */
+static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g, int *n_steps) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!g->nodes[i]) {
+            snprintf(cpu->err, sizeof(cpu->err), "node %d is NULL", i);
+            return BT_ERR_INVALID;
+        }
+    }
+    enum bt_status s = reserve(cpu, g->n_nodes);
+    if (s != BT_OK) return s;
+    const size_t len = bt_cpu_plan_key(g, cpu->n_threads, cpu->barrier_every_node, cpu->key_new);
+    if (cpu->plan_steps >= 0 && len == cpu->key_len && memcmp(cpu->key_new, cpu->key, len * sizeof *cpu->key) == 0) {
+        *n_steps = cpu->plan_steps;
+        return BT_OK;
+    }
+    cpu->plan_steps = -1; /* steps is overwritten below */
+    if ((s = check_nodes(cpu, g)) != BT_OK) return s;
+    size_t wsize = 0;
     *n_steps = bt_cpu_plan(g, cpu->n_threads, cpu->barrier_every_node, cpu->steps, &wsize);
+    cpu->n_plans++;
     if (wsize > cpu->wsize) {
         /* round up so the aligned allocation's size is a multiple of the alignment */
         size_t sz = (wsize + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN;
@@ -228,6 +281,12 @@ static enum bt_status prepare(bt_cpu *cpu, struct bt_graph *g, int *n_steps) {
         cpu->wdata = w;
         cpu->wsize = sz;
     }
+    /* kept only now: the plan's work buffer is there */
+    uint64_t *t = cpu->key;
+    cpu->key = cpu->key_new;
+    cpu->key_new = t;
+    cpu->key_len = len;
+    cpu->plan_steps = *n_steps;
     return BT_OK;
 }
 

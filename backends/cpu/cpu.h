@@ -46,6 +46,14 @@ struct bt_cpu_step {
  * a barrier after each step and no solo steps.  Nodes must have data. */
 int bt_cpu_plan(const struct bt_graph *g, int nth, bool barrier_every_node, struct bt_cpu_step *steps,
                 size_t *wsize);
+/* What the plan of g depends on, as words into key (room for
+ * bt_cpu_plan_key_words(g->n_nodes)); returns the count.  Two graphs with
+ * equal keys have the same plan.  Nodes must have data. */
+size_t bt_cpu_plan_key(const struct bt_graph *g, int nth, bool barrier_every_node, uint64_t *key);
+size_t bt_cpu_plan_key_words(int n_nodes);
+/* Plans made so far (bt_cpu_graph_compute keeps the last graph's plan while
+ * its key stays the same). */
+uint64_t bt_cpu_n_plans(const bt_cpu *cpu);
 
 /* Can the CPU compute this node (op, types, layout)? */
 bool bt_cpu_supports_op(const struct bt_tensor *node);

@@ -27,6 +27,12 @@
  *
  * Nothing here changes what a kernel computes: every element's bits are
  * those of a run with a barrier after every node (tests/test_cpu_plan.c).
+ *
+ * The plan's key (bt_cpu_plan_key): every value of the graph the plan and
+ * the work sizes read, so that cpu.c keeps a plan while the key stays the
+ * same - the scheduler computes one graph per ubatch shape again and again,
+ * and a graph rebuilt in the same place with another cache length or other
+ * buffers gets another key.
  */
 #include "cpu_impl.h"
 
@@ -83,6 +89,43 @@ static bool conflicts(const struct entry *a, const struct entry *b) {
         if (overlap(b->r[s], a->w) || overlap(a->r[s], b->w)) return true;
     }
     return overlap(a->w, b->w);
+}
+
+/* Words of the key per node at most: index and op, then for the node and
+ * each source: type, ne, nb, data (a missing source: one word). */
+#define KEY_TENSOR_WORDS (2 + 2 * BT_MAX_DIMS)
+#define KEY_NODE_WORDS (2 + BT_MAX_OP_PARAMS / sizeof(uint64_t) + (1 + BT_MAX_SRC) * KEY_TENSOR_WORDS)
+
+size_t bt_cpu_plan_key_words(int n_nodes) { return 3 + (size_t)n_nodes * KEY_NODE_WORDS; }
+
+static uint64_t *key_tensor(uint64_t *k, const struct bt_tensor *t) {
+    *k++ = (uint64_t)t->type;
+    for (int d = 0; d < BT_MAX_DIMS; d++) *k++ = (uint64_t)t->ne[d];
+    for (int d = 0; d < BT_MAX_DIMS; d++) *k++ = (uint64_t)t->nb[d];
+    *k++ = (uint64_t)(uintptr_t)t->data;
+    return k;
+}
+
+size_t bt_cpu_plan_key(const struct bt_graph *g, int nth, bool barrier_every_node, uint64_t *key) {
+    uint64_t *k = key;
+    *k++ = (uint64_t)g->n_nodes;
+    *k++ = (uint64_t)nth;
+    *k++ = barrier_every_node;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *node = g->nodes[i];
+        if (computes_nothing(node)) continue;
+        *k++ = (uint64_t)i;
+        *k++ = (uint64_t)node->op;
+        memcpy(k, node->op_params, BT_MAX_OP_PARAMS); /* no kernel's work size reads them today */
+        k += BT_MAX_OP_PARAMS / sizeof(uint64_t);
+        k = key_tensor(k, node);
+        for (int s = 0; s < BT_MAX_SRC; s++) {
+            if (node->src[s]) k = key_tensor(k, node->src[s]);
+            else *k++ = UINT64_MAX;
+        }
+    }
+    BT_ASSERT((size_t)(k - key) <= bt_cpu_plan_key_words(g->n_nodes));
+    return (size_t)(k - key);
 }
 
 static size_t align_up(size_t n) { return (n + BT_MEM_ALIGN - 1) / BT_MEM_ALIGN * BT_MEM_ALIGN; }

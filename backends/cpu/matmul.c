@@ -56,9 +56,6 @@ static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
 static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
 static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
-static inline vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
-static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 /* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
 static inline vf vf_ftz(vf v) {
     const __m512i x = _mm512_castps_si512(v);
@@ -83,9 +80,6 @@ static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
 static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
 static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
-static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
-static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 /* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
 static inline vf vf_ftz(vf v) {
     const __m256i x = _mm256_castps_si256(v);
@@ -122,18 +116,6 @@ static inline vf vf_set1(float x) {
     vf r;
     for (int i = 0; i < VL; i++) r.v[i] = x;
     return r;
-}
-static inline vf vf_fma(vf a, vf b, vf c) {
-    for (int i = 0; i < VL; i++) c.v[i] += a.v[i] * b.v[i];
-    return c;
-}
-static inline vf vf_add(vf a, vf b) {
-    for (int i = 0; i < VL; i++) a.v[i] += b.v[i];
-    return a;
-}
-static inline vf vf_mul(vf a, vf b) {
-    for (int i = 0; i < VL; i++) a.v[i] *= b.v[i];
-    return a;
 }
 /* c = fma(a, b, c) rounded once, then denormals to a zero of the same sign */
 static inline vf vf_fma_ftz(vf a, vf b, vf c) {

@@ -43,11 +43,6 @@ static inline int q5_get(const uint8_t *qs, uint32_t qh, int j) {
 static inline uint32_t qh_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static inline int asum_q8_0(const bt_block_q8_0 *a) {
-    int s = 0;
-    for (int j = 0; j < BT_QK; j++) s += a->qs[j];
-    return s;
-}
 
 /* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
  * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
@@ -185,16 +180,11 @@ static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
     o->dmin = 0.0f;
     if (kind == KQ4 || kind == KQ5) {
         const bt_block_q4_K *w = blk; /* d, dmin, scales: the same in Q5_K */
-        /* the 6-bit scales and mins of the 8 sub-blocks, 4 to a word (as
-         * bt_q4_K_scale_min, without a branch per sub-block) */
-        uint32_t u[3];
-        memcpy(u, w->scales, 12);
-        const uint32_t sc_w[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
-        const uint32_t mn_w[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
+        uint8_t sc[8], mn[8]; /* the 8 sub-blocks' 6-bit scales and mins, each on its two halves */
+        bt_q4_K_scales_mins(w->scales, sc, mn);
         for (int j = 0; j < 8; j++) {
-            const uint8_t sc = (uint8_t)(sc_w[j / 4] >> (8 * (j % 4))), mn = (uint8_t)(mn_w[j / 4] >> (8 * (j % 4)));
-            o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc;
-            o->mn[2 * j] = o->mn[2 * j + 1] = mn;
+            o->sc[2 * j] = o->sc[2 * j + 1] = (int8_t)sc[j];
+            o->mn[2 * j] = o->mn[2 * j + 1] = mn[j];
         }
         o->d = h2f(w->d);
         o->dmin = h2f(w->dmin);
@@ -291,31 +281,9 @@ static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 #define UPPER16 ((__mmask32)0xFFFF0000u) /* the upper 256 bits, in 16-bit lanes */
 #define UPPER8 ((__mmask64)0xFFFFFFFF00000000ull) /* the same, in bytes */
 
-/* int16 scale vector: lanes 0..15 = lo, lanes 16..31 = hi */
-static inline __m512i scale_pair(int lo, int hi) {
-    return _mm512_mask_mov_epi16(_mm512_set1_epi16((short)lo), UPPER16, _mm512_set1_epi16((short)hi));
-}
-
 /* 32 bytes broadcast to both halves of a 512-bit vector */
 static inline __m512i bcast32(const uint8_t *p) {
     return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
-}
-
-/* sum over j of s16[j] * b16[j], 16 int16 pairs */
-static inline int dot16_i16(__m256i s16, const int16_t *b16) {
-    const __m256i t = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)b16));
-    return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(t));
-}
-
-/* int16 lanes i -> element base + i / 8 of a 16-entry int16 table (the scale
- * of the 16-element sub-block a maddubs pair lane belongs to) */
-static inline __m512i spread_scales(__m512i table, int base) {
-    const __m512i idx = _mm512_add_epi16(
-        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
-                                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                          3),
-        _mm512_set1_epi16((short)base));
-    return _mm512_permutexvar_epi16(idx, table);
 }
 
 /* Q2_K (hmask NULL) and Q3_K: the 2-bit fields of half h, pair pr (elements
@@ -332,14 +300,6 @@ static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h,
         q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(bcast32(hmask), bit), q, _mm512_set1_epi8(4));
     }
     return q;
-}
-
-/* the sum of 8 int32 lanes */
-static inline int32_t hsum8_i32(__m256i v) {
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-    return _mm_cvtsi128_si32(t);
 }
 
 /* One block's float step (kq_step) for n dots at once: dot i has the

@@ -172,7 +172,7 @@ __device__ __forceinline__ float d_block_get(int type, const char *blk, int j) {
             const uint8_t *sc8 = five ? ((const bt_block_q5_K *)blk)->scales : ((const bt_block_q4_K *)blk)->scales;
             const uint8_t *qs = five ? ((const bt_block_q5_K *)blk)->qs : ((const bt_block_q4_K *)blk)->qs;
             const int sub = j / 32, l = j % 32;
-            /* bt_q4_K_scale_min for sub-block sub */
+            /* bt_q4_K_scales_mins (quants.h), sub-block sub alone */
             uint8_t sc, m;
             if (sub < 4) {
                 sc = sc8[sub] & 63;
