@@ -797,6 +797,34 @@ START_TEST(test_rank_dies) {
 }
 END_TEST
 
+/* bt_rank_start refuses --backend with a topology before it reads the file
+ * or starts MPI, in the words the CLI uses (bt_rank_backend_topology_check),
+ * naming where the topology came from. */
+START_TEST(test_start_backend_and_topology) {
+    struct bt_rank_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.prog = "baton x";
+    rc.backend = "cpu";
+    rc.topology = "/nonexistent/t.yaml";
+    struct bt_rank r;
+    ck_assert_int_eq(bt_rank_start(&r, &rc, false, false, NULL, NULL), BT_ERR_INVALID);
+    ck_assert_ptr_null(r.t);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_str_eq(r.error, "baton x: --backend cpu and the topology /nonexistent/t.yaml: the topology names each "
+                              "rank's backend; give one or the other");
+    bt_rank_free(&r);
+    setenv("BATON_TOPOLOGY", "/nonexistent/t.yaml", 1);
+    rc.topology = getenv("BATON_TOPOLOGY");
+    char err[256];
+    ck_assert(!bt_rank_backend_topology_check("cuda", rc.topology, err, sizeof err));
+    ck_assert_str_eq(err, "--backend cuda and the topology /nonexistent/t.yaml (from $BATON_TOPOLOGY): the topology "
+                          "names each rank's backend; give one or the other");
+    unsetenv("BATON_TOPOLOGY");
+    ck_assert(bt_rank_backend_topology_check("cpu", "", err, sizeof err));
+    ck_assert(bt_rank_backend_topology_check(NULL, "t.yaml", err, sizeof err));
+}
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -828,6 +856,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_failure_on_a_stage);
     tcase_add_test(tc, test_failure_leaves_nothing_behind);
     tcase_add_test(tc, test_open_allocation_failures);
+    tcase_add_test(tc, test_start_backend_and_topology);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {

@@ -317,7 +317,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     }
     if (prc == 1) prc = 0;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
+    if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     const struct bt_rank_config rcfg = {
         .prog = BM_PROG,
         .topology = o.topology,

@@ -64,14 +64,6 @@ bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n) {
     return false;
 }
 
-bool bt_cli_backend_topology_check(const char *backend, const char *topology, char *err, size_t n) {
-    if (!backend || !topology || !*topology) return true;
-    const char *env = getenv("BATON_TOPOLOGY");
-    snprintf(err, n, "--backend %s and the topology %s%s: the topology names each rank's backend; give one or the other",
-             backend, topology, env && topology == env ? " (from $BATON_TOPOLOGY)" : "");
-    return false;
-}
-
 static bool parse_type(const char *s, enum bt_type *t) {
     const enum bt_type ok[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {

@@ -57,10 +57,6 @@ bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value,
  * scheduler: 4096 threads on 2 cores never finish).  what names the value in
  * the message ("--threads", "rank 1: threads"). */
 bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n);
-/* --backend and a topology (--topology, or $BATON_TOPOLOGY: topology is then
- * getenv's pointer) do not go together: the topology names each rank's
- * backend.  False, with the message in err, when both are given. */
-bool bt_cli_backend_topology_check(const char *backend, const char *topology, char *err, size_t n);
 long bt_cli_cores(void);
 
 /* Strict number parsers: the whole string, in range. */

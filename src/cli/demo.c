@@ -387,7 +387,7 @@ int bt_cli_demo(int argc, char **argv) {
     }
     if (prc < 0) prc = 0;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
+    if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     if (!prc && o.trace && env_rank == 0 && !trace_writable(o.trace, perr, sizeof perr)) prc = 2;
 
     /* the rank, in two steps around the ranks' agreement on their command

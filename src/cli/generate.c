@@ -727,7 +727,7 @@ int bt_cli_generate(int argc, char **argv) {
         prc = 2;
     }
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && !bt_cli_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
+    if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
     struct prompt *prompts = NULL;
     size_t n_prompts = 0;
     if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);

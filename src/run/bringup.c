@@ -260,18 +260,25 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
 #endif
 }
 
+bool bt_rank_backend_topology_check(const char *backend, const char *topology, char *err, size_t n) {
+    if (!backend || !topology || !*topology) return true;
+    const char *env = getenv("BATON_TOPOLOGY");
+    snprintf(err, n, "--backend %s and the topology %s%s: the topology names each rank's backend; give one or the other",
+             backend, topology, env && topology == env ? " (from $BATON_TOPOLOGY)" : "");
+    return false;
+}
+
 enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, bool failed, bool start_mpi_on_error,
                              int *argc, char ***argv) {
+    char why[768];
     memset(r, 0, sizeof *r);
     r->exit_code = 1;
     const bool all_cuda = c->backend && strcmp(c->backend, "cuda") == 0;
     enum bt_status st = BT_OK;
     if (!failed && c->backend && strcmp(c->backend, "cpu") != 0 && !all_cuda)
         st = rfail(r, BT_ERR_INVALID, 2, "%s: --backend: '%s' is not cpu or cuda", c->prog, c->backend);
-    else if (!failed && c->backend && c->topology && *c->topology)
-        st = rfail(r, BT_ERR_INVALID, 2,
-                   "%s: --backend %s and the topology %s: the topology names each rank's backend; give one or the other",
-                   c->prog, c->backend, c->topology);
+    else if (!failed && !bt_rank_backend_topology_check(c->backend, c->topology, why, sizeof why))
+        st = rfail(r, BT_ERR_INVALID, 2, "%s: %s", c->prog, why);
     /* the topology before MPI: a bad file stops every rank at once */
     else if (!failed && c->topology && *c->topology) {
         if (bt_topology_load(c->topology, &r->topo, r->error, sizeof r->error) != BT_OK) st = BT_ERR_INVALID;

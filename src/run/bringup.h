@@ -65,6 +65,11 @@ enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, i
  * the job ends with one message); r->t is NULL otherwise. */
 enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, bool failed, bool start_mpi_on_error,
                              int *argc, char ***argv);
+/* --backend and a topology (its path; $BATON_TOPOLOGY's when topology is
+ * getenv's pointer) do not go together: the topology names each rank's
+ * backend.  False, with "--backend B and the topology F: ..." in err, when
+ * both are given (bt_rank_start refuses them too). */
+bool bt_rank_backend_topology_check(const char *backend, const char *topology, char *err, size_t n);
 /* Collective: the topology against the world, copies, threads, partition,
  * this rank's backend, the device transport, r->dist. */
 enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c);
