@@ -362,6 +362,8 @@ expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
 expect 0 "^usage: baton bench ops\|model\|transport\|pipeline" "bench --help" -- "$baton" bench --help
 expect 2 "^baton bench: unknown benchmark 'nope' \(try: baton bench --help\)\$" "bench: unknown benchmark" -- "$baton" bench nope
 expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
+expect 2 "^baton bench: --shapes: 'mixtral' is not all or model\$" "bench ops: bad --shapes" -- \
+    "$baton" bench ops --shapes mixtral
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl

@@ -48,6 +48,7 @@ struct bench_opts {
     bool types[BT_TYPE_COUNT];
     int reps; /* 0: per-shape default */
     bool quick;
+    bool model_only; /* --shapes model: only the Mixtral-shaped decode products */
 };
 
 struct machine {
@@ -391,14 +392,16 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick]\n"
+            "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick] [--shapes S]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
             "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all); f16 adds the\n"
             "                  flash_attn rows (F16 cache)\n"
             "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
             "                  shapes, 5 for large ones)\n"
-            "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n");
+            "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n"
+            "  --shapes S      all (default) or model: only a Mixtral-shaped model's decode\n"
+            "                  products (d 2048, 8 experts of 5632, top-2, vocabulary 32000)\n");
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -477,7 +480,7 @@ int bt_cli_bench(int argc, char **argv) {
                 argc >= 1 ? argv[0] : "");
         return 2;
     }
-    struct bench_opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 0, .quick = false};
+    struct bench_opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 0, .quick = false, .model_only = false};
     for (int t = 0; t < BT_TYPE_COUNT; t++) o.types[t] = t != BT_TYPE_I32;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -486,7 +489,8 @@ int bt_cli_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(f, "--quick")) {
             o.quick = true;
-        } else if (!strcmp(f, "--threads") || !strcmp(f, "--types") || !strcmp(f, "--reps")) {
+        } else if (!strcmp(f, "--threads") || !strcmp(f, "--types") || !strcmp(f, "--reps") ||
+                   !strcmp(f, "--shapes")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "baton bench: %s needs a value\n", f);
                 return 2;
@@ -496,6 +500,12 @@ int bt_cli_bench(int argc, char **argv) {
                 if (!parse_threads(v, &o)) return 2;
             } else if (!strcmp(f, "--types")) {
                 if (!parse_types(v, &o)) return 2;
+            } else if (!strcmp(f, "--shapes")) {
+                if (strcmp(v, "all") != 0 && strcmp(v, "model") != 0) {
+                    fprintf(stderr, "baton bench: --shapes: '%s' is not all or model\n", v);
+                    return 2;
+                }
+                o.model_only = !strcmp(v, "model");
             } else {
                 long r;
                 if (!parse_int(v, 1, 100000, &r)) {
@@ -534,7 +544,7 @@ int bt_cli_bench(int argc, char **argv) {
                                          BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1,
                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,
                                          BT_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !o.model_only; i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         if (bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small, false)) return 1;
@@ -542,7 +552,7 @@ int bt_cli_bench(int argc, char **argv) {
     }
     static const int64_t tokens[] = {1, 32, 512};
     const int reps_id[] = {reps_small, reps_small, reps_large};
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !o.model_only; i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, 3, reps_id)) return 1;
@@ -561,7 +571,7 @@ int bt_cli_bench(int argc, char **argv) {
         if (bench_moe_decode(&o, &mc, t, 2048, 5632, 8, 2, 2, reps_small)) return 1; /* ffn_down */
         if (bench_mul_mat(&o, &mc, t, 32000, 1, 2048, reps_small, true)) return 1; /* output */
     }
-    if (o.types[BT_TYPE_F16]) {
+    if (o.types[BT_TYPE_F16] && !o.model_only) {
         static const int64_t attn_shapes[][2] = {{512, 512}, {512, 4096}, {1, 512}, {1, 4096}};
         for (size_t i = 0; i < sizeof(attn_shapes) / sizeof(attn_shapes[0]); i++)
             if (bench_flash_attn(&o, &mc, attn_shapes[i][0], attn_shapes[i][1],
