@@ -49,7 +49,12 @@ bool bt_cli_env_many_ranks(void) {
     return false;
 }
 
-static size_t record_bytes(int n) { return sizeof(struct record_head) + (size_t)n * sizeof(struct record_item); }
+/* A rank's record, rounded up so that the next rank's head is aligned in the
+ * gathered array (an item is BT_CLI_AGREE_VALUE + 1 bytes). */
+static size_t record_bytes(int n) {
+    const size_t a = _Alignof(struct record_head);
+    return (sizeof(struct record_head) + (size_t)n * sizeof(struct record_item) + a - 1) / a * a;
+}
 
 static void describe(char *buf, size_t len, const char *option, const struct record_item *it) {
     if (it->given && it->value[0]) snprintf(buf, len, "with %s %s", option, it->value);
