@@ -429,7 +429,7 @@ static float model_dot(const float *w, const float *x, int64_t k) {
  * below, at and past a chunk, with and without a 16-element tail */
 START_TEST(test_float_order_mul_mat) {
     const enum bt_type wt = fo_types[_i];
-    static const int64_t ks[] = {1, 15, 203, 2 * BT_MM_FKC, 2 * BT_MM_FKC + 203};
+    static const int64_t ks[] = {1, 15, 203, 2 * BT_MM_FKC, 2 * BT_MM_FKC + 203, 5 * BT_MM_FKC + 17};
     static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 70};
     const int64_t m = 37;
     int calls = 0;
@@ -473,10 +473,11 @@ END_TEST
  * over 5 experts (experts get 0 .. many columns: both paths) */
 START_TEST(test_float_order_mul_mat_id) {
     const enum bt_type wt = fo_types[_i];
-    const int64_t k = BT_MM_FKC + 77, m = 21, ne = 5, nu = 2;
-    static const int64_t Ts[] = {1, 3, 17, 40};
+    const int64_t m = 21, ne = 5, nu = 2;
+    static const int64_t Ts[] = {1, 3, 17, 40, 1, 2};
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
-        const int64_t T = Ts[ti];
+        /* the last tokens: k past several chunks (one column tiles several chunks at once) */
+        const int64_t T = Ts[ti], k = ti < 4 ? BT_MM_FKC + 77 : 4 * BT_MM_FKC + 33;
         bt_context *ctx = tu_ctx(64);
         tu_rng r;
         tu_rng_init(&r, 7300 + (uint64_t)ti);

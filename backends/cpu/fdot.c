@@ -25,9 +25,12 @@
  * element of MUL_MAT and MUL_MAT_ID, 1..70 columns, against a scalar model
  * of the order, bitwise):
  *   - direct (fewer than BT_MM_FGEMM_COLS columns: decode, MoE experts):
- *     tiles of RM rows x RN columns (16x1, 8x2, 4x3, 4x4) read the rows
+ *     tiles of RM rows x RN columns (8x1, 8x2, 4x3, 4x4) read the rows
  *     where they lie, a chunk at a time, the chunk sums kept in a register
- *     and stored once;
+ *     and stored once.  Rows of a multiple of 4 KiB (every model shape) all
+ *     fall in one L1 set, of 8 ways: a 1-column tile of 16 rows and an L1
+ *     prefetch 1 KiB ahead of each (as before) ran decode 1.3-1.5x slower
+ *     than 8 rows prefetched into L2 only;
  *   - blocked (many columns: prompt): a chunk at a time, up to BT_MM_FNC
  *     columns and BT_MM_FMC rows (converted to F32) are packed into the
  *     thread's buffer with a padded stride; 4 x 6 tiles, a tile's columns
@@ -58,7 +61,18 @@
 #define BT_MM_FGEMM_COLS 8 /* jobs with at least this many columns take the blocked path */
 #endif
 #ifndef BT_MM_FPREFETCH
-#define BT_MM_FPREFETCH 1024 /* direct path: prefetch distance in bytes of each row */
+#define BT_MM_FPREFETCH 1024 /* direct path: prefetch distance in bytes of each row (0: none) */
+#endif
+#ifndef BT_MM_FPREFETCH_PACKED
+#define BT_MM_FPREFETCH_PACKED 1024 /* blocked path: the same in the packed rows */
+#endif
+#ifndef BT_MM_FPREFETCH_L2
+/* direct path: prefetch into L2 only (prefetcht1): rows of 4 KiB multiples
+ * fall in one L1 set, which prefetching a tile's rows into L1 would thrash */
+#define BT_MM_FPREFETCH_L2 1
+#endif
+#ifndef BT_MM_FRM1
+#define BT_MM_FRM1 8 /* direct path: rows of a 1-column tile (a divisor of 16) */
 #endif
 _Static_assert(BT_MM_FKC % 16 == 0 && BT_MM_FKC > 0, "BT_MM_FKC must be a multiple of 16");
 _Static_assert(BT_MM_FMC % 4 == 0 && BT_MM_FMC > 0, "BT_MM_FMC must be a multiple of 4");
@@ -210,13 +224,21 @@ static size_t type_bytes(enum bt_type type) { return type == BT_TYPE_F32 ? 4 : 2
 
 #define TILE_MAX 24 /* accumulators of a tile (RM * RN) */
 
+static inline __attribute__((always_inline)) void prefetch(const char *p, const bool l2) {
+    if (l2)
+        __builtin_prefetch(p, 0, 2);
+    else
+        __builtin_prefetch(p, 0, 3);
+}
+
 /* One chunk, elements [e0, e1) of RM weight rows x RN columns (RM * RN <=
  * TILE_MAX, RM a divisor of 16): lane a % 16 of s[a / 16], a = j * RM + i,
- * is the chunk sum s_c of row i, column j.  PF: prefetch BT_MM_FPREFETCH
- * bytes ahead in each row (rows of row_bytes bytes), near a row's end into
- * next[i] (when not NULL). */
+ * is the chunk sum s_c of row i, column j.  PF: prefetch PF bytes ahead in
+ * each row (none when 0; into L2 only when L2) (rows of row_bytes bytes),
+ * near a row's end into next[i] (when not NULL). */
 static inline __attribute__((always_inline)) void tile_chunk(enum bt_type type, const int RM,
-                                                              const int RN, const bool PF,
+                                                              const int RN, const int PF,
+                                                              const bool L2,
                                                               const char *const *rows,
                                                               const char *const *next,
                                                               int64_t row_bytes,
@@ -228,14 +250,14 @@ static inline __attribute__((always_inline)) void tile_chunk(enum bt_type type, 
     for (int i = 0; i < 32; i++) acc[i] = v16_zero();
     int64_t e = e0;
     for (; e + 16 <= e1; e += 16) {
-        if (PF && ((e * es) & 63) == 0) {
-            const int64_t off = e * es + BT_MM_FPREFETCH;
+        if (PF > 0 && ((e * es) & 63) == 0) {
+            const int64_t off = e * es + PF;
             if (off < row_bytes)
 #pragma GCC unroll 32
-                for (int i = 0; i < RM; i++) __builtin_prefetch(rows[i] + off, 0, 3);
+                for (int i = 0; i < RM; i++) prefetch(rows[i] + off, L2);
             else if (next && off - row_bytes < row_bytes)
 #pragma GCC unroll 32
-                for (int i = 0; i < RM; i++) __builtin_prefetch(next[i] + (off - row_bytes), 0, 3);
+                for (int i = 0; i < RM; i++) prefetch(next[i] + (off - row_bytes), L2);
         }
         if (RN == 1) { /* each weight used once: the FMA may read it from memory */
             v16 b = v16_load(x[0] + e);
@@ -318,9 +340,9 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
                                                                float *const *dcols, int64_t row0,
                                                                int nrows) {
     v16 tot[1], s[1];
-    tile_chunk(type, RM, RN, true, rows, next, row_bytes, x, 0, k < BT_MM_FKC ? k : BT_MM_FKC, tot);
+    tile_chunk(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, 0, k < BT_MM_FKC ? k : BT_MM_FKC, tot);
     for (int64_t e0 = BT_MM_FKC; e0 < k; e0 += BT_MM_FKC) {
-        tile_chunk(type, RM, RN, true, rows, next, row_bytes, x, e0,
+        tile_chunk(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, e0,
                    k - e0 < BT_MM_FKC ? k : e0 + BT_MM_FKC, s);
         tot[0] = v16_add(tot[0], s[0]);
     }
@@ -333,11 +355,11 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
                                   int64_t row0, int nrows) {                                     \
         direct_tile(BT_TYPE_##T, RM, RN, k, rows, next, row_bytes, x, dcols, row0, nrows);       \
     }
-#define DEF_DIRECTS(T) DEF_DIRECT(T, 16, 1) DEF_DIRECT(T, 8, 2) DEF_DIRECT(T, 4, 3) DEF_DIRECT(T, 4, 4)
+#define DEF_DIRECTS(T) DEF_DIRECT(T, BT_MM_FRM1, 1) DEF_DIRECT(T, 8, 2) DEF_DIRECT(T, 4, 3) DEF_DIRECT(T, 4, 4)
 DEF_DIRECTS(F32)
 DEF_DIRECTS(F16)
 
-static const int direct_rm[5] = {0, 16, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
+static const int direct_rm[5] = {0, BT_MM_FRM1, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
 
 static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                        const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
@@ -376,7 +398,7 @@ typedef void (*chunk_fn)(const char *const *rows, const char *const *next, const
                              const float *const *x, int64_t n, float *const *dcols, int64_t row0, \
                              int nrows, bool add) {                                              \
         v16 s[2];                                                                                \
-        tile_chunk(BT_TYPE_F32, 4, RN, true, rows, next, n * (int64_t)sizeof(float), x, 0, n, s); \
+        tile_chunk(BT_TYPE_F32, 4, RN, BT_MM_FPREFETCH_PACKED, false, rows, next, n * (int64_t)sizeof(float), x, 0, n, s); \
         tile_store(s, 4, RN, dcols, row0, nrows, add);                                           \
     }
 DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3) DEF_CHUNK(4) DEF_CHUNK(5) DEF_CHUNK(6)
@@ -400,7 +422,7 @@ static void chunk_4x6_packed(const float *r, const float *c, int64_t n, float *c
     }
     for (int j = 0; j < 6; j++) x[j] = c + j * PACK_LD;
     v16 s[2];
-    tile_chunk(BT_TYPE_F32, 4, 6, true, rows, last ? NULL : next, n * (int64_t)sizeof(float), x, 0,
+    tile_chunk(BT_TYPE_F32, 4, 6, BT_MM_FPREFETCH_PACKED, false, rows, last ? NULL : next, n * (int64_t)sizeof(float), x, 0,
                n, s);
     tile_store(s, 4, 6, dcols, row0, 4, add);
 }
