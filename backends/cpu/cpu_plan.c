@@ -28,11 +28,12 @@
  * Nothing here changes what a kernel computes: every element's bits are
  * those of a run with a barrier after every node (tests/test_cpu_plan.c).
  *
- * The plan's key (bt_cpu_plan_key): every value of the graph the plan and
- * the work sizes read, so that cpu.c keeps a plan while the key stays the
- * same - the scheduler computes one graph per ubatch shape again and again,
- * and a graph rebuilt in the same place with another cache length or other
- * buffers gets another key.
+ * The plan's key (bt_cpu_plan_key): every value of the graph the plan, the
+ * work sizes and cpu.c's checks of the nodes read (of each computed node and
+ * of its sources; a new one that reads more must add it to the key), so that
+ * cpu.c keeps a plan while the key stays the same: the scheduler computes
+ * one graph per ubatch shape again and again, and a graph rebuilt in the
+ * same place with another cache length or other buffers gets another key.
  */
 #include "cpu_impl.h"
 
@@ -116,7 +117,7 @@ size_t bt_cpu_plan_key(const struct bt_graph *g, int nth, bool barrier_every_nod
         if (computes_nothing(node)) continue;
         *k++ = (uint64_t)i;
         *k++ = (uint64_t)node->op;
-        memcpy(k, node->op_params, BT_MAX_OP_PARAMS); /* no kernel's work size reads them today */
+        memcpy(k, node->op_params, BT_MAX_OP_PARAMS); /* the checks read some (ROPE's mode, CONCAT's dim) */
         k += BT_MAX_OP_PARAMS / sizeof(uint64_t);
         k = key_tensor(k, node);
         for (int s = 0; s < BT_MAX_SRC; s++) {
