@@ -4,7 +4,6 @@
 #include "backend-impl.h"
 
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -377,22 +376,6 @@ bt_buffer_t bt_host_buffer_new(bt_buffer_type_t buft, void *base, size_t size, b
 static const char *cpu_buft_name(bt_buffer_type_t buft) {
     (void)buft;
     return "CPU";
-}
-
-/* From 4 MiB up on huge pages: a decode step streams every weight once, and
- * with 4 KiB pages the TLB misses and the prefetchers stopping at each page
- * cost a fifth of its speed here (Q4_0 tg 90 -> 110 tokens/s). */
-void *bt_host_alloc(size_t size) {
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (size >= 2 * huge) {
-        if (posix_memalign(&p, huge, size) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-        (void)madvise(p, size, MADV_HUGEPAGE); /* advice: a kernel without THP keeps 4 KiB pages */
-#endif
-        return p;
-    }
-    return posix_memalign(&p, BT_MEM_ALIGN, size ? size : BT_MEM_ALIGN) == 0 ? p : NULL;
 }
 
 static bt_buffer_t cpu_buft_alloc(bt_buffer_type_t buft, size_t size) {

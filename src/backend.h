@@ -125,10 +125,6 @@ void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), 
  * the core, backend.c, as ggml keeps its CPU buffer type; the CPU backend's
  * default, and the staging memory of a backend without its own). */
 bt_buffer_type_t bt_cpu_buffer_type(void);
-/* Host memory as the CPU buffer type allocates it (free() it): 64-byte
- * aligned, and from 4 MiB up on a 2 MiB boundary advised for transparent huge
- * pages.  NULL when out of memory. */
-void *bt_host_alloc(size_t size);
 
 
 /* The backend's mul_mat speed in GFLOP/s (a ~50 ms probe on a 512 x 512 x 64

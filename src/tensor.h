@@ -31,6 +31,11 @@ extern "C" {
 #define BT_MAX_NAME 64
 #endif
 #define BT_MEM_ALIGN 64
+
+/* Host memory as contexts and the CPU buffer type allocate it (free() it):
+ * BT_MEM_ALIGN aligned, and from 4 MiB up on a 2 MiB boundary advised for
+ * transparent huge pages.  NULL when out of memory. */
+void *bt_host_alloc(size_t size);
 #define BT_QK 32 /* elements per Q8_0 / Q4_0 block */
 
 /* Programmer's errors (broken invariants inside baton): abort with file:line. */
