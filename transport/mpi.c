@@ -213,7 +213,7 @@ static struct watchdog *wd_start(MPI_Comm world, int rank, int size, double limi
     char me[MPI_MAX_PROCESSOR_NAME] = "";
     int len = 0;
     MPI_Get_processor_name(me, &len);
-    snprintf(w->host[rank], WD_HOST_MAX, "%s", me);
+    snprintf(w->host[rank], WD_HOST_MAX, "%.*s", WD_HOST_MAX - 1, me); /* a longer name is cut */
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->host, WD_HOST_MAX, MPI_CHAR, world);
     MPI_Comm_dup(world, &w->comm);
     const double now = mono_s();
