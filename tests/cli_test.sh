@@ -262,8 +262,17 @@ expect 2 "^baton demo: --seed: ' -5' is not a non-negative integer" "demo: --see
 # a topology's threads are checked against the cores of the rank's machine
 printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, threads: %d}\n' \
     $((cores + 1)) >"$tmp/threads.yaml"
-expect 1 "^baton demo: $tmp/threads.yaml:4:55: rank 0: threads: $((cores + 1)) threads, more than this machine's $cores cores\$" \
-    "demo: topology threads above the cores" -- mpirun -np 1 "$baton" demo "${small[@]}" -t "$tmp/threads.yaml"
+# (every subcommand that starts ranks: only demo did)
+for sub in demo generate "bench model" serve; do
+    case $sub in
+    demo) subv=(demo "${small[@]}") ;;
+    generate) subv=(generate -m x -p hi) ;;
+    serve) subv=(serve -m x) ;;
+    *) subv=(bench model -m x) ;;
+    esac
+    expect 1 "^baton $sub: $tmp/threads.yaml:4:55: rank 0: threads: $((cores + 1)) threads, more than this machine's $cores cores\$" \
+        "$sub: topology threads above the cores" -- mpirun -np 1 "$baton" "${subv[@]}" --topology "$tmp/threads.yaml"
+done
 # the model options' ranges: --help and the parser say the model's own limits
 "$baton" demo --help >"$tmp/help" 2>&1
 for spec in layers:4096 d-model:65536 d-ff:262144 experts:1024 top-k:1024 vocab:4194304 tokens:65536 heads:65536; do
