@@ -5,6 +5,7 @@
 #include "agree.h"
 
 #include "common.h"
+#include "signals.h"
 #include "run/bringup.h"
 
 #include <limits.h>
@@ -153,6 +154,11 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
     bt_rank_free(R);
     if (!*prc) *prc = 1;
     return false;
+}
+
+void bt_cli_rank_end(struct bt_rank *R, int rc) {
+    if (rc != 0) bt_cli_signals_ending();
+    bt_rank_free(R);
 }
 
 int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,

@@ -528,6 +528,6 @@ out:
     bt_dist_free(d); /* before the graph's context */
     bt_free(gctx);
     bt_model_free(model);
-    bt_rank_free(&R); /* device transport, backend, topology, MPI */
+    bt_cli_rank_end(&R, rc); /* device transport, backend, topology, MPI */
     return rc;
 }
