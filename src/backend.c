@@ -74,6 +74,7 @@ static bt_buffer_t tensor_buffer(const struct bt_tensor *t) {
 
 void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, size_t size) {
     if (size == 0) return;
+    BT_ASSERT(!(tensor->flags & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
     BT_ASSERT(tensor->data != NULL);
     BT_ASSERT(offset + size <= bt_nbytes(tensor));
     bt_buffer_t buf = tensor_buffer(tensor);
@@ -86,6 +87,7 @@ void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, si
 
 void bt_tensor_get(const struct bt_tensor *tensor, void *data, size_t offset, size_t size) {
     if (size == 0) return;
+    BT_ASSERT(!(tensor->flags & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
     BT_ASSERT(tensor->data != NULL);
     BT_ASSERT(offset + size <= bt_nbytes(tensor));
     bt_buffer_t buf = tensor_buffer(tensor);
@@ -98,6 +100,7 @@ void bt_tensor_get(const struct bt_tensor *tensor, void *data, size_t offset, si
 
 void bt_tensor_memset(struct bt_tensor *tensor, uint8_t value, size_t offset, size_t size) {
     if (size == 0) return;
+    BT_ASSERT(!(tensor->flags & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
     BT_ASSERT(tensor->data != NULL);
     BT_ASSERT(offset + size <= bt_nbytes(tensor));
     bt_buffer_t buf = tensor_buffer(tensor);
@@ -109,6 +112,7 @@ void bt_tensor_memset(struct bt_tensor *tensor, uint8_t value, size_t offset, si
 }
 
 void bt_tensor_copy(const struct bt_tensor *src, struct bt_tensor *dst) {
+    BT_ASSERT(!((src->flags | dst->flags) & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
     const size_t n = bt_nbytes(src);
     BT_ASSERT(n == bt_nbytes(dst));
     if (src == dst || n == 0) return;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "model/arch_impl.h"
+#include "quants.h"
 #include "mpi_testutil.h"
 #include "run/engine.h"
 #include "testutil.h"
@@ -31,7 +32,9 @@ static char DIR_[256];
  * layers of width d (4 heads, 2 kv heads, ffn 1.5 d) and a vocabulary of
  * n_vocab, random F32 weights from seed, streamed to path one tensor at a
  * time. */
-static void write_model_dims(const char *path, bool moe, int n_layer, uint64_t seed, int64_t d, int64_t n_vocab) {
+/* wtype: the matrices' type (F32, Q8_0 or Q4_0; vectors stay F32) */
+static void write_model_typed(const char *path, bool moe, int n_layer, uint64_t seed, int64_t d, int64_t n_vocab,
+                              enum bt_type wtype) {
     struct bt_gguf_writer *w = NULL;
     char err[512];
     ck_assert_msg(bt_gguf_writer_open(path, &w, err, sizeof err) == BT_OK, "%s", err);
@@ -70,10 +73,12 @@ static void write_model_dims(const char *path, bool moe, int n_layer, uint64_t s
         const int64_t n = tt[i].ne[0] * tt[i].ne[1] * tt[i].ne[2];
         most = n > most ? n : most;
         const int nd = tt[i].ne[2] > 1 ? 3 : tt[i].ne[1] > 1 ? 2 : 1;
-        ck_assert(bt_gguf_writer_add_tensor(w, tt[i].name, bt_ggml_type_from_bt(BT_TYPE_F32), nd, tt[i].ne, NULL) ==
+        const enum bt_type ty = tt[i].vector ? BT_TYPE_F32 : wtype;
+        ck_assert(bt_gguf_writer_add_tensor(w, tt[i].name, bt_ggml_type_from_bt(ty), nd, tt[i].ne, NULL) ==
                   BT_OK);
     }
     float *data = malloc((size_t)most * sizeof(float));
+    void *qdata = malloc((size_t)most * sizeof(float));
     tu_rng rng;
     tu_rng_init(&rng, seed);
     const float amp = 2.4f / sqrtf((float)d); /* keeps the activations of a wider model in range */
@@ -82,12 +87,23 @@ static void write_model_dims(const char *path, bool moe, int n_layer, uint64_t s
         const int64_t n = tt[i].ne[0] * tt[i].ne[1] * tt[i].ne[2];
         for (int64_t j = 0; j < n; j++)
             data[j] = tt[i].vector ? tu_rng_f32(&rng, 0.8f, 1.2f) : tu_rng_f32(&rng, -amp, amp);
-        ck_assert(bt_gguf_writer_write_data(w, data, (uint64_t)n * sizeof(float)) == BT_OK);
+        if (tt[i].vector || wtype == BT_TYPE_F32) {
+            ck_assert(bt_gguf_writer_write_data(w, data, (uint64_t)n * sizeof(float)) == BT_OK);
+        } else {
+            if (wtype == BT_TYPE_Q8_0) bt_q8_0_from_f32(data, qdata, n);
+            else bt_q4_0_from_f32(data, qdata, n);
+            ck_assert(bt_gguf_writer_write_data(w, qdata, bt_row_size(wtype, n)) == BT_OK);
+        }
     }
+    free(qdata);
     ck_assert_msg(bt_gguf_writer_finish(w, err, sizeof err) == BT_OK, "%s", err);
     free(data);
     free(tt);
     free(ly);
+}
+
+static void write_model_dims(const char *path, bool moe, int n_layer, uint64_t seed, int64_t d, int64_t n_vocab) {
+    write_model_typed(path, moe, n_layer, seed, d, n_vocab, BT_TYPE_F32);
 }
 
 static void write_model(const char *path, bool moe, int n_layer, uint64_t seed) {
@@ -519,9 +535,23 @@ END_TEST
 
 /* --mmap: each rank's weights are used in place in the file's mapping, and
  * the logits are bitwise those of the weights copied onto huge pages. */
+/* Weights copied (and, where the CPU computes, Q8_0 / Q4_0 matrices
+ * repacked for its matmul) and used in place in the file's mapping (plain):
+ * the same logits, bitwise; the repack is used exactly where it applies:
+ * F32 never, Q8_0 / Q4_0 copied always (the models' matrices but
+ * token_embd and the 100-row output come in groups of 16 rows). */
+static const enum bt_type wip_types[3] = {BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
 START_TEST(test_weights_in_place) {
     char path[512];
-    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    const enum bt_type wtype = wip_types[_i];
+    if (wtype == BT_TYPE_F32) {
+        shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    } else {
+        snprintf(path, sizeof path, "%s/moe_%s.gguf", DIR_, bt_type_name(wtype));
+        if (T->rank == 0 && access(path, R_OK) != 0)
+            write_model_typed(path, true, N_LAYER, 78, N_EMBD, N_VOCAB, wtype);
+        ck_assert(T->iface.barrier(T) == BT_OK);
+    }
     enum { N = 12 };
     int32_t tok[N], pos[N], seq[N];
     for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % 64, pos[i] = i, seq[i] = 0;
@@ -535,6 +565,10 @@ START_TEST(test_weights_in_place) {
         if (il1 > il0) {
             ck_assert_uint_gt(st.weight_bytes, 0);
             ck_assert_uint_eq(st.mapped_bytes, run == 1 ? st.weight_bytes : 0);
+            if (run == 1 || wtype == BT_TYPE_F32 || !bt_cpu_weight_repack_available(wtype))
+                ck_assert_uint_eq(st.repacked_bytes, 0);
+            else
+                ck_assert_uint_gt(st.repacked_bytes, st.weight_bytes / 2);
         }
         if (T->rank == 0) {
             const int64_t nv = bt_engine_hparams(e)->n_vocab;
@@ -851,7 +885,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);
-    tcase_add_test(tc, test_weights_in_place);
+    tcase_add_loop_test(tc, test_weights_in_place, 0, 3);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
     tcase_add_test(tc, test_failure_leaves_nothing_behind);

@@ -73,6 +73,28 @@ const char *bt_cpu_error(const bt_cpu *cpu);
 typedef void (*bt_cpu_node_hook)(void *user);
 void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
 
+/* Repacked weights (repack.c).  A quantised weight matrix whose type has a
+ * repacked layout (qtypes.h: Q8_0, Q4_0 where the build has their AVX-512
+ * VNNI kernels) and whose rows come in groups of 16 can hold its bytes
+ * rearranged, 16 rows at a time, for the CPU's matmul (the decode then reads
+ * 16 rows' bytes per vector with no transposition; the results are the same
+ * bits as from the plain rows).  The size and every offset of the tensor stay
+ * as they were.  Such a tensor carries BT_TENSOR_FLAG_REPACKED; only the CPU
+ * backend's MUL_MAT / MUL_MAT_ID read it, as their weights (src[0], whole):
+ * the caller repacks only tensors that nothing else reads and that no other
+ * backend computes with (bt_llm_load_gguf: see there), and the core and the
+ * CPU executor assert that nothing else touches it. */
+bool bt_cpu_weight_repackable(const struct bt_tensor *t);
+/* does this build repack weights of type t at all (its kernels built in)? */
+bool bt_cpu_weight_repack_available(enum bt_type t);
+/* t (repackable, with host data) <- the plain bytes of its type at plain
+ * (bt_nbytes(t) of them, not overlapping t's), repacked; flags t. */
+void bt_cpu_weight_repack(struct bt_tensor *t, const void *plain);
+/* the plain bytes of a repacked t (bt_nbytes(t)) into plain */
+void bt_cpu_weight_unpack(const struct bt_tensor *t, void *plain);
+/* t, or the tensor it views, is repacked */
+bool bt_cpu_weight_is_repacked(const struct bt_tensor *t);
+
 /* Measured machine figures for benchmarks: streaming-read bandwidth in
  * bytes/s over `bytes` (>= 1 GiB recommended) with n_threads; FMA peak in
  * FLOP/s of n_threads cores (independent FMA chains). */

@@ -308,6 +308,7 @@ struct mm_plan {
 
     /* quantised weights: b's columns quantised, in b's column order */
     const struct bt_cpu_qtype *qt;
+    bool repacked; /* a's bytes in qt's repacked layout (repack.c) */
     const char *qbuf;
     size_t qcb; /* bytes per column */
 };
@@ -346,7 +347,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     /* tmp: a converted A panel (GEMM), one converted row (reference) or the
      * dot path's columns as BF16 pairs */
     int64_t tmp = (int64_t)MR * BT_MM_KC;
-    if (k > tmp) tmp = k;
+    /* (reference path: a row as floats, and a repacked row's plain bytes) */
+    if (k + (int64_t)(a->nb[1] / sizeof(float)) + 1 > tmp) tmp = k + (int64_t)(a->nb[1] / sizeof(float)) + 1;
     if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
     /* or an odd k's last block of BF16 rows as pairs (pack_a_bf16) */
     const int64_t bkp = ((k < BT_MM_BF16_KC ? k : BT_MM_BF16_KC) + 1) / 2;
@@ -497,6 +499,17 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
                   float *const *dcols, int64_t r0, int64_t r1, void *panel, struct mm_claim *cl) {
     const struct bt_cpu_qtype *qt = pl->qt;
     const int64_t k = pl->k;
+    if (pl->repacked) {
+        /* groups of 16 rows (r0 a multiple of UNIT_ROWS, m of 16): every
+         * column against each group as it stands */
+        BT_ASSERT(r0 % BT_CPU_PANEL_ROWS == 0 && r1 % BT_CPU_PANEL_ROWS == 0);
+        for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
+            const void *next = a + (size_t)(r + BT_CPU_PANEL_ROWS) * pl->a_nb1;
+            if (r + BT_CPU_PANEL_ROWS >= r1 && !claim_next(pl, cl, 1, &next)) next = NULL;
+            qt->rgemm(k, a + (size_t)r * pl->a_nb1, next, acts, ncols, dcols, r);
+        }
+        return;
+    }
     if (qt->gemm && ncols >= qt->gemm_min_cols) {
         /* the entry's packed GEMM: a panel of rows packed once, every column against it */
         for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
@@ -1048,11 +1061,20 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
 
 /* ---- reference kernels --------------------------------------------------------- */
 
-/* d[:, j] = a x b[:, j] for rows [r0, r1), converting each a row with bt_row_to_f32. */
-static void ref_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, const float *b,
+/* d[:, j] = a x b[:, j] for rows [r0, r1), converting each a row with
+ * bt_row_to_f32 (row: k floats, then room for one row of a's bytes, where a
+ * repacked row is unpacked first). */
+static void ref_rows(enum bt_type type, bool repacked, const char *a, size_t a_nb1, int64_t k, const float *b,
                      float *d, int64_t r0, int64_t r1, float *row) {
     for (int64_t i = r0; i < r1; i++) {
-        bt_row_to_f32(type, a + (size_t)i * a_nb1, row, k);
+        const char *ai = a + (size_t)i * a_nb1;
+        if (repacked) {
+            void *plain = row + k;
+            bt_cpu_qtype_of(type)->unpack_row(k, a + (size_t)(i / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS) * a_nb1,
+                                              (int)(i % BT_CPU_PANEL_ROWS), plain);
+            ai = plain;
+        }
+        bt_row_to_f32(type, ai, row, k);
         float sum = 0.0f;
         for (int64_t kk = 0; kk < k; kk++) sum += row[kk] * b[kk];
         d[i] = sum;
@@ -1072,7 +1094,7 @@ static void ref_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d, floa
                                                   (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3]);
                 float *dc = (float *)((char *)d->data + (size_t)j * d->nb[1] +
                                       (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3]);
-                ref_rows(a->type, a0, a->nb[1], a->ne[0], bc, dc, r0, r1, row);
+                ref_rows(a->type, bt_cpu_weight_is_repacked(a), a0, a->nb[1], a->ne[0], bc, dc, r0, r1, row);
             }
 }
 
@@ -1118,6 +1140,8 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
     pl.qt = bt_cpu_qtype_of(a->type);
+    pl.repacked = bt_cpu_weight_is_repacked(a);
+    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
     if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
@@ -1156,7 +1180,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
                                                   (size_t)(e % b->ne[1]) * b->nb[1] +
                                                   (size_t)t * b->nb[2]);
                 float *dc = (float *)((char *)d->data + (size_t)e * d->nb[1] + (size_t)t * d->nb[2]);
-                ref_rows(as->type, (const char *)as->data + (size_t)id * as->nb[2], as->nb[1],
+                ref_rows(as->type, bt_cpu_weight_is_repacked(as), (const char *)as->data + (size_t)id * as->nb[2], as->nb[1],
                          as->ne[0], bc, dc, r0, r1, row);
             }
         return;
@@ -1189,6 +1213,8 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.offs = offs;
     pl.pairs = pairs;
     pl.qt = bt_cpu_qtype_of(as->type);
+    pl.repacked = bt_cpu_weight_is_repacked(as);
+    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
     if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }

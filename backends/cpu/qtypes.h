@@ -72,6 +72,17 @@ typedef void (*bt_cpu_qpack_fn)(int64_t k, const void *const *w_rows, void *pane
 typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const *acts, int64_t ncols,
                                 float *const *dcols, int64_t row0, int nrows);
 
+/* Optional repacked weights (repack.c: bt_cpu_weight_repack, at load): a
+ * group of BT_CPU_PANEL_ROWS consecutive rows rearranged in the bytes they
+ * occupy (so offsets, sizes and expert slices do not change) for rgemm,
+ * which computes the group's 16 rows for every column, each element the
+ * bits of vec_dot on the plain row (next: the group the caller goes to
+ * next, a prefetch hint, may be NULL). */
+typedef void (*bt_cpu_repack_fn)(int64_t k, const void *rows, void *group);
+typedef void (*bt_cpu_unpack_row_fn)(int64_t k, const void *group, int r, void *row);
+typedef void (*bt_cpu_rgemm_fn)(int64_t k, const void *group, const void *next, const void *const *acts,
+                                int64_t ncols, float *const *dcols, int64_t row0);
+
 struct bt_cpu_qtype {
     const char *act_name;                 /* the activation format, for messages */
     size_t (*act_size)(int64_t k);        /* bytes of one quantised column */
@@ -87,6 +98,13 @@ struct bt_cpu_qtype {
     size_t (*panel_size)(int64_t k);
     bt_cpu_qpack_fn pack;
     bt_cpu_qgemm_fn gemm;
+    /* optional repacked layout: repack (16 plain rows -> a group) and
+     * unpack_row (row r of a group, plain) where the type has a layout,
+     * rgemm where this build has its kernels (weights are repacked only
+     * then); all NULL for none */
+    bt_cpu_repack_fn repack;
+    bt_cpu_unpack_row_fn unpack_row;
+    bt_cpu_rgemm_fn rgemm;
     /* plain C versions, bitwise equal to quantize_act and vec_dot (the tests
      * compare them) */
     bt_cpu_quantize_act_fn quantize_act_ref;

@@ -28,7 +28,21 @@
  *   - GEMM (AVX-512 VNNI, BT_I8_GEMM_MIN_COLS columns and more): 16 rows packed
  *     once per call, a lane per row (4 bytes of a block per lane, 8 vectors
  *     per block, the rows' scales beside them); vpdpbusd with 4 activation
- *     bytes broadcast, 8 per block, into I, then the float step.
+ *     bytes broadcast, 8 per block, into I, then the float step;
+ *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
+ *     GEMM's panel order kept in the weights themselves, so the decode and
+ *     the prompt both run the GEMM's loop on them with no packing (below).
+ *
+ * Repacked layout (a group of 16 consecutive rows, the same bytes as the 16
+ * plain rows: 16 * row bytes; bs = 34 (Q8_0) or 18 (Q4_0), V = 8 or 4):
+ *   per pair of blocks b, b+1 (b even), at (b / 2) * 32 * bs:
+ *     64 bytes  the 16 rows' fp16 scales of block b, then of block b+1
+ *     V * 64    block b:   vector v, lane r (4 bytes): row r's
+ *     V * 64    block b+1:   Q8_0 qs[4v .. 4v+3] + 128 (unsigned),
+ *                            Q4_0 qs[4v .. 4v+3] as they are (low nibbles
+ *                            elements 4v.., high nibbles 16+4v.., + 8)
+ *   an odd nblk's last block: its 32 bytes of scales, then its V vectors.
+ * With an even nblk and a 64-byte aligned tensor every vector is aligned.
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
 #include "qtypes.h"
@@ -120,6 +134,68 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
 }
 static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
 static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
+
+/* ---- repacked layout (header): plain C both ways ---------------------------- */
+
+#define RP_ROWS 16
+
+/* offsets in a group of block b's 16 scales and of its vectors */
+static inline void rp_offsets(const bool q8, int64_t nblk, int64_t b, size_t *sc, size_t *vec) {
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0), vb = (q8 ? 8 : 4) * 64;
+    const size_t base = (size_t)(b / 2) * 2 * RP_ROWS * bs;
+    if (b % 2 == 1) {
+        *sc = base + 32;
+        *vec = base + 64 + vb;
+    } else if (b + 1 < nblk) {
+        *sc = base;
+        *vec = base + 64;
+    } else {
+        *sc = base;
+        *vec = base + 32;
+    }
+}
+
+/* 16 consecutive plain rows -> one group (the same byte count) */
+static void i8_repack(const bool q8, int64_t k, const void *rows, void *group) {
+    const int64_t nblk = k / I8_QK;
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0), rb = (size_t)nblk * bs;
+    const int nq = q8 ? I8_QK : I8_QK / 2; /* quant bytes of a block */
+    uint8_t *g = group;
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t sc, vec;
+        rp_offsets(q8, nblk, b, &sc, &vec);
+        for (int r = 0; r < RP_ROWS; r++) {
+            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
+            memcpy(g + sc + 2 * (size_t)r, blk, 2); /* d */
+            for (int u = 0; u < nq / 4; u++) {
+                const uint32_t x = (uint32_t)bt_cpu_load_i32(blk + 2 + 4 * u) ^ (q8 ? 0x80808080u : 0u);
+                memcpy(g + vec + (size_t)u * 64 + (size_t)r * 4, &x, 4);
+            }
+        }
+    }
+}
+
+/* plain row r (< 16) of a group */
+static void i8_unpack_row(const bool q8, int64_t k, const void *group, int r, void *row) {
+    const int64_t nblk = k / I8_QK;
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const int nq = q8 ? I8_QK : I8_QK / 2;
+    const uint8_t *g = group;
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t sc, vec;
+        rp_offsets(q8, nblk, b, &sc, &vec);
+        uint8_t *blk = (uint8_t *)row + (size_t)b * bs;
+        memcpy(blk, g + sc + 2 * (size_t)r, 2);
+        for (int u = 0; u < nq / 4; u++) {
+            const uint32_t x = (uint32_t)bt_cpu_load_i32(g + vec + (size_t)u * 64 + (size_t)r * 4) ^ (q8 ? 0x80808080u : 0u);
+            memcpy(blk + 2 + 4 * u, &x, 4);
+        }
+    }
+}
+static void repack_q8_0(int64_t k, const void *rows, void *group) { i8_repack(true, k, rows, group); }
+static void repack_q4_0(int64_t k, const void *rows, void *group) { i8_repack(false, k, rows, group); }
+static void unpack_row_q8_0(int64_t k, const void *group, int r, void *row) { i8_unpack_row(true, k, group, r, row); }
+static void unpack_row_q4_0(int64_t k, const void *group, int r, void *row) { i8_unpack_row(false, k, group, r, row); }
 
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
@@ -438,6 +514,91 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
     for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
 }
 
+/* ---- repacked weights: the GEMM's loop straight on the weights -------------- *
+ * Per block and column: I = -off * s, then V vectors of the 16 rows' bytes
+ * each against its 4 activation bytes broadcast (Q4_0: the low nibbles
+ * against elements 4v.., the high ones against 16+4v..), then the float step;
+ * the two blocks of a pair in separate chains. */
+#ifndef BT_RP_PREFETCH
+#define BT_RP_PREFETCH 1024 /* repacked tiles: prefetch distance in bytes */
+#endif
+
+/* I += block b's 16 rows (vectors at w) dotted with column a's block b */
+static inline __attribute__((always_inline)) __m512i rp_block(const bool q8, __m512i I, const uint8_t *w,
+                                                              const int8_t *q) {
+    if (q8) {
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < 8; u++)
+            I = _mm512_dpbusd_epi32(I, _mm512_loadu_si512(w + 64 * u), _mm512_set1_epi32(bt_cpu_load_i32(q + 4 * u)));
+        return I;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < 4; v++) {
+        const __m512i x = _mm512_loadu_si512(w + 64 * v);
+        I = _mm512_dpbusd_epi32(I, _mm512_and_si512(x, m4), _mm512_set1_epi32(bt_cpu_load_i32(q + 4 * v)));
+        I = _mm512_dpbusd_epi32(I, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
+                                _mm512_set1_epi32(bt_cpu_load_i32(q + 16 + 4 * v)));
+    }
+    return I;
+}
+
+/* the lines of [p + ahead, + n) in the group (size gsize), past its end in next */
+static inline void rp_prefetch(const uint8_t *g, size_t gsize, const uint8_t *next, size_t at, size_t n) {
+    for (size_t o = at; o < at + n; o += 64) {
+        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
+        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
+    }
+}
+
+/* 16 rows (group g) x RN columns into dcols[c][row0 .. row0+16) */
+static inline __attribute__((always_inline)) void rp_tile(const bool q8, const int RN, int64_t k, const uint8_t *g,
+                                                          const uint8_t *next, const void *const *acts,
+                                                          float *const *dcols, int64_t row0) {
+    const int off = q8 ? 128 : 8;
+    const int64_t nblk = k / I8_QK;
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0), vb = (q8 ? 8 : 4) * 64;
+    const size_t pair = 2 * RP_ROWS * bs, gsize = (size_t)nblk * RP_ROWS * bs;
+    struct i8col a[8];
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm512_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 1 < nblk; b += 2) {
+        const uint8_t *p = g + (size_t)(b / 2) * pair;
+        if (BT_RP_PREFETCH > 0) rp_prefetch(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair);
+        const __m512i ds = _mm512_loadu_si512(p);
+        const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
+        const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(ds, 1));
+        __m512i I0[8], I1[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            I0[c] = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b]), p + 64, a[c].q + b * I8_QK);
+            I1[c] = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b + 1]), p + 64 + vb, a[c].q + (b + 1) * I8_QK);
+        }
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I0[c]), _mm512_mul_ps(dw0, _mm512_set1_ps(a[c].d[b])), acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I1[c]), _mm512_mul_ps(dw1, _mm512_set1_ps(a[c].d[b + 1])),
+                                     acc[c]);
+        }
+    }
+    if (b < nblk) { /* an odd nblk's last block */
+        const uint8_t *p = g + (size_t)(b / 2) * pair;
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            const __m512i I = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b]), p + 32, a[c].q + b * I8_QK);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm512_storeu_ps(dcols[c] + row0, acc[c]);
+}
+
 #define I8_DEFS(name, q8)                                                                                        \
     static void dot_##name##_avx512(int64_t k, float *s, const void *w, const void *a) {                          \
         i8_dot1(q8, k, s, w, a);                                                                                   \
@@ -468,6 +629,21 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
             j += 2;                                                                                                \
         }                                                                                                          \
         if (ncols - j >= 1) i8_gemm_tile(q8, 1, k, panel, acts + j, dcols + j, row0, nrows);                     \
+    }                                                                                                              \
+    static void rgemm_##name(int64_t k, const void *group, const void *next, const void *const *acts,            \
+                             int64_t ncols, float *const *dcols, int64_t row0) {                                  \
+        const uint8_t *g = group, *nx = next;                                                                      \
+        int64_t j = 0;                                                                                             \
+        for (; j + 8 <= ncols; j += 8) rp_tile(q8, 8, k, g, nx, acts + j, dcols + j, row0);                       \
+        if (ncols - j >= 4) {                                                                                      \
+            rp_tile(q8, 4, k, g, nx, acts + j, dcols + j, row0);                                                  \
+            j += 4;                                                                                                \
+        }                                                                                                          \
+        if (ncols - j >= 2) {                                                                                      \
+            rp_tile(q8, 2, k, g, nx, acts + j, dcols + j, row0);                                                  \
+            j += 2;                                                                                                \
+        }                                                                                                          \
+        if (ncols - j >= 1) rp_tile(q8, 1, k, g, nx, acts + j, dcols + j, row0);                                  \
     }
 I8_DEFS(q8_0, true)
 I8_DEFS(q4_0, false)
@@ -479,11 +655,13 @@ I8_DEFS(q4_0, false)
 #define I8_GEMM(name) BT_I8_GEMM_MIN_COLS, i8_panel_size, qpack_##name, qgemm_##name
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
+#define I8_REPACK(name) repack_##name, unpack_row_##name, rgemm_##name
 #else
 #define I8_TILES(name) {{0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_ref
+#define I8_REPACK(name) repack_##name, unpack_row_##name, NULL /* the layout, no kernels: not used */
 #endif
 
 /* ---- qtypes.h entries ------------------------------------------------------------- */
@@ -496,6 +674,7 @@ I8_DEFS(q4_0, false)
         /* .vec_dot          = */ FAST(name),                                     \
         /* .tiles            = */ I8_TILES(name),                                 \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ I8_GEMM(name),          \
+        /* .repack, .unpack_row, .rgemm = */ I8_REPACK(name),                     \
         /* .quantize_act_ref = */ i8_quantize_ref,                                \
         /* .vec_dot_ref      = */ dot_##name##_ref,                               \
     }

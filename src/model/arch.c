@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "arch_impl.h"
+#include "cpu.h"
 
 /* ---- the table: one entry per architecture ------------------------------------ */
 
@@ -329,11 +330,21 @@ static bool usable_in_place(struct bt_gguf *g, const struct bt_gguf_tensor *ft, 
     return buft == bt_cpu_buffer_type() && p % 32 == 0 && ft->size > 0;
 }
 
+/* May weight t (entry e) be repacked for the CPU's matmul?  Only what no op
+ * but MUL_MAT / MUL_MAT_ID reads, as its weights: every matrix of the
+ * architectures (llm.c) but token_embd, which GET_ROWS reads (and which is
+ * the output projection too when the output is tied); vectors (norms,
+ * biases) are F32 and never repackable.  cpu.c asserts the rule at run time. */
+static bool repack_this(const struct bt_arch_tensor *e, const struct bt_tensor *t) {
+    return !e->vector && strcmp(e->name, "token_embd.weight") != 0 && bt_cpu_weight_repackable(t);
+}
+
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                struct bt_llm **out, char *err, size_t n_err) {
+                                bool repack, struct bt_llm **out, char *err, size_t n_err) {
     *out = NULL;
     const char *path = bt_gguf_path(g);
     if (!buft) buft = bt_cpu_buffer_type();
+    BT_ASSERT(!repack || buft == bt_cpu_buffer_type());
     struct bt_llm *m = calloc(1, sizeof *m);
     struct bt_arch_tensor *tt = NULL;
     enum bt_status st;
@@ -407,7 +418,16 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
             struct bt_tensor *t = bt_context_tensor(m->wctx, i);
             const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
             if (!t->buffer) continue;
-            bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+            const struct bt_arch_tensor *e = NULL;
+            for (int j = 0; j < nt && !e; j++)
+                if (*tt[j].slot == t) e = &tt[j];
+            BT_ASSERT(e != NULL);
+            if (repack && repack_this(e, t)) {
+                bt_cpu_weight_repack(t, bt_gguf_tensor_data(g, ft));
+                m->repacked_bytes += ft->size;
+            } else {
+                bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
+            }
             bt_gguf_tensor_release(g, ft);
         }
     }
@@ -427,7 +447,7 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
     struct bt_gguf *g = NULL;
     enum bt_status st = bt_gguf_open(path, &g, err, n_err);
     if (st != BT_OK) return st;
-    st = bt_llm_load_gguf(g, il0, il1, NULL, false, out, err, n_err);
+    st = bt_llm_load_gguf(g, il0, il1, NULL, false, false, out, err, n_err);
     if (st != BT_OK) {
         bt_gguf_close(g);
         return st;
@@ -457,3 +477,4 @@ const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il) {
 }
 size_t bt_llm_weight_bytes(const struct bt_llm *m) { return (m->wbuf ? bt_buffer_get_size(m->wbuf) : 0) + m->mapped_bytes; }
 size_t bt_llm_mapped_bytes(const struct bt_llm *m) { return m->mapped_bytes; }
+size_t bt_llm_repacked_bytes(const struct bt_llm *m) { return m->repacked_bytes; }

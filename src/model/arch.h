@@ -91,9 +91,13 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
  * on huge pages; a device's buffer type uploads them), and the file's pages
  * they came from leave the process's memory.  in_place: CPU weights whose
  * bytes in the mapping are aligned are used there in place, not copied (less
- * memory while loading, a faster start; a slower decode on 4 KiB pages). */
+ * memory while loading, a faster start; a slower decode on 4 KiB pages).
+ * repack (only for a model the CPU backend alone computes with, buft the
+ * CPU's): the copied weight matrices that only matmuls read are repacked
+ * for the CPU's matmul where their type and shape allow
+ * (bt_cpu_weight_repack; the same results, a faster decode). */
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                struct bt_llm **out, char *err, size_t n_err);
+                                bool repack, struct bt_llm **out, char *err, size_t n_err);
 /* Every check bt_llm_load makes (architecture, hyperparameters, every
  * tensor's name, shape and type) without allocating any weight; the
  * architecture and hyperparameters into *arch, *h. */
@@ -112,6 +116,8 @@ const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
  * place in the file's mapping. */
 size_t bt_llm_weight_bytes(const struct bt_llm *m);
 size_t bt_llm_mapped_bytes(const struct bt_llm *m);
+/* of those, repacked for the CPU's matmul (bt_llm_load_gguf's repack) */
+size_t bt_llm_repacked_bytes(const struct bt_llm *m);
 
 /* KV cache config for this model's range. */
 void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,

@@ -29,6 +29,7 @@ struct bt_llm {
     bt_context *wctx;            /* no_alloc: weight metadata */
     bt_buffer_t wbuf;            /* the weights copied (NULL when every one is used in place) */
     size_t mapped_bytes;         /* weights used in place in the file's mapping */
+    size_t repacked_bytes;       /* weights repacked for the CPU's matmul */
     struct bt_gguf *own_gguf;    /* bt_llm_load's file, closed with the model */
 };
 

@@ -524,7 +524,10 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         char lerr[900];
         if (il1 > il0) {
             bt_buffer_type_t buft = bt_backend_get_default_buffer_type(r->backend);
-            st = bt_llm_load_gguf(e->g, il0, il1, buft, q->mmap, &e->m, lerr, sizeof lerr);
+            /* repacked for the CPU's matmul where the CPU computes (the rank's
+             * one backend), the same results */
+            st = bt_llm_load_gguf(e->g, il0, il1, buft, q->mmap, bt_backend_is_cpu(r->backend), &e->m, lerr,
+                                  sizeof lerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
         }
         struct bt_kv_config kc;
@@ -562,6 +565,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
         if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
+        if (e->m) e->stats.repacked_bytes = bt_llm_repacked_bytes(e->m);
         if (e->kv) e->stats.kv_bytes = bt_kv_bytes(e->kv);
     }
     AGREE();

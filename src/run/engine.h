@@ -129,6 +129,7 @@ struct bt_engine_stats {
     uint64_t bytes_sent, bytes_received;
     size_t weight_bytes, kv_bytes, compute_bytes;
     size_t mapped_bytes;         /* of weight_bytes: used in place in the file's mapping */
+    size_t repacked_bytes;       /* of weight_bytes: repacked for the CPU's matmul (bt_llm_load_gguf) */
     size_t peak_rss;             /* bytes, from getrusage */
     size_t buffer_bytes;         /* the engine's own message buffers: sends, answers, the stage's input */
 };

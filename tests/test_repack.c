@@ -1,0 +1,225 @@
+/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 weights (cpu.h,
+ * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
+ * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
+ * several experts, 1 and 2 threads, the reference kernels), its bytes
+ * unpack to the plain ones, only tensors with a layout and whole groups of
+ * 16 rows are repacked, and nothing but the matmul may read one. */
+#include <signal.h>
+#include <string.h>
+
+#include "backend.h"
+#include "testutil.h"
+
+static const enum bt_type rp_types[2] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0};
+
+/* a repacked copy of w (same shape, in ctx) */
+static struct bt_tensor *repacked_copy(bt_context *ctx, const struct bt_tensor *w) {
+    struct bt_tensor *r = bt_new_tensor(ctx, w->type, 4, w->ne);
+    TU_OK(ctx, r);
+    ck_assert(bt_cpu_weight_repackable(r));
+    bt_cpu_weight_repack(r, w->data);
+    ck_assert(bt_cpu_weight_is_repacked(r));
+    return r;
+}
+
+/* MUL_MAT: k (blocks even, odd, the model's 2048) x m rows x n columns, the
+ * plain and the repacked weights in one graph, 1 and 2 threads */
+static const int64_t mm_k[] = {64, 96, 2048};
+static const int64_t mm_m[] = {16, 48, 160};
+static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
+
+START_TEST(test_mul_mat_bitwise) {
+    const enum bt_type type = rp_types[_i % 2];
+    const int64_t k = mm_k[(_i / 2) % 3], m = mm_m[(_i / 6) % 3];
+    bt_context *ctx = tu_ctx(64);
+    tu_rng r;
+    tu_rng_init(&r, 900 + (uint64_t)_i);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, k, m);
+    TU_OK(ctx, w);
+    tu_fill(w, &r);
+    if (!bt_cpu_weight_repackable(w)) { /* a build without the kernels: nothing is repacked */
+        ck_assert(!bt_cpu_weight_repack_available(type));
+        bt_free(ctx);
+        return;
+    }
+    struct bt_tensor *wr = repacked_copy(ctx, w);
+    /* the bytes moved (a repack that copied would pass every comparison) */
+    ck_assert(memcmp(w->data, wr->data, bt_nbytes(w)) != 0);
+    void *back = malloc(bt_nbytes(w));
+    bt_cpu_weight_unpack(wr, back);
+    ck_assert_mem_eq(back, w->data, bt_nbytes(w));
+    free(back);
+    for (size_t ni = 0; ni < sizeof mm_n / sizeof mm_n[0]; ni++) {
+        const int64_t n = mm_n[ni];
+        struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, n);
+        TU_OK(ctx, x);
+        tu_fill(x, &r);
+        struct bt_tensor *outs[2] = {bt_mul_mat(ctx, w, x), bt_mul_mat(ctx, wr, x)};
+        TU_OK(ctx, outs[0]);
+        TU_OK(ctx, outs[1]);
+        struct bt_graph *g = tu_graph(ctx, outs, 2);
+        for (int nt = 1; nt <= 2; nt++) {
+            memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            ck_assert_msg(memcmp(outs[0]->data, outs[1]->data, bt_nbytes(outs[0])) == 0,
+                          "%s k %lld m %lld n %lld threads %d: repacked differs from plain", bt_type_name(type),
+                          (long long)k, (long long)m, (long long)n, nt);
+        }
+    }
+    bt_free(ctx);
+}
+END_TEST
+
+/* MUL_MAT_ID: 6 experts of 48 rows, 1, 3 and 17 tokens choosing 2 each,
+ * activations broadcast to the slots (gate, up) or one per slot (down) */
+START_TEST(test_mul_mat_id_bitwise) {
+    const enum bt_type type = rp_types[_i % 2];
+    const int64_t k = _i / 2 ? 96 : 2048, m = 48, E = 6, U = 2;
+    const int64_t toks[3] = {1, 3, 17};
+    bt_context *ctx = tu_ctx(64);
+    tu_rng r;
+    tu_rng_init(&r, 1700 + (uint64_t)_i);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, type, k, m, E);
+    TU_OK(ctx, as);
+    tu_fill(as, &r);
+    if (!bt_cpu_weight_repackable(as)) {
+        bt_free(ctx);
+        return;
+    }
+    struct bt_tensor *ar = repacked_copy(ctx, as);
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t nb = 1; nb <= U; nb += U - 1) {
+            const int64_t T = toks[ti];
+            struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, nb, T);
+            struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, U, T);
+            TU_OK(ctx, b);
+            TU_OK(ctx, ids);
+            tu_fill(b, &r);
+            for (int64_t t = 0; t < T; t++) { /* two distinct experts per token */
+                const int32_t e0 = (int32_t)tu_rng_int(&r, E);
+                ((int32_t *)ids->data)[t * U] = e0;
+                ((int32_t *)ids->data)[t * U + 1] = (int32_t)((e0 + 1 + tu_rng_int(&r, E - 1)) % E);
+            }
+            struct bt_tensor *outs[2] = {bt_mul_mat_id(ctx, as, b, ids), bt_mul_mat_id(ctx, ar, b, ids)};
+            TU_OK(ctx, outs[0]);
+            TU_OK(ctx, outs[1]);
+            struct bt_graph *g = tu_graph(ctx, outs, 2);
+            for (int nt = 1; nt <= 2; nt++) {
+                memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
+                ck_assert_int_eq(tu_run(g, nt), BT_OK);
+                ck_assert_msg(memcmp(outs[0]->data, outs[1]->data, bt_nbytes(outs[0])) == 0,
+                              "%s k %lld tokens %lld n_b %lld threads %d: repacked differs from plain",
+                              bt_type_name(type), (long long)k, (long long)T, (long long)nb, nt);
+            }
+        }
+    bt_free(ctx);
+}
+END_TEST
+
+/* the reference kernels (bt_cpu_set_reference) read a repacked row as the
+ * plain one */
+START_TEST(test_reference_path) {
+    const enum bt_type type = rp_types[_i];
+    bt_context *ctx = tu_ctx(16);
+    tu_rng r;
+    tu_rng_init(&r, 31 + (uint64_t)_i);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, 96, 32);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, type, 96, 32, 3);
+    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 96, 5);
+    struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 5);
+    TU_OK(ctx, w);
+    TU_OK(ctx, as);
+    TU_OK(ctx, x);
+    TU_OK(ctx, ids);
+    tu_fill(w, &r);
+    tu_fill(as, &r);
+    tu_fill(x, &r);
+    tu_fill_ids(ids, &r, 3);
+    if (!bt_cpu_weight_repackable(w)) {
+        bt_free(ctx);
+        return;
+    }
+    struct bt_tensor *xb = bt_reshape_3d(ctx, x, 96, 1, 5);
+    struct bt_tensor *outs[4] = {bt_mul_mat(ctx, w, x), bt_mul_mat(ctx, repacked_copy(ctx, w), x),
+                                 bt_mul_mat_id(ctx, as, xb, ids), bt_mul_mat_id(ctx, repacked_copy(ctx, as), xb, ids)};
+    for (int i = 0; i < 4; i++) TU_OK(ctx, outs[i]);
+    struct bt_graph *g = tu_graph(ctx, outs, 4);
+    bt_cpu *cpu = bt_cpu_new(2);
+    ck_assert_ptr_nonnull(cpu);
+    bt_cpu_set_reference(cpu, true);
+    ck_assert_int_eq(bt_cpu_graph_compute(cpu, g), BT_OK);
+    bt_cpu_free(cpu);
+    ck_assert_mem_eq(outs[0]->data, outs[1]->data, bt_nbytes(outs[0]));
+    ck_assert_mem_eq(outs[2]->data, outs[3]->data, bt_nbytes(outs[2]));
+    bt_free(ctx);
+}
+END_TEST
+
+/* which tensors can be repacked: Q8_0 and Q4_0 (where the build has the
+ * kernels), whole groups of 16 rows, whole tensors */
+START_TEST(test_repackable) {
+    bt_context *ctx = tu_ctx(4);
+    const bool have = bt_cpu_weight_repack_available(BT_TYPE_Q8_0);
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_0));
+    struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
+    struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);
+    struct bt_tensor *odd = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 24);
+    struct bt_tensor *k4 = bt_new_tensor_2d(ctx, BT_TYPE_Q4_K, 256, 32);
+    struct bt_tensor *f = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 32);
+    struct bt_tensor *v = bt_view_2d(ctx, q8, 64, 16, q8->nb[1], 0);
+    ck_assert(bt_cpu_weight_repackable(q8) == have);
+    ck_assert(bt_cpu_weight_repackable(q4) == have);
+    ck_assert(!bt_cpu_weight_repackable(odd));
+    ck_assert(!bt_cpu_weight_repackable(k4));
+    ck_assert(!bt_cpu_weight_repackable(f));
+    ck_assert(!bt_cpu_weight_repackable(v));
+    ck_assert(!bt_cpu_weight_is_repacked(q8));
+    bt_free(ctx);
+}
+END_TEST
+
+/* Only the matmul reads a repacked tensor, as its weights: any other op
+ * (GET_ROWS here), or a matmul that takes it as activations, is a broken
+ * invariant (abort), as is bt_tensor_get on it. */
+static struct bt_tensor *abort_setup(bt_context **pctx) {
+    bt_context *ctx = *pctx = tu_ctx(4);
+    tu_rng r;
+    tu_rng_init(&r, 5);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
+    tu_fill(w, &r);
+    if (!bt_cpu_weight_repackable(w)) raise(SIGABRT); /* nothing to test: let the test pass */
+    return repacked_copy(ctx, w);
+}
+
+START_TEST(test_get_rows_aborts) {
+    bt_context *ctx;
+    struct bt_tensor *wr = abort_setup(&ctx);
+    struct bt_tensor *rows = bt_new_tensor_1d(ctx, BT_TYPE_I32, 2);
+    memset(rows->data, 0, bt_nbytes(rows));
+    struct bt_tensor *out = bt_get_rows(ctx, wr, rows);
+    TU_OK(ctx, out);
+    tu_run(tu_graph(ctx, &out, 1), 1);
+}
+END_TEST
+
+START_TEST(test_tensor_get_aborts) {
+    bt_context *ctx;
+    struct bt_tensor *wr = abort_setup(&ctx);
+    char buf[64];
+    bt_tensor_get(wr, buf, 0, sizeof buf);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("repack");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 18);
+    tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 4);
+    tcase_add_loop_test(tc, test_reference_path, 0, 2);
+    tcase_add_test(tc, test_repackable);
+    tcase_add_test_raise_signal(tc, test_get_rows_aborts, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_tensor_get_aborts, SIGABRT);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
