@@ -4,7 +4,11 @@
  * at fault and broadcasts the exit code. */
 #include "agree.h"
 
+#include "common.h"
+#include "signals.h"
 #include "run/bringup.h"
+
+#include <limits.h>
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -152,10 +156,24 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
     return false;
 }
 
+void bt_cli_rank_end(struct bt_rank *R, int rc) {
+    if (rc != 0) bt_cli_signals_ending();
+    bt_rank_free(R);
+}
+
 int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,
                       const struct bt_cli_agree_item *items, int n_items, char *err, size_t n_err) {
     err[0] = '\0';
     if (!prc && R->have_topo && bt_topology_check_world(&R->topo, R->size, perr, n_perr) != BT_OK) prc = 1;
+    /* a CPU rank's threads from the topology, against this node's cores (a
+     * --threads given on the command line was checked when it was parsed) */
+    if (!prc && c->threads == 0 && R->have_topo && R->topo.n_ranks == R->size) {
+        const struct bt_topo_rank *tr = bt_topology_rank(&R->topo, R->rank);
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s:%d:%d: rank %d: threads", c->topology, tr->threads_pos.line,
+                 tr->threads_pos.col, R->rank);
+        if (tr->backend == BT_TOPO_BACKEND_CPU && !bt_cli_threads_check(tr->threads, what, perr, n_perr)) prc = 1;
+    }
     const int rc = bt_cli_agree(R->t, c->prog, prc, perr, items, n_items);
     if (rc != 0) return rc;
     if (bt_rank_setup(R, c) != BT_OK) {

@@ -63,6 +63,10 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
  * bt_rank_setup.  0 when all went through; else the exit code, with
  * bt_rank_setup's message in err[n_err] (for rank 0 to print) or err empty
  * (bt_cli_agree printed it). */
+/* The end of a subcommand that started ranks: bt_rank_free (MPI finalised),
+ * after bt_cli_signals_ending when rc says the run failed. */
+void bt_cli_rank_end(struct bt_rank *R, int rc);
+
 int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc, char *perr, size_t n_perr,
                       const struct bt_cli_agree_item *items, int n_items, char *err, size_t n_err);
 

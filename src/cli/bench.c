@@ -179,8 +179,8 @@ static int time_rows(const struct bench_opts *o, const struct machine *mc, struc
  * n_copies independent mul_mats, each with its own copy of the weights, so
  * that one run touches more than BENCH_STREAM_BYTES of weights and they are
  * read from memory, not from a last-level cache that could hold one copy
- * (this machine's L3 is 260 MB).  Returns 0, or 1 on an allocation / compute
- * failure. */
+ * (32 MiB on this machine; BENCH_STREAM_BYTES is well above any).
+ * Returns 0, or 1 on an allocation / compute failure. */
 static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, enum bt_type type,
                          int64_t m, int64_t n, int64_t k, int reps, bool each) {
     const size_t wsize = bt_row_size(type, k) * (size_t)m;

@@ -421,6 +421,6 @@ out:
     free(res[0].ts);
     free(res[1].ts);
     bt_engine_close(e);
-    bt_rank_free(&R);
+    bt_cli_rank_end(&R, rc);
     return rc;
 }

@@ -426,14 +426,6 @@ int bt_cli_demo(int argc, char **argv) {
     }
     if (o.copies == 0) o.copies = R.have_topo ? R.topo.pipeline.micro_batches : 2;
     if (o.copies > BT_SCHED_MAX_COPIES) o.copies = BT_SCHED_MAX_COPIES;
-    /* a topology for another number of ranks: bt_cli_rank_agree says so */
-    if (!prc && o.threads == 0 && R.have_topo && R.topo.n_ranks == P) {
-        const struct bt_topo_rank *tr = bt_topology_rank(&R.topo, rank);
-        char what[PATH_MAX + 64];
-        snprintf(what, sizeof what, "%s:%d:%d: rank %d: threads", o.topology, tr->threads_pos.line,
-                 tr->threads_pos.col, rank);
-        if (tr->backend == BT_TOPO_BACKEND_CPU && !bt_cli_threads_check(tr->threads, what, perr, sizeof perr)) prc = 1;
-    }
     struct bt_cli_agree_item items[DEMO_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == DEMO_AGREE_ITEMS);
@@ -536,6 +528,6 @@ out:
     bt_dist_free(d); /* before the graph's context */
     bt_free(gctx);
     bt_model_free(model);
-    bt_rank_free(&R); /* device transport, backend, topology, MPI */
+    bt_cli_rank_end(&R, rc); /* device transport, backend, topology, MPI */
     return rc;
 }

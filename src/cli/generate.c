@@ -836,6 +836,6 @@ out:
     bt_tokenizer_free(tok);
     bt_engine_close(e);
     free_prompts(prompts, n_prompts);
-    bt_rank_free(&R);
+    bt_cli_rank_end(&R, rc);
     return rc;
 }

@@ -289,7 +289,7 @@ int bt_cli_serve(int argc, char **argv) {
     int rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) {
         if (rank == 0 && err[0]) fprintf(stderr, "%s\n", err);
-        bt_rank_free(&R);
+        bt_cli_rank_end(&R, rc);
         return rc;
     }
     struct bt_engine_params ep;
@@ -302,7 +302,7 @@ int bt_cli_serve(int argc, char **argv) {
     struct bt_engine *e = NULL;
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         if (rank == 0) fprintf(stderr, "baton serve: %s\n", err);
-        bt_rank_free(&R);
+        bt_cli_rank_end(&R, 1);
         return 1;
     }
     if (rank == 0) {
@@ -315,6 +315,6 @@ int bt_cli_serve(int argc, char **argv) {
         }
     }
     bt_engine_close(e);
-    bt_rank_free(&R);
+    bt_cli_rank_end(&R, rc);
     return rc;
 }

@@ -29,6 +29,7 @@ static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
 #define N_CAUGHT (sizeof caught / sizeof caught[0])
 static char messages[N_CAUGHT][192]; /* written before the handlers go in */
 static int linger;                    /* several ranks: wait before ending */
+static volatile sig_atomic_t ending;  /* bt_cli_signals_ending: no line */
 #define LINGER_S 3 /* longer than mpirun's default 1 s grace period */
 
 static void on_signal(int sig) {
@@ -41,13 +42,13 @@ static void on_signal(int sig) {
         sigemptyset(&dfl.sa_mask);
         sigaction(caught[i], &dfl, NULL);
     }
-    for (size_t i = 0; i < N_CAUGHT; i++) {
+    for (size_t i = 0; i < N_CAUGHT && !ending; i++) {
         if (caught[i] != sig) continue;
         /* write(2) is async-signal-safe; stdio is not */
         ssize_t k = write(STDERR_FILENO, messages[i], strlen(messages[i]));
         (void)k;
     }
-    if (linger) {
+    if (linger && !ending) {
         /* nanosleep is async-signal-safe */
         struct timespec left = {LINGER_S, 0};
         int saved = errno;
@@ -73,3 +74,5 @@ void bt_cli_signals_install(const char *prog, int rank) {
         sigaction(caught[i], &sa, NULL);
     }
 }
+
+void bt_cli_signals_ending(void) { ending = 1; }

@@ -7,4 +7,10 @@
  * once MPI has started (MPI may install handlers of its own). */
 void bt_cli_signals_install(const char *prog, int rank);
 
+/* The rank is on its way out after an error it or rank 0 has reported: a
+ * signal from here on ends it without the line (mpirun sends SIGTERM to the
+ * ranks still in their teardown once the first one exits non-zero, and
+ * "stopped by SIGTERM" would be a second, false, explanation). */
+void bt_cli_signals_ending(void);
+
 #endif
