@@ -533,8 +533,8 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
     float *w = scratch(p, dst);
     /* a repacked table (cpu.h; a tied output's token_embd): the row
      * unpacked from its group of 16 first */
-    const struct bt_cpu_qtype *rp = bt_cpu_weight_is_repacked(a) ? bt_cpu_qtype_of(a->type) : NULL;
-    BT_ASSERT(!rp || (!a->view_src && rp->unpack_row));
+    const bool rp = bt_cpu_weight_is_repacked(a);
+    BT_ASSERT(!rp || !a->view_src);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -543,8 +543,8 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
         const int64_t id = ids_at(ids, i1, i2, i3);
         const char *rs = row_ptr(a, id, i2, i3);
         if (rp) {
-            rp->unpack_row(n0, row_ptr(a, id / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS, i2, i3),
-                           (int)(id % BT_CPU_PANEL_ROWS), w + n0);
+            bt_cpu_rp_unpack_row(a->type, n0, row_ptr(a, id / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS, i2, i3),
+                                 (int)(id % BT_CPU_PANEL_ROWS), w + n0);
             rs = (const char *)(w + n0);
         }
         char *rd = row_ptr(dst, i1, i2, i3);
