@@ -1,8 +1,8 @@
 /* test_repack.c - the CPU's repacked Q8_0 / Q4_0 weights (cpu.h,
  * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
- * several experts, 1 and 2 threads, the reference kernels), its bytes
- * unpack to the plain ones, only tensors with a layout and whole groups of
+ * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
+ * bytes unpack to the plain ones, only tensors with a layout and whole groups of
  * 16 rows are repacked, and nothing but the matmul may read one. */
 #include <signal.h>
 #include <string.h>
@@ -178,9 +178,8 @@ START_TEST(test_repackable) {
 }
 END_TEST
 
-/* Only the matmul reads a repacked tensor, as its weights: any other op
- * (GET_ROWS here), or a matmul that takes it as activations, is a broken
- * invariant (abort), as is bt_tensor_get on it. */
+/* Only the matmul (weights) and GET_ROWS (table) read a repacked tensor,
+ * whole: a view of it is a broken invariant (abort), as is bt_tensor_get. */
 static struct bt_tensor *abort_setup(bt_context **pctx) {
     bt_context *ctx = *pctx = tu_ctx(4);
     tu_rng r;
@@ -191,12 +190,45 @@ static struct bt_tensor *abort_setup(bt_context **pctx) {
     return repacked_copy(ctx, w);
 }
 
-START_TEST(test_get_rows_aborts) {
+/* GET_ROWS reads a repacked table (a tied output's token_embd) as the plain
+ * one: rows of several groups, repeated, 1 and 2 threads */
+START_TEST(test_get_rows) {
+    const enum bt_type type = rp_types[_i];
+    bt_context *ctx = tu_ctx(16);
+    tu_rng r;
+    tu_rng_init(&r, 77 + (uint64_t)_i);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, 96, 64);
+    struct bt_tensor *ids = bt_new_tensor_1d(ctx, BT_TYPE_I32, 9);
+    TU_OK(ctx, w);
+    TU_OK(ctx, ids);
+    tu_fill(w, &r);
+    if (!bt_cpu_weight_repackable(w)) {
+        bt_free(ctx);
+        return;
+    }
+    const int32_t rows[9] = {0, 15, 16, 17, 63, 31, 17, 48, 1};
+    memcpy(ids->data, rows, sizeof rows);
+    struct bt_tensor *outs[2] = {bt_get_rows(ctx, w, ids), bt_get_rows(ctx, repacked_copy(ctx, w), ids)};
+    TU_OK(ctx, outs[0]);
+    TU_OK(ctx, outs[1]);
+    struct bt_graph *g = tu_graph(ctx, outs, 2);
+    for (int nt = 1; nt <= 2; nt++) {
+        memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
+        ck_assert_int_eq(tu_run(g, nt), BT_OK);
+        ck_assert_mem_eq(outs[0]->data, outs[1]->data, bt_nbytes(outs[0]));
+    }
+    bt_free(ctx);
+}
+END_TEST
+
+/* a view of a repacked tensor would address plain rows: any op reading one aborts */
+START_TEST(test_view_aborts) {
     bt_context *ctx;
     struct bt_tensor *wr = abort_setup(&ctx);
+    struct bt_tensor *v = bt_view_2d(ctx, wr, 64, 16, wr->nb[1], 16 * wr->nb[1]);
     struct bt_tensor *rows = bt_new_tensor_1d(ctx, BT_TYPE_I32, 2);
     memset(rows->data, 0, bt_nbytes(rows));
-    struct bt_tensor *out = bt_get_rows(ctx, wr, rows);
+    struct bt_tensor *out = bt_get_rows(ctx, v, rows);
     TU_OK(ctx, out);
     tu_run(tu_graph(ctx, &out, 1), 1);
 }
@@ -218,7 +250,8 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 4);
     tcase_add_loop_test(tc, test_reference_path, 0, 2);
     tcase_add_test(tc, test_repackable);
-    tcase_add_test_raise_signal(tc, test_get_rows_aborts, SIGABRT);
+    tcase_add_loop_test(tc, test_get_rows, 0, 2);
+    tcase_add_test_raise_signal(tc, test_view_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_tensor_get_aborts, SIGABRT);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
