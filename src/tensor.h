@@ -182,7 +182,7 @@ enum bt_tensor_flag {
      * back when it plans the tensor's graph again; not part of a graph's hash */
     BT_TENSOR_FLAG_SCHED = 8,
     /* bytes in the CPU backend's repacked layout (backends/cpu/cpu.h,
-     * bt_cpu_weight_repack): only its matmul reads them; bt_tensor_set,
+     * bt_cpu_weight_repack): only its matmul and GET_ROWS read them; bt_tensor_set,
      * _get, _memset and _copy refuse such a tensor */
     BT_TENSOR_FLAG_REPACKED = 16,
 };

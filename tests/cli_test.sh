@@ -220,10 +220,11 @@ expect 0 "bitwise" "demo --backend cpu" -- mpirun -np 2 "$baton" demo "${small[@
 # model each had their own check and words; serve and demo their own start
 # branch): the topology named, and where it came from
 topo2="$root/configs/local-cpu-2.yaml"
-for sub in demo generate "bench model"; do
+for sub in demo generate "bench model" serve; do
     case $sub in
     demo) subv=(demo) ;;
     generate) subv=(generate -m x -p hi) ;;
+    serve) subv=(serve -m x) ;;
     *) subv=(bench model -m x) ;;
     esac
     line="^baton $sub: --backend cpu and the topology $topo2 \\(from \\\$BATON_TOPOLOGY\\): the topology names each rank's backend; give one or the other\$"
@@ -274,7 +275,13 @@ expect 2 "^baton demo: --seed: ' -5' is not a non-negative integer" "demo: --see
 # a topology's threads are checked against the cores of the rank's machine
 printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, threads: %d}\n' \
     $((cores + 1)) >"$tmp/threads.yaml"
-# (every subcommand that starts ranks: only demo did)
+# (every subcommand that starts ranks: only demo did); -t is --threads in
+# each subcommand that runs a model (serve's -t was --topology), one parser
+for sub in generate "bench model" serve; do
+    expect 2 "^baton $sub: --threads: 'x.yaml' is not an integer in \[1, 4096\]" "$sub: -t is --threads" -- \
+        "$baton" $sub -m x -t x.yaml
+    expect 2 "^baton $sub: --backend: 'gpu' is not cpu or cuda" "$sub: --backend gpu" -- "$baton" $sub -m x --backend gpu
+done
 for sub in demo generate "bench model" serve; do
     case $sub in
     demo) subv=(demo "${small[@]}") ;;

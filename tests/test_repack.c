@@ -1,8 +1,8 @@
 /* test_repack.c - the CPU's repacked Q8_0 / Q4_0 weights (cpu.h,
  * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
- * several experts, 1 and 2 threads, the reference kernels), its bytes
- * unpack to the plain ones, only tensors with a layout and whole groups of
+ * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
+ * bytes unpack to the plain ones, only tensors with a layout and whole groups of
  * 16 rows are repacked, and nothing but the matmul may read one. */
 #include <signal.h>
 #include <string.h>
@@ -11,6 +11,10 @@
 #include "testutil.h"
 
 static const enum bt_type rp_types[2] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0};
+#define N_RP 2
+
+/* k of nb blocks of type t */
+static int64_t kb(enum bt_type t, int64_t nb) { return nb * bt_blck_size(t); }
 
 /* a repacked copy of w (same shape, in ctx) */
 static struct bt_tensor *repacked_copy(bt_context *ctx, const struct bt_tensor *w) {
@@ -24,13 +28,13 @@ static struct bt_tensor *repacked_copy(bt_context *ctx, const struct bt_tensor *
 
 /* MUL_MAT: k (blocks even, odd, the model's 2048) x m rows x n columns, the
  * plain and the repacked weights in one graph, 1 and 2 threads */
-static const int64_t mm_k[] = {64, 96, 2048};
+static const int64_t mm_kb[] = {2, 3, 0}; /* 0: k = 2048 */
 static const int64_t mm_m[] = {16, 48, 160};
 static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
 
 START_TEST(test_mul_mat_bitwise) {
-    const enum bt_type type = rp_types[_i % 2];
-    const int64_t k = mm_k[(_i / 2) % 3], m = mm_m[(_i / 6) % 3];
+    const enum bt_type type = rp_types[_i % N_RP];
+    const int64_t k = mm_kb[(_i / N_RP) % 3] ? kb(type, mm_kb[(_i / N_RP) % 3]) : 2048, m = mm_m[(_i / (3 * N_RP)) % 3];
     bt_context *ctx = tu_ctx(64);
     tu_rng r;
     tu_rng_init(&r, 900 + (uint64_t)_i);
@@ -73,8 +77,8 @@ END_TEST
 /* MUL_MAT_ID: 6 experts of 48 rows, 1, 3 and 17 tokens choosing 2 each,
  * activations broadcast to the slots (gate, up) or one per slot (down) */
 START_TEST(test_mul_mat_id_bitwise) {
-    const enum bt_type type = rp_types[_i % 2];
-    const int64_t k = _i / 2 ? 96 : 2048, m = 48, E = 6, U = 2;
+    const enum bt_type type = rp_types[_i % N_RP];
+    const int64_t k = _i / N_RP ? kb(type, 3) : 2048, m = 48, E = 6, U = 2;
     const int64_t toks[3] = {1, 3, 17};
     bt_context *ctx = tu_ctx(64);
     tu_rng r;
@@ -120,12 +124,13 @@ END_TEST
  * plain one */
 START_TEST(test_reference_path) {
     const enum bt_type type = rp_types[_i];
+    const int64_t K = kb(type, 3);
     bt_context *ctx = tu_ctx(16);
     tu_rng r;
     tu_rng_init(&r, 31 + (uint64_t)_i);
-    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, 96, 32);
-    struct bt_tensor *as = bt_new_tensor_3d(ctx, type, 96, 32, 3);
-    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, 96, 5);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, K, 32);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, type, K, 32, 3);
+    struct bt_tensor *x = bt_new_tensor_2d(ctx, BT_TYPE_F32, K, 5);
     struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 5);
     TU_OK(ctx, w);
     TU_OK(ctx, as);
@@ -139,7 +144,7 @@ START_TEST(test_reference_path) {
         bt_free(ctx);
         return;
     }
-    struct bt_tensor *xb = bt_reshape_3d(ctx, x, 96, 1, 5);
+    struct bt_tensor *xb = bt_reshape_3d(ctx, x, K, 1, 5);
     struct bt_tensor *outs[4] = {bt_mul_mat(ctx, w, x), bt_mul_mat(ctx, repacked_copy(ctx, w), x),
                                  bt_mul_mat_id(ctx, as, xb, ids), bt_mul_mat_id(ctx, repacked_copy(ctx, as), xb, ids)};
     for (int i = 0; i < 4; i++) TU_OK(ctx, outs[i]);
@@ -161,6 +166,7 @@ START_TEST(test_repackable) {
     bt_context *ctx = tu_ctx(4);
     const bool have = bt_cpu_weight_repack_available(BT_TYPE_Q8_0);
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_0));
+    ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
     struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
     struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);
     struct bt_tensor *odd = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 24);
@@ -178,9 +184,8 @@ START_TEST(test_repackable) {
 }
 END_TEST
 
-/* Only the matmul reads a repacked tensor, as its weights: any other op
- * (GET_ROWS here), or a matmul that takes it as activations, is a broken
- * invariant (abort), as is bt_tensor_get on it. */
+/* Only the matmul (weights) and GET_ROWS (table) read a repacked tensor,
+ * whole: a view of it is a broken invariant (abort), as is bt_tensor_get. */
 static struct bt_tensor *abort_setup(bt_context **pctx) {
     bt_context *ctx = *pctx = tu_ctx(4);
     tu_rng r;
@@ -191,12 +196,45 @@ static struct bt_tensor *abort_setup(bt_context **pctx) {
     return repacked_copy(ctx, w);
 }
 
-START_TEST(test_get_rows_aborts) {
+/* GET_ROWS reads a repacked table (a tied output's token_embd) as the plain
+ * one: rows of several groups, repeated, 1 and 2 threads */
+START_TEST(test_get_rows) {
+    const enum bt_type type = rp_types[_i];
+    bt_context *ctx = tu_ctx(16);
+    tu_rng r;
+    tu_rng_init(&r, 77 + (uint64_t)_i);
+    struct bt_tensor *w = bt_new_tensor_2d(ctx, type, kb(type, 3), 64);
+    struct bt_tensor *ids = bt_new_tensor_1d(ctx, BT_TYPE_I32, 9);
+    TU_OK(ctx, w);
+    TU_OK(ctx, ids);
+    tu_fill(w, &r);
+    if (!bt_cpu_weight_repackable(w)) {
+        bt_free(ctx);
+        return;
+    }
+    const int32_t rows[9] = {0, 15, 16, 17, 63, 31, 17, 48, 1};
+    memcpy(ids->data, rows, sizeof rows);
+    struct bt_tensor *outs[2] = {bt_get_rows(ctx, w, ids), bt_get_rows(ctx, repacked_copy(ctx, w), ids)};
+    TU_OK(ctx, outs[0]);
+    TU_OK(ctx, outs[1]);
+    struct bt_graph *g = tu_graph(ctx, outs, 2);
+    for (int nt = 1; nt <= 2; nt++) {
+        memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
+        ck_assert_int_eq(tu_run(g, nt), BT_OK);
+        ck_assert_mem_eq(outs[0]->data, outs[1]->data, bt_nbytes(outs[0]));
+    }
+    bt_free(ctx);
+}
+END_TEST
+
+/* a view of a repacked tensor would address plain rows: any op reading one aborts */
+START_TEST(test_view_aborts) {
     bt_context *ctx;
     struct bt_tensor *wr = abort_setup(&ctx);
+    struct bt_tensor *v = bt_view_2d(ctx, wr, 64, 16, wr->nb[1], 16 * wr->nb[1]);
     struct bt_tensor *rows = bt_new_tensor_1d(ctx, BT_TYPE_I32, 2);
     memset(rows->data, 0, bt_nbytes(rows));
-    struct bt_tensor *out = bt_get_rows(ctx, wr, rows);
+    struct bt_tensor *out = bt_get_rows(ctx, v, rows);
     TU_OK(ctx, out);
     tu_run(tu_graph(ctx, &out, 1), 1);
 }
@@ -214,11 +252,12 @@ int main(void) {
     Suite *s = suite_create("repack");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 18);
-    tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 4);
-    tcase_add_loop_test(tc, test_reference_path, 0, 2);
+    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 9 * N_RP);
+    tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 2 * N_RP);
+    tcase_add_loop_test(tc, test_reference_path, 0, N_RP);
     tcase_add_test(tc, test_repackable);
-    tcase_add_test_raise_signal(tc, test_get_rows_aborts, SIGABRT);
+    tcase_add_loop_test(tc, test_get_rows, 0, N_RP);
+    tcase_add_test_raise_signal(tc, test_view_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_tensor_get_aborts, SIGABRT);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -203,10 +203,11 @@ static enum bt_status check_nodes(bt_cpu *cpu, const struct bt_graph *g) {
         }
         for (int s = 0; s < BT_MAX_SRC; s++) {
             const struct bt_tensor *src = node->src[s];
-            /* repacked weights (repack.c): only the matmul reads them, as its
-             * weights and whole (a view would address plain rows) */
+            /* repacked weights (cpu.h): only the matmul (as its weights) and
+             * GET_ROWS (as its table) read them, whole (a view would
+             * address plain rows) */
             if (src && bt_cpu_weight_is_repacked(src))
-                BT_ASSERT(is_mul_mat(node->op) && s == 0 && !src->view_src);
+                BT_ASSERT((is_mul_mat(node->op) || node->op == BT_OP_GET_ROWS) && s == 0 && !src->view_src);
             if (src && !src->data) {
                 snprintf(cpu->err, sizeof(cpu->err), "node %d '%s' (%s): source %d '%s' has no data",
                          i, node->name, bt_op_name(node->op), s, src->name);

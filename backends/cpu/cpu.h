@@ -80,8 +80,9 @@ void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
  * 16 rows' bytes per vector with no transposition; the results are the same
  * bits as from the plain rows).  The size and every offset of the tensor stay
  * as they were.  Such a tensor carries BT_TENSOR_FLAG_REPACKED; only the CPU
- * backend's MUL_MAT / MUL_MAT_ID read it, as their weights (src[0], whole):
- * the caller repacks only tensors that nothing else reads and that no other
+ * backend's MUL_MAT / MUL_MAT_ID (as their weights) and GET_ROWS (as its
+ * table, unpacking each row it takes) read it, as src[0] and whole: the
+ * caller repacks only tensors that nothing else reads and that no other
  * backend computes with (bt_llm_load_gguf: see there), and the core and the
  * CPU executor assert that nothing else touches it. */
 bool bt_cpu_weight_repackable(const struct bt_tensor *t);

@@ -30,7 +30,10 @@
  *    gives the same bits (exact integer block dots, float accumulation in a
  *    fixed block order); entries with a packed GEMM (all but Q4_1/Q5_0/Q5_1) pack 16
  *    weight rows at a time into the thread's slice for jobs with many
- *    columns, with the same bits again.
+ *    columns, with the same bits again; weights repacked at load (cpu.h,
+ *    repack.c: Q8_0, Q4_0) are already in that order, 16 rows a
+ *    group, and every job of theirs runs the entry's rgemm on the groups
+ *    as they stand (decode and prompt alike), with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
  */
 #include "cpu_impl.h"
@@ -1070,8 +1073,8 @@ static void ref_rows(enum bt_type type, bool repacked, const char *a, size_t a_n
         const char *ai = a + (size_t)i * a_nb1;
         if (repacked) {
             void *plain = row + k;
-            bt_cpu_qtype_of(type)->unpack_row(k, a + (size_t)(i / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS) * a_nb1,
-                                              (int)(i % BT_CPU_PANEL_ROWS), plain);
+            bt_cpu_rp_unpack_row(type, k, a + (size_t)(i / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS) * a_nb1,
+                                 (int)(i % BT_CPU_PANEL_ROWS), plain);
             ai = plain;
         }
         bt_row_to_f32(type, ai, row, k);

@@ -13,6 +13,7 @@
  * at wdata + ith * op_scratch_bytes(node).
  */
 #include "cpu_impl.h"
+#include "qtypes.h"
 
 #include <float.h>
 #include <math.h>
@@ -98,7 +99,9 @@ static int64_t max_ne0(const struct bt_tensor *node) {
 static size_t op_scratch_bytes(const struct bt_tensor *node) {
     int64_t n = 0; /* floats per thread */
     switch (node->op) {
-        case BT_OP_GET_ROWS:
+        case BT_OP_GET_ROWS: /* a row as floats, and a repacked row's plain bytes (< 4 per element) */
+            n = 2 * max_ne0(node);
+            break;
         case BT_OP_SET_ROWS:
         case BT_OP_SOFT_MAX:
         case BT_OP_ROPE:
@@ -528,6 +531,10 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
     if (!check_ids(p, dst, ids, a->ne[1])) return;
     const int64_t n0 = a->ne[0];
     float *w = scratch(p, dst);
+    /* a repacked table (cpu.h; a tied output's token_embd): the row
+     * unpacked from its group of 16 first */
+    const bool rp = bt_cpu_weight_is_repacked(a);
+    BT_ASSERT(!rp || !a->view_src);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -535,6 +542,11 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
         row_index(dst, ir, &i1, &i2, &i3);
         const int64_t id = ids_at(ids, i1, i2, i3);
         const char *rs = row_ptr(a, id, i2, i3);
+        if (rp) {
+            bt_cpu_rp_unpack_row(a->type, n0, row_ptr(a, id / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS, i2, i3),
+                                 (int)(id % BT_CPU_PANEL_ROWS), w + n0);
+            rs = (const char *)(w + n0);
+        }
         char *rd = row_ptr(dst, i1, i2, i3);
         if (a->type == dst->type && row_packed(a) && row_packed(dst)) {
             memcpy(rd, rs, bt_row_size(a->type, n0));

@@ -77,11 +77,41 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * occupy (so offsets, sizes and expert slices do not change) for rgemm,
  * which computes the group's 16 rows for every column, each element the
  * bits of vec_dot on the plain row (next: the group the caller goes to
- * next, a prefetch hint, may be NULL). */
-typedef void (*bt_cpu_repack_fn)(int64_t k, const void *rows, void *group);
-typedef void (*bt_cpu_unpack_row_fn)(int64_t k, const void *group, int r, void *row);
+ * next, a prefetch hint, may be NULL).
+ *
+ * One layout for every type that has one.  A block of bs = 2 + 4 n_dw
+ * bytes is one fp16 scale d (at byte d_pos) and n_dw payload dwords (from
+ * byte q_pos).  A group, per pair of blocks b, b+1 (b even), at
+ * (b / 2) * 32 * bs:
+ *   64 bytes          the 16 rows' d of block b, then of block b+1
+ *   n_dw * 64 bytes   block b: vector u, lane r (4 bytes) = payload dword u
+ *                     of row r, xor xr
+ *   n_dw * 64 bytes   block b+1, the same
+ * and an odd nblk's last block: its 32 bytes of d, then its vectors.  With
+ * an even nblk and a 64-byte aligned tensor every vector is aligned.  The
+ * lanes are what vpdpbusd takes, a row per lane: a decode reads the 16 rows
+ * with no transposition. */
+struct bt_cpu_rp_layout {
+    int d_pos, q_pos, n_dw;
+    uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
+};
 typedef void (*bt_cpu_rgemm_fn)(int64_t k, const void *group, const void *next, const void *const *acts,
                                 int64_t ncols, float *const *dcols, int64_t row0);
+
+/* offsets in a group of block b's 16 scales and of its vectors (bs: the
+ * block's bytes) */
+static inline void bt_cpu_rp_offsets(int64_t nblk, int64_t b, size_t bs, size_t *d_off, size_t *v_off) {
+    const size_t base = (size_t)(b / 2) * 2 * BT_CPU_PANEL_ROWS * bs, vb = BT_CPU_PANEL_ROWS * bs - 32;
+    if (b % 2 == 1) {
+        *d_off = base + 32;
+        *v_off = base + 64 + vb;
+    } else {
+        *d_off = base;
+        *v_off = base + (b + 1 < nblk ? 64 : 32);
+    }
+}
+/* plain row r (< 16) of a group of weights of type t (the type's layout) */
+void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, void *row);
 
 struct bt_cpu_qtype {
     const char *act_name;                 /* the activation format, for messages */
@@ -98,12 +128,10 @@ struct bt_cpu_qtype {
     size_t (*panel_size)(int64_t k);
     bt_cpu_qpack_fn pack;
     bt_cpu_qgemm_fn gemm;
-    /* optional repacked layout: repack (16 plain rows -> a group) and
-     * unpack_row (row r of a group, plain) where the type has a layout,
-     * rgemm where this build has its kernels (weights are repacked only
-     * then); all NULL for none */
-    bt_cpu_repack_fn repack;
-    bt_cpu_unpack_row_fn unpack_row;
+    /* optional repacked weights: rp where the type has the layout, rgemm
+     * where this build has its kernels (weights are repacked only then);
+     * NULL for none */
+    const struct bt_cpu_rp_layout *rp;
     bt_cpu_rgemm_fn rgemm;
     /* plain C versions, bitwise equal to quantize_act and vec_dot (the tests
      * compare them) */

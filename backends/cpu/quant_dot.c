@@ -966,7 +966,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ tiles,                                      \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,           \
-        /* .repack, .unpack_row, .rgemm = */ NULL, NULL, NULL,            \
+        /* .rp, .rgemm   = */ NULL, NULL,                                 \
         /* .quantize_act_ref = */ bt_##act##_from_f32,                    \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }

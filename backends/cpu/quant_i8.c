@@ -32,17 +32,7 @@
  *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below).
- *
- * Repacked layout (a group of 16 consecutive rows, the same bytes as the 16
- * plain rows: 16 * row bytes; bs = 34 (Q8_0) or 18 (Q4_0), V = 8 or 4):
- *   per pair of blocks b, b+1 (b even), at (b / 2) * 32 * bs:
- *     64 bytes  the 16 rows' fp16 scales of block b, then of block b+1
- *     V * 64    block b:   vector v, lane r (4 bytes): row r's
- *     V * 64    block b+1:   Q8_0 qs[4v .. 4v+3] + 128 (unsigned),
- *                            Q4_0 qs[4v .. 4v+3] as they are (low nibbles
- *                            elements 4v.., high nibbles 16+4v.., + 8)
- *   an odd nblk's last block: its 32 bytes of scales, then its V vectors.
- * With an even nblk and a 64-byte aligned tensor every vector is aligned.
+
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
 #include "qtypes.h"
@@ -135,67 +125,12 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
 static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
 static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
 
-/* ---- repacked layout (header): plain C both ways ---------------------------- */
-
+/* the repacked layout (qtypes.h): payload = the quants, Q8_0 as unsigned
+ * bytes (w + 128), Q4_0 as they are (a lane's low nibbles elements 4v ..
+ * 4v+3, its high nibbles 16+4v .., both + 8) */
 #define RP_ROWS 16
-
-/* offsets in a group of block b's 16 scales and of its vectors */
-static inline void rp_offsets(const bool q8, int64_t nblk, int64_t b, size_t *sc, size_t *vec) {
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0), vb = (q8 ? 8 : 4) * 64;
-    const size_t base = (size_t)(b / 2) * 2 * RP_ROWS * bs;
-    if (b % 2 == 1) {
-        *sc = base + 32;
-        *vec = base + 64 + vb;
-    } else if (b + 1 < nblk) {
-        *sc = base;
-        *vec = base + 64;
-    } else {
-        *sc = base;
-        *vec = base + 32;
-    }
-}
-
-/* 16 consecutive plain rows -> one group (the same byte count) */
-static void i8_repack(const bool q8, int64_t k, const void *rows, void *group) {
-    const int64_t nblk = k / I8_QK;
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0), rb = (size_t)nblk * bs;
-    const int nq = q8 ? I8_QK : I8_QK / 2; /* quant bytes of a block */
-    uint8_t *g = group;
-    for (int64_t b = 0; b < nblk; b++) {
-        size_t sc, vec;
-        rp_offsets(q8, nblk, b, &sc, &vec);
-        for (int r = 0; r < RP_ROWS; r++) {
-            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
-            memcpy(g + sc + 2 * (size_t)r, blk, 2); /* d */
-            for (int u = 0; u < nq / 4; u++) {
-                const uint32_t x = (uint32_t)bt_cpu_load_i32(blk + 2 + 4 * u) ^ (q8 ? 0x80808080u : 0u);
-                memcpy(g + vec + (size_t)u * 64 + (size_t)r * 4, &x, 4);
-            }
-        }
-    }
-}
-
-/* plain row r (< 16) of a group */
-static void i8_unpack_row(const bool q8, int64_t k, const void *group, int r, void *row) {
-    const int64_t nblk = k / I8_QK;
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
-    const int nq = q8 ? I8_QK : I8_QK / 2;
-    const uint8_t *g = group;
-    for (int64_t b = 0; b < nblk; b++) {
-        size_t sc, vec;
-        rp_offsets(q8, nblk, b, &sc, &vec);
-        uint8_t *blk = (uint8_t *)row + (size_t)b * bs;
-        memcpy(blk, g + sc + 2 * (size_t)r, 2);
-        for (int u = 0; u < nq / 4; u++) {
-            const uint32_t x = (uint32_t)bt_cpu_load_i32(g + vec + (size_t)u * 64 + (size_t)r * 4) ^ (q8 ? 0x80808080u : 0u);
-            memcpy(blk + 2 + 4 * u, &x, 4);
-        }
-    }
-}
-static void repack_q8_0(int64_t k, const void *rows, void *group) { i8_repack(true, k, rows, group); }
-static void repack_q4_0(int64_t k, const void *rows, void *group) { i8_repack(false, k, rows, group); }
-static void unpack_row_q8_0(int64_t k, const void *group, int r, void *row) { i8_unpack_row(true, k, group, r, row); }
-static void unpack_row_q4_0(int64_t k, const void *group, int r, void *row) { i8_unpack_row(false, k, group, r, row); }
+static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u};
+static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u};
 
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
@@ -655,13 +590,13 @@ I8_DEFS(q4_0, false)
 #define I8_GEMM(name) BT_I8_GEMM_MIN_COLS, i8_panel_size, qpack_##name, qgemm_##name
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
-#define I8_REPACK(name) repack_##name, unpack_row_##name, rgemm_##name
+#define I8_REPACK(name) &rp_##name, rgemm_##name
 #else
 #define I8_TILES(name) {{0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_ref
-#define I8_REPACK(name) repack_##name, unpack_row_##name, NULL /* the layout, no kernels: not used */
+#define I8_REPACK(name) &rp_##name, NULL /* the layout, no kernels: not used */
 #endif
 
 /* ---- qtypes.h entries ------------------------------------------------------------- */
@@ -674,7 +609,7 @@ I8_DEFS(q4_0, false)
         /* .vec_dot          = */ FAST(name),                                     \
         /* .tiles            = */ I8_TILES(name),                                 \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ I8_GEMM(name),          \
-        /* .repack, .unpack_row, .rgemm = */ I8_REPACK(name),                     \
+        /* .rp, .rgemm       = */ I8_REPACK(name),                                \
         /* .quantize_act_ref = */ i8_quantize_ref,                                \
         /* .vec_dot_ref      = */ dot_##name##_ref,                               \
     }

@@ -1,15 +1,57 @@
 /* repack.c - the CPU's repacked weights (cpu.h): which tensors can be
- * repacked, the repack at load and its inverse, group by group with the
- * type's layout (qtypes.h's repack / unpack_row; quant_i8.c for Q8_0 and
- * Q4_0).  matmul.c reads them (rgemm); cpu.c and the core assert that
+ * repacked, the repack at load and its inverse, group by group in the one
+ * layout of qtypes.h (each type's entry says where its scale and payload
+ * sit: quant_i8.c for Q8_0 and Q4_0).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
 #include "cpu.h"
 #include "qtypes.h"
 
+#include <string.h>
+
+/* 16 consecutive plain rows (k elements each) -> one group */
+static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *group) {
+    const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
+    const size_t bs = bt_row_size(t, bt_blck_size(t)), rb = bt_row_size(t, k);
+    const int64_t nblk = k / bt_blck_size(t);
+    BT_ASSERT(bs == 2 + 4 * (size_t)L->n_dw);
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        for (int r = 0; r < BT_CPU_PANEL_ROWS; r++) {
+            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
+            memcpy((uint8_t *)group + dof + 2 * (size_t)r, blk + L->d_pos, 2);
+            for (int u = 0; u < L->n_dw; u++) {
+                uint32_t x;
+                memcpy(&x, blk + L->q_pos + 4 * u, 4);
+                x ^= L->xr;
+                memcpy((uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, &x, 4);
+            }
+        }
+    }
+}
+
+void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, void *row) {
+    const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
+    const size_t bs = bt_row_size(t, bt_blck_size(t));
+    const int64_t nblk = k / bt_blck_size(t);
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        uint8_t *blk = (uint8_t *)row + (size_t)b * bs;
+        memcpy(blk + L->d_pos, (const uint8_t *)group + dof + 2 * (size_t)r, 2);
+        for (int u = 0; u < L->n_dw; u++) {
+            uint32_t x;
+            memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
+            x ^= L->xr;
+            memcpy(blk + L->q_pos + 4 * u, &x, 4);
+        }
+    }
+}
+
 
 bool bt_cpu_weight_repack_available(enum bt_type t) {
     const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(t);
-    return qt && qt->repack && qt->rgemm;
+    return qt && qt->rp && qt->rgemm;
 }
 
 bool bt_cpu_weight_repackable(const struct bt_tensor *t) {
@@ -31,21 +73,19 @@ void bt_cpu_weight_repack(struct bt_tensor *t, const void *plain) {
     BT_ASSERT(bt_cpu_weight_repackable(t) && t->data && !(t->flags & BT_TENSOR_FLAG_REPACKED));
     const size_t n = bt_nbytes(t);
     BT_ASSERT((const char *)plain + n <= (const char *)t->data || (const char *)t->data + n <= (const char *)plain);
-    const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(t->type);
     int64_t ng;
     const size_t gb = group_bytes(t, &ng);
     for (int64_t g = 0; g < ng; g++)
-        qt->repack(t->ne[0], (const char *)plain + (size_t)g * gb, (char *)t->data + (size_t)g * gb);
+        rp_repack_group(t->type, t->ne[0], (const char *)plain + (size_t)g * gb, (char *)t->data + (size_t)g * gb);
     t->flags |= BT_TENSOR_FLAG_REPACKED;
 }
 
 void bt_cpu_weight_unpack(const struct bt_tensor *t, void *plain) {
     BT_ASSERT((t->flags & BT_TENSOR_FLAG_REPACKED) && t->data);
-    const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(t->type);
     int64_t ng;
     const size_t gb = group_bytes(t, &ng);
     for (int64_t g = 0; g < ng; g++)
         for (int r = 0; r < BT_CPU_PANEL_ROWS; r++)
-            qt->unpack_row(t->ne[0], (const char *)t->data + (size_t)g * gb,
+            bt_cpu_rp_unpack_row(t->type, t->ne[0], (const char *)t->data + (size_t)g * gb,
                            r, (char *)plain + (size_t)g * gb + (size_t)r * t->nb[1]);
 }

@@ -31,13 +31,13 @@
 #define BM_PROG "baton bench model"
 
 struct bm_opts {
-    const char *model, *topology, *backend, *partition;
+    const char *model;
     long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
-    int threads;
-    bool json, mmap;
+    struct bt_cli_engine_opts eng;
+    bool json;
 };
 
-enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_TOPOLOGY, OPT_BM_BACKEND, OPT_BM_PARTITION, OPT_BM_JSON, OPT_BM_MMAP };
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON };
 
 static void bm_usage(FILE *f) {
     fprintf(f,
@@ -46,22 +46,16 @@ static void bm_usage(FILE *f) {
             "Prompt processing (ppN) and generation (tgN) tokens per second of a GGUF model,\n"
             "as llama-bench measures them (random tokens, no sampling), in its table form.\n"
             "\n"
-            "  -m, --model FILE     the GGUF model (required)\n"
-            "  -p, --n-prompt N     prompt tokens per sequence, 0: no pp test (default 512)\n"
-            "  -n, --n-gen N        generated tokens per sequence, 0: no tg test (default 128)\n"
-            "  -r, --repetitions N  timed repetitions of each test (default 5)\n"
-            "      --ubatch N       most tokens in one ubatch (default 512)\n"
-            "      --seqs S         sequences processed together (default 1)\n"
-            "      --inflight N     ubatches in flight through the ranks (default: ranks x copies)\n"
-            "  -t, --threads N      CPU threads per rank\n"
-            "      --topology FILE  a topology file (or BATON_TOPOLOGY)\n"
-            "      --backend B      cpu or cuda, without a topology\n"
-            "      --partition P    layers per rank, e.g. 2,2, or auto\n"
-            "      --mmap           use the weights in place in the file's mapping (4 KiB\n"
-            "                       pages: less memory, a slower decode; default: copied\n"
-            "                       onto huge pages)\n"
-            "      --json           one JSON object per test instead of the table\n"
-            "  -h, --help           this text\n");
+            "  -m, --model FILE        the GGUF model (required)\n"
+            "  -p, --n-prompt N        prompt tokens per sequence, 0: no pp test (default 512)\n"
+            "  -n, --n-gen N           generated tokens per sequence, 0: no tg test (default 128)\n"
+            "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512)\n"
+            "      --seqs S            sequences processed together (default 1)\n"
+            "      --inflight N        ubatches in flight through the ranks (default: ranks x copies)\n"
+            "      --json              one JSON object per test instead of the table\n");
+    bt_cli_engine_help(f, 26);
+    fprintf(f, "  -h, --help              this text\n");
 }
 
 /* 0: help; 2 and a message: a bad option; 1: go */
@@ -69,11 +63,9 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},        {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'},        {"repetitions", required_argument, 0, 'r'},
-        {"threads", required_argument, 0, 't'},      {"ubatch", required_argument, 0, OPT_BM_UBATCH},
+        {"ubatch", required_argument, 0, OPT_BM_UBATCH},
         {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
-        {"topology", required_argument, 0, OPT_BM_TOPOLOGY}, {"backend", required_argument, 0, OPT_BM_BACKEND},
-        {"partition", required_argument, 0, OPT_BM_PARTITION}, {"json", no_argument, 0, OPT_BM_JSON},
-        {"mmap", no_argument, 0, OPT_BM_MMAP},
+        {"json", no_argument, 0, OPT_BM_JSON},       BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -88,7 +80,9 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
             (DST) = v;                                                                                       \
     } while (0)
     while ((code = getopt_long(argc, argv, ":m:p:n:r:t:h", longs, NULL)) != -1) {
+        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
         switch (code) {
+        case 0: break;
         case 'm': o->model = optarg; break;
         case 'p': NUM("-p", 0, 1L << 20, o->n_prompt); break;
         case 'n': NUM("-n", 0, 1L << 20, o->n_gen); break;
@@ -96,21 +90,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         case OPT_BM_UBATCH: NUM("--ubatch", 1, 65536, o->n_ubatch); break;
         case OPT_BM_SEQS: NUM("--seqs", 1, 1024, o->seqs); break;
         case OPT_BM_INFLIGHT: NUM("--inflight", 1, 1024, o->inflight); break;
-        case 't':
-            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
-            else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
-            break;
-        case OPT_BM_TOPOLOGY:
-            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
-            else o->topology = optarg;
-            break;
-        case OPT_BM_BACKEND:
-            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "cuda")) o->backend = optarg;
-            else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
-            break;
-        case OPT_BM_PARTITION: o->partition = optarg; break;
         case OPT_BM_JSON: o->json = true; break;
-        case OPT_BM_MMAP: o->mmap = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
@@ -293,7 +273,7 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
 #define BM_AGREE_ITEMS 10
 static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-    bt_cli_agree_add_where(it, &n, o->topology, o->backend);
+    bt_cli_agree_add_where(it, &n, o->eng.topology, o->eng.backend);
     bt_cli_agree_add(it, &n, "-m", true, "%s", o->model ? o->model : "");
     bt_cli_agree_add(it, &n, "-p", true, "%ld", o->n_prompt);
     bt_cli_agree_add(it, &n, "-n", true, "%ld", o->n_gen);
@@ -301,7 +281,7 @@ static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it)
     bt_cli_agree_add(it, &n, "--ubatch", true, "%ld", o->n_ubatch);
     bt_cli_agree_add(it, &n, "--seqs", true, "%ld", o->seqs);
     bt_cli_agree_add(it, &n, "--inflight", o->inflight > 0, "%ld", o->inflight);
-    bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+    bt_cli_agree_add(it, &n, "--partition", o->eng.partition != NULL, "%s", o->eng.partition ? o->eng.partition : "");
     return n;
 }
 
@@ -316,15 +296,14 @@ int bt_cli_bench_model(int argc, char **argv) {
         return 0;
     }
     if (prc == 1) prc = 0;
-    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
+    if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
     const struct bt_rank_config rcfg = {
         .prog = BM_PROG,
-        .topology = o.topology,
-        .backend = o.backend,
-        .threads = o.threads,
+        .topology = o.eng.topology,
+        .backend = o.eng.backend,
+        .threads = o.eng.threads,
         .copies = 0,
-        .partition = o.partition,
+        .partition = o.eng.partition,
         .n_layers = 0,
         .progress_us = 0,
     };
@@ -354,7 +333,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     ep.n_ctx = o.seqs * per_seq;
     ep.n_ubatch = o.n_ubatch < per_seq ? o.n_ubatch : per_seq;
     ep.max_inflight = (int)o.inflight;
-    ep.mmap = o.mmap;
+    ep.mmap = o.eng.mmap;
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         rc = 1;
         goto out;

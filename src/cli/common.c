@@ -4,6 +4,7 @@
 
 #include "outfile.h"
 #include "plan.h"
+#include "run/bringup.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -62,6 +63,52 @@ bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n) {
     if (threads < 1) snprintf(err, n, "%s: must be at least 1, got %ld", what, threads);
     else snprintf(err, n, "%s: %ld threads, more than this machine's %ld cores", what, threads, cores);
     return false;
+}
+
+void bt_cli_engine_help(FILE *f, int col) {
+    static const char *const lines[][2] = {
+        {"  -t, --threads N", "CPU threads per rank (default: the topology's, else the"},
+        {"", "node's cores divided among its ranks)"},
+        {"      --topology FILE", "topology file (default: $BATON_TOPOLOGY, else every"},
+        {"", "rank on --backend)"},
+        {"      --backend cpu|cuda", "without a topology (default cpu)"},
+        {"      --partition P", "auto, or layer counts per rank: 12,12"},
+        {"      --mmap", "use the weights in place in the file's mapping (4 KiB"},
+        {"", "pages: less memory, a slower decode; default: copied"},
+        {"", "onto huge pages)"},
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        const int w = (int)strlen(lines[i][0]);
+        fprintf(f, "%s%*s%s\n", lines[i][0], w < col ? col - w : 1, "", lines[i][1]);
+    }
+}
+
+bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *value, char *err, size_t n) {
+    long v;
+    switch (code) {
+    case 't':
+        if (!bt_cli_parse_int(value, 1, 4096, &v)) snprintf(err, n, "--threads: '%s' is not an integer in [1, 4096]", value);
+        else if (bt_cli_threads_check(v, "--threads", err, n)) o->threads = (int)v;
+        return true;
+    case BT_CLI_OPT_TOPOLOGY:
+        if (!*value) snprintf(err, n, "--topology: the file name is empty");
+        else o->topology = value;
+        return true;
+    case BT_CLI_OPT_BACKEND:
+        if (!strcmp(value, "cpu") || !strcmp(value, "cuda")) o->backend = value;
+        else snprintf(err, n, "--backend: '%s' is not cpu or cuda", value);
+        return true;
+    case BT_CLI_OPT_PARTITION: o->partition = value; return true;
+    case BT_CLI_OPT_MMAP: o->mmap = true; return true;
+    default: return false;
+    }
+}
+
+bool bt_cli_engine_finish(struct bt_cli_engine_opts *o, char *err, size_t n) {
+    char scratch[8];
+    if (!err) err = scratch, n = sizeof scratch;
+    if (!o->topology) o->topology = getenv("BATON_TOPOLOGY");
+    return bt_rank_backend_topology_check(o->backend, o->topology, err, n);
 }
 
 static bool parse_type(const char *s, enum bt_type *t) {

@@ -52,6 +52,32 @@ void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
 /* Apply one model option; false and a message in err for a bad value. */
 bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
 
+/* ---- the rank options of the subcommands that run a GGUF model through the
+ * engine (generate, serve, bench model): one parser and one help, so that
+ * -t means --threads in each and each takes the same five. */
+struct bt_cli_engine_opts {
+    const char *topology;  /* --topology FILE, else $BATON_TOPOLOGY (bt_cli_engine_finish) */
+    const char *backend;   /* --backend cpu|cuda, NULL when not given */
+    const char *partition; /* --partition P, NULL when not given */
+    int threads;           /* -t N, 0 when not given */
+    bool mmap;             /* --mmap */
+};
+enum { BT_CLI_OPT_TOPOLOGY = 3000, BT_CLI_OPT_BACKEND, BT_CLI_OPT_PARTITION, BT_CLI_OPT_MMAP };
+#define BT_CLI_ENGINE_LONGOPTS                                                                                   \
+    {"threads", required_argument, 0, 't'}, {"topology", required_argument, 0, BT_CLI_OPT_TOPOLOGY},             \
+        {"backend", required_argument, 0, BT_CLI_OPT_BACKEND},                                                   \
+        {"partition", required_argument, 0, BT_CLI_OPT_PARTITION}, {"mmap", no_argument, 0, BT_CLI_OPT_MMAP}
+/* The five options' help lines, descriptions from column col. */
+void bt_cli_engine_help(FILE *f, int col);
+/* True when code (getopt_long's) is one of BT_CLI_ENGINE_LONGOPTS ('t' among
+ * them): value applied, or its message in err. */
+bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *value, char *err, size_t n);
+/* After parsing: the topology from $BATON_TOPOLOGY when none was given, then
+ * --backend and a topology together refused (bt_rank_backend_topology_check).
+ * False with the message in err (err NULL: an error already found, the
+ * message not wanted). */
+bool bt_cli_engine_finish(struct bt_cli_engine_opts *o, char *err, size_t n);
+
 /* --threads N: at least 1 and at most the machine's online cores (more
  * threads than cores make every barrier between ops wait for the OS
  * scheduler: 4096 threads on 2 cores never finish).  what names the value in

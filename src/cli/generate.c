@@ -33,14 +33,14 @@
 #define GEN_PROG "baton generate"
 
 struct gen_opts {
-    const char *model, *prompt, *prompts_file, *topology, *backend, *partition;
+    const char *model, *prompt, *prompts_file;
     const char *chat_template, *system;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
-    bool chat, json, escape, mmap;
+    bool chat, json, escape;
     long n_predict;
     long n_ctx, n_ubatch, parallel;
-    int threads;
+    struct bt_cli_engine_opts eng;
     bt_sampler_params sp;
 };
 
@@ -86,23 +86,16 @@ static void gen_usage(FILE *f) {
             "\n"
             "run:\n"
             "  -c, --ctx-size N        KV cache cells, shared by the sequences (default 4096)\n"
-            "      --ubatch N          most tokens in one ubatch (default 512, at most -c)\n"
-            "  -t, --threads N         CPU threads per rank (default: the topology's, else the\n"
-            "                          node's cores divided among its ranks)\n"
-            "      --topology FILE     topology file (default: $BATON_TOPOLOGY, else every\n"
-            "                          rank on --backend)\n"
-            "      --backend cpu|cuda  without a topology (default cpu)\n"
-            "      --partition P       auto, or layer counts per rank: 12,12\n"
-            "      --mmap              use the weights in place in the file's mapping (4 KiB\n"
-            "                          pages: less memory, a slower decode; default: copied\n"
-            "                          onto huge pages)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most -c)\n",
+            GEN_MAX_STOPS, (double)d.temp, d.top_k, (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
+            d.penalty_last_n, (unsigned long long)d.seed);
+    bt_cli_engine_help(f, 26);
+    fprintf(f,
             "      --json              the completions and statistics as one JSON object\n"
             "  -h, --help              this text\n"
             "\n"
             "Greedy output (--temp 0) is the same for any number of ranks, threads and\n"
-            "--parallel.\n",
-            GEN_MAX_STOPS, (double)d.temp, d.top_k, (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
-            d.penalty_last_n, (unsigned long long)d.seed);
+            "--parallel.\n");
 }
 
 enum {
@@ -123,11 +116,7 @@ enum {
     OPT_FREQUENCY,
     OPT_SEED_,
     OPT_UBATCH,
-    OPT_TOPOLOGY,
-    OPT_BACKEND,
-    OPT_PARTITION,
     OPT_JSON,
-    OPT_MMAP,
 };
 
 static bool parse_float(const char *s, float *out) {
@@ -163,12 +152,8 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"seed", required_argument, 0, OPT_SEED_},
         {"ctx-size", required_argument, 0, 'c'},
         {"ubatch", required_argument, 0, OPT_UBATCH},
-        {"threads", required_argument, 0, 't'},
-        {"topology", required_argument, 0, OPT_TOPOLOGY},
-        {"backend", required_argument, 0, OPT_BACKEND},
-        {"partition", required_argument, 0, OPT_PARTITION},
+        BT_CLI_ENGINE_LONGOPTS,
         {"json", no_argument, 0, OPT_JSON},
-        {"mmap", no_argument, 0, OPT_MMAP},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -178,7 +163,9 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
     long v;
     while ((code = getopt_long(argc, argv, ":m:p:n:c:t:h", longs, NULL)) != -1) {
         err[0] = '\0';
+        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
         switch (code) {
+        case 0: break;
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case OPT_NO_ESCAPE: o->escape = false; break;
@@ -236,21 +223,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, errn, "--ubatch: '%s' is not an integer in [1, 65536]", optarg);
             else o->n_ubatch = v;
             break;
-        case 't':
-            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
-            else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
-            break;
-        case OPT_TOPOLOGY:
-            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
-            else o->topology = optarg;
-            break;
-        case OPT_BACKEND:
-            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) o->backend = optarg;
-            else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
-            break;
-        case OPT_PARTITION: o->partition = optarg; break;
         case OPT_JSON: o->json = true; break;
-        case OPT_MMAP: o->mmap = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         case '?':
@@ -268,7 +241,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
         return 2;
     }
-    if (!o->model && !o->topology && !getenv("BATON_TOPOLOGY")) {
+    if (!o->model && !o->eng.topology && !getenv("BATON_TOPOLOGY")) {
         snprintf(err, errn, "missing -m FILE, the GGUF model (try: baton generate --help)");
         return 2;
     }
@@ -693,12 +666,12 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
 /* What every rank must have the same of. */
 static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
-    bt_cli_agree_add_where(it, &n, o->topology, o->backend);
+    bt_cli_agree_add_where(it, &n, o->eng.topology, o->eng.backend);
     bt_cli_agree_add(it, &n, "-m", o->model != NULL, "%s", o->model ? o->model : "");
     bt_cli_agree_add(it, &n, "--ctx-size", true, "%ld", o->n_ctx);
     bt_cli_agree_add(it, &n, "--ubatch", true, "%ld", o->n_ubatch);
     bt_cli_agree_add(it, &n, "--parallel", true, "%ld", o->parallel);
-    bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
+    bt_cli_agree_add(it, &n, "--partition", o->eng.partition != NULL, "%s", o->eng.partition ? o->eng.partition : "");
     return n;
 }
 #define GEN_AGREE_ITEMS 7
@@ -726,19 +699,18 @@ int bt_cli_generate(int argc, char **argv) {
         snprintf(perr, sizeof perr, "--ubatch %ld is larger than --ctx-size %ld", o.n_ubatch, o.n_ctx);
         prc = 2;
     }
-    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
-    if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
+    if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
     struct prompt *prompts = NULL;
     size_t n_prompts = 0;
     if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
 
     const struct bt_rank_config rcfg = {
         .prog = GEN_PROG,
-        .topology = o.topology,
-        .backend = o.backend,
-        .threads = o.threads,
+        .topology = o.eng.topology,
+        .backend = o.eng.backend,
+        .threads = o.eng.threads,
         .copies = 0,
-        .partition = o.partition,
+        .partition = o.eng.partition,
         .n_layers = 0,
         .progress_us = 0,
     };
@@ -768,7 +740,7 @@ int bt_cli_generate(int argc, char **argv) {
     ep.n_ctx = o.n_ctx;
     ep.n_seq_max = (int)o.parallel;
     ep.n_ubatch = o.n_ubatch;
-    ep.mmap = o.mmap;
+    ep.mmap = o.eng.mmap;
     if (bt_engine_open(&R, &ep, &e, err, sizeof err) != BT_OK) {
         rc = 1;
         goto out;

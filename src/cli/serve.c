@@ -39,17 +39,15 @@ enum {
     OPT_MAX_BODY,
     OPT_MAX_CONN,
     OPT_UBATCH,
-    OPT_THREADS_S,
     OPT_ALIAS,
-    OPT_MMAP,
 };
 
 struct serve_opts {
-    const char *model, *host, *api_key, *topology, *alias;
-    int port, parallel, max_queue, max_conn, threads;
+    const char *model, *host, *api_key, *alias;
+    int port, parallel, max_queue, max_conn;
     long ctx, ubatch;
     long max_body;
-    bool mmap;
+    struct bt_cli_engine_opts eng;
 };
 
 static void serve_usage(FILE *f) {
@@ -71,12 +69,9 @@ static void serve_usage(FILE *f) {
             "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
             "      --max-body BYTES    largest request body (default 1048576)\n"
             "      --max-connections N open connections at once (default 256)\n"
-            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n"
-            "  -t, --topology FILE     the ranks' topology (also $BATON_TOPOLOGY)\n"
-            "      --threads N         CPU threads per rank\n"
-            "      --mmap              use the weights in place in the file's mapping (4 KiB\n"
-            "                          pages: less memory, a slower decode; default: copied\n"
-            "                          onto huge pages)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n");
+    bt_cli_engine_help(f, 26);
+    fprintf(f,
             "  -h, --help              this text\n"
             "\n"
             "Stop it with SIGTERM or SIGINT to rank 0 (its pid is printed): running requests finish first.\n");
@@ -90,8 +85,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"ctx-size", required_argument, 0, OPT_CTX},    {"api-key", required_argument, 0, OPT_API_KEY},
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
-        {"topology", required_argument, 0, 't'},        {"threads", required_argument, 0, OPT_THREADS_S},
-        {"alias", required_argument, 0, OPT_ALIAS},     {"mmap", no_argument, 0, OPT_MMAP},
+        {"alias", required_argument, 0, OPT_ALIAS},     BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -101,11 +95,11 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
     long v;
     while ((code = getopt_long(argc, argv, ":m:t:h", longs, NULL)) != -1) {
         err[0] = 0;
+        if (bt_cli_engine_option(&o->eng, code, optarg, err, n)) code = 0;
         switch (code) {
+        case 0: break;
         case 'm': o->model = optarg; break;
-        case 't': o->topology = optarg; break;
         case OPT_HOST: o->host = optarg; break;
-        case OPT_MMAP: o->mmap = true; break;
         case OPT_ALIAS:
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
@@ -128,10 +122,6 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
         INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)
         INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
-        case OPT_THREADS_S:
-            if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, n, "--threads: '%s' is not an integer in [1, 4096]", optarg);
-            else if (bt_cli_threads_check(v, "--threads", err, n)) o->threads = (int)v;
-            break;
 #undef INT_OPT
         case 'h': return 0;
         case ':': snprintf(err, n, "%s needs a value", argv[optind - 1]); break;
@@ -267,20 +257,25 @@ int bt_cli_serve(int argc, char **argv) {
     if (prc < 0) prc = 0;
     if (o.max_queue < 0) o.max_queue = 4 * o.parallel;
     if (!o.api_key && getenv("BATON_API_KEY") && *getenv("BATON_API_KEY")) o.api_key = getenv("BATON_API_KEY");
-    if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
+    if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
 
     const struct bt_rank_config rcfg = {
         .prog = "baton serve",
-        .topology = o.topology,
-        .threads = o.threads,
+        .topology = o.eng.topology,
+        .backend = o.eng.backend,
+        .threads = o.eng.threads,
+        .partition = o.eng.partition,
         .progress_us = 50,
     };
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;
     bt_cli_signals_install("baton serve", rank);
-    struct bt_cli_agree_item items[4];
+    struct bt_cli_agree_item items[8];
     int n_items = 0;
+    bt_cli_agree_add_where(items, &n_items, o.eng.topology, o.eng.backend);
+    bt_cli_agree_add(items, &n_items, "--partition", o.eng.partition != NULL, "%s",
+                     o.eng.partition ? o.eng.partition : "");
     bt_cli_agree_add(items, &n_items, "--model", true, "%s", o.model ? o.model : "");
     bt_cli_agree_add(items, &n_items, "--parallel", true, "%d", o.parallel);
     bt_cli_agree_add(items, &n_items, "--ctx-size", true, "%ld", o.ctx);
@@ -296,7 +291,7 @@ int bt_cli_serve(int argc, char **argv) {
     bt_engine_default_params(&ep);
     ep.model = o.model;
     ep.n_ctx = o.ctx;
-    ep.mmap = o.mmap;
+    ep.mmap = o.eng.mmap;
     ep.n_seq_max = o.parallel;
     ep.n_ubatch = o.ubatch ? o.ubatch : (o.ctx < 512 ? o.ctx : 512);
     struct bt_engine *e = NULL;

@@ -331,12 +331,13 @@ static bool usable_in_place(struct bt_gguf *g, const struct bt_gguf_tensor *ft, 
 }
 
 /* May weight t (entry e) be repacked for the CPU's matmul?  Only what no op
- * but MUL_MAT / MUL_MAT_ID reads, as its weights: every matrix of the
- * architectures (llm.c) but token_embd, which GET_ROWS reads (and which is
- * the output projection too when the output is tied); vectors (norms,
- * biases) are F32 and never repackable.  cpu.c asserts the rule at run time. */
+ * but MUL_MAT / MUL_MAT_ID (as weights) and GET_ROWS (as its table: the
+ * CPU's unpacks the rows it takes) reads: every matrix of the architectures
+ * (llm.c), token_embd included (GET_ROWS, and the output projection when
+ * the output is tied); vectors (norms, biases) are F32 and never
+ * repackable.  cpu.c asserts the rule at run time. */
 static bool repack_this(const struct bt_arch_tensor *e, const struct bt_tensor *t) {
-    return !e->vector && strcmp(e->name, "token_embd.weight") != 0 && bt_cpu_weight_repackable(t);
+    return !e->vector && bt_cpu_weight_repackable(t);
 }
 
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
