@@ -66,7 +66,7 @@
 #define BT_MM_FNC 512 /* blocked paths: columns packed per chunk */
 #endif
 #ifndef BT_MM_FLANE_COLS
-#define BT_MM_FLANE_COLS 48 /* jobs with at least this many columns take the lane passes */
+#define BT_MM_FLANE_COLS 64 /* jobs with at least this many columns take the lane passes */
 #endif
 #ifndef BT_MM_FGEMM_COLS
 #define BT_MM_FGEMM_COLS 8 /* jobs with at least this many columns take the blocked path */
