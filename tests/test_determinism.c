@@ -424,19 +424,19 @@ static float model_dot(const float *w, const float *x, int64_t k) {
     return d;
 }
 
-/* every element of mul_mat(w, b) for n = 1 .. 70 columns (the direct tiles,
- * the blocked path and its column remainders), several thread counts, k
- * below, at and past a chunk, with and without a 16-element tail */
+/* every element of mul_mat(w, b) for n = 1 .. 131 columns (the direct tiles,
+ * both blocked paths and their column remainders), several thread counts, k
+ * below, at and past a chunk, with and without a 16-element tail; m past a
+ * block of rows (and not a whole tile) where the columns are many */
 START_TEST(test_float_order_mul_mat) {
     const enum bt_type wt = fo_types[_i];
     static const int64_t ks[] = {1, 15, 203, 2 * BT_MM_FKC, 2 * BT_MM_FKC + 203, 5 * BT_MM_FKC + 17};
-    static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 70};
-    const int64_t m = 37;
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 13, 70, 131};
     int calls = 0;
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         const int64_t k = ks[ki];
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-            const int64_t n = ns[ni];
+            const int64_t n = ns[ni], m = n > 48 ? 150 : 37;
             bt_context *ctx = tu_ctx(64);
             tu_rng r;
             tu_rng_init(&r, 7100 + (uint64_t)(ki * 16 + ni));

@@ -21,9 +21,9 @@
  * MoE experts run at the memory's speed (before this, an FMA chain along k
  * per element needed a 16 x 16 transposition per 256 weights at 1 column).
  *
- * Two ways through it, the same bits (tests/test_determinism.c checks every
- * element of MUL_MAT and MUL_MAT_ID, 1..70 columns, against a scalar model
- * of the order, bitwise):
+ * Three ways through it, the same bits (tests/test_determinism.c checks
+ * every element of MUL_MAT and MUL_MAT_ID, 1..131 columns, against a scalar
+ * model of the order, bitwise):
  *   - direct (fewer than BT_MM_FGEMM_COLS columns: decode, MoE experts):
  *     tiles of RM rows x RN columns (8x1, 8x2, 4x3, 4x4) read the rows
  *     where they lie, a chunk at a time, the chunk sums kept in a register
@@ -31,17 +31,26 @@
  *     fall in one L1 set, of 8 ways: a 1-column tile of 16 rows and an L1
  *     prefetch 1 KiB ahead of each (as before) ran decode 1.3-1.5x slower
  *     than 8 rows prefetched into L2 only;
- *   - blocked (many columns: prompt): a chunk at a time, up to BT_MM_FNC
- *     columns and BT_MM_FMC rows (converted to F32) are packed into the
- *     thread's buffer with a padded stride; 4 x 6 tiles, a tile's columns
- *     kept in L1 while the rows pass by (the next tile's rows prefetched;
- *     a full tile addresses its 10 packed streams from two pointers, as ten
- *     pointers spill general registers in the inner loop);
- *     a chunk's sums are added into d, which holds the sum of the chunks
- *     before (the order above, since d = d + s_c).
- * The tiles reduce their accumulators 16 at a time: a transposing tree of
- * 30 shuffles and 15 additions that performs exactly R's additions for
- * each of the 16.
+ *   - blocked, few columns (fewer than BT_MM_FLANE_COLS: a batch of sequences,
+ *     an expert's share of a prompt): a chunk at a time, the columns and
+ *     BT_MM_FMC rows (converted to F32) are packed into the thread's buffer
+ *     with a padded stride; 4 x 6 tiles, a tile's columns kept in L1 while
+ *     the rows pass by (the next tile's rows prefetched; a full tile
+ *     addresses its 10 packed streams from two pointers, as ten pointers
+ *     spill general registers in the inner loop);
+ *   - lane passes (more columns: prompt): a chunk at a time, up to
+ *     BT_MM_FNC columns and BT_MM_FMC rows are packed transposed, lane by
+ *     lane, and each lane's FMA chains run as a GEMM vectorised along the
+ *     rows (16 rows x 14 columns a tile, lanes l and l + 8 in one pass), so
+ *     that R adds whole vectors (section "lane passes" below).  The
+ *     transposition costs a 16 x 16 shuffle per 256 weights, repaid only
+ *     over many columns; below BT_MM_FLANE_COLS the 4 x 6 tiles are faster.
+ *     The next block's weights are prefetched into L2 while a block computes.
+ * In both blocked paths a chunk's sums are added into d, which holds the
+ * sum of the chunks before (the order above, since d = d + s_c).
+ * The direct and 4 x 6 tiles reduce their accumulators 16 at a time: a
+ * transposing tree of 30 shuffles and 15 additions that performs exactly
+ * R's additions for each of the 16.
  */
 #include "cpu_impl.h"
 
@@ -52,10 +61,13 @@
 #endif
 
 #ifndef BT_MM_FMC
-#define BT_MM_FMC 64 /* blocked path: rows converted per chunk (a multiple of 4) */
+#define BT_MM_FMC 64 /* blocked paths: rows packed per chunk (a multiple of 16) */
 #endif
 #ifndef BT_MM_FNC
-#define BT_MM_FNC 256 /* blocked path: columns packed per chunk */
+#define BT_MM_FNC 512 /* blocked paths: columns packed per chunk */
+#endif
+#ifndef BT_MM_FLANE_COLS
+#define BT_MM_FLANE_COLS 48 /* jobs with at least this many columns take the lane passes */
 #endif
 #ifndef BT_MM_FGEMM_COLS
 #define BT_MM_FGEMM_COLS 8 /* jobs with at least this many columns take the blocked path */
@@ -75,7 +87,7 @@
 #define BT_MM_FRM1 8 /* direct path: rows of a 1-column tile (a divisor of 16) */
 #endif
 _Static_assert(BT_MM_FKC % 16 == 0 && BT_MM_FKC > 0, "BT_MM_FKC must be a multiple of 16");
-_Static_assert(BT_MM_FMC % 4 == 0 && BT_MM_FMC > 0, "BT_MM_FMC must be a multiple of 4");
+_Static_assert(BT_MM_FMC % 16 == 0 && BT_MM_FMC > 0, "BT_MM_FMC must be a multiple of 16");
 
 /* ---- 16 lanes: one AVX-512 register, or two of 8 (AVX2 / plain C) -------- */
 
@@ -387,7 +399,7 @@ static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k
     }
 }
 
-/* ---- blocked path: converted rows, 4 x 4 tiles ---------------------------- */
+/* ---- blocked path, few columns: converted rows, 4 x 6 tiles --------------- */
 
 typedef void (*chunk_fn)(const char *const *rows, const char *const *next, const float *const *x,
                          int64_t n, float *const *dcols, int64_t row0, int nrows, bool add);
@@ -427,7 +439,7 @@ static void chunk_4x6_packed(const float *r, const float *c, int64_t n, float *c
     tile_store(s, 4, 6, dcols, row0, 4, add);
 }
 
-static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                         const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
                         float *buf) {
     static const chunk_fn fns[BLOCK_RN + 1] = {NULL,      chunk_4x1, chunk_4x2, chunk_4x3,
@@ -483,9 +495,279 @@ static void run_blocked(enum bt_type type, const char *a, size_t a_nb1, int64_t 
     }
 }
 
+/* ---- lane passes: packed transposed, 16 x 14 tiles ------------------------- */
+
+/* The order's lane l of a chunk is a plain product of its own: elements
+ * e = 16 g + l, g = 0, 1, ... G - 1 (G = ceil(kc / 16)) in turn, one FMA
+ * chain per output.  So a chunk is sixteen small GEMMs (P[l] of every
+ * output), vectorised along the rows: a tile is 16 rows x NR columns, and
+ * a step is one vector of 16 packed weights times one column element,
+ * broadcast (AVX-512: from memory within the FMA).  R then adds whole
+ * vectors, no shuffles.  A pass takes lanes l and l + 8 together (2 NR
+ * accumulators), so that u = P[l] + P[l+8] is added in registers; passes in
+ * the order l = 0, 4, 2, 6, 1, 5, 3, 7 make the rest of R a stack: after
+ * pass pi pop and add as many times as pi has trailing one bits (v[l] =
+ * u[l] + u[l+4], t, s), then push.  Packed, both operands are laid out
+ * [l][g][16 rows or NR columns], so every stream is read in order. */
+#if defined(__AVX512F__)
+#define GM_NR 14 /* columns of a full tile: 28 accumulators, 2 weight vectors */
+#else
+#define GM_NR 3 /* two 8-float registers a vector: 12 accumulators, 4 weights */
+#endif
+
+/* acc + w * (x[0] broadcast) */
+#if defined(__AVX512F__)
+#define V16_FMA_BCAST(acc, w, x) __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(x)))
+#elif defined(__AVX2__) && defined(__FMA__)
+#define V16_FMA_BCAST(acc, w, x) \
+    ((acc) = v16_fma((w), (v16){_mm256_set1_ps(*(x)), _mm256_set1_ps(*(x))}, (acc)))
+#else
+#define V16_FMA_BCAST(acc, w, x)                                  \
+    do {                                                          \
+        v8 b_;                                                    \
+        for (int i_ = 0; i_ < 8; i_++) b_.f[i_] = *(x);           \
+        (acc) = v16_fma((w), (v16){b_, b_}, (acc));               \
+    } while (0)
+#endif
+
+/* d[0 .. n) (+)= s[0 .. n), n <= 16: the order's d = d + s_c, or d = s_0 */
+static inline void store_rows(float *d, v16 s, int n, bool add) {
+#if defined(__AVX512F__)
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    if (add) s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), s);
+    _mm512_mask_storeu_ps(d, m, s);
+#else
+    float t[16];
+    v16_store(t, s);
+    for (int i = 0; i < n; i++) d[i] = add ? d[i] + t[i] : t[i];
+#endif
+}
+
+/* One chunk of a tile, rows row0 .. row0 + nrows (nrows <= 16) x NR
+ * columns.  ap: the tile's packed weights, [l][g][16]; bp: the panel's
+ * packed columns, [l][g][NR]. */
+static inline __attribute__((always_inline)) void gm_tile(const int NR, const float *ap,
+                                                           const float *bp, int64_t G,
+                                                           float *const *dcols, int64_t row0,
+                                                           int nrows, bool add) {
+    static const unsigned char order[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    v16 stack[3][GM_NR]; /* R's pending partial sums: a u, a v, a t */
+    v16 acc[2 * GM_NR];  /* [2j]: lane l of column j, [2j + 1]: lane l + 8 */
+    int depth = 0;
+    for (int pi = 0; pi < 8; pi++) {
+        const int l = order[pi];
+        const float *a0 = ap + (int64_t)l * G * 16, *a1 = ap + (int64_t)(l + 8) * G * 16;
+        const float *b0 = bp + (int64_t)l * G * NR, *b1 = bp + (int64_t)(l + 8) * G * NR;
+#pragma GCC unroll 32
+        for (int q = 0; q < 2 * NR; q++) acc[q] = v16_zero();
+        for (int64_t g = 0; g < G; g++, a0 += 16, a1 += 16, b0 += NR, b1 += NR) {
+            v16 w0 = v16_load(a0), w1 = v16_load(a1);
+            V16_PIN(w0);
+            V16_PIN(w1);
+#pragma GCC unroll 32
+            for (int j = 0; j < NR; j++) {
+                V16_FMA_BCAST(acc[2 * j], w0, b0 + j);
+                V16_FMA_BCAST(acc[2 * j + 1], w1, b1 + j);
+            }
+        }
+#pragma GCC unroll 32
+        for (int j = 0; j < NR; j++) acc[2 * j] = v16_add(acc[2 * j], acc[2 * j + 1]);
+        for (int t = pi; t & 1; t >>= 1) {
+            depth--;
+#pragma GCC unroll 32
+            for (int j = 0; j < NR; j++) acc[2 * j] = v16_add(stack[depth][j], acc[2 * j]);
+        }
+        if (pi < 7) {
+#pragma GCC unroll 32
+            for (int j = 0; j < NR; j++) stack[depth][j] = acc[2 * j];
+            depth++;
+        }
+    }
+#pragma GCC unroll 32
+    for (int j = 0; j < NR; j++) store_rows(dcols[j] + row0, acc[2 * j], nrows, add);
+}
+
+typedef void (*gm_fn)(const float *ap, const float *bp, int64_t G, float *const *dcols,
+                      int64_t row0, int nrows, bool add);
+#define DEF_GM(NR)                                                                                \
+    static void gm_##NR(const float *ap, const float *bp, int64_t G, float *const *dcols,         \
+                        int64_t row0, int nrows, bool add) {                                     \
+        gm_tile(NR, ap, bp, G, dcols, row0, nrows, add);                                          \
+    }
+#if GM_NR == 14
+DEF_GM(1) DEF_GM(2) DEF_GM(3) DEF_GM(4) DEF_GM(5) DEF_GM(6) DEF_GM(7)
+DEF_GM(8) DEF_GM(9) DEF_GM(10) DEF_GM(11) DEF_GM(12) DEF_GM(13) DEF_GM(14)
+static const gm_fn gm_fns[GM_NR + 1] = {NULL, gm_1, gm_2,  gm_3,  gm_4,  gm_5,  gm_6, gm_7,
+                                        gm_8, gm_9, gm_10, gm_11, gm_12, gm_13, gm_14};
+#else
+DEF_GM(1) DEF_GM(2) DEF_GM(3)
+static const gm_fn gm_fns[GM_NR + 1] = {NULL, gm_1, gm_2, gm_3};
+#endif
+
+#if defined(__AVX512F__)
+/* r[i] lane l -> r[l] lane i (a 16 x 16 transposition) */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) { /* per 128-bit lane: rows 2i, 2i+1 of elements (0, 1), (2, 3) */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* r[4i + e]: rows 4i .. 4i+3 of element 4 lane + e */
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    __m512 o[16];
+    for (int e = 0; e < 4; e++) { /* the four 128-bit lanes of r[e], r[4+e], r[8+e], r[12+e] */
+        const __m512 a = _mm512_shuffle_f32x4(r[e], r[4 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 b = _mm512_shuffle_f32x4(r[e], r[4 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 c = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 d = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        o[e] = _mm512_shuffle_f32x4(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+        o[8 + e] = _mm512_shuffle_f32x4(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+        o[4 + e] = _mm512_shuffle_f32x4(b, d, _MM_SHUFFLE(2, 0, 2, 0));
+        o[12 + e] = _mm512_shuffle_f32x4(b, d, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    for (int i = 0; i < 16; i++) r[i] = o[i];
+}
+#endif
+
+/* A tile's weights for elements [pc, pc + kc) as F32, [l][g][16]:
+ * ap[(l G + g) 16 + i] = row row0 + i's element pc + 16 g + l, 0 past kc
+ * and for rows i >= nrows */
+static void pack_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t row0, int nrows,
+                      int64_t pc, int64_t kc, int64_t G, float *ap) {
+    const size_t es = type_bytes(type);
+    const char *rows[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = i < nrows ? a + (size_t)(row0 + i) * a_nb1 + (size_t)pc * es : NULL;
+#if defined(__AVX512F__)
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t e = 16 * g;
+        const int n = kc - e < 16 ? (int)(kc - e) : 16;
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = !rows[i] ? _mm512_setzero_ps()
+                   : n == 16 ? load_w(type, rows[i], e)
+                             : load_w_tail(type, rows[i], e, n);
+        transpose16(r);
+        for (int l = 0; l < 16; l++) _mm512_storeu_ps(ap + (l * G + g) * 16, r[l]);
+    }
+#else
+    for (int i = 0; i < 16; i++)
+        for (int64_t e = 0; e < 16 * G; e++) {
+            float w = 0.0f;
+            if (rows[i] && e < kc)
+                w = type == BT_TYPE_F32 ? ((const float *)rows[i])[e]
+                                        : bt_fp16_to_fp32(((const bt_fp16_t *)rows[i])[e]);
+            ap[((e % 16) * G + e / 16) * 16 + i] = w;
+        }
+#endif
+}
+
+/* A panel of nr columns for elements [pc, pc + kc), [l][g][nr]:
+ * bp[(l G + g) nr + j] = column j's element pc + 16 g + l, 0 past kc */
+static void pack_cols(const float *const *bcols, int nr, int64_t pc, int64_t kc, int64_t G,
+                      float *bp) {
+#if defined(__AVX512F__)
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t e = pc + 16 * g;
+        const int n = kc - 16 * g < 16 ? (int)(kc - 16 * g) : 16;
+        __m512 r[16];
+        for (int j = 0; j < 16; j++)
+            r[j] = j >= nr    ? _mm512_setzero_ps()
+                   : n == 16 ? v16_load(bcols[j] + e)
+                             : load_x_tail(bcols[j] + e, n);
+        transpose16(r);
+        for (int l = 0; l < 16; l++) _mm512_mask_storeu_ps(bp + (l * G + g) * nr, m, r[l]);
+    }
+#else
+    for (int j = 0; j < nr; j++) {
+        const float *x = bcols[j] + pc;
+        for (int64_t e = 0; e < 16 * G; e++)
+            bp[((e % 16) * G + e / 16) * nr + j] = e < kc ? x[e] : 0.0f;
+    }
+#endif
+}
+
+/* Cache lines of rows rows x lines from base (row stride nb1), fetched
+ * into L2 per_tile at a time; row, line: the next one */
+struct prefetch_rows {
+    const char *base;
+    size_t nb1;
+    int64_t lines, rows, per_tile, row, line;
+};
+
+static void prefetch_rows_step(struct prefetch_rows *pf) {
+    for (int64_t i = 0; i < pf->per_tile && pf->row < pf->rows; i++) {
+        __builtin_prefetch(pf->base + (size_t)pf->row * pf->nb1 + (size_t)pf->line * 64, 0, 2);
+        if (++pf->line == pf->lines) {
+            pf->line = 0;
+            pf->row++;
+        }
+    }
+}
+
+static void run_lanes(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
+                      const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                      float *buf) {
+    const size_t es = type_bytes(type);
+    float *abuf = buf, *bbuf = buf + (size_t)BT_MM_FMC * BT_MM_FKC;
+    for (int64_t jc = 0; jc < ncols; jc += BT_MM_FNC) {
+        const int64_t nc = ncols - jc < BT_MM_FNC ? ncols - jc : BT_MM_FNC;
+        for (int64_t pc = 0; pc < k; pc += BT_MM_FKC) {
+            const int64_t kc = k - pc < BT_MM_FKC ? k - pc : BT_MM_FKC, G = (kc + 15) / 16;
+            /* the block's columns of this chunk, panels of GM_NR */
+            for (int64_t jr = 0; jr < nc; jr += GM_NR) {
+                const int nr = (int)(nc - jr < GM_NR ? nc - jr : GM_NR);
+                pack_cols(bcols + jc + jr, nr, pc, kc, G, bbuf + jr * 16 * G);
+            }
+            for (int64_t ic = r0; ic < r1; ic += BT_MM_FMC) {
+                const int64_t mc = r1 - ic < BT_MM_FMC ? r1 - ic : BT_MM_FMC;
+                /* the block's rows of this chunk as F32, tiles of 16 */
+                for (int64_t ir = 0; ir < mc; ir += 16)
+                    pack_rows(type, a, a_nb1, ic + ir, (int)(mc - ir < 16 ? mc - ir : 16), pc, kc, G,
+                              abuf + ir * 16 * G);
+                /* the next block's weights (the next rows, or the first
+                 * rows of the next chunk) are fetched into L2 a slice per
+                 * tile while this block computes: read where pack_rows
+                 * meets them, they stall it on memory */
+                struct prefetch_rows pf = {NULL, 0, 0, 0, 0, 0, 0};
+                if (ic + mc < r1 || pc + BT_MM_FKC < k) {
+                    const bool more_rows = ic + mc < r1;
+                    const int64_t nic = more_rows ? ic + mc : r0;
+                    const int64_t npc = more_rows ? pc : pc + BT_MM_FKC;
+                    const int64_t nkc = k - npc < BT_MM_FKC ? k - npc : BT_MM_FKC;
+                    const int64_t nmc = r1 - nic < BT_MM_FMC ? r1 - nic : BT_MM_FMC;
+                    const int64_t tiles = ((nc + GM_NR - 1) / GM_NR) * ((mc + 15) / 16);
+                    pf = (struct prefetch_rows){a + (size_t)nic * a_nb1 + (size_t)npc * es, a_nb1,
+                                                ((int64_t)es * nkc + 63) / 64, nmc, 0, 0, 0};
+                    pf.per_tile = (pf.lines * nmc + tiles - 1) / tiles;
+                }
+                /* a panel's columns are reused by the block's tiles */
+                for (int64_t jr = 0; jr < nc; jr += GM_NR) {
+                    const int nr = (int)(nc - jr < GM_NR ? nc - jr : GM_NR);
+                    for (int64_t ir = 0; ir < mc; ir += 16) {
+                        if (pf.base) prefetch_rows_step(&pf);
+                        gm_fns[nr](abuf + ir * 16 * G, bbuf + jr * 16 * G, G, dcols + jc + jr, ic + ir,
+                                   (int)(mc - ir < 16 ? mc - ir : 16), pc > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 size_t bt_cpu_fdot_buf_bytes(int64_t ncols) {
     if (ncols < BT_MM_FGEMM_COLS) return 0; /* the direct path packs nothing */
     const int64_t nc = ncols < BT_MM_FNC ? ncols : BT_MM_FNC;
+    /* both blocked paths (the lane passes need BT_MM_FKC of the PACK_LD a
+     * row or column): the size grows with ncols, so that a buffer for a
+     * plan's widest job holds every job */
     return (size_t)(BT_MM_FMC + nc) * PACK_LD * sizeof(float);
 }
 
@@ -501,6 +783,8 @@ void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k,
     }
     if (ncols < BT_MM_FGEMM_COLS)
         run_direct(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1);
+    else if (ncols < BT_MM_FLANE_COLS)
+        run_blocked_few(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, buf);
     else
-        run_blocked(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, buf);
+        run_lanes(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, buf);
 }
