@@ -415,54 +415,12 @@ static inline __attribute__((always_inline)) void i8_pack(const bool q8, int64_t
     }
 }
 
-/* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
-static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, const int RN, int64_t k,
-                                                               const uint8_t *panel, const void *const *acts,
-                                                               float *const *dcols, int64_t row0, int nrows) {
-    const int off = q8 ? 128 : 8;
-    struct i8col a[8];
-    __m512 acc[8];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) {
-        a[c] = i8col_at(acts[c], k);
-        acc[c] = _mm512_setzero_ps();
-    }
-    for (int64_t b = 0; b < k / I8_QK; b++) {
-        const uint8_t *pb = panel + (size_t)b * I8_PB;
-        __m512i I[8];
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
-        _Pragma("GCC unroll 8")
-        for (int u = 0; u < 8; u++) {
-            const __m512i w = _mm512_load_si512(pb + 64 * u);
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++)
-                I[c] = _mm512_dpbusd_epi32(I[c], w, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u)));
-        }
-        const __m512 dw = _mm512_load_ps(pb + 512);
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++)
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
-    }
-    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
-}
-
-/* ---- repacked weights: the GEMM's loop straight on the weights -------------- *
- * Per block and column: I = -off * s, then V vectors of the 16 rows' bytes
- * each against its 4 activation bytes broadcast (Q4_0: the low nibbles
- * against elements 4v.., the high ones against 16+4v..), then the float step;
- * for one or two columns the two blocks of a pair in separate chains (the
- * decode: latency), for more a block at a time (the prompt: registers). */
-#ifndef BT_RP_PREFETCH
-#define BT_RP_PREFETCH 1024 /* repacked tiles: prefetch distance in bytes */
-#endif
-
-/* I[c] += block b's 16 rows (vectors at w) dotted with column c's block b,
- * for RN columns: each weight vector loaded once for all of them */
-static inline __attribute__((always_inline)) void rp_block(const bool q8, const int RN, __m512i *I, const uint8_t *w,
-                                                           const struct i8col *a, int64_t b) {
+/* I[c] += a block of 16 rows (vectors at w, a lane per row: the GEMM's
+ * panel and the repacked weights) dotted with column c's block b, for RN
+ * columns, each weight vector loaded once for all of them: 8 vectors of
+ * unsigned bytes (q8: Q8_0 and every panel), or Q4_0's 4 of nibbles */
+static inline __attribute__((always_inline)) void i8_block_cols(const bool q8, const int RN, __m512i *I,
+                                                                const uint8_t *w, const struct i8col *a, int64_t b) {
     if (q8) {
         _Pragma("GCC unroll 8")
         for (int u = 0; u < 8; u++) {
@@ -486,6 +444,50 @@ static inline __attribute__((always_inline)) void rp_block(const bool q8, const 
     }
 }
 
+/* the RN columns' parts, and their accumulators at +0 (GEMM and repacked tiles) */
+static inline __attribute__((always_inline)) void i8_cols_start(const int RN, int64_t k, const void *const *acts,
+                                                                struct i8col *a, __m512 *acc) {
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm512_setzero_ps();
+    }
+}
+
+/* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
+static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, const int RN, int64_t k,
+                                                               const uint8_t *panel, const void *const *acts,
+                                                               float *const *dcols, int64_t row0, int nrows) {
+    const int off = q8 ? 128 : 8;
+    struct i8col a[8];
+    __m512 acc[8];
+    i8_cols_start(RN, k, acts, a, acc);
+    for (int64_t b = 0; b < k / I8_QK; b++) {
+        const uint8_t *pb = panel + (size_t)b * I8_PB;
+        __m512i I[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
+        i8_block_cols(true, RN, I, pb, a, b);
+        const __m512 dw = _mm512_load_ps(pb + 512);
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
+    }
+    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
+}
+
+/* ---- repacked weights: the GEMM's loop straight on the weights -------------- *
+ * Per block and column: I = -off * s, then V vectors of the 16 rows' bytes
+ * each against its 4 activation bytes broadcast (Q4_0: the low nibbles
+ * against elements 4v.., the high ones against 16+4v..), then the float step;
+ * for one or two columns the two blocks of a pair in separate chains (the
+ * decode: latency), for more a block at a time (the prompt: registers). */
+#ifndef BT_RP_PREFETCH
+#define BT_RP_PREFETCH 1024 /* repacked tiles: prefetch distance in bytes */
+#endif
+
 /* the lines of [p + ahead, + n) in the group (size gsize), past its end in next */
 static inline void rp_prefetch(const uint8_t *g, size_t gsize, const uint8_t *next, size_t at, size_t n) {
     for (size_t o = at; o < at + n; o += 64) {
@@ -504,11 +506,7 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     const size_t pair = 2 * RP_ROWS * bs, gsize = (size_t)nblk * RP_ROWS * bs;
     struct i8col a[8];
     __m512 acc[8];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) {
-        a[c] = i8col_at(acts[c], k);
-        acc[c] = _mm512_setzero_ps();
-    }
+    i8_cols_start(RN, k, acts, a, acc);
     int64_t b = 0;
     /* one or two columns (decode): a pair of blocks at a time, two chains;
      * more (prompt): a block at a time (registers for 8 columns) */
@@ -524,8 +522,8 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
             I0[c] = _mm512_set1_epi32(-off * a[c].s[b]);
             I1[c] = _mm512_set1_epi32(-off * a[c].s[b + 1]);
         }
-        rp_block(q8, RN, I0, p + 64, a, b);
-        rp_block(q8, RN, I1, p + 64 + vb, a, b + 1);
+        i8_block_cols(q8, RN, I0, p + 64, a, b);
+        i8_block_cols(q8, RN, I1, p + 64 + vb, a, b + 1);
         _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I0[c]), _mm512_mul_ps(dw0, _mm512_set1_ps(a[c].d[b])), acc[c]);
@@ -540,7 +538,7 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
         __m512i I[8];
         _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
-        rp_block(q8, RN, I, g + vof, a, b);
+        i8_block_cols(q8, RN, I, g + vof, a, b);
         _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++)
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
