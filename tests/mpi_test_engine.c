@@ -176,9 +176,18 @@ static void collect(struct bt_engine *e, uint64_t want_id, int64_t want_rows, fl
 }
 
 /* The scenarios of one model, on rank 0; the other ranks serve. */
-static void check_model(const char *name, bool moe, const int *counts) {
+/* wtype: the matrices' type (F32: the shared models; Q8_0 / Q4_0: repacked
+ * on the engine's CPU ranks, plain in reference()'s bt_llm_load) */
+static void check_model_typed(const char *name, bool moe, const int *counts, enum bt_type wtype) {
     char path[512];
-    shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
+    if (wtype == BT_TYPE_F32) {
+        shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
+    } else {
+        snprintf(path, sizeof path, "%s/%s", DIR_, name);
+        if (T->rank == 0 && access(path, R_OK) != 0)
+            write_model_typed(path, moe, N_LAYER, moe ? 77 : 42, N_EMBD, N_VOCAB, wtype);
+        ck_assert(T->iface.barrier(T) == BT_OK);
+    }
     enum { NT = 12, NS = 3 };
     const size_t V = N_VOCAB, row = V * sizeof(float);
     int32_t tok[NT], pos[NT], seq0[NT];
@@ -294,10 +303,22 @@ static void check_model(const char *name, bool moe, const int *counts) {
     bt_engine_close(e);
 }
 
+static void check_model(const char *name, bool moe, const int *counts) {
+    check_model_typed(name, moe, counts, BT_TYPE_F32);
+}
+
 START_TEST(test_dense_bitwise) { check_model("dense.gguf", false, NULL); }
 END_TEST
 
 START_TEST(test_moe_bitwise) { check_model("moe.gguf", true, NULL); }
+END_TEST
+
+/* the same with Q8_0 and Q4_0 matrices: the engine's repacked weights (a
+ * prompt's GEMM, a decode's one column, sequences together) give the bits
+ * of the one-process reference's plain ones */
+START_TEST(test_quant_moe_bitwise) {
+    check_model_typed(_i ? "moe_q4_0_v100.gguf" : "moe_q8_0_v100.gguf", true, NULL, _i ? BT_TYPE_Q4_0 : BT_TYPE_Q8_0);
+}
 END_TEST
 
 /* a fixed partition in which rank 0 holds no layer: it only drives, stage 0
@@ -880,6 +901,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_dense_bitwise);
     tcase_add_test(tc, test_moe_bitwise);
+    tcase_add_loop_test(tc, test_quant_moe_bitwise, 0, 2);
     tcase_add_test(tc, test_rank0_drives_only);
     tcase_add_test(tc, test_history_bitwise);
     tcase_add_test(tc, test_open_errors);

@@ -5,6 +5,7 @@
  * bytes unpack to the plain ones, only tensors with a layout and whole groups of
  * 16 rows are repacked, and nothing but the matmul may read one. */
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
@@ -24,6 +25,20 @@ static struct bt_tensor *repacked_copy(bt_context *ctx, const struct bt_tensor *
     bt_cpu_weight_repack(r, w->data);
     ck_assert(bt_cpu_weight_is_repacked(r));
     return r;
+}
+
+/* outs[0] (plain weights) and outs[1] (repacked) computed together with 1
+ * and 2 threads: bitwise equal (what: the case, for the message) */
+static void expect_same(bt_context *ctx, struct bt_tensor *outs[2], const char *what) {
+    TU_OK(ctx, outs[0]);
+    TU_OK(ctx, outs[1]);
+    struct bt_graph *g = tu_graph(ctx, outs, 2);
+    for (int nt = 1; nt <= 2; nt++) {
+        memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
+        ck_assert_int_eq(tu_run(g, nt), BT_OK);
+        ck_assert_msg(memcmp(outs[0]->data, outs[1]->data, bt_nbytes(outs[0])) == 0,
+                      "%s, threads %d: repacked differs from plain", what, nt);
+    }
 }
 
 /* MUL_MAT: k (blocks even, odd, the model's 2048) x m rows x n columns, the
@@ -59,16 +74,10 @@ START_TEST(test_mul_mat_bitwise) {
         TU_OK(ctx, x);
         tu_fill(x, &r);
         struct bt_tensor *outs[2] = {bt_mul_mat(ctx, w, x), bt_mul_mat(ctx, wr, x)};
-        TU_OK(ctx, outs[0]);
-        TU_OK(ctx, outs[1]);
-        struct bt_graph *g = tu_graph(ctx, outs, 2);
-        for (int nt = 1; nt <= 2; nt++) {
-            memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
-            ck_assert_int_eq(tu_run(g, nt), BT_OK);
-            ck_assert_msg(memcmp(outs[0]->data, outs[1]->data, bt_nbytes(outs[0])) == 0,
-                          "%s k %lld m %lld n %lld threads %d: repacked differs from plain", bt_type_name(type),
-                          (long long)k, (long long)m, (long long)n, nt);
-        }
+        char what[96];
+        snprintf(what, sizeof what, "%s k %lld m %lld n %lld", bt_type_name(type), (long long)k, (long long)m,
+                 (long long)n);
+        expect_same(ctx, outs, what);
     }
     bt_free(ctx);
 }
@@ -105,16 +114,10 @@ START_TEST(test_mul_mat_id_bitwise) {
                 ((int32_t *)ids->data)[t * U + 1] = (int32_t)((e0 + 1 + tu_rng_int(&r, E - 1)) % E);
             }
             struct bt_tensor *outs[2] = {bt_mul_mat_id(ctx, as, b, ids), bt_mul_mat_id(ctx, ar, b, ids)};
-            TU_OK(ctx, outs[0]);
-            TU_OK(ctx, outs[1]);
-            struct bt_graph *g = tu_graph(ctx, outs, 2);
-            for (int nt = 1; nt <= 2; nt++) {
-                memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
-                ck_assert_int_eq(tu_run(g, nt), BT_OK);
-                ck_assert_msg(memcmp(outs[0]->data, outs[1]->data, bt_nbytes(outs[0])) == 0,
-                              "%s k %lld tokens %lld n_b %lld threads %d: repacked differs from plain",
-                              bt_type_name(type), (long long)k, (long long)T, (long long)nb, nt);
-            }
+            char what[96];
+            snprintf(what, sizeof what, "%s k %lld tokens %lld n_b %lld", bt_type_name(type), (long long)k,
+                     (long long)T, (long long)nb);
+            expect_same(ctx, outs, what);
         }
     bt_free(ctx);
 }
@@ -215,14 +218,7 @@ START_TEST(test_get_rows) {
     const int32_t rows[9] = {0, 15, 16, 17, 63, 31, 17, 48, 1};
     memcpy(ids->data, rows, sizeof rows);
     struct bt_tensor *outs[2] = {bt_get_rows(ctx, w, ids), bt_get_rows(ctx, repacked_copy(ctx, w), ids)};
-    TU_OK(ctx, outs[0]);
-    TU_OK(ctx, outs[1]);
-    struct bt_graph *g = tu_graph(ctx, outs, 2);
-    for (int nt = 1; nt <= 2; nt++) {
-        memset(outs[1]->data, 0x7f, bt_nbytes(outs[1]));
-        ck_assert_int_eq(tu_run(g, nt), BT_OK);
-        ck_assert_mem_eq(outs[0]->data, outs[1]->data, bt_nbytes(outs[0]));
-    }
+    expect_same(ctx, outs, bt_type_name(type));
     bt_free(ctx);
 }
 END_TEST

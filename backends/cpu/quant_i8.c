@@ -415,6 +415,45 @@ static inline __attribute__((always_inline)) void i8_pack(const bool q8, int64_t
     }
 }
 
+/* I[c] += a block of 16 rows (vectors at w, a lane per row: the GEMM's
+ * panel and the repacked weights) dotted with column c's block b, for RN
+ * columns, each weight vector loaded once for all of them: 8 vectors of
+ * unsigned bytes (q8: Q8_0 and every panel), or Q4_0's 4 of nibbles */
+static inline __attribute__((always_inline)) void i8_block_cols(const bool q8, const int RN, __m512i *I,
+                                                                const uint8_t *w, const struct i8col *a, int64_t b) {
+    if (q8) {
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < 8; u++) {
+            const __m512i x = _mm512_loadu_si512(w + 64 * u);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++)
+                I[c] = _mm512_dpbusd_epi32(I[c], x, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u)));
+        }
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < 4; v++) {
+        const __m512i x = _mm512_loadu_si512(w + 64 * v);
+        const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * v)));
+            I[c] = _mm512_dpbusd_epi32(I[c], hi, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 16 + 4 * v)));
+        }
+    }
+}
+
+/* the RN columns' parts, and their accumulators at +0 (GEMM and repacked tiles) */
+static inline __attribute__((always_inline)) void i8_cols_start(const int RN, int64_t k, const void *const *acts,
+                                                                struct i8col *a, __m512 *acc) {
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm512_setzero_ps();
+    }
+}
+
 /* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
 static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, const int RN, int64_t k,
                                                                const uint8_t *panel, const void *const *acts,
@@ -422,23 +461,13 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
     const int off = q8 ? 128 : 8;
     struct i8col a[8];
     __m512 acc[8];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) {
-        a[c] = i8col_at(acts[c], k);
-        acc[c] = _mm512_setzero_ps();
-    }
+    i8_cols_start(RN, k, acts, a, acc);
     for (int64_t b = 0; b < k / I8_QK; b++) {
         const uint8_t *pb = panel + (size_t)b * I8_PB;
         __m512i I[8];
         _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
-        _Pragma("GCC unroll 8")
-        for (int u = 0; u < 8; u++) {
-            const __m512i w = _mm512_load_si512(pb + 64 * u);
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++)
-                I[c] = _mm512_dpbusd_epi32(I[c], w, _mm512_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u)));
-        }
+        i8_block_cols(true, RN, I, pb, a, b);
         const __m512 dw = _mm512_load_ps(pb + 512);
         _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++)
@@ -453,30 +482,11 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
  * Per block and column: I = -off * s, then V vectors of the 16 rows' bytes
  * each against its 4 activation bytes broadcast (Q4_0: the low nibbles
  * against elements 4v.., the high ones against 16+4v..), then the float step;
- * the two blocks of a pair in separate chains. */
+ * for one or two columns the two blocks of a pair in separate chains (the
+ * decode: latency), for more a block at a time (the prompt: registers). */
 #ifndef BT_RP_PREFETCH
 #define BT_RP_PREFETCH 1024 /* repacked tiles: prefetch distance in bytes */
 #endif
-
-/* I += block b's 16 rows (vectors at w) dotted with column a's block b */
-static inline __attribute__((always_inline)) __m512i rp_block(const bool q8, __m512i I, const uint8_t *w,
-                                                              const int8_t *q) {
-    if (q8) {
-        _Pragma("GCC unroll 8")
-        for (int u = 0; u < 8; u++)
-            I = _mm512_dpbusd_epi32(I, _mm512_loadu_si512(w + 64 * u), _mm512_set1_epi32(bt_cpu_load_i32(q + 4 * u)));
-        return I;
-    }
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    _Pragma("GCC unroll 4")
-    for (int v = 0; v < 4; v++) {
-        const __m512i x = _mm512_loadu_si512(w + 64 * v);
-        I = _mm512_dpbusd_epi32(I, _mm512_and_si512(x, m4), _mm512_set1_epi32(bt_cpu_load_i32(q + 4 * v)));
-        I = _mm512_dpbusd_epi32(I, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
-                                _mm512_set1_epi32(bt_cpu_load_i32(q + 16 + 4 * v)));
-    }
-    return I;
-}
 
 /* the lines of [p + ahead, + n) in the group (size gsize), past its end in next */
 static inline void rp_prefetch(const uint8_t *g, size_t gsize, const uint8_t *next, size_t at, size_t n) {
@@ -496,39 +506,42 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     const size_t pair = 2 * RP_ROWS * bs, gsize = (size_t)nblk * RP_ROWS * bs;
     struct i8col a[8];
     __m512 acc[8];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) {
-        a[c] = i8col_at(acts[c], k);
-        acc[c] = _mm512_setzero_ps();
-    }
+    i8_cols_start(RN, k, acts, a, acc);
     int64_t b = 0;
-    for (; b + 1 < nblk; b += 2) {
+    /* one or two columns (decode): a pair of blocks at a time, two chains;
+     * more (prompt): a block at a time (registers for 8 columns) */
+    for (; RN <= 2 && b + 1 < nblk; b += 2) {
         const uint8_t *p = g + (size_t)(b / 2) * pair;
         if (BT_RP_PREFETCH > 0) rp_prefetch(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair);
         const __m512i ds = _mm512_loadu_si512(p);
         const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
         const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(ds, 1));
-        __m512i I0[8], I1[8];
-        _Pragma("GCC unroll 8")
+        __m512i I0[2], I1[2];
+        _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
-            I0[c] = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b]), p + 64, a[c].q + b * I8_QK);
-            I1[c] = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b + 1]), p + 64 + vb, a[c].q + (b + 1) * I8_QK);
+            I0[c] = _mm512_set1_epi32(-off * a[c].s[b]);
+            I1[c] = _mm512_set1_epi32(-off * a[c].s[b + 1]);
         }
-        _Pragma("GCC unroll 8")
+        i8_block_cols(q8, RN, I0, p + 64, a, b);
+        i8_block_cols(q8, RN, I1, p + 64 + vb, a, b + 1);
+        _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I0[c]), _mm512_mul_ps(dw0, _mm512_set1_ps(a[c].d[b])), acc[c]);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I1[c]), _mm512_mul_ps(dw1, _mm512_set1_ps(a[c].d[b + 1])),
                                      acc[c]);
         }
     }
-    if (b < nblk) { /* an odd nblk's last block */
-        const uint8_t *p = g + (size_t)(b / 2) * pair;
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    for (; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
+        __m512i I[8];
         _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) {
-            const __m512i I = rp_block(q8, _mm512_set1_epi32(-off * a[c].s[b]), p + 32, a[c].q + b * I8_QK);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
-        }
+        for (int c = 0; c < RN; c++) I[c] = _mm512_set1_epi32(-off * a[c].s[b]);
+        i8_block_cols(q8, RN, I, g + vof, a, b);
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(a[c].d[b])), acc[c]);
     }
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) _mm512_storeu_ps(dcols[c] + row0, acc[c]);

@@ -348,6 +348,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     BT_ASSERT(!repack || buft == bt_cpu_buffer_type());
     struct bt_llm *m = calloc(1, sizeof *m);
     struct bt_arch_tensor *tt = NULL;
+    int64_t *fidx = NULL; /* per entry of tt: its index in the file, -1: not this range's */
     enum bt_status st;
     if (!m) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     st = bt_arch_read_hparams(g, &m->arch, &m->hp, err, n_err);
@@ -371,9 +372,16 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     int nt = 0;
     st = check_tensors(g, m->arch, h, tt, &nt, err, n_err);
     if (st != BT_OK) goto done;
+    fidx = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *fidx);
+    if (!fidx) {
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     int n_mine = 0;
-    for (int i = 0; i < nt; i++)
-        if (bt_gguf_find_tensor(g, tt[i].name) >= 0 && in_range(&tt[i], h, il0, il1)) n_mine++;
+    for (int i = 0; i < nt; i++) {
+        fidx[i] = in_range(&tt[i], h, il0, il1) ? bt_gguf_find_tensor(g, tt[i].name) : -1;
+        if (fidx[i] >= 0) n_mine++;
+    }
     /* the range's weights: metadata; bytes used in place from the mapping
      * where they can be, else copied into one buffer of buft */
     m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 4) * bt_tensor_overhead() + 1024, NULL, true});
@@ -386,9 +394,9 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     size_t copied = 0;
     for (int i = 0; i < nt; i++) {
         const struct bt_arch_tensor *e = &tt[i];
-        const int64_t ti = bt_gguf_find_tensor(g, e->name);
-        if (ti < 0 || !in_range(e, h, il0, il1)) continue;
-        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, ti);
+        if (fidx[i] < 0) continue;
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, fidx[i]);
+        BT_ASSERT(strcmp(ft->name, e->name) == 0);
         struct bt_tensor *t = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
         if (!t) {
             st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
@@ -415,14 +423,11 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
                                  il1);
             goto done;
         }
-        for (int i = 0; i < bt_context_n_tensors(m->wctx); i++) {
-            struct bt_tensor *t = bt_context_tensor(m->wctx, i);
-            const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, bt_gguf_find_tensor(g, t->name));
-            if (!t->buffer) continue;
-            const struct bt_arch_tensor *e = NULL;
-            for (int j = 0; j < nt && !e; j++)
-                if (*tt[j].slot == t) e = &tt[j];
-            BT_ASSERT(e != NULL);
+        for (int i = 0; i < nt; i++) {
+            const struct bt_arch_tensor *e = &tt[i];
+            struct bt_tensor *t = fidx[i] >= 0 ? *e->slot : NULL;
+            if (!t || !t->buffer) continue;
+            const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, fidx[i]);
             if (repack && repack_this(e, t)) {
                 bt_cpu_weight_repack(t, bt_gguf_tensor_data(g, ft));
                 m->repacked_bytes += ft->size;
@@ -435,6 +440,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     st = BT_OK;
 done:
     free(tt);
+    free(fidx);
     if (st != BT_OK) {
         bt_llm_free(m);
         return st;
