@@ -436,7 +436,7 @@ START_TEST(test_float_order_mul_mat) {
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         const int64_t k = ks[ki];
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-            const int64_t n = ns[ni], m = n > 48 ? 150 : 37;
+            const int64_t n = ns[ni], m = n >= 64 ? 150 : 37;
             bt_context *ctx = tu_ctx(64);
             tu_rng r;
             tu_rng_init(&r, 7100 + (uint64_t)(ki * 16 + ni));

@@ -45,7 +45,6 @@
  *     that R adds whole vectors (section "lane passes" below).  The
  *     transposition costs a 16 x 16 shuffle per 256 weights, repaid only
  *     over many columns; below BT_MM_FLANE_COLS the 4 x 6 tiles are faster.
- *     The next block's weights are prefetched into L2 while a block computes.
  * In both blocked paths a chunk's sums are added into d, which holds the
  * sum of the chunks before (the order above, since d = d + s_c).
  * The direct and 4 x 6 tiles reduce their accumulators 16 at a time: a
@@ -67,7 +66,7 @@
 #define BT_MM_FNC 512 /* blocked paths: columns packed per chunk */
 #endif
 #ifndef BT_MM_FLANE_COLS
-#define BT_MM_FLANE_COLS 48 /* jobs with at least this many columns take the lane passes */
+#define BT_MM_FLANE_COLS 64 /* jobs with at least this many columns take the lane passes */
 #endif
 #ifndef BT_MM_FGEMM_COLS
 #define BT_MM_FGEMM_COLS 8 /* jobs with at least this many columns take the blocked path */
@@ -694,28 +693,9 @@ static void pack_cols(const float *const *bcols, int nr, int64_t pc, int64_t kc,
 #endif
 }
 
-/* Cache lines of rows rows x lines from base (row stride nb1), fetched
- * into L2 per_tile at a time; row, line: the next one */
-struct prefetch_rows {
-    const char *base;
-    size_t nb1;
-    int64_t lines, rows, per_tile, row, line;
-};
-
-static void prefetch_rows_step(struct prefetch_rows *pf) {
-    for (int64_t i = 0; i < pf->per_tile && pf->row < pf->rows; i++) {
-        __builtin_prefetch(pf->base + (size_t)pf->row * pf->nb1 + (size_t)pf->line * 64, 0, 2);
-        if (++pf->line == pf->lines) {
-            pf->line = 0;
-            pf->row++;
-        }
-    }
-}
-
 static void run_lanes(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
                       float *buf) {
-    const size_t es = type_bytes(type);
     float *abuf = buf, *bbuf = buf + (size_t)BT_MM_FMC * BT_MM_FKC;
     for (int64_t jc = 0; jc < ncols; jc += BT_MM_FNC) {
         const int64_t nc = ncols - jc < BT_MM_FNC ? ncols - jc : BT_MM_FNC;
@@ -732,30 +712,12 @@ static void run_lanes(enum bt_type type, const char *a, size_t a_nb1, int64_t k,
                 for (int64_t ir = 0; ir < mc; ir += 16)
                     pack_rows(type, a, a_nb1, ic + ir, (int)(mc - ir < 16 ? mc - ir : 16), pc, kc, G,
                               abuf + ir * 16 * G);
-                /* the next block's weights (the next rows, or the first
-                 * rows of the next chunk) are fetched into L2 a slice per
-                 * tile while this block computes: read where pack_rows
-                 * meets them, they stall it on memory */
-                struct prefetch_rows pf = {NULL, 0, 0, 0, 0, 0, 0};
-                if (ic + mc < r1 || pc + BT_MM_FKC < k) {
-                    const bool more_rows = ic + mc < r1;
-                    const int64_t nic = more_rows ? ic + mc : r0;
-                    const int64_t npc = more_rows ? pc : pc + BT_MM_FKC;
-                    const int64_t nkc = k - npc < BT_MM_FKC ? k - npc : BT_MM_FKC;
-                    const int64_t nmc = r1 - nic < BT_MM_FMC ? r1 - nic : BT_MM_FMC;
-                    const int64_t tiles = ((nc + GM_NR - 1) / GM_NR) * ((mc + 15) / 16);
-                    pf = (struct prefetch_rows){a + (size_t)nic * a_nb1 + (size_t)npc * es, a_nb1,
-                                                ((int64_t)es * nkc + 63) / 64, nmc, 0, 0, 0};
-                    pf.per_tile = (pf.lines * nmc + tiles - 1) / tiles;
-                }
                 /* a panel's columns are reused by the block's tiles */
                 for (int64_t jr = 0; jr < nc; jr += GM_NR) {
                     const int nr = (int)(nc - jr < GM_NR ? nc - jr : GM_NR);
-                    for (int64_t ir = 0; ir < mc; ir += 16) {
-                        if (pf.base) prefetch_rows_step(&pf);
+                    for (int64_t ir = 0; ir < mc; ir += 16)
                         gm_fns[nr](abuf + ir * 16 * G, bbuf + jr * 16 * G, G, dcols + jc + jr, ic + ir,
                                    (int)(mc - ir < 16 ? mc - ir : 16), pc > 0);
-                    }
                 }
             }
         }
