@@ -485,7 +485,12 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
  * for one or two columns the two blocks of a pair in separate chains (the
  * decode: latency), for more a block at a time (the prompt: registers). */
 #ifndef BT_RP_PREFETCH
-#define BT_RP_PREFETCH 1024 /* repacked tiles: prefetch distance in bytes */
+/* repacked tiles: software prefetch distance in bytes, 0: none.  A group is
+ * one contiguous run of bytes, which the hardware prefetchers stream on
+ * their own: 1024 ran 6-16% slower in tg64 of the Q8_0 and Q4_0 Mixtral
+ * files (4 rounds, a busy machine) and no faster than none in a lone
+ * product from memory */
+#define BT_RP_PREFETCH 0
 #endif
 
 /* the lines of [p + ahead, + n) in the group (size gsize), past its end in next */
