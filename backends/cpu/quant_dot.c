@@ -680,9 +680,9 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
                                                              int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x03);
-    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF), lo16w = _mm512_set1_epi32(0xFFFF);
-    __m512 acc[4];
-    _Pragma("GCC unroll 4")
+    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF), lo16w = _mm512_set1_epi32(0xFFFF), ff = _mm512_set1_epi32(0xFF);
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
@@ -702,9 +702,9 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
         /* mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
         const __m512i mp[4] = {_mm512_and_si512(n03, lo16), _mm512_and_si512(_mm512_srli_epi32(n03, 8), lo16),
                                _mm512_and_si512(n47, lo16), _mm512_and_si512(_mm512_srli_epi32(n47, 8), lo16)};
-        const bt_block_q8_K *ab[4];
-        __m512i I[4], M[4];
-        _Pragma("GCC unroll 4")
+        const bt_block_q8_K *ab[8];
+        __m512i I[8], M[8];
+        _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++) {
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             uint32_t sp[4];
@@ -714,38 +714,60 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
             for (int i = 0; i < 4; i++) M[c] = _mm512_dpwssd_epi32(M[c], mp[i], _mm512_set1_epi32((int)sp[i]));
             I[c] = _mm512_setzero_si512();
         }
-        _Pragma("GCC unroll 4")
-        for (int gq = 0; gq < 4; gq++) {
-            const __m512i sw = gq < 2 ? s03 : s47; /* sub-blocks 2gq, 2gq+1: bytes 2(gq%2), +1 */
-            const __m512i sc_lo = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2)), _mm512_set1_epi32(0xFF));
-            const __m512i sc_hi = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2) + 8), _mm512_set1_epi32(0xFF));
-            __m512i plo[4], phi[4];
+        if (RN <= 4) { /* a pair of sub-blocks from each load: both nibbles */
             _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) plo[c] = phi[c] = _mm512_setzero_si512();
-            _Pragma("GCC unroll 8")
-            for (int i = 0; i < 8; i++) {
-                const __m512i q = _mm512_load_si512(v + (size_t)(3 + 8 * gq + i) * 64);
-                const __m512i ql = _mm512_and_si512(q, m4), qh = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            for (int gq = 0; gq < 4; gq++) {
+                const __m512i sw = gq < 2 ? s03 : s47; /* sub-blocks 2gq, 2gq+1: bytes 2(gq%2), +1 */
+                const __m512i sc_lo = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2)), ff);
+                const __m512i sc_hi = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2) + 8), ff);
+                __m512i plo[4], phi[4];
                 _Pragma("GCC unroll 4")
-                for (int c = 0; c < RN; c++) {
-                    const int8_t *aq = ab[c]->qs + 64 * gq + 4 * i;
-                    plo[c] = _mm512_dpbusd_epi32(plo[c], ql, _mm512_set1_epi32(bt_cpu_load_i32(aq)));
-                    phi[c] = _mm512_dpbusd_epi32(phi[c], qh, _mm512_set1_epi32(bt_cpu_load_i32(aq + 32)));
+                for (int c = 0; c < RN; c++) plo[c] = phi[c] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    const __m512i q = _mm512_load_si512(v + (size_t)(3 + 8 * gq + i) * 64);
+                    const __m512i ql = _mm512_and_si512(q, m4), qh = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                    _Pragma("GCC unroll 4")
+                    for (int c = 0; c < RN; c++) {
+                        const int8_t *aq = ab[c]->qs + 64 * gq + 4 * i;
+                        plo[c] = _mm512_dpbusd_epi32(plo[c], ql, _mm512_set1_epi32(bt_cpu_load_i32(aq)));
+                        phi[c] = _mm512_dpbusd_epi32(phi[c], qh, _mm512_set1_epi32(bt_cpu_load_i32(aq + 32)));
+                    }
                 }
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    I[c] = _mm512_add_epi32(I[c], _mm512_add_epi32(_mm512_mullo_epi32(plo[c], sc_lo),
+                                                                   _mm512_mullo_epi32(phi[c], sc_hi)));
             }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++)
-                I[c] = _mm512_add_epi32(I[c], _mm512_add_epi32(_mm512_mullo_epi32(plo[c], sc_lo),
-                                                               _mm512_mullo_epi32(phi[c], sc_hi)));
+        } else { /* many columns (prompt): a sub-block at a time, registers for 8 */
+            _Pragma("GCC unroll 8")
+            for (int sb = 0; sb < 8; sb++) {
+                const int gq = sb / 2, h = sb % 2;
+                const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sb < 4 ? s03 : s47, 8 * (sb % 4)), ff);
+                __m512i p[8];
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) p[c] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    const __m512i q = _mm512_load_si512(v + (size_t)(3 + 8 * gq + i) * 64);
+                    const __m512i qn = _mm512_and_si512(h ? _mm512_srli_epi16(q, 4) : q, m4);
+                    _Pragma("GCC unroll 8")
+                    for (int c = 0; c < RN; c++)
+                        p[c] = _mm512_dpbusd_epi32(
+                            p[c], qn, _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * gq + 32 * h + 4 * i)));
+                }
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(p[c], sc));
+            }
         }
-        _Pragma("GCC unroll 4")
+        _Pragma("GCC unroll 8")
         for (int c = 0; c < RN; c++) {
             const __m512 da = _mm512_set1_ps(ab[c]->d);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(da, dw), acc[c]);
             acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[c]), _mm512_mul_ps(da, dm), acc[c]);
         }
     }
-    _Pragma("GCC unroll 4")
+    _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) _mm512_storeu_ps(dcols[c] + row0, acc[c]);
 }
 
@@ -754,7 +776,11 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
     (void)next;
     const uint8_t *g = group;
     int64_t j = 0;
-    for (; j + 4 <= ncols; j += 4) rp_k4_tile(4, k, g, acts + j, dcols + j, row0);
+    for (; j + 8 <= ncols; j += 8) rp_k4_tile(8, k, g, acts + j, dcols + j, row0);
+    if (ncols - j >= 4) {
+        rp_k4_tile(4, k, g, acts + j, dcols + j, row0);
+        j += 4;
+    }
     if (ncols - j >= 2) {
         rp_k4_tile(2, k, g, acts + j, dcols + j, row0);
         j += 2;
