@@ -80,8 +80,8 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * next, a prefetch hint, may be NULL).
  *
  * One layout for every type that has one.  A block of bs = ds + 4 n_dw
- * bytes is a scale of ds (2 or 4) bytes, its fp16 scales (Q8_0, Q4_0: d;
- * Q4_K: d and dmin), at byte d_pos and n_dw payload dwords (from byte
+ * bytes is a scale of ds (2 or 4) bytes (its fp16 scales: Q8_0, Q4_0 d;
+ * Q4_K d and dmin) at byte d_pos, and n_dw payload dwords (from byte
  * q_pos).  A group, per pair of blocks b, b+1 (b even), at
  * (b / 2) * 32 * bs:
  *   32 ds bytes       the 16 rows' scale of block b, then of block b+1
