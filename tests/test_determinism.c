@@ -469,15 +469,15 @@ START_TEST(test_float_order_mul_mat) {
 }
 END_TEST
 
-/* MUL_MAT_ID: every (slot, token) element against the model, tokens 1..40
- * over 5 experts (experts get 0 .. many columns: both paths) */
+/* MUL_MAT_ID: every (slot, token) element against the model, tokens 1..200
+ * over 5 experts (experts get 0 .. 100 columns: every path) */
 START_TEST(test_float_order_mul_mat_id) {
     const enum bt_type wt = fo_types[_i];
     const int64_t m = 21, ne = 5, nu = 2;
-    static const int64_t Ts[] = {1, 3, 17, 40, 1, 2};
+    static const int64_t Ts[] = {1, 3, 17, 40, 200, 1, 2};
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         /* the last tokens: k past several chunks (one column tiles several chunks at once) */
-        const int64_t T = Ts[ti], k = ti < 4 ? BT_MM_FKC + 77 : 4 * BT_MM_FKC + 33;
+        const int64_t T = Ts[ti], k = ti < 5 ? BT_MM_FKC + 77 : 4 * BT_MM_FKC + 33;
         bt_context *ctx = tu_ctx(64);
         tu_rng r;
         tu_rng_init(&r, 7300 + (uint64_t)ti);

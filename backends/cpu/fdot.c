@@ -507,7 +507,8 @@ static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int6
  * the order l = 0, 4, 2, 6, 1, 5, 3, 7 make the rest of R a stack: after
  * pass pi pop and add as many times as pi has trailing one bits (v[l] =
  * u[l] + u[l+4], t, s), then push.  Packed, both operands are laid out
- * [l][g][16 rows or NR columns], so every stream is read in order. */
+ * [l % 8][g][l / 8][16 rows or NR columns]: a pass reads one stream of
+ * weights and one of columns, in order (1-3% faster than four). */
 #if defined(__AVX512F__)
 #define GM_NR 14 /* columns of a full tile: 28 accumulators, 2 weight vectors */
 #else
@@ -543,8 +544,8 @@ static inline void store_rows(float *d, v16 s, int n, bool add) {
 }
 
 /* One chunk of a tile, rows row0 .. row0 + nrows (nrows <= 16) x NR
- * columns.  ap: the tile's packed weights, [l][g][16]; bp: the panel's
- * packed columns, [l][g][NR]. */
+ * columns.  ap: the tile's packed weights, [l % 8][g][l / 8][16]; bp: the
+ * panel's packed columns, [l % 8][g][l / 8][NR]. */
 static inline __attribute__((always_inline)) void gm_tile(const int NR, const float *ap,
                                                            const float *bp, int64_t G,
                                                            float *const *dcols, int64_t row0,
@@ -555,11 +556,12 @@ static inline __attribute__((always_inline)) void gm_tile(const int NR, const fl
     int depth = 0;
     for (int pi = 0; pi < 8; pi++) {
         const int l = order[pi];
-        const float *a0 = ap + (int64_t)l * G * 16, *a1 = ap + (int64_t)(l + 8) * G * 16;
-        const float *b0 = bp + (int64_t)l * G * NR, *b1 = bp + (int64_t)(l + 8) * G * NR;
+        /* lanes l and l + 8 interleaved: one stream of weights, one of columns */
+        const float *a0 = ap + (int64_t)l * G * 32, *a1 = a0 + 16;
+        const float *b0 = bp + (int64_t)l * G * 2 * NR, *b1 = b0 + NR;
 #pragma GCC unroll 32
         for (int q = 0; q < 2 * NR; q++) acc[q] = v16_zero();
-        for (int64_t g = 0; g < G; g++, a0 += 16, a1 += 16, b0 += NR, b1 += NR) {
+        for (int64_t g = 0; g < G; g++, a0 += 32, a1 += 32, b0 += 2 * NR, b1 += 2 * NR) {
             v16 w0 = v16_load(a0), w1 = v16_load(a1);
             V16_PIN(w0);
             V16_PIN(w1);
@@ -634,9 +636,9 @@ static inline void transpose16(__m512 r[16]) {
 }
 #endif
 
-/* A tile's weights for elements [pc, pc + kc) as F32, [l][g][16]:
- * ap[(l G + g) 16 + i] = row row0 + i's element pc + 16 g + l, 0 past kc
- * and for rows i >= nrows */
+/* A tile's weights for elements [pc, pc + kc) as F32, [l % 8][g][l / 8][16]:
+ * ap[((l % 8) G + g) 32 + (l / 8) 16 + i] = row row0 + i's element
+ * pc + 16 g + l, 0 past kc and for rows i >= nrows */
 static void pack_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t row0, int nrows,
                       int64_t pc, int64_t kc, int64_t G, float *ap) {
     const size_t es = type_bytes(type);
@@ -653,7 +655,7 @@ static void pack_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t ro
                    : n == 16 ? load_w(type, rows[i], e)
                              : load_w_tail(type, rows[i], e, n);
         transpose16(r);
-        for (int l = 0; l < 16; l++) _mm512_storeu_ps(ap + (l * G + g) * 16, r[l]);
+        for (int l = 0; l < 16; l++) _mm512_storeu_ps(ap + ((l % 8) * G + g) * 32 + l / 8 * 16, r[l]);
     }
 #else
     for (int i = 0; i < 16; i++)
@@ -662,13 +664,14 @@ static void pack_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t ro
             if (rows[i] && e < kc)
                 w = type == BT_TYPE_F32 ? ((const float *)rows[i])[e]
                                         : bt_fp16_to_fp32(((const bt_fp16_t *)rows[i])[e]);
-            ap[((e % 16) * G + e / 16) * 16 + i] = w;
+            ap[((e % 8) * G + e / 16) * 32 + e % 16 / 8 * 16 + i] = w;
         }
 #endif
 }
 
-/* A panel of nr columns for elements [pc, pc + kc), [l][g][nr]:
- * bp[(l G + g) nr + j] = column j's element pc + 16 g + l, 0 past kc */
+/* A panel of nr columns for elements [pc, pc + kc), [l % 8][g][l / 8][nr]:
+ * bp[((l % 8) G + g) 2 nr + (l / 8) nr + j] = column j's element
+ * pc + 16 g + l, 0 past kc */
 static void pack_cols(const float *const *bcols, int nr, int64_t pc, int64_t kc, int64_t G,
                       float *bp) {
 #if defined(__AVX512F__)
@@ -682,13 +685,14 @@ static void pack_cols(const float *const *bcols, int nr, int64_t pc, int64_t kc,
                    : n == 16 ? v16_load(bcols[j] + e)
                              : load_x_tail(bcols[j] + e, n);
         transpose16(r);
-        for (int l = 0; l < 16; l++) _mm512_mask_storeu_ps(bp + (l * G + g) * nr, m, r[l]);
+        for (int l = 0; l < 16; l++)
+            _mm512_mask_storeu_ps(bp + ((l % 8) * G + g) * 2 * nr + l / 8 * nr, m, r[l]);
     }
 #else
     for (int j = 0; j < nr; j++) {
         const float *x = bcols[j] + pc;
         for (int64_t e = 0; e < 16 * G; e++)
-            bp[((e % 16) * G + e / 16) * nr + j] = e < kc ? x[e] : 0.0f;
+            bp[((e % 8) * G + e / 16) * 2 * nr + e % 16 / 8 * nr + j] = e < kc ? x[e] : 0.0f;
     }
 #endif
 }
