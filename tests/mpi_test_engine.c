@@ -32,7 +32,8 @@ static char DIR_[256];
  * layers of width d (4 heads, 2 kv heads, ffn 1.5 d) and a vocabulary of
  * n_vocab, random F32 weights from seed, streamed to path one tensor at a
  * time. */
-/* wtype: the matrices' type (F32, Q8_0 or Q4_0; vectors stay F32) */
+/* wtype: the matrices' type (F32, Q8_0, Q4_0 or Q4_K (d a multiple of 512);
+ * vectors stay F32) */
 static void write_model_typed(const char *path, bool moe, int n_layer, uint64_t seed, int64_t d, int64_t n_vocab,
                               enum bt_type wtype) {
     struct bt_gguf_writer *w = NULL;
@@ -91,6 +92,7 @@ static void write_model_typed(const char *path, bool moe, int n_layer, uint64_t 
             ck_assert(bt_gguf_writer_write_data(w, data, (uint64_t)n * sizeof(float)) == BT_OK);
         } else {
             if (wtype == BT_TYPE_Q8_0) bt_q8_0_from_f32(data, qdata, n);
+            else if (wtype == BT_TYPE_Q4_K) bt_q4_K_from_f32(data, qdata, n);
             else bt_q4_0_from_f32(data, qdata, n);
             ck_assert(bt_gguf_writer_write_data(w, qdata, bt_row_size(wtype, n)) == BT_OK);
         }
@@ -176,8 +178,12 @@ static void collect(struct bt_engine *e, uint64_t want_id, int64_t want_rows, fl
 }
 
 /* The scenarios of one model, on rank 0; the other ranks serve. */
-/* wtype: the matrices' type (F32: the shared models; Q8_0 / Q4_0: repacked
- * on the engine's CPU ranks, plain in reference()'s bt_llm_load) */
+/* wtype: the matrices' type (F32: the shared models; Q8_0 / Q4_0 / Q4_K:
+ * repacked on the engine's CPU ranks, plain in reference()'s bt_llm_load) */
+/* the width of a typed test model: Q4_K's rows are blocks of 256 (the
+ * experts' 256-wide down projection, 768 for the dense FFN) */
+static int64_t q_embd(enum bt_type wtype) { return wtype == BT_TYPE_Q4_K ? 512 : N_EMBD; }
+
 static void check_model_typed(const char *name, bool moe, const int *counts, enum bt_type wtype) {
     char path[512];
     if (wtype == BT_TYPE_F32) {
@@ -185,7 +191,7 @@ static void check_model_typed(const char *name, bool moe, const int *counts, enu
     } else {
         snprintf(path, sizeof path, "%s/%s", DIR_, name);
         if (T->rank == 0 && access(path, R_OK) != 0)
-            write_model_typed(path, moe, N_LAYER, moe ? 77 : 42, N_EMBD, N_VOCAB, wtype);
+            write_model_typed(path, moe, N_LAYER, moe ? 77 : 42, q_embd(wtype), N_VOCAB, wtype);
         ck_assert(T->iface.barrier(T) == BT_OK);
     }
     enum { NT = 12, NS = 3 };
@@ -313,11 +319,14 @@ END_TEST
 START_TEST(test_moe_bitwise) { check_model("moe.gguf", true, NULL); }
 END_TEST
 
-/* the same with Q8_0 and Q4_0 matrices: the engine's repacked weights (a
- * prompt's GEMM, a decode's one column, sequences together) give the bits
+/* the same with Q8_0, Q4_0 and Q4_K matrices: the engine's repacked weights
+ * (a prompt's GEMM, a decode's one column, sequences together) give the bits
  * of the one-process reference's plain ones */
 START_TEST(test_quant_moe_bitwise) {
-    check_model_typed(_i ? "moe_q4_0_v100.gguf" : "moe_q8_0_v100.gguf", true, NULL, _i ? BT_TYPE_Q4_0 : BT_TYPE_Q8_0);
+    static const enum bt_type types[3] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K};
+    char name[64];
+    snprintf(name, sizeof name, "moe_%s_v100.gguf", bt_type_name(types[_i]));
+    check_model_typed(name, true, NULL, types[_i]);
 }
 END_TEST
 
@@ -556,12 +565,12 @@ END_TEST
 
 /* --mmap: each rank's weights are used in place in the file's mapping, and
  * the logits are bitwise those of the weights copied onto huge pages. */
-/* Weights copied (and, where the CPU computes, Q8_0 / Q4_0 matrices
+/* Weights copied (and, where the CPU computes, Q8_0 / Q4_0 / Q4_K matrices
  * repacked for its matmul) and used in place in the file's mapping (plain):
  * the same logits, bitwise; the repack is used exactly where it applies:
- * F32 never, Q8_0 / Q4_0 copied always (the models' matrices, token_embd
+ * F32 never, Q8_0 / Q4_0 / Q4_K copied always (the models' matrices, token_embd
  * (GET_ROWS) included, come in groups of 16 rows but the 4-row router). */
-static const enum bt_type wip_types[3] = {BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
+static const enum bt_type wip_types[4] = {BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K};
 START_TEST(test_weights_in_place) {
     char path[512];
     const enum bt_type wtype = wip_types[_i];
@@ -570,7 +579,7 @@ START_TEST(test_weights_in_place) {
     } else {
         snprintf(path, sizeof path, "%s/moe_%s.gguf", DIR_, bt_type_name(wtype));
         if (T->rank == 0 && access(path, R_OK) != 0)
-            write_model_typed(path, true, N_LAYER, 78, N_EMBD, 112, wtype); /* 112 rows: token_embd repacked too */
+            write_model_typed(path, true, N_LAYER, 78, q_embd(wtype), 112, wtype); /* 112 rows: token_embd repacked too */
         ck_assert(T->iface.barrier(T) == BT_OK);
     }
     enum { N = 12 };
@@ -901,13 +910,13 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_dense_bitwise);
     tcase_add_test(tc, test_moe_bitwise);
-    tcase_add_loop_test(tc, test_quant_moe_bitwise, 0, 2);
+    tcase_add_loop_test(tc, test_quant_moe_bitwise, 0, 3);
     tcase_add_test(tc, test_rank0_drives_only);
     tcase_add_test(tc, test_history_bitwise);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);
-    tcase_add_loop_test(tc, test_weights_in_place, 0, 3);
+    tcase_add_loop_test(tc, test_weights_in_place, 0, 4);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
     tcase_add_test(tc, test_failure_leaves_nothing_behind);

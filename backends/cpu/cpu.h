@@ -74,7 +74,7 @@ typedef void (*bt_cpu_node_hook)(void *user);
 void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
 
 /* Repacked weights (repack.c).  A quantised weight matrix whose type has a
- * repacked layout (qtypes.h: Q8_0, Q4_0 where the build has their AVX-512
+ * repacked layout (qtypes.h: Q8_0, Q4_0, Q4_K where the build has their AVX-512
  * VNNI kernels) and whose rows come in groups of 16 can hold its bytes
  * rearranged, 16 rows at a time, for the CPU's matmul (the decode then reads
  * 16 rows' bytes per vector with no transposition; the results are the same

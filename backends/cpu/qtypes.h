@@ -79,35 +79,38 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * bits of vec_dot on the plain row (next: the group the caller goes to
  * next, a prefetch hint, may be NULL).
  *
- * One layout for every type that has one.  A block of bs = 2 + 4 n_dw
- * bytes is one fp16 scale d (at byte d_pos) and n_dw payload dwords (from
- * byte q_pos).  A group, per pair of blocks b, b+1 (b even), at
+ * One layout for every type that has one.  A block of bs = ds + 4 n_dw
+ * bytes is a scale of ds (2 or 4) bytes (its fp16 scales: Q8_0, Q4_0 d;
+ * Q4_K d and dmin) at byte d_pos, and n_dw payload dwords (from byte
+ * q_pos).  A group, per pair of blocks b, b+1 (b even), at
  * (b / 2) * 32 * bs:
- *   64 bytes          the 16 rows' d of block b, then of block b+1
+ *   32 ds bytes       the 16 rows' scale of block b, then of block b+1
  *   n_dw * 64 bytes   block b: vector u, lane r (4 bytes) = payload dword u
  *                     of row r, xor xr
  *   n_dw * 64 bytes   block b+1, the same
- * and an odd nblk's last block: its 32 bytes of d, then its vectors.  With
- * an even nblk and a 64-byte aligned tensor every vector is aligned.  The
- * lanes are what vpdpbusd takes, a row per lane: a decode reads the 16 rows
- * with no transposition. */
+ * and an odd nblk's last block: its 16 ds bytes of scales, then its
+ * vectors.  With an even nblk (or ds 4) and a 64-byte aligned tensor every
+ * vector is aligned.  The lanes are what vpdpbusd takes, a row per lane: a
+ * decode reads the 16 rows with no transposition. */
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
+    int ds;      /* bytes of a block's scale: 2 or 4 */
 };
 typedef void (*bt_cpu_rgemm_fn)(int64_t k, const void *group, const void *next, const void *const *acts,
                                 int64_t ncols, float *const *dcols, int64_t row0);
 
 /* offsets in a group of block b's 16 scales and of its vectors (bs: the
- * block's bytes) */
-static inline void bt_cpu_rp_offsets(int64_t nblk, int64_t b, size_t bs, size_t *d_off, size_t *v_off) {
-    const size_t base = (size_t)(b / 2) * 2 * BT_CPU_PANEL_ROWS * bs, vb = BT_CPU_PANEL_ROWS * bs - 32;
+ * block's bytes, ds: its scale's) */
+static inline void bt_cpu_rp_offsets(int64_t nblk, int64_t b, size_t bs, size_t ds, size_t *d_off, size_t *v_off) {
+    const size_t base = (size_t)(b / 2) * 2 * BT_CPU_PANEL_ROWS * bs, vb = BT_CPU_PANEL_ROWS * (bs - ds);
+    const size_t dv = BT_CPU_PANEL_ROWS * ds; /* one block's scales */
     if (b % 2 == 1) {
-        *d_off = base + 32;
-        *v_off = base + 64 + vb;
+        *d_off = base + dv;
+        *v_off = base + 2 * dv + vb;
     } else {
         *d_off = base;
-        *v_off = base + (b + 1 < nblk ? 64 : 32);
+        *v_off = base + (b + 1 < nblk ? 2 * dv : dv);
     }
 }
 /* plain row r (< 16) of a group of weights of type t (the type's layout) */

@@ -652,6 +652,142 @@ K_TILES(q3_K, CALL_Q3_K)
 K_TILES(q2_K, CALL_Q2_K)
 #define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
+/* ---- Q4_K repacked (qtypes.h's layout, rp_q4_K) ------------------------------- *
+ * A block's scale is its d and dmin (4 bytes), its 35 payload dwords the 12
+ * scale bytes (vectors 0..2) and the 128 quant bytes (vectors 3..34).  Per
+ * block, for the group's 16 rows at once (a lane per row): the 8 scales and
+ * mins unpacked from vectors 0..2 with q4_K_scales16's arithmetic; per
+ * sub-block pair g the low (sub-block 2g) and high (2g+1) nibbles of
+ * vectors 3+8g .. 3+8g+7 against the activation's 4 bytes broadcast
+ * (vpdpbusd), each sub-block's sum times its scale (vpmulld) into I; M from
+ * the mins as int16 pairs against pairs of the activation's sums of 32
+ * (vpdpwssd); then kq_step in float lanes.  The integers of dot_kq_ref, so
+ * the same bits as the plain rows. */
+
+/* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
+ * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
+static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
+    uint16_t S[8];
+    for (int j = 0; j < 8; j++) S[j] = (uint16_t)(a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    s[0] = S[0] | (uint32_t)S[2] << 16;
+    s[1] = S[1] | (uint32_t)S[3] << 16;
+    s[2] = S[4] | (uint32_t)S[6] << 16;
+    s[3] = S[5] | (uint32_t)S[7] << 16;
+}
+
+static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64_t k, const uint8_t *g,
+                                                             const void *const *acts, float *const *dcols,
+                                                             int64_t row0) {
+    const int64_t nblk = k / BT_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x03);
+    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF), lo16w = _mm512_set1_epi32(0xFFFF), ff = _mm512_set1_epi32(0xFF);
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
+        const uint8_t *v = g + vof;
+        const __m512i dd = _mm512_load_si512(g + dof);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(dd, lo16w)));
+        const __m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        const __m512i u0 = _mm512_load_si512(v), u1 = _mm512_load_si512(v + 64), u2 = _mm512_load_si512(v + 128);
+        /* bytes: sc0..3, sc4..7, m0..3, m4..7 (q4_K_scales16) */
+        const __m512i s03 = _mm512_and_si512(u0, m6);
+        const __m512i s47 = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+        const __m512i n03 = _mm512_and_si512(u1, m6);
+        const __m512i n47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+        /* mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
+        const __m512i mp[4] = {_mm512_and_si512(n03, lo16), _mm512_and_si512(_mm512_srli_epi32(n03, 8), lo16),
+                               _mm512_and_si512(n47, lo16), _mm512_and_si512(_mm512_srli_epi32(n47, 8), lo16)};
+        const bt_block_q8_K *ab[8];
+        __m512i I[8], M[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            uint32_t sp[4];
+            k4_sum_pairs(ab[c], sp);
+            M[c] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < 4; i++) M[c] = _mm512_dpwssd_epi32(M[c], mp[i], _mm512_set1_epi32((int)sp[i]));
+            I[c] = _mm512_setzero_si512();
+        }
+        if (RN <= 4) { /* a pair of sub-blocks from each load: both nibbles */
+            _Pragma("GCC unroll 4")
+            for (int gq = 0; gq < 4; gq++) {
+                const __m512i sw = gq < 2 ? s03 : s47; /* sub-blocks 2gq, 2gq+1: bytes 2(gq%2), +1 */
+                const __m512i sc_lo = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2)), ff);
+                const __m512i sc_hi = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2) + 8), ff);
+                __m512i plo[4], phi[4];
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++) plo[c] = phi[c] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    const __m512i q = _mm512_load_si512(v + (size_t)(3 + 8 * gq + i) * 64);
+                    const __m512i ql = _mm512_and_si512(q, m4), qh = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                    _Pragma("GCC unroll 4")
+                    for (int c = 0; c < RN; c++) {
+                        const int8_t *aq = ab[c]->qs + 64 * gq + 4 * i;
+                        plo[c] = _mm512_dpbusd_epi32(plo[c], ql, _mm512_set1_epi32(bt_cpu_load_i32(aq)));
+                        phi[c] = _mm512_dpbusd_epi32(phi[c], qh, _mm512_set1_epi32(bt_cpu_load_i32(aq + 32)));
+                    }
+                }
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    I[c] = _mm512_add_epi32(I[c], _mm512_add_epi32(_mm512_mullo_epi32(plo[c], sc_lo),
+                                                                   _mm512_mullo_epi32(phi[c], sc_hi)));
+            }
+        } else { /* many columns (prompt): a sub-block at a time, registers for 8 */
+            _Pragma("GCC unroll 8")
+            for (int sb = 0; sb < 8; sb++) {
+                const int gq = sb / 2, h = sb % 2;
+                const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sb < 4 ? s03 : s47, 8 * (sb % 4)), ff);
+                __m512i p[8];
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) p[c] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    const __m512i q = _mm512_load_si512(v + (size_t)(3 + 8 * gq + i) * 64);
+                    const __m512i qn = _mm512_and_si512(h ? _mm512_srli_epi16(q, 4) : q, m4);
+                    _Pragma("GCC unroll 8")
+                    for (int c = 0; c < RN; c++)
+                        p[c] = _mm512_dpbusd_epi32(
+                            p[c], qn, _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * gq + 32 * h + 4 * i)));
+                }
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(p[c], sc));
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            const __m512 da = _mm512_set1_ps(ab[c]->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(da, dw), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[c]), _mm512_mul_ps(da, dm), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm512_storeu_ps(dcols[c] + row0, acc[c]);
+}
+
+static void rgemm_q4_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
+                       float *const *dcols, int64_t row0) {
+    (void)next;
+    const uint8_t *g = group;
+    int64_t j = 0;
+    for (; j + 8 <= ncols; j += 8) rp_k4_tile(8, k, g, acts + j, dcols + j, row0);
+    if (ncols - j >= 4) {
+        rp_k4_tile(4, k, g, acts + j, dcols + j, row0);
+        j += 4;
+    }
+    if (ncols - j >= 2) {
+        rp_k4_tile(2, k, g, acts + j, dcols + j, row0);
+        j += 2;
+    }
+    if (ncols - j >= 1) rp_k4_tile(1, k, g, acts + j, dcols + j, row0);
+}
+
 /* ---- K-quant packed GEMM (prompt-size products) ----------------------------- *
  * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
  * buffer) and runs every column against it.  Per block, the panel holds
@@ -958,7 +1094,7 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
 static size_t act_size_q8_0(int64_t k) { return (size_t)(k / BT_QK) * sizeof(bt_block_q8_0); }
 static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
 
-#define QTYPE(name, act, tiles, gemm)                                     \
+#define QTYPE(name, act, tiles, gemm, rp)                                 \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
         /* .act_name     = */ #act " (ggml's block_" #act ")",            \
         /* .act_size     = */ act_size_##act,                             \
@@ -966,7 +1102,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ tiles,                                      \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,           \
-        /* .rp, .rgemm   = */ NULL, NULL,                                 \
+        /* .rp, .rgemm   = */ rp,                                         \
         /* .quantize_act_ref = */ bt_##act##_from_f32,                    \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }
@@ -977,11 +1113,20 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
-QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM);
-QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM);
-QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM);
-QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K));
-QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K));
-QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K));
-QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K), K_GEMM(q5_K));
-QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K), K_GEMM(q6_K));
+#define NO_REPACK NULL, NULL
+/* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
+ * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
+static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4};
+#ifdef HAVE_QDOT_AVX512
+#define K4_REPACK &rp_q4_K, rgemm_q4_K
+#else
+#define K4_REPACK &rp_q4_K, NULL /* the layout, no kernels: not used */
+#endif
+QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);
+QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
+QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
+QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
+QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);
+QTYPE(q5_K, q8_K, K_TILE_LIST(q5_K), K_GEMM(q5_K), NO_REPACK);
+QTYPE(q6_K, q8_K, K_TILE_LIST(q6_K), K_GEMM(q6_K), NO_REPACK);

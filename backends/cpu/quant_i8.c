@@ -129,8 +129,8 @@ static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8
  * bytes (w + 128), Q4_0 as they are (a lane's low nibbles elements 4v ..
  * 4v+3, its high nibbles 16+4v .., both + 8) */
 #define RP_ROWS 16
-static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u};
-static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u};
+static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2};
+static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2};
 
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
@@ -538,7 +538,7 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     }
     for (; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, 2, &dof, &vof);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
         __m512i I[8];
         _Pragma("GCC unroll 8")

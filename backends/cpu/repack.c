@@ -1,7 +1,7 @@
 /* repack.c - the CPU's repacked weights (cpu.h): which tensors can be
  * repacked, the repack at load and its inverse, group by group in the one
  * layout of qtypes.h (each type's entry says where its scale and payload
- * sit: quant_i8.c for Q8_0 and Q4_0).  matmul.c reads them (rgemm); cpu.c and the core assert that
+ * sit: quant_i8.c for Q8_0 and Q4_0, quant_dot.c for Q4_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
 #include "cpu.h"
 #include "qtypes.h"
@@ -13,13 +13,13 @@ static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *g
     const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
     const size_t bs = bt_row_size(t, bt_blck_size(t)), rb = bt_row_size(t, k);
     const int64_t nblk = k / bt_blck_size(t);
-    BT_ASSERT(bs == 2 + 4 * (size_t)L->n_dw);
+    BT_ASSERT(bs == (size_t)L->ds + 4 * (size_t)L->n_dw);
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
         for (int r = 0; r < BT_CPU_PANEL_ROWS; r++) {
             const uint8_t *blk = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
-            memcpy((uint8_t *)group + dof + 2 * (size_t)r, blk + L->d_pos, 2);
+            memcpy((uint8_t *)group + dof + (size_t)L->ds * (size_t)r, blk + L->d_pos, (size_t)L->ds);
             for (int u = 0; u < L->n_dw; u++) {
                 uint32_t x;
                 memcpy(&x, blk + L->q_pos + 4 * u, 4);
@@ -36,9 +36,9 @@ void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, v
     const int64_t nblk = k / bt_blck_size(t);
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
         uint8_t *blk = (uint8_t *)row + (size_t)b * bs;
-        memcpy(blk + L->d_pos, (const uint8_t *)group + dof + 2 * (size_t)r, 2);
+        memcpy(blk + L->d_pos, (const uint8_t *)group + dof + (size_t)L->ds * (size_t)r, (size_t)L->ds);
         for (int u = 0; u < L->n_dw; u++) {
             uint32_t x;
             memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
