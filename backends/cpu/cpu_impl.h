@@ -76,6 +76,25 @@ void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k,
                       float *buf);
 size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
 #ifndef BT_MM_FKC
+/* The quantised GEMMs' column tiles: columns [0, ncols) as tiles of 8, then
+ * one of 4, 2 and 1 where left; TILE(RN, j) runs the tile of RN columns from
+ * column j (RN a constant, for the always-inline tiles). */
+#define BT_CPU_COL_TILES(ncols, TILE)       \
+    do {                                    \
+        int64_t j_ = 0;                     \
+        for (; j_ + 8 <= (ncols); j_ += 8)  \
+            TILE(8, j_);                    \
+        if ((ncols) - j_ >= 4) {            \
+            TILE(4, j_);                    \
+            j_ += 4;                        \
+        }                                   \
+        if ((ncols) - j_ >= 2) {            \
+            TILE(2, j_);                    \
+            j_ += 2;                        \
+        }                                   \
+        if ((ncols) - j_ >= 1) TILE(1, j_); \
+    } while (0)
+
 #define BT_MM_FKC 1024 /* fdot.c: chunk of the float order, in elements (a multiple of 16) */
 #endif
 

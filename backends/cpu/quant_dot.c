@@ -775,17 +775,9 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
                        float *const *dcols, int64_t row0) {
     (void)next;
     const uint8_t *g = group;
-    int64_t j = 0;
-    for (; j + 8 <= ncols; j += 8) rp_k4_tile(8, k, g, acts + j, dcols + j, row0);
-    if (ncols - j >= 4) {
-        rp_k4_tile(4, k, g, acts + j, dcols + j, row0);
-        j += 4;
-    }
-    if (ncols - j >= 2) {
-        rp_k4_tile(2, k, g, acts + j, dcols + j, row0);
-        j += 2;
-    }
-    if (ncols - j >= 1) rp_k4_tile(1, k, g, acts + j, dcols + j, row0);
+#define RP_K4_TILE(RN, j) rp_k4_tile(RN, k, g, acts + (j), dcols + (j), row0)
+    BT_CPU_COL_TILES(ncols, RP_K4_TILE);
+#undef RP_K4_TILE
 }
 
 /* ---- K-quant packed GEMM (prompt-size products) ----------------------------- *
@@ -934,21 +926,14 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
     for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
 }
 
+/* (inside KQ_GEMM's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
+#define KQ_GEMM_TILE(RN, j) kq_gemm_tile(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
 #define KQ_GEMM(name, kind)                                                                                   \
     static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel); } \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
-        int64_t j = 0;                                                                                            \
-        for (; j + 8 <= ncols; j += 8) kq_gemm_tile(kind, 8, k, panel, acts + j, dcols + j, row0, nrows);        \
-        if (ncols - j >= 4) {                                                                                     \
-            kq_gemm_tile(kind, 4, k, panel, acts + j, dcols + j, row0, nrows);                                    \
-            j += 4;                                                                                               \
-        }                                                                                                         \
-        if (ncols - j >= 2) {                                                                                     \
-            kq_gemm_tile(kind, 2, k, panel, acts + j, dcols + j, row0, nrows);                                    \
-            j += 2;                                                                                               \
-        }                                                                                                         \
-        if (ncols - j >= 1) kq_gemm_tile(kind, 1, k, panel, acts + j, dcols + j, row0, nrows);                   \
+        const int kind_ = kind;                                                                                   \
+        BT_CPU_COL_TILES(ncols, KQ_GEMM_TILE);                                                                    \
     }
 KQ_GEMM(q2_K, KQ2)
 KQ_GEMM(q3_K, KQ3)

@@ -552,6 +552,9 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     for (int c = 0; c < RN; c++) _mm512_storeu_ps(dcols[c] + row0, acc[c]);
 }
 
+/* (inside I8_DEFS' qgemm and rgemm: q8_ and the functions' parameters) */
+#define I8_GEMM_TILE(RN, j) i8_gemm_tile(q8_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
+#define RP_TILE(RN, j) rp_tile(q8_, RN, k, g, nx, acts + (j), dcols + (j), row0)
 #define I8_DEFS(name, q8)                                                                                        \
     static void dot_##name##_avx512(int64_t k, float *s, const void *w, const void *a) {                          \
         i8_dot1(q8, k, s, w, a);                                                                                   \
@@ -571,32 +574,14 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     static void qpack_##name(int64_t k, const void *const *rows, void *panel) { i8_pack(q8, k, rows, panel); }   \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
-        int64_t j = 0;                                                                                             \
-        for (; j + 8 <= ncols; j += 8) i8_gemm_tile(q8, 8, k, panel, acts + j, dcols + j, row0, nrows);          \
-        if (ncols - j >= 4) {                                                                                      \
-            i8_gemm_tile(q8, 4, k, panel, acts + j, dcols + j, row0, nrows);                                      \
-            j += 4;                                                                                                \
-        }                                                                                                          \
-        if (ncols - j >= 2) {                                                                                      \
-            i8_gemm_tile(q8, 2, k, panel, acts + j, dcols + j, row0, nrows);                                      \
-            j += 2;                                                                                                \
-        }                                                                                                          \
-        if (ncols - j >= 1) i8_gemm_tile(q8, 1, k, panel, acts + j, dcols + j, row0, nrows);                     \
+        const bool q8_ = q8;                                                                                       \
+        BT_CPU_COL_TILES(ncols, I8_GEMM_TILE);                                                                     \
     }                                                                                                              \
     static void rgemm_##name(int64_t k, const void *group, const void *next, const void *const *acts,            \
                              int64_t ncols, float *const *dcols, int64_t row0) {                                  \
         const uint8_t *g = group, *nx = next;                                                                      \
-        int64_t j = 0;                                                                                             \
-        for (; j + 8 <= ncols; j += 8) rp_tile(q8, 8, k, g, nx, acts + j, dcols + j, row0);                       \
-        if (ncols - j >= 4) {                                                                                      \
-            rp_tile(q8, 4, k, g, nx, acts + j, dcols + j, row0);                                                  \
-            j += 4;                                                                                                \
-        }                                                                                                          \
-        if (ncols - j >= 2) {                                                                                      \
-            rp_tile(q8, 2, k, g, nx, acts + j, dcols + j, row0);                                                  \
-            j += 2;                                                                                                \
-        }                                                                                                          \
-        if (ncols - j >= 1) rp_tile(q8, 1, k, g, nx, acts + j, dcols + j, row0);                                  \
+        const bool q8_ = q8;                                                                                       \
+        BT_CPU_COL_TILES(ncols, RP_TILE);                                                                          \
     }
 I8_DEFS(q8_0, true)
 I8_DEFS(q4_0, false)
