@@ -1073,8 +1073,7 @@ static void ref_rows(enum bt_type type, bool repacked, const char *a, size_t a_n
         const char *ai = a + (size_t)i * a_nb1;
         if (repacked) {
             void *plain = row + k;
-            bt_cpu_rp_unpack_row(type, k, a + (size_t)(i / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS) * a_nb1,
-                                 (int)(i % BT_CPU_PANEL_ROWS), plain);
+            bt_cpu_rp_row(type, k, a, a_nb1, i, plain);
             ai = plain;
         }
         bt_row_to_f32(type, ai, row, k);

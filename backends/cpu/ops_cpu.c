@@ -543,8 +543,7 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
         const int64_t id = ids_at(ids, i1, i2, i3);
         const char *rs = row_ptr(a, id, i2, i3);
         if (rp) {
-            bt_cpu_rp_unpack_row(a->type, n0, row_ptr(a, id / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS, i2, i3),
-                                 (int)(id % BT_CPU_PANEL_ROWS), w + n0);
+            bt_cpu_rp_row(a->type, n0, row_ptr(a, 0, i2, i3), a->nb[1], id, w + n0);
             rs = (const char *)(w + n0);
         }
         char *rd = row_ptr(dst, i1, i2, i3);

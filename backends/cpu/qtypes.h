@@ -115,6 +115,12 @@ static inline void bt_cpu_rp_offsets(int64_t nblk, int64_t b, size_t bs, size_t 
 }
 /* plain row r (< 16) of a group of weights of type t (the type's layout) */
 void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, void *row);
+/* plain row i of a repacked matrix of type t whose rows (k elements, nb1
+ * bytes apart) start at rows: the row unpacked from its group */
+static inline void bt_cpu_rp_row(enum bt_type t, int64_t k, const char *rows, size_t nb1, int64_t i, void *row) {
+    bt_cpu_rp_unpack_row(t, k, rows + (size_t)(i / BT_CPU_PANEL_ROWS * BT_CPU_PANEL_ROWS) * nb1,
+                         (int)(i % BT_CPU_PANEL_ROWS), row);
+}
 
 struct bt_cpu_qtype {
     const char *act_name;                 /* the activation format, for messages */
