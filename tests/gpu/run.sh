@@ -20,15 +20,18 @@
 #   6. `baton demo --backend cuda` on one rank and on two ranks sharing the GPU
 #   7. GGUF models on the GPU: a small random-weight model of every
 #      architecture (baton make-model), greedy text on the CPU and on CUDA
-#      (reported side by side), and CUDA on two ranks equal to one rank
+#      (reported side by side), and CUDA on two ranks equal to one rank;
+#      `baton serve --backend cuda` on two ranks: 4 requests at once, each
+#      equal to generate's text
 #   8. the mul_mat benchmark (decode and prompt shapes) against the peaks
-#   9. `baton bench model --backend cuda` on a Mixtral-shaped model (2 layers)
+#   9. `baton bench model --backend cuda` on a Mixtral-shaped model (2 layers,
+#      F16 and Q8_0) on one rank and on two sharing the GPU
 # and a summary.  Exit status: 0 when every step passed (or was skipped for
 # want of a device), 1 otherwise.
 #
 #   bash tests/gpu/run.sh [build-dir]
 set -u
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="${BATON_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 BUILD="${1:-$ROOT/build-gpu}"
 JOBS="$(nproc 2>/dev/null || echo 4)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 \
@@ -95,6 +98,10 @@ case $rc in
     77) step "test_cuda (ops vs CPU, sched)" SKIP "no CUDA device" ;;
     *) step "test_cuda (ops vs CPU, sched)" FAIL "rc $rc (see $LOG/ops.log)" ;;
 esac
+if [ $rc -ge 128 ] && command -v cuda-gdb >/dev/null 2>&1; then # a crash: where
+    timeout "$(lim 90)" cuda-gdb -q -batch -ex run -ex bt --args "$BIN/test_cuda" >"$LOG/ops-bt.log" 2>&1
+    grep -A20 "signal" "$LOG/ops-bt.log" | head -n 30
+fi
 if [ -z "${BATON_GPU_PREBUILT:-}" ]; then
     timeout "$(lim 120)" "$BIN/test_cuda_support" >"$LOG/support.log" 2>&1
     rc=$?
@@ -208,6 +215,46 @@ for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe; do
     grep -h "tokens/s" "$LOG/gen-$arch-cuda1.txt.err" | head -n 2
 done
 
+# 7b. the server on CUDA (2 ranks sharing the GPU): 4 requests at once, each
+# greedy text equal to `generate`'s on CUDA
+m="$LOG/tiny-llama.gguf"
+if [ -f "$m" ] && [ -s "$LOG/gen-llama-cuda1.txt" ]; then
+    "${MPIEXEC[@]}" -n 2 "$BIN/baton" serve -m "$m" --backend cuda -t 2 --port 0 --parallel 4 >"$LOG/serve.out" 2>"$LOG/serve.err" &
+    server=$!
+    for _ in $(seq 1 300); do
+        grep -q "listening on" "$LOG/serve.out" 2>/dev/null && break
+        kill -0 $server 2>/dev/null || break
+        sleep 0.1
+    done
+    line=$(grep "listening on" "$LOG/serve.out")
+    if [ -z "$line" ]; then
+        step "serve --backend cuda, 4 requests" FAIL "did not start: $(tail -n 2 "$LOG/serve.err" | tr '\n' ' ')"
+    else
+        port=$(sed -E 's/.*:([0-9]+) \(model.*/\1/' <<<"$line")
+        pid0=$(sed -E 's/.*pid ([0-9]+)\).*/\1/' <<<"$line")
+        timeout "$(lim 60)" python3 - "$port" "$LOG/gen-llama-cuda1.txt" "$(basename "$m")" >"$LOG/serve.check" 2>&1 <<'PY'
+import json, sys, threading, urllib.request
+port, ref, model = sys.argv[1], open(sys.argv[2]).read().strip(), sys.argv[3]
+out = [None] * 4
+def ask(i):
+    body = json.dumps({"model": model, "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=50))["choices"][0]["text"].strip()
+th = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+[t.start() for t in th]
+[t.join() for t in th]
+same = all(o == ref for o in out)
+print("equal to generate's" if same else f"differ: {out!r} vs {ref!r}")
+sys.exit(0 if same else 1)
+PY
+        rc=$?
+        kill -TERM "$pid0" 2>/dev/null
+        wait $server 2>/dev/null
+        if [ $rc -eq 0 ]; then step "serve --backend cuda, 4 requests" PASS "2 ranks; $(cat "$LOG/serve.check")"
+        else step "serve --backend cuda, 4 requests" FAIL "$(tail -c 300 "$LOG/serve.check")"; fi
+    fi
+fi
+
 # 8. the mul_mat benchmark (figures, not a pass/fail)
 timeout "$(lim 90)" "$BIN/bench_cuda" 20 >"$LOG/bench.log" 2>&1
 rc=$?
@@ -219,23 +266,30 @@ case $rc in
 esac
 
 # 9. a Mixtral-shaped model (d 2048, 32/8 heads, 8 experts of 5632, top-2;
-# 2 layers) on the GPU, as llama-bench measures
-big="$LOG/mixtral2-f16.gguf"
-if timeout "$(lim 120)" "$BIN/baton" make-model "$big" --vocab "$VOCAB" --arch llama --layers 2 --embd 2048 \
-        --heads 32 --heads-kv 8 --head-dim 64 --ff-exp 5632 --experts 8 --experts-used 2 --type f16 >"$LOG/make-big.log" 2>&1; then
+# 2 layers), F16 and Q8_0, on the GPU, as llama-bench measures
+for type in f16 q8_0; do
+    big="$LOG/mixtral2-$type.gguf"
+    if ! timeout "$(lim 120)" "$BIN/baton" make-model "$big" --vocab "$VOCAB" --arch llama --layers 2 --embd 2048 \
+            --heads 32 --heads-kv 8 --head-dim 64 --ff-exp 5632 --experts 8 --experts-used 2 --type $type \
+            >"$LOG/make-big.log" 2>&1; then
+        step "bench model --backend cuda, $type" FAIL "make-model: $(tail -n 1 "$LOG/make-big.log")"
+        continue
+    fi
     for np in 1 2; do
         timeout "$(lim 120)" "${MPIEXEC[@]}" -n $np "$BIN/baton" bench model -m "$big" -p 512 -n 128 -r 3 --backend cuda -t 2 \
-            >"$LOG/bench-model$np.log" 2>&1
+            >"$LOG/bench-model-$type-$np.log" 2>&1
         rc=$?
-        cat "$LOG/bench-model$np.log"
-        if grep -q "sees no CUDA device" "$LOG/bench-model$np.log"; then step "bench model --backend cuda, $np ranks" SKIP "no CUDA device"
-        elif [ $rc -eq 0 ]; then step "bench model --backend cuda, $np ranks" PASS "$(grep -o '[pt][pg][0-9]* *| *[0-9.]* ± [0-9.]*' "$LOG/bench-model$np.log" | tr -s ' ' | tr '\n' ';')"
-        else step "bench model --backend cuda, $np ranks" FAIL "rc $rc (see $LOG/bench-model$np.log)"; fi
+        grep "^|" "$LOG/bench-model-$type-$np.log"
+        if grep -q "sees no CUDA device" "$LOG/bench-model-$type-$np.log"; then
+            step "bench model --backend cuda, $type, $np ranks" SKIP "no CUDA device"
+        elif [ $rc -eq 0 ]; then
+            step "bench model --backend cuda, $type, $np ranks" PASS "$(grep -o '[pt][pg][0-9]* *| *[0-9.]* ± [0-9.]*' "$LOG/bench-model-$type-$np.log" | tr -s ' ' | tr '\n' ';')"
+        else
+            step "bench model --backend cuda, $type, $np ranks" FAIL "rc $rc (see $LOG/bench-model-$type-$np.log)"
+        fi
     done
     rm -f "$big"
-else
-    step "bench model --backend cuda" FAIL "make-model: $(tail -n 1 "$LOG/make-big.log")"
-fi
+done
 
 echo
 echo "==== summary ($(( $(date +%s) - T_START )) s) ===="
