@@ -7,7 +7,9 @@
  *     dequantised on the fly, F32 accumulation); each lane takes 8
  *     consecutive weights a step, with 16-byte loads of the weights (F32,
  *     F16, BF16) and of the columns when the rows are 16-byte aligned (else
- *     one weight a lane a step); also, MMV_MAX_COLS columns at a time, any
+ *     one weight a lane a step); Q8_0 and Q4_0 instead with int8 dot
+ *     products against the columns quantised to Q8_0's blocks (as the CPU
+ *     does); also, MMV_MAX_COLS columns at a time, any
  *     product whose row strides cuBLAS cannot take;
  *   otherwise cuBLAS (cublasGemmEx, F32 accumulation): F32 weights as they
  *     are; F16 / BF16 weights with B converted to the weight type in scratch;
@@ -183,6 +185,67 @@ __global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const
     }
 }
 
+/* Q8_0 / Q4_0 decode with int8 dot products (__dp4a), as the CPU does it:
+ * the columns are quantised to blocks of 32 int8 first (src/quants.c's
+ * bt_q8_0_from_f32: d = max|x| / 127 rounded to F16, q = round(x / d)), then
+ * each lane takes 8 weights a step as k_mmv8 does, two dp4a against the
+ * column's quants, times both blocks' scales. */
+__global__ void k_quant_cols_q8(const float *B, int64_t ldb, int64_t k, int64_t n_blocks, int8_t *qb, float *db) {
+    const int lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int64_t nb = k / BT_QK, c = blk / nb, b = blk % nb;
+    const float x = B[c * ldb + b * BT_QK + lane];
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    qb[c * k + b * BT_QK + lane] = (int8_t)roundf(x * id);
+    if (lane == 0) db[c * nb + b] = d_fp16_to_f32(d_f32_to_fp16(d));
+}
+
+template <int TYPE>
+__global__ void k_mmv_dp4a(const char *A, int64_t a_nb1, int64_t k, int64_t m, const int8_t *qb, const float *db,
+                           int ncols, float *D, int64_t ldd) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (row >= m) return;
+    const char *ar = A + row * a_nb1;
+    const int64_t bb = TYPE == BT_TYPE_Q8_0 ? (int64_t)sizeof(bt_block_q8_0) : (int64_t)sizeof(bt_block_q4_0);
+    const int64_t nb = k / BT_QK;
+    float acc[MMV_MAX_COLS];
+#pragma unroll
+    for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
+#pragma unroll 2
+    for (int64_t kk = (int64_t)lane * 8; kk < k; kk += 256) {
+        const int64_t ib = kk / BT_QK;
+        const int j0 = (int)(kk % BT_QK);
+        const char *blk = ar + ib * bb;
+        const float da = d_fp16_to_f32(*(const uint16_t *)blk);
+        /* the 8 quants as two words of 4 signed bytes (blocks are 2-byte aligned) */
+        const uint16_t *q = (const uint16_t *)(blk + 2 + (TYPE == BT_TYPE_Q8_0 ? j0 : j0 % (BT_QK / 2)));
+        uint32_t w0 = (uint32_t)q[0] | (uint32_t)q[1] << 16, w1 = (uint32_t)q[2] | (uint32_t)q[3] << 16;
+        if (TYPE == BT_TYPE_Q4_0) {
+            const int sh = j0 < BT_QK / 2 ? 0 : 4;
+            w0 = __vsub4((w0 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+            w1 = __vsub4((w1 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+#pragma unroll
+        for (int c = 0; c < MMV_MAX_COLS; c++) {
+            if (c >= ncols) break;
+            const int2 vb = *(const int2 *)(qb + c * k + kk);
+            const int sum = __dp4a((int)w1, vb.y, __dp4a((int)w0, vb.x, 0));
+            acc[c] += (float)sum * (da * db[c * nb + ib]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < MMV_MAX_COLS; c++) {
+        if (c >= ncols) break;
+        float v = acc[c];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0) D[c * ldd + row] = v;
+    }
+}
+
 /* dst[k, n] (type F16 or BF16, contiguous) = src columns (F32, ld floats) */
 __global__ void k_convert_cols(int type, const float *src, int64_t ld, int64_t k, void *dst, int64_t n_items) {
     GRID_STRIDE(e, n_items) {
@@ -240,6 +303,31 @@ static void launch_mmv(bool wide, unsigned blocks, cudaStream_t st, const char *
     else k_mmv<TYPE><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
 }
 
+/* Q8_0 / Q4_0 decode through k_quant_cols_q8 and k_mmv_dp4a, MMV_MAX_COLS
+ * columns at a time (the columns' quants in scratch B) */
+static enum bt_status mmv_dp4a(struct bt_cuda_ctx *c, enum bt_type type, const char *A, int64_t a_nb1, int64_t k,
+                               int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
+    const int64_t nb = k / BT_QK, cols = n < MMV_MAX_COLS ? n : MMV_MAX_COLS;
+    const size_t q_bytes = ((size_t)(cols * k) + 255) / 256 * 256;
+    char *scr = (char *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_B, q_bytes + (size_t)(cols * nb) * sizeof(float));
+    if (!scr) return BT_ERR_NOMEM;
+    int8_t *qb = (int8_t *)scr;
+    float *db = (float *)(scr + q_bytes);
+    const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
+    for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
+        const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
+        const int64_t n_blocks = nc * nb;
+        k_quant_cols_q8<<<(unsigned)((n_blocks + 7) / 8), 256, 0, c->stream>>>(B + c0 * ldb, ldb, k, n_blocks, qb, db);
+        if (type == BT_TYPE_Q8_0)
+            k_mmv_dp4a<BT_TYPE_Q8_0><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd);
+        else
+            k_mmv_dp4a<BT_TYPE_Q4_0><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd);
+        const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (dp4a)");
+        if (s != BT_OK) return s;
+    }
+    return BT_OK;
+}
+
 static cudaDataType_t cuda_type(enum bt_type t) {
     switch (t) {
         case BT_TYPE_F16: return CUDA_R_16F;
@@ -267,6 +355,8 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
     if (n <= MMV_MAX_COLS || !gemm_ok) {
         const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
         const bool wide = (uintptr_t)B % 16 == 0 && ldb % 4 == 0 && weights8_aligned(type, A, a_nb1);
+        if ((type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) && weights8_aligned(type, A, a_nb1) && k % BT_QK == 0)
+            return mmv_dp4a(c, type, A, a_nb1, k, m, B, ldb, n, D, ldd);
         for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
             const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
             const float *Bc = B + c0 * ldb;
