@@ -40,23 +40,10 @@ __device__ __forceinline__ float weight_at(int type, const char *row, int64_t kk
     }
 }
 
-/* D[:, c] = A^T B[:, c] for c < ncols; one warp per row of A */
-template <int TYPE>
-__global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
-                      float *D, int64_t ldd) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (row >= m) return;
-    const char *ar = A + row * a_nb1;
-    float acc[MMV_MAX_COLS];
-#pragma unroll
-    for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
-    for (int64_t kk = lane; kk < k; kk += 32) {
-        const float w = weight_at(TYPE, ar, kk);
-#pragma unroll
-        for (int c = 0; c < MMV_MAX_COLS; c++)
-            if (c < ncols) acc[c] += w * B[c * ldb + kk];
-    }
+/* the end of a direct kernel: each column's sum over the warp's lanes,
+ * written by lane 0 */
+__device__ __forceinline__ void mmv_store(float acc[MMV_MAX_COLS], int ncols, int lane, float *D, int64_t ldd,
+                                          int64_t row) {
 #pragma unroll
     for (int c = 0; c < MMV_MAX_COLS; c++) {
         if (c >= ncols) break;
@@ -141,12 +128,13 @@ __device__ __forceinline__ void weights8(const char *row, int64_t kk, float w[8]
     }
 }
 
-/* k_mmv with 8 weights a lane a step: B's columns 16-byte aligned (B and
- * ldb), and for F32 / F16 / BF16 A's rows too; the last k % 8 weights one
- * a lane */
-template <int TYPE>
-__global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
-                       float *D, int64_t ldd) {
+/* D[:, c] = A^T B[:, c] for c < ncols; one warp per row of A.  WIDE: 8
+ * weights a lane a step (B's columns 16-byte aligned, B and ldb, and for
+ * F32 / F16 / BF16 / Q4_K A's rows as weights8 reads them), the last k % 8
+ * one a lane; else every weight one a lane a step. */
+template <int TYPE, bool WIDE>
+__global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
+                      float *D, int64_t ldd) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
     if (row >= m) return;
@@ -154,7 +142,7 @@ __global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const
     float acc[MMV_MAX_COLS];
 #pragma unroll
     for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
-    const int64_t k8 = k / 8 * 8;
+    const int64_t k8 = WIDE ? k / 8 * 8 : 0;
 #pragma unroll 2
     for (int64_t kk = (int64_t)lane * 8; kk < k8; kk += 256) {
         float w[8];
@@ -176,19 +164,13 @@ __global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const
         for (int c = 0; c < MMV_MAX_COLS; c++)
             if (c < ncols) acc[c] += w * B[c * ldb + kk];
     }
-#pragma unroll
-    for (int c = 0; c < MMV_MAX_COLS; c++) {
-        if (c >= ncols) break;
-        float v = acc[c];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-        if (lane == 0) D[c * ldd + row] = v;
-    }
+    mmv_store(acc, ncols, lane, D, ldd, row);
 }
 
 /* Q8_0 / Q4_0 decode with int8 dot products (__dp4a), as the CPU does it:
  * the columns are quantised to blocks of 32 int8 first (src/quants.c's
  * bt_q8_0_from_f32: d = max|x| / 127 rounded to F16, q = round(x / d)), then
- * each lane takes 8 weights a step as k_mmv8 does, two dp4a against the
+ * each lane takes 8 weights a step as k_mmv does, two dp4a against the
  * column's quants, times both blocks' scales. */
 __global__ void k_quant_cols_q8(const float *B, int64_t ldb, int64_t k, int64_t n_blocks, int8_t *qb, float *db) {
     const int lane = threadIdx.x & 31;
@@ -237,13 +219,7 @@ __global__ void k_mmv_dp4a(const char *A, int64_t a_nb1, int64_t k, int64_t m, c
             acc[c] += (float)sum * (da * db[c * nb + ib]);
         }
     }
-#pragma unroll
-    for (int c = 0; c < MMV_MAX_COLS; c++) {
-        if (c >= ncols) break;
-        float v = acc[c];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-        if (lane == 0) D[c * ldd + row] = v;
-    }
+    mmv_store(acc, ncols, lane, D, ldd, row);
 }
 
 /* dst[k, n] (type F16 or BF16, contiguous) = src columns (F32, ld floats) */
@@ -299,8 +275,8 @@ static bool weights8_aligned(enum bt_type type, const char *A, int64_t a_nb1) {
 template <int TYPE>
 static void launch_mmv(bool wide, unsigned blocks, cudaStream_t st, const char *A, int64_t a_nb1, int64_t k, int64_t m,
                        const float *B, int64_t ldb, int nc, float *D, int64_t ldd) {
-    if (wide) k_mmv8<TYPE><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
-    else k_mmv<TYPE><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
+    if (wide) k_mmv<TYPE, true><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
+    else k_mmv<TYPE, false><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
 }
 
 /* Q8_0 / Q4_0 decode through k_quant_cols_q8 and k_mmv_dp4a, MMV_MAX_COLS
