@@ -258,6 +258,18 @@ done
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "rank [01]: (this process sees no CUDA device|this build of baton has no CUDA backend)" \
         "demo --backend cuda without a GPU" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cuda
+    # the same error from every subcommand that starts ranks, with its name once
+    "$baton" make-model "$tmp/tiny.gguf" --vocab "$root/tests/data/vocab/ggml-vocab-gpt-2.gguf" --layers 1 >/dev/null
+    for sub in demo generate "bench model" serve; do
+        case $sub in
+        demo) subv=(demo "${small[@]}") ;;
+        generate) subv=(generate -m "$tmp/tiny.gguf" -p hi) ;;
+        serve) subv=(serve -m "$tmp/tiny.gguf") ;;
+        *) subv=(bench model -m "$tmp/tiny.gguf") ;;
+        esac
+        expect 1 "^baton $sub: --backend cuda: rank 0: (this process sees no CUDA device|this build of baton has no CUDA backend)\$" \
+            "$sub --backend cuda without a GPU: one prefix" -- mpirun -np 1 "$baton" "${subv[@]}" --backend cuda
+    done
 fi
 expect 2 "unexpected argument 'extra'" "demo: stray argument" -- "$baton" demo extra
 expect 2 "^baton demo: --topology: the file name is empty \(try: baton demo --help\)\$" "demo: -t ''" -- "$baton" demo -t ''

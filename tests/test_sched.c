@@ -433,6 +433,43 @@ START_TEST(test_pin_after_plan) {
 }
 END_TEST
 
+/* 2e. Two pins on a backend that refuses nothing (as tests/gpu/test_cuda.c's
+ * split example on [CUDA, CPU]): D pinned to the CPU alone would take E and
+ * F with it (2c); F pinned back to LIMITED0 takes E there too (the upward
+ * expansion), so the seed's three splits return. */
+START_TEST(test_two_pins) {
+    bt_backend_t lim = limited_backend("LIMITED0", NULL, 0);
+    bt_backend_t cpu = cpu_backend();
+    bt_backend_t backends[2] = {lim, cpu};
+    struct chain c;
+    chain_build(&c, lim, NULL, NULL);
+    bt_sched_t sched = new_sched(backends, 2, 1);
+    bt_sched_set_tensor_backend(sched, c.D, cpu);
+    CK_STATUS(sched, bt_sched_split_graph(sched, c.g));
+    ck_assert_int_eq(bt_sched_get_n_splits(sched), 2);
+    assert_split(sched, 0, lim, 0, 3); /* A B C */
+    assert_split(sched, 1, cpu, 3, 6); /* D E F */
+    bt_sched_reset(sched);
+    bt_sched_set_tensor_backend(sched, c.D, cpu);
+    bt_sched_set_tensor_backend(sched, c.F, lim);
+    CK_STATUS(sched, bt_sched_alloc_graph(sched, c.g));
+    ck_assert_int_eq(bt_sched_get_n_splits(sched), 3);
+    assert_split(sched, 0, lim, 0, 3); /* A B C */
+    assert_split(sched, 1, cpu, 3, 4); /* D */
+    assert_split(sched, 2, lim, 4, 6); /* E F */
+    chain_set_input(&c, 0);
+    CK_STATUS(sched, bt_sched_graph_compute(sched, c.g));
+    float *got = get_bytes(c.F), *want = chain_reference(cpu, 0);
+    assert_bitwise(got, want, 64, "chain with D on the CPU, F on LIMITED0");
+    free(got);
+    free(want);
+    bt_sched_free(sched);
+    chain_free(&c);
+    bt_backend_free(lim);
+    bt_backend_free(cpu);
+}
+END_TEST
+
 /* 2d. bt_sched_reset forgets the plan and the user's assignments also after
  * the graph was allocated and run: replanned, B is back on LIMITED0. */
 START_TEST(test_reset_after_run) {
@@ -1809,6 +1846,7 @@ int main(void) {
     tcase_add_test(tc, test_new_errors);
     tcase_add_test(tc, test_user_assignment);
     tcase_add_test(tc, test_pin_after_plan);
+    tcase_add_test(tc, test_two_pins);
     tcase_add_test(tc, test_reset_after_run);
     tcase_add_test(tc, test_views_follow_source);
     tcase_add_test(tc, test_unsupported_op);

@@ -180,6 +180,7 @@ struct bm_run {
     int64_t n_vocab;
     float *logits;
     int32_t *tok, *pos, *seq;
+    int8_t *want; /* the rows asked for */
     uint64_t rng;
     int limit; /* ubatches submitted and not collected, at most */
 };
@@ -195,7 +196,9 @@ static enum bt_status bm_collect(struct bm_run *b) {
     return bt_engine_collect(b->e, &id, b->logits, &n_out);
 }
 
-static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_t pos0) {
+/* n tokens of sequence seq from position pos0; rows: whether the last one
+ * asks for its logits (no row of the others does) */
+static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_t pos0, bool rows) {
     while (bt_engine_n_inflight(b->e) >= b->limit) {
         const enum bt_status st = bm_collect(b);
         if (st != BT_OK) return st;
@@ -204,8 +207,9 @@ static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_
         b->tok[i] = bm_token(b);
         b->pos[i] = pos0 + (int32_t)i;
         b->seq[i] = seq;
+        b->want[i] = rows && i == n - 1;
     }
-    const struct bt_llm_batch ub = {.n_tokens = n, .token = b->tok, .pos = b->pos, .seq = b->seq, .logits = NULL};
+    const struct bt_llm_batch ub = {.n_tokens = n, .token = b->tok, .pos = b->pos, .seq = b->seq, .logits = b->want};
     uint64_t id;
     return bt_engine_submit(b->e, &ub, &id);
 }
@@ -224,12 +228,14 @@ static enum bt_status bm_rep(struct bm_run *b, bool pp, double *tps) {
     enum bt_status st = BT_OK;
     const double t0 = bt_cli_now_s();
     if (pp) {
+        /* as llama-bench: the logits of each prompt's last token only */
         for (int32_t s = 0; s < o->seqs && st == BT_OK; s++)
             for (int64_t p = 0; p < o->n_prompt && st == BT_OK; p += o->n_ubatch)
-                st = bm_submit(b, o->n_prompt - p < o->n_ubatch ? o->n_prompt - p : o->n_ubatch, s, (int32_t)p);
+                st = bm_submit(b, o->n_prompt - p < o->n_ubatch ? o->n_prompt - p : o->n_ubatch, s, (int32_t)p,
+                               p + o->n_ubatch >= o->n_prompt);
     } else {
         for (int64_t i = 0; i < o->n_gen && st == BT_OK; i++) {
-            for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bm_submit(b, 1, s, (int32_t)i);
+            for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bm_submit(b, 1, s, (int32_t)i, true);
             if (st == BT_OK) st = bm_drain(b);
         }
     }
@@ -413,9 +419,10 @@ int bt_cli_bench_model(int argc, char **argv) {
         b.tok = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.pos = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.seq = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
+        b.want = malloc((size_t)ep.n_ubatch);
         for (int i = 0; i < 2; i++) res[i].ts = calloc((size_t)o.reps, sizeof(double));
         if (o.profile) prof_rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof_rows);
-        if (!b.logits || !b.tok || !b.pos || !b.seq || !res[0].ts || !res[1].ts || (o.profile && !prof_rows)) {
+        if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || (o.profile && !prof_rows)) {
             snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
             rc = 1;
         }
@@ -476,6 +483,7 @@ out:
     free(b.tok);
     free(b.pos);
     free(b.seq);
+    free(b.want);
     free(res[0].ts);
     free(res[1].ts);
     free(prof_rows);

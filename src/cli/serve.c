@@ -283,7 +283,7 @@ int bt_cli_serve(int argc, char **argv) {
     char err[1024] = "";
     int rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) {
-        if (rank == 0 && err[0]) fprintf(stderr, "%s\n", err);
+        if (rank == 0 && err[0]) fprintf(stderr, "baton serve: %s\n", err);
         bt_cli_rank_end(&R, rc);
         return rc;
     }

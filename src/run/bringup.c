@@ -186,29 +186,26 @@ static enum bt_status start_backend(struct bt_rank *r, const struct bt_rank_conf
 #ifdef BATON_HAVE_CUDA
         const int n_dev = bt_cuda_device_count();
         if (r->have_topo && dev >= n_dev)
-            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: %s: rank %d: backend cuda:%d: this process sees %d CUDA devices",
-                         c->prog, c->topology, r->rank, dev, n_dev);
+            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: rank %d: backend cuda:%d: this process sees %d CUDA devices",
+                         c->topology, r->rank, dev, n_dev);
         if (!r->have_topo && n_dev == 0)
-            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: --backend cuda: rank %d: this process sees no CUDA device",
-                         c->prog, r->rank);
+            return rfail(r, BT_ERR_UNSUPPORTED, 1, "--backend cuda: rank %d: this process sees no CUDA device", r->rank);
         const int use = r->have_topo ? dev : dev % n_dev;
         char cerr[256];
         const enum bt_status cst = bt_backend_cuda_init(use, &r->backend, cerr, sizeof cerr);
         if (cst != BT_OK)
-            return rfail(r, cst, 1, "%s: rank %d: cannot start CUDA device %d: %s", c->prog, r->rank, use, cerr);
+            return rfail(r, cst, 1, "rank %d: cannot start CUDA device %d: %s", r->rank, use, cerr);
         return BT_OK;
 #else
         if (r->have_topo)
-            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: %s: rank %d: backend cuda:%d: this build of baton has no CUDA backend",
-                         c->prog, c->topology, r->rank, dev);
-        return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: --backend cuda: rank %d: this build of baton has no CUDA backend",
-                     c->prog, r->rank);
+            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: rank %d: backend cuda:%d: this build of baton has no CUDA backend",
+                         c->topology, r->rank, dev);
+        return rfail(r, BT_ERR_UNSUPPORTED, 1, "--backend cuda: rank %d: this build of baton has no CUDA backend", r->rank);
 #endif
     }
     r->backend = bt_backend_cpu_init(r->threads);
     if (!r->backend)
-        return rfail(r, BT_ERR_NOMEM, 1, "%s: rank %d: cannot start a CPU backend with %d threads", c->prog, r->rank,
-                     r->threads);
+        return rfail(r, BT_ERR_NOMEM, 1, "rank %d: cannot start a CPU backend with %d threads", r->rank, r->threads);
     return BT_OK;
 }
 
@@ -242,13 +239,13 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
     }
     int *cuda_ranks = malloc(sizeof(int) * (size_t)P), n_cuda = 0;
     char err[512] = "";
-    enum bt_status st = cuda_ranks ? BT_OK : rfail(r, BT_ERR_NOMEM, 1, "%s: rank %d: out of memory", c->prog, r->rank);
+    enum bt_status st = cuda_ranks ? BT_OK : rfail(r, BT_ERR_NOMEM, 1, "rank %d: out of memory", r->rank);
     for (int a = 0; st == BT_OK && a < P; a++)
         if (!r->have_topo || bt_topology_rank(&r->topo, a)->backend == BT_TOPO_BACKEND_CUDA) cuda_ranks[n_cuda++] = a;
     if (st == BT_OK && (!r->have_topo || bt_topology_rank(&r->topo, r->rank)->backend == BT_TOPO_BACKEND_CUDA)) {
         r->device_t = bt_transport_nccl_init_ranks(t, bt_backend_cuda_stream(r->backend), cuda_ranks, n_cuda, err,
                                                    sizeof err);
-        if (!r->device_t) st = rfail(r, BT_ERR_COMM, 1, "%s: rank %d: NCCL: %s", c->prog, r->rank, err);
+        if (!r->device_t) st = rfail(r, BT_ERR_COMM, 1, "rank %d: NCCL: %s", r->rank, err);
     }
     free(cuda_ranks);
     return agree(r, st);
@@ -322,14 +319,14 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
     if (r->have_topo) {
         struct bt_plan_options popt;
         if (bt_topology_plan_options(&r->topo, &popt, &r->layer_counts, &r->pins, &r->device_edges) != BT_OK)
-            return rfail(r, BT_ERR_NOMEM, 1, "%s: out of memory", c->prog);
+            return rfail(r, BT_ERR_NOMEM, 1, "out of memory");
     }
     if (c->partition) { /* the command line overrides the topology's partition */
         free(r->layer_counts);
         r->layer_counts = NULL;
         if (strcmp(c->partition, "auto") != 0) {
             r->layer_counts = calloc((size_t)r->size, sizeof(int));
-            if (!r->layer_counts) return rfail(r, BT_ERR_NOMEM, 1, "%s: out of memory", c->prog);
+            if (!r->layer_counts) return rfail(r, BT_ERR_NOMEM, 1, "out of memory");
             enum bt_status st = parse_partition(r, c->partition, r->layer_counts, r->size);
             if (st != BT_OK) return st;
         }

@@ -102,11 +102,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cuda: %s\n", err);
         return 1;
     }
-    const enum bt_type types[] = {BT_TYPE_BF16, BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
+    const enum bt_type types[] = {BT_TYPE_BF16, BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0,
+                                  BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K};
+    const int n_types = (int)(sizeof types / sizeof types[0]);
     printf("mul_mat on %s, %d iterations each (peaks: H200 dense BF16 %.0f TFLOP/s, HBM %.1f TB/s)\n",
            bt_backend_name(gpu), iters, PEAK_TFLOPS, PEAK_GBS / 1000);
-    for (int i = 0; i < 5; i++) bench(gpu, types[i], 4096, 1, 14336, iters, "decode");
-    for (int i = 0; i < 5; i++) bench(gpu, types[i], 4096, 512, 4096, iters, "prompt");
+    for (int i = 0; i < n_types; i++) bench(gpu, types[i], 4096, 1, 14336, iters, "decode");
+    for (int i = 0; i < n_types; i++) bench(gpu, types[i], 4096, 512, 4096, iters, "prompt");
     bt_backend_free(gpu);
     return 0;
 }
