@@ -243,6 +243,22 @@ static void check_model_typed(const char *name, bool moe, const int *counts, enu
                       T->size);
         ck_assert_int_eq(bt_engine_seq_pos_max(e, 1), NT - 1);
 
+        /* the prompt again in sequence 2, ubatches of 4 asking only for the
+         * last token's row (as a prompt before generation): no rows come back
+         * for the first two (no output projection on the last stage), and the
+         * last row has the bits of one process */
+        int32_t seq2[NT];
+        int8_t last_only[NT];
+        for (int i = 0; i < NT; i++) seq2[i] = 2, last_only[i] = i == NT - 1;
+        for (int i = 0; i < NT; i += 4) submit(e, 4, tok + i, pos + i, seq2 + i, last_only + i);
+        collect(e, 1 + NT, 0, got);
+        collect(e, 2 + NT, 0, got);
+        collect(e, 3 + NT, 1, got);
+        ck_assert_msg(memcmp(ref + (size_t)(NT - 1) * V, got, row) == 0,
+                      "%s on %d ranks: the last row of a prompt asking for no other differs from one process", name,
+                      T->size);
+        ck_assert(bt_engine_seq_rm(e, 2) == BT_OK);
+
         /* sequences 0 and 1 removed; three sequences in flight at once, one
          * ubatch each per step, collected in submission order */
         ck_assert(bt_engine_seq_rm(e, 0) == BT_OK);
@@ -257,7 +273,7 @@ static void check_model_typed(const char *name, bool moe, const int *counts, enu
             }
             reference(path, NS, st[s], pos, ss[s], NT, alone + (size_t)s * NT * V);
         }
-        uint64_t id = 1 + NT;
+        uint64_t id = 4 + NT;
         /* prompts of 5 in one ubatch each, then one token at a time */
         for (int s = 0; s < NS; s++) submit(e, 5, st[s], pos, ss[s], all);
         for (int s = 0; s < NS; s++) collect(e, id++, 5, together + ((size_t)s * NT) * V);
@@ -291,7 +307,7 @@ static void check_model_typed(const char *name, bool moe, const int *counts, enu
             }
             ck_assert_uint_gt(all[r].peak_rss, 0);
         }
-        ck_assert_uint_eq(tokens, NT + NT + NS * NT); /* every stage saw every token */
+        ck_assert_uint_eq(tokens, NT + NT + NT + NS * NT); /* every stage saw every token */
         /* the compute seconds the answers carried: every stage's, exactly
          * its own figure after the last ubatch (nothing computed since) */
         double *seen = calloc((size_t)T->size, sizeof *seen);

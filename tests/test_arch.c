@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "kv.h"
 #include "model/arch.h"
 #include "testutil.h"
@@ -193,6 +194,83 @@ START_TEST(test_incremental_kv_types) {
 }
 END_TEST
 
+/* Graphs are reused while the shape repeats on every range, the last or
+ * not, and a ubatch that asks for no rows of logits has no output
+ * projection (only the rows asked for reach it) without changing the bits
+ * of the rows asked for later. */
+START_TEST(test_stage_graphs) {
+    struct ref r;
+    make_model("llama", "f32", "none", &r);
+    char err[512];
+    struct bt_llm *m = load(r.path);
+    const int L = bt_llm_hparams(m)->n_layer, n = r.n_tok, V = r.n_vocab;
+    ck_assert_int_ge(L, 2);
+    /* a first range without the last layer: three ubatches of 3 tokens in
+     * one 32-cell window of the cache, one graph */
+    struct bt_llm *part = NULL;
+    ck_assert_msg(bt_llm_load(r.path, 0, 1, &part, err, sizeof err) == BT_OK, "load: %s", err);
+    struct bt_kv_config kc;
+    bt_llm_kv_config(part, 64, 1, BT_TYPE_F16, &kc);
+    struct bt_kv *kv = NULL;
+    ck_assert_msg(bt_kv_new(&kc, &kv, err, sizeof err) == BT_OK, "kv: %s", err);
+    bt_backend_t be = bt_backend_cpu_init(1);
+    ck_assert_ptr_nonnull(be);
+    struct bt_llm_stage *st = NULL;
+    ck_assert_msg(bt_llm_stage_new(part, kv, be, 4, &st, err, sizeof err) == BT_OK, "stage: %s", err);
+    const int64_t d = bt_llm_hparams(part)->n_embd;
+    float *x = malloc((size_t)(3 * d) * sizeof *x);
+    for (int u = 0; u < 3; u++) {
+        const int32_t pos[3] = {3 * u, 3 * u + 1, 3 * u + 2}, seq[3] = {0, 0, 0};
+        int32_t cells[3];
+        ck_assert(bt_kv_place(kv, 3, seq, pos, cells, err, sizeof err) == BT_OK);
+        ck_assert_msg(bt_llm_stage_run(st, 3, r.tokens + 3 * u, NULL, pos, seq, cells, 0, NULL, x, err, sizeof err) ==
+                          BT_OK,
+                      "run: %s", err);
+    }
+    ck_assert_int_eq(bt_llm_stage_n_graphs(st), 1);
+    free(x);
+    bt_llm_stage_free(st);
+    bt_kv_free(kv);
+    bt_backend_free(be);
+    bt_llm_free(part);
+
+    /* the last range: no rows asked, no output projection */
+    struct bt_llm_ctx *c = new_ctx(m, 64, 1, 64, BT_TYPE_F32, 1);
+    for (int rows = 0; rows <= 1; rows++) {
+        bt_context *gctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(m), NULL, true});
+        ck_assert_ptr_nonnull(gctx);
+        struct bt_llm_graph g;
+        ck_assert(bt_llm_build_graph(m, bt_llm_ctx_kv(c), gctx, 4, 32, rows, &g) == BT_OK);
+        bool proj = false;
+        for (int i = 0; i < g.graph->n_nodes; i++) proj |= strcmp(g.graph->nodes[i]->name, "result_output") == 0;
+        ck_assert_msg(proj == (rows > 0), "%d rows asked: output projection %s", rows, proj ? "built" : "missing");
+        ck_assert_int_eq(g.n_out, rows);
+        bt_free(gctx);
+    }
+    /* the prompt in ubatches of 5 asking only for its last row: that row's
+     * logits are the bits of the whole prompt's */
+    float *whole = malloc((size_t)n * V * 4), *last = malloc((size_t)V * 4);
+    decode(c, r.tokens, n, 0, 0, whole);
+    bt_llm_ctx_free(c);
+    c = new_ctx(m, 64, 1, 5, BT_TYPE_F32, 1);
+    int32_t *pos = malloc((size_t)n * 4), *sq = malloc((size_t)n * 4);
+    int8_t *lg = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) pos[i] = i, sq[i] = 0;
+    lg[n - 1] = 1;
+    const struct bt_llm_batch b = {n, r.tokens, pos, sq, lg};
+    ck_assert_msg(bt_llm_decode(c, &b, last, err, sizeof err) == BT_OK, "decode: %s", err);
+    ck_assert_msg(memcmp(last, whole + (size_t)(n - 1) * V, (size_t)V * 4) == 0, "the last row differs");
+    bt_llm_ctx_free(c);
+    free(pos);
+    free(sq);
+    free(lg);
+    free(whole);
+    free(last);
+    bt_llm_free(m);
+    ref_free(&r);
+}
+END_TEST
+
 /* three sequences (different prompts) alone, then together: prompts in one
  * batch, then decode steps of all three in one batch */
 START_TEST(test_sequences_bitwise) {
@@ -348,6 +426,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_reference_q8_0, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_incremental_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_incremental_kv_types);
+    tcase_add_test(tc, test_stage_graphs);
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_broken_files);
     tcase_add_test(tc, test_batch_errors);

@@ -7,13 +7,16 @@
  *     dequantised on the fly, F32 accumulation); each lane takes 8
  *     consecutive weights a step, with 16-byte loads of the weights (F32,
  *     F16, BF16) and of the columns when the rows are 16-byte aligned (else
- *     one weight a lane a step); also, MMV_MAX_COLS columns at a time, any
+ *     one weight a lane a step); Q8_0, Q4_0 and Q4_K instead with int8 dot
+ *     products against the columns quantised to Q8_0's blocks (as the CPU
+ *     does); also, MMV_MAX_COLS columns at a time, any
  *     product whose row strides cuBLAS cannot take;
  *   otherwise cuBLAS (cublasGemmEx, F32 accumulation): F32 weights as they
  *     are; F16 / BF16 weights with B converted to the weight type in scratch;
  *     block-type weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K)
  *     dequantised to F16 in scratch (each value as quants.c gives it, then
- *     rounded to F16), B converted to F16.
+ *     rounded to F16; 8 weights a thread where weights8 can read them), B
+ *     converted to F16.
  * MUL_MAT runs the unit for each (i2, i3) of b, with a's matrix
  * (i2 / (b2/a2), i3 / (b3/a3)) (broadcast over dims 2 and 3).
  * MUL_MAT_ID copies ids to the host (after a stream synchronise), checks
@@ -37,29 +40,27 @@ __device__ __forceinline__ float weight_at(int type, const char *row, int64_t kk
     }
 }
 
-/* D[:, c] = A^T B[:, c] for c < ncols; one warp per row of A */
-template <int TYPE>
-__global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
-                      float *D, int64_t ldd) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
-    if (row >= m) return;
-    const char *ar = A + row * a_nb1;
-    float acc[MMV_MAX_COLS];
-#pragma unroll
-    for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
-    for (int64_t kk = lane; kk < k; kk += 32) {
-        const float w = weight_at(TYPE, ar, kk);
-#pragma unroll
-        for (int c = 0; c < MMV_MAX_COLS; c++)
-            if (c < ncols) acc[c] += w * B[c * ldb + kk];
-    }
+/* the end of a direct kernel: each column's sum over the warp's lanes,
+ * written by lane 0 */
+__device__ __forceinline__ void mmv_store(float acc[MMV_MAX_COLS], int ncols, int lane, float *D, int64_t ldd,
+                                          int64_t row) {
 #pragma unroll
     for (int c = 0; c < MMV_MAX_COLS; c++) {
         if (c >= ncols) break;
         float v = acc[c];
         for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
         if (lane == 0) D[c * ldd + row] = v;
+    }
+}
+
+/* the 4-bit sub-block scale and min of a Q4_K block (bt_q4_K_scales_mins, quants.h) */
+__device__ __forceinline__ void q4_K_scale_min(const uint8_t *sc8, int sub, uint8_t *sc, uint8_t *mn) {
+    if (sub < 4) {
+        *sc = sc8[sub] & 63;
+        *mn = sc8[sub + 4] & 63;
+    } else {
+        *sc = (uint8_t)((sc8[sub + 4] & 0xF) | ((sc8[sub - 4] >> 6) << 4));
+        *mn = (uint8_t)((sc8[sub + 4] >> 4) | ((sc8[sub] >> 6) << 4));
     }
 }
 
@@ -103,13 +104,7 @@ __device__ __forceinline__ void weights8(const char *row, int64_t kk, float w[8]
         const bt_block_q4_K *b = (const bt_block_q4_K *)(row + (kk / BT_QK_K) * (int64_t)sizeof(bt_block_q4_K));
         const int j0 = (int)(kk % BT_QK_K), sub = j0 / 32, l = j0 % 32;
         uint8_t sc, mn;
-        if (sub < 4) {
-            sc = b->scales[sub] & 63;
-            mn = b->scales[sub + 4] & 63;
-        } else {
-            sc = (uint8_t)((b->scales[sub + 4] & 0xF) | ((b->scales[sub - 4] >> 6) << 4));
-            mn = (uint8_t)((b->scales[sub + 4] >> 4) | ((b->scales[sub] >> 6) << 4));
-        }
+        q4_K_scale_min(b->scales, sub, &sc, &mn);
         const float d1 = __fmul_rn(d_fp16_to_f32(b->d), (float)sc), m1 = __fmul_rn(d_fp16_to_f32(b->dmin), (float)mn);
         const uint2 v = *(const uint2 *)(b->qs + 32 * (sub / 2) + l); /* 8-byte aligned: blocks of 144 */
         const int sh = 4 * (sub % 2);
@@ -138,12 +133,13 @@ __device__ __forceinline__ void weights8(const char *row, int64_t kk, float w[8]
     }
 }
 
-/* k_mmv with 8 weights a lane a step: B's columns 16-byte aligned (B and
- * ldb), and for F32 / F16 / BF16 A's rows too; the last k % 8 weights one
- * a lane */
-template <int TYPE>
-__global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
-                       float *D, int64_t ldd) {
+/* D[:, c] = A^T B[:, c] for c < ncols; one warp per row of A.  WIDE: 8
+ * weights a lane a step (B's columns 16-byte aligned, B and ldb, and for
+ * F32 / F16 / BF16 / Q4_K A's rows as weights8 reads them), the last k % 8
+ * one a lane; else every weight one a lane a step. */
+template <int TYPE, bool WIDE>
+__global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const float *B, int64_t ldb, int ncols,
+                      float *D, int64_t ldd) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
     if (row >= m) return;
@@ -151,7 +147,7 @@ __global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const
     float acc[MMV_MAX_COLS];
 #pragma unroll
     for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
-    const int64_t k8 = k / 8 * 8;
+    const int64_t k8 = WIDE ? k / 8 * 8 : 0;
 #pragma unroll 2
     for (int64_t kk = (int64_t)lane * 8; kk < k8; kk += 256) {
         float w[8];
@@ -173,13 +169,85 @@ __global__ void k_mmv8(const char *A, int64_t a_nb1, int64_t k, int64_t m, const
         for (int c = 0; c < MMV_MAX_COLS; c++)
             if (c < ncols) acc[c] += w * B[c * ldb + kk];
     }
+    mmv_store(acc, ncols, lane, D, ldd, row);
+}
+
+/* Q8_0 / Q4_0 / Q4_K decode with int8 dot products (__dp4a), as the
+ * CPU's dot products work (here against Q8_0's blocks of 32 for every
+ * type): the columns are quantised first (src/quants.c's bt_q8_0_from_f32:
+ * d = max|x| / 127 rounded to F16, q = round(x / d)), then each lane takes
+ * 8 weights a step as k_mmv does, two dp4a against the column's quants,
+ * times the weights' scale and the column block's (Q4_K: less its min times
+ * the sum of the column's quants).  H200, m 4096, k 14336: Q8_0 41.2 -> 34.0
+ * us, Q4_0 41.7 -> 22.2, Q4_K 49.2 -> 28.5 against k_mmv; Q6_K, its quants
+ * put together byte by byte, gained nothing (63.1 -> 64.2) and stays there. */
+__global__ void k_quant_cols_q8(const float *B, int64_t ldb, int64_t k, int64_t n_blocks, int8_t *qb, float *db) {
+    const int lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int64_t nb = k / BT_QK, c = blk / nb, b = blk % nb;
+    const float x = B[c * ldb + b * BT_QK + lane];
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    qb[c * k + b * BT_QK + lane] = (int8_t)roundf(x * id);
+    if (lane == 0) db[c * nb + b] = d_fp16_to_f32(d_f32_to_fp16(d));
+}
+
+template <int TYPE>
+__global__ void k_mmv_dp4a(const char *A, int64_t a_nb1, int64_t k, int64_t m, const int8_t *qb, const float *db,
+                           int ncols, float *D, int64_t ldd) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
+    if (row >= m) return;
+    const char *ar = A + row * a_nb1;
+    const int64_t nb = k / BT_QK;
+    float acc[MMV_MAX_COLS];
 #pragma unroll
-    for (int c = 0; c < MMV_MAX_COLS; c++) {
-        if (c >= ncols) break;
-        float v = acc[c];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-        if (lane == 0) D[c * ldd + row] = v;
+    for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
+#pragma unroll 2
+    for (int64_t kk = (int64_t)lane * 8; kk < k; kk += 256) {
+        const int64_t ib = kk / BT_QK; /* the columns' block */
+        /* the 8 quants as two words of 4 bytes, the scale of their sum (and
+         * for Q4_K the min, times the sum of the columns' quants) */
+        uint32_t w0, w1;
+        float dw, mw = 0.0f;
+        if (TYPE == BT_TYPE_Q8_0 || TYPE == BT_TYPE_Q4_0) {
+            const int64_t bb = TYPE == BT_TYPE_Q8_0 ? (int64_t)sizeof(bt_block_q8_0) : (int64_t)sizeof(bt_block_q4_0);
+            const int j0 = (int)(kk % BT_QK);
+            const char *blk = ar + ib * bb;
+            dw = d_fp16_to_f32(*(const uint16_t *)blk);
+            /* blocks of 34 and 18 bytes: 2-byte words */
+            const uint16_t *q = (const uint16_t *)(blk + 2 + (TYPE == BT_TYPE_Q8_0 ? j0 : j0 % (BT_QK / 2)));
+            w0 = (uint32_t)q[0] | (uint32_t)q[1] << 16;
+            w1 = (uint32_t)q[2] | (uint32_t)q[3] << 16;
+            if (TYPE == BT_TYPE_Q4_0) {
+                const int sh = j0 < BT_QK / 2 ? 0 : 4;
+                w0 = __vsub4((w0 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+                w1 = __vsub4((w1 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+            }
+        } else { /* Q4_K: w = d sc q - dmin mn, the quants 0..15, the min apart */
+            const bt_block_q4_K *b = (const bt_block_q4_K *)(ar + (kk / BT_QK_K) * (int64_t)sizeof(bt_block_q4_K));
+            const int j0 = (int)(kk % BT_QK_K), sub = j0 / 32, sh = 4 * (sub % 2);
+            uint8_t sc, mn;
+            q4_K_scale_min(b->scales, sub, &sc, &mn);
+            dw = d_fp16_to_f32(b->d) * (float)sc;
+            mw = d_fp16_to_f32(b->dmin) * (float)mn;
+            const uint2 v = *(const uint2 *)(b->qs + 32 * (sub / 2) + j0 % 32); /* 8-byte aligned: blocks of 144 */
+            w0 = (v.x >> sh) & 0x0F0F0F0Fu;
+            w1 = (v.y >> sh) & 0x0F0F0F0Fu;
+        }
+#pragma unroll
+        for (int c = 0; c < MMV_MAX_COLS; c++) {
+            if (c >= ncols) break;
+            const int2 vb = *(const int2 *)(qb + c * k + kk);
+            const int sum = __dp4a((int)w1, vb.y, __dp4a((int)w0, vb.x, 0));
+            float t = dw * (float)sum;
+            if (TYPE == BT_TYPE_Q4_K) t -= mw * (float)__dp4a(0x01010101, vb.y, __dp4a(0x01010101, vb.x, 0));
+            acc[c] += t * db[c * nb + ib];
+        }
     }
+    mmv_store(acc, ncols, lane, D, ldd, row);
 }
 
 /* dst[k, n] (type F16 or BF16, contiguous) = src columns (F32, ld floats) */
@@ -198,6 +266,36 @@ __global__ void k_dequant_f16(int type, const char *A, int64_t a_nb1, int64_t k,
     }
 }
 
+/* the same, 8 weights a thread (weights8: the same values) and one 16-byte
+ * store; k a multiple of 8, A's rows aligned as weights8 reads them, dst 16
+ * bytes aligned.  (H200, 4096 x 4096 Q8_0: the prompt product took 148 us,
+ * 36 of them cuBLAS's.) */
+template <int TYPE>
+__global__ void k_dequant8_f16(const char *A, int64_t a_nb1, int64_t k, uint16_t *dst, int64_t n_items) {
+    GRID_STRIDE(e, n_items) {
+        const int64_t row = e / (k / 8), kk = (e % (k / 8)) * 8;
+        float w[8];
+        weights8<TYPE>(A + row * a_nb1, kk, w);
+        uint32_t u[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) u[i] = (uint32_t)d_f32_to_fp16(w[2 * i]) | (uint32_t)d_f32_to_fp16(w[2 * i + 1]) << 16;
+        *(uint4 *)(dst + e * 8) = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+}
+
+/* every weight type the products read, for the kernels' switches */
+#define BT_CUDA_WEIGHT_TYPES(X)                                                                         \
+    X(BT_TYPE_F32) X(BT_TYPE_F16) X(BT_TYPE_BF16) X(BT_TYPE_Q8_0) X(BT_TYPE_Q4_0) X(BT_TYPE_Q4_1)        \
+    X(BT_TYPE_Q5_0) X(BT_TYPE_Q5_1) X(BT_TYPE_Q2_K) X(BT_TYPE_Q3_K) X(BT_TYPE_Q4_K) X(BT_TYPE_Q5_K) \
+    X(BT_TYPE_Q6_K)
+
+/* A's rows for weights8: 16-byte loads (F32, F16, BF16), 8 (Q4_K), else 2 */
+static bool weights8_aligned(enum bt_type type, const char *A, int64_t a_nb1) {
+    const bool a16 = type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16 || type == BT_TYPE_Q4_K;
+    const int64_t a_align = a16 ? 16 : 2;
+    return (uintptr_t)A % a_align == 0 && a_nb1 % a_align == 0;
+}
+
 /* the direct kernel for weight type TYPE: 8 weights a lane a step when the
  * rows are aligned (wide), else one.  (A Q8_0 / Q4_0 kernel that gave each
  * lane whole blocks was slower on an H200: 77.9 and 69.1 us against 41.3
@@ -205,8 +303,38 @@ __global__ void k_dequant_f16(int type, const char *A, int64_t a_nb1, int64_t k,
 template <int TYPE>
 static void launch_mmv(bool wide, unsigned blocks, cudaStream_t st, const char *A, int64_t a_nb1, int64_t k, int64_t m,
                        const float *B, int64_t ldb, int nc, float *D, int64_t ldd) {
-    if (wide) k_mmv8<TYPE><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
-    else k_mmv<TYPE><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
+    if (wide) k_mmv<TYPE, true><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
+    else k_mmv<TYPE, false><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
+}
+
+/* Q8_0 / Q4_0 / Q4_K decode through k_quant_cols_q8 and k_mmv_dp4a, MMV_MAX_COLS
+ * columns at a time (the columns' quants in scratch B) */
+static enum bt_status mmv_dp4a(struct bt_cuda_ctx *c, enum bt_type type, const char *A, int64_t a_nb1, int64_t k,
+                               int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
+    const int64_t nb = k / BT_QK, cols = n < MMV_MAX_COLS ? n : MMV_MAX_COLS;
+    const size_t q_bytes = ((size_t)(cols * k) + 255) / 256 * 256;
+    char *scr = (char *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_B, q_bytes + (size_t)(cols * nb) * sizeof(float));
+    if (!scr) return BT_ERR_NOMEM;
+    int8_t *qb = (int8_t *)scr;
+    float *db = (float *)(scr + q_bytes);
+    const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
+    for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
+        const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
+        const int64_t n_blocks = nc * nb;
+        k_quant_cols_q8<<<(unsigned)((n_blocks + 7) / 8), 256, 0, c->stream>>>(B + c0 * ldb, ldb, k, n_blocks, qb, db);
+        switch (type) {
+#define DP4A_CASE(T) \
+    case T: k_mmv_dp4a<T><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd); break;
+            DP4A_CASE(BT_TYPE_Q8_0)
+            DP4A_CASE(BT_TYPE_Q4_0)
+            DP4A_CASE(BT_TYPE_Q4_K)
+#undef DP4A_CASE
+            default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat (dp4a): weight type %s", bt_type_name(type));
+        }
+        const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (dp4a)");
+        if (s != BT_OK) return s;
+    }
+    return BT_OK;
 }
 
 static cudaDataType_t cuda_type(enum bt_type t) {
@@ -235,10 +363,10 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
                          (type != BT_TYPE_F32 || ldb >= k);
     if (n <= MMV_MAX_COLS || !gemm_ok) {
         const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
-        /* weights8's loads: 16 bytes (F32, F16, BF16), 8 (Q4_K), else 2 */
-        const bool a16 = type == BT_TYPE_F32 || type == BT_TYPE_F16 || type == BT_TYPE_BF16 || type == BT_TYPE_Q4_K;
-        const int64_t a_align = a16 ? 16 : 2;
-        const bool wide = (uintptr_t)B % 16 == 0 && ldb % 4 == 0 && (uintptr_t)A % a_align == 0 && a_nb1 % a_align == 0;
+        const bool wide = (uintptr_t)B % 16 == 0 && ldb % 4 == 0 && weights8_aligned(type, A, a_nb1);
+        if ((type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0 || type == BT_TYPE_Q4_K) &&
+            weights8_aligned(type, A, a_nb1) && k % BT_QK == 0)
+            return mmv_dp4a(c, type, A, a_nb1, k, m, B, ldb, n, D, ldd);
         for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
             const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
             const float *Bc = B + c0 * ldb;
@@ -246,19 +374,7 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
             switch (type) {
 #define MMV_CASE(T) \
     case T: launch_mmv<T>(wide, blocks, st, A, a_nb1, k, m, Bc, ldb, nc, Dc, ldd); break;
-                MMV_CASE(BT_TYPE_F32)
-                MMV_CASE(BT_TYPE_F16)
-                MMV_CASE(BT_TYPE_BF16)
-                MMV_CASE(BT_TYPE_Q8_0)
-                MMV_CASE(BT_TYPE_Q4_0)
-                MMV_CASE(BT_TYPE_Q4_1)
-                MMV_CASE(BT_TYPE_Q5_0)
-                MMV_CASE(BT_TYPE_Q5_1)
-                MMV_CASE(BT_TYPE_Q2_K)
-                MMV_CASE(BT_TYPE_Q3_K)
-                MMV_CASE(BT_TYPE_Q4_K)
-                MMV_CASE(BT_TYPE_Q5_K)
-                MMV_CASE(BT_TYPE_Q6_K)
+                BT_CUDA_WEIGHT_TYPES(MMV_CASE)
 #undef MMV_CASE
                 default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
             }
@@ -275,7 +391,17 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
     if (quant) {
         uint16_t *aw = (uint16_t *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_A, (size_t)(k * m) * sizeof(uint16_t));
         if (!aw) return BT_ERR_NOMEM;
-        k_dequant_f16<<<grid_for(k * m), CUDA_THREADS, 0, st>>>((int)type, A, a_nb1, k, aw, k * m);
+        if (k % 8 == 0 && (uintptr_t)aw % 16 == 0 && weights8_aligned(type, A, a_nb1)) {
+            switch (type) {
+#define DEQ_CASE(T) \
+    case T: k_dequant8_f16<T><<<grid_for(k / 8 * m), CUDA_THREADS, 0, st>>>(A, a_nb1, k, aw, k / 8 * m); break;
+                BT_CUDA_WEIGHT_TYPES(DEQ_CASE)
+#undef DEQ_CASE
+                default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat: weight type %s", bt_type_name(type));
+            }
+        } else {
+            k_dequant_f16<<<grid_for(k * m), CUDA_THREADS, 0, st>>>((int)type, A, a_nb1, k, aw, k * m);
+        }
         const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (dequantise)");
         if (s != BT_OK) return s;
         a_ptr = aw;

@@ -13,7 +13,11 @@
  *        token in flight, all collected before the next step), from an empty
  *        cache; t/s = S N / seconds.
  * One warm-up repetition of each test runs first and is not counted; the
- * cache is emptied between repetitions. */
+ * cache is emptied between repetitions.
+ *
+ * --profile: where rank 0's time went in the timed tgN steps, per op and
+ * weight type (the CPU executor's profile, backends/cpu/cpu.h), printed
+ * after the results: a decode step's accounting without a profiler. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -22,6 +26,8 @@
 #include <string.h>
 
 #include "agree.h"
+#include "backend.h"
+#include "cpu.h"
 #include "cli.h"
 #include "common.h"
 #include "gguf.h"
@@ -34,10 +40,10 @@ struct bm_opts {
     const char *model;
     long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
     struct bt_cli_engine_opts eng;
-    bool json;
+    bool json, profile;
 };
 
-enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON };
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON, OPT_BM_PROFILE };
 
 static void bm_usage(FILE *f) {
     fprintf(f,
@@ -53,7 +59,9 @@ static void bm_usage(FILE *f) {
             "      --ubatch N          most tokens in one ubatch (default 512)\n"
             "      --seqs S            sequences processed together (default 1)\n"
             "      --inflight N        ubatches in flight through the ranks (default: ranks x copies)\n"
-            "      --json              one JSON object per test instead of the table\n");
+            "      --json              one JSON object per test instead of the table\n"
+            "      --profile           then rank 0's time in the tg steps per op and weight type\n"
+            "                          (CPU backend): ms per step, barrier waits, weight GB/s\n");
     bt_cli_engine_help(f, 26);
     fprintf(f, "  -h, --help              this text\n");
 }
@@ -65,7 +73,8 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         {"n-gen", required_argument, 0, 'n'},        {"repetitions", required_argument, 0, 'r'},
         {"ubatch", required_argument, 0, OPT_BM_UBATCH},
         {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
-        {"json", no_argument, 0, OPT_BM_JSON},       BT_CLI_ENGINE_LONGOPTS,
+        {"json", no_argument, 0, OPT_BM_JSON},       {"profile", no_argument, 0, OPT_BM_PROFILE},
+        BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -91,6 +100,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         case OPT_BM_SEQS: NUM("--seqs", 1, 1024, o->seqs); break;
         case OPT_BM_INFLIGHT: NUM("--inflight", 1, 1024, o->inflight); break;
         case OPT_BM_JSON: o->json = true; break;
+        case OPT_BM_PROFILE: o->profile = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
@@ -108,6 +118,10 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
     }
     if (o->n_prompt == 0 && o->n_gen == 0) {
         snprintf(err, errn, "-p 0 and -n 0: nothing to measure");
+        return 2;
+    }
+    if (o->profile && o->n_gen == 0) {
+        snprintf(err, errn, "--profile: it profiles the tg test, and -n is 0");
         return 2;
     }
     return 1;
@@ -166,6 +180,7 @@ struct bm_run {
     int64_t n_vocab;
     float *logits;
     int32_t *tok, *pos, *seq;
+    int8_t *want; /* the rows asked for */
     uint64_t rng;
     int limit; /* ubatches submitted and not collected, at most */
 };
@@ -181,7 +196,9 @@ static enum bt_status bm_collect(struct bm_run *b) {
     return bt_engine_collect(b->e, &id, b->logits, &n_out);
 }
 
-static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_t pos0) {
+/* n tokens of sequence seq from position pos0; rows: whether the last one
+ * asks for its logits (no row of the others does) */
+static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_t pos0, bool rows) {
     while (bt_engine_n_inflight(b->e) >= b->limit) {
         const enum bt_status st = bm_collect(b);
         if (st != BT_OK) return st;
@@ -190,8 +207,9 @@ static enum bt_status bm_submit(struct bm_run *b, int64_t n, int32_t seq, int32_
         b->tok[i] = bm_token(b);
         b->pos[i] = pos0 + (int32_t)i;
         b->seq[i] = seq;
+        b->want[i] = rows && i == n - 1;
     }
-    const struct bt_llm_batch ub = {.n_tokens = n, .token = b->tok, .pos = b->pos, .seq = b->seq, .logits = NULL};
+    const struct bt_llm_batch ub = {.n_tokens = n, .token = b->tok, .pos = b->pos, .seq = b->seq, .logits = b->want};
     uint64_t id;
     return bt_engine_submit(b->e, &ub, &id);
 }
@@ -210,12 +228,14 @@ static enum bt_status bm_rep(struct bm_run *b, bool pp, double *tps) {
     enum bt_status st = BT_OK;
     const double t0 = bt_cli_now_s();
     if (pp) {
+        /* as llama-bench: the logits of each prompt's last token only */
         for (int32_t s = 0; s < o->seqs && st == BT_OK; s++)
             for (int64_t p = 0; p < o->n_prompt && st == BT_OK; p += o->n_ubatch)
-                st = bm_submit(b, o->n_prompt - p < o->n_ubatch ? o->n_prompt - p : o->n_ubatch, s, (int32_t)p);
+                st = bm_submit(b, o->n_prompt - p < o->n_ubatch ? o->n_prompt - p : o->n_ubatch, s, (int32_t)p,
+                               p + o->n_ubatch >= o->n_prompt);
     } else {
         for (int64_t i = 0; i < o->n_gen && st == BT_OK; i++) {
-            for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bm_submit(b, 1, s, (int32_t)i);
+            for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bm_submit(b, 1, s, (int32_t)i, true);
             if (st == BT_OK) st = bm_drain(b);
         }
     }
@@ -270,6 +290,52 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
     }
 }
 
+/* The profile's rows, most compute first, per step (graph). */
+static int bm_prof_cmp(const void *x, const void *y) {
+    const double a = ((const struct bt_cpu_op_profile *)x)->compute_s, b = ((const struct bt_cpu_op_profile *)y)->compute_s;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *rows, int n, uint64_t n_graphs,
+                             double graph_s) {
+    if (n_graphs == 0) {
+        printf(o->json ? "{\"profile\": null, \"why\": \"rank 0 computed no graph\"}\n"
+                       : "\nprofile: rank 0 computed no graph (it holds no layer)\n");
+        return;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, bm_prof_cmp);
+    const double g = (double)n_graphs, step_ms = 1e3 * graph_s / g;
+    double sum_c = 0, sum_w = 0, sum_b = 0;
+    if (!o->json) {
+        printf("\nprofile of rank 0's tg%ld steps: %llu steps, %.3f ms a step; per step, thread 0's time:\n", o->n_gen,
+               (unsigned long long)n_graphs, step_ms);
+        printf("| %-12s | %-6s | %6s | %10s | %6s | %8s | %10s | %7s |\n", "op", "type", "nodes", "compute ms", "%",
+               "wait ms", "weights MB", "GB/s");
+        printf("| ------------ | ------ | -----: | ---------: | -----: | -------: | ---------: | ------: |\n");
+    }
+    for (int i = 0; i < n; i++) {
+        const struct bt_cpu_op_profile *r = &rows[i];
+        const double c = 1e3 * r->compute_s / g, w = 1e3 * r->wait_s / g, mb = r->weight_bytes / g / 1e6;
+        const double gbs = r->compute_s > 0 && r->weight_bytes > 0 ? r->weight_bytes / r->compute_s / 1e9 : 0.0;
+        sum_c += c;
+        sum_w += w;
+        sum_b += mb;
+        if (o->json)
+            printf("{\"profile\": {\"test\": \"tg%ld\", \"op\": \"%s\", \"type\": \"%s\", \"nodes\": %.3f, "
+                   "\"compute_ms\": %.6f, \"wait_ms\": %.6f, \"weight_mb\": %.6f, \"step_ms\": %.6f}}\n",
+                   o->n_gen, bt_op_name(r->op), bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
+        else if (mb > 0)
+            printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10.1f | %7.1f |\n", bt_op_name(r->op),
+                   bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, mb, gbs);
+        else
+            printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10s | %7s |\n", bt_op_name(r->op),
+                   bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, "", "");
+    }
+    if (!o->json)
+        printf("| %-12s | %-6s | %6s | %10.3f | %6.1f | %8.3f | %10.1f | %7s |\n", "all", "", "", sum_c,
+               100.0 * sum_c / step_ms, sum_w, sum_b, "");
+}
+
 #define BM_AGREE_ITEMS 10
 static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
@@ -319,6 +385,11 @@ int bt_cli_bench_model(int argc, char **argv) {
     struct bm_result res[2];
     memset(res, 0, sizeof res);
     int n_res = 0;
+    /* --profile: rank 0's rows (at most one per op and type) */
+    struct bt_cpu_op_profile *prof_rows = NULL;
+    int n_prof = 0;
+    uint64_t prof_graphs = 0;
+    double prof_s = 0.0;
 
     struct bt_cli_agree_item items[BM_AGREE_ITEMS];
     BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
@@ -348,9 +419,16 @@ int bt_cli_bench_model(int argc, char **argv) {
         b.tok = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.pos = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.seq = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
+        b.want = malloc((size_t)ep.n_ubatch);
         for (int i = 0; i < 2; i++) res[i].ts = calloc((size_t)o.reps, sizeof(double));
-        if (!b.logits || !b.tok || !b.pos || !b.seq || !res[0].ts || !res[1].ts) {
+        if (o.profile) prof_rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof_rows);
+        if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || (o.profile && !prof_rows)) {
             snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
+            rc = 1;
+        }
+        if (!rc && o.profile && !bt_backend_is_cpu(R.backend)) {
+            snprintf(err, sizeof err, "--profile: rank 0 runs on %s; only the CPU backend is profiled",
+                     bt_backend_name(R.backend));
             rc = 1;
         }
         for (int pp = 1; pp >= 0 && !rc; pp--) {
@@ -364,11 +442,18 @@ int bt_cli_bench_model(int argc, char **argv) {
                 snprintf(err, sizeof err, "%s", bt_engine_error(e));
                 rc = 1;
             }
+            const bool prof = o.profile && !pp && !rc;
+            if (prof) bt_backend_cpu_set_profile(R.backend, true);
             for (r->n = 0; r->n < o.reps && !rc; r->n++)
                 if (bm_rep(&b, pp, &r->ts[r->n]) != BT_OK) {
                     snprintf(err, sizeof err, "%s", bt_engine_error(e));
                     rc = 1;
                 }
+            if (prof) {
+                n_prof = bt_backend_cpu_get_profile(R.backend, prof_rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof_graphs,
+                                                    &prof_s);
+                bt_backend_cpu_set_profile(R.backend, false);
+            }
         }
         if (bt_engine_stop(e) != BT_OK && !rc) {
             snprintf(err, sizeof err, "%s", bt_engine_error(e));
@@ -378,6 +463,7 @@ int bt_cli_bench_model(int argc, char **argv) {
             struct bm_model m;
             bm_describe(bt_engine_gguf(e), bt_engine_arch(e)->name, &m);
             bm_print(&o, &m, bt_backend_name(R.backend), P, R.threads, res, n_res);
+            if (o.profile) bm_print_profile(&o, prof_rows, n_prof, prof_graphs, prof_s);
             if (fflush(stdout) != 0) {
                 snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
                 rc = 1;
@@ -397,8 +483,10 @@ out:
     free(b.tok);
     free(b.pos);
     free(b.seq);
+    free(b.want);
     free(res[0].ts);
     free(res[1].ts);
+    free(prof_rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);
     return rc;

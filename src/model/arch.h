@@ -133,8 +133,10 @@ struct bt_llm_graph {
     struct bt_tensor *pos;   /* I32 [T] */
     struct bt_tensor *cells; /* I32 [T]: the cache cells the new K/V go to */
     struct bt_tensor *mask;  /* F32 [n_kv, T] */
-    struct bt_tensor *out_ids; /* I32 [n_out] (last range): rows that need logits */
-    /* output: logits F32 [n_vocab, n_out] (last range) or x F32 [n_embd, T] */
+    struct bt_tensor *out_ids; /* I32 [n_out] (last range, n_out > 0): rows that need logits */
+    /* output: logits F32 [n_vocab, n_out] (last range, n_out > 0) or x F32
+     * [n_embd, T] (others; the last range with n_out 0 has no output
+     * projection, its x is not read) */
     struct bt_tensor *out;
 };
 /* Build the graph in ctx (no_alloc); BT_OK or an error with a message in

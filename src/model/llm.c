@@ -146,10 +146,12 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
     const struct bt_hparams *h = &m->hp;
     const bool first = m->il0 == 0, last = m->il1 == h->n_layer;
     const int64_t T = n_tokens;
-    BT_ASSERT(T > 0 && n_kv > 0 && n_kv <= bt_kv_get_config(kv)->n_ctx && (!last || (n_out > 0 && n_out <= T)));
+    BT_ASSERT(T > 0 && n_kv > 0 && n_kv <= bt_kv_get_config(kv)->n_ctx && (!last || (n_out >= 0 && n_out <= T)));
     out->n_tokens = T;
     out->n_kv = n_kv;
     out->n_out = last ? n_out : 0;
+    /* only the rows asked for reach the output projection: none, no projection */
+    const bool head = last && n_out > 0;
     struct bt_tensor *x;
     if (first) {
         out->tokens = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_tokens");
@@ -167,7 +169,7 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
     bt_set_input(out->cells);
     bt_set_input(out->mask);
     for (int il = m->il0; il < m->il1 && x; il++) x = layer(ctx, m, kv, x, il, out);
-    if (last && x) {
+    if (head && x) {
         out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
         if (out->out_ids) bt_set_input(out->out_ids);
         x = nm(bt_get_rows(ctx, x, out->out_ids), -1, "result_rows"); /* [d, n_out] */
@@ -255,7 +257,8 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     /* the backend must run every op of the range's graph */
     struct bt_llm_graph *g = NULL;
     const int64_t n_kv = n_ctx < BT_KV_PAD ? n_ctx : BT_KV_PAD;
-    enum bt_status st = get_graph(s, 1, n_kv, 1, &g, err, n_err);
+    /* (with the output projection on the last range: one row of logits) */
+    enum bt_status st = get_graph(s, 1, n_kv, m->il1 == m->hp.n_layer ? 1 : 0, &g, err, n_err);
     for (int i = 0; st == BT_OK && i < g->graph->n_nodes; i++) {
         const struct bt_tensor *n = g->graph->nodes[i];
         if (!bt_backend_supports_op(backend, n))
@@ -331,12 +334,10 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     const struct bt_llm *m = s->m;
     const bool last = m->il1 == m->hp.n_layer;
     BT_ASSERT(T >= 1 && T <= s->n_ubatch && n_out >= 0 && n_out <= T);
-    /* a graph makes at least one row */
-    const int64_t n_out_g = last ? (n_out > 0 ? n_out : 1) : 1;
-    if (last) {
-        for (int64_t i = 0; i < n_out; i++) s->out_ids[i] = out_ids[i];
-        if (n_out == 0) s->out_ids[0] = 0;
-    }
+    /* the graph's key: the rows asked for on the last range (none: no output
+     * projection), 0 elsewhere (what bt_llm_build_graph records) */
+    const int64_t n_out_g = last ? n_out : 0;
+    for (int64_t i = 0; i < n_out_g; i++) s->out_ids[i] = out_ids[i];
     const int64_t n_kv = bt_kv_n_active(s->kv);
     struct bt_llm_graph *g = NULL;
     enum bt_status st = get_graph(s, T, n_kv, n_out_g, &g, err, n_err);
