@@ -7,7 +7,7 @@
  *     dequantised on the fly, F32 accumulation); each lane takes 8
  *     consecutive weights a step, with 16-byte loads of the weights (F32,
  *     F16, BF16) and of the columns when the rows are 16-byte aligned (else
- *     one weight a lane a step); Q8_0 and Q4_0 instead with int8 dot
+ *     one weight a lane a step); Q8_0, Q4_0 and Q4_K instead with int8 dot
  *     products against the columns quantised to Q8_0's blocks (as the CPU
  *     does); also, MMV_MAX_COLS columns at a time, any
  *     product whose row strides cuBLAS cannot take;
@@ -53,6 +53,17 @@ __device__ __forceinline__ void mmv_store(float acc[MMV_MAX_COLS], int ncols, in
     }
 }
 
+/* the 4-bit sub-block scale and min of a Q4_K block (bt_q4_K_scales_mins, quants.h) */
+__device__ __forceinline__ void q4_K_scale_min(const uint8_t *sc8, int sub, uint8_t *sc, uint8_t *mn) {
+    if (sub < 4) {
+        *sc = sc8[sub] & 63;
+        *mn = sc8[sub + 4] & 63;
+    } else {
+        *sc = (uint8_t)((sc8[sub + 4] & 0xF) | ((sc8[sub - 4] >> 6) << 4));
+        *mn = (uint8_t)((sc8[sub + 4] >> 4) | ((sc8[sub] >> 6) << 4));
+    }
+}
+
 /* weights kk .. kk + 7 of a row (kk a multiple of 8; 16-byte aligned for
  * F32 / F16 / BF16; inside one block for the block types, whose block
  * sizes are multiples of 8), each the value d_block_get gives: Q4_0, Q4_K
@@ -93,13 +104,7 @@ __device__ __forceinline__ void weights8(const char *row, int64_t kk, float w[8]
         const bt_block_q4_K *b = (const bt_block_q4_K *)(row + (kk / BT_QK_K) * (int64_t)sizeof(bt_block_q4_K));
         const int j0 = (int)(kk % BT_QK_K), sub = j0 / 32, l = j0 % 32;
         uint8_t sc, mn;
-        if (sub < 4) {
-            sc = b->scales[sub] & 63;
-            mn = b->scales[sub + 4] & 63;
-        } else {
-            sc = (uint8_t)((b->scales[sub + 4] & 0xF) | ((b->scales[sub - 4] >> 6) << 4));
-            mn = (uint8_t)((b->scales[sub + 4] >> 4) | ((b->scales[sub] >> 6) << 4));
-        }
+        q4_K_scale_min(b->scales, sub, &sc, &mn);
         const float d1 = __fmul_rn(d_fp16_to_f32(b->d), (float)sc), m1 = __fmul_rn(d_fp16_to_f32(b->dmin), (float)mn);
         const uint2 v = *(const uint2 *)(b->qs + 32 * (sub / 2) + l); /* 8-byte aligned: blocks of 144 */
         const int sh = 4 * (sub % 2);
@@ -167,11 +172,15 @@ __global__ void k_mmv(const char *A, int64_t a_nb1, int64_t k, int64_t m, const 
     mmv_store(acc, ncols, lane, D, ldd, row);
 }
 
-/* Q8_0 / Q4_0 decode with int8 dot products (__dp4a), as the CPU does it:
- * the columns are quantised to blocks of 32 int8 first (src/quants.c's
- * bt_q8_0_from_f32: d = max|x| / 127 rounded to F16, q = round(x / d)), then
- * each lane takes 8 weights a step as k_mmv does, two dp4a against the
- * column's quants, times both blocks' scales. */
+/* Q8_0 / Q4_0 / Q4_K decode with int8 dot products (__dp4a), as the
+ * CPU's dot products work (here against Q8_0's blocks of 32 for every
+ * type): the columns are quantised first (src/quants.c's bt_q8_0_from_f32:
+ * d = max|x| / 127 rounded to F16, q = round(x / d)), then each lane takes
+ * 8 weights a step as k_mmv does, two dp4a against the column's quants,
+ * times the weights' scale and the column block's (Q4_K: less its min times
+ * the sum of the column's quants).  H200, m 4096, k 14336: Q8_0 41.2 -> 34.0
+ * us, Q4_0 41.7 -> 22.2, Q4_K 49.2 -> 28.5 against k_mmv; Q6_K, its quants
+ * put together byte by byte, gained nothing (63.1 -> 64.2) and stays there. */
 __global__ void k_quant_cols_q8(const float *B, int64_t ldb, int64_t k, int64_t n_blocks, int8_t *qb, float *db) {
     const int lane = threadIdx.x & 31;
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
@@ -192,31 +201,50 @@ __global__ void k_mmv_dp4a(const char *A, int64_t a_nb1, int64_t k, int64_t m, c
     const int64_t row = (int64_t)blockIdx.x * MMV_WARPS + (threadIdx.x >> 5);
     if (row >= m) return;
     const char *ar = A + row * a_nb1;
-    const int64_t bb = TYPE == BT_TYPE_Q8_0 ? (int64_t)sizeof(bt_block_q8_0) : (int64_t)sizeof(bt_block_q4_0);
     const int64_t nb = k / BT_QK;
     float acc[MMV_MAX_COLS];
 #pragma unroll
     for (int c = 0; c < MMV_MAX_COLS; c++) acc[c] = 0.0f;
 #pragma unroll 2
     for (int64_t kk = (int64_t)lane * 8; kk < k; kk += 256) {
-        const int64_t ib = kk / BT_QK;
-        const int j0 = (int)(kk % BT_QK);
-        const char *blk = ar + ib * bb;
-        const float da = d_fp16_to_f32(*(const uint16_t *)blk);
-        /* the 8 quants as two words of 4 signed bytes (blocks are 2-byte aligned) */
-        const uint16_t *q = (const uint16_t *)(blk + 2 + (TYPE == BT_TYPE_Q8_0 ? j0 : j0 % (BT_QK / 2)));
-        uint32_t w0 = (uint32_t)q[0] | (uint32_t)q[1] << 16, w1 = (uint32_t)q[2] | (uint32_t)q[3] << 16;
-        if (TYPE == BT_TYPE_Q4_0) {
-            const int sh = j0 < BT_QK / 2 ? 0 : 4;
-            w0 = __vsub4((w0 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
-            w1 = __vsub4((w1 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+        const int64_t ib = kk / BT_QK; /* the columns' block */
+        /* the 8 quants as two words of 4 bytes, the scale of their sum (and
+         * for Q4_K the min, times the sum of the columns' quants) */
+        uint32_t w0, w1;
+        float dw, mw = 0.0f;
+        if (TYPE == BT_TYPE_Q8_0 || TYPE == BT_TYPE_Q4_0) {
+            const int64_t bb = TYPE == BT_TYPE_Q8_0 ? (int64_t)sizeof(bt_block_q8_0) : (int64_t)sizeof(bt_block_q4_0);
+            const int j0 = (int)(kk % BT_QK);
+            const char *blk = ar + ib * bb;
+            dw = d_fp16_to_f32(*(const uint16_t *)blk);
+            /* blocks of 34 and 18 bytes: 2-byte words */
+            const uint16_t *q = (const uint16_t *)(blk + 2 + (TYPE == BT_TYPE_Q8_0 ? j0 : j0 % (BT_QK / 2)));
+            w0 = (uint32_t)q[0] | (uint32_t)q[1] << 16;
+            w1 = (uint32_t)q[2] | (uint32_t)q[3] << 16;
+            if (TYPE == BT_TYPE_Q4_0) {
+                const int sh = j0 < BT_QK / 2 ? 0 : 4;
+                w0 = __vsub4((w0 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+                w1 = __vsub4((w1 >> sh) & 0x0F0F0F0Fu, 0x08080808u);
+            }
+        } else { /* Q4_K: w = d sc q - dmin mn, the quants 0..15, the min apart */
+            const bt_block_q4_K *b = (const bt_block_q4_K *)(ar + (kk / BT_QK_K) * (int64_t)sizeof(bt_block_q4_K));
+            const int j0 = (int)(kk % BT_QK_K), sub = j0 / 32, sh = 4 * (sub % 2);
+            uint8_t sc, mn;
+            q4_K_scale_min(b->scales, sub, &sc, &mn);
+            dw = d_fp16_to_f32(b->d) * (float)sc;
+            mw = d_fp16_to_f32(b->dmin) * (float)mn;
+            const uint2 v = *(const uint2 *)(b->qs + 32 * (sub / 2) + j0 % 32); /* 8-byte aligned: blocks of 144 */
+            w0 = (v.x >> sh) & 0x0F0F0F0Fu;
+            w1 = (v.y >> sh) & 0x0F0F0F0Fu;
         }
 #pragma unroll
         for (int c = 0; c < MMV_MAX_COLS; c++) {
             if (c >= ncols) break;
             const int2 vb = *(const int2 *)(qb + c * k + kk);
             const int sum = __dp4a((int)w1, vb.y, __dp4a((int)w0, vb.x, 0));
-            acc[c] += (float)sum * (da * db[c * nb + ib]);
+            float t = dw * (float)sum;
+            if (TYPE == BT_TYPE_Q4_K) t -= mw * (float)__dp4a(0x01010101, vb.y, __dp4a(0x01010101, vb.x, 0));
+            acc[c] += t * db[c * nb + ib];
         }
     }
     mmv_store(acc, ncols, lane, D, ldd, row);
@@ -279,7 +307,7 @@ static void launch_mmv(bool wide, unsigned blocks, cudaStream_t st, const char *
     else k_mmv<TYPE, false><<<blocks, 32 * MMV_WARPS, 0, st>>>(A, a_nb1, k, m, B, ldb, nc, D, ldd);
 }
 
-/* Q8_0 / Q4_0 decode through k_quant_cols_q8 and k_mmv_dp4a, MMV_MAX_COLS
+/* Q8_0 / Q4_0 / Q4_K decode through k_quant_cols_q8 and k_mmv_dp4a, MMV_MAX_COLS
  * columns at a time (the columns' quants in scratch B) */
 static enum bt_status mmv_dp4a(struct bt_cuda_ctx *c, enum bt_type type, const char *A, int64_t a_nb1, int64_t k,
                                int64_t m, const float *B, int64_t ldb, int64_t n, float *D, int64_t ldd) {
@@ -294,10 +322,15 @@ static enum bt_status mmv_dp4a(struct bt_cuda_ctx *c, enum bt_type type, const c
         const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
         const int64_t n_blocks = nc * nb;
         k_quant_cols_q8<<<(unsigned)((n_blocks + 7) / 8), 256, 0, c->stream>>>(B + c0 * ldb, ldb, k, n_blocks, qb, db);
-        if (type == BT_TYPE_Q8_0)
-            k_mmv_dp4a<BT_TYPE_Q8_0><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd);
-        else
-            k_mmv_dp4a<BT_TYPE_Q4_0><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd);
+        switch (type) {
+#define DP4A_CASE(T) \
+    case T: k_mmv_dp4a<T><<<blocks, 32 * MMV_WARPS, 0, c->stream>>>(A, a_nb1, k, m, qb, db, nc, D + c0 * ldd, ldd); break;
+            DP4A_CASE(BT_TYPE_Q8_0)
+            DP4A_CASE(BT_TYPE_Q4_0)
+            DP4A_CASE(BT_TYPE_Q4_K)
+#undef DP4A_CASE
+            default: return bt_cuda_fail(c, BT_ERR_UNSUPPORTED, "mul_mat (dp4a): weight type %s", bt_type_name(type));
+        }
         const enum bt_status s = bt_cuda_check(c, cudaGetLastError(), "mul_mat (dp4a)");
         if (s != BT_OK) return s;
     }
@@ -331,7 +364,8 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
     if (n <= MMV_MAX_COLS || !gemm_ok) {
         const unsigned blocks = (unsigned)((m + MMV_WARPS - 1) / MMV_WARPS);
         const bool wide = (uintptr_t)B % 16 == 0 && ldb % 4 == 0 && weights8_aligned(type, A, a_nb1);
-        if ((type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0) && weights8_aligned(type, A, a_nb1) && k % BT_QK == 0)
+        if ((type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0 || type == BT_TYPE_Q4_K) &&
+            weights8_aligned(type, A, a_nb1) && k % BT_QK == 0)
             return mmv_dp4a(c, type, A, a_nb1, k, m, B, ldb, n, D, ldd);
         for (int64_t c0 = 0; c0 < n; c0 += MMV_MAX_COLS) {
             const int nc = (int)(n - c0 < MMV_MAX_COLS ? n - c0 : MMV_MAX_COLS);
