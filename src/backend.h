@@ -121,6 +121,12 @@ bool bt_backend_is_cpu(bt_backend_t backend);
 /* fn(user) on the calling thread after its share of each computed node
  * (bt_cpu_set_node_hook); NULL: none. */
 void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user);
+/* Per-op time of the graphs the backend computes while on (bt_cpu_set_profile,
+ * bt_cpu_get_profile: the rows' meaning); on starts from zero. */
+struct bt_cpu_op_profile;
+void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
+int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                               double *graph_s);
 /* The host buffer type: 64-byte aligned plain host memory (a singleton in
  * the core, backend.c, as ggml keeps its CPU buffer type; the CPU backend's
  * default, and the staging memory of a backend without its own). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_model_test.sh BATON MPIEXEC - `baton bench model` as a user meets it:
 # llama-bench's table with one row per test (ppN, tgN) and positive t/s, the
-# JSON form (one object per test, one sample per repetition), a two-rank run
+# JSON form (one object per test, one sample per repetition), --profile's
+# per-op table of the tg steps (nodes and weight bytes checked), a two-rank run
 # under mpirun with ubatches in flight, and every bad input with one message
 # and its exit code (2 for a usage error, 1 for a bad file).  The model is a
 # small random-weight one from `baton make-model`.
@@ -81,6 +82,37 @@ else
     ok "--json"
 fi
 
+# --profile: after the results, rank 0's tg steps per op and type; in JSON
+# the 4 timed steps' MUL_MAT_ID rows: 2 layers x 3 products a step, each
+# reading its token's 2 experts of 64 x 64 Q8_0 (64 rows of 68 bytes)
+out=$(timeout 120 "$baton" bench model -m "$m" -p 0 -n 4 -r 1 -t 2 --profile 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+    bad "--profile: exit $rc" "$out"
+elif ! echo "$out" | grep -q "^profile of rank 0's tg4 steps: 4 steps, " ||
+    ! echo "$out" | grep -q "^| MUL_MAT_ID   | q8_0   |    6.0 |" || ! echo "$out" | grep -q "^| all  "; then
+    bad "--profile: the table" "$out"
+else
+    ok "--profile"
+fi
+out=$(timeout 120 "$baton" bench model -m "$m" -p 0 -n 4 -r 1 -t 2 --profile --json 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+    bad "--profile --json: exit $rc" "$out"
+elif ! echo "$out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+prof = [r["profile"] for r in rows if "profile" in r]
+mmid = [p for p in prof if p["op"] == "MUL_MAT_ID" and p["type"] == "q8_0"]
+assert len(rows) == 1 + len(prof) and len(mmid) == 1, rows
+assert mmid[0]["nodes"] == 6 and abs(mmid[0]["weight_mb"] - 6 * 2 * 64 * 68 / 1e6) < 1e-9, mmid
+assert sum(p["compute_ms"] + p["wait_ms"] for p in prof) <= prof[0]["step_ms"] * 1.000001, prof
+'; then
+    bad "--profile --json: rows" "$out"
+else
+    ok "--profile --json"
+fi
+
 # two ranks, a 32-token prompt as 4 ubatches of 8 in flight, 2 sequences
 out=$(timeout 180 "$mpiexec" -np 2 --oversubscribe "$baton" bench model -m "$m" -p 32 -n 4 -r 2 -t 1 --ubatch 8 \
     --seqs 2 2>&1)
@@ -125,6 +157,7 @@ expect_fail 2 "baton bench model: -p 0 and -n 0: nothing to measure" "nothing to
 expect_fail 2 "baton bench model: -r: '0' is not an integer in \[1, 1000\]" "-r 0" -- "$baton" bench model -m "$m" -r 0
 expect_fail 2 "baton bench model: --ubatch: 'x' is not an integer" "--ubatch x" -- "$baton" bench model -m "$m" --ubatch x
 expect_fail 2 "baton bench model: unknown option '--bogus'" "unknown option" -- "$baton" bench model -m "$m" --bogus
+expect_fail 2 "baton bench model: --profile: it profiles the tg test, and -n is 0" "--profile -n 0" -- "$baton" bench model -m "$m" -n 0 --profile
 expect_fail 1 "$tmp/none.gguf: cannot open" "missing file" -- "$baton" bench model -m "$tmp/none.gguf"
 printf 'not a gguf file at all, just text\n' > "$tmp/text.gguf"
 expect_fail 1 "$tmp/text.gguf" "not a GGUF file" -- "$baton" bench model -m "$tmp/text.gguf"

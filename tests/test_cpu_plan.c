@@ -8,7 +8,8 @@
  * model graph placed by the graph allocator (buffers reused between nodes)
  * gives bitwise the logits of a run with a barrier after every node, for
  * 2, 3 and 4 threads; a run-time error anywhere in a stretch stops the run
- * with the failing node's message, never a hang. */
+ * with the failing node's message, never a hang.  And the executor's
+ * profile (bt_cpu_set_profile): what it counts, and that it changes no bit. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -320,6 +321,107 @@ START_TEST(test_plan_kept) {
 }
 END_TEST
 
+/* The profile (bt_cpu_set_profile): per (op, first source's type) the count
+ * of nodes run, the weight bytes of the matmuls (a MUL_MAT_ID's: the two
+ * experts of its one token), times that add up to at most the runs' wall
+ * time; the logits the same as without it; off, nothing. */
+static const struct bt_cpu_op_profile *find_row(const struct bt_cpu_op_profile *rows, int n, enum bt_op op,
+                                                enum bt_type t) {
+    for (int i = 0; i < n; i++)
+        if (rows[i].op == op && rows[i].type == t) return &rows[i];
+    return NULL;
+}
+
+START_TEST(test_profile) {
+    struct decode_graph d;
+    decode_graph_new(&d, BT_FFN_MOE_TOPK);
+    const struct bt_graph *g = d.g.graph;
+    bt_cpu *cpu = bt_cpu_new(2);
+    ck_assert(cpu != NULL);
+    float *ref = logits_of(&d, cpu);
+    const size_t nb = bt_nbytes(d.g.logits);
+    uint64_t n_graphs = 1;
+    double graph_s = 1.0;
+    struct bt_cpu_op_profile rows[64];
+    ck_assert_int_eq(bt_cpu_get_profile(cpu, rows, 64, &n_graphs, &graph_s), 0); /* off by default */
+    ck_assert_uint_eq(n_graphs, 0);
+    bt_cpu_set_profile(cpu, true);
+    const int runs = 3;
+    for (int r = 0; r < runs; r++) {
+        float *l = logits_of(&d, cpu);
+        ck_assert_msg(memcmp(l, ref, nb) == 0, "run %d: logits differ with the profile on", r);
+        free(l);
+    }
+    const int n = bt_cpu_get_profile(cpu, rows, 64, &n_graphs, &graph_s);
+    ck_assert_int_gt(n, 3);
+    ck_assert_int_le(n, 64);
+    ck_assert_uint_eq(n_graphs, runs);
+    double sum = 0.0;
+    uint64_t counted = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert(rows[i].compute_s >= 0.0 && rows[i].wait_s >= 0.0);
+        sum += rows[i].compute_s + rows[i].wait_s;
+        counted += rows[i].count;
+    }
+    ck_assert_msg(sum <= graph_s, "rows %g s, runs %g s", sum, graph_s);
+    /* every computed node once a run, in the row of its op and type */
+    uint64_t computed = 0;
+    double mm_bytes = 0.0, mmid_bytes = 0.0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *node = g->nodes[i];
+        if (bt_op_is_view(node->op) || node->op == BT_OP_NONE) continue;
+        computed++;
+        const enum bt_type t = node->src[0] ? node->src[0]->type : node->type;
+        const struct bt_cpu_op_profile *row = find_row(rows, n, node->op, t);
+        ck_assert_msg(row != NULL, "node %d (%s): no row", i, bt_op_name(node->op));
+        if (node->op == BT_OP_MUL_MAT && t == BT_TYPE_Q8_0) mm_bytes += (double)bt_nbytes(node->src[0]);
+        if (node->op == BT_OP_MUL_MAT_ID) mmid_bytes += 2.0 * (double)node->src[0]->nb[2];
+    }
+    ck_assert_uint_eq(counted, runs * computed);
+    const struct bt_cpu_op_profile *mm = find_row(rows, n, BT_OP_MUL_MAT, BT_TYPE_Q8_0);
+    const struct bt_cpu_op_profile *mmid = find_row(rows, n, BT_OP_MUL_MAT_ID, BT_TYPE_Q8_0);
+    ck_assert(mm != NULL && mmid != NULL && mmid_bytes > 0.0);
+    ck_assert_msg(mm->weight_bytes == runs * mm_bytes, "MUL_MAT: %g bytes, want %g", mm->weight_bytes, runs * mm_bytes);
+    ck_assert_msg(mmid->weight_bytes == runs * mmid_bytes, "MUL_MAT_ID: %g bytes, want %g", mmid->weight_bytes,
+                  runs * mmid_bytes);
+    const struct bt_cpu_op_profile *norm = find_row(rows, n, BT_OP_RMS_NORM, BT_TYPE_F32);
+    ck_assert(norm != NULL && norm->weight_bytes == 0.0);
+    /* a MUL_MAT_ID whose 3 tokens choose experts 0 and 1 of 4 between them:
+     * the bytes of those 2 experts, once */
+    bt_context *ctx = tu_ctx(4);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 16, 4);
+    struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, 32, 1, 3);
+    struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, 2, 3);
+    TU_OK(ctx, as);
+    TU_OK(ctx, b);
+    TU_OK(ctx, ids);
+    tu_rng rng;
+    tu_rng_init(&rng, 3);
+    tu_fill(as, &rng);
+    tu_fill(b, &rng);
+    const int32_t chosen[6] = {0, 1, 1, 0, 0, 1};
+    memcpy(ids->data, chosen, sizeof chosen);
+    struct bt_tensor *out = bt_mul_mat_id(ctx, as, b, ids);
+    TU_OK(ctx, out);
+    bt_cpu_set_profile(cpu, true);
+    ck_assert_int_eq(bt_cpu_graph_compute(cpu, tu_graph(ctx, &out, 1)), BT_OK);
+    ck_assert_int_eq(bt_cpu_get_profile(cpu, rows, 64, &n_graphs, &graph_s), 1);
+    ck_assert_msg(rows[0].op == BT_OP_MUL_MAT_ID && rows[0].weight_bytes == 2.0 * (double)as->nb[2],
+                  "%s: %g bytes, want %g", bt_op_name(rows[0].op), rows[0].weight_bytes, 2.0 * (double)as->nb[2]);
+    bt_free(ctx);
+    /* on again: from zero; off: nothing */
+    bt_cpu_set_profile(cpu, true);
+    ck_assert_int_eq(bt_cpu_get_profile(cpu, rows, 64, &n_graphs, &graph_s), 0);
+    bt_cpu_set_profile(cpu, false);
+    free(logits_of(&d, cpu));
+    ck_assert_int_eq(bt_cpu_get_profile(cpu, rows, 64, &n_graphs, &graph_s), 0);
+    ck_assert_uint_eq(n_graphs, 0);
+    bt_cpu_free(cpu);
+    free(ref);
+    decode_graph_free(&d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_plan");
     TCase *tc = tcase_create("cpu_plan");
@@ -328,6 +430,7 @@ int main(void) {
     tcase_add_test(tc, test_plan_every_node);
     tcase_add_test(tc, test_plan_runtime_error);
     tcase_add_test(tc, test_plan_kept);
+    tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -3,6 +3,7 @@
  * on random data: odd shapes, broadcasting, non-contiguous inputs, 1 to 4
  * threads; plus the shape errors constructors report and the run-time errors
  * the executor reports. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -248,6 +249,50 @@ START_TEST(test_unary) {
             free(ref);
             bt_free(ctx);
         }
+    }
+}
+END_TEST
+
+/* SILU and SWIGLU over packed rows (16 lanes at a time, then a masked tail)
+ * and over strided ones (an element at a time) give the same bits for every
+ * value: a sweep over [-100, 100], the clamp's edges, zeros, denormals,
+ * infinities and NaN, in rows whose lengths leave every tail length. */
+START_TEST(test_silu_bitwise) {
+    enum { N = 4099 };
+    static float v[N];
+    const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 87.0f, -87.0f, 88.0f, -88.0f, 87.5f, -88.5f, 1e30f,
+                             -1e30f, INFINITY, -INFINITY, NAN, FLT_MIN, -FLT_MIN, 1.0f, -1.0f};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) v[i] = i < ns ? special[i] : -100.0f + 200.0f * (float)(i - ns) / (float)(N - ns);
+    for (int len = N - 16; len <= N; len++) {
+        bt_context *ctx = tu_ctx(4);
+        struct bt_tensor *a = bt_new_tensor_1d(ctx, BT_TYPE_F32, len), *b = bt_new_tensor_1d(ctx, BT_TYPE_F32, len);
+        /* the same values as column 0 of [2, len]: transposed, element stride 8 bytes */
+        struct bt_tensor *a2 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 2, len), *b2 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 2, len);
+        TU_OK(ctx, a);
+        TU_OK(ctx, b);
+        TU_OK(ctx, a2);
+        TU_OK(ctx, b2);
+        for (int i = 0; i < len; i++) {
+            const float x = v[(i * 7 + len) % N], y = v[(i * 13 + 5) % N] * 0.01f;
+            ((float *)a->data)[i] = x;
+            ((float *)b->data)[i] = y;
+            ((float *)a2->data)[2 * i] = ((float *)a2->data)[2 * i + 1] = x;
+            ((float *)b2->data)[2 * i] = ((float *)b2->data)[2 * i + 1] = y;
+        }
+        struct bt_tensor *at = bt_transpose(ctx, a2), *bt = bt_transpose(ctx, b2);
+        struct bt_tensor *outs[4] = {bt_silu(ctx, a), bt_silu(ctx, at), bt_swiglu(ctx, a, b), bt_swiglu(ctx, at, bt)};
+        for (int k = 0; k < 4; k++) TU_OK(ctx, outs[k]);
+        ck_assert(at->nb[0] == 2 * sizeof(float));
+        ck_assert_int_eq(tu_run(tu_graph(ctx, outs, 4), 2), BT_OK);
+        for (int k = 0; k < 4; k += 2)
+            for (int i = 0; i < len; i++) {
+                const float p = ((const float *)outs[k]->data)[i], q = ((const float *)outs[k + 1]->data)[i];
+                ck_assert_msg(memcmp(&p, &q, sizeof p) == 0 || (isnan(p) && isnan(q)),
+                              "%s len %d, x[%d] = %g: packed %a, strided %a", k ? "swiglu" : "silu", len, i,
+                              (double)((const float *)a->data)[i], (double)p, (double)q);
+            }
+        bt_free(ctx);
     }
 }
 END_TEST
@@ -1309,6 +1354,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_binary, 0, 4);
     tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
+    tcase_add_test(tc, test_silu_bitwise);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);

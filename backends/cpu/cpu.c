@@ -24,6 +24,10 @@
  * shared by the node's threads (bt_cpu_next_chunk), so that a thread slowed
  * by the OS does not hold the others at the barrier.  Each step has its own
  * counter (a cache line apart), zeroed before the run.
+ *
+ * Profile (bt_cpu_set_profile): thread 0 reads the clock around each step's
+ * share and each barrier and adds the times to a table by (op, type); the
+ * other threads do nothing more.  Off, it costs one test per step.
  */
 #include "cpu_impl.h"
 
@@ -31,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct bt_cpu {
@@ -51,6 +56,10 @@ struct bt_cpu {
     uint64_t n_plans;
     bt_cpu_node_hook hook; /* thread 0, after its share of each node */
     void *hook_user;
+    /* the profile: [BT_OP_COUNT][BT_TYPE_COUNT] rows; NULL: off */
+    struct bt_cpu_op_profile *prof;
+    uint64_t prof_graphs;
+    double prof_graph_s;
     char err[BT_CPU_ERRBUF];
 };
 
@@ -81,6 +90,7 @@ void bt_cpu_free(bt_cpu *cpu) {
     free(cpu->counters);
     free(cpu->key);
     free(cpu->key_new);
+    free(cpu->prof);
     free(cpu);
 }
 
@@ -105,6 +115,62 @@ void bt_cpu_fail(const struct bt_cpu_params *p, enum bt_status s, const char *fm
 }
 
 static bool is_mul_mat(enum bt_op op) { return op == BT_OP_MUL_MAT || op == BT_OP_MUL_MAT_ID; }
+
+/* ---- the profile ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void bt_cpu_set_profile(bt_cpu *cpu, bool on) {
+    free(cpu->prof);
+    cpu->prof = on ? calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *cpu->prof) : NULL;
+    cpu->prof_graphs = 0;
+    cpu->prof_graph_s = 0.0;
+}
+
+int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                       double *graph_s) {
+    *n_graphs = cpu->prof_graphs;
+    *graph_s = cpu->prof_graph_s;
+    int n = 0;
+    for (int i = 0; cpu->prof && i < BT_OP_COUNT * BT_TYPE_COUNT; i++) {
+        if (cpu->prof[i].count == 0) continue;
+        if (n < cap) {
+            rows[n] = cpu->prof[i];
+            rows[n].op = (enum bt_op)(i / BT_TYPE_COUNT);
+            rows[n].type = (enum bt_type)(i % BT_TYPE_COUNT);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* The weight bytes a matmul node reads: all of src0 (MUL_MAT), or the
+ * experts its ids choose (MUL_MAT_ID; all of them past 4096 experts). */
+static double weight_bytes(const struct bt_tensor *node) {
+    const struct bt_tensor *a = node->src[0];
+    if (node->op == BT_OP_MUL_MAT) return (double)bt_nbytes(a);
+    const struct bt_tensor *ids = node->src[2];
+    uint64_t seen[64] = {0};
+    if (a->ne[2] > 64 * 64) return (double)bt_nbytes(a);
+    int64_t n = 0;
+    for (int64_t t = 0; t < ids->ne[1]; t++)
+        for (int64_t e = 0; e < ids->ne[0]; e++) {
+            const int32_t id = *(const int32_t *)((const char *)ids->data + (size_t)e * ids->nb[0] + (size_t)t * ids->nb[1]);
+            if (id < 0 || id >= a->ne[2] || (seen[id / 64] >> (id % 64) & 1)) continue;
+            seen[id / 64] |= 1ull << (id % 64);
+            n++;
+        }
+    return (double)n * (double)a->nb[2];
+}
+
+static struct bt_cpu_op_profile *prof_row(bt_cpu *cpu, const struct bt_tensor *node) {
+    const enum bt_type t = node->src[0] ? node->src[0]->type : node->type;
+    return &cpu->prof[(size_t)node->op * BT_TYPE_COUNT + (size_t)t];
+}
 
 bool bt_cpu_supports_op(const struct bt_tensor *node) {
     if (!node || (int)node->op < 0 || node->op >= BT_OP_COUNT) return false;
@@ -151,6 +217,8 @@ static void compute_thread(void *arg, int ith, int nth) {
         /* .fail_node = */ NULL,
     };
     int sb = 0; /* barriers passed */
+    const bool prof = ith == 0 && cpu->prof;
+    double t0 = prof ? now_s() : 0.0;
     for (int k = 0; k < st->n_steps; k++) {
         const struct bt_cpu_step *step = &cpu->steps[k];
         struct bt_tensor *node = g->nodes[step->node];
@@ -175,8 +243,22 @@ static void compute_thread(void *arg, int ith, int nth) {
             }
         }
         if (ith == 0 && cpu->hook) cpu->hook(cpu->hook_user);
+        struct bt_cpu_op_profile *row = NULL;
+        if (prof) {
+            const double t1 = now_s();
+            row = prof_row(cpu, node);
+            row->count++;
+            row->compute_s += t1 - t0;
+            if (is_mul_mat(node->op)) row->weight_bytes += weight_bytes(node);
+            t0 = t1;
+        }
         if (!step->barrier) continue;
         bt_threadpool_barrier(cpu->pool);
+        if (prof) {
+            const double t1 = now_s();
+            row->wait_s += t1 - t0;
+            t0 = t1;
+        }
         if (__atomic_load_n((int *)&st->status[sb & 1], __ATOMIC_ACQUIRE) != BT_OK) break;
         sb++;
     }
@@ -315,7 +397,12 @@ enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {
         /* .status    = */ {BT_OK, BT_OK},
         /* .fail_node = */ {-1, -1},
     };
+    const double t0 = cpu->prof ? now_s() : 0.0;
     bt_threadpool_run(cpu->pool, compute_thread, &st);
+    if (cpu->prof) {
+        cpu->prof_graphs++;
+        cpu->prof_graph_s += now_s() - t0;
+    }
 
     for (int k = 0; k < 2; k++) {
         if (st.status[k] == BT_OK) continue;

@@ -73,6 +73,26 @@ const char *bt_cpu_error(const bt_cpu *cpu);
 typedef void (*bt_cpu_node_hook)(void *user);
 void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
 
+/* Where a graph's time goes, per op and type (the type of the node's first
+ * source, e.g. a matmul's weights; the node's own when it has none), as the
+ * calling thread (thread 0) sees it: count of nodes, seconds computing its
+ * share (all of a solo node), seconds waiting at the barrier after the
+ * node, and for MUL_MAT / MUL_MAT_ID the weight bytes the node reads (a
+ * MUL_MAT_ID: only the experts its ids choose).  graph_s: wall seconds of
+ * the runs, n_graphs: their number.  bt_cpu_set_profile(cpu, true) starts
+ * from zero; off by default (then nothing is timed). */
+struct bt_cpu_op_profile {
+    enum bt_op op;
+    enum bt_type type;
+    uint64_t count;
+    double compute_s, wait_s, weight_bytes;
+};
+void bt_cpu_set_profile(bt_cpu *cpu, bool on);
+/* Up to cap rows with a count (in op, then type order) into rows; returns
+ * how many there are in all. */
+int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                       double *graph_s);
+
 /* Repacked weights (repack.c).  A quantised weight matrix whose type has a
  * repacked layout (qtypes.h: Q8_0, Q4_0, Q4_K where the build has their AVX-512
  * VNNI kernels) and whose rows come in groups of 16 can hold its bytes

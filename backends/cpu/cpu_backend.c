@@ -96,3 +96,14 @@ void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), 
     BT_ASSERT(bt_backend_is_cpu(backend));
     bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
 }
+
+void bt_backend_cpu_set_profile(bt_backend_t backend, bool on) {
+    BT_ASSERT(bt_backend_is_cpu(backend));
+    bt_cpu_set_profile(((struct cpu_backend *)backend->context)->cpu, on);
+}
+
+int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                               double *graph_s) {
+    BT_ASSERT(bt_backend_is_cpu(backend));
+    return bt_cpu_get_profile(((struct cpu_backend *)backend->context)->cpu, rows, cap, n_graphs, graph_s);
+}

@@ -18,7 +18,11 @@
  * cache is emptied between repetitions.  --json adds, per test, the timed
  * repetitions' wall seconds and each rank's seconds in graph compute in them
  * (bt_engine_compute_seconds: the stages' own figures, carried back with the
- * answers), so that a pipeline's imbalance shows without a profiler. */
+ * answers), so that a pipeline's imbalance shows without a profiler.
+ *
+ * --profile: where rank 0's time went in the timed tgN steps, per op and
+ * weight type (the CPU executor's profile, backends/cpu/cpu.h), printed
+ * after the results: a decode step's accounting without a profiler. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -27,6 +31,8 @@
 #include <string.h>
 
 #include "agree.h"
+#include "backend.h"
+#include "cpu.h"
 #include "cli.h"
 #include "common.h"
 #include "gguf.h"
@@ -39,10 +45,10 @@ struct bm_opts {
     const char *model;
     long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
     struct bt_cli_engine_opts eng;
-    bool json;
+    bool json, profile;
 };
 
-enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON };
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON, OPT_BM_PROFILE };
 
 static void bm_usage(FILE *f) {
     fprintf(f,
@@ -58,7 +64,9 @@ static void bm_usage(FILE *f) {
             "      --ubatch N          most tokens in one ubatch (default 512)\n"
             "      --seqs S            sequences processed together (default 1)\n"
             "      --inflight N        ubatches in flight through the ranks (default: ranks x copies)\n"
-            "      --json              one JSON object per test instead of the table\n");
+            "      --json              one JSON object per test instead of the table\n"
+            "      --profile           then rank 0's time in the tg steps per op and weight type\n"
+            "                          (CPU backend): ms per step, barrier waits, weight GB/s\n");
     bt_cli_engine_help(f, 26);
     fprintf(f, "  -h, --help              this text\n");
 }
@@ -70,7 +78,8 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         {"n-gen", required_argument, 0, 'n'},        {"repetitions", required_argument, 0, 'r'},
         {"ubatch", required_argument, 0, OPT_BM_UBATCH},
         {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
-        {"json", no_argument, 0, OPT_BM_JSON},       BT_CLI_ENGINE_LONGOPTS,
+        {"json", no_argument, 0, OPT_BM_JSON},       {"profile", no_argument, 0, OPT_BM_PROFILE},
+        BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -96,6 +105,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         case OPT_BM_SEQS: NUM("--seqs", 1, 1024, o->seqs); break;
         case OPT_BM_INFLIGHT: NUM("--inflight", 1, 1024, o->inflight); break;
         case OPT_BM_JSON: o->json = true; break;
+        case OPT_BM_PROFILE: o->profile = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
@@ -113,6 +123,10 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
     }
     if (o->n_prompt == 0 && o->n_gen == 0) {
         snprintf(err, errn, "-p 0 and -n 0: nothing to measure");
+        return 2;
+    }
+    if (o->profile && o->n_gen == 0) {
+        snprintf(err, errn, "--profile: it profiles the tg test, and -n is 0");
         return 2;
     }
     return 1;
@@ -285,6 +299,52 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
     }
 }
 
+/* The profile's rows, most compute first, per step (graph). */
+static int bm_prof_cmp(const void *x, const void *y) {
+    const double a = ((const struct bt_cpu_op_profile *)x)->compute_s, b = ((const struct bt_cpu_op_profile *)y)->compute_s;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *rows, int n, uint64_t n_graphs,
+                             double graph_s) {
+    if (n_graphs == 0) {
+        printf(o->json ? "{\"profile\": null, \"why\": \"rank 0 computed no graph\"}\n"
+                       : "\nprofile: rank 0 computed no graph (it holds no layer)\n");
+        return;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, bm_prof_cmp);
+    const double g = (double)n_graphs, step_ms = 1e3 * graph_s / g;
+    double sum_c = 0, sum_w = 0, sum_b = 0;
+    if (!o->json) {
+        printf("\nprofile of rank 0's tg%ld steps: %llu steps, %.3f ms a step; per step, thread 0's time:\n", o->n_gen,
+               (unsigned long long)n_graphs, step_ms);
+        printf("| %-12s | %-6s | %6s | %10s | %6s | %8s | %10s | %7s |\n", "op", "type", "nodes", "compute ms", "%",
+               "wait ms", "weights MB", "GB/s");
+        printf("| ------------ | ------ | -----: | ---------: | -----: | -------: | ---------: | ------: |\n");
+    }
+    for (int i = 0; i < n; i++) {
+        const struct bt_cpu_op_profile *r = &rows[i];
+        const double c = 1e3 * r->compute_s / g, w = 1e3 * r->wait_s / g, mb = r->weight_bytes / g / 1e6;
+        const double gbs = r->compute_s > 0 && r->weight_bytes > 0 ? r->weight_bytes / r->compute_s / 1e9 : 0.0;
+        sum_c += c;
+        sum_w += w;
+        sum_b += mb;
+        if (o->json)
+            printf("{\"profile\": {\"test\": \"tg%ld\", \"op\": \"%s\", \"type\": \"%s\", \"nodes\": %.3f, "
+                   "\"compute_ms\": %.6f, \"wait_ms\": %.6f, \"weight_mb\": %.6f, \"step_ms\": %.6f}}\n",
+                   o->n_gen, bt_op_name(r->op), bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
+        else if (mb > 0)
+            printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10.1f | %7.1f |\n", bt_op_name(r->op),
+                   bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, mb, gbs);
+        else
+            printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10s | %7s |\n", bt_op_name(r->op),
+                   bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, "", "");
+    }
+    if (!o->json)
+        printf("| %-12s | %-6s | %6s | %10.3f | %6.1f | %8.3f | %10.1f | %7s |\n", "all", "", "", sum_c,
+               100.0 * sum_c / step_ms, sum_w, sum_b, "");
+}
+
 #define BM_AGREE_ITEMS 10
 static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
@@ -335,6 +395,11 @@ int bt_cli_bench_model(int argc, char **argv) {
     double *c0 = NULL; /* rank_compute_s before the timed repetitions */
     memset(res, 0, sizeof res);
     int n_res = 0;
+    /* --profile: rank 0's rows (at most one per op and type) */
+    struct bt_cpu_op_profile *prof_rows = NULL;
+    int n_prof = 0;
+    uint64_t prof_graphs = 0;
+    double prof_s = 0.0;
 
     struct bt_cli_agree_item items[BM_AGREE_ITEMS];
     BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
@@ -370,9 +435,15 @@ int bt_cli_bench_model(int argc, char **argv) {
             res[i].rank_s = calloc((size_t)P, sizeof(double));
         }
         c0 = calloc((size_t)P, sizeof(double));
+        if (o.profile) prof_rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof_rows);
         if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || !res[0].rank_s ||
-            !res[1].rank_s || !c0) {
+            !res[1].rank_s || !c0 || (o.profile && !prof_rows)) {
             snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
+            rc = 1;
+        }
+        if (!rc && o.profile && !bt_backend_is_cpu(R.backend)) {
+            snprintf(err, sizeof err, "--profile: rank 0 runs on %s; only the CPU backend is profiled",
+                     bt_backend_name(R.backend));
             rc = 1;
         }
         for (int pp = 1; pp >= 0 && !rc; pp--) {
@@ -386,6 +457,8 @@ int bt_cli_bench_model(int argc, char **argv) {
                 snprintf(err, sizeof err, "%s", bt_engine_error(e));
                 rc = 1;
             }
+            const bool prof = o.profile && !pp && !rc;
+            if (prof) bt_backend_cpu_set_profile(R.backend, true);
             bt_engine_compute_seconds(e, c0);
             const double w0 = bt_cli_now_s();
             for (r->n = 0; r->n < o.reps && !rc; r->n++)
@@ -396,6 +469,11 @@ int bt_cli_bench_model(int argc, char **argv) {
             r->wall_s = bt_cli_now_s() - w0;
             bt_engine_compute_seconds(e, r->rank_s); /* every answer is in: the last rep drained */
             for (int k = 0; k < P; k++) r->rank_s[k] -= c0[k];
+            if (prof) {
+                n_prof = bt_backend_cpu_get_profile(R.backend, prof_rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof_graphs,
+                                                    &prof_s);
+                bt_backend_cpu_set_profile(R.backend, false);
+            }
         }
         if (bt_engine_stop(e) != BT_OK && !rc) {
             snprintf(err, sizeof err, "%s", bt_engine_error(e));
@@ -405,6 +483,7 @@ int bt_cli_bench_model(int argc, char **argv) {
             struct bm_model m;
             bm_describe(bt_engine_gguf(e), bt_engine_arch(e)->name, &m);
             bm_print(&o, &m, bt_backend_name(R.backend), P, R.threads, res, n_res);
+            if (o.profile) bm_print_profile(&o, prof_rows, n_prof, prof_graphs, prof_s);
             if (fflush(stdout) != 0) {
                 snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
                 rc = 1;
@@ -430,6 +509,7 @@ out:
     free(res[0].rank_s);
     free(res[1].rank_s);
     free(c0);
+    free(prof_rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);
     return rc;
