@@ -797,7 +797,8 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
 /* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
  * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
  * without a software prefetch the hardware prefetchers left a decode waiting
- * on memory (one 32000 x 2048 product, 1 thread, plain / repacked: 0.38x).
+ * on memory (one 32000 x 2048 product from memory, 1 thread, 4 KiB pages,
+ * repacked against plain: 0.38x).
  * So the 16 rows' block BT_RP6_PREFETCH blocks ahead (past the group's end:
  * the next group's, `next`) goes to L2 a block at a time: 1 block ahead
  * 0.94-1.03x, 2 1.20-1.24x, 3 1.18-1.27x, 4 1.02-1.11x, 8 0.98-1.09x. */
