@@ -119,6 +119,26 @@ out=$(timeout 180 "$mpiexec" -np 2 --oversubscribe "$baton" bench model -m "$m" 
 rc=$?
 [ $rc -eq 0 ] && check_table "two ranks, ubatches in flight" "$out" 2 pp32 tg4 || bad "two ranks: exit $rc" "$out"
 
+# --json on two ranks: each test's wall seconds and every rank's seconds in
+# graph compute within them (both ranks computed, neither longer than the wall)
+out=$(timeout 180 "$mpiexec" -np 2 --oversubscribe "$baton" bench model -m "$m" -p 32 -n 4 -r 2 -t 1 --ubatch 8 \
+    --json 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+    bad "two ranks --json: exit $rc" "$out"
+elif ! echo "$out" | python3 -c '
+import json, sys
+tests = [json.loads(l) for l in sys.stdin]
+assert [t["test"] for t in tests] == ["pp32", "tg4"], tests
+for t in tests:
+    c, w = t["rank_compute_s"], t["wall_s"]
+    assert len(c) == 2 and w > 0 and all(0 < x <= w * 1.01 + 1e-3 for x in c), t
+'; then
+    bad "two ranks --json: wall_s and rank_compute_s" "$out"
+else
+    ok "two ranks --json: wall_s and rank_compute_s"
+fi
+
 # bad input: one message, exit code, nothing else
 expect_fail() { # CODE PATTERN NAME -- command...
     local code=$1 pat=$2 name=$3

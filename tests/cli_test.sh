@@ -402,8 +402,18 @@ expect 0 "usage" "bench ops --help" -- "$baton" bench ops --help
 expect 0 "^usage: baton bench ops\|model\|transport\|pipeline" "bench --help" -- "$baton" bench --help
 expect 2 "^baton bench: unknown benchmark 'nope' \(try: baton bench --help\)\$" "bench: unknown benchmark" -- "$baton" bench nope
 expect 2 "" "bench ops with a bad flag" -- "$baton" bench ops --frobnicate
-expect 2 "^baton bench: --shapes: 'mixtral' is not all or model\$" "bench ops: bad --shapes" -- \
-    "$baton" bench ops --shapes mixtral
+expect 2 "^baton bench: --shapes: 'mixtral' is not a row group \(all decode prompt moe moe1 moe32 moe512 model attn\)\$" \
+    "bench ops: bad --shapes" -- "$baton" bench ops --shapes mixtral
+expect 2 "^baton bench: --shapes: empty list\$" "bench ops: empty --shapes" -- "$baton" bench ops --shapes ,
+# --shapes moe1 runs exactly the 1-token mul_mat_id row of each type and thread count
+timeout 120 "$baton" bench ops --threads 1 --types q4_0 --shapes moe1 --quick --reps 1 >"$tmp/out" 2>&1
+rc=$?
+rows=$(grep -cE '^(mul_mat|flash_attn)' "$tmp/out")
+if [ "$rc" -eq 0 ] && [ "$rows" -eq 1 ] && grep -qE '^mul_mat_id +q4_0 +m=768 k=2048 tok=1 E8/128 +1 ' "$tmp/out"; then
+    ok "bench ops --shapes moe1: one row"
+else
+    bad "bench ops --shapes moe1: exit $rc, $rows rows"
+fi
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl

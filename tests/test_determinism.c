@@ -84,6 +84,23 @@ static void build(struct model *m) {
         struct bt_tensor *id1 = bt_view_2d(ctx, ids, NU, 1, ids->nb[1], (size_t)(i + 5) * ids->nb[1]);
         add_out(m, bt_mul_mat_id(ctx, as, bt_reshape_3d(ctx, xk, KK, 1, 1), id1), "mul_mat_id_decode_k");
     }
+    /* long decode nodes: enough 32-row units that a chunk holds several and
+     * the chunks near the node's end shrink (matmul.c, chunk_end) at 2-4
+     * threads: 4113 rows, and 6 of 8 experts of 1040 rows (units never
+     * cross an expert) */
+    const enum bt_type ltypes[3] = {BT_TYPE_F32, BT_TYPE_BF16, BT_TYPE_Q8_0};
+    struct bt_tensor *ids6 = bt_new_tensor_2d(ctx, BT_TYPE_I32, 6, 1);
+    for (int e = 0; e < 6; e++) ((int32_t *)ids6->data)[e] = (int32_t)((e * 5 + 3) % 8);
+    for (int i = 0; i < 3; i++) {
+        struct bt_tensor *xl = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 1);
+        tu_fill(xl, &r);
+        struct bt_tensor *w = bt_new_tensor_2d(ctx, ltypes[i], 64, 4113);
+        tu_fill(w, &r);
+        add_out(m, bt_mul_mat(ctx, w, xl), "mul_mat_decode_long");
+        struct bt_tensor *as = bt_new_tensor_3d(ctx, ltypes[i], 64, 1040, 8);
+        tu_fill(as, &r);
+        add_out(m, bt_mul_mat_id(ctx, as, bt_reshape_3d(ctx, xl, 64, 1, 1), ids6), "mul_mat_id_decode_long");
+    }
     /* a larger matmul with a transposed-activation operand and batch broadcast */
     struct bt_tensor *w3 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 320, 131, 2);
     struct bt_tensor *x3 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 320, 45, 4);

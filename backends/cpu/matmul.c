@@ -463,21 +463,41 @@ static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, cha
  * is held for one tile only, so the threads still share the node's end. */
 struct mm_claim {
     const struct bt_cpu_params *p;
-    int64_t n_chunks, chunks_per_job, cu;
-    int64_t c;          /* the claimed chunk; -1: none claimed yet */
-    int64_t jb, active; /* the walk over the active jobs (the job of the last chunk found) */
+    int64_t n_chunks;
+    int64_t upj, units, cu, tail; /* the schedule (chunk_end) */
+    int64_t c;                    /* the claimed chunk; -1: none claimed yet */
+    int64_t wc, ws;               /* the walk over the chunks: chunk wc starts at unit ws */
+    int64_t jb, active;           /* the walk over the active jobs (the job of the last chunk found) */
 };
 
-/* Rows [*r0, *r1) of chunk c of job *jb, walking cl's jobs forward (a
- * thread's chunks come in increasing order). */
+/* The node's work is `units` units of UNIT_ROWS rows, the active jobs' units
+ * one after the other (upj a job); a chunk is at most cu units and never
+ * crosses a job.  Near the end a chunk is a share of what is left
+ * (1 / tail of it, at least one unit), so the threads finish the node
+ * together: with chunks of cu units to the end, the last thread's last chunk
+ * ran while the other threads waited at the barrier.  The end of the chunk
+ * that starts at unit s: */
+static int64_t chunk_end(const struct mm_claim *cl, int64_t s) {
+    int64_t n = (cl->units - s + cl->tail - 1) / cl->tail;
+    if (n > cl->cu) n = cl->cu;
+    if (n < 1) n = 1;
+    const int64_t job_end = (s / cl->upj + 1) * cl->upj;
+    return s + n < job_end ? s + n : job_end;
+}
+
+/* Rows [*r0, *r1) of chunk c of job cl->jb, walking cl's chunks and jobs
+ * forward (a thread's chunks come in increasing order). */
 static void chunk_rows(const struct mm_plan *pl, struct mm_claim *cl, int64_t c, int64_t *r0, int64_t *r1) {
-    while (cl->active < c / cl->chunks_per_job) {
+    BT_ASSERT(c >= cl->wc && c < cl->n_chunks);
+    for (; cl->wc < c; cl->wc++) cl->ws = chunk_end(cl, cl->ws);
+    const int64_t e = chunk_end(cl, cl->ws);
+    while (cl->active < cl->ws / cl->upj) {
         cl->jb++;
         if (job_ncols(pl, cl->jb) > 0) cl->active++;
     }
-    const int64_t u0 = (c % cl->chunks_per_job) * cl->cu;
+    const int64_t u0 = cl->ws % cl->upj, u1 = u0 + (e - cl->ws);
     *r0 = u0 * UNIT_ROWS;
-    *r1 = (u0 + cl->cu) * UNIT_ROWS < pl->m ? (u0 + cl->cu) * UNIT_ROWS : pl->m;
+    *r1 = u1 * UNIT_ROWS < pl->m ? u1 * UNIT_ROWS : pl->m;
 }
 
 /* Claim the next chunk (once per chunk) and point next[0 .. RM) at its
@@ -1020,7 +1040,7 @@ static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan 
  * next chunk when it is done with its last, so a thread that the OS slows
  * (preempted, or sharing its core with another rank) leaves its share to the
  * others instead of holding them at the barrier.  About BT_MM_CHUNKS chunks
- * per thread.  Which thread computes a row never changes the
+ * per thread, smaller ones near the end (chunk_end).  Which thread computes a row never changes the
  * row's bits (see the top of this file).  Jobs of many columns (the GEMM
  * paths: prompts) keep one contiguous share per thread (run_plan_static):
  * their columns are packed once per share, which small chunks would repeat.
@@ -1028,6 +1048,9 @@ static void run_plan_static(const struct bt_cpu_params *p, const struct mm_plan 
  * thread's share in turn). */
 #ifndef BT_MM_CHUNKS
 #define BT_MM_CHUNKS 16
+#endif
+#ifndef BT_MM_TAIL
+#define BT_MM_TAIL 4 /* near a node's end, a chunk is 1 / (nth BT_MM_TAIL) of what is left */
 #endif
 static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, char *slice,
                      const struct mm_slice *sl) {
@@ -1043,17 +1066,17 @@ static void run_plan(const struct bt_cpu_params *p, const struct mm_plan *pl, ch
         run_plan_static(p, pl, slice, sl);
         return;
     }
-    /* units per chunk, the same for every job */
+    /* at most cu units per chunk (chunk_end) */
     int64_t cu = units_per_job * n_active / ((int64_t)p->nth * BT_MM_CHUNKS);
     if (cu < 1) cu = 1;
     if (cu > units_per_job) cu = units_per_job;
-    const int64_t chunks_per_job = (units_per_job + cu - 1) / cu, n_chunks = chunks_per_job * n_active;
-    /* chunk c is chunk c % chunks_per_job of the (c / chunks_per_job)-th
-     * active job; a thread's chunks come in increasing order, so one walk
-     * over the jobs finds them all.  The last tile of a chunk may claim the
-     * next (struct mm_claim). */
-    struct mm_claim cl = {p, n_chunks, chunks_per_job, cu, -1, -1, -1};
-    for (int64_t c = bt_cpu_next_chunk(p); c < n_chunks;) {
+    struct mm_claim cl = {.p = p, .upj = units_per_job, .units = units_per_job * n_active, .cu = cu,
+                          .tail = (int64_t)p->nth * BT_MM_TAIL, .c = -1, .jb = -1, .active = -1};
+    for (int64_t s = 0; s < cl.units; s = chunk_end(&cl, s)) cl.n_chunks++;
+    /* a thread's chunks come in increasing order, so one walk over the
+     * chunks and the jobs finds them all.  The last tile of a chunk may
+     * claim the next (struct mm_claim). */
+    for (int64_t c = bt_cpu_next_chunk(p); c < cl.n_chunks;) {
         int64_t r0, r1;
         chunk_rows(pl, &cl, c, &r0, &r1);
         cl.c = -1;

@@ -48,8 +48,27 @@ struct bench_opts {
     bool types[BT_TYPE_COUNT];
     int reps; /* 0: per-shape default */
     bool quick;
-    bool model_only; /* --shapes model: only the Mixtral-shaped decode products */
+    unsigned shapes; /* SHAPE_* bits: the rows --shapes selects */
 };
+
+/* the row groups of --shapes */
+enum {
+    SHAPE_DECODE = 1u << 0, /* mul_mat m=4096 n=1 k=14336 */
+    SHAPE_PROMPT = 1u << 1, /* mul_mat m=4096 n=512 k=14336 */
+    SHAPE_MOE1 = 1u << 2,   /* mul_mat_id, 1 token */
+    SHAPE_MOE32 = 1u << 3,  /* mul_mat_id, 32 tokens */
+    SHAPE_MOE512 = 1u << 4, /* mul_mat_id, 512 tokens */
+    SHAPE_MODEL = 1u << 5,  /* a Mixtral-shaped model's decode products */
+    SHAPE_ATTN = 1u << 6,   /* flash_attn (with f16 among the types) */
+    SHAPE_ALL = (1u << 7) - 1u,
+};
+static const struct {
+    const char *name;
+    unsigned bits;
+} shape_names[] = {{"all", SHAPE_ALL},       {"decode", SHAPE_DECODE}, {"prompt", SHAPE_PROMPT},
+                   {"moe", SHAPE_MOE1 | SHAPE_MOE32 | SHAPE_MOE512},
+                   {"moe1", SHAPE_MOE1},     {"moe32", SHAPE_MOE32},   {"moe512", SHAPE_MOE512},
+                   {"model", SHAPE_MODEL},   {"attn", SHAPE_ATTN}};
 
 struct machine {
     double read_bw[BENCH_MAX_THREADS]; /* bytes/s, per entry of opts.threads */
@@ -392,7 +411,7 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick] [--shapes S]\n"
+            "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick] [--shapes LIST]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
             "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all); f16 adds the\n"
@@ -400,8 +419,12 @@ static void usage(FILE *f) {
             "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
             "                  shapes, 5 for large ones)\n"
             "  --quick         fewer calls and a smaller bandwidth buffer (under a minute)\n"
-            "  --shapes S      all (default) or model: only a Mixtral-shaped model's decode\n"
-            "                  products (d 2048, 8 experts of 5632, top-2, vocabulary 32000)\n");
+            "  --shapes LIST   rows among all (default), decode (mul_mat m=4096 n=1 k=14336),\n"
+            "                  prompt (the same at n=512), moe (mul_mat_id, 128 experts, 8 used,\n"
+            "                  m=768 k=2048, at 1, 32 and 512 tokens; or one of moe1, moe32,\n"
+            "                  moe512), model (a Mixtral-shaped model's decode products: d 2048,\n"
+            "                  8 experts of 5632, top-2, vocabulary 32000), attn (flash_attn,\n"
+            "                  with f16 among --types)\n");
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -446,6 +469,33 @@ static bool parse_threads(const char *arg, struct bench_opts *o) {
     return true;
 }
 
+/* "decode,moe1" -> o->shapes; false with a message on a bad list. */
+static bool parse_shapes(const char *arg, struct bench_opts *o) {
+    char buf[256];
+    if (strlen(arg) >= sizeof(buf)) {
+        fprintf(stderr, "baton bench: --shapes: list too long\n");
+        return false;
+    }
+    strcpy(buf, arg);
+    o->shapes = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < sizeof(shape_names) / sizeof(shape_names[0]) && strcmp(tok, shape_names[i].name) != 0) i++;
+        if (i == sizeof(shape_names) / sizeof(shape_names[0])) {
+            fprintf(stderr,
+                    "baton bench: --shapes: '%s' is not a row group (all decode prompt moe moe1 moe32 moe512 model attn)\n",
+                    tok);
+            return false;
+        }
+        o->shapes |= shape_names[i].bits;
+    }
+    if (o->shapes == 0) {
+        fprintf(stderr, "baton bench: --shapes: empty list\n");
+        return false;
+    }
+    return true;
+}
+
 static bool parse_types(const char *arg, struct bench_opts *o) {
     char buf[256];
     if (strlen(arg) >= sizeof(buf)) {
@@ -480,7 +530,7 @@ int bt_cli_bench(int argc, char **argv) {
                 argc >= 1 ? argv[0] : "");
         return 2;
     }
-    struct bench_opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 0, .quick = false, .model_only = false};
+    struct bench_opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 0, .quick = false, .shapes = SHAPE_ALL};
     for (int t = 0; t < BT_TYPE_COUNT; t++) o.types[t] = t != BT_TYPE_I32;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -501,11 +551,7 @@ int bt_cli_bench(int argc, char **argv) {
             } else if (!strcmp(f, "--types")) {
                 if (!parse_types(v, &o)) return 2;
             } else if (!strcmp(f, "--shapes")) {
-                if (strcmp(v, "all") != 0 && strcmp(v, "model") != 0) {
-                    fprintf(stderr, "baton bench: --shapes: '%s' is not all or model\n", v);
-                    return 2;
-                }
-                o.model_only = !strcmp(v, "model");
+                if (!parse_shapes(v, &o)) return 2;
             } else {
                 long r;
                 if (!parse_int(v, 1, 100000, &r)) {
@@ -544,26 +590,34 @@ int bt_cli_bench(int argc, char **argv) {
                                          BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1,
                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,
                                          BT_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !o.model_only; i++) {
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         /* test-backend-ops' MUL_MAT perf shapes: decode and prompt (n 512), both k 14336 */
-        if (bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small, false)) return 1;
-        if (bench_mul_mat(&o, &mc, t, 4096, 512, 14336, reps_large, false)) return 1;
+        if ((o.shapes & SHAPE_DECODE) && bench_mul_mat(&o, &mc, t, 4096, 1, 14336, reps_small, false)) return 1;
+        if ((o.shapes & SHAPE_PROMPT) && bench_mul_mat(&o, &mc, t, 4096, 512, 14336, reps_large, false)) return 1;
     }
-    static const int64_t tokens[] = {1, 32, 512};
-    const int reps_id[] = {reps_small, reps_small, reps_large};
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && !o.model_only; i++) {
+    static const int64_t all_tokens[] = {1, 32, 512};
+    static const unsigned tok_shape[] = {SHAPE_MOE1, SHAPE_MOE32, SHAPE_MOE512};
+    int64_t tokens[3];
+    int reps_id[3], n_tok = 0;
+    for (int i = 0; i < 3; i++)
+        if (o.shapes & tok_shape[i]) {
+            tokens[n_tok] = all_tokens[i];
+            reps_id[n_tok++] = all_tokens[i] < 512 ? reps_small : reps_large;
+        }
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && n_tok > 0; i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
-        if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, 3, reps_id)) return 1;
+        if (bench_mul_mat_id(&o, &mc, t, 768, 2048, tokens, n_tok, reps_id)) return 1;
     }
     /* a decode step's products in a Mixtral-shaped model (d_model 2048, 32/8
      * heads of 64, 8 experts of 5632, top-2, vocabulary 32000: the
      * llama-bench comparison's files), one barrier after each */
-    printf("\ndecode products of a Mixtral-shaped model (d 2048, 8 experts of 5632, top-2, vocab 32000),\n"
-           "a barrier after each, as in its decode step:\n");
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+    if (o.shapes & SHAPE_MODEL)
+        printf("\ndecode products of a Mixtral-shaped model (d 2048, 8 experts of 5632, top-2, vocab 32000),\n"
+               "a barrier after each, as in its decode step:\n");
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]) && (o.shapes & SHAPE_MODEL); i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;
         if (bench_mul_mat(&o, &mc, t, 2048, 1, 2048, reps_small, true)) return 1;  /* attn_q, attn_output */
@@ -572,7 +626,7 @@ int bt_cli_bench(int argc, char **argv) {
         if (bench_moe_decode(&o, &mc, t, 2048, 5632, 8, 2, 2, reps_small)) return 1; /* ffn_down */
         if (bench_mul_mat(&o, &mc, t, 32000, 1, 2048, reps_small, true)) return 1; /* output */
     }
-    if (o.types[BT_TYPE_F16] && !o.model_only) {
+    if (o.types[BT_TYPE_F16] && (o.shapes & SHAPE_ATTN)) {
         static const int64_t attn_shapes[][2] = {{512, 512}, {512, 4096}, {1, 512}, {1, 4096}};
         for (size_t i = 0; i < sizeof(attn_shapes) / sizeof(attn_shapes[0]); i++)
             if (bench_flash_attn(&o, &mc, attn_shapes[i][0], attn_shapes[i][1],

@@ -7,13 +7,18 @@
  * What is timed, as llama-bench does it (random token ids, no sampling):
  *   ppN  per repetition, S sequences (--seqs) of N prompt tokens each, split
  *        into ubatches of --ubatch tokens, submitted with up to the engine's
- *        ubatches in flight (P ranks work on P ubatches at once), every
- *        ubatch's last row of logits collected; t/s = S N / seconds;
+ *        ubatches in flight (P ranks work on P ubatches at once), only each
+ *        prompt's last row of logits asked for and collected (as
+ *        llama-bench's llama_batch_get_one: the other ubatches skip the
+ *        output projection); t/s = S N / seconds;
  *   tgN  per repetition, N steps of one token per sequence (S ubatches of one
  *        token in flight, all collected before the next step), from an empty
  *        cache; t/s = S N / seconds.
  * One warm-up repetition of each test runs first and is not counted; the
- * cache is emptied between repetitions.
+ * cache is emptied between repetitions.  --json adds, per test, the timed
+ * repetitions' wall seconds and each rank's seconds in graph compute in them
+ * (bt_engine_compute_seconds: the stages' own figures, carried back with the
+ * answers), so that a pipeline's imbalance shows without a profiler.
  *
  * --profile: where rank 0's time went in the timed tgN steps, per op and
  * weight type (the CPU executor's profile, backends/cpu/cpu.h), printed
@@ -164,6 +169,8 @@ struct bm_result {
     int64_t n_prompt, n_gen;
     double *ts;
     int n;
+    double wall_s;  /* of the timed repetitions */
+    double *rank_s; /* [P]: each rank's seconds in graph compute in them */
 };
 
 static void bm_stats(const struct bm_result *r, double *mean, double *sd) {
@@ -262,6 +269,8 @@ static void bm_print(const struct bm_opts *o, const struct bm_model *m, const ch
                    (unsigned long long)m->bytes, (unsigned long long)m->params, backend, P, threads, o->n_ubatch,
                    o->seqs, res[i].test, (long long)res[i].n_prompt, (long long)res[i].n_gen, mean, sd);
             for (int j = 0; j < res[i].n; j++) printf("%s%.6f", j ? ", " : "", res[i].ts[j]);
+            printf("], \"wall_s\": %.6f, \"rank_compute_s\": [", res[i].wall_s);
+            for (int r = 0; r < P; r++) printf("%s%.6f", r ? ", " : "", res[i].rank_s[r]);
             printf("]}\n");
         }
         return;
@@ -383,6 +392,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     struct bt_engine *e = NULL;
     struct bm_run b = {0};
     struct bm_result res[2];
+    double *c0 = NULL; /* rank_compute_s before the timed repetitions */
     memset(res, 0, sizeof res);
     int n_res = 0;
     /* --profile: rank 0's rows (at most one per op and type) */
@@ -420,9 +430,14 @@ int bt_cli_bench_model(int argc, char **argv) {
         b.pos = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.seq = malloc((size_t)ep.n_ubatch * sizeof(int32_t));
         b.want = malloc((size_t)ep.n_ubatch);
-        for (int i = 0; i < 2; i++) res[i].ts = calloc((size_t)o.reps, sizeof(double));
+        for (int i = 0; i < 2; i++) {
+            res[i].ts = calloc((size_t)o.reps, sizeof(double));
+            res[i].rank_s = calloc((size_t)P, sizeof(double));
+        }
+        c0 = calloc((size_t)P, sizeof(double));
         if (o.profile) prof_rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof_rows);
-        if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || (o.profile && !prof_rows)) {
+        if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || !res[0].rank_s ||
+            !res[1].rank_s || !c0 || (o.profile && !prof_rows)) {
             snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
             rc = 1;
         }
@@ -444,11 +459,16 @@ int bt_cli_bench_model(int argc, char **argv) {
             }
             const bool prof = o.profile && !pp && !rc;
             if (prof) bt_backend_cpu_set_profile(R.backend, true);
+            bt_engine_compute_seconds(e, c0);
+            const double w0 = bt_cli_now_s();
             for (r->n = 0; r->n < o.reps && !rc; r->n++)
                 if (bm_rep(&b, pp, &r->ts[r->n]) != BT_OK) {
                     snprintf(err, sizeof err, "%s", bt_engine_error(e));
                     rc = 1;
                 }
+            r->wall_s = bt_cli_now_s() - w0;
+            bt_engine_compute_seconds(e, r->rank_s); /* every answer is in: the last rep drained */
+            for (int k = 0; k < P; k++) r->rank_s[k] -= c0[k];
             if (prof) {
                 n_prof = bt_backend_cpu_get_profile(R.backend, prof_rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof_graphs,
                                                     &prof_s);
@@ -486,6 +506,9 @@ out:
     free(b.want);
     free(res[0].ts);
     free(res[1].ts);
+    free(res[0].rank_s);
+    free(res[1].rank_s);
+    free(c0);
     free(prof_rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);

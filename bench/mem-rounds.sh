@@ -1,0 +1,40 @@
+#!/bin/bash
+# The memory-bound kernel rows (decode m=4096 n=1 k=14336, and MUL_MAT_ID at 1 token: 128 experts,
+# 8 used, m=768, k=2048) against llama.cpp, in alternating rounds: llama.cpp's test-backend-ops,
+# then `bench ops --shapes decode,moe1` of each baton binary given, per round.
+# usage: bench/mem-rounds.sh THREADS ROUNDS BATON_BINARY...   (THREADS 1 or 2)
+#   TYPES (default bf16,f32,q8_0): the weight types (MUL_MAT_ID rows for f32, f16, q8_0, q4_0 only:
+#   test-backend-ops' MUL_MAT_ID perf rows)
+#   1 thread: GFLOP per CPU-second on both sides (llama.cpp's ggml_time_us preloaded to return the
+#             process's CPU time; baton's GF/cpu-s column): fairer on a shared machine;
+#   2 threads: wall-clock GFLOP/s (run it on a quiet machine).
+# Keep a copy of the old binary (cp build/baton /tmp/baton-old) to compare old and new.
+set -u
+T=${1:?usage: bench/mem-rounds.sh THREADS ROUNDS BATON_BINARY...}; R=${2:?rounds}; shift 2
+[ "$T" = 1 ] || [ "$T" = 2 ] || { echo "bench/mem-rounds.sh: THREADS must be 1 or 2" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "bench/mem-rounds.sh: give at least one baton binary" >&2; exit 2; }
+TYPES=${TYPES:-bf16,f32,q8_0}
+L=${LLAMA_BIN:-/work/llama/build/bin}/test-backend-ops
+[ -x "$L" ] || { echo "bench/mem-rounds.sh: $L is missing (set LLAMA_BIN to llama.cpp's build/bin)" >&2; exit 1; }
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+# test-backend-ops runs hardware_concurrency()/2 threads: report 2 * THREADS CPUs
+printf 'int get_nprocs(void){return %d;}\n' $((2 * T)) > "$W"/np.c
+printf '#include <stdint.h>\n#include <time.h>\nint64_t ggml_time_us(void){struct timespec t;clock_gettime(CLOCK_PROCESS_CPUTIME_ID,&t);return t.tv_sec*1000000+t.tv_nsec/1000;}\n' > "$W"/cput.c
+cc -shared -fPIC -o "$W"/np.so "$W"/np.c && cc -shared -fPIC -o "$W"/cput.so "$W"/cput.c || exit 1
+PRE="$W/np.so"; [ "$T" = 1 ] && PRE="$W/np.so $W/cput.so"
+ALT=$(echo "$TYPES" | tr ',' '|')
+echo "threads $T; $([ "$T" = 1 ] && echo 'GFLOP per CPU-second' || echo 'wall-clock GFLOP/s'); $(uptime)"
+for r in $(seq 1 "$R"); do
+  printf 'round %d: llama.cpp' "$r"
+  { LD_PRELOAD="$PRE" "$L" perf -b CPU -o MUL_MAT -p "type_a=($ALT),type_b=f32,m=4096,n=1,k=14336,bs=\\[1,1\\]" 2>&1
+    LD_PRELOAD="$PRE" "$L" perf -b CPU -o MUL_MAT_ID -p "type_a=($ALT),type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=1,k=2048" 2>&1; } |
+    grep -E '^ *MUL_MAT' | sed -E 's/^ *(MUL_MAT(_ID)?)\(type_a=([a-z0-9_A-Z]+).* ([0-9.]+) GFLOPS.*/\1 \3 \4/; s/MUL_MAT_ID/id1/; s/MUL_MAT/dec/' |
+    awk '{printf " %s-%s %s", $1, $2, $3}'
+  for b in "$@"; do
+    printf ' | %s' "$b"
+    "$b" bench ops --threads "$T" --types "$TYPES" --shapes decode,moe1 --quick --reps 20 2>&1 |
+      grep -E '^mul_mat' | awk -v c1="$([ "$T" = 1 ] && echo 1 || echo 0)" \
+        '{printf " %s-%s %s", ($1 == "mul_mat" ? "dec" : "id1"), $2, (c1 ? $NF : $(NF - 4))}'
+  done
+  echo
+done
