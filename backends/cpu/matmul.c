@@ -31,7 +31,7 @@
  *    fixed block order); entries with a packed GEMM (all but Q4_1/Q5_0/Q5_1) pack 16
  *    weight rows at a time into the thread's slice for jobs with many
  *    columns, with the same bits again; weights repacked at load (cpu.h,
- *    repack.c: Q8_0, Q4_0, Q4_K) are already in that order, 16 rows a
+ *    repack.c: Q8_0, Q4_0, Q4_K, Q6_K) are already in that order, 16 rows a
  *    group, and every job of theirs runs the entry's rgemm on the groups
  *    as they stand (decode and prompt alike), with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
