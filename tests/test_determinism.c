@@ -413,6 +413,45 @@ START_TEST(test_batch_invariance_mul_mat_id) {
 }
 END_TEST
 
+/* BF16 MUL_MAT_ID, odd k, 1 thread: expert 0 (token 0 alone: the dot path,
+ * which converts the column to BF16 pairs once per node and keeps it), then
+ * expert 1 (tokens 1..8: the GEMM path, whose packing of an odd k's last
+ * block writes the same buffer), then expert 2 (token 0 alone again: it
+ * must convert the column again).  Token 0's outputs against token 0 alone. */
+START_TEST(test_bf16_dot_after_gemm) {
+    const int64_t k = 141, m = 37, ne = 4, nu = 2, T = 9;
+    bt_context *ctx = tu_ctx(8);
+    tu_rng r;
+    tu_rng_init(&r, 7171);
+    struct bt_tensor *as = bt_new_tensor_3d(ctx, BT_TYPE_BF16, k, m, ne);
+    struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, 1, T);
+    struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu, T);
+    struct bt_tensor *b1 = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, 1, 1);
+    struct bt_tensor *ids1 = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu, 1);
+    tu_fill(as, &r);
+    tu_fill(b, &r);
+    memcpy(b1->data, b->data, sizeof(float) * (size_t)k);
+    for (int64_t t = 0; t < T; t++) {
+        ((int32_t *)ids->data)[t * nu] = t == 0 ? 0 : 1;
+        ((int32_t *)ids->data)[t * nu + 1] = t == 0 ? 2 : 3;
+    }
+    memcpy(ids1->data, ids->data, sizeof(int32_t) * (size_t)nu);
+    struct bt_tensor *outs[2] = {bt_mul_mat_id(ctx, as, b, ids), bt_mul_mat_id(ctx, as, b1, ids1)};
+    ck_assert_ptr_nonnull(outs[0]);
+    ck_assert_ptr_nonnull(outs[1]);
+    struct bt_graph *g = tu_graph(ctx, outs, 2);
+    memset(outs[0]->data, 0x5a, bt_nbytes(outs[0]));
+    memset(outs[1]->data, 0xa5, bt_nbytes(outs[1]));
+    ck_assert_int_eq(tu_run(g, 1), BT_OK);
+    const float *got = outs[0]->data, *alone = outs[1]->data;
+    for (int64_t i = 0; i < m * nu; i++)
+        ck_assert_msg(memcmp(&got[i], &alone[i], sizeof(float)) == 0,
+                      "bf16 mul_mat_id slot %ld row %ld: alone %.9g, beside a GEMM expert %.9g", (long)(i / m),
+                      (long)(i % m), alone[i], got[i]);
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- the float order (backends/cpu/fdot.c), as a scalar model ------------- */
 
 #if defined(__FMA__) || defined(__AVX512F__)
@@ -541,6 +580,7 @@ int main(void) {
     tcase_set_timeout(tb, 120);
     tcase_add_loop_test(tb, test_batch_invariance_mul_mat, 0, N_BI);
     tcase_add_loop_test(tb, test_batch_invariance_mul_mat_id, 0, 2 * N_BI);
+    tcase_add_test(tb, test_bf16_dot_after_gemm);
     suite_add_tcase(s, tb);
     TCase *tf = tcase_create("float_order");
     tcase_set_timeout(tf, 120);

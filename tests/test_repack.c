@@ -1,4 +1,4 @@
-/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 / Q4_K weights (cpu.h,
+/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 / Q4_K / Q6_K weights (cpu.h,
  * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
  * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
@@ -12,18 +12,31 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type rp_types[3] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K};
-#define N_RP 3
+static const enum bt_type rp_types[4] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K};
+#define N_RP 4
+
+static bool is_kq(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K; }
 
 /* Q4_K: every block's 12 scale bytes and 128 quant bytes random (d and dmin
- * kept), so that every bit of the packed 6-bit scales and mins is exercised */
-static void scramble_q4_K(struct bt_tensor *w, tu_rng *r) {
-    if (w->type != BT_TYPE_Q4_K) return;
-    const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
-    for (size_t i = 0; i < n; i++) {
-        bt_block_q4_K *b = (bt_block_q4_K *)w->data + i;
-        for (size_t j = 0; j < sizeof b->scales; j++) b->scales[j] = (uint8_t)tu_rng_int(r, 256);
-        for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = (uint8_t)tu_rng_int(r, 256);
+ * kept), so that every bit of the packed 6-bit scales and mins is exercised;
+ * Q6_K: every ql, qh and scale byte random (d kept: every 6-bit value, every
+ * scale from -128 to 127) */
+static void scramble_kq(struct bt_tensor *w, tu_rng *r) {
+    if (w->type == BT_TYPE_Q4_K) {
+        const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
+        for (size_t i = 0; i < n; i++) {
+            bt_block_q4_K *b = (bt_block_q4_K *)w->data + i;
+            for (size_t j = 0; j < sizeof b->scales; j++) b->scales[j] = (uint8_t)tu_rng_int(r, 256);
+            for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = (uint8_t)tu_rng_int(r, 256);
+        }
+    } else if (w->type == BT_TYPE_Q6_K) {
+        const size_t n = bt_nbytes(w) / sizeof(bt_block_q6_K);
+        for (size_t i = 0; i < n; i++) {
+            bt_block_q6_K *b = (bt_block_q6_K *)w->data + i;
+            for (size_t j = 0; j < sizeof b->ql; j++) b->ql[j] = (uint8_t)tu_rng_int(r, 256);
+            for (size_t j = 0; j < sizeof b->qh; j++) b->qh[j] = (uint8_t)tu_rng_int(r, 256);
+            for (size_t j = 0; j < sizeof b->scales; j++) b->scales[j] = (int8_t)(tu_rng_int(r, 256) - 128);
+        }
     }
 }
 
@@ -63,14 +76,14 @@ static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
 START_TEST(test_mul_mat_bitwise) {
     const enum bt_type type = rp_types[_i % N_RP];
     const int64_t k = mm_kb[(_i / N_RP) % 3] ? kb(type, mm_kb[(_i / N_RP) % 3]) : 2048, m = mm_m[(_i / (3 * N_RP)) % 3];
-    if (_i / (9 * N_RP) && type != BT_TYPE_Q4_K) return; /* the second round is Q4_K's scrambled one */
+    if (_i / (9 * N_RP) && !is_kq(type)) return; /* the second round is Q4_K's and Q6_K's scrambled one */
     bt_context *ctx = tu_ctx(64);
     tu_rng r;
     tu_rng_init(&r, 900 + (uint64_t)_i);
     struct bt_tensor *w = bt_new_tensor_2d(ctx, type, k, m);
     TU_OK(ctx, w);
     tu_fill(w, &r);
-    if (_i / (9 * N_RP)) scramble_q4_K(w, &r);
+    if (_i / (9 * N_RP)) scramble_kq(w, &r);
     if (!bt_cpu_weight_repackable(w)) { /* a build without the kernels: nothing is repacked */
         ck_assert(!bt_cpu_weight_repack_available(type));
         bt_free(ctx);
@@ -110,7 +123,7 @@ START_TEST(test_mul_mat_id_bitwise) {
     struct bt_tensor *as = bt_new_tensor_3d(ctx, type, k, m, E);
     TU_OK(ctx, as);
     tu_fill(as, &r);
-    scramble_q4_K(as, &r);
+    scramble_kq(as, &r);
     if (!bt_cpu_weight_repackable(as)) {
         bt_free(ctx);
         return;
@@ -179,26 +192,29 @@ START_TEST(test_reference_path) {
 }
 END_TEST
 
-/* which tensors can be repacked: Q8_0, Q4_0 and Q4_K (where the build has the
- * kernels), whole groups of 16 rows, whole tensors */
+/* which tensors can be repacked: Q8_0, Q4_0, Q4_K and Q6_K (where the build
+ * has the kernels; not Q5_K), whole groups of 16 rows, whole tensors */
 START_TEST(test_repackable) {
     bt_context *ctx = tu_ctx(4);
     const bool have = bt_cpu_weight_repack_available(BT_TYPE_Q8_0);
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_0));
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_K));
-    ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
+    ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q5_K));
     struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
     struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);
     struct bt_tensor *odd = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 24);
     struct bt_tensor *k4 = bt_new_tensor_2d(ctx, BT_TYPE_Q4_K, 256, 32);
     struct bt_tensor *k6 = bt_new_tensor_2d(ctx, BT_TYPE_Q6_K, 256, 32);
+    struct bt_tensor *k5 = bt_new_tensor_2d(ctx, BT_TYPE_Q5_K, 256, 32);
     struct bt_tensor *f = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 32);
     struct bt_tensor *v = bt_view_2d(ctx, q8, 64, 16, q8->nb[1], 0);
     ck_assert(bt_cpu_weight_repackable(q8) == have);
     ck_assert(bt_cpu_weight_repackable(q4) == have);
     ck_assert(!bt_cpu_weight_repackable(odd));
     ck_assert(bt_cpu_weight_repackable(k4) == have);
-    ck_assert(!bt_cpu_weight_repackable(k6));
+    ck_assert(bt_cpu_weight_repackable(k6) == have);
+    ck_assert(!bt_cpu_weight_repackable(k5));
     ck_assert(!bt_cpu_weight_repackable(f));
     ck_assert(!bt_cpu_weight_repackable(v));
     ck_assert(!bt_cpu_weight_is_repacked(q8));
@@ -267,7 +283,7 @@ int main(void) {
     Suite *s = suite_create("repack");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 9 * N_RP + 9 * N_RP); /* then again, Q4_K scrambled */
+    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 9 * N_RP + 9 * N_RP); /* then again, Q4_K and Q6_K scrambled */
     tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 2 * N_RP);
     tcase_add_loop_test(tc, test_reference_path, 0, N_RP);
     tcase_add_test(tc, test_repackable);

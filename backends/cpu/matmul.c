@@ -31,7 +31,7 @@
  *    fixed block order); entries with a packed GEMM (all but Q4_1/Q5_0/Q5_1) pack 16
  *    weight rows at a time into the thread's slice for jobs with many
  *    columns, with the same bits again; weights repacked at load (cpu.h,
- *    repack.c: Q8_0, Q4_0, Q4_K) are already in that order, 16 rows a
+ *    repack.c: Q8_0, Q4_0, Q4_K, Q6_K) are already in that order, 16 rows a
  *    group, and every job of theirs runs the entry's rgemm on the groups
  *    as they stand (decode and prompt alike), with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
@@ -314,6 +314,15 @@ struct mm_plan {
     bool repacked; /* a's bytes in qt's repacked layout (repack.c) */
     const char *qbuf;
     size_t qcb; /* bytes per column */
+
+    /* BF16 dot path: the columns now in the thread's tmp as BF16 pairs
+     * (run_dot_t_bf16), so that a node's chunks convert them once */
+    struct mm_bf16_cols *bfc;
+};
+
+struct mm_bf16_cols {
+    int64_t n;                              /* 0: none */
+    const float *src[BT_MM_GEMM_MIN_COLS]; /* the columns converted */
 };
 
 /* The work buffer: a shared part (quantised activations), then one slice per
@@ -942,16 +951,23 @@ DEF_DOT_TB(1) DEF_DOT_TB(2) DEF_DOT_TB(3) DEF_DOT_TB(4) DEF_DOT_TB(5) DEF_DOT_TB
  * the columns are converted to BF16 pairs into tmp first. */
 static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncols,
                            const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
-                           uint32_t *tmp) {
+                           uint32_t *tmp, struct mm_claim *cl) {
     static const dot_t_bf16_fn fns[8] = {NULL, dot_t_bf16_1, dot_t_bf16_2, dot_t_bf16_3,
                                          dot_t_bf16_4, dot_t_bf16_5, dot_t_bf16_6, dot_t_bf16_7};
     BT_ASSERT(ncols >= 1 && ncols < 8);
     const int64_t k = pl->k, kp = (k + 1) / 2;
+    struct mm_bf16_cols *c = pl->bfc;
+    bool same = c->n == ncols;
+    for (int64_t j = 0; j < ncols && same; j++) same = c->src[j] == bcols[j];
     const uint32_t *pcols[8];
     for (int64_t j = 0; j < ncols; j++) {
-        f32_to_bf16_pairs(bcols[j], k, tmp + j * kp);
+        if (!same) {
+            f32_to_bf16_pairs(bcols[j], k, tmp + j * kp);
+            c->src[j] = bcols[j];
+        }
         pcols[j] = tmp + j * kp;
     }
+    c->n = ncols;
     for (int64_t r = r0; r < r1; r += 16) {
         const int n = (int)(r1 - r < 16 ? r1 - r : 16);
         const char *rows[16], *next[16];
@@ -959,7 +975,9 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
             rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
             next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
         }
-        fns[ncols](k, rows, r + 16 < r1 ? next : NULL, pcols, dcols, r, n);
+        /* the range's last tile: the first rows of the thread's next chunk */
+        const bool has_next = r + 16 < r1 || claim_next(pl, cl, 16, (const void **)next);
+        fns[ncols](k, rows, has_next ? next : NULL, pcols, dcols, r, n);
     }
 }
 #endif
@@ -978,13 +996,14 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
     }
 #if HAVE_BF16_DOT
     if (pl->type == BT_TYPE_BF16) {
-        if (ncols < BT_MM_GEMM_MIN_COLS)
+        if (ncols < BT_MM_GEMM_MIN_COLS) {
             run_dot_t_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1,
-                           (uint32_t *)(slice + sl->tmp));
-        else
-            run_gemm_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1,
-                          (uint32_t *)(slice + sl->ap), (uint32_t *)(slice + sl->bp),
-                          (uint32_t *)(slice + sl->tmp));
+                           (uint32_t *)(slice + sl->tmp), cl);
+            return;
+        }
+        pl->bfc->n = 0; /* the GEMM path writes into tmp */
+        run_gemm_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (uint32_t *)(slice + sl->ap),
+                      (uint32_t *)(slice + sl->bp), (uint32_t *)(slice + sl->tmp));
         return;
     }
 #endif
@@ -1165,6 +1184,8 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.r2 = b->ne[2] / a->ne[2];
     pl.r3 = b->ne[3] / a->ne[3];
     pl.qt = bt_cpu_qtype_of(a->type);
+    struct mm_bf16_cols bfc = {0};
+    pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(a);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
     if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
@@ -1238,6 +1259,8 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.offs = offs;
     pl.pairs = pairs;
     pl.qt = bt_cpu_qtype_of(as->type);
+    struct mm_bf16_cols bfc = {0};
+    pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(as);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
     if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
