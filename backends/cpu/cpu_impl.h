@@ -67,13 +67,23 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_mul_mat_supported(const struct bt_tensor *node);
 size_t bt_cpu_mul_mat_work_size(const struct bt_tensor *node, int nth);
 
+/* The rows a thread goes to after its current range (matmul.c's chunk
+ * claims), asked for by a kernel's last tile so that it prefetches them:
+ * true with next[0 .. rm) pointed at rm rows of them, false when there are
+ * none.  fn NULL: never any. */
+struct bt_cpu_next {
+    bool (*fn)(void *ctx, int rm, const void **next);
+    void *ctx;
+};
+
 /* fdot.c: rows [r0, r1) of float weights a (F32 or F16; k columns,
  * row stride a_nb1) times ncols F32 columns bcols into dcols[j][r], in the
  * one order of these types (fdot.c says which); buf: a thread's
- * bt_cpu_fdot_buf_bytes(n) bytes, n >= ncols. */
+ * bt_cpu_fdot_buf_bytes(n) bytes, n >= ncols; after: the rows the thread
+ * goes to next (the direct path's last tile prefetches them). */
 void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
-                      float *buf);
+                      float *buf, struct bt_cpu_next after);
 size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
 #ifndef BT_MM_FKC
 /* The quantised GEMMs' column tiles: columns [0, ncols) as tiles of 8, then

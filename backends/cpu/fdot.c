@@ -373,7 +373,8 @@ DEF_DIRECTS(F16)
 static const int direct_rm[5] = {0, BT_MM_FRM1, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
 
 static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
-                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1) {
+                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                       struct bt_cpu_next after) {
 #define ROW(T) {NULL, direct_##T##_1, direct_##T##_2, direct_##T##_3, direct_##T##_4}
     static const direct_fn table[2][5] = {ROW(F32), ROW(F16)};
 #undef ROW
@@ -391,7 +392,10 @@ static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k
                     rows[i] = a + (size_t)(r + (i < nr ? i : nr - 1)) * a_nb1;
                     next[i] = a + (size_t)(r + rm + i < r1 ? r + rm + i : r1 - 1) * a_nb1;
                 }
-                fns[rn](k, rows, r + rm < r1 ? next : NULL, row_bytes, bcols + j0, dcols + j0, r, nr);
+                /* the range's last tile: the first rows of the thread's next range */
+                const bool has_next = r + rm < r1 || (rb1 == r1 && j0 + rn == ncols && after.fn &&
+                                                      after.fn(after.ctx, rm, (const void **)next));
+                fns[rn](k, rows, has_next ? next : NULL, row_bytes, bcols + j0, dcols + j0, r, nr);
             }
             j0 += rn;
         }
@@ -739,7 +743,7 @@ size_t bt_cpu_fdot_buf_bytes(int64_t ncols) {
 
 void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                       const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
-                      float *buf) {
+                      float *buf, struct bt_cpu_next after) {
     BT_ASSERT(type == BT_TYPE_F32 || type == BT_TYPE_F16);
     if (ncols <= 0 || r1 <= r0) return;
     if (k == 0) { /* no chunks: every sum is 0 */
@@ -748,7 +752,7 @@ void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k,
         return;
     }
     if (ncols < BT_MM_FGEMM_COLS)
-        run_direct(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1);
+        run_direct(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, after);
     else if (ncols < BT_MM_FLANE_COLS)
         run_blocked_few(type, a, a_nb1, k, ncols, bcols, dcols, r0, r1, buf);
     else

@@ -523,6 +523,16 @@ static bool claim_next(const struct mm_plan *pl, struct mm_claim *cl, int RM, co
     return true;
 }
 
+/* claim_next as a struct bt_cpu_next (fdot.c's direct path) */
+struct mm_after {
+    const struct mm_plan *pl;
+    struct mm_claim *cl;
+};
+static bool claim_after(void *ctx, int rm, const void **next) {
+    const struct mm_after *c = ctx;
+    return claim_next(c->pl, c->cl, rm, next);
+}
+
 /* Quantised weights over rows [r0, r1) of one job: tiles of the entry, else
  * its vec_dot (qtypes.h: every element the same bits either way).  cl: the
  * thread's chunk claims (NULL: none), whose next chunk the last tile
@@ -1008,8 +1018,9 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
     }
 #endif
     if (pl->type != BT_TYPE_BF16) {
-        bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols,
-                         r0, r1, (float *)(slice + sl->ap));
+        struct mm_after c = {pl, cl};
+        bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols, r0, r1,
+                         (float *)(slice + sl->ap), (struct bt_cpu_next){claim_after, &c});
         return;
     }
 #if !HAVE_BF16_DOT
