@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 const char *bt_status_str(enum bt_status s) {
     switch (s) {
