@@ -419,12 +419,6 @@ bt_buffer_type_t bt_cpu_buffer_type(void) { return &cpu_buft; }
 
 /* ---- measuring a backend -------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double bt_backend_measure_gflops(bt_backend_t backend) {
     const int64_t K = 512, M = 512, N = 64;
     bt_context *ctx = bt_init((struct bt_init_params){bt_tensor_overhead() * 8 + bt_graph_overhead(8), NULL, true});
@@ -445,9 +439,9 @@ double bt_backend_measure_gflops(bt_backend_t backend) {
                 free(tmp);
             }
             for (int it = 0; it < 6; it++) {
-                const double t0 = now_s();
+                const double t0 = bt_now_s();
                 if (bt_backend_graph_compute(backend, g) != BT_OK) break;
-                const double dt = now_s() - t0;
+                const double dt = bt_now_s() - t0;
                 if (it > 0 && dt < best) best = dt;
             }
             bt_buffer_free(buf);

@@ -19,13 +19,6 @@
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-
 /* A transfer: `tensor` (on src) is needed by split `consumer` (on dst) every
  * micro-batch, or is a graph output going back to rank 0 (consumer -1). */
 struct xfer {
@@ -292,7 +285,7 @@ enum bt_status bt_dist_enable_trace(bt_dist *d, int capacity) {
     d->trace_cap = capacity;
     /* a common zero for all ranks: a barrier, then each rank's clock */
     if (d->t->iface.barrier(d->t) != BT_OK) return fail(d, BT_ERR_COMM, "%s", d->t->error);
-    d->trace_t0 = now_s();
+    d->trace_t0 = bt_now_s();
     return BT_OK;
 }
 
@@ -841,7 +834,7 @@ static enum bt_status download(bt_dist *d, const struct bt_tensor *x, void *host
 }
 
 static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     if (xf->send[c].active) {
         enum bt_status st = wait_req(d, xf, &xf->send[c]);
         if (st != BT_OK) return st;
@@ -857,7 +850,7 @@ static enum bt_status send_xfer(bt_dist *d, struct xfer *xf, int c) {
     if (st != BT_OK) return fail(d, st, "%s", t->error);
     d->stats.bytes_sent += (int64_t)xf->bytes;
     if (xf->direct) d->stats.bytes_direct += (int64_t)xf->bytes;
-    const double t1 = now_s();
+    const double t1 = bt_now_s();
     d->stats.send_s += t1 - t0;
     if (d->trace) trace_add(d, BT_TRACE_SEND, t0, t1, d->k_next, xf->producer, xf->dst, (int64_t)xf->bytes);
     return BT_OK;
@@ -891,7 +884,7 @@ enum bt_status bt_dist_set_input_fn(void *d, struct bt_tensor *input, const void
  * simply inactive later.  No send in flight: no call at all. */
 static void progress_between_ops(void *user) {
     bt_dist *d = user;
-    const double t = now_s();
+    const double t = bt_now_s();
     if (t < d->next_progress_s || d->progress_status != BT_OK) return;
     d->next_progress_s = t + d->progress_period_s;
     d->stats.progress_calls++;
@@ -922,7 +915,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
         mode = cpu ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
     enum bt_status st;
     if (mode == BT_DIST_PROGRESS_COMPUTE) {
-        d->next_progress_s = now_s() + d->progress_period_s;
+        d->next_progress_s = bt_now_s() + d->progress_period_s;
         d->progress_status = BT_OK; /* this split's own */
         bt_backend_cpu_set_node_hook(d->backend, progress_between_ops, d);
         st = bt_backend_graph_compute(d->backend, view);
@@ -948,7 +941,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     if (!d->planned) return fail(d, BT_ERR_INVALID, "submit before bt_dist_plan");
     const int64_t k = d->k_next;
     const int c = (int)(k % d->n_copies);
-    if (k == 0) d->wall_start = now_s();
+    if (k == 0) d->wall_start = bt_now_s();
     bt_sched_set_cur_copy(d->sched, c);
     enum bt_status st = BT_OK;
     for (int i = 0; i < d->n_lins && st == BT_OK; i++)
@@ -974,11 +967,11 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     for (int s = 0; s < n_splits && st == BT_OK; s++) {
         const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
         if (sp->backend_id != d->rank) continue;
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
             if (xf->dst == d->rank && xf->consumer == s) {
-                const double w0 = now_s();
+                const double w0 = bt_now_s();
                 st = wait_req(d, xf, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
                 /* the upload runs in the backend's stream, before the split;
@@ -987,25 +980,25 @@ enum bt_status bt_dist_submit(bt_dist *d) {
                 if (st == BT_OK && xf->ring[c])
                     st = bt_staging_from_host(d->backend, xf->copies[c], d->host_buf, slot_offset(d, xf->ring[c]),
                                               d->err, sizeof d->err);
-                if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, now_s(), k, s, xf->src, (int64_t)xf->bytes);
+                if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, s, xf->src, (int64_t)xf->bytes);
             }
         }
         /* tensors this split makes and sends from their own memory: the
          * previous micro-batch's sends must be done before they are rewritten */
-        const double ts = now_s();
+        const double ts = bt_now_s();
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
             if (xf->src != d->rank || xf->producer != s || !xf->zero_copy) continue;
             for (int cc = 0; cc < d->n_copies && st == BT_OK; cc++)
                 if (xf->send[cc].active) st = wait_req(d, xf, &xf->send[cc]);
         }
-        const double t1 = now_s();
+        const double t1 = bt_now_s();
         d->stats.wait_s += ts - t0;
         d->stats.send_s += t1 - ts;
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
         st = compute_split(d, &view);
-        const double t2 = now_s();
+        const double t2 = bt_now_s();
         d->stats.compute_s += t2 - t1;
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);
         if (st != BT_OK) {
@@ -1052,9 +1045,9 @@ enum bt_status bt_dist_get_output(bt_dist *d, int k, const struct bt_tensor *out
         if (size != xf->bytes) return fail(d, BT_ERR_INVALID, "output '%s' has %zu bytes", output->name, xf->bytes);
         if (xf->recv_k[c] != k) return fail(d, BT_ERR_INVALID, "output of micro-batch %d was overwritten", k);
         if (xf->recv[c].active) {
-            const double t0 = now_s();
+            const double t0 = bt_now_s();
             enum bt_status st = wait_req(d, xf, &xf->recv[c]);
-            d->stats.wait_s += now_s() - t0;
+            d->stats.wait_s += bt_now_s() - t0;
             if (st != BT_OK) return st;
             d->stats.bytes_recv += (int64_t)xf->bytes;
         }
@@ -1072,15 +1065,15 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
         for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
             if (xf->src == d->rank && xf->send[c].active) st = wait_req(d, xf, &xf->send[c]);
             if (st == BT_OK && xf->dst == d->rank && xf->consumer < 0 && xf->recv[c].active) {
-                const double t0 = now_s();
+                const double t0 = bt_now_s();
                 st = wait_req(d, xf, &xf->recv[c]);
-                d->stats.wait_s += now_s() - t0;
+                d->stats.wait_s += bt_now_s() - t0;
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
             }
         }
     }
     bt_backend_synchronize(d->backend);
-    if (d->wall_start > 0) d->stats.wall_s = now_s() - d->wall_start;
+    if (d->wall_start > 0) d->stats.wall_s = bt_now_s() - d->wall_start;
     return st;
 }
 
@@ -1107,7 +1100,7 @@ void bt_dist_reset_stats(bt_dist *d) {
     d->stats.n_weights = keep.n_weights;
     d->stats.first_layer = keep.first_layer;
     d->stats.last_layer = keep.last_layer;
-    d->wall_start = now_s();
+    d->wall_start = bt_now_s();
 }
 
 enum bt_status bt_dist_gather_stats(bt_dist *d, struct bt_dist_stats *out) {

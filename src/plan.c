@@ -13,12 +13,6 @@
 #include "ops.h"
 #include "place.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- stand-in backends: the splitter's view of the ranks ---------------------- */
 
 struct proxy {
@@ -465,7 +459,7 @@ static enum bt_status plan_alloc(struct bt_plan *p) {
 
 enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const struct bt_rank_desc *ranks, int n_ranks,
                             const uint8_t *support, const struct bt_plan_options *opt) {
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     memset(p, 0, sizeof *p);
     static const struct bt_plan_options none;
     if (!opt) opt = &none;
@@ -518,7 +512,7 @@ enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const str
     if (st == BT_OK) st = find_transfers(p, s, opt->device_edges);
     bt_plan_splitter_free(s);
     if (st != BT_OK) goto fail;
-    p->seconds = now_s() - t0;
+    p->seconds = bt_now_s() - t0;
     return BT_OK;
 fail:;
     char keep[sizeof p->error];

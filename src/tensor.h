@@ -36,6 +36,9 @@ extern "C" {
  * BT_MEM_ALIGN aligned, and from 4 MiB up on a 2 MiB boundary advised for
  * transparent huge pages.  NULL when out of memory. */
 void *bt_host_alloc(size_t size);
+
+/* The monotonic clock in seconds (timings, deadlines, watchdogs). */
+double bt_now_s(void);
 #define BT_QK 32 /* elements per Q8_0 / Q4_0 block */
 
 /* Programmer's errors (broken invariants inside baton): abort with file:line. */

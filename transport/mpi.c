@@ -77,12 +77,6 @@ struct watchdog {
     pthread_cond_t cv;
 };
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* BATON_WATCHDOG_S: seconds (> 0), 0 for off; unset: the default.  -1 and a
  * message on a bad value. */
 static double watchdog_limit(char *err, size_t n) {
@@ -101,7 +95,7 @@ static double watchdog_limit(char *err, size_t n) {
 /* Note every message that came in (a beat or a goodbye) and post the next
  * receive; start a beat to every peer whose last one went out. */
 static void wd_poll(struct watchdog *w, bool beat) {
-    const double now = mono_s();
+    const double now = bt_now_s();
     for (int p = 0; p < w->size; p++) {
         if (p == w->rank) continue;
         int flag = 0;
@@ -130,13 +124,13 @@ static void *wd_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     double next_beat = 0;
     while (!atomic_load(&w->stop)) {
-        const double now = mono_s();
+        const double now = bt_now_s();
         const bool beat = now >= next_beat;
         if (beat) next_beat = now + w->period_s;
         wd_poll(w, beat);
         for (int p = 0; p < w->size; p++) {
             if (p == w->rank || w->gone[p]) continue;
-            const double silent = mono_s() - w->heard[p];
+            const double silent = bt_now_s() - w->heard[p];
             if (silent <= w->limit_s) continue;
             /* a stuck abort must not keep this process: the default action of
              * SIGALRM ends it */
@@ -216,7 +210,7 @@ static struct watchdog *wd_start(MPI_Comm world, int rank, int size, double limi
     snprintf(w->host[rank], WD_HOST_MAX, "%.*s", WD_HOST_MAX - 1, me); /* a longer name is cut */
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->host, WD_HOST_MAX, MPI_CHAR, world);
     MPI_Comm_dup(world, &w->comm);
-    const double now = mono_s();
+    const double now = bt_now_s();
     for (int p = 0; p < size; p++) {
         w->heard[p] = now;
         w->send[p] = MPI_REQUEST_NULL;

@@ -148,17 +148,13 @@ static inline enum bt_status bt_transport_wait(bt_transport *t, bt_treq *req) {
  * run); after 50 ms of waiting (a pipeline bubble, not a transfer) test every
  * 20 us instead, so a long-idle rank does not hold a core. */
 static inline enum bt_status bt_transport_wait_polite(bt_transport *t, bt_treq *req) {
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = bt_now_s();
     bool napping = false;
     for (unsigned spins = 0;; spins++) {
         bool done = false;
         const enum bt_status st = bt_transport_test(t, req, &done);
         if (st != BT_OK || done) return st;
-        if (!napping && (spins & 255) == 255) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            napping = (now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > 50000000L;
-        }
+        if (!napping && (spins & 255) == 255) napping = bt_now_s() - t0 > 0.050;
         if (napping) {
             const struct timespec d = {0, 20000};
             nanosleep(&d, NULL);

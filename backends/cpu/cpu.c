@@ -118,12 +118,6 @@ static bool is_mul_mat(enum bt_op op) { return op == BT_OP_MUL_MAT || op == BT_O
 
 /* ---- the profile ---- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void bt_cpu_set_profile(bt_cpu *cpu, bool on) {
     free(cpu->prof);
     cpu->prof = on ? calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *cpu->prof) : NULL;
@@ -218,7 +212,7 @@ static void compute_thread(void *arg, int ith, int nth) {
     };
     int sb = 0; /* barriers passed */
     const bool prof = ith == 0 && cpu->prof;
-    double t0 = prof ? now_s() : 0.0;
+    double t0 = prof ? bt_now_s() : 0.0;
     for (int k = 0; k < st->n_steps; k++) {
         const struct bt_cpu_step *step = &cpu->steps[k];
         struct bt_tensor *node = g->nodes[step->node];
@@ -245,7 +239,7 @@ static void compute_thread(void *arg, int ith, int nth) {
         if (ith == 0 && cpu->hook) cpu->hook(cpu->hook_user);
         struct bt_cpu_op_profile *row = NULL;
         if (prof) {
-            const double t1 = now_s();
+            const double t1 = bt_now_s();
             row = prof_row(cpu, node);
             row->count++;
             row->compute_s += t1 - t0;
@@ -255,7 +249,7 @@ static void compute_thread(void *arg, int ith, int nth) {
         if (!step->barrier) continue;
         bt_threadpool_barrier(cpu->pool);
         if (prof) {
-            const double t1 = now_s();
+            const double t1 = bt_now_s();
             row->wait_s += t1 - t0;
             t0 = t1;
         }
@@ -397,11 +391,11 @@ enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g) {
         /* .status    = */ {BT_OK, BT_OK},
         /* .fail_node = */ {-1, -1},
     };
-    const double t0 = cpu->prof ? now_s() : 0.0;
+    const double t0 = cpu->prof ? bt_now_s() : 0.0;
     bt_threadpool_run(cpu->pool, compute_thread, &st);
     if (cpu->prof) {
         cpu->prof_graphs++;
-        cpu->prof_graph_s += now_s() - t0;
+        cpu->prof_graph_s += bt_now_s() - t0;
     }
 
     for (int k = 0; k < 2; k++) {

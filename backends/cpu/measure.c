@@ -16,12 +16,6 @@
 
 #define MEASURE_PASSES 5
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A barrier whose thread count can be lowered before its first use (when a
  * thread could not be started), unlike pthread_barrier_t. */
 struct mbar {
@@ -208,13 +202,13 @@ static double run_timed(void *(*fn)(void *), struct measure_thread *ts, int n_th
     double best = -1.0;
     for (int pass = 0; pass < passes; pass++) {
         mbar_wait(&start);
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         if (fn == read_main)
             ts[0].sink += read_share(ts[0].data, ts[0].bytes);
         else
             ts[0].sink += fma_loop(ts[0].iters);
         mbar_wait(&stop);
-        const double dt = now_s() - t0;
+        const double dt = bt_now_s() - t0;
         if (best < 0 || dt < best) best = dt;
     }
     for (int i = 1; i < started; i++) pthread_join(th[i], NULL);

@@ -98,12 +98,6 @@ static int usable_cpus(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void *worker_main(void *p) {
     struct bt_worker *w = p;
     bt_threadpool *pool = w->pool;
@@ -260,7 +254,7 @@ void bt_threadpool_run(bt_threadpool *pool, bt_task_fn fn, void *arg) {
 static bool barrier_spin(bt_threadpool *pool, int phase) {
     const int shift = atomic_load_explicit(&pool->spin_shift, memory_order_relaxed);
     const int64_t budget = pool->spin_ns >> shift;
-    int64_t t0 = 0;
+    double t0 = 0.0;
     for (int i = 0;; i++) {
         if (atomic_load(&pool->bar_phase) != phase) {
             if (shift > 0 && pool->spin_ns > 0)
@@ -270,9 +264,9 @@ static bool barrier_spin(bt_threadpool *pool, int phase) {
         BT_CPU_RELAX();
         if (i < BT_BARRIER_SPIN || (i & 15) != 0) continue;
         if (budget <= 0) break;
-        const int64_t t = now_ns();
-        if (t0 == 0) t0 = t;
-        else if (t - t0 > budget) break;
+        const double t = bt_now_s();
+        if (t0 == 0.0) t0 = t;
+        else if (t - t0 > 1e-9 * (double)budget) break;
     }
     if (shift < BT_BARRIER_SHIFT_MAX && pool->spin_ns > 0)
         atomic_store_explicit(&pool->spin_shift, shift + 1, memory_order_relaxed);

@@ -75,12 +75,6 @@ struct machine {
     double fma_peak[BENCH_MAX_THREADS];
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static uint64_t rng_next(uint64_t *s) {
     uint64_t x = *s;
     x ^= x << 13;
@@ -145,10 +139,10 @@ static double time_graph(bt_cpu *cpu, struct bt_graph *g, int reps, double *cpu_
     double med = -1.0;
     enum bt_status s = bt_cpu_graph_compute(cpu, g);
     for (int r = 0; r < reps && s == BT_OK; r++) {
-        const double t0 = now_s(), c0 = cpu_s();
+        const double t0 = bt_now_s(), c0 = cpu_s();
         s = bt_cpu_graph_compute(cpu, g);
         t[reps + r] = cpu_s() - c0;
-        t[r] = now_s() - t0;
+        t[r] = bt_now_s() - t0;
     }
     if (s != BT_OK) {
         fprintf(stderr, "baton bench: compute failed: %s\n", bt_cpu_error(cpu));

@@ -18,12 +18,6 @@
 #include "common.h"
 #include "transport.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- transport ---------------------------------------------------------------- */
 
 static int iters_for(size_t bytes) {
@@ -38,7 +32,7 @@ static double raw_pingpong(void *buf, size_t bytes, int rank, int iters) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = 0;
     for (int i = -3; i < iters; i++) {
-        if (i == 0) t0 = now_s();
+        if (i == 0) t0 = bt_now_s();
         if (rank == 0) {
             MPI_Send(buf, (int)bytes, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
             MPI_Recv(buf, (int)bytes, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -47,7 +41,7 @@ static double raw_pingpong(void *buf, size_t bytes, int rank, int iters) {
             MPI_Send(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
         }
     }
-    return (now_s() - t0) / (2.0 * iters);
+    return (bt_now_s() - t0) / (2.0 * iters);
 }
 
 /* baton's path for a computed tensor, as in bt_dist_submit: the sender posts
@@ -61,7 +55,7 @@ static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, struct b
     t->iface.barrier(t);
     double t0 = 0;
     for (int i = -3; i < iters; i++) {
-        if (i == 0) t0 = now_s();
+        if (i == 0) t0 = bt_now_s();
         if (t->rank == 0) {
             bt_transport_irecv(t, slot->data, bytes, peer, 9, &rreq);
             bt_transport_isend(t, tensor->data, bytes, peer, 8, &sreq);
@@ -74,7 +68,7 @@ static double baton_pingpong(bt_transport *t, struct bt_tensor *tensor, struct b
             bt_transport_wait_polite(t, &sreq);
         }
     }
-    return (now_s() - t0) / (2.0 * iters);
+    return (bt_now_s() - t0) / (2.0 * iters);
 }
 
 int bt_cli_bench_transport(int argc, char **argv) {
@@ -203,12 +197,12 @@ static double one_proc_run(struct one_proc *o, int M, const cpu_set_t *cores) {
     cpu_set_t own;
     const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
     if (widen) sched_setaffinity(0, sizeof *cores, cores);
-    double s = now_s();
+    double s = bt_now_s();
     for (int k = 0; k < M && s >= 0; k++) {
         bt_model_set_inputs(o->m, &o->g, k);
         if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) s = -1;
     }
-    if (s >= 0) s = now_s() - s;
+    if (s >= 0) s = bt_now_s() - s;
     if (widen) sched_setaffinity(0, sizeof own, &own);
     return s;
 }

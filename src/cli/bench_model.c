@@ -233,7 +233,7 @@ static enum bt_status bm_drain(struct bm_run *b) {
 static enum bt_status bm_rep(struct bm_run *b, bool pp, double *tps) {
     const struct bm_opts *o = b->o;
     enum bt_status st = BT_OK;
-    const double t0 = bt_cli_now_s();
+    const double t0 = bt_now_s();
     if (pp) {
         /* as llama-bench: the logits of each prompt's last token only */
         for (int32_t s = 0; s < o->seqs && st == BT_OK; s++)
@@ -247,7 +247,7 @@ static enum bt_status bm_rep(struct bm_run *b, bool pp, double *tps) {
         }
     }
     if (st == BT_OK) st = bm_drain(b);
-    const double dt = bt_cli_now_s() - t0;
+    const double dt = bt_now_s() - t0;
     for (int32_t s = 0; s < o->seqs && st == BT_OK; s++) st = bt_engine_seq_rm(b->e, s);
     *tps = (double)o->seqs * (double)(pp ? o->n_prompt : o->n_gen) / (dt > 0 ? dt : 1e-9);
     return st;
@@ -460,13 +460,13 @@ int bt_cli_bench_model(int argc, char **argv) {
             const bool prof = o.profile && !pp && !rc;
             if (prof) bt_backend_cpu_set_profile(R.backend, true);
             bt_engine_compute_seconds(e, c0);
-            const double w0 = bt_cli_now_s();
+            const double w0 = bt_now_s();
             for (r->n = 0; r->n < o.reps && !rc; r->n++)
                 if (bm_rep(&b, pp, &r->ts[r->n]) != BT_OK) {
                     snprintf(err, sizeof err, "%s", bt_engine_error(e));
                     rc = 1;
                 }
-            r->wall_s = bt_cli_now_s() - w0;
+            r->wall_s = bt_now_s() - w0;
             bt_engine_compute_seconds(e, r->rank_s); /* every answer is in: the last rep drained */
             for (int k = 0; k < P; k++) r->rank_s[k] -= c0[k];
             if (prof) {

@@ -361,12 +361,6 @@ void bt_cli_json_str(FILE *f, const char *s, uint64_t n) {
     fputc('"', f);
 }
 
-double bt_cli_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *prog) {
     struct bt_outfile o;
     char err[4200];

@@ -125,6 +125,5 @@ char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t 
 void bt_cli_json_str(FILE *f, const char *s, uint64_t n);
 
 /* Seconds on the monotonic clock. */
-double bt_cli_now_s(void);
 
 #endif

@@ -494,7 +494,7 @@ static bool grow(void **buf, size_t *cap, size_t need, size_t elem) {
 static void on_token(void *user, int32_t id, const char *text, size_t len) {
     struct prompt *p = user;
     struct gen_run *run = p->run;
-    if (run->t_first_token == 0) run->t_first_token = bt_cli_now_s();
+    if (run->t_first_token == 0) run->t_first_token = bt_now_s();
     if (!grow((void **)&p->gen, &p->cap_gen, p->n_gen + 1, sizeof *p->gen) ||
         !grow((void **)&p->out, &p->cap_out, p->n_out + len + 1, 1)) {
         run->nomem = true;
@@ -513,7 +513,7 @@ static void on_done(void *user, const struct bt_gen_result *r) {
     p->res = *r;
     p->done = true;
     p->run->n_done++;
-    p->run->t_end = bt_cli_now_s();
+    p->run->t_end = bt_now_s();
 }
 
 /* ---- output ---- */
@@ -622,7 +622,7 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
     if (bt_batcher_new(e, tok, &bp, &b, err, errn) != BT_OK) return 1;
     int rc = 0;
     size_t next = 0;
-    run->t_start = bt_cli_now_s();
+    run->t_start = bt_now_s();
     while (run->n_done < run->n) {
         while (next < run->n && bt_batcher_n_free(b) > 0) {
             struct prompt *p = &run->p[next];

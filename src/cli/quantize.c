@@ -240,12 +240,6 @@ static void usage(FILE *f) {
             "  -h, --help         this text\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void shape_str(const struct bt_gguf_tensor *t, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < t->n_dims && o < n; d++)
@@ -420,7 +414,7 @@ int bt_cli_quantize(int argc, char **argv) {
     }
 
     /* data, one tensor at a time */
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     uint64_t bytes_in = 0, bytes_out = 0;
     for (int64_t i = 0; i < n && !rc; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
@@ -479,7 +473,7 @@ int bt_cli_quantize(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "baton quantize: %s (%.2f MiB) -> %s (%.2f MiB, %s) in %.1f s with %ld threads\n", in,
-            bytes_in / 1048576.0, out_path, bytes_out / 1048576.0, mix->name, now_s() - t0, nth);
+            bytes_in / 1048576.0, out_path, bytes_out / 1048576.0, mix->name, bt_now_s() - t0, nth);
     free(types);
     bt_gguf_close(g);
     return 0;

@@ -123,14 +123,14 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
 
     char err[1024];
-    double t0 = bt_cli_now_s();
+    double t0 = bt_now_s();
     bt_tokenizer *tok;
     char *tmpl = NULL;
     if (bt_tokenizer_load(model, &tok, &tmpl, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton tokenize: %s\n", err);
         return 1;
     }
-    double t1 = bt_cli_now_s();
+    double t1 = bt_now_s();
     if (info) {
         int32_t bos = bt_tokenizer_bos(tok), eos = bt_tokenizer_eos(tok), eot = bt_tokenizer_eot(tok);
         size_t l;
@@ -184,9 +184,9 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
 
     bt_tokens ids = {0};
-    double t2 = bt_cli_now_s();
+    double t2 = bt_now_s();
     enum bt_status st = bt_tokenizer_tokenize(tok, text, len, add_special, parse_special, &ids, err, sizeof err);
-    double t3 = bt_cli_now_s();
+    double t3 = bt_now_s();
     if (st != BT_OK) {
         fprintf(stderr, "baton tokenize: %s: %s\n", prompt ? "-p" : file ? file : "standard input", err);
         free(text);

@@ -106,12 +106,6 @@ void bt_batcher_default_params(struct bt_batcher_params *p) {
     p->max_inflight = 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void flight_free(struct flight *f) {
     free(f->token);
     free(f->pos);
@@ -506,7 +500,7 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
         if (b->slots[s].state == SLOT_PROMPT) pending += (int64_t)(b->slots[s].n_prompt - b->slots[s].n_sub);
     int64_t max_prompt = (pending + spread - 1) / spread;
     if (max_prompt < BT_BATCHER_MIN_CHUNK) max_prompt = BT_BATCHER_MIN_CHUNK;
-    const double t = now_s();
+    const double t = bt_now_s();
     while (b->fl_n < b->max_inflight) {
         struct flight *f = &b->fl[(b->fl_head + b->fl_n) % b->max_inflight];
         if (!form_ubatch(b, f, max_decode, max_prompt, t)) break;
@@ -527,7 +521,7 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
     BT_ASSERT(got == f->engine_id && n_out == f->n_rows);
     b->fl_head = (b->fl_head + 1) % b->max_inflight;
     b->fl_n--;
-    const double tc = now_s();
+    const double tc = bt_now_s();
     for (int64_t r = 0; r < f->n_rows; r++) {
         const int s = f->row_slot[r];
         if (b->slots[s].state != SLOT_WAIT || b->slots[s].id != f->row_req[r]) continue; /* cancelled */

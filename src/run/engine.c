@@ -137,12 +137,6 @@ static void msgf(char *buf, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void bt_engine_default_params(struct bt_engine_params *p) {
     memset(p, 0, sizeof *p);
     p->n_ctx = 4096;
@@ -250,11 +244,11 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
         if ((st = out_get(e, body_bytes(e, T, n_out, n_floats), &o)) != BT_OK) return st;
         out = (float *)((int32_t *)o->body + body_ints(T, n_out));
     }
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
     st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, out, msg, sizeof msg);
     bt_transport_set_busy(e->t, false);
-    e->stats.compute_s += now_s() - t0;
+    e->stats.compute_s += bt_now_s() - t0;
     if (st != BT_OK) return efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
     e->stats.ubatches++;
     e->stats.tokens += (uint64_t)T;
@@ -710,7 +704,7 @@ static bool slot_poll(struct bt_engine *e, struct slot *s) {
 
 /* Wait until slot s is done (or the engine failed). */
 static void slot_wait(struct bt_engine *e, struct slot *s) {
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     unsigned spins = 0;
     while (!slot_poll(e, s)) {
         if (++spins < 256) {
@@ -720,7 +714,7 @@ static void slot_wait(struct bt_engine *e, struct slot *s) {
             nanosleep(&d, NULL);
         }
     }
-    e->stats.wait_s += now_s() - t0;
+    e->stats.wait_s += bt_now_s() - t0;
 }
 
 static enum bt_status check_usable(struct bt_engine *e) {
@@ -930,7 +924,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
     bt_treq rh;
     memset(&rh, 0, sizeof rh);
     for (;;) {
-        const double t0 = now_s();
+        const double t0 = bt_now_s();
         if (bt_transport_irecv(t, &head, sizeof head, prev, TAG_HEAD, &rh) != BT_OK ||
             bt_transport_wait_polite(t, &rh) != BT_OK) {
             /* the transport is broken: nothing more can come or go */
@@ -940,7 +934,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         e->stats.bytes_received += sizeof head;
         head.text[MSG_TEXT - 1] = '\0';
         if (head.kind == MSG_STOP) {
-            e->stats.wait_s += now_s() - t0;
+            e->stats.wait_s += bt_now_s() - t0;
             /* a failure rank 0 learned of ends this rank with its message too */
             if (head.text[0] && failed == BT_OK) failed = efail(e, wire_status(head.status), "%s", head.text);
             if (nxt >= 0 &&
@@ -994,7 +988,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                 continue;
             }
             e->stats.bytes_received += want;
-            e->stats.wait_s += now_s() - t0;
+            e->stats.wait_s += bt_now_s() - t0;
         }
         if (failed != BT_OK) continue; /* after a failure: drop the work, wait for the stop */
         const int32_t *ints = body;

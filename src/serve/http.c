@@ -214,7 +214,7 @@ static void count_timing(struct req *r) {
     if (r->timed) return;
     r->timed = true;
     struct bt_job *j = r->job;
-    double now = bt_serve_now();
+    double now = bt_now_s();
     bt_metrics_timing(&r->s->metrics, j->t_first - j->t_submit, now - j->t_submit);
 }
 

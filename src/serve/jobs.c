@@ -9,12 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-double bt_serve_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void bt_jobs_init(struct bt_jobs *q, int n_slots, int max_queue) {
     memset(q, 0, sizeof *q);
     pthread_mutex_init(&q->mu, NULL);
@@ -75,7 +69,7 @@ enum bt_status bt_jobs_submit(struct bt_jobs *q, struct bt_job *j) {
     if (st == BT_OK) {
         BT_ASSERT(j->state == BT_JOB_NEW);
         j->state = BT_JOB_QUEUED;
-        j->t_submit = bt_serve_now();
+        j->t_submit = bt_now_s();
         j->refs++;
         j->queue = q;
         j->next = NULL;
@@ -192,7 +186,7 @@ void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t l
         memcpy(j->text + j->len, text, len);
         j->len += len;
         j->text[j->len] = 0;
-        if (j->t_first == 0) j->t_first = bt_serve_now();
+        if (j->t_first == 0) j->t_first = bt_now_s();
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&q->mu);
@@ -205,7 +199,7 @@ void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_resu
     j->state = BT_JOB_DONE;
     j->res = *r;
     if (error && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", error);
-    if (j->t_first == 0) j->t_first = bt_serve_now();
+    if (j->t_first == 0) j->t_first = bt_now_s();
     pthread_cond_broadcast(&j->cv);
     BT_ASSERT(j->refs > 0);
     int left = --j->refs;

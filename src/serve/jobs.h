@@ -117,6 +117,5 @@ void bt_jobs_counts(struct bt_jobs *q, int *queued, int *running);
  * timeout_ms passed.  Call with q->mu held (pthread_cond_timedwait). */
 void bt_job_wait_locked(struct bt_jobs *q, struct bt_job *j, size_t seen, int timeout_ms);
 
-double bt_serve_now(void); /* monotonic seconds */
 
 #endif

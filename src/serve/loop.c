@@ -115,9 +115,9 @@ enum bt_status bt_server_run(struct bt_server *s, struct bt_batcher *b, struct b
             bt_jobs_wait_work(&s->jobs, IDLE_WAIT_MS);
             continue;
         }
-        double t0 = bt_serve_now();
+        double t0 = bt_now_s();
         enum bt_status st = bt_batcher_step(b);
-        double now = bt_serve_now();
+        double now = bt_now_s();
         busy_s += now - t0;
         if (st != BT_OK) {
             snprintf(err, n_err, "%s", bt_batcher_error(b));

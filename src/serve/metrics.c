@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs.h" /* bt_serve_now */
+#include "jobs.h" /* bt_now_s */
 
 static const int k_codes[BT_METRICS_N_CODES] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 0};
 static const char *const k_endpoints[BT_EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
@@ -16,7 +16,7 @@ static const char *const k_endpoints[BT_EP_COUNT] = {"/v1/completions", "/v1/cha
 void bt_metrics_init(struct bt_metrics *m) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
-    m->t_start = bt_serve_now();
+    m->t_start = bt_now_s();
 }
 
 void bt_metrics_destroy(struct bt_metrics *m) {
@@ -114,7 +114,7 @@ char *bt_metrics_text(struct bt_metrics *m, int queued, int running, int slots, 
     if (rank_s) memcpy(rank_s, m->rank_compute_s, (size_t)copy.eng.n_ranks * sizeof *rank_s);
     else copy.eng.n_ranks = 0;
     pthread_mutex_unlock(&m->mu);
-    double up = bt_serve_now() - copy.t_start;
+    double up = bt_now_s() - copy.t_start;
 
     metric(&b, "baton_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
     for (int e = 0; e < BT_EP_COUNT; e++)

@@ -17,12 +17,6 @@
 #define PEAK_TFLOPS 989.0 /* H200 dense BF16 */
 #define PEAK_GBS 4800.0   /* H200 HBM3e */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* a weight matrix of random values in [-1/64, 1/64), converted row by row
  * on the host */
 static void fill_weight(struct bt_tensor *w, uint64_t seed) {
@@ -70,7 +64,7 @@ static void bench(bt_backend_t gpu, enum bt_type type, int64_t m, int64_t n, int
             printf("%-7s %-5s  failed: %s\n", what, bt_type_name(type), bt_backend_error(gpu));
             goto done;
         }
-    const double t0 = now_s();
+    const double t0 = bt_now_s();
     for (int i = 0; i < iters; i++)
         if (bt_backend_graph_compute_async(gpu, g) != BT_OK) {
             printf("%-7s %-5s  failed: %s\n", what, bt_type_name(type), bt_backend_error(gpu));
@@ -78,7 +72,7 @@ static void bench(bt_backend_t gpu, enum bt_type type, int64_t m, int64_t n, int
             goto done;
         }
     bt_backend_synchronize(gpu);
-    const double t = (now_s() - t0) / iters;
+    const double t = (bt_now_s() - t0) / iters;
     const double flops = 2.0 * (double)m * (double)n * (double)k;
     const double bytes = (double)bt_nbytes(a) + (double)bt_nbytes(b) + (double)bt_nbytes(out);
     printf("%-7s %-5s m=%-5lld n=%-4lld k=%-6lld %9.1f us  %8.2f TFLOP/s (%5.1f%% of %.0f)  %7.0f GB/s (%5.1f%% of %.0f)\n",
