@@ -367,6 +367,9 @@ done
 expect 2 "^baton demo: model: n_heads = 65536: head_dim = d_model / n_heads = 1 must be even" \
     "demo: --heads at its limit reaches the model's check" -- "$baton" demo --d-model 65536 --heads 65536
 expect 2 "unknown command 'dmeo'" "unknown command" -- "$baton" dmeo
+expect 2 "^baton version: unexpected argument 'extra'\$" "version with an extra argument" -- "$baton" version extra
+expect 0 "^usage: baton gguf FILE" "help gguf: the command's own help" -- "$baton" help gguf
+expect 2 "^baton: unknown command 'nope'" "help of an unknown command" -- "$baton" help nope
 expect 2 "missing -t" "plan without topology" -- "$baton" plan
 # more ranks than the runtime runs: refused at once, before any per-rank work
 # (65537 entries fit in the 1 MiB a file may have as aliases of one)

@@ -49,6 +49,7 @@ expect_usage "--port: '70000' is not an integer in [0, 65535]" -m "$model" --por
 expect_usage "--parallel: 'x' is not an integer" -m "$model" --parallel x
 expect_usage "--ctx-size 16 over --parallel 16 leaves 1 cells per request" -m "$model" --ctx-size 16 --parallel 16
 expect_usage "--api-key: the key is empty" -m "$model" --api-key ""
+expect_usage "--host: the address is empty" -m "$model" --host ""
 expect_usage "unknown option --frob" -m "$model" --frob
 out=$("$baton" serve -m "$tmp/missing.gguf" --port 0 2>&1)
 rc=$?

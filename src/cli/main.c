@@ -44,9 +44,17 @@ static int dispatch(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc >= 3) { /* baton help CMD: as baton CMD --help */
+        char *args[] = {argv[0], argv[2], (char *)"--help", NULL};
+        return dispatch(3, args);
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
+    }
+    if ((!strcmp(cmd, "version") || !strcmp(cmd, "--version")) && argc > 2) {
+        fprintf(stderr, "baton version: unexpected argument '%s'\n", argv[2]);
+        return 2;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("baton %s\n", BATON_VERSION);

@@ -99,7 +99,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         switch (code) {
         case 0: break;
         case 'm': o->model = optarg; break;
-        case OPT_HOST: o->host = optarg; break;
+        case OPT_HOST:
+            if (!*optarg) snprintf(err, n, "--host: the address is empty");
+            else o->host = optarg;
+            break;
         case OPT_ALIAS:
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
