@@ -120,6 +120,21 @@ quantize --dry-run|quantize --dry-run $tmp/full.gguf $tmp/q.gguf Q8_0
 version|version
 EOF2
 fi
+# a model whose logits hold NaN (output_norm.weight all NaN: a damaged file): generate stops
+# with one message naming it and exit 1, on 1 and 2 ranks (before: exit 0, tokens sampled from NaN)
+"$baton" make-model "$tmp/nan.gguf" --vocab "$vocab2" --arch llama --experts 0 --layers 2 --embd 32 --heads 1 \
+    --heads-kv 1 --ff 32 >/dev/null
+python3 - "$tmp/nan.gguf" <<'EOF2'
+import sys, numpy as np, gguf
+r = gguf.GGUFReader(sys.argv[1], "r+")
+t = next(t for t in r.tensors if t.name == "output_norm.weight")
+t.data[...] = np.nan
+r.data.flush()
+EOF2
+for np in 1 2; do
+    expect 1 "^baton generate: prompt 1: the model's logits hold NaN \(token id [0-9]+, after 0 generated tokens\)" \
+        "generate: NaN logits on $np rank(s)" -- mpirun -np $np "$baton" generate -m "$tmp/nan.gguf" -p hi -n 3 --temp 0
+done
 
 # progress on long steps: off in a pipe, on when asked (the launcher asks on a terminal)
 expect 0 "" "no progress display in a pipe" -- mpirun -np 2 "$baton" demo "${small[@]}"

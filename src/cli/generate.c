@@ -299,6 +299,7 @@ struct gen_run {
     bool stream; /* one prompt, not --json: its text goes to stdout as it comes */
     int write_errno; /* the first failed write of the stream (stdout drops its bytes) */
     bool nomem;
+    size_t failed; /* 1 + the prompt that ended with BT_FINISH_ERROR (NaN logits), or 0 */
     size_t n_done;
     double t_start, t_first_token, t_end;
 };
@@ -512,6 +513,7 @@ static void on_done(void *user, const struct bt_gen_result *r) {
     struct prompt *p = user;
     p->res = *r;
     p->done = true;
+    if (r->finish == BT_FINISH_ERROR && !p->run->failed) p->run->failed = (size_t)(p - p->run->p) + 1;
     p->run->n_done++;
     p->run->t_end = bt_now_s();
 }
@@ -654,6 +656,11 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
         }
         if (run->nomem) {
             snprintf(err, errn, "out of memory keeping the completions");
+            rc = 1;
+            break;
+        }
+        if (run->failed) { /* the batcher goes on; this run does not */
+            snprintf(err, errn, "prompt %zu: %s", run->failed, bt_batcher_error(b));
             rc = 1;
             break;
         }

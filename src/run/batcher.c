@@ -14,6 +14,7 @@
 #include "batcher.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -457,9 +458,25 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_deco
     return f->n_tokens > 0;
 }
 
-/* One row of logits for slot s: sample, call back, go on or finish. */
+/* One row of logits for slot s: sample, call back, go on or finish.  A row
+ * with a NaN (a damaged weight, an overflow) has no token to sample: the
+ * request ends with BT_FINISH_ERROR and why in b->error (the others go on),
+ * rather than a token that the sampler would take from garbage. */
 static void take_row(struct bt_batcher *b, int s, const float *row, double t) {
     struct slot *sl = &b->slots[s];
+    for (int64_t v = 0; v < b->n_vocab; v++) {
+        if (!isnan(row[v])) continue;
+        if (bt_engine_seq_rm(b->e, s) != BT_OK) {
+            fail(b, BT_ERR_COMM);
+            return;
+        }
+        snprintf(b->error, sizeof b->error,
+                 "the model's logits hold NaN (token id %lld, after %lld generated tokens): the weights or the "
+                 "activations are not finite numbers",
+                 (long long)v, (long long)sl->n_gen);
+        finish(b, s, BT_FINISH_ERROR);
+        return;
+    }
     const int32_t id = bt_sampler_sample(sl->smp, row);
     bt_sampler_accept(sl->smp, id);
     if (sl->n_gen == 0) sl->t_first = t;

@@ -45,7 +45,8 @@ enum bt_finish {
     BT_FINISH_STOP = 0,      /* an end-of-generation token or a stop string: "stop" */
     BT_FINISH_LENGTH = 1,    /* max_tokens, or the sequence's share of the context is full: "length" */
     BT_FINISH_CANCELLED = 2, /* bt_batcher_cancel: "cancelled" */
-    BT_FINISH_ERROR = 3,     /* the engine failed (bt_batcher_error says why): "error" */
+    BT_FINISH_ERROR = 3,     /* the engine failed, or this request's logits hold NaN (bt_batcher_error says
+                                why, until the next step): "error" */
 };
 /* "stop", "length", "cancelled", "error" (OpenAI's finish_reason where it has one) */
 const char *bt_finish_name(enum bt_finish f);
