@@ -41,6 +41,34 @@ static int create_tmp(char *tmp, size_t n, const char *path) {
     return -1; /* errno EEXIST */
 }
 
+enum bt_status bt_outfile_check(const char *path, char *err, size_t n_err) {
+    if (!path[0]) {
+        snprintf(err, n_err, "the file name is empty");
+        return BT_ERR_IO;
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, n_err, "%s: is a directory", path);
+        return BT_ERR_IO;
+    }
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        if (access(path, W_OK) != 0) {
+            snprintf(err, n_err, "%s: cannot write there: %s", path, strerror(errno));
+            return BT_ERR_IO;
+        }
+        return BT_OK;
+    }
+    char tmp[4096];
+    const int fd = create_tmp(tmp, sizeof tmp, path);
+    if (fd < 0) {
+        snprintf(err, n_err, "%s: cannot write there: %s", path, fd == -2 ? "the path is too long" : strerror(errno));
+        return BT_ERR_IO;
+    }
+    close(fd);
+    unlink(tmp);
+    return BT_OK;
+}
+
 enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const char *what, char *err, size_t n_err) {
     memset(o, 0, sizeof *o);
     o->path = path;

@@ -21,6 +21,14 @@ struct bt_outfile {
     char tmp[4096]; /* empty: PATH is written directly */
 };
 
+/* Whether PATH can be written, found before any work goes into it: BT_OK, or
+ * BT_ERR_IO and one of "the file name is empty", "PATH: is a directory",
+ * "PATH: cannot write there: reason" in err.  For a PATH that is a regular
+ * file or absent, a temporary file is made beside it and removed (the same
+ * step bt_outfile_open and the GGUF writer take); a PATH that exists and is
+ * no regular file is asked for write access as it is. */
+enum bt_status bt_outfile_check(const char *path, char *err, size_t n_err);
+
 /* BT_ERR_IO and "PATH: cannot write WHAT: reason" in err when the temporary
  * file cannot be made (o->f is then NULL and nothing needs undoing). */
 enum bt_status bt_outfile_open(struct bt_outfile *o, const char *path, const char *what, char *err, size_t n_err);

@@ -85,6 +85,41 @@ expect 2 "^baton demo: --trace $tmp/no/such/dir/t.json: cannot write there: No s
 [ $(($(date +%s) - start)) -lt 30 ] && ok "unwritable trace found at start" || bad "unwritable trace found at start"
 [ ! -e "$tmp/no/such/dir/t.json" ] && ok "no half-written trace" || bad "no half-written trace"
 expect 2 "^baton demo: --trace $tmp: is a directory\$" "trace onto a directory" -- "$baton" demo --trace "$tmp"
+# so is an unwritable --dump-plan (before: found after planning, then MPI_ABORT's banner)
+expect 2 "^baton demo: --dump-plan $tmp: is a directory\$" "dump-plan onto a directory, 2 ranks" -- \
+    mpirun -np 2 "$baton" demo "${small[@]}" --dump-plan "$tmp"
+grep -q "MPI_ABORT" "$tmp/out" && bad "dump-plan onto a directory: MPI_ABORT" || ok "dump-plan onto a directory: no MPI_ABORT"
+expect 2 "^baton demo: --dump-plan $tmp/no/dir/x.plan: cannot write there: No such file or directory\$" \
+    "dump-plan into a missing directory" -- "$baton" demo "${small[@]}" --dump-plan "$tmp/no/dir/x.plan"
+# make-model's OUT: checked before the model is made (before: made, then 'cannot rename ... into place')
+vocab2="$root/tests/data/vocab/ggml-vocab-gpt-2.gguf"
+expect 1 "^baton make-model: $tmp: is a directory\$" "make-model onto a directory" -- "$baton" make-model "$tmp" --vocab "$vocab2"
+expect 2 "^baton make-model: OUT.gguf: the file name is empty" "make-model ''" -- "$baton" make-model '' --vocab "$vocab2"
+expect 1 "^baton make-model: $tmp/no/dir/m.gguf: cannot write there: No such file or directory\$" \
+    "make-model into a missing directory" -- "$baton" make-model "$tmp/no/dir/m.gguf" --vocab "$vocab2"
+[ -z "$(find "$tmp" -maxdepth 1 -name '*.tmp.*')" ] && ok "make-model: nothing left beside OUT" || bad "make-model: nothing left beside OUT"
+# stdout on a full disk: one message and exit 1 (before: exit 0, the listing or completion lost)
+if [ -w /dev/full ]; then
+    "$baton" make-model "$tmp/full.gguf" --vocab "$vocab2" --arch llama --experts 0 --layers 1 --embd 32 --heads 1 \
+        --heads-kv 1 --ff 32 >/dev/null
+    while IFS='|' read -r name args; do
+        read -ra argv <<<"$args"
+        "$baton" "${argv[@]}" >/dev/full 2>"$tmp/out"
+        rc=$?
+        n=$(grep -c "writing the output: No space left on device" "$tmp/out")
+        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "$name > /dev/full: exit 1, one message"; else bad "$name > /dev/full: exit $rc, $n messages"; fi
+    done <<EOF2
+generate (streamed)|generate -m $tmp/full.gguf -p hi -n 3 --temp 0
+generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
+tokenize|tokenize -m $tmp/full.gguf -p hello
+gguf|gguf $tmp/full.gguf
+gguf --json|gguf $tmp/full.gguf --json
+plan|plan -t $root/configs/local-cpu-2.yaml
+demo|demo ${small[*]}
+quantize --dry-run|quantize --dry-run $tmp/full.gguf $tmp/q.gguf Q8_0
+version|version
+EOF2
+fi
 
 # progress on long steps: off in a pipe, on when asked (the launcher asks on a terminal)
 expect 0 "" "no progress display in a pipe" -- mpirun -np 2 "$baton" demo "${small[@]}"
@@ -243,6 +278,21 @@ for sub in demo generate "bench model" serve; do
         fi
     done
 done
+# a $BATON_TOPOLOGY file that is missing or bad: the message says where its name came from
+# (before: "/x/none.yaml: cannot open: ...", and nothing on the command line names that file)
+for sub in demo generate "bench model" serve; do
+    case $sub in
+    demo) subv=(demo) ;;
+    generate) subv=(generate -m x -p hi) ;;
+    serve) subv=(serve -m x) ;;
+    *) subv=(bench model -m x) ;;
+    esac
+    expect 1 "^$tmp/none.yaml: cannot open: No such file or directory \(from \\\$BATON_TOPOLOGY\)\$" \
+        "$sub with a missing \$BATON_TOPOLOGY" -- env BATON_TOPOLOGY="$tmp/none.yaml" "$baton" "${subv[@]}"
+done
+printf 'hosts: 5\n' >"$tmp/envbad.yaml"
+expect 1 "^(baton demo: )?$tmp/envbad.yaml:1:1: .* \(from \\\$BATON_TOPOLOGY\)\$" "demo with a bad \$BATON_TOPOLOGY, 2 ranks" -- \
+    mpirun -np 2 -x BATON_TOPOLOGY="$tmp/envbad.yaml" "$baton" demo
 # an error every rank agrees on ends the job with its one line: the ranks
 # still in their teardown when mpirun sends SIGTERM (rank 0 exited 1) do not
 # add "stopped by SIGTERM" (they did in 2 to 5 runs of 10, by timing, so 8 runs)

@@ -166,7 +166,15 @@ def main():
         bad([src, out], 2, "IN, OUT and TYPE are required", out)
         bad(["-t", "0", src, out, "Q8_0"], 2, "threads must be 1 to 64", out)
         bad(["--frobnicate", src, out, "Q8_0"], 2, "unknown option '--frobnicate'", out)
-        bad([src, os.path.join(d, "no", "such", "dir.gguf"), "Q8_0"], 1, "no/such/dir.gguf")
+        bad([src, os.path.join(d, "no", "such", "dir.gguf"), "Q8_0"], 1,
+            "no/such/dir.gguf: cannot write there: No such file or directory")
+        # OUT a directory or empty: refused before any tensor is quantised
+        # (before: every tensor, then "cannot rename ... into place")
+        bad([src, d, "Q8_0"], 1, f"{d}: is a directory")
+        r = run(baton, "quantize", src, d, "Q8_0")
+        check("->" not in r.stdout, "quantize onto a directory: tensors were quantised before the refusal")
+        bad([src, "", "Q8_0"], 2, "OUT: the file name is empty")
+        bad(["", out, "Q8_0"], 2, "IN: the file name is empty", out)
         nan_src = os.path.join(d, "nan.gguf")
         make_model(nan_src, nan_in="blk.5.ffn_up.weight")
         bad([nan_src, out, "Q4_K_M"], 1, 'tensor "blk.5.ffn_up.weight": row 1, element 37 is not a finite number', out)

@@ -371,3 +371,14 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
     fprintf(stderr, "%s: %s\n", prog, err);
     return 1;
 }
+
+int bt_cli_stdout_finish(const char *prog, int rc) {
+    if (rc != 0) return rc;
+    errno = 0;
+    const bool now = fflush(stdout) != 0;
+    const int e = errno;
+    if (!now && !ferror(stdout)) return 0;
+    /* an earlier write failed and its bytes were dropped: the flag is all that is left */
+    fprintf(stderr, "%s: writing the output: %s\n", prog, now && e ? strerror(e) : "a write to stdout failed");
+    return 1;
+}

@@ -93,6 +93,12 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out);
  * all (outfile.h); 0, or 1 after "PROG: FILE: cannot write the plan: why". */
 int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *prog);
 
+/* The end of a command that returned rc: when rc is 0 but a write to stdout
+ * failed (a full disk, a closed pipe; now, or earlier, which left stdout's
+ * error flag), "PROG: writing the output: why" on stderr and 1; else rc.  A
+ * command that failed has said why already. */
+int bt_cli_stdout_finish(const char *prog, int rc);
+
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);

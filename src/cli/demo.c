@@ -8,14 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <errno.h>
 #include <limits.h>
-#include <sys/stat.h>
 
 #include "agree.h"
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "outfile.h"
 #include "signals.h"
 #include "run/bringup.h"
 #include "transport.h"
@@ -191,28 +190,17 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
     return -1; /* go on */
 }
 
-/* --trace FILE: rank 0 writes FILE at the end of the run, through a
- * temporary file beside it; find out now, not after the run, whether it can
- * (with the OS's reason). */
-static bool trace_writable(const char *path, char *err, size_t n) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, n, "--trace %s: is a directory", path);
-        return false;
+/* --trace FILE and --dump-plan FILE: rank 0 writes them (after the run, after
+ * planning) through a temporary file beside them; find out now, not then,
+ * whether it can (with the OS's reason). */
+static bool out_writable(const char *opt, const char *path, char *err, size_t n) {
+    const int k = snprintf(err, n, "%s ", opt);
+    BT_ASSERT(k > 0 && (size_t)k < n);
+    if (bt_outfile_check(path, err + k, n - (size_t)k) == BT_OK) {
+        err[0] = '\0';
+        return true;
     }
-    char probe[4096];
-    if (snprintf(probe, sizeof probe, "%s.probe%d", path, (int)getpid()) >= (int)sizeof probe) {
-        snprintf(err, n, "--trace: the file name is too long");
-        return false;
-    }
-    FILE *f = fopen(probe, "wx");
-    if (!f) {
-        snprintf(err, n, "--trace %s: cannot write there: %s", path, strerror(errno));
-        return false;
-    }
-    fclose(f);
-    unlink(probe);
-    return true;
+    return false;
 }
 
 /* What every rank must have the same of: the options that change no graph
@@ -388,7 +376,8 @@ int bt_cli_demo(int argc, char **argv) {
     if (prc < 0) prc = 0;
     if (!o.topology) o.topology = getenv("BATON_TOPOLOGY");
     if (!prc && !bt_rank_backend_topology_check(o.backend, o.topology, perr, sizeof perr)) prc = 2;
-    if (!prc && o.trace && env_rank == 0 && !trace_writable(o.trace, perr, sizeof perr)) prc = 2;
+    if (!prc && o.trace && env_rank == 0 && !out_writable("--trace", o.trace, perr, sizeof perr)) prc = 2;
+    if (!prc && o.dump_plan && env_rank == 0 && !out_writable("--dump-plan", o.dump_plan, perr, sizeof perr)) prc = 2;
 
     /* the rank, in two steps around the ranks' agreement on their command
      * lines: the topology (or plain mpirun) and MPI; then the backend, the

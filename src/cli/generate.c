@@ -297,6 +297,7 @@ struct gen_run {
     struct prompt *p;
     size_t n;
     bool stream; /* one prompt, not --json: its text goes to stdout as it comes */
+    int write_errno; /* the first failed write of the stream (stdout drops its bytes) */
     bool nomem;
     size_t n_done;
     double t_start, t_first_token, t_end;
@@ -503,10 +504,8 @@ static void on_token(void *user, int32_t id, const char *text, size_t len) {
     memcpy(p->out + p->n_out, text, len);
     p->n_out += len;
     p->out[p->n_out] = '\0';
-    if (run->stream && len) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
-    }
+    if (run->stream && len && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) && !run->write_errno)
+        run->write_errno = errno ? errno : EIO;
 }
 
 static void on_done(void *user, const struct bt_gen_result *r) {
@@ -793,8 +792,8 @@ int bt_cli_generate(int argc, char **argv) {
                     (long long)tt.n_gen, (unsigned long long)tt.digest);
             print_rank_table(stderr, e, all, P);
         }
-        if (fflush(stdout) != 0) {
-            snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
+        if (fflush(stdout) != 0 || run.write_errno) {
+            snprintf(err, sizeof err, "writing the output: %s", strerror(run.write_errno ? run.write_errno : errno));
             rc = 1;
         }
     }

@@ -4,6 +4,7 @@
 
 #include "baton.h"
 #include "cli.h"
+#include "common.h"
 #include "topology_cmd.h"
 
 static void usage(FILE *f) {
@@ -37,7 +38,7 @@ static void usage(FILE *f) {
             "  help          this text\n");
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -85,4 +86,17 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch-files")) return bt_cli_launch_files(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s' (try: baton help)\n", cmd);
     return 2;
+}
+
+/* Every command's stdout is checked at its end (bt_cli_stdout_finish): a
+ * listing or completion redirected to a full disk is an error, not exit 0. */
+int main(int argc, char **argv) {
+    const int rc = dispatch(argc, argv);
+    char prog[64] = "baton";
+    if (argc >= 2 && strlen(argv[1]) < 24) {
+        if (!strcmp(argv[1], "bench") && argc >= 3 && strlen(argv[2]) < 24)
+            snprintf(prog, sizeof prog, "baton bench %s", argv[2]);
+        else snprintf(prog, sizeof prog, "baton %s", argv[1]);
+    }
+    return bt_cli_stdout_finish(prog, rc);
 }

@@ -20,6 +20,7 @@
 #include "common.h"
 #include "gguf.h"
 #include "model/arch_impl.h"
+#include "outfile.h"
 #include "text/sampler.h"
 
 #define MM_PROG "baton make-model"
@@ -151,6 +152,10 @@ static int parse_mm(int argc, char **argv, struct mm_opts *o, char *err, size_t 
         return 2;
     }
     o->out = argv[optind];
+    if (!o->out[0]) {
+        snprintf(err, errn, "OUT.gguf: the file name is empty (try: baton make-model --help)");
+        return 2;
+    }
     if (!o->vocab) {
         snprintf(err, errn, "missing --vocab FILE (try: baton make-model --help)");
         return 2;
@@ -218,6 +223,12 @@ int bt_cli_make_model(int argc, char **argv) {
     if (prc > 0) {
         fprintf(stderr, MM_PROG ": %s\n", err);
         return prc;
+    }
+    /* an OUT that cannot be written (a directory, no such folder) is found
+     * before the work, not at the rename after it */
+    if (bt_outfile_check(o.out, err, sizeof err) != BT_OK) {
+        fprintf(stderr, MM_PROG ": %s\n", err);
+        return 1;
     }
     const struct bt_arch *a = bt_arch_find(o.arch);
     const bool moe = o.experts > 0;

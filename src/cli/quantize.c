@@ -39,6 +39,7 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "outfile.h"
 #include "quants.h"
 #include "tensor.h"
 
@@ -304,7 +305,17 @@ int bt_cli_quantize(int argc, char **argv) {
         return 2;
     }
 
+    if (!in[0] || !out_path[0]) {
+        fprintf(stderr, "baton quantize: %s: the file name is empty\n", in[0] ? "OUT" : "IN");
+        return 2;
+    }
     char err[1024];
+    /* an OUT that cannot be written (a directory, no such folder) is found
+     * before the work, not at the rename after it */
+    if (!dry && bt_outfile_check(out_path, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        return 1;
+    }
     struct bt_gguf *g = NULL;
     if (bt_gguf_open(in, &g, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton quantize: %s\n", err);

@@ -278,8 +278,15 @@ enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, 
         st = rfail(r, BT_ERR_INVALID, 2, "%s: %s", c->prog, why);
     /* the topology before MPI: a bad file stops every rank at once */
     else if (!failed && c->topology && *c->topology) {
-        if (bt_topology_load(c->topology, &r->topo, r->error, sizeof r->error) != BT_OK) st = BT_ERR_INVALID;
-        else r->have_topo = true;
+        if (bt_topology_load(c->topology, &r->topo, r->error, sizeof r->error) != BT_OK) {
+            /* a file the command line does not show: say where its name came from */
+            const char *env = getenv("BATON_TOPOLOGY");
+            if (env && c->topology == env)
+                strncat(r->error, " (from $BATON_TOPOLOGY)", sizeof r->error - strlen(r->error) - 1);
+            st = BT_ERR_INVALID;
+        } else {
+            r->have_topo = true;
+        }
     }
     if ((failed || st != BT_OK) && !start_mpi_on_error) return st;
 #ifdef BATON_HAVE_CUDA
