@@ -5,11 +5,11 @@
  * new generation, calls fn(arg, ith, nth), and counts itself done.  Idle
  * workers spin briefly on the generation counter, then sleep on a condition
  * variable, so a pool between runs holds no core (several ranks may share
- * few cores).  The caller waits for the workers the same way: spin, yield,
- * then sleep.
+ * few cores).  The caller waits for the workers the same way: spin, then
+ * sleep (it yielded in between until session 7: see the barrier below).
  *
  * bt_threadpool_barrier is a sense-reversing barrier (a phase counter) among
- * the nth threads of the current run; waiters spin with a pause, then yield.
+ * the nth threads of the current run; waiters spin with a pause, then sleep.
  * How long they spin adapts (barrier_spin): a decode step is a hundred or
  * more small nodes, each ending in a barrier, and a waiter that yields its
  * core while a background process is runnable loses the core for a time
@@ -70,9 +70,6 @@
 #define BT_BARRIER_SPIN_NS 100000
 #endif
 #define BT_BARRIER_SHIFT_MAX 3 /* the budget's floor: BT_BARRIER_SPIN_NS >> 3 (12.5 us) */
-#ifndef BT_POOL_YIELD
-#define BT_POOL_YIELD 64 /* sched_yield()s before the caller sleeps on done */
-#endif
 
 struct bt_worker {
     bt_threadpool *pool;
@@ -245,22 +242,17 @@ void bt_threadpool_run(bt_threadpool *pool, bt_task_fn fn, void *arg) {
 
     fn(arg, 0, nth);
 
-    /* wait for the workers: spin, yield, then sleep */
+    /* wait for the workers: spin, then sleep */
     const int want = nth - 1;
-    int i = 0;
-    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) != want) {
+    for (int i = 0; atomic_load_explicit(&pool->n_done, memory_order_acquire) != want; i++) {
         if (i < BT_POOL_SPIN) {
             BT_CPU_RELAX();
-        } else if (i < BT_POOL_SPIN + BT_POOL_YIELD) {
-            sched_yield();
-        } else {
-            pthread_mutex_lock(&pool->mutex);
-            while (atomic_load(&pool->n_done) != want)
-                pthread_cond_wait(&pool->cond_done, &pool->mutex);
-            pthread_mutex_unlock(&pool->mutex);
-            break;
+            continue;
         }
-        i++;
+        pthread_mutex_lock(&pool->mutex);
+        while (atomic_load(&pool->n_done) != want) pthread_cond_wait(&pool->cond_done, &pool->mutex);
+        pthread_mutex_unlock(&pool->mutex);
+        break;
     }
     atomic_store(&pool->running, false);
 }
