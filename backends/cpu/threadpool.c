@@ -5,11 +5,11 @@
  * new generation, calls fn(arg, ith, nth), and counts itself done.  Idle
  * workers spin briefly on the generation counter, then sleep on a condition
  * variable, so a pool between runs holds no core (several ranks may share
- * few cores).  The caller waits for the workers the same way: spin, yield,
- * then sleep.
+ * few cores).  The caller waits for the workers the same way: spin, then
+ * sleep (it yielded in between until session 7: see the barrier below).
  *
  * bt_threadpool_barrier is a sense-reversing barrier (a phase counter) among
- * the nth threads of the current run; waiters spin with a pause, then yield.
+ * the nth threads of the current run; waiters spin with a pause, then sleep.
  * How long they spin adapts (barrier_spin): a decode step is a hundred or
  * more small nodes, each ending in a barrier, and a waiter that yields its
  * core while a background process is runnable loses the core for a time
@@ -18,7 +18,18 @@
  * spinning only delays it.  So waiters spin up to a time budget, the budget
  * halves each time a wait outlasts it and doubles back each time a wait ends
  * inside it, and a pool with more threads than the cores it may run on
- * spins only briefly (BT_BARRIER_SPIN pauses) before it yields, as before.
+ * spins only briefly (BT_BARRIER_SPIN pauses).
+ *
+ * After the spin the waiter sleeps on the phase (a futex, on Linux; the last
+ * to arrive wakes the sleepers).  It used to call sched_yield in a loop: with
+ * another process runnable on its core, each yield hands that process a
+ * whole time slice, milliseconds, at every barrier of a decode step, while
+ * the scheduler runs a woken task that slept ahead of one that kept running
+ * (generation next to a busy process: about 1.2-2x faster than yielding).
+ * On an idle core a sleep and its wake-up cost a few microseconds (a futex
+ * round trip between two threads here: 4-6 us, against 2-3 us yielding), so
+ * the budget's floor (BT_BARRIER_SPIN_NS >> BT_BARRIER_SHIFT_MAX, 12.5 us) is
+ * above a decode step's usual waits.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu_impl.h"
@@ -29,6 +40,11 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -43,9 +59,9 @@
 #define BT_POOL_SPIN 4096 /* pause iterations before an idle worker sleeps */
 #endif
 #ifndef BT_BARRIER_SPIN
-/* pause iterations before a barrier waiter starts yielding: short, because
+/* pause iterations before a barrier waiter may sleep: short, because
  * with more threads than free cores the thread being waited for may need
- * this core (sched_yield costs little when nothing else is runnable) */
+ * this core */
 #define BT_BARRIER_SPIN 256
 #endif
 #ifndef BT_BARRIER_SPIN_NS
@@ -53,10 +69,7 @@
  * longer than a node's usual imbalance, short next to a time slice */
 #define BT_BARRIER_SPIN_NS 100000
 #endif
-#define BT_BARRIER_SHIFT_MAX 6 /* the budget's floor: BT_BARRIER_SPIN_NS >> 6 (1.6 us) */
-#ifndef BT_POOL_YIELD
-#define BT_POOL_YIELD 64 /* sched_yield()s before the caller sleeps on done */
-#endif
+#define BT_BARRIER_SHIFT_MAX 3 /* the budget's floor: BT_BARRIER_SPIN_NS >> 3 (12.5 us) */
 
 struct bt_worker {
     bt_threadpool *pool;
@@ -83,6 +96,7 @@ struct bt_threadpool {
     /* barrier */
     atomic_int bar_count;
     atomic_int bar_phase;
+    atomic_int bar_sleepers; /* waiters asleep on bar_phase, or about to be */
     int64_t spin_ns;        /* the spin budget's ceiling; 0: more threads than cores */
     atomic_int spin_shift;  /* the budget is spin_ns >> spin_shift */
 };
@@ -146,6 +160,7 @@ bt_threadpool *bt_threadpool_new(int n_threads) {
     atomic_init(&pool->running, false);
     atomic_init(&pool->bar_count, 0);
     atomic_init(&pool->bar_phase, 0);
+    atomic_init(&pool->bar_sleepers, 0);
     atomic_init(&pool->spin_shift, 0);
     pool->spin_ns = n_threads <= usable_cpus() ? BT_BARRIER_SPIN_NS : 0;
     if (n_threads == 1) return pool;
@@ -227,29 +242,24 @@ void bt_threadpool_run(bt_threadpool *pool, bt_task_fn fn, void *arg) {
 
     fn(arg, 0, nth);
 
-    /* wait for the workers: spin, yield, then sleep */
+    /* wait for the workers: spin, then sleep */
     const int want = nth - 1;
-    int i = 0;
-    while (atomic_load_explicit(&pool->n_done, memory_order_acquire) != want) {
+    for (int i = 0; atomic_load_explicit(&pool->n_done, memory_order_acquire) != want; i++) {
         if (i < BT_POOL_SPIN) {
             BT_CPU_RELAX();
-        } else if (i < BT_POOL_SPIN + BT_POOL_YIELD) {
-            sched_yield();
-        } else {
-            pthread_mutex_lock(&pool->mutex);
-            while (atomic_load(&pool->n_done) != want)
-                pthread_cond_wait(&pool->cond_done, &pool->mutex);
-            pthread_mutex_unlock(&pool->mutex);
-            break;
+            continue;
         }
-        i++;
+        pthread_mutex_lock(&pool->mutex);
+        while (atomic_load(&pool->n_done) != want) pthread_cond_wait(&pool->cond_done, &pool->mutex);
+        pthread_mutex_unlock(&pool->mutex);
+        break;
     }
     atomic_store(&pool->running, false);
 }
 
 /* Wait for the barrier's phase to leave `phase` by spinning: at least
  * BT_BARRIER_SPIN pauses, then until the pool's budget has passed.  true:
- * it left; false: the budget ran out (the caller yields from then on).
+ * it left; false: the budget ran out (the caller waits on otherwise).
  * Each outcome moves the budget (one relaxed store, only when it changes). */
 static bool barrier_spin(bt_threadpool *pool, int phase) {
     const int shift = atomic_load_explicit(&pool->spin_shift, memory_order_relaxed);
@@ -273,6 +283,22 @@ static bool barrier_spin(bt_threadpool *pool, int phase) {
     return false;
 }
 
+/* Sleep until the barrier's phase leaves `phase`.  The sleeper counts
+ * itself before it checks the phase (in the kernel, atomically with going to
+ * sleep), and the last to arrive moves the phase before it reads the count:
+ * one of the two sees the other's write (all sequentially consistent), so no
+ * wake-up is lost. */
+static void barrier_sleep(bt_threadpool *pool, int phase) {
+#ifdef __linux__
+    atomic_fetch_add(&pool->bar_sleepers, 1);
+    while (atomic_load(&pool->bar_phase) == phase)
+        syscall(SYS_futex, (int *)&pool->bar_phase, FUTEX_WAIT_PRIVATE, phase, NULL, NULL, 0);
+    atomic_fetch_sub(&pool->bar_sleepers, 1);
+#else
+    while (atomic_load(&pool->bar_phase) == phase) sched_yield();
+#endif
+}
+
 void bt_threadpool_barrier(bt_threadpool *pool) {
     const int nth = pool->n_threads;
     if (nth == 1) return;
@@ -282,8 +308,12 @@ void bt_threadpool_barrier(bt_threadpool *pool) {
     if (atomic_fetch_add(&pool->bar_count, 1) == nth - 1) {
         atomic_store(&pool->bar_count, 0);
         atomic_fetch_add(&pool->bar_phase, 1);
+#ifdef __linux__
+        if (atomic_load(&pool->bar_sleepers) > 0)
+            syscall(SYS_futex, (int *)&pool->bar_phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
         return;
     }
     if (barrier_spin(pool, phase)) return;
-    while (atomic_load(&pool->bar_phase) == phase) sched_yield();
+    barrier_sleep(pool, phase);
 }
