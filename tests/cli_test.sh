@@ -131,6 +131,9 @@ t = next(t for t in r.tensors if t.name == "output_norm.weight")
 t.data[...] = np.nan
 r.data.flush()
 EOF2
+# --prompts from an endless stream: cut at 256 MiB with one message (before: read until memory ran out)
+expect 1 "^baton generate: /dev/stdin: more than 256 MiB: baton reads at most that much text\$" "generate --prompts from yes" -- \
+    bash -c 'yes hi | "$0" generate -m "$1" --prompts /dev/stdin -n 1' "$baton" "$tmp/nan.gguf"
 for np in 1 2; do
     expect 1 "^baton generate: prompt 1: the model's logits hold NaN \(token id [0-9]+, after 0 generated tokens\)" \
         "generate: NaN logits on $np rank(s)" -- mpirun -np $np "$baton" generate -m "$tmp/nan.gguf" -p hi -n 3 --temp 0

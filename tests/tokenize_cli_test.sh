@@ -64,6 +64,9 @@ expect 0 "     1 -> '<s>'
 printf 'Hello world\n' >"$tmp/t.txt"
 expect 0 "[128000, 9906, 1917, 198]" "-f FILE" -- "$baton" tokenize -m "$bpe" -f "$tmp/t.txt" --ids
 expect 0 "[128000, 9906, 1917, 198]" "--stdin" -- bash -c "printf 'Hello world\n' | '$baton' tokenize -m '$bpe' --stdin --ids"
+# an endless stream is cut at 256 MiB with one message (before: read until memory ran out)
+expect 1 "baton tokenize: standard input: more than 256 MiB: baton reads at most that much text" "--stdin from yes" -- \
+    bash -c "yes | '$baton' tokenize -m '$bpe' --stdin --ids"
 : >"$tmp/empty.txt"
 expect 0 "[128000]" "an empty text: the BOS alone" -- "$baton" tokenize -m "$bpe" -f "$tmp/empty.txt" --ids
 expect 0 "vocabulary: gpt2 (byte-level BPE), pre-tokenizer qwen2, 151936 tokens

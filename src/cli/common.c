@@ -303,7 +303,13 @@ char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t 
     }
     for (;;) {
         if (n == cap) {
-            cap *= 2;
+            if (cap > BT_CLI_READ_MAX) {
+                free(b);
+                snprintf(err, errlen, "%s: more than %zu MiB: baton reads at most that much text", name,
+                         BT_CLI_READ_MAX >> 20);
+                return NULL;
+            }
+            cap = cap * 2 > BT_CLI_READ_MAX ? BT_CLI_READ_MAX + 1 : cap * 2; /* one byte past: is there more? */
             char *p = realloc(b, cap + 1);
             if (!p) {
                 free(b);

@@ -119,7 +119,9 @@ void bt_progress_end(struct bt_progress *p);
  * string_process_escapes; *len is updated. */
 void bt_cli_process_escapes(char *s, size_t *len);
 /* The whole of a stream (NUL-terminated, its length in *len); NULL and a
- * message naming `name` on failure. */
+ * message naming `name` on failure, and past BT_CLI_READ_MAX bytes (an
+ * endless stream, /dev/zero or `yes`, would take the machine's memory). */
+#define BT_CLI_READ_MAX ((size_t)256 << 20)
 char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t errlen);
 /* s[0..n) as a JSON string; a byte that is not part of valid UTF-8 becomes \u00XX. */
 void bt_cli_json_str(FILE *f, const char *s, uint64_t n);
