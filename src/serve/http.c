@@ -532,11 +532,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* libmicrohttpd's own messages (a socket error, a client gone mid-stream),
  * one line each under the program's name */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    struct bt_server *s = cls;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') line[--n] = 0;
+    if (atomic_load(&s->starting)) {
+        if (!s->start_log[0]) snprintf(s->start_log, sizeof s->start_log, "%s", line);
+        return;
+    }
     fprintf(stderr, "baton serve: http: %s\n", line);
 }
 
@@ -564,14 +568,22 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    atomic_store(&s->starting, true);
     s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                 on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_END);
     freeaddrinfo(ai);
+    atomic_store(&s->starting, false);
     if (!s->daemon) {
-        snprintf(err, n_err, "cannot listen on %s port %d (in use, or not an address of this host)", cfg->host,
-                 cfg->port);
+        /* MHD's "Failed to bind to port P: REASON": the reason */
+        const char *why = strrchr(s->start_log, ':');
+        why = why && why[1] == ' ' ? why + 2 : s->start_log[0] ? s->start_log : NULL;
+        if (why)
+            snprintf(err, n_err, "cannot listen on %s port %d: %s", cfg->host, cfg->port, why);
+        else
+            snprintf(err, n_err, "cannot listen on %s port %d (in use, or not an address of this host)", cfg->host,
+                     cfg->port);
         goto fail;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);

@@ -17,6 +17,7 @@
 #define BATON_SERVE_SERVE_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +53,10 @@ struct bt_server {
     int n_answering;            /* submitted jobs whose answer is not yet sent (under jobs.mu) */
     struct MHD_Daemon *daemon;
     int port;          /* bound */
+    /* while MHD_start_daemon runs, its log's first line is kept here, not
+     * printed: a failed start is then one message with MHD's reason */
+    atomic_bool starting;
+    char start_log[256];
 };
 
 /* Start listening (HTTP threads run from here on).  BT_ERR_IO with a message
