@@ -342,6 +342,20 @@ fi
 expect 2 "unexpected argument 'extra'" "demo: stray argument" -- "$baton" demo extra
 expect 2 "^baton demo: --topology: the file name is empty \(try: baton demo --help\)\$" "demo: -t ''" -- "$baton" demo -t ''
 expect 2 "^baton demo: --trace: the file name is empty" "demo: --trace ''" -- "$baton" demo --trace ''
+# an empty file name is named as such, exit 2 (before: ": cannot open: No such file or directory", exit 1)
+while IFS='|' read -r want args; do
+    read -ra argv <<<"$args"
+    expect 2 "^baton $want: the file name is empty" "$args ''" -- "$baton" "${argv[@]}" ''
+done <<EOF2
+gguf: FILE|gguf
+tokenize: -m|tokenize -p hi -m
+tokenize: -f|tokenize -m x -f
+make-model: --vocab|make-model x.gguf --vocab
+generate: --prompts|generate -m x --prompts
+plan: --topology|plan -t
+plan: --project|plan --project
+plan: --dump-plan|plan -t x --dump-plan
+EOF2
 cores=$(getconf _NPROCESSORS_ONLN)
 expect 2 "^baton demo: --threads: $((cores + 1)) threads, more than this machine's $cores cores \(try: baton demo --help\)\$" \
     "demo: more threads than cores" -- "$baton" demo --threads $((cores + 1))

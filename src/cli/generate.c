@@ -169,7 +169,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case OPT_NO_ESCAPE: o->escape = false; break;
-        case OPT_PROMPTS: o->prompts_file = optarg; break;
+        case OPT_PROMPTS:
+            if (!*optarg) snprintf(err, errn, "--prompts: the file name is empty");
+            else o->prompts_file = optarg;
+            break;
         case OPT_PARALLEL:
             if (!bt_cli_parse_int(optarg, 1, 1024, &v)) snprintf(err, errn, "--parallel: '%s' is not an integer in [1, 1024]", optarg);
             else o->parallel = v;

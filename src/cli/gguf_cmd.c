@@ -187,6 +187,10 @@ int bt_cli_gguf(int argc, char **argv) {
         return 2;
     }
     const char *path = argv[optind];
+    if (!*path) {
+        fprintf(stderr, "baton gguf: FILE: the file name is empty (try: baton gguf --help)\n");
+        return 2;
+    }
     struct bt_gguf *g;
     char err[1024];
     if (bt_gguf_open(path, &g, err, sizeof err) != BT_OK) {

@@ -130,7 +130,10 @@ int bt_cli_plan(int argc, char **argv) {
     char err[1024];
     while ((code = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
         err[0] = '\0';
-        if (code == 't') path = optarg;
+        if ((code == 't' || code == 'D' || code == 'P') && !*optarg)
+            snprintf(err, sizeof err, "%s: the file name is empty",
+                     code == 't' ? "--topology" : code == 'D' ? "--dump-plan" : "--project");
+        else if (code == 't') path = optarg;
         else if (code == 'D') dump_path = optarg;
         else if (code == 'P') project_path = optarg;
         else if (code == 'h') {

@@ -112,6 +112,11 @@ int bt_cli_tokenize(int argc, char **argv) {
         fprintf(stderr, "baton tokenize: missing -m FILE (try: baton tokenize --help)\n");
         return 2;
     }
+    if (!*model || (file && !*file)) {
+        fprintf(stderr, "baton tokenize: %s: the file name is empty (try: baton tokenize --help)\n",
+                *model ? "-f" : "-m");
+        return 2;
+    }
     int n_src = (prompt != NULL) + (file != NULL) + use_stdin;
     if (n_src > 1) {
         fprintf(stderr, "baton tokenize: give the text one way: -p, -f or --stdin\n");
