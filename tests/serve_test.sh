@@ -218,6 +218,40 @@ if [ $cut = 0 ]; then echo "ok: SIGTERM: all 8 requests (4 running, 4 queued) go
 grep -qE "stopping: finishing [1-9][0-9]* running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
 grep "stopping: finishing" "$tmp/main.err"
 
+# ---- a model whose logits hold NaN (a damaged file): that request is a 500 naming it, ----
+# ---- the server goes on (before: 200 with tokens sampled from NaN) ----
+cp "$model" "$tmp/nan.gguf"
+python3 - "$tmp/nan.gguf" <<'EOF'
+import sys, numpy as np, gguf
+r = gguf.GGUFReader(sys.argv[1], "r+")
+next(t for t in r.tensors if t.name == "output_norm.weight").data[...] = np.nan
+r.data.flush()
+EOF
+model_good=$model
+model=$tmp/nan.gguf
+start_server nan --parallel 2 --ctx-size 256
+model=$model_good
+for stream in false true; do
+    code=$(curl -s -o "$tmp/nan.body" -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "{\"model\":\"nan.gguf\",\"prompt\":\"hi\",\"max_tokens\":3,\"stream\":$stream}" \
+        "http://127.0.0.1:$port/v1/completions")
+    want=500
+    [ $stream = true ] && want=200 # the stream has begun: its error comes as an event
+    if [ "$code" = $want ] && grep -q "the model's logits hold NaN" "$tmp/nan.body"; then
+        echo "ok: NaN logits (stream $stream): $code, the error named"
+    else
+        fail "NaN logits (stream $stream): $code: $(head -c 300 "$tmp/nan.body")"
+    fi
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
+[ "$code" = 200 ] && echo "ok: NaN logits: the server goes on" || fail "NaN logits: /health then gave $code"
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+rc=$?
+server=""
+[ $rc -eq 0 ] || fail "NaN logits: the server's job exited $rc: $(cat "$tmp/nan.err")"
+
 # ---- a rank killed while serving: the job ends with a message ----
 start_server killed --parallel 2 --ctx-size 256 --max-connections 3
 # connections are bounded: with 3 open, a 4th is closed unanswered; then all is well again
