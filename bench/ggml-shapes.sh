@@ -24,7 +24,7 @@ for r in $(seq 1 "$R"); do
     build/baton bench ops --threads "$T" --types "$ty" --shapes model --reps 10 2>/dev/null | grep -E '^mul_mat' > "$W/b.txt"
     # the rows come in the same order on both sides
     paste -d'|' "$W/l.txt" "$W/b.txt" | awk -F'|' -v r="$r" '{
-      split($1, l, " +"); split($2, b, " +"); gl = l[length(l) - 1]; gb = b[length(b) - 4]
+      split($1, l, " +"); split($2, b, " +"); gl = l[length(l) - 1]; gb = b[length(b) - 3]
       shape = $1; sub(/ +[0-9]+ +[0-9.]+ ms.*/, "", shape)
       printf "round %d  %-36s %7.2f %7.2f  %.3f\n", r, shape, gl, gb, gb / gl }'
   done

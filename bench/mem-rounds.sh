@@ -9,6 +9,8 @@
 #             process's CPU time; baton's GF/cpu-s column): fairer on a shared machine;
 #   2 threads: wall-clock GFLOP/s (run it on a quiet machine).
 # Keep a copy of the old binary (cp build/baton /tmp/baton-old) to compare old and new.
+# test-backend-ops prints a figure of six characters right after its colour code, with no space
+# ("[1;34m109.18 GFLOPS"): the pattern below takes a space or that 'm' before the figure.
 set -u
 T=${1:?usage: bench/mem-rounds.sh THREADS ROUNDS BATON_BINARY...}; R=${2:?rounds}; shift 2
 [ "$T" = 1 ] || [ "$T" = 2 ] || { echo "bench/mem-rounds.sh: THREADS must be 1 or 2" >&2; exit 2; }
@@ -22,7 +24,7 @@ for r in $(seq 1 "$R"); do
   printf 'round %d: llama.cpp' "$r"
   { LD_PRELOAD="$PRE" "$L" perf -b CPU -o MUL_MAT -p "type_a=($ALT),type_b=f32,m=4096,n=1,k=14336,bs=\\[1,1\\]" 2>&1
     LD_PRELOAD="$PRE" "$L" perf -b CPU -o MUL_MAT_ID -p "type_a=($ALT),type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=1,k=2048" 2>&1; } |
-    grep -E '^ *MUL_MAT' | sed -E 's/^ *(MUL_MAT(_ID)?)\(type_a=([a-z0-9_A-Z]+).* ([0-9.]+) GFLOPS.*/\1 \3 \4/; s/MUL_MAT_ID/id1/; s/MUL_MAT/dec/' |
+    grep -E '^ *MUL_MAT' | sed -E 's/^ *(MUL_MAT(_ID)?)\(type_a=([a-z0-9_A-Z]+).*[ m]([0-9.]+) GFLOPS.*/\1 \3 \4/; s/MUL_MAT_ID/id1/; s/MUL_MAT/dec/' |
     awk '{printf " %s-%s %s", $1, $2, $3}'
   for b in "$@"; do
     printf ' | %s' "$b"
