@@ -20,7 +20,10 @@
  * mul_mat, only the experts the ids select for mul_mat_id.  Decode-shaped
  * mul_mats rotate over copies of the weights so they stream from memory; the
  * MoE experts (113-805 MB in all, a few MB selected per call) may partly stay
- * in the last-level cache, so their %bw can exceed 100%.
+ * in the last-level cache, so their %bw can exceed 100%.  The MoE rows at 1
+ * token time a graph of MOE_COPIES_1TOK copies of the product with a barrier
+ * after each (per product: the time divided by the copies), as a model's
+ * step runs its products and as test-backend-ops times an op.
  */
 #include "baton.h"
 #include "cli.h"
@@ -38,6 +41,11 @@
 #define BENCH_MAX_THREADS 16
 #define MOE_EXPERTS 128
 #define MOE_USED 8
+/* mul_mat_id at 1 token takes 0.2-1 ms: its graph holds this many copies of
+ * the product, a barrier after each (as a model's step has, and as
+ * test-backend-ops times a graph holding the op many times), so that waking
+ * the pool and checking the plan once per graph are spread as in a step */
+#define MOE_COPIES_1TOK 8
 #define N_PATTERN_ROWS 61 /* distinct random rows, repeated to fill a weight matrix */
 #define BENCH_STREAM_BYTES ((size_t)768 << 20) /* weights one mul_mat run touches, at least */
 #define BENCH_MAX_COPIES 32
@@ -253,7 +261,9 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
     const size_t bytes = expert_bytes * MOE_EXPERTS +
                          sizeof(float) * (size_t)(k * max_tok + m * MOE_USED * max_tok) +
                          sizeof(int32_t) * (size_t)(MOE_USED * max_tok) +
-                         (size_t)n_tok * (16 * bt_tensor_overhead() + bt_graph_overhead(8)) +
+                         (sizeof(float) * (size_t)(m * MOE_USED) + BT_MEM_ALIGN) * MOE_COPIES_1TOK +
+                         (size_t)n_tok * ((16 + MOE_COPIES_1TOK) * bt_tensor_overhead() +
+                                          bt_graph_overhead(8 + MOE_COPIES_1TOK)) +
                          (4 << 20);
     bt_context *ctx = bt_init((struct bt_init_params){bytes, NULL, false});
     if (!ctx) {
@@ -273,9 +283,14 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
         /* activations broadcast over the used slots (n_b = 1), as for an FFN's gate/up */
         struct bt_tensor *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, k, 1, nt);
         struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, MOE_USED, nt);
-        struct bt_tensor *c = bt_mul_mat_id(ctx, as, b, ids);
-        struct bt_graph *g = c ? bt_graph_new(ctx, 8) : NULL;
-        if (!g || bt_graph_build_forward_expand(g, c) != BT_OK || !fill_random(b, 77)) {
+        const int n_copies = nt == 1 ? MOE_COPIES_1TOK : 1;
+        struct bt_graph *g = bt_graph_new(ctx, 8 + MOE_COPIES_1TOK);
+        bool built = g && b && ids;
+        for (int cp = 0; built && cp < n_copies; cp++) {
+            struct bt_tensor *c = bt_mul_mat_id(ctx, as, b, ids);
+            built = c && bt_graph_build_forward_expand(g, c) == BT_OK;
+        }
+        if (!built || !fill_random(b, 77)) {
             fprintf(stderr, "baton bench: cannot build mul_mat_id: %s\n", bt_context_error(ctx));
             rc = 1;
             break;
@@ -302,7 +317,7 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
                  (long long)nt, MOE_USED, MOE_EXPERTS);
         const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
         const double wbytes = (double)expert_bytes * n_sel;
-        rc = time_rows(o, mc, g, reps[si], 1, false, "mul_mat_id", type, shape, flop, wbytes);
+        rc = time_rows(o, mc, g, reps[si], n_copies, n_copies > 1, "mul_mat_id", type, shape, flop, wbytes);
     }
     bt_free(ctx);
     return rc;
