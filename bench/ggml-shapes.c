@@ -28,9 +28,18 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "ggml-shapes: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
 static void fill(struct ggml_tensor *t, uint64_t seed) {
     const int64_t n = ggml_nelements(t);
-    float *f = malloc(sizeof(float) * (size_t)n);
+    float *f = xmalloc(sizeof(float) * (size_t)n);
     uint64_t s = seed | 1;
     for (int64_t i = 0; i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -40,7 +49,7 @@ static void fill(struct ggml_tensor *t, uint64_t seed) {
         ggml_backend_tensor_set(t, f, 0, ggml_nbytes(t));
     } else {
         const int64_t k = t->ne[0], rows = n / k;
-        void *q = malloc(ggml_nbytes(t));
+        void *q = xmalloc(ggml_nbytes(t));
         ggml_quantize_chunk(t->type, f, q, 0, rows, k, NULL);
         ggml_backend_tensor_set(t, q, 0, ggml_nbytes(t));
         free(q);
@@ -113,6 +122,11 @@ int main(int argc, char **argv) {
             ggml_build_forward_expand(g, out);
         }
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+        if (!buf) {
+            fprintf(stderr, "ggml-shapes: cannot allocate the weights of %s m=%lld k=%lld\n", sh->op,
+                    (long long)sh->m, (long long)sh->k);
+            return 1;
+        }
         fill(pool, 1234 + si);
         fill(b, 77);
         for (int c = 0; c < n_copies; c++)
@@ -121,7 +135,7 @@ int main(int argc, char **argv) {
                 ggml_backend_tensor_set(ids[c], sel, 0, sizeof sel);
             }
         ggml_backend_graph_compute(be, g); /* warm-up */
-        double *t = malloc(sizeof(double) * (size_t)reps);
+        double *t = xmalloc(sizeof(double) * (size_t)reps);
         for (int r = 0; r < reps; r++) {
             const double t0 = now_s();
             ggml_backend_graph_compute(be, g);

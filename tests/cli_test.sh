@@ -273,13 +273,17 @@ expect 0 "bitwise" "demo --backend cpu" -- mpirun -np 2 "$baton" demo "${small[@
 # model each had their own check and words; serve and demo their own start
 # branch): the topology named, and where it came from
 topo2="$root/configs/local-cpu-2.yaml"
-for sub in demo generate "bench model" serve; do
-    case $sub in
+# subv: the arguments that start subcommand $1's ranks with a model that is never read
+sub_argv() {
+    case $1 in
     demo) subv=(demo) ;;
     generate) subv=(generate -m x -p hi) ;;
     serve) subv=(serve -m x) ;;
     *) subv=(bench model -m x) ;;
     esac
+}
+for sub in demo generate "bench model" serve; do
+    sub_argv "$sub"
     line="^baton $sub: --backend cpu and the topology $topo2 \\(from \\\$BATON_TOPOLOGY\\): the topology names each rank's backend; give one or the other\$"
     for launch in one mpirun; do
         if [ $launch = one ]; then
@@ -299,12 +303,7 @@ done
 # a $BATON_TOPOLOGY file that is missing or bad: the message says where its name came from
 # (before: "/x/none.yaml: cannot open: ...", and nothing on the command line names that file)
 for sub in demo generate "bench model" serve; do
-    case $sub in
-    demo) subv=(demo) ;;
-    generate) subv=(generate -m x -p hi) ;;
-    serve) subv=(serve -m x) ;;
-    *) subv=(bench model -m x) ;;
-    esac
+    sub_argv "$sub"
     expect 1 "^$tmp/none.yaml: cannot open: No such file or directory \(from \\\$BATON_TOPOLOGY\)\$" \
         "$sub with a missing \$BATON_TOPOLOGY" -- env BATON_TOPOLOGY="$tmp/none.yaml" "$baton" "${subv[@]}"
 done

@@ -446,91 +446,82 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 /* "1,2" -> threads; false with a message on a bad list. */
-static bool parse_threads(const char *arg, struct bench_opts *o) {
+/* Each item of the comma-separated list arg (given to `flag`) to item(tok, o),
+ * which prints its own message when it refuses one; false with a message
+ * on a list too long or empty, or when an item is refused. */
+static bool parse_list(const char *flag, const char *arg, struct bench_opts *o,
+                       bool (*item)(const char *tok, struct bench_opts *o)) {
     char buf[256];
     if (strlen(arg) >= sizeof(buf)) {
-        fprintf(stderr, "baton bench: --threads: list too long\n");
+        fprintf(stderr, "baton bench: %s: list too long\n", flag);
         return false;
     }
     strcpy(buf, arg);
-    o->n_threads = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long v;
-        char err[160];
-        if (!parse_int(tok, 1, 1024, &v)) {
-            fprintf(stderr, "baton bench: --threads: '%s' is not a thread count (1..1024)\n", tok);
-            return false;
-        }
-        if (!bt_cli_threads_check(v, "--threads", err, sizeof err)) {
-            fprintf(stderr, "baton bench: %s\n", err);
-            return false;
-        }
-        if (o->n_threads == BENCH_MAX_THREADS) {
-            fprintf(stderr, "baton bench: --threads: at most %d entries\n", BENCH_MAX_THREADS);
-            return false;
-        }
-        o->threads[o->n_threads++] = (int)v;
-    }
-    if (o->n_threads == 0) {
-        fprintf(stderr, "baton bench: --threads: empty list\n");
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++)
+        if (!item(tok, o)) return false;
+    if (n == 0) {
+        fprintf(stderr, "baton bench: %s: empty list\n", flag);
         return false;
     }
     return true;
 }
 
-/* "decode,moe1" -> o->shapes; false with a message on a bad list. */
-static bool parse_shapes(const char *arg, struct bench_opts *o) {
-    char buf[256];
-    if (strlen(arg) >= sizeof(buf)) {
-        fprintf(stderr, "baton bench: --shapes: list too long\n");
+static bool thread_item(const char *tok, struct bench_opts *o) {
+    long v;
+    char err[160];
+    if (!parse_int(tok, 1, 1024, &v)) {
+        fprintf(stderr, "baton bench: --threads: '%s' is not a thread count (1..1024)\n", tok);
         return false;
     }
-    strcpy(buf, arg);
-    o->shapes = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        size_t i = 0;
-        while (i < sizeof(shape_names) / sizeof(shape_names[0]) && strcmp(tok, shape_names[i].name) != 0) i++;
-        if (i == sizeof(shape_names) / sizeof(shape_names[0])) {
-            fprintf(stderr,
-                    "baton bench: --shapes: '%s' is not a row group (all decode prompt moe moe1 moe32 moe512 model attn)\n",
-                    tok);
-            return false;
-        }
-        o->shapes |= shape_names[i].bits;
-    }
-    if (o->shapes == 0) {
-        fprintf(stderr, "baton bench: --shapes: empty list\n");
+    if (!bt_cli_threads_check(v, "--threads", err, sizeof err)) {
+        fprintf(stderr, "baton bench: %s\n", err);
         return false;
     }
+    if (o->n_threads == BENCH_MAX_THREADS) {
+        fprintf(stderr, "baton bench: --threads: at most %d entries\n", BENCH_MAX_THREADS);
+        return false;
+    }
+    o->threads[o->n_threads++] = (int)v;
     return true;
+}
+
+static bool shape_item(const char *tok, struct bench_opts *o) {
+    for (size_t i = 0; i < sizeof(shape_names) / sizeof(shape_names[0]); i++)
+        if (strcmp(tok, shape_names[i].name) == 0) {
+            o->shapes |= shape_names[i].bits;
+            return true;
+        }
+    fprintf(stderr, "baton bench: --shapes: '%s' is not a row group (all decode prompt moe moe1 moe32 moe512 model attn)\n",
+            tok);
+    return false;
+}
+
+static bool type_item(const char *tok, struct bench_opts *o) {
+    for (int t = 0; t < BT_TYPE_COUNT; t++)
+        if (t != BT_TYPE_I32 && t != BT_TYPE_Q8_K && !strcasecmp(tok, bt_type_name((enum bt_type)t))) {
+            o->types[t] = true;
+            return true;
+        }
+    fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K)\n",
+            tok);
+    return false;
+}
+
+/* "1,2" -> o->threads; "decode,moe1" -> o->shapes; "f16,q8_0" -> o->types */
+static bool parse_threads(const char *arg, struct bench_opts *o) {
+    o->n_threads = 0;
+    return parse_list("--threads", arg, o, thread_item);
+}
+
+static bool parse_shapes(const char *arg, struct bench_opts *o) {
+    o->shapes = 0;
+    return parse_list("--shapes", arg, o, shape_item);
 }
 
 static bool parse_types(const char *arg, struct bench_opts *o) {
-    char buf[256];
-    if (strlen(arg) >= sizeof(buf)) {
-        fprintf(stderr, "baton bench: --types: list too long\n");
-        return false;
-    }
-    strcpy(buf, arg);
     memset(o->types, 0, sizeof(o->types));
-    int n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int found = -1;
-        for (int t = 0; t < BT_TYPE_COUNT; t++)
-            if (t != BT_TYPE_I32 && t != BT_TYPE_Q8_K && !strcasecmp(tok, bt_type_name((enum bt_type)t))) found = t;
-        if (found < 0) {
-            fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K)\n",
-                    tok);
-            return false;
-        }
-        o->types[found] = true;
-        n++;
-    }
-    if (n == 0) {
-        fprintf(stderr, "baton bench: --types: empty list\n");
-        return false;
-    }
-    return true;
+    return parse_list("--types", arg, o, type_item);
 }
 
 int bt_cli_bench(int argc, char **argv) {
