@@ -294,37 +294,6 @@ static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8],
 #define BT_I8_BLOCK_ROW 2048 /* decode tiles: rows up to this many bytes prefetch the next tile as a block */
 #endif
 
-/* The decode tiles' prefetch for the chunk of blocks from c0: about
- * BT_I8_PREFETCH bytes ahead in each row; near a row's end, the next tile's
- * rows (rows shorter than the distance wrap round), so that the next tile
- * does not begin by waiting on memory.  block: the next tile's rows are one
- * block of 16 * rb bytes in order (bt_cpu_prefetch_share). */
-static inline __attribute__((always_inline)) void i8_prefetch_chunk(const int bs, int64_t nblk, bool block,
-                                                                    const char *const *rows,
-                                                                    const char *const *next, int64_t c0) {
-    const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
-    if (block) {
-        const size_t rb = (size_t)nblk * (size_t)bs;
-        bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, (nblk + I8_CHUNK - 1) / I8_CHUNK);
-        return;
-    }
-    const int64_t pos = c0 + pf_chunks;
-    const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
-    for (int r = 0; r < 16; r++) {
-        const char *pa = pos + I8_CHUNK <= nblk               ? rows[r] + (size_t)pos * (size_t)bs
-                         : next && npos + I8_CHUNK <= nblk ? next[r] + (size_t)npos * (size_t)bs
-                                                              : NULL;
-        if (pa)
-            for (int o = 0; o < I8_CHUNK * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
-    }
-}
-
-/* rows up to BT_I8_BLOCK_ROW bytes prefetch the next tile's block of rows */
-static inline bool i8_next_is_block(int64_t nblk, int bs, const char *const *next) {
-    const size_t rb = (size_t)nblk * (size_t)bs;
-    return rb <= BT_I8_BLOCK_ROW && bt_cpu_rows_block((const void *const *)next, 16, rb);
-}
-
 /* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
 static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
                                                             const char *const *rows, const char *const *next,
@@ -332,7 +301,12 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
     const int off = q8 ? 128 : 8;
     const int64_t nblk = k / I8_QK;
-    const bool block = i8_next_is_block(nblk, bs, next);
+    const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
+    /* rows up to BT_I8_BLOCK_ROW bytes: the next tile's block of rows, in
+     * order (bt_cpu_prefetch_share) */
+    const size_t rb = (size_t)nblk * (size_t)bs;
+    const bool block = rb <= BT_I8_BLOCK_ROW && bt_cpu_rows_block((const void *const *)next, 16, rb);
+    const int64_t nsteps = (nblk + I8_CHUNK - 1) / I8_CHUNK;
     struct i8col a[4];
     __m512 acc[4];
     for (int c = 0; c < RN; c++) {
@@ -341,7 +315,22 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     }
     for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
         const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
-        i8_prefetch_chunk(bs, nblk, block, rows, next, c0);
+        /* prefetch about BT_I8_PREFETCH bytes ahead in each row; near a row's
+         * end, the next tile's rows (rows shorter than the distance wrap
+         * round), so that the next tile does not begin by waiting on memory */
+        if (block) {
+            bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, nsteps);
+        } else {
+            const int64_t pos = c0 + pf_chunks;
+            const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
+            for (int r = 0; r < 16; r++) {
+                const char *pa = pos + I8_CHUNK <= nblk               ? rows[r] + (size_t)pos * (size_t)bs
+                                 : next && npos + I8_CHUNK <= nblk ? next[r] + (size_t)npos * (size_t)bs
+                                                                      : NULL;
+                if (pa)
+                    for (int o = 0; o < I8_CHUNK * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
+            }
+        }
         for (int i = 0; i < nc; i += 2) {
             const int64_t b = c0 + i;
             const bool two = i + 1 < nc;
@@ -369,78 +358,6 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
         }
     }
     for (int c = 0; c < RN; c++) _mm512_storeu_ps(out + c * 16, acc[c]);
-}
-
-/* The 16-row x 1-column decode tile, a block at a time in 256-bit vectors
- * (on this core as fast per byte as 512-bit ones): each row's 32 quants of
- * block b by one unaligned load at their own address (Q8_0: 32 bytes, made
- * unsigned by +128; Q4_0: its 16 bytes in both halves, the low nibbles of
- * one and the high of the other), one vpdpbusd per row with the block's 32
- * activation bytes, the 16 rows' 8 partial sums added to a lane per row
- * (i8_sum16), and the rows' scales by 16 loads each masked to one word
- * (two gathers cost 3 times as much here, a scalar copy twice).  No byte or word permutes: a
- * block's sum is the same exact I_b, the float step the same, so the bits
- * are i8_tile16's. */
-static inline __attribute__((always_inline)) __m512i i8_sum16(const __m256i p[16]) {
-    __m256i t[8], u[4];
-    for (int i = 0; i < 8; i++) /* per 128-bit lane (a0+a2, b0+b2, a1+a3, b1+b3), a = p[2i], b = p[2i+1] */
-        t[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2 * i], p[2 * i + 1]),
-                                _mm256_unpackhi_epi32(p[2 * i], p[2 * i + 1]));
-    for (int j = 0; j < 4; j++) /* per 128-bit lane: rows 4j .. 4j+3, half of each row's sum */
-        u[j] = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2 * j], t[2 * j + 1]),
-                                _mm256_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
-    __m256i v[2]; /* rows 8n .. 8n+7 */
-    for (int n = 0; n < 2; n++)
-        v[n] = _mm256_add_epi32(_mm256_permute2x128_si256(u[2 * n], u[2 * n + 1], 0x20),
-                                _mm256_permute2x128_si256(u[2 * n], u[2 * n + 1], 0x31));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(v[0]), v[1], 1);
-}
-
-static inline __attribute__((always_inline)) void i8_tile16_1col(const bool q8, int64_t k, const char *const *rows,
-                                                                 const char *const *next, const void *act,
-                                                                 float *out) {
-    const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
-    const int off = q8 ? 128 : 8;
-    const int64_t nblk = k / I8_QK;
-    const bool block = i8_next_is_block(nblk, bs, next);
-    const struct i8col a = i8col_at(act, k);
-    const __m256i nib = _mm256_setr_epi64x(0x0102040800000000LL, 0x0102040800000000LL, 0x1020408000000000LL,
-                                           0x1020408000000000LL);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
-        const int64_t c1 = nblk - c0 < I8_CHUNK ? nblk : c0 + I8_CHUNK;
-        i8_prefetch_chunk(bs, nblk, block, rows, next, c0);
-        for (int64_t b = c0; b < c1; b++) {
-            const size_t o = (size_t)b * (size_t)bs;
-            const __m256i av = _mm256_loadu_si256((const __m256i *)(a.q + b * I8_QK));
-            __m256i p[16];
-            for (int r = 0; r < 16; r++) {
-                __m256i w;
-                if (q8) {
-                    w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rows[r] + o + 2)),
-                                         _mm256_set1_epi8((char)0x80));
-                } else {
-                    const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(rows[r] + o + 2)));
-#if defined(__GFNI__)
-                    w = _mm256_gf2p8affine_epi64_epi8(x, nib, 0);
-#else
-                    (void)nib;
-                    w = _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
-#endif
-                }
-                p[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, av);
-            }
-            /* word r <- row r's d: a load masked to that word, from 2r bytes before it */
-            __m256i d16 = _mm256_setzero_si256();
-            for (int r = 0; r < 16; r++)
-                d16 = _mm256_mask_loadu_epi16(d16, (__mmask16)(1u << r),
-                                              (const void *)((uintptr_t)(rows[r] + o) - 2 * (uintptr_t)r));
-            const __m512 dw = _mm512_cvtph_ps(d16);
-            const __m512i i = _mm512_sub_epi32(i8_sum16(p), _mm512_set1_epi32(off * a.s[b]));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[b])), acc);
-        }
-    }
-    _mm512_storeu_ps(out, acc);
 }
 
 /* One row, one column: the tile's order for a single row, without the
@@ -644,7 +561,7 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
     }                                                                                                              \
     static void qtile_##name##_16x1(int64_t k, const void *const *w, const void *const *a, const void *const *n, \
                                     float *out) {                                                                  \
-        i8_tile16_1col(q8, k, (const char *const *)w, (const char *const *)n, a[0], out);                              \
+        i8_tile16(q8, 1, k, (const char *const *)w, (const char *const *)n, a, out);                              \
     }                                                                                                              \
     static void qtile_##name##_16x2(int64_t k, const void *const *w, const void *const *a, const void *const *n, \
                                     float *out) {                                                                  \
