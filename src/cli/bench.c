@@ -24,6 +24,9 @@
  * token time a graph of MOE_COPIES_1TOK copies of the product with a barrier
  * after each (per product: the time divided by the copies), as a model's
  * step runs its products and as test-backend-ops times an op.
+ * The weights are plain rows, as test-backend-ops and --mmap have them; with
+ * --repacked the decode, prompt and moe rows' weights are laid out as a CPU
+ * rank loads a model's (bt_cpu_weight_repack), their shape marked "rp".
  */
 #include "baton.h"
 #include "cli.h"
