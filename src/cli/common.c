@@ -4,14 +4,21 @@
 
 #include "outfile.h"
 #include "plan.h"
+#include "model/arch.h"
 #include "run/bringup.h"
+#include "run/engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+extern char **environ;
 
 void bt_cli_model_defaults(struct bt_model_config *c) {
     bt_model_config_default(c);
@@ -387,4 +394,80 @@ int bt_cli_stdout_finish(const char *prog, int rc) {
     /* an earlier write failed and its bytes were dropped: the flag is all that is left */
     fprintf(stderr, "%s: writing the output: %s\n", prog, now && e ? strerror(e) : "a write to stdout failed");
     return 1;
+}
+
+/* mpirun's own stdout, when this process is Open MPI's rank 0 started by
+ * mpirun on its host, the user asked nothing of the output (no --tag-output,
+ * --timestamp-output, --output-filename, --xml: OMPI_MCA_orte_*output*), our
+ * stdout is mpirun's forwarding pty or pipe, and mpirun's stdout is a pipe, a
+ * device other than a terminal, or a file opened for appending: the places
+ * where a second writer cannot clobber or reorder what mpirun writes.  Its
+ * path under /proc, or false. */
+static bool launcher_stdout(char *path, size_t n, int *flags) {
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r || strcmp(r, "0") != 0) return false;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, "OMPI_MCA_orte_", 14) && strstr(*e, "output") && strstr(*e, "output") < strchr(*e, '='))
+            return false;
+    struct stat ours, theirs;
+    if (fstat(STDOUT_FILENO, &ours) != 0 || !(S_ISCHR(ours.st_mode) || S_ISFIFO(ours.st_mode))) return false;
+    const long ppid = (long)getppid();
+    char comm[64] = "";
+    snprintf(path, n, "/proc/%ld/comm", ppid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const bool got = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    comm[strcspn(comm, "\n")] = 0;
+    if (!got || !(strcmp(comm, "mpirun") == 0 || strcmp(comm, "mpiexec") == 0 || strcmp(comm, "orterun") == 0))
+        return false;
+    /* a file: only one opened for appending (its flags, octal, in fdinfo) */
+    char info[64];
+    snprintf(info, sizeof info, "/proc/%ld/fdinfo/1", ppid);
+    snprintf(path, n, "/proc/%ld/fd/1", ppid);
+    if (stat(path, &theirs) != 0) return false;
+    if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) return false;
+    *flags = O_WRONLY | O_NOCTTY;
+    if (S_ISREG(theirs.st_mode)) {
+        unsigned long fl = 0;
+        f = fopen(info, "r");
+        if (!f) return false;
+        char line[128];
+        bool append = false;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "flags: %lo", &fl) == 1) append = (fl & O_APPEND) != 0;
+        fclose(f);
+        if (!append) return false;
+        *flags |= O_APPEND;
+    } else if (!S_ISFIFO(theirs.st_mode) && !S_ISCHR(theirs.st_mode)) {
+        return false;
+    }
+    return true;
+}
+
+void bt_cli_stdout_direct(void) {
+    char path[64];
+    int flags = 0;
+    if (!launcher_stdout(path, sizeof path, &flags)) return;
+    const int fd = open(path, flags);
+    if (fd < 0) return;
+    /* a terminal stays with mpirun (its writes to one do not fail) */
+    if (!isatty(fd)) {
+        fflush(stdout);
+        dup2(fd, STDOUT_FILENO);
+    }
+    close(fd);
+}
+
+void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, long parallel) {
+    const struct bt_hparams *h = bt_engine_hparams(e);
+    const long per_seq = n_ctx / parallel;
+    if (h->n_ctx_train <= 0 || per_seq <= h->n_ctx_train) return;
+    char how[96];
+    if (parallel > 1) snprintf(how, sizeof how, "--ctx-size %ld / --parallel %ld gives", n_ctx, parallel);
+    else snprintf(how, sizeof how, "--ctx-size %ld gives", n_ctx);
+    fprintf(stderr,
+            "%s: warning: %s each sequence %ld positions, more than the %lld the model was trained on "
+            "(%s.context_length): past position %lld the output degrades\n",
+            prog, how, per_seq, (long long)h->n_ctx_train, bt_engine_arch(e)->name, (long long)h->n_ctx_train);
 }
