@@ -540,6 +540,18 @@ if [ "$rc" -eq 0 ] && [ "$rows" -eq 1 ] && grep -qE '^mul_mat_id +q4_0 +m=768 k=
 else
     bad "bench ops --shapes moe1: exit $rc, $rows rows"
 fi
+# --repacked: the q8_0 row's weights laid out as a CPU rank loads them (shape marked rp) where the
+# build has the repacked kernels (a native build on a CPU with AVX-512 VNNI); f16 is never repacked
+timeout 120 "$baton" bench ops --threads 1 --types f16,q8_0 --shapes moe1 --quick --reps 1 --repacked >"$tmp/out" 2>&1
+rc=$?
+want_rp=0
+grep -q avx512_vnni /proc/cpuinfo && want_rp=1
+got_rp=$(grep -cE '^mul_mat_id +q8_0 +m=768 k=2048 tok=1 E8/128 rp +1 ' "$tmp/out")
+if [ "$rc" -eq 0 ] && [ "$got_rp" -eq "$want_rp" ] && grep -qE '^mul_mat_id +f16 +m=768 k=2048 tok=1 E8/128 +1 ' "$tmp/out"; then
+    ok "bench ops --repacked: q8_0 repacked ($want_rp), f16 plain"
+else
+    bad "bench ops --repacked: exit $rc, q8_0 marked rp $got_rp (want $want_rp)"
+fi
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl

@@ -28,6 +28,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "cpu.h"
 
 #include <errno.h>
 #include <math.h>
@@ -56,6 +57,7 @@ struct bench_opts {
     bool types[BT_TYPE_COUNT];
     int reps; /* 0: per-shape default */
     bool quick;
+    bool repacked; /* decode, prompt and moe weights laid out as a CPU rank loads them */
     unsigned shapes; /* SHAPE_* bits: the rows --shapes selects */
 };
 
@@ -119,6 +121,29 @@ static bool fill_random(struct bt_tensor *t, uint64_t seed) {
                row_bytes);
     free(tmp);
     free(pat);
+    return true;
+}
+
+/* --repacked: the weights t (filled, plain) rearranged as bt_llm_load_gguf
+ * does on a CPU rank, when this build repacks t's type and shape; returns
+ * whether it did (false also on an allocation failure, with a message:
+ * *failed set).  Each copy of t in `copies` (the same plain bytes) too. */
+static bool repack_weights(const struct bench_opts *o, struct bt_tensor *t, struct bt_tensor *const *copies,
+                           int n_copies, bool *failed) {
+    *failed = false;
+    if (!o->repacked || !bt_cpu_weight_repackable(t)) return false;
+    const size_t n = bt_nbytes(t);
+    void *plain = malloc(n);
+    if (!plain) {
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB to repack %s weights\n", n >> 20, bt_type_name(t->type));
+        *failed = true;
+        return false;
+    }
+    memcpy(plain, t->data, n);
+    bt_cpu_weight_repack(t, plain);
+    for (int i = 0; i < n_copies; i++)
+        if (copies[i] != t) bt_cpu_weight_repack(copies[i], plain);
+    free(plain);
     return true;
 }
 
@@ -222,18 +247,20 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
     struct bt_tensor *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, k, n);
     struct bt_graph *g = bt_graph_new(ctx, 2 * n_copies + 8);
     bool ok = b && g && fill_random(b, 99);
-    struct bt_tensor *a0 = NULL;
+    struct bt_tensor *as[BENCH_MAX_COPIES];
     for (int i = 0; i < n_copies && ok; i++) {
-        struct bt_tensor *a = bt_new_tensor_2d(ctx, type, k, m);
+        struct bt_tensor *a = as[i] = bt_new_tensor_2d(ctx, type, k, m);
         struct bt_tensor *c = bt_mul_mat(ctx, a, b);
         ok = c && bt_graph_build_forward_expand(g, c) == BT_OK;
         if (!ok) break;
-        if (i == 0) {
-            ok = fill_random(a, 1234 + (uint64_t)type);
-            a0 = a;
-        } else {
-            memcpy(a->data, a0->data, wsize);
-        }
+        if (i == 0) ok = fill_random(a, 1234 + (uint64_t)type);
+        else memcpy(a->data, as[0]->data, wsize);
+    }
+    bool failed = false;
+    const bool rp = ok && !each && repack_weights(o, as[0], as, n_copies, &failed);
+    if (failed) {
+        bt_free(ctx);
+        return 1;
     }
     if (!ok) {
         fprintf(stderr, "baton bench: cannot build mul_mat %s: %s\n", bt_type_name(type),
@@ -242,7 +269,7 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
         return 1;
     }
     char shape[64];
-    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
+    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld%s", (long long)m, (long long)n, (long long)k, rp ? " rp" : "");
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     const double wbytes = (double)wsize;
     const int rc = time_rows(o, mc, g, reps, n_copies, each, "mul_mat", type, shape, flop, wbytes);
@@ -274,6 +301,12 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
     struct bt_tensor *as = bt_new_tensor_3d(ctx, type, k, m, MOE_EXPERTS);
     if (!as || !fill_random(as, 4321 + (uint64_t)type)) {
         fprintf(stderr, "baton bench: cannot build experts: %s\n", bt_context_error(ctx));
+        bt_free(ctx);
+        return 1;
+    }
+    bool failed = false;
+    const bool rp = repack_weights(o, as, &as, 1, &failed);
+    if (failed) {
         bt_free(ctx);
         return 1;
     }
@@ -313,8 +346,8 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
         for (int x = 0; x < MOE_EXPERTS; x++) n_sel += used[x];
 
         char shape[64];
-        snprintf(shape, sizeof(shape), "m=%lld k=%lld tok=%lld E%d/%d", (long long)m, (long long)k,
-                 (long long)nt, MOE_USED, MOE_EXPERTS);
+        snprintf(shape, sizeof(shape), "m=%lld k=%lld tok=%lld E%d/%d%s", (long long)m, (long long)k,
+                 (long long)nt, MOE_USED, MOE_EXPERTS, rp ? " rp" : "");
         const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
         const double wbytes = (double)expert_bytes * n_sel;
         rc = time_rows(o, mc, g, reps[si], n_copies, n_copies > 1, "mul_mat_id", type, shape, flop, wbytes);
@@ -421,6 +454,7 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
 static void usage(FILE *f) {
     fprintf(f,
             "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick] [--shapes LIST]\n"
+            "                       [--repacked]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
             "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all); f16 adds the\n"
@@ -433,7 +467,11 @@ static void usage(FILE *f) {
             "                  m=768 k=2048, at 1, 32 and 512 tokens; or one of moe1, moe32,\n"
             "                  moe512), model (a Mixtral-shaped model's decode products: d 2048,\n"
             "                  8 experts of 5632, top-2, vocabulary 32000), attn (flash_attn,\n"
-            "                  with f16 among --types)\n");
+            "                  with f16 among --types)\n"
+            "  --repacked      the decode, prompt and moe rows' weights laid out as a CPU rank\n"
+            "                  loads a model's (q8_0, q4_0, q4_K, q6_K in groups of 16 rows; shape\n"
+            "                  marked rp); default: plain rows, as --mmap and llama.cpp's\n"
+            "                  test-backend-ops have them\n");
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -539,6 +577,8 @@ int bt_cli_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(f, "--quick")) {
             o.quick = true;
+        } else if (!strcmp(f, "--repacked")) {
+            o.repacked = true;
         } else if (!strcmp(f, "--threads") || !strcmp(f, "--types") || !strcmp(f, "--reps") ||
                    !strcmp(f, "--shapes")) {
             if (i + 1 >= argc) {
