@@ -132,13 +132,30 @@ generate (streamed)|generate -m $tmp/full.gguf -p hi -n 3 --temp 0
 generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
 demo|demo ${small[*]}
 EOF2
+    # a file opened with `>` on a full disk (a 16 KiB tmpfs, filled): rank 0 writes
+    # through mpirun's own open file (pidfd_getfd); needs root's mount, else skipped
+    mkdir -p "$tmp/mnt"
+    if mount -t tmpfs -o size=16k tmpfs "$tmp/mnt" 2>/dev/null; then
+        head -c 65536 /dev/zero >"$tmp/mnt/fill" 2>/dev/null
+        timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 </dev/null \
+            >"$tmp/mnt/out" 2>"$tmp/out"
+        rc=$?
+        umount "$tmp/mnt"
+        n=$(grep -c "^baton generate: writing the output: No space left on device" "$tmp/out")
+        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "mpirun -np 2 generate > FILE on a full disk: exit 1, one message"
+        else bad "mpirun -np 2 generate > FILE on a full disk: exit $rc, $n messages"; fi
+    else
+        echo "skip: mpirun -np 2 generate > FILE on a full disk (no tmpfs mount here)"
+    fi
     # through a pipe and appended to a file, the output is whole and the same as one process's
     "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 >"$tmp/one" 2>/dev/null
     timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null | cat >"$tmp/two"
     : >"$tmp/two.app"
     timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null >>"$tmp/two.app"
-    if cmp -s "$tmp/one" "$tmp/two" && cmp -s "$tmp/one" "$tmp/two.app"; then ok "mpirun -np 2 generate | cat, >> FILE: the one-process output"
-    else bad "mpirun -np 2 generate | cat, >> FILE: differs from the one-process output"; fi
+    timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null >"$tmp/two.file"
+    if cmp -s "$tmp/one" "$tmp/two" && cmp -s "$tmp/one" "$tmp/two.app" && cmp -s "$tmp/one" "$tmp/two.file"; then
+        ok "mpirun -np 2 generate | cat, >> FILE, > FILE: the one-process output"
+    else bad "mpirun -np 2 generate | cat, >> FILE, > FILE: differs from the one-process output"; fi
 fi
 # a context past the model's trained one (context_length 64): one warning naming
 # both numbers and the flag, and the run goes on (before: nothing said)

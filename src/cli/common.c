@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -396,63 +397,81 @@ int bt_cli_stdout_finish(const char *prog, int rc) {
     return 1;
 }
 
-/* mpirun's own stdout, when this process is Open MPI's rank 0 started by
+/* True, with mpirun's pid, when this process is Open MPI's rank 0 started by
  * mpirun on its host, the user asked nothing of the output (no --tag-output,
- * --timestamp-output, --output-filename, --xml: OMPI_MCA_orte_*output*), our
- * stdout is mpirun's forwarding pty or pipe, and mpirun's stdout is a pipe, a
- * device other than a terminal, or a file opened for appending: the places
- * where a second writer cannot clobber or reorder what mpirun writes.  Its
- * path under /proc, or false. */
-static bool launcher_stdout(char *path, size_t n, int *flags) {
+ * --timestamp-output, --output-filename, --xml: OMPI_MCA_orte_*output*) and
+ * our stdout is mpirun's forwarding pty or pipe. */
+static bool under_mpirun(long *ppid) {
     const char *r = getenv("OMPI_COMM_WORLD_RANK");
     if (!r || strcmp(r, "0") != 0) return false;
     for (char **e = environ; *e; e++)
         if (!strncmp(*e, "OMPI_MCA_orte_", 14) && strstr(*e, "output") && strstr(*e, "output") < strchr(*e, '='))
             return false;
-    struct stat ours, theirs;
+    struct stat ours;
     if (fstat(STDOUT_FILENO, &ours) != 0 || !(S_ISCHR(ours.st_mode) || S_ISFIFO(ours.st_mode))) return false;
-    const long ppid = (long)getppid();
-    char comm[64] = "";
-    snprintf(path, n, "/proc/%ld/comm", ppid);
+    *ppid = (long)getppid();
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%ld/comm", *ppid);
     FILE *f = fopen(path, "r");
     if (!f) return false;
     const bool got = fgets(comm, sizeof comm, f) != NULL;
     fclose(f);
     comm[strcspn(comm, "\n")] = 0;
-    if (!got || !(strcmp(comm, "mpirun") == 0 || strcmp(comm, "mpiexec") == 0 || strcmp(comm, "orterun") == 0))
-        return false;
-    /* a file: only one opened for appending (its flags, octal, in fdinfo) */
-    char info[64];
+    return got && (strcmp(comm, "mpirun") == 0 || strcmp(comm, "mpiexec") == 0 || strcmp(comm, "orterun") == 0);
+}
+
+/* mpirun's stdout itself (pidfd_getfd, Linux 5.6, where this process may
+ * ptrace its parent): the same open file, so the same offset in a file. */
+static int launcher_fd(long ppid) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+    const int pfd = (int)syscall(SYS_pidfd_open, (pid_t)ppid, 0);
+    if (pfd < 0) return -1;
+    const int fd = (int)syscall(SYS_pidfd_getfd, pfd, STDOUT_FILENO, 0);
+    close(pfd);
+    return fd;
+#else
+    (void)ppid;
+    return -1;
+#endif
+}
+
+/* Else mpirun's stdout opened again through /proc: only a pipe, a device or
+ * a file opened for appending (its flags, octal, in fdinfo), where a second
+ * open file cannot clobber what mpirun writes at its own offset. */
+static int launcher_open(long ppid) {
+    char path[64], info[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd/1", ppid);
     snprintf(info, sizeof info, "/proc/%ld/fdinfo/1", ppid);
-    snprintf(path, n, "/proc/%ld/fd/1", ppid);
-    if (stat(path, &theirs) != 0) return false;
-    if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) return false;
-    *flags = O_WRONLY | O_NOCTTY;
-    if (S_ISREG(theirs.st_mode)) {
-        unsigned long fl = 0;
-        f = fopen(info, "r");
-        if (!f) return false;
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    int flags = O_WRONLY | O_NOCTTY | O_CLOEXEC;
+    if (S_ISREG(st.st_mode)) {
+        FILE *f = fopen(info, "r");
+        if (!f) return -1;
         char line[128];
+        unsigned long fl = 0;
         bool append = false;
         while (fgets(line, sizeof line, f))
             if (sscanf(line, "flags: %lo", &fl) == 1) append = (fl & O_APPEND) != 0;
         fclose(f);
-        if (!append) return false;
-        *flags |= O_APPEND;
-    } else if (!S_ISFIFO(theirs.st_mode) && !S_ISCHR(theirs.st_mode)) {
-        return false;
+        if (!append) return -1;
+        flags |= O_APPEND;
+    } else if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+        return -1;
     }
-    return true;
+    return open(path, flags);
 }
 
 void bt_cli_stdout_direct(void) {
-    char path[64];
-    int flags = 0;
-    if (!launcher_stdout(path, sizeof path, &flags)) return;
-    const int fd = open(path, flags);
+    long ppid;
+    if (!under_mpirun(&ppid)) return;
+    int fd = launcher_fd(ppid);
+    if (fd < 0) fd = launcher_open(ppid);
     if (fd < 0) return;
     /* a terminal stays with mpirun (its writes to one do not fail) */
-    if (!isatty(fd)) {
+    struct stat ours, theirs;
+    if (!isatty(fd) && fstat(fd, &theirs) == 0 && fstat(STDOUT_FILENO, &ours) == 0 &&
+        !(theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)) {
         fflush(stdout);
         dup2(fd, STDOUT_FILENO);
     }

@@ -101,10 +101,11 @@ int bt_cli_stdout_finish(const char *prog, int rc);
 
 /* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
  * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started
- * by mpirun on its host writes straight to mpirun's stdout instead, where
- * that is safe (a pipe, a device, a file opened for appending; see common.c),
- * so that bt_cli_stdout_finish sees the errors; else nothing changes.  Called
- * once, first thing. */
+ * by mpirun on its host writes straight to mpirun's stdout instead (the same
+ * open file where Linux lets it take mpirun's; else, opened again, a pipe, a
+ * device or a file opened for appending; see common.c), so that
+ * bt_cli_stdout_finish sees the errors; else nothing changes.  Called once,
+ * first thing. */
 void bt_cli_stdout_direct(void);
 
 struct bt_engine;
