@@ -119,7 +119,62 @@ demo|demo ${small[*]}
 quantize --dry-run|quantize --dry-run $tmp/full.gguf $tmp/q.gguf Q8_0
 version|version
 EOF2
+    # under mpirun: Open MPI drops its own write errors (before: exit 0, the
+    # output lost); rank 0 writes straight to mpirun's stdout (common.c)
+    while IFS='|' read -r name args; do
+        read -ra argv <<<"$args"
+        timeout 120 mpirun -np 2 "$baton" "${argv[@]}" </dev/null >/dev/full 2>"$tmp/out"
+        rc=$?
+        n=$(grep -c "^baton [a-z]*: writing the output: No space left on device" "$tmp/out")
+        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "mpirun -np 2 $name > /dev/full: exit 1, one message"; else bad "mpirun -np 2 $name > /dev/full: exit $rc, $n messages"; fi
+    done <<EOF2
+generate (streamed)|generate -m $tmp/full.gguf -p hi -n 3 --temp 0
+generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
+demo|demo ${small[*]}
+EOF2
+    # a file opened with `>` on a full disk (a 16 KiB tmpfs, filled): rank 0 writes
+    # through mpirun's own open file (pidfd_getfd); needs root's mount, else skipped
+    mkdir -p "$tmp/mnt"
+    if mount -t tmpfs -o size=16k tmpfs "$tmp/mnt" 2>/dev/null; then
+        head -c 65536 /dev/zero >"$tmp/mnt/fill" 2>/dev/null
+        timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 </dev/null \
+            >"$tmp/mnt/out" 2>"$tmp/out"
+        rc=$?
+        umount "$tmp/mnt"
+        n=$(grep -c "^baton generate: writing the output: No space left on device" "$tmp/out")
+        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "mpirun -np 2 generate > FILE on a full disk: exit 1, one message"
+        else bad "mpirun -np 2 generate > FILE on a full disk: exit $rc, $n messages"; fi
+    else
+        echo "skip: mpirun -np 2 generate > FILE on a full disk (no tmpfs mount here)"
+    fi
+    # through a pipe and appended to a file, the output is whole and the same as one process's
+    "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 >"$tmp/one" 2>/dev/null
+    timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null | cat >"$tmp/two"
+    : >"$tmp/two.app"
+    timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null >>"$tmp/two.app"
+    timeout 120 mpirun -np 2 "$baton" generate -m "$tmp/full.gguf" -p hi -n 3 --temp 0 2>/dev/null >"$tmp/two.file"
+    if cmp -s "$tmp/one" "$tmp/two" && cmp -s "$tmp/one" "$tmp/two.app" && cmp -s "$tmp/one" "$tmp/two.file"; then
+        ok "mpirun -np 2 generate | cat, >> FILE, > FILE: the one-process output"
+    else bad "mpirun -np 2 generate | cat, >> FILE, > FILE: differs from the one-process output"; fi
 fi
+# a context past the model's trained one (context_length 64): one warning naming
+# both numbers and the flag, and the run goes on (before: nothing said)
+"$baton" make-model "$tmp/c64.gguf" --vocab "$vocab2" --arch llama --experts 0 --layers 1 --embd 32 --heads 1 \
+    --heads-kv 1 --ff 32 --ctx 64 >/dev/null
+cw="warning: --ctx-size 256 / --parallel 2 gives each sequence 128 positions, more than the 64 the model was trained on \(llama.context_length\)"
+expect 0 "^baton generate: $cw" "generate: --ctx-size past the trained context" -- \
+    "$baton" generate -m "$tmp/c64.gguf" -p hi -n 2 --temp 0 -c 256 --parallel 2
+expect 0 "^baton generate: warning: --ctx-size 128 gives each sequence 128 positions" \
+    "generate: --ctx-size past the trained context, one sequence" -- "$baton" generate -m "$tmp/c64.gguf" -p hi -n 2 -c 128
+"$baton" generate -m "$tmp/c64.gguf" -p hi -n 2 -c 128 --parallel 2 >/dev/null 2>"$tmp/out"
+if grep -q warning "$tmp/out"; then bad "generate: --ctx-size within the trained context: a warning"; else ok "generate: --ctx-size within the trained context: no warning"; fi
+"$baton" serve -m "$tmp/c64.gguf" --port 0 --threads 1 --ctx-size 256 --parallel 2 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+spid=$!
+for _ in $(seq 1 300); do grep -q "listening on" "$tmp/serve.out" 2>/dev/null && break; kill -0 $spid 2>/dev/null || break; sleep 0.1; done
+kill -TERM $spid 2>/dev/null
+wait $spid
+if grep -qE "^baton serve: $cw" "$tmp/serve.err"; then ok "serve: --ctx-size past the trained context: one warning"
+else bad "serve: --ctx-size past the trained context: $(cat "$tmp/serve.err")"; fi
 # a model whose logits hold NaN (output_norm.weight all NaN: a damaged file): generate stops
 # with one message naming it and exit 1, on 1 and 2 ranks (before: exit 0, tokens sampled from NaN)
 "$baton" make-model "$tmp/nan.gguf" --vocab "$vocab2" --arch llama --experts 0 --layers 2 --embd 32 --heads 1 \
@@ -350,6 +405,10 @@ gguf: FILE|gguf
 tokenize: -m|tokenize -p hi -m
 tokenize: -f|tokenize -m x -f
 make-model: --vocab|make-model x.gguf --vocab
+generate: -m|generate -p hi -m
+serve: -m|serve -m
+bench model: -m|bench model -m
+launch-files: -t|launch-files --out x -t
 generate: --prompts|generate -m x --prompts
 plan: --topology|plan -t
 plan: --project|plan --project

@@ -181,6 +181,8 @@ expect "bad topology" 1 "$(printf '%s' "$work" | normalise)/bad.yaml:4:47: rank 
 # ---- baton launch-files itself ----
 capture "$baton" launch-files -t "$root/configs/local-cpu-2.yaml"
 expect "launch-files without --out" 2 "baton launch-files: missing --out DIR (usage: baton launch-files -t TOPOLOGY --out DIR)"
+capture "$baton" launch-files -t "$root/configs/local-cpu-2.yaml" --out ''
+expect "launch-files --out ''" 2 "baton launch-files: --out: the directory name is empty (try: baton launch-files --help)"
 capture "$baton" launch-files --frobnicate
 expect "launch-files unknown flag" 2 "baton launch-files: unknown option '--frobnicate' (try: baton launch-files --help)"
 mkdir -p "$work/out-bad"

@@ -6,6 +6,7 @@
  * a multi-byte character split over tokens), and every bad input a user can
  * give, with the exact message. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,6 +385,14 @@ START_TEST(test_unknown_pre) {
     char err[256];
     ck_assert_int_eq(bt_tokenizer_create(&sp, &tok, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_str_eq(err, "tokenizer.ggml.pre 'no-such-pre' is not a pre-tokenizer baton knows (see baton tokenize --help)");
+    /* a NaN score: no order to merge by (before: a heap out of order) */
+    const float scores[] = {NAN};
+    sp.model = "llama";
+    sp.scores = scores;
+    ck_assert_int_eq(bt_tokenizer_create(&sp, &tok, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "tokenizer.ggml.scores[0] is NaN");
+    sp.model = "gpt2";
+    sp.scores = NULL;
     /* every name baton lists builds */
     for (const char *const *n = bt_tokenizer_pre_names(); *n; n++) {
         sp.pre = *n;

@@ -97,7 +97,10 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
         switch (code) {
         case 0: break;
-        case 'm': o->model = optarg; break;
+        case 'm':
+            if (!*optarg) snprintf(err, errn, "-m: the file name is empty (try: " BM_PROG " --help)");
+            else o->model = optarg;
+            break;
         case 'p': NUM("-p", 0, 1L << 20, o->n_prompt); break;
         case 'n': NUM("-n", 0, 1L << 20, o->n_gen); break;
         case 'r': NUM("-r", 1, 1000, o->reps); break;

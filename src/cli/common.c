@@ -4,14 +4,22 @@
 
 #include "outfile.h"
 #include "plan.h"
+#include "model/arch.h"
 #include "run/bringup.h"
+#include "run/engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+extern char **environ;
 
 void bt_cli_model_defaults(struct bt_model_config *c) {
     bt_model_config_default(c);
@@ -387,4 +395,98 @@ int bt_cli_stdout_finish(const char *prog, int rc) {
     /* an earlier write failed and its bytes were dropped: the flag is all that is left */
     fprintf(stderr, "%s: writing the output: %s\n", prog, now && e ? strerror(e) : "a write to stdout failed");
     return 1;
+}
+
+/* True, with mpirun's pid, when this process is Open MPI's rank 0 started by
+ * mpirun on its host, the user asked nothing of the output (no --tag-output,
+ * --timestamp-output, --output-filename, --xml: OMPI_MCA_orte_*output*) and
+ * our stdout is mpirun's forwarding pty or pipe. */
+static bool under_mpirun(long *ppid) {
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r || strcmp(r, "0") != 0) return false;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, "OMPI_MCA_orte_", 14) && strstr(*e, "output") && strstr(*e, "output") < strchr(*e, '='))
+            return false;
+    struct stat ours;
+    if (fstat(STDOUT_FILENO, &ours) != 0 || !(S_ISCHR(ours.st_mode) || S_ISFIFO(ours.st_mode))) return false;
+    *ppid = (long)getppid();
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%ld/comm", *ppid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const bool got = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    comm[strcspn(comm, "\n")] = 0;
+    return got && (strcmp(comm, "mpirun") == 0 || strcmp(comm, "mpiexec") == 0 || strcmp(comm, "orterun") == 0);
+}
+
+/* mpirun's stdout itself (pidfd_getfd, Linux 5.6, where this process may
+ * ptrace its parent): the same open file, so the same offset in a file. */
+static int launcher_fd(long ppid) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+    const int pfd = (int)syscall(SYS_pidfd_open, (pid_t)ppid, 0);
+    if (pfd < 0) return -1;
+    const int fd = (int)syscall(SYS_pidfd_getfd, pfd, STDOUT_FILENO, 0);
+    close(pfd);
+    return fd;
+#else
+    (void)ppid;
+    return -1;
+#endif
+}
+
+/* Else mpirun's stdout opened again through /proc: only a pipe, a device or
+ * a file opened for appending (its flags, octal, in fdinfo), where a second
+ * open file cannot clobber what mpirun writes at its own offset. */
+static int launcher_open(long ppid) {
+    char path[64], info[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd/1", ppid);
+    snprintf(info, sizeof info, "/proc/%ld/fdinfo/1", ppid);
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    int flags = O_WRONLY | O_NOCTTY | O_CLOEXEC;
+    if (S_ISREG(st.st_mode)) {
+        FILE *f = fopen(info, "r");
+        if (!f) return -1;
+        char line[128];
+        unsigned long fl = 0;
+        bool append = false;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "flags: %lo", &fl) == 1) append = (fl & O_APPEND) != 0;
+        fclose(f);
+        if (!append) return -1;
+        flags |= O_APPEND;
+    } else if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+        return -1;
+    }
+    return open(path, flags);
+}
+
+void bt_cli_stdout_direct(void) {
+    long ppid;
+    if (!under_mpirun(&ppid)) return;
+    int fd = launcher_fd(ppid);
+    if (fd < 0) fd = launcher_open(ppid);
+    if (fd < 0) return;
+    /* a terminal stays with mpirun (its writes to one do not fail) */
+    struct stat ours, theirs;
+    if (!isatty(fd) && fstat(fd, &theirs) == 0 && fstat(STDOUT_FILENO, &ours) == 0 &&
+        !(theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)) {
+        fflush(stdout);
+        dup2(fd, STDOUT_FILENO);
+    }
+    close(fd);
+}
+
+void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, long parallel) {
+    const struct bt_hparams *h = bt_engine_hparams(e);
+    const long per_seq = n_ctx / parallel;
+    if (h->n_ctx_train <= 0 || per_seq <= h->n_ctx_train) return;
+    char how[96];
+    if (parallel > 1) snprintf(how, sizeof how, "--ctx-size %ld / --parallel %ld gives", n_ctx, parallel);
+    else snprintf(how, sizeof how, "--ctx-size %ld gives", n_ctx);
+    fprintf(stderr,
+            "%s: warning: %s each sequence %ld positions, more than the %lld the model was trained on "
+            "(%s.context_length): past position %lld the output degrades\n",
+            prog, how, per_seq, (long long)h->n_ctx_train, bt_engine_arch(e)->name, (long long)h->n_ctx_train);
 }

@@ -99,6 +99,22 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
  * command that failed has said why already. */
 int bt_cli_stdout_finish(const char *prog, int rc);
 
+/* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
+ * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started
+ * by mpirun on its host writes straight to mpirun's stdout instead (the same
+ * open file where Linux lets it take mpirun's; else, opened again, a pipe, a
+ * device or a file opened for appending; see common.c), so that
+ * bt_cli_stdout_finish sees the errors; else nothing changes.  Called once,
+ * first thing. */
+void bt_cli_stdout_direct(void);
+
+struct bt_engine;
+/* A sequence of per_seq cells (--ctx-size N over --parallel) holds positions
+ * past the model's trained context (<arch>.context_length): baton has no RoPE
+ * scaling beyond what the file sets, so the output there degrades.  The run is
+ * legitimate (short sequences never get there): one warning on stderr, rank 0. */
+void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, long parallel);
+
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);

@@ -166,7 +166,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
         switch (code) {
         case 0: break;
-        case 'm': o->model = optarg; break;
+        case 'm':
+            if (!*optarg) snprintf(err, errn, "-m: the file name is empty");
+            else o->model = optarg;
+            break;
         case 'p': o->prompt = optarg; break;
         case OPT_NO_ESCAPE: o->escape = false; break;
         case OPT_PROMPTS:
@@ -758,6 +761,7 @@ int bt_cli_generate(int argc, char **argv) {
     /* rank 0: the vocabulary and the prompts' tokens; every rank learns the
      * verdict before rank 0 starts driving */
     int64_t verdict = 0;
+    if (rank == 0) bt_cli_ctx_warn(GEN_PROG, e, o.n_ctx, o.parallel);
     if (rank == 0)
         verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, prompts, n_prompts,
                                    o.n_ctx / o.parallel, err, sizeof err);

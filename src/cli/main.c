@@ -99,6 +99,7 @@ static int dispatch(int argc, char **argv) {
 /* Every command's stdout is checked at its end (bt_cli_stdout_finish): a
  * listing or completion redirected to a full disk is an error, not exit 0. */
 int main(int argc, char **argv) {
+    bt_cli_stdout_direct();
     const int rc = dispatch(argc, argv);
     char prog[64] = "baton";
     if (argc >= 2 && strlen(argv[1]) < 24) {

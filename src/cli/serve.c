@@ -98,7 +98,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         if (bt_cli_engine_option(&o->eng, code, optarg, err, n)) code = 0;
         switch (code) {
         case 0: break;
-        case 'm': o->model = optarg; break;
+        case 'm':
+            if (!*optarg) snprintf(err, n, "-m: the file name is empty");
+            else o->model = optarg;
+            break;
         case OPT_HOST:
             if (!*optarg) snprintf(err, n, "--host: the address is empty");
             else o->host = optarg;
@@ -304,6 +307,7 @@ int bt_cli_serve(int argc, char **argv) {
         return 1;
     }
     if (rank == 0) {
+        bt_cli_ctx_warn("baton serve", e, o.ctx, o.parallel);
         rc = serve_rank0(e, &o, P);
     } else {
         /* this rank's stage until rank 0 stops (a failed rank: an error naming it) */

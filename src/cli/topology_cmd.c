@@ -193,8 +193,13 @@ int bt_cli_launch_files(int argc, char **argv) {
                     a);
             return 2;
         }
-        if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+        if (i + 1 >= argc) {
             fprintf(stderr, "baton launch-files: %s needs a value\n", a);
+            return 2;
+        }
+        if (argv[i + 1][0] == '\0') {
+            fprintf(stderr, "baton launch-files: %s: the %s is empty (try: baton launch-files --help)\n", a,
+                    dst == &topo ? "file name" : "directory name");
             return 2;
         }
         if (*dst) {

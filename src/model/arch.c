@@ -137,6 +137,7 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
             h->rope_freq_scale = 1.0f / f;
         }
     }
+    TRY(key_int(g, name, "context_length", 0, 0, INT64_MAX, &h->n_ctx_train, err, n_err));
     TRY(key_int(g, name, "expert_count", 0, 0, 4096, &h->n_expert, err, n_err));
     const bool moe = a->moe == 1 || (a->moe == 2 && h->n_expert > 0);
     if (a->moe == 1 && h->n_expert == 0)

@@ -65,6 +65,7 @@ struct bt_hparams {
     int n_layer;
     int64_t n_embd, n_head, n_head_kv, head_dim, head_dim_v;
     int64_t n_ff, n_vocab;
+    int64_t n_ctx_train; /* <arch>.context_length: the positions trained on; 0 when the file does not say */
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int n_rot;                       /* rope dimensions */
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */

@@ -14,7 +14,8 @@
  *   - invalid UTF-8 is an error naming the byte offset, not replaced;
  *   - special-token and EOT detection walks ids in order (llama.cpp walks an
  *     unordered map), so the first matching id wins, the same on every run;
- *   - a special id outside the vocabulary is an error, not a warning.
+ *   - a special id outside the vocabulary is an error, not a warning;
+ *   - so is a NaN score (llama.cpp merges by it, in no defined order).
  */
 #define _GNU_SOURCE /* memmem */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -23,6 +24,7 @@
 #include "tokenizer.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,6 +564,12 @@ enum bt_status bt_tokenizer_create(const bt_vocab_spec *spec, bt_tokenizer **out
         seterr(err, errlen, "tokenizer.ggml.tokens has %u entries (at most %u)", spec->n_tokens, 1u << 30);
         return BT_ERR_INVALID;
     }
+    /* the merge order compares scores: a NaN has none */
+    for (uint32_t i = 0; spec->scores && i < spec->n_tokens; i++)
+        if (isnan(spec->scores[i])) {
+            seterr(err, errlen, "tokenizer.ggml.scores[%u] is NaN", i);
+            return BT_ERR_INVALID;
+        }
     const struct pretok_def *pd = NULL;
     if (type == BT_VOCAB_BPE) {
         const char *pre = spec->pre && spec->pre[0] ? spec->pre : "default";
@@ -869,35 +877,27 @@ const char *bt_tokenizer_piece(const bt_tokenizer *tok, int32_t id, int special,
 
 /* ---- BPE merging ---------------------------------------------------------- */
 
+/* A word's symbols are kept by byte offset: len[off] is the bytes of the
+ * symbol starting at off, 0 inside one (a merged-away start, a UTF-8
+ * continuation byte).  A queued pair is one uint64: its key (smaller first)
+ * above the left symbol's offset (smaller first on a tie, as llama.cpp); no
+ * more is needed, since an entry is live exactly when the pair now at that
+ * offset has that key (pair_key).  12 bytes a character where a symbol list
+ * and a queue of full bigrams took 56: a prompt of one letter repeated (no
+ * place to cut it, spm_tokenize) is one word. */
 typedef struct {
-    size_t off;     /* byte offset of the symbol in the word */
-    size_t n;       /* bytes; 0 once merged into its left neighbour */
-    int prev, next; /* -1 at the ends */
-} symbol;
-
-typedef struct {
-    double key; /* "gpt2": rank (smaller first); "llama": -score (smaller first) */
-    int left, right;
-    size_t ln, rn; /* the two symbols' sizes when queued (a changed size makes the entry stale) */
-} bigram;
-
-typedef struct {
-    bigram *h;
+    uint64_t *h;
     size_t n, cap;
 } heap;
 
-static int bigram_less(const bigram *a, const bigram *b) {
-    return a->key < b->key || (a->key == b->key && a->left < b->left);
-}
-
-static int heap_push(heap *q, bigram g) {
-    bigram *h = grow(q->h, &q->cap, q->n, sizeof *h, 64);
+static int heap_push(heap *q, uint64_t g) {
+    uint64_t *h = grow(q->h, &q->cap, q->n, sizeof *h, 64);
     if (!h) return -1;
     q->h = h;
     size_t i = q->n++;
     while (i > 0) {
         size_t par = (i - 1) / 2;
-        if (!bigram_less(&g, &q->h[par])) break;
+        if (g >= q->h[par]) break;
         q->h[i] = q->h[par];
         i = par;
     }
@@ -905,15 +905,15 @@ static int heap_push(heap *q, bigram g) {
     return 0;
 }
 
-static bigram heap_pop(heap *q) {
-    bigram top = q->h[0];
-    bigram last = q->h[--q->n];
+static uint64_t heap_pop(heap *q) {
+    uint64_t top = q->h[0];
+    uint64_t last = q->h[--q->n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= q->n) break;
-        if (c + 1 < q->n && bigram_less(&q->h[c + 1], &q->h[c])) c++;
-        if (!bigram_less(&q->h[c], &last)) break;
+        if (c + 1 < q->n && q->h[c + 1] < q->h[c]) c++;
+        if (q->h[c] >= last) break;
         q->h[i] = q->h[c];
         i = c;
     }
@@ -930,8 +930,8 @@ typedef struct {
 
 /* scratch shared by the merges of one tokenize call */
 typedef struct {
-    symbol *sym;
-    size_t n_sym, cap_sym;
+    uint32_t *len; /* [n] of the word being merged: the symbol at each byte offset */
+    size_t cap_len;
     heap q;
     sbuf key; /* "left right" for merge lookups */
     wc_slot *wc; /* word cache: open addressing, at most half full */
@@ -940,7 +940,7 @@ typedef struct {
 } work;
 
 static void work_free(work *w) {
-    free(w->sym);
+    free(w->len);
     free(w->q.h);
     free(w->key.p);
     free(w->wc);
@@ -987,63 +987,83 @@ static void wc_put(work *w, const char *s, size_t n, const bt_tokens *out, size_
     w->wc_n++;
 }
 
+/* the word s: one symbol a UTF-8 character (a cut-off sequence at the end: its bytes) */
 static int split_symbols(work *w, const char *s, size_t n) {
-    w->n_sym = 0;
+    if (n >= UINT32_MAX) return -1;
     w->q.n = 0;
+    if (n > w->cap_len) {
+        uint32_t *p = realloc(w->len, n * sizeof *p);
+        if (!p) return -1;
+        w->len = p;
+        w->cap_len = n;
+    }
     for (size_t off = 0; off < n;) {
         size_t l = utf8_len((unsigned char)s[off]);
         if (l > n - off) l = n - off;
-        symbol *p = grow(w->sym, &w->cap_sym, w->n_sym, sizeof *p, 64);
-        if (!p) return -1;
-        w->sym = p;
-        symbol *y = &w->sym[w->n_sym];
-        y->off = off;
-        y->n = l;
-        y->prev = (int)w->n_sym - 1;
+        w->len[off] = (uint32_t)l;
+        for (size_t k = 1; k < l; k++) w->len[off + k] = 0;
         off += l;
-        y->next = off == n ? -1 : (int)w->n_sym + 1;
-        w->n_sym++;
     }
     return 0;
 }
 
-/* "llama": queue (left, right) when their concatenation is a token */
-static int spm_try(const bt_tokenizer *t, work *w, const char *s, int left, int right) {
-    if (left < 0 || right < 0) return 0;
-    const symbol *a = &w->sym[left], *b = &w->sym[right];
-    int32_t id = find_tok(t, s + a->off, a->n + b->n);
-    if (id < 0) return 0;
-    bigram g = {-(double)t->score[id], left, right, a->n, b->n};
-    return heap_push(&w->q, g);
+/* "llama": -score as a uint32 in the same order (-0 as +0, as the comparison of floats) */
+static uint32_t score_key(float score) {
+    float x = -score;
+    if (x == 0.0f) x = 0.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-/* "gpt2": queue (left, right) when "left right" is a merge */
-static int bpe_try(const bt_tokenizer *t, work *w, const char *s, int left, int right) {
-    if (left < 0 || right < 0) return 0;
-    const symbol *a = &w->sym[left], *b = &w->sym[right];
+/* The key of the pair of symbols at left and the one after it (smaller
+ * merges first): "llama", when their concatenation is a token, its score;
+ * "gpt2", when "left right" is a merge, its rank.  1 with *key, 0 when there
+ * is no such pair, -1 out of memory. */
+static int pair_key(const bt_tokenizer *t, work *w, const char *s, size_t n, uint32_t left, uint32_t *key) {
+    const size_t ln = w->len[left], right = left + ln;
+    if (ln == 0 || right >= n) return 0;
+    const size_t rn = w->len[right];
+    if (t->type == BT_VOCAB_SPM) {
+        const int32_t id = find_tok(t, s + left, ln + rn);
+        if (id < 0) return 0;
+        *key = score_key(t->score[id]);
+        return 1;
+    }
     w->key.n = 0;
-    if (sbuf_add(&w->key, s + a->off, a->n) || sbuf_add(&w->key, " ", 1) || sbuf_add(&w->key, s + b->off, b->n))
-        return -1;
+    if (sbuf_add(&w->key, s + left, ln) || sbuf_add(&w->key, " ", 1) || sbuf_add(&w->key, s + right, rn)) return -1;
     const smap_slot *e = smap_get(&t->merge_map, w->key.p, w->key.n);
-    if (!e || (size_t)e->aux != a->n) return 0;
-    bigram g = {(double)e->value, left, right, a->n, b->n};
-    return heap_push(&w->q, g);
+    if (!e || (size_t)e->aux != ln) return 0;
+    *key = (uint32_t)e->value;
+    return 1;
+}
+
+static int queue_pair(const bt_tokenizer *t, work *w, const char *s, size_t n, uint32_t left) {
+    uint32_t key;
+    const int r = pair_key(t, w, s, n, left, &key);
+    if (r <= 0) return r;
+    return heap_push(&w->q, (uint64_t)key << 32 | left);
 }
 
 /* merge the queued pairs of word s, best first */
-static int merge_word(const bt_tokenizer *t, work *w, const char *s) {
-    int (*try_pair)(const bt_tokenizer *, work *, const char *, int, int) = t->type == BT_VOCAB_SPM ? spm_try : bpe_try;
-    for (size_t i = 1; i < w->n_sym; i++)
-        if (try_pair(t, w, s, (int)i - 1, (int)i)) return -1;
+static int merge_word(const bt_tokenizer *t, work *w, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i += w->len[i])
+        if (queue_pair(t, w, s, n, (uint32_t)i)) return -1;
     while (w->q.n) {
-        bigram g = heap_pop(&w->q);
-        symbol *a = &w->sym[g.left], *b = &w->sym[g.right];
-        if (a->n == 0 || b->n == 0 || a->n != g.ln || b->n != g.rn || a->next != g.right) continue;
-        a->n += b->n;
-        b->n = 0;
-        a->next = b->next;
-        if (b->next >= 0) w->sym[b->next].prev = g.left;
-        if (try_pair(t, w, s, a->prev, g.left) || try_pair(t, w, s, g.left, a->next)) return -1;
+        const uint64_t g = heap_pop(&w->q);
+        const uint32_t left = (uint32_t)g;
+        uint32_t key;
+        /* an entry whose pair has changed since: the pair's own entry is queued too */
+        const int r = pair_key(t, w, s, n, left, &key);
+        if (r < 0) return -1;
+        if (r == 0 || key != (uint32_t)(g >> 32)) continue;
+        const size_t right = left + w->len[left];
+        w->len[left] += w->len[right];
+        w->len[right] = 0;
+        size_t prev = left;
+        while (prev > 0 && w->len[--prev] == 0) {}
+        if (prev < left && w->len[prev] && queue_pair(t, w, s, n, (uint32_t)prev)) return -1;
+        if (queue_pair(t, w, s, n, left)) return -1;
     }
     return 0;
 }
@@ -1072,21 +1092,21 @@ static int spm_tokenize(const bt_tokenizer *t, work *w, const char *s, size_t n,
  * is no token its bytes: SentencePiece's byte tokens (else unk) when spm,
  * else (as llama.cpp) each byte that is a token by itself. */
 static int emit_merged(const bt_tokenizer *t, work *w, const char *s, size_t n, bool spm, bt_tokens *out) {
-    if (split_symbols(w, s, n) || merge_word(t, w, s)) return -1;
-    for (int i = w->n_sym ? 0 : -1; i != -1; i = w->sym[i].next) {
-        const symbol *y = &w->sym[i];
-        int32_t id = find_tok(t, s + y->off, y->n);
+    if (split_symbols(w, s, n) || merge_word(t, w, s, n)) return -1;
+    for (size_t off = 0; off < n; off += w->len[off]) {
+        const size_t l = w->len[off];
+        int32_t id = find_tok(t, s + off, l);
         if (id >= 0) {
             if (tokens_push(out, id)) return -1;
             continue;
         }
-        for (size_t k = 0; k < y->n; k++) {
+        for (size_t k = 0; k < l; k++) {
             int32_t b;
             if (spm) {
-                b = t->byte_tok[(unsigned char)s[y->off + k]];
+                b = t->byte_tok[(unsigned char)s[off + k]];
                 if (b < 0) b = t->unk;
             } else {
-                b = find_tok(t, s + y->off + k, 1);
+                b = find_tok(t, s + off + k, 1);
             }
             if (b >= 0 && tokens_push(out, b)) return -1;
         }
