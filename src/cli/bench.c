@@ -50,7 +50,6 @@
  * test-backend-ops times a graph holding the op many times), so that waking
  * the pool and checking the plan once per graph are spread as in a step */
 #define MOE_COPIES_1TOK 8
-#define N_PATTERN_ROWS 61 /* distinct random rows, repeated to fill a weight matrix */
 #define BENCH_STREAM_BYTES ((size_t)768 << 20) /* weights one mul_mat run touches, at least */
 #define BENCH_MAX_COPIES 32
 
@@ -100,30 +99,36 @@ static float rng_float(uint64_t *s) { /* uniform in [-1, 1) */
     return (float)((double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* Fill every row of t (contiguous) with one of N_PATTERN_ROWS random rows
- * converted to t's type: a cheap fill that still gives the kernels real
- * numbers to read. */
+/* dst <- the n bytes at src rotated left by shift bytes */
+static void rotate_copy(void *dst, const void *src, size_t n, size_t shift) {
+    memcpy(dst, (const char *)src + shift, n - shift);
+    memcpy((char *)dst + (n - shift), src, shift);
+}
+
+/* Fill t (contiguous) with random numbers: its first matrix (ne[0] x ne[1])
+ * row by row from the generator, converted to t's type; each further one
+ * (a 3-d t's experts) the first's bytes rotated by its index in blocks.  No
+ * 4 KiB page repeats: a rotation by j blocks lines up with the pages only
+ * for j a multiple of 4096 / gcd(block bytes, 4096), at least 256 for every
+ * type.  So neither a cache nor a machine that merges identical pages can
+ * hold the weights in less than their size, as with a real model's and
+ * test-backend-ops' random ones.  (An earlier fill repeated 61 rows; on this
+ * VM its decode rows then read at times at 1.5-1.8x the memory's bandwidth,
+ * while llama.cpp's beside them did not.) */
 static bool fill_random(struct bt_tensor *t, uint64_t seed) {
-    const int64_t n0 = t->ne[0];
-    const size_t row_bytes = bt_row_size(t->type, n0);
+    const int64_t n0 = t->ne[0], rows = t->ne[1];
     float *tmp = malloc(sizeof(float) * (size_t)n0);
-    char *pat = malloc(row_bytes * N_PATTERN_ROWS);
-    if (!tmp || !pat) {
-        free(tmp);
-        free(pat);
-        return false;
-    }
+    if (!tmp) return false;
     uint64_t s = seed | 1;
-    for (int r = 0; r < N_PATTERN_ROWS; r++) {
+    for (int64_t r = 0; r < rows; r++) {
         for (int64_t i = 0; i < n0; i++) tmp[i] = rng_float(&s);
-        bt_row_from_f32(t->type, tmp, pat + row_bytes * (size_t)r, n0);
+        bt_row_from_f32(t->type, tmp, (char *)t->data + (size_t)r * t->nb[1], n0);
     }
-    const int64_t nrows = bt_nrows(t);
-    for (int64_t r = 0; r < nrows; r++)
-        memcpy((char *)t->data + (size_t)r * t->nb[1], pat + row_bytes * (size_t)(r % N_PATTERN_ROWS),
-               row_bytes);
     free(tmp);
-    free(pat);
+    const size_t mat = (size_t)rows * t->nb[1];
+    const int64_t n_mat = bt_nrows(t) / rows;
+    for (int64_t j = 1; j < n_mat; j++)
+        rotate_copy((char *)t->data + (size_t)j * mat, t->data, mat, (size_t)j * bt_type_size(t->type) % mat);
     return true;
 }
 
@@ -256,8 +261,9 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
         struct bt_tensor *c = bt_mul_mat(ctx, a, b);
         ok = c && bt_graph_build_forward_expand(g, c) == BT_OK;
         if (!ok) break;
+        /* the copies: the first one's bytes rotated by i blocks (fill_random) */
         if (i == 0) ok = fill_random(a, 1234 + (uint64_t)type);
-        else memcpy(a->data, as[0]->data, wsize);
+        else rotate_copy(a->data, as[0]->data, wsize, (size_t)i * bt_type_size(type) % wsize);
     }
     bool failed = false;
     const bool rp = ok && !each && repack_weights(o, as[0], as, n_copies, &failed);
