@@ -543,8 +543,16 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
     const int64_t k = pl->k;
     if (pl->repacked) {
         /* groups of 16 rows (r0 a multiple of UNIT_ROWS, m of 16): every
-         * column against each group as it stands */
+         * column against each group as it stands, or (rpack, prompt sizes)
+         * against the GEMM's panel packed from it */
         BT_ASSERT(r0 % BT_CPU_PANEL_ROWS == 0 && r1 % BT_CPU_PANEL_ROWS == 0);
+        if (qt->rpack && ncols >= qt->gemm_min_cols) {
+            for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
+                qt->rpack(k, a + (size_t)r * pl->a_nb1, panel);
+                qt->gemm(k, panel, acts, ncols, dcols, r, BT_CPU_PANEL_ROWS);
+            }
+            return;
+        }
         for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
             const void *next = a + (size_t)(r + BT_CPU_PANEL_ROWS) * pl->a_nb1;
             if (r + BT_CPU_PANEL_ROWS >= r1 && !claim_next(pl, cl, 1, &next)) next = NULL;

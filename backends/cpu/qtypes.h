@@ -40,6 +40,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tensor.h"
 
@@ -115,6 +116,20 @@ static inline void bt_cpu_rp_offsets(int64_t nblk, int64_t b, size_t bs, size_t 
 }
 /* plain row r (< 16) of a group of weights of type t (the type's layout) */
 void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, void *row);
+/* the plain bytes of block b (of nblk, bs bytes each) of row r of a group in
+ * layout L */
+static inline void bt_cpu_rp_unpack_block(const struct bt_cpu_rp_layout *L, int64_t nblk, int64_t b, size_t bs,
+                                          const void *group, int r, void *blk) {
+    size_t dof, vof;
+    bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
+    memcpy((uint8_t *)blk + L->d_pos, (const uint8_t *)group + dof + (size_t)L->ds * (size_t)r, (size_t)L->ds);
+    for (int u = 0; u < L->n_dw; u++) {
+        uint32_t x;
+        memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
+        x ^= L->xr;
+        memcpy((uint8_t *)blk + L->q_pos + 4 * u, &x, 4);
+    }
+}
 /* plain row i of a repacked matrix of type t whose rows (k elements, nb1
  * bytes apart) start at rows: the row unpacked from its group */
 static inline void bt_cpu_rp_row(enum bt_type t, int64_t k, const char *rows, size_t nb1, int64_t i, void *row) {
@@ -142,6 +157,11 @@ struct bt_cpu_qtype {
      * NULL for none */
     const struct bt_cpu_rp_layout *rp;
     bt_cpu_rgemm_fn rgemm;
+    /* optional: pack's panel straight from a repacked group of 16 rows (the
+     * K-quants, whose rgemm unpacks its values again for every few columns):
+     * jobs of repacked weights with at least gemm_min_cols columns then run
+     * gemm on it.  NULL: rgemm for every job */
+    void (*rpack)(int64_t k, const void *group, void *panel);
     /* plain C versions, bitwise equal to quantize_act and vec_dot (the tests
      * compare them) */
     bt_cpu_quantize_act_fn quantize_act_ref;

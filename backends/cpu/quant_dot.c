@@ -942,28 +942,53 @@ static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind
 #undef SRL8
 }
 
+/* one block of a panel (at pb) from the 16 rows' plain blocks blks[r] */
+static inline __attribute__((always_inline)) void kq_pack_block(const int kind, const void *const *blks, uint8_t *pb) {
+    _Alignas(64) uint8_t q[16][BT_QK_K];
+    __m512 meta[16];
+    for (int r = 0; r < 16; r++) {
+        struct kq_block o;
+        kq_unpack_scales(kind, blks[r], &o);
+        kq_unpack_q_avx(kind, blks[r], q[r]);
+        meta[r] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(0x3FFF, o.sc));
+    }
+    bt_cpu_transpose16(meta); /* bit moves only */
+    for (int w = 0; w < 14; w++) _mm512_store_si512(pb + 4096 + 64 * w, _mm512_castps_si512(meta[w]));
+    for (int c = 0; c < 4; c++) {
+        __m512 v[16];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
+        bt_cpu_transpose16(v); /* bit moves only */
+        for (int g = 0; g < 16; g++) _mm512_store_si512(pb + 64 * (16 * c + g), _mm512_castps_si512(v[g]));
+    }
+}
+
 static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_t k, const void *const *rows,
                                                           void *panel) {
     const size_t bs = kq_block_bytes(kind);
-    _Alignas(64) uint8_t q[16][BT_QK_K];
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        uint8_t *pb = (uint8_t *)panel + (size_t)b * KQ_PB;
-        __m512 meta[16];
+        const void *blks[16];
+        for (int r = 0; r < 16; r++) blks[r] = (const char *)rows[r] + (size_t)b * bs;
+        kq_pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
+    }
+}
+
+/* The same panel from a repacked group of 16 rows (layout L): each block's
+ * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  At prompt
+ * sizes this is cheaper than rgemm, which rebuilds the 6-bit (Q6_K) or
+ * 4-bit (Q4_K) values for every 8 columns; the GEMM gives the same bits. */
+static inline __attribute__((always_inline)) void kq_rpack(const int kind, const struct bt_cpu_rp_layout *L,
+                                                           int64_t k, const void *group, void *panel) {
+    const size_t bs = kq_block_bytes(kind);
+    const int64_t nblk = k / BT_QK_K;
+    _Alignas(64) uint8_t plain[16][sizeof(bt_block_q6_K) > sizeof(bt_block_q4_K) ? sizeof(bt_block_q6_K)
+                                                                                 : sizeof(bt_block_q4_K)];
+    for (int64_t b = 0; b < nblk; b++) {
+        const void *blks[16];
         for (int r = 0; r < 16; r++) {
-            const void *blk = (const char *)rows[r] + (size_t)b * bs;
-            struct kq_block o;
-            kq_unpack_scales(kind, blk, &o);
-            kq_unpack_q_avx(kind, blk, q[r]);
-            meta[r] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(0x3FFF, o.sc));
+            bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, plain[r]);
+            blks[r] = plain[r];
         }
-        bt_cpu_transpose16(meta); /* bit moves only */
-        for (int w = 0; w < 14; w++) _mm512_store_si512(pb + 4096 + 64 * w, _mm512_castps_si512(meta[w]));
-        for (int c = 0; c < 4; c++) {
-            __m512 v[16];
-            for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
-            bt_cpu_transpose16(v); /* bit moves only */
-            for (int g = 0; g < 16; g++) _mm512_store_si512(pb + 64 * (16 * c + g), _mm512_castps_si512(v[g]));
-        }
+        kq_pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
     }
 }
 
@@ -1185,7 +1210,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ tiles,                                      \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,           \
-        /* .rp, .rgemm   = */ rp,                                         \
+        /* .rp, .rgemm, .rpack = */ rp,                                   \
         /* .quantize_act_ref = */ bt_##act##_from_f32,                    \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }
@@ -1196,22 +1221,21 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
-#define NO_REPACK NULL, NULL
+#define NO_REPACK NULL, NULL, NULL
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
 static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4};
-#ifdef HAVE_QDOT_AVX512
-#define K4_REPACK &rp_q4_K, rgemm_q4_K
-#else
-#define K4_REPACK &rp_q4_K, NULL /* the layout, no kernels: not used */
-#endif
 /* Q6_K's: d as the block's 2-byte scale (byte 208), then the 128 ql, 64 qh
  * and 16 scale bytes as 52 dwords */
 static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
 #ifdef HAVE_QDOT_AVX512
-#define K6_REPACK &rp_q6_K, rgemm_q6_K
+static void rpack_q4_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ4, &rp_q4_K, k, group, panel); }
+static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel); }
+#define K4_REPACK &rp_q4_K, rgemm_q4_K, rpack_q4_K
+#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K
 #else
-#define K6_REPACK &rp_q6_K, NULL /* the layout, no kernels: not used */
+#define K4_REPACK &rp_q4_K, NULL, NULL /* the layout, no kernels: not used */
+#define K6_REPACK &rp_q6_K, NULL, NULL
 #endif
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);

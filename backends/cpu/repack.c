@@ -34,18 +34,7 @@ void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, v
     const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
     const size_t bs = bt_row_size(t, bt_blck_size(t));
     const int64_t nblk = k / bt_blck_size(t);
-    for (int64_t b = 0; b < nblk; b++) {
-        size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
-        uint8_t *blk = (uint8_t *)row + (size_t)b * bs;
-        memcpy(blk + L->d_pos, (const uint8_t *)group + dof + (size_t)L->ds * (size_t)r, (size_t)L->ds);
-        for (int u = 0; u < L->n_dw; u++) {
-            uint32_t x;
-            memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
-            x ^= L->xr;
-            memcpy(blk + L->q_pos + 4 * u, &x, 4);
-        }
-    }
+    for (int64_t b = 0; b < nblk; b++) bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, (uint8_t *)row + (size_t)b * bs);
 }
 
 
