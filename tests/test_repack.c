@@ -71,7 +71,7 @@ static void expect_same(bt_context *ctx, struct bt_tensor *outs[2], const char *
  * plain and the repacked weights in one graph, 1 and 2 threads */
 static const int64_t mm_kb[] = {2, 3, 0}; /* 0: k = 2048 */
 static const int64_t mm_m[] = {16, 48, 160};
-static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
+static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64, 129}; /* 129: Q6_K's rpack */
 
 START_TEST(test_mul_mat_bitwise) {
     const enum bt_type type = rp_types[_i % N_RP];

@@ -546,7 +546,7 @@ static void run_q(const struct mm_plan *pl, const char *a, int64_t ncols, const 
          * column against each group as it stands, or (rpack, prompt sizes)
          * against the GEMM's panel packed from it */
         BT_ASSERT(r0 % BT_CPU_PANEL_ROWS == 0 && r1 % BT_CPU_PANEL_ROWS == 0);
-        if (qt->rpack && ncols >= qt->gemm_min_cols) {
+        if (qt->rpack && ncols >= qt->rpack_min_cols) {
             for (int64_t r = r0; r < r1; r += BT_CPU_PANEL_ROWS) {
                 qt->rpack(k, a + (size_t)r * pl->a_nb1, panel);
                 qt->gemm(k, panel, acts, ncols, dcols, r, BT_CPU_PANEL_ROWS);

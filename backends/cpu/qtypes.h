@@ -157,11 +157,12 @@ struct bt_cpu_qtype {
      * NULL for none */
     const struct bt_cpu_rp_layout *rp;
     bt_cpu_rgemm_fn rgemm;
-    /* optional: pack's panel straight from a repacked group of 16 rows (the
-     * K-quants, whose rgemm unpacks its values again for every few columns):
-     * jobs of repacked weights with at least gemm_min_cols columns then run
+    /* optional: pack's panel straight from a repacked group of 16 rows
+     * (Q6_K, whose rgemm rebuilds its 6-bit values for every 8 columns):
+     * jobs of repacked weights with at least rpack_min_cols columns then run
      * gemm on it.  NULL: rgemm for every job */
     void (*rpack)(int64_t k, const void *group, void *panel);
+    int rpack_min_cols;
     /* plain C versions, bitwise equal to quantize_act and vec_dot (the tests
      * compare them) */
     bt_cpu_quantize_act_fn quantize_act_ref;

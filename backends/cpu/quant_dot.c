@@ -973,9 +973,9 @@ static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_
 }
 
 /* The same panel from a repacked group of 16 rows (layout L): each block's
- * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  At prompt
- * sizes this is cheaper than rgemm, which rebuilds the 6-bit (Q6_K) or
- * 4-bit (Q4_K) values for every 8 columns; the GEMM gives the same bits. */
+ * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  With
+ * enough columns this is cheaper than Q6_K's rgemm, which rebuilds the
+ * 6-bit values for every 8 columns; the GEMM gives the same bits. */
 static inline __attribute__((always_inline)) void kq_rpack(const int kind, const struct bt_cpu_rp_layout *L,
                                                            int64_t k, const void *group, void *panel) {
     const size_t bs = kq_block_bytes(kind);
@@ -1210,7 +1210,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ tiles,                                      \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,           \
-        /* .rp, .rgemm, .rpack = */ rp,                                   \
+        /* .rp, .rgemm, .rpack, .rpack_min_cols = */ rp,                  \
         /* .quantize_act_ref = */ bt_##act##_from_f32,                    \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }
@@ -1221,7 +1221,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
-#define NO_REPACK NULL, NULL, NULL
+#define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
 static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4};
@@ -1229,13 +1229,19 @@ static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4};
  * and 16 scale bytes as 52 dwords */
 static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
 #ifdef HAVE_QDOT_AVX512
-static void rpack_q4_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ4, &rp_q4_K, k, group, panel); }
+/* Repacked Q6_K from 128 columns on through the GEMM's panel (kq_rpack):
+ * bench ops --repacked, 1 thread, GFLOP per CPU-second, three alternating
+ * rounds: n 512 229.5-240.0 (rgemm) against 272.1-284.5; but MUL_MAT_ID
+ * at 512 tokens (about 32 columns an expert) 212.7-224.2 against
+ * 147.4-151.6, so the packing pays from about 106 columns (a fit of the
+ * two).  Q4_K's rgemm unpacks less: n 512 gained 2-15%, 32 columns lost
+ * 35%; it keeps rgemm. */
 static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel); }
-#define K4_REPACK &rp_q4_K, rgemm_q4_K, rpack_q4_K
-#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K
+#define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
+#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #else
-#define K4_REPACK &rp_q4_K, NULL, NULL /* the layout, no kernels: not used */
-#define K6_REPACK &rp_q6_K, NULL, NULL
+#define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
+#define K6_REPACK &rp_q6_K, NULL, NULL, 0
 #endif
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);

@@ -593,13 +593,13 @@ I8_DEFS(q4_0, false)
 #define I8_GEMM(name) BT_I8_GEMM_MIN_COLS, i8_panel_size, qpack_##name, qgemm_##name
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
-#define I8_REPACK(name) &rp_##name, rgemm_##name, NULL /* rgemm is the GEMM's own loop */
+#define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0 /* rgemm is the GEMM's own loop */
 #else
 #define I8_TILES(name) {{0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_ref
-#define I8_REPACK(name) &rp_##name, NULL, NULL /* the layout, no kernels: not used */
+#define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #endif
 
 /* ---- qtypes.h entries ------------------------------------------------------------- */
@@ -612,7 +612,7 @@ I8_DEFS(q4_0, false)
         /* .vec_dot          = */ FAST(name),                                     \
         /* .tiles            = */ I8_TILES(name),                                 \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ I8_GEMM(name),          \
-        /* .rp, .rgemm, .rpack = */ I8_REPACK(name),                              \
+        /* .rp, .rgemm, .rpack, .rpack_min_cols = */ I8_REPACK(name),             \
         /* .quantize_act_ref = */ i8_quantize_ref,                                \
         /* .vec_dot_ref      = */ dot_##name##_ref,                               \
     }
