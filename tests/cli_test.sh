@@ -102,13 +102,22 @@ expect 1 "^baton make-model: $tmp/no/dir/m.gguf: cannot write there: No such fil
 if [ -w /dev/full ]; then
     "$baton" make-model "$tmp/full.gguf" --vocab "$vocab2" --arch llama --experts 0 --layers 1 --embd 32 --heads 1 \
         --heads-kv 1 --ff 32 >/dev/null
-    while IFS='|' read -r name args; do
-        read -ra argv <<<"$args"
-        "$baton" "${argv[@]}" >/dev/full 2>"$tmp/out"
-        rc=$?
-        n=$(grep -c "writing the output: No space left on device" "$tmp/out")
-        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "$name > /dev/full: exit 1, one message"; else bad "$name > /dev/full: exit $rc, $n messages"; fi
-    done <<EOF2
+    # full_disk PATTERN LABEL [LAUNCHER...]: for each "NAME|ARGS" line on stdin,
+    # LAUNCHER baton ARGS (no launcher, or mpirun) with its stdout on /dev/full
+    # exits 1 with one line matching PATTERN
+    full_disk() {
+        local pattern=$1 label=$2 name args argv rc n
+        shift 2
+        while IFS='|' read -r name args; do
+            read -ra argv <<<"$args"
+            "$@" "$baton" "${argv[@]}" </dev/null >/dev/full 2>"$tmp/out"
+            rc=$?
+            n=$(grep -c "$pattern" "$tmp/out")
+            if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "$label$name > /dev/full: exit 1, one message"
+            else bad "$label$name > /dev/full: exit $rc, $n messages"; fi
+        done
+    }
+    full_disk "writing the output: No space left on device" "" <<EOF2
 generate (streamed)|generate -m $tmp/full.gguf -p hi -n 3 --temp 0
 generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
 tokenize|tokenize -m $tmp/full.gguf -p hello
@@ -121,13 +130,7 @@ version|version
 EOF2
     # under mpirun: Open MPI drops its own write errors (before: exit 0, the
     # output lost); rank 0 writes straight to mpirun's stdout (common.c)
-    while IFS='|' read -r name args; do
-        read -ra argv <<<"$args"
-        timeout 120 mpirun -np 2 "$baton" "${argv[@]}" </dev/null >/dev/full 2>"$tmp/out"
-        rc=$?
-        n=$(grep -c "^baton [a-z]*: writing the output: No space left on device" "$tmp/out")
-        if [ $rc -eq 1 ] && [ "$n" = 1 ]; then ok "mpirun -np 2 $name > /dev/full: exit 1, one message"; else bad "mpirun -np 2 $name > /dev/full: exit $rc, $n messages"; fi
-    done <<EOF2
+    full_disk "^baton [a-z]*: writing the output: No space left on device" "mpirun -np 2 " timeout 120 mpirun -np 2 <<EOF2
 generate (streamed)|generate -m $tmp/full.gguf -p hi -n 3 --temp 0
 generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
 demo|demo ${small[*]}

@@ -99,8 +99,7 @@ bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *va
         else if (bt_cli_threads_check(v, "--threads", err, n)) o->threads = (int)v;
         return true;
     case BT_CLI_OPT_TOPOLOGY:
-        if (!*value) snprintf(err, n, "--topology: the file name is empty");
-        else o->topology = value;
+        bt_cli_file_arg("--topology", value, &o->topology, err, n);
         return true;
     case BT_CLI_OPT_BACKEND:
         if (!strcmp(value, "cpu") || !strcmp(value, "cuda")) o->backend = value;
@@ -384,6 +383,11 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
     }
     fprintf(stderr, "%s: %s\n", prog, err);
     return 1;
+}
+
+void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
+    if (!*arg) snprintf(err, n, "%s: the file name is empty", flag);
+    else *dst = arg;
 }
 
 int bt_cli_stdout_finish(const char *prog, int rc) {

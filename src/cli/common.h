@@ -99,6 +99,10 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
  * command that failed has said why already. */
 int bt_cli_stdout_finish(const char *prog, int rc);
 
+/* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
+ * name is empty" in err (the callers' usage error, exit 2). */
+void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);
+
 /* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
  * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started
  * by mpirun on its host writes straight to mpirun's stdout instead (the same

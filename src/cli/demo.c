@@ -119,8 +119,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         err[0] = '\0';
         switch (code) {
         case 't':
-            if (!*optarg) snprintf(err, errn, "--topology: the file name is empty");
-            else o->topology = optarg;
+            bt_cli_file_arg("--topology", optarg, &o->topology, err, errn);
             break;
         case 'm':
             if (!bt_cli_parse_int(optarg, 1, 1000000, &v)) snprintf(err, errn, "--micro-batches: '%s' is not an integer in [1, 1000000]", optarg);
@@ -138,8 +137,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         case OPT_CHECK: o->check = 1; break;
         case OPT_NO_CHECK: o->check = 0; break;
         case OPT_TRACE:
-            if (!*optarg) snprintf(err, errn, "--trace: the file name is empty");
-            else o->trace = optarg;
+            bt_cli_file_arg("--trace", optarg, &o->trace, err, errn);
             break;
         case OPT_JSON: o->json = true; break;
         case OPT_PROGRESS:
@@ -151,8 +149,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             else snprintf(err, errn, "--backend: '%s' is not cpu or cuda", optarg);
             break;
         case OPT_DUMP_PLAN:
-            if (!*optarg) snprintf(err, errn, "--dump-plan: the file name is empty");
-            else o->dump_plan = optarg;
+            bt_cli_file_arg("--dump-plan", optarg, &o->dump_plan, err, errn);
             break;
         case OPT_RANK_GFLOPS: {
             char *end = NULL;

@@ -167,14 +167,12 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         switch (code) {
         case 0: break;
         case 'm':
-            if (!*optarg) snprintf(err, errn, "-m: the file name is empty");
-            else o->model = optarg;
+            bt_cli_file_arg("-m", optarg, &o->model, err, errn);
             break;
         case 'p': o->prompt = optarg; break;
         case OPT_NO_ESCAPE: o->escape = false; break;
         case OPT_PROMPTS:
-            if (!*optarg) snprintf(err, errn, "--prompts: the file name is empty");
-            else o->prompts_file = optarg;
+            bt_cli_file_arg("--prompts", optarg, &o->prompts_file, err, errn);
             break;
         case OPT_PARALLEL:
             if (!bt_cli_parse_int(optarg, 1, 1024, &v)) snprintf(err, errn, "--parallel: '%s' is not an integer in [1, 1024]", optarg);

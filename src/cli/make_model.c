@@ -124,8 +124,7 @@ static int parse_mm(int argc, char **argv, struct mm_opts *o, char *err, size_t 
             }
         if (!done) switch (code) {
             case O_VOCAB:
-                if (!*optarg) snprintf(err, errn, "--vocab: the file name is empty");
-                else o->vocab = optarg;
+                bt_cli_file_arg("--vocab", optarg, &o->vocab, err, errn);
                 break;
             case O_ARCH:
                 if (!bt_arch_find(optarg)) snprintf(err, errn, "--arch: '%s' is not one of %s", optarg, bt_arch_names());

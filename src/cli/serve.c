@@ -99,8 +99,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         switch (code) {
         case 0: break;
         case 'm':
-            if (!*optarg) snprintf(err, n, "-m: the file name is empty");
-            else o->model = optarg;
+            bt_cli_file_arg("-m", optarg, &o->model, err, n);
             break;
         case OPT_HOST:
             if (!*optarg) snprintf(err, n, "--host: the address is empty");
