@@ -132,27 +132,25 @@ static bool fill_random(struct bt_tensor *t, uint64_t seed) {
     return true;
 }
 
-/* --repacked: the weights t (filled, plain) rearranged as bt_llm_load_gguf
- * does on a CPU rank, when this build repacks t's type and shape; returns
- * whether it did (false also on an allocation failure, with a message:
- * *failed set).  Each copy of t in `copies` (the same plain bytes) too. */
-static bool repack_weights(const struct bench_opts *o, struct bt_tensor *t, struct bt_tensor *const *copies,
-                           int n_copies, bool *failed) {
-    *failed = false;
-    if (!o->repacked || !bt_cpu_weight_repackable(t)) return false;
-    const size_t n = bt_nbytes(t);
-    void *plain = malloc(n);
+/* --repacked: each of the n weight tensors ts (filled, plain, one type and
+ * shape) rearranged from its own bytes as bt_llm_load_gguf does on a CPU
+ * rank.  1: repacked; 0: not (no --repacked, or this build does not repack
+ * that type and shape); -1: out of memory, with a message. */
+static int repack_weights(const struct bench_opts *o, struct bt_tensor *const *ts, int n) {
+    if (!o->repacked || !bt_cpu_weight_repackable(ts[0])) return 0;
+    const size_t bytes = bt_nbytes(ts[0]);
+    void *plain = malloc(bytes);
     if (!plain) {
-        fprintf(stderr, "baton bench: cannot allocate %zu MiB to repack %s weights\n", n >> 20, bt_type_name(t->type));
-        *failed = true;
-        return false;
+        fprintf(stderr, "baton bench: cannot allocate %zu MiB to repack %s weights\n", bytes >> 20,
+                bt_type_name(ts[0]->type));
+        return -1;
     }
-    memcpy(plain, t->data, n);
-    bt_cpu_weight_repack(t, plain);
-    for (int i = 0; i < n_copies; i++)
-        if (copies[i] != t) bt_cpu_weight_repack(copies[i], plain);
+    for (int i = 0; i < n; i++) {
+        memcpy(plain, ts[i]->data, bytes);
+        bt_cpu_weight_repack(ts[i], plain);
+    }
     free(plain);
-    return true;
+    return 1;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -265,9 +263,8 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
         if (i == 0) ok = fill_random(a, 1234 + (uint64_t)type);
         else rotate_copy(a->data, as[0]->data, wsize, (size_t)i * bt_type_size(type) % wsize);
     }
-    bool failed = false;
-    const bool rp = ok && !each && repack_weights(o, as[0], as, n_copies, &failed);
-    if (failed) {
+    const int rp = ok && !each ? repack_weights(o, as, n_copies) : 0;
+    if (rp < 0) {
         bt_free(ctx);
         return 1;
     }
@@ -278,7 +275,7 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
         return 1;
     }
     char shape[64];
-    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld%s", (long long)m, (long long)n, (long long)k, rp ? " rp" : "");
+    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld%s", (long long)m, (long long)n, (long long)k, rp > 0 ? " rp" : "");
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     const double wbytes = (double)wsize;
     const int rc = time_rows(o, mc, g, reps, n_copies, each, "mul_mat", type, shape, flop, wbytes);
@@ -313,9 +310,8 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
         bt_free(ctx);
         return 1;
     }
-    bool failed = false;
-    const bool rp = repack_weights(o, as, &as, 1, &failed);
-    if (failed) {
+    const int rp = repack_weights(o, &as, 1);
+    if (rp < 0) {
         bt_free(ctx);
         return 1;
     }
@@ -356,7 +352,7 @@ static int bench_mul_mat_id(const struct bench_opts *o, const struct machine *mc
 
         char shape[64];
         snprintf(shape, sizeof(shape), "m=%lld k=%lld tok=%lld E%d/%d%s", (long long)m, (long long)k,
-                 (long long)nt, MOE_USED, MOE_EXPERTS, rp ? " rp" : "");
+                 (long long)nt, MOE_USED, MOE_EXPERTS, rp > 0 ? " rp" : "");
         const double flop = 2.0 * (double)m * (double)k * (double)MOE_USED * (double)nt;
         const double wbytes = (double)expert_bytes * n_sel;
         rc = time_rows(o, mc, g, reps[si], n_copies, n_copies > 1, "mul_mat_id", type, shape, flop, wbytes);
