@@ -95,6 +95,32 @@ def cli_tests():
         check(want_long is not None and got == want_long, f"a long prompt on {np} ranks equals one rank",
               f"{got} vs {want_long}")
 
+    # --dump-tensors: every matching node from the rank that computes it, once per
+    # ubatch; the values' hashes the same on 1..4 ranks (bitwise), and in the
+    # graph's order within a ubatch; an empty pattern is a usage error
+    def dumps(args, np):
+        rc, _, err = run(["generate"] + args, np)
+        lines = [l[l.index("dump: "):].split() for l in err.split("\n") if "dump: " in l]
+        check(rc == 0, f"--dump-tensors on {np} ranks: exit 0", err[-300:])
+        # (ubatch, name) -> (rank, hash)
+        return {(int(w[4]), w[5]): (int(w[2]), w[-1]) for w in lines}, len(lines)
+    dt = base + ["--dump-tensors", "blk.*.out"]
+    d1, n1 = dumps(dt, 1)
+    n_layer = 4
+    check(n1 == len(d1) and n1 == 12 * n_layer and {k[1] for k in d1} == {f"blk.{i}.out" for i in range(n_layer)},
+          "--dump-tensors 'blk.*.out': each layer's output once per ubatch", f"{n1} lines, {sorted(d1)[:6]}")
+    for np in (2, 3, 4):
+        dn, nn = dumps(dt, np)
+        check(nn == n1 and {k: v[1] for k, v in dn.items()} == {k: v[1] for k, v in d1.items()},
+              f"--dump-tensors on {np} ranks: the same tensors with the same hashes as one rank", f"{nn} lines")
+        ranks = {v[0] for v in dn.values()}
+        check(len(ranks) > 1, f"--dump-tensors on {np} ranks: printed by the ranks that compute them", f"{ranks}")
+    dr, _ = dumps(base + ["--dump-tensors", "result_output"], 2)
+    check(len(dr) == 12 and {v[0] for v in dr.values()} == {1}, "--dump-tensors result_output: the last rank's",
+          f"{dr}")
+    expect_error(["generate"] + base + ["--dump-tensors", ""], 2, "--dump-tensors: the pattern is empty",
+                 "--dump-tensors ''")
+
     # the model named by the topology's pipeline section instead of -m
     topo_src = open(os.path.join(ROOT, "configs", "local-cpu-2.yaml")).read()
     topo = os.path.join(TMP, "topo.yaml")

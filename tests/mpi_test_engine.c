@@ -856,6 +856,81 @@ START_TEST(test_open_allocation_failures) {
 }
 END_TEST
 
+/* The eval callback on every rank (issue: no model run could be watched):
+ * each rank that holds layers is shown every node of its layers' graph, in
+ * the graph's order, computed (data in place), once per ubatch; a rank
+ * without layers is shown nothing.  The expected nodes come from building
+ * the rank's graph independently (bt_llm_build_graph on its range). */
+struct eval_watch {
+    char (*names)[BT_MAX_NAME];
+    int n_names;
+    int64_t asked, shown, wrong, no_data;
+};
+
+static bool eval_watch_cb(struct bt_tensor *t, bool ask, void *user) {
+    struct eval_watch *w = user;
+    if (ask) {
+        w->asked++;
+        return true;
+    }
+    if (w->n_names == 0 || strcmp(t->name, w->names[w->shown % w->n_names]) != 0) w->wrong++;
+    if (!t->data) w->no_data++;
+    w->shown++;
+    return true;
+}
+
+START_TEST(test_eval_callback_every_node) {
+    char path[512], err[512];
+    shared_model(path, sizeof path, "moe.gguf", true, N_LAYER, 77);
+    struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
+    int il0, il1;
+    bt_engine_range(e, T->rank, &il0, &il1);
+    struct eval_watch w = {0};
+    if (il1 > il0) {
+        struct bt_llm *m = NULL;
+        ck_assert_msg(bt_llm_load(path, il0, il1, &m, err, sizeof err) == BT_OK, "%s", err);
+        struct bt_kv_config kc;
+        bt_llm_kv_config(m, 64, 1, BT_TYPE_F16, &kc);
+        struct bt_kv *kv = NULL;
+        ck_assert_msg(bt_kv_new(&kc, &kv, err, sizeof err) == BT_OK, "%s", err);
+        bt_context *ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(m), NULL, true});
+        struct bt_llm_graph g;
+        ck_assert(bt_llm_build_graph(m, kv, ctx, 5, 32, il1 == N_LAYER ? 1 : 0, &g) == BT_OK);
+        w.n_names = g.graph->n_nodes;
+        w.names = calloc((size_t)w.n_names, sizeof *w.names);
+        for (int i = 0; i < w.n_names; i++) memcpy(w.names[i], g.graph->nodes[i]->name, BT_MAX_NAME);
+        bt_free(ctx);
+        bt_kv_free(kv);
+        bt_llm_free(m);
+    }
+    bt_engine_set_eval_callback(e, eval_watch_cb, &w);
+    if (T->rank == 0) {
+        const int32_t tok[5] = {3, 1, 4, 1, 5}, pos[5] = {0, 1, 2, 3, 4}, sq[5] = {0};
+        const int32_t t1[1] = {9}, p1[1] = {5};
+        float out[N_VOCAB];
+        submit(e, 5, tok, pos, sq, NULL);
+        collect(e, 0, 1, out);
+        submit(e, 1, t1, p1, sq, NULL);
+        collect(e, 1, 1, out);
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    if (il1 > il0) {
+        ck_assert_int_gt(w.n_names, 0);
+        ck_assert_msg(w.shown == 2 * (int64_t)w.n_names, "rank %d (layers %d-%d): shown %lld nodes, its graph has %d",
+                      T->rank, il0, il1 - 1, (long long)w.shown, w.n_names);
+        ck_assert_int_eq(w.asked, w.shown);
+        ck_assert_msg(w.wrong == 0, "rank %d: %lld nodes out of the graph's order", T->rank, (long long)w.wrong);
+        ck_assert_int_eq(w.no_data, 0);
+    } else {
+        ck_assert_int_eq(w.asked, 0);
+    }
+    bt_engine_close(e);
+    free(w.names);
+}
+END_TEST
+
 /* Run by tests/engine_dead_rank_test.sh (BATON_TEST_ENGINE_DIE=1): the last
  * rank dies in the middle of a run; the job must end with a message, not
  * hang. */
@@ -944,6 +1019,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_failure_leaves_nothing_behind);
     tcase_add_test(tc, test_open_allocation_failures);
     tcase_add_test(tc, test_start_backend_and_topology);
+    tcase_add_test(tc, test_eval_callback_every_node);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_limited.h"
 #include "kv.h"
 #include "model/arch.h"
 #include "testutil.h"
@@ -191,6 +192,65 @@ END_TEST
 START_TEST(test_incremental_kv_types) {
     check_incremental("qwen3moe", BT_TYPE_F32);
     check_incremental("qwen3", BT_TYPE_Q8_0); /* head_dim 32: whole Q8_0 blocks */
+}
+END_TEST
+
+/* A stage on a backend that cannot run some of its ops (the tests'
+ * "cpu-limited", as a GPU: the weights and the cache in its own memory, a
+ * buffer type the CPU cannot use) runs those nodes on the CPU backend the
+ * stage starts beside it, the scheduler copying their inputs across and the
+ * results back; every row's logits are bitwise those of a CPU stage, and
+ * the limited backend did compute the rest. */
+START_TEST(test_stage_fallback) {
+    struct ref r;
+    make_model("qwen3moe", "f32", "none", &r);
+    char err[512];
+    struct bt_llm *m = load(r.path);
+    const int n = r.n_tok, V = r.n_vocab;
+    float *want = malloc((size_t)n * V * sizeof *want), *got = malloc((size_t)n * V * sizeof *got);
+    struct bt_llm_ctx *c = new_ctx(m, 64, 1, 64, BT_TYPE_F32, 1);
+    decode(c, r.tokens, n, 0, 0, want);
+    bt_llm_ctx_free(c);
+    bt_llm_free(m);
+
+    const enum bt_op refused[] = {BT_OP_FLASH_ATTN, BT_OP_ARGSORT, BT_OP_SOFT_MAX};
+    bt_backend_t lim = bt_backend_limited_init("LIMITED0", 1, refused, 3);
+    ck_assert_ptr_nonnull(lim);
+    bt_buffer_type_t buft = bt_backend_get_default_buffer_type(lim);
+    struct bt_gguf *g = NULL;
+    ck_assert_msg(bt_gguf_open(r.path, &g, err, sizeof err) == BT_OK, "%s", err);
+    struct bt_llm *dm = NULL;
+    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, buft, false, false, &dm, err, sizeof err) == BT_OK, "%s", err);
+    struct bt_kv_config kc;
+    bt_llm_kv_config(dm, 64, 1, BT_TYPE_F32, &kc);
+    kc.buft = buft;
+    struct bt_kv *kv = NULL;
+    ck_assert_msg(bt_kv_new(&kc, &kv, err, sizeof err) == BT_OK, "kv: %s", err);
+    struct bt_llm_stage *st = NULL;
+    ck_assert_msg(bt_llm_stage_new(dm, kv, lim, 64, &st, err, sizeof err) == BT_OK, "stage: %s", err);
+    int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4), *cells = malloc((size_t)n * 4),
+            *rows = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) pos[i] = rows[i] = i;
+    ck_assert(bt_kv_place(kv, n, seq, pos, cells, err, sizeof err) == BT_OK);
+    bt_backend_limited_reset_stats(lim);
+    ck_assert_msg(bt_llm_stage_run(st, n, r.tokens, NULL, pos, seq, cells, n, rows, got, err, sizeof err) == BT_OK,
+                  "run: %s", err);
+    ck_assert_msg(memcmp(want, got, (size_t)n * V * sizeof *got) == 0, "logits differ from the CPU stage's");
+    const struct bt_limited_stats ls = bt_backend_limited_stats(lim);
+    ck_assert_uint_gt(ls.nodes_computed, 0); /* the device ran what it could... */
+    ck_assert_uint_gt(ls.graph_computes, 1); /* ...in several splits, the refused ops between them */
+    free(pos);
+    free(seq);
+    free(cells);
+    free(rows);
+    bt_llm_stage_free(st);
+    bt_kv_free(kv);
+    bt_llm_free(dm);
+    bt_gguf_close(g);
+    bt_backend_free(lim);
+    free(want);
+    free(got);
+    ref_free(&r);
 }
 END_TEST
 
@@ -427,6 +487,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_incremental_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_incremental_kv_types);
     tcase_add_test(tc, test_stage_graphs);
+    tcase_add_test(tc, test_stage_fallback);
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_broken_files);
     tcase_add_test(tc, test_batch_errors);

@@ -25,6 +25,7 @@
 #include "run/batcher.h"
 #include "run/bringup.h"
 #include "run/engine.h"
+#include "dump_tensors.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
@@ -35,6 +36,7 @@
 struct gen_opts {
     const char *model, *prompt, *prompts_file;
     const char *chat_template, *system;
+    const char *dump_tensors; /* --dump-tensors PATTERN */
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
     bool chat, json, escape;
@@ -92,6 +94,10 @@ static void gen_usage(FILE *f) {
     bt_cli_engine_help(f, 26);
     fprintf(f,
             "      --json              the completions and statistics as one JSON object\n"
+            "      --dump-tensors PATTERN  each computed node whose name matches PATTERN\n"
+            "                          (a glob: 'blk.3.*', 'result_output', '*') to stderr,\n"
+            "                          from the rank that computes it: shape, min, max,\n"
+            "                          mean and a hash of its values, per ubatch\n"
             "  -h, --help              this text\n"
             "\n"
             "Greedy output (--temp 0) is the same for any number of ranks, threads and\n"
@@ -117,6 +123,7 @@ enum {
     OPT_SEED_,
     OPT_UBATCH,
     OPT_JSON,
+    OPT_DUMP_TENSORS,
 };
 
 static bool parse_float(const char *s, float *out) {
@@ -154,6 +161,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"ubatch", required_argument, 0, OPT_UBATCH},
         BT_CLI_ENGINE_LONGOPTS,
         {"json", no_argument, 0, OPT_JSON},
+        {"dump-tensors", required_argument, 0, OPT_DUMP_TENSORS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -228,6 +236,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             else o->n_ubatch = v;
             break;
         case OPT_JSON: o->json = true; break;
+        case OPT_DUMP_TENSORS:
+            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
+            o->dump_tensors = optarg;
+            break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         case '?':
@@ -735,6 +747,7 @@ int bt_cli_generate(int argc, char **argv) {
     int rc = 0;
     char err[1024] = "";
     struct bt_engine *e = NULL;
+    struct bt_cli_dump dump = {0}; /* --dump-tensors' callback state */
     bt_tokenizer *tok = NULL;
     struct bt_engine_stats *all = NULL;
 
@@ -755,6 +768,8 @@ int bt_cli_generate(int argc, char **argv) {
         rc = 1;
         goto out;
     }
+    dump = (struct bt_cli_dump){.pattern = o.dump_tensors, .rank = rank, .e = e, .f = stderr};
+    if (o.dump_tensors) bt_engine_set_eval_callback(e, bt_cli_dump_eval, &dump);
 
     /* rank 0: the vocabulary and the prompts' tokens; every rank learns the
      * verdict before rank 0 starts driving */
@@ -818,6 +833,7 @@ out:
     free(all);
     bt_tokenizer_free(tok);
     bt_engine_close(e);
+    bt_cli_dump_free(&dump);
     free_prompts(prompts, n_prompts);
     bt_cli_rank_end(&R, rc);
     return rc;

@@ -37,6 +37,7 @@
 #define BATON_ARCH_H
 
 #include "../backend.h"
+#include "../bt_sched.h"
 #include "../gguf.h"
 #include "../graph.h"
 #include "../kv.h"
@@ -147,12 +148,20 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
 size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
 
 /* ---- one stage: a layer range's graphs (one per ubatch shape, reused while
- * the shape repeats) over its cache on one backend.  bt_llm_ctx and the
- * engine (src/run/engine.h) both run their ubatches through it. ---- */
+ * the shape repeats) over its cache on one backend.  Each graph runs on the
+ * scheduler (bt_sched.h), planned once per shape: its splitter puts every
+ * node on the stage's backend, or, beside a device backend, the nodes the
+ * device cannot run on a CPU backend the stage starts, their inputs copied
+ * across.  bt_llm_ctx and the engine (src/run/engine.h) both run their
+ * ubatches through it. ---- */
 struct bt_llm_stage;
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
                                 struct bt_llm_stage **out, char *err, size_t n_err);
 void bt_llm_stage_free(struct bt_llm_stage *s);
+/* Called for the nodes of every graph the stage runs from now on (the
+ * scheduler's eval callback: asked first, then shown each node it wanted
+ * once computed); NULL: none. */
+void bt_llm_stage_set_eval_callback(struct bt_llm_stage *s, bt_sched_eval_callback cb, void *user);
 /* Graphs built so far, and the bytes of their compute buffers. */
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s);
 size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s);

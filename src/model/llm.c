@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../alloc.h"
+#include "../bt_sched.h"
 #include "arch_impl.h"
 #include "model.h"
 
@@ -206,9 +207,13 @@ void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum
 
 #define MAX_GRAPHS 8
 
+/* One ubatch shape's graph and its scheduler: the splitter's plan (the
+ * stage's backend, and a CPU fallback beside a device backend for the ops
+ * the device cannot run) and the memory it allocated, kept while the shape
+ * repeats. */
 struct graph_slot {
     bt_context *ctx;
-    bt_gallocr_t galloc;
+    bt_sched_t sched;
     struct bt_llm_graph g;
     uint64_t last_use;
 };
@@ -216,7 +221,13 @@ struct graph_slot {
 struct bt_llm_stage {
     const struct bt_llm *m;
     struct bt_kv *kv;
-    bt_backend_t backend;
+    /* in the scheduler's priority order: the stage's backend, then (beside
+     * a device backend) the CPU, which runs what the device cannot */
+    bt_backend_t backends[2];
+    int n_backends;
+    bt_backend_t fallback; /* backends[1] when the stage made it (owned) */
+    bt_sched_eval_callback eval_cb;
+    void *eval_user;
     int64_t n_ubatch;
     struct graph_slot slots[MAX_GRAPHS];
     int n_built;
@@ -226,13 +237,13 @@ struct bt_llm_stage {
 };
 
 static void slot_free(struct graph_slot *s) {
-    if (s->galloc) bt_gallocr_free(s->galloc);
+    if (s->sched) bt_sched_free(s->sched);
     if (s->ctx) bt_free(s->ctx);
     memset(s, 0, sizeof *s);
 }
 
 static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
-                                struct bt_llm_graph **out, char *err, size_t n_err);
+                                struct graph_slot **out, char *err, size_t n_err);
 
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
                                 struct bt_llm_stage **out, char *err, size_t n_err) {
@@ -245,7 +256,7 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     if (!s) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     s->m = m;
     s->kv = kv;
-    s->backend = backend;
+    s->backends[s->n_backends++] = backend;
     s->n_ubatch = n_ubatch;
     s->out_ids = malloc((size_t)n_ubatch * sizeof *s->out_ids);
     s->mask = malloc((size_t)n_ubatch * (size_t)n_ctx * sizeof *s->mask);
@@ -254,17 +265,21 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
                                (long long)n_ubatch, (long long)n_ctx);
     }
-    /* the backend must run every op of the range's graph */
-    struct bt_llm_graph *g = NULL;
-    const int64_t n_kv = n_ctx < BT_KV_PAD ? n_ctx : BT_KV_PAD;
-    /* (with the output projection on the last range: one row of logits) */
-    enum bt_status st = get_graph(s, 1, n_kv, m->il1 == m->hp.n_layer ? 1 : 0, &g, err, n_err);
-    for (int i = 0; st == BT_OK && i < g->graph->n_nodes; i++) {
-        const struct bt_tensor *n = g->graph->nodes[i];
-        if (!bt_backend_supports_op(backend, n))
-            st = bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "backend %s cannot run %s (%s) of layers [%d, %d)",
-                                 bt_backend_name(backend), bt_op_name(n->op), n->name, m->il0, m->il1);
+    if (!bt_backend_is_cpu(backend)) {
+        s->fallback = bt_backend_cpu_init(0);
+        if (!s->fallback) {
+            bt_llm_stage_free(s);
+            return bt_error_printf(err, n_err, BT_ERR_NOMEM, "cannot start the CPU threads beside backend %s",
+                                   bt_backend_name(backend));
+        }
+        s->backends[s->n_backends++] = s->fallback;
     }
+    /* a probe: the splitter must find a backend for every op of the range's
+     * graph (with the output projection on the last range: one row of
+     * logits) */
+    struct graph_slot *probe = NULL;
+    const int64_t n_kv = n_ctx < BT_KV_PAD ? n_ctx : BT_KV_PAD;
+    enum bt_status st = get_graph(s, 1, n_kv, m->il1 == m->hp.n_layer ? 1 : 0, &probe, err, n_err);
     if (st != BT_OK) {
         bt_llm_stage_free(s);
         return st;
@@ -277,6 +292,7 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
 void bt_llm_stage_free(struct bt_llm_stage *s) {
     if (!s) return;
     for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&s->slots[i]);
+    if (s->fallback) bt_backend_free(s->fallback);
     free(s->out_ids);
     free(s->mask);
     free(s);
@@ -287,21 +303,29 @@ int bt_llm_stage_n_graphs(const struct bt_llm_stage *s) { return s->n_built; }
 size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s) {
     size_t n = 0;
     for (int i = 0; i < MAX_GRAPHS; i++)
-        if (s->slots[i].galloc) n += bt_gallocr_get_buffer_size(s->slots[i].galloc, 0);
+        for (int b = 0; s->slots[i].sched && b < s->n_backends; b++)
+            n += bt_sched_get_buffer_size(s->slots[i].sched, s->backends[b]);
     return n;
+}
+
+void bt_llm_stage_set_eval_callback(struct bt_llm_stage *s, bt_sched_eval_callback cb, void *user) {
+    s->eval_cb = cb;
+    s->eval_user = user;
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (s->slots[i].sched) bt_sched_set_eval_callback(s->slots[i].sched, cb, user);
 }
 
 /* The graph of shape (T, n_kv, n_out): reused when built before, else built
  * and allocated in the least recently used slot. */
 static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
-                                struct bt_llm_graph **out, char *err, size_t n_err) {
+                                struct graph_slot **out, char *err, size_t n_err) {
     struct graph_slot *lru = &c->slots[0];
     c->clock++;
     for (int i = 0; i < MAX_GRAPHS; i++) {
         struct graph_slot *s = &c->slots[i];
         if (s->ctx && s->g.n_tokens == T && s->g.n_kv == n_kv && s->g.n_out == n_out) {
             s->last_use = c->clock;
-            *out = &s->g;
+            *out = s;
             return BT_OK;
         }
         if (s->last_use < lru->last_use) lru = s;
@@ -315,16 +339,25 @@ static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv,
         slot_free(lru);
         return st;
     }
-    lru->galloc = bt_gallocr_new(bt_backend_get_default_buffer_type(c->backend));
-    if (!lru->galloc || !bt_gallocr_alloc_graph(lru->galloc, lru->g.graph)) {
-        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "allocating the graph: %s",
-                             lru->galloc ? bt_gallocr_error(lru->galloc) : "out of memory");
+    /* one micro-batch at a time: one copy slot */
+    st = bt_sched_new(c->backends, NULL, c->n_backends, (size_t)lru->g.graph->size, 1, &lru->sched, err, n_err);
+    if (st == BT_OK) {
+        bt_sched_set_eval_callback(lru->sched, c->eval_cb, c->eval_user);
+        st = bt_sched_alloc_graph(lru->sched, lru->g.graph);
+        if (st != BT_OK) {
+            const char *why = bt_sched_error(lru->sched);
+            st = bt_error_printf(err, n_err, st, st == BT_ERR_NOMEM ? "allocating the graph of layers [%d, %d): %s"
+                                                                     : "planning the graph of layers [%d, %d): %s",
+                                 c->m->il0, c->m->il1, why);
+        }
+    }
+    if (st != BT_OK) {
         slot_free(lru);
         return st;
     }
     lru->last_use = c->clock;
     c->n_built++;
-    *out = &lru->g;
+    *out = lru;
     return BT_OK;
 }
 
@@ -339,9 +372,14 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     const int64_t n_out_g = last ? n_out : 0;
     for (int64_t i = 0; i < n_out_g; i++) s->out_ids[i] = out_ids[i];
     const int64_t n_kv = bt_kv_n_active(s->kv);
-    struct bt_llm_graph *g = NULL;
-    enum bt_status st = get_graph(s, T, n_kv, n_out_g, &g, err, n_err);
+    struct graph_slot *slot = NULL;
+    enum bt_status st = get_graph(s, T, n_kv, n_out_g, &slot, err, n_err);
     if (st != BT_OK) return st;
+    const struct bt_llm_graph *g = &slot->g;
+    /* the plan is kept while the shape repeats: this only takes the next
+     * (the one) copy slot, and gives the inputs their memory back */
+    st = bt_sched_alloc_graph(slot->sched, g->graph);
+    if (st != BT_OK) return bt_error_printf(err, n_err, st, "scheduler: %s", bt_sched_error(slot->sched));
     bt_kv_mask(s->kv, n_kv, T, seq, pos, s->mask);
     if (g->tokens) bt_tensor_set(g->tokens, token, 0, (size_t)T * sizeof(int32_t));
     else bt_tensor_set(g->inp_x, x, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
@@ -349,8 +387,8 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
     bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
     if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
-    st = bt_backend_graph_compute(s->backend, g->graph);
-    if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_backend_error(s->backend));
+    st = bt_sched_graph_compute(slot->sched, g->graph);
+    if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_sched_error(slot->sched));
     if (!last) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
     else if (n_out > 0 && out) bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
     return BT_OK;

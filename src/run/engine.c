@@ -108,6 +108,7 @@ struct bt_engine {
     char err[1024];
     struct bt_engine_stats stats;
     double *stage_compute_s; /* rank 0: each stage's compute seconds, as its last answer said */
+    uint64_t computing; /* the ubatch this rank's stage computes now, or last did */
 };
 
 static enum bt_status efail(struct bt_engine *e, enum bt_status st, const char *fmt, ...)
@@ -136,6 +137,12 @@ static void msgf(char *buf, size_t n, const char *fmt, ...) {
     vsnprintf(buf, n, fmt, ap);
     va_end(ap);
 }
+
+void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb, void *user) {
+    if (e->stage) bt_llm_stage_set_eval_callback(e->stage, cb, user);
+}
+
+uint64_t bt_engine_computing(const struct bt_engine *e) { return e->computing; }
 
 void bt_engine_default_params(struct bt_engine_params *p) {
     memset(p, 0, sizeof *p);
@@ -245,6 +252,7 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
         out = (float *)((int32_t *)o->body + body_ints(T, n_out));
     }
     const double t0 = bt_now_s();
+    e->computing = id;
     bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
     st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, out, msg, sizeof msg);
     bt_transport_set_busy(e->t, false);

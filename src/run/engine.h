@@ -84,6 +84,16 @@ struct bt_gguf *bt_engine_gguf(const struct bt_engine *e);
 void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1);
 int bt_engine_n_ranks(const struct bt_engine *e);
 
+/* Every rank that wants to watch its nodes: the scheduler's eval callback
+ * (bt_sched.h) on the graphs of this rank's layers, for every ubatch from
+ * now on (NULL: none).  It runs on the rank that computes the node; a rank
+ * without layers computes nothing and never calls it.  Returning false
+ * after a node fails that ubatch on this rank, as a compute error would. */
+void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb, void *user);
+/* The id of the ubatch this rank computes now (inside the eval callback),
+ * else of the last one it computed. */
+uint64_t bt_engine_computing(const struct bt_engine *e);
+
 /* ---- rank 0 ---- */
 
 /* One ubatch: 1 <= n_tokens <= n_ubatch tokens (token, pos, seq; logits[i]
