@@ -4,13 +4,13 @@
 # runs only its own shapes, so bench/ggml-shapes.c is compiled against llama.cpp's ggml here.
 # usage: bench/ggml-shapes.sh THREADS ROUNDS [TYPES]   (from the repository root, build/ built)
 #   TYPES: comma-separated (default f16,q8_0,q4_0); LLAMA_SRC (llama.cpp's source, default
-#   /work/llama/src) and LLAMA_BIN (its build/bin with libggml*.so, default /work/llama/build/bin)
+#   required) and LLAMA_BIN (its build/bin with libggml*.so, required)
 # Each line: op, type, shape, then llama.cpp's and baton's weight GB/s and baton / llama.cpp.
 set -u
 NAME=bench/ggml-shapes.sh
 T=${1:?usage: $NAME THREADS ROUNDS [TYPES]}; R=${2:?rounds}; TYPES=${3:-f16,q8_0,q4_0}
 case "$T$R" in *[!0-9]*) echo "$NAME: THREADS and ROUNDS must be numbers" >&2; exit 2 ;; esac
-SRC=${LLAMA_SRC:-/work/llama/src}; LB=${LLAMA_BIN:-/work/llama/build/bin}
+SRC=${LLAMA_SRC:?set LLAMA_SRC to a llama.cpp source tree}; LB=${LLAMA_BIN:?set LLAMA_BIN to its build/bin}
 [ -f "$SRC/ggml/include/ggml.h" ] || { echo "$NAME: $SRC/ggml/include/ggml.h is missing (set LLAMA_SRC)" >&2; exit 1; }
 [ -f "$LB/libggml-cpu.so" ] || { echo "$NAME: $LB/libggml-cpu.so is missing (set LLAMA_BIN)" >&2; exit 1; }
 [ -x build/baton ] || { echo "$NAME: build/baton is missing (build first)" >&2; exit 1; }

@@ -10,7 +10,7 @@
 # usage: bench/ops-rounds.sh ROUNDS   (from the repository root, build/ built; a quiet machine)
 #   THREADS (default 2: wall-clock GFLOP/s; 1: GFLOP per CPU-second on both sides), BATON
 #   (default build/baton), BATON_FLAGS (extra `bench ops` flags, e.g. --repacked), LLAMA_BIN
-#   (llama.cpp's build/bin, default /work/llama/build/bin), TYPES (default
+#   (llama.cpp's build/bin, required), TYPES (default
 #   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0)
 set -u
 NAME=bench/ops-rounds.sh

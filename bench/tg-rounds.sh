@@ -8,13 +8,13 @@
 # usage: bench/tg-rounds.sh ROUNDS [FILE...]   (from the repository root, build/ built)
 #   default files: $MODELS/mixtral-{F16,Q8_0,Q4_0,Q4_K_M}.gguf (bench/make-mixtral-models.sh)
 #   THREADS (default 2), N (default 64), REPS (default 2), BATON (default build/baton),
-#   LLAMA_BIN (llama.cpp's build/bin, default /work/llama/build/bin)
+#   LLAMA_BIN (llama.cpp's build/bin, required)
 set -u
 R=${1:?usage: bench/tg-rounds.sh ROUNDS [FILE...]}; shift
 case "$R" in '' | *[!0-9]* | 0) echo "bench/tg-rounds.sh: ROUNDS must be a positive number, not '$R'" >&2; exit 2 ;; esac
 T=${THREADS:-2}; N=${N:-64}; REPS=${REPS:-2}; B=${BATON:-build/baton}
-LB=${LLAMA_BIN:-/work/llama/build/bin}/llama-bench
-M=${MODELS:-/work/kern-models}
+LB=${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin}/llama-bench
+M=${MODELS:-build/bench-models}
 [ $# -gt 0 ] || set -- "$M"/mixtral-F16.gguf "$M"/mixtral-Q8_0.gguf "$M"/mixtral-Q4_0.gguf "$M"/mixtral-Q4_K_M.gguf
 [ -x "$LB" ] || { echo "bench/tg-rounds.sh: $LB is missing (set LLAMA_BIN to llama.cpp's build/bin)" >&2; exit 1; }
 [ -x "$B" ] || { echo "bench/tg-rounds.sh: $B is missing (build first, or set BATON)" >&2; exit 1; }

@@ -3,9 +3,9 @@
  * not, and each side's NMSE (sum (x - deq(q(x)))^2 / sum x^2).  A measuring
  * tool, not a test (it needs a llama.cpp build); build and run:
  *
- *   cc -O2 -march=native -Isrc -I/work/llama/src/ggml/include tests/bench_quants_ggml.c \
- *      build/libbaton.a -L/work/llama/build/bin -lggml-base -lm -lpthread \
- *      -Wl,-rpath,/work/llama/build/bin -o build/bench_quants_ggml
+ *   cc -O2 -march=native -Isrc -ILLAMA/src/ggml/include tests/bench_quants_ggml.c \
+ *      build/libbaton.a -LLLAMA/build/bin -lggml-base -lm -lpthread \
+ *      -Wl,-rpath,LLAMA/build/bin -o build/bench_quants_ggml
  *   build/bench_quants_ggml [ROWS COLS]     (default 4096 x 4096)
  */
 #include <math.h>

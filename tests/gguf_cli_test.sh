@@ -3,7 +3,7 @@
 # summary, --tensors and --json of a file baton's writer made (with types
 # baton has no kernels for, which are listed all the same), a damaged file
 # (one located message, exit 1), bad flags (exit 2), and llama.cpp's vocabulary
-# files when /work/llama/src/models (or $BATON_GGUF_MODELS) has them.
+# files (tests/data/vocab, or $BATON_GGUF_MODELS).
 set -u
 baton=${1:?usage: gguf_cli_test.sh BATON GGUF_TOOL}
 tool=${2:?usage: gguf_cli_test.sh BATON GGUF_TOOL}
@@ -78,7 +78,7 @@ expect 2 "two files" "^baton gguf: unexpected argument 'x' \(try: baton gguf --h
 expect 0 "--help" "^usage: baton gguf FILE" -- "$baton" gguf --help
 expect 0 "baton help lists gguf" "^  gguf FILE" -- "$baton" help
 
-models=${BATON_GGUF_MODELS:-/work/llama/src/models}
+models=${BATON_GGUF_MODELS:-$(cd "$(dirname "$0")" && pwd)/data/vocab}
 n=0
 for v in "$models"/ggml-vocab-*.gguf; do
     [ -f "$v" ] || continue
