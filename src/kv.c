@@ -73,7 +73,7 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
         kv->k[il - c->il0] = k;
         kv->v[il - c->il0] = v;
     }
-    if (nl > 0) {
+    if (nl > 0 && !c->no_memory) {
         kv->buf = bt_alloc_ctx_tensors_from_buft(kv->ctx, c->buft ? c->buft : bt_cpu_buffer_type());
         if (!kv->buf) {
             const size_t bytes = (size_t)nl * (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) *

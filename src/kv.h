@@ -42,6 +42,7 @@ struct bt_kv_config {
     int64_t n_embd_k, n_embd_v; /* per layer: head_dim * n_head_kv */
     int64_t head_dim_k, head_dim_v;
     bt_buffer_type_t buft;    /* where the cache lives; NULL: host memory */
+    bool no_memory;           /* the tensors without memory: a plan's graph (bt_model_plan) */
 };
 
 struct bt_kv;

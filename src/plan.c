@@ -263,13 +263,21 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
     }
     bt_plan_splitter *s = st == BT_OK ? splitter_new(g, p->n_ranks, p->n_copies, support, err, sizeof err) : NULL;
     if (st == BT_OK && !s) st = bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "%s", err);
+    /* where the weights before the first layer and after the last go */
+    int head_rank = p->n_ranks - 1, tail_rank = 0;
+    if (st == BT_OK && opt->ends_with_layers) {
+        for (int r = p->n_ranks - 1; r >= 0; r--)
+            if (first[r] >= 0) tail_rank = r;
+        for (int r = 0; r < p->n_ranks; r++)
+            if (first[r] >= 0) head_rank = r;
+    }
     /* weights by layer (or pin), inputs owned by rank 0 */
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
         int owner = -1;
         const int wl = lc.weight_layer[i];
         if (wl != INT32_MIN) {
-            owner = wl >= lc.L ? p->n_ranks - 1 : bt_place_rank_of_layer(wl, first, last, p->n_ranks);
+            owner = wl >= lc.L ? head_rank : wl < 0 ? tail_rank : bt_place_rank_of_layer(wl, first, last, p->n_ranks);
             for (int k = 0; k < opt->n_pins; k++)
                 if (fnmatch(opt->pins[k].pattern, t->name, 0) == 0) owner = opt->pins[k].rank;
         } else if (t->flags & BT_TENSOR_FLAG_INPUT) {

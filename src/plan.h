@@ -54,6 +54,10 @@ struct bt_plan_options {
     /* ranks x ranks, [src * n + dst] != 0: the edge may use the device
      * transport when both ranks have one; NULL: every such edge may */
     const uint8_t *device_edges;
+    /* the weights before the first layer and after the last go to the first
+     * and the last rank that holds a layer (the engine's stages), not to rank
+     * 0 and the last rank */
+    bool ends_with_layers;
 };
 
 struct bt_plan_split {

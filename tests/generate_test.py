@@ -121,6 +121,61 @@ def cli_tests():
     expect_error(["generate"] + base + ["--dump-tensors", ""], 2, "--dump-tensors: the pattern is empty",
                  "--dump-tensors ''")
 
+    # baton plan -m: the plan generate runs, for every topology in configs/ (the
+    # GPU ones planned from their declared devices): every layer on one rank,
+    # in rank order, the embedding on the first stage and the head on the last,
+    # x from each stage to the next and the logits to rank 0; on the CPU
+    # topologies the live run's plan (generate --dump-plan) is the same plan
+    cfgs = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yaml"))
+    pargs = ["-c", "256", "--ubatch", "16"]
+    for cfg in cfgs:
+        topo_f = os.path.join(ROOT, "configs", cfg)
+        rc, out, err = run(["plan", "-m", model, "-t", topo_f, "--json"] + pargs)
+        check(rc == 0, f"plan -m on {cfg}", err[-300:])
+        if rc:
+            continue
+        js = json.loads(out)
+        stages = [r for r in js["ranks"] if r["layers"][1] > r["layers"][0]]
+        cover = [l for r in stages for l in range(*r["layers"])]
+        check(cover == list(range(js["n_layer"])), f"plan -m on {cfg}: every layer once, in rank order", f"{stages}")
+        want_x = [(a["rank"], b["rank"], 64 * 16 * 4) for a, b in zip(stages, stages[1:])]
+        got_x = [(x["src"], x["dst"], x["bytes"]) for x in js["transfers"] if not x["output"]]
+        check(got_x == want_x and all(x["transport"] == "mpi" for x in js["transfers"]),
+              f"plan -m on {cfg}: x between consecutive stages over MPI", f"{got_x} vs {want_x}")
+        outs = [(x["src"], x["dst"]) for x in js["transfers"] if x["output"]]
+        last = stages[-1]["rank"]
+        check(outs == ([] if last == 0 else [(last, 0)]), f"plan -m on {cfg}: the logits from the last stage to rank 0",
+              f"{outs}")
+        check(all(r["weight_bytes"] > 0 and r["kv_bytes"] > 0 for r in stages) and
+              all(r["weight_bytes"] == 0 for r in js["ranks"] if r not in stages),
+              f"plan -m on {cfg}: weights and cache on the stages only", f"{js['ranks']}")
+        if cfg.startswith("local-cpu-"):
+            np = len(js["ranks"])
+            live, planned = os.path.join(TMP, "live.plan"), os.path.join(TMP, "planned.plan")
+            rc1, _, e1 = run(["generate", "--topology", topo_f, "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
+                              "--dump-plan", live] + pargs, np)
+            rc2, _, e2 = run(["plan", "-m", model, "-t", topo_f, "--dump-plan", planned] + pargs)
+            same = rc1 == 0 and rc2 == 0 and open(live).read() == open(planned).read()
+            check(same, f"plan -m on {cfg}: the live run's plan", (e1 + e2)[-300:])
+    rc, out, _ = run(["plan", "-m", model] + pargs)
+    check(rc == 0 and "1 ranks, 1 splits, 0 transfers per ubatch" in out and "layers 0-3" in out,
+          "plan -m without a topology: one CPU rank", out[-300:])
+    for args, code, msg, name in [
+            (["plan", "-m", ""], 2, "--model: the file name is empty", "plan -m ''"),
+            (["plan", "-m", os.path.join(TMP, "none.gguf")], 1, "none.gguf", "plan -m of a missing file"),
+            (["plan", "-m", model, "--layers", "3"], 2, "goes without --project and the synthetic", "plan -m --layers"),
+            (["plan", "-m", model, "--partition", "1,1"], 2, "--partition: 1,1 lists more than 1 counts",
+             "plan -m --partition for other ranks"),
+            (["plan", "-m", model, "-c", "64", "--ubatch", "128"], 2, "--ubatch 128 is more than --ctx-size 64",
+             "plan -m --ubatch past the context"),
+            (["plan", "-m", model, "--ubatch", "x"], 2, "--ubatch: 'x' is not an integer", "plan -m --ubatch x"),
+            (["plan", "-t", os.path.join(ROOT, "configs", "local-cpu-2.yaml"), "--json"], 2,
+             "--partition and --json go with -m", "plan --json without -m"),
+            (["generate"] + base + ["--dump-plan", ""], 2, "--dump-plan: the file name is empty", "generate --dump-plan ''"),
+            (["generate"] + base + ["--dump-plan", "/nonexistent/dir/p.txt"], 1, "/nonexistent/dir/p.txt",
+             "generate --dump-plan into a missing folder")]:
+        expect_error(args, code, msg, name)
+
     # the model named by the topology's pipeline section instead of -m
     topo_src = open(os.path.join(ROOT, "configs", "local-cpu-2.yaml")).read()
     topo = os.path.join(TMP, "topo.yaml")

@@ -26,6 +26,7 @@
 #include "run/bringup.h"
 #include "run/engine.h"
 #include "dump_tensors.h"
+#include "run/model_plan.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab_gguf.h"
@@ -37,6 +38,7 @@ struct gen_opts {
     const char *model, *prompt, *prompts_file;
     const char *chat_template, *system;
     const char *dump_tensors; /* --dump-tensors PATTERN */
+    const char *dump_plan;    /* --dump-plan FILE */
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
     bool chat, json, escape;
@@ -98,6 +100,9 @@ static void gen_usage(FILE *f) {
             "                          (a glob: 'blk.3.*', 'result_output', '*') to stderr,\n"
             "                          from the rank that computes it: shape, min, max,\n"
             "                          mean and a hash of its values, per ubatch\n"
+            "      --dump-plan FILE    write the plan this run carries out (placement, splits,\n"
+            "                          transfers) as text, to compare with baton plan -m\n"
+            "                          --dump-plan\n"
             "  -h, --help              this text\n"
             "\n"
             "Greedy output (--temp 0) is the same for any number of ranks, threads and\n"
@@ -124,6 +129,7 @@ enum {
     OPT_UBATCH,
     OPT_JSON,
     OPT_DUMP_TENSORS,
+    OPT_DUMP_PLAN,
 };
 
 static bool parse_float(const char *s, float *out) {
@@ -162,6 +168,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         BT_CLI_ENGINE_LONGOPTS,
         {"json", no_argument, 0, OPT_JSON},
         {"dump-tensors", required_argument, 0, OPT_DUMP_TENSORS},
+        {"dump-plan", required_argument, 0, OPT_DUMP_PLAN},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -236,6 +243,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             else o->n_ubatch = v;
             break;
         case OPT_JSON: o->json = true; break;
+        case OPT_DUMP_PLAN: bt_cli_file_arg("--dump-plan", optarg, &o->dump_plan, err, errn); break;
         case OPT_DUMP_TENSORS:
             if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
             o->dump_tensors = optarg;
@@ -633,6 +641,39 @@ static void print_text(const struct gen_run *run) {
 
 /* ---- rank 0's loop: every prompt through the batcher ---- */
 
+/* --dump-plan: the plan of the engine's own placement (src/run/model_plan.h),
+ * as `baton plan -m --dump-plan` writes it.  Rank 0. */
+static int dump_engine_plan(const struct bt_engine *e, const char *path) {
+    const int P = bt_engine_n_ranks(e);
+    int *counts = calloc((size_t)P, sizeof *counts);
+    struct bt_rank_desc *descs = calloc((size_t)P, sizeof *descs);
+    struct bt_model_plan mp;
+    char err[1024];
+    int rc = 1;
+    if (!counts || !descs) {
+        fprintf(stderr, GEN_PROG ": --dump-plan: out of memory\n");
+    } else {
+        for (int r = 0; r < P; r++) {
+            int a, b;
+            bt_engine_range(e, r, &a, &b);
+            counts[r] = b - a;
+            snprintf(descs[r].backend, sizeof descs[r].backend, "rank %d", r);
+            descs[r].gflops = 1.0;           /* speeds are not part of the dump */
+            descs[r].mem_bytes = INT64_MAX / 4; /* the engine has placed within the ranks' memory */
+        }
+        if (bt_model_plan_make(bt_engine_gguf(e), bt_engine_params(e), descs, P, counts, &mp, err, sizeof err) !=
+            BT_OK) {
+            fprintf(stderr, GEN_PROG ": --dump-plan: %s\n", err);
+        } else {
+            rc = bt_cli_dump_plan(&mp.plan, path, GEN_PROG);
+            bt_model_plan_free(&mp);
+        }
+    }
+    free(counts);
+    free(descs);
+    return rc;
+}
+
 static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokenizer *tok, char *err, size_t errn) {
     struct bt_batcher_params bp;
     bt_batcher_default_params(&bp);
@@ -778,6 +819,7 @@ int bt_cli_generate(int argc, char **argv) {
     if (rank == 0)
         verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, prompts, n_prompts,
                                    o.n_ctx / o.parallel, err, sizeof err);
+    if (rank == 0 && !verdict && o.dump_plan && dump_engine_plan(e, o.dump_plan) != 0) verdict = 1;
     if (t->iface.allreduce_max(t, &verdict, 1) != BT_OK && !verdict) {
         snprintf(err, sizeof err, "the ranks could not agree: %s", "transport failure");
         verdict = 1;

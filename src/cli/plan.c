@@ -1,5 +1,11 @@
-/* plan.c - `baton plan -t TOPOLOGY [model options]`: the placement and the
- * splits for a topology, without MPI and without running anything.  CPU ranks
+/* plan.c - `baton plan -m MODEL.gguf [-t TOPOLOGY]`: the plan `baton
+ * generate` runs for a GGUF model (src/run/model_plan.h: the engine's
+ * placement and the splitter on the model's graph, from the file's metadata
+ * alone), for a topology's declared ranks or one CPU rank on this machine.
+ *
+ * `baton plan -t TOPOLOGY [model options]`: the placement and the splits of
+ * the synthetic demo model for a topology, without MPI and without running
+ * anything.  CPU ranks
  * are costed at this machine's measured single-thread mul_mat speed times
  * their threads; CUDA ranks at an assumed 400 TFLOP/s (an H200-class GPU on
  * these shapes) unless BATON_PLAN_GPU_GFLOPS says otherwise.
@@ -17,10 +23,27 @@
 #include "common.h"
 #include "project_file.h"
 #include "run/bringup.h"
+#include "run/model_plan.h"
 
 static void plan_usage(FILE *f, const struct bt_model_config *c) {
     fprintf(f,
-            "usage: baton plan -t TOPOLOGY [options]\n"
+            "usage: baton plan -m MODEL.gguf [-t TOPOLOGY] [--ubatch N] [-c N] [--json]\n"
+            "       baton plan -t TOPOLOGY [options]\n"
+            "\n"
+            "With -m: the plan `baton generate` runs for the model on the topology's ranks\n"
+            "(without -t: one CPU rank on this machine), from the file's metadata alone:\n"
+            "per rank its layers, splits, nodes, weights, KV cache and predicted time per\n"
+            "ubatch, and every transfer with its bytes per ubatch and transport.\n"
+            "\n"
+            "  -m, --model FILE      the GGUF model\n"
+            "      --ubatch N        tokens in one ubatch (default 512)\n"
+            "  -c, --ctx-size N      KV cache cells (default 4096)\n"
+            "      --parallel N      sequences (default 1)\n"
+            "      --partition P     auto, or layer counts per rank: 12,12 (default: the\n"
+            "                        topology's)\n"
+            "      --json            the plan as one JSON object\n"
+            "\n"
+            "Without -m, the synthetic demo model:\n"
             "\n"
             "Prints the plan baton would run for the topology: per rank its layers, nodes,\n"
             "weight bytes, transfers per micro-batch and predicted stage time.\n"
@@ -108,6 +131,113 @@ static int plan_project(const char *path, const int *codes, const char *const *v
     return rc;
 }
 
+/* "auto" (NULL counts) or P positive layer counts "4,4". */
+static bool parse_counts(const char *s, int P, int **out, char *err, size_t n) {
+    *out = NULL;
+    if (strcmp(s, "auto") == 0) return true;
+    int *c = calloc((size_t)P, sizeof *c);
+    if (!c) return snprintf(err, n, "out of memory"), false;
+    int i = 0;
+    for (const char *q = s; *q;) {
+        char *end;
+        const long v = strtol(q, &end, 10);
+        if (end == q || v < 1 || v > 1 << 20 || (*end && *end != ',') || i >= P) {
+            snprintf(err, n, i >= P ? "--partition: %s lists more than %d counts (one per rank)"
+                                    : "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4",
+                     s, P);
+            free(c);
+            return false;
+        }
+        c[i++] = (int)v;
+        q = *end ? end + 1 : end;
+    }
+    if (i != P) {
+        snprintf(err, n, "--partition: %s lists %d counts for %d ranks", s, i, P);
+        free(c);
+        return false;
+    }
+    *out = c;
+    return true;
+}
+
+/* -m: the plan of a GGUF model for a topology's ranks (NULL: one CPU rank of
+ * this machine's cores). */
+static int plan_model(const char *model, const char *topo_path, const struct bt_engine_params *ep,
+                      const char *partition, bool json, const char *dump_path) {
+    char err[1024];
+    struct bt_topology topo;
+    bool have_topo = false;
+    struct bt_rank_desc *descs = NULL;
+    int *counts = NULL, P = 1, rc = 1;
+    struct bt_gguf *g = NULL;
+    struct bt_model_plan mp;
+    memset(&mp, 0, sizeof mp);
+    bt_backend_t probe = bt_backend_cpu_init(1);
+    const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
+    bt_backend_free(probe);
+    if (topo_path) {
+        if (bt_topology_load(topo_path, &topo, err, sizeof err) != BT_OK) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        have_topo = true;
+        P = topo.n_ranks;
+        const char *gpu_env = getenv("BATON_PLAN_GPU_GFLOPS");
+        if (bt_topology_rank_descs(&topo, cpu_gflops, gpu_env ? atof(gpu_env) : 400000.0, &descs, err, sizeof err) !=
+            BT_OK) {
+            fprintf(stderr, "baton plan: %s\n", err);
+            goto out;
+        }
+    } else {
+        descs = calloc(1, sizeof *descs);
+        if (!descs) {
+            fprintf(stderr, "baton plan: out of memory\n");
+            goto out;
+        }
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
+                   page = sysconf(_SC_PAGE_SIZE);
+        char host[64] = "?";
+        gethostname(host, sizeof host - 1);
+        descs[0].threads = cores > 0 ? (int)cores : 1;
+        snprintf(descs[0].backend, sizeof descs[0].backend, "CPUx%d@%s", descs[0].threads, host);
+        descs[0].gflops = cpu_gflops * descs[0].threads;
+        descs[0].mem_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
+    }
+    if (partition) {
+        if (!parse_counts(partition, P, &counts, err, sizeof err)) {
+            fprintf(stderr, "baton plan: %s (try: baton plan --help)\n", err);
+            rc = 2;
+            goto out;
+        }
+    } else if (have_topo && !topo.pipeline.partition_auto) {
+        counts = calloc((size_t)P, sizeof *counts);
+        if (!counts) {
+            fprintf(stderr, "baton plan: out of memory\n");
+            goto out;
+        }
+        memcpy(counts, topo.pipeline.layers, sizeof *counts * (size_t)P);
+    }
+    if (bt_gguf_open(model, &g, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        goto out;
+    }
+    if (bt_model_plan_make(g, ep, descs, P, counts, &mp, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        goto out;
+    }
+    if (json) bt_model_plan_json(&mp, stdout);
+    else bt_model_plan_print(&mp, stdout);
+    rc = dump_path && bt_cli_dump_plan(&mp.plan, dump_path, "baton plan") != 0 ? 1 : 0;
+    rc = bt_cli_stdout_finish("baton plan", rc);
+out:
+    bt_model_plan_free(&mp);
+    bt_gguf_close(g);
+    free(counts);
+    free(descs);
+    if (have_topo) bt_topology_free(&topo);
+    return rc;
+}
+
 int bt_cli_plan(int argc, char **argv) {
     struct bt_model_config cfg;
     bt_cli_model_defaults(&cfg);
@@ -116,7 +246,19 @@ int bt_cli_plan(int argc, char **argv) {
     int opt_codes[64];
     const char *opt_vals[64];
     int n_opts = 0;
+    enum { OPT_P_UBATCH = 2000, OPT_P_PARALLEL, OPT_P_PARTITION, OPT_P_JSON };
+    const char *model_path = NULL, *partition = NULL;
+    bool json = false;
+    struct bt_engine_params ep;
+    bt_engine_default_params(&ep);
+    long v;
     static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'},
+        {"ubatch", required_argument, 0, OPT_P_UBATCH},
+        {"ctx-size", required_argument, 0, 'c'},
+        {"parallel", required_argument, 0, OPT_P_PARALLEL},
+        {"partition", required_argument, 0, OPT_P_PARTITION},
+        {"json", no_argument, 0, OPT_P_JSON},
         {"topology", required_argument, 0, 't'},
         {"dump-plan", required_argument, 0, 'D'},
         {"project", required_argument, 0, 'P'},
@@ -128,11 +270,23 @@ int bt_cli_plan(int argc, char **argv) {
     optind = 1;
     int code;
     char err[1024];
-    while ((code = getopt_long(argc, argv, ":t:h", longs, NULL)) != -1) {
+    while ((code = getopt_long(argc, argv, ":t:m:c:h", longs, NULL)) != -1) {
         err[0] = '\0';
-        if ((code == 't' || code == 'D' || code == 'P') && !*optarg)
+        if ((code == 't' || code == 'D' || code == 'P' || code == 'm') && !*optarg)
             snprintf(err, sizeof err, "%s: the file name is empty",
-                     code == 't' ? "--topology" : code == 'D' ? "--dump-plan" : "--project");
+                     code == 't' ? "--topology" : code == 'D' ? "--dump-plan" : code == 'm' ? "--model" : "--project");
+        else if (code == 'm') model_path = optarg;
+        else if (code == OPT_P_UBATCH) {
+            if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, sizeof err, "--ubatch: '%s' is not an integer in [1, 65536]", optarg);
+            ep.n_ubatch = v;
+        } else if (code == 'c') {
+            if (!bt_cli_parse_int(optarg, 1, 1L << 24, &v)) snprintf(err, sizeof err, "--ctx-size: '%s' is not an integer in [1, %ld]", optarg, 1L << 24);
+            ep.n_ctx = v;
+        } else if (code == OPT_P_PARALLEL) {
+            if (!bt_cli_parse_int(optarg, 1, 1024, &v)) snprintf(err, sizeof err, "--parallel: '%s' is not an integer in [1, 1024]", optarg);
+            ep.n_seq_max = (int)v;
+        } else if (code == OPT_P_PARTITION) partition = optarg;
+        else if (code == OPT_P_JSON) json = true;
         else if (code == 't') path = optarg;
         else if (code == 'D') dump_path = optarg;
         else if (code == 'P') project_path = optarg;
@@ -156,6 +310,23 @@ int bt_cli_plan(int argc, char **argv) {
     }
     if (optind < argc) {
         fprintf(stderr, "baton plan: unexpected argument '%s' (try: baton plan --help)\n", argv[optind]);
+        return 2;
+    }
+    if (model_path) {
+        if (project_path || n_opts > 0) {
+            fprintf(stderr, "baton plan: -m plans the model in the file: it goes without --project and the synthetic "
+                            "model's options (try: baton plan --help)\n");
+            return 2;
+        }
+        if (ep.n_ubatch > ep.n_ctx) {
+            fprintf(stderr, "baton plan: --ubatch %lld is more than --ctx-size %lld (try: baton plan --help)\n",
+                    (long long)ep.n_ubatch, (long long)ep.n_ctx);
+            return 2;
+        }
+        return plan_model(model_path, path, &ep, partition, json, dump_path);
+    }
+    if (partition || json) {
+        fprintf(stderr, "baton plan: --partition and --json go with -m (try: baton plan --help)\n");
         return 2;
     }
     if (project_path) {

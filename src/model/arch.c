@@ -341,8 +341,10 @@ static bool repack_this(const struct bt_arch_tensor *e, const struct bt_tensor *
     return !e->vector && bt_cpu_weight_repackable(t);
 }
 
-enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                bool repack, struct bt_llm **out, char *err, size_t n_err) {
+/* bt_llm_load_gguf, or with `describe` every tensor of every layer without
+ * memory (bt_llm_describe_gguf). */
+static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
+                                 bool repack, bool describe, struct bt_llm **out, char *err, size_t n_err) {
     *out = NULL;
     const char *path = bt_gguf_path(g);
     if (!buft) buft = bt_cpu_buffer_type();
@@ -385,7 +387,7 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
     }
     /* the range's weights: metadata; bytes used in place from the mapping
      * where they can be, else copied into one buffer of buft */
-    m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 4) * bt_tensor_overhead() + 1024, NULL, true});
+    m->wctx = bt_init((struct bt_init_params){(size_t)(n_mine + 5) * bt_tensor_overhead() + 1024, NULL, true});
     if (!m->wctx) {
         st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
         goto done;
@@ -406,7 +408,9 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
         bt_set_name(t, e->name);
         bt_set_weight(t);
         BT_ASSERT(ft->size == bt_nbytes(t));
-        if (in_place && usable_in_place(g, ft, buft)) {
+        if (describe) {
+            /* metadata only */
+        } else if (in_place && usable_in_place(g, ft, buft)) {
             /* host memory in the mapping: the tensor points at it (read only) */
             t->data = (void *)bt_gguf_tensor_data(g, ft);
             t->buffer = NULL;
@@ -415,6 +419,18 @@ enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_t
             copied += ft->size;
         }
         *e->slot = t;
+        /* a described model's tied output projection is a tensor of its own,
+         * as each rank that uses the embedding holds its own copy of it */
+        if (describe && h->tied_output && e->slot == &m->gl.tok_embd) {
+            struct bt_tensor *o = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
+            if (!o) {
+                st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
+                goto done;
+            }
+            bt_set_name(o, e->name);
+            bt_set_weight(o);
+            m->gl.output = o;
+        }
     }
     if (copied > 0) {
         m->wbuf = bt_alloc_ctx_tensors_from_buft(m->wctx, buft);
@@ -450,6 +466,15 @@ done:
     return BT_OK;
 }
 
+enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
+                                bool repack, struct bt_llm **out, char *err, size_t n_err) {
+    return load_range(g, il0, il1, buft, in_place, repack, false, out, err, n_err);
+}
+
+enum bt_status bt_llm_describe_gguf(struct bt_gguf *g, struct bt_llm **out, char *err, size_t n_err) {
+    return load_range(g, 0, -1, NULL, false, false, true, out, err, n_err);
+}
+
 enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err) {
     *out = NULL;
     struct bt_gguf *g = NULL;
@@ -474,7 +499,6 @@ void bt_llm_free(struct bt_llm *m) {
 }
 
 const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m) { return &m->hp; }
-const struct bt_arch *bt_llm_arch(const struct bt_llm *m) { return m->arch; }
 void bt_llm_range(const struct bt_llm *m, int *il0, int *il1) {
     *il0 = m->il0;
     *il1 = m->il1;

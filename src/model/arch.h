@@ -100,6 +100,10 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
  * (bt_cpu_weight_repack; the same results, a faster decode). */
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
                                 bool repack, struct bt_llm **out, char *err, size_t n_err);
+/* The whole model (every layer) as tensors without memory: the graph a plan
+ * is made for (bt_model_plan).  Checked as bt_llm_load checks; nothing is
+ * read but the file's metadata. */
+enum bt_status bt_llm_describe_gguf(struct bt_gguf *g, struct bt_llm **out, char *err, size_t n_err);
 /* Every check bt_llm_load makes (architecture, hyperparameters, every
  * tensor's name, shape and type) without allocating any weight; the
  * architecture and hyperparameters into *arch, *h. */
@@ -111,7 +115,6 @@ enum bt_status bt_llm_check_gguf(struct bt_gguf *g, const struct bt_arch **arch,
 uint64_t bt_llm_part_bytes(struct bt_gguf *g, const struct bt_hparams *h, int l);
 void bt_llm_free(struct bt_llm *m);
 const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m);
-const struct bt_arch *bt_llm_arch(const struct bt_llm *m);
 void bt_llm_range(const struct bt_llm *m, int *il0, int *il1);
 const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
 /* Bytes of the weights held (copied or used in place), and of those used in

@@ -176,7 +176,8 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
         x = nm(bt_get_rows(ctx, x, out->out_ids), -1, "result_rows"); /* [d, n_out] */
         x = nm(bt_rms_norm(ctx, x, h->norm_eps), -1, "result_rms");
         x = nm(bt_mul(ctx, x, m->gl.output_norm), -1, "result_norm");
-        x = nm(bt_mul_mat(ctx, h->tied_output ? m->gl.tok_embd : m->gl.output, x), -1, "result_output");
+        /* tied: the embedding (a described model has a tensor of its own for it) */
+        x = nm(bt_mul_mat(ctx, m->gl.output ? m->gl.output : m->gl.tok_embd, x), -1, "result_output");
     }
     if (!x) return BT_ERR_NOMEM;
     bt_set_output(x);

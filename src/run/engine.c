@@ -301,10 +301,12 @@ static double part_flops(struct bt_gguf *g, const struct bt_hparams *h, int l) {
     return f;
 }
 
-/* Rank 0: the layer ranges.  with_kv: count the cache in each rank's memory. */
-static enum bt_status place_layers(struct bt_engine *e, const struct bt_rank_desc *descs, bool with_kv, int *first,
-                                   int *last, char *msg, size_t n_msg) {
-    const int L = e->hp.n_layer, P = e->P;
+/* The layer ranges (first[r]..last[r], -1: none).  with_kv: count the
+ * cache in each rank's memory. */
+static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
+                                   const struct bt_rank_desc *descs, int P, const int *layer_counts, bool with_kv,
+                                   int *first, int *last, char *msg, size_t n_msg) {
+    const int L = h->n_layer;
     struct bt_layer_costs lc;
     memset(&lc, 0, sizeof lc);
     lc.L = L;
@@ -318,14 +320,14 @@ static enum bt_status place_layers(struct bt_engine *e, const struct bt_rank_des
         st = BT_ERR_NOMEM;
     }
     for (int l = -1; st == BT_OK && l <= L; l++) {
-        lc.flops[l + 1] = part_flops(e->g, &e->hp, l) * (double)e->p.n_ubatch;
-        lc.wbytes[l + 1] = (double)bt_llm_part_bytes(e->g, &e->hp, l);
-        if (with_kv && l >= 0 && l < L) lc.wbytes[l + 1] += kv_layer_bytes(&e->hp, &e->p);
+        lc.flops[l + 1] = part_flops(g, h, l) * (double)p->n_ubatch;
+        lc.wbytes[l + 1] = (double)bt_llm_part_bytes(g, h, l);
+        if (with_kv && l >= 0 && l < L) lc.wbytes[l + 1] += kv_layer_bytes(h, p);
     }
-    for (int l = 0; st == BT_OK && l <= L; l++) lc.cut_bytes[l] = (double)(e->hp.n_embd * e->p.n_ubatch) * 4.0;
+    for (int l = 0; st == BT_OK && l <= L; l++) lc.cut_bytes[l] = (double)(h->n_embd * p->n_ubatch) * 4.0;
     struct bt_plan_options opt;
     memset(&opt, 0, sizeof opt);
-    opt.layers_per_rank = e->r->layer_counts;
+    opt.layers_per_rank = layer_counts;
     if (st == BT_OK) st = bt_place_layers(&lc, descs, P, &opt, first, last, pred, msg, n_msg);
     /* a fixed partition is not placed by memory: check it */
     for (int r = 0; st == BT_OK && r < P; r++) {
@@ -344,6 +346,38 @@ static enum bt_status place_layers(struct bt_engine *e, const struct bt_rank_des
     free(lc.wbytes);
     free(lc.cut_bytes);
     free(pred);
+    return st;
+}
+
+enum bt_status bt_engine_place(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
+                               const struct bt_rank_desc *descs, int P, const int *layer_counts, int32_t *ranges,
+                               char *msg, size_t n_msg) {
+    int *first = calloc((size_t)P, sizeof(int)), *last = calloc((size_t)P, sizeof(int));
+    const char *path = bt_gguf_path(g);
+    char perr[512];
+    enum bt_status st = BT_OK;
+    if (!first || !last) st = BT_ERR_NOMEM, msgf(msg, n_msg, "rank 0: out of memory");
+    if (st == BT_OK) st = place_layers(g, h, p, descs, P, layer_counts, true, first, last, perr, sizeof perr);
+    if (st != BT_OK && st != BT_ERR_NOMEM) {
+        msgf(msg, n_msg, "%s: placement: %s", path, perr);
+    } else if (st == BT_ERR_NOMEM && first && last) {
+        /* the weights alone would fit: the cache is what does not */
+        char perr2[512];
+        if (place_layers(g, h, p, descs, P, layer_counts, false, first, last, perr2, sizeof perr2) == BT_OK)
+            msgf(msg, n_msg,
+                 "%s: a context of %lld cells needs %.1f MiB of KV cache (%s) beside the weights, more than the "
+                 "ranks' memory holds: %s",
+                 path, (long long)p->n_ctx, kv_layer_bytes(h, p) * h->n_layer / 1048576.0, bt_type_name(p->kv_type),
+                 perr);
+        else
+            msgf(msg, n_msg, "%s: %s", path, perr2);
+    }
+    for (int i = 0; st == BT_OK && i < P; i++) {
+        ranges[2 * i] = first[i] >= 0 ? first[i] : 0;
+        ranges[2 * i + 1] = first[i] >= 0 ? last[i] + 1 : 0;
+    }
+    free(first);
+    free(last);
     return st;
 }
 
@@ -476,32 +510,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         AGREE(); /* before the gather: a rank that failed does not take part */
         if (t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
-        if (st == BT_OK && t->rank == 0) {
-            int *first = calloc((size_t)P, sizeof(int)), *last = calloc((size_t)P, sizeof(int));
-            char perr[512];
-            if (!first || !last) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank 0: out of memory");
-            if (st == BT_OK) st = place_layers(e, descs, true, first, last, perr, sizeof perr);
-            if (st != BT_OK && st != BT_ERR_NOMEM) {
-                msgf(msg, sizeof msg, "%s: placement: %s", e->path, perr);
-            } else if (st == BT_ERR_NOMEM && first && last) {
-                /* the weights alone would fit: the cache is what does not */
-                char perr2[512];
-                if (place_layers(e, descs, false, first, last, perr2, sizeof perr2) == BT_OK)
-                    msgf(msg, sizeof msg,
-                             "%s: a context of %lld cells needs %.1f MiB of KV cache (%s) beside the weights, more than "
-                             "the ranks' memory holds: %s",
-                             e->path, (long long)q->n_ctx, kv_layer_bytes(&e->hp, q) * e->hp.n_layer / 1048576.0,
-                             bt_type_name(q->kv_type), perr);
-                else
-                    msgf(msg, sizeof msg, "%s: %s", e->path, perr2);
-            }
-            for (int i = 0; st == BT_OK && i < P; i++) {
-                ranges[2 * i] = first[i] >= 0 ? first[i] : 0;
-                ranges[2 * i + 1] = first[i] >= 0 ? last[i] + 1 : 0;
-            }
-            free(first);
-            free(last);
-        }
+        if (st == BT_OK && t->rank == 0)
+            st = bt_engine_place(e->g, &e->hp, &e->p, descs, P, r->layer_counts, ranges, msg, sizeof msg);
         free(descs);
         descs = NULL;
         AGREE();
@@ -828,12 +838,6 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
 }
 
 int bt_engine_n_inflight(const struct bt_engine *e) { return e->q_len; }
-
-bool bt_engine_ready(struct bt_engine *e) {
-    if (e->q_len == 0) return false;
-    for (int i = 0; i < e->q_len; i++) slot_poll(e, q_at(e, i)); /* drive them all */
-    return q_at(e, 0)->done || e->fatal != BT_OK;
-}
 
 enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logits, int64_t *n_out) {
     if (e->t->rank != 0) return efail(e, BT_ERR_INVALID, "rank %d: only rank 0 drives the engine", e->t->rank);

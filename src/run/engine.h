@@ -66,6 +66,19 @@ void bt_engine_default_params(struct bt_engine_params *p);
 
 struct bt_engine;
 
+/* Rank 0's placement, as a pure function: each of P ranks' layers
+ * [ranges[2r], ranges[2r + 1]) of the file's model under p, from the ranks'
+ * descriptions (backend, memory, speed) by the cost model, or from fixed
+ * counts (layer_counts, NULL: placed); each rank's weights and its cache of
+ * p->n_ctx cells within its memory.  BT_OK, or an error and one message in
+ * msg (a model or a cache that does not fit, naming the rank).
+ * bt_engine_open runs it on rank 0 with the ranks' own descriptions; `baton
+ * plan -m` with a topology's. */
+struct bt_rank_desc;
+enum bt_status bt_engine_place(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
+                               const struct bt_rank_desc *descs, int P, const int *layer_counts, int32_t *ranges,
+                               char *msg, size_t n_msg);
+
 /* Collective over every rank of r (after bt_rank_init).  BT_OK and *out on
  * every rank, or the same status on every rank and one message in err. */
 enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *p, struct bt_engine **out, char *err,
@@ -108,9 +121,6 @@ uint64_t bt_engine_computing(const struct bt_engine *e);
 enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *ub, uint64_t *id);
 /* Ubatches submitted and not yet collected. */
 int bt_engine_n_inflight(const struct bt_engine *e);
-/* Whether the oldest ubatch in flight is done (collect would not block);
- * false when none is in flight.  Drives the transfers. */
-bool bt_engine_ready(struct bt_engine *e);
 /* Wait for the oldest ubatch in flight: its id, and its n_out rows of logits
  * (n_vocab floats each, in token order) copied into logits (room for the
  * rows that ubatch asked for at submit).  BT_ERR_INVALID when none is in

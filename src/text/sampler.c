@@ -291,12 +291,3 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits) {
     return s->c[n - 1].id; /* u within rounding of 1 */
 }
 
-void bt_sampler_probs(bt_sampler *s, const float *logits, double *p) {
-    int32_t n = prepare(s, logits);
-    memset(p, 0, (size_t)s->n_vocab * sizeof *p);
-    if (n == 0) {
-        p[s->c[0].id] = 1.0;
-        return;
-    }
-    for (int32_t i = 0; i < n; i++) p[s->c[i].id] = s->c[i].p;
-}

@@ -52,9 +52,5 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits);
 /* Forget the context and restart the random stream from the seed. */
 void bt_sampler_reset(bt_sampler *s);
 
-/* The probabilities the sampler would draw from for logits (p[n_vocab],
- * zero for the tokens it removes): what the distribution tests compare
- * counts with, and what `--verbose` shows. */
-void bt_sampler_probs(bt_sampler *s, const float *logits, double *p);
 
 #endif

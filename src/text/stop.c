@@ -72,8 +72,6 @@ nomem:
     return BT_ERR_NOMEM;
 }
 
-int64_t bt_stopper_n_tokens(const bt_stopper *s) { return s->n_tokens; }
-
 static int reserve(char **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 256;

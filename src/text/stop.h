@@ -33,6 +33,5 @@ void bt_stopper_free(bt_stopper *s);
  * given. */
 enum bt_stop_reason bt_stopper_push(bt_stopper *s, const bt_tokenizer *tok, int32_t id, const char **text,
                                     size_t *len);
-int64_t bt_stopper_n_tokens(const bt_stopper *s); /* tokens pushed so far */
 
 #endif

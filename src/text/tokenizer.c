@@ -861,10 +861,6 @@ int bt_tokenizer_add_eos(const bt_tokenizer *tok) { return tok->add_eos; }
 int bt_tokenizer_is_eog(const bt_tokenizer *tok, int32_t id) {
     return id >= 0 && (uint32_t)id < tok->n_tokens && tok->eog[id];
 }
-int bt_tokenizer_attr(const bt_tokenizer *tok, int32_t id) {
-    return id >= 0 && (uint32_t)id < tok->n_tokens ? tok->attr[id] : 0;
-}
-
 const char *bt_tokenizer_piece(const bt_tokenizer *tok, int32_t id, int special, size_t *len) {
     if (id < 0 || (uint32_t)id >= tok->n_tokens || (!special && (tok->attr[id] & (BT_TOKEN_ATTR_CONTROL |
                                                                                  BT_TOKEN_ATTR_UNKNOWN)))) {

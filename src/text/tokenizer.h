@@ -147,7 +147,6 @@ int32_t bt_tokenizer_eot(const bt_tokenizer *tok);
 int bt_tokenizer_add_bos(const bt_tokenizer *tok);
 int bt_tokenizer_add_eos(const bt_tokenizer *tok);
 int bt_tokenizer_is_eog(const bt_tokenizer *tok, int32_t id); /* end of generation: EOS, EOT, EOM, ... */
-int bt_tokenizer_attr(const bt_tokenizer *tok, int32_t id);  /* enum bt_token_attr flags; 0 out of range */
 /* The id of a token's exact text, or BT_TOKEN_NONE. */
 int32_t bt_tokenizer_find(const bt_tokenizer *tok, const char *text, size_t len);
 

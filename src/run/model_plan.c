@@ -1,0 +1,162 @@
+/* model_plan.c - the plan of a GGUF model over ranks (see model_plan.h). */
+#include "model_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void bt_model_plan_free(struct bt_model_plan *mp) {
+    bt_plan_free(&mp->plan);
+    if (mp->ctx) bt_free(mp->ctx);
+    bt_kv_free(mp->kv);
+    bt_llm_free(mp->m);
+    free(mp->ranges);
+    free(mp->kv_bytes);
+    memset(mp, 0, sizeof *mp);
+}
+
+enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
+                                  const struct bt_rank_desc *descs, int P, const int *layer_counts,
+                                  struct bt_model_plan *out, char *err, size_t n_err) {
+    struct bt_model_plan *mp = out;
+    memset(mp, 0, sizeof *mp);
+    mp->P = P;
+    mp->params = *p;
+    snprintf(mp->path, sizeof mp->path, "%s", bt_gguf_path(g));
+    enum bt_status st = bt_llm_check_gguf(g, &mp->arch, &mp->hp, err, n_err);
+    if (st != BT_OK) return st;
+    const struct bt_hparams *h = &mp->hp;
+    if (p->n_ubatch < 1 || p->n_ubatch > p->n_ctx)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, context size %lld]",
+                               (long long)p->n_ubatch, (long long)p->n_ctx);
+    mp->ranges = calloc((size_t)(2 * P), sizeof *mp->ranges);
+    mp->kv_bytes = calloc((size_t)P, sizeof *mp->kv_bytes);
+    int *counts = calloc((size_t)P, sizeof *counts);
+    uint8_t *edges = calloc((size_t)P * (size_t)P, 1); /* none: x travels over MPI, as the engine sends it */
+    if (!mp->ranges || !mp->kv_bytes || !counts || !edges) {
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory planning %d ranks", P);
+        goto done;
+    }
+    st = bt_engine_place(g, h, p, descs, P, layer_counts, mp->ranges, err, n_err);
+    if (st != BT_OK) goto done;
+    /* the graph: the whole model, its cache and one ubatch, without memory */
+    st = bt_llm_describe_gguf(g, &mp->m, err, n_err);
+    if (st != BT_OK) goto done;
+    struct bt_kv_config kc;
+    bt_llm_kv_config(mp->m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    kc.no_memory = true;
+    st = bt_kv_new(&kc, &mp->kv, err, n_err);
+    if (st != BT_OK) goto done;
+    mp->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(mp->m), NULL, true});
+    if (!mp->ctx) {
+        st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (graph)");
+        goto done;
+    }
+    st = bt_llm_build_graph(mp->m, mp->kv, mp->ctx, p->n_ubatch, p->n_ctx, 1, &mp->g);
+    if (st != BT_OK) {
+        st = bt_error_printf(err, n_err, st, "building the graph: %s", bt_context_error(mp->ctx));
+        goto done;
+    }
+    const double kv_layer = (double)bt_kv_get_config(mp->kv)->n_ctx *
+                            (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
+    for (int r = 0; r < P; r++) {
+        counts[r] = mp->ranges[2 * r + 1] - mp->ranges[2 * r];
+        mp->kv_bytes[r] = (int64_t)(kv_layer * counts[r]);
+    }
+    struct bt_plan_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.layers_per_rank = counts;
+    opt.device_edges = edges;
+    opt.ends_with_layers = true; /* the embedding on the first stage, the head on the last */
+    st = bt_plan_make(&mp->plan, mp->g.graph, descs, P, NULL, &opt);
+    if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
+done:
+    free(counts);
+    free(edges);
+    if (st != BT_OK) bt_model_plan_free(mp);
+    return st;
+}
+
+/* The name of a transfer's tensor. */
+static const char *xfer_name(const struct bt_model_plan *mp, const struct bt_plan_transfer *x) {
+    const struct bt_tensor *t = bt_plan_tensor(mp->g.graph, x->tensor);
+    return t ? t->name : "?";
+}
+
+static double weight_bytes(const struct bt_model_plan *mp, int r) {
+    const struct bt_graph *g = mp->g.graph;
+    double b = 0;
+    for (int i = 0; i < g->n_leafs; i++)
+        if (mp->plan.leaf_owner[i] == r && bt_tensor_is_weight(g->leafs[i])) b += (double)bt_nbytes(g->leafs[i]);
+    return b;
+}
+
+void bt_model_plan_print(const struct bt_model_plan *mp, FILE *f) {
+    const struct bt_hparams *h = &mp->hp;
+    const struct bt_plan *p = &mp->plan;
+    const double mib = 1048576.0;
+    fprintf(f, "model %s: %s, %d layers, d_model %lld, vocabulary %lld", mp->path, mp->arch->name, h->n_layer,
+            (long long)h->n_embd, (long long)h->n_vocab);
+    if (h->n_expert > 0) fprintf(f, ", %lld experts (%lld used)", (long long)h->n_expert, (long long)h->n_expert_used);
+    fprintf(f, "\nubatch %lld tokens, context %lld cells (%s cache), %d sequences\n", (long long)mp->params.n_ubatch,
+            (long long)mp->params.n_ctx, bt_type_name(mp->params.kv_type), mp->params.n_seq_max);
+    fprintf(f, "%d ranks, %d splits, %d transfers per ubatch\n", mp->P, p->n_splits, p->n_transfers);
+    for (int r = 0; r < mp->P; r++) {
+        const int a = mp->ranges[2 * r], b = mp->ranges[2 * r + 1];
+        int n_splits = 0, n_nodes = 0;
+        for (int s = 0; s < p->n_splits; s++) n_splits += p->splits[s].rank == r;
+        for (int i = 0; i < mp->g.graph->n_nodes; i++)
+            n_nodes += p->node_owner[i] == r && !bt_op_is_view(mp->g.graph->nodes[i]->op);
+        fprintf(f, "  rank %d (%s): layers ", r, p->ranks[r].backend);
+        if (b > a) fprintf(f, "%d-%d", a, b - 1);
+        else fprintf(f, "none");
+        fprintf(f, ", %d split%s, %d nodes, weights %.1f MiB, cache %.1f MiB, predicted stage %.3f ms\n", n_splits,
+                n_splits == 1 ? "" : "s", n_nodes, weight_bytes(mp, r) / mib, (double)mp->kv_bytes[r] / mib,
+                p->predicted_s[r] * 1e3);
+    }
+    for (int x = 0; x < p->n_transfers; x++) {
+        const struct bt_plan_transfer *t = &p->transfers[x];
+        fprintf(f, "  transfer: %s, rank %d -> rank %d, %.1f KiB per ubatch, %s%s\n", xfer_name(mp, t), t->src, t->dst,
+                (double)t->bytes / 1024.0, t->direct ? "NCCL" : "MPI", t->consumer < 0 ? " (an output)" : "");
+    }
+}
+
+/* A JSON string (names are the file's: escape what JSON needs). */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void bt_model_plan_json(const struct bt_model_plan *mp, FILE *f) {
+    const struct bt_plan *p = &mp->plan;
+    fprintf(f, "{\"model\": ");
+    json_str(f, mp->path);
+    fprintf(f, ", \"architecture\": ");
+    json_str(f, mp->arch->name);
+    fprintf(f, ", \"n_layer\": %d, \"n_ubatch\": %lld, \"n_ctx\": %lld, \"ranks\": [", mp->hp.n_layer,
+            (long long)mp->params.n_ubatch, (long long)mp->params.n_ctx);
+    for (int r = 0; r < mp->P; r++) {
+        int n_splits = 0;
+        for (int s = 0; s < p->n_splits; s++) n_splits += p->splits[s].rank == r;
+        fprintf(f, "%s{\"rank\": %d, \"backend\": ", r ? ", " : "", r);
+        json_str(f, p->ranks[r].backend);
+        fprintf(f, ", \"layers\": [%d, %d], \"splits\": %d, \"weight_bytes\": %.0f, \"kv_bytes\": %lld, "
+                   "\"predicted_s\": %.6g}",
+                mp->ranges[2 * r], mp->ranges[2 * r + 1], n_splits, weight_bytes(mp, r), (long long)mp->kv_bytes[r],
+                p->predicted_s[r]);
+    }
+    fprintf(f, "], \"transfers\": [");
+    for (int x = 0; x < p->n_transfers; x++) {
+        const struct bt_plan_transfer *t = &p->transfers[x];
+        fprintf(f, "%s{\"tensor\": ", x ? ", " : "");
+        json_str(f, xfer_name(mp, t));
+        fprintf(f, ", \"src\": %d, \"dst\": %d, \"bytes\": %lld, \"transport\": \"%s\", \"output\": %s}", t->src,
+                t->dst, (long long)t->bytes, t->direct ? "nccl" : "mpi", t->consumer < 0 ? "true" : "false");
+    }
+    fprintf(f, "]}\n");
+}
