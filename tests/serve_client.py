@@ -6,7 +6,7 @@ Usage: serve_client.py PORT KEY MODEL RANK0_PID
 
 Checks: completions and chat, streamed and not (chunks in OpenAI's format,
 ending with [DONE]); max_tokens; stop strings; usage; a fixed seed gives the
-same text; a greedy request's answer alone equals its answer among 16
+same text; unknown fields ignored, logit_bias, min_tokens and ignore_eos; a greedy request's answer alone equals its answer among 16
 concurrent others; a bounded load (16 clients x 4 requests: every request
 answered once, each answer equal to the same request alone); a client that
 goes away frees its slot; past the queue, 503 with Retry-After; the server's
@@ -107,6 +107,43 @@ check(r.choices[0].text.startswith("Hello"), "echo: the prompt comes first")
 a = client.completions.create(model=MODEL, prompt="Seeds", max_tokens=10, temperature=1.0, seed=1234)
 b = client.completions.create(model=MODEL, prompt="Seeds", max_tokens=10, temperature=1.0, seed=1234)
 check(a.choices[0].text == b.choices[0].text, "seed 1234: the same text twice at temperature 1")
+
+# ---- what clients send: unknown fields ignored, logit_bias, min_tokens, ignore_eos ----
+import gguf  # noqa: E402  (the test model's vocabulary: its end token and a plain word)
+vocab = gguf.GGUFReader(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vocab",
+                                     "ggml-vocab-phi-3.gguf"))
+def _field(name):
+    f = vocab.fields[name]
+    return f
+eos = int(_field("tokenizer.ggml.eos_token_id").parts[-1][0])
+toks = _field("tokenizer.ggml.tokens")
+words = [bytes(toks.parts[i]).decode("utf-8", "replace") for i in toks.data]
+the = words.index("\u2581the")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=3, temperature=0,
+                              extra_body={"store": False, "metadata": {"a": "b"}, "frobnicate": 1,
+                                          "min_tokens": 0, "ignore_eos": False})
+check(r.usage.completion_tokens >= 1, "unknown fields (store, metadata, frobnicate) are ignored")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=4, temperature=0, logit_bias={str(the): 100})
+check(r.choices[0].text.replace(" ", "") == "the" * 4, f"logit_bias +100 on '\u2581the': {r.choices[0].text!r}")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100})
+check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1 and r.choices[0].text == "",
+      f"logit_bias +100 on the end token: it ends at once ({r.choices[0].finish_reason}, {r.usage.completion_tokens})")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100},
+                              extra_body={"min_tokens": 3})
+check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 4,
+      f"min_tokens 3: no end before 3 tokens ({r.choices[0].finish_reason}, {r.usage.completion_tokens})")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100},
+                              extra_body={"ignore_eos": True})
+check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8,
+      f"ignore_eos: the end token does not end it ({r.choices[0].finish_reason}, {r.usage.completion_tokens})")
+hist = [{"role": "user", "content": "What is the weather?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "user", "content": "Thanks."}]
+c = client.chat.completions.create(model=MODEL, messages=hist, max_tokens=3, temperature=0, logprobs=False,
+                                   top_logprobs=0, store=False)
+check(c.choices[0].message.role == "assistant",
+      "chat: an assistant turn with tool_calls, top_logprobs 0 with logprobs false, store: accepted")
 
 # ---- chat ----
 msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]

@@ -146,7 +146,8 @@ expect 400 "'top_p' is 2" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg
 expect 400 "'stream' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stream\":1}" "$H"
 expect 400 "'stop' has 5 strings: at most 4" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}" "$H"
 expect 400 "one choice per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3}" "$H"
-expect 400 "unrecognized request argument supplied: 'bogus'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"bogus\":1}" "$H"
+expect 400 "'logit_bias' of token 5 must be a number between -100 and 100" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logit_bias\":{\"5\":500}}" "$H"
+expect 400 "'ignore_eos' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"ignore_eos\":\"yes\"}" "$H"
 # longer than a request's share of the context (1024 / 4 = 256 tokens)
 long=$(python3 -c 'print(" ".join(["word"] * 400))')
 expect 400 "maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"$long\"}" "$C"

@@ -276,6 +276,35 @@ START_TEST(test_greedy) {
 }
 END_TEST
 
+/* logit_bias: added before everything else, -INFINITY never sampled at any
+ * temperature; an id out of the vocabulary or a NaN is refused, naming it. */
+START_TEST(test_bias) {
+    bt_sampler_params par = plain(0.0);
+    bt_sampler *s;
+    char err[256];
+    ck_assert_int_eq(bt_sampler_create(&par, NV, &s, err, sizeof err), BT_OK);
+    const int32_t ids[2] = {0, 3};
+    const float up[2] = {-INFINITY, 100.0f};
+    ck_assert_int_eq(bt_sampler_set_bias(s, ids, up, 2, err, sizeof err), BT_OK);
+    ck_assert_int_eq(bt_sampler_sample(s, k_logits), 3);
+    const int32_t bad[1] = {NV};
+    ck_assert_int_eq(bt_sampler_set_bias(s, bad, up, 1, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_msg(strstr(err, "token id") != NULL, "%s", err);
+    const float nan1[1] = {NAN};
+    ck_assert_int_eq(bt_sampler_set_bias(s, ids, nan1, 1, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_int_eq(bt_sampler_sample(s, k_logits), 3); /* a refused bias leaves the last one */
+    ck_assert_int_eq(bt_sampler_set_bias(s, NULL, NULL, 0, err, sizeof err), BT_OK);
+    ck_assert_int_eq(bt_sampler_sample(s, k_logits), 0);
+    bt_sampler_free(s);
+    /* at temperature 1, token 0 banned: never drawn */
+    par = plain(1.0);
+    ck_assert_int_eq(bt_sampler_create(&par, NV, &s, err, sizeof err), BT_OK);
+    ck_assert_int_eq(bt_sampler_set_bias(s, ids, up, 1, err, sizeof err), BT_OK);
+    for (int k = 0; k < 2000; k++) ck_assert_int_ne(bt_sampler_sample(s, k_logits), 0);
+    bt_sampler_free(s);
+}
+END_TEST
+
 START_TEST(test_seed) {
     enum { NT = 32000, STEPS = 300 };
     float *logits = malloc(NT * sizeof *logits);
@@ -480,6 +509,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_penalties);
     tcase_add_test(tc, test_greedy);
+    tcase_add_test(tc, test_bias);
     tcase_add_test(tc, test_seed);
     tcase_add_test(tc, test_bad_params);
     suite_add_tcase(s, tc);

@@ -55,7 +55,11 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
      "messages[0].content", "only 'text' parts"},
     {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400,
-     "messages[0]", "unsupported field 'tool_calls'"},
+     "messages[0].tool_calls", "only allowed on an assistant message"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":{}}]}", 400,
+     "messages[0].tool_calls", "must be an array, not an object"},
+    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}", 400,
+     "messages[0].content", "is missing"},
     {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":\"5\"}", 400, "max_tokens", "must be an integer, not a string"},
     {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":0}", 400, "max_tokens", "between 1 and 256"},
     {H, "{\"model\":\"tiny\"," MSG ",\"max_tokens\":257}", 400, "max_tokens", "is 257"},
@@ -81,9 +85,15 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
      "must be {\"type\": \"text\"}"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":100}}", 400, "logit_bias", "not supported"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"frobnicate\":1}", 400, "frobnicate", "unrecognized request argument"},
-    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"messages\":[]}", 400, "messages", "unrecognized request argument"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"x\":1}}", 400, "logit_bias", "key 'x' is not a token id"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"1000\":1}}", 400, "logit_bias", "ids 0 to 999"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", "between -100 and 100"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":\"1\"}}", 400, "logit_bias", "must be a number"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":[1]}", 400, "logit_bias", "must be an object"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"top_logprobs\":2}", 400, "top_logprobs", "not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"min_tokens\":-1}", 400, "min_tokens", "between 0 and 256"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"min_tokens\":9,\"max_tokens\":8}", 400, "min_tokens", "more than 'max_tokens'"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"ignore_eos\":1}", 400, "ignore_eos", "must be a boolean"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "not supported"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"echo\":1}", 400, "echo", "must be a boolean"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"\xff\"}", 400, NULL, "not valid JSON"},
@@ -124,6 +134,45 @@ START_TEST(test_bad_requests) {
     ck_assert_ptr_nonnull(json_object_get(eo, "code"));
     json_decref(o);
     free(js);
+}
+END_TEST
+
+/* What clients send besides the arguments baton reads: unknown arguments and
+ * message fields are ignored (OpenAI's `store`, vLLM's extensions, an
+ * assistant turn that called tools), `top_logprobs: 0` asks for nothing, and
+ * logit_bias, min_tokens and ignore_eos are read. */
+START_TEST(test_client_fields) {
+    const char *b = "{\"model\":\"tiny\",\"store\":false,\"metadata\":{\"a\":\"b\"},\"frobnicate\":1,"
+                    "\"logprobs\":false,\"top_logprobs\":0,\"min_tokens\":3,\"ignore_eos\":true,"
+                    "\"logit_bias\":{\"5\":100,\"7\":-100,\"0\":2.5},\"stream_options\":null,"
+                    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"x_extra\":1},"
+                    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                    "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                    "{\"role\":\"user\",\"content\":\"and?\",\"name\":\"u\"}]}";
+    struct bt_api_request r;
+    struct bt_api_error e;
+    ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_uint_eq(r.n_msgs, 3);
+    ck_assert_str_eq(r.msgs[1].role, "assistant");
+    ck_assert_str_eq(r.msgs[1].content, "");
+    ck_assert_int_eq(r.min_tokens, 3);
+    ck_assert(r.ignore_eos);
+    ck_assert_uint_eq(r.n_bias, 3);
+    int seen = 0;
+    for (size_t i = 0; i < r.n_bias; i++) {
+        if (r.bias_ids[i] == 5 && r.bias[i] == 100.0f) seen |= 1;
+        if (r.bias_ids[i] == 7 && r.bias[i] == -100.0f) seen |= 2;
+        if (r.bias_ids[i] == 0 && r.bias[i] == 2.5f) seen |= 4;
+    }
+    ck_assert_int_eq(seen, 7);
+    bt_api_request_free(&r);
+    /* a completion ignores the chat's arguments, and the reverse */
+    const char *c = "{\"model\":\"tiny\",\"prompt\":\"a\",\"messages\":[],\"logit_bias\":{}}";
+    ck_assert_msg(bt_api_parse(BT_API_COMPLETION, c, strlen(c), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_uint_eq(r.n_bias, 0);
+    ck_assert_int_eq(r.min_tokens, 0);
+    ck_assert(!r.ignore_eos);
+    bt_api_request_free(&r);
 }
 END_TEST
 
@@ -301,6 +350,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("requests");
     tcase_add_loop_test(tc, test_bad_requests, 0, (int)(sizeof k_bad / sizeof k_bad[0]));
     tcase_add_test(tc, test_good_completion);
+    tcase_add_test(tc, test_client_fields);
     tcase_add_test(tc, test_good_chat);
     tcase_add_test(tc, test_output);
     tcase_add_test(tc, test_jobs);

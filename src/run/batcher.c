@@ -76,6 +76,8 @@ struct bt_batcher {
     struct flight *fl; /* ring of max_inflight */
     int fl_head, fl_n;
     float *logits;     /* n_ubatch x n_vocab */
+    int32_t *eog;      /* the vocabulary's end-of-generation ids (min_tokens bans them) */
+    int32_t n_eog;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -154,6 +156,7 @@ void bt_batcher_free(struct bt_batcher *b) {
     free(b->logits);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
+    free(b->eog);
     free(b);
 }
 
@@ -203,6 +206,15 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     const int64_t max_rows = b->n_seq < b->n_ubatch ? b->n_seq : b->n_ubatch;
     b->logits = malloc((size_t)max_rows * (size_t)b->n_vocab * sizeof(float));
     if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits) goto nomem;
+    for (int pass = 0; pass < 2; pass++) { /* count, then list */
+        for (uint32_t id = 0; id < bt_tokenizer_n_tokens(tok); id++)
+            if (bt_tokenizer_is_eog(tok, (int32_t)id)) {
+                if (pass) b->eog[b->n_eog] = (int32_t)id;
+                b->n_eog++;
+            }
+        if (pass == 0 && !(b->eog = malloc(((size_t)b->n_eog + 1) * sizeof *b->eog))) goto nomem;
+        if (pass == 0) b->n_eog = 0;
+    }
     for (int i = 0; i < b->max_inflight; i++) {
         struct flight *f = &b->fl[i];
         const size_t n = (size_t)b->n_ubatch;
@@ -244,6 +256,10 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
             return BT_ERR_INVALID;
         }
     if (bt_sampler_params_check(&req->sampling, err, n_err) != BT_OK) return BT_ERR_INVALID;
+    if (req->min_tokens < 0) {
+        snprintf(err, n_err, "min_tokens %lld: must not be negative", (long long)req->min_tokens);
+        return BT_ERR_INVALID;
+    }
     if (req->max_tokens == 0 || req->max_tokens < -1) {
         snprintf(err, n_err, "max_tokens %lld: the number of tokens to generate must be positive (or -1: no limit)",
                  (long long)req->max_tokens);
@@ -263,11 +279,18 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
     memcpy(a.prompt, req->prompt, req->n_prompt * sizeof *a.prompt);
     enum bt_status st = bt_stopper_create(req->stops, req->n_stops, max_tokens, &a.stop, err, n_err);
     if (st == BT_OK) st = bt_sampler_create(&req->sampling, (int32_t)b->n_vocab, &a.smp, err, n_err);
-    if (st == BT_OK)
+    if (st == BT_OK && req->n_bias > 0)
+        st = bt_sampler_set_bias(a.smp, req->bias_ids, req->bias, (int32_t)req->n_bias, err, n_err);
+    if (st == BT_OK) {
+        bt_stopper_set_ignore_eog(a.stop, req->ignore_eos);
         for (size_t i = 0; i < req->n_prompt; i++) bt_sampler_accept(a.smp, a.prompt[i]);
+    }
     a.req.prompt = NULL;
     a.req.stops = NULL;
     a.req.n_stops = 0;
+    a.req.bias_ids = NULL;
+    a.req.bias = NULL;
+    a.req.n_bias = 0;
     if (st == BT_OK) {
         pthread_mutex_lock(&b->mu);
         if (b->failed) {
@@ -462,7 +485,7 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_deco
  * with a NaN (a damaged weight, an overflow) has no token to sample: the
  * request ends with BT_FINISH_ERROR and why in b->error (the others go on),
  * rather than a token that the sampler would take from garbage. */
-static void take_row(struct bt_batcher *b, int s, const float *row, double t) {
+static void take_row(struct bt_batcher *b, int s, float *row, double t) {
     struct slot *sl = &b->slots[s];
     for (int64_t v = 0; v < b->n_vocab; v++) {
         if (!isnan(row[v])) continue;
@@ -477,6 +500,9 @@ static void take_row(struct bt_batcher *b, int s, const float *row, double t) {
         finish(b, s, BT_FINISH_ERROR);
         return;
     }
+    /* min_tokens: no end of generation yet (the row is this batcher's own) */
+    if (sl->n_gen < sl->req.min_tokens)
+        for (int32_t i = 0; i < b->n_eog; i++) row[b->eog[i]] = -INFINITY;
     const int32_t id = bt_sampler_sample(sl->smp, row);
     bt_sampler_accept(sl->smp, id);
     if (sl->n_gen == 0) sl->t_first = t;

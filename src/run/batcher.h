@@ -69,6 +69,13 @@ struct bt_gen_request {
     int64_t max_tokens;      /* >= 1, or -1: until a stop or the context share is full */
     const char *const *stops; /* n_stops stop strings (non-empty, valid UTF-8), or NULL */
     size_t n_stops;
+    /* logit_bias: bias[i] added to token bias_ids[i]'s logit at every sample
+     * (bt_sampler_set_bias; copied), or NULL */
+    const int32_t *bias_ids;
+    const float *bias;
+    size_t n_bias;
+    int64_t min_tokens;      /* no end-of-generation token is sampled before this many tokens (0: none) */
+    bool ignore_eos;         /* an end-of-generation token does not end the request */
     /* Each sampled token, in order: its id and the text that may be shown now
      * (len may be 0: a character or a possible stop string still pending; an
      * end-of-generation token and stop strings are never shown).  The text is

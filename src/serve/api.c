@@ -46,6 +46,8 @@ void bt_api_request_free(struct bt_api_request *r) {
     }
     free(r->msgs);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->bias_ids);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }
 
@@ -124,34 +126,10 @@ static bool nomem(struct bt_api_error *err) {
     return false;
 }
 
-/* The arguments each endpoint knows.  unsupported: defined by OpenAI, allowed
- * only at the value that means "off" (checked below). */
-static const char *const common_keys[] = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
-                                          "n", "stop", "seed", "presence_penalty", "frequency_penalty", "user",
-                                          "logit_bias", "logprobs", "top_k", "min_p", "repeat_penalty", NULL};
-static const char *const completion_keys[] = {"prompt", "echo", "suffix", "best_of", NULL};
-static const char *const chat_keys[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                        "response_format", "parallel_tool_calls", NULL};
-
-static bool in_list(const char *const *l, const char *k) {
-    for (; *l; l++)
-        if (!strcmp(*l, k)) return true;
-    return false;
-}
-
-static bool check_keys(enum bt_api_kind kind, json_t *o, struct bt_api_error *err) {
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        (void)v;
-        if (in_list(common_keys, k)) continue;
-        if (kind == BT_API_COMPLETION && in_list(completion_keys, k)) continue;
-        if (kind == BT_API_CHAT && in_list(chat_keys, k)) continue;
-        BAD(k, "unrecognized request argument supplied: '%s'", k);
-        return false;
-    }
-    return true;
-}
+/* Arguments that are not known to this server are ignored, as llama.cpp's
+ * server and vLLM ignore them (clients send their own: `store`, `metadata`,
+ * `service_tier`, ...); the known ones are checked below, and one that asks
+ * for what this server does not do is refused in words that say so. */
 
 /* Arguments baton does not implement: allowed only when they ask for nothing. */
 static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_error *err) {
@@ -159,11 +137,6 @@ static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_er
     if ((v = json_object_get(o, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
         !(json_is_integer(v) && json_integer_value(v) == 0)) {
         BAD("logprobs", "'logprobs' is not supported by this server (leave it out or set it to null)");
-        return false;
-    }
-    if ((v = json_object_get(o, "logit_bias")) && !json_is_null(v) &&
-        !(json_is_object(v) && json_object_size(v) == 0)) {
-        BAD("logit_bias", "'logit_bias' is not supported by this server (leave it out or give {})");
         return false;
     }
     if (kind == BT_API_COMPLETION) {
@@ -177,8 +150,9 @@ static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_er
             return false;
         }
     } else {
-        if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v)) {
-            BAD("top_logprobs", "'top_logprobs' is not supported by this server");
+        if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v) &&
+            !(json_is_integer(v) && json_integer_value(v) == 0)) {
+            BAD("top_logprobs", "'top_logprobs' is not supported by this server (leave it out, or give 0 or null)");
             return false;
         }
         if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
@@ -332,15 +306,8 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
             BAD(param, "'%s' must be an object, not %s", param, json_kind(msg));
             return false;
         }
-        const char *k;
-        json_t *v;
-        json_object_foreach(msg, k, v) {
-            (void)v;
-            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
-                BAD(param, "'%s' has an unsupported field '%s' (role, content and name are supported)", param, k);
-                return false;
-            }
-        }
+        /* role, content and name are read; other fields are ignored
+         * (tool_call_id, refusal, ...), tool_calls below */
         json_t *role = json_object_get(msg, "role");
         snprintf(param, sizeof param, "messages[%zu].role", i);
         if (!role) {
@@ -360,7 +327,21 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         if (!(r->msgs[i].role = dup_n(rs, strlen(rs)))) return nomem(err);
         r->n_msgs = i + 1; /* owned from here on */
         json_t *c = json_object_get(msg, "content");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+        if (calls && !json_is_null(calls) && (strcmp(rs, "assistant") || !json_is_array(calls))) {
+            BAD(param, strcmp(rs, "assistant") ? "'%s' is only allowed on an assistant message"
+                                               : "'%s' must be an array, not %s",
+                param, json_kind(calls));
+            return false;
+        }
         snprintf(param, sizeof param, "messages[%zu].content", i);
+        if ((!c || json_is_null(c)) && calls && json_array_size(calls) > 0) {
+            /* an assistant turn that only called tools: the built-in chat
+             * formats have no way to show the calls, so it reads as empty */
+            if (!(r->msgs[i].content = dup_n("", 0))) return nomem(err);
+            continue;
+        }
         if (!c || json_is_null(c)) {
             BAD(param, "'%s' is missing", param);
             return false;
@@ -406,9 +387,47 @@ static bool parse_stop(json_t *o, struct bt_api_request *r, struct bt_api_error 
     return true;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100], ...} (OpenAI's; -100 in
+ * effect bans a token, 100 all but forces it). */
+static bool parse_logit_bias(json_t *o, const struct bt_api_limits *lim, struct bt_api_request *r,
+                             struct bt_api_error *err) {
+    json_t *lb = json_object_get(o, "logit_bias");
+    if (!lb || json_is_null(lb)) return true;
+    if (!json_is_object(lb)) {
+        BAD("logit_bias", "'logit_bias' must be an object of token ids to biases, not %s", json_kind(lb));
+        return false;
+    }
+    const size_t n = json_object_size(lb);
+    if (n > BT_API_MAX_BIAS) {
+        BAD("logit_bias", "'logit_bias' has %zu tokens: at most %d", n, BT_API_MAX_BIAS);
+        return false;
+    }
+    if (n == 0) return true;
+    if (!(r->bias_ids = malloc(n * sizeof *r->bias_ids)) || !(r->bias = malloc(n * sizeof *r->bias)))
+        return nomem(err);
+    const char *k;
+    json_t *v;
+    json_object_foreach(lb, k, v) {
+        char *end = NULL;
+        const long long id = strtoll(k, &end, 10);
+        if (!*k || *end || id < 0 || id >= (long long)lim->n_vocab) {
+            BAD("logit_bias", "'logit_bias' key '%.64s' is not a token id: the vocabulary has ids 0 to %u", k,
+                lim->n_vocab - 1);
+            return false;
+        }
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100)) {
+            BAD("logit_bias", "'logit_bias' of token %lld must be a number between -100 and 100", id);
+            return false;
+        }
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)json_number_value(v);
+    }
+    return true;
+}
+
 static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_limits *lim, uint64_t default_seed,
                          struct bt_api_request *r, struct bt_api_error *err) {
-    if (!check_keys(kind, o, err) || !check_unsupported(kind, o, err)) return false;
+    if (!check_unsupported(kind, o, err)) return false;
 
     json_t *model = json_object_get(o, "model");
     if (!model || json_is_null(model)) {
@@ -444,15 +463,6 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
             BAD("stream_options", "'stream_options' must be an object, not %s", json_kind(so));
             return false;
         }
-        const char *k;
-        json_t *v;
-        json_object_foreach(so, k, v) {
-            (void)v;
-            if (strcmp(k, "include_usage")) {
-                BAD("stream_options", "'stream_options' has an unknown field '%s'", k);
-                return false;
-            }
-        }
         if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
     }
 
@@ -469,6 +479,15 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
     if (kind == BT_API_CHAT && json_object_get(o, "max_completion_tokens")) mt_key = "max_completion_tokens";
     if (!get_int(o, mt_key, 1, lim->max_tokens, &r->max_tokens, &given, err)) return false;
     if (!given) r->max_tokens = -1;
+    /* vLLM's: no end of generation before min_tokens; ignore_eos: none ends it */
+    if (!get_int(o, "min_tokens", 0, lim->max_tokens, &r->min_tokens, NULL, err)) return false;
+    if (r->max_tokens > 0 && r->min_tokens > r->max_tokens) {
+        BAD("min_tokens", "'min_tokens' is %lld, more than 'max_tokens' %lld", (long long)r->min_tokens,
+            (long long)r->max_tokens);
+        return false;
+    }
+    if (!get_bool(o, "ignore_eos", &r->ignore_eos, err)) return false;
+    if (!parse_logit_bias(o, lim, r, err)) return false;
 
     /* OpenAI's defaults: the model's whole distribution */
     bt_sampler_params *sp = &r->sampling;

@@ -19,6 +19,9 @@
 #include "../text/chat.h"
 #include "../text/sampler.h"
 
+#ifndef BT_API_MAX_BIAS
+#define BT_API_MAX_BIAS 1024 /* logit_bias entries per request */
+#endif
 #ifndef BT_API_MAX_STOPS
 #define BT_API_MAX_STOPS 4 /* stop strings per request, as OpenAI */
 #endif
@@ -73,6 +76,11 @@ struct bt_api_request {
     char *stops[BT_API_MAX_STOPS];
     size_t n_stops;
     bool echo;              /* completions: the prompt before the text */
+    int32_t *bias_ids;      /* logit_bias: bias[i] on token bias_ids[i] */
+    float *bias;
+    size_t n_bias;
+    int64_t min_tokens;     /* no end of generation before this many tokens (vLLM's) */
+    bool ignore_eos;        /* no end-of-generation token ends it (vLLM's) */
 };
 void bt_api_request_free(struct bt_api_request *r);
 

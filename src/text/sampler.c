@@ -111,6 +111,9 @@ struct bt_sampler {
     int32_t *hist;    /* ring of the last tokens (penalty window) */
     int32_t n_hist_cap, n_hist, hist_head;
     int32_t *count;   /* [n_vocab] occurrences in the window */
+    int32_t *bias_id; /* [n_bias]: logit_bias, added to the logits before everything else */
+    float *bias;
+    int32_t n_bias;
 };
 
 enum bt_status bt_sampler_create(const bt_sampler_params *p, int32_t n_vocab, bt_sampler **out, char *err,
@@ -146,7 +149,34 @@ void bt_sampler_free(bt_sampler *s) {
     free(s->c);
     free(s->hist);
     free(s->count);
+    free(s->bias_id);
+    free(s->bias);
     free(s);
+}
+
+enum bt_status bt_sampler_set_bias(bt_sampler *s, const int32_t *ids, const float *bias, int32_t n, char *err,
+                                   size_t errlen) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->n_vocab || isnan(bias[i]))
+            return bt_error_printf(err, errlen, BT_ERR_INVALID, "logit bias %d: token id %d out of [0, %d) or NaN",
+                                   (int)i, (int)ids[i], (int)s->n_vocab);
+    int32_t *ni = n ? malloc((size_t)n * sizeof *ni) : NULL;
+    float *nb = n ? malloc((size_t)n * sizeof *nb) : NULL;
+    if (n && (!ni || !nb)) {
+        free(ni);
+        free(nb);
+        return bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory for %d logit biases", (int)n);
+    }
+    if (n) {
+        memcpy(ni, ids, (size_t)n * sizeof *ni);
+        memcpy(nb, bias, (size_t)n * sizeof *nb);
+    }
+    free(s->bias_id);
+    free(s->bias);
+    s->bias_id = ni;
+    s->bias = nb;
+    s->n_bias = n;
+    return BT_OK;
 }
 
 void bt_sampler_reset(bt_sampler *s) {
@@ -230,6 +260,8 @@ static int32_t prepare(bt_sampler *s, const float *logits) {
     const bt_sampler_params *par = &s->par;
     int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i], 0};
+    /* logit_bias (a token listed twice gets both) */
+    for (int32_t i = 0; i < s->n_bias; i++) s->c[s->bias_id[i]].logit += s->bias[i];
     /* penalties (llama.cpp's llama_sampler_penalties_apply) */
     if (par->repeat_penalty != 1.0f || par->frequency_penalty != 0.0f || par->presence_penalty != 0.0f) {
         for (int32_t i = 0; i < n; i++) {

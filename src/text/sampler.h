@@ -49,6 +49,11 @@ void bt_sampler_accept(bt_sampler *s, int32_t id);
 /* The next token for logits[0..n_vocab).  Deterministic for a seed and a
  * sequence of calls.  Does not accept the token (call bt_sampler_accept). */
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits);
+/* logit_bias: bias[i] added to token ids[i]'s logit before the penalties and
+ * every filter (-INFINITY: never sampled), for every later sample; copied; n
+ * 0 removes it.  BT_ERR_INVALID naming an id out of the vocabulary or a NaN. */
+enum bt_status bt_sampler_set_bias(bt_sampler *s, const int32_t *ids, const float *bias, int32_t n, char *err,
+                                   size_t errlen);
 /* Forget the context and restart the random stream from the seed. */
 void bt_sampler_reset(bt_sampler *s);
 

@@ -20,7 +20,10 @@ struct bt_stopper {
     char *out; /* what the last push gives */
     size_t cap_out;
     int done;
+    int ignore_eog; /* an end-of-generation token is one more token (ignore_eos) */
 };
+
+void bt_stopper_set_ignore_eog(bt_stopper *s, int on) { s->ignore_eog = on != 0; }
 
 void bt_stopper_free(bt_stopper *s) {
     if (!s) return;
@@ -98,7 +101,7 @@ enum bt_stop_reason bt_stopper_push(bt_stopper *s, const bt_tokenizer *tok, int3
     *len = 0;
     if (s->done) return BT_STOP_NONE;
     s->n_tokens++;
-    int eog = bt_tokenizer_is_eog(tok, id);
+    int eog = !s->ignore_eog && bt_tokenizer_is_eog(tok, id);
     size_t pl;
     bt_tokenizer_piece(tok, id, 0, &pl);
     /* room for the piece, a pending partial character, or the flush's U+FFFDs */

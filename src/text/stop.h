@@ -27,6 +27,9 @@ enum bt_status bt_stopper_create(const char *const *stops, size_t n_stops, int64
                                  char *err, size_t errlen);
 void bt_stopper_free(bt_stopper *s);
 
+/* on: an end-of-generation token does not end the output (it shows no
+ * text, as every control token): ignore_eos. */
+void bt_stopper_set_ignore_eog(bt_stopper *s, int on);
 /* One generated token.  *text / *len: the text that may be shown now (valid
  * until the next call).  After a reason other than BT_STOP_NONE the stopper
  * is done: everything that was held back and belongs to the output has been
