@@ -154,6 +154,9 @@ struct bt_gguf {
     int n_layers;
     int64_t *by_layer;    /* tensor indices sorted by (layer, index) */
 
+    struct bt_gguf **shards; /* a split model's other files (shard k at [k - 1]), each a reader of its own */
+    int n_other;             /* entries of shards */
+
     char err[BT_GGUF_ERR_LEN];
 };
 
@@ -474,6 +477,7 @@ static bool parse_tensors(struct parser *p) {
         if (!rd_u64(p, &t->offset, "data offset")) return false;
         t->file_offset = oat; /* the offset field's position, until the data section is known */
         t->layer = layer_of(t->name);
+        t->shard = 0;
         if (t->layer >= g->n_layers) g->n_layers = t->layer + 1;
         if (!nameset_add(g, &g->tensor_set, i)) return fail(p, at, "out of memory");
         g->n_tensors = i + 1;
@@ -541,15 +545,16 @@ static bool check_data(struct parser *p) {
 
 static int64_t g_layer_key(const struct bt_gguf *g, int64_t i) { return g->tensors[i].layer; }
 
-static bool index_layers(struct parser *p) {
-    struct bt_gguf *g = p->g;
+/* g->by_layer for the tensor table as it is; false when out of memory */
+static bool sort_layers(struct bt_gguf *g) {
+    free(g->by_layer);
     g->by_layer = malloc((size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *g->by_layer);
-    if (!g->by_layer) return fail(p, 8, "out of memory");
+    if (!g->by_layer) return false;
     /* insertion by (layer, index) through a counting pass would need
      * n_layers counters; a stable merge sort keeps it O(n log n) in n_tensors */
     int64_t n = g->n_tensors;
     int64_t *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
-    if (!tmp) return fail(p, 8, "out of memory");
+    if (!tmp) return false;
     for (int64_t i = 0; i < n; i++) g->by_layer[i] = i;
     for (int64_t w = 1; w < n; w *= 2) {
         for (int64_t lo = 0; lo < n; lo += 2 * w) {
@@ -566,6 +571,8 @@ static bool index_layers(struct parser *p) {
     free(tmp);
     return true;
 }
+
+static bool index_layers(struct parser *p) { return sort_layers(p->g) || fail(p, 8, "out of memory"); }
 
 static bool parse(struct parser *p) {
     struct bt_gguf *g = p->g;
@@ -631,7 +638,7 @@ enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *na
     return open_common(g, out, err, n_err);
 }
 
-enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
+static enum bt_status open_file(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -679,8 +686,104 @@ enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, s
     return open_common(g, out, err, n_err);
 }
 
+/* An integer key of a split model's file (split.no, split.count,
+ * split.tensors.count); -1 when absent, -2 when not an integer. */
+static int64_t split_key(const struct bt_gguf *g, const char *key) {
+    const int64_t i = bt_gguf_find_key(g, key);
+    if (i < 0) return -1;
+    const struct bt_gguf_value *v = bt_gguf_kv_value(g, i);
+    if (v->type == BT_GGUF_TYPE_STRING || v->type == BT_GGUF_TYPE_ARRAY || v->type == BT_GGUF_TYPE_FLOAT32 ||
+        v->type == BT_GGUF_TYPE_FLOAT64 || v->type == BT_GGUF_TYPE_BOOL)
+        return -2;
+    const int64_t x = bt_gguf_value_i64(g, v);
+    return x < 0 ? -2 : x;
+}
+
+/* The prefix of a shard's name PREFIX-%05d-of-%05d.gguf (no and count as
+ * the file says) in prefix, or false when the name is not one. */
+static bool shard_prefix(const char *path, int64_t no, int64_t count, char *prefix, size_t n) {
+    char tail[64];
+    snprintf(tail, sizeof tail, "-%05lld-of-%05lld.gguf", (long long)no, (long long)count);
+    const size_t lp = strlen(path), lt = strlen(tail);
+    if (lp <= lt || strcmp(path + lp - lt, tail) != 0 || lp - lt >= n) return false;
+    memcpy(prefix, path, lp - lt);
+    prefix[lp - lt] = 0;
+    return true;
+}
+
+/* A split model's other files, opened beside the first and their tensors
+ * joined to its table. */
+static enum bt_status open_shards(struct bt_gguf *g, char *err, size_t n_err) {
+    const int64_t count = split_key(g, "split.count"), no = split_key(g, "split.no");
+    if (count == -1 && no == -1) return BT_OK;
+    if (count < 1 || no < 0 || no >= count || count > 9999)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "%s: split.no %lld and split.count %lld do not name a shard of a split model", g->path,
+                               (long long)no, (long long)count);
+    if (count == 1) return BT_OK;
+    char prefix[4096];
+    if (!shard_prefix(g->path, no + 1, count, prefix, sizeof prefix))
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "%s: shard %lld of a model split in %lld files, but not named PREFIX-%05lld-of-%05lld.gguf: "
+                               "the other shards cannot be found",
+                               g->path, (long long)no + 1, (long long)count, (long long)no + 1, (long long)count);
+    if (no != 0)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "%s is shard %lld of %lld of a split model: open the first, %s-00001-of-%05lld.gguf",
+                               g->path, (long long)no + 1, (long long)count, prefix, (long long)count);
+    g->shards = calloc((size_t)count - 1, sizeof *g->shards);
+    if (!g->shards) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory", g->path);
+    for (int64_t k = 1; k < count; k++) {
+        char name[4200];
+        snprintf(name, sizeof name, "%s-%05lld-of-%05lld.gguf", prefix, (long long)k + 1, (long long)count);
+        struct bt_gguf *sh = NULL;
+        enum bt_status st = open_file(name, &sh, err, n_err);
+        if (st != BT_OK) return st; /* the shard's own message names it */
+        g->shards[g->n_other++] = sh;
+        if (split_key(sh, "split.no") != k || split_key(sh, "split.count") != count)
+            return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                                   "%s: not shard %lld of %lld of %s (its split.no is %lld, split.count %lld)", name,
+                                   (long long)k + 1, (long long)count, g->path, (long long)split_key(sh, "split.no"),
+                                   (long long)split_key(sh, "split.count"));
+        for (int64_t i = 0; i < sh->n_tensors; i++) {
+            const struct bt_gguf_tensor *t = &sh->tensors[i];
+            const int64_t dup = nameset_find(g, &g->tensor_set, t->name, strlen(t->name));
+            if (dup >= 0)
+                return bt_error_printf(err, n_err, BT_ERR_INVALID, "%s: tensor \"%s\" is in shard %d too", name,
+                                       t->name, g->tensors[dup].shard + 1);
+            if (!grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors) ||
+                !nameset_add(g, &g->tensor_set, (g->tensors[g->n_tensors] = *t, g->n_tensors)))
+                return bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory", g->path);
+            g->tensors[g->n_tensors].shard = (int)k;
+            if (t->layer >= g->n_layers) g->n_layers = t->layer + 1;
+            g->n_tensors++;
+        }
+    }
+    const int64_t want = split_key(g, "split.tensors.count");
+    if (want >= 0 && want != g->n_tensors)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "%s: split.tensors.count is %lld but the %lld shards hold %lld tensors", g->path,
+                               (long long)want, (long long)count, (long long)g->n_tensors);
+    if (!sort_layers(g)) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory", g->path);
+    return BT_OK;
+}
+
+enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
+    struct bt_gguf *g = NULL;
+    enum bt_status st = open_file(path, &g, err, n_err);
+    if (st == BT_OK) st = open_shards(g, err, n_err);
+    if (st != BT_OK) {
+        bt_gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return BT_OK;
+}
+
 void bt_gguf_close(struct bt_gguf *g) {
     if (!g) return;
+    for (int i = 0; i < g->n_other; i++) bt_gguf_close(g->shards[i]);
+    free(g->shards);
     if (g->mapped) munmap((void *)g->base, (size_t)g->size);
     if (g->keys)
         for (int64_t i = 0; i < g->n_kv; i++) free(g->keys[i]);
@@ -699,13 +802,22 @@ void bt_gguf_close(struct bt_gguf *g) {
 const char *bt_gguf_error(const struct bt_gguf *g) { return g->err; }
 const char *bt_gguf_path(const struct bt_gguf *g) { return g->path; }
 uint32_t bt_gguf_version(const struct bt_gguf *g) { return g->version; }
-uint64_t bt_gguf_file_size(const struct bt_gguf *g) { return g->size; }
+uint64_t bt_gguf_file_size(const struct bt_gguf *g) {
+    uint64_t n = g->size;
+    for (int i = 0; i < g->n_other; i++) n += g->shards[i]->size;
+    return n;
+}
+int bt_gguf_n_files(const struct bt_gguf *g) { return g->n_other + 1; }
 uint32_t bt_gguf_alignment(const struct bt_gguf *g) { return g->alignment; }
 uint64_t bt_gguf_data_offset(const struct bt_gguf *g) { return g->data_offset; }
 const uint8_t *bt_gguf_bytes(const struct bt_gguf *g) { return g->base; }
 uint64_t bt_gguf_header_checksum(const struct bt_gguf *g) {
-    uint64_t n = g->data_offset < g->size ? g->data_offset : g->size, h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++) h = (h ^ g->base[i]) * 1099511628211ull;
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < bt_gguf_n_files(g); k++) {
+        const struct bt_gguf *f = k == 0 ? g : g->shards[k - 1];
+        const uint64_t n = f->data_offset < f->size ? f->data_offset : f->size;
+        for (uint64_t i = 0; i < n; i++) h = (h ^ f->base[i]) * 1099511628211ull;
+    }
     return h;
 }
 
@@ -887,17 +999,23 @@ const struct bt_gguf_tensor *bt_gguf_tensor(const struct bt_gguf *g, int64_t i) 
 int64_t bt_gguf_find_tensor(const struct bt_gguf *g, const char *name) {
     return nameset_find(g, &g->tensor_set, name, strlen(name));
 }
+/* The file a tensor's bytes are in. */
+static const struct bt_gguf *file_of(const struct bt_gguf *g, const struct bt_gguf_tensor *t) {
+    return t->shard == 0 ? g : g->shards[t->shard - 1];
+}
+
 const void *bt_gguf_tensor_data(const struct bt_gguf *g, const struct bt_gguf_tensor *t) {
     BT_ASSERT(t >= g->tensors && t < g->tensors + g->n_tensors);
-    return g->base + t->file_offset;
+    return file_of(g, t)->base + t->file_offset;
 }
 
 void bt_gguf_tensor_release(struct bt_gguf *g, const struct bt_gguf_tensor *t) {
     BT_ASSERT(t >= g->tensors && t < g->tensors + g->n_tensors);
-    if (!g->mapped) return;
+    const struct bt_gguf *f = file_of(g, t);
+    if (!f->mapped) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t b = ((uintptr_t)(g->base + t->file_offset) + page - 1) / page * page;
-    const uintptr_t e = (uintptr_t)(g->base + t->file_offset + t->size) / page * page;
+    const uintptr_t b = ((uintptr_t)(f->base + t->file_offset) + page - 1) / page * page;
+    const uintptr_t e = (uintptr_t)(f->base + t->file_offset + t->size) / page * page;
     if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED); /* advice: nothing to undo if refused */
 }
 

@@ -107,12 +107,21 @@ struct bt_gguf_tensor {
     uint64_t size;               /* bytes of data */
     uint64_t info_offset;        /* where its entry in the tensor table starts (for messages) */
     int layer;                   /* N of a "blk.N." name, -1 otherwise */
+    int shard;                   /* the file of a split model it is in (0: the first); file_offset is in it */
 };
 
 struct bt_gguf;
 
 /* Open and check a file: header, every key and value, the tensor table and
- * the data section.  On error *out is NULL, err holds the message. */
+ * the data section.  On error *out is NULL, err holds the message.
+ *
+ * A split model (llama.cpp's gguf-split and the gguf package's writer:
+ * PREFIX-00001-of-0000N.gguf ..., keys split.no, split.count and
+ * split.tensors.count) is opened from its first file: the others are found
+ * beside it by name, each checked as a file of its own and as the shard it
+ * claims to be, and their tensors join the first's table (the metadata is
+ * the first file's).  Opening another shard than the first is an error that
+ * names the first. */
 enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, size_t n_err);
 /* The same over bytes in memory (kept by the caller until close); name is
  * used in messages. */
@@ -125,13 +134,15 @@ const char *bt_gguf_error(const struct bt_gguf *g);
 
 const char *bt_gguf_path(const struct bt_gguf *g);
 uint32_t bt_gguf_version(const struct bt_gguf *g);
-uint64_t bt_gguf_file_size(const struct bt_gguf *g);
+uint64_t bt_gguf_file_size(const struct bt_gguf *g); /* of every file of a split model together */
+int bt_gguf_n_files(const struct bt_gguf *g);         /* 1, or a split model's shards */
 uint32_t bt_gguf_alignment(const struct bt_gguf *g);
 uint64_t bt_gguf_data_offset(const struct bt_gguf *g); /* file offset of the data section */
 const uint8_t *bt_gguf_bytes(const struct bt_gguf *g); /* the whole mapping */
 /* FNV-1a 64 of the header (the bytes before the data section, or the whole
- * file when it is shorter): with the file's size, what ranks compare to know
- * they opened the same file, without reading the data. */
+ * file when it is shorter; every shard's, in order, for a split model): with
+ * the file's size, what ranks compare to know they opened the same file,
+ * without reading the data. */
 uint64_t bt_gguf_header_checksum(const struct bt_gguf *g);
 
 /* ---- metadata ---- */

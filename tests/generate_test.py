@@ -176,6 +176,44 @@ def cli_tests():
              "generate --dump-plan into a missing folder")]:
         expect_error(args, code, msg, name)
 
+    # a split model (the gguf package's writer: PREFIX-0000k-of-0000N.gguf)
+    # opened from its first file: the same tokens as the single file, on 1 and
+    # 2 ranks; the wrong shard, a missing one and a misnamed one each named
+    try:
+        import gguf  # noqa: F401
+        have_gguf = True
+    except ImportError:
+        have_gguf = False
+        print("note: the gguf package is missing: split files not checked", flush=True)
+    if have_gguf:
+        sp = os.path.join(TMP, "sp.gguf")
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gguf_split.py"), model, sp, "20"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        shards = [os.path.join(TMP, f"sp-{k:05d}-of-00003.gguf") for k in (1, 2, 3)]
+        check(p.returncode == 0 and all(os.path.exists(f) for f in shards), "gguf_split.py: three shards",
+              p.stderr.decode()[-300:])
+        for np in (1, 2):
+            got = tokens(gen_json(["-m", shards[0]] + base[2:], np))
+            check(got == want, f"a split model on {np} ranks: the single file's tokens", f"{got} vs {want}")
+        rc, out, _ = run(["gguf", shards[0]])
+        check(rc == 0 and "in 3 files (a split model)" in out, "baton gguf: a split model's three files", out[:300])
+        expect_error(["generate", "-m", shards[1], "-p", "x"], 1,
+                     f"is shard 2 of 3 of a split model: open the first, {shards[0]}", "generate -m the second shard")
+        bad = os.path.join(TMP, "bad")
+        os.mkdir(bad)
+        for f in shards:
+            os.link(f, os.path.join(bad, os.path.basename(f)))
+        os.unlink(os.path.join(bad, os.path.basename(shards[2])))
+        expect_error(["generate", "-m", os.path.join(bad, os.path.basename(shards[0])), "-p", "x"], 1,
+                     "sp-00003-of-00003.gguf: cannot open", "a split model with a shard missing")
+        os.link(shards[1], os.path.join(bad, os.path.basename(shards[2])))
+        expect_error(["generate", "-m", os.path.join(bad, os.path.basename(shards[0])), "-p", "x"], 1,
+                     "sp-00003-of-00003.gguf: not shard 3 of 3", "a split model with shard 2 in place of shard 3")
+        renamed = os.path.join(TMP, "first-shard.gguf")
+        os.link(shards[0], renamed)
+        expect_error(["generate", "-m", renamed, "-p", "x"], 1, "but not named PREFIX-00001-of-00003.gguf",
+                     "a split model's first file renamed")
+
     # the model named by the topology's pipeline section instead of -m
     topo_src = open(os.path.join(ROOT, "configs", "local-cpu-2.yaml")).read()
     topo = os.path.join(TMP, "topo.yaml")

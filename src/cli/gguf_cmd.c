@@ -236,10 +236,10 @@ int bt_cli_gguf(int argc, char **argv) {
         FILE *f = stdout;
         fputs("{\"file\": ", f);
         bt_cli_json_str(f, path, strlen(path));
-        fprintf(f, ", \"version\": %" PRIu32 ", \"size\": %" PRIu64 ", \"alignment\": %" PRIu32
+        fprintf(f, ", \"version\": %" PRIu32 ", \"size\": %" PRIu64 ", \"files\": %d, \"alignment\": %" PRIu32
                    ", \"data_offset\": %" PRIu64 ", \"header_checksum\": \"%016" PRIx64 "\",\n",
-                bt_gguf_version(g), bt_gguf_file_size(g), bt_gguf_alignment(g), bt_gguf_data_offset(g),
-                bt_gguf_header_checksum(g));
+                bt_gguf_version(g), bt_gguf_file_size(g), bt_gguf_n_files(g), bt_gguf_alignment(g),
+                bt_gguf_data_offset(g), bt_gguf_header_checksum(g));
         fputs(" \"architecture\": ", f);
         if (has_arch) bt_cli_json_str(f, arch.data, arch.n);
         else fputs("null", f);
@@ -288,9 +288,15 @@ int bt_cli_gguf(int argc, char **argv) {
 
     printf("%s: GGUF v%" PRIu32 ", %s, %" PRId64 " keys, %" PRId64 " tensors, alignment %" PRIu32 "\n", path,
            bt_gguf_version(g), human(bt_gguf_file_size(g), h1, sizeof h1), bt_gguf_n_kv(g), nt, bt_gguf_alignment(g));
-    printf("size %" PRIu64 " bytes, header checksum %016" PRIx64 " (FNV-1a 64 of the %" PRIu64 " bytes before the data)\n",
-           bt_gguf_file_size(g), bt_gguf_header_checksum(g),
-           bt_gguf_data_offset(g) < bt_gguf_file_size(g) ? bt_gguf_data_offset(g) : bt_gguf_file_size(g));
+    if (bt_gguf_n_files(g) > 1)
+        printf("size %" PRIu64 " bytes in %d files (a split model), header checksum %016" PRIx64
+               " (FNV-1a 64 of each file's bytes before its data)\n",
+               bt_gguf_file_size(g), bt_gguf_n_files(g), bt_gguf_header_checksum(g));
+    else
+        printf("size %" PRIu64 " bytes, header checksum %016" PRIx64 " (FNV-1a 64 of the %" PRIu64
+               " bytes before the data)\n",
+               bt_gguf_file_size(g), bt_gguf_header_checksum(g),
+               bt_gguf_data_offset(g) < bt_gguf_file_size(g) ? bt_gguf_data_offset(g) : bt_gguf_file_size(g));
     printf("\narchitecture       %s\n", has_arch ? archz : "(none: no general.architecture)");
     struct bt_gguf_str name;
     if (bt_gguf_get_str(g, "general.name", &name) == BT_OK) {
