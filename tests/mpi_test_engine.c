@@ -19,6 +19,7 @@
 #include "quants.h"
 #include "mpi_testutil.h"
 #include "run/engine.h"
+#include "transport.h"
 #include "testutil.h"
 
 static struct bt_rank R;
@@ -931,6 +932,63 @@ START_TEST(test_eval_callback_every_node) {
 }
 END_TEST
 
+/* x between stages over a device transport (as NCCL carries it between CUDA
+ * ranks, here the ordered stand-in that applies NCCL's rules over MPI): the
+ * stage's output is sent from its own memory into the next stage's input,
+ * the message carries no floats; the logits of a prompt and of tokens one by
+ * one are bitwise one process's, and every stage but the last sent its x
+ * over the device transport. */
+START_TEST(test_direct_x) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    bt_transport *dt = bt_transport_ordered_new(T);
+    ck_assert_ptr_nonnull(dt);
+    R.device_t = dt;
+    struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
+    enum { N = 7 };
+    const int32_t tok[N] = {5, 9, 2, 7, 1, 3, 8}, pos[N] = {0, 1, 2, 3, 4, 5, 6}, sq[N] = {0};
+    if (T->rank == 0) {
+        float ref[N_VOCAB * N], got[N_VOCAB];
+        reference(path, 1, tok, pos, sq, N, ref);
+        submit(e, 4, tok, pos, sq, NULL); /* the prompt's first 4, then one by one */
+        collect(e, 0, 1, got);
+        ck_assert_msg(memcmp(ref + 3 * N_VOCAB, got, sizeof got) == 0, "prompt: the last row differs");
+        for (int i = 4; i < N; i++) {
+            submit(e, 1, tok + i, pos + i, sq, NULL);
+            collect(e, (uint64_t)(i - 3), 1, got);
+            ck_assert_msg(memcmp(ref + (size_t)i * N_VOCAB, got, sizeof got) == 0, "token %d differs", i);
+        }
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    struct bt_engine_stats *all = calloc((size_t)T->size, sizeof *all);
+    ck_assert(bt_engine_gather_stats(e, all) == BT_OK);
+    if (T->rank == 0) {
+        int last = 0;
+        for (int r = 0; r < T->size; r++) {
+            int a, b;
+            bt_engine_range(e, r, &a, &b);
+            if (b > a) last = r;
+        }
+        for (int r = 0; r < T->size; r++) {
+            int a, b;
+            bt_engine_range(e, r, &a, &b);
+            const uint64_t x_bytes = (uint64_t)(4 + 3) * N_EMBD * sizeof(float);
+            if (b > a && r != last)
+                ck_assert_msg(all[r].bytes_direct == x_bytes, "rank %d: %llu bytes of x direct, want %llu", r,
+                              (unsigned long long)all[r].bytes_direct, (unsigned long long)x_bytes);
+            else
+                ck_assert_uint_eq(all[r].bytes_direct, 0);
+        }
+    }
+    free(all);
+    bt_engine_close(e);
+    R.device_t = NULL;
+    dt->iface.free(dt);
+}
+END_TEST
+
 /* Run by tests/engine_dead_rank_test.sh (BATON_TEST_ENGINE_DIE=1): the last
  * rank dies in the middle of a run; the job must end with a message, not
  * hang. */
@@ -1020,6 +1078,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_open_allocation_failures);
     tcase_add_test(tc, test_start_backend_and_topology);
     tcase_add_test(tc, test_eval_callback_every_node);
+    tcase_add_test(tc, test_direct_x);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {

@@ -175,6 +175,16 @@ size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s);
 enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t *token, const float *x,
                                 const int32_t *pos, const int32_t *seq, const int32_t *cells, int64_t n_out,
                                 const int32_t *out_ids, float *out, char *err, size_t n_err);
+/* For x that arrives straight into the stage's memory (a device transport,
+ * backend memory to backend memory): the input tensor x [n_embd, T] of the
+ * graph that the next bt_llm_stage_run of T tokens and n_out rows uses (the
+ * tokens already placed in the cache), allocated; fill it, then run with x
+ * NULL.  Not on the first range. */
+enum bt_status bt_llm_stage_input(struct bt_llm_stage *s, int64_t T, int64_t n_out, struct bt_tensor **x, char *err,
+                                  size_t n_err);
+/* The output tensor of the last run (x [n_embd, T] or the logits), in the
+ * stage's memory until the next run; out NULL leaves it only there. */
+struct bt_tensor *bt_llm_stage_output(const struct bt_llm_stage *s);
 
 /* ---- one process: the whole model, a KV cache, a CPU backend ---- */
 struct bt_llm_ctx_params {

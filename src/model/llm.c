@@ -229,6 +229,7 @@ struct bt_llm_stage {
     bt_backend_t fallback; /* backends[1] when the stage made it (owned) */
     bt_sched_eval_callback eval_cb;
     void *eval_user;
+    struct bt_tensor *last_out; /* the output of the last run (bt_llm_stage_output) */
     int64_t n_ubatch;
     struct graph_slot slots[MAX_GRAPHS];
     int n_built;
@@ -383,17 +384,38 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     if (st != BT_OK) return bt_error_printf(err, n_err, st, "scheduler: %s", bt_sched_error(slot->sched));
     bt_kv_mask(s->kv, n_kv, T, seq, pos, s->mask);
     if (g->tokens) bt_tensor_set(g->tokens, token, 0, (size_t)T * sizeof(int32_t));
-    else bt_tensor_set(g->inp_x, x, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
+    else if (x) bt_tensor_set(g->inp_x, x, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
     bt_tensor_set(g->pos, pos, 0, (size_t)T * sizeof(int32_t));
     bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
     bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
     if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
     st = bt_sched_graph_compute(slot->sched, g->graph);
     if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_sched_error(slot->sched));
-    if (!last) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
-    else if (n_out > 0 && out) bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
+    s->last_out = g->out;
+    if (!last && out) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
+    else if (last && n_out > 0 && out)
+        bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
     return BT_OK;
 }
+
+enum bt_status bt_llm_stage_input(struct bt_llm_stage *s, int64_t T, int64_t n_out, struct bt_tensor **x, char *err,
+                                  size_t n_err) {
+    const struct bt_llm *m = s->m;
+    *x = NULL;
+    if (m->il0 == 0) return bt_error_printf(err, n_err, BT_ERR_INVALID, "the first range takes token ids, not x");
+    BT_ASSERT(T >= 1 && T <= s->n_ubatch && n_out >= 0 && n_out <= T);
+    struct graph_slot *slot = NULL;
+    /* the key bt_llm_stage_run will use: the rows asked for on the last range only */
+    const int64_t n_out_g = m->il1 == m->hp.n_layer ? n_out : 0;
+    enum bt_status st = get_graph(s, T, bt_kv_n_active(s->kv), n_out_g, &slot, err, n_err);
+    if (st != BT_OK) return st;
+    st = bt_sched_alloc_graph(slot->sched, slot->g.graph);
+    if (st != BT_OK) return bt_error_printf(err, n_err, st, "scheduler: %s", bt_sched_error(slot->sched));
+    *x = slot->g.inp_x;
+    return BT_OK;
+}
+
+struct bt_tensor *bt_llm_stage_output(const struct bt_llm_stage *s) { return s->last_out; }
 
 /* ---- one process ------------------------------------------------------------------------ */
 

@@ -109,6 +109,12 @@ struct bt_engine {
     struct bt_engine_stats stats;
     double *stage_compute_s; /* rank 0: each stage's compute seconds, as its last answer said */
     uint64_t computing; /* the ubatch this rank's stage computes now, or last did */
+    /* x between two consecutive stages that both have a device transport
+     * (NCCL between CUDA ranks) goes over it, from the sender's stage memory
+     * into the receiver's; the message then carries no floats */
+    bt_transport *dt;     /* this rank's device transport, or NULL */
+    bool direct_in, direct_out;
+    bt_treq dsend;        /* the last x sent over it */
 };
 
 static enum bt_status efail(struct bt_engine *e, enum bt_status st, const char *fmt, ...)
@@ -205,7 +211,18 @@ static enum bt_status drain_sends(struct bt_engine *e) {
         if (bt_transport_wait_polite(e->t, &e->outs[i].rh) != BT_OK ||
             bt_transport_wait_polite(e->t, &e->outs[i].rb) != BT_OK)
             return efail(e, BT_ERR_COMM, "rank %d: %s", e->t->rank, e->t->error);
+    if (e->dsend.active && bt_transport_wait(e->dt, &e->dsend) != BT_OK)
+        return efail(e, BT_ERR_COMM, "rank %d: %s transport: %s", e->t->rank, e->dt->iface.name(e->dt), e->dt->error);
     return BT_OK;
+}
+
+/* A transfer over the device transport that cannot finish cannot be taken
+ * back either (NCCL cannot cancel, and its peer waits for it): print why and
+ * end every rank, as the distributed runtime does in the middle of its
+ * pipeline. */
+static void direct_die(struct bt_engine *e) {
+    fprintf(stderr, "baton: %s\n", e->err);
+    e->t->iface.abort(e->t, 1);
 }
 
 /* The rank after this one in the chain (-1: none; rank 0 gets the logits). */
@@ -242,14 +259,41 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     char msg[512];
     enum bt_status st;
     const int nxt = next_rank(e, e->my_stage);
-    const bool last = nxt < 0;
-    const int64_t n_floats = last ? n_out * e->hp.n_vocab : T * e->hp.n_embd;
-    /* the output goes straight into its message (rank 0 alone: the caller's) */
+    const bool last = nxt < 0, direct = !last && e->direct_out;
+    const int64_t n_floats = last ? n_out * e->hp.n_vocab : direct ? 0 : T * e->hp.n_embd;
+    /* x that comes over the device transport lands in the stage's own input */
+    if (e->direct_in) {
+        struct bt_tensor *xin = NULL;
+        bt_treq rq;
+        memset(&rq, 0, sizeof rq);
+        st = bt_llm_stage_input(e->stage, T, n_out, &xin, msg, sizeof msg);
+        if (st != BT_OK) {
+            efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
+            direct_die(e); /* its sender's x is on its way */
+        }
+        const double w0 = bt_now_s();
+        if (bt_transport_irecv(e->dt, xin->data, bt_nbytes(xin), e->stages[e->my_stage - 1], 0, &rq) != BT_OK ||
+            bt_transport_wait(e->dt, &rq) != BT_OK) {
+            efail(e, BT_ERR_COMM, "rank %d: x of ubatch %llu from rank %d: %s", e->t->rank, (unsigned long long)id,
+                  e->stages[e->my_stage - 1], e->dt->error);
+            direct_die(e);
+        }
+        e->stats.wait_s += bt_now_s() - w0;
+        e->stats.bytes_received += bt_nbytes(xin);
+        x_in = NULL;
+    }
+    /* the output goes straight into its message (rank 0 alone: the caller's;
+     * x over the device transport: nowhere, it stays in the stage) */
     struct out_msg *o = NULL;
     float *out = logits;
     if (!(last && e->t->rank == 0)) {
         if ((st = out_get(e, body_bytes(e, T, n_out, n_floats), &o)) != BT_OK) return st;
-        out = (float *)((int32_t *)o->body + body_ints(T, n_out));
+        out = direct ? NULL : (float *)((int32_t *)o->body + body_ints(T, n_out));
+    }
+    /* the last x sent from the stage's memory must be gone before it is rewritten */
+    if (direct && e->dsend.active && bt_transport_wait(e->dt, &e->dsend) != BT_OK) {
+        efail(e, BT_ERR_COMM, "rank %d: x to rank %d: %s", e->t->rank, nxt, e->dt->error);
+        direct_die(e);
     }
     const double t0 = bt_now_s();
     e->computing = id;
@@ -269,7 +313,18 @@ static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T,
     o->head.n_out = (int32_t)n_out;
     o->head.id = id;
     memcpy(o->body, ints, (size_t)(3 * T + n_out) * sizeof(int32_t));
-    return out_send(e, o, last ? 0 : nxt);
+    st = out_send(e, o, last ? 0 : nxt);
+    if (st == BT_OK && direct) {
+        const struct bt_tensor *x = bt_llm_stage_output(e->stage);
+        if (bt_transport_isend(e->dt, x->data, bt_nbytes(x), nxt, 0, &e->dsend) != BT_OK) {
+            efail(e, BT_ERR_COMM, "rank %d: x of ubatch %llu to rank %d: %s", e->t->rank, (unsigned long long)id, nxt,
+                  e->dt->error);
+            direct_die(e);
+        }
+        e->stats.bytes_sent += bt_nbytes(x);
+        e->stats.bytes_direct += bt_nbytes(x);
+    }
+    return st;
 }
 
 /* ---- open ---------------------------------------------------------------------------- */
@@ -581,6 +636,38 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         if (e->kv) e->stats.kv_bytes = bt_kv_bytes(e->kv);
     }
     AGREE();
+
+    /* 5. the device transport's edges: x between consecutive stages that
+     * both have one (and that the topology's nccl edges allow) */
+    {
+        const int P = e->P;
+        int64_t *has = calloc((size_t)P, sizeof *has);
+        int *esrc = calloc((size_t)P + 1, sizeof *esrc), *edst = calloc((size_t)P + 1, sizeof *edst);
+        int n_edges = 0;
+        if (!has || !esrc || !edst) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
+        else has[t->rank] = r->device_t != NULL;
+        AGREE();
+        if (t->iface.allreduce_max(t, has, P) != BT_OK)
+            st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
+        for (int s = 0; st == BT_OK && s + 1 < e->n_stages; s++) {
+            const int a = e->stages[s], b = e->stages[s + 1];
+            if (!has[a] || !has[b] || (r->device_edges && !r->device_edges[(size_t)a * (size_t)P + (size_t)b])) continue;
+            esrc[n_edges] = a;
+            edst[n_edges++] = b;
+            if (a == t->rank) e->direct_out = true;
+            if (b == t->rank) e->direct_in = true;
+        }
+        if (st == BT_OK && r->device_t && n_edges > 0) {
+            e->dt = r->device_t;
+            if (bt_transport_connect(e->dt, esrc, edst, n_edges) != BT_OK)
+                st = BT_ERR_COMM,
+                msgf(msg, sizeof msg, "rank %d: %s transport: %s", t->rank, e->dt->iface.name(e->dt), e->dt->error);
+        }
+        free(has);
+        free(esrc);
+        free(edst);
+        AGREE();
+    }
 #undef AGREE
     *out = e;
     return BT_OK;
@@ -970,7 +1057,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         }
         const int64_t T = head.n_tokens, n_out = head.n_out;
         /* stage 0 gets the tokens from rank 0, the others x as well */
-        const int64_t n_floats_in = e->my_stage == 0 ? 0 : T * e->hp.n_embd;
+        const int64_t n_floats_in = e->my_stage == 0 || e->direct_in ? 0 : T * e->hp.n_embd;
         const size_t want = body_bytes(e, T, n_out, n_floats_in);
         enum bt_status st = BT_OK;
         if (head.kind != MSG_UBATCH || e->my_stage < 0 || T < 1 || T > e->p.n_ubatch || n_out < 0 || n_out > T ||
@@ -1011,7 +1098,7 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
                            (unsigned long long)head.id);
         if (st == BT_OK)
             st = stage_step(e, head.id, T, n_out, ints,
-                            e->my_stage == 0 ? NULL : (const float *)(ints + body_ints(T, n_out)),
+                            e->my_stage == 0 || e->direct_in ? NULL : (const float *)(ints + body_ints(T, n_out)),
                             body_busy(body, T, n_out, n_floats_in), NULL);
         if (st != BT_OK) {
             failed = st;

@@ -147,6 +147,7 @@ struct bt_engine_stats {
     double compute_s;            /* in graph compute */
     double wait_s;               /* waiting for input */
     uint64_t bytes_sent, bytes_received;
+    uint64_t bytes_direct;       /* of bytes_sent: x over the device transport (NCCL), stage memory to stage memory */
     size_t weight_bytes, kv_bytes, compute_bytes;
     size_t mapped_bytes;         /* of weight_bytes: used in place in the file's mapping */
     size_t repacked_bytes;       /* of weight_bytes: repacked for the CPU's matmul (bt_llm_load_gguf) */
