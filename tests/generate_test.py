@@ -126,10 +126,20 @@ def cli_tests():
     # in rank order, the embedding on the first stage and the head on the last,
     # x from each stage to the next and the logits to rank 0; on the CPU
     # topologies the live run's plan (generate --dump-plan) is the same plan
-    cfgs = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yaml"))
+    cfgs = sorted(os.path.join(ROOT, "configs", f) for f in os.listdir(os.path.join(ROOT, "configs"))
+                  if f.endswith(".yaml"))
+    # and two GPUs then a CPU rank: x over NCCL between the GPUs, over MPI to the CPU
+    mixed = os.path.join(TMP, "mixed.yaml")
+    with open(mixed, "w") as f:
+        f.write("hosts:\n  - name: localhost\n    slots: 4\n    gpus: 2\nranks:\n"
+                "  - {rank: 0, host: localhost, backend: \"cuda:0\", memory: 8GiB}\n"
+                "  - {rank: 1, host: localhost, backend: \"cuda:1\", memory: 8GiB}\n"
+                "  - {rank: 2, host: localhost, backend: cpu, threads: 1}\n"
+                "pipeline:\n  partition: [2, 1, 1]\ntransport:\n  host: mpi\n  device: nccl\n")
+    cfgs.append(mixed)
     pargs = ["-c", "256", "--ubatch", "16"]
-    for cfg in cfgs:
-        topo_f = os.path.join(ROOT, "configs", cfg)
+    for topo_f in cfgs:
+        cfg = os.path.basename(topo_f)
         rc, out, err = run(["plan", "-m", model, "-t", topo_f, "--json"] + pargs)
         check(rc == 0, f"plan -m on {cfg}", err[-300:])
         if rc:
@@ -138,10 +148,15 @@ def cli_tests():
         stages = [r for r in js["ranks"] if r["layers"][1] > r["layers"][0]]
         cover = [l for r in stages for l in range(*r["layers"])]
         check(cover == list(range(js["n_layer"])), f"plan -m on {cfg}: every layer once, in rank order", f"{stages}")
-        want_x = [(a["rank"], b["rank"], 64 * 16 * 4) for a, b in zip(stages, stages[1:])]
-        got_x = [(x["src"], x["dst"], x["bytes"]) for x in js["transfers"] if not x["output"]]
-        check(got_x == want_x and all(x["transport"] == "mpi" for x in js["transfers"]),
-              f"plan -m on {cfg}: x between consecutive stages over MPI", f"{got_x} vs {want_x}")
+        gpu = lambda r: r["backend"].startswith("CUDA")  # noqa: E731
+        want_x = [(a["rank"], b["rank"], 64 * 16 * 4, "nccl" if gpu(a) and gpu(b) else "mpi")
+                  for a, b in zip(stages, stages[1:])]
+        got_x = [(x["src"], x["dst"], x["bytes"], x["transport"]) for x in js["transfers"] if not x["output"]]
+        check(got_x == want_x and all(x["transport"] == "mpi" for x in js["transfers"] if x["output"]),
+              f"plan -m on {cfg}: x between consecutive stages, over NCCL between GPUs", f"{got_x} vs {want_x}")
+        if cfg == "mixed.yaml":
+            check([t for *_, t in got_x] == ["nccl", "mpi"], "plan -m on two GPUs and a CPU: NCCL, then MPI",
+                  f"{got_x}")
         outs = [(x["src"], x["dst"]) for x in js["transfers"] if x["output"]]
         last = stages[-1]["rank"]
         check(outs == ([] if last == 0 else [(last, 0)]), f"plan -m on {cfg}: the logits from the last stage to rank 0",

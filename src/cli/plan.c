@@ -168,6 +168,7 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
     struct bt_topology topo;
     bool have_topo = false;
     struct bt_rank_desc *descs = NULL;
+    uint8_t *edges = NULL; /* the topology's nccl edges (NULL: every edge may) */
     int *counts = NULL, P = 1, rc = 1;
     struct bt_gguf *g = NULL;
     struct bt_model_plan mp;
@@ -186,6 +187,16 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         if (bt_topology_rank_descs(&topo, cpu_gflops, gpu_env ? atof(gpu_env) : 400000.0, &descs, err, sizeof err) !=
             BT_OK) {
             fprintf(stderr, "baton plan: %s\n", err);
+            goto out;
+        }
+        struct bt_plan_options popt;
+        int *tcounts = NULL;
+        struct bt_dist_pin *pins = NULL;
+        const enum bt_status pst = bt_topology_plan_options(&topo, &popt, &tcounts, &pins, &edges);
+        free(tcounts);
+        free(pins);
+        if (pst != BT_OK) {
+            fprintf(stderr, "baton plan: out of memory\n");
             goto out;
         }
     } else {
@@ -221,7 +232,7 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
-    if (bt_model_plan_make(g, ep, descs, P, counts, &mp, err, sizeof err) != BT_OK) {
+    if (bt_model_plan_make(g, ep, descs, P, counts, edges, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
@@ -232,6 +243,7 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
 out:
     bt_model_plan_free(&mp);
     bt_gguf_close(g);
+    free(edges);
     free(counts);
     free(descs);
     if (have_topo) bt_topology_free(&topo);

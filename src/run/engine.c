@@ -113,6 +113,7 @@ struct bt_engine {
      * (NCCL between CUDA ranks) goes over it, from the sender's stage memory
      * into the receiver's; the message then carries no floats */
     bt_transport *dt;     /* this rank's device transport, or NULL */
+    uint8_t *has_dt;      /* [P]: the ranks that have one */
     bool direct_in, direct_out;
     bt_treq dsend;        /* the last x sent over it */
 };
@@ -149,6 +150,10 @@ void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb,
 }
 
 uint64_t bt_engine_computing(const struct bt_engine *e) { return e->computing; }
+
+bool bt_engine_has_device_transport(const struct bt_engine *e, int rank) {
+    return e->has_dt && rank >= 0 && rank < e->P && e->has_dt[rank];
+}
 
 void bt_engine_default_params(struct bt_engine_params *p) {
     memset(p, 0, sizeof *p);
@@ -649,6 +654,9 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         AGREE();
         if (t->iface.allreduce_max(t, has, P) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
+        if (st == BT_OK && !(e->has_dt = calloc((size_t)P, 1)))
+            st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
+        for (int k = 0; st == BT_OK && k < P; k++) e->has_dt[k] = has[k] != 0;
         for (int s = 0; st == BT_OK && s + 1 < e->n_stages; s++) {
             const int a = e->stages[s], b = e->stages[s + 1];
             if (!has[a] || !has[b] || (r->device_edges && !r->device_edges[(size_t)a * (size_t)P + (size_t)b])) continue;
@@ -708,6 +716,7 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->il1s);
     free(e->stages);
     free(e->stage_compute_s);
+    free(e->has_dt);
     free(e);
 }
 

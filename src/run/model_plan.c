@@ -16,7 +16,7 @@ void bt_model_plan_free(struct bt_model_plan *mp) {
 
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
                                   const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  struct bt_model_plan *out, char *err, size_t n_err) {
+                                  const uint8_t *device_edges, struct bt_model_plan *out, char *err, size_t n_err) {
     struct bt_model_plan *mp = out;
     memset(mp, 0, sizeof *mp);
     mp->P = P;
@@ -31,8 +31,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     mp->ranges = calloc((size_t)(2 * P), sizeof *mp->ranges);
     mp->kv_bytes = calloc((size_t)P, sizeof *mp->kv_bytes);
     int *counts = calloc((size_t)P, sizeof *counts);
-    uint8_t *edges = calloc((size_t)P * (size_t)P, 1); /* none: x travels over MPI, as the engine sends it */
-    if (!mp->ranges || !mp->kv_bytes || !counts || !edges) {
+    if (!mp->ranges || !mp->kv_bytes || !counts) {
         st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory planning %d ranks", P);
         goto done;
     }
@@ -65,13 +64,12 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     struct bt_plan_options opt;
     memset(&opt, 0, sizeof opt);
     opt.layers_per_rank = counts;
-    opt.device_edges = edges;
+    opt.device_edges = device_edges; /* x between two device ranks: the engine's rule and the plan's agree */
     opt.ends_with_layers = true; /* the embedding on the first stage, the head on the last */
     st = bt_plan_make(&mp->plan, mp->g.graph, descs, P, NULL, &opt);
     if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
 done:
     free(counts);
-    free(edges);
     if (st != BT_OK) bt_model_plan_free(mp);
     return st;
 }

@@ -11,9 +11,10 @@
  * transfers are the engine's: each rank's layers in one split, x [n_embd, T]
  * F32 from each stage to the next, the rows of logits asked for from the
  * last to rank 0; tokens, positions, the mask and the cache cells are set on
- * every rank that reads them (they never travel).  Every transfer goes over
- * MPI: the engine stages device memory through the host for x between CUDA
- * ranks. */
+ * every rank that reads them (they never travel).  x between two stages
+ * that both have a device transport (descs[r].device: NCCL between CUDA
+ * ranks) goes over it where device_edges allows, as the engine sends it;
+ * everything else over MPI. */
 #ifndef BATON_MODEL_PLAN_H
 #define BATON_MODEL_PLAN_H
 
@@ -44,11 +45,12 @@ struct bt_model_plan {
 };
 
 /* The plan of the model in g under p on P ranks described by descs:
- * placed by the cost model (layer_counts NULL) or with fixed counts.  BT_OK,
+ * placed by the cost model (layer_counts NULL) or with fixed counts;
+ * device_edges [P * P] (NULL: every edge may) as bt_plan_options'.  BT_OK,
  * or an error and one message in err; *out holds nothing to free on error. */
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
                                   const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  struct bt_model_plan *out, char *err, size_t n_err);
+                                  const uint8_t *device_edges, struct bt_model_plan *out, char *err, size_t n_err);
 void bt_model_plan_free(struct bt_model_plan *mp);
 /* The plan in words: the model, then per rank its backend, layers, splits,
  * nodes, weights, cache and predicted stage time, then every transfer. */
