@@ -153,9 +153,9 @@ size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
 /* ---- one stage: a layer range's graphs (one per ubatch shape, reused while
  * the shape repeats) over its cache on one backend.  Each graph runs on the
  * scheduler (bt_sched.h), planned once per shape: its splitter puts every
- * node on the stage's backend, or, beside a device backend, the nodes the
- * device cannot run on a CPU backend the stage starts, their inputs copied
- * across.  bt_llm_ctx and the engine (src/run/engine.h) both run their
+ * node on the stage's backend, or, when a device backend cannot run some op
+ * of the range, those nodes on a CPU backend the stage starts beside it,
+ * their inputs copied across.  bt_llm_ctx and the engine (src/run/engine.h) both run their
  * ubatches through it. ---- */
 struct bt_llm_stage;
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,

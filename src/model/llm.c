@@ -209,9 +209,9 @@ void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum
 #define MAX_GRAPHS 8
 
 /* One ubatch shape's graph and its scheduler: the splitter's plan (the
- * stage's backend, and a CPU fallback beside a device backend for the ops
- * the device cannot run) and the memory it allocated, kept while the shape
- * repeats. */
+ * stage's backend, and beside a device backend that cannot run every op of
+ * the range a CPU backend for those) and the memory it allocated, kept while
+ * the shape repeats. */
 struct graph_slot {
     bt_context *ctx;
     bt_sched_t sched;
@@ -223,7 +223,8 @@ struct bt_llm_stage {
     const struct bt_llm *m;
     struct bt_kv *kv;
     /* in the scheduler's priority order: the stage's backend, then (beside
-     * a device backend) the CPU, which runs what the device cannot */
+     * a device backend that needs it) the CPU, which runs what the device
+     * cannot */
     bt_backend_t backends[2];
     int n_backends;
     bt_backend_t fallback; /* backends[1] when the stage made it (owned) */
@@ -247,6 +248,20 @@ static void slot_free(struct graph_slot *s) {
 static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
                                 struct graph_slot **out, char *err, size_t n_err);
 
+/* Whether backend runs every node of the range's graph (one token, with the
+ * output projection on the last range): a device backend that does needs no
+ * CPU threads beside it.  An allocation failure counts as "no" (the CPU
+ * fallback is then there for nothing, which is harmless). */
+static bool runs_every_op(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ctx) {
+    bt_context *ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(m), NULL, true});
+    struct bt_llm_graph g;
+    bool all = ctx && bt_llm_build_graph(m, kv, ctx, 1, n_ctx < BT_KV_PAD ? n_ctx : BT_KV_PAD,
+                                         m->il1 == m->hp.n_layer ? 1 : 0, &g) == BT_OK;
+    for (int i = 0; all && i < g.graph->n_nodes; i++) all = bt_backend_supports_op(backend, g.graph->nodes[i]);
+    if (ctx) bt_free(ctx);
+    return all;
+}
+
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
                                 struct bt_llm_stage **out, char *err, size_t n_err) {
     *out = NULL;
@@ -267,7 +282,7 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
                                (long long)n_ubatch, (long long)n_ctx);
     }
-    if (!bt_backend_is_cpu(backend)) {
+    if (!bt_backend_is_cpu(backend) && !runs_every_op(m, kv, backend, n_ctx)) {
         s->fallback = bt_backend_cpu_init(0);
         if (!s->fallback) {
             bt_llm_stage_free(s);
