@@ -121,6 +121,27 @@ def cli_tests():
     expect_error(["generate"] + base + ["--dump-tensors", ""], 2, "--dump-tensors: the pattern is empty",
                  "--dump-tensors ''")
 
+    # llama.cpp's spellings: the same run under its flags; -f FILE is the
+    # prompt; a flag of llama.cpp's that does not apply is one message; an
+    # option's value that looks like one of its flags stays a value
+    llama = ["-m", model, "-p", "The quick brown fox", "-n", "12", "--temperature", "0", "-c", "256", "-ub", "16",
+             "-s", "3", "-np", "1"]
+    got = tokens(gen_json(llama))
+    check(got == want, "llama.cpp's -ub, -s, -np, --temperature: the same tokens", f"{got} vs {want}")
+    got = tokens(gen_json(llama[:10] + ["-b", "16"]))
+    check(got == want, "llama.cpp's -b: the same tokens", f"{got} vs {want}")
+    pf = os.path.join(TMP, "prompt.txt")
+    with open(pf, "w") as f:
+        f.write("The quick brown fox\n")
+    got = tokens(gen_json(["-m", model, "-f", pf] + base[4:]))
+    check(got == want, "-f FILE: the file's text is the prompt", f"{got} vs {want}")
+    expect_error(["generate", "-m", model, "-f", os.path.join(TMP, "none.txt")], 1, "--file " + os.path.join(TMP, "none.txt") + ": No such file", "-f of a missing file")
+    expect_error(["generate", "-m", model, "-f", pf, "-p", "x"], 2, "give the prompt one way", "-f with -p")
+    expect_error(["generate"] + base + ["-ngl", "99"], 2, "-ngl is llama.cpp's and does not apply", "generate -ngl 99")
+    expect_error(["serve", "-m", model, "-cnv"], 2, "-cnv is llama.cpp's and does not apply", "serve -cnv")
+    rc, _, err = run(["generate", "-m", model, "-p", "-np", "-n", "2", "--temp", "0"])
+    check(rc == 0, "-p -np: a prompt that reads like a flag stays the prompt", err[-300:])
+
     # baton plan -m: the plan generate runs, for every topology in configs/ (the
     # GPU ones planned from their declared devices): every layer on one rank,
     # in rank order, the embedding on the first stage and the head on the last,

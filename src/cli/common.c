@@ -385,6 +385,58 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
     return 1;
 }
 
+static const struct option *find_long(const struct option *longs, const char *name) {
+    for (; longs->name; longs++)
+        if (!strcmp(longs->name, name)) return longs;
+    return NULL;
+}
+
+bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct option *longs, char *err, size_t n) {
+    static const struct {
+        const char *flag, *ours;
+    } same[] = {{"-np", "--parallel"}, {"-ub", "--ubatch"},        {"-b", "--ubatch"}, {"--batch-size", "--ubatch"},
+                {"-s", "--seed"},      {"--temperature", "--temp"}, {"-f", "--file"}};
+    static const struct {
+        const char *flag, *why;
+    } not_here[] = {
+        {"-ngl", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its GPU) and the "
+                 "topology's placement, not a count"},
+        {"--n-gpu-layers", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its "
+                           "GPU) and the topology's placement, not a count"},
+        {"--gpu-layers", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its GPU) "
+                         "and the topology's placement, not a count"},
+        {"-cnv", "baton has no interactive chat mode yet"},
+        {"--conversation", "baton has no interactive chat mode yet"},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) break;
+        if (a[0] != '-' || !a[1]) continue;
+        /* this option's value is the next word: skip it */
+        const bool is_long = a[1] == '-';
+        const struct option *lo = is_long && !strchr(a, '=') ? find_long(longs, a + 2) : NULL;
+        const char *so = !is_long && !a[2] ? strchr(shorts, a[1]) : NULL;
+        if ((lo && lo->has_arg == required_argument) || (so && so[1] == ':')) {
+            i++;
+            continue;
+        }
+        if (lo || so) continue;
+        for (size_t k = 0; k < sizeof not_here / sizeof not_here[0]; k++)
+            if (!strcmp(a, not_here[k].flag)) {
+                snprintf(err, n, "%s is llama.cpp's and does not apply: %s", a, not_here[k].why);
+                return false;
+            }
+        for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+            const struct option *ours = find_long(longs, same[k].ours + 2);
+            if (strcmp(a, same[k].flag) || !ours) continue;
+            argv[i] = (char *)same[k].ours; /* getopt reorders argv's pointers, never writes its strings */
+            if (ours->has_arg == required_argument) i++;
+            break;
+        }
+    }
+    return true;
+}
+
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
     if (!*arg) snprintf(err, n, "%s: the file name is empty", flag);
     else *dst = arg;

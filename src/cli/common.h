@@ -102,6 +102,14 @@ int bt_cli_stdout_finish(const char *prog, int rc);
 /* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
  * name is empty" in err (the callers' usage error, exit 2). */
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);
+/* llama.cpp's spellings, before getopt: argv's flags rewritten in place to
+ * the command's own where they mean the same (-np --parallel, -ub and -b
+ * --ubatch, --batch-size --ubatch, -s --seed, --temperature --temp, -f
+ * --file), each only where the command has that option (longs; shorts is its
+ * getopt string, so that an option's value is never taken for a flag).
+ * False and one message in err for a flag of llama.cpp's that does not apply
+ * here (-ngl: a rank's backend and the topology place the layers; -cnv). */
+bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct option *longs, char *err, size_t n);
 
 /* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
  * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started

@@ -36,6 +36,7 @@
 
 struct gen_opts {
     const char *model, *prompt, *prompts_file;
+    const char *prompt_file; /* -f/--file: one prompt, the file's whole text */
     const char *chat_template, *system;
     const char *dump_tensors; /* --dump-tensors PATTERN */
     const char *dump_plan;    /* --dump-plan FILE */
@@ -66,6 +67,7 @@ static void gen_usage(FILE *f) {
             "                          pipeline section names it)\n"
             "  -p, --prompt TEXT       the prompt (\\n \\t \\\\ \\xHH ... escapes are processed)\n"
             "      --no-escape         take -p's text as it is\n"
+            "  -f, --file FILE         the prompt is the file's text (as it is)\n"
             "      --prompts FILE      one prompt a line (taken as they are)\n"
             "      --parallel N        sequences at once (default 1; the context is shared:\n"
             "                          each holds -c / N tokens)\n"
@@ -106,12 +108,14 @@ static void gen_usage(FILE *f) {
             "  -h, --help              this text\n"
             "\n"
             "Greedy output (--temp 0) is the same for any number of ranks, threads and\n"
-            "--parallel.\n");
+            "--parallel.  llama.cpp's spellings -np, -ub, -b, -s, --temperature and\n"
+            "--batch-size are taken as --parallel, --ubatch, --seed and --temp.\n");
 }
 
 enum {
     OPT_NO_ESCAPE = 1000,
     OPT_PROMPTS,
+    OPT_FILE,
     OPT_PARALLEL,
     OPT_STOP,
     OPT_CHAT,
@@ -148,6 +152,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"prompt", required_argument, 0, 'p'},
         {"no-escape", no_argument, 0, OPT_NO_ESCAPE},
         {"prompts", required_argument, 0, OPT_PROMPTS},
+        {"file", required_argument, 0, OPT_FILE},
         {"parallel", required_argument, 0, OPT_PARALLEL},
         {"n-predict", required_argument, 0, 'n'},
         {"stop", required_argument, 0, OPT_STOP},
@@ -172,6 +177,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    if (!bt_cli_llama_flags(argc, argv, ":m:p:n:c:t:h", longs, err, errn)) {
+        strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
+        return 2;
+    }
     opterr = 0;
     optind = 1;
     int code;
@@ -189,6 +198,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         case OPT_PROMPTS:
             bt_cli_file_arg("--prompts", optarg, &o->prompts_file, err, errn);
             break;
+        case OPT_FILE: bt_cli_file_arg("--file", optarg, &o->prompt_file, err, errn); break;
         case OPT_PARALLEL:
             if (!bt_cli_parse_int(optarg, 1, 1024, &v)) snprintf(err, errn, "--parallel: '%s' is not an integer in [1, 1024]", optarg);
             else o->parallel = v;
@@ -269,8 +279,9 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         snprintf(err, errn, "missing -m FILE, the GGUF model (try: baton generate --help)");
         return 2;
     }
-    if (!o->prompt == !o->prompts_file) {
-        snprintf(err, errn, "give the prompt one way: -p TEXT or --prompts FILE (try: baton generate --help)");
+    if ((o->prompt != NULL) + (o->prompts_file != NULL) + (o->prompt_file != NULL) != 1) {
+        snprintf(err, errn,
+                 "give the prompt one way: -p TEXT, -f FILE or --prompts FILE (try: baton generate --help)");
         return 2;
     }
     if (o->system && !o->chat) {
@@ -338,8 +349,39 @@ static void free_prompts(struct prompt *p, size_t n) {
     free(p);
 }
 
-/* The prompts of the command line: -p (escapes processed) or one a line of
- * --prompts FILE.  Each non-empty and valid UTF-8.  rc 2 (-p) or 1 (FILE)
+/* -f FILE (llama.cpp's): the file's text is one prompt, as it is but for one
+ * newline at its end.  rc 1 with a message naming the file. */
+static int read_prompt_file(const char *path, struct prompt **out, size_t *n_out, char *err, size_t errn) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errn, "--file %s: %s", path, strerror(errno));
+        return 1;
+    }
+    size_t len = 0;
+    char *all = bt_cli_read_all(f, path, &len, err, errn);
+    fclose(f);
+    if (!all) return 1;
+    if (len > 0 && all[len - 1] == '\n') len--;
+    all[len] = '\0';
+    const int64_t bad = bt_utf8_check(all, len);
+    if (len == 0) snprintf(err, errn, "--file %s: the prompt is empty", path);
+    else if (bad >= 0) snprintf(err, errn, "--file %s: the prompt is not valid UTF-8: byte %lld", path, (long long)bad);
+    else if (memchr(all, '\0', len)) snprintf(err, errn, "--file %s: the prompt holds a NUL byte", path);
+    struct prompt *p = err[0] ? NULL : calloc(1, sizeof *p);
+    if (!err[0] && !p) snprintf(err, errn, "out of memory");
+    if (err[0]) {
+        free(all);
+        return 1;
+    }
+    p->text = all;
+    p->len = len;
+    *out = p;
+    *n_out = 1;
+    return 0;
+}
+
+/* The prompts of the command line: -p (escapes processed), -f FILE, or one a
+ * line of --prompts FILE.  Each non-empty and valid UTF-8.  rc 2 (-p) or 1 (FILE)
  * with a message. */
 static int read_prompts(const struct gen_opts *o, struct prompt **out, size_t *n_out, char *err, size_t errn) {
     *out = NULL;
@@ -368,6 +410,7 @@ static int read_prompts(const struct gen_opts *o, struct prompt **out, size_t *n
         *n_out = 1;
         return 0;
     }
+    if (o->prompt_file) return read_prompt_file(o->prompt_file, out, n_out, err, errn);
     FILE *f = fopen(o->prompts_file, "rb");
     if (!f) {
         snprintf(err, errn, "--prompts %s: %s", o->prompts_file, strerror(errno));

@@ -89,6 +89,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    if (!bt_cli_llama_flags(argc, argv, ":m:t:h", longs, err, n)) {
+        strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
+        return 2;
+    }
     opterr = 0;
     optind = 1;
     int code;
