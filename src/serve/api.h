@@ -19,6 +19,9 @@
 #include "../text/chat.h"
 #include "../text/sampler.h"
 
+#ifndef BT_API_MAX_TOKENS
+#define BT_API_MAX_TOKENS (1 << 24) /* the largest max_tokens taken; a request ends when its context share is full */
+#endif
 #ifndef BT_API_MAX_BIAS
 #define BT_API_MAX_BIAS 1024 /* logit_bias entries per request */
 #endif

@@ -183,23 +183,16 @@ static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_err
         bt_api_error_set(e, 400, "invalid_request_error", "prompt", NULL, "the prompt has no tokens");
         return false;
     }
+    /* as llama-server: a max_tokens past what the request's share of the
+     * context leaves is not refused; the completion ends when the share is
+     * full, with finish_reason "length".  Only a prompt that fills it is. */
     const int64_t share = s->cfg.n_ctx_seq, n = (int64_t)j->n_prompt;
-    if (n >= share || (q->max_tokens > 0 && n + q->max_tokens > share)) {
-        if (q->max_tokens > 0)
-            bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt",
-                             "context_length_exceeded",
-                             "This model's maximum context length is %lld tokens per request. However, you requested "
-                             "%lld tokens (%lld in the %s, %lld in the completion). Please reduce the length of the "
-                             "%s or the completion.",
-                             (long long)share, (long long)(n + q->max_tokens), (long long)n,
-                             q->kind == BT_API_CHAT ? "messages" : "prompt", (long long)q->max_tokens,
-                             q->kind == BT_API_CHAT ? "messages" : "prompt");
-        else
-            bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt",
-                             "context_length_exceeded",
-                             "This model's maximum context length is %lld tokens per request. However, your %s "
-                             "has %lld tokens, which leaves no room for the completion.",
-                             (long long)share, q->kind == BT_API_CHAT ? "messages" : "prompt", (long long)n);
+    if (n >= share) {
+        bt_api_error_set(e, 400, "invalid_request_error", q->kind == BT_API_CHAT ? "messages" : "prompt",
+                         "context_length_exceeded",
+                         "This model's maximum context length is %lld tokens per request. However, your %s has %lld "
+                         "tokens, which leaves no room for the completion.",
+                         (long long)share, q->kind == BT_API_CHAT ? "messages" : "prompt", (long long)n);
         return false;
     }
     return true;
@@ -551,7 +544,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     s->tok = tok;
     s->chat_template = chat_template;
     s->lim.model_id = cfg->model_id;
-    s->lim.max_tokens = cfg->n_ctx_seq - 1;
+    s->lim.max_tokens = BT_API_MAX_TOKENS;
     s->lim.n_vocab = bt_tokenizer_n_tokens(tok);
     s->created = (int64_t)time(NULL);
     bt_jobs_init(&s->jobs, cfg->n_slots, cfg->max_queue);
