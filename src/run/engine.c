@@ -651,8 +651,10 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         int n_edges = 0;
         if (!has || !esrc || !edst) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         else has[t->rank] = r->device_t != NULL;
-        AGREE();
-        if (t->iface.allreduce_max(t, has, P) != BT_OK)
+        /* agreed on here, not with AGREE: these three are freed below on every path */
+        if (st == BT_OK) msg[0] = '\0';
+        st = bt_rank_agree(t, st, NULL, msg, sizeof msg);
+        if (st == BT_OK && t->iface.allreduce_max(t, has, P) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
         if (st == BT_OK && !(e->has_dt = calloc((size_t)P, 1)))
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
