@@ -341,6 +341,16 @@ static bool repack_this(const struct bt_arch_tensor *e, const struct bt_tensor *
     return !e->vector && bt_cpu_weight_repackable(t);
 }
 
+/* A weight tensor for a file's tensor (its type, shape and name), no data. */
+static struct bt_tensor *new_weight(bt_context *ctx, const struct bt_gguf_tensor *ft) {
+    struct bt_tensor *t = bt_new_tensor(ctx, ft->type, 4, ft->ne);
+    if (t) {
+        bt_set_name(t, ft->name);
+        bt_set_weight(t);
+    }
+    return t;
+}
+
 /* bt_llm_load_gguf, or with `describe` every tensor of every layer without
  * memory (bt_llm_describe_gguf). */
 static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
@@ -400,13 +410,11 @@ static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_
         if (fidx[i] < 0) continue;
         const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, fidx[i]);
         BT_ASSERT(strcmp(ft->name, e->name) == 0);
-        struct bt_tensor *t = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
+        struct bt_tensor *t = new_weight(m->wctx, ft);
         if (!t) {
             st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
             goto done;
         }
-        bt_set_name(t, e->name);
-        bt_set_weight(t);
         BT_ASSERT(ft->size == bt_nbytes(t));
         if (describe) {
             /* metadata only */
@@ -421,15 +429,9 @@ static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_
         *e->slot = t;
         /* a described model's tied output projection is a tensor of its own,
          * as each rank that uses the embedding holds its own copy of it */
-        if (describe && h->tied_output && e->slot == &m->gl.tok_embd) {
-            struct bt_tensor *o = bt_new_tensor(m->wctx, ft->type, 4, ft->ne);
-            if (!o) {
-                st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
-                goto done;
-            }
-            bt_set_name(o, e->name);
-            bt_set_weight(o);
-            m->gl.output = o;
+        if (describe && h->tied_output && e->slot == &m->gl.tok_embd && !(m->gl.output = new_weight(m->wctx, ft))) {
+            st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "%s: out of memory (tensor \"%s\")", path, e->name);
+            goto done;
         }
     }
     if (copied > 0) {
