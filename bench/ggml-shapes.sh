@@ -10,7 +10,7 @@ set -u
 NAME=bench/ggml-shapes.sh
 T=${1:?usage: $NAME THREADS ROUNDS [TYPES]}; R=${2:?rounds}; TYPES=${3:-f16,q8_0,q4_0}
 case "$T$R" in *[!0-9]*) echo "$NAME: THREADS and ROUNDS must be numbers" >&2; exit 2 ;; esac
-SRC=${LLAMA_SRC:?set LLAMA_SRC to a llama.cpp source tree}; LB=${LLAMA_BIN:?set LLAMA_BIN to its build/bin}
+SRC=${LLAMA_SRC:?set LLAMA_SRC to a source tree of llama.cpp}; LB=${LLAMA_BIN:?set LLAMA_BIN to the build/bin of llama.cpp (bench/llama.sh builds it and prints the line)}
 [ -f "$SRC/ggml/include/ggml.h" ] || { echo "$NAME: $SRC/ggml/include/ggml.h is missing (set LLAMA_SRC)" >&2; exit 1; }
 [ -f "$LB/libggml-cpu.so" ] || { echo "$NAME: $LB/libggml-cpu.so is missing (set LLAMA_BIN)" >&2; exit 1; }
 [ -x build/baton ] || { echo "$NAME: build/baton is missing (build first)" >&2; exit 1; }

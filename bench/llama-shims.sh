@@ -3,7 +3,7 @@
 # and sets PRE, the libraries to preload into it: a get_nprocs reporting 2 T CPUs (it runs
 # hardware_concurrency()/2 threads) and, at 1 thread, a ggml_time_us returning the process's
 # CPU time (GFLOP per CPU-second, as baton's GF/cpu-s column).
-L=${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin}/test-backend-ops
+L=${LLAMA_BIN:?set LLAMA_BIN to the build/bin of llama.cpp (bench/llama.sh builds it and prints the line)}/test-backend-ops
 [ -x "$L" ] || { echo "$NAME: $L is missing (set LLAMA_BIN to llama.cpp's build/bin)" >&2; exit 1; }
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 printf 'int get_nprocs(void){return %d;}\n' $((2 * T)) > "$W"/np.c

@@ -13,7 +13,7 @@ set -u
 R=${1:?usage: bench/tg-rounds.sh ROUNDS [FILE...]}; shift
 case "$R" in '' | *[!0-9]* | 0) echo "bench/tg-rounds.sh: ROUNDS must be a positive number, not '$R'" >&2; exit 2 ;; esac
 T=${THREADS:-2}; N=${N:-64}; REPS=${REPS:-2}; B=${BATON:-build/baton}
-LB=${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin}/llama-bench
+LB=${LLAMA_BIN:?set LLAMA_BIN to the build/bin of llama.cpp (bench/llama.sh builds it and prints the line)}/llama-bench
 M=${MODELS:-build/bench-models}
 [ $# -gt 0 ] || set -- "$M"/mixtral-F16.gguf "$M"/mixtral-Q8_0.gguf "$M"/mixtral-Q4_0.gguf "$M"/mixtral-Q4_K_M.gguf
 [ -x "$LB" ] || { echo "bench/tg-rounds.sh: $LB is missing (set LLAMA_BIN to llama.cpp's build/bin)" >&2; exit 1; }

@@ -4,7 +4,7 @@
 # usage: bench/vs-llama.sh OUTDIR (from the repository root, build/ built); run it on a quiet machine
 set -u
 OUT=${1:?usage: bench/vs-llama.sh OUTDIR}; mkdir -p "$OUT"
-M=${MODELS:-build/bench-models}; L=${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin}
+M=${MODELS:-build/bench-models}; L=${LLAMA_BIN:?set LLAMA_BIN to the build/bin of llama.cpp (bench/llama.sh builds it and prints the line)}
 for f in F16 Q8_0 Q4_0 Q4_K_M; do [ -f "$M/mixtral-$f.gguf" ] || { echo "bench/vs-llama.sh: $M/mixtral-$f.gguf is missing (make it with bench/make-mixtral-models.sh $M)" >&2; exit 1; }; done
 [ -x "$L/llama-bench" ] || { echo "bench/vs-llama.sh: $L/llama-bench is missing (set LLAMA_BIN to llama.cpp's build/bin)" >&2; exit 1; }
 uptime | tee "$OUT"/uptime-start.txt
