@@ -44,4 +44,27 @@ if [ -x "$baton" ] && [ ! -s "$models/mixtral-Q4_K_M.gguf" ]; then
     log "writing the Mixtral-shaped models into $models"
     bash "$here/bench/make-mixtral-models.sh" "$models" "$baton" >&2
 fi
+# A CPU may list AMX that its virtual machine cannot run: ggml's AMX buffers then die of SIGILL
+# at the first tile load.  Without AMX, llama.cpp is built again for the same CPU's other
+# instructions (its repacking kept), so that it runs as a user of this machine would run it.
+if [ -s "$models/mixtral-Q8_0.gguf" ] && grep -qw amx_int8 /proc/cpuinfo &&
+    ! "$bin/llama-bench" -m "$models/mixtral-Q8_0.gguf" -p 32 -n 0 -r 1 -t 1 >/dev/null 2>&1; then
+    log "llama.cpp's AMX path fails on this CPU: building it again without AMX"
+    flags=(-DGGML_NATIVE=OFF)
+    has() { grep -qw "$1" /proc/cpuinfo; }
+    has avx && flags+=(-DGGML_AVX=ON)
+    has avx2 && flags+=(-DGGML_AVX2=ON)
+    has fma && flags+=(-DGGML_FMA=ON)
+    has f16c && flags+=(-DGGML_F16C=ON)
+    has avx_vnni && flags+=(-DGGML_AVX_VNNI=ON)
+    has avx512f && flags+=(-DGGML_AVX512=ON)
+    has avx512_vbmi && flags+=(-DGGML_AVX512_VBMI=ON)
+    has avx512_vnni && flags+=(-DGGML_AVX512_VNNI=ON)
+    has avx512_bf16 && flags+=(-DGGML_AVX512_BF16=ON)
+    cmake -S "$dir/src/vendor/llama.cpp" -B "$dir/src/vendor/llama.cpp/build" "${flags[@]}" >>"$dir/cmake.log" 2>&1 &&
+        cmake --build "$dir/src/vendor/llama.cpp/build" -j"$(nproc)" --target llama-bench test-backend-ops \
+            llama-quantize >>"$dir/build.log" 2>&1 || { log "the build without AMX failed: $dir/build.log"; exit 1; }
+    "$bin/llama-bench" -m "$models/mixtral-Q8_0.gguf" -p 32 -n 0 -r 1 -t 1 >/dev/null 2>&1 ||
+        { log "llama-bench still fails on $models/mixtral-Q8_0.gguf"; exit 1; }
+fi
 echo "export LLAMA_BIN=$bin MODELS=$models"
