@@ -6,7 +6,7 @@
  * workers spin briefly on the generation counter, then sleep on a condition
  * variable, so a pool between runs holds no core (several ranks may share
  * few cores).  The caller waits for the workers the same way: spin, then
- * sleep (it yielded in between until session 7: see the barrier below).
+ * sleep (it yielded in between until the 2026-12-01 02:40 UTC build: see the barrier below).
  *
  * bt_threadpool_barrier is a sense-reversing barrier (a phase counter) among
  * the nth threads of the current run; waiters spin with a pause, then sleep.
