@@ -715,12 +715,11 @@ static bool shard_prefix(const char *path, int64_t no, int64_t count, char *pref
  * joined to its table. */
 static enum bt_status open_shards(struct bt_gguf *g, char *err, size_t n_err) {
     const int64_t count = split_key(g, "split.count"), no = split_key(g, "split.no");
-    if (count == -1 && no == -1) return BT_OK;
+    if (count == -1 || (count == 1 && no <= 0 && no != -2)) return BT_OK; /* one file */
     if (count < 1 || no < 0 || no >= count || count > 9999)
         return bt_error_printf(err, n_err, BT_ERR_INVALID,
                                "%s: split.no %lld and split.count %lld do not name a shard of a split model", g->path,
                                (long long)no, (long long)count);
-    if (count == 1) return BT_OK;
     char prefix[4096];
     if (!shard_prefix(g->path, no + 1, count, prefix, sizeof prefix))
         return bt_error_printf(err, n_err, BT_ERR_INVALID,
