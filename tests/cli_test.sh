@@ -461,6 +461,12 @@ expect 2 "^baton demo: model: n_heads = 65536: head_dim = d_model / n_heads = 1 
     "demo: --heads at its limit reaches the model's check" -- "$baton" demo --d-model 65536 --heads 65536
 expect 2 "unknown command 'dmeo'" "unknown command" -- "$baton" dmeo
 expect 2 "^baton version: unexpected argument 'extra'\$" "version with an extra argument" -- "$baton" version extra
+# --help on every subcommand (issue: version took it for an argument)
+for sub in demo plan "bench ops" "bench model" "bench transport" "bench pipeline" generate make-model tokenize gguf \
+    quantize serve launch-files version help bench; do
+    read -ra words <<<"$sub"
+    expect 0 "^usage: " "$sub --help" -- "$baton" "${words[@]}" --help
+done
 expect 0 "^usage: baton gguf FILE" "help gguf: the command's own help" -- "$baton" help gguf
 expect 2 "^baton: unknown command 'nope'" "help of an unknown command" -- "$baton" help nope
 expect 2 "missing -t" "plan without topology" -- "$baton" plan

@@ -55,6 +55,10 @@ static int dispatch(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "version") && argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+        printf("usage: baton version\n\nPrints baton's version.\n");
+        return 0;
+    }
     if ((!strcmp(cmd, "version") || !strcmp(cmd, "--version")) && argc > 2) {
         fprintf(stderr, "baton version: unexpected argument '%s'\n", argv[2]);
         return 2;
