@@ -345,6 +345,30 @@ $stopped
 baton-run: the job was stopped by SIGTERM"
     signal_case "SIGTERM to mpirun: every rank says why it stopped" SIGTERM mpirun 1 "$stopped"
     signal_case "SIGTERM to mpirun, a rank late to run: every rank says why it stopped" SIGTERM mpirun 1 "$stopped" late
+    # a rank killed: mpirun exits 128 + 9 as if it had been killed itself;
+    # baton-run's last line names the rank from mpirun's notice
+    mark="--seed $((2000000 + $$))"
+    # shellcheck disable=SC2086 # mark is two words
+    "$run" -t "$root/configs/local-cpu-2.yaml" -- baton demo -m 1000000 --no-check $mark >"$work/killed.out" 2>&1 &
+    bpid=$!
+    pids=""
+    for _ in $(seq 1 300); do # the ranks: this job's processes named baton (not mpirun, not baton-run)
+        pids=$(for q in $(pgrep -f -- "--no-check $mark"); do
+            [ "$(cat "/proc/$q/comm" 2>/dev/null)" = baton ] && echo "$q"
+        done | sort -n)
+        [ "$(echo "$pids" | wc -w)" -ge 2 ] && break
+        sleep 0.1
+    done
+    kill -9 "$(echo "$pids" | tail -n 1)" 2>/dev/null || kill -9 "$bpid" # never leave the job running
+    wait "$bpid"
+    krc=$?
+    if [ "$krc" = 137 ] &&
+        [ "$(tail -n 1 "$work/killed.out")" = "$(grep -E '^baton-run: rank [0-9]+ \(host [^ ]+\) was ended by signal 9 \(KILL\): the job stopped$' "$work/killed.out")" ] &&
+        grep -qE '^baton-run: rank [0-9]+ \(host' "$work/killed.out"; then
+        pass "a rank killed: baton-run names it (exit 137)"
+    else
+        fail "a rank killed: baton-run names it (exit $krc): $(tail -n 2 "$work/killed.out" | tr '\n' ' ')"
+    fi
 else
     echo "skip real run: no mpirun"
 fi
