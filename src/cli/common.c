@@ -396,18 +396,13 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
         const char *flag, *ours;
     } same[] = {{"-np", "--parallel"}, {"-ub", "--ubatch"},        {"-b", "--ubatch"}, {"--batch-size", "--ubatch"},
                 {"-s", "--seed"},      {"--temperature", "--temp"}, {"-f", "--file"}};
+    static const char gpu_layers[] = "where the layers run is a rank's backend (--backend cuda puts a rank's layers "
+                                     "on its GPU) and the topology's placement, not a count",
+                      chat[] = "baton has no interactive chat mode yet";
     static const struct {
         const char *flag, *why;
-    } not_here[] = {
-        {"-ngl", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its GPU) and the "
-                 "topology's placement, not a count"},
-        {"--n-gpu-layers", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its "
-                           "GPU) and the topology's placement, not a count"},
-        {"--gpu-layers", "where the layers run is a rank's backend (--backend cuda puts a rank's layers on its GPU) "
-                         "and the topology's placement, not a count"},
-        {"-cnv", "baton has no interactive chat mode yet"},
-        {"--conversation", "baton has no interactive chat mode yet"},
-    };
+    } not_here[] = {{"-ngl", gpu_layers}, {"--n-gpu-layers", gpu_layers}, {"--gpu-layers", gpu_layers},
+                    {"-cnv", chat},       {"--conversation", chat}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) break;

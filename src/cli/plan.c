@@ -131,35 +131,6 @@ static int plan_project(const char *path, const int *codes, const char *const *v
     return rc;
 }
 
-/* "auto" (NULL counts) or P positive layer counts "4,4". */
-static bool parse_counts(const char *s, int P, int **out, char *err, size_t n) {
-    *out = NULL;
-    if (strcmp(s, "auto") == 0) return true;
-    int *c = calloc((size_t)P, sizeof *c);
-    if (!c) return snprintf(err, n, "out of memory"), false;
-    int i = 0;
-    for (const char *q = s; *q;) {
-        char *end;
-        const long v = strtol(q, &end, 10);
-        if (end == q || v < 1 || v > 1 << 20 || (*end && *end != ',') || i >= P) {
-            snprintf(err, n, i >= P ? "--partition: %s lists more than %d counts (one per rank)"
-                                    : "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4",
-                     s, P);
-            free(c);
-            return false;
-        }
-        c[i++] = (int)v;
-        q = *end ? end + 1 : end;
-    }
-    if (i != P) {
-        snprintf(err, n, "--partition: %s lists %d counts for %d ranks", s, i, P);
-        free(c);
-        return false;
-    }
-    *out = c;
-    return true;
-}
-
 /* -m: the plan of a GGUF model for a topology's ranks (NULL: one CPU rank of
  * this machine's cores). */
 static int plan_model(const char *model, const char *topo_path, const struct bt_engine_params *ep,
@@ -214,13 +185,17 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         descs[0].gflops = cpu_gflops * descs[0].threads;
         descs[0].mem_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
     }
-    if (partition) {
-        if (!parse_counts(partition, P, &counts, err, sizeof err)) {
+    if (partition && strcmp(partition, "auto") != 0) {
+        if (!(counts = calloc((size_t)P, sizeof *counts))) {
+            fprintf(stderr, "baton plan: out of memory\n");
+            goto out;
+        }
+        if (!bt_partition_parse(partition, counts, P, err, sizeof err)) {
             fprintf(stderr, "baton plan: %s (try: baton plan --help)\n", err);
             rc = 2;
             goto out;
         }
-    } else if (have_topo && !topo.pipeline.partition_auto) {
+    } else if (!partition && have_topo && !topo.pipeline.partition_auto) {
         counts = calloc((size_t)P, sizeof *counts);
         if (!counts) {
             fprintf(stderr, "baton plan: out of memory\n");

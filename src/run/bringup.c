@@ -138,22 +138,22 @@ enum bt_status bt_topology_rank_descs(const struct bt_topology *t, double cpu_gf
 
 /* ---- bring-up ---------------------------------------------------------------------- */
 
-/* "4,4" -> counts, one per rank */
-static enum bt_status parse_partition(struct bt_rank *r, const char *s, int *counts, int n) {
+bool bt_partition_parse(const char *s, int *counts, int n, char *err, size_t n_err) {
     int i = 0;
     const char *p = s;
     while (*p) {
         char *end;
         const long v = strtol(p, &end, 10);
         if (end == p || v < 1 || v > 100000 || (*end && *end != ','))
-            return rfail(r, BT_ERR_INVALID, 2, "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4",
-                         s);
-        if (i >= n) return rfail(r, BT_ERR_INVALID, 2, "--partition: %s lists more than %d counts (one per rank)", s, n);
+            return snprintf(err, n_err, "--partition: '%s' is not 'auto' or a list of positive layer counts like 4,4",
+                            s),
+                   false;
+        if (i >= n) return snprintf(err, n_err, "--partition: %s lists more than %d counts (one per rank)", s, n), false;
         counts[i++] = (int)v;
         p = *end ? end + 1 : end;
     }
-    if (i != n) return rfail(r, BT_ERR_INVALID, 2, "--partition: %s lists %d counts for %d ranks", s, i, n);
-    return BT_OK;
+    if (i != n) return snprintf(err, n_err, "--partition: %s lists %d counts for %d ranks", s, i, n), false;
+    return true;
 }
 
 /* The node-local rank the launcher put in the environment (before MPI is
@@ -334,8 +334,9 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
         if (strcmp(c->partition, "auto") != 0) {
             r->layer_counts = calloc((size_t)r->size, sizeof(int));
             if (!r->layer_counts) return rfail(r, BT_ERR_NOMEM, 1, "out of memory");
-            enum bt_status st = parse_partition(r, c->partition, r->layer_counts, r->size);
-            if (st != BT_OK) return st;
+            char perr[300];
+            if (!bt_partition_parse(c->partition, r->layer_counts, r->size, perr, sizeof perr))
+                return rfail(r, BT_ERR_INVALID, 2, "%s", perr);
         }
     } else if (r->have_topo && !r->topo.pipeline.partition_auto && c->n_layers > 0 &&
                bt_topology_check_layers(&r->topo, c->n_layers, r->error, sizeof r->error) != BT_OK) {

@@ -65,6 +65,10 @@ enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, i
  * the job ends with one message); r->t is NULL otherwise. */
 enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, bool failed, bool start_mpi_on_error,
                              int *argc, char ***argv);
+/* --partition's layer counts "4,4", one per rank, into counts[0..n): false
+ * and one message in err (not a list of positive counts, or not n of them). */
+bool bt_partition_parse(const char *s, int *counts, int n, char *err, size_t n_err);
+
 /* --backend and a topology (its path; $BATON_TOPOLOGY's when topology is
  * getenv's pointer) do not go together: the topology names each rank's
  * backend.  False, with "--backend B and the topology F: ..." in err, when
