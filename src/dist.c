@@ -747,6 +747,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
         const struct bt_plan_options popt = {
             .n_copies = d->n_copies,
             .layers_per_rank = d->opt.layers_per_rank,
+            .ends_with_layers = d->opt.ends_with_layers,
             .pins = d->opt.pins,
             .n_pins = d->opt.n_pins,
             .link_gbps = d->opt.link_gbps,

@@ -45,6 +45,11 @@ extern "C" {
 struct bt_dist_options {
     int n_copies;                /* micro-batches in flight, 1..BT_SCHED_MAX_COPIES */
     const int *layers_per_rank;  /* NULL: placed by the cost model; else one count per rank */
+    /* the nodes before the first layer and after the last go to the first and
+     * the last rank that holds a layer (a model's stages: the embedding with
+     * the first layers, the output head with the last), not to rank 0 and
+     * the last rank */
+    bool ends_with_layers;
     const struct bt_dist_pin *pins;
     int n_pins;
     int64_t mem_limit;           /* bytes this rank may use (0: the machine's) */

@@ -19,6 +19,7 @@
 #include "quants.h"
 #include "mpi_testutil.h"
 #include "run/engine.h"
+#include "run/model_dist.h"
 #include "transport.h"
 #include "testutil.h"
 
@@ -1044,6 +1045,100 @@ START_TEST(test_start_backend_and_topology) {
 }
 END_TEST
 
+/* The model's whole graph on the distributed runtime (src/run/model_dist.h):
+ * the master splitter over the ranks, x as transfers, micro-batches through
+ * the n_copies ring.  Every micro-batch's logits are bitwise one process's,
+ * for ubatches of 1, 7 and 12 tokens, copies 1-3, and every row or only the
+ * last. */
+static void check_dist_prompts(const char *name, bool moe, enum bt_type wtype) {
+    char path[512];
+    if (wtype == BT_TYPE_F32) {
+        shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
+    } else {
+        snprintf(path, sizeof path, "%s/%s", DIR_, name);
+        if (T->rank == 0 && access(path, R_OK) != 0)
+            write_model_typed(path, moe, N_LAYER, moe ? 77 : 42, q_embd(wtype), N_VOCAB, wtype);
+        ck_assert(T->iface.barrier(T) == BT_OK);
+    }
+    struct bt_gguf *g = NULL;
+    char err[1024] = "";
+    ck_assert_msg(bt_gguf_open(path, &g, err, sizeof err) == BT_OK, "%s", err);
+    enum { M = 5 };
+    const int64_t sizes[] = {1, 7, 12};
+    const size_t row = N_VOCAB * sizeof(float);
+    for (int si = 0; si < 3; si++) {
+        const int64_t n = sizes[si];
+        for (int copies = 1; copies <= 3; copies++) {
+            const int64_t n_out = copies == 2 ? 1 : n; /* the last row only, or every row */
+            struct bt_model_dist_params p;
+            bt_model_dist_default_params(&p);
+            p.n_tokens = n;
+            p.n_out = n_out;
+            p.dist = R.dist;
+            p.dist.n_copies = copies;
+            p.dist.gflops = 10; /* a reproducible plan */
+            /* the layers spread over every rank (at most one rank without
+             * one), or (2 copies) placed by the cost model */
+            int counts[8] = {0};
+            for (int l = 0; l < N_LAYER; l++) counts[l % T->size]++;
+            if (copies != 2) p.dist.layers_per_rank = counts;
+            struct bt_model_dist *md = NULL;
+            ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
+            int32_t tok[M][12];
+            for (int k = 0; k < M; k++)
+                for (int i = 0; i < n; i++) tok[k][i] = (int32_t)((k * 31 + i * 37 + 11) % N_VOCAB);
+            float *got = malloc((size_t)M * (size_t)n_out * row);
+            for (int k = 0; k < M; k++) {
+                ck_assert_msg(bt_model_dist_submit(md, tok[k]) == BT_OK, "%s", bt_model_dist_error(md));
+                /* the ring keeps the last n_copies micro-batches' logits */
+                if (T->rank == 0 && k - copies + 1 >= 0)
+                    ck_assert_msg(bt_model_dist_logits(md, k - copies + 1, got + (size_t)(k - copies + 1) * n_out * N_VOCAB) == BT_OK,
+                                  "%s", bt_model_dist_error(md));
+            }
+            for (int k = M - copies + 1; k < M; k++)
+                if (T->rank == 0 && k >= 0)
+                    ck_assert_msg(bt_model_dist_logits(md, k, got + (size_t)k * n_out * N_VOCAB) == BT_OK, "%s",
+                                  bt_model_dist_error(md));
+            ck_assert(bt_dist_synchronize(bt_model_dist_runtime(md)) == BT_OK);
+            const struct bt_dist_stats st = bt_dist_local_stats(bt_model_dist_runtime(md));
+            if (copies != 2 && T->rank < N_LAYER) {
+                /* every rank with layers computes, and all but rank 0 receive x */
+                ck_assert_int_gt(st.n_splits, 0);
+                ck_assert_int_eq(st.micro_batches, M);
+                if (T->rank > 0) ck_assert_int_ge(st.bytes_recv, (int64_t)M * n * N_EMBD * 4);
+            }
+            if (T->rank == 0) {
+                int32_t pos[12], seq[12];
+                float *ref = malloc((size_t)n * row);
+                for (int i = 0; i < n; i++) {
+                    pos[i] = i;
+                    seq[i] = 0;
+                }
+                for (int k = 0; k < M; k++) {
+                    reference(path, 1, tok[k], pos, seq, (int)n, ref);
+                    ck_assert_msg(memcmp(ref + (size_t)(n - n_out) * N_VOCAB, got + (size_t)k * n_out * N_VOCAB,
+                                         (size_t)n_out * row) == 0,
+                                  "%s on %d ranks, %lld tokens, %d copies: micro-batch %d differs from one process",
+                                  name, T->size, (long long)n, copies, k);
+                }
+                free(ref);
+            }
+            free(got);
+            bt_model_dist_free(md);
+        }
+    }
+    bt_gguf_close(g);
+}
+
+START_TEST(test_dist_prompts_dense) { check_dist_prompts("dense.gguf", false, BT_TYPE_F32); }
+END_TEST
+
+START_TEST(test_dist_prompts_moe) { check_dist_prompts("moe.gguf", true, BT_TYPE_F32); }
+END_TEST
+
+START_TEST(test_dist_prompts_quant) { check_dist_prompts("moe_q4_K_dist.gguf", true, BT_TYPE_Q4_K); }
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -1079,6 +1174,12 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_start_backend_and_topology);
     tcase_add_test(tc, test_eval_callback_every_node);
     tcase_add_test(tc, test_direct_x);
+    TCase *tm = tcase_create("model-dist");
+    tcase_set_timeout(tm, 300);
+    tcase_add_test(tm, test_dist_prompts_dense);
+    tcase_add_test(tm, test_dist_prompts_moe);
+    tcase_add_test(tm, test_dist_prompts_quant);
+    suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {
