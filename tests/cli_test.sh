@@ -584,6 +584,20 @@ expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device
 expect 0 "activations over the ordered transport" "bench pipeline over the ordered transport" -- \
     mpirun -np 2 "$baton" bench pipeline --device ordered -m 1,2 --layers 2 --d-model 64 --heads 4 --d-ff 128 \
     --vocab 64 --tokens 8
+# a GGUF model's prompts through the runtime (its whole graph split over the
+# ranks), next to one process: bitwise the same logits
+"$baton" make-model "$tmp/pipe.gguf" --vocab "$vocab2" --layers 2 --embd 64 --heads 4 --heads-kv 2 --ff 128 \
+    --experts 4 --experts-used 2 --ff-exp 64 >/dev/null
+expect 0 " yes " "bench pipeline --model: the logits equal one process's" -- \
+    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1,3 --tokens 5 --progress compute
+[ "$(grep -cE '^ +2 +[13] compute .* yes ' "$tmp/out")" -eq 2 ] && ok "bench pipeline --model: every row bitwise" ||
+    bad "bench pipeline --model: not every row bitwise the same"
+expect 2 "describe the built-in model; --model's file has its own" "bench pipeline: --model with --layers" -- \
+    "$baton" bench pipeline --model "$tmp/pipe.gguf" --layers 4
+expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or directory\$" \
+    "bench pipeline: a missing --model" -- mpirun -np 2 "$baton" bench pipeline --model "$tmp/none.gguf"
+[ "$(grep -c 'cannot open' "$tmp/out")" -eq 1 ] && ok "bench pipeline: a missing --model said once" ||
+    bad "bench pipeline: a missing --model said $(grep -c 'cannot open' "$tmp/out") times"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

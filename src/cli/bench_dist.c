@@ -16,6 +16,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "run/model_dist.h"
 #include "transport.h"
 
 /* ---- transport ---------------------------------------------------------------- */
@@ -243,6 +244,228 @@ static const char *progress_name(enum bt_dist_progress p) {
     }
 }
 
+/* ---- a GGUF model through the pipeline (--model) ---- */
+
+/* The yardstick for a GGUF model: the same prompts in one process on rank 0
+ * (bt_llm_decode, P x threads threads), each a fresh sequence. */
+struct one_llm {
+    struct bt_llm *m;
+    struct bt_llm_ctx *c;
+    int32_t *tok, *pos, *seq;
+    int8_t *want;
+    float *logits; /* the last prompt's last row */
+};
+
+/* The tokens of micro-batch k (the same on every rank, and in one process). */
+static void prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
+    for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
+}
+
+static bool one_llm_init(struct one_llm *o, const char *path, int64_t n, int threads, char *err, size_t n_err) {
+    memset(o, 0, sizeof *o);
+    if (bt_llm_load(path, 0, -1, &o->m, err, n_err) != BT_OK) return false;
+    struct bt_llm_ctx_params cp;
+    bt_llm_ctx_default_params(&cp);
+    cp.n_ctx = n;
+    cp.n_seq_max = 1;
+    cp.n_ubatch = n;
+    cp.n_threads = threads;
+    if (bt_llm_ctx_new(o->m, &cp, &o->c, err, n_err) != BT_OK) return false;
+    o->tok = malloc((size_t)n * sizeof *o->tok);
+    o->pos = malloc((size_t)n * sizeof *o->pos);
+    o->seq = calloc((size_t)n, sizeof *o->seq);
+    o->want = calloc((size_t)n, 1);
+    o->logits = malloc((size_t)bt_llm_hparams(o->m)->n_vocab * sizeof *o->logits);
+    if (!o->tok || !o->pos || !o->seq || !o->want || !o->logits) {
+        snprintf(err, n_err, "out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) o->pos[i] = (int32_t)i;
+    o->want[n - 1] = 1;
+    return true;
+}
+
+static void one_llm_free(struct one_llm *o) {
+    bt_llm_ctx_free(o->c);
+    bt_llm_free(o->m);
+    free(o->tok);
+    free(o->pos);
+    free(o->seq);
+    free(o->want);
+    free(o->logits);
+}
+
+/* Seconds for prompts 0..M-1, with the calling thread on `cores` for the
+ * while; -1 on an error (in err). */
+static double one_llm_run(struct one_llm *o, int64_t n, int M, const cpu_set_t *cores, char *err, size_t n_err) {
+    cpu_set_t own;
+    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
+    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    const int64_t V = bt_llm_hparams(o->m)->n_vocab;
+    double s = bt_now_s();
+    for (int k = 0; k < M && s >= 0; k++) {
+        bt_kv_clear(bt_llm_ctx_kv(o->c));
+        prompt_tokens(k, n, V, o->tok);
+        const struct bt_llm_batch b = {n, o->tok, o->pos, o->seq, o->want};
+        if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
+    }
+    if (s >= 0) s = bt_now_s() - s;
+    if (widen) sched_setaffinity(0, sizeof own, &own);
+    return s;
+}
+
+/* Every rank: M prompts through the pipeline; rank 0 keeps the last one's
+ * logits in last (n_vocab floats).  Errors end the job (the runtime's rule
+ * in the middle of the pipeline). */
+static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int M, int32_t *tok, float *last) {
+    const int64_t n = bt_model_dist_graph(md)->n_tokens, V = bt_model_dist_hparams(md)->n_vocab;
+    for (int k = 0; k < M; k++) {
+        prompt_tokens(k, n, V, tok);
+        if (bt_model_dist_submit(md, tok) != BT_OK) {
+            fprintf(stderr, "baton bench pipeline: rank %d: %s\n", t->rank, bt_model_dist_error(md));
+            t->iface.abort(t, 1);
+        }
+    }
+    if (t->rank == 0 && bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, last) != BT_OK) {
+        fprintf(stderr, "baton bench pipeline: %s\n", bt_model_dist_error(md));
+        t->iface.abort(t, 1);
+    }
+    bt_dist_synchronize(bt_model_dist_runtime(md));
+}
+
+/* bench pipeline --model: the file's prompts of n tokens through the
+ * runtime, next to one process, for each M and progress mode. */
+static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, int copies, int threads,
+                                const int *mbs, int n_mbs, const enum bt_dist_progress *modes, int n_modes,
+                                int progress_us, bool ordered) {
+    const int P = t->size;
+    char err[1024] = "";
+    struct bt_gguf *g = NULL;
+    enum bt_status st = bt_gguf_open(path, &g, err, sizeof err);
+    /* the lowest failing rank says why (the same file: usually rank 0) */
+    int64_t bad = st != BT_OK ? t->size - t->rank : 0;
+    if (t->iface.allreduce_max(t, &bad, 1) != BT_OK || bad) {
+        if (st != BT_OK && t->rank == t->size - bad) fprintf(stderr, "baton bench pipeline: %s\n", err);
+        bt_gguf_close(g);
+        bt_transport_mpi_finalize(t);
+        return 1;
+    }
+    bt_backend_t backend = bt_backend_cpu_init(threads);
+    bt_transport *device_t = ordered ? bt_transport_ordered_new(t) : NULL;
+    if (!backend || (ordered && !device_t)) {
+        fprintf(stderr, "baton bench pipeline: rank %d: out of memory\n", t->rank);
+        t->iface.abort(t, 1);
+    }
+    /* the one-process run gets every core of the ranks (see below) */
+    struct one_llm one;
+    memset(&one, 0, sizeof one);
+    cpu_set_t all_cores, own_cores;
+    gather_cores(t, &all_cores);
+    if (t->rank == 0) {
+        const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
+        if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
+        const bool ok = one_llm_init(&one, path, n, P * threads, err, sizeof err);
+        if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
+        if (!ok) {
+            fprintf(stderr, "baton bench pipeline: the one-process run: %s\n", err);
+            t->iface.abort(t, 1);
+        }
+    }
+    struct bt_model_dist_params mp;
+    bt_model_dist_default_params(&mp);
+    mp.n_tokens = n;
+    mp.n_out = 1;
+    mp.dist.n_copies = copies;
+    mp.dist.device_transport = device_t;
+    struct bt_model_dist *md = NULL;
+    if (bt_model_dist_open(t, backend, g, &mp, &md, err, sizeof err) != BT_OK) {
+        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
+        if (t->rank == 0) one_llm_free(&one);
+        if (device_t) device_t->iface.free(device_t);
+        bt_backend_free(backend);
+        bt_gguf_close(g);
+        bt_transport_mpi_finalize(t);
+        return 1;
+    }
+    const struct bt_hparams *h = bt_model_dist_hparams(md);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    float *last = malloc((size_t)h->n_vocab * sizeof *last);
+    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
+    if (!tok || !last || !all) t->iface.abort(t, 1);
+    /* warm-up, both */
+    model_dist_run(t, md, 2, tok, last);
+    if (t->rank == 0) {
+        if (one_llm_run(&one, n, 1, &all_cores, err, sizeof err) < 0) {
+            fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
+            t->iface.abort(t, 1);
+        }
+        release_others(t);
+    } else {
+        wait_for_rank0(t);
+    }
+    if (t->rank == 0) {
+        const struct bt_plan *plan = bt_dist_get_plan(bt_model_dist_runtime(md));
+        printf("pipeline: P = %d ranks x %d thread(s), %s (%s, %d layers, d_model %lld), prompts of %lld tokens, "
+               "n_copies %d, %d splits, x over %s\n",
+               P, threads, path, h->n_expert > 0 ? "MoE" : "dense", h->n_layer, (long long)h->n_embd, (long long)n,
+               copies, plan->n_splits, ordered ? "the ordered transport" : "MPI (tags)");
+        printf("one process: bt_llm_decode of the same prompts on rank 0 alone with %d threads on the ranks' %d cores\n",
+               P * threads, CPU_COUNT(&all_cores));
+        printf("%4s %4s %-8s %10s %10s %8s %7s %8s %7s %8s %7s   per rank: compute_s / wait_s / wall_s\n", "P", "M",
+               "progress", "tokens/s", "1-proc", "vs_1proc", "ideal", "vs/ideal", "E", "E/ideal", "bitwise");
+    }
+    for (int i = 0; i < n_mbs; i++) {
+        const int M = mbs[i];
+        double one_s = 0;
+        t->iface.barrier(t);
+        if (t->rank == 0) {
+            one_s = one_llm_run(&one, n, M, &all_cores, err, sizeof err);
+            if (one_s < 0) {
+                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
+                t->iface.abort(t, 1);
+            }
+            release_others(t);
+        } else {
+            wait_for_rank0(t);
+        }
+        for (int mi = 0; mi < n_modes; mi++) {
+            bt_dist *d = bt_model_dist_runtime(md);
+            bt_dist_set_progress(d, modes[mi], progress_us);
+            t->iface.barrier(t);
+            bt_dist_reset_stats(d);
+            model_dist_run(t, md, M, tok, last);
+            bt_dist_gather_stats(d, all);
+            if (t->rank == 0) {
+                double wall = 0, compute = 0;
+                for (int r = 0; r < P; r++) {
+                    wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+                    compute += all[r].compute_s;
+                }
+                const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
+                const double tps = (double)M * (double)n / wall, one_tps = (double)M * (double)n / one_s;
+                /* the last prompt's logits against one process's */
+                const bool same = memcmp(last, one.logits, (size_t)h->n_vocab * sizeof *last) == 0;
+                printf("%4d %4d %-8s %10.1f %10.1f %8.3f %7.3f %8.3f %7.3f %8.3f %7s  ", P, M, progress_name(modes[mi]),
+                       tps, one_tps, tps / one_tps, ideal, tps / one_tps / ideal, E, E / ideal, same ? "yes" : "NO");
+                for (int r = 0; r < P; r++)
+                    printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+    }
+    free(all);
+    free(tok);
+    free(last);
+    bt_model_dist_free(md);
+    if (device_t) device_t->iface.free(device_t);
+    if (t->rank == 0) one_llm_free(&one);
+    bt_backend_free(backend);
+    bt_gguf_close(g);
+    bt_transport_mpi_finalize(t);
+    return 0;
+}
+
 int bt_cli_bench_pipeline(int argc, char **argv) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
@@ -255,6 +478,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     cfg.n_tokens = 128;
     int copies = 2, threads = 1, progress_us = 50;
     bool ordered = false; /* --device ordered: activations over the ordered transport */
+    const char *model_path = NULL; /* --model: a GGUF file instead of the synthetic model */
+    bool model_opt = false;        /* a built-in model's option given (not --tokens) */
     int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
     /* after (progress from the compute thread) and before (a progress thread) */
     enum bt_dist_progress modes[4] = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD};
@@ -266,6 +491,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         {"progress-us", required_argument, 0, 'p'},
         {"progress", required_argument, 0, 'P'},
         {"device", required_argument, 0, 'D'},
+        {"model", required_argument, 0, 'G'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
@@ -307,6 +533,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                 modes[n_modes++] = p;
             }
             if (!err[0] && n_modes == 0) snprintf(err, sizeof err, "--progress: '%s' names no mode", optarg);
+        } else if (code == 'G') {
+            bt_cli_file_arg("--model", optarg, &model_path, err, sizeof err);
         } else if (code == 'D') {
             if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) ordered = strcmp(optarg, "ordered") == 0;
             else snprintf(err, sizeof err, "--device: '%s' is not none or ordered", optarg);
@@ -339,7 +567,11 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                        "      --device none|ordered activations between ranks over MPI with tags\n"
                        "                            (none, the default) or over the ordered\n"
                        "                            transport: the NCCL path's rules (matching by\n"
-                       "                            posting order) on the CPU\n\n");
+                       "                            posting order) on the CPU\n"
+                       "      --model FILE.gguf     run this model's prompts of --tokens tokens (its\n"
+                       "                            whole graph split over the ranks) instead of the\n"
+                       "                            built-in model below, next to one process, and\n"
+                       "                            say whether the logits are bitwise the same\n\n");
                 bt_cli_model_help(stdout, &cfg);
             }
             return 0;
@@ -347,11 +579,17 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             snprintf(err, sizeof err, "bad option %s", argv[optind - 1]);
         } else if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
             bt_cli_model_option(&cfg, code, optarg, err, sizeof err);
+            if (code != OPT_TOKENS) model_opt = true;
         }
         if (err[0]) {
             if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
             return 2;
         }
+    }
+    if (model_path && model_opt) {
+        if (!quiet) fprintf(stderr, "baton bench pipeline: --layers, --d-model and the like describe the built-in model; "
+                            "--model's file has its own (try --help)\n");
+        return 2;
     }
     if (bt_model_config_check(&cfg, err, sizeof err) != BT_OK) {
         if (!quiet) fprintf(stderr, "baton bench pipeline: model: %s\n", err);
@@ -362,6 +600,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         if (!quiet && bt_cli_env_rank() == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
         return 1;
     }
+    if (model_path)
+        return bench_pipeline_model(t, model_path, cfg.n_tokens, copies, threads, mbs, n_mbs, modes, n_modes,
+                                    progress_us, ordered);
     const int P = t->size;
     bt_backend_t backend = bt_backend_cpu_init(threads);
     struct bt_model *m = NULL;

@@ -17,6 +17,7 @@ struct bt_model_dist {
     /* the inputs every micro-batch shares */
     int32_t *pos, *seq, *cells, *out_ids;
     float *mask;
+    int64_t n_submitted;
     char err[1024];
 };
 
@@ -166,8 +167,11 @@ enum bt_status bt_model_dist_submit(struct bt_model_dist *md, const int32_t *tok
     }
     const enum bt_status st = bt_dist_submit(md->d);
     if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(md->d));
+    md->n_submitted++;
     return BT_OK;
 }
+
+int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md) { return md->n_submitted; }
 
 enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *out) {
     const size_t bytes = (size_t)(md->p.n_out * bt_llm_hparams(md->m)->n_vocab) * sizeof(float);

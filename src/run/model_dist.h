@@ -56,6 +56,8 @@ void bt_model_dist_free(struct bt_model_dist *md);
  * rank).  A token outside the vocabulary: BT_ERR_INVALID on every rank,
  * nothing submitted. */
 enum bt_status bt_model_dist_submit(struct bt_model_dist *md, const int32_t *tokens);
+/* Micro-batches submitted so far (the next one's number). */
+int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md);
 /* Rank 0: the logits of micro-batch k (one of the last n_copies submitted),
  * n_vocab floats per row, n_out rows. */
 enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *out);
