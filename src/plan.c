@@ -271,19 +271,49 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
         for (int r = 0; r < p->n_ranks; r++)
             if (first[r] >= 0) head_rank = r;
     }
-    /* weights by layer (or pin), inputs owned by rank 0 */
+    /* weights by layer (or pin), inputs owned by rank 0; a pinned weight
+     * whose ops run with it: its rank, in pinned_at (else -1) */
+    int32_t *pinned_at = st == BT_OK ? malloc(sizeof(int32_t) * (size_t)(g->n_leafs + g->n_nodes + 1)) : NULL;
+    if (st == BT_OK && !pinned_at) st = bt_error_printf(p->error, sizeof p->error, BT_ERR_NOMEM, "out of memory");
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
         int owner = -1;
         const int wl = lc.weight_layer[i];
+        pinned_at[i] = -1;
         if (wl != INT32_MIN) {
             owner = wl >= lc.L ? head_rank : wl < 0 ? tail_rank : bt_place_rank_of_layer(wl, first, last, p->n_ranks);
             for (int k = 0; k < opt->n_pins; k++)
-                if (fnmatch(opt->pins[k].pattern, t->name, 0) == 0) owner = opt->pins[k].rank;
+                if (fnmatch(opt->pins[k].pattern, t->name, 0) == 0) {
+                    owner = opt->pins[k].rank;
+                    pinned_at[i] = opt->pins[k].compute_at_layer ? -1 : owner;
+                }
         } else if (t->flags & BT_TENSOR_FLAG_INPUT) {
             owner = 0;
         }
         if (owner >= 0) bt_sched_set_tensor_backend(s->sched, t, &s->proxies[owner]);
+    }
+    /* the ops that run with pinned weights: those that read one, and the
+     * weightless ops between them (every source one of these, through
+     * views): a layer's expert products and the activation between them
+     * (gate, up, swiglu, down) stay on the experts' rank together; what
+     * reads anything else (the routing weights, the residual) runs on the
+     * layer's rank */
+    int32_t *node_pinned = pinned_at ? pinned_at + g->n_leafs : NULL;
+    for (int i = 0; st == BT_OK && i < g->n_nodes; i++) {
+        const struct bt_tensor *t = g->nodes[i];
+        int direct = -1, via = -1; /* a pinned weight read; a pinned op's result read */
+        bool others = false;       /* another op's result, or an unpinned weight */
+        for (int j = 0; j < BT_MAX_SRC && t->src[j]; j++) {
+            const struct bt_tensor *src = t->src[j];
+            while (src->view_src && bt_op_is_view(src->op)) src = src->view_src;
+            const int k = node_index(s, src);
+            if (k == INT32_MIN) continue;
+            const int a = k >= 0 ? node_pinned[k] : pinned_at[-k - 1];
+            if (k < 0 && a >= 0) direct = a;
+            else if (k >= 0 && a >= 0) via = a;
+            else if (k >= 0 || bt_tensor_is_weight(src)) others = true;
+        }
+        node_pinned[i] = direct >= 0 ? direct : via >= 0 && !others ? via : -1;
     }
     /* a node named for a layer runs on that layer's rank where the rank can
      * run it: the next layer's weightless first op (its rms_norm) does not
@@ -293,10 +323,11 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
         struct bt_tensor *t = g->nodes[i];
         const int l = bt_dist_name_layer(t->name);
         if (l < 0 || bt_op_is_view(t->op)) continue;
-        const int owner = bt_place_rank_of_layer(l, first, last, p->n_ranks);
+        const int owner = node_pinned[i] >= 0 ? node_pinned[i] : bt_place_rank_of_layer(l, first, last, p->n_ranks);
         if (!support || support[(size_t)owner * (size_t)g->n_nodes + (size_t)i])
             bt_sched_set_tensor_backend(s->sched, t, &s->proxies[owner]);
     }
+    free(pinned_at);
     free(first);
     free(last);
     bt_layer_costs_free(&lc);

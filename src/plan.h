@@ -34,6 +34,11 @@ extern "C" {
 struct bt_dist_pin {
     char pattern[64]; /* fnmatch glob on weight names */
     int rank;
+    /* where the ops that read these weights run: false (the default) on
+     * `rank`, with the weights (their inputs move there, their results
+     * back: for a layer's experts, the routed activations), true on their
+     * layer's rank (the weights move there every micro-batch) */
+    bool compute_at_layer;
 };
 
 /* What a rank tells rank 0 about itself. */

@@ -656,10 +656,10 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
             struct bt_topo_pin *pin = &t->pipeline.pins[i];
             struct where we = {"", ": "};
             snprintf(we.name, sizeof we.name, "pipeline.pin[%d]", i);
-            if ((st = need_map(p, we.name, e, "pattern and rank"))) return st;
+            if ((st = need_map(p, we.name, e, "pattern, rank and compute"))) return st;
             pin->pos = pos_of(e);
-            struct field pf[] = {{.key = "pattern"}, {.key = "rank"}};
-            if ((st = get_fields(p, &we, e, pf, 2))) return st;
+            struct field pf[] = {{.key = "pattern"}, {.key = "rank"}, {.key = "compute"}};
+            if ((st = get_fields(p, &we, e, pf, 3))) return st;
             if ((st = need_key(p, &we, e, &pf[0], "a glob on tensor names, e.g. \"blk.0.*\"")))
                 return st;
             const char *pat;
@@ -674,6 +674,12 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
                 return FAIL(p, pf[1].v, "%s: rank: rank %d does not exist (ranks are 0..%d)",
                             we.name, pin->rank, t->n_ranks - 1);
             pin->rank_pos = pos_of(pf[1].v);
+            if (pf[2].v) {
+                static const char *const computes[] = {"pinned", "layer"};
+                int x = 0;
+                if ((st = get_enum(p, &we, "compute", pf[2].v, computes, 2, &x))) return st;
+                pin->compute_at_layer = x == 1;
+            }
         }
     }
     return BT_OK;

@@ -35,6 +35,12 @@
  *     pin:                      # optional: tensors whose name matches the glob
  *       - pattern: "blk.0.*"    #   (fnmatch) live on that rank, overriding
  *         rank: 0               #   the partition
+ *         compute: pinned       #   optional: where the ops that read them run:
+ *                               #   "pinned" (default: on that rank, their inputs
+ *                               #   move there and their results back: for a
+ *                               #   layer's experts, the routed activations) or
+ *                               #   "layer" (on their layer's rank: the tensors
+ *                               #   move there every micro-batch)
  *     model: /models/m.gguf     # optional: the GGUF file every rank opens (the same
  *                               #   path on every host), when the command names none
  *   transport:                  # optional
@@ -164,6 +170,7 @@ struct bt_topo_rank {
 struct bt_topo_pin {
     char *pattern; /* fnmatch(3) glob on tensor names */
     int rank;
+    bool compute_at_layer; /* compute: layer (the ops reading them run on their layer's rank) */
     struct bt_topo_pos pos, pattern_pos, rank_pos;
 };
 

@@ -599,5 +599,35 @@ expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or di
 [ "$(grep -c 'cannot open' "$tmp/out")" -eq 1 ] && ok "bench pipeline: a missing --model said once" ||
     bad "bench pipeline: a missing --model said $(grep -c 'cannot open' "$tmp/out") times"
 
+# demo --model: a GGUF model's prompts through the runtime on 1-3 ranks,
+# checked against one process; its experts pinned to the last rank of a
+# topology (their products run there, or with compute: layer on the layer's
+# rank); generate refuses the pins it would not follow
+for np in 1 2 3; do
+    expect 0 "output equals a one-rank run \(4 micro-batches, bitwise\)" "demo --model on $np ranks" -- \
+        mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 6 -m 4 -c 3
+done
+for compute in pinned layer; do
+    cat >"$tmp/pin-$compute.yaml" <<EOF
+hosts:
+  - {name: localhost, slots: 2}
+ranks:
+  - {rank: 0, host: localhost, backend: cpu}
+  - {rank: 1, host: localhost, backend: cpu}
+pipeline:
+  partition: [1, 1]
+  pin:
+    - {pattern: "blk.*.ffn_*_exps.weight", rank: 1, compute: $compute}
+EOF
+    expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --model, experts pinned (compute: $compute)" -- \
+        env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/pin-$compute.yaml" -- baton demo --model "$tmp/pipe.gguf" \
+        --tokens 7 -m 5
+done
+expect 1 "generate and serve place whole layers and do not follow pins" "generate refuses a topology's pins" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/pin-layer.yaml" -- baton generate -m "$tmp/pipe.gguf" -p hi -n 1
+expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --d-model" -- \
+    "$baton" demo --model "$tmp/pipe.gguf" --d-model 64
+expect 1 "^baton demo: $tmp/none.gguf: cannot open" "demo: a missing --model" -- "$baton" demo --model "$tmp/none.gguf"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

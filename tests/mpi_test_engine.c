@@ -1139,6 +1139,92 @@ END_TEST
 START_TEST(test_dist_prompts_quant) { check_dist_prompts("moe_q4_K_dist.gguf", true, BT_TYPE_Q4_K); }
 END_TEST
 
+/* A layer's routed experts on another rank than its attention (a topology's
+ * pin).  _i 0: the splitter puts each expert product where its weights are,
+ * the routed activations and the routing go there and the products come
+ * back; _i 1 (compute_at_layer): the products run on the layer's rank, the
+ * experts' weights go there every micro-batch.  Bitwise one process's
+ * either way; the experts' rank holds every expert and no other weight. */
+START_TEST(test_dist_experts_elsewhere) {
+    const bool at_layer = _i == 1;
+    if (T->size < 2) return;
+    char path[512];
+    shared_model(path, sizeof path, "moe.gguf", true, N_LAYER, 77);
+    struct bt_gguf *g = NULL;
+    char err[1024] = "";
+    ck_assert_msg(bt_gguf_open(path, &g, err, sizeof err) == BT_OK, "%s", err);
+    enum { N = 9, M = 4 };
+    struct bt_dist_pin pin = {"blk.*.ffn_*_exps.weight", T->size - 1, at_layer};
+    int counts[8] = {0};
+    counts[0] = N_LAYER; /* attention and routing of every layer on rank 0 */
+    struct bt_model_dist_params p;
+    bt_model_dist_default_params(&p);
+    p.n_tokens = N;
+    p.n_out = N;
+    p.dist = R.dist;
+    p.dist.n_copies = 2;
+    p.dist.gflops = 10;
+    p.dist.layers_per_rank = counts;
+    p.dist.pins = &pin;
+    p.dist.n_pins = 1;
+    struct bt_model_dist *md = NULL;
+    ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
+    int32_t tok[M][N];
+    const size_t row = N_VOCAB * sizeof(float);
+    float *got = malloc((size_t)M * N * row);
+    for (int k = 0; k < M; k++) {
+        for (int i = 0; i < N; i++) tok[k][i] = (int32_t)((k * 13 + i * 29 + 5) % N_VOCAB);
+        ck_assert_msg(bt_model_dist_submit(md, tok[k]) == BT_OK, "%s", bt_model_dist_error(md));
+        if (T->rank == 0 && k >= 1)
+            ck_assert(bt_model_dist_logits(md, k - 1, got + (size_t)(k - 1) * N * N_VOCAB) == BT_OK);
+    }
+    if (T->rank == 0) ck_assert(bt_model_dist_logits(md, M - 1, got + (size_t)(M - 1) * N * N_VOCAB) == BT_OK);
+    ck_assert(bt_dist_synchronize(bt_model_dist_runtime(md)) == BT_OK);
+    const struct bt_dist_stats st = bt_dist_local_stats(bt_model_dist_runtime(md));
+    const struct bt_graph *gr = bt_model_dist_graph(md)->graph;
+    int64_t exps = 0, mine = 0;
+    for (int i = 0; i < gr->n_leafs; i++) {
+        const struct bt_tensor *l = gr->leafs[i];
+        if (!bt_tensor_is_weight(l)) continue;
+        const bool is_exps = strstr(l->name, "_exps") != NULL;
+        exps += is_exps ? (int64_t)bt_nbytes(l) : 0;
+        if (bt_dist_owner(bt_model_dist_runtime(md), l) == T->rank) mine += (int64_t)bt_nbytes(l);
+    }
+    if (T->rank == T->size - 1) {
+        ck_assert_int_eq(mine, exps); /* exactly the experts */
+        if (!at_layer) {
+            /* each layer's products computed here: the routed activations
+             * come in, every micro-batch; the weights stay */
+            ck_assert_int_gt(st.n_splits, 0);
+            ck_assert_int_ge(st.bytes_recv, (int64_t)M * N_LAYER * N * N_EMBD * 4);
+            ck_assert_int_lt(st.bytes_sent, exps);
+        } else {
+            ck_assert_int_eq(st.n_splits, 0);
+            ck_assert_int_ge(st.bytes_sent, (int64_t)M * exps);
+        }
+    } else if (T->rank > 0) {
+        ck_assert_int_eq(st.n_splits, 0);
+    }
+    if (T->rank == 0) {
+        int32_t pos[N], seq[N];
+        for (int i = 0; i < N; i++) {
+            pos[i] = i;
+            seq[i] = 0;
+        }
+        float *ref = malloc((size_t)N * row);
+        for (int k = 0; k < M; k++) {
+            reference(path, 1, tok[k], pos, seq, N, ref);
+            ck_assert_msg(memcmp(ref, got + (size_t)k * N * N_VOCAB, (size_t)N * row) == 0,
+                          "experts on rank %d of %d: micro-batch %d differs from one process", T->size - 1, T->size, k);
+        }
+        free(ref);
+    }
+    free(got);
+    bt_model_dist_free(md);
+    bt_gguf_close(g);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -1179,6 +1265,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_prompts_dense);
     tcase_add_test(tm, test_dist_prompts_moe);
     tcase_add_test(tm, test_dist_prompts_quant);
+    tcase_add_loop_test(tm, test_dist_experts_elsewhere, 0, 2);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");

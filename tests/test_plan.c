@@ -314,7 +314,7 @@ START_TEST(test_plan_errors) {
     struct bt_plan p;
     ck_assert_int_eq(bt_plan_make(&p, f.g.graph, d, 0, NULL, NULL), BT_ERR_CAPACITY);
     ck_assert_ptr_nonnull(strstr(p.error, "0 ranks"));
-    const struct bt_dist_pin pin = {"token_embd*", 5};
+    const struct bt_dist_pin pin = {"token_embd*", 5, false};
     const struct bt_plan_options opt = {.pins = &pin, .n_pins = 1};
     ck_assert_int_eq(bt_plan_make(&p, f.g.graph, d, 2, NULL, &opt), BT_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(p.error, "token_embd*"));

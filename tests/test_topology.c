@@ -462,6 +462,8 @@ START_TEST(test_partition_and_pins) {
                "\"blk.0.*\")");
     expect_err(HOSTS RANKS2 "pipeline:\n  pin:\n    - {pattern: \"\", rank: 1}\n",
                "12:17: pipeline.pin[0]: pattern: expected a string, got ''");
+    expect_err(HOSTS RANKS2 "pipeline:\n  pin:\n    - {pattern: \"*_exps*\", rank: 1, compute: here}\n",
+               "12:46: pipeline.pin[0]: compute: expected pinned or layer, got 'here'");
 }
 END_TEST
 
@@ -535,6 +537,7 @@ static const char *FULL = "# a full example\n"
                           "  partition: [1, 2, 3, 4]\n"
                           "  pin:\n"
                           "    - {pattern: \"blk.0.*\", rank: 3}\n"
+                          "    - {pattern: \"blk.*.ffn_*_exps.weight\", rank: 0, compute: layer}\n"
                           "transport:\n"
                           "  host: mpi\n"
                           "  device: nccl\n"
@@ -599,9 +602,12 @@ START_TEST(test_valid_full) {
     ck_assert(!t.pipeline.partition_auto);
     ck_assert_int_eq(t.pipeline.layers[3], 4);
     ck_assert_int_eq(t.pipeline.layers_sum, 10);
-    ck_assert_int_eq(t.pipeline.n_pins, 1);
+    ck_assert_int_eq(t.pipeline.n_pins, 2);
     ck_assert_str_eq(t.pipeline.pins[0].pattern, "blk.0.*");
     ck_assert_int_eq(t.pipeline.pins[0].rank, 3);
+    ck_assert(!t.pipeline.pins[0].compute_at_layer);
+    ck_assert_int_eq(t.pipeline.pins[1].rank, 0);
+    ck_assert(t.pipeline.pins[1].compute_at_layer);
 
     ck_assert_int_eq(t.transport.host, BT_TOPO_LINK_MPI);
     ck_assert_int_eq(t.transport.device, BT_TOPO_LINK_NCCL);

@@ -256,10 +256,6 @@ struct one_llm {
     float *logits; /* the last prompt's last row */
 };
 
-/* The tokens of micro-batch k (the same on every rank, and in one process). */
-static void prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
-    for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
-}
 
 static bool one_llm_init(struct one_llm *o, const char *path, int64_t n, int threads, char *err, size_t n_err) {
     memset(o, 0, sizeof *o);
@@ -305,7 +301,7 @@ static double one_llm_run(struct one_llm *o, int64_t n, int M, const cpu_set_t *
     double s = bt_now_s();
     for (int k = 0; k < M && s >= 0; k++) {
         bt_kv_clear(bt_llm_ctx_kv(o->c));
-        prompt_tokens(k, n, V, o->tok);
+        bt_cli_prompt_tokens(k, n, V, o->tok);
         const struct bt_llm_batch b = {n, o->tok, o->pos, o->seq, o->want};
         if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
     }
@@ -320,7 +316,7 @@ static double one_llm_run(struct one_llm *o, int64_t n, int M, const cpu_set_t *
 static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int M, int32_t *tok, float *last) {
     const int64_t n = bt_model_dist_graph(md)->n_tokens, V = bt_model_dist_hparams(md)->n_vocab;
     for (int k = 0; k < M; k++) {
-        prompt_tokens(k, n, V, tok);
+        bt_cli_prompt_tokens(k, n, V, tok);
         if (bt_model_dist_submit(md, tok) != BT_OK) {
             fprintf(stderr, "baton bench pipeline: rank %d: %s\n", t->rank, bt_model_dist_error(md));
             t->iface.abort(t, 1);

@@ -541,3 +541,7 @@ void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, lo
             "(%s.context_length): past position %lld the output degrades\n",
             prog, how, per_seq, (long long)h->n_ctx_train, bt_engine_arch(e)->name, (long long)h->n_ctx_train);
 }
+
+void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
+    for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
+}

@@ -154,6 +154,11 @@ char *bt_cli_read_all(FILE *f, const char *name, size_t *len, char *err, size_t 
 /* s[0..n) as a JSON string; a byte that is not part of valid UTF-8 becomes \u00XX. */
 void bt_cli_json_str(FILE *f, const char *s, uint64_t n);
 
+/* The token ids of prompt k of n tokens (a fixed spread over the vocabulary):
+ * the prompts `demo --model` and `bench pipeline --model` run, the same on
+ * every rank and in the one-process check. */
+void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok);
+
 /* Seconds on the monotonic clock. */
 
 #endif

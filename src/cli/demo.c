@@ -17,6 +17,7 @@
 #include "outfile.h"
 #include "signals.h"
 #include "run/bringup.h"
+#include "run/model_dist.h"
 #include "transport.h"
 
 struct demo_opts {
@@ -34,6 +35,8 @@ struct demo_opts {
     const char *backend; /* --backend: "cpu" or "cuda" (no topology), NULL: not given */
     const char *dump_plan; /* --dump-plan FILE: the plan as text (bt_plan_dump) */
     double rank_gflops;    /* --rank-gflops: every rank's speed for the plan (0: measured) */
+    const char *model_path; /* --model FILE.gguf: its prompts instead of the built-in model */
+    bool model_opt;         /* a built-in model's option given (not --tokens) */
 };
 
 static void demo_usage(FILE *f, const struct demo_opts *o) {
@@ -67,6 +70,10 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "      --dump-plan FILE  write the plan as text (as `baton plan --dump-plan`)\n"
             "      --rank-gflops X   plan with this speed for every rank instead of measuring\n"
             "                        it (measurements vary between runs; this reproduces a plan)\n"
+            "      --model FILE.gguf run this model (its whole graph, split over the ranks)\n"
+            "                        on prompts of --tokens tokens instead of the built-in\n"
+            "                        model below; the check compares each prompt's logits\n"
+            "                        with one process's\n"
             "  -v, --verbose         print the plan\n"
             "  -h, --help            this text\n"
             "\n",
@@ -86,7 +93,8 @@ enum {
     OPT_PROGRESS,
     OPT_BACKEND,
     OPT_DUMP_PLAN,
-    OPT_RANK_GFLOPS
+    OPT_RANK_GFLOPS,
+    OPT_GGUF
 };
 
 /* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
@@ -105,6 +113,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"backend", required_argument, 0, OPT_BACKEND},
         {"dump-plan", required_argument, 0, OPT_DUMP_PLAN},
         {"rank-gflops", required_argument, 0, OPT_RANK_GFLOPS},
+        {"model", required_argument, 0, OPT_GGUF},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
@@ -159,6 +168,9 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             else o->rank_gflops = g;
             break;
         }
+        case OPT_GGUF:
+            bt_cli_file_arg("--model", optarg, &o->model_path, err, errn);
+            break;
         case 'v': o->verbose = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
@@ -167,7 +179,10 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
             break;
         default:
-            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) bt_cli_model_option(&o->model, code, optarg, err, errn);
+            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
+                bt_cli_model_option(&o->model, code, optarg, err, errn);
+                if (code != OPT_TOKENS) o->model_opt = true;
+            }
             break;
         }
         if (err[0]) {
@@ -177,6 +192,11 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
     }
     if (optind < argc) {
         snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
+        return 2;
+    }
+    if (o->model_path && o->model_opt) {
+        snprintf(err, errn, "--layers, --d-model and the like describe the built-in model; --model's file has its "
+                            "own (try: baton demo --help)");
         return 2;
     }
     char merr[256];
@@ -212,6 +232,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     bt_cli_agree_add(it, &n, "--partition", o->partition != NULL, "%s", o->partition ? o->partition : "");
     /* writing the trace is collective; rank 0 names the file */
     bt_cli_agree_add(it, &n, "--trace", o->trace != NULL, "%s", "");
+    bt_cli_agree_add(it, &n, "--model", o->model_path != NULL, "%s", o->model_path ? o->model_path : "");
     const struct bt_model_config *m = &o->model;
     bt_cli_agree_add(it, &n, "--layers", true, "%d", m->n_layers);
     bt_cli_agree_add(it, &n, "--d-model", true, "%d", m->d_model);
@@ -229,7 +250,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     bt_cli_agree_add(it, &n, "--seed", true, "%llu", (unsigned long long)m->seed);
     return n;
 }
-#define DEMO_AGREE_ITEMS 20
+#define DEMO_AGREE_ITEMS 21
 
 /* ---- the run ------------------------------------------------------------------------ */
 
@@ -294,19 +315,28 @@ static bool check_one_rank(const struct bt_model_config *cfg, bt_backend_t backe
     return ok && bad < 0;
 }
 
-static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *all, int P, int M, double wall,
-                        const char *check_result, int n_threads) {
+/* what: the model in words for --model (the built-in one's options otherwise) */
+static void print_stats(const struct demo_opts *o, const char *what, const struct bt_dist_stats *all, int P, int M,
+                        double wall, const char *check_result, int n_threads) {
     double compute = 0;
     for (int r = 0; r < P; r++) compute += all[r].compute_s;
     const double E = wall > 0 ? compute / ((double)P * wall) : 0;
     const double ideal = (double)M / (double)(M + P - 1);
     const double tokens = (double)M * o->model.n_tokens;
     if (o->json) {
-        printf("{\"ranks\": %d, \"threads_per_rank\": %d, \"micro_batches\": %d, \"n_copies\": %d, \"layers\": %d, "
-               "\"ffn\": \"%s\", \"tokens_per_micro_batch\": %d, \"wall_s\": %.6f, \"tokens_per_s\": %.2f, "
-               "\"pipeline_efficiency\": %.4f, \"ideal_efficiency\": %.4f, \"check\": \"%s\", \"per_rank\": [",
-               P, n_threads, M, o->copies, o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_tokens, wall,
-               tokens / wall, E, ideal, check_result);
+        printf("{\"ranks\": %d, \"threads_per_rank\": %d, \"micro_batches\": %d, \"n_copies\": %d, ", P,
+               n_threads, M, o->copies);
+        if (o->model_path) {
+            printf("\"model\": ");
+            bt_cli_json_str(stdout, o->model_path, strlen(o->model_path));
+        } else {
+            printf("\"layers\": %d, \"ffn\": \"%s\"", o->model.n_layers, bt_ffn_kind_name(o->model.ffn));
+        }
+        printf(", \"tokens_per_micro_batch\": %d, \"wall_s\": %.6f, \"tokens_per_s\": %.2f, "
+               "\"pipeline_efficiency\": %.4f, \"ideal_efficiency\": %.4f, \"check\": ",
+               o->model.n_tokens, wall, tokens / wall, E, ideal);
+        bt_cli_json_str(stdout, check_result, strlen(check_result));
+        printf(", \"per_rank\": [");
         for (int r = 0; r < P; r++) {
             const struct bt_dist_stats *s = &all[r];
             printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"nodes\": %d, \"compute_s\": %.6f, "
@@ -321,9 +351,13 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
         printf("]}\n");
         return;
     }
-    printf("baton demo: %d layers (%s, %d experts, top-%d, %d shared), d_model %d, %d tokens per micro-batch, %s weights\n",
-           o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_experts, o->model.top_k, o->model.n_shared,
-           o->model.d_model, o->model.n_tokens, bt_type_name(o->model.wtype));
+    if (what)
+        printf("baton demo: %s\n", what);
+    else
+        printf("baton demo: %d layers (%s, %d experts, top-%d, %d shared), d_model %d, %d tokens per micro-batch, %s "
+               "weights\n",
+               o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_experts, o->model.top_k,
+               o->model.n_shared, o->model.d_model, o->model.n_tokens, bt_type_name(o->model.wtype));
     printf("%d ranks x %d threads, %d micro-batches, %d in flight\n\n", P, n_threads, M, o->copies);
     printf("rank  layers   nodes  compute_s   wait_s   send_s   wall_s  bubble   sent_MiB  recv_MiB  weights_MiB  peak_MiB\n");
     for (int r = 0; r < P; r++) {
@@ -347,6 +381,142 @@ static void print_stats(const struct demo_opts *o, const struct bt_dist_stats *a
     printf("pipeline efficiency E = %.3f (ideal M/(M+P-1) = %.3f, %.0f%% of ideal); bubble %.1f%%\n", E, ideal,
            100 * E / ideal, 100 * (1 - E));
     printf("check: %s\n", check_result);
+}
+
+/* ---- a GGUF model (--model) ---------------------------------------------------------- */
+
+/* Rank 0: the prompts in one process (bt_llm_decode, CPU), each against the
+ * pipeline's logits (bitwise). */
+static bool check_model_one_rank(const char *path, int64_t n, const float *outs, int M, int64_t n_vocab,
+                                 char *result, size_t len) {
+    struct bt_progress cp;
+    bt_progress_begin(&cp, true, "checking against a one-rank run");
+    char err[1024] = "";
+    struct bt_llm *m = NULL;
+    struct bt_llm_ctx *c = NULL;
+    int32_t *tok = malloc((size_t)n * sizeof *tok), *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    int8_t *want = calloc((size_t)n, 1);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    struct bt_llm_ctx_params cp_;
+    bt_llm_ctx_default_params(&cp_);
+    cp_.n_ctx = n;
+    cp_.n_seq_max = 1;
+    cp_.n_ubatch = n;
+    bool ok = tok && pos && seq && want && logits && bt_llm_load(path, 0, -1, &m, err, sizeof err) == BT_OK &&
+              bt_llm_ctx_new(m, &cp_, &c, err, sizeof err) == BT_OK;
+    int bad = -1;
+    if (ok) {
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+        want[n - 1] = 1;
+    }
+    for (int k = 0; ok && k < M && bad < 0; k++) {
+        bt_kv_clear(bt_llm_ctx_kv(c));
+        bt_cli_prompt_tokens(k, n, n_vocab, tok);
+        const struct bt_llm_batch b = {n, tok, pos, seq, want};
+        ok = bt_llm_decode(c, &b, logits, err, sizeof err) == BT_OK;
+        if (ok && memcmp(logits, outs + (size_t)k * (size_t)n_vocab, (size_t)n_vocab * sizeof *logits) != 0) bad = k;
+        bt_progress_update(&cp, k + 1, M);
+    }
+    bt_progress_end(&cp);
+    if (!ok) snprintf(result, len, "could not run the one-rank reference%s%s", err[0] ? ": " : "", err);
+    else if (bad >= 0) snprintf(result, len, "FAILED: micro-batch %d differs from a one-rank run", bad);
+    else snprintf(result, len, "output equals a one-rank run (%d micro-batches, bitwise)", M);
+    bt_llm_ctx_free(c);
+    bt_llm_free(m);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+    free(logits);
+    return ok && bad < 0;
+}
+
+/* Every rank: --model's prompts through the runtime, then the statistics and
+ * the check on rank 0.  The exit code (agreed); err: a message for rank 0. */
+static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, char *err, size_t n_err) {
+    bt_transport *t = R->t;
+    const int P = R->size, rank = R->rank;
+    const int64_t n = o->model.n_tokens;
+    struct bt_model_dist_params mp;
+    bt_model_dist_default_params(&mp);
+    mp.n_tokens = n;
+    mp.n_out = 1;
+    mp.dist = R->dist;
+    mp.dist.verbose = o->verbose && !o->json;
+    mp.dist.gflops = o->rank_gflops;
+    struct bt_progress prog;
+    bt_progress_begin(&prog, rank == 0, "planning and reading weights");
+    struct bt_model_dist *md = NULL;
+    const enum bt_status st = bt_model_dist_open(t, R->backend, g, &mp, &md, err, n_err);
+    bt_progress_end(&prog);
+    if (st != BT_OK) return 1; /* agreed, err says why */
+    err[0] = '\0';
+    bt_dist *d = bt_model_dist_runtime(md);
+    if (o->dump_plan && rank == 0 && bt_cli_dump_plan(bt_dist_get_plan(d), o->dump_plan, "baton demo") != 0)
+        t->iface.abort(t, 1);
+    if (o->trace && bt_dist_enable_trace(d, 64 + o->micro_batches * 64) != BT_OK) {
+        fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
+        t->iface.abort(t, 1);
+    }
+    const struct bt_hparams *h = bt_model_dist_hparams(md);
+    const int M = o->micro_batches;
+    if (o->check < 0) o->check = bt_gguf_file_size(g) <= ((uint64_t)512 << 20);
+    float *outs = rank == 0 ? malloc((size_t)h->n_vocab * sizeof *outs * (size_t)(o->check ? M : 1)) : NULL;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if ((rank == 0 && !outs) || !tok) {
+        fprintf(stderr, "baton demo: rank %d: out of memory\n", rank);
+        t->iface.abort(t, 1);
+    }
+    bt_dist_reset_stats(d);
+    for (int k = 0; k < M; k++) {
+        bt_cli_prompt_tokens(k, n, h->n_vocab, tok);
+        if (bt_model_dist_submit(md, tok) != BT_OK) { /* a bad token: every rank the same */
+            fprintf(stderr, "baton demo: rank %d: %s\n", rank, bt_model_dist_error(md));
+            t->iface.abort(t, 1);
+        }
+        const int ready = k - (R->copies - 1);
+        if (ready >= 0 && rank == 0 &&
+            bt_model_dist_logits(md, ready, outs + (o->check ? (size_t)ready * (size_t)h->n_vocab : 0)) != BT_OK) {
+            fprintf(stderr, "baton demo: %s\n", bt_model_dist_error(md));
+            t->iface.abort(t, 1);
+        }
+    }
+    bt_dist_synchronize(d);
+    for (int k = M - R->copies + 1 > 0 ? M - R->copies + 1 : 0; rank == 0 && k < M; k++)
+        bt_model_dist_logits(md, k, outs + (o->check ? (size_t)k * (size_t)h->n_vocab : 0));
+    int rc = 0;
+    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
+    if (!all) t->iface.abort(t, 1);
+    bt_dist_gather_stats(d, all);
+    if (o->trace) {
+        if (bt_dist_write_trace(d, o->trace) != BT_OK) {
+            if (rank == 0) fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
+            rc = 1;
+        } else if (rank == 0 && !o->json) {
+            fprintf(stderr, "trace written to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", o->trace);
+        }
+    }
+    char check_result[1280] = "skipped (--no-check, or the model is large)";
+    if (rank == 0 && o->check &&
+        !check_model_one_rank(o->model_path, n, outs, M, h->n_vocab, check_result, sizeof check_result))
+        rc = 1;
+    if (rank == 0) {
+        double wall = 0;
+        for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+        char what[1400];
+        snprintf(what, sizeof what, "%s (%s, %d layers, d_model %lld%s), %lld tokens per micro-batch", o->model_path,
+                 bt_model_dist_arch_name(md), h->n_layer, (long long)h->n_embd, h->n_expert > 0 ? ", MoE" : "",
+                 (long long)n);
+        print_stats(o, what, all, P, M, wall, check_result, R->threads);
+    }
+    int64_t rcv = rc;
+    t->iface.allreduce_max(t, &rcv, 1);
+    free(all);
+    free(outs);
+    free(tok);
+    bt_model_dist_free(md);
+    return (int)rcv;
 }
 
 int bt_cli_demo(int argc, char **argv) {
@@ -376,6 +546,18 @@ int bt_cli_demo(int argc, char **argv) {
     if (!prc && o.trace && env_rank == 0 && !out_writable("--trace", o.trace, perr, sizeof perr)) prc = 2;
     if (!prc && o.dump_plan && env_rank == 0 && !out_writable("--dump-plan", o.dump_plan, perr, sizeof perr)) prc = 2;
 
+    /* --model: the file checked (its layers for the partition) before MPI */
+    struct bt_gguf *gguf = NULL;
+    if (!prc && o.model_path) {
+        const struct bt_arch *arch;
+        struct bt_hparams hp;
+        if (bt_gguf_open(o.model_path, &gguf, perr, sizeof perr) != BT_OK ||
+            bt_llm_check_gguf(gguf, &arch, &hp, perr, sizeof perr) != BT_OK)
+            prc = 1;
+        else
+            o.model.n_layers = hp.n_layer;
+    }
+
     /* the rank, in two steps around the ranks' agreement on their command
      * lines: the topology (or plain mpirun) and MPI; then the backend, the
      * device transport and the dist options (src/run/bringup.c) */
@@ -390,7 +572,10 @@ int bt_cli_demo(int argc, char **argv) {
         .progress_us = o.progress_us,
     };
     struct bt_rank R;
-    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
+    if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) {
+        bt_gguf_close(gguf);
+        return prc;
+    }
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
     bt_cli_signals_install("baton demo", rank);
@@ -420,6 +605,10 @@ int bt_cli_demo(int argc, char **argv) {
     backend = R.backend;
     threads = R.threads;
     o.copies = R.copies;
+    if (o.model_path) {
+        rc = run_model(&o, &R, gguf, err, sizeof err);
+        goto out;
+    }
     char merr[256];
     if (bt_model_new(&o.model, &model, merr, sizeof merr) != BT_OK) {
         fprintf(stderr, "baton demo: rank %d: model: %s\n", rank, merr);
@@ -501,7 +690,7 @@ int bt_cli_demo(int argc, char **argv) {
     if (rank == 0) {
         double wall = 0;
         for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-        print_stats(&o, all, P, M, wall, check_result, threads);
+        print_stats(&o, NULL, all, P, M, wall, check_result, threads);
     }
     int64_t rcv = rc;
     t->iface.allreduce_max(t, &rcv, 1);
@@ -514,6 +703,7 @@ out:
     bt_dist_free(d); /* before the graph's context */
     bt_free(gctx);
     bt_model_free(model);
+    bt_gguf_close(gguf);
     bt_cli_rank_end(&R, rc); /* device transport, backend, topology, MPI */
     return rc;
 }

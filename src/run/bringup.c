@@ -77,6 +77,7 @@ enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_p
         for (int i = 0; i < t->pipeline.n_pins; i++) {
             snprintf((*pins)[i].pattern, sizeof (*pins)[i].pattern, "%s", t->pipeline.pins[i].pattern);
             (*pins)[i].rank = t->pipeline.pins[i].rank;
+            (*pins)[i].compute_at_layer = t->pipeline.pins[i].compute_at_layer;
         }
     }
     int n_edges = 0;

@@ -472,6 +472,15 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         e->p = *p;
         e->P = t->size;
         e->my_stage = -1;
+        /* the engine places whole layers: a pin it did not follow would be a
+         * silent lie about where the tensors live */
+        if (r->dist.n_pins > 0) {
+            msgf(msg, sizeof msg,
+                 "the topology pins tensors to ranks (pipeline.pin, '%s' first); generate and serve place whole "
+                 "layers and do not follow pins (baton demo does)",
+                 r->dist.pins[0].pattern);
+            st = BT_ERR_INVALID;
+        }
     }
     AGREE();
 

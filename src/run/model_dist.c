@@ -10,6 +10,7 @@ struct bt_model_dist {
     struct bt_gguf *g;
     struct bt_model_dist_params p;
     struct bt_llm *m;   /* every tensor of the file, without memory: bt_dist gives each rank its own */
+    const struct bt_arch *arch;
     struct bt_kv *kv;   /* the cache's tensors, without memory (a rank's are compute memory) */
     bt_context *ctx;
     struct bt_llm_graph graph;
@@ -31,6 +32,7 @@ void bt_model_dist_default_params(struct bt_model_dist_params *p) {
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md) { return bt_llm_hparams(md->m); }
 bt_dist *bt_model_dist_runtime(struct bt_model_dist *md) { return md->d; }
+const char *bt_model_dist_arch_name(const struct bt_model_dist *md) { return md->arch->name; }
 const struct bt_llm_graph *bt_model_dist_graph(const struct bt_model_dist *md) { return &md->graph; }
 const char *bt_model_dist_error(const struct bt_model_dist *md) { return md->err; }
 
@@ -65,7 +67,9 @@ static void read_weight(struct bt_tensor *w, void *user) {
 
 static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
     const struct bt_model_dist_params *p = &md->p;
-    enum bt_status st = bt_llm_describe_gguf(md->g, &md->m, err, n_err);
+    struct bt_hparams hp;
+    enum bt_status st = bt_llm_check_gguf(md->g, &md->arch, &hp, err, n_err);
+    if (st == BT_OK) st = bt_llm_describe_gguf(md->g, &md->m, err, n_err);
     if (st != BT_OK) return st;
     const int64_t T = p->n_tokens;
     if (T < 1 || p->n_out < 1 || p->n_out > T)

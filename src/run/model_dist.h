@@ -63,6 +63,7 @@ int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md);
 enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *out);
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md);
+const char *bt_model_dist_arch_name(const struct bt_model_dist *md); /* general.architecture */
 /* The runtime (statistics, traces, the plan, synchronize). */
 bt_dist *bt_model_dist_runtime(struct bt_model_dist *md);
 /* The graph of one micro-batch (the same on every rank). */
