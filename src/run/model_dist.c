@@ -2,8 +2,11 @@
  * model_dist.h). */
 #include "model_dist.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu.h"
 
 struct bt_model_dist {
     bt_transport *t;
@@ -53,6 +56,19 @@ static enum bt_status agree(bt_transport *t, enum bt_status st, char *err, size_
     return (enum bt_status)code;
 }
 
+/* Whether a weight in this rank's memory is repacked for the CPU's matmul,
+ * as the engine's CPU ranks do (bt_llm_load_gguf): a matrix in CPU memory
+ * that no other rank reads (a pin with compute: layer sends its tensors, and
+ * they must travel plain). */
+static bool repack_here(const struct bt_model_dist *md, const struct bt_tensor *w) {
+    if (!w->buffer || bt_buffer_get_type(w->buffer) != bt_cpu_buffer_type() || w->ne[1] <= 1 ||
+        !bt_cpu_weight_repackable(w))
+        return false;
+    for (int k = 0; k < md->p.dist.n_pins; k++)
+        if (md->p.dist.pins[k].compute_at_layer && fnmatch(md->p.dist.pins[k].pattern, w->name, 0) == 0) return false;
+    return true;
+}
+
 /* bt_dist's weight callback: the tensor's bytes from the file (a described
  * tied output projection has the embedding's name, and so its bytes). */
 static void read_weight(struct bt_tensor *w, void *user) {
@@ -61,7 +77,8 @@ static void read_weight(struct bt_tensor *w, void *user) {
     BT_ASSERT(i >= 0); /* described from this file */
     const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
     BT_ASSERT(ft->size == bt_nbytes(w));
-    bt_tensor_set(w, bt_gguf_tensor_data(md->g, ft), 0, ft->size);
+    if (repack_here(md, w)) bt_cpu_weight_repack(w, bt_gguf_tensor_data(md->g, ft));
+    else bt_tensor_set(w, bt_gguf_tensor_data(md->g, ft), 0, ft->size);
     bt_gguf_tensor_release(md->g, ft);
 }
 
