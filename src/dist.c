@@ -327,9 +327,10 @@ int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t) {
  * rank 0's outputs computed on rank 0 itself. */
 static enum bt_status take_transfers(bt_dist *d) {
     const struct bt_plan *p = &d->plan;
-    if (p->n_transfers > 0 && ((int64_t)p->n_transfers * d->n_copies - 1 > BT_TRANSPORT_MAX_USER_TAG))
-        return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots exceed the transport's %d tags", p->n_transfers,
-                    d->n_copies, BT_TRANSPORT_MAX_USER_TAG + 1);
+    if (p->n_transfers > 0 &&
+        ((int64_t)d->opt.tag_base + (int64_t)p->n_transfers * d->n_copies - 1 > BT_TRANSPORT_MAX_USER_TAG))
+        return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots from tag %d exceed the transport's %d tags",
+                    p->n_transfers, d->n_copies, d->opt.tag_base, BT_TRANSPORT_MAX_USER_TAG + 1);
     d->xfers = calloc((size_t)p->n_transfers + 1, sizeof *d->xfers);
     if (!d->xfers) return fail(d, BT_ERR_NOMEM, "out of memory");
     for (int x = 0; x < p->n_transfers; x++) {
@@ -341,7 +342,7 @@ static enum bt_status take_transfers(bt_dist *d) {
         xf->producer = pt->producer;
         xf->consumer = pt->consumer;
         xf->bytes = (size_t)pt->bytes;
-        xf->tag0 = pt->tag0;
+        xf->tag0 = d->opt.tag_base + pt->tag0;
         xf->direct = pt->direct != 0;
         if (xf->bytes != bt_nbytes(xf->tensor))
             return fail(d, BT_ERR_MISMATCH, "rank %d: tensor '%s' has %zu bytes, the plan %zu", d->rank,
@@ -564,7 +565,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         struct xfer *xf = &d->xfers[x];
         if (xf->dst == d->rank && xf->consumer >= 0)
             for (int c = 0; c < d->n_copies; c++) xf->copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
-        if (xf->src == d->rank) {
+        if (xf->src == d->rank && !bt_tensor_is_weight(xf->tensor->view_src ? xf->tensor->view_src : xf->tensor)) {
+            /* (a weight has memory of its own, which nothing computed reuses) */
             struct bt_tensor *base = xf->tensor->view_src ? xf->tensor->view_src : xf->tensor;
             const int32_t want = BT_TENSOR_FLAG_OUTPUT | (sent_in_place(xf, d->rank, host_backend) ? BT_TENSOR_FLAG_INPUT : 0);
             if ((base->flags & want) != want) {
@@ -1026,6 +1028,8 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     d->stats.micro_batches++;
     return BT_OK;
 }
+
+int64_t bt_dist_n_submitted(const bt_dist *d) { return d->k_next; }
 
 enum bt_status bt_dist_get_output(bt_dist *d, int k, const struct bt_tensor *output, void *dst, size_t size) {
     if (!d->planned) return fail(d, BT_ERR_INVALID, "get_output before bt_dist_plan");

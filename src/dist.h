@@ -50,6 +50,10 @@ struct bt_dist_options {
      * the first layers, the output head with the last), not to rank 0 and
      * the last rank */
     bool ends_with_layers;
+    /* the transport tags of this runtime's transfers start here (several
+     * runtimes over one transport, each with transfers posted ahead, keep
+     * apart by giving each its own range) */
+    int tag_base;
     const struct bt_dist_pin *pins;
     int n_pins;
     int64_t mem_limit;           /* bytes this rank may use (0: the machine's) */
@@ -138,6 +142,8 @@ enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void
 enum bt_status bt_dist_set_input_fn(void *d, struct bt_tensor *input, const void *data, size_t size);
 /* Collective: run the next micro-batch k = number of earlier submits. */
 enum bt_status bt_dist_submit(bt_dist *d);
+/* Micro-batches submitted since the plan (the next one's number). */
+int64_t bt_dist_n_submitted(const bt_dist *d);
 /* Rank 0: an output of micro-batch k (one of the last n_copies submitted). */
 enum bt_status bt_dist_get_output(bt_dist *d, int k, const struct bt_tensor *output, void *dst, size_t size);
 /* Collective: wait until every submitted micro-batch has finished everywhere. */

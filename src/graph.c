@@ -219,7 +219,7 @@ static uint64_t hash_tensor(uint64_t h, const struct bt_graph *g, const int64_t 
         h = fnv_i64(h, (int64_t)t->nb[d]);
     }
     h = fnv_i64(h, (int64_t)t->view_offs);
-    h = fnv_i64(h, t->flags & ~BT_TENSOR_FLAG_SCHED);
+    h = fnv_i64(h, t->flags & ~(BT_TENSOR_FLAG_SCHED | BT_TENSOR_FLAG_REPACKED)); /* where a rank keeps it, how */
     h = fnv(h, t->op_params, sizeof t->op_params);
     for (int s = 0; s < BT_MAX_SRC; s++) h = fnv_i64(h, tensor_pos(g, pos, t->src[s]));
     h = fnv_i64(h, tensor_pos(g, pos, t->view_src));

@@ -156,6 +156,37 @@ static bt_plan_splitter *splitter_new(struct bt_graph *graph, int n_ranks, int n
     return s;
 }
 
+/* The splitter over the stand-ins.  Where a tensor already lies (a weight or
+ * a cache that a runtime allocated for an earlier plan, on its owner only:
+ * the other ranks see no memory there) is the owners' business, not the
+ * splitter's: it splits as if nothing were allocated, so that every rank
+ * derives the same splits from the same graph. */
+static enum bt_status split_unallocated(bt_plan_splitter *s, struct bt_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_leafs; i++) n += g->leafs[i]->buffer != NULL;
+    for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i]->buffer != NULL;
+    struct bt_tensor **held = n ? malloc(sizeof *held * (size_t)n) : NULL;
+    bt_buffer_t *bufs = n ? malloc(sizeof *bufs * (size_t)n) : NULL;
+    if (n && (!held || !bufs)) {
+        free(held);
+        free(bufs);
+        return BT_ERR_NOMEM;
+    }
+    int k = 0;
+    for (int i = 0; i < g->n_leafs + g->n_nodes; i++) {
+        struct bt_tensor *t = i < g->n_leafs ? g->leafs[i] : g->nodes[i - g->n_leafs];
+        if (!t->buffer) continue;
+        held[k] = t;
+        bufs[k++] = t->buffer;
+        t->buffer = NULL;
+    }
+    const enum bt_status st = bt_sched_split_graph(s->sched, g);
+    for (int i = 0; i < k; i++) held[i]->buffer = bufs[i];
+    free(held);
+    free(bufs);
+    return st;
+}
+
 /* Split with every node and leaf pinned to its owner: every rank derives the
  * same splits from the same owners. */
 static enum bt_status split_pinned(bt_plan_splitter *s, const int32_t *node_owner, const int32_t *leaf_owner,
@@ -163,7 +194,7 @@ static enum bt_status split_pinned(bt_plan_splitter *s, const int32_t *node_owne
     struct bt_graph *g = s->graph;
     for (int i = 0; i < g->n_leafs; i++) bt_sched_set_tensor_backend(s->sched, g->leafs[i], &s->proxies[leaf_owner[i]]);
     for (int i = 0; i < g->n_nodes; i++) bt_sched_set_tensor_backend(s->sched, g->nodes[i], &s->proxies[node_owner[i]]);
-    enum bt_status st = bt_sched_split_graph(s->sched, g);
+    enum bt_status st = split_unallocated(s, g);
     if (st != BT_OK) return bt_error_printf(err, errlen, st, "splitter: %s", bt_sched_error(s->sched));
     return BT_OK;
 }
@@ -332,7 +363,7 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
     free(last);
     bt_layer_costs_free(&lc);
     if (st == BT_OK) {
-        st = bt_sched_split_graph(s->sched, g);
+        st = split_unallocated(s, g);
         if (st != BT_OK) bt_error_printf(p->error, sizeof p->error, st, "splitter: %s", bt_sched_error(s->sched));
     }
     for (int i = 0; st == BT_OK && i < g->n_leafs; i++) {

@@ -1072,8 +1072,8 @@ static void check_dist_prompts(const char *name, bool moe, enum bt_type wtype) {
             const int64_t n_out = copies == 2 ? 1 : n; /* the last row only, or every row */
             struct bt_model_dist_params p;
             bt_model_dist_default_params(&p);
-            p.n_tokens = n;
-            p.n_out = n_out;
+            p.n_ctx = n;
+            p.n_ubatch = n;
             p.dist = R.dist;
             p.dist.n_copies = copies;
             p.dist.gflops = 10; /* a reproducible plan */
@@ -1089,7 +1089,7 @@ static void check_dist_prompts(const char *name, bool moe, enum bt_type wtype) {
                 for (int i = 0; i < n; i++) tok[k][i] = (int32_t)((k * 31 + i * 37 + 11) % N_VOCAB);
             float *got = malloc((size_t)M * (size_t)n_out * row);
             for (int k = 0; k < M; k++) {
-                ck_assert_msg(bt_model_dist_submit(md, tok[k]) == BT_OK, "%s", bt_model_dist_error(md));
+                ck_assert_msg(bt_model_dist_prompt(md, n, tok[k], n_out) == BT_OK, "%s", bt_model_dist_error(md));
                 /* the ring keeps the last n_copies micro-batches' logits */
                 if (T->rank == 0 && k - copies + 1 >= 0)
                     ck_assert_msg(bt_model_dist_logits(md, k - copies + 1, got + (size_t)(k - copies + 1) * n_out * N_VOCAB) == BT_OK,
@@ -1099,8 +1099,8 @@ static void check_dist_prompts(const char *name, bool moe, enum bt_type wtype) {
                 if (T->rank == 0 && k >= 0)
                     ck_assert_msg(bt_model_dist_logits(md, k, got + (size_t)k * n_out * N_VOCAB) == BT_OK, "%s",
                                   bt_model_dist_error(md));
-            ck_assert(bt_dist_synchronize(bt_model_dist_runtime(md)) == BT_OK);
-            const struct bt_dist_stats st = bt_dist_local_stats(bt_model_dist_runtime(md));
+            ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+            const struct bt_dist_stats st = bt_model_dist_local_stats(md);
             if (copies != 2 && T->rank < N_LAYER) {
                 /* every rank with layers computes, and all but rank 0 receive x */
                 ck_assert_int_gt(st.n_splits, 0);
@@ -1159,8 +1159,8 @@ START_TEST(test_dist_experts_elsewhere) {
     counts[0] = N_LAYER; /* attention and routing of every layer on rank 0 */
     struct bt_model_dist_params p;
     bt_model_dist_default_params(&p);
-    p.n_tokens = N;
-    p.n_out = N;
+    p.n_ctx = N;
+    p.n_ubatch = N;
     p.dist = R.dist;
     p.dist.n_copies = 2;
     p.dist.gflops = 10;
@@ -1174,13 +1174,13 @@ START_TEST(test_dist_experts_elsewhere) {
     float *got = malloc((size_t)M * N * row);
     for (int k = 0; k < M; k++) {
         for (int i = 0; i < N; i++) tok[k][i] = (int32_t)((k * 13 + i * 29 + 5) % N_VOCAB);
-        ck_assert_msg(bt_model_dist_submit(md, tok[k]) == BT_OK, "%s", bt_model_dist_error(md));
+        ck_assert_msg(bt_model_dist_prompt(md, N, tok[k], N) == BT_OK, "%s", bt_model_dist_error(md));
         if (T->rank == 0 && k >= 1)
             ck_assert(bt_model_dist_logits(md, k - 1, got + (size_t)(k - 1) * N * N_VOCAB) == BT_OK);
     }
     if (T->rank == 0) ck_assert(bt_model_dist_logits(md, M - 1, got + (size_t)(M - 1) * N * N_VOCAB) == BT_OK);
-    ck_assert(bt_dist_synchronize(bt_model_dist_runtime(md)) == BT_OK);
-    const struct bt_dist_stats st = bt_dist_local_stats(bt_model_dist_runtime(md));
+    ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+    const struct bt_dist_stats st = bt_model_dist_local_stats(md);
     const struct bt_graph *gr = bt_model_dist_graph(md)->graph;
     int64_t exps = 0, mine = 0;
     for (int i = 0; i < gr->n_leafs; i++) {
@@ -1225,6 +1225,112 @@ START_TEST(test_dist_experts_elsewhere) {
 }
 END_TEST
 
+/* Decoding on the distributed runtime: two sequences over one cache, a
+ * prompt each, then tokens one at a time and two at once, a sequence
+ * removed and started again; ubatch shapes change (each planned once, the
+ * cache read bucketed), the cache stays where the first plan put it.  Every
+ * row of logits is bitwise the one-process logits of the same token of its
+ * sequence (bt_llm_decode of the whole sequence at once), for copies 1-3. */
+static void check_dist_decode(const char *name, bool moe) {
+    char path[512];
+    shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
+    struct bt_gguf *g = NULL;
+    char err[1024] = "";
+    ck_assert_msg(bt_gguf_open(path, &g, err, sizeof err) == BT_OK, "%s", err);
+    enum { NA = 40, NB = 12, NU = 8 };
+    int32_t A[NA], B[NB], pos[NA], seq[NA];
+    for (int i = 0; i < NA; i++) {
+        A[i] = (int32_t)((i * 53 + 7) % N_VOCAB);
+        pos[i] = i;
+        seq[i] = 0;
+    }
+    for (int i = 0; i < NB; i++) B[i] = (int32_t)((i * 17 + 3) % N_VOCAB);
+    const size_t row = N_VOCAB * sizeof(float);
+    float *refA = NULL, *refB = NULL;
+    if (T->rank == 0) {
+        refA = malloc(NA * row);
+        refB = malloc(NB * row);
+        reference(path, 1, A, pos, seq, NA, refA);
+        reference(path, 1, B, pos, seq, NB, refB);
+    }
+    for (int copies = 1; copies <= 3; copies++) {
+        struct bt_model_dist_params p;
+        bt_model_dist_default_params(&p);
+        p.n_ctx = 128;
+        p.n_seq_max = 2;
+        p.n_ubatch = NU;
+        p.dist = R.dist;
+        p.dist.n_copies = copies;
+        p.dist.gflops = 10;
+        int counts[8] = {0};
+        for (int l = 0; l < N_LAYER; l++) counts[l % T->size]++;
+        p.dist.layers_per_rank = counts;
+        struct bt_model_dist *md = NULL;
+        ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
+        int ia = 0, ib = 0, round = 0;
+        float got[2 * N_VOCAB * NU];
+        /* one ubatch: na tokens of A then nb of B (every row asked for) */
+#define UBATCH(na, nb)                                                                                             \
+    do {                                                                                                           \
+        int32_t tk[NU], ps[NU], sq[NU], rows[NU];                                                                  \
+        int n = 0;                                                                                                 \
+        for (int i = 0; i < (na); i++, n++) {                                                                      \
+            tk[n] = A[ia + i];                                                                                     \
+            ps[n] = ia + i;                                                                                                       \
+            sq[n] = 0;                                                                                             \
+        }                                                                                                          \
+        for (int i = 0; i < (nb); i++, n++) {                                                                      \
+            tk[n] = B[ib + i];                                                                                     \
+            ps[n] = ib + i;                                                                                        \
+            sq[n] = 1;                                                                                             \
+        }                                                                                                          \
+        for (int i = 0; i < n; i++) rows[i] = i;                                                                   \
+        const struct bt_model_dist_ubatch ub = {n, tk, ps, sq, n, rows};                                           \
+        ck_assert_msg(bt_model_dist_decode(md, &ub) == BT_OK, "%s", bt_model_dist_error(md));                      \
+        if (T->rank == 0) {                                                                                        \
+            ck_assert_msg(bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, got) == BT_OK, "%s",         \
+                          bt_model_dist_error(md));                                                                \
+            for (int i = 0; i < (na); i++)                                                                         \
+                ck_assert_msg(memcmp(got + (size_t)i * N_VOCAB, refA + (size_t)(ia + i) * N_VOCAB, row) == 0,      \
+                              "%s, %d ranks, %d copies, round %d: token %d of A differs", name, T->size, copies,   \
+                              round, ia + i);                                                                      \
+            for (int i = 0; i < (nb); i++)                                                                         \
+                ck_assert_msg(memcmp(got + (size_t)((na) + i) * N_VOCAB, refB + (size_t)(ib + i) * N_VOCAB, row) == \
+                                  0,                                                                               \
+                              "%s, %d ranks, %d copies, round %d: token %d of B differs", name, T->size, copies,   \
+                              round, ib + i);                                                                      \
+        }                                                                                                          \
+        ia += (na);                                                                                                \
+        ib += (nb);                                                                                                \
+        round++;                                                                                                   \
+    } while (0)
+        UBATCH(7, 0); /* A's prompt */
+        UBATCH(0, 3); /* B's */
+        for (int k = 0; k < 4; k++) UBATCH(1, 0);
+        for (int k = 0; k < 3; k++) UBATCH(1, 1);
+        UBATCH(2, 2);
+        /* A forgotten and started again beside B */
+        ck_assert_int_eq(bt_model_dist_seq_rm(md, 0), ia);
+        ia = 0;
+        UBATCH(5, 1);
+        /* A across the cache's first bucket of 32 cells: a new shape */
+        while (ia + 3 <= NA) UBATCH(3, 0);
+#undef UBATCH
+        ck_assert_int_ge(bt_model_dist_n_shapes(md), 4);
+        ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+        bt_model_dist_free(md);
+    }
+    free(refA);
+    free(refB);
+    bt_gguf_close(g);
+}
+
+START_TEST(test_dist_decode_dense) { check_dist_decode("dense.gguf", false); }
+END_TEST
+
+START_TEST(test_dist_decode_moe) { check_dist_decode("moe.gguf", true); }
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -1266,6 +1372,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_prompts_moe);
     tcase_add_test(tm, test_dist_prompts_quant);
     tcase_add_loop_test(tm, test_dist_experts_elsewhere, 0, 2);
+    tcase_add_test(tm, test_dist_decode_dense);
+    tcase_add_test(tm, test_dist_decode_moe);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");

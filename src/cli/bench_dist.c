@@ -313,11 +313,11 @@ static double one_llm_run(struct one_llm *o, int64_t n, int M, const cpu_set_t *
 /* Every rank: M prompts through the pipeline; rank 0 keeps the last one's
  * logits in last (n_vocab floats).  Errors end the job (the runtime's rule
  * in the middle of the pipeline). */
-static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int M, int32_t *tok, float *last) {
-    const int64_t n = bt_model_dist_graph(md)->n_tokens, V = bt_model_dist_hparams(md)->n_vocab;
+static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int64_t n, int M, int32_t *tok, float *last) {
+    const int64_t V = bt_model_dist_hparams(md)->n_vocab;
     for (int k = 0; k < M; k++) {
         bt_cli_prompt_tokens(k, n, V, tok);
-        if (bt_model_dist_submit(md, tok) != BT_OK) {
+        if (bt_model_dist_prompt(md, n, tok, 1) != BT_OK) {
             fprintf(stderr, "baton bench pipeline: rank %d: %s\n", t->rank, bt_model_dist_error(md));
             t->iface.abort(t, 1);
         }
@@ -326,7 +326,7 @@ static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int M, int
         fprintf(stderr, "baton bench pipeline: %s\n", bt_model_dist_error(md));
         t->iface.abort(t, 1);
     }
-    bt_dist_synchronize(bt_model_dist_runtime(md));
+    bt_model_dist_synchronize(md);
 }
 
 /* bench pipeline --model: the file's prompts of n tokens through the
@@ -369,8 +369,8 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     }
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);
-    mp.n_tokens = n;
-    mp.n_out = 1;
+    mp.n_ctx = n;
+    mp.n_ubatch = n;
     mp.dist.n_copies = copies;
     mp.dist.device_transport = device_t;
     struct bt_model_dist *md = NULL;
@@ -389,7 +389,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
     if (!tok || !last || !all) t->iface.abort(t, 1);
     /* warm-up, both */
-    model_dist_run(t, md, 2, tok, last);
+    model_dist_run(t, md, n, 2, tok, last);
     if (t->rank == 0) {
         if (one_llm_run(&one, n, 1, &all_cores, err, sizeof err) < 0) {
             fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
@@ -425,12 +425,11 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
             wait_for_rank0(t);
         }
         for (int mi = 0; mi < n_modes; mi++) {
-            bt_dist *d = bt_model_dist_runtime(md);
-            bt_dist_set_progress(d, modes[mi], progress_us);
+            bt_dist_set_progress(bt_model_dist_runtime(md), modes[mi], progress_us);
             t->iface.barrier(t);
-            bt_dist_reset_stats(d);
-            model_dist_run(t, md, M, tok, last);
-            bt_dist_gather_stats(d, all);
+            bt_model_dist_reset_stats(md);
+            model_dist_run(t, md, n, M, tok, last);
+            bt_model_dist_gather_stats(md, all);
             if (t->rank == 0) {
                 double wall = 0, compute = 0;
                 for (int r = 0; r < P; r++) {

@@ -440,8 +440,8 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
     const int64_t n = o->model.n_tokens;
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);
-    mp.n_tokens = n;
-    mp.n_out = 1;
+    mp.n_ctx = n;
+    mp.n_ubatch = n;
     mp.dist = R->dist;
     mp.dist.verbose = o->verbose && !o->json;
     mp.dist.gflops = o->rank_gflops;
@@ -468,10 +468,10 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
         fprintf(stderr, "baton demo: rank %d: out of memory\n", rank);
         t->iface.abort(t, 1);
     }
-    bt_dist_reset_stats(d);
+    bt_model_dist_reset_stats(md);
     for (int k = 0; k < M; k++) {
         bt_cli_prompt_tokens(k, n, h->n_vocab, tok);
-        if (bt_model_dist_submit(md, tok) != BT_OK) { /* a bad token: every rank the same */
+        if (bt_model_dist_prompt(md, n, tok, 1) != BT_OK) { /* a bad token: every rank the same */
             fprintf(stderr, "baton demo: rank %d: %s\n", rank, bt_model_dist_error(md));
             t->iface.abort(t, 1);
         }
@@ -482,13 +482,13 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
             t->iface.abort(t, 1);
         }
     }
-    bt_dist_synchronize(d);
+    bt_model_dist_synchronize(md);
     for (int k = M - R->copies + 1 > 0 ? M - R->copies + 1 : 0; rank == 0 && k < M; k++)
         bt_model_dist_logits(md, k, outs + (o->check ? (size_t)k * (size_t)h->n_vocab : 0));
     int rc = 0;
     struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
     if (!all) t->iface.abort(t, 1);
-    bt_dist_gather_stats(d, all);
+    bt_model_dist_gather_stats(md, all);
     if (o->trace) {
         if (bt_dist_write_trace(d, o->trace) != BT_OK) {
             if (rank == 0) fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));

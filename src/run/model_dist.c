@@ -1,5 +1,4 @@
-/* model_dist.c - a GGUF model's prompts on the distributed runtime (see
- * model_dist.h). */
+/* model_dist.c - a GGUF model on the distributed runtime (see model_dist.h). */
 #include "model_dist.h"
 
 #include <fnmatch.h>
@@ -8,36 +7,66 @@
 
 #include "cpu.h"
 
+#define MAX_SHAPES 8
+/* transport tags per shape's runtime: each shape has its own range, so the
+ * receives every runtime posts ahead never take another's messages */
+#define TAG_SPAN ((BT_TRANSPORT_MAX_USER_TAG + 1) / MAX_SHAPES)
+/* micro-batches whose shape and number are remembered for logits */
+#define RING 64
+
+/* One ubatch shape: its graph and its runtime. */
+struct shape {
+    int64_t n_tokens, n_kv, n_out;
+    bt_context *ctx;
+    struct bt_llm_graph g;
+    bt_dist *d;
+    uint64_t last_use, serial;
+};
+
+/* A submitted micro-batch: which shape ran it, as its runtime's how-many-th. */
+struct submitted {
+    int64_t k;
+    int shape;
+    int64_t local_k, n_out;
+};
+
 struct bt_model_dist {
     bt_transport *t;
+    bt_backend_t backend;
     struct bt_gguf *g;
     struct bt_model_dist_params p;
-    struct bt_llm *m;   /* every tensor of the file, without memory: bt_dist gives each rank its own */
     const struct bt_arch *arch;
-    struct bt_kv *kv;   /* the cache's tensors, without memory (a rank's are compute memory) */
-    bt_context *ctx;
-    struct bt_llm_graph graph;
-    bt_dist *d;
-    /* the inputs every micro-batch shares */
-    int32_t *pos, *seq, *cells, *out_ids;
-    float *mask;
+    struct bt_llm *m; /* every tensor of the file, without memory: bt_dist gives each rank its own */
+    struct bt_kv *kv; /* the cache: its bookkeeping, and tensors the first plan places with their layers */
+    struct shape shapes[MAX_SHAPES];
+    int n_shapes;
+    uint64_t clock, serial;
+    int *counts; /* the first plan's layers per rank: every later plan's */
+    struct submitted ring[RING];
     int64_t n_submitted;
+    struct bt_dist_stats stats_base; /* of runtimes freed since the last reset */
+    /* one ubatch's inputs */
+    int32_t *cells, *rows;
+    float *mask;
     char err[1024];
 };
 
 void bt_model_dist_default_params(struct bt_model_dist_params *p) {
     memset(p, 0, sizeof *p);
-    p->n_tokens = 32;
-    p->n_out = 1;
+    p->n_ctx = 512;
+    p->n_seq_max = 1;
+    p->n_ubatch = 32;
     p->kv_type = BT_TYPE_F16;
     p->dist.n_copies = 2;
 }
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md) { return bt_llm_hparams(md->m); }
-bt_dist *bt_model_dist_runtime(struct bt_model_dist *md) { return md->d; }
 const char *bt_model_dist_arch_name(const struct bt_model_dist *md) { return md->arch->name; }
-const struct bt_llm_graph *bt_model_dist_graph(const struct bt_model_dist *md) { return &md->graph; }
+bt_dist *bt_model_dist_runtime(struct bt_model_dist *md) { return md->shapes[0].d; }
+const struct bt_llm_graph *bt_model_dist_graph(const struct bt_model_dist *md) { return &md->shapes[0].g; }
 const char *bt_model_dist_error(const struct bt_model_dist *md) { return md->err; }
+int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md) { return md->n_submitted; }
+int bt_model_dist_n_shapes(const struct bt_model_dist *md) { return md->n_shapes; }
 
 /* Every rank learns whether any failed; all return the lowest failing
  * rank's status and message. */
@@ -56,6 +85,8 @@ static enum bt_status agree(bt_transport *t, enum bt_status st, char *err, size_
     return (enum bt_status)code;
 }
 
+static bool is_cache(const struct bt_tensor *w) { return strncmp(w->name, "cache_", 6) == 0; }
+
 /* Whether a weight in this rank's memory is repacked for the CPU's matmul,
  * as the engine's CPU ranks do (bt_llm_load_gguf): a matrix in CPU memory
  * that no other rank reads (a pin with compute: layer sends its tensors, and
@@ -69,10 +100,15 @@ static bool repack_here(const struct bt_model_dist *md, const struct bt_tensor *
     return true;
 }
 
-/* bt_dist's weight callback: the tensor's bytes from the file (a described
- * tied output projection has the embedding's name, and so its bytes). */
+/* bt_dist's callback for each tensor a rank holds: a weight's bytes from the
+ * file (a described tied output projection has the embedding's name, and so
+ * its bytes); the cache's layers zeroed. */
 static void read_weight(struct bt_tensor *w, void *user) {
     struct bt_model_dist *md = user;
+    if (is_cache(w)) {
+        bt_tensor_memset(w, 0, 0, bt_nbytes(w)); /* cells never written are read masked: zeros, not NaN */
+        return;
+    }
     const int64_t i = bt_gguf_find_tensor(md->g, w->name);
     BT_ASSERT(i >= 0); /* described from this file */
     const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
@@ -82,40 +118,120 @@ static void read_weight(struct bt_tensor *w, void *user) {
     bt_gguf_tensor_release(md->g, ft);
 }
 
+static void shape_free(struct shape *sh) {
+    if (sh->d) bt_dist_free(sh->d); /* collective; before the graph's context */
+    if (sh->ctx) bt_free(sh->ctx);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* Add b's counters to a (the first runtime's memory and placement stay). */
+static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
+    a->micro_batches += b->micro_batches;
+    a->compute_s += b->compute_s;
+    a->wait_s += b->wait_s;
+    a->send_s += b->send_s;
+    if (b->wall_s > a->wall_s) a->wall_s = b->wall_s; /* the shapes' runs overlap in time */
+    a->bytes_sent += b->bytes_sent;
+    a->bytes_recv += b->bytes_recv;
+    a->bytes_direct += b->bytes_direct;
+    a->progress_calls += b->progress_calls;
+    if (b->n_splits > a->n_splits) a->n_splits = b->n_splits;
+    if (b->compute_bytes > a->compute_bytes) a->compute_bytes = b->compute_bytes;
+    a->slot_bytes += b->slot_bytes;
+    if (b->rss_bytes > a->rss_bytes) a->rss_bytes = b->rss_bytes;
+}
+
+/* Build and plan a shape's graph in slot `i` (collective).  The first keeps
+ * the runtime's own placement (and gives it to every later one) and
+ * allocates the weights and the cache; a later one must find every tensor it
+ * holds where the first put it. */
+static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int64_t n_kv, int64_t n_out) {
+    struct shape *sh = &md->shapes[i];
+    enum bt_status st = BT_OK;
+    sh->n_tokens = T;
+    sh->n_kv = n_kv;
+    sh->n_out = n_out;
+    sh->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(md->m), NULL, true});
+    if (!sh->ctx) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory (a graph)");
+    if (st == BT_OK) {
+        st = bt_llm_build_graph(md->m, md->kv, sh->ctx, T, n_kv, n_out, &sh->g);
+        if (st != BT_OK)
+            bt_error_printf(md->err, sizeof md->err, st, "building the graph: %s", bt_context_error(sh->ctx));
+    }
+    struct bt_dist_options opt = md->p.dist;
+    opt.ends_with_layers = true;
+    opt.tag_base = i * TAG_SPAN;
+    if (i > 0) {
+        const struct bt_plan *first = bt_dist_get_plan(md->shapes[0].d);
+        opt.layers_per_rank = md->counts;
+        opt.gflops = first->ranks[md->t->rank].gflops; /* measured once */
+        opt.verbose = false;
+    }
+    if (st == BT_OK) {
+        sh->d = bt_dist_new(md->t, md->backend, &opt);
+        if (!sh->d) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory");
+    }
+    st = agree(md->t, st, md->err, sizeof md->err);
+    if (st == BT_OK) {
+        st = bt_dist_plan(sh->d, sh->g.graph, read_weight, md); /* collective, agreed */
+        if (st != BT_OK) snprintf(md->err, sizeof md->err, "%s", bt_dist_error(sh->d));
+    }
+    if (st == BT_OK && i == 0) {
+        const struct bt_plan *p = bt_dist_get_plan(sh->d);
+        for (int r = 0; r < md->t->size; r++)
+            md->counts[r] = p->layer_first[r] >= 0 ? p->layer_last[r] - p->layer_first[r] + 1 : 0;
+    }
+    if (st == BT_OK && i > 0) {
+        /* the same plan on every rank: the same verdict */
+        const struct bt_graph *gr = sh->g.graph;
+        for (int l = 0; l < gr->n_leafs && st == BT_OK; l++) {
+            const struct bt_tensor *w = gr->leafs[l];
+            if (!bt_tensor_is_weight(w)) continue;
+            const int now = bt_dist_owner(sh->d, w), then = bt_dist_owner(md->shapes[0].d, w);
+            if (now != then)
+                st = bt_error_printf(md->err, sizeof md->err, BT_ERR_MISMATCH,
+                                     "the plan of %lld tokens puts '%s' on rank %d, the first plan on rank %d",
+                                     (long long)T, w->name, now, then);
+        }
+    }
+    if (st != BT_OK) {
+        shape_free(sh);
+        return st;
+    }
+    sh->serial = ++md->serial;
+    md->n_shapes++;
+    return BT_OK;
+}
+
 static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
     const struct bt_model_dist_params *p = &md->p;
     struct bt_hparams hp;
     enum bt_status st = bt_llm_check_gguf(md->g, &md->arch, &hp, err, n_err);
     if (st == BT_OK) st = bt_llm_describe_gguf(md->g, &md->m, err, n_err);
     if (st != BT_OK) return st;
-    const int64_t T = p->n_tokens;
-    if (T < 1 || p->n_out < 1 || p->n_out > T)
-        return bt_error_printf(err, n_err, BT_ERR_INVALID, "%lld tokens per micro-batch with %lld rows of logits: "
-                               "need 1 <= rows <= tokens", (long long)T, (long long)p->n_out);
+    if (p->n_ubatch < 1 || p->n_ubatch > p->n_ctx)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, context size %lld]",
+                               (long long)p->n_ubatch, (long long)p->n_ctx);
     struct bt_kv_config kc;
-    bt_llm_kv_config(md->m, T, 1, p->kv_type, &kc);
+    bt_llm_kv_config(md->m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
     kc.no_memory = true;
     st = bt_kv_new(&kc, &md->kv, err, n_err);
     if (st != BT_OK) return st;
-    md->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(md->m), NULL, true});
-    md->pos = malloc((size_t)T * sizeof *md->pos);
-    md->seq = calloc((size_t)T, sizeof *md->seq);
-    md->cells = malloc((size_t)T * sizeof *md->cells);
-    md->out_ids = malloc((size_t)p->n_out * sizeof *md->out_ids);
-    md->mask = malloc((size_t)(T * T) * sizeof *md->mask);
-    if (!md->ctx || !md->pos || !md->seq || !md->cells || !md->out_ids || !md->mask)
-        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (a graph of %lld tokens)", (long long)T);
-    /* the cache holds exactly the micro-batch: n_kv = T, every cell written
-     * before it is read */
-    st = bt_llm_build_graph(md->m, md->kv, md->ctx, T, T, p->n_out, &md->graph);
-    if (st != BT_OK) return bt_error_printf(err, n_err, st, "building the graph: %s", bt_context_error(md->ctx));
-    /* one sequence at positions 0..T-1, in the empty cache's cells 0..T-1;
-     * its causal mask */
-    for (int64_t i = 0; i < T; i++) md->pos[i] = (int32_t)i;
-    for (int64_t i = 0; i < p->n_out; i++) md->out_ids[i] = (int32_t)(T - p->n_out + i);
-    st = bt_kv_place(md->kv, T, md->seq, md->pos, md->cells, err, n_err);
-    if (st == BT_OK) bt_kv_mask(md->kv, T, T, md->seq, md->pos, md->mask);
-    return st;
+    /* the cache's layers are held like weights: with their layer, allocated
+     * once, kept across micro-batches and shapes */
+    for (int il = 0; il < hp.n_layer; il++) {
+        bt_set_weight(bt_kv_k(md->kv, il));
+        bt_set_weight(bt_kv_v(md->kv, il));
+    }
+    const int64_t U = p->n_ubatch, C = bt_kv_get_config(md->kv)->n_ctx;
+    md->cells = malloc((size_t)U * sizeof *md->cells);
+    md->rows = malloc((size_t)U * sizeof *md->rows);
+    md->mask = malloc((size_t)(U * C) * sizeof *md->mask);
+    md->counts = calloc((size_t)md->t->size, sizeof *md->counts);
+    if (!md->cells || !md->rows || !md->mask || !md->counts)
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the inputs of %lld tokens)", (long long)U);
+    for (int i = 0; i < RING; i++) md->ring[i].k = -1;
+    return BT_OK;
 }
 
 enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct bt_gguf *g,
@@ -126,20 +242,17 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
     enum bt_status st = md ? BT_OK : bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
     if (md) {
         md->t = t;
+        md->backend = backend;
         md->g = g;
         md->p = *p;
-        md->p.dist.ends_with_layers = true;
+        if (md->p.dist.device_transport && md->p.dist.n_copies < 1) md->p.dist.n_copies = 1;
         st = build(md, err, n_err);
     }
     st = agree(t, st, err, n_err); /* the same file everywhere: the same answer, but never a hang */
     if (st == BT_OK) {
-        md->d = bt_dist_new(t, backend, &md->p.dist);
-        if (!md->d) st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
-        st = agree(t, st, err, n_err);
-    }
-    if (st == BT_OK) {
-        st = bt_dist_plan(md->d, md->graph.graph, read_weight, md); /* collective, agreed */
-        if (st != BT_OK) snprintf(err, n_err, "%s", bt_dist_error(md->d));
+        /* the first shape: a full ubatch over the whole cache, one row */
+        st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1);
+        if (st != BT_OK) snprintf(err, n_err, "%s", md->err);
     }
     if (st != BT_OK) {
         bt_model_dist_free(md);
@@ -151,52 +264,183 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
 
 void bt_model_dist_free(struct bt_model_dist *md) {
     if (!md) return;
-    if (md->d) bt_dist_free(md->d);
-    if (md->ctx) bt_free(md->ctx);
+    /* the later shapes first, the newest first: the first holds the weights
+     * and the cache */
+    for (;;) {
+        int last = -1;
+        for (int i = 1; i < MAX_SHAPES; i++)
+            if (md->shapes[i].d && (last < 0 || md->shapes[i].serial > md->shapes[last].serial)) last = i;
+        if (last < 0) break;
+        shape_free(&md->shapes[last]);
+    }
+    shape_free(&md->shapes[0]);
     bt_kv_free(md->kv);
     bt_llm_free(md->m);
-    free(md->pos);
-    free(md->seq);
     free(md->cells);
-    free(md->out_ids);
+    free(md->rows);
     free(md->mask);
+    free(md->counts);
     free(md);
 }
 
-enum bt_status bt_model_dist_submit(struct bt_model_dist *md, const int32_t *tokens) {
-    const int64_t T = md->p.n_tokens, V = bt_llm_hparams(md->m)->n_vocab;
-    for (int64_t i = 0; i < T; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
+/* The slot of a shape: found, or planned (collective) in a free slot or in
+ * the least recently used one but the first. */
+static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_kv, int64_t n_out, int *out) {
+    md->clock++;
+    int free_slot = -1, lru = -1;
+    for (int i = 0; i < MAX_SHAPES; i++) {
+        struct shape *sh = &md->shapes[i];
+        if (!sh->d) {
+            if (free_slot < 0) free_slot = i;
+            continue;
+        }
+        if (sh->n_tokens == T && sh->n_kv == n_kv && sh->n_out == n_out) {
+            sh->last_use = md->clock;
+            *out = i;
+            return BT_OK;
+        }
+        if (i > 0 && (lru < 0 || sh->last_use < md->shapes[lru].last_use)) lru = i;
+    }
+    if (md->p.dist.device_transport)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
+                               "a ubatch of %lld tokens over %lld cells with %lld rows: with a device transport "
+                               "every ubatch must have the first's shape (%lld tokens, %lld cells, %lld rows)",
+                               (long long)T, (long long)n_kv, (long long)n_out, (long long)md->shapes[0].n_tokens,
+                               (long long)md->shapes[0].n_kv, (long long)md->shapes[0].n_out);
+    int i = free_slot;
+    if (i < 0) {
+        i = lru;
+        struct bt_dist_stats s = bt_dist_local_stats(md->shapes[i].d);
+        stats_add(&md->stats_base, &s);
+        shape_free(&md->shapes[i]); /* collective: every rank evicts the same one */
+        md->n_shapes--;
+    }
+    const enum bt_status st = shape_plan(md, i, T, n_kv, n_out);
+    if (st != BT_OK) return st;
+    md->shapes[i].last_use = md->clock;
+    *out = i;
+    return BT_OK;
+}
+
+/* The checks every rank makes alike (the ubatch is the same everywhere). */
+static enum bt_status check_ubatch(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
+    const int64_t V = bt_llm_hparams(md->m)->n_vocab;
+    if (ub->n < 1 || ub->n > md->p.n_ubatch)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "a ubatch of %lld tokens: 1 to %lld",
+                               (long long)ub->n, (long long)md->p.n_ubatch);
+    if (ub->n_out < 0 || ub->n_out > ub->n)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "%lld rows of logits from %lld tokens",
+                               (long long)ub->n_out, (long long)ub->n);
+    for (int64_t i = 0; i < ub->n; i++)
+        if (ub->token[i] < 0 || ub->token[i] >= V)
             return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
-                                   "token %lld of the micro-batch is %d, outside the vocabulary [0, %lld)",
-                                   (long long)i, tokens[i], (long long)V);
-    const struct bt_llm_graph *gr = &md->graph;
+                                   "token %lld of the ubatch is %d, outside the vocabulary [0, %lld)", (long long)i,
+                                   ub->token[i], (long long)V);
+    for (int64_t j = 0; j < ub->n_out; j++)
+        if (ub->rows[j] < 0 || ub->rows[j] >= ub->n || (j > 0 && ub->rows[j] <= ub->rows[j - 1]))
+            return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
+                                   "row %lld of the logits asked for is token %d: rows are ascending tokens of the "
+                                   "ubatch", (long long)j, ub->rows[j]);
+    return BT_OK;
+}
+
+enum bt_status bt_model_dist_decode(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
+    enum bt_status st = check_ubatch(md, ub);
+    if (st != BT_OK) return st;
+    const int64_t T = ub->n;
+    st = bt_kv_place(md->kv, T, ub->seq, ub->pos, md->cells, md->err, sizeof md->err);
+    if (st != BT_OK) return st;
+    const int64_t n_kv = bt_kv_n_active(md->kv);
+    int i = -1;
+    st = shape_get(md, T, n_kv, ub->n_out, &i);
+    if (st != BT_OK) return st;
+    struct shape *sh = &md->shapes[i];
+    const struct bt_llm_graph *gr = &sh->g;
+    bt_kv_mask(md->kv, n_kv, T, ub->seq, ub->pos, md->mask);
     struct {
         struct bt_tensor *t;
         const void *data;
         size_t bytes;
     } in[] = {
-        {gr->tokens, tokens, (size_t)T * sizeof(int32_t)},
-        {gr->pos, md->pos, (size_t)T * sizeof(int32_t)},
+        {gr->tokens, ub->token, (size_t)T * sizeof(int32_t)},
+        {gr->pos, ub->pos, (size_t)T * sizeof(int32_t)},
         {gr->cells, md->cells, (size_t)T * sizeof(int32_t)},
-        {gr->mask, md->mask, (size_t)(T * T) * sizeof(float)},
-        {gr->out_ids, md->out_ids, (size_t)md->p.n_out * sizeof(int32_t)},
+        {gr->mask, md->mask, (size_t)(n_kv * T) * sizeof(float)},
+        {gr->out_ids, ub->rows, (size_t)ub->n_out * sizeof(int32_t)},
     };
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
-        const enum bt_status st = bt_dist_set_input(md->d, in[i].t, in[i].data, in[i].bytes);
-        if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(md->d));
+    for (size_t j = 0; j < sizeof in / sizeof in[0]; j++) {
+        if (!in[j].t) continue; /* no rows asked for: no out_ids */
+        st = bt_dist_set_input(sh->d, in[j].t, in[j].data, in[j].bytes);
+        if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
     }
-    const enum bt_status st = bt_dist_submit(md->d);
-    if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(md->d));
+    st = bt_dist_submit(sh->d); /* a failure here ends every rank (the runtime's rule mid-pipeline) */
+    if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
+    md->ring[md->n_submitted % RING] = (struct submitted){md->n_submitted, i, bt_dist_n_submitted(sh->d) - 1, ub->n_out};
     md->n_submitted++;
     return BT_OK;
 }
 
-int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md) { return md->n_submitted; }
+enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const int32_t *tokens, int64_t n_out) {
+    if (n < 1 || n > md->p.n_ubatch || n_out < 0 || n_out > n)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
+                               "a prompt of %lld tokens with %lld rows: 1 to %lld tokens, at most one row each",
+                               (long long)n, (long long)n_out, (long long)md->p.n_ubatch);
+    for (int64_t i = 0; i < n; i++) md->rows[i] = (int32_t)i; /* positions, and the rows from n - n_out */
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    if (!seq) return bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory");
+    bt_kv_clear(md->kv);
+    const struct bt_model_dist_ubatch ub = {n, tokens, md->rows, seq, n_out, md->rows + (n - n_out)};
+    const enum bt_status st = bt_model_dist_decode(md, &ub);
+    free(seq);
+    return st;
+}
+
+int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq) { return bt_kv_seq_rm(md->kv, seq); }
+
+enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md) {
+    for (int i = 0; i < MAX_SHAPES; i++) {
+        if (!md->shapes[i].d) continue;
+        const enum bt_status st = bt_dist_synchronize(md->shapes[i].d);
+        if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(md->shapes[i].d));
+    }
+    return BT_OK;
+}
 
 enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *out) {
-    const size_t bytes = (size_t)(md->p.n_out * bt_llm_hparams(md->m)->n_vocab) * sizeof(float);
-    const enum bt_status st = bt_dist_get_output(md->d, (int)k, md->graph.out, out, bytes);
-    if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(md->d));
+    const struct submitted *s = k >= 0 ? &md->ring[k % RING] : NULL;
+    if (!s || s->k != k || !md->shapes[s->shape].d)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
+                               "the logits of micro-batch %lld are not available (%lld submitted)", (long long)k,
+                               (long long)md->n_submitted);
+    struct shape *sh = &md->shapes[s->shape];
+    const size_t bytes = (size_t)(s->n_out * bt_llm_hparams(md->m)->n_vocab) * sizeof(float);
+    if (bytes == 0) return BT_OK;
+    const enum bt_status st = bt_dist_get_output(sh->d, (int)s->local_k, sh->g.out, out, bytes);
+    if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
+    return BT_OK;
+}
+
+struct bt_dist_stats bt_model_dist_local_stats(struct bt_model_dist *md) {
+    struct bt_dist_stats s = bt_dist_local_stats(md->shapes[0].d);
+    stats_add(&s, &md->stats_base);
+    for (int i = 1; i < MAX_SHAPES; i++) {
+        if (!md->shapes[i].d) continue;
+        const struct bt_dist_stats b = bt_dist_local_stats(md->shapes[i].d);
+        stats_add(&s, &b);
+    }
+    s.bubble = s.wall_s > 0 ? 1 - s.compute_s / s.wall_s : 0;
+    return s;
+}
+
+void bt_model_dist_reset_stats(struct bt_model_dist *md) {
+    memset(&md->stats_base, 0, sizeof md->stats_base);
+    for (int i = 0; i < MAX_SHAPES; i++)
+        if (md->shapes[i].d) bt_dist_reset_stats(md->shapes[i].d);
+}
+
+enum bt_status bt_model_dist_gather_stats(struct bt_model_dist *md, struct bt_dist_stats *out) {
+    const struct bt_dist_stats mine = bt_model_dist_local_stats(md);
+    if (md->t->iface.gather(md->t, &mine, sizeof mine, out, 0) != BT_OK)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_COMM, "%s", md->t->error);
     return BT_OK;
 }
