@@ -1276,7 +1276,7 @@ static void check_dist_decode(const char *name, bool moe) {
         int n = 0;                                                                                                 \
         for (int i = 0; i < (na); i++, n++) {                                                                      \
             tk[n] = A[ia + i];                                                                                     \
-            ps[n] = ia + i;                                                                                                       \
+            ps[n] = ia + i;                                                                                        \
             sq[n] = 0;                                                                                             \
         }                                                                                                          \
         for (int i = 0; i < (nb); i++, n++) {                                                                      \
