@@ -592,6 +592,11 @@ expect 0 " yes " "bench pipeline --model: the logits equal one process's" -- \
     mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1,3 --tokens 5 --progress compute
 [ "$(grep -cE '^ +2 +[13] compute .* yes ' "$tmp/out")" -eq 2 ] && ok "bench pipeline --model: every row bitwise" ||
     bad "bench pipeline --model: not every row bitwise the same"
+expect 0 "^decode: 40 tokens one at a time after the prompt: .* bitwise yes; [1-9][0-9]* shapes? planned" \
+    "bench pipeline --model --decode: the runtime decodes bitwise as one process" -- \
+    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1 --tokens 5 --progress compute --decode 40
+expect 2 "^baton bench pipeline: --decode needs --model" "bench pipeline: --decode without --model" -- \
+    "$baton" bench pipeline --decode 4
 expect 2 "describe the built-in model; --model's file has its own" "bench pipeline: --model with --layers" -- \
     "$baton" bench pipeline --model "$tmp/pipe.gguf" --layers 4
 expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or directory\$" \

@@ -257,12 +257,13 @@ struct one_llm {
 };
 
 
-static bool one_llm_init(struct one_llm *o, const char *path, int64_t n, int threads, char *err, size_t n_err) {
+static bool one_llm_init(struct one_llm *o, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
+                         size_t n_err) {
     memset(o, 0, sizeof *o);
     if (bt_llm_load(path, 0, -1, &o->m, err, n_err) != BT_OK) return false;
     struct bt_llm_ctx_params cp;
     bt_llm_ctx_default_params(&cp);
-    cp.n_ctx = n;
+    cp.n_ctx = n_ctx;
     cp.n_seq_max = 1;
     cp.n_ubatch = n;
     cp.n_threads = threads;
@@ -329,11 +330,64 @@ static void model_dist_run(bt_transport *t, struct bt_model_dist *md, int64_t n,
     bt_model_dist_synchronize(md);
 }
 
+
+/* The token fed at decode step j (the same everywhere; no sampling). */
+static int32_t decode_token(int64_t j, int64_t n_vocab) { return (int32_t)((j * 31 + 5) % n_vocab); }
+
+/* Rank 0: seconds for a prompt of n tokens then `steps` tokens one at a
+ * time in one process, each step's logits read before the next; the last
+ * step's logits in o->logits.  -1 on an error. */
+static double one_llm_decode(struct one_llm *o, int64_t n, int64_t steps, const cpu_set_t *cores, char *err,
+                             size_t n_err) {
+    cpu_set_t own;
+    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
+    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    const int64_t V = bt_llm_hparams(o->m)->n_vocab;
+    bt_kv_clear(bt_llm_ctx_kv(o->c));
+    bt_cli_prompt_tokens(0, n, V, o->tok);
+    const struct bt_llm_batch pb = {n, o->tok, o->pos, o->seq, o->want};
+    double s = bt_llm_decode(o->c, &pb, o->logits, err, n_err) == BT_OK ? bt_now_s() : -1;
+    for (int64_t j = 0; j < steps && s >= 0; j++) {
+        const int32_t tk = decode_token(j, V), ps = (int32_t)(n + j), sq = 0;
+        const int8_t w = 1;
+        const struct bt_llm_batch b = {1, &tk, &ps, &sq, &w};
+        if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
+    }
+    if (s >= 0) s = bt_now_s() - s;
+    if (widen) sched_setaffinity(0, sizeof own, &own);
+    return s;
+}
+
+/* Every rank: the same on the runtime; rank 0 reads each step's logits
+ * before the next (as sampling would) and returns the seconds, the last
+ * logits in last. */
+static double model_dist_decode(bt_transport *t, struct bt_model_dist *md, int64_t n, int64_t steps, int32_t *tok,
+                                float *last) {
+    const int64_t V = bt_model_dist_hparams(md)->n_vocab;
+    bt_cli_prompt_tokens(0, n, V, tok);
+    bool ok = bt_model_dist_prompt(md, n, tok, 1) == BT_OK;
+    if (ok && t->rank == 0) ok = bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, last) == BT_OK;
+    const double t0 = bt_now_s();
+    for (int64_t j = 0; j < steps && ok; j++) {
+        const int32_t tk = decode_token(j, V), ps = (int32_t)(n + j), sq = 0, row = 0;
+        const struct bt_model_dist_ubatch ub = {1, &tk, &ps, &sq, 1, &row};
+        ok = bt_model_dist_decode(md, &ub) == BT_OK;
+        if (ok && t->rank == 0) ok = bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, last) == BT_OK;
+    }
+    const double s = bt_now_s() - t0;
+    if (!ok) {
+        fprintf(stderr, "baton bench pipeline: rank %d: %s\n", t->rank, bt_model_dist_error(md));
+        t->iface.abort(t, 1);
+    }
+    bt_model_dist_synchronize(md);
+    return s;
+}
+
 /* bench pipeline --model: the file's prompts of n tokens through the
  * runtime, next to one process, for each M and progress mode. */
-static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, int copies, int threads,
-                                const int *mbs, int n_mbs, const enum bt_dist_progress *modes, int n_modes,
-                                int progress_us, bool ordered) {
+static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, int64_t decode, int copies,
+                                int threads, const int *mbs, int n_mbs, const enum bt_dist_progress *modes,
+                                int n_modes, int progress_us, bool ordered) {
     const int P = t->size;
     char err[1024] = "";
     struct bt_gguf *g = NULL;
@@ -360,7 +414,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     if (t->rank == 0) {
         const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
         if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
-        const bool ok = one_llm_init(&one, path, n, P * threads, err, sizeof err);
+        const bool ok = one_llm_init(&one, path, n, n + decode, P * threads, err, sizeof err);
         if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
         if (!ok) {
             fprintf(stderr, "baton bench pipeline: the one-process run: %s\n", err);
@@ -369,10 +423,10 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     }
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);
-    mp.n_ctx = n;
+    mp.n_ctx = n + decode;
     mp.n_ubatch = n;
     mp.dist.n_copies = copies;
-    mp.dist.device_transport = device_t;
+    mp.dist.device_transport = decode > 0 ? NULL : device_t; /* decoding changes shapes */
     struct bt_model_dist *md = NULL;
     if (bt_model_dist_open(t, backend, g, &mp, &md, err, sizeof err) != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
@@ -449,6 +503,34 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
             }
         }
     }
+    if (decode > 0) {
+        /* one sequence token by token: the shapes it needs are planned as
+         * they come (the cells read grow by 32 at a time) */
+        int plans0 = 0, plans1 = 0;
+        const double plan0 = bt_model_dist_plan_seconds(md, &plans0);
+        double one_s = 0;
+        t->iface.barrier(t);
+        if (t->rank == 0) {
+            one_s = one_llm_decode(&one, n, decode, &all_cores, err, sizeof err);
+            if (one_s < 0) {
+                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
+                t->iface.abort(t, 1);
+            }
+            release_others(t);
+        } else {
+            wait_for_rank0(t);
+        }
+        t->iface.barrier(t);
+        const double s = model_dist_decode(t, md, n, decode, tok, last);
+        const double plan_s = bt_model_dist_plan_seconds(md, &plans1) - plan0;
+        if (t->rank == 0) {
+            const bool same = memcmp(last, one.logits, (size_t)h->n_vocab * sizeof *last) == 0;
+            printf("decode: %lld tokens one at a time after the prompt: %.2f tokens/s, one process %.2f tokens/s "
+                   "(%.3f); bitwise %s; %d shape%s planned on the way, %.1f ms (%.2f%% of the decode time)\n",
+                   (long long)decode, (double)decode / s, (double)decode / one_s, one_s / s, same ? "yes" : "NO",
+                   plans1 - plans0, plans1 - plans0 == 1 ? "" : "s", plan_s * 1e3, 100 * plan_s / s);
+        }
+    }
     free(all);
     free(tok);
     free(last);
@@ -475,6 +557,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     bool ordered = false; /* --device ordered: activations over the ordered transport */
     const char *model_path = NULL; /* --model: a GGUF file instead of the synthetic model */
     bool model_opt = false;        /* a built-in model's option given (not --tokens) */
+    long decode = 0;               /* --decode N: tokens decoded one at a time after a prompt */
     int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
     /* after (progress from the compute thread) and before (a progress thread) */
     enum bt_dist_progress modes[4] = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD};
@@ -487,6 +570,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         {"progress", required_argument, 0, 'P'},
         {"device", required_argument, 0, 'D'},
         {"model", required_argument, 0, 'G'},
+        {"decode", required_argument, 0, 'E'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
@@ -528,6 +612,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                 modes[n_modes++] = p;
             }
             if (!err[0] && n_modes == 0) snprintf(err, sizeof err, "--progress: '%s' names no mode", optarg);
+        } else if (code == 'E') {
+            if (!bt_cli_parse_int(optarg, 0, 100000, &decode))
+                snprintf(err, sizeof err, "--decode: '%s' is not an integer in [0, 100000]", optarg);
         } else if (code == 'G') {
             bt_cli_file_arg("--model", optarg, &model_path, err, sizeof err);
         } else if (code == 'D') {
@@ -566,7 +653,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                        "      --model FILE.gguf     run this model's prompts of --tokens tokens (its\n"
                        "                            whole graph split over the ranks) instead of the\n"
                        "                            built-in model below, next to one process, and\n"
-                       "                            say whether the logits are bitwise the same\n\n");
+                       "                            say whether the logits are bitwise the same\n"
+                       "      --decode N            with --model: then N tokens one at a time after a\n"
+                       "                            prompt, each step's logits read before the next\n\n");
                 bt_cli_model_help(stdout, &cfg);
             }
             return 0;
@@ -580,6 +669,10 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
             return 2;
         }
+    }
+    if (decode > 0 && !model_path) {
+        if (!quiet) fprintf(stderr, "baton bench pipeline: --decode needs --model (try --help)\n");
+        return 2;
     }
     if (model_path && model_opt) {
         if (!quiet) fprintf(stderr, "baton bench pipeline: --layers, --d-model and the like describe the built-in model; "
@@ -596,8 +689,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         return 1;
     }
     if (model_path)
-        return bench_pipeline_model(t, model_path, cfg.n_tokens, copies, threads, mbs, n_mbs, modes, n_modes,
-                                    progress_us, ordered);
+        return bench_pipeline_model(t, model_path, cfg.n_tokens, decode, copies, threads, mbs, n_mbs, modes,
+                                    n_modes, progress_us, ordered);
     const int P = t->size;
     bt_backend_t backend = bt_backend_cpu_init(threads);
     struct bt_model *m = NULL;

@@ -45,6 +45,8 @@ struct bt_model_dist {
     struct submitted ring[RING];
     int64_t n_submitted;
     struct bt_dist_stats stats_base; /* of runtimes freed since the last reset */
+    double plan_s;  /* time spent planning shapes, all of them */
+    int n_plans;
     /* one ubatch's inputs */
     int32_t *cells, *rows;
     float *mask;
@@ -148,6 +150,7 @@ static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
 static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int64_t n_kv, int64_t n_out) {
     struct shape *sh = &md->shapes[i];
     enum bt_status st = BT_OK;
+    const double t0 = bt_now_s();
     sh->n_tokens = T;
     sh->n_kv = n_kv;
     sh->n_out = n_out;
@@ -200,7 +203,14 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
     }
     sh->serial = ++md->serial;
     md->n_shapes++;
+    md->n_plans++;
+    md->plan_s += bt_now_s() - t0;
     return BT_OK;
+}
+
+double bt_model_dist_plan_seconds(const struct bt_model_dist *md, int *n_plans) {
+    if (n_plans) *n_plans = md->n_plans;
+    return md->plan_s;
 }
 
 static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {

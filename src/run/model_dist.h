@@ -105,8 +105,11 @@ struct bt_dist_stats bt_model_dist_local_stats(struct bt_model_dist *md);
 /* Collective: every rank's bt_model_dist_local_stats to rank 0 (size entries). */
 enum bt_status bt_model_dist_gather_stats(struct bt_model_dist *md, struct bt_dist_stats *out);
 void bt_model_dist_reset_stats(struct bt_model_dist *md);
-/* Shapes planned so far. */
+/* Shapes kept now. */
 int bt_model_dist_n_shapes(const struct bt_model_dist *md);
+/* Seconds spent planning shapes (building, planning and allocating their
+ * graphs, the first included), and how many plans that was. */
+double bt_model_dist_plan_seconds(const struct bt_model_dist *md, int *n_plans);
 /* The first shape's graph (the same on every rank). */
 const struct bt_llm_graph *bt_model_dist_graph(const struct bt_model_dist *md);
 const char *bt_model_dist_error(const struct bt_model_dist *md);
