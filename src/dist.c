@@ -173,39 +173,16 @@ static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) {
     return xf->direct ? d->opt.device_transport : d->t;
 }
 
-/* The device transport cannot cancel the receives posted ahead for
- * micro-batches never submitted (k_next .. k_next + n_copies - 1, posted in
- * that order): their senders send them, whatever the tensors hold, in the
- * same order, so that both ends finish. */
-static void drain_direct(bt_dist *d) {
-    if (!d->planned) return;
-    for (int64_t k = d->k_next; k < d->k_next + d->n_copies; k++) {
-        const int c = (int)(k % d->n_copies);
-        for (int x = 0; x < d->n_xfers; x++) {
-            struct xfer *xf = &d->xfers[x];
-            if (!xf->direct || xf->src != d->rank) continue;
-            bt_transport *t = xfer_transport(d, xf);
-            enum bt_status st = bt_transport_wait(t, &xf->send[c]);
-            if (st == BT_OK) st = bt_transport_isend(t, xf->tensor->data, xf->bytes, xf->dst, xf->tag0 + c, &xf->send[c]);
-            if (st != BT_OK) { /* its receiver would wait forever */
-                fail(d, st, "draining the device transport: %s", t->error);
-                die(d, st);
-            }
-        }
-    }
-}
-
 static void release_plan(bt_dist *d) {
-    drain_direct(d);
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         bt_transport *t = xfer_transport(d, xf);
         for (int c = 0; c < d->n_copies; c++) {
             /* outputs of submitted micro-batches will arrive: take them, or
              * their senders would wait forever; receives posted ahead for
-             * micro-batches never submitted are cancelled (or drained) */
-            if (xf->recv[c].active && (xf->recv_k[c] < d->k_next || (xf->direct && d->planned)))
-                bt_transport_wait_polite(t, &xf->recv[c]);
+             * micro-batches never submitted are cancelled (the device
+             * transport's are never posted ahead: see bt_dist_submit) */
+            if (xf->recv[c].active && xf->recv_k[c] < d->k_next) bt_transport_wait_polite(t, &xf->recv[c]);
             if (xf->recv[c].active && t->iface.cancel) t->iface.cancel(t, &xf->recv[c]);
             if (xf->send[c].active) bt_transport_wait(t, &xf->send[c]);
         }
@@ -791,17 +768,14 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
         release_plan(d);
         return st;
     }
-    /* 5. the first n_copies receives of every incoming transfer, micro-batch
-     * by micro-batch (the order submit keeps) */
-    bool posted_direct = false;
+    /* 5. the first n_copies receives of every incoming transfer over the
+     * main transport, micro-batch by micro-batch (the order submit keeps) */
     for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
-            if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, c);
-            posted_direct = posted_direct || (st == BT_OK && xf->direct && xf->dst == d->rank && xf->consumer >= 0);
+            if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct) st = post_recv(d, xf, c, c);
         }
     }
-    if (st != BT_OK && posted_direct) die(d, st); /* a device receive cannot be taken back */
     st = agree(d, st);
     if (st != BT_OK) {
         release_plan(d);
@@ -954,6 +928,15 @@ enum bt_status bt_dist_submit(bt_dist *d) {
                       "input (bt_dist_set_input) before each submit",
                       d->rank, d->lins[i].tensor->name, (long long)k);
 
+    /* the device transport's receives of micro-batch k, now and in transfer
+     * order: it matches by posting order alone, and posting each
+     * micro-batch's as it starts keeps both ends of every edge in the order
+     * of the micro-batches, whichever runtimes over the transport submit
+     * them (a model's shapes each have one) */
+    for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->direct && xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, k);
+    }
     /* rank 0: the outputs of micro-batch k land in slot c */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
@@ -1021,7 +1004,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
      * the receives of micro-batch k + n_copies */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
-        if (xf->dst == d->rank && xf->consumer >= 0) st = post_recv(d, xf, c, k + d->n_copies);
+        if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct) st = post_recv(d, xf, c, k + d->n_copies);
     }
     if (st != BT_OK) die(d, st);
     d->k_next++;

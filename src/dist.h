@@ -68,9 +68,10 @@ struct bt_dist_options {
      * and every other edge go over the main transport, staged through the
      * backend's host memory (pinned for a GPU) when its memory is not the
      * host's.  It may match by posting order alone (no tags) and need not
-     * cancel: baton opens its edges at plan time (connect), posts both ends
-     * of an edge in the same order, and at free sends what receives were
-     * posted ahead for. */
+     * cancel: baton opens its edges at plan time (connect), and posts both
+     * ends of an edge in the order of the micro-batches, a receive as its
+     * micro-batch starts (never ahead), so several runtimes over one
+     * device transport keep their transfers apart. */
     bt_transport *device_transport;
     /* size x size, [src * size + dst] != 0: this edge may use the device
      * transport (rank 0's governs); NULL: every edge may */

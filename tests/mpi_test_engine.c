@@ -1231,7 +1231,7 @@ END_TEST
  * cache read bucketed), the cache stays where the first plan put it.  Every
  * row of logits is bitwise the one-process logits of the same token of its
  * sequence (bt_llm_decode of the whole sequence at once), for copies 1-3. */
-static void check_dist_decode(const char *name, bool moe) {
+static void check_dist_decode(const char *name, bool moe, bool ordered) {
     char path[512];
     shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
     struct bt_gguf *g = NULL;
@@ -1265,6 +1265,14 @@ static void check_dist_decode(const char *name, bool moe) {
         int counts[8] = {0};
         for (int l = 0; l < N_LAYER; l++) counts[l % T->size]++;
         p.dist.layers_per_rank = counts;
+        /* x over a stand-in with NCCL's rules (matching by posting order)
+         * between every pair of ranks, as between CUDA ranks */
+        bt_transport *dt = ordered ? bt_transport_ordered_new(T) : NULL;
+        if (ordered) {
+            ck_assert_ptr_nonnull(dt);
+            p.dist.device_transport = dt;
+            p.dist.device_edges = NULL;
+        }
         struct bt_model_dist *md = NULL;
         ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
         int ia = 0, ib = 0, round = 0;
@@ -1318,17 +1326,24 @@ static void check_dist_decode(const char *name, bool moe) {
 #undef UBATCH
         ck_assert_int_ge(bt_model_dist_n_shapes(md), 4);
         ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+        const struct bt_dist_stats st = bt_model_dist_local_stats(md);
+        if (ordered && T->rank < N_LAYER && T->rank + 1 < (T->size < N_LAYER ? T->size : N_LAYER))
+            ck_assert_int_gt(st.bytes_direct, 0); /* x went over it */
         bt_model_dist_free(md);
+        if (dt) dt->iface.free(dt);
     }
     free(refA);
     free(refB);
     bt_gguf_close(g);
 }
 
-START_TEST(test_dist_decode_dense) { check_dist_decode("dense.gguf", false); }
+START_TEST(test_dist_decode_dense) { check_dist_decode("dense.gguf", false, false); }
 END_TEST
 
-START_TEST(test_dist_decode_moe) { check_dist_decode("moe.gguf", true); }
+START_TEST(test_dist_decode_moe) { check_dist_decode("moe.gguf", true, false); }
+END_TEST
+
+START_TEST(test_dist_decode_ordered) { check_dist_decode("moe.gguf", true, true); }
 END_TEST
 
 int main(int argc, char **argv) {
@@ -1374,6 +1389,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(tm, test_dist_experts_elsewhere, 0, 2);
     tcase_add_test(tm, test_dist_decode_dense);
     tcase_add_test(tm, test_dist_decode_moe);
+    tcase_add_test(tm, test_dist_decode_ordered);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");

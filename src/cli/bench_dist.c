@@ -426,7 +426,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     mp.n_ctx = n + decode;
     mp.n_ubatch = n;
     mp.dist.n_copies = copies;
-    mp.dist.device_transport = decode > 0 ? NULL : device_t; /* decoding changes shapes */
+    mp.dist.device_transport = device_t;
     struct bt_model_dist *md = NULL;
     if (bt_model_dist_open(t, backend, g, &mp, &md, err, sizeof err) != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);

@@ -311,12 +311,6 @@ static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_k
         }
         if (i > 0 && (lru < 0 || sh->last_use < md->shapes[lru].last_use)) lru = i;
     }
-    if (md->p.dist.device_transport)
-        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
-                               "a ubatch of %lld tokens over %lld cells with %lld rows: with a device transport "
-                               "every ubatch must have the first's shape (%lld tokens, %lld cells, %lld rows)",
-                               (long long)T, (long long)n_kv, (long long)n_out, (long long)md->shapes[0].n_tokens,
-                               (long long)md->shapes[0].n_kv, (long long)md->shapes[0].n_out);
     int i = free_slot;
     if (i < 0) {
         i = lru;

@@ -27,9 +27,9 @@
  *     bt_model_dist_synchronize(md)            collective
  *     bt_model_dist_free(md)                   collective
  *
- * With a device transport (NCCL) in the options, every ubatch must have the
- * shape of the first: its transfers match by posting order, which several
- * plans with receives posted ahead would mix up.
+ * With a device transport (NCCL between CUDA ranks) the shapes' runtimes
+ * share it: each posts a micro-batch's device receives as the micro-batch
+ * starts, so both ends of an edge keep the micro-batches' order.
  */
 #ifndef BATON_MODEL_DIST_H
 #define BATON_MODEL_DIST_H
