@@ -97,6 +97,9 @@ struct bt_dist {
     } *flag_changes;
     int n_flag_changes;
 
+    bt_sched_eval_callback eval_cb; /* bt_dist_set_eval_callback */
+    void *eval_user;
+
     struct bt_trace_event *trace;
     int trace_n, trace_cap;
     double trace_t0;
@@ -883,9 +886,9 @@ static void progress_between_ops(void *user) {
     }
 }
 
-/* One split on this rank's backend, with the transfers in flight kept
- * moving as bt_dist_set_progress chose. */
-static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
+/* Nodes of a split on this rank's backend, with the transfers in flight
+ * kept moving as bt_dist_set_progress chose. */
+static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view) {
     enum bt_dist_progress mode = d->progress;
     const bool cpu = bt_backend_is_cpu(d->backend);
     if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !cpu))
@@ -905,6 +908,33 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
     }
     if (st != BT_OK) fail(d, st, "%s", bt_backend_error(d->backend));
     return st;
+}
+
+/* One split: at once, or with an eval callback in ranges of nodes up to
+ * each node the callback wants to see, as the scheduler runs one. */
+static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
+    if (!d->eval_cb) return compute_nodes(d, view);
+    for (int j0 = 0; j0 < view->n_nodes; j0++) {
+        struct bt_tensor *t = view->nodes[j0];
+        bool need = d->eval_cb(t, true, d->eval_user);
+        int j1 = j0;
+        while (!need && j1 < view->n_nodes - 1) {
+            t = view->nodes[++j1];
+            need = d->eval_cb(t, true, d->eval_user);
+        }
+        struct bt_graph gv = bt_graph_view(view, j0, j1 + 1);
+        const enum bt_status st = compute_nodes(d, &gv);
+        if (st != BT_OK) return st;
+        if (need && !d->eval_cb(t, false, d->eval_user))
+            return fail(d, BT_ERR_ABORTED, "stopped by the eval callback after node '%s'", t->name);
+        j0 = j1;
+    }
+    return BT_OK;
+}
+
+void bt_dist_set_eval_callback(bt_dist *d, bt_sched_eval_callback cb, void *user) {
+    d->eval_cb = cb;
+    d->eval_user = user;
 }
 
 /* A run-time failure in the middle of the pipeline cannot be agreed on (the

@@ -158,6 +158,11 @@ void bt_dist_reset_stats(bt_dist *d);
  * 50 us); any time between submits. */
 void bt_dist_set_progress(bt_dist *d, enum bt_dist_progress mode, int period_us);
 
+/* Called for the nodes of this rank's splits from now on, as the
+ * scheduler's eval callback is (bt_sched.h: asked first, then shown each
+ * node it wanted once computed); NULL: none.  A callback that answers false
+ * after a node stops the pipeline, which ends every rank. */
+void bt_dist_set_eval_callback(bt_dist *d, bt_sched_eval_callback cb, void *user);
 /* The rank that computes a node / holds a leaf (-1 if not in the plan). */
 int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t);
 /* The plan this rank carries out (the same on every rank); NULL before

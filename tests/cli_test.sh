@@ -630,6 +630,21 @@ EOF
 done
 expect 1 "generate and serve place whole layers and do not follow pins" "generate refuses a topology's pins" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/pin-layer.yaml" -- baton generate -m "$tmp/pipe.gguf" -p hi -n 1
+# --dump-tensors on the runtime: each layer's output of every micro-batch,
+# printed by the rank that computes it, the same hashes on 1 and 3 ranks
+for np in 1 3; do
+    mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 5 -m 2 --dump-tensors 'blk.*.out' \
+        >/dev/null 2>"$tmp/dump$np.err"
+    grep '^dump: ' "$tmp/dump$np.err" | awk '{print $5, $6, $NF}' | sort >"$tmp/dump$np"
+done
+if [ "$(wc -l <"$tmp/dump1")" -eq 4 ] && cmp -s "$tmp/dump1" "$tmp/dump3" &&
+    [ "$(grep -c '^dump: rank [12] ' "$tmp/dump3.err")" -gt 0 ]; then
+    ok "demo --model --dump-tensors: every layer's output, the same on 1 and 3 ranks, from the rank computing it"
+else
+    bad "demo --model --dump-tensors: $(wc -l <"$tmp/dump1") lines on 1 rank; 1 and 3 ranks differ or rank 0 printed all"
+fi
+expect 2 "^baton demo: --dump-tensors needs --model" "demo: --dump-tensors without --model" -- \
+    "$baton" demo --dump-tensors 'blk.*'
 expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --d-model" -- \
     "$baton" demo --model "$tmp/pipe.gguf" --d-model 64
 expect 1 "^baton demo: $tmp/none.gguf: cannot open" "demo: a missing --model" -- "$baton" demo --model "$tmp/none.gguf"

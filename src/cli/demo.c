@@ -14,6 +14,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "dump_tensors.h"
 #include "outfile.h"
 #include "signals.h"
 #include "run/bringup.h"
@@ -36,6 +37,7 @@ struct demo_opts {
     const char *dump_plan; /* --dump-plan FILE: the plan as text (bt_plan_dump) */
     double rank_gflops;    /* --rank-gflops: every rank's speed for the plan (0: measured) */
     const char *model_path; /* --model FILE.gguf: its prompts instead of the built-in model */
+    const char *dump_tensors; /* --dump-tensors PATTERN (with --model) */
     bool model_opt;         /* a built-in model's option given (not --tokens) */
 };
 
@@ -74,6 +76,9 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "                        on prompts of --tokens tokens instead of the built-in\n"
             "                        model below; the check compares each prompt's logits\n"
             "                        with one process's\n"
+            "      --dump-tensors PATTERN  with --model: each computed node whose name matches\n"
+            "                        PATTERN (a glob, e.g. 'blk.*.out') on stderr, from the\n"
+            "                        rank that computes it: shape, min, max, mean, hash\n"
             "  -v, --verbose         print the plan\n"
             "  -h, --help            this text\n"
             "\n",
@@ -94,7 +99,8 @@ enum {
     OPT_BACKEND,
     OPT_DUMP_PLAN,
     OPT_RANK_GFLOPS,
-    OPT_GGUF
+    OPT_GGUF,
+    OPT_DUMP_TENSORS
 };
 
 /* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
@@ -114,6 +120,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"dump-plan", required_argument, 0, OPT_DUMP_PLAN},
         {"rank-gflops", required_argument, 0, OPT_RANK_GFLOPS},
         {"model", required_argument, 0, OPT_GGUF},
+        {"dump-tensors", required_argument, 0, OPT_DUMP_TENSORS},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
@@ -171,6 +178,10 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         case OPT_GGUF:
             bt_cli_file_arg("--model", optarg, &o->model_path, err, errn);
             break;
+        case OPT_DUMP_TENSORS:
+            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
+            o->dump_tensors = optarg;
+            break;
         case 'v': o->verbose = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
@@ -192,6 +203,10 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
     }
     if (optind < argc) {
         snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
+        return 2;
+    }
+    if (o->dump_tensors && !o->model_path) {
+        snprintf(err, errn, "--dump-tensors needs --model (try: baton demo --help)");
         return 2;
     }
     if (o->model_path && o->model_opt) {
@@ -233,6 +248,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     /* writing the trace is collective; rank 0 names the file */
     bt_cli_agree_add(it, &n, "--trace", o->trace != NULL, "%s", "");
     bt_cli_agree_add(it, &n, "--model", o->model_path != NULL, "%s", o->model_path ? o->model_path : "");
+    bt_cli_agree_add(it, &n, "--dump-tensors", o->dump_tensors != NULL, "%s", o->dump_tensors ? o->dump_tensors : "");
     const struct bt_model_config *m = &o->model;
     bt_cli_agree_add(it, &n, "--layers", true, "%d", m->n_layers);
     bt_cli_agree_add(it, &n, "--d-model", true, "%d", m->d_model);
@@ -250,7 +266,7 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     bt_cli_agree_add(it, &n, "--seed", true, "%llu", (unsigned long long)m->seed);
     return n;
 }
-#define DEMO_AGREE_ITEMS 21
+#define DEMO_AGREE_ITEMS 22
 
 /* ---- the run ------------------------------------------------------------------------ */
 
@@ -432,6 +448,9 @@ static bool check_model_one_rank(const char *path, int64_t n, const float *outs,
     return ok && bad < 0;
 }
 
+/* The micro-batch being computed (--dump-tensors' lines). */
+static uint64_t dist_computing(const void *md) { return (uint64_t)bt_model_dist_n_submitted(md); }
+
 /* Every rank: --model's prompts through the runtime, then the statistics and
  * the check on rank 0.  The exit code (agreed); err: a message for rank 0. */
 static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, char *err, size_t n_err) {
@@ -452,6 +471,9 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
     bt_progress_end(&prog);
     if (st != BT_OK) return 1; /* agreed, err says why */
     err[0] = '\0';
+    struct bt_cli_dump dump = {.pattern = o->dump_tensors, .rank = rank, .ubatch = dist_computing, .ctx = md,
+                               .f = stderr};
+    if (o->dump_tensors) bt_model_dist_set_eval_callback(md, bt_cli_dump_eval, &dump);
     bt_dist *d = bt_model_dist_runtime(md);
     if (o->dump_plan && rank == 0 && bt_cli_dump_plan(bt_dist_get_plan(d), o->dump_plan, "baton demo") != 0)
         t->iface.abort(t, 1);
@@ -516,6 +538,7 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
     free(outs);
     free(tok);
     bt_model_dist_free(md);
+    bt_cli_dump_free(&dump);
     return (int)rcv;
 }
 

@@ -79,7 +79,7 @@ bool bt_cli_dump_eval(struct bt_tensor *t, bool ask, void *user) {
             }
     char line[512];
     int len = snprintf(line, sizeof line, "dump: rank %d ubatch %llu %s %s %s [%lld,%lld,%lld,%lld]", d->rank,
-                       (unsigned long long)bt_engine_computing(d->e), t->name, bt_op_name(t->op),
+                       (unsigned long long)d->ubatch(d->ctx), t->name, bt_op_name(t->op),
                        bt_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                        (long long)t->ne[3]);
     if (stats && count > 0 && len > 0 && (size_t)len < sizeof line)

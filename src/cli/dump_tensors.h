@@ -7,12 +7,17 @@
 
 #include <stdio.h>
 
-#include "run/engine.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
 
 struct bt_cli_dump {
     const char *pattern;        /* fnmatch glob on node names */
     int rank;
-    const struct bt_engine *e;  /* for the ubatch being computed */
+    /* the number of the ubatch being computed (the engine's, the runtime's) */
+    uint64_t (*ubatch)(const void *ctx);
+    const void *ctx;
     FILE *f;                    /* where the lines go (one write each) */
     void *buf;                  /* a node's bytes, grown as needed */
     size_t cap;

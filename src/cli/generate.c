@@ -684,6 +684,8 @@ static void print_text(const struct gen_run *run) {
 
 /* ---- rank 0's loop: every prompt through the batcher ---- */
 
+static uint64_t engine_computing(const void *e) { return bt_engine_computing(e); }
+
 /* --dump-plan: the plan of the engine's own placement (src/run/model_plan.h),
  * as `baton plan -m --dump-plan` writes it.  Rank 0. */
 static int dump_engine_plan(const struct bt_engine *e, const uint8_t *device_edges, const char *path) {
@@ -853,7 +855,8 @@ int bt_cli_generate(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    dump = (struct bt_cli_dump){.pattern = o.dump_tensors, .rank = rank, .e = e, .f = stderr};
+    dump = (struct bt_cli_dump){.pattern = o.dump_tensors, .rank = rank, .ubatch = engine_computing, .ctx = e,
+                                .f = stderr};
     if (o.dump_tensors) bt_engine_set_eval_callback(e, bt_cli_dump_eval, &dump);
 
     /* rank 0: the vocabulary and the prompts' tokens; every rank learns the

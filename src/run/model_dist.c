@@ -46,6 +46,8 @@ struct bt_model_dist {
     int64_t n_submitted;
     struct bt_dist_stats stats_base; /* of runtimes freed since the last reset */
     double plan_s;  /* time spent planning shapes, all of them */
+    bt_sched_eval_callback eval_cb;
+    void *eval_user;
     int n_plans;
     /* one ubatch's inputs */
     int32_t *cells, *rows;
@@ -176,6 +178,7 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
     }
     st = agree(md->t, st, md->err, sizeof md->err);
     if (st == BT_OK) {
+        bt_dist_set_eval_callback(sh->d, md->eval_cb, md->eval_user);
         st = bt_dist_plan(sh->d, sh->g.graph, read_weight, md); /* collective, agreed */
         if (st != BT_OK) snprintf(md->err, sizeof md->err, "%s", bt_dist_error(sh->d));
     }
@@ -447,4 +450,11 @@ enum bt_status bt_model_dist_gather_stats(struct bt_model_dist *md, struct bt_di
     if (md->t->iface.gather(md->t, &mine, sizeof mine, out, 0) != BT_OK)
         return bt_error_printf(md->err, sizeof md->err, BT_ERR_COMM, "%s", md->t->error);
     return BT_OK;
+}
+
+void bt_model_dist_set_eval_callback(struct bt_model_dist *md, bt_sched_eval_callback cb, void *user) {
+    md->eval_cb = cb;
+    md->eval_user = user;
+    for (int i = 0; i < MAX_SHAPES; i++)
+        if (md->shapes[i].d) bt_dist_set_eval_callback(md->shapes[i].d, cb, user);
 }

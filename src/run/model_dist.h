@@ -88,6 +88,10 @@ int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq);
 /* Collective: wait until every submitted micro-batch is done everywhere. */
 enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md);
 
+/* Called for the nodes of this rank's splits of every shape from now on
+ * (bt_dist_set_eval_callback); while a micro-batch computes,
+ * bt_model_dist_n_submitted is its number. */
+void bt_model_dist_set_eval_callback(struct bt_model_dist *md, bt_sched_eval_callback cb, void *user);
 /* Micro-batches submitted so far (the next one's number). */
 int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md);
 /* Rank 0: the logits of micro-batch k, n_vocab floats per row asked for.
