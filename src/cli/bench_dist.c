@@ -235,6 +235,21 @@ static void release_others(bt_transport *t) {
     }
 }
 
+/* Every rank, after rank 0 measured the one-process run alone (s seconds, or
+ * -1 with why): rank 0 stops the job on a failure, else lets the other
+ * ranks go on; they wait for its word. */
+static void rank0_measured(bt_transport *t, double s, const char *why) {
+    if (t->rank != 0) {
+        wait_for_rank0(t);
+        return;
+    }
+    if (s < 0) {
+        fprintf(stderr, "baton bench pipeline: one-process run: %s\n", why);
+        t->iface.abort(t, 1);
+    }
+    release_others(t);
+}
+
 static const char *progress_name(enum bt_dist_progress p) {
     switch (p) {
     case BT_DIST_PROGRESS_COMPUTE: return "compute";
@@ -444,15 +459,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     if (!tok || !last || !all) t->iface.abort(t, 1);
     /* warm-up, both */
     model_dist_run(t, md, n, 2, tok, last);
-    if (t->rank == 0) {
-        if (one_llm_run(&one, n, 1, &all_cores, err, sizeof err) < 0) {
-            fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
-            t->iface.abort(t, 1);
-        }
-        release_others(t);
-    } else {
-        wait_for_rank0(t);
-    }
+    rank0_measured(t, t->rank == 0 ? one_llm_run(&one, n, 1, &all_cores, err, sizeof err) : 0, err);
     if (t->rank == 0) {
         const struct bt_plan *plan = bt_dist_get_plan(bt_model_dist_runtime(md));
         printf("pipeline: P = %d ranks x %d thread(s), %s (%s, %d layers, d_model %lld), prompts of %lld tokens, "
@@ -466,18 +473,9 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     }
     for (int i = 0; i < n_mbs; i++) {
         const int M = mbs[i];
-        double one_s = 0;
         t->iface.barrier(t);
-        if (t->rank == 0) {
-            one_s = one_llm_run(&one, n, M, &all_cores, err, sizeof err);
-            if (one_s < 0) {
-                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
-                t->iface.abort(t, 1);
-            }
-            release_others(t);
-        } else {
-            wait_for_rank0(t);
-        }
+        const double one_s = t->rank == 0 ? one_llm_run(&one, n, M, &all_cores, err, sizeof err) : 0;
+        rank0_measured(t, one_s, err);
         for (int mi = 0; mi < n_modes; mi++) {
             bt_dist_set_progress(bt_model_dist_runtime(md), modes[mi], progress_us);
             t->iface.barrier(t);
@@ -508,18 +506,9 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
          * they come (the cells read grow by 32 at a time) */
         int plans0 = 0, plans1 = 0;
         const double plan0 = bt_model_dist_plan_seconds(md, &plans0);
-        double one_s = 0;
         t->iface.barrier(t);
-        if (t->rank == 0) {
-            one_s = one_llm_decode(&one, n, decode, &all_cores, err, sizeof err);
-            if (one_s < 0) {
-                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", err);
-                t->iface.abort(t, 1);
-            }
-            release_others(t);
-        } else {
-            wait_for_rank0(t);
-        }
+        const double one_s = t->rank == 0 ? one_llm_decode(&one, n, decode, &all_cores, err, sizeof err) : 0;
+        rank0_measured(t, one_s, err);
         t->iface.barrier(t);
         const double s = model_dist_decode(t, md, n, decode, tok, last);
         const double plan_s = bt_model_dist_plan_seconds(md, &plans1) - plan0;
@@ -744,15 +733,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         bt_dist_submit(d);
     }
     bt_dist_synchronize(d);
-    if (t->rank == 0) {
-        if (one_proc_run(&one, 1, &all_cores) < 0) {
-            fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
-            t->iface.abort(t, 1);
-        }
-        release_others(t);
-    } else {
-        wait_for_rank0(t);
-    }
+    rank0_measured(t, t->rank == 0 ? one_proc_run(&one, 1, &all_cores) : 0,
+                   t->rank == 0 ? bt_backend_error(one.backend) : "");
     struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
     if (t->rank == 0) {
         printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d, "
@@ -768,18 +750,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     }
     for (int i = 0; i < n_mbs; i++) {
         const int M = mbs[i];
-        double one_s = 0;
         t->iface.barrier(t);
-        if (t->rank == 0) {
-            one_s = one_proc_run(&one, M, &all_cores);
-            if (one_s < 0) {
-                fprintf(stderr, "baton bench pipeline: one-process run: %s\n", bt_backend_error(one.backend));
-                t->iface.abort(t, 1);
-            }
-            release_others(t);
-        } else {
-            wait_for_rank0(t);
-        }
+        const double one_s = t->rank == 0 ? one_proc_run(&one, M, &all_cores) : 0;
+        rank0_measured(t, one_s, t->rank == 0 ? bt_backend_error(one.backend) : "");
         for (int mi = 0; mi < n_modes; mi++) {
             bt_dist_set_progress(d, modes[mi], progress_us);
             t->iface.barrier(t);
