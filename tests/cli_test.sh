@@ -645,6 +645,8 @@ else
 fi
 expect 2 "^baton demo: --dump-tensors needs --model" "demo: --dump-tensors without --model" -- \
     "$baton" demo --dump-tensors 'blk.*'
+expect 1 "^baton plan: $tmp/pin-layer.yaml: the topology pins tensors to ranks" "plan -m refuses a topology's pins as generate does" -- \
+    "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/pin-layer.yaml"
 expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --d-model" -- \
     "$baton" demo --model "$tmp/pipe.gguf" --d-model 64
 expect 1 "^baton demo: $tmp/none.gguf: cannot open" "demo: a missing --model" -- "$baton" demo --model "$tmp/none.gguf"

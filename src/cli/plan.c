@@ -170,6 +170,13 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
             fprintf(stderr, "baton plan: out of memory\n");
             goto out;
         }
+        if (topo.pipeline.n_pins > 0) { /* what generate would say */
+            fprintf(stderr,
+                    "baton plan: %s: the topology pins tensors to ranks (pipeline.pin, '%s' first); generate and "
+                    "serve place whole layers and do not follow pins (baton demo --model does)\n",
+                    topo_path, topo.pipeline.pins[0].pattern);
+            goto out;
+        }
     } else {
         descs = calloc(1, sizeof *descs);
         if (!descs) {
