@@ -312,7 +312,7 @@ static enum bt_status take_transfers(bt_dist *d) {
         return fail(d, BT_ERR_CAPACITY, "%d transfers x %d slots from tag %d exceed the transport's %d tags",
                     p->n_transfers, d->n_copies, d->opt.tag_base, BT_TRANSPORT_MAX_USER_TAG + 1);
     d->xfers = calloc((size_t)p->n_transfers + 1, sizeof *d->xfers);
-    if (!d->xfers) return fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!d->xfers) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     for (int x = 0; x < p->n_transfers; x++) {
         const struct bt_plan_transfer *pt = &p->transfers[x];
         struct xfer *xf = &d->xfers[x];
@@ -337,7 +337,7 @@ static enum bt_status take_transfers(bt_dist *d) {
     }
     d->n_xfers = p->n_transfers;
     d->lins = calloc((size_t)p->n_inputs + 1, sizeof *d->lins);
-    if (!d->lins) return fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!d->lins) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     for (int i = 0; i < p->n_inputs; i++) {
         if (p->inputs[i].rank != d->rank) continue;
         struct local_input *li = &d->lins[d->n_lins++];
@@ -354,7 +354,7 @@ static enum bt_status take_transfers(bt_dist *d) {
         struct bt_tensor *t = d->graph->nodes[i];
         if (!(t->flags & BT_TENSOR_FLAG_OUTPUT) || p->node_owner[i] != 0) continue;
         struct local_output *nl = realloc(d->louts, sizeof *nl * (size_t)(d->n_louts + 1));
-        if (!nl) return fail(d, BT_ERR_NOMEM, "out of memory");
+        if (!nl) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         d->louts = nl;
         int split = -1;
         for (int s = 0; s < p->n_splits; s++)
@@ -370,7 +370,7 @@ static enum bt_status open_device_edges(bt_dist *d) {
     bt_transport *dt = d->opt.device_transport;
     if (!dt) return BT_OK;
     int *esrc = malloc(sizeof(int) * (size_t)(d->n_xfers + 1)), *edst = malloc(sizeof(int) * (size_t)(d->n_xfers + 1));
-    enum bt_status st = esrc && edst ? BT_OK : fail(d, BT_ERR_NOMEM, "out of memory");
+    enum bt_status st = esrc && edst ? BT_OK : fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     int n_edges = 0;
     for (int x = 0; st == BT_OK && x < d->n_xfers; x++) {
         const struct xfer *xf = &d->xfers[x];
@@ -499,7 +499,7 @@ static enum bt_status measure_compute(bt_dist *d, bt_buffer_type_t buft, size_t 
             g->leafs[i]->data = &mark;
     bt_gallocr_t meas = bt_gallocr_new(&m.buft);
     enum bt_status st = BT_OK;
-    if (!meas) st = fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!meas) st = fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     else if (!bt_gallocr_reserve(meas, &d->local)) st = fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(meas));
     else *bytes = bt_gallocr_get_buffer_size(meas, 0);
     bt_gallocr_free(meas);
@@ -552,7 +552,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
             if ((base->flags & want) != want) {
                 struct flag_change *nf =
                     realloc(d->flag_changes, sizeof *nf * (size_t)(d->n_flag_changes + 1));
-                if (!nf) return fail(d, BT_ERR_NOMEM, "out of memory");
+                if (!nf) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
                 d->flag_changes = nf;
                 d->flag_changes[d->n_flag_changes++] = (struct flag_change){base, base->flags};
                 base->flags |= want;
@@ -566,7 +566,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 8;
     d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
-    if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     d->local.size = cap;
     d->local.ctx = g->ctx;
     for (int x = 0; x < d->n_xfers; x++) {
@@ -619,7 +619,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
 
     /* compute */
     d->galloc = bt_gallocr_new(buft);
-    if (!d->galloc) return fail(d, BT_ERR_NOMEM, "out of memory");
+    if (!d->galloc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
     d->stats.compute_bytes = (int64_t)bt_gallocr_get_buffer_size(d->galloc, 0);

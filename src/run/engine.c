@@ -1,22 +1,28 @@
 /* engine.c - a GGUF model over the ranks of a job (see engine.h): the
- * collective open (the same file everywhere, placement of the layers, each
- * rank's range, cache and stage), rank 0's driver (submit, collect, remove
- * sequences, stop) and the other ranks' stage loop.
+ * collective open (the same file everywhere, placement of the layers, the
+ * model on the distributed runtime), rank 0's driver (submit, collect,
+ * remove sequences, stop) and the other ranks' loop.
  *
- * The stages are the ranks that hold layers, in rank order (a rank that gets
- * no layer only waits for the stop).  Messages go one way along the chain:
- * rank 0 -> stage 0 -> stage 1 -> ... -> last stage -> rank 0 (logits); rank
- * 0 is itself stage 0 when it holds layers.  Each message is a fixed head
- * (tag HEAD: what it is, the ubatch's id and sizes, or an error's text) and,
- * for a ubatch, a body (tag BODY: token ids, positions, sequences, rows asked
- * for, then x [n_embd, T] or the logits rows).  MPI keeps the messages of one
- * sender, receiver and tag in order, and every stage handles them in that
- * order, so every rank's cache sees the same placements and removals.
+ * The model runs on the distributed runtime (model_dist.h: the whole model's
+ * graph per ubatch shape, split over the ranks by the master splitter, x and
+ * every other cross-rank input as MPI or NCCL transfers, the n_copies ring).
+ * The runtime is SPMD: every rank makes the same calls in the same order.
+ * The engine gives rank 0 the driver's seat: for each ubatch and each
+ * sequence removal rank 0 sends every other rank a message (tag HEAD: what
+ * it is, the ubatch's id and sizes, or a failure's text; tag BODY: token
+ * ids, positions, sequences, rows asked for), and each rank makes the call
+ * that message says, in the order rank 0 made it.  MPI keeps the messages of
+ * one sender, receiver and tag in order, so every rank's cache sees the same
+ * placements and removals.
  *
- * Rank 0 places a ubatch and computes its own stage inside submit, sends x
- * on and returns: while the later stages work on it, the next submit computes
- * the next ubatch.  Up to max_inflight ubatches are in the chain; logits that
- * came back wait in their slot until collected.
+ * Rank 0 checks and places a ubatch first (nothing is sent for a ubatch that
+ * does not fit), then tells the others and submits it: while the ranks after
+ * it work on it, the next submit goes on.  The runtime keeps the logits of
+ * its last n_copies micro-batches; rank 0 takes them into their slot before
+ * the ring would need it again, so up to n_copies ubatches are in flight
+ * and logits that came back wait in their slot until collected.  After each
+ * ubatch a rank that computes sends rank 0 its compute seconds so far (tag
+ * STATS, a few bytes), which bt_engine_compute_seconds reports.
  */
 #include "engine.h"
 
@@ -28,10 +34,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model_dist.h"
 #include "place.h"
 
-enum { TAG_HEAD = 7001, TAG_BODY = 7002 };
-enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3, MSG_ERROR = 4 };
+enum { TAG_HEAD = 7001, TAG_BODY = 7002, TAG_STATS = 7003 };
+enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3 };
 
 #define MSG_TEXT 400
 
@@ -39,11 +46,11 @@ enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3, MSG_ERROR = 4 };
 struct msg_head {
     int32_t kind;
     int32_t n_tokens, n_out;
-    int32_t arg;   /* MSG_SEQ_RM: the sequence; MSG_ERROR: the failed rank */
-    int32_t status, pad_; /* MSG_ERROR, MSG_STOP with a text: the failure's bt_status */
+    int32_t arg;   /* MSG_SEQ_RM: the sequence */
+    int32_t status, pad_; /* MSG_STOP with a text: the failure's bt_status */
     uint64_t id;   /* MSG_UBATCH: the ubatch's number */
     uint64_t body; /* bytes of the body that follows (MSG_UBATCH) */
-    char text[MSG_TEXT]; /* MSG_ERROR */
+    char text[MSG_TEXT]; /* MSG_STOP: a failure every rank ends with */
 };
 
 /* A failure's status as a message gives it: one of bt_status's errors, else
@@ -52,23 +59,29 @@ static enum bt_status wire_status(int32_t s) {
     return s <= BT_ERR_INVALID && s >= BT_ERR_MISMATCH ? (enum bt_status)s : BT_ERR_COMM;
 }
 
-/* A message being sent: head and body stay alive until both are done. */
+/* A message rank 0 sends to every other rank: head and body stay alive until
+ * every send is done. */
 struct out_msg {
     struct msg_head head;
     void *body;
     size_t cap;
-    bt_treq rh, rb;
+    bt_treq *rh, *rb; /* [P] */
 };
 
 /* A ubatch rank 0 submitted and nobody collected yet. */
 struct slot {
     uint64_t id;
+    int64_t k;      /* its micro-batch number on the runtime */
     int64_t n_out;
-    bool done, body_posted;
-    struct msg_head head; /* the last stage's answer */
-    void *body;           /* out_ids [n_out] then logits [n_vocab, n_out] */
+    bool fetched;   /* its logits taken from the runtime */
+    float *logits;  /* [n_vocab, n_out] */
     size_t cap;
-    bt_treq rh, rb;
+};
+
+/* A rank's compute seconds so far, to rank 0 (last: the rank stops). */
+struct stats_msg {
+    double compute_s;
+    int64_t last;
 };
 
 struct bt_engine {
@@ -81,41 +94,29 @@ struct bt_engine {
     struct bt_hparams hp;
     int P;
     int *il0s, *il1s; /* every rank's range ([0, 0): none) */
-    int *stages, n_stages, my_stage;
-    struct bt_llm *m;
-    struct bt_kv *kv; /* rank 0 without layers: bookkeeping only */
-    struct bt_llm_stage *stage;
-    /* scratch: one ubatch's cells; a stage writes its output (x [n_embd, T],
-     * or on the last stage the logits of the rows asked for) straight into
-     * the message that carries it on, so no rank holds a ubatch-wide buffer
-     * of the vocabulary's width */
-    int32_t *cells;
-    /* ranks 1..P-1 with layers: a ubatch's body as it comes in, sized at
-     * open for the largest (serve never allocates for what it receives, so
-     * it never leaves a message it could not take on the wire) */
-    void *in;
-    size_t in_cap;
-    /* sends, a ring */
+    struct bt_model_dist *md;
+    uint8_t *has_dt;  /* [P]: the ranks that have a device transport */
+    int32_t *rows;    /* one ubatch's rows asked for */
+    int32_t *in;      /* ranks 1..P-1: a ubatch's body as it comes, sized at open for the largest */
+    /* rank 0: messages to the others, a ring */
     struct out_msg *outs;
     int n_outs, next_out;
     /* rank 0: the queue of ubatches not yet collected */
-    struct slot **q; /* a ring of slots, each allocated once (receives point into them) */
+    struct slot *q;
     int q_cap, q_head, q_len;
-    int n_pending; /* of the queue, not done yet */
     uint64_t next_id;
     bool stopped;
     enum bt_status fatal;
     char err[1024];
     struct bt_engine_stats stats;
-    double *stage_compute_s; /* rank 0: each stage's compute seconds, as its last answer said */
-    uint64_t computing; /* the ubatch this rank's stage computes now, or last did */
-    /* x between two consecutive stages that both have a device transport
-     * (NCCL between CUDA ranks) goes over it, from the sender's stage memory
-     * into the receiver's; the message then carries no floats */
-    bt_transport *dt;     /* this rank's device transport, or NULL */
-    uint8_t *has_dt;      /* [P]: the ranks that have one */
-    bool direct_in, direct_out;
-    bt_treq dsend;        /* the last x sent over it */
+    /* statistics to rank 0: the others' sends (a ring), rank 0's receives */
+    struct stats_msg stats_out[4];
+    bt_treq stats_req[4];
+    int stats_next;
+    struct stats_msg *stats_in; /* rank 0: [P] */
+    bt_treq *stats_rq;          /* rank 0: [P], one posted per rank */
+    double *rank_compute_s;     /* rank 0: [P], as the last stats said */
+    bool *rank_done;            /* rank 0: [P], the rank sent its last */
 };
 
 static enum bt_status efail(struct bt_engine *e, enum bt_status st, const char *fmt, ...)
@@ -146,10 +147,12 @@ static void msgf(char *buf, size_t n, const char *fmt, ...) {
 }
 
 void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb, void *user) {
-    if (e->stage) bt_llm_stage_set_eval_callback(e->stage, cb, user);
+    if (e->md) bt_model_dist_set_eval_callback(e->md, cb, user);
 }
 
-uint64_t bt_engine_computing(const struct bt_engine *e) { return e->computing; }
+uint64_t bt_engine_computing(const struct bt_engine *e) {
+    return e->md ? (uint64_t)bt_model_dist_n_submitted(e->md) : 0;
+}
 
 bool bt_engine_has_device_transport(const struct bt_engine *e, int rank) {
     return e->has_dt && rank >= 0 && rank < e->P && e->has_dt[rank];
@@ -166,34 +169,21 @@ void bt_engine_default_params(struct bt_engine_params *p) {
 
 /* ---- messages --------------------------------------------------------------------- */
 
-/* Body layout of a ubatch: token, pos, seq [T], out_ids [n_out], then the
- * floats (x or logits), 8-byte aligned, then one double per stage: the
- * seconds each stage the ubatch went through had spent in graph compute when
- * it sent it on (0 for the stages still ahead), so that rank 0 learns every
- * stage's busy time from the answers, with no extra message. */
-static size_t body_ints(int64_t T, int64_t n_out) { return ((size_t)(3 * T + n_out) + 1) / 2 * 2; }
-static size_t busy_offset(int64_t T, int64_t n_out, int64_t n_floats) {
-    return (body_ints(T, n_out) * sizeof(int32_t) + (size_t)n_floats * sizeof(float) + 7) / 8 * 8;
-}
-static size_t body_bytes(const struct bt_engine *e, int64_t T, int64_t n_out, int64_t n_floats) {
-    return busy_offset(T, n_out, n_floats) + (size_t)e->n_stages * sizeof(double);
-}
-static double *body_busy(void *body, int64_t T, int64_t n_out, int64_t n_floats) {
-    return (double *)((char *)body + busy_offset(T, n_out, n_floats));
-}
+/* Body of a ubatch: token, pos, seq [T], then the rows asked for [n_out]. */
+static size_t body_bytes(int64_t T, int64_t n_out) { return (size_t)(3 * T + n_out) * sizeof(int32_t); }
 
 /* A free entry of the send ring in *out (waits for its last sends), with
- * room for a body of that many bytes: BT_OK, else BT_ERR_COMM or
- * BT_ERR_NOMEM with the message in e->err. */
+ * room for a body of that many bytes. */
 static enum bt_status out_get(struct bt_engine *e, size_t body, struct out_msg **out) {
     struct out_msg *o = &e->outs[e->next_out];
     e->next_out = (e->next_out + 1) % e->n_outs;
     *out = NULL;
-    if (bt_transport_wait_polite(e->t, &o->rh) != BT_OK || bt_transport_wait_polite(e->t, &o->rb) != BT_OK)
-        return efail(e, BT_ERR_COMM, "rank %d: %s", e->t->rank, e->t->error);
+    for (int r = 1; r < e->P; r++)
+        if (bt_transport_wait_polite(e->t, &o->rh[r]) != BT_OK || bt_transport_wait_polite(e->t, &o->rb[r]) != BT_OK)
+            return efail(e, BT_ERR_COMM, "rank 0: sending to rank %d: %s", r, e->t->error);
     if (body > o->cap) {
         void *b = realloc(o->body, body);
-        if (!b) return efail(e, BT_ERR_NOMEM, "rank %d: out of memory (a message of %zu bytes)", e->t->rank, body);
+        if (!b) return efail(e, BT_ERR_NOMEM, "rank 0: out of memory (a message of %zu bytes)", body);
         o->body = b;
         o->cap = body;
     }
@@ -203,133 +193,74 @@ static enum bt_status out_get(struct bt_engine *e, size_t body, struct out_msg *
     return BT_OK;
 }
 
-static enum bt_status out_send(struct bt_engine *e, struct out_msg *o, int peer) {
-    enum bt_status st = bt_transport_isend(e->t, &o->head, sizeof o->head, peer, TAG_HEAD, &o->rh);
-    if (st == BT_OK && o->head.body > 0) st = bt_transport_isend(e->t, o->body, o->head.body, peer, TAG_BODY, &o->rb);
-    if (st != BT_OK) return efail(e, BT_ERR_COMM, "rank %d: sending to rank %d: %s", e->t->rank, peer, e->t->error);
-    e->stats.bytes_sent += sizeof o->head + o->head.body;
+/* The message to every other rank. */
+static enum bt_status out_send(struct bt_engine *e, struct out_msg *o) {
+    for (int r = 1; r < e->P; r++) {
+        enum bt_status st = bt_transport_isend(e->t, &o->head, sizeof o->head, r, TAG_HEAD, &o->rh[r]);
+        if (st == BT_OK && o->head.body > 0) st = bt_transport_isend(e->t, o->body, o->head.body, r, TAG_BODY, &o->rb[r]);
+        if (st != BT_OK) return efail(e, BT_ERR_COMM, "rank 0: sending to rank %d: %s", r, e->t->error);
+        e->stats.bytes_sent += sizeof o->head + o->head.body;
+    }
     return BT_OK;
+}
+
+/* A head-only message (MSG_SEQ_RM, MSG_STOP) to every other rank; text: a
+ * failure the stop carries to every rank, with its status why. */
+static enum bt_status send_control(struct bt_engine *e, int kind, int32_t arg, const char *text, enum bt_status why) {
+    struct out_msg *o;
+    const enum bt_status st = out_get(e, 0, &o);
+    if (st != BT_OK) return st;
+    o->head.kind = kind;
+    o->head.arg = arg;
+    if (text) {
+        msgf(o->head.text, sizeof o->head.text, "%s", text);
+        o->head.status = why;
+    }
+    return out_send(e, o);
 }
 
 static enum bt_status drain_sends(struct bt_engine *e) {
-    for (int i = 0; i < e->n_outs; i++)
-        if (bt_transport_wait_polite(e->t, &e->outs[i].rh) != BT_OK ||
-            bt_transport_wait_polite(e->t, &e->outs[i].rb) != BT_OK)
+    for (int i = 0; e->outs && i < e->n_outs; i++)
+        for (int r = 1; r < e->P; r++)
+            if (bt_transport_wait_polite(e->t, &e->outs[i].rh[r]) != BT_OK ||
+                bt_transport_wait_polite(e->t, &e->outs[i].rb[r]) != BT_OK)
+                return efail(e, BT_ERR_COMM, "rank 0: sending to rank %d: %s", r, e->t->error);
+    for (int i = 0; i < 4; i++)
+        if (bt_transport_wait_polite(e->t, &e->stats_req[i]) != BT_OK)
             return efail(e, BT_ERR_COMM, "rank %d: %s", e->t->rank, e->t->error);
-    if (e->dsend.active && bt_transport_wait(e->dt, &e->dsend) != BT_OK)
-        return efail(e, BT_ERR_COMM, "rank %d: %s transport: %s", e->t->rank, e->dt->iface.name(e->dt), e->dt->error);
     return BT_OK;
 }
 
-/* A transfer over the device transport that cannot finish cannot be taken
- * back either (NCCL cannot cancel, and its peer waits for it): print why and
- * end every rank, as the distributed runtime does in the middle of its
- * pipeline. */
-static void direct_die(struct bt_engine *e) {
-    fprintf(stderr, "baton: %s\n", e->err);
-    e->t->iface.abort(e->t, 1);
+/* A rank other than 0, after a ubatch (or as it stops: last): its compute
+ * seconds to rank 0.  Only a rank that computes sends them. */
+static void send_stats(struct bt_engine *e, bool last) {
+    if (e->t->rank == 0 || e->il1s[e->t->rank] <= e->il0s[e->t->rank]) return;
+    const int i = e->stats_next;
+    e->stats_next = (i + 1) % 4;
+    if (bt_transport_wait_polite(e->t, &e->stats_req[i]) != BT_OK) return; /* the next receive fails too */
+    e->stats_out[i] = (struct stats_msg){bt_model_dist_local_stats(e->md).compute_s, last};
+    bt_transport_isend(e->t, &e->stats_out[i], sizeof e->stats_out[i], 0, TAG_STATS, &e->stats_req[i]);
 }
 
-/* The rank after this one in the chain (-1: none; rank 0 gets the logits). */
-static int next_rank(const struct bt_engine *e, int stage) {
-    return stage + 1 < e->n_stages ? e->stages[stage + 1] : -1;
-}
-
-/* ---- one ubatch through this rank's stage ------------------------------------------ */
-
-static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in, const double *busy_in, float *logits);
-
-/* Place the tokens, compute, and send x on (or the logits to rank 0).  ints:
- * the body's arrays; x_in: the activations from the previous stage; busy_in:
- * the earlier stages' compute seconds (NULL on rank 0); logits: where rank 0,
- * when it is the only stage, wants the logits [n_vocab, n_out]. */
-static enum bt_status stage_step(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                 const float *x_in, const double *busy_in, float *logits) {
-    const int32_t *pos = ints + T, *seq = ints + 2 * T;
-    char msg[512];
-    enum bt_status st = bt_kv_place(e->kv, T, seq, pos, e->cells, msg, sizeof msg);
-    if (st != BT_OK) /* nothing placed: a bad ubatch on rank 0, a broken message elsewhere */
-        return e->t->rank == 0 ? efail(e, st, "%s", msg)
-                               : efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
-    /* from here on a failure leaves this cache out of step with the others' */
-    st = stage_compute(e, id, T, n_out, ints, x_in, busy_in, logits);
-    if (st != BT_OK) e->fatal = st;
-    return st;
-}
-
-static enum bt_status stage_compute(struct bt_engine *e, uint64_t id, int64_t T, int64_t n_out, const int32_t *ints,
-                                    const float *x_in, const double *busy_in, float *logits) {
-    const int32_t *token = ints, *pos = ints + T, *seq = ints + 2 * T, *out_ids = ints + 3 * T;
-    char msg[512];
-    enum bt_status st;
-    const int nxt = next_rank(e, e->my_stage);
-    const bool last = nxt < 0, direct = !last && e->direct_out;
-    const int64_t n_floats = last ? n_out * e->hp.n_vocab : direct ? 0 : T * e->hp.n_embd;
-    /* x that comes over the device transport lands in the stage's own input */
-    if (e->direct_in) {
-        struct bt_tensor *xin = NULL;
-        bt_treq rq;
-        memset(&rq, 0, sizeof rq);
-        st = bt_llm_stage_input(e->stage, T, n_out, &xin, msg, sizeof msg);
-        if (st != BT_OK) {
-            efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
-            direct_die(e); /* its sender's x is on its way */
+/* Rank 0: take the statistics that came (wait: until every computing rank
+ * sent its last). */
+static void poll_stats(struct bt_engine *e, bool wait) {
+    for (int r = 1; r < e->P; r++) {
+        while (e->stats_rq && e->stats_rq[r].active) {
+            bool done = false;
+            if (wait) done = bt_transport_wait_polite(e->t, &e->stats_rq[r]) == BT_OK;
+            else if (bt_transport_test(e->t, &e->stats_rq[r], &done) != BT_OK) done = false;
+            if (!done) break;
+            e->rank_compute_s[r] = e->stats_in[r].compute_s;
+            if (e->stats_in[r].last) {
+                e->rank_done[r] = true;
+                break;
+            }
+            if (bt_transport_irecv(e->t, &e->stats_in[r], sizeof e->stats_in[r], r, TAG_STATS, &e->stats_rq[r]) !=
+                BT_OK)
+                break;
         }
-        const double w0 = bt_now_s();
-        if (bt_transport_irecv(e->dt, xin->data, bt_nbytes(xin), e->stages[e->my_stage - 1], 0, &rq) != BT_OK ||
-            bt_transport_wait(e->dt, &rq) != BT_OK) {
-            efail(e, BT_ERR_COMM, "rank %d: x of ubatch %llu from rank %d: %s", e->t->rank, (unsigned long long)id,
-                  e->stages[e->my_stage - 1], e->dt->error);
-            direct_die(e);
-        }
-        e->stats.wait_s += bt_now_s() - w0;
-        e->stats.bytes_received += bt_nbytes(xin);
-        x_in = NULL;
     }
-    /* the output goes straight into its message (rank 0 alone: the caller's;
-     * x over the device transport: nowhere, it stays in the stage) */
-    struct out_msg *o = NULL;
-    float *out = logits;
-    if (!(last && e->t->rank == 0)) {
-        if ((st = out_get(e, body_bytes(e, T, n_out, n_floats), &o)) != BT_OK) return st;
-        out = direct ? NULL : (float *)((int32_t *)o->body + body_ints(T, n_out));
-    }
-    /* the last x sent from the stage's memory must be gone before it is rewritten */
-    if (direct && e->dsend.active && bt_transport_wait(e->dt, &e->dsend) != BT_OK) {
-        efail(e, BT_ERR_COMM, "rank %d: x to rank %d: %s", e->t->rank, nxt, e->dt->error);
-        direct_die(e);
-    }
-    const double t0 = bt_now_s();
-    e->computing = id;
-    bt_transport_set_busy(e->t, true); /* a progress thread, if any, moves the transfers meanwhile */
-    st = bt_llm_stage_run(e->stage, T, token, x_in, pos, seq, e->cells, n_out, out_ids, out, msg, sizeof msg);
-    bt_transport_set_busy(e->t, false);
-    e->stats.compute_s += bt_now_s() - t0;
-    if (st != BT_OK) return efail(e, st, "rank %d: ubatch %llu: %s", e->t->rank, (unsigned long long)id, msg);
-    e->stats.ubatches++;
-    e->stats.tokens += (uint64_t)T;
-    if (!o) return BT_OK;
-    double *busy = body_busy(o->body, T, n_out, n_floats);
-    for (int k = 0; k < e->n_stages; k++) busy[k] = busy_in ? busy_in[k] : 0.0;
-    busy[e->my_stage] = e->stats.compute_s;
-    o->head.kind = MSG_UBATCH;
-    o->head.n_tokens = (int32_t)T;
-    o->head.n_out = (int32_t)n_out;
-    o->head.id = id;
-    memcpy(o->body, ints, (size_t)(3 * T + n_out) * sizeof(int32_t));
-    st = out_send(e, o, last ? 0 : nxt);
-    if (st == BT_OK && direct) {
-        const struct bt_tensor *x = bt_llm_stage_output(e->stage);
-        if (bt_transport_isend(e->dt, x->data, bt_nbytes(x), nxt, 0, &e->dsend) != BT_OK) {
-            efail(e, BT_ERR_COMM, "rank %d: x of ubatch %llu to rank %d: %s", e->t->rank, (unsigned long long)id, nxt,
-                  e->dt->error);
-            direct_die(e);
-        }
-        e->stats.bytes_sent += bt_nbytes(x);
-        e->stats.bytes_direct += bt_nbytes(x);
-    }
-    return st;
 }
 
 /* ---- open ---------------------------------------------------------------------------- */
@@ -471,7 +402,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         e->t = t;
         e->p = *p;
         e->P = t->size;
-        e->my_stage = -1;
         /* the engine places whole layers: a pin it did not follow would be a
          * silent lie about where the tensors live */
         if (r->dist.n_pins > 0) {
@@ -573,8 +503,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         ranges = calloc((size_t)(2 * P), sizeof(int32_t));
         e->il0s = calloc((size_t)P, sizeof(int));
         e->il1s = calloc((size_t)P, sizeof(int));
-        e->stages = calloc((size_t)P, sizeof(int));
-        if ((t->rank == 0 && !descs) || !ranges || !e->il0s || !e->il1s || !e->stages)
+        if ((t->rank == 0 && !descs) || !ranges || !e->il0s || !e->il1s)
             st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         AGREE(); /* before the gather: a rank that failed does not take part */
         if (t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
@@ -589,104 +518,91 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         for (int i = 0; st == BT_OK && i < P; i++) {
             e->il0s[i] = ranges[2 * i];
             e->il1s[i] = ranges[2 * i + 1];
-            if (e->il1s[i] > e->il0s[i]) {
-                if (i == t->rank) e->my_stage = e->n_stages;
-                e->stages[e->n_stages++] = i;
-            }
         }
         free(ranges);
         ranges = NULL;
         AGREE();
     }
 
-    /* 4. this rank's layers, cache and stage */
-    {
-        const int il0 = e->il0s[t->rank], il1 = e->il1s[t->rank];
-        char lerr[900];
-        if (il1 > il0) {
-            bt_buffer_type_t buft = bt_backend_get_default_buffer_type(r->backend);
-            /* repacked for the CPU's matmul where the CPU computes (the rank's
-             * one backend), the same results */
-            st = bt_llm_load_gguf(e->g, il0, il1, buft, q->mmap, bt_backend_is_cpu(r->backend), &e->m, lerr,
-                                  sizeof lerr);
-            if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
-        }
-        struct bt_kv_config kc;
-        memset(&kc, 0, sizeof kc);
-        kc.n_ctx = q->n_ctx;
-        kc.n_seq_max = q->n_seq_max;
-        kc.type = q->kv_type;
-        kc.il0 = il0;
-        kc.il1 = il1;
-        kc.head_dim_k = e->hp.head_dim;
-        kc.head_dim_v = e->hp.head_dim_v;
-        kc.n_embd_k = e->hp.head_dim * e->hp.n_head_kv;
-        kc.n_embd_v = e->hp.head_dim_v * e->hp.n_head_kv;
-        kc.buft = il1 > il0 ? bt_backend_get_default_buffer_type(r->backend) : NULL;
-        if (st == BT_OK && (il1 > il0 || t->rank == 0)) {
-            st = bt_kv_new(&kc, &e->kv, lerr, sizeof lerr);
-            if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
-        }
-        if (st == BT_OK && il1 > il0) {
-            st = bt_llm_stage_new(e->m, e->kv, r->backend, q->n_ubatch, &e->stage, lerr, sizeof lerr);
-            if (st != BT_OK) msgf(msg, sizeof msg, "rank %d (host %s): %s", t->rank, host, lerr);
-        }
-        /* the value in use, which bt_engine_params reports */
-        e->p.max_inflight = q->max_inflight > 0 ? q->max_inflight : e->n_stages * (r->copies > 0 ? r->copies : 1);
-        if (e->p.max_inflight < 1) e->p.max_inflight = 1;
-        e->n_outs = e->p.max_inflight + 2;
-        e->stage_compute_s = calloc((size_t)(e->n_stages > 0 ? e->n_stages : 1), sizeof(double));
-        e->cells = malloc((size_t)q->n_ubatch * sizeof *e->cells);
-        e->outs = calloc((size_t)e->n_outs, sizeof *e->outs);
-        if (t->rank != 0 && il1 > il0) {
-            e->in_cap = body_bytes(e, q->n_ubatch, q->n_ubatch, e->my_stage == 0 ? 0 : q->n_ubatch * e->hp.n_embd);
-            e->in = malloc(e->in_cap);
-        }
-        if (st == BT_OK && (!e->cells || !e->outs || !e->stage_compute_s || (e->in_cap && !e->in)))
-            st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
-        if (e->m) e->stats.weight_bytes = bt_llm_weight_bytes(e->m);
-        if (e->m) e->stats.mapped_bytes = bt_llm_mapped_bytes(e->m);
-        if (e->m) e->stats.repacked_bytes = bt_llm_repacked_bytes(e->m);
-        if (e->kv) e->stats.kv_bytes = bt_kv_bytes(e->kv);
-    }
-    AGREE();
-
-    /* 5. the device transport's edges: x between consecutive stages that
-     * both have one (and that the topology's nccl edges allow) */
+    /* 4. the model on the runtime: every rank's layers as placed above, the
+     * weights each rank holds read from the file, its cache */
     {
         const int P = e->P;
+        int *counts = calloc((size_t)P, sizeof *counts);
         int64_t *has = calloc((size_t)P, sizeof *has);
-        int *esrc = calloc((size_t)P + 1, sizeof *esrc), *edst = calloc((size_t)P + 1, sizeof *edst);
-        int n_edges = 0;
-        if (!has || !esrc || !edst) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
-        else has[t->rank] = r->device_t != NULL;
-        /* agreed on here, not with AGREE: these three are freed below on every path */
+        e->has_dt = calloc((size_t)P, 1);
+        e->rows = malloc((size_t)q->n_ubatch * sizeof *e->rows);
+        e->in = t->rank != 0 ? malloc(body_bytes(q->n_ubatch, q->n_ubatch)) : NULL;
+        if (!counts || !has || !e->has_dt || !e->rows || (t->rank != 0 && !e->in)) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
+        /* the value in use, which bt_engine_params reports: the runtime's
+         * ring holds that many micro-batches */
+        int inflight = q->max_inflight > 0 ? q->max_inflight : P * (r->copies > 0 ? r->copies : 1);
+        if (inflight > BT_SCHED_MAX_COPIES) inflight = BT_SCHED_MAX_COPIES;
+        e->p.max_inflight = inflight;
+        if (st == BT_OK) {
+            has[t->rank] = r->device_t != NULL;
+            for (int i = 0; i < P; i++) counts[i] = e->il1s[i] - e->il0s[i];
+        }
         if (st == BT_OK) msg[0] = '\0';
-        st = bt_rank_agree(t, st, NULL, msg, sizeof msg);
+        st = bt_rank_agree(t, st, NULL, msg, sizeof msg); /* counts and has are freed below on every path */
         if (st == BT_OK && t->iface.allreduce_max(t, has, P) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
-        if (st == BT_OK && !(e->has_dt = calloc((size_t)P, 1)))
-            st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         for (int k = 0; st == BT_OK && k < P; k++) e->has_dt[k] = has[k] != 0;
-        for (int s = 0; st == BT_OK && s + 1 < e->n_stages; s++) {
-            const int a = e->stages[s], b = e->stages[s + 1];
-            if (!has[a] || !has[b] || (r->device_edges && !r->device_edges[(size_t)a * (size_t)P + (size_t)b])) continue;
-            esrc[n_edges] = a;
-            edst[n_edges++] = b;
-            if (a == t->rank) e->direct_out = true;
-            if (b == t->rank) e->direct_in = true;
+        if (st == BT_OK) {
+            struct bt_model_dist_params mp;
+            bt_model_dist_default_params(&mp);
+            mp.n_ctx = q->n_ctx;
+            mp.n_seq_max = q->n_seq_max;
+            mp.n_ubatch = q->n_ubatch;
+            mp.kv_type = q->kv_type;
+            mp.in_place = q->mmap;
+            mp.dist = r->dist;
+            mp.dist.n_copies = inflight;
+            mp.dist.device_transport = r->device_t; /* x between two ranks that both have one */
+            mp.dist.device_edges = r->device_edges;
+            mp.dist.layers_per_rank = counts;
+            mp.dist.pins = NULL; /* refused above */
+            mp.dist.n_pins = 0;
+            if (r->layer_counts) mp.dist.gflops = 1.0; /* fixed counts: speeds are not needed */
+            char derr[1024];
+            st = bt_model_dist_open(t, r->backend, e->g, &mp, &e->md, derr, sizeof derr); /* collective, agreed */
+            if (st != BT_OK) msgf(msg, sizeof msg, "%s", derr);
         }
-        if (st == BT_OK && r->device_t && n_edges > 0) {
-            e->dt = r->device_t;
-            if (bt_transport_connect(e->dt, esrc, edst, n_edges) != BT_OK)
-                st = BT_ERR_COMM,
-                msgf(msg, sizeof msg, "rank %d: %s transport: %s", t->rank, e->dt->iface.name(e->dt), e->dt->error);
-        }
+        free(counts);
         free(has);
-        free(esrc);
-        free(edst);
-        AGREE();
+        if (st == BT_OK) {
+            bt_model_dist_memory(e->md, &e->stats.weight_bytes, &e->stats.mapped_bytes, &e->stats.repacked_bytes,
+                                 &e->stats.kv_bytes);
+            e->n_outs = inflight + 2;
+            e->q_cap = inflight + 1;
+            e->outs = t->rank == 0 ? calloc((size_t)e->n_outs, sizeof *e->outs) : NULL;
+            e->q = t->rank == 0 ? calloc((size_t)e->q_cap, sizeof *e->q) : NULL;
+            if (t->rank == 0) {
+                e->stats_in = calloc((size_t)P, sizeof *e->stats_in);
+                e->stats_rq = calloc((size_t)P, sizeof *e->stats_rq);
+                e->rank_compute_s = calloc((size_t)P, sizeof *e->rank_compute_s);
+                e->rank_done = calloc((size_t)P, sizeof *e->rank_done);
+            }
+            bool ok = t->rank != 0 || (e->outs && e->q && e->stats_in && e->stats_rq && e->rank_compute_s && e->rank_done);
+            for (int i = 0; ok && t->rank == 0 && i < e->n_outs; i++) {
+                e->outs[i].rh = calloc((size_t)P, sizeof(bt_treq));
+                e->outs[i].rb = calloc((size_t)P, sizeof(bt_treq));
+                ok = e->outs[i].rh && e->outs[i].rb;
+            }
+            if (!ok) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
+        }
     }
+    AGREE();
+    /* rank 0 takes every computing rank's statistics as they come */
+    for (int k = 1; t->rank == 0 && k < e->P; k++) {
+        if (e->il1s[k] <= e->il0s[k]) {
+            e->rank_done[k] = true;
+            continue;
+        }
+        if (bt_transport_irecv(t, &e->stats_in[k], sizeof e->stats_in[k], k, TAG_STATS, &e->stats_rq[k]) != BT_OK)
+            st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank 0: %s", t->error);
+    }
+    AGREE();
 #undef AGREE
     *out = e;
     return BT_OK;
@@ -702,32 +618,35 @@ fail:
 void bt_engine_close(struct bt_engine *e) {
     if (!e) return;
     if (e->t && e->t->rank == 0 && !e->stopped) bt_engine_stop(e);
+    /* receives still posted (a rank 0 whose engine failed before the others
+     * said their last) are taken back */
+    for (int k = 0; e->stats_rq && k < e->P; k++)
+        if (e->stats_rq[k].active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->stats_rq[k]);
     for (int i = 0; e->outs && i < e->n_outs; i++) {
-        if (e->outs[i].rh.active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->outs[i].rh);
-        if (e->outs[i].rb.active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->outs[i].rb);
+        for (int k = 0; k < e->P; k++) {
+            if (e->outs[i].rh && e->outs[i].rh[k].active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->outs[i].rh[k]);
+            if (e->outs[i].rb && e->outs[i].rb[k].active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->outs[i].rb[k]);
+        }
+        free(e->outs[i].rh);
+        free(e->outs[i].rb);
         free(e->outs[i].body);
     }
-    for (int i = 0; i < e->q_cap; i++) {
-        struct slot *s = e->q[i];
-        if (!s) continue;
-        if (s->rh.active && e->t->iface.cancel) e->t->iface.cancel(e->t, &s->rh);
-        if (s->rb.active && e->t->iface.cancel) e->t->iface.cancel(e->t, &s->rb);
-        free(s->body);
-        free(s);
-    }
+    for (int i = 0; i < 4; i++)
+        if (e->stats_req[i].active && e->t->iface.cancel) e->t->iface.cancel(e->t, &e->stats_req[i]);
+    for (int i = 0; e->q && i < e->q_cap; i++) free(e->q[i].logits);
     free(e->q);
     free(e->outs);
-    bt_llm_stage_free(e->stage);
-    bt_kv_free(e->kv);
-    bt_llm_free(e->m);
+    bt_model_dist_free(e->md); /* collective: every rank closes */
     bt_gguf_close(e->g);
-    free(e->cells);
+    free(e->rows);
     free(e->in);
     free(e->il0s);
     free(e->il1s);
-    free(e->stages);
-    free(e->stage_compute_s);
     free(e->has_dt);
+    free(e->stats_in);
+    free(e->stats_rq);
+    free(e->rank_compute_s);
+    free(e->rank_done);
     free(e);
 }
 
@@ -745,101 +664,25 @@ void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1) {
 
 /* ---- rank 0 ------------------------------------------------------------------------------ */
 
-static struct slot *q_at(struct bt_engine *e, int i) { return e->q[(e->q_head + i) % e->q_cap]; }
+static struct slot *q_at(struct bt_engine *e, int i) { return &e->q[(e->q_head + i) % e->q_cap]; }
 
-static enum bt_status q_push(struct bt_engine *e, struct slot **out) {
-    if (e->q_len == e->q_cap) {
-        const int cap = e->q_cap ? 2 * e->q_cap : 8;
-        struct slot **nq = calloc((size_t)cap, sizeof *nq);
-        if (!nq) return efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%d ubatches waiting)", e->q_len);
-        for (int i = 0; i < e->q_cap; i++) nq[i] = e->q[(e->q_head + i) % e->q_cap];
-        free(e->q);
-        e->q = nq;
-        e->q_head = 0;
-        e->q_cap = cap;
+/* The logits of slot s from the runtime into the slot (waits for them). */
+static enum bt_status fetch(struct bt_engine *e, struct slot *s) {
+    if (s->fetched) return BT_OK;
+    const size_t want = (size_t)(s->n_out * e->hp.n_vocab) * sizeof(float);
+    if (want > s->cap) {
+        float *b = realloc(s->logits, want);
+        if (!b) return e->fatal = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
+        s->logits = b;
+        s->cap = want;
     }
-    const int k = (e->q_head + e->q_len) % e->q_cap;
-    if (!e->q[k] && !(e->q[k] = calloc(1, sizeof **e->q)))
-        return efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%d ubatches waiting)", e->q_len);
-    struct slot *s = e->q[k];
-    void *body = s->body;
-    const size_t cap = s->cap;
-    memset(s, 0, sizeof *s);
-    s->body = body;
-    s->cap = cap;
-    e->q_len++;
-    *out = s;
-    return BT_OK;
-}
-
-/* Drive slot s: true once its answer is here (or the engine failed). */
-static bool slot_poll(struct bt_engine *e, struct slot *s) {
-    if (s->done || e->fatal != BT_OK) return true;
-    bool done = false;
-    if (!s->body_posted) {
-        if (bt_transport_test(e->t, &s->rh, &done) != BT_OK) {
-            e->fatal = efail(e, BT_ERR_COMM, "rank 0: receiving from rank %d: %s", e->stages[e->n_stages - 1],
-                             e->t->error);
-            return true;
-        }
-        if (!done) return false;
-        e->stats.bytes_received += sizeof s->head;
-        s->head.text[MSG_TEXT - 1] = '\0';
-        if (s->head.kind == MSG_ERROR) {
-            e->fatal = efail(e, wire_status(s->head.status), "%s", s->head.text);
-            return true;
-        }
-        const size_t want = body_bytes(e, s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
-        if (s->head.kind != MSG_UBATCH || s->head.id != s->id || s->head.n_out != s->n_out || s->head.body != want) {
-            e->fatal = efail(e, BT_ERR_COMM,
-                             "rank 0: rank %d answered ubatch %llu with message %d for ubatch %llu (%lld bytes)",
-                             e->stages[e->n_stages - 1], (unsigned long long)s->id, s->head.kind,
-                             (unsigned long long)s->head.id, (long long)s->head.body);
-            return true;
-        }
-        if (want > s->cap) {
-            void *b = realloc(s->body, want);
-            if (!b) {
-                e->fatal = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
-                return true;
-            }
-            s->body = b;
-            s->cap = want;
-        }
-        if (bt_transport_irecv(e->t, s->body, want, e->stages[e->n_stages - 1], TAG_BODY, &s->rb) != BT_OK) {
-            e->fatal = efail(e, BT_ERR_COMM, "rank 0: %s", e->t->error);
-            return true;
-        }
-        s->body_posted = true;
-    }
-    if (bt_transport_test(e->t, &s->rb, &done) != BT_OK) {
-        e->fatal = efail(e, BT_ERR_COMM, "rank 0: receiving from rank %d: %s", e->stages[e->n_stages - 1], e->t->error);
-        return true;
-    }
-    if (done) {
-        e->stats.bytes_received += s->head.body;
-        const double *busy = body_busy(s->body, s->head.n_tokens, s->n_out, s->n_out * e->hp.n_vocab);
-        for (int k = 0; k < e->n_stages; k++)
-            if (busy[k] > e->stage_compute_s[k]) e->stage_compute_s[k] = busy[k];
-        s->done = true;
-        e->n_pending--;
-    }
-    return done;
-}
-
-/* Wait until slot s is done (or the engine failed). */
-static void slot_wait(struct bt_engine *e, struct slot *s) {
     const double t0 = bt_now_s();
-    unsigned spins = 0;
-    while (!slot_poll(e, s)) {
-        if (++spins < 256) {
-            sched_yield();
-        } else {
-            const struct timespec d = {0, 20000};
-            nanosleep(&d, NULL);
-        }
-    }
+    const enum bt_status st = bt_model_dist_logits(e->md, s->k, s->logits);
     e->stats.wait_s += bt_now_s() - t0;
+    if (st != BT_OK) return e->fatal = efail(e, st, "rank 0: %s", bt_model_dist_error(e->md));
+    e->stats.bytes_received += want;
+    s->fetched = true;
+    return BT_OK;
 }
 
 static enum bt_status check_usable(struct bt_engine *e) {
@@ -847,6 +690,14 @@ static enum bt_status check_usable(struct bt_engine *e) {
     if (e->fatal != BT_OK) return e->fatal;
     if (e->stopped) return efail(e, BT_ERR_INVALID, "the engine is stopped");
     return BT_OK;
+}
+
+/* The ubatch in the runtime's form (rows into e->rows). */
+static struct bt_model_dist_ubatch to_ubatch(struct bt_engine *e, const struct bt_llm_batch *ub) {
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < ub->n_tokens; i++)
+        if (ub->logits ? ub->logits[i] != 0 : i == ub->n_tokens - 1) e->rows[n_out++] = (int32_t)i;
+    return (struct bt_model_dist_ubatch){ub->n_tokens, ub->token, ub->pos, ub->seq, n_out, e->rows};
 }
 
 enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *ub, uint64_t *id) {
@@ -861,86 +712,56 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
         if (ub->token[i] < 0 || ub->token[i] >= e->hp.n_vocab)
             return efail(e, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)", (long long)i,
                          ub->token[i], (long long)e->hp.n_vocab);
-    /* the pipeline's depth: wait for the oldest ubatch still in the chain */
-    while (e->n_pending >= e->p.max_inflight) {
-        for (int i = 0; i < e->q_len; i++) {
-            struct slot *s = q_at(e, i);
-            if (!s->done) {
-                slot_wait(e, s);
-                break;
-            }
-        }
-        if (e->fatal != BT_OK) return e->fatal;
+    /* the runtime keeps the logits of its last max_inflight micro-batches:
+     * the oldest not taken yet comes into its slot before this one could
+     * take its place (the pipeline's depth) */
+    const int64_t k = bt_model_dist_n_submitted(e->md);
+    for (int i = 0; i < e->q_len; i++) {
+        struct slot *s = q_at(e, i);
+        if (!s->fetched && s->k <= k - e->p.max_inflight && (st = fetch(e, s)) != BT_OK) return st;
     }
-    /* the message: ids, positions, sequences, rows asked for */
-    const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    int64_t n_out = 0;
-    for (int64_t i = 0; i < T; i++) n_out += ub->logits ? ub->logits[i] != 0 : i == T - 1;
-    int32_t *ints = malloc((size_t)(3 * T + n_out) * sizeof(int32_t));
-    if (!ints) return efail(e, BT_ERR_NOMEM, "rank 0: out of memory");
-    memcpy(ints, ub->token, (size_t)T * sizeof(int32_t));
-    memcpy(ints + T, ub->pos, (size_t)T * sizeof(int32_t));
-    memcpy(ints + 2 * T, ub->seq, (size_t)T * sizeof(int32_t));
-    for (int64_t i = 0, k = 0; i < T; i++)
-        if (ub->logits ? ub->logits[i] != 0 : i == T - 1) ints[3 * T + k++] = (int32_t)i;
-    struct slot *s = NULL;
-    st = q_push(e, &s);
-    if (st != BT_OK) {
-        free(ints);
-        return st;
+    if (e->q_len == e->q_cap) {
+        const int cap = 2 * e->q_cap;
+        struct slot *nq = calloc((size_t)cap, sizeof *nq);
+        if (!nq) return efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%d ubatches waiting)", e->q_len);
+        for (int i = 0; i < e->q_len; i++) nq[i] = *q_at(e, i);
+        for (int i = e->q_len; i < e->q_cap; i++) free(q_at(e, i)->logits);
+        free(e->q);
+        e->q = nq;
+        e->q_head = 0;
+        e->q_cap = cap;
     }
-    const uint64_t my_id = e->next_id;
-    s->id = my_id;
-    s->n_out = n_out;
-    if (e->my_stage == 0) {
-        /* one stage: the logits go straight into the slot (room made first:
-         * nothing placed yet when there is none) */
-        float *logits = NULL;
-        if (nxt < 0) {
-            const size_t want = body_bytes(e, T, n_out, n_out * e->hp.n_vocab);
-            if (want > s->cap) {
-                void *b = realloc(s->body, want);
-                if (!b) st = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
-                else s->body = b, s->cap = want;
-            }
-            if (st == BT_OK) logits = (float *)((int32_t *)s->body + body_ints(T, n_out));
-        }
-        /* rank 0's own layers first: checks and places the tokens */
-        if (st == BT_OK) st = stage_step(e, my_id, T, n_out, ints, NULL, NULL, logits);
-        if (st == BT_OK && nxt < 0) {
-            s->head.n_tokens = (int32_t)T;
-            s->done = true;
-        }
-    } else {
-        /* rank 0 holds no layers: its cache keeps the books, stage 0 computes */
-        char msg[512];
-        st = bt_kv_place(e->kv, T, ub->seq, ub->pos, e->cells, msg, sizeof msg);
-        if (st != BT_OK) efail(e, st, "%s", msg);
-        struct out_msg *o = NULL;
-        if (st == BT_OK && (st = out_get(e, body_bytes(e, T, n_out, 0), &o)) != BT_OK) e->fatal = st;
-        if (st == BT_OK) {
-            o->head.kind = MSG_UBATCH;
-            o->head.n_tokens = (int32_t)T;
-            o->head.n_out = (int32_t)n_out;
-            o->head.id = my_id;
-            memcpy(o->body, ints, (size_t)(3 * T + n_out) * sizeof(int32_t));
-            memset(body_busy(o->body, T, n_out, 0), 0, (size_t)e->n_stages * sizeof(double));
-            st = out_send(e, o, nxt);
-            if (st != BT_OK) e->fatal = st;
-        }
+    /* checked and placed here first: the others hear only of a ubatch that fits */
+    const struct bt_model_dist_ubatch mb = to_ubatch(e, ub);
+    st = bt_model_dist_place(e->md, &mb);
+    if (st != BT_OK) return efail(e, st, "%s", bt_model_dist_error(e->md));
+    struct out_msg *o = NULL;
+    if (e->P > 1) {
+        if ((st = out_get(e, body_bytes(T, mb.n_out), &o)) != BT_OK) return e->fatal = st;
+        o->head.kind = MSG_UBATCH;
+        o->head.n_tokens = (int32_t)T;
+        o->head.n_out = (int32_t)mb.n_out;
+        o->head.id = e->next_id;
+        int32_t *b = o->body;
+        memcpy(b, ub->token, (size_t)T * sizeof(int32_t));
+        memcpy(b + T, ub->pos, (size_t)T * sizeof(int32_t));
+        memcpy(b + 2 * T, ub->seq, (size_t)T * sizeof(int32_t));
+        memcpy(b + 3 * T, mb.rows, (size_t)mb.n_out * sizeof(int32_t));
+        if ((st = out_send(e, o)) != BT_OK) return e->fatal = st;
     }
-    free(ints);
-    if (st == BT_OK && !s->done) {
-        e->n_pending++;
-        if (bt_transport_irecv(e->t, &s->head, sizeof s->head, e->stages[e->n_stages - 1], TAG_HEAD, &s->rh) != BT_OK)
-            st = e->fatal = efail(e, BT_ERR_COMM, "rank 0: %s", e->t->error);
-    }
-    if (st != BT_OK) {
-        e->q_len--; /* the slot was the last one pushed */
-        return st;
-    }
+    st = bt_model_dist_run(e->md, &mb); /* collective; a new shape's plan is agreed on */
+    if (st != BT_OK) return e->fatal = efail(e, st, "%s", bt_model_dist_error(e->md));
+    e->stats.ubatches++;
+    e->stats.tokens += (uint64_t)T;
+    struct slot *s = q_at(e, e->q_len);
+    s->id = e->next_id;
+    s->k = k;
+    s->n_out = mb.n_out;
+    s->fetched = mb.n_out == 0;
+    e->q_len++;
+    if (id) *id = e->next_id;
     e->next_id++;
-    if (id) *id = my_id;
+    poll_stats(e, false);
     return BT_OK;
 }
 
@@ -951,33 +772,15 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
     if (e->fatal != BT_OK) return e->fatal;
     if (e->q_len == 0) return efail(e, BT_ERR_INVALID, "collect: no ubatch in flight");
     struct slot *s = q_at(e, 0);
-    slot_wait(e, s);
-    if (e->fatal != BT_OK) return e->fatal;
+    const enum bt_status st = fetch(e, s);
+    if (st != BT_OK) return st;
     if (id) *id = s->id;
     if (n_out) *n_out = s->n_out;
-    if (logits && s->n_out > 0)
-        memcpy(logits, (int32_t *)s->body + body_ints(s->head.n_tokens, s->n_out),
-               (size_t)(s->n_out * e->hp.n_vocab) * sizeof(float));
+    if (logits && s->n_out > 0) memcpy(logits, s->logits, (size_t)(s->n_out * e->hp.n_vocab) * sizeof(float));
     e->q_head = (e->q_head + 1) % e->q_cap;
     e->q_len--;
-    /* the slot keeps its buffer for reuse */
+    poll_stats(e, false);
     return BT_OK;
-}
-
-/* A head-only message (MSG_SEQ_RM, MSG_STOP) to rank peer; text: a failure
- * the stop carries to every rank, with its status why (NULL: none). */
-static enum bt_status send_control(struct bt_engine *e, int peer, int kind, int32_t arg, const char *text,
-                                   enum bt_status why) {
-    struct out_msg *o;
-    const enum bt_status st = out_get(e, 0, &o);
-    if (st != BT_OK) return e->fatal = st;
-    o->head.kind = kind;
-    o->head.arg = arg;
-    if (text) {
-        msgf(o->head.text, sizeof o->head.text, "%s", text);
-        o->head.status = why;
-    }
-    return out_send(e, o, peer);
 }
 
 enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
@@ -985,31 +788,29 @@ enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
     if (st != BT_OK) return st;
     if (seq < 0 || seq >= e->p.n_seq_max)
         return efail(e, BT_ERR_INVALID, "seq_rm: sequence id %d out of [0, %d)", seq, e->p.n_seq_max);
-    bt_kv_seq_rm(e->kv, seq);
-    const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    if (nxt >= 0 && (st = send_control(e, nxt, MSG_SEQ_RM, seq, NULL, BT_OK)) != BT_OK) e->fatal = st;
+    bt_model_dist_seq_rm(e->md, seq);
+    if (e->P > 1 && (st = send_control(e, MSG_SEQ_RM, seq, NULL, BT_OK)) != BT_OK) e->fatal = st;
     return st;
 }
 
 int32_t bt_engine_seq_pos_max(const struct bt_engine *e, int32_t seq) {
-    if (!e->kv || seq < 0 || seq >= e->p.n_seq_max) return -1;
-    return bt_kv_seq_pos_max(e->kv, seq);
+    if (!e->md || seq < 0 || seq >= e->p.n_seq_max) return -1;
+    return bt_model_dist_seq_pos_max(e->md, seq);
 }
 
 enum bt_status bt_engine_stop(struct bt_engine *e) {
     if (e->t->rank != 0) return efail(e, BT_ERR_INVALID, "rank %d: only rank 0 stops the engine", e->t->rank);
     if (e->stopped) return e->fatal;
     e->stopped = true;
-    /* what is in flight comes back first (its answers are dropped) */
-    for (int i = 0; i < e->q_len && e->fatal == BT_OK; i++) slot_wait(e, q_at(e, i));
-    e->q_len = 0;
-    /* then the stop goes down the chain and to every rank without layers */
-    enum bt_status st = BT_OK;
-    const int nxt = e->my_stage == 0 ? next_rank(e, 0) : e->stages[0];
-    const char *why = e->fatal != BT_OK ? e->err : NULL; /* every rank learns of a failure */
-    if (nxt >= 0) st = send_control(e, nxt, MSG_STOP, 0, why, e->fatal);
-    for (int r = 1; r < e->P && st == BT_OK; r++)
-        if (e->il1s[r] <= e->il0s[r]) st = send_control(e, r, MSG_STOP, 0, why, e->fatal);
+    e->q_len = 0; /* the answers in flight are dropped; the runtime finishes them below */
+    /* every rank learns of a failure */
+    const char *why = e->fatal != BT_OK ? e->err : NULL;
+    enum bt_status st = e->P > 1 ? send_control(e, MSG_STOP, 0, why, e->fatal) : BT_OK;
+    if (st == BT_OK && e->md) {
+        st = bt_model_dist_synchronize(e->md); /* collective: the others do it on the stop */
+        if (st != BT_OK) efail(e, st, "rank 0: %s", bt_model_dist_error(e->md));
+    }
+    poll_stats(e, true); /* every computing rank says its last */
     const enum bt_status st2 = drain_sends(e);
     if (e->fatal != BT_OK) return e->fatal;
     return st != BT_OK ? st : st2;
@@ -1017,114 +818,79 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
 
 /* ---- ranks 1 .. P-1 ------------------------------------------------------------------ */
 
-/* This rank's failure (status st, message e->err) down the chain to rank 0,
- * once. */
-static void report_failure(struct bt_engine *e, int nxt, enum bt_status st) {
-    struct out_msg *o;
-    if (out_get(e, 0, &o) != BT_OK) return;
-    o->head.kind = MSG_ERROR;
-    o->head.arg = e->t->rank;
-    o->head.status = st;
-    msgf(o->head.text, sizeof o->head.text, "%s", e->err);
-    out_send(e, o, nxt >= 0 ? nxt : 0);
-}
-
-/* After a failure (this rank's or an earlier stage's) a stage drops the
- * ubatches that still come and waits for the stop, so that rank 0, which
- * learns of the failure through the chain, is never left waiting. */
+/* Every message rank 0 sends, in its order, until the stop.  A ubatch's
+ * failure in the runtime's calls is every rank's (a new shape's plan is
+ * agreed on), so rank 0 fails it too and stops the engine; this rank then
+ * drops what still comes.  A failure this rank would have alone (a message
+ * it cannot use, a placement rank 0's did not have) would leave the ranks
+ * out of step in collective calls: it ends the job, as a failure in the
+ * middle of the runtime's pipeline does. */
 enum bt_status bt_engine_serve(struct bt_engine *e) {
     bt_transport *t = e->t;
     if (t->rank == 0) return efail(e, BT_ERR_INVALID, "rank 0 drives the engine; the other ranks serve");
-    const int prev = e->my_stage < 0 ? 0 : e->my_stage == 0 ? 0 : e->stages[e->my_stage - 1];
-    const int nxt = e->my_stage < 0 ? -1 : next_rank(e, e->my_stage);
-    enum bt_status failed = BT_OK; /* this rank's or an earlier one's failure */
+    enum bt_status failed = BT_OK; /* a failure every rank had (agreed), or rank 0's */
     struct msg_head head;
-    void *body = e->in;
+    int32_t *body = e->in; /* sized at open: nothing allocated here, which only this rank could fail */
     bt_treq rh;
     memset(&rh, 0, sizeof rh);
     for (;;) {
         const double t0 = bt_now_s();
-        if (bt_transport_irecv(t, &head, sizeof head, prev, TAG_HEAD, &rh) != BT_OK ||
+        if (bt_transport_irecv(t, &head, sizeof head, 0, TAG_HEAD, &rh) != BT_OK ||
             bt_transport_wait_polite(t, &rh) != BT_OK) {
             /* the transport is broken: nothing more can come or go */
-            failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
+            failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank 0: %s", t->rank, t->error);
             break;
         }
+        e->stats.wait_s += bt_now_s() - t0;
         e->stats.bytes_received += sizeof head;
         head.text[MSG_TEXT - 1] = '\0';
         if (head.kind == MSG_STOP) {
-            e->stats.wait_s += bt_now_s() - t0;
             /* a failure rank 0 learned of ends this rank with its message too */
             if (head.text[0] && failed == BT_OK) failed = efail(e, wire_status(head.status), "%s", head.text);
-            if (nxt >= 0 &&
-                send_control(e, nxt, MSG_STOP, 0, head.text[0] ? head.text : NULL, wire_status(head.status)) != BT_OK &&
-                failed == BT_OK)
-                failed = BT_ERR_COMM;
+            const enum bt_status st = bt_model_dist_synchronize(e->md); /* collective, with rank 0's stop */
+            if (st != BT_OK && failed == BT_OK) failed = efail(e, st, "rank %d: %s", t->rank, bt_model_dist_error(e->md));
             break;
         }
         if (head.kind == MSG_SEQ_RM) {
-            if (e->kv) bt_kv_seq_rm(e->kv, head.arg);
-            if (nxt >= 0 && send_control(e, nxt, MSG_SEQ_RM, head.arg, NULL, BT_OK) != BT_OK && failed == BT_OK) failed = BT_ERR_COMM;
-            continue;
-        }
-        if (head.kind == MSG_ERROR) {
-            /* an earlier stage failed: pass it on, then wait for the stop */
-            if (failed == BT_OK) {
-                failed = efail(e, wire_status(head.status), "%s", head.text);
-                report_failure(e, nxt, failed);
-            }
+            bt_model_dist_seq_rm(e->md, head.arg);
             continue;
         }
         const int64_t T = head.n_tokens, n_out = head.n_out;
-        /* stage 0 gets the tokens from rank 0, the others x as well */
-        const int64_t n_floats_in = e->my_stage == 0 || e->direct_in ? 0 : T * e->hp.n_embd;
-        const size_t want = body_bytes(e, T, n_out, n_floats_in);
-        enum bt_status st = BT_OK;
-        if (head.kind != MSG_UBATCH || e->my_stage < 0 || T < 1 || T > e->p.n_ubatch || n_out < 0 || n_out > T ||
-            head.body != want) {
-            st = efail(e, BT_ERR_COMM, "rank %d: a message from rank %d it cannot use (kind %d, %lld tokens, %lld bytes)",
-                       t->rank, prev, head.kind, (long long)T, (long long)head.body);
-            if (e->my_stage < 0) { /* a rank outside the chain has nobody to tell but rank 0 */
-                failed = st;
-                break;
-            }
+        if (head.kind != MSG_UBATCH || T < 1 || T > e->p.n_ubatch || n_out < 0 || n_out > T ||
+            head.body != body_bytes(T, n_out)) {
+            /* not a message rank 0 sends: the ranks cannot go on in step */
+            efail(e, BT_ERR_COMM, "rank %d: a message from rank 0 it cannot use (kind %d, %lld tokens, %lld bytes)",
+                  t->rank, head.kind, (long long)T, (long long)head.body);
+            fprintf(stderr, "baton: %s\n", e->err);
+            t->iface.abort(t, 1);
         }
-        if (st == BT_OK) {
-            BT_ASSERT(want <= e->in_cap); /* T <= n_ubatch, n_out <= T: sized at open */
-            if (bt_transport_irecv(t, body, want, prev, TAG_BODY, &rh) != BT_OK ||
-                bt_transport_wait_polite(t, &rh) != BT_OK) {
-                /* the chain learns of it and this rank waits for the stop:
-                 * leaving now would leave the ranks after it (and rank 0)
-                 * waiting for ever; a transport that is really broken fails
-                 * the next receive, which ends the loop.  The failed
-                 * receive ended its request (transport.h), so rh is posted
-                 * into again, never waited on twice, and no receive is left
-                 * pointing into the body buffer */
-                if (failed == BT_OK) {
-                    failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank %d: %s", t->rank, prev, t->error);
-                    report_failure(e, nxt, failed);
-                }
-                continue;
-            }
-            e->stats.bytes_received += want;
-            e->stats.wait_s += bt_now_s() - t0;
+        const double t1 = bt_now_s();
+        if (bt_transport_irecv(t, body, head.body, 0, TAG_BODY, &rh) != BT_OK ||
+            bt_transport_wait_polite(t, &rh) != BT_OK) {
+            failed = efail(e, BT_ERR_COMM, "rank %d: receiving from rank 0: %s", t->rank, t->error);
+            break;
         }
-        if (failed != BT_OK) continue; /* after a failure: drop the work, wait for the stop */
-        const int32_t *ints = body;
-        /* the rows asked for were checked on rank 0; others mean a broken message */
-        for (int64_t i = 0; st == BT_OK && i < n_out; i++)
-            if (ints[3 * T + i] < 0 || ints[3 * T + i] >= T)
-                st = efail(e, BT_ERR_COMM, "rank %d: ubatch %llu asks for rows outside its tokens", t->rank,
-                           (unsigned long long)head.id);
-        if (st == BT_OK)
-            st = stage_step(e, head.id, T, n_out, ints,
-                            e->my_stage == 0 || e->direct_in ? NULL : (const float *)(ints + body_ints(T, n_out)),
-                            body_busy(body, T, n_out, n_floats_in), NULL);
+        e->stats.wait_s += bt_now_s() - t1;
+        e->stats.bytes_received += head.body;
+        if (failed != BT_OK) continue; /* the ubatches after an agreed failure were not submitted anywhere */
+        const struct bt_model_dist_ubatch mb = {T, body, body + T, body + 2 * T, n_out, body + 3 * T};
+        enum bt_status st = bt_model_dist_place(e->md, &mb);
         if (st != BT_OK) {
-            failed = st;
-            report_failure(e, nxt, failed);
+            /* rank 0 placed it: a cache out of step with rank 0's */
+            efail(e, st, "rank %d: ubatch %llu: %s", t->rank, (unsigned long long)head.id, bt_model_dist_error(e->md));
+            fprintf(stderr, "baton: %s\n", e->err);
+            t->iface.abort(t, 1);
         }
+        st = bt_model_dist_run(e->md, &mb); /* collective, with rank 0's submit */
+        if (st != BT_OK) {
+            failed = efail(e, st, "%s", bt_model_dist_error(e->md));
+            continue; /* every rank failed it alike: rank 0 stops the engine */
+        }
+        e->stats.ubatches++;
+        e->stats.tokens += (uint64_t)T;
+        send_stats(e, false);
     }
+    send_stats(e, true);
     const enum bt_status st = drain_sends(e);
     if (failed != BT_OK) return failed;
     return st;
@@ -1135,17 +901,25 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
 void bt_engine_compute_seconds(const struct bt_engine *e, double *compute_s) {
     for (int r = 0; r < e->P; r++) compute_s[r] = 0.0;
     if (e->t->rank != 0) return;
-    for (int k = 0; k < e->n_stages; k++) compute_s[e->stages[k]] = e->stage_compute_s[k];
-    compute_s[0] = e->stats.compute_s; /* rank 0's own, now */
+    poll_stats((struct bt_engine *)e, false);
+    for (int r = 1; r < e->P; r++) compute_s[r] = e->rank_compute_s[r];
+    compute_s[0] = e->md ? bt_model_dist_local_stats(e->md).compute_s : 0.0; /* rank 0's own, now */
 }
 
 void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s) {
     *s = e->stats;
-    if (e->stage) s->compute_bytes = bt_llm_stage_compute_bytes(e->stage);
-    s->buffer_bytes = e->in_cap;
+    if (e->md) {
+        const struct bt_dist_stats d = bt_model_dist_local_stats(e->md);
+        s->compute_s = d.compute_s;
+        s->wait_s += d.wait_s;
+        s->bytes_sent += (uint64_t)d.bytes_sent;
+        s->bytes_received += (uint64_t)d.bytes_recv;
+        s->bytes_direct = (uint64_t)d.bytes_direct;
+        s->compute_bytes = (size_t)d.compute_bytes;
+        s->buffer_bytes = (size_t)d.slot_bytes;
+    }
     for (int i = 0; e->outs && i < e->n_outs; i++) s->buffer_bytes += e->outs[i].cap;
-    for (int i = 0; i < e->q_cap; i++)
-        if (e->q[i]) s->buffer_bytes += e->q[i]->cap;
+    for (int i = 0; e->q && i < e->q_cap; i++) s->buffer_bytes += e->q[i].cap;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) s->peak_rss = (size_t)ru.ru_maxrss * 1024;
 }

@@ -44,8 +44,10 @@ struct bt_model_dist {
     int *counts; /* the first plan's layers per rank: every later plan's */
     struct submitted ring[RING];
     int64_t n_submitted;
+    int64_t placed; /* tokens of the ubatch placed and not yet run */
     struct bt_dist_stats stats_base; /* of runtimes freed since the last reset */
     double plan_s;  /* time spent planning shapes, all of them */
+    size_t weight_bytes, mapped_bytes, repacked_bytes, kv_bytes; /* this rank's, from the first plan */
     bt_sched_eval_callback eval_cb;
     void *eval_user;
     int n_plans;
@@ -117,9 +119,40 @@ static void read_weight(struct bt_tensor *w, void *user) {
     BT_ASSERT(i >= 0); /* described from this file */
     const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
     BT_ASSERT(ft->size == bt_nbytes(w));
-    if (repack_here(md, w)) bt_cpu_weight_repack(w, bt_gguf_tensor_data(md->g, ft));
-    else bt_tensor_set(w, bt_gguf_tensor_data(md->g, ft), 0, ft->size);
+    if (repack_here(md, w)) {
+        bt_cpu_weight_repack(w, bt_gguf_tensor_data(md->g, ft));
+        md->repacked_bytes += ft->size;
+    } else {
+        bt_tensor_set(w, bt_gguf_tensor_data(md->g, ft), 0, ft->size);
+    }
     bt_gguf_tensor_release(md->g, ft);
+}
+
+/* in_place: every weight of the file points into its mapping (read only,
+ * where its alignment allows and the backend computes in host memory), so
+ * that the runtime allocates none; only the pages of the weights this rank
+ * computes with are ever read. */
+static void bind_in_place(struct bt_model_dist *md, struct bt_graph *gr) {
+    if (bt_backend_get_default_buffer_type(md->backend) != bt_cpu_buffer_type()) return;
+    for (int l = 0; l < gr->n_leafs; l++) {
+        struct bt_tensor *w = gr->leafs[l];
+        if (!bt_tensor_is_weight(w) || is_cache(w) || w->data) continue;
+        const int64_t i = bt_gguf_find_tensor(md->g, w->name);
+        if (i < 0) continue;
+        const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
+        const void *p = bt_gguf_tensor_data(md->g, ft);
+        if ((uintptr_t)p % 32 != 0 || ft->size != bt_nbytes(w)) continue;
+        w->data = (void *)p;
+        w->buffer = NULL;
+    }
+}
+
+void bt_model_dist_memory(const struct bt_model_dist *md, size_t *weights, size_t *mapped, size_t *repacked,
+                          size_t *kv) {
+    *weights = md->weight_bytes;
+    *mapped = md->mapped_bytes;
+    *repacked = md->repacked_bytes;
+    *kv = md->kv_bytes;
 }
 
 static void shape_free(struct shape *sh) {
@@ -157,11 +190,14 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
     sh->n_kv = n_kv;
     sh->n_out = n_out;
     sh->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(md->m), NULL, true});
-    if (!sh->ctx) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory (a graph)");
+    if (!sh->ctx)
+        st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "rank %d: out of memory (a graph of %lld tokens)",
+                             md->t->rank, (long long)T);
     if (st == BT_OK) {
         st = bt_llm_build_graph(md->m, md->kv, sh->ctx, T, n_kv, n_out, &sh->g);
         if (st != BT_OK)
-            bt_error_printf(md->err, sizeof md->err, st, "building the graph: %s", bt_context_error(sh->ctx));
+            bt_error_printf(md->err, sizeof md->err, st, "rank %d: building the graph: %s", md->t->rank,
+                            bt_context_error(sh->ctx));
     }
     struct bt_dist_options opt = md->p.dist;
     opt.ends_with_layers = true;
@@ -174,9 +210,10 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
     }
     if (st == BT_OK) {
         sh->d = bt_dist_new(md->t, md->backend, &opt);
-        if (!sh->d) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory");
+        if (!sh->d) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "rank %d: out of memory", md->t->rank);
     }
     st = agree(md->t, st, md->err, sizeof md->err);
+    if (st == BT_OK && i == 0 && md->p.in_place) bind_in_place(md, sh->g.graph);
     if (st == BT_OK) {
         bt_dist_set_eval_callback(sh->d, md->eval_cb, md->eval_user);
         st = bt_dist_plan(sh->d, sh->g.graph, read_weight, md); /* collective, agreed */
@@ -186,6 +223,17 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
         const struct bt_plan *p = bt_dist_get_plan(sh->d);
         for (int r = 0; r < md->t->size; r++)
             md->counts[r] = p->layer_first[r] >= 0 ? p->layer_last[r] - p->layer_first[r] + 1 : 0;
+        const struct bt_graph *gr = sh->g.graph;
+        for (int l = 0; l < gr->n_leafs; l++) {
+            const struct bt_tensor *w = gr->leafs[l];
+            if (!bt_tensor_is_weight(w) || bt_dist_owner(sh->d, w) != md->t->rank) continue;
+            if (is_cache(w)) {
+                md->kv_bytes += bt_nbytes(w);
+                continue;
+            }
+            md->weight_bytes += bt_nbytes(w);
+            if (!w->buffer && w->data) md->mapped_bytes += bt_nbytes(w);
+        }
     }
     if (st == BT_OK && i > 0) {
         /* the same plan on every rank: the same verdict */
@@ -242,7 +290,8 @@ static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
     md->mask = malloc((size_t)(U * C) * sizeof *md->mask);
     md->counts = calloc((size_t)md->t->size, sizeof *md->counts);
     if (!md->cells || !md->rows || !md->mask || !md->counts)
-        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the inputs of %lld tokens)", (long long)U);
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "rank %d: out of memory (the inputs of %lld tokens)",
+                               md->t->rank, (long long)U);
     for (int i = 0; i < RING; i++) md->ring[i].k = -1;
     return BT_OK;
 }
@@ -252,7 +301,7 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
                                   size_t n_err) {
     *out = NULL;
     struct bt_model_dist *md = calloc(1, sizeof *md);
-    enum bt_status st = md ? BT_OK : bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
+    enum bt_status st = md ? BT_OK : bt_error_printf(err, n_err, BT_ERR_NOMEM, "rank %d: out of memory", t->rank);
     if (md) {
         md->t = t;
         md->backend = backend;
@@ -351,12 +400,19 @@ static enum bt_status check_ubatch(struct bt_model_dist *md, const struct bt_mod
     return BT_OK;
 }
 
-enum bt_status bt_model_dist_decode(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
+enum bt_status bt_model_dist_place(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
     enum bt_status st = check_ubatch(md, ub);
-    if (st != BT_OK) return st;
+    if (st == BT_OK) st = bt_kv_place(md->kv, ub->n, ub->seq, ub->pos, md->cells, md->err, sizeof md->err);
+    md->placed = st == BT_OK ? ub->n : 0;
+    return st;
+}
+
+enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
+    if (md->placed != ub->n)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "a ubatch run before it was placed");
+    md->placed = 0;
     const int64_t T = ub->n;
-    st = bt_kv_place(md->kv, T, ub->seq, ub->pos, md->cells, md->err, sizeof md->err);
-    if (st != BT_OK) return st;
+    enum bt_status st;
     const int64_t n_kv = bt_kv_n_active(md->kv);
     int i = -1;
     st = shape_get(md, T, n_kv, ub->n_out, &i);
@@ -387,6 +443,11 @@ enum bt_status bt_model_dist_decode(struct bt_model_dist *md, const struct bt_mo
     return BT_OK;
 }
 
+enum bt_status bt_model_dist_decode(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub) {
+    const enum bt_status st = bt_model_dist_place(md, ub);
+    return st == BT_OK ? bt_model_dist_run(md, ub) : st;
+}
+
 enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const int32_t *tokens, int64_t n_out) {
     if (n < 1 || n > md->p.n_ubatch || n_out < 0 || n_out > n)
         return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID,
@@ -403,6 +464,7 @@ enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const i
 }
 
 int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq) { return bt_kv_seq_rm(md->kv, seq); }
+int32_t bt_model_dist_seq_pos_max(const struct bt_model_dist *md, int32_t seq) { return bt_kv_seq_pos_max(md->kv, seq); }
 
 enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md) {
     for (int i = 0; i < MAX_SHAPES; i++) {

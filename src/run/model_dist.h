@@ -47,6 +47,7 @@ struct bt_model_dist_params {
     int n_seq_max;          /* sequences (each gets n_ctx / n_seq_max cells) */
     int64_t n_ubatch;       /* tokens of a ubatch, at most */
     enum bt_type kv_type;   /* the cache's type (F16 as generate's default) */
+    bool in_place;          /* CPU weights used in place in the file's mapping, not copied (nor repacked) */
     /* the runtime's options (n_copies, layers_per_rank, pins, device
      * transport, planning speed...); ends_with_layers and tag_base are set */
     struct bt_dist_options dist;
@@ -79,12 +80,20 @@ void bt_model_dist_free(struct bt_model_dist *md);
  * position out of range, a full cache, rows out of order) fails on every
  * rank alike, nothing submitted; a new shape's plan is collective too. */
 enum bt_status bt_model_dist_decode(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub);
+/* bt_model_dist_decode in two steps, for a driver that must know the
+ * ubatch fits before it tells the other ranks about it: place checks it
+ * and places it in the cache's cells (every rank, nothing placed on an
+ * error), run submits it (collective). */
+enum bt_status bt_model_dist_place(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub);
+enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model_dist_ubatch *ub);
 /* A prompt of n tokens as a sequence of its own (the cache is emptied
  * first), asking for its last n_out tokens' logits. */
 enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const int32_t *tokens, int64_t n_out);
 /* Every rank: forget a sequence's cells (between ubatches, in the same order
  * on every rank).  The cells freed. */
 int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq);
+/* Position of seq's last token in the cache, -1 when it has none. */
+int32_t bt_model_dist_seq_pos_max(const struct bt_model_dist *md, int32_t seq);
 /* Collective: wait until every submitted micro-batch is done everywhere. */
 enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md);
 
@@ -109,6 +118,10 @@ struct bt_dist_stats bt_model_dist_local_stats(struct bt_model_dist *md);
 /* Collective: every rank's bt_model_dist_local_stats to rank 0 (size entries). */
 enum bt_status bt_model_dist_gather_stats(struct bt_model_dist *md, struct bt_dist_stats *out);
 void bt_model_dist_reset_stats(struct bt_model_dist *md);
+/* This rank's memory: its weights (of them: used in place in the file's
+ * mapping, repacked for the CPU's matmul) and its cache, in bytes. */
+void bt_model_dist_memory(const struct bt_model_dist *md, size_t *weights, size_t *mapped, size_t *repacked,
+                          size_t *kv);
 /* Shapes kept now. */
 int bt_model_dist_n_shapes(const struct bt_model_dist *md);
 /* Seconds spent planning shapes (building, planning and allocating their
