@@ -144,6 +144,8 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
     struct bt_gguf *g = NULL;
     struct bt_model_plan mp;
     memset(&mp, 0, sizeof mp);
+    struct bt_dist_pin *pins = NULL; /* the topology's, followed as generate follows them */
+    int n_pins = 0;
     bt_backend_t probe = bt_backend_cpu_init(1);
     const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
     bt_backend_free(probe);
@@ -162,19 +164,11 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         }
         struct bt_plan_options popt;
         int *tcounts = NULL;
-        struct bt_dist_pin *pins = NULL;
         const enum bt_status pst = bt_topology_plan_options(&topo, &popt, &tcounts, &pins, &edges);
+        n_pins = popt.n_pins;
         free(tcounts);
-        free(pins);
         if (pst != BT_OK) {
             fprintf(stderr, "baton plan: out of memory\n");
-            goto out;
-        }
-        if (topo.pipeline.n_pins > 0) { /* what generate would say */
-            fprintf(stderr,
-                    "baton plan: %s: the topology pins tensors to ranks (pipeline.pin, '%s' first); generate and "
-                    "serve place whole layers and do not follow pins (baton demo --model does)\n",
-                    topo_path, topo.pipeline.pins[0].pattern);
             goto out;
         }
     } else {
@@ -214,7 +208,7 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
-    if (bt_model_plan_make(g, ep, descs, P, counts, edges, &mp, err, sizeof err) != BT_OK) {
+    if (bt_model_plan_make(g, ep, descs, P, counts, edges, pins, n_pins, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
@@ -226,6 +220,7 @@ out:
     bt_model_plan_free(&mp);
     bt_gguf_close(g);
     free(edges);
+    free(pins);
     free(counts);
     free(descs);
     if (have_topo) bt_topology_free(&topo);

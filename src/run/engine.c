@@ -402,15 +402,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         e->t = t;
         e->p = *p;
         e->P = t->size;
-        /* the engine places whole layers: a pin it did not follow would be a
-         * silent lie about where the tensors live */
-        if (r->dist.n_pins > 0) {
-            msgf(msg, sizeof msg,
-                 "the topology pins tensors to ranks (pipeline.pin, '%s' first); generate and serve place whole "
-                 "layers and do not follow pins (baton demo does)",
-                 r->dist.pins[0].pattern);
-            st = BT_ERR_INVALID;
-        }
     }
     AGREE();
 
@@ -561,8 +552,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             mp.dist.device_transport = r->device_t; /* x between two ranks that both have one */
             mp.dist.device_edges = r->device_edges;
             mp.dist.layers_per_rank = counts;
-            mp.dist.pins = NULL; /* refused above */
-            mp.dist.n_pins = 0;
             if (r->layer_counts) mp.dist.gflops = 1.0; /* fixed counts: speeds are not needed */
             char derr[1024];
             st = bt_model_dist_open(t, r->backend, e->g, &mp, &e->md, derr, sizeof derr); /* collective, agreed */

@@ -16,7 +16,8 @@ void bt_model_plan_free(struct bt_model_plan *mp) {
 
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
                                   const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  const uint8_t *device_edges, struct bt_model_plan *out, char *err, size_t n_err) {
+                                  const uint8_t *device_edges, const struct bt_dist_pin *pins, int n_pins,
+                                  struct bt_model_plan *out, char *err, size_t n_err) {
     struct bt_model_plan *mp = out;
     memset(mp, 0, sizeof *mp);
     mp->P = P;
@@ -66,6 +67,8 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     opt.layers_per_rank = counts;
     opt.device_edges = device_edges; /* x between two device ranks: the engine's rule and the plan's agree */
     opt.ends_with_layers = true; /* the embedding on the first stage, the head on the last */
+    opt.pins = pins;             /* a topology's, as the live run follows them */
+    opt.n_pins = n_pins;
     st = bt_plan_make(&mp->plan, mp->g.graph, descs, P, NULL, &opt);
     if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
 done:

@@ -50,7 +50,8 @@ struct bt_model_plan {
  * or an error and one message in err; *out holds nothing to free on error. */
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
                                   const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  const uint8_t *device_edges, struct bt_model_plan *out, char *err, size_t n_err);
+                                  const uint8_t *device_edges, const struct bt_dist_pin *pins, int n_pins,
+                                  struct bt_model_plan *out, char *err, size_t n_err);
 void bt_model_plan_free(struct bt_model_plan *mp);
 /* The plan in words: the model, then per rank its backend, layers, splits,
  * nodes, weights, cache and predicted stage time, then every transfer. */
