@@ -510,5 +510,3 @@ const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il) {
     return &m->layers[il];
 }
 size_t bt_llm_weight_bytes(const struct bt_llm *m) { return (m->wbuf ? bt_buffer_get_size(m->wbuf) : 0) + m->mapped_bytes; }
-size_t bt_llm_mapped_bytes(const struct bt_llm *m) { return m->mapped_bytes; }
-size_t bt_llm_repacked_bytes(const struct bt_llm *m) { return m->repacked_bytes; }

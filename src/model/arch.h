@@ -117,12 +117,8 @@ void bt_llm_free(struct bt_llm *m);
 const struct bt_hparams *bt_llm_hparams(const struct bt_llm *m);
 void bt_llm_range(const struct bt_llm *m, int *il0, int *il1);
 const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
-/* Bytes of the weights held (copied or used in place), and of those used in
- * place in the file's mapping. */
+/* Bytes of the weights held (copied or used in place in the file's mapping). */
 size_t bt_llm_weight_bytes(const struct bt_llm *m);
-size_t bt_llm_mapped_bytes(const struct bt_llm *m);
-/* of those, repacked for the CPU's matmul (bt_llm_load_gguf's repack) */
-size_t bt_llm_repacked_bytes(const struct bt_llm *m);
 
 /* KV cache config for this model's range. */
 void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
@@ -155,19 +151,15 @@ size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
  * scheduler (bt_sched.h), planned once per shape: its splitter puts every
  * node on the stage's backend, or, when a device backend cannot run some op
  * of the range, those nodes on a CPU backend the stage starts beside it,
- * their inputs copied across.  bt_llm_ctx and the engine (src/run/engine.h) both run their
- * ubatches through it. ---- */
+ * their inputs copied across.  bt_llm_ctx runs its ubatches through it;
+ * over ranks the model runs on the distributed runtime
+ * (src/run/model_dist.h). ---- */
 struct bt_llm_stage;
 enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_backend_t backend, int64_t n_ubatch,
                                 struct bt_llm_stage **out, char *err, size_t n_err);
 void bt_llm_stage_free(struct bt_llm_stage *s);
-/* Called for the nodes of every graph the stage runs from now on (the
- * scheduler's eval callback: asked first, then shown each node it wanted
- * once computed); NULL: none. */
-void bt_llm_stage_set_eval_callback(struct bt_llm_stage *s, bt_sched_eval_callback cb, void *user);
-/* Graphs built so far, and the bytes of their compute buffers. */
+/* Graphs built so far. */
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s);
-size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s);
 /* One ubatch of T <= n_ubatch tokens already placed in the cache (cells[]):
  * the first range takes token ids, the others x [n_embd, T] (F32); the mask
  * comes from the cache.  out gets x [n_embd, T], or on the last range the
@@ -175,16 +167,6 @@ size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s);
 enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t *token, const float *x,
                                 const int32_t *pos, const int32_t *seq, const int32_t *cells, int64_t n_out,
                                 const int32_t *out_ids, float *out, char *err, size_t n_err);
-/* For x that arrives straight into the stage's memory (a device transport,
- * backend memory to backend memory): the input tensor x [n_embd, T] of the
- * graph that the next bt_llm_stage_run of T tokens and n_out rows uses (the
- * tokens already placed in the cache), allocated; fill it, then run with x
- * NULL.  Not on the first range. */
-enum bt_status bt_llm_stage_input(struct bt_llm_stage *s, int64_t T, int64_t n_out, struct bt_tensor **x, char *err,
-                                  size_t n_err);
-/* The output tensor of the last run (x [n_embd, T] or the logits), in the
- * stage's memory until the next run; out NULL leaves it only there. */
-struct bt_tensor *bt_llm_stage_output(const struct bt_llm_stage *s);
 
 /* ---- one process: the whole model, a KV cache, a CPU backend ---- */
 struct bt_llm_ctx_params {

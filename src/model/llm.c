@@ -228,9 +228,6 @@ struct bt_llm_stage {
     bt_backend_t backends[2];
     int n_backends;
     bt_backend_t fallback; /* backends[1] when the stage made it (owned) */
-    bt_sched_eval_callback eval_cb;
-    void *eval_user;
-    struct bt_tensor *last_out; /* the output of the last run (bt_llm_stage_output) */
     int64_t n_ubatch;
     struct graph_slot slots[MAX_GRAPHS];
     int n_built;
@@ -317,21 +314,6 @@ void bt_llm_stage_free(struct bt_llm_stage *s) {
 
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s) { return s->n_built; }
 
-size_t bt_llm_stage_compute_bytes(const struct bt_llm_stage *s) {
-    size_t n = 0;
-    for (int i = 0; i < MAX_GRAPHS; i++)
-        for (int b = 0; s->slots[i].sched && b < s->n_backends; b++)
-            n += bt_sched_get_buffer_size(s->slots[i].sched, s->backends[b]);
-    return n;
-}
-
-void bt_llm_stage_set_eval_callback(struct bt_llm_stage *s, bt_sched_eval_callback cb, void *user) {
-    s->eval_cb = cb;
-    s->eval_user = user;
-    for (int i = 0; i < MAX_GRAPHS; i++)
-        if (s->slots[i].sched) bt_sched_set_eval_callback(s->slots[i].sched, cb, user);
-}
-
 /* The graph of shape (T, n_kv, n_out): reused when built before, else built
  * and allocated in the least recently used slot. */
 static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv, int64_t n_out,
@@ -359,7 +341,6 @@ static enum bt_status get_graph(struct bt_llm_stage *c, int64_t T, int64_t n_kv,
     /* one micro-batch at a time: one copy slot */
     st = bt_sched_new(c->backends, NULL, c->n_backends, (size_t)lru->g.graph->size, 1, &lru->sched, err, n_err);
     if (st == BT_OK) {
-        bt_sched_set_eval_callback(lru->sched, c->eval_cb, c->eval_user);
         st = bt_sched_alloc_graph(lru->sched, lru->g.graph);
         if (st != BT_OK) {
             const char *why = bt_sched_error(lru->sched);
@@ -406,31 +387,11 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
     st = bt_sched_graph_compute(slot->sched, g->graph);
     if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_sched_error(slot->sched));
-    s->last_out = g->out;
     if (!last && out) bt_tensor_get(g->out, out, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
     else if (last && n_out > 0 && out)
         bt_tensor_get(g->out, out, 0, (size_t)(n_out * m->hp.n_vocab) * sizeof(float));
     return BT_OK;
 }
-
-enum bt_status bt_llm_stage_input(struct bt_llm_stage *s, int64_t T, int64_t n_out, struct bt_tensor **x, char *err,
-                                  size_t n_err) {
-    const struct bt_llm *m = s->m;
-    *x = NULL;
-    if (m->il0 == 0) return bt_error_printf(err, n_err, BT_ERR_INVALID, "the first range takes token ids, not x");
-    BT_ASSERT(T >= 1 && T <= s->n_ubatch && n_out >= 0 && n_out <= T);
-    struct graph_slot *slot = NULL;
-    /* the key bt_llm_stage_run will use: the rows asked for on the last range only */
-    const int64_t n_out_g = m->il1 == m->hp.n_layer ? n_out : 0;
-    enum bt_status st = get_graph(s, T, bt_kv_n_active(s->kv), n_out_g, &slot, err, n_err);
-    if (st != BT_OK) return st;
-    st = bt_sched_alloc_graph(slot->sched, slot->g.graph);
-    if (st != BT_OK) return bt_error_printf(err, n_err, st, "scheduler: %s", bt_sched_error(slot->sched));
-    *x = slot->g.inp_x;
-    return BT_OK;
-}
-
-struct bt_tensor *bt_llm_stage_output(const struct bt_llm_stage *s) { return s->last_out; }
 
 /* ---- one process ------------------------------------------------------------------------ */
 
