@@ -11,9 +11,9 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type all_blocks[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,
-                                          BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K,
-                                          BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_Q8_K};
+static const enum bt_type all_blocks[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1,  BT_TYPE_Q5_0,  BT_TYPE_Q5_1,
+                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K,  BT_TYPE_Q5_K,  BT_TYPE_Q6_K,
+                                          BT_TYPE_Q8_K, BT_TYPE_MXFP4, BT_TYPE_IQ4_NL, BT_TYPE_IQ4_XS};
 #define N_BLOCKS ((int)(sizeof all_blocks / sizeof all_blocks[0]))
 
 START_TEST(test_traits) {
@@ -21,6 +21,9 @@ START_TEST(test_traits) {
         {BT_TYPE_Q4_1, "q4_1", 32, 20},   {BT_TYPE_Q5_0, "q5_0", 32, 22},   {BT_TYPE_Q5_1, "q5_1", 32, 24},
         {BT_TYPE_Q2_K, "q2_K", 256, 84},  {BT_TYPE_Q3_K, "q3_K", 256, 110}, {BT_TYPE_Q4_K, "q4_K", 256, 144},
         {BT_TYPE_Q5_K, "q5_K", 256, 176}, {BT_TYPE_Q6_K, "q6_K", 256, 210}, {BT_TYPE_Q8_K, "q8_K", 256, 292},
+        {BT_TYPE_MXFP4, "mxfp4", 32, 17}, {BT_TYPE_IQ4_NL, "iq4_nl", 32, 18}, {BT_TYPE_IQ4_XS, "iq4_xs", 256, 136},
+        {BT_TYPE_IQ2_XXS, "iq2_xxs", 256, 66}, {BT_TYPE_IQ2_XS, "iq2_xs", 256, 74}, {BT_TYPE_IQ2_S, "iq2_s", 256, 82},
+        {BT_TYPE_IQ3_XXS, "iq3_xxs", 256, 98}, {BT_TYPE_IQ3_S, "iq3_s", 256, 110}, {BT_TYPE_IQ1_S, "iq1_s", 256, 50},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ck_assert_str_eq(bt_type_name(want[i].t), want[i].name);
@@ -28,6 +31,8 @@ START_TEST(test_traits) {
         ck_assert_uint_eq(bt_type_size(want[i].t), want[i].size);
         ck_assert(bt_type_traits(want[i].t)->is_quantized);
         ck_assert_uint_eq(bt_row_size(want[i].t, 1024), 1024 / want[i].blck * want[i].size);
+        /* the lattice types (from IQ2_XXS on) are read, never written */
+        ck_assert_int_eq(bt_type_can_quantize(want[i].t), want[i].t < BT_TYPE_IQ2_XXS);
     }
 }
 END_TEST
@@ -53,7 +58,8 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
 
 /* FNV-1a of the bytes ggml's ggml_quantize_chunk (quantize_row_q8_K_ref for
  * Q8_K) writes for golden_input(1024), llama.cpp as vendored in
- * llama-cpp-python 0.3.36 (ggml 0.25.3). */
+ * llama-cpp-python 0.3.36 (ggml 0.25.3); IQ4_NL and IQ4_XS without an
+ * importance matrix. */
 START_TEST(test_same_bytes_as_ggml) {
     static const struct { enum bt_type t; uint64_t h; } want[] = {
         {BT_TYPE_Q4_0, 0xb9648b89ae059b74ull}, {BT_TYPE_Q4_1, 0xc70ad4bc210d1261ull},
@@ -61,7 +67,8 @@ START_TEST(test_same_bytes_as_ggml) {
         {BT_TYPE_Q8_0, 0x2511b4bdaecfb508ull}, {BT_TYPE_Q2_K, 0x142709d65a8bb409ull},
         {BT_TYPE_Q3_K, 0x140a12337a8d6c2full}, {BT_TYPE_Q4_K, 0x5411fe489a0351c1ull},
         {BT_TYPE_Q5_K, 0x97177655592fb210ull}, {BT_TYPE_Q6_K, 0xbd6e1f20dd4726c6ull},
-        {BT_TYPE_Q8_K, 0x3a9335d0a7d48398ull},
+        {BT_TYPE_Q8_K, 0x3a9335d0a7d48398ull}, {BT_TYPE_IQ4_NL, 0x9a5b14b5d9227c73ull},
+        {BT_TYPE_IQ4_XS, 0x4f4ef4accc8bbf94ull}, {BT_TYPE_MXFP4, 0x12d0bf547f1069bfull},
     };
     float x[1024];
     golden_input(x, 1024);
@@ -83,7 +90,8 @@ START_TEST(test_error_bounds) {
     static const struct { enum bt_type t; double max_nmse; } want[] = {
         {BT_TYPE_Q8_0, 5e-5}, {BT_TYPE_Q4_0, 1.2e-2}, {BT_TYPE_Q4_1, 8e-3}, {BT_TYPE_Q5_0, 3e-3},
         {BT_TYPE_Q5_1, 2e-3}, {BT_TYPE_Q2_K, 1.1e-1}, {BT_TYPE_Q3_K, 3e-2}, {BT_TYPE_Q4_K, 7e-3},
-        {BT_TYPE_Q5_K, 1.8e-3}, {BT_TYPE_Q6_K, 5e-4}, {BT_TYPE_Q8_K, 2e-4},
+        {BT_TYPE_Q5_K, 1.8e-3}, {BT_TYPE_Q6_K, 5e-4}, {BT_TYPE_Q8_K, 2e-4}, {BT_TYPE_MXFP4, 1.6e-2},
+        {BT_TYPE_IQ4_NL, 7e-3}, {BT_TYPE_IQ4_XS, 7e-3},
     };
     enum { ROWS = 64, COLS = 2048 };
     tu_rng r;

@@ -32,6 +32,7 @@
 #include "cli.h"
 #include "common.h"
 #include "cpu.h"
+#include "quants.h"
 
 #include <errno.h>
 #include <math.h>
@@ -121,8 +122,13 @@ static bool fill_random(struct bt_tensor *t, uint64_t seed) {
     if (!tmp) return false;
     uint64_t s = seed | 1;
     for (int64_t r = 0; r < rows; r++) {
+        char *row = (char *)t->data + (size_t)r * t->nb[1];
+        if (!bt_type_can_quantize(t->type)) { /* the lattice types: random blocks */
+            bt_row_random_blocks(t->type, row, n0, 0.01f, &s);
+            continue;
+        }
         for (int64_t i = 0; i < n0; i++) tmp[i] = rng_float(&s);
-        bt_row_from_f32(t->type, tmp, (char *)t->data + (size_t)r * t->nb[1], n0);
+        bt_row_from_f32(t->type, tmp, row, n0);
     }
     free(tmp);
     const size_t mat = (size_t)rows * t->nb[1];
