@@ -200,8 +200,8 @@ END_TEST
  * and both the dot of the dequantised weights with the dequantised
  * activations up to float rounding. */
 START_TEST(test_vec_dots) {
-    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,  BT_TYPE_Q3_K,
+                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
     enum { K = 4096 };
     static float w[K], x[K], wd[K], xd[K];
     static uint8_t wq[K / 32 * 34 + 4096], xq[K / 256 * 292 + 4096];
@@ -285,7 +285,7 @@ START_TEST(test_table_refs) {
                           bt_type_name((enum bt_type)t), trial, plain, ref);
         }
     }
-    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(n, 12);
 }
 END_TEST
 
@@ -293,8 +293,9 @@ END_TEST
  * element, the bits of the entry's vec_dot (rows and columns of different
  * content, the same row twice as matmul.c may pass it). */
 START_TEST(test_tiles_equal_vec_dot) {
-    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,  BT_TYPE_Q5_1,
+                                         BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,  BT_TYPE_Q6_K,
+                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
     enum { K = 1024, R = 16 };
     static float x[K];
     static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 40 + 64];
