@@ -196,6 +196,17 @@ START_TEST(test_k_shape_errors) {
 }
 END_TEST
 
+/* a row of weights of type t: w quantised, or for the lattice types (no
+ * quantiser) random blocks */
+static void weights_row(enum bt_type t, const float *w, void *q, int64_t k, tu_rng *r) {
+    if (bt_type_can_quantize(t)) {
+        bt_row_from_f32(t, w, q, k);
+        return;
+    }
+    uint64_t s = (uint64_t)tu_rng_int(r, 1 << 30) * 2654435761u + 7;
+    bt_row_random_blocks(t, q, k, 0.02f, &s);
+}
+
 /* Each weight type's dot product: the fast and plain versions bitwise equal,
  * and both the dot of the dequantised weights with the dequantised
  * activations up to float rounding. */
@@ -238,6 +249,49 @@ START_TEST(test_vec_dots) {
 }
 END_TEST
 
+/* IQ4_XS and the lattice types against Q8_K columns (quant_iq.c): the dot is
+ * the dot of the dequantised weights with the dequantised activations up to
+ * float rounding, on rows of several blocks, activations with outliers, and
+ * every type's scales and signs exercised by random blocks. */
+START_TEST(test_iq_dots) {
+    static const enum bt_type types[] = {BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S,
+                                         BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
+    enum { K = 2048 };
+    static float w[K], x[K], wd[K], xd[K];
+    static uint8_t wq[K / 256 * 136], xq[K / 256 * 292];
+    tu_rng r;
+    tu_rng_init(&r, 5151);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(types[t]);
+        ck_assert_ptr_nonnull(qt);
+        for (int trial = 0; trial < 16; trial++) {
+            const int64_t k = trial % 4 == 0 ? 256 : K;
+            for (int64_t i = 0; i < k; i++) {
+                w[i] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(i % 300) / 50.0f);
+                x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
+            }
+            weights_row(types[t], w, wq, k, &r);
+            bt_row_to_f32(types[t], wq, wd, k);
+            bt_q8_K_from_f32(x, xq, k);
+            bt_q8_K_to_f32(xq, xd, k);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                ref += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+            }
+            ck_assert(mag > 0);
+            float fast = NAN, plain = NAN;
+            qt->vec_dot(k, &fast, wq, xq);
+            qt->vec_dot_ref(k, &plain, wq, xq);
+            ck_assert_msg(memcmp(&fast, &plain, sizeof fast) == 0, "%s trial %d: fast %.9g, plain %.9g",
+                          bt_type_name(types[t]), trial, fast, plain);
+            ck_assert_msg(fabs(plain - ref) <= 1e-5 * mag, "%s trial %d: %.9g, dequantised dot %.9g",
+                          bt_type_name(types[t]), trial, plain, ref);
+        }
+    }
+}
+END_TEST
+
 /* Every entry of qtypes.h's table: the fast activation quantiser and dot
  * give the bytes and bits of their plain C versions (odd block counts, an
  * outlier, zero blocks, k of one block), and the dot is the dot of the
@@ -262,7 +316,7 @@ START_TEST(test_table_refs) {
                 x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
                 if (trial % 6 == 3 && i < 64) x[i] = 0.0f; /* zero blocks */
             }
-            bt_row_from_f32((enum bt_type)t, w, wq, k);
+            weights_row((enum bt_type)t, w, wq, k, &r);
             bt_row_to_f32((enum bt_type)t, wq, wd, k);
             memset(xq, 0x5a, sizeof xq[0]);
             memset(xq[1], 0xa5, sizeof xq[1]);
@@ -285,7 +339,7 @@ START_TEST(test_table_refs) {
                           bt_type_name((enum bt_type)t), trial, plain, ref);
         }
     }
-    ck_assert_int_eq(n, 12);
+    ck_assert_int_eq(n, 19);
 }
 END_TEST
 
@@ -295,7 +349,8 @@ END_TEST
 START_TEST(test_tiles_equal_vec_dot) {
     static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,  BT_TYPE_Q5_1,
                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,  BT_TYPE_Q6_K,
-                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
+                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4, BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS,
+                                         BT_TYPE_IQ2_S, BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
     enum { K = 1024, R = 16 };
     static float x[K];
     static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 40 + 64];
@@ -311,7 +366,7 @@ START_TEST(test_tiles_equal_vec_dot) {
             if (k != K && bt_blck_size(types[t]) != 32) break;
             for (int i = 0; i < R; i++) {
                 for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) + (i % 3 == 1 ? 0.3f : 0.0f);
-                bt_row_from_f32(types[t], x, w[i], k);
+                weights_row(types[t], x, w[i], k, &r);
                 for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f);
                 qt->quantize_act(x, act[i], k);
             }
@@ -411,6 +466,7 @@ int main(void) {
     tcase_add_test(tc, test_k_tensor_access);
     tcase_add_test(tc, test_k_shape_errors);
     tcase_add_test(tc, test_vec_dots);
+    tcase_add_test(tc, test_iq_dots);
     tcase_add_test(tc, test_table_refs);
     tcase_add_test(tc, test_tiles_equal_vec_dot);
     tcase_add_test(tc, test_gemm_equal_vec_dot);
