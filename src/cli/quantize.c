@@ -20,7 +20,8 @@
  *     (Q4_K_M) attn_output Q5_K;
  *   - IQ4_NL / IQ4_XS (no importance matrix): attention V gets Q5_K where 4
  *     or more query heads share a KV head, ffn_down Q5_K in the first eighth
- *     of the layers; with 8 experts attn_v and attn_k Q8_0;
+ *     of the layers; with 8 experts attn_v and attn_k Q8_0 and attn_output
+ *     Q5_K;
  *   - MXFP4_MOE: the expert tensors (3 dimensions, ne[2] > 1) MXFP4, every
  *     other quantised tensor and output.weight Q8_0;
  *   - a row length that is not a multiple of the chosen type's block falls
@@ -163,7 +164,7 @@ static void plan_tensor_types(const struct bt_gguf *g, const struct qmix *mix, b
                 if (iq4 && layer < mi->n_layer / 8) ty = BT_TYPE_Q5_K;
                 i_ffn_down++;
             } else if (has(name, "attn_output.weight")) {
-                if (mi->n_expert == 8 && mix->ftype == FTYPE_Q4_K_M) ty = BT_TYPE_Q5_K;
+                if (mi->n_expert == 8 && (mix->ftype == FTYPE_Q4_K_M || iq4)) ty = BT_TYPE_Q5_K;
             }
         }
         out[i] = shape_fallback(ty, t->ne[0]);
