@@ -204,6 +204,8 @@ struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_te
     if (ids->type != BT_TYPE_I32) FAIL(ctx, "SET_ROWS: ids must be i32, got %s", bt_type_name(ids->type));
     if (b->type != BT_TYPE_F32) FAIL(ctx, "SET_ROWS: rows must be f32, got %s", bt_type_name(b->type));
     if (a->type == BT_TYPE_I32) FAIL(ctx, "SET_ROWS: destination of type i32 is not supported");
+    if (!bt_type_can_quantize(a->type))
+        FAIL(ctx, "SET_ROWS: cannot write rows of %s (no conversion from f32)", bt_type_name(a->type));
     if (a->ne[0] != b->ne[0] || a->ne[2] != b->ne[2] || a->ne[3] != b->ne[3])
         FAIL(ctx, "SET_ROWS: rows %s do not fit destination %s", SHAPE(b), SHAPE(a));
     if (ids->ne[0] != b->ne[1] || ids->ne[1] != b->ne[2] || ids->ne[2] != b->ne[3])
@@ -229,6 +231,8 @@ struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor 
     if ((a->type == BT_TYPE_I32) != (b->type == BT_TYPE_I32) && b->type != BT_TYPE_F32 &&
         a->type != BT_TYPE_F32)
         FAIL(ctx, "CPY: cannot convert %s to %s", bt_type_name(a->type), bt_type_name(b->type));
+    if (a->type != b->type && !bt_type_can_quantize(b->type))
+        FAIL(ctx, "CPY: cannot convert %s to %s (no conversion from f32)", bt_type_name(a->type), bt_type_name(b->type));
     struct bt_tensor *t = new_view(ctx, b, b->type, b->ne, b->nb, 0, BT_OP_CPY);
     if (!t) return NULL;
     t->src[0] = a;

@@ -740,3 +740,319 @@ void bt_q8_K_to_f32(const void *src, float *dst, int64_t n) {
     for (int64_t b = 0; b < n / BT_QK_K; b++)
         for (int j = 0; j < BT_QK_K; j++) dst[b * BT_QK_K + j] = x[b].d * (float)x[b].qs[j];
 }
+
+/* ---- the table types: MXFP4, IQ4_NL, IQ4_XS ------------------------------- */
+
+const int8_t bt_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t bt_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 32 nibbles (Q4_0's order: element j low nibble of qs[j], j+16 high) of the
+ * table values tab, times d */
+static void nibbles_to_f32(const uint8_t *qs, const int8_t *tab, float d, float *y) {
+    for (int j = 0; j < BT_QK / 2; j++) {
+        y[j] = d * (float)tab[qs[j] & 0xF];
+        y[j + BT_QK / 2] = d * (float)tab[qs[j] >> 4];
+    }
+}
+
+/* MXFP4 (ggml's quantize_row_mxfp4_ref): e = floor(log2 max|x|) - 2 + 127, so
+ * that the largest magnitude lands in 4..8 times 2^(e-127), then each element
+ * the nearest of the 16 values (the first on a tie).  Blocks whose exponent
+ * would fall below 0 (max|x| < 2^-125) take e = 0, where ggml's cast is
+ * undefined. */
+void bt_mxfp4_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_mxfp4 *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < BT_QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        const float fe = amax > 0.0f ? floorf(log2f(amax)) - 2 + 127 : 0.0f;
+        const uint8_t e = (uint8_t)(fe < 0.0f ? 0.0f : fe > 255.0f ? 255.0f : fe);
+        const float d = bt_e8m0_half(e);
+        y[b].e = e;
+        for (int j = 0; j < BT_QK; j++) {
+            int best = 0;
+            float best_err = fabsf((float)bt_mxfp4_values[0] * d - x[j]);
+            for (int i = 1; i < 16; i++) {
+                const float err = fabsf((float)bt_mxfp4_values[i] * d - x[j]);
+                if (err < best_err) {
+                    best = i;
+                    best_err = err;
+                }
+            }
+            if (j < BT_QK / 2)
+                y[b].qs[j] = (uint8_t)best;
+            else
+                y[b].qs[j - BT_QK / 2] |= (uint8_t)(best << 4);
+        }
+    }
+}
+void bt_mxfp4_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_mxfp4 *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) nibbles_to_f32(x[b].qs, bt_mxfp4_values, bt_e8m0_half(x[b].e), dst + b * BT_QK);
+}
+
+/* index of the level of bt_iq4nl_values nearest x (ggml's best_index_int8:
+ * a bisection, the lower level on a tie) */
+static int iq4_best_index(float x) {
+    const int8_t *v = bt_iq4nl_values;
+    if (x <= v[0]) return 0;
+    if (x >= v[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        const int mav = (ml + mu) / 2;
+        if (x < v[mav]) mu = mav;
+        else ml = mav;
+    }
+    return x - v[mu - 1] < v[mu] - x ? mu - 1 : mu;
+}
+
+#define IQ4_NTRY 7 /* scales tried each side of the first guess (ggml's ntry) */
+
+/* The scale of 32 values x against the 16 levels, weights x^2 (ggml's
+ * quantize_row_iq4_nl_impl without an importance matrix): the weighted
+ * least-squares scale of the levels chosen by max|x| / 127, then of those
+ * chosen by 2 IQ4_NTRY + 1 other guesses (-127 + t) / max, keeping the best
+ * fit; L gets the levels of the first guess.  0 for a block of (near) zeros,
+ * L then untouched. */
+static float iq4_block_scale(const float *x, uint8_t *L) {
+    const int8_t *v = bt_iq4nl_values;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) return 0.0f;
+    float d = -max / v[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+        const int l = iq4_best_index(id * x[j]);
+        L[j] = (uint8_t)l;
+        const float q = v[l], w = x[j] * x[j];
+        sumqx += w * q * x[j];
+        sumq2 += w * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    float best = d * sumqx;
+    for (int itry = -IQ4_NTRY; itry <= IQ4_NTRY; itry++) {
+        id = (itry + v[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float q = v[iq4_best_index(id * x[j])], w = x[j] * x[j];
+            sumqx += w * q * x[j];
+            sumq2 += w * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+/* 32 levels -> 16 bytes, Q4_0's nibble order */
+static void pack_nibbles(const uint8_t *L, uint8_t *qs) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+
+void bt_iq4_nl_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_iq4_nl *y = dst;
+    for (int64_t b = 0; b < n / BT_QK; b++) {
+        const float *x = src + b * BT_QK;
+        uint8_t L[32];
+        const float d = iq4_block_scale(x, L);
+        y[b].d = f2h(d);
+        /* levels against the unrounded scale, as ggml */
+        const float id = d ? 1 / d : 0;
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_best_index(id * x[j]);
+        pack_nibbles(L, y[b].qs);
+    }
+}
+void bt_iq4_nl_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq4_nl *x = src;
+    for (int64_t b = 0; b < n / BT_QK; b++) nibbles_to_f32(x[b].qs, bt_iq4nl_values, h2f(x[b].d), dst + b * BT_QK);
+}
+
+/* IQ4_XS: each sub-block's scale as IQ4_NL's, then d = -(the one of largest
+ * magnitude) / 32, the scales rounded to d * (-32..31) and the levels
+ * chosen again against them (ggml's quantize_iq4_xs without an importance
+ * matrix). */
+void bt_iq4_xs_from_f32(const float *src, void *dst, int64_t n) {
+    bt_block_iq4_xs *y = dst;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float *x = src + b * BT_QK_K;
+        uint8_t L[BT_QK_K];
+        float scales[8], max_scale = 0, amax_scale = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            scales[ib] = iq4_block_scale(x + 32 * ib, L + 32 * ib);
+            if (fabsf(scales[ib]) > amax_scale) {
+                amax_scale = fabsf(scales[ib]);
+                max_scale = scales[ib];
+            }
+        }
+        const float d = -max_scale / 32;
+        y[b].d = f2h(d);
+        y[b].scales_h = 0;
+        const float id = d ? 1 / d : 0.f;
+        for (int ib = 0; ib < 8; ib++) {
+            int l = bt_nearest_int(id * scales[ib]);
+            l = QMAX(-32, QMIN(31, l));
+            const float dl = d * l;
+            const float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < 32; j++) L[32 * ib + j] = (uint8_t)iq4_best_index(idl * x[32 * ib + j]);
+            l += 32;
+            if (ib % 2 == 0) y[b].scales_l[ib / 2] = (uint8_t)(l & 0xF);
+            else y[b].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
+            y[b].scales_h |= (uint16_t)((l >> 4) << (2 * ib));
+        }
+        for (int ib = 0; ib < 8; ib++) pack_nibbles(L + 32 * ib, y[b].qs + 16 * ib);
+    }
+}
+void bt_iq4_xs_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq4_xs *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int ib = 0; ib < 8; ib++) {
+            const float dl = d * (float)(bt_iq4_xs_scale(&x[b], ib) - 32);
+            nibbles_to_f32(x[b].qs + 16 * ib, bt_iq4nl_values, dl, dst + b * BT_QK_K + 32 * ib);
+        }
+    }
+}
+
+/* ---- the lattice types: dequantisation ------------------------------------ *
+ * Each group of 8 (IQ2, IQ1) or 4 (IQ3) elements is a lattice point; the
+ * sub-block scale db is formed in float as the gguf package forms it, then
+ * x = (db * grid) * sign (the sign exact). */
+
+static inline int8_t grid_elem(uint64_t entry, int j) { return (int8_t)(uint8_t)(entry >> (8 * j)); }
+
+/* 8 elements from a grid entry, signs (bit j: element j negative) */
+static void grid8(float db, uint64_t entry, uint8_t signs, float *y) {
+    for (int j = 0; j < 8; j++) {
+        const float v = db * (float)grid_elem(entry, j);
+        y[j] = (signs >> j) & 1 ? -v : v;
+    }
+}
+static void grid4(float db, uint32_t entry, uint8_t signs, float *y) {
+    for (int j = 0; j < 4; j++) {
+        const float v = db * (float)(int8_t)(uint8_t)(entry >> (8 * j));
+        y[j] = (signs >> j) & 1 ? -v : v;
+    }
+}
+static inline uint32_t u32_at(const uint16_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 16; }
+
+void bt_iq2_xxs_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq2_xxs *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t idx = u32_at(x[b].qs + 4 * ib), sg = u32_at(x[b].qs + 4 * ib + 2);
+            const float db = d * (0.5f + (float)(sg >> 28)) * 0.25f;
+            for (int l = 0; l < 4; l++)
+                grid8(db, bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF], bt_iq2_signs[(sg >> (7 * l)) & 127],
+                      dst + b * BT_QK_K + 32 * ib + 8 * l);
+        }
+    }
+}
+
+void bt_iq2_xs_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq2_xs *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int g = 0; g < 32; g++) {
+            const int ls = (x[b].scales[g / 4] >> (4 * ((g / 2) % 2))) & 0xF;
+            const float db = d * (0.5f + (float)ls) * 0.25f;
+            grid8(db, bt_iq2xs_grid[x[b].qs[g] & 511], bt_iq2_signs[x[b].qs[g] >> 9], dst + b * BT_QK_K + 8 * g);
+        }
+    }
+}
+
+void bt_iq2_s_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq2_s *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int g = 0; g < 32; g++) {
+            const int ls = (x[b].scales[g / 4] >> (4 * ((g / 2) % 2))) & 0xF;
+            const float db = d * (0.5f + (float)ls) * 0.25f;
+            const int idx = x[b].qs[g] | (((x[b].qh[g / 4] >> (2 * (g % 4))) & 3) << 8);
+            grid8(db, bt_iq2s_grid[idx], x[b].signs[g], dst + b * BT_QK_K + 8 * g);
+        }
+    }
+}
+
+void bt_iq3_xxs_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq3_xxs *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        const uint8_t *sas = x[b].qs + BT_QK_K / 4;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t sg;
+            memcpy(&sg, sas + 4 * ib, 4);
+            const float db = d * (0.5f + (float)(sg >> 28)) * 0.5f;
+            for (int l = 0; l < 4; l++) {
+                const uint8_t s = bt_iq2_signs[(sg >> (7 * l)) & 127];
+                float *y = dst + b * BT_QK_K + 32 * ib + 8 * l;
+                grid4(db, bt_iq3xxs_grid[x[b].qs[8 * ib + 2 * l]], s & 0xF, y);
+                grid4(db, bt_iq3xxs_grid[x[b].qs[8 * ib + 2 * l + 1]], s >> 4, y + 4);
+            }
+        }
+    }
+}
+
+void bt_iq3_s_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq3_s *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int q = 0; q < 64; q++) {
+            const int sb = q / 8; /* 32-element sub-block */
+            const int ls = (x[b].scales[sb / 2] >> (4 * (sb % 2))) & 0xF;
+            const float db = d * (float)(1 + 2 * ls);
+            const int idx = x[b].qs[q] | (((x[b].qh[q / 8] >> (q % 8)) & 1) << 8);
+            const uint8_t s = (uint8_t)(x[b].signs[q / 2] >> (4 * (q % 2)));
+            grid4(db, bt_iq3s_grid[idx], s & 0xF, dst + b * BT_QK_K + 4 * q);
+        }
+    }
+}
+
+void bt_iq1_s_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_iq1_s *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++) {
+        const float d = h2f(x[b].d);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint16_t qh = x[b].qh[ib];
+            const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+            const float delta = qh & 0x8000 ? -BT_IQ1S_DELTA : BT_IQ1S_DELTA;
+            for (int l = 0; l < 4; l++) {
+                const uint64_t e = bt_iq1s_grid[x[b].qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+                float *y = dst + b * BT_QK_K + 32 * ib + 8 * l;
+                for (int j = 0; j < 8; j++) y[j] = dl * ((float)grid_elem(e, j) + delta);
+            }
+        }
+    }
+}
+
+/* ---- random blocks -------------------------------------------------------- */
+
+void bt_row_random_blocks(enum bt_type t, void *dst, int64_t n, float scale, uint64_t *state) {
+    BT_ASSERT(t == BT_TYPE_IQ2_XXS || t == BT_TYPE_IQ2_XS || t == BT_TYPE_IQ2_S || t == BT_TYPE_IQ3_XXS ||
+              t == BT_TYPE_IQ3_S || t == BT_TYPE_IQ1_S);
+    const size_t ts = bt_type_size(t), nb = bt_row_size(t, n);
+    uint8_t *p = dst;
+    uint64_t s = *state | 1;
+    for (size_t i = 0; i < nb; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = (uint8_t)(s >> 32);
+    }
+    for (size_t b = 0; b < nb / ts; b++) {
+        /* d (the block's first two bytes) in [scale / 2, scale) */
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const bt_fp16_t d = f2h(scale * (0.5f + (float)(s >> 41) * 0x1p-24f));
+        memcpy(p + b * ts, &d, 2);
+    }
+    *state = s;
+}

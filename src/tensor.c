@@ -125,6 +125,17 @@ static const struct bt_type_traits type_traits[BT_TYPE_COUNT] = {
     QTYPE(BT_TYPE_Q5_K, q5_K, BT_QK_K, bt_block_q5_K),
     QTYPE(BT_TYPE_Q6_K, q6_K, BT_QK_K, bt_block_q6_K),
     QTYPE(BT_TYPE_Q8_K, q8_K, BT_QK_K, bt_block_q8_K),
+    QTYPE(BT_TYPE_MXFP4, mxfp4, BT_QK, bt_block_mxfp4),
+    QTYPE(BT_TYPE_IQ4_NL, iq4_nl, BT_QK, bt_block_iq4_nl),
+    QTYPE(BT_TYPE_IQ4_XS, iq4_xs, BT_QK_K, bt_block_iq4_xs),
+#define DQTYPE(T, name, blk) [T] = {#name, BT_QK_K, sizeof(blk), true, bt_##name##_to_f32, NULL}
+    DQTYPE(BT_TYPE_IQ2_XXS, iq2_xxs, bt_block_iq2_xxs),
+    DQTYPE(BT_TYPE_IQ2_XS, iq2_xs, bt_block_iq2_xs),
+    DQTYPE(BT_TYPE_IQ2_S, iq2_s, bt_block_iq2_s),
+    DQTYPE(BT_TYPE_IQ3_XXS, iq3_xxs, bt_block_iq3_xxs),
+    DQTYPE(BT_TYPE_IQ3_S, iq3_s, bt_block_iq3_s),
+    DQTYPE(BT_TYPE_IQ1_S, iq1_s, bt_block_iq1_s),
+#undef DQTYPE
 #undef QTYPE
 };
 
@@ -139,6 +150,15 @@ _Static_assert(sizeof(bt_block_q4_K) == 144, "Q4_K block must match GGUF (144 by
 _Static_assert(sizeof(bt_block_q5_K) == 176, "Q5_K block must match GGUF (176 bytes)");
 _Static_assert(sizeof(bt_block_q6_K) == 210, "Q6_K block must match GGUF (210 bytes)");
 _Static_assert(sizeof(bt_block_q8_K) == 292, "Q8_K block must match ggml (292 bytes)");
+_Static_assert(sizeof(bt_block_mxfp4) == 17, "MXFP4 block must match GGUF (17 bytes)");
+_Static_assert(sizeof(bt_block_iq4_nl) == 18, "IQ4_NL block must match GGUF (18 bytes)");
+_Static_assert(sizeof(bt_block_iq4_xs) == 136, "IQ4_XS block must match GGUF (136 bytes)");
+_Static_assert(sizeof(bt_block_iq2_xxs) == 66, "IQ2_XXS block must match GGUF (66 bytes)");
+_Static_assert(sizeof(bt_block_iq2_xs) == 74, "IQ2_XS block must match GGUF (74 bytes)");
+_Static_assert(sizeof(bt_block_iq2_s) == 82, "IQ2_S block must match GGUF (82 bytes)");
+_Static_assert(sizeof(bt_block_iq3_xxs) == 98, "IQ3_XXS block must match GGUF (98 bytes)");
+_Static_assert(sizeof(bt_block_iq3_s) == 110, "IQ3_S block must match GGUF (110 bytes)");
+_Static_assert(sizeof(bt_block_iq1_s) == 50, "IQ1_S block must match GGUF (50 bytes)");
 
 const struct bt_type_traits *bt_type_traits(enum bt_type t) {
     BT_ASSERT(t >= 0 && t < BT_TYPE_COUNT);
@@ -148,6 +168,7 @@ const char *bt_type_name(enum bt_type t) {
     return (t >= 0 && t < BT_TYPE_COUNT) ? type_traits[t].name : "?";
 }
 size_t bt_type_size(enum bt_type t) { return bt_type_traits(t)->type_size; }
+bool bt_type_can_quantize(enum bt_type t) { return bt_type_traits(t)->from_float != NULL; }
 int64_t bt_blck_size(enum bt_type t) { return bt_type_traits(t)->blck_size; }
 size_t bt_row_size(enum bt_type t, int64_t ne0) {
     const struct bt_type_traits *tt = bt_type_traits(t);
@@ -158,6 +179,7 @@ void bt_row_to_f32(enum bt_type t, const void *src, float *dst, int64_t n) {
     bt_type_traits(t)->to_float(src, dst, n);
 }
 void bt_row_from_f32(enum bt_type t, const float *src, void *dst, int64_t n) {
+    BT_ASSERT(bt_type_traits(t)->from_float != NULL); /* callers check bt_type_can_quantize */
     bt_type_traits(t)->from_float(src, dst, n);
 }
 

@@ -81,6 +81,15 @@ enum bt_type {
     BT_TYPE_Q5_K,
     BT_TYPE_Q6_K,
     BT_TYPE_Q8_K, /* activations of K-quant dot products */
+    BT_TYPE_MXFP4,
+    BT_TYPE_IQ4_NL,
+    BT_TYPE_IQ4_XS,
+    BT_TYPE_IQ2_XXS, /* the 1-3-bit lattice types: no from_float */
+    BT_TYPE_IQ2_XS,
+    BT_TYPE_IQ2_S,
+    BT_TYPE_IQ3_XXS,
+    BT_TYPE_IQ3_S,
+    BT_TYPE_IQ1_S,
     BT_TYPE_COUNT,
 };
 
@@ -110,11 +119,13 @@ struct bt_type_traits {
     size_t type_size;   /* bytes per block */
     bool is_quantized;
     bt_to_float_fn to_float;     /* n elements (multiple of blck_size) */
-    bt_from_float_fn from_float; /* n elements (multiple of blck_size) */
+    bt_from_float_fn from_float; /* n elements (multiple of blck_size); NULL
+                                  * for the types baton cannot quantise to */
 };
 const struct bt_type_traits *bt_type_traits(enum bt_type t);
 const char *bt_type_name(enum bt_type t);
 size_t bt_type_size(enum bt_type t);
+bool bt_type_can_quantize(enum bt_type t); /* has from_float (rows can be written from F32) */
 int64_t bt_blck_size(enum bt_type t);
 size_t bt_row_size(enum bt_type t, int64_t ne0); /* bytes of ne0 elements */
 

@@ -11,7 +11,12 @@ computes in float64; nothing here comes from baton.
 
 Usage: model_ref.py ARCH TYPE DIR [BREAK]
   ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe
-  TYPE  f32 or q8_0 (the matrices; norms and biases stay f32)
+  TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
+        iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
+        rest, norms and biases stay f32).  Q8_0 and MXFP4 through
+        gguf.quants.quantize; the types it cannot quantise to get random
+        blocks whose scale gives the f32 matrix's RMS.  For the 256-element
+        types the model is 256 wide (embedding, feed-forward).
   BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
         wrong shape), arch (general.architecture "gpt9")
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
@@ -37,6 +42,9 @@ from gguf import GGMLQuantizationType as QT
 
 N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV = 100, 64, 2, 4, 2
 N_FF, N_EXPERT, N_USED, N_FF_EXP, N_FF_SH = 96, 4, 2, 32, 64
+WTYPES = {"f32": QT.F32, "q8_0": QT.Q8_0, "mxfp4": QT.MXFP4, "iq4_nl": QT.IQ4_NL, "iq4_xs": QT.IQ4_XS,
+          "iq2_xxs": QT.IQ2_XXS, "iq2_xs": QT.IQ2_XS, "iq2_s": QT.IQ2_S, "iq3_xxs": QT.IQ3_XXS,
+          "iq3_s": QT.IQ3_S, "iq1_s": QT.IQ1_S}
 EPS, ROPE_BASE, N_TOK = 1e-5, 10000.0, 12
 
 SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (head / full / None), biases, head_dim
@@ -62,6 +70,22 @@ def copy_vocab(w, vocab):
         if k == "tokenizer.ggml.tokens":
             n = len(f.contents())
     return n
+
+
+def encode(tname, a, qt):
+    """a (rows of whole blocks) as qt's bytes"""
+    if qt in (QT.Q8_0, QT.MXFP4):
+        return gguf.quants.quantize(a, qt)
+    # random blocks (every one of these types has its fp16 d first), d set so
+    # that the dequantised matrix has a's RMS
+    blk, ts = gguf.GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng(sum(map(ord, tname)) * 104729)
+    raw = rng.integers(0, 256, size=(a.size // blk, ts), dtype=np.uint8)
+    raw[:, 0:2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+    unit = gguf.quants.dequantize(raw.reshape(-1), qt).astype(np.float64)
+    d = np.float16(np.sqrt(np.mean(a.astype(np.float64) ** 2) / np.mean(unit ** 2)))
+    raw[:, 0:2] = np.frombuffer(d.tobytes(), dtype=np.uint8)
+    return raw.reshape(a.shape[:-1] + (a.shape[-1] // blk * ts,))
 
 
 def write(name, wtype, path, brk, vocab=None):
@@ -102,8 +126,9 @@ def write(name, wtype, path, brk, vocab=None):
             a = a[:-32]
         if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
             a = a[:, :-16]
-        if quant and wtype == "q8_0" and a.ndim >= 2:
-            w.add_tensor(tname, gguf.quants.quantize(a, QT.Q8_0), raw_dtype=QT.Q8_0)
+        qt = WTYPES[wtype]
+        if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
+            w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
         else:
             w.add_tensor(tname, a)
 
@@ -255,11 +280,13 @@ def greedy(name, path, ids, n):
 
 
 def main():
-    global N_VOCAB
+    global N_VOCAB, N_EMBD, N_FF
     name, wtype, d = sys.argv[1], sys.argv[2], sys.argv[3]
     brk = sys.argv[4] if len(sys.argv) > 4 else "none"
-    if name not in SPEC or wtype not in ("f32", "q8_0"):
+    if name not in SPEC or wtype not in WTYPES:
         sys.exit(f"model_ref.py: unknown architecture or type: {name} {wtype}")
+    if gguf.GGML_QUANT_SIZES[WTYPES[wtype]][0] == 256:
+        N_EMBD, N_FF = 256, 256
     path = os.path.join(d, "model.gguf")
     if brk == "vocab":
         write(name, wtype, path, "none", sys.argv[5])

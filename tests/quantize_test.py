@@ -5,8 +5,9 @@ A 16-layer llama-shaped model (F16, F32 and BF16 weights) is written with
 gguf.GGUFWriter; each TYPE's output must have llama.cpp's tensor types (the
 layers getting Q6_K are the ones llama-quantize picks for this model), the
 metadata of the input plus general.file_type, values close to the input,
-the same bytes for any thread count, and for Q8_0 / Q4_0 the bytes of
-gguf.quants.quantize.  Bad inputs: each a non-zero exit, one message naming
+the same bytes for any thread count, and for Q8_0 / Q4_0 / MXFP4 the bytes
+of gguf.quants.quantize.  The 1-3-bit IQ types are refused (they need an
+importance matrix).  Bad inputs: each a non-zero exit, one message naming
 what is wrong, and no OUT (nor temporary file) left behind.
 """
 import os
@@ -64,6 +65,7 @@ def make_model(path, nan_in=None, quantized_tensor=False):
         add(p + "ffn_gate.weight", (FF, D))
         add(p + "ffn_up.weight", (FF, D))
         add(p + "ffn_down.weight", (D, FF), np.float32)
+    add("blk.0.ffn_gate_exps.weight", (4, 64, D))  # experts: MXFP4 in MXFP4_MOE
     add("extra.weight", (4, 96))  # rows of 96: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0
     add("odd.weight", (4, 40))    # rows of 40: F16
     add("output_norm.weight", (D,), np.float32)
@@ -75,19 +77,29 @@ def make_model(path, nan_in=None, quantized_tensor=False):
     return tensors
 
 
+BASE = {"Q8_0": Q.Q8_0, "Q4_0": Q.Q4_0, "Q6_K": Q.Q6_K, "Q4_K_M": Q.Q4_K, "Q5_K_M": Q.Q5_K,
+        "IQ4_NL": Q.IQ4_NL, "IQ4_XS": Q.IQ4_XS, "MXFP4_MOE": Q.MXFP4}
+FILE_TYPE = {"Q8_0": 7, "Q4_0": 2, "Q6_K": 18, "Q4_K_M": 15, "Q5_K_M": 17, "IQ4_NL": 25, "IQ4_XS": 30,
+             "MXFP4_MOE": 38}
+
+
 def expected_type(name, typ):
-    base = {"Q8_0": Q.Q8_0, "Q4_0": Q.Q4_0, "Q6_K": Q.Q6_K, "Q4_K_M": Q.Q4_K, "Q5_K_M": Q.Q5_K}[typ]
+    base = BASE[typ]
     if name.endswith("norm.weight"):
         return None  # copied
+    if typ == "MXFP4_MOE":  # experts MXFP4, the rest Q8_0 (rows of 40: F16)
+        return Q.MXFP4 if "_exps" in name else Q.F16 if name == "odd.weight" else Q.Q8_0
     if name == "output.weight":
         return Q.Q8_0 if base == Q.Q8_0 else Q.Q6_K
     if name == "odd.weight":
         return Q.F16 if base in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else base if 40 % 32 == 0 else Q.F16
     if name == "extra.weight":
-        return {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}.get(base, base)
+        return {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL}.get(base, base)
     layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
     if typ in ("Q4_K_M", "Q5_K_M") and (name.endswith("attn_v.weight") or name.endswith("ffn_down.weight")):
         return Q.Q6_K if layer in MORE_BITS else base
+    if typ in ("IQ4_NL", "IQ4_XS") and name.endswith("ffn_down.weight") and layer < N_LAYER // 8:
+        return Q.Q5_K  # llama-quantize without an importance matrix
     return base
 
 
@@ -100,7 +112,7 @@ def nmse(x, y):
 
 
 MAX_NMSE = {Q.Q8_0: 1e-4, Q.Q4_0: 2e-2, Q.Q4_K: 1e-2, Q.Q5_K: 3e-3, Q.Q6_K: 1e-3, Q.Q5_0: 5e-3, Q.Q5_1: 3e-3,
-            Q.F16: 1e-6}
+            Q.F16: 1e-6, Q.IQ4_NL: 1e-2, Q.IQ4_XS: 1e-2, Q.MXFP4: 2.5e-2}
 
 
 def main():
@@ -109,7 +121,7 @@ def main():
         src = os.path.join(d, "in.gguf")
         orig = make_model(src)
         src_reader = gguf.GGUFReader(src)
-        for typ in ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0"):
+        for typ in ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_NL", "IQ4_XS", "MXFP4_MOE"):
             out = os.path.join(d, f"out_{typ}.gguf")
             r = run(baton, "quantize", "-t", "2", src, out, typ)
             check(r.returncode == 0, f"{typ}: exit {r.returncode}: {r.stderr[-500:]}")
@@ -118,7 +130,7 @@ def main():
             check(f"[{len(orig)}/{len(orig)}]" in r.stderr, f"{typ}: no progress line for the last tensor")
             rd = gguf.GGUFReader(out)
             ft = rd.fields["general.file_type"].contents()
-            check(ft == {"Q8_0": 7, "Q4_0": 2, "Q6_K": 18, "Q4_K_M": 15, "Q5_K_M": 17}[typ], f"{typ}: file_type {ft}")
+            check(ft == FILE_TYPE[typ], f"{typ}: file_type {ft}")
             for k in ("test.note", "test.list", "llama.block_count", "general.architecture"):
                 check(rd.fields[k].contents() == src_reader.fields[k].contents(), f"{typ}: key {k} not copied")
             for t in rd.tensors:
@@ -133,7 +145,7 @@ def main():
                 y = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(x.shape)
                 e = nmse(x, y)
                 check(e <= MAX_NMSE[t.tensor_type], f"{typ}: {t.name} NMSE {e:.2e} > {MAX_NMSE[t.tensor_type]:.0e}")
-                if t.tensor_type in (Q.Q8_0, Q.Q4_0):
+                if t.tensor_type in (Q.Q8_0, Q.Q4_0, Q.MXFP4):
                     ref = gguf.quants.quantize(x, t.tensor_type)
                     check(np.array_equal(np.asarray(t.data).reshape(-1), ref.reshape(-1)),
                           f"{typ}: {t.name} bytes differ from gguf.quants.quantize")
@@ -163,6 +175,8 @@ def main():
         out = os.path.join(d, "bad.gguf")
         bad([os.path.join(d, "missing.gguf"), out, "Q4_K_M"], 1, "missing.gguf", out)
         bad([src, out, "Q3_K_XL"], 2, "unknown TYPE 'Q3_K_XL'", out)
+        for typ in ("IQ2_XXS", "iq3_s", "IQ1_S"):
+            bad([src, out, typ], 2, f"TYPE {typ.upper()} needs an importance matrix (llama.cpp's imatrix)", out)
         bad([src, out], 2, "IN, OUT and TYPE are required", out)
         bad(["-t", "0", src, out, "Q8_0"], 2, "threads must be 1 to 64", out)
         bad(["--frobnicate", src, out, "Q8_0"], 2, "unknown option '--frobnicate'", out)

@@ -5,6 +5,7 @@
  *       NBLOCKS blocks' worth of random floats (several scales, a few rows of
  *       zeros and constants) -> OUTDIR/x.f32 (the input), OUTDIR/q.bin
  *       (bt_row_from_f32's bytes), OUTDIR/y.f32 (bt_row_to_f32 of those bytes)
+ *       (types baton quantises to only)
  *   quants_tool TYPE dequantize SEED NBLOCKS OUTDIR
  *       NBLOCKS blocks of random bytes (fp16 fields kept finite) -> OUTDIR/q.bin
  *       and OUTDIR/y.f32 (bt_row_to_f32 of them)
@@ -51,6 +52,8 @@ static int fp16_fields(enum bt_type t, int *off) {
     case BT_TYPE_Q3_K: off[0] = 108; return 1;
     case BT_TYPE_Q4_K: case BT_TYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
     case BT_TYPE_Q6_K: off[0] = 208; return 1;
+    case BT_TYPE_IQ4_NL: case BT_TYPE_IQ4_XS: case BT_TYPE_IQ2_XXS: case BT_TYPE_IQ2_XS: case BT_TYPE_IQ2_S:
+    case BT_TYPE_IQ3_XXS: case BT_TYPE_IQ3_S: case BT_TYPE_IQ1_S: off[0] = 0; return 1;
     default: return 0;
     }
 }
@@ -70,6 +73,10 @@ int main(int argc, char **argv) {
     const bool quantize = strcmp(argv[2], "quantize") == 0;
     if (!quantize && strcmp(argv[2], "dequantize") != 0) {
         fprintf(stderr, "quants_tool: mode must be quantize or dequantize, not %s\n", argv[2]);
+        return 2;
+    }
+    if (quantize && !bt_type_can_quantize(t)) {
+        fprintf(stderr, "quants_tool: baton does not quantise to %s\n", argv[1]);
         return 2;
     }
     rng_state = strtoull(argv[3], NULL, 10) * 2654435761u + 1;

@@ -277,7 +277,9 @@ END_TEST
 static const enum bt_type bi_types[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
                                         /* quants.h's weight types */
                                         BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
-                                        BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+                                        BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_NL, BT_TYPE_MXFP4,
+                                        BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S,
+                                        BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
 #define N_BI ((int)(sizeof bi_types / sizeof bi_types[0]))
 
 /* d = mul_mat(w, b) where b holds n columns: random ones, with column `pos`

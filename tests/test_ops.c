@@ -36,6 +36,17 @@ static double tol_matmul(enum bt_type wt) {
     case BT_TYPE_Q4_K:
     case BT_TYPE_Q5_K:
     case BT_TYPE_Q6_K: return 5e-4;
+    /* the table types: activations as Q8_0 (MXFP4, IQ4_NL) or Q8_K; measured
+     * up to 2.6e-4 (IQ4_NL) and 8.7e-4 (IQ3_XXS), on one-block dots */
+    case BT_TYPE_MXFP4:
+    case BT_TYPE_IQ4_NL:
+    case BT_TYPE_IQ4_XS:
+    case BT_TYPE_IQ2_XXS:
+    case BT_TYPE_IQ2_XS:
+    case BT_TYPE_IQ2_S:
+    case BT_TYPE_IQ3_XXS:
+    case BT_TYPE_IQ3_S:
+    case BT_TYPE_IQ1_S: return 1.5e-3;
     default: ck_abort_msg("no matmul bound for type %s", bt_type_name(wt)); return 0.0;
     }
 }
@@ -532,7 +543,9 @@ END_TEST
 static const enum bt_type wtypes[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
                                       /* quants.h's weight types */
                                       BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
-                                      BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+                                      BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_MXFP4, BT_TYPE_IQ4_NL,
+                                      BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S, BT_TYPE_IQ3_XXS,
+                                      BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
 #define N_WTYPES ((int)(sizeof wtypes / sizeof wtypes[0]))
 /* k rounded up to whole blocks of the weight type */
 static int64_t k_blocks(enum bt_type t, int64_t k) { return (k + bt_blck_size(t) - 1) / bt_blck_size(t) * bt_blck_size(t); }
@@ -738,8 +751,8 @@ END_TEST
 /* ---- get_rows ---- */
 
 START_TEST(test_get_rows) {
-    const enum bt_type types[6] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16,
-                                   BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_I32};
+    const enum bt_type types[9] = {BT_TYPE_F32,   BT_TYPE_F16,    BT_TYPE_BF16,  BT_TYPE_Q8_0,   BT_TYPE_Q4_0,
+                                   BT_TYPE_I32,   BT_TYPE_MXFP4,  BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS};
     enum bt_type ty = types[_i];
     tu_rng r;
     tu_rng_init(&r, 800 + _i);
@@ -749,7 +762,7 @@ START_TEST(test_get_rows) {
     for (int si = 0; si < 6; si++) {
         int64_t ne[4] = {gshapes[si][0], gshapes[si][1], gshapes[si][2], gshapes[si][3]};
         int64_t nr = gshapes[si][4];
-        if (is_block(ty)) ne[0] = (ne[0] + 31) / 32 * 32;
+        if (is_block(ty)) ne[0] = (ne[0] + bt_blck_size(ty) - 1) / bt_blck_size(ty) * bt_blck_size(ty);
         enum layout lay = si % 2 && !is_block(ty) ? L_PERM : L_CONT;
         if (si == 5) lay = L_STRIDED;
         snprintf(g_case, sizeof(g_case), "get_rows %s a[%ld,%ld,%ld,%ld] %s ids[%ld,%ld,%ld]",
@@ -1361,7 +1374,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);
-    tcase_add_loop_test(tc, test_get_rows, 0, 6);
+    tcase_add_loop_test(tc, test_get_rows, 0, 9);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);
     tcase_add_test(tc, test_cpy);
     tcase_add_test(tc, test_cont_views);

@@ -11,9 +11,9 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type all_blocks[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,
-                                          BT_TYPE_Q5_1, BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K,
-                                          BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_Q8_K};
+static const enum bt_type all_blocks[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1,  BT_TYPE_Q5_0,  BT_TYPE_Q5_1,
+                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K,  BT_TYPE_Q5_K,  BT_TYPE_Q6_K,
+                                          BT_TYPE_Q8_K, BT_TYPE_MXFP4, BT_TYPE_IQ4_NL, BT_TYPE_IQ4_XS};
 #define N_BLOCKS ((int)(sizeof all_blocks / sizeof all_blocks[0]))
 
 START_TEST(test_traits) {
@@ -21,6 +21,9 @@ START_TEST(test_traits) {
         {BT_TYPE_Q4_1, "q4_1", 32, 20},   {BT_TYPE_Q5_0, "q5_0", 32, 22},   {BT_TYPE_Q5_1, "q5_1", 32, 24},
         {BT_TYPE_Q2_K, "q2_K", 256, 84},  {BT_TYPE_Q3_K, "q3_K", 256, 110}, {BT_TYPE_Q4_K, "q4_K", 256, 144},
         {BT_TYPE_Q5_K, "q5_K", 256, 176}, {BT_TYPE_Q6_K, "q6_K", 256, 210}, {BT_TYPE_Q8_K, "q8_K", 256, 292},
+        {BT_TYPE_MXFP4, "mxfp4", 32, 17}, {BT_TYPE_IQ4_NL, "iq4_nl", 32, 18}, {BT_TYPE_IQ4_XS, "iq4_xs", 256, 136},
+        {BT_TYPE_IQ2_XXS, "iq2_xxs", 256, 66}, {BT_TYPE_IQ2_XS, "iq2_xs", 256, 74}, {BT_TYPE_IQ2_S, "iq2_s", 256, 82},
+        {BT_TYPE_IQ3_XXS, "iq3_xxs", 256, 98}, {BT_TYPE_IQ3_S, "iq3_s", 256, 110}, {BT_TYPE_IQ1_S, "iq1_s", 256, 50},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ck_assert_str_eq(bt_type_name(want[i].t), want[i].name);
@@ -28,6 +31,8 @@ START_TEST(test_traits) {
         ck_assert_uint_eq(bt_type_size(want[i].t), want[i].size);
         ck_assert(bt_type_traits(want[i].t)->is_quantized);
         ck_assert_uint_eq(bt_row_size(want[i].t, 1024), 1024 / want[i].blck * want[i].size);
+        /* the lattice types (from IQ2_XXS on) are read, never written */
+        ck_assert_int_eq(bt_type_can_quantize(want[i].t), want[i].t < BT_TYPE_IQ2_XXS);
     }
 }
 END_TEST
@@ -53,7 +58,8 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
 
 /* FNV-1a of the bytes ggml's ggml_quantize_chunk (quantize_row_q8_K_ref for
  * Q8_K) writes for golden_input(1024), llama.cpp as vendored in
- * llama-cpp-python 0.3.36 (ggml 0.25.3). */
+ * llama-cpp-python 0.3.36 (ggml 0.25.3); IQ4_NL and IQ4_XS without an
+ * importance matrix. */
 START_TEST(test_same_bytes_as_ggml) {
     static const struct { enum bt_type t; uint64_t h; } want[] = {
         {BT_TYPE_Q4_0, 0xb9648b89ae059b74ull}, {BT_TYPE_Q4_1, 0xc70ad4bc210d1261ull},
@@ -61,7 +67,8 @@ START_TEST(test_same_bytes_as_ggml) {
         {BT_TYPE_Q8_0, 0x2511b4bdaecfb508ull}, {BT_TYPE_Q2_K, 0x142709d65a8bb409ull},
         {BT_TYPE_Q3_K, 0x140a12337a8d6c2full}, {BT_TYPE_Q4_K, 0x5411fe489a0351c1ull},
         {BT_TYPE_Q5_K, 0x97177655592fb210ull}, {BT_TYPE_Q6_K, 0xbd6e1f20dd4726c6ull},
-        {BT_TYPE_Q8_K, 0x3a9335d0a7d48398ull},
+        {BT_TYPE_Q8_K, 0x3a9335d0a7d48398ull}, {BT_TYPE_IQ4_NL, 0x9a5b14b5d9227c73ull},
+        {BT_TYPE_IQ4_XS, 0x4f4ef4accc8bbf94ull}, {BT_TYPE_MXFP4, 0x12d0bf547f1069bfull},
     };
     float x[1024];
     golden_input(x, 1024);
@@ -83,7 +90,8 @@ START_TEST(test_error_bounds) {
     static const struct { enum bt_type t; double max_nmse; } want[] = {
         {BT_TYPE_Q8_0, 5e-5}, {BT_TYPE_Q4_0, 1.2e-2}, {BT_TYPE_Q4_1, 8e-3}, {BT_TYPE_Q5_0, 3e-3},
         {BT_TYPE_Q5_1, 2e-3}, {BT_TYPE_Q2_K, 1.1e-1}, {BT_TYPE_Q3_K, 3e-2}, {BT_TYPE_Q4_K, 7e-3},
-        {BT_TYPE_Q5_K, 1.8e-3}, {BT_TYPE_Q6_K, 5e-4}, {BT_TYPE_Q8_K, 2e-4},
+        {BT_TYPE_Q5_K, 1.8e-3}, {BT_TYPE_Q6_K, 5e-4}, {BT_TYPE_Q8_K, 2e-4}, {BT_TYPE_MXFP4, 1.6e-2},
+        {BT_TYPE_IQ4_NL, 7e-3}, {BT_TYPE_IQ4_XS, 7e-3},
     };
     enum { ROWS = 64, COLS = 2048 };
     tu_rng r;
@@ -188,12 +196,23 @@ START_TEST(test_k_shape_errors) {
 }
 END_TEST
 
+/* a row of weights of type t: w quantised, or for the lattice types (no
+ * quantiser) random blocks */
+static void weights_row(enum bt_type t, const float *w, void *q, int64_t k, tu_rng *r) {
+    if (bt_type_can_quantize(t)) {
+        bt_row_from_f32(t, w, q, k);
+        return;
+    }
+    uint64_t s = (uint64_t)tu_rng_int(r, 1 << 30) * 2654435761u + 7;
+    bt_row_random_blocks(t, q, k, 0.02f, &s);
+}
+
 /* Each weight type's dot product: the fast and plain versions bitwise equal,
  * and both the dot of the dequantised weights with the dequantised
  * activations up to float rounding. */
 START_TEST(test_vec_dots) {
-    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,  BT_TYPE_Q3_K,
+                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
     enum { K = 4096 };
     static float w[K], x[K], wd[K], xd[K];
     static uint8_t wq[K / 32 * 34 + 4096], xq[K / 256 * 292 + 4096];
@@ -230,6 +249,49 @@ START_TEST(test_vec_dots) {
 }
 END_TEST
 
+/* IQ4_XS and the lattice types against Q8_K columns (quant_iq.c): the dot is
+ * the dot of the dequantised weights with the dequantised activations up to
+ * float rounding, on rows of several blocks, activations with outliers, and
+ * every type's scales and signs exercised by random blocks. */
+START_TEST(test_iq_dots) {
+    static const enum bt_type types[] = {BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S,
+                                         BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
+    enum { K = 2048 };
+    static float w[K], x[K], wd[K], xd[K];
+    static uint8_t wq[K / 256 * 136], xq[K / 256 * 292];
+    tu_rng r;
+    tu_rng_init(&r, 5151);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(types[t]);
+        ck_assert_ptr_nonnull(qt);
+        for (int trial = 0; trial < 16; trial++) {
+            const int64_t k = trial % 4 == 0 ? 256 : K;
+            for (int64_t i = 0; i < k; i++) {
+                w[i] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(i % 300) / 50.0f);
+                x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
+            }
+            weights_row(types[t], w, wq, k, &r);
+            bt_row_to_f32(types[t], wq, wd, k);
+            bt_q8_K_from_f32(x, xq, k);
+            bt_q8_K_to_f32(xq, xd, k);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                ref += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+            }
+            ck_assert(mag > 0);
+            float fast = NAN, plain = NAN;
+            qt->vec_dot(k, &fast, wq, xq);
+            qt->vec_dot_ref(k, &plain, wq, xq);
+            ck_assert_msg(memcmp(&fast, &plain, sizeof fast) == 0, "%s trial %d: fast %.9g, plain %.9g",
+                          bt_type_name(types[t]), trial, fast, plain);
+            ck_assert_msg(fabs(plain - ref) <= 1e-5 * mag, "%s trial %d: %.9g, dequantised dot %.9g",
+                          bt_type_name(types[t]), trial, plain, ref);
+        }
+    }
+}
+END_TEST
+
 /* Every entry of qtypes.h's table: the fast activation quantiser and dot
  * give the bytes and bits of their plain C versions (odd block counts, an
  * outlier, zero blocks, k of one block), and the dot is the dot of the
@@ -254,7 +316,7 @@ START_TEST(test_table_refs) {
                 x[i] = tu_rng_f32(&r, -2.0f, 2.0f) * (trial % 5 == 2 && i % 64 == 7 ? 30.0f : 1.0f);
                 if (trial % 6 == 3 && i < 64) x[i] = 0.0f; /* zero blocks */
             }
-            bt_row_from_f32((enum bt_type)t, w, wq, k);
+            weights_row((enum bt_type)t, w, wq, k, &r);
             bt_row_to_f32((enum bt_type)t, wq, wd, k);
             memset(xq, 0x5a, sizeof xq[0]);
             memset(xq[1], 0xa5, sizeof xq[1]);
@@ -277,7 +339,7 @@ START_TEST(test_table_refs) {
                           bt_type_name((enum bt_type)t), trial, plain, ref);
         }
     }
-    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(n, 19);
 }
 END_TEST
 
@@ -285,8 +347,10 @@ END_TEST
  * element, the bits of the entry's vec_dot (rows and columns of different
  * content, the same row twice as matmul.c may pass it). */
 START_TEST(test_tiles_equal_vec_dot) {
-    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0,  BT_TYPE_Q5_1,
+                                         BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,  BT_TYPE_Q6_K,
+                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4, BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS,
+                                         BT_TYPE_IQ2_S, BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
     enum { K = 1024, R = 16 };
     static float x[K];
     static uint8_t w[R][K / 32 * 34], act[R][K / 256 * 292 + K / 32 * 40 + 64];
@@ -302,7 +366,7 @@ START_TEST(test_tiles_equal_vec_dot) {
             if (k != K && bt_blck_size(types[t]) != 32) break;
             for (int i = 0; i < R; i++) {
                 for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) + (i % 3 == 1 ? 0.3f : 0.0f);
-                bt_row_from_f32(types[t], x, w[i], k);
+                weights_row(types[t], x, w[i], k, &r);
                 for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f);
                 qt->quantize_act(x, act[i], k);
             }
@@ -402,6 +466,7 @@ int main(void) {
     tcase_add_test(tc, test_k_tensor_access);
     tcase_add_test(tc, test_k_shape_errors);
     tcase_add_test(tc, test_vec_dots);
+    tcase_add_test(tc, test_iq_dots);
     tcase_add_test(tc, test_table_refs);
     tcase_add_test(tc, test_tiles_equal_vec_dot);
     tcase_add_test(tc, test_gemm_equal_vec_dot);

@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include "testutil.h"
 
+#include "quants.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -117,6 +119,18 @@ int32_t *tu_read_i32(const struct bt_tensor *t) {
 
 void tu_fill_uniform(struct bt_tensor *t, tu_rng *r, float lo, float hi) {
     int64_t n = nel(t);
+    if (!bt_type_can_quantize(t->type)) {
+        /* the lattice types: random blocks, values about as large as hi - lo,
+         * row by row (each row's blocks are packed) */
+        ck_assert(t->nb[0] == bt_type_size(t->type));
+        uint64_t s = (uint64_t)tu_rng_int(r, 1 << 30) * 2654435761u + 1;
+        for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+                    bt_row_random_blocks(t->type, (char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3],
+                                         t->ne[0], (hi - lo) / 100.0f, &s);
+        return;
+    }
     float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     ck_assert(v != NULL);
     for (int64_t i = 0; i < n; i++) {

@@ -179,10 +179,19 @@ extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq4_nl; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_mxfp4; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q2_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q3_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q6_K; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq4_xs; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq2_xxs; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq2_xs; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq2_s; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq3_xxs; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq3_s; /* quant_iq.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq1_s; /* quant_iq.c */
 
 #endif

@@ -1,5 +1,5 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
- * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
+ * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
  * entries in matmul.c's table (qtypes.h), and the K-quants' packed GEMM.
  *
@@ -8,7 +8,7 @@
  * only the float accumulation has an order, and it is fixed per type:
  *   - Q2_K .. Q6_K: one float accumulator, one or two fused steps per block
  *     on the block's two integers (kq_step, described above dot_kq_ref);
- *   - Q4_1, Q5_0, Q5_1: 8 float lanes, each lane taking the integers of the
+ *   - Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: 8 float lanes, each lane taking the integers of the
  *     same 4-element groups in every block (the groups vpdpbusd gathers),
  *     then a fixed tree of sums.
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions
@@ -119,6 +119,39 @@ static void dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *va) {
         }
     }
     *s = hsum8(acc);
+}
+
+/* IQ4_NL and MXFP4: q = the table value of each nibble (signed), in lanes32's
+ * order with one fma per lane and block:
+ *     acc[l] = fma(isum_l, dw * da, acc[l])
+ * (IQ4_NL dw = d, MXFP4 dw = 2^(e-128)); the AVX-512 path takes the table
+ * values + 128 as unsigned bytes and 128 asum_l off, the same integer. */
+static void dot_table32_ref(const int8_t *tab, size_t bs, bool e8m0, int64_t k, float *s, const void *vw,
+                            const void *va) {
+    const bt_block_q8_0 *a = va;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        const uint8_t *blk = (const uint8_t *)vw + (size_t)b * bs;
+        const uint8_t *qs = blk + (e8m0 ? 1 : 2);
+        bt_fp16_t d16;
+        memcpy(&d16, blk, 2);
+        const float dw = e8m0 ? bt_e8m0_half(blk[0]) : h2f(d16);
+        int q[32], isum[8], asum[8];
+        for (int j = 0; j < 16; j++) {
+            q[j] = tab[qs[j] & 0xF];
+            q[j + 16] = tab[qs[j] >> 4];
+        }
+        lanes32(q, a[b].qs, isum, asum);
+        const float dd = dw * h2f(a[b].d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)isum[l], dd, acc[l]);
+    }
+    *s = hsum8(acc);
+}
+static void dot_iq4_nl_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_table32_ref(bt_iq4nl_values, sizeof(bt_block_iq4_nl), false, k, s, vw, va);
+}
+static void dot_mxfp4_ref(int64_t k, float *s, const void *vw, const void *va) {
+    dot_table32_ref(bt_mxfp4_values, sizeof(bt_block_mxfp4), true, k, s, vw, va);
 }
 
 /* 2-bit field of element j (0..255) in Q2_K / Q3_K's qs */
@@ -1085,12 +1118,24 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
- * columns, in lanes32's order (see dot_q4_1_ref). */
+/* 16 table values + 128, in both 128-bit lanes, for vpshufb */
+static inline __m256i table_u8(const int8_t *tab) {
+    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i *)tab), _mm_set1_epi8((char)0x80));
+    return _mm256_broadcastsi128_si256(t);
+}
+
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1), Q5_1 (2), IQ4_NL (3) or MXFP4
+ * (4) rows against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
+ * dot_table32_ref). */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
-    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
+                      : mode == 1 ? sizeof(bt_block_q5_0)
+                      : mode == 2 ? sizeof(bt_block_q5_1)
+                      : mode == 3 ? sizeof(bt_block_iq4_nl)
+                                  : sizeof(bt_block_mxfp4);
+    const __m256i lut = mode == 3 ? table_u8(bt_iq4nl_values) : table_u8(bt_mxfp4_values);
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -1122,17 +1167,26 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
-            } else {
+            } else if (mode == 2) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
+            } else if (mode == 3) {
+                const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
+                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)wb;
+                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
+                dw = bt_e8m0_half(w->e);
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
-                if (mode == 1) {
-                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
+                if (mode == 1 || mode >= 3) {
+                    /* the offset: Q5_0's 16, the table types' 128 */
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], mode == 1 ? 4 : 7));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
@@ -1169,6 +1223,8 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
 Q32_TILES(q4_1, 0)
 Q32_TILES(q5_0, 1)
 Q32_TILES(q5_1, 2)
+Q32_TILES(iq4_nl, 3)
+Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx512
@@ -1189,6 +1245,7 @@ static const struct bt_quant_dot quant_dots[BT_TYPE_COUNT] = {
     ENTRY(BT_TYPE_Q5_1, q5_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q3_K, q3_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q4_K, q4_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q5_K, q5_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q6_K, q6_K, BT_TYPE_Q8_K, q8_K),
+    ENTRY(BT_TYPE_IQ4_NL, iq4_nl, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_MXFP4, mxfp4, BT_TYPE_Q8_0, q8_0),
 };
 
 const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
@@ -1246,6 +1303,8 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
+QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), NO_GEMM, NO_REPACK);
+QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), NO_GEMM, NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);

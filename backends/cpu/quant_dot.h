@@ -1,6 +1,6 @@
 /* quant_dot.h - dot products of one row of quantised weights (Q4_1, Q5_0,
- * Q5_1, Q2_K .. Q6_K) with one activation column quantised to int8 blocks
- * (Q8_0 for the 32-element types, Q8_K for the K-quants).  Internal to the
+ * Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K) with one activation column quantised to
+ * int8 blocks (Q8_0 for the 32-element types, Q8_K for the K-quants).  Internal to the
  * CPU backend (matmul.c's table of quantised weight types).
  *
  * Accumulation order: fixed per type, the same on every path (quant_dot.c's

@@ -32,6 +32,7 @@
 #include "cli.h"
 #include "common.h"
 #include "cpu.h"
+#include "quants.h"
 
 #include <errno.h>
 #include <math.h>
@@ -121,8 +122,13 @@ static bool fill_random(struct bt_tensor *t, uint64_t seed) {
     if (!tmp) return false;
     uint64_t s = seed | 1;
     for (int64_t r = 0; r < rows; r++) {
+        char *row = (char *)t->data + (size_t)r * t->nb[1];
+        if (!bt_type_can_quantize(t->type)) { /* the lattice types: random blocks */
+            bt_row_random_blocks(t->type, row, n0, 0.01f, &s);
+            continue;
+        }
         for (int64_t i = 0; i < n0; i++) tmp[i] = rng_float(&s);
-        bt_row_from_f32(t->type, tmp, (char *)t->data + (size_t)r * t->nb[1], n0);
+        bt_row_from_f32(t->type, tmp, row, n0);
     }
     free(tmp);
     const size_t mat = (size_t)rows * t->nb[1];
@@ -195,7 +201,7 @@ static double time_graph(bt_cpu *cpu, struct bt_graph *g, int reps, double *cpu_
 
 static void print_row(const char *op, enum bt_type type, const char *shape, int nth, double sec,
                       double csec, double flop, double wbytes, double bw, double peak) {
-    printf("%-10s %-5s %-28s %3d %10.3f %9.1f %9.2f %7.1f%% %7.1f%% %9.1f\n", op, bt_type_name(type),
+    printf("%-10s %-7s %-28s %3d %10.3f %9.1f %9.2f %7.1f%% %7.1f%% %9.1f\n", op, bt_type_name(type),
            shape, nth, sec * 1e3, flop / sec * 1e-9, wbytes / sec * 1e-9,
            bw > 0 ? 100.0 * wbytes / sec / bw : 0.0, peak > 0 ? 100.0 * flop / sec / peak : 0.0,
            csec > 0 ? flop / csec * 1e-9 : 0.0);
@@ -462,7 +468,9 @@ static void usage(FILE *f) {
             "                       [--repacked]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
-            "                  q2_K,q3_K,q4_K,q5_K,q6_K (default all); f16 adds the\n"
+            "                  q2_K,q3_K,q4_K,q5_K,q6_K,mxfp4,iq4_nl,iq4_xs,iq2_xxs,\n"
+            "                  iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s (default all; the\n"
+            "                  1-3-bit IQ types with random blocks); f16 adds the\n"
             "                  flash_attn rows (F16 cache)\n"
             "  --reps N        timed calls per row; the median is printed (default 20 for small\n"
             "                  shapes, 5 for large ones)\n"
@@ -546,7 +554,9 @@ static bool type_item(const char *tok, struct bench_opts *o) {
             o->types[t] = true;
             return true;
         }
-    fprintf(stderr, "baton bench: --types: unknown weight type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K)\n",
+    fprintf(stderr,
+            "baton bench: --types: unknown weight type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K "
+            "q5_K q6_K mxfp4 iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s)\n",
             tok);
     return false;
 }
@@ -628,13 +638,15 @@ int bt_cli_bench(int argc, char **argv) {
            "GF/cpu-s: FLOPs per second of CPU time the process used (all threads): on a machine\n"
            "shared with other work, compare kernels by this figure at 1 thread\n\n",
            reps_small, reps_large);
-    printf("%-10s %-5s %-28s %3s %10s %9s %9s %8s %8s %9s\n", "op", "type", "shape", "thr", "time ms",
+    printf("%-10s %-7s %-28s %3s %10s %9s %9s %8s %8s %9s\n", "op", "type", "shape", "thr", "time ms",
            "GFLOP/s", "wGB/s", "%bw", "%fma", "GF/cpu-s");
 
     static const enum bt_type order[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0,
                                          BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1,
                                          BT_TYPE_Q2_K, BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K,
-                                         BT_TYPE_Q6_K};
+                                         BT_TYPE_Q6_K, BT_TYPE_MXFP4, BT_TYPE_IQ4_NL, BT_TYPE_IQ4_XS,
+                                         BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S, BT_TYPE_IQ3_XXS,
+                                         BT_TYPE_IQ3_S, BT_TYPE_IQ1_S};
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
         const enum bt_type t = order[i];
         if (!o.types[t]) continue;

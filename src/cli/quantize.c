@@ -1,7 +1,9 @@
 /* quantize.c - `baton quantize IN OUT TYPE`: a GGUF file's F32 / F16 / BF16
- * weights quantised to Q8_0, Q4_0, Q6_K or the K-quant mixes Q4_K_M / Q5_K_M
- * (Q4_K and Q5_K are their aliases, as in llama-quantize), every other
- * tensor and every metadata value copied.
+ * weights quantised to Q8_0, Q4_0, Q6_K, the K-quant mixes Q4_K_M / Q5_K_M
+ * (Q4_K and Q5_K are their aliases, as in llama-quantize), IQ4_NL, IQ4_XS or
+ * MXFP4_MOE, every other tensor and every metadata value copied.  The 1-3-bit
+ * IQ types are refused: quantising to them well needs an importance matrix,
+ * which this does not read.
  *
  * Which tensor gets which type is a plan made first, as a value, from names
  * and shapes alone (plan_tensor_types; `--dry-run` prints it).  It follows
@@ -16,9 +18,15 @@
  *     ffn_down get Q6_K on "more bits" layers (the first and last eighth and
  *     every third in between); with 8 experts attn_v and attn_k get Q8_0 and
  *     (Q4_K_M) attn_output Q5_K;
+ *   - IQ4_NL / IQ4_XS (no importance matrix): attention V gets Q5_K where 4
+ *     or more query heads share a KV head, ffn_down Q5_K in the first eighth
+ *     of the layers; with 8 experts attn_v and attn_k Q8_0 and attn_output
+ *     Q5_K;
+ *   - MXFP4_MOE: the expert tensors (3 dimensions, ne[2] > 1) MXFP4, every
+ *     other quantised tensor and output.weight Q8_0;
  *   - a row length that is not a multiple of the chosen type's block falls
- *     back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then
- *     F16).
+ *     back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+ *     IQ4_XS -> IQ4_NL, then F16).
  * Not taken over: importance matrices, llama.cpp's 70B attn_v rule (it needs
  * the model's size class) and its Falcon-specific rules.
  *
@@ -44,20 +52,30 @@
 #include "tensor.h"
 
 /* llama.cpp's llama_ftype numbers, written to general.file_type */
-enum { FTYPE_Q4_0 = 2, FTYPE_Q8_0 = 7, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_M = 17, FTYPE_Q6_K = 18 };
+enum {
+    FTYPE_Q4_0 = 2, FTYPE_Q8_0 = 7, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_M = 17, FTYPE_Q6_K = 18,
+    FTYPE_IQ4_NL = 25, FTYPE_IQ4_XS = 30, FTYPE_MXFP4_MOE = 38,
+};
+
+enum mix_rules { MIX_PLAIN, MIX_K, MIX_IQ4, MIX_MXFP4_MOE }; /* which of llama.cpp's rules (above) */
 
 struct qmix {
     const char *name;
     enum bt_type base;
     int ftype;
-    bool k_mix; /* the Q4_K_M / Q5_K_M rules */
+    enum mix_rules rules;
 };
 static const struct qmix mixes[] = {
-    {"Q8_0", BT_TYPE_Q8_0, FTYPE_Q8_0, false},     {"Q4_0", BT_TYPE_Q4_0, FTYPE_Q4_0, false},
-    {"Q6_K", BT_TYPE_Q6_K, FTYPE_Q6_K, false},     {"Q4_K_M", BT_TYPE_Q4_K, FTYPE_Q4_K_M, true},
-    {"Q4_K", BT_TYPE_Q4_K, FTYPE_Q4_K_M, true},    {"Q5_K_M", BT_TYPE_Q5_K, FTYPE_Q5_K_M, true},
-    {"Q5_K", BT_TYPE_Q5_K, FTYPE_Q5_K_M, true},
+    {"Q8_0", BT_TYPE_Q8_0, FTYPE_Q8_0, MIX_PLAIN},       {"Q4_0", BT_TYPE_Q4_0, FTYPE_Q4_0, MIX_PLAIN},
+    {"Q6_K", BT_TYPE_Q6_K, FTYPE_Q6_K, MIX_PLAIN},       {"Q4_K_M", BT_TYPE_Q4_K, FTYPE_Q4_K_M, MIX_K},
+    {"Q4_K", BT_TYPE_Q4_K, FTYPE_Q4_K_M, MIX_K},         {"Q5_K_M", BT_TYPE_Q5_K, FTYPE_Q5_K_M, MIX_K},
+    {"Q5_K", BT_TYPE_Q5_K, FTYPE_Q5_K_M, MIX_K},         {"IQ4_NL", BT_TYPE_IQ4_NL, FTYPE_IQ4_NL, MIX_IQ4},
+    {"IQ4_XS", BT_TYPE_IQ4_XS, FTYPE_IQ4_XS, MIX_IQ4},   {"MXFP4_MOE", BT_TYPE_MXFP4, FTYPE_MXFP4_MOE, MIX_MXFP4_MOE},
+    {"MXFP4", BT_TYPE_MXFP4, FTYPE_MXFP4_MOE, MIX_MXFP4_MOE},
 };
+/* llama-quantize's types that need an importance matrix */
+static const char *const imatrix_types[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS",
+                                            "IQ3_XS",  "IQ3_S",  "IQ3_M", "IQ1_S", "IQ1_M"};
 
 /* ---- the plan ------------------------------------------------------------- */
 
@@ -91,6 +109,7 @@ static enum bt_type shape_fallback(enum bt_type t, int64_t ne0) {
     case BT_TYPE_Q4_K: t = BT_TYPE_Q5_0; break;
     case BT_TYPE_Q5_K: t = BT_TYPE_Q5_1; break;
     case BT_TYPE_Q6_K: t = BT_TYPE_Q8_0; break;
+    case BT_TYPE_IQ4_XS: t = BT_TYPE_IQ4_NL; break;
     default: break;
     }
     return ne0 % bt_blck_size(t) == 0 ? t : BT_TYPE_F16;
@@ -99,6 +118,7 @@ static enum bt_type shape_fallback(enum bt_type t, int64_t ne0) {
 struct model_info {
     int n_layer;  /* {arch}.block_count, else 1 + the largest blk.N */
     int n_expert; /* {arch}.expert_count, else 0 */
+    int n_head, n_head_kv; /* {arch}.attention.head_count(_kv) when single numbers, else 0 */
 };
 
 /* Block N of a "blk.N." name; -1 when the name has none. */
@@ -122,12 +142,17 @@ static void plan_tensor_types(const struct bt_gguf *g, const struct qmix *mix, b
         if (!is_quantisable(t)) continue;
         const char *name = t->name;
         enum bt_type ty = mix->base;
-        if (!pure) {
+        const bool k_mix = mix->rules == MIX_K, iq4 = mix->rules == MIX_IQ4;
+        const bool gqa4 = mi->n_head_kv > 0 && mi->n_head >= 4 * mi->n_head_kv;
+        if (!pure && mix->rules == MIX_MXFP4_MOE) {
+            if (t->n_dims < 3 || t->ne[2] <= 1) ty = BT_TYPE_Q8_0;
+        } else if (!pure) {
             if (!strcmp(name, "output.weight") || (tied && !strcmp(name, "token_embd.weight"))) {
                 if (t->ne[0] % BT_QK_K != 0) ty = BT_TYPE_Q8_0;
                 else if (ty != BT_TYPE_Q8_0) ty = BT_TYPE_Q6_K;
             } else if (is_attn_v_like(name)) {
-                if (mix->k_mix && more_bits(i_attn_v, n_attn_v)) ty = BT_TYPE_Q6_K;
+                if (k_mix && more_bits(i_attn_v, n_attn_v)) ty = BT_TYPE_Q6_K;
+                if (iq4 && gqa4) ty = BT_TYPE_Q5_K;
                 if (mi->n_expert == 8) ty = BT_TYPE_Q8_0;
                 i_attn_v++;
             } else if (has(name, "attn_k.weight")) {
@@ -135,10 +160,11 @@ static void plan_tensor_types(const struct bt_gguf *g, const struct qmix *mix, b
             } else if (has(name, "ffn_down")) {
                 /* with experts, the layer from the name (llama.cpp: they are not in order) */
                 const int layer = mi->n_expert > 1 && layer_of(name) >= 0 ? layer_of(name) : i_ffn_down;
-                if (mix->k_mix && more_bits(layer, mi->n_layer)) ty = BT_TYPE_Q6_K;
+                if (k_mix && more_bits(layer, mi->n_layer)) ty = BT_TYPE_Q6_K;
+                if (iq4 && layer < mi->n_layer / 8) ty = BT_TYPE_Q5_K;
                 i_ffn_down++;
             } else if (has(name, "attn_output.weight")) {
-                if (mi->n_expert == 8 && mix->ftype == FTYPE_Q4_K_M) ty = BT_TYPE_Q5_K;
+                if (mi->n_expert == 8 && (mix->ftype == FTYPE_Q4_K_M || iq4)) ty = BT_TYPE_Q5_K;
             }
         }
         out[i] = shape_fallback(ty, t->ne[0]);
@@ -232,6 +258,10 @@ static void usage(FILE *f) {
             "  Q4_K_M Q5_K_M      llama.cpp's mixes: Q4_K / Q5_K with Q6_K for the attention\n"
             "                     V and ffn_down tensors of some layers and for output.weight\n"
             "  Q4_K Q5_K          aliases of Q4_K_M and Q5_K_M (as in llama-quantize)\n"
+            "  IQ4_NL IQ4_XS      4-bit non-linear types (Q5_K for some attention V and\n"
+            "                     ffn_down tensors, Q6_K for output.weight)\n"
+            "  MXFP4_MOE          the experts in MXFP4, the other weights in Q8_0 (alias MXFP4)\n"
+            "  (IQ1_S .. IQ3_S need an importance matrix, which this does not read)\n"
             "\n"
             "options:\n"
             "  -t, --threads N    threads (default: the online cores)\n"
@@ -299,8 +329,18 @@ int bt_cli_quantize(int argc, char **argv) {
     const struct qmix *mix = NULL;
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
         if (!strcasecmp(pos[2], mixes[i].name)) mix = &mixes[i];
+    for (size_t i = 0; i < sizeof imatrix_types / sizeof imatrix_types[0] && !mix; i++) {
+        if (strcasecmp(pos[2], imatrix_types[i])) continue;
+        fprintf(stderr,
+                "baton quantize: TYPE %s needs an importance matrix (llama.cpp's imatrix), which baton quantize "
+                "does not read; without one: IQ4_XS, IQ4_NL or a K-quant mix\n",
+                imatrix_types[i]);
+        return 2;
+    }
     if (!mix) {
-        fprintf(stderr, "baton quantize: unknown TYPE '%s' (one of Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_K Q5_K)\n",
+        fprintf(stderr,
+                "baton quantize: unknown TYPE '%s' (one of Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_K Q5_K IQ4_NL IQ4_XS "
+                "MXFP4_MOE MXFP4)\n",
                 pos[2]);
         return 2;
     }
@@ -322,17 +362,18 @@ int bt_cli_quantize(int argc, char **argv) {
         return 1;
     }
     /* the model's layer and expert counts, for the mixes */
-    struct model_info mi = {bt_gguf_n_layers(g), 0};
+    struct model_info mi = {bt_gguf_n_layers(g), 0, 0, 0};
     struct bt_gguf_str arch;
     if (bt_gguf_get_str(g, "general.architecture", &arch) == BT_OK && arch.n < 200) {
         char key[256];
-        const char *what[2] = {"block_count", "expert_count"};
-        int *dst[2] = {&mi.n_layer, &mi.n_expert};
-        for (int k = 0; k < 2; k++) {
+        const char *what[4] = {"block_count", "expert_count", "attention.head_count", "attention.head_count_kv"};
+        int *dst[4] = {&mi.n_layer, &mi.n_expert, &mi.n_head, &mi.n_head_kv};
+        for (int k = 0; k < 4; k++) {
             snprintf(key, sizeof key, "%.*s.%s", (int)arch.n, arch.data, what[k]);
             const int64_t ki = bt_gguf_find_key(g, key);
             if (ki < 0) continue;
             const struct bt_gguf_value *v = bt_gguf_kv_value(g, ki);
+            if (k >= 2 && v->type == BT_GGUF_TYPE_ARRAY) continue; /* per-layer head counts: no GQA rule */
             if (v->type > BT_GGUF_TYPE_INT32 && v->type != BT_GGUF_TYPE_UINT64 && v->type != BT_GGUF_TYPE_INT64) {
                 fprintf(stderr, "baton quantize: %s: key \"%s\" is %s, not an integer\n", in, key,
                         bt_gguf_type_name(v->type));

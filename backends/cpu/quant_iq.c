@@ -1,0 +1,492 @@
+/* quant_iq.c - the 256-element table weight types on the CPU: IQ4_XS and the
+ * lattice types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, dotted with
+ * Q8_K activation columns (as ggml pairs them), and their entries in
+ * matmul.c's table (qtypes.h).
+ *
+ * Every one of these types is, per 256-element block, a signed integer
+ * value v[e] per element, an integer scale sc[s] per 16-element sub-block
+ * (the types with one scale per 32 elements repeat it) and one float
+ * d * mult (mult a power of two):
+ *   IQ4_XS   v = bt_iq4nl_values[q]            sc = ls - 32     mult 1
+ *   IQ2_XXS  v = grid * sign  (grid 8, 25, 43) sc = 2 ls + 1    mult 1/8
+ *   IQ2_XS, IQ2_S   as IQ2_XXS, a scale per 16 elements
+ *   IQ3_XXS  v = grid * sign  (4 .. 62)        sc = 2 ls + 1    mult 1/4
+ *   IQ3_S    v = grid * sign  (1 .. 15)        sc = 2 ls + 1    mult 1
+ *   IQ1_S    v = 8 grid +- 1  (grid -1, 0, 1)  sc = 2 ls + 1    mult 1/8
+ * (x = d * mult * sc * v is the dequantised value, quants.c, up to the
+ * order of float rounding).  Against a Q8_K column a the block's dot is the
+ * exact integer
+ *   I = sum_s sc[s] sum_{e in s} v[e] a.qs[e]          (|I| < 2^28)
+ * and one float step, blocks in increasing order from acc = +0:
+ *   acc = fma((float)I, (d * mult) * a.d, acc).
+ * dot_iq_ref spells it out in plain C; the AVX-512 path (one row, 1, 2 or 4
+ * columns sharing the row's decoding) forms the same I: per 64 elements the
+ * bytes |v| (grid entries gathered, IQ4_XS's levels by vpshufb) with the
+ * signs moved onto the activation bytes (exact: Q8_K's are in -127..127),
+ * vpmaddubsw (pairs, at most 2 * 127 * 127 < 2^15), vpdpwssd with each
+ * pair's scale into 16 int32 lanes, then the lanes added.
+ * Integer sums are exact in any grouping, so both paths give the same bits
+ * (tests/test_quants.c compares them).  Built with -ffp-contract=off.
+ */
+#include "qtypes.h"
+
+#include "cpu_impl.h"
+#include "quants.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && \
+    defined(__BMI2__)
+#define HAVE_IQ_AVX512 1
+#endif
+
+enum iq_kind { IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S };
+
+static size_t iq_block_bytes(int kind) {
+    switch (kind) {
+    case IQ4XS: return sizeof(bt_block_iq4_xs);
+    case IQ2XXS: return sizeof(bt_block_iq2_xxs);
+    case IQ2XS: return sizeof(bt_block_iq2_xs);
+    case IQ2S: return sizeof(bt_block_iq2_s);
+    case IQ3XXS: return sizeof(bt_block_iq3_xxs);
+    case IQ3S: return sizeof(bt_block_iq3_s);
+    default: return sizeof(bt_block_iq1_s);
+    }
+}
+
+static float iq_mult(int kind) {
+    switch (kind) {
+    case IQ2XXS: case IQ2XS: case IQ2S: case IQ1S: return 0.125f;
+    case IQ3XXS: return 0.25f;
+    default: return 1.0f;
+    }
+}
+
+static inline uint32_t rd32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---- plain C ---------------------------------------------------------------- */
+
+/* the 16-element scales of a block (sc16[j]: elements 16j .. 16j+15) */
+static void iq_scales(int kind, const void *blk, int sc16[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int s32 = j / 2; /* the 32-element sub-block */
+        int sc;
+        switch (kind) {
+        case IQ4XS: sc = bt_iq4_xs_scale(blk, s32) - 32; break;
+        case IQ2XXS: sc = 2 * (int)(rd32(((const bt_block_iq2_xxs *)blk)->qs + 4 * s32 + 2) >> 28) + 1; break;
+        case IQ2XS: sc = 2 * ((((const bt_block_iq2_xs *)blk)->scales[j / 2] >> (4 * (j % 2))) & 0xF) + 1; break;
+        case IQ2S: sc = 2 * ((((const bt_block_iq2_s *)blk)->scales[j / 2] >> (4 * (j % 2))) & 0xF) + 1; break;
+        case IQ3XXS: sc = 2 * (int)(rd32(((const bt_block_iq3_xxs *)blk)->qs + 64 + 4 * s32) >> 28) + 1; break;
+        case IQ3S: sc = 2 * ((((const bt_block_iq3_s *)blk)->scales[s32 / 2] >> (4 * (s32 % 2))) & 0xF) + 1; break;
+        default: sc = 2 * ((((const bt_block_iq1_s *)blk)->qh[s32] >> 12) & 7) + 1; break;
+        }
+        sc16[j] = sc;
+    }
+}
+
+static inline int sgn(uint8_t signs, int j, int v) { return (signs >> j) & 1 ? -v : v; }
+
+/* the 256 signed values of a block */
+static void iq_values(int kind, const void *blk, int8_t v[BT_QK_K]) {
+    for (int g = 0; g < 32; g++) { /* groups of 8 */
+        int8_t *o = v + 8 * g;
+        const int s32 = g / 4, l = g % 4;
+        switch (kind) {
+        case IQ4XS: {
+            const bt_block_iq4_xs *w = blk;
+            for (int j = 0; j < 8; j++) {
+                const int e = 8 * l + j; /* in the sub-block */
+                const uint8_t q = w->qs[16 * s32 + e % 16];
+                o[j] = bt_iq4nl_values[e < 16 ? q & 0xF : q >> 4];
+            }
+            break;
+        }
+        case IQ2XXS: {
+            const bt_block_iq2_xxs *w = blk;
+            const uint32_t idx = rd32(w->qs + 4 * s32), sg = rd32(w->qs + 4 * s32 + 2);
+            const uint64_t e = bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF];
+            const uint8_t s = bt_iq2_signs[(sg >> (7 * l)) & 127];
+            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(s, j, (int8_t)(e >> (8 * j)));
+            break;
+        }
+        case IQ2XS: {
+            const bt_block_iq2_xs *w = blk;
+            const uint64_t e = bt_iq2xs_grid[w->qs[g] & 511];
+            const uint8_t s = bt_iq2_signs[w->qs[g] >> 9];
+            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(s, j, (int8_t)(e >> (8 * j)));
+            break;
+        }
+        case IQ2S: {
+            const bt_block_iq2_s *w = blk;
+            const uint64_t e = bt_iq2s_grid[w->qs[g] | (((w->qh[g / 4] >> (2 * (g % 4))) & 3) << 8)];
+            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(w->signs[g], j, (int8_t)(e >> (8 * j)));
+            break;
+        }
+        case IQ3XXS: {
+            const bt_block_iq3_xxs *w = blk;
+            const uint8_t s = bt_iq2_signs[(rd32(w->qs + 64 + 4 * s32) >> (7 * l)) & 127];
+            const uint32_t e0 = bt_iq3xxs_grid[w->qs[2 * g]], e1 = bt_iq3xxs_grid[w->qs[2 * g + 1]];
+            for (int j = 0; j < 4; j++) {
+                o[j] = (int8_t)sgn(s, j, (int8_t)(e0 >> (8 * j)));
+                o[j + 4] = (int8_t)sgn(s, j + 4, (int8_t)(e1 >> (8 * j)));
+            }
+            break;
+        }
+        case IQ3S: {
+            const bt_block_iq3_s *w = blk;
+            for (int h = 0; h < 2; h++) {
+                const int q = 2 * g + h; /* group of 4 */
+                const uint32_t e = bt_iq3s_grid[w->qs[q] | (((w->qh[q / 8] >> (q % 8)) & 1) << 8)];
+                for (int j = 0; j < 4; j++) o[4 * h + j] = (int8_t)sgn(w->signs[g], 4 * h + j, (int8_t)(e >> (8 * j)));
+            }
+            break;
+        }
+        default: {
+            const bt_block_iq1_s *w = blk;
+            const uint16_t qh = w->qh[s32];
+            const uint64_t e = bt_iq1s_grid[w->qs[g] | (((qh >> (3 * l)) & 7) << 8)];
+            const int dsg = qh & 0x8000 ? -1 : 1;
+            for (int j = 0; j < 8; j++) o[j] = (int8_t)(8 * (int8_t)(e >> (8 * j)) + dsg);
+            break;
+        }
+        }
+    }
+}
+
+static inline float iq_d(const void *blk) {
+    bt_fp16_t d;
+    memcpy(&d, blk, 2); /* every type's d is its first field */
+#ifdef __F16C__
+    return _cvtsh_ss(d); /* exact, as bt_fp16_to_fp32, for every finite value */
+#else
+    return bt_fp16_to_fp32(d);
+#endif
+}
+
+static void dot_iq_ref(int kind, int64_t k, float *s, const void *vw, const void *va) {
+    const bt_block_q8_K *a = va;
+    const size_t bs = iq_block_bytes(kind);
+    const float mult = iq_mult(kind);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const void *blk = (const char *)vw + (size_t)b * bs;
+        int8_t v[BT_QK_K];
+        int sc[16];
+        iq_values(kind, blk, v);
+        iq_scales(kind, blk, sc);
+        int32_t I = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t p = 0;
+            for (int e = 16 * j; e < 16 * j + 16; e++) p += v[e] * a[b].qs[e];
+            I += sc[j] * p;
+        }
+        acc = fmaf((float)I, (iq_d(blk) * mult) * a[b].d, acc);
+    }
+    *s = acc;
+}
+
+#define IQ_REF(name, kind) \
+    static void dot_##name##_ref(int64_t k, float *s, const void *w, const void *a) { dot_iq_ref(kind, k, s, w, a); }
+IQ_REF(iq4_xs, IQ4XS)
+IQ_REF(iq2_xxs, IQ2XXS)
+IQ_REF(iq2_xs, IQ2XS)
+IQ_REF(iq2_s, IQ2S)
+IQ_REF(iq3_xxs, IQ3XXS)
+IQ_REF(iq3_s, IQ3S)
+IQ_REF(iq1_s, IQ1S)
+
+#ifdef HAVE_IQ_AVX512
+/* ---- AVX-512 (BW, VL, VNNI; BMI2) ---------------------------------------------- */
+
+/* One block of one row, decoded once for every column: chunk c (elements
+ * 64c .. 64c+63) as the bytes |v| (u[c]) and the elements whose v is
+ * negative (sm[c]: their activation bytes are negated, exact as Q8_K's are
+ * in -127..127), and the scale of each int16 lane of vpmaddubsw's pair sums
+ * (scv[c]).  |v| <= 127, so a pair sum is at most 2 * 127 * 127 < 2^15: no
+ * saturation. */
+struct iq_dec {
+    __m512i u[4], scv[4];
+    __mmask64 sm[4];
+    float dm; /* d * mult */
+};
+
+/* IQ2's and IQ3_XXS's sign bytes from 8 7-bit sign indices, one a byte in
+ * b: each index with its parity as bit 7 (bt_iq2_signs) */
+static inline uint64_t with_parity(uint64_t b) {
+    uint64_t p = b ^ (b >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return b | (p & 0x0101010101010101ull) << 7;
+}
+/* the same from 8 indices packed at bits 7j of x */
+static inline uint64_t signs8(uint64_t x) { return with_parity(_pdep_u64(x, 0x7F7F7F7F7F7F7F7Full)); }
+
+#if defined(__AVX512VBMI__) && defined(__GFNI__)
+#define IQ_SIGNS_SIMD 1
+/* with_parity on every byte (bit 7 ignored): one GF(2) affine map that keeps
+ * bits 0..6 and makes bit 7 their parity */
+static inline __m512i with_parity_v(__m512i x) {
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(0x010204081020407Fll), 0);
+}
+#endif
+
+/* 8 4-bit values in x (bits 4j) as bytes */
+static inline uint64_t nibbles8(uint32_t x) { return _pdep_u64(x, 0x0F0F0F0F0F0F0F0Full); }
+
+/* sc: the 16 scales as int8 (bytes 0..15) -> scv[c], lane i the scale of
+ * elements 64c + 2i, 2i+1 (16-element group 4c + i/8) */
+static inline void iq_lane_scales(__m128i sc, __m512i scv[4]) {
+    const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc));
+    const __m512i base = _mm512_srli_epi16(
+        _mm512_setr_epi64(0x0003000200010000ll, 0x0007000600050004ll, 0x000b000a00090008ll, 0x000f000e000d000cll,
+                          0x0013001200110010ll, 0x0017001600150014ll, 0x001b001a00190018ll, 0x001f001e001d001cll),
+        3); /* lane i: i / 8 */
+    for (int c = 0; c < 4; c++)
+        scv[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16((short)(4 * c))), s16);
+}
+/* 8 scales (one per 32 elements) in the bytes of x -> the 16 of iq_lane_scales */
+static inline __m128i dup8(uint64_t x) {
+    const __m128i v = _mm_cvtsi64_si128((long long)x);
+    return _mm_unpacklo_epi8(v, v);
+}
+/* 2 ls + 1, bytewise (ls <= 15) */
+static inline uint64_t odd8(uint64_t ls) { return ls * 2 + 0x0101010101010101ull; }
+
+/* 8 grid entries (u64) at the indices idx (8 x int64) */
+static inline __m512i gather8(const uint64_t *grid, __m512i idx) {
+    return _mm512_i64gather_epi64(idx, (const long long *)grid, 8);
+}
+/* 16 grid entries (u32) at the indices idx (16 x int32) */
+static inline __m512i gather16(const uint32_t *grid, __m512i idx) {
+    return _mm512_i32gather_epi32(idx, (const int *)grid, 4);
+}
+
+static inline __attribute__((always_inline)) void iq_decode(const int kind, const void *blk, struct iq_dec *o) {
+    o->dm = iq_d(blk) * iq_mult(kind);
+    __m128i sc;
+    if (kind == IQ4XS) {
+        const bt_block_iq4_xs *w = blk;
+        const uint64_t ls = nibbles8(rd32(w->scales_l)) | _pdep_u64(w->scales_h, 0x3030303030303030ull);
+        sc = _mm_sub_epi8(dup8(ls), _mm_set1_epi8(32));
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+        const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+        for (int c = 0; c < 4; c++) {
+            /* 128-bit lanes: sub-block 2c's 16 bytes twice, then 2c+1's; low nibbles, high */
+            const __m128i x0 = _mm_loadu_si128((const __m128i *)(w->qs + 32 * c));
+            const __m128i x1 = _mm_loadu_si128((const __m128i *)(w->qs + 32 * c + 16));
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(x0)),
+                                                 _mm256_broadcastsi128_si256(x1), 1);
+            const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(x, shift), _mm512_set1_epi8(0x0F));
+            o->u[c] = _mm512_shuffle_epi8(lut, nib);             /* |level| */
+            o->sm[c] = _mm512_cmplt_epu8_mask(nib, _mm512_set1_epi8(8)); /* levels 0..7 are negative */
+        }
+    } else if (kind == IQ2XXS) {
+        const bt_block_iq2_xxs *w = blk;
+        const uint8_t *p = (const uint8_t *)w->qs; /* qword ib: sub-block ib's 4 index bytes, then its sign/scale u32 */
+        uint64_t ls, sm[4];
+#ifdef IQ_SIGNS_SIMD
+        const __m512i src = _mm512_loadu_si512(p);
+        /* bytes 0..3 of qword ib: its sign indices (bits 32 + 7l, vpmultishiftqb), then
+         * the sign bytes; the qwords' low dwords packed: chunk c's 8 as qword c */
+        const __m512i sg = with_parity_v(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x35352E2720ll), src));
+        _mm256_storeu_si256((__m256i *)sm, _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                                               _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14), sg)));
+        ls = (uint64_t)_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(_mm512_srli_epi64(src, 60)));
+#else
+        ls = 0;
+        for (int ib = 0; ib < 8; ib++) ls |= (uint64_t)(p[8 * ib + 7] >> 4) << (8 * ib);
+        for (int c = 0; c < 4; c++)
+            sm[c] = signs8((rd32(p + 16 * c + 4) & 0x0FFFFFFFu) | (uint64_t)(rd32(p + 16 * c + 12) & 0x0FFFFFFFu) << 28);
+#endif
+        sc = dup8(odd8(ls));
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q = p + 16 * c;
+            const uint64_t idx = (uint64_t)rd32(q) | (uint64_t)rd32(q + 8) << 32;
+            o->u[c] = gather8(bt_iq2xxs_grid, _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)idx)));
+            o->sm[c] = sm[c];
+        }
+    } else if (kind == IQ2XS || kind == IQ2S) {
+        uint64_t s8;
+        memcpy(&s8, kind == IQ2XS ? ((const bt_block_iq2_xs *)blk)->scales : ((const bt_block_iq2_s *)blk)->scales, 8);
+        const __m128i v = _mm_cvtsi64_si128((long long)s8), m4 = _mm_set1_epi8(0x0F);
+        const __m128i ls = _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        sc = _mm_add_epi8(_mm_add_epi8(ls, ls), _mm_set1_epi8(1));
+        if (kind == IQ2XS) {
+            const bt_block_iq2_xs *w = blk;
+            uint64_t sm[4];
+#ifdef IQ_SIGNS_SIMD
+            /* the 32 sign indices (bits 9..15 of each u16) as bytes, then the sign bytes */
+            const __m256i si = _mm512_cvtepi16_epi8(_mm512_srli_epi16(_mm512_loadu_si512(w->qs), 9));
+            _mm256_storeu_si256((__m256i *)sm, _mm512_castsi512_si256(with_parity_v(_mm512_castsi256_si512(si))));
+#else
+            for (int c = 0; c < 4; c++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(w->qs + 8 * c));
+                sm[c] = with_parity((uint64_t)_mm_cvtsi128_si64(_mm_packus_epi16(_mm_srli_epi16(q, 9), _mm_setzero_si128())));
+            }
+#endif
+            for (int c = 0; c < 4; c++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(w->qs + 8 * c));
+                o->u[c] = gather8(bt_iq2xs_grid, _mm512_and_si512(_mm512_cvtepu16_epi64(q), _mm512_set1_epi64(511)));
+                o->sm[c] = sm[c];
+            }
+        } else {
+            const bt_block_iq2_s *w = blk;
+            for (int c = 0; c < 4; c++) {
+                /* the 2 high bits of groups 8c .. 8c+7 from qh[2c], qh[2c+1] */
+                const uint32_t qh = (uint32_t)w->qh[2 * c] | (uint32_t)w->qh[2 * c + 1] << 8;
+                const __m512i hi = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)_pdep_u64(qh, 0x0303030303030303ull)));
+                const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(w->qs + 8 * c)));
+                o->u[c] = gather8(bt_iq2s_grid, _mm512_or_si512(lo, _mm512_slli_epi64(hi, 8)));
+                uint64_t m;
+                memcpy(&m, w->signs + 8 * c, 8);
+                o->sm[c] = m;
+            }
+        }
+    } else if (kind == IQ3XXS) {
+        const bt_block_iq3_xxs *w = blk;
+        const uint8_t *sas = w->qs + 64; /* sub-block ib's sign/scale u32 at 4 ib */
+        uint64_t ls, sm[4];
+#ifdef IQ_SIGNS_SIMD
+        /* qword c holds sub-blocks 2c, 2c+1: its 8 sign indices at bits 0, 7, 14, 21, 32, ..., 53 */
+        const __m512i src = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)sas));
+        const __m512i sg = with_parity_v(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720150E0700ll), src));
+        _mm256_storeu_si256((__m256i *)sm, _mm512_castsi512_si256(sg));
+        ls = (uint64_t)_mm_cvtsi128_si64(_mm256_cvtepi32_epi8(_mm256_srli_epi32(_mm512_castsi512_si256(src), 28)));
+#else
+        ls = 0;
+        for (int ib = 0; ib < 8; ib++) ls |= (uint64_t)(sas[4 * ib + 3] >> 4) << (8 * ib);
+        for (int c = 0; c < 4; c++)
+            sm[c] = signs8((rd32(sas + 8 * c) & 0x0FFFFFFFu) | (uint64_t)(rd32(sas + 8 * c + 4) & 0x0FFFFFFFu) << 28);
+#endif
+        sc = dup8(odd8(ls));
+        for (int c = 0; c < 4; c++) {
+            const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w->qs + 16 * c)));
+            o->u[c] = gather16(bt_iq3xxs_grid, idx);
+            o->sm[c] = sm[c];
+        }
+    } else if (kind == IQ3S) {
+        const bt_block_iq3_s *w = blk;
+        sc = dup8(odd8(nibbles8(rd32(w->scales))));
+        for (int c = 0; c < 4; c++) {
+            const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w->qs + 16 * c)));
+            const __mmask16 h = (__mmask16)((uint32_t)w->qh[2 * c] | (uint32_t)w->qh[2 * c + 1] << 8);
+            o->u[c] = gather16(bt_iq3s_grid, _mm512_mask_or_epi32(lo, h, lo, _mm512_set1_epi32(256)));
+            uint64_t m;
+            memcpy(&m, w->signs + 8 * c, 8);
+            o->sm[c] = m;
+        }
+    } else {
+        const bt_block_iq1_s *w = blk;
+        const __m128i qh = _mm_loadu_si128((const __m128i *)w->qh);
+        const __m128i ls = _mm_packus_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), _mm_setzero_si128());
+        sc = _mm_unpacklo_epi8(_mm_add_epi8(_mm_add_epi8(ls, ls), _mm_set1_epi8(1)),
+                               _mm_add_epi8(_mm_add_epi8(ls, ls), _mm_set1_epi8(1)));
+        const __m512i lut8 = _mm512_broadcast_i32x4(_mm_setr_epi8(-8, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+        for (int c = 0; c < 4; c++) {
+            const uint16_t qh0 = w->qh[2 * c], qh1 = w->qh[2 * c + 1];
+            /* the 8 11-bit indices: qs bytes, 3 high bits each from qh */
+            const uint64_t hi = _pdep_u64((uint64_t)(qh0 & 0x0FFF) | (uint64_t)(qh1 & 0x0FFF) << 12, 0x0707070707070707ull);
+            uint64_t lo;
+            memcpy(&lo, w->qs + 8 * c, 8);
+            const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)lo)),
+                                                _mm512_slli_epi64(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)hi)), 8));
+            const __m512i g = gather8(bt_iq1s_grid, idx); /* -1, 0, 1 */
+            const __m512i g8 = _mm512_shuffle_epi8(lut8, _mm512_add_epi8(g, _mm512_set1_epi8(1)));
+            const __m512i d = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(qh0 & 0x8000 ? -1 : 1)),
+                                                   (__mmask64)0xFFFFFFFF00000000ull,
+                                                   _mm512_set1_epi8((char)(qh1 & 0x8000 ? -1 : 1)));
+            const __m512i v = _mm512_add_epi8(g8, d); /* 8 grid +- 1 */
+            o->u[c] = _mm512_abs_epi8(v);
+            o->sm[c] = _mm512_movepi8_mask(v);
+        }
+    }
+    iq_lane_scales(sc, o->scv);
+}
+
+/* one decoded block against one column: the exact I */
+static inline __attribute__((always_inline)) int32_t iq_block_dot(const struct iq_dec *o, const bt_block_q8_K *a) {
+    __m512i I = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++) {
+        __m512i av = _mm512_loadu_si512(a->qs + 64 * c);
+        av = _mm512_mask_sub_epi8(av, o->sm[c], _mm512_setzero_si512(), av);
+        I = _mm512_dpwssd_epi32(I, _mm512_maddubs_epi16(o->u[c], av), o->scv[c]);
+    }
+    return _mm512_reduce_add_epi32(I);
+}
+
+/* one row against RN columns (out[c]) */
+static inline __attribute__((always_inline)) void iq_row(const int kind, const int RN, int64_t k, const void *w_row,
+                                                         const void *const *acts, float *out) {
+    const size_t bs = iq_block_bytes(kind);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const void *blk = (const char *)w_row + (size_t)b * bs;
+        struct iq_dec o;
+        iq_decode(kind, blk, &o);
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_K *a = (const bt_block_q8_K *)acts[c] + b;
+            acc[c] = fmaf((float)iq_block_dot(&o, a), o.dm * a->d, acc[c]);
+        }
+    }
+    for (int c = 0; c < RN; c++) out[c] = acc[c];
+}
+
+#define IQ_FAST(name, kind)                                                                                 \
+    static void dot_##name##_avx512(int64_t k, float *s, const void *w, const void *a) {                    \
+        iq_row(kind, 1, k, w, &a, s);                                                                       \
+    }                                                                                                       \
+    static void qtile_##name##_1x2(int64_t k, const void *const *w, const void *const *a,                   \
+                                   const void *const *next, float *out) {                                   \
+        (void)next;                                                                                         \
+        iq_row(kind, 2, k, w[0], a, out);                                                                   \
+    }                                                                                                       \
+    static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,                   \
+                                   const void *const *next, float *out) {                                   \
+        (void)next;                                                                                         \
+        iq_row(kind, 4, k, w[0], a, out);                                                                   \
+    }
+IQ_FAST(iq4_xs, IQ4XS)
+IQ_FAST(iq2_xxs, IQ2XXS)
+IQ_FAST(iq2_xs, IQ2XS)
+IQ_FAST(iq2_s, IQ2S)
+IQ_FAST(iq3_xxs, IQ3XXS)
+IQ_FAST(iq3_s, IQ3S)
+IQ_FAST(iq1_s, IQ1S)
+#define FAST(name) dot_##name##_avx512
+#define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#else
+#define FAST(name) dot_##name##_ref
+#define TILES(name) {{0, 0, NULL}}
+#endif
+
+/* ---- qtypes.h entries ------------------------------------------------------------ */
+
+static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
+
+#define IQTYPE(name)                                                      \
+    const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
+        /* .act_name     = */ "q8_K (ggml's block_q8_K)",                 \
+        /* .act_size     = */ act_size_q8_K,                              \
+        /* .quantize_act = */ bt_q8_K_from_f32,                           \
+        /* .vec_dot      = */ FAST(name),                                 \
+        /* .tiles        = */ TILES(name),                                \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ 0, NULL, NULL, NULL, \
+        /* .rp, .rgemm, .rpack, .rpack_min_cols = */ NULL, NULL, NULL, 0, \
+        /* .quantize_act_ref = */ bt_q8_K_from_f32,                       \
+        /* .vec_dot_ref  = */ dot_##name##_ref,                           \
+    }
+IQTYPE(iq4_xs);
+IQTYPE(iq2_xxs);
+IQTYPE(iq2_xs);
+IQTYPE(iq2_s);
+IQTYPE(iq3_xxs);
+IQTYPE(iq3_s);
+IQTYPE(iq1_s);
