@@ -31,8 +31,11 @@
  *     bytes broadcast, 8 per block, into I, then the float step;
  *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
  *     GEMM's panel order kept in the weights themselves, so the decode and
- *     the prompt both run the GEMM's loop on them with no packing (below).
-
+ *     the prompt both run the GEMM's loop on them with no packing (below);
+ *   - AVX2 (FMA, F16C; builds without AVX-512): the dot and tiles of up to 4
+ *     rows x 4 columns, each block's I_b through vpmaddubsw / vpmaddwd and
+ *     dot_ref's fma in scalar (section "AVX2" below).
+ *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
 #include "qtypes.h"
@@ -45,6 +48,9 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define HAVE_I8_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_I8_AVX2 1
 #endif
 
 #define I8_QK 32
@@ -594,6 +600,97 @@ I8_DEFS(q4_0, false)
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0 /* rgemm is the GEMM's own loop */
+#elif defined(HAVE_I8_AVX2)
+/* ---- AVX2 (FMA, F16C) ------------------------------------------------------------ *
+ * dot_ref's I_b and float step per output element, the products of a block
+ * summed in 8 int32 lanes: vpmaddubsw (unsigned x signed bytes, pairs to
+ * int16) then vpmaddwd by ones (pairs of pairs to int32).  Q8_0's signed
+ * weights go in as |w| against a with w's sign (vpsignb; |w| <= 128, so a
+ * pair is at most 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the
+ * nibble (w + 8) with 8 s_b taken off after.  The lanes' sum is exact, and
+ * the fma is dot_ref's, in scalar.  A tile of RM rows x RN columns unpacks
+ * each row's block once for its columns; 4 rows at a time keep 4 streams of
+ * weights in flight in a decode. */
+
+/* the sum of 8 int32 lanes */
+static inline int32_t hsum_i32x8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN */
+static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, const int RM, const int RN, int64_t k,
+                                                               const void *const *rows, const void *const *acts,
+                                                               float *out) {
+    const int off = q8 ? 0 : 8;
+    const int64_t nblk = k / I8_QK;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    struct i8col a[4];
+    float acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) acc[r][c] = 0.0f;
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i av[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) av[c] = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            __m256i w, u;
+            float dw;
+            if (q8) {
+                const bt_block_q8_0 *blk = (const bt_block_q8_0 *)rows[r] + b;
+                w = _mm256_loadu_si256((const __m256i *)blk->qs);
+                u = _mm256_abs_epi8(w);
+                dw = _cvtsh_ss(blk->d);
+            } else {
+                const bt_block_q4_0 *blk = (const bt_block_q4_0 *)rows[r] + b;
+                const __m128i x = _mm_loadu_si128((const __m128i *)blk->qs);
+                /* bytes 0..15: the low nibbles (elements 0..15), 16..31 the high ones */
+                w = u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+                dw = _cvtsh_ss(blk->d);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i s = q8 ? _mm256_sign_epi8(av[c], w) : av[c];
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+                const int32_t isum = hsum_i32x8(p) - off * a[c].s[b];
+                acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r][c];
+}
+
+#define I8_AVX2_TILE(name, q8, RM, RN)                                                                          \
+    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,              \
+                                           const void *const *n, float *out) {                                 \
+        (void)n;                                                                                               \
+        i8_tile_avx2(q8, RM, RN, k, w, a, out);                                                                \
+    }
+#define I8_AVX2_DEFS(name, q8)                                                                                  \
+    static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                         \
+        i8_tile_avx2(q8, 1, 1, k, &w, &a, s);                                                                  \
+    }                                                                                                          \
+    I8_AVX2_TILE(name, q8, 4, 1)                                                                               \
+    I8_AVX2_TILE(name, q8, 4, 2)                                                                               \
+    I8_AVX2_TILE(name, q8, 2, 4)
+I8_AVX2_DEFS(q8_0, true)
+I8_AVX2_DEFS(q4_0, false)
+
+#define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
+#define I8_GEMM(name) 0, NULL, NULL, NULL
+#define I8_QUANTIZE i8_quantize_ref
+#define FAST(name) dot_##name##_avx2
+#define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #else
 #define I8_TILES(name) {{0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
