@@ -32,9 +32,10 @@
  *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below);
- *   - AVX2 (FMA, F16C; builds without AVX-512): the dot and tiles of up to 4
- *     rows x 4 columns, each block's I_b through vpmaddubsw / vpmaddwd and
- *     dot_ref's fma in scalar (section "AVX2" below).
+ *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
+ *     vpmaddubsw / vpmaddwd; the dot takes dot_ref's fma in scalar, the
+ *     tiles (8 rows x 1, 2 or 4 columns) gather the 8 rows' I_b into one
+ *     vector and take the 8 rows' fma at once (section "AVX2" below).
  *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
@@ -608,9 +609,8 @@ I8_DEFS(q4_0, false)
  * weights go in as |w| against a with w's sign (vpsignb; |w| <= 128, so a
  * pair is at most 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the
  * nibble (w + 8) with 8 s_b taken off after.  The lanes' sum is exact, and
- * the fma is dot_ref's, in scalar.  A tile of RM rows x RN columns unpacks
- * each row's block once for its columns; 4 rows at a time keep 4 streams of
- * weights in flight in a decode. */
+ * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
+ * rows, each row's block unpacked once for the tile's columns). */
 
 /* the sum of 8 int32 lanes */
 static inline int32_t hsum_i32x8(__m256i v) {
@@ -620,7 +620,7 @@ static inline int32_t hsum_i32x8(__m256i v) {
     return _mm_cvtsi128_si32(x);
 }
 
-/* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN */
+/* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN, one element at a time */
 static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, const int RM, const int RN, int64_t k,
                                                                const void *const *rows, const void *const *acts,
                                                                float *out) {
@@ -670,23 +670,83 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, co
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r][c];
 }
 
-#define I8_AVX2_TILE(name, q8, RM, RN)                                                                          \
-    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,              \
-                                           const void *const *n, float *out) {                                 \
+/* lane r = the sum of p[r]'s 8 lanes, r < 8 (exact: integers) */
+static inline __m256i hsum8x8_i32(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* per 128-bit lane: the four rows' sums of that lane's 4 dwords */
+    const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+/* An 8-row x RN-column tile (out[c * 8 + r]): i8_tile_avx2's integers, the
+ * 8 rows' sums of a block gathered into one vector (a lane per row), then
+ * the fma of the 8 rows in one instruction; the same operations per element
+ * as the scalar fma. */
+static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, const int RN, int64_t k,
+                                                                const void *const *rows, const void *const *acts,
+                                                                float *out) {
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const int64_t nblk = k / I8_QK;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    struct i8col a[4];
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        const char *blk[8];
+        uint16_t d[8]; /* the rows' fp16 scales (first in both block types) */
+        __m256i w[8], u[8];
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < 8; r++) {
+            blk[r] = (const char *)rows[r] + (size_t)b * bs;
+            memcpy(&d[r], blk[r], sizeof d[r]);
+            if (q8) {
+                w[r] = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)blk[r])->qs);
+                u[r] = _mm256_abs_epi8(w[r]);
+            } else {
+                const __m128i x = _mm_loadu_si128((const __m128i *)((const bt_block_q4_0 *)blk[r])->qs);
+                u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
+            __m256i p[8];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < 8; r++)
+                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av), ones);
+            __m256i isum = hsum8x8_i32(p);
+            if (!q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a[c].s[b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) _mm256_storeu_ps(out + c * 8, acc[c]);
+}
+
+#define I8_AVX2_TILE(name, q8, RN)                                                                              \
+    static void qtile_##name##_8x##RN(int64_t k, const void *const *w, const void *const *a,                   \
+                                      const void *const *n, float *out) {                                      \
         (void)n;                                                                                               \
-        i8_tile_avx2(q8, RM, RN, k, w, a, out);                                                                \
+        i8_tile8_avx2(q8, RN, k, w, a, out);                                                                   \
     }
 #define I8_AVX2_DEFS(name, q8)                                                                                  \
     static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                         \
         i8_tile_avx2(q8, 1, 1, k, &w, &a, s);                                                                  \
     }                                                                                                          \
-    I8_AVX2_TILE(name, q8, 4, 1)                                                                               \
-    I8_AVX2_TILE(name, q8, 4, 2)                                                                               \
-    I8_AVX2_TILE(name, q8, 2, 4)
+    I8_AVX2_TILE(name, q8, 1)                                                                                  \
+    I8_AVX2_TILE(name, q8, 2)                                                                                  \
+    I8_AVX2_TILE(name, q8, 4)
 I8_AVX2_DEFS(q8_0, true)
 I8_AVX2_DEFS(q4_0, false)
 
-#define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
+#define I8_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_avx2
