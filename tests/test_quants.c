@@ -246,6 +246,12 @@ START_TEST(test_table_refs) {
         if (!qt) continue;
         n++;
         ck_assert_msg(qt->quantize_act_ref && qt->vec_dot_ref, "%s: no plain C versions", bt_type_name((enum bt_type)t));
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+        /* a build with AVX2 (or AVX-512) runs SIMD kernels, which the
+         * comparisons below check against the plain C ones */
+        ck_assert_msg(qt->vec_dot != qt->vec_dot_ref && qt->tiles[0].fn, "%s: this build has no SIMD dot or tiles",
+                      bt_type_name((enum bt_type)t));
+#endif
         const int64_t blk = bt_blck_size((enum bt_type)t);
         for (int trial = 0; trial < 12; trial++) {
             const int64_t k = trial % 4 == 0 ? (blk == 32 ? 32 * 7 : 256 * 3) : trial % 4 == 1 ? blk : K;
