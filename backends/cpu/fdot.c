@@ -55,6 +55,7 @@
  */
 #include "cpu_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -139,7 +140,7 @@ static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline v8 v8_add(v8 a, v8 b) { return _mm256_add_ps(a, b); }
 static inline v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void v8_store(float *p, v8 v) { _mm256_storeu_ps(p, v); }
-#else /* plain C: 8 floats the compiler may vectorise (a * b + c, not fused) */
+#else /* plain C: 8 floats, each step fmaf (one rounding, the bits of the vector FMA) */
 typedef struct {
     float f[8];
 } v8;
@@ -149,7 +150,7 @@ static inline v8 v8_zero(void) {
     return r;
 }
 static inline v8 v8_fma(v8 a, v8 b, v8 c) {
-    for (int i = 0; i < 8; i++) c.f[i] += a.f[i] * b.f[i];
+    for (int i = 0; i < 8; i++) c.f[i] = fmaf(a.f[i], b.f[i], c.f[i]);
     return c;
 }
 static inline v8 v8_add(v8 a, v8 b) {
