@@ -1183,12 +1183,24 @@ Q32_TILES(q5_1, 2)
  * unsigned bytes, 32 elements a vector, multiplied with the signed
  * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768), the
  * int16 pairs weighted by their sub-block's scale (K-quants) or by 1 (the
- * 32-element types) into int32 lanes (vpmaddwd).  Exact, so any grouping
+ * 32-element types, or there vpdpbusd where the build has AVX-VNNI) into
+ * int32 lanes (vpmaddwd).  Exact, so any grouping
  * gives dot_kq_ref's I and M and lanes32's sums; the float steps are the
  * plain C ones: kq_step per block in scalar, the 32-element types' 8 lanes
  * as one vector. */
 
 static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
+
+/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
+ * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
+ * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
+static inline __m256i dot4_avx2(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
 
 static inline int32_t hsum_i32x8(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -1386,7 +1398,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
     const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
-    const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    const __m256i ones8 = _mm256_set1_epi8(1);
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -1400,7 +1412,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
             av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
-            asum[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, av[c]), ones16);
+            asum[c] = dot4_avx2(ones8, av[c]);
             asumf[c] = _mm256_cvtepi32_ps(asum[c]);
             da[c] = h2f_fast(ab->d);
         }
@@ -1426,7 +1438,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av[c]), ones16);
+                const __m256i isum = dot4_avx2(q, av[c]);
                 if (mode == 1) {
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);

@@ -33,7 +33,7 @@
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below);
  *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
- *     vpmaddubsw / vpmaddwd; the dot takes dot_ref's fma in scalar, the
+ *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes dot_ref's fma in scalar, the
  *     tiles (8 rows x 1, 2 or 4 columns) gather the 8 rows' I_b into one
  *     vector and take the 8 rows' fma at once (section "AVX2" below).
  *
@@ -605,12 +605,24 @@ I8_DEFS(q4_0, false)
 /* ---- AVX2 (FMA, F16C) ------------------------------------------------------------ *
  * dot_ref's I_b and float step per output element, the products of a block
  * summed in 8 int32 lanes: vpmaddubsw (unsigned x signed bytes, pairs to
- * int16) then vpmaddwd by ones (pairs of pairs to int32).  Q8_0's signed
+ * int16) then vpmaddwd by ones (pairs of pairs to int32), or vpdpbusd
+ * where the build has AVX-VNNI.  Q8_0's signed
  * weights go in as |w| against a with w's sign (vpsignb; |w| <= 128, so a
  * pair is at most 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the
  * nibble (w + 8) with 8 s_b taken off after.  The lanes' sum is exact, and
  * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
  * rows, each row's block unpacked once for the tile's columns). */
+
+/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
+ * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
+ * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
+static inline __m256i dot4_avx2(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
 
 /* the sum of 8 int32 lanes */
 static inline int32_t hsum_i32x8(__m256i v) {
@@ -626,7 +638,7 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, co
                                                                float *out) {
     const int off = q8 ? 0 : 8;
     const int64_t nblk = k / I8_QK;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     struct i8col a[4];
     float acc[4][4];
     _Pragma("GCC unroll 4")
@@ -658,7 +670,7 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, co
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i s = q8 ? _mm256_sign_epi8(av[c], w) : av[c];
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+                const __m256i p = dot4_avx2(u, s);
                 const int32_t isum = hsum_i32x8(p) - off * a[c].s[b];
                 acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
             }
@@ -689,7 +701,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
                                                                 float *out) {
     const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
     const int64_t nblk = k / I8_QK;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     struct i8col a[4];
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -720,7 +732,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
             __m256i p[8];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < 8; r++)
-                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av), ones);
+                p[r] = dot4_avx2(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av);
             __m256i isum = hsum8x8_i32(p);
             if (!q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a[c].s[b]));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
