@@ -33,9 +33,10 @@
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below);
  *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
- *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes dot_ref's fma in scalar, the
- *     tiles (8 rows x 1, 2 or 4 columns) gather the 8 rows' I_b into one
- *     vector and take the 8 rows' fma at once (section "AVX2" below).
+ *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
+ *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
+ *     the 8 rows' I_b into one vector and take the 8 rows' fma at once
+ *     (section "AVX2" below).
  *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
@@ -606,10 +607,10 @@ I8_DEFS(q4_0, false)
  * dot_ref's I_b and float step per output element, the products of a block
  * summed in 8 int32 lanes: vpmaddubsw (unsigned x signed bytes, pairs to
  * int16) then vpmaddwd by ones (pairs of pairs to int32), or vpdpbusd
- * where the build has AVX-VNNI.  Q8_0's signed
- * weights go in as |w| against a with w's sign (vpsignb; |w| <= 128, so a
- * pair is at most 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the
- * nibble (w + 8) with 8 s_b taken off after.  The lanes' sum is exact, and
+ * where the build has AVX-VNNI.  Q8_0's signed weights go in as |w|
+ * against a with w's sign (vpsignb; |w| <= 128, so a pair is at most
+ * 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the nibble (w + 8)
+ * with 8 s_b taken off after.  The lanes' sum is exact, and
  * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
  * rows, each row's block unpacked once for the tile's columns). */
 
