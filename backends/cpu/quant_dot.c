@@ -1327,7 +1327,9 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
             _Pragma("GCC unroll 8")
             for (int ch = 0; ch < 8; ch++) {
                 const __m256i q = kq_chunk_avx2(kind, blk, ch);
-                const __m256i scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(o.sc, _mm256_set1_epi32(ch)), pick);
+                /* dword ch of sc: the scales of sub-blocks 2ch, 2ch+1 (one scale in Q4_K, Q5_K) */
+                const __m256i scd = _mm256_permutevar8x32_epi32(o.sc, _mm256_set1_epi32(ch));
+                const __m256i scv = kind == KQ4 || kind == KQ5 ? scd : _mm256_shuffle_epi8(scd, pick);
                 _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++) {
                     const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
