@@ -6,7 +6,8 @@
 #                                   (launch/main-job.sh: baton generate on two
 #                                   local ranks, checked against one rank; without
 #                                   MODEL on a random-weight MoE model it writes)
-#   bash launch/bootstrap.sh test   install packages, build, run every test (ctest)
+#   bash launch/bootstrap.sh test   install packages, build, run every test (ctest); on
+#                                   x86-64 also the build of every CPU kernel variant
 #
 # Runs as root (or with sudo available).  Installs Debian packages, and for
 # the tests the pinned Python packages they compare against (pip).
@@ -73,6 +74,14 @@ if [ "$mode" = run ]; then
     # (the synthetic-graph demo stays: launch/baton-run -t configs/local-cpu-2.yaml -- baton demo)
     BATON_BUILD_DIR="$build_abs" BATON_BIN="$build_abs/baton" exec bash "$root/launch/main-job.sh" ${model:+"$model"}
 else
-    cd "$build"
-    ctest --output-on-failure
+    (cd "$build" && ctest --output-on-failure)
+    # x86-64: the portable build too, which holds every CPU kernel variant
+    # (backends/cpu/cpu_variant.h): the kernel and model tests under each
+    # variant this CPU runs, and two ranks on different variants
+    if [ "$(uname -m)" = x86_64 ]; then
+        cmake -S . -B "$build_abs-variants" -DCMAKE_BUILD_TYPE=Release -DBATON_NATIVE=OFF
+        cmake --build "$build_abs-variants" -j"$(nproc)"
+        cd "$build_abs-variants"
+        ctest --output-on-failure -R '_cpu_|^variants_test$'
+    fi
 fi

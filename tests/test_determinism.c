@@ -456,11 +456,8 @@ END_TEST
 
 /* ---- the float order (backends/cpu/fdot.c), as a scalar model ------------- */
 
-#if defined(__FMA__) || defined(__AVX512F__)
-#define MODEL_FMA(a, b, c) fmaf(a, b, c) /* the kernels' vector FMA */
-#else
-#define MODEL_FMA(a, b, c) ((a) * (b) + (c)) /* the portable build's multiply, then add */
-#endif
+/* one rounding per step: the vector FMA, and fmaf in the plain C build */
+#define MODEL_FMA(a, b, c) fmaf(a, b, c)
 #define N_FO 2 /* BF16 weights have their own order (the pair order of vdpbf16ps) */
 static const enum bt_type fo_types[N_FO] = {BT_TYPE_F32, BT_TYPE_F16};
 

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu.h"
+#include "cpu_variant.h"
 #include "qtypes.h"
 #include "quant_dot.h"
 #include "quants.h"
@@ -308,6 +310,12 @@ START_TEST(test_table_refs) {
         if (!qt) continue;
         n++;
         ck_assert_msg(qt->quantize_act_ref && qt->vec_dot_ref, "%s: no plain C versions", bt_type_name((enum bt_type)t));
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+        /* a build with AVX2 (or AVX-512) runs SIMD kernels, which the
+         * comparisons below check against the plain C ones */
+        ck_assert_msg(qt->vec_dot != qt->vec_dot_ref && qt->tiles[0].fn, "%s: this build has no SIMD dot or tiles",
+                      bt_type_name((enum bt_type)t));
+#endif
         const int64_t blk = bt_blck_size((enum bt_type)t);
         for (int trial = 0; trial < 12; trial++) {
             const int64_t k = trial % 4 == 0 ? (blk == 32 ? 32 * 7 : 256 * 3) : trial % 4 == 1 ? blk : K;
@@ -455,10 +463,91 @@ START_TEST(test_gemm_equal_vec_dot) {
 }
 END_TEST
 
+/* Every variant of the CPU kernels this CPU runs (cpu_variant.h: plain C,
+ * AVX2, AVX-512 in a build of several; the one a build of one holds) gives,
+ * for every entry of qtypes.h's table, the bytes of the plain C activation
+ * quantiser and, element by element, the bits of the plain C dot in its
+ * vec_dot, each tile and the packed GEMM: the bits ranks on different CPUs
+ * must agree on. */
+START_TEST(test_variants_same_bits) {
+    enum { K = 544, R = 16, C = 11 };
+    static float x[K], ref[C][R], d[C][R];
+    static uint8_t w[R][K / 32 * 34 + 64], act[C][K / 32 * 40 + K / 256 * 292 + 64], act_v[K / 32 * 40 + K / 256 * 292 + 64];
+    static _Alignas(64) uint8_t panel[K / 32 * 1024];
+    tu_rng r;
+    tu_rng_init(&r, 2828);
+    const struct bt_cpu_kernels *plain = bt_cpu_variant_at(0);
+    int checked = 0;
+    for (int t = 0; t < BT_TYPE_COUNT; t++) {
+        const struct bt_cpu_qtype *q0 = plain->qtype_of((enum bt_type)t);
+        if (!q0) continue;
+        const int64_t k = bt_blck_size((enum bt_type)t) == 32 ? K : K / 256 * 256; /* 17 blocks, or 2 */
+        ck_assert_uint_le(q0->act_size(k), sizeof act[0]);
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 91) / 25.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
+            bt_row_from_f32((enum bt_type)t, x, w[i], k);
+        }
+        for (int c = 0; c < C; c++) {
+            for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 25.0f : 1.0f);
+            q0->quantize_act_ref(x, act[c], k);
+            for (int i = 0; i < R; i++) q0->vec_dot_ref(k, &ref[c][i], w[i], act[c]);
+        }
+        for (int v = 0; v < bt_cpu_n_variants(); v++) {
+            if (!bt_cpu_variant_runs(v)) continue;
+            const struct bt_cpu_kernels *kv = bt_cpu_variant_at(v);
+            const struct bt_cpu_qtype *qt = kv->qtype_of((enum bt_type)t);
+            const char *tn = bt_type_name((enum bt_type)t), *vn = kv->name;
+            ck_assert_msg(qt != NULL, "%s: variant %s has no entry", tn, vn);
+            checked++;
+            /* the activations: the same bytes (the last column's x is still in x) */
+            memset(act_v, 0x5a, sizeof act_v);
+            qt->quantize_act(x, act_v, k);
+            ck_assert_msg(memcmp(act_v, act[C - 1], qt->act_size(k)) == 0, "%s, variant %s: quantize_act's bytes differ", tn, vn);
+            for (int c = 0; c < C; c++)
+                for (int i = 0; i < R; i++) {
+                    float one;
+                    qt->vec_dot(k, &one, w[i], act[c]);
+                    ck_assert_msg(memcmp(&one, &ref[c][i], sizeof one) == 0, "%s, variant %s: vec_dot (%d,%d) %.9g, plain C %.9g",
+                                  tn, vn, i, c, one, ref[c][i]);
+                }
+            for (int ti = 0; ti < BT_CPU_QTILES && qt->tiles[ti].fn; ti++) {
+                const int rm = qt->tiles[ti].rm, rn = qt->tiles[ti].rn;
+                const void *rows[BT_CPU_TILE_MAX], *cols[BT_CPU_TILE_MAX];
+                int ri[BT_CPU_TILE_MAX], ci[BT_CPU_TILE_MAX];
+                for (int i = 0; i < rm; i++) rows[i] = w[ri[i] = (i * 7 + 3) % R];
+                for (int c = 0; c < rn; c++) cols[c] = act[ci[c] = (c * 3 + 1) % C];
+                float out[BT_CPU_TILE_MAX * BT_CPU_TILE_MAX];
+                qt->tiles[ti].fn(k, rows, cols, NULL, out);
+                for (int c = 0; c < rn; c++)
+                    for (int i = 0; i < rm; i++)
+                        ck_assert_msg(memcmp(&out[c * rm + i], &ref[ci[c]][ri[i]], sizeof(float)) == 0,
+                                      "%s, variant %s: tile %dx%d (%d,%d) %.9g, plain C %.9g", tn, vn, rm, rn, i, c,
+                                      out[c * rm + i], ref[ci[c]][ri[i]]);
+            }
+            if (qt->gemm) {
+                ck_assert_uint_le(qt->panel_size(k), sizeof panel);
+                const void *rows[BT_CPU_PANEL_ROWS], *cols[C];
+                float *dcols[C];
+                for (int i = 0; i < BT_CPU_PANEL_ROWS; i++) rows[i] = w[i];
+                for (int c = 0; c < C; c++) {
+                    cols[c] = act[c];
+                    dcols[c] = d[c];
+                }
+                qt->pack(k, rows, panel);
+                qt->gemm(k, panel, cols, C, dcols, 0, R);
+                ck_assert_msg(memcmp(d, ref, sizeof d) == 0, "%s, variant %s: the packed GEMM differs from plain C", tn, vn);
+            }
+        }
+    }
+    ck_assert_int_ge(checked, 10);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("quants");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_traits);
+    tcase_add_test(tc, test_variants_same_bits);
     tcase_add_test(tc, test_same_bytes_as_ggml);
     tcase_add_test(tc, test_error_bounds);
     tcase_add_test(tc, test_degenerate_blocks);

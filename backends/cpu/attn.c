@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "cpu_impl.h"
+#include "cpu_variant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATTN_X86 1
@@ -818,8 +819,9 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
 
 void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     enum bt_cpu_attn_isa which = BT_CPU_ATTN_C;
+    /* up to the instruction set of the kernel variant in use (cpu_variant.h) */
     if (!p->reference)
-        for (int i = BT_CPU_ATTN_ISA_COUNT - 1; i > BT_CPU_ATTN_C; i--)
+        for (int i = (int)bt_cpu_kernels()->attn; i > BT_CPU_ATTN_C; i--)
             if (bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)i)) {
                 which = (enum bt_cpu_attn_isa)i;
                 break;

@@ -116,6 +116,17 @@ void bt_cpu_weight_unpack(const struct bt_tensor *t, void *plain);
 /* t, or the tensor it views, is repacked */
 bool bt_cpu_weight_is_repacked(const struct bt_tensor *t);
 
+/* The variant of the CPU kernels in use ("c", "avx2", "avx512",
+ * "avx512bf16"): in a build of several (BATON_CPU_VARIANTS), the widest this
+ * CPU runs, or the one the environment variable BATON_CPU names; every
+ * variant gives the same bits. */
+const char *bt_cpu_variant_name(void);
+/* The variants this build holds, narrowest first: how many, the name of
+ * variant i, and whether this CPU runs it. */
+int bt_cpu_n_variants(void);
+const char *bt_cpu_variant_name_at(int i);
+bool bt_cpu_variant_runs(int i);
+
 /* Measured machine figures for benchmarks: streaming-read bandwidth in
  * bytes/s over `bytes` (>= 1 GiB recommended) with n_threads; FMA peak in
  * FLOP/s of n_threads cores (independent FMA chains). */

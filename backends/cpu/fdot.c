@@ -21,6 +21,8 @@
  * MoE experts run at the memory's speed (before this, an FMA chain along k
  * per element needed a 16 x 16 transposition per 256 weights at 1 column).
  *
+ * Without AVX-512, the sixteen lanes are two vectors of 8 (AVX2 + FMA, F16
+ * weights widened with F16C) or 16 floats in plain C.
  * Three ways through it, the same bits (tests/test_determinism.c checks
  * every element of MUL_MAT and MUL_MAT_ID, 1..131 columns, against a scalar
  * model of the order, bitwise):
@@ -53,6 +55,7 @@
  */
 #include "cpu_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -137,7 +140,7 @@ static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline v8 v8_add(v8 a, v8 b) { return _mm256_add_ps(a, b); }
 static inline v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void v8_store(float *p, v8 v) { _mm256_storeu_ps(p, v); }
-#else /* plain C: 8 floats the compiler may vectorise (a * b + c, not fused) */
+#else /* plain C: 8 floats, each step fmaf (one rounding, the bits of the vector FMA) */
 typedef struct {
     float f[8];
 } v8;
@@ -147,7 +150,7 @@ static inline v8 v8_zero(void) {
     return r;
 }
 static inline v8 v8_fma(v8 a, v8 b, v8 c) {
-    for (int i = 0; i < 8; i++) c.f[i] += a.f[i] * b.f[i];
+    for (int i = 0; i < 8; i++) c.f[i] = fmaf(a.f[i], b.f[i], c.f[i]);
     return c;
 }
 static inline v8 v8_add(v8 a, v8 b) {
@@ -171,11 +174,19 @@ static inline v16 v16_fma(v16 a, v16 b, v16 c) {
 }
 static inline v16 v16_add(v16 a, v16 b) { return (v16){v8_add(a.lo, b.lo), v8_add(a.hi, b.hi)}; }
 static inline v16 v16_load(const float *p) { return (v16){v8_load(p), v8_load(p + 8)}; }
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* widened in registers (vcvtph2ps: exact, as bt_fp16_to_fp32) */
+static inline v16 v16_load_f16(const bt_fp16_t *p) {
+    return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)))};
+}
+#else
 static inline v16 v16_load_f16(const bt_fp16_t *p) {
     float t[16];
     for (int i = 0; i < 16; i++) t[i] = bt_fp16_to_fp32(p[i]);
     return v16_load(t);
 }
+#endif
 static inline void v16_store(float *p, v16 v) {
     v8_store(p, v.lo);
     v8_store(p + 8, v.hi);

@@ -1000,6 +1000,172 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
 }
 #endif
 
+/* ---- BF16 weights on AVX2: the dot path, vdpbf16ps emulated ---------------- *
+ * Builds with AVX2 and FMA but not AVX-512 take the GEMM path above for 8
+ * columns and more; fewer (decode, a MoE expert's tokens) take this dot
+ * path, which reads the rows where they lie: 16 rows, as two vectors of 8
+ * (a lane per row), 8 pairs of each row transposed 8 x 8 in registers per
+ * step, and per pair the two steps of the pair order, each an FMA then ftz
+ * (the section "BF16 weights: the pair order"); the same bits as the GEMM
+ * path and as AVX-512. */
+#if !HAVE_BF16_DOT && defined(__AVX2__) && defined(__FMA__)
+#define HAVE_BF16_DOT_AVX2 1
+
+/* x[0 .. n) -> (n + 1) / 2 BF16 pairs (element 2q low, 2q+1 high; a missing
+ * last high half is zero), rounded as bf16_round */
+static void f32_to_bf16_pairs_c(const float *x, int64_t n, uint32_t *dst) {
+    for (int64_t i = 0; i < n; i += 2)
+        dst[i / 2] = (uint32_t)bf16_round(x[i]) | (i + 1 < n ? (uint32_t)bf16_round(x[i + 1]) << 16 : 0u);
+}
+
+/* r[i] lane l -> r[l] lane i (8 x 8 dwords) */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h+3: s[4h + e] holds elements e and e + 4 */
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
+    }
+}
+
+/* Rows rows[16] (the last real row repeated beyond nrows) x RN columns
+ * given as BF16 pairs (pcols); acc[v][j]: rows 8v .. 8v+7 of column j.
+ * Per pair, high half then low half: acc = ftz(fma(w, b, acc)), the rows'
+ * denormal halves read as zero; the columns' halves come from bf16_round,
+ * which gives no denormals. */
+static inline __attribute__((always_inline)) void dot_t_bf16_avx2_pairs(const int RN, const int n, __m256 r[2][8],
+                                                                        const uint32_t *const *pcols, int64_t q,
+                                                                        __m256 acc[2][BT_MM_GEMM_MIN_COLS]) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 8
+    for (int t = 0; t < n; t++) {
+        __m256 w1[2], w0[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++) {
+            /* both halves' denormals to a zero of the same sign at once, in 16-bit lanes */
+            __m256i wi = _mm256_castps_si256(r[v][t]);
+            const __m256i den = _mm256_cmpeq_epi16(_mm256_and_si256(wi, _mm256_set1_epi16(0x7f80)),
+                                                   _mm256_setzero_si256());
+            wi = _mm256_andnot_si256(_mm256_and_si256(den, _mm256_set1_epi16(0x7fff)), wi);
+            w1[v] = _mm256_castsi256_ps(_mm256_and_si256(wi, hi));
+            w0[v] = _mm256_castsi256_ps(_mm256_slli_epi32(wi, 16));
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < RN; j++) {
+            const __m256i bi = _mm256_set1_epi32((int)pcols[j][q + t]);
+            const __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(bi, hi));
+            const __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(bi, 16));
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) acc[v][j] = vf_fma_ftz(w0[v], b0, vf_fma_ftz(w1[v], b1, acc[v][j]));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void dot_t_bf16_avx2_tile(const int RN, int64_t k,
+                                                                        const char *const *rows,
+                                                                        const char *const *next,
+                                                                        const uint32_t *const *pcols,
+                                                                        float *const *dcols, int64_t row0,
+                                                                        int nrows) {
+    const int64_t kp = (k + 1) / 2;
+    __m256 acc[2][BT_MM_GEMM_MIN_COLS];
+    for (int v = 0; v < 2; v++)
+        for (int j = 0; j < RN; j++) acc[v][j] = _mm256_setzero_ps();
+    int64_t q = 0;
+    for (; q + 8 <= k / 2; q += 8) {
+        const int64_t off = q * 4 + BT_MM_PREFETCH_T, row_bytes = k * 2; /* as dot_t_bf16_tile */
+        if ((q & 15) == 0) {
+            if (off < row_bytes)
+                for (int i = 0; i < 16; i++) _mm_prefetch(rows[i] + off, BT_MM_PF_HINT);
+            else if (next && off - row_bytes < row_bytes)
+                for (int i = 0; i < 16; i++) _mm_prefetch(next[i] + (off - row_bytes), BT_MM_PF_HINT);
+        }
+        __m256 r[2][8];
+        for (int v = 0; v < 2; v++) {
+            for (int i = 0; i < 8; i++) r[v][i] = _mm256_loadu_ps((const float *)(rows[8 * v + i] + q * 4));
+            transpose8(r[v]);
+        }
+        dot_t_bf16_avx2_pairs(RN, 8, r, pcols, q, acc);
+    }
+    if (q < kp) {
+        /* the last < 8 pairs: whole pairs, then (odd k) element k-1 alone, its high half zero */
+        const int n = (int)(kp - q);
+        __m256 r[2][8];
+        for (int v = 0; v < 2; v++) {
+            for (int i = 0; i < 8; i++) {
+                uint16_t h[16] = {0};
+                memcpy(h, rows[8 * v + i] + q * 4, (size_t)(k - 2 * q) * 2);
+                r[v][i] = _mm256_loadu_ps((const float *)h);
+            }
+            transpose8(r[v]);
+        }
+        dot_t_bf16_avx2_pairs(RN, n, r, pcols, q, acc);
+    }
+    for (int v = 0; v < 2; v++) {
+        const int n = nrows - 8 * v > 8 ? 8 : nrows - 8 * v;
+        if (n <= 0) continue;
+        for (int j = 0; j < RN; j++) vf_store_n(dcols[j] + row0 + 8 * v, acc[v][j], n);
+    }
+}
+
+typedef void (*dot_t_bf16_fn)(int64_t k, const char *const *rows, const char *const *next,
+                              const uint32_t *const *pcols, float *const *dcols, int64_t row0,
+                              int nrows);
+#define DEF_DOT_TB(RN)                                                                         \
+    static void dot_t_bf16_##RN(int64_t k, const char *const *rows, const char *const *next,    \
+                                const uint32_t *const *pcols, float *const *dcols, int64_t row0, \
+                                int nrows) {                                                   \
+        dot_t_bf16_avx2_tile(RN, k, rows, next, pcols, dcols, row0, nrows);                   \
+    }
+DEF_DOT_TB(1) DEF_DOT_TB(2) DEF_DOT_TB(3) DEF_DOT_TB(4) DEF_DOT_TB(5) DEF_DOT_TB(6) DEF_DOT_TB(7)
+
+/* Dot path for BF16 weights over rows [r0, r1) of a job with 1..7 columns;
+ * the columns are converted to BF16 pairs into tmp first (once a node, as
+ * run_dot_t_bf16 on AVX-512). */
+static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncols,
+                           const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
+                           uint32_t *tmp, struct mm_claim *cl) {
+    static const dot_t_bf16_fn fns[8] = {NULL, dot_t_bf16_1, dot_t_bf16_2, dot_t_bf16_3,
+                                         dot_t_bf16_4, dot_t_bf16_5, dot_t_bf16_6, dot_t_bf16_7};
+    BT_ASSERT(ncols >= 1 && ncols < 8);
+    const int64_t k = pl->k, kp = (k + 1) / 2;
+    struct mm_bf16_cols *c = pl->bfc;
+    bool same = c->n == ncols;
+    for (int64_t j = 0; j < ncols && same; j++) same = c->src[j] == bcols[j];
+    const uint32_t *pcols[8];
+    for (int64_t j = 0; j < ncols; j++) {
+        if (!same) {
+            f32_to_bf16_pairs_c(bcols[j], k, tmp + j * kp);
+            c->src[j] = bcols[j];
+        }
+        pcols[j] = tmp + j * kp;
+    }
+    c->n = ncols;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int n = (int)(r1 - r < 16 ? r1 - r : 16);
+        const char *rows[16], *next[16];
+        for (int i = 0; i < 16; i++) {
+            rows[i] = a + (size_t)(r + (i < n ? i : n - 1)) * pl->a_nb1;
+            next[i] = a + (size_t)(r + 16 + i < r1 ? r + 16 + i : r1 - 1) * pl->a_nb1;
+        }
+        /* the range's last tile: the first rows of the thread's next chunk */
+        const bool has_next = r + 16 < r1 || claim_next(pl, cl, 16, (const void **)next);
+        fns[ncols](k, rows, has_next ? next : NULL, pcols, dcols, r, n);
+    }
+}
+#else
+#define HAVE_BF16_DOT_AVX2 0
+#endif
+
 /* Rows [r0, r1) of job jb on this thread. */
 static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1, char *slice,
                     const struct mm_slice *sl, struct mm_claim *cl) {
@@ -1032,6 +1198,13 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         return;
     }
 #if !HAVE_BF16_DOT
+#if HAVE_BF16_DOT_AVX2
+    if (ncols < BT_MM_GEMM_MIN_COLS) {
+        run_dot_t_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (uint32_t *)(slice + sl->tmp), cl);
+        return;
+    }
+    pl->bfc->n = 0; /* the GEMM path writes into tmp */
+#endif
     run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
              (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
 #endif

@@ -11,8 +11,9 @@
  *   - Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: 8 float lanes, each lane taking the integers of the
  *     same 4-element groups in every block (the groups vpdpbusd gathers),
  *     then a fixed tree of sums.
- * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions
- * and the tiles compute the same integers and the same float operations, so
+ * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions,
+ * the AVX2 ones (builds without AVX-512) and the tiles compute the same
+ * integers and the same float operations, so
  * every path gives the same bits (tests/test_quants.c checks vec_dot against
  * the plain version and every tile and the GEMM against vec_dot).  The file is built with
  * -ffp-contract=off so that no other fusing happens.
@@ -29,6 +30,9 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define HAVE_QDOT_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_QDOT_AVX2 1
 #endif
 
 static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
@@ -1228,6 +1232,306 @@ Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx512
+
+#elif defined(HAVE_QDOT_AVX2)
+/* ---- AVX2 (FMA, F16C) -------------------------------------------------------- *
+ * The integers of the plain C dots in 8 int32 lanes: weights unpacked to
+ * unsigned bytes, 32 elements a vector, multiplied with the signed
+ * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768), the
+ * int16 pairs weighted by their sub-block's scale (K-quants) or by 1 (the
+ * 32-element types, or there vpdpbusd where the build has AVX-VNNI) into
+ * int32 lanes (vpmaddwd).  Exact, so any grouping
+ * gives dot_kq_ref's I and M and lanes32's sums; the float steps are the
+ * plain C ones: kq_step per block in scalar, the 32-element types' 8 lanes
+ * as one vector. */
+
+static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
+
+/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
+ * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
+ * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
+static inline __m256i dot4_avx2(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline int32_t hsum_i32x8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* v >> n in every 16-bit lane (n need not be a constant) */
+static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+/* A K-quant block's 16 sub-block scales sc and "mins" mn (kq_unpack_scales)
+ * as int16 lanes, and its float scales. */
+struct kq_scales {
+    __m256i sc, mn;
+    float d, dmin;
+};
+static inline __attribute__((always_inline)) struct kq_scales kq_scales_avx2(const int kind, const void *blk) {
+    struct kq_scales o;
+    o.dmin = 0.0f;
+    if (kind == KQ4 || kind == KQ5) {
+        const bt_block_q4_K *w = blk; /* d, dmin, scales: the same in Q5_K */
+        uint32_t u[4];
+        memcpy(u, w->scales, 12);
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const uint32_t mins_lo = u[1] & 0x3f3f3f3f;
+        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        u[2] = mins_lo;
+        u[0] &= 0x3f3f3f3f;
+        /* bytes 0..7: the 8 scales, 8..15: the 8 mins; each on its two halves */
+        const __m128i x = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+        o.sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
+        o.mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x, x));
+        o.d = h2f_fast(w->d);
+        o.dmin = h2f_fast(w->dmin);
+    } else if (kind == KQ6) {
+        const bt_block_q6_K *w = blk;
+        o.sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+        o.mn = _mm256_slli_epi16(o.sc, 5);
+        o.d = h2f_fast(w->d);
+    } else if (kind == KQ3) {
+        const bt_block_q3_K *w = blk;
+        /* the 16 6-bit scales (offset 32), as bt_q3_K_scales */
+        uint32_t aux[3];
+        memcpy(aux, w->scales, 12);
+        const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303;
+        const __m128i s8 = _mm_sub_epi8(_mm_set_epi32((int)(((aux[1] >> 4) & m2) | (((aux[2] >> 6) & m1) << 4)),
+                                                      (int)(((aux[0] >> 4) & m2) | (((aux[2] >> 4) & m1) << 4)),
+                                                      (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
+                                                      (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
+                                        _mm_set1_epi8(32));
+        o.sc = _mm256_cvtepi8_epi16(s8);
+        o.mn = _mm256_slli_epi16(o.sc, 2);
+        o.d = h2f_fast(w->d);
+    } else {
+        const bt_block_q2_K *w = blk;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)w->scales);
+        o.sc = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+        o.mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+        o.d = h2f_fast(w->d);
+        o.dmin = h2f_fast(w->dmin);
+    }
+    return o;
+}
+
+/* elements 32c .. 32c+31 (c < 8) of a K-quant block as unsigned bytes: kq_unpack_q_ref's q */
+static inline __attribute__((always_inline)) __m256i kq_chunk_avx2(const int kind, const void *blk, const int c) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    if (kind == KQ4 || kind == KQ5) {
+        /* sub-block pair c / 2: the low nibbles, then the high ones */
+        const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
+        __m256i q = _mm256_and_si256(srl16(_mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2))), 4 * (c % 2)), m4);
+        if (kind == KQ5) {
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)((const bt_block_q5_K *)blk)->qh);
+            q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(srl16(hb, c), m1), 4));
+        }
+        return q;
+    }
+    if (kind == KQ6) {
+        const bt_block_q6_K *w = blk;
+        const int h = c / 4, sb = c % 4;
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+        const __m256i lo = _mm256_and_si256(srl16(ql, 4 * (sb >> 1)), m4);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * sb), m3), 4));
+    }
+    /* Q2_K, Q3_K: 2-bit field c % 4 of half c / 4, Q3_K plus 4 for bit c of hmask */
+    const uint8_t *qs = kind == KQ3 ? ((const bt_block_q3_K *)blk)->qs : ((const bt_block_q2_K *)blk)->qs;
+    __m256i q = _mm256_and_si256(srl16(_mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 4))), 2 * (c % 4)), m3);
+    if (kind == KQ3) {
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)((const bt_block_q3_K *)blk)->hmask);
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(srl16(hm, c), m1), 2));
+    }
+    return q;
+}
+
+/* An RM x RN tile of K-quant rows against Q8_K columns (out[c * RM + r]):
+ * per block, I in 8 int32 lanes (chunk c's int16 lanes 0..7 sub-block 2c,
+ * 8..15 sub-block 2c+1, each weighted by its scale), M from the mins and
+ * the activation's sums, then kq_step. */
+static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, const int RM, const int RN, int64_t k,
+                                                               const void *const *w_rows, const void *const *acts,
+                                                               float *out) {
+    const size_t bs = kq_block_bytes(kind);
+    /* per 128-bit lane: int16 0 of a dword (low lane) or int16 1 (high lane) in every int16 */
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3);
+    float acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = 0.0f;
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *ab[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
+            const struct kq_scales o = kq_scales_avx2(kind, blk);
+            __m256i isum[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) isum[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int ch = 0; ch < 8; ch++) {
+                const __m256i q = kq_chunk_avx2(kind, blk, ch);
+                /* dword ch of sc: the scales of sub-blocks 2ch, 2ch+1 (one scale in Q4_K, Q5_K) */
+                const __m256i scd = _mm256_permutevar8x32_epi32(o.sc, _mm256_set1_epi32(ch));
+                const __m256i scv = kind == KQ4 || kind == KQ5 ? scd : _mm256_shuffle_epi8(scd, pick);
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++) {
+                    const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
+                }
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
+                const int32_t I = hsum_i32x8(isum[c]), M = hsum_i32x8(_mm256_madd_epi16(o.mn, bsums));
+                acc[r][c] = kq_step(kq_has_min(kind), acc[r][c], I, M, ab[c]->d, o.d, o.dmin);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r][c];
+}
+
+#define KQ_AVX2_TILE(name, kind, RM, RN)                                                                \
+    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,      \
+                                           const void *const *next, float *out) {                      \
+        (void)next;                                                                                    \
+        kq_tile_avx2(kind, RM, RN, k, w, a, out);                                                      \
+    }
+#define KQ_AVX2_DEFS(name, kind)                                                                        \
+    static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {               \
+        kq_tile_avx2(kind, 1, 1, k, &vw, &va, s);                                                      \
+    }                                                                                                  \
+    KQ_AVX2_TILE(name, kind, 2, 1)                                                                     \
+    KQ_AVX2_TILE(name, kind, 1, 4)
+KQ_AVX2_DEFS(q2_K, KQ2)
+KQ_AVX2_DEFS(q3_K, KQ3)
+KQ_AVX2_DEFS(q4_K, KQ4)
+KQ_AVX2_DEFS(q5_K, KQ5)
+KQ_AVX2_DEFS(q6_K, KQ6)
+#define K_TILE_LIST(name) {{2, 1, qtile_##name##_2x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+
+/* 32-element types x Q8_0: one block per vector, lanes32's 8 lanes as int32
+ * lanes (vpmaddwd's quads are vpdpbusd's), the float steps 8 lanes wide */
+
+/* the 32 nibbles of a Q4 block as bytes 0..15, element order */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+}
+/* plus 16 where bit j of qh is set */
+static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
+    /* byte j <- byte j / 8 of qh, then bit j % 8 of it tested */
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh_u32(qh)),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    return _mm256_add_epi8(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+/* hsum8's tree */
+static inline float hsum8_avx(__m256 v) {
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
+ * columns, in lanes32's order (see dot_q4_1_ref). */
+static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
+                                                           const void *const *acts, float *out,
+                                                           const int RM, const int RN, const int mode) {
+    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < RM; r++)
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        __m256i av[4], asum[4];
+        __m256 asumf[4];
+        float da[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            asum[c] = dot4_avx2(ones8, av[c]);
+            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
+            da[c] = h2f_fast(ab->d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            __m256i q;
+            float dw, mw = 0.0f;
+            if (mode == 0) {
+                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
+                q = nibbles32(w->qs);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            } else if (mode == 1) {
+                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
+                q = add_qh(nibbles32(w->qs), w->qh);
+                dw = h2f_fast(w->d);
+                mw = h2f_fast(w->m);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i isum = dot4_avx2(q, av[c]);
+                if (mode == 1) {
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                } else {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
+}
+
+#define Q32_AVX2_TILE(name, mode, RM, RN)                                                                \
+    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,       \
+                                           const void *const *next, float *out) {                       \
+        (void)next;                                                                                     \
+        q32_tile(k, w, a, out, RM, RN, mode);                                                           \
+    }
+#define Q32_TILES(name, mode)                                                                            \
+    static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {                \
+        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                           \
+    }                                                                                                   \
+    Q32_AVX2_TILE(name, mode, 4, 1)                                                                     \
+    Q32_AVX2_TILE(name, mode, 2, 2)                                                                     \
+    Q32_AVX2_TILE(name, mode, 2, 4)
+Q32_TILES(q4_1, 0)
+Q32_TILES(q5_0, 1)
+Q32_TILES(q5_1, 2)
+#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
+
+#define FAST(name) dot_##name##_avx2
 #else
 #define FAST(name) dot_##name##_ref
 #endif
@@ -1272,9 +1576,11 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }
 #define NO_TILES {{0, 0, NULL}}
-#ifndef HAVE_QDOT_AVX512
+#if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define K_TILE_LIST(name) NO_TILES
 #define Q32_TILE_LIST(name) NO_TILES
+#endif
+#ifndef HAVE_QDOT_AVX512
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL

@@ -31,8 +31,13 @@
  *     bytes broadcast, 8 per block, into I, then the float step;
  *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
  *     GEMM's panel order kept in the weights themselves, so the decode and
- *     the prompt both run the GEMM's loop on them with no packing (below).
-
+ *     the prompt both run the GEMM's loop on them with no packing (below);
+ *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
+ *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
+ *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
+ *     the 8 rows' I_b into one vector and take the 8 rows' fma at once
+ *     (section "AVX2" below).
+ *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
 #include "qtypes.h"
@@ -45,6 +50,9 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define HAVE_I8_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_I8_AVX2 1
 #endif
 
 #define I8_QK 32
@@ -594,6 +602,168 @@ I8_DEFS(q4_0, false)
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0 /* rgemm is the GEMM's own loop */
+#elif defined(HAVE_I8_AVX2)
+/* ---- AVX2 (FMA, F16C) ------------------------------------------------------------ *
+ * dot_ref's I_b and float step per output element, the products of a block
+ * summed in 8 int32 lanes: vpmaddubsw (unsigned x signed bytes, pairs to
+ * int16) then vpmaddwd by ones (pairs of pairs to int32), or vpdpbusd
+ * where the build has AVX-VNNI.  Q8_0's signed weights go in as |w|
+ * against a with w's sign (vpsignb; |w| <= 128, so a pair is at most
+ * 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the nibble (w + 8)
+ * with 8 s_b taken off after.  The lanes' sum is exact, and
+ * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
+ * rows, each row's block unpacked once for the tile's columns). */
+
+/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
+ * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
+ * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
+static inline __m256i dot4_avx2(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* the sum of 8 int32 lanes */
+static inline int32_t hsum_i32x8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN, one element at a time */
+static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, const int RM, const int RN, int64_t k,
+                                                               const void *const *rows, const void *const *acts,
+                                                               float *out) {
+    const int off = q8 ? 0 : 8;
+    const int64_t nblk = k / I8_QK;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    struct i8col a[4];
+    float acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) acc[r][c] = 0.0f;
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i av[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) av[c] = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            __m256i w, u;
+            float dw;
+            if (q8) {
+                const bt_block_q8_0 *blk = (const bt_block_q8_0 *)rows[r] + b;
+                w = _mm256_loadu_si256((const __m256i *)blk->qs);
+                u = _mm256_abs_epi8(w);
+                dw = _cvtsh_ss(blk->d);
+            } else {
+                const bt_block_q4_0 *blk = (const bt_block_q4_0 *)rows[r] + b;
+                const __m128i x = _mm_loadu_si128((const __m128i *)blk->qs);
+                /* bytes 0..15: the low nibbles (elements 0..15), 16..31 the high ones */
+                w = u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+                dw = _cvtsh_ss(blk->d);
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m256i s = q8 ? _mm256_sign_epi8(av[c], w) : av[c];
+                const __m256i p = dot4_avx2(u, s);
+                const int32_t isum = hsum_i32x8(p) - off * a[c].s[b];
+                acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r][c];
+}
+
+/* lane r = the sum of p[r]'s 8 lanes, r < 8 (exact: integers) */
+static inline __m256i hsum8x8_i32(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* per 128-bit lane: the four rows' sums of that lane's 4 dwords */
+    const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+/* An 8-row x RN-column tile (out[c * 8 + r]): i8_tile_avx2's integers, the
+ * 8 rows' sums of a block gathered into one vector (a lane per row), then
+ * the fma of the 8 rows in one instruction; the same operations per element
+ * as the scalar fma. */
+static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, const int RN, int64_t k,
+                                                                const void *const *rows, const void *const *acts,
+                                                                float *out) {
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const int64_t nblk = k / I8_QK;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    struct i8col a[4];
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        const char *blk[8];
+        uint16_t d[8]; /* the rows' fp16 scales (first in both block types) */
+        __m256i w[8], u[8];
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < 8; r++) {
+            blk[r] = (const char *)rows[r] + (size_t)b * bs;
+            memcpy(&d[r], blk[r], sizeof d[r]);
+            if (q8) {
+                w[r] = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)blk[r])->qs);
+                u[r] = _mm256_abs_epi8(w[r]);
+            } else {
+                const __m128i x = _mm_loadu_si128((const __m128i *)((const bt_block_q4_0 *)blk[r])->qs);
+                u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
+            __m256i p[8];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < 8; r++)
+                p[r] = dot4_avx2(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av);
+            __m256i isum = hsum8x8_i32(p);
+            if (!q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a[c].s[b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) _mm256_storeu_ps(out + c * 8, acc[c]);
+}
+
+#define I8_AVX2_TILE(name, q8, RN)                                                                              \
+    static void qtile_##name##_8x##RN(int64_t k, const void *const *w, const void *const *a,                   \
+                                      const void *const *n, float *out) {                                      \
+        (void)n;                                                                                               \
+        i8_tile8_avx2(q8, RN, k, w, a, out);                                                                   \
+    }
+#define I8_AVX2_DEFS(name, q8)                                                                                  \
+    static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                         \
+        i8_tile_avx2(q8, 1, 1, k, &w, &a, s);                                                                  \
+    }                                                                                                          \
+    I8_AVX2_TILE(name, q8, 1)                                                                                  \
+    I8_AVX2_TILE(name, q8, 2)                                                                                  \
+    I8_AVX2_TILE(name, q8, 4)
+I8_AVX2_DEFS(q8_0, true)
+I8_AVX2_DEFS(q4_0, false)
+
+#define I8_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
+#define I8_GEMM(name) 0, NULL, NULL, NULL
+#define I8_QUANTIZE i8_quantize_ref
+#define FAST(name) dot_##name##_avx2
+#define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #else
 #define I8_TILES(name) {{0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL

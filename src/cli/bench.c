@@ -626,6 +626,7 @@ int bt_cli_bench(int argc, char **argv) {
     const size_t bw_bytes = o.quick ? (size_t)512 << 20 : (size_t)2 << 30;
 
     struct machine mc;
+    printf("cpu kernels: %s\n", bt_cpu_variant_name());
     for (int ti = 0; ti < o.n_threads; ti++) {
         mc.read_bw[ti] = bt_cpu_measure_read_bw(bw_bytes, o.threads[ti]);
         mc.fma_peak[ti] = bt_cpu_measure_fma_peak(o.threads[ti]);

@@ -5,6 +5,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "cpu.h"
 #include "topology_cmd.h"
 
 static void usage(FILE *f) {
@@ -56,7 +57,7 @@ static int dispatch(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") && argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-        printf("usage: baton version\n\nPrints baton's version.\n");
+        printf("usage: baton version\n\nPrints baton's version and the variant of the CPU kernels in use.\n");
         return 0;
     }
     if ((!strcmp(cmd, "version") || !strcmp(cmd, "--version")) && argc > 2) {
@@ -65,6 +66,11 @@ static int dispatch(int argc, char **argv) {
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("baton %s\n", BATON_VERSION);
+        /* the CPU kernels in use, and those the build holds (cpu.h) */
+        printf("cpu kernels: %s (built:", bt_cpu_variant_name());
+        for (int i = 0; i < bt_cpu_n_variants(); i++)
+            printf(" %s%s", bt_cpu_variant_name_at(i), bt_cpu_variant_runs(i) ? "" : " (not on this CPU)");
+        printf(")\n");
         return 0;
     }
     if (!strcmp(cmd, "bench")) {
