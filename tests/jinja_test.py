@@ -185,6 +185,7 @@ def check(tool, templates, label, tmp):
             json.dump(ctx, f)
         ctx_paths.append(p)
     match = total = 0
+    kinds = {"ok": 0, "raised": 0, "error": 0}
     failures = []
     for path in templates:
         with open(path, encoding="utf-8") as f:
@@ -192,14 +193,16 @@ def check(tool, templates, label, tmp):
         for (name, ctx), ctx_path in zip(ctxs, ctx_paths):
             total += 1
             want = render_jinja2(env, src, ctx)
+            kinds[want[0]] += 1
             got = render_baton(tool, path, ctx_path)
             ok = got == want if want[0] != "error" else got[0] in ("error", "raised")
             if ok:
                 match += 1
             else:
                 failures.append((os.path.basename(path), name, want, got))
-    print("jinja_test: %s: %d of %d renders (%d templates x %d contexts) match jinja2"
-          % (label, match, total, len(templates), len(ctxs)))
+    print("jinja_test: %s: %d of %d renders (%d templates x %d contexts) match jinja2 "
+          "(jinja2 rendered %d, the template raised %d, jinja2 failed %d)"
+          % (label, match, total, len(templates), len(ctxs), kinds["ok"], kinds["raised"], kinds["error"]))
     for t, name, want, got in failures[:40]:
         at = 0
         while at < min(len(want[1]), len(got[1])) and want[1][at] == got[1][at]:

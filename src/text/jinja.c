@@ -117,6 +117,7 @@ typedef struct jstr {
 
 typedef struct value {
     int t;
+    int safe; /* V_STR: jinja2's Markup (safe, escape): what + joins to it is HTML-escaped */
     union {
         int64_t i; /* V_BOOL, V_INT */
         double f;
@@ -132,6 +133,13 @@ typedef struct jlist {
     size_t n, cap;
     value *v;
     int tuple;
+    /* NULL: a list.  Else what jinja2 gives lazily, by its Python type:
+     * "generator" (select, map, ...: no len, truthy, read once),
+     * "list_reverseiterator" (the same), "dict_items", "dict_keys",
+     * "dict_values" (views: a len, read again).  None is subscriptable or
+     * JSON serializable. */
+    const char *gen;
+    int used; /* a generator already read */
 } jlist;
 
 typedef struct jdict {
@@ -158,7 +166,7 @@ static value mk_cstr(fail *f, const char *p) { return mk_str(f, p, strlen(p)); }
 
 static jlist *list_new(fail *f, size_t cap) {
     jlist *l = falloc(f, sizeof *l);
-    l->n = 0, l->cap = cap, l->tuple = 0;
+    l->n = 0, l->cap = cap, l->tuple = 0, l->gen = NULL, l->used = 0;
     l->v = cap ? falloc(f, cap * sizeof *l->v) : NULL;
     return l;
 }
@@ -172,6 +180,12 @@ static void list_push(fail *f, jlist *l, value v) {
     l->v[l->n++] = v;
 }
 static value mk_list(jlist *l) { return (value){.t = V_LIST, .l = l}; }
+static value mk_gen(jlist *l, const char *kind) {
+    l->gen = kind;
+    return mk_list(l);
+}
+static int is_view(const jlist *l) { return l->gen && !strncmp(l->gen, "dict_", 5); }
+static int is_iter(const jlist *l) { return l->gen && !is_view(l); }
 
 static jdict *dict_new(fail *f) {
     jdict *d = falloc(f, sizeof *d);
@@ -1258,7 +1272,7 @@ static const char *type_name(value v) {
     case V_INT: return "int";
     case V_FLOAT: return "float";
     case V_STR: return "str";
-    case V_LIST: return v.l->tuple ? "tuple" : "list";
+    case V_LIST: return v.l->gen ? v.l->gen : v.l->tuple ? "tuple" : "list";
     case V_DICT: return "dict";
     case V_NS: return "Namespace";
     default: return v.fn->kind == FN_MACRO ? "Macro" : "function";
@@ -1293,6 +1307,7 @@ static int veq(value a, value b) {
     case V_NONE: return 1;
     case V_STR: return a.s->n == b.s->n && !memcmp(a.s->p, b.s->p, a.s->n);
     case V_LIST:
+        if (a.l->gen || b.l->gen) return a.l == b.l;
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n) return 0;
         for (size_t i = 0; i < a.l->n; i++)
             if (!veq(a.l->v[i], b.l->v[i])) return 0;
@@ -1350,7 +1365,7 @@ static int vtrue(value v) {
     case V_INT: return v.i != 0;
     case V_FLOAT: return v.f != 0;
     case V_STR: return v.s->n != 0;
-    case V_LIST: return v.l->n != 0;
+    case V_LIST: return is_iter(v.l) || v.l->n != 0;
     case V_DICT: return v.d->n != 0;
     default: return 1;
     }
@@ -1367,7 +1382,7 @@ static int vcmp(R *r, value a, value b, const char *op) {
         int c = memcmp(a.s->p, b.s->p, n);
         return c ? (c < 0 ? -1 : 1) : a.s->n < b.s->n ? -1 : a.s->n > b.s->n;
     }
-    if (a.t == V_LIST && b.t == V_LIST && a.l->tuple == b.l->tuple) {
+    if (a.t == V_LIST && b.t == V_LIST && a.l->tuple == b.l->tuple && !a.l->gen && !b.l->gen) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (veq(a.l->v[i], b.l->v[i])) continue;
             return vcmp(r, a.l->v[i], b.l->v[i], op);
@@ -1458,12 +1473,15 @@ static void put_repr(R *r, sb *b, value v, int depth) {
         break;
     }
     case V_LIST:
+        if (is_iter(v.l)) RFAIL(r, "printing a %s is not supported", v.l->gen);
+        if (v.l->gen) sb_puts(f, b, v.l->gen), sb_puts(f, b, "(");
         sb_puts(f, b, v.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.l->n; i++) {
             if (i) sb_puts(f, b, ", ");
             put_repr(r, b, v.l->v[i], depth + 1);
         }
         sb_puts(f, b, v.l->tuple ? (v.l->n == 1 ? ",)" : ")") : "]");
+        if (v.l->gen) sb_puts(f, b, ")");
         break;
     case V_DICT:
     case V_NS:
@@ -1538,6 +1556,7 @@ static void put_json(R *r, sb *b, value v, const json_fmt *j, int level) {
         break;
     case V_STR: json_string(r, b, v.s->p, v.s->n, j->ensure_ascii); break;
     case V_LIST:
+        if (v.l->gen) RFAIL(r, "Object of type %s is not JSON serializable", v.l->gen);
         if (!v.l->n) {
             sb_puts(f, b, "[]");
             break;
@@ -1745,7 +1764,12 @@ static value mk_fn(R *r, int kind, const char *name, value self) {
 static jlist *iterate(R *r, value v) {
     switch (v.t) {
     case V_UNDEF: return list_new(r->f, 0);
-    case V_LIST: return v.l;
+    case V_LIST:
+        if (is_iter(v.l)) {
+            if (v.l->used) return list_new(r->f, 0);
+            v.l->used = 1;
+        }
+        return v.l;
     case V_DICT: {
         jlist *l = list_new(r->f, v.d->n);
         for (size_t i = 0; i < v.d->n; i++) list_push(r->f, l, v.d->k[i]);
@@ -1785,7 +1809,7 @@ static value method_of(R *r, value v, const char *name) {
     const char *const *ok = NULL, *const *unsafe = NULL, *const *missing = NULL;
     if (v.t == V_STR) ok = k_str_methods, missing = k_str_missing;
     else if (v.t == V_DICT) ok = k_dict_methods, unsafe = k_dict_unsafe, missing = k_dict_missing;
-    else if (v.t == V_LIST) ok = k_list_methods, unsafe = k_list_unsafe, missing = k_list_missing;
+    else if (v.t == V_LIST && !v.l->gen) ok = k_list_methods, unsafe = k_list_unsafe, missing = k_list_missing;
     if (ok && in_list(ok, name)) return mk_fn(r, FN_METHOD, name, v);
     if (unsafe && in_list(unsafe, name)) return mk_fn(r, FN_UNSAFE, name, v);
     if (missing && in_list(missing, name)) return mk_fn(r, FN_MISSING, name, v);
@@ -1827,6 +1851,7 @@ static value get_item(R *r, value v, value k) {
         if (k.t == V_STR) return undef_msg(r, "'%s object' has no attribute '%s'", type_name(v), k.s->p);
         return undef_msg(r, "'%s object' has no element", type_name(v));
     }
+    if (v.t == V_LIST && v.l->gen) RFAIL(r, "'%s' object is not subscriptable", v.l->gen);
     if ((v.t == V_LIST || v.t == V_STR) && (k.t == V_INT || k.t == V_BOOL)) {
         int64_t n = v.t == V_LIST ? (int64_t)v.l->n : (int64_t)u8_len(v.s->p, v.s->n), i = k.i < 0 ? k.i + n : k.i;
         if (i < 0 || i >= n) return undef_msg(r, "'%s object' has no element %lld", type_name(v), (long long)k.i);
@@ -1844,7 +1869,7 @@ static value do_slice(R *r, value v, value a, value b, value c) {
     if (c.t != V_NONE) step = as_index(r, c);
     if (!step) RFAIL(r, "slice step cannot be zero");
     if (v.t == V_UNDEF) fail_undef(r, v);
-    if (v.t != V_LIST && v.t != V_STR) RFAIL(r, "'%s' object is not subscriptable", type_name(v));
+    if ((v.t != V_LIST && v.t != V_STR) || (v.t == V_LIST && v.l->gen)) RFAIL(r, "'%s' object is not subscriptable", type_name(v));
     int64_t n = v.t == V_LIST ? (int64_t)v.l->n : (int64_t)u8_len(v.s->p, v.s->n);
     int64_t lo, hi;
     if (step > 0) {
@@ -2239,10 +2264,36 @@ static value call_str_method(R *r, jstr *s, const char *m, args *a) {
     return mk_bool(all);
 }
 
+static value html_escape(R *r, jstr *s);
+
 static value call_method(R *r, jfunc *fn, args *a) {
     value self = fn->self;
     const char *m = fn->name;
-    if (self.t == V_STR) return call_str_method(r, self.s, m, a);
+    if (self.t == V_STR && !self.safe) return call_str_method(r, self.s, m, a);
+    if (self.t == V_STR) { /* Markup's methods: string arguments escaped, a Markup back */
+        static const char *const esc[] = {"replace", "join", "format", "strip", "lstrip", "rstrip", NULL};
+        static const char *const keep[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize",
+                                           "swapcase", "replace", "join", "format", "split", "rsplit", "splitlines", NULL};
+        if (in_list(esc, m)) {
+            for (size_t i = 0; i < a->np; i++)
+                if (a->pos[i].t == V_STR && !a->pos[i].safe) a->pos[i] = html_escape(r, a->pos[i].s);
+            for (size_t i = 0; i < a->nk; i++)
+                if (a->kv[i].t == V_STR && !a->kv[i].safe) a->kv[i] = html_escape(r, a->kv[i].s);
+            if (!strcmp(m, "join") && a->np && a->pos[0].t == V_LIST) {
+                jlist *l = iterate(r, a->pos[0]), *e = list_new(r->f, l->n);
+                for (size_t i = 0; i < l->n; i++)
+                    list_push(r->f, e, l->v[i].t == V_STR && !l->v[i].safe ? html_escape(r, l->v[i].s) : l->v[i]);
+                a->pos[0] = mk_list(e);
+            }
+        }
+        value v = call_str_method(r, self.s, m, a);
+        if (in_list(keep, m)) {
+            if (v.t == V_STR) v.safe = 1;
+            else if (v.t == V_LIST)
+                for (size_t i = 0; i < v.l->n; i++) v.l->v[i].safe = 1;
+        }
+        return v;
+    }
     if (self.t == V_DICT) {
         if (!strcmp(m, "get")) {
             static const char *const p[] = {"key", "default", NULL};
@@ -2263,7 +2314,7 @@ static value call_method(R *r, jfunc *fn, args *a) {
                 list_push(r->f, l, mk_list(t));
             }
         }
-        return mk_list(l);
+        return mk_gen(l, m[0] == 'k' ? "dict_keys" : m[0] == 'v' ? "dict_values" : "dict_items");
     }
     /* list: index, count */
     value *x = arg(a, 0, NULL);
@@ -2333,7 +2384,9 @@ static value html_escape(R *r, jstr *s) {
 
 /* select, reject, selectattr, rejectattr */
 static value select_items(R *r, value in, args *a, int by_attr, int keep) {
-    jlist *l = iterate(r, in), *o = list_new(r->f, 0);
+    jlist *o = list_new(r->f, 0);
+    if (!vtrue(in)) return mk_gen(o, "generator");
+    jlist *l = iterate(r, in);
     const char *attr = by_attr ? str_arg(r, arg(a, 0, NULL), "the attribute") : NULL;
     args rest = shift_args(*a, by_attr ? 1 : 0);
     const char *test = rest.np ? str_arg(r, &rest.pos[0], "the test name") : NULL;
@@ -2344,10 +2397,20 @@ static value select_items(R *r, value in, args *a, int by_attr, int keep) {
         int ok = test ? apply_test(r, test, x, &rest) : vtrue(x);
         if (ok == keep) list_push(r->f, o, l->v[i]);
     }
-    return mk_list(o);
+    return mk_gen(o, "generator");
 }
 
+static value apply_filter_(R *r, const char *f, value in, args *a);
+
+/* jinja2's filters that keep a Markup a Markup (they call the str method on it) */
 static value apply_filter(R *r, const char *f, value in, args *a) {
+    value v = apply_filter_(r, f, in, a);
+    static const char *const keep[] = {"trim", "upper", "lower", "capitalize", "indent", "center", NULL};
+    if (in.t == V_STR && in.safe && v.t == V_STR && in_list(keep, f)) v.safe = 1;
+    return v;
+}
+
+static value apply_filter_(R *r, const char *f, value in, args *a) {
 #define P(...)                                                                                                     \
     const char *const p_[] = {__VA_ARGS__, NULL};                                                                      \
     arg_check(r, a, f, p_)
@@ -2363,7 +2426,9 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
         switch (in.t) {
         case V_UNDEF: return mk_int(0);
         case V_STR: return mk_int((int64_t)u8_len(in.s->p, in.s->n));
-        case V_LIST: return mk_int((int64_t)in.l->n);
+        case V_LIST:
+            if (is_iter(in.l)) RFAIL(r, "object of type '%s' has no len()", in.l->gen);
+            return mk_int((int64_t)in.l->n);
         case V_DICT: return mk_int((int64_t)in.d->n);
         default: RFAIL(r, "object of type '%s' has no len()", type_name(in));
         }
@@ -2393,9 +2458,13 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
         put_json(r, &b, in, &j, 0);
         return sb_value(r->f, &b);
     }
-    if (!strcmp(f, "string") || !strcmp(f, "safe")) {
+    if (!strcmp(f, "string")) {
         P0();
-        return (value){.t = V_STR, .s = to_s(r, in)};
+        return (value){.t = V_STR, .safe = in.t == V_STR && in.safe, .s = to_s(r, in)};
+    }
+    if (!strcmp(f, "safe")) {
+        P0();
+        return (value){.t = V_STR, .safe = 1, .s = to_s(r, in)};
     }
     if (!strcmp(f, "trim")) {
         P("chars");
@@ -2443,11 +2512,13 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
     }
     if (!strcmp(f, "items")) {
         P0();
-        if (in.t == V_UNDEF) return mk_list(list_new(r->f, 0));
+        if (in.t == V_UNDEF) return mk_gen(list_new(r->f, 0), "generator");
         if (in.t != V_DICT) RFAIL(r, "Can only get item pairs from a mapping.");
         args none = {0};
         jfunc fn = {.kind = FN_METHOD, .name = "items", .self = in};
-        return call_method(r, &fn, &none);
+        value v = call_method(r, &fn, &none);
+        v.l->gen = "generator";
+        return v;
     }
     if (!strcmp(f, "dictsort")) {
         P("case_sensitive", "by", "reverse");
@@ -2458,6 +2529,7 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
         args none = {0};
         jfunc fn = {.kind = FN_METHOD, .name = "items", .self = in};
         jlist *l = call_method(r, &fn, &none).l;
+        l->gen = NULL;
         value *k = falloc(r->f, (l->n + 1) * sizeof *k);
         for (size_t i = 0; i < l->n; i++) k[i] = lower_if(r, l->v[i].l->v[by_value], cs);
         sort_by(r, l->v, k, l->n, rev);
@@ -2471,6 +2543,7 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
     }
     if (!strcmp(f, "first") || !strcmp(f, "last")) {
         P0();
+        if (f[0] == 'l' && in.t == V_LIST && is_iter(in.l)) RFAIL(r, "'%s' object is not reversible", in.l->gen);
         jlist *l = iterate(r, in);
         if (!l->n) return undef_msg(r, "No %s item, sequence was empty.", f);
         return l->v[f[0] == 'f' ? 0 : l->n - 1];
@@ -2484,15 +2557,18 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
             for (size_t i = l->n; i-- > 0;) sb_put(r->f, &b, l->v[i].s->p, l->v[i].s->n);
             return sb_value(r->f, &b);
         }
+        int iter = in.t == V_LIST && is_iter(in.l); /* reversed() fails on an iterator: jinja2 makes a list */
         jlist *l = iterate(r, in), *o = list_new(r->f, l->n);
         for (size_t i = l->n; i-- > 0;) list_push(r->f, o, l->v[i]);
-        return mk_list(o);
+        return iter ? mk_list(o) : mk_gen(o, in.t == V_DICT ? "dict_reversekeyiterator" : "list_reverseiterator");
     }
     if (!strcmp(f, "map")) {
         value *at = NULL;
         for (size_t k = 0; k < a->nk; k++)
             if (!strcmp(a->kn[k], "attribute")) at = &a->kv[k];
-        jlist *l = iterate(r, in), *o = list_new(r->f, l->n);
+        jlist *o = list_new(r->f, 0);
+        if (!vtrue(in)) return mk_gen(o, "generator");
+        jlist *l = iterate(r, in);
         if (at) {
             value *d = NULL;
             for (size_t k = 0; k < a->nk; k++) {
@@ -2504,13 +2580,13 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
                 value x = attr_path(r, l->v[i], path);
                 list_push(r->f, o, x.t == V_UNDEF && d ? *d : x);
             }
-            return mk_list(o);
+            return mk_gen(o, "generator");
         }
         const char *name = str_arg(r, arg(a, 0, NULL), "map's filter name");
         if (!in_list(k_filters, name)) RFAIL(r, "no filter named '%s'", name);
         args rest = shift_args(*a, 1);
         for (size_t i = 0; i < l->n; i++) list_push(r->f, o, apply_filter(r, name, l->v[i], &rest));
-        return mk_list(o);
+        return mk_gen(o, "generator");
     }
     if (!strcmp(f, "select")) return select_items(r, in, a, 0, 1);
     if (!strcmp(f, "reject")) return select_items(r, in, a, 0, 0);
@@ -2534,7 +2610,7 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
             keys[nk++] = k;
             list_push(r->f, o, l->v[i]);
         }
-        if (f[0] == 'u') return mk_list(o);
+        if (f[0] == 'u') return mk_gen(o, "generator");
         sort_by(r, o->v, keys, o->n, rev);
         if (is_sort) return mk_list(o);
         if (!o->n) return undef_msg(r, "No aggregated item, sequence was empty.");
@@ -2663,7 +2739,10 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
     }
     if (!strcmp(f, "escape") || !strcmp(f, "e") || !strcmp(f, "forceescape")) {
         P0();
-        return html_escape(r, to_s(r, in));
+        if (in.t == V_STR && in.safe && f[0] != 'f') return in;
+        value v = html_escape(r, to_s(r, in));
+        v.safe = 1;
+        return v;
     }
 #undef P
 #undef P0
@@ -2688,7 +2767,7 @@ static int apply_test(R *r, const char *t, value v, args *a) {
     if (!strcmp(t, "string")) return v.t == V_STR;
     if (!strcmp(t, "mapping")) return v.t == V_DICT;
     if (!strcmp(t, "iterable")) return v.t == V_STR || v.t == V_LIST || v.t == V_DICT || v.t == V_UNDEF;
-    if (!strcmp(t, "sequence")) return v.t == V_STR || v.t == V_LIST || v.t == V_DICT || v.t == V_UNDEF;
+    if (!strcmp(t, "sequence")) return v.t == V_STR || (v.t == V_LIST && !v.l->gen) || v.t == V_DICT || v.t == V_UNDEF;
     if (!strcmp(t, "callable")) return v.t == V_FUNC;
     if (!strcmp(t, "escaped")) return 0;
     if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
@@ -2795,18 +2874,23 @@ static value binop(R *r, int op, value a, value b) {
         }
     }
     if (op == OP_ADD && a.t == V_STR && b.t == V_STR) {
+        int safe = a.safe || b.safe; /* Markup + str escapes the str */
+        if (safe && !a.safe) a = html_escape(r, a.s);
+        if (safe && !b.safe) b = html_escape(r, b.s);
         sb s = {0};
         sb_put(r->f, &s, a.s->p, a.s->n), sb_put(r->f, &s, b.s->p, b.s->n);
-        return sb_value(r->f, &s);
+        value v = sb_value(r->f, &s);
+        v.safe = safe;
+        return v;
     }
-    if (op == OP_ADD && a.t == V_LIST && b.t == V_LIST && a.l->tuple == b.l->tuple) {
+    if (op == OP_ADD && a.t == V_LIST && b.t == V_LIST && a.l->tuple == b.l->tuple && !a.l->gen && !b.l->gen) {
         jlist *l = list_new(r->f, a.l->n + b.l->n);
         l->tuple = a.l->tuple;
         for (size_t i = 0; i < a.l->n; i++) list_push(r->f, l, a.l->v[i]);
         for (size_t i = 0; i < b.l->n; i++) list_push(r->f, l, b.l->v[i]);
         return mk_list(l);
     }
-    if (op == OP_MUL && (a.t == V_STR || a.t == V_LIST) && (b.t == V_INT || b.t == V_BOOL)) {
+    if (op == OP_MUL && (a.t == V_STR || (a.t == V_LIST && !a.l->gen)) && (b.t == V_INT || b.t == V_BOOL)) {
         int64_t n = b.i < 0 ? 0 : b.i;
         size_t unit = a.t == V_STR ? a.s->n : a.l->n;
         if (unit && (uint64_t)n > (r->f->limit / (unit * 16 + 1))) RFAIL(r, "the repeated value is too large");
@@ -2822,7 +2906,7 @@ static value binop(R *r, int op, value a, value b) {
             for (size_t k = 0; k < a.l->n; k++) list_push(r->f, l, a.l->v[k]);
         return mk_list(l);
     }
-    if (op == OP_MUL && (b.t == V_STR || b.t == V_LIST) && (a.t == V_INT || a.t == V_BOOL)) return binop(r, op, b, a);
+    if (op == OP_MUL && (b.t == V_STR || (b.t == V_LIST && !b.l->gen)) && (a.t == V_INT || a.t == V_BOOL)) return binop(r, op, b, a);
     if (op == OP_MOD && a.t == V_STR) RFAIL(r, "printf-style formatting with %% is not supported");
     RFAIL(r, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op], type_name(a), type_name(b));
     return k_undef;
@@ -2837,8 +2921,9 @@ static int contains(R *r, value seq, value x) {
     }
     if (seq.t == V_DICT) return dict_find(seq.d, x) != NULL;
     if (seq.t == V_LIST) {
-        for (size_t i = 0; i < seq.l->n; i++)
-            if (veq(seq.l->v[i], x)) return 1;
+        jlist *l = iterate(r, seq);
+        for (size_t i = 0; i < l->n; i++)
+            if (veq(l->v[i], x)) return 1;
         return 0;
     }
     RFAIL(r, "argument of type '%s' is not iterable", type_name(seq));
