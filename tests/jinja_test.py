@@ -115,6 +115,19 @@ MESSAGE_SETS = {
         {"role": "assistant", "content": "It is 21 degrees in Paris."},
         {"role": "user", "content": "Thanks!"},
     ],
+    # OpenAI's form: the arguments a JSON text, an id of nine letters and digits (Mistral's rule)
+    "tool_calls_json": [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Weather in Paris and in Rome?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a1b2c3d4e", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "f5g6h7i8j", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\", \"unit\": \"celsius\"}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "name": "get_weather", "content": "21"},
+        {"role": "tool", "tool_call_id": "f5g6h7i8j", "name": "get_weather", "content": "24"},
+    ],
 }
 
 
