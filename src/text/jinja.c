@@ -1160,7 +1160,6 @@ static node *parse_stmt(parser *P) {
         expect_bend(P);
     } else if (!strcmp(w, "filter")) {
         n = mk(P, N_FILTERBLOCK, bt->off);
-        P->i--; /* the filter chain starts at the name: make it look like | name */
         node *blk = mk(P, E_BLOCKVAL, cur(P)->off);
         node *f = mk(P, E_FILTER, cur(P)->off);
         tok *ft = cur(P);
@@ -1211,7 +1210,11 @@ static nlist parse_body(parser *P, const char *const *ends) {
     for (;;) {
         tok *t = cur(P);
         if (t->t == T_EOF) {
-            if (ends) perr(P, t, "unexpected end of template: missing {%% %s %%}", ends[0] && ends[1] ? ends[1] : ends[0]);
+            if (ends) { /* the last of ends closes the block */
+                const char *const *e = ends;
+                while (e[1]) e++;
+                perr(P, t, "unexpected end of template: missing {%% %s %%}", *e);
+            }
             return body;
         }
         if (t->t == T_DATA) {
@@ -1355,7 +1358,11 @@ static void dict_set(fail *f, jdict *d, value k, value v) {
     }
     d->k[d->n] = k, d->v[d->n] = v, d->n++;
 }
-static void dict_set_s(fail *f, jdict *d, const char *k, value v) { dict_set(f, d, mk_cstr(f, k), v); }
+static void dict_set_s(fail *f, jdict *d, const char *k, value v) {
+    value *p = dict_find_s(d, k); /* a loop's assignments reuse the key */
+    if (p) *p = v;
+    else dict_set(f, d, mk_cstr(f, k), v);
+}
 
 static int vtrue(value v) {
     switch (v.t) {
