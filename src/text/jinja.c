@@ -83,6 +83,7 @@ static void fail_at(fail *f, enum bt_status st, size_t off, const char *fmt, ...
 }
 
 static void *falloc(fail *f, size_t n) {
+    if (n > f->limit) fail_at(f, BT_ERR_NOMEM, (size_t)-1, "the template used more than %zu MiB", f->limit >> 20);
     n = (n + 15) & ~(size_t)15;
     if (!f->head || f->head->cap - f->head->used < n) {
         size_t cap = n > 65536 ? n : 65536;
@@ -1299,7 +1300,9 @@ static value undef_msg(R *r, const char *fmt, ...) {
 static int is_num(value v) { return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT; }
 static double num_f(value v) { return v.t == V_FLOAT ? v.f : (double)v.i; }
 
-static int veq(value a, value b) {
+/* Python's ==; past BT_JINJA_MAX_JSON_DEPTH levels of nesting, containers
+ * are equal only when they are the same one */
+static int veq_(value a, value b, int depth) {
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return a.i == b.i;
         return num_f(a) == num_f(b);
@@ -1310,23 +1313,25 @@ static int veq(value a, value b) {
     case V_NONE: return 1;
     case V_STR: return a.s->n == b.s->n && !memcmp(a.s->p, b.s->p, a.s->n);
     case V_LIST:
-        if (a.l->gen || b.l->gen) return a.l == b.l;
+        if (a.l->gen || b.l->gen || depth > BT_JINJA_MAX_JSON_DEPTH) return a.l == b.l;
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n) return 0;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!veq(a.l->v[i], b.l->v[i])) return 0;
+            if (!veq_(a.l->v[i], b.l->v[i], depth + 1)) return 0;
         return 1;
     case V_DICT:
+        if (depth > BT_JINJA_MAX_JSON_DEPTH) return a.d == b.d;
         if (a.d->n != b.d->n) return 0;
         for (size_t i = 0; i < a.d->n; i++) {
             size_t j = 0;
-            while (j < b.d->n && !veq(a.d->k[i], b.d->k[j])) j++;
-            if (j == b.d->n || !veq(a.d->v[i], b.d->v[j])) return 0;
+            while (j < b.d->n && !veq_(a.d->k[i], b.d->k[j], depth + 1)) j++;
+            if (j == b.d->n || !veq_(a.d->v[i], b.d->v[j], depth + 1)) return 0;
         }
         return 1;
     case V_NS: return a.d == b.d;
     default: return a.fn == b.fn;
     }
 }
+static int veq(value a, value b) { return veq_(a, b, 0); }
 
 static value *dict_find(jdict *d, value k) {
     if (k.t == V_STR) {
@@ -1378,7 +1383,8 @@ static int vtrue(value v) {
     }
 }
 
-static int vcmp(R *r, value a, value b, const char *op) {
+static int vcmp_(R *r, value a, value b, const char *op, int depth) {
+    if (depth > BT_JINJA_MAX_JSON_DEPTH) RFAIL(r, "values nested too deep to compare");
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return a.i < b.i ? -1 : a.i > b.i;
         double x = num_f(a), y = num_f(b);
@@ -1392,7 +1398,7 @@ static int vcmp(R *r, value a, value b, const char *op) {
     if (a.t == V_LIST && b.t == V_LIST && a.l->tuple == b.l->tuple && !a.l->gen && !b.l->gen) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (veq(a.l->v[i], b.l->v[i])) continue;
-            return vcmp(r, a.l->v[i], b.l->v[i], op);
+            return vcmp_(r, a.l->v[i], b.l->v[i], op, depth + 1);
         }
         return a.l->n < b.l->n ? -1 : a.l->n > b.l->n;
     }
@@ -1401,6 +1407,7 @@ static int vcmp(R *r, value a, value b, const char *op) {
     RFAIL(r, "'%s' not supported between instances of '%s' and '%s'", op, type_name(a), type_name(b));
     return 0;
 }
+static int vcmp(R *r, value a, value b, const char *op) { return vcmp_(r, a, b, op, 0); }
 
 /* ---- printing: Python's str() and repr(), json.dumps ---- */
 
@@ -1899,7 +1906,10 @@ static value do_slice(R *r, value v, value a, value b, value c) {
     if (v.t == V_LIST) {
         jlist *l = list_new(r->f, 0);
         l->tuple = v.l->tuple;
-        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) list_push(r->f, l, v.l->v[i]);
+        for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
+            list_push(r->f, l, v.l->v[i]);
+            if (__builtin_add_overflow(i, step, &i)) break;
+        }
         return mk_list(l);
     }
     size_t *off = falloc(r->f, ((size_t)n + 1) * sizeof *off);
@@ -1909,7 +1919,10 @@ static value do_slice(R *r, value v, value a, value b, value c) {
     }
     sb s = {0};
     sb_put(r->f, &s, "", 0);
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) sb_put(r->f, &s, v.s->p + off[i], off[i + 1] - off[i]);
+    for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
+        sb_put(r->f, &s, v.s->p + off[i], off[i + 1] - off[i]);
+        if (__builtin_add_overflow(i, step, &i)) break;
+    }
     return sb_value(r->f, &s);
 }
 
@@ -2898,8 +2911,8 @@ static value binop(R *r, int op, value a, value b) {
         return mk_list(l);
     }
     if (op == OP_MUL && (a.t == V_STR || (a.t == V_LIST && !a.l->gen)) && (b.t == V_INT || b.t == V_BOOL)) {
-        int64_t n = b.i < 0 ? 0 : b.i;
         size_t unit = a.t == V_STR ? a.s->n : a.l->n;
+        int64_t n = b.i < 0 || !unit ? 0 : b.i; /* nothing repeated is nothing, at once */
         if (unit && (uint64_t)n > (r->f->limit / (unit * 16 + 1))) RFAIL(r, "the repeated value is too large");
         if (a.t == V_STR) {
             sb s = {0};
@@ -3015,9 +3028,10 @@ static value call_global(R *r, const char *name, args *a) {
         if (a->np == 3) st = as_index(r, a->pos[2]);
         if (!st) RFAIL(r, "range() arg 3 must not be zero");
         jlist *l = list_new(r->f, 0);
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             if (l->n >= 100000) RFAIL(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
             list_push(r->f, l, mk_int(i));
+            if (__builtin_add_overflow(i, st, &i)) break;
         }
         return mk_list(l);
     }
@@ -3291,14 +3305,19 @@ static void exec_body(R *r, const nlist *b) {
  * a loop or a macro inside one counts again); there it fails only when run.
  * A filter jinja2 has and baton lacks fails when run. */
 
-static void check_names(parser *P, const node *n, int soft);
+static void check_names(parser *P, const node *n, int soft, int depth);
 
-static void check_list(parser *P, const nlist *l, int soft) {
-    for (size_t i = 0; i < l->n; i++) check_names(P, l->v[i], soft);
+static void check_list(parser *P, const nlist *l, int soft, int depth) {
+    for (size_t i = 0; i < l->n; i++) check_names(P, l->v[i], soft, depth);
 }
 
-static void check_names(parser *P, const node *n, int soft) {
+/* also bounds the tree's depth (a.b.c... and 1+1+... build it in loops):
+ * what passes here can be walked by the renderer within its own bound */
+static void check_names(parser *P, const node *n, int soft, int depth) {
     if (!n) return;
+    if (depth > BT_JINJA_MAX_DEPTH)
+        fail_at(P->f, BT_ERR_INVALID, n->off, "nested too deep (more than %d levels)", BT_JINJA_MAX_DEPTH);
+    depth++;
     if (n->k == E_FILTER && !soft && !in_list(k_filters, n->s) && !in_list(k_jinja_filters_missing, n->s))
         fail_at(P->f, BT_ERR_INVALID, n->off, "no filter named '%s'", n->s);
     if (n->k == E_TEST && !soft && !in_list(k_tests, n->s) && !in_list(k_jinja_tests_missing, n->s))
@@ -3306,17 +3325,17 @@ static void check_names(parser *P, const node *n, int soft) {
     int inner = soft;
     if (n->k == N_IF || n->k == E_COND) inner = soft = 1;
     if (n->k == N_FOR) {
-        check_names(P, n->a, soft);
-        check_names(P, n->b, 0), check_names(P, n->c, 0);
-        check_list(P, &n->x, 0), check_list(P, &n->y, 0);
+        check_names(P, n->a, soft, depth);
+        check_names(P, n->b, 0, depth), check_names(P, n->c, 0, depth);
+        check_list(P, &n->x, 0, depth), check_list(P, &n->y, 0, depth);
         return;
     }
     if (n->k == N_MACRO || n->k == N_SETBLOCK || n->k == N_FILTERBLOCK) inner = 0;
-    check_names(P, n->a, inner), check_names(P, n->b, inner), check_names(P, n->c, inner);
+    check_names(P, n->a, inner, depth), check_names(P, n->b, inner, depth), check_names(P, n->c, inner, depth);
     if (n->k == N_MACRO) {
-        for (size_t i = 0; i < n->x.n; i++) check_names(P, n->x.v[i], 0);
-    } else check_list(P, &n->x, inner);
-    check_list(P, &n->y, inner);
+        for (size_t i = 0; i < n->x.n; i++) check_names(P, n->x.v[i], 0, depth);
+    } else check_list(P, &n->x, inner, depth);
+    check_list(P, &n->y, inner, depth);
 }
 
 /* ---- entry points ---- */
@@ -3360,7 +3379,7 @@ enum bt_status bt_jinja_parse(const char *src, size_t n, bt_jinja **out, char *e
     lex(&L);
     parser P = {f, t->src, L.t, 0, L.nt, 0};
     t->body = parse_body(&P, NULL);
-    check_list(&P, &t->body, 0);
+    check_list(&P, &t->body, 0, 0);
     f->err = NULL, f->errlen = 0;
     *out = t;
     return BT_OK;
