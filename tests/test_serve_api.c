@@ -155,6 +155,11 @@ START_TEST(test_client_fields) {
     ck_assert_uint_eq(r.n_msgs, 3);
     ck_assert_str_eq(r.msgs[1].role, "assistant");
     ck_assert_str_eq(r.msgs[1].content, "");
+    /* what a Jinja template gets: every field, content as text, the arguments as an object */
+    ck_assert_str_eq(r.msg_json[0], "{\"role\":\"user\",\"content\":\"hi\",\"x_extra\":1}");
+    ck_assert_str_eq(r.msg_json[1], "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\","
+                                    "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}");
+    ck_assert_str_eq(r.msg_json[2], "{\"role\":\"user\",\"content\":\"and?\",\"name\":\"u\"}");
     ck_assert_int_eq(r.min_tokens, 3);
     ck_assert(r.ignore_eos);
     ck_assert_uint_eq(r.n_bias, 3);

@@ -280,12 +280,14 @@ static bool parse_content(json_t *c, size_t i, char **out, struct bt_api_error *
     return true;
 }
 
-/* msg as a Jinja chat template is given it: content as the text (NULL:
- * null), each tool call's arguments as an object when they are a JSON
- * object's text, as transformers' templates expect.  NULL when out of memory. */
+/* msg as a Jinja chat template is given it: content as the text (an
+ * assistant turn that only calls tools: "", as llama.cpp gives templates
+ * that add content to a string), each tool call's arguments as an object
+ * when they are a JSON object's text, as transformers' templates expect.
+ * NULL when out of memory. */
 static char *template_json(json_t *msg, const char *content) {
     json_t *m = json_deep_copy(msg);
-    if (!m || json_object_set_new(m, "content", content ? json_string(content) : json_null())) {
+    if (!m || json_object_set_new(m, "content", json_string(content))) {
         json_decref(m);
         return NULL;
     }
@@ -365,7 +367,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
             /* an assistant turn that only called tools: the built-in chat
              * formats have no way to show the calls, so it reads as empty */
             if (!(r->msgs[i].content = dup_n("", 0))) return nomem(err);
-            if (!(r->msg_json[i] = template_json(msg, NULL))) return nomem(err);
+            if (!(r->msg_json[i] = template_json(msg, ""))) return nomem(err);
             continue;
         }
         if (!c || json_is_null(c)) {
