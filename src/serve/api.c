@@ -280,14 +280,15 @@ static bool parse_content(json_t *c, size_t i, char **out, struct bt_api_error *
     return true;
 }
 
-/* msg as a Jinja chat template is given it: content as the text (an
+/* msg as a Jinja chat template is given it: role as baton reads it
+ * (developer is system), content as the text (an
  * assistant turn that only calls tools: "", as llama.cpp gives templates
  * that add content to a string), each tool call's arguments as an object
  * when they are a JSON object's text, as transformers' templates expect.
  * NULL when out of memory. */
-static char *template_json(json_t *msg, const char *content) {
+static char *template_json(json_t *msg, const char *role, const char *content) {
     json_t *m = json_deep_copy(msg);
-    if (!m || json_object_set_new(m, "content", json_string(content))) {
+    if (!m || json_object_set_new(m, "role", json_string(role)) || json_object_set_new(m, "content", json_string(content))) {
         json_decref(m);
         return NULL;
     }
@@ -347,8 +348,8 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         }
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for system */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            BAD(param, "'%s' is '%s': it must be 'system', 'developer', 'user' or 'assistant'", param, rs);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            BAD(param, "'%s' is '%s': it must be 'system', 'developer', 'user', 'assistant' or 'tool'", param, rs);
             return false;
         }
         if (!(r->msgs[i].role = dup_n(rs, strlen(rs)))) return nomem(err);
@@ -367,7 +368,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
             /* an assistant turn that only called tools: the built-in chat
              * formats have no way to show the calls, so it reads as empty */
             if (!(r->msgs[i].content = dup_n("", 0))) return nomem(err);
-            if (!(r->msg_json[i] = template_json(msg, ""))) return nomem(err);
+            if (!(r->msg_json[i] = template_json(msg, rs, ""))) return nomem(err);
             continue;
         }
         if (!c || json_is_null(c)) {
@@ -377,7 +378,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         char *content = NULL;
         if (!parse_content(c, i, &content, err)) return false;
         r->msgs[i].content = content;
-        if (!(r->msg_json[i] = template_json(msg, content))) return nomem(err);
+        if (!(r->msg_json[i] = template_json(msg, rs, content))) return nomem(err);
     }
     return true;
 }
