@@ -451,7 +451,7 @@ def chat_template_tests():
     with open(tfile, "w") as f:
         f.write("{% for m in messages %}\n{{ m.content | nosuchfilter }}{% endfor %}")
     expect_error(["generate", "-m", model, "-p", "Hi", "--chat-template", tfile], 1,
-                 f"--chat-template: {tfile}:2:16: no filter named 'nosuchfilter'",
+                 f"--chat-template: {tfile}:2:16: No filter named 'nosuchfilter'.",
                  "--chat-template FILE: a template that does not compile, with its line and column")
 
 

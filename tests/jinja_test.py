@@ -10,8 +10,10 @@ ensure_ascii=False, raise_exception, strftime_now).
 Every template is rendered with each message set (one user turn; system and
 user; several turns; an assistant turn with tool_calls and a tool result),
 with and without add_generation_prompt, with and without tools.  baton's
-output must be byte for byte jinja2's; where jinja2 raises, baton must fail
-too, with the same message when the template raised it (raise_exception).
+output must be byte for byte jinja2's; where the template raises
+(raise_exception), baton must fail with its message; where jinja2 fails
+otherwise (an undefined's attribute, a type error, the sandbox), baton must
+fail with jinja2's message after its LINE:COLUMN.
 
 The templates: DATA_DIR/chat_templates/*.jinja (always), and the ones the
 llama-cpp-python source package carries under
@@ -20,6 +22,7 @@ with a message, when pip cannot reach the index).  Exit 77 (skipped) when
 jinja2 is missing."""
 import glob
 import json
+import re
 import os
 import subprocess
 import sys
@@ -147,7 +150,7 @@ def render_jinja2(env, src, ctx):
     except Raised as e:
         return "raised", str(e.args[0])
     except Exception as e:  # a syntax error, an undefined's attribute, the sandbox's refusal...
-        return "error", "%s: %s" % (type(e).__name__, e)
+        return "error", str(e)
 
 
 def render_baton(tool, path, ctx_path):
@@ -158,7 +161,8 @@ def render_baton(tool, path, ctx_path):
     if p.returncode == 3 and err.startswith("raised: "):
         return "raised", err[len("raised: "):]
     if p.returncode == 2 and err.startswith("error: "):
-        return "error", err[len("error: "):]
+        # "error: [FILE: ]LINE:COLUMN: message": the message
+        return "error", re.sub(r"^(.*?: )?\d+:\d+: ", "", err[len("error: "):], count=1)
     return "crash", "exit %d: %s" % (p.returncode, err)
 
 
@@ -208,7 +212,7 @@ def check(tool, templates, label, tmp):
             want = render_jinja2(env, src, ctx)
             kinds[want[0]] += 1
             got = render_baton(tool, path, ctx_path)
-            ok = got == want if want[0] != "error" else got[0] in ("error", "raised")
+            ok = got == want
             if ok:
                 match += 1
             else:

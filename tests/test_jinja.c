@@ -135,19 +135,19 @@ static const struct {
     {"{{ x ]] }}", "ERR(-1): 1:6: unexpected ']'"},
     {"{# no end", "ERR(-1): 1:1: missing end of comment tag"},
     {"{{ x", "ERR(-1): 1:1: unexpected end of template: the tag is not closed"},
-    {"{% for m in messages %}\n{{ m | nosuch }}{% endfor %}", "ERR(-1): 2:8: no filter named 'nosuch'"},
-    {"{{ x is nosuch }}", "ERR(-1): 1:6: no test named 'nosuch'"},
+    {"{% for m in messages %}\n{{ m | nosuch }}{% endfor %}", "ERR(-1): 2:8: No filter named 'nosuch'."},
+    {"{{ x is nosuch }}", "ERR(-1): 1:6: No test named 'nosuch'."},
     {"{{ f(*a) }}", "ERR(-1): 1:6: *args and **kwargs in calls are not supported"},
     /* an unknown filter under an if fails only when it runs, as jinja2 */
     {"{% if false %}{{ x | nosuch }}{% endif %}ok", "ok"},
-    {"{% if true %}{{ x | nosuch }}{% endif %}", "ERR(-1): 1:21: no filter named 'nosuch'"},
+    {"{% if true %}{{ x | nosuch }}{% endif %}", "ERR(-1): 1:21: No filter named 'nosuch' found."},
     /* the template's own refusal: its message, nothing else */
     {"{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}",
      "ERR(-6): Conversation roles must alternate user/assistant/user/assistant/..."},
     /* undefined: printed as nothing, its attribute an error */
     {"[{{ nothing }}]{{ nothing.attr }}", "ERR(-1): 1:26: 'nothing' is undefined"},
     {"{{ messages[0].nope.x }}", "ERR(-1): 1:20: 'dict object' has no attribute 'nope'"},
-    {"{{ 'a' + 1 }}", "ERR(-1): 1:8: unsupported operand type(s) for +: 'str' and 'int'"},
+    {"{{ 'a' + 1 }}", "ERR(-1): 1:8: can only concatenate str (not \"int\") to str"},
     {"{% for x in 5 %}{% endfor %}", "ERR(-1): 1:13: 'int' object is not iterable"},
     {"{{ nothing | tojson }}", "ERR(-1): 1:14: Object of type Undefined is not JSON serializable"},
     {"{{ messages | map(attribute='role') | tojson }}", "ERR(-1): 1:39: Object of type generator is not JSON serializable"},

@@ -1853,6 +1853,15 @@ static int64_t as_index(R *r, value v) {
     return 0;
 }
 
+/* repr(v), cut at 64 bytes, for messages */
+static const char *repr_s(R *r, value v) {
+    sb b = {0};
+    sb_put(r->f, &b, "", 0);
+    put_repr(r, &b, v, 0);
+    if (b.n > 64) b.p[64] = 0;
+    return b.p;
+}
+
 static value get_item(R *r, value v, value k) {
     if (v.t == V_UNDEF) fail_undef(r, v);
     if (v.t == V_DICT || v.t == V_NS) {
@@ -1863,7 +1872,7 @@ static value get_item(R *r, value v, value k) {
             if (m.t == V_FUNC) return m;
         }
         if (k.t == V_STR) return undef_msg(r, "'%s object' has no attribute '%s'", type_name(v), k.s->p);
-        return undef_msg(r, "'%s object' has no element", type_name(v));
+        return undef_msg(r, "'%s object' has no element %s", type_name(v), repr_s(r, k));
     }
     if (v.t == V_LIST && v.l->gen) RFAIL(r, "'%s' object is not subscriptable", v.l->gen);
     if ((v.t == V_LIST || v.t == V_STR) && (k.t == V_INT || k.t == V_BOOL)) {
@@ -1875,7 +1884,8 @@ static value get_item(R *r, value v, value k) {
         return mk_str(r->f, v.s->p + a, e - a);
     }
     if (k.t == V_STR) return method_of(r, v, k.s->p);
-    return undef_msg(r, "'%s object' has no element", type_name(v));
+    if (v.t == V_NONE) return undef_msg(r, "None has no element %s", repr_s(r, k));
+    return undef_msg(r, "'%s object' has no element %s", type_name(v), repr_s(r, k));
 }
 
 static value do_slice(R *r, value v, value a, value b, value c) {
@@ -2410,7 +2420,7 @@ static value select_items(R *r, value in, args *a, int by_attr, int keep) {
     const char *attr = by_attr ? str_arg(r, arg(a, 0, NULL), "the attribute") : NULL;
     args rest = shift_args(*a, by_attr ? 1 : 0);
     const char *test = rest.np ? str_arg(r, &rest.pos[0], "the test name") : NULL;
-    if (test && !in_list(k_tests, test)) RFAIL(r, "no test named '%s'", test);
+    if (test && !in_list(k_tests, test)) RFAIL(r, "No test named '%s' found.", test);
     rest = shift_args(rest, 1);
     for (size_t i = 0; i < l->n; i++) {
         value x = attr ? attr_path(r, l->v[i], attr) : l->v[i];
@@ -2603,7 +2613,7 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
             return mk_gen(o, "generator");
         }
         const char *name = str_arg(r, arg(a, 0, NULL), "map's filter name");
-        if (!in_list(k_filters, name)) RFAIL(r, "no filter named '%s'", name);
+        if (!in_list(k_filters, name)) RFAIL(r, "No filter named '%s' found.", name);
         args rest = shift_args(*a, 1);
         for (size_t i = 0; i < l->n; i++) list_push(r->f, o, apply_filter(r, name, l->v[i], &rest));
         return mk_gen(o, "generator");
@@ -2767,7 +2777,7 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
 #undef P
 #undef P0
     if (in_list(k_jinja_filters_missing, f)) RFAIL(r, "the filter '%s' is not supported", f);
-    RFAIL(r, "no filter named '%s'", f);
+    RFAIL(r, "No filter named '%s' found.", f);
     return k_undef;
 }
 
@@ -2830,7 +2840,7 @@ static int apply_test(R *r, const char *t, value v, args *a) {
     }
 #undef NEED_ARG
     if (in_list(k_jinja_tests_missing, t)) RFAIL(r, "the test '%s' is not supported", t);
-    RFAIL(r, "no test named '%s'", t);
+    RFAIL(r, "No test named '%s' found.", t);
     return 0;
 }
 
@@ -2928,6 +2938,8 @@ static value binop(R *r, int op, value a, value b) {
     }
     if (op == OP_MUL && (b.t == V_STR || (b.t == V_LIST && !b.l->gen)) && (a.t == V_INT || a.t == V_BOOL)) return binop(r, op, b, a);
     if (op == OP_MOD && a.t == V_STR) RFAIL(r, "printf-style formatting with %% is not supported");
+    if (op == OP_ADD && (a.t == V_STR || (a.t == V_LIST && !a.l->gen)))
+        RFAIL(r, "can only concatenate %s (not \"%s\") to %s", type_name(a), type_name(b), type_name(a));
     RFAIL(r, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op], type_name(a), type_name(b));
     return k_undef;
 }
@@ -3319,9 +3331,9 @@ static void check_names(parser *P, const node *n, int soft, int depth) {
         fail_at(P->f, BT_ERR_INVALID, n->off, "nested too deep (more than %d levels)", BT_JINJA_MAX_DEPTH);
     depth++;
     if (n->k == E_FILTER && !soft && !in_list(k_filters, n->s) && !in_list(k_jinja_filters_missing, n->s))
-        fail_at(P->f, BT_ERR_INVALID, n->off, "no filter named '%s'", n->s);
+        fail_at(P->f, BT_ERR_INVALID, n->off, "No filter named '%s'.", n->s);
     if (n->k == E_TEST && !soft && !in_list(k_tests, n->s) && !in_list(k_jinja_tests_missing, n->s))
-        fail_at(P->f, BT_ERR_INVALID, n->off, "no test named '%s'", n->s);
+        fail_at(P->f, BT_ERR_INVALID, n->off, "No test named '%s'.", n->s);
     int inner = soft;
     if (n->k == N_IF || n->k == E_COND) inner = soft = 1;
     if (n->k == N_FOR) {
