@@ -55,6 +55,7 @@ static const struct {
      "1/3TrueFalse2,2/3FalseFalse1,3/3FalseTrue0"},
     {"{% for m in messages if m.role != 'system' %}{{ loop.index0 }}{{ m.role }}{% endfor %}", "0user1assistant"},
     {"{% for x in [] %}a{% else %}empty{% endfor %}", "empty"},
+    {"{% for x in 'abc' %}{{ loop.cycle('odd', 'even') }}{% endfor %}", "oddevenodd"},
     {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=2;"},
     {"{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}"
      "{% endfor %}",

@@ -12,10 +12,16 @@
  *  - the sandbox is the immutable one: a method that changes a list or a dict
  *    (append, pop, update, ...) is an error when called, as jinja2's
  *    SecurityError;
- *  - what chat templates do not use is refused at parse time with its line
- *    and column: include, extends, import, block, call, raw, with, recursive
- *    loops, *args, and the filters and tests not listed in k_filters and
- *    k_tests.
+ *  - what chat templates do not use is refused with its line and column: at
+ *    parse time the statements include, extends, import, block, call, raw,
+ *    with, recursive loops, *args and **kwargs; when run, the filters jinja2
+ *    has that are not in k_filters (batch, format, groupby, ...), str.format
+ *    with format specs, printf-style %, the globals lipsum, cycler and
+ *    joiner, and a macro's caller, varargs and kwargs (they read
+ *    as undefined);
+ *  - an unknown filter or test is refused as jinja2 3.1 refuses it: when the
+ *    template is compiled, unless it sits directly in an if or an inline if,
+ *    where it fails only when run.
  *
  * Memory: everything a parse or a render makes lives in one arena freed at
  * the end, so an error anywhere is a longjmp to the entry point, which frees
@@ -1244,7 +1250,7 @@ typedef struct frame {
     jdict *vars;
 } frame;
 
-enum fnk { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_UNSAFE, FN_MISSING };
+enum fnk { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_UNSAFE, FN_MISSING, FN_CYCLE };
 
 typedef struct jfunc {
     int kind;
@@ -3068,6 +3074,11 @@ static value call_value(R *r, value fn, args *a) {
     case FN_GLOBAL: return call_global(r, fn.fn->name, a);
     case FN_MACRO: return call_macro(r, fn.fn, a);
     case FN_METHOD: return call_method(r, fn.fn, a);
+    case FN_CYCLE: { /* loop.cycle(a, b, ...): the argument at loop.index0 modulo their number */
+        if (!a->np) RFAIL(r, "no items for cycling given");
+        int64_t i = fn.fn->self.d->v[1].i;
+        return a->pos[(size_t)i % a->np];
+    }
     case FN_UNSAFE:
         RFAIL(r, "access to attribute '%s' of '%s' object is unsafe.", fn.fn->name, type_name(fn.fn->self));
         break;
@@ -3243,6 +3254,7 @@ static void exec_for(R *r, const node *n) {
     static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
                                        "previtem", "nextitem", "depth", "depth0"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) dict_set_s(r->f, loop, keys[k], k_undef);
+    dict_set_s(r->f, loop, "cycle", mk_fn(r, FN_CYCLE, "cycle", (value){.t = V_DICT, .d = loop}));
     dict_set_s(r->f, r->fr->vars, "loop", (value){.t = V_DICT, .d = loop});
     int64_t len = (int64_t)items->n;
     for (size_t i = 0; i < items->n; i++) {
