@@ -15,8 +15,9 @@ output must be byte for byte jinja2's; where the template raises
 otherwise (an undefined's attribute, a type error, the sandbox), baton must
 fail with jinja2's message after its LINE:COLUMN.
 
-The templates: DATA_DIR/chat_templates/*.jinja (always), and the ones the
-llama-cpp-python source package carries under
+The templates: DATA_DIR/chat_templates/*.jinja and the templates of
+llama.cpp's test-chat-template cases (DATA_DIR/chat/llama_cpp_cases.h),
+always; and the ones the llama-cpp-python source package carries under
 vendor/llama.cpp/models/templates/, fetched with pip into WORK_DIR (skipped,
 with a message, when pip cannot reach the index).  Exit 77 (skipped) when
 jinja2 is missing."""
@@ -192,6 +193,28 @@ def fetch_corpus(work):
     return sorted(glob.glob(os.path.join(out_dir, "*.jinja")))
 
 
+def header_templates(header, tmp):
+    """The templates of llama_cpp_cases.h (C string literals) as files in tmp."""
+    with open(header, encoding="utf-8") as f:
+        src = f.read()
+    body = src[src.index("k_llama_cpp_cases[] = {"):]
+    lit = r'((?:"(?:[^"\\]|\\.)*"\s*)+)'
+    paths = []
+    for i, (name, tmpl, _) in enumerate(re.findall(r"\{\s*" + lit + r",\s*" + lit + r",\s*" + lit + r"\}", body)):
+        # adjacent C literals read as Python's; \x escapes give bytes, read as UTF-8 (a literal
+        # that holds UTF-8 text as it is reads right as it is)
+        text = eval("(" + tmpl + ")")
+        try:
+            text = text.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            pass
+        p = os.path.join(tmp, "case%02d.jinja" % i)
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(text)
+        paths.append(p)
+    return paths
+
+
 def check(tool, templates, label, tmp):
     env = environment()
     ctxs = list(contexts())
@@ -243,6 +266,8 @@ def main():
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         ok = check(tool, core, "core templates", tmp)
+        cases = header_templates(os.path.join(data, "chat", "llama_cpp_cases.h"), tmp)
+        ok = check(tool, cases, "llama.cpp's test-chat-template cases", tmp) and ok
         corpus = fetch_corpus(work)
         if corpus:
             ok = check(tool, corpus, "llama.cpp's templates (%s)" % CORPUS_PACKAGE, tmp) and ok
