@@ -49,14 +49,15 @@ fi
 
 if [ "$mode" = test ]; then
     # tests/quants_gguf.py checks baton's block types against the gguf
-    # package's numpy implementation: pinned versions, installed only when
-    # the ones present differ
-    py_pins=(gguf==0.19.0 numpy==2.4.6 pyyaml==6.0.3 tqdm==4.70.1 requests==2.34.2 openai==3.51.0)
+    # package's numpy implementation, tests/jinja_test.py the chat templates
+    # against jinja2: pinned versions, installed only when the ones present
+    # differ
+    py_pins=(gguf==0.19.0 numpy==2.4.6 pyyaml==6.0.3 tqdm==4.70.1 requests==2.34.2 openai==3.51.0 jinja2==3.1.6)
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
         $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-pip
     fi
-    if ! python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0" and numpy.__version__ == "2.4.6" and m.version("openai") == "3.51.0"' >/dev/null 2>&1; then
+    if ! python3 -c 'import gguf, numpy, importlib.metadata as m; assert m.version("gguf") == "0.19.0" and numpy.__version__ == "2.4.6" and m.version("openai") == "3.51.0" and m.version("jinja2") == "3.1.6"' >/dev/null 2>&1; then
         echo "bootstrap: pip installing ${py_pins[*]}"
         python3 -m pip install -q --break-system-packages "${py_pins[@]}" 2>/dev/null ||
             python3 -m pip install -q "${py_pins[@]}"

@@ -406,6 +406,54 @@ def cli_tests():
     check(js is not None and js["completions"][0]["prompt_tokens"] > 10, "--chat-template chatml wraps the prompt",
           f"{js and js['completions'][0]}")
 
+    chat_template_tests()
+
+
+def count_tokens(model, text):
+    rc, out, err = run(["tokenize", "-m", model, "-p", text, "--ids"])
+    return len(json.loads(out)) if rc == 0 else None
+
+
+def chat_template_tests():
+    """--chat runs the model's own template (Jinja); --chat-template takes a file"""
+    model = os.path.join(TMP, "qwen2-vocab.gguf")
+    rc, _, err = run(["make-model", model, "--vocab", os.path.join(VOCAB, "ggml-vocab-qwen2.gguf"), "--embd", "64",
+                      "--head-dim", "16", "--ff", "128"])
+    check(rc == 0, "make-model with the Qwen2 vocabulary", err)
+    if rc:
+        return
+    # the vocabulary's template adds its system message when the first message is not one
+    want = count_tokens(model, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+                               "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    js = gen_json(["-m", model, "-p", "Hi", "--chat", "-n", "1", "--temp", "0"])
+    got = js and js["completions"][0]["prompt_tokens"]
+    check(want is not None and got == want, "--chat: the Qwen2 template's own system message",
+          f"{got} prompt tokens, {want} expected")
+    js = gen_json(["-m", model, "-p", "Hi", "--chat", "--system", "Be brief.", "-n", "1", "--temp", "0"])
+    want = count_tokens(model, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                               "<|im_start|>assistant\n")
+    got = js and js["completions"][0]["prompt_tokens"]
+    check(got == want, "--chat --system: the system message given replaces the template's", f"{got} vs {want}")
+    # a template file
+    tfile = os.path.join(TMP, "t.jinja")
+    with open(tfile, "w") as f:
+        f.write("{%- for m in messages %}<|im_start|>{{ m.role | upper }}:{{ m.content }}<|im_end|>\n{% endfor -%}\n"
+                "{% if add_generation_prompt %}<|im_start|>assistant{% endif %}\n")
+    js = gen_json(["-m", model, "-p", "Hi", "--chat-template", tfile, "-n", "1", "--temp", "0"])
+    want = count_tokens(model, "<|im_start|>USER:Hi<|im_end|>\n<|im_start|>assistant")
+    got = js and js["completions"][0]["prompt_tokens"]
+    check(got == want, "--chat-template FILE: a Jinja template from a file", f"{got} vs {want}")
+    with open(tfile, "w") as f:
+        f.write("{% if messages[0].role != 'system' %}{{ raise_exception('a system message is required') }}{% endif %}")
+    expect_error(["generate", "-m", model, "-p", "Hi", "--chat-template", tfile], 1,
+                 "--chat-template: the chat template refused the messages: a system message is required",
+                 "--chat-template FILE: the template's raise_exception")
+    with open(tfile, "w") as f:
+        f.write("{% for m in messages %}\n{{ m.content | nosuchfilter }}{% endfor %}")
+    expect_error(["generate", "-m", model, "-p", "Hi", "--chat-template", tfile], 1,
+                 f"--chat-template: {tfile}:2:16: No filter named 'nosuchfilter'.",
+                 "--chat-template FILE: a template that does not compile, with its line and column")
+
 
 def ref_tests():
     try:

@@ -47,8 +47,6 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\",\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "is missing"},
     {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role",
      "is 'wizard'"},
-    {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"x\"}]}",
-     400, "messages[1].role", "is 'tool'"},
     {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "is missing"},
     {H, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content",
      "must be a string or an array of text parts"},
@@ -148,13 +146,20 @@ START_TEST(test_client_fields) {
                     "\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"x_extra\":1},"
                     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
                     "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"},"
                     "{\"role\":\"user\",\"content\":\"and?\",\"name\":\"u\"}]}";
     struct bt_api_request r;
     struct bt_api_error e;
     ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
-    ck_assert_uint_eq(r.n_msgs, 3);
+    ck_assert_uint_eq(r.n_msgs, 4);
     ck_assert_str_eq(r.msgs[1].role, "assistant");
     ck_assert_str_eq(r.msgs[1].content, "");
+    /* what a Jinja template gets: every field, content as text, the arguments as an object */
+    ck_assert_str_eq(r.msg_json[0], "{\"role\":\"user\",\"content\":\"hi\",\"x_extra\":1}");
+    ck_assert_str_eq(r.msg_json[1], "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\","
+                                    "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}");
+    ck_assert_str_eq(r.msg_json[2], "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}");
+    ck_assert_str_eq(r.msg_json[3], "{\"role\":\"user\",\"content\":\"and?\",\"name\":\"u\"}");
     ck_assert_int_eq(r.min_tokens, 3);
     ck_assert(r.ignore_eos);
     ck_assert_uint_eq(r.n_bias, 3);
@@ -228,6 +233,9 @@ START_TEST(test_good_chat) {
     ck_assert_str_eq(r.msgs[0].content, "Be brief.");
     ck_assert_str_eq(r.msgs[1].content, "Hi there");
     ck_assert_str_eq(r.msgs[2].role, "assistant");
+    /* a template sees developer as system and text parts as one text */
+    ck_assert_str_eq(r.msg_json[0], "{\"role\":\"system\",\"content\":\"Be brief.\"}");
+    ck_assert_str_eq(r.msg_json[1], "{\"role\":\"user\",\"name\":\"ann\",\"content\":\"Hi there\"}");
     ck_assert_int_eq(r.max_tokens, 256);
     bt_api_request_free(&r);
 }

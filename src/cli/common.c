@@ -7,6 +7,8 @@
 #include "model/arch.h"
 #include "run/bringup.h"
 #include "run/engine.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -544,4 +546,33 @@ void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, lo
 
 void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
     for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
+}
+
+/* the text of token id, or NULL when the vocabulary has none */
+static char *token_text(const bt_tokenizer *tok, int32_t id) {
+    if (id == BT_TOKEN_NONE) return NULL;
+    size_t n;
+    const char *p = bt_tokenizer_piece(tok, id, 1, &n);
+    char *s = malloc(n + 1);
+    if (s) memcpy(s, p, n), s[n] = 0;
+    return s;
+}
+
+enum bt_status bt_cli_chat_template(const char *arg, struct bt_gguf *g, const bt_tokenizer *tok, const char *fallback,
+                                    bt_chat_template **out, char *note, size_t notelen, char *err, size_t errlen) {
+    char *model_tmpl = NULL;
+    struct bt_gguf_str s;
+    if (!arg && bt_gguf_find_key(g, "tokenizer.chat_template") >= 0 &&
+        bt_gguf_get_str(g, "tokenizer.chat_template", &s) == BT_OK) {
+        if (!(model_tmpl = malloc(s.n + 1))) {
+            snprintf(err, errlen, "out of memory");
+            return BT_ERR_NOMEM;
+        }
+        memcpy(model_tmpl, s.data, s.n);
+        model_tmpl[s.n] = 0;
+    }
+    char *bos = token_text(tok, bt_tokenizer_bos(tok)), *eos = token_text(tok, bt_tokenizer_eos(tok));
+    enum bt_status st = bt_chat_template_choose(arg, model_tmpl, fallback, bos, eos, out, note, notelen, err, errlen);
+    free(model_tmpl), free(bos), free(eos);
+    return st;
 }

@@ -99,6 +99,18 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
  * command that failed has said why already. */
 int bt_cli_stdout_finish(const char *prog, int rc);
 
+/* The chat template of serve and generate: --chat-template ARG (a built-in
+ * format's name or a file with a Jinja text) when given, else the model's
+ * tokenizer.chat_template, else `fallback` (NULL: an error); bos_token and
+ * eos_token are the texts of the vocabulary's BOS and EOS.  See
+ * bt_chat_template_choose for note. */
+struct bt_gguf;
+struct bt_tokenizer;
+struct bt_chat_template;
+enum bt_status bt_cli_chat_template(const char *arg, struct bt_gguf *g, const struct bt_tokenizer *tok,
+                                    const char *fallback, struct bt_chat_template **out, char *note, size_t notelen,
+                                    char *err, size_t errlen);
+
 /* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
  * name is empty" in err (the callers' usage error, exit 2). */
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);

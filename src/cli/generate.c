@@ -75,8 +75,9 @@ static void gen_usage(FILE *f) {
             "                          or the context is full (default 128; 0 is an error)\n"
             "      --stop S            stop when S appears (not printed; repeatable, at most %d)\n"
             "      --chat              write the prompt as a user message in the model's chat\n"
-            "                          template (tokenizer.chat_template)\n"
-            "      --chat-template NAME  use this template instead (implies --chat)\n"
+            "                          template (tokenizer.chat_template, run as Jinja)\n"
+            "      --chat-template NAME|FILE  a file holding a Jinja chat template, or a built-in\n"
+            "                          format (chatml, llama3, ...) instead (implies --chat)\n"
             "      --system TEXT       a system message first (with --chat)\n"
             "\n"
             "sampling (llama.cpp's flags and order):\n"
@@ -464,8 +465,8 @@ static int read_prompts(const struct gen_opts *o, struct prompt **out, size_t *n
     return 0;
 }
 
-static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const char *tmpl, struct prompt *p,
-                         size_t n, int64_t share, char *err, size_t errn);
+static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const bt_chat_template *tmpl,
+                         struct prompt *p, size_t n, int64_t share, char *err, size_t errn);
 
 /* Rank 0, once the model is open: the tokens of each prompt (in the chat
  * template when asked), checked against the context.  1 and a message. */
@@ -478,32 +479,28 @@ static int tokenize_prompts(const struct gen_opts *o, const char *model, struct 
         return 1;
     }
     *tok_out = tok;
-    const char *tmpl = o->chat_template;
-    char *file_tmpl = NULL;
-    if (o->chat && !tmpl) {
-        struct bt_gguf_str s;
-        if (bt_gguf_find_key(g, "tokenizer.chat_template") < 0 ||
-            bt_gguf_get_str(g, "tokenizer.chat_template", &s) != BT_OK) {
+    bt_chat_template *tmpl = NULL;
+    if (o->chat) {
+        if (!o->chat_template && bt_gguf_find_key(g, "tokenizer.chat_template") < 0) {
             snprintf(err, errn, "%s: --chat: the file has no tokenizer.chat_template; name one with --chat-template",
                      model);
             return 1;
         }
-        if (!(file_tmpl = malloc(s.n + 1))) {
-            snprintf(err, errn, "out of memory");
+        char note[768];
+        if (bt_cli_chat_template(o->chat_template, g, tok, NULL, &tmpl, note, sizeof note, e, sizeof e) != BT_OK) {
+            snprintf(err, errn, "%s%s", o->chat_template ? "--chat-template: " : "--chat: ", e);
             return 1;
         }
-        memcpy(file_tmpl, s.data, s.n);
-        file_tmpl[s.n] = '\0';
-        tmpl = file_tmpl;
+        if (note[0]) fprintf(stderr, "baton generate: %s\n", note);
     }
     const int rc = tokenize_each(o, tok, tmpl, p, n, share, err, errn);
-    free(file_tmpl);
+    bt_chat_template_free(tmpl);
     return rc;
 }
 
 /* Each prompt's tokens, checked against a sequence's share of the context. */
-static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const char *tmpl, struct prompt *p,
-                         size_t n, int64_t share, char *err, size_t errn) {
+static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const bt_chat_template *tmpl,
+                         struct prompt *p, size_t n, int64_t share, char *err, size_t errn) {
     char e[768];
     for (size_t i = 0; i < n; i++) {
         const char *text = p[i].text;
@@ -514,7 +511,7 @@ static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, cons
             size_t nm = 0;
             if (o->system) msgs[nm++] = (bt_chat_msg){"system", o->system};
             msgs[nm++] = (bt_chat_msg){"user", p[i].text};
-            if (bt_chat_apply(tmpl, msgs, nm, 1, &chat, e, sizeof e) != BT_OK) {
+            if (bt_chat_template_apply(tmpl, msgs, NULL, nm, NULL, 1, &chat, e, sizeof e) != BT_OK) {
                 snprintf(err, errn, "%s%s", o->chat_template ? "--chat-template: " : "--chat: ", e);
                 return 1;
             }
@@ -526,6 +523,13 @@ static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, cons
         if (st != BT_OK) {
             snprintf(err, errn, "prompt %zu: %s", i + 1, e);
             return 1;
+        }
+        /* a template that writes the BOS text itself, and a vocabulary that adds one: one BOS, as serve */
+        const int32_t bos = bt_tokenizer_bos(tok);
+        bt_tokens *ids = &p[i].ids;
+        if (o->chat && ids->n >= 2 && bos != BT_TOKEN_NONE && ids->ids[0] == bos && ids->ids[1] == bos) {
+            memmove(ids->ids, ids->ids + 1, (ids->n - 1) * sizeof *ids->ids);
+            ids->n--;
         }
         if (p[i].ids.n == 0) {
             snprintf(err, errn, "prompt %zu: no tokens", i + 1);

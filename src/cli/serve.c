@@ -40,10 +40,11 @@ enum {
     OPT_MAX_CONN,
     OPT_UBATCH,
     OPT_ALIAS,
+    OPT_CHAT_TEMPLATE,
 };
 
 struct serve_opts {
-    const char *model, *host, *api_key, *alias;
+    const char *model, *host, *api_key, *alias, *chat_template;
     int port, parallel, max_queue, max_conn;
     long ctx, ubatch;
     long max_body;
@@ -66,6 +67,9 @@ static void serve_usage(FILE *f) {
             "      --api-key KEY       ask every caller for 'Authorization: Bearer KEY' (else 401);\n"
             "                          also read from $BATON_API_KEY\n"
             "      --alias NAME        the model's name in the API (default: the file's name)\n"
+            "      --chat-template NAME|FILE  how chats are written: a file holding a Jinja chat template,\n"
+            "                          or a built-in format (chatml, llama3, ...); default: the model's own\n"
+            "                          template (tokenizer.chat_template), else chatml\n"
             "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
             "      --max-body BYTES    largest request body (default 1048576)\n"
             "      --max-connections N open connections at once (default 256)\n"
@@ -85,7 +89,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"ctx-size", required_argument, 0, OPT_CTX},    {"api-key", required_argument, 0, OPT_API_KEY},
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
-        {"alias", required_argument, 0, OPT_ALIAS},     BT_CLI_ENGINE_LONGOPTS,
+        {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -113,6 +118,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
             else o->alias = optarg;
+            break;
+        case OPT_CHAT_TEMPLATE:
+            if (!*optarg) snprintf(err, n, "--chat-template: the name is empty");
+            else o->chat_template = optarg;
             break;
         case OPT_API_KEY:
             if (!*optarg) snprintf(err, n, "--api-key: the key is empty");
@@ -170,18 +179,13 @@ static void on_stop_signal(int sig) {
     signal(sig, SIG_DFL); /* the second one ends the process */
 }
 
-/* tokenizer.chat_template of the model, or NULL; the name of the format used */
-static const char *chat_template_of(struct bt_gguf *g, char **owned) {
-    *owned = NULL;
-    struct bt_gguf_str s;
-    if (bt_gguf_find_key(g, "tokenizer.chat_template") >= 0 && bt_gguf_get_str(g, "tokenizer.chat_template", &s) == BT_OK &&
-        (*owned = malloc(s.n + 1))) {
-        memcpy(*owned, s.data, s.n);
-        (*owned)[s.n] = 0;
-        if (bt_chat_template_detect(*owned)) return *owned;
-        fprintf(stderr, "baton serve: the model's chat template is none that baton knows: chat requests use chatml\n");
-    }
-    return "chatml"; /* as llama.cpp, for a model without a template */
+/* --chat-template, else the model's tokenizer.chat_template, else chatml (as llama.cpp) */
+static enum bt_status chat_template_of(const struct serve_opts *o, struct bt_gguf *g, const bt_tokenizer *tok,
+                                       bt_chat_template **out, char *err, size_t errlen) {
+    char note[768];
+    enum bt_status st = bt_cli_chat_template(o->chat_template, g, tok, "chatml", out, note, sizeof note, err, errlen);
+    if (st == BT_OK && note[0]) fprintf(stderr, "baton serve: %s\n", note);
+    return st;
 }
 
 /* rank 0, the engine open: tokenizer, batcher, HTTP, the loop */
@@ -190,11 +194,11 @@ static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
     int rc = 1;
     bt_tokenizer *tok = NULL;
     struct bt_batcher *b = NULL;
-    char *tmpl_owned = NULL;
+    bt_chat_template *tmpl = NULL;
     struct bt_server srv;
     bool started = false;
     if (bt_tokenizer_from_gguf(bt_engine_gguf(e), &tok, err, sizeof err) != BT_OK) goto out;
-    const char *tmpl = chat_template_of(bt_engine_gguf(e), &tmpl_owned);
+    if (chat_template_of(o, bt_engine_gguf(e), tok, &tmpl, err, sizeof err) != BT_OK) goto out;
     struct bt_batcher_params bp;
     bt_batcher_default_params(&bp);
     if (bt_batcher_new(e, tok, &bp, &b, err, sizeof err) != BT_OK) goto out;
@@ -248,7 +252,7 @@ out:
         rc = 1;
     }
     bt_tokenizer_free(tok);
-    free(tmpl_owned);
+    bt_chat_template_free(tmpl);
     return rc;
 }
 

@@ -43,8 +43,10 @@ void bt_api_request_free(struct bt_api_request *r) {
     for (size_t i = 0; i < r->n_msgs; i++) {
         free((char *)r->msgs[i].role);
         free((char *)r->msgs[i].content);
+        if (r->msg_json) free(r->msg_json[i]);
     }
     free(r->msgs);
+    free(r->msg_json);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->bias_ids);
     free(r->bias);
@@ -278,6 +280,32 @@ static bool parse_content(json_t *c, size_t i, char **out, struct bt_api_error *
     return true;
 }
 
+/* msg as a Jinja chat template is given it: role as baton reads it
+ * (developer is system), content as the text (an
+ * assistant turn that only calls tools: "", as llama.cpp gives templates
+ * that add content to a string), each tool call's arguments as an object
+ * when they are a JSON object's text, as transformers' templates expect.
+ * NULL when out of memory. */
+static char *template_json(json_t *msg, const char *role, const char *content) {
+    json_t *m = json_deep_copy(msg);
+    if (!m || json_object_set_new(m, "role", json_string(role)) || json_object_set_new(m, "content", json_string(content))) {
+        json_decref(m);
+        return NULL;
+    }
+    json_t *calls = json_object_get(m, "tool_calls"), *call;
+    size_t k;
+    json_array_foreach(calls, k, call) {
+        json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
+        if (!json_is_string(args)) continue;
+        json_t *obj = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+        if (json_is_object(obj)) json_object_set(fn, "arguments", obj);
+        json_decref(obj);
+    }
+    char *s = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    return s;
+}
+
 static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
     json_t *m = json_object_get(o, "messages");
     if (!m || json_is_null(m)) {
@@ -297,7 +325,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         BAD("messages", "'messages' has %zu messages: at most %d", n, BT_API_MAX_MESSAGES);
         return false;
     }
-    if (!(r->msgs = calloc(n, sizeof *r->msgs))) return nomem(err);
+    if (!(r->msgs = calloc(n, sizeof *r->msgs)) || !(r->msg_json = calloc(n, sizeof *r->msg_json))) return nomem(err);
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(m, i);
         char param[48];
@@ -320,8 +348,8 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         }
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for system */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            BAD(param, "'%s' is '%s': it must be 'system', 'developer', 'user' or 'assistant'", param, rs);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            BAD(param, "'%s' is '%s': it must be 'system', 'developer', 'user', 'assistant' or 'tool'", param, rs);
             return false;
         }
         if (!(r->msgs[i].role = dup_n(rs, strlen(rs)))) return nomem(err);
@@ -340,6 +368,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
             /* an assistant turn that only called tools: the built-in chat
              * formats have no way to show the calls, so it reads as empty */
             if (!(r->msgs[i].content = dup_n("", 0))) return nomem(err);
+            if (!(r->msg_json[i] = template_json(msg, rs, ""))) return nomem(err);
             continue;
         }
         if (!c || json_is_null(c)) {
@@ -349,6 +378,7 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         char *content = NULL;
         if (!parse_content(c, i, &content, err)) return false;
         r->msgs[i].content = content;
+        if (!(r->msg_json[i] = template_json(msg, rs, content))) return nomem(err);
     }
     return true;
 }

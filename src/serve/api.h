@@ -70,6 +70,8 @@ struct bt_api_request {
     size_t n_prompt_ids;
     /* chat: the messages (role and content owned) */
     bt_chat_msg *msgs;
+    char **msg_json;        /* message i as the JSON a Jinja template gets: content as text, a tool call's
+                             * arguments as an object (Hugging Face's form), every other field as sent */
     size_t n_msgs;
     bool stream;
     bool include_usage;     /* stream_options.include_usage: a last chunk with the usage */

@@ -153,8 +153,14 @@ static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_err
         char *text = q->prompt;
         char *owned = NULL;
         if (q->kind == BT_API_CHAT) {
-            if (bt_chat_apply(s->chat_template, q->msgs, q->n_msgs, 1, &owned, msg, sizeof msg) != BT_OK) {
-                bt_api_error_set(e, 500, "server_error", NULL, NULL, "the chat template failed: %s", msg);
+            enum bt_status cst = bt_chat_template_apply(s->chat_template, q->msgs, (const char *const *)q->msg_json,
+                                                        q->n_msgs, NULL, 1, &owned, msg, sizeof msg);
+            if (cst == BT_ERR_ABORTED) { /* the template's own refusal (roles must alternate, ...): the client's */
+                bt_api_error_set(e, 400, "invalid_request_error", "messages", NULL, "%s", msg);
+                return false;
+            }
+            if (cst != BT_OK) {
+                bt_api_error_set(e, 500, "server_error", NULL, NULL, "%s", msg);
                 return false;
             }
             text = owned;
@@ -538,7 +544,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config *cfg, const bt_tokenizer *tok,
-                               const char *chat_template, char *err, size_t n_err) {
+                               const bt_chat_template *chat_template, char *err, size_t n_err) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     s->tok = tok;

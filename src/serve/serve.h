@@ -43,7 +43,7 @@ struct bt_serve_config {
 struct bt_server {
     struct bt_serve_config cfg;
     const bt_tokenizer *tok;
-    const char *chat_template; /* a name or a Jinja text bt_chat_apply knows */
+    const bt_chat_template *chat_template; /* the model's (Jinja) or a built-in format */
     struct bt_api_limits lim;
     struct bt_jobs jobs;
     struct bt_metrics metrics;
@@ -63,7 +63,7 @@ struct bt_server {
  * naming the address when it cannot bind.  tok and chat_template must
  * outlive the server. */
 enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config *cfg, const bt_tokenizer *tok,
-                               const char *chat_template, char *err, size_t n_err);
+                               const bt_chat_template *chat_template, char *err, size_t n_err);
 /* Let every submitted request's answer go out (at most 30 s), then stop
  * listening and wait for the HTTP threads. */
 void bt_server_stop(struct bt_server *s);

@@ -1,10 +1,13 @@
-/* chat.c - the common chat formats, detected from the marks in a model's
+/* chat.c - the template a model is chatted with: its own Jinja text run by
+ * jinja.c with the context transformers gives (bt_chat_template_*), or one
+ * of the common chat formats, detected from the marks in a model's
  * Jinja chat template and written by hand, following llama.cpp's
  * src/llama-chat.cpp (the same rules in the same order, so a template is
  * given the same format; its tests/test-chat-template.cpp outputs are
  * baton's tests).  Formats that llama.cpp detects after the last one baton
  * writes (exaone, granite, ...) are reported as unknown rather than guessed. */
 #include "chat.h"
+#include "jinja.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -350,4 +353,185 @@ enum bt_status bt_chat_apply(const char *tmpl, const bt_chat_msg *msgs, size_t n
     }
     *out = b.p;
     return BT_OK;
+}
+
+/* ---- the template a model is chatted with: Jinja, or a built-in format ---- */
+
+struct bt_chat_template {
+    bt_jinja *jinja;    /* NULL: the built-in format `name` */
+    const char *name;   /* one of k_names, or "jinja" */
+    char *bos, *eos;
+};
+
+static char *dup_or_empty(const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s ? s : "", n), d[n] = 0;
+    return d;
+}
+
+static enum bt_status new_template(bt_jinja *j, const char *name, const char *bos, const char *eos,
+                                   bt_chat_template **out, char *err, size_t errlen) {
+    bt_chat_template *t = calloc(1, sizeof *t);
+    if (t) t->bos = dup_or_empty(bos), t->eos = dup_or_empty(eos);
+    if (!t || !t->bos || !t->eos) {
+        if (t) free(t->bos), free(t->eos);
+        free(t);
+        bt_jinja_free(j);
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
+    t->jinja = j, t->name = name;
+    *out = t;
+    return BT_OK;
+}
+
+static const char *builtin(const char *name) {
+    for (int i = 0; i < F_COUNT; i++)
+        if (!strcmp(name, k_names[i])) return k_names[i];
+    return NULL;
+}
+
+/* the text of a file, or NULL with err set */
+static char *read_file(const char *path, size_t *n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open", path);
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *p = malloc(cap);
+    for (size_t k; p && (k = fread(p + len, 1, cap - len, f)) > 0;) {
+        len += k;
+        if (len == cap) {
+            char *q = cap <= ((size_t)64 << 20) ? realloc(p, cap *= 2) : NULL;
+            if (!q) {
+                free(p);
+                p = NULL;
+                snprintf(err, errlen, "%s: too large for a chat template", path);
+                fclose(f);
+                return NULL;
+            }
+            p = q;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!p || bad) {
+        free(p);
+        snprintf(err, errlen, bad ? "%s: read error" : "out of memory", path);
+        return NULL;
+    }
+    *n = len;
+    return p;
+}
+
+enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, const char *fallback, const char *bos,
+                                       const char *eos, bt_chat_template **out, char *note, size_t notelen, char *err,
+                                       size_t errlen) {
+    *out = NULL;
+    if (notelen) note[0] = 0;
+    char e[512];
+    bt_jinja *j = NULL;
+    if (arg) {
+        const char *name = builtin(arg);
+        if (name) return new_template(NULL, name, bos, eos, out, err, errlen);
+        size_t n;
+        char *src = read_file(arg, &n, e, sizeof e);
+        if (!src) {
+            size_t o = (size_t)snprintf(err, errlen, "'%s' is neither a chat template file (%s) nor one of the names:",
+                                        arg, e);
+            for (int i = 0; i < F_COUNT && o < errlen; i++) o += (size_t)snprintf(err + o, errlen - o, " %s", k_names[i]);
+            return BT_ERR_INVALID;
+        }
+        enum bt_status st = bt_jinja_parse(src, n, &j, e, sizeof e);
+        free(src);
+        if (st != BT_OK) {
+            snprintf(err, errlen, "%s:%s", arg, e);
+            return st;
+        }
+        return new_template(j, "jinja", bos, eos, out, err, errlen);
+    }
+    if (model_tmpl) {
+        enum bt_status st = bt_jinja_parse(model_tmpl, strlen(model_tmpl), &j, e, sizeof e);
+        if (st == BT_OK) return new_template(j, "jinja", bos, eos, out, err, errlen);
+        if (st == BT_ERR_NOMEM) {
+            snprintf(err, errlen, "tokenizer.chat_template: %s", e);
+            return st;
+        }
+        const char *det = bt_chat_template_detect(model_tmpl);
+        if (det || fallback) {
+            snprintf(note, notelen, "the model's chat template cannot be run (tokenizer.chat_template:%s): chats use "
+                     "the built-in format %s", e, det ? det : fallback);
+            return new_template(NULL, det ? det : fallback, bos, eos, out, err, errlen);
+        }
+        snprintf(err, errlen, "tokenizer.chat_template:%s", e);
+        return BT_ERR_UNSUPPORTED;
+    }
+    if (fallback && builtin(fallback)) return new_template(NULL, builtin(fallback), bos, eos, out, err, errlen);
+    snprintf(err, errlen, "the model has no chat template (tokenizer.chat_template)");
+    return BT_ERR_INVALID;
+}
+
+const char *bt_chat_template_kind(const bt_chat_template *t) { return t->name; }
+
+void bt_chat_template_free(bt_chat_template *t) {
+    if (!t) return;
+    bt_jinja_free(t->jinja);
+    free(t->bos), free(t->eos);
+    free(t);
+}
+
+/* s as a JSON string */
+static void put_json_str(out_buf *b, const char *s) {
+    put(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char tmp[8];
+        if (c == '"') put(b, "\\\"");
+        else if (c == '\\') put(b, "\\\\");
+        else if (c == '\n') put(b, "\\n");
+        else if (c == '\r') put(b, "\\r");
+        else if (c == '\t') put(b, "\\t");
+        else if (c < 0x20) snprintf(tmp, sizeof tmp, "\\u%04x", c), put(b, tmp);
+        else put_n(b, (const char *)&c, 1);
+    }
+    put(b, "\"");
+}
+
+enum bt_status bt_chat_template_apply(const bt_chat_template *t, const bt_chat_msg *msgs, const char *const *msg_json,
+                                      size_t n, const char *tools_json, int add_assistant, char **out, char *err,
+                                      size_t errlen) {
+    *out = NULL;
+    if (!t->jinja) return bt_chat_apply(t->name, msgs, n, add_assistant, out, err, errlen);
+    for (size_t i = 0; i < n; i++) {
+        if ((!msg_json || !msg_json[i]) && (!msgs[i].role || !msgs[i].content)) {
+            snprintf(err, errlen, "chat message %zu has no %s", i, msgs[i].role ? "content" : "role");
+            return BT_ERR_INVALID;
+        }
+    }
+    /* the context transformers gives: messages, tools, add_generation_prompt, bos_token, eos_token */
+    out_buf b = {0};
+    put(&b, "{\"messages\": [");
+    for (size_t i = 0; i < n; i++) {
+        if (i) put(&b, ", ");
+        if (msg_json && msg_json[i]) put(&b, msg_json[i]);
+        else put(&b, "{\"role\": "), put_json_str(&b, msgs[i].role), put(&b, ", \"content\": "),
+            put_json_str(&b, msgs[i].content), put(&b, "}");
+    }
+    put(&b, "], \"tools\": "), put(&b, tools_json ? tools_json : "null");
+    put(&b, ", \"add_generation_prompt\": "), put(&b, add_assistant ? "true" : "false");
+    put(&b, ", \"bos_token\": "), put_json_str(&b, t->bos);
+    put(&b, ", \"eos_token\": "), put_json_str(&b, t->eos), put(&b, "}");
+    if (b.oom) {
+        free(b.p);
+        snprintf(err, errlen, "out of memory writing the chat");
+        return BT_ERR_NOMEM;
+    }
+    char e[512];
+    enum bt_status st = bt_jinja_render(t->jinja, b.p, NULL, out, NULL, e, sizeof e);
+    free(b.p);
+    if (st == BT_ERR_ABORTED) snprintf(err, errlen, "the chat template refused the messages: %s", e);
+    else if (st != BT_OK) snprintf(err, errlen, "the chat template failed: %s", e);
+    return st;
 }
