@@ -80,7 +80,7 @@ else
     # (backends/cpu/cpu_variant.h): the kernel and model tests under each
     # variant this CPU runs, and two ranks on different variants
     if [ "$(uname -m)" = x86_64 ]; then
-        cmake -S . -B "$build_abs-variants" -DCMAKE_BUILD_TYPE=Release -DBATON_NATIVE=OFF
+        cmake -S . -B "$build_abs-variants" -DCMAKE_BUILD_TYPE=Release -DBATON_NATIVE=OFF -DBATON_CUDA=OFF
         cmake --build "$build_abs-variants" -j"$(nproc)"
         cd "$build_abs-variants"
         ctest --output-on-failure -R '_cpu_|^variants_test$'

@@ -485,7 +485,12 @@ START_TEST(test_variants_same_bits) {
         ck_assert_uint_le(q0->act_size(k), sizeof act[0]);
         for (int i = 0; i < R; i++) {
             for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 91) / 25.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
-            bt_row_from_f32((enum bt_type)t, x, w[i], k);
+            if (bt_type_can_quantize((enum bt_type)t)) {
+                bt_row_from_f32((enum bt_type)t, x, w[i], k);
+            } else { /* the lattice types: random blocks */
+                uint64_t st = 77 + (uint64_t)(t * R + i);
+                bt_row_random_blocks((enum bt_type)t, w[i], k, 0.02f, &st);
+            }
         }
         for (int c = 0; c < C; c++) {
             for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 25.0f : 1.0f);

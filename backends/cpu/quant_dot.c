@@ -1450,13 +1450,22 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1) or Q5_1 (2) rows against Q8_0
- * columns, in lanes32's order (see dot_q4_1_ref). */
+/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1), Q5_1 (2), IQ4_NL (3) or MXFP4
+ * (4) rows against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
+ * dot_table32_ref).  The table types' values are signed: vpmaddubsw takes
+ * their magnitudes and the activations with their signs (no pair of
+ * products reaches 2^15), the same integers. */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
-    const size_t bs = mode == 0 ? sizeof(bt_block_q4_1) : mode == 1 ? sizeof(bt_block_q5_0) : sizeof(bt_block_q5_1);
+    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
+                      : mode == 1 ? sizeof(bt_block_q5_0)
+                      : mode == 2 ? sizeof(bt_block_q5_1)
+                      : mode == 3 ? sizeof(bt_block_iq4_nl)
+                                  : sizeof(bt_block_mxfp4);
     const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)));
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -1488,16 +1497,27 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
-            } else {
+            } else if (mode == 2) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
+            } else if (mode == 3) {
+                const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
+                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
+                dw = h2f_fast(w->d);
+            } else {
+                const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)wb;
+                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
+                dw = bt_e8m0_half(w->e);
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i isum = dot4_avx2(q, av[c]);
-                if (mode == 1) {
+                const __m256i isum = mode >= 3 ? dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
+                                               : dot4_avx2(q, av[c]);
+                if (mode >= 3) {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                } else if (mode == 1) {
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
@@ -1529,6 +1549,8 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
 Q32_TILES(q4_1, 0)
 Q32_TILES(q5_0, 1)
 Q32_TILES(q5_1, 2)
+Q32_TILES(iq4_nl, 3)
+Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx2

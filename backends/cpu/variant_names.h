@@ -36,6 +36,16 @@
 #define bt_cpu_qtype_q4_K BT_CPU_VN(BT_CPU_VARIANT, qtype_q4_K)
 #define bt_cpu_qtype_q5_K BT_CPU_VN(BT_CPU_VARIANT, qtype_q5_K)
 #define bt_cpu_qtype_q6_K BT_CPU_VN(BT_CPU_VARIANT, qtype_q6_K)
+#define bt_cpu_qtype_iq4_nl BT_CPU_VN(BT_CPU_VARIANT, qtype_iq4_nl)
+#define bt_cpu_qtype_mxfp4 BT_CPU_VN(BT_CPU_VARIANT, qtype_mxfp4)
+/* quant_iq.c */
+#define bt_cpu_qtype_iq4_xs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq4_xs)
+#define bt_cpu_qtype_iq2_xxs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq2_xxs)
+#define bt_cpu_qtype_iq2_xs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq2_xs)
+#define bt_cpu_qtype_iq2_s BT_CPU_VN(BT_CPU_VARIANT, qtype_iq2_s)
+#define bt_cpu_qtype_iq3_xxs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq3_xxs)
+#define bt_cpu_qtype_iq3_s BT_CPU_VN(BT_CPU_VARIANT, qtype_iq3_s)
+#define bt_cpu_qtype_iq1_s BT_CPU_VN(BT_CPU_VARIANT, qtype_iq1_s)
 /* repack.c */
 #define bt_cpu_rp_unpack_row BT_CPU_VN(BT_CPU_VARIANT, rp_unpack_row)
 #define bt_cpu_weight_repackable BT_CPU_VN(BT_CPU_VARIANT, weight_repackable)
