@@ -259,6 +259,27 @@ static const char *progress_name(enum bt_dist_progress p) {
     }
 }
 
+/* Rank 0: one row of the table, M micro-batches of `tokens` tokens each in
+ * the ranks' statistics against one_s seconds in one process; bitwise: the
+ * column's text, NULL for none. */
+static void print_row(int P, int M, enum bt_dist_progress mode, double tokens, double one_s,
+                      const struct bt_dist_stats *all, const char *bitwise) {
+    double wall = 0, compute = 0;
+    for (int r = 0; r < P; r++) {
+        wall = all[r].wall_s > wall ? all[r].wall_s : wall;
+        compute += all[r].compute_s;
+    }
+    const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
+    const double tps = (double)M * tokens / wall, one_tps = (double)M * tokens / one_s;
+    printf("%4d %4d %-8s %10.1f %10.1f %8.3f %7.3f %8.3f %7.3f %8.3f ", P, M, progress_name(mode), tps, one_tps,
+           tps / one_tps, ideal, tps / one_tps / ideal, E, E / ideal);
+    if (bitwise) printf("%7s  ", bitwise);
+    else printf(" ");
+    for (int r = 0; r < P; r++) printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
+    printf("\n");
+    fflush(stdout);
+}
+
 /* ---- a GGUF model through the pipeline (--model) ---- */
 
 /* The yardstick for a GGUF model: the same prompts in one process on rank 0
@@ -483,21 +504,9 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
             model_dist_run(t, md, n, M, tok, last);
             bt_model_dist_gather_stats(md, all);
             if (t->rank == 0) {
-                double wall = 0, compute = 0;
-                for (int r = 0; r < P; r++) {
-                    wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-                    compute += all[r].compute_s;
-                }
-                const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
-                const double tps = (double)M * (double)n / wall, one_tps = (double)M * (double)n / one_s;
                 /* the last prompt's logits against one process's */
                 const bool same = memcmp(last, one.logits, (size_t)h->n_vocab * sizeof *last) == 0;
-                printf("%4d %4d %-8s %10.1f %10.1f %8.3f %7.3f %8.3f %7.3f %8.3f %7s  ", P, M, progress_name(modes[mi]),
-                       tps, one_tps, tps / one_tps, ideal, tps / one_tps / ideal, E, E / ideal, same ? "yes" : "NO");
-                for (int r = 0; r < P; r++)
-                    printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
-                printf("\n");
-                fflush(stdout);
+                print_row(P, M, modes[mi], (double)n, one_s, all, same ? "yes" : "NO");
             }
         }
     }
@@ -763,21 +772,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             }
             bt_dist_synchronize(d);
             bt_dist_gather_stats(d, all);
-            if (t->rank == 0) {
-                double wall = 0, compute = 0;
-                for (int r = 0; r < P; r++) {
-                    wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-                    compute += all[r].compute_s;
-                }
-                const double E = compute / (P * wall), ideal = (double)M / (M + P - 1);
-                const double tps = (double)M * cfg.n_tokens / wall, one_tps = (double)M * cfg.n_tokens / one_s;
-                printf("%4d %4d %-8s %10.1f %10.1f %8.3f %7.3f %8.3f %7.3f %8.3f  ", P, M, progress_name(modes[mi]),
-                       tps, one_tps, tps / one_tps, ideal, tps / one_tps / ideal, E, E / ideal);
-                for (int r = 0; r < P; r++)
-                    printf(" | %.3f / %.3f / %.3f", all[r].compute_s, all[r].wait_s, all[r].wall_s);
-                printf("\n");
-                fflush(stdout);
-            }
+            if (t->rank == 0) print_row(P, M, modes[mi], (double)cfg.n_tokens, one_s, all, NULL);
         }
     }
     free(all);
