@@ -7,7 +7,10 @@ set -u
 MPIEXEC="$1"
 SUITE="$2"
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# the suite's files (its ranks are killed before it removes them)
+export BATON_TEST_TMPDIR
+BATON_TEST_TMPDIR=$(mktemp -d)
+trap 'rm -f "$out"; rm -rf "$BATON_TEST_TMPDIR"' EXIT
 fail=0
 for np in 2 3; do
     start=$(date +%s)
