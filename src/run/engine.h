@@ -10,34 +10,39 @@
  *     message naming the rank, host and path;
  *   - rank 0 places the layers (contiguous ranges, rank 0 first) from the
  *     file's real tensor sizes and the ranks' speeds and memory, or from a
- *     fixed partition, and every rank loads only its range (CPU ranks use
- *     the mapped bytes in place where the layout allows);
+ *     fixed partition; every rank reads only the weights its splits hold
+ *     (copied, repacked on a CPU rank; with mmap used in place in the file's
+ *     mapping);
  *   - every rank keeps the KV cache of its own layers.
  *   Every check (file, hyperparameters, tensors, context size against
  *   memory) is done before any rank allocates.
  *
- * A ubatch travels the ranks in order: a small header (the tokens' ids,
- * positions, sequences, which rows need logits) and, from the second rank on,
- * the activations x [n_embd, T].  Each rank places the tokens in its own cache
- * (every rank's cache is in step: placement depends only on the ubatches, in
- * the order rank 0 submitted them), builds the mask itself, computes its
- * layers and sends x on; the last rank sends the rows of logits asked for to
- * rank 0.  With one rank everything is local.  Up to max_inflight ubatches
- * are in flight, so P ranks work on P different ubatches at once.
+ * The model runs on the distributed runtime (model_dist.h): the whole
+ * model's graph of each ubatch shape, split over the ranks by the master
+ * splitter with the layers placed as above, x and every other cross-rank
+ * input as MPI or NCCL transfers, up to max_inflight ubatches in flight (the
+ * runtime's n_copies ring), so P ranks work on P different ubatches at once.
+ * Rank 0 checks and places each ubatch in its cache, then sends every other
+ * rank a small message (the tokens' ids, positions, sequences, the rows that
+ * need logits) and every rank makes the same runtime calls in that order:
+ * every rank's cache is in step, each builds its own mask, and the rows of
+ * logits asked for come back to rank 0.  With one rank everything is local.
  *
  * Rank 0 drives: submit ubatches, collect their logits in submission order,
  * remove sequences.  The other ranks call bt_engine_serve, which returns when
- * rank 0 closes the engine (or a rank fails: then every rank returns an error
- * naming the failed rank, with that rank's status: BT_ERR_NOMEM when it ran
- * out of memory, BT_ERR_COMM for a transfer that failed).
+ * rank 0 closes the engine (or a ubatch fails on every rank, as a new
+ * shape's plan that does not fit in some rank's memory does: then every rank
+ * returns an error naming that rank, with its status).  A failure in the
+ * middle of the runtime's pipeline (a compute error, a transfer) ends every
+ * rank with its message.
  *
  * Results: a token's logits do not depend on the number of ranks, the thread
  * count, the other tokens of its ubatch, the other sequences in the cache, or
  * whether its context came in one ubatch or token by token (bitwise).
  *
  * Errors: open writes one message into err; on an open engine a failed call
- * returns a status and bt_engine_error(e) says why.  A failed transfer or a
- * dead rank is fatal to the engine (every later call fails the same way).
+ * returns a status and bt_engine_error(e) says why; a failed ubatch is fatal
+ * to the engine (every later call fails the same way).
  */
 #ifndef BATON_ENGINE_H
 #define BATON_ENGINE_H
