@@ -160,6 +160,28 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
 }
 #endif
 
+#if defined(__AVX2__)
+/* The AVX2 integer dots (quant_i8.c, quant_dot.c): per int32 lane, the 4
+ * products of unsigned bytes u and signed bytes s summed: vpdpbusd where the
+ * build has AVX-VNNI, else vpmaddubsw then vpmaddwd by ones (the same
+ * integers when no pair of products reaches 32768, which the callers keep:
+ * small u, or magnitudes against signs moved onto s). */
+static inline __m256i bt_cpu_dot4_avx2(__m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+/* the sum of 8 int32 lanes */
+static inline int32_t bt_cpu_hsum_i32x8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+#endif
+
 #if defined(__AVX512F__)
 /* Decode tiles over short weight rows (quant_i8.c, quant_dot.c): a tile of
  * rm rows of rb bytes reads them side by side; when the next tile's rows

@@ -1247,23 +1247,6 @@ Q32_TILES(mxfp4, 4)
 
 static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 
-/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
- * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
- * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
-static inline __m256i dot4_avx2(__m256i u, __m256i s) {
-#if defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-static inline int32_t hsum_i32x8(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(x);
-}
 
 /* v >> n in every 16-bit lane (n need not be a constant) */
 static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
@@ -1395,7 +1378,7 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
-                const int32_t I = hsum_i32x8(isum[c]), M = hsum_i32x8(_mm256_madd_epi16(o.mn, bsums));
+                const int32_t I = bt_cpu_hsum_i32x8(isum[c]), M = bt_cpu_hsum_i32x8(_mm256_madd_epi16(o.mn, bsums));
                 acc[r][c] = kq_step(kq_has_min(kind), acc[r][c], I, M, ab[c]->d, o.d, o.dmin);
             }
         }
@@ -1479,7 +1462,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
             av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
-            asum[c] = dot4_avx2(ones8, av[c]);
+            asum[c] = bt_cpu_dot4_avx2(ones8, av[c]);
             asumf[c] = _mm256_cvtepi32_ps(asum[c]);
             da[c] = h2f_fast(ab->d);
         }
@@ -1513,8 +1496,8 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i isum = mode >= 3 ? dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
-                                               : dot4_avx2(q, av[c]);
+                const __m256i isum = mode >= 3 ? bt_cpu_dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
+                                               : bt_cpu_dot4_avx2(q, av[c]);
                 if (mode >= 3) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else if (mode == 1) {

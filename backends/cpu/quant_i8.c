@@ -614,24 +614,6 @@ I8_DEFS(q4_0, false)
  * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
  * rows, each row's block unpacked once for the tile's columns). */
 
-/* per int32 lane, the 4 products of unsigned bytes u and signed bytes s
- * summed: vpdpbusd where the build has AVX-VNNI, else vpmaddubsw then
- * vpmaddwd by ones (the same integers: no pair here reaches 32768) */
-static inline __m256i dot4_avx2(__m256i u, __m256i s) {
-#if defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-/* the sum of 8 int32 lanes */
-static inline int32_t hsum_i32x8(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(x);
-}
 
 /* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN, one element at a time */
 static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, const int RM, const int RN, int64_t k,
@@ -671,8 +653,8 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, co
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i s = q8 ? _mm256_sign_epi8(av[c], w) : av[c];
-                const __m256i p = dot4_avx2(u, s);
-                const int32_t isum = hsum_i32x8(p) - off * a[c].s[b];
+                const __m256i p = bt_cpu_dot4_avx2(u, s);
+                const int32_t isum = bt_cpu_hsum_i32x8(p) - off * a[c].s[b];
                 acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
             }
         }
@@ -733,7 +715,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
             __m256i p[8];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < 8; r++)
-                p[r] = dot4_avx2(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av);
+                p[r] = bt_cpu_dot4_avx2(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av);
             __m256i isum = hsum8x8_i32(p);
             if (!q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a[c].s[b]));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);

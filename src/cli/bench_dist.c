@@ -16,6 +16,7 @@
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
+#include "run/bringup.h"
 #include "run/model_dist.h"
 #include "transport.h"
 
@@ -165,6 +166,19 @@ static void gather_cores(bt_transport *t, cpu_set_t *all) {
     free(sets);
 }
 
+/* The calling thread onto `cores` (true when it moved; *own: where it was),
+ * and back: rank 0 widens its cores to the ranks' union while it creates the
+ * one-process run's threads and while it computes (the calling thread is
+ * thread 0). */
+static bool cores_widen(const cpu_set_t *cores, cpu_set_t *own) {
+    const bool widen = sched_getaffinity(0, sizeof *own, own) == 0 && CPU_COUNT(cores) > 0;
+    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    return widen;
+}
+static void cores_restore(bool widened, const cpu_set_t *own) {
+    if (widened) sched_setaffinity(0, sizeof *own, own);
+}
+
 static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg, int threads) {
     memset(o, 0, sizeof *o);
     o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
@@ -196,15 +210,14 @@ static void one_proc_free(struct one_proc *o) {
  * with the calling thread on `cores` for the while. */
 static double one_proc_run(struct one_proc *o, int M, const cpu_set_t *cores) {
     cpu_set_t own;
-    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
-    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    const bool widen = cores_widen(cores, &own);
     double s = bt_now_s();
     for (int k = 0; k < M && s >= 0; k++) {
         bt_model_set_inputs(o->m, &o->g, k);
         if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) s = -1;
     }
     if (s >= 0) s = bt_now_s() - s;
-    if (widen) sched_setaffinity(0, sizeof own, &own);
+    cores_restore(widen, &own);
     return s;
 }
 
@@ -282,68 +295,16 @@ static void print_row(int P, int M, enum bt_dist_progress mode, double tokens, d
 
 /* ---- a GGUF model through the pipeline (--model) ---- */
 
-/* The yardstick for a GGUF model: the same prompts in one process on rank 0
- * (bt_llm_decode, P x threads threads), each a fresh sequence. */
-struct one_llm {
-    struct bt_llm *m;
-    struct bt_llm_ctx *c;
-    int32_t *tok, *pos, *seq;
-    int8_t *want;
-    float *logits; /* the last prompt's last row */
-};
-
-
-static bool one_llm_init(struct one_llm *o, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
-                         size_t n_err) {
-    memset(o, 0, sizeof *o);
-    if (bt_llm_load(path, 0, -1, &o->m, err, n_err) != BT_OK) return false;
-    struct bt_llm_ctx_params cp;
-    bt_llm_ctx_default_params(&cp);
-    cp.n_ctx = n_ctx;
-    cp.n_seq_max = 1;
-    cp.n_ubatch = n;
-    cp.n_threads = threads;
-    if (bt_llm_ctx_new(o->m, &cp, &o->c, err, n_err) != BT_OK) return false;
-    o->tok = malloc((size_t)n * sizeof *o->tok);
-    o->pos = malloc((size_t)n * sizeof *o->pos);
-    o->seq = calloc((size_t)n, sizeof *o->seq);
-    o->want = calloc((size_t)n, 1);
-    o->logits = malloc((size_t)bt_llm_hparams(o->m)->n_vocab * sizeof *o->logits);
-    if (!o->tok || !o->pos || !o->seq || !o->want || !o->logits) {
-        snprintf(err, n_err, "out of memory");
-        return false;
-    }
-    for (int64_t i = 0; i < n; i++) o->pos[i] = (int32_t)i;
-    o->want[n - 1] = 1;
-    return true;
-}
-
-static void one_llm_free(struct one_llm *o) {
-    bt_llm_ctx_free(o->c);
-    bt_llm_free(o->m);
-    free(o->tok);
-    free(o->pos);
-    free(o->seq);
-    free(o->want);
-    free(o->logits);
-}
-
 /* Seconds for prompts 0..M-1, with the calling thread on `cores` for the
  * while; -1 on an error (in err). */
-static double one_llm_run(struct one_llm *o, int64_t n, int M, const cpu_set_t *cores, char *err, size_t n_err) {
+static double one_llm_run(struct bt_cli_prompts *o, int M, const cpu_set_t *cores, char *err, size_t n_err) {
     cpu_set_t own;
-    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
-    if (widen) sched_setaffinity(0, sizeof *cores, cores);
-    const int64_t V = bt_llm_hparams(o->m)->n_vocab;
+    const bool widen = cores_widen(cores, &own);
     double s = bt_now_s();
-    for (int k = 0; k < M && s >= 0; k++) {
-        bt_kv_clear(bt_llm_ctx_kv(o->c));
-        bt_cli_prompt_tokens(k, n, V, o->tok);
-        const struct bt_llm_batch b = {n, o->tok, o->pos, o->seq, o->want};
-        if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
-    }
+    for (int k = 0; k < M && s >= 0; k++)
+        if (bt_cli_prompts_run(o, k, err, n_err) != BT_OK) s = -1;
     if (s >= 0) s = bt_now_s() - s;
-    if (widen) sched_setaffinity(0, sizeof own, &own);
+    cores_restore(widen, &own);
     return s;
 }
 
@@ -373,24 +334,20 @@ static int32_t decode_token(int64_t j, int64_t n_vocab) { return (int32_t)((j * 
 /* Rank 0: seconds for a prompt of n tokens then `steps` tokens one at a
  * time in one process, each step's logits read before the next; the last
  * step's logits in o->logits.  -1 on an error. */
-static double one_llm_decode(struct one_llm *o, int64_t n, int64_t steps, const cpu_set_t *cores, char *err,
+static double one_llm_decode(struct bt_cli_prompts *o, int64_t steps, const cpu_set_t *cores, char *err,
                              size_t n_err) {
     cpu_set_t own;
-    const bool widen = sched_getaffinity(0, sizeof own, &own) == 0 && CPU_COUNT(cores) > 0;
-    if (widen) sched_setaffinity(0, sizeof *cores, cores);
+    const bool widen = cores_widen(cores, &own);
     const int64_t V = bt_llm_hparams(o->m)->n_vocab;
-    bt_kv_clear(bt_llm_ctx_kv(o->c));
-    bt_cli_prompt_tokens(0, n, V, o->tok);
-    const struct bt_llm_batch pb = {n, o->tok, o->pos, o->seq, o->want};
-    double s = bt_llm_decode(o->c, &pb, o->logits, err, n_err) == BT_OK ? bt_now_s() : -1;
+    double s = bt_cli_prompts_run(o, 0, err, n_err) == BT_OK ? bt_now_s() : -1;
     for (int64_t j = 0; j < steps && s >= 0; j++) {
-        const int32_t tk = decode_token(j, V), ps = (int32_t)(n + j), sq = 0;
+        const int32_t tk = decode_token(j, V), ps = (int32_t)(o->n + j), sq = 0;
         const int8_t w = 1;
         const struct bt_llm_batch b = {1, &tk, &ps, &sq, &w};
         if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
     }
     if (s >= 0) s = bt_now_s() - s;
-    if (widen) sched_setaffinity(0, sizeof own, &own);
+    cores_restore(widen, &own);
     return s;
 }
 
@@ -427,11 +384,9 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     const int P = t->size;
     char err[1024] = "";
     struct bt_gguf *g = NULL;
-    enum bt_status st = bt_gguf_open(path, &g, err, sizeof err);
-    /* the lowest failing rank says why (the same file: usually rank 0) */
-    int64_t bad = st != BT_OK ? t->size - t->rank : 0;
-    if (t->iface.allreduce_max(t, &bad, 1) != BT_OK || bad) {
-        if (st != BT_OK && t->rank == t->size - bad) fprintf(stderr, "baton bench pipeline: %s\n", err);
+    /* the lowest failing rank's message, printed once (the same file: usually rank 0's) */
+    if (bt_rank_agree(t, bt_gguf_open(path, &g, err, sizeof err), NULL, err, sizeof err) != BT_OK) {
+        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
         bt_gguf_close(g);
         bt_transport_mpi_finalize(t);
         return 1;
@@ -443,15 +398,14 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
         t->iface.abort(t, 1);
     }
     /* the one-process run gets every core of the ranks (see below) */
-    struct one_llm one;
+    struct bt_cli_prompts one;
     memset(&one, 0, sizeof one);
     cpu_set_t all_cores, own_cores;
     gather_cores(t, &all_cores);
     if (t->rank == 0) {
-        const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
-        if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
-        const bool ok = one_llm_init(&one, path, n, n + decode, P * threads, err, sizeof err);
-        if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
+        const bool widen = cores_widen(&all_cores, &own_cores);
+        const bool ok = bt_cli_prompts_init(&one, path, n, n + decode, P * threads, err, sizeof err);
+        cores_restore(widen, &own_cores);
         if (!ok) {
             fprintf(stderr, "baton bench pipeline: the one-process run: %s\n", err);
             t->iface.abort(t, 1);
@@ -466,7 +420,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     struct bt_model_dist *md = NULL;
     if (bt_model_dist_open(t, backend, g, &mp, &md, err, sizeof err) != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
-        if (t->rank == 0) one_llm_free(&one);
+        if (t->rank == 0) bt_cli_prompts_free(&one);
         if (device_t) device_t->iface.free(device_t);
         bt_backend_free(backend);
         bt_gguf_close(g);
@@ -480,7 +434,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     if (!tok || !last || !all) t->iface.abort(t, 1);
     /* warm-up, both */
     model_dist_run(t, md, n, 2, tok, last);
-    rank0_measured(t, t->rank == 0 ? one_llm_run(&one, n, 1, &all_cores, err, sizeof err) : 0, err);
+    rank0_measured(t, t->rank == 0 ? one_llm_run(&one, 1, &all_cores, err, sizeof err) : 0, err);
     if (t->rank == 0) {
         const struct bt_plan *plan = bt_dist_get_plan(bt_model_dist_runtime(md));
         printf("pipeline: P = %d ranks x %d thread(s), %s (%s, %d layers, d_model %lld), prompts of %lld tokens, "
@@ -495,7 +449,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     for (int i = 0; i < n_mbs; i++) {
         const int M = mbs[i];
         t->iface.barrier(t);
-        const double one_s = t->rank == 0 ? one_llm_run(&one, n, M, &all_cores, err, sizeof err) : 0;
+        const double one_s = t->rank == 0 ? one_llm_run(&one, M, &all_cores, err, sizeof err) : 0;
         rank0_measured(t, one_s, err);
         for (int mi = 0; mi < n_modes; mi++) {
             bt_dist_set_progress(bt_model_dist_runtime(md), modes[mi], progress_us);
@@ -516,7 +470,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
         int plans0 = 0, plans1 = 0;
         const double plan0 = bt_model_dist_plan_seconds(md, &plans0);
         t->iface.barrier(t);
-        const double one_s = t->rank == 0 ? one_llm_decode(&one, n, decode, &all_cores, err, sizeof err) : 0;
+        const double one_s = t->rank == 0 ? one_llm_decode(&one, decode, &all_cores, err, sizeof err) : 0;
         rank0_measured(t, one_s, err);
         t->iface.barrier(t);
         const double s = model_dist_decode(t, md, n, decode, tok, last);
@@ -534,7 +488,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     free(last);
     bt_model_dist_free(md);
     if (device_t) device_t->iface.free(device_t);
-    if (t->rank == 0) one_llm_free(&one);
+    if (t->rank == 0) bt_cli_prompts_free(&one);
     bt_backend_free(backend);
     bt_gguf_close(g);
     bt_transport_mpi_finalize(t);
@@ -710,10 +664,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     cpu_set_t all_cores, own_cores;
     gather_cores(t, &all_cores);
     if (t->rank == 0) {
-        const bool widen = sched_getaffinity(0, sizeof own_cores, &own_cores) == 0 && CPU_COUNT(&all_cores) > 0;
-        if (widen) sched_setaffinity(0, sizeof all_cores, &all_cores);
+        const bool widen = cores_widen(&all_cores, &own_cores);
         const bool ok = one_proc_init(&one, &cfg, P * threads);
-        if (widen) sched_setaffinity(0, sizeof own_cores, &own_cores);
+        cores_restore(widen, &own_cores);
         if (!ok) {
             fprintf(stderr, "baton bench pipeline: cannot set up the one-process run (%d threads)\n", P * threads);
             t->iface.abort(t, 1);

@@ -548,6 +548,50 @@ void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
     for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
 }
 
+bool bt_cli_prompts_init(struct bt_cli_prompts *p, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
+                         size_t n_err) {
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    if (bt_llm_load(path, 0, -1, &p->m, err, n_err) != BT_OK) return false;
+    struct bt_llm_ctx_params cp;
+    bt_llm_ctx_default_params(&cp);
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = 1;
+    cp.n_ubatch = n;
+    if (threads > 0) cp.n_threads = threads;
+    if (bt_llm_ctx_new(p->m, &cp, &p->c, err, n_err) != BT_OK) return false;
+    p->tok = malloc((size_t)n * sizeof *p->tok);
+    p->pos = malloc((size_t)n * sizeof *p->pos);
+    p->seq = calloc((size_t)n, sizeof *p->seq);
+    p->want = calloc((size_t)n, 1);
+    p->logits = malloc((size_t)bt_llm_hparams(p->m)->n_vocab * sizeof *p->logits);
+    if (!p->tok || !p->pos || !p->seq || !p->want || !p->logits) {
+        snprintf(err, n_err, "out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) p->pos[i] = (int32_t)i;
+    p->want[n - 1] = 1;
+    return true;
+}
+
+void bt_cli_prompts_free(struct bt_cli_prompts *p) {
+    bt_llm_ctx_free(p->c);
+    bt_llm_free(p->m);
+    free(p->tok);
+    free(p->pos);
+    free(p->seq);
+    free(p->want);
+    free(p->logits);
+    memset(p, 0, sizeof *p);
+}
+
+enum bt_status bt_cli_prompts_run(struct bt_cli_prompts *p, int64_t k, char *err, size_t n_err) {
+    bt_kv_clear(bt_llm_ctx_kv(p->c));
+    bt_cli_prompt_tokens(k, p->n, bt_llm_hparams(p->m)->n_vocab, p->tok);
+    const struct bt_llm_batch b = {p->n, p->tok, p->pos, p->seq, p->want};
+    return bt_llm_decode(p->c, &b, p->logits, err, n_err);
+}
+
 /* the text of token id, or NULL when the vocabulary has none */
 static char *token_text(const bt_tokenizer *tok, int32_t id) {
     if (id == BT_TOKEN_NONE) return NULL;

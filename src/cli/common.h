@@ -171,6 +171,24 @@ void bt_cli_json_str(FILE *f, const char *s, uint64_t n);
  * every rank and in the one-process check. */
 void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok);
 
+/* Those prompts in one process (bt_llm_decode on a CPU backend), the
+ * yardstick `demo --model` and `bench pipeline --model` compare with: each a
+ * sequence of its own at positions 0..n-1, its last token's logits in
+ * logits.  n_ctx: the cache's cells (>= n); threads 0: the default. */
+struct bt_cli_prompts {
+    struct bt_llm *m;
+    struct bt_llm_ctx *c;
+    int64_t n;
+    int32_t *tok, *pos, *seq;
+    int8_t *want;
+    float *logits; /* [n_vocab] */
+};
+bool bt_cli_prompts_init(struct bt_cli_prompts *p, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
+                         size_t n_err);
+void bt_cli_prompts_free(struct bt_cli_prompts *p);
+/* Prompt k (the cache emptied first). */
+enum bt_status bt_cli_prompts_run(struct bt_cli_prompts *p, int64_t k, char *err, size_t n_err);
+
 /* Seconds on the monotonic clock. */
 
 #endif

@@ -408,43 +408,19 @@ static bool check_model_one_rank(const char *path, int64_t n, const float *outs,
     struct bt_progress cp;
     bt_progress_begin(&cp, true, "checking against a one-rank run");
     char err[1024] = "";
-    struct bt_llm *m = NULL;
-    struct bt_llm_ctx *c = NULL;
-    int32_t *tok = malloc((size_t)n * sizeof *tok), *pos = malloc((size_t)n * sizeof *pos);
-    int32_t *seq = calloc((size_t)n, sizeof *seq);
-    int8_t *want = calloc((size_t)n, 1);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    struct bt_llm_ctx_params cp_;
-    bt_llm_ctx_default_params(&cp_);
-    cp_.n_ctx = n;
-    cp_.n_seq_max = 1;
-    cp_.n_ubatch = n;
-    bool ok = tok && pos && seq && want && logits && bt_llm_load(path, 0, -1, &m, err, sizeof err) == BT_OK &&
-              bt_llm_ctx_new(m, &cp_, &c, err, sizeof err) == BT_OK;
+    struct bt_cli_prompts one;
+    bool ok = bt_cli_prompts_init(&one, path, n, n, 0, err, sizeof err);
     int bad = -1;
-    if (ok) {
-        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
-        want[n - 1] = 1;
-    }
     for (int k = 0; ok && k < M && bad < 0; k++) {
-        bt_kv_clear(bt_llm_ctx_kv(c));
-        bt_cli_prompt_tokens(k, n, n_vocab, tok);
-        const struct bt_llm_batch b = {n, tok, pos, seq, want};
-        ok = bt_llm_decode(c, &b, logits, err, sizeof err) == BT_OK;
-        if (ok && memcmp(logits, outs + (size_t)k * (size_t)n_vocab, (size_t)n_vocab * sizeof *logits) != 0) bad = k;
+        ok = bt_cli_prompts_run(&one, k, err, sizeof err) == BT_OK;
+        if (ok && memcmp(one.logits, outs + (size_t)k * (size_t)n_vocab, (size_t)n_vocab * sizeof(float)) != 0) bad = k;
         bt_progress_update(&cp, k + 1, M);
     }
     bt_progress_end(&cp);
     if (!ok) snprintf(result, len, "could not run the one-rank reference%s%s", err[0] ? ": " : "", err);
     else if (bad >= 0) snprintf(result, len, "FAILED: micro-batch %d differs from a one-rank run", bad);
     else snprintf(result, len, "output equals a one-rank run (%d micro-batches, bitwise)", M);
-    bt_llm_ctx_free(c);
-    bt_llm_free(m);
-    free(tok);
-    free(pos);
-    free(seq);
-    free(want);
-    free(logits);
+    bt_cli_prompts_free(&one);
     return ok && bad < 0;
 }
 

@@ -21,7 +21,7 @@
  * its last n_copies micro-batches; rank 0 takes them into their slot before
  * the ring would need it again, so up to n_copies ubatches are in flight
  * and logits that came back wait in their slot until collected.  After each
- * ubatch a rank that computes sends rank 0 its compute seconds so far (tag
+ * ubatch every other rank sends rank 0 its compute seconds so far (tag
  * STATS, a few bytes), which bt_engine_compute_seconds reports.
  */
 #include "engine.h"
@@ -117,7 +117,6 @@ struct bt_engine {
     struct stats_msg *stats_in; /* rank 0: [P] */
     bt_treq *stats_rq;          /* rank 0: [P], one posted per rank */
     double *rank_compute_s;     /* rank 0: [P], as the last stats said */
-    bool *rank_done;            /* rank 0: [P], the rank sent its last */
 };
 
 static enum bt_status efail(struct bt_engine *e, enum bt_status st, const char *fmt, ...)
@@ -233,9 +232,9 @@ static enum bt_status drain_sends(struct bt_engine *e) {
 }
 
 /* A rank other than 0, after a ubatch (or as it stops: last): its compute
- * seconds to rank 0.  Only a rank that computes sends them. */
+ * seconds to rank 0 (0 on a rank the plan gives no split: a pin can give
+ * work to a rank without layers). */
 static void send_stats(struct bt_engine *e, bool last) {
-    if (e->t->rank == 0 || e->il1s[e->t->rank] <= e->il0s[e->t->rank]) return;
     const int i = e->stats_next;
     e->stats_next = (i + 1) % 4;
     if (bt_transport_wait_polite(e->t, &e->stats_req[i]) != BT_OK) return; /* the next receive fails too */
@@ -243,8 +242,8 @@ static void send_stats(struct bt_engine *e, bool last) {
     bt_transport_isend(e->t, &e->stats_out[i], sizeof e->stats_out[i], 0, TAG_STATS, &e->stats_req[i]);
 }
 
-/* Rank 0: take the statistics that came (wait: until every computing rank
- * sent its last). */
+/* Rank 0: take the statistics that came (wait: until every rank sent its
+ * last). */
 static void poll_stats(struct bt_engine *e, bool wait) {
     for (int r = 1; r < e->P; r++) {
         while (e->stats_rq && e->stats_rq[r].active) {
@@ -253,10 +252,7 @@ static void poll_stats(struct bt_engine *e, bool wait) {
             else if (bt_transport_test(e->t, &e->stats_rq[r], &done) != BT_OK) done = false;
             if (!done) break;
             e->rank_compute_s[r] = e->stats_in[r].compute_s;
-            if (e->stats_in[r].last) {
-                e->rank_done[r] = true;
-                break;
-            }
+            if (e->stats_in[r].last) break; /* the rank stops: nothing more comes */
             if (bt_transport_irecv(e->t, &e->stats_in[r], sizeof e->stats_in[r], r, TAG_STATS, &e->stats_rq[r]) !=
                 BT_OK)
                 break;
@@ -575,9 +571,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
                 e->stats_in = calloc((size_t)P, sizeof *e->stats_in);
                 e->stats_rq = calloc((size_t)P, sizeof *e->stats_rq);
                 e->rank_compute_s = calloc((size_t)P, sizeof *e->rank_compute_s);
-                e->rank_done = calloc((size_t)P, sizeof *e->rank_done);
             }
-            bool ok = t->rank != 0 || (e->outs && e->q && e->stats_in && e->stats_rq && e->rank_compute_s && e->rank_done);
+            bool ok = t->rank != 0 || (e->outs && e->q && e->stats_in && e->stats_rq && e->rank_compute_s);
             for (int i = 0; ok && t->rank == 0 && i < e->n_outs; i++) {
                 e->outs[i].rh = calloc((size_t)P, sizeof(bt_treq));
                 e->outs[i].rb = calloc((size_t)P, sizeof(bt_treq));
@@ -589,10 +584,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     AGREE();
     /* rank 0 takes every computing rank's statistics as they come */
     for (int k = 1; t->rank == 0 && k < e->P; k++) {
-        if (e->il1s[k] <= e->il0s[k]) {
-            e->rank_done[k] = true;
-            continue;
-        }
         if (bt_transport_irecv(t, &e->stats_in[k], sizeof e->stats_in[k], k, TAG_STATS, &e->stats_rq[k]) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank 0: %s", t->error);
     }
@@ -640,7 +631,6 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->stats_in);
     free(e->stats_rq);
     free(e->rank_compute_s);
-    free(e->rank_done);
     free(e);
 }
 
@@ -804,7 +794,7 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
         st = bt_model_dist_synchronize(e->md); /* collective: the others do it on the stop */
         if (st != BT_OK) efail(e, st, "rank 0: %s", bt_model_dist_error(e->md));
     }
-    poll_stats(e, true); /* every computing rank says its last */
+    poll_stats(e, true); /* every rank says its last */
     const enum bt_status st2 = drain_sends(e);
     if (e->fatal != BT_OK) return e->fatal;
     return st != BT_OK ? st : st2;

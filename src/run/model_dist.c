@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bringup.h"
 #include "cpu.h"
 
 #define MAX_SHAPES 8
@@ -20,7 +21,8 @@ struct shape {
     bt_context *ctx;
     struct bt_llm_graph g;
     bt_dist *d;
-    uint64_t last_use, serial;
+    uint64_t last_use;
+    int plan; /* its plan's number (bt_model_dist_plan_seconds' count): the order they were made in */
 };
 
 /* A submitted micro-batch: which shape ran it, as its runtime's how-many-th. */
@@ -39,8 +41,7 @@ struct bt_model_dist {
     struct bt_llm *m; /* every tensor of the file, without memory: bt_dist gives each rank its own */
     struct bt_kv *kv; /* the cache: its bookkeeping, and tensors the first plan places with their layers */
     struct shape shapes[MAX_SHAPES];
-    int n_shapes;
-    uint64_t clock, serial;
+    uint64_t clock;
     int *counts; /* the first plan's layers per rank: every later plan's */
     struct submitted ring[RING];
     int64_t n_submitted;
@@ -72,23 +73,10 @@ bt_dist *bt_model_dist_runtime(struct bt_model_dist *md) { return md->shapes[0].
 const struct bt_llm_graph *bt_model_dist_graph(const struct bt_model_dist *md) { return &md->shapes[0].g; }
 const char *bt_model_dist_error(const struct bt_model_dist *md) { return md->err; }
 int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md) { return md->n_submitted; }
-int bt_model_dist_n_shapes(const struct bt_model_dist *md) { return md->n_shapes; }
-
-/* Every rank learns whether any failed; all return the lowest failing
- * rank's status and message. */
-static enum bt_status agree(bt_transport *t, enum bt_status st, char *err, size_t n_err) {
-    int64_t v = st != BT_OK ? (int64_t)(t->size - t->rank) : 0;
-    if (t->iface.allreduce_max(t, &v, 1) != BT_OK) return bt_error_printf(err, n_err, BT_ERR_COMM, "%s", t->error);
-    if (v == 0) return BT_OK;
-    const int root = t->size - (int)v;
-    int32_t code = (int32_t)st;
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", st != BT_OK ? err : "");
-    if (t->iface.bcast(t, &code, sizeof code, root) != BT_OK || t->iface.bcast(t, msg, sizeof msg, root) != BT_OK)
-        return bt_error_printf(err, n_err, BT_ERR_COMM, "%s", t->error);
-    msg[sizeof msg - 1] = '\0';
-    snprintf(err, n_err, "%s", msg);
-    return (enum bt_status)code;
+int bt_model_dist_n_shapes(const struct bt_model_dist *md) {
+    int n = 0;
+    for (int i = 0; i < MAX_SHAPES; i++) n += md->shapes[i].d != NULL;
+    return n;
 }
 
 static bool is_cache(const struct bt_tensor *w) { return strncmp(w->name, "cache_", 6) == 0; }
@@ -212,7 +200,7 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
         sh->d = bt_dist_new(md->t, md->backend, &opt);
         if (!sh->d) st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "rank %d: out of memory", md->t->rank);
     }
-    st = agree(md->t, st, md->err, sizeof md->err);
+    st = bt_rank_agree(md->t, st, NULL, md->err, sizeof md->err);
     if (st == BT_OK && i == 0 && md->p.in_place) bind_in_place(md, sh->g.graph);
     if (st == BT_OK) {
         bt_dist_set_eval_callback(sh->d, md->eval_cb, md->eval_user);
@@ -252,9 +240,7 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
         shape_free(sh);
         return st;
     }
-    sh->serial = ++md->serial;
-    md->n_shapes++;
-    md->n_plans++;
+    sh->plan = ++md->n_plans;
     md->plan_s += bt_now_s() - t0;
     return BT_OK;
 }
@@ -307,10 +293,9 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
         md->backend = backend;
         md->g = g;
         md->p = *p;
-        if (md->p.dist.device_transport && md->p.dist.n_copies < 1) md->p.dist.n_copies = 1;
         st = build(md, err, n_err);
     }
-    st = agree(t, st, err, n_err); /* the same file everywhere: the same answer, but never a hang */
+    st = bt_rank_agree(t, st, NULL, err, n_err); /* the same file everywhere: the same answer, but never a hang */
     if (st == BT_OK) {
         /* the first shape: a full ubatch over the whole cache, one row */
         st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1);
@@ -331,7 +316,7 @@ void bt_model_dist_free(struct bt_model_dist *md) {
     for (;;) {
         int last = -1;
         for (int i = 1; i < MAX_SHAPES; i++)
-            if (md->shapes[i].d && (last < 0 || md->shapes[i].serial > md->shapes[last].serial)) last = i;
+            if (md->shapes[i].d && (last < 0 || md->shapes[i].plan > md->shapes[last].plan)) last = i;
         if (last < 0) break;
         shape_free(&md->shapes[last]);
     }
@@ -369,7 +354,6 @@ static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_k
         struct bt_dist_stats s = bt_dist_local_stats(md->shapes[i].d);
         stats_add(&md->stats_base, &s);
         shape_free(&md->shapes[i]); /* collective: every rank evicts the same one */
-        md->n_shapes--;
     }
     const enum bt_status st = shape_plan(md, i, T, n_kv, n_out);
     if (st != BT_OK) return st;
