@@ -72,7 +72,7 @@ cmake --build "$build" -j"$(nproc)"
 if [ "$mode" = run ]; then
     # the main job: text from a GGUF model (without one, a random-weight MoE
     # model it writes) as a two-rank pipeline, checked against one rank
-    # (the synthetic-graph demo stays: launch/baton-run -t configs/local-cpu-2.yaml -- baton demo)
+    # (the runtime on its built-in model: launch/baton-run -t configs/local-cpu-2.yaml -- baton demo)
     BATON_BUILD_DIR="$build_abs" BATON_BIN="$build_abs/baton" exec bash "$root/launch/main-job.sh" ${model:+"$model"}
 else
     (cd "$build" && ctest --output-on-failure)

@@ -139,7 +139,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
  * micro-batch fails its submit. */
 enum bt_status bt_dist_set_input(bt_dist *d, struct bt_tensor *input, const void *data, size_t size);
 /* bt_dist_set_input with the bt_dist as a void pointer (a callback's shape:
- * bt_model_set_inputs_with). */
+ * a callback that sets several inputs). */
 enum bt_status bt_dist_set_input_fn(void *d, struct bt_tensor *input, const void *data, size_t size);
 /* Collective: run the next micro-batch k = number of earlier submits. */
 enum bt_status bt_dist_submit(bt_dist *d);

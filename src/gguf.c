@@ -136,6 +136,7 @@ struct bt_gguf {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
+    bool header_only; /* bt_gguf_open_header: base holds the header, no data */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -638,6 +639,27 @@ enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *na
     return open_common(g, out, err, n_err);
 }
 
+enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_t file_size, const char *name,
+                                   struct bt_gguf **out, char *err, size_t n_err) {
+    *out = NULL;
+    if (file_size < header_size) {
+        snprintf(err, n_err, "%s: the file (%" PRIu64 " bytes) is shorter than its header (%zu)", name, file_size,
+                 header_size);
+        return BT_ERR_INVALID;
+    }
+    struct bt_gguf *g = gguf_new(name);
+    if (!g) {
+        snprintf(err, n_err, "%s: out of memory", name ? name : "(memory)");
+        return BT_ERR_NOMEM;
+    }
+    /* the parser reads the header alone; the data section is checked
+     * against the size the whole file has */
+    g->base = data;
+    g->size = file_size;
+    g->header_only = true;
+    return open_common(g, out, err, n_err);
+}
+
 static enum bt_status open_file(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -1005,6 +1027,7 @@ static const struct bt_gguf *file_of(const struct bt_gguf *g, const struct bt_gg
 
 const void *bt_gguf_tensor_data(const struct bt_gguf *g, const struct bt_gguf_tensor *t) {
     BT_ASSERT(t >= g->tensors && t < g->tensors + g->n_tensors);
+    BT_ASSERT(!g->header_only);
     return file_of(g, t)->base + t->file_offset;
 }
 
@@ -1068,8 +1091,10 @@ struct wtensor {
 };
 
 struct bt_gguf_writer {
-    char *path, *tmp;
+    char *path, *tmp; /* tmp NULL: in memory (mem, mem_len) */
     FILE *f;
+    char *mem;
+    size_t mem_len;
     uint8_t *kv; /* serialised key-values */
     size_t kv_len, kv_cap;
     char **keys;
@@ -1128,6 +1153,20 @@ enum bt_status bt_gguf_writer_open(const char *path, struct bt_gguf_writer **out
         free(w->path);
         free(w);
         return BT_ERR_IO;
+    }
+    w->alignment = BT_GGUF_DEFAULT_ALIGNMENT;
+    *out = w;
+    return BT_OK;
+}
+
+enum bt_status bt_gguf_writer_open_memory(const char *name, struct bt_gguf_writer **out, char *err, size_t n_err) {
+    *out = NULL;
+    struct bt_gguf_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(name)) || !(w->f = open_memstream(&w->mem, &w->mem_len))) {
+        if (w) free(w->path);
+        free(w);
+        snprintf(err, n_err, "%s: out of memory", name);
+        return BT_ERR_NOMEM;
     }
     w->alignment = BT_GGUF_DEFAULT_ALIGNMENT;
     *out = w;
@@ -1370,17 +1409,66 @@ static void writer_free(struct bt_gguf_writer *w) {
     free(w);
 }
 
-enum bt_status bt_gguf_writer_finish(struct bt_gguf_writer *w, char *err, size_t n_err) {
+/* The header if not written yet and the data not written yet. */
+static enum bt_status write_rest(struct bt_gguf_writer *w) {
     enum bt_status st = BT_OK;
     if (!w->header_written) st = write_header(w);
     while (st == BT_OK && w->next < w->n_t) {
         const struct wtensor *t = &w->t[w->next];
-        if (!t->data) {
-            st = wfail(w, BT_ERR_INVALID, "tensor \"%s\" has no data (neither given to add_tensor nor written)", t->name);
-            break;
-        }
+        if (!t->data)
+            return wfail(w, BT_ERR_INVALID, "tensor \"%s\" has no data (neither given to add_tensor nor written)",
+                         t->name);
         st = bt_gguf_writer_write_data(w, t->data, t->size);
     }
+    return st;
+}
+
+enum bt_status bt_gguf_writer_finish_memory(struct bt_gguf_writer *w, void **data, size_t *size, char *err,
+                                            size_t n_err) {
+    BT_ASSERT(!w->tmp);
+    *data = NULL;
+    *size = 0;
+    enum bt_status st = write_rest(w);
+    if (fclose(w->f) != 0 && st == BT_OK) st = wfail(w, BT_ERR_NOMEM, "out of memory");
+    w->f = NULL;
+    if (st == BT_OK) {
+        *data = w->mem; /* the stream's own buffer: no second copy of a large file */
+        *size = w->mem_len;
+        w->mem = NULL;
+    } else {
+        snprintf(err, n_err, "%s", w->err);
+    }
+    free(w->mem);
+    writer_free(w);
+    return st;
+}
+
+enum bt_status bt_gguf_writer_finish_header(struct bt_gguf_writer *w, void **data, size_t *header_size,
+                                            uint64_t *file_size, char *err, size_t n_err) {
+    BT_ASSERT(!w->tmp && !w->header_written);
+    *data = NULL;
+    *header_size = 0;
+    *file_size = 0;
+    enum bt_status st = write_header(w);
+    const uint64_t end = w->n_t ? w->pos + w->t[w->n_t - 1].offset + w->t[w->n_t - 1].size : w->pos;
+    if (fclose(w->f) != 0 && st == BT_OK) st = wfail(w, BT_ERR_NOMEM, "out of memory");
+    w->f = NULL;
+    if (st == BT_OK) {
+        *data = w->mem;
+        *header_size = w->mem_len;
+        *file_size = end;
+        w->mem = NULL;
+    } else {
+        snprintf(err, n_err, "%s", w->err);
+    }
+    free(w->mem);
+    writer_free(w);
+    return st;
+}
+
+enum bt_status bt_gguf_writer_finish(struct bt_gguf_writer *w, char *err, size_t n_err) {
+    BT_ASSERT(w->tmp);
+    enum bt_status st = write_rest(w);
     if (st == BT_OK && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
         st = wfail(w, BT_ERR_IO, "write failed: %s", strerror(errno));
     if (fclose(w->f) != 0 && st == BT_OK) st = wfail(w, BT_ERR_IO, "write failed: %s", strerror(errno));
@@ -1398,6 +1486,7 @@ enum bt_status bt_gguf_writer_finish(struct bt_gguf_writer *w, char *err, size_t
 void bt_gguf_writer_close(struct bt_gguf_writer *w) {
     if (!w) return;
     if (w->f) fclose(w->f);
-    unlink(w->tmp);
+    if (w->tmp) unlink(w->tmp);
+    free(w->mem);
     writer_free(w);
 }

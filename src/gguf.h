@@ -127,6 +127,12 @@ enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, s
  * used in messages. */
 enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *name, struct bt_gguf **out,
                                    char *err, size_t n_err);
+/* A file's header alone (header_size bytes, kept by the caller until close)
+ * for a file of file_size bytes: its keys and tensor table, checked as a
+ * whole file's; reading a tensor's data is a programmer's error.  What a plan
+ * of a model too large to make reads (bt_llm_describe_gguf). */
+enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_t file_size, const char *name,
+                                   struct bt_gguf **out, char *err, size_t n_err);
 void bt_gguf_close(struct bt_gguf *g);
 
 /* The last getter error ("model.gguf: key \"x\" is int32, not uint32"). */
@@ -257,6 +263,17 @@ enum bt_status bt_gguf_writer_add_tensor(struct bt_gguf_writer *w, const char *n
 enum bt_status bt_gguf_writer_write_data(struct bt_gguf_writer *w, const void *data, uint64_t size);
 /* Write what remains, flush, sync and rename into place; frees w. */
 enum bt_status bt_gguf_writer_finish(struct bt_gguf_writer *w, char *err, size_t n_err);
+/* A writer into memory (name is used in messages): the same calls, then
+ * bt_gguf_writer_finish_memory, which gives the file's bytes (*data,
+ * malloc'd: the caller frees it) and frees w. */
+enum bt_status bt_gguf_writer_open_memory(const char *name, struct bt_gguf_writer **out, char *err, size_t n_err);
+enum bt_status bt_gguf_writer_finish_memory(struct bt_gguf_writer *w, void **data, size_t *size, char *err,
+                                            size_t n_err);
+/* Instead of finish_memory, when every tensor was added without data: the
+ * header alone (*data, malloc'd, *header_size bytes) and the size the whole
+ * file would have (*file_size), for bt_gguf_open_header.  Frees w. */
+enum bt_status bt_gguf_writer_finish_header(struct bt_gguf_writer *w, void **data, size_t *header_size,
+                                            uint64_t *file_size, char *err, size_t n_err);
 /* Discard: remove the temporary file, free w (NULL is fine). */
 void bt_gguf_writer_close(struct bt_gguf_writer *w);
 

@@ -129,7 +129,8 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
      * layer b crosses the cuts before layers a+1..b */
     for (size_t h = 0; h < hs.size; h++) {
         const struct bt_tensor *t = hs.keys[h];
-        if (!t || last_c[h] == INT32_MIN || bt_tensor_is_weight(t)) continue;
+        /* weights stay; graph inputs are set on every rank that reads them */
+        if (!t || last_c[h] == INT32_MIN || bt_tensor_is_weight(t) || (t->flags & BT_TENSOR_FLAG_INPUT)) continue;
         const int a = own[h] < 0 ? 0 : own[h] + 1;
         for (int c = a; c <= last_c[h] && c <= L; c++)
             if (c >= 0) lc->cut_bytes[c] += (double)bt_nbytes(t);

@@ -27,23 +27,30 @@ expect() {
     fi
 }
 
-small=(--layers 4 --d-model 64 --heads 4 --d-ff 128 --vocab 128 --tokens 16 -m 6)
+small=(--layers 4 --embd 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 128 --ff-exp 64 --n-vocab 128 --tokens 16 -m 6)
 
 # ---- runs ----
 for np in 1 2 3 4; do
     expect 0 "output equals a one-rank run \(6 micro-batches, bitwise\)" "demo on $np ranks" -- \
         mpirun -np "$np" "$baton" demo "${small[@]}"
 done
-for ffn in mlp moe-dense moe-topk moe-shared; do
-    expect 0 "bitwise" "demo --ffn $ffn on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --ffn "$ffn" -c 4
+# every architecture, and the seed's three MoE variants: top-k renormalised
+# (qwen3moe, llama with experts), shared expert beside the routed ones
+# (qwen2moe), dense (every expert used)
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe; do
+    expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" -c 4
 done
+expect 0 "8 experts, 8 used.*|bitwise" "demo: a dense MoE on 2 ranks" -- \
+    mpirun -np 2 "$baton" demo "${small[@]}" --arch qwen3moe --experts 8 --experts-used 8
+grep -q "8 experts, 8 used" "$tmp/out" && grep -q bitwise "$tmp/out" && ok "demo: the dense MoE says so, bitwise" ||
+    bad "demo: the dense MoE: $(head -c 300 "$tmp/out")"
 for type in f16 bf16 q8_0 q4_0; do
     expect 0 "bitwise" "demo --type $type on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --type "$type"
 done
 # the watchdog (transport/mpi.c): heartbeats keep a short limit quiet while rank 0
 # checks the result long after rank 1 is done (it said goodbye); a bad limit is refused
 expect 0 "bitwise" "demo with a 0.5 s watchdog" -- env BATON_WATCHDOG_S=0.5 mpirun -np 2 -x BATON_WATCHDOG_S \
-    "$baton" demo "${small[@]}" --d-model 256 -m 24
+    "$baton" demo "${small[@]}" --embd 256 -m 24
 expect 1 "^baton demo: BATON_WATCHDOG_S='abc': want seconds from 0 \(off\) to 86400$" "a bad BATON_WATCHDOG_S" -- \
     env BATON_WATCHDOG_S=abc mpirun -np 2 -x BATON_WATCHDOG_S "$baton" demo "${small[@]}"
 # the transport returns the message (nothing printed there); the program prints it once, on rank 0
@@ -199,16 +206,24 @@ done
 
 # progress on long steps: off in a pipe, on when asked (the launcher asks on a terminal)
 expect 0 "" "no progress display in a pipe" -- mpirun -np 2 "$baton" demo "${small[@]}"
-grep -q "planning and creating weights" "$tmp/out" && bad "no progress display in a pipe: it printed one" || ok "progress display stays off in a pipe"
-expect 0 "planning and creating weights +100%" "progress display with BATON_PROGRESS=1" -- \
+grep -q "planning and reading weights" "$tmp/out" && bad "no progress display in a pipe: it printed one" || ok "progress display stays off in a pipe"
+expect 0 "planning and reading weights" "progress display with BATON_PROGRESS=1" -- \
     mpirun -np 2 -x BATON_PROGRESS=1 "$baton" demo "${small[@]}"
 
 # ---- memory: everything the plan allocates is checked before any is made ----
-# (--tokens 16384 asked for an 18 GB compute buffer and grew past 10 GiB first;
-# 64 heads make it 80 GB, more than any CI machine's share)
+# (a prompt of 65535 tokens of a model 8192 wide with 64 heads of 128 needs a
+# 26 GiB compute buffer, more than a rank's share on the machines this runs
+# on; it used to grow past 10 GiB before anything said so)
 mib='[0-9]+\.[0-9]'
+big=(--arch qwen2 --layers 1 --embd 8192 --heads 64 --heads-kv 64 --head-dim 128 --ff 32 --tokens 65535)
 expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, compute $mib, transfer slots $mib\) but the rank has $mib MiB \(its share of this machine's memory\)\$" \
-    "demo: compute buffer larger than the machine" -- mpirun -np 2 "$baton" demo --tokens 16384 --heads 64 -m 1 --no-check
+    "demo: compute buffer larger than the machine" -- mpirun -np 2 "$baton" demo "${big[@]}" -m 1 --no-check
+# a built-in model larger than a rank's share is refused before it is made
+expect 1 "^baton demo: the built-in model is $mib MiB, made in memory by every rank: more than the $mib MiB a rank may use here; a smaller model, or --model FILE\$" \
+    "demo: a built-in model larger than the machine" -- \
+    mpirun -np 2 "$baton" demo --arch qwen2 --layers 500 --embd 16384 --heads 64 --heads-kv 64 --head-dim 256 -m 1
+[ "$(grep -c 'made in memory by every rank' "$tmp/out")" -eq 1 ] && ok "demo: a built-in model too large: said once" ||
+    bad "demo: a built-in model too large: said $(grep -c 'made in memory by every rank' "$tmp/out") times"
 printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, memory: 100MiB}\n  - {rank: 1, host: localhost, backend: cpu, memory: %s}\n' \
     100MiB >"$tmp/mem100.yaml"
 expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, compute $mib, transfer slots $mib\) but the rank has 100\.0 MiB \(its memory limit\)\$" \
@@ -216,11 +231,11 @@ expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, c
     mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" --tokens 4096 -m 1 --no-check
 expect 0 "bitwise" "demo: the same topology with fewer tokens fits" -- mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" -m 2
 # a rank too small for any share of the weights is the one named
-sed '5s/100MiB/10MiB/' "$tmp/mem100.yaml" >"$tmp/mem10.yaml"
-expect 1 "^baton demo: placement: rank 1 \(CPU\) has 10\.0 MiB of memory, less than the 15\.5 MiB of weights its smallest share of 8 layers on 2 ranks needs\$" \
-    "demo: the rank whose memory is too small is named" -- mpirun -np 2 "$baton" demo -t "$tmp/mem10.yaml" -m 1
-expect 1 "^baton plan: placement: rank 1 \(CPUx1@localhost\) has 10\.0 MiB of memory" "plan: the rank whose memory is too small is named" -- \
-    "$baton" plan -t "$tmp/mem10.yaml"
+sed '5s/100MiB/5MiB/' "$tmp/mem100.yaml" >"$tmp/mem5.yaml"
+expect 1 "^baton demo: placement: rank 1 \(CPU\) has 5\.0 MiB of memory, less than the $mib MiB of weights its smallest share of 8 layers on 2 ranks needs\$" \
+    "demo: the rank whose memory is too small is named" -- mpirun -np 2 "$baton" demo -t "$tmp/mem5.yaml" -m 1
+expect 1 "^baton plan: the built-in model: rank 1 \(CPUx1@localhost\) has 5\.0 MiB of memory, less than " \
+    "plan: the rank whose memory is too small is named" -- "$baton" plan -t "$tmp/mem5.yaml"
 
 # CUDA ranks place with the topology's memory (the rank's, else the host's
 # gpu_memory), as a live run given that file does; without either, baton plan
@@ -229,45 +244,25 @@ printf 'hosts:\n  - {name: g, slots: 4, gpus: 2%s}\nranks:\n  - {rank: 0, host: 
     "" "" >"$tmp/gpu-nomem.yaml"
 expect 1 "^baton plan: $tmp/gpu-nomem.yaml:4:5: rank 0 \(cuda:0 on g\): the plan needs its device's memory: give the rank a memory: or its host a gpu_memory:" \
     "plan: a CUDA rank without memory is an error" -- "$baton" plan -t "$tmp/gpu-nomem.yaml"
-printf 'hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 12MiB}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0", memory: 100MiB}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
+printf 'hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 5MiB}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0", memory: 100MiB}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
     >"$tmp/gpu-mem.yaml"
-expect 1 "^baton plan: placement: rank 1 \(CUDA1@g\) has 12\.0 MiB of memory" \
+expect 1 "^baton plan: the built-in model: rank 1 \(CUDA1@g\) has 5\.0 MiB of memory" \
     "plan: a CUDA rank without memory: takes its host's gpu_memory" -- "$baton" plan -t "$tmp/gpu-mem.yaml"
 expect 1 "host g: gpu_memory: expected a size like 16GiB" "topology: bad gpu_memory" -- \
-    "$baton" plan -t <(sed 's/gpu_memory: 12MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
+    "$baton" plan -t <(sed 's/gpu_memory: 5MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
 
 # ---- plans ----
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32
 done
-# the offline plan (baton plan) and the live plan (rank 0's, broadcast) are
-# the same plan for every config this machine can run (CPU ranks; the GPU
-# configs need their GPUs to run live).  The live ranks plan with one given
-# speed: measured speeds on a busy machine differ between ranks by more
-# than the planner's smoothing, and the plan rightly follows them.
-for cfgf in "$root"/configs/*.yaml; do
-    cfg=$(basename "$cfgf" .yaml)
-    "$baton" plan -t "$cfgf" --dump-plan "$tmp/offline.plan" >"$tmp/out" 2>&1 || { bad "plan --dump-plan for $cfg"; continue; }
-    if grep -q "(CUDA" "$tmp/out"; then
-        echo "note: $cfg: live plan not compared (its ranks are CUDA ranks; no GPU here)"
-        continue
-    fi
-    np=$(sed -n 's/^topology .*: \([0-9]*\) ranks on .*/\1/p' "$tmp/out")
-    timeout 300 mpirun -np "$np" --oversubscribe "$baton" demo -t "$cfgf" -m 2 --no-check --rank-gflops 50 \
-        --dump-plan "$tmp/live.plan" >"$tmp/out" 2>&1 || { bad "live plan for $cfg: demo failed"; continue; }
-    if diff "$tmp/offline.plan" "$tmp/live.plan" >"$tmp/out" 2>&1; then
-        ok "baton plan and the live plan agree for $cfg ($np ranks)"
-    else
-        bad "baton plan and the live plan differ for $cfg"
-    fi
-done
-# GPU-to-GPU edges that ask for nccl are counted as device-to-device
-# transfers; a CPU-only topology has none
-expect 0 "transfers per micro-batch \([0-9]+ device to device\)" "plan shows the NCCL edges" -- \
+# (that the live plan is the offline one: generate_test, on every CPU config)
+# x between GPU ranks whose edges ask for nccl goes over NCCL; a CPU-only
+# topology has none
+expect 0 "^  transfer: blk\.0\.out, rank 0 -> rank 1, .* NCCL\$" "plan shows the NCCL edges" -- \
     "$baton" plan -t "$root/configs/one-node-8gpu.yaml"
 "$baton" plan -t "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
-grep -q "device to device" "$tmp/out" && bad "plan for CPU ranks shows device-to-device transfers" ||
-    ok "plan for CPU ranks has no device-to-device transfers"
+grep -q "NCCL" "$tmp/out" && bad "plan for CPU ranks shows NCCL transfers" ||
+    ok "plan for CPU ranks has no NCCL transfers"
 # --dump-plan is written whole or not at all: a write that fails halfway
 # (here the file size limit, 1 KiB, of a plan of about 2 KiB) leaves the file
 # as it was and no temporary file beside it; a missing directory is named
@@ -318,9 +313,11 @@ expect 2 "--micro-batches: '0'" "demo: zero micro-batches" -- "$baton" demo -m 0
 expect 2 "--rank-gflops: '-3' is not a positive number" "demo: bad --rank-gflops" -- "$baton" demo --rank-gflops -3
 expect 2 "--copies: '99'" "demo: too many copies" -- "$baton" demo -c 99
 expect 2 "--type: 'q5_k'" "demo: unknown type" -- "$baton" demo --type q5_k
-expect 2 "--norm-topk: '2' is not an integer in \\[0, 1\\]" "demo: bad --norm-topk" -- "$baton" demo --norm-topk 2
-expect 2 "--ffn: 'moe'" "demo: unknown ffn" -- "$baton" demo --ffn moe
-expect 2 "top_k" "demo: top-k above experts" -- "$baton" demo --experts 4 --top-k 5
+expect 2 "^baton demo: --arch: 'mixtral' is not one of llama, " "demo: unknown architecture" -- "$baton" demo --arch mixtral
+expect 2 "^baton demo: --experts-used 5 is more than --experts 4 " "demo: experts used above experts" -- \
+    "$baton" demo --experts 4 --experts-used 5
+expect 2 "^baton demo: --experts 0: qwen2moe is a MoE architecture" "demo: a MoE architecture without experts" -- \
+    "$baton" demo --experts 0
 expect 2 "needs a value" "demo: missing value" -- "$baton" demo --layers
 expect 2 "--backend: 'gpu' is not cpu or cuda" "demo: unknown backend" -- "$baton" demo --backend gpu
 expect 2 "the topology names each rank's backend" "demo: --backend with a topology" -- \
@@ -447,18 +444,23 @@ for sub in demo generate "bench model" serve; do
     expect 1 "^baton $sub: $tmp/threads.yaml:4:55: rank 0: threads: $((cores + 1)) threads, more than this machine's $cores cores\$" \
         "$sub: topology threads above the cores" -- mpirun -np 1 "$baton" "${subv[@]}" --topology "$tmp/threads.yaml"
 done
-# the model options' ranges: --help and the parser say the model's own limits
+# the model options' ranges: --help and the parser say the same limits
 "$baton" demo --help >"$tmp/help" 2>&1
-for spec in layers:4096 d-model:65536 d-ff:262144 experts:1024 top-k:1024 vocab:4194304 tokens:65536 heads:65536; do
-    opt=${spec%%:*} hi=${spec#*:}
-    if grep -qE -- "^  --$opt N .*\[[01], $hi\] " "$tmp/help"; then ok "--help: --$opt up to $hi"; else bad "--help: --$opt up to $hi"; fi
-    expect 2 "^baton demo: --$opt: '$((hi + 1))' is not an integer in \[[01], $hi\]" "demo: --$opt $((hi + 1))" -- \
+for spec in layers:1:512 embd:32:16384 heads:1:256 heads-kv:1:256 head-dim:2:1024 ff:1:65536 experts:0:256 \
+    experts-used:1:256 ff-exp:1:65536 n-vocab:2:4194304; do
+    opt=${spec%%:*} lo=${spec#*:} lo=${lo%%:*} hi=${spec##*:}
+    if grep -qE -- "^  --$opt N .*\[$lo, $hi\] " "$tmp/help"; then ok "--help: --$opt in [$lo, $hi]"; else bad "--help: --$opt in [$lo, $hi]"; fi
+    expect 2 "^baton demo: --$opt: '$((hi + 1))' is not an integer in \[$lo, $hi\]" "demo: --$opt $((hi + 1))" -- \
         "$baton" demo --"$opt" $((hi + 1))
 done
-# the top of each range passes the model's own check (--layers 4096 used to be
-# refused by the model after the parser let 10000 through)
-expect 2 "^baton demo: model: n_heads = 65536: head_dim = d_model / n_heads = 1 must be even" \
-    "demo: --heads at its limit reaches the model's check" -- "$baton" demo --d-model 65536 --heads 65536
+expect 2 "^baton demo: --tokens: '65537' is not an integer in \[1, 65536\]" "demo: --tokens 65537" -- \
+    "$baton" demo --tokens 65537
+# the options that must fit each other
+expect 2 "^baton demo: --heads 256 is not a multiple of --heads-kv 3 " "demo: heads and KV heads" -- \
+    "$baton" demo --heads 256 --heads-kv 3
+expect 2 "^baton demo: --head-dim 33: must be even" "demo: an odd head length" -- "$baton" demo --head-dim 33
+expect 2 "^baton demo: --type q8_0: --embd, --ff, --ff-exp and --heads x --head-dim must be multiples of 32 " \
+    "demo: a block type on a width it does not divide" -- "$baton" demo --type q8_0 --embd 48
 expect 2 "unknown command 'dmeo'" "unknown command" -- "$baton" dmeo
 expect 2 "^baton version: unexpected argument 'extra'\$" "version with an extra argument" -- "$baton" version extra
 # --help on every subcommand (issue: version took it for an argument)
@@ -469,7 +471,7 @@ for sub in demo plan "bench ops" "bench model" "bench transport" "bench pipeline
 done
 expect 0 "^usage: baton gguf FILE" "help gguf: the command's own help" -- "$baton" help gguf
 expect 2 "^baton: unknown command 'nope'" "help of an unknown command" -- "$baton" help nope
-expect 2 "missing -t" "plan without topology" -- "$baton" plan
+expect 0 "^1 ranks, 1 splits, 0 transfers per ubatch" "plan without a topology: one CPU rank" -- "$baton" plan
 # more ranks than the runtime runs: refused at once, before any per-rank work
 # (65537 entries fit in the 1 MiB a file may have as aliases of one)
 python3 -c '
@@ -504,9 +506,9 @@ expect 1 "2 ranks|world" "demo: topology for 2 ranks started on 3" -- \
 # option, exit 2, before any work (these used to hang, compute something else,
 # or use rank 0's value in silence)
 start=$(date +%s)
-expect 2 "^baton demo: rank 1 was started with --d-ff 256 but rank 0 with --d-ff 128; every rank needs the same --d-ff\$" \
+expect 2 "^baton demo: rank 1 was started with --ff 256 but rank 0 with --ff 128; every rank needs the same --ff\$" \
     "models differ between ranks" -- \
-    mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --d-ff 256
+    mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --ff 256
 [ $(($(date +%s) - start)) -lt 60 ] && ok "mismatch stops within a minute" || bad "mismatch stops within a minute"
 mismatch() { # OPTION-WORDS-ON-RANK-1... -- expected message tail
     local want=$1
@@ -527,7 +529,7 @@ expect 0 "bitwise" "same copies from the command line and the topology" -- \
     mpirun -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}" -c 2 : \
     -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}"
 # an error only rank 1 finds is printed (by rank 0, naming rank 1)
-expect 2 "^baton demo: rank 1: --layers: 'x' is not an integer in \[1, 4096\] \(try: baton demo --help\)\$" \
+expect 2 "^baton demo: rank 1: --layers: 'x' is not an integer in \[1, 512\] \(try: baton demo --help\)\$" \
     "bad value on rank 1 only" -- mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --layers x
 expect 2 "^baton demo: rank 1: unknown option --frobnicate \(try: baton demo --help\)\$" "bad flag on rank 1 only" -- \
     mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --frobnicate
@@ -581,9 +583,11 @@ fi
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl
-expect 0 "activations over the ordered transport" "bench pipeline over the ordered transport" -- \
-    mpirun -np 2 "$baton" bench pipeline --device ordered -m 1,2 --layers 2 --d-model 64 --heads 4 --d-ff 128 \
-    --vocab 64 --tokens 8
+expect 0 "x over the ordered transport" "bench pipeline over the ordered transport" -- \
+    mpirun -np 2 "$baton" bench pipeline --device ordered -m 1,2 --layers 2 --embd 64 --heads 4 --heads-kv 4 \
+    --head-dim 16 --ff 128 --n-vocab 64 --tokens 8
+[ "$(grep -cE '^ +2 +[12] (compute|thread) .* yes ' "$tmp/out")" -eq 4 ] && ok "bench pipeline: the built-in model bitwise" ||
+    bad "bench pipeline: the built-in model: not every row bitwise the same"
 # a GGUF model's prompts through the runtime (its whole graph split over the
 # ranks), next to one process: bitwise the same logits
 "$baton" make-model "$tmp/pipe.gguf" --vocab "$vocab2" --layers 2 --embd 64 --heads 4 --heads-kv 2 --ff 128 \
@@ -595,8 +599,6 @@ expect 0 " yes " "bench pipeline --model: the logits equal one process's" -- \
 expect 0 "^decode: 40 tokens one at a time after the prompt: .* bitwise yes; [1-9][0-9]* shapes? planned" \
     "bench pipeline --model --decode: the runtime decodes bitwise as one process" -- \
     mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1 --tokens 5 --progress compute --decode 40
-expect 2 "^baton bench pipeline: --decode needs --model" "bench pipeline: --decode without --model" -- \
-    "$baton" bench pipeline --decode 4
 expect 2 "describe the built-in model; --model's file has its own" "bench pipeline: --model with --layers" -- \
     "$baton" bench pipeline --model "$tmp/pipe.gguf" --layers 4
 expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or directory\$" \
@@ -652,12 +654,12 @@ if [ "$(wc -l <"$tmp/dump1")" -eq 4 ] && cmp -s "$tmp/dump1" "$tmp/dump3" &&
 else
     bad "demo --model --dump-tensors: $(wc -l <"$tmp/dump1") lines on 1 rank; 1 and 3 ranks differ or rank 0 printed all"
 fi
-expect 2 "^baton demo: --dump-tensors needs --model" "demo: --dump-tensors without --model" -- \
-    "$baton" demo --dump-tensors 'blk.*'
+expect 0 "^dump: rank 0 .*blk\.3\.out" "demo --dump-tensors on the built-in model" -- \
+    "$baton" demo "${small[@]}" -m 1 --dump-tensors 'blk.3.out'
 expect 0 "rank 1 \\(.*\\): layers 1-1, .* weights" "plan -m with a topology's pins" -- \
     "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/pin-pinned.yaml"
-expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --d-model" -- \
-    "$baton" demo --model "$tmp/pipe.gguf" --d-model 64
+expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --embd" -- \
+    "$baton" demo --model "$tmp/pipe.gguf" --embd 64
 expect 1 "^baton demo: $tmp/none.gguf: cannot open" "demo: a missing --model" -- "$baton" demo --model "$tmp/none.gguf"
 
 echo "$passed passed, $failed failed"

@@ -199,7 +199,7 @@ def cli_tests():
     for args, code, msg, name in [
             (["plan", "-m", ""], 2, "--model: the file name is empty", "plan -m ''"),
             (["plan", "-m", os.path.join(TMP, "none.gguf")], 1, "none.gguf", "plan -m of a missing file"),
-            (["plan", "-m", model, "--layers", "3"], 2, "goes without --project and the synthetic", "plan -m --layers"),
+            (["plan", "-m", model, "--layers", "3"], 2, "goes without --project and the built-in", "plan -m --layers"),
             (["plan", "-m", model, "--partition", "1,1"], 2, "--partition: 1,1 lists more than 1 counts",
              "plan -m --partition for other ranks"),
             (["plan", "-m", model, "-c", "64", "--ubatch", "128"], 2, "--ubatch 128 is more than --ctx-size 64",

@@ -12,7 +12,7 @@
 #include "backend_limited.h"
 #include "baton.h"
 #include "dist.h"
-#include "model/model.h"
+#include "synth_model.h"
 #include "transport.h"
 
 #include "mpi_testutil.h"

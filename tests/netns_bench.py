@@ -3,7 +3,7 @@
 for each link class, against the cost model: a benchmark, it prints figures.
 
     python3 tests/netns_bench.py PATH/TO/baton [--classes none,100g,25g,1g] [-m 16]
-                                 [--model "--d-model 256 --d-ff 512"]
+                                 [--model "--embd 256 --ff 512"]
 
 For each class: `baton bench transport` (one-way time for 4 KiB .. 1 MiB) and
 `baton bench pipeline -m M --progress compute` (two ranks, one a host), then the
@@ -115,9 +115,10 @@ def main():
     baton = os.path.abspath(a.baton)
     os.environ["BATON_BIN"] = baton
     # the bench pipeline's model, stated for both the run and the projection
-    model = ["--ffn", "mlp", "--layers", "8", "--d-model", "1024", "--heads", "16", "--d-ff", "2048",
-             "--vocab", "256", "--tokens", "128", "--type", "f32"] + a.model.split()
-    act_bytes = model_arg(model, "--tokens", 128) * model_arg(model, "--d-model", 1024) * 4
+    model = ["--arch", "llama", "--experts", "0", "--layers", "8", "--embd", "1024", "--heads", "16", "--heads-kv",
+             "16", "--head-dim", "64", "--ff", "2048", "--n-vocab", "256", "--tokens", "128", "--type", "f32"] + \
+        a.model.split()
+    act_bytes = model_arg(model, "--tokens", 128) * model_arg(model, "--embd", 1024) * 4
     work = tempfile.mkdtemp(prefix="baton-netns-bench.")
     hosts = os.path.join(work, "hosts")
     r = subprocess.run([NETNS, "up", hosts, "2"])

@@ -21,6 +21,7 @@
 #include "backend_limited.h"
 #include "kv.h"
 #include "model/arch.h"
+#include "model/random_model.h"
 #include "testutil.h"
 
 #ifndef BATON_SOURCE_DIR
@@ -441,6 +442,107 @@ START_TEST(test_broken_files) {
 }
 END_TEST
 
+/* The random-weight model: made in memory, written to a file, or its header
+ * alone: the same bytes and tensor table, loadable, its options checked. */
+START_TEST(test_random_model) {
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
+    char err[512];
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        struct bt_random_model rm;
+        bt_random_model_default(&rm);
+        rm.arch = archs[a];
+        rm.n_layer = 2;
+        rm.n_embd = 64;
+        rm.type = a % 2 ? BT_TYPE_Q8_0 : BT_TYPE_F16;
+        struct bt_gguf *g = NULL, *h = NULL;
+        void *bytes = NULL, *header = NULL;
+        ck_assert_msg(bt_random_model_open(&rm, 0, &g, &bytes, err, sizeof err) == BT_OK, "%s: %s", archs[a], err);
+        struct bt_llm *m = NULL;
+        ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, false, &m, err, sizeof err) == BT_OK, "%s", err);
+        const struct bt_hparams *hp = bt_llm_hparams(m);
+        ck_assert_int_eq(hp->n_layer, 2);
+        ck_assert_int_eq(hp->n_embd, 64);
+        ck_assert_int_eq(hp->n_vocab, rm.n_vocab);
+        ck_assert_int_eq(hp->n_expert, a >= 3 || a == 0 ? rm.n_expert : 0);
+        /* the file writer gives the same bytes */
+        char dir[] = "/tmp/bt_rm_XXXXXX", path[64];
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(path, sizeof path, "%s/m.gguf", dir);
+        struct bt_gguf_writer *w = NULL;
+        ck_assert_int_eq(bt_gguf_writer_open(path, &w, err, sizeof err), BT_OK);
+        ck_assert_int_eq(bt_random_model_write(&rm, NULL, w, err, sizeof err), BT_OK);
+        ck_assert_int_eq(bt_gguf_writer_finish(w, err, sizeof err), BT_OK);
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        const uint64_t size = bt_gguf_file_size(g);
+        uint8_t *file = malloc(size + 1);
+        ck_assert_uint_eq(fread(file, 1, size + 1, f), size);
+        fclose(f);
+        ck_assert_int_eq(memcmp(file, bytes, size), 0);
+        free(file);
+        unlink(path);
+        rmdir(dir);
+        /* the header alone: the same table and size, described without data */
+        ck_assert_int_eq(bt_random_model_describe(&rm, &h, &header, err, sizeof err), BT_OK);
+        ck_assert_uint_eq(bt_gguf_file_size(h), size);
+        ck_assert_int_eq(bt_gguf_n_tensors(h), bt_gguf_n_tensors(g));
+        for (int64_t i = 0; i < bt_gguf_n_tensors(g); i++) {
+            const struct bt_gguf_tensor *x = bt_gguf_tensor(g, i), *y = bt_gguf_tensor(h, i);
+            ck_assert_str_eq(x->name, y->name);
+            ck_assert_uint_eq(x->ggml_type, y->ggml_type);
+            ck_assert_uint_eq(x->file_offset, y->file_offset);
+        }
+        struct bt_llm *d = NULL;
+        ck_assert_int_eq(bt_llm_describe_gguf(h, &d, err, sizeof err), BT_OK);
+        bt_llm_free(d);
+        bt_llm_free(m);
+        bt_gguf_close(h);
+        bt_gguf_close(g);
+        free(header);
+        free(bytes);
+    }
+    /* a model larger than the memory allowed is refused before it is made */
+    {
+        struct bt_random_model rm;
+        bt_random_model_default(&rm);
+        struct bt_gguf *g = NULL;
+        void *bytes = NULL;
+        ck_assert_int_eq(bt_random_model_open(&rm, 1 << 20, &g, &bytes, err, sizeof err), BT_ERR_NOMEM);
+        ck_assert_ptr_null(g);
+        ck_assert_ptr_null(bytes);
+        ck_assert_msg(strstr(err, "the built-in model is ") && strstr(err, "more than the 1.0 MiB a rank may use here"),
+                      "%s", err);
+    }
+    /* options that do not fit each other: one message naming them */
+    struct bt_random_model rm;
+    bt_random_model_default(&rm);
+    rm.n_head_kv = 3;
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--heads 4 is not a multiple of --heads-kv 3");
+    bt_random_model_default(&rm);
+    rm.head_dim = 31;
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--head-dim 31: must be even (rotary pairs)");
+    bt_random_model_default(&rm);
+    rm.n_expert_used = 9;
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--experts-used 9 is more than --experts 8");
+    bt_random_model_default(&rm);
+    rm.n_expert = 0;
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--experts 0: qwen3moe is a MoE architecture");
+    bt_random_model_default(&rm);
+    rm.type = BT_TYPE_Q8_0;
+    rm.n_embd = 48;
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--type q8_0: --embd, --ff, --ff-exp and --heads x --head-dim must be multiples of 32");
+    bt_random_model_default(&rm);
+    rm.arch = "gpt9";
+    ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe");
+}
+END_TEST
+
 START_TEST(test_batch_errors) {
     struct ref r;
     make_model("llama", "f32", "none", &r);
@@ -508,6 +610,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_broken_files);
     tcase_add_test(tc, test_batch_errors);
+    tcase_add_test(tc, test_random_model);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -15,7 +15,7 @@
 
 #include "alloc.h"
 #include "backend.h"
-#include "model/model.h"
+#include "synth_model.h"
 #include "testutil.h"
 
 /* The computed node whose output t's bytes are (views followed). */

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "model/model.h"
+#include "synth_model.h"
 #include "testutil.h"
 
 #define TOL_MATMUL 5e-4

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "synth_model.h"
 #include "place.h"
 #include "testutil.h"
 

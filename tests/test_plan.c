@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "synth_model.h"
 #include "plan.h"
 #include "testutil.h"
 

@@ -137,19 +137,6 @@ int bt_cli_bench_transport(int argc, char **argv) {
 
 /* ---- pipeline ---------------------------------------------------------------------- */
 
-static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }
-
-/* The yardstick: the same model in one process, on rank 0 alone, with the
- * cores all ranks use (P x threads), the whole graph on one CPU backend. */
-struct one_proc {
-    bt_backend_t backend;
-    struct bt_model *m;
-    bt_buffer_t wbuf;
-    bt_context *ctx;
-    struct bt_model_graph g;
-    bt_gallocr_t galloc;
-};
-
 /* The cores the ranks may run on (mpirun --bind-to core gives each one), as
  * rank 0 learns them: collective; rank 0 gets the union in *all. */
 static void gather_cores(bt_transport *t, cpu_set_t *all) {
@@ -177,48 +164,6 @@ static bool cores_widen(const cpu_set_t *cores, cpu_set_t *own) {
 }
 static void cores_restore(bool widened, const cpu_set_t *own) {
     if (widened) sched_setaffinity(0, sizeof *own, own);
-}
-
-static bool one_proc_init(struct one_proc *o, const struct bt_model_config *cfg, int threads) {
-    memset(o, 0, sizeof *o);
-    o->backend = bt_backend_cpu_init(threads); /* its threads take the caller's cores */
-    char err[256];
-    if (bt_model_new(cfg, &o->m, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton bench pipeline: the one-process run: model: %s\n", err);
-        return false;
-    }
-    if (!o->backend) return false;
-    o->wbuf = bt_alloc_ctx_tensors_from_buft(bt_model_context(o->m), bt_cpu_buffer_type());
-    if (!o->wbuf) return false;
-    bt_buffer_set_usage(o->wbuf, BT_BUFFER_USAGE_WEIGHTS);
-    bt_model_init_weights(o->m);
-    o->ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
-    if (!o->ctx || bt_model_build_graph(o->m, o->ctx, &o->g) != BT_OK) return false;
-    o->galloc = bt_gallocr_new(bt_cpu_buffer_type());
-    return o->galloc && bt_gallocr_alloc_graph(o->galloc, o->g.graph);
-}
-
-static void one_proc_free(struct one_proc *o) {
-    if (o->galloc) bt_gallocr_free(o->galloc);
-    if (o->ctx) bt_free(o->ctx);
-    if (o->wbuf) bt_buffer_free(o->wbuf);
-    if (o->m) bt_model_free(o->m);
-    if (o->backend) bt_backend_free(o->backend);
-}
-
-/* Seconds for M micro-batches, inputs set as the pipeline's rank 0 sets them,
- * with the calling thread on `cores` for the while. */
-static double one_proc_run(struct one_proc *o, int M, const cpu_set_t *cores) {
-    cpu_set_t own;
-    const bool widen = cores_widen(cores, &own);
-    double s = bt_now_s();
-    for (int k = 0; k < M && s >= 0; k++) {
-        bt_model_set_inputs(o->m, &o->g, k);
-        if (bt_backend_graph_compute(o->backend, o->g.graph) != BT_OK) s = -1;
-    }
-    if (s >= 0) s = bt_now_s() - s;
-    cores_restore(widen, &own);
-    return s;
 }
 
 /* Ranks other than 0 while rank 0 measures alone: wait for its word,
@@ -293,7 +238,7 @@ static void print_row(int P, int M, enum bt_dist_progress mode, double tokens, d
     fflush(stdout);
 }
 
-/* ---- a GGUF model through the pipeline (--model) ---- */
+/* ---- a GGUF model through the pipeline ---- */
 
 /* Seconds for prompts 0..M-1, with the calling thread on `cores` for the
  * while; -1 on an error (in err). */
@@ -376,21 +321,14 @@ static double model_dist_decode(bt_transport *t, struct bt_model_dist *md, int64
     return s;
 }
 
-/* bench pipeline --model: the file's prompts of n tokens through the
- * runtime, next to one process, for each M and progress mode. */
-static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, int64_t decode, int copies,
-                                int threads, const int *mbs, int n_mbs, const enum bt_dist_progress *modes,
-                                int n_modes, int progress_us, bool ordered) {
+/* The model's prompts of n tokens through the runtime, next to one process,
+ * for each M and progress mode (and a decode after a prompt).  what: the
+ * model in words. */
+static int bench_pipeline_model(bt_transport *t, struct bt_gguf *g, const char *what, int64_t n, int64_t decode,
+                                int copies, int threads, const int *mbs, int n_mbs,
+                                const enum bt_dist_progress *modes, int n_modes, int progress_us, bool ordered) {
     const int P = t->size;
     char err[1024] = "";
-    struct bt_gguf *g = NULL;
-    /* the lowest failing rank's message, printed once (the same file: usually rank 0's) */
-    if (bt_rank_agree(t, bt_gguf_open(path, &g, err, sizeof err), NULL, err, sizeof err) != BT_OK) {
-        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
-        bt_gguf_close(g);
-        bt_transport_mpi_finalize(t);
-        return 1;
-    }
     bt_backend_t backend = bt_backend_cpu_init(threads);
     bt_transport *device_t = ordered ? bt_transport_ordered_new(t) : NULL;
     if (!backend || (ordered && !device_t)) {
@@ -404,27 +342,31 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     gather_cores(t, &all_cores);
     if (t->rank == 0) {
         const bool widen = cores_widen(&all_cores, &own_cores);
-        const bool ok = bt_cli_prompts_init(&one, path, n, n + decode, P * threads, err, sizeof err);
+        const bool ok = bt_cli_prompts_init(&one, g, n, n + decode, P * threads, err, sizeof err);
         cores_restore(widen, &own_cores);
         if (!ok) {
             fprintf(stderr, "baton bench pipeline: the one-process run: %s\n", err);
             t->iface.abort(t, 1);
         }
     }
+    /* equal stages: an even layer split when it divides */
+    const int n_layer = bt_gguf_n_layers(g);
+    int *counts = n_layer % P == 0 ? malloc(sizeof(int) * (size_t)P) : NULL;
+    for (int r = 0; counts && r < P; r++) counts[r] = n_layer / P;
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);
     mp.n_ctx = n + decode;
     mp.n_ubatch = n;
     mp.dist.n_copies = copies;
+    mp.dist.layers_per_rank = counts;
     mp.dist.device_transport = device_t;
     struct bt_model_dist *md = NULL;
     if (bt_model_dist_open(t, backend, g, &mp, &md, err, sizeof err) != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
         if (t->rank == 0) bt_cli_prompts_free(&one);
+        free(counts);
         if (device_t) device_t->iface.free(device_t);
         bt_backend_free(backend);
-        bt_gguf_close(g);
-        bt_transport_mpi_finalize(t);
         return 1;
     }
     const struct bt_hparams *h = bt_model_dist_hparams(md);
@@ -439,7 +381,7 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
         const struct bt_plan *plan = bt_dist_get_plan(bt_model_dist_runtime(md));
         printf("pipeline: P = %d ranks x %d thread(s), %s (%s, %d layers, d_model %lld), prompts of %lld tokens, "
                "n_copies %d, %d splits, x over %s\n",
-               P, threads, path, h->n_expert > 0 ? "MoE" : "dense", h->n_layer, (long long)h->n_embd, (long long)n,
+               P, threads, what, h->n_expert > 0 ? "MoE" : "dense", h->n_layer, (long long)h->n_embd, (long long)n,
                copies, plan->n_splits, ordered ? "the ordered transport" : "MPI (tags)");
         printf("one process: bt_llm_decode of the same prompts on rank 0 alone with %d threads on the ranks' %d cores\n",
                P * threads, CPU_COUNT(&all_cores));
@@ -486,29 +428,32 @@ static int bench_pipeline_model(bt_transport *t, const char *path, int64_t n, in
     free(all);
     free(tok);
     free(last);
+    free(counts);
     bt_model_dist_free(md);
     if (device_t) device_t->iface.free(device_t);
     if (t->rank == 0) bt_cli_prompts_free(&one);
     bt_backend_free(backend);
-    bt_gguf_close(g);
-    bt_transport_mpi_finalize(t);
     return 0;
 }
 
 int bt_cli_bench_pipeline(int argc, char **argv) {
-    struct bt_model_config cfg;
-    bt_model_config_default(&cfg);
-    cfg.ffn = BT_FFN_MLP;
-    cfg.n_layers = 8;
-    cfg.d_model = 1024;
-    cfg.n_heads = 16;
-    cfg.d_ff = 2048;
+    /* a dense llama of 8 layers 1024 wide: compute-bound micro-batches */
+    struct bt_random_model cfg;
+    bt_random_model_default(&cfg);
+    cfg.arch = "llama";
+    cfg.n_expert = 0;
+    cfg.n_layer = 8;
+    cfg.n_embd = 1024;
+    cfg.n_head = 16;
+    cfg.n_head_kv = 16;
+    cfg.head_dim = 64;
+    cfg.n_ff = 2048;
     cfg.n_vocab = 256;
-    cfg.n_tokens = 128;
+    long tokens = 128;
     int copies = 2, threads = 1, progress_us = 50;
     bool ordered = false; /* --device ordered: activations over the ordered transport */
-    const char *model_path = NULL; /* --model: a GGUF file instead of the synthetic model */
-    bool model_opt = false;        /* a built-in model's option given (not --tokens) */
+    const char *model_path = NULL; /* --model: a GGUF file instead of the built-in model */
+    bool model_opt = false;        /* a built-in model's option given */
     long decode = 0;               /* --decode N: tokens decoded one at a time after a prompt */
     int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
     /* after (progress from the compute thread) and before (a progress thread) */
@@ -523,6 +468,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         {"device", required_argument, 0, 'D'},
         {"model", required_argument, 0, 'G'},
         {"decode", required_argument, 0, 'E'},
+        {"tokens", required_argument, 0, 'K'},
+        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
         {"help", no_argument, 0, 'h'},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
@@ -567,6 +514,9 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         } else if (code == 'E') {
             if (!bt_cli_parse_int(optarg, 0, 100000, &decode))
                 snprintf(err, sizeof err, "--decode: '%s' is not an integer in [0, 100000]", optarg);
+        } else if (code == 'K') {
+            if (!bt_cli_parse_int(optarg, 1, 65536, &tokens))
+                snprintf(err, sizeof err, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
         } else if (code == 'G') {
             bt_cli_file_arg("--model", optarg, &model_path, err, sizeof err);
         } else if (code == 'D') {
@@ -602,37 +552,33 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                        "                            (none, the default) or over the ordered\n"
                        "                            transport: the NCCL path's rules (matching by\n"
                        "                            posting order) on the CPU\n"
-                       "      --model FILE.gguf     run this model's prompts of --tokens tokens (its\n"
-                       "                            whole graph split over the ranks) instead of the\n"
-                       "                            built-in model below, next to one process, and\n"
-                       "                            say whether the logits are bitwise the same\n"
-                       "      --decode N            with --model: then N tokens one at a time after a\n"
-                       "                            prompt, each step's logits read before the next\n\n");
-                bt_cli_model_help(stdout, &cfg);
+                       "      --tokens N            a prompt's tokens (default 128)\n"
+                       "      --model FILE.gguf     run this model (its whole graph split over the\n"
+                       "                            ranks) instead of the built-in one below\n"
+                       "      --decode N            then N tokens one at a time after a prompt, each\n"
+                       "                            step's logits read before the next\n"
+                       "The last prompt's logits are compared with one process's (bitwise).\n\n");
+                bt_cli_model_help(stdout, &cfg, false);
             }
             return 0;
         } else if (code == ':' || code == '?') {
             snprintf(err, sizeof err, "bad option %s", argv[optind - 1]);
-        } else if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
+        } else if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
             bt_cli_model_option(&cfg, code, optarg, err, sizeof err);
-            if (code != OPT_TOKENS) model_opt = true;
+            model_opt = true;
         }
         if (err[0]) {
             if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
             return 2;
         }
     }
-    if (decode > 0 && !model_path) {
-        if (!quiet) fprintf(stderr, "baton bench pipeline: --decode needs --model (try --help)\n");
-        return 2;
-    }
     if (model_path && model_opt) {
-        if (!quiet) fprintf(stderr, "baton bench pipeline: --layers, --d-model and the like describe the built-in model; "
-                            "--model's file has its own (try --help)\n");
+        if (!quiet) fprintf(stderr, "baton bench pipeline: --arch, --layers, --embd and the like describe the built-in "
+                            "model; --model's file has its own (try --help)\n");
         return 2;
     }
-    if (bt_model_config_check(&cfg, err, sizeof err) != BT_OK) {
-        if (!quiet) fprintf(stderr, "baton bench pipeline: model: %s\n", err);
+    if (bt_random_model_check(&cfg, err, sizeof err) != BT_OK) {
+        if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
         return 2;
     }
     bt_transport *t = NULL;
@@ -640,102 +586,25 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         if (!quiet && bt_cli_env_rank() == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
         return 1;
     }
-    if (model_path)
-        return bench_pipeline_model(t, model_path, cfg.n_tokens, decode, copies, threads, mbs, n_mbs, modes,
-                                    n_modes, progress_us, ordered);
-    const int P = t->size;
-    bt_backend_t backend = bt_backend_cpu_init(threads);
-    struct bt_model *m = NULL;
-    char merr[256];
-    if (bt_model_new(&cfg, &m, merr, sizeof merr) != BT_OK) {
-        fprintf(stderr, "baton bench pipeline: rank %d: model: %s\n", t->rank, merr);
-        t->iface.abort(t, 1);
+    /* the file (the lowest failing rank's message, printed once), or the
+     * built-in model, which every rank makes the same */
+    char gerr[1024] = "", what[1100];
+    struct bt_gguf *g = NULL;
+    void *bytes = NULL;
+    const enum bt_status st = model_path ? bt_rank_agree(t, bt_gguf_open(model_path, &g, gerr, sizeof gerr), NULL,
+                                                         gerr, sizeof gerr)
+                                         : bt_cli_model_open(&cfg, t, &g, &bytes, gerr, sizeof gerr);
+    int rc = 1;
+    if (st != BT_OK) {
+        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", gerr);
+    } else {
+        if (model_path) snprintf(what, sizeof what, "%s", model_path);
+        else snprintf(what, sizeof what, "the built-in %s model, %s weights", cfg.arch, bt_type_name(cfg.type));
+        rc = bench_pipeline_model(t, g, what, tokens, decode, copies, threads, mbs, n_mbs, modes, n_modes,
+                                  progress_us, ordered);
     }
-    bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    struct bt_model_graph g;
-    if (!backend || !ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
-        fprintf(stderr, "baton bench pipeline: cannot build the model\n");
-        t->iface.abort(t, 1);
-    }
-    /* the one-process run gets every core of the ranks: rank 0 widens its
-     * own to their union while it creates the run's threads and while it
-     * computes (the calling thread is thread 0), and narrows it back after */
-    struct one_proc one;
-    cpu_set_t all_cores, own_cores;
-    gather_cores(t, &all_cores);
-    if (t->rank == 0) {
-        const bool widen = cores_widen(&all_cores, &own_cores);
-        const bool ok = one_proc_init(&one, &cfg, P * threads);
-        cores_restore(widen, &own_cores);
-        if (!ok) {
-            fprintf(stderr, "baton bench pipeline: cannot set up the one-process run (%d threads)\n", P * threads);
-            t->iface.abort(t, 1);
-        }
-    }
-    /* equal stages: an even layer split when it divides */
-    int *counts = NULL;
-    if (cfg.n_layers % P == 0) {
-        counts = malloc(sizeof(int) * (size_t)P);
-        for (int r = 0; r < P; r++) counts[r] = cfg.n_layers / P;
-    }
-    bt_transport *device_t = ordered ? bt_transport_ordered_new(t) : NULL;
-    if (ordered && !device_t) {
-        fprintf(stderr, "baton bench pipeline: out of memory\n");
-        t->iface.abort(t, 1);
-    }
-    struct bt_dist_options opt = {.n_copies = copies, .layers_per_rank = counts, .device_transport = device_t};
-    bt_dist *d = bt_dist_new(t, backend, &opt);
-    if (bt_dist_plan(d, g.graph, init_weight, m) != BT_OK) {
-        if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", bt_dist_error(d));
-        t->iface.abort(t, 1);
-    }
-    /* warm-up, both */
-    for (int k = 0; k < 2; k++) {
-        bt_model_set_inputs_with(m, &g, k, bt_dist_set_input_fn, d); /* every rank: each sets what it reads */
-        bt_dist_submit(d);
-    }
-    bt_dist_synchronize(d);
-    rank0_measured(t, t->rank == 0 ? one_proc_run(&one, 1, &all_cores) : 0,
-                   t->rank == 0 ? bt_backend_error(one.backend) : "");
-    struct bt_dist_stats *all = calloc((size_t)P, sizeof *all);
-    if (t->rank == 0) {
-        printf("pipeline: P = %d ranks x %d thread(s), %d layers (%s), d_model %d, d_ff %d, %d tokens, n_copies %d, "
-               "activations over %s\n",
-               P, threads, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, cfg.n_tokens, copies,
-               ordered ? "the ordered transport" : "MPI (tags)");
-        printf("one process: the same model on rank 0 alone with %d threads on the ranks' %d cores, before each M\n",
-               P * threads, CPU_COUNT(&all_cores));
-        printf("progress: how transfers move while a rank computes (compute: its compute thread between ops, "
-               "thread: an MPI progress thread every %d us)\n", progress_us);
-        printf("%4s %4s %-8s %10s %10s %8s %7s %8s %7s %8s   per rank: compute_s / wait_s / wall_s\n", "P", "M",
-               "progress", "tokens/s", "1-proc", "vs_1proc", "ideal", "vs/ideal", "E", "E/ideal");
-    }
-    for (int i = 0; i < n_mbs; i++) {
-        const int M = mbs[i];
-        t->iface.barrier(t);
-        const double one_s = t->rank == 0 ? one_proc_run(&one, M, &all_cores) : 0;
-        rank0_measured(t, one_s, t->rank == 0 ? bt_backend_error(one.backend) : "");
-        for (int mi = 0; mi < n_modes; mi++) {
-            bt_dist_set_progress(d, modes[mi], progress_us);
-            t->iface.barrier(t);
-            bt_dist_reset_stats(d);
-            for (int k = 0; k < M; k++) {
-                bt_model_set_inputs_with(m, &g, k, bt_dist_set_input_fn, d); /* every rank: each sets what it reads */
-                bt_dist_submit(d);
-            }
-            bt_dist_synchronize(d);
-            bt_dist_gather_stats(d, all);
-            if (t->rank == 0) print_row(P, M, modes[mi], (double)cfg.n_tokens, one_s, all, NULL);
-        }
-    }
-    free(all);
-    free(counts);
-    bt_dist_free(d);
-    if (device_t) device_t->iface.free(device_t);
-    if (t->rank == 0) one_proc_free(&one);
-    bt_free(ctx);
-    bt_model_free(m);
-    bt_backend_free(backend);
+    bt_gguf_close(g);
+    free(bytes);
     bt_transport_mpi_finalize(t);
-    return 0;
+    return rc;
 }

@@ -23,21 +23,19 @@
 
 extern char **environ;
 
-void bt_cli_model_defaults(struct bt_model_config *c) {
-    bt_model_config_default(c);
-    c->n_layers = 8;
-    c->d_model = 256;
-    c->n_heads = 8;
-    c->d_ff = 512;
-    c->n_experts = 8;
-    c->top_k = 2;
-    c->n_shared = 1;
-    c->shared_gate = 1;
-    c->norm_topk = 0; /* with the gated shared expert: Qwen2-MoE */
-    c->ffn = BT_FFN_MOE_SHARED;
-    c->n_vocab = 1024;
-    c->n_tokens = 64;
-    c->wtype = BT_TYPE_F32;
+void bt_cli_model_defaults(struct bt_random_model *m) {
+    bt_random_model_default(m);
+    m->arch = "qwen2moe";
+    m->n_layer = 8;
+    m->n_embd = 256;
+    m->n_head = 8;
+    m->n_head_kv = 4;
+    m->head_dim = 32;
+    m->n_ff = 512;
+    m->n_expert = 8;
+    m->n_expert_used = 2;
+    m->n_ff_exp = 256;
+    m->n_vocab = 1024;
 }
 
 /* strtol and strtoull skip blanks and take a sign; a value here is digits
@@ -120,6 +118,17 @@ bool bt_cli_engine_finish(struct bt_cli_engine_opts *o, char *err, size_t n) {
     return bt_rank_backend_topology_check(o->backend, o->topology, err, n);
 }
 
+enum bt_status bt_cli_model_open(const struct bt_random_model *m, bt_transport *t, struct bt_gguf **g, void **bytes,
+                                 char *err, size_t n) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const int64_t phys = pages > 0 && page > 0 ? (int64_t)pages * page : (int64_t)8 << 30;
+    const int64_t share = phys / (t->local_size > 0 ? t->local_size : 1);
+    const enum bt_status st = bt_random_model_open(m, share, g, bytes, err, n);
+    return bt_rank_agree(t, st, NULL, err, n);
+}
+
+/* The weight types a random model can have: those baton quantises to whose
+ * blocks fit small models (32 values). */
 static bool parse_type(const char *s, enum bt_type *t) {
     const enum bt_type ok[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -132,80 +141,81 @@ static bool parse_type(const char *s, enum bt_type *t) {
 }
 
 /* The integer model options: the parser's ranges and the help's, from one
- * table whose upper limits are the model's (bt_model_config_check). */
+ * table. */
 struct int_opt {
     int code;
     const char *name, *help;
-    size_t field; /* offsetof(struct bt_model_config, ...) */
-    int lo, hi;
+    size_t field; /* offsetof(struct bt_random_model, ...) */
+    bool is_int;  /* an int field, else int64_t */
+    long lo, hi;
 };
-#define FIELD(f) offsetof(struct bt_model_config, f)
+#define FIELD(f) offsetof(struct bt_random_model, f)
 static const struct int_opt int_opts[] = {
-    {OPT_LAYERS, "layers", "transformer layers", FIELD(n_layers), 1, BT_MODEL_MAX_LAYERS},
-    {OPT_D_MODEL, "d-model", "width", FIELD(d_model), 1, BT_MODEL_MAX_D_MODEL},
-    {OPT_HEADS, "heads", "attention heads (d-model / heads even)", FIELD(n_heads), 1, BT_MODEL_MAX_D_MODEL},
-    {OPT_D_FF, "d-ff", "feed-forward width of one expert", FIELD(d_ff), 1, BT_MODEL_MAX_D_FF},
-    {OPT_EXPERTS, "experts", "routed experts", FIELD(n_experts), 1, BT_MODEL_MAX_EXPERTS},
-    {OPT_TOP_K, "top-k", "experts used per token (moe-topk/shared)", FIELD(top_k), 1, BT_MODEL_MAX_EXPERTS},
-    {OPT_SHARED, "shared", "shared experts (moe-shared)", FIELD(n_shared), 0, BT_MODEL_MAX_SHARED},
-    {OPT_SHARED_GATE, "shared-gate", "gate the shared experts by a sigmoid", FIELD(shared_gate), 0, 1},
-    {OPT_NORM_TOPK, "norm-topk", "renormalise the top-k weights to sum 1", FIELD(norm_topk), 0, 1},
-    {OPT_VOCAB, "vocab", "vocabulary", FIELD(n_vocab), 1, BT_MODEL_MAX_VOCAB},
-    {OPT_TOKENS, "tokens", "tokens per micro-batch", FIELD(n_tokens), 1, BT_MODEL_MAX_TOKENS},
+    {OPT_LAYERS, "layers", "transformer layers", FIELD(n_layer), true, 1, 512},
+    {OPT_EMBD, "embd", "embedding length", FIELD(n_embd), false, 32, 16384},
+    {OPT_HEADS, "heads", "attention heads", FIELD(n_head), false, 1, 256},
+    {OPT_HEADS_KV, "heads-kv", "key/value heads", FIELD(n_head_kv), false, 1, 256},
+    {OPT_HEAD_DIM, "head-dim", "a head's length", FIELD(head_dim), false, 2, 1024},
+    {OPT_FF, "ff", "dense (and shared expert's) feed-forward length", FIELD(n_ff), false, 1, 65536},
+    {OPT_EXPERTS, "experts", "routed experts, 0: dense (llama only)", FIELD(n_expert), false, 0, 256},
+    {OPT_EXPERTS_USED, "experts-used", "experts per token (= experts: dense MoE)", FIELD(n_expert_used), false, 1,
+     256},
+    {OPT_FF_EXP, "ff-exp", "an expert's feed-forward length", FIELD(n_ff_exp), false, 1, 65536},
+    {OPT_CTX, "ctx", "context_length written to the file", FIELD(n_ctx), false, 1, 1L << 24},
+    {OPT_N_VOCAB, "n-vocab", "tokens in the vocabulary", FIELD(n_vocab), false, 2, 1L << 22},
 };
 #undef FIELD
 
-static int *int_field(struct bt_model_config *c, const struct int_opt *o) { return (int *)((char *)c + o->field); }
-
-void bt_cli_model_help(FILE *f, const struct bt_model_config *c) {
-    fprintf(f, "model (a synthetic MoE transformer with deterministic weights):\n");
-    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
-        const struct int_opt *o = &int_opts[i];
-        char flag[32], text[96];
-        snprintf(flag, sizeof flag, "--%s %s", o->name, o->hi == 1 ? "0|1" : "N");
-        snprintf(text, sizeof text, "%s [%d, %d]", o->help, o->lo, o->hi);
-        fprintf(f, "  %-19s %-52s (default %d)\n", flag, text, *int_field((struct bt_model_config *)c, o));
-        if (o->code == OPT_NORM_TOPK) fprintf(f, "  %-19s (1: Mixtral, Qwen3-MoE; 0: Qwen2-MoE, as norm_topk_prob)\n", "");
-        if (o->code == OPT_D_FF)
-            fprintf(f, "  %-19s %-52s (default %s)\n", "--ffn KIND", "mlp | moe-dense | moe-topk | moe-shared",
-                    bt_ffn_kind_name(c->ffn));
-    }
-    fprintf(f, "  %-19s %-52s (default %s)\n", "--type T", "weight type: f32 f16 bf16 q8_0 q4_0",
-            bt_type_name(c->wtype));
-    fprintf(f, "  %-19s %-52s (default %llu)\n", "--seed N", "weights and inputs [0, 2^64-1]",
-            (unsigned long long)c->seed);
+static long get_int(const struct bt_random_model *m, const struct int_opt *o) {
+    const char *p = (const char *)m + o->field;
+    return o->is_int ? (long)*(const int *)p : (long)*(const int64_t *)p;
 }
 
-bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n) {
+void bt_cli_model_help(FILE *f, const struct bt_random_model *m, bool file) {
+    fprintf(f, "model (random weights from --seed, of a supported architecture):\n");
+    fprintf(f, "  %-20s %-50s (default %s)\n", "--arch A", bt_arch_names(), m->arch);
+    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
+        const struct int_opt *o = &int_opts[i];
+        if ((o->code == OPT_CTX && !file) || (o->code == OPT_N_VOCAB && file)) continue;
+        char flag[32], text[96];
+        snprintf(flag, sizeof flag, "--%s N", o->name);
+        snprintf(text, sizeof text, "%s [%ld, %ld]", o->help, o->lo, o->hi);
+        fprintf(f, "  %-20s %-50s (default %ld)\n", flag, text, get_int(m, o));
+    }
+    fprintf(f, "  %-20s %-50s (default %s)\n", "--type T", "weight type: f32 f16 bf16 q8_0 q4_0", bt_type_name(m->type));
+    fprintf(f, "  %-20s %-50s (default %llu)\n", "--seed N", "the weights [0, 2^64-1]", (unsigned long long)m->seed);
+}
+
+bool bt_cli_model_option(struct bt_random_model *m, int code, const char *value, char *err, size_t n) {
     long v = 0;
     for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
         const struct int_opt *o = &int_opts[i];
         if (o->code != code) continue;
         if (!bt_cli_parse_int(value, o->lo, o->hi, &v)) {
-            snprintf(err, n, "--%s: '%s' is not an integer in [%d, %d]", o->name, value, o->lo, o->hi);
+            snprintf(err, n, "--%s: '%s' is not an integer in [%ld, %ld]", o->name, value, o->lo, o->hi);
             return false;
         }
-        *int_field(c, o) = (int)v;
+        char *p = (char *)m + o->field;
+        if (o->is_int) *(int *)p = (int)v;
+        else *(int64_t *)p = v;
         return true;
     }
     switch (code) {
-    case OPT_FFN: {
-        enum bt_ffn_kind k;
-        if (bt_ffn_kind_from_name(value, &k) != BT_OK) {
-            snprintf(err, n, "--ffn: '%s' is not one of mlp, moe-dense, moe-topk, moe-shared", value);
+    case OPT_ARCH:
+        if (!bt_arch_find(value)) {
+            snprintf(err, n, "--arch: '%s' is not one of %s", value, bt_arch_names());
             return false;
         }
-        c->ffn = k;
+        m->arch = bt_arch_find(value)->name; /* the table's: value may not outlive m */
         return true;
-    }
     case OPT_TYPE:
-        if (!parse_type(value, &c->wtype)) {
+        if (!parse_type(value, &m->type)) {
             snprintf(err, n, "--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0", value);
             return false;
         }
         return true;
     case OPT_SEED:
-        if (!bt_cli_parse_u64(value, &c->seed)) {
+        if (!bt_cli_parse_u64(value, &m->seed)) {
             snprintf(err, n, "--seed: '%s' is not a non-negative integer", value);
             return false;
         }
@@ -548,11 +558,11 @@ void bt_cli_prompt_tokens(int64_t k, int64_t n, int64_t n_vocab, int32_t *tok) {
     for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((k * 7919 + i * 104729 + 17) % n_vocab);
 }
 
-bool bt_cli_prompts_init(struct bt_cli_prompts *p, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
-                         size_t n_err) {
+bool bt_cli_prompts_init(struct bt_cli_prompts *p, struct bt_gguf *g, int64_t n, int64_t n_ctx, int threads,
+                         char *err, size_t n_err) {
     memset(p, 0, sizeof *p);
     p->n = n;
-    if (bt_llm_load(path, 0, -1, &p->m, err, n_err) != BT_OK) return false;
+    if (bt_llm_load_gguf(g, 0, -1, NULL, false, false, &p->m, err, n_err) != BT_OK) return false;
     struct bt_llm_ctx_params cp;
     bt_llm_ctx_default_params(&cp);
     cp.n_ctx = n_ctx;

@@ -9,48 +9,55 @@
 #include <stdio.h>
 
 #include "dist.h"
-#include "model/model.h"
+#include "model/random_model.h"
 #include "topology.h"
 
-/* getopt_long codes of the model options (>= 1000 so they clash with no letter) */
+/* ---- the options of a random-weight model (model/random_model.h): make-model
+ * writes one; demo, bench pipeline and plan make one in memory when given no
+ * file.  getopt_long codes >= 1000 so they clash with no letter. */
 enum {
-    OPT_LAYERS = 1000,
-    OPT_D_MODEL,
+    OPT_ARCH = 1000,
+    OPT_LAYERS,
+    OPT_EMBD,
     OPT_HEADS,
-    OPT_D_FF,
+    OPT_HEADS_KV,
+    OPT_HEAD_DIM,
+    OPT_FF,
     OPT_EXPERTS,
-    OPT_TOP_K,
-    OPT_SHARED,
-    OPT_SHARED_GATE,
-    OPT_NORM_TOPK,
-    OPT_FFN,
-    OPT_VOCAB,
-    OPT_TOKENS,
+    OPT_EXPERTS_USED,
+    OPT_FF_EXP,
     OPT_TYPE,
     OPT_SEED,
+    OPT_CTX,     /* make-model only: the context length written */
+    OPT_N_VOCAB, /* in memory only: make-model takes its vocabulary from a file */
     OPT_MODEL_LAST,
 };
 
 #define BT_CLI_MODEL_LONG_OPTIONS                                                                                   \
-    {"layers", required_argument, 0, OPT_LAYERS}, {"d-model", required_argument, 0, OPT_D_MODEL},                  \
-        {"heads", required_argument, 0, OPT_HEADS}, {"d-ff", required_argument, 0, OPT_D_FF},                      \
-        {"experts", required_argument, 0, OPT_EXPERTS}, {"top-k", required_argument, 0, OPT_TOP_K},               \
-        {"shared", required_argument, 0, OPT_SHARED}, {"shared-gate", required_argument, 0, OPT_SHARED_GATE},      \
-        {"norm-topk", required_argument, 0, OPT_NORM_TOPK},                                                       \
-        {"ffn", required_argument, 0, OPT_FFN}, {"vocab", required_argument, 0, OPT_VOCAB},                        \
-        {"tokens", required_argument, 0, OPT_TOKENS}, {"type", required_argument, 0, OPT_TYPE},                    \
-        {"seed", required_argument, 0, OPT_SEED}
+    {"arch", required_argument, 0, OPT_ARCH}, {"layers", required_argument, 0, OPT_LAYERS},                        \
+        {"embd", required_argument, 0, OPT_EMBD}, {"heads", required_argument, 0, OPT_HEADS},                      \
+        {"heads-kv", required_argument, 0, OPT_HEADS_KV}, {"head-dim", required_argument, 0, OPT_HEAD_DIM},       \
+        {"ff", required_argument, 0, OPT_FF}, {"experts", required_argument, 0, OPT_EXPERTS},                      \
+        {"experts-used", required_argument, 0, OPT_EXPERTS_USED}, {"ff-exp", required_argument, 0, OPT_FF_EXP},   \
+        {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED}
 
-/* The demo's defaults: finishes in seconds on two ranks of a 2-core machine
- * and still shows the pipeline (several micro-batches, several layers per
- * rank, MoE layers). */
-void bt_cli_model_defaults(struct bt_model_config *c);
-/* The model options' help, each with its range and c's value as default.
- * One table in common.c gives both the help and the parser's ranges, and its
- * upper limits are the model's own (BT_MODEL_MAX_* in model/model.h). */
-void bt_cli_model_help(FILE *f, const struct bt_model_config *c);
-/* Apply one model option; false and a message in err for a bad value. */
-bool bt_cli_model_option(struct bt_model_config *c, int code, const char *value, char *err, size_t n);
+/* The model of demo, bench pipeline and plan when given no file: finishes in
+ * seconds on two ranks of a 2-core machine and still shows the pipeline
+ * (several micro-batches, several layers per rank, MoE layers with a gated
+ * shared expert). */
+void bt_cli_model_defaults(struct bt_random_model *m);
+/* The model options' help, each with its range and m's value as default
+ * (one table in common.c gives the help and the parser's ranges); file: the
+ * options of make-model (--ctx; no --n-vocab), else of a model in memory. */
+void bt_cli_model_help(FILE *f, const struct bt_random_model *m, bool file);
+/* Apply one model option (OPT_ARCH .. OPT_MODEL_LAST-1); false and a message
+ * in err for a bad value. */
+bool bt_cli_model_option(struct bt_random_model *m, int code, const char *value, char *err, size_t n);
+/* Collective: the built-in model made in memory on every rank (refused, with
+ * one message from the lowest failing rank in err on every rank, when it
+ * would be larger than this host's memory divided among its ranks). */
+enum bt_status bt_cli_model_open(const struct bt_random_model *m, bt_transport *t, struct bt_gguf **g, void **bytes,
+                                 char *err, size_t n);
 
 /* ---- the rank options of the subcommands that run a GGUF model through the
  * engine (generate, serve, bench model): one parser and one help, so that
@@ -183,8 +190,8 @@ struct bt_cli_prompts {
     int8_t *want;
     float *logits; /* [n_vocab] */
 };
-bool bt_cli_prompts_init(struct bt_cli_prompts *p, const char *path, int64_t n, int64_t n_ctx, int threads, char *err,
-                         size_t n_err);
+bool bt_cli_prompts_init(struct bt_cli_prompts *p, struct bt_gguf *g, int64_t n, int64_t n_ctx, int threads,
+                         char *err, size_t n_err);
 void bt_cli_prompts_free(struct bt_cli_prompts *p);
 /* Prompt k (the cache emptied first). */
 enum bt_status bt_cli_prompts_run(struct bt_cli_prompts *p, int64_t k, char *err, size_t n_err);

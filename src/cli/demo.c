@@ -1,7 +1,8 @@
-/* demo.c - `baton demo`: the built-in main job.  A synthetic MoE transformer
- * runs over the ranks the program was launched with, M micro-batches through
- * the pipeline; rank 0 prints per-rank statistics, tokens per second, the
- * bubble fraction, and whether the output equals a one-rank run. */
+/* demo.c - `baton demo`: the built-in main job.  A model (a GGUF file, or a
+ * random-weight MoE model made in memory) runs over the ranks the program was
+ * launched with on the distributed runtime, M prompts as micro-batches
+ * through the pipeline; rank 0 prints per-rank statistics, tokens per second,
+ * the bubble fraction, and whether the logits equal a one-process run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@
 #include "transport.h"
 
 struct demo_opts {
-    struct bt_model_config model;
+    struct bt_random_model model; /* the model made in memory when no --model */
+    int tokens;                   /* --tokens: a prompt's (a micro-batch's) tokens */
     const char *topology;
     int micro_batches;
     int copies;   /* 0: the topology's, else 2 */
@@ -37,8 +39,8 @@ struct demo_opts {
     const char *dump_plan; /* --dump-plan FILE: the plan as text (bt_plan_dump) */
     double rank_gflops;    /* --rank-gflops: every rank's speed for the plan (0: measured) */
     const char *model_path; /* --model FILE.gguf: its prompts instead of the built-in model */
-    const char *dump_tensors; /* --dump-tensors PATTERN (with --model) */
-    bool model_opt;         /* a built-in model's option given (not --tokens) */
+    const char *dump_tensors; /* --dump-tensors PATTERN */
+    bool model_opt;         /* a built-in model's option given */
 };
 
 static void demo_usage(FILE *f, const struct demo_opts *o) {
@@ -47,10 +49,12 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "       mpirun -np N baton demo [options]\n"
             "       launch/baton-run -t TOPOLOGY -- baton demo [options]\n"
             "\n"
-            "Runs a synthetic Mixture-of-Experts transformer across the ranks it was\n"
-            "launched with (one backend per rank), M micro-batches through the pipeline,\n"
-            "and prints per-rank statistics, tokens per second, the bubble fraction and\n"
-            "whether the output equals a one-rank run of the same model.\n"
+            "Runs a model across the ranks it was launched with (one backend per rank):\n"
+            "its whole graph split over the ranks, M prompts of --tokens tokens as\n"
+            "micro-batches through the pipeline.  Prints per-rank statistics, tokens per\n"
+            "second, the bubble fraction and whether the logits equal one process's.\n"
+            "The model is --model's file, else one with random weights made in memory\n"
+            "from the options below (every rank makes the same).\n"
             "\n"
             "run:\n"
             "  -t, --topology FILE   topology file (default: $BATON_TOPOLOGY, else ranks on\n"
@@ -58,7 +62,8 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "      --backend B       without a topology: cpu (default), or cuda: each rank\n"
             "                        on a GPU (node-local rank mod GPUs), NCCL between the\n"
             "                        GPUs when no two ranks share one, else MPI\n"
-            "  -m, --micro-batches M micro-batches to run           (default %d)\n"
+            "  -m, --micro-batches M micro-batches (prompts) to run (default %d)\n"
+            "      --tokens N        a prompt's tokens [1, 65536]     (default %d)\n"
             "  -c, --copies N        micro-batches in flight (n_copies, 1-%d; default: the\n"
             "                        topology's, else 2)\n"
             "      --threads N       CPU threads per rank (default: the topology's, else the\n"
@@ -72,18 +77,15 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "      --dump-plan FILE  write the plan as text (as `baton plan --dump-plan`)\n"
             "      --rank-gflops X   plan with this speed for every rank instead of measuring\n"
             "                        it (measurements vary between runs; this reproduces a plan)\n"
-            "      --model FILE.gguf run this model (its whole graph, split over the ranks)\n"
-            "                        on prompts of --tokens tokens instead of the built-in\n"
-            "                        model below; the check compares each prompt's logits\n"
-            "                        with one process's\n"
-            "      --dump-tensors PATTERN  with --model: each computed node whose name matches\n"
+            "      --model FILE.gguf run this model instead of the built-in one below\n"
+            "      --dump-tensors PATTERN  each computed node whose name matches\n"
             "                        PATTERN (a glob, e.g. 'blk.*.out') on stderr, from the\n"
             "                        rank that computes it: shape, min, max, mean, hash\n"
             "  -v, --verbose         print the plan\n"
             "  -h, --help            this text\n"
             "\n",
-            o->micro_batches, BT_SCHED_MAX_COPIES, o->progress_us);
-    bt_cli_model_help(f, &o->model);
+            o->micro_batches, o->tokens, BT_SCHED_MAX_COPIES, o->progress_us);
+    bt_cli_model_help(f, &o->model, false);
 }
 
 /* ---- option parsing ------------------------------------------------------------ */
@@ -100,7 +102,8 @@ enum {
     OPT_DUMP_PLAN,
     OPT_RANK_GFLOPS,
     OPT_GGUF,
-    OPT_DUMP_TENSORS
+    OPT_DUMP_TENSORS,
+    OPT_TOKENS
 };
 
 /* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
@@ -123,6 +126,8 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"dump-tensors", required_argument, 0, OPT_DUMP_TENSORS},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
+        {"tokens", required_argument, 0, OPT_TOKENS},
+        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
@@ -182,6 +187,10 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
             o->dump_tensors = optarg;
             break;
+        case OPT_TOKENS:
+            if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, errn, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
+            else o->tokens = (int)v;
+            break;
         case 'v': o->verbose = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
@@ -190,9 +199,9 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
             break;
         default:
-            if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
+            if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
                 bt_cli_model_option(&o->model, code, optarg, err, errn);
-                if (code != OPT_TOKENS) o->model_opt = true;
+                o->model_opt = true;
             }
             break;
         }
@@ -205,18 +214,13 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
         return 2;
     }
-    if (o->dump_tensors && !o->model_path) {
-        snprintf(err, errn, "--dump-tensors needs --model (try: baton demo --help)");
-        return 2;
-    }
     if (o->model_path && o->model_opt) {
-        snprintf(err, errn, "--layers, --d-model and the like describe the built-in model; --model's file has its "
-                            "own (try: baton demo --help)");
+        snprintf(err, errn, "--arch, --layers, --embd and the like describe the built-in model; --model's file has "
+                            "its own (try: baton demo --help)");
         return 2;
     }
-    char merr[256];
-    if (bt_model_config_check(&o->model, merr, sizeof merr) != BT_OK) {
-        snprintf(err, errn, "model: %s", merr);
+    if (bt_random_model_check(&o->model, err, errn) != BT_OK) {
+        strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
         return 2;
     }
     return -1; /* go on */
@@ -249,20 +253,20 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     bt_cli_agree_add(it, &n, "--trace", o->trace != NULL, "%s", "");
     bt_cli_agree_add(it, &n, "--model", o->model_path != NULL, "%s", o->model_path ? o->model_path : "");
     bt_cli_agree_add(it, &n, "--dump-tensors", o->dump_tensors != NULL, "%s", o->dump_tensors ? o->dump_tensors : "");
-    const struct bt_model_config *m = &o->model;
-    bt_cli_agree_add(it, &n, "--layers", true, "%d", m->n_layers);
-    bt_cli_agree_add(it, &n, "--d-model", true, "%d", m->d_model);
-    bt_cli_agree_add(it, &n, "--heads", true, "%d", m->n_heads);
-    bt_cli_agree_add(it, &n, "--d-ff", true, "%d", m->d_ff);
-    bt_cli_agree_add(it, &n, "--ffn", true, "%s", bt_ffn_kind_name(m->ffn));
-    bt_cli_agree_add(it, &n, "--experts", true, "%d", m->n_experts);
-    bt_cli_agree_add(it, &n, "--top-k", true, "%d", m->top_k);
-    bt_cli_agree_add(it, &n, "--shared", true, "%d", m->n_shared);
-    bt_cli_agree_add(it, &n, "--shared-gate", true, "%d", m->shared_gate);
-    bt_cli_agree_add(it, &n, "--norm-topk", true, "%d", m->norm_topk);
-    bt_cli_agree_add(it, &n, "--vocab", true, "%d", m->n_vocab);
-    bt_cli_agree_add(it, &n, "--tokens", true, "%d", m->n_tokens);
-    bt_cli_agree_add(it, &n, "--type", true, "%s", bt_type_name(m->wtype));
+    const struct bt_random_model *m = &o->model;
+    bt_cli_agree_add(it, &n, "--tokens", true, "%d", o->tokens);
+    bt_cli_agree_add(it, &n, "--arch", true, "%s", m->arch);
+    bt_cli_agree_add(it, &n, "--layers", true, "%d", m->n_layer);
+    bt_cli_agree_add(it, &n, "--embd", true, "%lld", (long long)m->n_embd);
+    bt_cli_agree_add(it, &n, "--heads", true, "%lld", (long long)m->n_head);
+    bt_cli_agree_add(it, &n, "--heads-kv", true, "%lld", (long long)m->n_head_kv);
+    bt_cli_agree_add(it, &n, "--head-dim", true, "%lld", (long long)m->head_dim);
+    bt_cli_agree_add(it, &n, "--ff", true, "%lld", (long long)m->n_ff);
+    bt_cli_agree_add(it, &n, "--experts", true, "%lld", (long long)m->n_expert);
+    bt_cli_agree_add(it, &n, "--experts-used", true, "%lld", (long long)m->n_expert_used);
+    bt_cli_agree_add(it, &n, "--ff-exp", true, "%lld", (long long)m->n_ff_exp);
+    bt_cli_agree_add(it, &n, "--n-vocab", true, "%lld", (long long)m->n_vocab);
+    bt_cli_agree_add(it, &n, "--type", true, "%s", bt_type_name(m->type));
     bt_cli_agree_add(it, &n, "--seed", true, "%llu", (unsigned long long)m->seed);
     return n;
 }
@@ -270,87 +274,25 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
 
 /* ---- the run ------------------------------------------------------------------------ */
 
-struct init_ctx {
-    const struct bt_model *m;
-    struct bt_progress *progress;
-    int done, total;
-};
-
-static void init_weight(struct bt_tensor *w, void *user) {
-    struct init_ctx *ic = user;
-    bt_model_init_weight(ic->m, w);
-    bt_progress_update(ic->progress, ++ic->done, ic->total);
-}
-
-/* Rank 0: the same model run in this one process, micro-batch by
- * micro-batch, against the pipeline's outputs (bitwise).  false when they
- * differ or the reference cannot run; the verdict in words in result. */
-static bool check_one_rank(const struct bt_model_config *cfg, bt_backend_t backend, const float *outs, int M,
-                           char *result, size_t n) {
-    struct bt_progress cp;
-    bt_progress_begin(&cp, true, "checking against a one-rank run");
-    struct bt_model *ref = NULL;
-    char merr[256];
-    if (bt_model_new(cfg, &ref, merr, sizeof merr) != BT_OK)
-        fprintf(stderr, "baton demo: the one-process reference: model: %s\n", merr);
-    bt_buffer_t wbuf = ref ? bt_alloc_ctx_tensors(bt_model_context(ref), backend) : NULL;
-    bt_context *rctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(cfg), NULL, true});
-    struct bt_model_graph rg;
-    bt_sched_t single = NULL;
-    float *want = NULL;
-    size_t out_bytes = 0;
-    bool ok = ref && wbuf && rctx && bt_model_build_graph(ref, rctx, &rg) == BT_OK;
-    if (ok) {
-        bt_model_init_weights(ref);
-        char why[256];
-        if (bt_sched_new(&backend, NULL, 1, (size_t)bt_model_graph_size(cfg) * 2, 1, &single, why, sizeof why) != BT_OK)
-            fprintf(stderr, "baton demo: the one-process reference: %s\n", why);
-        out_bytes = bt_nbytes(rg.logits);
-        want = malloc(out_bytes);
-        ok = single && want;
-    }
-    int bad = -1;
-    for (int k = 0; ok && k < M && bad < 0; k++) {
-        ok = bt_sched_alloc_graph(single, rg.graph) == BT_OK;
-        if (!ok) break;
-        bt_model_set_inputs(ref, &rg, k);
-        ok = bt_sched_graph_compute(single, rg.graph) == BT_OK;
-        bt_tensor_get(rg.logits, want, 0, out_bytes);
-        if (memcmp(want, (const uint8_t *)outs + out_bytes * (size_t)k, out_bytes) != 0) bad = k;
-        bt_progress_update(&cp, k + 1, M);
-    }
-    bt_progress_end(&cp);
-    if (!ok) snprintf(result, n, "could not run the one-rank reference");
-    else if (bad >= 0) snprintf(result, n, "FAILED: micro-batch %d differs from a one-rank run", bad);
-    else snprintf(result, n, "output equals a one-rank run (%d micro-batches, bitwise)", M);
-    free(want);
-    bt_sched_free(single); /* before the graph's context */
-    bt_free(rctx);
-    bt_buffer_free(wbuf);
-    bt_model_free(ref);
-    return ok && bad < 0;
-}
-
-/* what: the model in words for --model (the built-in one's options otherwise) */
+/* what: the model in words */
 static void print_stats(const struct demo_opts *o, const char *what, const struct bt_dist_stats *all, int P, int M,
                         double wall, const char *check_result, int n_threads) {
     double compute = 0;
     for (int r = 0; r < P; r++) compute += all[r].compute_s;
     const double E = wall > 0 ? compute / ((double)P * wall) : 0;
     const double ideal = (double)M / (double)(M + P - 1);
-    const double tokens = (double)M * o->model.n_tokens;
+    const double tokens = (double)M * o->tokens;
     if (o->json) {
         printf("{\"ranks\": %d, \"threads_per_rank\": %d, \"micro_batches\": %d, \"n_copies\": %d, ", P,
                n_threads, M, o->copies);
-        if (o->model_path) {
-            printf("\"model\": ");
-            bt_cli_json_str(stdout, o->model_path, strlen(o->model_path));
-        } else {
-            printf("\"layers\": %d, \"ffn\": \"%s\"", o->model.n_layers, bt_ffn_kind_name(o->model.ffn));
-        }
+        printf("\"model\": ");
+        if (o->model_path) bt_cli_json_str(stdout, o->model_path, strlen(o->model_path));
+        else printf("null");
+        printf(", \"what\": ");
+        bt_cli_json_str(stdout, what, strlen(what));
         printf(", \"tokens_per_micro_batch\": %d, \"wall_s\": %.6f, \"tokens_per_s\": %.2f, "
                "\"pipeline_efficiency\": %.4f, \"ideal_efficiency\": %.4f, \"check\": ",
-               o->model.n_tokens, wall, tokens / wall, E, ideal);
+               o->tokens, wall, tokens / wall, E, ideal);
         bt_cli_json_str(stdout, check_result, strlen(check_result));
         printf(", \"per_rank\": [");
         for (int r = 0; r < P; r++) {
@@ -367,13 +309,7 @@ static void print_stats(const struct demo_opts *o, const char *what, const struc
         printf("]}\n");
         return;
     }
-    if (what)
-        printf("baton demo: %s\n", what);
-    else
-        printf("baton demo: %d layers (%s, %d experts, top-%d, %d shared), d_model %d, %d tokens per micro-batch, %s "
-               "weights\n",
-               o->model.n_layers, bt_ffn_kind_name(o->model.ffn), o->model.n_experts, o->model.top_k,
-               o->model.n_shared, o->model.d_model, o->model.n_tokens, bt_type_name(o->model.wtype));
+    printf("baton demo: %s\n", what);
     printf("%d ranks x %d threads, %d micro-batches, %d in flight\n\n", P, n_threads, M, o->copies);
     printf("rank  layers   nodes  compute_s   wait_s   send_s   wall_s  bubble   sent_MiB  recv_MiB  weights_MiB  peak_MiB\n");
     for (int r = 0; r < P; r++) {
@@ -403,13 +339,13 @@ static void print_stats(const struct demo_opts *o, const char *what, const struc
 
 /* Rank 0: the prompts in one process (bt_llm_decode, CPU), each against the
  * pipeline's logits (bitwise). */
-static bool check_model_one_rank(const char *path, int64_t n, const float *outs, int M, int64_t n_vocab,
+static bool check_model_one_rank(struct bt_gguf *g, int64_t n, const float *outs, int M, int64_t n_vocab,
                                  char *result, size_t len) {
     struct bt_progress cp;
     bt_progress_begin(&cp, true, "checking against a one-rank run");
     char err[1024] = "";
     struct bt_cli_prompts one;
-    bool ok = bt_cli_prompts_init(&one, path, n, n, 0, err, sizeof err);
+    bool ok = bt_cli_prompts_init(&one, g, n, n, 0, err, sizeof err);
     int bad = -1;
     for (int k = 0; ok && k < M && bad < 0; k++) {
         ok = bt_cli_prompts_run(&one, k, err, sizeof err) == BT_OK;
@@ -432,7 +368,7 @@ static uint64_t dist_computing(const void *md) { return (uint64_t)bt_model_dist_
 static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, char *err, size_t n_err) {
     bt_transport *t = R->t;
     const int P = R->size, rank = R->rank;
-    const int64_t n = o->model.n_tokens;
+    const int64_t n = o->tokens;
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);
     mp.n_ctx = n;
@@ -497,15 +433,21 @@ static int run_model(struct demo_opts *o, struct bt_rank *R, struct bt_gguf *g, 
     }
     char check_result[1280] = "skipped (--no-check, or the model is large)";
     if (rank == 0 && o->check &&
-        !check_model_one_rank(o->model_path, n, outs, M, h->n_vocab, check_result, sizeof check_result))
+        !check_model_one_rank(g, n, outs, M, h->n_vocab, check_result, sizeof check_result))
         rc = 1;
     if (rank == 0) {
         double wall = 0;
         for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-        char what[1400];
-        snprintf(what, sizeof what, "%s (%s, %d layers, d_model %lld%s), %lld tokens per micro-batch", o->model_path,
-                 bt_model_dist_arch_name(md), h->n_layer, (long long)h->n_embd, h->n_expert > 0 ? ", MoE" : "",
-                 (long long)n);
+        char what[1400], moe[96] = "";
+        if (h->n_expert > 0)
+            snprintf(moe, sizeof moe, ", %lld experts, %lld used", (long long)h->n_expert, (long long)h->n_expert_used);
+        if (o->model_path)
+            snprintf(what, sizeof what, "%s (%s, %d layers, d_model %lld%s), %lld tokens per micro-batch",
+                     o->model_path, bt_model_dist_arch_name(md), h->n_layer, (long long)h->n_embd, moe, (long long)n);
+        else
+            snprintf(what, sizeof what, "built-in %s model, %d layers, d_model %lld%s, %s weights, %lld tokens per "
+                     "micro-batch", bt_model_dist_arch_name(md), h->n_layer, (long long)h->n_embd, moe,
+                     bt_type_name(o->model.type), (long long)n);
         print_stats(o, what, all, P, M, wall, check_result, R->threads);
     }
     int64_t rcv = rc;
@@ -522,6 +464,7 @@ int bt_cli_demo(int argc, char **argv) {
     struct demo_opts o;
     memset(&o, 0, sizeof o);
     bt_cli_model_defaults(&o.model);
+    o.tokens = 64;
     o.micro_batches = 16;
     o.check = -1;
     o.progress_us = 50;
@@ -547,6 +490,8 @@ int bt_cli_demo(int argc, char **argv) {
 
     /* --model: the file checked (its layers for the partition) before MPI */
     struct bt_gguf *gguf = NULL;
+    void *bytes = NULL; /* the built-in model's file in memory */
+    int n_layers = o.model.n_layer;
     if (!prc && o.model_path) {
         const struct bt_arch *arch;
         struct bt_hparams hp;
@@ -554,7 +499,7 @@ int bt_cli_demo(int argc, char **argv) {
             bt_llm_check_gguf(gguf, &arch, &hp, perr, sizeof perr) != BT_OK)
             prc = 1;
         else
-            o.model.n_layers = hp.n_layer;
+            n_layers = hp.n_layer;
     }
 
     /* the rank, in two steps around the ranks' agreement on their command
@@ -567,7 +512,7 @@ int bt_cli_demo(int argc, char **argv) {
         .threads = o.threads,
         .copies = o.copies,
         .partition = o.partition,
-        .n_layers = o.model.n_layers,
+        .n_layers = n_layers,
         .progress_us = o.progress_us,
     };
     struct bt_rank R;
@@ -575,21 +520,11 @@ int bt_cli_demo(int argc, char **argv) {
         bt_gguf_close(gguf);
         return prc;
     }
-    bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
     bt_cli_signals_install("baton demo", rank);
     /* every rank takes the same path through the checks below: a failure is
      * reported once (rank 0) and every rank leaves through `out` */
-    int rc = 0;
-    bt_backend_t backend = NULL;
-    struct bt_model *model = NULL;
-    bt_context *gctx = NULL;
-    bt_dist *d = NULL;
-    float *outs = NULL;
-    struct bt_dist_stats *all = NULL;
     char err[1024] = "";
-    int threads = 0;
-
     if (!prc && P > BT_TOPO_MAX_RANKS) {
         snprintf(perr, sizeof perr, "%d ranks: baton runs at most %d (BT_SCHED_MAX_BACKENDS)", P, BT_TOPO_MAX_RANKS);
         prc = 1;
@@ -599,110 +534,19 @@ int bt_cli_demo(int argc, char **argv) {
     struct bt_cli_agree_item items[DEMO_AGREE_ITEMS];
     const int n_items = agree_items(&o, items);
     BT_ASSERT(n_items == DEMO_AGREE_ITEMS);
-    rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
+    int rc = bt_cli_rank_agree(&R, &rcfg, prc, perr, sizeof perr, items, n_items, err, sizeof err);
     if (rc != 0) goto out;
-    backend = R.backend;
-    threads = R.threads;
     o.copies = R.copies;
-    if (o.model_path) {
-        rc = run_model(&o, &R, gguf, err, sizeof err);
-        goto out;
-    }
-    char merr[256];
-    if (bt_model_new(&o.model, &model, merr, sizeof merr) != BT_OK) {
-        fprintf(stderr, "baton demo: rank %d: model: %s\n", rank, merr);
-        t->iface.abort(t, 1);
-    }
-    gctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&o.model), NULL, true});
-    struct bt_model_graph g;
-    if (!gctx || bt_model_build_graph(model, gctx, &g) != BT_OK) {
-        fprintf(stderr, "baton demo: rank %d: cannot build the model%s%s\n", rank, gctx ? ": " : "",
-                gctx ? bt_context_error(gctx) : "");
-        t->iface.abort(t, 1);
-    }
-
-    struct bt_dist_options dopt = R.dist;
-    dopt.verbose = o.verbose && !o.json;
-    dopt.gflops = o.rank_gflops;
-    d = bt_dist_new(t, backend, &dopt);
-    struct bt_progress prog;
-    bt_progress_begin(&prog, rank == 0, "planning and creating weights");
-    struct init_ctx ic = {model, &prog, 0, bt_model_n_weights(model) / (P > 0 ? P : 1)};
-    const enum bt_status st = bt_dist_plan(d, g.graph, init_weight, &ic);
-    bt_progress_end(&prog);
-    if (st != BT_OK) {
-        snprintf(err, sizeof err, "%s", bt_dist_error(d));
+    /* the built-in model: every rank makes the same bytes */
+    if (!gguf && bt_cli_model_open(&o.model, R.t, &gguf, &bytes, err, sizeof err) != BT_OK) {
         rc = 1;
         goto out;
     }
-    if (o.dump_plan && rank == 0) {
-        if (bt_cli_dump_plan(bt_dist_get_plan(d), o.dump_plan, "baton demo") != 0) t->iface.abort(t, 1);
-    }
-    if (o.trace && bt_dist_enable_trace(d, 64 + o.micro_batches * 64) != BT_OK) {
-        fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
-        t->iface.abort(t, 1);
-    }
-
-    /* rank 0 keeps every micro-batch's output when checking */
-    const int M = o.micro_batches;
-    const size_t out_bytes = bt_nbytes(g.logits);
-    if (o.check < 0) o.check = bt_model_weight_bytes(&o.model) <= ((size_t)512 << 20);
-    if (rank == 0 && o.check) {
-        outs = malloc(out_bytes * (size_t)M);
-        if (!outs) {
-            fprintf(stderr, "baton demo: out of memory keeping %d outputs for the check (try --no-check)\n", M);
-            t->iface.abort(t, 1);
-        }
-    }
-    bt_dist_reset_stats(d);
-    for (int k = 0; k < M; k++) {
-        if (bt_model_set_inputs_with(model, &g, k, bt_dist_set_input_fn, d) != BT_OK) { /* every rank sets what it reads */
-            fprintf(stderr, "baton demo: rank %d: %s\n", rank, bt_dist_error(d));
-            t->iface.abort(t, 1);
-        }
-        bt_dist_submit(d); /* a failure mid-pipeline stops every rank with its message */
-        const int ready = k - (o.copies - 1);
-        if (ready >= 0 && outs &&
-            bt_dist_get_output(d, ready, g.logits, (uint8_t *)outs + out_bytes * (size_t)ready, out_bytes) != BT_OK) {
-            fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
-            t->iface.abort(t, 1);
-        }
-    }
-    bt_dist_synchronize(d);
-    for (int k = M - o.copies + 1 > 0 ? M - o.copies + 1 : 0; outs && k < M; k++)
-        bt_dist_get_output(d, k, g.logits, (uint8_t *)outs + out_bytes * (size_t)k, out_bytes);
-
-    all = calloc((size_t)P, sizeof *all);
-    bt_dist_gather_stats(d, all);
-    if (o.trace) {
-        if (bt_dist_write_trace(d, o.trace) != BT_OK) {
-            if (rank == 0) fprintf(stderr, "baton demo: %s\n", bt_dist_error(d));
-            rc = 1;
-        } else if (rank == 0 && !o.json) {
-            fprintf(stderr, "trace written to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", o.trace);
-        }
-    }
-
-    char check_result[256] = "skipped (--no-check, or the model is large)";
-    if (rank == 0 && o.check && !check_one_rank(&o.model, backend, outs, M, check_result, sizeof check_result))
-        rc = 1;
-    if (rank == 0) {
-        double wall = 0;
-        for (int r = 0; r < P; r++) wall = all[r].wall_s > wall ? all[r].wall_s : wall;
-        print_stats(&o, NULL, all, P, M, wall, check_result, threads);
-    }
-    int64_t rcv = rc;
-    t->iface.allreduce_max(t, &rcv, 1);
-    rc = (int)rcv;
-
+    rc = run_model(&o, &R, gguf, err, sizeof err);
 out:
     if (err[0] && rank == 0) fprintf(stderr, "baton demo: %s\n", err);
-    free(all);
-    free(outs);
-    bt_dist_free(d); /* before the graph's context */
-    bt_free(gctx);
-    bt_model_free(model);
     bt_gguf_close(gguf);
+    free(bytes);
     bt_cli_rank_end(&R, rc); /* device transport, backend, topology, MPI */
     return rc;
 }

@@ -1,14 +1,13 @@
-/* plan.c - `baton plan -m MODEL.gguf [-t TOPOLOGY]`: the plan `baton
+/* plan.c - `baton plan [-m MODEL.gguf] [-t TOPOLOGY]`: the plan `baton
  * generate` runs for a GGUF model (src/run/model_plan.h: the engine's
  * placement and the splitter on the model's graph, from the file's metadata
  * alone), for a topology's declared ranks or one CPU rank on this machine.
- *
- * `baton plan -t TOPOLOGY [model options]`: the placement and the splits of
- * the synthetic demo model for a topology, without MPI and without running
- * anything.  CPU ranks
- * are costed at this machine's measured single-thread mul_mat speed times
- * their threads; CUDA ranks at an assumed 400 TFLOP/s (an H200-class GPU on
- * these shapes) unless BATON_PLAN_GPU_GFLOPS says otherwise.
+ * Without -m, the built-in random-weight model of the model options (its
+ * file header alone: a model of any size is planned without its weights).
+ * CPU ranks are costed at this machine's measured single-thread mul_mat
+ * speed times their threads; CUDA ranks at an assumed 400 TFLOP/s (an
+ * H200-class GPU on these shapes) unless BATON_PLAN_GPU_GFLOPS says
+ * otherwise.
  *
  * `baton plan --project FILE [model options]`: the throughput of the model
  * on a cluster described by FILE (src/cli/project_file.c), on paper
@@ -25,115 +24,126 @@
 #include "run/bringup.h"
 #include "run/model_plan.h"
 
-static void plan_usage(FILE *f, const struct bt_model_config *c) {
+static void plan_usage(FILE *f, const struct bt_random_model *m) {
     fprintf(f,
-            "usage: baton plan -m MODEL.gguf [-t TOPOLOGY] [--ubatch N] [-c N] [--json]\n"
-            "       baton plan -t TOPOLOGY [options]\n"
+            "usage: baton plan [-m MODEL.gguf | model options] [-t TOPOLOGY] [options]\n"
+            "       baton plan --project CLUSTER.yaml [model options]\n"
             "\n"
-            "With -m: the plan `baton generate` runs for the model on the topology's ranks\n"
-            "(without -t: one CPU rank on this machine), from the file's metadata alone:\n"
-            "per rank its layers, splits, nodes, weights, KV cache and predicted time per\n"
-            "ubatch, and every transfer with its bytes per ubatch and transport.\n"
+            "The plan `baton generate` runs for the model on the topology's ranks (without\n"
+            "-t: one CPU rank on this machine), from the file's metadata alone: per rank\n"
+            "its layers, splits, nodes, weights, KV cache and predicted time per ubatch,\n"
+            "and every transfer with its bytes per ubatch and transport.  Without -m, the\n"
+            "built-in model of the options below (demo's; planned without its weights,\n"
+            "so a model of any size can be).\n"
             "\n"
             "  -m, --model FILE      the GGUF model\n"
+            "  -t, --topology FILE   the ranks (default: one CPU rank of this machine)\n"
             "      --ubatch N        tokens in one ubatch (default 512)\n"
             "  -c, --ctx-size N      KV cache cells (default 4096)\n"
             "      --parallel N      sequences (default 1)\n"
             "      --partition P     auto, or layer counts per rank: 12,12 (default: the\n"
             "                        topology's)\n"
             "      --json            the plan as one JSON object\n"
-            "\n"
-            "Without -m, the synthetic demo model:\n"
-            "\n"
-            "Prints the plan baton would run for the topology: per rank its layers, nodes,\n"
-            "weight bytes, transfers per micro-batch and predicted stage time.\n"
-            "\n"
-            "  -t, --topology FILE   topology file (required, unless --project)\n"
+            "      --dump-plan FILE  also write the plan as text (owners, splits, transfers),\n"
+            "                        to compare with a live run's (generate --dump-plan)\n"
             "      --project FILE    instead: project throughput on the cluster FILE\n"
             "                        describes (configs/projection/eight-nodes-64gpu.yaml), up to\n"
             "                        4096 devices; its model section, then the options\n"
-            "      --dump-plan FILE  also write the plan as text (owners, splits, transfers),\n"
-            "                        to compare with a live run's (baton demo --dump-plan)\n"
             "  -h, --help            this text\n"
             "\n");
-    bt_cli_model_help(f, c);
+    bt_cli_model_help(f, m, false);
 }
 
 /* --project: the cluster file's model, then the command line's options. */
 static int plan_project(const char *path, const int *codes, const char *const *vals, int n) {
-    struct bt_model_config cfg;
+    struct bt_random_model cfg;
     bt_cli_model_defaults(&cfg);
+    long tokens = 512;
     bt_backend_t probe = bt_backend_cpu_init(1);
     const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
     bt_backend_free(probe);
     struct bt_cluster c;
     char err[1024];
-    enum bt_status st = bt_cli_cluster_load(path, cpu_gflops, &c, &cfg, err, sizeof err);
+    enum bt_status st = bt_cli_cluster_load(path, cpu_gflops, &c, &cfg, &tokens, err, sizeof err);
     if (st != BT_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     for (int i = 0; i < n; i++) bt_cli_model_option(&cfg, codes[i], vals[i], err, sizeof err); /* checked before */
-    struct bt_model *m = NULL;
-    if (bt_model_new(&cfg, &m, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton plan: model: %s\n", err);
+    if (bt_random_model_check(&cfg, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s: model: %s\n", path, err);
         return 1;
     }
-    bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    struct bt_model_graph g;
+    /* the model's graph of one micro-batch, from its header alone, on one
+     * rank that holds it all: each layer's cost */
+    struct bt_gguf *g = NULL;
+    void *header = NULL;
+    struct bt_model_plan mp;
+    memset(&mp, 0, sizeof mp);
     struct bt_layer_costs lc;
     memset(&lc, 0, sizeof lc);
-    int rc = 0;
-    if (!ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
-        fprintf(stderr, "baton plan: cannot build the model%s%s\n", ctx ? ": " : "", ctx ? bt_context_error(ctx) : "");
-        rc = 1;
-    } else if (bt_layer_costs_make(g.graph, &lc, err, sizeof err) != BT_OK) {
+    struct bt_engine_params ep;
+    bt_engine_default_params(&ep);
+    ep.n_ubatch = tokens;
+    ep.n_ctx = tokens;
+    struct bt_rank_desc one = {.threads = 1, .gflops = c.device_gflops, .mem_bytes = INT64_MAX};
+    snprintf(one.backend, sizeof one.backend, "%s", "device");
+    int rc = 1;
+    if (bt_random_model_describe(&cfg, &g, &header, err, sizeof err) != BT_OK ||
+        bt_model_plan_make(g, &ep, &one, 1, NULL, NULL, NULL, 0, &mp, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        goto out;
+    }
+    /* a layer's cache stays with it, as the runtime holds it (a weight) */
+    for (int il = 0; il < cfg.n_layer; il++) {
+        bt_set_weight(bt_kv_k(mp.kv, il));
+        bt_set_weight(bt_kv_v(mp.kv, il));
+    }
+    if (bt_layer_costs_make(mp.g.graph, &lc, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        goto out;
+    }
+    rc = 0;
+    const int total = c.nodes * c.devices_per_node;
+    printf("cluster %s: %d nodes x %d %s (%.1f TFLOP/s effective, %.0f GiB)\n", path, c.nodes, c.devices_per_node,
+           c.device, c.device_gflops / 1e3, (double)c.device_mem / 1073741824.0);
+    printf("  in a node:     %s, %.1f GB/s, %.1f us\n", c.intra.name, c.intra.gbytes_s, c.intra.latency_us);
+    printf("  between nodes: %s, %.1f GB/s, %.1f us\n", c.inter.name, c.inter.gbytes_s, c.inter.latency_us);
+    printf("model: %d layers, %s, d_model %lld, %s weights (%.1f GiB), %ld tokens a micro-batch, %d micro-batches\n",
+           cfg.n_layer, cfg.arch, (long long)cfg.n_embd, bt_type_name(cfg.type),
+           (double)bt_gguf_file_size(g) / 1073741824.0, tokens, c.micro_batches);
+    struct bt_projection pr;
+    const int P = total < lc.L ? total : lc.L;
+    if (bt_project(&lc, &c, P, (int)tokens, &pr, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         rc = 1;
+        goto out;
     }
-    const int total = c.nodes * c.devices_per_node;
-    if (rc == 0) {
-        printf("cluster %s: %d nodes x %d %s (%.1f TFLOP/s effective, %.0f GiB)\n", path, c.nodes,
-               c.devices_per_node, c.device, c.device_gflops / 1e3, (double)c.device_mem / 1073741824.0);
-        printf("  in a node:     %s, %.1f GB/s, %.1f us\n", c.intra.name, c.intra.gbytes_s, c.intra.latency_us);
-        printf("  between nodes: %s, %.1f GB/s, %.1f us\n", c.inter.name, c.inter.gbytes_s, c.inter.latency_us);
-        printf("model: %d layers, %s, d_model %d, d_ff %d, %s weights (%.1f GiB), %d tokens a micro-batch, %d "
-               "micro-batches\n",
-               cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, cfg.d_ff, bt_type_name(cfg.wtype),
-               (double)bt_model_weight_bytes(&cfg) / 1073741824.0, cfg.n_tokens, c.micro_batches);
-        struct bt_projection pr;
-        const int P = total < lc.L ? total : lc.L;
-        if (bt_project(&lc, &c, P, cfg.n_tokens, &pr, err, sizeof err) != BT_OK) {
-            fprintf(stderr, "baton plan: %s\n", err);
+    printf("\n%d stages, one a device:\n", P);
+    bt_projection_print(&pr, &c, stdout);
+    bt_projection_free(&pr);
+    printf("\n%5s %6s %12s %8s %12s  %s\n", "P", "nodes", "stage", "bubble", "tokens/s", "bottleneck");
+    /* P = 1, 2, 4, ... and the whole cluster */
+    for (int k = 1; k <= P; k = k * 2 < P ? k * 2 : (k == P ? P + 1 : P)) {
+        if (bt_project(&lc, &c, k, (int)tokens, &pr, err, sizeof err) != BT_OK) {
+            fprintf(stderr, "baton plan: P = %d: %s\n", k, err);
             rc = 1;
-        } else {
-            printf("\n%d stages, one a device:\n", P);
-            bt_projection_print(&pr, &c, stdout);
-            bt_projection_free(&pr);
+            break;
         }
-        if (rc == 0) {
-            printf("\n%5s %6s %12s %8s %12s  %s\n", "P", "nodes", "stage", "bubble", "tokens/s", "bottleneck");
-            /* P = 1, 2, 4, ... and the whole cluster */
-            for (int k = 1; k <= P; k = k * 2 < P ? k * 2 : (k == P ? P + 1 : P)) {
-                if (bt_project(&lc, &c, k, cfg.n_tokens, &pr, err, sizeof err) != BT_OK) {
-                    fprintf(stderr, "baton plan: P = %d: %s\n", k, err);
-                    rc = 1;
-                    break;
-                }
-                bt_projection_print_line(&pr, &c, stdout);
-                bt_projection_free(&pr);
-            }
-        }
+        bt_projection_print_line(&pr, &c, stdout);
+        bt_projection_free(&pr);
     }
+out:
     bt_layer_costs_free(&lc);
-    bt_free(ctx);
-    bt_model_free(m);
+    bt_model_plan_free(&mp);
+    bt_gguf_close(g);
+    free(header);
     return rc;
 }
 
-/* -m: the plan of a GGUF model for a topology's ranks (NULL: one CPU rank of
- * this machine's cores). */
-static int plan_model(const char *model, const char *topo_path, const struct bt_engine_params *ep,
+/* The plan of a GGUF model (a file, or the built-in model's header) for a
+ * topology's ranks (NULL: one CPU rank of this machine's cores). */
+static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_engine_params *ep,
                       const char *partition, bool json, const char *dump_path) {
     char err[1024];
     struct bt_topology topo;
@@ -141,7 +151,6 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
     struct bt_rank_desc *descs = NULL;
     uint8_t *edges = NULL; /* the topology's nccl edges (NULL: every edge may) */
     int *counts = NULL, P = 1, rc = 1;
-    struct bt_gguf *g = NULL;
     struct bt_model_plan mp;
     memset(&mp, 0, sizeof mp);
     struct bt_dist_pin *pins = NULL; /* the topology's, followed as generate follows them */
@@ -204,10 +213,6 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
         }
         memcpy(counts, topo.pipeline.layers, sizeof *counts * (size_t)P);
     }
-    if (bt_gguf_open(model, &g, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton plan: %s\n", err);
-        goto out;
-    }
     if (bt_model_plan_make(g, ep, descs, P, counts, edges, pins, n_pins, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
@@ -218,7 +223,6 @@ static int plan_model(const char *model, const char *topo_path, const struct bt_
     rc = bt_cli_stdout_finish("baton plan", rc);
 out:
     bt_model_plan_free(&mp);
-    bt_gguf_close(g);
     free(edges);
     free(pins);
     free(counts);
@@ -228,7 +232,7 @@ out:
 }
 
 int bt_cli_plan(int argc, char **argv) {
-    struct bt_model_config cfg;
+    struct bt_random_model cfg;
     bt_cli_model_defaults(&cfg);
     const char *path = NULL, *dump_path = NULL, *project_path = NULL;
     /* the model options given, re-applied over a cluster file's model */
@@ -252,6 +256,7 @@ int bt_cli_plan(int argc, char **argv) {
         {"dump-plan", required_argument, 0, 'D'},
         {"project", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
+        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
         BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
@@ -284,7 +289,7 @@ int bt_cli_plan(int argc, char **argv) {
             return 0;
         } else if (code == ':') snprintf(err, sizeof err, "%s needs a value", argv[optind - 1]);
         else if (code == '?') snprintf(err, sizeof err, "unknown option %s", argv[optind - 1]);
-        else if (code >= OPT_LAYERS && code < OPT_MODEL_LAST) {
+        else if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
             bt_cli_model_option(&cfg, code, optarg, err, sizeof err);
             if (n_opts < 64) {
                 opt_codes[n_opts] = code;
@@ -301,108 +306,38 @@ int bt_cli_plan(int argc, char **argv) {
         fprintf(stderr, "baton plan: unexpected argument '%s' (try: baton plan --help)\n", argv[optind]);
         return 2;
     }
-    if (model_path) {
-        if (project_path || n_opts > 0) {
-            fprintf(stderr, "baton plan: -m plans the model in the file: it goes without --project and the synthetic "
-                            "model's options (try: baton plan --help)\n");
-            return 2;
-        }
-        if (ep.n_ubatch > ep.n_ctx) {
-            fprintf(stderr, "baton plan: --ubatch %lld is more than --ctx-size %lld (try: baton plan --help)\n",
-                    (long long)ep.n_ubatch, (long long)ep.n_ctx);
-            return 2;
-        }
-        return plan_model(model_path, path, &ep, partition, json, dump_path);
-    }
-    if (partition || json) {
-        fprintf(stderr, "baton plan: --partition and --json go with -m (try: baton plan --help)\n");
+    if (model_path && (project_path || n_opts > 0)) {
+        fprintf(stderr, "baton plan: -m plans the model in the file: it goes without --project and the built-in "
+                        "model's options (try: baton plan --help)\n");
         return 2;
     }
     if (project_path) {
-        if (path || dump_path) {
-            fprintf(stderr, "baton plan: --project goes without -t and --dump-plan (try: baton plan --help)\n");
+        if (path || dump_path || partition || json) {
+            fprintf(stderr, "baton plan: --project goes without -t, --dump-plan, --partition and --json (try: baton "
+                            "plan --help)\n");
             return 2;
         }
         return plan_project(project_path, opt_codes, opt_vals, n_opts);
     }
-    if (!path) {
-        fprintf(stderr, "baton plan: missing -t TOPOLOGY (try: baton plan --help)\n");
+    if (ep.n_ubatch > ep.n_ctx) {
+        fprintf(stderr, "baton plan: --ubatch %lld is more than --ctx-size %lld (try: baton plan --help)\n",
+                (long long)ep.n_ubatch, (long long)ep.n_ctx);
         return 2;
     }
-    if (bt_model_config_check(&cfg, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton plan: model: %s\n", err);
+    if (!model_path && bt_random_model_check(&cfg, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s (try: baton plan --help)\n", err);
         return 2;
     }
-    struct bt_topology topo;
-    if (bt_topology_load(path, &topo, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    const int P = topo.n_ranks;
-    if (!topo.pipeline.partition_auto && bt_topology_check_layers(&topo, cfg.n_layers, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "%s\n", err);
-        bt_topology_free(&topo);
-        return 1;
-    }
-
-    /* rank descriptions and options from the file (the bring-up library's
-     * reading of a topology, as a live run on it would give) */
-    bt_backend_t probe = bt_backend_cpu_init(1);
-    const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
-    bt_backend_free(probe);
-    const char *gpu_env = getenv("BATON_PLAN_GPU_GFLOPS");
-    const double gpu_gflops = gpu_env ? atof(gpu_env) : 400000.0;
-    struct bt_rank_desc *descs = NULL;
-    if (bt_topology_rank_descs(&topo, cpu_gflops, gpu_gflops, &descs, err, sizeof err) != BT_OK) {
+    struct bt_gguf *g = NULL;
+    void *header = NULL;
+    const enum bt_status st = model_path ? bt_gguf_open(model_path, &g, err, sizeof err)
+                                         : bt_random_model_describe(&cfg, &g, &header, err, sizeof err);
+    if (st != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
-        bt_topology_free(&topo);
         return 1;
     }
-    struct bt_plan_options opt;
-    int *counts = NULL;
-    struct bt_dist_pin *pins = NULL;
-    uint8_t *nccl_edges = NULL;
-    if (bt_topology_plan_options(&topo, &opt, &counts, &pins, &nccl_edges) != BT_OK) {
-        fprintf(stderr, "baton plan: out of memory\n");
-        free(descs);
-        free(counts);
-        free(pins);
-        free(nccl_edges);
-        bt_topology_free(&topo);
-        return 1;
-    }
-    struct bt_model *m = NULL;
-    const enum bt_status mst = bt_model_new(&cfg, &m, err, sizeof err);
-    bt_context *ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
-    struct bt_model_graph g;
-    int rc = 0;
-    if (mst != BT_OK) {
-        fprintf(stderr, "baton plan: model: %s\n", err);
-        rc = 1;
-    } else if (!ctx || bt_model_build_graph(m, ctx, &g) != BT_OK) {
-        fprintf(stderr, "baton plan: cannot build the model%s%s\n", ctx ? ": " : "", ctx ? bt_context_error(ctx) : "");
-        rc = 1;
-    } else {
-        printf("topology %s: %d ranks on %d hosts; model: %d layers, %s, d_model %d, %s weights, %.1f MiB\n", path, P,
-               topo.n_hosts, cfg.n_layers, bt_ffn_kind_name(cfg.ffn), cfg.d_model, bt_type_name(cfg.wtype),
-               (double)bt_model_weight_bytes(&cfg) / 1048576.0);
-        struct bt_plan plan;
-        if (bt_plan_make(&plan, g.graph, descs, P, NULL, &opt) != BT_OK) {
-            fprintf(stderr, "baton plan: %s\n", plan.error);
-            rc = 1;
-        } else {
-            bt_plan_print(&plan, g.graph, stdout);
-            printf("planned in %.3f s\n", plan.seconds);
-            if (dump_path && bt_cli_dump_plan(&plan, dump_path, "baton plan") != 0) rc = 1;
-        }
-        bt_plan_free(&plan);
-    }
-    bt_free(ctx);
-    bt_model_free(m);
-    free(counts);
-    free(pins);
-    free(nccl_edges);
-    free(descs);
-    bt_topology_free(&topo);
+    const int rc = plan_model(g, path, &ep, partition, json, dump_path);
+    bt_gguf_close(g);
+    free(header);
     return rc;
 }

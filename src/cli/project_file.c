@@ -1,7 +1,7 @@
 /* project_file.c - the cluster file of `baton plan --project FILE`
  * (configs/projection/eight-nodes-64gpu.yaml shows every key): the cluster's shape, its
  * device, the link inside a node and the one between nodes, and the model,
- * read into a bt_cluster and a bt_model_config.  Errors are FILE:LINE:COLUMN:
+ * read into a bt_cluster and a bt_random_model.  Errors are FILE:LINE:COLUMN:
  * what is wrong. */
 #include "project_file.h"
 
@@ -122,17 +122,25 @@ static enum bt_status get_cluster(struct reader *r, yaml_node_t *m, struct bt_cl
     return BT_OK;
 }
 
-/* model: the model options of the baton program, by their long names */
-static enum bt_status get_model(struct reader *r, yaml_node_t *m, struct bt_model_config *cfg) {
-    static const struct option longs[] = {BT_CLI_MODEL_LONG_OPTIONS, {0, 0, 0, 0}};
+/* model: the model options of the baton program, by their long names, and
+ * tokens (a micro-batch's) */
+static enum bt_status get_model(struct reader *r, yaml_node_t *m, struct bt_random_model *cfg, long *tokens) {
+    static const struct option longs[] = {BT_CLI_MODEL_LONG_OPTIONS, {"n-vocab", 1, 0, OPT_N_VOCAB}, {0, 0, 0, 0}};
     for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(r->doc, p->key), *v = yaml_document_get_node(r->doc, p->value);
         const char *key = scalar(k) ? scalar(k) : "";
+        char e[256] = "";
+        if (!strcmp(key, "tokens")) {
+            if (!scalar(v) || !bt_cli_parse_int(scalar(v), 1, 65536, tokens))
+                return bad(r, v, "model.tokens: expected an integer in [1, 65536]%s%s", "", "");
+            continue;
+        }
         int code = -1;
         for (int i = 0; longs[i].name; i++)
             if (!strcmp(longs[i].name, key)) code = longs[i].val;
-        if (code < 0) return bad(r, k, "model: unknown key '%.40s' (the model options of baton plan --help)%s", key, "");
-        char e[256] = "";
+        if (code < 0)
+            return bad(r, k, "model: unknown key '%.40s' (tokens, or the model options of baton plan --help)%s", key,
+                       "");
         if (!scalar(v) || !bt_cli_model_option(cfg, code, scalar(v), e, sizeof e))
             return bad(r, v, "model.%s: %s", key, e[0] ? e : "expected a value");
     }
@@ -140,7 +148,7 @@ static enum bt_status get_model(struct reader *r, yaml_node_t *m, struct bt_mode
 }
 
 enum bt_status bt_cli_cluster_load(const char *path, double measured_gflops, struct bt_cluster *c,
-                                   struct bt_model_config *model, char *err, size_t n) {
+                                   struct bt_random_model *model, long *tokens, char *err, size_t n) {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -178,7 +186,7 @@ enum bt_status bt_cli_cluster_load(const char *path, double measured_gflops, str
             else if (!strcmp(key, "device")) st = get_device(&r, v, c, measured_gflops), seen |= 2;
             else if (!strcmp(key, "intra_node")) st = get_link(&r, "intra_node", v, &c->intra), seen |= 4;
             else if (!strcmp(key, "inter_node")) st = get_link(&r, "inter_node", v, &c->inter), seen |= 8;
-            else if (!strcmp(key, "model")) st = get_model(&r, v, model);
+            else if (!strcmp(key, "model")) st = get_model(&r, v, model, tokens);
             else st = bad(&r, k, "unknown section '%.40s' (allowed: cluster, device, intra_node, inter_node, model)%s", key, "");
         }
         if (st == BT_OK && seen != 15) {

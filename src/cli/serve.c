@@ -33,7 +33,7 @@ enum {
     OPT_HOST = 2000,
     OPT_PORT,
     OPT_PARALLEL,
-    OPT_CTX,
+    OPT_CTX_SIZE,
     OPT_API_KEY,
     OPT_MAX_QUEUE,
     OPT_MAX_BODY,
@@ -86,7 +86,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},          {"host", required_argument, 0, OPT_HOST},
         {"port", required_argument, 0, OPT_PORT},       {"parallel", required_argument, 0, OPT_PARALLEL},
-        {"ctx-size", required_argument, 0, OPT_CTX},    {"api-key", required_argument, 0, OPT_API_KEY},
+        {"ctx-size", required_argument, 0, OPT_CTX_SIZE},    {"api-key", required_argument, 0, OPT_API_KEY},
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
@@ -135,7 +135,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         break;
         INT_OPT(OPT_PORT, "--port", 0, 65535, o->port)
         INT_OPT(OPT_PARALLEL, "--parallel", 1, 256, o->parallel)
-        INT_OPT(OPT_CTX, "--ctx-size", 16, 1L << 24, o->ctx)
+        INT_OPT(OPT_CTX_SIZE, "--ctx-size", 16, 1L << 24, o->ctx)
         INT_OPT(OPT_MAX_QUEUE, "--max-queue", 0, 100000, o->max_queue)
         INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
         INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)

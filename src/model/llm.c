@@ -28,7 +28,7 @@
 #include "../alloc.h"
 #include "../bt_sched.h"
 #include "arch_impl.h"
-#include "model.h"
+#include "ffn.h"
 
 static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
     if (t) {
@@ -109,19 +109,14 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
     cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
     struct bt_tensor *f;
     if (h->n_expert == 0) {
-        f = cur ? bt_model_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn") : NULL;
+        f = bt_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
     } else {
         struct bt_tensor *ids = NULL, *w = NULL;
         if (cur) moe_route(ctx, m, ly, cur, il, &ids, &w);
-        struct bt_model_layer_weights lw;
-        memset(&lw, 0, sizeof lw);
-        lw.ffn_gate_exps = ly->ffn_gate_exps;
-        lw.ffn_up_exps = ly->ffn_up_exps;
-        lw.ffn_down_exps = ly->ffn_down_exps;
-        f = bt_model_moe_experts(ctx, cur, &lw, ids, w, il);
+        f = bt_ffn_moe_experts(ctx, cur, ly->ffn_gate_exps, ly->ffn_up_exps, ly->ffn_down_exps, ids, w, il);
         if (m->arch->shared_expert && f) {
             struct bt_tensor *sh =
-                bt_model_ffn_mlp(ctx, cur, ly->ffn_gate_shexp, ly->ffn_up_shexp, ly->ffn_down_shexp, il, "ffn_shexp");
+                bt_ffn_mlp(ctx, cur, ly->ffn_gate_shexp, ly->ffn_up_shexp, ly->ffn_down_shexp, il, "ffn_shexp");
             struct bt_tensor *gl = nm(bt_mul_mat(ctx, ly->ffn_gate_inp_shexp, cur), il, "ffn_shexp_gate_logit");
             struct bt_tensor *gs = nm(bt_sigmoid(ctx, gl), il, "ffn_shexp_gate"); /* [1, T] */
             sh = nm(bt_mul(ctx, sh, gs), il, "ffn_shexp_out");

@@ -12,15 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "tensor.h" /* enum bt_status */
 
-/* xoshiro256** seeded through splitmix64: the same numbers on every machine */
-typedef struct bt_rng {
-    uint64_t s[4];
-} bt_rng;
-void bt_rng_seed(bt_rng *r, uint64_t seed);
-uint64_t bt_rng_next(bt_rng *r);
-double bt_rng_uniform(bt_rng *r); /* [0, 1), 53 random bits */
 
 typedef struct bt_sampler_params {
     float temp;              /* <= 0: greedy (the largest logit after the penalties); default 0.8 */

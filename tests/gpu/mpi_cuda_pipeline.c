@@ -18,7 +18,7 @@
 #include "bt_nccl.h"
 #endif
 #include "dist.h"
-#include "model/model.h"
+#include "synth_model.h"
 #include "transport.h"
 
 static void init_weight(struct bt_tensor *w, void *user) { bt_model_init_weight(user, w); }

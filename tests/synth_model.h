@@ -1,4 +1,6 @@
-/* model.h - a synthetic transformer with MoE feed-forward layers: its weights
+/* synth_model.h - the scheduler tests' model: an arbitrary graph of any size
+ * (the library's models come from GGUF files, src/model/arch.h).  A
+ * synthetic transformer with MoE feed-forward layers: its weights
  * (metadata, names, deterministic data), its forward graph for one
  * micro-batch, and the FFN variants (MLP, dense MoE, sparse top-K MoE, shared +
  * routed experts) as separate builders.
@@ -164,8 +166,6 @@ void bt_model_init_weights(const struct bt_model *m);
  * "blk.<il>.ffn_*".  NULL with a message in bt_context_error(ctx) on failure. */
 struct bt_tensor *bt_model_ffn(bt_context *ctx, const struct bt_model_config *c, struct bt_tensor *cur,
                                const struct bt_model_layer_weights *w, int il);
-struct bt_tensor *bt_model_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate,
-                                   struct bt_tensor *up, struct bt_tensor *down, int il, const char *what);
 /* The routing of a MoE layer: cur [d_model, T] -> ids I32 [K, T] (experts
  * used per token, K = n_experts for MOE_DENSE) and weights F32 [1, K, T]. */
 int bt_model_moe_route(bt_context *ctx, const struct bt_model_config *c, struct bt_tensor *cur,

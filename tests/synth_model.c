@@ -1,8 +1,9 @@
-/* model.c - the synthetic transformer with MoE FFN layers: config checks,
- * weight metadata and deterministic data, the forward graph of one
- * micro-batch, inputs, and per-layer cost figures.  See model.h for the
- * structure, the names and the layer-number convention. */
-#include "model.h"
+/* synth_model.c - the scheduler tests' synthetic transformer with MoE FFN
+ * layers: config checks, weight metadata and deterministic data, the forward
+ * graph of one micro-batch, inputs, and per-layer cost figures.  See
+ * synth_model.h for the structure, the names and the layer-number
+ * convention. */
+#include "synth_model.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "model/ffn.h"
 
 /* ---- FFN kind names ---------------------------------------------------------- */
 
@@ -387,19 +389,6 @@ static void name_rest(bt_context *ctx, int n0, int il) {
     }
 }
 
-struct bt_tensor *bt_model_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate,
-                                   struct bt_tensor *up, struct bt_tensor *down, int il, const char *what) {
-    char n[48];
-    snprintf(n, sizeof n, "%s_gate", what);
-    struct bt_tensor *g = nm(bt_mul_mat(ctx, gate, cur), il, n); /* [ff, T] */
-    snprintf(n, sizeof n, "%s_up", what);
-    struct bt_tensor *u = nm(bt_mul_mat(ctx, up, cur), il, n); /* [ff, T] */
-    snprintf(n, sizeof n, "%s_act", what);
-    struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, n); /* silu(g) * u */
-    snprintf(n, sizeof n, "%s_down", what);
-    return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
-}
-
 int bt_model_moe_route(bt_context *ctx, const struct bt_model_config *c, struct bt_tensor *cur,
                        const struct bt_model_layer_weights *w, int il, struct bt_tensor **ids,
                        struct bt_tensor **weights) {
@@ -447,26 +436,7 @@ int bt_model_moe_route(bt_context *ctx, const struct bt_model_config *c, struct 
 struct bt_tensor *bt_model_moe_experts(bt_context *ctx, struct bt_tensor *cur,
                                        const struct bt_model_layer_weights *w, struct bt_tensor *ids,
                                        struct bt_tensor *weights, int il) {
-    if (!cur || !ids || !weights) return NULL;
-    const int64_t d = cur->ne[0], T = cur->ne[1], K = ids->ne[0];
-    struct bt_tensor *x3 = nm(bt_reshape_3d(ctx, cur, d, 1, T), il, "ffn_moe_in"); /* [d, 1, T] */
-    struct bt_tensor *g = nm(bt_mul_mat_id(ctx, w->ffn_gate_exps, x3, ids), il, "ffn_moe_gate"); /* [ff, K, T] */
-    struct bt_tensor *u = nm(bt_mul_mat_id(ctx, w->ffn_up_exps, x3, ids), il, "ffn_moe_up");
-    struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, "ffn_moe_act");
-    struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, w->ffn_down_exps, a, ids), il, "ffn_moe_down"); /* [d, K, T] */
-    struct bt_tensor *wd = nm(bt_mul(ctx, dn, weights), il, "ffn_moe_weighted"); /* [d, K, T] */
-    if (!wd) return NULL;
-    /* sum over the K slots: slot e is the 2-d view [d, T] at offset e*nb[1]
-     * with row stride nb[2] */
-    char n[32];
-    struct bt_tensor *out = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], 0), il, "ffn_moe_slot0");
-    for (int64_t e = 1; e < K && out; e++) {
-        snprintf(n, sizeof n, "ffn_moe_slot%lld", (long long)e);
-        struct bt_tensor *v = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], (size_t)e * wd->nb[1]), il, n);
-        snprintf(n, sizeof n, "ffn_moe_sum%lld", (long long)e);
-        out = nm(bt_add(ctx, out, v), il, n);
-    }
-    return nm(out, il, "ffn_moe_out");
+    return bt_ffn_moe_experts(ctx, cur, w->ffn_gate_exps, w->ffn_up_exps, w->ffn_down_exps, ids, weights, il);
 }
 
 struct bt_tensor *bt_model_ffn(bt_context *ctx, const struct bt_model_config *c, struct bt_tensor *cur,
@@ -475,14 +445,14 @@ struct bt_tensor *bt_model_ffn(bt_context *ctx, const struct bt_model_config *c,
     const int n0 = bt_context_n_tensors(ctx);
     struct bt_tensor *out;
     if (c->ffn == BT_FFN_MLP) {
-        out = bt_model_ffn_mlp(ctx, cur, w->ffn_gate, w->ffn_up, w->ffn_down, il, "ffn");
+        out = bt_ffn_mlp(ctx, cur, w->ffn_gate, w->ffn_up, w->ffn_down, il, "ffn");
     } else {
         struct bt_tensor *ids, *weights;
         if (bt_model_moe_route(ctx, c, cur, w, il, &ids, &weights) != BT_OK) return NULL;
         out = bt_model_moe_experts(ctx, cur, w, ids, weights, il);
         if (c->ffn == BT_FFN_MOE_SHARED) {
             struct bt_tensor *sh =
-                bt_model_ffn_mlp(ctx, cur, w->ffn_gate_shexp, w->ffn_up_shexp, w->ffn_down_shexp, il, "ffn_shexp");
+                bt_ffn_mlp(ctx, cur, w->ffn_gate_shexp, w->ffn_up_shexp, w->ffn_down_shexp, il, "ffn_shexp");
             if (c->shared_gate) {
                 struct bt_tensor *gl = nm(bt_mul_mat(ctx, w->ffn_gate_inp_shexp, cur), il, "ffn_shexp_gate_logit");
                 struct bt_tensor *gs = nm(bt_sigmoid(ctx, gl), il, "ffn_shexp_gate_sig"); /* [1, T] */

@@ -1,0 +1,46 @@
+/* ffn.c - the feed-forward blocks (ffn.h). */
+#include "ffn.h"
+
+#include <stdio.h>
+
+static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
+    if (t) bt_format_name(t, "blk.%d.%s", il, what);
+    return t;
+}
+
+struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
+                             struct bt_tensor *down, int il, const char *what) {
+    if (!cur) return NULL;
+    char n[48];
+    snprintf(n, sizeof n, "%s_gate", what);
+    struct bt_tensor *g = nm(bt_mul_mat(ctx, gate, cur), il, n); /* [ff, T] */
+    snprintf(n, sizeof n, "%s_up", what);
+    struct bt_tensor *u = nm(bt_mul_mat(ctx, up, cur), il, n); /* [ff, T] */
+    snprintf(n, sizeof n, "%s_act", what);
+    struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, n); /* silu(g) * u */
+    snprintf(n, sizeof n, "%s_down", what);
+    return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
+}
+
+struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate_exps,
+                                     struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
+                                     struct bt_tensor *weights, int il) {
+    if (!cur || !ids || !weights) return NULL;
+    const int64_t d = cur->ne[0], T = cur->ne[1], K = ids->ne[0];
+    struct bt_tensor *x3 = nm(bt_reshape_3d(ctx, cur, d, 1, T), il, "ffn_moe_in");           /* [d, 1, T] */
+    struct bt_tensor *g = nm(bt_mul_mat_id(ctx, gate_exps, x3, ids), il, "ffn_moe_gate");    /* [ff, K, T] */
+    struct bt_tensor *u = nm(bt_mul_mat_id(ctx, up_exps, x3, ids), il, "ffn_moe_up");
+    struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, "ffn_moe_act");
+    struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, down_exps, a, ids), il, "ffn_moe_down");   /* [d, K, T] */
+    struct bt_tensor *wd = nm(bt_mul(ctx, dn, weights), il, "ffn_moe_weighted");             /* [d, K, T] */
+    if (!wd) return NULL;
+    char n[32];
+    struct bt_tensor *out = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], 0), il, "ffn_moe_slot0");
+    for (int64_t e = 1; e < K && out; e++) {
+        snprintf(n, sizeof n, "ffn_moe_slot%lld", (long long)e);
+        struct bt_tensor *v = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], (size_t)e * wd->nb[1]), il, n);
+        snprintf(n, sizeof n, "ffn_moe_sum%lld", (long long)e);
+        out = nm(bt_add(ctx, out, v), il, n);
+    }
+    return nm(out, il, "ffn_moe_out");
+}

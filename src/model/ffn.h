@@ -1,0 +1,31 @@
+/* ffn.h - the feed-forward blocks of a layer's graph, shared by the
+ * architectures (llm.c) and the scheduler tests' model: a SwiGLU MLP and the
+ * routed experts of a MoE layer.  Nodes are named "blk.<il>.<what>_*" and
+ * "blk.<il>.ffn_moe_*". */
+#ifndef BATON_FFN_H
+#define BATON_FFN_H
+
+#include "../ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* down(silu(gate cur) * up cur): cur [d, T] -> [d, T].  NULL when cur is
+ * NULL or the context is full. */
+struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
+                             struct bt_tensor *down, int il, const char *what);
+
+/* The routed experts: sum over k of weights[k,t] * expert_{ids[k,t]}(cur[:,t])
+ * with expert e = down_e(silu(gate_e x) * up_e x); cur [d, T], ids I32 [K, T],
+ * weights F32 [1, K, T], the expert matrices [d, ff, E] and [ff, d, E].  The
+ * weighted outputs [d, K, T] are summed over K through K strided 2-d views
+ * (slot e: offset e*nb[1], row stride nb[2]) and K-1 adds, in slot order. */
+struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate_exps,
+                                     struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
+                                     struct bt_tensor *weights, int il);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
