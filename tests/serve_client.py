@@ -11,8 +11,9 @@ logprobs (chat's logprobs/top_logprobs, completions' logprobs N, streamed and
 not: the greedy token is the first of its list with the same value, values
 <= 0, lists sorted, the same printed values alone and among concurrent
 requests; LOGPROBS_OUT gets them as printed, for serve_test.sh to compare
-between 1 and 2 ranks; with "logprobs" only these checks run); a greedy request's answer alone equals its answer among 16
-concurrent others; a bounded load (16 clients x 4 requests: every request
+between 1 and 2 ranks; with "logprobs" only these checks run); a greedy
+request's answer alone equals its answer among 16 concurrent others; a
+bounded load (16 clients x 4 requests: every request
 answered once, each answer equal to the same request alone); a client that
 goes away frees its slot; past the queue, 503 with Retry-After; the server's
 memory flat after the load.  Prints one line per check; exits 1 on the first
@@ -111,9 +112,11 @@ try:
 except UnicodeDecodeError:
     shown_text = None
 if shown_text is not None:
-    check(shown_text == c.choices[0].message.content, f"chat logprobs: the tokens' bytes spell the content {shown_text!r}")
+    check(shown_text == c.choices[0].message.content,
+          f"chat logprobs: the tokens' bytes spell the content {shown_text!r}")
 else:
-    print(f"note: chat logprobs: the tokens' bytes are not UTF-8 ({shown!r}): not compared with the content", flush=True)
+    print(f"note: chat logprobs: the tokens' bytes are not UTF-8 ({shown!r}): not compared with the content",
+          flush=True)
 nolp = client.chat.completions.create(model=MODEL, messages=LP_MSGS, max_tokens=8, temperature=0)
 check(nolp.choices[0].logprobs is None and nolp.choices[0].message.content == c.choices[0].message.content,
       "chat without logprobs: logprobs null, the same text")
@@ -138,10 +141,12 @@ ok = True
 for i in range(n):
     vals = list(L.top_logprobs[i].values())
     ok = ok and 1 <= len(vals) <= 2 and vals == sorted(vals, reverse=True) and all(v <= 0 for v in vals)
-    ok = ok and L.token_logprobs[i] <= 0 and L.token_logprobs[i] == vals[0] and L.top_logprobs[i].get(L.tokens[i]) == vals[0]
+    ok = ok and L.token_logprobs[i] <= 0 and L.token_logprobs[i] == vals[0]
+    ok = ok and L.top_logprobs[i].get(L.tokens[i]) == vals[0]
 check(ok, "completion logprobs 2: greedy token first with the same value, sorted, <= 0" +
       ("" if ok else f" ({L.top_logprobs})"))
-check(L.text_offset == sorted(L.text_offset) and L.text_offset[0] == 0, f"completion logprobs: text_offset {L.text_offset}")
+check(L.text_offset == sorted(L.text_offset) and L.text_offset[0] == 0,
+      f"completion logprobs: text_offset {L.text_offset}")
 parts, slp = [], []
 for ch in client.completions.create(model=MODEL, prompt="The colour of the sky is", max_tokens=8, temperature=0,
                                     logprobs=2, stream=True):
