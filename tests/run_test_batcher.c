@@ -1,7 +1,8 @@
 /* run_test_batcher.c - the sequence batcher (src/run/batcher.h) over a
  * one-rank engine and a random-weight MoE model with a real vocabulary
  * (written by `baton make-model`): a request's tokens are bitwise the same
- * alone and among others (greedy and seeded), cancel frees the slot at once,
+ * alone and among others (greedy and seeded), and so are their
+ * log-probabilities, cancel frees the slot at once,
  * the slots' capacity, the token and context limits, the errors of bad
  * requests, and requests added from another thread while the loop steps. */
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #define N_SEQ 4
 #define N_CTX 256
 #define MAX_GEN 64
+#define TOP_LOGPROBS 3
 
 static struct bt_rank R;
 static struct bt_engine *E;
@@ -31,13 +33,16 @@ struct out {
     int n;
     char text[4096];
     size_t n_text;
+    bt_logprobs lp[MAX_GEN]; /* each token's, with TOP_LOGPROBS alternatives */
     bool done;
     struct bt_gen_result res;
 };
 
-static void on_token(void *user, int32_t id, const char *text, size_t len) {
+static void on_token(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp) {
     struct out *o = user;
     ck_assert_int_lt(o->n, MAX_GEN);
+    ck_assert(lp != NULL && lp->id == id && lp->n_top == TOP_LOGPROBS);
+    o->lp[o->n] = *lp;
     o->tok[o->n++] = id;
     ck_assert_uint_lt(o->n_text + len, sizeof o->text);
     memcpy(o->text + o->n_text, text, len);
@@ -67,6 +72,8 @@ static struct bt_gen_request request(const bt_tokens *p, struct out *o, float te
     r.sampling.temp = temp;
     r.sampling.seed = seed;
     r.max_tokens = max;
+    r.logprobs = true;
+    r.top_logprobs = TOP_LOGPROBS;
     r.on_token = on_token;
     r.on_done = on_done;
     r.user = o;
@@ -124,6 +131,13 @@ static void same_alone_and_together(float temp) {
         ck_assert_int_eq(alone[i].n, 12);
         ck_assert_int_eq(alone[i].res.n_gen, 12);
         ck_assert_int_eq(alone[i].res.n_prompt, (int64_t)p[i].n);
+        for (int t = 0; t < alone[i].n; t++) {
+            const bt_logprobs *x = &alone[i].lp[t];
+            ck_assert(x->logprob <= 0 && x->top_logprob[0] >= x->logprob);
+            for (int k = 1; k < TOP_LOGPROBS; k++) ck_assert(x->top_logprob[k] <= x->top_logprob[k - 1]);
+            /* greedy: the token drawn is the most likely, its log-probability the first */
+            if (temp == 0.0f) ck_assert(x->top_id[0] == x->id && x->top_logprob[0] == x->logprob);
+        }
     }
     bt_batcher_free(b);
     const int inflight[] = {1, 2, 4};
@@ -147,6 +161,14 @@ static void same_alone_and_together(float temp) {
                           (long long)ubatch[c]);
             ck_assert_uint_eq(together[i].n_text, alone[i].n_text);
             ck_assert(memcmp(together[i].text, alone[i].text, alone[i].n_text) == 0);
+            for (int t = 0; t < alone[i].n; t++) {
+                const bt_logprobs *x = &together[i].lp[t], *y = &alone[i].lp[t];
+                ck_assert_msg(memcmp(&x->logprob, &y->logprob, sizeof(float)) == 0 &&
+                                  memcmp(x->top_id, y->top_id, sizeof x->top_id[0] * TOP_LOGPROBS) == 0 &&
+                                  memcmp(x->top_logprob, y->top_logprob, sizeof(float) * TOP_LOGPROBS) == 0,
+                              "prompt %d token %d: log-probabilities differ with %d in flight, ubatch %lld", i, t,
+                              inflight[c], (long long)ubatch[c]);
+            }
         }
     }
     for (int i = 0; i < N_PROMPTS; i++) bt_tokens_free(&p[i]);
@@ -254,6 +276,10 @@ START_TEST(test_capacity_and_bad_requests) {
     r.n_stops = 1;
     ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "stop string 1 is empty");
+    r = request(&p, &o[0], 0, 0, 4);
+    r.top_logprobs = BT_MAX_TOP_LOGPROBS + 1;
+    ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "top_logprobs 21: must be between 0 and 20");
     ck_assert(bt_batcher_idle(b));
     bt_batcher_free(b);
     bt_tokens_free(&p);

@@ -2,12 +2,18 @@
 """serve_client.py - `baton serve` through the official openai package and
 plain HTTP (urllib), against a server that tests/serve_test.sh started.
 
-Usage: serve_client.py PORT KEY MODEL RANK0_PID
+Usage: serve_client.py PORT KEY MODEL RANK0_PID [LOGPROBS_OUT [logprobs]]
 
 Checks: completions and chat, streamed and not (chunks in OpenAI's format,
 ending with [DONE]); max_tokens; stop strings; usage; a fixed seed gives the
-same text; unknown fields ignored, logit_bias, min_tokens and ignore_eos; a greedy request's answer alone equals its answer among 16
-concurrent others; a bounded load (16 clients x 4 requests: every request
+same text; unknown fields ignored, logit_bias, min_tokens and ignore_eos;
+logprobs (chat's logprobs/top_logprobs, completions' logprobs N, streamed and
+not: the greedy token is the first of its list with the same value, values
+<= 0, lists sorted, the same printed values alone and among concurrent
+requests; LOGPROBS_OUT gets them as printed, for serve_test.sh to compare
+between 1 and 2 ranks; with "logprobs" only these checks run); a greedy
+request's answer alone equals its answer among 16 concurrent others; a
+bounded load (16 clients x 4 requests: every request
 answered once, each answer equal to the same request alone); a client that
 goes away frees its slot; past the queue, 503 with Retry-After; the server's
 memory flat after the load.  Prints one line per check; exits 1 on the first
@@ -23,6 +29,8 @@ import time
 import openai
 
 PORT, KEY, MODEL, PID = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+LOGPROBS_OUT = sys.argv[5] if len(sys.argv) > 5 else None
+ONLY_LOGPROBS = len(sys.argv) > 6 and sys.argv[6] == "logprobs"
 BASE = f"http://127.0.0.1:{PORT}/v1"
 client = openai.OpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
 
@@ -71,6 +79,116 @@ def greedy_completion(prompt, n=12):
 # ---- completions, not streamed ----
 models = client.models.list()
 check([m.id for m in models.data] == [MODEL], f"/v1/models lists {MODEL}")
+
+# ---- logprobs: the model's log-softmax, the same bits whatever runs beside ----
+LP_MSGS = [{"role": "user", "content": "Name three colours."}]
+
+
+def check_entries(entries, what):
+    """chat's content entries of a greedy request: the token is the first of its top list, with the same
+    value; every value <= 0; each top list sorted, most likely first, 3 long"""
+    check(len(entries) > 0, f"{what}: {len(entries)} tokens with logprobs")
+    for i, e in enumerate(entries):
+        tops = [t.logprob for t in e.top_logprobs]
+        ok = (len(tops) == 3 and tops == sorted(tops, reverse=True) and all(x <= 0 for x in tops) and e.logprob <= 0
+              and e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+              and bytes(e.bytes) == bytes(e.top_logprobs[0].bytes))
+        if not ok:
+            check(False, f"{what}: token {i}: {e}")
+    print(f"ok: {what}: greedy token first in each top_logprobs, same value, sorted, <= 0", flush=True)
+
+
+c = client.chat.completions.create(model=MODEL, messages=LP_MSGS, max_tokens=8, temperature=0, logprobs=True,
+                                   top_logprobs=3)
+lp_entries = c.choices[0].logprobs.content
+check_entries(lp_entries, "chat logprobs")
+# every token sampled has an entry, but the end-of-generation token that ended it
+want = c.usage.completion_tokens - (1 if c.choices[0].finish_reason == "stop" else 0)
+check(len(lp_entries) == want, f"chat logprobs: {len(lp_entries)} entries for {c.usage.completion_tokens} tokens "
+                               f"({c.choices[0].finish_reason})")
+shown = b"".join(bytes(e.bytes) for e in lp_entries)
+try:
+    shown_text = shown.decode("utf-8")
+except UnicodeDecodeError:
+    shown_text = None
+if shown_text is not None:
+    check(shown_text == c.choices[0].message.content,
+          f"chat logprobs: the tokens' bytes spell the content {shown_text!r}")
+else:
+    print(f"note: chat logprobs: the tokens' bytes are not UTF-8 ({shown!r}): not compared with the content",
+          flush=True)
+nolp = client.chat.completions.create(model=MODEL, messages=LP_MSGS, max_tokens=8, temperature=0)
+check(nolp.choices[0].logprobs is None and nolp.choices[0].message.content == c.choices[0].message.content,
+      "chat without logprobs: logprobs null, the same text")
+streamed, stext = [], []
+for ch in client.chat.completions.create(model=MODEL, messages=LP_MSGS, max_tokens=8, temperature=0, logprobs=True,
+                                         top_logprobs=3, stream=True):
+    if ch.choices and ch.choices[0].logprobs is not None:
+        streamed.extend(ch.choices[0].logprobs.content or [])
+    if ch.choices and ch.choices[0].delta.content:
+        stext.append(ch.choices[0].delta.content)
+check_entries(streamed, "chat logprobs streamed")
+check([(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in streamed] ==
+      [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in lp_entries]
+      and "".join(stext) == c.choices[0].message.content,
+      "chat logprobs streamed: the chunks' entries are those of the answer not streamed")
+r = client.completions.create(model=MODEL, prompt="The colour of the sky is", max_tokens=8, temperature=0, logprobs=2)
+L = r.choices[0].logprobs
+n = len(L.tokens)
+check(n > 0 and len(L.token_logprobs) == n and len(L.top_logprobs) == n and len(L.text_offset) == n,
+      f"completion logprobs 2: {n} tokens, token_logprobs, top_logprobs, text_offset")
+ok = True
+for i in range(n):
+    vals = list(L.top_logprobs[i].values())
+    ok = ok and 1 <= len(vals) <= 2 and vals == sorted(vals, reverse=True) and all(v <= 0 for v in vals)
+    ok = ok and L.token_logprobs[i] <= 0 and L.token_logprobs[i] == vals[0]
+    ok = ok and L.top_logprobs[i].get(L.tokens[i]) == vals[0]
+check(ok, "completion logprobs 2: greedy token first with the same value, sorted, <= 0" +
+      ("" if ok else f" ({L.top_logprobs})"))
+check(L.text_offset == sorted(L.text_offset) and L.text_offset[0] == 0,
+      f"completion logprobs: text_offset {L.text_offset}")
+parts, slp = [], []
+for ch in client.completions.create(model=MODEL, prompt="The colour of the sky is", max_tokens=8, temperature=0,
+                                    logprobs=2, stream=True):
+    if ch.choices and ch.choices[0].logprobs is not None:
+        slp.append(ch.choices[0].logprobs)
+check(sum((x.tokens for x in slp), []) == L.tokens and sum((x.token_logprobs for x in slp), []) == L.token_logprobs
+      and sum((x.text_offset for x in slp), []) == L.text_offset,
+      "completion logprobs streamed: the chunks' tokens, values and offsets are those of the answer not streamed")
+
+# the values as printed (JSON floats as text), alone and among 8 concurrent requests
+LP_BODIES = [
+    ("/v1/chat/completions", {"model": MODEL, "messages": LP_MSGS, "max_tokens": 8, "temperature": 0,
+                              "logprobs": True, "top_logprobs": 3}),
+    ("/v1/completions", {"model": MODEL, "prompt": "The colour of the sky is", "max_tokens": 8, "temperature": 0,
+                         "logprobs": 2}),
+    ("/v1/completions", {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0.8,
+                         "seed": 7, "logprobs": 5}),
+]
+
+
+def printed_logprobs(path, body):
+    st, _, data = raw("POST", path, json.dumps(body))
+    if st != 200:
+        check(False, f"logprobs request: {st} {data[:300]!r}")
+    return json.dumps(json.loads(data, parse_float=str)["choices"][0]["logprobs"])
+
+
+alone_lp = [printed_logprobs(p, b) for p, b in LP_BODIES]
+with cf.ThreadPoolExecutor(8) as ex:
+    others = [ex.submit(printed_logprobs, "/v1/completions",
+                        {"model": MODEL, "prompt": f"Other request {i}", "max_tokens": 10, "temperature": 0,
+                         "logprobs": 1}) for i in range(5)]
+    mine = [ex.submit(printed_logprobs, p, b) for p, b in LP_BODIES]
+    together_lp = [f.result() for f in mine]
+    [f.result() for f in others]
+check(together_lp == alone_lp, "logprobs: the same printed values alone and among 8 concurrent requests")
+if LOGPROBS_OUT:
+    with open(LOGPROBS_OUT, "w") as f:
+        f.write("\n".join(alone_lp) + "\n")
+if ONLY_LOGPROBS:
+    print("serve_client: logprobs checks passed", flush=True)
+    sys.exit(0)
 
 text, finish, usage = greedy_completion("The capital of France is", 8)
 check(finish in ("length", "stop"), f"completion: finish_reason {finish}")
@@ -128,6 +246,10 @@ check(r.choices[0].text.replace(" ", "") == "the" * 4, f"logit_bias +100 on '\u2
 r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100})
 check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1 and r.choices[0].text == "",
       f"logit_bias +100 on the end token: it ends at once ({r.choices[0].finish_reason}, {r.usage.completion_tokens})")
+r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100},
+                              logprobs=1)
+check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1 and r.choices[0].logprobs.tokens == [],
+      f"logprobs: the end token that ends the answer is not listed ({r.choices[0].logprobs})")
 r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0, logit_bias={str(eos): 100},
                               extra_body={"min_tokens": 3})
 check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 4,

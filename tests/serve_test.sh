@@ -4,9 +4,10 @@
 # users call it: curl (bad options, bad requests, each with its status and
 # message), the openai Python package (tests/serve_client.py: completions,
 # chat, streams, stop strings, seed, determinism under load, a bounded load
-# test, disconnects, 503 past the queue, memory), then SIGTERM (requests in
-# flight finish, every rank stops, exit 0) and a rank killed while serving
-# (the job ends with a message, no hang).
+# test, disconnects, 503 past the queue, memory, logprobs), then SIGTERM
+# (requests in flight finish, every rank stops, exit 0), the logprobs of one
+# rank against those of two (the same printed values), and a rank killed
+# while serving (the job ends with a message, no hang).
 set -u
 baton=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,10 +57,10 @@ rc=$?
 if [ $rc -ne 1 ] || ! grep -q "missing.gguf" <<<"$out"; then fail "a missing model file: rc $rc, '$out'"; else echo "ok: a missing model file names it"; fi
 
 # ---- the server: two ranks ----
-start_server() { # log-name, extra options; sets server, port, pid0
+start_server() { # log-name, extra options; sets server, port, pid0 (ranks: $ranks, default 2)
     local log=$tmp/$1
     shift
-    "$mpirun" -np 2 "$baton" serve -m "$model" --port 0 --threads 1 "$@" >"$log.out" 2>"$log.err" &
+    "$mpirun" -np "${ranks:-2}" "$baton" serve -m "$model" --port 0 --threads 1 "$@" >"$log.out" 2>"$log.err" &
     server=$!
     for _ in $(seq 1 600); do
         if grep -q "listening on" "$log.out" 2>/dev/null; then break; fi
@@ -148,6 +149,11 @@ expect 400 "'stop' has 5 strings: at most 4" "${auth[@]}" "${json[@]}" -d "{\"mo
 expect 400 "one choice per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3}" "$H"
 expect 400 "'logit_bias' of token 5 must be a number between -100 and 100" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logit_bias\":{\"5\":500}}" "$H"
 expect 400 "'ignore_eos' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"ignore_eos\":\"yes\"}" "$H"
+expect 400 "'top_logprobs' is 2: it needs 'logprobs': true" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_logprobs\":2}" "$H"
+expect 400 "'top_logprobs' is 21: it must be between 0 and 20" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logprobs\":true,\"top_logprobs\":21}" "$H"
+expect 400 "'logprobs' must be a boolean, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logprobs\":3}" "$H"
+expect 400 "'logprobs' is -1: it must be between 0 and 20" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"x\",\"logprobs\":-1}" "$C"
+expect 400 "'logprobs' with 'echo' is not supported" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}" "$C"
 # longer than a request's share of the context (1024 / 4 = 256 tokens)
 long=$(python3 -c 'print(" ".join(["word"] * 400))')
 expect 400 "maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"$long\"}" "$C"
@@ -175,7 +181,7 @@ if [ -z "$want" ] || [ "$want" != "$got" ]; then fail "chat template: $got promp
 expect 200 '"status":"ok"' "$url/health"
 
 # ---- the openai package ----
-if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0"; then fail "serve_client.py"; fi
+if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs2"; then fail "serve_client.py"; fi
 
 # ---- SIGTERM: the requests running and queued finish, new ones get 503, every rank stops, exit 0 ----
 curl_pids=()
@@ -223,6 +229,22 @@ done
 if [ $cut = 0 ]; then echo "ok: SIGTERM: all 8 requests (4 running, 4 queued) got to their end and [DONE]"; fi
 grep -qE "stopping: finishing [1-9][0-9]* running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
 grep "stopping: finishing" "$tmp/main.err"
+
+# ---- logprobs on one rank: the same printed values as on two ----
+ranks=1 start_server one --parallel 4 --ctx-size 1024 --api-key "$key"
+if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs1" logprobs; then
+    fail "serve_client.py logprobs on one rank"
+elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; then
+    fail "logprobs: 1 rank and 2 ranks differ: $(diff "$tmp/logprobs1" "$tmp/logprobs2" 2>&1 | head -c 600)"
+else
+    echo "ok: logprobs: the same printed values on 1 rank and on 2"
+fi
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+rc=$?
+server=""
+[ $rc -eq 0 ] || fail "one rank: the server's job exited $rc: $(cat "$tmp/one.err")"
 
 # ---- a model whose logits hold NaN (a damaged file): that request is a 500 naming it, ----
 # ---- the server goes on (before: 200 with tokens sampled from NaN) ----

@@ -276,6 +276,60 @@ START_TEST(test_greedy) {
 }
 END_TEST
 
+/* log-probabilities: the log-softmax of the raw logits (no bias, penalty or
+ * temperature), the n most likely first, equal logits by the smaller id; the
+ * same bits however many are asked; -inf and +inf logits */
+START_TEST(test_logprobs) {
+    const float x[6] = {1.0f, 3.0f, 2.0f, 3.0f, -INFINITY, 0.0f};
+    double sum = 0;
+    for (int v = 0; v < 6; v++) sum += exp((double)x[v] - 3.0);
+    const double lse = 3.0 + log(sum);
+    bt_logprobs lp;
+    bt_logprobs_compute(x, 6, 2, 4, &lp);
+    ck_assert_int_eq(lp.id, 2);
+    ck_assert(lp.logprob == (float)(2.0 - lse));
+    ck_assert_int_eq(lp.n_top, 4);
+    const int32_t want[4] = {1, 3, 2, 0};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(lp.top_id[i], want[i]);
+        ck_assert(lp.top_logprob[i] == (float)((double)x[want[i]] - lse));
+        ck_assert(lp.top_logprob[i] <= 0);
+    }
+    /* the probabilities add up to 1 */
+    double p = 0;
+    for (int v = 0; v < 6; v++) {
+        bt_logprobs one;
+        bt_logprobs_compute(x, 6, v, 0, &one);
+        ck_assert_int_eq(one.n_top, 0);
+        p += exp((double)one.logprob);
+    }
+    ck_assert(fabs(p - 1.0) < 1e-6);
+    /* -inf: log p = -inf; all 6 asked: the banned one last */
+    bt_logprobs_compute(x, 6, 4, 6, &lp);
+    ck_assert(isinf(lp.logprob) && lp.logprob < 0);
+    ck_assert_int_eq(lp.top_id[5], 4);
+    ck_assert(lp.top_logprob[0] == (float)(3.0 - lse)); /* the same bits as with 4 asked */
+    /* more asked than there are tokens: all of them */
+    bt_logprobs_compute(x, 3, 0, 20, &lp);
+    ck_assert_int_eq(lp.n_top, 3);
+    ck_assert_int_eq(lp.top_id[0], 1);
+    /* a largest logit of +inf: the tokens holding it share the probability */
+    const float inf[3] = {INFINITY, 0.0f, INFINITY};
+    bt_logprobs_compute(inf, 3, 2, 3, &lp);
+    ck_assert(lp.logprob == (float)-log(2.0));
+    ck_assert_int_eq(lp.top_id[0], 0);
+    ck_assert_int_eq(lp.top_id[1], 2);
+    ck_assert(isinf(lp.top_logprob[2]));
+    /* a greedy sampler's choice is the first of the list, whatever the temperature asked */
+    bt_sampler_params par = plain(0.0);
+    bt_sampler *s;
+    char err[256];
+    ck_assert_int_eq(bt_sampler_create(&par, 6, &s, err, sizeof err), BT_OK);
+    ck_assert_int_eq(bt_sampler_sample(s, x), 1);
+    bt_sampler_free(s);
+}
+END_TEST
+
 /* logit_bias: added before everything else, -INFINITY never sampled at any
  * temperature; an id out of the vocabulary or a NaN is refused, naming it. */
 START_TEST(test_bias) {
@@ -509,6 +563,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_penalties);
     tcase_add_test(tc, test_greedy);
+    tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_bias);
     tcase_add_test(tc, test_seed);
     tcase_add_test(tc, test_bad_params);

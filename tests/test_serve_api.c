@@ -79,7 +79,24 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",null]}", 400, "stop", "'stop[1]' must be a string"},
     {H, "{\"model\":\"tiny\"," MSG ",\"n\":2}", 400, "n", "one choice per request"},
     {H, "{\"model\":\"tiny\"," MSG ",\"seed\":1.5}", 400, "seed", "must be an integer"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true}", 400, "logprobs", "not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":1}", 400, "logprobs", "must be a boolean, not an integer"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"top_logprobs\":3}", 400, "top_logprobs", "needs 'logprobs': true"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":false,\"top_logprobs\":1}", 400, "top_logprobs",
+     "'top_logprobs' is 1: it needs 'logprobs': true"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs",
+     "'top_logprobs' is 21: it must be between 0 and 20"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, "top_logprobs",
+     "between 0 and 20"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":\"2\"}", 400, "top_logprobs",
+     "must be an integer, not a string"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs",
+     "'logprobs' is 21: it must be between 0 and 20"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":-1}", 400, "logprobs", "between 0 and 20"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs",
+     "must be an integer (the alternatives per token, 0 to 20), not a boolean"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2.5}", 400, "logprobs", "must be an integer"},
+    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2,\"echo\":true}", 400, "logprobs",
+     "'logprobs' with 'echo' is not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
      "must be {\"type\": \"text\"}"},
@@ -88,7 +105,6 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", "between -100 and 100"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":\"1\"}}", 400, "logit_bias", "must be a number"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":[1]}", 400, "logit_bias", "must be an object"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"top_logprobs\":2}", 400, "top_logprobs", "not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"min_tokens\":-1}", 400, "min_tokens", "between 0 and 256"},
     {H, "{\"model\":\"tiny\"," MSG ",\"min_tokens\":9,\"max_tokens\":8}", 400, "min_tokens", "more than 'max_tokens'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"ignore_eos\":1}", 400, "ignore_eos", "must be a boolean"},
@@ -162,6 +178,7 @@ START_TEST(test_client_fields) {
     ck_assert_str_eq(r.msg_json[3], "{\"role\":\"user\",\"content\":\"and?\",\"name\":\"u\"}");
     ck_assert_int_eq(r.min_tokens, 3);
     ck_assert(r.ignore_eos);
+    ck_assert(!r.logprobs);
     ck_assert_uint_eq(r.n_bias, 3);
     int seen = 0;
     for (size_t i = 0; i < r.n_bias; i++) {
@@ -252,7 +269,7 @@ static json_t *load(char *s) {
 
 START_TEST(test_output) {
     struct bt_api_request chat = {.kind = BT_API_CHAT}, cmpl = {.kind = BT_API_COMPLETION};
-    json_t *o = load(bt_api_response_json(&chat, "chatcmpl-1", 1700000000, "tiny", "ok\xff", 3, "stop", 5, 2));
+    json_t *o = load(bt_api_response_json(&chat, "chatcmpl-1", 1700000000, "tiny", "ok\xff", 3, "stop", 5, 2, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "message"), "content")), "ok\xEF\xBF\xBD");
@@ -260,20 +277,21 @@ START_TEST(test_output) {
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 7);
     json_decref(o);
 
-    o = load(bt_api_response_json(&cmpl, "cmpl-2", 1, "tiny", "abc", 3, "length", 1, 3));
+    o = load(bt_api_response_json(&cmpl, "cmpl-2", 1, "tiny", "abc", 3, "length", 1, 3, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), "abc");
     ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    ck_assert(json_is_null(json_object_get(ch, "logprobs"))); /* not asked */
     json_decref(o);
 
-    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, NULL, true));
+    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, NULL, NULL, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")), "assistant");
     ck_assert(json_is_null(json_object_get(ch, "finish_reason")));
     json_decref(o);
-    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, "stop", false));
+    o = load(bt_api_chunk_json(&chat, "chatcmpl-1", 1, "tiny", "", 0, NULL, "stop", false));
     ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_uint_eq(json_object_size(json_object_get(ch, "delta")), 0);
     ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
@@ -284,6 +302,99 @@ START_TEST(test_output) {
     json_decref(o);
     o = load(bt_api_models_json("tiny", 5));
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")), "tiny");
+    json_decref(o);
+}
+END_TEST
+
+/* logprobs asked: chat's logprobs true and top_logprobs N, completions'
+ * logprobs N (0: the tokens' own, no alternatives; false or null: none) */
+START_TEST(test_good_logprobs) {
+    struct {
+        enum bt_api_kind kind;
+        const char *args;
+        bool logprobs;
+        int top;
+    } k[] = {
+        {H, "\"logprobs\":true,\"top_logprobs\":3", true, 3}, {H, "\"logprobs\":true", true, 0},
+        {H, "\"logprobs\":true,\"top_logprobs\":20", true, 20}, {H, "\"logprobs\":false,\"top_logprobs\":0", false, 0},
+        {H, "\"logprobs\":null,\"top_logprobs\":null", false, 0}, {C, "\"logprobs\":2", true, 2},
+        {C, "\"logprobs\":0", true, 0}, {C, "\"logprobs\":20", true, 20}, {C, "\"logprobs\":false", false, 0},
+        {C, "\"logprobs\":null,\"echo\":true", false, 0},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char b[256];
+        snprintf(b, sizeof b, "{\"model\":\"tiny\",%s,%s}", k[i].kind == H ? MSG : "\"prompt\":\"a\"", k[i].args);
+        struct bt_api_request r;
+        struct bt_api_error e;
+        ck_assert_msg(bt_api_parse(k[i].kind, b, strlen(b), &k_lim, 1, &r, &e), "%s: %s", b, e.message);
+        ck_assert_msg(r.logprobs == k[i].logprobs && r.top_logprobs == k[i].top, "%s: logprobs %d, top %d", b,
+                      (int)r.logprobs, (int)r.top_logprobs);
+        bt_api_request_free(&r);
+    }
+}
+END_TEST
+
+/* the logprobs objects: chat's content list with bytes and top_logprobs,
+ * completions' four lists; floats with a float's 9 digits, -inf as -9999 */
+START_TEST(test_logprobs_output) {
+    struct bt_api_request chat = {.kind = BT_API_CHAT, .logprobs = true, .top_logprobs = 2},
+                          cmpl = {.kind = BT_API_COMPLETION, .logprobs = true, .top_logprobs = 2};
+    const bt_logprobs lp[2] = {
+        {.id = 7, .logprob = -0.1f, .n_top = 2, .top_id = {7, 9}, .top_logprob = {-0.1f, -2.5f}},
+        {.id = 8, .logprob = -INFINITY, .n_top = 2, .top_id = {3, 5}, .top_logprob = {-1.0f, -1.0f}},
+    };
+    const struct bt_api_piece piece[2] = {{"H\xc3", 2}, {"\xa9 x", 3}}; /* "Hé x" split inside the é */
+    const struct bt_api_piece top[2][BT_MAX_TOP_LOGPROBS] = {{{"H\xc3", 2}, {"Hi", 2}}, {{"a", 1}, {"a", 1}}};
+    const struct bt_api_logprobs v = {.lp = lp, .piece = piece, .top = top, .n = 2, .text_offset = 0};
+    char *js = bt_api_response_json(&chat, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", 1, 2, &v);
+    ck_assert_ptr_nonnull(js);
+    ck_assert_msg(strstr(js, "\"logprob\":-0.100000001,") != NULL, "%s", js); /* (double)-0.1f to 9 digits */
+    json_t *o = load(js);
+    json_t *content = json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"),
+                                      "content");
+    ck_assert_uint_eq(json_array_size(content), 2);
+    json_t *e0 = json_array_get(content, 0), *e1 = json_array_get(content, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(e0, "token")), "H\xEF\xBF\xBD"); /* a part character */
+    json_t *bytes = json_object_get(e0, "bytes");
+    ck_assert_uint_eq(json_array_size(bytes), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(bytes, 1)), 0xc3);
+    ck_assert((float)json_real_value(json_object_get(e0, "logprob")) == -0.1f);
+    json_t *t0 = json_object_get(e0, "top_logprobs");
+    ck_assert_uint_eq(json_array_size(t0), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(t0, 1), "token")), "Hi");
+    ck_assert(json_real_value(json_object_get(json_array_get(t0, 1), "logprob")) == -2.5);
+    ck_assert_uint_eq(json_array_size(json_object_get(json_array_get(t0, 1), "bytes")), 2);
+    ck_assert(json_real_value(json_object_get(e1, "logprob")) == -9999.0);
+    json_decref(o);
+
+    o = load(bt_api_response_json(&cmpl, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", 1, 2, &v));
+    json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(l, "tokens"), 1)), "\xEF\xBF\xBD x");
+    ck_assert((float)json_real_value(json_array_get(json_object_get(l, "token_logprobs"), 0)) == -0.1f);
+    ck_assert(json_real_value(json_array_get(json_object_get(l, "token_logprobs"), 1)) == -9999.0);
+    json_t *tl = json_object_get(l, "top_logprobs");
+    ck_assert_uint_eq(json_object_size(json_array_get(tl, 0)), 2);
+    ck_assert(json_real_value(json_object_get(json_array_get(tl, 0), "Hi")) == -2.5);
+    ck_assert_uint_eq(json_object_size(json_array_get(tl, 1)), 1); /* two tokens "a": the first kept */
+    /* character offsets: the \xc3\xa9 counts in the first token, which holds its lead byte */
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 0)), 0);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 1)), 2);
+    ck_assert_int_eq(bt_api_logprobs_chars(&v), 4);
+    json_decref(o);
+
+    /* a chunk carries its tokens' entries; one without tokens an empty list, one not asked null */
+    o = load(bt_api_chunk_json(&chat, "c", 1, "tiny", "H", 1, &v, NULL, false));
+    ck_assert_uint_eq(json_array_size(json_object_get(
+                          json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"), "content")),
+                      2);
+    json_decref(o);
+    const struct bt_api_logprobs none = {.n = 0, .text_offset = 4};
+    o = load(bt_api_chunk_json(&cmpl, "c", 1, "tiny", "", 0, &none, "stop", false));
+    l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    ck_assert_uint_eq(json_array_size(json_object_get(l, "tokens")), 0);
+    json_decref(o);
+    o = load(bt_api_chunk_json(&chat, "c", 1, "tiny", "", 0, NULL, NULL, true));
+    ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs")));
     json_decref(o);
 }
 END_TEST
@@ -320,9 +431,12 @@ START_TEST(test_jobs) {
     ck_assert_uint_eq(ids[0], 77);
     ck_assert_int_eq(bt_jobs_cancels(&q, ids, 4), 0); /* once */
     /* text, then the end */
-    bt_job_emit(&q, j[0], "ab", 2);
-    bt_job_emit(&q, j[0], "", 0); /* a token with nothing to show yet */
-    bt_job_emit(&q, j[0], "c", 1);
+    const bt_logprobs lp = {.id = 4, .logprob = -0.5f};
+    bt_job_emit(&q, j[0], "ab", 2, &lp);
+    bt_job_emit(&q, j[0], "", 0, &lp); /* a token with nothing to show yet */
+    bt_job_emit(&q, j[0], "c", 1, NULL); /* one not listed (an end-of-generation token) */
+    ck_assert_uint_eq(j[0]->n_lp, 2);
+    ck_assert(j[0]->lp[1].id == 4 && j[0]->lp[1].logprob == -0.5f);
     ck_assert_uint_eq(j[0]->len, 3);
     ck_assert_str_eq(j[0]->text, "abc");
     ck_assert_int_eq(j[0]->n_tokens, 3);
@@ -361,6 +475,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_client_fields);
     tcase_add_test(tc, test_good_chat);
     tcase_add_test(tc, test_output);
+    tcase_add_test(tc, test_good_logprobs);
+    tcase_add_test(tc, test_logprobs_output);
     tcase_add_test(tc, test_jobs);
     suite_add_tcase(s, tc);
     return s;

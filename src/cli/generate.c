@@ -563,7 +563,8 @@ static bool grow(void **buf, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-static void on_token(void *user, int32_t id, const char *text, size_t len) {
+static void on_token(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp) {
+    (void)lp; /* not asked */
     struct prompt *p = user;
     struct gen_run *run = p->run;
     if (run->t_first_token == 0) run->t_first_token = bt_now_s();

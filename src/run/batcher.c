@@ -77,6 +77,7 @@ struct bt_batcher {
     int fl_head, fl_n;
     float *logits;     /* n_ubatch x n_vocab */
     int32_t *eog;      /* the vocabulary's end-of-generation ids (min_tokens bans them) */
+    float *eog_raw;    /* their logits in a row before the ban (the log-probabilities are the model's) */
     int32_t n_eog;
 
     pthread_mutex_t mu;
@@ -157,6 +158,7 @@ void bt_batcher_free(struct bt_batcher *b) {
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b->eog);
+    free(b->eog_raw);
     free(b);
 }
 
@@ -212,7 +214,9 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
                 if (pass) b->eog[b->n_eog] = (int32_t)id;
                 b->n_eog++;
             }
-        if (pass == 0 && !(b->eog = malloc(((size_t)b->n_eog + 1) * sizeof *b->eog))) goto nomem;
+        if (pass == 0 && (!(b->eog = malloc(((size_t)b->n_eog + 1) * sizeof *b->eog)) ||
+                          !(b->eog_raw = malloc(((size_t)b->n_eog + 1) * sizeof *b->eog_raw))))
+            goto nomem;
         if (pass == 0) b->n_eog = 0;
     }
     for (int i = 0; i < b->max_inflight; i++) {
@@ -258,6 +262,16 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
     if (bt_sampler_params_check(&req->sampling, err, n_err) != BT_OK) return BT_ERR_INVALID;
     if (req->min_tokens < 0) {
         snprintf(err, n_err, "min_tokens %lld: must not be negative", (long long)req->min_tokens);
+        return BT_ERR_INVALID;
+    }
+    if (req->logprobs && (req->top_logprobs < 0 || req->top_logprobs > BT_MAX_TOP_LOGPROBS)) {
+        snprintf(err, n_err, "top_logprobs %d: must be between 0 and %d", (int)req->top_logprobs,
+                 BT_MAX_TOP_LOGPROBS);
+        return BT_ERR_INVALID;
+    }
+    if (req->logprobs && (req->top_logprobs < 0 || req->top_logprobs > BT_MAX_TOP_LOGPROBS)) {
+        snprintf(err, n_err, "top_logprobs %d: must be between 0 and %d", (int)req->top_logprobs,
+                 BT_MAX_TOP_LOGPROBS);
         return BT_ERR_INVALID;
     }
     if (req->max_tokens == 0 || req->max_tokens < -1) {
@@ -500,10 +514,17 @@ static void take_row(struct bt_batcher *b, int s, float *row, double t) {
         finish(b, s, BT_FINISH_ERROR);
         return;
     }
-    /* min_tokens: no end of generation yet (the row is this batcher's own) */
-    if (sl->n_gen < sl->req.min_tokens)
-        for (int32_t i = 0; i < b->n_eog; i++) row[b->eog[i]] = -INFINITY;
+    /* min_tokens: no end of generation yet (the row is this batcher's own;
+     * the banned logits come back for the log-probabilities) */
+    const bool ban = sl->n_gen < sl->req.min_tokens;
+    for (int32_t i = 0; ban && i < b->n_eog; i++) {
+        b->eog_raw[i] = row[b->eog[i]];
+        row[b->eog[i]] = -INFINITY;
+    }
     const int32_t id = bt_sampler_sample(sl->smp, row);
+    for (int32_t i = 0; ban && i < b->n_eog; i++) row[b->eog[i]] = b->eog_raw[i];
+    bt_logprobs lp;
+    if (sl->req.logprobs) bt_logprobs_compute(row, (int32_t)b->n_vocab, id, sl->req.top_logprobs, &lp);
     bt_sampler_accept(sl->smp, id);
     if (sl->n_gen == 0) sl->t_first = t;
     sl->t_last = t;
@@ -512,7 +533,7 @@ static void take_row(struct bt_batcher *b, int s, float *row, double t) {
     const char *text;
     size_t len;
     const enum bt_stop_reason why = bt_stopper_push(sl->stop, b->tok, id, &text, &len);
-    if (sl->req.on_token) sl->req.on_token(sl->req.user, id, text, len);
+    if (sl->req.on_token) sl->req.on_token(sl->req.user, id, text, len, sl->req.logprobs ? &lp : NULL);
     if (why == BT_STOP_NONE) {
         BT_ASSERT(sl->pos < b->share); /* the stopper's limit keeps the sequence inside its share */
         sl->next = id;

@@ -76,14 +76,21 @@ struct bt_gen_request {
     size_t n_bias;
     int64_t min_tokens;      /* no end-of-generation token is sampled before this many tokens (0: none) */
     bool ignore_eos;         /* an end-of-generation token does not end the request */
+    /* logprobs: each token's log-probability and its top_logprobs (0 to
+     * BT_MAX_TOP_LOGPROBS) most likely alternatives, from the raw logits
+     * (bt_logprobs_compute: before logit_bias, min_tokens, penalties and the
+     * sampler's filters) */
+    bool logprobs;
+    int32_t top_logprobs;
     /* Each sampled token, in order: its id and the text that may be shown now
      * (len may be 0: a character or a possible stop string still pending; an
      * end-of-generation token and stop strings are never shown).  The text is
      * the pieces' bytes: whole characters, but bytes that cannot form one
      * (a model may sample a lead byte and then no continuation) pass through
      * as they are, so it is not always valid UTF-8 (JSON writers: escape or
-     * replace them).  May be NULL. */
-    void (*on_token)(void *user, int32_t id, const char *text, size_t len);
+     * replace them).  lp: the token's log-probabilities when the request
+     * asked for them, else NULL (valid during the call).  May be NULL. */
+    void (*on_token)(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp);
     /* Once, at the end, whatever the reason (cancel included).  May be NULL. */
     void (*on_done)(void *user, const struct bt_gen_result *r);
     void *user;
@@ -113,7 +120,8 @@ void bt_batcher_free(struct bt_batcher *b);
  *   BT_ERR_INVALID:  a bad request (empty prompt, a token id outside the
  *                    vocabulary, a prompt longer than a sequence's share of
  *                    the context, bad sampling values, max_tokens 0, a bad
- *                    stop string) with one message in err;
+ *                    stop string, top_logprobs out of range) with one
+ *                    message in err;
  *   BT_ERR_COMM:     the engine has failed.
  * Nothing is called back for a request that add refused. */
 enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,

@@ -4,10 +4,13 @@
  * The checks are OpenAI's where it documents a range (temperature 0..2,
  * top_p 0..1, penalties -2..2, at most 4 stop strings, n 1 here) and
  * llama.cpp server's for the extensions (top_k, min_p, repeat_penalty).  An
- * argument OpenAI defines that baton does not implement (n > 1, logprobs,
- * tools, best_of, suffix, a logit_bias) is a 400 naming it, never ignored in
- * silence; an argument nobody defines is a 400 too ("unrecognized request
- * argument"), as OpenAI answers. */
+ * argument OpenAI defines that baton does not implement (n > 1, tools,
+ * best_of, suffix, logprobs with echo) is a 400 naming it, never ignored in
+ * silence.
+ *
+ * logprobs are the model's: the log-softmax of the raw logits (before
+ * logit_bias, penalties, temperature and the filters), as OpenAI reports
+ * them; llama-server's n_probs reports the sampler's probabilities instead. */
 #include "api.h"
 
 #include <jansson.h>
@@ -136,11 +139,6 @@ static bool nomem(struct bt_api_error *err) {
 /* Arguments baton does not implement: allowed only when they ask for nothing. */
 static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_error *err) {
     json_t *v;
-    if ((v = json_object_get(o, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0)) {
-        BAD("logprobs", "'logprobs' is not supported by this server (leave it out or set it to null)");
-        return false;
-    }
     if (kind == BT_API_COMPLETION) {
         if ((v = json_object_get(o, "suffix")) && !json_is_null(v)) {
             BAD("suffix", "'suffix' is not supported by this server");
@@ -152,11 +150,6 @@ static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_er
             return false;
         }
     } else {
-        if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v) &&
-            !(json_is_integer(v) && json_integer_value(v) == 0)) {
-            BAD("top_logprobs", "'top_logprobs' is not supported by this server (leave it out, or give 0 or null)");
-            return false;
-        }
         if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
             BAD("tools", "'tools' is not supported by this server");
             return false;
@@ -455,6 +448,41 @@ static bool parse_logit_bias(json_t *o, const struct bt_api_limits *lim, struct 
     return true;
 }
 
+/* chat: logprobs (a boolean) and top_logprobs (0 to 20, only with logprobs
+ * true; 0 asks for nothing and is taken alone, as OpenAI takes it);
+ * completions: logprobs N (0 to 20: OpenAI takes up to 5, llama-server 20;
+ * false or null: none).  Read after echo. */
+static bool parse_logprobs(enum bt_api_kind kind, json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, "logprobs");
+    int64_t n = 0;
+    bool given = false;
+    if (kind == BT_API_CHAT) {
+        if (!get_bool(o, "logprobs", &r->logprobs, err)) return false;
+        if (!get_int(o, "top_logprobs", 0, BT_MAX_TOP_LOGPROBS, &n, &given, err)) return false;
+        if (given && n > 0 && !r->logprobs) {
+            BAD("top_logprobs", "'top_logprobs' is %lld: it needs 'logprobs': true", (long long)n);
+            return false;
+        }
+        r->top_logprobs = (int32_t)n;
+        return true;
+    }
+    if (!v || json_is_null(v) || json_is_false(v)) return true;
+    if (!json_is_integer(v)) {
+        BAD("logprobs", "'logprobs' must be an integer (the alternatives per token, 0 to %d), not %s",
+            BT_MAX_TOP_LOGPROBS, json_kind(v));
+        return false;
+    }
+    if (!get_int(o, "logprobs", 0, BT_MAX_TOP_LOGPROBS, &n, &given, err)) return false;
+    if (r->echo) {
+        BAD("logprobs", "'logprobs' with 'echo' is not supported by this server: the prompt's tokens have no "
+                        "log-probabilities here");
+        return false;
+    }
+    r->logprobs = true;
+    r->top_logprobs = (int32_t)n;
+    return true;
+}
+
 static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_limits *lim, uint64_t default_seed,
                          struct bt_api_request *r, struct bt_api_error *err) {
     if (!check_unsupported(kind, o, err)) return false;
@@ -517,6 +545,7 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
         return false;
     }
     if (!get_bool(o, "ignore_eos", &r->ignore_eos, err)) return false;
+    if (!parse_logprobs(kind, o, r, err)) return false;
     if (!parse_logit_bias(o, lim, r, err)) return false;
 
     /* OpenAI's defaults: the model's whole distribution */
@@ -588,9 +617,11 @@ bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const str
 
 /* ---- output ---- */
 
+/* numbers (log-probabilities, floats) with 9 digits: a float's own digits,
+ * so equal floats print equal and the printed value reads back as it */
 static char *dump(json_t *o) {
     if (!o) return NULL;
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     return s;
 }
@@ -618,6 +649,106 @@ static json_t *text_value(const char *text, size_t len) {
     return v;
 }
 
+/* ---- log-probabilities ---- */
+
+/* a log-probability as JSON: -inf (a token the model rules out) is
+ * -9999.0, OpenAI's floor, since JSON has no infinity */
+static json_t *logprob_value(float x) { return json_real(x >= -9999.0f ? (double)x : -9999.0); }
+
+static json_t *bytes_value(const struct bt_api_piece *p) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < p->len; i++)
+        if (json_array_append_new(a, json_integer((unsigned char)p->text[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* chat's {"token", "logprob", "bytes"} */
+static json_t *chat_entry(const struct bt_api_piece *p, float logprob) {
+    return json_pack("{s:o, s:o, s:o}", "token", text_value(p->text, p->len), "logprob", logprob_value(logprob),
+                     "bytes", bytes_value(p));
+}
+
+/* chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} */
+static json_t *chat_logprobs(const struct bt_api_logprobs *lp) {
+    json_t *content = json_array();
+    for (size_t i = 0; content && i < lp->n; i++) {
+        json_t *e = chat_entry(&lp->piece[i], lp->lp[i].logprob), *top = json_array();
+        for (int32_t k = 0; top && k < lp->lp[i].n_top; k++)
+            if (json_array_append_new(top, chat_entry(&lp->top[i][k], lp->lp[i].top_logprob[k]))) {
+                json_decref(top);
+                top = NULL;
+            }
+        if (!e || !top) {
+            json_decref(e);
+            json_decref(top);
+            goto fail;
+        }
+        if (json_object_set_new(e, "top_logprobs", top)) {
+            json_decref(e);
+            goto fail;
+        }
+        if (json_array_append_new(content, e)) goto fail;
+    }
+    return json_pack("{s:o}", "content", content);
+fail:
+    json_decref(content);
+    return NULL;
+}
+
+/* the characters of text[0..len): its UTF-8 lead bytes (a character split
+ * over two tokens counts once, at the token that starts it) */
+static int64_t n_chars(const char *text, size_t len) {
+    int64_t n = 0;
+    for (size_t i = 0; i < len; i++) n += ((unsigned char)text[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+ * "text_offset"}; two alternatives with one text: the more likely's */
+static json_t *completion_logprobs(const struct bt_api_logprobs *lp) {
+    json_t *o = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+    if (!o) return NULL;
+    json_t *tokens = json_object_get(o, "tokens"), *lps = json_object_get(o, "token_logprobs"),
+           *tops = json_object_get(o, "top_logprobs"), *offs = json_object_get(o, "text_offset");
+    int64_t at = lp->text_offset;
+    for (size_t i = 0; i < lp->n; i++) {
+        json_t *top = json_object();
+        for (int32_t k = 0; top && k < lp->lp[i].n_top; k++) {
+            json_t *t = text_value(lp->top[i][k].text, lp->top[i][k].len);
+            const char *key = t ? json_string_value(t) : NULL;
+            if (!key || (!json_object_get(top, key) &&
+                         json_object_set_new(top, key, logprob_value(lp->lp[i].top_logprob[k])))) {
+                json_decref(top);
+                top = NULL;
+            }
+            json_decref(t);
+        }
+        if (!top || json_array_append_new(tokens, text_value(lp->piece[i].text, lp->piece[i].len)) ||
+            json_array_append_new(lps, logprob_value(lp->lp[i].logprob)) || json_array_append_new(tops, top) ||
+            json_array_append_new(offs, json_integer((json_int_t)at))) {
+            json_decref(o);
+            return NULL;
+        }
+        at += n_chars(lp->piece[i].text, lp->piece[i].len);
+    }
+    return o;
+}
+
+/* the choice's "logprobs": null when not asked */
+static json_t *logprobs_value(const struct bt_api_request *r, const struct bt_api_logprobs *lp) {
+    if (!lp) return json_null();
+    return r->kind == BT_API_CHAT ? chat_logprobs(lp) : completion_logprobs(lp);
+}
+
+int64_t bt_api_logprobs_chars(const struct bt_api_logprobs *lp) {
+    int64_t n = 0;
+    for (size_t i = 0; i < lp->n; i++) n += n_chars(lp->piece[i].text, lp->piece[i].len);
+    return n;
+}
+
 char *bt_api_error_json(const struct bt_api_error *e) {
     return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type", e->type, "param",
                           e->param, "code", e->code));
@@ -637,19 +768,21 @@ static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t 
 }
 
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen) {
-    json_t *o = envelope(r, id, created, model, false), *t = text_value(text, len);
-    if (!o || !t) {
+                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const struct bt_api_logprobs *lp) {
+    json_t *o = envelope(r, id, created, model, false), *t = text_value(text, len), *l = logprobs_value(r, lp);
+    if (!o || !t || !l) {
         json_decref(o);
         json_decref(t);
+        json_decref(l);
         return NULL;
     }
     json_t *choice;
     if (r->kind == BT_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content", t,
-                           "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content", t,
+                           "logprobs", l, "finish_reason", finish);
     else
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", t, "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", t, "logprobs", l, "finish_reason", finish);
     if (json_object_set_new(o, "choices", json_pack("[o]", choice)) ||
         json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
         json_decref(o);
@@ -659,11 +792,13 @@ char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64
 }
 
 char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                        const char *text, size_t len, const char *finish, bool first) {
-    json_t *o = envelope(r, id, created, model, true), *t = text_value(text, len);
-    if (!o || !t) {
+                        const char *text, size_t len, const struct bt_api_logprobs *lp, const char *finish,
+                        bool first) {
+    json_t *o = envelope(r, id, created, model, true), *t = text_value(text, len), *l = logprobs_value(r, lp);
+    if (!o || !t || !l) {
         json_decref(o);
         json_decref(t);
+        json_decref(l);
         return NULL;
     }
     json_t *choice;
@@ -674,9 +809,10 @@ char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t 
             json_decref(t); /* the last chunk's delta is empty, as OpenAI's */
         else
             json_object_set_new(delta, "content", t);
-        choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", l, "finish_reason",
+                           finish);
     } else {
-        choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text", t, "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "text", t, "logprobs", l, "finish_reason", finish);
     }
     if (json_object_set_new(o, "choices", json_pack("[o]", choice))) {
         json_decref(o);

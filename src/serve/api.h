@@ -86,6 +86,11 @@ struct bt_api_request {
     size_t n_bias;
     int64_t min_tokens;     /* no end of generation before this many tokens (vLLM's) */
     bool ignore_eos;        /* no end-of-generation token ends it (vLLM's) */
+    /* chat: logprobs true, top_logprobs N; completions: logprobs N.  Each
+     * generated token's log-probability and its top_logprobs most likely
+     * alternatives (0 to BT_MAX_TOP_LOGPROBS) */
+    bool logprobs;
+    int32_t top_logprobs;
 };
 void bt_api_request_free(struct bt_api_request *r);
 
@@ -99,16 +104,43 @@ bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const str
 
 /* ---- what the server sends (malloc'd NUL-terminated JSON; NULL when out of memory) ---- */
 
+/* One token's text as the answer shows it: its bytes (the tokenizer's piece). */
+struct bt_api_piece {
+    const char *text;
+    size_t len;
+};
+/* The log-probabilities of the tokens an answer or a chunk carries, for a
+ * request that asked for them: lp[i] (bt_logprobs, from the batcher) and the
+ * text of each token it names (piece[i] for lp[i].id, top[i][k] for
+ * lp[i].top_id[k]).  text_offset: completions' offset of the first token in
+ * the choice's text, in characters (an echoed prompt counts). */
+struct bt_api_logprobs {
+    const bt_logprobs *lp;
+    const struct bt_api_piece *piece;
+    const struct bt_api_piece (*top)[BT_MAX_TOP_LOGPROBS];
+    size_t n;
+    int64_t text_offset;
+};
+
 char *bt_api_error_json(const struct bt_api_error *e);
 
+/* The characters the tokens of lp show (UTF-8 lead bytes): how far a
+ * stream's next text_offset moves. */
+int64_t bt_api_logprobs_chars(const struct bt_api_logprobs *lp);
+
 /* One finished request: OpenAI's text_completion / chat.completion object.
- * text[0..len) need not be valid UTF-8 (bad bytes become U+FFFD). */
+ * text[0..len) need not be valid UTF-8 (bad bytes become U+FFFD).  lp: the
+ * tokens' log-probabilities when the request asked for them (else NULL:
+ * "logprobs": null). */
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen);
-/* One stream chunk: text (may be empty) and finish (NULL until the last).
- * first: a chat chunk carries the assistant's role. */
+                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const struct bt_api_logprobs *lp);
+/* One stream chunk: text (may be empty), the log-probabilities of the tokens
+ * sampled since the last chunk (NULL when not asked), and finish (NULL until
+ * the last).  first: a chat chunk carries the assistant's role. */
 char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                        const char *text, size_t len, const char *finish, bool first);
+                        const char *text, size_t len, const struct bt_api_logprobs *lp, const char *finish,
+                        bool first);
 /* The usage chunk of a stream that asked for it (choices empty). */
 char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                               int64_t n_prompt, int64_t n_gen);

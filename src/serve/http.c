@@ -47,6 +47,8 @@ struct req {
     /* streaming */
     int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
     size_t text_seen; /* bytes of job->text already sent */
+    size_t lp_seen;   /* entries of job->lp already sent */
+    int64_t lp_offset; /* completions: the text_offset of the next entry */
     char *out;       /* the SSE bytes being sent */
     size_t out_len, out_pos;
     bool timed;
@@ -209,6 +211,31 @@ oom:
 
 /* ---- answers ---- */
 
+/* lp[0..n) with each token's text, for the JSON writers (free with
+ * logprobs_free); false when out of memory */
+static bool logprobs_view(const bt_tokenizer *tok, const bt_logprobs *lp, size_t n, int64_t text_offset,
+                          struct bt_api_logprobs *v) {
+    struct bt_api_piece *piece = malloc((n ? n : 1) * sizeof *piece);
+    struct bt_api_piece(*top)[BT_MAX_TOP_LOGPROBS] = malloc((n ? n : 1) * sizeof *top);
+    if (!piece || !top) {
+        free(piece);
+        free(top);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        piece[i].text = bt_tokenizer_piece(tok, lp[i].id, 0, &piece[i].len);
+        for (int32_t k = 0; k < lp[i].n_top; k++)
+            top[i][k].text = bt_tokenizer_piece(tok, lp[i].top_id[k], 0, &top[i][k].len);
+    }
+    *v = (struct bt_api_logprobs){.lp = lp, .piece = piece, .top = top, .n = n, .text_offset = text_offset};
+    return true;
+}
+
+static void logprobs_free(struct bt_api_logprobs *v) {
+    free((void *)v->piece);
+    free((void *)v->top);
+}
+
 static void count_timing(struct req *r) {
     if (r->timed) return;
     r->timed = true;
@@ -241,11 +268,33 @@ static enum MHD_Result answer_whole(struct req *r) {
     if (!text) return fail(r, 500, "server_error", NULL, "out of memory");
     if (elen) memcpy(text, j->echo, elen);
     if (j->len) memcpy(text + elen, j->text, j->len);
+    struct bt_api_logprobs lp;
+    if (j->req.logprobs && !logprobs_view(s->tok, j->lp, j->n_lp, 0, &lp)) {
+        free(text);
+        return fail(r, 500, "server_error", NULL, "out of memory");
+    }
     char *js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
-                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen);
+                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen,
+                                    j->req.logprobs ? &lp : NULL);
     free(text);
+    if (j->req.logprobs) logprobs_free(&lp);
     if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
     return send_text(r, 200, "application/json", js, NULL, NULL);
+}
+
+/* a stream chunk of text and (when the request asked) lp[0..n_lp); NULL
+ * when out of memory */
+static char *chunk_with_logprobs(struct req *r, const char *text, size_t len, const bt_logprobs *lp, size_t n_lp,
+                                 const char *finish) {
+    struct bt_job *j = r->job;
+    struct bt_api_logprobs v;
+    if (!j->req.logprobs)
+        return bt_api_chunk_json(&j->req, j->id, j->created, r->s->cfg.model_id, text, len, NULL, finish, false);
+    if (!logprobs_view(r->s->tok, lp, n_lp, r->lp_offset, &v)) return NULL;
+    char *js = bt_api_chunk_json(&j->req, j->id, j->created, r->s->cfg.model_id, text, len, &v, finish, false);
+    r->lp_offset += bt_api_logprobs_chars(&v);
+    logprobs_free(&v);
+    return js;
 }
 
 /* the next SSE event of a streamed answer into r->out; false at the end or
@@ -261,9 +310,9 @@ static bool next_event(struct req *r, bool *gone) {
     if (r->phase == 0) {
         r->phase = 1;
         if (j->req.kind == BT_API_CHAT)
-            js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, NULL, true);
+            js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, NULL, NULL, true);
         else if (j->echo)
-            js = bt_api_chunk_json(&j->req, j->id, j->created, model, j->echo, strlen(j->echo), NULL, false);
+            js = bt_api_chunk_json(&j->req, j->id, j->created, model, j->echo, strlen(j->echo), NULL, NULL, false);
         else
             return next_event(r, gone);
     } else if (r->phase == 1) {
@@ -277,14 +326,18 @@ static bool next_event(struct req *r, bool *gone) {
             }
         }
         if (j->len > r->text_seen) {
-            size_t from = r->text_seen, n = j->len - from;
+            /* the text and the log-probabilities of the tokens that came since the last chunk */
+            size_t from = r->text_seen, n = j->len - from, n_lp = j->n_lp - r->lp_seen;
             char *piece = malloc(n);
+            bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
             if (piece) memcpy(piece, j->text + from, n);
+            if (lps && n_lp) memcpy(lps, j->lp + r->lp_seen, n_lp * sizeof *lps);
             r->text_seen = j->len;
+            r->lp_seen = j->n_lp;
             pthread_mutex_unlock(&s->jobs.mu);
-            if (!piece) return false;
-            js = bt_api_chunk_json(&j->req, j->id, j->created, model, piece, n, NULL, false);
+            if (piece && lps) js = chunk_with_logprobs(r, piece, n, lps, n_lp, NULL);
             free(piece);
+            free(lps);
         } else {
             pthread_mutex_unlock(&s->jobs.mu);
             if (j->res.finish == BT_FINISH_ERROR || j->res.finish == BT_FINISH_CANCELLED || j->error[0]) {
@@ -298,8 +351,10 @@ static bool next_event(struct req *r, bool *gone) {
                 r->phase = 3; /* then [DONE] */
             } else {
                 count_timing(r);
-                js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, bt_finish_name(j->res.finish),
-                                       false);
+                /* DONE: the engine's thread writes nothing more; the entries of tokens that showed no text */
+                js = chunk_with_logprobs(r, "", 0, j->lp ? j->lp + r->lp_seen : NULL, j->n_lp - r->lp_seen,
+                                         bt_finish_name(j->res.finish));
+                r->lp_seen = j->n_lp;
                 r->phase = j->req.include_usage ? 2 : 3;
             }
         }

@@ -44,6 +44,7 @@ static void job_free(struct bt_job *j) {
     free(j->prompt);
     free(j->echo);
     free(j->text);
+    free(j->lp);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -165,9 +166,24 @@ int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max) {
     return n;
 }
 
-void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len) {
+void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp) {
     pthread_mutex_lock(&q->mu);
     j->n_tokens++;
+    if (lp) {
+        if (j->n_lp == j->cap_lp) {
+            size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+            bt_logprobs *l = realloc(j->lp, cap * sizeof *l);
+            if (!l) {
+                snprintf(j->error, sizeof j->error, "out of memory for the answer's log-probabilities");
+                j->cancel = true;
+                pthread_mutex_unlock(&q->mu);
+                return;
+            }
+            j->lp = l;
+            j->cap_lp = cap;
+        }
+        j->lp[j->n_lp++] = *lp;
+    }
     if (len > 0) {
         if (j->len + len + 1 > j->cap) {
             size_t cap = j->cap ? j->cap : 256;

@@ -45,6 +45,9 @@ struct bt_job {
     char *text; /* generated text so far */
     size_t len, cap;
     int64_t n_tokens;  /* tokens sampled so far */
+    bt_logprobs *lp;   /* a request that asked for logprobs: those of each token shown (every token but the
+                        * end-of-generation token that ends it), in order */
+    size_t n_lp, cap_lp;
     double t_first;    /* monotonic time of the first text (0: none yet) */
     bool cancel;       /* the client went away: cancel it in the batcher */
     bool cancel_sent;  /* the engine's thread has done so */
@@ -97,8 +100,9 @@ void bt_jobs_untake(struct bt_jobs *q, struct bt_job *j);
 /* Running jobs whose clients went away and are not yet cancelled: up to max
  * batcher ids into ids; returns how many. */
 int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max);
-/* Append generated text (and count one token). */
-void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len);
+/* Append generated text and the token's log-probabilities (lp: NULL when
+ * none are kept for it), and count one token. */
+void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp);
 /* The job ended (error: the reason of BT_FINISH_ERROR, or NULL); drops the
  * engine's reference. */
 void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_result *r, const char *error);

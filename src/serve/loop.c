@@ -16,10 +16,12 @@ static struct bt_server *server_of(struct bt_jobs *q) {
     return (struct bt_server *)(void *)((char *)q - offsetof(struct bt_server, jobs));
 }
 
-static void on_token(void *user, int32_t id, const char *text, size_t len) {
-    (void)id;
+static void on_token(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp) {
     struct bt_job *j = user;
-    bt_job_emit(j->queue, j, text, len);
+    /* the end-of-generation token that ends the answer shows nothing and is
+     * not listed (the stopper's rule: any such token, unless ignore_eos) */
+    if (lp && !j->req.ignore_eos && bt_tokenizer_is_eog(server_of(j->queue)->tok, id)) lp = NULL;
+    bt_job_emit(j->queue, j, text, len, lp);
 }
 
 static void on_done(void *user, const struct bt_gen_result *r) {
@@ -65,6 +67,8 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .n_bias = j->req.n_bias,
             .min_tokens = j->req.min_tokens,
             .ignore_eos = j->req.ignore_eos,
+            .logprobs = j->req.logprobs,
+            .top_logprobs = j->req.top_logprobs,
             .on_token = on_token,
             .on_done = on_done,
             .user = j,

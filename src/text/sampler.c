@@ -293,3 +293,42 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits) {
     return s->c[n - 1].id; /* u within rounding of 1 */
 }
 
+
+/* ---- log-probabilities ---- */
+
+/* log p of a logit x, given the largest mx and log(sum exp(x - mx)) + mx as
+ * lse (n_max: how many tokens hold a non-finite mx, 0 when it is finite) */
+static float logprob_of(float x, float mx, double lse, int32_t n_max) {
+    if (n_max) return x == mx ? (float)-log((double)n_max) : -INFINITY;
+    return (float)((double)x - lse);
+}
+
+void bt_logprobs_compute(const float *logits, int32_t n_vocab, int32_t id, int32_t n_top, bt_logprobs *lp) {
+    BT_ASSERT(n_vocab > 0 && id >= 0 && id < n_vocab && n_top >= 0 && n_top <= BT_MAX_TOP_LOGPROBS);
+    /* the n_top largest logits, kept sorted by insertion: ids come in
+     * increasing order, so an equal logit never displaces an earlier one */
+    float mx = logits[0];
+    int32_t k = 0;
+    for (int32_t v = 0; v < n_vocab; v++) {
+        const float x = logits[v];
+        if (x > mx) mx = x;
+        if (n_top == 0 || (k == n_top && !(x > logits[lp->top_id[k - 1]]))) continue;
+        int32_t at = k < n_top ? k++ : k - 1;
+        for (; at > 0 && x > logits[lp->top_id[at - 1]]; at--) lp->top_id[at] = lp->top_id[at - 1];
+        lp->top_id[at] = v;
+    }
+    /* log(sum exp(x - max)) in double, in token order */
+    double lse = 0;
+    int32_t n_max = 0;
+    if (isfinite(mx)) {
+        double sum = 0;
+        for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - (double)mx);
+        lse = (double)mx + log(sum);
+    } else {
+        for (int32_t v = 0; v < n_vocab; v++) n_max += logits[v] == mx;
+    }
+    lp->id = id;
+    lp->logprob = logprob_of(logits[id], mx, lse, n_max);
+    lp->n_top = k;
+    for (int32_t i = 0; i < k; i++) lp->top_logprob[i] = logprob_of(logits[lp->top_id[i]], mx, lse, n_max);
+}

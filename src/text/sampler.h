@@ -51,5 +51,30 @@ enum bt_status bt_sampler_set_bias(bt_sampler *s, const int32_t *ids, const floa
 /* Forget the context and restart the random stream from the seed. */
 void bt_sampler_reset(bt_sampler *s);
 
+/* ---- log-probabilities (the OpenAI API's logprobs) ---- */
+
+#ifndef BT_MAX_TOP_LOGPROBS
+#define BT_MAX_TOP_LOGPROBS 20 /* the most alternatives asked per token (OpenAI's top_logprobs limit) */
+#endif
+
+/* A sampled token's log-probability and those of the n_top most likely
+ * tokens, in the model's distribution: the log-softmax of the raw logits,
+ * before logit_bias, penalties, temperature and every filter (what the model
+ * says, not what the sampler drew from).  Most likely first; equal logits:
+ * the smaller id first (the greedy sampler's choice is then top_id[0]). */
+typedef struct bt_logprobs {
+    int32_t id;
+    float logprob;
+    int32_t n_top;
+    int32_t top_id[BT_MAX_TOP_LOGPROBS];
+    float top_logprob[BT_MAX_TOP_LOGPROBS];
+} bt_logprobs;
+
+/* lp for token id from logits[0..n_vocab), n_top in [0, BT_MAX_TOP_LOGPROBS].
+ * The sum runs in double in token order, so the values depend on the logits'
+ * bits alone.  Logits of -inf give -inf; when the largest logit is not finite
+ * the tokens that hold it share the probability (the others: -inf). */
+void bt_logprobs_compute(const float *logits, int32_t n_vocab, int32_t id, int32_t n_top, bt_logprobs *lp);
+
 
 #endif
