@@ -114,6 +114,14 @@ void bt_sched_set_cur_copy(bt_sched_t sched, int c);
 
 void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);
 
+/* The experts a MUL_MAT_ID's ids [K, T] (I32, any strides) select: used[e]
+ * = 1 for each id e, 0 for the others; host holds the bytes of ids as
+ * bt_tensor_get gives them (bt_nbytes(ids) from its first element).  An id
+ * outside [0, n_expert) is BT_ERR_INVALID, named in err.  The scheduler's
+ * used-experts copy and the distributed runtime's both read ids this way. */
+enum bt_status bt_moe_used_experts(const struct bt_tensor *ids, const void *host, int64_t n_expert, uint8_t *used,
+                                   char *err, size_t n_err);
+
 bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i);
 int bt_sched_get_n_copies(bt_sched_t sched);
 int bt_sched_get_cur_copy(bt_sched_t sched);

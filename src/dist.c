@@ -3,6 +3,7 @@
  * per-rank allocation, and the micro-batch pipeline over a transport. */
 #include "dist.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -37,6 +38,23 @@ struct xfer {
     bool zero_copy;       /* src: sent straight from the tensor's memory */
     bool direct;          /* over the device transport, backend memory to backend memory */
     bt_treq send[MAXC];
+    /* routed: expert weights [.., .., n_expert] that dst reads only as the
+     * experts of MUL_MAT_IDs sharing one ids tensor it computes itself: only
+     * the experts the ids select travel, packed in ascending order (the
+     * seed's used-experts copy, across ranks).  dst reads the ids after node
+     * ids_at of split ids_split, sends src the set (n_expert bytes), posts
+     * the receive of exactly those experts, and waits for them before node
+     * use_at of the consumer split, where it puts each in its place */
+    bool routed;
+    struct bt_tensor *ids;
+    int ids_split, ids_at, use_at;
+    int64_t n_expert;
+    size_t expert_bytes;
+    size_t routed_bytes[MAXC]; /* the bytes of slot c's experts */
+    uint8_t *used[MAXC];       /* slot c's set */
+    bt_treq used_req[MAXC];    /* dst: the set's send; src: its receive */
+    bool serve[MAXC];          /* src: slot c's set is awaited, its experts not yet sent */
+    int64_t asked_k[MAXC], taken_k[MAXC]; /* dst: the micro-batch slot c last asked for, took */
 };
 
 /* A graph input this rank reads but does not own (plan.h: bt_plan_input):
@@ -82,6 +100,10 @@ struct bt_dist {
     struct local_input *lins;
     int n_lins;
     bt_buffer_t host_buf;  /* send slots, receive staging, output rings: the backend's host memory */
+    uint8_t *routed_mem;   /* the routed transfers' sets, and the ids read on dst */
+    void *ids_host;
+    int n_routed_src;      /* routed transfers this rank sends */
+    int n_serving;         /* their sets awaited (src: xf->serve[c] set) */
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
     const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
@@ -188,11 +210,18 @@ static void release_plan(bt_dist *d) {
             if (xf->recv[c].active && xf->recv_k[c] < d->k_next) bt_transport_wait_polite(t, &xf->recv[c]);
             if (xf->recv[c].active && t->iface.cancel) t->iface.cancel(t, &xf->recv[c]);
             if (xf->send[c].active) bt_transport_wait(t, &xf->send[c]);
+            /* a routed set: its send completes (src took it), its receive ahead is cancelled */
+            if (xf->used_req[c].active && xf->dst == d->rank) bt_transport_wait(t, &xf->used_req[c]);
+            if (xf->used_req[c].active && t->iface.cancel) t->iface.cancel(t, &xf->used_req[c]);
         }
     }
     free(d->xfers);
     d->xfers = NULL;
     d->n_xfers = 0;
+    free(d->routed_mem);
+    d->routed_mem = NULL;
+    d->ids_host = NULL;
+    d->n_routed_src = 0;
     bt_buffer_free(d->host_buf);
     d->host_buf = NULL;
     free(d->louts);
@@ -303,6 +332,91 @@ int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t) {
     return owner_of(d, t);
 }
 
+/* Is t the weight xf carries, or one of its slots' copies? */
+static bool is_xfer_copy(const struct xfer *xf, const struct bt_tensor *t, int n_copies) {
+    if (t == xf->tensor) return true;
+    for (int c = 0; c < n_copies; c++)
+        if (t == xf->copies[c]) return true;
+    return false;
+}
+
+/* Node index of t in a split's graph, or -1. */
+static int split_node(const struct bt_sched_split *sp, const struct bt_tensor *t) {
+    for (int n = 0; n < sp->graph.n_nodes; n++)
+        if (sp->graph.nodes[n] == t) return n;
+    return -1;
+}
+
+/* Whether xf can be routed (see struct xfer), and where dst's pauses are.
+ * Every rank decides the same from the same graph and splits. */
+static bool routable(bt_dist *d, struct xfer *xf) {
+    const struct bt_tensor *w = xf->tensor;
+    if (xf->producer >= 0 || xf->consumer < 0 || xf->direct || !bt_tensor_is_weight(w) || w->view_src ||
+        w->ne[2] < 2 || w->ne[3] != 1 || !bt_is_contiguous(w))
+        return false;
+    const int n_splits = bt_sched_get_n_splits(d->sched);
+    struct bt_tensor *ids = NULL;
+    int use_at = -1;
+    for (int s = 0; s < n_splits; s++) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        for (int n = 0; n < sp->graph.n_nodes; n++) {
+            const struct bt_tensor *node = sp->graph.nodes[n];
+            for (int j = 0; j < BT_MAX_SRC; j++) {
+                if (!node->src[j] || !is_xfer_copy(xf, node->src[j], d->n_copies)) continue;
+                /* only as the experts of MUL_MAT_IDs of the consumer split, one ids tensor */
+                if (s != xf->consumer || node->op != BT_OP_MUL_MAT_ID || j != 0) return false;
+                if (ids && ids != node->src[2]) return false;
+                ids = node->src[2];
+                if (use_at < 0) use_at = n;
+            }
+        }
+    }
+    if (!ids || ids->type != BT_TYPE_I32) return false;
+    /* the ids computed on dst, in the consumer split (before the first use) or an earlier one */
+    for (int s = xf->consumer; s >= 0; s--) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        if (sp->backend_id != xf->dst) continue;
+        int at = split_node(sp, ids);
+        if (at < 0 && ids->view_src) at = split_node(sp, ids->view_src);
+        if (at < 0 || (s == xf->consumer && at >= use_at)) continue;
+        xf->ids = ids;
+        xf->ids_split = s;
+        xf->ids_at = at;
+        xf->use_at = use_at;
+        xf->n_expert = w->ne[2];
+        xf->expert_bytes = w->nb[2];
+        return true;
+    }
+    return false;
+}
+
+/* The routed transfers among this rank's, and the memory their sets take. */
+static enum bt_status find_routed(bt_dist *d) {
+    size_t sets = 0, ids_bytes = 0;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        xf->routed = routable(d, xf);
+        if (!xf->routed || (xf->src != d->rank && xf->dst != d->rank)) continue;
+        sets += (size_t)d->n_copies * (size_t)xf->n_expert;
+        if (xf->dst == d->rank && bt_nbytes(xf->ids) > ids_bytes) ids_bytes = bt_nbytes(xf->ids);
+        d->n_routed_src += xf->src == d->rank;
+    }
+    if (sets == 0) return BT_OK;
+    d->routed_mem = malloc(sets + ids_bytes + 1);
+    if (!d->routed_mem) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+    uint8_t *p = d->routed_mem;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (!xf->routed || (xf->src != d->rank && xf->dst != d->rank)) continue;
+        for (int c = 0; c < d->n_copies; c++, p += xf->n_expert) {
+            xf->used[c] = p;
+            xf->asked_k[c] = xf->taken_k[c] = -1;
+        }
+    }
+    d->ids_host = p;
+    return BT_OK;
+}
+
 /* The plan's transfers on this rank's graph (where each slot lands), and
  * rank 0's outputs computed on rank 0 itself. */
 static enum bt_status take_transfers(bt_dist *d) {
@@ -361,7 +475,7 @@ static enum bt_status take_transfers(bt_dist *d) {
             if (i >= p->splits[s].i_start && i < p->splits[s].i_end) split = s;
         d->louts[d->n_louts++] = (struct local_output){t, split, bt_nbytes(t), {0}};
     }
-    return BT_OK;
+    return find_routed(d);
 }
 
 /* The device transport's edges, from the plan (every rank that has one opens
@@ -776,7 +890,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
     for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
-            if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct) st = post_recv(d, xf, c, c);
+            if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct && !xf->routed) st = post_recv(d, xf, c, c);
         }
     }
     st = agree(d, st);
@@ -792,10 +906,149 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
 
 /* ---- the pipeline --------------------------------------------------------------------- */
 
+/* ---- routed transfers (struct xfer): only the experts the routing selected ---- */
+
+/* src: slot c's set, once it came (block: wait for it): the experts it
+ * names, packed in ascending order, each run of consecutive ones read at
+ * once, to dst. */
+static enum bt_status routed_serve(bt_dist *d, struct xfer *xf, int c, bool block) {
+    if (!xf->serve[c]) return BT_OK;
+    bt_transport *t = d->t;
+    bool done = false;
+    enum bt_status st = block ? bt_transport_wait(t, &xf->used_req[c]) : bt_transport_test(t, &xf->used_req[c], &done);
+    if (st != BT_OK) return fail(d, st, "%s", t->error);
+    if (!block && !done) return BT_OK;
+    xf->serve[c] = false;
+    d->n_serving--;
+    const double t0 = bt_now_s();
+    if (xf->send[c].active && (st = bt_transport_wait(t, &xf->send[c])) != BT_OK) return fail(d, st, "%s", t->error);
+    uint8_t *out = xf->stage[c];
+    size_t n = 0;
+    for (int64_t e = 0; e < xf->n_expert;) {
+        if (!xf->used[c][e]) {
+            e++;
+            continue;
+        }
+        int64_t last = e;
+        while (last + 1 < xf->n_expert && xf->used[c][last + 1]) last++;
+        const size_t run = (size_t)(last - e + 1) * xf->expert_bytes;
+        bt_tensor_get(xf->tensor, out + n, (size_t)e * xf->expert_bytes, run);
+        n += run;
+        e = last + 1;
+    }
+    if ((st = bt_transport_isend(t, out, n, xf->dst, xf->tag0 + c, &xf->send[c])) != BT_OK)
+        return fail(d, st, "%s", t->error);
+    d->stats.bytes_sent += (int64_t)n;
+    d->stats.bytes_routed += (int64_t)n;
+    d->stats.bytes_routed_whole += (int64_t)xf->bytes;
+    d->stats.send_s += bt_now_s() - t0;
+    if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, -1, xf->dst, (int64_t)n);
+    return BT_OK;
+}
+
+/* src: every set that came; block: until none is awaited (each as it comes:
+ * dst asks for one layer's experts only after the previous layer's came). */
+static enum bt_status serve_routed(bt_dist *d, bool block) {
+    while (d->n_serving > 0) {
+        for (int x = 0; x < d->n_xfers; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (!xf->routed || xf->src != d->rank) continue;
+            for (int c = 0; c < d->n_copies; c++) {
+                const enum bt_status st = routed_serve(d, xf, c, false);
+                if (st != BT_OK) return st;
+            }
+        }
+        if (!block || d->n_serving == 0) return BT_OK;
+        sched_yield();
+    }
+    return BT_OK;
+}
+
+/* src, as micro-batch k starts: the receive of its sets. */
+static enum bt_status routed_expect(bt_dist *d, int c) {
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (!xf->routed || xf->src != d->rank) continue;
+        BT_ASSERT(!xf->serve[c]); /* each submit serves its own before it returns */
+        const enum bt_status st =
+            bt_transport_irecv(d->t, xf->used[c], (size_t)xf->n_expert, xf->dst, xf->tag0 + c, &xf->used_req[c]);
+        if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+        xf->serve[c] = true;
+        d->n_serving++;
+    }
+    return BT_OK;
+}
+
+/* Wait for a transfer; a rank that serves routed transfers serves them
+ * meanwhile (the peer it waits for may be waiting for its experts). */
 static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
     bt_transport *t = xfer_transport(d, xf);
-    enum bt_status st = bt_transport_wait_polite(t, r);
-    return st == BT_OK ? BT_OK : fail(d, st, "%s", t->error);
+    if (d->n_serving == 0) {
+        enum bt_status st = bt_transport_wait_polite(t, r);
+        return st == BT_OK ? BT_OK : fail(d, st, "%s", t->error);
+    }
+    for (;;) {
+        bool done = false;
+        enum bt_status st = bt_transport_test(t, r, &done);
+        if (st != BT_OK) return fail(d, st, "%s", t->error);
+        if (done) return BT_OK;
+        if ((st = serve_routed(d, false)) != BT_OK) return st;
+        sched_yield();
+    }
+}
+
+static size_t slot_offset(const bt_dist *d, const void *slot);
+
+/* The memory a transfer's slot c lands in on dst (host memory). */
+static uint8_t *landing(const struct xfer *xf, int c) {
+    return xf->ring[c] ? (uint8_t *)xf->ring[c] : (uint8_t *)xf->copies[c]->data;
+}
+
+/* dst, once the ids are computed: the set of experts they select to src,
+ * and the receive of exactly those experts. */
+static enum bt_status routed_ask(bt_dist *d, struct xfer *xf, int c, int64_t k) {
+    bt_transport *t = d->t;
+    enum bt_status st = BT_OK;
+    if (xf->used_req[c].active && (st = bt_transport_wait(t, &xf->used_req[c])) != BT_OK)
+        return fail(d, st, "%s", t->error);
+    bt_tensor_get(xf->ids, d->ids_host, 0, bt_nbytes(xf->ids));
+    char why[160];
+    if ((st = bt_moe_used_experts(xf->ids, d->ids_host, xf->n_expert, xf->used[c], why, sizeof why)) != BT_OK)
+        return fail(d, st, "rank %d: the experts of '%s': %s", d->rank, xf->tensor->name, why);
+    size_t n = 0;
+    for (int64_t e = 0; e < xf->n_expert; e++) n += xf->used[c][e] ? xf->expert_bytes : 0;
+    xf->routed_bytes[c] = n;
+    if ((st = bt_transport_irecv(t, landing(xf, c), n, xf->src, xf->tag0 + c, &xf->recv[c])) != BT_OK ||
+        (st = bt_transport_isend(t, xf->used[c], (size_t)xf->n_expert, xf->src, xf->tag0 + c, &xf->used_req[c])) !=
+            BT_OK)
+        return fail(d, st, "%s", t->error);
+    xf->recv_k[c] = k;
+    xf->asked_k[c] = k;
+    return BT_OK;
+}
+
+/* dst, before the first node that reads them: the experts, each moved from
+ * its packed place to its own (from the last down: a place is never below
+ * its packed one), uploaded for a device backend. */
+static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k, int s) {
+    const double w0 = bt_now_s();
+    enum bt_status st = wait_req(d, xf, &xf->recv[c]);
+    if (st != BT_OK) return st;
+    xf->taken_k[c] = k;
+    d->stats.wait_s += bt_now_s() - w0;
+    d->stats.bytes_recv += (int64_t)xf->routed_bytes[c];
+    if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, s, xf->src, (int64_t)xf->routed_bytes[c]);
+    uint8_t *buf = landing(xf, c);
+    size_t off = xf->routed_bytes[c];
+    for (int64_t e = xf->n_expert - 1; e >= 0; e--) {
+        if (!xf->used[c][e]) continue;
+        off -= xf->expert_bytes;
+        if (off != (size_t)e * xf->expert_bytes) memmove(buf + (size_t)e * xf->expert_bytes, buf + off, xf->expert_bytes);
+    }
+    if (xf->ring[c])
+        st = bt_staging_from_host(d->backend, xf->copies[c], d->host_buf, slot_offset(d, xf->ring[c]), d->err,
+                                  sizeof d->err);
+    return st;
 }
 
 /* Where a slot lies in the host buffer (the staging calls take offsets). */
@@ -868,6 +1121,13 @@ static void progress_between_ops(void *user) {
     if (t < d->next_progress_s || d->progress_status != BT_OK) return;
     d->next_progress_s = t + d->progress_period_s;
     d->stats.progress_calls++;
+    if (d->n_serving > 0) {
+        const enum bt_status st = serve_routed(d, false);
+        if (st != BT_OK) {
+            d->progress_status = st;
+            return;
+        }
+    }
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->src != d->rank) continue;
@@ -910,9 +1170,10 @@ static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view) {
     return st;
 }
 
-/* One split: at once, or with an eval callback in ranges of nodes up to
- * each node the callback wants to see, as the scheduler runs one. */
-static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
+/* Nodes of a split: at once, or with an eval callback in ranges of nodes up
+ * to each node the callback wants to see, as the scheduler runs one. */
+static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
+    if (view->n_nodes == 0) return BT_OK;
     if (!d->eval_cb) return compute_nodes(d, view);
     for (int j0 = 0; j0 < view->n_nodes; j0++) {
         struct bt_tensor *t = view->nodes[j0];
@@ -930,6 +1191,35 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view) {
         j0 = j1;
     }
     return BT_OK;
+}
+
+/* Split s of micro-batch k (slot c), paused where a routed transfer needs
+ * this rank: after the node that makes its ids (ask), before the first node
+ * that reads its experts (take). */
+static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
+    int j = 0;
+    for (;;) {
+        /* the next pause: the smallest position; at one position, asks first */
+        struct xfer *next = NULL;
+        int at = view->n_nodes + 1;
+        bool ask = false;
+        for (int x = 0; x < d->n_xfers; x++) {
+            struct xfer *xf = &d->xfers[x];
+            if (!xf->routed || xf->dst != d->rank) continue;
+            if (xf->ids_split == s && xf->asked_k[c] != k && (xf->ids_at + 1 < at || (xf->ids_at + 1 == at && !ask)))
+                next = xf, at = xf->ids_at + 1, ask = true;
+            if (xf->consumer == s && xf->asked_k[c] == k && xf->taken_k[c] != k && xf->use_at < at)
+                next = xf, at = xf->use_at, ask = false;
+        }
+        if (!next) break;
+        struct bt_graph part = bt_graph_view(view, j, at);
+        enum bt_status st = compute_range(d, &part);
+        if (st == BT_OK) st = ask ? routed_ask(d, next, c, k) : routed_take(d, next, c, k, s);
+        if (st != BT_OK) return st;
+        j = at;
+    }
+    struct bt_graph rest = bt_graph_view(view, j, view->n_nodes);
+    return compute_range(d, &rest);
 }
 
 void bt_dist_set_eval_callback(bt_dist *d, bt_sched_eval_callback cb, void *user) {
@@ -974,11 +1264,13 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         if (xf->recv[c].active) st = wait_req(d, xf, &xf->recv[c]);
         if (st == BT_OK) st = post_recv(d, xf, c, k);
     }
-    /* leafs other ranks read (a weight pinned away from its readers; graph inputs never travel) */
+    /* leafs other ranks read (a weight pinned away from its readers; graph
+     * inputs never travel); routed ones once their reader says which experts */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
-        if (xf->src == d->rank && xf->producer < 0) st = send_xfer(d, xf, c);
+        if (xf->src == d->rank && xf->producer < 0 && !xf->routed) st = send_xfer(d, xf, c);
     }
+    if (st == BT_OK && d->n_routed_src > 0) st = routed_expect(d, c);
     const int n_splits = bt_sched_get_n_splits(d->sched);
     for (int s = 0; s < n_splits && st == BT_OK; s++) {
         const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
@@ -986,7 +1278,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         const double t0 = bt_now_s();
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
-            if (xf->dst == d->rank && xf->consumer == s) {
+            if (xf->dst == d->rank && xf->consumer == s && !xf->routed) {
                 const double w0 = bt_now_s();
                 st = wait_req(d, xf, &xf->recv[c]);
                 if (st == BT_OK) d->stats.bytes_recv += (int64_t)xf->bytes;
@@ -1013,7 +1305,7 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         d->stats.send_s += t1 - ts;
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
-        st = compute_split(d, &view);
+        st = compute_split(d, &view, s, c, k);
         const double t2 = bt_now_s();
         d->stats.compute_s += t2 - t1;
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);
@@ -1030,11 +1322,15 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         for (int i = 0; i < d->n_louts && st == BT_OK; i++)
             if (d->louts[i].split == s) st = download(d, d->louts[i].tensor, d->louts[i].ring[c]);
     }
+    /* the experts asked for in micro-batch k, before it ends here: the rank
+     * that asks may wait for them while this one would wait for its caller */
+    if (st == BT_OK && d->n_serving > 0) st = serve_routed(d, true);
     /* slot c is free again (its splits have run, uploads included): post
      * the receives of micro-batch k + n_copies */
     for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
         struct xfer *xf = &d->xfers[x];
-        if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct) st = post_recv(d, xf, c, k + d->n_copies);
+        if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct && !xf->routed)
+            st = post_recv(d, xf, c, k + d->n_copies);
     }
     if (st != BT_OK) die(d, st);
     d->k_next++;
@@ -1082,6 +1378,9 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
         struct xfer *xf = &d->xfers[x];
         for (int c = 0; c < d->n_copies && st == BT_OK; c++) {
             if (xf->src == d->rank && xf->send[c].active) st = wait_req(d, xf, &xf->send[c]);
+            if (st == BT_OK && xf->dst == d->rank && xf->used_req[c].active &&
+                bt_transport_wait(d->t, &xf->used_req[c]) != BT_OK)
+                st = fail(d, BT_ERR_COMM, "%s", d->t->error);
             if (st == BT_OK && xf->dst == d->rank && xf->consumer < 0 && xf->recv[c].active) {
                 const double t0 = bt_now_s();
                 st = wait_req(d, xf, &xf->recv[c]);

@@ -88,6 +88,8 @@ struct bt_dist_stats {
     double wall_s;            /* first submit to the end of synchronize */
     int64_t bytes_sent, bytes_recv;
     int64_t bytes_direct;     /* of bytes_sent: over the device transport */
+    int64_t bytes_routed;     /* of bytes_sent: the experts the routing chose (routed weights) */
+    int64_t bytes_routed_whole; /* what those weights would have been, sent whole */
     int64_t weight_bytes;     /* weights held by this rank */
     int64_t compute_bytes;    /* compute buffer */
     int64_t slot_bytes;       /* receive + send + output slots */

@@ -976,6 +976,21 @@ static struct bt_tensor *moe_ids_of(const struct bt_sched_split *split, const st
     return ids;
 }
 
+enum bt_status bt_moe_used_experts(const struct bt_tensor *ids, const void *host, int64_t n_expert, uint8_t *used,
+                                   char *err, size_t n_err) {
+    memset(used, 0, (size_t)n_expert);
+    for (int64_t i1 = 0; i1 < ids->ne[1]; i1++)
+        for (int64_t i0 = 0; i0 < ids->ne[0]; i0++) {
+            int32_t id;
+            memcpy(&id, (const uint8_t *)host + i1 * (int64_t)ids->nb[1] + i0 * (int64_t)ids->nb[0], sizeof id);
+            if (id < 0 || id >= n_expert)
+                return bt_error_printf(err, n_err, BT_ERR_INVALID, "expert id %d out of range [0, %lld)", id,
+                                       (long long)n_expert);
+            used[id] = 1;
+        }
+    return BT_OK;
+}
+
 /* Copy only the experts that ids select, each run of consecutive experts as
  * one copy.  ids_backend holds ids (it may be another split's input not yet
  * copied, in which case the original is read). */
@@ -1004,18 +1019,12 @@ static enum bt_status copy_used_experts(bt_sched_t sched, const struct bt_sched_
     }
     bt_backend_tensor_get_async(ids_backend, ids_tensor, ids, 0, ids_bytes);
     bt_backend_synchronize(ids_backend);
-    for (int64_t i1 = 0; i1 < ids_tensor->ne[1]; i1++) {
-        for (int64_t i0 = 0; i0 < ids_tensor->ne[0]; i0++) {
-            const int32_t id = ids[(i1 * (int64_t)ids_tensor->nb[1] + i0 * (int64_t)ids_tensor->nb[0]) / 4];
-            if (id < 0 || id >= n_expert) {
-                set_error(sched, "node using '%s': expert id %d out of range [0, %lld)", input->name, id,
-                          (long long)n_expert);
-                free(ids);
-                free(used);
-                return BT_ERR_INVALID;
-            }
-            used[id] = 1;
-        }
+    char why[160];
+    if (bt_moe_used_experts(ids_tensor, ids, n_expert, used, why, sizeof why) != BT_OK) {
+        set_error(sched, "node using '%s': %s", input->name, why);
+        free(ids);
+        free(used);
+        return BT_ERR_INVALID;
     }
     for (int64_t first = 0; first < n_expert;) {
         if (!used[first]) {

@@ -205,8 +205,8 @@ def cli_tests():
             (["plan", "-m", model, "-c", "64", "--ubatch", "128"], 2, "--ubatch 128 is more than --ctx-size 64",
              "plan -m --ubatch past the context"),
             (["plan", "-m", model, "--ubatch", "x"], 2, "--ubatch: 'x' is not an integer", "plan -m --ubatch x"),
-            (["plan", "-t", os.path.join(ROOT, "configs", "local-cpu-2.yaml"), "--json"], 2,
-             "--partition and --json go with -m", "plan --json without -m"),
+            (["plan", "--project", os.path.join(ROOT, "configs", "projection", "this-machine.yaml"), "--json"], 2,
+             "--project goes without -t, --dump-plan, --partition and --json", "plan --project --json"),
             (["generate"] + base + ["--dump-plan", ""], 2, "--dump-plan: the file name is empty", "generate --dump-plan ''"),
             (["generate"] + base + ["--dump-plan", "/nonexistent/dir/p.txt"], 1, "/nonexistent/dir/p.txt",
              "generate --dump-plan into a missing folder")]:

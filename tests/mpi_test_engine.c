@@ -1144,8 +1144,10 @@ END_TEST
 /* A layer's routed experts on another rank than its attention (a topology's
  * pin).  _i 0: the splitter puts each expert product where its weights are,
  * the routed activations and the routing go there and the products come
- * back; _i 1 (compute_at_layer): the products run on the layer's rank, the
- * experts' weights go there every micro-batch.  Bitwise one process's
+ * back; _i 1 (compute_at_layer): the products run on the layer's rank, and
+ * only the experts its routing chose go there, every micro-batch (the
+ * seed's used-experts copy across ranks: a prompt of one token asks for 2
+ * of the 4 experts of each layer, exactly half).  Bitwise one process's
  * either way; the experts' rank holds every expert and no other weight. */
 START_TEST(test_dist_experts_elsewhere) {
     const bool at_layer = _i == 1;
@@ -1183,6 +1185,18 @@ START_TEST(test_dist_experts_elsewhere) {
     if (T->rank == 0) ck_assert(bt_model_dist_logits(md, M - 1, got + (size_t)(M - 1) * N * N_VOCAB) == BT_OK);
     ck_assert(bt_model_dist_synchronize(md) == BT_OK);
     const struct bt_dist_stats st = bt_model_dist_local_stats(md);
+    /* prompts of one token: each layer's top 2 of 4 experts */
+    enum { D = 3 };
+    float one[D][N_VOCAB];
+    bt_model_dist_reset_stats(md);
+    for (int k = 0; k < D; k++) {
+        const int32_t t1 = (int32_t)((k * 37 + 11) % N_VOCAB);
+        ck_assert_msg(bt_model_dist_prompt(md, 1, &t1, 1) == BT_OK, "%s", bt_model_dist_error(md));
+        ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+        if (T->rank == 0)
+            ck_assert(bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, one[k]) == BT_OK);
+    }
+    const struct bt_dist_stats st1 = bt_model_dist_local_stats(md);
     const struct bt_graph *gr = bt_model_dist_graph(md)->graph;
     int64_t exps = 0, mine = 0;
     for (int i = 0; i < gr->n_leafs; i++) {
@@ -1202,7 +1216,13 @@ START_TEST(test_dist_experts_elsewhere) {
             ck_assert_int_lt(st.bytes_sent, exps);
         } else {
             ck_assert_int_eq(st.n_splits, 0);
-            ck_assert_int_ge(st.bytes_sent, (int64_t)M * exps);
+            /* the chosen experts only: all weights would be M x exps */
+            ck_assert_int_eq(st.bytes_sent, st.bytes_routed);
+            ck_assert_int_eq(st.bytes_routed_whole, (int64_t)M * exps);
+            ck_assert_int_ge(st.bytes_routed, (int64_t)M * exps / 2);
+            ck_assert_int_le(st.bytes_routed, (int64_t)M * exps);
+            ck_assert_int_eq(st1.bytes_sent, (int64_t)D * exps / 2);
+            ck_assert_int_eq(st1.bytes_routed_whole, (int64_t)D * exps);
         }
     } else if (T->rank > 0) {
         ck_assert_int_eq(st.n_splits, 0);
@@ -1218,6 +1238,12 @@ START_TEST(test_dist_experts_elsewhere) {
             reference(path, 1, tok[k], pos, seq, N, ref);
             ck_assert_msg(memcmp(ref, got + (size_t)k * N * N_VOCAB, (size_t)N * row) == 0,
                           "experts on rank %d of %d: micro-batch %d differs from one process", T->size - 1, T->size, k);
+        }
+        for (int k = 0; k < D; k++) {
+            const int32_t t1 = (int32_t)((k * 37 + 11) % N_VOCAB);
+            reference(path, 1, &t1, pos, seq, 1, ref);
+            ck_assert_msg(memcmp(ref, one[k], row) == 0, "experts on rank %d of %d: one-token prompt %d differs",
+                          T->size - 1, T->size, k);
         }
         free(ref);
     }

@@ -159,6 +159,8 @@ static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
     a->bytes_sent += b->bytes_sent;
     a->bytes_recv += b->bytes_recv;
     a->bytes_direct += b->bytes_direct;
+    a->bytes_routed += b->bytes_routed;
+    a->bytes_routed_whole += b->bytes_routed_whole;
     a->progress_calls += b->progress_calls;
     if (b->n_splits > a->n_splits) a->n_splits = b->n_splits;
     if (b->compute_bytes > a->compute_bytes) a->compute_bytes = b->compute_bytes;

@@ -83,6 +83,33 @@ static const char *xfer_name(const struct bt_model_plan *mp, const struct bt_pla
     return t ? t->name : "?";
 }
 
+/* A transfer of expert weights that only MUL_MAT_IDs on dst read, with one
+ * ids tensor computed there: the runtime sends only the experts the routing
+ * chooses (dist.c's routed transfers).  The most a ubatch moves then. */
+static bool routed_max(const struct bt_model_plan *mp, const struct bt_plan_transfer *x, double *max_bytes) {
+    const struct bt_graph *g = mp->g.graph;
+    const struct bt_tensor *w = bt_plan_tensor(g, x->tensor);
+    if (!w || x->producer >= 0 || x->consumer < 0 || x->direct || !bt_tensor_is_weight(w) || w->ne[2] < 2)
+        return false;
+    const struct bt_tensor *ids = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < BT_MAX_SRC; j++) {
+            const struct bt_tensor *n = g->nodes[i];
+            if (n->src[j] != w) continue;
+            if (n->op != BT_OP_MUL_MAT_ID || j != 0 || (ids && ids != n->src[2])) return false;
+            ids = n->src[2];
+        }
+    if (!ids) return false;
+    const struct bt_tensor *base = ids->view_src ? ids->view_src : ids;
+    int owner = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i] == base || g->nodes[i] == ids) owner = mp->plan.node_owner[i];
+    if (owner != x->dst) return false;
+    const int64_t E = w->ne[2], chosen = ids->ne[0] * ids->ne[1];
+    *max_bytes = (double)x->bytes * (double)(chosen < E ? chosen : E) / (double)E;
+    return true;
+}
+
 static double weight_bytes(const struct bt_model_plan *mp, int r) {
     const struct bt_graph *g = mp->g.graph;
     double b = 0;
@@ -116,8 +143,14 @@ void bt_model_plan_print(const struct bt_model_plan *mp, FILE *f) {
     }
     for (int x = 0; x < p->n_transfers; x++) {
         const struct bt_plan_transfer *t = &p->transfers[x];
-        fprintf(f, "  transfer: %s, rank %d -> rank %d, %.1f KiB per ubatch, %s%s\n", xfer_name(mp, t), t->src, t->dst,
-                (double)t->bytes / 1024.0, t->direct ? "NCCL" : "MPI", t->consumer < 0 ? " (an output)" : "");
+        double most = 0;
+        if (routed_max(mp, t, &most))
+            fprintf(f, "  transfer: %s, rank %d -> rank %d, the experts the routing chooses: at most %.1f of %.1f KiB "
+                       "per ubatch, MPI\n",
+                    xfer_name(mp, t), t->src, t->dst, most / 1024.0, (double)t->bytes / 1024.0);
+        else
+            fprintf(f, "  transfer: %s, rank %d -> rank %d, %.1f KiB per ubatch, %s%s\n", xfer_name(mp, t), t->src,
+                    t->dst, (double)t->bytes / 1024.0, t->direct ? "NCCL" : "MPI", t->consumer < 0 ? " (an output)" : "");
     }
 }
 
@@ -156,8 +189,12 @@ void bt_model_plan_json(const struct bt_model_plan *mp, FILE *f) {
         const struct bt_plan_transfer *t = &p->transfers[x];
         fprintf(f, "%s{\"tensor\": ", x ? ", " : "");
         json_str(f, xfer_name(mp, t));
-        fprintf(f, ", \"src\": %d, \"dst\": %d, \"bytes\": %lld, \"transport\": \"%s\", \"output\": %s}", t->src,
-                t->dst, (long long)t->bytes, t->direct ? "nccl" : "mpi", t->consumer < 0 ? "true" : "false");
+        double most = (double)t->bytes;
+        const bool routed = routed_max(mp, t, &most);
+        fprintf(f, ", \"src\": %d, \"dst\": %d, \"bytes\": %lld, \"transport\": \"%s\", \"output\": %s, "
+                   "\"routed\": %s, \"bytes_max\": %.0f}",
+                t->src, t->dst, (long long)t->bytes, t->direct ? "nccl" : "mpi", t->consumer < 0 ? "true" : "false",
+                routed ? "true" : "false", most);
     }
     fprintf(f, "]}\n");
 }
