@@ -1423,12 +1423,10 @@ static enum bt_status write_rest(struct bt_gguf_writer *w) {
     return st;
 }
 
-enum bt_status bt_gguf_writer_finish_memory(struct bt_gguf_writer *w, void **data, size_t *size, char *err,
-                                            size_t n_err) {
-    BT_ASSERT(!w->tmp);
-    *data = NULL;
-    *size = 0;
-    enum bt_status st = write_rest(w);
+/* A memory writer's end: the stream closed, its buffer handed over (*data,
+ * *size) when st is BT_OK, else the message in err; frees w. */
+static enum bt_status hand_over(struct bt_gguf_writer *w, enum bt_status st, void **data, size_t *size, char *err,
+                                size_t n_err) {
     if (fclose(w->f) != 0 && st == BT_OK) st = wfail(w, BT_ERR_NOMEM, "out of memory");
     w->f = NULL;
     if (st == BT_OK) {
@@ -1443,27 +1441,22 @@ enum bt_status bt_gguf_writer_finish_memory(struct bt_gguf_writer *w, void **dat
     return st;
 }
 
+enum bt_status bt_gguf_writer_finish_memory(struct bt_gguf_writer *w, void **data, size_t *size, char *err,
+                                            size_t n_err) {
+    BT_ASSERT(!w->tmp);
+    *data = NULL;
+    *size = 0;
+    return hand_over(w, write_rest(w), data, size, err, n_err);
+}
+
 enum bt_status bt_gguf_writer_finish_header(struct bt_gguf_writer *w, void **data, size_t *header_size,
                                             uint64_t *file_size, char *err, size_t n_err) {
     BT_ASSERT(!w->tmp && !w->header_written);
     *data = NULL;
     *header_size = 0;
-    *file_size = 0;
-    enum bt_status st = write_header(w);
-    const uint64_t end = w->n_t ? w->pos + w->t[w->n_t - 1].offset + w->t[w->n_t - 1].size : w->pos;
-    if (fclose(w->f) != 0 && st == BT_OK) st = wfail(w, BT_ERR_NOMEM, "out of memory");
-    w->f = NULL;
-    if (st == BT_OK) {
-        *data = w->mem;
-        *header_size = w->mem_len;
-        *file_size = end;
-        w->mem = NULL;
-    } else {
-        snprintf(err, n_err, "%s", w->err);
-    }
-    free(w->mem);
-    writer_free(w);
-    return st;
+    const enum bt_status st = write_header(w);
+    *file_size = w->n_t ? w->pos + w->t[w->n_t - 1].offset + w->t[w->n_t - 1].size : w->pos;
+    return hand_over(w, st, data, header_size, err, n_err);
 }
 
 enum bt_status bt_gguf_writer_finish(struct bt_gguf_writer *w, char *err, size_t n_err) {
