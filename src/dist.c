@@ -108,6 +108,7 @@ struct bt_dist {
     const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
     bool planned;
+    bool measure_only; /* bt_dist_measure: size this rank's memory, allocate nothing */
 
     struct bt_dist_stats stats;
     double wall_start;
@@ -709,6 +710,13 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     const size_t host_bytes = layout_slots(d, NULL, halign, &slot_bytes);
     size_t compute_bytes = 0;
     enum bt_status st = measure_compute(d, buft, &compute_bytes);
+    if (st == BT_OK && d->measure_only) {
+        d->stats.weight_bytes = (int64_t)wbytes;
+        d->stats.compute_bytes = (int64_t)compute_bytes;
+        d->stats.slot_bytes = (int64_t)host_bytes;
+        d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + d->stats.slot_bytes;
+        return BT_OK;
+    }
     if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes);
     if (st != BT_OK) return st;
 
@@ -811,6 +819,42 @@ static enum bt_status broadcast_plan(bt_dist *d, enum bt_status st) {
         st = fail(d, BT_ERR_MISMATCH, "rank %d: %s", d->rank, d->plan.error);
     free(buf);
     return agree(d, st);
+}
+
+enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, int rank, bt_backend_t backend,
+                               struct bt_dist_stats *out, char *err, size_t n_err) {
+    memset(out, 0, sizeof *out);
+    bt_dist *d = calloc(1, sizeof *d);
+    if (!d) return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory");
+    d->backend = backend;
+    d->rank = rank;
+    d->size = plan->n_ranks;
+    d->n_copies = plan->n_copies;
+    d->graph = graph;
+    d->measure_only = true;
+    /* a copy of the plan, which release_plan frees */
+    void *buf = NULL;
+    size_t size = 0;
+    enum bt_status st = bt_plan_pack(plan, &buf, &size);
+    if (st == BT_OK && (st = bt_plan_unpack(&d->plan, buf, size, graph)) != BT_OK)
+        fail(d, st, "%s", d->plan.error);
+    else if (st != BT_OK)
+        fail(d, st, "out of memory");
+    free(buf);
+    if (st == BT_OK) {
+        d->splitter = bt_plan_splitter_new(&d->plan, graph, d->err, sizeof d->err);
+        if (!d->splitter) st = BT_ERR_MISMATCH;
+    }
+    if (st == BT_OK) {
+        d->sched = bt_plan_splitter_sched(d->splitter);
+        st = take_transfers(d);
+    }
+    if (st == BT_OK) st = allocate_local(d, NULL, NULL);
+    if (st == BT_OK) *out = d->stats;
+    else snprintf(err, n_err, "%s", d->err);
+    release_plan(d);
+    free(d);
+    return st;
 }
 
 enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_init_fn init, void *user) {

@@ -170,6 +170,13 @@ int bt_dist_owner(const bt_dist *d, const struct bt_tensor *t);
 /* The plan this rank carries out (the same on every rank); NULL before
  * bt_dist_plan. */
 const struct bt_plan *bt_dist_get_plan(const bt_dist *d);
+/* Without a transport, nothing allocated: what rank `rank` of the plan would
+ * hold on backend (its type of memory; another of the same kind gives the
+ * same sizes) when it runs the plan on graph: weight_bytes, compute_bytes
+ * (the compute buffer), slot_bytes (transfer slots) and peak_bytes in *out
+ * (the rest zero).  What `baton plan -m` prints per rank. */
+enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, int rank, bt_backend_t backend,
+                               struct bt_dist_stats *out, char *err, size_t n_err);
 /* The plan in words (bt_plan_print). */
 void bt_dist_print_plan(const bt_dist *d, FILE *f);
 const char *bt_dist_error(const bt_dist *d);

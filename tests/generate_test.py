@@ -193,6 +193,14 @@ def cli_tests():
             rc2, _, e2 = run(["plan", "-m", model, "-t", topo_f, "--dump-plan", planned] + pargs)
             same = rc1 == 0 and rc2 == 0 and open(live).read() == open(planned).read()
             check(same, f"plan -m on {cfg}: the live run's plan", (e1 + e2)[-300:])
+            # and each rank's memory as the live run allocates it
+            rc3, out3, e3 = run(["generate", "--topology", topo_f, "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
+                                 "--json"] + pargs, np)
+            live_mem = [(r["weight_bytes"], r["kv_bytes"], r["compute_bytes"]) for r in json.loads(out3)["per_rank"]] \
+                if rc3 == 0 else None
+            plan_mem = [(int(r["weight_bytes"]), r["kv_bytes"], r["compute_bytes"]) for r in js["ranks"]]
+            check(live_mem == plan_mem, f"plan -m on {cfg}: weights, cache and compute memory as the live run's",
+                  f"{live_mem} vs {plan_mem} {e3[-200:]}")
     rc, out, _ = run(["plan", "-m", model] + pargs)
     check(rc == 0 and "1 ranks, 1 splits, 0 transfers per ubatch" in out and "layers 0-3" in out,
           "plan -m without a topology: one CPU rank", out[-300:])

@@ -691,38 +691,10 @@ static void print_text(const struct gen_run *run) {
 
 static uint64_t engine_computing(const void *e) { return bt_engine_computing(e); }
 
-/* --dump-plan: the plan of the engine's own placement (src/run/model_plan.h),
- * as `baton plan -m --dump-plan` writes it.  Rank 0. */
-static int dump_engine_plan(const struct bt_engine *e, const struct bt_rank *R, const char *path) {
-    const int P = bt_engine_n_ranks(e);
-    int *counts = calloc((size_t)P, sizeof *counts);
-    struct bt_rank_desc *descs = calloc((size_t)P, sizeof *descs);
-    struct bt_model_plan mp;
-    char err[1024];
-    int rc = 1;
-    if (!counts || !descs) {
-        fprintf(stderr, GEN_PROG ": --dump-plan: out of memory\n");
-    } else {
-        for (int r = 0; r < P; r++) {
-            int a, b;
-            bt_engine_range(e, r, &a, &b);
-            counts[r] = b - a;
-            snprintf(descs[r].backend, sizeof descs[r].backend, "rank %d", r);
-            descs[r].gflops = 1.0;           /* speeds are not part of the dump */
-            descs[r].mem_bytes = INT64_MAX / 4; /* the engine has placed within the ranks' memory */
-            descs[r].device = bt_engine_has_device_transport(e, r);
-        }
-        if (bt_model_plan_make(bt_engine_gguf(e), bt_engine_params(e), descs, P, counts, R->device_edges,
-                               R->dist.pins, R->dist.n_pins, &mp, err, sizeof err) != BT_OK) {
-            fprintf(stderr, GEN_PROG ": --dump-plan: %s\n", err);
-        } else {
-            rc = bt_cli_dump_plan(&mp.plan, path, GEN_PROG);
-            bt_model_plan_free(&mp);
-        }
-    }
-    free(counts);
-    free(descs);
-    return rc;
+/* --dump-plan: the plan the runtime runs (its full ubatch's), as `baton plan
+ * -m --dump-plan` writes the plan it makes.  Rank 0. */
+static int dump_engine_plan(const struct bt_engine *e, const char *path) {
+    return bt_cli_dump_plan(bt_engine_plan(e), path, GEN_PROG);
 }
 
 static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokenizer *tok, char *err, size_t errn) {
@@ -871,7 +843,7 @@ int bt_cli_generate(int argc, char **argv) {
     if (rank == 0)
         verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, prompts, n_prompts,
                                    o.n_ctx / o.parallel, err, sizeof err);
-    if (rank == 0 && !verdict && o.dump_plan && dump_engine_plan(e, &R, o.dump_plan) != 0) verdict = 1;
+    if (rank == 0 && !verdict && o.dump_plan && dump_engine_plan(e, o.dump_plan) != 0) verdict = 1;
     if (t->iface.allreduce_max(t, &verdict, 1) != BT_OK && !verdict) {
         snprintf(err, sizeof err, "the ranks could not agree: %s", "transport failure");
         verdict = 1;

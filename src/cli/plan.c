@@ -94,11 +94,7 @@ static int plan_project(const char *path, const int *codes, const char *const *v
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
-    /* a layer's cache stays with it, as the runtime holds it (a weight) */
-    for (int il = 0; il < cfg.n_layer; il++) {
-        bt_set_weight(bt_kv_k(mp.kv, il));
-        bt_set_weight(bt_kv_v(mp.kv, il));
-    }
+    /* (a layer's cache is held like a weight, with its layer) */
     if (bt_layer_costs_make(mp.g.graph, &lc, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
@@ -213,7 +209,10 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
         }
         memcpy(counts, topo.pipeline.layers, sizeof *counts * (size_t)P);
     }
-    if (bt_model_plan_make(g, ep, descs, P, counts, edges, pins, n_pins, &mp, err, sizeof err) != BT_OK) {
+    /* as the engine runs it: ranks x the topology's micro-batches in flight (2 without one) */
+    struct bt_engine_params epp = *ep;
+    if (epp.max_inflight == 0) epp.max_inflight = P * (have_topo ? topo.pipeline.micro_batches : 2);
+    if (bt_model_plan_make(g, &epp, descs, P, counts, edges, pins, n_pins, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }

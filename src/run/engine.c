@@ -639,6 +639,7 @@ const struct bt_hparams *bt_engine_hparams(const struct bt_engine *e) { return &
 const struct bt_arch *bt_engine_arch(const struct bt_engine *e) { return e->arch; }
 const struct bt_engine_params *bt_engine_params(const struct bt_engine *e) { return &e->p; }
 struct bt_gguf *bt_engine_gguf(const struct bt_engine *e) { return e->g; }
+const struct bt_plan *bt_engine_plan(const struct bt_engine *e) { return bt_dist_get_plan(bt_model_dist_runtime(e->md)); }
 int bt_engine_n_ranks(const struct bt_engine *e) { return e->P; }
 void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1) {
     BT_ASSERT(rank >= 0 && rank < e->P);

@@ -98,6 +98,9 @@ const struct bt_arch *bt_engine_arch(const struct bt_engine *e);
 const struct bt_engine_params *bt_engine_params(const struct bt_engine *e);
 /* The model file, open on every rank (vocabulary, chat template, metadata). */
 struct bt_gguf *bt_engine_gguf(const struct bt_engine *e);
+/* The plan the runtime runs for a full ubatch (its first shape), on every
+ * rank: what `baton plan -m` prints for the same placement and parameters. */
+const struct bt_plan *bt_engine_plan(const struct bt_engine *e);
 /* This rank's layers [*il0, *il1), and every rank's (rank 0: all P ranges). */
 void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1);
 int bt_engine_n_ranks(const struct bt_engine *e);

@@ -11,6 +11,8 @@ void bt_model_plan_free(struct bt_model_plan *mp) {
     bt_llm_free(mp->m);
     free(mp->ranges);
     free(mp->kv_bytes);
+    free(mp->compute_bytes);
+    free(mp->slot_bytes);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -31,8 +33,10 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
                                (long long)p->n_ubatch, (long long)p->n_ctx);
     mp->ranges = calloc((size_t)(2 * P), sizeof *mp->ranges);
     mp->kv_bytes = calloc((size_t)P, sizeof *mp->kv_bytes);
+    mp->compute_bytes = calloc((size_t)P, sizeof *mp->compute_bytes);
+    mp->slot_bytes = calloc((size_t)P, sizeof *mp->slot_bytes);
     int *counts = calloc((size_t)P, sizeof *counts);
-    if (!mp->ranges || !mp->kv_bytes || !counts) {
+    if (!mp->ranges || !mp->kv_bytes || !mp->compute_bytes || !mp->slot_bytes || !counts) {
         st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory planning %d ranks", P);
         goto done;
     }
@@ -46,6 +50,11 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     kc.no_memory = true;
     st = bt_kv_new(&kc, &mp->kv, err, n_err);
     if (st != BT_OK) goto done;
+    /* the cache's layers are held like weights, as the runtime holds them */
+    for (int il = 0; il < h->n_layer; il++) {
+        bt_set_weight(bt_kv_k(mp->kv, il));
+        bt_set_weight(bt_kv_v(mp->kv, il));
+    }
     mp->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(mp->m), NULL, true});
     if (!mp->ctx) {
         st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (graph)");
@@ -65,12 +74,29 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     struct bt_plan_options opt;
     memset(&opt, 0, sizeof opt);
     opt.layers_per_rank = counts;
+    /* the engine's micro-batches in flight (max_inflight 0: its caller's default, 2 here) */
+    opt.n_copies = p->max_inflight <= 0 ? 2 : p->max_inflight < BT_SCHED_MAX_COPIES ? p->max_inflight : BT_SCHED_MAX_COPIES;
     opt.device_edges = device_edges; /* x between two device ranks: the engine's rule and the plan's agree */
     opt.ends_with_layers = true; /* the embedding on the first stage, the head on the last */
     opt.pins = pins;             /* a topology's, as the live run follows them */
     opt.n_pins = n_pins;
     st = bt_plan_make(&mp->plan, mp->g.graph, descs, P, NULL, &opt);
-    if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
+    if (st != BT_OK) {
+        bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
+        goto done;
+    }
+    /* each rank's compute buffer and slots, as the runtime sizes them */
+    bt_backend_t cpu = bt_backend_cpu_init(1);
+    if (!cpu) st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (a CPU backend)");
+    for (int r = 0; r < P && st == BT_OK; r++) {
+        struct bt_dist_stats ms;
+        char why[512];
+        st = bt_dist_measure(mp->g.graph, &mp->plan, r, cpu, &ms, why, sizeof why);
+        if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: rank %d's memory: %s", mp->path, r, why);
+        mp->compute_bytes[r] = ms.compute_bytes;
+        mp->slot_bytes[r] = ms.slot_bytes;
+    }
+    bt_backend_free(cpu);
 done:
     free(counts);
     if (st != BT_OK) bt_model_plan_free(mp);
@@ -110,11 +136,19 @@ static bool routed_max(const struct bt_model_plan *mp, const struct bt_plan_tran
     return true;
 }
 
+/* The model's weights rank r holds (its cache, also held like a weight, is
+ * counted apart). */
 static double weight_bytes(const struct bt_model_plan *mp, int r) {
     const struct bt_graph *g = mp->g.graph;
     double b = 0;
     for (int i = 0; i < g->n_leafs; i++)
         if (mp->plan.leaf_owner[i] == r && bt_tensor_is_weight(g->leafs[i])) b += (double)bt_nbytes(g->leafs[i]);
+    for (int il = 0; il < mp->hp.n_layer; il++)
+        for (int kv = 0; kv < 2; kv++) {
+            const struct bt_tensor *c = kv ? bt_kv_v(mp->kv, il) : bt_kv_k(mp->kv, il);
+            for (int i = 0; i < g->n_leafs; i++)
+                if (g->leafs[i] == c && mp->plan.leaf_owner[i] == r) b -= (double)bt_nbytes(c);
+        }
     return b;
 }
 
@@ -137,9 +171,11 @@ void bt_model_plan_print(const struct bt_model_plan *mp, FILE *f) {
         fprintf(f, "  rank %d (%s): layers ", r, p->ranks[r].backend);
         if (b > a) fprintf(f, "%d-%d", a, b - 1);
         else fprintf(f, "none");
-        fprintf(f, ", %d split%s, %d nodes, weights %.1f MiB, cache %.1f MiB, predicted stage %.3f ms\n", n_splits,
-                n_splits == 1 ? "" : "s", n_nodes, weight_bytes(mp, r) / mib, (double)mp->kv_bytes[r] / mib,
-                p->predicted_s[r] * 1e3);
+        fprintf(f,
+                ", %d split%s, %d nodes, weights %.1f MiB, cache %.1f MiB, compute %.1f MiB, slots %.1f MiB, predicted "
+                "stage %.3f ms\n",
+                n_splits, n_splits == 1 ? "" : "s", n_nodes, weight_bytes(mp, r) / mib, (double)mp->kv_bytes[r] / mib,
+                (double)mp->compute_bytes[r] / mib, (double)mp->slot_bytes[r] / mib, p->predicted_s[r] * 1e3);
     }
     for (int x = 0; x < p->n_transfers; x++) {
         const struct bt_plan_transfer *t = &p->transfers[x];
@@ -180,9 +216,9 @@ void bt_model_plan_json(const struct bt_model_plan *mp, FILE *f) {
         fprintf(f, "%s{\"rank\": %d, \"backend\": ", r ? ", " : "", r);
         json_str(f, p->ranks[r].backend);
         fprintf(f, ", \"layers\": [%d, %d], \"splits\": %d, \"weight_bytes\": %.0f, \"kv_bytes\": %lld, "
-                   "\"predicted_s\": %.6g}",
+                   "\"compute_bytes\": %lld, \"slot_bytes\": %lld, \"predicted_s\": %.6g}",
                 mp->ranges[2 * r], mp->ranges[2 * r + 1], n_splits, weight_bytes(mp, r), (long long)mp->kv_bytes[r],
-                p->predicted_s[r]);
+                (long long)mp->compute_bytes[r], (long long)mp->slot_bytes[r], p->predicted_s[r]);
     }
     fprintf(f, "], \"transfers\": [");
     for (int x = 0; x < p->n_transfers; x++) {

@@ -33,6 +33,8 @@ struct bt_model_plan {
     int P;
     int32_t *ranges;       /* [2P]: rank r holds layers [ranges[2r], ranges[2r + 1]) */
     int64_t *kv_bytes;     /* [P]: its cache of n_ctx cells */
+    int64_t *compute_bytes; /* [P]: its compute buffer (measured as a CPU rank: bt_dist_measure) */
+    int64_t *slot_bytes;    /* [P]: its transfer slots */
     struct bt_engine_params params;
     const struct bt_arch *arch;
     struct bt_hparams hp;
