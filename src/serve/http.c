@@ -516,8 +516,9 @@ static enum MHD_Result handle_tokenize(struct req *r) {
     return send_text(r, 200, "application/json", js, NULL, NULL);
 }
 
-/* POST /detokenize: the ids' text, as a completion's echo writes it (control
- * tokens shown) */
+/* POST /detokenize: the ids' text, control tokens shown (as llama-server),
+ * less the leading space a "llama" vocabulary adds (unlike llama-server, so
+ * text tokenized without control tokens comes back as it was) */
 static enum MHD_Result handle_detokenize(struct req *r) {
     struct bt_server *s = r->s;
     struct bt_api_error e;
