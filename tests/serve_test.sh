@@ -52,6 +52,9 @@ expect_usage "--ctx-size 16 over --parallel 16 leaves 1 cells per request" -m "$
 expect_usage "--api-key: the key is empty" -m "$model" --api-key ""
 expect_usage "--host: the address is empty" -m "$model" --host ""
 expect_usage "unknown option --frob" -m "$model" --frob
+expect_usage "--cors: 'https://app.example/' is not an origin: give * or scheme://host[:port]" -m "$model" --cors https://app.example/
+expect_usage "--cors: 'app.example' is not an origin" -m "$model" --cors app.example
+expect_usage "--cors: '' is not an origin" -m "$model" --cors ""
 out=$("$baton" serve -m "$tmp/missing.gguf" --port 0 2>&1)
 rc=$?
 if [ $rc -ne 1 ] || ! grep -q "missing.gguf" <<<"$out"; then fail "a missing model file: rc $rc, '$out'"; else echo "ok: a missing model file names it"; fi
@@ -177,6 +180,101 @@ want=$("$baton" tokenize -m "$model" -p '<|user|>\nSay hi.<|end|>\n<|assistant|>
 got=$(curl -s "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Say hi.\"}],\"max_tokens\":2}" "$H" |
     python3 -c 'import sys, json; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
 if [ -z "$want" ] || [ "$want" != "$got" ]; then fail "chat template: $got prompt tokens, $want expected"; else echo "ok: chat: the model's Phi-3 template, $got prompt tokens"; fi
+
+# ---- llama-server's /tokenize and /detokenize ----
+T=$url/tokenize
+D=$url/detokenize
+text='Hello, world! caf\u00e9 \ud83d\ude00 <|end|> tail'
+# the ids are those of `baton tokenize` (without BOS; with add_special, with it)
+for special in false true; do
+    nobos=--no-bos
+    [ $special = true ] && nobos=
+    want=$("$baton" tokenize -m "$model" -p 'Hello, world! café 😀 <|end|> tail' --ids $nobos | tr -d ' ')
+    got=$(curl -s "${auth[@]}" "${json[@]}" -d "{\"content\":\"$text\",\"add_special\":$special}" "$T" |
+        python3 -c 'import sys, json; print(json.dumps(json.load(sys.stdin)["tokens"], separators=(",", ":")))')
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then echo "ok: /tokenize add_special $special: $got"; else fail "/tokenize add_special $special: '$got', baton tokenize '$want'"; fi
+done
+# the round trip: detokenize(tokenize(text)) is the text (one without control tokens: a
+# "llama" vocabulary puts a space before the text after one, as llama.cpp does); with_pieces:
+# the same ids, each with its text, the emoji's byte tokens (not UTF-8 alone) as arrays of
+# their byte values, all joining into the text; a control token's text is its piece
+if python3 - "$url" "$key" <<'PY'; then echo "ok: /tokenize -> /detokenize gives the text back; with_pieces: ids, pieces, bytes"; else fail "/tokenize round trip and with_pieces"; fi
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+def post(path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+for text in ["Hello, world! caf\u00e9 \U0001F600 tail", "two  spaces,\ttab\nnew line \u4f60\u597d", "x"]:
+    ids = post("/tokenize", {"content": text})["tokens"]
+    assert ids and all(isinstance(i, int) for i in ids), ids
+    back = post("/detokenize", {"tokens": ids})["content"]
+    assert back == text, (back, text)
+    pieces = post("/tokenize", {"content": text, "with_pieces": True})["tokens"]
+    assert [p["id"] for p in pieces] == ids, (pieces, ids)
+    raw = b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces)
+    assert raw.decode() in (text, " " + text), raw  # a "llama" vocabulary's leading space
+assert sum(isinstance(p["piece"], list) for p in post("/tokenize", {"content": "\U0001F600", "with_pieces": True})["tokens"]) == 4
+special = post("/tokenize", {"content": "a<|end|>", "with_pieces": True})["tokens"]
+assert {"id": 32007, "piece": "<|end|>"} in special, special
+assert post("/detokenize", {"tokens": [p["id"] for p in special]})["content"] == "a<|end|>"
+# parse_special false: the control token's text is text
+assert 32007 not in post("/tokenize", {"content": "a<|end|>", "parse_special": False})["tokens"]
+assert post("/detokenize", {"tokens": []}) == {"content": ""}
+assert post("/tokenize", {"content": ""}) == {"tokens": []}
+PY
+expect 400 "you must provide 'content'" "${auth[@]}" "${json[@]}" -d '{"text":"hi"}' "$T"
+expect 400 "'content' must be a string, not an integer" "${auth[@]}" "${json[@]}" -d '{"content":5}' "$T"
+expect 400 "'with_pieces' must be a boolean, not a string" "${auth[@]}" "${json[@]}" -d '{"content":"a","with_pieces":"yes"}' "$T"
+expect 400 "'add_special' must be a boolean, not an integer" "${auth[@]}" "${json[@]}" -d '{"content":"a","add_special":1}' "$T"
+expect 400 "the request body is empty" "${auth[@]}" "${json[@]}" -X POST "$T"
+expect 400 "you must provide 'tokens'" "${auth[@]}" "${json[@]}" -d '{"content":"a"}' "$D"
+expect 400 "'tokens' must be an array of token ids, not a string" "${auth[@]}" "${json[@]}" -d '{"tokens":"1 2"}' "$D"
+expect 400 "'tokens[1]' must be a token id (an integer), not a string" "${auth[@]}" "${json[@]}" -d '{"tokens":[1,"2"]}' "$D"
+expect 400 "'tokens[2]' is token id 32064: the vocabulary has ids 0 to 32063" "${auth[@]}" "${json[@]}" -d '{"tokens":[1,2,32064]}' "$D"
+expect 400 "'tokens[0]' is token id -1" "${auth[@]}" "${json[@]}" -d '{"tokens":[-1]}' "$D"
+expect 401 "You didn't provide an API key" "${json[@]}" -d '{"content":"a"}' "$T"
+expect 405 "/detokenize takes POST, not GET" "${auth[@]}" "$D"
+
+# ---- GET /v1/models/{id}: the object /v1/models lists; another id a 404 ----
+expect 200 "{\"id\":\"$mid\",\"object\":\"model\"" "${auth[@]}" "$url/v1/models/$mid"
+got=$(curl -s "${auth[@]}" "$url/v1/models/$mid")
+listed=$(curl -s "${auth[@]}" "$url/v1/models" | python3 -c 'import sys, json; print(json.dumps(json.load(sys.stdin)["data"][0], separators=(",", ":")))')
+if [ "$got" = "$listed" ]; then echo "ok: /v1/models/$mid is the listed object"; else fail "/v1/models/$mid: '$got', listed '$listed'"; fi
+expect 404 "The model 'gpt-4' does not exist" "${auth[@]}" "$url/v1/models/gpt-4"
+expect 404 '"code":"model_not_found"' "${auth[@]}" "$url/v1/models/gpt-4"
+expect 401 "You didn't provide an API key" "$url/v1/models/$mid"
+
+# ---- HEAD on the GET routes: the GET's status and headers, no body ----
+head_check() { # status path [curl options]
+    local want=$1 path=$2
+    shift 2
+    got=$(curl -s -I -o "$tmp/head" -w '%{http_code} %{size_download}' "$@" "$url$path")
+    get_len=$(curl -s -o /dev/null -w '%{size_download}' "$@" "$url$path")
+    if [ "$got" = "$want 0" ] && grep -qi "^content-type: " "$tmp/head" && grep -qi "^content-length: $get_len" "$tmp/head"; then
+        echo "ok: HEAD $path: $want, headers (Content-Length $get_len as the GET's), no body"
+    else
+        fail "HEAD $path: '$got' (GET: $get_len bytes): $(cat "$tmp/head")"
+    fi
+}
+head_check 200 /health
+head_check 200 /v1/models "${auth[@]}"
+head_check 200 "/v1/models/$mid" "${auth[@]}"
+head_check 404 /v1/models/gpt-4 "${auth[@]}"
+head_check 401 /v1/models
+got=$(curl -s -I "${auth[@]}" "$C" | tr -d '\r' | grep -E "^HTTP|^Allow:" | tr '\n' ' ')
+[ "$got" = "HTTP/1.1 405 Method Not Allowed Allow: POST " ] && echo "ok: HEAD on a POST route: 405, Allow: POST" || fail "HEAD $C: '$got'"
+
+# ---- without --cors: no CORS headers, and OPTIONS is a wrong method ----
+if curl -s -D - -o /dev/null -H "Origin: https://app.example" "$url/health" | grep -qi "^access-control"; then
+    fail "no --cors: a CORS header was sent"
+else
+    echo "ok: no --cors: no CORS headers"
+fi
+expect 405 "takes POST, not OPTIONS" -X OPTIONS -H "Origin: https://app.example" -H "Access-Control-Request-Method: POST" "$H"
+got=$(curl -s -D - -o /dev/null -X OPTIONS "$url/health" | grep -i "^allow:" | tr -d '\r')
+[ "$got" = "Allow: GET, HEAD" ] && echo "ok: 405 with $got" || fail "OPTIONS /health without --cors: '$got'"
+
 # the server is still well after all of that
 expect 200 '"status":"ok"' "$url/health"
 
@@ -230,8 +328,8 @@ if [ $cut = 0 ]; then echo "ok: SIGTERM: all 8 requests (4 running, 4 queued) go
 grep -qE "stopping: finishing [1-9][0-9]* running" "$tmp/main.err" || fail "SIGTERM: no drain message: $(cat "$tmp/main.err")"
 grep "stopping: finishing" "$tmp/main.err"
 
-# ---- logprobs on one rank: the same printed values as on two ----
-ranks=1 start_server one --parallel 4 --ctx-size 1024 --api-key "$key"
+# ---- logprobs on one rank: the same printed values as on two (and --cors) ----
+ranks=1 start_server one --parallel 4 --ctx-size 1024 --api-key "$key" --cors https://app.example
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs1" logprobs; then
     fail "serve_client.py logprobs on one rank"
 elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; then
@@ -239,6 +337,37 @@ elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; th
 else
     echo "ok: logprobs: the same printed values on 1 rank and on 2"
 fi
+# --cors: the origin on every answer (an error, a stream, a 401 too); a preflight needs no key
+cors_check() { # what, then curl's arguments
+    local what=$1
+    shift
+    got=$(curl -s -N -D - -o /dev/null "$@" | grep -i "^access-control-allow-origin:" | tr -d '\r')
+    if [ "$got" = "Access-Control-Allow-Origin: https://app.example" ]; then echo "ok: --cors: $what: $got"; else fail "--cors: $what: '$got'"; fi
+}
+url=http://127.0.0.1:$port
+cors_check "GET /health" "$url/health"
+cors_check "401 without the key" -H "Origin: https://app.example" "$url/v1/models"
+cors_check "POST /tokenize" "${auth[@]}" "${json[@]}" -d '{"content":"hi"}' "$url/tokenize"
+cors_check "a 400" "${auth[@]}" "${json[@]}" -d '{"content":1}' "$url/tokenize"
+cors_check "a stream" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"a\",\"max_tokens\":2,\"stream\":true}" "$url/v1/completions"
+cors_check "HEAD /v1/models" -I "${auth[@]}" "$url/v1/models"
+# a browser's preflight of an authorized POST: 204 without the key, then the POST itself still needs it
+code=$(curl -s -D "$tmp/pre" -o "$tmp/pre.body" -w '%{http_code}' -X OPTIONS -H "Origin: https://app.example" \
+    -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization, content-type" \
+    "$url/v1/chat/completions")
+tr -d '\r' <"$tmp/pre" >"$tmp/pre.h"
+if [ "$code" = 204 ] && [ ! -s "$tmp/pre.body" ] &&
+    grep -qx "Access-Control-Allow-Origin: https://app.example" "$tmp/pre.h" &&
+    grep -qx "Access-Control-Allow-Methods: GET, POST, OPTIONS" "$tmp/pre.h" &&
+    grep -qx "Access-Control-Allow-Headers: Authorization, Content-Type" "$tmp/pre.h" &&
+    grep -qx "Access-Control-Max-Age: 86400" "$tmp/pre.h"; then
+    echo "ok: --cors: OPTIONS preflight without the key: 204 with Allow-Origin, -Methods, -Headers, Max-Age"
+else
+    fail "--cors: preflight: $code: $(cat "$tmp/pre.h" "$tmp/pre.body")"
+fi
+expect 401 "You didn't provide an API key" -H "Origin: https://app.example" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":1}" "$url/v1/chat/completions"
+expect 200 '"object":"chat.completion"' -H "Origin: https://app.example" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":1}" "$url/v1/chat/completions"
+expect 404 "Unknown request URL: OPTIONS /v2/nothing" -X OPTIONS "$url/v2/nothing"
 kill -TERM "$pid0"
 for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
 wait $server

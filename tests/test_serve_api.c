@@ -399,6 +399,140 @@ START_TEST(test_logprobs_output) {
 }
 END_TEST
 
+/* llama-server's /tokenize and /detokenize bodies: each bad one a 400 naming
+ * the field (T: /tokenize, D: /detokenize) */
+static const struct tok_bad_case {
+    bool detok;
+    const char *body;
+    const char *param; /* NULL: none */
+    const char *words;
+} k_tok_bad[] = {
+    {false, "", NULL, "body is empty"},
+    {false, "{\"content\":", NULL, "not valid JSON: line 1"},
+    {false, "[\"a\"]", NULL, "must be a JSON object, not an array"},
+    {false, "{}", "content", "you must provide 'content'"},
+    {false, "{\"content\":null}", "content", "you must provide 'content'"},
+    {false, "{\"content\":5}", "content", "'content' must be a string, not an integer"},
+    {false, "{\"content\":[\"a\"]}", "content", "'content' must be a string, not an array"},
+    {false, "{\"content\":\"a\",\"add_special\":1}", "add_special", "'add_special' must be a boolean, not an integer"},
+    {false, "{\"content\":\"a\",\"with_pieces\":\"yes\"}", "with_pieces", "'with_pieces' must be a boolean, not a string"},
+    {false, "{\"content\":\"a\",\"parse_special\":{}}", "parse_special", "must be a boolean, not an object"},
+    {true, "", NULL, "body is empty"},
+    {true, "[1]", NULL, "must be a JSON object, not an array"},
+    {true, "{}", "tokens", "you must provide 'tokens'"},
+    {true, "{\"tokens\":\"1 2\"}", "tokens", "'tokens' must be an array of token ids, not a string"},
+    {true, "{\"tokens\":[1,\"2\"]}", "tokens[1]", "'tokens[1]' must be a token id (an integer), not a string"},
+    {true, "{\"tokens\":[1,2.5]}", "tokens[1]", "must be a token id (an integer), not a number"},
+    {true, "{\"tokens\":[0,1000]}", "tokens[1]", "'tokens[1]' is token id 1000: the vocabulary has ids 0 to 999"},
+    {true, "{\"tokens\":[-1]}", "tokens[0]", "'tokens[0]' is token id -1"},
+};
+
+START_TEST(test_tokenize_bad) {
+    const struct tok_bad_case *c = &k_tok_bad[_i];
+    struct bt_api_error e;
+    memset(&e, 0, sizeof e);
+    bool ok;
+    if (c->detok) {
+        int32_t *ids = (int32_t *)1;
+        size_t n = 7;
+        ok = bt_api_parse_detokenize(c->body, strlen(c->body), &k_lim, &ids, &n, &e);
+        ck_assert_ptr_null(ids); /* nothing left to free */
+        ck_assert_uint_eq(n, 0);
+    } else {
+        struct bt_api_tokenize t;
+        ok = bt_api_parse_tokenize(c->body, strlen(c->body), &t, &e);
+        ck_assert_ptr_null(t.content);
+    }
+    ck_assert_msg(!ok, "case %d accepted: %s", _i, c->body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.type, "invalid_request_error");
+    if (c->param)
+        ck_assert_msg(e.param && !strcmp(e.param, c->param), "case %d: param '%s', expected '%s'", _i,
+                      e.param ? e.param : "(null)", c->param);
+    else
+        ck_assert_msg(!e.param, "case %d: param '%s', expected none", _i, e.param);
+    ck_assert_msg(strstr(e.message, c->words), "case %d: message '%s' lacks '%s'", _i, e.message, c->words);
+}
+END_TEST
+
+START_TEST(test_tokenize_good) {
+    struct bt_api_tokenize t;
+    struct bt_api_error e;
+    /* llama-server's defaults: no BOS/EOS, control-token text parsed, ids only */
+    const char *b = "{\"content\":\"Hi <|end|>\\u00e9\"}";
+    ck_assert_msg(bt_api_parse_tokenize(b, strlen(b), &t, &e), "%s", e.message);
+    ck_assert_str_eq(t.content, "Hi <|end|>\xc3\xa9");
+    ck_assert_uint_eq(t.len, 12);
+    ck_assert(!t.add_special && t.parse_special && !t.with_pieces);
+    bt_api_tokenize_free(&t);
+    b = "{\"content\":\"\",\"add_special\":true,\"parse_special\":false,\"with_pieces\":true,\"x\":1}";
+    ck_assert_msg(bt_api_parse_tokenize(b, strlen(b), &t, &e), "%s", e.message);
+    ck_assert_uint_eq(t.len, 0);
+    ck_assert_str_eq(t.content, "");
+    ck_assert(t.add_special && !t.parse_special && t.with_pieces);
+    bt_api_tokenize_free(&t);
+
+    int32_t *ids;
+    size_t n;
+    b = "{\"tokens\":[0,5,999]}";
+    ck_assert_msg(bt_api_parse_detokenize(b, strlen(b), &k_lim, &ids, &n, &e), "%s", e.message);
+    ck_assert_uint_eq(n, 3);
+    ck_assert(ids[0] == 0 && ids[1] == 5 && ids[2] == 999);
+    free(ids);
+    b = "{\"tokens\":[]}";
+    ck_assert_msg(bt_api_parse_detokenize(b, strlen(b), &k_lim, &ids, &n, &e), "%s", e.message);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(ids);
+
+    /* the answers: ids; pieces as text, a part of a character as its bytes */
+    const int32_t tid[3] = {1, 42, 7};
+    json_t *o = load(bt_api_tokenize_json(tid, 3, NULL));
+    json_t *a = json_object_get(o, "tokens");
+    ck_assert_uint_eq(json_array_size(a), 3);
+    ck_assert_int_eq(json_integer_value(json_array_get(a, 1)), 42);
+    json_decref(o);
+    const struct bt_api_piece piece[3] = {{"<s>", 3}, {" H\xc3", 3}, {"\xa9", 1}};
+    o = load(bt_api_tokenize_json(tid, 3, piece));
+    a = json_object_get(o, "tokens");
+    ck_assert_uint_eq(json_array_size(a), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(a, 0), "id")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 0), "piece")), "<s>");
+    json_t *bytes = json_object_get(json_array_get(a, 1), "piece");
+    ck_assert(json_is_array(bytes));
+    ck_assert_uint_eq(json_array_size(bytes), 3);
+    ck_assert_int_eq(json_integer_value(json_array_get(bytes, 0)), ' ');
+    ck_assert_int_eq(json_integer_value(json_array_get(bytes, 2)), 0xc3);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(json_array_get(a, 2), "piece"), 0)), 0xa9);
+    json_decref(o);
+    o = load(bt_api_tokenize_json(NULL, 0, NULL));
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "tokens")), 0);
+    json_decref(o);
+    o = load(bt_api_detokenize_json("Hi \xc3\xa9\xff", 6));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "content")), "Hi \xc3\xa9\xEF\xBF\xBD");
+    json_decref(o);
+}
+END_TEST
+
+/* GET /v1/models/{id}: the object /v1/models lists; another id a 404 */
+START_TEST(test_model_get) {
+    json_t *list = load(bt_api_models_json("tiny", 5)), *one = load(bt_api_model_json("tiny", 5));
+    ck_assert(json_equal(json_array_get(json_object_get(list, "data"), 0), one));
+    ck_assert_str_eq(json_string_value(json_object_get(one, "object")), "model");
+    ck_assert_int_eq(json_integer_value(json_object_get(one, "created")), 5);
+    json_decref(list);
+    json_decref(one);
+    struct bt_api_error e;
+    ck_assert(bt_api_model_check("tiny", "tiny", &e));
+    ck_assert(!bt_api_model_check("gpt-4", "tiny", &e));
+    ck_assert_int_eq(e.status, 404);
+    ck_assert_str_eq(e.code, "model_not_found");
+    ck_assert_str_eq(e.param, "model");
+    ck_assert_str_eq(e.message, "The model 'gpt-4' does not exist (this server has 'tiny')");
+    ck_assert(!bt_api_model_check("", "tiny", &e));
+    ck_assert(!bt_api_model_check("tin", "tiny", &e));
+}
+END_TEST
+
 /* the hand-over between HTTP threads and the engine's thread (jobs.c) */
 START_TEST(test_jobs) {
     struct bt_jobs q;
@@ -478,6 +612,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_good_logprobs);
     tcase_add_test(tc, test_logprobs_output);
     tcase_add_test(tc, test_jobs);
+    tcase_add_loop_test(tc, test_tokenize_bad, 0, (int)(sizeof k_tok_bad / sizeof k_tok_bad[0]));
+    tcase_add_test(tc, test_tokenize_good);
+    tcase_add_test(tc, test_model_get);
     suite_add_tcase(s, tc);
     return s;
 }

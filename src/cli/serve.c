@@ -41,10 +41,11 @@ enum {
     OPT_UBATCH,
     OPT_ALIAS,
     OPT_CHAT_TEMPLATE,
+    OPT_CORS,
 };
 
 struct serve_opts {
-    const char *model, *host, *api_key, *alias, *chat_template;
+    const char *model, *host, *api_key, *alias, *chat_template, *cors;
     int port, parallel, max_queue, max_conn;
     long ctx, ubatch;
     long max_body;
@@ -56,7 +57,8 @@ static void serve_usage(FILE *f) {
             "usage: mpirun -np P baton serve -m FILE [options]   (or launch/baton-run -t TOPOLOGY -- baton serve ...)\n"
             "\n"
             "An OpenAI-compatible HTTP server on rank 0: POST /v1/completions, POST /v1/chat/completions\n"
-            "(streamed or not), GET /v1/models, GET /health, GET /metrics (Prometheus).  Requests run\n"
+            "(streamed or not), GET /v1/models, GET /v1/models/ID, GET /health, GET /metrics (Prometheus),\n"
+            "and llama-server's POST /tokenize and POST /detokenize; HEAD on every GET route.  Requests run\n"
             "together (continuous batching) through the pipeline of the P ranks.\n"
             "\n"
             "  -m, --model FILE        the GGUF model (every rank opens it)\n"
@@ -67,6 +69,9 @@ static void serve_usage(FILE *f) {
             "      --api-key KEY       ask every caller for 'Authorization: Bearer KEY' (else 401);\n"
             "                          also read from $BATON_API_KEY\n"
             "      --alias NAME        the model's name in the API (default: the file's name)\n"
+            "      --cors ORIGIN       let web pages of ORIGIN (scheme://host[:port], or * for any) call the\n"
+            "                          server: CORS headers on every answer, OPTIONS preflights answered\n"
+            "                          (204, no key asked); default: no CORS headers, OPTIONS is a 405\n"
             "      --chat-template NAME|FILE  how chats are written: a file holding a Jinja chat template,\n"
             "                          or a built-in format (chatml, llama3, ...); default: the model's own\n"
             "                          template (tokenizer.chat_template), else chatml\n"
@@ -81,6 +86,18 @@ static void serve_usage(FILE *f) {
             "Stop it with SIGTERM or SIGINT to rank 0 (its pid is printed): running requests finish first.\n");
 }
 
+/* --cors: "*", or an origin as a browser writes it in its Origin header
+ * (http://host or https://host:port; a path or a trailing slash would match
+ * no browser's origin, so is refused here rather than failing in silence) */
+static bool cors_origin_ok(const char *s) {
+    if (!strcmp(s, "*")) return true;
+    const char *host = !strncmp(s, "http://", 7) ? s + 7 : !strncmp(s, "https://", 8) ? s + 8 : NULL;
+    if (!host || !*host || strlen(s) > 256) return false;
+    for (const char *c = host; *c; c++)
+        if (*c <= ' ' || *c >= 0x7f || strchr("/?#\"\\,", *c)) return false;
+    return true;
+}
+
 /* -1: go on; 0: --help; 2: a usage error in err */
 static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, size_t n) {
     static const struct option longs[] = {
@@ -90,6 +107,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"cors", required_argument, 0, OPT_CORS},
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -118,6 +136,12 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
             else o->alias = optarg;
+            break;
+        case OPT_CORS:
+            if (!cors_origin_ok(optarg))
+                snprintf(err, n, "--cors: '%s' is not an origin: give * or scheme://host[:port] (no path, no "
+                                 "trailing slash), as a browser sends it in Origin", optarg);
+            else o->cors = optarg;
             break;
         case OPT_CHAT_TEMPLATE:
             if (!*optarg) snprintf(err, n, "--chat-template: the name is empty");
@@ -217,6 +241,7 @@ static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
         .n_slots = o->parallel,
         .n_ctx_seq = ep->n_ctx / ep->n_seq_max,
         .model_id = model_id,
+        .cors = o->cors,
     };
     if (bt_server_start(&srv, &cfg, tok, tmpl, err, sizeof err) != BT_OK) goto out;
     started = true;

@@ -178,6 +178,37 @@ static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_er
     return true;
 }
 
+/* The token ids of the array a (key: its name in messages), each below
+ * lim->n_vocab, into *out (malloc'd; NULL when a is empty). */
+static bool parse_ids(json_t *a, const char *key, const struct bt_api_limits *lim, int32_t **out,
+                      struct bt_api_error *err) {
+    size_t n = json_array_size(a);
+    *out = NULL;
+    if (n == 0) return true;
+    int32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return nomem(err);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(a, i);
+        char param[48];
+        snprintf(param, sizeof param, "%s[%zu]", key, i);
+        if (!json_is_integer(t)) {
+            BAD(param, "'%s' must be a token id (an integer), not %s", param, json_kind(t));
+            free(ids);
+            return false;
+        }
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id >= (json_int_t)lim->n_vocab) {
+            BAD(param, "'%s' is token id %lld: the vocabulary has ids 0 to %u", param, (long long)id,
+                lim->n_vocab - 1);
+            free(ids);
+            return false;
+        }
+        ids[i] = (int32_t)id;
+    }
+    *out = ids;
+    return true;
+}
+
 static bool parse_prompt(json_t *o, const struct bt_api_limits *lim, struct bt_api_request *r,
                          struct bt_api_error *err) {
     json_t *p = json_object_get(o, "prompt");
@@ -209,23 +240,7 @@ static bool parse_prompt(json_t *o, const struct bt_api_limits *lim, struct bt_a
                       "not supported");
         return false;
     }
-    if (!(r->prompt_ids = malloc(n * sizeof *r->prompt_ids))) return nomem(err);
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(p, i);
-        char param[32];
-        snprintf(param, sizeof param, "prompt[%zu]", i);
-        if (!json_is_integer(t)) {
-            BAD(param, "'%s' must be a token id (an integer), not %s", param, json_kind(t));
-            return false;
-        }
-        json_int_t id = json_integer_value(t);
-        if (id < 0 || id >= (json_int_t)lim->n_vocab) {
-            BAD(param, "'%s' is token id %lld: the vocabulary has ids 0 to %u", param, (long long)id,
-                lim->n_vocab - 1);
-            return false;
-        }
-        r->prompt_ids[i] = (int32_t)id;
-    }
+    if (!parse_ids(p, "prompt", lim, &r->prompt_ids, err)) return false;
     r->n_prompt_ids = n;
     return true;
 }
@@ -496,12 +511,7 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
         BAD("model", "'model' must be a string, not %s", json_kind(model));
         return false;
     }
-    if (strcmp(json_string_value(model), lim->model_id)) {
-        bt_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
-                         "The model '%.200s' does not exist (this server has '%s')", json_string_value(model),
-                         lim->model_id);
-        return false;
-    }
+    if (!bt_api_model_check(json_string_value(model), lim->model_id, err)) return false;
 
     if (kind == BT_API_COMPLETION) {
         if (!parse_prompt(o, lim, r, err)) return false;
@@ -586,32 +596,93 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
     return parse_stop(o, r, err);
 }
 
-bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const struct bt_api_limits *lim,
-                  uint64_t default_seed, struct bt_api_request *out, struct bt_api_error *err) {
-    memset(out, 0, sizeof *out);
-    out->kind = kind;
+/* body[0..len) as a JSON object (json_decref it), or NULL with *err */
+static json_t *load_object(const char *body, size_t len, struct bt_api_error *err) {
     if (len == 0) {
         BAD(NULL, "the request body is empty: send a JSON object");
-        return false;
+        return NULL;
     }
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!o) {
         BAD(NULL, "the request body is not valid JSON: line %d, column %d: %s", je.line, je.column, je.text);
-        return false;
+        return NULL;
     }
-    bool ok;
     if (!json_is_object(o)) {
         BAD(NULL, "the request body must be a JSON object, not %s", json_kind(o));
-        ok = false;
-    } else {
-        ok = parse_object(kind, o, lim, default_seed, out, err);
+        json_decref(o);
+        return NULL;
     }
+    return o;
+}
+
+bool bt_api_model_check(const char *id, const char *model, struct bt_api_error *err) {
+    if (!strcmp(id, model)) return true;
+    bt_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
+                     "The model '%.200s' does not exist (this server has '%s')", id, model);
+    return false;
+}
+
+bool bt_api_parse(enum bt_api_kind kind, const char *body, size_t len, const struct bt_api_limits *lim,
+                  uint64_t default_seed, struct bt_api_request *out, struct bt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    json_t *o = load_object(body, len, err);
+    if (!o) return false;
+    bool ok = parse_object(kind, o, lim, default_seed, out, err);
     json_decref(o);
     if (!ok) {
         bt_api_request_free(out);
         out->kind = kind;
     }
+    return ok;
+}
+
+/* ---- llama-server's /tokenize and /detokenize ---- */
+
+void bt_api_tokenize_free(struct bt_api_tokenize *t) {
+    if (!t) return;
+    free(t->content);
+    memset(t, 0, sizeof *t);
+}
+
+bool bt_api_parse_tokenize(const char *body, size_t len, struct bt_api_tokenize *out, struct bt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->parse_special = true; /* llama-server's default */
+    json_t *o = load_object(body, len, err);
+    if (!o) return false;
+    bool ok = false;
+    json_t *c = json_object_get(o, "content");
+    if (!c || json_is_null(c)) {
+        BAD("content", "you must provide 'content' (the text to tokenize)");
+    } else if (!json_is_string(c)) {
+        BAD("content", "'content' must be a string, not %s", json_kind(c));
+    } else if (get_bool(o, "add_special", &out->add_special, err) &&
+               get_bool(o, "parse_special", &out->parse_special, err) &&
+               get_bool(o, "with_pieces", &out->with_pieces, err)) {
+        out->len = json_string_length(c);
+        ok = (out->content = dup_n(json_string_value(c), out->len)) != NULL || nomem(err);
+    }
+    json_decref(o);
+    if (!ok) bt_api_tokenize_free(out);
+    return ok;
+}
+
+bool bt_api_parse_detokenize(const char *body, size_t len, const struct bt_api_limits *lim, int32_t **ids,
+                             size_t *n, struct bt_api_error *err) {
+    *ids = NULL;
+    *n = 0;
+    json_t *o = load_object(body, len, err);
+    if (!o) return false;
+    bool ok = false;
+    json_t *t = json_object_get(o, "tokens");
+    if (!t || json_is_null(t))
+        BAD("tokens", "you must provide 'tokens' (an array of token ids)");
+    else if (!json_is_array(t))
+        BAD("tokens", "'tokens' must be an array of token ids, not %s", json_kind(t));
+    else if ((ok = parse_ids(t, "tokens", lim, ids, err)))
+        *n = json_array_size(t);
+    json_decref(o);
     return ok;
 }
 
@@ -832,7 +903,36 @@ char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, in
     return dump(o);
 }
 
+/* OpenAI's model object */
+static json_t *model_object(const char *model, int64_t created) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", model, "object", "model", "created", (json_int_t)created,
+                     "owned_by", "baton");
+}
+
 char *bt_api_models_json(const char *model, int64_t created) {
-    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", model, "object", "model",
-                          "created", (json_int_t)created, "owned_by", "baton"));
+    return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(model, created)));
+}
+
+char *bt_api_model_json(const char *model, int64_t created) { return dump(model_object(model, created)); }
+
+char *bt_api_tokenize_json(const int32_t *ids, size_t n, const struct bt_api_piece *piece) {
+    json_t *tokens = json_array();
+    for (size_t i = 0; tokens && i < n; i++) {
+        json_t *v;
+        if (!piece)
+            v = json_integer(ids[i]);
+        else if (bt_utf8_check(piece[i].text, piece[i].len) < 0)
+            v = json_pack("{s:i, s:s%}", "id", (int)ids[i], "piece", piece[i].text, piece[i].len);
+        else /* a part of a character: its bytes, as llama-server gives them */
+            v = json_pack("{s:i, s:o}", "id", (int)ids[i], "piece", bytes_value(&piece[i]));
+        if (json_array_append_new(tokens, v)) {
+            json_decref(tokens);
+            return NULL;
+        }
+    }
+    return dump(json_pack("{s:o}", "tokens", tokens));
+}
+
+char *bt_api_detokenize_json(const char *text, size_t len) {
+    return dump(json_pack("{s:o}", "content", text_value(text, len)));
 }

@@ -146,5 +146,34 @@ char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, in
                               int64_t n_prompt, int64_t n_gen);
 /* GET /v1/models: the one model. */
 char *bt_api_models_json(const char *model, int64_t created);
+/* GET /v1/models/{id}: the model object /v1/models lists. */
+char *bt_api_model_json(const char *model, int64_t created);
+/* Whether id names the served model; else a 404 model_not_found in *err
+ * (OpenAI's, as a request's unknown "model" gets). */
+bool bt_api_model_check(const char *id, const char *model, struct bt_api_error *err);
+
+/* ---- llama-server's POST /tokenize and POST /detokenize ---- */
+
+/* {"content": "text", "add_special": false, "parse_special": true,
+ *  "with_pieces": false}, checked.  content owned (bt_api_tokenize_free). */
+struct bt_api_tokenize {
+    char *content;
+    size_t len;
+    bool add_special;   /* BOS/EOS as the vocabulary asks */
+    bool parse_special; /* control-token text such as "<|end|>" becomes its token */
+    bool with_pieces;   /* [{"id", "piece"}] rather than [ids] */
+};
+bool bt_api_parse_tokenize(const char *body, size_t len, struct bt_api_tokenize *out, struct bt_api_error *err);
+void bt_api_tokenize_free(struct bt_api_tokenize *t);
+/* {"tokens": [ids]}, each id below lim->n_vocab: *ids (malloc'd; NULL when
+ * n is 0) and *n, or false with *err. */
+bool bt_api_parse_detokenize(const char *body, size_t len, const struct bt_api_limits *lim, int32_t **ids,
+                             size_t *n, struct bt_api_error *err);
+/* {"tokens": [ids]}, or with pieces (piece[i] the text of ids[i]) as
+ * llama-server gives them: [{"id": n, "piece": "text"}], a piece that is not
+ * valid UTF-8 as the array of its byte values. */
+char *bt_api_tokenize_json(const int32_t *ids, size_t n, const struct bt_api_piece *piece);
+/* {"content": text} (bytes that are not UTF-8 become U+FFFD). */
+char *bt_api_detokenize_json(const char *text, size_t len);
 
 #endif

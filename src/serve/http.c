@@ -2,7 +2,11 @@
  * thread per connection (a request's thread may block on its job), routing,
  * the Bearer key, the body limit, prompts (chat template, tokenizer, length
  * against a sequence's share of the context), job submission, and answers as
- * one JSON object or as server-sent events.
+ * one JSON object or as server-sent events.  Besides OpenAI's routes:
+ * llama-server's /tokenize and /detokenize (the tokenizer alone, no job),
+ * HEAD on every GET route (libmicrohttpd sends the headers without the body),
+ * and with --cors the CORS headers and OPTIONS preflights (which need no key:
+ * a browser sends them without one).
  *
  * A thread waiting for its job wakes at least every WAIT_MS to look at its
  * socket: a client that closed it cancels the job at once (its sequence is
@@ -24,6 +28,7 @@
 
 #define WAIT_MS 50
 #define RETRY_AFTER_S "1"
+#define CORS_MAX_AGE_S "86400" /* how long a browser may keep a preflight's answer */
 
 enum route {
     R_COMPLETIONS = BT_EP_COMPLETIONS,
@@ -31,8 +36,18 @@ enum route {
     R_MODELS = BT_EP_MODELS,
     R_HEALTH = BT_EP_HEALTH,
     R_METRICS = BT_EP_METRICS,
+    R_MODEL = BT_EP_MODEL, /* /v1/models/{id} */
+    R_TOKENIZE = BT_EP_TOKENIZE,
+    R_DETOKENIZE = BT_EP_DETOKENIZE,
     R_NONE = BT_EP_OTHER,
 };
+
+#define MODELS_PREFIX "/v1/models/"
+
+/* what a route takes; the others take GET (and HEAD) */
+static bool route_is_post(enum route rt) {
+    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_TOKENIZE || rt == R_DETOKENIZE;
+}
 
 /* one request's state, from its first call to MHD's "completed" */
 struct req {
@@ -69,6 +84,12 @@ static bool client_gone(struct MHD_Connection *c) {
     return false;
 }
 
+/* --cors: every answer says which origin may read it */
+static void add_cors(struct req *r, struct MHD_Response *resp) {
+    if (r->s->cfg.cors) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->s->cfg.cors);
+}
+
+/* text (owned; NULL: no body) with its type (NULL: none) */
 static enum MHD_Result send_text(struct req *r, int status, const char *type, char *text,
                                  const char *extra_name, const char *extra_value) {
     struct MHD_Response *resp =
@@ -78,8 +99,9 @@ static enum MHD_Result send_text(struct req *r, int status, const char *type, ch
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (extra_name) MHD_add_response_header(resp, extra_name, extra_value);
+    add_cors(r, resp);
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     bt_metrics_request(&r->s->metrics, (enum bt_metrics_endpoint)r->route, status);
@@ -112,6 +134,9 @@ static enum route route_of(const char *url) {
     if (!strcmp(url, "/v1/models")) return R_MODELS;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strncmp(url, MODELS_PREFIX, strlen(MODELS_PREFIX))) return R_MODEL;
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
     return R_NONE;
 }
 
@@ -409,6 +434,7 @@ static enum MHD_Result answer_stream(struct req *r) {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(r, resp);
     enum MHD_Result ok = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     bt_metrics_request(&r->s->metrics, (enum bt_metrics_endpoint)r->route, 200);
@@ -459,7 +485,72 @@ static enum MHD_Result handle_generate(struct req *r) {
     return j->req.stream ? answer_stream(r) : answer_whole(r);
 }
 
-static enum MHD_Result handle_get(struct req *r) {
+/* POST /tokenize: the text's ids, and with_pieces each id's text (special
+ * tokens' too, as llama-server shows them) */
+static enum MHD_Result handle_tokenize(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_api_error e;
+    struct bt_api_tokenize q;
+    if (!bt_api_parse_tokenize(r->body ? r->body : "", r->len, &q, &e)) return send_error(r, &e, NULL, NULL);
+    bt_tokens t = {0};
+    char msg[512];
+    enum bt_status st = bt_tokenizer_tokenize(s->tok, q.content, q.len, q.add_special, q.parse_special, &t, msg,
+                                              sizeof msg);
+    const bool with_pieces = q.with_pieces;
+    bt_api_tokenize_free(&q);
+    if (st != BT_OK) {
+        bt_tokens_free(&t);
+        bt_api_error_set(&e, 400, "invalid_request_error", "content", NULL, "'content' cannot be tokenized: %s",
+                         msg);
+        return send_error(r, &e, NULL, NULL);
+    }
+    struct bt_api_piece *piece = NULL;
+    char *js = NULL;
+    if (!with_pieces || (piece = malloc((t.n ? t.n : 1) * sizeof *piece))) {
+        for (size_t i = 0; piece && i < t.n; i++) piece[i].text = bt_tokenizer_piece(s->tok, t.ids[i], 1, &piece[i].len);
+        js = bt_api_tokenize_json(t.ids, t.n, piece);
+    }
+    free(piece);
+    bt_tokens_free(&t);
+    if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
+    return send_text(r, 200, "application/json", js, NULL, NULL);
+}
+
+/* POST /detokenize: the ids' text, control tokens shown (as llama-server),
+ * less the leading space a "llama" vocabulary adds (unlike llama-server, so
+ * text tokenized without control tokens comes back as it was) */
+static enum MHD_Result handle_detokenize(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_api_error e;
+    int32_t *ids;
+    size_t n;
+    if (!bt_api_parse_detokenize(r->body ? r->body : "", r->len, &s->lim, &ids, &n, &e))
+        return send_error(r, &e, NULL, NULL);
+    size_t len = 0;
+    char *text = bt_tokenizer_detokenize(s->tok, ids, n, 0, 1, &len);
+    free(ids);
+    char *js = text ? bt_api_detokenize_json(text, len) : NULL;
+    free(text);
+    if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
+    return send_text(r, 200, "application/json", js, NULL, NULL);
+}
+
+/* OPTIONS with --cors: a browser's preflight, answered before any key is asked */
+static enum MHD_Result send_preflight(struct req *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_cors(r, resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS, "Authorization, Content-Type");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, CORS_MAX_AGE_S);
+    enum MHD_Result ok = MHD_queue_response(r->conn, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    bt_metrics_request(&r->s->metrics, (enum bt_metrics_endpoint)r->route, 204);
+    r->answered = true;
+    return ok;
+}
+
+static enum MHD_Result handle_get(struct req *r, const char *url) {
     struct bt_server *s = r->s;
     if (r->route == R_HEALTH) {
         pthread_mutex_lock(&s->jobs.mu);
@@ -469,8 +560,12 @@ static enum MHD_Result handle_get(struct req *r) {
         if (draining) return fail(r, 503, "server_error", "shutting_down", "The server is shutting down");
         return send_text(r, 200, "application/json", strdup("{\"status\":\"ok\"}"), NULL, NULL);
     }
-    if (r->route == R_MODELS) {
-        char *js = bt_api_models_json(s->cfg.model_id, s->created);
+    if (r->route == R_MODELS || r->route == R_MODEL) {
+        struct bt_api_error e;
+        if (r->route == R_MODEL && !bt_api_model_check(url + strlen(MODELS_PREFIX), s->cfg.model_id, &e))
+            return send_error(r, &e, NULL, NULL);
+        char *js = r->route == R_MODELS ? bt_api_models_json(s->cfg.model_id, s->created)
+                                        : bt_api_model_json(s->cfg.model_id, s->created);
         if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
         return send_text(r, 200, "application/json", js, NULL, NULL);
     }
@@ -494,17 +589,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->route = route_of(url);
         *con_cls = r;
         struct bt_api_error e;
-        const bool post = r->route == R_COMPLETIONS || r->route == R_CHAT;
+        const bool post = route_is_post(r->route);
         if (r->route == R_NONE)
             return fail(r, 404, "invalid_request_error", "unknown_url", "Unknown request URL: %.16s %.200s", method,
                         url);
-        if (strcmp(method, post ? "POST" : "GET")) {
+        if (s->cfg.cors && !strcmp(method, MHD_HTTP_METHOD_OPTIONS)) return send_preflight(r);
+        if (post ? strcmp(method, MHD_HTTP_METHOD_POST)
+                 : strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
             bt_api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
                              "%.200s takes %s, not %.16s", url, post ? "POST" : "GET", method);
-            return send_error(r, &e, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET");
+            const char *allow = post ? (s->cfg.cors ? "POST, OPTIONS" : "POST")
+                                     : (s->cfg.cors ? "GET, HEAD, OPTIONS" : "GET, HEAD");
+            return send_error(r, &e, MHD_HTTP_HEADER_ALLOW, allow);
         }
         if (r->route != R_HEALTH && !key_ok(s, conn, &e)) return send_error(r, &e, "WWW-Authenticate", "Bearer");
-        if (!post) return handle_get(r);
+        if (!post) return handle_get(r, url);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end;
@@ -551,6 +650,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                          "the request body has %zu bytes: this server takes at most %zu", r->len, s->cfg.max_body);
         return send_error(r, &e, NULL, NULL);
     }
+    if (r->route == R_TOKENIZE) return handle_tokenize(r);
+    if (r->route == R_DETOKENIZE) return handle_detokenize(r);
     return handle_generate(r);
 }
 

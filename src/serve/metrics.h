@@ -18,12 +18,15 @@ enum bt_metrics_endpoint {
     BT_EP_MODELS,
     BT_EP_HEALTH,
     BT_EP_METRICS,
+    BT_EP_MODEL,      /* GET /v1/models/{id} */
+    BT_EP_TOKENIZE,   /* POST /tokenize */
+    BT_EP_DETOKENIZE, /* POST /detokenize */
     BT_EP_OTHER,
     BT_EP_COUNT
 };
 
 /* the status codes the server answers with, one counter each */
-#define BT_METRICS_N_CODES 10
+#define BT_METRICS_N_CODES 11
 
 /* What the engine's thread publishes. */
 struct bt_metrics_engine {

@@ -38,6 +38,7 @@ struct bt_serve_config {
     int n_slots;         /* sequence slots (--parallel) */
     int64_t n_ctx_seq;   /* cells of one sequence: prompt + generated tokens */
     const char *model_id;
+    const char *cors;    /* NULL: no CORS headers; else Access-Control-Allow-Origin's value ("*" or an origin) */
 };
 
 struct bt_server {
