@@ -1,7 +1,7 @@
 /* api.h - the OpenAI API as `baton serve` speaks it: a request body (JSON)
  * parsed and checked into a bt_api_request, and the JSON of responses,
  * stream chunks, model lists and error objects.  Pure functions of their
- * arguments: no model, no sockets (http.c carries the bytes, serve.c runs
+ * arguments: no model, no sockets (http.c carries the bytes, src/cli/serve_cmd.c runs
  * the model), so every bad request is a unit test.
  *
  * Errors follow OpenAI's shape:

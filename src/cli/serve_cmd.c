@@ -1,4 +1,4 @@
-/* serve.c - `baton serve`: a GGUF model over the ranks of the job, served on
+/* serve_cmd.c - `baton serve`: a GGUF model over the ranks of the job, served on
  * rank 0 as an OpenAI-compatible HTTP API (src/serve/).  Rank 0 runs the
  * batcher on its main thread and HTTP on libmicrohttpd's threads; the other
  * ranks run their stage (bt_engine_serve) until rank 0 stops them.
