@@ -2,7 +2,8 @@
 # variants_test.sh BATON - a build of several CPU kernel variants
 # (backends/cpu/cpu_variant.h) gives the same bits on each: the demo on two
 # ranks whose kernels differ (BATON_CPU per rank: plain C and AVX2, AVX2 and
-# the widest this CPU runs) must equal its one-rank run bitwise, for every
+# the widest this CPU runs, AVX-512 without VNNI beside both) must equal its
+# one-rank run bitwise, for every
 # weight type the demo has; and `baton version` names the variant forced.
 # Skipped (77) where the CPU runs no AVX2 (nothing to mix).
 set -u
@@ -18,8 +19,15 @@ if ! BATON_CPU=avx2 "$baton" version 2>/dev/null | grep -q "^cpu kernels: avx2 "
     exit 77
 fi
 widest=$("$baton" version | sed -n 's/^cpu kernels: \([a-z0-9]*\) .*/\1/p')
+# AVX-512 without VNNI, on a CPU that runs AVX-512 at all
+pairs=("c avx2" "avx2 $widest")
+variants=(c avx2 "$widest")
+if BATON_CPU=avx512f "$baton" version 2>/dev/null | grep -q "^cpu kernels: avx512f "; then
+    pairs+=("avx512f $widest" "avx2 avx512f")
+    variants+=(avx512f)
+fi
 
-for v in c avx2 "$widest"; do
+for v in "${variants[@]}"; do
     if BATON_CPU=$v "$baton" version >"$tmp/out" 2>&1 && grep -q "^cpu kernels: $v " "$tmp/out"; then
         ok "BATON_CPU=$v: baton version names it"
     else
@@ -28,7 +36,7 @@ for v in c avx2 "$widest"; do
 done
 
 small=(--layers 4 --embd 256 --heads 4 --heads-kv 2 --head-dim 16 --ff 256 --ff-exp 64 --n-vocab 128 --tokens 16 -m 6)
-for pair in "c avx2" "avx2 $widest"; do
+for pair in "${pairs[@]}"; do
     set -- $pair
     for type in f32 f16 bf16 q8_0 q4_0; do
         name="demo --type $type, rank 0 on $1, rank 1 on $2"

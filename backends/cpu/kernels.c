@@ -17,6 +17,8 @@
 #define KERNELS_NAME "avx512bf16"
 #elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define KERNELS_NAME "avx512"
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define KERNELS_NAME "avx512f"
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KERNELS_NAME "avx2"
 #else

@@ -20,10 +20,11 @@
 #endif
 
 #ifdef BT_CPU_MULTI
-extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_avx2_kernels_table, bt_cpu_avx512_kernels_table,
-    bt_cpu_avx512bf16_kernels_table;
+extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_avx2_kernels_table, bt_cpu_avx512f_kernels_table,
+    bt_cpu_avx512_kernels_table, bt_cpu_avx512bf16_kernels_table;
+/* narrowest first: the widest the CPU runs is chosen */
 static const struct bt_cpu_kernels *const variants[] = {&bt_cpu_c_kernels_table, &bt_cpu_avx2_kernels_table,
-                                                         &bt_cpu_avx512_kernels_table,
+                                                         &bt_cpu_avx512f_kernels_table, &bt_cpu_avx512_kernels_table,
                                                          &bt_cpu_avx512bf16_kernels_table};
 #else
 extern const struct bt_cpu_kernels bt_cpu_kernels_table;
@@ -50,12 +51,14 @@ static bool has_f16c(void) {
 static bool cpu_runs(const char *name) {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vnni") &&
-                        __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+    const bool avx512f = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512cd");
+    const bool avx512 = avx512f && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+                        __builtin_cpu_supports("gfni");
     if (strcmp(name, "c") == 0) return true;
     if (strcmp(name, "avx2") == 0) return avx2;
+    if (strcmp(name, "avx512f") == 0) return avx512f;
     if (strcmp(name, "avx512") == 0) return avx512;
     if (strcmp(name, "avx512bf16") == 0) return avx512 && __builtin_cpu_supports("avx512bf16");
     return false;
