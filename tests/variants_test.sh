@@ -2,7 +2,8 @@
 # variants_test.sh BATON - a build of several CPU kernel variants
 # (backends/cpu/cpu_variant.h) gives the same bits on each: the demo on two
 # ranks whose kernels differ (BATON_CPU per rank: plain C and AVX2, AVX2 and
-# the widest this CPU runs, AVX-512 without VNNI beside both) must equal its
+# the widest this CPU runs, AVX-512 without VNNI and AVX2 with AVX-VNNI
+# beside them) must equal its
 # one-rank run bitwise, for every
 # weight type the demo has; and `baton version` names the variant forced.
 # Skipped (77) where the CPU runs no AVX2 (nothing to mix).
@@ -25,6 +26,11 @@ variants=(c avx2 "$widest")
 if BATON_CPU=avx512f "$baton" version 2>/dev/null | grep -q "^cpu kernels: avx512f "; then
     pairs+=("avx512f $widest" "avx2 avx512f")
     variants+=(avx512f)
+fi
+# AVX2 with AVX-VNNI's dots beside AVX2's
+if BATON_CPU=avx2vnni "$baton" version 2>/dev/null | grep -q "^cpu kernels: avx2vnni "; then
+    pairs+=("avx2 avx2vnni")
+    variants+=(avx2vnni)
 fi
 
 for v in "${variants[@]}"; do

@@ -8,6 +8,7 @@
  * GGML_CPU_ALL_VARIANTS builds its CPU backend:
  *   c           the x86-64 baseline (plain C kernels)
  *   avx2        AVX2, FMA, F16C (Haswell and later, Zen 1-3)
+ *   avx2vnni    the same and AVX-VNNI, the 256-bit vpdpbusd (Alder Lake, Zen 5)
  *   avx512f     AVX-512 F, BW, VL, DQ, CD without VNNI (Skylake-SP): its
  *               integer dots are the AVX2 ones, the rest AVX-512
  *   avx512      AVX-512 F, BW, VL, DQ, CD, VNNI, VBMI and GFNI (Ice Lake and later)
@@ -36,7 +37,7 @@
 
 /* one variant's kernels: the external functions of the kernel files */
 struct bt_cpu_kernels {
-    const char *name;             /* "c", "avx2", "avx512f", "avx512", "avx512bf16" */
+    const char *name;             /* "c", "avx2", "avx2vnni", "avx512f", "avx512", "avx512bf16" */
     enum bt_cpu_attn_isa attn;    /* the widest attention kernels (attn.c) that go with it */
     void (*mul_mat)(const struct bt_cpu_params *p, struct bt_tensor *dst);
     void (*mul_mat_id)(const struct bt_cpu_params *p, struct bt_tensor *dst);

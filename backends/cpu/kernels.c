@@ -19,6 +19,8 @@
 #define KERNELS_NAME "avx512"
 #elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define KERNELS_NAME "avx512f"
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVXVNNI__)
+#define KERNELS_NAME "avx2vnni"
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KERNELS_NAME "avx2"
 #else

@@ -20,12 +20,12 @@
 #endif
 
 #ifdef BT_CPU_MULTI
-extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_avx2_kernels_table, bt_cpu_avx512f_kernels_table,
-    bt_cpu_avx512_kernels_table, bt_cpu_avx512bf16_kernels_table;
+extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_avx2_kernels_table, bt_cpu_avx2vnni_kernels_table,
+    bt_cpu_avx512f_kernels_table, bt_cpu_avx512_kernels_table, bt_cpu_avx512bf16_kernels_table;
 /* narrowest first: the widest the CPU runs is chosen */
-static const struct bt_cpu_kernels *const variants[] = {&bt_cpu_c_kernels_table, &bt_cpu_avx2_kernels_table,
-                                                         &bt_cpu_avx512f_kernels_table, &bt_cpu_avx512_kernels_table,
-                                                         &bt_cpu_avx512bf16_kernels_table};
+static const struct bt_cpu_kernels *const variants[] = {
+    &bt_cpu_c_kernels_table,       &bt_cpu_avx2_kernels_table,   &bt_cpu_avx2vnni_kernels_table,
+    &bt_cpu_avx512f_kernels_table, &bt_cpu_avx512_kernels_table, &bt_cpu_avx512bf16_kernels_table};
 #else
 extern const struct bt_cpu_kernels bt_cpu_kernels_table;
 static const struct bt_cpu_kernels *const variants[] = {&bt_cpu_kernels_table};
@@ -58,6 +58,7 @@ static bool cpu_runs(const char *name) {
                         __builtin_cpu_supports("gfni");
     if (strcmp(name, "c") == 0) return true;
     if (strcmp(name, "avx2") == 0) return avx2;
+    if (strcmp(name, "avx2vnni") == 0) return avx2 && __builtin_cpu_supports("avxvnni");
     if (strcmp(name, "avx512f") == 0) return avx512f;
     if (strcmp(name, "avx512") == 0) return avx512;
     if (strcmp(name, "avx512bf16") == 0) return avx512 && __builtin_cpu_supports("avx512bf16");
