@@ -103,6 +103,7 @@ struct bt_dist {
     uint8_t *routed_mem;   /* the routed transfers' sets, and the ids read on dst */
     void *ids_host;
     int n_routed_src;      /* routed transfers this rank sends */
+    int n_routed_dst;      /* routed transfers this rank receives */
     int n_serving;         /* their sets awaited (src: xf->serve[c] set) */
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
     const char *mem_what;  /* which memory that is, for a message */
@@ -223,6 +224,7 @@ static void release_plan(bt_dist *d) {
     d->routed_mem = NULL;
     d->ids_host = NULL;
     d->n_routed_src = 0;
+    d->n_routed_dst = 0;
     bt_buffer_free(d->host_buf);
     d->host_buf = NULL;
     free(d->louts);
@@ -401,6 +403,7 @@ static enum bt_status find_routed(bt_dist *d) {
         sets += (size_t)d->n_copies * (size_t)xf->n_expert;
         if (xf->dst == d->rank && bt_nbytes(xf->ids) > ids_bytes) ids_bytes = bt_nbytes(xf->ids);
         d->n_routed_src += xf->src == d->rank;
+        d->n_routed_dst += xf->dst == d->rank;
     }
     if (sets == 0) return BT_OK;
     d->routed_mem = malloc(sets + ids_bytes + 1);
@@ -952,16 +955,15 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
 
 /* ---- routed transfers (struct xfer): only the experts the routing selected ---- */
 
-/* src: slot c's set, once it came (block: wait for it): the experts it
- * names, packed in ascending order, each run of consecutive ones read at
- * once, to dst. */
-static enum bt_status routed_serve(bt_dist *d, struct xfer *xf, int c, bool block) {
+/* src: slot c's set, if it came: the experts it names, packed in ascending
+ * order, each run of consecutive ones read at once, to dst. */
+static enum bt_status routed_serve(bt_dist *d, struct xfer *xf, int c) {
     if (!xf->serve[c]) return BT_OK;
     bt_transport *t = d->t;
     bool done = false;
-    enum bt_status st = block ? bt_transport_wait(t, &xf->used_req[c]) : bt_transport_test(t, &xf->used_req[c], &done);
+    enum bt_status st = bt_transport_test(t, &xf->used_req[c], &done);
     if (st != BT_OK) return fail(d, st, "%s", t->error);
-    if (!block && !done) return BT_OK;
+    if (!done) return BT_OK;
     xf->serve[c] = false;
     d->n_serving--;
     const double t0 = bt_now_s();
@@ -998,7 +1000,7 @@ static enum bt_status serve_routed(bt_dist *d, bool block) {
             struct xfer *xf = &d->xfers[x];
             if (!xf->routed || xf->src != d->rank) continue;
             for (int c = 0; c < d->n_copies; c++) {
-                const enum bt_status st = routed_serve(d, xf, c, false);
+                const enum bt_status st = routed_serve(d, xf, c);
                 if (st != BT_OK) return st;
             }
         }
@@ -1241,6 +1243,7 @@ static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
  * this rank: after the node that makes its ids (ask), before the first node
  * that reads its experts (take). */
 static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
+    if (d->n_routed_dst == 0) return compute_range(d, view);
     int j = 0;
     for (;;) {
         /* the next pause: the smallest position; at one position, asks first */

@@ -469,9 +469,8 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         {"model", required_argument, 0, 'G'},
         {"decode", required_argument, 0, 'E'},
         {"tokens", required_argument, 0, 'K'},
-        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
         {"help", no_argument, 0, 'h'},
-        BT_CLI_MODEL_LONG_OPTIONS,
+        BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
     const bool quiet = bt_cli_env_rank() != 0;

@@ -40,6 +40,10 @@ enum {
         {"ff", required_argument, 0, OPT_FF}, {"experts", required_argument, 0, OPT_EXPERTS},                      \
         {"experts-used", required_argument, 0, OPT_EXPERTS_USED}, {"ff-exp", required_argument, 0, OPT_FF_EXP},   \
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED}
+/* ...and the token count, for the commands that make the model in memory
+ * (demo, bench pipeline, plan, a cluster file's model section) */
+#define BT_CLI_BUILTIN_MODEL_LONG_OPTIONS                                                                           \
+    {"n-vocab", required_argument, 0, OPT_N_VOCAB}, BT_CLI_MODEL_LONG_OPTIONS
 
 /* The model of demo, bench pipeline and plan when given no file: finishes in
  * seconds on two ranks of a 2-core machine and still shows the pipeline

@@ -127,8 +127,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"tokens", required_argument, 0, OPT_TOKENS},
-        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
-        BT_CLI_MODEL_LONG_OPTIONS,
+        BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
     opterr = 0;

@@ -255,8 +255,7 @@ int bt_cli_plan(int argc, char **argv) {
         {"dump-plan", required_argument, 0, 'D'},
         {"project", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
-        {"n-vocab", required_argument, 0, OPT_N_VOCAB},
-        BT_CLI_MODEL_LONG_OPTIONS,
+        BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
     opterr = 0;

@@ -125,7 +125,7 @@ static enum bt_status get_cluster(struct reader *r, yaml_node_t *m, struct bt_cl
 /* model: the model options of the baton program, by their long names, and
  * tokens (a micro-batch's) */
 static enum bt_status get_model(struct reader *r, yaml_node_t *m, struct bt_random_model *cfg, long *tokens) {
-    static const struct option longs[] = {BT_CLI_MODEL_LONG_OPTIONS, {"n-vocab", 1, 0, OPT_N_VOCAB}, {0, 0, 0, 0}};
+    static const struct option longs[] = {BT_CLI_BUILTIN_MODEL_LONG_OPTIONS, {0, 0, 0, 0}};
     for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(r->doc, p->key), *v = yaml_document_get_node(r->doc, p->value);
         const char *key = scalar(k) ? scalar(k) : "";
