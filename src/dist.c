@@ -73,6 +73,46 @@ struct local_output {
     void *ring[MAXC];
 };
 
+/* An expert group's share of one layer (plan.h: bt_expert_group): the chain
+ * of a split of the group's first rank (home) from the MUL_MAT_ID that first
+ * reads the routed input x to the last MUL_MAT_ID (gate, up, the activation,
+ * down), whose result `out` is the only chain tensor read after it.  Every
+ * rank of the group computes the chain over the experts it holds (the
+ * weights' expert_lo/hi).  Before the chain, home sends each member the ids
+ * (always: a header that says what follows) and the rows of x of the tokens
+ * that chose one of its experts, then computes its own experts' rows; each
+ * member computes its rows on inputs of its own (x_in, ids_in) and sends
+ * them back, and home puts them in place in `out`: the ids' order, each row
+ * computed once, by the kernel one process uses. */
+#define GCHAIN_MAX_NODES 16
+struct gslot {
+    int32_t *ids;  /* the ids of the micro-batch, packed [K * T] */
+    float *x;      /* home: the rows of x for a member; member: the rows it was sent */
+    float *o;      /* home: a member's rows of out; member: its rows, to send */
+    int64_t n_o;   /* home: the rows of out the member sends in this slot */
+    bt_treq ids_req, x_req, o_req;
+};
+struct gchain {
+    int group, home, split;
+    int first, last; /* nodes [first, last] of the split's graph */
+    int n_ranks, me; /* me: this rank's place in the group (0: home) */
+    int ranks[BT_EXPERT_GROUP_MAX];
+    int64_t lo[BT_EXPERT_GROUP_MAX], hi[BT_EXPERT_GROUP_MAX];
+    struct bt_tensor *x, *ids, *out;
+    struct bt_tensor *nodes[GCHAIN_MAX_NODES];
+    int n_nodes;
+    struct bt_tensor *w[GCHAIN_MAX_NODES]; /* its expert weights */
+    int n_w;
+    int64_t n_expert, K, T, d_x, d_out;
+    size_t expert_bytes; /* one expert of every weight */
+    int tag0;            /* slot c: tag0 + 3c: ids, + 1: rows of x, + 2: rows of out */
+    struct gslot *slots; /* [n_copies * n_ranks]: slot c, member m (member: m 0) */
+    int64_t done_k[MAXC]; /* home: the micro-batch whose chain slot c last ran */
+    /* member: its inputs, and the chain's sources as they were */
+    struct bt_tensor *x_in, *ids_in;
+    struct bt_tensor *was[GCHAIN_MAX_NODES][BT_MAX_SRC];
+};
+
 struct bt_dist {
     bt_transport *t;
     bt_backend_t backend;
@@ -105,6 +145,12 @@ struct bt_dist {
     int n_routed_src;      /* routed transfers this rank sends */
     int n_routed_dst;      /* routed transfers this rank receives */
     int n_serving;         /* their sets awaited (src: xf->serve[c] set) */
+    struct gchain *chains; /* expert groups' chains this rank takes part in */
+    int n_chains;
+    int n_chain_home;      /* of them, those this rank runs the layer of */
+    bt_context *gctx;      /* the members' chain inputs */
+    struct bt_tensor **ranged; /* weights whose held experts this runtime set (put back at release) */
+    int n_ranged;
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
     const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
@@ -200,6 +246,8 @@ static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) {
     return xf->direct ? d->opt.device_transport : d->t;
 }
 
+static void release_chains(bt_dist *d);
+
 static void release_plan(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
@@ -255,6 +303,7 @@ static void release_plan(bt_dist *d) {
     free(d->flag_changes);
     d->flag_changes = NULL;
     d->n_flag_changes = 0;
+    release_chains(d);                  /* a member's chains' sources */
     bt_plan_splitter_free(d->splitter); /* restores the graph's sources */
     d->splitter = NULL;
     d->sched = NULL;
@@ -421,6 +470,225 @@ static enum bt_status find_routed(bt_dist *d) {
     return BT_OK;
 }
 
+/* ---- expert groups (struct gchain): finding the chains ---------------------------- */
+
+static bool is_experts(const struct bt_tensor *w) {
+    return w && bt_tensor_is_weight(w) && !w->view_src && w->ne[2] >= 2 && w->ne[3] == 1 && bt_is_contiguous(w);
+}
+
+static bool in_chain(const struct gchain *ch, const struct bt_tensor *t) {
+    for (int i = 0; i < ch->n_nodes; i++)
+        if (ch->nodes[i] == t) return true;
+    return false;
+}
+
+/* The chain that starts at node j of a split (a MUL_MAT_ID of experts): the
+ * nodes that continue it, up to the last MUL_MAT_ID among them. */
+static void chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+    const struct bt_tensor *n0 = v->nodes[j];
+    ch->x = n0->src[1];
+    ch->ids = n0->src[2];
+    ch->n_expert = n0->src[0]->ne[2];
+    ch->first = ch->last = j;
+    ch->n_nodes = 0;
+    int kept = 0;
+    for (int i = j; i < v->n_nodes && ch->n_nodes < GCHAIN_MAX_NODES; i++) {
+        struct bt_tensor *nd = v->nodes[i];
+        bool ok;
+        if (nd->op == BT_OP_MUL_MAT_ID) {
+            ok = is_experts(nd->src[0]) && nd->src[0]->ne[2] == ch->n_expert && nd->src[2] == ch->ids &&
+                 (nd->src[1] == ch->x || in_chain(ch, nd->src[1]));
+        } else {
+            ok = !bt_op_is_view(nd->op) && nd->src[0];
+            for (int k = 0; ok && k < BT_MAX_SRC; k++)
+                if (nd->src[k] && !in_chain(ch, nd->src[k])) ok = false;
+        }
+        if (!ok) break;
+        ch->nodes[ch->n_nodes++] = nd;
+        if (nd->op == BT_OP_MUL_MAT_ID) {
+            ch->last = i;
+            kept = ch->n_nodes;
+        }
+    }
+    ch->n_nodes = kept;
+    ch->out = ch->nodes[kept - 1];
+    ch->n_w = 0;
+    for (int i = 0; i < ch->n_nodes; i++) {
+        struct bt_tensor *w = ch->nodes[i]->src[0];
+        if (ch->nodes[i]->op != BT_OP_MUL_MAT_ID) continue;
+        bool seen = false;
+        for (int k = 0; k < ch->n_w; k++) seen |= ch->w[k] == w;
+        if (!seen) ch->w[ch->n_w++] = w;
+    }
+}
+
+/* Whether the chain can run in a group: rows of x and of out are whole
+ * tokens' and slots', and nothing after it reads a tensor of it but out. */
+static enum bt_status chain_check(bt_dist *d, struct gchain *ch) {
+    const struct bt_tensor *x = ch->x, *ids = ch->ids, *out = ch->out;
+    const char *why = NULL;
+    if (x->type != BT_TYPE_F32 || x->ne[1] != 1 || x->ne[3] != 1 || x->nb[0] != sizeof(float))
+        why = "its input is not one F32 row per token";
+    else if (ids->type != BT_TYPE_I32 || ids->nb[0] != sizeof(int32_t) || ids->ne[1] != x->ne[2] || ids->ne[2] != 1)
+        why = "its ids are not one row of I32 per token";
+    else if (out->type != BT_TYPE_F32 || !bt_is_contiguous(out) || out->ne[1] != ids->ne[0] || out->ne[2] != ids->ne[1])
+        why = "its result is not one F32 row per slot and token";
+    else if (ch->n_expert < ch->n_ranks)
+        why = "it has fewer experts than the group has ranks";
+    for (int i = 0; !why && i < d->graph->n_nodes; i++) {
+        const struct bt_tensor *nd = d->graph->nodes[i];
+        if (in_chain(ch, nd)) {
+            if (nd != out && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) why = "a tensor inside it is a graph output";
+            continue;
+        }
+        for (int k = 0; k < BT_MAX_SRC && !why; k++)
+            if (nd->src[k] && nd->src[k] != out && in_chain(ch, nd->src[k])) why = "a tensor inside it is read after it";
+    }
+    if (!why) return BT_OK;
+    return fail(d, BT_ERR_UNSUPPORTED, "expert group %d: the experts of '%s' cannot be divided: %s", ch->group,
+                ch->w[0]->name, why);
+}
+
+/* The chains of the groups this rank is in, in the splits of each group's
+ * first rank (every rank of a group finds the same, in the same order), their
+ * tags after the transfers', and their slots; a member's inputs of its own. */
+static enum bt_status find_chains(bt_dist *d) {
+    int me = -1;
+    const int g = bt_expert_group_of(d->opt.groups, d->opt.n_groups, d->rank, &me);
+    if (g < 0) return BT_OK;
+    const struct bt_expert_group *grp = &d->opt.groups[g];
+    const int n_splits = bt_sched_get_n_splits(d->sched);
+    int tag = d->opt.tag_base + d->plan.n_transfers * d->n_copies;
+    for (int s = 0; s < n_splits; s++) {
+        const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
+        if (sp->backend_id != grp->ranks[0]) continue;
+        for (int j = 0; j < sp->graph.n_nodes; j++) {
+            const struct bt_tensor *nd = sp->graph.nodes[j];
+            if (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0])) continue;
+            struct gchain *nc = realloc(d->chains, sizeof *nc * (size_t)(d->n_chains + 1));
+            if (!nc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+            d->chains = nc;
+            struct gchain *ch = &d->chains[d->n_chains++];
+            memset(ch, 0, sizeof *ch);
+            ch->group = g;
+            ch->home = grp->ranks[0];
+            ch->split = s;
+            ch->n_ranks = grp->n_ranks;
+            ch->me = me;
+            memcpy(ch->ranks, grp->ranks, sizeof ch->ranks);
+            chain_at(ch, &sp->graph, j);
+            enum bt_status st = chain_check(d, ch);
+            if (st != BT_OK) return st;
+            ch->K = ch->ids->ne[0];
+            ch->T = ch->ids->ne[1];
+            ch->d_x = ch->x->ne[0];
+            ch->d_out = ch->out->ne[0];
+            for (int m = 0; m < ch->n_ranks; m++) bt_expert_share(ch->n_expert, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+            for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
+            for (int c = 0; c < MAXC; c++) ch->done_k[c] = -1;
+            ch->tag0 = tag;
+            tag += 3 * d->n_copies;
+            if (tag - 1 > BT_TRANSPORT_MAX_USER_TAG)
+                return fail(d, BT_ERR_CAPACITY, "the expert groups' transfers need tags past the transport's %d",
+                            BT_TRANSPORT_MAX_USER_TAG + 1);
+            d->n_chain_home += me == 0;
+            j = ch->last;
+        }
+    }
+    /* slots: home's per member, a member's its own */
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        ch->slots = calloc((size_t)(d->n_copies * ch->n_ranks), sizeof *ch->slots);
+        if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+        for (int c = 0; c < d->n_copies; c++) {
+            for (int m = 0; m < ch->n_ranks; m++) {
+                struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
+                if (ch->me == 0 ? m == 0 : m > 0) continue;
+                sl->x = malloc(sizeof(float) * (size_t)(ch->T * ch->d_x));
+                sl->o = malloc(sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out));
+                if (!sl->x || !sl->o) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+            }
+            struct gslot *s0 = &ch->slots[c * ch->n_ranks];
+            s0->ids = malloc(sizeof(int32_t) * (size_t)(ch->K * ch->T));
+            if (!s0->ids) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+        }
+    }
+    if (me == 0 || d->n_chains == 0) return BT_OK;
+    d->gctx = bt_init((struct bt_init_params){(size_t)(2 * d->n_chains + 1) * bt_tensor_overhead() + 1024, NULL, true});
+    if (!d->gctx) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        ch->x_in = bt_new_tensor_3d(d->gctx, BT_TYPE_F32, ch->d_x, 1, ch->T);
+        ch->ids_in = bt_new_tensor_2d(d->gctx, BT_TYPE_I32, ch->K, ch->T);
+        if (!ch->x_in || !ch->ids_in) return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_context_error(d->gctx));
+        bt_format_name(ch->x_in, "%s (group)", ch->x->name);
+        bt_format_name(ch->ids_in, "%s (group)", ch->ids->name);
+        ch->x_in->flags |= BT_TENSOR_FLAG_INPUT;
+        ch->ids_in->flags |= BT_TENSOR_FLAG_INPUT;
+        for (int n = 0; n < ch->n_nodes; n++)
+            for (int k = 0; k < BT_MAX_SRC; k++) {
+                struct bt_tensor *src = ch->nodes[n]->src[k];
+                ch->was[n][k] = src;
+                if (src == ch->x) ch->nodes[n]->src[k] = ch->x_in;
+                if (src == ch->ids) ch->nodes[n]->src[k] = ch->ids_in;
+            }
+    }
+    return BT_OK;
+}
+
+/* Whether weight t holds experts of a chain this rank takes part in, and which. */
+static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo, int64_t *hi) {
+    for (int i = 0; i < d->n_chains; i++) {
+        const struct gchain *ch = &d->chains[i];
+        for (int k = 0; k < ch->n_w; k++)
+            if (ch->w[k] == t) {
+                *lo = ch->lo[ch->me];
+                *hi = ch->hi[ch->me];
+                return true;
+            }
+    }
+    return false;
+}
+
+/* Whether node i of the graph is in a chain this rank computes as a member. */
+static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
+    for (int i = 0; i < d->n_chains; i++)
+        if (d->chains[i].me > 0 && in_chain(&d->chains[i], t)) return true;
+    return false;
+}
+
+static void release_chains(bt_dist *d) {
+    bt_transport *t = d->t;
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        for (int c = 0; ch->slots && c < d->n_copies; c++)
+            for (int m = 0; m < ch->n_ranks; m++) {
+                struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
+                /* a member's receive of the ids ahead is cancelled; sends complete */
+                if (sl->ids_req.active && ch->me > 0 && t->iface.cancel) t->iface.cancel(t, &sl->ids_req);
+                if (sl->ids_req.active) bt_transport_wait(t, &sl->ids_req);
+                if (sl->x_req.active) bt_transport_wait(t, &sl->x_req);
+                if (sl->o_req.active) bt_transport_wait(t, &sl->o_req);
+                free(sl->ids);
+                free(sl->x);
+                free(sl->o);
+            }
+        free(ch->slots);
+        if (ch->x_in)
+            for (int n = 0; n < ch->n_nodes; n++)
+                for (int k = 0; k < BT_MAX_SRC; k++) ch->nodes[n]->src[k] = ch->was[n][k];
+    }
+    free(d->chains);
+    d->chains = NULL;
+    d->n_chains = d->n_chain_home = 0;
+    for (int i = 0; i < d->n_ranged; i++) d->ranged[i]->expert_lo = d->ranged[i]->expert_hi = 0;
+    free(d->ranged);
+    d->ranged = NULL;
+    d->n_ranged = 0;
+    if (d->gctx) bt_free(d->gctx);
+    d->gctx = NULL;
+}
+
 /* The plan's transfers on this rank's graph (where each slot lands), and
  * rank 0's outputs computed on rank 0 itself. */
 static enum bt_status take_transfers(bt_dist *d) {
@@ -479,7 +747,8 @@ static enum bt_status take_transfers(bt_dist *d) {
             if (i >= p->splits[s].i_start && i < p->splits[s].i_end) split = s;
         d->louts[d->n_louts++] = (struct local_output){t, split, bt_nbytes(t), {0}};
     }
-    return find_routed(d);
+    const enum bt_status st = find_routed(d);
+    return st == BT_OK ? find_chains(d) : st;
 }
 
 /* The device transport's edges, from the plan (every rank that has one opens
@@ -612,9 +881,12 @@ static enum bt_status measure_compute(bt_dist *d, bt_buffer_type_t buft, size_t 
         /* .is_host        = */ measure_is_host,
     };
     m.buft.context = &m;
-    for (int i = 0; i < g->n_leafs; i++)
-        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && bt_tensor_is_weight(g->leafs[i]))
+    for (int i = 0; i < g->n_leafs; i++) {
+        int64_t lo, hi;
+        if ((d->plan.leaf_owner[i] == d->rank || held_share(d, g->leafs[i], &lo, &hi)) && !g->leafs[i]->data &&
+            bt_tensor_is_weight(g->leafs[i]))
             g->leafs[i]->data = &mark;
+    }
     bt_gallocr_t meas = bt_gallocr_new(&m.buft);
     enum bt_status st = BT_OK;
     if (!meas) st = fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
@@ -638,17 +910,39 @@ static enum bt_status check_memory(bt_dist *d, size_t weights, size_t compute, s
                 d->mem_what);
 }
 
+/* The bytes a weight takes on this rank: all of it, or of an expert
+ * group's, the experts held (and the buffer type's padding). */
+static size_t held_bytes(bt_buffer_type_t buft, const struct bt_tensor *t) {
+    const size_t all = bt_buft_get_alloc_size(buft, t);
+    if (t->expert_hi == 0) return all;
+    return (size_t)(t->expert_hi - t->expert_lo) * t->nb[2] + (all - bt_nbytes(t));
+}
+
 static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
     struct bt_graph *g = d->graph;
     bt_buffer_type_t buft = bt_backend_get_default_buffer_type(d->backend);
     const size_t align = bt_buft_get_alignment(buft);
-    /* weights: sized here, allocated after the check */
+    /* weights: sized here, allocated after the check; of an expert group's
+     * weights, the experts this rank holds */
     size_t wbytes = 0;
     int n_w = 0;
     for (int i = 0; i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
-        if (d->plan.leaf_owner[i] != d->rank || t->data || !bt_tensor_is_weight(t)) continue;
-        wbytes += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
+        int64_t lo = 0, hi = 0;
+        const bool share = held_share(d, t, &lo, &hi);
+        if (share && t->expert_hi == 0) {
+            struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
+            if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+            d->ranged = nr;
+            d->ranged[d->n_ranged++] = t;
+            t->expert_lo = (int32_t)lo;
+            t->expert_hi = (int32_t)hi;
+        } else if (share && (t->expert_lo != lo || t->expert_hi != hi)) {
+            return fail(d, BT_ERR_MISMATCH, "rank %d: '%s' holds experts [%d, %d), this plan's group gives it [%lld, %lld)",
+                        d->rank, t->name, t->expert_lo, t->expert_hi, (long long)lo, (long long)hi);
+        }
+        if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
+        wbytes += (held_bytes(buft, t) + align - 1) / align * align;
         n_w++;
     }
 
@@ -681,7 +975,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     /* the local graph: my splits' nodes, my leafs but weights, my receive slots */
     for (int i = 0; i < d->n_lins; i++)
         for (int c = 0; c < d->n_copies; c++) d->lins[i].copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
-    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 8;
+    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 2 * d->n_chains + 8;
     d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
@@ -697,9 +991,15 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     for (int i = 0; i < g->n_leafs; i++)
         if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
             d->local.leafs[d->local.n_leafs++] = g->leafs[i];
+    /* a member's chains: their inputs, and their nodes where they fall */
+    for (int i = 0; i < d->n_chains; i++)
+        if (d->chains[i].x_in) {
+            d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
+            d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
+        }
     int n_mine = 0;
     for (int i = 0; i < g->n_nodes; i++) {
-        if (d->plan.node_owner[i] != d->rank) continue;
+        if (d->plan.node_owner[i] != d->rank && !(d->n_chains > 0 && member_node(d, g->nodes[i]))) continue;
         d->local.nodes[d->local.n_nodes++] = g->nodes[i];
         if (!bt_op_is_view(g->nodes[i]->op)) n_mine++;
     }
@@ -733,9 +1033,17 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         uint8_t *p = bt_buffer_get_base(d->weight_buf);
         for (int i = 0; i < g->n_leafs; i++) {
             struct bt_tensor *t = g->leafs[i];
-            if (d->plan.leaf_owner[i] != d->rank || t->data || !bt_tensor_is_weight(t)) continue;
-            bt_tensor_alloc(d->weight_buf, t, p);
-            p += (bt_buft_get_alloc_size(buft, t) + align - 1) / align * align;
+            int64_t lo, hi;
+            const bool share = held_share(d, t, &lo, &hi);
+            if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
+            if (share) {
+                /* data addresses expert 0; only [lo, hi) is there */
+                t->buffer = d->weight_buf;
+                t->data = p - (size_t)lo * t->nb[2];
+            } else {
+                bt_tensor_alloc(d->weight_buf, t, p);
+            }
+            p += (held_bytes(buft, t) + align - 1) / align * align;
             if (init) init(t, user);
         }
     }
@@ -939,6 +1247,15 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
             struct xfer *xf = &d->xfers[x];
             if (xf->dst == d->rank && xf->consumer >= 0 && !xf->direct && !xf->routed) st = post_recv(d, xf, c, c);
         }
+        /* a member: the ids of each chain */
+        for (int i = 0; i < d->n_chains && st == BT_OK; i++) {
+            struct gchain *ch = &d->chains[i];
+            if (ch->me <= 0) continue;
+            struct gslot *sl = &ch->slots[c * ch->n_ranks];
+            if (bt_transport_irecv(d->t, sl->ids, sizeof(int32_t) * (size_t)(ch->K * ch->T), ch->home,
+                                   ch->tag0 + 3 * c, &sl->ids_req) != BT_OK)
+                st = fail(d, BT_ERR_COMM, "%s", d->t->error);
+        }
     }
     st = agree(d, st);
     if (st != BT_OK) {
@@ -1097,6 +1414,173 @@ static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k,
     return st;
 }
 
+/* ---- expert groups (struct gchain): running the chains ------------------------------ */
+
+/* Wait for one of a chain's transfers (on the main transport). */
+static enum bt_status chain_wait(bt_dist *d, bt_treq *r) {
+    if (!r->active) return BT_OK;
+    struct xfer none = {0};
+    return wait_req(d, &none, r);
+}
+
+static bool held(const struct gchain *ch, int m, int32_t id) { return id >= ch->lo[m] && id < ch->hi[m]; }
+
+/* The expert weight bytes a chain reads for the ids of slot c: each expert
+ * of member m's that a slot chose, once. */
+static int64_t chain_expert_bytes(const struct gchain *ch, const int32_t *ids, int m) {
+    uint8_t seen[4096];
+    const int64_t E = ch->n_expert;
+    if (E > (int64_t)sizeof seen) return (ch->hi[m] - ch->lo[m]) * (int64_t)ch->expert_bytes;
+    memset(seen, 0, (size_t)E);
+    int64_t n = 0;
+    for (int64_t i = 0; i < ch->K * ch->T; i++)
+        if (held(ch, m, ids[i]) && !seen[ids[i]]) {
+            seen[ids[i]] = 1;
+            n++;
+        }
+    return n * (int64_t)ch->expert_bytes;
+}
+
+/* home, before the chain of micro-batch k: the ids to every member, and to
+ * each the rows of x of the tokens that chose one of its experts; the
+ * receive of exactly the rows of out its experts make. */
+static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
+    bt_transport *t = d->t;
+    const double t0 = bt_now_s();
+    const int n = ch->n_ranks;
+    enum bt_status st = BT_OK;
+    for (int m = 1; m < n && st == BT_OK; m++) {
+        struct gslot *sl = &ch->slots[c * n + m];
+        st = chain_wait(d, &sl->ids_req);
+        if (st == BT_OK) st = chain_wait(d, &sl->x_req);
+    }
+    if (st != BT_OK) return st;
+    int32_t *ids = ch->slots[c * n].ids;
+    for (int64_t i = 0; i < ch->T; i++)
+        bt_tensor_get(ch->ids, ids + i * ch->K, (size_t)i * ch->ids->nb[1], sizeof(int32_t) * (size_t)ch->K);
+    char why[160];
+    for (int64_t i = 0; i < ch->K * ch->T; i++)
+        if (ids[i] < 0 || ids[i] >= ch->n_expert) {
+            snprintf(why, sizeof why, "rank %d: expert id %d of '%s' out of range [0, %lld)", d->rank, ids[i],
+                     ch->ids->name, (long long)ch->n_expert);
+            return fail(d, BT_ERR_INVALID, "%s", why);
+        }
+    const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
+    for (int m = 1; m < n; m++) {
+        struct gslot *sl = &ch->slots[c * n + m];
+        const int peer = ch->ranks[m];
+        int64_t nx = 0, no = 0;
+        for (int64_t tok = 0; tok < ch->T; tok++) {
+            bool any = false;
+            for (int64_t e = 0; e < ch->K; e++) any |= held(ch, m, ids[tok * ch->K + e]), no += held(ch, m, ids[tok * ch->K + e]);
+            if (!any) continue;
+            bt_tensor_get(ch->x, (uint8_t *)sl->x + (size_t)nx * xrow, (size_t)tok * ch->x->nb[2], xrow);
+            nx++;
+        }
+        const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+        sl->n_o = no;
+        if ((st = bt_transport_isend(t, ids, ib, peer, ch->tag0 + 3 * c, &sl->ids_req)) != BT_OK ||
+            (nx > 0 && (st = bt_transport_isend(t, sl->x, (size_t)nx * xrow, peer, ch->tag0 + 3 * c + 1, &sl->x_req)) !=
+                           BT_OK) ||
+            (no > 0 && (st = bt_transport_irecv(t, sl->o, (size_t)no * orow, peer, ch->tag0 + 3 * c + 2, &sl->o_req)) !=
+                           BT_OK))
+            return fail(d, st, "%s", t->error);
+        const int64_t b = (int64_t)ib + nx * (int64_t)xrow;
+        d->stats.bytes_sent += b;
+        d->stats.bytes_group += b;
+        if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, peer, b);
+    }
+    d->stats.expert_bytes_read += chain_expert_bytes(ch, ids, 0);
+    d->stats.send_s += bt_now_s() - t0;
+    return BT_OK;
+}
+
+/* home, after its own rows of the chain: each member's rows of out, put in
+ * place in the order of the ids. */
+static enum bt_status chain_take(bt_dist *d, struct gchain *ch, int c, int64_t k) {
+    const int n = ch->n_ranks;
+    const int32_t *ids = ch->slots[c * n].ids;
+    const size_t orow = sizeof(float) * (size_t)ch->d_out;
+    for (int m = 1; m < n; m++) {
+        struct gslot *sl = &ch->slots[c * n + m];
+        if (sl->n_o == 0) continue;
+        const double w0 = bt_now_s();
+        const enum bt_status st = chain_wait(d, &sl->o_req);
+        if (st != BT_OK) return st;
+        d->stats.wait_s += bt_now_s() - w0;
+        d->stats.bytes_recv += sl->n_o * (int64_t)orow;
+        if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->ranks[m], sl->n_o * (int64_t)orow);
+        int64_t r = 0;
+        for (int64_t i = 0; i < ch->K * ch->T; i++)
+            if (held(ch, m, ids[i]))
+                bt_tensor_set(ch->out, (const uint8_t *)sl->o + (size_t)(r++) * orow,
+                              (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
+    }
+    ch->done_k[c] = k;
+    return BT_OK;
+}
+
+/* A member, at the chain of micro-batch k (in the order of the graph): the
+ * ids; when a slot chose one of its experts, the rows of x, its rows of the
+ * chain, and those rows of out back to home.  Then the receive of the ids
+ * of micro-batch k + n_copies. */
+static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view);
+static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t k) {
+    bt_transport *t = d->t;
+    struct gslot *sl = &ch->slots[c * ch->n_ranks];
+    const int home = ch->home, me = ch->me;
+    const double w0 = bt_now_s();
+    enum bt_status st = chain_wait(d, &sl->ids_req);
+    if (st != BT_OK) return st;
+    const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+    const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
+    d->stats.bytes_recv += (int64_t)ib;
+    int64_t nx = 0, no = 0;
+    for (int64_t tok = 0; tok < ch->T; tok++) {
+        bool any = false;
+        for (int64_t e = 0; e < ch->K; e++) any |= held(ch, me, sl->ids[tok * ch->K + e]), no += held(ch, me, sl->ids[tok * ch->K + e]);
+        nx += any;
+    }
+    if (nx > 0) {
+        if ((st = bt_transport_irecv(t, sl->x, (size_t)nx * xrow, home, ch->tag0 + 3 * c + 1, &sl->x_req)) != BT_OK)
+            return fail(d, st, "%s", t->error);
+        if ((st = chain_wait(d, &sl->x_req)) != BT_OK) return st;
+        d->stats.bytes_recv += nx * (int64_t)xrow;
+    }
+    d->stats.wait_s += bt_now_s() - w0;
+    if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, home, (int64_t)ib + nx * (int64_t)xrow);
+    if (no > 0) {
+        bt_tensor_set(ch->ids_in, sl->ids, 0, ib);
+        int64_t r = 0;
+        for (int64_t tok = 0; tok < ch->T; tok++) {
+            bool any = false;
+            for (int64_t e = 0; e < ch->K; e++) any |= held(ch, me, sl->ids[tok * ch->K + e]);
+            if (any) bt_tensor_set(ch->x_in, (const uint8_t *)sl->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
+        }
+        const double t1 = bt_now_s();
+        struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
+        if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
+        const double t2 = bt_now_s();
+        d->stats.compute_s += t2 - t1;
+        d->stats.expert_s += t2 - t1;
+        d->stats.expert_bytes_read += chain_expert_bytes(ch, sl->ids, me);
+        if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
+        if ((st = chain_wait(d, &sl->o_req)) != BT_OK) return st;
+        r = 0;
+        for (int64_t i = 0; i < ch->K * ch->T; i++)
+            if (held(ch, me, sl->ids[i]))
+                bt_tensor_get(ch->out, (uint8_t *)sl->o + (size_t)(r++) * orow,
+                              (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
+        if ((st = bt_transport_isend(t, sl->o, (size_t)no * orow, home, ch->tag0 + 3 * c + 2, &sl->o_req)) != BT_OK)
+            return fail(d, st, "%s", t->error);
+        d->stats.bytes_sent += no * (int64_t)orow;
+        d->stats.bytes_group += no * (int64_t)orow;
+    }
+    if ((st = bt_transport_irecv(t, sl->ids, ib, home, ch->tag0 + 3 * c, &sl->ids_req)) != BT_OK)
+        return fail(d, st, "%s", t->error);
+    return BT_OK;
+}
+
 /* Where a slot lies in the host buffer (the staging calls take offsets). */
 static size_t slot_offset(const bt_dist *d, const void *slot) {
     return (size_t)((const uint8_t *)slot - (const uint8_t *)bt_buffer_get_base(d->host_buf));
@@ -1174,6 +1658,22 @@ static void progress_between_ops(void *user) {
             return;
         }
     }
+    /* an expert group's rows to its members, while home computes its own */
+    const int n_home = d->n_chain_home > 0 ? d->n_chains : 0;
+    for (int i = 0; i < n_home; i++) {
+        struct gchain *ch = &d->chains[i];
+        for (int q = 0; ch->me == 0 && q < d->n_copies * ch->n_ranks; q++) {
+            if (!ch->slots[q].x_req.active) continue;
+            bool done = false;
+            const enum bt_status st = bt_transport_test(d->t, &ch->slots[q].x_req, &done);
+            if (st != BT_OK) {
+                d->progress_status = st;
+                fail(d, st, "%s", d->t->error);
+                return;
+            }
+            if (!done) return;
+        }
+    }
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
         if (xf->src != d->rank) continue;
@@ -1243,7 +1743,7 @@ static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
  * this rank: after the node that makes its ids (ask), before the first node
  * that reads its experts (take). */
 static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
-    if (d->n_routed_dst == 0) return compute_range(d, view);
+    if (d->n_routed_dst == 0 && d->n_chain_home == 0) return compute_range(d, view);
     int j = 0;
     for (;;) {
         /* the next pause: the smallest position; at one position, asks first */
@@ -1258,9 +1758,30 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             if (xf->consumer == s && xf->asked_k[c] == k && xf->taken_k[c] != k && xf->use_at < at)
                 next = xf, at = xf->use_at, ask = false;
         }
-        if (!next) break;
+        /* or an expert group's chain, run whole: sent out, this rank's rows, taken back */
+        struct gchain *chain = NULL;
+        for (int i = 0; i < d->n_chains; i++) {
+            struct gchain *ch = &d->chains[i];
+            if (ch->me == 0 && ch->split == s && ch->done_k[c] != k && ch->first < at) chain = ch, at = ch->first;
+        }
+        if (!next && !chain) break;
         struct bt_graph part = bt_graph_view(view, j, at);
         enum bt_status st = compute_range(d, &part);
+        if (st == BT_OK && chain) {
+            st = chain_send(d, chain, c);
+            const double t1 = bt_now_s();
+            struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
+            if (st == BT_OK) st = compute_nodes(d, &rows);
+            d->stats.expert_s += bt_now_s() - t1;
+            if (st == BT_OK) st = chain_take(d, chain, c, k);
+            /* the eval callback sees the chain's result whole */
+            if (st == BT_OK && d->eval_cb && d->eval_cb(chain->out, true, d->eval_user) &&
+                !d->eval_cb(chain->out, false, d->eval_user))
+                st = fail(d, BT_ERR_ABORTED, "stopped by the eval callback after node '%s'", chain->out->name);
+            if (st != BT_OK) return st;
+            j = chain->last + 1;
+            continue;
+        }
         if (st == BT_OK) st = ask ? routed_ask(d, next, c, k) : routed_take(d, next, c, k, s);
         if (st != BT_OK) return st;
         j = at;
@@ -1321,7 +1842,10 @@ enum bt_status bt_dist_submit(bt_dist *d) {
     const int n_splits = bt_sched_get_n_splits(d->sched);
     for (int s = 0; s < n_splits && st == BT_OK; s++) {
         const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
-        if (sp->backend_id != d->rank) continue;
+        /* a member's part of an expert group's chains in this split, in order */
+        for (int i = 0; i < d->n_chains && st == BT_OK; i++)
+            if (d->chains[i].me > 0 && d->chains[i].split == s) st = chain_serve(d, &d->chains[i], c, k);
+        if (sp->backend_id != d->rank || st != BT_OK) continue;
         const double t0 = bt_now_s();
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {
             struct xfer *xf = &d->xfers[x];
@@ -1436,6 +1960,13 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
             }
         }
     }
+    for (int i = 0; i < d->n_chains && st == BT_OK; i++)
+        for (int q = 0; q < d->n_copies * d->chains[i].n_ranks && st == BT_OK; q++) {
+            struct gslot *sl = &d->chains[i].slots[q];
+            if (d->chains[i].me == 0 && sl->ids_req.active) st = chain_wait(d, &sl->ids_req);
+            if (st == BT_OK) st = chain_wait(d, &sl->x_req);
+            if (st == BT_OK && d->chains[i].me > 0) st = chain_wait(d, &sl->o_req);
+        }
     bt_backend_synchronize(d->backend);
     if (d->wall_start > 0) d->stats.wall_s = bt_now_s() - d->wall_start;
     return st;

@@ -76,6 +76,10 @@ struct bt_dist_options {
     /* size x size, [src * size + dst] != 0: this edge may use the device
      * transport (rank 0's governs); NULL: every edge may */
     const uint8_t *device_edges;
+    /* expert groups (plan.h: bt_expert_group): every rank must be given the
+     * same; rank 0's plan places the layers on their first ranks */
+    const struct bt_expert_group *groups;
+    int n_groups;
 };
 
 struct bt_dist_stats {
@@ -90,6 +94,9 @@ struct bt_dist_stats {
     int64_t bytes_direct;     /* of bytes_sent: over the device transport */
     int64_t bytes_routed;     /* of bytes_sent: the experts the routing chose (routed weights) */
     int64_t bytes_routed_whole; /* what those weights would have been, sent whole */
+    int64_t bytes_group;      /* of bytes_sent: an expert group's ids and activation rows */
+    int64_t expert_bytes_read; /* expert weight bytes an expert group's chains read here */
+    double expert_s;          /* time computing an expert group's chains (its experts' rows) */
     int64_t weight_bytes;     /* weights held by this rank */
     int64_t compute_bytes;    /* compute buffer */
     int64_t slot_bytes;       /* receive + send + output slots */

@@ -170,11 +170,71 @@ static double stage_bytes(const struct bt_layer_costs *lc, int r, int P, int a, 
     return by;
 }
 
+static enum bt_status place_stages(const struct bt_layer_costs *lc, const struct bt_rank_desc *descs, int P,
+                                   const struct bt_plan_options *opt, int *first, int *last, double *pred, char *err,
+                                   size_t errlen);
+
 /* Contiguous layer ranges per rank minimising the slowest stage, within each
- * rank's memory; or the fixed counts.  first[r]..last[r] inclusive (-1 none). */
+ * rank's memory; or the fixed counts.  first[r]..last[r] inclusive (-1 none).
+ * An expert group is one stage: its first rank runs the layers, with the
+ * memory of the whole group (its experts are divided among the group); the
+ * other members run none. */
 enum bt_status bt_place_layers(const struct bt_layer_costs *lc, const struct bt_rank_desc *descs, int P,
                                const struct bt_plan_options *opt, int *first, int *last, double *pred, char *err,
                                size_t errlen) {
+    if (opt->n_groups <= 0) return place_stages(lc, descs, P, opt, first, last, pred, err, errlen);
+    int *stage = malloc(sizeof(int) * (size_t)(P + 1)), *counts = malloc(sizeof(int) * (size_t)(P + 1));
+    int *sf = malloc(sizeof(int) * (size_t)(P + 1)), *sl = malloc(sizeof(int) * (size_t)(P + 1));
+    double *sp = malloc(sizeof(double) * (size_t)(P + 1));
+    struct bt_rank_desc *sd = malloc(sizeof *sd * (size_t)(P + 1));
+    enum bt_status st = stage && counts && sf && sl && sp && sd ? BT_OK : BT_ERR_NOMEM;
+    int S = 0; /* stages: ranks that run layers, in rank order */
+    for (int r = 0; st == BT_OK && r < P; r++) {
+        int member = -1;
+        const int g = bt_expert_group_of(opt->groups, opt->n_groups, r, &member);
+        if (member > 0) {
+            if (opt->layers_per_rank && opt->layers_per_rank[r] != 0) {
+                snprintf(err, errlen,
+                         "rank %d is a member of expert group %d, whose layers rank %d runs: its layer count must be "
+                         "0, not %d",
+                         r, g, opt->groups[g].ranks[0], opt->layers_per_rank[r]);
+                st = BT_ERR_INVALID;
+            }
+            stage[r] = -1;
+            continue;
+        }
+        stage[r] = S;
+        sd[S] = descs[r];
+        if (g >= 0) /* the group's memory: its experts are divided among its ranks */
+            for (int i = 1; i < opt->groups[g].n_ranks; i++) sd[S].mem_bytes += descs[opt->groups[g].ranks[i]].mem_bytes;
+        if (opt->layers_per_rank) counts[S] = opt->layers_per_rank[r];
+        S++;
+    }
+    if (st == BT_OK) {
+        struct bt_plan_options so = *opt;
+        so.groups = NULL;
+        so.n_groups = 0;
+        so.layers_per_rank = opt->layers_per_rank ? counts : NULL;
+        st = place_stages(lc, sd, S, &so, sf, sl, sp, err, errlen);
+    }
+    for (int r = 0; st == BT_OK && r < P; r++) {
+        first[r] = stage[r] >= 0 ? sf[stage[r]] : -1;
+        last[r] = stage[r] >= 0 ? sl[stage[r]] : -1;
+        pred[r] = stage[r] >= 0 ? sp[stage[r]] : 0.0;
+    }
+    if (st == BT_ERR_NOMEM && !(stage && counts && sf && sl && sp && sd)) snprintf(err, errlen, "out of memory");
+    free(stage);
+    free(counts);
+    free(sf);
+    free(sl);
+    free(sp);
+    free(sd);
+    return st;
+}
+
+static enum bt_status place_stages(const struct bt_layer_costs *lc, const struct bt_rank_desc *descs, int P,
+                                   const struct bt_plan_options *opt, int *first, int *last, double *pred, char *err,
+                                   size_t errlen) {
     const int L = lc->L;
     const double bw = (opt->link_gbps > 0 ? opt->link_gbps : 5.0) * 1e9;
     if (P < 1 || L < 0) {

@@ -542,6 +542,11 @@ enum bt_status bt_plan_make(struct bt_plan *p, struct bt_graph *graph, const str
     if (n_copies > BT_SCHED_MAX_COPIES)
         return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "n_copies %d: 1 to %d are supported", n_copies,
                     BT_SCHED_MAX_COPIES);
+    if (opt->n_groups > 0) {
+        char gerr[256];
+        if (bt_expert_groups_check(opt->groups, opt->n_groups, n_ranks, gerr, sizeof gerr) != BT_OK)
+            return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "%s", gerr);
+    }
     for (int k = 0; k < opt->n_pins; k++)
         if (opt->pins[k].rank < 0 || opt->pins[k].rank >= n_ranks)
             return bt_error_printf(p->error, sizeof p->error, BT_ERR_INVALID, "pin '%s' names rank %d of %d", opt->pins[k].pattern,
@@ -590,6 +595,52 @@ fail:;
     bt_plan_free(p);
     memcpy(p->error, keep, sizeof keep);
     return st;
+}
+
+/* ---- expert groups ------------------------------------------------------------------ */
+
+void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi) {
+    *lo = n_expert * i / n;
+    *hi = n_expert * (i + 1) / n;
+}
+
+int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member) {
+    for (int g = 0; g < n_groups; g++)
+        for (int i = 0; i < groups[g].n_ranks; i++)
+            if (groups[g].ranks[i] == r) {
+                if (member) *member = i;
+                return g;
+            }
+    if (member) *member = -1;
+    return -1;
+}
+
+enum bt_status bt_expert_groups_check(const struct bt_expert_group *groups, int n_groups, int n_ranks, char *err,
+                                      size_t errlen) {
+    for (int g = 0; g < n_groups; g++) {
+        const struct bt_expert_group *x = &groups[g];
+        if (x->n_ranks < 2 || x->n_ranks > BT_EXPERT_GROUP_MAX)
+            return bt_error_printf(err, errlen, BT_ERR_INVALID, "expert group %d has %d ranks: 2 to %d are supported",
+                                   g, x->n_ranks, BT_EXPERT_GROUP_MAX);
+        for (int i = 0; i < x->n_ranks; i++) {
+            const int r = x->ranks[i];
+            if (r < 0 || r >= n_ranks)
+                return bt_error_printf(err, errlen, BT_ERR_INVALID, "expert group %d names rank %d of %d", g, r,
+                                       n_ranks);
+            int at = -1;
+            const int first = bt_expert_group_of(groups, n_groups, r, &at);
+            if (first != g || at != i)
+                return bt_error_printf(err, errlen, BT_ERR_INVALID,
+                                       "rank %d is in expert group %d and again in group %d: a rank is in one group",
+                                       r, first, g);
+            if (r == 0 && i > 0)
+                return bt_error_printf(err, errlen, BT_ERR_INVALID,
+                                       "expert group %d has rank 0 as a member, not first: rank 0 runs the model's first "
+                                       "layers, so it must be the first rank of its group",
+                                       g);
+        }
+    }
+    return BT_OK;
 }
 
 /* ---- the plan in words ------------------------------------------------------------ */

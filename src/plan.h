@@ -41,6 +41,34 @@ struct bt_dist_pin {
     bool compute_at_layer;
 };
 
+#ifndef BT_EXPERT_GROUP_MAX
+#define BT_EXPERT_GROUP_MAX 16
+#endif
+
+/* An expert group: ranks that divide among them the routed experts of the
+ * layers its first rank runs (the others run no layer of their own).  Each
+ * such layer's chain of MUL_MAT_IDs (gate, up, the activation, down) runs on
+ * every rank of the group over the experts that rank holds: member i holds
+ * bt_expert_share(n_expert, n_ranks, i).  The first rank sends each member
+ * the routing ids and the rows of the tokens that chose one of its experts,
+ * and takes back exactly the rows those experts computed (dist.c). */
+struct bt_expert_group {
+    int32_t n_ranks;
+    int32_t ranks[BT_EXPERT_GROUP_MAX]; /* ranks[0] runs the layers */
+};
+
+/* The experts member i of an n-rank group holds, of n_expert: [*lo, *hi),
+ * contiguous ranges in member order whose sizes differ by at most one. */
+void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi);
+/* The group rank r is in (its index in groups), and r's place in it; -1 and
+ * -1 when none. */
+int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member);
+/* Groups that n_ranks ranks can form: 2..BT_EXPERT_GROUP_MAX ranks each, each
+ * rank in at most one, and rank 0 (which runs the model's first nodes) first
+ * in its group if in one.  BT_ERR_INVALID and a message naming the group. */
+enum bt_status bt_expert_groups_check(const struct bt_expert_group *groups, int n_groups, int n_ranks, char *err,
+                                      size_t errlen);
+
 /* What a rank tells rank 0 about itself. */
 struct bt_rank_desc {
     char backend[32];  /* "CPU" / "CUDA0" ... */
@@ -63,6 +91,9 @@ struct bt_plan_options {
      * and the last rank that holds a layer (the engine's stages), not to rank
      * 0 and the last rank */
     bool ends_with_layers;
+    /* expert groups: their first ranks run the layers, the others none */
+    const struct bt_expert_group *groups;
+    int n_groups;
 };
 
 struct bt_plan_split {

@@ -221,6 +221,13 @@ struct bt_tensor {
     struct bt_buffer *buffer;
     void *extra; /* backend-specific */
 
+    /* A weight of experts [.., .., n_expert] of which this process holds
+     * only [expert_lo, expert_hi) (an expert group's share): data still
+     * addresses expert 0, the others' bytes are not there, and MUL_MAT_ID
+     * computes only the (slot, token) pairs whose expert is held, leaving
+     * the rest of its result as it was.  expert_hi 0: every expert. */
+    int32_t expert_lo, expert_hi;
+
     char name[BT_MAX_NAME];
 };
 

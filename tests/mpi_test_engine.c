@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "model/arch_impl.h"
+#include "place.h"
 #include "quants.h"
 #include "mpi_testutil.h"
 #include "run/engine.h"
@@ -1259,6 +1260,11 @@ END_TEST
  * cache read bucketed), the cache stays where the first plan put it.  Every
  * row of logits is bitwise the one-process logits of the same token of its
  * sequence (bt_llm_decode of the whole sequence at once), for copies 1-3. */
+/* Expert groups for check_dist_decode (NULL: none), with their layer counts. */
+static const struct bt_expert_group *G_GROUPS;
+static int G_N_GROUPS;
+static const int *G_COUNTS;
+
 static void check_dist_decode(const char *name, bool moe, bool ordered) {
     char path[512];
     shared_model(path, sizeof path, name, moe, N_LAYER, moe ? 77 : 42);
@@ -1292,7 +1298,9 @@ static void check_dist_decode(const char *name, bool moe, bool ordered) {
         p.dist.gflops = 10;
         int counts[8] = {0};
         for (int l = 0; l < N_LAYER; l++) counts[l % T->size]++;
-        p.dist.layers_per_rank = counts;
+        p.dist.layers_per_rank = G_GROUPS ? G_COUNTS : counts;
+        p.dist.groups = G_GROUPS;
+        p.dist.n_groups = G_N_GROUPS;
         /* x over a stand-in with NCCL's rules (matching by posting order)
          * between every pair of ranks, as between CUDA ranks */
         bt_transport *dt = ordered ? bt_transport_ordered_new(T) : NULL;
@@ -1374,6 +1382,149 @@ END_TEST
 START_TEST(test_dist_decode_ordered) { check_dist_decode("moe.gguf", true, true); }
 END_TEST
 
+/* Expert groups (plan.h: bt_expert_group): _i 0, every rank in one group,
+ * rank 0 running every layer; _i 1, groups inside a pipeline of two stages
+ * (3 ranks: {0, 1} and rank 2 alone; 4 ranks: {0, 1} and {2, 3}).  Every
+ * micro-batch's logits are bitwise one process's: prompts of 1, 7 and 32
+ * tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding with
+ * two sequences (check_dist_decode).  Each rank holds its share of the
+ * experts and no more; for prompts of one token the group reads exactly the
+ * two chosen experts of each layer, once, between its ranks. */
+START_TEST(test_dist_expert_groups) {
+    if (T->size < 2 || (_i == 1 && T->size < 3)) return;
+    struct bt_expert_group groups[2];
+    int n_groups = 1, counts[8] = {0};
+    memset(groups, 0, sizeof groups);
+    if (_i == 0) {
+        groups[0].n_ranks = T->size;
+        for (int r = 0; r < T->size; r++) groups[0].ranks[r] = r;
+        counts[0] = N_LAYER;
+    } else {
+        groups[0] = (struct bt_expert_group){2, {0, 1}};
+        if (T->size == 4) groups[n_groups++] = (struct bt_expert_group){2, {2, 3}};
+        counts[0] = counts[2] = N_LAYER / 2;
+    }
+    for (int wi = 0; wi < 2; wi++) {
+        const enum bt_type wtype = wi ? BT_TYPE_Q8_0 : BT_TYPE_F32;
+        char path[512];
+        if (wi == 0) {
+            shared_model(path, sizeof path, "moe.gguf", true, N_LAYER, 77);
+        } else {
+            snprintf(path, sizeof path, "%s/moe_q8_0_groups.gguf", DIR_);
+            if (T->rank == 0 && access(path, R_OK) != 0)
+                write_model_typed(path, true, N_LAYER, 77, q_embd(wtype), N_VOCAB, wtype);
+            ck_assert(T->iface.barrier(T) == BT_OK);
+        }
+        struct bt_gguf *g = NULL;
+        char err[1024] = "";
+        ck_assert_msg(bt_gguf_open(path, &g, err, sizeof err) == BT_OK, "%s", err);
+        enum { M = 3, U = 32 };
+        const int64_t sizes[] = {1, 7, 32};
+        const size_t row = N_VOCAB * sizeof(float);
+        struct bt_model_dist_params p;
+        bt_model_dist_default_params(&p);
+        p.n_ctx = U;
+        p.n_ubatch = U;
+        p.dist = R.dist;
+        p.dist.n_copies = 2;
+        p.dist.gflops = 10;
+        p.dist.layers_per_rank = counts;
+        p.dist.groups = groups;
+        p.dist.n_groups = n_groups;
+        struct bt_model_dist *md = NULL;
+        ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
+        /* each rank of a group holds its share of each layer's experts */
+        const struct bt_graph *gr = bt_model_dist_graph(md)->graph;
+        int member = -1;
+        const int gi = bt_expert_group_of(groups, n_groups, T->rank, &member);
+        int64_t exps_held = 0, exps_all = 0, one_expert = 0, others = 0;
+        for (int i = 0; i < gr->n_leafs; i++) {
+            const struct bt_tensor *l = gr->leafs[i];
+            if (bt_tensor_is_weight(l) && !strstr(l->name, "_exps") && strncmp(l->name, "cache_", 6) != 0)
+                others += (int64_t)bt_nbytes(l);
+            if (!bt_tensor_is_weight(l) || !strstr(l->name, "_exps")) continue;
+            exps_all += (int64_t)bt_nbytes(l);
+            if (bt_dist_name_layer(l->name) == 0) one_expert += (int64_t)l->nb[2];
+            if (gi < 0 || bt_dist_name_layer(l->name) < 0) continue;
+            const bool mine = (_i == 0) || (bt_dist_name_layer(l->name) < N_LAYER / 2) == (gi == 0);
+            if (!mine) continue;
+            int64_t lo, hi;
+            bt_expert_share(l->ne[2], groups[gi].n_ranks, member, &lo, &hi);
+            ck_assert_int_eq(l->expert_lo, lo);
+            ck_assert_int_eq(l->expert_hi, hi);
+            exps_held += (hi - lo) * (int64_t)l->nb[2];
+        }
+        if (gi >= 0) {
+            ck_assert_int_gt(exps_held, 0);
+            ck_assert_int_lt(exps_held, exps_all);
+            size_t w, mapped, repacked, kv;
+            bt_model_dist_memory(md, &w, &mapped, &repacked, &kv);
+            if (member > 0) ck_assert_int_eq((int64_t)w, exps_held); /* its experts, nothing else */
+            else ck_assert_int_le((int64_t)w, exps_held + others);
+        }
+        for (int si = 0; si < 3; si++) {
+            const int64_t n = sizes[si];
+            int32_t tok[M][U];
+            float *got = malloc((size_t)M * (size_t)n * row);
+            for (int k = 0; k < M; k++) {
+                for (int i = 0; i < n; i++) tok[k][i] = (int32_t)((k * 31 + i * 37 + si * 7 + 11) % N_VOCAB);
+                ck_assert_msg(bt_model_dist_prompt(md, n, tok[k], n) == BT_OK, "%s", bt_model_dist_error(md));
+                ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+                if (T->rank == 0)
+                    ck_assert_msg(bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1,
+                                                       got + (size_t)k * n * N_VOCAB) == BT_OK,
+                                  "%s", bt_model_dist_error(md));
+            }
+            if (T->rank == 0) {
+                int32_t pos[U], seq[U];
+                for (int i = 0; i < U; i++) {
+                    pos[i] = i;
+                    seq[i] = 0;
+                }
+                float *ref = malloc((size_t)n * row);
+                for (int k = 0; k < M; k++) {
+                    reference(path, 1, tok[k], pos, seq, (int)n, ref);
+                    ck_assert_msg(memcmp(ref, got + (size_t)k * n * N_VOCAB, (size_t)n * row) == 0,
+                                  "%s, expert groups (%d) on %d ranks, %lld tokens: micro-batch %d differs from one "
+                                  "process",
+                                  bt_type_name(wtype), _i, T->size, (long long)n, k);
+                }
+                free(ref);
+            }
+            free(got);
+        }
+        /* one token: the group reads each layer's two chosen experts once */
+        bt_model_dist_reset_stats(md);
+        enum { D = 3 };
+        for (int k = 0; k < D; k++) {
+            const int32_t t1 = (int32_t)((k * 37 + 11) % N_VOCAB);
+            ck_assert_msg(bt_model_dist_prompt(md, 1, &t1, 1) == BT_OK, "%s", bt_model_dist_error(md));
+            ck_assert(bt_model_dist_synchronize(md) == BT_OK);
+        }
+        struct bt_dist_stats all[8];
+        ck_assert(bt_model_dist_gather_stats(md, all) == BT_OK);
+        if (T->rank == 0) {
+            int64_t read = 0;
+            for (int r = 0; r < T->size; r++) read += all[r].expert_bytes_read;
+            const int grouped = _i == 0 || n_groups == 2 ? N_LAYER : N_LAYER / 2; /* layers run by a group */
+            ck_assert_int_eq(read, (int64_t)D * grouped * 2 * one_expert);
+            /* members send only their rows back; home sends ids and rows */
+            ck_assert_int_gt(all[0].bytes_group, 0);
+        }
+        bt_model_dist_free(md);
+        bt_gguf_close(g);
+    }
+    /* decoding: two sequences, shapes changing (check_dist_decode) */
+    G_GROUPS = groups;
+    G_N_GROUPS = n_groups;
+    G_COUNTS = counts;
+    check_dist_decode("moe.gguf", true, false);
+    G_GROUPS = NULL;
+    G_N_GROUPS = 0;
+    G_COUNTS = NULL;
+}
+END_TEST
+
 int main(int argc, char **argv) {
     struct bt_rank_config rc;
     memset(&rc, 0, sizeof rc);
@@ -1421,6 +1572,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_decode_dense);
     tcase_add_test(tm, test_dist_decode_moe);
     tcase_add_test(tm, test_dist_decode_ordered);
+    tcase_add_loop_test(tm, test_dist_expert_groups, 0, 2);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");

@@ -748,6 +748,68 @@ START_TEST(test_mul_mat_id) {
 }
 END_TEST
 
+/* An expert group's share (bt_tensor expert_lo/hi): MUL_MAT_ID computes only
+ * the (slot, token) pairs whose expert is held, bitwise what the whole node
+ * gives them, and leaves every other row of its result as it was; the two
+ * shares of a split together give the whole result.  1 and 3 threads, a
+ * decode column and a prompt's worth (the GEMM paths). */
+START_TEST(test_mul_mat_id_share) {
+    enum bt_type wt = wtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 750 + _i);
+    const int64_t E = 6, nu = 2, m = 33;
+    const int64_t k = k_blocks(wt, is_block(wt) ? 64 : 63);
+    for (int ti = 0; ti < 2; ti++) {
+        const int64_t T = ti ? 40 : 1;
+        bt_context *ctx = tu_ctx(16);
+        int64_t nea[4] = {k, m, E, 1}, neb[4] = {k, 1, T, 1};
+        struct bt_tensor *as = new_input(ctx, wt, nea, L_CONT, &r, -1, 1);
+        struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, L_CONT, &r, -1, 1);
+        struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, nu, T);
+        tu_fill_ids(ids, &r, (int32_t)E);
+        struct bt_tensor *out = bt_mul_mat_id(ctx, as, b, ids);
+        struct bt_graph *g = graph1(ctx, out);
+        require_supported(out);
+        const size_t n = (size_t)(m * nu * T);
+        float *whole = malloc(n * sizeof(float)), *both = malloc(n * sizeof(float));
+        for (int nt = 1; nt <= 3; nt += 2) {
+            as->expert_lo = as->expert_hi = 0;
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            memcpy(whole, out->data, n * sizeof(float));
+            for (size_t i = 0; i < n; i++) both[i] = NAN;
+            const int64_t cut[3] = {0, 2, E};
+            for (int sh = 0; sh < 2; sh++) {
+                as->expert_lo = (int32_t)cut[sh];
+                as->expert_hi = (int32_t)cut[sh + 1];
+                float *o = out->data;
+                for (size_t i = 0; i < n; i++) o[i] = -7.0f; /* what was there */
+                ck_assert_int_eq(tu_run(g, nt), BT_OK);
+                const int32_t *I = ids->data;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t e = 0; e < nu; e++) {
+                        const bool held = I[e + nu * t] >= cut[sh] && I[e + nu * t] < cut[sh + 1];
+                        for (int64_t i = 0; i < m; i++) {
+                            const size_t at = (size_t)(i + m * (e + nu * t));
+                            if (held) {
+                                both[at] = o[at];
+                            } else {
+                                ck_assert_msg(o[at] == -7.0f, "%s T %lld: a row of an expert not held was written",
+                                              bt_type_name(wt), (long long)T);
+                            }
+                        }
+                    }
+            }
+            ck_assert_msg(memcmp(whole, both, n * sizeof(float)) == 0,
+                          "%s T %lld threads %d: the shares differ from the whole node", bt_type_name(wt),
+                          (long long)T, nt);
+        }
+        free(whole);
+        free(both);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- get_rows ---- */
 
 START_TEST(test_get_rows) {
@@ -1374,6 +1436,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);
+    tcase_add_loop_test(tc, test_mul_mat_id_share, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_get_rows, 0, 9);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);
     tcase_add_test(tc, test_cpy);

@@ -143,7 +143,8 @@ int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int ca
 }
 
 /* The weight bytes a matmul node reads: all of src0 (MUL_MAT), or the
- * experts its ids choose (MUL_MAT_ID; all of them past 4096 experts). */
+ * experts its ids choose that are held here (MUL_MAT_ID; all of them past
+ * 4096 experts). */
 static double weight_bytes(const struct bt_tensor *node) {
     const struct bt_tensor *a = node->src[0];
     if (node->op == BT_OP_MUL_MAT) return (double)bt_nbytes(a);
@@ -155,6 +156,7 @@ static double weight_bytes(const struct bt_tensor *node) {
         for (int64_t e = 0; e < ids->ne[0]; e++) {
             const int32_t id = *(const int32_t *)((const char *)ids->data + (size_t)e * ids->nb[0] + (size_t)t * ids->nb[1]);
             if (id < 0 || id >= a->ne[2] || (seen[id / 64] >> (id % 64) & 1)) continue;
+            if (a->expert_hi > 0 && (id < a->expert_lo || id >= a->expert_hi)) continue; /* not held here */
             seen[id / 64] |= 1ull << (id % 64);
             n++;
         }

@@ -1387,6 +1387,8 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
 void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     const struct bt_tensor *as = d->src[0], *b = d->src[1], *ids = d->src[2];
     const int64_t n_expert = as->ne[2], n_used = ids->ne[0], n_tokens = ids->ne[1];
+    /* the experts held here (an expert group's share: bt_tensor) */
+    const int64_t lo = as->expert_hi > 0 ? as->expert_lo : 0, hi = as->expert_hi > 0 ? as->expert_hi : n_expert;
     const struct mm_slice sl = slice_layout(d);
     char *slice = thread_slice(p, &sl);
 
@@ -1404,7 +1406,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
                             d->name, id, (long long)n_expert);
                 return;
             }
-            offs[id + 1]++;
+            if (id >= lo && id < hi) offs[id + 1]++;
         }
 
     if (p->reference) {
@@ -1414,6 +1416,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
             for (int64_t e = 0; e < n_used; e++) {
                 const int32_t id = *(const int32_t *)((const char *)ids->data +
                                                       (size_t)e * ids->nb[0] + (size_t)t * ids->nb[1]);
+                if (id < lo || id >= hi) continue;
                 const float *bc = (const float *)((const char *)b->data +
                                                   (size_t)(e % b->ne[1]) * b->nb[1] +
                                                   (size_t)t * b->nb[2]);
@@ -1431,7 +1434,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
         for (int64_t e = 0; e < n_used; e++) {
             const int32_t id = *(const int32_t *)((const char *)ids->data + (size_t)e * ids->nb[0] +
                                                   (size_t)t * ids->nb[1]);
-            pairs[offs[id]++] = (int32_t)(e + n_used * t);
+            if (id >= lo && id < hi) pairs[offs[id]++] = (int32_t)(e + n_used * t);
         }
     for (int64_t x = n_expert; x > 0; x--) offs[x] = offs[x - 1];
     offs[0] = 0;

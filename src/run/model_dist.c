@@ -107,11 +107,20 @@ static void read_weight(struct bt_tensor *w, void *user) {
     BT_ASSERT(i >= 0); /* described from this file */
     const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
     BT_ASSERT(ft->size == bt_nbytes(w));
+    /* an expert group's weight: the experts this rank holds (bt_tensor) */
+    const size_t off = w->expert_hi > 0 ? (size_t)w->expert_lo * w->nb[2] : 0;
+    const size_t size = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2] : ft->size;
+    const uint8_t *src = (const uint8_t *)bt_gguf_tensor_data(md->g, ft) + off;
     if (repack_here(md, w)) {
-        bt_cpu_weight_repack(w, bt_gguf_tensor_data(md->g, ft));
-        md->repacked_bytes += ft->size;
+        struct bt_tensor part = *w; /* the held experts as a tensor of their own */
+        part.ne[2] = w->expert_hi > 0 ? w->expert_hi - w->expert_lo : w->ne[2];
+        part.nb[3] = part.nb[2] * (size_t)part.ne[2];
+        part.data = (uint8_t *)w->data + off;
+        bt_cpu_weight_repack(&part, src);
+        w->flags |= BT_TENSOR_FLAG_REPACKED;
+        md->repacked_bytes += size;
     } else {
-        bt_tensor_set(w, bt_gguf_tensor_data(md->g, ft), 0, ft->size);
+        bt_tensor_set(w, src, off, size);
     }
     bt_gguf_tensor_release(md->g, ft);
 }
@@ -161,6 +170,9 @@ static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
     a->bytes_direct += b->bytes_direct;
     a->bytes_routed += b->bytes_routed;
     a->bytes_routed_whole += b->bytes_routed_whole;
+    a->bytes_group += b->bytes_group;
+    a->expert_bytes_read += b->expert_bytes_read;
+    a->expert_s += b->expert_s;
     a->progress_calls += b->progress_calls;
     if (b->n_splits > a->n_splits) a->n_splits = b->n_splits;
     if (b->compute_bytes > a->compute_bytes) a->compute_bytes = b->compute_bytes;
@@ -216,13 +228,15 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
         const struct bt_graph *gr = sh->g.graph;
         for (int l = 0; l < gr->n_leafs; l++) {
             const struct bt_tensor *w = gr->leafs[l];
-            if (!bt_tensor_is_weight(w) || bt_dist_owner(sh->d, w) != md->t->rank) continue;
+            /* an expert group's weights: the experts held here */
+            if (!bt_tensor_is_weight(w) || (bt_dist_owner(sh->d, w) != md->t->rank && w->expert_hi == 0)) continue;
             if (is_cache(w)) {
                 md->kv_bytes += bt_nbytes(w);
                 continue;
             }
-            md->weight_bytes += bt_nbytes(w);
-            if (!w->buffer && w->data) md->mapped_bytes += bt_nbytes(w);
+            const size_t held = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2] : bt_nbytes(w);
+            md->weight_bytes += held;
+            if (!w->buffer && w->data) md->mapped_bytes += held;
         }
     }
     if (st == BT_OK && i > 0) {
