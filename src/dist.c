@@ -87,10 +87,16 @@ struct local_output {
 #define GCHAIN_MAX_NODES 16
 struct gslot {
     int32_t *ids;  /* the ids of the micro-batch, packed [K * T] */
-    float *x;      /* home: the rows of x for a member; member: the rows it was sent */
-    float *o;      /* home: a member's rows of out; member: its rows, to send */
     int64_t n_o;   /* home: the rows of out the member sends in this slot */
-    bt_treq ids_req, x_req, o_req;
+    bt_treq ids_req;
+};
+/* The rows of one member (home: one per member; a member: its own), shared
+ * by every chain: a rank runs one chain at a time, and each waits for the
+ * last use of the rows before it writes them. */
+struct gbuf {
+    float *x;      /* home: the rows of x for the member; member: the rows it was sent */
+    float *o;      /* home: the member's rows of out; member: its rows, to send */
+    bt_treq x_req, o_req;
 };
 struct gchain {
     int group, home, split;
@@ -151,6 +157,9 @@ struct bt_dist {
     bt_context *gctx;      /* the members' chain inputs */
     struct bt_tensor **ranged; /* weights whose held experts this runtime set (put back at release) */
     int n_ranged;
+    int64_t chain_bytes;   /* the chains' slots and rows (host memory) */
+    struct gbuf *gbufs;    /* [n_gbufs]: the chains' rows */
+    int n_gbufs;
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
     const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
@@ -595,25 +604,34 @@ static enum bt_status find_chains(bt_dist *d) {
             j = ch->last;
         }
     }
-    /* slots: home's per member, a member's its own */
+    /* the ids of each chain and slot; the rows, one set for all chains:
+     * home's per member, a member's own (sized only, to measure) */
+    size_t xb = 0, ob = 0;
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
         ch->slots = calloc((size_t)(d->n_copies * ch->n_ranks), sizeof *ch->slots);
         if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+        const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+        if (sizeof(float) * (size_t)(ch->T * ch->d_x) > xb) xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
+        if (sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out) > ob) ob = sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out);
         for (int c = 0; c < d->n_copies; c++) {
-            for (int m = 0; m < ch->n_ranks; m++) {
-                struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
-                if (ch->me == 0 ? m == 0 : m > 0) continue;
-                sl->x = malloc(sizeof(float) * (size_t)(ch->T * ch->d_x));
-                sl->o = malloc(sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out));
-                if (!sl->x || !sl->o) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
-            }
-            struct gslot *s0 = &ch->slots[c * ch->n_ranks];
-            s0->ids = malloc(sizeof(int32_t) * (size_t)(ch->K * ch->T));
-            if (!s0->ids) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+            d->chain_bytes += (int64_t)ib;
+            if (d->measure_only) continue;
+            ch->slots[c * ch->n_ranks].ids = malloc(ib);
+            if (!ch->slots[c * ch->n_ranks].ids) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         }
     }
-    if (me == 0 || d->n_chains == 0) return BT_OK;
+    if (d->n_chains == 0) return BT_OK;
+    d->n_gbufs = me == 0 ? grp->n_ranks : 1;
+    d->chain_bytes += (int64_t)(me == 0 ? grp->n_ranks - 1 : 1) * (int64_t)(xb + ob);
+    d->gbufs = calloc((size_t)d->n_gbufs, sizeof *d->gbufs);
+    if (!d->gbufs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+    for (int m = me == 0 ? 1 : 0; m < d->n_gbufs && !d->measure_only; m++) {
+        d->gbufs[m].x = malloc(xb);
+        d->gbufs[m].o = malloc(ob);
+        if (!d->gbufs[m].x || !d->gbufs[m].o) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+    }
+    if (me == 0) return BT_OK;
     d->gctx = bt_init((struct bt_init_params){(size_t)(2 * d->n_chains + 1) * bt_tensor_overhead() + 1024, NULL, true});
     if (!d->gctx) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     for (int i = 0; i < d->n_chains; i++) {
@@ -667,17 +685,23 @@ static void release_chains(bt_dist *d) {
                 /* a member's receive of the ids ahead is cancelled; sends complete */
                 if (sl->ids_req.active && ch->me > 0 && t->iface.cancel) t->iface.cancel(t, &sl->ids_req);
                 if (sl->ids_req.active) bt_transport_wait(t, &sl->ids_req);
-                if (sl->x_req.active) bt_transport_wait(t, &sl->x_req);
-                if (sl->o_req.active) bt_transport_wait(t, &sl->o_req);
                 free(sl->ids);
-                free(sl->x);
-                free(sl->o);
             }
         free(ch->slots);
         if (ch->x_in)
             for (int n = 0; n < ch->n_nodes; n++)
                 for (int k = 0; k < BT_MAX_SRC; k++) ch->nodes[n]->src[k] = ch->was[n][k];
     }
+    for (int m = 0; m < d->n_gbufs; m++) {
+        struct gbuf *b = &d->gbufs[m];
+        if (b->x_req.active) bt_transport_wait(t, &b->x_req);
+        if (b->o_req.active) bt_transport_wait(t, &b->o_req);
+        free(b->x);
+        free(b->o);
+    }
+    free(d->gbufs);
+    d->gbufs = NULL;
+    d->n_gbufs = 0;
     free(d->chains);
     d->chains = NULL;
     d->n_chains = d->n_chain_home = 0;
@@ -685,6 +709,7 @@ static void release_chains(bt_dist *d) {
     free(d->ranged);
     d->ranged = NULL;
     d->n_ranged = 0;
+    d->chain_bytes = 0;
     if (d->gctx) bt_free(d->gctx);
     d->gctx = NULL;
 }
@@ -1016,11 +1041,11 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     if (st == BT_OK && d->measure_only) {
         d->stats.weight_bytes = (int64_t)wbytes;
         d->stats.compute_bytes = (int64_t)compute_bytes;
-        d->stats.slot_bytes = (int64_t)host_bytes;
+        d->stats.slot_bytes = (int64_t)host_bytes + d->chain_bytes;
         d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + d->stats.slot_bytes;
         return BT_OK;
     }
-    if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes);
+    if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes + (size_t)d->chain_bytes);
     if (st != BT_OK) return st;
 
     /* weights */
@@ -1066,8 +1091,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
                         (double)host_bytes / 1048576.0, bt_buft_name(hbuft));
         layout_slots(d, bt_buffer_get_base(d->host_buf), halign, &slot_bytes);
     }
-    d->stats.slot_bytes = slot_bytes;
-    d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + slot_bytes;
+    d->stats.slot_bytes = slot_bytes + d->chain_bytes;
+    d->stats.peak_bytes = d->stats.weight_bytes + d->stats.compute_bytes + d->stats.slot_bytes;
     return BT_OK;
 }
 
@@ -1132,7 +1157,8 @@ static enum bt_status broadcast_plan(bt_dist *d, enum bt_status st) {
     return agree(d, st);
 }
 
-enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, int rank, bt_backend_t backend,
+enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, const struct bt_expert_group *groups,
+                               int n_groups, int rank, bt_backend_t backend,
                                struct bt_dist_stats *out, char *err, size_t n_err) {
     memset(out, 0, sizeof *out);
     bt_dist *d = calloc(1, sizeof *d);
@@ -1143,6 +1169,8 @@ enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *pla
     d->n_copies = plan->n_copies;
     d->graph = graph;
     d->measure_only = true;
+    d->opt.groups = groups;
+    d->opt.n_groups = n_groups;
     /* a copy of the plan, which release_plan frees */
     void *buf = NULL;
     size_t size = 0;
@@ -1450,9 +1478,8 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
     const int n = ch->n_ranks;
     enum bt_status st = BT_OK;
     for (int m = 1; m < n && st == BT_OK; m++) {
-        struct gslot *sl = &ch->slots[c * n + m];
-        st = chain_wait(d, &sl->ids_req);
-        if (st == BT_OK) st = chain_wait(d, &sl->x_req);
+        st = chain_wait(d, &ch->slots[c * n + m].ids_req);
+        if (st == BT_OK) st = chain_wait(d, &d->gbufs[m].x_req);
     }
     if (st != BT_OK) return st;
     int32_t *ids = ch->slots[c * n].ids;
@@ -1468,21 +1495,22 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     for (int m = 1; m < n; m++) {
         struct gslot *sl = &ch->slots[c * n + m];
+        struct gbuf *gb = &d->gbufs[m];
         const int peer = ch->ranks[m];
         int64_t nx = 0, no = 0;
         for (int64_t tok = 0; tok < ch->T; tok++) {
             bool any = false;
             for (int64_t e = 0; e < ch->K; e++) any |= held(ch, m, ids[tok * ch->K + e]), no += held(ch, m, ids[tok * ch->K + e]);
             if (!any) continue;
-            bt_tensor_get(ch->x, (uint8_t *)sl->x + (size_t)nx * xrow, (size_t)tok * ch->x->nb[2], xrow);
+            bt_tensor_get(ch->x, (uint8_t *)gb->x + (size_t)nx * xrow, (size_t)tok * ch->x->nb[2], xrow);
             nx++;
         }
         const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
         sl->n_o = no;
         if ((st = bt_transport_isend(t, ids, ib, peer, ch->tag0 + 3 * c, &sl->ids_req)) != BT_OK ||
-            (nx > 0 && (st = bt_transport_isend(t, sl->x, (size_t)nx * xrow, peer, ch->tag0 + 3 * c + 1, &sl->x_req)) !=
+            (nx > 0 && (st = bt_transport_isend(t, gb->x, (size_t)nx * xrow, peer, ch->tag0 + 3 * c + 1, &gb->x_req)) !=
                            BT_OK) ||
-            (no > 0 && (st = bt_transport_irecv(t, sl->o, (size_t)no * orow, peer, ch->tag0 + 3 * c + 2, &sl->o_req)) !=
+            (no > 0 && (st = bt_transport_irecv(t, gb->o, (size_t)no * orow, peer, ch->tag0 + 3 * c + 2, &gb->o_req)) !=
                            BT_OK))
             return fail(d, st, "%s", t->error);
         const int64_t b = (int64_t)ib + nx * (int64_t)xrow;
@@ -1505,7 +1533,7 @@ static enum bt_status chain_take(bt_dist *d, struct gchain *ch, int c, int64_t k
         struct gslot *sl = &ch->slots[c * n + m];
         if (sl->n_o == 0) continue;
         const double w0 = bt_now_s();
-        const enum bt_status st = chain_wait(d, &sl->o_req);
+        const enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
         if (st != BT_OK) return st;
         d->stats.wait_s += bt_now_s() - w0;
         d->stats.bytes_recv += sl->n_o * (int64_t)orow;
@@ -1513,7 +1541,7 @@ static enum bt_status chain_take(bt_dist *d, struct gchain *ch, int c, int64_t k
         int64_t r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
             if (held(ch, m, ids[i]))
-                bt_tensor_set(ch->out, (const uint8_t *)sl->o + (size_t)(r++) * orow,
+                bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)(r++) * orow,
                               (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
     }
     ch->done_k[c] = k;
@@ -1528,6 +1556,7 @@ static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view);
 static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t k) {
     bt_transport *t = d->t;
     struct gslot *sl = &ch->slots[c * ch->n_ranks];
+    struct gbuf *gb = &d->gbufs[0];
     const int home = ch->home, me = ch->me;
     const double w0 = bt_now_s();
     enum bt_status st = chain_wait(d, &sl->ids_req);
@@ -1542,9 +1571,9 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         nx += any;
     }
     if (nx > 0) {
-        if ((st = bt_transport_irecv(t, sl->x, (size_t)nx * xrow, home, ch->tag0 + 3 * c + 1, &sl->x_req)) != BT_OK)
+        if ((st = bt_transport_irecv(t, gb->x, (size_t)nx * xrow, home, ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
-        if ((st = chain_wait(d, &sl->x_req)) != BT_OK) return st;
+        if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
         d->stats.bytes_recv += nx * (int64_t)xrow;
     }
     d->stats.wait_s += bt_now_s() - w0;
@@ -1555,7 +1584,7 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         for (int64_t tok = 0; tok < ch->T; tok++) {
             bool any = false;
             for (int64_t e = 0; e < ch->K; e++) any |= held(ch, me, sl->ids[tok * ch->K + e]);
-            if (any) bt_tensor_set(ch->x_in, (const uint8_t *)sl->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
+            if (any) bt_tensor_set(ch->x_in, (const uint8_t *)gb->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
         }
         const double t1 = bt_now_s();
         struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
@@ -1565,13 +1594,13 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         d->stats.expert_s += t2 - t1;
         d->stats.expert_bytes_read += chain_expert_bytes(ch, sl->ids, me);
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
-        if ((st = chain_wait(d, &sl->o_req)) != BT_OK) return st;
+        if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
         r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
             if (held(ch, me, sl->ids[i]))
-                bt_tensor_get(ch->out, (uint8_t *)sl->o + (size_t)(r++) * orow,
+                bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)(r++) * orow,
                               (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
-        if ((st = bt_transport_isend(t, sl->o, (size_t)no * orow, home, ch->tag0 + 3 * c + 2, &sl->o_req)) != BT_OK)
+        if ((st = bt_transport_isend(t, gb->o, (size_t)no * orow, home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
         d->stats.bytes_sent += no * (int64_t)orow;
         d->stats.bytes_group += no * (int64_t)orow;
@@ -1659,20 +1688,16 @@ static void progress_between_ops(void *user) {
         }
     }
     /* an expert group's rows to its members, while home computes its own */
-    const int n_home = d->n_chain_home > 0 ? d->n_chains : 0;
-    for (int i = 0; i < n_home; i++) {
-        struct gchain *ch = &d->chains[i];
-        for (int q = 0; ch->me == 0 && q < d->n_copies * ch->n_ranks; q++) {
-            if (!ch->slots[q].x_req.active) continue;
-            bool done = false;
-            const enum bt_status st = bt_transport_test(d->t, &ch->slots[q].x_req, &done);
-            if (st != BT_OK) {
-                d->progress_status = st;
-                fail(d, st, "%s", d->t->error);
-                return;
-            }
-            if (!done) return;
+    for (int m = 1; d->n_chain_home > 0 && m < d->n_gbufs; m++) {
+        if (!d->gbufs[m].x_req.active) continue;
+        bool done = false;
+        const enum bt_status st = bt_transport_test(d->t, &d->gbufs[m].x_req, &done);
+        if (st != BT_OK) {
+            d->progress_status = st;
+            fail(d, st, "%s", d->t->error);
+            return;
         }
+        if (!done) return;
     }
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
@@ -1961,12 +1986,12 @@ enum bt_status bt_dist_synchronize(bt_dist *d) {
         }
     }
     for (int i = 0; i < d->n_chains && st == BT_OK; i++)
-        for (int q = 0; q < d->n_copies * d->chains[i].n_ranks && st == BT_OK; q++) {
-            struct gslot *sl = &d->chains[i].slots[q];
-            if (d->chains[i].me == 0 && sl->ids_req.active) st = chain_wait(d, &sl->ids_req);
-            if (st == BT_OK) st = chain_wait(d, &sl->x_req);
-            if (st == BT_OK && d->chains[i].me > 0) st = chain_wait(d, &sl->o_req);
-        }
+        for (int q = 0; d->chains[i].me == 0 && q < d->n_copies * d->chains[i].n_ranks && st == BT_OK; q++)
+            st = chain_wait(d, &d->chains[i].slots[q].ids_req);
+    for (int m = 0; m < d->n_gbufs && st == BT_OK; m++) {
+        st = chain_wait(d, &d->gbufs[m].x_req);
+        if (st == BT_OK && d->n_chain_home == 0) st = chain_wait(d, &d->gbufs[m].o_req);
+    }
     bt_backend_synchronize(d->backend);
     if (d->wall_start > 0) d->stats.wall_s = bt_now_s() - d->wall_start;
     return st;

@@ -181,8 +181,10 @@ const struct bt_plan *bt_dist_get_plan(const bt_dist *d);
  * hold on backend (its type of memory; another of the same kind gives the
  * same sizes) when it runs the plan on graph: weight_bytes, compute_bytes
  * (the compute buffer), slot_bytes (transfer slots) and peak_bytes in *out
- * (the rest zero).  What `baton plan -m` prints per rank. */
-enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, int rank, bt_backend_t backend,
+ * (the rest zero), with the expert groups the runtime is given.  What
+ * `baton plan -m` prints per rank. */
+enum bt_status bt_dist_measure(struct bt_graph *graph, const struct bt_plan *plan, const struct bt_expert_group *groups,
+                               int n_groups, int rank, bt_backend_t backend,
                                struct bt_dist_stats *out, char *err, size_t n_err);
 /* The plan in words (bt_plan_print). */
 void bt_dist_print_plan(const bt_dist *d, FILE *f);

@@ -589,14 +589,75 @@ static enum bt_status parse_ranks(struct tp *p, yaml_node_t *v) {
 
 /* ---- pipeline ---- */
 
+/* The group rank r is in, and its place there (-1: none). */
+static int group_of(const struct bt_topology *t, int r, int *member) {
+    for (int g = 0; g < t->pipeline.n_groups; g++)
+        for (int i = 0; i < t->pipeline.groups[g].n_ranks; i++)
+            if (t->pipeline.groups[g].ranks[i] == r) {
+                *member = i;
+                return g;
+            }
+    *member = -1;
+    return -1;
+}
+
+/* pipeline.expert_groups: [[0, 1], [2, 3]] */
+static enum bt_status parse_groups(struct tp *p, yaml_node_t *v) {
+    struct bt_topology *t = p->t;
+    struct where w = {"pipeline", "."};
+    enum bt_status st;
+    if ((st = need_seq(p, &w, "expert_groups", v, "groups, each a list of ranks (the first runs the layers)")))
+        return st;
+    const int n = seq_len(v);
+    t->pipeline.groups = xcalloc((size_t)n + 1, sizeof *t->pipeline.groups);
+    for (int g = 0; g < n; g++) {
+        yaml_node_t *e = seq_at(p, v, g);
+        struct bt_topo_group *grp = &t->pipeline.groups[g];
+        struct where we = {"", ""};
+        snprintf(we.name, sizeof we.name, "pipeline.expert_groups[%d]", g);
+        grp->pos = pos_of(e);
+        char b[64];
+        if (e->type != YAML_SEQUENCE_NODE)
+            return FAIL(p, e, "%s: expected a list of ranks, got %s", we.name, describe(e, b, sizeof b));
+        const int m = seq_len(e);
+        if (m < 2 || m > BT_TOPO_MAX_GROUP)
+            return FAIL(p, e, "%s: %d rank%s; a group has 2 to %d", we.name, m, m == 1 ? "" : "s", BT_TOPO_MAX_GROUP);
+        for (int i = 0; i < m; i++) {
+            yaml_node_t *rv = seq_at(p, e, i);
+            char key[24];
+            snprintf(key, sizeof key, "[%d]", i);
+            int r = 0;
+            if ((st = get_int(p, &we, key, rv, 0, INT_MAX, &r))) return st;
+            if (r >= t->n_ranks)
+                return FAIL(p, rv, "%s: rank %d does not exist (ranks are 0..%d)", we.name, r, t->n_ranks - 1);
+            int at = -1;
+            const int other = group_of(t, r, &at);
+            if (other >= 0)
+                return FAIL(p, rv, "%s: rank %d is already in expert group %d (at %d:%d); a rank is in one group",
+                            we.name, r, other, t->pipeline.groups[other].pos.line, t->pipeline.groups[other].pos.col);
+            if (r == 0 && i > 0)
+                return FAIL(p, rv,
+                            "%s: rank 0 runs the model's first layers: it can lead a group, not be a member after "
+                            "rank %d",
+                            we.name, grp->ranks[0]);
+            grp->ranks[i] = r;
+            grp->n_ranks = i + 1;
+        }
+        t->pipeline.n_groups = g + 1;
+    }
+    return BT_OK;
+}
+
 static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
     enum bt_status st;
-    if ((st = need_map(p, "pipeline", v, "micro_batches, partition, pin or model"))) return st;
+    if ((st = need_map(p, "pipeline", v, "micro_batches, partition, pin, expert_groups or model"))) return st;
     t->pipeline.pos = pos_of(v);
-    struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"}};
-    if ((st = get_fields(p, &w, v, f, 4))) return st;
+    struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
+                        {.key = "expert_groups"}};
+    if ((st = get_fields(p, &w, v, f, 5))) return st;
+    if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[3].v) {
         const char *m;
         if ((st = get_str(p, &w, "model", f[3].v, &m))) return st;
@@ -634,9 +695,17 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
             for (int i = 0; i < n; i++) {
                 char key[32];
                 snprintf(key, sizeof key, "partition[%d]", i);
-                if ((st =
-                         get_int(p, &w, key, seq_at(p, pv, i), 1, INT_MAX, &t->pipeline.layers[i])))
-                    return st;
+                /* a member of an expert group runs no layer; every other rank one at least */
+                int member = -1;
+                group_of(t, i, &member);
+                yaml_node_t *cv = seq_at(p, pv, i);
+                if ((st = get_int(p, &w, key, cv, member > 0 ? 0 : 1, member > 0 ? 0 : INT_MAX,
+                                  &t->pipeline.layers[i])))
+                    return member > 0 ? FAIL(p, cv,
+                                             "pipeline.partition[%d]: rank %d is a member of an expert group whose "
+                                             "layers its first rank runs: its count must be 0",
+                                             i, i)
+                                      : st;
                 sum += t->pipeline.layers[i]; /* <= 65536 * INT_MAX: no int64 overflow */
             }
             if (sum > INT_MAX)
@@ -1075,6 +1144,7 @@ void bt_topology_free(struct bt_topology *t) {
     free(t->pipeline.layers);
     for (int i = 0; i < t->pipeline.n_pins; i++) free(t->pipeline.pins[i].pattern);
     free(t->pipeline.pins);
+    free(t->pipeline.groups);
     free(t->pipeline.model);
     free(t->transport.edges);
     for (int i = 0; i < t->mpi.n_extra_args; i++) free(t->mpi.extra_args[i]);

@@ -174,6 +174,16 @@ struct bt_topo_pin {
     struct bt_topo_pos pos, pattern_pos, rank_pos;
 };
 
+#define BT_TOPO_MAX_GROUP 16
+
+/* pipeline.expert_groups: ranks that divide the routed experts of the layers
+ * their first rank runs (plan.h: bt_expert_group) */
+struct bt_topo_group {
+    int n_ranks;
+    int ranks[BT_TOPO_MAX_GROUP];
+    struct bt_topo_pos pos;
+};
+
 struct bt_topo_edge {
     int a, b; /* a < b */
     enum bt_topo_link device;
@@ -195,10 +205,12 @@ struct bt_topology {
     struct {
         int micro_batches;   /* n_copies, 1..16 */
         bool partition_auto; /* true: the cost model places layers */
-        int *layers;         /* !partition_auto: n_ranks layer counts, each >= 1 */
+        int *layers;         /* !partition_auto: n_ranks layer counts, each >= 1 (0 for a group's members) */
         int64_t layers_sum;
         struct bt_topo_pin *pins;
         int n_pins;
+        struct bt_topo_group *groups;
+        int n_groups;
         char *model; /* NULL when the file names none */
         struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos, model_pos;
     } pipeline;

@@ -90,7 +90,7 @@ static int plan_project(const char *path, const int *codes, const char *const *v
     snprintf(one.backend, sizeof one.backend, "%s", "device");
     int rc = 1;
     if (bt_random_model_describe(&cfg, &g, &header, err, sizeof err) != BT_OK ||
-        bt_model_plan_make(g, &ep, &one, 1, NULL, NULL, NULL, 0, &mp, err, sizeof err) != BT_OK) {
+        bt_model_plan_make(g, &ep, &one, 1, NULL, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
@@ -151,6 +151,8 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
     memset(&mp, 0, sizeof mp);
     struct bt_dist_pin *pins = NULL; /* the topology's, followed as generate follows them */
     int n_pins = 0;
+    struct bt_expert_group *groups = NULL; /* the topology's expert groups */
+    int n_groups = 0;
     bt_backend_t probe = bt_backend_cpu_init(1);
     const double cpu_gflops = probe ? bt_backend_measure_gflops(probe) : 10.0;
     bt_backend_free(probe);
@@ -169,8 +171,9 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
         }
         struct bt_plan_options popt;
         int *tcounts = NULL;
-        const enum bt_status pst = bt_topology_plan_options(&topo, &popt, &tcounts, &pins, &edges);
+        const enum bt_status pst = bt_topology_plan_options(&topo, &popt, &tcounts, &pins, &groups, &edges);
         n_pins = popt.n_pins;
+        n_groups = popt.n_groups;
         free(tcounts);
         if (pst != BT_OK) {
             fprintf(stderr, "baton plan: out of memory\n");
@@ -212,7 +215,8 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
     /* as the engine runs it: ranks x the topology's micro-batches in flight (2 without one) */
     struct bt_engine_params epp = *ep;
     if (epp.max_inflight == 0) epp.max_inflight = P * (have_topo ? topo.pipeline.micro_batches : 2);
-    if (bt_model_plan_make(g, &epp, descs, P, counts, edges, pins, n_pins, &mp, err, sizeof err) != BT_OK) {
+    const struct bt_model_plan_layout lay = {counts, edges, pins, n_pins, groups, n_groups};
+    if (bt_model_plan_make(g, &epp, descs, P, &lay, &mp, err, sizeof err) != BT_OK) {
         fprintf(stderr, "baton plan: %s\n", err);
         goto out;
     }
@@ -224,6 +228,7 @@ out:
     bt_model_plan_free(&mp);
     free(edges);
     free(pins);
+    free(groups);
     free(counts);
     free(descs);
     if (have_topo) bt_topology_free(&topo);

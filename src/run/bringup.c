@@ -59,11 +59,22 @@ static enum bt_status agree(struct bt_rank *r, enum bt_status st) {
 /* ---- what a topology says ------------------------------------------------------ */
 
 enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_plan_options *opt, int **counts,
-                                        struct bt_dist_pin **pins, uint8_t **edges) {
+                                        struct bt_dist_pin **pins, struct bt_expert_group **groups, uint8_t **edges) {
     memset(opt, 0, sizeof *opt);
     *counts = NULL;
     *pins = NULL;
+    *groups = NULL;
     *edges = NULL;
+    if (t->pipeline.n_groups > 0) {
+        *groups = calloc((size_t)t->pipeline.n_groups, sizeof **groups);
+        if (!*groups) return BT_ERR_NOMEM;
+        for (int g = 0; g < t->pipeline.n_groups; g++) {
+            (*groups)[g].n_ranks = t->pipeline.groups[g].n_ranks;
+            for (int i = 0; i < t->pipeline.groups[g].n_ranks; i++) (*groups)[g].ranks[i] = t->pipeline.groups[g].ranks[i];
+        }
+        opt->groups = *groups;
+        opt->n_groups = t->pipeline.n_groups;
+    }
     const int P = t->n_ranks;
     opt->n_copies = t->pipeline.micro_batches < BT_SCHED_MAX_COPIES ? t->pipeline.micro_batches : BT_SCHED_MAX_COPIES;
     if (!t->pipeline.partition_auto) {
@@ -326,7 +337,8 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
     }
     if (r->have_topo) {
         struct bt_plan_options popt;
-        if (bt_topology_plan_options(&r->topo, &popt, &r->layer_counts, &r->pins, &r->device_edges) != BT_OK)
+        if (bt_topology_plan_options(&r->topo, &popt, &r->layer_counts, &r->pins, &r->groups, &r->device_edges) !=
+            BT_OK)
             return rfail(r, BT_ERR_NOMEM, 1, "out of memory");
     }
     if (c->partition) { /* the command line overrides the topology's partition */
@@ -353,6 +365,8 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
         .layers_per_rank = r->layer_counts,
         .pins = r->pins,
         .n_pins = r->have_topo && r->pins ? r->topo.pipeline.n_pins : 0,
+        .groups = r->groups,
+        .n_groups = r->groups ? r->topo.pipeline.n_groups : 0,
         .mem_limit = r->have_topo ? (int64_t)bt_topology_rank_memory(&r->topo, r->rank) : 0,
         .device_transport = r->device_t,
         .device_edges = r->device_edges,
@@ -371,6 +385,7 @@ void bt_rank_free(struct bt_rank *r) {
     bt_backend_free(r->backend);
     free(r->layer_counts);
     free(r->pins);
+    free(r->groups);
     free(r->device_edges);
     if (r->have_topo) bt_topology_free(&r->topo);
     if (r->t) bt_transport_mpi_finalize(r->t);

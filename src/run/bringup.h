@@ -47,6 +47,7 @@ struct bt_rank {
     /* owned by the struct, read through `dist` */
     int *layer_counts;
     struct bt_dist_pin *pins;
+    struct bt_expert_group *groups; /* the topology's expert groups (NULL: none) */
     uint8_t *device_edges;
 };
 
@@ -87,12 +88,13 @@ void bt_rank_free(struct bt_rank *r);
 enum bt_status bt_rank_agree(bt_transport *t, enum bt_status st, int *exit_code, char *msg, size_t n_msg);
 
 /* A topology's pipeline as planning options: layer counts per rank (NULL for
- * `partition: auto`), pins, micro-batches in flight (at most the scheduler's
- * ring), and the edges between two CUDA ranks that ask for nccl as a ranks x
- * ranks matrix (NULL when none).  Arrays into *counts, *pins, *edges (the
- * caller frees them).  BT_ERR_NOMEM when out of memory. */
+ * `partition: auto`), pins, expert groups, micro-batches in flight (at most
+ * the scheduler's ring), and the edges between two CUDA ranks that ask for
+ * nccl as a ranks x ranks matrix (NULL when none).  Arrays into *counts,
+ * *pins, *groups, *edges (the caller frees them).  BT_ERR_NOMEM when out of
+ * memory. */
 enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_plan_options *opt, int **counts,
-                                        struct bt_dist_pin **pins, uint8_t **edges);
+                                        struct bt_dist_pin **pins, struct bt_expert_group **groups, uint8_t **edges);
 /* The description each rank of a topology gives rank 0, as far as the file
  * says: CPU ranks at cpu_gflops per thread, CUDA ranks at gpu_gflops with a
  * device transport; memory as bt_topology_rank_memory gives it (what a live

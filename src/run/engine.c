@@ -292,8 +292,9 @@ static double part_flops(struct bt_gguf *g, const struct bt_hparams *h, int l) {
 /* The layer ranges (first[r]..last[r], -1: none).  with_kv: count the
  * cache in each rank's memory. */
 static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
-                                   const struct bt_rank_desc *descs, int P, const int *layer_counts, bool with_kv,
-                                   int *first, int *last, char *msg, size_t n_msg) {
+                                   const struct bt_rank_desc *descs, int P, const int *layer_counts,
+                                   const struct bt_expert_group *groups, int n_groups, bool with_kv, int *first,
+                                   int *last, char *msg, size_t n_msg) {
     const int L = h->n_layer;
     struct bt_layer_costs lc;
     memset(&lc, 0, sizeof lc);
@@ -316,15 +317,22 @@ static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h
     struct bt_plan_options opt;
     memset(&opt, 0, sizeof opt);
     opt.layers_per_rank = layer_counts;
+    opt.groups = groups;
+    opt.n_groups = n_groups;
     if (st == BT_OK) st = bt_place_layers(&lc, descs, P, &opt, first, last, pred, msg, n_msg);
-    /* a fixed partition is not placed by memory: check it */
+    /* a fixed partition is not placed by memory: check it (an expert group's
+     * first rank with the whole group's memory: the experts are divided) */
     for (int r = 0; st == BT_OK && r < P; r++) {
         const int a = first[r] >= 0 ? first[r] : 0, b = first[r] >= 0 ? last[r] + 1 : 0;
-        double by = 0;
+        double by = 0, mem = (double)descs[r].mem_bytes;
+        int member = -1;
+        const int gi = bt_expert_group_of(groups, n_groups, r, &member);
+        if (member > 0) continue;
+        for (int i = 1; gi >= 0 && i < groups[gi].n_ranks; i++) mem += (double)descs[groups[gi].ranks[i]].mem_bytes;
         for (int l = a; l < b; l++) by += lc.wbytes[l + 1];
         if (r == 0) by += lc.wbytes[0];
         if (r == P - 1) by += lc.wbytes[L + 1];
-        if (by > (double)descs[r].mem_bytes) {
+        if (by > mem) {
             snprintf(msg, n_msg, "rank %d (%s) gets layers [%d, %d), %.1f MiB, more than its %.1f MiB of memory", r,
                      descs[r].backend, a, b, by / 1048576.0, (double)descs[r].mem_bytes / 1048576.0);
             st = BT_ERR_NOMEM;
@@ -338,20 +346,21 @@ static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h
 }
 
 enum bt_status bt_engine_place(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
-                               const struct bt_rank_desc *descs, int P, const int *layer_counts, int32_t *ranges,
-                               char *msg, size_t n_msg) {
+                               const struct bt_rank_desc *descs, int P, const int *layer_counts,
+                               const struct bt_expert_group *groups, int n_groups, int32_t *ranges, char *msg,
+                               size_t n_msg) {
     int *first = calloc((size_t)P, sizeof(int)), *last = calloc((size_t)P, sizeof(int));
     const char *path = bt_gguf_path(g);
     char perr[512];
     enum bt_status st = BT_OK;
     if (!first || !last) st = BT_ERR_NOMEM, msgf(msg, n_msg, "rank 0: out of memory");
-    if (st == BT_OK) st = place_layers(g, h, p, descs, P, layer_counts, true, first, last, perr, sizeof perr);
+    if (st == BT_OK) st = place_layers(g, h, p, descs, P, layer_counts, groups, n_groups, true, first, last, perr, sizeof perr);
     if (st != BT_OK && st != BT_ERR_NOMEM) {
         msgf(msg, n_msg, "%s: placement: %s", path, perr);
     } else if (st == BT_ERR_NOMEM && first && last) {
         /* the weights alone would fit: the cache is what does not */
         char perr2[512];
-        if (place_layers(g, h, p, descs, P, layer_counts, false, first, last, perr2, sizeof perr2) == BT_OK)
+        if (place_layers(g, h, p, descs, P, layer_counts, groups, n_groups, false, first, last, perr2, sizeof perr2) == BT_OK)
             msgf(msg, n_msg,
                  "%s: a context of %lld cells needs %.1f MiB of KV cache (%s) beside the weights, more than the "
                  "ranks' memory holds: %s",
@@ -501,7 +510,8 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         if (t->iface.gather(t, &d, sizeof d, descs, 0) != BT_OK)
             st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
         if (st == BT_OK && t->rank == 0)
-            st = bt_engine_place(e->g, &e->hp, &e->p, descs, P, r->layer_counts, ranges, msg, sizeof msg);
+            st = bt_engine_place(e->g, &e->hp, &e->p, descs, P, r->layer_counts, r->dist.groups, r->dist.n_groups,
+                                 ranges, msg, sizeof msg);
         free(descs);
         descs = NULL;
         AGREE();

@@ -75,14 +75,17 @@ struct bt_engine;
  * [ranges[2r], ranges[2r + 1]) of the file's model under p, from the ranks'
  * descriptions (backend, memory, speed) by the cost model, or from fixed
  * counts (layer_counts, NULL: placed); each rank's weights and its cache of
- * p->n_ctx cells within its memory.  BT_OK, or an error and one message in
- * msg (a model or a cache that does not fit, naming the rank).
- * bt_engine_open runs it on rank 0 with the ranks' own descriptions; `baton
- * plan -m` with a topology's. */
+ * p->n_ctx cells within its memory; an expert group's layers on its first
+ * rank, with the group's memory (plan.h: bt_expert_group).  BT_OK, or an
+ * error and one message in msg (a model or a cache that does not fit, naming
+ * the rank).  bt_engine_open runs it on rank 0 with the ranks' own
+ * descriptions; `baton plan -m` with a topology's. */
 struct bt_rank_desc;
+struct bt_expert_group;
 enum bt_status bt_engine_place(struct bt_gguf *g, const struct bt_hparams *h, const struct bt_engine_params *p,
-                               const struct bt_rank_desc *descs, int P, const int *layer_counts, int32_t *ranges,
-                               char *msg, size_t n_msg);
+                               const struct bt_rank_desc *descs, int P, const int *layer_counts,
+                               const struct bt_expert_group *groups, int n_groups, int32_t *ranges, char *msg,
+                               size_t n_msg);
 
 /* Collective over every rank of r (after bt_rank_init).  BT_OK and *out on
  * every rank, or the same status on every rank and one message in err. */

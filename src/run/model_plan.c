@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../place.h"
+
 void bt_model_plan_free(struct bt_model_plan *mp) {
     bt_plan_free(&mp->plan);
     if (mp->ctx) bt_free(mp->ctx);
@@ -17,11 +19,14 @@ void bt_model_plan_free(struct bt_model_plan *mp) {
 }
 
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
-                                  const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  const uint8_t *device_edges, const struct bt_dist_pin *pins, int n_pins,
+                                  const struct bt_rank_desc *descs, int P, const struct bt_model_plan_layout *lay,
                                   struct bt_model_plan *out, char *err, size_t n_err) {
+    static const struct bt_model_plan_layout none;
+    if (!lay) lay = &none;
     struct bt_model_plan *mp = out;
     memset(mp, 0, sizeof *mp);
+    mp->groups = lay->groups;
+    mp->n_groups = lay->n_groups;
     mp->P = P;
     mp->params = *p;
     snprintf(mp->path, sizeof mp->path, "%s", bt_gguf_path(g));
@@ -40,7 +45,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
         st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory planning %d ranks", P);
         goto done;
     }
-    st = bt_engine_place(g, h, p, descs, P, layer_counts, mp->ranges, err, n_err);
+    st = bt_engine_place(g, h, p, descs, P, lay->layer_counts, lay->groups, lay->n_groups, mp->ranges, err, n_err);
     if (st != BT_OK) goto done;
     /* the graph: the whole model, its cache and one ubatch, without memory */
     st = bt_llm_describe_gguf(g, &mp->m, err, n_err);
@@ -76,10 +81,12 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     opt.layers_per_rank = counts;
     /* the engine's micro-batches in flight (max_inflight 0: its caller's default, 2 here) */
     opt.n_copies = p->max_inflight <= 0 ? 2 : p->max_inflight < BT_SCHED_MAX_COPIES ? p->max_inflight : BT_SCHED_MAX_COPIES;
-    opt.device_edges = device_edges; /* x between two device ranks: the engine's rule and the plan's agree */
+    opt.device_edges = lay->device_edges; /* x between two device ranks: the engine's rule and the plan's agree */
     opt.ends_with_layers = true; /* the embedding on the first stage, the head on the last */
-    opt.pins = pins;             /* a topology's, as the live run follows them */
-    opt.n_pins = n_pins;
+    opt.pins = lay->pins;        /* a topology's, as the live run follows them */
+    opt.n_pins = lay->n_pins;
+    opt.groups = lay->groups;
+    opt.n_groups = lay->n_groups;
     st = bt_plan_make(&mp->plan, mp->g.graph, descs, P, NULL, &opt);
     if (st != BT_OK) {
         bt_error_printf(err, n_err, st, "%s: the plan: %s", mp->path, mp->plan.error);
@@ -91,7 +98,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     for (int r = 0; r < P && st == BT_OK; r++) {
         struct bt_dist_stats ms;
         char why[512];
-        st = bt_dist_measure(mp->g.graph, &mp->plan, r, cpu, &ms, why, sizeof why);
+        st = bt_dist_measure(mp->g.graph, &mp->plan, mp->groups, mp->n_groups, r, cpu, &ms, why, sizeof why);
         if (st != BT_OK) bt_error_printf(err, n_err, st, "%s: rank %d's memory: %s", mp->path, r, why);
         mp->compute_bytes[r] = ms.compute_bytes;
         mp->slot_bytes[r] = ms.slot_bytes;
@@ -136,13 +143,38 @@ static bool routed_max(const struct bt_model_plan *mp, const struct bt_plan_tran
     return true;
 }
 
+/* Whether leaf w is a weight of experts that MUL_MAT_IDs read. */
+static bool is_experts(const struct bt_graph *g, const struct bt_tensor *w) {
+    if (!bt_tensor_is_weight(w) || w->ne[2] < 2) return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == BT_OP_MUL_MAT_ID && g->nodes[i]->src[0] == w) return true;
+    return false;
+}
+
+/* The bytes of leaf i that rank r holds: all of it where it is the owner,
+ * or of an expert group's experts, the share of each of the group's ranks
+ * (the first rank owns them in the plan). */
+static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
+    const struct bt_graph *g = mp->g.graph;
+    const struct bt_tensor *w = g->leafs[i];
+    const int owner = mp->plan.leaf_owner[i];
+    int member = -1;
+    const int gi = bt_expert_group_of(mp->groups, mp->n_groups, owner, &member);
+    if (gi < 0 || member != 0 || !is_experts(g, w)) return owner == r ? (double)bt_nbytes(w) : 0.0;
+    int mine = -1;
+    if (bt_expert_group_of(mp->groups, mp->n_groups, r, &mine) != gi) return 0.0;
+    int64_t lo, hi;
+    bt_expert_share(w->ne[2], mp->groups[gi].n_ranks, mine, &lo, &hi);
+    return (double)(hi - lo) * (double)w->nb[2];
+}
+
 /* The model's weights rank r holds (its cache, also held like a weight, is
  * counted apart). */
 static double weight_bytes(const struct bt_model_plan *mp, int r) {
     const struct bt_graph *g = mp->g.graph;
     double b = 0;
     for (int i = 0; i < g->n_leafs; i++)
-        if (mp->plan.leaf_owner[i] == r && bt_tensor_is_weight(g->leafs[i])) b += (double)bt_nbytes(g->leafs[i]);
+        if (bt_tensor_is_weight(g->leafs[i])) b += held_bytes(mp, i, r);
     for (int il = 0; il < mp->hp.n_layer; il++)
         for (int kv = 0; kv < 2; kv++) {
             const struct bt_tensor *c = kv ? bt_kv_v(mp->kv, il) : bt_kv_k(mp->kv, il);
@@ -150,6 +182,48 @@ static double weight_bytes(const struct bt_model_plan *mp, int r) {
                 if (g->leafs[i] == c && mp->plan.leaf_owner[i] == r) b -= (double)bt_nbytes(c);
         }
     return b;
+}
+
+/* Each expert group: its ranks and the experts each holds (the same share
+ * of every layer the group runs), and per token the expert bytes each reads
+ * at most and the rows that cross the group. */
+static void print_groups(const struct bt_model_plan *mp, FILE *f) {
+    const struct bt_hparams *h = &mp->hp;
+    const double mib = 1048576.0;
+    for (int gi = 0; gi < mp->n_groups; gi++) {
+        const struct bt_expert_group *grp = &mp->groups[gi];
+        const int home = grp->ranks[0];
+        const int a = mp->ranges[2 * home], b = mp->ranges[2 * home + 1];
+        fprintf(f, "  expert group %d: ranks", gi);
+        for (int i = 0; i < grp->n_ranks; i++) fprintf(f, "%s%d", i ? ", " : " ", grp->ranks[i]);
+        if (b > a) fprintf(f, "; layers %d-%d on rank %d, their routed experts divided:\n", a, b - 1, home);
+        else fprintf(f, "; no layers\n");
+        /* one layer's experts: the bytes of one expert of every expert weight */
+        double one = 0;
+        const struct bt_graph *g = mp->g.graph;
+        for (int i = 0; i < g->n_leafs; i++) {
+            const struct bt_tensor *w = g->leafs[i];
+            if (bt_dist_name_layer(w->name) == a && is_experts(g, w)) one += (double)w->nb[2];
+        }
+        for (int i = 0; i < grp->n_ranks && b > a; i++) {
+            int64_t lo, hi;
+            bt_expert_share(h->n_expert, grp->n_ranks, i, &lo, &hi);
+            const int64_t used = h->n_expert_used < hi - lo ? h->n_expert_used : hi - lo;
+            fprintf(f,
+                    "    rank %d: experts %lld-%lld of %lld (%.1f MiB a layer, %.1f MiB in all); a token reads at most "
+                    "%lld of them a layer (%.1f MiB for its %d layers)\n",
+                    grp->ranks[i], (long long)lo, (long long)hi - 1, (long long)h->n_expert, (double)(hi - lo) * one / mib,
+                    (double)(hi - lo) * one * (b - a) / mib, (long long)used, (double)used * one * (b - a) / mib, b - a);
+        }
+        if (b > a) {
+            const double ids = 4.0 * (double)h->n_expert_used, row = 4.0 * (double)h->n_embd;
+            fprintf(f,
+                    "    per token and layer: rank %d sends each member the ids (%.0f B) and, where it chose one of "
+                    "the member's experts, the token's row (%.1f KiB); the member sends back a row (%.1f KiB) per "
+                    "chosen expert it holds\n",
+                    home, ids, row / 1024.0, row / 1024.0);
+        }
+    }
 }
 
 void bt_model_plan_print(const struct bt_model_plan *mp, FILE *f) {
@@ -177,6 +251,7 @@ void bt_model_plan_print(const struct bt_model_plan *mp, FILE *f) {
                 n_splits, n_splits == 1 ? "" : "s", n_nodes, weight_bytes(mp, r) / mib, (double)mp->kv_bytes[r] / mib,
                 (double)mp->compute_bytes[r] / mib, (double)mp->slot_bytes[r] / mib, p->predicted_s[r] * 1e3);
     }
+    print_groups(mp, f);
     for (int x = 0; x < p->n_transfers; x++) {
         const struct bt_plan_transfer *t = &p->transfers[x];
         double most = 0;

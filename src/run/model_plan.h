@@ -36,6 +36,8 @@ struct bt_model_plan {
     int64_t *compute_bytes; /* [P]: its compute buffer (measured as a CPU rank: bt_dist_measure) */
     int64_t *slot_bytes;    /* [P]: its transfer slots */
     struct bt_engine_params params;
+    const struct bt_expert_group *groups; /* the layout's (not owned) */
+    int n_groups;
     const struct bt_arch *arch;
     struct bt_hparams hp;
     char path[1024];
@@ -46,13 +48,24 @@ struct bt_model_plan {
     struct bt_llm_graph g;
 };
 
-/* The plan of the model in g under p on P ranks described by descs:
- * placed by the cost model (layer_counts NULL) or with fixed counts;
- * device_edges [P * P] (NULL: every edge may) as bt_plan_options'.  BT_OK,
- * or an error and one message in err; *out holds nothing to free on error. */
+/* How the layers are laid over the ranks, as a topology says (every field
+ * may be NULL / 0): fixed layer counts (NULL: the cost model places them),
+ * device_edges [P * P] (NULL: every edge may) as bt_plan_options', pins and
+ * expert groups. */
+struct bt_model_plan_layout {
+    const int *layer_counts;
+    const uint8_t *device_edges;
+    const struct bt_dist_pin *pins;
+    int n_pins;
+    const struct bt_expert_group *groups;
+    int n_groups;
+};
+
+/* The plan of the model in g under p on P ranks described by descs, laid
+ * out as lay says (NULL: placed by the cost model).  BT_OK, or an error and
+ * one message in err; *out holds nothing to free on error. */
 enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_params *p,
-                                  const struct bt_rank_desc *descs, int P, const int *layer_counts,
-                                  const uint8_t *device_edges, const struct bt_dist_pin *pins, int n_pins,
+                                  const struct bt_rank_desc *descs, int P, const struct bt_model_plan_layout *lay,
                                   struct bt_model_plan *out, char *err, size_t n_err);
 void bt_model_plan_free(struct bt_model_plan *mp);
 /* The plan in words: the model, then per rank its backend, layers, splits,
