@@ -641,6 +641,44 @@ for compute in pinned layer; do
         bad "generate with the experts pinned (compute: $compute): $(head -c 300 "$tmp/gen2.err")"
     fi
 done
+# expert groups: rank 0 runs every layer, ranks 0 and 1 divide its experts;
+# generate and demo give one process's text and logits, plan shows the map
+cat >"$tmp/group.yaml" <<EOF
+hosts:
+  - {name: localhost, slots: 2}
+ranks:
+  - {rank: 0, host: localhost, backend: cpu}
+  - {rank: 1, host: localhost, backend: cpu}
+pipeline:
+  partition: [2, 0]
+  expert_groups: [[0, 1]]
+EOF
+env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton generate -m "$tmp/pipe.gguf" \
+    -p "the pins" -n 12 --temp 0 >"$tmp/gen2.txt" 2>"$tmp/gen2.err"
+if [ -s "$tmp/gen1.txt" ] && cmp -s "$tmp/gen1.txt" "$tmp/gen2.txt"; then
+    ok "generate with an expert group of 2 ranks: one process's text"
+else
+    bad "generate with an expert group of 2 ranks: $(head -c 300 "$tmp/gen2.err")"
+fi
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --model, an expert group of 2 ranks" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/pipe.gguf" \
+    --tokens 7 -m 5
+expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an expert group" -- \
+    "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/group.yaml"
+# a member of the group that dies, or hangs, mid-run: the job ends, naming it
+for how in KILL STOP; do
+    start=$(date +%s)
+    BATON_TOPOLOGY="$tmp/group.yaml" BATON_WATCHDOG_S=2 timeout 120 mpirun -np 2 -x BATON_TOPOLOGY -x BATON_WATCHDOG_S \
+        bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo --model "$1" -m 100000 --no-check & p=$!; sleep 3; kill -"$2" $p; wait $p; exit 9; else exec "$0" demo --model "$1" -m 100000 --no-check; fi' \
+        "$baton" "$tmp/pipe.gguf" "$how" >"$tmp/out" 2>&1
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $(($(date +%s) - start)) -lt 60 ] &&
+        grep -qE "rank 1|\[\[[0-9]+,[0-9]+\],1\]" "$tmp/out"; then
+        ok "an expert group's member that gets SIG$how mid-run ends the job, named (exit $rc)"
+    else
+        bad "an expert group's member that gets SIG$how mid-run: exit $rc; $(tail -c 300 "$tmp/out")"
+    fi
+done
 # --dump-tensors on the runtime: each layer's output of every micro-batch,
 # printed by the rank that computes it, the same hashes on 1 and 3 ranks
 for np in 1 3; do

@@ -139,7 +139,7 @@ START_TEST(test_root_and_sections) {
     expect_err(HOSTS "ranks:\n", "7:7: ranks: expected a list of ranks, got nothing");
     expect_err(HOSTS "ranks: []\n", "7:8: ranks: the list is empty; give at least one rank");
     expect_err(HOSTS RANKS2 "pipeline: 4\n",
-               "10:11: pipeline: expected a mapping with micro_batches, partition, pin or model, got '4'");
+               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups or model, got '4'");
     expect_err(HOSTS "ranks:\n  - 0\n", "8:5: ranks[0]: expected a mapping with rank, host and "
                                         "backend, got '0'");
 }
@@ -467,6 +467,46 @@ START_TEST(test_partition_and_pins) {
 }
 END_TEST
 
+#define RANKS4                                                                                     \
+    "ranks:\n"                                                                                     \
+    "  - {rank: 0, host: gpu01, backend: cpu}\n"                                                   \
+    "  - {rank: 1, host: gpu01, backend: cpu}\n"                                                   \
+    "  - {rank: 2, host: gpu01, backend: cpu}\n"                                                   \
+    "  - {rank: 3, host: gpu01, backend: cpu}\n"
+
+/* pipeline.expert_groups: lists of ranks, the first running the layers */
+START_TEST(test_expert_groups) {
+    struct bt_topology t;
+    load_ok(HOSTS RANKS4 "pipeline:\n  partition: [2, 0, 2, 0]\n  expert_groups: [[0, 1], [2, 3]]\n", &t);
+    ck_assert_int_eq(t.pipeline.n_groups, 2);
+    ck_assert_int_eq(t.pipeline.groups[1].n_ranks, 2);
+    ck_assert_int_eq(t.pipeline.groups[1].ranks[0], 2);
+    ck_assert_int_eq(t.pipeline.groups[1].ranks[1], 3);
+    ck_assert_int_eq(t.pipeline.layers[1], 0);
+    bt_topology_free(&t);
+    load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1, 2, 3]]\n", &t);
+    ck_assert_int_eq(t.pipeline.groups[0].n_ranks, 4);
+    bt_topology_free(&t);
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [0, 1]\n",
+               "13:19: pipeline.expert_groups[0]: expected a list of ranks, got '0'");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0]]\n",
+               "13:19: pipeline.expert_groups[0]: 1 rank; a group has 2 to 16");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 4]]\n",
+               "13:23: pipeline.expert_groups[0]: rank 4 does not exist (ranks are 0..3)");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1], [1, 2]]\n",
+               "13:28: pipeline.expert_groups[1]: rank 1 is already in expert group 0 (at 13:19); a rank is in "
+               "one group");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[1, 0]]\n",
+               "13:23: pipeline.expert_groups[0]: rank 0 runs the model's first layers: it can lead a group, not "
+               "be a member after rank 1");
+    expect_err(HOSTS RANKS4 "pipeline:\n  partition: [2, 1, 1, 0]\n  expert_groups: [[0, 1]]\n",
+               "13:18: pipeline.partition[1]: rank 1 is a member of an expert group whose layers its first rank "
+               "runs: its count must be 0");
+    expect_err(HOSTS RANKS4 "pipeline:\n  partition: [2, 0, 2, 0]\n",
+               "13:18: pipeline.partition[1]: must be at least 1, got '0'");
+}
+END_TEST
+
 START_TEST(test_pipeline_model) {
     expect_err(HOSTS RANKS2 "pipeline:\n  model: \"\"\n", "11:10: pipeline.model: expected a string, got ''");
     expect_err(HOSTS RANKS2 "pipeline:\n  model: [a, b]\n", "11:10: pipeline.model: expected a string, got a list");
@@ -783,6 +823,7 @@ static Suite *topology_suite(void) {
     tcase_add_test(tc, test_unknown_host);
     tcase_add_test(tc, test_cuda_device);
     tcase_add_test(tc, test_partition_and_pins);
+    tcase_add_test(tc, test_expert_groups);
     tcase_add_test(tc, test_pipeline_model);
     tcase_add_test(tc, test_nccl);
     tcase_add_test(tc, test_valid_full);

@@ -468,6 +468,9 @@ extern "C" enum bt_status bt_cuda_mul_mat_id(struct bt_cuda_ctx *c, struct bt_te
     const struct bt_tensor *as = d->src[0], *b = d->src[1], *ids = d->src[2];
     const int64_t n_expert = as->ne[2], n_used = ids->ne[0], n_tokens = ids->ne[1];
     const int64_t k = as->ne[0], m = as->ne[1], total = n_used * n_tokens;
+    /* the experts held here (an expert group's share: bt_tensor); the pairs of
+     * the others are left as they were */
+    const int64_t lo = as->expert_hi > 0 ? as->expert_lo : 0, hi = as->expert_hi > 0 ? as->expert_hi : n_expert;
     if (total == 0 || m == 0) return BT_OK;
     const size_t ids_bytes = bt_nbytes(ids);
     const size_t ids_span = (ids_bytes + 63) / 64 * 64;
@@ -492,27 +495,32 @@ extern "C" enum bt_status bt_cuda_mul_mat_id(struct bt_cuda_ctx *c, struct bt_te
             if (id < 0 || id >= n_expert)
                 return bt_cuda_fail(c, BT_ERR_INVALID, "node '%s': expert id %d out of range [0, %lld)", d->name,
                                     id, (long long)n_expert);
-            offs[id + 1]++;
+            if (id >= lo && id < hi) offs[id + 1]++;
         }
     for (int64_t x = 0; x < n_expert; x++) offs[x + 1] += offs[x];
+    const int64_t held = offs[n_expert]; /* the pairs computed here */
+    if (held == 0) return BT_OK;
     /* counting sort, stable in (token, slot) order; offs[x] ends at x's end */
     for (int64_t t = 0; t < n_tokens; t++)
-        for (int64_t e = 0; e < n_used; e++) pairs[offs[ID_AT(e, t)]++] = (int32_t)(e + n_used * t);
+        for (int64_t e = 0; e < n_used; e++) {
+            const int32_t id = ID_AT(e, t);
+            if (id >= lo && id < hi) pairs[offs[id]++] = (int32_t)(e + n_used * t);
+        }
 #undef ID_AT
     for (int64_t x = n_expert; x > 0; x--) offs[x] = offs[x - 1];
     offs[0] = 0;
 
     /* device: gathered columns bg [k, total], results dg [m, total], pairs */
-    const size_t bg_bytes = ((size_t)(k * total) * 4 + 255) / 256 * 256;
-    const size_t dg_bytes = ((size_t)(m * total) * 4 + 255) / 256 * 256;
-    char *scr = (char *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_ID, bg_bytes + dg_bytes + (size_t)total * 4);
+    const size_t bg_bytes = ((size_t)(k * held) * 4 + 255) / 256 * 256;
+    const size_t dg_bytes = ((size_t)(m * held) * 4 + 255) / 256 * 256;
+    char *scr = (char *)bt_cuda_scratch(c, BT_CUDA_SCRATCH_ID, bg_bytes + dg_bytes + (size_t)held * 4);
     if (!scr) return BT_ERR_NOMEM;
     float *bg = (float *)scr, *dg = (float *)(scr + bg_bytes);
     int32_t *dpairs = (int32_t *)(scr + bg_bytes + dg_bytes);
-    s = bt_cuda_check(c, cudaMemcpyAsync(dpairs, pairs, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream),
+    s = bt_cuda_check(c, cudaMemcpyAsync(dpairs, pairs, (size_t)held * 4, cudaMemcpyHostToDevice, c->stream),
                       "mul_mat_id: pairs to device");
     if (s != BT_OK) return s;
-    k_gather<<<grid_for(k * total), CUDA_THREADS, 0, c->stream>>>(t4_of(b), dpairs, n_used, k, bg, k * total);
+    k_gather<<<grid_for(k * held), CUDA_THREADS, 0, c->stream>>>(t4_of(b), dpairs, n_used, k, bg, k * held);
     s = bt_cuda_check(c, cudaGetLastError(), "mul_mat_id (gather)");
     if (s != BT_OK) return s;
     for (int64_t x = 0; x < n_expert; x++) {
@@ -522,6 +530,6 @@ extern "C" enum bt_status bt_cuda_mul_mat_id(struct bt_cuda_ctx *c, struct bt_te
                   cnt, dg + offs[x] * m, m);
         if (s != BT_OK) return s;
     }
-    k_scatter<<<grid_for(m * total), CUDA_THREADS, 0, c->stream>>>(t4_of(d), dpairs, n_used, m, dg, m * total);
+    k_scatter<<<grid_for(m * held), CUDA_THREADS, 0, c->stream>>>(t4_of(d), dpairs, n_used, m, dg, m * held);
     return bt_cuda_check(c, cudaGetLastError(), "mul_mat_id (scatter)");
 }

@@ -167,6 +167,9 @@ struct bt_engine_stats {
     size_t repacked_bytes;       /* of weight_bytes: repacked for the CPU's matmul (bt_llm_load_gguf) */
     size_t peak_rss;             /* bytes, from getrusage */
     size_t buffer_bytes;         /* the engine's own message buffers: sends, answers, the stage's input */
+    double expert_s;             /* of compute_s: an expert group's chains (its experts' rows) */
+    uint64_t expert_bytes_read;  /* expert weight bytes those chains read */
+    uint64_t bytes_group;        /* of bytes_sent: an expert group's ids and rows */
 };
 /* Rank 0, while the engine runs: each rank's seconds in graph compute so
  * far into compute_s[0..P), as the answers of the ubatches collected (or
