@@ -158,6 +158,7 @@ struct bt_dist {
     struct bt_tensor **ranged; /* weights whose held experts this runtime set (put back at release) */
     int n_ranged;
     int64_t chain_bytes;   /* the chains' slots and rows (host memory) */
+    double paused_s;       /* time a split spent paused in its transfers (not compute) */
     struct gbuf *gbufs;    /* [n_gbufs]: the chains' rows */
     int n_gbufs;
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
@@ -1792,13 +1793,16 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
         if (!next && !chain) break;
         struct bt_graph part = bt_graph_view(view, j, at);
         enum bt_status st = compute_range(d, &part);
+        const double p0 = bt_now_s();
         if (st == BT_OK && chain) {
             st = chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             if (st == BT_OK) st = compute_nodes(d, &rows);
-            d->stats.expert_s += bt_now_s() - t1;
+            const double t2 = bt_now_s();
+            d->stats.expert_s += t2 - t1;
             if (st == BT_OK) st = chain_take(d, chain, c, k);
+            d->paused_s += (t1 - p0) + (bt_now_s() - t2);
             /* the eval callback sees the chain's result whole */
             if (st == BT_OK && d->eval_cb && d->eval_cb(chain->out, true, d->eval_user) &&
                 !d->eval_cb(chain->out, false, d->eval_user))
@@ -1808,6 +1812,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             continue;
         }
         if (st == BT_OK) st = ask ? routed_ask(d, next, c, k) : routed_take(d, next, c, k, s);
+        d->paused_s += bt_now_s() - p0;
         if (st != BT_OK) return st;
         j = at;
     }
@@ -1901,9 +1906,10 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         d->stats.send_s += t1 - ts;
         if (st != BT_OK) break;
         struct bt_graph view = sp->graph;
+        const double paused = d->paused_s;
         st = compute_split(d, &view, s, c, k);
         const double t2 = bt_now_s();
-        d->stats.compute_s += t2 - t1;
+        d->stats.compute_s += t2 - t1 - (d->paused_s - paused); /* its pauses are waits and sends */
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, s, -1, 0);
         if (st != BT_OK) {
             char why[sizeof d->err];

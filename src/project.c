@@ -186,3 +186,137 @@ void bt_projection_print(const struct bt_projection *p, const struct bt_cluster 
         fprintf(f, "memory: stage %d's weights (%.1f GiB) do not fit its device (%.1f GiB)\n", p->worst_mem,
                 p->stage[p->worst_mem].weight_bytes / 1073741824.0, (double)c->device_mem / 1073741824.0);
 }
+
+/* ---- decode: pipeline stages against expert groups ----------------------------------- */
+
+static bool read_by(const struct bt_graph *g, const struct bt_tensor *w, enum bt_op op) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == op && g->nodes[i]->src[0] == w) return true;
+    return false;
+}
+
+enum bt_status bt_moe_costs_make(const struct bt_graph *g, double weight_bits, struct bt_moe_costs *mc, char *err,
+                                 size_t errlen) {
+    memset(mc, 0, sizeof *mc);
+    int L = 0;
+    for (int i = 0; i < g->n_leafs; i++) {
+        const int l = bt_dist_name_layer(g->leafs[i]->name);
+        if (l + 1 > L) L = l + 1;
+    }
+    mc->L = L;
+    mc->dense_bytes = calloc((size_t)L + 2, sizeof(double));
+    mc->dense_flops = calloc((size_t)L + 2, sizeof(double));
+    mc->expert_bytes = calloc((size_t)L + 1, sizeof(double));
+    mc->expert_flops = calloc((size_t)L + 1, sizeof(double));
+    if (!mc->dense_bytes || !mc->dense_flops || !mc->expert_bytes || !mc->expert_flops) {
+        bt_moe_costs_free(mc);
+        snprintf(err, errlen, "out of memory");
+        return BT_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *n = g->nodes[i];
+        if (n->op != BT_OP_MUL_MAT_ID) continue;
+        mc->n_expert = n->src[0]->ne[2];
+        mc->n_used = n->src[2]->ne[0];
+        mc->d_model = n->src[1]->ne[0];
+    }
+    for (int i = 0; i < g->n_leafs; i++) {
+        const struct bt_tensor *w = g->leafs[i];
+        if (!bt_tensor_is_weight(w) || strncmp(w->name, "cache_", 6) == 0) continue;
+        const int l = bt_dist_name_layer(w->name);
+        const int at = l < 0 ? (read_by(g, w, BT_OP_GET_ROWS) ? 0 : L + 1) : l + 1;
+        const double params = (double)w->ne[0] * (double)w->ne[1] * (double)w->ne[2] * (double)w->ne[3];
+        const bool matrix = w->ne[1] > 1;
+        const double bytes = matrix && weight_bits > 0 ? params * weight_bits / 8.0 : (double)bt_nbytes(w);
+        if (l >= 0 && w->ne[2] > 1 && read_by(g, w, BT_OP_MUL_MAT_ID)) {
+            mc->expert_bytes[l] += bytes / (double)w->ne[2];
+            mc->expert_flops[l] += 2.0 * params / (double)w->ne[2];
+        } else if (read_by(g, w, BT_OP_GET_ROWS) && !read_by(g, w, BT_OP_MUL_MAT)) {
+            mc->dense_bytes[at] += bytes / (double)(w->ne[1] > 0 ? w->ne[1] : 1); /* a row a token */
+        } else {
+            mc->dense_bytes[at] += bytes;
+            mc->dense_flops[at] += matrix ? 2.0 * params : 0.0;
+        }
+    }
+    return BT_OK;
+}
+
+void bt_moe_costs_free(struct bt_moe_costs *mc) {
+    free(mc->dense_bytes);
+    free(mc->dense_flops);
+    free(mc->expert_bytes);
+    free(mc->expert_flops);
+    memset(mc, 0, sizeof *mc);
+}
+
+/* Distinct experts b tokens choose, k of E each. */
+static double distinct(double E, double k, double b) { return E > 0 ? E * (1.0 - pow(1.0 - k / E, b)) : 0.0; }
+
+enum bt_status bt_project_decode(const struct bt_moe_costs *mc, const struct bt_cluster *c, int hosts, int group,
+                                 int seqs, struct bt_decode_projection *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (hosts < 1 || group < 1 || hosts % group != 0 || seqs < 1) {
+        snprintf(err, errlen, "%d hosts in groups of %d, %d sequences: the groups must divide the hosts", hosts, group,
+                 seqs);
+        return BT_ERR_INVALID;
+    }
+    const int P = hosts / group;
+    if (P > mc->L) {
+        snprintf(err, errlen, "%d stages but the model has %d layers", P, mc->L);
+        return BT_ERR_INVALID;
+    }
+    const double bw = c->decode.gbytes_s * 1e9, gf = c->device_gflops * 1e9;
+    const double lat = c->inter.latency_us * 1e-6, link = c->inter.gbytes_s * 1e9;
+    if (!(bw > 0) || !(gf > 0) || !(link > 0)) {
+        snprintf(err, errlen, "the host's bandwidth and speed and the link's bandwidth must be > 0");
+        return BT_ERR_INVALID;
+    }
+    const int M = seqs < P ? seqs : P;
+    const double b = (double)seqs / M, n = group, E = (double)mc->n_expert, k = (double)mc->n_used;
+    const double row = 4.0 * (double)mc->d_model;
+    double sum = 0, worst = 0;
+    for (int s = 0; s < P; s++) {
+        const int a = mc->L * s / P, z = mc->L * (s + 1) / P; /* layers [a, z) */
+        double dense_b = 0, dense_f = 0, st = 0, held = 0;
+        for (int l = a; l < z; l++) {
+            dense_b += mc->dense_bytes[l + 1];
+            dense_f += mc->dense_flops[l + 1];
+        }
+        if (s == 0) dense_b += mc->dense_bytes[0], dense_f += mc->dense_flops[0];
+        if (s == P - 1) dense_b += mc->dense_bytes[mc->L + 1], dense_f += mc->dense_flops[mc->L + 1];
+        const double td = fmax(dense_b / bw, b * dense_f / gf);
+        out->dense_s += td;
+        st += td;
+        for (int l = a; l < z; l++) {
+            if (mc->expert_bytes[l] <= 0) continue;
+            held += E / n * mc->expert_bytes[l];
+            const double te = fmax(distinct(E, k, b) / n * mc->expert_bytes[l] / bw, b * k / n * mc->expert_flops[l] / gf);
+            out->experts_s += te;
+            st += te;
+            if (group > 1) {
+                const double send = (n - 1) * b * (4.0 * k + (1.0 - pow(1.0 - 1.0 / n, k)) * row);
+                const double back = b * k * (n - 1) / n * row;
+                const double tc = 2 * lat + (send + back) / link;
+                out->comm_s += tc;
+                st += tc;
+            }
+        }
+        if (s > 0) {
+            const double tb = lat + b * row / link;
+            out->comm_s += tb;
+            st += tb;
+        }
+        held += dense_b;
+        if (held > out->host_bytes) out->host_bytes = held;
+        sum += st;
+        if (st > worst) worst = st;
+    }
+    out->hosts = hosts;
+    out->group = group;
+    out->stages = P;
+    out->seqs = seqs;
+    out->micro_batches = M;
+    out->step_s = sum + (M - 1) * worst;
+    out->tokens_s = seqs / out->step_s;
+    return BT_OK;
+}

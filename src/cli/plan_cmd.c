@@ -54,6 +54,62 @@ static void plan_usage(FILE *f, const struct bt_random_model *m) {
     bt_cli_model_help(f, m, false);
 }
 
+/* --project with a decode section: for each number of hosts and of
+ * sequences, a pipeline of one host a stage against expert groups of every
+ * size that divides the hosts (src/project.c: bt_project_decode). */
+static int project_decode(const char *path, const struct bt_cluster *c, const struct bt_random_model *cfg,
+                          const struct bt_graph *graph) {
+    struct bt_moe_costs mc;
+    char err[512];
+    if (bt_moe_costs_make(graph, c->decode.weight_bits, &mc, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton plan: %s\n", err);
+        return 1;
+    }
+    double total = 0;
+    for (int l = 0; l < mc.L + 2; l++) total += mc.dense_bytes[l];
+    double experts = 0;
+    for (int l = 0; l < mc.L; l++) experts += mc.expert_bytes[l] * (double)mc.n_expert;
+    const double gib = 1073741824.0;
+    printf("cluster %s: hosts of %s (%.1f TFLOP/s effective, %.0f GB/s memory, %.0f GiB), linked by %s (%.1f GB/s, "
+           "%.1f us)\n",
+           path, c->device, c->device_gflops / 1e3, c->decode.gbytes_s, (double)c->device_mem / gib, c->inter.name,
+           c->inter.gbytes_s, c->inter.latency_us);
+    printf("model: %d layers, %s, d_model %lld, %lld routed experts (%lld a token); weights %.1f GiB (%.1f GiB routed "
+           "experts)%s\n",
+           cfg->n_layer, cfg->arch, (long long)cfg->n_embd, (long long)mc.n_expert, (long long)mc.n_used,
+           (total - mc.dense_bytes[0] + experts) / gib, experts / gib, c->decode.weight_bits > 0 ? "" : "");
+    if (c->decode.weight_bits > 0) printf("  (every matrix at %.2f bits a weight)\n", c->decode.weight_bits);
+    printf("\n%5s  %-28s %5s %11s %10s  %9s %9s %9s  %9s\n", "hosts", "layout", "seqs", "tokens/s", "step",
+           "dense", "experts", "links", "host_GiB");
+    int rc = 0;
+    for (int hi = 0; hi < c->decode.n_hosts && !rc; hi++) {
+        const int H = c->decode.hosts[hi];
+        for (int si = 0; si < c->decode.n_seqs && !rc; si++) {
+            const int S = c->decode.seqs[si];
+            for (int group = 1; group <= H && !rc; group++) {
+                if (H % group != 0 || H / group > mc.L) continue;
+                struct bt_decode_projection d;
+                if (bt_project_decode(&mc, c, H, group, S, &d, err, sizeof err) != BT_OK) {
+                    fprintf(stderr, "baton plan: %s\n", err);
+                    rc = 1;
+                    break;
+                }
+                char lay[64];
+                if (group == 1) snprintf(lay, sizeof lay, "pipeline of %d", d.stages);
+                else if (d.stages == 1) snprintf(lay, sizeof lay, "one group of %d", group);
+                else snprintf(lay, sizeof lay, "%d stages, groups of %d", d.stages, group);
+                printf("%5d  %-28s %5d %11.2f %8.1f ms  %6.1f ms %6.1f ms %6.1f ms  %9.1f%s\n", H, lay, S, d.tokens_s,
+                       d.step_s * 1e3, d.dense_s * 1e3, d.experts_s * 1e3, d.comm_s * 1e3, d.host_bytes / gib,
+                       d.host_bytes > (double)c->device_mem ? "  (does not fit)" : "");
+            }
+        }
+    }
+    printf("\n(dense, experts, links: one micro-batch's pass through every stage; step: all of them, "
+           "sum(stage) + (M - 1) max(stage))\n");
+    bt_moe_costs_free(&mc);
+    return rc;
+}
+
 /* --project: the cluster file's model, then the command line's options. */
 static int plan_project(const char *path, const int *codes, const char *const *vals, int n) {
     struct bt_random_model cfg;
@@ -100,6 +156,10 @@ static int plan_project(const char *path, const int *codes, const char *const *v
         goto out;
     }
     rc = 0;
+    if (c.decode.given) {
+        rc = project_decode(path, &c, &cfg, mp.g.graph);
+        goto out;
+    }
     const int total = c.nodes * c.devices_per_node;
     printf("cluster %s: %d nodes x %d %s (%.1f TFLOP/s effective, %.0f GiB)\n", path, c.nodes, c.devices_per_node,
            c.device, c.device_gflops / 1e3, (double)c.device_mem / 1073741824.0);

@@ -122,6 +122,44 @@ static enum bt_status get_cluster(struct reader *r, yaml_node_t *m, struct bt_cl
     return BT_OK;
 }
 
+/* A list of 1..BT_DECODE_MAX_CASES whole numbers in [lo, hi]. */
+static enum bt_status get_list(struct reader *r, const char *key, yaml_node_t *v, double lo, double hi, int *out,
+                               int *n) {
+    if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top == v->data.sequence.items.start ||
+        v->data.sequence.items.top - v->data.sequence.items.start > BT_DECODE_MAX_CASES)
+        return bad(r, v, "decode.%s: expected a list of 1 to 8 numbers%s", key, "");
+    *n = 0;
+    for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+        yaml_node_t *e = yaml_document_get_node(r->doc, *i);
+        double x = 0;
+        const enum bt_status st = get_num(r, "decode", key, e, lo, hi, &x);
+        if (st != BT_OK) return st;
+        if (x != floor(x)) return bad(r, e, "decode.%s: expected whole numbers%s", key, "");
+        out[(*n)++] = (int)x;
+    }
+    return BT_OK;
+}
+
+/* decode: gbytes_per_s (a host's memory), weight_bits, hosts, sequences */
+static enum bt_status get_decode(struct reader *r, yaml_node_t *m, struct bt_decode_options *d) {
+    d->given = true;
+    bool bw = false;
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(r->doc, p->key), *v = yaml_document_get_node(r->doc, p->value);
+        const char *key = scalar(k) ? scalar(k) : "";
+        enum bt_status st;
+        if (!strcmp(key, "gbytes_per_s")) st = get_num(r, "decode", key, v, 1e-3, 1e6, &d->gbytes_s), bw = true;
+        else if (!strcmp(key, "weight_bits")) st = get_num(r, "decode", key, v, 1, 32, &d->weight_bits);
+        else if (!strcmp(key, "hosts")) st = get_list(r, key, v, 1, 4096, d->hosts, &d->n_hosts);
+        else if (!strcmp(key, "sequences")) st = get_list(r, key, v, 1, 65536, d->seqs, &d->n_seqs);
+        else st = bad(r, k, "decode: unknown key '%.40s' (allowed: gbytes_per_s, weight_bits, hosts, sequences)%s", key, "");
+        if (st != BT_OK) return st;
+    }
+    if (!bw || d->n_hosts == 0 || d->n_seqs == 0)
+        return bad(r, m, "decode: needs gbytes_per_s, hosts and sequences%s%s", "", "");
+    return BT_OK;
+}
+
 /* model: the model options of the baton program, by their long names, and
  * tokens (a micro-batch's) */
 static enum bt_status get_model(struct reader *r, yaml_node_t *m, struct bt_random_model *cfg, long *tokens) {
@@ -171,7 +209,7 @@ enum bt_status bt_cli_cluster_load(const char *path, double measured_gflops, str
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     int seen = 0;
     if (!root || root->type != YAML_MAPPING_NODE) {
-        snprintf(err, n, "%s: expected a mapping with cluster, device, intra_node, inter_node, model", path);
+        snprintf(err, n, "%s: expected a mapping with cluster, device, intra_node, inter_node, model, decode", path);
         st = BT_ERR_INVALID;
     } else {
         for (yaml_node_pair_t *p = root->data.mapping.pairs.start; st == BT_OK && p < root->data.mapping.pairs.top;
@@ -187,7 +225,8 @@ enum bt_status bt_cli_cluster_load(const char *path, double measured_gflops, str
             else if (!strcmp(key, "intra_node")) st = get_link(&r, "intra_node", v, &c->intra), seen |= 4;
             else if (!strcmp(key, "inter_node")) st = get_link(&r, "inter_node", v, &c->inter), seen |= 8;
             else if (!strcmp(key, "model")) st = get_model(&r, v, model, tokens);
-            else st = bad(&r, k, "unknown section '%.40s' (allowed: cluster, device, intra_node, inter_node, model)%s", key, "");
+            else if (!strcmp(key, "decode")) st = get_decode(&r, v, &c->decode);
+            else st = bad(&r, k, "unknown section '%.40s' (allowed: cluster, device, intra_node, inter_node, model, decode)%s", key, "");
         }
         if (st == BT_OK && seen != 15) {
             snprintf(err, n, "%s: needs the sections cluster, device, intra_node and inter_node", path);
