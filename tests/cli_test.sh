@@ -291,7 +291,7 @@ fi
 # the projection on paper (baton plan --project): every cluster file, the
 # 64-GPU table, the model options over the file's, and bad cluster files
 for cf in "$root"/configs/projection/*.yaml; do
-    expect 0 "^   64      8 .*tokens/s|bottleneck: stage" "plan --project $(basename "$cf")" -- "$baton" plan --project "$cf"
+    expect 0 "^   64      8 .*tokens/s|bottleneck: stage|  one group of 8 " "plan --project $(basename "$cf")" -- "$baton" plan --project "$cf"
 done
 expect 0 "^   64      8 " "plan --project: the 64-GPU line" -- "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml"
 expect 0 "^model: 96 layers" "plan --project: --layers over the file's" -- \
@@ -303,6 +303,12 @@ sed 's/^  nodes: 8/  node: 8/' "$root/configs/projection/eight-nodes-64gpu.yaml"
 expect 1 "c2\.yaml:[0-9]+:3: cluster: unknown key 'node' \(allowed: nodes, devices_per_node, micro_batches\)$" \
     "plan --project: an unknown key" -- "$baton" plan --project "$tmp/c2.yaml"
 expect 1 "nope\.yaml: cannot open" "plan --project: no such file" -- "$baton" plan --project "$tmp/nope.yaml"
+# the decode section: a pipeline of 4 hosts against one group of 4, one sequence
+expect 0 "^    4  one group of 4 +1 " "plan --project: decode, pipeline against expert groups" -- \
+    "$baton" plan --project "$root/configs/projection/deepseek-v3-cpu-hosts-ndr.yaml"
+sed 's/^  hosts: \[4, 8\]/  hosts: [4, x]/' "$root/configs/projection/deepseek-v3-cpu-hosts-ndr.yaml" >"$tmp/c3.yaml"
+expect 1 "c3\.yaml:[0-9]+:[0-9]+: decode\.hosts: expected a number, got 'x'$" "plan --project: a bad decode section" -- \
+    "$baton" plan --project "$tmp/c3.yaml"
 expect 2 "--project goes without -t" "plan --project with -t" -- \
     "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml" -t "$root/configs/local-cpu-2.yaml"
 

@@ -99,12 +99,75 @@ START_TEST(test_refused) {
 }
 END_TEST
 
+/* Decode with expert groups (bt_project_decode): 4 layers, each 1 GB of dense
+ * weights and 8 experts of 1 GB, 2 a token; d_model 1024; nothing before or
+ * after the layers.  Hosts of 10 GB/s and 1000 GFLOP/s (the bytes bound),
+ * linked at 1 GB/s and 10 us. */
+static struct bt_moe_costs moe_costs(double *db, double *df, double *eb, double *ef) {
+    for (int i = 0; i < 6; i++) {
+        db[i] = i >= 1 && i <= 4 ? 1e9 : 0;
+        df[i] = 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        eb[i] = 1e9;
+        ef[i] = 0;
+    }
+    return (struct bt_moe_costs){.L = 4, .dense_bytes = db, .dense_flops = df, .expert_bytes = eb,
+                                 .expert_flops = ef, .n_expert = 8, .n_used = 2, .d_model = 1024};
+}
+
+START_TEST(test_decode_groups) {
+    double db[6], df[6], eb[4], ef[4];
+    const struct bt_moe_costs mc = moe_costs(db, df, eb, ef);
+    struct bt_cluster c = cluster();
+    c.nodes = 4;
+    c.devices_per_node = 1;
+    c.device_gflops = 1000;
+    c.inter = (struct bt_link_class){"link", 1, 10};
+    c.decode.gbytes_s = 10;
+    struct bt_decode_projection pipe, group, two;
+    char err[256];
+    /* one sequence, a pipeline of 4: each stage reads its layer's dense
+     * weights and 2 experts: 3 GB at 10 GB/s, plus a row between stages */
+    ck_assert_int_eq(bt_project_decode(&mc, &c, 4, 1, 1, &pipe, err, sizeof err), BT_OK);
+    const double row = 4.0 * 1024 / 1e9;
+    ck_assert(fabs(pipe.step_s - (4 * 0.3 + 3 * (10e-6 + row))) < 1e-9);
+    ck_assert(fabs(pipe.experts_s - 0.8) < 1e-9);
+    ck_assert_int_eq(pipe.stages, 4);
+    ck_assert_int_eq(pipe.micro_batches, 1);
+    /* one group of 4: the experts read a quarter each, at once; per layer two
+     * latencies, the ids and rows out (each of 3 members gets the row of a
+     * token with probability 1 - (3/4)^2) and 2 x 3/4 rows back */
+    ck_assert_int_eq(bt_project_decode(&mc, &c, 4, 4, 1, &group, err, sizeof err), BT_OK);
+    const double out = 3 * (8.0 + (1 - 0.75 * 0.75) * 4096.0), back = 2 * 0.75 * 4096.0;
+    const double comm = 4 * (20e-6 + (out + back) / 1e9);
+    ck_assert(fabs(group.experts_s - 0.2) < 1e-9);
+    ck_assert(fabs(group.comm_s - comm) < 1e-12);
+    ck_assert(fabs(group.step_s - (0.4 + 0.2 + comm)) < 1e-9);
+    ck_assert(group.tokens_s > pipe.tokens_s);
+    /* every host of the group holds a quarter of the experts, the first all
+     * the dense weights */
+    ck_assert(fabs(group.host_bytes - (4e9 + 4 * 2e9)) < 1);
+    /* 8 sequences on 2 stages of 2: 2 micro-batches of 4 tokens, each stage
+     * reading the distinct experts 4 tokens choose: 8 (1 - (3/4)^4) */
+    ck_assert_int_eq(bt_project_decode(&mc, &c, 4, 2, 8, &two, err, sizeof err), BT_OK);
+    ck_assert_int_eq(two.stages, 2);
+    ck_assert_int_eq(two.micro_batches, 2);
+    const double d4 = 8 * (1 - pow(0.75, 4));
+    ck_assert(fabs(two.experts_s - 4 * d4 / 2 * 0.1) < 1e-9);
+    /* refused: groups that do not divide the hosts, more stages than layers */
+    ck_assert_int_eq(bt_project_decode(&mc, &c, 4, 3, 1, &two, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_int_eq(bt_project_decode(&mc, &c, 8, 1, 1, &two, err, sizeof err), BT_ERR_INVALID);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("project");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_four_stages);
     tcase_add_test(tc, test_one_stage_and_scaling);
     tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_decode_groups);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
