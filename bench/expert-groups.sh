@@ -51,7 +51,7 @@ ranks=$(sed -n '/^ranks:/,/^pipeline:/p' "$hosts/topology.yaml" | sed '$d')
 printf '%s\n%s\npipeline: {micro_batches: 2, partition: [2, 2]}\nmpi: {pml: ob1}\n' "$head" "$ranks" >"$work/pipe.yaml"
 printf '%s\n%s\npipeline: {micro_batches: 2, partition: [4, 0], expert_groups: [[0, 1]]}\nmpi: {pml: ob1}\n' \
     "$head" "$ranks" >"$work/group.yaml"
-bench=(bench model -p 0 -n "$n" -r "$reps")
+bench=(bench model -p 0 -n "$n" -r "$reps" --per-rank)
 for class in $classes; do
     "$here/launch/netns.sh" shape "$hosts" "$class"
     for f in "$models/mixtral-Q4_0.gguf" "$ds"; do

@@ -45,10 +45,10 @@ struct bm_opts {
     const char *model;
     long n_prompt, n_gen, reps, n_ubatch, seqs, inflight;
     struct bt_cli_engine_opts eng;
-    bool json, profile;
+    bool json, profile, per_rank;
 };
 
-enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON, OPT_BM_PROFILE };
+enum { OPT_BM_UBATCH = 2000, OPT_BM_SEQS, OPT_BM_INFLIGHT, OPT_BM_JSON, OPT_BM_PROFILE, OPT_BM_PER_RANK };
 
 static void bm_usage(FILE *f) {
     fprintf(f,
@@ -65,6 +65,9 @@ static void bm_usage(FILE *f) {
             "      --seqs S            sequences processed together (default 1)\n"
             "      --inflight N        ubatches in flight through the ranks (default: ranks x copies)\n"
             "      --json              one JSON object per test instead of the table\n"
+            "      --per-rank          then each rank's time per token over the run (compute, of it\n"
+            "                          an expert group's experts, waits) and bytes sent, received\n"
+            "                          and of experts read\n"
             "      --profile           then rank 0's time in the tg steps per op and weight type\n"
             "                          (CPU backend): ms per step, barrier waits, weight GB/s\n");
     bt_cli_engine_help(f, 26);
@@ -79,6 +82,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         {"ubatch", required_argument, 0, OPT_BM_UBATCH},
         {"seqs", required_argument, 0, OPT_BM_SEQS}, {"inflight", required_argument, 0, OPT_BM_INFLIGHT},
         {"json", no_argument, 0, OPT_BM_JSON},       {"profile", no_argument, 0, OPT_BM_PROFILE},
+        {"per-rank", no_argument, 0, OPT_BM_PER_RANK},
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -109,6 +113,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         case OPT_BM_INFLIGHT: NUM("--inflight", 1, 1024, o->inflight); break;
         case OPT_BM_JSON: o->json = true; break;
         case OPT_BM_PROFILE: o->profile = true; break;
+        case OPT_BM_PER_RANK: o->per_rank = true; break;
         case 'h': return 0;
         case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
         default: snprintf(err, errn, "unknown option '%s' (try: " BM_PROG " --help)", argv[optind - 1]); break;
@@ -513,9 +518,9 @@ int bt_cli_bench_model(int argc, char **argv) {
         snprintf(err, sizeof err, "%s", bt_engine_error(e));
         rc = 1;
     }
-    /* several ranks: where each rank's time went over the whole run (the
+    /* --per-rank: where each rank's time went over the whole run (the
      * warm-up repetitions too), per token of rank 0 */
-    if (P > 1 && !o.json) {
+    if (o.per_rank && !o.json) {
         struct bt_engine_stats *all = rank == 0 ? calloc((size_t)P, sizeof *all) : NULL;
         if (bt_engine_gather_stats(e, all) == BT_OK && all && !rc) bm_print_ranks(all, P);
         free(all);
