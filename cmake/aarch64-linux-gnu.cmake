@@ -19,9 +19,13 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # pkg-config looks only at the target's libraries (none of the host's)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/aarch64-linux-gnu/lib/pkgconfig)
 set(ENV{PKG_CONFIG_SYSROOT_DIR} "")
-# ctest runs each test program under qemu-user (qemu's default CPU, max,
-# has dotprod and i8mm, so every variant runs)
+# ctest runs each test program under qemu-user: on qemu's default CPU (max,
+# which has dotprod and i8mm: the i8mm variant), and the narrower variants'
+# tests on CPUs without the wider variants' instructions (ARMv8.0, and
+# ARMv8.2 with dotprod but no i8mm)
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+set(BATON_QEMU_CPU_neon cortex-a57)
+set(BATON_QEMU_CPU_dotprod neoverse-n1)
 set(BATON_CORE_ONLY ON CACHE BOOL "" FORCE)
 set(BATON_NATIVE OFF CACHE BOOL "" FORCE)
 set(BATON_CUDA OFF CACHE STRING "" FORCE)
