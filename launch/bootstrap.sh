@@ -7,7 +7,9 @@
 #                                   local ranks, checked against one rank; without
 #                                   MODEL on a random-weight MoE model it writes)
 #   bash launch/bootstrap.sh test   install packages, build, run every test (ctest); on
-#                                   x86-64 also the build of every CPU kernel variant
+#                                   x86-64 also the build of every CPU kernel variant,
+#                                   and the aarch64 cross build (NEON variants) with its
+#                                   kernel and model tests under qemu-user
 #
 # Runs as root (or with sudo available).  Installs Debian packages, and for
 # the tests the pinned Python packages they compare against (pip).
@@ -37,6 +39,10 @@ packages=(build-essential cmake pkg-config check libyaml-dev libpcre2-dev openmp
 # tests/serve_test.sh: curl and the openai Python package as clients
 # tests/netns_test.sh: network namespaces, veth pairs and tc (iproute2)
 if [ "$mode" = test ]; then packages+=(python3 clang libclang-rt-dev curl iproute2); fi
+# tests on x86-64: the aarch64 cross compiler and qemu-user (cmake/aarch64-linux-gnu.cmake)
+if [ "$mode" = test ] && [ "$(uname -m)" = x86_64 ]; then
+    packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -82,7 +88,12 @@ else
     if [ "$(uname -m)" = x86_64 ]; then
         cmake -S . -B "$build_abs-variants" -DCMAKE_BUILD_TYPE=Release -DBATON_NATIVE=OFF -DBATON_CUDA=OFF
         cmake --build "$build_abs-variants" -j"$(nproc)"
-        cd "$build_abs-variants"
-        ctest --output-on-failure -R '_cpu_|^variants_test$'
+        (cd "$build_abs-variants" && ctest --output-on-failure -R '_cpu_|^variants_test$')
+        # aarch64: libbaton with the NEON variants, its kernel and model
+        # tests under qemu-user (correctness only: docs/testing.md)
+        cmake -S . -B "$build_abs-arm" -DCMAKE_BUILD_TYPE=Release \
+            -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake"
+        cmake --build "$build_abs-arm" -j"$(nproc)"
+        (cd "$build_abs-arm" && ctest --output-on-failure -j"$(nproc)")
     fi
 fi

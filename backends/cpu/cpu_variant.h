@@ -4,7 +4,7 @@
  *
  * The kernel files (matmul.c, fdot.c, quant_dot.c, quant_i8.c, qtypes.c,
  * repack.c, measure.c, kernels.c) are built once per variant in an x86-64
- * build with BATON_CPU_VARIANTS (CMakeLists.txt), as ggml's
+ * or aarch64 build with BATON_CPU_VARIANTS (CMakeLists.txt), as ggml's
  * GGML_CPU_ALL_VARIANTS builds its CPU backend:
  *   c           the x86-64 baseline (plain C kernels)
  *   avx2        AVX2, FMA, F16C (Haswell and later, Zen 1-3)
@@ -13,6 +13,11 @@
  *               integer dots are the AVX2 ones, the rest AVX-512
  *   avx512      AVX-512 F, BW, VL, DQ, CD, VNNI, VBMI and GFNI (Ice Lake and later)
  *   avx512bf16  the same and AVX512-BF16 (Sapphire Rapids, Zen 4 and later)
+ * and in an aarch64 build (cmake/aarch64-linux-gnu.cmake):
+ *   c           no Advanced SIMD (the plain C kernels)
+ *   neon        ARMv8.0 Advanced SIMD, which every aarch64 CPU has
+ *   dotprod     the same and sdot (ARMv8.2+: Neoverse N1, Apple M1)
+ *   i8mm        the same and smmla (ARMv8.6+: Neoverse V1/N2, Apple M2)
  * each compile renaming the files' external names to bt_cpu_<variant>_...
  * (variant_names.h, included first by the compiler), so that all link into
  * one binary.  variant.c picks, once, the widest variant the CPU runs, or
@@ -37,7 +42,7 @@
 
 /* one variant's kernels: the external functions of the kernel files */
 struct bt_cpu_kernels {
-    const char *name;             /* "c", "avx2", "avx2vnni", "avx512f", "avx512", "avx512bf16" */
+    const char *name;             /* "c", "avx2", ... "avx512bf16"; "neon", "dotprod", "i8mm" */
     enum bt_cpu_attn_isa attn;    /* the widest attention kernels (attn.c) that go with it */
     void (*mul_mat)(const struct bt_cpu_params *p, struct bt_tensor *dst);
     void (*mul_mat_id)(const struct bt_cpu_params *p, struct bt_tensor *dst);

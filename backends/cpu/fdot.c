@@ -22,7 +22,8 @@
  * per element needed a 16 x 16 transposition per 256 weights at 1 column).
  *
  * Without AVX-512, the sixteen lanes are two vectors of 8 (AVX2 + FMA, F16
- * weights widened with F16C) or 16 floats in plain C.
+ * weights widened with F16C), four NEON vectors of 4 (aarch64, F16 widened
+ * with fcvtl) or 16 floats in plain C.
  * Three ways through it, the same bits (tests/test_determinism.c checks
  * every element of MUL_MAT and MUL_MAT_ID, 1..131 columns, against a scalar
  * model of the order, bitwise):
@@ -60,6 +61,9 @@
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define FDOT_NEON 1
 #endif
 
 #ifndef BT_MM_FMC
@@ -140,6 +144,19 @@ static inline v8 v8_fma(v8 a, v8 b, v8 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline v8 v8_add(v8 a, v8 b) { return _mm256_add_ps(a, b); }
 static inline v8 v8_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void v8_store(float *p, v8 v) { _mm256_storeu_ps(p, v); }
+#elif defined(FDOT_NEON)
+/* two NEON registers; vfmaq_f32 rounds once, as fmaf */
+typedef struct {
+    float32x4_t a, b;
+} v8;
+static inline v8 v8_zero(void) { return (v8){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
+static inline v8 v8_fma(v8 a, v8 b, v8 c) { return (v8){vfmaq_f32(c.a, a.a, b.a), vfmaq_f32(c.b, a.b, b.b)}; }
+static inline v8 v8_add(v8 a, v8 b) { return (v8){vaddq_f32(a.a, b.a), vaddq_f32(a.b, b.b)}; }
+static inline v8 v8_load(const float *p) { return (v8){vld1q_f32(p), vld1q_f32(p + 4)}; }
+static inline void v8_store(float *p, v8 v) {
+    vst1q_f32(p, v.a);
+    vst1q_f32(p + 4, v.b);
+}
 #else /* plain C: 8 floats, each step fmaf (one rounding, the bits of the vector FMA) */
 typedef struct {
     float f[8];
@@ -180,6 +197,13 @@ static inline v16 v16_load_f16(const bt_fp16_t *p) {
     return (v16){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)))};
 }
+#elif defined(FDOT_NEON)
+/* widened in registers (fcvtl: exact, as bt_fp16_to_fp32) */
+static inline v8 v8_load_f16(const bt_fp16_t *p) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(p));
+    return (v8){vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)};
+}
+static inline v16 v16_load_f16(const bt_fp16_t *p) { return (v16){v8_load_f16(p), v8_load_f16(p + 8)}; }
 #else
 static inline v16 v16_load_f16(const bt_fp16_t *p) {
     float t[16];
@@ -191,6 +215,31 @@ static inline void v16_store(float *p, v16 v) {
     v8_store(p, v.lo);
     v8_store(p + 8, v.hi);
 }
+#if defined(FDOT_NEON)
+/* s[i] = R(v[i]) for i < 16, each by R's own additions: per vector the u
+ * and v levels in registers (lanes 0-3 of u = P[l] + P[l+8] then
+ * v[l] = u[l] + u[l+4]), then four vectors at a time t = v[l] + v[l+2]
+ * beside each other and s = t[0] + t[1] by pairwise adds */
+static inline v16 v16_sum16(const v16 v[16]) {
+    float32x4_t s4[4];
+    for (int q = 0; q < 4; q++) {
+        float32x4_t w[4];
+        for (int i = 0; i < 4; i++) {
+            const v16 x = v[4 * q + i];
+            w[i] = vaddq_f32(vaddq_f32(x.lo.a, x.hi.a), vaddq_f32(x.lo.b, x.hi.b));
+        }
+        /* [v0 v1 | w1's v0 v1] + [v2 v3 | w1's v2 v3]: t of vectors 0 and 1 */
+        const float64x2_t a0 = vreinterpretq_f64_f32(w[0]), a1 = vreinterpretq_f64_f32(w[1]);
+        const float64x2_t a2 = vreinterpretq_f64_f32(w[2]), a3 = vreinterpretq_f64_f32(w[3]);
+        const float32x4_t t01 = vaddq_f32(vreinterpretq_f32_f64(vzip1q_f64(a0, a1)),
+                                          vreinterpretq_f32_f64(vzip2q_f64(a0, a1)));
+        const float32x4_t t23 = vaddq_f32(vreinterpretq_f32_f64(vzip1q_f64(a2, a3)),
+                                          vreinterpretq_f32_f64(vzip2q_f64(a2, a3)));
+        s4[q] = vpaddq_f32(t01, t23);
+    }
+    return (v16){(v8){s4[0], s4[1]}, (v8){s4[2], s4[3]}};
+}
+#else
 static inline v16 v16_sum16(const v16 v[16]) {
     float s[16];
     for (int i = 0; i < 16; i++) {
@@ -203,6 +252,7 @@ static inline v16 v16_sum16(const v16 v[16]) {
     }
     return v16_load(s);
 }
+#endif
 #endif
 
 /* 16 weights from element e of a row (all 16 exist) */
@@ -536,6 +586,12 @@ static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int6
 #elif defined(__AVX2__) && defined(__FMA__)
 #define V16_FMA_BCAST(acc, w, x) \
     ((acc) = v16_fma((w), (v16){_mm256_set1_ps(*(x)), _mm256_set1_ps(*(x))}, (acc)))
+#elif defined(FDOT_NEON)
+#define V16_FMA_BCAST(acc, w, x)                                     \
+    do {                                                             \
+        const float32x4_t b_ = vld1q_dup_f32(x);                     \
+        (acc) = v16_fma((w), (v16){{b_, b_}, {b_, b_}}, (acc));      \
+    } while (0)
 #else
 #define V16_FMA_BCAST(acc, w, x)                                  \
     do {                                                          \

@@ -23,6 +23,13 @@
 #define KERNELS_NAME "avx2vnni"
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KERNELS_NAME "avx2"
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_MATMUL_INT8) && \
+    defined(__ARM_FEATURE_DOTPROD)
+#define KERNELS_NAME "i8mm"
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#define KERNELS_NAME "dotprod"
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define KERNELS_NAME "neon"
 #else
 #define KERNELS_NAME "c"
 #endif

@@ -46,9 +46,11 @@
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
-/* ---- vectors: AVX-512, AVX2+FMA, or plain C (always correct) ---------------- */
+/* ---- vectors: AVX-512, AVX2+FMA, NEON, or plain C (always correct) ---------- */
 
 #if defined(__AVX512F__)
 #define VL 16
@@ -96,6 +98,33 @@ static inline __m256i lane_mask(int n) {
 }
 static inline vf vf_load_n(const float *p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
 static inline void vf_store_n(float *p, vf v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define VL 4
+#define MR 8
+#define NR 8
+typedef float32x4_t vf;
+static inline vf vf_zero(void) { return vdupq_n_f32(0.0f); }
+static inline vf vf_load(const float *p) { return vld1q_f32(p); }
+static inline void vf_store(float *p, vf v) { vst1q_f32(p, v); }
+static inline vf vf_set1(float x) { return vdupq_n_f32(x); }
+/* c = fma(a, b, c) rounded once (vfmaq_f32, as fmaf), then denormals to a
+ * zero of the same sign */
+static inline vf vf_fma_ftz(vf a, vf b, vf c) {
+    const uint32x4_t x = vreinterpretq_u32_f32(vfmaq_f32(c, a, b));
+    const uint32x4_t tiny = vcltq_u32(vandq_u32(x, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x00800000u));
+    return vreinterpretq_f32_u32(vbslq_u32(tiny, vandq_u32(x, vdupq_n_u32(0x80000000u)), x));
+}
+static inline vf vf_load_n(const float *p, int n) {
+    float t[VL] = {0};
+    for (int i = 0; i < n; i++) t[i] = p[i];
+    return vld1q_f32(t);
+}
+static inline void vf_store_n(float *p, vf v, int n) {
+    float t[VL];
+    vst1q_f32(t, v);
+    for (int i = 0; i < n; i++) p[i] = t[i];
+}
 
 #else /* plain C: a "vector" of 8 floats the compiler may vectorise */
 #define VL 8
@@ -194,7 +223,7 @@ _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
  *  - AVX-512 (F, BW, VL): the instruction where the build has AVX512-BF16,
  *    else dpbf16() below emulates it lane by lane; the GEMM path (packed
  *    pairs) and the dot path (16 x 16 pair blocks transposed in registers).
- *  - AVX2 / plain C: the GEMM path on every batch size, its panels holding
+ *  - AVX2 / NEON / plain C: the GEMM path on every batch size, its panels holding
  *    the weights and the rounded activations as F32, each pair's halves
  *    swapped (so the order above is the k order), FMA then ftz per step. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)

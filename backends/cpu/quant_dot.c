@@ -12,7 +12,8 @@
  *     same 4-element groups in every block (the groups vpdpbusd gathers),
  *     then a fixed tree of sums.
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions,
- * the AVX2 ones (builds without AVX-512) and the tiles compute the same
+ * the AVX2 ones (builds without AVX-512), the NEON dots (aarch64) and
+ * the tiles compute the same
  * integers and the same float operations, so
  * every path gives the same bits (tests/test_quants.c checks vec_dot against
  * the plain version and every tile and the GEMM against vec_dot).  The file is built with
@@ -33,6 +34,9 @@
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define HAVE_QDOT_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define HAVE_QDOT_NEON 1
 #endif
 
 static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
@@ -1537,6 +1541,194 @@ Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 #define FAST(name) dot_##name##_avx2
+#elif defined(HAVE_QDOT_NEON)
+/* ---- NEON (aarch64; sdot with dotprod) ------------------------------------------ *
+ * The K-quants' dot: a block's 256 q unpacked 32 at a time in registers
+ * (kq_unpack_q_ref's values), each 16-element sub-block's sum of q a.qs
+ * (q <= 63, so the bytes are read as signed) in 4 int32 lanes (sdot, or
+ * smull/smull2 and sadalp), the 16 sums gathered into 4 vectors and weighted
+ * by sc, M from mn and the bsums by smull/smlal: dot_kq_ref's exact I and
+ * M, then kq_step in scalar. */
+
+/* 32 values of a block: q[32 c .. 32 c + 31] (kq_unpack_q_ref), c < 8 */
+static inline __attribute__((always_inline)) uint8x16x2_t kq_q32_neon(const int kind, const void *blk, const int c) {
+    uint8x16x2_t v;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(3), one = vdupq_n_u8(1);
+    for (int i = 0; i < 2; i++) {
+        const int l = 16 * i;
+        uint8x16_t x;
+        if (kind == KQ4 || kind == KQ5) {
+            const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
+            x = vld1q_u8(qs + 32 * (c / 2) + l);
+            x = c & 1 ? vshrq_n_u8(x, 4) : vandq_u8(x, m4);
+            if (kind == KQ5) {
+                const uint8x16_t h = vld1q_u8(((const bt_block_q5_K *)blk)->qh + l);
+                x = vorrq_u8(x, vshlq_n_u8(vandq_u8(vshlq_u8(h, vdupq_n_s8((int8_t)-c)), one), 4));
+            }
+        } else if (kind == KQ6) {
+            const bt_block_q6_K *w = blk;
+            const int h = c / 4, sb = c % 4;
+            const uint8x16_t lo = vld1q_u8(w->ql + 64 * h + 32 * (sb & 1) + l);
+            const uint8x16_t hi = vld1q_u8(w->qh + 32 * h + l);
+            x = vorrq_u8(sb >> 1 ? vshrq_n_u8(lo, 4) : vandq_u8(lo, m4),
+                         vshlq_n_u8(vandq_u8(vshlq_u8(hi, vdupq_n_s8((int8_t)(-2 * sb))), m3), 4));
+        } else {
+            /* Q2_K and Q3_K: 2 bits of qs[32 h + l], Q3_K and its hmask bit as 4 */
+            const uint8_t *qs = kind == KQ3 ? ((const bt_block_q3_K *)blk)->qs : ((const bt_block_q2_K *)blk)->qs;
+            const int h = c / 4, sb = c % 4;
+            x = vandq_u8(vshlq_u8(vld1q_u8(qs + 32 * h + l), vdupq_n_s8((int8_t)(-2 * sb))), m3);
+            if (kind == KQ3) {
+                const uint8x16_t hm = vld1q_u8(((const bt_block_q3_K *)blk)->hmask + l);
+                x = vorrq_u8(x, vshlq_n_u8(vandq_u8(vshlq_u8(hm, vdupq_n_s8((int8_t)-c)), one), 2));
+            }
+        }
+        v.val[i] = x;
+    }
+    return v;
+}
+
+/* the sum of 16 products of q and a, in 4 int32 lanes */
+static inline int32x4_t kq_dot16_neon(uint8x16_t q, int8x16_t a) {
+    const int8x16_t w = vreinterpretq_s8_u8(q);
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdupq_n_s32(0), w, a);
+#else
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a))), vmull_high_s8(w, a));
+#endif
+}
+
+static inline __attribute__((always_inline)) void dot_kq_neon(const int kind, int64_t k, float *s, const void *vw,
+                                                              const void *va) {
+    const bt_block_q8_K *a = va;
+    const size_t bs = kq_block_bytes(kind);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        struct kq_block o;
+        const void *blk = (const char *)vw + (size_t)b * bs;
+        kq_unpack_scales(kind, blk, &o);
+        int32x4_t iv = vdupq_n_s32(0);
+        for (int g = 0; g < 4; g++) { /* sub-blocks 4g .. 4g + 3: q[64 g .. 64 g + 63] */
+            int32x4_t d[4];
+            for (int h = 0; h < 2; h++) {
+                const uint8x16x2_t q = kq_q32_neon(kind, blk, 2 * g + h);
+                d[2 * h] = kq_dot16_neon(q.val[0], vld1q_s8(a[b].qs + 64 * g + 32 * h));
+                d[2 * h + 1] = kq_dot16_neon(q.val[1], vld1q_s8(a[b].qs + 64 * g + 32 * h + 16));
+            }
+            const int32x4_t p = vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3]));
+            const int32x4_t sc = vmovl_s16(vget_low_s16(vmovl_s8(vld1_s8(o.sc + 4 * g))));
+            iv = vmlaq_s32(iv, sc, p);
+        }
+        const int32_t I = vaddvq_s32(iv);
+        int32x4_t mv = vmull_s16(vld1_s16(o.mn), vld1_s16(a[b].bsums));
+        mv = vmlal_s16(mv, vld1_s16(o.mn + 4), vld1_s16(a[b].bsums + 4));
+        mv = vmlal_s16(mv, vld1_s16(o.mn + 8), vld1_s16(a[b].bsums + 8));
+        mv = vmlal_s16(mv, vld1_s16(o.mn + 12), vld1_s16(a[b].bsums + 12));
+        acc = kq_step(kq_has_min(kind), acc, I, vaddvq_s32(mv), a[b].d, o.d, o.dmin);
+    }
+    *s = acc;
+}
+static void dot_q2_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ2, k, s, vw, va); }
+static void dot_q3_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ3, k, s, vw, va); }
+static void dot_q4_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ4, k, s, vw, va); }
+static void dot_q5_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ5, k, s, vw, va); }
+static void dot_q6_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ6, k, s, vw, va); }
+/* The 32-element types: lanes32's 8 lanes as two int32x4 (lane l the
+ * products of elements 4l .. 4l+3: exactly what sdot sums into a lane; else
+ * smull/smull2, then pairwise adds), their float steps in two float32x4,
+ * hsum8's tree at the end.  Weights as signed bytes: nibbles 0..15, Q5's
+ * 0..31, the tables' values (|v| <= 127, so a product fits int16). */
+static inline int32x4_t dot4x4_neon(int8x16_t w, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdupq_n_s32(0), w, a);
+#else
+    return vpaddq_s32(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a))), vpaddlq_s16(vmull_high_s8(w, a)));
+#endif
+}
+
+/* bits j0 .. j0+15 of qh as 16 bytes of 0 or 16 (Q5's fifth bit) */
+static inline uint8x16_t q5_high_neon(uint32_t qh, int j0) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(qh >> j0)), vdup_n_u8((uint8_t)(qh >> (j0 + 8))));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
+}
+
+enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 };
+
+static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, int64_t k, float *s, const void *vw,
+                                                               const void *va) {
+    const bt_block_q8_0 *a = va;
+    const size_t bs = kind == Q32_Q4_1     ? sizeof(bt_block_q4_1)
+                      : kind == Q32_Q5_0   ? sizeof(bt_block_q5_0)
+                      : kind == Q32_Q5_1   ? sizeof(bt_block_q5_1)
+                      : kind == Q32_IQ4_NL ? sizeof(bt_block_iq4_nl)
+                                           : sizeof(bt_block_mxfp4);
+    const int8x16_t tab = vld1q_s8(kind == Q32_MXFP4 ? bt_mxfp4_values : bt_iq4nl_values);
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        const uint8_t *blk = (const uint8_t *)vw + (size_t)b * bs;
+        const float da = h2f(a[b].d);
+        uint8x16_t lo, hi; /* the weights of elements 0..15 and 16..31 */
+        float dd, dm = 0.0f;
+        if (kind == Q32_Q4_1 || kind == Q32_Q5_1) {
+            const bt_block_q4_1 *w4 = (const void *)blk;
+            const bt_block_q5_1 *w5 = (const void *)blk;
+            const uint8x16_t x = vld1q_u8(kind == Q32_Q4_1 ? w4->qs : w5->qs);
+            lo = vandq_u8(x, vdupq_n_u8(0x0f));
+            hi = vshrq_n_u8(x, 4);
+            if (kind == Q32_Q5_1) {
+                const uint32_t qh = qh_u32(w5->qh);
+                lo = vorrq_u8(lo, q5_high_neon(qh, 0));
+                hi = vorrq_u8(hi, q5_high_neon(qh, 16));
+            }
+            dd = h2f(kind == Q32_Q4_1 ? w4->d : w5->d) * da;
+            dm = h2f(kind == Q32_Q4_1 ? w4->m : w5->m) * da;
+        } else if (kind == Q32_Q5_0) {
+            const bt_block_q5_0 *w = (const void *)blk;
+            const uint8x16_t x = vld1q_u8(w->qs);
+            const uint32_t qh = qh_u32(w->qh);
+            lo = vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), q5_high_neon(qh, 0));
+            hi = vorrq_u8(vshrq_n_u8(x, 4), q5_high_neon(qh, 16));
+            dd = h2f(w->d) * da;
+        } else {
+            const uint8x16_t x = vld1q_u8(blk + (kind == Q32_MXFP4 ? 1 : 2));
+            bt_fp16_t d16;
+            memcpy(&d16, blk, 2);
+            const float dw = kind == Q32_MXFP4 ? bt_e8m0_half(blk[0]) : h2f(d16);
+            lo = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f))));
+            hi = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vshrq_n_u8(x, 4)));
+            dd = dw * da;
+        }
+        const int8x16_t a0 = vld1q_s8(a[b].qs), a1 = vld1q_s8(a[b].qs + 16);
+        int32x4_t i0 = dot4x4_neon(vreinterpretq_s8_u8(lo), a0), i1 = dot4x4_neon(vreinterpretq_s8_u8(hi), a1);
+        if (kind == Q32_IQ4_NL || kind == Q32_MXFP4) {
+            acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd));
+            acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd));
+            continue;
+        }
+        const int32x4_t s0 = vpaddlq_s16(vpaddlq_s8(a0)), s1 = vpaddlq_s16(vpaddlq_s8(a1));
+        if (kind == Q32_Q5_0) { /* isum - 16 asum */
+            i0 = vsubq_s32(i0, vshlq_n_s32(s0, 4));
+            i1 = vsubq_s32(i1, vshlq_n_s32(s1, 4));
+            acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd));
+            acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd));
+            continue;
+        }
+        acc0 = vfmaq_f32(vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd)), vcvtq_f32_s32(s0), vdupq_n_f32(dm));
+        acc1 = vfmaq_f32(vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd)), vcvtq_f32_s32(s1), vdupq_n_f32(dm));
+    }
+    /* hsum8: lanes l + 4, then + 2, then + 1 */
+    const float32x4_t t4 = vaddq_f32(acc0, acc1);
+    const float32x2_t t2 = vadd_f32(vget_low_f32(t4), vget_high_f32(t4));
+    *s = vget_lane_f32(t2, 0) + vget_lane_f32(t2, 1);
+}
+static void dot_q4_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q4_1, k, s, vw, va); }
+static void dot_q5_0_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q5_0, k, s, vw, va); }
+static void dot_q5_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q5_1, k, s, vw, va); }
+static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va) {
+    dot_q32_neon(Q32_IQ4_NL, k, s, vw, va);
+}
+static void dot_mxfp4_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_MXFP4, k, s, vw, va); }
+#define FAST(name) dot_##name##_neon
 #else
 #define FAST(name) dot_##name##_ref
 #endif

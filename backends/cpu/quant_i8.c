@@ -32,6 +32,7 @@
  *   - repacked weights (AVX-512 VNNI; bt_cpu_weight_repack, at load): the
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below);
+ *   - NEON (aarch64): section "NEON" below;
  *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
  *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
  *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
@@ -53,6 +54,9 @@
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define HAVE_I8_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define HAVE_I8_NEON 1
 #endif
 
 #define I8_QK 32
@@ -745,6 +749,170 @@ I8_AVX2_DEFS(q4_0, false)
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_avx2
+#define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
+#elif defined(HAVE_I8_NEON)
+/* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
+ * dot_ref's I_b and float step per output element.  A block's weights are
+ * 32 signed bytes in element order (Q4_0: the nibble - 8, in [-8, 7]), its
+ * activation's 32 q; the products summed in 4 int32 lanes: sdot where the
+ * build has dotprod, else smull / smull2 to int16 (no overflow: one
+ * product at most 128 * 128) and sadalp into int32.  With i8mm, the tiles'
+ * pairs of columns take smmla instead: two rows' 8 bytes against two
+ * columns' 8 bytes, four sums at once, four steps a block.  The sums are
+ * exact in any grouping; the tiles (4 rows x 1, 2 or 4 columns) gather the
+ * 4 rows' I_b into one vector and take the 4 rows' fma at once (fmla: the
+ * scalar fmaf's rounding), the dot takes dot_ref's fma in scalar. */
+
+/* block b of a weight row: 32 signed bytes (*w0 elements 0..15, *w1 16..31) */
+static inline __attribute__((always_inline)) void i8_block_neon(const bool q8, const char *blk, int8x16_t *w0,
+                                                                int8x16_t *w1) {
+    if (q8) {
+        const bt_block_q8_0 *q = (const bt_block_q8_0 *)blk;
+        *w0 = vld1q_s8(q->qs);
+        *w1 = vld1q_s8(q->qs + 16);
+    } else {
+        const uint8x16_t x = vld1q_u8(((const bt_block_q4_0 *)blk)->qs);
+        *w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
+        *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
+    }
+}
+
+/* the 32 products of a block, summed into 4 int32 lanes */
+static inline int32x4_t i8_dot32_neon(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, a0), w1, a1);
+#else
+    int32x4_t s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(a0)));
+    s = vpadalq_s16(s, vmull_high_s8(w0, a0));
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(a1)));
+    return vpadalq_s16(s, vmull_high_s8(w1, a1));
+#endif
+}
+
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+/* 8-byte halves of x and y side by side: (x lo, y lo) or (x hi, y hi) */
+static inline int8x16_t zip_lo64(int8x16_t x, int8x16_t y) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)));
+}
+static inline int8x16_t zip_hi64(int8x16_t x, int8x16_t y) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y)));
+}
+/* rows x, y (each a block: 32 bytes) against columns c, d: lanes
+ * (x.c, x.d, y.c, y.d) of the block's sums */
+static inline int32x4_t i8_mmla_block(const int8x16_t p[4], const int8x16_t q[4]) {
+    int32x4_t m = vdupq_n_s32(0);
+    for (int g = 0; g < 4; g++) m = vmmlaq_s32(m, p[g], q[g]);
+    return m;
+}
+/* a pair's four 8-byte groups interleaved (smmla's operand order) */
+static inline void i8_pair_groups(int8x16_t x0, int8x16_t x1, int8x16_t y0, int8x16_t y1, int8x16_t p[4]) {
+    p[0] = zip_lo64(x0, y0);
+    p[1] = zip_hi64(x0, y0);
+    p[2] = zip_lo64(x1, y1);
+    p[3] = zip_hi64(x1, y1);
+}
+#endif
+
+/* A 4-row x RN-column tile (out[c * 4 + r]): each element dot_ref's
+ * integers and float steps, the 4 rows' in one vector */
+static inline __attribute__((always_inline)) void i8_tile4_neon(const bool q8, const int RN, int64_t k,
+                                                                const void *const *rows, const void *const *acts,
+                                                                float *out) {
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const int64_t nblk = k / I8_QK;
+    struct i8col a[4];
+    float32x4_t acc[4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        int8x16_t w0[4], w1[4];
+        uint16_t d[4]; /* the rows' fp16 scales (first in both block types) */
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            const char *blk = (const char *)rows[r] + (size_t)b * bs;
+            memcpy(&d[r], blk, sizeof d[r]);
+            i8_block_neon(q8, blk, &w0[r], &w1[r]);
+        }
+        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
+        int32x4_t isum[4];
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+        if (RN % 2 == 0) {
+            int8x16_t p01[4], p23[4];
+            i8_pair_groups(w0[0], w1[0], w0[1], w1[1], p01);
+            i8_pair_groups(w0[2], w1[2], w0[3], w1[3], p23);
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c += 2) {
+                const int8_t *qc = a[c].q + b * I8_QK, *qd = a[c + 1].q + b * I8_QK;
+                int8x16_t q[4];
+                i8_pair_groups(vld1q_s8(qc), vld1q_s8(qc + 16), vld1q_s8(qd), vld1q_s8(qd + 16), q);
+                const int32x4_t m01 = i8_mmla_block(p01, q), m23 = i8_mmla_block(p23, q);
+                isum[c] = vuzp1q_s32(m01, m23);
+                isum[c + 1] = vuzp2q_s32(m01, m23);
+            }
+        } else
+#endif
+        {
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const int8_t *q = a[c].q + b * I8_QK;
+                const int8x16_t a0 = vld1q_s8(q), a1 = vld1q_s8(q + 16);
+                int32x4_t p[4];
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < 4; r++) p[r] = i8_dot32_neon(w0[r], w1[r], a0, a1);
+                isum[c] = vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]));
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++)
+            acc[c] = vfmaq_f32(acc[c], vcvtq_f32_s32(isum[c]), vmulq_n_f32(dw, a[c].d[b]));
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) vst1q_f32(out + c * 4, acc[c]);
+}
+
+/* one row, one column: dot_ref with the block's integers in registers */
+static inline __attribute__((always_inline)) void i8_dot_neon(const bool q8, int64_t k, float *out,
+                                                              const void *w_row, const void *act) {
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const int64_t nblk = k / I8_QK;
+    const struct i8col a = i8col_at(act, k);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nblk; b++) {
+        const char *blk = (const char *)w_row + (size_t)b * bs;
+        bt_fp16_t d;
+        memcpy(&d, blk, sizeof d);
+        int8x16_t w0, w1;
+        i8_block_neon(q8, blk, &w0, &w1);
+        const int8_t *q = a.q + b * I8_QK;
+        const int32_t isum = vaddvq_s32(i8_dot32_neon(w0, w1, vld1q_s8(q), vld1q_s8(q + 16)));
+        acc = fmaf((float)isum, bt_fp16_to_fp32(d) * a.d[b], acc);
+    }
+    *out = acc;
+}
+
+#define I8_NEON_TILE(name, q8, RN)                                                                              \
+    static void qtile_##name##_4x##RN(int64_t k, const void *const *w, const void *const *a,                   \
+                                      const void *const *n, float *out) {                                      \
+        (void)n;                                                                                               \
+        i8_tile4_neon(q8, RN, k, w, a, out);                                                                   \
+    }
+#define I8_NEON_DEFS(name, q8)                                                                                  \
+    static void dot_##name##_neon(int64_t k, float *s, const void *w, const void *a) {                         \
+        i8_dot_neon(q8, k, s, w, a);                                                                           \
+    }                                                                                                          \
+    I8_NEON_TILE(name, q8, 1)                                                                                  \
+    I8_NEON_TILE(name, q8, 2)                                                                                  \
+    I8_NEON_TILE(name, q8, 4)
+I8_NEON_DEFS(q8_0, true)
+I8_NEON_DEFS(q4_0, false)
+
+#define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
+#define I8_GEMM(name) 0, NULL, NULL, NULL
+#define I8_QUANTIZE i8_quantize_ref
+#define FAST(name) dot_##name##_neon
 #define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #else
 #define I8_TILES(name) {{0, 0, NULL}}

@@ -4,6 +4,9 @@
  * (BT_CPU_MULTI), the kernel files' plain external names, each forwarding
  * to the chosen variant.
  *
+ * On aarch64 the variants are c, neon, dotprod and i8mm, told apart by the
+ * kernel's hwcaps (getauxval), as x86-64's by cpuid.
+ *
  * The choice is made once per process, at the first call, and never
  * changes: a process-wide constant, like the CPU it describes. */
 #include "cpu_variant.h"
@@ -19,7 +22,14 @@
 #include <cpuid.h>
 #endif
 
-#ifdef BT_CPU_MULTI
+#if defined(BT_CPU_MULTI) && defined(__aarch64__)
+#include <sys/auxv.h>
+extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_neon_kernels_table, bt_cpu_dotprod_kernels_table,
+    bt_cpu_i8mm_kernels_table;
+/* narrowest first: the widest the CPU runs is chosen */
+static const struct bt_cpu_kernels *const variants[] = {&bt_cpu_c_kernels_table, &bt_cpu_neon_kernels_table,
+                                                        &bt_cpu_dotprod_kernels_table, &bt_cpu_i8mm_kernels_table};
+#elif defined(BT_CPU_MULTI)
 extern const struct bt_cpu_kernels bt_cpu_c_kernels_table, bt_cpu_avx2_kernels_table, bt_cpu_avx2vnni_kernels_table,
     bt_cpu_avx512f_kernels_table, bt_cpu_avx512_kernels_table, bt_cpu_avx512bf16_kernels_table;
 /* narrowest first: the widest the CPU runs is chosen */
@@ -39,7 +49,26 @@ const struct bt_cpu_kernels *bt_cpu_variant_at(int i) {
     return variants[i];
 }
 
-#ifdef BT_CPU_MULTI
+#if defined(BT_CPU_MULTI) && defined(__aarch64__)
+/* the kernel's hardware capabilities (getauxval; the bits of the Linux
+ * uapi's asm/hwcap.h, which older headers may lack) */
+#define BT_HWCAP_ASIMD (1ul << 1)
+#define BT_HWCAP_ASIMDDP (1ul << 20)
+#define BT_HWCAP2_I8MM (1ul << 13)
+
+/* does the CPU run the instructions variant `name` was built with
+ * (CMakeLists.txt)? */
+static bool cpu_runs(const char *name) {
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    const bool neon = (hw & BT_HWCAP_ASIMD) != 0;
+    const bool dotprod = neon && (hw & BT_HWCAP_ASIMDDP) != 0;
+    if (strcmp(name, "c") == 0) return true;
+    if (strcmp(name, "neon") == 0) return neon;
+    if (strcmp(name, "dotprod") == 0) return dotprod;
+    if (strcmp(name, "i8mm") == 0) return dotprod && (hw2 & BT_HWCAP2_I8MM) != 0;
+    return false;
+}
+#elif defined(BT_CPU_MULTI)
 /* F16C: cpuid leaf 1, ecx bit 29 (not among GCC 12's __builtin_cpu_supports names) */
 static bool has_f16c(void) {
     unsigned a, b, c, d;
