@@ -128,7 +128,66 @@ expect 405 "takes POST, not DELETE" "${auth[@]}" -X DELETE "$H"
 # 413: declared and chunked
 head -c 70000 /dev/zero | tr '\0' 'a' >"$tmp/big"
 expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" --data-binary @"$tmp/big" "$C"
-expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/big" "$C"
+expect 413 "the request body is over 65536 bytes, the most this server takes" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/big" "$C"
+# a 50 MB chunked body (no Content-Length): the 413 as soon as the limit is passed, not a reset
+# after the whole body (before: the connection was reset after about 16 times the limit)
+head -c 50000000 /dev/zero | tr '\0' 'a' >"$tmp/huge"
+expect 413 "the request body is over 65536 bytes" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/huge" "$C"
+rm -f "$tmp/huge"
+# raw HTTP: each case gets one response (one status line) with the JSON error, and the
+# chunked body's answer comes before 4 MB of the 50 are sent
+if python3 - "$port" "$key" <<'PY'; then echo "ok: raw: a bad Content-Length or a 50 MB chunked body: one 4xx with its message"; else fail "raw: bad Content-Length, chunked body"; fi
+import json, select, socket, sys
+port, key = int(sys.argv[1]), sys.argv[2]
+head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n" % key
+def answer(s):
+    s.settimeout(10)
+    out = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError:
+        pass
+    return out.decode("latin1")
+def one_json(out, status, text):
+    ok = out.count("HTTP/1.") == 1 and out.startswith("HTTP/1.1 %d " % status) and "\r\n\r\n" in out
+    if ok:
+        body = json.loads(out.split("\r\n\r\n", 1)[1])
+        ok = text in body["error"]["message"]
+    if not ok:
+        print("FAIL: wanted one %d with %r, got %r" % (status, text, out[:600]))
+    return ok
+good = True
+for cl, status, text in [("-5", 400, "the request's Content-Length '-5' is not a byte count"),
+                         ("5x", 400, "the request's Content-Length '5x' is not a byte count"),
+                         ("99999999999999999999999", 413, "the request body has 99999999999999999999999 bytes: this server takes at most 65536"),
+                         ("100000000", 413, "the request body has 100000000 bytes: this server takes at most 65536")]:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall((head + "Content-Length: %s\r\n\r\n" % cl).encode())
+    good = one_json(answer(s), status, text) and good
+    s.close()
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode())
+chunk = b"10000\r\n" + b"a" * 65536 + b"\r\n"
+sent = 0
+while sent < 50000000:
+    r, w, _ = select.select([s], [s], [], 10)
+    if r or not w:
+        break
+    try:
+        sent += s.send(chunk)
+    except OSError:
+        break
+out = answer(s)
+good = one_json(out, 413, "the request body is over 65536 bytes") and good
+if sent > 4000000:
+    print("FAIL: the 413 came after %d bytes of the body" % sent)
+    good = False
+sys.exit(0 if good else 1)
+PY
 # 400s and a 404 from the body
 expect 400 "the request body is empty" "${auth[@]}" "${json[@]}" -X POST "$C"
 expect 400 "not valid JSON: line 1" "${auth[@]}" "${json[@]}" -d '{"model":' "$C"

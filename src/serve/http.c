@@ -10,7 +10,20 @@
  *
  * A thread waiting for its job wakes at least every WAIT_MS to look at its
  * socket: a client that closed it cancels the job at once (its sequence is
- * freed at the batcher's next step), streamed or not. */
+ * freed at the batcher's next step), streamed or not.
+ *
+ * Two answers are written to the socket here, not through libmicrohttpd,
+ * which (0.9.75) cannot give them:
+ *   - a chunked body (no Content-Length) that passes --max-body: MHD queues
+ *     no response before the whole body is in, so the 413 goes out at once,
+ *     the rest of the body is read and dropped (up to DRAIN_FACTOR times the
+ *     limit), and the connection is closed;
+ *   - a Content-Length that is no byte count (negative, "5x") or past 2^64:
+ *     MHD refuses it before any handler runs, and its answer went out twice
+ *     (parse_connection_headers queues it, then the state machine builds the
+ *     headers again).  Its log line about the header is the only hook: the
+ *     JSON error is written there and the socket shut for writing, so MHD's
+ *     own copy goes nowhere. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,12 +36,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 
 #define WAIT_MS 50
 #define RETRY_AFTER_S "1"
 #define CORS_MAX_AGE_S "86400" /* how long a browser may keep a preflight's answer */
+#define DRAIN_FACTOR 16 /* an over-long chunked body is read and dropped up to this many times --max-body */
+#define RAW_SEND_MS 2000 /* the most a raw answer waits for room in the socket */
 
 enum route {
     R_COMPLETIONS = BT_EP_COMPLETIONS,
@@ -56,8 +72,8 @@ struct req {
     enum route route;
     char *body;
     size_t len, cap;
-    bool too_large;
     bool answered;
+    bool raw;       /* answered on the socket (send_raw): MHD must send nothing more */
     struct bt_job *job;
     /* streaming */
     int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
@@ -82,6 +98,53 @@ static bool client_gone(struct MHD_Connection *c) {
         return recv(ci->connect_fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
     }
     return false;
+}
+
+/* libmicrohttpd runs each connection on a thread of its own
+ * (MHD_USE_THREAD_PER_CONNECTION): the thread names the connection whose
+ * request line it read last, for the log hook (on_mhd_log) */
+struct conn_tls {
+    struct MHD_Connection *conn;
+    enum route route;
+    bool quiet; /* answered on the socket: MHD's lines about closing it are noise */
+};
+static _Thread_local struct conn_tls tls;
+
+/* an error as a whole HTTP/1.1 answer written to the socket, then
+ * "Connection: close"; false when the socket takes none of it in time */
+static bool send_raw(struct bt_server *s, struct MHD_Connection *c, enum route rt, const struct bt_api_error *e) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char *js = bt_api_error_json(e);
+    if (!ci || !js) {
+        free(js);
+        return false;
+    }
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    char cors[320] = "";
+    if (s->cfg.cors) snprintf(cors, sizeof cors, "Access-Control-Allow-Origin: %s\r\n", s->cfg.cors);
+    char *msg = NULL;
+    int n = asprintf(&msg,
+                     "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\n%s"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     e->status, reason && *reason ? reason : "Error", cors, strlen(js), js);
+    free(js);
+    if (n < 0) return false;
+    size_t off = 0;
+    while (off < (size_t)n) {
+        ssize_t k = send(ci->connect_fd, msg + off, (size_t)n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            off += (size_t)k;
+            continue;
+        }
+        struct pollfd p = {.fd = ci->connect_fd, .events = POLLOUT};
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && poll(&p, 1, RAW_SEND_MS) > 0)
+            continue;
+        break;
+    }
+    free(msg);
+    bt_metrics_request(&s->metrics, (enum bt_metrics_endpoint)rt, e->status);
+    tls.quiet = true;
+    return off == (size_t)n;
 }
 
 /* --cors: every answer says which origin may read it */
@@ -618,6 +681,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (r->raw) {
+        /* the 413 is out: drop the rest of the body while the client may
+         * still be reading it, then close (MHD must not answer again) */
+        r->len += *upload_size;
+        if (*upload_size == 0 || r->len > DRAIN_FACTOR * s->cfg.max_body) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (r->answered) {
         *upload_size = 0; /* an early answer: what comes is dropped */
         return MHD_YES;
@@ -625,11 +696,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (r->too_large || r->len + n > s->cfg.max_body) {
-            r->too_large = true;
+        if (r->len + n > s->cfg.max_body) {
+            /* a chunked body (a declared one was checked above) past the
+             * limit: the 413 now, not after the whole body */
+            struct bt_api_error e;
+            bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                             "the request body is over %zu bytes, the most this server takes", s->cfg.max_body);
             r->len += n;
-            /* a body that never ends (chunked): stop reading it */
-            return r->len > 16 * s->cfg.max_body ? MHD_NO : MHD_YES;
+            r->answered = r->raw = true;
+            return send_raw(s, conn, r->route, &e) ? MHD_YES : MHD_NO;
         }
         if (r->len + n + 1 > r->cap) {
             size_t cap = r->cap ? r->cap : 4096;
@@ -643,12 +718,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->len += n;
         r->body[r->len] = 0;
         return MHD_YES;
-    }
-    if (r->too_large) {
-        struct bt_api_error e;
-        bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
-                         "the request body has %zu bytes: this server takes at most %zu", r->len, s->cfg.max_body);
-        return send_error(r, &e, NULL, NULL);
     }
     if (r->route == R_TOKENIZE) return handle_tokenize(r);
     if (r->route == R_DETOKENIZE) return handle_detokenize(r);
@@ -684,10 +753,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* MHD has read a request line: the connection this thread serves from now on */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls;
+    tls.conn = conn;
+    tls.route = route_of(uri);
+    tls.quiet = false;
+    return NULL; /* on_request's state starts on its first call */
+}
+
+/* MHD's line about a Content-Length it refuses (see the file's header):
+ * answer with the JSON error here, and shut the socket for writing so MHD's
+ * answer (sent twice by 0.9.75) goes nowhere */
+static bool answer_bad_length(struct bt_server *s, const char *fmt) {
+    if (!tls.conn || tls.quiet || !strstr(fmt, "Content-Length' header")) return false;
+    const char *cl = MHD_lookup_connection_value(tls.conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl) cl = "";
+    struct bt_api_error e;
+    if (*cl >= '0' && *cl <= '9' && strspn(cl, "0123456789") == strlen(cl))
+        bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request body has %.40s bytes: this server takes at most %zu", cl, s->cfg.max_body);
+    else
+        bt_api_error_set(&e, 400, "invalid_request_error", NULL, NULL,
+                         "the request's Content-Length '%.40s' is not a byte count", cl);
+    send_raw(s, tls.conn, tls.route, &e);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(tls.conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) shutdown(ci->connect_fd, SHUT_WR);
+    return true;
+}
+
 /* libmicrohttpd's own messages (a socket error, a client gone mid-stream),
  * one line each under the program's name */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     struct bt_server *s = cls;
+    if (tls.quiet || answer_bad_length(s, fmt)) return;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
@@ -727,7 +826,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
                                  on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, false);
     if (!s->daemon) {
