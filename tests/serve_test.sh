@@ -468,13 +468,128 @@ rc=$?
 server=""
 [ $rc -eq 0 ] || fail "NaN logits: the server's job exited $rc: $(cat "$tmp/nan.err")"
 
+# ---- connection limits: idle connections cannot lock others out ----
+# 300 idle connections from one address (127.0.0.1) hold at most --max-client-connections;
+# another address is served at once; past a limit, 2 spare connections answer /health only
+# (idle, they close after a second) and other routes get a 429 or 503
+# naming the limit; --timeout closes an idle connection (before: 300 idle connections made
+# /health time out for every client; the idle timeout was fixed at 120 s)
+ranks=1 start_server limits --parallel 2 --ctx-size 256 --max-connections 8 --max-client-connections 4 --timeout 6
+if python3 - "$port" "$mid" <<'PY'; then echo "ok: connection limits: per client, spare /health slots, --timeout"; else fail "connection limits"; fi
+import json, socket, sys, time
+port, mid = int(sys.argv[1]), sys.argv[2]
+def conn(src):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+def ask(src, path, body=None, tries=1):
+    """one request on a new connection from src: (status, message or body), or (0, why)"""
+    for t in range(tries):
+        try:
+            s = conn(src)
+            s.settimeout(10)
+            req = ("%s %s HTTP/1.1\r\nHost: x\r\n" % ("POST" if body else "GET", path))
+            if body:
+                req += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+            s.sendall((req + "\r\n" + (body or "")).encode())
+            out = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                out += d
+                if b"\r\n\r\n" in out:
+                    head, rest = out.split(b"\r\n\r\n", 1)
+                    n = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                    if n and len(rest) >= n[0]:
+                        break
+            s.close()
+            if out:
+                head, rest = out.split(b"\r\n\r\n", 1)
+                status = int(head.split()[1])
+                try:
+                    return status, json.loads(rest)["error"]["message"]
+                except Exception:
+                    return status, rest.decode()
+            why = "closed unanswered"
+        except OSError as e:
+            why = str(e)
+        time.sleep(0.5)
+    return 0, why
+good = True
+def want(got, status, text, what):
+    global good
+    if got[0] != status or text not in got[1]:
+        print("FAIL: %s: %r (wanted %d %r)" % (what, got, status, text))
+        good = False
+    else:
+        print("ok: %s: %d %s" % (what, got[0], got[1][:120]))
+t0 = time.time()
+flood = []
+for _ in range(300):
+    try:
+        flood.append(conn("127.0.0.1"))
+    except OSError:
+        pass
+time.sleep(0.3)
+# the flood holds 4 + 2 spare; another address is served at once, the flood's own /health
+# once its idle spare connections have timed out
+want(ask("127.0.0.2", "/health"), 200, '"status":"ok"', "300 idle from 127.0.0.1: /health from 127.0.0.2")
+want(ask("127.0.0.2", "/v1/completions", json.dumps({"model": mid, "prompt": "hi", "max_tokens": 2})), 200,
+     '"text_completion"', "300 idle from 127.0.0.1: a completion from 127.0.0.2")
+time.sleep(1.5)
+want(ask("127.0.0.1", "/health", tries=6), 200, '"status":"ok"', "300 idle from 127.0.0.1: its own /health on a spare slot")
+want(ask("127.0.0.1", "/v1/models", tries=6), 429,
+     "127.0.0.1 has 4 connections open, the most one client may have (--max-client-connections 4): only /health "
+     "is answered on another", "300 idle from 127.0.0.1: /v1/models on a spare slot")
+# the server's limit: 4 more idle from 127.0.0.3 fill the 8; a fifth address gets /health only
+t1 = time.time()
+more = [conn("127.0.0.3") for _ in range(4)]
+time.sleep(0.3)
+want(ask("127.0.0.5", "/health", tries=6), 200, '"status":"ok"', "8 connections open: /health on a spare slot")
+want(ask("127.0.0.5", "/v1/models", tries=6), 503,
+     "the server has 8 connections open, the most it takes (--max-connections 8): only /health is answered on "
+     "another", "8 connections open: /v1/models on a spare slot")
+if time.time() - t0 > 5:
+    print("note: the checks took %.1f s: the flood's connections may have timed out before" % (time.time() - t0))
+# --timeout 6: the idle connections are closed (recv gives b"") after 6 s, not before
+def n_closed(socks):
+    n = 0
+    for s in socks:
+        s.settimeout(0.2)
+        try:
+            n += s.recv(1) == b""
+        except OSError:
+            pass
+    return n
+if time.time() - t1 < 4 and n_closed(more) != 0:
+    print("FAIL: --timeout 6: idle connections closed before 6 s")
+    good = False
+time.sleep(max(0, t1 + 8 - time.time()))
+closed = n_closed(flood[:4] + more)
+if closed != 8:
+    print("FAIL: --timeout 6: %d of the 8 idle connections closed after 8 s" % closed)
+    good = False
+for s in flood + more:
+    s.close()
+want(ask("127.0.0.1", "/health"), 200, '"status":"ok"', "after the flood: /health")
+sys.exit(0 if good else 1)
+PY
+expect_usage "--timeout: '0' is not an integer in [1, 86400]" -m "$model" --timeout 0
+expect_usage "--max-client-connections: 'x' is not an integer" -m "$model" --max-client-connections x
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+server=""
+
 # ---- a rank killed while serving: the job ends with a message ----
 start_server killed --parallel 2 --ctx-size 256 --max-connections 3
-# connections are bounded: with 3 open, a 4th is closed unanswered; then all is well again
-if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 4th connection is closed unanswered"; else fail "--max-connections"; fi
+# connections are bounded: with 3 open and 2 spare, a 6th is closed unanswered; then all is well again
+if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: past 3 open and 2 spare a connection is closed unanswered"; else fail "--max-connections"; fi
 import socket, sys, time
 port = int(sys.argv[1])
-held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
 time.sleep(0.3)
 s = socket.create_connection(("127.0.0.1", port))
 s.settimeout(10)

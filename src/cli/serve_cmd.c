@@ -42,11 +42,13 @@ enum {
     OPT_ALIAS,
     OPT_CHAT_TEMPLATE,
     OPT_CORS,
+    OPT_MAX_CLIENT_CONN,
+    OPT_TIMEOUT,
 };
 
 struct serve_opts {
     const char *model, *host, *api_key, *alias, *chat_template, *cors;
-    int port, parallel, max_queue, max_conn;
+    int port, parallel, max_queue, max_conn, max_client_conn, timeout;
     long ctx, ubatch;
     long max_body;
     struct bt_cli_engine_opts eng;
@@ -77,7 +79,11 @@ static void serve_usage(FILE *f) {
             "                          template (tokenizer.chat_template), else chatml\n"
             "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
             "      --max-body BYTES    largest request body (default 1048576)\n"
-            "      --max-connections N open connections at once (default 256)\n"
+            "      --max-connections N open connections at once (default 256); past it, 2 spare ones\n"
+            "                          answer /health only (others get 503) and close\n"
+            "      --max-client-connections N  open connections from one client address (default 128,\n"
+            "                          at most --max-connections); past it, 2 spare ones as above (429)\n"
+            "      --timeout SECONDS   close a connection idle this long (default 120; a spare one: 1)\n"
             "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n");
     bt_cli_engine_help(f, 26);
     fprintf(f,
@@ -108,6 +114,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"cors", required_argument, 0, OPT_CORS},
+        {"max-client-connections", required_argument, 0, OPT_MAX_CLIENT_CONN},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -163,6 +171,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         INT_OPT(OPT_MAX_QUEUE, "--max-queue", 0, 100000, o->max_queue)
         INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
         INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)
+        INT_OPT(OPT_MAX_CLIENT_CONN, "--max-client-connections", 1, 65536, o->max_client_conn)
+        INT_OPT(OPT_TIMEOUT, "--timeout", 1, 86400, o->timeout)
         INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
 #undef INT_OPT
         case 'h': return 0;
@@ -237,6 +247,8 @@ static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
         .api_key = o->api_key,
         .max_body = (size_t)o->max_body,
         .max_connections = o->max_conn,
+        .max_client_connections = o->max_client_conn < o->max_conn ? o->max_client_conn : o->max_conn,
+        .timeout_s = o->timeout,
         .max_queue = o->max_queue,
         .n_slots = o->parallel,
         .n_ctx_seq = ep->n_ctx / ep->n_seq_max,
@@ -283,7 +295,8 @@ out:
 
 int bt_cli_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
-                           .max_conn = 256, .ubatch = 0, .max_body = 1 << 20};
+                           .max_conn = 256, .max_client_conn = 128, .timeout = 120, .ubatch = 0,
+                           .max_body = 1 << 20};
     const int env_rank = bt_cli_env_rank();
     bt_cli_signals_install("baton serve", env_rank);
     char perr[1024] = "";

@@ -45,6 +45,7 @@
 #define CORS_MAX_AGE_S "86400" /* how long a browser may keep a preflight's answer */
 #define DRAIN_FACTOR 16 /* an over-long chunked body is read and dropped up to this many times --max-body */
 #define RAW_SEND_MS 2000 /* the most a raw answer waits for room in the socket */
+#define SPARE_TIMEOUT_S 1u /* a spare connection (serve.h) idle this long is closed */
 
 enum route {
     R_COMPLETIONS = BT_EP_COMPLETIONS,
@@ -74,6 +75,7 @@ struct req {
     size_t len, cap;
     bool answered;
     bool raw;       /* answered on the socket (send_raw): MHD must send nothing more */
+    bool spare;     /* on a spare connection: /health only, then close */
     struct bt_job *job;
     /* streaming */
     int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
@@ -147,9 +149,91 @@ static bool send_raw(struct bt_server *s, struct MHD_Connection *c, enum route r
     return off == (size_t)n;
 }
 
-/* --cors: every answer says which origin may read it */
+/* --cors: every answer says which origin may read it; a spare connection
+ * (serve.h) is closed after its answer */
 static void add_cors(struct req *r, struct MHD_Response *resp) {
     if (r->s->cfg.cors) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->s->cfg.cors);
+    if (r->spare) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* ---- open connections: per client address, and the spare ones ---- */
+
+/* a client address: the family and its bytes (IPv4 4, IPv6 16) */
+struct bt_conn_client {
+    int family;
+    uint8_t addr[16];
+    int open;
+};
+
+/* a connection's record (its MHD socket context) */
+struct conn_info {
+    struct bt_conn_client who; /* .open unused */
+    int spare;                 /* 0: within the limits; 503: past --max-connections; 429: past its address's */
+};
+
+static void client_of(struct MHD_Connection *c, struct bt_conn_client *who) {
+    memset(who, 0, sizeof *who);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    who->family = sa->sa_family;
+    if (sa->sa_family == AF_INET) memcpy(who->addr, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    else if (sa->sa_family == AF_INET6)
+        memcpy(who->addr, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+}
+
+/* the address's entry (added with open 0); NULL when out of memory (under mu) */
+static struct bt_conn_client *client_entry(struct bt_conn_count *cc, const struct bt_conn_client *who) {
+    for (int i = 0; i < cc->n_clients; i++)
+        if (cc->clients[i].family == who->family && !memcmp(cc->clients[i].addr, who->addr, sizeof who->addr))
+            return &cc->clients[i];
+    if (cc->n_clients == cc->cap_clients) {
+        int cap = cc->cap_clients ? 2 * cc->cap_clients : 16;
+        struct bt_conn_client *t = realloc(cc->clients, (size_t)cap * sizeof *t);
+        if (!t) return NULL;
+        cc->clients = t;
+        cc->cap_clients = cap;
+    }
+    struct bt_conn_client *e = &cc->clients[cc->n_clients++];
+    *e = *who;
+    e->open = 0;
+    return e;
+}
+
+/* MHD's accept thread (STARTED) and the connection's (CLOSED): count the
+ * connection, in all and for its address; past a limit it is a spare one */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    struct bt_server *s = cls;
+    struct bt_conn_count *cc = &s->conns;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn_info *ci = calloc(1, sizeof *ci);
+        if (!ci) return; /* not counted: served as within the limits */
+        client_of(conn, &ci->who);
+        pthread_mutex_lock(&cc->mu);
+        struct bt_conn_client *e = client_entry(cc, &ci->who);
+        if (!e) {
+            pthread_mutex_unlock(&cc->mu);
+            free(ci);
+            return;
+        }
+        cc->open++;
+        e->open++;
+        ci->spare = cc->open > s->cfg.max_connections ? 503 : e->open > s->cfg.max_client_connections ? 429 : 0;
+        pthread_mutex_unlock(&cc->mu);
+        if (ci->spare) MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, SPARE_TIMEOUT_S);
+        *socket_context = ci;
+        return;
+    }
+    struct conn_info *ci = *socket_context;
+    if (!ci) return;
+    pthread_mutex_lock(&cc->mu);
+    struct bt_conn_client *e = client_entry(cc, &ci->who); /* there: counted at the start */
+    cc->open--;
+    if (e && --e->open <= 0) *e = cc->clients[--cc->n_clients];
+    pthread_mutex_unlock(&cc->mu);
+    free(ci);
+    *socket_context = NULL;
 }
 
 /* text (owned; NULL: no body) with its type (NULL: none) */
@@ -653,6 +737,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         struct bt_api_error e;
         const bool post = route_is_post(r->route);
+        const union MHD_ConnectionInfo *sc = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        const struct conn_info *ci = sc ? sc->socket_context : NULL;
+        if (ci && ci->spare) {
+            r->spare = true;
+            if (ci->spare == 503 && r->route != R_HEALTH) {
+                bt_api_error_set(&e, 503, "server_error", NULL, "too_many_connections",
+                                 "the server has %d connections open, the most it takes (--max-connections %d): "
+                                 "only /health is answered on another",
+                                 s->cfg.max_connections, s->cfg.max_connections);
+                return send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+            }
+            if (ci->spare == 429 && r->route != R_HEALTH) {
+                char who[INET6_ADDRSTRLEN] = "this client";
+                if (ci->who.family == AF_INET || ci->who.family == AF_INET6)
+                    inet_ntop(ci->who.family, ci->who.addr, who, sizeof who);
+                bt_api_error_set(&e, 429, "rate_limit_error", NULL, "too_many_connections",
+                                 "%s has %d connections open, the most one client may have "
+                                 "(--max-client-connections %d): only /health is answered on another",
+                                 who, s->cfg.max_client_connections, s->cfg.max_client_connections);
+                return send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+            }
+        }
         if (r->route == R_NONE)
             return fail(r, 404, "invalid_request_error", "unknown_url", "Unknown request URL: %.16s %.200s", method,
                         url);
@@ -787,6 +893,8 @@ static bool answer_bad_length(struct bt_server *s, const char *fmt) {
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     struct bt_server *s = cls;
     if (tls.quiet || answer_bad_length(s, fmt)) return;
+    /* a flood of connections past the limits: its first refusal only */
+    if (strstr(fmt, "reached connection limit") && atomic_exchange(&s->refused_logged, true)) return;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
@@ -810,6 +918,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     s->created = (int64_t)time(NULL);
     bt_jobs_init(&s->jobs, cfg->n_slots, cfg->max_queue);
     bt_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->conns.mu, NULL);
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
                     *ai = NULL;
@@ -824,8 +933,12 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     atomic_store(&s->starting, true);
     s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + BT_SERVE_SPARE_CONNECTIONS),
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned)(cfg->max_client_connections + BT_SERVE_SPARE_CONNECTIONS),
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)cfg->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, false);
@@ -846,6 +959,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
 fail:
     bt_metrics_destroy(&s->metrics);
     bt_jobs_destroy(&s->jobs);
+    pthread_mutex_destroy(&s->conns.mu);
     return BT_ERR_IO;
 }
 
@@ -864,4 +978,6 @@ void bt_server_stop(struct bt_server *s) {
     s->daemon = NULL;
     bt_metrics_destroy(&s->metrics);
     bt_jobs_destroy(&s->jobs);
+    free(s->conns.clients);
+    pthread_mutex_destroy(&s->conns.mu);
 }
