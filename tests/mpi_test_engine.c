@@ -158,7 +158,7 @@ static void reference(const char *path, int n_seq, const int32_t *tok, const int
     ck_assert_msg(bt_llm_ctx_new(m, &cp, &c, err, sizeof err) == BT_OK, "%s", err);
     int8_t *lg = malloc((size_t)n);
     memset(lg, 1, (size_t)n);
-    struct bt_llm_batch b = {n, tok, pos, seq, lg};
+    struct bt_llm_batch b = {n, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
     ck_assert_msg(bt_llm_decode(c, &b, out, err, sizeof err) == BT_OK, "%s", err);
     free(lg);
     bt_llm_ctx_free(c);
@@ -167,7 +167,7 @@ static void reference(const char *path, int n_seq, const int32_t *tok, const int
 
 static void submit(struct bt_engine *e, int n, const int32_t *tok, const int32_t *pos, const int32_t *seq,
                    const int8_t *lg) {
-    struct bt_llm_batch b = {n, tok, pos, seq, lg};
+    struct bt_llm_batch b = {n, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
     uint64_t id;
     ck_assert_msg(bt_engine_submit(e, &b, &id) == BT_OK, "%s", bt_engine_error(e));
 }
@@ -460,7 +460,7 @@ END_TEST
 
 static void expect_submit_error(struct bt_engine *e, int n, const int32_t *tok, const int32_t *pos, const int32_t *seq,
                                 enum bt_status want, const char *text) {
-    struct bt_llm_batch b = {n, tok, pos, seq, NULL};
+    struct bt_llm_batch b = {n, tok, pos, seq, NULL, BT_LLM_OUT_LOGITS};
     uint64_t id = 12345;
     const int before = bt_engine_n_inflight(e);
     ck_assert_int_eq(bt_engine_submit(e, &b, &id), want);
@@ -504,7 +504,7 @@ START_TEST(test_submit_errors) {
         for (int k = 0; k < 3; k++) collect(e, 1 + (uint64_t)k, 1, out);
         ck_assert_int_eq(bt_engine_seq_pos_max(e, 0), 25);
         ck_assert(bt_engine_stop(e) == BT_OK);
-        ck_assert_int_eq(bt_engine_submit(e, &(struct bt_llm_batch){2, ok_t, ok_p, ok_s, NULL}, &id), BT_ERR_INVALID);
+        ck_assert_int_eq(bt_engine_submit(e, &(struct bt_llm_batch){2, ok_t, ok_p, ok_s, NULL, BT_LLM_OUT_LOGITS}, &id), BT_ERR_INVALID);
     } else {
         ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
     }
@@ -717,7 +717,7 @@ START_TEST(test_failure_on_a_stage) {
             float out[N_VOCAB];
             uint64_t id;
             int64_t n_out;
-            struct bt_llm_batch b = {3, t, p, sq, NULL};
+            struct bt_llm_batch b = {3, t, p, sq, NULL, BT_LLM_OUT_LOGITS};
             enum bt_status st = bt_engine_submit(e, &b, &id);
             if (st == BT_OK) st = bt_engine_collect(e, &id, out, &n_out);
             if (st != BT_OK) {
@@ -772,7 +772,7 @@ START_TEST(test_failure_leaves_nothing_behind) {
     R.layer_counts = counts;
     struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
     if (T->rank == 0) {
-        struct bt_llm_batch b = {3, t3, p3, s3, NULL};
+        struct bt_llm_batch b = {3, t3, p3, s3, NULL, BT_LLM_OUT_LOGITS};
         uint64_t id;
         float out[N_VOCAB];
         enum bt_status st = bt_engine_submit(e, &b, &id);
@@ -1329,7 +1329,7 @@ static void check_dist_decode(const char *name, bool moe, bool ordered) {
             sq[n] = 1;                                                                                             \
         }                                                                                                          \
         for (int i = 0; i < n; i++) rows[i] = i;                                                                   \
-        const struct bt_model_dist_ubatch ub = {n, tk, ps, sq, n, rows};                                           \
+        const struct bt_model_dist_ubatch ub = {n, tk, ps, sq, n, rows, BT_LLM_OUT_LOGITS};                                        \
         ck_assert_msg(bt_model_dist_decode(md, &ub) == BT_OK, "%s", bt_model_dist_error(md));                      \
         if (T->rank == 0) {                                                                                        \
             ck_assert_msg(bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, got) == BT_OK, "%s",         \

@@ -55,6 +55,7 @@ expect_usage "unknown option --frob" -m "$model" --frob
 expect_usage "--cors: 'https://app.example/' is not an origin: give * or scheme://host[:port]" -m "$model" --cors https://app.example/
 expect_usage "--cors: 'app.example' is not an origin" -m "$model" --cors app.example
 expect_usage "--cors: '' is not an origin" -m "$model" --cors ""
+expect_usage "--pooling: 'cls' is not a pooling: give mean or last" -m "$model" --pooling cls
 out=$("$baton" serve -m "$tmp/missing.gguf" --port 0 2>&1)
 rc=$?
 if [ $rc -ne 1 ] || ! grep -q "missing.gguf" <<<"$out"; then fail "a missing model file: rc $rc, '$out'"; else echo "ok: a missing model file names it"; fi
@@ -295,6 +296,23 @@ expect 400 "'tokens[0]' is token id -1" "${auth[@]}" "${json[@]}" -d '{"tokens":
 expect 401 "You didn't provide an API key" "${json[@]}" -d '{"content":"a"}' "$T"
 expect 405 "/detokenize takes POST, not GET" "${auth[@]}" "$D"
 
+# ---- POST /v1/embeddings: mean pooling of the hidden states after the output norm ----
+E=$url/v1/embeddings
+expect 400 "you must provide 'input'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\"}" "$E"
+expect 400 "'input' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[]}" "$E"
+expect 400 "'input' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"\"}" "$E"
+expect 400 "'input[1]' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"a\",\"\"]}" "$E"
+expect 400 "'input' must be a string, an array of strings, token ids or arrays of token ids, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":5}" "$E"
+expect 400 "'input[1]' must be a string or an array of token ids, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"a\",5]}" "$E"
+expect 400 "'input[0][1]' is token id 99999999" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[[1,99999999]]}" "$E"
+expect 400 "'encoding_format' is 'int8': give float or base64" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\",\"encoding_format\":\"int8\"}" "$E"
+expect 400 "'dimensions' is not supported by this server" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\",\"dimensions\":8}" "$E"
+expect 400 "'input[0]' has 401 tokens: the maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"$long\"]}" "$E"
+expect 404 "The model 'gpt-4' does not exist" "${auth[@]}" "${json[@]}" -d '{"model":"gpt-4","input":"a"}' "$E"
+expect 401 "You didn't provide an API key" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\"}" "$E"
+expect 405 "/v1/embeddings takes POST, not GET" "${auth[@]}" "$E"
+if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb2"; then fail "serve_embeddings.py"; fi
+
 # ---- GET /v1/models/{id}: the object /v1/models lists; another id a 404 ----
 expect 200 "{\"id\":\"$mid\",\"object\":\"model\"" "${auth[@]}" "$url/v1/models/$mid"
 got=$(curl -s "${auth[@]}" "$url/v1/models/$mid")
@@ -396,6 +414,14 @@ elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; th
 else
     echo "ok: logprobs: the same printed values on 1 rank and on 2"
 fi
+# embeddings: the same printed vectors on 1 rank as on 2
+if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb1"; then
+    fail "serve_embeddings.py on one rank"
+elif [ ! -s "$tmp/emb2" ] || ! cmp -s "$tmp/emb1" "$tmp/emb2"; then
+    fail "embeddings: 1 rank and 2 ranks differ"
+else
+    echo "ok: embeddings: the same printed vectors on 1 rank and on 2"
+fi
 # --cors: the origin on every answer (an error, a stream, a 401 too); a preflight needs no key
 cors_check() { # what, then curl's arguments
     local what=$1
@@ -433,6 +459,18 @@ wait $server
 rc=$?
 server=""
 [ $rc -eq 0 ] || fail "one rank: the server's job exited $rc: $(cat "$tmp/one.err")"
+
+# ---- --pooling last: the last token's hidden state ----
+ranks=1 start_server last --parallel 2 --ctx-size 256 --pooling last
+if python3 "$here/serve_embeddings.py" "$port" none "$mid" "$model" last "$tmp/embl"; then
+    echo "ok: --pooling last"
+else
+    fail "--pooling last"
+fi
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+server=""
 
 # ---- a model whose logits hold NaN (a damaged file): that request is a 500 naming it, ----
 # ---- the server goes on (before: 200 with tokens sampled from NaN) ----

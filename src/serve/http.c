@@ -4,6 +4,8 @@
  * against a sequence's share of the context), job submission, and answers as
  * one JSON object or as server-sent events.  Besides OpenAI's routes:
  * llama-server's /tokenize and /detokenize (the tokenizer alone, no job),
+ * /v1/embeddings (a job per input: its prompt's hidden states pooled by the
+ * batcher, --pooling),
  * HEAD on every GET route (libmicrohttpd sends the headers without the body),
  * and with --cors the CORS headers and OPTIONS preflights (which need no key:
  * a browser sends them without one).
@@ -56,6 +58,7 @@ enum route {
     R_MODEL = BT_EP_MODEL, /* /v1/models/{id} */
     R_TOKENIZE = BT_EP_TOKENIZE,
     R_DETOKENIZE = BT_EP_DETOKENIZE,
+    R_EMBEDDINGS = BT_EP_EMBEDDINGS,
     R_NONE = BT_EP_OTHER,
 };
 
@@ -63,7 +66,7 @@ enum route {
 
 /* what a route takes; the others take GET (and HEAD) */
 static bool route_is_post(enum route rt) {
-    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_TOKENIZE || rt == R_DETOKENIZE;
+    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_TOKENIZE || rt == R_DETOKENIZE || rt == R_EMBEDDINGS;
 }
 
 /* one request's state, from its first call to MHD's "completed" */
@@ -77,6 +80,8 @@ struct req {
     bool raw;       /* answered on the socket (send_raw): MHD must send nothing more */
     bool spare;     /* on a spare connection: /health only, then close */
     struct bt_job *job;
+    struct bt_job **embd_jobs; /* /v1/embeddings: one job per input */
+    size_t n_embd_jobs;
     /* streaming */
     int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
     size_t text_seen; /* bytes of job->text already sent */
@@ -284,6 +289,7 @@ static enum route route_of(const char *url) {
     if (!strncmp(url, MODELS_PREFIX, strlen(MODELS_PREFIX))) return R_MODEL;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     return R_NONE;
 }
 
@@ -682,6 +688,131 @@ static enum MHD_Result handle_detokenize(struct req *r) {
     return send_text(r, 200, "application/json", js, NULL, NULL);
 }
 
+/* POST /v1/embeddings: each input tokenized (text with BOS, as
+ * llama-server) and checked against a sequence's share, then a job each;
+ * the answer once every vector is in */
+static enum MHD_Result handle_embeddings(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_api_error e;
+    struct bt_api_embeddings q;
+    if (!bt_api_parse_embeddings(r->body ? r->body : "", r->len, &s->lim, &q, &e))
+        return send_error(r, &e, NULL, NULL);
+    const bool base64 = q.base64;
+    enum MHD_Result ret = MHD_NO;
+    if (!(r->embd_jobs = calloc(q.n, sizeof *r->embd_jobs))) {
+        bt_api_embeddings_free(&q);
+        return fail(r, 500, "server_error", NULL, "out of memory");
+    }
+    /* the prompts first: a bad input refuses the request before any job runs */
+    for (size_t i = 0; i < q.n; i++) {
+        struct bt_job *j = bt_job_new();
+        if (!j) {
+            ret = fail(r, 500, "server_error", NULL, "out of memory");
+            goto out;
+        }
+        r->embd_jobs[r->n_embd_jobs++] = j;
+        j->pooling = s->cfg.pooling;
+        struct bt_api_embd_input *in = &q.in[i];
+        if (in->ids) {
+            j->prompt = in->ids;
+            j->n_prompt = in->n_ids;
+            in->ids = NULL;
+        } else {
+            bt_tokens t = {0};
+            char msg[512];
+            if (bt_tokenizer_tokenize(s->tok, in->text, in->len, true, true, &t, msg, sizeof msg) != BT_OK) {
+                bt_tokens_free(&t);
+                ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]' cannot be tokenized: %s", i, msg);
+                goto out;
+            }
+            j->prompt = t.ids;
+            j->n_prompt = t.n;
+        }
+        if (j->n_prompt == 0) {
+            ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]' has no tokens", i);
+            goto out;
+        }
+        if ((int64_t)j->n_prompt > s->cfg.n_ctx_seq) {
+            bt_api_error_set(&e, 400, "invalid_request_error", "input", "context_length_exceeded",
+                             "'input[%zu]' has %zu tokens: the maximum context length is %lld tokens per request", i,
+                             j->n_prompt, (long long)s->cfg.n_ctx_seq);
+            ret = send_error(r, &e, NULL, NULL);
+            goto out;
+        }
+        j->created = (int64_t)time(NULL);
+    }
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        enum bt_status st = bt_jobs_submit(&s->jobs, r->embd_jobs[i]);
+        if (st == BT_OK && i == 0) {
+            pthread_mutex_lock(&s->jobs.mu);
+            s->n_answering++;
+            r->submitted = true;
+            pthread_mutex_unlock(&s->jobs.mu);
+        }
+        if (st == BT_OK) continue;
+        /* the jobs submitted are cancelled in on_completed */
+        if (st == BT_ERR_CAPACITY) {
+            bt_metrics_rejected(&s->metrics);
+            bt_api_error_set(&e, 503, "server_error", NULL, "server_overloaded",
+                             "The server is busy: all %d sequence slots are taken and %d requests are waiting; retry "
+                             "later",
+                             s->cfg.n_slots, s->cfg.max_queue);
+            ret = send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+        } else if (st == BT_ERR_ABORTED) {
+            ret = fail(r, 503, "server_error", "shutting_down", "The server is shutting down");
+        } else {
+            ret = fail(r, 500, "server_error", NULL, "the engine has failed");
+        }
+        goto out;
+    }
+    /* every vector, or the client gone */
+    int64_t n_prompt = 0;
+    pthread_mutex_lock(&s->jobs.mu);
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        while (j->state != BT_JOB_DONE) {
+            bt_job_wait_locked(&s->jobs, j, (size_t)-1, WAIT_MS);
+            if (j->state != BT_JOB_DONE && client_gone(r->conn)) {
+                pthread_mutex_unlock(&s->jobs.mu);
+                r->gone = true;
+                goto out; /* nobody to answer: close (on_completed cancels the jobs) */
+            }
+        }
+        n_prompt += (int64_t)j->n_prompt;
+    }
+    pthread_mutex_unlock(&s->jobs.mu);
+    /* DONE: the engine's thread writes nothing more */
+    const float **vec = calloc(r->n_embd_jobs, sizeof *vec);
+    if (!vec) {
+        ret = fail(r, 500, "server_error", NULL, "out of memory");
+        goto out;
+    }
+    int64_t n_embd = 0;
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        if (j->bad_request) {
+            free(vec);
+            ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]': %s", i, j->error);
+            goto out;
+        }
+        if (!j->embd || j->res.finish != BT_FINISH_STOP) {
+            free(vec);
+            ret = fail(r, 500, "server_error", NULL, "the request failed: %s",
+                       j->error[0] ? j->error : "it was cancelled");
+            goto out;
+        }
+        vec[i] = j->embd;
+        n_embd = j->n_embd;
+    }
+    char *js = bt_api_embeddings_json(s->cfg.model_id, vec, r->n_embd_jobs, n_embd, base64, n_prompt);
+    free(vec);
+    ret = js ? send_text(r, 200, "application/json", js, NULL, NULL)
+             : fail(r, 500, "server_error", NULL, "out of memory");
+out:
+    bt_api_embeddings_free(&q);
+    return ret;
+}
+
 /* OPTIONS with --cors: a browser's preflight, answered before any key is asked */
 static enum MHD_Result send_preflight(struct req *r) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
@@ -827,6 +958,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->route == R_TOKENIZE) return handle_tokenize(r);
     if (r->route == R_DETOKENIZE) return handle_detokenize(r);
+    if (r->route == R_EMBEDDINGS) return handle_embeddings(r);
     return handle_generate(r);
 }
 
@@ -848,6 +980,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         bt_job_release(&s->jobs, r->job);
     }
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        pthread_mutex_lock(&s->jobs.mu);
+        bool open = j->state == BT_JOB_QUEUED || j->state == BT_JOB_RUNNING;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (open) bt_jobs_cancel(&s->jobs, j); /* the client went away, or another input failed */
+        bt_job_release(&s->jobs, j);
+    }
+    free(r->embd_jobs);
     if (r->submitted) {
         pthread_mutex_lock(&s->jobs.mu);
         s->n_answering--;

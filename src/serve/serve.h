@@ -41,6 +41,7 @@ struct bt_serve_config {
     int64_t n_ctx_seq;   /* cells of one sequence: prompt + generated tokens */
     const char *model_id;
     const char *cors;    /* NULL: no CORS headers; else Access-Control-Allow-Origin's value ("*" or an origin) */
+    enum bt_pooling pooling; /* /v1/embeddings: mean or last */
 };
 
 /* connections past --max-connections, or past --max-client-connections for
