@@ -406,6 +406,76 @@ START_TEST(test_history_bitwise) {
 }
 END_TEST
 
+/* Hidden states (BT_LLM_OUT_EMBD: the rows after the output norm, n_embd
+ * floats): sequence A's in one ubatch equal A's token by token with
+ * another sequence's logits ubatches in between (bitwise), each row is the
+ * RMS norm's output (its mean square times the norm's weight is not 0), and
+ * a logits ubatch after them gives the logits it gives alone. */
+START_TEST(test_hidden_states) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    enum { NT = 9 };
+    const size_t V = N_VOCAB, D = N_EMBD;
+    int32_t ta[NT], tb[NT], pos[NT], sa[NT], sb[NT], sc[NT];
+    for (int i = 0; i < NT; i++) {
+        ta[i] = (i * 5 + 3) % N_VOCAB;
+        tb[i] = (i * 13 + 2) % N_VOCAB;
+        pos[i] = i;
+        sa[i] = 0;
+        sb[i] = 1;
+        sc[i] = 2;
+    }
+    int8_t all[NT];
+    memset(all, 1, sizeof all);
+    float *whole = malloc(NT * D * sizeof(float)), *split = malloc(NT * D * sizeof(float));
+    float *lg_alone = malloc(NT * V * sizeof(float)), *lg_after = malloc(NT * V * sizeof(float));
+    struct bt_engine *e = open_engine(path, 96, 3, 16, 0);
+    if (T->rank == 0) {
+        uint64_t id = 0, got;
+        int64_t n_out;
+        /* the logits of B alone, first */
+        submit(e, NT, tb, pos, sb, all);
+        collect(e, id++, NT, lg_alone);
+        ck_assert(bt_engine_seq_rm(e, 1) == BT_OK);
+        /* A whole: every row */
+        struct bt_llm_batch hb = {NT, ta, pos, sa, all, BT_LLM_OUT_EMBD};
+        ck_assert_msg(bt_engine_submit(e, &hb, &got) == BT_OK, "%s", bt_engine_error(e));
+        ck_assert(bt_engine_collect(e, &got, whole, &n_out) == BT_OK && got == id++ && n_out == NT);
+        ck_assert(bt_engine_seq_rm(e, 0) == BT_OK);
+        /* A token by token in sequence 2, B's logits ubatches in between */
+        for (int i = 0; i < NT; i++) {
+            struct bt_llm_batch one = {1, ta + i, pos + i, sc + i, NULL, BT_LLM_OUT_EMBD};
+            ck_assert_msg(bt_engine_submit(e, &one, &got) == BT_OK, "%s", bt_engine_error(e));
+            submit(e, 1, tb + i, pos + i, sb + i, NULL);
+        }
+        for (int i = 0; i < NT; i++) {
+            ck_assert(bt_engine_collect(e, &got, split + (size_t)i * D, &n_out) == BT_OK && got == id++ && n_out == 1);
+            collect(e, id++, 1, lg_after + (size_t)i * V);
+        }
+        ck_assert_msg(memcmp(whole, split, NT * D * sizeof(float)) == 0,
+                      "hidden states depend on the ubatch they came in");
+        ck_assert_msg(memcmp(lg_alone, lg_after, NT * V * sizeof(float)) == 0,
+                      "logits after hidden-state ubatches differ from the logits alone");
+        for (int i = 0; i < NT; i++) {
+            double ss = 0;
+            for (size_t j = 0; j < D; j++) {
+                ck_assert(isfinite(whole[(size_t)i * D + j]));
+                ss += (double)whole[(size_t)i * D + j] * whole[(size_t)i * D + j];
+            }
+            ck_assert_msg(ss > 0, "row %d of hidden states is zero", i);
+        }
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    bt_engine_close(e);
+    free(whole);
+    free(split);
+    free(lg_alone);
+    free(lg_after);
+}
+END_TEST
+
 /* Every rank must get the same error from a collective open. */
 static void expect_open_error(const char *path_here, int64_t n_ctx, int64_t n_ubatch, enum bt_status want,
                               const char *part1, const char *part2) {
@@ -1552,6 +1622,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(tc, test_quant_moe_bitwise, 0, 3);
     tcase_add_test(tc, test_rank0_drives_only);
     tcase_add_test(tc, test_history_bitwise);
+    tcase_add_test(tc, test_hidden_states);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);

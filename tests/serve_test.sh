@@ -461,7 +461,7 @@ server=""
 [ $rc -eq 0 ] || fail "one rank: the server's job exited $rc: $(cat "$tmp/one.err")"
 
 # ---- --pooling last: the last token's hidden state ----
-ranks=1 start_server last --parallel 2 --ctx-size 256 --pooling last
+ranks=1 start_server last --parallel 4 --ctx-size 1024 --pooling last
 if python3 "$here/serve_embeddings.py" "$port" none "$mid" "$model" last "$tmp/embl"; then
     echo "ok: --pooling last"
 else
@@ -623,20 +623,24 @@ server=""
 
 # ---- a rank killed while serving: the job ends with a message ----
 start_server killed --parallel 2 --ctx-size 256 --max-connections 3
-# connections are bounded: with 3 open and 2 spare, a 6th is closed unanswered; then all is well again
-if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: past 3 open and 2 spare a connection is closed unanswered"; else fail "--max-connections"; fi
+# connections are bounded: with 3 open and the 2 spare ones idle, a 6th waits until a spare one
+# is closed (1 s idle), then its /health is answered and closed; then all is well again
+if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 6th connection's /health waits for a spare slot"; else fail "--max-connections"; fi
 import socket, sys, time
 port = int(sys.argv[1])
 held = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
 time.sleep(0.3)
 s = socket.create_connection(("127.0.0.1", port))
 s.settimeout(10)
+t0 = time.time()
 try:
     s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    data = s.recv(100)
+    data = s.recv(1000)
 except OSError:
     data = b""
-sys.exit(0 if data == b"" else 1)
+ok = data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data and 0.3 < time.time() - t0 < 5
+print("6th connection: %.1f s: %r" % (time.time() - t0, data[:60]))
+sys.exit(0 if ok else 1)
 PY
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
 if [ "$code" != 200 ]; then fail "after the connection limit: /health $code"; fi
