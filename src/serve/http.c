@@ -38,7 +38,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "serve.h"
 
