@@ -214,7 +214,8 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def forward(name, t, tokens):
+def forward(name, t, tokens, hidden=False):
+    """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
     T = len(tokens)
     pos = np.arange(T)
@@ -261,6 +262,8 @@ def forward(name, t, tokens):
                 f = f + sh * gate[:, None]
         x = x + f
     x = rms(x, t["output_norm.weight"])
+    if hidden:
+        return x
     out = t.get("output.weight", t["token_embd.weight"])
     return x @ out.T  # [T, V]
 
@@ -290,6 +293,12 @@ def main():
     path = os.path.join(d, "model.gguf")
     if brk == "vocab":
         write(name, wtype, path, "none", sys.argv[5])
+        return
+    if brk == "embd":  # the embedding of the ids: mean or last pooling, unit length (llama-server's)
+        import json
+        x = forward(name, load(path), np.array([int(v) for v in sys.argv[5].split(",")]), hidden=True)
+        e = x.mean(axis=0) if sys.argv[6] == "mean" else x[-1]
+        print(json.dumps((e / np.linalg.norm(e)).tolist()))
         return
     if brk == "greedy":
         import json

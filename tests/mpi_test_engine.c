@@ -158,7 +158,7 @@ static void reference(const char *path, int n_seq, const int32_t *tok, const int
     ck_assert_msg(bt_llm_ctx_new(m, &cp, &c, err, sizeof err) == BT_OK, "%s", err);
     int8_t *lg = malloc((size_t)n);
     memset(lg, 1, (size_t)n);
-    struct bt_llm_batch b = {n, tok, pos, seq, lg};
+    struct bt_llm_batch b = {n, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
     ck_assert_msg(bt_llm_decode(c, &b, out, err, sizeof err) == BT_OK, "%s", err);
     free(lg);
     bt_llm_ctx_free(c);
@@ -167,7 +167,7 @@ static void reference(const char *path, int n_seq, const int32_t *tok, const int
 
 static void submit(struct bt_engine *e, int n, const int32_t *tok, const int32_t *pos, const int32_t *seq,
                    const int8_t *lg) {
-    struct bt_llm_batch b = {n, tok, pos, seq, lg};
+    struct bt_llm_batch b = {n, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
     uint64_t id;
     ck_assert_msg(bt_engine_submit(e, &b, &id) == BT_OK, "%s", bt_engine_error(e));
 }
@@ -406,6 +406,76 @@ START_TEST(test_history_bitwise) {
 }
 END_TEST
 
+/* Hidden states (BT_LLM_OUT_EMBD: the rows after the output norm, n_embd
+ * floats): sequence A's in one ubatch equal A's token by token with
+ * another sequence's logits ubatches in between (bitwise), each row is the
+ * RMS norm's output (its mean square times the norm's weight is not 0), and
+ * a logits ubatch after them gives the logits it gives alone. */
+START_TEST(test_hidden_states) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    enum { NT = 9 };
+    const size_t V = N_VOCAB, D = N_EMBD;
+    int32_t ta[NT], tb[NT], pos[NT], sa[NT], sb[NT], sc[NT];
+    for (int i = 0; i < NT; i++) {
+        ta[i] = (i * 5 + 3) % N_VOCAB;
+        tb[i] = (i * 13 + 2) % N_VOCAB;
+        pos[i] = i;
+        sa[i] = 0;
+        sb[i] = 1;
+        sc[i] = 2;
+    }
+    int8_t all[NT];
+    memset(all, 1, sizeof all);
+    float *whole = malloc(NT * D * sizeof(float)), *split = malloc(NT * D * sizeof(float));
+    float *lg_alone = malloc(NT * V * sizeof(float)), *lg_after = malloc(NT * V * sizeof(float));
+    struct bt_engine *e = open_engine(path, 96, 3, 16, 0);
+    if (T->rank == 0) {
+        uint64_t id = 0, got;
+        int64_t n_out;
+        /* the logits of B alone, first */
+        submit(e, NT, tb, pos, sb, all);
+        collect(e, id++, NT, lg_alone);
+        ck_assert(bt_engine_seq_rm(e, 1) == BT_OK);
+        /* A whole: every row */
+        struct bt_llm_batch hb = {NT, ta, pos, sa, all, BT_LLM_OUT_EMBD};
+        ck_assert_msg(bt_engine_submit(e, &hb, &got) == BT_OK, "%s", bt_engine_error(e));
+        ck_assert(bt_engine_collect(e, &got, whole, &n_out) == BT_OK && got == id++ && n_out == NT);
+        ck_assert(bt_engine_seq_rm(e, 0) == BT_OK);
+        /* A token by token in sequence 2, B's logits ubatches in between */
+        for (int i = 0; i < NT; i++) {
+            struct bt_llm_batch one = {1, ta + i, pos + i, sc + i, NULL, BT_LLM_OUT_EMBD};
+            ck_assert_msg(bt_engine_submit(e, &one, &got) == BT_OK, "%s", bt_engine_error(e));
+            submit(e, 1, tb + i, pos + i, sb + i, NULL);
+        }
+        for (int i = 0; i < NT; i++) {
+            ck_assert(bt_engine_collect(e, &got, split + (size_t)i * D, &n_out) == BT_OK && got == id++ && n_out == 1);
+            collect(e, id++, 1, lg_after + (size_t)i * V);
+        }
+        ck_assert_msg(memcmp(whole, split, NT * D * sizeof(float)) == 0,
+                      "hidden states depend on the ubatch they came in");
+        ck_assert_msg(memcmp(lg_alone, lg_after, NT * V * sizeof(float)) == 0,
+                      "logits after hidden-state ubatches differ from the logits alone");
+        for (int i = 0; i < NT; i++) {
+            double ss = 0;
+            for (size_t j = 0; j < D; j++) {
+                ck_assert(isfinite(whole[(size_t)i * D + j]));
+                ss += (double)whole[(size_t)i * D + j] * whole[(size_t)i * D + j];
+            }
+            ck_assert_msg(ss > 0, "row %d of hidden states is zero", i);
+        }
+        ck_assert(bt_engine_stop(e) == BT_OK);
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    bt_engine_close(e);
+    free(whole);
+    free(split);
+    free(lg_alone);
+    free(lg_after);
+}
+END_TEST
+
 /* Every rank must get the same error from a collective open. */
 static void expect_open_error(const char *path_here, int64_t n_ctx, int64_t n_ubatch, enum bt_status want,
                               const char *part1, const char *part2) {
@@ -460,7 +530,7 @@ END_TEST
 
 static void expect_submit_error(struct bt_engine *e, int n, const int32_t *tok, const int32_t *pos, const int32_t *seq,
                                 enum bt_status want, const char *text) {
-    struct bt_llm_batch b = {n, tok, pos, seq, NULL};
+    struct bt_llm_batch b = {n, tok, pos, seq, NULL, BT_LLM_OUT_LOGITS};
     uint64_t id = 12345;
     const int before = bt_engine_n_inflight(e);
     ck_assert_int_eq(bt_engine_submit(e, &b, &id), want);
@@ -504,7 +574,7 @@ START_TEST(test_submit_errors) {
         for (int k = 0; k < 3; k++) collect(e, 1 + (uint64_t)k, 1, out);
         ck_assert_int_eq(bt_engine_seq_pos_max(e, 0), 25);
         ck_assert(bt_engine_stop(e) == BT_OK);
-        ck_assert_int_eq(bt_engine_submit(e, &(struct bt_llm_batch){2, ok_t, ok_p, ok_s, NULL}, &id), BT_ERR_INVALID);
+        ck_assert_int_eq(bt_engine_submit(e, &(struct bt_llm_batch){2, ok_t, ok_p, ok_s, NULL, BT_LLM_OUT_LOGITS}, &id), BT_ERR_INVALID);
     } else {
         ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
     }
@@ -717,7 +787,7 @@ START_TEST(test_failure_on_a_stage) {
             float out[N_VOCAB];
             uint64_t id;
             int64_t n_out;
-            struct bt_llm_batch b = {3, t, p, sq, NULL};
+            struct bt_llm_batch b = {3, t, p, sq, NULL, BT_LLM_OUT_LOGITS};
             enum bt_status st = bt_engine_submit(e, &b, &id);
             if (st == BT_OK) st = bt_engine_collect(e, &id, out, &n_out);
             if (st != BT_OK) {
@@ -772,7 +842,7 @@ START_TEST(test_failure_leaves_nothing_behind) {
     R.layer_counts = counts;
     struct bt_engine *e = open_engine(path, 64, 1, 8, 0);
     if (T->rank == 0) {
-        struct bt_llm_batch b = {3, t3, p3, s3, NULL};
+        struct bt_llm_batch b = {3, t3, p3, s3, NULL, BT_LLM_OUT_LOGITS};
         uint64_t id;
         float out[N_VOCAB];
         enum bt_status st = bt_engine_submit(e, &b, &id);
@@ -1329,7 +1399,7 @@ static void check_dist_decode(const char *name, bool moe, bool ordered) {
             sq[n] = 1;                                                                                             \
         }                                                                                                          \
         for (int i = 0; i < n; i++) rows[i] = i;                                                                   \
-        const struct bt_model_dist_ubatch ub = {n, tk, ps, sq, n, rows};                                           \
+        const struct bt_model_dist_ubatch ub = {n, tk, ps, sq, n, rows, BT_LLM_OUT_LOGITS};                                        \
         ck_assert_msg(bt_model_dist_decode(md, &ub) == BT_OK, "%s", bt_model_dist_error(md));                      \
         if (T->rank == 0) {                                                                                        \
             ck_assert_msg(bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, got) == BT_OK, "%s",         \
@@ -1554,6 +1624,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(tc, test_quant_moe_bitwise, 0, 3);
     tcase_add_test(tc, test_rank0_drives_only);
     tcase_add_test(tc, test_history_bitwise);
+    tcase_add_test(tc, test_hidden_states);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);

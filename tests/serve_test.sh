@@ -55,6 +55,7 @@ expect_usage "unknown option --frob" -m "$model" --frob
 expect_usage "--cors: 'https://app.example/' is not an origin: give * or scheme://host[:port]" -m "$model" --cors https://app.example/
 expect_usage "--cors: 'app.example' is not an origin" -m "$model" --cors app.example
 expect_usage "--cors: '' is not an origin" -m "$model" --cors ""
+expect_usage "--pooling: 'cls' is not a pooling: give mean or last" -m "$model" --pooling cls
 out=$("$baton" serve -m "$tmp/missing.gguf" --port 0 2>&1)
 rc=$?
 if [ $rc -ne 1 ] || ! grep -q "missing.gguf" <<<"$out"; then fail "a missing model file: rc $rc, '$out'"; else echo "ok: a missing model file names it"; fi
@@ -128,7 +129,66 @@ expect 405 "takes POST, not DELETE" "${auth[@]}" -X DELETE "$H"
 # 413: declared and chunked
 head -c 70000 /dev/zero | tr '\0' 'a' >"$tmp/big"
 expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" --data-binary @"$tmp/big" "$C"
-expect 413 "this server takes at most 65536" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/big" "$C"
+expect 413 "the request body is over 65536 bytes, the most this server takes" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/big" "$C"
+# a 50 MB chunked body (no Content-Length): the 413 as soon as the limit is passed, not a reset
+# after the whole body (before: the connection was reset after about 16 times the limit)
+head -c 50000000 /dev/zero | tr '\0' 'a' >"$tmp/huge"
+expect 413 "the request body is over 65536 bytes" "${auth[@]}" "${json[@]}" -H "Transfer-Encoding: chunked" --data-binary @"$tmp/huge" "$C"
+rm -f "$tmp/huge"
+# raw HTTP: each case gets one response (one status line) with the JSON error, and the
+# chunked body's answer comes before 4 MB of the 50 are sent
+if python3 - "$port" "$key" <<'PY'; then echo "ok: raw: a bad Content-Length or a 50 MB chunked body: one 4xx with its message"; else fail "raw: bad Content-Length, chunked body"; fi
+import json, select, socket, sys
+port, key = int(sys.argv[1]), sys.argv[2]
+head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n" % key
+def answer(s):
+    s.settimeout(10)
+    out = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError:
+        pass
+    return out.decode("latin1")
+def one_json(out, status, text):
+    ok = out.count("HTTP/1.") == 1 and out.startswith("HTTP/1.1 %d " % status) and "\r\n\r\n" in out
+    if ok:
+        body = json.loads(out.split("\r\n\r\n", 1)[1])
+        ok = text in body["error"]["message"]
+    if not ok:
+        print("FAIL: wanted one %d with %r, got %r" % (status, text, out[:600]))
+    return ok
+good = True
+for cl, status, text in [("-5", 400, "the request's Content-Length '-5' is not a byte count"),
+                         ("5x", 400, "the request's Content-Length '5x' is not a byte count"),
+                         ("99999999999999999999999", 413, "the request body has 99999999999999999999999 bytes: this server takes at most 65536"),
+                         ("100000000", 413, "the request body has 100000000 bytes: this server takes at most 65536")]:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall((head + "Content-Length: %s\r\n\r\n" % cl).encode())
+    good = one_json(answer(s), status, text) and good
+    s.close()
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode())
+chunk = b"10000\r\n" + b"a" * 65536 + b"\r\n"
+sent = 0
+while sent < 50000000:
+    r, w, _ = select.select([s], [s], [], 10)
+    if r or not w:
+        break
+    try:
+        sent += s.send(chunk)
+    except OSError:
+        break
+out = answer(s)
+good = one_json(out, 413, "the request body is over 65536 bytes") and good
+if sent > 4000000:
+    print("FAIL: the 413 came after %d bytes of the body" % sent)
+    good = False
+sys.exit(0 if good else 1)
+PY
 # 400s and a 404 from the body
 expect 400 "the request body is empty" "${auth[@]}" "${json[@]}" -X POST "$C"
 expect 400 "not valid JSON: line 1" "${auth[@]}" "${json[@]}" -d '{"model":' "$C"
@@ -236,6 +296,23 @@ expect 400 "'tokens[0]' is token id -1" "${auth[@]}" "${json[@]}" -d '{"tokens":
 expect 401 "You didn't provide an API key" "${json[@]}" -d '{"content":"a"}' "$T"
 expect 405 "/detokenize takes POST, not GET" "${auth[@]}" "$D"
 
+# ---- POST /v1/embeddings: mean pooling of the hidden states after the output norm ----
+E=$url/v1/embeddings
+expect 400 "you must provide 'input'" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\"}" "$E"
+expect 400 "'input' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[]}" "$E"
+expect 400 "'input' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"\"}" "$E"
+expect 400 "'input[1]' is empty" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"a\",\"\"]}" "$E"
+expect 400 "'input' must be a string, an array of strings, token ids or arrays of token ids, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":5}" "$E"
+expect 400 "'input[1]' must be a string or an array of token ids, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"a\",5]}" "$E"
+expect 400 "'input[0][1]' is token id 99999999" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[[1,99999999]]}" "$E"
+expect 400 "'encoding_format' is 'int8': give float or base64" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\",\"encoding_format\":\"int8\"}" "$E"
+expect 400 "'dimensions' is not supported by this server" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\",\"dimensions\":8}" "$E"
+expect 400 "'input[0]' has 401 tokens: the maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":[\"$long\"]}" "$E"
+expect 404 "The model 'gpt-4' does not exist" "${auth[@]}" "${json[@]}" -d '{"model":"gpt-4","input":"a"}' "$E"
+expect 401 "You didn't provide an API key" "${json[@]}" -d "{\"model\":\"$mid\",\"input\":\"a\"}" "$E"
+expect 405 "/v1/embeddings takes POST, not GET" "${auth[@]}" "$E"
+if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb2"; then fail "serve_embeddings.py"; fi
+
 # ---- GET /v1/models/{id}: the object /v1/models lists; another id a 404 ----
 expect 200 "{\"id\":\"$mid\",\"object\":\"model\"" "${auth[@]}" "$url/v1/models/$mid"
 got=$(curl -s "${auth[@]}" "$url/v1/models/$mid")
@@ -337,6 +414,14 @@ elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; th
 else
     echo "ok: logprobs: the same printed values on 1 rank and on 2"
 fi
+# embeddings: the same printed vectors on 1 rank as on 2
+if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb1"; then
+    fail "serve_embeddings.py on one rank"
+elif [ ! -s "$tmp/emb2" ] || ! cmp -s "$tmp/emb1" "$tmp/emb2"; then
+    fail "embeddings: 1 rank and 2 ranks differ"
+else
+    echo "ok: embeddings: the same printed vectors on 1 rank and on 2"
+fi
 # --cors: the origin on every answer (an error, a stream, a 401 too); a preflight needs no key
 cors_check() { # what, then curl's arguments
     local what=$1
@@ -375,6 +460,18 @@ rc=$?
 server=""
 [ $rc -eq 0 ] || fail "one rank: the server's job exited $rc: $(cat "$tmp/one.err")"
 
+# ---- --pooling last: the last token's hidden state ----
+ranks=1 start_server last --parallel 4 --ctx-size 1024 --pooling last
+if python3 "$here/serve_embeddings.py" "$port" none "$mid" "$model" last "$tmp/embl"; then
+    echo "ok: --pooling last"
+else
+    fail "--pooling last"
+fi
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+server=""
+
 # ---- a model whose logits hold NaN (a damaged file): that request is a 500 naming it, ----
 # ---- the server goes on (before: 200 with tokens sampled from NaN) ----
 cp "$model" "$tmp/nan.gguf"
@@ -409,22 +506,141 @@ rc=$?
 server=""
 [ $rc -eq 0 ] || fail "NaN logits: the server's job exited $rc: $(cat "$tmp/nan.err")"
 
+# ---- connection limits: idle connections cannot lock others out ----
+# 300 idle connections from one address (127.0.0.1) hold at most --max-client-connections;
+# another address is served at once; past a limit, 2 spare connections answer /health only
+# (idle, they close after a second) and other routes get a 429 or 503
+# naming the limit; --timeout closes an idle connection (before: 300 idle connections made
+# /health time out for every client; the idle timeout was fixed at 120 s)
+ranks=1 start_server limits --parallel 2 --ctx-size 256 --max-connections 8 --max-client-connections 4 --timeout 6
+if python3 - "$port" "$mid" <<'PY'; then echo "ok: connection limits: per client, spare /health slots, --timeout"; else fail "connection limits"; fi
+import json, socket, sys, time
+port, mid = int(sys.argv[1]), sys.argv[2]
+def conn(src):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+def ask(src, path, body=None, tries=1):
+    """one request on a new connection from src: (status, message or body), or (0, why)"""
+    for t in range(tries):
+        try:
+            s = conn(src)
+            s.settimeout(10)
+            req = ("%s %s HTTP/1.1\r\nHost: x\r\n" % ("POST" if body else "GET", path))
+            if body:
+                req += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+            s.sendall((req + "\r\n" + (body or "")).encode())
+            out = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                out += d
+                if b"\r\n\r\n" in out:
+                    head, rest = out.split(b"\r\n\r\n", 1)
+                    n = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                    if n and len(rest) >= n[0]:
+                        break
+            s.close()
+            if out:
+                head, rest = out.split(b"\r\n\r\n", 1)
+                status = int(head.split()[1])
+                try:
+                    return status, json.loads(rest)["error"]["message"]
+                except Exception:
+                    return status, rest.decode()
+            why = "closed unanswered"
+        except OSError as e:
+            why = str(e)
+        time.sleep(0.5)
+    return 0, why
+good = True
+def want(got, status, text, what):
+    global good
+    if got[0] != status or text not in got[1]:
+        print("FAIL: %s: %r (wanted %d %r)" % (what, got, status, text))
+        good = False
+    else:
+        print("ok: %s: %d %s" % (what, got[0], got[1][:120]))
+t0 = time.time()
+flood = []
+for _ in range(300):
+    try:
+        flood.append(conn("127.0.0.1"))
+    except OSError:
+        pass
+time.sleep(0.3)
+# the flood holds 4 + 2 spare; another address is served at once, the flood's own /health
+# once its idle spare connections have timed out
+want(ask("127.0.0.2", "/health"), 200, '"status":"ok"', "300 idle from 127.0.0.1: /health from 127.0.0.2")
+want(ask("127.0.0.2", "/v1/completions", json.dumps({"model": mid, "prompt": "hi", "max_tokens": 2})), 200,
+     '"text_completion"', "300 idle from 127.0.0.1: a completion from 127.0.0.2")
+time.sleep(1.5)
+want(ask("127.0.0.1", "/health", tries=6), 200, '"status":"ok"', "300 idle from 127.0.0.1: its own /health on a spare slot")
+want(ask("127.0.0.1", "/v1/models", tries=6), 429,
+     "127.0.0.1 has 4 connections open, the most one client may have (--max-client-connections 4): only /health "
+     "is answered on another", "300 idle from 127.0.0.1: /v1/models on a spare slot")
+# the server's limit: 4 more idle from 127.0.0.3 fill the 8; a fifth address gets /health only
+t1 = time.time()
+more = [conn("127.0.0.3") for _ in range(4)]
+time.sleep(0.3)
+want(ask("127.0.0.5", "/health", tries=6), 200, '"status":"ok"', "8 connections open: /health on a spare slot")
+want(ask("127.0.0.5", "/v1/models", tries=6), 503,
+     "the server has 8 connections open, the most it takes (--max-connections 8): only /health is answered on "
+     "another", "8 connections open: /v1/models on a spare slot")
+if time.time() - t0 > 5:
+    print("note: the checks took %.1f s: the flood's connections may have timed out before" % (time.time() - t0))
+# --timeout 6: the idle connections are closed (recv gives b"") after 6 s, not before
+def n_closed(socks):
+    n = 0
+    for s in socks:
+        s.settimeout(0.2)
+        try:
+            n += s.recv(1) == b""
+        except OSError:
+            pass
+    return n
+if time.time() - t1 < 4 and n_closed(more) != 0:
+    print("FAIL: --timeout 6: idle connections closed before 6 s")
+    good = False
+time.sleep(max(0, t1 + 8 - time.time()))
+closed = n_closed(flood[:4] + more)
+if closed != 8:
+    print("FAIL: --timeout 6: %d of the 8 idle connections closed after 8 s" % closed)
+    good = False
+for s in flood + more:
+    s.close()
+want(ask("127.0.0.1", "/health"), 200, '"status":"ok"', "after the flood: /health")
+sys.exit(0 if good else 1)
+PY
+expect_usage "--timeout: '0' is not an integer in [1, 86400]" -m "$model" --timeout 0
+expect_usage "--max-client-connections: 'x' is not an integer" -m "$model" --max-client-connections x
+kill -TERM "$pid0"
+for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+wait $server
+server=""
+
 # ---- a rank killed while serving: the job ends with a message ----
 start_server killed --parallel 2 --ctx-size 256 --max-connections 3
-# connections are bounded: with 3 open, a 4th is closed unanswered; then all is well again
-if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 4th connection is closed unanswered"; else fail "--max-connections"; fi
+# connections are bounded: with 3 open and the 2 spare ones idle, a 6th waits until a spare one
+# is closed (1 s idle), then its /health is answered and closed; then all is well again
+if python3 - "$port" <<'PY'; then echo "ok: --max-connections 3: a 6th connection's /health waits for a spare slot"; else fail "--max-connections"; fi
 import socket, sys, time
 port = int(sys.argv[1])
-held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
 time.sleep(0.3)
 s = socket.create_connection(("127.0.0.1", port))
 s.settimeout(10)
+t0 = time.time()
 try:
     s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    data = s.recv(100)
+    data = s.recv(1000)
 except OSError:
     data = b""
-sys.exit(0 if data == b"" else 1)
+ok = data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data and 0.3 < time.time() - t0 < 5
+print("6th connection: %.1f s: %r" % (time.time() - t0, data[:60]))
+sys.exit(0 if ok else 1)
 PY
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
 if [ "$code" != 200 ]; then fail "after the connection limit: /health $code"; fi

@@ -104,7 +104,7 @@ static void decode(struct bt_llm_ctx *c, const int32_t *tokens, int n, int32_t s
         sq[i] = seq;
         lg[i] = 1;
     }
-    struct bt_llm_batch b = {n, tokens, pos, sq, lg};
+    struct bt_llm_batch b = {n, tokens, pos, sq, lg, BT_LLM_OUT_LOGITS};
     char err[512];
     const enum bt_status st = bt_llm_decode(c, &b, out, err, sizeof err);
     ck_assert_msg(st == BT_OK, "decode: %s", err);
@@ -334,7 +334,7 @@ START_TEST(test_stage_graphs) {
     int8_t *lg = calloc((size_t)n, 1);
     for (int i = 0; i < n; i++) pos[i] = i, sq[i] = 0;
     lg[n - 1] = 1;
-    const struct bt_llm_batch b = {n, r.tokens, pos, sq, lg};
+    const struct bt_llm_batch b = {n, r.tokens, pos, sq, lg, BT_LLM_OUT_LOGITS};
     ck_assert_msg(bt_llm_decode(c, &b, last, err, sizeof err) == BT_OK, "decode: %s", err);
     ck_assert_msg(memcmp(last, whole + (size_t)(n - 1) * V, (size_t)V * 4) == 0, "the last row differs");
     bt_llm_ctx_free(c);
@@ -383,7 +383,7 @@ START_TEST(test_sequences_bitwise) {
             lg[i] = 1;
         }
         float out[15][100];
-        struct bt_llm_batch b = {NS * NP, tok, pos, seq, lg};
+        struct bt_llm_batch b = {NS * NP, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
         char err[512];
         ck_assert_msg(bt_llm_decode(c, &b, &out[0][0], err, sizeof err) == BT_OK, "%s", err);
         for (int i = 0; i < NS * NP; i++) memcpy(together[i % NS][i / NS], out[i], (size_t)V * 4);
@@ -397,7 +397,7 @@ START_TEST(test_sequences_bitwise) {
             seq[s] = NS - 1 - s;
         }
         float out[3][100];
-        struct bt_llm_batch b = {NS, tok, pos, seq, lg};
+        struct bt_llm_batch b = {NS, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
         char err[512];
         ck_assert_msg(bt_llm_decode(c, &b, &out[0][0], err, sizeof err) == BT_OK, "%s", err);
         for (int s = 0; s < NS; s++) memcpy(together[NS - 1 - s][step], out[s], (size_t)V * 4);
@@ -550,7 +550,7 @@ START_TEST(test_batch_errors) {
     struct bt_llm_ctx *c = new_ctx(m, 8, 2, 8, BT_TYPE_F16, 1);
     char err[512];
     int32_t tok[3] = {1, 2, 300}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
-    struct bt_llm_batch b = {3, tok, pos, seq, NULL};
+    struct bt_llm_batch b = {3, tok, pos, seq, NULL, BT_LLM_OUT_LOGITS};
     ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "token 2: id 300 out of the vocabulary [0, 100)");
     tok[2] = 3;
@@ -562,7 +562,7 @@ START_TEST(test_batch_errors) {
     ck_assert_int_eq(bt_llm_decode(c, &b, NULL, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "token 0: sequence 0 already has position 0");
     int32_t tok6[6] = {1, 2, 3, 4, 5, 6}, pos6[6] = {0, 1, 2, 3, 4, 5}, seq6[6] = {1, 1, 1, 1, 1, 1};
-    struct bt_llm_batch b6 = {6, tok6, pos6, seq6, NULL};
+    struct bt_llm_batch b6 = {6, tok6, pos6, seq6, NULL, BT_LLM_OUT_LOGITS};
     ck_assert_int_eq(bt_llm_decode(c, &b6, NULL, err, sizeof err), BT_ERR_CAPACITY);
     ck_assert_str_eq(err, "KV cache full: 6 tokens, 5 of 8 cells free");
     bt_llm_ctx_free(c);

@@ -601,6 +601,90 @@ START_TEST(test_jobs) {
 }
 END_TEST
 
+/* POST /v1/embeddings: each bad body a 400 (404 for the model) naming the parameter */
+static const struct embd_bad_case {
+    int status;
+    const char *param, *words, *body;
+} k_embd_bad[] = {
+    {400, "input", "you must provide 'input'", "{\"model\":\"tiny\"}"},
+    {400, "input", "'input' is empty", "{\"model\":\"tiny\",\"input\":\"\"}"},
+    {400, "input", "'input' is empty", "{\"model\":\"tiny\",\"input\":[]}"},
+    {400, "input[1]", "'input[1]' is empty", "{\"model\":\"tiny\",\"input\":[\"a\",\"\"]}"},
+    {400, "input[1]", "'input[1]' is empty", "{\"model\":\"tiny\",\"input\":[[1],[]]}"},
+    {400, "input", "'input' must be a string, an array of strings, token ids or arrays of token ids, not an object",
+     "{\"model\":\"tiny\",\"input\":{}}"},
+    {400, "input[1]", "'input[1]' must be a string or an array of token ids, not a number",
+     "{\"model\":\"tiny\",\"input\":[\"a\",1.5]}"},
+    {400, "input[1]", "'input[1]' must be a token id (an integer), not a string",
+     "{\"model\":\"tiny\",\"input\":[1,\"a\"]}"},
+    {400, "input[0][1]", "'input[0][1]' is token id 1000: the vocabulary has ids 0 to 999",
+     "{\"model\":\"tiny\",\"input\":[[1,1000]]}"},
+    {400, "encoding_format", "'encoding_format' is 'int8': give float or base64",
+     "{\"model\":\"tiny\",\"input\":\"a\",\"encoding_format\":\"int8\"}"},
+    {400, "encoding_format", "'encoding_format' must be a string, not an integer",
+     "{\"model\":\"tiny\",\"input\":\"a\",\"encoding_format\":1}"},
+    {400, "dimensions", "'dimensions' is not supported by this server",
+     "{\"model\":\"tiny\",\"input\":\"a\",\"dimensions\":8}"},
+    {400, "model", "you must provide a 'model'", "{\"input\":\"a\"}"},
+    {404, "model", "The model 'gpt-4' does not exist", "{\"model\":\"gpt-4\",\"input\":\"a\"}"},
+    {400, NULL, "not valid JSON", "{\"model\":"},
+};
+
+START_TEST(test_embeddings_bad) {
+    const struct embd_bad_case *c = &k_embd_bad[_i];
+    struct bt_api_embeddings q;
+    struct bt_api_error e;
+    ck_assert_msg(!bt_api_parse_embeddings(c->body, strlen(c->body), &k_lim, &q, &e), "case %d accepted: %s", _i,
+                  c->body);
+    ck_assert_ptr_null(q.in); /* nothing left to free */
+    ck_assert_int_eq(e.status, c->status);
+    if (c->param)
+        ck_assert_msg(e.param && !strcmp(e.param, c->param), "case %d: param '%s', expected '%s'", _i,
+                      e.param ? e.param : "(null)", c->param);
+    ck_assert_msg(strstr(e.message, c->words), "case %d: message '%s' lacks '%s'", _i, e.message, c->words);
+}
+END_TEST
+
+START_TEST(test_embeddings_good) {
+    struct bt_api_embeddings q;
+    struct bt_api_error e;
+    /* the four shapes of input */
+    const char *b = "{\"model\":\"tiny\",\"input\":\"hi\",\"user\":\"u\",\"frob\":1}";
+    ck_assert_msg(bt_api_parse_embeddings(b, strlen(b), &k_lim, &q, &e), "%s", e.message);
+    ck_assert(q.n == 1 && q.in[0].len == 2 && !strcmp(q.in[0].text, "hi") && !q.in[0].ids && !q.base64);
+    bt_api_embeddings_free(&q);
+    b = "{\"model\":\"tiny\",\"input\":[3,4,5],\"encoding_format\":\"base64\"}";
+    ck_assert_msg(bt_api_parse_embeddings(b, strlen(b), &k_lim, &q, &e), "%s", e.message);
+    ck_assert(q.n == 1 && q.in[0].n_ids == 3 && q.in[0].ids[2] == 5 && !q.in[0].text && q.base64);
+    bt_api_embeddings_free(&q);
+    b = "{\"model\":\"tiny\",\"input\":[\"a\",[7,8],\"bc\"],\"encoding_format\":\"float\"}";
+    ck_assert_msg(bt_api_parse_embeddings(b, strlen(b), &k_lim, &q, &e), "%s", e.message);
+    ck_assert(q.n == 3 && !strcmp(q.in[0].text, "a") && q.in[1].n_ids == 2 && q.in[1].ids[0] == 7 &&
+              !strcmp(q.in[2].text, "bc"));
+    bt_api_embeddings_free(&q);
+
+    /* the answer: OpenAI's list; base64 of the little-endian float32 bytes */
+    const float v0[2] = {1.0f, -0.5f}, v1[2] = {0.25f, 0.0f};
+    const float *vec[2] = {v0, v1};
+    json_t *o = load(bt_api_embeddings_json("tiny", vec, 2, 2, false, 7));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "list");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "model")), "tiny");
+    json_t *d = json_object_get(o, "data");
+    ck_assert_uint_eq(json_array_size(d), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(d, 1), "index")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(d, 1), "object")), "embedding");
+    ck_assert(json_real_value(json_array_get(json_object_get(json_array_get(d, 0), "embedding"), 1)) == -0.5);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 7);
+    json_decref(o);
+    o = load(bt_api_embeddings_json("tiny", vec, 2, 2, true, 7));
+    d = json_object_get(o, "data");
+    /* 1.0f = 00 00 80 3f, -0.5f = 00 00 00 bf */
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(d, 0), "embedding")), "AACAPwAAAL8=");
+    json_decref(o);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("serve_api");
     TCase *tc = tcase_create("requests");
@@ -615,6 +699,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, test_tokenize_bad, 0, (int)(sizeof k_tok_bad / sizeof k_tok_bad[0]));
     tcase_add_test(tc, test_tokenize_good);
     tcase_add_test(tc, test_model_get);
+    tcase_add_loop_test(tc, test_embeddings_bad, 0, (int)(sizeof k_embd_bad / sizeof k_embd_bad[0]));
+    tcase_add_test(tc, test_embeddings_good);
     suite_add_tcase(s, tc);
     return s;
 }

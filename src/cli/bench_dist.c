@@ -288,7 +288,7 @@ static double one_llm_decode(struct bt_cli_prompts *o, int64_t steps, const cpu_
     for (int64_t j = 0; j < steps && s >= 0; j++) {
         const int32_t tk = decode_token(j, V), ps = (int32_t)(o->n + j), sq = 0;
         const int8_t w = 1;
-        const struct bt_llm_batch b = {1, &tk, &ps, &sq, &w};
+        const struct bt_llm_batch b = {1, &tk, &ps, &sq, &w, BT_LLM_OUT_LOGITS};
         if (bt_llm_decode(o->c, &b, o->logits, err, n_err) != BT_OK) s = -1;
     }
     if (s >= 0) s = bt_now_s() - s;
@@ -308,7 +308,7 @@ static double model_dist_decode(bt_transport *t, struct bt_model_dist *md, int64
     const double t0 = bt_now_s();
     for (int64_t j = 0; j < steps && ok; j++) {
         const int32_t tk = decode_token(j, V), ps = (int32_t)(n + j), sq = 0, row = 0;
-        const struct bt_model_dist_ubatch ub = {1, &tk, &ps, &sq, 1, &row};
+        const struct bt_model_dist_ubatch ub = {1, &tk, &ps, &sq, 1, &row, BT_LLM_OUT_LOGITS};
         ok = bt_model_dist_decode(md, &ub) == BT_OK;
         if (ok && t->rank == 0) ok = bt_model_dist_logits(md, bt_model_dist_n_submitted(md) - 1, last) == BT_OK;
     }

@@ -598,7 +598,7 @@ void bt_cli_prompts_free(struct bt_cli_prompts *p) {
 enum bt_status bt_cli_prompts_run(struct bt_cli_prompts *p, int64_t k, char *err, size_t n_err) {
     bt_kv_clear(bt_llm_ctx_kv(p->c));
     bt_cli_prompt_tokens(k, p->n, bt_llm_hparams(p->m)->n_vocab, p->tok);
-    const struct bt_llm_batch b = {p->n, p->tok, p->pos, p->seq, p->want};
+    const struct bt_llm_batch b = {p->n, p->tok, p->pos, p->seq, p->want, BT_LLM_OUT_LOGITS};
     return bt_llm_decode(p->c, &b, p->logits, err, n_err);
 }
 

@@ -42,11 +42,15 @@ enum {
     OPT_ALIAS,
     OPT_CHAT_TEMPLATE,
     OPT_CORS,
+    OPT_MAX_CLIENT_CONN,
+    OPT_TIMEOUT,
+    OPT_POOLING,
 };
 
 struct serve_opts {
     const char *model, *host, *api_key, *alias, *chat_template, *cors;
-    int port, parallel, max_queue, max_conn;
+    int port, parallel, max_queue, max_conn, max_client_conn, timeout;
+    enum bt_pooling pooling;
     long ctx, ubatch;
     long max_body;
     struct bt_cli_engine_opts eng;
@@ -58,8 +62,8 @@ static void serve_usage(FILE *f) {
             "\n"
             "An OpenAI-compatible HTTP server on rank 0: POST /v1/completions, POST /v1/chat/completions\n"
             "(streamed or not), GET /v1/models, GET /v1/models/ID, GET /health, GET /metrics (Prometheus),\n"
-            "and llama-server's POST /tokenize and POST /detokenize; HEAD on every GET route.  Requests run\n"
-            "together (continuous batching) through the pipeline of the P ranks.\n"
+            "POST /v1/embeddings, and llama-server's POST /tokenize and POST /detokenize; HEAD on every GET\n"
+            "route.  Requests run together (continuous batching) through the pipeline of the P ranks.\n"
             "\n"
             "  -m, --model FILE        the GGUF model (every rank opens it)\n"
             "      --host ADDR         address to listen on (default 127.0.0.1: this machine only)\n"
@@ -77,8 +81,14 @@ static void serve_usage(FILE *f) {
             "                          template (tokenizer.chat_template), else chatml\n"
             "      --max-queue N       requests that may wait for a slot; past that 503 (default 4 x parallel)\n"
             "      --max-body BYTES    largest request body (default 1048576)\n"
-            "      --max-connections N open connections at once (default 256)\n"
-            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n");
+            "      --max-connections N open connections at once (default 256); past it, 2 spare ones\n"
+            "                          answer /health only (others get 503) and close\n"
+            "      --max-client-connections N  open connections from one client address (default 128,\n"
+            "                          at most --max-connections); past it, 2 spare ones as above (429)\n"
+            "      --timeout SECONDS   close a connection idle this long (default 120; a spare one: 1)\n"
+            "      --ubatch N          most tokens in one ubatch (default 512, at most --ctx-size)\n"
+            "      --pooling mean|last /v1/embeddings: the mean of the input's hidden states (after the\n"
+            "                          output norm) or its last token's, scaled to unit length (default mean)\n");
     bt_cli_engine_help(f, 26);
     fprintf(f,
             "  -h, --help              this text\n"
@@ -108,6 +118,9 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"cors", required_argument, 0, OPT_CORS},
+        {"max-client-connections", required_argument, 0, OPT_MAX_CLIENT_CONN},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"pooling", required_argument, 0, OPT_POOLING},
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -143,6 +156,11 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
                                  "trailing slash), as a browser sends it in Origin", optarg);
             else o->cors = optarg;
             break;
+        case OPT_POOLING:
+            if (!strcmp(optarg, "mean")) o->pooling = BT_POOLING_MEAN;
+            else if (!strcmp(optarg, "last")) o->pooling = BT_POOLING_LAST;
+            else snprintf(err, n, "--pooling: '%s' is not a pooling: give mean or last", optarg);
+            break;
         case OPT_CHAT_TEMPLATE:
             if (!*optarg) snprintf(err, n, "--chat-template: the name is empty");
             else o->chat_template = optarg;
@@ -163,6 +181,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         INT_OPT(OPT_MAX_QUEUE, "--max-queue", 0, 100000, o->max_queue)
         INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
         INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)
+        INT_OPT(OPT_MAX_CLIENT_CONN, "--max-client-connections", 1, 65536, o->max_client_conn)
+        INT_OPT(OPT_TIMEOUT, "--timeout", 1, 86400, o->timeout)
         INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
 #undef INT_OPT
         case 'h': return 0;
@@ -237,11 +257,14 @@ static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
         .api_key = o->api_key,
         .max_body = (size_t)o->max_body,
         .max_connections = o->max_conn,
+        .max_client_connections = o->max_client_conn < o->max_conn ? o->max_client_conn : o->max_conn,
+        .timeout_s = o->timeout,
         .max_queue = o->max_queue,
         .n_slots = o->parallel,
         .n_ctx_seq = ep->n_ctx / ep->n_seq_max,
         .model_id = model_id,
         .cors = o->cors,
+        .pooling = o->pooling,
     };
     if (bt_server_start(&srv, &cfg, tok, tmpl, err, sizeof err) != BT_OK) goto out;
     started = true;
@@ -283,7 +306,8 @@ out:
 
 int bt_cli_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
-                           .max_conn = 256, .ubatch = 0, .max_body = 1 << 20};
+                           .max_conn = 256, .max_client_conn = 128, .timeout = 120, .pooling = BT_POOLING_MEAN, .ubatch = 0,
+                           .max_body = 1 << 20};
     const int env_rank = bt_cli_env_rank();
     bt_cli_signals_install("baton serve", env_rank);
     char perr[1024] = "";

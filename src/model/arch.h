@@ -126,16 +126,23 @@ void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum
 
 /* ---- one ubatch's graph (a static shape: T tokens, n_kv cells, n_out rows
  * of logits) ---- */
+/* What the rows asked for of the last range are: logits (the output
+ * projection's, n_vocab floats each), or the hidden state after the output
+ * norm (n_embd floats each, for embeddings). */
+enum bt_llm_out { BT_LLM_OUT_LOGITS = 0, BT_LLM_OUT_EMBD = 1 };
+
 struct bt_llm_graph {
     struct bt_graph *graph;
     int64_t n_tokens, n_kv, n_out;
+    enum bt_llm_out out_kind;
     /* inputs: tokens I32 [T] (first range) or x F32 [n_embd, T] (others) */
     struct bt_tensor *tokens, *inp_x;
     struct bt_tensor *pos;   /* I32 [T] */
     struct bt_tensor *cells; /* I32 [T]: the cache cells the new K/V go to */
     struct bt_tensor *mask;  /* F32 [n_kv, T] */
     struct bt_tensor *out_ids; /* I32 [n_out] (last range, n_out > 0): rows that need logits */
-    /* output: logits F32 [n_vocab, n_out] (last range, n_out > 0) or x F32
+    /* output: logits F32 [n_vocab, n_out] (last range, n_out > 0; with
+     * BT_LLM_OUT_EMBD the normed hidden states F32 [n_embd, n_out]) or x F32
      * [n_embd, T] (others; the last range with n_out 0 has no output
      * projection, its x is not read) */
     struct bt_tensor *out;
@@ -144,6 +151,9 @@ struct bt_llm_graph {
  * bt_context_error(ctx). */
 enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
                                   int64_t n_kv, int64_t n_out, struct bt_llm_graph *out);
+/* The same, with the rows' kind (bt_llm_build_graph: BT_LLM_OUT_LOGITS). */
+enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
+                                      int64_t n_kv, int64_t n_out, enum bt_llm_out kind, struct bt_llm_graph *out);
 size_t bt_llm_graph_ctx_size(const struct bt_llm *m);
 
 /* ---- one stage: a layer range's graphs (one per ubatch shape, reused while
@@ -194,6 +204,7 @@ struct bt_llm_batch {
     int64_t n_tokens;
     const int32_t *token, *pos, *seq;
     const int8_t *logits;
+    enum bt_llm_out out_kind; /* the rows asked for: logits, or (the engine only) normed hidden states */
 };
 enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b, float *logits_out, char *err,
                              size_t n_err);

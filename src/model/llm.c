@@ -138,6 +138,11 @@ size_t bt_llm_graph_ctx_size(const struct bt_llm *m) {
 
 enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
                                   int64_t n_kv, int64_t n_out, struct bt_llm_graph *out) {
+    return bt_llm_build_graph_out(m, kv, ctx, n_tokens, n_kv, n_out, BT_LLM_OUT_LOGITS, out);
+}
+
+enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, bt_context *ctx, int64_t n_tokens,
+                                      int64_t n_kv, int64_t n_out, enum bt_llm_out kind, struct bt_llm_graph *out) {
     memset(out, 0, sizeof *out);
     const struct bt_hparams *h = &m->hp;
     const bool first = m->il0 == 0, last = m->il1 == h->n_layer;
@@ -146,6 +151,7 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
     out->n_tokens = T;
     out->n_kv = n_kv;
     out->n_out = last ? n_out : 0;
+    out->out_kind = last ? kind : BT_LLM_OUT_LOGITS;
     /* only the rows asked for reach the output projection: none, no projection */
     const bool head = last && n_out > 0;
     struct bt_tensor *x;
@@ -172,7 +178,8 @@ enum bt_status bt_llm_build_graph(const struct bt_llm *m, struct bt_kv *kv, bt_c
         x = nm(bt_rms_norm(ctx, x, h->norm_eps), -1, "result_rms");
         x = nm(bt_mul(ctx, x, m->gl.output_norm), -1, "result_norm");
         /* tied: the embedding (a described model has a tensor of its own for it) */
-        x = nm(bt_mul_mat(ctx, m->gl.output ? m->gl.output : m->gl.tok_embd, x), -1, "result_output");
+        if (kind == BT_LLM_OUT_LOGITS)
+            x = nm(bt_mul_mat(ctx, m->gl.output ? m->gl.output : m->gl.tok_embd, x), -1, "result_output");
     }
     if (!x) return BT_ERR_NOMEM;
     bt_set_output(x);
@@ -461,6 +468,8 @@ enum bt_status bt_llm_decode(struct bt_llm_ctx *c, const struct bt_llm_batch *b,
                              size_t n_err) {
     const struct bt_hparams *h = &c->m->hp;
     if (b->n_tokens <= 0) return bt_error_printf(err, n_err, BT_ERR_INVALID, "empty batch");
+    if (b->out_kind != BT_LLM_OUT_LOGITS)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "a one-process context gives logits only (hidden states: the engine)");
     for (int64_t i = 0; i < b->n_tokens; i++)
         if (b->token[i] < 0 || b->token[i] >= h->n_vocab)
             return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: id %d out of the vocabulary [0, %lld)",

@@ -9,7 +9,12 @@
  * the slot and the request id: a row whose request has ended in the meantime
  * (cancelled) is dropped, so a slot can be reused at once (the engine removes
  * the old sequence's cells before the new one's tokens land, in submission
- * order). */
+ * order).
+ *
+ * An embedding request (pooling) is only a prompt: its chunks go in ubatches
+ * of their own that ask for hidden states (BT_LLM_OUT_EMBD: the engine's
+ * graph stops before the output projection), formed when no generation
+ * work is ready; its rows are pooled as they come back, in token order. */
 #define _GNU_SOURCE /* clock_gettime, pthread_cond_timedwait */
 #include "batcher.h"
 
@@ -42,6 +47,8 @@ struct slot {
     int32_t pos;               /* the position of the next token submitted */
     int64_t n_gen;
     double t_sub, t_first, t_last;
+    double *acc;               /* embedding: the rows' sum so far [n_embd] */
+    int64_t n_acc;             /* embedding: rows taken */
 };
 
 /* an add waiting in the inbox: the request and its own copies */
@@ -51,12 +58,14 @@ struct pending_add {
     int32_t *prompt;
     bt_sampler *smp;
     bt_stopper *stop;
+    double *acc;
 };
 
 /* a ubatch in flight: its tokens (kept until collected) and, per row of
  * logits, which request it belongs to */
 struct flight {
     uint64_t engine_id;
+    enum bt_llm_out kind; /* rows of logits, or of hidden states (embedding requests) */
     int64_t n_tokens, n_rows, n_decode;
     int32_t *token, *pos, *seq;
     int8_t *logits;
@@ -69,6 +78,7 @@ struct bt_batcher {
     const bt_tokenizer *tok;
     int n_seq;
     int64_t n_ubatch, n_vocab, share; /* share: cells of one sequence */
+    int64_t n_embd;
     int max_inflight;
     int n_stages;      /* ranks that hold layers: ubatches the pipeline works on at once */
     struct slot *slots;
@@ -76,6 +86,8 @@ struct bt_batcher {
     struct flight *fl; /* ring of max_inflight */
     int fl_head, fl_n;
     float *logits;     /* n_ubatch x n_vocab */
+    float *hidden;     /* n_ubatch x n_embd: an embedding ubatch's rows */
+    float *vec;        /* n_embd: a pooled embedding */
     int32_t *eog;      /* the vocabulary's end-of-generation ids (min_tokens bans them) */
     float *eog_raw;    /* their logits in a row before the ban (the log-probabilities are the model's) */
     int32_t n_eog;
@@ -126,7 +138,8 @@ void bt_batcher_free(struct bt_batcher *b) {
     while (!b->failed && b->fl_n > 0) {
         uint64_t got;
         int64_t n_out;
-        if (bt_engine_collect(b->e, &got, b->logits, &n_out) != BT_OK) b->failed = true;
+        float *into = b->fl[b->fl_head].kind == BT_LLM_OUT_EMBD ? b->hidden : b->logits;
+        if (bt_engine_collect(b->e, &got, into, &n_out) != BT_OK) b->failed = true;
         b->fl_head = (b->fl_head + 1) % b->max_inflight;
         b->fl_n--;
     }
@@ -137,6 +150,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0};
         if (sl->req.on_done) sl->req.on_done(sl->req.user, &r);
         free(sl->prompt);
+        free(sl->acc);
         bt_sampler_free(sl->smp);
         bt_stopper_free(sl->stop);
     }
@@ -145,6 +159,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0};
         if (a->req.on_done) a->req.on_done(a->req.user, &r);
         free(a->prompt);
+        free(a->acc);
         bt_sampler_free(a->smp);
         bt_stopper_free(a->stop);
     }
@@ -155,6 +170,8 @@ void bt_batcher_free(struct bt_batcher *b) {
     free(b->adds_taken);
     free(b->cancels);
     free(b->logits);
+    free(b->hidden);
+    free(b->vec);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b->eog);
@@ -183,6 +200,7 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     b->tok = tok;
     b->n_seq = ep->n_seq_max;
     b->n_vocab = hp->n_vocab;
+    b->n_embd = hp->n_embd;
     b->share = ep->n_ctx / ep->n_seq_max;
     b->n_ubatch = p->n_ubatch > 0 && p->n_ubatch < ep->n_ubatch ? p->n_ubatch : ep->n_ubatch;
     b->max_inflight = p->max_inflight > 0   ? p->max_inflight
@@ -207,7 +225,9 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
      * vocabulary that may be 150k wide */
     const int64_t max_rows = b->n_seq < b->n_ubatch ? b->n_seq : b->n_ubatch;
     b->logits = malloc((size_t)max_rows * (size_t)b->n_vocab * sizeof(float));
-    if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits) goto nomem;
+    b->hidden = malloc((size_t)b->n_ubatch * (size_t)b->n_embd * sizeof(float));
+    b->vec = malloc((size_t)b->n_embd * sizeof(float));
+    if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits || !b->hidden || !b->vec) goto nomem;
     for (int pass = 0; pass < 2; pass++) { /* count, then list */
         for (uint32_t id = 0; id < bt_tokenizer_n_tokens(tok); id++)
             if (bt_tokenizer_is_eog(tok, (int32_t)id)) {
@@ -240,6 +260,54 @@ nomem:
 
 /* ---- any thread ---- */
 
+/* Queue a as the next add (its id into *id); on a refusal a is not taken. */
+static enum bt_status queue_add(struct bt_batcher *b, struct pending_add *a, uint64_t *id, char *err, size_t n_err) {
+    enum bt_status st = BT_OK;
+    pthread_mutex_lock(&b->mu);
+    if (b->failed) {
+        snprintf(err, n_err, "the engine has failed: %s", b->error);
+        st = BT_ERR_COMM;
+    } else if (b->n_taken + b->n_adds >= b->n_seq) {
+        snprintf(err, n_err, "all %d sequences are busy", b->n_seq);
+        st = BT_ERR_CAPACITY;
+    } else {
+        a->id = b->next_id++;
+        *id = a->id;
+        b->adds[b->n_adds++] = *a;
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return st;
+}
+
+/* bt_batcher_add of an embedding request (checked by the caller but for pooling) */
+static enum bt_status add_embedding(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,
+                                    size_t n_err) {
+    struct pending_add a = {0};
+    a.req = *req;
+    a.req.prompt = NULL;
+    a.req.stops = NULL;
+    a.req.n_stops = 0;
+    a.req.bias_ids = NULL;
+    a.req.bias = NULL;
+    a.req.n_bias = 0;
+    a.prompt = malloc(req->n_prompt * sizeof *a.prompt);
+    a.acc = calloc((size_t)b->n_embd, sizeof *a.acc);
+    if (!a.prompt || !a.acc) {
+        free(a.prompt);
+        free(a.acc);
+        snprintf(err, n_err, "out of memory for a prompt of %zu tokens", req->n_prompt);
+        return BT_ERR_NOMEM;
+    }
+    memcpy(a.prompt, req->prompt, req->n_prompt * sizeof *a.prompt);
+    const enum bt_status st = queue_add(b, &a, id, err, n_err);
+    if (st != BT_OK) {
+        free(a.prompt);
+        free(a.acc);
+    }
+    return st;
+}
+
 enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,
                               size_t n_err) {
     if (!req->prompt || req->n_prompt == 0) {
@@ -259,6 +327,13 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
                      (int)req->prompt[i], (long long)b->n_vocab);
             return BT_ERR_INVALID;
         }
+    if (req->pooling != BT_POOLING_NONE) {
+        if (req->pooling != BT_POOLING_MEAN && req->pooling != BT_POOLING_LAST) {
+            snprintf(err, n_err, "pooling %d: not mean (1) or last (2)", (int)req->pooling);
+            return BT_ERR_INVALID;
+        }
+        return add_embedding(b, req, id, err, n_err);
+    }
     if (bt_sampler_params_check(&req->sampling, err, n_err) != BT_OK) return BT_ERR_INVALID;
     if (req->min_tokens < 0) {
         snprintf(err, n_err, "min_tokens %lld: must not be negative", (long long)req->min_tokens);
@@ -305,22 +380,7 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
     a.req.bias_ids = NULL;
     a.req.bias = NULL;
     a.req.n_bias = 0;
-    if (st == BT_OK) {
-        pthread_mutex_lock(&b->mu);
-        if (b->failed) {
-            snprintf(err, n_err, "the engine has failed: %s", b->error);
-            st = BT_ERR_COMM;
-        } else if (b->n_taken + b->n_adds >= b->n_seq) {
-            snprintf(err, n_err, "all %d sequences are busy", b->n_seq);
-            st = BT_ERR_CAPACITY;
-        } else {
-            a.id = b->next_id++;
-            *id = a.id;
-            b->adds[b->n_adds++] = a;
-            pthread_cond_broadcast(&b->cv);
-        }
-        pthread_mutex_unlock(&b->mu);
-    }
+    if (st == BT_OK) st = queue_add(b, &a, id, err, n_err);
     if (st != BT_OK) {
         free(a.prompt);
         bt_sampler_free(a.smp);
@@ -396,6 +456,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     };
     const struct bt_gen_request req = sl->req;
     free(sl->prompt);
+    free(sl->acc);
     bt_sampler_free(sl->smp);
     bt_stopper_free(sl->stop);
     memset(sl, 0, sizeof *sl);
@@ -442,6 +503,7 @@ static void drain_inbox(struct bt_batcher *b) {
         sl->n_prompt = adds[i].req.n_prompt;
         sl->smp = adds[i].smp;
         sl->stop = adds[i].stop;
+        sl->acc = adds[i].acc;
     }
     for (int i = 0; i < n_cancels; i++)
         for (int s = 0; s < b->n_seq; s++)
@@ -451,10 +513,15 @@ static void drain_inbox(struct bt_batcher *b) {
 
 /* Fill f with what is ready: one decode token per READY slot (at most
  * max_decode of them), then prompt chunks (at most max_prompt tokens);
- * false when nothing is. */
-static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_decode, int64_t max_prompt, double t) {
+ * false when nothing is.  kind EMBD: the prompt chunks of embedding
+ * requests only (a row for each token with mean pooling, for the last with
+ * last pooling); LOGITS: the others'. */
+static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out kind, int64_t max_decode,
+                        int64_t max_prompt, double t) {
     f->n_tokens = f->n_rows = 0;
+    f->kind = kind;
     int64_t n_decode = 0;
+    if (kind == BT_LLM_OUT_EMBD) max_decode = 0;
     for (int s = 0; s < b->n_seq && f->n_tokens < b->n_ubatch && n_decode < max_decode; s++) {
         struct slot *sl = &b->slots[s];
         if (sl->state != SLOT_READY) continue;
@@ -472,7 +539,7 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_deco
     const int64_t end = f->n_tokens + max_prompt < b->n_ubatch ? f->n_tokens + max_prompt : b->n_ubatch;
     for (int s = 0; s < b->n_seq && f->n_tokens < end; s++) {
         struct slot *sl = &b->slots[s];
-        if (sl->state != SLOT_PROMPT) continue;
+        if (sl->state != SLOT_PROMPT || (sl->req.pooling != BT_POOLING_NONE) != (kind == BT_LLM_OUT_EMBD)) continue;
         if (sl->n_sub == 0) sl->t_sub = t;
         size_t n = sl->n_prompt - sl->n_sub;
         if ((int64_t)n > end - f->n_tokens) n = (size_t)(end - f->n_tokens);
@@ -483,6 +550,15 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, int64_t max_deco
             f->seq[i] = s;
             f->logits[i] = 0;
             sl->n_sub++;
+            if (sl->req.pooling == BT_POOLING_MEAN || (sl->req.pooling == BT_POOLING_LAST && sl->n_sub == sl->n_prompt)) {
+                f->logits[i] = 1;
+                f->row_slot[f->n_rows] = s;
+                f->row_req[f->n_rows++] = sl->id;
+            }
+        }
+        if (sl->req.pooling != BT_POOLING_NONE) {
+            if (sl->n_sub == sl->n_prompt) sl->state = SLOT_WAIT;
+            continue;
         }
         b->stats.prompt_tokens += n;
         if (sl->n_sub == sl->n_prompt) { /* the prompt's last token gives the first logits */
@@ -543,6 +619,28 @@ static void take_row(struct bt_batcher *b, int s, float *row, double t) {
     finish(b, s, why == BT_STOP_LIMIT ? BT_FINISH_LENGTH : BT_FINISH_STOP);
 }
 
+/* One row of hidden states for embedding slot s: add it up; after the
+ * prompt's last, pool, normalise, call back and finish. */
+static void take_hidden(struct bt_batcher *b, int s, const float *row) {
+    struct slot *sl = &b->slots[s];
+    const int64_t d = b->n_embd;
+    for (int64_t i = 0; i < d; i++) sl->acc[i] += row[i];
+    sl->n_acc++;
+    const int64_t want = sl->req.pooling == BT_POOLING_MEAN ? (int64_t)sl->n_prompt : 1;
+    if (sl->n_acc < want) return;
+    /* llama.cpp's common_embd_normalize with embd_norm 2 (Euclidean) */
+    double sum = 0.0;
+    for (int64_t i = 0; i < d; i++) {
+        b->vec[i] = (float)(sl->acc[i] / (double)want);
+        sum += b->vec[i] * b->vec[i];
+    }
+    sum = sqrt(sum);
+    const float norm = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+    for (int64_t i = 0; i < d; i++) b->vec[i] *= norm;
+    if (sl->req.on_embd) sl->req.on_embd(sl->req.user, b->vec, d);
+    finish(b, s, BT_FINISH_STOP);
+}
+
 enum bt_status bt_batcher_step(struct bt_batcher *b) {
     if (b->failed) return BT_ERR_COMM;
     drain_inbox(b);
@@ -567,8 +665,11 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
     const double t = bt_now_s();
     while (b->fl_n < b->max_inflight) {
         struct flight *f = &b->fl[(b->fl_head + b->fl_n) % b->max_inflight];
-        if (!form_ubatch(b, f, max_decode, max_prompt, t)) break;
-        const struct bt_llm_batch ub = {f->n_tokens, f->token, f->pos, f->seq, f->logits};
+        /* generation first; embedding prompts when no generation work is ready */
+        if (!form_ubatch(b, f, BT_LLM_OUT_LOGITS, max_decode, max_prompt, t) &&
+            !form_ubatch(b, f, BT_LLM_OUT_EMBD, 0, max_prompt, t))
+            break;
+        const struct bt_llm_batch ub = {f->n_tokens, f->token, f->pos, f->seq, f->logits, f->kind};
         const enum bt_status st = bt_engine_submit(b->e, &ub, &f->engine_id);
         if (st != BT_OK) return fail(b, st);
         b->fl_n++;
@@ -580,7 +681,8 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
     struct flight *f = &b->fl[b->fl_head];
     uint64_t got;
     int64_t n_out = 0;
-    const enum bt_status st = bt_engine_collect(b->e, &got, b->logits, &n_out);
+    const bool hidden = f->kind == BT_LLM_OUT_EMBD;
+    const enum bt_status st = bt_engine_collect(b->e, &got, hidden ? b->hidden : b->logits, &n_out);
     if (st != BT_OK) return fail(b, st);
     BT_ASSERT(got == f->engine_id && n_out == f->n_rows);
     b->fl_head = (b->fl_head + 1) % b->max_inflight;
@@ -588,6 +690,12 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
     const double tc = bt_now_s();
     for (int64_t r = 0; r < f->n_rows; r++) {
         const int s = f->row_slot[r];
+        if (hidden) {
+            if (b->slots[s].state == SLOT_FREE || b->slots[s].id != f->row_req[r]) continue; /* cancelled */
+            take_hidden(b, s, b->hidden + (size_t)r * (size_t)b->n_embd);
+            if (b->failed) return fail(b, BT_ERR_COMM);
+            continue;
+        }
         if (b->slots[s].state != SLOT_WAIT || b->slots[s].id != f->row_req[r]) continue; /* cancelled */
         take_row(b, s, b->logits + (size_t)r * (size_t)b->n_vocab, tc);
         if (b->failed) return fail(b, BT_ERR_COMM); /* a finished request's seq_rm failed */

@@ -60,6 +60,11 @@ struct bt_gen_result {
     double t_gen_s;          /* from its first sampled token to its last */
 };
 
+/* How an embedding request pools its prompt's hidden states (after the
+ * output norm), as llama-server's --pooling: the mean over the prompt's
+ * tokens, or the last token's.  NONE: a request that generates. */
+enum bt_pooling { BT_POOLING_NONE = 0, BT_POOLING_MEAN = 1, BT_POOLING_LAST = 2 };
+
 /* A request.  The batcher copies what it keeps (prompt, stop strings) in add;
  * user must stay valid until on_done has been called. */
 struct bt_gen_request {
@@ -94,6 +99,16 @@ struct bt_gen_request {
     /* Once, at the end, whatever the reason (cancel included).  May be NULL. */
     void (*on_done)(void *user, const struct bt_gen_result *r);
     void *user;
+    /* An embedding (pooling not NONE): nothing is generated.  The prompt's
+     * hidden states are pooled (summed in token order in double, then
+     * divided), scaled to unit Euclidean length as llama-server's default
+     * (embd_normalize 2), and handed to on_embd (n_embd floats, valid during
+     * the call) before on_done (BT_FINISH_STOP, n_gen 0).  Sampling, stops,
+     * bias, max_tokens, min_tokens and logprobs are not used.  The vector is
+     * the same bits alone or among other requests, on any number of ranks
+     * (the engine's rows are). */
+    enum bt_pooling pooling;
+    void (*on_embd)(void *user, const float *embd, int64_t n_embd);
 };
 
 struct bt_batcher_params {

@@ -47,7 +47,7 @@ enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3 };
 struct msg_head {
     int32_t kind;
     int32_t n_tokens, n_out;
-    int32_t arg;   /* MSG_SEQ_RM: the sequence */
+    int32_t arg;   /* MSG_SEQ_RM: the sequence; MSG_UBATCH: the rows' kind (enum bt_llm_out) */
     int32_t status, pad_; /* MSG_STOP with a text: the failure's bt_status */
     uint64_t id;   /* MSG_UBATCH: the ubatch's number */
     uint64_t body; /* bytes of the body that follows (MSG_UBATCH) */
@@ -74,8 +74,9 @@ struct slot {
     uint64_t id;
     int64_t k;      /* its micro-batch number on the runtime */
     int64_t n_out;
+    int64_t width;  /* floats per row: n_vocab, or n_embd (hidden states) */
     bool fetched;   /* its logits taken from the runtime */
-    float *logits;  /* [n_vocab, n_out] */
+    float *logits;  /* [width, n_out] */
     size_t cap;
 };
 
@@ -664,7 +665,7 @@ static struct slot *q_at(struct bt_engine *e, int i) { return &e->q[(e->q_head +
 /* The logits of slot s from the runtime into the slot (waits for them). */
 static enum bt_status fetch(struct bt_engine *e, struct slot *s) {
     if (s->fetched) return BT_OK;
-    const size_t want = (size_t)(s->n_out * e->hp.n_vocab) * sizeof(float);
+    const size_t want = (size_t)(s->n_out * s->width) * sizeof(float);
     if (want > s->cap) {
         float *b = realloc(s->logits, want);
         if (!b) return e->fatal = efail(e, BT_ERR_NOMEM, "rank 0: out of memory (%zu bytes of logits)", want);
@@ -692,7 +693,7 @@ static struct bt_model_dist_ubatch to_ubatch(struct bt_engine *e, const struct b
     int64_t n_out = 0;
     for (int64_t i = 0; i < ub->n_tokens; i++)
         if (ub->logits ? ub->logits[i] != 0 : i == ub->n_tokens - 1) e->rows[n_out++] = (int32_t)i;
-    return (struct bt_model_dist_ubatch){ub->n_tokens, ub->token, ub->pos, ub->seq, n_out, e->rows};
+    return (struct bt_model_dist_ubatch){ub->n_tokens, ub->token, ub->pos, ub->seq, n_out, e->rows, ub->out_kind};
 }
 
 enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *ub, uint64_t *id) {
@@ -736,6 +737,7 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
         o->head.kind = MSG_UBATCH;
         o->head.n_tokens = (int32_t)T;
         o->head.n_out = (int32_t)mb.n_out;
+        o->head.arg = (int32_t)mb.out_kind;
         o->head.id = e->next_id;
         int32_t *b = o->body;
         memcpy(b, ub->token, (size_t)T * sizeof(int32_t));
@@ -752,6 +754,7 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
     s->id = e->next_id;
     s->k = k;
     s->n_out = mb.n_out;
+    s->width = mb.out_kind == BT_LLM_OUT_EMBD ? e->hp.n_embd : e->hp.n_vocab;
     s->fetched = mb.n_out == 0;
     e->q_len++;
     if (id) *id = e->next_id;
@@ -771,7 +774,7 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
     if (st != BT_OK) return st;
     if (id) *id = s->id;
     if (n_out) *n_out = s->n_out;
-    if (logits && s->n_out > 0) memcpy(logits, s->logits, (size_t)(s->n_out * e->hp.n_vocab) * sizeof(float));
+    if (logits && s->n_out > 0) memcpy(logits, s->logits, (size_t)(s->n_out * s->width) * sizeof(float));
     e->q_head = (e->q_head + 1) % e->q_cap;
     e->q_len--;
     poll_stats(e, false);
@@ -868,7 +871,8 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
         e->stats.wait_s += bt_now_s() - t1;
         e->stats.bytes_received += head.body;
         if (failed != BT_OK) continue; /* the ubatches after an agreed failure were not submitted anywhere */
-        const struct bt_model_dist_ubatch mb = {T, body, body + T, body + 2 * T, n_out, body + 3 * T};
+        const struct bt_model_dist_ubatch mb = {T, body, body + T, body + 2 * T, n_out, body + 3 * T,
+                                                (enum bt_llm_out)head.arg};
         enum bt_status st = bt_model_dist_place(e->md, &mb);
         if (st != BT_OK) {
             /* rank 0 placed it: a cache out of step with rank 0's */

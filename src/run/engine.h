@@ -124,7 +124,9 @@ bool bt_engine_has_device_transport(const struct bt_engine *e, int rank);
 /* ---- rank 0 ---- */
 
 /* One ubatch: 1 <= n_tokens <= n_ubatch tokens (token, pos, seq; logits[i]
- * != 0 asks for token i's row; logits NULL: the last token's row only).  The
+ * != 0 asks for token i's row; logits NULL: the last token's row only; with
+ * out_kind BT_LLM_OUT_EMBD a row is the token's hidden state after the
+ * output norm, n_embd floats, instead of its logits).  The
  * tokens are checked and placed in the cache at once; a bad token id,
  * sequence or position, or a sequence whose share of the cache is full, is an
  * error and nothing is submitted.  Blocks while max_inflight ubatches are
@@ -136,8 +138,8 @@ enum bt_status bt_engine_submit(struct bt_engine *e, const struct bt_llm_batch *
 /* Ubatches submitted and not yet collected. */
 int bt_engine_n_inflight(const struct bt_engine *e);
 /* Wait for the oldest ubatch in flight: its id, and its n_out rows of logits
- * (n_vocab floats each, in token order) copied into logits (room for the
- * rows that ubatch asked for at submit).  BT_ERR_INVALID when none is in
+ * (n_vocab floats each, in token order; n_embd for a BT_LLM_OUT_EMBD ubatch)
+ * copied into logits (room for the rows that ubatch asked for at submit).  BT_ERR_INVALID when none is in
  * flight. */
 enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logits, int64_t *n_out);
 /* Free sequence seq's cells on every rank, after the ubatches submitted

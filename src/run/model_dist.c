@@ -18,6 +18,7 @@
 /* One ubatch shape: its graph and its runtime. */
 struct shape {
     int64_t n_tokens, n_kv, n_out;
+    enum bt_llm_out out_kind;
     bt_context *ctx;
     struct bt_llm_graph g;
     bt_dist *d;
@@ -30,6 +31,7 @@ struct submitted {
     int64_t k;
     int shape;
     int64_t local_k, n_out;
+    int64_t width; /* floats per row */
 };
 
 struct bt_model_dist {
@@ -184,19 +186,21 @@ static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
  * the runtime's own placement (and gives it to every later one) and
  * allocates the weights and the cache; a later one must find every tensor it
  * holds where the first put it. */
-static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int64_t n_kv, int64_t n_out) {
+static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int64_t n_kv, int64_t n_out,
+                                 enum bt_llm_out kind) {
     struct shape *sh = &md->shapes[i];
     enum bt_status st = BT_OK;
     const double t0 = bt_now_s();
     sh->n_tokens = T;
     sh->n_kv = n_kv;
     sh->n_out = n_out;
+    sh->out_kind = kind;
     sh->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(md->m), NULL, true});
     if (!sh->ctx)
         st = bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "rank %d: out of memory (a graph of %lld tokens)",
                              md->t->rank, (long long)T);
     if (st == BT_OK) {
-        st = bt_llm_build_graph(md->m, md->kv, sh->ctx, T, n_kv, n_out, &sh->g);
+        st = bt_llm_build_graph_out(md->m, md->kv, sh->ctx, T, n_kv, n_out, kind, &sh->g);
         if (st != BT_OK)
             bt_error_printf(md->err, sizeof md->err, st, "rank %d: building the graph: %s", md->t->rank,
                             bt_context_error(sh->ctx));
@@ -314,7 +318,7 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
     st = bt_rank_agree(t, st, NULL, err, n_err); /* the same file everywhere: the same answer, but never a hang */
     if (st == BT_OK) {
         /* the first shape: a full ubatch over the whole cache, one row */
-        st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1);
+        st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1, BT_LLM_OUT_LOGITS);
         if (st != BT_OK) snprintf(err, n_err, "%s", md->err);
     }
     if (st != BT_OK) {
@@ -348,7 +352,8 @@ void bt_model_dist_free(struct bt_model_dist *md) {
 
 /* The slot of a shape: found, or planned (collective) in a free slot or in
  * the least recently used one but the first. */
-static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_kv, int64_t n_out, int *out) {
+static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_kv, int64_t n_out,
+                                enum bt_llm_out kind, int *out) {
     md->clock++;
     int free_slot = -1, lru = -1;
     for (int i = 0; i < MAX_SHAPES; i++) {
@@ -357,7 +362,7 @@ static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_k
             if (free_slot < 0) free_slot = i;
             continue;
         }
-        if (sh->n_tokens == T && sh->n_kv == n_kv && sh->n_out == n_out) {
+        if (sh->n_tokens == T && sh->n_kv == n_kv && sh->n_out == n_out && sh->out_kind == kind) {
             sh->last_use = md->clock;
             *out = i;
             return BT_OK;
@@ -371,7 +376,7 @@ static enum bt_status shape_get(struct bt_model_dist *md, int64_t T, int64_t n_k
         stats_add(&md->stats_base, &s);
         shape_free(&md->shapes[i]); /* collective: every rank evicts the same one */
     }
-    const enum bt_status st = shape_plan(md, i, T, n_kv, n_out);
+    const enum bt_status st = shape_plan(md, i, T, n_kv, n_out, kind);
     if (st != BT_OK) return st;
     md->shapes[i].last_use = md->clock;
     *out = i;
@@ -384,6 +389,9 @@ static enum bt_status check_ubatch(struct bt_model_dist *md, const struct bt_mod
     if (ub->n < 1 || ub->n > md->p.n_ubatch)
         return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "a ubatch of %lld tokens: 1 to %lld",
                                (long long)ub->n, (long long)md->p.n_ubatch);
+    if (ub->out_kind != BT_LLM_OUT_LOGITS && ub->out_kind != BT_LLM_OUT_EMBD)
+        return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "a ubatch asks for rows of kind %d",
+                               (int)ub->out_kind);
     if (ub->n_out < 0 || ub->n_out > ub->n)
         return bt_error_printf(md->err, sizeof md->err, BT_ERR_INVALID, "%lld rows of logits from %lld tokens",
                                (long long)ub->n_out, (long long)ub->n);
@@ -415,7 +423,7 @@ enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model
     enum bt_status st;
     const int64_t n_kv = bt_kv_n_active(md->kv);
     int i = -1;
-    st = shape_get(md, T, n_kv, ub->n_out, &i);
+    st = shape_get(md, T, n_kv, ub->n_out, ub->out_kind, &i);
     if (st != BT_OK) return st;
     struct shape *sh = &md->shapes[i];
     const struct bt_llm_graph *gr = &sh->g;
@@ -438,7 +446,9 @@ enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model
     }
     st = bt_dist_submit(sh->d); /* a failure here ends every rank (the runtime's rule mid-pipeline) */
     if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
-    md->ring[md->n_submitted % RING] = (struct submitted){md->n_submitted, i, bt_dist_n_submitted(sh->d) - 1, ub->n_out};
+    const struct bt_hparams *h = bt_llm_hparams(md->m);
+    md->ring[md->n_submitted % RING] = (struct submitted){md->n_submitted, i, bt_dist_n_submitted(sh->d) - 1, ub->n_out,
+                                                          ub->out_kind == BT_LLM_OUT_EMBD ? h->n_embd : h->n_vocab};
     md->n_submitted++;
     return BT_OK;
 }
@@ -457,7 +467,7 @@ enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const i
     int32_t *seq = calloc((size_t)n, sizeof *seq);
     if (!seq) return bt_error_printf(md->err, sizeof md->err, BT_ERR_NOMEM, "out of memory");
     bt_kv_clear(md->kv);
-    const struct bt_model_dist_ubatch ub = {n, tokens, md->rows, seq, n_out, md->rows + (n - n_out)};
+    const struct bt_model_dist_ubatch ub = {n, tokens, md->rows, seq, n_out, md->rows + (n - n_out), BT_LLM_OUT_LOGITS};
     const enum bt_status st = bt_model_dist_decode(md, &ub);
     free(seq);
     return st;
@@ -482,7 +492,7 @@ enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *
                                "the logits of micro-batch %lld are not available (%lld submitted)", (long long)k,
                                (long long)md->n_submitted);
     struct shape *sh = &md->shapes[s->shape];
-    const size_t bytes = (size_t)(s->n_out * bt_llm_hparams(md->m)->n_vocab) * sizeof(float);
+    const size_t bytes = (size_t)(s->n_out * s->width) * sizeof(float);
     if (bytes == 0) return BT_OK;
     const enum bt_status st = bt_dist_get_output(sh->d, (int)s->local_k, sh->g.out, out, bytes);
     if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));

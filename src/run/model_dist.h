@@ -55,12 +55,14 @@ struct bt_model_dist_params {
 void bt_model_dist_default_params(struct bt_model_dist_params *p);
 
 /* A ubatch: n tokens, each with its position and sequence; rows[0..n_out-1]
- * are the tokens (indices into the ubatch, ascending) whose logits come back. */
+ * are the tokens (indices into the ubatch, ascending) whose logits (or with
+ * BT_LLM_OUT_EMBD their hidden states after the output norm) come back. */
 struct bt_model_dist_ubatch {
     int64_t n;
     const int32_t *token, *pos, *seq;
     int64_t n_out;
     const int32_t *rows;
+    enum bt_llm_out out_kind;
 };
 
 struct bt_model_dist;
@@ -103,8 +105,9 @@ enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md);
 void bt_model_dist_set_eval_callback(struct bt_model_dist *md, bt_sched_eval_callback cb, void *user);
 /* Micro-batches submitted so far (the next one's number). */
 int64_t bt_model_dist_n_submitted(const struct bt_model_dist *md);
-/* Rank 0: the logits of micro-batch k, n_vocab floats per row asked for.
- * Available until its shape has run n_copies more micro-batches. */
+/* Rank 0: the logits of micro-batch k, n_vocab floats per row asked for
+ * (n_embd for a BT_LLM_OUT_EMBD ubatch).  Available until its shape has run
+ * n_copies more micro-batches. */
 enum bt_status bt_model_dist_logits(struct bt_model_dist *md, int64_t k, float *out);
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md);

@@ -936,3 +936,174 @@ char *bt_api_tokenize_json(const int32_t *ids, size_t n, const struct bt_api_pie
 char *bt_api_detokenize_json(const char *text, size_t len) {
     return dump(json_pack("{s:o}", "content", text_value(text, len)));
 }
+
+/* ---- POST /v1/embeddings ---- */
+
+void bt_api_embeddings_free(struct bt_api_embeddings *e) {
+    if (!e) return;
+    for (size_t i = 0; e->in && i < e->n; i++) {
+        free(e->in[i].text);
+        free(e->in[i].ids);
+    }
+    free(e->in);
+    memset(e, 0, sizeof *e);
+}
+
+/* input i (param names it): a non-empty string or array of token ids */
+static bool parse_embd_input(json_t *v, const char *param, const struct bt_api_limits *lim,
+                             struct bt_api_embd_input *in, struct bt_api_error *err) {
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) {
+            BAD(param, "'%s' is empty", param);
+            return false;
+        }
+        in->len = json_string_length(v);
+        return (in->text = dup_n(json_string_value(v), in->len)) != NULL || nomem(err);
+    }
+    if (!json_is_array(v)) {
+        BAD(param, "'%s' must be a string or an array of token ids, not %s", param, json_kind(v));
+        return false;
+    }
+    if (json_array_size(v) == 0) {
+        BAD(param, "'%s' is empty", param);
+        return false;
+    }
+    if (!parse_ids(v, param, lim, &in->ids, err)) return false;
+    in->n_ids = json_array_size(v);
+    return true;
+}
+
+static bool parse_embeddings(json_t *o, const struct bt_api_limits *lim, struct bt_api_embeddings *out,
+                             struct bt_api_error *err) {
+    json_t *model = json_object_get(o, "model");
+    if (!model || json_is_null(model)) {
+        BAD("model", "you must provide a 'model' (this server has '%s')", lim->model_id);
+        return false;
+    }
+    if (!json_is_string(model)) {
+        BAD("model", "'model' must be a string, not %s", json_kind(model));
+        return false;
+    }
+    if (!bt_api_model_check(json_string_value(model), lim->model_id, err)) return false;
+    json_t *d = json_object_get(o, "dimensions");
+    if (d && !json_is_null(d)) {
+        BAD("dimensions", "'dimensions' is not supported by this server: a vector has the model's width");
+        return false;
+    }
+    json_t *f = json_object_get(o, "encoding_format");
+    if (f && !json_is_null(f)) {
+        if (!json_is_string(f)) {
+            BAD("encoding_format", "'encoding_format' must be a string, not %s", json_kind(f));
+            return false;
+        }
+        if (!strcmp(json_string_value(f), "base64")) {
+            out->base64 = true;
+        } else if (strcmp(json_string_value(f), "float")) {
+            BAD("encoding_format", "'encoding_format' is '%.40s': give float or base64", json_string_value(f));
+            return false;
+        }
+    }
+    json_t *v = json_object_get(o, "input");
+    if (!v || json_is_null(v)) {
+        BAD("input", "you must provide 'input' (a string, an array of strings, token ids or arrays of token ids)");
+        return false;
+    }
+    if (!json_is_string(v) && !json_is_array(v)) {
+        BAD("input", "'input' must be a string, an array of strings, token ids or arrays of token ids, not %s",
+            json_kind(v));
+        return false;
+    }
+    if (json_is_string(v) || (json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0)))) {
+        /* one input: a string or token ids */
+        if (!(out->in = calloc(1, sizeof *out->in))) return nomem(err);
+        out->n = 1;
+        return parse_embd_input(v, "input", lim, &out->in[0], err);
+    }
+    const size_t n = json_array_size(v);
+    if (n == 0) {
+        BAD("input", "'input' is empty");
+        return false;
+    }
+    if (n > BT_API_MAX_EMBD_INPUTS) {
+        BAD("input", "'input' has %zu inputs: at most %d", n, BT_API_MAX_EMBD_INPUTS);
+        return false;
+    }
+    if (!(out->in = calloc(n, sizeof *out->in))) return nomem(err);
+    out->n = n;
+    for (size_t i = 0; i < n; i++) {
+        char param[48];
+        snprintf(param, sizeof param, "input[%zu]", i);
+        if (!parse_embd_input(json_array_get(v, i), param, lim, &out->in[i], err)) return false;
+    }
+    return true;
+}
+
+bool bt_api_parse_embeddings(const char *body, size_t len, const struct bt_api_limits *lim,
+                             struct bt_api_embeddings *out, struct bt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    json_t *o = load_object(body, len, err);
+    if (!o) return false;
+    const bool ok = parse_embeddings(o, lim, out, err);
+    json_decref(o);
+    if (!ok) bt_api_embeddings_free(out);
+    return ok;
+}
+
+/* the base64 (RFC 4648, padded) of vec's little-endian float32 bytes */
+static char *base64_floats(const float *vec, int64_t n) {
+    static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const size_t nb = (size_t)n * 4;
+    unsigned char *b = malloc(nb ? nb : 1);
+    char *s = malloc(4 * ((nb + 2) / 3) + 1);
+    if (!b || !s) {
+        free(b);
+        free(s);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &vec[i], 4);
+        for (int k4 = 0; k4 < 4; k4++) b[4 * i + k4] = (unsigned char)(u >> (8 * k4));
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < nb; i += 3) {
+        const uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) |
+                           (i + 2 < nb ? (uint32_t)b[i + 2] : 0);
+        s[o++] = k[w >> 18 & 63];
+        s[o++] = k[w >> 12 & 63];
+        s[o++] = i + 1 < nb ? k[w >> 6 & 63] : '=';
+        s[o++] = i + 2 < nb ? k[w & 63] : '=';
+    }
+    s[o] = 0;
+    free(b);
+    return s;
+}
+
+char *bt_api_embeddings_json(const char *model, const float *const *vec, size_t n, int64_t n_embd, bool base64,
+                             int64_t n_prompt) {
+    json_t *data = json_array();
+    for (size_t i = 0; data && i < n; i++) {
+        json_t *e = NULL;
+        if (base64) {
+            char *s = base64_floats(vec[i], n_embd);
+            e = s ? json_string(s) : NULL;
+            free(s);
+        } else if ((e = json_array())) {
+            for (int64_t j = 0; j < n_embd; j++)
+                if (json_array_append_new(e, json_real((double)vec[i][j]))) {
+                    json_decref(e);
+                    e = NULL;
+                    break;
+                }
+        }
+        json_t *obj = e ? json_pack("{s:s, s:I, s:o}", "object", "embedding", "index", (json_int_t)i, "embedding", e)
+                        : NULL;
+        if (!obj || json_array_append_new(data, obj)) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    if (!data) return NULL;
+    return dump(json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", model, "usage",
+                          "prompt_tokens", (json_int_t)n_prompt, "total_tokens", (json_int_t)n_prompt));
+}

@@ -31,6 +31,9 @@
 #ifndef BT_API_MAX_STOP_LEN
 #define BT_API_MAX_STOP_LEN 256 /* bytes per stop string */
 #endif
+#ifndef BT_API_MAX_EMBD_INPUTS
+#define BT_API_MAX_EMBD_INPUTS 2048 /* inputs of one /v1/embeddings request, as OpenAI */
+#endif
 #ifndef BT_API_MAX_MESSAGES
 #define BT_API_MAX_MESSAGES 1024 /* chat messages per request */
 #endif
@@ -175,5 +178,32 @@ bool bt_api_parse_detokenize(const char *body, size_t len, const struct bt_api_l
 char *bt_api_tokenize_json(const int32_t *ids, size_t n, const struct bt_api_piece *piece);
 /* {"content": text} (bytes that are not UTF-8 become U+FFFD). */
 char *bt_api_detokenize_json(const char *text, size_t len);
+
+/* ---- POST /v1/embeddings ---- */
+
+/* One input: text (tokenized by the server, with BOS as llama-server does)
+ * or token ids (ids != NULL). */
+struct bt_api_embd_input {
+    char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n_ids;
+};
+/* {"model", "input": "text" | ["text", ...] | [ids] | [[ids], ...],
+ *  "encoding_format": "float" | "base64"}, checked; "dimensions" is
+ * refused, "user" and unknown fields ignored.  Owned
+ * (bt_api_embeddings_free). */
+struct bt_api_embeddings {
+    struct bt_api_embd_input *in;
+    size_t n;
+    bool base64; /* each vector as the base64 of its little-endian float32 bytes */
+};
+bool bt_api_parse_embeddings(const char *body, size_t len, const struct bt_api_limits *lim,
+                             struct bt_api_embeddings *out, struct bt_api_error *err);
+void bt_api_embeddings_free(struct bt_api_embeddings *e);
+/* OpenAI's list of n embedding objects (vec[i]: n_embd floats) with usage
+ * (n_prompt tokens in all). */
+char *bt_api_embeddings_json(const char *model, const float *const *vec, size_t n, int64_t n_embd, bool base64,
+                             int64_t n_prompt);
 
 #endif

@@ -4,13 +4,28 @@
  * against a sequence's share of the context), job submission, and answers as
  * one JSON object or as server-sent events.  Besides OpenAI's routes:
  * llama-server's /tokenize and /detokenize (the tokenizer alone, no job),
+ * /v1/embeddings (a job per input: its prompt's hidden states pooled by the
+ * batcher, --pooling),
  * HEAD on every GET route (libmicrohttpd sends the headers without the body),
  * and with --cors the CORS headers and OPTIONS preflights (which need no key:
  * a browser sends them without one).
  *
  * A thread waiting for its job wakes at least every WAIT_MS to look at its
  * socket: a client that closed it cancels the job at once (its sequence is
- * freed at the batcher's next step), streamed or not. */
+ * freed at the batcher's next step), streamed or not.
+ *
+ * Two answers are written to the socket here, not through libmicrohttpd,
+ * which (0.9.75) cannot give them:
+ *   - a chunked body (no Content-Length) that passes --max-body: MHD queues
+ *     no response before the whole body is in, so the 413 goes out at once,
+ *     the rest of the body is read and dropped (up to DRAIN_FACTOR times the
+ *     limit), and the connection is closed;
+ *   - a Content-Length that is no byte count (negative, "5x") or past 2^64:
+ *     MHD refuses it before any handler runs, and its answer went out twice
+ *     (parse_connection_headers queues it, then the state machine builds the
+ *     headers again).  Its log line about the header is the only hook: the
+ *     JSON error is written there and the socket shut for writing, so MHD's
+ *     own copy goes nowhere. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,6 +44,9 @@
 #define WAIT_MS 50
 #define RETRY_AFTER_S "1"
 #define CORS_MAX_AGE_S "86400" /* how long a browser may keep a preflight's answer */
+#define DRAIN_FACTOR 16 /* an over-long chunked body is read and dropped up to this many times --max-body */
+#define RAW_SEND_MS 2000 /* the most a raw answer waits for room in the socket */
+#define SPARE_TIMEOUT_S 1u /* a spare connection (serve.h) idle this long is closed */
 
 enum route {
     R_COMPLETIONS = BT_EP_COMPLETIONS,
@@ -39,6 +57,7 @@ enum route {
     R_MODEL = BT_EP_MODEL, /* /v1/models/{id} */
     R_TOKENIZE = BT_EP_TOKENIZE,
     R_DETOKENIZE = BT_EP_DETOKENIZE,
+    R_EMBEDDINGS = BT_EP_EMBEDDINGS,
     R_NONE = BT_EP_OTHER,
 };
 
@@ -46,7 +65,7 @@ enum route {
 
 /* what a route takes; the others take GET (and HEAD) */
 static bool route_is_post(enum route rt) {
-    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_TOKENIZE || rt == R_DETOKENIZE;
+    return rt == R_COMPLETIONS || rt == R_CHAT || rt == R_TOKENIZE || rt == R_DETOKENIZE || rt == R_EMBEDDINGS;
 }
 
 /* one request's state, from its first call to MHD's "completed" */
@@ -56,9 +75,12 @@ struct req {
     enum route route;
     char *body;
     size_t len, cap;
-    bool too_large;
     bool answered;
+    bool raw;       /* answered on the socket (send_raw): MHD must send nothing more */
+    bool spare;     /* on a spare connection: /health only, then close */
     struct bt_job *job;
+    struct bt_job **embd_jobs; /* /v1/embeddings: one job per input */
+    size_t n_embd_jobs;
     /* streaming */
     int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
     size_t text_seen; /* bytes of job->text already sent */
@@ -84,9 +106,138 @@ static bool client_gone(struct MHD_Connection *c) {
     return false;
 }
 
-/* --cors: every answer says which origin may read it */
+/* libmicrohttpd runs each connection on a thread of its own
+ * (MHD_USE_THREAD_PER_CONNECTION): the thread names the connection whose
+ * request line it read last, for the log hook (on_mhd_log) */
+struct conn_tls {
+    struct MHD_Connection *conn;
+    enum route route;
+    bool quiet; /* answered on the socket: MHD's lines about closing it are noise */
+};
+static _Thread_local struct conn_tls tls;
+
+/* an error as a whole HTTP/1.1 answer written to the socket, then
+ * "Connection: close"; false when the socket takes none of it in time */
+static bool send_raw(struct bt_server *s, struct MHD_Connection *c, enum route rt, const struct bt_api_error *e) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char *js = bt_api_error_json(e);
+    if (!ci || !js) {
+        free(js);
+        return false;
+    }
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    char cors[320] = "";
+    if (s->cfg.cors) snprintf(cors, sizeof cors, "Access-Control-Allow-Origin: %s\r\n", s->cfg.cors);
+    char *msg = NULL;
+    int n = asprintf(&msg,
+                     "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\n%s"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     e->status, reason && *reason ? reason : "Error", cors, strlen(js), js);
+    free(js);
+    if (n < 0) return false;
+    size_t off = 0;
+    while (off < (size_t)n) {
+        ssize_t k = send(ci->connect_fd, msg + off, (size_t)n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            off += (size_t)k;
+            continue;
+        }
+        struct pollfd p = {.fd = ci->connect_fd, .events = POLLOUT};
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && poll(&p, 1, RAW_SEND_MS) > 0)
+            continue;
+        break;
+    }
+    free(msg);
+    bt_metrics_request(&s->metrics, (enum bt_metrics_endpoint)rt, e->status);
+    tls.quiet = true;
+    return off == (size_t)n;
+}
+
+/* --cors: every answer says which origin may read it; a spare connection
+ * (serve.h) is closed after its answer */
 static void add_cors(struct req *r, struct MHD_Response *resp) {
     if (r->s->cfg.cors) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->s->cfg.cors);
+    if (r->spare) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* ---- open connections: per client address, and the spare ones ---- */
+
+/* a client address: the family and its bytes (IPv4 4, IPv6 16) */
+struct bt_conn_client {
+    int family;
+    uint8_t addr[16];
+    int open;
+};
+
+/* a connection's record (its MHD socket context) */
+struct conn_info {
+    struct bt_conn_client who; /* .open unused */
+    int spare;                 /* 0: within the limits; 503: past --max-connections; 429: past its address's */
+};
+
+static void client_of(struct MHD_Connection *c, struct bt_conn_client *who) {
+    memset(who, 0, sizeof *who);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    who->family = sa->sa_family;
+    if (sa->sa_family == AF_INET) memcpy(who->addr, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    else if (sa->sa_family == AF_INET6)
+        memcpy(who->addr, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+}
+
+/* the address's entry (added with open 0); NULL when out of memory (under mu) */
+static struct bt_conn_client *client_entry(struct bt_conn_count *cc, const struct bt_conn_client *who) {
+    for (int i = 0; i < cc->n_clients; i++)
+        if (cc->clients[i].family == who->family && !memcmp(cc->clients[i].addr, who->addr, sizeof who->addr))
+            return &cc->clients[i];
+    if (cc->n_clients == cc->cap_clients) {
+        int cap = cc->cap_clients ? 2 * cc->cap_clients : 16;
+        struct bt_conn_client *t = realloc(cc->clients, (size_t)cap * sizeof *t);
+        if (!t) return NULL;
+        cc->clients = t;
+        cc->cap_clients = cap;
+    }
+    struct bt_conn_client *e = &cc->clients[cc->n_clients++];
+    *e = *who;
+    e->open = 0;
+    return e;
+}
+
+/* MHD's accept thread (STARTED) and the connection's (CLOSED): count the
+ * connection, in all and for its address; past a limit it is a spare one */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    struct bt_server *s = cls;
+    struct bt_conn_count *cc = &s->conns;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn_info *ci = calloc(1, sizeof *ci);
+        if (!ci) return; /* not counted: served as within the limits */
+        client_of(conn, &ci->who);
+        pthread_mutex_lock(&cc->mu);
+        struct bt_conn_client *e = client_entry(cc, &ci->who);
+        if (!e) {
+            pthread_mutex_unlock(&cc->mu);
+            free(ci);
+            return;
+        }
+        cc->open++;
+        e->open++;
+        ci->spare = cc->open > s->cfg.max_connections ? 503 : e->open > s->cfg.max_client_connections ? 429 : 0;
+        pthread_mutex_unlock(&cc->mu);
+        if (ci->spare) MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, SPARE_TIMEOUT_S);
+        *socket_context = ci;
+        return;
+    }
+    struct conn_info *ci = *socket_context;
+    if (!ci) return;
+    pthread_mutex_lock(&cc->mu);
+    struct bt_conn_client *e = client_entry(cc, &ci->who); /* there: counted at the start */
+    cc->open--;
+    if (e && --e->open <= 0) *e = cc->clients[--cc->n_clients];
+    pthread_mutex_unlock(&cc->mu);
+    free(ci);
+    *socket_context = NULL;
 }
 
 /* text (owned; NULL: no body) with its type (NULL: none) */
@@ -137,6 +288,7 @@ static enum route route_of(const char *url) {
     if (!strncmp(url, MODELS_PREFIX, strlen(MODELS_PREFIX))) return R_MODEL;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     return R_NONE;
 }
 
@@ -535,6 +687,131 @@ static enum MHD_Result handle_detokenize(struct req *r) {
     return send_text(r, 200, "application/json", js, NULL, NULL);
 }
 
+/* POST /v1/embeddings: each input tokenized (text with BOS, as
+ * llama-server) and checked against a sequence's share, then a job each;
+ * the answer once every vector is in */
+static enum MHD_Result handle_embeddings(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_api_error e;
+    struct bt_api_embeddings q;
+    if (!bt_api_parse_embeddings(r->body ? r->body : "", r->len, &s->lim, &q, &e))
+        return send_error(r, &e, NULL, NULL);
+    const bool base64 = q.base64;
+    enum MHD_Result ret = MHD_NO;
+    if (!(r->embd_jobs = calloc(q.n, sizeof *r->embd_jobs))) {
+        bt_api_embeddings_free(&q);
+        return fail(r, 500, "server_error", NULL, "out of memory");
+    }
+    /* the prompts first: a bad input refuses the request before any job runs */
+    for (size_t i = 0; i < q.n; i++) {
+        struct bt_job *j = bt_job_new();
+        if (!j) {
+            ret = fail(r, 500, "server_error", NULL, "out of memory");
+            goto out;
+        }
+        r->embd_jobs[r->n_embd_jobs++] = j;
+        j->pooling = s->cfg.pooling;
+        struct bt_api_embd_input *in = &q.in[i];
+        if (in->ids) {
+            j->prompt = in->ids;
+            j->n_prompt = in->n_ids;
+            in->ids = NULL;
+        } else {
+            bt_tokens t = {0};
+            char msg[512];
+            if (bt_tokenizer_tokenize(s->tok, in->text, in->len, true, true, &t, msg, sizeof msg) != BT_OK) {
+                bt_tokens_free(&t);
+                ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]' cannot be tokenized: %s", i, msg);
+                goto out;
+            }
+            j->prompt = t.ids;
+            j->n_prompt = t.n;
+        }
+        if (j->n_prompt == 0) {
+            ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]' has no tokens", i);
+            goto out;
+        }
+        if ((int64_t)j->n_prompt > s->cfg.n_ctx_seq) {
+            bt_api_error_set(&e, 400, "invalid_request_error", "input", "context_length_exceeded",
+                             "'input[%zu]' has %zu tokens: the maximum context length is %lld tokens per request", i,
+                             j->n_prompt, (long long)s->cfg.n_ctx_seq);
+            ret = send_error(r, &e, NULL, NULL);
+            goto out;
+        }
+        j->created = (int64_t)time(NULL);
+    }
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        enum bt_status st = bt_jobs_submit(&s->jobs, r->embd_jobs[i]);
+        if (st == BT_OK && i == 0) {
+            pthread_mutex_lock(&s->jobs.mu);
+            s->n_answering++;
+            r->submitted = true;
+            pthread_mutex_unlock(&s->jobs.mu);
+        }
+        if (st == BT_OK) continue;
+        /* the jobs submitted are cancelled in on_completed */
+        if (st == BT_ERR_CAPACITY) {
+            bt_metrics_rejected(&s->metrics);
+            bt_api_error_set(&e, 503, "server_error", NULL, "server_overloaded",
+                             "The server is busy: all %d sequence slots are taken and %d requests are waiting; retry "
+                             "later",
+                             s->cfg.n_slots, s->cfg.max_queue);
+            ret = send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+        } else if (st == BT_ERR_ABORTED) {
+            ret = fail(r, 503, "server_error", "shutting_down", "The server is shutting down");
+        } else {
+            ret = fail(r, 500, "server_error", NULL, "the engine has failed");
+        }
+        goto out;
+    }
+    /* every vector, or the client gone */
+    int64_t n_prompt = 0;
+    pthread_mutex_lock(&s->jobs.mu);
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        while (j->state != BT_JOB_DONE) {
+            bt_job_wait_locked(&s->jobs, j, (size_t)-1, WAIT_MS);
+            if (j->state != BT_JOB_DONE && client_gone(r->conn)) {
+                pthread_mutex_unlock(&s->jobs.mu);
+                r->gone = true;
+                goto out; /* nobody to answer: close (on_completed cancels the jobs) */
+            }
+        }
+        n_prompt += (int64_t)j->n_prompt;
+    }
+    pthread_mutex_unlock(&s->jobs.mu);
+    /* DONE: the engine's thread writes nothing more */
+    const float **vec = calloc(r->n_embd_jobs, sizeof *vec);
+    if (!vec) {
+        ret = fail(r, 500, "server_error", NULL, "out of memory");
+        goto out;
+    }
+    int64_t n_embd = 0;
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        if (j->bad_request) {
+            free(vec);
+            ret = fail(r, 400, "invalid_request_error", NULL, "'input[%zu]': %s", i, j->error);
+            goto out;
+        }
+        if (!j->embd || j->res.finish != BT_FINISH_STOP) {
+            free(vec);
+            ret = fail(r, 500, "server_error", NULL, "the request failed: %s",
+                       j->error[0] ? j->error : "it was cancelled");
+            goto out;
+        }
+        vec[i] = j->embd;
+        n_embd = j->n_embd;
+    }
+    char *js = bt_api_embeddings_json(s->cfg.model_id, vec, r->n_embd_jobs, n_embd, base64, n_prompt);
+    free(vec);
+    ret = js ? send_text(r, 200, "application/json", js, NULL, NULL)
+             : fail(r, 500, "server_error", NULL, "out of memory");
+out:
+    bt_api_embeddings_free(&q);
+    return ret;
+}
+
 /* OPTIONS with --cors: a browser's preflight, answered before any key is asked */
 static enum MHD_Result send_preflight(struct req *r) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
@@ -590,6 +867,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         struct bt_api_error e;
         const bool post = route_is_post(r->route);
+        const union MHD_ConnectionInfo *sc = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        const struct conn_info *ci = sc ? sc->socket_context : NULL;
+        if (ci && ci->spare) {
+            r->spare = true;
+            if (ci->spare == 503 && r->route != R_HEALTH) {
+                bt_api_error_set(&e, 503, "server_error", NULL, "too_many_connections",
+                                 "the server has %d connections open, the most it takes (--max-connections %d): "
+                                 "only /health is answered on another",
+                                 s->cfg.max_connections, s->cfg.max_connections);
+                return send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+            }
+            if (ci->spare == 429 && r->route != R_HEALTH) {
+                char who[INET6_ADDRSTRLEN] = "this client";
+                if (ci->who.family == AF_INET || ci->who.family == AF_INET6)
+                    inet_ntop(ci->who.family, ci->who.addr, who, sizeof who);
+                bt_api_error_set(&e, 429, "rate_limit_error", NULL, "too_many_connections",
+                                 "%s has %d connections open, the most one client may have "
+                                 "(--max-client-connections %d): only /health is answered on another",
+                                 who, s->cfg.max_client_connections, s->cfg.max_client_connections);
+                return send_error(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+            }
+        }
         if (r->route == R_NONE)
             return fail(r, 404, "invalid_request_error", "unknown_url", "Unknown request URL: %.16s %.200s", method,
                         url);
@@ -618,6 +917,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (r->raw) {
+        /* the 413 is out: drop the rest of the body while the client may
+         * still be reading it, then close (MHD must not answer again) */
+        r->len += *upload_size;
+        if (*upload_size == 0 || r->len > DRAIN_FACTOR * s->cfg.max_body) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (r->answered) {
         *upload_size = 0; /* an early answer: what comes is dropped */
         return MHD_YES;
@@ -625,11 +932,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (r->too_large || r->len + n > s->cfg.max_body) {
-            r->too_large = true;
+        if (r->len + n > s->cfg.max_body) {
+            /* a chunked body (a declared one was checked above) past the
+             * limit: the 413 now, not after the whole body */
+            struct bt_api_error e;
+            bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                             "the request body is over %zu bytes, the most this server takes", s->cfg.max_body);
             r->len += n;
-            /* a body that never ends (chunked): stop reading it */
-            return r->len > 16 * s->cfg.max_body ? MHD_NO : MHD_YES;
+            r->answered = r->raw = true;
+            return send_raw(s, conn, r->route, &e) ? MHD_YES : MHD_NO;
         }
         if (r->len + n + 1 > r->cap) {
             size_t cap = r->cap ? r->cap : 4096;
@@ -644,14 +955,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->body[r->len] = 0;
         return MHD_YES;
     }
-    if (r->too_large) {
-        struct bt_api_error e;
-        bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
-                         "the request body has %zu bytes: this server takes at most %zu", r->len, s->cfg.max_body);
-        return send_error(r, &e, NULL, NULL);
-    }
     if (r->route == R_TOKENIZE) return handle_tokenize(r);
     if (r->route == R_DETOKENIZE) return handle_detokenize(r);
+    if (r->route == R_EMBEDDINGS) return handle_embeddings(r);
     return handle_generate(r);
 }
 
@@ -673,6 +979,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         bt_job_release(&s->jobs, r->job);
     }
+    for (size_t i = 0; i < r->n_embd_jobs; i++) {
+        struct bt_job *j = r->embd_jobs[i];
+        pthread_mutex_lock(&s->jobs.mu);
+        bool open = j->state == BT_JOB_QUEUED || j->state == BT_JOB_RUNNING;
+        pthread_mutex_unlock(&s->jobs.mu);
+        if (open) bt_jobs_cancel(&s->jobs, j); /* the client went away, or another input failed */
+        bt_job_release(&s->jobs, j);
+    }
+    free(r->embd_jobs);
     if (r->submitted) {
         pthread_mutex_lock(&s->jobs.mu);
         s->n_answering--;
@@ -684,10 +999,42 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* MHD has read a request line: the connection this thread serves from now on */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls;
+    tls.conn = conn;
+    tls.route = route_of(uri);
+    tls.quiet = false;
+    return NULL; /* on_request's state starts on its first call */
+}
+
+/* MHD's line about a Content-Length it refuses (see the file's header):
+ * answer with the JSON error here, and shut the socket for writing so MHD's
+ * answer (sent twice by 0.9.75) goes nowhere */
+static bool answer_bad_length(struct bt_server *s, const char *fmt) {
+    if (!tls.conn || tls.quiet || !strstr(fmt, "Content-Length' header")) return false;
+    const char *cl = MHD_lookup_connection_value(tls.conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl) cl = "";
+    struct bt_api_error e;
+    if (*cl >= '0' && *cl <= '9' && strspn(cl, "0123456789") == strlen(cl))
+        bt_api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request body has %.40s bytes: this server takes at most %zu", cl, s->cfg.max_body);
+    else
+        bt_api_error_set(&e, 400, "invalid_request_error", NULL, NULL,
+                         "the request's Content-Length '%.40s' is not a byte count", cl);
+    send_raw(s, tls.conn, tls.route, &e);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(tls.conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) shutdown(ci->connect_fd, SHUT_WR);
+    return true;
+}
+
 /* libmicrohttpd's own messages (a socket error, a client gone mid-stream),
  * one line each under the program's name */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     struct bt_server *s = cls;
+    if (tls.quiet || answer_bad_length(s, fmt)) return;
+    /* a flood of connections past the limits: its first refusal only */
+    if (strstr(fmt, "reached connection limit") && atomic_exchange(&s->refused_logged, true)) return;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
@@ -711,6 +1058,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     s->created = (int64_t)time(NULL);
     bt_jobs_init(&s->jobs, cfg->n_slots, cfg->max_queue);
     bt_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->conns.mu, NULL);
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
                     *ai = NULL;
@@ -725,9 +1073,13 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     atomic_store(&s->starting, true);
     s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+                                 on_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + BT_SERVE_SPARE_CONNECTIONS),
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned)(cfg->max_client_connections + BT_SERVE_SPARE_CONNECTIONS),
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)cfg->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, false);
     if (!s->daemon) {
@@ -747,6 +1099,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
 fail:
     bt_metrics_destroy(&s->metrics);
     bt_jobs_destroy(&s->jobs);
+    pthread_mutex_destroy(&s->conns.mu);
     return BT_ERR_IO;
 }
 
@@ -765,4 +1118,6 @@ void bt_server_stop(struct bt_server *s) {
     s->daemon = NULL;
     bt_metrics_destroy(&s->metrics);
     bt_jobs_destroy(&s->jobs);
+    free(s->conns.clients);
+    pthread_mutex_destroy(&s->conns.mu);
 }

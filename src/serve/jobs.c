@@ -45,6 +45,7 @@ static void job_free(struct bt_job *j) {
     free(j->echo);
     free(j->text);
     free(j->lp);
+    free(j->embd);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -164,6 +165,20 @@ int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max) {
     }
     pthread_mutex_unlock(&q->mu);
     return n;
+}
+
+void bt_job_set_embd(struct bt_jobs *q, struct bt_job *j, const float *embd, int64_t n) {
+    float *v = malloc((size_t)n * sizeof *v);
+    pthread_mutex_lock(&q->mu);
+    if (v) {
+        memcpy(v, embd, (size_t)n * sizeof *v);
+        free(j->embd);
+        j->embd = v;
+        j->n_embd = n;
+    } else {
+        snprintf(j->error, sizeof j->error, "out of memory for the embedding");
+    }
+    pthread_mutex_unlock(&q->mu);
 }
 
 void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp) {

@@ -37,6 +37,7 @@ struct bt_job {
     int32_t *prompt; /* token ids */
     size_t n_prompt;
     char *echo;      /* completions with echo: the prompt's text, shown first */
+    enum bt_pooling pooling; /* an embedding job (not NONE): no text, a vector */
     char id[48];     /* "cmpl-..." / "chatcmpl-..." */
     int64_t created; /* Unix seconds */
     double t_submit; /* monotonic seconds */
@@ -55,6 +56,8 @@ struct bt_job {
     struct bt_gen_result res;
     char error[512];   /* the reason of BT_FINISH_ERROR */
     int bad_request;   /* the batcher refused the request as invalid: answer 400 with `error` */
+    float *embd;       /* an embedding job's vector (n_embd floats), once set */
+    int64_t n_embd;
     int refs;
     struct bt_jobs *queue; /* set by submit */
     struct bt_job *next; /* in the queue or the running list */
@@ -103,6 +106,8 @@ int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max);
 /* Append generated text and the token's log-probabilities (lp: NULL when
  * none are kept for it), and count one token. */
 void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp);
+/* An embedding job's vector (copied; out of memory: the job's error). */
+void bt_job_set_embd(struct bt_jobs *q, struct bt_job *j, const float *embd, int64_t n);
 /* The job ended (error: the reason of BT_FINISH_ERROR, or NULL); drops the
  * engine's reference. */
 void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_result *r, const char *error);

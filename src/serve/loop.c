@@ -24,6 +24,11 @@ static void on_token(void *user, int32_t id, const char *text, size_t len, const
     bt_job_emit(j->queue, j, text, len, lp);
 }
 
+static void on_embd(void *user, const float *embd, int64_t n) {
+    struct bt_job *j = user;
+    bt_job_set_embd(j->queue, j, embd, n);
+}
+
 static void on_done(void *user, const struct bt_gen_result *r) {
     struct bt_job *j = user;
     const char *why = NULL;
@@ -72,6 +77,8 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .on_token = on_token,
             .on_done = on_done,
             .user = j,
+            .pooling = j->pooling,
+            .on_embd = on_embd,
         };
         uint64_t id = 0;
         char msg[512] = "";

@@ -12,7 +12,7 @@
 static const int k_codes[BT_METRICS_N_CODES] = {200, 204, 400, 401, 404, 405, 413, 429, 500, 503, 0};
 static const char *const k_endpoints[BT_EP_COUNT] = {
     "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/v1/models/{id}",
-    "/tokenize",       "/detokenize",          "other"};
+    "/tokenize",       "/detokenize",          "/v1/embeddings", "other"};
 
 void bt_metrics_init(struct bt_metrics *m) {
     memset(m, 0, sizeof *m);

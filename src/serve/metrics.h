@@ -21,6 +21,7 @@ enum bt_metrics_endpoint {
     BT_EP_MODEL,      /* GET /v1/models/{id} */
     BT_EP_TOKENIZE,   /* POST /tokenize */
     BT_EP_DETOKENIZE, /* POST /detokenize */
+    BT_EP_EMBEDDINGS, /* POST /v1/embeddings */
     BT_EP_OTHER,
     BT_EP_COUNT
 };

@@ -33,12 +33,32 @@ struct bt_serve_config {
     int port;            /* 0: any free port (printed) */
     const char *api_key; /* NULL: no key asked */
     size_t max_body;     /* bytes of a request body */
-    int max_connections; /* open connections at once */
+    int max_connections; /* open connections at once (and BT_SERVE_SPARE_CONNECTIONS for /health) */
+    int max_client_connections; /* open connections from one address (and the spare ones) */
+    int timeout_s;       /* an idle connection is closed after this long */
     int max_queue;       /* requests waiting beyond the sequence slots */
     int n_slots;         /* sequence slots (--parallel) */
     int64_t n_ctx_seq;   /* cells of one sequence: prompt + generated tokens */
     const char *model_id;
     const char *cors;    /* NULL: no CORS headers; else Access-Control-Allow-Origin's value ("*" or an origin) */
+    enum bt_pooling pooling; /* /v1/embeddings: mean or last */
+};
+
+/* connections past --max-connections, or past --max-client-connections for
+ * their address, that are still taken: each answers /health only (others get
+ * 503 or 429 naming the limit), then closes, and is closed after
+ * SPARE_TIMEOUT_S idle; past these, libmicrohttpd closes a new connection
+ * unanswered */
+#ifndef BT_SERVE_SPARE_CONNECTIONS
+#define BT_SERVE_SPARE_CONNECTIONS 2
+#endif
+
+/* open connections: in all and per client address (under mu) */
+struct bt_conn_count {
+    pthread_mutex_t mu;
+    int open;
+    struct bt_conn_client *clients; /* one per address with connections open */
+    int n_clients, cap_clients;
 };
 
 struct bt_server {
@@ -48,6 +68,7 @@ struct bt_server {
     struct bt_api_limits lim;
     struct bt_jobs jobs;
     struct bt_metrics metrics;
+    struct bt_conn_count conns;
     int64_t created;   /* Unix seconds at start */
     uint64_t next_id;  /* request numbers (under jobs.mu) */
     struct bt_batcher *batcher; /* while bt_server_run runs */
@@ -57,6 +78,7 @@ struct bt_server {
     /* while MHD_start_daemon runs, its log's first line is kept here, not
      * printed: a failed start is then one message with MHD's reason */
     atomic_bool starting;
+    atomic_bool refused_logged; /* MHD's "reached connection limit" shown once */
     char start_log[256];
 };
 
