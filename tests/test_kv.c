@@ -11,7 +11,7 @@
 #include "testutil.h"
 
 static struct bt_kv *new_kv(int64_t n_ctx, int n_seq, enum bt_type type) {
-    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false};
+    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false, 0, 0, 0};
     struct bt_kv *kv = NULL;
     char err[256];
     ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
@@ -124,7 +124,7 @@ START_TEST(test_errors) {
     ck_assert_str_eq(err, "KV cache full: 5 tokens, 4 of 4 cells free");
     bt_kv_free(kv);
 
-    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false};
+    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false, 0, 0, 0};
     struct bt_kv *k2 = NULL;
     ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_str_eq(err, "KV cache: type q8_0 needs head sizes that are multiples of 32, got 16 and 16");
