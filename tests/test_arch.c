@@ -526,7 +526,7 @@ END_TEST
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -544,7 +544,8 @@ START_TEST(test_random_model) {
         ck_assert_int_eq(hp->n_layer, 2);
         ck_assert_int_eq(hp->n_embd, 64);
         ck_assert_int_eq(hp->n_vocab, rm.n_vocab);
-        ck_assert_int_eq(hp->n_expert, a >= 3 || a == 0 ? rm.n_expert : 0);
+        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 ? rm.n_expert : 0);
+        ck_assert_int_eq(hp->n_swa, strcmp(archs[a], "gemma3") == 0 ? rm.n_swa : 0);
         /* the file writer gives the same bytes */
         char dir[] = "/tmp/bt_rm_XXXXXX", path[64];
         ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -620,7 +621,7 @@ START_TEST(test_random_model) {
     bt_random_model_default(&rm);
     rm.arch = "gpt9";
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
-    ck_assert_str_eq(err, "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe");
+    ck_assert_str_eq(err, "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3");
 }
 END_TEST
 
