@@ -114,7 +114,8 @@ def write(name, wtype, path, brk, vocab=None):
     w.add_uint32(f"{arch}.rope.dimension_count", hd)
     gemma = arch == "gemma3"
     w.add_float32(f"{arch}.rope.freq_base", G_ROPE_GLOBAL if gemma else ROPE_BASE)
-    if gemma:
+    if gemma:  # llama.cpp's gemma3 loader wants the context length
+        w.add_uint32(f"{arch}.context_length", 4096)
         w.add_uint32(f"{arch}.attention.sliding_window", G_SWA)
         w.add_uint32(f"{arch}.attention.sliding_window_pattern", G_PATTERN)
         w.add_string(f"{arch}.rope.scaling.type", "linear")
