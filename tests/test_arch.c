@@ -514,7 +514,8 @@ static void check_broken(const char *arch, const char *brk, enum bt_status want,
 
 START_TEST(test_broken_files) {
     check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
-                 "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3)");
+                 "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
+                 "gemma3)");
     check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
     check_broken("llama", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");

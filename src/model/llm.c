@@ -95,7 +95,8 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
     }
     /* a sliding layer: its rope, its cells, its mask */
     const bool swa = bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
-    const float base = swa ? h->rope_base_swa : h->rope_base, fscale = swa ? h->rope_freq_scale_swa : h->rope_freq_scale;
+    const float base = swa ? h->rope_base_swa : h->rope_base;
+    const float fscale = swa ? h->rope_freq_scale_swa : h->rope_freq_scale;
     struct bt_tensor *cells = swa ? gi->cells_swa : gi->cells, *mask = swa ? gi->mask_swa : gi->mask;
     const int64_t n_kv = swa ? gi->n_kv_swa : gi->n_kv;
     q = nm(bt_rope(ctx, q, gi->pos, h->n_rot, m->arch->rope_mode, base, fscale), il, "q_rope");

@@ -74,7 +74,8 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     for (int r = 0; r < P; r++) {
         counts[r] = mp->ranges[2 * r + 1] - mp->ranges[2 * r];
         double b = 0.0; /* a sliding layer's ring is smaller (kv.h) */
-        for (int il = mp->ranges[2 * r]; il < mp->ranges[2 * r + 1]; il++) b += kv_row * bt_kv_config_layer_cells(&kc, il);
+        for (int il = mp->ranges[2 * r]; il < mp->ranges[2 * r + 1]; il++)
+            b += kv_row * (double)bt_kv_config_layer_cells(&kc, il);
         mp->kv_bytes[r] = (int64_t)b;
     }
     struct bt_plan_options opt;
