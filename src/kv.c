@@ -1,5 +1,6 @@
 /* kv.c - the KV cache: cache tensors in one host buffer, cell bookkeeping,
- * placement of a ubatch and its attention mask.  See kv.h. */
+ * placement of a ubatch and its attention masks (the sliding layers' ring
+ * beside the others' cells).  See kv.h. */
 #include "kv.h"
 
 #include <math.h>
@@ -13,7 +14,25 @@ struct bt_kv {
     struct bt_tensor **k, **v; /* indexed il - il0 */
     int32_t *pos, *seq;        /* per cell; pos -1 = free */
     int64_t n_used;
+    /* the sliding layers' cells: ring W cells per sequence (ring), or n_ctx
+     * placed as the others' (!ring) */
+    bool swa, ring;
+    int64_t swa_w, n_ctx_swa;
+    int32_t *swa_pos, *swa_seq; /* per sliding cell; pos -1 = free */
+    int32_t *swa_cells;         /* [n_ctx]: the last placement's */
 };
+
+/* W: a sequence's ring, or 0 when the sliding layers need none */
+static int64_t ring_cells(const struct bt_kv_config *c) {
+    if (c->n_swa <= 0 || c->n_ubatch <= 0) return 0;
+    const int64_t w = (c->n_swa + c->n_ubatch + BT_KV_PAD - 1) / BT_KV_PAD * BT_KV_PAD;
+    return w < c->n_ctx / c->n_seq_max ? w : 0;
+}
+
+int64_t bt_kv_config_layer_cells(const struct bt_kv_config *c, int il) {
+    const int64_t w = ring_cells(c);
+    return w > 0 && bt_kv_swa_layer(c->n_swa, c->swa_pattern, il) ? w * c->n_seq_max : c->n_ctx;
+}
 
 #define MAX_CTX (1 << 24)
 
@@ -39,6 +58,9 @@ enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_
                                "KV cache: type %s needs head sizes that are multiples of %lld, got %lld and %lld",
                                bt_type_name(c->type), (long long)blk, (long long)c->head_dim_k,
                                (long long)c->head_dim_v);
+    if (c->n_swa < 0 || c->n_swa > MAX_CTX || c->n_ubatch < 0 || c->n_ubatch > c->n_ctx)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID, "KV cache: sliding window %lld or ubatch %lld out of range",
+                               (long long)c->n_swa, (long long)c->n_ubatch);
 
     return BT_OK;
 }
@@ -55,15 +77,25 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     kv->v = calloc((size_t)nl + 1, sizeof *kv->v);
     kv->pos = malloc((size_t)c->n_ctx * sizeof *kv->pos);
     kv->seq = malloc((size_t)c->n_ctx * sizeof *kv->seq);
+    kv->swa = c->n_swa > 0;
+    kv->swa_w = ring_cells(c);
+    kv->ring = kv->swa_w > 0;
+    kv->n_ctx_swa = kv->ring ? kv->swa_w * c->n_seq_max : c->n_ctx;
+    kv->swa_pos = malloc((size_t)kv->n_ctx_swa * sizeof *kv->swa_pos);
+    kv->swa_seq = malloc((size_t)kv->n_ctx_swa * sizeof *kv->swa_seq);
+    kv->swa_cells = calloc((size_t)c->n_ctx, sizeof *kv->swa_cells);
     struct bt_init_params ip = {(size_t)(2 * nl + 1) * bt_tensor_overhead() + 1024, NULL, true};
     kv->ctx = bt_init(ip);
-    if (!kv->k || !kv->v || !kv->pos || !kv->seq || !kv->ctx) {
+    if (!kv->k || !kv->v || !kv->pos || !kv->seq || !kv->swa_pos || !kv->swa_seq || !kv->swa_cells || !kv->ctx) {
         bt_kv_free(kv);
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
     }
+    size_t bytes = 0;
     for (int il = c->il0; il < c->il1; il++) {
-        struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, c->n_ctx);
-        struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, c->n_ctx);
+        const int64_t cells = bt_kv_config_layer_cells(c, il);
+        struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, cells);
+        struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, cells);
+        bytes += (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) * (size_t)cells;
         if (!k || !v) {
             bt_kv_free(kv);
             return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
@@ -76,8 +108,6 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     if (nl > 0 && !c->no_memory) {
         kv->buf = bt_alloc_ctx_tensors_from_buft(kv->ctx, c->buft ? c->buft : bt_cpu_buffer_type());
         if (!kv->buf) {
-            const size_t bytes = (size_t)nl * (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) *
-                                 (size_t)c->n_ctx;
             bt_kv_free(kv);
             return bt_error_printf(err, n_err, BT_ERR_NOMEM,
                                    "KV cache: cannot allocate %zu bytes (%lld cells, %d layers, %s)", bytes,
@@ -98,6 +128,9 @@ void bt_kv_free(struct bt_kv *kv) {
     free(kv->v);
     free(kv->pos);
     free(kv->seq);
+    free(kv->swa_pos);
+    free(kv->swa_seq);
+    free(kv->swa_cells);
     free(kv);
 }
 
@@ -118,6 +151,10 @@ void bt_kv_clear(struct bt_kv *kv) {
         kv->pos[j] = -1;
         kv->seq[j] = -1;
     }
+    for (int64_t j = 0; j < kv->n_ctx_swa; j++) {
+        kv->swa_pos[j] = -1;
+        kv->swa_seq[j] = -1;
+    }
     kv->n_used = 0;
 }
 
@@ -128,6 +165,12 @@ int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq) {
             kv->pos[j] = -1;
             kv->seq[j] = -1;
             n++;
+        }
+    }
+    for (int64_t j = 0; j < kv->n_ctx_swa; j++) {
+        if (kv->swa_pos[j] >= 0 && kv->swa_seq[j] == seq) {
+            kv->swa_pos[j] = -1;
+            kv->swa_seq[j] = -1;
         }
     }
     kv->n_used -= n;
@@ -175,6 +218,28 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
                 return bt_error_printf(err, n_err, BT_ERR_INVALID, "token %lld: sequence %d already has position %d",
                                        (long long)i, seq[i], pos[i]);
     }
+    if (kv->ring) {
+        /* a token at p sees p - n_swa < p' <= p; the ring has overwritten
+         * positions up to its sequence's highest minus W, so p must not be
+         * more than W - n_swa behind the highest (in the cache or the batch) */
+        int32_t *tops = kv->swa_cells; /* scratch here: each token's sequence's highest position */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t first = 0;
+            while (seq[first] != seq[i]) first++;
+            if (first == i) {
+                tops[i] = bt_kv_seq_pos_max(kv, seq[i]);
+                for (int64_t i2 = i; i2 < n; i2++)
+                    if (seq[i2] == seq[i] && pos[i2] > tops[i]) tops[i] = pos[i2];
+            }
+            const int32_t top = tops[first];
+            if ((int64_t)pos[i] < (int64_t)top - (kv->swa_w - kv->cfg.n_swa))
+                return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                                       "token %lld: sequence %d position %d is more than %lld behind its position %d: "
+                                       "the sliding window's ring of %lld cells no longer holds what it would see",
+                                       (long long)i, seq[i], pos[i], (long long)(kv->swa_w - kv->cfg.n_swa), top,
+                                       (long long)kv->swa_w);
+        }
+    }
     for (int64_t i = 0; i < n; i++) {
         const int64_t r0 = (int64_t)seq[i] * per, r1 = r0 + per;
         int64_t c = r1;
@@ -196,6 +261,14 @@ enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, cons
         kv->seq[c] = seq[i];
         kv->n_used++;
         cells[i] = (int32_t)c;
+    }
+    /* the sliding layers' cells: the ring's slot of the position (what it
+     * held is out of every window now), or the cell the others use */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = kv->ring ? (int64_t)seq[i] * kv->swa_w + pos[i] % kv->swa_w : cells[i];
+        kv->swa_pos[c] = pos[i];
+        kv->swa_seq[c] = seq[i];
+        kv->swa_cells[i] = (int32_t)c;
     }
     return BT_OK;
 }
@@ -220,4 +293,23 @@ void bt_kv_mask(const struct bt_kv *kv, int64_t n_kv, int64_t n, const int32_t *
         for (int64_t j = 0; j < n_kv; j++)
             mask[j + n_kv * t] =
                 (kv->pos[j] >= 0 && kv->seq[j] == seq[t] && kv->pos[j] <= pos[t]) ? 0.0f : -INFINITY;
+}
+
+bool bt_kv_has_swa(const struct bt_kv *kv) { return kv->swa; }
+
+const int32_t *bt_kv_swa_cells(const struct bt_kv *kv) { return kv->swa_cells; }
+
+int64_t bt_kv_swa_n_kv(const struct bt_kv *kv, int64_t n_kv) { return kv->ring ? kv->n_ctx_swa : n_kv; }
+
+void bt_kv_mask_swa(const struct bt_kv *kv, int64_t n_kv_swa, int64_t n, const int32_t *seq, const int32_t *pos,
+                    float *mask) {
+    BT_ASSERT(kv->swa && n_kv_swa <= kv->n_ctx_swa);
+    const int64_t w = kv->cfg.n_swa;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < n_kv_swa; j++) {
+            const int32_t p = kv->swa_pos[j];
+            mask[j + n_kv_swa * t] = (p >= 0 && kv->swa_seq[j] == seq[t] && p <= pos[t] && (int64_t)pos[t] - p < w)
+                                         ? 0.0f
+                                         : -INFINITY;
+        }
 }

@@ -18,6 +18,18 @@
  * s with position <= p.  Every process that owns layers keeps its own cells
  * in step (placement depends only on the batches), so the mask is built
  * where it is used, never sent.
+ *
+ * Sliding-window layers (n_swa > 0; which layers: bt_kv_swa_layer) see only
+ * the last n_swa positions (a token at p sees p - n_swa < p' <= p), and
+ * keep only those: each sequence has a ring of W = n_swa + n_ubatch cells
+ * (rounded up to BT_KV_PAD) in their own K/V tensors, position p in cell
+ * s*W + p % W, a cell overwritten once no token can see it any more (as
+ * llama.cpp's SWA cache of n_swa + n_ubatch cells per sequence).  When the
+ * ring would not be smaller than a sequence's region (W >= n_ctx /
+ * n_seq_max), those layers keep n_ctx cells placed as the others'.  A token
+ * then reads cells in the order the ring holds them, which depends on W: its
+ * bits are the same for every batch and thread count at one ubatch size, as
+ * the cell order is a function of the position alone.
  */
 #ifndef BATON_KV_H
 #define BATON_KV_H
@@ -43,7 +55,17 @@ struct bt_kv_config {
     int64_t head_dim_k, head_dim_v;
     bt_buffer_type_t buft;    /* where the cache lives; NULL: host memory */
     bool no_memory;           /* the tensors without memory: a plan's graph (bt_model_plan) */
+    int64_t n_swa;            /* sliding window (tokens) of the sliding layers; 0: none */
+    int swa_pattern;          /* which layers slide (bt_kv_swa_layer) */
+    int64_t n_ubatch;         /* most tokens of one ubatch: the ring holds n_swa + n_ubatch (0: no ring) */
 };
+
+/* Whether layer il is a sliding-window layer: with a window, every layer but
+ * each pattern-th (il % pattern == pattern - 1: Gemma 3's global layers);
+ * pattern 0: every layer slides (llama.cpp's rule). */
+static inline bool bt_kv_swa_layer(int64_t n_swa, int pattern, int il) {
+    return n_swa > 0 && (pattern <= 0 || il % pattern < pattern - 1);
+}
 
 struct bt_kv;
 
@@ -54,6 +76,9 @@ void bt_kv_free(struct bt_kv *kv);
 /* The checks bt_kv_new makes before it allocates (sizes, type, head sizes). */
 enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_t n_err);
 const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv);
+/* Cells of layer il's cache tensors: n_ctx, or n_seq_max * W for a sliding
+ * layer with a ring (also without a kv, from a config alone). */
+int64_t bt_kv_config_layer_cells(const struct bt_kv_config *c, int il);
 /* Layer il's cache tensors (il in [il0, il1)). */
 struct bt_tensor *bt_kv_k(const struct bt_kv *kv, int il);
 struct bt_tensor *bt_kv_v(const struct bt_kv *kv, int il);
@@ -72,9 +97,12 @@ int32_t bt_kv_seq_pos_max(const struct bt_kv *kv, int32_t seq);
 /* Place n tokens (seq[i], pos[i]): cells[i] gets the lowest free cell of
  * sequence seq[i]'s region (cells [s*per, (s+1)*per), per =
  * bt_kv_seq_cells) above that sequence's highest cell, and the cell is
- * marked.  Errors (nothing placed): a sequence id out of [0, n_seq_max), a
- * negative position, a (seq, pos) already in the cache or twice in the batch,
- * no free cells left, a sequence whose region is used up. */
+ * marked; in the sliding layers' cells, bt_kv_swa_cells.  Errors (nothing
+ * placed): a sequence id out of [0, n_seq_max), a negative position, a (seq,
+ * pos) already in the cache or twice in the batch, no free cells left, a
+ * sequence whose region is used up; with a ring, a position so far behind
+ * its sequence's highest one that cells it would see are overwritten
+ * (p < highest - (W - n_swa)). */
 enum bt_status bt_kv_place(struct bt_kv *kv, int64_t n, const int32_t *seq, const int32_t *pos,
                            int32_t *cells, char *err, size_t n_err);
 /* Cells each sequence may use: n_ctx / n_seq_max. */
@@ -86,6 +114,20 @@ int64_t bt_kv_n_active(const struct bt_kv *kv);
  * <= pos[t], else -INFINITY. */
 void bt_kv_mask(const struct bt_kv *kv, int64_t n_kv, int64_t n, const int32_t *seq, const int32_t *pos,
                 float *mask);
+
+/* ---- the sliding layers' cells (a cache with n_swa > 0) ---- */
+/* Whether the cache has sliding layers. */
+bool bt_kv_has_swa(const struct bt_kv *kv);
+/* The sliding layers' cells of the tokens of the last bt_kv_place (in its
+ * order; its n entries). */
+const int32_t *bt_kv_swa_cells(const struct bt_kv *kv);
+/* Cells the sliding layers' attention reads when the others read n_kv: the
+ * same n_kv without a ring, the whole ring (n_seq_max * W) with one. */
+int64_t bt_kv_swa_n_kv(const struct bt_kv *kv, int64_t n_kv);
+/* mask[j + n_kv_swa*t] = 0 when sliding cell j holds seq[t] at a position p'
+ * with pos[t] - n_swa < p' <= pos[t], else -INFINITY. */
+void bt_kv_mask_swa(const struct bt_kv *kv, int64_t n_kv_swa, int64_t n, const int32_t *seq, const int32_t *pos,
+                    float *mask);
 
 #ifdef __cplusplus
 }

@@ -36,9 +36,11 @@ for np in 1 2 3 4; do
 done
 # every architecture, and the seed's three MoE variants: top-k renormalised
 # (qwen3moe, llama with experts), shared expert beside the routed ones
-# (qwen2moe), dense (every expert used)
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe; do
-    expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" -c 4
+# (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
+# 16 tokens cross, every 2nd layer global
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
+    expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" -c 4 \
+        --swa 4 --swa-pattern 2
 done
 expect 0 "8 experts, 8 used.*|bitwise" "demo: a dense MoE on 2 ranks" -- \
     mpirun -np 2 "$baton" demo "${small[@]}" --arch qwen3moe --experts 8 --experts-used 8

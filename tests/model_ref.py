@@ -5,12 +5,14 @@ their logits from an independent numpy reference.
 The reference is written from the architectures' published definitions
 (Meta's LLaMA with interleaved rotary pairs, Mixtral's top-k MoE, Qwen2's
 q/k/v biases and rotate-half rotary, Qwen3's per-head q/k RMSNorm, Qwen2-MoE's
-sigmoid-gated shared expert, OLMoE's whole-vector q/k RMSNorm), reads the
+sigmoid-gated shared expert, OLMoE's whole-vector q/k RMSNorm, Gemma 3's
+scaled embedding, pre- and post-norms, GELU-gated MLP, sliding-window layers
+with their own rotary base beside global layers), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
 Usage: model_ref.py ARCH TYPE DIR [BREAK]
-  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe
+  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
@@ -18,7 +20,8 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         blocks whose scale gives the f32 matrix's RMS.  For the 256-element
         types the model is 256 wide (embedding, feed-forward).
   BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
-        wrong shape), arch (general.architecture "gpt9")
+        wrong shape), arch (general.architecture "gpt9"), long (as none with
+        a prompt of 80 tokens: a sliding window's ring wraps)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -55,7 +58,13 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "qwen2moe": ("qwen2moe", "neox", True, False, True, None, True, 16),
     "qwen3moe": ("qwen3moe", "neox", True, True, False, "head", False, 32),
     "olmoe": ("olmoe", "neox", True, False, False, "full", False, 16),
+    "gemma3": ("gemma3", "neox", False, False, False, "head", False, 32),
 }
+# Gemma 3: a window of 4 tokens that the 12-token prompt crosses; layer il is
+# global when il % pattern == pattern - 1 (Gemma 3's every 6th layer; here
+# every 2nd, so both kinds are in 2 layers).  Global layers use the file's
+# rotary base with its linear scaling, sliding ones base 10000 unscaled.
+G_SWA, G_PATTERN, G_ROPE_GLOBAL, G_ROPE_LOCAL, G_ROPE_SCALE = 4, 2, 1e6, 10000.0, 2.0
 
 
 def copy_vocab(w, vocab):
@@ -103,7 +112,14 @@ def write(name, wtype, path, brk, vocab=None):
         w.add_uint32(f"{arch}.attention.key_length", hd)
         w.add_uint32(f"{arch}.attention.value_length", hd)
     w.add_uint32(f"{arch}.rope.dimension_count", hd)
-    w.add_float32(f"{arch}.rope.freq_base", ROPE_BASE)
+    gemma = arch == "gemma3"
+    w.add_float32(f"{arch}.rope.freq_base", G_ROPE_GLOBAL if gemma else ROPE_BASE)
+    if gemma:  # llama.cpp's gemma3 loader wants the context length
+        w.add_uint32(f"{arch}.context_length", 4096)
+        w.add_uint32(f"{arch}.attention.sliding_window", G_SWA)
+        w.add_uint32(f"{arch}.attention.sliding_window_pattern", G_PATTERN)
+        w.add_string(f"{arch}.rope.scaling.type", "linear")
+        w.add_float32(f"{arch}.rope.scaling.factor", G_ROPE_SCALE)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", EPS)
     w.add_uint32(f"{arch}.feed_forward_length", N_FF)
     if moe:
@@ -135,7 +151,7 @@ def write(name, wtype, path, brk, vocab=None):
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
     put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
     put("output_norm.weight", vec(N_EMBD), False)
-    if name != "qwen3":  # qwen3's file ties the output to token_embd
+    if name not in ("qwen3", "gemma3"):  # their files tie the output to token_embd
         put("output.weight", mat(N_VOCAB, N_EMBD))
     for il in range(N_LAYER):
         b = f"blk.{il}."
@@ -154,6 +170,9 @@ def write(name, wtype, path, brk, vocab=None):
         elif qkn == "full":
             put(b + "attn_q_norm.weight", vec(q_dim), False)
             put(b + "attn_k_norm.weight", vec(kv_dim), False)
+        if gemma:  # the converter has added Gemma's 1 to every norm weight
+            put(b + "post_attention_norm.weight", vec(N_EMBD), False)
+            put(b + "post_ffw_norm.weight", vec(N_EMBD), False)
         put(b + "ffn_norm.weight", vec(N_EMBD), False)
         if not moe:
             put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
@@ -194,11 +213,11 @@ def rms(x, w):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
 
 
-def rope(x, pos, mode):
-    """x [T, heads, hd]; rotate pairs by pos * base^(-2i/hd)."""
+def rope(x, pos, mode, base=ROPE_BASE, scale=1.0):
+    """x [T, heads, hd]; rotate pairs by (pos / scale) * base^(-2i/hd)."""
     T, _, d = x.shape
-    inv = ROPE_BASE ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
-    ang = pos[:, None].astype(np.float64) * inv[None, :]  # [T, d/2]
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
+    ang = (pos[:, None].astype(np.float64) / scale) * inv[None, :]  # [T, d/2]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.copy()
     if mode == "norm":  # Meta LLaMA: complex pairs (x[2i], x[2i+1])
@@ -214,16 +233,28 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
 def forward(name, t, tokens, hidden=False):
     """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
     T = len(tokens)
     pos = np.arange(T)
+    gemma = arch == "gemma3"
     x = t["token_embd.weight"][tokens]  # [T, d]
+    if gemma:
+        x = x * np.sqrt(N_EMBD)
     group = N_HEAD // N_HEAD_KV
     causal = np.tril(np.ones((T, T), dtype=bool))
+    # sliding window: token i sees j when 0 <= i - j < window
+    window = causal & (pos[:, None] - pos[None, :] < G_SWA)
     for il in range(N_LAYER):
         b = f"blk.{il}."
+        local = gemma and il % G_PATTERN != G_PATTERN - 1
+        base, scale = (G_ROPE_LOCAL, 1.0) if local else (G_ROPE_GLOBAL, G_ROPE_SCALE) if gemma else (ROPE_BASE, 1.0)
+        seen = window if local else causal
         h = rms(x, t[b + "attn_norm.weight"])
         q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t.get(b + f"attn_{n}.bias", 0.0) for n in "qkv")
         if qkn == "full":
@@ -231,17 +262,22 @@ def forward(name, t, tokens, hidden=False):
         q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
         if qkn == "head":
             q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
-        q, k = rope(q, pos, rope_mode), rope(k, pos, rope_mode)
+        q, k = rope(q, pos, rope_mode, base, scale), rope(k, pos, rope_mode, base, scale)
         att = np.zeros((T, N_HEAD, hd))
         for hh in range(N_HEAD):
             kh, vh = k[:, hh // group], v[:, hh // group]
-            s = q[:, hh] @ kh.T / np.sqrt(hd)
-            s = np.where(causal, s, -np.inf)
+            s = q[:, hh] @ kh.T / np.sqrt(hd)  # Gemma 3: query_pre_attn_scalar = head_dim
+            s = np.where(seen, s, -np.inf)
             p = np.exp(s - s.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
             att[:, hh] = p @ vh
-        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        o = att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        x = x + (rms(o, t[b + "post_attention_norm.weight"]) if gemma else o)
         h = rms(x, t[b + "ffn_norm.weight"])
+        if gemma:
+            f = (gelu_tanh(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
+            x = x + rms(f, t[b + "post_ffw_norm.weight"])
+            continue
         if not moe:
             f = (silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
         else:
@@ -305,13 +341,14 @@ def main():
         out, margin = greedy(name, path, [int(x) for x in sys.argv[5].split(",")], int(sys.argv[6]))
         print(json.dumps({"tokens": out, "margin": margin}))
         return
-    write(name, wtype, path, brk)
-    if brk != "none":
+    write(name, wtype, path, "none" if brk == "long" else brk)
+    if brk not in ("none", "long"):
         return
-    tokens = np.random.default_rng(5).integers(0, N_VOCAB, size=N_TOK)
+    n_tok = 80 if brk == "long" else N_TOK
+    tokens = np.random.default_rng(5).integers(0, N_VOCAB, size=n_tok)
     logits = forward(name, load(path), tokens)
     with open(os.path.join(d, "ref.bin"), "wb") as f:
-        np.array([N_TOK, N_VOCAB], dtype=np.int32).tofile(f)
+        np.array([n_tok, N_VOCAB], dtype=np.int32).tofile(f)
         tokens.astype(np.int32).tofile(f)
         logits.astype(np.float32).tofile(f)
 

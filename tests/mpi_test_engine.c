@@ -965,7 +965,7 @@ START_TEST(test_eval_callback_every_node) {
         struct bt_llm *m = NULL;
         ck_assert_msg(bt_llm_load(path, il0, il1, &m, err, sizeof err) == BT_OK, "%s", err);
         struct bt_kv_config kc;
-        bt_llm_kv_config(m, 64, 1, BT_TYPE_F16, &kc);
+        bt_llm_kv_config(m, 64, 1, 64, BT_TYPE_F16, &kc);
         struct bt_kv *kv = NULL;
         ck_assert_msg(bt_kv_new(&kc, &kv, err, sizeof err) == BT_OK, "%s", err);
         bt_context *ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(m), NULL, true});

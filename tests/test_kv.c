@@ -1,8 +1,8 @@
 /* test_kv.c - the KV cache's bookkeeping (src/kv.h): placement of a ubatch
  * (lowest free cell, a sequence's cells kept in position order when sequences
  * share the cache, the fallback when nothing is free above), the mask built from the cells, the active
- * span, removing a sequence, the errors a caller sees, and a cache of each
- * type written through SET_ROWS and read back. */
+ * span, removing a sequence, the errors a caller sees, the sliding layers'
+ * ring, and a cache of each type written through SET_ROWS and read back. */
 #include <math.h>
 #include <string.h>
 
@@ -11,7 +11,7 @@
 #include "testutil.h"
 
 static struct bt_kv *new_kv(int64_t n_ctx, int n_seq, enum bt_type type) {
-    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false};
+    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false, 0, 0, 0};
     struct bt_kv *kv = NULL;
     char err[256];
     ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
@@ -124,7 +124,7 @@ START_TEST(test_errors) {
     ck_assert_str_eq(err, "KV cache full: 5 tokens, 4 of 4 cells free");
     bt_kv_free(kv);
 
-    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false};
+    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false, 0, 0, 0};
     struct bt_kv *k2 = NULL;
     ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_str_eq(err, "KV cache: type q8_0 needs head sizes that are multiples of 32, got 16 and 16");
@@ -140,6 +140,65 @@ START_TEST(test_errors) {
     c.n_ctx = 0;
     ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "KV cache: context size 0 out of [1, 16777216]");
+}
+END_TEST
+
+/* Sliding-window layers: layers 0 and 2 of 3 slide (pattern 2), window 3,
+ * ubatches of 4: a ring of 32 cells per sequence in their tensors while a
+ * sequence's region (80 of 160 cells) is larger, position p at cell
+ * s*32 + p % 32; the mask sees the last 3 positions; a position too far
+ * behind is refused with nothing placed; without a ring (regions of 32) the
+ * sliding cells are the others'. */
+START_TEST(test_sliding_window) {
+    struct bt_kv_config c = {160, 2, BT_TYPE_F16, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4};
+    ck_assert(bt_kv_swa_layer(3, 2, 0) && !bt_kv_swa_layer(3, 2, 1) && bt_kv_swa_layer(3, 2, 2));
+    ck_assert(!bt_kv_swa_layer(0, 2, 0) && bt_kv_swa_layer(3, 0, 1) && !bt_kv_swa_layer(3, 1, 0));
+    ck_assert_int_eq(bt_kv_config_layer_cells(&c, 0), 64);
+    ck_assert_int_eq(bt_kv_config_layer_cells(&c, 1), 160);
+    struct bt_kv *kv = NULL;
+    char err[300];
+    ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert(bt_kv_has_swa(kv));
+    ck_assert_int_eq(bt_kv_k(kv, 0)->ne[1], 64);
+    ck_assert_int_eq(bt_kv_v(kv, 2)->ne[1], 64);
+    ck_assert_int_eq(bt_kv_k(kv, 1)->ne[1], 160);
+    ck_assert_uint_eq(bt_kv_bytes(kv), (64 + 160 + 64) * 2 * 128);
+    ck_assert_int_eq(bt_kv_swa_n_kv(kv, 32), 64); /* the whole ring, whatever the others read */
+    int32_t cells[4];
+    for (int32_t p0 = 0; p0 < 40; p0 += 4) { /* sequence 1, positions 0..39 */
+        const int32_t seq[4] = {1, 1, 1, 1}, pos[4] = {p0, p0 + 1, p0 + 2, p0 + 3};
+        place(kv, 4, seq, pos, cells);
+        for (int i = 0; i < 4; i++) {
+            ck_assert_int_eq(cells[i], 80 + pos[i]);
+            ck_assert_int_eq(bt_kv_swa_cells(kv)[i], 32 + pos[i] % 32);
+        }
+    }
+    /* position 39 sees 37, 38, 39 (cells 32+5 .. 32+7); 36 is masked, and
+     * 4..7 were overwritten by 36..39 */
+    const int32_t ms[1] = {1}, mp[1] = {39};
+    float mask[64];
+    bt_kv_mask_swa(kv, 64, 1, ms, mp, mask);
+    for (int j = 0; j < 64; j++)
+        ck_assert_msg(mask[j] == (j >= 37 && j <= 39 ? 0.0f : -INFINITY), "cell %d", j);
+    /* 100 is fine; 60 is more than 32 - 3 behind 100 */
+    const int32_t s2[2] = {1, 1}, p2[2] = {100, 60};
+    ck_assert_int_eq(bt_kv_place(kv, 2, s2, p2, cells, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "token 1: sequence 1 position 60 is more than 29 behind its position 100: the sliding "
+                          "window's ring of 32 cells no longer holds what it would see");
+    ck_assert_int_eq(bt_kv_n_used(kv), 40);
+    ck_assert_int_eq(bt_kv_seq_rm(kv, 1), 40);
+    bt_kv_mask_swa(kv, 64, 1, ms, mp, mask);
+    for (int j = 0; j < 64; j++) ck_assert(mask[j] == -INFINITY);
+    bt_kv_free(kv);
+
+    c.n_ctx = 64; /* regions of 32: no ring */
+    ck_assert_int_eq(bt_kv_config_layer_cells(&c, 0), 64);
+    ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_int_eq(bt_kv_swa_n_kv(kv, 32), 32);
+    const int32_t s3[3] = {1, 0, 1}, p3[3] = {0, 0, 1};
+    place(kv, 3, s3, p3, cells);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(bt_kv_swa_cells(kv)[i], cells[i]);
+    bt_kv_free(kv);
 }
 END_TEST
 
@@ -184,6 +243,7 @@ int main(void) {
     tcase_add_test(tc, test_placement_and_mask);
     tcase_add_test(tc, test_cells_independent_of_history);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_sliding_window);
     tcase_add_test(tc, test_cache_types_roundtrip);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

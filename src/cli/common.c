@@ -161,6 +161,9 @@ static const struct int_opt int_opts[] = {
     {OPT_EXPERTS_USED, "experts-used", "experts per token (= experts: dense MoE)", FIELD(n_expert_used), false, 1,
      256},
     {OPT_FF_EXP, "ff-exp", "an expert's feed-forward length", FIELD(n_ff_exp), false, 1, 65536},
+    {OPT_SWA, "swa", "sliding window in tokens (gemma3; 0: none)", FIELD(n_swa), false, 0, 1L << 20},
+    {OPT_SWA_PATTERN, "swa-pattern", "every N-th layer global, the rest slide (gemma3)", FIELD(swa_pattern), true,
+     1, 4096},
     {OPT_CTX, "ctx", "context_length written to the file", FIELD(n_ctx), false, 1, 1L << 24},
     {OPT_N_VOCAB, "n-vocab", "tokens in the vocabulary", FIELD(n_vocab), false, 2, 1L << 22},
 };

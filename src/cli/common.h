@@ -26,6 +26,8 @@ enum {
     OPT_EXPERTS,
     OPT_EXPERTS_USED,
     OPT_FF_EXP,
+    OPT_SWA,
+    OPT_SWA_PATTERN,
     OPT_TYPE,
     OPT_SEED,
     OPT_CTX,     /* make-model only: the context length written */
@@ -39,6 +41,7 @@ enum {
         {"heads-kv", required_argument, 0, OPT_HEADS_KV}, {"head-dim", required_argument, 0, OPT_HEAD_DIM},       \
         {"ff", required_argument, 0, OPT_FF}, {"experts", required_argument, 0, OPT_EXPERTS},                      \
         {"experts-used", required_argument, 0, OPT_EXPERTS_USED}, {"ff-exp", required_argument, 0, OPT_FF_EXP},   \
+        {"swa", required_argument, 0, OPT_SWA}, {"swa-pattern", required_argument, 0, OPT_SWA_PATTERN},           \
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED}
 /* ...and the token count, for the commands that make the model in memory
  * (demo, bench pipeline, plan, a cluster file's model section) */

@@ -264,12 +264,14 @@ static int agree_items(const struct demo_opts *o, struct bt_cli_agree_item *it) 
     bt_cli_agree_add(it, &n, "--experts", true, "%lld", (long long)m->n_expert);
     bt_cli_agree_add(it, &n, "--experts-used", true, "%lld", (long long)m->n_expert_used);
     bt_cli_agree_add(it, &n, "--ff-exp", true, "%lld", (long long)m->n_ff_exp);
+    bt_cli_agree_add(it, &n, "--swa", true, "%lld", (long long)m->n_swa);
+    bt_cli_agree_add(it, &n, "--swa-pattern", true, "%d", m->swa_pattern);
     bt_cli_agree_add(it, &n, "--n-vocab", true, "%lld", (long long)m->n_vocab);
     bt_cli_agree_add(it, &n, "--type", true, "%s", bt_type_name(m->type));
     bt_cli_agree_add(it, &n, "--seed", true, "%llu", (unsigned long long)m->seed);
     return n;
 }
-#define DEMO_AGREE_ITEMS 22
+#define DEMO_AGREE_ITEMS 24
 
 /* ---- the run ------------------------------------------------------------------------ */
 

@@ -57,7 +57,7 @@ static void gen_usage(FILE *f) {
             "       mpirun -np N baton generate ...\n"
             "       launch/baton-run -t TOPOLOGY -- baton generate ...\n"
             "\n"
-            "Generates text with a GGUF model (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe)\n"
+            "Generates text with a GGUF model (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3)\n"
             "whose layers are spread over the ranks it was launched with.  One prompt\n"
             "streams its completion to stdout; --prompts runs many as sequences through\n"
             "the pipeline and prints each completion, labelled, in input order.  At the\n"

@@ -13,13 +13,14 @@
 /* ---- the table: one entry per architecture ------------------------------------ */
 
 static const struct bt_arch arches[] = {
-    /* name        rope mode       qk_norm_head qk_norm_full moe norm_w shared */
-    {"llama", BT_ROPE_NORMAL, false, false, 2, true, false},
-    {"qwen2", BT_ROPE_NEOX, false, false, 0, false, false},
-    {"qwen3", BT_ROPE_NEOX, true, false, 0, false, false},
-    {"qwen2moe", BT_ROPE_NEOX, false, false, 1, false, true},
-    {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false},
-    {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false},
+    /* name        rope mode   qk_norm_head qk_norm_full moe norm_w shared post_norm embd_scale gelu swa */
+    {"llama", BT_ROPE_NORMAL, false, false, 2, true, false, false, false, false, false},
+    {"qwen2", BT_ROPE_NEOX, false, false, 0, false, false, false, false, false, false},
+    {"qwen3", BT_ROPE_NEOX, true, false, 0, false, false, false, false, false, false},
+    {"qwen2moe", BT_ROPE_NEOX, false, false, 1, false, true, false, false, false, false},
+    {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false, false, false, false, false},
+    {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false, false, false, false, false},
+    {"gemma3", BT_ROPE_NEOX, true, false, 0, false, false, true, true, true, true},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -29,7 +30,7 @@ const struct bt_arch *bt_arch_find(const char *name) {
     return NULL;
 }
 
-const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe"; }
+const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3"; }
 
 /* ---- errors ------------------------------------------------------------------------- */
 
@@ -138,6 +139,26 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
         }
     }
     TRY(key_int(g, name, "context_length", 0, 0, INT64_MAX, &h->n_ctx_train, err, n_err));
+    h->attn_scale = 1.0f / sqrtf((float)h->head_dim);
+    h->rope_base_swa = h->rope_base;
+    h->rope_freq_scale_swa = h->rope_freq_scale;
+    if (a->swa) {
+        /* Gemma 3 (llama.cpp's gemma3 loader): a window makes every layer
+         * but each pattern-th slide, at rope base freq_base_swa unscaled */
+        TRY(key_int(g, name, "attention.sliding_window", 0, 0, 1 << 24, &h->n_swa, err, n_err));
+        TRY(key_int(g, name, "attention.sliding_window_pattern", 6, 0, 4096, &x, err, n_err));
+        h->swa_pattern = (int)x;
+        TRY(key_float(g, name, "rope.freq_base_swa", 10000.0, 1e-3, 1e12, &h->rope_base_swa, err, n_err));
+        h->rope_freq_scale_swa = 1.0f;
+        float cap;
+        TRY(key_float(g, name, "final_logit_softcapping", 0.0, 0.0, 1e9, &cap, err, n_err));
+        if (cap != 0.0f)
+            FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.final_logit_softcapping = %g is not supported (baton has no tanh)",
+                 bt_gguf_path(g), name, (double)cap);
+        /* gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B
+         * (62 layers), head_dim for the others; the file does not say it */
+        if (h->n_layer == 62) h->attn_scale = 1.0f / sqrtf((float)(h->n_embd / h->n_head));
+    }
     TRY(key_int(g, name, "expert_count", 0, 0, 4096, &h->n_expert, err, n_err));
     const bool moe = a->moe == 1 || (a->moe == 2 && h->n_expert > 0);
     if (a->moe == 1 && h->n_expert == 0)
@@ -216,6 +237,10 @@ int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct 
         if (a->qk_norm_full) {
             n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", q, 1, 1, true, true);
             n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", kd, 1, 1, true, true);
+        }
+        if (a->post_norm) {
+            n = add(t, n, ly, L(attn_post_norm), il, "blk.%d.post_attention_norm.weight", d, 1, 1, true, true);
+            n = add(t, n, ly, L(ffn_post_norm), il, "blk.%d.post_ffw_norm.weight", d, 1, 1, true, true);
         }
         n = add(t, n, ly, L(ffn_norm), il, "blk.%d.ffn_norm.weight", d, 1, 1, true, true);
         if (!moe) {

@@ -14,6 +14,17 @@
  *   qwen3moe  rope NEOX; per-head q/k RMSNorm; MoE renormalised
  *   olmoe     rope NEOX; RMSNorm of the whole q and k (attn_q_norm [n_embd]);
  *             MoE not renormalised
+ *   gemma3    rope NEOX; embeddings times sqrt(n_embd); per-head q/k
+ *             RMSNorm; the attention's and the FFN's outputs RMS-normed
+ *             (post_attention_norm, post_ffw_norm [n_embd]) before their
+ *             residual adds; FFN gelu(gate) * up (tanh GELU); sliding-window
+ *             layers (gemma3.attention.sliding_window tokens; every layer but
+ *             each sliding_window_pattern-th, default 6) with rope base
+ *             rope.freq_base_swa (default 10000) unscaled, the others the
+ *             file's base and scaling; attention scale 1/sqrt(head_dim)
+ *             (1/sqrt(n_embd/n_head) for the 62-layer 27B, as llama.cpp);
+ *             final_logit_softcapping refused.  The converter has already
+ *             added Gemma's 1 to the norm weights: they are used as they are.
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *
@@ -56,6 +67,10 @@ struct bt_arch {
     int moe;             /* 0 dense, 1 MoE required, 2 MoE when expert_count > 0 */
     bool moe_norm_w;     /* renormalise the top-k weights */
     bool shared_expert;  /* ffn_*_shexp gated by ffn_gate_inp_shexp */
+    bool post_norm;      /* post_attention_norm, post_ffw_norm on the branches' outputs */
+    bool embd_scale;     /* embeddings times sqrt(n_embd) */
+    bool gelu;           /* FFN gelu(gate) * up, else silu(gate) * up */
+    bool swa;            /* sliding-window layers when the file has attention.sliding_window */
 };
 /* NULL when baton does not know the architecture. */
 const struct bt_arch *bt_arch_find(const char *name);
@@ -72,10 +87,15 @@ struct bt_hparams {
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
     float norm_eps;
     bool tied_output;
+    float attn_scale;                 /* of q.k: 1/sqrt(head_dim) but where the architecture says */
+    int64_t n_swa;                    /* sliding window in tokens; 0: none */
+    int swa_pattern;                  /* which layers slide: bt_kv_swa_layer(n_swa, swa_pattern, il) */
+    float rope_base_swa, rope_freq_scale_swa; /* the sliding layers' rope */
 };
 
 struct bt_llm_layer {
     struct bt_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
+    struct bt_tensor *attn_post_norm, *ffn_post_norm;
     struct bt_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     struct bt_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     struct bt_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
@@ -120,9 +140,13 @@ const struct bt_llm_layer *bt_llm_layer(const struct bt_llm *m, int il);
 /* Bytes of the weights held (copied or used in place in the file's mapping). */
 size_t bt_llm_weight_bytes(const struct bt_llm *m);
 
-/* KV cache config for this model's range. */
-void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
+/* KV cache config for this model's range, ubatches of at most n_ubatch
+ * tokens (the sliding layers' ring: kv.h). */
+void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, int64_t n_ubatch, enum bt_type type,
                       struct bt_kv_config *c);
+/* The same from the hyperparameters, for layers [il0, il1). */
+void bt_hparams_kv_config(const struct bt_hparams *h, int il0, int il1, int64_t n_ctx, int n_seq_max, int64_t n_ubatch,
+                          enum bt_type type, struct bt_kv_config *c);
 
 /* ---- one ubatch's graph (a static shape: T tokens, n_kv cells, n_out rows
  * of logits) ---- */
@@ -140,6 +164,10 @@ struct bt_llm_graph {
     struct bt_tensor *pos;   /* I32 [T] */
     struct bt_tensor *cells; /* I32 [T]: the cache cells the new K/V go to */
     struct bt_tensor *mask;  /* F32 [n_kv, T] */
+    /* sliding layers in the range: their cells I32 [T] and mask F32
+     * [n_kv_swa, T] (bt_kv_swa_n_kv); NULL without */
+    struct bt_tensor *cells_swa, *mask_swa;
+    int64_t n_kv_swa;
     struct bt_tensor *out_ids; /* I32 [n_out] (last range, n_out > 0): rows that need logits */
     /* output: logits F32 [n_vocab, n_out] (last range, n_out > 0; with
      * BT_LLM_OUT_EMBD the normed hidden states F32 [n_embd, n_out]) or x F32
@@ -170,9 +198,10 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
 void bt_llm_stage_free(struct bt_llm_stage *s);
 /* Graphs built so far. */
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s);
-/* One ubatch of T <= n_ubatch tokens already placed in the cache (cells[]):
- * the first range takes token ids, the others x [n_embd, T] (F32); the mask
- * comes from the cache.  out gets x [n_embd, T], or on the last range the
+/* One ubatch of T <= n_ubatch tokens already placed in the cache (cells[]; the
+ * sliding layers' cells are the cache's last placement, bt_kv_swa_cells): the
+ * first range takes token ids, the others x [n_embd, T] (F32); the masks
+ * come from the cache.  out gets x [n_embd, T], or on the last range the
  * logits of the n_out rows out_ids[] ([n_vocab, n_out]; n_out 0: none). */
 enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t *token, const float *x,
                                 const int32_t *pos, const int32_t *seq, const int32_t *cells, int64_t n_out,

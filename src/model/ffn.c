@@ -22,6 +22,22 @@ struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_t
     return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
 }
 
+struct bt_tensor *bt_ffn_mlp_gelu(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate,
+                                  struct bt_tensor *up, struct bt_tensor *down, int il, const char *what) {
+    if (!cur) return NULL;
+    char n[48];
+    snprintf(n, sizeof n, "%s_gate", what);
+    struct bt_tensor *g = nm(bt_mul_mat(ctx, gate, cur), il, n); /* [ff, T] */
+    snprintf(n, sizeof n, "%s_up", what);
+    struct bt_tensor *u = nm(bt_mul_mat(ctx, up, cur), il, n); /* [ff, T] */
+    snprintf(n, sizeof n, "%s_gelu", what);
+    struct bt_tensor *a = nm(bt_gelu(ctx, g), il, n);
+    snprintf(n, sizeof n, "%s_act", what);
+    a = nm(bt_mul(ctx, a, u), il, n); /* gelu(g) * u */
+    snprintf(n, sizeof n, "%s_down", what);
+    return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
+}
+
 struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate_exps,
                                      struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
                                      struct bt_tensor *weights, int il) {

@@ -1,5 +1,6 @@
 /* ffn.h - the feed-forward blocks of a layer's graph, shared by the
- * architectures (llm.c) and the scheduler tests' model: a SwiGLU MLP and the
+ * architectures (llm.c) and the scheduler tests' model: a SwiGLU MLP, its
+ * GELU-gated form, and the
  * routed experts of a MoE layer.  Nodes are named "blk.<il>.<what>_*" and
  * "blk.<il>.ffn_moe_*". */
 #ifndef BATON_FFN_H
@@ -15,6 +16,11 @@ extern "C" {
  * NULL or the context is full. */
 struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
                              struct bt_tensor *down, int il, const char *what);
+
+/* down(gelu(gate cur) * up cur), GELU's tanh form (Gemma): cur [d, T] ->
+ * [d, T].  NULL when cur is NULL or the context is full. */
+struct bt_tensor *bt_ffn_mlp_gelu(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate,
+                                  struct bt_tensor *up, struct bt_tensor *down, int il, const char *what);
 
 /* The routed experts: sum over k of weights[k,t] * expert_{ids[k,t]}(cur[:,t])
  * with expert e = down_e(silu(gate_e x) * up_e x); cur [d, T], ids I32 [K, T],

@@ -21,6 +21,13 @@
  *     (+ sigmoid(shexp_gate . cur) * shared MLP(cur) for qwen2moe)
  * The attention reads the cache through views of the SET_ROWS results, so
  * the writes come before the reads in the graph's order.
+ *
+ * gemma3 (arch.h) differs: x = embd * sqrt(d) on the first range; a sliding
+ * layer writes and reads its own cells (the ring, kv.h) with its own mask and
+ * rope base; the attention scale is the file's; the attention's output and
+ * the FFN's (gelu(gate) * up) are RMS-normed before their residual adds:
+ *   h = x + rms(Wo a) * post_attention_norm
+ *   out = h + rms(ffn(rms(h) * ffn_norm)) * post_ffw_norm
  */
 #include <math.h>
 #include <string.h>
@@ -86,29 +93,40 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
         q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
         k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
     }
-    q = nm(bt_rope(ctx, q, gi->pos, h->n_rot, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "q_rope");
-    k = nm(bt_rope(ctx, k, gi->pos, h->n_rot, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "k_rope");
+    /* a sliding layer: its rope, its cells, its mask */
+    const bool swa = bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
+    const float base = swa ? h->rope_base_swa : h->rope_base;
+    const float fscale = swa ? h->rope_freq_scale_swa : h->rope_freq_scale;
+    struct bt_tensor *cells = swa ? gi->cells_swa : gi->cells, *mask = swa ? gi->mask_swa : gi->mask;
+    const int64_t n_kv = swa ? gi->n_kv_swa : gi->n_kv;
+    q = nm(bt_rope(ctx, q, gi->pos, h->n_rot, m->arch->rope_mode, base, fscale), il, "q_rope");
+    k = nm(bt_rope(ctx, k, gi->pos, h->n_rot, m->arch->rope_mode, base, fscale), il, "k_rope");
     /* the new rows into the cache, the attention over its first n_kv cells */
     struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
-    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows"), gi->cells),
+    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows"), cells),
                               il, "cache_k_write");
-    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows"), gi->cells),
+    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows"), cells),
                               il, "cache_v_write");
-    struct bt_tensor *kc = ks ? nm(bt_view_3d(ctx, ks, hd, Hk, gi->n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il,
+    struct bt_tensor *kc = ks ? nm(bt_view_3d(ctx, ks, hd, Hk, n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il,
                                    "cache_k_view")
                               : NULL;
-    struct bt_tensor *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, Hk, gi->n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0),
+    struct bt_tensor *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, Hk, n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0),
                                    il, "cache_v_view")
                               : NULL;
-    struct bt_tensor *a = nm(bt_flash_attn(ctx, q, kc, vc, gi->mask, 1.0f / sqrtf((float)hd)), il, "attn");
+    struct bt_tensor *a = nm(bt_flash_attn(ctx, q, kc, vc, mask, h->attn_scale), il, "attn");
     a = nm(bt_reshape_2d(ctx, a, hdv * H, T), il, "attn_merged");
     a = nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
+    if (m->arch->post_norm)
+        a = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, a, h->norm_eps), il, "attn_post_rms"), ly->attn_post_norm), il,
+               "attn_post_norm");
     struct bt_tensor *hres = nm(bt_add(ctx, x, a), il, "attn_residual");
 
     cur = nm(bt_rms_norm(ctx, hres, h->norm_eps), il, "ffn_rms");
     cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
     struct bt_tensor *f;
-    if (h->n_expert == 0) {
+    if (h->n_expert == 0 && m->arch->gelu) {
+        f = bt_ffn_mlp_gelu(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
+    } else if (h->n_expert == 0) {
         f = bt_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
     } else {
         struct bt_tensor *ids = NULL, *w = NULL;
@@ -123,6 +141,9 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
             f = nm(bt_add(ctx, f, sh), il, "ffn_moe_shexp_out");
         }
     }
+    if (m->arch->post_norm)
+        f = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, f, h->norm_eps), il, "ffn_post_rms"), ly->ffn_post_norm), il,
+               "ffn_post_norm");
     return nm(bt_add(ctx, hres, f), il, "out");
 }
 
@@ -159,6 +180,7 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
         out->tokens = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_tokens");
         if (out->tokens) bt_set_input(out->tokens);
         x = nm(bt_get_rows(ctx, m->gl.tok_embd, out->tokens), -1, "inp_embd");
+        if (m->arch->embd_scale) x = nm(bt_scale(ctx, x, sqrtf((float)h->n_embd)), -1, "inp_scaled");
     } else {
         x = out->inp_x = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, h->n_embd, T), -1, "inp_x");
         if (x) bt_set_input(x);
@@ -170,6 +192,17 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
     bt_set_input(out->pos);
     bt_set_input(out->cells);
     bt_set_input(out->mask);
+    bool any_swa = false;
+    for (int il = m->il0; il < m->il1; il++) any_swa |= bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
+    if (any_swa) {
+        BT_ASSERT(bt_kv_has_swa(kv));
+        out->n_kv_swa = bt_kv_swa_n_kv(kv, n_kv);
+        out->cells_swa = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_kv_cells_swa");
+        out->mask_swa = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, out->n_kv_swa, T), -1, "inp_kq_mask_swa");
+        if (!out->cells_swa || !out->mask_swa) return BT_ERR_NOMEM;
+        bt_set_input(out->cells_swa);
+        bt_set_input(out->mask_swa);
+    }
     for (int il = m->il0; il < m->il1 && x; il++) x = layer(ctx, m, kv, x, il, out);
     if (head && x) {
         out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
@@ -192,18 +225,26 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
     return BT_OK;
 }
 
-void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, enum bt_type type,
-                      struct bt_kv_config *c) {
+void bt_hparams_kv_config(const struct bt_hparams *h, int il0, int il1, int64_t n_ctx, int n_seq_max, int64_t n_ubatch,
+                          enum bt_type type, struct bt_kv_config *c) {
     memset(c, 0, sizeof *c);
     c->n_ctx = n_ctx;
     c->n_seq_max = n_seq_max;
     c->type = type;
-    c->il0 = m->il0;
-    c->il1 = m->il1;
-    c->head_dim_k = m->hp.head_dim;
-    c->head_dim_v = m->hp.head_dim_v;
-    c->n_embd_k = m->hp.head_dim * m->hp.n_head_kv;
-    c->n_embd_v = m->hp.head_dim_v * m->hp.n_head_kv;
+    c->il0 = il0;
+    c->il1 = il1;
+    c->head_dim_k = h->head_dim;
+    c->head_dim_v = h->head_dim_v;
+    c->n_embd_k = h->head_dim * h->n_head_kv;
+    c->n_embd_v = h->head_dim_v * h->n_head_kv;
+    c->n_swa = h->n_swa;
+    c->swa_pattern = h->swa_pattern;
+    c->n_ubatch = n_ubatch;
+}
+
+void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, int64_t n_ubatch, enum bt_type type,
+                      struct bt_kv_config *c) {
+    bt_hparams_kv_config(&m->hp, m->il0, m->il1, n_ctx, n_seq_max, n_ubatch, type, c);
 }
 
 /* ---- one stage ---------------------------------------------------------------------------- */
@@ -236,6 +277,7 @@ struct bt_llm_stage {
     uint64_t clock;
     int32_t *out_ids; /* [n_ubatch] */
     float *mask;      /* [n_ctx, n_ubatch] */
+    float *mask_swa;  /* [n_ctx, n_ubatch] with sliding layers */
 };
 
 static void slot_free(struct graph_slot *s) {
@@ -276,7 +318,8 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
     s->n_ubatch = n_ubatch;
     s->out_ids = malloc((size_t)n_ubatch * sizeof *s->out_ids);
     s->mask = malloc((size_t)n_ubatch * (size_t)n_ctx * sizeof *s->mask);
-    if (!s->out_ids || !s->mask) {
+    if (bt_kv_has_swa(kv)) s->mask_swa = malloc((size_t)n_ubatch * (size_t)n_ctx * sizeof *s->mask_swa);
+    if (!s->out_ids || !s->mask || (bt_kv_has_swa(kv) && !s->mask_swa)) {
         bt_llm_stage_free(s);
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
                                (long long)n_ubatch, (long long)n_ctx);
@@ -311,6 +354,7 @@ void bt_llm_stage_free(struct bt_llm_stage *s) {
     if (s->fallback) bt_backend_free(s->fallback);
     free(s->out_ids);
     free(s->mask);
+    free(s->mask_swa);
     free(s);
 }
 
@@ -386,6 +430,11 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     bt_tensor_set(g->pos, pos, 0, (size_t)T * sizeof(int32_t));
     bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
     bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
+    if (g->mask_swa) {
+        bt_kv_mask_swa(s->kv, g->n_kv_swa, T, seq, pos, s->mask_swa);
+        bt_tensor_set(g->cells_swa, bt_kv_swa_cells(s->kv), 0, (size_t)T * sizeof(int32_t));
+        bt_tensor_set(g->mask_swa, s->mask_swa, 0, (size_t)(g->n_kv_swa * T) * sizeof(float));
+    }
     if (g->out_ids) bt_tensor_set(g->out_ids, s->out_ids, 0, (size_t)n_out_g * sizeof(int32_t));
     st = bt_sched_graph_compute(slot->sched, g->graph);
     if (st != BT_OK) return bt_error_printf(err, n_err, st, "compute: %s", bt_sched_error(slot->sched));
@@ -429,7 +478,7 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
     c->m = m;
     c->p = *p;
     struct bt_kv_config kc;
-    bt_llm_kv_config(m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    bt_llm_kv_config(m, p->n_ctx, p->n_seq_max, p->n_ubatch, p->kv_type, &kc);
     enum bt_status st = bt_kv_new(&kc, &c->kv, err, n_err);
     if (st != BT_OK) {
         free(c);

@@ -16,7 +16,8 @@
 void bt_random_model_default(struct bt_random_model *m) {
     *m = (struct bt_random_model){
         .arch = "qwen3moe", .n_layer = 4, .n_embd = 128, .n_head = 4, .n_head_kv = 2, .head_dim = 32,
-        .n_ff = 256, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_ctx = 4096, .n_vocab = 256,
+        .n_ff = 256, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_swa = 32, .swa_pattern = 6,
+        .n_ctx = 4096, .n_vocab = 256,
         .type = BT_TYPE_F32, .seed = 42,
     };
 }
@@ -27,7 +28,8 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
     const struct bt_arch *a = m->arch ? bt_arch_find(m->arch) : NULL;
     if (!a) FAIL("--arch: '%s' is not one of %s", m->arch ? m->arch : "", bt_arch_names());
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->head_dim < 2 || m->n_ff < 1 ||
-        m->n_ff_exp < 1 || m->n_ctx < 1 || m->n_vocab < 1 || m->n_expert < 0 || m->n_expert_used < 1)
+        m->n_ff_exp < 1 || m->n_ctx < 1 || m->n_vocab < 1 || m->n_expert < 0 || m->n_expert_used < 1 ||
+        m->n_swa < 0 || m->swa_pattern < 1)
         FAIL("a size of the model is not positive");
     if (m->n_head % m->n_head_kv)
         FAIL("--heads %lld is not a multiple of --heads-kv %lld", (long long)m->n_head, (long long)m->n_head_kv);
@@ -102,6 +104,8 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
     if (st == BT_OK && moe) st = SET_U32("expert_feed_forward_length", h->n_ff_exp);
     if (st == BT_OK && moe && a->shared_expert) st = SET_U32("expert_shared_feed_forward_length", h->n_ff_shexp);
+    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window", m->n_swa);
+    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window_pattern", m->swa_pattern);
 #undef SET_U32
     snprintf(key, sizeof key, "%s.rope.freq_base", m->arch);
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 10000.0f);

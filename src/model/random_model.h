@@ -27,6 +27,8 @@ struct bt_random_model {
     int64_t n_embd, n_head, n_head_kv, head_dim;
     int64_t n_ff;                         /* dense feed-forward (and a shared expert's) length */
     int64_t n_expert, n_expert_used, n_ff_exp; /* n_expert 0: dense (llama only) */
+    int64_t n_swa;                        /* sliding window (gemma3: attention.sliding_window; 0: none) */
+    int swa_pattern;                      /* gemma3: every swa_pattern-th layer global */
     int64_t n_ctx;                        /* <arch>.context_length */
     int64_t n_vocab;                      /* without a vocabulary file: the token count */
     enum bt_type type;                    /* the matrices' type (bt_type_can_quantize) */
@@ -34,7 +36,8 @@ struct bt_random_model {
 };
 
 /* qwen3moe, 4 layers, 128 wide, 4 heads (2 for K/V) of 32, ff 256, 8
- * experts of 64 with 2 used, context 4096, 256 tokens, F32, seed 42. */
+ * experts of 64 with 2 used, (gemma3: a window of 32, every 6th layer
+ * global), context 4096, 256 tokens, F32, seed 42. */
 void bt_random_model_default(struct bt_random_model *m);
 
 /* BT_OK, or BT_ERR_INVALID with one message naming the option

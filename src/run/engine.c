@@ -268,10 +268,18 @@ static void host_name(char *buf, size_t n) {
     buf[n - 1] = '\0';
 }
 
-/* KV bytes one layer's cache takes. */
-static double kv_layer_bytes(const struct bt_hparams *h, const struct bt_engine_params *p) {
-    return (double)p->n_ctx * (double)(bt_row_size(p->kv_type, h->head_dim * h->n_head_kv) +
-                                       bt_row_size(p->kv_type, h->head_dim_v * h->n_head_kv));
+/* KV bytes layer l's cache takes (a sliding layer's ring: kv.h). */
+static double kv_layer_bytes(const struct bt_hparams *h, const struct bt_engine_params *p, int l) {
+    struct bt_kv_config kc;
+    bt_hparams_kv_config(h, 0, h->n_layer, p->n_ctx, p->n_seq_max, p->n_ubatch, p->kv_type, &kc);
+    return (double)bt_kv_config_layer_cells(&kc, l) *
+           (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
+}
+
+static double kv_bytes(const struct bt_hparams *h, const struct bt_engine_params *p) {
+    double b = 0.0;
+    for (int l = 0; l < h->n_layer; l++) b += kv_layer_bytes(h, p, l);
+    return b;
 }
 
 /* The FLOPs of one token through layer l (part l as bt_llm_part_bytes). */
@@ -312,7 +320,7 @@ static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h
     for (int l = -1; st == BT_OK && l <= L; l++) {
         lc.flops[l + 1] = part_flops(g, h, l) * (double)p->n_ubatch;
         lc.wbytes[l + 1] = (double)bt_llm_part_bytes(g, h, l);
-        if (with_kv && l >= 0 && l < L) lc.wbytes[l + 1] += kv_layer_bytes(h, p);
+        if (with_kv && l >= 0 && l < L) lc.wbytes[l + 1] += kv_layer_bytes(h, p, l);
     }
     for (int l = 0; st == BT_OK && l <= L; l++) lc.cut_bytes[l] = (double)(h->n_embd * p->n_ubatch) * 4.0;
     struct bt_plan_options opt;
@@ -365,7 +373,7 @@ enum bt_status bt_engine_place(struct bt_gguf *g, const struct bt_hparams *h, co
             msgf(msg, n_msg,
                  "%s: a context of %lld cells needs %.1f MiB of KV cache (%s) beside the weights, more than the "
                  "ranks' memory holds: %s",
-                 path, (long long)p->n_ctx, kv_layer_bytes(h, p) * h->n_layer / 1048576.0, bt_type_name(p->kv_type),
+                 path, (long long)p->n_ctx, kv_bytes(h, p) / 1048576.0, bt_type_name(p->kv_type),
                  perr);
         else
             msgf(msg, n_msg, "%s: %s", path, perr2);

@@ -56,7 +56,7 @@ struct bt_model_dist {
     int n_plans;
     /* one ubatch's inputs */
     int32_t *cells, *rows;
-    float *mask;
+    float *mask, *mask_swa; /* mask_swa: with sliding layers */
     char err[1024];
 };
 
@@ -280,7 +280,7 @@ static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
         return bt_error_printf(err, n_err, BT_ERR_INVALID, "ubatch size %lld out of [1, context size %lld]",
                                (long long)p->n_ubatch, (long long)p->n_ctx);
     struct bt_kv_config kc;
-    bt_llm_kv_config(md->m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    bt_llm_kv_config(md->m, p->n_ctx, p->n_seq_max, p->n_ubatch, p->kv_type, &kc);
     kc.no_memory = true;
     st = bt_kv_new(&kc, &md->kv, err, n_err);
     if (st != BT_OK) return st;
@@ -294,8 +294,9 @@ static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
     md->cells = malloc((size_t)U * sizeof *md->cells);
     md->rows = malloc((size_t)U * sizeof *md->rows);
     md->mask = malloc((size_t)(U * C) * sizeof *md->mask);
+    if (bt_kv_has_swa(md->kv)) md->mask_swa = malloc((size_t)(U * C) * sizeof *md->mask_swa);
     md->counts = calloc((size_t)md->t->size, sizeof *md->counts);
-    if (!md->cells || !md->rows || !md->mask || !md->counts)
+    if (!md->cells || !md->rows || !md->mask || !md->counts || (bt_kv_has_swa(md->kv) && !md->mask_swa))
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "rank %d: out of memory (the inputs of %lld tokens)",
                                md->t->rank, (long long)U);
     for (int i = 0; i < RING; i++) md->ring[i].k = -1;
@@ -346,6 +347,7 @@ void bt_model_dist_free(struct bt_model_dist *md) {
     free(md->cells);
     free(md->rows);
     free(md->mask);
+    free(md->mask_swa);
     free(md->counts);
     free(md);
 }
@@ -428,6 +430,7 @@ enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model
     struct shape *sh = &md->shapes[i];
     const struct bt_llm_graph *gr = &sh->g;
     bt_kv_mask(md->kv, n_kv, T, ub->seq, ub->pos, md->mask);
+    if (gr->mask_swa) bt_kv_mask_swa(md->kv, gr->n_kv_swa, T, ub->seq, ub->pos, md->mask_swa);
     struct {
         struct bt_tensor *t;
         const void *data;
@@ -437,10 +440,12 @@ enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model
         {gr->pos, ub->pos, (size_t)T * sizeof(int32_t)},
         {gr->cells, md->cells, (size_t)T * sizeof(int32_t)},
         {gr->mask, md->mask, (size_t)(n_kv * T) * sizeof(float)},
+        {gr->cells_swa, bt_kv_swa_cells(md->kv), (size_t)T * sizeof(int32_t)},
+        {gr->mask_swa, md->mask_swa, (size_t)(gr->n_kv_swa * T) * sizeof(float)},
         {gr->out_ids, ub->rows, (size_t)ub->n_out * sizeof(int32_t)},
     };
     for (size_t j = 0; j < sizeof in / sizeof in[0]; j++) {
-        if (!in[j].t) continue; /* no rows asked for: no out_ids */
+        if (!in[j].t) continue; /* no rows asked for: no out_ids; no sliding layers: no swa inputs */
         st = bt_dist_set_input(sh->d, in[j].t, in[j].data, in[j].bytes);
         if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
     }

@@ -51,7 +51,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     st = bt_llm_describe_gguf(g, &mp->m, err, n_err);
     if (st != BT_OK) goto done;
     struct bt_kv_config kc;
-    bt_llm_kv_config(mp->m, p->n_ctx, p->n_seq_max, p->kv_type, &kc);
+    bt_llm_kv_config(mp->m, p->n_ctx, p->n_seq_max, p->n_ubatch, p->kv_type, &kc);
     kc.no_memory = true;
     st = bt_kv_new(&kc, &mp->kv, err, n_err);
     if (st != BT_OK) goto done;
@@ -70,11 +70,13 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
         st = bt_error_printf(err, n_err, st, "building the graph: %s", bt_context_error(mp->ctx));
         goto done;
     }
-    const double kv_layer = (double)bt_kv_get_config(mp->kv)->n_ctx *
-                            (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
+    const double kv_row = (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
     for (int r = 0; r < P; r++) {
         counts[r] = mp->ranges[2 * r + 1] - mp->ranges[2 * r];
-        mp->kv_bytes[r] = (int64_t)(kv_layer * counts[r]);
+        double b = 0.0; /* a sliding layer's ring is smaller (kv.h) */
+        for (int il = mp->ranges[2 * r]; il < mp->ranges[2 * r + 1]; il++)
+            b += kv_row * (double)bt_kv_config_layer_cells(&kc, il);
+        mp->kv_bytes[r] = (int64_t)b;
     }
     struct bt_plan_options opt;
     memset(&opt, 0, sizeof opt);

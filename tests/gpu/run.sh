@@ -189,10 +189,11 @@ gen() { # out-file, ranks, backend, model
     timeout "$(lim 60)" "${MPIEXEC[@]}" -n "$2" "$BIN/baton" generate -m "$4" -p "The capital of France is" -n 24 \
         --temp 0 --backend "$3" -t 2 >"$1" 2>"$1.err"
 }
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe; do
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
     m="$LOG/tiny-$arch.gguf"
     extra=()
     [ $arch = llama ] && extra=(--experts 4)
+    [ $arch = gemma3 ] && extra=(--swa 8 --swa-pattern 2)
     if ! timeout "$(lim 60)" "$BIN/baton" make-model "$m" --vocab "$VOCAB" --arch $arch "${extra[@]}" >"$LOG/make-$arch.log" 2>&1; then
         step "model $arch" FAIL "make-model: $(tail -n 1 "$LOG/make-$arch.log")"
         continue

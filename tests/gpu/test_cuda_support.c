@@ -31,7 +31,7 @@ static int g_graphs; /* graphs checked */
 static int check_graph(const char *what, const struct bt_llm *m, enum bt_type kv_type, int64_t T) {
     char err[512];
     struct bt_kv_config kc;
-    bt_llm_kv_config(m, 64, 2, kv_type, &kc);
+    bt_llm_kv_config(m, 64, 2, 64, kv_type, &kc);
     if (bt_kv_check_config(&kc, err, sizeof err) != BT_OK) return 0; /* a cache no backend holds (a Q8_0 cache
                                                                         * of heads not whole blocks) */
     g_graphs++;
@@ -99,7 +99,7 @@ static int check_read_only_types(void) {
 }
 
 int main(void) {
-    static const char *archs[] = {"llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
+    static const char *archs[] = {"llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"};
     static const char *wtypes[] = {"f32", "q8_0"};
     static const enum bt_type kv_types[] = {BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0};
     char dir[] = "/tmp/bt_cuda_support_XXXXXX";
