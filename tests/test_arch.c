@@ -483,7 +483,7 @@ START_TEST(test_sliding_window_ring) {
             lg[k] = 1;
         }
         float out[8][100];
-        struct bt_llm_batch b = {8, tok, pos, seq, lg};
+        struct bt_llm_batch b = {8, tok, pos, seq, lg, BT_LLM_OUT_LOGITS};
         char err[512];
         ck_assert_msg(bt_llm_decode(c, &b, &out[0][0], err, sizeof err) == BT_OK, "%s", err);
         for (int k = 1; k < 8; k += 2) memcpy(inc + (size_t)(i0 + k / 2) * V, out[k], (size_t)V * 4);
