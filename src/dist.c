@@ -1373,8 +1373,7 @@ static enum bt_status routed_expect(bt_dist *d, int c) {
 
 /* Wait for a transfer; a rank that serves routed transfers serves them
  * meanwhile (the peer it waits for may be waiting for its experts). */
-static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
-    bt_transport *t = xfer_transport(d, xf);
+static enum bt_status wait_on(bt_dist *d, bt_transport *t, bt_treq *r) {
     if (d->n_serving == 0) {
         enum bt_status st = bt_transport_wait_polite(t, r);
         return st == BT_OK ? BT_OK : fail(d, st, "%s", t->error);
@@ -1387,6 +1386,10 @@ static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
         if ((st = serve_routed(d, false)) != BT_OK) return st;
         sched_yield();
     }
+}
+
+static enum bt_status wait_req(bt_dist *d, const struct xfer *xf, bt_treq *r) {
+    return wait_on(d, xfer_transport(d, xf), r);
 }
 
 static size_t slot_offset(const bt_dist *d, const void *slot);
@@ -1446,13 +1449,23 @@ static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k,
 /* ---- expert groups (struct gchain): running the chains ------------------------------ */
 
 /* Wait for one of a chain's transfers (on the main transport). */
-static enum bt_status chain_wait(bt_dist *d, bt_treq *r) {
-    if (!r->active) return BT_OK;
-    struct xfer none = {0};
-    return wait_req(d, &none, r);
-}
+static enum bt_status chain_wait(bt_dist *d, bt_treq *r) { return r->active ? wait_on(d, d->t, r) : BT_OK; }
 
 static bool held(const struct gchain *ch, int m, int32_t id) { return id >= ch->lo[m] && id < ch->hi[m]; }
+
+/* Whether token tok chose one of member m's experts; adds to *slots how many
+ * of its slots did (the rows of out m computes for it). */
+static bool token_held(const struct gchain *ch, int m, const int32_t *ids, int64_t tok, int64_t *slots) {
+    int64_t n = 0;
+    for (int64_t e = 0; e < ch->K; e++) n += held(ch, m, ids[tok * ch->K + e]);
+    *slots += n;
+    return n > 0;
+}
+
+/* Where the row of out of packed slot i (slot i % K of token i / K) lies. */
+static size_t out_offset(const struct gchain *ch, int64_t i) {
+    return (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2];
+}
 
 /* The expert weight bytes a chain reads for the ids of slot c: each expert
  * of member m's that a slot chose, once. */
@@ -1499,13 +1512,9 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
         struct gbuf *gb = &d->gbufs[m];
         const int peer = ch->ranks[m];
         int64_t nx = 0, no = 0;
-        for (int64_t tok = 0; tok < ch->T; tok++) {
-            bool any = false;
-            for (int64_t e = 0; e < ch->K; e++) any |= held(ch, m, ids[tok * ch->K + e]), no += held(ch, m, ids[tok * ch->K + e]);
-            if (!any) continue;
-            bt_tensor_get(ch->x, (uint8_t *)gb->x + (size_t)nx * xrow, (size_t)tok * ch->x->nb[2], xrow);
-            nx++;
-        }
+        for (int64_t tok = 0; tok < ch->T; tok++)
+            if (token_held(ch, m, ids, tok, &no))
+                bt_tensor_get(ch->x, (uint8_t *)gb->x + (size_t)(nx++) * xrow, (size_t)tok * ch->x->nb[2], xrow);
         const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
         sl->n_o = no;
         if ((st = bt_transport_isend(t, ids, ib, peer, ch->tag0 + 3 * c, &sl->ids_req)) != BT_OK ||
@@ -1542,8 +1551,7 @@ static enum bt_status chain_take(bt_dist *d, struct gchain *ch, int c, int64_t k
         int64_t r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
             if (held(ch, m, ids[i]))
-                bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)(r++) * orow,
-                              (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
+                bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)(r++) * orow, out_offset(ch, i), orow);
     }
     ch->done_k[c] = k;
     return BT_OK;
@@ -1566,11 +1574,7 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     d->stats.bytes_recv += (int64_t)ib;
     int64_t nx = 0, no = 0;
-    for (int64_t tok = 0; tok < ch->T; tok++) {
-        bool any = false;
-        for (int64_t e = 0; e < ch->K; e++) any |= held(ch, me, sl->ids[tok * ch->K + e]), no += held(ch, me, sl->ids[tok * ch->K + e]);
-        nx += any;
-    }
+    for (int64_t tok = 0; tok < ch->T; tok++) nx += token_held(ch, me, sl->ids, tok, &no);
     if (nx > 0) {
         if ((st = bt_transport_irecv(t, gb->x, (size_t)nx * xrow, home, ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
@@ -1581,12 +1585,10 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, home, (int64_t)ib + nx * (int64_t)xrow);
     if (no > 0) {
         bt_tensor_set(ch->ids_in, sl->ids, 0, ib);
-        int64_t r = 0;
-        for (int64_t tok = 0; tok < ch->T; tok++) {
-            bool any = false;
-            for (int64_t e = 0; e < ch->K; e++) any |= held(ch, me, sl->ids[tok * ch->K + e]);
-            if (any) bt_tensor_set(ch->x_in, (const uint8_t *)gb->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
-        }
+        int64_t r = 0, slots = 0;
+        for (int64_t tok = 0; tok < ch->T; tok++)
+            if (token_held(ch, me, sl->ids, tok, &slots))
+                bt_tensor_set(ch->x_in, (const uint8_t *)gb->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
         const double t1 = bt_now_s();
         struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
         if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
@@ -1599,8 +1601,7 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
             if (held(ch, me, sl->ids[i]))
-                bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)(r++) * orow,
-                              (size_t)(i % ch->K) * ch->out->nb[1] + (size_t)(i / ch->K) * ch->out->nb[2], orow);
+                bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)(r++) * orow, out_offset(ch, i), orow);
         if ((st = bt_transport_isend(t, gb->o, (size_t)no * orow, home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
         d->stats.bytes_sent += no * (int64_t)orow;

@@ -8,34 +8,38 @@ static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
     return t;
 }
 
-struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
-                             struct bt_tensor *down, int il, const char *what) {
+/* gate, up, the activation (silu(g) * u, or gelu(g) * u with its gelu node
+ * of its own), down: [d, T] */
+static struct bt_tensor *mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
+                             struct bt_tensor *down, int il, const char *what, bool gelu) {
     if (!cur) return NULL;
     char n[48];
     snprintf(n, sizeof n, "%s_gate", what);
     struct bt_tensor *g = nm(bt_mul_mat(ctx, gate, cur), il, n); /* [ff, T] */
     snprintf(n, sizeof n, "%s_up", what);
     struct bt_tensor *u = nm(bt_mul_mat(ctx, up, cur), il, n); /* [ff, T] */
-    snprintf(n, sizeof n, "%s_act", what);
-    struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, n); /* silu(g) * u */
+    struct bt_tensor *a;
+    if (gelu) {
+        snprintf(n, sizeof n, "%s_gelu", what);
+        a = nm(bt_gelu(ctx, g), il, n);
+        snprintf(n, sizeof n, "%s_act", what);
+        a = nm(bt_mul(ctx, a, u), il, n); /* gelu(g) * u */
+    } else {
+        snprintf(n, sizeof n, "%s_act", what);
+        a = nm(bt_swiglu(ctx, g, u), il, n); /* silu(g) * u */
+    }
     snprintf(n, sizeof n, "%s_down", what);
     return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
 }
 
+struct bt_tensor *bt_ffn_mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,
+                             struct bt_tensor *down, int il, const char *what) {
+    return mlp(ctx, cur, gate, up, down, il, what, false);
+}
+
 struct bt_tensor *bt_ffn_mlp_gelu(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate,
                                   struct bt_tensor *up, struct bt_tensor *down, int il, const char *what) {
-    if (!cur) return NULL;
-    char n[48];
-    snprintf(n, sizeof n, "%s_gate", what);
-    struct bt_tensor *g = nm(bt_mul_mat(ctx, gate, cur), il, n); /* [ff, T] */
-    snprintf(n, sizeof n, "%s_up", what);
-    struct bt_tensor *u = nm(bt_mul_mat(ctx, up, cur), il, n); /* [ff, T] */
-    snprintf(n, sizeof n, "%s_gelu", what);
-    struct bt_tensor *a = nm(bt_gelu(ctx, g), il, n);
-    snprintf(n, sizeof n, "%s_act", what);
-    a = nm(bt_mul(ctx, a, u), il, n); /* gelu(g) * u */
-    snprintf(n, sizeof n, "%s_down", what);
-    return nm(bt_mul_mat(ctx, down, a), il, n); /* [d, T] */
+    return mlp(ctx, cur, gate, up, down, il, what, true);
 }
 
 struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate_exps,

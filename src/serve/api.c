@@ -498,10 +498,8 @@ static bool parse_logprobs(enum bt_api_kind kind, json_t *o, struct bt_api_reque
     return true;
 }
 
-static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_limits *lim, uint64_t default_seed,
-                         struct bt_api_request *r, struct bt_api_error *err) {
-    if (!check_unsupported(kind, o, err)) return false;
-
+/* The body's "model": present, a string, this server's. */
+static bool check_model(json_t *o, const struct bt_api_limits *lim, struct bt_api_error *err) {
     json_t *model = json_object_get(o, "model");
     if (!model || json_is_null(model)) {
         BAD("model", "you must provide a 'model' (this server has '%s')", lim->model_id);
@@ -511,7 +509,14 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
         BAD("model", "'model' must be a string, not %s", json_kind(model));
         return false;
     }
-    if (!bt_api_model_check(json_string_value(model), lim->model_id, err)) return false;
+    return bt_api_model_check(json_string_value(model), lim->model_id, err);
+}
+
+static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_limits *lim, uint64_t default_seed,
+                         struct bt_api_request *r, struct bt_api_error *err) {
+    if (!check_unsupported(kind, o, err)) return false;
+
+    if (!check_model(o, lim, err)) return false;
 
     if (kind == BT_API_COMPLETION) {
         if (!parse_prompt(o, lim, r, err)) return false;
@@ -975,16 +980,7 @@ static bool parse_embd_input(json_t *v, const char *param, const struct bt_api_l
 
 static bool parse_embeddings(json_t *o, const struct bt_api_limits *lim, struct bt_api_embeddings *out,
                              struct bt_api_error *err) {
-    json_t *model = json_object_get(o, "model");
-    if (!model || json_is_null(model)) {
-        BAD("model", "you must provide a 'model' (this server has '%s')", lim->model_id);
-        return false;
-    }
-    if (!json_is_string(model)) {
-        BAD("model", "'model' must be a string, not %s", json_kind(model));
-        return false;
-    }
-    if (!bt_api_model_check(json_string_value(model), lim->model_id, err)) return false;
+    if (!check_model(o, lim, err)) return false;
     json_t *d = json_object_get(o, "dimensions");
     if (d && !json_is_null(d)) {
         BAD("dimensions", "'dimensions' is not supported by this server: a vector has the model's width");
