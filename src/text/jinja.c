@@ -2446,11 +2446,20 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
     return v;
 }
 
-static value apply_filter_(R *r, const char *f, value in, args *a) {
+/* The filters, in three families; apply_filter_ picks the family by name. */
 #define P(...)                                                                                                     \
     const char *const p_[] = {__VA_ARGS__, NULL};                                                                      \
     arg_check(r, a, f, p_)
 #define P0() arg_check(r, a, f, NULL)
+static const char *const k_text_filters[] = {"default", "d", "length", "count", "tojson", "string", "safe",
+                                             "trim", "upper", "lower", "capitalize", "title", "replace",
+                                             "join", NULL};
+static const char *const k_seq_filters[] = {"items", "dictsort", "list", "first", "last", "reverse", "map",
+                                            "select", "reject", "selectattr", "rejectattr", "unique", "sort",
+                                            "min", "max", "sum", NULL};
+
+/* default, length, tojson and the string filters */
+static value filter_text(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         P("default_value", "boolean");
         value *d = arg(a, 0, "default_value");
@@ -2546,6 +2555,12 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         }
         return sb_value(r->f, &b);
     }
+    RFAIL(r, "No filter named '%s' found.", f);
+    return k_undef;
+}
+
+/* the filters over sequences and mappings */
+static value filter_seq(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "items")) {
         P0();
         if (in.t == V_UNDEF) return mk_gen(list_new(r->f, 0), "generator");
@@ -2666,6 +2681,12 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         }
         return acc;
     }
+    RFAIL(r, "No filter named '%s' found.", f);
+    return k_undef;
+}
+
+/* numbers, layout, attributes, escaping; an unknown name fails here */
+static value filter_other(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "int")) {
         P("default", "base");
         value *d = arg(a, 0, "default"), *b = arg(a, 1, "base");
@@ -2780,11 +2801,17 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         v.safe = 1;
         return v;
     }
-#undef P
-#undef P0
     if (in_list(k_jinja_filters_missing, f)) RFAIL(r, "the filter '%s' is not supported", f);
     RFAIL(r, "No filter named '%s' found.", f);
     return k_undef;
+}
+#undef P
+#undef P0
+
+static value apply_filter_(R *r, const char *f, value in, args *a) {
+    if (in_list(k_text_filters, f)) return filter_text(r, f, in, a);
+    if (in_list(k_seq_filters, f)) return filter_seq(r, f, in, a);
+    return filter_other(r, f, in, a);
 }
 
 static int apply_test(R *r, const char *t, value v, args *a) {
