@@ -453,21 +453,45 @@ void bt_q2_K_to_f32(const void *src, float *dst, int64_t n) {
 
 /* ---- Q3_K ------------------------------------------------------------------ */
 
+/* The 16 sub-blocks' scales of a 256-element block (make: make_q3_quants or
+ * make_qx_quants with nmax); returns the scale of largest magnitude, *amax
+ * that magnitude. */
+static float sub_scales_16(const float *x, int8_t *L, float scales[16],
+                           float (*make)(int, int, const float *, int8_t *), int nmax, float *amax) {
+    float max_scale = 0;
+    *amax = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+        const float a = fabsf(scales[j]);
+        if (a > *amax) {
+            *amax = a;
+            max_scale = scales[j];
+        }
+    }
+    return max_scale;
+}
+
+/* Each sub-block's values again on the block's stored scale d0 * sc[j]:
+ * L = clamp(round(x / d), lo, hi) - lo (a sub-block of scale 0 keeps L). */
+static void requant_16(const float *x, float d0, const int8_t sc[16], int lo, int hi, int8_t *L) {
+    for (int j = 0; j < 16; j++) {
+        const float d = d0 * sc[j];
+        if (!d) continue;
+        for (int i = 0; i < 16; i++) {
+            const int l = bt_nearest_int(x[16 * j + i] / d);
+            L[16 * j + i] = (int8_t)(QMAX(lo, QMIN(hi, l)) - lo);
+        }
+    }
+}
+
 void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q3_K *y = dst;
     int8_t L[BT_QK_K];
     float scales[16];
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max_scale = 0, amax = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > amax) {
-                amax = a;
-                max_scale = scales[j];
-            }
-        }
+        float amax;
+        const float max_scale = sub_scales_16(x, L, scales, make_q3_quants, 4, &amax);
         memset(y[b].scales, 0, 12);
         if (max_scale) {
             const float iscale = -32.f / max_scale;
@@ -486,14 +510,7 @@ void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
         }
         int8_t sc[16];
         bt_q3_K_scales(y[b].scales, sc);
-        for (int j = 0; j < 16; j++) {
-            const float d = h2f(y[b].d) * sc[j];
-            if (!d) continue;
-            for (int i = 0; i < 16; i++) {
-                const int l = bt_nearest_int(x[16 * j + i] / d);
-                L[16 * j + i] = (int8_t)(QMAX(-4, QMIN(3, l)) + 4);
-            }
-        }
+        requant_16(x, h2f(y[b].d), sc, -4, 3, L);
         /* high bit of element j into bit j/32 of hmask[j%32]; low 2 bits packed */
         uint8_t lo[BT_QK_K];
         memset(y[b].hmask, 0, sizeof y[b].hmask);
@@ -654,15 +671,8 @@ void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
     float scales[16];
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max_scale = 0, max_abs_scale = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > max_abs_scale) {
-                max_abs_scale = a;
-                max_scale = scales[j];
-            }
-        }
+        float max_abs_scale;
+        const float max_scale = sub_scales_16(x, L, scales, make_qx_quants, 32, &max_abs_scale);
         if (max_abs_scale < GROUP_MAX_EPS) {
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -670,14 +680,7 @@ void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
         const float iscale = -128.f / max_scale;
         y[b].d = f2h(1 / iscale);
         for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
-        for (int j = 0; j < 16; j++) {
-            const float d = h2f(y[b].d) * y[b].scales[j];
-            if (!d) continue;
-            for (int i = 0; i < 16; i++) {
-                const int l = bt_nearest_int(x[16 * j + i] / d);
-                L[16 * j + i] = (int8_t)(QMAX(-32, QMIN(31, l)) + 32);
-            }
-        }
+        requant_16(x, h2f(y[b].d), y[b].scales, -32, 31, L);
         for (int h = 0; h < 2; h++) {
             const int8_t *Lh = L + 128 * h;
             uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;
