@@ -275,32 +275,46 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
     return scale;
 }
 
+/* the element of largest magnitude of x[0..n): returns it, *amax its magnitude */
+static float signed_max(const float *x, int n, float *amax) {
+    float max = 0;
+    *amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > *amax) {
+            *amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
+
+/* x on the grid of iscale, q = clamp(round(iscale x), -nmax, nmax-1) stored
+ * as L[i] = q + off; the x^2-weighted sums of x q and q^2 */
+static void fit_grid(const float *x, int n, int nmax, float iscale, int off, int8_t *L, float *sumlx, float *suml2) {
+    *sumlx = *suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = bt_nearest_int(iscale * x[i]);
+        l = QMAX(-nmax, QMIN(nmax - 1, l));
+        L[i] = (int8_t)(l + off);
+        const float w = x[i] * x[i];
+        *sumlx += w * x[i] * l;
+        *suml2 += w * l * l;
+    }
+}
+
 /* Symmetric scale for n values, L[i] = q + nmax with q in -nmax..nmax-1:
  * starts from the grid through the element of largest magnitude, then moves
  * single quants while the x^2-weighted fit improves (up to 5 sweeps). */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
     }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = bt_nearest_int(iscale * x[i]);
-        l = QMAX(-nmax, QMIN(nmax - 1, l));
-        L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    fit_grid(x, n, nmax, -nmax / max, 0, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
         int n_changed = 0;
         for (int i = 0; i < n; i++) {
@@ -333,28 +347,15 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
  * through the element of largest magnitude (ggml's make_qx_quants with
  * rmse_type 1 and no importance weights). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
     }
     float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = bt_nearest_int(iscale * x[i]);
-        l = QMAX(-nmax, QMIN(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    fit_grid(x, n, nmax, iscale, nmax, L, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
