@@ -978,27 +978,21 @@ static node *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static node *parse_and(parser *P) {
-    node *n = parse_not(P);
-    while (is_name(P, "and")) {
-        node *a = mk(P, E_AND, cur(P)->off);
+/* operands of next joined left to right by the keyword word into kind nodes */
+static node *parse_keyword_chain(parser *P, const char *word, int kind, node *(*next)(parser *)) {
+    node *n = next(P);
+    while (is_name(P, word)) {
+        node *a = mk(P, kind, cur(P)->off);
         P->i++;
-        a->a = n, a->b = parse_not(P);
+        a->a = n, a->b = next(P);
         n = a;
     }
     return n;
 }
 
-static node *parse_or(parser *P) {
-    node *n = parse_and(P);
-    while (is_name(P, "or")) {
-        node *a = mk(P, E_OR, cur(P)->off);
-        P->i++;
-        a->a = n, a->b = parse_and(P);
-        n = a;
-    }
-    return n;
-}
+static node *parse_and(parser *P) { return parse_keyword_chain(P, "and", E_AND, parse_not); }
+
+static node *parse_or(parser *P) { return parse_keyword_chain(P, "or", E_OR, parse_and); }
 
 static node *parse_expr(parser *P) {
     enter(P);
