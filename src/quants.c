@@ -605,20 +605,27 @@ void bt_q4_K_from_f32(const float *src, void *dst, int64_t n) {
     }
 }
 
-void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_block_q4_K *x = src;
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        float *y = dst + b * BT_QK_K;
-        uint8_t sc[8], m[8];
-        bt_q4_K_scales_mins(x[b].scales, sc, m);
-        for (int j = 0; j < 8; j++) {
-            const float d1 = d * sc[j], m1 = dmin * m[j];
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+/* One Q4_K or Q5_K block (qh NULL: Q4_K): eight sub-blocks of 32, each
+ * d * scale * q - dmin * min, q's low 4 bits in qs and Q5_K's fifth in qh. */
+static void q45_K_block_to_f32(const uint8_t *scales, float d, float dmin, const uint8_t *qs, const uint8_t *qh,
+                               float *y) {
+    uint8_t sc[8], m[8];
+    bt_q4_K_scales_mins(scales, sc, m);
+    for (int j = 0; j < 8; j++) {
+        const float d1 = d * sc[j], m1 = dmin * m[j];
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) {
+            const int v = ((q[l] >> shift) & 0xF) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+            y[32 * j + l] = d1 * (float)v - m1;
         }
     }
+}
+
+void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++)
+        q45_K_block_to_f32(x[b].scales, h2f(x[b].d), h2f(x[b].dmin), x[b].qs, NULL, dst + b * BT_QK_K);
 }
 
 void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
@@ -647,21 +654,8 @@ void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
 
 void bt_q5_K_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q5_K *x = src;
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        float *y = dst + b * BT_QK_K;
-        uint8_t sc[8], m[8];
-        bt_q4_K_scales_mins(x[b].scales, sc, m);
-        for (int j = 0; j < 8; j++) {
-            const float d1 = d * sc[j], m1 = dmin * m[j];
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++) {
-                const int v = ((q[l] >> shift) & 0xF) | (((x[b].qh[l] >> j) & 1) << 4);
-                y[32 * j + l] = d1 * (float)v - m1;
-            }
-        }
-    }
+    for (int64_t b = 0; b < n / BT_QK_K; b++)
+        q45_K_block_to_f32(x[b].scales, h2f(x[b].d), h2f(x[b].dmin), x[b].qs, x[b].qh, dst + b * BT_QK_K);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------ */
