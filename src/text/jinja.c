@@ -731,6 +731,17 @@ static node *parse_tuple(parser *P, int with_condexpr, int explicit_parens, cons
     return t;
 }
 
+/* before an item of a [..] or {..} literal: the comma after the one before
+ * (a trailing comma allowed); 0 at the closing bracket */
+static int next_item(parser *P, const node *n, const char *close) {
+    if (is_op(P, close)) return 0;
+    if (n->x.n) {
+        expect_op(P, ",");
+        if (is_op(P, close)) return 0;
+    }
+    return 1;
+}
+
 static node *parse_primary(parser *P) {
     enter(P);
     tok *t = cur(P);
@@ -763,22 +774,12 @@ static node *parse_primary(parser *P) {
     } else if (is_op(P, "[")) {
         n = mk(P, E_LIST, t->off);
         P->i++;
-        while (!is_op(P, "]")) {
-            if (n->x.n) {
-                expect_op(P, ",");
-                if (is_op(P, "]")) break;
-            }
-            nl_push(P->f, &n->x, parse_expr(P));
-        }
+        while (next_item(P, n, "]")) nl_push(P->f, &n->x, parse_expr(P));
         P->i++;
     } else if (is_op(P, "{")) {
         n = mk(P, E_DICT, t->off);
         P->i++;
-        while (!is_op(P, "}")) {
-            if (n->x.n) {
-                expect_op(P, ",");
-                if (is_op(P, "}")) break;
-            }
+        while (next_item(P, n, "}")) {
             nl_push(P->f, &n->x, parse_expr(P));
             expect_op(P, ":");
             nl_push(P->f, &n->y, parse_expr(P));
