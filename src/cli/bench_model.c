@@ -443,16 +443,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     }
     if (prc == 1) prc = 0;
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
-    const struct bt_rank_config rcfg = {
-        .prog = BM_PROG,
-        .topology = o.eng.topology,
-        .backend = o.eng.backend,
-        .threads = o.eng.threads,
-        .copies = 0,
-        .partition = o.eng.partition,
-        .n_layers = 0,
-        .progress_us = 0,
-    };
+    const struct bt_rank_config rcfg = bt_cli_engine_rank_config(BM_PROG, &o.eng, 0);
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
