@@ -505,7 +505,6 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
     return BT_ERR_INVALID;
 }
 
-const char *bt_chat_template_kind(const bt_chat_template *t) { return t->name; }
 
 void bt_chat_template_free(bt_chat_template *t) {
     if (!t) return;
