@@ -39,7 +39,7 @@ done
 # (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
 # 16 tokens cross, every 2nd layer global
 for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
-    expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" -c 4 \
+    expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" --copies 4 \
         --swa 4 --swa-pattern 2
 done
 expect 0 "8 experts, 8 used.*|bitwise" "demo: a dense MoE on 2 ranks" -- \
@@ -52,7 +52,7 @@ done
 # the watchdog (transport/mpi.c): heartbeats keep a short limit quiet while rank 0
 # checks the result long after rank 1 is done (it said goodbye); a bad limit is refused
 expect 0 "bitwise" "demo with a 0.5 s watchdog" -- env BATON_WATCHDOG_S=0.5 mpirun -np 2 -x BATON_WATCHDOG_S \
-    "$baton" demo "${small[@]}" --embd 256 -m 24
+    "$baton" demo "${small[@]}" --embd 256 --micro-batches 24
 expect 1 "^baton demo: BATON_WATCHDOG_S='abc': want seconds from 0 \(off\) to 86400$" "a bad BATON_WATCHDOG_S" -- \
     env BATON_WATCHDOG_S=abc mpirun -np 2 -x BATON_WATCHDOG_S "$baton" demo "${small[@]}"
 # the transport returns the message (nothing printed there); the program prints it once, on rank 0
@@ -90,7 +90,7 @@ fi
 start=$(date +%s)
 expect 2 "^baton demo: --trace $tmp/no/such/dir/t.json: cannot write there: No such file or directory\$" \
     "trace into a missing directory" -- \
-    mpirun -np 2 "$baton" demo "${small[@]}" -m 100000 --no-check --trace "$tmp/no/such/dir/t.json"
+    mpirun -np 2 "$baton" demo "${small[@]}" --micro-batches 100000 --no-check --trace "$tmp/no/such/dir/t.json"
 [ $(($(date +%s) - start)) -lt 30 ] && ok "unwritable trace found at start" || bad "unwritable trace found at start"
 [ ! -e "$tmp/no/such/dir/t.json" ] && ok "no half-written trace" || bad "no half-written trace"
 expect 2 "^baton demo: --trace $tmp: is a directory\$" "trace onto a directory" -- "$baton" demo --trace "$tmp"
@@ -219,25 +219,25 @@ expect 0 "planning and reading weights" "progress display with BATON_PROGRESS=1"
 mib='[0-9]+\.[0-9]'
 big=(--arch qwen2 --layers 1 --embd 8192 --heads 64 --heads-kv 64 --head-dim 128 --ff 32 --tokens 65535)
 expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, compute $mib, transfer slots $mib\) but the rank has $mib MiB \(its share of this machine's memory\)\$" \
-    "demo: compute buffer larger than the machine" -- mpirun -np 2 "$baton" demo "${big[@]}" -m 1 --no-check
+    "demo: compute buffer larger than the machine" -- mpirun -np 2 "$baton" demo "${big[@]}" --micro-batches 1 --no-check
 # a built-in model larger than a rank's share is refused before it is made
 expect 1 "^baton demo: the built-in model is $mib MiB, made in memory by every rank: more than the $mib MiB a rank may use here; a smaller model, or --model FILE\$" \
     "demo: a built-in model larger than the machine" -- \
-    mpirun -np 2 "$baton" demo --arch qwen2 --layers 500 --embd 16384 --heads 64 --heads-kv 64 --head-dim 256 -m 1
+    mpirun -np 2 "$baton" demo --arch qwen2 --layers 500 --embd 16384 --heads 64 --heads-kv 64 --head-dim 256 --micro-batches 1
 [ "$(grep -c 'made in memory by every rank' "$tmp/out")" -eq 1 ] && ok "demo: a built-in model too large: said once" ||
     bad "demo: a built-in model too large: said $(grep -c 'made in memory by every rank' "$tmp/out") times"
 printf 'hosts:\n  - {name: localhost, slots: 2}\nranks:\n  - {rank: 0, host: localhost, backend: cpu, memory: 100MiB}\n  - {rank: 1, host: localhost, backend: cpu, memory: %s}\n' \
     100MiB >"$tmp/mem100.yaml"
 expect 1 "^baton demo: rank 0 \(CPU\): the plan needs $mib MiB \(weights $mib, compute $mib, transfer slots $mib\) but the rank has 100\.0 MiB \(its memory limit\)\$" \
     "demo: compute buffer above the topology's memory" -- \
-    mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" --tokens 4096 -m 1 --no-check
-expect 0 "bitwise" "demo: the same topology with fewer tokens fits" -- mpirun -np 2 "$baton" demo -t "$tmp/mem100.yaml" -m 2
+    mpirun -np 2 "$baton" demo --topology "$tmp/mem100.yaml" --tokens 4096 --micro-batches 1 --no-check
+expect 0 "bitwise" "demo: the same topology with fewer tokens fits" -- mpirun -np 2 "$baton" demo --topology "$tmp/mem100.yaml" --micro-batches 2
 # a rank too small for any share of the weights is the one named
 sed '5s/100MiB/5MiB/' "$tmp/mem100.yaml" >"$tmp/mem5.yaml"
 expect 1 "^baton demo: placement: rank 1 \(CPU\) has 5\.0 MiB of memory, less than the $mib MiB of weights its smallest share of 8 layers on 2 ranks needs\$" \
-    "demo: the rank whose memory is too small is named" -- mpirun -np 2 "$baton" demo -t "$tmp/mem5.yaml" -m 1
+    "demo: the rank whose memory is too small is named" -- mpirun -np 2 "$baton" demo --topology "$tmp/mem5.yaml" --micro-batches 1
 expect 1 "^baton plan: the built-in model: rank 1 \(CPUx1@localhost\) has 5\.0 MiB of memory, less than " \
-    "plan: the rank whose memory is too small is named" -- "$baton" plan -t "$tmp/mem5.yaml"
+    "plan: the rank whose memory is too small is named" -- "$baton" plan --topology "$tmp/mem5.yaml"
 
 # CUDA ranks place with the topology's memory (the rank's, else the host's
 # gpu_memory), as a live run given that file does; without either, baton plan
@@ -245,24 +245,24 @@ expect 1 "^baton plan: the built-in model: rank 1 \(CPUx1@localhost\) has 5\.0 M
 printf 'hosts:\n  - {name: g, slots: 4, gpus: 2%s}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0"%s}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
     "" "" >"$tmp/gpu-nomem.yaml"
 expect 1 "^baton plan: $tmp/gpu-nomem.yaml:4:5: rank 0 \(cuda:0 on g\): the plan needs its device's memory: give the rank a memory: or its host a gpu_memory:" \
-    "plan: a CUDA rank without memory is an error" -- "$baton" plan -t "$tmp/gpu-nomem.yaml"
+    "plan: a CUDA rank without memory is an error" -- "$baton" plan --topology "$tmp/gpu-nomem.yaml"
 printf 'hosts:\n  - {name: g, slots: 4, gpus: 2, gpu_memory: 5MiB}\nranks:\n  - {rank: 0, host: g, backend: "cuda:0", memory: 100MiB}\n  - {rank: 1, host: g, backend: "cuda:1"}\n' \
     >"$tmp/gpu-mem.yaml"
 expect 1 "^baton plan: the built-in model: rank 1 \(CUDA1@g\) has 5\.0 MiB of memory" \
-    "plan: a CUDA rank without memory: takes its host's gpu_memory" -- "$baton" plan -t "$tmp/gpu-mem.yaml"
+    "plan: a CUDA rank without memory: takes its host's gpu_memory" -- "$baton" plan --topology "$tmp/gpu-mem.yaml"
 expect 1 "host g: gpu_memory: expected a size like 16GiB" "topology: bad gpu_memory" -- \
-    "$baton" plan -t <(sed 's/gpu_memory: 5MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
+    "$baton" plan --topology <(sed 's/gpu_memory: 5MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
 
 # ---- plans ----
 for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
-    expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan -t "$root/configs/$cfg.yaml" --layers 32
+    expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan --topology "$root/configs/$cfg.yaml" --layers 32
 done
 # (that the live plan is the offline one: generate_test, on every CPU config)
 # x between GPU ranks whose edges ask for nccl goes over NCCL; a CPU-only
 # topology has none
 expect 0 "^  transfer: blk\.0\.out, rank 0 -> rank 1, .* NCCL\$" "plan shows the NCCL edges" -- \
-    "$baton" plan -t "$root/configs/one-node-8gpu.yaml"
-"$baton" plan -t "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
+    "$baton" plan --topology "$root/configs/one-node-8gpu.yaml"
+"$baton" plan --topology "$root/configs/local-cpu-2.yaml" >"$tmp/out" 2>&1
 grep -q "NCCL" "$tmp/out" && bad "plan for CPU ranks shows NCCL transfers" ||
     ok "plan for CPU ranks has no NCCL transfers"
 # --dump-plan is written whole or not at all: a write that fails halfway
@@ -278,12 +278,12 @@ else
     bad "plan --dump-plan: a failed write leaves the old file whole, nothing beside it ($(wc -c <"$tmp/keep.plan") bytes; $(ls "$tmp"))"
 fi
 expect 1 "^baton plan: $tmp/no/dir/x.plan: cannot write the plan: No such file or directory\$" \
-    "plan --dump-plan into a missing directory" -- "$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/no/dir/x.plan"
+    "plan --dump-plan into a missing directory" -- "$baton" plan --topology "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/no/dir/x.plan"
 # a path that is no regular file (the link /dev/stdout, here to a pipe) is written
 # through: before, a temporary file went beside it (/dev/stdout.tmp.XXXXXX) and was
 # renamed over the link, which root may do (when stdout was a regular file)
-"$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/file.plan" >/dev/null 2>&1
-"$baton" plan -t "$root/configs/local-cpu-2.yaml" --dump-plan /dev/stdout 2>/dev/null | cat >"$tmp/pipe.out"
+"$baton" plan --topology "$root/configs/local-cpu-2.yaml" --dump-plan "$tmp/file.plan" >/dev/null 2>&1
+"$baton" plan --topology "$root/configs/local-cpu-2.yaml" --dump-plan /dev/stdout 2>/dev/null | cat >"$tmp/pipe.out"
 if [ -s "$tmp/file.plan" ] && ! grep -vxFf "$tmp/pipe.out" "$tmp/file.plan" >/dev/null && [ -L /dev/stdout ]; then
     ok "plan --dump-plan /dev/stdout: every line of the plan comes down the pipe, /dev/stdout stays a link"
 else
@@ -312,14 +312,23 @@ sed 's/^  hosts: \[4, 8\]/  hosts: [4, x]/' "$root/configs/projection/deepseek-v
 expect 1 "c3\.yaml:[0-9]+:[0-9]+: decode\.hosts: expected a number, got 'x'$" "plan --project: a bad decode section" -- \
     "$baton" plan --project "$tmp/c3.yaml"
 expect 2 "--project goes without -t" "plan --project with -t" -- \
-    "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml" -t "$root/configs/local-cpu-2.yaml"
+    "$baton" plan --project "$root/configs/projection/eight-nodes-64gpu.yaml" --topology "$root/configs/local-cpu-2.yaml"
 
 # ---- bad inputs ----
 expect 2 "unknown option --frobnicate" "demo: unknown flag" -- "$baton" demo --frobnicate
 expect 2 "--layers: 'abc' is not an integer" "demo: bad value" -- "$baton" demo --layers abc
-expect 2 "--micro-batches: '0'" "demo: zero micro-batches" -- "$baton" demo -m 0
+expect 2 "--micro-batches: '0'" "demo: zero micro-batches" -- "$baton" demo --micro-batches 0
 expect 2 "--rank-gflops: '-3' is not a positive number" "demo: bad --rank-gflops" -- "$baton" demo --rank-gflops -3
-expect 2 "--copies: '99'" "demo: too many copies" -- "$baton" demo -c 99
+expect 2 "--copies: '99'" "demo: too many copies" -- "$baton" demo --copies 99
+# one meaning per short flag (llama.cpp's): -t threads, -m model, -c context; where a subcommand
+# has no such option, the message says what it means and what to give instead
+expect 2 "^baton demo: -c is --ctx-size in every baton subcommand that has it \(as in llama.cpp\); demo's micro-batches in flight are --copies N \(try: baton demo --help\)\$" \
+    "demo: -c names the context, not the copies" -- "$baton" demo -c 4
+expect 2 "-t is --threads in every baton subcommand that has it \(as in llama.cpp\); plan reads its ranks from --topology FILE" \
+    "plan: -t names the threads, not the topology" -- "$baton" plan -t "$root/configs/local-cpu-2.yaml"
+expect 2 "bench pipeline's micro-batches in flight are --copies N" "bench pipeline: -c" -- "$baton" bench pipeline -c 2
+expect 2 "^baton demo: --threads: 'x' is not an integer" "demo: -t is --threads" -- "$baton" demo -t x
+expect 1 "no/such.gguf" "demo: -m is --model" -- "$baton" demo -m "$tmp/no/such.gguf"
 expect 2 "--type: 'q5_k'" "demo: unknown type" -- "$baton" demo --type q5_k
 expect 2 "^baton demo: --arch: 'mixtral' is not one of llama, " "demo: unknown architecture" -- "$baton" demo --arch mixtral
 expect 2 "^baton demo: --experts-used 5 is more than --experts 4 " "demo: experts used above experts" -- \
@@ -329,7 +338,7 @@ expect 2 "^baton demo: --experts 0: qwen2moe is a MoE architecture" "demo: a MoE
 expect 2 "needs a value" "demo: missing value" -- "$baton" demo --layers
 expect 2 "--backend: 'gpu' is not cpu or cuda" "demo: unknown backend" -- "$baton" demo --backend gpu
 expect 2 "the topology names each rank's backend" "demo: --backend with a topology" -- \
-    "$baton" demo --backend cpu -t "$root/configs/local-cpu-2.yaml"
+    "$baton" demo --backend cpu --topology "$root/configs/local-cpu-2.yaml"
 expect 0 "bitwise" "demo --backend cpu" -- mpirun -np 2 "$baton" demo "${small[@]}" --backend cpu
 # --backend with a topology: one line, the same for every subcommand that
 # starts ranks, in one process and under mpirun (demo, generate and bench
@@ -402,7 +411,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
     done
 fi
 expect 2 "unexpected argument 'extra'" "demo: stray argument" -- "$baton" demo extra
-expect 2 "^baton demo: --topology: the file name is empty \(try: baton demo --help\)\$" "demo: -t ''" -- "$baton" demo -t ''
+expect 2 "^baton demo: --topology: the file name is empty \(try: baton demo --help\)\$" "demo: --topology ''" -- "$baton" demo --topology ''
 expect 2 "^baton demo: --trace: the file name is empty" "demo: --trace ''" -- "$baton" demo --trace ''
 # an empty file name is named as such, exit 2 (before: ": cannot open: No such file or directory", exit 1)
 while IFS='|' read -r want args; do
@@ -490,26 +499,26 @@ with open(sys.argv[1], "w") as f:
 ' "$tmp/many.yaml"
 start=$(date +%s)
 expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 4096 baton runs \(BT_SCHED_MAX_BACKENDS\)\$" \
-    "plan: 65537 ranks" -- "$baton" plan -t "$tmp/many.yaml"
+    "plan: 65537 ranks" -- "$baton" plan --topology "$tmp/many.yaml"
 expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 4096 baton runs" "launch-files: 65537 ranks" -- \
     "$baton" launch-files -t "$tmp/many.yaml" --out "$tmp/many-out"
 [ $(($(date +%s) - start)) -lt 30 ] && ok "65537 ranks refused quickly" || bad "65537 ranks refused quickly"
 printf 'hosts:\n  - {name: a, slots: 2}\nranks:\n  - {rank: 0, host: a, backend: cpu, memory: 8EiB}\n' >"$tmp/mem.yaml"
 sed -i 's/8EiB/9223372036854775808/' "$tmp/mem.yaml"
 expect 1 "^$tmp/mem.yaml:4:46: rank 0: memory: '9223372036854775808' is too large \(at most 2\^63-1 bytes\)\$" \
-    "plan: memory of 2^63 bytes" -- "$baton" plan -t "$tmp/mem.yaml"
+    "plan: memory of 2^63 bytes" -- "$baton" plan --topology "$tmp/mem.yaml"
 python3 -c 'import sys; open(sys.argv[1], "w").write("hosts: " + "[" * 1000000 + "\n")' "$tmp/deep.yaml"
 start=$(date +%s)
 expect 1 "^$tmp/deep.yaml:1:23: lists and mappings nested more than 16 deep \(a topology needs 5\)\$" \
-    "plan: a million nested lists" -- "$baton" plan -t "$tmp/deep.yaml"
+    "plan: a million nested lists" -- "$baton" plan --topology "$tmp/deep.yaml"
 [ $(($(date +%s) - start)) -lt 30 ] && ok "deep nesting refused quickly" || bad "deep nesting refused quickly"
 expect 2 "more than 2 counts" "demo: partition of the wrong length" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 1,1,2
 expect 1 "add up to 5" "demo: partition that does not add up" -- mpirun -np 2 "$baton" demo "${small[@]}" --partition 2,3
-expect 1 "No such file" "demo: missing topology" -- "$baton" demo -t "$tmp/none.yaml"
+expect 1 "No such file" "demo: missing topology" -- "$baton" demo --topology "$tmp/none.yaml"
 printf 'hosts:\n  - name: localhost\n    slots: 2\nranks:\n  - {rank: 0, host: localhost, backend: cpu, thread: 1}\n' >"$tmp/bad.yaml"
-expect 1 "bad.yaml:5:[0-9]+: .*thread" "demo: topology with an unknown key" -- "$baton" demo -t "$tmp/bad.yaml"
+expect 1 "bad.yaml:5:[0-9]+: .*thread" "demo: topology with an unknown key" -- "$baton" demo --topology "$tmp/bad.yaml"
 expect 1 "2 ranks|world" "demo: topology for 2 ranks started on 3" -- \
-    mpirun -np 3 "$baton" demo "${small[@]}" -t "$root/configs/local-cpu-2.yaml"
+    mpirun -np 3 "$baton" demo "${small[@]}" --topology "$root/configs/local-cpu-2.yaml"
 # ranks started with different options: one message naming the rank and the
 # option, exit 2, before any work (these used to hang, compute something else,
 # or use rank 0's value in silence)
@@ -534,7 +543,7 @@ mismatch "with --type f16 but rank 0 with --type f32; every rank needs the same 
 mismatch "with --backend cpu but rank 0 without --backend; every rank needs the same --backend" --backend cpu
 # -c 2 on the command line and a topology's micro_batches: 2 agree
 expect 0 "bitwise" "same copies from the command line and the topology" -- \
-    mpirun -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}" -c 2 : \
+    mpirun -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}" --copies 2 : \
     -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}"
 # an error only rank 1 finds is printed (by rank 0, naming rank 1)
 expect 2 "^baton demo: rank 1: --layers: 'x' is not an integer in \[1, 512\] \(try: baton demo --help\)\$" \
@@ -542,8 +551,8 @@ expect 2 "^baton demo: rank 1: --layers: 'x' is not an integer in \[1, 512\] \(t
 expect 2 "^baton demo: rank 1: unknown option --frobnicate \(try: baton demo --help\)\$" "bad flag on rank 1 only" -- \
     mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" --frobnicate
 expect 1 "^baton demo: rank 1: $tmp/none.yaml: cannot open: No such file or directory\$" "missing topology on rank 1 only" -- \
-    mpirun -np 1 "$baton" demo "${small[@]}" -t "$root/configs/local-cpu-2.yaml" : \
-    -np 1 "$baton" demo "${small[@]}" -t "$tmp/none.yaml"
+    mpirun -np 1 "$baton" demo "${small[@]}" --topology "$root/configs/local-cpu-2.yaml" : \
+    -np 1 "$baton" demo "${small[@]}" --topology "$tmp/none.yaml"
 # the same bad flag on every rank: one message, not one per rank
 expect 2 "" "bad flag on every rank" -- mpirun -np 2 "$baton" demo --frobnicate
 [ "$(grep -c "unknown option --frobnicate" "$tmp/out")" = 1 ] && ok "bad flag on every rank: one message" ||
@@ -551,7 +560,7 @@ expect 2 "" "bad flag on every rank" -- mpirun -np 2 "$baton" demo --frobnicate
 
 # a rank that dies in the middle of a run: the job ends, non-zero, no hang
 start=$(date +%s)
-timeout 120 mpirun -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo -m 100000 --no-check & p=$!; sleep 3; kill -9 $p; wait $p; exit 9; else exec "$0" demo -m 100000 --no-check; fi' "$baton" >"$tmp/out" 2>&1
+timeout 120 mpirun -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo --micro-batches 100000 --no-check & p=$!; sleep 3; kill -9 $p; wait $p; exit 9; else exec "$0" demo --micro-batches 100000 --no-check; fi' "$baton" >"$tmp/out" 2>&1
 rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $(($(date +%s) - start)) -lt 60 ]; then
     ok "a rank killed mid-run ends the job (exit $rc)"
@@ -592,7 +601,7 @@ expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench tr
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl
 expect 0 "x over the ordered transport" "bench pipeline over the ordered transport" -- \
-    mpirun -np 2 "$baton" bench pipeline --device ordered -m 1,2 --layers 2 --embd 64 --heads 4 --heads-kv 4 \
+    mpirun -np 2 "$baton" bench pipeline --device ordered --micro-batches 1,2 --layers 2 --embd 64 --heads 4 --heads-kv 4 \
     --head-dim 16 --ff 128 --n-vocab 64 --tokens 8
 [ "$(grep -cE '^ +2 +[12] (compute|thread) .* yes ' "$tmp/out")" -eq 4 ] && ok "bench pipeline: the built-in model bitwise" ||
     bad "bench pipeline: the built-in model: not every row bitwise the same"
@@ -601,12 +610,12 @@ expect 0 "x over the ordered transport" "bench pipeline over the ordered transpo
 "$baton" make-model "$tmp/pipe.gguf" --vocab "$vocab2" --layers 2 --embd 64 --heads 4 --heads-kv 2 --ff 128 \
     --experts 4 --experts-used 2 --ff-exp 64 >/dev/null
 expect 0 " yes " "bench pipeline --model: the logits equal one process's" -- \
-    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1,3 --tokens 5 --progress compute
+    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" --micro-batches 1,3 --tokens 5 --progress compute
 [ "$(grep -cE '^ +2 +[13] compute .* yes ' "$tmp/out")" -eq 2 ] && ok "bench pipeline --model: every row bitwise" ||
     bad "bench pipeline --model: not every row bitwise the same"
 expect 0 "^decode: 40 tokens one at a time after the prompt: .* bitwise yes; [1-9][0-9]* shapes? planned" \
     "bench pipeline --model --decode: the runtime decodes bitwise as one process" -- \
-    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" -m 1 --tokens 5 --progress compute --decode 40
+    mpirun -np 2 "$baton" bench pipeline --model "$tmp/pipe.gguf" --micro-batches 1 --tokens 5 --progress compute --decode 40
 expect 2 "describe the built-in model; --model's file has its own" "bench pipeline: --model with --layers" -- \
     "$baton" bench pipeline --model "$tmp/pipe.gguf" --layers 4
 expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or directory\$" \
@@ -620,7 +629,7 @@ expect 1 "^baton bench pipeline: $tmp/none.gguf: cannot open: No such file or di
 # rank); generate refuses the pins it would not follow
 for np in 1 2 3; do
     expect 0 "output equals a one-rank run \(4 micro-batches, bitwise\)" "demo --model on $np ranks" -- \
-        mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 6 -m 4 -c 3
+        mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 6 --micro-batches 4 --copies 3
 done
 for compute in pinned layer; do
     cat >"$tmp/pin-$compute.yaml" <<EOF
@@ -672,7 +681,7 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --mod
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/pipe.gguf" \
     --tokens 7 -m 5
 expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an expert group" -- \
-    "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/group.yaml"
+    "$baton" plan -m "$tmp/pipe.gguf" --topology "$tmp/group.yaml"
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)
@@ -690,7 +699,7 @@ done
 # --dump-tensors on the runtime: each layer's output of every micro-batch,
 # printed by the rank that computes it, the same hashes on 1 and 3 ranks
 for np in 1 3; do
-    mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 5 -m 2 --dump-tensors 'blk.*.out' \
+    mpirun -np "$np" "$baton" demo --model "$tmp/pipe.gguf" --tokens 5 --micro-batches 2 --dump-tensors 'blk.*.out' \
         >/dev/null 2>"$tmp/dump$np.err"
     grep '^dump: ' "$tmp/dump$np.err" | awk '{print $5, $6, $NF}' | sort >"$tmp/dump$np"
 done
@@ -701,9 +710,9 @@ else
     bad "demo --model --dump-tensors: $(wc -l <"$tmp/dump1") lines on 1 rank; 1 and 3 ranks differ or rank 0 printed all"
 fi
 expect 0 "^dump: rank 0 .*blk\.3\.out" "demo --dump-tensors on the built-in model" -- \
-    "$baton" demo "${small[@]}" -m 1 --dump-tensors 'blk.3.out'
+    "$baton" demo "${small[@]}" --micro-batches 1 --dump-tensors 'blk.3.out'
 expect 0 "rank 1 \\(.*\\): layers 1-1, .* weights" "plan -m with a topology's pins" -- \
-    "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/pin-pinned.yaml"
+    "$baton" plan -m "$tmp/pipe.gguf" --topology "$tmp/pin-pinned.yaml"
 expect 2 "describe the built-in model; --model's file has its own" "demo: --model with --embd" -- \
     "$baton" demo --model "$tmp/pipe.gguf" --embd 64
 expect 1 "^baton demo: $tmp/none.gguf: cannot open" "demo: a missing --model" -- "$baton" demo --model "$tmp/none.gguf"

@@ -242,7 +242,7 @@ p = subprocess.Popen([run, "-t", topo, "--", "baton", "demo", "-m", "1000000", "
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                      preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
 def ranks():
-    return subprocess.run(["pgrep", "-f", "demo -m 1000000 --no-check " + mark], capture_output=True, text=True).stdout.split()
+    return subprocess.run(["pgrep", "-f", "demo --micro-batches 1000000 --no-check " + mark], capture_output=True, text=True).stdout.split()
 def catching(pid):  # the rank's handlers for SIGINT and SIGTERM are in (its SigCgt mask)
     try:
         with open("/proc/%s/status" % pid) as f:
@@ -349,7 +349,7 @@ baton-run: the job was stopped by SIGTERM"
     # baton-run's last line names the rank from mpirun's notice
     mark="--seed $((2000000 + $$))"
     # shellcheck disable=SC2086 # mark is two words
-    "$run" -t "$root/configs/local-cpu-2.yaml" -- baton demo -m 1000000 --no-check $mark >"$work/killed.out" 2>&1 &
+    "$run" -t "$root/configs/local-cpu-2.yaml" -- baton demo --micro-batches 1000000 --no-check $mark >"$work/killed.out" 2>&1 &
     bpid=$!
     pids=""
     for _ in $(seq 1 300); do # the ranks: this job's processes named baton (not mpirun, not baton-run)

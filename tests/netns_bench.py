@@ -6,7 +6,7 @@ for each link class, against the cost model: a benchmark, it prints figures.
                                  [--model "--embd 256 --ff 512"]
 
 For each class: `baton bench transport` (one-way time for 4 KiB .. 1 MiB) and
-`baton bench pipeline -m M --progress compute` (two ranks, one a host), then the
+`baton bench pipeline --micro-batches M --progress compute` (two ranks, one a host), then the
 projection of the same pipeline (`baton plan --project`, two nodes of one
 device at this machine's measured speed, linked by the class) and the
 comparison: transfer of one activation, stage time and tokens/s, predicted

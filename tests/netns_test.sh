@@ -87,7 +87,7 @@ fi
 # Sets $job (baton-run's pid) and waits until rank 1's process runs on host 1.
 long_run() {
     BATON_WATCHDOG_S=3 on0 timeout 120 "$run" -t "$topo" --agent "$hosts/agent" -- \
-        baton demo "${small[@]}" -m 1000000 --no-check >"$work/out" 2>&1 &
+        baton demo "${small[@]}" --micro-batches 1000000 --no-check >"$work/out" 2>&1 &
     job=$!
     local t
     for t in $(seq 600); do # a loaded machine starts slowly

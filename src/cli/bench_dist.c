@@ -441,9 +441,9 @@ static void bp_usage(const struct bt_random_model *cfg) {
            "Throughput of the pipeline over the launched P ranks for each M, next to\n"
            "the same model in one process on rank 0 alone with P x threads threads\n"
            "(the same cores), measured in the same run.\n"
-           "  -m, --micro-batches LIST  M values (default 1,2,4,8,16)\n"
-           "  -c, --copies N            micro-batches in flight (default 2)\n"
-           "      --threads N           CPU threads per rank (default 1)\n"
+           "      --micro-batches LIST  M values (default 1,2,4,8,16)\n"
+           "      --copies N            micro-batches in flight (default 2)\n"
+           "  -t, --threads N           CPU threads per rank (default 1)\n"
            "      --progress LIST       how transfers move while a rank computes, each\n"
            "                            measured in turn (default compute,thread):\n"
            "                            compute: the compute thread between ops;\n"
@@ -454,7 +454,7 @@ static void bp_usage(const struct bt_random_model *cfg) {
            "                            transport: the NCCL path's rules (matching by\n"
            "                            posting order) on the CPU\n"
            "      --tokens N            a prompt's tokens (default 128)\n"
-           "      --model FILE.gguf     run this model (its whole graph split over the\n"
+           "  -m, --model FILE.gguf     run this model (its whole graph split over the\n"
            "                            ranks) instead of the built-in one below\n"
            "      --decode N            then N tokens one at a time after a prompt, each\n"
            "                            step's logits read before the next\n"
@@ -479,13 +479,13 @@ struct bp_opts {
 static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
     bool model_opt = false; /* a built-in model's option given */
     static const struct option longs[] = {
-        {"copies", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 'T'},
-        {"micro-batches", required_argument, 0, 'm'},
+        {"copies", required_argument, 0, 'C'},
+        {"threads", required_argument, 0, 't'},
+        {"micro-batches", required_argument, 0, 'M'},
         {"progress-us", required_argument, 0, 'p'},
         {"progress", required_argument, 0, 'P'},
         {"device", required_argument, 0, 'D'},
-        {"model", required_argument, 0, 'G'},
+        {"model", required_argument, 0, 'm'},
         {"decode", required_argument, 0, 'E'},
         {"tokens", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},
@@ -497,12 +497,14 @@ static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
     int code;
     long v;
     char err[256];
-    while ((code = getopt_long(argc, argv, ":hm:c:", longs, NULL)) != -1) {
+    while ((code = getopt_long(argc, argv, ":hm:c:t:", longs, NULL)) != -1) {
         err[0] = '\0';
         if (code == 'c') {
+            bt_cli_short_flag_elsewhere('c', "bench pipeline's micro-batches in flight are --copies N", err, sizeof err);
+        } else if (code == 'C') {
             if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: bad value '%s'", optarg);
             else o->copies = (int)v;
-        } else if (code == 'T') {
+        } else if (code == 't') {
             if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: bad value '%s'", optarg);
             else if (bt_cli_threads_check(v, "--threads", err, sizeof err)) o->threads = (int)v;
         } else if (code == 'p') {
@@ -534,12 +536,12 @@ static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
         } else if (code == 'K') {
             if (!bt_cli_parse_int(optarg, 1, 65536, &o->tokens))
                 snprintf(err, sizeof err, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
-        } else if (code == 'G') {
+        } else if (code == 'm') {
             bt_cli_file_arg("--model", optarg, &o->model_path, err, sizeof err);
         } else if (code == 'D') {
             if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) o->ordered = strcmp(optarg, "ordered") == 0;
             else snprintf(err, sizeof err, "--device: '%s' is not none or ordered", optarg);
-        } else if (code == 'm') {
+        } else if (code == 'M') {
             o->n_mbs = 0;
             char *s = optarg, *end;
             while (*s && o->n_mbs < 16) {

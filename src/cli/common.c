@@ -65,6 +65,11 @@ long bt_cli_cores(void) {
     return n > 0 ? n : 1;
 }
 
+void bt_cli_short_flag_elsewhere(char flag, const char *here, char *err, size_t n) {
+    const char *what = flag == 't' ? "--threads" : flag == 'm' ? "--model" : flag == 'c' ? "--ctx-size" : "?";
+    snprintf(err, n, "-%c is %s in every baton subcommand that has it (as in llama.cpp); %s", flag, what, here);
+}
+
 bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n) {
     const long cores = bt_cli_cores();
     if (threads >= 1 && threads <= cores) return true;

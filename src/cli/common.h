@@ -102,6 +102,10 @@ struct bt_rank_config bt_cli_engine_rank_config(const char *prog, const struct b
  * scheduler: 4096 threads on 2 cores never finish).  what names the value in
  * the message ("--threads", "rank 1: threads"). */
 bool bt_cli_threads_check(long threads, const char *what, char *err, size_t n);
+/* A short flag that means one thing in every subcommand, as in llama.cpp (-t --threads, -m --model,
+ * -c --ctx-size), given to a subcommand without that option: err says what it means and, in here, how
+ * to say what was meant. */
+void bt_cli_short_flag_elsewhere(char flag, const char *here, char *err, size_t n);
 long bt_cli_cores(void);
 
 /* Strict number parsers: the whole string, in range. */

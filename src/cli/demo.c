@@ -57,16 +57,16 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "from the options below (every rank makes the same).\n"
             "\n"
             "run:\n"
-            "  -t, --topology FILE   topology file (default: $BATON_TOPOLOGY, else ranks on\n"
+            "      --topology FILE   topology file (default: $BATON_TOPOLOGY, else ranks on\n"
             "                        --backend)\n"
             "      --backend B       without a topology: cpu (default), or cuda: each rank\n"
             "                        on a GPU (node-local rank mod GPUs), NCCL between the\n"
             "                        GPUs when no two ranks share one, else MPI\n"
-            "  -m, --micro-batches M micro-batches (prompts) to run (default %d)\n"
+            "      --micro-batches M micro-batches (prompts) to run (default %d)\n"
             "      --tokens N        a prompt's tokens [1, 65536]     (default %d)\n"
-            "  -c, --copies N        micro-batches in flight (n_copies, 1-%d; default: the\n"
+            "      --copies N        micro-batches in flight (n_copies, 1-%d; default: the\n"
             "                        topology's, else 2)\n"
-            "      --threads N       CPU threads per rank (default: the topology's, else the\n"
+            "  -t, --threads N       CPU threads per rank (default: the topology's, else the\n"
             "                        node's cores divided among its ranks)\n"
             "      --partition P     auto, or layer counts per rank: 4,4 (default: topology's)\n"
             "      --check / --no-check  compare with a one-rank run (default: when the model\n"
@@ -77,7 +77,7 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
             "      --dump-plan FILE  write the plan as text (as `baton plan --dump-plan`)\n"
             "      --rank-gflops X   plan with this speed for every rank instead of measuring\n"
             "                        it (measurements vary between runs; this reproduces a plan)\n"
-            "      --model FILE.gguf run this model instead of the built-in one below\n"
+            "  -m, --model FILE.gguf run this model instead of the built-in one below\n"
             "      --dump-tensors PATTERN  each computed node whose name matches\n"
             "                        PATTERN (a glob, e.g. 'blk.*.out') on stderr, from the\n"
             "                        rank that computes it: shape, min, max, mean, hash\n"
@@ -91,7 +91,9 @@ static void demo_usage(FILE *f, const struct demo_opts *o) {
 /* ---- option parsing ------------------------------------------------------------ */
 
 enum {
-    OPT_THREADS = OPT_MODEL_LAST + 1,
+    OPT_TOPOLOGY = OPT_MODEL_LAST + 1,
+    OPT_MICRO_BATCHES,
+    OPT_COPIES,
     OPT_PARTITION,
     OPT_CHECK,
     OPT_NO_CHECK,
@@ -101,7 +103,6 @@ enum {
     OPT_BACKEND,
     OPT_DUMP_PLAN,
     OPT_RANK_GFLOPS,
-    OPT_GGUF,
     OPT_DUMP_TENSORS,
     OPT_TOKENS
 };
@@ -109,10 +110,10 @@ enum {
 /* 0: --help; 2: a bad flag or value, the message in err; -1: go on. */
 static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, size_t errlen) {
     static const struct option longs[] = {
-        {"topology", required_argument, 0, 't'},
-        {"micro-batches", required_argument, 0, 'm'},
-        {"copies", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, OPT_THREADS},
+        {"topology", required_argument, 0, OPT_TOPOLOGY},
+        {"micro-batches", required_argument, 0, OPT_MICRO_BATCHES},
+        {"copies", required_argument, 0, OPT_COPIES},
+        {"threads", required_argument, 0, 't'},
         {"partition", required_argument, 0, OPT_PARTITION},
         {"check", no_argument, 0, OPT_CHECK},
         {"no-check", no_argument, 0, OPT_NO_CHECK},
@@ -122,7 +123,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         {"backend", required_argument, 0, OPT_BACKEND},
         {"dump-plan", required_argument, 0, OPT_DUMP_PLAN},
         {"rank-gflops", required_argument, 0, OPT_RANK_GFLOPS},
-        {"model", required_argument, 0, OPT_GGUF},
+        {"model", required_argument, 0, 'm'},
         {"dump-tensors", required_argument, 0, OPT_DUMP_TENSORS},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -138,18 +139,19 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
     while ((code = getopt_long(argc, argv, ":t:m:c:vh", longs, NULL)) != -1) {
         err[0] = '\0';
         switch (code) {
-        case 't':
+        case OPT_TOPOLOGY:
             bt_cli_file_arg("--topology", optarg, &o->topology, err, errn);
             break;
-        case 'm':
+        case OPT_MICRO_BATCHES:
             if (!bt_cli_parse_int(optarg, 1, 1000000, &v)) snprintf(err, errn, "--micro-batches: '%s' is not an integer in [1, 1000000]", optarg);
             else o->micro_batches = (int)v;
             break;
-        case 'c':
+        case 'c': bt_cli_short_flag_elsewhere('c', "demo's micro-batches in flight are --copies N", err, errn); break;
+        case OPT_COPIES:
             if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, errn, "--copies: '%s' is not an integer in [1, %d]", optarg, BT_SCHED_MAX_COPIES);
             else o->copies = (int)v;
             break;
-        case OPT_THREADS:
+        case 't':
             if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, errn, "--threads: '%s' is not an integer in [1, 4096]", optarg);
             else if (bt_cli_threads_check(v, "--threads", err, errn)) o->threads = (int)v;
             break;
@@ -179,7 +181,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             else o->rank_gflops = g;
             break;
         }
-        case OPT_GGUF:
+        case 'm':
             bt_cli_file_arg("--model", optarg, &o->model_path, err, errn);
             break;
         case OPT_DUMP_TENSORS:

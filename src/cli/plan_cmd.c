@@ -26,7 +26,7 @@
 
 static void plan_usage(FILE *f, const struct bt_random_model *m) {
     fprintf(f,
-            "usage: baton plan [-m MODEL.gguf | model options] [-t TOPOLOGY] [options]\n"
+            "usage: baton plan [-m MODEL.gguf | model options] [--topology FILE] [options]\n"
             "       baton plan --project CLUSTER.yaml [model options]\n"
             "\n"
             "The plan `baton generate` runs for the model on the topology's ranks (without\n"
@@ -37,7 +37,7 @@ static void plan_usage(FILE *f, const struct bt_random_model *m) {
             "so a model of any size can be).\n"
             "\n"
             "  -m, --model FILE      the GGUF model\n"
-            "  -t, --topology FILE   the ranks (default: one CPU rank of this machine)\n"
+            "      --topology FILE   the ranks (default: one CPU rank of this machine)\n"
             "      --ubatch N        tokens in one ubatch (default 512)\n"
             "  -c, --ctx-size N      KV cache cells (default 4096)\n"
             "      --parallel N      sequences (default 1)\n"
@@ -316,7 +316,7 @@ int bt_cli_plan(int argc, char **argv) {
         {"parallel", required_argument, 0, OPT_P_PARALLEL},
         {"partition", required_argument, 0, OPT_P_PARTITION},
         {"json", no_argument, 0, OPT_P_JSON},
-        {"topology", required_argument, 0, 't'},
+        {"topology", required_argument, 0, 'T'},
         {"dump-plan", required_argument, 0, 'D'},
         {"project", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
@@ -329,9 +329,9 @@ int bt_cli_plan(int argc, char **argv) {
     char err[1024];
     while ((code = getopt_long(argc, argv, ":t:m:c:h", longs, NULL)) != -1) {
         err[0] = '\0';
-        if ((code == 't' || code == 'D' || code == 'P' || code == 'm') && !*optarg)
+        if ((code == 'T' || code == 'D' || code == 'P' || code == 'm') && !*optarg)
             snprintf(err, sizeof err, "%s: the file name is empty",
-                     code == 't' ? "--topology" : code == 'D' ? "--dump-plan" : code == 'm' ? "--model" : "--project");
+                     code == 'T' ? "--topology" : code == 'D' ? "--dump-plan" : code == 'm' ? "--model" : "--project");
         else if (code == 'm') model_path = optarg;
         else if (code == OPT_P_UBATCH) {
             if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, sizeof err, "--ubatch: '%s' is not an integer in [1, 65536]", optarg);
@@ -344,7 +344,8 @@ int bt_cli_plan(int argc, char **argv) {
             ep.n_seq_max = (int)v;
         } else if (code == OPT_P_PARTITION) partition = optarg;
         else if (code == OPT_P_JSON) json = true;
-        else if (code == 't') path = optarg;
+        else if (code == 'T') path = optarg;
+        else if (code == 't') bt_cli_short_flag_elsewhere('t', "plan reads its ranks from --topology FILE", err, sizeof err);
         else if (code == 'D') dump_path = optarg;
         else if (code == 'P') project_path = optarg;
         else if (code == 'h') {

@@ -172,7 +172,7 @@ fi
 
 # 6. the demo on the GPU: one rank, then two ranks sharing it (MPI, pinned staging)
 for np in 1 2; do
-    timeout "$(lim 90)" "${MPIEXEC[@]}" -n $np "$BIN/baton" demo --backend cuda -m 16 >"$LOG/demo$np.log" 2>&1
+    timeout "$(lim 90)" "${MPIEXEC[@]}" -n $np "$BIN/baton" demo --backend cuda --micro-batches 16 >"$LOG/demo$np.log" 2>&1
     rc=$?
     tail -n 4 "$LOG/demo$np.log"
     if grep -q "sees no CUDA device" "$LOG/demo$np.log"; then step "demo --backend cuda, $np ranks" SKIP "no CUDA device"
