@@ -205,6 +205,7 @@ static void copy_rows(struct bt_kv *kv, bool ring_layers, int64_t j0, int64_t k0
         if ((kv->ring && bt_kv_swa_layer(kv->cfg.n_swa, kv->cfg.swa_pattern, il)) != ring_layers) continue;
         struct bt_tensor *t[2] = {kv->k[il - kv->cfg.il0], kv->v[il - kv->cfg.il0]};
         for (int i = 0; i < 2; i++) {
+            if (!t[i]->data) continue; /* a layer another rank holds (the runtime allocates the held ones) */
             const size_t row = t[i]->nb[1];
             bt_tensor_get(t[i], buf, (size_t)j0 * row, (size_t)n * row);
             bt_tensor_set(t[i], buf, (size_t)k0 * row, (size_t)n * row);
@@ -251,14 +252,17 @@ enum bt_status bt_kv_seq_cp(struct bt_kv *kv, int32_t src, int32_t dst, int32_t 
             kv->swa_seq[b] = dst;
         }
     }
-    if (!kv->buf) return BT_OK; /* no layers here (or a plan's cache): the bookkeeping alone */
+    /* the rows of the layers whose tensors have memory here: kv's own buffer,
+     * or a runtime's that holds the cache like weights (model_dist.c) */
     size_t row = 0;
     for (int il = kv->cfg.il0; il < kv->cfg.il1; il++) {
+        if (!kv->k[il - kv->cfg.il0]->data) continue;
         const size_t rk = kv->k[il - kv->cfg.il0]->nb[1], rv = kv->v[il - kv->cfg.il0]->nb[1];
         row = rk > row ? rk : row;
         row = rv > row ? rv : row;
     }
     const int64_t rows = kv->ring && sw > top + 1 ? sw : top + 1;
+    if (row == 0) return BT_OK; /* no layers here: the bookkeeping alone */
     void *buf = malloc((size_t)rows * row);
     if (!buf) {
         bt_kv_seq_rm(kv, dst);
