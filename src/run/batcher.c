@@ -46,9 +46,15 @@ struct slot {
     int32_t next;              /* READY: the token to submit */
     int32_t pos;               /* the position of the next token submitted */
     int64_t n_gen;
+    int64_t n_cached;          /* prompt tokens whose cells were kept from the slot's last request */
     double t_sub, t_first, t_last;
     double *acc;               /* embedding: the rows' sum so far [n_embd] */
     int64_t n_acc;             /* embedding: rows taken */
+    /* kept while the slot is free: the tokens its cells hold, by position
+     * (0 .. n_cells - 1: every token submitted), and when it was last taken */
+    int32_t *cell_tok;         /* [share] */
+    int64_t n_cells;
+    uint64_t last_use;
 };
 
 /* an add waiting in the inbox: the request and its own copies */
@@ -102,6 +108,7 @@ struct bt_batcher {
     int n_taken;       /* slots not FREE */
     uint64_t next_id;
     bool failed;
+    uint64_t clock;    /* slots taken so far (least recently used) */
 
     struct bt_batcher_stats stats;
     char error[1024];
@@ -147,7 +154,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         struct slot *sl = &b->slots[s];
         if (sl->state == SLOT_FREE) continue;
         if (!b->failed) bt_engine_seq_rm(b->e, s);
-        struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0};
+        struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0, sl->n_cached};
         if (sl->req.on_done) sl->req.on_done(sl->req.user, &r);
         free(sl->prompt);
         free(sl->acc);
@@ -156,14 +163,19 @@ void bt_batcher_free(struct bt_batcher *b) {
     }
     for (int i = 0; i < b->n_adds; i++) {
         struct pending_add *a = &b->adds[i];
-        struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0};
+        struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0, 0};
         if (a->req.on_done) a->req.on_done(a->req.user, &r);
         free(a->prompt);
         free(a->acc);
         bt_sampler_free(a->smp);
         bt_stopper_free(a->stop);
     }
+    /* the cells free slots kept for reuse go too: the engine is left empty of this batcher's */
+    for (int s = 0; !b->failed && b->slots && s < b->n_seq; s++)
+        if (b->slots[s].state == SLOT_FREE && b->slots[s].n_cells > 0 && bt_engine_seq_rm(b->e, s) != BT_OK)
+            b->failed = true;
     for (int i = 0; i < b->max_inflight && b->fl; i++) flight_free(&b->fl[i]);
+    for (int s = 0; s < b->n_seq && b->slots; s++) free(b->slots[s].cell_tok);
     free(b->fl);
     free(b->slots);
     free(b->adds);
@@ -228,6 +240,8 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     b->hidden = malloc((size_t)b->n_ubatch * (size_t)b->n_embd * sizeof(float));
     b->vec = malloc((size_t)b->n_embd * sizeof(float));
     if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits || !b->hidden || !b->vec) goto nomem;
+    for (int s = 0; s < b->n_seq; s++)
+        if (!(b->slots[s].cell_tok = malloc((size_t)b->share * sizeof *b->slots[s].cell_tok))) goto nomem;
     for (int pass = 0; pass < 2; pass++) { /* count, then list */
         for (uint32_t id = 0; id < bt_tokenizer_n_tokens(tok); id++)
             if (bt_tokenizer_is_eog(tok, (int32_t)id)) {
@@ -438,7 +452,10 @@ void bt_batcher_wait(struct bt_batcher *b, int timeout_ms) {
 static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     struct slot *sl = &b->slots[s];
     BT_ASSERT(sl->state != SLOT_FREE);
-    if (why != BT_FINISH_ERROR && bt_engine_seq_rm(b->e, s) != BT_OK) {
+    /* a generation's cells stay for the next request to reuse (its tokens up
+     * to the last one submitted); an embedding's and a failed one's go */
+    const bool keep = why != BT_FINISH_ERROR && sl->req.pooling == BT_POOLING_NONE;
+    if (why != BT_FINISH_ERROR && !keep && bt_engine_seq_rm(b->e, s) != BT_OK) {
         /* the engine is broken: this request and then every other ends */
         snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
         pthread_mutex_lock(&b->mu);
@@ -450,6 +467,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
         .id = sl->id,
         .finish = why,
         .n_prompt = (int64_t)sl->n_prompt,
+        .n_cached = sl->n_cached,
         .n_gen = sl->n_gen,
         .t_prompt_s = sl->n_gen > 0 ? sl->t_first - sl->t_sub : 0,
         .t_gen_s = sl->n_gen > 0 ? sl->t_last - sl->t_first : 0,
@@ -459,7 +477,13 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     free(sl->acc);
     bt_sampler_free(sl->smp);
     bt_stopper_free(sl->stop);
+    int32_t *cell_tok = sl->cell_tok;
+    const int64_t n_cells = keep && why != BT_FINISH_ERROR ? (int64_t)sl->pos : 0;
+    const uint64_t last_use = sl->last_use;
     memset(sl, 0, sizeof *sl);
+    sl->cell_tok = cell_tok;
+    sl->n_cells = n_cells;
+    sl->last_use = last_use;
     pthread_mutex_lock(&b->mu);
     b->n_taken--;
     pthread_mutex_unlock(&b->mu);
@@ -478,6 +502,35 @@ static enum bt_status fail(struct bt_batcher *b, enum bt_status st) {
     return st == BT_OK ? BT_ERR_COMM : st;
 }
 
+/* The free slot for a request with prompt[0..n): with reuse, the one whose
+ * cells share the longest prefix with the prompt (at most n - 1 tokens: the
+ * last prompt token is computed again for its logits; none where the engine
+ * could not keep them bitwise, bt_engine_seq_reusable); when none shares
+ * any, an empty one, else the least recently used.  *keep: the prompt
+ * tokens whose cells it keeps. */
+static int pick_slot(struct bt_batcher *b, const int32_t *prompt, size_t n, bool reuse, int64_t *keep) {
+    int best = -1;
+    int64_t best_k = -1;
+    for (int s = 0; s < b->n_seq; s++) {
+        const struct slot *sl = &b->slots[s];
+        if (sl->state != SLOT_FREE) continue;
+        int64_t k = 0;
+        while (reuse && k < sl->n_cells && k + 1 < (int64_t)n && sl->cell_tok[k] == prompt[k]) k++;
+        if (k > 0 && !bt_engine_seq_reusable(b->e, s, (int32_t)k)) k = 0;
+        bool better = k > best_k;
+        if (k == best_k && k == 0) { /* nothing shared: an empty slot, else the oldest */
+            const struct slot *o = &b->slots[best];
+            better = (sl->n_cells == 0) != (o->n_cells == 0) ? sl->n_cells == 0 : sl->last_use < o->last_use;
+        }
+        if (better) {
+            best = s;
+            best_k = k;
+        }
+    }
+    *keep = best_k;
+    return best;
+}
+
 /* Take the inbox: new requests into free slots, cancels. */
 static void drain_inbox(struct bt_batcher *b) {
     pthread_mutex_lock(&b->mu);
@@ -492,10 +545,25 @@ static void drain_inbox(struct bt_batcher *b) {
     pthread_mutex_unlock(&b->mu);
 
     for (int i = 0; i < n_adds; i++) {
-        int s = 0;
-        while (b->slots[s].state != SLOT_FREE) s++; /* a free one exists: add checked */
-        BT_ASSERT(s < b->n_seq);
+        const struct bt_gen_request *rq = &adds[i].req;
+        int64_t keep = 0;
+        const bool reuse = !rq->no_reuse && rq->pooling == BT_POOLING_NONE;
+        const int s = pick_slot(b, adds[i].prompt, rq->n_prompt, reuse, &keep);
+        BT_ASSERT(s >= 0); /* a free one exists: add checked */
         struct slot *sl = &b->slots[s];
+        /* the cells past the shared part go, on every rank, before this request's tokens */
+        if (sl->n_cells > keep && bt_engine_seq_trim(b->e, s, (int32_t)keep) != BT_OK) {
+            snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
+            pthread_mutex_lock(&b->mu);
+            b->failed = true;
+            pthread_mutex_unlock(&b->mu);
+        }
+        sl->n_cells = keep;
+        sl->n_cached = keep;
+        sl->n_sub = (size_t)keep;
+        sl->pos = (int32_t)keep;
+        sl->last_use = ++b->clock;
+        b->stats.cached_tokens += (uint64_t)keep;
         sl->state = SLOT_PROMPT;
         sl->id = adds[i].id;
         sl->req = adds[i].req;
@@ -527,6 +595,7 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
         if (sl->state != SLOT_READY) continue;
         const int64_t i = f->n_tokens++;
         f->token[i] = sl->next;
+        sl->cell_tok[sl->pos] = sl->next;
         f->pos[i] = sl->pos++;
         f->seq[i] = s;
         f->logits[i] = 1;
@@ -540,12 +609,13 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
     for (int s = 0; s < b->n_seq && f->n_tokens < end; s++) {
         struct slot *sl = &b->slots[s];
         if (sl->state != SLOT_PROMPT || (sl->req.pooling != BT_POOLING_NONE) != (kind == BT_LLM_OUT_EMBD)) continue;
-        if (sl->n_sub == 0) sl->t_sub = t;
+        if (sl->t_sub == 0) sl->t_sub = t;
         size_t n = sl->n_prompt - sl->n_sub;
         if ((int64_t)n > end - f->n_tokens) n = (size_t)(end - f->n_tokens);
         for (size_t k = 0; k < n; k++) {
             const int64_t i = f->n_tokens++;
             f->token[i] = sl->prompt[sl->n_sub];
+            sl->cell_tok[sl->pos] = f->token[i];
             f->pos[i] = sl->pos++;
             f->seq[i] = s;
             f->logits[i] = 0;
