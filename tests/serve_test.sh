@@ -4,9 +4,10 @@
 # users call it: curl (bad options, bad requests, each with its status and
 # message), the openai Python package (tests/serve_client.py: completions,
 # chat, streams, stop strings, seed, determinism under load, a bounded load
-# test, disconnects, 503 past the queue, memory, logprobs), then SIGTERM
-# (requests in flight finish, every rank stops, exit 0), the logprobs of one
-# rank against those of two (the same printed values), and a rank killed
+# test, disconnects, 503 past the queue, memory, logprobs; tests/serve_cache.py:
+# prefix reuse), then SIGTERM (requests in flight finish, every rank stops,
+# exit 0), the logprobs and reused prefixes' answers of one rank against
+# those of two (the same printed values), and a rank killed
 # while serving (the job ends with a message, no hang).
 set -u
 baton=$1
@@ -357,6 +358,8 @@ expect 200 '"status":"ok"' "$url/health"
 
 # ---- the openai package ----
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs2"; then fail "serve_client.py"; fi
+# ---- prefix reuse (cache_prompt): cached tokens reported, answers bitwise a cold run's ----
+if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/cache2"; then fail "serve_cache.py"; fi
 
 # ---- SIGTERM: the requests running and queued finish, new ones get 503, every rank stops, exit 0 ----
 curl_pids=()
@@ -413,6 +416,14 @@ elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; th
     fail "logprobs: 1 rank and 2 ranks differ: $(diff "$tmp/logprobs1" "$tmp/logprobs2" 2>&1 | head -c 600)"
 else
     echo "ok: logprobs: the same printed values on 1 rank and on 2"
+fi
+# prefix reuse on one rank: the same answers as on two
+if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/cache1"; then
+    fail "serve_cache.py on one rank"
+elif [ ! -s "$tmp/cache2" ] || ! cmp -s "$tmp/cache1" "$tmp/cache2"; then
+    fail "prefix reuse: 1 rank and 2 ranks differ: $(diff "$tmp/cache1" "$tmp/cache2" 2>&1 | head -c 600)"
+else
+    echo "ok: prefix reuse: the same answers and log-probabilities on 1 rank and on 2"
 fi
 # embeddings: the same printed vectors on 1 rank as on 2
 if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb1"; then

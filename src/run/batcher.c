@@ -521,6 +521,9 @@ static int pick_slot(struct bt_batcher *b, const int32_t *prompt, size_t n, bool
         if (k == best_k && k == 0) { /* nothing shared: an empty slot, else the oldest */
             const struct slot *o = &b->slots[best];
             better = (sl->n_cells == 0) != (o->n_cells == 0) ? sl->n_cells == 0 : sl->last_use < o->last_use;
+        } else if (k == best_k) { /* as much shared: the one that loses fewer cells, else the oldest */
+            const struct slot *o = &b->slots[best];
+            better = sl->n_cells != o->n_cells ? sl->n_cells < o->n_cells : sl->last_use < o->last_use;
         }
         if (better) {
             best = s;

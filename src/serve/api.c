@@ -539,6 +539,9 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
         if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
     }
 
+    r->cache_prompt = true;
+    if (!get_bool(o, "cache_prompt", &r->cache_prompt, err)) return false;
+
     int64_t n = 1;
     if (!get_int(o, "n", 1, 128, &n, NULL, err)) return false;
     if (n != 1) {
@@ -830,9 +833,10 @@ char *bt_api_error_json(const struct bt_api_error *e) {
                           e->param, "code", e->code));
 }
 
-static json_t *usage(int64_t n_prompt, int64_t n_gen) {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens", (json_int_t)n_gen,
-                     "total_tokens", (json_int_t)(n_prompt + n_gen));
+static json_t *usage(const struct bt_api_usage *u) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->n_prompt, "completion_tokens",
+                     (json_int_t)u->n_gen, "total_tokens", (json_int_t)(u->n_prompt + u->n_gen),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)u->n_cached);
 }
 
 static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
@@ -844,7 +848,7 @@ static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t 
 }
 
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const char *text, size_t len, const char *finish, const struct bt_api_usage *u,
                            const struct bt_api_logprobs *lp) {
     json_t *o = envelope(r, id, created, model, false), *t = text_value(text, len), *l = logprobs_value(r, lp);
     if (!o || !t || !l) {
@@ -860,7 +864,7 @@ char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64
     else
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", t, "logprobs", l, "finish_reason", finish);
     if (json_object_set_new(o, "choices", json_pack("[o]", choice)) ||
-        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+        json_object_set_new(o, "usage", usage(u))) {
         json_decref(o);
         return NULL;
     }
@@ -898,10 +902,9 @@ char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t 
 }
 
 char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                              int64_t n_prompt, int64_t n_gen) {
+                              const struct bt_api_usage *u) {
     json_t *o = envelope(r, id, created, model, true);
-    if (!o || json_object_set_new(o, "choices", json_array()) ||
-        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+    if (!o || json_object_set_new(o, "choices", json_array()) || json_object_set_new(o, "usage", usage(u))) {
         json_decref(o);
         return NULL;
     }

@@ -94,6 +94,9 @@ struct bt_api_request {
      * alternatives (0 to BT_MAX_TOP_LOGPROBS) */
     bool logprobs;
     int32_t top_logprobs;
+    /* llama-server's cache_prompt (default true): reuse the cells of a
+     * prompt prefix still in the cache; false: compute the whole prompt */
+    bool cache_prompt;
 };
 void bt_api_request_free(struct bt_api_request *r);
 
@@ -135,8 +138,14 @@ int64_t bt_api_logprobs_chars(const struct bt_api_logprobs *lp);
  * text[0..len) need not be valid UTF-8 (bad bytes become U+FFFD).  lp: the
  * tokens' log-probabilities when the request asked for them (else NULL:
  * "logprobs": null). */
+/* The usage object: n_prompt prompt tokens (n_cached of them reused from the
+ * cache: prompt_tokens_details.cached_tokens, as OpenAI's) and n_gen
+ * generated. */
+struct bt_api_usage {
+    int64_t n_prompt, n_cached, n_gen;
+};
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const char *text, size_t len, const char *finish, const struct bt_api_usage *u,
                            const struct bt_api_logprobs *lp);
 /* One stream chunk: text (may be empty), the log-probabilities of the tokens
  * sampled since the last chunk (NULL when not asked), and finish (NULL until
@@ -146,7 +155,7 @@ char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t 
                         bool first);
 /* The usage chunk of a stream that asked for it (choices empty). */
 char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                              int64_t n_prompt, int64_t n_gen);
+                              const struct bt_api_usage *u);
 /* GET /v1/models: the one model. */
 char *bt_api_models_json(const char *model, int64_t created);
 /* GET /v1/models/{id}: the model object /v1/models lists. */

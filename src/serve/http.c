@@ -450,9 +450,9 @@ static enum MHD_Result answer_whole(struct req *r) {
         free(text);
         return fail(r, 500, "server_error", NULL, "out of memory");
     }
+    const struct bt_api_usage u = {j->res.n_prompt, j->res.n_cached, j->res.n_gen};
     char *js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
-                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen,
-                                    j->req.logprobs ? &lp : NULL);
+                                    bt_finish_name(j->res.finish), &u, j->req.logprobs ? &lp : NULL);
     free(text);
     if (j->req.logprobs) logprobs_free(&lp);
     if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
@@ -536,7 +536,8 @@ static bool next_event(struct req *r, bool *gone) {
             }
         }
     } else if (r->phase == 2) {
-        js = bt_api_usage_chunk_json(&j->req, j->id, j->created, model, j->res.n_prompt, j->res.n_gen);
+        const struct bt_api_usage u = {j->res.n_prompt, j->res.n_cached, j->res.n_gen};
+        js = bt_api_usage_chunk_json(&j->req, j->id, j->created, model, &u);
         r->phase = 3;
     } else if (r->phase == 3) {
         r->phase = 4;

@@ -42,6 +42,7 @@ static void publish(struct bt_server *s, struct bt_batcher *b, struct bt_engine 
     if (rank_s) bt_engine_compute_seconds(e, rank_s);
     struct bt_metrics_engine m = {
         .prompt_tokens = bs.prompt_tokens,
+        .cached_tokens = bs.cached_tokens,
         .gen_tokens = bs.gen_tokens,
         .busy_s = busy_s,
         .rank_compute_s = rank_s,
@@ -79,6 +80,7 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .user = j,
             .pooling = j->pooling,
             .on_embd = on_embd,
+            .no_reuse = !j->req.cache_prompt,
         };
         uint64_t id = 0;
         char msg[512] = "";
