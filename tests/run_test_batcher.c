@@ -5,7 +5,8 @@
  * log-probabilities, cancel frees the slot at once,
  * the slots' capacity, the token and context limits, the errors of bad
  * requests, requests added from another thread while the loop steps, and
- * the reuse of a prompt prefix's cells (the same bits as a cold run). */
+ * the reuse of a prompt prefix's cells (the same bits as a cold run), and
+ * n > 1 choices of one prompt (each choice bitwise a request with its seed). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -254,6 +255,66 @@ START_TEST(test_prefix_reuse) {
 }
 END_TEST
 
+/* n > 1 choices: the prompt computed once, its cells copied into the other
+ * choices' slots; choice i's tokens and log-probabilities are bitwise those
+ * of a request of one choice with seed + i; more choices than slots is
+ * invalid, more than are free waits (BT_ERR_CAPACITY). */
+START_TEST(test_choices) {
+    bt_tokens p = tokenize("Once upon a time, in a land far away, there lived a king who had three sons.");
+    const int64_t ubatch[] = {0, 5};
+    for (int c = 0; c < 2; c++) {
+        struct bt_batcher *b = batcher(2, ubatch[c]);
+        struct out single[3], multi[3];
+        for (int i = 0; i < 3; i++) {
+            struct bt_gen_request r = request(&p, &single[i], 0.9f, 50 + (uint64_t)i, 10);
+            memset(&single[i], 0, sizeof single[i]);
+            r.no_reuse = true;
+            uint64_t id;
+            char err[256];
+            ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+            run_until_idle(b);
+        }
+        bt_batcher_free(b);
+        b = batcher(2, ubatch[c]);
+        memset(multi, 0, sizeof multi);
+        void *users[3] = {&multi[0], &multi[1], &multi[2]};
+        struct bt_gen_request r = request(&p, NULL, 0.9f, 50, 10);
+        r.n_choices = 3;
+        r.choice_users = users;
+        uint64_t id;
+        char err[256];
+        ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+        struct bt_batcher_stats st0;
+        bt_batcher_stats(b, &st0);
+        run_until_idle(b);
+        struct bt_batcher_stats st;
+        bt_batcher_stats(b, &st);
+        ck_assert_uint_eq(st.prompt_tokens - st0.prompt_tokens, p.n); /* computed once */
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(multi[i].res.n_prompt, (int64_t)p.n);
+            expect_same(&multi[i], &single[i], "choice i against one choice with seed + i");
+        }
+        ck_assert_msg(memcmp(multi[0].tok, multi[1].tok, sizeof(int32_t) * 10) != 0 ||
+                          memcmp(multi[0].tok, multi[2].tok, sizeof(int32_t) * 10) != 0,
+                      "three seeds gave one answer");
+        /* more choices than slots: invalid; more than are free: wait */
+        r.n_choices = N_SEQ + 1;
+        void *many[N_SEQ + 1] = {0};
+        r.choice_users = many;
+        ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_INVALID);
+        ck_assert_str_eq(err, "5 choices: between 1 and the 4 sequence slots, each with its user");
+        struct out one;
+        add_ok(b, &p, &one, 0.0f, 1, 4);
+        r.n_choices = N_SEQ;
+        ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_CAPACITY);
+        ck_assert_str_eq(err, "1 of 4 sequences are busy: 4 choices do not fit");
+        run_until_idle(b);
+        bt_batcher_free(b);
+    }
+    bt_tokens_free(&p);
+}
+END_TEST
+
 START_TEST(test_cancel_frees_at_once) {
     bt_tokens p = tokenize("Hello world");
     struct out a, b2, c;
@@ -463,6 +524,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_context_share_limit);
     tcase_add_test(tc, test_add_from_another_thread);
     tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_choices);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one MPI process, one engine */

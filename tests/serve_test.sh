@@ -485,7 +485,7 @@ server=""
 
 # ---- prefix reuse with sliding-window layers: gemma3 (window 4) at ubatch 16 keeps a ring of 32 cells ----
 # ---- per sequence; a reused prefix gives a cold run's answers, on 1 rank and on 2 alike ----
-python3 "$here/model_ref.py" gemma3 f32 "$tmp/g" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null ||
+mkdir -p "$tmp/g" && python3 "$here/model_ref.py" gemma3 f32 "$tmp/g" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null ||
     fail "could not write the gemma3 test model"
 for n in 1 2; do
     model=$tmp/g/model.gguf ranks=$n start_server "gemma$n" --parallel 4 --ctx-size 1024 --ubatch 16 --api-key "$key"

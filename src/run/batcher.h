@@ -123,6 +123,17 @@ struct bt_gen_request {
      * is computed, in a slot whose cells are all freed first.  Either way the
      * results are the same bits. */
     bool no_reuse;
+    /* n_choices > 1 (0 or 1: one): as many completions of the prompt, one
+     * sequence slot each, all under one id (a cancel ends them all).  The
+     * prompt is computed once, in the first choice's slot; once it is
+     * submitted its cells are copied into the others' (bt_engine_seq_cp, on
+     * every rank), and every choice samples its first token from the same
+     * row of logits.  Choice i samples with seed sampling.seed + i, so its
+     * tokens are bitwise those of a request of one choice with that seed;
+     * its callbacks get choice_users[i] (n_choices entries) in place of
+     * user.  At most the batcher's slots; generation only. */
+    int n_choices;
+    void *const *choice_users;
 };
 
 struct bt_batcher_params {
