@@ -5,8 +5,8 @@
 # message), the openai Python package (tests/serve_client.py: completions,
 # chat, streams, stop strings, seed, determinism under load, a bounded load
 # test, disconnects, 503 past the queue, memory, logprobs; tests/serve_cache.py:
-# prefix reuse), then SIGTERM (requests in flight finish, every rank stops,
-# exit 0), the logprobs and reused prefixes' answers of one rank against
+# prefix reuse; tests/serve_choices.py: n > 1), then SIGTERM (requests in flight finish, every rank stops,
+# exit 0), the logprobs, reused prefixes' answers and choices of one rank against
 # those of two (the same printed values), and a rank killed
 # while serving (the job ends with a message, no hang).
 set -u
@@ -210,7 +210,9 @@ expect 400 "'temperature' is 5: it must be between 0 and 2" "${auth[@]}" "${json
 expect 400 "'top_p' is 2" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_p\":2}" "$H"
 expect 400 "'stream' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stream\":1}" "$H"
 expect 400 "'stop' has 5 strings: at most 4" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}" "$H"
-expect 400 "one choice per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3}" "$H"
+expect 400 "'n' is 5: this server runs 4 sequences at once (--parallel), one per choice" "${auth[@]}" "${json[@]}" \
+    -d "{\"model\":\"$mid\",$msg,\"n\":5}" "$H"
+expect 200 '"index":2' "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3,\"max_tokens\":3}" "$H"
 expect 400 "'logit_bias' of token 5 must be a number between -100 and 100" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logit_bias\":{\"5\":500}}" "$H"
 expect 400 "'ignore_eos' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"ignore_eos\":\"yes\"}" "$H"
 expect 400 "'top_logprobs' is 2: it needs 'logprobs': true" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_logprobs\":2}" "$H"
@@ -360,6 +362,8 @@ expect 200 '"status":"ok"' "$url/health"
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs2"; then fail "serve_client.py"; fi
 # ---- prefix reuse (cache_prompt): cached tokens reported, answers bitwise a cold run's ----
 if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/cache2"; then fail "serve_cache.py"; fi
+# ---- n > 1 choices: the prompt once, each choice a request with seed + i ----
+if ! python3 "$here/serve_choices.py" "$port" "$key" "$mid" "$tmp/choices2"; then fail "serve_choices.py"; fi
 
 # ---- SIGTERM: the requests running and queued finish, new ones get 503, every rank stops, exit 0 ----
 curl_pids=()
@@ -424,6 +428,14 @@ elif [ ! -s "$tmp/cache2" ] || ! cmp -s "$tmp/cache1" "$tmp/cache2"; then
     fail "prefix reuse: 1 rank and 2 ranks differ: $(diff "$tmp/cache1" "$tmp/cache2" 2>&1 | head -c 600)"
 else
     echo "ok: prefix reuse: the same answers and log-probabilities on 1 rank and on 2"
+fi
+# n > 1 choices on one rank: the same answers as on two
+if ! python3 "$here/serve_choices.py" "$port" "$key" "$mid" "$tmp/choices1"; then
+    fail "serve_choices.py on one rank"
+elif [ ! -s "$tmp/choices2" ] || ! cmp -s "$tmp/choices1" "$tmp/choices2"; then
+    fail "n > 1: 1 rank and 2 ranks differ: $(diff "$tmp/choices1" "$tmp/choices2" 2>&1 | head -c 600)"
+else
+    echo "ok: n > 1: the same choices on 1 rank and on 2"
 fi
 # embeddings: the same printed vectors on 1 rank as on 2
 if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb1"; then

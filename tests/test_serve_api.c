@@ -12,7 +12,7 @@
 #include "serve/jobs.h"
 #include "testutil.h"
 
-static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000};
+static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000, .n_slots = 4};
 
 struct bad_case {
     enum bt_api_kind kind;
@@ -78,7 +78,8 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", "at most 4"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"\"]}", 400, "stop", "1 to 256"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",null]}", 400, "stop", "'stop[1]' must be a string"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"n\":2}", 400, "n", "one choice per request"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"n\":5}", 400, "n", "'n' is 5: this server runs 4 sequences at once"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"n\":0}", 400, "n", "'n'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"seed\":1.5}", 400, "seed", "must be an integer"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":1}", 400, "logprobs", "must be a boolean, not an integer"},
     {H, "{\"model\":\"tiny\"," MSG ",\"top_logprobs\":3}", 400, "top_logprobs", "needs 'logprobs': true"},
@@ -230,10 +231,12 @@ START_TEST(test_good_completion) {
     ck_assert(!r.seed_given && r.sampling.seed == 99);
     ck_assert(!r.stream);
     ck_assert(r.cache_prompt); /* llama-server's default */
+    ck_assert_int_eq(r.n, 1);
     bt_api_request_free(&r);
-    b = "{\"model\":\"tiny\",\"prompt\":[\"one\"],\"stop\":\"x\",\"cache_prompt\":false}";
+    b = "{\"model\":\"tiny\",\"prompt\":[\"one\"],\"stop\":\"x\",\"cache_prompt\":false,\"n\":4}";
     ck_assert(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 99, &r, &e));
     ck_assert(!r.cache_prompt);
+    ck_assert_int_eq(r.n, 4);
     ck_assert_str_eq(r.prompt, "one");
     ck_assert_uint_eq(r.n_stops, 1);
     bt_api_request_free(&r);
@@ -311,6 +314,19 @@ START_TEST(test_output) {
     ck_assert_int_eq(json_integer_value(json_object_get(
                          json_object_get(json_object_get(o, "usage"), "prompt_tokens_details"), "cached_tokens")),
                      3);
+    json_decref(o);
+    /* n choices: each at its index, one usage */
+    const struct bt_api_choice two[2] = {{"a", 1, "stop", NULL}, {"bc", 2, "length", NULL}};
+    o = load(bt_api_response_n_json(&chat, "chatcmpl-3", 1, "tiny", two, 2, &U46));
+    ch = json_object_get(o, "choices");
+    ck_assert_uint_eq(json_array_size(ch), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(ch, 1), "index")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(ch, 1), "message"), "content")),
+                     "bc");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ch, 1), "finish_reason")), "length");
+    json_decref(o);
+    o = load(bt_api_chunk_index_json(&cmpl, "cmpl-3", 1, "tiny", 2, "x", 1, NULL, NULL, false));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "index")), 2);
     json_decref(o);
     o = load(bt_api_models_json("tiny", 5));
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")), "tiny");
