@@ -231,8 +231,8 @@ enum bt_status bt_kv_seq_cp(struct bt_kv *kv, int32_t src, int32_t dst, int32_t 
                                (long long)held);
     if (!bt_kv_seq_reusable(kv, src, n))
         return bt_error_printf(err, n_err, BT_ERR_INVALID,
-                               "KV cache: copy of sequence %d into %d: sequence %d does not hold positions 0 to %d", src,
-                               dst, src, n - 1);
+                               "KV cache: copy of sequence %d into %d: sequence %d does not hold positions 0 to %d",
+                               src, dst, src, n - 1);
     /* the cells of positions < n: their span in src's region */
     int64_t top = -1;
     for (int64_t j = (int64_t)src * per; j < (int64_t)(src + 1) * per; j++) {

@@ -64,7 +64,8 @@ check(r.usage.prompt_tokens == single[0].usage.prompt_tokens and
       f"n=3: the usage counts the prompt once and every choice's tokens ({r.usage})")
 rc = chat(3, 40, extra_body={"cache_prompt": False})
 check([printed(c) for c in rc.choices] == [printed(c) for c in r.choices] and
-      rc.usage.prompt_tokens_details.cached_tokens == 0, "n=3 with cache_prompt false: the prompt computed whole, the same choices")
+      rc.usage.prompt_tokens_details.cached_tokens == 0,
+      "n=3 with cache_prompt false: the prompt computed whole, the same choices")
 out += [printed(c) for c in r.choices]
 
 # streamed: each choice's text under its index, a finish_reason each, then the usage

@@ -497,11 +497,14 @@ server=""
 
 # ---- prefix reuse with sliding-window layers: gemma3 (window 4) at ubatch 16 keeps a ring of 32 cells ----
 # ---- per sequence; a reused prefix gives a cold run's answers, on 1 rank and on 2 alike ----
-mkdir -p "$tmp/g" && python3 "$here/model_ref.py" gemma3 f32 "$tmp/g" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null ||
+mkdir -p "$tmp/g" &&
+    python3 "$here/model_ref.py" gemma3 f32 "$tmp/g" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null ||
     fail "could not write the gemma3 test model"
 for n in 1 2; do
     model=$tmp/g/model.gguf ranks=$n start_server "gemma$n" --parallel 4 --ctx-size 1024 --ubatch 16 --api-key "$key"
-    if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/gcache$n"; then fail "serve_cache.py: gemma3, $n ranks"; fi
+    if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/gcache$n"; then
+        fail "serve_cache.py: gemma3, $n ranks"
+    fi
     kill -TERM "$pid0"
     for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
 done

@@ -580,8 +580,8 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     c->lp_seen = c->n_lp;
     if (last) c->final_sent = true;
     pthread_mutex_unlock(&s->jobs.mu);
-    char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, last ? bt_finish_name(c->res.finish) : NULL)
-                            : NULL;
+    const char *finish = last ? bt_finish_name(c->res.finish) : NULL;
+    char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
     free(piece);
     free(lps);
     return js;
