@@ -432,8 +432,11 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
                  b->n_seq);
         return BT_ERR_INVALID;
     }
-    struct pending_add a[n];
-    memset(a, 0, sizeof a);
+    struct pending_add *a = calloc((size_t)n, sizeof *a);
+    if (!a) {
+        snprintf(err, n_err, "out of memory for %d choices", n);
+        return BT_ERR_NOMEM;
+    }
     enum bt_status st = BT_OK;
     for (int i = 0; i < n && st == BT_OK; i++) st = make_choice(b, req, i, &a[i], err, n_err);
     if (st == BT_OK) st = queue_add(b, a, n, id, err, n_err);
@@ -443,6 +446,7 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
             bt_sampler_free(a[i].smp);
             bt_stopper_free(a[i].stop);
         }
+    free(a); /* queued: copied into the inbox */
     return st;
 }
 
