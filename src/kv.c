@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct bt_kv {
@@ -158,23 +159,120 @@ void bt_kv_clear(struct bt_kv *kv) {
     kv->n_used = 0;
 }
 
-int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq) {
+int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq) { return bt_kv_seq_trim(kv, seq, 0); }
+
+int64_t bt_kv_seq_trim(struct bt_kv *kv, int32_t seq, int32_t p0) {
     int64_t n = 0;
     for (int64_t j = 0; j < kv->cfg.n_ctx; j++) {
-        if (kv->pos[j] >= 0 && kv->seq[j] == seq) {
+        if (kv->pos[j] >= p0 && kv->seq[j] == seq) {
             kv->pos[j] = -1;
             kv->seq[j] = -1;
             n++;
         }
     }
     for (int64_t j = 0; j < kv->n_ctx_swa; j++) {
-        if (kv->swa_pos[j] >= 0 && kv->swa_seq[j] == seq) {
+        if (kv->swa_pos[j] >= p0 && kv->swa_seq[j] == seq) {
             kv->swa_pos[j] = -1;
             kv->swa_seq[j] = -1;
         }
     }
     kv->n_used -= n;
     return n;
+}
+
+bool bt_kv_seq_reusable(const struct bt_kv *kv, int32_t seq, int32_t n) {
+    if (n <= 0) return true;
+    if (seq < 0 || seq >= kv->cfg.n_seq_max || n > bt_kv_seq_cells(kv)) return false;
+    /* positions 0 .. n - 1 in the region (each at most once: count them) */
+    const int64_t per = bt_kv_seq_cells(kv), r0 = (int64_t)seq * per;
+    int64_t held = 0;
+    int32_t top = -1;
+    for (int64_t j = r0; j < r0 + per; j++) {
+        if (kv->pos[j] < 0) continue;
+        held += kv->pos[j] < n;
+        if (kv->pos[j] > top) top = kv->pos[j];
+    }
+    if (held != n) return false;
+    if (!kv->ring) return true;
+    /* position q's ring cell went to q + W once the sequence reached it */
+    const int64_t q0 = (int64_t)n - kv->cfg.n_swa + 1 > 0 ? (int64_t)n - kv->cfg.n_swa + 1 : 0;
+    return q0 + kv->swa_w > top;
+}
+
+/* the K and V rows [j0, j0 + n) of every layer (ring layers: rings) to rows [k0, k0 + n) */
+static void copy_rows(struct bt_kv *kv, bool ring_layers, int64_t j0, int64_t k0, int64_t n, void *buf) {
+    for (int il = kv->cfg.il0; il < kv->cfg.il1; il++) {
+        if ((kv->ring && bt_kv_swa_layer(kv->cfg.n_swa, kv->cfg.swa_pattern, il)) != ring_layers) continue;
+        struct bt_tensor *t[2] = {kv->k[il - kv->cfg.il0], kv->v[il - kv->cfg.il0]};
+        for (int i = 0; i < 2; i++) {
+            if (!t[i]->data) continue; /* a layer another rank holds (the runtime allocates the held ones) */
+            const size_t row = t[i]->nb[1];
+            bt_tensor_get(t[i], buf, (size_t)j0 * row, (size_t)n * row);
+            bt_tensor_set(t[i], buf, (size_t)k0 * row, (size_t)n * row);
+        }
+    }
+}
+
+enum bt_status bt_kv_seq_cp(struct bt_kv *kv, int32_t src, int32_t dst, int32_t n, char *err, size_t n_err) {
+    const int64_t per = bt_kv_seq_cells(kv);
+    if (src < 0 || dst < 0 || src >= kv->cfg.n_seq_max || dst >= kv->cfg.n_seq_max || src == dst)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: copy of sequence %d into %d: a sequence id out of [0, %d)", src, dst,
+                               kv->cfg.n_seq_max);
+    if (n < 1 || n > per)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: copy of sequence %d into %d: %d positions, out of [1, %lld]", src, dst, n,
+                               (long long)per);
+    int64_t held = 0;
+    for (int64_t j = (int64_t)dst * per; j < (int64_t)(dst + 1) * per; j++) held += kv->pos[j] >= 0;
+    if (held > 0)
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: copy of sequence %d into %d: sequence %d holds %lld cells", src, dst, dst,
+                               (long long)held);
+    if (!bt_kv_seq_reusable(kv, src, n))
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: copy of sequence %d into %d: sequence %d does not hold positions 0 to %d",
+                               src, dst, src, n - 1);
+    /* the cells of positions < n: their span in src's region */
+    int64_t top = -1;
+    for (int64_t j = (int64_t)src * per; j < (int64_t)(src + 1) * per; j++) {
+        if (kv->pos[j] >= 0 && kv->pos[j] < n) {
+            kv->pos[j - (int64_t)src * per + (int64_t)dst * per] = kv->pos[j];
+            kv->seq[j - (int64_t)src * per + (int64_t)dst * per] = dst;
+            kv->n_used++;
+            top = j - (int64_t)src * per;
+        }
+    }
+    /* the sliding layers' cells: the ring's, or the others' */
+    const int64_t sw = kv->ring ? kv->swa_w : per;
+    for (int64_t j = 0; kv->swa && j < sw; j++) {
+        const int64_t a = (int64_t)src * sw + j, b = (int64_t)dst * sw + j;
+        if (kv->swa_pos[a] >= 0 && kv->swa_seq[a] == src && kv->swa_pos[a] < n) {
+            kv->swa_pos[b] = kv->swa_pos[a];
+            kv->swa_seq[b] = dst;
+        }
+    }
+    /* the rows of the layers whose tensors have memory here: kv's own buffer,
+     * or a runtime's that holds the cache like weights (model_dist.c) */
+    size_t row = 0;
+    for (int il = kv->cfg.il0; il < kv->cfg.il1; il++) {
+        if (!kv->k[il - kv->cfg.il0]->data) continue;
+        const size_t rk = kv->k[il - kv->cfg.il0]->nb[1], rv = kv->v[il - kv->cfg.il0]->nb[1];
+        row = rk > row ? rk : row;
+        row = rv > row ? rv : row;
+    }
+    const int64_t rows = kv->ring && sw > top + 1 ? sw : top + 1;
+    if (row == 0) return BT_OK; /* no layers here: the bookkeeping alone */
+    void *buf = malloc((size_t)rows * row);
+    if (!buf) {
+        bt_kv_seq_rm(kv, dst);
+        return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: copy of sequence %d into %d: out of memory", src,
+                               dst);
+    }
+    copy_rows(kv, false, (int64_t)src * per, (int64_t)dst * per, top + 1, buf);
+    if (kv->ring) copy_rows(kv, true, (int64_t)src * kv->swa_w, (int64_t)dst * kv->swa_w, kv->swa_w, buf);
+    free(buf);
+    return BT_OK;
 }
 
 int64_t bt_kv_n_used(const struct bt_kv *kv) { return kv->n_used; }

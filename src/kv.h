@@ -89,6 +89,27 @@ size_t bt_kv_bytes(const struct bt_kv *kv);
 void bt_kv_clear(struct bt_kv *kv);
 /* Free the cells of sequence seq; returns how many. */
 int64_t bt_kv_seq_rm(struct bt_kv *kv, int32_t seq);
+/* Free the cells of sequence seq at positions >= p0 (p0 0: every one, as
+ * bt_kv_seq_rm), in the sliding layers' cells too; returns how many.  The
+ * positions below p0 stay in their cells, so the next token of seq lands
+ * where it would have had the sequence never gone past p0 - 1. */
+int64_t bt_kv_seq_trim(struct bt_kv *kv, int32_t seq, int32_t p0);
+/* Whether sequence seq's first n positions can be kept for new tokens from
+ * position n on (after bt_kv_seq_trim(kv, seq, n)) with the cells they read
+ * exactly those of a run that stopped at n - 1: seq holds positions 0 ..
+ * n - 1, and with a ring none of the positions the window of n sees (n -
+ * n_swa + 1 .. n - 1) was overwritten by a later one (at most W - n_swa
+ * positions past them).  n 0: true. */
+bool bt_kv_seq_reusable(const struct bt_kv *kv, int32_t seq, int32_t n);
+/* Copy sequence src's positions 0 .. n - 1 into sequence dst: each cell (and
+ * the sliding layers' ring cell) of src at the same offset of dst's region,
+ * bookkeeping and every layer's K/V rows (read and written with bt_tensor_get
+ * / set: the caller makes sure nothing computes into the cache meanwhile).
+ * dst must hold no cells and src must hold those positions reusably
+ * (bt_kv_seq_reusable); else BT_ERR_INVALID with one message, nothing
+ * changed.  dst's next token then reads what it would have had it computed
+ * the n tokens itself. */
+enum bt_status bt_kv_seq_cp(struct bt_kv *kv, int32_t src, int32_t dst, int32_t n, char *err, size_t n_err);
 /* Cells in use. */
 int64_t bt_kv_n_used(const struct bt_kv *kv);
 /* Position of the last token of seq in the cache, -1 when it has none. */

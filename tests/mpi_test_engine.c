@@ -406,6 +406,63 @@ START_TEST(test_history_bitwise) {
 }
 END_TEST
 
+/* Prefix reuse and cell copies, on every rank: a sequence trimmed back to
+ * where it diverged goes on with the logits of a cold run of the whole
+ * text, and a sequence given another's first positions by a copy goes on
+ * with the logits it would have had computing them itself (bitwise; the
+ * trims and copies travel between ubatches still in flight). */
+START_TEST(test_trim_and_copy_bitwise) {
+    char path[512];
+    shared_model(path, sizeof path, "dense.gguf", false, N_LAYER, 42);
+    enum { NT = 12, CUT = 5, NCP = 7 };
+    const size_t V = N_VOCAB, row = V * sizeof(float);
+    int32_t ta[NT], tb[NT], pos[NT], s0[NT], s1[NT], s2[NT];
+    for (int i = 0; i < NT; i++) {
+        ta[i] = (i * 7 + 1) % N_VOCAB;
+        tb[i] = i < CUT ? ta[i] : (i * 13 + 3) % N_VOCAB;
+        pos[i] = i;
+        s0[i] = 0;
+        s1[i] = 1;
+        s2[i] = 2;
+    }
+    int8_t all[NT];
+    memset(all, 1, sizeof all);
+    float *cold = malloc(NT * row), *warm = malloc(NT * row), *copied = malloc(NT * row), *junk = malloc(NT * row);
+    struct bt_engine *e = open_engine(path, 96, 3, 16, 0);
+    if (T->rank == 0) {
+        uint64_t id = 0;
+        submit(e, NT, ta, pos, s0, all); /* cold: the whole text in sequence 0 */
+        submit(e, NT, tb, pos, s1, all); /* sequence 1 diverges at CUT */
+        ck_assert(!bt_engine_seq_reusable(e, 1, NT + 1) && bt_engine_seq_reusable(e, 1, CUT));
+        ck_assert(bt_engine_seq_trim(e, 1, CUT) == BT_OK);
+        ck_assert_int_eq(bt_engine_seq_pos_max(e, 1), CUT - 1);
+        submit(e, NT - CUT, ta + CUT, pos + CUT, s1 + CUT, all);
+        ck_assert(bt_engine_seq_cp(e, 1, 2, NCP) == BT_OK);
+        ck_assert_int_eq(bt_engine_seq_pos_max(e, 2), NCP - 1);
+        for (int i = NCP; i < NT; i++) submit(e, 1, ta + i, pos + i, s2 + i, NULL);
+        /* a copy into a sequence that holds cells, or of positions not held: refused, nothing sent */
+        ck_assert(bt_engine_seq_cp(e, 1, 2, NCP) == BT_ERR_INVALID);
+        ck_assert_str_eq(bt_engine_error(e), "seq_cp: sequence 1 into 2: 2 holds cells or 1 lacks positions 0 to 6");
+        collect(e, id++, NT, cold);
+        collect(e, id++, NT, junk);
+        collect(e, id++, NT - CUT, warm + (size_t)CUT * V);
+        for (int i = NCP; i < NT; i++) collect(e, id++, 1, copied + (size_t)i * V);
+        ck_assert(bt_engine_stop(e) == BT_OK);
+        ck_assert_msg(memcmp(cold + (size_t)CUT * V, warm + (size_t)CUT * V, (NT - CUT) * row) == 0,
+                      "the logits after a trim differ from a cold run's");
+        ck_assert_msg(memcmp(cold + (size_t)NCP * V, copied + (size_t)NCP * V, (NT - NCP) * row) == 0,
+                      "the logits after a copy differ from a cold run's");
+    } else {
+        ck_assert_msg(bt_engine_serve(e) == BT_OK, "%s", bt_engine_error(e));
+    }
+    bt_engine_close(e);
+    free(cold);
+    free(warm);
+    free(copied);
+    free(junk);
+}
+END_TEST
+
 /* Hidden states (BT_LLM_OUT_EMBD: the rows after the output norm, n_embd
  * floats): sequence A's in one ubatch equal A's token by token with
  * another sequence's logits ubatches in between (bitwise), each row is the
@@ -1646,8 +1703,12 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_decode_moe);
     tcase_add_test(tm, test_dist_decode_ordered);
     tcase_add_loop_test(tm, test_dist_expert_groups, 0, 2);
+    TCase *tp = tcase_create("prefix"); /* the cells a sequence reuses or copies */
+    tcase_set_timeout(tp, 300);
+    tcase_add_test(tp, test_trim_and_copy_bitwise);
     suite_add_tcase(s, tm);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, tp);
     const char *die = getenv("BATON_TEST_ENGINE_DIE");
     if (die && strcmp(die, "1") == 0) {
         TCase *td = tcase_create("die");

@@ -4,7 +4,9 @@
  * alone and among others (greedy and seeded), and so are their
  * log-probabilities, cancel frees the slot at once,
  * the slots' capacity, the token and context limits, the errors of bad
- * requests, and requests added from another thread while the loop steps. */
+ * requests, requests added from another thread while the loop steps, and
+ * the reuse of a prompt prefix's cells (the same bits as a cold run), and
+ * n > 1 choices of one prompt (each choice bitwise a request with its seed). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -178,6 +180,139 @@ START_TEST(test_greedy_alone_equals_together) { same_alone_and_together(0.0f); }
 END_TEST
 
 START_TEST(test_seeded_alone_equals_together) { same_alone_and_together(0.9f); }
+END_TEST
+
+/* Prefix reuse: a request whose prompt shares a prefix with a free slot's
+ * cells computes only the rest (at least its last token) and gives the
+ * tokens and log-probabilities of a cold run (no_reuse), bitwise; a prompt
+ * that diverges mid-way reuses the shared part only; at several ubatch
+ * sizes, greedy and seeded. */
+static void expect_same(const struct out *a, const struct out *b, const char *what) {
+    ck_assert(a->done && b->done);
+    ck_assert_int_eq(a->n, b->n);
+    ck_assert_msg(memcmp(a->tok, b->tok, sizeof(int32_t) * (size_t)a->n) == 0, "%s: tokens differ", what);
+    for (int t = 0; t < a->n; t++)
+        ck_assert_msg(memcmp(&a->lp[t].logprob, &b->lp[t].logprob, sizeof(float)) == 0 &&
+                          memcmp(a->lp[t].top_logprob, b->lp[t].top_logprob, sizeof(float) * TOP_LOGPROBS) == 0,
+                      "%s: token %d's log-probabilities differ", what, t);
+}
+
+START_TEST(test_prefix_reuse) {
+    const char *sys = "You are a careful assistant. Answer in one short sentence, and never repeat the question. ";
+    char ta[512], tb[512];
+    snprintf(ta, sizeof ta, "%s%s", sys, "What is the colour of the sky on a clear day?");
+    snprintf(tb, sizeof tb, "%s%s", sys, "Name three rivers of Europe.");
+    bt_tokens pa = tokenize(ta), pb = tokenize(tb);
+    int64_t shared = 0;
+    while (shared < (int64_t)pa.n && shared < (int64_t)pb.n && pa.ids[shared] == pb.ids[shared]) shared++;
+    ck_assert_int_gt(shared, 10);
+    const int64_t ubatch[] = {0, 5};
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++) {
+            const float temp = k ? 0.9f : 0.0f;
+            /* cold runs, in a batcher of their own (freed: no cells left) */
+            struct bt_batcher *b = batcher(2, ubatch[c]);
+            struct out cold_a, cold_b, first_a, warm_a, warm_b;
+            memset(&cold_a, 0, sizeof cold_a);
+            struct bt_gen_request r = request(&pa, &cold_a, temp, 7, 10);
+            r.no_reuse = true;
+            uint64_t id;
+            char err[256];
+            ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+            run_until_idle(b);
+            ck_assert_int_eq(cold_a.res.n_cached, 0);
+            memset(&cold_b, 0, sizeof cold_b);
+            r = request(&pb, &cold_b, temp, 7, 10);
+            r.no_reuse = true;
+            ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+            run_until_idle(b);
+            ck_assert_int_eq(cold_b.res.n_cached, 0);
+            bt_batcher_free(b);
+            b = batcher(2, ubatch[c]);
+            add_ok(b, &pa, &first_a, temp, 7, 10); /* nothing to reuse yet */
+            run_until_idle(b);
+            ck_assert_int_eq(first_a.res.n_cached, 0);
+            expect_same(&first_a, &cold_a, "the first prompt");
+            /* the same prompt again: every token but the last reused */
+            add_ok(b, &pa, &warm_a, temp, 7, 10);
+            run_until_idle(b);
+            ck_assert_int_eq(warm_a.res.n_cached, (int64_t)pa.n - 1);
+            expect_same(&warm_a, &cold_a, "the same prompt again");
+            /* B diverges from A's cells after the shared part */
+            add_ok(b, &pb, &warm_b, temp, 7, 10);
+            run_until_idle(b);
+            ck_assert_int_eq(warm_b.res.n_cached, shared);
+            expect_same(&warm_b, &cold_b, "a prompt that diverges");
+            struct bt_batcher_stats st;
+            bt_batcher_stats(b, &st);
+            ck_assert_uint_eq(st.cached_tokens, (uint64_t)(pa.n - 1 + (size_t)shared));
+            bt_batcher_free(b);
+            /* the batcher gone, the engine holds no cells */
+            for (int s = 0; s < N_SEQ; s++) ck_assert_int_eq(bt_engine_seq_pos_max(E, s), -1);
+        }
+    bt_tokens_free(&pa);
+    bt_tokens_free(&pb);
+}
+END_TEST
+
+/* n > 1 choices: the prompt computed once, its cells copied into the other
+ * choices' slots; choice i's tokens and log-probabilities are bitwise those
+ * of a request of one choice with seed + i; more choices than slots is
+ * invalid, more than are free waits (BT_ERR_CAPACITY). */
+START_TEST(test_choices) {
+    bt_tokens p = tokenize("Once upon a time, in a land far away, there lived a king who had three sons.");
+    const int64_t ubatch[] = {0, 5};
+    for (int c = 0; c < 2; c++) {
+        struct bt_batcher *b = batcher(2, ubatch[c]);
+        struct out single[3], multi[3];
+        for (int i = 0; i < 3; i++) {
+            struct bt_gen_request r = request(&p, &single[i], 0.9f, 50 + (uint64_t)i, 10);
+            memset(&single[i], 0, sizeof single[i]);
+            r.no_reuse = true;
+            uint64_t id;
+            char err[256];
+            ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+            run_until_idle(b);
+        }
+        bt_batcher_free(b);
+        b = batcher(2, ubatch[c]);
+        memset(multi, 0, sizeof multi);
+        void *users[3] = {&multi[0], &multi[1], &multi[2]};
+        struct bt_gen_request r = request(&p, NULL, 0.9f, 50, 10);
+        r.n_choices = 3;
+        r.choice_users = users;
+        uint64_t id;
+        char err[256];
+        ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+        struct bt_batcher_stats st0;
+        bt_batcher_stats(b, &st0);
+        run_until_idle(b);
+        struct bt_batcher_stats st;
+        bt_batcher_stats(b, &st);
+        ck_assert_uint_eq(st.prompt_tokens - st0.prompt_tokens, p.n); /* computed once */
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(multi[i].res.n_prompt, (int64_t)p.n);
+            expect_same(&multi[i], &single[i], "choice i against one choice with seed + i");
+        }
+        ck_assert_msg(memcmp(multi[0].tok, multi[1].tok, sizeof(int32_t) * 10) != 0 ||
+                          memcmp(multi[0].tok, multi[2].tok, sizeof(int32_t) * 10) != 0,
+                      "three seeds gave one answer");
+        /* more choices than slots: invalid; more than are free: wait */
+        r.n_choices = N_SEQ + 1;
+        void *many[N_SEQ + 1] = {0};
+        r.choice_users = many;
+        ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_INVALID);
+        ck_assert_str_eq(err, "5 choices: between 1 and the 4 sequence slots, each with its user");
+        struct out one;
+        add_ok(b, &p, &one, 0.0f, 1, 4);
+        r.n_choices = N_SEQ;
+        ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_CAPACITY);
+        ck_assert_str_eq(err, "1 of 4 sequences are busy: 4 choices do not fit");
+        run_until_idle(b);
+        bt_batcher_free(b);
+    }
+    bt_tokens_free(&p);
+}
 END_TEST
 
 START_TEST(test_cancel_frees_at_once) {
@@ -388,6 +523,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_capacity_and_bad_requests);
     tcase_add_test(tc, test_context_share_limit);
     tcase_add_test(tc, test_add_from_another_thread);
+    tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_choices);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one MPI process, one engine */

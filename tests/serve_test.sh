@@ -4,9 +4,10 @@
 # users call it: curl (bad options, bad requests, each with its status and
 # message), the openai Python package (tests/serve_client.py: completions,
 # chat, streams, stop strings, seed, determinism under load, a bounded load
-# test, disconnects, 503 past the queue, memory, logprobs), then SIGTERM
-# (requests in flight finish, every rank stops, exit 0), the logprobs of one
-# rank against those of two (the same printed values), and a rank killed
+# test, disconnects, 503 past the queue, memory, logprobs; tests/serve_cache.py:
+# prefix reuse; tests/serve_choices.py: n > 1), then SIGTERM (requests in flight finish, every rank stops,
+# exit 0), the logprobs, reused prefixes' answers and choices of one rank against
+# those of two (the same printed values), and a rank killed
 # while serving (the job ends with a message, no hang).
 set -u
 baton=$1
@@ -209,7 +210,9 @@ expect 400 "'temperature' is 5: it must be between 0 and 2" "${auth[@]}" "${json
 expect 400 "'top_p' is 2" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_p\":2}" "$H"
 expect 400 "'stream' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stream\":1}" "$H"
 expect 400 "'stop' has 5 strings: at most 4" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}" "$H"
-expect 400 "one choice per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3}" "$H"
+expect 400 "'n' is 5: this server runs 4 sequences at once (--parallel), one per choice" "${auth[@]}" "${json[@]}" \
+    -d "{\"model\":\"$mid\",$msg,\"n\":5}" "$H"
+expect 200 '"index":2' "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"n\":3,\"max_tokens\":3}" "$H"
 expect 400 "'logit_bias' of token 5 must be a number between -100 and 100" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logit_bias\":{\"5\":500}}" "$H"
 expect 400 "'ignore_eos' must be a boolean" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"ignore_eos\":\"yes\"}" "$H"
 expect 400 "'top_logprobs' is 2: it needs 'logprobs': true" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"top_logprobs\":2}" "$H"
@@ -357,6 +360,10 @@ expect 200 '"status":"ok"' "$url/health"
 
 # ---- the openai package ----
 if ! python3 "$here/serve_client.py" "$port" "$key" "$mid" "$pid0" "$tmp/logprobs2"; then fail "serve_client.py"; fi
+# ---- prefix reuse (cache_prompt): cached tokens reported, answers bitwise a cold run's ----
+if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/cache2"; then fail "serve_cache.py"; fi
+# ---- n > 1 choices: the prompt once, each choice a request with seed + i ----
+if ! python3 "$here/serve_choices.py" "$port" "$key" "$mid" "$tmp/choices2"; then fail "serve_choices.py"; fi
 
 # ---- SIGTERM: the requests running and queued finish, new ones get 503, every rank stops, exit 0 ----
 curl_pids=()
@@ -413,6 +420,22 @@ elif [ ! -s "$tmp/logprobs2" ] || ! cmp -s "$tmp/logprobs1" "$tmp/logprobs2"; th
     fail "logprobs: 1 rank and 2 ranks differ: $(diff "$tmp/logprobs1" "$tmp/logprobs2" 2>&1 | head -c 600)"
 else
     echo "ok: logprobs: the same printed values on 1 rank and on 2"
+fi
+# prefix reuse on one rank: the same answers as on two
+if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/cache1"; then
+    fail "serve_cache.py on one rank"
+elif [ ! -s "$tmp/cache2" ] || ! cmp -s "$tmp/cache1" "$tmp/cache2"; then
+    fail "prefix reuse: 1 rank and 2 ranks differ: $(diff "$tmp/cache1" "$tmp/cache2" 2>&1 | head -c 600)"
+else
+    echo "ok: prefix reuse: the same answers and log-probabilities on 1 rank and on 2"
+fi
+# n > 1 choices on one rank: the same answers as on two
+if ! python3 "$here/serve_choices.py" "$port" "$key" "$mid" "$tmp/choices1"; then
+    fail "serve_choices.py on one rank"
+elif [ ! -s "$tmp/choices2" ] || ! cmp -s "$tmp/choices1" "$tmp/choices2"; then
+    fail "n > 1: 1 rank and 2 ranks differ: $(diff "$tmp/choices1" "$tmp/choices2" 2>&1 | head -c 600)"
+else
+    echo "ok: n > 1: the same choices on 1 rank and on 2"
 fi
 # embeddings: the same printed vectors on 1 rank as on 2
 if ! python3 "$here/serve_embeddings.py" "$port" "$key" "$mid" "$model" mean "$tmp/emb1"; then
@@ -471,6 +494,25 @@ kill -TERM "$pid0"
 for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
 wait $server
 server=""
+
+# ---- prefix reuse with sliding-window layers: gemma3 (window 4) at ubatch 16 keeps a ring of 32 cells ----
+# ---- per sequence; a reused prefix gives a cold run's answers, on 1 rank and on 2 alike ----
+mkdir -p "$tmp/g" &&
+    python3 "$here/model_ref.py" gemma3 f32 "$tmp/g" vocab "$here/data/vocab/ggml-vocab-phi-3.gguf" >/dev/null ||
+    fail "could not write the gemma3 test model"
+for n in 1 2; do
+    model=$tmp/g/model.gguf ranks=$n start_server "gemma$n" --parallel 4 --ctx-size 1024 --ubatch 16 --api-key "$key"
+    if ! python3 "$here/serve_cache.py" "$port" "$key" "$mid" "$tmp/gcache$n"; then
+        fail "serve_cache.py: gemma3, $n ranks"
+    fi
+    kill -TERM "$pid0"
+    for _ in $(seq 1 300); do if ! kill -0 $server 2>/dev/null; then break; fi; sleep 0.1; done
+done
+if [ ! -s "$tmp/gcache1" ] || ! cmp -s "$tmp/gcache1" "$tmp/gcache2"; then
+    fail "prefix reuse with a ring: 1 rank and 2 ranks differ"
+else
+    echo "ok: prefix reuse with a sliding window's ring: the same answers on 1 rank and on 2"
+fi
 
 # ---- a model whose logits hold NaN (a damaged file): that request is a 500 naming it, ----
 # ---- the server goes on (before: 200 with tokens sampled from NaN) ----

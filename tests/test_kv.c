@@ -1,7 +1,8 @@
 /* test_kv.c - the KV cache's bookkeeping (src/kv.h): placement of a ubatch
  * (lowest free cell, a sequence's cells kept in position order when sequences
  * share the cache, the fallback when nothing is free above), the mask built from the cells, the active
- * span, removing a sequence, the errors a caller sees, the sliding layers'
+ * span, removing a sequence or its positions from one on, copying one into
+ * another's region, the errors a caller sees, the sliding layers'
  * ring, and a cache of each type written through SET_ROWS and read back. */
 #include <math.h>
 #include <string.h>
@@ -237,6 +238,111 @@ START_TEST(test_cache_types_roundtrip) {
 }
 END_TEST
 
+/* A sequence trimmed to its first positions keeps them in their cells, and
+ * the next token lands where a run that never went further would put it;
+ * a copy puts a sequence's first positions (bookkeeping and every layer's
+ * K/V rows) at the same offsets of another's region. */
+START_TEST(test_trim_and_copy) {
+    struct bt_kv *kv = new_kv(40, 3, BT_TYPE_F32); /* regions of 13 cells: 0-12, 13-25, 26-38 */
+    int32_t cells[8];
+    const int32_t s1[6] = {1, 1, 1, 1, 1, 0}, p1[6] = {0, 1, 2, 3, 4, 0};
+    place(kv, 6, s1, p1, cells);
+    /* K/V rows of sequence 1's cells: a value of the cell and the layer */
+    for (int il = 0; il < 2; il++)
+        for (int j = 13; j < 18; j++) {
+            float row[64];
+            for (int i = 0; i < 64; i++) row[i] = (float)(1000 * il + 10 * j + i);
+            memcpy((char *)bt_kv_k(kv, il)->data + j * bt_kv_k(kv, il)->nb[1], row, sizeof row);
+            for (int i = 0; i < 64; i++) row[i] = -row[i];
+            memcpy((char *)bt_kv_v(kv, il)->data + j * bt_kv_v(kv, il)->nb[1], row, sizeof row);
+        }
+    ck_assert(bt_kv_seq_reusable(kv, 1, 3) && bt_kv_seq_reusable(kv, 1, 5));
+    ck_assert_int_eq(bt_kv_seq_trim(kv, 1, 3), 2); /* positions 3 and 4 go */
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 1), 2);
+    ck_assert_int_eq(bt_kv_n_used(kv), 4);
+    const int32_t s2[1] = {1}, p2[1] = {3};
+    place(kv, 1, s2, p2, cells);
+    ck_assert_int_eq(cells[0], 16); /* where a cold run's position 3 goes */
+    ck_assert_int_eq(bt_kv_seq_trim(kv, 1, 0), 4);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 1), -1);
+    place(kv, 4, (const int32_t[]){1, 1, 1, 1}, (const int32_t[]){0, 1, 2, 3}, cells);
+    ck_assert_int_eq(cells[0], 13);
+
+    /* copy positions 0..2 of sequence 1 into sequence 2 */
+    char err[256];
+    ck_assert_msg(bt_kv_seq_cp(kv, 1, 2, 3, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 2), 2);
+    ck_assert_int_eq(bt_kv_n_used(kv), 8);
+    for (int il = 0; il < 2; il++)
+        for (int j = 0; j < 3; j++) {
+            const float *k = (const float *)((char *)bt_kv_k(kv, il)->data + (26 + j) * bt_kv_k(kv, il)->nb[1]);
+            const float *v = (const float *)((char *)bt_kv_v(kv, il)->data + (26 + j) * bt_kv_v(kv, il)->nb[1]);
+            for (int i = 0; i < 64; i++) {
+                ck_assert_float_eq(k[i], (float)(1000 * il + 10 * (13 + j) + i));
+                ck_assert_float_eq(v[i], -(float)(1000 * il + 10 * (13 + j) + i));
+            }
+        }
+    /* the copy's mask is the source's, in its own region */
+    float m1[40], m2[40];
+    bt_kv_mask(kv, 40, 1, (const int32_t[]){1}, (const int32_t[]){2}, m1);
+    bt_kv_mask(kv, 40, 1, (const int32_t[]){2}, (const int32_t[]){2}, m2);
+    for (int j = 0; j < 13; j++) {
+        ck_assert(m1[13 + j] == m2[26 + j]);
+        ck_assert(m2[13 + j] == -INFINITY && m1[26 + j] == -INFINITY);
+    }
+    ck_assert(m2[26] == 0.0f && m2[28] == 0.0f && m2[29] == -INFINITY);
+    place(kv, 1, (const int32_t[]){2}, (const int32_t[]){3}, cells);
+    ck_assert_int_eq(cells[0], 29);
+    /* errors: a destination that holds cells, a source without the positions, ids out of range */
+    ck_assert_int_eq(bt_kv_seq_cp(kv, 1, 2, 3, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: copy of sequence 1 into 2: sequence 2 holds 4 cells");
+    ck_assert_int_eq(bt_kv_seq_cp(kv, 0, 1, 0, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: copy of sequence 0 into 1: 0 positions, out of [1, 13]");
+    bt_kv_seq_rm(kv, 2);
+    ck_assert_int_eq(bt_kv_seq_cp(kv, 0, 2, 3, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: copy of sequence 0 into 2: sequence 0 does not hold positions 0 to 2");
+    ck_assert_int_eq(bt_kv_seq_cp(kv, 0, 3, 1, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: copy of sequence 0 into 3: a sequence id out of [0, 3)");
+    bt_kv_free(kv);
+}
+END_TEST
+
+/* The sliding layers' ring: a sequence trimmed back to n keeps exactly what
+ * a run that stopped at n - 1 held only while the positions n's window sees
+ * are not overwritten (W 32, window 3: up to 29 positions past n - 1). */
+START_TEST(test_trim_ring) {
+    struct bt_kv_config c = {160, 2, BT_TYPE_F32, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4};
+    struct bt_kv *kv = NULL;
+    char err[300];
+    ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
+    int32_t cells[4];
+    for (int32_t p0 = 0; p0 < 40; p0 += 4) {
+        const int32_t seq[4] = {1, 1, 1, 1}, pos[4] = {p0, p0 + 1, p0 + 2, p0 + 3};
+        place(kv, 4, seq, pos, cells);
+    }
+    /* top 39: position q was overwritten when q + 32 <= 39 (q <= 7); n's
+     * window needs n - 2 .. n - 1 */
+    ck_assert(bt_kv_seq_reusable(kv, 1, 39) && bt_kv_seq_reusable(kv, 1, 10) && bt_kv_seq_reusable(kv, 1, 40));
+    ck_assert(!bt_kv_seq_reusable(kv, 1, 9) && !bt_kv_seq_reusable(kv, 1, 5) && !bt_kv_seq_reusable(kv, 1, 41));
+    ck_assert(!bt_kv_seq_reusable(kv, 0, 1) && bt_kv_seq_reusable(kv, 0, 0));
+    ck_assert_int_eq(bt_kv_seq_trim(kv, 1, 20), 20);
+    /* position 20 sees 18, 19, 20 as a cold run's would: ring cells 32 + 18, 32 + 19 */
+    place(kv, 1, (const int32_t[]){1}, (const int32_t[]){20}, cells);
+    ck_assert_int_eq(cells[0], 80 + 20);
+    ck_assert_int_eq(bt_kv_swa_cells(kv)[0], 32 + 20);
+    float mask[64];
+    bt_kv_mask_swa(kv, 64, 1, (const int32_t[]){1}, (const int32_t[]){20}, mask);
+    for (int j = 0; j < 64; j++) ck_assert_msg(mask[j] == (j >= 50 && j <= 52 ? 0.0f : -INFINITY), "cell %d", j);
+    /* a copy of positions 0..20 into sequence 0: the ring's cells too */
+    ck_assert_msg(bt_kv_seq_cp(kv, 1, 0, 21, err, sizeof err) == BT_OK, "%s", err);
+    bt_kv_mask_swa(kv, 64, 1, (const int32_t[]){0}, (const int32_t[]){21}, mask);
+    for (int j = 0; j < 64; j++) ck_assert_msg(mask[j] == (j >= 19 && j <= 20 ? 0.0f : -INFINITY), "cell %d", j);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 0), 20);
+    ck_assert_int_eq(bt_kv_seq_cp(kv, 1, 0, 21, err, sizeof err), BT_ERR_INVALID);
+    bt_kv_free(kv);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("kv");
     TCase *tc = tcase_create("core");
@@ -245,6 +351,8 @@ int main(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_sliding_window);
     tcase_add_test(tc, test_cache_types_roundtrip);
+    tcase_add_test(tc, test_trim_and_copy);
+    tcase_add_test(tc, test_trim_ring);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

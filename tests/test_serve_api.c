@@ -12,7 +12,7 @@
 #include "serve/jobs.h"
 #include "testutil.h"
 
-static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000};
+static const struct bt_api_limits k_lim = {.model_id = "tiny", .max_tokens = 256, .n_vocab = 1000, .n_slots = 4};
 
 struct bad_case {
     enum bt_api_kind kind;
@@ -71,13 +71,15 @@ static const struct bad_case k_bad[] = {
     {H, "{\"model\":\"tiny\"," MSG ",\"frequency_penalty\":2.5}", 400, "frequency_penalty", "between -2 and 2"},
     {H, "{\"model\":\"tiny\"," MSG ",\"top_k\":-1}", 400, "top_k", "between 0 and"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stream\":\"yes\"}", 400, "stream", "must be a boolean, not a string"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"cache_prompt\":1}", 400, "cache_prompt", "must be a boolean, not an integer"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options",
      "only allowed when 'stream' is true"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":7}", 400, "stop", "must be a string or an array"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", "at most 4"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"\"]}", 400, "stop", "1 to 256"},
     {H, "{\"model\":\"tiny\"," MSG ",\"stop\":[\"a\",null]}", 400, "stop", "'stop[1]' must be a string"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"n\":2}", 400, "n", "one choice per request"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"n\":5}", 400, "n", "'n' is 5: this server runs 4 sequences at once"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"n\":0}", 400, "n", "'n'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"seed\":1.5}", 400, "seed", "must be an integer"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":1}", 400, "logprobs", "must be a boolean, not an integer"},
     {H, "{\"model\":\"tiny\"," MSG ",\"top_logprobs\":3}", 400, "top_logprobs", "needs 'logprobs': true"},
@@ -228,9 +230,13 @@ START_TEST(test_good_completion) {
     ck_assert(r.sampling.min_p == 0.0f && r.sampling.repeat_penalty == 1.0f);
     ck_assert(!r.seed_given && r.sampling.seed == 99);
     ck_assert(!r.stream);
+    ck_assert(r.cache_prompt); /* llama-server's default */
+    ck_assert_int_eq(r.n, 1);
     bt_api_request_free(&r);
-    b = "{\"model\":\"tiny\",\"prompt\":[\"one\"],\"stop\":\"x\"}";
+    b = "{\"model\":\"tiny\",\"prompt\":[\"one\"],\"stop\":\"x\",\"cache_prompt\":false,\"n\":4}";
     ck_assert(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 99, &r, &e));
+    ck_assert(!r.cache_prompt);
+    ck_assert_int_eq(r.n, 4);
     ck_assert_str_eq(r.prompt, "one");
     ck_assert_uint_eq(r.n_stops, 1);
     bt_api_request_free(&r);
@@ -267,17 +273,23 @@ static json_t *load(char *s) {
     return o;
 }
 
+static const struct bt_api_usage U52 = {5, 4, 2}, U13 = {1, 0, 3}, U46 = {4, 3, 6}, U12 = {1, 0, 2};
+
 START_TEST(test_output) {
     struct bt_api_request chat = {.kind = BT_API_CHAT}, cmpl = {.kind = BT_API_COMPLETION};
-    json_t *o = load(bt_api_response_json(&chat, "chatcmpl-1", 1700000000, "tiny", "ok\xff", 3, "stop", 5, 2, NULL));
+    json_t *o = load(bt_api_response_json(&chat, "chatcmpl-1", 1700000000, "tiny", "ok\xff", 3, "stop", &U52, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ch, "message"), "content")), "ok\xEF\xBF\xBD");
     ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 7);
+    /* the prompt tokens reused from the cache, as OpenAI reports them */
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(o, "usage"), "prompt_tokens_details"), "cached_tokens")),
+                     4);
     json_decref(o);
 
-    o = load(bt_api_response_json(&cmpl, "cmpl-2", 1, "tiny", "abc", 3, "length", 1, 3, NULL));
+    o = load(bt_api_response_json(&cmpl, "cmpl-2", 1, "tiny", "abc", 3, "length", &U13, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ch = json_array_get(json_object_get(o, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), "abc");
@@ -296,9 +308,25 @@ START_TEST(test_output) {
     ck_assert_uint_eq(json_object_size(json_object_get(ch, "delta")), 0);
     ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
     json_decref(o);
-    o = load(bt_api_usage_chunk_json(&chat, "chatcmpl-1", 1, "tiny", 4, 6));
+    o = load(bt_api_usage_chunk_json(&chat, "chatcmpl-1", 1, "tiny", &U46));
     ck_assert_uint_eq(json_array_size(json_object_get(o, "choices")), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 6);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(o, "usage"), "prompt_tokens_details"), "cached_tokens")),
+                     3);
+    json_decref(o);
+    /* n choices: each at its index, one usage */
+    const struct bt_api_choice two[2] = {{"a", 1, "stop", NULL}, {"bc", 2, "length", NULL}};
+    o = load(bt_api_response_n_json(&chat, "chatcmpl-3", 1, "tiny", two, 2, &U46));
+    ch = json_object_get(o, "choices");
+    ck_assert_uint_eq(json_array_size(ch), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(ch, 1), "index")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(ch, 1), "message"), "content")),
+                     "bc");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ch, 1), "finish_reason")), "length");
+    json_decref(o);
+    o = load(bt_api_chunk_index_json(&cmpl, "cmpl-3", 1, "tiny", 2, "x", 1, NULL, NULL, false));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "index")), 2);
     json_decref(o);
     o = load(bt_api_models_json("tiny", 5));
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")), "tiny");
@@ -346,7 +374,7 @@ START_TEST(test_logprobs_output) {
     const struct bt_api_piece piece[2] = {{"H\xc3", 2}, {"\xa9 x", 3}}; /* "Hé x" split inside the é */
     const struct bt_api_piece top[2][BT_MAX_TOP_LOGPROBS] = {{{"H\xc3", 2}, {"Hi", 2}}, {{"a", 1}, {"a", 1}}};
     const struct bt_api_logprobs v = {.lp = lp, .piece = piece, .top = top, .n = 2, .text_offset = 0};
-    char *js = bt_api_response_json(&chat, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", 1, 2, &v);
+    char *js = bt_api_response_json(&chat, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", &U12, &v);
     ck_assert_ptr_nonnull(js);
     ck_assert_msg(strstr(js, "\"logprob\":-0.100000001,") != NULL, "%s", js); /* (double)-0.1f to 9 digits */
     json_t *o = load(js);
@@ -367,7 +395,7 @@ START_TEST(test_logprobs_output) {
     ck_assert(json_real_value(json_object_get(e1, "logprob")) == -9999.0);
     json_decref(o);
 
-    o = load(bt_api_response_json(&cmpl, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", 1, 2, &v));
+    o = load(bt_api_response_json(&cmpl, "c", 1, "tiny", "H\xc3\xa9 x", 5, "stop", &U12, &v));
     json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(l, "tokens"), 1)), "\xEF\xBF\xBD x");
     ck_assert((float)json_real_value(json_array_get(json_object_get(l, "token_logprobs"), 0)) == -0.1f);

@@ -429,10 +429,10 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
     static const struct {
         const char *flag, *ours;
     } same[] = {{"-np", "--parallel"}, {"-ub", "--ubatch"},        {"-b", "--ubatch"}, {"--batch-size", "--ubatch"},
-                {"-s", "--seed"},      {"--temperature", "--temp"}, {"-f", "--file"}};
+                {"-s", "--seed"},      {"--temperature", "--temp"}, {"-f", "--file"}, {"-cnv", "--conversation"}};
     static const char gpu_layers[] = "where the layers run is a rank's backend (--backend cuda puts a rank's layers "
                                      "on its GPU) and the topology's placement, not a count",
-                      chat[] = "baton has no interactive chat mode yet";
+                      chat[] = "the interactive chat is `baton generate -cnv`";
     static const struct {
         const char *flag, *why;
     } not_here[] = {{"-ngl", gpu_layers}, {"--n-gpu-layers", gpu_layers}, {"--gpu-layers", gpu_layers},
@@ -450,18 +450,19 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
             continue;
         }
         if (lo || so) continue;
-        for (size_t k = 0; k < sizeof not_here / sizeof not_here[0]; k++)
-            if (!strcmp(a, not_here[k].flag)) {
-                snprintf(err, n, "%s is llama.cpp's and does not apply: %s", a, not_here[k].why);
-                return false;
-            }
-        for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        bool mapped = false;
+        for (size_t k = 0; k < sizeof same / sizeof same[0] && !mapped; k++) {
             const struct option *ours = find_long(longs, same[k].ours + 2);
             if (strcmp(a, same[k].flag) || !ours) continue;
             argv[i] = (char *)same[k].ours; /* getopt reorders argv's pointers, never writes its strings */
             if (ours->has_arg == required_argument) i++;
-            break;
+            mapped = true;
         }
+        for (size_t k = 0; k < sizeof not_here / sizeof not_here[0] && !mapped; k++)
+            if (!strcmp(a, not_here[k].flag)) {
+                snprintf(err, n, "%s is llama.cpp's and does not apply: %s", a, not_here[k].why);
+                return false;
+            }
     }
     return true;
 }

@@ -9,7 +9,13 @@
  * Every check that needs only the command line is made before MPI starts; the
  * ones that need the file (vocabulary, chat template, the prompts' token
  * counts against the context) are made by rank 0 once the engine is open, and
- * every rank leaves with the same exit code. */
+ * every rank leaves with the same exit code.
+ *
+ * -cnv (--conversation) is an interactive chat instead: one user turn a line
+ * of stdin, each reply streamed to stdout and ended with a newline; the
+ * conversation so far goes through the chat template each turn, and its
+ * cells stay in the cache between turns, so only what the template renders
+ * anew is computed (the batcher's prefix reuse, bitwise a cold run). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -17,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agree.h"
 #include "cli.h"
@@ -43,6 +50,7 @@ struct gen_opts {
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
     bool chat, json, escape;
+    bool conversation; /* -cnv: user turns from stdin */
     long n_predict;
     long n_ctx, n_ubatch, parallel;
     struct bt_cli_engine_opts eng;
@@ -53,7 +61,7 @@ static void gen_usage(FILE *f) {
     bt_sampler_params d;
     bt_sampler_params_default(&d);
     fprintf(f,
-            "usage: baton generate -m FILE (-p TEXT | --prompts FILE) [options]\n"
+            "usage: baton generate -m FILE (-p TEXT | --prompts FILE | -cnv) [options]\n"
             "       mpirun -np N baton generate ...\n"
             "       launch/baton-run -t TOPOLOGY -- baton generate ...\n"
             "\n"
@@ -79,6 +87,9 @@ static void gen_usage(FILE *f) {
             "      --chat-template NAME|FILE  a file holding a Jinja chat template, or a built-in\n"
             "                          format (chatml, llama3, ...) instead (implies --chat)\n"
             "      --system TEXT       a system message first (with --chat)\n"
+            "  -cnv, --conversation    an interactive chat (implies --chat): one user turn a\n"
+            "                          line of stdin, each reply on stdout; the conversation's\n"
+            "                          cells stay in the cache between turns\n"
             "\n"
             "sampling (llama.cpp's flags and order):\n"
             "      --temp T            temperature, 0: greedy (default %g)\n"
@@ -135,6 +146,7 @@ enum {
     OPT_JSON,
     OPT_DUMP_TENSORS,
     OPT_DUMP_PLAN,
+    OPT_CONVERSATION,
 };
 
 static bool parse_float(const char *s, float *out) {
@@ -147,6 +159,8 @@ static bool parse_float(const char *s, float *out) {
 }
 
 /* 0: --help; 2: a bad flag or value (message in err); -1: go on. */
+static int check_generate(const struct gen_opts *o, char *err, size_t errn);
+
 static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, size_t errn) {
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},
@@ -160,6 +174,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"chat", no_argument, 0, OPT_CHAT},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"system", required_argument, 0, OPT_SYSTEM},
+        {"conversation", no_argument, 0, OPT_CONVERSATION},
         {"temp", required_argument, 0, OPT_TEMP},
         {"top-k", required_argument, 0, OPT_TOPK},
         {"top-p", required_argument, 0, OPT_TOPP},
@@ -216,6 +231,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         case OPT_CHAT: o->chat = true; break;
         case OPT_CHAT_TEMPLATE: o->chat_template = optarg, o->chat = true; break;
         case OPT_SYSTEM: o->system = optarg; break;
+        case OPT_CONVERSATION: o->conversation = o->chat = true; break;
         case OPT_TEMP:
             if (!parse_float(optarg, &o->sp.temp)) snprintf(err, errn, "--temp: '%s' is not a number", optarg);
             break;
@@ -276,11 +292,23 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
         return 2;
     }
+    return check_generate(o, err, errn);
+}
+
+/* The checks of parse_generate's options taken together: -1, or 2 and a
+ * message. */
+static int check_generate(const struct gen_opts *o, char *err, size_t errn) {
     if (!o->model && !o->eng.topology && !getenv("BATON_TOPOLOGY")) {
         snprintf(err, errn, "missing -m FILE, the GGUF model (try: baton generate --help)");
         return 2;
     }
-    if ((o->prompt != NULL) + (o->prompts_file != NULL) + (o->prompt_file != NULL) != 1) {
+    if (o->conversation && (o->prompt || o->prompts_file || o->prompt_file || o->json)) {
+        snprintf(err, errn,
+                 "-cnv reads the user's turns from stdin: give no -p, -f or --prompts (--system for a system "
+                 "message), nor --json (try: baton generate --help)");
+        return 2;
+    }
+    if (!o->conversation && (o->prompt != NULL) + (o->prompts_file != NULL) + (o->prompt_file != NULL) != 1) {
         snprintf(err, errn,
                  "give the prompt one way: -p TEXT, -f FILE or --prompts FILE (try: baton generate --help)");
         return 2;
@@ -468,10 +496,12 @@ static int read_prompts(const struct gen_opts *o, struct prompt **out, size_t *n
 static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const bt_chat_template *tmpl,
                          struct prompt *p, size_t n, int64_t share, char *err, size_t errn);
 
-/* Rank 0, once the model is open: the tokens of each prompt (in the chat
- * template when asked), checked against the context.  1 and a message. */
+/* Rank 0, once the model is open: the vocabulary, the chat template (when
+ * asked) and the tokens of each prompt, checked against the context.  1 and
+ * a message. */
 static int tokenize_prompts(const struct gen_opts *o, const char *model, struct bt_gguf *g, bt_tokenizer **tok_out,
-                            struct prompt *p, size_t n, int64_t share, char *err, size_t errn) {
+                            bt_chat_template **tmpl_out, struct prompt *p, size_t n, int64_t share, char *err,
+                            size_t errn) {
     bt_tokenizer *tok = NULL;
     char e[768];
     if (bt_tokenizer_from_gguf(g, &tok, e, sizeof e) != BT_OK) {
@@ -494,43 +524,52 @@ static int tokenize_prompts(const struct gen_opts *o, const char *model, struct 
         if (note[0]) fprintf(stderr, "baton generate: %s\n", note);
     }
     const int rc = tokenize_each(o, tok, tmpl, p, n, share, err, errn);
-    bt_chat_template_free(tmpl);
+    *tmpl_out = tmpl;
     return rc;
+}
+
+/* The tokens of text[0..len), or with --chat of the messages msgs[0..nm)
+ * in the template with the assistant's turn opened; 1 and a message in
+ * err (prefixed with where) when the template or the tokenizer fails. */
+static int chat_tokens(const struct gen_opts *o, const bt_tokenizer *tok, const bt_chat_template *tmpl,
+                       const bt_chat_msg *msgs, size_t nm, const char *text, size_t len, const char *where,
+                       bt_tokens *ids, char *err, size_t errn) {
+    char e[768];
+    char *chat = NULL;
+    if (o->chat) {
+        if (bt_chat_template_apply(tmpl, msgs, NULL, nm, NULL, 1, &chat, e, sizeof e) != BT_OK) {
+            snprintf(err, errn, "%s%s", o->chat_template ? "--chat-template: " : "--chat: ", e);
+            return 1;
+        }
+        text = chat;
+        len = strlen(chat);
+    }
+    const enum bt_status st = bt_tokenizer_tokenize(tok, text, len, 1, 1, ids, e, sizeof e);
+    free(chat);
+    if (st != BT_OK) {
+        snprintf(err, errn, "%s: %s", where, e);
+        return 1;
+    }
+    /* a template that writes the BOS text itself, and a vocabulary that adds one: one BOS, as serve */
+    const int32_t bos = bt_tokenizer_bos(tok);
+    if (o->chat && ids->n >= 2 && bos != BT_TOKEN_NONE && ids->ids[0] == bos && ids->ids[1] == bos) {
+        memmove(ids->ids, ids->ids + 1, (ids->n - 1) * sizeof *ids->ids);
+        ids->n--;
+    }
+    return 0;
 }
 
 /* Each prompt's tokens, checked against a sequence's share of the context. */
 static int tokenize_each(const struct gen_opts *o, const bt_tokenizer *tok, const bt_chat_template *tmpl,
                          struct prompt *p, size_t n, int64_t share, char *err, size_t errn) {
-    char e[768];
     for (size_t i = 0; i < n; i++) {
-        const char *text = p[i].text;
-        size_t len = p[i].len;
-        char *chat = NULL;
-        if (o->chat) {
-            bt_chat_msg msgs[2];
-            size_t nm = 0;
-            if (o->system) msgs[nm++] = (bt_chat_msg){"system", o->system};
-            msgs[nm++] = (bt_chat_msg){"user", p[i].text};
-            if (bt_chat_template_apply(tmpl, msgs, NULL, nm, NULL, 1, &chat, e, sizeof e) != BT_OK) {
-                snprintf(err, errn, "%s%s", o->chat_template ? "--chat-template: " : "--chat: ", e);
-                return 1;
-            }
-            text = chat;
-            len = strlen(chat);
-        }
-        const enum bt_status st = bt_tokenizer_tokenize(tok, text, len, 1, 1, &p[i].ids, e, sizeof e);
-        free(chat);
-        if (st != BT_OK) {
-            snprintf(err, errn, "prompt %zu: %s", i + 1, e);
-            return 1;
-        }
-        /* a template that writes the BOS text itself, and a vocabulary that adds one: one BOS, as serve */
-        const int32_t bos = bt_tokenizer_bos(tok);
-        bt_tokens *ids = &p[i].ids;
-        if (o->chat && ids->n >= 2 && bos != BT_TOKEN_NONE && ids->ids[0] == bos && ids->ids[1] == bos) {
-            memmove(ids->ids, ids->ids + 1, (ids->n - 1) * sizeof *ids->ids);
-            ids->n--;
-        }
+        bt_chat_msg msgs[2];
+        size_t nm = 0;
+        if (o->system) msgs[nm++] = (bt_chat_msg){"system", o->system};
+        msgs[nm++] = (bt_chat_msg){"user", p[i].text};
+        char where[32];
+        snprintf(where, sizeof where, "prompt %zu", i + 1);
+        if (chat_tokens(o, tok, tmpl, msgs, nm, p[i].text, p[i].len, where, &p[i].ids, err, errn) != 0) return 1;
         if (p[i].ids.n == 0) {
             snprintf(err, errn, "prompt %zu: no tokens", i + 1);
             return 1;
@@ -749,6 +788,167 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
     return rc;
 }
 
+/* ---- -cnv: a conversation through the chat template (rank 0) ---- */
+
+/* One reply, as it comes: streamed to stdout, kept for the next turns. */
+struct conv_turn {
+    char *text;
+    size_t len, cap;
+    bool done, nomem;
+    int write_errno;
+    struct bt_gen_result res;
+};
+
+static void conv_on_token(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp) {
+    (void)id;
+    (void)lp;
+    struct conv_turn *t = user;
+    if (!grow((void **)&t->text, &t->cap, t->len + len + 1, 1)) {
+        t->nomem = true;
+        return;
+    }
+    memcpy(t->text + t->len, text, len);
+    t->len += len;
+    t->text[t->len] = '\0';
+    if (len && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) && !t->write_errno)
+        t->write_errno = errno ? errno : EIO;
+}
+
+static void conv_on_done(void *user, const struct bt_gen_result *r) {
+    struct conv_turn *t = user;
+    t->res = *r;
+    t->done = true;
+}
+
+/* The conversation so far: roles are literals, contents owned. */
+struct conv_msgs {
+    bt_chat_msg *m;
+    size_t n, cap;
+};
+
+static bool conv_push(struct conv_msgs *c, const char *role, const char *text, size_t len) {
+    char *copy = malloc(len + 1);
+    if (!copy || !grow((void **)&c->m, &c->cap, c->n + 1, sizeof *c->m)) {
+        free(copy);
+        return false;
+    }
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    c->m[c->n++] = (bt_chat_msg){role, copy};
+    return true;
+}
+
+static void conv_free(struct conv_msgs *c) {
+    for (size_t i = 0; i < c->n; i++) free((char *)c->m[i].content);
+    free(c->m);
+}
+
+/* One turn: the conversation's tokens, its reply streamed (then a newline),
+ * the reply kept as the assistant's message; 1 and a message in err. */
+static int conv_turn(const struct gen_opts *o, struct bt_batcher *b, const bt_tokenizer *tok,
+                     const bt_chat_template *tmpl, struct conv_msgs *c, size_t turn, int64_t share, char *err,
+                     size_t errn) {
+    char where[32];
+    snprintf(where, sizeof where, "turn %zu", turn);
+    bt_tokens ids = {0};
+    if (chat_tokens(o, tok, tmpl, c->m, c->n, NULL, 0, where, &ids, err, errn) != 0) return 1;
+    if ((int64_t)ids.n >= share) {
+        snprintf(err, errn, "turn %zu: the conversation has %zu tokens but the context holds %lld (--ctx-size %ld%s)",
+                 turn, ids.n, (long long)share, o->n_ctx, o->parallel > 1 ? " / --parallel" : "");
+        bt_tokens_free(&ids);
+        return 1;
+    }
+    struct conv_turn t = {0};
+    const struct bt_gen_request req = {
+        .prompt = ids.ids,
+        .n_prompt = ids.n,
+        .sampling = o->sp,
+        .max_tokens = o->n_predict,
+        .stops = o->stops,
+        .n_stops = (size_t)o->n_stops,
+        .on_token = conv_on_token,
+        .on_done = conv_on_done,
+        .user = &t,
+    };
+    uint64_t id;
+    char e[768];
+    int rc = 0;
+    if (bt_batcher_add(b, &req, &id, e, sizeof e) != BT_OK) {
+        snprintf(err, errn, "turn %zu: %s", turn, e);
+        rc = 1;
+    }
+    while (!rc && !t.done)
+        if (bt_batcher_step(b) != BT_OK) {
+            snprintf(err, errn, "%s", bt_batcher_error(b));
+            rc = 1;
+        }
+    if (!rc && t.res.finish == BT_FINISH_ERROR) snprintf(err, errn, "turn %zu: %s", turn, bt_batcher_error(b));
+    if (!rc && t.nomem) snprintf(err, errn, "out of memory keeping the reply");
+    if (!rc && (fputc('\n', stdout) == EOF || fflush(stdout) != 0) && !t.write_errno)
+        t.write_errno = errno ? errno : EIO;
+    if (!rc && t.write_errno) snprintf(err, errn, "writing the output: %s", strerror(t.write_errno));
+    if (!rc && err[0]) rc = 1;
+    if (!rc) {
+        fprintf(stderr, GEN_PROG ": turn %zu: %zu prompt tokens, %lld cached, %lld generated\n", turn, ids.n,
+                (long long)t.res.n_cached, (long long)t.res.n_gen);
+        if (!conv_push(c, "assistant", t.text ? t.text : "", t.len)) {
+            snprintf(err, errn, "out of memory keeping the conversation");
+            rc = 1;
+        }
+    }
+    free(t.text);
+    bt_tokens_free(&ids);
+    return rc;
+}
+
+/* The conversation: one user turn a line of stdin (blank lines skipped)
+ * until its end; its cells stay in the batcher's slot between turns. */
+static int run_conversation(const struct gen_opts *o, struct bt_engine *e, const bt_tokenizer *tok,
+                            const bt_chat_template *tmpl, int64_t share, char *err, size_t errn) {
+    struct bt_batcher_params bp;
+    bt_batcher_default_params(&bp);
+    struct bt_batcher *b = NULL;
+    if (bt_batcher_new(e, tok, &bp, &b, err, errn) != BT_OK) return 1;
+    struct conv_msgs c = {0};
+    int rc = 0;
+    if (o->system && !conv_push(&c, "system", o->system, strlen(o->system))) {
+        snprintf(err, errn, "out of memory");
+        rc = 1;
+    }
+    char *line = NULL;
+    size_t cap = 0, turn = 0, lineno = 0;
+    ssize_t got;
+    const bool tty = isatty(STDIN_FILENO);
+    while (!rc && (!tty || (fputs("> ", stdout) != EOF && fflush(stdout) == 0)) &&
+           (got = getline(&line, &cap, stdin)) >= 0) {
+        size_t len = (size_t)got;
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        if (len == 0) continue;
+        const int64_t bad = bt_utf8_check(line, len);
+        if (bad >= 0 || memchr(line, '\0', len)) {
+            if (bad >= 0) snprintf(err, errn, "stdin line %zu: not valid UTF-8: byte %lld", lineno, (long long)bad);
+            else snprintf(err, errn, "stdin line %zu: a NUL byte", lineno);
+            rc = 1;
+            break;
+        }
+        if (!conv_push(&c, "user", line, len)) {
+            snprintf(err, errn, "out of memory keeping the conversation");
+            rc = 1;
+            break;
+        }
+        rc = conv_turn(o, b, tok, tmpl, &c, ++turn, share, err, errn);
+    }
+    if (!rc && ferror(stdin)) {
+        snprintf(err, errn, "reading stdin: %s", strerror(errno));
+        rc = 1;
+    }
+    free(line);
+    conv_free(&c);
+    bt_batcher_free(b);
+    return rc;
+}
+
 /* What every rank must have the same of. */
 static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
     int n = 0;
@@ -788,7 +988,7 @@ int bt_cli_generate(int argc, char **argv) {
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
     struct prompt *prompts = NULL;
     size_t n_prompts = 0;
-    if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
+    if (!prc && !o.conversation) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
 
     const struct bt_rank_config rcfg = bt_cli_engine_rank_config(GEN_PROG, &o.eng, 0);
     struct bt_rank R;
@@ -804,6 +1004,7 @@ int bt_cli_generate(int argc, char **argv) {
     struct bt_engine *e = NULL;
     struct bt_cli_dump dump = {0}; /* --dump-tensors' callback state */
     bt_tokenizer *tok = NULL;
+    bt_chat_template *tmpl = NULL;
     struct bt_engine_stats *all = NULL;
 
     struct bt_cli_agree_item items[GEN_AGREE_ITEMS];
@@ -832,8 +1033,8 @@ int bt_cli_generate(int argc, char **argv) {
     int64_t verdict = 0;
     if (rank == 0) bt_cli_ctx_warn(GEN_PROG, e, o.n_ctx, o.parallel);
     if (rank == 0)
-        verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, prompts, n_prompts,
-                                   o.n_ctx / o.parallel, err, sizeof err);
+        verdict = tokenize_prompts(&o, bt_gguf_path(bt_engine_gguf(e)), bt_engine_gguf(e), &tok, &tmpl, prompts,
+                                   n_prompts, o.n_ctx / o.parallel, err, sizeof err);
     if (rank == 0 && !verdict && o.dump_plan && dump_engine_plan(e, o.dump_plan) != 0) verdict = 1;
     if (t->iface.allreduce_max(t, &verdict, 1) != BT_OK && !verdict) {
         snprintf(err, sizeof err, "the ranks could not agree: %s", "transport failure");
@@ -842,7 +1043,8 @@ int bt_cli_generate(int argc, char **argv) {
     struct gen_run run = {.o = &o, .model = bt_gguf_path(bt_engine_gguf(e)), .p = prompts, .n = n_prompts, .stream = n_prompts == 1 && !o.json};
     for (size_t i = 0; i < n_prompts; i++) prompts[i].run = &run;
     if (rank == 0) {
-        if (!verdict) rc = run_prompts(&run, e, tok, err, sizeof err);
+        if (!verdict && o.conversation) rc = run_conversation(&o, e, tok, tmpl, o.n_ctx / o.parallel, err, sizeof err);
+        else if (!verdict) rc = run_prompts(&run, e, tok, err, sizeof err);
         else rc = (int)verdict;
         if (bt_engine_stop(e) != BT_OK && !rc) {
             snprintf(err, sizeof err, "%s", bt_engine_error(e));
@@ -857,7 +1059,7 @@ int bt_cli_generate(int argc, char **argv) {
         if (!rc) snprintf(err, sizeof err, "gathering the ranks' statistics: %s", all ? bt_engine_error(e) : "out of memory");
         rc = 1;
     }
-    if (rank == 0 && !verdict && !rc) {
+    if (rank == 0 && !verdict && !rc && !o.conversation) {
         struct gen_totals tt;
         totals(&run, &tt);
         if (o.json) {
@@ -889,6 +1091,7 @@ out:
     if (err[0] && rank == 0) fprintf(stderr, GEN_PROG ": %s\n", err);
     free(all);
     bt_tokenizer_free(tok);
+    bt_chat_template_free(tmpl);
     bt_engine_close(e);
     bt_cli_dump_free(&dump);
     free_prompts(prompts, n_prompts);

@@ -33,7 +33,9 @@
 #define BT_BATCHER_MIN_CHUNK 32
 #endif
 
-enum slot_state { SLOT_FREE = 0, SLOT_PROMPT, SLOT_WAIT, SLOT_READY };
+/* SLOT_FOLLOW: a choice past the first of an n > 1 request, waiting for
+ * the first choice's prompt (its cells are copied in once it is submitted) */
+enum slot_state { SLOT_FREE = 0, SLOT_PROMPT, SLOT_WAIT, SLOT_READY, SLOT_FOLLOW };
 
 struct slot {
     enum slot_state state;
@@ -46,14 +48,23 @@ struct slot {
     int32_t next;              /* READY: the token to submit */
     int32_t pos;               /* the position of the next token submitted */
     int64_t n_gen;
+    int64_t n_cached;          /* prompt tokens whose cells were kept from the slot's last request */
     double t_sub, t_first, t_last;
     double *acc;               /* embedding: the rows' sum so far [n_embd] */
     int64_t n_acc;             /* embedding: rows taken */
+    /* kept while the slot is free: the tokens its cells hold, by position
+     * (0 .. n_cells - 1: every token submitted), and when it was last taken */
+    int32_t *cell_tok;         /* [share] */
+    int64_t n_cells;
+    uint64_t last_use;
+    int leader;                /* a later choice: the slot of its request's first choice (-1: none) */
+    bool first_row;            /* a later choice in WAIT: its first token comes from the leader's row */
 };
 
 /* an add waiting in the inbox: the request and its own copies */
 struct pending_add {
     uint64_t id;
+    int choice;      /* its index among its request's choices (the first: 0) */
     struct bt_gen_request req;
     int32_t *prompt;
     bt_sampler *smp;
@@ -90,6 +101,7 @@ struct bt_batcher {
     float *vec;        /* n_embd: a pooled embedding */
     int32_t *eog;      /* the vocabulary's end-of-generation ids (min_tokens bans them) */
     float *eog_raw;    /* their logits in a row before the ban (the log-probabilities are the model's) */
+    float *row_keep, *row_tmp; /* n_vocab each: a leader's row for its later choices */
     int32_t n_eog;
 
     pthread_mutex_t mu;
@@ -102,6 +114,7 @@ struct bt_batcher {
     int n_taken;       /* slots not FREE */
     uint64_t next_id;
     bool failed;
+    uint64_t clock;    /* slots taken so far (least recently used) */
 
     struct bt_batcher_stats stats;
     char error[1024];
@@ -147,7 +160,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         struct slot *sl = &b->slots[s];
         if (sl->state == SLOT_FREE) continue;
         if (!b->failed) bt_engine_seq_rm(b->e, s);
-        struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0};
+        struct bt_gen_result r = {sl->id, BT_FINISH_CANCELLED, (int64_t)sl->n_prompt, sl->n_gen, 0, 0, sl->n_cached};
         if (sl->req.on_done) sl->req.on_done(sl->req.user, &r);
         free(sl->prompt);
         free(sl->acc);
@@ -156,14 +169,19 @@ void bt_batcher_free(struct bt_batcher *b) {
     }
     for (int i = 0; i < b->n_adds; i++) {
         struct pending_add *a = &b->adds[i];
-        struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0};
+        struct bt_gen_result r = {a->id, BT_FINISH_CANCELLED, (int64_t)a->req.n_prompt, 0, 0, 0, 0};
         if (a->req.on_done) a->req.on_done(a->req.user, &r);
         free(a->prompt);
         free(a->acc);
         bt_sampler_free(a->smp);
         bt_stopper_free(a->stop);
     }
+    /* the cells free slots kept for reuse go too: the engine is left empty of this batcher's */
+    for (int s = 0; !b->failed && b->slots && s < b->n_seq; s++)
+        if (b->slots[s].state == SLOT_FREE && b->slots[s].n_cells > 0 && bt_engine_seq_rm(b->e, s) != BT_OK)
+            b->failed = true;
     for (int i = 0; i < b->max_inflight && b->fl; i++) flight_free(&b->fl[i]);
+    for (int s = 0; s < b->n_seq && b->slots; s++) free(b->slots[s].cell_tok);
     free(b->fl);
     free(b->slots);
     free(b->adds);
@@ -176,6 +194,8 @@ void bt_batcher_free(struct bt_batcher *b) {
     pthread_cond_destroy(&b->cv);
     free(b->eog);
     free(b->eog_raw);
+    free(b->row_keep);
+    free(b->row_tmp);
     free(b);
 }
 
@@ -227,7 +247,12 @@ enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, cons
     b->logits = malloc((size_t)max_rows * (size_t)b->n_vocab * sizeof(float));
     b->hidden = malloc((size_t)b->n_ubatch * (size_t)b->n_embd * sizeof(float));
     b->vec = malloc((size_t)b->n_embd * sizeof(float));
+    b->row_keep = malloc((size_t)b->n_vocab * sizeof(float));
+    b->row_tmp = malloc((size_t)b->n_vocab * sizeof(float));
+    if (!b->row_keep || !b->row_tmp) goto nomem;
     if (!b->slots || !b->adds || !b->adds_taken || !b->fl || !b->logits || !b->hidden || !b->vec) goto nomem;
+    for (int s = 0; s < b->n_seq; s++)
+        if (!(b->slots[s].cell_tok = malloc((size_t)b->share * sizeof *b->slots[s].cell_tok))) goto nomem;
     for (int pass = 0; pass < 2; pass++) { /* count, then list */
         for (uint32_t id = 0; id < bt_tokenizer_n_tokens(tok); id++)
             if (bt_tokenizer_is_eog(tok, (int32_t)id)) {
@@ -260,20 +285,28 @@ nomem:
 
 /* ---- any thread ---- */
 
-/* Queue a as the next add (its id into *id); on a refusal a is not taken. */
-static enum bt_status queue_add(struct bt_batcher *b, struct pending_add *a, uint64_t *id, char *err, size_t n_err) {
+/* Queue a[0..n) (one request's choices, one slot each) as the next adds,
+ * with one id (into *id); on a refusal none is taken. */
+static enum bt_status queue_add(struct bt_batcher *b, struct pending_add *a, int n, uint64_t *id, char *err,
+                                size_t n_err) {
     enum bt_status st = BT_OK;
     pthread_mutex_lock(&b->mu);
     if (b->failed) {
         snprintf(err, n_err, "the engine has failed: %s", b->error);
         st = BT_ERR_COMM;
-    } else if (b->n_taken + b->n_adds >= b->n_seq) {
-        snprintf(err, n_err, "all %d sequences are busy", b->n_seq);
+    } else if (b->n_taken + b->n_adds + n > b->n_seq) {
+        if (n == 1)
+            snprintf(err, n_err, "all %d sequences are busy", b->n_seq);
+        else
+            snprintf(err, n_err, "%d of %d sequences are busy: %d choices do not fit", b->n_taken + b->n_adds,
+                     b->n_seq, n);
         st = BT_ERR_CAPACITY;
     } else {
-        a->id = b->next_id++;
-        *id = a->id;
-        b->adds[b->n_adds++] = *a;
+        *id = b->next_id++;
+        for (int i = 0; i < n; i++) {
+            a[i].id = *id;
+            b->adds[b->n_adds++] = a[i];
+        }
         pthread_cond_broadcast(&b->cv);
     }
     pthread_mutex_unlock(&b->mu);
@@ -300,11 +333,46 @@ static enum bt_status add_embedding(struct bt_batcher *b, const struct bt_gen_re
         return BT_ERR_NOMEM;
     }
     memcpy(a.prompt, req->prompt, req->n_prompt * sizeof *a.prompt);
-    const enum bt_status st = queue_add(b, &a, id, err, n_err);
+    const enum bt_status st = queue_add(b, &a, 1, id, err, n_err);
     if (st != BT_OK) {
         free(a.prompt);
         free(a.acc);
     }
+    return st;
+}
+
+/* Choice i of a checked generation request: its own copy of the prompt,
+ * stopper and sampler (seed + i), and its user. */
+static enum bt_status make_choice(struct bt_batcher *b, const struct bt_gen_request *req, int i, struct pending_add *a,
+                                  char *err, size_t n_err) {
+    /* the sequence's cells: the prompt, then every sampled token but the last */
+    const int64_t room = b->share - (int64_t)req->n_prompt + 1;
+    const int64_t max_tokens = req->max_tokens < 0 || req->max_tokens > room ? room : req->max_tokens;
+    a->req = *req;
+    a->choice = i;
+    if (req->n_choices > 1) a->req.user = req->choice_users[i];
+    a->req.sampling.seed = req->sampling.seed + (uint64_t)i;
+    a->prompt = malloc(req->n_prompt * sizeof *a->prompt);
+    if (!a->prompt) {
+        snprintf(err, n_err, "out of memory for a prompt of %zu tokens", req->n_prompt);
+        return BT_ERR_NOMEM;
+    }
+    memcpy(a->prompt, req->prompt, req->n_prompt * sizeof *a->prompt);
+    enum bt_status st = bt_stopper_create(req->stops, req->n_stops, max_tokens, &a->stop, err, n_err);
+    if (st == BT_OK) st = bt_sampler_create(&a->req.sampling, (int32_t)b->n_vocab, &a->smp, err, n_err);
+    if (st == BT_OK && req->n_bias > 0)
+        st = bt_sampler_set_bias(a->smp, req->bias_ids, req->bias, (int32_t)req->n_bias, err, n_err);
+    if (st == BT_OK) {
+        bt_stopper_set_ignore_eog(a->stop, req->ignore_eos);
+        for (size_t k = 0; k < req->n_prompt; k++) bt_sampler_accept(a->smp, a->prompt[k]);
+    }
+    a->req.prompt = NULL;
+    a->req.stops = NULL;
+    a->req.n_stops = 0;
+    a->req.bias_ids = NULL;
+    a->req.bias = NULL;
+    a->req.n_bias = 0;
+    a->req.choice_users = NULL;
     return st;
 }
 
@@ -328,6 +396,10 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
             return BT_ERR_INVALID;
         }
     if (req->pooling != BT_POOLING_NONE) {
+        if (req->n_choices > 1) {
+            snprintf(err, n_err, "an embedding has one choice, not %d", req->n_choices);
+            return BT_ERR_INVALID;
+        }
         if (req->pooling != BT_POOLING_MEAN && req->pooling != BT_POOLING_LAST) {
             snprintf(err, n_err, "pooling %d: not mean (1) or last (2)", (int)req->pooling);
             return BT_ERR_INVALID;
@@ -354,38 +426,27 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
                  (long long)req->max_tokens);
         return BT_ERR_INVALID;
     }
-    /* the sequence's cells: the prompt, then every sampled token but the last */
-    const int64_t room = b->share - (int64_t)req->n_prompt + 1;
-    const int64_t max_tokens = req->max_tokens < 0 || req->max_tokens > room ? room : req->max_tokens;
-
-    struct pending_add a = {0};
-    a.req = *req;
-    a.prompt = malloc(req->n_prompt * sizeof *a.prompt);
-    if (!a.prompt) {
-        snprintf(err, n_err, "out of memory for a prompt of %zu tokens", req->n_prompt);
+    const int n = req->n_choices > 1 ? req->n_choices : 1;
+    if (req->n_choices < 0 || n > b->n_seq || (n > 1 && !req->choice_users)) {
+        snprintf(err, n_err, "%d choices: between 1 and the %d sequence slots, each with its user", req->n_choices,
+                 b->n_seq);
+        return BT_ERR_INVALID;
+    }
+    struct pending_add *a = calloc((size_t)n, sizeof *a);
+    if (!a) {
+        snprintf(err, n_err, "out of memory for %d choices", n);
         return BT_ERR_NOMEM;
     }
-    memcpy(a.prompt, req->prompt, req->n_prompt * sizeof *a.prompt);
-    enum bt_status st = bt_stopper_create(req->stops, req->n_stops, max_tokens, &a.stop, err, n_err);
-    if (st == BT_OK) st = bt_sampler_create(&req->sampling, (int32_t)b->n_vocab, &a.smp, err, n_err);
-    if (st == BT_OK && req->n_bias > 0)
-        st = bt_sampler_set_bias(a.smp, req->bias_ids, req->bias, (int32_t)req->n_bias, err, n_err);
-    if (st == BT_OK) {
-        bt_stopper_set_ignore_eog(a.stop, req->ignore_eos);
-        for (size_t i = 0; i < req->n_prompt; i++) bt_sampler_accept(a.smp, a.prompt[i]);
-    }
-    a.req.prompt = NULL;
-    a.req.stops = NULL;
-    a.req.n_stops = 0;
-    a.req.bias_ids = NULL;
-    a.req.bias = NULL;
-    a.req.n_bias = 0;
-    if (st == BT_OK) st = queue_add(b, &a, id, err, n_err);
-    if (st != BT_OK) {
-        free(a.prompt);
-        bt_sampler_free(a.smp);
-        bt_stopper_free(a.stop);
-    }
+    enum bt_status st = BT_OK;
+    for (int i = 0; i < n && st == BT_OK; i++) st = make_choice(b, req, i, &a[i], err, n_err);
+    if (st == BT_OK) st = queue_add(b, a, n, id, err, n_err);
+    if (st != BT_OK)
+        for (int i = 0; i < n; i++) {
+            free(a[i].prompt);
+            bt_sampler_free(a[i].smp);
+            bt_stopper_free(a[i].stop);
+        }
+    free(a); /* queued: copied into the inbox */
     return st;
 }
 
@@ -438,7 +499,10 @@ void bt_batcher_wait(struct bt_batcher *b, int timeout_ms) {
 static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     struct slot *sl = &b->slots[s];
     BT_ASSERT(sl->state != SLOT_FREE);
-    if (why != BT_FINISH_ERROR && bt_engine_seq_rm(b->e, s) != BT_OK) {
+    /* a generation's cells stay for the next request to reuse (its tokens up
+     * to the last one submitted); an embedding's and a failed one's go */
+    const bool keep = why != BT_FINISH_ERROR && sl->req.pooling == BT_POOLING_NONE;
+    if (why != BT_FINISH_ERROR && !keep && bt_engine_seq_rm(b->e, s) != BT_OK) {
         /* the engine is broken: this request and then every other ends */
         snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
         pthread_mutex_lock(&b->mu);
@@ -450,6 +514,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
         .id = sl->id,
         .finish = why,
         .n_prompt = (int64_t)sl->n_prompt,
+        .n_cached = sl->n_cached,
         .n_gen = sl->n_gen,
         .t_prompt_s = sl->n_gen > 0 ? sl->t_first - sl->t_sub : 0,
         .t_gen_s = sl->n_gen > 0 ? sl->t_last - sl->t_first : 0,
@@ -459,7 +524,13 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     free(sl->acc);
     bt_sampler_free(sl->smp);
     bt_stopper_free(sl->stop);
+    int32_t *cell_tok = sl->cell_tok;
+    const int64_t n_cells = keep && why != BT_FINISH_ERROR ? (int64_t)sl->pos : 0;
+    const uint64_t last_use = sl->last_use;
     memset(sl, 0, sizeof *sl);
+    sl->cell_tok = cell_tok;
+    sl->n_cells = n_cells;
+    sl->last_use = last_use;
     pthread_mutex_lock(&b->mu);
     b->n_taken--;
     pthread_mutex_unlock(&b->mu);
@@ -478,6 +549,38 @@ static enum bt_status fail(struct bt_batcher *b, enum bt_status st) {
     return st == BT_OK ? BT_ERR_COMM : st;
 }
 
+/* The free slot for a request with prompt[0..n): with reuse, the one whose
+ * cells share the longest prefix with the prompt (at most n - 1 tokens: the
+ * last prompt token is computed again for its logits; none where the engine
+ * could not keep them bitwise, bt_engine_seq_reusable); when none shares
+ * any, an empty one, else the least recently used.  *keep: the prompt
+ * tokens whose cells it keeps. */
+static int pick_slot(struct bt_batcher *b, const int32_t *prompt, size_t n, bool reuse, int64_t *keep) {
+    int best = -1;
+    int64_t best_k = -1;
+    for (int s = 0; s < b->n_seq; s++) {
+        const struct slot *sl = &b->slots[s];
+        if (sl->state != SLOT_FREE) continue;
+        int64_t k = 0;
+        while (reuse && k < sl->n_cells && k + 1 < (int64_t)n && sl->cell_tok[k] == prompt[k]) k++;
+        if (k > 0 && !bt_engine_seq_reusable(b->e, s, (int32_t)k)) k = 0;
+        bool better = k > best_k;
+        if (k == best_k && k == 0) { /* nothing shared: an empty slot, else the oldest */
+            const struct slot *o = &b->slots[best];
+            better = (sl->n_cells == 0) != (o->n_cells == 0) ? sl->n_cells == 0 : sl->last_use < o->last_use;
+        } else if (k == best_k) { /* as much shared: the one that loses fewer cells, else the oldest */
+            const struct slot *o = &b->slots[best];
+            better = sl->n_cells != o->n_cells ? sl->n_cells < o->n_cells : sl->last_use < o->last_use;
+        }
+        if (better) {
+            best = s;
+            best_k = k;
+        }
+    }
+    *keep = best_k;
+    return best;
+}
+
 /* Take the inbox: new requests into free slots, cancels. */
 static void drain_inbox(struct bt_batcher *b) {
     pthread_mutex_lock(&b->mu);
@@ -491,12 +594,37 @@ static void drain_inbox(struct bt_batcher *b) {
     b->n_taken += n_adds; /* add counted them against the slots already */
     pthread_mutex_unlock(&b->mu);
 
+    int lead = -1;
     for (int i = 0; i < n_adds; i++) {
-        int s = 0;
-        while (b->slots[s].state != SLOT_FREE) s++; /* a free one exists: add checked */
-        BT_ASSERT(s < b->n_seq);
+        const struct bt_gen_request *rq = &adds[i].req;
+        int64_t keep = 0;
+        /* a later choice takes an empty (or the oldest) slot: the first's prompt cells are copied in */
+        const bool reuse = !rq->no_reuse && rq->pooling == BT_POOLING_NONE && adds[i].choice == 0;
+        const int s = pick_slot(b, adds[i].prompt, rq->n_prompt, reuse, &keep);
+        BT_ASSERT(s >= 0); /* a free one exists: add checked */
         struct slot *sl = &b->slots[s];
+        /* the cells past the shared part go, on every rank, before this request's tokens */
+        if (sl->n_cells > keep && bt_engine_seq_trim(b->e, s, (int32_t)keep) != BT_OK) {
+            snprintf(b->error, sizeof b->error, "%s", bt_engine_error(b->e));
+            pthread_mutex_lock(&b->mu);
+            b->failed = true;
+            pthread_mutex_unlock(&b->mu);
+        }
+        sl->n_cells = keep;
+        sl->n_cached = keep;
+        sl->n_sub = (size_t)keep;
+        sl->pos = (int32_t)keep;
+        sl->last_use = ++b->clock;
+        b->stats.cached_tokens += (uint64_t)keep;
         sl->state = SLOT_PROMPT;
+        sl->leader = -1;
+        if (adds[i].choice == 0) {
+            lead = s;
+        } else {
+            BT_ASSERT(lead >= 0 && b->slots[lead].id == adds[i].id);
+            sl->state = SLOT_FOLLOW;
+            sl->leader = lead;
+        }
         sl->id = adds[i].id;
         sl->req = adds[i].req;
         sl->prompt = adds[i].prompt;
@@ -527,6 +655,7 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
         if (sl->state != SLOT_READY) continue;
         const int64_t i = f->n_tokens++;
         f->token[i] = sl->next;
+        sl->cell_tok[sl->pos] = sl->next;
         f->pos[i] = sl->pos++;
         f->seq[i] = s;
         f->logits[i] = 1;
@@ -540,12 +669,13 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
     for (int s = 0; s < b->n_seq && f->n_tokens < end; s++) {
         struct slot *sl = &b->slots[s];
         if (sl->state != SLOT_PROMPT || (sl->req.pooling != BT_POOLING_NONE) != (kind == BT_LLM_OUT_EMBD)) continue;
-        if (sl->n_sub == 0) sl->t_sub = t;
+        if (sl->t_sub == 0) sl->t_sub = t;
         size_t n = sl->n_prompt - sl->n_sub;
         if ((int64_t)n > end - f->n_tokens) n = (size_t)(end - f->n_tokens);
         for (size_t k = 0; k < n; k++) {
             const int64_t i = f->n_tokens++;
             f->token[i] = sl->prompt[sl->n_sub];
+            sl->cell_tok[sl->pos] = f->token[i];
             f->pos[i] = sl->pos++;
             f->seq[i] = s;
             f->logits[i] = 0;
@@ -641,6 +771,47 @@ static void take_hidden(struct bt_batcher *b, int s, const float *row) {
     finish(b, s, BT_FINISH_STOP);
 }
 
+/* After a submit: each later choice whose first choice's prompt is all
+ * submitted now gets the prompt's cells, copied on every rank after that
+ * ubatch, and waits for the first choice's row. */
+static enum bt_status copy_prompts(struct bt_batcher *b) {
+    for (int s = 0; s < b->n_seq; s++) {
+        struct slot *sl = &b->slots[s];
+        if (sl->state != SLOT_FOLLOW) continue;
+        const struct slot *l = &b->slots[sl->leader];
+        BT_ASSERT(l->state != SLOT_FREE && l->id == sl->id); /* a cancel ends every choice of the request */
+        if (l->n_sub < l->n_prompt) continue;
+        const enum bt_status st = bt_engine_seq_cp(b->e, sl->leader, s, (int32_t)l->n_prompt);
+        if (st != BT_OK) return st;
+        memcpy(sl->cell_tok, l->cell_tok, l->n_prompt * sizeof *sl->cell_tok);
+        sl->n_sub = l->n_prompt;
+        sl->pos = (int32_t)l->n_prompt;
+        sl->n_cached = l->n_cached;
+        sl->t_sub = l->t_sub;
+        sl->state = SLOT_WAIT;
+        sl->first_row = true;
+    }
+    return BT_OK;
+}
+
+/* A row of logits for slot s and the later choices whose first token it gives. */
+static void take_rows(struct bt_batcher *b, int s, float *row, double t) {
+    const uint64_t id = b->slots[s].id;
+    bool follow = false;
+    for (int f = 0; f < b->n_seq && !follow; f++)
+        follow = b->slots[f].state == SLOT_WAIT && b->slots[f].first_row && b->slots[f].leader == s &&
+                 b->slots[f].id == id;
+    if (follow) memcpy(b->row_keep, row, (size_t)b->n_vocab * sizeof *row);
+    take_row(b, s, row, t);
+    for (int f = 0; follow && !b->failed && f < b->n_seq; f++) {
+        struct slot *sl = &b->slots[f];
+        if (sl->state != SLOT_WAIT || !sl->first_row || sl->leader != s || sl->id != id) continue;
+        sl->first_row = false;
+        memcpy(b->row_tmp, b->row_keep, (size_t)b->n_vocab * sizeof *row);
+        take_row(b, f, b->row_tmp, t);
+    }
+}
+
 enum bt_status bt_batcher_step(struct bt_batcher *b) {
     if (b->failed) return BT_ERR_COMM;
     drain_inbox(b);
@@ -670,7 +841,8 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
             !form_ubatch(b, f, BT_LLM_OUT_EMBD, 0, max_prompt, t))
             break;
         const struct bt_llm_batch ub = {f->n_tokens, f->token, f->pos, f->seq, f->logits, f->kind};
-        const enum bt_status st = bt_engine_submit(b->e, &ub, &f->engine_id);
+        enum bt_status st = bt_engine_submit(b->e, &ub, &f->engine_id);
+        if (st == BT_OK) st = copy_prompts(b);
         if (st != BT_OK) return fail(b, st);
         b->fl_n++;
         b->stats.ubatches++;
@@ -697,7 +869,7 @@ enum bt_status bt_batcher_step(struct bt_batcher *b) {
             continue;
         }
         if (b->slots[s].state != SLOT_WAIT || b->slots[s].id != f->row_req[r]) continue; /* cancelled */
-        take_row(b, s, b->logits + (size_t)r * (size_t)b->n_vocab, tc);
+        take_rows(b, s, b->logits + (size_t)r * (size_t)b->n_vocab, tc);
         if (b->failed) return fail(b, BT_ERR_COMM); /* a finished request's seq_rm failed */
     }
     return BT_OK;

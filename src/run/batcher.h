@@ -4,7 +4,16 @@
  * ubatches that stream through the ranks' pipeline.  `baton generate
  * --parallel` and `baton serve` drive their models through it.
  *
- * One request = one sequence slot (0 .. n_seq-1) for its whole life.  Each
+ * One request = one sequence slot (0 .. n_seq-1) for its whole life.  A
+ * slot's cells outlive its request (the tokens they hold are remembered): a
+ * new request takes the free slot whose cells share the longest prefix with
+ * its prompt, the cells past that prefix are freed on every rank
+ * (bt_engine_seq_trim), and only the rest of the prompt is computed (at
+ * least its last token, whose logits are needed), as llama-server's
+ * cache_prompt.  The tokens after the prefix land in the cells a cold run
+ * would give them and read the same cells, so the results are bitwise a
+ * cold run's; where a sliding window's ring no longer holds what they would
+ * read (bt_engine_seq_reusable), the prompt runs cold.  Each
  * step forms ubatches from the ready sequences (first one decode token of each
  * sequence whose last token has been sampled, spread over as many ubatches as
  * the pipeline has stages, then prompt chunks; at most n_ubatch tokens),
@@ -58,6 +67,7 @@ struct bt_gen_result {
     int64_t n_gen;           /* tokens sampled, the last one (an EOG token, ...) included */
     double t_prompt_s;       /* from the request's first submitted token to its first sampled token */
     double t_gen_s;          /* from its first sampled token to its last */
+    int64_t n_cached;        /* of the prompt tokens: whose cells were reused from the slot's last request */
 };
 
 /* How an embedding request pools its prompt's hidden states (after the
@@ -109,6 +119,21 @@ struct bt_gen_request {
      * (the engine's rows are). */
     enum bt_pooling pooling;
     void (*on_embd)(void *user, const float *embd, int64_t n_embd);
+    /* No prefix reuse (llama-server's cache_prompt: false): the whole prompt
+     * is computed, in a slot whose cells are all freed first.  Either way the
+     * results are the same bits. */
+    bool no_reuse;
+    /* n_choices > 1 (0 or 1: one): as many completions of the prompt, one
+     * sequence slot each, all under one id (a cancel ends them all).  The
+     * prompt is computed once, in the first choice's slot; once it is
+     * submitted its cells are copied into the others' (bt_engine_seq_cp, on
+     * every rank), and every choice samples its first token from the same
+     * row of logits.  Choice i samples with seed sampling.seed + i, so its
+     * tokens are bitwise those of a request of one choice with that seed;
+     * its callbacks get choice_users[i] (n_choices entries) in place of
+     * user.  At most the batcher's slots; generation only. */
+    int n_choices;
+    void *const *choice_users;
 };
 
 struct bt_batcher_params {
@@ -167,6 +192,7 @@ struct bt_batcher_stats {
     uint64_t prompt_tokens;  /* prompt tokens submitted */
     uint64_t gen_tokens;     /* tokens sampled */
     uint64_t decode_tokens;  /* sampled tokens submitted back (decode steps) */
+    uint64_t cached_tokens;  /* prompt tokens whose cells were reused, not submitted */
 };
 void bt_batcher_stats(const struct bt_batcher *b, struct bt_batcher_stats *s);
 

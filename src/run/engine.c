@@ -39,7 +39,7 @@
 #include "place.h"
 
 enum { TAG_HEAD = 7001, TAG_BODY = 7002, TAG_STATS = 7003 };
-enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3 };
+enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3, MSG_SEQ_CP = 4 };
 
 #define MSG_TEXT 400
 
@@ -47,8 +47,9 @@ enum { MSG_UBATCH = 1, MSG_SEQ_RM = 2, MSG_STOP = 3 };
 struct msg_head {
     int32_t kind;
     int32_t n_tokens, n_out;
-    int32_t arg;   /* MSG_SEQ_RM: the sequence; MSG_UBATCH: the rows' kind (enum bt_llm_out) */
-    int32_t status, pad_; /* MSG_STOP with a text: the failure's bt_status */
+    int32_t arg;   /* MSG_SEQ_RM: the sequence; MSG_SEQ_CP: the source; MSG_UBATCH: the rows' kind (enum bt_llm_out) */
+    int32_t status; /* MSG_STOP with a text: the failure's bt_status */
+    int32_t arg2;  /* MSG_SEQ_RM: the first position removed (0: all); MSG_SEQ_CP: the destination */
     uint64_t id;   /* MSG_UBATCH: the ubatch's number */
     uint64_t body; /* bytes of the body that follows (MSG_UBATCH) */
     char text[MSG_TEXT]; /* MSG_STOP: a failure every rank ends with */
@@ -200,14 +201,18 @@ static enum bt_status out_send(struct bt_engine *e, struct out_msg *o) {
     return BT_OK;
 }
 
-/* A head-only message (MSG_SEQ_RM, MSG_STOP) to every other rank; text: a
- * failure the stop carries to every rank, with its status why. */
-static enum bt_status send_control(struct bt_engine *e, int kind, int32_t arg, const char *text, enum bt_status why) {
+/* A head-only message (MSG_SEQ_RM, MSG_SEQ_CP, MSG_STOP) to every other
+ * rank (MSG_SEQ_CP: n positions in n_tokens); text: a failure the stop
+ * carries to every rank, with its status why. */
+static enum bt_status send_control(struct bt_engine *e, int kind, int32_t arg, int32_t arg2, int32_t n,
+                                   const char *text, enum bt_status why) {
     struct out_msg *o;
     const enum bt_status st = out_get(e, 0, &o);
     if (st != BT_OK) return st;
     o->head.kind = kind;
     o->head.arg = arg;
+    o->head.arg2 = arg2;
+    o->head.n_tokens = n;
     if (text) {
         msgf(o->head.text, sizeof o->head.text, "%s", text);
         o->head.status = why;
@@ -776,14 +781,38 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
     return BT_OK;
 }
 
-enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) {
+enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq) { return bt_engine_seq_trim(e, seq, 0); }
+
+enum bt_status bt_engine_seq_trim(struct bt_engine *e, int32_t seq, int32_t p0) {
     enum bt_status st = check_usable(e);
     if (st != BT_OK) return st;
     if (seq < 0 || seq >= e->p.n_seq_max)
         return efail(e, BT_ERR_INVALID, "seq_rm: sequence id %d out of [0, %d)", seq, e->p.n_seq_max);
-    bt_model_dist_seq_rm(e->md, seq);
-    if (e->P > 1 && (st = send_control(e, MSG_SEQ_RM, seq, NULL, BT_OK)) != BT_OK) e->fatal = st;
+    if (p0 < 0) return efail(e, BT_ERR_INVALID, "seq_rm: sequence %d from position %d: negative", seq, p0);
+    bt_model_dist_seq_trim(e->md, seq, p0);
+    if (e->P > 1 && (st = send_control(e, MSG_SEQ_RM, seq, p0, 0, NULL, BT_OK)) != BT_OK) e->fatal = st;
     return st;
+}
+
+bool bt_engine_seq_reusable(const struct bt_engine *e, int32_t seq, int32_t n) {
+    return e->md && seq >= 0 && seq < e->p.n_seq_max && bt_model_dist_seq_reusable(e->md, seq, n);
+}
+
+enum bt_status bt_engine_seq_cp(struct bt_engine *e, int32_t src, int32_t dst, int32_t n) {
+    enum bt_status st = check_usable(e);
+    if (st != BT_OK) return st;
+    const int64_t per = e->p.n_ctx / e->p.n_seq_max;
+    if (src < 0 || dst < 0 || src >= e->p.n_seq_max || dst >= e->p.n_seq_max || src == dst || n < 1 || n > per)
+        return efail(e, BT_ERR_INVALID, "seq_cp: sequence %d into %d, %d positions: ids out of [0, %d) or "
+                     "positions out of [1, %lld]", src, dst, n, e->p.n_seq_max, (long long)per);
+    if (bt_model_dist_seq_pos_max(e->md, dst) >= 0 || !bt_model_dist_seq_reusable(e->md, src, n))
+        return efail(e, BT_ERR_INVALID, "seq_cp: sequence %d into %d: %d holds cells or %d lacks positions 0 to %d",
+                     src, dst, dst, src, n - 1);
+    /* checked here as every rank will find it: the others copy on the message, in its order */
+    if (e->P > 1 && (st = send_control(e, MSG_SEQ_CP, src, dst, n, NULL, BT_OK)) != BT_OK) return e->fatal = st;
+    st = bt_model_dist_seq_cp(e->md, src, dst, n);
+    if (st != BT_OK) return e->fatal = efail(e, st, "rank 0: %s", bt_model_dist_error(e->md));
+    return BT_OK;
 }
 
 int32_t bt_engine_seq_pos_max(const struct bt_engine *e, int32_t seq) {
@@ -798,7 +827,7 @@ enum bt_status bt_engine_stop(struct bt_engine *e) {
     e->q_len = 0; /* the answers in flight are dropped; the runtime finishes them below */
     /* every rank learns of a failure */
     const char *why = e->fatal != BT_OK ? e->err : NULL;
-    enum bt_status st = e->P > 1 ? send_control(e, MSG_STOP, 0, why, e->fatal) : BT_OK;
+    enum bt_status st = e->P > 1 ? send_control(e, MSG_STOP, 0, 0, 0, why, e->fatal) : BT_OK;
     if (st == BT_OK && e->md) {
         st = bt_model_dist_synchronize(e->md); /* collective: the others do it on the stop */
         if (st != BT_OK) efail(e, st, "rank 0: %s", bt_model_dist_error(e->md));
@@ -845,7 +874,19 @@ enum bt_status bt_engine_serve(struct bt_engine *e) {
             break;
         }
         if (head.kind == MSG_SEQ_RM) {
-            bt_model_dist_seq_rm(e->md, head.arg);
+            bt_model_dist_seq_trim(e->md, head.arg, head.arg2);
+            continue;
+        }
+        if (head.kind == MSG_SEQ_CP) {
+            if (failed != BT_OK) continue;
+            const enum bt_status st = bt_model_dist_seq_cp(e->md, head.arg, head.arg2, head.n_tokens);
+            if (st != BT_OK) {
+                /* rank 0 checked it against the same bookkeeping: a cache out of step, or no memory */
+                efail(e, st, "rank %d: copying sequence %d into %d: %s", t->rank, head.arg, head.arg2,
+                      bt_model_dist_error(e->md));
+                fprintf(stderr, "baton: %s\n", e->err);
+                t->iface.abort(t, 1);
+            }
             continue;
         }
         const int64_t T = head.n_tokens, n_out = head.n_out;

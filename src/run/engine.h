@@ -142,6 +142,23 @@ enum bt_status bt_engine_collect(struct bt_engine *e, uint64_t *id, float *logit
 /* Free sequence seq's cells on every rank, after the ubatches submitted
  * before this call. */
 enum bt_status bt_engine_seq_rm(struct bt_engine *e, int32_t seq);
+/* Free sequence seq's cells at positions >= p0 on every rank (p0 0: all,
+ * as seq_rm), after the ubatches submitted before: its positions below p0
+ * stay, and its next token lands where it would have had the sequence never
+ * gone further (prefix reuse). */
+enum bt_status bt_engine_seq_trim(struct bt_engine *e, int32_t seq, int32_t p0);
+/* Whether seq's first n positions can be kept for new tokens from position
+ * n on with every result bitwise that of a run that stopped at n - 1
+ * (bt_kv_seq_reusable: they are all held, and a sliding window's ring has
+ * not overwritten what position n sees). */
+bool bt_engine_seq_reusable(const struct bt_engine *e, int32_t seq, int32_t n);
+/* Copy src's positions 0 .. n - 1 (cells and every layer's K/V rows) into
+ * dst's region on every rank, after the ubatches submitted before (each rank
+ * finishes its work on them first: the pipeline drains); dst must hold no
+ * cells and src those positions (bt_engine_seq_reusable).  dst's tokens from
+ * position n on then get the results they would have had dst computed the n
+ * tokens itself (the prompt of n > 1 choices, processed once). */
+enum bt_status bt_engine_seq_cp(struct bt_engine *e, int32_t src, int32_t dst, int32_t n);
 /* Collect what is in flight and tell the other ranks to stop (their
  * bt_engine_serve returns BT_OK). */
 enum bt_status bt_engine_stop(struct bt_engine *e);

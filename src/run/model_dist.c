@@ -479,6 +479,17 @@ enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const i
 }
 
 int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq) { return bt_kv_seq_rm(md->kv, seq); }
+int64_t bt_model_dist_seq_trim(struct bt_model_dist *md, int32_t seq, int32_t p0) {
+    return bt_kv_seq_trim(md->kv, seq, p0);
+}
+bool bt_model_dist_seq_reusable(const struct bt_model_dist *md, int32_t seq, int32_t n) {
+    return bt_kv_seq_reusable(md->kv, seq, n);
+}
+enum bt_status bt_model_dist_seq_cp(struct bt_model_dist *md, int32_t src, int32_t dst, int32_t n) {
+    const enum bt_status st = bt_model_dist_synchronize(md);
+    if (st != BT_OK) return st;
+    return bt_kv_seq_cp(md->kv, src, dst, n, md->err, sizeof md->err);
+}
 int32_t bt_model_dist_seq_pos_max(const struct bt_model_dist *md, int32_t seq) { return bt_kv_seq_pos_max(md->kv, seq); }
 
 enum bt_status bt_model_dist_synchronize(struct bt_model_dist *md) {

@@ -23,7 +23,8 @@
  *     bt_model_dist_open(t, backend, gguf, &params, &md, err, n)     collective
  *     bt_model_dist_decode(md, &ubatch)        collective; micro-batch k = the number of earlier ones
  *     rank 0: bt_model_dist_logits(md, k, out) (one of its shape's last n_copies)
- *     bt_model_dist_seq_rm(md, seq)            every rank, between ubatches
+ *     bt_model_dist_seq_rm(md, seq)            every rank, between ubatches (and seq_trim)
+ *     bt_model_dist_seq_cp(md, src, dst, n)    collective, between ubatches
  *     bt_model_dist_synchronize(md)            collective
  *     bt_model_dist_free(md)                   collective
  *
@@ -94,6 +95,15 @@ enum bt_status bt_model_dist_prompt(struct bt_model_dist *md, int64_t n, const i
 /* Every rank: forget a sequence's cells (between ubatches, in the same order
  * on every rank).  The cells freed. */
 int64_t bt_model_dist_seq_rm(struct bt_model_dist *md, int32_t seq);
+/* Every rank: forget seq's cells at positions >= p0 (bt_kv_seq_trim), in
+ * the same order between ubatches. */
+int64_t bt_model_dist_seq_trim(struct bt_model_dist *md, int32_t seq, int32_t p0);
+/* Whether seq's first n positions can be kept exactly (bt_kv_seq_reusable). */
+bool bt_model_dist_seq_reusable(const struct bt_model_dist *md, int32_t seq, int32_t n);
+/* Collective, between ubatches: copy src's positions 0 .. n - 1 into dst
+ * (bt_kv_seq_cp) once this rank's work on every micro-batch submitted so far
+ * is done (bt_model_dist_synchronize first: the K/V rows are final). */
+enum bt_status bt_model_dist_seq_cp(struct bt_model_dist *md, int32_t src, int32_t dst, int32_t n);
 /* Position of seq's last token in the cache, -1 when it has none. */
 int32_t bt_model_dist_seq_pos_max(const struct bt_model_dist *md, int32_t seq);
 /* Collective: wait until every submitted micro-batch is done everywhere. */

@@ -539,12 +539,17 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
         if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
     }
 
+    r->cache_prompt = true;
+    if (!get_bool(o, "cache_prompt", &r->cache_prompt, err)) return false;
+
     int64_t n = 1;
     if (!get_int(o, "n", 1, 128, &n, NULL, err)) return false;
-    if (n != 1) {
-        BAD("n", "'n' is %lld: this server gives one choice per request (n = 1)", (long long)n);
+    if (n > 1 && lim->n_slots > 0 && n > lim->n_slots) {
+        BAD("n", "'n' is %lld: this server runs %d sequences at once (--parallel), one per choice", (long long)n,
+            lim->n_slots);
         return false;
     }
+    r->n = (int)n;
 
     r->max_tokens = -1;
     bool given = false;
@@ -830,9 +835,10 @@ char *bt_api_error_json(const struct bt_api_error *e) {
                           e->param, "code", e->code));
 }
 
-static json_t *usage(int64_t n_prompt, int64_t n_gen) {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens", (json_int_t)n_gen,
-                     "total_tokens", (json_int_t)(n_prompt + n_gen));
+static json_t *usage(const struct bt_api_usage *u) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->n_prompt, "completion_tokens",
+                     (json_int_t)u->n_gen, "total_tokens", (json_int_t)(u->n_prompt + u->n_gen),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)u->n_cached);
 }
 
 static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
@@ -844,23 +850,37 @@ static json_t *envelope(const struct bt_api_request *r, const char *id, int64_t 
 }
 
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const char *text, size_t len, const char *finish, const struct bt_api_usage *u,
                            const struct bt_api_logprobs *lp) {
-    json_t *o = envelope(r, id, created, model, false), *t = text_value(text, len), *l = logprobs_value(r, lp);
-    if (!o || !t || !l) {
+    const struct bt_api_choice c = {text, len, finish, lp};
+    return bt_api_response_n_json(r, id, created, model, &c, 1, u);
+}
+
+char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                             const struct bt_api_choice *ch, size_t n, const struct bt_api_usage *u) {
+    json_t *o = envelope(r, id, created, model, false), *arr = json_array();
+    if (!o || !arr || json_object_set_new(o, "choices", arr)) {
         json_decref(o);
-        json_decref(t);
-        json_decref(l);
         return NULL;
     }
-    json_t *choice;
-    if (r->kind == BT_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content", t,
-                           "logprobs", l, "finish_reason", finish);
-    else
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", t, "logprobs", l, "finish_reason", finish);
-    if (json_object_set_new(o, "choices", json_pack("[o]", choice)) ||
-        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = text_value(ch[i].text, ch[i].len), *l = logprobs_value(r, ch[i].lp), *choice = NULL;
+        if (t && l && r->kind == BT_API_CHAT)
+            choice = json_pack("{s:I, s:{s:s, s:o}, s:o, s:s}", "index", (json_int_t)i, "message", "role", "assistant",
+                               "content", t, "logprobs", l, "finish_reason", ch[i].finish);
+        else if (t && l)
+            choice = json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)i, "text", t, "logprobs", l,
+                               "finish_reason", ch[i].finish);
+        else {
+            json_decref(t);
+            json_decref(l);
+        }
+        if (!choice || json_array_append_new(arr, choice)) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    if (json_object_set_new(o, "usage", usage(u))) {
         json_decref(o);
         return NULL;
     }
@@ -870,6 +890,12 @@ char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64
 char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                         const char *text, size_t len, const struct bt_api_logprobs *lp, const char *finish,
                         bool first) {
+    return bt_api_chunk_index_json(r, id, created, model, 0, text, len, lp, finish, first);
+}
+
+char *bt_api_chunk_index_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                              int index, const char *text, size_t len, const struct bt_api_logprobs *lp,
+                              const char *finish, bool first) {
     json_t *o = envelope(r, id, created, model, true), *t = text_value(text, len), *l = logprobs_value(r, lp);
     if (!o || !t || !l) {
         json_decref(o);
@@ -885,10 +911,10 @@ char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t 
             json_decref(t); /* the last chunk's delta is empty, as OpenAI's */
         else
             json_object_set_new(delta, "content", t);
-        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", l, "finish_reason",
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", index, "delta", delta, "logprobs", l, "finish_reason",
                            finish);
     } else {
-        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "text", t, "logprobs", l, "finish_reason", finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", index, "text", t, "logprobs", l, "finish_reason", finish);
     }
     if (json_object_set_new(o, "choices", json_pack("[o]", choice))) {
         json_decref(o);
@@ -898,10 +924,9 @@ char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t 
 }
 
 char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                              int64_t n_prompt, int64_t n_gen) {
+                              const struct bt_api_usage *u) {
     json_t *o = envelope(r, id, created, model, true);
-    if (!o || json_object_set_new(o, "choices", json_array()) ||
-        json_object_set_new(o, "usage", usage(n_prompt, n_gen))) {
+    if (!o || json_object_set_new(o, "choices", json_array()) || json_object_set_new(o, "usage", usage(u))) {
         json_decref(o);
         return NULL;
     }

@@ -62,6 +62,7 @@ struct bt_api_limits {
     const char *model_id;   /* the one model served ("model" must name it) */
     int64_t max_tokens;     /* the largest max_tokens (a sequence's share of the context) */
     uint32_t n_vocab;       /* token ids in a prompt given as ids must be below it */
+    int n_slots;            /* the most choices (n) of one request: the sequence slots (0: no limit) */
 };
 
 /* A checked request.  Strings are owned (bt_api_request_free). */
@@ -94,6 +95,12 @@ struct bt_api_request {
      * alternatives (0 to BT_MAX_TOP_LOGPROBS) */
     bool logprobs;
     int32_t top_logprobs;
+    /* llama-server's cache_prompt (default true): reuse the cells of a
+     * prompt prefix still in the cache; false: compute the whole prompt */
+    bool cache_prompt;
+    /* n: choices, 1 to the server's slots; the prompt is computed once, and
+     * choice i samples with seed + i */
+    int n;
 };
 void bt_api_request_free(struct bt_api_request *r);
 
@@ -135,18 +142,38 @@ int64_t bt_api_logprobs_chars(const struct bt_api_logprobs *lp);
  * text[0..len) need not be valid UTF-8 (bad bytes become U+FFFD).  lp: the
  * tokens' log-probabilities when the request asked for them (else NULL:
  * "logprobs": null). */
+/* The usage object: n_prompt prompt tokens (n_cached of them reused from the
+ * cache: prompt_tokens_details.cached_tokens, as OpenAI's) and n_gen
+ * generated. */
+struct bt_api_usage {
+    int64_t n_prompt, n_cached, n_gen;
+};
 char *bt_api_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                           const char *text, size_t len, const char *finish, int64_t n_prompt, int64_t n_gen,
+                           const char *text, size_t len, const char *finish, const struct bt_api_usage *u,
                            const struct bt_api_logprobs *lp);
+/* A response of n choices: choice i's text, finish reason and
+ * log-probabilities (NULL when not asked) at "index": i. */
+struct bt_api_choice {
+    const char *text;
+    size_t len;
+    const char *finish;
+    const struct bt_api_logprobs *lp;
+};
+char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                             const struct bt_api_choice *ch, size_t n, const struct bt_api_usage *u);
 /* One stream chunk: text (may be empty), the log-probabilities of the tokens
  * sampled since the last chunk (NULL when not asked), and finish (NULL until
  * the last).  first: a chat chunk carries the assistant's role. */
 char *bt_api_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                         const char *text, size_t len, const struct bt_api_logprobs *lp, const char *finish,
                         bool first);
+/* The same for choice index of a request of n > 1 choices. */
+char *bt_api_chunk_index_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                              int index, const char *text, size_t len, const struct bt_api_logprobs *lp,
+                              const char *finish, bool first);
 /* The usage chunk of a stream that asked for it (choices empty). */
 char *bt_api_usage_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                              int64_t n_prompt, int64_t n_gen);
+                              const struct bt_api_usage *u);
 /* GET /v1/models: the one model. */
 char *bt_api_models_json(const char *model, int64_t created);
 /* GET /v1/models/{id}: the model object /v1/models lists. */

@@ -82,10 +82,8 @@ struct req {
     struct bt_job **embd_jobs; /* /v1/embeddings: one job per input */
     size_t n_embd_jobs;
     /* streaming */
-    int phase;       /* 0 first chunk, 1 text, 2 usage, 3 [DONE], 4 end */
-    size_t text_seen; /* bytes of job->text already sent */
-    size_t lp_seen;   /* entries of job->lp already sent */
-    int64_t lp_offset; /* completions: the text_offset of the next entry */
+    int phase;       /* 0 first chunks, 1 text, 2 usage, 3 [DONE], 4 end */
+    int next;        /* phase 0: the choice whose first chunk is next; 1: the choice to look at first */
     char *out;       /* the SSE bytes being sent */
     size_t out_len, out_pos;
     bool timed;
@@ -421,6 +419,56 @@ static void count_timing(struct req *r) {
     bt_metrics_timing(&r->s->metrics, j->t_first - j->t_submit, now - j->t_submit);
 }
 
+/* A finished job's failure: its own or a choice's (NULL: none). */
+static const struct bt_job *failed_choice(struct bt_job *j) {
+    for (int i = 0; i < j->n_choices; i++) {
+        const struct bt_job *c = bt_job_choice(j, i);
+        if (c->res.finish == BT_FINISH_ERROR || c->res.finish == BT_FINISH_CANCELLED || c->error[0]) return c;
+    }
+    return NULL;
+}
+
+/* The usage of a finished job: its prompt once, every choice's tokens. */
+static struct bt_api_usage job_usage(struct bt_job *j) {
+    struct bt_api_usage u = {j->res.n_prompt, j->res.n_cached, 0};
+    for (int i = 0; i < j->n_choices; i++) u.n_gen += bt_job_choice(j, i)->res.n_gen;
+    return u;
+}
+
+/* The answer of a finished job's choices; NULL when out of memory. */
+static char *whole_json(struct req *r) {
+    struct bt_server *s = r->s;
+    struct bt_job *j = r->job;
+    const int n = j->n_choices;
+    const size_t elen = j->echo ? strlen(j->echo) : 0;
+    struct bt_api_choice *ch = calloc((size_t)n, sizeof *ch);
+    struct bt_api_logprobs *lp = calloc((size_t)n, sizeof *lp);
+    char **text = calloc((size_t)n, sizeof *text);
+    bool ok = ch && lp && text;
+    int n_lp = 0;
+    for (int i = 0; ok && i < n; i++) {
+        const struct bt_job *c = bt_job_choice(j, i);
+        if (!(text[i] = malloc(elen + c->len + 1))) {
+            ok = false;
+            break;
+        }
+        if (elen) memcpy(text[i], j->echo, elen);
+        if (c->len) memcpy(text[i] + elen, c->text, c->len);
+        if (j->req.logprobs && !(ok = logprobs_view(s->tok, c->lp, c->n_lp, 0, &lp[i]))) break;
+        n_lp += j->req.logprobs;
+        ch[i] = (struct bt_api_choice){text[i], elen + c->len, bt_finish_name(c->res.finish),
+                                       j->req.logprobs ? &lp[i] : NULL};
+    }
+    const struct bt_api_usage u = job_usage(j);
+    char *js = ok ? bt_api_response_n_json(&j->req, j->id, j->created, s->cfg.model_id, ch, (size_t)n, &u) : NULL;
+    for (int i = 0; text && i < n; i++) free(text[i]);
+    for (int i = 0; i < n_lp; i++) logprobs_free(&lp[i]);
+    free(text);
+    free(lp);
+    free(ch);
+    return js;
+}
+
 static enum MHD_Result answer_whole(struct req *r) {
     struct bt_server *s = r->s;
     struct bt_job *j = r->job;
@@ -436,41 +484,106 @@ static enum MHD_Result answer_whole(struct req *r) {
     pthread_mutex_unlock(&s->jobs.mu);
     /* DONE: the engine's thread writes nothing more */
     if (j->bad_request) return fail(r, 400, "invalid_request_error", NULL, "%s", j->error);
-    if (j->res.finish == BT_FINISH_ERROR || j->res.finish == BT_FINISH_CANCELLED || j->error[0])
+    const struct bt_job *bad = failed_choice(j);
+    if (bad)
         return fail(r, 500, "server_error", NULL, "the request failed: %s",
-                    j->error[0] ? j->error : "it was cancelled");
+                    bad->error[0] ? bad->error : "it was cancelled");
     count_timing(r);
-    size_t elen = j->echo ? strlen(j->echo) : 0;
-    char *text = malloc(elen + j->len + 1);
-    if (!text) return fail(r, 500, "server_error", NULL, "out of memory");
-    if (elen) memcpy(text, j->echo, elen);
-    if (j->len) memcpy(text + elen, j->text, j->len);
-    struct bt_api_logprobs lp;
-    if (j->req.logprobs && !logprobs_view(s->tok, j->lp, j->n_lp, 0, &lp)) {
-        free(text);
-        return fail(r, 500, "server_error", NULL, "out of memory");
-    }
-    char *js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
-                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen,
-                                    j->req.logprobs ? &lp : NULL);
-    free(text);
-    if (j->req.logprobs) logprobs_free(&lp);
+    char *js = whole_json(r);
     if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
     return send_text(r, 200, "application/json", js, NULL, NULL);
 }
 
-/* a stream chunk of text and (when the request asked) lp[0..n_lp); NULL
- * when out of memory */
-static char *chunk_with_logprobs(struct req *r, const char *text, size_t len, const bt_logprobs *lp, size_t n_lp,
-                                 const char *finish) {
-    struct bt_job *j = r->job;
+/* a stream chunk of choice c (index i): text and (when the request asked)
+ * lp[0..n_lp); NULL when out of memory */
+static char *chunk_with_logprobs(struct req *r, int i, const char *text, size_t len, const bt_logprobs *lp,
+                                 size_t n_lp, const char *finish) {
+    struct bt_job *j = r->job, *c = bt_job_choice(j, i);
     struct bt_api_logprobs v;
     if (!j->req.logprobs)
-        return bt_api_chunk_json(&j->req, j->id, j->created, r->s->cfg.model_id, text, len, NULL, finish, false);
-    if (!logprobs_view(r->s->tok, lp, n_lp, r->lp_offset, &v)) return NULL;
-    char *js = bt_api_chunk_json(&j->req, j->id, j->created, r->s->cfg.model_id, text, len, &v, finish, false);
-    r->lp_offset += bt_api_logprobs_chars(&v);
+        return bt_api_chunk_index_json(&j->req, j->id, j->created, r->s->cfg.model_id, i, text, len, NULL, finish,
+                                       false);
+    if (!logprobs_view(r->s->tok, lp, n_lp, c->lp_offset, &v)) return NULL;
+    char *js = bt_api_chunk_index_json(&j->req, j->id, j->created, r->s->cfg.model_id, i, text, len, &v, finish,
+                                       false);
+    c->lp_offset += bt_api_logprobs_chars(&v);
     logprobs_free(&v);
+    return js;
+}
+
+/* Streaming, with the queue's mutex held: the next choice with news, from
+ * r->next on (text not sent yet, or its end), -1 when none has; *all: every
+ * choice's last chunk is sent. */
+static int next_news(struct req *r, bool *all) {
+    struct bt_job *j = r->job;
+    *all = true;
+    for (int k = 0; k < j->n_choices; k++) {
+        const int i = (r->next + k) % j->n_choices;
+        const struct bt_job *c = bt_job_choice(j, i);
+        *all = *all && c->final_sent;
+        if (c->len > c->text_seen) return i;
+        if (c->ended && !c->final_sent && c->res.finish != BT_FINISH_ERROR && c->res.finish != BT_FINISH_CANCELLED &&
+            !c->error[0])
+            return i;
+    }
+    return -1;
+}
+
+/* Streaming, phase 1: the next chunk of text or a choice's last, or the
+ * error that ends the stream; NULL at the end of phase 1 or when out of
+ * memory (*gone: the client went away). */
+static char *next_text_event(struct req *r, bool *gone, bool *none) {
+    struct bt_server *s = r->s;
+    struct bt_job *j = r->job;
+    bool all = false;
+    int i;
+    *none = false;
+    pthread_mutex_lock(&s->jobs.mu);
+    while ((i = next_news(r, &all)) < 0 && !all && j->state != BT_JOB_DONE) {
+        bt_job_wait_any_locked(&s->jobs, j, WAIT_MS);
+        if ((i = next_news(r, &all)) < 0 && !all && j->state != BT_JOB_DONE && client_gone(r->conn)) {
+            pthread_mutex_unlock(&s->jobs.mu);
+            *gone = true;
+            return NULL;
+        }
+    }
+    if (i < 0) {
+        pthread_mutex_unlock(&s->jobs.mu);
+        /* DONE: the engine's thread writes nothing more */
+        const struct bt_job *bad = failed_choice(j);
+        if (bad || j->bad_request) {
+            struct bt_api_error e;
+            if (j->bad_request)
+                bt_api_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", j->error);
+            else
+                bt_api_error_set(&e, 500, "server_error", NULL, NULL, "the request failed: %s",
+                                 bad->error[0] ? bad->error : "it was cancelled");
+            r->phase = 3; /* then [DONE] */
+            return bt_api_error_json(&e);
+        }
+        count_timing(r);
+        r->phase = j->req.include_usage ? 2 : 3;
+        *none = true;
+        return NULL;
+    }
+    r->next = (i + 1) % j->n_choices;
+    struct bt_job *c = bt_job_choice(j, i);
+    /* the text and the log-probabilities of the tokens that came since the last chunk; at its end, the entries
+     * of tokens that showed no text */
+    const bool last = c->len <= c->text_seen;
+    const size_t from = c->text_seen, n = c->len - from, n_lp = c->n_lp - c->lp_seen;
+    char *piece = malloc(n ? n : 1);
+    bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
+    if (piece) memcpy(piece, c->text + from, n);
+    if (lps && n_lp) memcpy(lps, c->lp + c->lp_seen, n_lp * sizeof *lps);
+    c->text_seen = c->len;
+    c->lp_seen = c->n_lp;
+    if (last) c->final_sent = true;
+    pthread_mutex_unlock(&s->jobs.mu);
+    const char *finish = last ? bt_finish_name(c->res.finish) : NULL;
+    char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
+    free(piece);
+    free(lps);
     return js;
 }
 
@@ -485,58 +598,26 @@ static bool next_event(struct req *r, bool *gone) {
     r->out = NULL;
     r->out_len = r->out_pos = 0;
     if (r->phase == 0) {
-        r->phase = 1;
-        if (j->req.kind == BT_API_CHAT)
-            js = bt_api_chunk_json(&j->req, j->id, j->created, model, "", 0, NULL, NULL, true);
-        else if (j->echo)
-            js = bt_api_chunk_json(&j->req, j->id, j->created, model, j->echo, strlen(j->echo), NULL, NULL, false);
-        else
+        /* each choice's first chunk: the assistant's role (chat), the echoed prompt (completions) */
+        if (r->next >= j->n_choices || (j->req.kind != BT_API_CHAT && !j->echo)) {
+            r->phase = 1;
+            r->next = 0;
             return next_event(r, gone);
+        }
+        const int i = r->next++;
+        if (j->req.kind == BT_API_CHAT)
+            js = bt_api_chunk_index_json(&j->req, j->id, j->created, model, i, "", 0, NULL, NULL, true);
+        else
+            js = bt_api_chunk_index_json(&j->req, j->id, j->created, model, i, j->echo, strlen(j->echo), NULL, NULL,
+                                         false);
     } else if (r->phase == 1) {
-        pthread_mutex_lock(&s->jobs.mu);
-        while (j->state != BT_JOB_DONE && j->len <= r->text_seen) {
-            bt_job_wait_locked(&s->jobs, j, r->text_seen, WAIT_MS);
-            if (j->state != BT_JOB_DONE && j->len <= r->text_seen && client_gone(r->conn)) {
-                pthread_mutex_unlock(&s->jobs.mu);
-                *gone = true;
-                return false;
-            }
-        }
-        if (j->len > r->text_seen) {
-            /* the text and the log-probabilities of the tokens that came since the last chunk */
-            size_t from = r->text_seen, n = j->len - from, n_lp = j->n_lp - r->lp_seen;
-            char *piece = malloc(n);
-            bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
-            if (piece) memcpy(piece, j->text + from, n);
-            if (lps && n_lp) memcpy(lps, j->lp + r->lp_seen, n_lp * sizeof *lps);
-            r->text_seen = j->len;
-            r->lp_seen = j->n_lp;
-            pthread_mutex_unlock(&s->jobs.mu);
-            if (piece && lps) js = chunk_with_logprobs(r, piece, n, lps, n_lp, NULL);
-            free(piece);
-            free(lps);
-        } else {
-            pthread_mutex_unlock(&s->jobs.mu);
-            if (j->res.finish == BT_FINISH_ERROR || j->res.finish == BT_FINISH_CANCELLED || j->error[0]) {
-                struct bt_api_error e;
-                if (j->bad_request)
-                    bt_api_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", j->error);
-                else
-                    bt_api_error_set(&e, 500, "server_error", NULL, NULL, "the request failed: %s",
-                                     j->error[0] ? j->error : "it was cancelled");
-                js = bt_api_error_json(&e);
-                r->phase = 3; /* then [DONE] */
-            } else {
-                count_timing(r);
-                /* DONE: the engine's thread writes nothing more; the entries of tokens that showed no text */
-                js = chunk_with_logprobs(r, "", 0, j->lp ? j->lp + r->lp_seen : NULL, j->n_lp - r->lp_seen,
-                                         bt_finish_name(j->res.finish));
-                r->lp_seen = j->n_lp;
-                r->phase = j->req.include_usage ? 2 : 3;
-            }
-        }
+        bool none = false;
+        js = next_text_event(r, gone, &none);
+        if (*gone) return false;
+        if (none) return next_event(r, gone);
     } else if (r->phase == 2) {
-        js = bt_api_usage_chunk_json(&j->req, j->id, j->created, model, j->res.n_prompt, j->res.n_gen);
+        const struct bt_api_usage u = job_usage(j);
+        js = bt_api_usage_chunk_json(&j->req, j->id, j->created, model, &u);
         r->phase = 3;
     } else if (r->phase == 3) {
         r->phase = 4;
@@ -607,6 +688,8 @@ static enum MHD_Result handle_generate(struct req *r) {
     uint64_t seed = (uint64_t)s->created * 0x9E3779B97F4A7C15ull + n;
     enum bt_api_kind kind = r->route == R_CHAT ? BT_API_CHAT : BT_API_COMPLETION;
     if (!bt_api_parse(kind, r->body ? r->body : "", r->len, &s->lim, seed, &j->req, &e)) return send_error(r, &e, NULL, NULL);
+    if (j->req.n > 1 && bt_job_set_choices(j, j->req.n) != BT_OK)
+        return fail(r, 500, "server_error", NULL, "out of memory");
     if (!make_prompt(s, j, &e)) return send_error(r, &e, NULL, NULL);
     snprintf(j->id, sizeof j->id, "%s-%llx%06llu", kind == BT_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->created, (unsigned long long)n);
@@ -1055,6 +1138,7 @@ enum bt_status bt_server_start(struct bt_server *s, const struct bt_serve_config
     s->lim.model_id = cfg->model_id;
     s->lim.max_tokens = BT_API_MAX_TOKENS;
     s->lim.n_vocab = bt_tokenizer_n_tokens(tok);
+    s->lim.n_slots = cfg->n_slots;
     s->created = (int64_t)time(NULL);
     bt_jobs_init(&s->jobs, cfg->n_slots, cfg->max_queue);
     bt_metrics_init(&s->metrics);

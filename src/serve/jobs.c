@@ -36,10 +36,41 @@ struct bt_job *bt_job_new(void) {
     pthread_cond_init(&j->cv, &a);
     pthread_condattr_destroy(&a);
     j->refs = 1;
+    j->n_choices = 1;
+    j->open = 1;
     return j;
 }
 
+static void job_free(struct bt_job *j);
+
+enum bt_status bt_job_set_choices(struct bt_job *j, int n) {
+    BT_ASSERT(j->state == BT_JOB_NEW && j->n_choices == 1 && n > 1);
+    j->more = calloc((size_t)n - 1, sizeof *j->more);
+    j->users = calloc((size_t)n, sizeof *j->users);
+    if (!j->more || !j->users) return BT_ERR_NOMEM;
+    j->users[0] = j;
+    for (int i = 1; i < n; i++) {
+        struct bt_job *c = bt_job_new();
+        if (!c) return BT_ERR_NOMEM;
+        c->parent = j;
+        c->state = BT_JOB_RUNNING; /* never queued: running with its job */
+        j->more[i - 1] = c;
+        j->users[i] = c;
+        j->n_choices = i + 1;
+    }
+    j->open = n;
+    return BT_OK;
+}
+
+struct bt_job *bt_job_choice(struct bt_job *j, int i) {
+    BT_ASSERT(i >= 0 && i < j->n_choices);
+    return i == 0 ? j : j->more[i - 1];
+}
+
 static void job_free(struct bt_job *j) {
+    for (int i = 1; i < j->n_choices; i++) job_free(j->more[i - 1]);
+    free(j->more);
+    free(j->users);
     bt_api_request_free(&j->req);
     free(j->prompt);
     free(j->echo);
@@ -74,6 +105,7 @@ enum bt_status bt_jobs_submit(struct bt_jobs *q, struct bt_job *j) {
         j->t_submit = bt_now_s();
         j->refs++;
         j->queue = q;
+        for (int i = 1; i < j->n_choices; i++) j->more[i - 1]->queue = q;
         j->next = NULL;
         if (q->tail)
             q->tail->next = j;
@@ -183,6 +215,7 @@ void bt_job_set_embd(struct bt_jobs *q, struct bt_job *j, const float *embd, int
 
 void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp) {
     pthread_mutex_lock(&q->mu);
+    struct bt_job *p = j->parent ? j->parent : j; /* its job: where cancels and waits are */
     j->n_tokens++;
     if (lp) {
         if (j->n_lp == j->cap_lp) {
@@ -190,7 +223,7 @@ void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t l
             bt_logprobs *l = realloc(j->lp, cap * sizeof *l);
             if (!l) {
                 snprintf(j->error, sizeof j->error, "out of memory for the answer's log-probabilities");
-                j->cancel = true;
+                p->cancel = true;
                 pthread_mutex_unlock(&q->mu);
                 return;
             }
@@ -207,7 +240,7 @@ void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t l
             if (!t) {
                 /* the answer cannot be kept: end the job as failed */
                 snprintf(j->error, sizeof j->error, "out of memory for the answer's text");
-                j->cancel = true;
+                p->cancel = true;
                 pthread_mutex_unlock(&q->mu);
                 return;
             }
@@ -218,24 +251,36 @@ void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t l
         j->len += len;
         j->text[j->len] = 0;
         if (j->t_first == 0) j->t_first = bt_now_s();
-        pthread_cond_broadcast(&j->cv);
+        if (p->t_first == 0) p->t_first = j->t_first;
+        pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&q->mu);
 }
 
 void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_result *r, const char *error) {
     pthread_mutex_lock(&q->mu);
-    BT_ASSERT(j->state == BT_JOB_RUNNING);
-    running_remove(q, j);
-    j->state = BT_JOB_DONE;
+    struct bt_job *p = j->parent ? j->parent : j;
+    BT_ASSERT(p->state == BT_JOB_RUNNING && !j->ended);
+    j->ended = true;
     j->res = *r;
     if (error && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", error);
     if (j->t_first == 0) j->t_first = bt_now_s();
-    pthread_cond_broadcast(&j->cv);
-    BT_ASSERT(j->refs > 0);
-    int left = --j->refs;
+    if (j != p) j->state = BT_JOB_DONE;
+    /* refused by the batcher (no choice started): the job ends now */
+    p->open = r->finish == BT_FINISH_ERROR && j == p && p->batch_id == 0 ? 0 : p->open - 1;
+    if (p->open > 0) {
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&q->mu);
+        return;
+    }
+    running_remove(q, p);
+    p->state = BT_JOB_DONE;
+    for (int i = 1; i < p->n_choices; i++) p->more[i - 1]->state = BT_JOB_DONE;
+    pthread_cond_broadcast(&p->cv);
+    BT_ASSERT(p->refs > 0);
+    int left = --p->refs;
     pthread_mutex_unlock(&q->mu);
-    if (left == 0) job_free(j);
+    if (left == 0) job_free(p);
 }
 
 static void deadline(struct timespec *ts, int timeout_ms) {
@@ -263,6 +308,14 @@ void bt_jobs_wait_work(struct bt_jobs *q, int timeout_ms) {
 
 void bt_job_wait_locked(struct bt_jobs *q, struct bt_job *j, size_t seen, int timeout_ms) {
     if (j->state == BT_JOB_DONE || j->len > seen) return;
+    struct timespec ts;
+    deadline(&ts, timeout_ms);
+    int rc = pthread_cond_timedwait(&j->cv, &q->mu, &ts);
+    BT_ASSERT(rc == 0 || rc == ETIMEDOUT);
+}
+
+void bt_job_wait_any_locked(struct bt_jobs *q, struct bt_job *j, int timeout_ms) {
+    if (j->state == BT_JOB_DONE) return;
     struct timespec ts;
     deadline(&ts, timeout_ms);
     int rc = pthread_cond_timedwait(&j->cv, &q->mu, &ts);

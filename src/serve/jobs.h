@@ -59,6 +59,20 @@ struct bt_job {
     float *embd;       /* an embedding job's vector (n_embd floats), once set */
     int64_t n_embd;
     int refs;
+    /* n > 1 choices: the job is choice 0 and holds the others (jobs of
+     * their own that are never queued, freed with it); each choice's text,
+     * log-probabilities, result and error are its own.  The engine's thread
+     * emits into and finishes each choice; the job is done once all are. */
+    int n_choices;          /* 1 unless the request asked for more */
+    struct bt_job **more;   /* choices 1 .. n_choices - 1 */
+    void **users;           /* [n_choices]: the job and its choices (the batcher's choice_users) */
+    struct bt_job *parent;  /* a choice past the first: the job it belongs to */
+    int open;               /* choice 0: choices not finished yet (under the mutex) */
+    bool ended;             /* this choice has finished (DONE, for choice 0, only once all have) */
+    /* the HTTP thread's stream of this choice */
+    size_t text_seen, lp_seen; /* bytes of text and entries of lp sent */
+    int64_t lp_offset;         /* completions: the text_offset of the next entry */
+    bool final_sent;           /* its last chunk (finish_reason) */
     struct bt_jobs *queue; /* set by submit */
     struct bt_job *next; /* in the queue or the running list */
     pthread_cond_t cv;
@@ -83,6 +97,10 @@ void bt_jobs_destroy(struct bt_jobs *q);
 /* A new job owned by the caller (free it with bt_job_release if it is never
  * submitted).  NULL when out of memory. */
 struct bt_job *bt_job_new(void);
+/* Before submit: give j n > 1 choices (BT_ERR_NOMEM when out of memory). */
+enum bt_status bt_job_set_choices(struct bt_job *j, int n);
+/* Choice i of j (0: j itself). */
+struct bt_job *bt_job_choice(struct bt_job *j, int i);
 
 /* HTTP thread.  BT_OK: the job is queued (the queue holds a reference).
  * BT_ERR_CAPACITY: the slots and the queue are full (503, Retry-After);
@@ -108,8 +126,9 @@ int bt_jobs_cancels(struct bt_jobs *q, uint64_t *ids, int max);
 void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp);
 /* An embedding job's vector (copied; out of memory: the job's error). */
 void bt_job_set_embd(struct bt_jobs *q, struct bt_job *j, const float *embd, int64_t n);
-/* The job ended (error: the reason of BT_FINISH_ERROR, or NULL); drops the
- * engine's reference. */
+/* A choice of a job ended (error: the reason of BT_FINISH_ERROR, or NULL);
+ * once every choice has, the job is done and the engine's reference is
+ * dropped.  A job the batcher refused ends at once, whatever its choices. */
 void bt_job_finish(struct bt_jobs *q, struct bt_job *j, const struct bt_gen_result *r, const char *error);
 /* Wait until a job is queued, a cancel is asked, the server drains, or
  * timeout_ms passed. */
@@ -125,6 +144,9 @@ void bt_jobs_counts(struct bt_jobs *q, int *queued, int *running);
 /* Wait until the job has more than `seen` bytes of text or is done, or
  * timeout_ms passed.  Call with q->mu held (pthread_cond_timedwait). */
 void bt_job_wait_locked(struct bt_jobs *q, struct bt_job *j, size_t seen, int timeout_ms);
+/* Wait until any choice of the job has news (text, an end) or timeout_ms
+ * passed; the caller has looked under the same hold of q->mu. */
+void bt_job_wait_any_locked(struct bt_jobs *q, struct bt_job *j, int timeout_ms);
 
 
 #endif

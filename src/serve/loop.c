@@ -17,10 +17,11 @@ static struct bt_server *server_of(struct bt_jobs *q) {
 }
 
 static void on_token(void *user, int32_t id, const char *text, size_t len, const bt_logprobs *lp) {
-    struct bt_job *j = user;
+    struct bt_job *j = user; /* a choice: its request is its job's */
+    const struct bt_api_request *rq = j->parent ? &j->parent->req : &j->req;
     /* the end-of-generation token that ends the answer shows nothing and is
      * not listed (the stopper's rule: any such token, unless ignore_eos) */
-    if (lp && !j->req.ignore_eos && bt_tokenizer_is_eog(server_of(j->queue)->tok, id)) lp = NULL;
+    if (lp && !rq->ignore_eos && bt_tokenizer_is_eog(server_of(j->queue)->tok, id)) lp = NULL;
     bt_job_emit(j->queue, j, text, len, lp);
 }
 
@@ -42,6 +43,7 @@ static void publish(struct bt_server *s, struct bt_batcher *b, struct bt_engine 
     if (rank_s) bt_engine_compute_seconds(e, rank_s);
     struct bt_metrics_engine m = {
         .prompt_tokens = bs.prompt_tokens,
+        .cached_tokens = bs.cached_tokens,
         .gen_tokens = bs.gen_tokens,
         .busy_s = busy_s,
         .rank_compute_s = rank_s,
@@ -79,6 +81,9 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .user = j,
             .pooling = j->pooling,
             .on_embd = on_embd,
+            .no_reuse = !j->req.cache_prompt,
+            .n_choices = j->n_choices,
+            .choice_users = j->users,
         };
         uint64_t id = 0;
         char msg[512] = "";

@@ -134,6 +134,9 @@ char *bt_metrics_text(struct bt_metrics *m, int queued, int running, int slots, 
     put(&b, "baton_requests_cancelled_total %llu\n", (unsigned long long)copy.cancelled);
     metric(&b, "baton_prompt_tokens_total", "counter", "Prompt tokens processed.");
     put(&b, "baton_prompt_tokens_total %llu\n", (unsigned long long)copy.eng.prompt_tokens);
+    metric(&b, "baton_prompt_tokens_cached_total", "counter",
+           "Prompt tokens whose KV cells were reused from an earlier request (cache_prompt), not processed.");
+    put(&b, "baton_prompt_tokens_cached_total %llu\n", (unsigned long long)copy.eng.cached_tokens);
     metric(&b, "baton_generated_tokens_total", "counter", "Tokens generated.");
     put(&b, "baton_generated_tokens_total %llu\n", (unsigned long long)copy.eng.gen_tokens);
     metric(&b, "baton_generated_tokens_per_second", "gauge",

@@ -32,6 +32,7 @@ enum bt_metrics_endpoint {
 /* What the engine's thread publishes. */
 struct bt_metrics_engine {
     uint64_t prompt_tokens, gen_tokens; /* totals */
+    uint64_t cached_tokens;             /* prompt tokens whose cells were reused (not in prompt_tokens) */
     double busy_s;                      /* the engine loop with work to do */
     const double *rank_compute_s;       /* [n_ranks]: each rank's time in graph compute (copied) */
     int n_ranks;
