@@ -27,7 +27,7 @@ expect() {
     fi
 }
 
-small=(--layers 4 --embd 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 128 --ff-exp 64 --n-vocab 128 --tokens 16 -m 6)
+small=(--layers 4 --embd 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 128 --ff-exp 64 --n-vocab 128 --tokens 16 --micro-batches 6)
 
 # ---- runs ----
 for np in 1 2 3 4; do
@@ -132,7 +132,7 @@ generate --json|generate -m $tmp/full.gguf -p hi -n 3 --temp 0 --json
 tokenize|tokenize -m $tmp/full.gguf -p hello
 gguf|gguf $tmp/full.gguf
 gguf --json|gguf $tmp/full.gguf --json
-plan|plan -t $root/configs/local-cpu-2.yaml
+plan|plan --topology $root/configs/local-cpu-2.yaml
 demo|demo ${small[*]}
 quantize --dry-run|quantize --dry-run $tmp/full.gguf $tmp/q.gguf Q8_0
 version|version
@@ -270,7 +270,7 @@ grep -q "NCCL" "$tmp/out" && bad "plan for CPU ranks shows NCCL transfers" ||
 # as it was and no temporary file beside it; a missing directory is named
 printf 'an older plan\n' >"$tmp/keep.plan"
 expect 1 "^baton plan: $tmp/keep.plan: cannot write the plan: File too large\$" "plan --dump-plan: a write that fails" -- \
-    bash -c 'trap "" XFSZ; ulimit -f 1; exec "$0" plan -t "$1" --dump-plan "$2" >/dev/null' \
+    bash -c 'trap "" XFSZ; ulimit -f 1; exec "$0" plan --topology "$1" --dump-plan "$2" >/dev/null' \
     "$baton" "$root/configs/local-cpu-4.yaml" "$tmp/keep.plan"
 if [ "$(cat "$tmp/keep.plan")" = "an older plan" ] && [ -z "$(find "$tmp" -name 'keep.plan.tmp*')" ]; then
     ok "plan --dump-plan: a failed write leaves the old file whole, nothing beside it"
@@ -427,9 +427,9 @@ serve: -m|serve -m
 bench model: -m|bench model -m
 launch-files: -t|launch-files --out x -t
 generate: --prompts|generate -m x --prompts
-plan: --topology|plan -t
+plan: --topology|plan --topology
 plan: --project|plan --project
-plan: --dump-plan|plan -t x --dump-plan
+plan: --dump-plan|plan --topology x --dump-plan
 EOF2
 cores=$(getconf _NPROCESSORS_ONLN)
 expect 2 "^baton demo: --threads: $((cores + 1)) threads, more than this machine's $cores cores \(try: baton demo --help\)\$" \
@@ -686,7 +686,7 @@ expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an exp
 for how in KILL STOP; do
     start=$(date +%s)
     BATON_TOPOLOGY="$tmp/group.yaml" BATON_WATCHDOG_S=2 timeout 120 mpirun -np 2 -x BATON_TOPOLOGY -x BATON_WATCHDOG_S \
-        bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo --model "$1" -m 100000 --no-check & p=$!; sleep 3; kill -"$2" $p; wait $p; exit 9; else exec "$0" demo --model "$1" -m 100000 --no-check; fi' \
+        bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" demo --model "$1" --micro-batches 100000 --no-check & p=$!; sleep 3; kill -"$2" $p; wait $p; exit 9; else exec "$0" demo --model "$1" --micro-batches 100000 --no-check; fi' \
         "$baton" "$tmp/pipe.gguf" "$how" >"$tmp/out" 2>&1
     rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $(($(date +%s) - start)) -lt 60 ] &&

@@ -163,7 +163,7 @@ def cli_tests():
     pargs = ["-c", "256", "--ubatch", "16"]
     for topo_f in cfgs:
         cfg = os.path.basename(topo_f)
-        rc, out, err = run(["plan", "-m", model, "-t", topo_f, "--json"] + pargs)
+        rc, out, err = run(["plan", "-m", model, "--topology", topo_f, "--json"] + pargs)
         check(rc == 0, f"plan -m on {cfg}", err[-300:])
         if rc:
             continue
@@ -192,7 +192,7 @@ def cli_tests():
             live, planned = os.path.join(TMP, "live.plan"), os.path.join(TMP, "planned.plan")
             rc1, _, e1 = run(["generate", "--topology", topo_f, "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
                               "--dump-plan", live] + pargs, np)
-            rc2, _, e2 = run(["plan", "-m", model, "-t", topo_f, "--dump-plan", planned] + pargs)
+            rc2, _, e2 = run(["plan", "-m", model, "--topology", topo_f, "--dump-plan", planned] + pargs)
             same = rc1 == 0 and rc2 == 0 and open(live).read() == open(planned).read()
             check(same, f"plan -m on {cfg}: the live run's plan", (e1 + e2)[-300:])
             # and each rank's memory as the live run allocates it

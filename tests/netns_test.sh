@@ -65,7 +65,7 @@ else
 fi
 
 # ---- the demo across two hosts equals one rank, bitwise ----
-small=(--layers 4 --embd 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 128 --ff-exp 64 --n-vocab 128 --tokens 16 -m 6)
+small=(--layers 4 --embd 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 128 --ff-exp 64 --n-vocab 128 --tokens 16 --micro-batches 6)
 before=$(rx1)
 on0 timeout 120 "$run" -t "$topo" --agent "$hosts/agent" -- baton demo "${small[@]}" >"$work/out" 2>&1
 rc=$?

@@ -41,7 +41,7 @@ for v in "${variants[@]}"; do
     fi
 done
 
-small=(--layers 4 --embd 256 --heads 4 --heads-kv 2 --head-dim 16 --ff 256 --ff-exp 64 --n-vocab 128 --tokens 16 -m 6)
+small=(--layers 4 --embd 256 --heads 4 --heads-kv 2 --head-dim 16 --ff 256 --ff-exp 64 --n-vocab 128 --tokens 16 --micro-batches 6)
 for pair in "${pairs[@]}"; do
     set -- $pair
     for type in f32 f16 bf16 q8_0 q4_0; do
