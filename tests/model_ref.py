@@ -7,21 +7,30 @@ The reference is written from the architectures' published definitions
 q/k/v biases and rotate-half rotary, Qwen3's per-head q/k RMSNorm, Qwen2-MoE's
 sigmoid-gated shared expert, OLMoE's whole-vector q/k RMSNorm, Gemma 3's
 scaled embedding, pre- and post-norms, GELU-gated MLP, sliding-window layers
-with their own rotary base beside global layers), reads the
+with their own rotary base beside global layers, DeepSeek-V2/V3's multi-head
+latent attention computed as Hugging Face's modeling_deepseek does it, from
+the whole kv_b_proj the file's attn_k_b and attn_v_b were split from, with
+leading dense layers, sigmoid or softmax routing, a selection bias and
+ungated shared experts), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
 Usage: model_ref.py ARCH TYPE DIR [BREAK]
-  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3
+  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2
+        (V3's form: q_lora_rank, sigmoid gating with exp_probs_b, renormalised,
+        scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax)
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
         gguf.quants.quantize; the types it cannot quantise to get random
         blocks whose scale gives the f32 matrix's RMS.  For the 256-element
         types the model is 256 wide (embedding, feed-forward).
-  BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
-        wrong shape), arch (general.architecture "gpt9"), long (as none with
-        a prompt of 80 tokens: a sliding window's ring wraps)
+  BREAK none, missing (drop blk.1.attn_k.weight; deepseek2: attn_k_b),
+        shape (blk.0.ffn_up has a wrong shape; deepseek2-lite, whose layer 0
+        is dense too: also blk.1.attn_v_b), arch (general.architecture
+        "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
+        ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
+        key_length_mla), groups (4 experts in 2 groups, 1 used)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -59,7 +68,13 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "qwen3moe": ("qwen3moe", "neox", True, True, False, "head", False, 32),
     "olmoe": ("olmoe", "neox", True, False, False, "full", False, 16),
     "gemma3": ("gemma3", "neox", False, False, False, "head", False, 32),
+    "deepseek2": ("deepseek2", "norm", True, True, True, None, False, 0),
+    "deepseek2-lite": ("deepseek2", "norm", True, False, True, None, False, 0),
 }
+# DeepSeek: kv_lora_rank, q_lora_rank (0: lite), qk_nope_head_dim,
+# qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
+# expert; V3's routing: sigmoid, selection bias, renormalised, times 2.5
+D_KV_RANK, D_Q_RANK, D_NOPE, D_ROPE, D_V, D_DENSE, D_SHARED, D_SCALE = 64, 64, 32, 32, 32, 1, 1, 2.5
 # Gemma 3: a window of 4 tokens that the 12-token prompt crosses; layer il is
 # global when il % pattern == pattern - 1 (Gemma 3's every 6th layer; here
 # every 2nd, so both kinds are in 2 layers).  Global layers use the file's
@@ -104,6 +119,8 @@ def write(name, wtype, path, brk, vocab=None):
     w = gguf.GGUFWriter(path, "gpt9" if brk == "arch" else arch)
     if vocab:
         N_VOCAB = copy_vocab(w, vocab)
+    if arch == "deepseek2":
+        return write_deepseek(name, wtype, w, rng, brk)
     w.add_uint32(f"{arch}.block_count", N_LAYER)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
@@ -135,18 +152,7 @@ def write(name, wtype, path, brk, vocab=None):
     def vec(n, around=1.0, spread=0.25):
         return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
 
-    def put(tname, a, quant=True):
-        if brk == "missing" and tname == "blk.1.attn_k.weight":
-            return
-        if brk == "shape" and tname == "blk.0.ffn_up.weight":
-            a = a[:-32]
-        if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
-            a = a[:, :-16]
-        qt = WTYPES[wtype]
-        if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
-            w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
-        else:
-            w.add_tensor(tname, a)
+    put = put_fn(w, wtype, brk)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
     put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
@@ -188,6 +194,113 @@ def write(name, wtype, path, brk, vocab=None):
             put(b + "ffn_gate_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_up_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_down_shexp.weight", mat(N_EMBD, N_FF_SH))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def put_fn(w, wtype, brk):
+    """put(name, array, quant): the tensor as wtype where its rows are whole
+    blocks (and quant), else f32; the BREAK variants applied"""
+    def put(tname, a, quant=True):
+        if brk == "missing" and tname in ("blk.1.attn_k.weight", "blk.1.attn_k_b.weight"):
+            return
+        if brk == "shape" and tname == "blk.0.ffn_up.weight":
+            a = a[:-32]
+        if brk == "shape" and tname == "blk.1.attn_v_b.weight":
+            a = a[:, :-16]
+        if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
+            a = a[:, :-16]
+        qt = WTYPES[wtype]
+        if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
+            w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(tname, a)
+    return put
+
+
+def write_deepseek(name, wtype, w, rng, brk):
+    """DeepSeek-V2/V3 as today's converter writes it (conversion/deepseek.py):
+    MQA cache geometry in key_length / value_length, kv_b_proj split into
+    attn_k_b (transposed) and attn_v_b"""
+    lite, a = name == "deepseek2-lite", "deepseek2"
+    hk = D_NOPE + D_ROPE
+    w.add_uint32(f"{a}.block_count", N_LAYER)
+    w.add_uint32(f"{a}.context_length", 4096)
+    w.add_uint32(f"{a}.embedding_length", N_EMBD)
+    w.add_uint32(f"{a}.feed_forward_length", N_FF)
+    w.add_uint32(f"{a}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{a}.attention.head_count_kv", 1)
+    w.add_float32(f"{a}.rope.freq_base", ROPE_BASE)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", EPS)
+    w.add_uint32(f"{a}.leading_dense_block_count", D_DENSE)
+    w.add_uint32(f"{a}.vocab_size", N_VOCAB)
+    if not lite:
+        w.add_uint32(f"{a}.attention.q_lora_rank", D_Q_RANK)
+    w.add_uint32(f"{a}.attention.kv_lora_rank", D_KV_RANK)
+    w.add_uint32(f"{a}.attention.key_length", D_KV_RANK + D_ROPE)
+    w.add_uint32(f"{a}.attention.value_length", D_KV_RANK)
+    if brk != "legacy":
+        w.add_uint32(f"{a}.attention.key_length_mla", hk)
+        w.add_uint32(f"{a}.attention.value_length_mla", D_V)
+    if brk == "groups":
+        w.add_uint32(f"{a}.expert_group_count", 2)
+        w.add_uint32(f"{a}.expert_group_used_count", 1)
+    w.add_uint32(f"{a}.expert_feed_forward_length", N_FF_EXP)
+    w.add_uint32(f"{a}.expert_count", N_EXPERT)
+    w.add_uint32(f"{a}.expert_shared_count", D_SHARED)
+    w.add_float32(f"{a}.expert_weights_scale", 1.0 if lite else D_SCALE)
+    if not lite:  # V2's files have no gating key (softmax)
+        w.add_bool(f"{a}.expert_weights_norm", True)
+        w.add_uint32(f"{a}.expert_gating_func", 2)
+    w.add_uint32(f"{a}.expert_used_count", N_USED)
+    w.add_uint32(f"{a}.rope.dimension_count", D_ROPE)
+    put = put_fn(w, wtype, brk)
+
+    def mat(*shape):
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    put("output.weight", mat(N_VOCAB, N_EMBD))
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        put(b + "attn_norm.weight", vec(N_EMBD), False)
+        if lite:
+            put(b + "attn_q.weight", mat(N_HEAD * hk, N_EMBD))
+        else:
+            put(b + "attn_q_a.weight", mat(D_Q_RANK, N_EMBD))
+            put(b + "attn_q_a_norm.weight", vec(D_Q_RANK), False)
+            put(b + "attn_q_b.weight", mat(N_HEAD * hk, D_Q_RANK))
+        put(b + "attn_kv_a_mqa.weight", mat(D_KV_RANK + D_ROPE, N_EMBD))
+        put(b + "attn_kv_a_norm.weight", vec(D_KV_RANK), False)
+        # kv_b_proj [H * (nope + v), R] split as the converter does
+        kv_b = mat(N_HEAD * (D_NOPE + D_V), D_KV_RANK).reshape(N_HEAD, D_NOPE + D_V, D_KV_RANK)
+        if brk == "legacy":
+            put(b + "attn_kv_b.weight", kv_b.reshape(-1, D_KV_RANK))
+        put(b + "attn_k_b.weight", np.ascontiguousarray(kv_b[:, :D_NOPE, :].transpose(0, 2, 1)))
+        put(b + "attn_v_b.weight", np.ascontiguousarray(kv_b[:, D_NOPE:, :]))
+        put(b + "attn_output.weight", mat(N_EMBD, N_HEAD * D_V))
+        put(b + "ffn_norm.weight", vec(N_EMBD), False)
+        if il < D_DENSE:
+            put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_up.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
+            continue
+        put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+        if not lite:
+            put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
+        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        fs = N_FF_EXP * D_SHARED
+        put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_down_shexp.weight", mat(N_EMBD, fs))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -237,9 +350,73 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+def forward_deepseek(name, t, tokens, hidden=False):
+    """DeepSeek-V2/V3 as modeling_deepseek.py computes it: per head the query
+    [q_nope, q_pe], the key [k_nope, k_pe] and value decompressed from the
+    normed latent by kv_b_proj (rebuilt from attn_k_b and attn_v_b), q_pe and
+    the shared k_pe rotated (interleaved pairs), scale 1/sqrt(nope + rope);
+    the MoE gate's scores sigmoid (V3) or softmax (V2), top-k by score plus
+    e_score_correction_bias, weights from the unbiased scores, normalised
+    (V3), times routed_scaling_factor, plus the shared experts"""
+    lite = name == "deepseek2-lite"
+    T = len(tokens)
+    pos = np.arange(T)
+    hk = D_NOPE + D_ROPE
+    x = t["token_embd.weight"][tokens]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        h = rms(x, t[b + "attn_norm.weight"])
+        if lite:
+            q = h @ t[b + "attn_q.weight"].T
+        else:
+            q = rms(h @ t[b + "attn_q_a.weight"].T, t[b + "attn_q_a_norm.weight"]) @ t[b + "attn_q_b.weight"].T
+        q = q.reshape(T, N_HEAD, hk)
+        ckv = h @ t[b + "attn_kv_a_mqa.weight"].T  # [T, R + r]
+        c, k_pe = rms(ckv[:, :D_KV_RANK], t[b + "attn_kv_a_norm.weight"]), ckv[:, D_KV_RANK:]
+        kv_b = np.concatenate([t[b + "attn_k_b.weight"].transpose(0, 2, 1), t[b + "attn_v_b.weight"]], axis=1)
+        kv = np.einsum("hor,tr->tho", kv_b, c)  # [T, H, nope + v]
+        k_nope, v = kv[..., :D_NOPE], kv[..., D_NOPE:]
+        q_pe = rope(q[..., D_NOPE:], pos, "norm")
+        k_pe = rope(k_pe[:, None, :], pos, "norm")[:, 0]
+        att = np.zeros((T, N_HEAD, D_V))
+        for hh in range(N_HEAD):
+            qh = np.concatenate([q[:, hh, :D_NOPE], q_pe[:, hh]], axis=1)
+            kh = np.concatenate([k_nope[:, hh], k_pe], axis=1)
+            s = np.where(causal, qh @ kh.T / np.sqrt(hk), -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            att[:, hh] = p @ v[:, hh]
+        x = x + att.reshape(T, N_HEAD * D_V) @ t[b + "attn_output.weight"].T
+        h = rms(x, t[b + "ffn_norm.weight"])
+        if il < D_DENSE:
+            x = x + (silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
+            continue
+        logits = h @ t[b + "ffn_gate_inp.weight"].T  # [T, E]
+        if lite:
+            sc = np.exp(logits - logits.max(axis=1, keepdims=True))
+            sc /= sc.sum(axis=1, keepdims=True)
+        else:
+            sc = 1 / (1 + np.exp(-logits))
+        choose = sc + t.get(b + "exp_probs_b.bias", 0.0)
+        f = (silu(h @ t[b + "ffn_gate_shexp.weight"].T) * (h @ t[b + "ffn_up_shexp.weight"].T)) @ t[
+            b + "ffn_down_shexp.weight"].T
+        for i in range(T):
+            sel = np.argsort(-choose[i], kind="stable")[:N_USED]
+            wsel = sc[i, sel] / (1.0 if lite else sc[i, sel].sum()) * (1.0 if lite else D_SCALE)
+            for e, we in zip(sel, wsel):
+                g = silu(t[b + "ffn_gate_exps.weight"][e] @ h[i]) * (t[b + "ffn_up_exps.weight"][e] @ h[i])
+                f[i] += we * (t[b + "ffn_down_exps.weight"][e] @ g)
+        x = x + f
+    x = rms(x, t["output_norm.weight"])
+    return x if hidden else x @ t["output.weight"].T
+
+
 def forward(name, t, tokens, hidden=False):
     """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
+    if arch == "deepseek2":
+        return forward_deepseek(name, t, tokens, hidden)
     T = len(tokens)
     pos = np.arange(T)
     gemma = arch == "gemma3"

@@ -27,6 +27,7 @@ void bt_random_model_default(struct bt_random_model *m) {
 enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err, size_t n_err) {
     const struct bt_arch *a = m->arch ? bt_arch_find(m->arch) : NULL;
     if (!a) FAIL("--arch: '%s' is not one of %s", m->arch ? m->arch : "", bt_arch_names());
+    if (a->mla) FAIL("--arch %s: a random-weight model of the latent attention is not made here", m->arch);
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->head_dim < 2 || m->n_ff < 1 ||
         m->n_ff_exp < 1 || m->n_ctx < 1 || m->n_vocab < 1 || m->n_expert < 0 || m->n_expert_used < 1 ||
         m->n_swa < 0 || m->swa_pattern < 1)

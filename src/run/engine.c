@@ -292,7 +292,9 @@ static double part_flops(struct bt_gguf *g, const struct bt_hparams *h, int l) {
     for (int64_t i = 0; i < n; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, idx[i]);
         double el = (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
-        if (t->ne[2] > 1 && h->n_expert > 0) el *= (double)h->n_expert_used / (double)h->n_expert; /* experts */
+        /* routed experts (not deepseek2's per-head attn_k_b / attn_v_b, 3-d too) */
+        if (t->ne[2] > 1 && h->n_expert > 0 && strstr(t->name, "_exps."))
+            el *= (double)h->n_expert_used / (double)h->n_expert;
         f += 2.0 * el;
     }
     return f;
