@@ -4,6 +4,7 @@
  * ops.h for each op's semantics. */
 #include "ops.h"
 
+#include <math.h>
 #include <string.h>
 
 #define FAIL(ctx, ...)                            \
@@ -409,7 +410,37 @@ struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor
     t->op_params[1] = mode;
     bt_set_op_param_f32(t, 2, freq_base);
     bt_set_op_param_f32(t, 3, freq_scale);
+    bt_set_op_param_f32(t, 4, 0.0f);
+    bt_set_op_param_f32(t, 5, 0.0f);
+    bt_set_op_param_f32(t, 6, 0.0f);
+    bt_set_op_param_f32(t, 7, 1.0f);
     return t;
+}
+
+struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims, int mode,
+                              float freq_base, float freq_scale, const struct bt_rope_yarn *y) {
+    struct bt_tensor *t = bt_rope(ctx, a, pos, n_dims, mode, freq_base, freq_scale);
+    if (!t || !y) return t;
+    if (!isfinite(y->ext_factor) || !isfinite(y->corr_lo) || !isfinite(y->corr_hi) || !isfinite(y->mscale))
+        FAIL(ctx, "ROPE: YaRN's parameters must be finite");
+    bt_set_op_param_f32(t, 4, y->ext_factor);
+    bt_set_op_param_f32(t, 5, y->corr_lo);
+    bt_set_op_param_f32(t, 6, y->corr_hi);
+    bt_set_op_param_f32(t, 7, y->mscale);
+    return t;
+}
+
+/* the dimension whose wavelength makes n_rot turns in n_ctx_orig positions */
+static float yarn_corr_dim(int n_dims, int64_t n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * 3.14159265358979323846f)) / (2.0f * logf(base));
+}
+
+void bt_rope_yarn_corr_dims(int n_dims, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                            float dims[2]) {
+    const float lo = floorf(yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base));
+    const float hi = ceilf(yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base));
+    dims[0] = lo > 0.0f ? lo : 0.0f;
+    dims[1] = hi < (float)(n_dims - 1) ? hi : (float)(n_dims - 1);
 }
 
 /* ---- sorting, concat -------------------------------------------------------- */
@@ -607,7 +638,9 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
             const int mode = bt_get_op_param_i32(node, 1);
             return is_f32(node) && is_f32(a) && is_i32(b) && same_shape(node, a) &&
                    b->ne[0] >= a->ne[2] && n_dims > 0 && n_dims % 2 == 0 && n_dims <= a->ne[0] &&
-                   (mode == BT_ROPE_NORMAL || mode == BT_ROPE_NEOX);
+                   (mode == BT_ROPE_NORMAL || mode == BT_ROPE_NEOX) && isfinite(bt_get_op_param_f32(node, 4)) &&
+                   isfinite(bt_get_op_param_f32(node, 5)) && isfinite(bt_get_op_param_f32(node, 6)) &&
+                   isfinite(bt_get_op_param_f32(node, 7));
         }
         case BT_OP_ARGSORT: /* indices along dim 0 are I32 */
             return is_i32(node) && is_f32(a) && same_shape(node, a) && a->ne[0] <= INT32_MAX;

@@ -49,6 +49,13 @@
  *                         theta_i = pos*freq_scale*base^(-2i/n_dims), i < n_dims/2;
  *                         NORMAL rotates pairs (2i, 2i+1), NEOX pairs
  *                         (i, i + n_dims/2); dims >= n_dims pass through.
+ *                         YaRN (bt_rope_ext; ggml's rope_yarn): f32[4] =
+ *                         ext_factor, f32[5..6] = corr dims lo, hi, f32[7] =
+ *                         mscale.  With ext_factor e != 0, e_i = pos *
+ *                         base^(-2i/n_dims), mix_i = e * (1 - clamp((i - lo) /
+ *                         max(0.001, hi - lo), 0, 1)) and theta_i =
+ *                         freq_scale*e_i*(1 - mix_i) + e_i*mix_i; cos and sin
+ *                         are times mscale (1 and e = 0: the plain rope).
  *  SILU, GELU (tanh form), RELU, SIGMOID   element-wise.
  *  SWIGLU(a, b)           silu(a) * b, same shapes.
  *  ARGSORT(a, order)      along dim 0 -> I32 of a's shape; i32[0] = order;
@@ -138,6 +145,18 @@ struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct b
                                   float scale);
 struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
                           int mode, float freq_base, float freq_scale);
+/* YaRN's parameters of a ROPE (above); ext_factor 0: none. */
+struct bt_rope_yarn {
+    float ext_factor, corr_lo, corr_hi, mscale;
+};
+/* ROPE with YaRN's parameters (y NULL: bt_rope). */
+struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims, int mode,
+                              float freq_base, float freq_scale, const struct bt_rope_yarn *y);
+/* YaRN's corr dims (ggml_rope_yarn_corr_dims): the rotary pairs whose
+ * wavelengths fit beta_fast and beta_slow turns in n_ctx_orig positions,
+ * clamped to [0, n_dims - 1]. */
+void bt_rope_yarn_corr_dims(int n_dims, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                            float dims[2]);
 
 struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a);
 struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);

@@ -75,6 +75,10 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
 # qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
 # expert; V3's routing: sigmoid, selection bias, renormalised, times 2.5
 D_KV_RANK, D_Q_RANK, D_NOPE, D_ROPE, D_V, D_DENSE, D_SHARED, D_SCALE = 64, 64, 32, 32, 32, 1, 1, 2.5
+# YaRN as both ship it (factor 40, 4096 positions there): here factor 4 over
+# 32 positions, so that the ramp falls inside the 16 pairs; mscale_all_dim 1
+# (V3) and 0.707 (V2-Lite), written as yarn_log_multiplier = 0.1 * it
+D_YARN_FACTOR, D_YARN_ORIG, D_MSCALE = 4.0, 32, {"deepseek2": 1.0, "deepseek2-lite": 0.707}
 # Gemma 3: a window of 4 tokens that the 12-token prompt crosses; layer il is
 # global when il % pattern == pattern - 1 (Gemma 3's every 6th layer; here
 # every 2nd, so both kinds are in 2 layers).  Global layers use the file's
@@ -256,6 +260,10 @@ def write_deepseek(name, wtype, w, rng, brk):
         w.add_uint32(f"{a}.expert_gating_func", 2)
     w.add_uint32(f"{a}.expert_used_count", N_USED)
     w.add_uint32(f"{a}.rope.dimension_count", D_ROPE)
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_float32(f"{a}.rope.scaling.factor", D_YARN_FACTOR)
+    w.add_uint32(f"{a}.rope.scaling.original_context_length", D_YARN_ORIG)
+    w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
     put = put_fn(w, wtype, brk)
 
     def mat(*shape):
@@ -328,9 +336,27 @@ def rms(x, w):
 
 def rope(x, pos, mode, base=ROPE_BASE, scale=1.0):
     """x [T, heads, hd]; rotate pairs by (pos / scale) * base^(-2i/hd)."""
+    d = x.shape[2]
+    return rope_inv(x, pos, mode, base ** (-np.arange(0, d, 2, dtype=np.float64) / d) / scale)
+
+
+def yarn_inv_freq(d, base, factor, orig, beta_fast=32.0, beta_slow=1.0):
+    """modeling_deepseek's DeepseekV2YarnRotaryEmbedding: each pair's
+    frequency between extrapolated (base^(-2i/d)) and interpolated (that over
+    factor) by a linear ramp over the correction range"""
+    def corr(rot):
+        return d * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(base))
+    lo, hi = max(np.floor(corr(beta_fast)), 0), min(np.ceil(corr(beta_slow)), d - 1)
+    hi = hi + 0.001 if hi == lo else hi
+    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
+    extra = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    return extra / factor * ramp + extra * (1 - ramp)
+
+
+def rope_inv(x, pos, mode, inv):
+    """x [T, heads, hd]; rotate pair i by pos * inv[i]."""
     T, _, d = x.shape
-    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
-    ang = (pos[:, None].astype(np.float64) / scale) * inv[None, :]  # [T, d/2]
+    ang = pos[:, None].astype(np.float64) * inv[None, :]  # [T, d/2]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.copy()
     if mode == "norm":  # Meta LLaMA: complex pairs (x[2i], x[2i+1])
@@ -354,7 +380,8 @@ def forward_deepseek(name, t, tokens, hidden=False):
     """DeepSeek-V2/V3 as modeling_deepseek.py computes it: per head the query
     [q_nope, q_pe], the key [k_nope, k_pe] and value decompressed from the
     normed latent by kv_b_proj (rebuilt from attn_k_b and attn_v_b), q_pe and
-    the shared k_pe rotated (interleaved pairs), scale 1/sqrt(nope + rope);
+    the shared k_pe rotated (interleaved pairs) at YaRN's frequencies, scale
+    mscale^2/sqrt(nope + rope);
     the MoE gate's scores sigmoid (V3) or softmax (V2), top-k by score plus
     e_score_correction_bias, weights from the unbiased scores, normalised
     (V3), times routed_scaling_factor, plus the shared experts"""
@@ -364,6 +391,8 @@ def forward_deepseek(name, t, tokens, hidden=False):
     hk = D_NOPE + D_ROPE
     x = t["token_embd.weight"][tokens]
     causal = np.tril(np.ones((T, T), dtype=bool))
+    mscale = 0.1 * D_MSCALE[name] * np.log(D_YARN_FACTOR) + 1.0
+    scale = hk ** -0.5 * mscale * mscale  # softmax_scale
     for il in range(N_LAYER):
         b = f"blk.{il}."
         h = rms(x, t[b + "attn_norm.weight"])
@@ -377,13 +406,14 @@ def forward_deepseek(name, t, tokens, hidden=False):
         kv_b = np.concatenate([t[b + "attn_k_b.weight"].transpose(0, 2, 1), t[b + "attn_v_b.weight"]], axis=1)
         kv = np.einsum("hor,tr->tho", kv_b, c)  # [T, H, nope + v]
         k_nope, v = kv[..., :D_NOPE], kv[..., D_NOPE:]
-        q_pe = rope(q[..., D_NOPE:], pos, "norm")
-        k_pe = rope(k_pe[:, None, :], pos, "norm")[:, 0]
+        inv = yarn_inv_freq(D_ROPE, ROPE_BASE, D_YARN_FACTOR, D_YARN_ORIG)  # cos, sin times 1: mscale = all_dim
+        q_pe = rope_inv(q[..., D_NOPE:], pos, "norm", inv)
+        k_pe = rope_inv(k_pe[:, None, :], pos, "norm", inv)[:, 0]
         att = np.zeros((T, N_HEAD, D_V))
         for hh in range(N_HEAD):
             qh = np.concatenate([q[:, hh, :D_NOPE], q_pe[:, hh]], axis=1)
             kh = np.concatenate([k_nope[:, hh], k_pe], axis=1)
-            s = np.where(causal, qh @ kh.T / np.sqrt(hk), -np.inf)
+            s = np.where(causal, qh @ kh.T * scale, -np.inf)
             p = np.exp(s - s.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
             att[:, hh] = p @ v[:, hh]

@@ -538,6 +538,66 @@ START_TEST(test_rope) {
 }
 END_TEST
 
+/* YaRN (ggml's rope_yarn): the corr dims of DeepSeek-V3's rope (64 dims,
+ * 4096 positions, base 10000, betas 32 and 1), and the rotation against a
+ * double reference of the documented formula, strided and contiguous, over
+ * a ramp that covers extrapolated, mixed and interpolated pairs. */
+START_TEST(test_rope_yarn) {
+    float dims[2];
+    bt_rope_yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f, dims);
+    ck_assert_float_eq(dims[0], 10.0f);
+    ck_assert_float_eq(dims[1], 23.0f);
+    bt_rope_yarn_corr_dims(32, 32, 10000.0f, 32.0f, 1.0f, dims); /* clamped below at 0 */
+    ck_assert_float_eq(dims[0], 0.0f);
+    ck_assert_float_eq(dims[1], 3.0f);
+    tu_rng r;
+    tu_rng_init(&r, 501);
+    for (int li = 0; li < 2; li++) {
+        const int64_t ne[4] = {48, 3, 7, 1};
+        const int n_dims = 32, mode = li ? BT_ROPE_NEOX : BT_ROPE_NORMAL;
+        const struct bt_rope_yarn y = {1.0f, 2.0f, 9.0f, 0.8f};
+        const float base = 10000.0f, fscale = 0.025f;
+        enum layout lay = li ? L_STRIDED : L_CONT;
+        snprintf(g_case, sizeof(g_case), "rope yarn %s mode=%d", layout_name[lay], mode);
+        bt_context *ctx = tu_ctx(4);
+        struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, lay, &r, -1, 1);
+        struct bt_tensor *pos = bt_new_tensor_1d(ctx, BT_TYPE_I32, ne[2]);
+        tu_fill_ids(pos, &r, 5000);
+        struct bt_tensor *out = bt_rope_ext(ctx, a, pos, n_dims, mode, base, fscale, &y);
+        struct bt_graph *g = graph1(ctx, out);
+        float *A = tu_read_f32(a);
+        int32_t *P = tu_read_i32(pos);
+        float *ref = malloc(sizeof(float) * nel4(ne));
+        memcpy(ref, A, sizeof(float) * nel4(ne));
+        for (int64_t t = 0; t < ne[2]; t++)
+            for (int64_t h = 0; h < ne[1]; h++) {
+                const float *x = A + idx4(ne, 0, h, t, 0);
+                float *o = ref + idx4(ne, 0, h, t, 0);
+                for (int i = 0; i < n_dims / 2; i++) {
+                    const double te = P[t] * pow(base, -2.0 * i / n_dims);
+                    const double ramp = fmin(1.0, fmax(0.0, (i - y.corr_lo) / (y.corr_hi - y.corr_lo)));
+                    const double mix = (1.0 - ramp) * y.ext_factor;
+                    const double theta = fscale * te * (1.0 - mix) + te * mix;
+                    const double c = cos(theta) * y.mscale, sn = sin(theta) * y.mscale;
+                    const int j0 = mode == BT_ROPE_NEOX ? i : 2 * i;
+                    const int j1 = mode == BT_ROPE_NEOX ? i + n_dims / 2 : 2 * i + 1;
+                    o[j0] = (float)(x[j0] * c - x[j1] * sn);
+                    o[j1] = (float)(x[j0] * sn + x[j1] * c);
+                }
+            }
+        require_supported(out);
+        for (int nt = 1; nt <= MAX_NT; nt++) {
+            run_nt(g, out, nt);
+            check_nmse(out, ref, TOL_ELEM, nt);
+        }
+        free(A);
+        free(P);
+        free(ref);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- mul_mat ---- */
 
 static const enum bt_type wtypes[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
@@ -1433,6 +1493,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);
+    tcase_add_test(tc, test_rope_yarn);
     tcase_add_loop_test(tc, test_mul_mat, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);

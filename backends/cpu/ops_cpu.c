@@ -462,6 +462,8 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const int mode = bt_get_op_param_i32(dst, 1);
     const float freq_base = bt_get_op_param_f32(dst, 2);
     const float freq_scale = bt_get_op_param_f32(dst, 3);
+    const float ext = bt_get_op_param_f32(dst, 4), lo = bt_get_op_param_f32(dst, 5);
+    const float hi = bt_get_op_param_f32(dst, 6), mscale = bt_get_op_param_f32(dst, 7);
     const int half = n_dims / 2;
     /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2 */
     float *cache = scratch(p, dst);
@@ -476,10 +478,18 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
         if (i2 != cached) {
             const int32_t ps = *(const int32_t *)((const char *)pos->data + i2 * pos->nb[0]);
             for (int i = 0; i < half; i++) {
-                const float theta = (float)ps * freq_scale *
-                                    powf(freq_base, -2.0f * (float)i / (float)n_dims);
-                cache[2 * i] = cosf(theta);
-                cache[2 * i + 1] = sinf(theta);
+                float theta;
+                if (ext == 0.0f) {
+                    theta = (float)ps * freq_scale * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+                } else {
+                    /* YaRN: the low pairs extrapolated, the high interpolated, a ramp between */
+                    const float te = (float)ps * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+                    const float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+                    const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext;
+                    theta = freq_scale * te * (1.0f - mix) + te * mix;
+                }
+                cache[2 * i] = cosf(theta) * mscale;
+                cache[2 * i + 1] = sinf(theta) * mscale;
             }
             cached = i2;
         }

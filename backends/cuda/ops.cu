@@ -163,7 +163,8 @@ __global__ void k_soft_max(float scale, t4 d, t4 a, t4 m, int has_mask) {
 
 /* ---- ROPE: one thread per (row, rotated pair or passed-through element) --- */
 
-__global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base, float freq_scale, int64_t n) {
+__global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base, float freq_scale, float ext,
+                       float lo, float hi, float mscale, int64_t n) {
     const int half = n_dims / 2;
     const int64_t per_row = half + (a.ne[0] - n_dims);
     GRID_STRIDE(e, n) {
@@ -179,8 +180,16 @@ __global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base
         }
         const int i = (int)j;
         const int32_t ps = *(const int32_t *)(pos.data + i2 * pos.nb[0]);
-        const float theta = (float)ps * freq_scale * powf(freq_base, -2.0f * (float)i / (float)n_dims);
-        const float c = cosf(theta), s = sinf(theta);
+        float theta;
+        if (ext == 0.0f) {
+            theta = (float)ps * freq_scale * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+        } else { /* YaRN, as the CPU's compute_rope */
+            const float te = (float)ps * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+            const float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext;
+            theta = freq_scale * te * (1.0f - mix) + te * mix;
+        }
+        const float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
         const int64_t j0 = neox ? i : 2 * i;
         const int64_t j1 = neox ? i + half : 2 * i + 1;
         const float x0 = rowf(a, ra, j0), x1 = rowf(a, ra, j1);
@@ -383,7 +392,11 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
             k_rope<<<grid_for(items), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n_dims,
                                                              bt_get_op_param_i32(node, 1) == BT_ROPE_NEOX,
                                                              bt_get_op_param_f32(node, 2),
-                                                             bt_get_op_param_f32(node, 3), items);
+                                                             bt_get_op_param_f32(node, 3),
+                                                             bt_get_op_param_f32(node, 4),
+                                                             bt_get_op_param_f32(node, 5),
+                                                             bt_get_op_param_f32(node, 6),
+                                                             bt_get_op_param_f32(node, 7), items);
             break;
         }
         case BT_OP_ARGSORT: {

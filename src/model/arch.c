@@ -168,6 +168,38 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
     return BT_OK;
 }
 
+/* YaRN (rope.scaling.type "yarn"; deepseek2 only), as llama.cpp computes
+ * it for DeepSeek-V2/V3: the rope's pairs mixed between extrapolated and
+ * interpolated over the corr dims of original_context_length and the betas
+ * (defaults 32 and 1), cos and sin unscaled (llama.cpp's attention factor
+ * cancels its own 1 + 0.1 ln(factor) for this architecture), and q.k's
+ * scale times m^2 with m = 1 + yarn_log_multiplier * ln(factor) (the file's
+ * multiplier is 0.1 * mscale_all_dim: modeling_deepseek's softmax_scale). */
+static enum bt_status read_yarn_hparams(struct bt_gguf *g, const char *name, struct bt_hparams *h, char *err,
+                                        size_t n_err) {
+    const char *path = bt_gguf_path(g);
+    int64_t n_orig = 0;
+    float beta_fast = 0.0f, beta_slow = 0.0f, log_mul = 0.0f, attn_factor = 1.0f;
+    TRY(key_int(g, name, "rope.scaling.original_context_length", h->n_ctx_train, 0, INT64_MAX, &n_orig, err, n_err));
+    if (n_orig < 1)
+        FAIL(BT_ERR_INVALID, "%s: YaRN needs key %s.rope.scaling.original_context_length (or context_length)", path,
+             name);
+    TRY(key_float(g, name, "rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6, &beta_fast, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6, &beta_slow, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.yarn_log_multiplier", NAN, 0.0, 100.0, &log_mul, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.attn_factor", 1.0, 0.0, 1e6, &attn_factor, err, n_err));
+    if (attn_factor != 1.0f)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.rope.scaling.attn_factor = %g is not supported (1)", path, name,
+             (double)attn_factor);
+    float dims[2];
+    bt_rope_yarn_corr_dims(h->n_rot, n_orig, h->rope_base, beta_fast, beta_slow, dims);
+    h->rope_yarn = (struct bt_rope_yarn){1.0f, dims[0], dims[1], 1.0f};
+    const float factor = 1.0f / h->rope_freq_scale;
+    const float m = factor > 1.0f ? 1.0f + log_mul * logf(factor) : 1.0f;
+    h->attn_scale *= m * m;
+    return BT_OK;
+}
+
 enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **arch_out, struct bt_hparams *h,
                                     char *err, size_t n_err) {
     memset(h, 0, sizeof *h);
@@ -199,16 +231,18 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
     TRY(key_float(g, name, "rope.freq_base", 10000.0, 1e-3, 1e12, &h->rope_base, err, n_err));
     TRY(key_float(g, name, "attention.layer_norm_rms_epsilon", NAN, 0.0, 1.0, &h->norm_eps, err, n_err));
     h->rope_freq_scale = 1.0f;
+    bool yarn = false;
     char key[160];
     snprintf(key, sizeof key, "%s.rope.scaling.type", name);
     if (bt_gguf_find_key(g, key) >= 0) {
         if (bt_gguf_get_str(g, key, &s) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
         const bool none = s.n == 4 && memcmp(s.data, "none", 4) == 0;
         const bool linear = s.n == 6 && memcmp(s.data, "linear", 6) == 0;
-        if (!none && !linear)
-            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear)", bt_gguf_path(g), key,
-                 (int)(s.n < 32 ? s.n : 32), s.data);
-        if (linear) {
+        yarn = s.n == 4 && memcmp(s.data, "yarn", 4) == 0 && a->mla;
+        if (!none && !linear && !yarn)
+            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear; yarn for deepseek2)",
+                 bt_gguf_path(g), key, (int)(s.n < 32 ? s.n : 32), s.data);
+        if (linear || yarn) {
             float f;
             TRY(key_float(g, name, "rope.scaling.factor", NAN, 1e-6, 1e6, &f, err, n_err));
             h->rope_freq_scale = 1.0f / f;
@@ -255,6 +289,7 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
     h->moe_norm_w = a->moe_norm_w;
     h->moe_w_scale = 1.0f;
     if (a->mla) TRY(read_mla_hparams(g, name, h, err, n_err));
+    if (yarn) TRY(read_yarn_hparams(g, name, h, err, n_err));
     /* the vocabulary is token_embd's second dimension */
     const int64_t te = bt_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) FAIL(BT_ERR_INVALID, "%s: tensor \"token_embd.weight\" is missing (expected [%lld, n_vocab])",

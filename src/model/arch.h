@@ -33,7 +33,8 @@
  *             for choosing only, the weights renormalised when
  *             expert_weights_norm and times expert_weights_scale, plus
  *             expert_shared_count ungated shared experts
- *             (ffn_*_shexp, n_ff_exp * count wide).
+ *             (ffn_*_shexp, n_ff_exp * count wide); rope scaling none,
+ *             linear or yarn (YaRN with DeepSeek's attention scale).
  *
  * Multi-head latent attention (deepseek2), llama.cpp's absorbed form: with
  * R = kv_lora_rank, r = rope.dimension_count, n = key_length_mla - r (the
@@ -112,6 +113,7 @@ struct bt_hparams {
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int n_rot;                       /* rope dimensions */
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
+    struct bt_rope_yarn rope_yarn;    /* YaRN's (deepseek2); ext_factor 0: none */
     float norm_eps;
     bool tied_output;
     float attn_scale;                 /* of q.k: 1/sqrt(head_dim) but where the architecture says */

@@ -129,11 +129,14 @@ static struct bt_tensor *attn_mla(bt_context *ctx, const struct bt_llm *m, struc
     c = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, c, h->norm_eps), il, "kv_cmpr_rms"), ly->kv_a_norm), il, "kv_cmpr_norm");
     struct bt_tensor *kr = nm(bt_view_3d(ctx, kvp, r, 1, T, kvp->nb[1], kvp->nb[1], (size_t)R * kvp->nb[0]), il,
                               "k_pe");
-    kr = nm(bt_rope(ctx, kr, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "k_pe_rope");
+    const struct bt_rope_yarn *yarn = h->rope_yarn.ext_factor != 0.0f ? &h->rope_yarn : NULL;
+    kr = nm(bt_rope_ext(ctx, kr, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale, yarn), il,
+            "k_pe_rope");
     /* Q = [Wk_b^T q_nope ; rope(q_pe)] [R + r, H, T] */
     struct bt_tensor *qn = nm(bt_view_3d(ctx, q, n, H, T, q->nb[1], q->nb[2], 0), il, "q_nope");
     struct bt_tensor *qp = nm(bt_view_3d(ctx, q, r, H, T, q->nb[1], q->nb[2], (size_t)n * q->nb[0]), il, "q_pe");
-    qp = nm(bt_rope(ctx, qp, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale), il, "q_pe_rope");
+    qp = nm(bt_rope_ext(ctx, qp, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale, yarn), il,
+            "q_pe_rope");
     qn = nm(bt_permute(ctx, qn, 0, 2, 1, 3), il, "q_nope_perm");                 /* [n, T, H] */
     struct bt_tensor *qa = nm(bt_mul_mat(ctx, ly->wk_b, qn), il, "q_nope_absorbed"); /* [R, T, H] */
     qa = nm(bt_permute(ctx, qa, 0, 2, 1, 3), il, "q_nope_absorbed_perm");         /* [R, H, T] */
