@@ -30,7 +30,7 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         is dense too: also blk.1.attn_v_b), arch (general.architecture
         "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
         ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
-        key_length_mla), groups (4 experts in 2 groups, 1 used)
+        key_length_mla), groups (8 experts in 3 groups)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -78,6 +78,9 @@ D_KV_RANK, D_Q_RANK, D_NOPE, D_ROPE, D_V, D_DENSE, D_SHARED, D_SCALE = 64, 64, 3
 # YaRN as both ship it (factor 40, 4096 positions there): here factor 4 over
 # 32 positions, so that the ramp falls inside the 16 pairs; mscale_all_dim 1
 # (V3) and 0.707 (V2-Lite), written as yarn_log_multiplier = 0.1 * it
+# 4 experts; V3's: in 2 groups of 2, the experts chosen in the 1 group whose
+# two best selection scores add up highest
+D_EXPERT, D_GROUPS, D_GROUPS_USED = 4, 2, 1
 D_YARN_FACTOR, D_YARN_ORIG, D_MSCALE = 4.0, 32, {"deepseek2": 1.0, "deepseek2-lite": 0.707}
 # Gemma 3: a window of 4 tokens that the 12-token prompt crosses; layer il is
 # global when il % pattern == pattern - 1 (Gemma 3's every 6th layer; here
@@ -248,11 +251,11 @@ def write_deepseek(name, wtype, w, rng, brk):
     if brk != "legacy":
         w.add_uint32(f"{a}.attention.key_length_mla", hk)
         w.add_uint32(f"{a}.attention.value_length_mla", D_V)
-    if brk == "groups":
-        w.add_uint32(f"{a}.expert_group_count", 2)
-        w.add_uint32(f"{a}.expert_group_used_count", 1)
+    if not lite:
+        w.add_uint32(f"{a}.expert_group_count", 3 if brk == "groups" else D_GROUPS)
+        w.add_uint32(f"{a}.expert_group_used_count", D_GROUPS_USED)
     w.add_uint32(f"{a}.expert_feed_forward_length", N_FF_EXP)
-    w.add_uint32(f"{a}.expert_count", N_EXPERT)
+    w.add_uint32(f"{a}.expert_count", D_EXPERT)
     w.add_uint32(f"{a}.expert_shared_count", D_SHARED)
     w.add_float32(f"{a}.expert_weights_scale", 1.0 if lite else D_SCALE)
     if not lite:  # V2's files have no gating key (softmax)
@@ -299,12 +302,12 @@ def write_deepseek(name, wtype, w, rng, brk):
             put(b + "ffn_up.weight", mat(N_FF, N_EMBD))
             put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
             continue
-        put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+        put(b + "ffn_gate_inp.weight", mat(D_EXPERT, N_EMBD) * 4, False)
         if not lite:
-            put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+            put(b + "exp_probs_b.bias", vec(D_EXPERT, 0.0, 0.5), False)
+        put(b + "ffn_gate_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_up_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_down_exps.weight", mat(D_EXPERT, N_EMBD, N_FF_EXP))
         fs = N_FF_EXP * D_SHARED
         put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
@@ -383,7 +386,8 @@ def forward_deepseek(name, t, tokens, hidden=False):
     the shared k_pe rotated (interleaved pairs) at YaRN's frequencies, scale
     mscale^2/sqrt(nope + rope);
     the MoE gate's scores sigmoid (V3) or softmax (V2), top-k by score plus
-    e_score_correction_bias, weights from the unbiased scores, normalised
+    e_score_correction_bias (V3: within the best groups by the sum of their
+    two best such scores), weights from the unbiased scores, normalised
     (V3), times routed_scaling_factor, plus the shared experts"""
     lite = name == "deepseek2-lite"
     T = len(tokens)
@@ -431,6 +435,12 @@ def forward_deepseek(name, t, tokens, hidden=False):
         choose = sc + t.get(b + "exp_probs_b.bias", 0.0)
         f = (silu(h @ t[b + "ffn_gate_shexp.weight"].T) * (h @ t[b + "ffn_up_shexp.weight"].T)) @ t[
             b + "ffn_down_shexp.weight"].T
+        if not lite:  # V3's MoEGate: the groups' top-2 sums, the other groups' experts masked
+            grp = choose.reshape(T, D_GROUPS, -1)
+            gsc = np.sort(grp, axis=2)[:, :, -2:].sum(axis=2)  # [T, groups]
+            keep = np.zeros_like(gsc, dtype=bool)
+            np.put_along_axis(keep, np.argsort(-gsc, axis=1, kind="stable")[:, :D_GROUPS_USED], True, axis=1)
+            choose = np.where(np.repeat(keep, D_EXPERT // D_GROUPS, axis=1), choose, -np.inf)
         for i in range(T):
             sel = np.argsort(-choose[i], kind="stable")[:N_USED]
             wsel = sc[i, sel] / (1.0 if lite else sc[i, sel].sum()) * (1.0 if lite else D_SCALE)

@@ -159,12 +159,16 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
         FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", path,
              name, (long long)x);
     h->moe_sigmoid = x == 2;
-    int64_t groups, groups_used;
-    TRY(key_int(g, name, "expert_group_count", 1, 0, 4096, &groups, err, n_err));
-    TRY(key_int(g, name, "expert_group_used_count", groups, 0, 4096, &groups_used, err, n_err));
-    if (groups > 1 && groups_used < groups)
-        FAIL(BT_ERR_UNSUPPORTED, "%s: keys %s.expert_group_count = %lld, expert_group_used_count = %lld: routing "
-             "within chosen expert groups is not supported", path, name, (long long)groups, (long long)groups_used);
+    int64_t G, gu;
+    TRY(key_int(g, name, "expert_group_count", 1, 1, h->n_expert, &G, err, n_err));
+    TRY(key_int(g, name, "expert_group_used_count", G, 1, G, &gu, err, n_err));
+    if (G > 1 && gu < G && (h->n_expert % G || h->n_expert / G < 2 || h->n_expert_used > h->n_expert / G * gu))
+        FAIL(BT_ERR_INVALID, "%s: keys %s.expert_group_count = %lld, expert_group_used_count = %lld: %lld experts "
+             "do not make groups of 2 or more, %lld of them in the groups used", path, name, (long long)G,
+             (long long)gu, (long long)h->n_expert, (long long)h->n_expert_used);
+    /* every group used: no restriction */
+    h->n_group = gu < G ? G : 1;
+    h->n_group_used = gu < G ? gu : 1;
     return BT_OK;
 }
 

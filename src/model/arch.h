@@ -33,7 +33,11 @@
  *             for choosing only, the weights renormalised when
  *             expert_weights_norm and times expert_weights_scale, plus
  *             expert_shared_count ungated shared experts
- *             (ffn_*_shexp, n_ff_exp * count wide); rope scaling none,
+ *             (ffn_*_shexp, n_ff_exp * count wide); with
+ *             expert_group_count G > 1 the experts are chosen among the
+ *             expert_group_used_count groups (of E/G consecutive experts)
+ *             whose two best selection scores add up highest (V3's routing,
+ *             llama.cpp's for every such file); rope scaling none,
  *             linear or yarn (YaRN with DeepSeek's attention scale).
  *
  * Multi-head latent attention (deepseek2), llama.cpp's absorbed form: with
@@ -127,6 +131,7 @@ struct bt_hparams {
     int n_layer_dense_lead;           /* the first layers are dense, the rest MoE */
     int64_t n_expert_shared;          /* shared experts: ffn_*_shexp n_ff_exp * this wide */
     bool moe_sigmoid;                 /* gating sigmoid(logits), else softmax */
+    int64_t n_group, n_group_used;    /* experts chosen within the n_group_used best of n_group groups (1: all) */
     float moe_w_scale;                /* the routed weights times this (1: none) */
 };
 /* Is layer il a MoE layer (else dense)? */

@@ -58,6 +58,28 @@ static struct bt_tensor *add_bias(bt_context *ctx, struct bt_tensor *x, struct b
     return b ? nm(bt_add(ctx, x, b), il, what) : x;
 }
 
+/* The top K of sel [E, T] among the experts of the n_group_used groups (of
+ * np = E / n_group consecutive experts) whose two best scores add up
+ * highest (llama.cpp's build_moe_ffn; the other groups' experts masked to
+ * -inf there, left out here): ids I32 [K, T].  The expert ids of the chosen
+ * groups come from an index table, the stable ARGSORT of sel - sel (all
+ * zero: 0 .. E-1 in each column), taken by GET_ROWS as the scores are. */
+static struct bt_tensor *group_topk(bt_context *ctx, const struct bt_hparams *h, struct bt_tensor *sel, int il) {
+    const int64_t E = h->n_expert, K = h->n_expert_used, G = h->n_group, gu = h->n_group_used, np = E / G;
+    const int64_t T = sel->ne[1];
+    struct bt_tensor *s3 = nm(bt_reshape_3d(ctx, sel, np, G, T), il, "ffn_moe_groups");        /* [np, G, T] */
+    struct bt_tensor *t2 = nm(bt_top_k(ctx, s3, 2), il, "ffn_moe_group_top2");                /* [2, G, T] */
+    struct bt_tensor *v2 = nm(bt_get_rows(ctx, bt_reshape_4d(ctx, s3, 1, np, G, T), t2), il, "ffn_moe_group_top2_v");
+    struct bt_tensor *gs = nm(bt_sum_rows(ctx, bt_reshape_3d(ctx, v2, 2, G, T)), il, "ffn_moe_group_scores");
+    struct bt_tensor *gid = nm(bt_top_k(ctx, bt_reshape_2d(ctx, gs, G, T), (int)gu), il, "ffn_moe_group_topk");
+    struct bt_tensor *idx = nm(bt_argsort(ctx, bt_sub(ctx, sel, sel), BT_SORT_ASC), il, "ffn_moe_expert_index");
+    struct bt_tensor *cid = nm(bt_get_rows(ctx, bt_reshape_3d(ctx, idx, np, G, T), gid), il, "ffn_moe_group_ids");
+    struct bt_tensor *csc = nm(bt_get_rows(ctx, s3, gid), il, "ffn_moe_group_sel");           /* [np, gu, T] */
+    struct bt_tensor *j = nm(bt_top_k(ctx, bt_reshape_2d(ctx, csc, np * gu, T), (int)K), il, "ffn_moe_group_j");
+    struct bt_tensor *id = nm(bt_get_rows(ctx, bt_reshape_3d(ctx, cid, 1, np * gu, T), j), il, "ffn_moe_ids_3d");
+    return nm(bt_reshape_2d(ctx, id, K, T), il, "ffn_moe_ids"); /* [K, T] */
+}
+
 /* MoE routing as llama.cpp's build_moe_ffn: p = softmax(router cur), or
  * sigmoid (deepseek2's sigmoid gating); the experts chosen by p plus the
  * selection bias exp_probs_b where the layer has one, their weights taken
@@ -73,8 +95,13 @@ static void moe_route(bt_context *ctx, const struct bt_llm *m, const struct bt_l
     nm(probs, il, "ffn_moe_probs");
     struct bt_tensor *sel = probs;
     if (ly->ffn_exp_probs_b) sel = nm(bt_add(ctx, probs, ly->ffn_exp_probs_b), il, "ffn_moe_probs_biased");
-    struct bt_tensor *id = nm(bt_top_k(ctx, sel, (int)K), il, "ffn_moe_ids"); /* [K, T] */
-    if (id) nm(id->src[0], il, "ffn_moe_argsort");
+    struct bt_tensor *id;
+    if (m->hp.n_group > 1) {
+        id = group_topk(ctx, &m->hp, sel, il);
+    } else {
+        id = nm(bt_top_k(ctx, sel, (int)K), il, "ffn_moe_ids"); /* [K, T] */
+        if (id) nm(id->src[0], il, "ffn_moe_argsort");
+    }
     struct bt_tensor *p3 = nm(bt_reshape_3d(ctx, probs, 1, E, T), il, "ffn_moe_probs_3d");
     struct bt_tensor *wt = nm(bt_get_rows(ctx, p3, id), il, "ffn_moe_weights"); /* [1, K, T] */
     if (m->hp.moe_norm_w && wt) {
