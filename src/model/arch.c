@@ -139,6 +139,7 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
              "rope.dimension_count", path, name, (long long)h->n_head_kv, (long long)h->head_dim,
              (long long)h->n_lora_kv, h->n_rot, (long long)h->head_dim_v, (long long)h->head_dim_mla);
     h->attn_scale = 1.0f / sqrtf((float)h->head_dim_mla);
+    h->kv_v_in_k = true; /* K = [c ; rope(kr)], V = c */
     TRY(key_float(g, name, "attention.temperature_scale", 0.0, -1e9, 1e9, &h->moe_w_scale, err, n_err));
     if (h->moe_w_scale != 0.0f)
         FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.attention.temperature_scale (attention temperature tuning) is not "

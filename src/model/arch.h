@@ -131,6 +131,7 @@ struct bt_hparams {
     int n_layer_dense_lead;           /* the first layers are dense, the rest MoE */
     int64_t n_expert_shared;          /* shared experts: ffn_*_shexp n_ff_exp * this wide */
     bool moe_sigmoid;                 /* gating sigmoid(logits), else softmax */
+    bool kv_v_in_k;                   /* the cache's V is the head of K's rows (kv.h): MLA's latent */
     int64_t n_group, n_group_used;    /* experts chosen within the n_group_used best of n_group groups (1: all) */
     float moe_w_scale;                /* the routed weights times this (1: none) */
 };

@@ -123,11 +123,17 @@ static void cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor
                      struct bt_tensor *cells, int64_t n_kv, int64_t heads, struct bt_tensor **kc,
                      struct bt_tensor **vc) {
     struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
-    const int64_t hd = ck->ne[0] / heads, hdv = cv->ne[0] / heads;
+    const int64_t hd = ck->ne[0] / heads, hdv = v->ne[0] / heads;
     struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, k, cells), il, "cache_k_write");
-    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, v, cells), il, "cache_v_write");
     *kc = ks ? nm(bt_view_3d(ctx, ks, hd, heads, n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il, "cache_k_view")
              : NULL;
+    if (!cv) { /* V inside K (kv.h's v_in_k): its first hdv elements of each row */
+        *vc = ks ? nm(bt_view_3d(ctx, ks, hdv, 1, n_kv, bt_row_size(ck->type, hdv), ck->nb[1], 0), il,
+                      "cache_v_view")
+                 : NULL;
+        return;
+    }
+    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, v, cells), il, "cache_v_write");
     *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, heads, n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0), il,
                   "cache_v_view")
              : NULL;
@@ -358,6 +364,7 @@ void bt_hparams_kv_config(const struct bt_hparams *h, int il0, int il1, int64_t 
     c->n_swa = h->n_swa;
     c->swa_pattern = h->swa_pattern;
     c->n_ubatch = n_ubatch;
+    c->v_in_k = h->kv_v_in_k;
 }
 
 void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, int64_t n_ubatch, enum bt_type type,
