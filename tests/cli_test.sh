@@ -37,8 +37,9 @@ done
 # every architecture, and the seed's three MoE variants: top-k renormalised
 # (qwen3moe, llama with experts), shared expert beside the routed ones
 # (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
-# 16 tokens cross, every 2nd layer global
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
+# 16 tokens cross, every 2nd layer global; deepseek2 (latent attention, a
+# dense first layer)
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2; do
     expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" -c 4 \
         --swa 4 --swa-pattern 2
 done

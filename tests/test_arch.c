@@ -543,7 +543,8 @@ END_TEST
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"};
+    static const char *const archs[] = {"llama",    "qwen2", "qwen3",  "qwen2moe",
+                                        "qwen3moe", "olmoe", "gemma3", "deepseek2"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -561,7 +562,14 @@ START_TEST(test_random_model) {
         ck_assert_int_eq(hp->n_layer, 2);
         ck_assert_int_eq(hp->n_embd, 64);
         ck_assert_int_eq(hp->n_vocab, rm.n_vocab);
-        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 ? rm.n_expert : 0);
+        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 || a == 7 ? rm.n_expert : 0);
+        if (a == 7) { /* V3's proportions to a head of 32: the cache's one latent head of 128 + 16 */
+            ck_assert_int_eq(hp->n_head_kv, 1);
+            ck_assert_int_eq(hp->head_dim, 144);
+            ck_assert_int_eq(hp->n_lora_q, 384);
+            ck_assert_int_eq(hp->n_layer_dense_lead, 1);
+            ck_assert(hp->kv_v_in_k && hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 2.5f);
+        }
         ck_assert_int_eq(hp->n_swa, strcmp(archs[a], "gemma3") == 0 ? rm.n_swa : 0);
         /* the file writer gives the same bytes */
         char dir[] = "/tmp/bt_rm_XXXXXX", path[64];
@@ -641,8 +649,9 @@ START_TEST(test_random_model) {
     ck_assert_str_eq(err,
                      "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2");
     rm.arch = "deepseek2";
+    rm.head_dim = 34;
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
-    ck_assert_str_eq(err, "--arch deepseek2: a random-weight model of the latent attention is not made here");
+    ck_assert_str_eq(err, "--head-dim 34: deepseek2's rope part (half a head) must be even");
 }
 END_TEST
 
