@@ -674,6 +674,11 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --mod
     --tokens 7 -m 5
 expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an expert group" -- \
     "$baton" plan -m "$tmp/pipe.gguf" -t "$tmp/group.yaml"
+# deepseek2's routed experts (sigmoid, renormalised, scaled, a shared expert beside) divided the same way
+"$baton" make-model "$tmp/ds.gguf" --vocab "$vocab2" --arch deepseek2 --layers 2 >/dev/null
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: deepseek2, an expert group of 2" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/ds.gguf" \
+    --tokens 7 -m 5
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)
