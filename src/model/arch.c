@@ -140,8 +140,9 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
              (long long)h->n_lora_kv, h->n_rot, (long long)h->head_dim_v, (long long)h->head_dim_mla);
     h->attn_scale = 1.0f / sqrtf((float)h->head_dim_mla);
     h->kv_v_in_k = true; /* K = [c ; rope(kr)], V = c */
-    TRY(key_float(g, name, "attention.temperature_scale", 0.0, -1e9, 1e9, &h->moe_w_scale, err, n_err));
-    if (h->moe_w_scale != 0.0f)
+    float temp = 0.0f;
+    TRY(key_float(g, name, "attention.temperature_scale", 0.0, -1e9, 1e9, &temp, err, n_err));
+    if (temp != 0.0f)
         FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.attention.temperature_scale (attention temperature tuning) is not "
              "supported", path, name);
     TRY(key_int(g, name, "leading_dense_block_count", 0, 0, h->n_layer, &x, err, n_err));
@@ -161,8 +162,10 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
              name, (long long)x);
     h->moe_sigmoid = x == 2;
     int64_t G, gu;
-    TRY(key_int(g, name, "expert_group_count", 1, 1, h->n_expert, &G, err, n_err));
-    TRY(key_int(g, name, "expert_group_used_count", G, 1, G, &gu, err, n_err));
+    TRY(key_int(g, name, "expert_group_count", 1, 0, h->n_expert, &G, err, n_err));
+    if (G == 0) G = 1; /* llama.cpp's default: no groups */
+    TRY(key_int(g, name, "expert_group_used_count", G, 0, G, &gu, err, n_err));
+    if (gu == 0) gu = G;
     if (G > 1 && gu < G && (h->n_expert % G || h->n_expert / G < 2 || h->n_expert_used > h->n_expert / G * gu))
         FAIL(BT_ERR_INVALID, "%s: keys %s.expert_group_count = %lld, expert_group_used_count = %lld: %lld experts "
              "do not make groups of 2 or more, %lld of them in the groups used", path, name, (long long)G,
