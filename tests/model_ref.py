@@ -30,7 +30,8 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         is dense too: also blk.1.attn_v_b), arch (general.architecture
         "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
         ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
-        key_length_mla), groups (8 experts in 3 groups)
+        key_length_mla), groups (4 experts in 3 groups), geometry (key_length
+        one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -246,7 +247,7 @@ def write_deepseek(name, wtype, w, rng, brk):
     if not lite:
         w.add_uint32(f"{a}.attention.q_lora_rank", D_Q_RANK)
     w.add_uint32(f"{a}.attention.kv_lora_rank", D_KV_RANK)
-    w.add_uint32(f"{a}.attention.key_length", D_KV_RANK + D_ROPE)
+    w.add_uint32(f"{a}.attention.key_length", D_KV_RANK + D_ROPE + (1 if brk == "geometry" else 0))
     w.add_uint32(f"{a}.attention.value_length", D_KV_RANK)
     if brk != "legacy":
         w.add_uint32(f"{a}.attention.key_length_mla", hk)
@@ -266,7 +267,8 @@ def write_deepseek(name, wtype, w, rng, brk):
     w.add_string(f"{a}.rope.scaling.type", "yarn")
     w.add_float32(f"{a}.rope.scaling.factor", D_YARN_FACTOR)
     w.add_uint32(f"{a}.rope.scaling.original_context_length", D_YARN_ORIG)
-    w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
+    if brk != "yarn":
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
     put = put_fn(w, wtype, brk)
 
     def mat(*shape):

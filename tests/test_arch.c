@@ -537,6 +537,11 @@ START_TEST(test_broken_files) {
     check_broken("deepseek2", "groups", BT_ERR_INVALID,
                  "keys deepseek2.expert_group_count = 3, expert_group_used_count = 1: 4 experts do not make groups of "
                  "2 or more, 2 of them in the groups used");
+    check_broken("deepseek2", "geometry", BT_ERR_INVALID,
+                 "deepseek2's latent attention needs head_count_kv 1 (is 1), key_length = kv_lora_rank + "
+                 "rope.dimension_count (97, 64 + 32), value_length = kv_lora_rank (64) and key_length_mla (64) > "
+                 "rope.dimension_count");
+    check_broken("deepseek2-lite", "yarn", BT_ERR_INVALID, "key deepseek2.rope.scaling.yarn_log_multiplier is missing");
 }
 END_TEST
 
