@@ -53,6 +53,10 @@ enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_
         return bt_error_printf(err, n_err, BT_ERR_INVALID,
                                "KV cache: rows of %lld/%lld are not whole heads of %lld/%lld", (long long)c->n_embd_k,
                                (long long)c->n_embd_v, (long long)c->head_dim_k, (long long)c->head_dim_v);
+    if (c->v_in_k && (c->n_embd_k != c->head_dim_k || c->n_embd_v != c->head_dim_v || c->n_embd_v > c->n_embd_k))
+        return bt_error_printf(err, n_err, BT_ERR_INVALID,
+                               "KV cache: V inside K needs one head and V rows no longer than K's (%lld, %lld)",
+                               (long long)c->n_embd_k, (long long)c->n_embd_v);
     const int64_t blk = bt_blck_size(c->type);
     if (c->head_dim_k % blk || c->head_dim_v % blk)
         return bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED,
@@ -64,6 +68,10 @@ enum bt_status bt_kv_check_config(const struct bt_kv_config *c, char *err, size_
                                (long long)c->n_swa, (long long)c->n_ubatch);
 
     return BT_OK;
+}
+
+size_t bt_kv_config_row_bytes(const struct bt_kv_config *c) {
+    return bt_row_size(c->type, c->n_embd_k) + (c->v_in_k ? 0 : bt_row_size(c->type, c->n_embd_v));
 }
 
 enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char *err, size_t n_err) {
@@ -95,14 +103,14 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
     for (int il = c->il0; il < c->il1; il++) {
         const int64_t cells = bt_kv_config_layer_cells(c, il);
         struct bt_tensor *k = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_k, cells);
-        struct bt_tensor *v = bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, cells);
-        bytes += (bt_row_size(c->type, c->n_embd_k) + bt_row_size(c->type, c->n_embd_v)) * (size_t)cells;
-        if (!k || !v) {
+        struct bt_tensor *v = c->v_in_k ? NULL : bt_new_tensor_2d(kv->ctx, c->type, c->n_embd_v, cells);
+        bytes += bt_kv_config_row_bytes(c) * (size_t)cells;
+        if (!k || (!v && !c->v_in_k)) {
             bt_kv_free(kv);
             return bt_error_printf(err, n_err, BT_ERR_NOMEM, "KV cache: out of memory");
         }
         bt_format_name(k, "cache_k_l%d", il);
-        bt_format_name(v, "cache_v_l%d", il);
+        if (v) bt_format_name(v, "cache_v_l%d", il);
         kv->k[il - c->il0] = k;
         kv->v[il - c->il0] = v;
     }

@@ -5,7 +5,10 @@
  *   k[il], v[il]   type [n_embd_k, n_ctx] / [n_embd_v, n_ctx], row j = cell j
  *                  (n_embd_k = head_dim * n_head_kv); F16 by default, F32 or
  *                  Q8_0 selectable (Q8_0 needs rows of whole 32-element
- *                  blocks per head: head sizes multiples of 32)
+ *                  blocks per head: head sizes multiples of 32).  With
+ *                  v_in_k (one head; deepseek2's latent, whose V is the
+ *                  first n_embd_v elements of K) there is no V tensor: the
+ *                  attention reads V as a view of the K rows.
  *   cells          pos[j] (-1: free) and seq[j] of each cell; one sequence
  *                  per cell
  *
@@ -58,7 +61,10 @@ struct bt_kv_config {
     int64_t n_swa;            /* sliding window (tokens) of the sliding layers; 0: none */
     int swa_pattern;          /* which layers slide (bt_kv_swa_layer) */
     int64_t n_ubatch;         /* most tokens of one ubatch: the ring holds n_swa + n_ubatch (0: no ring) */
+    bool v_in_k;              /* V is the first n_embd_v elements of each K row: no V tensors */
 };
+/* Bytes of one cell of one layer (K and V rows; K alone with v_in_k). */
+size_t bt_kv_config_row_bytes(const struct bt_kv_config *c);
 
 /* Whether layer il is a sliding-window layer: with a window, every layer but
  * each pattern-th (il % pattern == pattern - 1: Gemma 3's global layers);
@@ -81,7 +87,7 @@ const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv);
 int64_t bt_kv_config_layer_cells(const struct bt_kv_config *c, int il);
 /* Layer il's cache tensors (il in [il0, il1)). */
 struct bt_tensor *bt_kv_k(const struct bt_kv *kv, int il);
-struct bt_tensor *bt_kv_v(const struct bt_kv *kv, int il);
+struct bt_tensor *bt_kv_v(const struct bt_kv *kv, int il); /* NULL with v_in_k */
 /* Bytes of cache memory. */
 size_t bt_kv_bytes(const struct bt_kv *kv);
 

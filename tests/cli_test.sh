@@ -37,8 +37,9 @@ done
 # every architecture, and the seed's three MoE variants: top-k renormalised
 # (qwen3moe, llama with experts), shared expert beside the routed ones
 # (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
-# 16 tokens cross, every 2nd layer global
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
+# 16 tokens cross, every 2nd layer global; deepseek2 (latent attention, a
+# dense first layer)
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2; do
     expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" --copies 4 \
         --swa 4 --swa-pattern 2
 done
@@ -645,7 +646,7 @@ pipeline:
 EOF
     expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --model, experts pinned (compute: $compute)" -- \
         env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/pin-$compute.yaml" -- baton demo --model "$tmp/pipe.gguf" \
-        --tokens 7 -m 5
+        --tokens 7 --micro-batches 5
 done
 # generate follows the pins too: the same greedy text as one process
 "$baton" generate -m "$tmp/pipe.gguf" -p "the pins" -n 12 --temp 0 >"$tmp/gen1.txt" 2>/dev/null
@@ -679,9 +680,14 @@ else
 fi
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo --model, an expert group of 2 ranks" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/pipe.gguf" \
-    --tokens 7 -m 5
+    --tokens 7 --micro-batches 5
 expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an expert group" -- \
     "$baton" plan -m "$tmp/pipe.gguf" --topology "$tmp/group.yaml"
+# deepseek2's routed experts (sigmoid, renormalised, scaled, a shared expert beside) divided the same way
+"$baton" make-model "$tmp/ds.gguf" --vocab "$vocab2" --arch deepseek2 --layers 2 >/dev/null
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: deepseek2, an expert group of 2" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/ds.gguf" \
+    --tokens 7 --micro-batches 5
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)

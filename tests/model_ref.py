@@ -7,21 +7,31 @@ The reference is written from the architectures' published definitions
 q/k/v biases and rotate-half rotary, Qwen3's per-head q/k RMSNorm, Qwen2-MoE's
 sigmoid-gated shared expert, OLMoE's whole-vector q/k RMSNorm, Gemma 3's
 scaled embedding, pre- and post-norms, GELU-gated MLP, sliding-window layers
-with their own rotary base beside global layers), reads the
+with their own rotary base beside global layers, DeepSeek-V2/V3's multi-head
+latent attention computed as Hugging Face's modeling_deepseek does it, from
+the whole kv_b_proj the file's attn_k_b and attn_v_b were split from, with
+leading dense layers, sigmoid or softmax routing, a selection bias and
+ungated shared experts), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
 Usage: model_ref.py ARCH TYPE DIR [BREAK]
-  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3
+  ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2
+        (V3's form: q_lora_rank, sigmoid gating with exp_probs_b, renormalised,
+        scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax)
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
         gguf.quants.quantize; the types it cannot quantise to get random
         blocks whose scale gives the f32 matrix's RMS.  For the 256-element
         types the model is 256 wide (embedding, feed-forward).
-  BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
-        wrong shape), arch (general.architecture "gpt9"), long (as none with
-        a prompt of 80 tokens: a sliding window's ring wraps)
+  BREAK none, missing (drop blk.1.attn_k.weight; deepseek2: attn_k_b),
+        shape (blk.0.ffn_up has a wrong shape; deepseek2-lite, whose layer 0
+        is dense too: also blk.1.attn_v_b), arch (general.architecture
+        "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
+        ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
+        key_length_mla), groups (4 experts in 3 groups), geometry (key_length
+        one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -59,7 +69,20 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "qwen3moe": ("qwen3moe", "neox", True, True, False, "head", False, 32),
     "olmoe": ("olmoe", "neox", True, False, False, "full", False, 16),
     "gemma3": ("gemma3", "neox", False, False, False, "head", False, 32),
+    "deepseek2": ("deepseek2", "norm", True, True, True, None, False, 0),
+    "deepseek2-lite": ("deepseek2", "norm", True, False, True, None, False, 0),
 }
+# DeepSeek: kv_lora_rank, q_lora_rank (0: lite), qk_nope_head_dim,
+# qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
+# expert; V3's routing: sigmoid, selection bias, renormalised, times 2.5
+D_KV_RANK, D_Q_RANK, D_NOPE, D_ROPE, D_V, D_DENSE, D_SHARED, D_SCALE = 64, 64, 32, 32, 32, 1, 1, 2.5
+# YaRN as both ship it (factor 40, 4096 positions there): here factor 4 over
+# 32 positions, so that the ramp falls inside the 16 pairs; mscale_all_dim 1
+# (V3) and 0.707 (V2-Lite), written as yarn_log_multiplier = 0.1 * it
+# 4 experts; V3's: in 2 groups of 2, the experts chosen in the 1 group whose
+# two best selection scores add up highest
+D_EXPERT, D_GROUPS, D_GROUPS_USED = 4, 2, 1
+D_YARN_FACTOR, D_YARN_ORIG, D_MSCALE = 4.0, 32, {"deepseek2": 1.0, "deepseek2-lite": 0.707}
 # Gemma 3: a window of 4 tokens that the 12-token prompt crosses; layer il is
 # global when il % pattern == pattern - 1 (Gemma 3's every 6th layer; here
 # every 2nd, so both kinds are in 2 layers).  Global layers use the file's
@@ -104,6 +127,8 @@ def write(name, wtype, path, brk, vocab=None):
     w = gguf.GGUFWriter(path, "gpt9" if brk == "arch" else arch)
     if vocab:
         N_VOCAB = copy_vocab(w, vocab)
+    if arch == "deepseek2":
+        return write_deepseek(name, wtype, w, rng, brk)
     w.add_uint32(f"{arch}.block_count", N_LAYER)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
@@ -135,18 +160,7 @@ def write(name, wtype, path, brk, vocab=None):
     def vec(n, around=1.0, spread=0.25):
         return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
 
-    def put(tname, a, quant=True):
-        if brk == "missing" and tname == "blk.1.attn_k.weight":
-            return
-        if brk == "shape" and tname == "blk.0.ffn_up.weight":
-            a = a[:-32]
-        if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
-            a = a[:, :-16]
-        qt = WTYPES[wtype]
-        if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
-            w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
-        else:
-            w.add_tensor(tname, a)
+    put = put_fn(w, wtype, brk)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
     put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
@@ -194,6 +208,118 @@ def write(name, wtype, path, brk, vocab=None):
     w.close()
 
 
+def put_fn(w, wtype, brk):
+    """put(name, array, quant): the tensor as wtype where its rows are whole
+    blocks (and quant), else f32; the BREAK variants applied"""
+    def put(tname, a, quant=True):
+        if brk == "missing" and tname in ("blk.1.attn_k.weight", "blk.1.attn_k_b.weight"):
+            return
+        if brk == "shape" and tname == "blk.0.ffn_up.weight":
+            a = a[:-32]
+        if brk == "shape" and tname == "blk.1.attn_v_b.weight":
+            a = a[:, :-16]
+        if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
+            a = a[:, :-16]
+        qt = WTYPES[wtype]
+        if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
+            w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(tname, a)
+    return put
+
+
+def write_deepseek(name, wtype, w, rng, brk):
+    """DeepSeek-V2/V3 as today's converter writes it (conversion/deepseek.py):
+    MQA cache geometry in key_length / value_length, kv_b_proj split into
+    attn_k_b (transposed) and attn_v_b"""
+    lite, a = name == "deepseek2-lite", "deepseek2"
+    hk = D_NOPE + D_ROPE
+    w.add_uint32(f"{a}.block_count", N_LAYER)
+    w.add_uint32(f"{a}.context_length", 4096)
+    w.add_uint32(f"{a}.embedding_length", N_EMBD)
+    w.add_uint32(f"{a}.feed_forward_length", N_FF)
+    w.add_uint32(f"{a}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{a}.attention.head_count_kv", 1)
+    w.add_float32(f"{a}.rope.freq_base", ROPE_BASE)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", EPS)
+    w.add_uint32(f"{a}.leading_dense_block_count", D_DENSE)
+    w.add_uint32(f"{a}.vocab_size", N_VOCAB)
+    if not lite:
+        w.add_uint32(f"{a}.attention.q_lora_rank", D_Q_RANK)
+    w.add_uint32(f"{a}.attention.kv_lora_rank", D_KV_RANK)
+    w.add_uint32(f"{a}.attention.key_length", D_KV_RANK + D_ROPE + (1 if brk == "geometry" else 0))
+    w.add_uint32(f"{a}.attention.value_length", D_KV_RANK)
+    if brk != "legacy":
+        w.add_uint32(f"{a}.attention.key_length_mla", hk)
+        w.add_uint32(f"{a}.attention.value_length_mla", D_V)
+    if not lite:
+        w.add_uint32(f"{a}.expert_group_count", 3 if brk == "groups" else D_GROUPS)
+        w.add_uint32(f"{a}.expert_group_used_count", D_GROUPS_USED)
+    w.add_uint32(f"{a}.expert_feed_forward_length", N_FF_EXP)
+    w.add_uint32(f"{a}.expert_count", D_EXPERT)
+    w.add_uint32(f"{a}.expert_shared_count", D_SHARED)
+    w.add_float32(f"{a}.expert_weights_scale", 1.0 if lite else D_SCALE)
+    if not lite:  # V2's files have no gating key (softmax)
+        w.add_bool(f"{a}.expert_weights_norm", True)
+        w.add_uint32(f"{a}.expert_gating_func", 2)
+    w.add_uint32(f"{a}.expert_used_count", N_USED)
+    w.add_uint32(f"{a}.rope.dimension_count", D_ROPE)
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_float32(f"{a}.rope.scaling.factor", D_YARN_FACTOR)
+    w.add_uint32(f"{a}.rope.scaling.original_context_length", D_YARN_ORIG)
+    if brk != "yarn":
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
+    put = put_fn(w, wtype, brk)
+
+    def mat(*shape):
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    put("output.weight", mat(N_VOCAB, N_EMBD))
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        put(b + "attn_norm.weight", vec(N_EMBD), False)
+        if lite:
+            put(b + "attn_q.weight", mat(N_HEAD * hk, N_EMBD))
+        else:
+            put(b + "attn_q_a.weight", mat(D_Q_RANK, N_EMBD))
+            put(b + "attn_q_a_norm.weight", vec(D_Q_RANK), False)
+            put(b + "attn_q_b.weight", mat(N_HEAD * hk, D_Q_RANK))
+        put(b + "attn_kv_a_mqa.weight", mat(D_KV_RANK + D_ROPE, N_EMBD))
+        put(b + "attn_kv_a_norm.weight", vec(D_KV_RANK), False)
+        # kv_b_proj [H * (nope + v), R] split as the converter does
+        kv_b = mat(N_HEAD * (D_NOPE + D_V), D_KV_RANK).reshape(N_HEAD, D_NOPE + D_V, D_KV_RANK)
+        if brk == "legacy":
+            put(b + "attn_kv_b.weight", kv_b.reshape(-1, D_KV_RANK))
+        put(b + "attn_k_b.weight", np.ascontiguousarray(kv_b[:, :D_NOPE, :].transpose(0, 2, 1)))
+        put(b + "attn_v_b.weight", np.ascontiguousarray(kv_b[:, D_NOPE:, :]))
+        put(b + "attn_output.weight", mat(N_EMBD, N_HEAD * D_V))
+        put(b + "ffn_norm.weight", vec(N_EMBD), False)
+        if il < D_DENSE:
+            put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_up.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
+            continue
+        put(b + "ffn_gate_inp.weight", mat(D_EXPERT, N_EMBD) * 4, False)
+        if not lite:
+            put(b + "exp_probs_b.bias", vec(D_EXPERT, 0.0, 0.5), False)
+        put(b + "ffn_gate_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_up_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_down_exps.weight", mat(D_EXPERT, N_EMBD, N_FF_EXP))
+        fs = N_FF_EXP * D_SHARED
+        put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_down_shexp.weight", mat(N_EMBD, fs))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 # ---- the reference ----------------------------------------------------------
 
 def load(path):
@@ -215,9 +341,27 @@ def rms(x, w):
 
 def rope(x, pos, mode, base=ROPE_BASE, scale=1.0):
     """x [T, heads, hd]; rotate pairs by (pos / scale) * base^(-2i/hd)."""
+    d = x.shape[2]
+    return rope_inv(x, pos, mode, base ** (-np.arange(0, d, 2, dtype=np.float64) / d) / scale)
+
+
+def yarn_inv_freq(d, base, factor, orig, beta_fast=32.0, beta_slow=1.0):
+    """modeling_deepseek's DeepseekV2YarnRotaryEmbedding: each pair's
+    frequency between extrapolated (base^(-2i/d)) and interpolated (that over
+    factor) by a linear ramp over the correction range"""
+    def corr(rot):
+        return d * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(base))
+    lo, hi = max(np.floor(corr(beta_fast)), 0), min(np.ceil(corr(beta_slow)), d - 1)
+    hi = hi + 0.001 if hi == lo else hi
+    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
+    extra = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    return extra / factor * ramp + extra * (1 - ramp)
+
+
+def rope_inv(x, pos, mode, inv):
+    """x [T, heads, hd]; rotate pair i by pos * inv[i]."""
     T, _, d = x.shape
-    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # [d/2]
-    ang = (pos[:, None].astype(np.float64) / scale) * inv[None, :]  # [T, d/2]
+    ang = pos[:, None].astype(np.float64) * inv[None, :]  # [T, d/2]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.copy()
     if mode == "norm":  # Meta LLaMA: complex pairs (x[2i], x[2i+1])
@@ -237,9 +381,84 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+def forward_deepseek(name, t, tokens, hidden=False):
+    """DeepSeek-V2/V3 as modeling_deepseek.py computes it: per head the query
+    [q_nope, q_pe], the key [k_nope, k_pe] and value decompressed from the
+    normed latent by kv_b_proj (rebuilt from attn_k_b and attn_v_b), q_pe and
+    the shared k_pe rotated (interleaved pairs) at YaRN's frequencies, scale
+    mscale^2/sqrt(nope + rope);
+    the MoE gate's scores sigmoid (V3) or softmax (V2), top-k by score plus
+    e_score_correction_bias (V3: within the best groups by the sum of their
+    two best such scores), weights from the unbiased scores, normalised
+    (V3), times routed_scaling_factor, plus the shared experts"""
+    lite = name == "deepseek2-lite"
+    T = len(tokens)
+    pos = np.arange(T)
+    hk = D_NOPE + D_ROPE
+    x = t["token_embd.weight"][tokens]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    mscale = 0.1 * D_MSCALE[name] * np.log(D_YARN_FACTOR) + 1.0
+    scale = hk ** -0.5 * mscale * mscale  # softmax_scale
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        h = rms(x, t[b + "attn_norm.weight"])
+        if lite:
+            q = h @ t[b + "attn_q.weight"].T
+        else:
+            q = rms(h @ t[b + "attn_q_a.weight"].T, t[b + "attn_q_a_norm.weight"]) @ t[b + "attn_q_b.weight"].T
+        q = q.reshape(T, N_HEAD, hk)
+        ckv = h @ t[b + "attn_kv_a_mqa.weight"].T  # [T, R + r]
+        c, k_pe = rms(ckv[:, :D_KV_RANK], t[b + "attn_kv_a_norm.weight"]), ckv[:, D_KV_RANK:]
+        kv_b = np.concatenate([t[b + "attn_k_b.weight"].transpose(0, 2, 1), t[b + "attn_v_b.weight"]], axis=1)
+        kv = np.einsum("hor,tr->tho", kv_b, c)  # [T, H, nope + v]
+        k_nope, v = kv[..., :D_NOPE], kv[..., D_NOPE:]
+        inv = yarn_inv_freq(D_ROPE, ROPE_BASE, D_YARN_FACTOR, D_YARN_ORIG)  # cos, sin times 1: mscale = all_dim
+        q_pe = rope_inv(q[..., D_NOPE:], pos, "norm", inv)
+        k_pe = rope_inv(k_pe[:, None, :], pos, "norm", inv)[:, 0]
+        att = np.zeros((T, N_HEAD, D_V))
+        for hh in range(N_HEAD):
+            qh = np.concatenate([q[:, hh, :D_NOPE], q_pe[:, hh]], axis=1)
+            kh = np.concatenate([k_nope[:, hh], k_pe], axis=1)
+            s = np.where(causal, qh @ kh.T * scale, -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            att[:, hh] = p @ v[:, hh]
+        x = x + att.reshape(T, N_HEAD * D_V) @ t[b + "attn_output.weight"].T
+        h = rms(x, t[b + "ffn_norm.weight"])
+        if il < D_DENSE:
+            x = x + (silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
+            continue
+        logits = h @ t[b + "ffn_gate_inp.weight"].T  # [T, E]
+        if lite:
+            sc = np.exp(logits - logits.max(axis=1, keepdims=True))
+            sc /= sc.sum(axis=1, keepdims=True)
+        else:
+            sc = 1 / (1 + np.exp(-logits))
+        choose = sc + t.get(b + "exp_probs_b.bias", 0.0)
+        f = (silu(h @ t[b + "ffn_gate_shexp.weight"].T) * (h @ t[b + "ffn_up_shexp.weight"].T)) @ t[
+            b + "ffn_down_shexp.weight"].T
+        if not lite:  # V3's MoEGate: the groups' top-2 sums, the other groups' experts masked
+            grp = choose.reshape(T, D_GROUPS, -1)
+            gsc = np.sort(grp, axis=2)[:, :, -2:].sum(axis=2)  # [T, groups]
+            keep = np.zeros_like(gsc, dtype=bool)
+            np.put_along_axis(keep, np.argsort(-gsc, axis=1, kind="stable")[:, :D_GROUPS_USED], True, axis=1)
+            choose = np.where(np.repeat(keep, D_EXPERT // D_GROUPS, axis=1), choose, -np.inf)
+        for i in range(T):
+            sel = np.argsort(-choose[i], kind="stable")[:N_USED]
+            wsel = sc[i, sel] / (1.0 if lite else sc[i, sel].sum()) * (1.0 if lite else D_SCALE)
+            for e, we in zip(sel, wsel):
+                g = silu(t[b + "ffn_gate_exps.weight"][e] @ h[i]) * (t[b + "ffn_up_exps.weight"][e] @ h[i])
+                f[i] += we * (t[b + "ffn_down_exps.weight"][e] @ g)
+        x = x + f
+    x = rms(x, t["output_norm.weight"])
+    return x if hidden else x @ t["output.weight"].T
+
+
 def forward(name, t, tokens, hidden=False):
     """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
+    if arch == "deepseek2":
+        return forward_deepseek(name, t, tokens, hidden)
     T = len(tokens)
     pos = np.arange(T)
     gemma = arch == "gemma3"

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 static struct bt_kv *new_kv(int64_t n_ctx, int n_seq, enum bt_type type) {
-    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false, 0, 0, 0};
+    struct bt_kv_config c = {n_ctx, n_seq, type, 0, 2, 64, 64, 32, 32, NULL, false, 0, 0, 0, false};
     struct bt_kv *kv = NULL;
     char err[256];
     ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
@@ -125,7 +125,7 @@ START_TEST(test_errors) {
     ck_assert_str_eq(err, "KV cache full: 5 tokens, 4 of 4 cells free");
     bt_kv_free(kv);
 
-    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false, 0, 0, 0};
+    struct bt_kv_config c = {16, 1, BT_TYPE_Q8_0, 0, 1, 32, 32, 16, 16, NULL, false, 0, 0, 0, false};
     struct bt_kv *k2 = NULL;
     ck_assert_int_eq(bt_kv_new(&c, &k2, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_str_eq(err, "KV cache: type q8_0 needs head sizes that are multiples of 32, got 16 and 16");
@@ -144,6 +144,28 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* V inside K (deepseek2's latent): one K tensor a layer, no V, a cell's
+ * bytes K's alone; two heads, or V longer than K, refused. */
+START_TEST(test_v_in_k) {
+    struct bt_kv_config c = {64, 1, BT_TYPE_F16, 0, 2, 96, 64, 96, 64, NULL, false, 0, 0, 0, true};
+    char err[256];
+    struct bt_kv *kv = NULL;
+    ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_int_eq(bt_kv_k(kv, 1)->ne[0], 96);
+    ck_assert_ptr_null(bt_kv_v(kv, 0));
+    ck_assert_ptr_null(bt_kv_v(kv, 1));
+    ck_assert_uint_eq(bt_kv_config_row_bytes(&c), 192);
+    c.v_in_k = false;
+    ck_assert_uint_eq(bt_kv_config_row_bytes(&c), 320);
+    bt_kv_free(kv);
+    struct bt_kv_config two = {64, 1, BT_TYPE_F16, 0, 2, 64, 64, 32, 32, NULL, false, 0, 0, 0, true};
+    ck_assert_int_eq(bt_kv_new(&two, &kv, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "KV cache: V inside K needs one head and V rows no longer than K's (64, 64)");
+    struct bt_kv_config longer = {64, 1, BT_TYPE_F16, 0, 2, 64, 96, 64, 96, NULL, false, 0, 0, 0, true};
+    ck_assert_int_eq(bt_kv_new(&longer, &kv, err, sizeof err), BT_ERR_INVALID);
+}
+END_TEST
+
 /* Sliding-window layers: layers 0 and 2 of 3 slide (pattern 2), window 3,
  * ubatches of 4: a ring of 32 cells per sequence in their tensors while a
  * sequence's region (80 of 160 cells) is larger, position p at cell
@@ -151,7 +173,7 @@ END_TEST
  * behind is refused with nothing placed; without a ring (regions of 32) the
  * sliding cells are the others'. */
 START_TEST(test_sliding_window) {
-    struct bt_kv_config c = {160, 2, BT_TYPE_F16, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4};
+    struct bt_kv_config c = {160, 2, BT_TYPE_F16, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4, false};
     ck_assert(bt_kv_swa_layer(3, 2, 0) && !bt_kv_swa_layer(3, 2, 1) && bt_kv_swa_layer(3, 2, 2));
     ck_assert(!bt_kv_swa_layer(0, 2, 0) && bt_kv_swa_layer(3, 0, 1) && !bt_kv_swa_layer(3, 1, 0));
     ck_assert_int_eq(bt_kv_config_layer_cells(&c, 0), 64);
@@ -311,7 +333,7 @@ END_TEST
  * a run that stopped at n - 1 held only while the positions n's window sees
  * are not overwritten (W 32, window 3: up to 29 positions past n - 1). */
 START_TEST(test_trim_ring) {
-    struct bt_kv_config c = {160, 2, BT_TYPE_F32, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4};
+    struct bt_kv_config c = {160, 2, BT_TYPE_F32, 0, 3, 64, 64, 32, 32, NULL, false, 3, 2, 4, false};
     struct bt_kv *kv = NULL;
     char err[300];
     ck_assert_msg(bt_kv_new(&c, &kv, err, sizeof err) == BT_OK, "%s", err);
@@ -350,6 +372,7 @@ int main(void) {
     tcase_add_test(tc, test_cells_independent_of_history);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_sliding_window);
+    tcase_add_test(tc, test_v_in_k);
     tcase_add_test(tc, test_cache_types_roundtrip);
     tcase_add_test(tc, test_trim_and_copy);
     tcase_add_test(tc, test_trim_ring);

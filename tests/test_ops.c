@@ -543,6 +543,15 @@ END_TEST
  * magnitude is attn_factor * (1 + 0.1 ln(1/freq_scale)); with ext_factor 0
  * only attn_factor scales. */
 START_TEST(test_rope_yarn) {
+    /* the corr dims of DeepSeek-V3's rope (64 dims, 4096 positions, base
+     * 10000, betas 32 and 1), and one clamped below at 0 */
+    float dims[2];
+    bt_rope_yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f, dims);
+    ck_assert_float_eq(dims[0], 10.0f);
+    ck_assert_float_eq(dims[1], 23.0f);
+    bt_rope_yarn_corr_dims(32, 32, 10000.0f, 32.0f, 1.0f, dims);
+    ck_assert_float_eq(dims[0], 0.0f);
+    ck_assert_float_eq(dims[1], 3.0f);
     tu_rng r;
     tu_rng_init(&r, 501);
     const int64_t ne[4] = {64, 3, 7, 1};

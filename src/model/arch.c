@@ -13,14 +13,16 @@
 /* ---- the table: one entry per architecture ------------------------------------ */
 
 static const struct bt_arch arches[] = {
-    /* name        rope mode   qk_norm_head qk_norm_full moe norm_w shared post_norm embd_scale gelu swa */
-    {"llama", BT_ROPE_NORMAL, false, false, 2, true, false, false, false, false, false},
-    {"qwen2", BT_ROPE_NEOX, false, false, 0, false, false, false, false, false, false},
-    {"qwen3", BT_ROPE_NEOX, true, false, 0, false, false, false, false, false, false},
-    {"qwen2moe", BT_ROPE_NEOX, false, false, 1, false, true, false, false, false, false},
-    {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false, false, false, false, false},
-    {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false, false, false, false, false},
-    {"gemma3", BT_ROPE_NEOX, true, false, 0, false, false, true, true, true, true},
+    /* name     rope mode   qk_norm_head qk_norm_full moe norm_w shared post_norm embd_scale gelu swa mla */
+    {"llama", BT_ROPE_NORMAL, false, false, 2, true, false, false, false, false, false, false},
+    {"qwen2", BT_ROPE_NEOX, false, false, 0, false, false, false, false, false, false, false},
+    {"qwen3", BT_ROPE_NEOX, true, false, 0, false, false, false, false, false, false, false},
+    {"qwen2moe", BT_ROPE_NEOX, false, false, 1, false, true, false, false, false, false, false},
+    {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false, false, false, false, false, false},
+    {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false, false, false, false, false, false},
+    {"gemma3", BT_ROPE_NEOX, true, false, 0, false, false, true, true, true, true, false},
+    /* deepseek2: renormalising and the shared experts come from the file's keys */
+    {"deepseek2", BT_ROPE_NORMAL, false, false, 2, false, false, false, false, false, false, true},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -30,7 +32,11 @@ const struct bt_arch *bt_arch_find(const char *name) {
     return NULL;
 }
 
-const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3"; }
+const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2"; }
+
+bool bt_hparams_layer_moe(const struct bt_hparams *h, int il) {
+    return h->n_expert > 0 && il >= h->n_layer_dense_lead;
+}
 
 /* ---- errors ------------------------------------------------------------------------- */
 
@@ -85,12 +91,129 @@ static enum bt_status key_float(struct bt_gguf *g, const char *arch, const char 
     return BT_OK;
 }
 
+/* {arch}.<what> as a boolean; absent: def. */
+static enum bt_status key_bool(struct bt_gguf *g, const char *arch, const char *what, bool def, bool *out, char *err,
+                               size_t n_err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, what);
+    const int64_t i = bt_gguf_find_key(g, key);
+    if (i < 0) {
+        *out = def;
+        return BT_OK;
+    }
+    if (bt_gguf_kv_value(g, i)->type != BT_GGUF_TYPE_BOOL)
+        FAIL(BT_ERR_INVALID, "%s: key %s is %s, not a bool", bt_gguf_path(g), key,
+             bt_gguf_type_name(bt_gguf_kv_value(g, i)->type));
+    if (bt_gguf_get_bool(g, key, out) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
+    return BT_OK;
+}
+
 #define LIM (1 << 20)
 #define TRY(x)                             \
     do {                                   \
         enum bt_status st_ = (x);          \
         if (st_ != BT_OK) return st_;      \
     } while (0)
+
+/* DeepSeek-V2/V3's keys (llama.cpp's deepseek2 loader): the latent
+ * attention's ranks and head lengths, checked against the cache geometry the
+ * converter writes (key_length R + r, value_length R, one KV head), and the
+ * routing.  After the shared keys (n_expert, n_ff, n_ff_exp known). */
+static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, struct bt_hparams *h, char *err,
+                                       size_t n_err) {
+    const char *path = bt_gguf_path(g);
+    int64_t x;
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.key_length_mla", name);
+    if (bt_gguf_find_key(g, key) < 0 && bt_gguf_find_tensor(g, "blk.0.attn_kv_b.weight") >= 0)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: the older MLA layout (attn_kv_b, no key %s) is not supported; convert the "
+             "model again with today's convert_hf_to_gguf.py (attn_k_b, attn_v_b)", path, key);
+    TRY(key_int(g, name, "attention.kv_lora_rank", -1, 1, LIM, &h->n_lora_kv, err, n_err));
+    TRY(key_int(g, name, "attention.q_lora_rank", 0, 0, LIM, &h->n_lora_q, err, n_err));
+    TRY(key_int(g, name, "attention.key_length_mla", -1, 1, 65536, &h->head_dim_mla, err, n_err));
+    TRY(key_int(g, name, "attention.value_length_mla", -1, 1, 65536, &h->head_dim_v_mla, err, n_err));
+    if (h->n_head_kv != 1 || h->head_dim != h->n_lora_kv + h->n_rot || h->head_dim_v != h->n_lora_kv ||
+        h->head_dim_mla <= h->n_rot)
+        FAIL(BT_ERR_INVALID, "%s: %s's latent attention needs head_count_kv 1 (is %lld), key_length = kv_lora_rank + "
+             "rope.dimension_count (%lld, %lld + %d), value_length = kv_lora_rank (%lld) and key_length_mla (%lld) > "
+             "rope.dimension_count", path, name, (long long)h->n_head_kv, (long long)h->head_dim,
+             (long long)h->n_lora_kv, h->n_rot, (long long)h->head_dim_v, (long long)h->head_dim_mla);
+    h->attn_scale = 1.0f / sqrtf((float)h->head_dim_mla);
+    h->kv_v_in_k = true; /* K = [c ; rope(kr)], V = c */
+    float temp = 0.0f;
+    TRY(key_float(g, name, "attention.temperature_scale", 0.0, -1e9, 1e9, &temp, err, n_err));
+    if (temp != 0.0f)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.attention.temperature_scale (attention temperature tuning) is not "
+             "supported", path, name);
+    TRY(key_int(g, name, "leading_dense_block_count", 0, 0, h->n_layer, &x, err, n_err));
+    h->n_layer_dense_lead = h->n_expert > 0 ? (int)x : h->n_layer;
+    if (h->n_layer_dense_lead > 0 && h->n_ff < 1)
+        FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is missing or 0 (the first %d layers are dense)", path,
+             name, h->n_layer_dense_lead);
+    if (h->n_expert == 0) return BT_OK;
+    TRY(key_int(g, name, "expert_shared_count", 0, 0, 4096, &h->n_expert_shared, err, n_err));
+    h->n_ff_shexp = h->n_ff_exp * h->n_expert_shared;
+    TRY(key_float(g, name, "expert_weights_scale", 0.0, 0.0, 1e6, &h->moe_w_scale, err, n_err));
+    if (h->moe_w_scale == 0.0f) h->moe_w_scale = 1.0f; /* llama.cpp: 0, absent: no scaling */
+    TRY(key_bool(g, name, "expert_weights_norm", false, &h->moe_norm_w, err, n_err));
+    TRY(key_int(g, name, "expert_gating_func", 0, 0, 16, &x, err, n_err));
+    if (x > 2)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", path,
+             name, (long long)x);
+    h->moe_sigmoid = x == 2;
+    int64_t G, gu;
+    TRY(key_int(g, name, "expert_group_count", 1, 0, h->n_expert, &G, err, n_err));
+    if (G == 0) G = 1; /* llama.cpp's default: no groups */
+    TRY(key_int(g, name, "expert_group_used_count", G, 0, G, &gu, err, n_err));
+    if (gu == 0) gu = G;
+    if (G > 1 && gu < G && (h->n_expert % G || h->n_expert / G < 2 || h->n_expert_used > h->n_expert / G * gu))
+        FAIL(BT_ERR_INVALID, "%s: keys %s.expert_group_count = %lld, expert_group_used_count = %lld: %lld experts "
+             "do not make groups of 2 or more, %lld of them in the groups used", path, name, (long long)G,
+             (long long)gu, (long long)h->n_expert, (long long)h->n_expert_used);
+    /* every group used: no restriction */
+    h->n_group = gu < G ? G : 1;
+    h->n_group_used = gu < G ? gu : 1;
+    return BT_OK;
+}
+
+/* YaRN (rope.scaling.type "yarn"; deepseek2 only), as llama.cpp computes
+ * it for DeepSeek-V2/V3: the rope's pairs mixed between extrapolated and
+ * interpolated over the corr dims of original_context_length and the betas
+ * (defaults 32 and 1), cos and sin unscaled (llama.cpp's attention factor
+ * cancels its own 1 + 0.1 ln(factor) for this architecture), and q.k's
+ * scale times m^2 with m = 1 + yarn_log_multiplier * ln(factor) (the file's
+ * multiplier is 0.1 * mscale_all_dim: modeling_deepseek's softmax_scale). */
+static enum bt_status read_yarn_hparams(struct bt_gguf *g, const char *name, struct bt_hparams *h, char *err,
+                                        size_t n_err) {
+    const char *path = bt_gguf_path(g);
+    int64_t n_orig = 0;
+    float beta_fast = 0.0f, beta_slow = 0.0f, log_mul = 0.0f, attn_factor = 1.0f;
+    TRY(key_int(g, name, "rope.scaling.original_context_length", h->n_ctx_train, 0, INT64_MAX, &n_orig, err, n_err));
+    if (n_orig < 1)
+        FAIL(BT_ERR_INVALID, "%s: YaRN needs key %s.rope.scaling.original_context_length (or context_length)", path,
+             name);
+    TRY(key_float(g, name, "rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6, &beta_fast, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6, &beta_slow, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.yarn_log_multiplier", NAN, 0.0, 100.0, &log_mul, err, n_err));
+    TRY(key_float(g, name, "rope.scaling.attn_factor", 1.0, 0.0, 1e6, &attn_factor, err, n_err));
+    if (attn_factor != 1.0f)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.rope.scaling.attn_factor = %g is not supported (1)", path, name,
+             (double)attn_factor);
+    if (n_orig > INT32_MAX)
+        FAIL(BT_ERR_INVALID, "%s: key %s.rope.scaling.original_context_length = %lld is out of range", path, name,
+             (long long)n_orig);
+    const float factor = 1.0f / h->rope_freq_scale;
+    /* the rope scales cos and sin by attn_factor (1 + 0.1 ln factor): this
+     * attn_factor cancels it, as llama.cpp's does */
+    h->rope_yarn = (struct bt_rope_yarn){.ext_factor = 1.0f,
+                                         .attn_factor = 1.0f / (1.0f + 0.1f * logf(factor)),
+                                         .beta_fast = beta_fast,
+                                         .beta_slow = beta_slow,
+                                         .n_ctx_orig = (int)n_orig};
+    const float m = factor > 1.0f ? 1.0f + log_mul * logf(factor) : 1.0f;
+    h->attn_scale *= m * m;
+    return BT_OK;
+}
 
 enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **arch_out, struct bt_hparams *h,
                                     char *err, size_t n_err) {
@@ -123,16 +246,18 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
     TRY(key_float(g, name, "rope.freq_base", 10000.0, 1e-3, 1e12, &h->rope_base, err, n_err));
     TRY(key_float(g, name, "attention.layer_norm_rms_epsilon", NAN, 0.0, 1.0, &h->norm_eps, err, n_err));
     h->rope_freq_scale = 1.0f;
+    bool yarn = false;
     char key[160];
     snprintf(key, sizeof key, "%s.rope.scaling.type", name);
     if (bt_gguf_find_key(g, key) >= 0) {
         if (bt_gguf_get_str(g, key, &s) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
         const bool none = s.n == 4 && memcmp(s.data, "none", 4) == 0;
         const bool linear = s.n == 6 && memcmp(s.data, "linear", 6) == 0;
-        if (!none && !linear)
-            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear)", bt_gguf_path(g), key,
-                 (int)(s.n < 32 ? s.n : 32), s.data);
-        if (linear) {
+        yarn = s.n == 4 && memcmp(s.data, "yarn", 4) == 0 && a->mla;
+        if (!none && !linear && !yarn)
+            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear; yarn for deepseek2)",
+                 bt_gguf_path(g), key, (int)(s.n < 32 ? s.n : 32), s.data);
+        if (linear || yarn) {
             float f;
             TRY(key_float(g, name, "rope.scaling.factor", NAN, 1e-6, 1e6, &f, err, n_err));
             h->rope_freq_scale = 1.0f / f;
@@ -174,8 +299,12 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
                         &h->n_ff_shexp, err, n_err));
     } else {
         h->n_expert = 0;
-        if (h->n_ff < 1) FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is 0", bt_gguf_path(g), name);
+        if (h->n_ff < 1 && !a->mla) FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is 0", bt_gguf_path(g), name);
     }
+    h->moe_norm_w = a->moe_norm_w;
+    h->moe_w_scale = 1.0f;
+    if (a->mla) TRY(read_mla_hparams(g, name, h, err, n_err));
+    if (yarn) TRY(read_yarn_hparams(g, name, h, err, n_err));
     /* the vocabulary is token_embd's second dimension */
     const int64_t te = bt_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) FAIL(BT_ERR_INVALID, "%s: tensor \"token_embd.weight\" is missing (expected [%lld, n_vocab])",
@@ -210,53 +339,85 @@ static int add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_of
 
 #define L(field) offsetof(struct bt_llm_layer, field)
 
+/* A layer's attention weights (q, k, v, output, biases, q/k norms). */
+static int attn_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_layer *ly, int il,
+                        struct bt_arch_tensor *t, int n) {
+    const int64_t d = h->n_embd, q = h->n_head * h->head_dim, kd = h->n_head_kv * h->head_dim,
+                  vd = h->n_head_kv * h->head_dim_v;
+    n = add(t, n, ly, L(wq), il, "blk.%d.attn_q.weight", d, q, 1, true, false);
+    n = add(t, n, ly, L(wk), il, "blk.%d.attn_k.weight", d, kd, 1, true, false);
+    n = add(t, n, ly, L(wv), il, "blk.%d.attn_v.weight", d, vd, 1, true, false);
+    n = add(t, n, ly, L(wo), il, "blk.%d.attn_output.weight", h->n_head * h->head_dim_v, d, 1, true, false);
+    n = add(t, n, ly, L(bq), il, "blk.%d.attn_q.bias", q, 1, 1, false, true);
+    n = add(t, n, ly, L(bk), il, "blk.%d.attn_k.bias", kd, 1, 1, false, true);
+    n = add(t, n, ly, L(bv), il, "blk.%d.attn_v.bias", vd, 1, 1, false, true);
+    if (a->qk_norm_head) {
+        n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", h->head_dim, 1, 1, true, true);
+        n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", h->head_dim, 1, 1, true, true);
+    }
+    if (a->qk_norm_full) {
+        n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", q, 1, 1, true, true);
+        n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", kd, 1, 1, true, true);
+    }
+    return n;
+}
+
+/* A deepseek2 layer's latent attention weights (arch.h): with R the KV rank,
+ * r the rope length, n + r = head_dim_mla, dv = head_dim_v_mla. */
+static int mla_tensors(const struct bt_hparams *h, struct bt_llm_layer *ly, int il, struct bt_arch_tensor *t, int n) {
+    const int64_t d = h->n_embd, H = h->n_head, R = h->n_lora_kv, r = h->n_rot, nope = h->head_dim_mla - r,
+                  qd = H * h->head_dim_mla, dv = h->head_dim_v_mla;
+    if (h->n_lora_q > 0) {
+        n = add(t, n, ly, L(wq_a), il, "blk.%d.attn_q_a.weight", d, h->n_lora_q, 1, true, false);
+        n = add(t, n, ly, L(q_a_norm), il, "blk.%d.attn_q_a_norm.weight", h->n_lora_q, 1, 1, true, true);
+        n = add(t, n, ly, L(wq_b), il, "blk.%d.attn_q_b.weight", h->n_lora_q, qd, 1, true, false);
+    } else {
+        n = add(t, n, ly, L(wq), il, "blk.%d.attn_q.weight", d, qd, 1, true, false);
+    }
+    n = add(t, n, ly, L(wkv_a_mqa), il, "blk.%d.attn_kv_a_mqa.weight", d, R + r, 1, true, false);
+    n = add(t, n, ly, L(kv_a_norm), il, "blk.%d.attn_kv_a_norm.weight", R, 1, 1, true, true);
+    n = add(t, n, ly, L(wk_b), il, "blk.%d.attn_k_b.weight", nope, R, H, true, false);
+    n = add(t, n, ly, L(wv_b), il, "blk.%d.attn_v_b.weight", R, dv, H, true, false);
+    n = add(t, n, ly, L(wo), il, "blk.%d.attn_output.weight", H * dv, d, 1, true, false);
+    return n;
+}
+
 int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_globals *gl,
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t) {
     int n = 0;
-    const int64_t d = h->n_embd, V = h->n_vocab, q = h->n_head * h->head_dim, kd = h->n_head_kv * h->head_dim,
-                  vd = h->n_head_kv * h->head_dim_v;
+    const int64_t d = h->n_embd, V = h->n_vocab;
     n = add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1, true, false);
     n = add(t, n, gl, offsetof(struct bt_llm_globals, output_norm), -1, "output_norm.weight", d, 1, 1, true, true);
     if (!h->tied_output)
         n = add(t, n, gl, offsetof(struct bt_llm_globals, output), -1, "output.weight", d, V, 1, true, false);
-    const bool moe = h->n_expert > 0;
     for (int il = 0; il < h->n_layer; il++) {
         struct bt_llm_layer *ly = &layers[il];
         n = add(t, n, ly, L(attn_norm), il, "blk.%d.attn_norm.weight", d, 1, 1, true, true);
-        n = add(t, n, ly, L(wq), il, "blk.%d.attn_q.weight", d, q, 1, true, false);
-        n = add(t, n, ly, L(wk), il, "blk.%d.attn_k.weight", d, kd, 1, true, false);
-        n = add(t, n, ly, L(wv), il, "blk.%d.attn_v.weight", d, vd, 1, true, false);
-        n = add(t, n, ly, L(wo), il, "blk.%d.attn_output.weight", h->n_head * h->head_dim_v, d, 1, true, false);
-        n = add(t, n, ly, L(bq), il, "blk.%d.attn_q.bias", q, 1, 1, false, true);
-        n = add(t, n, ly, L(bk), il, "blk.%d.attn_k.bias", kd, 1, 1, false, true);
-        n = add(t, n, ly, L(bv), il, "blk.%d.attn_v.bias", vd, 1, 1, false, true);
-        if (a->qk_norm_head) {
-            n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", h->head_dim, 1, 1, true, true);
-            n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", h->head_dim, 1, 1, true, true);
-        }
-        if (a->qk_norm_full) {
-            n = add(t, n, ly, L(q_norm), il, "blk.%d.attn_q_norm.weight", q, 1, 1, true, true);
-            n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", kd, 1, 1, true, true);
+        if (a->mla) {
+            n = mla_tensors(h, ly, il, t, n);
+        } else {
+            n = attn_tensors(a, h, ly, il, t, n);
         }
         if (a->post_norm) {
             n = add(t, n, ly, L(attn_post_norm), il, "blk.%d.post_attention_norm.weight", d, 1, 1, true, true);
             n = add(t, n, ly, L(ffn_post_norm), il, "blk.%d.post_ffw_norm.weight", d, 1, 1, true, true);
         }
         n = add(t, n, ly, L(ffn_norm), il, "blk.%d.ffn_norm.weight", d, 1, 1, true, true);
-        if (!moe) {
+        if (!bt_hparams_layer_moe(h, il)) {
             n = add(t, n, ly, L(ffn_gate), il, "blk.%d.ffn_gate.weight", d, h->n_ff, 1, true, false);
             n = add(t, n, ly, L(ffn_up), il, "blk.%d.ffn_up.weight", d, h->n_ff, 1, true, false);
             n = add(t, n, ly, L(ffn_down), il, "blk.%d.ffn_down.weight", h->n_ff, d, 1, true, false);
             continue;
         }
-        const int64_t E = h->n_expert, f = h->n_ff_exp;
+        const int64_t E = h->n_expert, f = h->n_ff_exp, fs = h->n_ff_shexp;
         n = add(t, n, ly, L(ffn_gate_inp), il, "blk.%d.ffn_gate_inp.weight", d, E, 1, true, false);
+        if (a->mla) n = add(t, n, ly, L(ffn_exp_probs_b), il, "blk.%d.exp_probs_b.bias", E, 1, 1, false, true);
         n = add(t, n, ly, L(ffn_gate_exps), il, "blk.%d.ffn_gate_exps.weight", d, f, E, true, false);
         n = add(t, n, ly, L(ffn_up_exps), il, "blk.%d.ffn_up_exps.weight", d, f, E, true, false);
         n = add(t, n, ly, L(ffn_down_exps), il, "blk.%d.ffn_down_exps.weight", f, d, E, true, false);
-        if (a->shared_expert) {
-            const int64_t fs = h->n_ff_shexp;
+        if (a->shared_expert)
             n = add(t, n, ly, L(ffn_gate_inp_shexp), il, "blk.%d.ffn_gate_inp_shexp.weight", d, 1, 1, true, false);
+        if (a->shared_expert || h->n_expert_shared > 0) {
             n = add(t, n, ly, L(ffn_gate_shexp), il, "blk.%d.ffn_gate_shexp.weight", d, fs, 1, true, false);
             n = add(t, n, ly, L(ffn_up_shexp), il, "blk.%d.ffn_up_shexp.weight", d, fs, 1, true, false);
             n = add(t, n, ly, L(ffn_down_shexp), il, "blk.%d.ffn_down_shexp.weight", fs, d, 1, true, false);

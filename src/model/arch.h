@@ -25,6 +25,37 @@
  *             (1/sqrt(n_embd/n_head) for the 62-layer 27B, as llama.cpp);
  *             final_logit_softcapping refused.  The converter has already
  *             added Gemma's 1 to the norm weights: they are used as they are.
+ *   deepseek2 DeepSeek-V2/V3 (and their lite forms): rope NORMAL on the
+ *             rope part of each head only; multi-head latent attention
+ *             (below); the first leading_dense_block_count layers dense
+ *             SwiGLU, the others MoE with softmax or sigmoid gating
+ *             (expert_gating_func 1, 2), a selection bias exp_probs_b added
+ *             for choosing only, the weights renormalised when
+ *             expert_weights_norm and times expert_weights_scale, plus
+ *             expert_shared_count ungated shared experts
+ *             (ffn_*_shexp, n_ff_exp * count wide); with
+ *             expert_group_count G > 1 the experts are chosen among the
+ *             expert_group_used_count groups (of E/G consecutive experts)
+ *             whose two best selection scores add up highest (V3's routing,
+ *             llama.cpp's for every such file); rope scaling none,
+ *             linear or yarn (YaRN with DeepSeek's attention scale).
+ *
+ * Multi-head latent attention (deepseek2), llama.cpp's absorbed form: with
+ * R = kv_lora_rank, r = rope.dimension_count, n = key_length_mla - r (the
+ * unroped part of a head), dv = value_length_mla:
+ *   q      = Wq cur, or Wq_b(rms(Wq_a cur) * q_a_norm) when q_lora_rank > 0:
+ *            [n + r, H, T]
+ *   c, kr  = Wkv_a cur split: c [R, T] (the latent), kr [r, T] (one rope
+ *            key shared by the heads); c = rms(c) * kv_a_norm
+ *   Q      = [Wk_b^T q_nope ; rope(q_rope)]  [R + r, H, T] (per head h:
+ *            attn_k_b [n, R, H]'s slice h applied to q_nope)
+ *   K      = [c ; rope(kr)] [R + r, 1, T],  V = c [R, 1, T]: one KV head,
+ *            cached as such (attention.key_length R + r, value_length R,
+ *            head_count_kv 1)
+ *   a      = attn(Q, K, V) [R, H, T] with scale 1/sqrt(n + r); per head h
+ *            o_h = attn_v_b[:, :, h] a_h  [dv], then Wo [H*dv -> d].
+ * Files with the older attn_kv_b (no key_length_mla) are refused: the
+ * converter of today splits it into attn_k_b and attn_v_b.
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *
@@ -71,6 +102,7 @@ struct bt_arch {
     bool embd_scale;     /* embeddings times sqrt(n_embd) */
     bool gelu;           /* FFN gelu(gate) * up, else silu(gate) * up */
     bool swa;            /* sliding-window layers when the file has attention.sliding_window */
+    bool mla;            /* multi-head latent attention, leading dense layers, DeepSeek's routing */
 };
 /* NULL when baton does not know the architecture. */
 const struct bt_arch *bt_arch_find(const char *name);
@@ -85,13 +117,26 @@ struct bt_hparams {
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int n_rot;                       /* rope dimensions */
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
+    struct bt_rope_yarn rope_yarn;    /* YaRN's (deepseek2); ext_factor 0: none */
     float norm_eps;
     bool tied_output;
     float attn_scale;                 /* of q.k: 1/sqrt(head_dim) but where the architecture says */
     int64_t n_swa;                    /* sliding window in tokens; 0: none */
     int swa_pattern;                  /* which layers slide: bt_kv_swa_layer(n_swa, swa_pattern, il) */
     float rope_base_swa, rope_freq_scale_swa; /* the sliding layers' rope */
+    bool moe_norm_w;                  /* renormalise the top-k weights */
+    /* deepseek2 (mla): q_lora_rank (0: q = Wq cur), kv_lora_rank, a head's
+     * query/key length (nope + rope) and value length before absorption */
+    int64_t n_lora_q, n_lora_kv, head_dim_mla, head_dim_v_mla;
+    int n_layer_dense_lead;           /* the first layers are dense, the rest MoE */
+    int64_t n_expert_shared;          /* shared experts: ffn_*_shexp n_ff_exp * this wide */
+    bool moe_sigmoid;                 /* gating sigmoid(logits), else softmax */
+    bool kv_v_in_k;                   /* the cache's V is the head of K's rows (kv.h): MLA's latent */
+    int64_t n_group, n_group_used;    /* experts chosen within the n_group_used best of n_group groups (1: all) */
+    float moe_w_scale;                /* the routed weights times this (1: none) */
 };
+/* Is layer il a MoE layer (else dense)? */
+bool bt_hparams_layer_moe(const struct bt_hparams *h, int il);
 
 struct bt_llm_layer {
     struct bt_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
@@ -99,6 +144,9 @@ struct bt_llm_layer {
     struct bt_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     struct bt_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     struct bt_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
+    /* deepseek2: MLA's projections and norms, the routing's selection bias */
+    struct bt_tensor *wq_a, *q_a_norm, *wq_b, *wkv_a_mqa, *kv_a_norm, *wk_b, *wv_b;
+    struct bt_tensor *ffn_exp_probs_b;
 };
 
 struct bt_llm;

@@ -22,6 +22,12 @@
  * The attention reads the cache through views of the SET_ROWS results, so
  * the writes come before the reads in the graph's order.
  *
+ * deepseek2 (arch.h): the latent attention's absorbed form (attn_mla: one
+ * KV head of the latent and the shared rope key, q's unroped part through
+ * attn_k_b, the heads' outputs through attn_v_b), dense or MoE layers by
+ * leading_dense_block_count, sigmoid or softmax gating with a selection
+ * bias, the weights scaled, ungated shared experts.
+ *
  * gemma3 (arch.h) differs: x = embd * sqrt(d) on the first range; a sliding
  * layer writes and reads its own cells (the ring, kv.h) with its own mask and
  * rope base; the attention scale is the file's; the attention's output and
@@ -52,34 +58,143 @@ static struct bt_tensor *add_bias(bt_context *ctx, struct bt_tensor *x, struct b
     return b ? nm(bt_add(ctx, x, b), il, what) : x;
 }
 
-/* MoE routing as llama.cpp's build_moe_ffn with softmax gating:
- * ids [K, T], weights [1, K, T] */
+/* The top K of sel [E, T] among the experts of the n_group_used groups (of
+ * np = E / n_group consecutive experts) whose two best scores add up
+ * highest (llama.cpp's build_moe_ffn; the other groups' experts masked to
+ * -inf there, left out here): ids I32 [K, T].  The expert ids of the chosen
+ * groups come from an index table, the stable ARGSORT of sel - sel (all
+ * zero: 0 .. E-1 in each column), taken by GET_ROWS as the scores are. */
+static struct bt_tensor *group_topk(bt_context *ctx, const struct bt_hparams *h, struct bt_tensor *sel, int il) {
+    const int64_t E = h->n_expert, K = h->n_expert_used, G = h->n_group, gu = h->n_group_used, np = E / G;
+    const int64_t T = sel->ne[1];
+    struct bt_tensor *s3 = nm(bt_reshape_3d(ctx, sel, np, G, T), il, "ffn_moe_groups");        /* [np, G, T] */
+    struct bt_tensor *t2 = nm(bt_top_k(ctx, s3, 2), il, "ffn_moe_group_top2");                /* [2, G, T] */
+    struct bt_tensor *v2 = nm(bt_get_rows(ctx, bt_reshape_4d(ctx, s3, 1, np, G, T), t2), il, "ffn_moe_group_top2_v");
+    struct bt_tensor *gs = nm(bt_sum_rows(ctx, bt_reshape_3d(ctx, v2, 2, G, T)), il, "ffn_moe_group_scores");
+    struct bt_tensor *gid = nm(bt_top_k(ctx, bt_reshape_2d(ctx, gs, G, T), (int)gu), il, "ffn_moe_group_topk");
+    struct bt_tensor *idx = nm(bt_argsort(ctx, bt_sub(ctx, sel, sel), BT_SORT_ASC), il, "ffn_moe_expert_index");
+    struct bt_tensor *cid = nm(bt_get_rows(ctx, bt_reshape_3d(ctx, idx, np, G, T), gid), il, "ffn_moe_group_ids");
+    struct bt_tensor *csc = nm(bt_get_rows(ctx, s3, gid), il, "ffn_moe_group_sel");           /* [np, gu, T] */
+    struct bt_tensor *j = nm(bt_top_k(ctx, bt_reshape_2d(ctx, csc, np * gu, T), (int)K), il, "ffn_moe_group_j");
+    struct bt_tensor *id = nm(bt_get_rows(ctx, bt_reshape_3d(ctx, cid, 1, np * gu, T), j), il, "ffn_moe_ids_3d");
+    return nm(bt_reshape_2d(ctx, id, K, T), il, "ffn_moe_ids"); /* [K, T] */
+}
+
+/* MoE routing as llama.cpp's build_moe_ffn: p = softmax(router cur), or
+ * sigmoid (deepseek2's sigmoid gating); the experts chosen by p plus the
+ * selection bias exp_probs_b where the layer has one, their weights taken
+ * from p unbiased, renormalised over the k when the model says so, and
+ * scaled by moe_w_scale: ids [K, T], weights [1, K, T].  (llama.cpp clamps
+ * the renormalising sum to >= 2^-14; a sum of k probabilities that small
+ * does not occur with softmax or sigmoid gating in float.) */
 static void moe_route(bt_context *ctx, const struct bt_llm *m, const struct bt_llm_layer *ly, struct bt_tensor *cur,
                       int il, struct bt_tensor **ids, struct bt_tensor **w) {
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, T = cur->ne[1];
     struct bt_tensor *logits = nm(bt_mul_mat(ctx, ly->ffn_gate_inp, cur), il, "ffn_moe_logits"); /* [E, T] */
-    struct bt_tensor *probs = nm(bt_soft_max(ctx, logits), il, "ffn_moe_probs");
-    struct bt_tensor *id = nm(bt_top_k(ctx, probs, (int)K), il, "ffn_moe_ids"); /* [K, T] */
-    if (id) nm(id->src[0], il, "ffn_moe_argsort");
+    struct bt_tensor *probs = m->hp.moe_sigmoid ? bt_sigmoid(ctx, logits) : bt_soft_max(ctx, logits);
+    nm(probs, il, "ffn_moe_probs");
+    struct bt_tensor *sel = probs;
+    if (ly->ffn_exp_probs_b) sel = nm(bt_add(ctx, probs, ly->ffn_exp_probs_b), il, "ffn_moe_probs_biased");
+    struct bt_tensor *id;
+    if (m->hp.n_group > 1) {
+        id = group_topk(ctx, &m->hp, sel, il);
+    } else {
+        id = nm(bt_top_k(ctx, sel, (int)K), il, "ffn_moe_ids"); /* [K, T] */
+        if (id) nm(id->src[0], il, "ffn_moe_argsort");
+    }
     struct bt_tensor *p3 = nm(bt_reshape_3d(ctx, probs, 1, E, T), il, "ffn_moe_probs_3d");
     struct bt_tensor *wt = nm(bt_get_rows(ctx, p3, id), il, "ffn_moe_weights"); /* [1, K, T] */
-    if (m->arch->moe_norm_w && wt) {
+    if (m->hp.moe_norm_w && wt) {
         struct bt_tensor *w2 = nm(bt_reshape_2d(ctx, wt, K, T), il, "ffn_moe_weights_2d");
         struct bt_tensor *s = nm(bt_sum_rows(ctx, w2), il, "ffn_moe_weights_sum"); /* [1, T] */
         w2 = nm(bt_div(ctx, w2, s), il, "ffn_moe_weights_norm");
         wt = nm(bt_reshape_3d(ctx, w2, 1, K, T), il, "ffn_moe_weights_norm_3d");
     }
+    if (m->hp.moe_w_scale != 1.0f) wt = nm(bt_scale(ctx, wt, m->hp.moe_w_scale), il, "ffn_moe_weights_scaled");
     *ids = id;
     *w = wt;
 }
 
-static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *x,
-                               int il, const struct bt_llm_graph *gi) {
+/* The new K and V rows [kd, T], [vd, T] into layer il's cache at cells; the
+ * views [kd/heads, heads, n_kv] and [vd/heads, heads, n_kv] of its first n_kv
+ * cells that the attention reads (views of the SET_ROWS results, so that the
+ * writes come first in the graph's order). */
+static void cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor *k, struct bt_tensor *v,
+                     struct bt_tensor *cells, int64_t n_kv, int64_t heads, struct bt_tensor **kc,
+                     struct bt_tensor **vc) {
+    struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
+    const int64_t hd = ck->ne[0] / heads, hdv = v->ne[0] / heads;
+    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, k, cells), il, "cache_k_write");
+    *kc = ks ? nm(bt_view_3d(ctx, ks, hd, heads, n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il, "cache_k_view")
+             : NULL;
+    if (!cv) { /* V inside K (kv.h's v_in_k): its first hdv elements of each row */
+        *vc = ks ? nm(bt_view_3d(ctx, ks, hdv, 1, n_kv, bt_row_size(ck->type, hdv), ck->nb[1], 0), il,
+                      "cache_v_view")
+                 : NULL;
+        return;
+    }
+    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, v, cells), il, "cache_v_write");
+    *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, heads, n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0), il,
+                  "cache_v_view")
+             : NULL;
+}
+
+/* deepseek2's latent attention (arch.h), cur [d, T] -> [d, T] before the
+ * residual add.  R latent, r rope, n = head_dim_mla - r, dv value lengths. */
+static struct bt_tensor *attn_mla(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *cur,
+                                  int il, const struct bt_llm_graph *gi) {
     const struct bt_hparams *h = &m->hp;
     const struct bt_llm_layer *ly = &m->layers[il];
-    const int64_t T = x->ne[1], H = h->n_head, Hk = h->n_head_kv, hd = h->head_dim, hdv = h->head_dim_v;
-    struct bt_tensor *cur = nm(bt_rms_norm(ctx, x, h->norm_eps), il, "attn_rms");
-    cur = nm(bt_mul(ctx, cur, ly->attn_norm), il, "attn_norm");
+    const int64_t T = cur->ne[1], H = h->n_head, R = h->n_lora_kv, r = h->n_rot, hk = h->head_dim_mla, n = hk - r;
+    struct bt_tensor *q;
+    if (ly->wq_a) {
+        q = nm(bt_mul_mat(ctx, ly->wq_a, cur), il, "q_a"); /* [q_lora, T] */
+        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_a_rms"), ly->q_a_norm), il, "q_a_norm");
+        q = nm(bt_mul_mat(ctx, ly->wq_b, q), il, "q"); /* [hk * H, T] */
+    } else {
+        q = nm(bt_mul_mat(ctx, ly->wq, cur), il, "q");
+    }
+    q = nm(bt_reshape_3d(ctx, q, hk, H, T), il, "q_heads");
+    struct bt_tensor *kvp = nm(bt_mul_mat(ctx, ly->wkv_a_mqa, cur), il, "kv_cmpr_pe"); /* [R + r, T] */
+    if (!q || !kvp) return NULL;
+    /* the latent c [R, T] normed, the shared rope key kr [r, 1, T] roped */
+    struct bt_tensor *c = nm(bt_view_2d(ctx, kvp, R, T, kvp->nb[1], 0), il, "kv_cmpr");
+    c = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, c, h->norm_eps), il, "kv_cmpr_rms"), ly->kv_a_norm), il, "kv_cmpr_norm");
+    struct bt_tensor *kr = nm(bt_view_3d(ctx, kvp, r, 1, T, kvp->nb[1], kvp->nb[1], (size_t)R * kvp->nb[0]), il,
+                              "k_pe");
+    const struct bt_rope_yarn *yarn = h->rope_yarn.ext_factor != 0.0f ? &h->rope_yarn : NULL;
+    kr = nm(bt_rope_ext(ctx, kr, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale, yarn), il,
+            "k_pe_rope");
+    /* Q = [Wk_b^T q_nope ; rope(q_pe)] [R + r, H, T] */
+    struct bt_tensor *qn = nm(bt_view_3d(ctx, q, n, H, T, q->nb[1], q->nb[2], 0), il, "q_nope");
+    struct bt_tensor *qp = nm(bt_view_3d(ctx, q, r, H, T, q->nb[1], q->nb[2], (size_t)n * q->nb[0]), il, "q_pe");
+    qp = nm(bt_rope_ext(ctx, qp, gi->pos, (int)r, m->arch->rope_mode, h->rope_base, h->rope_freq_scale, yarn), il,
+            "q_pe_rope");
+    qn = nm(bt_permute(ctx, qn, 0, 2, 1, 3), il, "q_nope_perm");                 /* [n, T, H] */
+    struct bt_tensor *qa = nm(bt_mul_mat(ctx, ly->wk_b, qn), il, "q_nope_absorbed"); /* [R, T, H] */
+    qa = nm(bt_permute(ctx, qa, 0, 2, 1, 3), il, "q_nope_absorbed_perm");         /* [R, H, T] */
+    struct bt_tensor *Q = nm(bt_concat(ctx, qa, qp, 0), il, "q_mla");
+    /* one KV head: K = [c ; kr] [R + r, T], V = c [R, T] */
+    struct bt_tensor *K = nm(bt_concat(ctx, nm(bt_reshape_3d(ctx, c, R, 1, T), il, "kv_cmpr_3d"), kr, 0), il, "k_mla");
+    K = nm(bt_reshape_2d(ctx, K, R + r, T), il, "k_rows");
+    struct bt_tensor *kc = NULL, *vc = NULL;
+    if (K && c) cache_rw(ctx, kv, il, K, c, gi->cells, gi->n_kv, 1, &kc, &vc);
+    struct bt_tensor *a = nm(bt_flash_attn(ctx, Q, kc, vc, gi->mask, h->attn_scale), il, "attn"); /* [R, H, T] */
+    /* per head h: o_h = attn_v_b[:, :, h] a_h, [dv, H, T] -> [dv * H, T] */
+    a = nm(bt_permute(ctx, a, 0, 2, 1, 3), il, "attn_perm");          /* [R, T, H] */
+    a = nm(bt_mul_mat(ctx, ly->wv_b, a), il, "attn_v_up");            /* [dv, T, H] */
+    a = nm(bt_cont(ctx, bt_permute(ctx, a, 0, 2, 1, 3)), il, "attn_heads"); /* [dv, H, T] */
+    a = nm(bt_reshape_2d(ctx, a, h->head_dim_v_mla * H, T), il, "attn_merged");
+    return nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
+}
+
+/* The attention of the llama family (the file's header), cur [d, T] ->
+ * [d, T] before the residual add (and gemma3's post-norm). */
+static struct bt_tensor *attn_mha(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *cur,
+                                  int il, const struct bt_llm_graph *gi) {
+    const struct bt_hparams *h = &m->hp;
+    const struct bt_llm_layer *ly = &m->layers[il];
+    const int64_t T = cur->ne[1], H = h->n_head, Hk = h->n_head_kv, hd = h->head_dim, hdv = h->head_dim_v;
     struct bt_tensor *q = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wq, cur), il, "q"), ly->bq, il, "q_bias");
     struct bt_tensor *k = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wk, cur), il, "k"), ly->bk, il, "k_bias");
     struct bt_tensor *v = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wv, cur), il, "v"), ly->bv, il, "v_bias");
@@ -102,20 +217,46 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
     q = nm(bt_rope(ctx, q, gi->pos, h->n_rot, m->arch->rope_mode, base, fscale), il, "q_rope");
     k = nm(bt_rope(ctx, k, gi->pos, h->n_rot, m->arch->rope_mode, base, fscale), il, "k_rope");
     /* the new rows into the cache, the attention over its first n_kv cells */
-    struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
-    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows"), cells),
-                              il, "cache_k_write");
-    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows"), cells),
-                              il, "cache_v_write");
-    struct bt_tensor *kc = ks ? nm(bt_view_3d(ctx, ks, hd, Hk, n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il,
-                                   "cache_k_view")
-                              : NULL;
-    struct bt_tensor *vc = vs ? nm(bt_view_3d(ctx, vs, hdv, Hk, n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0),
-                                   il, "cache_v_view")
-                              : NULL;
+    k = nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows");
+    v = nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows");
+    struct bt_tensor *kc = NULL, *vc = NULL;
+    if (k && v) cache_rw(ctx, kv, il, k, v, cells, n_kv, Hk, &kc, &vc);
     struct bt_tensor *a = nm(bt_flash_attn(ctx, q, kc, vc, mask, h->attn_scale), il, "attn");
     a = nm(bt_reshape_2d(ctx, a, hdv * H, T), il, "attn_merged");
-    a = nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
+    return nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
+}
+
+/* The feed-forward of layer il, cur [d, T] (normed) -> [d, T]. */
+static struct bt_tensor *ffn(bt_context *ctx, const struct bt_llm *m, struct bt_tensor *cur, int il) {
+    const struct bt_llm_layer *ly = &m->layers[il];
+    if (!bt_hparams_layer_moe(&m->hp, il))
+        return m->arch->gelu ? bt_ffn_mlp_gelu(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn")
+                             : bt_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
+    struct bt_tensor *ids = NULL, *w = NULL;
+    if (cur) moe_route(ctx, m, ly, cur, il, &ids, &w);
+    struct bt_tensor *f =
+        bt_ffn_moe_experts(ctx, cur, ly->ffn_gate_exps, ly->ffn_up_exps, ly->ffn_down_exps, ids, w, il);
+    if (!f || !ly->ffn_gate_shexp) return f;
+    /* the shared experts: qwen2moe's gated by sigmoid(ffn_gate_inp_shexp . cur), deepseek2's not */
+    struct bt_tensor *sh =
+        bt_ffn_mlp(ctx, cur, ly->ffn_gate_shexp, ly->ffn_up_shexp, ly->ffn_down_shexp, il, "ffn_shexp");
+    if (ly->ffn_gate_inp_shexp) {
+        struct bt_tensor *gl = nm(bt_mul_mat(ctx, ly->ffn_gate_inp_shexp, cur), il, "ffn_shexp_gate_logit");
+        struct bt_tensor *gs = nm(bt_sigmoid(ctx, gl), il, "ffn_shexp_gate"); /* [1, T] */
+        sh = nm(bt_mul(ctx, sh, gs), il, "ffn_shexp_out");
+    }
+    return nm(bt_add(ctx, f, sh), il, "ffn_moe_shexp_out");
+}
+
+static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *x,
+                               int il, const struct bt_llm_graph *gi) {
+    const struct bt_hparams *h = &m->hp;
+    const struct bt_llm_layer *ly = &m->layers[il];
+    struct bt_tensor *cur = nm(bt_rms_norm(ctx, x, h->norm_eps), il, "attn_rms");
+    cur = nm(bt_mul(ctx, cur, ly->attn_norm), il, "attn_norm");
+    struct bt_tensor *a = !cur           ? NULL
+                          : m->arch->mla ? attn_mla(ctx, m, kv, cur, il, gi)
+                                         : attn_mha(ctx, m, kv, cur, il, gi);
     if (m->arch->post_norm)
         a = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, a, h->norm_eps), il, "attn_post_rms"), ly->attn_post_norm), il,
                "attn_post_norm");
@@ -123,24 +264,7 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
 
     cur = nm(bt_rms_norm(ctx, hres, h->norm_eps), il, "ffn_rms");
     cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
-    struct bt_tensor *f;
-    if (h->n_expert == 0 && m->arch->gelu) {
-        f = bt_ffn_mlp_gelu(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
-    } else if (h->n_expert == 0) {
-        f = bt_ffn_mlp(ctx, cur, ly->ffn_gate, ly->ffn_up, ly->ffn_down, il, "ffn");
-    } else {
-        struct bt_tensor *ids = NULL, *w = NULL;
-        if (cur) moe_route(ctx, m, ly, cur, il, &ids, &w);
-        f = bt_ffn_moe_experts(ctx, cur, ly->ffn_gate_exps, ly->ffn_up_exps, ly->ffn_down_exps, ids, w, il);
-        if (m->arch->shared_expert && f) {
-            struct bt_tensor *sh =
-                bt_ffn_mlp(ctx, cur, ly->ffn_gate_shexp, ly->ffn_up_shexp, ly->ffn_down_shexp, il, "ffn_shexp");
-            struct bt_tensor *gl = nm(bt_mul_mat(ctx, ly->ffn_gate_inp_shexp, cur), il, "ffn_shexp_gate_logit");
-            struct bt_tensor *gs = nm(bt_sigmoid(ctx, gl), il, "ffn_shexp_gate"); /* [1, T] */
-            sh = nm(bt_mul(ctx, sh, gs), il, "ffn_shexp_out");
-            f = nm(bt_add(ctx, f, sh), il, "ffn_moe_shexp_out");
-        }
-    }
+    struct bt_tensor *f = ffn(ctx, m, cur, il);
     if (m->arch->post_norm)
         f = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, f, h->norm_eps), il, "ffn_post_rms"), ly->ffn_post_norm), il,
                "ffn_post_norm");
@@ -240,6 +364,7 @@ void bt_hparams_kv_config(const struct bt_hparams *h, int il0, int il1, int64_t 
     c->n_swa = h->n_swa;
     c->swa_pattern = h->swa_pattern;
     c->n_ubatch = n_ubatch;
+    c->v_in_k = h->kv_v_in_k;
 }
 
 void bt_llm_kv_config(const struct bt_llm *m, int64_t n_ctx, int n_seq_max, int64_t n_ubatch, enum bt_type type,

@@ -34,6 +34,8 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
     if (m->n_head % m->n_head_kv)
         FAIL("--heads %lld is not a multiple of --heads-kv %lld", (long long)m->n_head, (long long)m->n_head_kv);
     if (m->head_dim % 2) FAIL("--head-dim %lld: must be even (rotary pairs)", (long long)m->head_dim);
+    if (a->mla && m->head_dim % 4)
+        FAIL("--head-dim %lld: deepseek2's rope part (half a head) must be even", (long long)m->head_dim);
     if (a->moe == 1 && m->n_expert == 0) FAIL("--experts 0: %s is a MoE architecture", m->arch);
     if (a->moe != 0 && m->n_expert && m->n_expert_used > m->n_expert)
         FAIL("--experts-used %lld is more than --experts %lld", (long long)m->n_expert_used, (long long)m->n_expert);
@@ -97,8 +99,15 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK) st = SET_U32("attention.head_count", h->n_head);
     if (st == BT_OK) st = SET_U32("attention.head_count_kv", h->n_head_kv);
     if (st == BT_OK) st = SET_U32("attention.key_length", h->head_dim);
-    if (st == BT_OK) st = SET_U32("attention.value_length", h->head_dim);
-    if (st == BT_OK) st = SET_U32("rope.dimension_count", h->head_dim);
+    if (st == BT_OK) st = SET_U32("attention.value_length", h->head_dim_v);
+    if (st == BT_OK) st = SET_U32("rope.dimension_count", h->n_rot);
+    if (st == BT_OK && a->mla) st = SET_U32("attention.kv_lora_rank", h->n_lora_kv);
+    if (st == BT_OK && a->mla) st = SET_U32("attention.q_lora_rank", h->n_lora_q);
+    if (st == BT_OK && a->mla) st = SET_U32("attention.key_length_mla", h->head_dim_mla);
+    if (st == BT_OK && a->mla) st = SET_U32("attention.value_length_mla", h->head_dim_v_mla);
+    if (st == BT_OK && a->mla) st = SET_U32("leading_dense_block_count", h->n_layer_dense_lead);
+    if (st == BT_OK && a->mla && moe) st = SET_U32("expert_shared_count", h->n_expert_shared);
+    if (st == BT_OK && a->mla && moe) st = SET_U32("expert_gating_func", 2);
     if (st == BT_OK) st = SET_U32("feed_forward_length", m->n_ff);
     if (st == BT_OK && moe) st = SET_U32("expert_count", h->n_expert);
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
@@ -111,6 +120,10 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 10000.0f);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch);
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 1e-6f);
+    snprintf(key, sizeof key, "%s.expert_weights_scale", m->arch);
+    if (st == BT_OK && a->mla && moe) st = bt_gguf_writer_set_f32(w, key, h->moe_w_scale);
+    snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch);
+    if (st == BT_OK && a->mla && moe) st = bt_gguf_writer_set_bool(w, key, true);
     return st;
 }
 
@@ -125,8 +138,29 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         .n_layer = m->n_layer, .n_embd = m->n_embd, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
         .head_dim = m->head_dim, .head_dim_v = m->head_dim, .n_ff = moe ? 0 : m->n_ff, .n_vocab = m->n_vocab,
         .n_expert = moe ? m->n_expert : 0, .n_expert_used = moe ? m->n_expert_used : 0, .n_ff_exp = m->n_ff_exp,
-        .n_ff_shexp = m->n_ff, .tied_output = true,
+        .n_ff_shexp = m->n_ff, .tied_output = true, .n_rot = (int)m->head_dim,
     };
+    if (a->mla) {
+        /* DeepSeek-V3's proportions to a head of hd (V3: 128): rope hd/2,
+         * kv rank 4 hd, q rank 12 hd; one latent KV head; the first layer
+         * dense, then sigmoid routing renormalised, times 2.5, and one
+         * shared expert as wide as a routed one */
+        const int64_t hd = m->head_dim;
+        h.n_rot = (int)(hd / 2);
+        h.n_lora_kv = 4 * hd;
+        h.n_lora_q = 12 * hd;
+        h.head_dim_mla = hd + hd / 2;
+        h.head_dim_v_mla = hd;
+        h.n_head_kv = 1;
+        h.head_dim = h.n_lora_kv + h.n_rot;
+        h.head_dim_v = h.n_lora_kv;
+        h.n_ff = m->n_ff;
+        h.n_layer_dense_lead = moe && m->n_layer > 1 ? 1 : 0;
+        if (!moe) h.n_layer_dense_lead = m->n_layer;
+        h.n_expert_shared = 1;
+        h.n_ff_shexp = m->n_ff_exp;
+        h.moe_w_scale = 2.5f;
+    }
     if (vocab && (st = copy_vocab(w, vocab, &h.n_vocab, err, n_err)) != BT_OK) return st;
     if ((st = write_keys(m, a, &h, w)) != BT_OK) return snprintf(err, n_err, "%s", bt_gguf_writer_error(w)), st;
 

@@ -10,6 +10,12 @@
  * shared expert gated by a sigmoid beside the routed ones (qwen2moe), and the
  * dense MoE, every expert used (experts_used = experts).
  *
+ * deepseek2 takes DeepSeek-V3's proportions from head_dim (hd; V3's 128):
+ * the latent attention's rope part hd/2, kv rank 4 hd, q rank 12 hd, value
+ * heads of hd, one latent KV head (n_head_kv is not used); with experts the
+ * first layer dense (n_ff), then sigmoid routing renormalised and times 2.5
+ * and one shared expert of n_ff_exp.
+ *
  * The same options give the same bytes, on every machine: every rank of a
  * job makes the same model itself. */
 #ifndef BATON_RANDOM_MODEL_H

@@ -272,8 +272,7 @@ static void host_name(char *buf, size_t n) {
 static double kv_layer_bytes(const struct bt_hparams *h, const struct bt_engine_params *p, int l) {
     struct bt_kv_config kc;
     bt_hparams_kv_config(h, 0, h->n_layer, p->n_ctx, p->n_seq_max, p->n_ubatch, p->kv_type, &kc);
-    return (double)bt_kv_config_layer_cells(&kc, l) *
-           (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
+    return (double)bt_kv_config_layer_cells(&kc, l) * (double)bt_kv_config_row_bytes(&kc);
 }
 
 static double kv_bytes(const struct bt_hparams *h, const struct bt_engine_params *p) {
@@ -292,7 +291,9 @@ static double part_flops(struct bt_gguf *g, const struct bt_hparams *h, int l) {
     for (int64_t i = 0; i < n; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, idx[i]);
         double el = (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
-        if (t->ne[2] > 1 && h->n_expert > 0) el *= (double)h->n_expert_used / (double)h->n_expert; /* experts */
+        /* routed experts (not deepseek2's per-head attn_k_b / attn_v_b, 3-d too) */
+        if (t->ne[2] > 1 && h->n_expert > 0 && strstr(t->name, "_exps."))
+            el *= (double)h->n_expert_used / (double)h->n_expert;
         f += 2.0 * el;
     }
     return f;
@@ -487,10 +488,7 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             kc.n_ctx = q->n_ctx;
             kc.n_seq_max = q->n_seq_max;
             kc.type = q->kv_type;
-            kc.head_dim_k = e->hp.head_dim;
-            kc.head_dim_v = e->hp.head_dim_v;
-            kc.n_embd_k = e->hp.head_dim * e->hp.n_head_kv;
-            kc.n_embd_v = e->hp.head_dim_v * e->hp.n_head_kv;
+            bt_hparams_kv_config(&e->hp, 0, e->hp.n_layer, q->n_ctx, q->n_seq_max, 0, q->kv_type, &kc);
             st = bt_kv_check_config(&kc, gerr, sizeof gerr);
             if (st != BT_OK) msgf(msg, sizeof msg, "%s: %s", e->path, gerr);
         }

@@ -288,7 +288,7 @@ static enum bt_status build(struct bt_model_dist *md, char *err, size_t n_err) {
      * once, kept across micro-batches and shapes */
     for (int il = 0; il < hp.n_layer; il++) {
         bt_set_weight(bt_kv_k(md->kv, il));
-        bt_set_weight(bt_kv_v(md->kv, il));
+        if (bt_kv_v(md->kv, il)) bt_set_weight(bt_kv_v(md->kv, il));
     }
     const int64_t U = p->n_ubatch, C = bt_kv_get_config(md->kv)->n_ctx;
     md->cells = malloc((size_t)U * sizeof *md->cells);

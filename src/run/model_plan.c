@@ -58,7 +58,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
     /* the cache's layers are held like weights, as the runtime holds them */
     for (int il = 0; il < h->n_layer; il++) {
         bt_set_weight(bt_kv_k(mp->kv, il));
-        bt_set_weight(bt_kv_v(mp->kv, il));
+        if (bt_kv_v(mp->kv, il)) bt_set_weight(bt_kv_v(mp->kv, il));
     }
     mp->ctx = bt_init((struct bt_init_params){bt_llm_graph_ctx_size(mp->m), NULL, true});
     if (!mp->ctx) {
@@ -70,7 +70,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
         st = bt_error_printf(err, n_err, st, "building the graph: %s", bt_context_error(mp->ctx));
         goto done;
     }
-    const double kv_row = (double)(bt_row_size(p->kv_type, kc.n_embd_k) + bt_row_size(p->kv_type, kc.n_embd_v));
+    const double kv_row = (double)bt_kv_config_row_bytes(&kc);
     for (int r = 0; r < P; r++) {
         counts[r] = mp->ranges[2 * r + 1] - mp->ranges[2 * r];
         double b = 0.0; /* a sliding layer's ring is smaller (kv.h) */
@@ -180,7 +180,7 @@ static double weight_bytes(const struct bt_model_plan *mp, int r) {
     for (int il = 0; il < mp->hp.n_layer; il++)
         for (int kv = 0; kv < 2; kv++) {
             const struct bt_tensor *c = kv ? bt_kv_v(mp->kv, il) : bt_kv_k(mp->kv, il);
-            for (int i = 0; i < g->n_leafs; i++)
+            for (int i = 0; i < g->n_leafs && c; i++)
                 if (g->leafs[i] == c && mp->plan.leaf_owner[i] == r) b -= (double)bt_nbytes(c);
         }
     return b;

@@ -189,7 +189,7 @@ gen() { # out-file, ranks, backend, model
     timeout "$(lim 60)" "${MPIEXEC[@]}" -n "$2" "$BIN/baton" generate -m "$4" -p "The capital of France is" -n 24 \
         --temp 0 --backend "$3" -t 2 >"$1" 2>"$1.err"
 }
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3; do
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2; do
     m="$LOG/tiny-$arch.gguf"
     extra=()
     [ $arch = llama ] && extra=(--experts 4)

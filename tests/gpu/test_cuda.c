@@ -118,8 +118,10 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
                                        : bt_soft_max_ext(ctx, a, bt_new_tensor_2d(ctx, BT_TYPE_F32, n, m + 2), 0.125f);
         case K_ROPE:
             a = input(ctx, BT_TYPE_F32, n, 4, m, 1, s->variant);
-            return bt_rope(ctx, a, ids(ctx, m, 1, 1, 4096), (int)k, s->variant == 0 ? BT_ROPE_NORMAL : BT_ROPE_NEOX,
-                           10000.0f, 1.0f);
+            /* variants 2 and 3: YaRN over a ramp of pairs, scaled cos and sin */
+            return bt_rope_ext(ctx, a, ids(ctx, m, 1, 1, 4096), (int)k, s->variant % 2 ? BT_ROPE_NEOX : BT_ROPE_NORMAL,
+                               10000.0f, s->variant >= 2 ? 0.025f : 1.0f,
+                               s->variant >= 2 ? &(struct bt_rope_yarn){1.0f, 0.9f, 32.0f, 1.0f, 4096} : NULL);
         case K_GET_ROWS:
             a = bt_new_tensor_4d(ctx, s->type, n, m, 2, 1);
             return bt_get_rows(ctx, a, ids(ctx, k, 2, 1, (int32_t)m));
@@ -301,7 +303,7 @@ START_TEST(test_rows) {
         check_case(&(struct spec){K_SOFT_MAX, BT_OP_NONE, BT_TYPE_F32, 300, 6, 0, v}, TOL_ELEM);
         check_case(&(struct spec){K_SOFT_MAX, BT_OP_SOFT_MAX, BT_TYPE_F32, 45, 6, 0, v}, TOL_ELEM);
     }
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 4; v++) {
         check_case(&(struct spec){K_ROPE, BT_OP_ROPE, BT_TYPE_F32, 64, 9, 64, v}, TOL_ELEM);
         check_case(&(struct spec){K_ROPE, BT_OP_ROPE, BT_TYPE_F32, 80, 5, 48, v}, TOL_ELEM); /* partial rotation */
     }
