@@ -310,8 +310,8 @@ END_TEST
 
 /* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
 
-enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_COUNT };
-static const char *rowop_name[R_COUNT] = {"swiglu", "sum_rows", "mean", "rms_norm", "norm"};
+enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_SWIGLU_OAI, R_COUNT };
+static const char *rowop_name[R_COUNT] = {"swiglu", "sum_rows", "mean", "rms_norm", "norm", "swiglu_oai"};
 
 START_TEST(test_rowops) {
     int op = _i;
@@ -329,7 +329,8 @@ START_TEST(test_rowops) {
             bt_context *ctx = tu_ctx(4);
             /* a non-zero mean makes norm's mean subtraction matter; the last
              * shape has a variance near eps, so that eps matters too */
-            const float sc = si == 6 ? 1e-3f : 1.0f;
+            /* swiglu_oai: values past its limit of 7 on both sides */
+            const float sc = op == R_SWIGLU_OAI ? 10.0f : si == 6 ? 1e-3f : 1.0f;
             struct bt_tensor *a =
                 new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, -0.5f * sc, 1.5f * sc);
             struct bt_tensor *b = NULL, *out = NULL;
@@ -337,6 +338,10 @@ START_TEST(test_rowops) {
             case R_SWIGLU:
                 b = new_input(ctx, BT_TYPE_F32, ne, (enum layout)((lay + 1) % L_COUNT), &r, -1, 1);
                 out = bt_swiglu(ctx, a, b);
+                break;
+            case R_SWIGLU_OAI:
+                b = new_input(ctx, BT_TYPE_F32, ne, (enum layout)((lay + 1) % L_COUNT), &r, -10, 10);
+                out = bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f);
                 break;
             case R_SUM_ROWS: out = bt_sum_rows(ctx, a); break;
             case R_MEAN: out = bt_mean(ctx, a); break;
@@ -367,6 +372,12 @@ START_TEST(test_rowops) {
                     case R_SWIGLU: {
                         double v = x[i];
                         ref[row * n0 + i] = (float)(v / (1.0 + exp(-v)) * B[row * n0 + i]);
+                        break;
+                    }
+                    case R_SWIGLU_OAI: { /* gpt-oss: x = min(a, 7), y = clamp(b, -7, 7) */
+                        const double v = x[i] < 7.0 ? x[i] : 7.0, bv = B[row * n0 + i];
+                        const double y = bv < -7.0 ? -7.0 : bv > 7.0 ? 7.0 : bv;
+                        ref[row * n0 + i] = (float)(v / (1.0 + exp(-1.702 * v)) * (y + 1.0));
                         break;
                     }
                     case R_SUM_ROWS: ref[row] = (float)sum; break;
@@ -1340,6 +1351,8 @@ START_TEST(test_shape_errors) {
     EXPECT_SHAPE_ERROR(ctx, bt_permute(ctx, a34, 0, 0, 1, 2));                /* not a permutation */
     EXPECT_SHAPE_ERROR(ctx, bt_get_rows(ctx, a34, ids_f));
     EXPECT_SHAPE_ERROR(ctx, bt_swiglu(ctx, a34, a43));
+    EXPECT_SHAPE_ERROR(ctx, bt_swiglu_oai(ctx, a34, a43, 1.702f, 7.0f));
+    EXPECT_SHAPE_ERROR(ctx, bt_swiglu_oai(ctx, a34, a34, 1.702f, 0.0f)); /* the limit must be positive */
     EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a43, 0));
     EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a34, 4));
     EXPECT_SHAPE_ERROR(ctx, bt_cpy(ctx, a34, a32)); /* element counts differ */
