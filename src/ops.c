@@ -4,6 +4,7 @@
  * ops.h for each op's semantics. */
 #include "ops.h"
 
+#include <math.h>
 #include <string.h>
 
 #define FAIL(ctx, ...)                            \
@@ -408,6 +409,23 @@ struct bt_tensor *bt_soft_max(bt_context *ctx, struct bt_tensor *a) {
 
 struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
                           int mode, float freq_base, float freq_scale) {
+    return bt_rope_ext(ctx, a, pos, n_dims, mode, freq_base, freq_scale, NULL);
+}
+
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * 3.14159265358979323846f)) / (2.0f * logf(base));
+}
+
+void bt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                            float dims[2]) {
+    const float start = floorf(yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base));
+    const float end = ceilf(yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base));
+    dims[0] = start > 0.0f ? start : 0.0f;
+    dims[1] = end < (float)(n_dims - 1) ? end : (float)(n_dims - 1);
+}
+
+struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+                              int mode, float freq_base, float freq_scale, const struct bt_rope_yarn *yarn) {
     if (!a || !pos) return NULL;
     if (pos->type != BT_TYPE_I32) FAIL(ctx, "ROPE: positions must be i32, got %s", bt_type_name(pos->type));
     if (a->ne[3] != 1 || pos->ne[0] != a->ne[2] || bt_nelements(pos) != pos->ne[0])
@@ -417,6 +435,13 @@ struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor
         FAIL(ctx, "ROPE: n_dims = %d must be even, positive and <= %lld", n_dims, (long long)a->ne[0]);
     if (mode != BT_ROPE_NORMAL && mode != BT_ROPE_NEOX) FAIL(ctx, "ROPE: unknown mode %d", mode);
     if (!(freq_base > 0) || !(freq_scale > 0)) FAIL(ctx, "ROPE: freq_base and freq_scale must be > 0");
+    if (yarn && (!isfinite(yarn->ext_factor) || !isfinite(yarn->attn_factor) || !(yarn->attn_factor > 0) ||
+                 (yarn->ext_factor != 0.0f && (yarn->n_ctx_orig <= 0 || !(yarn->beta_fast > 0) ||
+                                               !(yarn->beta_slow > 0)))))
+        FAIL(ctx, "ROPE: YaRN needs a finite ext_factor, attn_factor > 0 and, with ext_factor != 0, "
+                  "n_ctx_orig, beta_fast and beta_slow > 0 (got %g, %g, %d, %g, %g)",
+             (double)yarn->ext_factor, (double)yarn->attn_factor, yarn->n_ctx_orig, (double)yarn->beta_fast,
+             (double)yarn->beta_slow);
     struct bt_tensor *t = unary(ctx, a, BT_OP_ROPE);
     if (!t) return NULL;
     t->src[1] = pos;
@@ -424,6 +449,11 @@ struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor
     t->op_params[1] = mode;
     bt_set_op_param_f32(t, 2, freq_base);
     bt_set_op_param_f32(t, 3, freq_scale);
+    bt_set_op_param_f32(t, 4, yarn ? yarn->ext_factor : 0.0f);
+    bt_set_op_param_f32(t, 5, yarn ? yarn->attn_factor : 1.0f);
+    bt_set_op_param_f32(t, 6, yarn ? yarn->beta_fast : 0.0f);
+    bt_set_op_param_f32(t, 7, yarn ? yarn->beta_slow : 0.0f);
+    t->op_params[8] = yarn ? yarn->n_ctx_orig : 0;
     return t;
 }
 

@@ -47,6 +47,14 @@
  *                         i32[0] = n_dims (even, <= d), i32[1] = mode,
  *                         f32[2] = freq_base, f32[3] = freq_scale.
  *                         theta_i = pos*freq_scale*base^(-2i/n_dims), i < n_dims/2;
+ *                         with YaRN (bt_rope_ext, ggml's rope_yarn): f32[4]
+ *                         ext_factor, f32[5] attn_factor, f32[6] beta_fast,
+ *                         f32[7] beta_slow, i32[8] n_ctx_orig; theta_i mixes
+ *                         the interpolated (pos*freq_scale*b_i) and the
+ *                         extrapolated (pos*b_i) angle by ext_factor times a
+ *                         ramp over the dims between the correction dims,
+ *                         and cos/sin are scaled by attn_factor (times
+ *                         1 + 0.1 ln(1/freq_scale) when ext_factor != 0);
  *                         NORMAL rotates pairs (2i, 2i+1), NEOX pairs
  *                         (i, i + n_dims/2); dims >= n_dims pass through.
  *  SILU, GELU (tanh form), RELU, SIGMOID   element-wise.
@@ -87,6 +95,8 @@
  */
 #ifndef BATON_OPS_H
 #define BATON_OPS_H
+
+#include <math.h>
 
 #include "tensor.h"
 
@@ -151,6 +161,40 @@ struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct b
                                   float scale);
 struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
                           int mode, float freq_base, float freq_scale);
+/* YaRN's context extension (ggml_rope_ext's last five parameters) */
+struct bt_rope_yarn {
+    float ext_factor;  /* 0: no ramp (plain scaled rope) */
+    float attn_factor; /* cos/sin scale (mscale); 1: none */
+    float beta_fast, beta_slow;
+    int n_ctx_orig; /* the training context the correction dims are computed for */
+};
+/* ROPE with YaRN; yarn NULL is bt_rope (the same bits). */
+struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+                              int mode, float freq_base, float freq_scale, const struct bt_rope_yarn *yarn);
+#ifdef __CUDACC__
+#define BT_ROPE_FN static inline __host__ __device__
+#else
+#define BT_ROPE_FN static inline
+#endif
+/* cos and sin of pair i at position ps with YaRN (ggml's rope_yarn): the
+ * interpolated and the extrapolated angle mixed by the ramp over the
+ * correction dims; one definition for every backend */
+BT_ROPE_FN void bt_rope_yarn_angle(int32_t ps, int i, int n_dims, float freq_base, float freq_scale,
+                                   float ext_factor, float attn_factor, const float corr[2], float *c, float *s) {
+    const float theta_extrap = (float)ps * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+    const float theta_interp = freq_scale * theta_extrap;
+    float y = ((float)i - corr[0]) / fmaxf(0.001f, corr[1] - corr[0]);
+    y = fminf(1.0f, fmaxf(0.0f, y));
+    const float mix = (1.0f - y) * ext_factor;
+    const float theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
+    const float mscale = attn_factor * (1.0f + 0.1f * logf(1.0f / freq_scale));
+    *c = cosf(theta) * mscale;
+    *s = sinf(theta) * mscale;
+}
+#undef BT_ROPE_FN
+/* ggml_rope_yarn_corr_dims: the first and last rotated pair the ramp spans */
+void bt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                            float dims[2]);
 
 struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a);
 struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);

@@ -499,61 +499,47 @@ enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph) {
     return st;
 }
 
-static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
-    drop_plan(sched, false);
-    take_back_memory(graph);
-    sched->err[0] = '\0';
-    sched->ctx = bt_init((struct bt_init_params){sched->ctx_size, NULL, true});
-    if (!sched->ctx) {
-        set_error(sched, "scheduler: cannot allocate %zu bytes of metadata", sched->ctx_size);
-        return BT_ERR_NOMEM;
-    }
-    if ((size_t)graph->n_nodes + (size_t)graph->n_leafs > sched->hash_set.size / 2) {
-        set_error(sched, "scheduler: graph of %d nodes and %d leafs exceeds the scheduler's graph size",
-                  graph->n_nodes, graph->n_leafs);
-        return BT_ERR_CAPACITY;
-    }
-    const int last = sched->n_backends - 1;
-    sched->planned_hash = bt_graph_hash(graph); /* with the user's sources */
-    /* a new plan starts from the user's assignments of this graph's tensors
-     * only: the table is rebuilt, so tensors of earlier graphs (perhaps freed,
-     * their addresses reused) neither fill it nor leave assignments behind */
-    {
-        const size_t n = sched->hash_set.size;
-        struct bt_tensor **keep_t = malloc(sizeof *keep_t * n);
-        int *keep_b = malloc(sizeof *keep_b * n);
-        if (!keep_t || !keep_b) {
-            free(keep_t);
-            free(keep_b);
-            set_error(sched, "scheduler: out of memory");
-            return BT_ERR_NOMEM;
-        }
-        size_t kept = 0;
-        for (size_t i = 0; i < n; i++) {
-            struct bt_tensor *t = sched->hash_set.keys[i];
-            if (!t || !sched->hv_user[i]) continue;
-            const bool in_graph = graph->visited.size > 0 ? bt_hash_contains(&graph->visited, t)
-                                                          : bt_graph_node_index(graph, t) >= 0;
-            if (in_graph) {
-                keep_t[kept] = t;
-                keep_b[kept++] = sched->hv_backend_ids[i];
-            }
-        }
-        memset(sched->hash_set.keys, 0, n * sizeof(struct bt_tensor *));
-        memset(sched->hv_backend_ids, -1, n * sizeof(int));
-        memset(sched->hv_cause, 0, n * sizeof(char *));
-        memset(sched->hv_user, 0, n);
-        for (size_t k = 0; k < kept; k++) {
-            const size_t id = hash_id(sched, keep_t[k]);
-            sched->hv_backend_ids[id] = keep_b[k];
-            sched->hv_user[id] = 1;
-            sched->hv_cause[id] = "usr";
-        }
+/* A new plan starts from the user's assignments of this graph's tensors
+ * only: the table is rebuilt, so tensors of earlier graphs (perhaps freed,
+ * their addresses reused) neither fill it nor leave assignments behind. */
+static enum bt_status keep_user_assignments(bt_sched_t sched, const struct bt_graph *graph) {
+    const size_t n = sched->hash_set.size;
+    struct bt_tensor **keep_t = malloc(sizeof *keep_t * n);
+    int *keep_b = malloc(sizeof *keep_b * n);
+    if (!keep_t || !keep_b) {
         free(keep_t);
         free(keep_b);
+        set_error(sched, "scheduler: out of memory");
+        return BT_ERR_NOMEM;
     }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct bt_tensor *t = sched->hash_set.keys[i];
+        if (!t || !sched->hv_user[i]) continue;
+        const bool in_graph = graph->visited.size > 0 ? bt_hash_contains(&graph->visited, t)
+                                                      : bt_graph_node_index(graph, t) >= 0;
+        if (in_graph) {
+            keep_t[kept] = t;
+            keep_b[kept++] = sched->hv_backend_ids[i];
+        }
+    }
+    memset(sched->hash_set.keys, 0, n * sizeof(struct bt_tensor *));
+    memset(sched->hv_backend_ids, -1, n * sizeof(int));
+    memset(sched->hv_cause, 0, n * sizeof(char *));
+    memset(sched->hv_user, 0, n);
+    for (size_t k = 0; k < kept; k++) {
+        const size_t id = hash_id(sched, keep_t[k]);
+        sched->hv_backend_ids[id] = keep_b[k];
+        sched->hv_user[id] = 1;
+        sched->hv_cause[id] = "usr";
+    }
+    free(keep_t);
+    free(keep_b);
+    return BT_OK;
+}
 
-    /* pass 1: backends from pre-allocated tensors, inputs, and weights */
+/* pass 1: backends from pre-allocated tensors, inputs, and weights */
+static void pass1_from_memory(bt_sched_t sched, struct bt_graph *graph) {
     for (int i = 0; i < graph->n_leafs; i++) {
         struct bt_tensor *leaf = graph->leafs[i];
         int *id = tensor_backend_id_ptr(sched, leaf);
@@ -570,10 +556,13 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             if (*id != -1) SET_CAUSE(node, "1.cur");
         }
     }
+}
 
-    /* pass 2: expand assignments to neighbours, skipping views.
-     * 2a/2b: non-CPU backends down then up (the CPU stops an expansion, so it
-     * is used only where weights or unsupported ops put it); 2c/2d: the rest. */
+/* pass 2: expand assignments to neighbours, skipping views.
+ * 2a/2b: non-CPU backends down then up (the CPU stops an expansion, so it
+ * is used only where weights or unsupported ops put it); 2c/2d: the rest. */
+static void pass2_expand(bt_sched_t sched, struct bt_graph *graph) {
+    const int last = sched->n_backends - 1;
     for (int phase = 0; phase < 4; phase++) {
         const bool down = phase % 2 == 0;
         const bool gpu_only = phase < 2;
@@ -591,9 +580,11 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             }
         }
     }
+}
 
-    /* pass 3: upgrade to a higher-priority backend with the same buffer type;
-     * give unassigned nodes the backend that supports most of their inputs */
+/* pass 3: upgrade to a higher-priority backend with the same buffer type;
+ * give unassigned nodes the backend that supports most of their inputs */
+static void pass3_upgrade(bt_sched_t sched, struct bt_graph *graph) {
     for (int i = 0; i < graph->n_nodes; i++) {
         struct bt_tensor *node = graph->nodes[i];
         if (bt_op_is_view(node->op)) continue;
@@ -631,8 +622,10 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             }
         }
     }
+}
 
-    /* pass 4: sources and views follow their consumers and view sources */
+/* pass 4: sources and views follow their consumers and view sources */
+static enum bt_status pass4_sources(bt_sched_t sched, struct bt_graph *graph) {
     for (int i = 0; i < graph->n_nodes; i++) {
         struct bt_tensor *node = graph->nodes[i];
         int *cur = tensor_backend_id_ptr(sched, node);
@@ -674,8 +667,12 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
             return BT_ERR_UNSUPPORTED;
         }
     }
+    return BT_OK;
+}
 
-    /* pass 5: cut splits; sources from incompatible backends become inputs */
+/* pass 5: cut splits; sources from incompatible backends become inputs */
+static enum bt_status pass5_cut_splits(bt_sched_t sched, struct bt_graph *graph) {
+    const int last = sched->n_backends - 1;
     sched->n_splits = 0;
     int i = 0;
     for (; i < graph->n_nodes && bt_op_is_view(graph->nodes[i]->op); i++) {
@@ -763,10 +760,11 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
     split->i_end = graph->n_nodes;
     for (int s = 0; s < sched->n_splits; s++)
         sched->splits[s].graph = bt_graph_view(graph, sched->splits[s].i_start, sched->splits[s].i_end);
+    return BT_OK;
+}
 
-    enum bt_status st = build_graph_copy(sched, graph);
-    if (st != BT_OK) return st;
-    /* the graph's own tensors, to know it when it comes again */
+/* the graph's own tensors, to know it when it comes again */
+static enum bt_status remember_plan(bt_sched_t sched, struct bt_graph *graph) {
     const size_t n_tensors = (size_t)graph->n_nodes + (size_t)graph->n_leafs;
     if (n_tensors > sched->planned_capacity) {
         struct bt_tensor **list = realloc(sched->planned_tensors, n_tensors * sizeof *list);
@@ -785,6 +783,32 @@ static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
     sched->planned = graph;
     if (sched->debug) bt_sched_print_plan(sched, stderr);
     return BT_OK;
+}
+
+static enum bt_status split_graph(bt_sched_t sched, struct bt_graph *graph) {
+    drop_plan(sched, false);
+    take_back_memory(graph);
+    sched->err[0] = '\0';
+    sched->ctx = bt_init((struct bt_init_params){sched->ctx_size, NULL, true});
+    if (!sched->ctx) {
+        set_error(sched, "scheduler: cannot allocate %zu bytes of metadata", sched->ctx_size);
+        return BT_ERR_NOMEM;
+    }
+    if ((size_t)graph->n_nodes + (size_t)graph->n_leafs > sched->hash_set.size / 2) {
+        set_error(sched, "scheduler: graph of %d nodes and %d leafs exceeds the scheduler's graph size",
+                  graph->n_nodes, graph->n_leafs);
+        return BT_ERR_CAPACITY;
+    }
+    sched->planned_hash = bt_graph_hash(graph); /* with the user's sources */
+    enum bt_status st = keep_user_assignments(sched, graph);
+    if (st != BT_OK) return st;
+    pass1_from_memory(sched, graph);
+    pass2_expand(sched, graph);
+    pass3_upgrade(sched, graph);
+    if ((st = pass4_sources(sched, graph)) != BT_OK) return st;
+    if ((st = pass5_cut_splits(sched, graph)) != BT_OK) return st;
+    if ((st = build_graph_copy(sched, graph)) != BT_OK) return st;
+    return remember_plan(sched, graph);
 }
 
 /* The graph the allocator sees: for each split its input copies (with a

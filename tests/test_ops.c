@@ -549,6 +549,84 @@ START_TEST(test_rope) {
 }
 END_TEST
 
+/* YaRN (ggml's rope_yarn, written out here in double): the ramp mixes the
+ * interpolated and the extrapolated angle between the correction dims; the
+ * magnitude is attn_factor * (1 + 0.1 ln(1/freq_scale)); with ext_factor 0
+ * only attn_factor scales. */
+START_TEST(test_rope_yarn) {
+    tu_rng r;
+    tu_rng_init(&r, 501);
+    const int64_t ne[4] = {64, 3, 7, 1};
+    const int n_dims = 64;
+    const float base = 10000.0f, fscale = 0.025f;
+    const struct bt_rope_yarn cases[3] = {
+        {1.0f, 1.0f, 32.0f, 1.0f, 4096}, {0.5f, 0.7f, 32.0f, 1.0f, 2048}, {0.0f, 1.3f, 0.0f, 0.0f, 0}};
+    for (int ci = 0; ci < 3; ci++)
+        for (int mode = 0; mode <= BT_ROPE_NEOX; mode += BT_ROPE_NEOX) {
+            const struct bt_rope_yarn *y = &cases[ci];
+            snprintf(g_case, sizeof(g_case), "rope yarn ext %g attn %g mode %d", (double)y->ext_factor,
+                     (double)y->attn_factor, mode);
+            bt_context *ctx = tu_ctx(4);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, ne, L_CONT, &r, -1, 1);
+            struct bt_tensor *pos = bt_new_tensor_1d(ctx, BT_TYPE_I32, ne[2]);
+            tu_fill_ids(pos, &r, 3000);
+            struct bt_tensor *out = bt_rope_ext(ctx, a, pos, n_dims, mode, base, fscale, y);
+            ck_assert_ptr_nonnull(out);
+            struct bt_graph *g = graph1(ctx, out);
+            float *A = tu_read_f32(a);
+            int32_t *P = tu_read_i32(pos);
+            float *ref = malloc(sizeof(float) * nel4(ne));
+            double lo = 0, hi = 0;
+            if (y->ext_factor != 0.0f) {
+                const double two_pi = 2.0 * 3.14159265358979323846;
+                lo = floor(n_dims * log(y->n_ctx_orig / (y->beta_fast * two_pi)) / (2 * log(base)));
+                hi = ceil(n_dims * log(y->n_ctx_orig / (y->beta_slow * two_pi)) / (2 * log(base)));
+                lo = lo > 0 ? lo : 0;
+                hi = hi < n_dims - 1 ? hi : n_dims - 1;
+            }
+            for (int64_t t = 0; t < ne[2]; t++)
+                for (int64_t h = 0; h < ne[1]; h++) {
+                    const float *x = A + idx4(ne, 0, h, t, 0);
+                    float *o = ref + idx4(ne, 0, h, t, 0);
+                    for (int i = 0; i < n_dims / 2; i++) {
+                        const double ex = P[t] * pow(base, -2.0 * i / n_dims), in = fscale * ex;
+                        double theta = in, m = y->attn_factor;
+                        if (y->ext_factor != 0.0f) {
+                            double ramp = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+                            ramp = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+                            const double mix = ramp * y->ext_factor;
+                            theta = in * (1 - mix) + ex * mix;
+                            m *= 1.0 + 0.1 * log(1.0 / fscale);
+                        }
+                        const double c = cos(theta) * m, s = sin(theta) * m;
+                        const int j0 = mode == BT_ROPE_NEOX ? i : 2 * i;
+                        const int j1 = mode == BT_ROPE_NEOX ? i + n_dims / 2 : 2 * i + 1;
+                        o[j0] = (float)(x[j0] * c - x[j1] * s);
+                        o[j1] = (float)(x[j0] * s + x[j1] * c);
+                    }
+                }
+            require_supported(out);
+            for (int nt = 1; nt <= MAX_NT; nt++) {
+                run_nt(g, out, nt);
+                check_nmse(out, ref, TOL_ELEM, nt);
+            }
+            free(A);
+            free(P);
+            free(ref);
+            bt_free(ctx);
+        }
+    /* a ramp without the context it was trained on is refused */
+    bt_context *ctx = tu_ctx(1);
+    int64_t qe[4] = {8, 1, 2, 1};
+    struct bt_tensor *q = bt_new_tensor(ctx, BT_TYPE_F32, 3, qe);
+    struct bt_tensor *pos = bt_new_tensor_1d(ctx, BT_TYPE_I32, 2);
+    const struct bt_rope_yarn bad = {1.0f, 1.0f, 32.0f, 1.0f, 0};
+    ck_assert_ptr_null(bt_rope_ext(ctx, q, pos, 8, BT_ROPE_NEOX, 1e4f, 0.5f, &bad));
+    ck_assert_ptr_nonnull(strstr(bt_context_error(ctx), "YaRN"));
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- mul_mat ---- */
 
 static const enum bt_type wtypes[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0,
@@ -1446,6 +1524,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);
+    tcase_add_test(tc, test_rope_yarn);
     tcase_add_loop_test(tc, test_mul_mat, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);

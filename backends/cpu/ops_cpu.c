@@ -480,6 +480,11 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const int mode = bt_get_op_param_i32(dst, 1);
     const float freq_base = bt_get_op_param_f32(dst, 2);
     const float freq_scale = bt_get_op_param_f32(dst, 3);
+    const float ext_factor = bt_get_op_param_f32(dst, 4), attn_factor = bt_get_op_param_f32(dst, 5);
+    float corr[2] = {0.0f, 0.0f};
+    if (ext_factor != 0.0f)
+        bt_rope_yarn_corr_dims(n_dims, bt_get_op_param_i32(dst, 8), freq_base, bt_get_op_param_f32(dst, 6),
+                               bt_get_op_param_f32(dst, 7), corr);
     const int half = n_dims / 2;
     /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2 */
     float *cache = scratch(p, dst);
@@ -494,10 +499,15 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
         if (i2 != cached) {
             const int32_t ps = *(const int32_t *)((const char *)pos->data + i2 * pos->nb[0]);
             for (int i = 0; i < half; i++) {
-                const float theta = (float)ps * freq_scale *
-                                    powf(freq_base, -2.0f * (float)i / (float)n_dims);
-                cache[2 * i] = cosf(theta);
-                cache[2 * i + 1] = sinf(theta);
+                if (ext_factor == 0.0f) {
+                    const float theta = (float)ps * freq_scale *
+                                        powf(freq_base, -2.0f * (float)i / (float)n_dims);
+                    cache[2 * i] = cosf(theta) * attn_factor;
+                    cache[2 * i + 1] = sinf(theta) * attn_factor;
+                } else {
+                    bt_rope_yarn_angle(ps, i, n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr,
+                                       &cache[2 * i], &cache[2 * i + 1]);
+                }
             }
             cached = i2;
         }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "cuda_common.cuh"
+#include "ops.h"
 
 /* ---- binary element-wise with broadcast of b ---------------------------- */
 
@@ -172,7 +173,12 @@ __global__ void k_soft_max(float scale, t4 d, t4 a, t4 m, int has_mask) {
 
 /* ---- ROPE: one thread per (row, rotated pair or passed-through element) --- */
 
-__global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base, float freq_scale, int64_t n) {
+struct rope_yarn_args {
+    float ext_factor, attn_factor, corr[2];
+};
+
+__global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base, float freq_scale,
+                       rope_yarn_args y, int64_t n) {
     const int half = n_dims / 2;
     const int64_t per_row = half + (a.ne[0] - n_dims);
     GRID_STRIDE(e, n) {
@@ -188,8 +194,14 @@ __global__ void k_rope(t4 d, t4 a, t4 pos, int n_dims, int neox, float freq_base
         }
         const int i = (int)j;
         const int32_t ps = *(const int32_t *)(pos.data + i2 * pos.nb[0]);
-        const float theta = (float)ps * freq_scale * powf(freq_base, -2.0f * (float)i / (float)n_dims);
-        const float c = cosf(theta), s = sinf(theta);
+        float c, s;
+        if (y.ext_factor == 0.0f) {
+            const float theta = (float)ps * freq_scale * powf(freq_base, -2.0f * (float)i / (float)n_dims);
+            c = cosf(theta) * y.attn_factor;
+            s = sinf(theta) * y.attn_factor;
+        } else {
+            bt_rope_yarn_angle(ps, i, n_dims, freq_base, freq_scale, y.ext_factor, y.attn_factor, y.corr, &c, &s);
+        }
         const int64_t j0 = neox ? i : 2 * i;
         const int64_t j1 = neox ? i + half : 2 * i + 1;
         const float x0 = rowf(a, ra, j0), x1 = rowf(a, ra, j1);
@@ -394,10 +406,14 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
         case BT_OP_ROPE: {
             const int n_dims = bt_get_op_param_i32(node, 0);
             const int64_t items = nrows * (n_dims / 2 + (a->ne[0] - n_dims));
+            rope_yarn_args y = {bt_get_op_param_f32(node, 4), bt_get_op_param_f32(node, 5), {0.0f, 0.0f}};
+            if (y.ext_factor != 0.0f)
+                bt_rope_yarn_corr_dims(n_dims, bt_get_op_param_i32(node, 8), bt_get_op_param_f32(node, 2),
+                                       bt_get_op_param_f32(node, 6), bt_get_op_param_f32(node, 7), y.corr);
             k_rope<<<grid_for(items), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n_dims,
                                                              bt_get_op_param_i32(node, 1) == BT_ROPE_NEOX,
                                                              bt_get_op_param_f32(node, 2),
-                                                             bt_get_op_param_f32(node, 3), items);
+                                                             bt_get_op_param_f32(node, 3), y, items);
             break;
         }
         case BT_OP_ARGSORT: {
