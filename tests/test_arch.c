@@ -123,7 +123,8 @@ static double max_rel(const float *a, const float *r, int64_t n) {
     return md / mr;
 }
 
-static const char *const ARCHES[] = {"llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"};
+static const char *const ARCHES[] = {"llama",    "llama-moe", "qwen2",  "qwen3",  "qwen2moe",
+                                     "qwen3moe", "olmoe",     "gemma3", "gpt-oss"};
 #define N_ARCHES ((int)(sizeof ARCHES / sizeof ARCHES[0]))
 
 static void check_reference(const char *arch, const char *type, double tol) {
@@ -515,7 +516,7 @@ static void check_broken(const char *arch, const char *brk, enum bt_status want,
 START_TEST(test_broken_files) {
     check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
                  "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
-                 "gemma3)");
+                 "gemma3, gpt-oss)");
     check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
     check_broken("llama", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
@@ -527,7 +528,7 @@ END_TEST
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "gpt-oss"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -545,8 +546,8 @@ START_TEST(test_random_model) {
         ck_assert_int_eq(hp->n_layer, 2);
         ck_assert_int_eq(hp->n_embd, 64);
         ck_assert_int_eq(hp->n_vocab, rm.n_vocab);
-        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 ? rm.n_expert : 0);
-        ck_assert_int_eq(hp->n_swa, strcmp(archs[a], "gemma3") == 0 ? rm.n_swa : 0);
+        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 || a == 7 ? rm.n_expert : 0);
+        ck_assert_int_eq(hp->n_swa, a >= 6 ? rm.n_swa : 0);
         /* the file writer gives the same bytes */
         char dir[] = "/tmp/bt_rm_XXXXXX", path[64];
         ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -622,7 +623,8 @@ START_TEST(test_random_model) {
     bt_random_model_default(&rm);
     rm.arch = "gpt9";
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
-    ck_assert_str_eq(err, "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3");
+    ck_assert_str_eq(err,
+                     "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, gpt-oss");
 }
 END_TEST
 

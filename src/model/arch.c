@@ -21,6 +21,8 @@ static const struct bt_arch arches[] = {
     {"qwen3moe", BT_ROPE_NEOX, true, false, 1, true, false, false, false, false, false},
     {"olmoe", BT_ROPE_NEOX, false, true, 1, false, false, false, false, false, false},
     {"gemma3", BT_ROPE_NEOX, true, false, 0, false, false, true, true, true, true},
+    /* its own builder (gpt_oss.c; bt_arch_builder_of): the flags past moe are unused */
+    {"gpt-oss", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -30,7 +32,21 @@ const struct bt_arch *bt_arch_find(const char *name) {
     return NULL;
 }
 
-const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3"; }
+const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, gpt-oss"; }
+
+/* the architectures with a builder of their own */
+static const struct {
+    const char *name;
+    const struct bt_arch_builder *builder;
+} builders[] = {
+    {"gpt-oss", &bt_gpt_oss_builder},
+};
+
+const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a) {
+    for (size_t i = 0; i < sizeof builders / sizeof builders[0]; i++)
+        if (strcmp(builders[i].name, a->name) == 0) return builders[i].builder;
+    return NULL;
+}
 
 /* ---- errors ------------------------------------------------------------------------- */
 
@@ -85,6 +101,16 @@ static enum bt_status key_float(struct bt_gguf *g, const char *arch, const char 
     return BT_OK;
 }
 
+enum bt_status bt_arch_key_int(struct bt_gguf *g, const char *arch, const char *what, int64_t def, int64_t lo,
+                               int64_t hi, int64_t *out, char *err, size_t n_err) {
+    return key_int(g, arch, what, def, lo, hi, out, err, n_err);
+}
+
+enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char *what, double def, double lo,
+                                 double hi, float *out, char *err, size_t n_err) {
+    return key_float(g, arch, what, def, lo, hi, out, err, n_err);
+}
+
 #define LIM (1 << 20)
 #define TRY(x)                             \
     do {                                   \
@@ -129,10 +155,14 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
         if (bt_gguf_get_str(g, key, &s) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
         const bool none = s.n == 4 && memcmp(s.data, "none", 4) == 0;
         const bool linear = s.n == 6 && memcmp(s.data, "linear", 6) == 0;
-        if (!none && !linear)
-            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear)", bt_gguf_path(g), key,
-                 (int)(s.n < 32 ? s.n : 32), s.data);
-        if (linear) {
+        /* YaRN where the architecture's builder takes it: the factor here,
+         * the rest in its hparams */
+        const bool takes_yarn = bt_arch_builder_of(a) && bt_arch_builder_of(a)->yarn;
+        const bool yarn = takes_yarn && s.n == 4 && memcmp(s.data, "yarn", 4) == 0;
+        if (!none && !linear && !yarn)
+            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear%s)", bt_gguf_path(g), key,
+                 (int)(s.n < 32 ? s.n : 32), s.data, takes_yarn ? ", yarn" : "");
+        if (linear || yarn) {
             float f;
             TRY(key_float(g, name, "rope.scaling.factor", NAN, 1e-6, 1e6, &f, err, n_err));
             h->rope_freq_scale = 1.0f / f;
@@ -182,6 +212,7 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
                      bt_gguf_path(g), (long long)h->n_embd);
     h->n_vocab = bt_gguf_tensor(g, te)->ne[1];
     h->tied_output = bt_gguf_find_tensor(g, "output.weight") < 0;
+    if (bt_arch_builder_of(a)) return bt_arch_builder_of(a)->hparams(g, name, h, err, n_err);
     return BT_OK;
 }
 
@@ -208,10 +239,16 @@ static int add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_of
     return n + 1;
 }
 
+int bt_arch_tensor_add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_off, int layer, const char *fmt,
+                       int64_t ne0, int64_t ne1, int64_t ne2, bool required, bool vector) {
+    return add(t, n, slot_owner, slot_off, layer, fmt, ne0, ne1, ne2, required, vector);
+}
+
 #define L(field) offsetof(struct bt_llm_layer, field)
 
 int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_globals *gl,
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t) {
+    if (bt_arch_builder_of(a)) return bt_arch_builder_of(a)->tensors(h, gl, layers, t);
     int n = 0;
     const int64_t d = h->n_embd, V = h->n_vocab, q = h->n_head * h->head_dim, kd = h->n_head_kv * h->head_dim,
                   vd = h->n_head_kv * h->head_dim_v;

@@ -25,6 +25,14 @@
  *             (1/sqrt(n_embd/n_head) for the 62-layer 27B, as llama.cpp);
  *             final_logit_softcapping refused.  The converter has already
  *             added Gemma's 1 to the norm weights: they are used as they are.
+ *   gpt-oss   its own layer builder (gpt_oss.c): rope NEOX with YaRN; q/k/v
+ *             and output biases; attention sinks (attn_sinks [H]); every
+ *             sliding_window_pattern-th layer global (default 2: the even
+ *             layers slide), the others see gpt-oss.attention.sliding_window
+ *             tokens; post_attention_norm is the FFN's pre-norm; MoE with a
+ *             router bias, top-k of the logits, softmax over the k, expert
+ *             biases (ffn_*_exps.bias [n, E]) and the clamped SwiGLU
+ *             (SWIGLU_OAI: alpha 1.702, limit 7).
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *
@@ -91,6 +99,11 @@ struct bt_hparams {
     int64_t n_swa;                    /* sliding window in tokens; 0: none */
     int swa_pattern;                  /* which layers slide: bt_kv_swa_layer(n_swa, swa_pattern, il) */
     float rope_base_swa, rope_freq_scale_swa; /* the sliding layers' rope */
+    /* YaRN (rope.scaling.type "yarn", where the architecture takes it):
+     * ggml_rope_ext's parameters, as llama.cpp derives them; ext_factor 0:
+     * plain rope */
+    float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    int yarn_n_ctx_orig;
 };
 
 struct bt_llm_layer {
@@ -99,6 +112,9 @@ struct bt_llm_layer {
     struct bt_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     struct bt_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     struct bt_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp, *ffn_gate_inp_shexp;
+    /* gpt-oss: attention sinks [H], the output's bias [n_embd], the
+     * router's [E] and the experts' ([n_ff_exp, E], [n_embd, E]) */
+    struct bt_tensor *attn_sinks, *bo, *ffn_gate_inp_b, *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b;
 };
 
 struct bt_llm;

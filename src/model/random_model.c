@@ -35,6 +35,8 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
         FAIL("--heads %lld is not a multiple of --heads-kv %lld", (long long)m->n_head, (long long)m->n_head_kv);
     if (m->head_dim % 2) FAIL("--head-dim %lld: must be even (rotary pairs)", (long long)m->head_dim);
     if (a->moe == 1 && m->n_expert == 0) FAIL("--experts 0: %s is a MoE architecture", m->arch);
+    if (bt_arch_builder_of(a) == &bt_gpt_oss_builder && m->n_swa == 0)
+        FAIL("--swa 0: %s has sliding-window layers (its window is required)", m->arch);
     if (a->moe != 0 && m->n_expert && m->n_expert_used > m->n_expert)
         FAIL("--experts-used %lld is more than --experts %lld", (long long)m->n_expert_used, (long long)m->n_expert);
     if (!bt_type_can_quantize(m->type))
@@ -104,8 +106,10 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
     if (st == BT_OK && moe) st = SET_U32("expert_feed_forward_length", h->n_ff_exp);
     if (st == BT_OK && moe && a->shared_expert) st = SET_U32("expert_shared_feed_forward_length", h->n_ff_shexp);
-    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window", m->n_swa);
-    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window_pattern", m->swa_pattern);
+    /* gpt-oss (a builder of its own) needs its window */
+    const bool swa = a->swa || bt_arch_builder_of(a) == &bt_gpt_oss_builder;
+    if (st == BT_OK && swa && m->n_swa > 0) st = SET_U32("attention.sliding_window", m->n_swa);
+    if (st == BT_OK && swa && m->n_swa > 0) st = SET_U32("attention.sliding_window_pattern", m->swa_pattern);
 #undef SET_U32
     snprintf(key, sizeof key, "%s.rope.freq_base", m->arch);
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 10000.0f);
