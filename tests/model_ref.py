@@ -24,7 +24,9 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         keeps every matrix but the experts' f32 with mxfp4, as its files do.
   BREAK none, missing (drop blk.1.attn_k.weight), shape (blk.0.ffn_up has a
         wrong shape), arch (general.architecture "gpt9"), long (as none with
-        a prompt of 80 tokens: a sliding window's ring wraps)
+        a prompt of 80 tokens: a sliding window's ring wraps), sinks (gpt-oss
+        without blk.0.attn_sinks.weight), nowindow (gpt-oss without its
+        attention.sliding_window)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -126,7 +128,8 @@ def write(name, wtype, path, brk, vocab=None):
     w.add_float32(f"{arch}.rope.freq_base", G_ROPE_GLOBAL if gemma else O_ROPE_BASE if oss else ROPE_BASE)
     if oss:  # gpt-oss's converter: the window, YaRN with its original context
         w.add_uint32(f"{arch}.context_length", O_CTX)
-        w.add_uint32(f"{arch}.attention.sliding_window", O_SWA)
+        if brk != "nowindow":
+            w.add_uint32(f"{arch}.attention.sliding_window", O_SWA)
         w.add_string(f"{arch}.rope.scaling.type", "yarn")
         w.add_float32(f"{arch}.rope.scaling.factor", O_YARN_FACTOR)
         w.add_uint32(f"{arch}.rope.scaling.original_context_length", O_YARN_ORIG)
@@ -152,7 +155,7 @@ def write(name, wtype, path, brk, vocab=None):
         return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
 
     def put(tname, a, quant=True):
-        if brk == "missing" and tname == "blk.1.attn_k.weight":
+        if (brk, tname) in (("missing", "blk.1.attn_k.weight"), ("sinks", "blk.0.attn_sinks.weight")):
             return
         if brk == "shape" and tname == "blk.0.ffn_up.weight":
             a = a[:-32]

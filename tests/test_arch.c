@@ -172,6 +172,14 @@ START_TEST(test_reference_iq) {
 }
 END_TEST
 
+/* gpt-oss as its files come: MXFP4 experts (MUL_MAT_ID against Q8_0
+ * columns), the other matrices f32; measured 1.2e-2 (the activations'
+ * 8 bits, as the table types above) */
+START_TEST(test_reference_gpt_oss_mxfp4) {
+    check_reference("gpt-oss", "mxfp4", 3e-2);
+}
+END_TEST
+
 /* whole prompt at once vs token by token vs ubatches of 5, for one cache type */
 static void check_incremental(const char *arch, enum bt_type kv) {
     struct ref r;
@@ -425,8 +433,9 @@ END_TEST
  * bits alone; the ring takes less memory; a position too far behind its
  * sequence is refused. */
 START_TEST(test_sliding_window_ring) {
+    const char *arch = _i ? "gpt-oss" : "gemma3"; /* both: layer 0 slides over 4 tokens, layer 1 is global */
     struct ref r;
-    make_model("gemma3", "f32", "long", &r);
+    make_model(arch, "f32", "long", &r);
     struct bt_llm *m = load(r.path);
     const int n = r.n_tok, V = r.n_vocab;
     ck_assert_int_eq(n, 80);
@@ -437,15 +446,15 @@ START_TEST(test_sliding_window_ring) {
     bt_llm_ctx_free(c);
     double e = max_rel(full, r.logits, (int64_t)n * V);
     ck_assert_msg(e <= 1e-4, "without a ring: %g", e);
-    fprintf(stderr, "gemma3 80 tokens, window 4, no ring: relative error %.3g\n", e);
+    fprintf(stderr, "%s 80 tokens, window 4, no ring: relative error %.3g\n", arch, e);
 
     c = new_ctx(m, 128, 1, 5, BT_TYPE_F32, 2);
     decode(c, r.tokens, n, 0, 0, ring);
     const size_t bytes_ring = bt_kv_bytes(bt_llm_ctx_kv(c));
     e = max_rel(ring, r.logits, (int64_t)n * V);
     ck_assert_msg(e <= 1e-4, "with a ring: %g", e);
-    fprintf(stderr, "gemma3 80 tokens, window 4, ring of 32: relative error %.3g; cache %zu bytes, %zu without\n", e,
-            bytes_ring, bytes_full);
+    fprintf(stderr, "%s 80 tokens, window 4, ring of 32: relative error %.3g; cache %zu bytes, %zu without\n", arch,
+            e, bytes_ring, bytes_full);
     /* layer 0 slides (32 cells), layer 1 is global (128): 2 * 32 * 4 bytes a row */
     ck_assert_uint_eq(bytes_full, 2 * 128 * 2 * 256);
     ck_assert_uint_eq(bytes_ring, (32 + 128) * 2 * 256);
@@ -522,13 +531,17 @@ START_TEST(test_broken_files) {
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
     check_broken("olmoe", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up_exps.weight\" has shape [64, 16, 4], expected [64, 32, 4]");
+    check_broken("gpt-oss", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 64])");
+    check_broken("gpt-oss", "sinks", BT_ERR_INVALID, "tensor \"blk.0.attn_sinks.weight\" is missing (expected [4])");
+    check_broken("gpt-oss", "nowindow", BT_ERR_INVALID, "key gpt-oss.attention.sliding_window is missing");
 }
 END_TEST
 
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "gpt-oss"};
+    static const char *const archs[] = {"llama",    "qwen2", "qwen3",  "qwen2moe",
+                                        "qwen3moe", "olmoe", "gemma3", "gpt-oss"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -688,12 +701,13 @@ int main(void) {
     tcase_add_loop_test(tc, test_reference_f32, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_reference_q8_0, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_reference_iq, 0, 2 * N_IQ_TYPES);
+    tcase_add_test(tc, test_reference_gpt_oss_mxfp4);
     tcase_add_loop_test(tc, test_incremental_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_incremental_kv_types);
     tcase_add_test(tc, test_stage_graphs);
     tcase_add_test(tc, test_stage_fallback);
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
-    tcase_add_test(tc, test_sliding_window_ring);
+    tcase_add_loop_test(tc, test_sliding_window_ring, 0, 2);
     tcase_add_test(tc, test_broken_files);
     tcase_add_test(tc, test_batch_errors);
     tcase_add_test(tc, test_random_model);

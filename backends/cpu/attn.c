@@ -30,8 +30,8 @@
  * its elements.  A sink s (sinks[h]) is one more step after the last cell,
  * in plain C in every variant: s > M: x = exp_fixed(M - s), acc = acc * x,
  * S = S * x + 1; else S = S + exp_fixed(s - M) (no v: it only takes its
- * share of the probability, as ggml applies it after the cells).  A masked cell takes no part in a row's maximum, sum or
- * accumulator (a vector lane may compute its score, which is then dropped),
+ * share of the probability, as ggml applies it after the cells).  A masked
+ * cell takes no part in a row's maximum, sum or accumulator (a vector lane may compute its score, which is then dropped),
  * so other sequences' cells, future positions and empty cells leave no
  * trace.  The tile only decides which cells are handled together, never an
  * operation of a row, so the result is bitwise the same for any thread
