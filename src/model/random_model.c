@@ -129,8 +129,8 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         .n_layer = m->n_layer, .n_embd = m->n_embd, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
         .head_dim = m->head_dim, .head_dim_v = m->head_dim, .n_ff = moe ? 0 : m->n_ff, .n_vocab = m->n_vocab,
         .n_expert = moe ? m->n_expert : 0, .n_expert_used = moe ? m->n_expert_used : 0, .n_ff_exp = m->n_ff_exp,
-        .n_ff_shexp = m->n_ff, .tied_output = true,
-    };
+        .n_ff_shexp = m->n_ff, .tied_output = bt_arch_builder_of(a) != &bt_gpt_oss_builder,
+    }; /* a tied output, but for gpt-oss, whose llama.cpp loader needs output.weight */
     if (vocab && (st = copy_vocab(w, vocab, &h.n_vocab, err, n_err)) != BT_OK) return st;
     if ((st = write_keys(m, a, &h, w)) != BT_OK) return snprintf(err, n_err, "%s", bt_gguf_writer_error(w)), st;
 
