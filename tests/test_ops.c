@@ -308,6 +308,45 @@ START_TEST(test_silu_bitwise) {
 }
 END_TEST
 
+/* SWIGLU_OAI (gpt-oss's clamped SwiGLU): a [n, K, T] batch's rows bitwise
+ * the same for 1-4 threads and when each token's rows are computed alone
+ * (a batch of 1), over values on both sides of the limit and at it */
+START_TEST(test_swiglu_oai_bitwise) {
+    const int64_t n = 37, K = 3, T = 9;
+    tu_rng r;
+    tu_rng_init(&r, 2901);
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T), *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T);
+    tu_fill_uniform(a, &r, -12.0f, 12.0f);
+    tu_fill_uniform(b, &r, -12.0f, 12.0f);
+    ((float *)a->data)[0] = ((float *)b->data)[1] = 7.0f;
+    ((float *)b->data)[2] = -7.0f;
+    struct bt_tensor *out = bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f);
+    TU_OK(ctx, out);
+    tu_compute(ctx, out, 1);
+    float *base = tu_read_f32(out);
+    for (int nth = 2; nth <= 4; nth++) {
+        tu_compute(ctx, out, nth);
+        ck_assert_msg(memcmp(out->data, base, bt_nbytes(out)) == 0, "%d threads differ from 1", nth);
+    }
+    const size_t tok = (size_t)(n * K) * sizeof(float);
+    for (int64_t t = 0; t < T; t++) {
+        bt_context *c1 = tu_ctx(4);
+        struct bt_tensor *a1 = bt_new_tensor_3d(c1, BT_TYPE_F32, n, K, 1);
+        struct bt_tensor *b1 = bt_new_tensor_3d(c1, BT_TYPE_F32, n, K, 1);
+        memcpy(a1->data, (char *)a->data + t * a->nb[2], tok);
+        memcpy(b1->data, (char *)b->data + t * b->nb[2], tok);
+        struct bt_tensor *o1 = bt_swiglu_oai(c1, a1, b1, 1.702f, 7.0f);
+        TU_OK(c1, o1);
+        tu_compute(c1, o1, 2);
+        ck_assert_msg(memcmp(o1->data, (char *)base + t * tok, tok) == 0, "token %lld alone differs", (long long)t);
+        bt_free(c1);
+    }
+    free(base);
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
 
 enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_SWIGLU_OAI, R_COUNT };
@@ -1521,6 +1560,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_binary, 0, 4);
     tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
     tcase_add_test(tc, test_silu_bitwise);
+    tcase_add_test(tc, test_swiglu_oai_bitwise);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);
