@@ -28,6 +28,10 @@
  * the FFN's (gelu(gate) * up) are RMS-normed before their residual adds:
  *   h = x + rms(Wo a) * post_attention_norm
  *   out = h + rms(ffn(rms(h) * ffn_norm)) * post_ffw_norm
+ *
+ * An architecture with a builder of its own (arch_impl.h's
+ * bt_arch_builder_of: gpt-oss, gpt_oss.c) builds its layers there, on the
+ * same inputs, cache and head.
  */
 #include <math.h>
 #include <string.h>
