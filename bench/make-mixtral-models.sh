@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make-mixtral-models.sh - the random-weight Mixtral-shaped models `baton bench
-# model` is compared with llama-bench on (issue 14): llama architecture,
+# model` is compared with llama-bench on: llama architecture,
 # d_model 2048, 4 layers, 32 / 8 heads, 8 experts of 5632, top-2, llama's
 # 32,000-token vocabulary (llama.cpp reads the experts' length from
 # feed_forward_length, so both are 5632).  Writes mixtral-F16.gguf and its

@@ -72,12 +72,18 @@ static bt_buffer_t tensor_buffer(const struct bt_tensor *t) {
     return t->view_src ? t->view_src->buffer : t->buffer;
 }
 
-void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, size_t size) {
-    if (size == 0) return;
+/* the buffer of a tensor whose bytes [offset, offset + size) are read or
+ * written in its own layout */
+static bt_buffer_t io_buffer(const struct bt_tensor *tensor, size_t offset, size_t size) {
     BT_ASSERT(!(tensor->flags & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
     BT_ASSERT(tensor->data != NULL);
     BT_ASSERT(offset + size <= bt_nbytes(tensor));
-    bt_buffer_t buf = tensor_buffer(tensor);
+    return tensor_buffer(tensor);
+}
+
+void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, size_t size) {
+    if (size == 0) return;
+    bt_buffer_t buf = io_buffer(tensor, offset, size);
     if (buf) {
         buf->iface.set_tensor(buf, tensor, data, offset, size);
     } else {
@@ -87,10 +93,7 @@ void bt_tensor_set(struct bt_tensor *tensor, const void *data, size_t offset, si
 
 void bt_tensor_get(const struct bt_tensor *tensor, void *data, size_t offset, size_t size) {
     if (size == 0) return;
-    BT_ASSERT(!(tensor->flags & BT_TENSOR_FLAG_REPACKED)); /* the CPU matmul's own layout */
-    BT_ASSERT(tensor->data != NULL);
-    BT_ASSERT(offset + size <= bt_nbytes(tensor));
-    bt_buffer_t buf = tensor_buffer(tensor);
+    bt_buffer_t buf = io_buffer(tensor, offset, size);
     if (buf) {
         buf->iface.get_tensor(buf, tensor, data, offset, size);
     } else {

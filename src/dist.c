@@ -944,6 +944,75 @@ static size_t held_bytes(bt_buffer_type_t buft, const struct bt_tensor *t) {
     return (size_t)(t->expert_hi - t->expert_lo) * t->nb[2] + (all - bt_nbytes(t));
 }
 
+/* the local graph: my splits' nodes, my leafs but weights, my receive slots */
+static enum bt_status build_local_graph(bt_dist *d) {
+    struct bt_graph *g = d->graph;
+    for (int i = 0; i < d->n_lins; i++)
+        for (int c = 0; c < d->n_copies; c++) d->lins[i].copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
+    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 2 * d->n_chains + 8;
+    d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
+    d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
+    if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+    d->local.size = cap;
+    d->local.ctx = g->ctx;
+    for (int x = 0; x < d->n_xfers; x++) {
+        struct xfer *xf = &d->xfers[x];
+        if (xf->dst != d->rank || xf->consumer < 0) continue;
+        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = xf->copies[c];
+    }
+    for (int i = 0; i < d->n_lins; i++)
+        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = d->lins[i].copies[c];
+    for (int i = 0; i < g->n_leafs; i++)
+        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
+            d->local.leafs[d->local.n_leafs++] = g->leafs[i];
+    /* a member's chains: their inputs, and their nodes where they fall */
+    for (int i = 0; i < d->n_chains; i++)
+        if (d->chains[i].x_in) {
+            d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
+            d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
+        }
+    int n_mine = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (d->plan.node_owner[i] != d->rank && !(d->n_chains > 0 && member_node(d, g->nodes[i]))) continue;
+        d->local.nodes[d->local.n_nodes++] = g->nodes[i];
+        if (!bt_op_is_view(g->nodes[i]->op)) n_mine++;
+    }
+    d->stats.n_nodes = n_mine;
+    return BT_OK;
+}
+
+/* the weights' buffer of wbytes, each weight placed (of an expert group's,
+ * the experts held) and filled by init */
+static enum bt_status alloc_weights(bt_dist *d, bt_buffer_type_t buft, size_t wbytes, bt_dist_weight_init_fn init,
+                                   void *user) {
+    struct bt_graph *g = d->graph;
+    const size_t align = bt_buft_get_alignment(buft);
+    if (wbytes > 0) {
+        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
+        if (!d->weight_buf)
+            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
+                        (double)wbytes / 1048576.0, bt_backend_name(d->backend));
+        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
+        uint8_t *p = bt_buffer_get_base(d->weight_buf);
+        for (int i = 0; i < g->n_leafs; i++) {
+            struct bt_tensor *t = g->leafs[i];
+            int64_t lo, hi;
+            const bool share = held_share(d, t, &lo, &hi);
+            if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
+            if (share) {
+                /* data addresses expert 0; only [lo, hi) is there */
+                t->buffer = d->weight_buf;
+                t->data = p - (size_t)lo * t->nb[2];
+            } else {
+                bt_tensor_alloc(d->weight_buf, t, p);
+            }
+            p += (held_bytes(buft, t) + align - 1) / align * align;
+            if (init) init(t, user);
+        }
+    }
+    return BT_OK;
+}
+
 static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
     struct bt_graph *g = d->graph;
     bt_buffer_type_t buft = bt_backend_get_default_buffer_type(d->backend);
@@ -998,38 +1067,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         }
     }
 
-    /* the local graph: my splits' nodes, my leafs but weights, my receive slots */
-    for (int i = 0; i < d->n_lins; i++)
-        for (int c = 0; c < d->n_copies; c++) d->lins[i].copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
-    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 2 * d->n_chains + 8;
-    d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
-    d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
-    if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
-    d->local.size = cap;
-    d->local.ctx = g->ctx;
-    for (int x = 0; x < d->n_xfers; x++) {
-        struct xfer *xf = &d->xfers[x];
-        if (xf->dst != d->rank || xf->consumer < 0) continue;
-        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = xf->copies[c];
-    }
-    for (int i = 0; i < d->n_lins; i++)
-        for (int c = 0; c < d->n_copies; c++) d->local.leafs[d->local.n_leafs++] = d->lins[i].copies[c];
-    for (int i = 0; i < g->n_leafs; i++)
-        if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
-            d->local.leafs[d->local.n_leafs++] = g->leafs[i];
-    /* a member's chains: their inputs, and their nodes where they fall */
-    for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].x_in) {
-            d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
-            d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
-        }
-    int n_mine = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (d->plan.node_owner[i] != d->rank && !(d->n_chains > 0 && member_node(d, g->nodes[i]))) continue;
-        d->local.nodes[d->local.n_nodes++] = g->nodes[i];
-        if (!bt_op_is_view(g->nodes[i]->op)) n_mine++;
-    }
-    d->stats.n_nodes = n_mine;
+    enum bt_status st = build_local_graph(d);
+    if (st != BT_OK) return st;
 
     /* the sizes of the compute buffer and of the slots, then the check */
     bt_buffer_type_t hbuft = bt_backend_get_host_buffer_type(d->backend);
@@ -1038,7 +1077,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     int64_t slot_bytes = 0;
     const size_t host_bytes = layout_slots(d, NULL, halign, &slot_bytes);
     size_t compute_bytes = 0;
-    enum bt_status st = measure_compute(d, buft, &compute_bytes);
+    st = measure_compute(d, buft, &compute_bytes);
     if (st == BT_OK && d->measure_only) {
         d->stats.weight_bytes = (int64_t)wbytes;
         d->stats.compute_bytes = (int64_t)compute_bytes;
@@ -1049,30 +1088,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes + (size_t)d->chain_bytes);
     if (st != BT_OK) return st;
 
-    /* weights */
-    if (wbytes > 0) {
-        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
-        if (!d->weight_buf)
-            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
-                        (double)wbytes / 1048576.0, bt_backend_name(d->backend));
-        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
-        uint8_t *p = bt_buffer_get_base(d->weight_buf);
-        for (int i = 0; i < g->n_leafs; i++) {
-            struct bt_tensor *t = g->leafs[i];
-            int64_t lo, hi;
-            const bool share = held_share(d, t, &lo, &hi);
-            if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
-            if (share) {
-                /* data addresses expert 0; only [lo, hi) is there */
-                t->buffer = d->weight_buf;
-                t->data = p - (size_t)lo * t->nb[2];
-            } else {
-                bt_tensor_alloc(d->weight_buf, t, p);
-            }
-            p += (held_bytes(buft, t) + align - 1) / align * align;
-            if (init) init(t, user);
-        }
-    }
+    if ((st = alloc_weights(d, buft, wbytes, init, user)) != BT_OK) return st;
     d->stats.weight_bytes = (int64_t)wbytes;
     d->stats.n_weights = n_w;
 

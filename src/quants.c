@@ -275,32 +275,46 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
     return scale;
 }
 
+/* the element of largest magnitude of x[0..n): returns it, *amax its magnitude */
+static float signed_max(const float *x, int n, float *amax) {
+    float max = 0;
+    *amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > *amax) {
+            *amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
+
+/* x on the grid of iscale, q = clamp(round(iscale x), -nmax, nmax-1) stored
+ * as L[i] = q + off; the x^2-weighted sums of x q and q^2 */
+static void fit_grid(const float *x, int n, int nmax, float iscale, int off, int8_t *L, float *sumlx, float *suml2) {
+    *sumlx = *suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = bt_nearest_int(iscale * x[i]);
+        l = QMAX(-nmax, QMIN(nmax - 1, l));
+        L[i] = (int8_t)(l + off);
+        const float w = x[i] * x[i];
+        *sumlx += w * x[i] * l;
+        *suml2 += w * l * l;
+    }
+}
+
 /* Symmetric scale for n values, L[i] = q + nmax with q in -nmax..nmax-1:
  * starts from the grid through the element of largest magnitude, then moves
  * single quants while the x^2-weighted fit improves (up to 5 sweeps). */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
     }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = bt_nearest_int(iscale * x[i]);
-        l = QMAX(-nmax, QMIN(nmax - 1, l));
-        L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    fit_grid(x, n, nmax, -nmax / max, 0, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
         int n_changed = 0;
         for (int i = 0; i < n; i++) {
@@ -333,28 +347,15 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
  * through the element of largest magnitude (ggml's make_qx_quants with
  * rmse_type 1 and no importance weights). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
     }
     float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = bt_nearest_int(iscale * x[i]);
-        l = QMAX(-nmax, QMIN(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    fit_grid(x, n, nmax, iscale, nmax, L, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
@@ -453,21 +454,45 @@ void bt_q2_K_to_f32(const void *src, float *dst, int64_t n) {
 
 /* ---- Q3_K ------------------------------------------------------------------ */
 
+/* The 16 sub-blocks' scales of a 256-element block (make: make_q3_quants or
+ * make_qx_quants with nmax); returns the scale of largest magnitude, *amax
+ * that magnitude. */
+static float sub_scales_16(const float *x, int8_t *L, float scales[16],
+                           float (*make)(int, int, const float *, int8_t *), int nmax, float *amax) {
+    float max_scale = 0;
+    *amax = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+        const float a = fabsf(scales[j]);
+        if (a > *amax) {
+            *amax = a;
+            max_scale = scales[j];
+        }
+    }
+    return max_scale;
+}
+
+/* Each sub-block's values again on the block's stored scale d0 * sc[j]:
+ * L = clamp(round(x / d), lo, hi) - lo (a sub-block of scale 0 keeps L). */
+static void requant_16(const float *x, float d0, const int8_t sc[16], int lo, int hi, int8_t *L) {
+    for (int j = 0; j < 16; j++) {
+        const float d = d0 * sc[j];
+        if (!d) continue;
+        for (int i = 0; i < 16; i++) {
+            const int l = bt_nearest_int(x[16 * j + i] / d);
+            L[16 * j + i] = (int8_t)(QMAX(lo, QMIN(hi, l)) - lo);
+        }
+    }
+}
+
 void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q3_K *y = dst;
     int8_t L[BT_QK_K];
     float scales[16];
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max_scale = 0, amax = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > amax) {
-                amax = a;
-                max_scale = scales[j];
-            }
-        }
+        float amax;
+        const float max_scale = sub_scales_16(x, L, scales, make_q3_quants, 4, &amax);
         memset(y[b].scales, 0, 12);
         if (max_scale) {
             const float iscale = -32.f / max_scale;
@@ -486,14 +511,7 @@ void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
         }
         int8_t sc[16];
         bt_q3_K_scales(y[b].scales, sc);
-        for (int j = 0; j < 16; j++) {
-            const float d = h2f(y[b].d) * sc[j];
-            if (!d) continue;
-            for (int i = 0; i < 16; i++) {
-                const int l = bt_nearest_int(x[16 * j + i] / d);
-                L[16 * j + i] = (int8_t)(QMAX(-4, QMIN(3, l)) + 4);
-            }
-        }
+        requant_16(x, h2f(y[b].d), sc, -4, 3, L);
         /* high bit of element j into bit j/32 of hmask[j%32]; low 2 bits packed */
         uint8_t lo[BT_QK_K];
         memset(y[b].hmask, 0, sizeof y[b].hmask);
@@ -587,20 +605,27 @@ void bt_q4_K_from_f32(const float *src, void *dst, int64_t n) {
     }
 }
 
-void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_block_q4_K *x = src;
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        float *y = dst + b * BT_QK_K;
-        uint8_t sc[8], m[8];
-        bt_q4_K_scales_mins(x[b].scales, sc, m);
-        for (int j = 0; j < 8; j++) {
-            const float d1 = d * sc[j], m1 = dmin * m[j];
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+/* One Q4_K or Q5_K block (qh NULL: Q4_K): eight sub-blocks of 32, each
+ * d * scale * q - dmin * min, q's low 4 bits in qs and Q5_K's fifth in qh. */
+static void q45_K_block_to_f32(const uint8_t *scales, float d, float dmin, const uint8_t *qs, const uint8_t *qh,
+                               float *y) {
+    uint8_t sc[8], m[8];
+    bt_q4_K_scales_mins(scales, sc, m);
+    for (int j = 0; j < 8; j++) {
+        const float d1 = d * sc[j], m1 = dmin * m[j];
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) {
+            const int v = ((q[l] >> shift) & 0xF) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+            y[32 * j + l] = d1 * (float)v - m1;
         }
     }
+}
+
+void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
+    const bt_block_q4_K *x = src;
+    for (int64_t b = 0; b < n / BT_QK_K; b++)
+        q45_K_block_to_f32(x[b].scales, h2f(x[b].d), h2f(x[b].dmin), x[b].qs, NULL, dst + b * BT_QK_K);
 }
 
 void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
@@ -629,21 +654,8 @@ void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
 
 void bt_q5_K_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q5_K *x = src;
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        float *y = dst + b * BT_QK_K;
-        uint8_t sc[8], m[8];
-        bt_q4_K_scales_mins(x[b].scales, sc, m);
-        for (int j = 0; j < 8; j++) {
-            const float d1 = d * sc[j], m1 = dmin * m[j];
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++) {
-                const int v = ((q[l] >> shift) & 0xF) | (((x[b].qh[l] >> j) & 1) << 4);
-                y[32 * j + l] = d1 * (float)v - m1;
-            }
-        }
-    }
+    for (int64_t b = 0; b < n / BT_QK_K; b++)
+        q45_K_block_to_f32(x[b].scales, h2f(x[b].d), h2f(x[b].dmin), x[b].qs, x[b].qh, dst + b * BT_QK_K);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------ */
@@ -654,15 +666,8 @@ void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
     float scales[16];
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max_scale = 0, max_abs_scale = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > max_abs_scale) {
-                max_abs_scale = a;
-                max_scale = scales[j];
-            }
-        }
+        float max_abs_scale;
+        const float max_scale = sub_scales_16(x, L, scales, make_qx_quants, 32, &max_abs_scale);
         if (max_abs_scale < GROUP_MAX_EPS) {
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -670,14 +675,7 @@ void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
         const float iscale = -128.f / max_scale;
         y[b].d = f2h(1 / iscale);
         for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
-        for (int j = 0; j < 16; j++) {
-            const float d = h2f(y[b].d) * y[b].scales[j];
-            if (!d) continue;
-            for (int i = 0; i < 16; i++) {
-                const int l = bt_nearest_int(x[16 * j + i] / d);
-                L[16 * j + i] = (int8_t)(QMAX(-32, QMIN(31, l)) + 32);
-            }
-        }
+        requant_16(x, h2f(y[b].d), y[b].scales, -32, 31, L);
         for (int h = 0; h < 2; h++) {
             const int8_t *Lh = L + 128 * h;
             uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;

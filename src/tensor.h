@@ -270,7 +270,7 @@ void bt_context_set_error(bt_context *ctx, const char *fmt, ...)
 #endif
     ;
 
-/* A constructor's failure (issue 10's one error convention, baton.h): the
+/* A constructor's failure (the one error convention, baton.h): the
  * message into the caller's buffer err of n bytes (nothing when err is NULL
  * or n is 0), and st returned. */
 enum bt_status bt_error_printf(char *err, size_t n, enum bt_status st, const char *fmt, ...)

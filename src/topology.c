@@ -1,6 +1,6 @@
 /* topology.c - topology files: parse (libyaml document API), validate, and
  * explain every mistake as "FILE:LINE:COLUMN: what is wrong".  The schema is
- * documented in topology.h and configs/README.md.
+ * documented in topology.h and docs/topology.md.
  *
  * The parser walks the document tree in a fixed order: the top-level keys,
  * then hosts, ranks (which name hosts), pipeline, transport and mpi (which name

@@ -402,7 +402,6 @@ bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum
     return b;
 }
 
-bool bt_backend_is_limited(bt_backend_t b) { return b && b->iface.get_name == lim_name; }
 
 void bt_backend_limited_refuse(bt_backend_t b, enum bt_op op, bool refuse) {
     ((struct limited *)b->context)->refused[op] = refuse;

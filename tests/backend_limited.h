@@ -26,7 +26,6 @@ struct bt_limited_stats {
 
 /* name: shown in plans ("LIMITED0"); refused: ops it will not run. */
 bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused);
-bool bt_backend_is_limited(bt_backend_t backend);
 void bt_backend_limited_refuse(bt_backend_t backend, enum bt_op op, bool refuse);
 struct bt_limited_stats bt_backend_limited_stats(bt_backend_t backend);
 /* Make the backend asynchronous, as a GPU is: graph_compute, the

@@ -36,7 +36,7 @@ if cc $cflags -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
 else
     bad "the example with pkg-config"
 fi
-# the handles are opaque (issue 10, item 5): what a backend, buffer or buffer
+# the handles are opaque: what a backend, buffer or buffer
 # type holds is in backend-impl.h, which is not installed, so a user program
 # cannot reach a vtable
 [ -f "$tmp/prefix/include/baton/backend-impl.h" ] && bad "installed: backend-impl.h is internal"

@@ -215,7 +215,7 @@ START_TEST(test_progress_modes) {
 }
 END_TEST
 
-/* Issue 11, item 8: a rank whose backend has memory of its own (a GPU's)
+/* A rank whose backend has memory of its own (a GPU's)
  * places and checks with the device's free memory, not its share of the
  * host's; a limit given (the topology's memory) still wins. */
 START_TEST(test_device_memory) {
@@ -699,7 +699,7 @@ START_TEST(test_api_errors) {
 }
 END_TEST
 
-/* Issue 11, item 7: an allocation that fails on one rank anywhere in
+/* An allocation that fails on one rank anywhere in
  * planning ends the plan on every rank with that rank's message; no rank is
  * left waiting in a collective, none crashes.  Each allocation bt_dist_plan
  * makes on the victim rank fails in turn, until one plan runs through with

@@ -553,7 +553,7 @@ static struct bt_tensor *elementwise_node(struct ip *s, enum bt_op op) {
     }
 }
 
-/* Issue 10, item 6: one list of element-wise ops (bt_op_elementwise), and the
+/* One list of element-wise ops (bt_op_elementwise), and the
  * allocator's in-place rule is that list: each takes the block of a source
  * it reads last, and no other op is element-wise. */
 START_TEST(test_inplace_elementwise_list) {

@@ -719,7 +719,7 @@ START_TEST(test_config_errors) {
 }
 END_TEST
 
-/* Issue 10, item 4: a bad config given to bt_model_new is a status and the
+/* A bad config given to bt_model_new is a status and the
  * message in the caller's buffer, with nothing printed on stderr. */
 START_TEST(test_new_errors) {
     struct tu_stderr cap;

@@ -244,7 +244,7 @@ START_TEST(test_plan_device_edges) {
 }
 END_TEST
 
-/* Issue 11, item 6: a boundary carries one activation, and graph inputs
+/* A boundary carries one activation, and graph inputs
  * never travel.  On P ranks with layers on every rank: P - 1 activations
  * (each layer's output, "blk.N.out") and the logits back to rank 0; inp_pos
  * and inp_mask are set on the ranks that read them. */
@@ -329,7 +329,7 @@ START_TEST(test_plan_errors) {
 }
 END_TEST
 
-/* Issue 11, item 5: 256 ranks of a 94-layer, 128-expert model (the
+/* 256 ranks of a 94-layer, 128-expert model (the
  * splitter used to stop at 16). */
 START_TEST(test_plan_256_ranks) {
     struct bt_model_config c;

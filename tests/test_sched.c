@@ -1613,7 +1613,7 @@ END_TEST
 /* A small scheduler planning one new graph after another (earlier contexts
  * still alive): the table of tensors does not fill up, and an earlier graph's
  * pins do not leak into later ones. */
-/* Issue 10, item 4: bt_sched_new's bad arguments are a status and a message
+/* bt_sched_new's bad arguments are a status and a message
  * in the caller's buffer, with nothing printed. */
 START_TEST(test_new_errors) {
     bt_backend_t cpu = cpu_backend();

@@ -380,7 +380,7 @@ END_TEST
 
 /* ---- ranks ---- */
 
-/* Issue 11, item 8: a CUDA rank plans with its own memory:, else its host's
+/* A CUDA rank plans with its own memory:, else its host's
  * gpu_memory:; a CPU rank only with its own. */
 START_TEST(test_gpu_memory) {
     struct bt_topology t;

@@ -436,29 +436,48 @@ static int bench_pipeline_model(bt_transport *t, struct bt_gguf *g, const char *
     return 0;
 }
 
-int bt_cli_bench_pipeline(int argc, char **argv) {
-    /* a dense llama of 8 layers 1024 wide: compute-bound micro-batches */
+static void bp_usage(const struct bt_random_model *cfg) {
+    printf("usage: mpirun -np P baton bench pipeline [options]\n"
+           "Throughput of the pipeline over the launched P ranks for each M, next to\n"
+           "the same model in one process on rank 0 alone with P x threads threads\n"
+           "(the same cores), measured in the same run.\n"
+           "  -m, --micro-batches LIST  M values (default 1,2,4,8,16)\n"
+           "  -c, --copies N            micro-batches in flight (default 2)\n"
+           "      --threads N           CPU threads per rank (default 1)\n"
+           "      --progress LIST       how transfers move while a rank computes, each\n"
+           "                            measured in turn (default compute,thread):\n"
+           "                            compute: the compute thread between ops;\n"
+           "                            thread: MPI progress thread; none: only waits\n"
+           "      --progress-us N       period of either (default 50; 0 = no thread)\n"
+           "      --device none|ordered activations between ranks over MPI with tags\n"
+           "                            (none, the default) or over the ordered\n"
+           "                            transport: the NCCL path's rules (matching by\n"
+           "                            posting order) on the CPU\n"
+           "      --tokens N            a prompt's tokens (default 128)\n"
+           "      --model FILE.gguf     run this model (its whole graph split over the\n"
+           "                            ranks) instead of the built-in one below\n"
+           "      --decode N            then N tokens one at a time after a prompt, each\n"
+           "                            step's logits read before the next\n"
+           "The last prompt's logits are compared with one process's (bitwise).\n\n");
+    bt_cli_model_help(stdout, cfg, false);
+}
+
+/* bench pipeline's options */
+struct bp_opts {
     struct bt_random_model cfg;
-    bt_random_model_default(&cfg);
-    cfg.arch = "llama";
-    cfg.n_expert = 0;
-    cfg.n_layer = 8;
-    cfg.n_embd = 1024;
-    cfg.n_head = 16;
-    cfg.n_head_kv = 16;
-    cfg.head_dim = 64;
-    cfg.n_ff = 2048;
-    cfg.n_vocab = 256;
-    long tokens = 128;
-    int copies = 2, threads = 1, progress_us = 50;
-    bool ordered = false; /* --device ordered: activations over the ordered transport */
-    const char *model_path = NULL; /* --model: a GGUF file instead of the built-in model */
-    bool model_opt = false;        /* a built-in model's option given */
-    long decode = 0;               /* --decode N: tokens decoded one at a time after a prompt */
-    int mbs[16] = {1, 2, 4, 8, 16}, n_mbs = 5;
+    long tokens, decode;
+    int copies, threads, progress_us;
+    bool ordered;           /* --device ordered: activations over the ordered transport */
+    const char *model_path; /* --model: a GGUF file instead of the built-in model */
+    int mbs[16], n_mbs;
     /* after (progress from the compute thread) and before (a progress thread) */
-    enum bt_dist_progress modes[4] = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD};
-    int n_modes = 2;
+    enum bt_dist_progress modes[4];
+    int n_modes;
+};
+
+/* the command line: -1 to run, else the exit code (0 after --help) */
+static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
+    bool model_opt = false; /* a built-in model's option given */
     static const struct option longs[] = {
         {"copies", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'T'},
@@ -473,7 +492,6 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    const bool quiet = bt_cli_env_rank() != 0;
     opterr = 0;
     optind = 1;
     int code;
@@ -483,15 +501,15 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
         err[0] = '\0';
         if (code == 'c') {
             if (!bt_cli_parse_int(optarg, 1, BT_SCHED_MAX_COPIES, &v)) snprintf(err, sizeof err, "--copies: bad value '%s'", optarg);
-            else copies = (int)v;
+            else o->copies = (int)v;
         } else if (code == 'T') {
             if (!bt_cli_parse_int(optarg, 1, 4096, &v)) snprintf(err, sizeof err, "--threads: bad value '%s'", optarg);
-            else if (bt_cli_threads_check(v, "--threads", err, sizeof err)) threads = (int)v;
+            else if (bt_cli_threads_check(v, "--threads", err, sizeof err)) o->threads = (int)v;
         } else if (code == 'p') {
             if (!bt_cli_parse_int(optarg, 0, 1000000, &v)) snprintf(err, sizeof err, "--progress-us: bad value '%s'", optarg);
-            else progress_us = (int)v;
+            else o->progress_us = (int)v;
         } else if (code == 'P') {
-            n_modes = 0;
+            o->n_modes = 0;
             char list[64];
             snprintf(list, sizeof list, "%s", optarg);
             for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
@@ -503,67 +521,43 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                     snprintf(err, sizeof err, "--progress: '%s' is not a list of compute, thread, none", optarg);
                     break;
                 }
-                if (n_modes == 4) {
+                if (o->n_modes == 4) {
                     snprintf(err, sizeof err, "--progress: '%s': at most 4 modes", optarg);
                     break;
                 }
-                modes[n_modes++] = p;
+                o->modes[o->n_modes++] = p;
             }
-            if (!err[0] && n_modes == 0) snprintf(err, sizeof err, "--progress: '%s' names no mode", optarg);
+            if (!err[0] && o->n_modes == 0) snprintf(err, sizeof err, "--progress: '%s' names no mode", optarg);
         } else if (code == 'E') {
-            if (!bt_cli_parse_int(optarg, 0, 100000, &decode))
+            if (!bt_cli_parse_int(optarg, 0, 100000, &o->decode))
                 snprintf(err, sizeof err, "--decode: '%s' is not an integer in [0, 100000]", optarg);
         } else if (code == 'K') {
-            if (!bt_cli_parse_int(optarg, 1, 65536, &tokens))
+            if (!bt_cli_parse_int(optarg, 1, 65536, &o->tokens))
                 snprintf(err, sizeof err, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
         } else if (code == 'G') {
-            bt_cli_file_arg("--model", optarg, &model_path, err, sizeof err);
+            bt_cli_file_arg("--model", optarg, &o->model_path, err, sizeof err);
         } else if (code == 'D') {
-            if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) ordered = strcmp(optarg, "ordered") == 0;
+            if (strcmp(optarg, "ordered") == 0 || strcmp(optarg, "none") == 0) o->ordered = strcmp(optarg, "ordered") == 0;
             else snprintf(err, sizeof err, "--device: '%s' is not none or ordered", optarg);
         } else if (code == 'm') {
-            n_mbs = 0;
+            o->n_mbs = 0;
             char *s = optarg, *end;
-            while (*s && n_mbs < 16) {
+            while (*s && o->n_mbs < 16) {
                 const long m = strtol(s, &end, 10);
                 if (end == s || m < 1 || m > 100000 || (*end && *end != ',')) {
                     snprintf(err, sizeof err, "--micro-batches: '%s' is not a list like 1,2,4,8,16", optarg);
                     break;
                 }
-                mbs[n_mbs++] = (int)m;
+                o->mbs[o->n_mbs++] = (int)m;
                 s = *end ? end + 1 : end;
             }
         } else if (code == 'h') {
-            if (!quiet) {
-                printf("usage: mpirun -np P baton bench pipeline [options]\n"
-                       "Throughput of the pipeline over the launched P ranks for each M, next to\n"
-                       "the same model in one process on rank 0 alone with P x threads threads\n"
-                       "(the same cores), measured in the same run.\n"
-                       "  -m, --micro-batches LIST  M values (default 1,2,4,8,16)\n"
-                       "  -c, --copies N            micro-batches in flight (default 2)\n"
-                       "      --threads N           CPU threads per rank (default 1)\n"
-                       "      --progress LIST       how transfers move while a rank computes, each\n"
-                       "                            measured in turn (default compute,thread):\n"
-                       "                            compute: the compute thread between ops;\n"
-                       "                            thread: MPI progress thread; none: only waits\n"
-                       "      --progress-us N       period of either (default 50; 0 = no thread)\n"
-                       "      --device none|ordered activations between ranks over MPI with tags\n"
-                       "                            (none, the default) or over the ordered\n"
-                       "                            transport: the NCCL path's rules (matching by\n"
-                       "                            posting order) on the CPU\n"
-                       "      --tokens N            a prompt's tokens (default 128)\n"
-                       "      --model FILE.gguf     run this model (its whole graph split over the\n"
-                       "                            ranks) instead of the built-in one below\n"
-                       "      --decode N            then N tokens one at a time after a prompt, each\n"
-                       "                            step's logits read before the next\n"
-                       "The last prompt's logits are compared with one process's (bitwise).\n\n");
-                bt_cli_model_help(stdout, &cfg, false);
-            }
+            if (!quiet) bp_usage(&o->cfg);
             return 0;
         } else if (code == ':' || code == '?') {
             snprintf(err, sizeof err, "bad option %s", argv[optind - 1]);
         } else if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
-            bt_cli_model_option(&cfg, code, optarg, err, sizeof err);
+            bt_cli_model_option(&o->cfg, code, optarg, err, sizeof err);
             model_opt = true;
         }
         if (err[0]) {
@@ -571,17 +565,40 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
             return 2;
         }
     }
-    if (model_path && model_opt) {
+    if (o->model_path && model_opt) {
         if (!quiet) fprintf(stderr, "baton bench pipeline: --arch, --layers, --embd and the like describe the built-in "
                             "model; --model's file has its own (try --help)\n");
         return 2;
     }
-    if (bt_random_model_check(&cfg, err, sizeof err) != BT_OK) {
+    return -1;
+}
+
+int bt_cli_bench_pipeline(int argc, char **argv) {
+    /* a dense llama of 8 layers 1024 wide: compute-bound micro-batches */
+    struct bp_opts o = {.tokens = 128, .copies = 2, .threads = 1, .progress_us = 50,
+                         .mbs = {1, 2, 4, 8, 16}, .n_mbs = 5,
+                         .modes = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD}, .n_modes = 2};
+    struct bt_random_model *cfg = &o.cfg;
+    bt_random_model_default(cfg);
+    cfg->arch = "llama";
+    cfg->n_expert = 0;
+    cfg->n_layer = 8;
+    cfg->n_embd = 1024;
+    cfg->n_head = 16;
+    cfg->n_head_kv = 16;
+    cfg->head_dim = 64;
+    cfg->n_ff = 2048;
+    cfg->n_vocab = 256;
+    const bool quiet = bt_cli_env_rank() != 0;
+    const int prc = bp_parse(argc, argv, &o, quiet);
+    if (prc >= 0) return prc;
+    char err[256];
+    if (bt_random_model_check(cfg, err, sizeof err) != BT_OK) {
         if (!quiet) fprintf(stderr, "baton bench pipeline: %s (try --help)\n", err);
         return 2;
     }
     bt_transport *t = NULL;
-    if (bt_transport_mpi_init(&argc, &argv, progress_us, &t, err, sizeof err) != BT_OK) {
+    if (bt_transport_mpi_init(&argc, &argv, o.progress_us, &t, err, sizeof err) != BT_OK) {
         if (!quiet && bt_cli_env_rank() == 0) fprintf(stderr, "baton bench pipeline: %s\n", err);
         return 1;
     }
@@ -590,17 +607,17 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
     char gerr[1024] = "", what[1100];
     struct bt_gguf *g = NULL;
     void *bytes = NULL;
-    const enum bt_status st = model_path ? bt_rank_agree(t, bt_gguf_open(model_path, &g, gerr, sizeof gerr), NULL,
-                                                         gerr, sizeof gerr)
-                                         : bt_cli_model_open(&cfg, t, &g, &bytes, gerr, sizeof gerr);
+    const enum bt_status st = o.model_path ? bt_rank_agree(t, bt_gguf_open(o.model_path, &g, gerr, sizeof gerr),
+                                                           NULL, gerr, sizeof gerr)
+                                           : bt_cli_model_open(cfg, t, &g, &bytes, gerr, sizeof gerr);
     int rc = 1;
     if (st != BT_OK) {
         if (t->rank == 0) fprintf(stderr, "baton bench pipeline: %s\n", gerr);
     } else {
-        if (model_path) snprintf(what, sizeof what, "%s", model_path);
-        else snprintf(what, sizeof what, "the built-in %s model, %s weights", cfg.arch, bt_type_name(cfg.type));
-        rc = bench_pipeline_model(t, g, what, tokens, decode, copies, threads, mbs, n_mbs, modes, n_modes,
-                                  progress_us, ordered);
+        if (o.model_path) snprintf(what, sizeof what, "%s", o.model_path);
+        else snprintf(what, sizeof what, "the built-in %s model, %s weights", cfg->arch, bt_type_name(cfg->type));
+        rc = bench_pipeline_model(t, g, what, o.tokens, o.decode, o.copies, o.threads, o.mbs, o.n_mbs, o.modes,
+                                  o.n_modes, o.progress_us, o.ordered);
     }
     bt_gguf_close(g);
     free(bytes);

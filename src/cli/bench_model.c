@@ -385,6 +385,52 @@ static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it)
     return n;
 }
 
+/* --profile: rank 0's rows (at most one per op and type) */
+struct bm_profile {
+    struct bt_cpu_op_profile *rows;
+    int n;
+    uint64_t graphs;
+    double s;
+};
+
+/* rank 0: the prompt test, then the generation test, each a warm-up and o->reps timed repetitions;
+ * c0 holds every rank's compute seconds before the timed ones; 0 or 1 (err said) */
+static int bm_run_tests(struct bm_run *b, const struct bm_opts *o, bt_backend_t backend, int n_ranks,
+                        struct bm_result *res, int *n_res, struct bm_profile *prof, double *c0, char *err,
+                        size_t err_size) {
+    int rc = 0;
+    for (int pp = 1; pp >= 0 && !rc; pp--) {
+        if ((pp ? o->n_prompt : o->n_gen) == 0) continue;
+        struct bm_result *r = &res[(*n_res)++];
+        snprintf(r->test, sizeof r->test, "%s%ld", pp ? "pp" : "tg", pp ? o->n_prompt : o->n_gen);
+        r->n_prompt = pp ? o->n_prompt : 0;
+        r->n_gen = pp ? 0 : o->n_gen;
+        double warm;
+        if (bm_rep(b, pp, &warm) != BT_OK) {
+            snprintf(err, err_size, "%s", bt_engine_error(b->e));
+            rc = 1;
+        }
+        const bool profiled = o->profile && !pp && !rc;
+        if (profiled) bt_backend_cpu_set_profile(backend, true);
+        bt_engine_compute_seconds(b->e, c0);
+        const double w0 = bt_now_s();
+        for (r->n = 0; r->n < o->reps && !rc; r->n++)
+            if (bm_rep(b, pp, &r->ts[r->n]) != BT_OK) {
+                snprintf(err, err_size, "%s", bt_engine_error(b->e));
+                rc = 1;
+            }
+        r->wall_s = bt_now_s() - w0;
+        bt_engine_compute_seconds(b->e, r->rank_s); /* every answer is in: the last rep drained */
+        for (int k = 0; k < n_ranks; k++) r->rank_s[k] -= c0[k];
+        if (profiled) {
+            prof->n = bt_backend_cpu_get_profile(backend, prof->rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof->graphs,
+                                                 &prof->s);
+            bt_backend_cpu_set_profile(backend, false);
+        }
+    }
+    return rc;
+}
+
 int bt_cli_bench_model(int argc, char **argv) {
     struct bm_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .n_ubatch = 512, .seqs = 1};
     const int env_rank = bt_cli_env_rank();
@@ -397,16 +443,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     }
     if (prc == 1) prc = 0;
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
-    const struct bt_rank_config rcfg = {
-        .prog = BM_PROG,
-        .topology = o.eng.topology,
-        .backend = o.eng.backend,
-        .threads = o.eng.threads,
-        .copies = 0,
-        .partition = o.eng.partition,
-        .n_layers = 0,
-        .progress_us = 0,
-    };
+    const struct bt_rank_config rcfg = bt_cli_engine_rank_config(BM_PROG, &o.eng, 0);
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
@@ -420,11 +457,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     double *c0 = NULL; /* rank_compute_s before the timed repetitions */
     memset(res, 0, sizeof res);
     int n_res = 0;
-    /* --profile: rank 0's rows (at most one per op and type) */
-    struct bt_cpu_op_profile *prof_rows = NULL;
-    int n_prof = 0;
-    uint64_t prof_graphs = 0;
-    double prof_s = 0.0;
+    struct bm_profile prof = {0};
 
     struct bt_cli_agree_item items[BM_AGREE_ITEMS];
     BT_ASSERT(bm_agree_items(&o, items) == BM_AGREE_ITEMS);
@@ -460,9 +493,9 @@ int bt_cli_bench_model(int argc, char **argv) {
             res[i].rank_s = calloc((size_t)P, sizeof(double));
         }
         c0 = calloc((size_t)P, sizeof(double));
-        if (o.profile) prof_rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof_rows);
+        if (o.profile) prof.rows = calloc((size_t)BT_OP_COUNT * BT_TYPE_COUNT, sizeof *prof.rows);
         if (!b.logits || !b.tok || !b.pos || !b.seq || !b.want || !res[0].ts || !res[1].ts || !res[0].rank_s ||
-            !res[1].rank_s || !c0 || (o.profile && !prof_rows)) {
+            !res[1].rank_s || !c0 || (o.profile && !prof.rows)) {
             snprintf(err, sizeof err, "out of memory for %lld rows of logits", (long long)ep.n_ubatch);
             rc = 1;
         }
@@ -471,35 +504,7 @@ int bt_cli_bench_model(int argc, char **argv) {
                      bt_backend_name(R.backend));
             rc = 1;
         }
-        for (int pp = 1; pp >= 0 && !rc; pp--) {
-            if ((pp ? o.n_prompt : o.n_gen) == 0) continue;
-            struct bm_result *r = &res[n_res++];
-            snprintf(r->test, sizeof r->test, "%s%ld", pp ? "pp" : "tg", pp ? o.n_prompt : o.n_gen);
-            r->n_prompt = pp ? o.n_prompt : 0;
-            r->n_gen = pp ? 0 : o.n_gen;
-            double warm;
-            if (bm_rep(&b, pp, &warm) != BT_OK) {
-                snprintf(err, sizeof err, "%s", bt_engine_error(e));
-                rc = 1;
-            }
-            const bool prof = o.profile && !pp && !rc;
-            if (prof) bt_backend_cpu_set_profile(R.backend, true);
-            bt_engine_compute_seconds(e, c0);
-            const double w0 = bt_now_s();
-            for (r->n = 0; r->n < o.reps && !rc; r->n++)
-                if (bm_rep(&b, pp, &r->ts[r->n]) != BT_OK) {
-                    snprintf(err, sizeof err, "%s", bt_engine_error(e));
-                    rc = 1;
-                }
-            r->wall_s = bt_now_s() - w0;
-            bt_engine_compute_seconds(e, r->rank_s); /* every answer is in: the last rep drained */
-            for (int k = 0; k < P; k++) r->rank_s[k] -= c0[k];
-            if (prof) {
-                n_prof = bt_backend_cpu_get_profile(R.backend, prof_rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof_graphs,
-                                                    &prof_s);
-                bt_backend_cpu_set_profile(R.backend, false);
-            }
-        }
+        if (!rc) rc = bm_run_tests(&b, &o, R.backend, P, res, &n_res, &prof, c0, err, sizeof err);
         if (bt_engine_stop(e) != BT_OK && !rc) {
             snprintf(err, sizeof err, "%s", bt_engine_error(e));
             rc = 1;
@@ -508,7 +513,7 @@ int bt_cli_bench_model(int argc, char **argv) {
             struct bm_model m;
             bm_describe(bt_engine_gguf(e), bt_engine_arch(e)->name, &m);
             bm_print(&o, &m, bt_backend_name(R.backend), P, R.threads, res, n_res);
-            if (o.profile) bm_print_profile(&o, prof_rows, n_prof, prof_graphs, prof_s);
+            if (o.profile) bm_print_profile(&o, prof.rows, prof.n, prof.graphs, prof.s);
             if (fflush(stdout) != 0) {
                 snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
                 rc = 1;
@@ -541,7 +546,7 @@ out:
     free(res[0].rank_s);
     free(res[1].rank_s);
     free(c0);
-    free(prof_rows);
+    free(prof.rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);
     return rc;

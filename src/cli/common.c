@@ -111,6 +111,20 @@ bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *va
     }
 }
 
+struct bt_rank_config bt_cli_engine_rank_config(const char *prog, const struct bt_cli_engine_opts *o,
+                                                int progress_us) {
+    return (struct bt_rank_config){
+        .prog = prog,
+        .topology = o->topology,
+        .backend = o->backend,
+        .threads = o->threads,
+        .copies = 0,
+        .partition = o->partition,
+        .n_layers = 0,
+        .progress_us = progress_us,
+    };
+}
+
 bool bt_cli_engine_finish(struct bt_cli_engine_opts *o, char *err, size_t n) {
     char scratch[8];
     if (!err) err = scratch, n = sizeof scratch;

@@ -91,6 +91,11 @@ bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *va
  * False with the message in err (err NULL: an error already found, the
  * message not wanted). */
 bool bt_cli_engine_finish(struct bt_cli_engine_opts *o, char *err, size_t n);
+/* The rank configuration of an engine subcommand (prog starts its messages):
+ * the options' topology, backend, threads and partition; copies and the
+ * layer count from the topology; the MPI progress thread's period. */
+struct bt_rank_config bt_cli_engine_rank_config(const char *prog, const struct bt_cli_engine_opts *o,
+                                                int progress_us);
 
 /* --threads N: at least 1 and at most the machine's online cores (more
  * threads than cores make every barrier between ops wait for the OS

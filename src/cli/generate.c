@@ -790,16 +790,7 @@ int bt_cli_generate(int argc, char **argv) {
     size_t n_prompts = 0;
     if (!prc) prc = read_prompts(&o, &prompts, &n_prompts, perr, sizeof perr);
 
-    const struct bt_rank_config rcfg = {
-        .prog = GEN_PROG,
-        .topology = o.eng.topology,
-        .backend = o.eng.backend,
-        .threads = o.eng.threads,
-        .copies = 0,
-        .partition = o.eng.partition,
-        .n_layers = 0,
-        .progress_us = 0,
-    };
+    const struct bt_rank_config rcfg = bt_cli_engine_rank_config(GEN_PROG, &o.eng, 0);
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) {
         free_prompts(prompts, n_prompts);

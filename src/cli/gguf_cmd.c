@@ -156,136 +156,119 @@ static const char *const hparams[] = {
     "expert_feed_forward_length", "vocab_size",
 };
 
-int bt_cli_gguf(int argc, char **argv) {
-    bool tensors = false, json = false;
-    static const struct option longs[] = {
-        {"tensors", no_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    opterr = 0;
-    optind = 1;
-    int code;
-    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-        if (code == 'T') tensors = true;
-        else if (code == 'j') json = true;
-        else if (code == 'h') {
-            gguf_usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "baton gguf: unknown option %s (try: baton gguf --help)\n", argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
-        fprintf(stderr, "baton gguf: missing FILE (try: baton gguf --help)\n");
-        return 2;
-    }
-    if (optind + 1 < argc) {
-        fprintf(stderr, "baton gguf: unexpected argument '%s' (try: baton gguf --help)\n", argv[optind + 1]);
-        return 2;
-    }
-    const char *path = argv[optind];
-    if (!*path) {
-        fprintf(stderr, "baton gguf: FILE: the file name is empty (try: baton gguf --help)\n");
-        return 2;
-    }
-    struct bt_gguf *g;
-    char err[1024];
-    if (bt_gguf_open(path, &g, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
+/* what both outputs show: architecture, vocabulary, tensors by type (in
+ * type-number order), layers */
+struct gguf_summary {
+    struct bt_gguf_str arch;
+    bool has_arch;
+    char archz[128];
+    int64_t vocab, nt;
+    struct type_row rows[64];
+    int n_rows, n_layers;
+    uint64_t total;
+};
 
+static void summarize(struct bt_gguf *g, struct gguf_summary *s) {
     /* architecture, vocabulary */
-    struct bt_gguf_str arch = {0, ""};
-    bool has_arch = bt_gguf_get_str(g, "general.architecture", &arch) == BT_OK;
-    char archz[128] = "";
-    snprintf(archz, sizeof archz, "%.*s", (int)(arch.n < 100 ? arch.n : 100), arch.data);
-    int64_t vocab = -1;
+    s->arch = (struct bt_gguf_str){0, ""};
+    s->has_arch = bt_gguf_get_str(g, "general.architecture", &s->arch) == BT_OK;
+    snprintf(s->archz, sizeof s->archz, "%.*s", (int)(s->arch.n < 100 ? s->arch.n : 100), s->arch.data);
+    s->vocab = -1;
     const struct bt_gguf_value *toks;
-    if (bt_gguf_get_arr(g, "tokenizer.ggml.tokens", BT_GGUF_TYPE_COUNT, &toks) == BT_OK) vocab = (int64_t)toks->n;
+    if (bt_gguf_get_arr(g, "tokenizer.ggml.tokens", BT_GGUF_TYPE_COUNT, &toks) == BT_OK) s->vocab = (int64_t)toks->n;
 
     /* tensors by type (in type-number order) */
-    int64_t nt = bt_gguf_n_tensors(g);
-    struct type_row rows[64];
-    int n_rows = 0;
-    uint64_t total = 0;
+    s->nt = bt_gguf_n_tensors(g);
+    s->n_rows = 0;
+    s->total = 0;
+    const int64_t nt = s->nt;
+    struct type_row *rows = s->rows;
     for (int64_t i = 0; i < nt; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
-        total += t->size;
+        s->total += t->size;
         int r = 0;
-        while (r < n_rows && rows[r].id != t->ggml_type) r++;
-        if (r == n_rows) {
+        while (r < s->n_rows && rows[r].id != t->ggml_type) r++;
+        if (r == s->n_rows) {
             /* keep sorted by id */
             while (r > 0 && rows[r - 1].id > t->ggml_type) {
                 rows[r] = rows[r - 1];
                 r--;
             }
             rows[r] = (struct type_row){t->ggml_type, 0, 0};
-            n_rows++;
+            s->n_rows++;
         }
         rows[r].count++;
         rows[r].bytes += t->size;
     }
-    int n_layers = bt_gguf_n_layers(g);
-    char h1[32], h2[32];
+    s->n_layers = bt_gguf_n_layers(g);
+}
 
-    if (json) {
-        FILE *f = stdout;
-        fputs("{\"file\": ", f);
-        bt_cli_json_str(f, path, strlen(path));
-        fprintf(f, ", \"version\": %" PRIu32 ", \"size\": %" PRIu64 ", \"files\": %d, \"alignment\": %" PRIu32
-                   ", \"data_offset\": %" PRIu64 ", \"header_checksum\": \"%016" PRIx64 "\",\n",
-                bt_gguf_version(g), bt_gguf_file_size(g), bt_gguf_n_files(g), bt_gguf_alignment(g),
-                bt_gguf_data_offset(g), bt_gguf_header_checksum(g));
-        fputs(" \"architecture\": ", f);
-        if (has_arch) bt_cli_json_str(f, arch.data, arch.n);
-        else fputs("null", f);
-        fputs(", \"vocab_size\": ", f);
-        if (vocab >= 0) fprintf(f, "%" PRId64, vocab);
-        else fputs("null", f);
-        fprintf(f, ",\n \"tensor_count\": %" PRId64 ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {", nt, total);
-        for (int64_t i = 0; i < bt_gguf_n_kv(g); i++) {
-            const char *k = bt_gguf_kv_key(g, i);
-            fputs(i ? ",\n  " : "\n  ", f);
-            bt_cli_json_str(f, k, strlen(k));
-            fputs(": ", f);
-            put_json_value(f, g, bt_gguf_kv_value(g, i));
-        }
-        fputs("},\n \"types\": [", f);
-        for (int r = 0; r < n_rows; r++)
-            fprintf(f, "%s{\"type\": \"%s\", \"count\": %" PRId64 ", \"bytes\": %" PRIu64 "}", r ? ", " : "",
-                    bt_ggml_type_info(rows[r].id)->name, rows[r].count, rows[r].bytes);
-        fputs("],\n \"layers\": [", f);
-        for (int l = 0; l < n_layers; l++) {
-            const int64_t *idx;
-            int64_t n = bt_gguf_layer_tensors(g, l, &idx);
-            fprintf(f, "%s{\"layer\": %d, \"tensors\": %" PRId64 ", \"bytes\": %" PRIu64 "}", l ? ", " : "", l, n,
-                    bt_gguf_layer_bytes(g, l));
-        }
-        const int64_t *idx;
-        int64_t n_other = bt_gguf_layer_tensors(g, -1, &idx);
-        fprintf(f, "],\n \"other\": {\"tensors\": %" PRId64 ", \"bytes\": %" PRIu64 "}", n_other,
-                bt_gguf_layer_bytes(g, -1));
-        if (tensors) {
-            fputs(",\n \"tensors\": [", f);
-            for (int64_t i = 0; i < nt; i++) {
-                const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
-                fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
-                bt_cli_json_str(f, t->name, strlen(t->name));
-                fprintf(f, ", \"type\": \"%s\", \"shape\": [", bt_ggml_type_info(t->ggml_type)->name);
-                for (int d = 0; d < t->n_dims; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", t->ne[d]);
-                fprintf(f, "], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->file_offset, t->size);
-            }
-            fputs("]", f);
-        }
-        fputs("}\n", f);
-        bt_gguf_close(g);
-        return 0;
+static void print_json(struct bt_gguf *g, const char *path, const struct gguf_summary *s, bool tensors) {
+    const struct bt_gguf_str arch = s->arch;
+    const bool has_arch = s->has_arch;
+    const int64_t vocab = s->vocab, nt = s->nt;
+    const struct type_row *rows = s->rows;
+    const int n_rows = s->n_rows, n_layers = s->n_layers;
+    const uint64_t total = s->total;
+    FILE *f = stdout;
+    fputs("{\"file\": ", f);
+    bt_cli_json_str(f, path, strlen(path));
+    fprintf(f, ", \"version\": %" PRIu32 ", \"size\": %" PRIu64 ", \"files\": %d, \"alignment\": %" PRIu32
+               ", \"data_offset\": %" PRIu64 ", \"header_checksum\": \"%016" PRIx64 "\",\n",
+            bt_gguf_version(g), bt_gguf_file_size(g), bt_gguf_n_files(g), bt_gguf_alignment(g),
+            bt_gguf_data_offset(g), bt_gguf_header_checksum(g));
+    fputs(" \"architecture\": ", f);
+    if (has_arch) bt_cli_json_str(f, arch.data, arch.n);
+    else fputs("null", f);
+    fputs(", \"vocab_size\": ", f);
+    if (vocab >= 0) fprintf(f, "%" PRId64, vocab);
+    else fputs("null", f);
+    fprintf(f, ",\n \"tensor_count\": %" PRId64 ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {", nt, total);
+    for (int64_t i = 0; i < bt_gguf_n_kv(g); i++) {
+        const char *k = bt_gguf_kv_key(g, i);
+        fputs(i ? ",\n  " : "\n  ", f);
+        bt_cli_json_str(f, k, strlen(k));
+        fputs(": ", f);
+        put_json_value(f, g, bt_gguf_kv_value(g, i));
     }
+    fputs("},\n \"types\": [", f);
+    for (int r = 0; r < n_rows; r++)
+        fprintf(f, "%s{\"type\": \"%s\", \"count\": %" PRId64 ", \"bytes\": %" PRIu64 "}", r ? ", " : "",
+                bt_ggml_type_info(rows[r].id)->name, rows[r].count, rows[r].bytes);
+    fputs("],\n \"layers\": [", f);
+    for (int l = 0; l < n_layers; l++) {
+        const int64_t *idx;
+        int64_t n = bt_gguf_layer_tensors(g, l, &idx);
+        fprintf(f, "%s{\"layer\": %d, \"tensors\": %" PRId64 ", \"bytes\": %" PRIu64 "}", l ? ", " : "", l, n,
+                bt_gguf_layer_bytes(g, l));
+    }
+    const int64_t *idx;
+    int64_t n_other = bt_gguf_layer_tensors(g, -1, &idx);
+    fprintf(f, "],\n \"other\": {\"tensors\": %" PRId64 ", \"bytes\": %" PRIu64 "}", n_other,
+            bt_gguf_layer_bytes(g, -1));
+    if (tensors) {
+        fputs(",\n \"tensors\": [", f);
+        for (int64_t i = 0; i < nt; i++) {
+            const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+            fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
+            bt_cli_json_str(f, t->name, strlen(t->name));
+            fprintf(f, ", \"type\": \"%s\", \"shape\": [", bt_ggml_type_info(t->ggml_type)->name);
+            for (int d = 0; d < t->n_dims; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", t->ne[d]);
+            fprintf(f, "], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->file_offset, t->size);
+        }
+        fputs("]", f);
+    }
+    fputs("}\n", f);
+}
 
+static void print_text(struct bt_gguf *g, const char *path, const struct gguf_summary *s, bool tensors) {
+    const bool has_arch = s->has_arch;
+    const char *archz = s->archz;
+    const int64_t vocab = s->vocab, nt = s->nt;
+    const struct type_row *rows = s->rows;
+    const int n_rows = s->n_rows, n_layers = s->n_layers;
+    const uint64_t total = s->total;
+    char h1[32], h2[32];
     printf("%s: GGUF v%" PRIu32 ", %s, %" PRId64 " keys, %" PRId64 " tensors, alignment %" PRIu32 "\n", path,
            bt_gguf_version(g), human(bt_gguf_file_size(g), h1, sizeof h1), bt_gguf_n_kv(g), nt, bt_gguf_alignment(g));
     if (bt_gguf_n_files(g) > 1)
@@ -366,6 +349,60 @@ int bt_cli_gguf(int argc, char **argv) {
                    bt_ggml_type_info(t->ggml_type)->name, shape, t->file_offset, t->size);
         }
     }
+}
+
+int bt_cli_gguf(int argc, char **argv) {
+    bool tensors = false, json = false;
+    static const struct option longs[] = {
+        {"tensors", no_argument, 0, 'T'},
+        {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int code;
+    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        if (code == 'T') tensors = true;
+        else if (code == 'j') json = true;
+        else if (code == 'h') {
+            gguf_usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "baton gguf: unknown option %s (try: baton gguf --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "baton gguf: missing FILE (try: baton gguf --help)\n");
+        return 2;
+    }
+    if (optind + 1 < argc) {
+        fprintf(stderr, "baton gguf: unexpected argument '%s' (try: baton gguf --help)\n", argv[optind + 1]);
+        return 2;
+    }
+    const char *path = argv[optind];
+    if (!*path) {
+        fprintf(stderr, "baton gguf: FILE: the file name is empty (try: baton gguf --help)\n");
+        return 2;
+    }
+    struct bt_gguf *g;
+    char err[1024];
+    if (bt_gguf_open(path, &g, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+
+    struct gguf_summary *sum = malloc(sizeof *sum);
+    if (!sum) {
+        fprintf(stderr, "baton gguf: out of memory\n");
+        bt_gguf_close(g);
+        return 1;
+    }
+    summarize(g, sum);
+    if (json) print_json(g, path, sum, tensors);
+    else print_text(g, path, sum, tensors);
+    free(sum);
     bt_gguf_close(g);
     return 0;
 }

@@ -282,20 +282,28 @@ static const char *ggml_name(uint32_t id) {
     return info ? info->name : "?";
 }
 
-int bt_cli_quantize(int argc, char **argv) {
-    long nth = sysconf(_SC_NPROCESSORS_ONLN);
-    bool pure = false, dry = false;
+struct quant_opts {
+    long nth;
+    bool pure, dry;
+    const char *in, *out;
+    const struct qmix *mix;
+};
+
+/* the command line; 0, or the exit code (2 for a usage error, 0 after --help: *done set) */
+static int parse_quantize(int argc, char **argv, struct quant_opts *o, bool *done) {
+    o->nth = sysconf(_SC_NPROCESSORS_ONLN);
     const char *pos[3];
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            *done = true;
             return 0;
         } else if (!strcmp(a, "--pure")) {
-            pure = true;
+            o->pure = true;
         } else if (!strcmp(a, "--dry-run")) {
-            dry = true;
+            o->dry = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             char *end;
             if (i + 1 >= argc) {
@@ -303,8 +311,8 @@ int bt_cli_quantize(int argc, char **argv) {
                 return 2;
             }
             errno = 0;
-            nth = strtol(argv[++i], &end, 10);
-            if (errno || *end || end == argv[i] || nth < 1 || nth > 64) {
+            o->nth = strtol(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || o->nth < 1 || o->nth > 64) {
                 fprintf(stderr, "baton quantize: %s %s: threads must be 1 to 64\n", a, argv[i]);
                 return 2;
             }
@@ -323,13 +331,13 @@ int bt_cli_quantize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (nth < 1) nth = 1;
-    if (nth > 64) nth = 64;
-    const char *in = pos[0], *out_path = pos[1];
-    const struct qmix *mix = NULL;
+    if (o->nth < 1) o->nth = 1;
+    if (o->nth > 64) o->nth = 64;
+    o->in = pos[0];
+    o->out = pos[1];
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
-        if (!strcasecmp(pos[2], mixes[i].name)) mix = &mixes[i];
-    for (size_t i = 0; i < sizeof imatrix_types / sizeof imatrix_types[0] && !mix; i++) {
+        if (!strcasecmp(pos[2], mixes[i].name)) o->mix = &mixes[i];
+    for (size_t i = 0; i < sizeof imatrix_types / sizeof imatrix_types[0] && !o->mix; i++) {
         if (strcasecmp(pos[2], imatrix_types[i])) continue;
         fprintf(stderr,
                 "baton quantize: TYPE %s needs an importance matrix (llama.cpp's imatrix), which baton quantize "
@@ -337,37 +345,28 @@ int bt_cli_quantize(int argc, char **argv) {
                 imatrix_types[i]);
         return 2;
     }
-    if (!mix) {
+    if (!o->mix) {
         fprintf(stderr,
                 "baton quantize: unknown TYPE '%s' (one of Q8_0 Q4_0 Q6_K Q4_K_M Q5_K_M Q4_K Q5_K IQ4_NL IQ4_XS "
                 "MXFP4_MOE MXFP4)\n",
                 pos[2]);
         return 2;
     }
-
-    if (!in[0] || !out_path[0]) {
-        fprintf(stderr, "baton quantize: %s: the file name is empty\n", in[0] ? "OUT" : "IN");
+    if (!o->in[0] || !o->out[0]) {
+        fprintf(stderr, "baton quantize: %s: the file name is empty\n", o->in[0] ? "OUT" : "IN");
         return 2;
     }
-    char err[1024];
-    /* an OUT that cannot be written (a directory, no such folder) is found
-     * before the work, not at the rename after it */
-    if (!dry && bt_outfile_check(out_path, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton quantize: %s\n", err);
-        return 1;
-    }
-    struct bt_gguf *g = NULL;
-    if (bt_gguf_open(in, &g, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton quantize: %s\n", err);
-        return 1;
-    }
-    /* the model's layer and expert counts, for the mixes */
-    struct model_info mi = {bt_gguf_n_layers(g), 0, 0, 0};
+    return 0;
+}
+
+/* the model's layer and expert counts, for the mixes; 0 or 1 (said) */
+static int read_model_info(struct bt_gguf *g, const char *in, struct model_info *mi) {
+    *mi = (struct model_info){bt_gguf_n_layers(g), 0, 0, 0};
     struct bt_gguf_str arch;
     if (bt_gguf_get_str(g, "general.architecture", &arch) == BT_OK && arch.n < 200) {
         char key[256];
         const char *what[4] = {"block_count", "expert_count", "attention.head_count", "attention.head_count_kv"};
-        int *dst[4] = {&mi.n_layer, &mi.n_expert, &mi.n_head, &mi.n_head_kv};
+        int *dst[4] = {&mi->n_layer, &mi->n_expert, &mi->n_head, &mi->n_head_kv};
         for (int k = 0; k < 4; k++) {
             snprintf(key, sizeof key, "%.*s.%s", (int)arch.n, arch.data, what[k]);
             const int64_t ki = bt_gguf_find_key(g, key);
@@ -377,61 +376,22 @@ int bt_cli_quantize(int argc, char **argv) {
             if (v->type > BT_GGUF_TYPE_INT32 && v->type != BT_GGUF_TYPE_UINT64 && v->type != BT_GGUF_TYPE_INT64) {
                 fprintf(stderr, "baton quantize: %s: key \"%s\" is %s, not an integer\n", in, key,
                         bt_gguf_type_name(v->type));
-                bt_gguf_close(g);
                 return 1;
             }
             const int64_t x = bt_gguf_value_i64(g, v);
             if (x < 0 || x > 1000000) {
                 fprintf(stderr, "baton quantize: %s: key \"%s\" = %lld is out of range\n", in, key, (long long)x);
-                bt_gguf_close(g);
                 return 1;
             }
             *dst[k] = (int)x;
         }
     }
+    return 0;
+}
 
-    const int64_t n = bt_gguf_n_tensors(g);
-    enum bt_type *types = calloc((size_t)(n > 0 ? n : 1), sizeof *types);
-    if (!types) {
-        fprintf(stderr, "baton quantize: out of memory\n");
-        bt_gguf_close(g);
-        return 1;
-    }
-    plan_tensor_types(g, mix, pure, &mi, types);
-    /* the plan's tensors must be of a type this converts from */
-    for (int64_t i = 0; i < n; i++) {
-        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
-        if (types[i] == BT_TYPE_COUNT) continue;
-        if (t->type != BT_TYPE_F32 && t->type != BT_TYPE_F16 && t->type != BT_TYPE_BF16) {
-            fprintf(stderr,
-                    "baton quantize: %s: tensor \"%s\" is %s: only F32, F16 and BF16 tensors are quantised\n", in,
-                    t->name, ggml_name(t->ggml_type));
-            free(types);
-            bt_gguf_close(g);
-            return 1;
-        }
-    }
-    if (dry) {
-        for (int64_t i = 0; i < n; i++) {
-            const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
-            char shape[128];
-            shape_str(t, shape, sizeof shape);
-            printf("%-40s %-20s %-5s -> %s\n", t->name, shape, ggml_name(t->ggml_type),
-                   types[i] == BT_TYPE_COUNT ? ggml_name(t->ggml_type) : ggml_name(bt_ggml_type_from_bt(types[i])));
-        }
-        free(types);
-        bt_gguf_close(g);
-        return 0;
-    }
-
-    /* header: every key but the two this rewrites, then the tensor table */
-    struct bt_gguf_writer *w = NULL;
-    if (bt_gguf_writer_open(out_path, &w, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "baton quantize: %s\n", err);
-        free(types);
-        bt_gguf_close(g);
-        return 1;
-    }
+/* the header: every key but the two this rewrites, then the tensor table; 0 or 1 */
+static int write_header(struct bt_gguf_writer *w, struct bt_gguf *g, const struct qmix *mix,
+                        const enum bt_type *types) {
     int rc = 0;
     for (int64_t i = 0; i < bt_gguf_n_kv(g) && !rc; i++) {
         const char *key = bt_gguf_kv_key(g, i);
@@ -441,31 +401,31 @@ int bt_cli_quantize(int argc, char **argv) {
     if (!rc && (bt_gguf_writer_set_u32(w, "general.quantization_version", 2) != BT_OK ||
                 bt_gguf_writer_set_u32(w, "general.file_type", (uint32_t)mix->ftype) != BT_OK))
         rc = 1;
-    for (int64_t i = 0; i < n && !rc; i++) {
+    for (int64_t i = 0; i < bt_gguf_n_tensors(g) && !rc; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
         const uint32_t gt = types[i] == BT_TYPE_COUNT ? t->ggml_type : bt_ggml_type_from_bt(types[i]);
         if (bt_gguf_writer_add_tensor(w, t->name, gt, t->n_dims, t->ne, NULL) != BT_OK) rc = 1;
     }
-    if (rc) {
-        fprintf(stderr, "baton quantize: %s\n", bt_gguf_writer_error(w));
-        bt_gguf_writer_close(w);
-        free(types);
-        bt_gguf_close(g);
-        return 1;
-    }
+    return rc;
+}
 
-    /* data, one tensor at a time */
-    const double t0 = bt_now_s();
-    uint64_t bytes_in = 0, bytes_out = 0;
+/* the data, one tensor at a time; 0 or 1 (said unless the writer's error) */
+static int write_data(struct bt_gguf_writer *w, struct bt_gguf *g, const struct quant_opts *o,
+                      const enum bt_type *types, uint64_t *bytes_in, uint64_t *bytes_out) {
+    const int64_t n = bt_gguf_n_tensors(g);
+    const long nth = o->nth;
+    const char *in = o->in;
+    char err[1024];
+    int rc = 0;
     for (int64_t i = 0; i < n && !rc; i++) {
         const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
         const uint8_t *src = bt_gguf_tensor_data(g, t);
         char shape[128];
         shape_str(t, shape, sizeof shape);
-        bytes_in += t->size;
+        *bytes_in += t->size;
         if (types[i] == BT_TYPE_COUNT) {
             if (bt_gguf_writer_write_data(w, src, t->size) != BT_OK) rc = 1;
-            bytes_out += t->size;
+            *bytes_out += t->size;
             fprintf(stderr, "[%*lld/%lld] %-40s %-20s %-5s copied\n", (int)snprintf(NULL, 0, "%lld", (long long)n),
                     (long long)i + 1, (long long)n, t->name, shape, ggml_name(t->ggml_type));
             continue;
@@ -492,13 +452,93 @@ int bt_cli_quantize(int argc, char **argv) {
             rc = 1;
         }
         free(job.dst);
-        bytes_out += out_size;
+        *bytes_out += out_size;
         if (!rc)
             fprintf(stderr, "[%*lld/%lld] %-40s %-20s %-5s -> %-5s %8.2f MiB -> %8.2f MiB\n",
                     (int)snprintf(NULL, 0, "%lld", (long long)n), (long long)i + 1, (long long)n, t->name, shape,
                     ggml_name(t->ggml_type), ggml_name(bt_ggml_type_from_bt(types[i])), t->size / 1048576.0,
                     out_size / 1048576.0);
     }
+    return rc;
+}
+
+int bt_cli_quantize(int argc, char **argv) {
+    struct quant_opts o = {0};
+    bool done = false;
+    int rc = parse_quantize(argc, argv, &o, &done);
+    if (rc || done) return rc;
+    const char *in = o.in, *out_path = o.out;
+    char err[1024];
+    /* an OUT that cannot be written (a directory, no such folder) is found
+     * before the work, not at the rename after it */
+    if (!o.dry && bt_outfile_check(out_path, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        return 1;
+    }
+    struct bt_gguf *g = NULL;
+    if (bt_gguf_open(in, &g, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        return 1;
+    }
+    struct model_info mi;
+    if (read_model_info(g, in, &mi)) {
+        bt_gguf_close(g);
+        return 1;
+    }
+    const int64_t n = bt_gguf_n_tensors(g);
+    enum bt_type *types = calloc((size_t)(n > 0 ? n : 1), sizeof *types);
+    if (!types) {
+        fprintf(stderr, "baton quantize: out of memory\n");
+        bt_gguf_close(g);
+        return 1;
+    }
+    plan_tensor_types(g, o.mix, o.pure, &mi, types);
+    /* the plan's tensors must be of a type this converts from */
+    for (int64_t i = 0; i < n; i++) {
+        const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+        if (types[i] == BT_TYPE_COUNT) continue;
+        if (t->type != BT_TYPE_F32 && t->type != BT_TYPE_F16 && t->type != BT_TYPE_BF16) {
+            fprintf(stderr,
+                    "baton quantize: %s: tensor \"%s\" is %s: only F32, F16 and BF16 tensors are quantised\n", in,
+                    t->name, ggml_name(t->ggml_type));
+            free(types);
+            bt_gguf_close(g);
+            return 1;
+        }
+    }
+    if (o.dry) {
+        for (int64_t i = 0; i < n; i++) {
+            const struct bt_gguf_tensor *t = bt_gguf_tensor(g, i);
+            char shape[128];
+            shape_str(t, shape, sizeof shape);
+            printf("%-40s %-20s %-5s -> %s\n", t->name, shape, ggml_name(t->ggml_type),
+                   types[i] == BT_TYPE_COUNT ? ggml_name(t->ggml_type) : ggml_name(bt_ggml_type_from_bt(types[i])));
+        }
+        free(types);
+        bt_gguf_close(g);
+        return 0;
+    }
+
+    /* header: every key but the two this rewrites, then the tensor table */
+    struct bt_gguf_writer *w = NULL;
+    if (bt_gguf_writer_open(out_path, &w, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "baton quantize: %s\n", err);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+    rc = write_header(w, g, o.mix, types);
+    if (rc) {
+        fprintf(stderr, "baton quantize: %s\n", bt_gguf_writer_error(w));
+        bt_gguf_writer_close(w);
+        free(types);
+        bt_gguf_close(g);
+        return 1;
+    }
+
+    const double t0 = bt_now_s();
+    uint64_t bytes_in = 0, bytes_out = 0;
+    rc = write_data(w, g, &o, types, &bytes_in, &bytes_out);
     if (rc) {
         if (bt_gguf_writer_error(w)[0]) fprintf(stderr, "baton quantize: %s\n", bt_gguf_writer_error(w));
         bt_gguf_writer_close(w);
@@ -514,7 +554,7 @@ int bt_cli_quantize(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "baton quantize: %s (%.2f MiB) -> %s (%.2f MiB, %s) in %.1f s with %ld threads\n", in,
-            bytes_in / 1048576.0, out_path, bytes_out / 1048576.0, mix->name, bt_now_s() - t0, nth);
+            bytes_in / 1048576.0, out_path, bytes_out / 1048576.0, o.mix->name, bt_now_s() - t0, o.nth);
     free(types);
     bt_gguf_close(g);
     return 0;

@@ -321,14 +321,7 @@ int bt_cli_serve(int argc, char **argv) {
     if (!o.api_key && getenv("BATON_API_KEY") && *getenv("BATON_API_KEY")) o.api_key = getenv("BATON_API_KEY");
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
 
-    const struct bt_rank_config rcfg = {
-        .prog = "baton serve",
-        .topology = o.eng.topology,
-        .backend = o.eng.backend,
-        .threads = o.eng.threads,
-        .partition = o.eng.partition,
-        .progress_us = 50,
-    };
+    const struct bt_rank_config rcfg = bt_cli_engine_rank_config("baton serve", &o.eng, 50);
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;

@@ -66,6 +66,69 @@ static void print_piece(const char *p, size_t n) {
 
 enum { OPT_STDIN = 1000, OPT_IDS, OPT_SHOW_COUNT, OPT_NO_BOS, OPT_NO_PARSE, OPT_NO_ESCAPE, OPT_TIME, OPT_INFO };
 
+/* --info: the vocabulary's kind, its special tokens, the chat template */
+static void print_info(const bt_tokenizer *tok, const char *tmpl) {
+    int32_t bos = bt_tokenizer_bos(tok), eos = bt_tokenizer_eos(tok), eot = bt_tokenizer_eot(tok);
+    size_t l;
+    printf("vocabulary: %s%s%s, %u tokens\n", bt_tokenizer_type(tok) == BT_VOCAB_SPM ? "llama (SentencePiece BPE)"
+                                                                                    : "gpt2 (byte-level BPE)",
+           bt_tokenizer_type(tok) == BT_VOCAB_BPE ? ", pre-tokenizer " : "", bt_tokenizer_pre(tok),
+           bt_tokenizer_n_tokens(tok));
+    printf("bos: %d '%s'%s\n", bos, bos >= 0 ? bt_tokenizer_piece(tok, bos, 1, &l) : "",
+           bt_tokenizer_add_bos(tok) ? " (added)" : "");
+    printf("eos: %d '%s'%s\n", eos, eos >= 0 ? bt_tokenizer_piece(tok, eos, 1, &l) : "",
+           bt_tokenizer_add_eos(tok) ? " (added)" : "");
+    printf("eot: %d '%s'\n", eot, eot >= 0 ? bt_tokenizer_piece(tok, eot, 1, &l) : "");
+    const char *name = tmpl ? bt_chat_template_detect(tmpl) : NULL;
+    printf("chat template: %s\n", !tmpl ? "none in the file" : name ? name : "not one baton knows");
+}
+
+/* the text to tokenize, from -p (escapes processed unless --no-escape), -f or standard input;
+ * NULL after saying why */
+static char *read_text(const char *prompt, const char *file, int escape, size_t *len, char *err, size_t err_size) {
+    char *text = NULL;
+    *len = 0;
+    if (prompt) {
+        *len = strlen(prompt);
+        text = malloc(*len + 1);
+        if (!text) {
+            fprintf(stderr, "baton tokenize: out of memory\n");
+            return NULL;
+        }
+        memcpy(text, prompt, *len + 1);
+        if (escape) bt_cli_process_escapes(text, len);
+    } else if (file) {
+        FILE *f = fopen(file, "rb");
+        if (!f) {
+            fprintf(stderr, "baton tokenize: %s: %s\n", file, strerror(errno));
+            return NULL;
+        }
+        text = bt_cli_read_all(f, file, len, err, err_size);
+        fclose(f);
+    } else {
+        text = bt_cli_read_all(stdin, "standard input", len, err, err_size);
+    }
+    if (!text) fprintf(stderr, "baton tokenize: %s\n", err);
+    return text;
+}
+
+/* the ids as a list, or one line per token with its piece */
+static void print_tokens(const bt_tokenizer *tok, const bt_tokens *ids, int ids_only) {
+    if (ids_only) {
+        putchar('[');
+        for (size_t i = 0; i < ids->n; i++) printf(i ? ", %d" : "%d", ids->ids[i]);
+        printf("]\n");
+    } else {
+        for (size_t i = 0; i < ids->n; i++) {
+            size_t pl;
+            const char *p = bt_tokenizer_piece(tok, ids->ids[i], 1, &pl);
+            printf("%6d -> '", ids->ids[i]);
+            print_piece(p, pl);
+            printf("'\n");
+        }
+    }
+}
+
 int bt_cli_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
     int use_stdin = 0, ids_only = 0, show_count = 0, add_special = 1, parse_special = 1, escape = 1, timing = 0,
@@ -137,19 +200,7 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
     double t1 = bt_now_s();
     if (info) {
-        int32_t bos = bt_tokenizer_bos(tok), eos = bt_tokenizer_eos(tok), eot = bt_tokenizer_eot(tok);
-        size_t l;
-        printf("vocabulary: %s%s%s, %u tokens\n", bt_tokenizer_type(tok) == BT_VOCAB_SPM ? "llama (SentencePiece BPE)"
-                                                                                        : "gpt2 (byte-level BPE)",
-               bt_tokenizer_type(tok) == BT_VOCAB_BPE ? ", pre-tokenizer " : "", bt_tokenizer_pre(tok),
-               bt_tokenizer_n_tokens(tok));
-        printf("bos: %d '%s'%s\n", bos, bos >= 0 ? bt_tokenizer_piece(tok, bos, 1, &l) : "",
-               bt_tokenizer_add_bos(tok) ? " (added)" : "");
-        printf("eos: %d '%s'%s\n", eos, eos >= 0 ? bt_tokenizer_piece(tok, eos, 1, &l) : "",
-               bt_tokenizer_add_eos(tok) ? " (added)" : "");
-        printf("eot: %d '%s'\n", eot, eot >= 0 ? bt_tokenizer_piece(tok, eot, 1, &l) : "");
-        const char *name = tmpl ? bt_chat_template_detect(tmpl) : NULL;
-        printf("chat template: %s\n", !tmpl ? "none in the file" : name ? name : "not one baton knows");
+        print_info(tok, tmpl);
         if (n_src == 0) {
             free(tmpl);
             bt_tokenizer_free(tok);
@@ -158,32 +209,9 @@ int bt_cli_tokenize(int argc, char **argv) {
     }
     free(tmpl);
 
-    char *text = NULL;
     size_t len = 0;
-    if (prompt) {
-        len = strlen(prompt);
-        text = malloc(len + 1);
-        if (!text) {
-            fprintf(stderr, "baton tokenize: out of memory\n");
-            bt_tokenizer_free(tok);
-            return 1;
-        }
-        memcpy(text, prompt, len + 1);
-        if (escape) bt_cli_process_escapes(text, &len);
-    } else if (file) {
-        FILE *f = fopen(file, "rb");
-        if (!f) {
-            fprintf(stderr, "baton tokenize: %s: %s\n", file, strerror(errno));
-            bt_tokenizer_free(tok);
-            return 1;
-        }
-        text = bt_cli_read_all(f, file, &len, err, sizeof err);
-        fclose(f);
-    } else {
-        text = bt_cli_read_all(stdin, "standard input", &len, err, sizeof err);
-    }
+    char *text = read_text(prompt, file, escape, &len, err, sizeof err);
     if (!text) {
-        fprintf(stderr, "baton tokenize: %s\n", err);
         bt_tokenizer_free(tok);
         return 1;
     }
@@ -199,19 +227,7 @@ int bt_cli_tokenize(int argc, char **argv) {
         bt_tokenizer_free(tok);
         return 1;
     }
-    if (ids_only) {
-        putchar('[');
-        for (size_t i = 0; i < ids.n; i++) printf(i ? ", %d" : "%d", ids.ids[i]);
-        printf("]\n");
-    } else {
-        for (size_t i = 0; i < ids.n; i++) {
-            size_t pl;
-            const char *p = bt_tokenizer_piece(tok, ids.ids[i], 1, &pl);
-            printf("%6d -> '", ids.ids[i]);
-            print_piece(p, pl);
-            printf("'\n");
-        }
-    }
+    print_tokens(tok, &ids, ids_only);
     if (show_count) printf("Total number of tokens: %zu\n", ids.n);
     if (timing)
         fprintf(stderr, "baton tokenize: %zu bytes -> %zu tokens: tokenize %.3f s (%.2f MB/s), load %.3f s\n", len,

@@ -41,7 +41,7 @@ struct out_file {
 static void usage(FILE *f) {
     fprintf(f, "usage: baton launch-files -t TOPOLOGY --out DIR\n"
                "\n"
-               "Reads and checks a topology file (configs/README.md) and writes the files\n"
+               "Reads and checks a topology file (docs/topology.md) and writes the files\n"
                "mpirun needs into DIR: hostfile, rankfile, env (NAME=VALUE lines to export),\n"
                "mpirun-args (extra arguments, one a line).  Prints the number of ranks.\n"
                "launch/baton-run calls this; you rarely need it yourself.\n"

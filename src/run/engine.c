@@ -97,7 +97,6 @@ struct bt_engine {
     int P;
     int *il0s, *il1s; /* every rank's range ([0, 0): none) */
     struct bt_model_dist *md;
-    uint8_t *has_dt;  /* [P]: the ranks that have a device transport */
     int32_t *rows;    /* one ubatch's rows asked for */
     int32_t *in;      /* ranks 1..P-1: a ubatch's body as it comes, sized at open for the largest */
     /* rank 0: messages to the others, a ring */
@@ -153,10 +152,6 @@ void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb,
 
 uint64_t bt_engine_computing(const struct bt_engine *e) {
     return e->md ? (uint64_t)bt_model_dist_n_submitted(e->md) : 0;
-}
-
-bool bt_engine_has_device_transport(const struct bt_engine *e, int rank) {
-    return e->has_dt && rank >= 0 && rank < e->P && e->has_dt[rank];
 }
 
 void bt_engine_default_params(struct bt_engine_params *p) {
@@ -540,25 +535,19 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
     {
         const int P = e->P;
         int *counts = calloc((size_t)P, sizeof *counts);
-        int64_t *has = calloc((size_t)P, sizeof *has);
-        e->has_dt = calloc((size_t)P, 1);
         e->rows = malloc((size_t)q->n_ubatch * sizeof *e->rows);
         e->in = t->rank != 0 ? malloc(body_bytes(q->n_ubatch, q->n_ubatch)) : NULL;
-        if (!counts || !has || !e->has_dt || !e->rows || (t->rank != 0 && !e->in)) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
+        if (!counts || !e->rows || (t->rank != 0 && !e->in)) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank %d: out of memory", t->rank);
         /* the value in use, which bt_engine_params reports: the runtime's
          * ring holds that many micro-batches */
         int inflight = q->max_inflight > 0 ? q->max_inflight : P * (r->copies > 0 ? r->copies : 1);
         if (inflight > BT_SCHED_MAX_COPIES) inflight = BT_SCHED_MAX_COPIES;
         e->p.max_inflight = inflight;
         if (st == BT_OK) {
-            has[t->rank] = r->device_t != NULL;
             for (int i = 0; i < P; i++) counts[i] = e->il1s[i] - e->il0s[i];
         }
         if (st == BT_OK) msg[0] = '\0';
-        st = bt_rank_agree(t, st, NULL, msg, sizeof msg); /* counts and has are freed below on every path */
-        if (st == BT_OK && t->iface.allreduce_max(t, has, P) != BT_OK)
-            st = BT_ERR_COMM, msgf(msg, sizeof msg, "rank %d: %s", t->rank, t->error);
-        for (int k = 0; st == BT_OK && k < P; k++) e->has_dt[k] = has[k] != 0;
+        st = bt_rank_agree(t, st, NULL, msg, sizeof msg); /* counts is freed below on every path */
         if (st == BT_OK) {
             struct bt_model_dist_params mp;
             bt_model_dist_default_params(&mp);
@@ -578,7 +567,6 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
             if (st != BT_OK) msgf(msg, sizeof msg, "%s", derr);
         }
         free(counts);
-        free(has);
         if (st == BT_OK) {
             bt_model_dist_memory(e->md, &e->stats.weight_bytes, &e->stats.mapped_bytes, &e->stats.repacked_bytes,
                                  &e->stats.kv_bytes);
@@ -646,7 +634,6 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->in);
     free(e->il0s);
     free(e->il1s);
-    free(e->has_dt);
     free(e->stats_in);
     free(e->stats_rq);
     free(e->rank_compute_s);

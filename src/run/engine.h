@@ -117,9 +117,6 @@ void bt_engine_set_eval_callback(struct bt_engine *e, bt_sched_eval_callback cb,
 /* The id of the ubatch this rank computes now (inside the eval callback),
  * else of the last one it computed. */
 uint64_t bt_engine_computing(const struct bt_engine *e);
-/* Whether a rank has a device transport (NCCL): x between two consecutive
- * stages that both have one goes over it. */
-bool bt_engine_has_device_transport(const struct bt_engine *e, int rank);
 
 /* ---- rank 0 ---- */
 

@@ -122,13 +122,9 @@ static int is(const char *role, const char *r) { return !strcmp(role, r); }
 
 #define EOS_DEEPSEEK "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 
-static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+/* the [INST] formats: Mistral's and Llama 2's */
+static void write_inst(enum fmt f, const bt_chat_msg *m, size_t n, out_buf *b) {
     switch (f) {
-    case F_CHATML:
-        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
-                                       put(b, "<|im_end|>\n");
-        if (add_ass) put(b, "<|im_start|>assistant\n");
-        break;
     case F_MISTRAL_V7:
     case F_MISTRAL_V7_TEKKEN: {
         const char *sp = f == F_MISTRAL_V7 ? " " : "";
@@ -179,30 +175,13 @@ static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, o
         }
         break;
     }
-    case F_PHI3:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
-                                       put(b, "<|end|>\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_PHI4:
-        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "<|im_sep|>"),
-                                       put(b, m[i].content), put(b, "<|im_end|>");
-        if (add_ass) put(b, "<|im_start|>assistant<|im_sep|>");
-        break;
-    case F_FALCON3:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content), put(b, "\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_ZEPHYR:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
-                                       put(b, "<|endoftext|>\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_MONARCH:
-        for (size_t i = 0; i < n; i++) put(b, i ? "<s>" : ""), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
-                                       put(b, "</s>\n");
-        if (add_ass) put(b, "<s>assistant\n");
-        break;
+    default: break;
+    }
+}
+
+/* Gemma, Orion, OpenChat and Vicuna */
+static void write_turns(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+    switch (f) {
     case F_GEMMA: {
         out_buf sys = {0};
         put(&sys, "");
@@ -257,6 +236,59 @@ static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, o
             else if (is(m[i].role, "assistant")) put(b, "ASSISTANT: "), put(b, m[i].content), put(b, "</s>\n");
         }
         if (add_ass) put(b, "ASSISTANT:");
+        break;
+    default: break;
+    }
+}
+
+static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+    switch (f) {
+    case F_CHATML:
+        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
+                                       put(b, "<|im_end|>\n");
+        if (add_ass) put(b, "<|im_start|>assistant\n");
+        break;
+    case F_MISTRAL_V7:
+    case F_MISTRAL_V7_TEKKEN:
+    case F_MISTRAL_V1:
+    case F_MISTRAL_V3:
+    case F_MISTRAL_V3_TEKKEN:
+    case F_LLAMA2:
+    case F_LLAMA2_SYS:
+    case F_LLAMA2_SYS_BOS:
+    case F_LLAMA2_SYS_STRIP:
+        write_inst(f, m, n, b);
+        break;
+    case F_PHI3:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
+                                       put(b, "<|end|>\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_PHI4:
+        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "<|im_sep|>"),
+                                       put(b, m[i].content), put(b, "<|im_end|>");
+        if (add_ass) put(b, "<|im_start|>assistant<|im_sep|>");
+        break;
+    case F_FALCON3:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content), put(b, "\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_ZEPHYR:
+        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
+                                       put(b, "<|endoftext|>\n");
+        if (add_ass) put(b, "<|assistant|>\n");
+        break;
+    case F_MONARCH:
+        for (size_t i = 0; i < n; i++) put(b, i ? "<s>" : ""), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
+                                       put(b, "</s>\n");
+        if (add_ass) put(b, "<s>assistant\n");
+        break;
+    case F_GEMMA:
+    case F_ORION:
+    case F_OPENCHAT:
+    case F_VICUNA:
+    case F_VICUNA_ORCA:
+        write_turns(f, m, n, add_ass, b);
         break;
     case F_DEEPSEEK:
         for (size_t i = 0; i < n; i++) {
@@ -473,7 +505,6 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
     return BT_ERR_INVALID;
 }
 
-const char *bt_chat_template_kind(const bt_chat_template *t) { return t->name; }
 
 void bt_chat_template_free(bt_chat_template *t) {
     if (!t) return;

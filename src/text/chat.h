@@ -46,8 +46,6 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
                                        const char *eos, bt_chat_template **out, char *note, size_t notelen, char *err,
                                        size_t errlen);
 
-/* "jinja" (the model's or a file's template) or the name of the built-in format. */
-const char *bt_chat_template_kind(const bt_chat_template *t);
 
 /* Write msgs[0..n) into a malloc'd NUL-terminated *out.  msg_json (may be
  * NULL; an entry may be NULL): message i as a JSON object, given to a Jinja

@@ -731,6 +731,17 @@ static node *parse_tuple(parser *P, int with_condexpr, int explicit_parens, cons
     return t;
 }
 
+/* before an item of a [..] or {..} literal: the comma after the one before
+ * (a trailing comma allowed); 0 at the closing bracket */
+static int next_item(parser *P, const node *n, const char *close) {
+    if (is_op(P, close)) return 0;
+    if (n->x.n) {
+        expect_op(P, ",");
+        if (is_op(P, close)) return 0;
+    }
+    return 1;
+}
+
 static node *parse_primary(parser *P) {
     enter(P);
     tok *t = cur(P);
@@ -763,22 +774,12 @@ static node *parse_primary(parser *P) {
     } else if (is_op(P, "[")) {
         n = mk(P, E_LIST, t->off);
         P->i++;
-        while (!is_op(P, "]")) {
-            if (n->x.n) {
-                expect_op(P, ",");
-                if (is_op(P, "]")) break;
-            }
-            nl_push(P->f, &n->x, parse_expr(P));
-        }
+        while (next_item(P, n, "]")) nl_push(P->f, &n->x, parse_expr(P));
         P->i++;
     } else if (is_op(P, "{")) {
         n = mk(P, E_DICT, t->off);
         P->i++;
-        while (!is_op(P, "}")) {
-            if (n->x.n) {
-                expect_op(P, ",");
-                if (is_op(P, "}")) break;
-            }
+        while (next_item(P, n, "}")) {
             nl_push(P->f, &n->x, parse_expr(P));
             expect_op(P, ":");
             nl_push(P->f, &n->y, parse_expr(P));
@@ -978,27 +979,21 @@ static node *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static node *parse_and(parser *P) {
-    node *n = parse_not(P);
-    while (is_name(P, "and")) {
-        node *a = mk(P, E_AND, cur(P)->off);
+/* operands of next joined left to right by the keyword word into kind nodes */
+static node *parse_keyword_chain(parser *P, const char *word, int kind, node *(*next)(parser *)) {
+    node *n = next(P);
+    while (is_name(P, word)) {
+        node *a = mk(P, kind, cur(P)->off);
         P->i++;
-        a->a = n, a->b = parse_not(P);
+        a->a = n, a->b = next(P);
         n = a;
     }
     return n;
 }
 
-static node *parse_or(parser *P) {
-    node *n = parse_and(P);
-    while (is_name(P, "or")) {
-        node *a = mk(P, E_OR, cur(P)->off);
-        P->i++;
-        a->a = n, a->b = parse_and(P);
-        n = a;
-    }
-    return n;
-}
+static node *parse_and(parser *P) { return parse_keyword_chain(P, "and", E_AND, parse_not); }
+
+static node *parse_or(parser *P) { return parse_keyword_chain(P, "or", E_OR, parse_and); }
 
 static node *parse_expr(parser *P) {
     enter(P);
@@ -2446,11 +2441,20 @@ static value apply_filter(R *r, const char *f, value in, args *a) {
     return v;
 }
 
-static value apply_filter_(R *r, const char *f, value in, args *a) {
+/* The filters, in three families; apply_filter_ picks the family by name. */
 #define P(...)                                                                                                     \
     const char *const p_[] = {__VA_ARGS__, NULL};                                                                      \
     arg_check(r, a, f, p_)
 #define P0() arg_check(r, a, f, NULL)
+static const char *const k_text_filters[] = {"default", "d", "length", "count", "tojson", "string", "safe",
+                                             "trim", "upper", "lower", "capitalize", "title", "replace",
+                                             "join", NULL};
+static const char *const k_seq_filters[] = {"items", "dictsort", "list", "first", "last", "reverse", "map",
+                                            "select", "reject", "selectattr", "rejectattr", "unique", "sort",
+                                            "min", "max", "sum", NULL};
+
+/* default, length, tojson and the string filters */
+static value filter_text(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         P("default_value", "boolean");
         value *d = arg(a, 0, "default_value");
@@ -2546,6 +2550,12 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         }
         return sb_value(r->f, &b);
     }
+    RFAIL(r, "No filter named '%s' found.", f);
+    return k_undef;
+}
+
+/* the filters over sequences and mappings */
+static value filter_seq(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "items")) {
         P0();
         if (in.t == V_UNDEF) return mk_gen(list_new(r->f, 0), "generator");
@@ -2666,6 +2676,12 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         }
         return acc;
     }
+    RFAIL(r, "No filter named '%s' found.", f);
+    return k_undef;
+}
+
+/* numbers, layout, attributes, escaping; an unknown name fails here */
+static value filter_other(R *r, const char *f, value in, args *a) {
     if (!strcmp(f, "int")) {
         P("default", "base");
         value *d = arg(a, 0, "default"), *b = arg(a, 1, "base");
@@ -2780,11 +2796,17 @@ static value apply_filter_(R *r, const char *f, value in, args *a) {
         v.safe = 1;
         return v;
     }
-#undef P
-#undef P0
     if (in_list(k_jinja_filters_missing, f)) RFAIL(r, "the filter '%s' is not supported", f);
     RFAIL(r, "No filter named '%s' found.", f);
     return k_undef;
+}
+#undef P
+#undef P0
+
+static value apply_filter_(R *r, const char *f, value in, args *a) {
+    if (in_list(k_text_filters, f)) return filter_text(r, f, in, a);
+    if (in_list(k_seq_filters, f)) return filter_seq(r, f, in, a);
+    return filter_other(r, f, in, a);
 }
 
 static int apply_test(R *r, const char *t, value v, args *a) {

@@ -516,8 +516,7 @@ START_TEST(test_buffers_events) {
     char err[256];
     ck_assert_msg(bt_backend_cuda_init(0, &gpu2, err, sizeof err) == BT_OK, "%s", err);
     ck_assert_ptr_nonnull(gpu2);
-    /* a device that is not there: the status and the message, nothing printed
-     * (issue 10 item 4) */
+    /* a device that is not there: the status and the message, nothing printed */
     bt_backend_t none = gpu2;
     ck_assert_int_eq(bt_backend_cuda_init(bt_cuda_device_count(), &none, err, sizeof err), BT_ERR_UNSUPPORTED);
     ck_assert_ptr_null(none);
