@@ -1,11 +1,15 @@
 /* llama-logits.c - llama.cpp's logits for a list of token ids: the yardstick's side of an
  * architecture check (tests/model_ref.py writes the numpy side in the same layout).
  *
- *   llama-logits MODEL.gguf IDS OUT.bin [whole|single] [THREADS]
+ *   llama-logits MODEL.gguf IDS OUT.bin [whole|single] [THREADS] [f16|f32]
  *
  * IDS is comma-separated token ids of one sequence at positions 0..n-1.  "whole" (the default)
  * decodes them as one batch, "single" one token at a time.  OUT.bin is int32 n_tokens, int32
- * n_vocab, int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab].
+ * n_vocab, int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab].  The last argument:
+ * f16 (the default) runs llama.cpp as it comes (an f16 KV cache, flash attention where it
+ * chooses it); f32 runs an f32 cache and its attention without flash attention, for
+ * comparisons at 1e-4: its CPU flash attention works in f16 (a tiny gpt-oss model's logits
+ * 4.4e-4 from a float64 reference with it, 3e-7 without, both with an f32 cache).
  *
  * Built against a llama.cpp build by bench/llama-logits.sh.
  */
@@ -26,9 +30,12 @@ static int fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) return fail("usage: llama-logits MODEL.gguf IDS OUT.bin [whole|single] [THREADS]");
+    if (argc < 4) return fail("usage: llama-logits MODEL.gguf IDS OUT.bin [whole|single] [THREADS] [f16|f32]");
     const int single = argc > 4 && strcmp(argv[4], "single") == 0;
     const int threads = argc > 5 ? atoi(argv[5]) : 1;
+    if (argc > 6 && strcmp(argv[6], "f16") != 0 && strcmp(argv[6], "f32") != 0)
+        return fail("KV type: f16 or f32");
+    const int kv_f32 = argc > 6 && strcmp(argv[6], "f32") == 0;
     int32_t ids[4096];
     int n = 0;
     for (char *s = argv[2]; *s && n < 4096;) {
@@ -49,6 +56,10 @@ int main(int argc, char **argv) {
     cp.n_batch = cp.n_ubatch = (uint32_t)n;
     cp.n_threads = cp.n_threads_batch = threads;
     cp.no_perf = 1;
+    if (kv_f32) {
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) return fail("llama.cpp could not make a context");
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));

@@ -2,7 +2,7 @@
 # llama-logits.sh - llama.cpp's logits for token ids (bench/llama-logits.c), built against the
 # yardstick on first use.
 #
-#   LLAMA_BIN=... bench/llama-logits.sh MODEL.gguf IDS OUT.bin [whole|single] [THREADS]
+#   LLAMA_BIN=... bench/llama-logits.sh MODEL.gguf IDS OUT.bin [whole|single] [THREADS] [f16|f32]
 #
 # LLAMA_BIN is llama.cpp's build/bin (bench/llama.sh builds it and prints the line); the tool is
 # built beside it.  OUT.bin has tests/model_ref.py's ref.bin layout.

@@ -119,6 +119,21 @@ struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tens
     return t;
 }
 
+struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, float alpha,
+                                float limit) {
+    if (!a || !b) return NULL;
+    if (!bt_are_same_shape(a, b))
+        FAIL(ctx, "SWIGLU_OAI: shapes differ: %s and %s", SHAPE(a), SHAPE(b));
+    if (b->type != BT_TYPE_F32) FAIL(ctx, "SWIGLU_OAI: operands must be f32, got %s", bt_type_name(b->type));
+    if (!(limit > 0.0f)) FAIL(ctx, "SWIGLU_OAI: limit %g must be positive", (double)limit);
+    struct bt_tensor *t = unary(ctx, a, BT_OP_SWIGLU_OAI);
+    if (!t) return NULL;
+    t->src[1] = b;
+    bt_set_op_param_f32(t, 0, alpha);
+    bt_set_op_param_f32(t, 1, limit);
+    return t;
+}
+
 static struct bt_tensor *row_reduce(bt_context *ctx, struct bt_tensor *a, enum bt_op op) {
     if (!a) return NULL;
     if (a->type != BT_TYPE_F32)
@@ -493,7 +508,22 @@ static bool attn_kv_type_ok(enum bt_type t) {
 
 struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
                                 struct bt_tensor *v, struct bt_tensor *mask, float scale) {
+    return bt_flash_attn_ext(ctx, q, k, v, mask, NULL, scale);
+}
+
+/* sinks: F32 [H] with packed elements, one per q head */
+static bool sinks_ok(const struct bt_tensor *sinks, const struct bt_tensor *q) {
+    return sinks->type == BT_TYPE_F32 && sinks->nb[0] == sizeof(float) && sinks->ne[0] == q->ne[1] &&
+           sinks->ne[1] == 1 && sinks->ne[2] == 1 && sinks->ne[3] == 1;
+}
+
+struct bt_tensor *bt_flash_attn_ext(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+                                    struct bt_tensor *v, struct bt_tensor *mask, struct bt_tensor *sinks,
+                                    float scale) {
     if (!q || !k || !v) return NULL;
+    if (sinks && !sinks_ok(sinks, q))
+        FAIL(ctx, "FLASH_ATTN: sinks %s must be f32 [%lld] (one per q head of %s)", SHAPE(sinks),
+             (long long)q->ne[1], SHAPE(q));
     if (q->type != BT_TYPE_F32 || q->nb[0] != sizeof(float))
         FAIL(ctx, "FLASH_ATTN: q %s must be f32 with packed rows", SHAPE(q));
     if (!attn_kv_type_ok(k->type) || !attn_kv_type_ok(v->type))
@@ -525,6 +555,7 @@ struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_
     t->src[1] = k;
     t->src[2] = v;
     t->src[3] = mask;
+    t->src[4] = sinks;
     bt_set_op_param_f32(t, 0, scale);
     return t;
 }
@@ -597,7 +628,8 @@ enum bt_elementwise bt_op_elementwise(enum bt_op op) {
         case BT_OP_GELU:
         case BT_OP_RELU:
         case BT_OP_SIGMOID: return BT_ELEMENTWISE_UNARY;
-        case BT_OP_SWIGLU: return BT_ELEMENTWISE_GLU;
+        case BT_OP_SWIGLU:
+        case BT_OP_SWIGLU_OAI: return BT_ELEMENTWISE_GLU;
         default: return BT_ELEMENTWISE_NONE;
     }
 }
@@ -612,6 +644,7 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
             return true;
         case BT_ELEMENTWISE_UNARY: return is_f32(node) && is_f32(a) && same_shape(node, a);
         case BT_ELEMENTWISE_GLU:
+            if (node->op == BT_OP_SWIGLU_OAI && !(bt_get_op_param_f32(node, 1) > 0.0f)) return false;
             return is_f32(node) && is_f32(a) && is_f32(b) && same_shape(node, a) && same_shape(a, b);
         case BT_ELEMENTWISE_NONE: break;
     }
@@ -688,7 +721,7 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
                          mask->ne[0] != b->ne[2] || mask->ne[1] < a->ne[2] || mask->ne[2] != 1 ||
                          mask->ne[3] != 1))
                 return false;
-            return true;
+            return !node->src[4] || sinks_ok(node->src[4], a);
         }
         case BT_OP_MUL_MAT:
         case BT_OP_MUL_MAT_ID:

@@ -79,6 +79,19 @@
  *                         at all (not even in the running maximum); a row
  *                         with every cell masked is 0.  The softmax is online
  *                         (one pass over the cells, no [N, T] scores held).
+ *                         src[4] = sinks (bt_flash_attn_ext), F32 [H]
+ *                         contiguous or NULL: head h's softmax has one more
+ *                         logit, sinks[h] (not scaled, not masked), that
+ *                         takes its share of the probability and adds no v:
+ *                         p_j = e^(z_j) / (e^(sinks[h]) + sum_j' e^(z_j'))
+ *                         (gpt-oss's attention sinks; ggml's
+ *                         flash_attn_ext_add_sinks).  A row with every cell
+ *                         masked is still 0.
+ *  SWIGLU_OAI(a, b, alpha, limit)
+ *                         gpt-oss's clamped SwiGLU (ggml's swiglu_oai), same
+ *                         shapes, f32[0] = alpha, f32[1] = limit:
+ *                         x = min(a, limit), y = clamp(b, -limit, limit),
+ *                         out = x * sigmoid(alpha * x) * (y + 1).
  */
 #ifndef BATON_OPS_H
 #define BATON_OPS_H
@@ -188,6 +201,8 @@ struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);
 struct bt_tensor *bt_relu(bt_context *ctx, struct bt_tensor *a);
 struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a);
 struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, float alpha,
+                                float limit);
 
 struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
 struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
@@ -195,6 +210,10 @@ struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tens
 /* FLASH_ATTN as documented above; mask may be NULL. */
 struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
                                 struct bt_tensor *v, struct bt_tensor *mask, float scale);
+/* The same with attention sinks (F32 [H], one per q head; NULL: none). */
+struct bt_tensor *bt_flash_attn_ext(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+                                    struct bt_tensor *v, struct bt_tensor *mask, struct bt_tensor *sinks,
+                                    float scale);
 
 /* Is node a well-formed instance of its op as documented above (types,
  * shapes, op params)?  Backends add their own limits on top. */

@@ -334,8 +334,9 @@ static enum bt_status place(struct bt_plan *p, struct bt_graph *g, const uint8_t
         const struct bt_tensor *t = g->nodes[i];
         int direct = -1, via = -1; /* a pinned weight read; a pinned op's result read */
         bool others = false;       /* another op's result, or an unpinned weight */
-        for (int j = 0; j < BT_MAX_SRC && t->src[j]; j++) {
+        for (int j = 0; j < BT_MAX_SRC; j++) {
             const struct bt_tensor *src = t->src[j];
+            if (!src) continue; /* an optional source (FLASH_ATTN's mask) may come before another */
             while (src->view_src && bt_op_is_view(src->op)) src = src->view_src;
             const int k = node_index(s, src);
             if (k == INT32_MIN) continue;

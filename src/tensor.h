@@ -24,7 +24,7 @@ extern "C" {
 
 #define BT_MAX_DIMS 4
 #ifndef BT_MAX_SRC
-#define BT_MAX_SRC 4
+#define BT_MAX_SRC 5 /* FLASH_ATTN: q, k, v, mask, sinks */
 #endif
 #define BT_MAX_OP_PARAMS 64 /* bytes */
 #ifndef BT_MAX_NAME
@@ -180,6 +180,7 @@ enum bt_op {
     BT_OP_CONCAT,
 
     BT_OP_FLASH_ATTN, /* fused attention with an online softmax (ops.h) */
+    BT_OP_SWIGLU_OAI, /* gpt-oss's clamped SwiGLU (ops.h) */
 
     BT_OP_COUNT,
 };

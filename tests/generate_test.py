@@ -10,7 +10,7 @@ limit; every bad input with its one message and exit code.
 With "ref": for every supported architecture, tests/model_ref.py writes a tiny
 model with a real vocabulary and decodes greedily in numpy from the published
 definitions; `baton generate --temp 0` must give the same tokens (skipped,
-exit 77, where the gguf package cannot be imported).  gemma3's sliding
+exit 77, where the gguf package cannot be imported).  gemma3's and gpt-oss's sliding
 layers with a ring that wraps (--ubatch 4, a 50-token prompt): the logits of
 every step the same bits on 1 to 4 ranks and 1 or 2 threads.
 """
@@ -477,7 +477,7 @@ def ref_tests():
     vocab = os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf")
     prompt, n = "Once upon a time", 6
     for arch in ("llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "deepseek2",
-                 "deepseek2-lite"):
+                 "deepseek2-lite", "gpt-oss"):
         m = os.path.join(TMP, arch + ".gguf")
         model_ref.write(arch, "f32", m, "none", vocab)
         rc, out, err = run(["tokenize", "-m", m, "-p", prompt, "--ids"])
@@ -492,12 +492,12 @@ def ref_tests():
         js2 = gen_json(["-m", m, "-p", prompt, "-n", str(n), "--temp", "0", "-c", "64"], 2)
         got2 = tokens(js2)[0] if js2 else None
         check(got2 == got, f"{arch}: the same on 2 ranks", f"{got2} vs {got}")
-        if arch == "gemma3":
-            ring_test(m)
+        if arch in ("gemma3", "gpt-oss"):
+            ring_test(m, arch)
 
 
-def ring_test(m):
-    """gemma3, window 4: ubatches of 4 make each sliding layer a ring of 32
+def ring_test(m, arch):
+    """gemma3 and gpt-oss, window 4: ubatches of 4 make each sliding layer a ring of 32
     cells, which a 50-token prompt and 8 steps wrap; every step's logits (a
     hash of them) the same on 1 to 4 ranks and 1 or 2 threads"""
     prompt = ("Once upon a time there was a little girl who lived in a village near the forest. Whenever she "
@@ -508,12 +508,12 @@ def ring_test(m):
         rc, out, err = run(["generate", "-m", m, "-p", prompt, "-n", "8", "--temp", "0", "-c", "256", "--ubatch", "4",
                             "-t", str(th), "--dump-tensors", "result_output"], np_)
         lines = [ln.split(" ubatch ", 1)[1] for ln in err.splitlines() if "result_output" in ln and " ubatch " in ln]
-        check(rc == 0 and len(lines) == 8, f"gemma3 ring: {np_} ranks x {th} threads runs",
+        check(rc == 0 and len(lines) == 8, f"{arch} ring: {np_} ranks x {th} threads runs",
               f"rc {rc}, {len(lines)} dumps: {err.strip()[-300:]}")
         hashes[(np_, th)] = lines
     first = hashes[(1, 1)]
     for k, v in hashes.items():
-        check(v == first, f"gemma3 ring: the logits on {k[0]} ranks x {k[1]} threads are one rank's bits")
+        check(v == first, f"{arch} ring: the logits on {k[0]} ranks x {k[1]} threads are one rank's bits")
 
 
 try:

@@ -11,27 +11,32 @@ with their own rotary base beside global layers, DeepSeek-V2/V3's multi-head
 latent attention computed as Hugging Face's modeling_deepseek does it, from
 the whole kv_b_proj the file's attn_k_b and attn_v_b were split from, with
 leading dense layers, sigmoid or softmax routing, a selection bias and
-ungated shared experts), reads the
+ungated shared experts; OpenAI's gpt-oss with its
+attention sinks, YaRN rotary, alternating sliding and full layers, biases
+everywhere, router softmax over the top k and clamped SwiGLU), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
 Usage: model_ref.py ARCH TYPE DIR [BREAK]
   ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2
         (V3's form: q_lora_rank, sigmoid gating with exp_probs_b, renormalised,
-        scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax)
+        scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax) gpt-oss
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
         gguf.quants.quantize; the types it cannot quantise to get random
         blocks whose scale gives the f32 matrix's RMS.  For the 256-element
-        types the model is 256 wide (embedding, feed-forward).
+        types the model is 256 wide (embedding, feed-forward).  gpt-oss
+        keeps every matrix but the experts' f32 with mxfp4, as its files do.
   BREAK none, missing (drop blk.1.attn_k.weight; deepseek2: attn_k_b),
         shape (blk.0.ffn_up has a wrong shape; deepseek2-lite, whose layer 0
         is dense too: also blk.1.attn_v_b), arch (general.architecture
         "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
         ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
         key_length_mla), groups (4 experts in 3 groups), geometry (key_length
-        one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier)
+        one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier);
+        gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
+        its attention.sliding_window)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -71,6 +76,7 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "gemma3": ("gemma3", "neox", False, False, False, "head", False, 32),
     "deepseek2": ("deepseek2", "norm", True, True, True, None, False, 0),
     "deepseek2-lite": ("deepseek2", "norm", True, False, True, None, False, 0),
+    "gpt-oss": ("gpt-oss", "neox", True, False, False, None, True, 32),
 }
 # DeepSeek: kv_lora_rank, q_lora_rank (0: lite), qk_nope_head_dim,
 # qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
@@ -88,6 +94,12 @@ D_YARN_FACTOR, D_YARN_ORIG, D_MSCALE = 4.0, 32, {"deepseek2": 1.0, "deepseek2-li
 # every 2nd, so both kinds are in 2 layers).  Global layers use the file's
 # rotary base with its linear scaling, sliding ones base 10000 unscaled.
 G_SWA, G_PATTERN, G_ROPE_GLOBAL, G_ROPE_LOCAL, G_ROPE_SCALE = 4, 2, 1e6, 10000.0, 2.0
+# gpt-oss: the even layers slide over 4 tokens (the file does not say the
+# pattern: llama.cpp's default 2, gpt-oss's layer_types), every layer rotates
+# with YaRN at gpt-oss's base, factor and original context; swiglu_oai's
+# alpha and limit
+O_SWA, O_ROPE_BASE, O_YARN_FACTOR, O_YARN_ORIG, O_CTX = 4, 150000.0, 32.0, 4096, 131072
+O_ALPHA, O_LIMIT = 1.702, 7.0
 
 
 def copy_vocab(w, vocab):
@@ -137,8 +149,15 @@ def write(name, wtype, path, brk, vocab=None):
         w.add_uint32(f"{arch}.attention.key_length", hd)
         w.add_uint32(f"{arch}.attention.value_length", hd)
     w.add_uint32(f"{arch}.rope.dimension_count", hd)
-    gemma = arch == "gemma3"
-    w.add_float32(f"{arch}.rope.freq_base", G_ROPE_GLOBAL if gemma else ROPE_BASE)
+    gemma, oss = arch == "gemma3", arch == "gpt-oss"
+    w.add_float32(f"{arch}.rope.freq_base", G_ROPE_GLOBAL if gemma else O_ROPE_BASE if oss else ROPE_BASE)
+    if oss:  # gpt-oss's converter: the window, YaRN with its original context
+        w.add_uint32(f"{arch}.context_length", O_CTX)
+        if brk != "nowindow":
+            w.add_uint32(f"{arch}.attention.sliding_window", O_SWA)
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", O_YARN_FACTOR)
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", O_YARN_ORIG)
     if gemma:  # llama.cpp's gemma3 loader wants the context length
         w.add_uint32(f"{arch}.context_length", 4096)
         w.add_uint32(f"{arch}.attention.sliding_window", G_SWA)
@@ -160,7 +179,7 @@ def write(name, wtype, path, brk, vocab=None):
     def vec(n, around=1.0, spread=0.25):
         return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
 
-    put = put_fn(w, wtype, brk)
+    put = put_fn(w, wtype, brk, oss)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
     put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
@@ -187,6 +206,20 @@ def write(name, wtype, path, brk, vocab=None):
         if gemma:  # the converter has added Gemma's 1 to every norm weight
             put(b + "post_attention_norm.weight", vec(N_EMBD), False)
             put(b + "post_ffw_norm.weight", vec(N_EMBD), False)
+        if oss:
+            put(b + "attn_output.bias", vec(N_EMBD, 0.0, 0.5), False)
+            put(b + "attn_sinks.weight", vec(N_HEAD, 1.0, 2.0), False)
+            put(b + "post_attention_norm.weight", vec(N_EMBD), False)
+            put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+            put(b + "ffn_gate_inp.bias", vec(N_EXPERT, 0.0, 1.0), False)
+            put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+            put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+            put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+            # biases of 6 around 0: gate and up values past the clamp's 7
+            put(b + "ffn_gate_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
+            put(b + "ffn_up_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
+            put(b + "ffn_down_exps.bias", (rng.uniform(-0.5, 0.5, size=(N_EXPERT, N_EMBD))).astype(np.float32), False)
+            continue
         put(b + "ffn_norm.weight", vec(N_EMBD), False)
         if not moe:
             put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
@@ -208,11 +241,14 @@ def write(name, wtype, path, brk, vocab=None):
     w.close()
 
 
-def put_fn(w, wtype, brk):
+def put_fn(w, wtype, brk, oss=False):
     """put(name, array, quant): the tensor as wtype where its rows are whole
-    blocks (and quant), else f32; the BREAK variants applied"""
+    blocks (and quant), else f32 (gpt-oss with mxfp4: only the experts); the
+    BREAK variants applied"""
     def put(tname, a, quant=True):
         if brk == "missing" and tname in ("blk.1.attn_k.weight", "blk.1.attn_k_b.weight"):
+            return
+        if brk == "sinks" and tname == "blk.0.attn_sinks.weight":
             return
         if brk == "shape" and tname == "blk.0.ffn_up.weight":
             a = a[:-32]
@@ -221,6 +257,8 @@ def put_fn(w, wtype, brk):
         if brk == "shape" and tname == "blk.0.ffn_up_exps.weight":
             a = a[:, :-16]
         qt = WTYPES[wtype]
+        if oss and qt == QT.MXFP4 and "_exps" not in tname:
+            quant = False
         if quant and qt != QT.F32 and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0] == 0:
             w.add_tensor(tname, encode(tname, a, qt), raw_dtype=qt)
         else:
@@ -373,6 +411,71 @@ def rope_inv(x, pos, mode, inv):
     return out
 
 
+def rope_yarn(x, pos, base, factor, orig, beta_fast=32.0, beta_slow=1.0):
+    """x [T, heads, hd], rotate_half pairs; YaRN (Peng et al. 2023, "YaRN:
+    Efficient Context Window Extension"): per pair i the frequency mixes the
+    interpolated base^(-2i/d) / factor and the extrapolated base^(-2i/d) by a
+    ramp between the dims whose wavelength makes beta_fast and beta_slow turns
+    over the original context (floored and ceiled, as the paper's code and
+    transformers' default; gpt-oss's config says truncate: false, which
+    llama.cpp does not follow either), cos and sin times 0.1 ln(factor) + 1."""
+    T, _, d = x.shape
+    pos_freq = base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    extra, inter = 1.0 / pos_freq, 1.0 / (factor * pos_freq)
+
+    def corr_dim(n_rot):
+        return d * np.log(orig / (n_rot * 2 * np.pi)) / (2 * np.log(base))
+    low, high = max(np.floor(corr_dim(beta_fast)), 0), min(np.ceil(corr_dim(beta_slow)), d - 1)
+    ramp = np.clip((np.arange(d // 2) - low) / max(high - low, 0.001), 0, 1)
+    inv = inter * ramp + extra * (1 - ramp)
+    ang = pos[:, None].astype(np.float64) * inv[None, :]
+    m = 0.1 * np.log(factor) + 1.0
+    c, s = (np.cos(ang) * m)[:, None, :], (np.sin(ang) * m)[:, None, :]
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+
+
+def swiglu_oai(g, u):
+    """gpt-oss's MLP activation (its reference model.py): the gate clamped
+    above at 7, the linear part to [-7, 7], g * sigmoid(1.702 g) * (u + 1)"""
+    g, u = np.minimum(g, O_LIMIT), np.clip(u, -O_LIMIT, O_LIMIT)
+    return g / (1 + np.exp(-O_ALPHA * g)) * (u + 1)
+
+
+def gpt_oss_layer(t, il, x, pos):
+    """one gpt-oss block (its reference model.py): attention with sinks over
+    the causal or sliding window, then the MoE with biased router and experts"""
+    b, T, hd, group = f"blk.{il}.", len(pos), SPEC["gpt-oss"][7], N_HEAD // N_HEAD_KV
+    seen = np.tril(np.ones((T, T), dtype=bool))
+    if il % 2 == 0:  # sliding_attention on the even layers
+        seen &= pos[:, None] - pos[None, :] < O_SWA
+    h = rms(x, t[b + "attn_norm.weight"])
+    q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t[b + f"attn_{n}.bias"] for n in "qkv")
+    q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
+    q, k = (rope_yarn(a, pos, O_ROPE_BASE, O_YARN_FACTOR, O_YARN_ORIG) for a in (q, k))
+    att = np.zeros((T, N_HEAD, hd))
+    for hh in range(N_HEAD):
+        s = np.where(seen, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
+        sink = t[b + "attn_sinks.weight"][hh]  # one more logit in the softmax, no value
+        mx = np.maximum(s.max(axis=1, keepdims=True), sink)
+        p = np.exp(s - mx)
+        p /= p.sum(axis=1, keepdims=True) + np.exp(sink - mx)
+        att[:, hh] = p @ v[:, hh // group]
+    x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T + t[b + "attn_output.bias"]
+    h = rms(x, t[b + "post_attention_norm.weight"])
+    logits = h @ t[b + "ffn_gate_inp.weight"].T + t[b + "ffn_gate_inp.bias"]  # [T, E]
+    f = np.zeros_like(h)
+    for i in range(T):
+        sel = np.argsort(-logits[i], kind="stable")[:N_USED]
+        we = np.exp(logits[i, sel] - logits[i, sel].max())
+        we /= we.sum()
+        for e, wk in zip(sel, we):
+            g = t[b + "ffn_gate_exps.weight"][e] @ h[i] + t[b + "ffn_gate_exps.bias"][e]
+            u = t[b + "ffn_up_exps.weight"][e] @ h[i] + t[b + "ffn_up_exps.bias"][e]
+            f[i] += wk * (t[b + "ffn_down_exps.weight"][e] @ swiglu_oai(g, u) + t[b + "ffn_down_exps.bias"][e])
+    return x + f
+
+
 def silu(x):
     return x / (1 + np.exp(-x))
 
@@ -470,6 +573,9 @@ def forward(name, t, tokens, hidden=False):
     # sliding window: token i sees j when 0 <= i - j < window
     window = causal & (pos[:, None] - pos[None, :] < G_SWA)
     for il in range(N_LAYER):
+        if arch == "gpt-oss":
+            x = gpt_oss_layer(t, il, x, pos)
+            continue
         b = f"blk.{il}."
         local = gemma and il % G_PATTERN != G_PATTERN - 1
         base, scale = (G_ROPE_LOCAL, 1.0) if local else (G_ROPE_GLOBAL, G_ROPE_SCALE) if gemma else (ROPE_BASE, 1.0)

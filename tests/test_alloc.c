@@ -548,6 +548,7 @@ static struct bt_tensor *elementwise_node(struct ip *s, enum bt_op op) {
         case BT_OP_RELU: return bt_relu(s->ctx, s->a);
         case BT_OP_SIGMOID: return bt_sigmoid(s->ctx, s->a);
         case BT_OP_SWIGLU: return bt_swiglu(s->ctx, s->a, s->x);
+        case BT_OP_SWIGLU_OAI: return bt_swiglu_oai(s->ctx, s->a, s->x, 1.702f, 7.0f);
         default: return NULL;
     }
 }
@@ -566,7 +567,8 @@ START_TEST(test_inplace_elementwise_list) {
                       (int)kind);
         if (node) {
             ck_assert(bt_op_is_well_formed(node));
-            ck_assert_int_eq(kind, node->src[1] ? (op == BT_OP_SWIGLU ? BT_ELEMENTWISE_GLU : BT_ELEMENTWISE_BINARY)
+            const bool glu = op == BT_OP_SWIGLU || op == BT_OP_SWIGLU_OAI;
+            ck_assert_int_eq(kind, node->src[1] ? (glu ? BT_ELEMENTWISE_GLU : BT_ELEMENTWISE_BINARY)
                                                 : BT_ELEMENTWISE_UNARY);
             ip_alloc(&s, &node, 1);
             ck_assert_msg(node->data == s.a->data, "op %s did not take its source's block", bt_op_name((enum bt_op)op));
@@ -574,7 +576,7 @@ START_TEST(test_inplace_elementwise_list) {
         }
         ip_end(&s);
     }
-    ck_assert_int_eq(n, 12);
+    ck_assert_int_eq(n, 13);
 }
 END_TEST
 

@@ -124,8 +124,8 @@ static double max_rel(const float *a, const float *r, int64_t n) {
     return md / mr;
 }
 
-static const char *const ARCHES[] = {"llama",    "llama-moe", "qwen2",  "qwen3",     "qwen2moe",
-                                     "qwen3moe", "olmoe",     "gemma3", "deepseek2", "deepseek2-lite"};
+static const char *const ARCHES[] = {"llama",    "llama-moe", "qwen2",     "qwen3",          "qwen2moe", "qwen3moe",
+                                     "olmoe",    "gemma3",    "deepseek2", "deepseek2-lite", "gpt-oss"};
 #define N_ARCHES ((int)(sizeof ARCHES / sizeof ARCHES[0]))
 
 static void check_reference(const char *arch, const char *type, double tol) {
@@ -175,6 +175,14 @@ static const char *const IQ_TYPES[] = {"mxfp4", "iq4_nl", "iq4_xs", "iq2_xxs", "
 #define N_IQ_TYPES ((int)(sizeof IQ_TYPES / sizeof IQ_TYPES[0]))
 START_TEST(test_reference_iq) {
     check_reference(_i % 2 ? "qwen3moe" : "llama", IQ_TYPES[_i / 2], 6e-2);
+}
+END_TEST
+
+/* gpt-oss as its files come: MXFP4 experts (MUL_MAT_ID against Q8_0
+ * columns), the other matrices f32; measured 1.2e-2 (the activations'
+ * 8 bits, as the table types above) */
+START_TEST(test_reference_gpt_oss_mxfp4) {
+    check_reference("gpt-oss", "mxfp4", 3e-2);
 }
 END_TEST
 
@@ -432,8 +440,9 @@ END_TEST
  * bits alone; the ring takes less memory; a position too far behind its
  * sequence is refused. */
 START_TEST(test_sliding_window_ring) {
+    const char *arch = _i ? "gpt-oss" : "gemma3"; /* both: layer 0 slides over 4 tokens, layer 1 is global */
     struct ref r;
-    make_model("gemma3", "f32", "long", &r);
+    make_model(arch, "f32", "long", &r);
     struct bt_llm *m = load(r.path);
     const int n = r.n_tok, V = r.n_vocab;
     ck_assert_int_eq(n, 80);
@@ -444,15 +453,15 @@ START_TEST(test_sliding_window_ring) {
     bt_llm_ctx_free(c);
     double e = max_rel(full, r.logits, (int64_t)n * V);
     ck_assert_msg(e <= 1e-4, "without a ring: %g", e);
-    fprintf(stderr, "gemma3 80 tokens, window 4, no ring: relative error %.3g\n", e);
+    fprintf(stderr, "%s 80 tokens, window 4, no ring: relative error %.3g\n", arch, e);
 
     c = new_ctx(m, 128, 1, 5, BT_TYPE_F32, 2);
     decode(c, r.tokens, n, 0, 0, ring);
     const size_t bytes_ring = bt_kv_bytes(bt_llm_ctx_kv(c));
     e = max_rel(ring, r.logits, (int64_t)n * V);
     ck_assert_msg(e <= 1e-4, "with a ring: %g", e);
-    fprintf(stderr, "gemma3 80 tokens, window 4, ring of 32: relative error %.3g; cache %zu bytes, %zu without\n", e,
-            bytes_ring, bytes_full);
+    fprintf(stderr, "%s 80 tokens, window 4, ring of 32: relative error %.3g; cache %zu bytes, %zu without\n", arch,
+            e, bytes_ring, bytes_full);
     /* layer 0 slides (32 cells), layer 1 is global (128): 2 * 32 * 4 bytes a row */
     ck_assert_uint_eq(bytes_full, 2 * 128 * 2 * 256);
     ck_assert_uint_eq(bytes_ring, (32 + 128) * 2 * 256);
@@ -523,7 +532,7 @@ static void check_broken(const char *arch, const char *brk, enum bt_status want,
 START_TEST(test_broken_files) {
     check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
                  "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
-                 "gemma3, deepseek2)");
+                 "gemma3, deepseek2, gpt-oss)");
     check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
     check_broken("llama", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
@@ -542,6 +551,9 @@ START_TEST(test_broken_files) {
                  "rope.dimension_count (97, 64 + 32), value_length = kv_lora_rank (64) and key_length_mla (64) > "
                  "rope.dimension_count");
     check_broken("deepseek2-lite", "yarn", BT_ERR_INVALID, "key deepseek2.rope.scaling.yarn_log_multiplier is missing");
+    check_broken("gpt-oss", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 64])");
+    check_broken("gpt-oss", "sinks", BT_ERR_INVALID, "tensor \"blk.0.attn_sinks.weight\" is missing (expected [4])");
+    check_broken("gpt-oss", "nowindow", BT_ERR_INVALID, "key gpt-oss.attention.sliding_window is missing");
 }
 END_TEST
 
@@ -549,7 +561,7 @@ END_TEST
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
     static const char *const archs[] = {"llama",    "qwen2", "qwen3",  "qwen2moe",
-                                        "qwen3moe", "olmoe", "gemma3", "deepseek2"};
+                                        "qwen3moe", "olmoe", "gemma3", "deepseek2", "gpt-oss"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -567,7 +579,7 @@ START_TEST(test_random_model) {
         ck_assert_int_eq(hp->n_layer, 2);
         ck_assert_int_eq(hp->n_embd, 64);
         ck_assert_int_eq(hp->n_vocab, rm.n_vocab);
-        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 || a == 7 ? rm.n_expert : 0);
+        ck_assert_int_eq(hp->n_expert, (a >= 3 && a <= 5) || a == 0 || a >= 7 ? rm.n_expert : 0);
         if (a == 7) { /* V3's proportions to a head of 32: the cache's one latent head of 128 + 16 */
             ck_assert_int_eq(hp->n_head_kv, 1);
             ck_assert_int_eq(hp->head_dim, 144);
@@ -575,7 +587,8 @@ START_TEST(test_random_model) {
             ck_assert_int_eq(hp->n_layer_dense_lead, 1);
             ck_assert(hp->kv_v_in_k && hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 2.5f);
         }
-        ck_assert_int_eq(hp->n_swa, strcmp(archs[a], "gemma3") == 0 ? rm.n_swa : 0);
+        const bool sliding = strcmp(archs[a], "gemma3") == 0 || strcmp(archs[a], "gpt-oss") == 0;
+        ck_assert_int_eq(hp->n_swa, sliding ? rm.n_swa : 0);
         /* the file writer gives the same bytes */
         char dir[] = "/tmp/bt_rm_XXXXXX", path[64];
         ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -652,7 +665,7 @@ START_TEST(test_random_model) {
     rm.arch = "gpt9";
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err,
-                     "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2");
+                     "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss");
     rm.arch = "deepseek2";
     rm.head_dim = 34;
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
@@ -720,12 +733,13 @@ int main(void) {
     tcase_add_loop_test(tc, test_reference_f32, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_reference_q8_0, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_reference_iq, 0, 2 * N_IQ_TYPES);
+    tcase_add_test(tc, test_reference_gpt_oss_mxfp4);
     tcase_add_loop_test(tc, test_incremental_bitwise, 0, N_ARCHES);
     tcase_add_test(tc, test_incremental_kv_types);
     tcase_add_test(tc, test_stage_graphs);
     tcase_add_test(tc, test_stage_fallback);
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
-    tcase_add_test(tc, test_sliding_window_ring);
+    tcase_add_loop_test(tc, test_sliding_window_ring, 0, 2);
     tcase_add_test(tc, test_broken_files);
     tcase_add_test(tc, test_batch_errors);
     tcase_add_test(tc, test_random_model);

@@ -1,6 +1,7 @@
 /* test_attn.c - FLASH_ATTN (ops.h, backends/cpu/attn.c): against a plain
  * two-pass softmax reference in double (NMSE) for F32 / F16 / Q8_0 k and v,
- * grouped-query heads, F32 and F16 masks, fully masked rows; bitwise
+ * grouped-query heads, F32 and F16 masks, fully masked rows, attention sinks
+ * (with and without: the determinism checks run both); bitwise
  * determinism over thread counts, over the other query rows in the batch and
  * the row's position in it, and over where the unmasked cells sit in the
  * cache; every instruction-set variant the CPU has against the plain C one,
@@ -17,12 +18,13 @@ struct attn_case {
     int64_t D, Dv, H, Hk, N, T;
     enum bt_type kv_type, mask_type;
     bool with_mask;
+    bool with_sinks; /* gpt-oss's sinks: one more logit per q head */
 };
 
 /* out[:, h, t] in double from dense logical-order arrays (k/v already
  * dequantised, as the kernel sees them) */
 static void ref_attn(const struct attn_case *c, const float *q, const float *k, const float *v,
-                     const float *mask, float scale, float *out) {
+                     const float *mask, const float *sinks, float scale, float *out) {
     const int64_t group = c->H / c->Hk;
     double *s = malloc((size_t)c->N * sizeof *s);
     for (int64_t t = 0; t < c->T; t++) {
@@ -36,9 +38,11 @@ static void ref_attn(const struct attn_case *c, const float *q, const float *k, 
                 s[j] = d * scale + (mask ? mask[j + c->N * t] : 0.0);
                 if (s[j] > mx) mx = s[j];
             }
-            double sum = 0;
+            const bool any = mx != -INFINITY; /* a fully masked row is 0, sink or not */
+            if (sinks && sinks[h] > mx) mx = sinks[h];
+            double sum = sinks && any ? exp(sinks[h] - mx) : 0.0; /* the sink's share: no v */
             for (int64_t j = 0; j < c->N; j++) {
-                s[j] = (mx == -INFINITY) ? 0.0 : exp(s[j] - mx);
+                s[j] = !any ? 0.0 : exp(s[j] - mx);
                 sum += s[j];
             }
             for (int64_t i = 0; i < c->Dv; i++) {
@@ -77,8 +81,10 @@ static void check_case(const struct attn_case *c, double tol) {
     /* one row with every cell masked */
     if (m && c->T > 2)
         for (int64_t j = 0; j < c->N; j++) bt_set_f32_nd(m, j, 1, 0, 0, -INFINITY);
+    struct bt_tensor *sk = c->with_sinks ? bt_new_tensor_1d(ctx, BT_TYPE_F32, c->H) : NULL;
+    if (sk) tu_fill_uniform(sk, &r, -3.0f, 3.0f); /* some above the scores, some below */
     const float scale = 1.0f / sqrtf((float)c->D);
-    struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, scale);
+    struct bt_tensor *out = bt_flash_attn_ext(ctx, q, k, v, m, sk, scale);
     TU_OK(ctx, out);
     ck_assert_int_eq(out->ne[0], c->Dv);
     ck_assert_int_eq(out->ne[1], c->H);
@@ -86,9 +92,9 @@ static void check_case(const struct attn_case *c, double tol) {
     tu_compute(ctx, out, 2);
 
     float *qv = tu_read_f32(q), *kv = tu_read_f32(k), *vv = tu_read_f32(v);
-    float *mv = m ? tu_read_f32(m) : NULL;
+    float *mv = m ? tu_read_f32(m) : NULL, *sv = sk ? tu_read_f32(sk) : NULL;
     float *ref = malloc((size_t)bt_nelements(out) * sizeof *ref);
-    ref_attn(c, qv, kv, vv, mv, scale, ref);
+    ref_attn(c, qv, kv, vv, mv, sv, scale, ref);
     const double e = tu_nmse_tensor(out, ref);
     ck_assert_msg(e <= tol, "D %lld H %lld/%lld N %lld T %lld %s: NMSE %g > %g", (long long)c->D,
                   (long long)c->H, (long long)c->Hk, (long long)c->N, (long long)c->T,
@@ -102,18 +108,22 @@ static void check_case(const struct attn_case *c, double tol) {
     free(kv);
     free(vv);
     free(mv);
+    free(sv);
     free(ref);
     bt_free(ctx);
 }
 
 START_TEST(test_against_reference) {
     const struct attn_case cases[] = {
-        {16, 16, 4, 4, 9, 5, BT_TYPE_F32, BT_TYPE_F32, true},
-        {64, 64, 8, 2, 37, 11, BT_TYPE_F16, BT_TYPE_F32, true},  /* GQA 4:1 */
-        {32, 32, 6, 3, 50, 7, BT_TYPE_F16, BT_TYPE_F16, true},   /* F16 mask */
-        {64, 32, 4, 1, 20, 3, BT_TYPE_Q8_0, BT_TYPE_F32, true},  /* MQA, Q8_0, Dv != D */
-        {24, 40, 2, 2, 13, 4, BT_TYPE_F32, BT_TYPE_F32, false},  /* no mask */
-        {128, 128, 4, 2, 300, 2, BT_TYPE_F16, BT_TYPE_F32, true}, /* long context */
+        {16, 16, 4, 4, 9, 5, BT_TYPE_F32, BT_TYPE_F32, true, false},
+        {64, 64, 8, 2, 37, 11, BT_TYPE_F16, BT_TYPE_F32, true, false},  /* GQA 4:1 */
+        {32, 32, 6, 3, 50, 7, BT_TYPE_F16, BT_TYPE_F16, true, false},   /* F16 mask */
+        {64, 32, 4, 1, 20, 3, BT_TYPE_Q8_0, BT_TYPE_F32, true, false},  /* MQA, Q8_0, Dv != D */
+        {24, 40, 2, 2, 13, 4, BT_TYPE_F32, BT_TYPE_F32, false, false},  /* no mask */
+        {128, 128, 4, 2, 300, 2, BT_TYPE_F16, BT_TYPE_F32, true, false}, /* long context */
+        {64, 64, 8, 2, 37, 11, BT_TYPE_F16, BT_TYPE_F32, true, true},  /* sinks, GQA, a fully masked row */
+        {16, 16, 4, 4, 9, 5, BT_TYPE_F32, BT_TYPE_F32, true, true},
+        {24, 40, 2, 2, 13, 4, BT_TYPE_F32, BT_TYPE_F32, false, true}, /* sinks, no mask */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 1e-10);
 }
@@ -121,8 +131,8 @@ END_TEST
 
 /* out (T rows) computed for a mask/q; returns the output bytes (malloc'd) */
 static float *run_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k, struct bt_tensor *v,
-                       struct bt_tensor *m, int nth) {
-    struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, 0.125f);
+                       struct bt_tensor *m, struct bt_tensor *sk, int nth) {
+    struct bt_tensor *out = bt_flash_attn_ext(ctx, q, k, v, m, sk, 0.125f);
     TU_OK(ctx, out);
     tu_compute(ctx, out, nth);
     float *o = malloc(bt_nbytes(out));
@@ -130,11 +140,14 @@ static float *run_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k
     return o;
 }
 
-START_TEST(test_bitwise_invariance) {
+/* with_sinks: the same with a sink per head (the row's last step) */
+static void bitwise_invariance(bool with_sinks) {
     const int64_t D = 64, H = 8, Hk = 2, N = 40, T = 9;
     bt_context *ctx = tu_ctx(32);
     tu_rng r;
     tu_rng_init(&r, 77);
+    struct bt_tensor *sk = with_sinks ? bt_new_tensor_1d(ctx, BT_TYPE_F32, H) : NULL;
+    if (sk) tu_fill_uniform(sk, &r, -2.0f, 2.0f);
     struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, D, H, T);
     struct bt_tensor *k = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N);
     struct bt_tensor *v = bt_new_tensor_3d(ctx, BT_TYPE_F16, D, Hk, N);
@@ -145,12 +158,12 @@ START_TEST(test_bitwise_invariance) {
     /* causal: row t sees cells 0 .. 30 + t */
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < N; j++) bt_set_f32_nd(m, j, t, 0, 0, j <= 30 + t ? 0.0f : -INFINITY);
-    float *base = run_attn(ctx, q, k, v, m, 1);
+    float *base = run_attn(ctx, q, k, v, m, sk, 1);
     const size_t row = (size_t)D * H * sizeof(float);
 
     /* thread counts */
     for (int nth = 2; nth <= 4; nth++) {
-        float *o = run_attn(ctx, q, k, v, m, nth);
+        float *o = run_attn(ctx, q, k, v, m, sk, nth);
         ck_assert_msg(memcmp(o, base, row * T) == 0, "%d threads differ from 1", nth);
         free(o);
     }
@@ -164,11 +177,11 @@ START_TEST(test_bitwise_invariance) {
         memcpy(m1->data, (char *)m->data + t * m->nb[1], (size_t)N * 4);
         memcpy((char *)qr->data + (T - 1 - t) * qr->nb[2], (char *)q->data + t * q->nb[2], row);
         memcpy((char *)mr->data + (T - 1 - t) * mr->nb[1], (char *)m->data + t * m->nb[1], (size_t)N * 4);
-        float *o = run_attn(ctx, q1, k, v, m1, 3);
+        float *o = run_attn(ctx, q1, k, v, m1, sk, 3);
         ck_assert_msg(memcmp(o, (char *)base + t * row, row) == 0, "row %lld alone differs", (long long)t);
         free(o);
     }
-    float *o = run_attn(ctx, qr, k, v, mr, 2);
+    float *o = run_attn(ctx, qr, k, v, mr, sk, 2);
     for (int64_t t = 0; t < T; t++)
         ck_assert_msg(memcmp((char *)o + (T - 1 - t) * row, (char *)base + t * row, row) == 0,
                       "row %lld at position %lld differs", (long long)t, (long long)(T - 1 - t));
@@ -190,11 +203,16 @@ START_TEST(test_bitwise_invariance) {
         for (int64_t j = 0; j < N2; j++)
             bt_set_f32_nd(m2, j, t, 0, 0,
                           (j % 2 == 1 && j / 2 < N) ? bt_get_f32_nd(m, j / 2, t, 0, 0) : -INFINITY);
-    o = run_attn(ctx, q, k2, v2, m2, 4);
+    o = run_attn(ctx, q, k2, v2, m2, sk, 4);
     ck_assert_msg(memcmp(o, base, row * T) == 0, "spread cells differ");
     free(o);
     free(base);
     bt_free(ctx);
+}
+
+START_TEST(test_bitwise_invariance) {
+    bitwise_invariance(false);
+    bitwise_invariance(true);
 }
 END_TEST
 
@@ -234,14 +252,16 @@ static int64_t first_diff(const float *a, const float *b, int64_t n) {
  * enough that new maxima and exp's underflow to 0 occur inside tiles. */
 START_TEST(test_isa_variants) {
     const struct attn_case cases[] = {
-        {64, 64, 8, 2, 100, 37, BT_TYPE_F16, BT_TYPE_F32, true},
-        {128, 128, 4, 2, 45, 6, BT_TYPE_F16, BT_TYPE_F16, true},
-        {40, 24, 6, 3, 33, 5, BT_TYPE_F16, BT_TYPE_F32, true},
-        {20, 72, 2, 1, 17, 9, BT_TYPE_F16, BT_TYPE_F32, true},
-        {64, 96, 4, 4, 50, 3, BT_TYPE_F32, BT_TYPE_F32, true},
-        {64, 64, 8, 1, 31, 4, BT_TYPE_Q8_0, BT_TYPE_F16, true},
-        {32, 32, 2, 2, 16, 1, BT_TYPE_F16, BT_TYPE_F32, false},
-        {48, 80, 8, 2, 90, 12, BT_TYPE_F16, BT_TYPE_F32, false},
+        {64, 64, 8, 2, 100, 37, BT_TYPE_F16, BT_TYPE_F32, true, false},
+        {128, 128, 4, 2, 45, 6, BT_TYPE_F16, BT_TYPE_F16, true, false},
+        {40, 24, 6, 3, 33, 5, BT_TYPE_F16, BT_TYPE_F32, true, false},
+        {20, 72, 2, 1, 17, 9, BT_TYPE_F16, BT_TYPE_F32, true, false},
+        {64, 96, 4, 4, 50, 3, BT_TYPE_F32, BT_TYPE_F32, true, false},
+        {64, 64, 8, 1, 31, 4, BT_TYPE_Q8_0, BT_TYPE_F16, true, false},
+        {32, 32, 2, 2, 16, 1, BT_TYPE_F16, BT_TYPE_F32, false, false},
+        {48, 80, 8, 2, 90, 12, BT_TYPE_F16, BT_TYPE_F32, false, false},
+        {64, 64, 8, 2, 100, 37, BT_TYPE_F16, BT_TYPE_F32, true, true}, /* sinks */
+        {40, 24, 6, 3, 33, 5, BT_TYPE_F16, BT_TYPE_F32, true, true},
     };
     int n_variants = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -264,7 +284,9 @@ START_TEST(test_isa_variants) {
         } else if (m) {
             fill_mask(m, &r, c->N, c->T);
         }
-        struct bt_tensor *out = bt_flash_attn(ctx, q, k, v, m, 1.0f / sqrtf((float)c->D));
+        struct bt_tensor *sk = c->with_sinks ? bt_new_tensor_1d(ctx, BT_TYPE_F32, c->H) : NULL;
+        if (sk) tu_fill_uniform(sk, &r, -4.0f, 4.0f);
+        struct bt_tensor *out = bt_flash_attn_ext(ctx, q, k, v, m, sk, 1.0f / sqrtf((float)c->D));
         TU_OK(ctx, out);
         float *base = run_isa(out, BT_CPU_ATTN_C, 1);
         const int64_t n = bt_nelements(out);
@@ -383,6 +405,13 @@ START_TEST(test_errors) {
     ck_assert_str_eq(bt_context_error(ctx), "FLASH_ATTN: k and v must be f32, f16 or q8_0, got i32 and f16");
     bt_context_clear_error(ctx);
 
+    struct bt_tensor *sk = bt_new_tensor_1d(ctx, BT_TYPE_F32, 5);
+    bt_set_name(sk, "sinks");
+    ck_assert_ptr_null(bt_flash_attn_ext(ctx, q, k3, v3, NULL, sk, 1.0f));
+    ck_assert_str_eq(bt_context_error(ctx),
+                     "FLASH_ATTN: sinks 'sinks'  [5, 1, 1, 1] must be f32 [6] (one per q head of 'q'  [16, 6, 3, 1])");
+    bt_context_clear_error(ctx);
+
     /* a NULL source keeps the earlier message */
     ck_assert_ptr_null(bt_flash_attn(ctx, NULL, k3, v3, NULL, 1.0f));
 
@@ -391,6 +420,12 @@ START_TEST(test_errors) {
     TU_OK(ctx, out);
     ck_assert(bt_op_is_well_formed(out));
     ck_assert(bt_cpu_supports_op(out));
+    struct bt_tensor *sk6 = bt_new_tensor_1d(ctx, BT_TYPE_F32, 6);
+    struct bt_tensor *with = bt_flash_attn_ext(ctx, q, k3, v3, NULL, sk6, 1.0f);
+    TU_OK(ctx, with);
+    ck_assert(bt_op_is_well_formed(with));
+    with->src[4] = sk; /* a sink count that is not the q heads' */
+    ck_assert(!bt_op_is_well_formed(with));
     out->src[2] = NULL; /* a hand-broken node is refused, not crashed on */
     ck_assert(!bt_op_is_well_formed(out));
     ck_assert(!bt_cpu_supports_op(out));

@@ -308,10 +308,49 @@ START_TEST(test_silu_bitwise) {
 }
 END_TEST
 
+/* SWIGLU_OAI (gpt-oss's clamped SwiGLU): a [n, K, T] batch's rows bitwise
+ * the same for 1-4 threads and when each token's rows are computed alone
+ * (a batch of 1), over values on both sides of the limit and at it */
+START_TEST(test_swiglu_oai_bitwise) {
+    const int64_t n = 37, K = 3, T = 9;
+    tu_rng r;
+    tu_rng_init(&r, 2901);
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T), *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T);
+    tu_fill_uniform(a, &r, -12.0f, 12.0f);
+    tu_fill_uniform(b, &r, -12.0f, 12.0f);
+    ((float *)a->data)[0] = ((float *)b->data)[1] = 7.0f;
+    ((float *)b->data)[2] = -7.0f;
+    struct bt_tensor *out = bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f);
+    TU_OK(ctx, out);
+    tu_compute(ctx, out, 1);
+    float *base = tu_read_f32(out);
+    for (int nth = 2; nth <= 4; nth++) {
+        tu_compute(ctx, out, nth);
+        ck_assert_msg(memcmp(out->data, base, bt_nbytes(out)) == 0, "%d threads differ from 1", nth);
+    }
+    const size_t tok = (size_t)(n * K) * sizeof(float);
+    for (int64_t t = 0; t < T; t++) {
+        bt_context *c1 = tu_ctx(4);
+        struct bt_tensor *a1 = bt_new_tensor_3d(c1, BT_TYPE_F32, n, K, 1);
+        struct bt_tensor *b1 = bt_new_tensor_3d(c1, BT_TYPE_F32, n, K, 1);
+        memcpy(a1->data, (char *)a->data + t * a->nb[2], tok);
+        memcpy(b1->data, (char *)b->data + t * b->nb[2], tok);
+        struct bt_tensor *o1 = bt_swiglu_oai(c1, a1, b1, 1.702f, 7.0f);
+        TU_OK(c1, o1);
+        tu_compute(c1, o1, 2);
+        ck_assert_msg(memcmp(o1->data, (char *)base + t * tok, tok) == 0, "token %lld alone differs", (long long)t);
+        bt_free(c1);
+    }
+    free(base);
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
 
-enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_COUNT };
-static const char *rowop_name[R_COUNT] = {"swiglu", "sum_rows", "mean", "rms_norm", "norm"};
+enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_SWIGLU_OAI, R_COUNT };
+static const char *rowop_name[R_COUNT] = {"swiglu", "sum_rows", "mean", "rms_norm", "norm", "swiglu_oai"};
 
 START_TEST(test_rowops) {
     int op = _i;
@@ -329,7 +368,8 @@ START_TEST(test_rowops) {
             bt_context *ctx = tu_ctx(4);
             /* a non-zero mean makes norm's mean subtraction matter; the last
              * shape has a variance near eps, so that eps matters too */
-            const float sc = si == 6 ? 1e-3f : 1.0f;
+            /* swiglu_oai: values past its limit of 7 on both sides */
+            const float sc = op == R_SWIGLU_OAI ? 10.0f : si == 6 ? 1e-3f : 1.0f;
             struct bt_tensor *a =
                 new_input(ctx, BT_TYPE_F32, ne, (enum layout)lay, &r, -0.5f * sc, 1.5f * sc);
             struct bt_tensor *b = NULL, *out = NULL;
@@ -337,6 +377,10 @@ START_TEST(test_rowops) {
             case R_SWIGLU:
                 b = new_input(ctx, BT_TYPE_F32, ne, (enum layout)((lay + 1) % L_COUNT), &r, -1, 1);
                 out = bt_swiglu(ctx, a, b);
+                break;
+            case R_SWIGLU_OAI:
+                b = new_input(ctx, BT_TYPE_F32, ne, (enum layout)((lay + 1) % L_COUNT), &r, -10, 10);
+                out = bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f);
                 break;
             case R_SUM_ROWS: out = bt_sum_rows(ctx, a); break;
             case R_MEAN: out = bt_mean(ctx, a); break;
@@ -367,6 +411,12 @@ START_TEST(test_rowops) {
                     case R_SWIGLU: {
                         double v = x[i];
                         ref[row * n0 + i] = (float)(v / (1.0 + exp(-v)) * B[row * n0 + i]);
+                        break;
+                    }
+                    case R_SWIGLU_OAI: { /* gpt-oss: x = min(a, 7), y = clamp(b, -7, 7) */
+                        const double v = x[i] < 7.0 ? x[i] : 7.0, bv = B[row * n0 + i];
+                        const double y = bv < -7.0 ? -7.0 : bv > 7.0 ? 7.0 : bv;
+                        ref[row * n0 + i] = (float)(v / (1.0 + exp(-1.702 * v)) * (y + 1.0));
                         break;
                     }
                     case R_SUM_ROWS: ref[row] = (float)sum; break;
@@ -1427,6 +1477,8 @@ START_TEST(test_shape_errors) {
     EXPECT_SHAPE_ERROR(ctx, bt_permute(ctx, a34, 0, 0, 1, 2));                /* not a permutation */
     EXPECT_SHAPE_ERROR(ctx, bt_get_rows(ctx, a34, ids_f));
     EXPECT_SHAPE_ERROR(ctx, bt_swiglu(ctx, a34, a43));
+    EXPECT_SHAPE_ERROR(ctx, bt_swiglu_oai(ctx, a34, a43, 1.702f, 7.0f));
+    EXPECT_SHAPE_ERROR(ctx, bt_swiglu_oai(ctx, a34, a34, 1.702f, 0.0f)); /* the limit must be positive */
     EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a43, 0));
     EXPECT_SHAPE_ERROR(ctx, bt_concat(ctx, a34, a34, 4));
     EXPECT_SHAPE_ERROR(ctx, bt_cpy(ctx, a34, a32)); /* element counts differ */
@@ -1517,6 +1569,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_binary, 0, 4);
     tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
     tcase_add_test(tc, test_silu_bitwise);
+    tcase_add_test(tc, test_swiglu_oai_bitwise);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);

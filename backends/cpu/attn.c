@@ -3,6 +3,7 @@
  *
  *   q    F32 [D, H, T]        k [D, Hk, N], v [Dv, Hk, N] (F32, F16, Q8_0)
  *   mask F32/F16 [N, >= T]    out F32 [Dv, H, T] contiguous
+ *   sinks F32 [H] or none (gpt-oss: one more logit per head in the softmax)
  *
  * Work: a unit is a block of up to R query rows and one kv head hk; its
  * "rows" are the R x group (query row, q head) pairs that read kv head hk.
@@ -26,8 +27,11 @@
  *     s > M:  acc = acc * x + v        S = S * x + 1     (new maximum)
  *     else:   acc = fma(x, v, acc)     S = S + x
  * where exp_fixed is one polynomial (below) and the vector lanes of acc are
- * its elements.  A masked cell takes no part in a row's maximum, sum or
- * accumulator (a vector lane may compute its score, which is then dropped),
+ * its elements.  A sink s (sinks[h]) is one more step after the last cell,
+ * in plain C in every variant: s > M: x = exp_fixed(M - s), acc = acc * x,
+ * S = S * x + 1; else S = S + exp_fixed(s - M) (no v: it only takes its
+ * share of the probability, as ggml applies it after the cells).  A masked
+ * cell takes no part in a row's maximum, sum or accumulator (a vector lane may compute its score, which is then dropped),
  * so other sequences' cells, future positions and empty cells leave no
  * trace.  The tile only decides which cells are handled together, never an
  * operation of a row, so the result is bitwise the same for any thread
@@ -622,6 +626,20 @@ bool bt_cpu_attn_isa_available(enum bt_cpu_attn_isa isa) {
 
 /* ---- the driver: units, tiles, masks, the running maximum and sum ----------- */
 
+/* The sink logit s of a row after its cells (the header's step): acc [Dv],
+ * the running maximum *M and sum *S.  A row whose cells were all masked
+ * (M = -inf) gets acc * 0 and S = 1: its result stays 0. */
+static void sink_step(float s, float *M, float *S, float *acc, int64_t Dv) {
+    if (s > *M) {
+        const float x = exp_fixed(*M - s);
+        for (int64_t i = 0; i < Dv; i++) acc[i] = acc[i] * x;
+        *S = *S * x + 1.0f;
+        *M = s;
+    } else {
+        *S = *S + exp_fixed(s - *M);
+    }
+}
+
 /* query rows per unit: ROWS_MAX rows (query row x q head) when the group
  * allows, fewer when the units would not keep nth threads busy (4 each) */
 static int64_t block_rows(int64_t T, int64_t Hk, int64_t group, int nth) {
@@ -749,6 +767,7 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
     BT_ASSERT(bt_cpu_attn_isa_available(which));
     const struct attn_isa *isa = &isas[which];
     const struct bt_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const float *sinks = dst->src[4] ? (const float *)dst->src[4]->data : NULL; /* [H] */
     const int64_t D = q->ne[0], H = q->ne[1], T = q->ne[2];
     const int64_t Hk = k->ne[1], N = k->ne[2], Dv = v->ne[0];
     const int64_t group = H / Hk;
@@ -811,6 +830,7 @@ void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst,
         for (int r = 0; r < nr; r++) {
             const int64_t tr = r / group, g = r - tr * group;
             float *out = (float *)((char *)dst->data + (h0 + g) * dst->nb[1] + (t0 + tr) * dst->nb[2]);
+            if (sinks) sink_step(sinks[h0 + g], &M[r], &S[r], acc + r * Dv, Dv);
             const float inv = S[r] > 0.0f ? 1.0f / S[r] : 0.0f;
             for (int64_t i = 0; i < Dv; i++) out[i] = acc[r * Dv + i] * inv;
         }

@@ -202,8 +202,8 @@ static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst)
 #define SILU_P4 1.6666665459e-1f
 #define SILU_P5 5.0000001201e-1f
 
-static inline float silu_f32(float x) {
-    float y = 0.0f - x; /* as the vector code: vsubps from zero */
+/* e^y for y clamped to [SILU_Y_MIN, SILU_Y_MAX], silu's steps */
+static inline float exp_clamped(float y) {
     y = y > SILU_Y_MIN ? y : SILU_Y_MIN; /* as vmaxps: a NaN becomes the bound */
     y = y < SILU_Y_MAX ? y : SILU_Y_MAX;
     const float n = rintf(y * SILU_LOG2E);
@@ -218,7 +218,19 @@ static inline float silu_f32(float x) {
     const int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x / (1.0f + q * scale);
+    return q * scale;
+}
+
+static inline float silu_f32(float x) {
+    return x / (1.0f + exp_clamped(0.0f - x)); /* as the vector code: vsubps from zero */
+}
+
+/* gpt-oss's clamped SwiGLU (ops.h): the same steps for every element, so
+ * the same bits alone or in any batch */
+static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
+    const float x = a < limit ? a : limit;
+    const float y = b < -limit ? -limit : b > limit ? limit : b;
+    return x / (1.0f + exp_clamped(0.0f - alpha * x)) * (y + 1.0f);
 }
 
 #if defined(__AVX512F__)
@@ -330,6 +342,8 @@ static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) 
 static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const struct bt_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t n0 = dst->ne[0];
+    const bool oai = dst->op == BT_OP_SWIGLU_OAI;
+    const float alpha = oai ? bt_get_op_param_f32(dst, 0) : 0.0f, limit = oai ? bt_get_op_param_f32(dst, 1) : 0.0f;
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -337,7 +351,11 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
         row_index(dst, ir, &i1, &i2, &i3);
         const char *ra = row_ptr(a, i1, i2, i3), *rb = row_ptr(b, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
-        if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float))
+        if (oai)
+            for (int64_t i = 0; i < n0; i++)
+                *f32_ptr(rd, dst->nb[0], i) =
+                    swiglu_oai_f32(f32_at(ra, a->nb[0], i), f32_at(rb, b->nb[0], i), alpha, limit);
+        else if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float))
             silu_row(n0, (const float *)ra, (const float *)rb, (float *)rd);
         else
             for (int64_t i = 0; i < n0; i++)

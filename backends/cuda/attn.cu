@@ -4,6 +4,8 @@
  *
  *   q    F32 [D, H, T]        k [D, Hk, N], v [Dv, Hk, N] (F32, F16, Q8_0)
  *   mask F32/F16 [N, >= T]    out F32 [Dv, H, T] contiguous
+ *   sinks F32 [H] or none: after the last cell, the sink's logit as one
+ *   more step of the update below that adds no v (the CPU kernel's order)
  *
  * Launch: one warp per output row (q head h, query row t), ATTN_WARPS warps
  * per block; q head h reads kv head h / (H / Hk).  Lane l holds q[i] and the
@@ -37,7 +39,8 @@ __device__ __forceinline__ float attn_elem(int type, const char *row, int64_t nb
     return load_f32(type, row + (int64_t)i * nb0, i);
 }
 
-__global__ void k_flash_attn(t4 d, t4 q, t4 k, t4 v, t4 m, int has_mask, float scale, int64_t n_rows) {
+__global__ void k_flash_attn(t4 d, t4 q, t4 k, t4 v, t4 m, int has_mask, const float *sinks, float scale,
+                             int64_t n_rows) {
     const int lane = (int)(threadIdx.x & 31);
     const int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + (threadIdx.x >> 5);
     if (row >= n_rows) return; /* the whole warp leaves together */
@@ -92,6 +95,17 @@ __global__ void k_flash_attn(t4 d, t4 q, t4 k, t4 v, t4 m, int has_mask, float s
             S = __fadd_rn(S, e);
         }
     }
+    if (sinks) {
+        const float sk = sinks[h];
+        if (sk > M) {
+            const float rs = expf(M - sk);
+#pragma unroll
+            for (int r = 0; r < ATTN_PER_LANE; r++) acc[r] = __fmul_rn(acc[r], rs);
+            S = __fadd_rn(__fmul_rn(S, rs), 1.0f);
+        } else {
+            S = __fadd_rn(S, expf(sk - M));
+        }
+    }
     const float inv = S > 0.0f ? 1.0f / S : 0.0f;
     char *out = d.data + h * d.nb[1] + t * d.nb[2];
 #pragma unroll
@@ -108,6 +122,6 @@ extern "C" enum bt_status bt_cuda_flash_attn(struct bt_cuda_ctx *c, struct bt_te
     const int64_t blocks = (n_rows + ATTN_WARPS - 1) / ATTN_WARPS;
     k_flash_attn<<<(unsigned)blocks, 32 * ATTN_WARPS, 0, c->stream>>>(
         t4_of(dst), t4_of(q), t4_of(k), t4_of(v), mask ? t4_of(mask) : t4_of(dst), mask != NULL,
-        bt_get_op_param_f32(dst, 0), n_rows);
+        dst->src[4] ? (const float *)dst->src[4]->data : NULL, bt_get_op_param_f32(dst, 0), n_rows);
     return bt_cuda_check(c, cudaGetLastError(), "FLASH_ATTN");
 }

@@ -62,13 +62,22 @@ __global__ void k_unary(int op, float s, t4 d, t4 a, int64_t n) {
     }
 }
 
-__global__ void k_swiglu(t4 d, t4 a, t4 b, int64_t n) {
+/* SWIGLU: silu(a) * b; SWIGLU_OAI (oai != 0): gpt-oss's clamped form (ops.h) */
+__global__ void k_swiglu(t4 d, t4 a, t4 b, int64_t n, int oai, float alpha, float limit) {
     GRID_STRIDE(e, n) {
         int64_t i[4];
         unravel(e, d.ne, i);
-        const float x = *(const float *)elem_addr(a, i[0], i[1], i[2], i[3]);
-        const float y = *(const float *)elem_addr(b, i[0], i[1], i[2], i[3]);
-        *(float *)elem_addr(d, i[0], i[1], i[2], i[3]) = d_silu(x) * y;
+        float x = *(const float *)elem_addr(a, i[0], i[1], i[2], i[3]);
+        float y = *(const float *)elem_addr(b, i[0], i[1], i[2], i[3]);
+        float z;
+        if (oai) {
+            x = fminf(x, limit);
+            y = fminf(fmaxf(y, -limit), limit);
+            z = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+        } else {
+            z = d_silu(x) * y;
+        }
+        *(float *)elem_addr(d, i[0], i[1], i[2], i[3]) = z;
     }
 }
 
@@ -371,7 +380,12 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
             return bt_cuda_check(c, cudaGetLastError(), bt_op_name(node->op));
         }
         case BT_ELEMENTWISE_GLU:
-            k_swiglu<<<grid_for(n), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n);
+        {
+            const int oai = node->op == BT_OP_SWIGLU_OAI;
+            k_swiglu<<<grid_for(n), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n, oai,
+                                                         oai ? bt_get_op_param_f32(node, 0) : 0.0f,
+                                                         oai ? bt_get_op_param_f32(node, 1) : 0.0f);
+        }
             return bt_cuda_check(c, cudaGetLastError(), bt_op_name(node->op));
         case BT_ELEMENTWISE_NONE: break;
     }

@@ -23,6 +23,8 @@ static const struct bt_arch arches[] = {
     {"gemma3", BT_ROPE_NEOX, true, false, 0, false, false, true, true, true, true, false},
     /* deepseek2: renormalising and the shared experts come from the file's keys */
     {"deepseek2", BT_ROPE_NORMAL, false, false, 2, false, false, false, false, false, false, true},
+    /* its own builder (gpt_oss.c; bt_arch_builder_of): the flags past moe are unused */
+    {"gpt-oss", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false, false},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -32,10 +34,24 @@ const struct bt_arch *bt_arch_find(const char *name) {
     return NULL;
 }
 
-const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2"; }
+const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss"; }
 
 bool bt_hparams_layer_moe(const struct bt_hparams *h, int il) {
     return h->n_expert > 0 && il >= h->n_layer_dense_lead;
+}
+
+/* the architectures with a builder of their own */
+static const struct {
+    const char *name;
+    const struct bt_arch_builder *builder;
+} builders[] = {
+    {"gpt-oss", &bt_gpt_oss_builder},
+};
+
+const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a) {
+    for (size_t i = 0; i < sizeof builders / sizeof builders[0]; i++)
+        if (strcmp(builders[i].name, a->name) == 0) return builders[i].builder;
+    return NULL;
 }
 
 /* ---- errors ------------------------------------------------------------------------- */
@@ -106,6 +122,16 @@ static enum bt_status key_bool(struct bt_gguf *g, const char *arch, const char *
              bt_gguf_type_name(bt_gguf_kv_value(g, i)->type));
     if (bt_gguf_get_bool(g, key, out) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
     return BT_OK;
+}
+
+enum bt_status bt_arch_key_int(struct bt_gguf *g, const char *arch, const char *what, int64_t def, int64_t lo,
+                               int64_t hi, int64_t *out, char *err, size_t n_err) {
+    return key_int(g, arch, what, def, lo, hi, out, err, n_err);
+}
+
+enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char *what, double def, double lo,
+                                 double hi, float *out, char *err, size_t n_err) {
+    return key_float(g, arch, what, def, lo, hi, out, err, n_err);
 }
 
 #define LIM (1 << 20)
@@ -253,10 +279,13 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
         if (bt_gguf_get_str(g, key, &s) != BT_OK) FAIL(BT_ERR_INVALID, "%s", bt_gguf_error(g));
         const bool none = s.n == 4 && memcmp(s.data, "none", 4) == 0;
         const bool linear = s.n == 6 && memcmp(s.data, "linear", 6) == 0;
-        yarn = s.n == 4 && memcmp(s.data, "yarn", 4) == 0 && a->mla;
+        /* YaRN where the architecture takes it (deepseek2's latent attention, or
+         * a builder of its own that says so): the factor here, the rest in its hparams */
+        const bool takes_yarn = a->mla || (bt_arch_builder_of(a) && bt_arch_builder_of(a)->yarn);
+        yarn = takes_yarn && s.n == 4 && memcmp(s.data, "yarn", 4) == 0;
         if (!none && !linear && !yarn)
-            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear; yarn for deepseek2)",
-                 bt_gguf_path(g), key, (int)(s.n < 32 ? s.n : 32), s.data);
+            FAIL(BT_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not supported (none, linear%s)", bt_gguf_path(g), key,
+                 (int)(s.n < 32 ? s.n : 32), s.data, a->mla ? "; yarn for deepseek2" : takes_yarn ? ", yarn" : "");
         if (linear || yarn) {
             float f;
             TRY(key_float(g, name, "rope.scaling.factor", NAN, 1e-6, 1e6, &f, err, n_err));
@@ -304,13 +333,14 @@ enum bt_status bt_arch_read_hparams(struct bt_gguf *g, const struct bt_arch **ar
     h->moe_norm_w = a->moe_norm_w;
     h->moe_w_scale = 1.0f;
     if (a->mla) TRY(read_mla_hparams(g, name, h, err, n_err));
-    if (yarn) TRY(read_yarn_hparams(g, name, h, err, n_err));
+    if (yarn && a->mla) TRY(read_yarn_hparams(g, name, h, err, n_err));
     /* the vocabulary is token_embd's second dimension */
     const int64_t te = bt_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) FAIL(BT_ERR_INVALID, "%s: tensor \"token_embd.weight\" is missing (expected [%lld, n_vocab])",
                      bt_gguf_path(g), (long long)h->n_embd);
     h->n_vocab = bt_gguf_tensor(g, te)->ne[1];
     h->tied_output = bt_gguf_find_tensor(g, "output.weight") < 0;
+    if (bt_arch_builder_of(a)) return bt_arch_builder_of(a)->hparams(g, name, h, err, n_err);
     return BT_OK;
 }
 
@@ -335,6 +365,11 @@ static int add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_of
     e->vector = vector;
     e->slot = (struct bt_tensor **)((char *)slot_owner + slot_off);
     return n + 1;
+}
+
+int bt_arch_tensor_add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_off, int layer, const char *fmt,
+                       int64_t ne0, int64_t ne1, int64_t ne2, bool required, bool vector) {
+    return add(t, n, slot_owner, slot_off, layer, fmt, ne0, ne1, ne2, required, vector);
 }
 
 #define L(field) offsetof(struct bt_llm_layer, field)
@@ -384,6 +419,7 @@ static int mla_tensors(const struct bt_hparams *h, struct bt_llm_layer *ly, int 
 
 int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_globals *gl,
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t) {
+    if (bt_arch_builder_of(a)) return bt_arch_builder_of(a)->tensors(h, gl, layers, t);
     int n = 0;
     const int64_t d = h->n_embd, V = h->n_vocab;
     n = add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1, true, false);

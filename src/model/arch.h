@@ -56,6 +56,14 @@
  *            o_h = attn_v_b[:, :, h] a_h  [dv], then Wo [H*dv -> d].
  * Files with the older attn_kv_b (no key_length_mla) are refused: the
  * converter of today splits it into attn_k_b and attn_v_b.
+ *   gpt-oss   its own layer builder (gpt_oss.c): rope NEOX with YaRN; q/k/v
+ *             and output biases; attention sinks (attn_sinks [H]); every
+ *             sliding_window_pattern-th layer global (default 2: the even
+ *             layers slide), the others see gpt-oss.attention.sliding_window
+ *             tokens; post_attention_norm is the FFN's pre-norm; MoE with a
+ *             router bias, top-k of the logits, softmax over the k, expert
+ *             biases (ffn_*_exps.bias [n, E]) and the clamped SwiGLU
+ *             (SWIGLU_OAI: alpha 1.702, limit 7).
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *
@@ -117,7 +125,7 @@ struct bt_hparams {
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int n_rot;                       /* rope dimensions */
     float rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
-    struct bt_rope_yarn rope_yarn;    /* YaRN's (deepseek2); ext_factor 0: none */
+    struct bt_rope_yarn rope_yarn;    /* YaRN (deepseek2, gpt-oss): ggml_rope_ext's parameters; ext_factor 0: none */
     float norm_eps;
     bool tied_output;
     float attn_scale;                 /* of q.k: 1/sqrt(head_dim) but where the architecture says */
@@ -147,6 +155,9 @@ struct bt_llm_layer {
     /* deepseek2: MLA's projections and norms, the routing's selection bias */
     struct bt_tensor *wq_a, *q_a_norm, *wq_b, *wkv_a_mqa, *kv_a_norm, *wk_b, *wv_b;
     struct bt_tensor *ffn_exp_probs_b;
+    /* gpt-oss: attention sinks [H], the output's bias [n_embd], the
+     * router's [E] and the experts' ([n_ff_exp, E], [n_embd, E]) */
+    struct bt_tensor *attn_sinks, *bo, *ffn_gate_inp_b, *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b;
 };
 
 struct bt_llm;

@@ -34,6 +34,10 @@
  * the FFN's (gelu(gate) * up) are RMS-normed before their residual adds:
  *   h = x + rms(Wo a) * post_attention_norm
  *   out = h + rms(ffn(rms(h) * ffn_norm)) * post_ffw_norm
+ *
+ * An architecture with a builder of its own (arch_impl.h's
+ * bt_arch_builder_of: gpt-oss, gpt_oss.c) builds its layers there, on the
+ * same inputs, cache and head.
  */
 #include <math.h>
 #include <string.h>
@@ -327,7 +331,9 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
         bt_set_input(out->cells_swa);
         bt_set_input(out->mask_swa);
     }
-    for (int il = m->il0; il < m->il1 && x; il++) x = layer(ctx, m, kv, x, il, out);
+    const struct bt_arch_builder *own = bt_arch_builder_of(m->arch);
+    for (int il = m->il0; il < m->il1 && x; il++)
+        x = own ? own->layer(ctx, m, kv, x, il, out) : layer(ctx, m, kv, x, il, out);
     if (head && x) {
         out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
         if (out->out_ids) bt_set_input(out->out_ids);

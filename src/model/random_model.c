@@ -37,6 +37,8 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
     if (a->mla && m->head_dim % 4)
         FAIL("--head-dim %lld: deepseek2's rope part (half a head) must be even", (long long)m->head_dim);
     if (a->moe == 1 && m->n_expert == 0) FAIL("--experts 0: %s is a MoE architecture", m->arch);
+    if (bt_arch_builder_of(a) == &bt_gpt_oss_builder && m->n_swa == 0)
+        FAIL("--swa 0: %s has sliding-window layers (its window is required)", m->arch);
     if (a->moe != 0 && m->n_expert && m->n_expert_used > m->n_expert)
         FAIL("--experts-used %lld is more than --experts %lld", (long long)m->n_expert_used, (long long)m->n_expert);
     if (!bt_type_can_quantize(m->type))
@@ -113,8 +115,10 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
     if (st == BT_OK && moe) st = SET_U32("expert_feed_forward_length", h->n_ff_exp);
     if (st == BT_OK && moe && a->shared_expert) st = SET_U32("expert_shared_feed_forward_length", h->n_ff_shexp);
-    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window", m->n_swa);
-    if (st == BT_OK && a->swa && m->n_swa > 0) st = SET_U32("attention.sliding_window_pattern", m->swa_pattern);
+    /* gpt-oss (a builder of its own) needs its window */
+    const bool swa = a->swa || bt_arch_builder_of(a) == &bt_gpt_oss_builder;
+    if (st == BT_OK && swa && m->n_swa > 0) st = SET_U32("attention.sliding_window", m->n_swa);
+    if (st == BT_OK && swa && m->n_swa > 0) st = SET_U32("attention.sliding_window_pattern", m->swa_pattern);
 #undef SET_U32
     snprintf(key, sizeof key, "%s.rope.freq_base", m->arch);
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 10000.0f);
@@ -138,8 +142,8 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         .n_layer = m->n_layer, .n_embd = m->n_embd, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
         .head_dim = m->head_dim, .head_dim_v = m->head_dim, .n_ff = moe ? 0 : m->n_ff, .n_vocab = m->n_vocab,
         .n_expert = moe ? m->n_expert : 0, .n_expert_used = moe ? m->n_expert_used : 0, .n_ff_exp = m->n_ff_exp,
-        .n_ff_shexp = m->n_ff, .tied_output = true, .n_rot = (int)m->head_dim,
-    };
+        .n_ff_shexp = m->n_ff, .tied_output = bt_arch_builder_of(a) != &bt_gpt_oss_builder, .n_rot = (int)m->head_dim,
+    }; /* a tied output, but for gpt-oss, whose llama.cpp loader needs output.weight */
     if (a->mla) {
         /* DeepSeek-V3's proportions to a head of hd (V3: 128): rope hd/2,
          * kv rank 4 hd, q rank 12 hd; one latent KV head; the first layer

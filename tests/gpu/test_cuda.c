@@ -104,8 +104,11 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
                 case BT_OP_RELU: return bt_relu(ctx, a);
                 default: return bt_sigmoid(ctx, a);
             }
-        case K_SWIGLU:
-            return bt_swiglu(ctx, input(ctx, BT_TYPE_F32, n, m, 2, 1, s->variant), input(ctx, BT_TYPE_F32, n, m, 2, 1, 0));
+        case K_SWIGLU: /* SWIGLU or SWIGLU_OAI (inputs scaled past its limit of 7) */
+            a = input(ctx, BT_TYPE_F32, n, m, 2, 1, s->variant);
+            b = input(ctx, BT_TYPE_F32, n, m, 2, 1, 0);
+            if (s->op == BT_OP_SWIGLU) return bt_swiglu(ctx, a, b);
+            return bt_swiglu_oai(ctx, bt_scale(ctx, a, 12.0f), bt_scale(ctx, b, 12.0f), 1.702f, 7.0f);
         case K_SUM_ROWS:
             a = input(ctx, BT_TYPE_F32, n, m, 3, 1, s->variant);
             return s->op == BT_OP_MEAN ? bt_mean(ctx, a) : bt_sum_rows(ctx, a);
@@ -163,15 +166,17 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
         }
         case K_FLASH_ATTN: { /* n = head size, m = query rows, k = cells; variant: bit 0 k/v are
                               * views of a larger cache (padded rows, as the engine's cache view),
-                              * bit 1 an F16 mask, bit 2 no mask, bits 3.. q heads per kv head - 1 */
-            const int64_t Hk = 2, H = Hk * (1 + (s->variant >> 3)), Dv = n == 64 ? 32 : n;
+                              * bit 1 an F16 mask, bit 2 no mask, bits 3-6 q heads per kv head - 1,
+                              * bit 7 sinks (gpt-oss) */
+            const int64_t Hk = 2, H = Hk * (1 + ((s->variant >> 3) & 15)), Dv = n == 64 ? 32 : n;
             struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, H, m);
             struct bt_tensor *kk = input(ctx, s->type, n, Hk, k, 1, s->variant & 1 ? 2 : 0);
             struct bt_tensor *vv = input(ctx, s->type, Dv, Hk, k, 1, s->variant & 1 ? 2 : 0);
             struct bt_tensor *mask = NULL;
             if (!(s->variant & 4))
                 mask = bt_set_name(bt_new_tensor_2d(ctx, s->variant & 2 ? BT_TYPE_F16 : BT_TYPE_F32, k, m + 3), "mask");
-            return bt_flash_attn(ctx, q, kk, vv, mask, 0.125f);
+            struct bt_tensor *sinks = s->variant & 128 ? bt_new_tensor_1d(ctx, BT_TYPE_F32, H) : NULL;
+            return bt_flash_attn_ext(ctx, q, kk, vv, mask, sinks, 0.125f);
         }
     }
     return NULL;
@@ -291,6 +296,8 @@ START_TEST(test_elementwise) {
     for (int v = 0; v < 4; v++)
         for (int i = 0; i < 7; i++) check_case(&(struct spec){K_UNARY, un[i], BT_TYPE_F32, 33, 7, 0, v}, TOL_ELEM);
     for (int v = 0; v < 4; v++) check_case(&(struct spec){K_SWIGLU, BT_OP_SWIGLU, BT_TYPE_F32, 29, 6, 0, v}, TOL_ELEM);
+    for (int v = 0; v < 4; v++)
+        check_case(&(struct spec){K_SWIGLU, BT_OP_SWIGLU_OAI, BT_TYPE_F32, 29, 6, 0, v}, TOL_ELEM);
 }
 END_TEST
 
@@ -352,13 +359,13 @@ END_TEST
 START_TEST(test_flash_attn) {
     /* head sizes 64 (v rows of 32), 128, 32; k/v F32, F16, Q8_0; decode (1
      * row) and prompt rows; packed or cache-view k/v; F32, F16 or no mask;
-     * 1, 2 and 4 q heads per kv head */
+     * 1, 2 and 4 q heads per kv head; sinks */
     const enum bt_type types[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_Q8_0};
     const int64_t heads[] = {64, 128, 32};
-    const int variants[] = {0, 1, 2, 4, 8 | 1, 24 | 2};
+    const int variants[] = {0, 1, 2, 4, 8 | 1, 24 | 2, 128 | 8, 128 | 4};
     for (int i = 0; i < 3; i++)
         for (int h = 0; h < 3; h++)
-            for (int v = 0; v < 6; v++) {
+            for (int v = 0; v < 8; v++) {
                 check_case(&(struct spec){K_FLASH_ATTN, BT_OP_FLASH_ATTN, types[i], heads[h], 7, 45, variants[v]},
                            TOL_ELEM);
                 check_case(&(struct spec){K_FLASH_ATTN, BT_OP_FLASH_ATTN, types[i], heads[h], 1, 300, variants[v]},
