@@ -1,0 +1,174 @@
+/* constrain.c - the vocabulary's byte trie and a grammar state walked over
+ * it (constrain.h).
+ *
+ * Trie: node 0 is the root; each node has its first child and next sibling
+ * (a list: the root has up to 256 children, deeper nodes few) and the list
+ * of tokens whose piece ends there (tok_next links tokens of one node). */
+#include "constrain.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+struct node {
+    uint32_t child, sibling, tok; /* tok: the first token ending here (NONE: none) */
+    uint8_t byte;
+};
+
+struct bt_token_trie {
+    const bt_tokenizer *tok;
+    uint32_t n_vocab;
+    struct node *nodes;
+    uint32_t n_nodes, cap_nodes;
+    uint32_t *tok_next; /* [n_vocab] */
+    uint8_t *eog;       /* [n_vocab] end-of-generation tokens */
+    int max_len;        /* the longest piece in the trie */
+};
+
+struct bt_constraint {
+    const bt_grammar *g;
+    const bt_token_trie *t;
+    bt_grammar_state *cur, *tmp;
+    bt_grammar_state *depth[BT_TRIE_MAX_PIECE + 1]; /* the mask's states by depth (made as needed) */
+    uint8_t *allowed;                                /* the mask being written */
+};
+
+static uint32_t new_node(bt_token_trie *t, uint8_t byte) {
+    if (t->n_nodes == t->cap_nodes) {
+        uint32_t c = t->cap_nodes ? 2 * t->cap_nodes : 4096;
+        struct node *p = realloc(t->nodes, (size_t)c * sizeof *p);
+        if (!p) return NONE;
+        t->nodes = p;
+        t->cap_nodes = c;
+    }
+    t->nodes[t->n_nodes] = (struct node){NONE, NONE, NONE, byte};
+    return t->n_nodes++;
+}
+
+enum bt_status bt_token_trie_new(const bt_tokenizer *tok, bt_token_trie **out, char *err, size_t errlen) {
+    *out = NULL;
+    bt_token_trie *t = calloc(1, sizeof *t);
+    if (!t) return bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory for the vocabulary's trie");
+    t->tok = tok;
+    t->n_vocab = bt_tokenizer_n_tokens(tok);
+    t->tok_next = malloc((t->n_vocab ? t->n_vocab : 1) * sizeof *t->tok_next);
+    t->eog = calloc(t->n_vocab ? t->n_vocab : 1, 1);
+    if (!t->tok_next || !t->eog || new_node(t, 0) == NONE) goto nomem;
+    for (uint32_t id = 0; id < t->n_vocab; id++) {
+        t->tok_next[id] = NONE;
+        t->eog[id] = bt_tokenizer_is_eog(tok, (int32_t)id) != 0;
+        size_t len;
+        const char *p = bt_tokenizer_piece(tok, (int32_t)id, 0, &len);
+        if (len == 0 || len > BT_TRIE_MAX_PIECE) continue;
+        if ((int)len > t->max_len) t->max_len = (int)len;
+        uint32_t at = 0;
+        for (size_t i = 0; i < len; i++) {
+            uint8_t b = (uint8_t)p[i];
+            uint32_t c = t->nodes[at].child;
+            while (c != NONE && t->nodes[c].byte != b) c = t->nodes[c].sibling;
+            if (c == NONE) {
+                if ((c = new_node(t, b)) == NONE) goto nomem;
+                t->nodes[c].sibling = t->nodes[at].child;
+                t->nodes[at].child = c;
+            }
+            at = c;
+        }
+        t->tok_next[id] = t->nodes[at].tok;
+        t->nodes[at].tok = id;
+    }
+    *out = t;
+    return BT_OK;
+nomem:
+    bt_token_trie_free(t);
+    return bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory for the vocabulary's trie");
+}
+
+void bt_token_trie_free(bt_token_trie *t) {
+    if (!t) return;
+    free(t->nodes);
+    free(t->tok_next);
+    free(t->eog);
+    free(t);
+}
+
+bt_constraint *bt_constraint_new(const bt_grammar *g, const bt_token_trie *t) {
+    bt_constraint *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->g = g;
+    c->t = t;
+    c->cur = bt_grammar_state_new(g);
+    c->tmp = bt_grammar_state_new(g);
+    if (!c->cur || !c->tmp) {
+        bt_constraint_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void bt_constraint_free(bt_constraint *c) {
+    if (!c) return;
+    bt_grammar_state_free(c->cur);
+    bt_grammar_state_free(c->tmp);
+    for (int i = 0; i <= BT_TRIE_MAX_PIECE; i++) bt_grammar_state_free(c->depth[i]);
+    free(c);
+}
+
+bool bt_constraint_complete(const bt_constraint *c) { return bt_grammar_state_complete(c->cur); }
+
+bool bt_constraint_allows(bt_constraint *c, int32_t id, bool end_ok) {
+    const bt_token_trie *t = c->t;
+    if (id < 0 || (uint32_t)id >= t->n_vocab) return false;
+    if (t->eog[id]) return end_ok;
+    size_t len;
+    const char *p = bt_tokenizer_piece(t->tok, id, 0, &len);
+    if (len == 0 || len > BT_TRIE_MAX_PIECE) return false;
+    /* byte by byte between two scratch states, the current one untouched */
+    bt_grammar_state *a = c->depth[0], *b = c->depth[1];
+    if (!a && !(a = c->depth[0] = bt_grammar_state_new(c->g))) return false;
+    if (!b && !(b = c->depth[1] = bt_grammar_state_new(c->g))) return false;
+    if (!bt_grammar_state_byte(c->cur, (uint8_t)p[0], a)) return false;
+    for (size_t i = 1; i < len; i++) {
+        if (!bt_grammar_state_byte(a, (uint8_t)p[i], b)) return false;
+        bt_grammar_state *x = a;
+        a = b;
+        b = x;
+    }
+    return true;
+}
+
+/* the subtree under node at, whose prefix left the grammar in c->depth[d] */
+static void mask_walk(bt_constraint *c, uint32_t at, int d) {
+    const bt_token_trie *t = c->t;
+    if (!c->depth[d + 1] && !(c->depth[d + 1] = bt_grammar_state_new(c->g))) return; /* out of memory: refused */
+    for (uint32_t ch = t->nodes[at].child; ch != NONE; ch = t->nodes[ch].sibling) {
+        if (!bt_grammar_state_byte(c->depth[d], t->nodes[ch].byte, c->depth[d + 1])) continue;
+        for (uint32_t id = t->nodes[ch].tok; id != NONE; id = t->tok_next[id]) c->allowed[id] = 1;
+        if (t->nodes[ch].child != NONE && d + 1 < BT_TRIE_MAX_PIECE) mask_walk(c, ch, d + 1);
+    }
+}
+
+void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed) {
+    const bt_token_trie *t = c->t;
+    memset(allowed, 0, t->n_vocab);
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        if (t->eog[id]) allowed[id] = end_ok;
+    if (!c->depth[0] && !(c->depth[0] = bt_grammar_state_new(c->g))) return;
+    bt_grammar_state_copy(c->depth[0], c->cur);
+    c->allowed = allowed;
+    mask_walk(c, 0, 0);
+    /* an end-of-generation token whose piece shows text is still only an end */
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        if (t->eog[id]) allowed[id] = end_ok;
+    c->allowed = NULL;
+}
+
+bool bt_constraint_accept(bt_constraint *c, int32_t id) {
+    const bt_token_trie *t = c->t;
+    if (id < 0 || (uint32_t)id >= t->n_vocab) return false;
+    if (t->eog[id]) return true;
+    size_t len;
+    const char *p = bt_tokenizer_piece(t->tok, id, 0, &len);
+    return bt_grammar_state_bytes(c->cur, p, len, c->tmp);
+}
