@@ -189,7 +189,7 @@ START_TEST(test_schema_bad) {
     expect_bad("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
                "properties.age.minimum", "the schema keyword 'minimum' is not supported");
     expect_bad("{\"type\":\"string\",\"pattern\":\"^a\"}", "pattern", "the schema keyword 'pattern' is not supported");
-    expect_bad("{\"type\":\"strin\"}", "", "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
+    expect_bad("{\"type\":\"strin\"}", "type", "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
     expect_bad("{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "",
                "'required' names 'b', which is not in 'properties'");
     expect_bad("{\"$ref\":\"#/$defs/missing\"}", "",

@@ -43,6 +43,7 @@ struct slot {
     size_t n_prompt, n_sub;    /* prompt tokens, and how many are submitted */
     bt_sampler *smp;
     bt_stopper *stop;
+    bt_constraint *con;        /* a request with a grammar: its state (made at its first sample) */
     int32_t next;              /* READY: the token to submit */
     int32_t pos;               /* the position of the next token submitted */
     int64_t n_gen;
@@ -91,6 +92,8 @@ struct bt_batcher {
     int32_t *eog;      /* the vocabulary's end-of-generation ids (min_tokens bans them) */
     float *eog_raw;    /* their logits in a row before the ban (the log-probabilities are the model's) */
     int32_t n_eog;
+    bt_token_trie *trie; /* the vocabulary's pieces, made for the first request with a grammar */
+    uint8_t *allowed;    /* n_vocab: the tokens a grammar allows now */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -153,6 +156,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         free(sl->acc);
         bt_sampler_free(sl->smp);
         bt_stopper_free(sl->stop);
+        bt_constraint_free(sl->con);
     }
     for (int i = 0; i < b->n_adds; i++) {
         struct pending_add *a = &b->adds[i];
@@ -176,6 +180,8 @@ void bt_batcher_free(struct bt_batcher *b) {
     pthread_cond_destroy(&b->cv);
     free(b->eog);
     free(b->eog_raw);
+    bt_token_trie_free(b->trie);
+    free(b->allowed);
     free(b);
 }
 
@@ -349,6 +355,10 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
                  BT_MAX_TOP_LOGPROBS);
         return BT_ERR_INVALID;
     }
+    if (req->grammar && req->ignore_eos) {
+        snprintf(err, n_err, "ignore_eos with a grammar: the output could not end where the grammar is complete");
+        return BT_ERR_INVALID;
+    }
     if (req->max_tokens == 0 || req->max_tokens < -1) {
         snprintf(err, n_err, "max_tokens %lld: the number of tokens to generate must be positive (or -1: no limit)",
                  (long long)req->max_tokens);
@@ -459,6 +469,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     free(sl->acc);
     bt_sampler_free(sl->smp);
     bt_stopper_free(sl->stop);
+    bt_constraint_free(sl->con);
     memset(sl, 0, sizeof *sl);
     pthread_mutex_lock(&b->mu);
     b->n_taken--;
@@ -571,6 +582,57 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
     return f->n_tokens > 0;
 }
 
+/* what bt_sampler_sample_checked asks: may this token come next */
+struct allow_ctx {
+    bt_constraint *con;
+    bool end_ok;
+};
+static bool allow_token(void *user, int32_t id) {
+    struct allow_ctx *a = user;
+    return bt_constraint_allows(a->con, id, a->end_ok);
+}
+
+/* Slot s's next token under its grammar, the same as sampling over the
+ * allowed tokens only: the sampled choice checked first, the whole
+ * vocabulary's mask when that does not settle it.  The end may come where
+ * the grammar is complete, after min_tokens, or at once where nothing else
+ * can follow.  -1: the request has ended (no token continues the grammar,
+ * or out of memory; b->error says which). */
+static int32_t sample_constrained(struct bt_batcher *b, int s, const float *row) {
+    struct slot *sl = &b->slots[s];
+    if (!sl->con) {
+        if (!b->trie && bt_token_trie_new(b->tok, &b->trie, b->error, sizeof b->error) != BT_OK) goto end;
+        if (!b->allowed && !(b->allowed = malloc((size_t)b->n_vocab))) goto nomem;
+        if (!(sl->con = bt_constraint_new(sl->req.grammar, b->trie))) goto nomem;
+    }
+    const bool end_ok = bt_constraint_complete(sl->con) &&
+                        (sl->n_gen >= sl->req.min_tokens || bt_constraint_closed(sl->con));
+    struct allow_ctx a = {sl->con, end_ok};
+    int32_t id = bt_sampler_sample_checked(sl->smp, row, allow_token, &a);
+    if (id < 0) {
+        bt_constraint_mask(sl->con, end_ok, b->allowed);
+        id = bt_sampler_sample_masked(sl->smp, row, b->allowed);
+    }
+    if (id >= 0) {
+        const bool ok = bt_constraint_accept(sl->con, id);
+        BT_ASSERT(ok); /* only allowed tokens are sampled */
+        return id;
+    }
+    snprintf(b->error, sizeof b->error,
+             "no token of the vocabulary continues the output inside its grammar (after %lld generated tokens)",
+             (long long)sl->n_gen);
+    goto end;
+nomem:
+    snprintf(b->error, sizeof b->error, "out of memory for a grammar's state");
+end:
+    if (bt_engine_seq_rm(b->e, s) != BT_OK) {
+        fail(b, BT_ERR_COMM);
+        return -1;
+    }
+    finish(b, s, BT_FINISH_ERROR);
+    return -1;
+}
+
 /* One row of logits for slot s: sample, call back, go on or finish.  A row
  * with a NaN (a damaged weight, an overflow) has no token to sample: the
  * request ends with BT_FINISH_ERROR and why in b->error (the others go on),
@@ -591,13 +653,15 @@ static void take_row(struct bt_batcher *b, int s, float *row, double t) {
         return;
     }
     /* min_tokens: no end of generation yet (the row is this batcher's own;
-     * the banned logits come back for the log-probabilities) */
-    const bool ban = sl->n_gen < sl->req.min_tokens;
+     * the banned logits come back for the log-probabilities); a grammar
+     * decides the end itself */
+    const bool ban = sl->n_gen < sl->req.min_tokens && !sl->req.grammar;
     for (int32_t i = 0; ban && i < b->n_eog; i++) {
         b->eog_raw[i] = row[b->eog[i]];
         row[b->eog[i]] = -INFINITY;
     }
-    const int32_t id = bt_sampler_sample(sl->smp, row);
+    const int32_t id = sl->req.grammar ? sample_constrained(b, s, row) : bt_sampler_sample(sl->smp, row);
+    if (id < 0) return; /* ended */
     for (int32_t i = 0; ban && i < b->n_eog; i++) row[b->eog[i]] = b->eog_raw[i];
     bt_logprobs lp;
     if (sl->req.logprobs) bt_logprobs_compute(row, (int32_t)b->n_vocab, id, sl->req.top_logprobs, &lp);

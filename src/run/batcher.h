@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../text/constrain.h"
 #include "../text/sampler.h"
 #include "../text/tokenizer.h"
 #include "engine.h"
@@ -109,6 +110,11 @@ struct bt_gen_request {
      * (the engine's rows are). */
     enum bt_pooling pooling;
     void (*on_embd)(void *user, const float *embd, int64_t n_embd);
+    /* A grammar the output must follow (constrain.h: only tokens that keep
+     * the text inside it are sampled, the result the same as sampling over
+     * those tokens alone; the end of generation only where it is complete),
+     * or NULL.  Not copied: it must outlive the request (until on_done). */
+    const bt_grammar *grammar;
 };
 
 struct bt_batcher_params {
@@ -135,7 +141,7 @@ void bt_batcher_free(struct bt_batcher *b);
  *   BT_ERR_INVALID:  a bad request (empty prompt, a token id outside the
  *                    vocabulary, a prompt longer than a sequence's share of
  *                    the context, bad sampling values, max_tokens 0, a bad
- *                    stop string, top_logprobs out of range) with one
+ *                    stop string, top_logprobs out of range, ignore_eos with a grammar) with one
  *                    message in err;
  *   BT_ERR_COMM:     the engine has failed.
  * Nothing is called back for a request that add refused. */

@@ -91,6 +91,10 @@ struct req {
     bool timed;
     bool gone;      /* the client went away before the end of its answer */
     bool submitted; /* counted in s->n_answering */
+    /* a chat with tools (job->tools): the calls parsed from the whole answer */
+    struct bt_tool_call *calls;
+    int n_calls;      /* -1: not parsed yet */
+    bool calls_sent;  /* streamed */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -314,6 +318,38 @@ static bool key_ok(struct bt_server *s, struct MHD_Connection *c, struct bt_api_
 
 /* ---- prompts ---- */
 
+/* A chat with tools: the template's call format into j, and for
+ * tool_choice required or named the grammar of the calls. */
+static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
+    struct bt_api_request *q = &j->req;
+    if (q->tool_choice == BT_API_TOOLS_NONE) return true;
+    j->tools = bt_chat_template_tools(s->chat_template);
+    if (j->tools == BT_TOOL_FORMAT_NONE) {
+        bt_api_error_set(e, 400, "invalid_request_error", "tools", NULL,
+                         "'tools' cannot be used with this model: its chat template (%s) shows no tool-call format "
+                         "baton knows (Hermes <tool_call>, as Qwen2.5 and Qwen3 write it); give one with "
+                         "--chat-template FILE",
+                         bt_chat_template_kind(s->chat_template));
+        return false;
+    }
+    if (q->tool_choice == BT_API_TOOLS_AUTO) return true;
+    char where[256], msg[400];
+    int bad_tool;
+    const int only = q->tool_choice == BT_API_TOOLS_NAMED ? q->tool_named : -1;
+    enum bt_status st = bt_tool_grammar(j->tools, q->tools, q->n_tools, only,
+                                        q->parallel_tool_calls && only < 0 ? BT_TOOL_MAX_CALLS : 1, &q->grammar,
+                                        &bad_tool, where, sizeof where, msg, sizeof msg);
+    if (st == BT_OK) return true;
+    char param[300];
+    if (bad_tool >= 0)
+        snprintf(param, sizeof param, "tools[%d].function.parameters%s%s", bad_tool, where[0] ? "." : "", where);
+    else
+        snprintf(param, sizeof param, "tools");
+    bt_api_error_set(e, st == BT_ERR_NOMEM ? 500 : 400, st == BT_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                     param, NULL, "'%s' cannot be followed: %s", param, msg);
+    return false;
+}
+
 /* The prompt's tokens into j (the request already checked). */
 static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
     struct bt_api_request *q = &j->req;
@@ -332,8 +368,9 @@ static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_err
         char *text = q->prompt;
         char *owned = NULL;
         if (q->kind == BT_API_CHAT) {
+            if (!tool_setup(s, j, e)) return false;
             enum bt_status cst = bt_chat_template_apply(s->chat_template, q->msgs, (const char *const *)q->msg_json,
-                                                        q->n_msgs, NULL, 1, &owned, msg, sizeof msg);
+                                                        q->n_msgs, q->tools_json, 1, &owned, msg, sizeof msg);
             if (cst == BT_ERR_ABORTED) { /* the template's own refusal (roles must alternate, ...): the client's */
                 bt_api_error_set(e, 400, "invalid_request_error", "messages", NULL, "%s", msg);
                 return false;
@@ -450,9 +487,20 @@ static enum MHD_Result answer_whole(struct req *r) {
         free(text);
         return fail(r, 500, "server_error", NULL, "out of memory");
     }
-    char *js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
-                                    bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen,
-                                    j->req.logprobs ? &lp : NULL);
+    char *js = NULL, *content = NULL;
+    int n_calls = 0;
+    if (j->tools != BT_TOOL_FORMAT_NONE)
+        n_calls = bt_tool_calls_parse(j->tools, text, elen + j->len, &r->calls, &content);
+    if (n_calls > 0) {
+        r->n_calls = n_calls;
+        js = bt_api_tool_response_json(&j->req, j->id, j->created, s->cfg.model_id, content, r->calls, n_calls,
+                                       j->res.n_prompt, j->res.n_gen, j->req.logprobs ? &lp : NULL);
+    } else if (n_calls == 0) {
+        js = bt_api_response_json(&j->req, j->id, j->created, s->cfg.model_id, text, elen + j->len,
+                                  bt_finish_name(j->res.finish), j->res.n_prompt, j->res.n_gen,
+                                  j->req.logprobs ? &lp : NULL);
+    }
+    free(content);
     free(text);
     if (j->req.logprobs) logprobs_free(&lp);
     if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
@@ -472,6 +520,24 @@ static char *chunk_with_logprobs(struct req *r, const char *text, size_t len, co
     r->lp_offset += bt_api_logprobs_chars(&v);
     logprobs_free(&v);
     return js;
+}
+
+/* How much of the job's text a stream may show now (s->jobs.mu held):
+ * all of it, but in a chat with tools only what cannot be part of a call
+ * until the end; then the calls are parsed (once), and the text before the
+ * first call is what is shown as content (text between or after calls is
+ * not streamed; the whole answer has it). */
+static size_t shown_len(struct req *r) {
+    struct bt_job *j = r->job;
+    if (j->tools == BT_TOOL_FORMAT_NONE) return j->len;
+    if (j->state != BT_JOB_DONE) return bt_tool_calls_plain_len(j->tools, j->text, j->len);
+    if (r->n_calls < 0) {
+        char *content = NULL;
+        r->n_calls = bt_tool_calls_parse(j->tools, j->text, j->len, &r->calls, &content);
+        free(content);
+        if (r->n_calls < 0) r->n_calls = 0; /* out of memory: the text as it is */
+    }
+    return r->n_calls > 0 ? bt_tool_calls_plain_len(j->tools, j->text, j->len) : j->len;
 }
 
 /* the next SSE event of a streamed answer into r->out; false at the end or
@@ -494,22 +560,24 @@ static bool next_event(struct req *r, bool *gone) {
             return next_event(r, gone);
     } else if (r->phase == 1) {
         pthread_mutex_lock(&s->jobs.mu);
-        while (j->state != BT_JOB_DONE && j->len <= r->text_seen) {
-            bt_job_wait_locked(&s->jobs, j, r->text_seen, WAIT_MS);
-            if (j->state != BT_JOB_DONE && j->len <= r->text_seen && client_gone(r->conn)) {
+        size_t avail;
+        while (j->state != BT_JOB_DONE && (avail = shown_len(r)) <= r->text_seen) {
+            bt_job_wait_locked(&s->jobs, j, j->len, WAIT_MS);
+            if (j->state != BT_JOB_DONE && shown_len(r) <= r->text_seen && client_gone(r->conn)) {
                 pthread_mutex_unlock(&s->jobs.mu);
                 *gone = true;
                 return false;
             }
         }
-        if (j->len > r->text_seen) {
+        avail = shown_len(r);
+        if (avail > r->text_seen) {
             /* the text and the log-probabilities of the tokens that came since the last chunk */
-            size_t from = r->text_seen, n = j->len - from, n_lp = j->n_lp - r->lp_seen;
+            size_t from = r->text_seen, n = avail - from, n_lp = j->n_lp - r->lp_seen;
             char *piece = malloc(n);
             bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
             if (piece) memcpy(piece, j->text + from, n);
             if (lps && n_lp) memcpy(lps, j->lp + r->lp_seen, n_lp * sizeof *lps);
-            r->text_seen = j->len;
+            r->text_seen = avail;
             r->lp_seen = j->n_lp;
             pthread_mutex_unlock(&s->jobs.mu);
             if (piece && lps) js = chunk_with_logprobs(r, piece, n, lps, n_lp, NULL);
@@ -526,11 +594,14 @@ static bool next_event(struct req *r, bool *gone) {
                                      j->error[0] ? j->error : "it was cancelled");
                 js = bt_api_error_json(&e);
                 r->phase = 3; /* then [DONE] */
+            } else if (r->n_calls > 0 && !r->calls_sent) {
+                js = bt_api_tool_chunk_json(&j->req, j->id, j->created, model, r->calls, r->n_calls);
+                r->calls_sent = true;
             } else {
                 count_timing(r);
                 /* DONE: the engine's thread writes nothing more; the entries of tokens that showed no text */
                 js = chunk_with_logprobs(r, "", 0, j->lp ? j->lp + r->lp_seen : NULL, j->n_lp - r->lp_seen,
-                                         bt_finish_name(j->res.finish));
+                                         r->n_calls > 0 ? "tool_calls" : bt_finish_name(j->res.finish));
                 r->lp_seen = j->n_lp;
                 r->phase = j->req.include_usage ? 2 : 3;
             }
@@ -861,6 +932,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         /* the headers: route, method, key, declared size */
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->n_calls = -1;
         r->s = s;
         r->conn = conn;
         r->route = route_of(url);
@@ -993,6 +1065,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         s->n_answering--;
         pthread_mutex_unlock(&s->jobs.mu);
     }
+    bt_tool_calls_free(r->calls, r->n_calls);
     free(r->body);
     free(r->out);
     free(r);

@@ -79,6 +79,7 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .user = j,
             .pooling = j->pooling,
             .on_embd = on_embd,
+            .grammar = j->req.grammar,
         };
         uint64_t id = 0;
         char msg[512] = "";

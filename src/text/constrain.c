@@ -116,6 +116,7 @@ void bt_constraint_free(bt_constraint *c) {
 }
 
 bool bt_constraint_complete(const bt_constraint *c) { return bt_grammar_state_complete(c->cur); }
+bool bt_constraint_closed(const bt_constraint *c) { return bt_grammar_state_closed(c->cur); }
 
 bool bt_constraint_allows(bt_constraint *c, int32_t id, bool end_ok) {
     const bt_token_trie *t = c->t;

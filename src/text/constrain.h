@@ -39,5 +39,7 @@ void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed);
 bool bt_constraint_accept(bt_constraint *c, int32_t id);
 /* The text so far is a whole sentence of the grammar. */
 bool bt_constraint_complete(const bt_constraint *c);
+/* No byte can follow: only the end may come. */
+bool bt_constraint_closed(const bt_constraint *c);
 
 #endif

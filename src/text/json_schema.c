@@ -499,6 +499,7 @@ static int32_t typed(struct ctx *c, json_t *s, const char *t) {
             }
         }
     } else {
+        path_push(c, "%stype", c->plen ? "." : "");
         return bad(c, "unknown type '%s' (object, array, string, number, integer, boolean, null)", t);
     }
     return r < 0 ? grammar_bad(c) : r;
