@@ -141,7 +141,8 @@ START_TEST(test_schema_texts) {
                  "\"required\":[\"name\"]}",
                  (const char *const[]){"{\"name\":\"x\"}", "{\"name\": \"\\u00e9t\\u00E9 \\\"q\\\"\", \"age\": -12}",
                                         "{\"name\":\"\xc3\xa9\",\"tags\":[\"a\",\"b\"]}",
-                                        "{\n  \"name\": \"a\",\n  \"age\": 0\n}", "{\"name\":\"a\",\"age\":3,\"tags\":[]}",
+                                        "{\n  \"name\": \"a\",\n  \"age\": 0\n}",
+                                        "{\"name\":\"a\",\"age\":3,\"tags\":[]}",
                                         NULL},
                  (const char *const[]){"{}", "{\"age\":1}", "{\"name\":\"a\",\"other\":1}",
                                        "{\"name\":\"a\",\"tags\":[\"a\",\"b\",\"c\"]}", "{\"name\":\"a\",\"age\":01}",
@@ -185,11 +186,13 @@ static void expect_bad(const char *schema, const char *where, const char *msg) {
 }
 
 START_TEST(test_schema_bad) {
-    expect_bad("{\"type\":\"object\",", "", "the schema is not valid JSON: line 1, column 17: string or '}' expected near end of file");
+    expect_bad("{\"type\":\"object\",", "",
+               "the schema is not valid JSON: line 1, column 17: string or '}' expected near end of file");
     expect_bad("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
                "properties.age.minimum", "the schema keyword 'minimum' is not supported");
     expect_bad("{\"type\":\"string\",\"pattern\":\"^a\"}", "pattern", "the schema keyword 'pattern' is not supported");
-    expect_bad("{\"type\":\"strin\"}", "type", "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
+    expect_bad("{\"type\":\"strin\"}", "type",
+               "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
     expect_bad("{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "",
                "'required' names 'b', which is not in 'properties'");
     expect_bad("{\"$ref\":\"#/$defs/missing\"}", "",
@@ -224,7 +227,8 @@ START_TEST(test_tool_calls) {
     ck_assert_int_eq(bt_tool_format_detect("{% if tools %}<tool_call>{% endif %}"), BT_TOOL_FORMAT_HERMES);
     ck_assert_int_eq(bt_tool_format_detect("{{ messages }}"), BT_TOOL_FORMAT_NONE);
     const struct bt_tool tools[2] = {
-        {"get_weather", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}"},
+        {"get_weather",
+         "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}"},
         {"now", NULL},
     };
     bt_grammar *g;
@@ -232,7 +236,8 @@ START_TEST(test_tool_calls) {
     ck_assert_int_eq(bt_tool_grammar(BT_TOOL_FORMAT_HERMES, tools, 2, -1, 2, &g, &bad_tool, where, sizeof where, err,
                                      sizeof err),
                      BT_OK);
-    ck_assert(matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"));
+    ck_assert(matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+                         "</tool_call>"));
     ck_assert(matches(g, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"now\","
                          "\"arguments\":{\"tz\":1}}</tool_call>"));
     ck_assert(!matches(g, "<tool_call>{\"name\":\"get_weather\",\"arguments\":{}}</tool_call>"));
@@ -248,7 +253,8 @@ START_TEST(test_tool_calls) {
                           "\"arguments\":{}}</tool_call>"));
     bt_grammar_free(g);
     /* a bad parameters schema names the tool and the path */
-    const struct bt_tool bad[1] = {{"f", "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"maximum\":3}}}"}};
+    const struct bt_tool bad[1] = {
+        {"f", "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"maximum\":3}}}"}};
     ck_assert_int_eq(bt_tool_grammar(BT_TOOL_FORMAT_HERMES, bad, 1, -1, 1, &g, &bad_tool, where, sizeof where, err,
                                      sizeof err),
                      BT_ERR_INVALID);

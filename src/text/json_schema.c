@@ -462,7 +462,8 @@ out:
 static int32_t array_schema(struct ctx *c, json_t *s) {
     int64_t min = 0, max = -1;
     if (!count_of(c, s, "minItems", &min) || !count_of(c, s, "maxItems", &max)) return -1;
-    if (max >= 0 && max < min) return bad(c, "'maxItems' %lld is below 'minItems' %lld", (long long)max, (long long)min);
+    if (max >= 0 && max < min)
+        return bad(c, "'maxItems' %lld is below 'minItems' %lld", (long long)max, (long long)min);
     json_t *items = json_object_get(s, "items");
     int32_t item = items ? visit_key(c, items, "items") : bt_json_value_rule(c->j);
     if (item < 0) return c->failed ? -1 : grammar_bad(c);
@@ -611,7 +612,8 @@ static int32_t visit_object(struct ctx *c, json_t *s) {
     }
     json_t *type = json_object_get(s, "type");
     if (!type) { /* the type from the keywords present, else any value */
-        if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties")) return typed(c, s, "object");
+        if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties"))
+            return typed(c, s, "object");
         if (json_object_get(s, "items")) return typed(c, s, "array");
         int32_t r = bt_json_value_rule(c->j);
         return r < 0 ? grammar_bad(c) : r;
