@@ -22,7 +22,7 @@
 #include <string.h>
 
 /* the most rule expansions one byte (or the start) may cost */
-#define MAX_WORK (1 << 16)
+#define MAX_WORK (1 << 14)
 
 enum { E_END = 0, E_ALT = 1, E_CLASS = 2, E_REF = 3 };
 
@@ -237,26 +237,61 @@ int32_t bt_grammar_repeat(bt_grammar *g, int32_t item, int64_t min, int64_t max)
 
 static bool is_end(const elem *e) { return e->type == E_END || e->type == E_ALT; }
 
-/* nullable[r]: rule r can match the empty text (a fixpoint over the rules) */
-static void find_nullable(const bt_grammar *g, bool *nullable) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int32_t r = 0; r < g->n_rules; r++) {
-            if (nullable[r]) continue;
-            const elem *e = g->el + g->rule_off[r];
-            for (;;) { /* each alternative: nullable when every element is */
-                bool all = true;
-                for (; !is_end(e); e++)
-                    if (e->type != E_REF || !nullable[e->arg]) all = false;
-                if (all) {
-                    nullable[r] = changed = true;
-                    break;
-                }
-                if (e->type == E_END) break;
-                e++;
+/* nullable[r]: rule r can match the empty text.  A worklist, linear in
+ * the elements: each alternative counts its references not yet known
+ * nullable (a byte class: never), and a rule found nullable lowers the
+ * counts of the alternatives that refer to it. */
+static bool find_nullable(const bt_grammar *g, bool *nullable) {
+    const size_t n_el = g->rule_off[g->n_rules];
+    /* alternatives: one per ALT/END element; alt_of[p]: the alternative of element p */
+    size_t n_alt = 0, n_ref = 0;
+    for (size_t p = 0; p < n_el; p++) n_alt += is_end(&g->el[p]), n_ref += g->el[p].type == E_REF;
+    int32_t *left = malloc((n_alt + 1) * sizeof *left), *owner = malloc((n_alt + 1) * sizeof *owner);
+    uint32_t *occ_off = calloc((size_t)g->n_rules + 2, sizeof *occ_off), *occ = malloc((n_ref + 1) * sizeof *occ);
+    int32_t *queue = malloc(((size_t)g->n_rules + 1) * sizeof *queue);
+    bool ok = left && owner && occ_off && occ && queue;
+    if (ok) {
+        size_t a = 0;
+        int32_t r = 0;
+        left[0] = 0;
+        for (size_t p = 0; p < n_el; p++) { /* references per alternative, and per rule referred to */
+            const elem *e = &g->el[p];
+            if (e->type == E_REF) left[a] += left[a] >= 0, occ_off[e->arg + 1]++;
+            else if (e->type == E_CLASS) left[a] = -1;
+            else {
+                owner[a++] = r;
+                if (e->type == E_END) r++;
+                left[a] = 0;
+            }
+        }
+        for (int32_t k = 0; k < g->n_rules; k++) occ_off[k + 1] += occ_off[k];
+        uint32_t *fill = calloc((size_t)g->n_rules + 1, sizeof *fill);
+        ok = fill != NULL;
+        a = 0;
+        for (size_t p = 0; ok && p < n_el; p++) {
+            const elem *e = &g->el[p];
+            if (e->type == E_REF) occ[occ_off[e->arg] + fill[e->arg]++] = (uint32_t)a;
+            else if (is_end(e)) a++;
+        }
+        free(fill);
+        int32_t head = 0, tail = 0;
+        for (size_t k = 0; ok && k < n_alt; k++)
+            if (left[k] == 0 && !nullable[owner[k]]) nullable[owner[k]] = true, queue[tail++] = owner[k];
+        while (ok && head < tail) {
+            int32_t t = queue[head++];
+            for (uint32_t q = occ_off[t]; q < occ_off[t + 1]; q++) {
+                uint32_t k = occ[q];
+                if (left[k] > 0 && --left[k] == 0 && !nullable[owner[k]])
+                    nullable[owner[k]] = true, queue[tail++] = owner[k];
             }
         }
     }
+    free(left);
+    free(owner);
+    free(occ_off);
+    free(occ);
+    free(queue);
+    return ok;
 }
 
 /* A rule that reaches itself before matching a byte: an iterative
@@ -329,7 +364,12 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
         n += g->rb[r].n;
         g->el[n++] = (elem){E_END, 0};
     }
-    find_nullable(g, nullable);
+    g->rule_off[g->n_rules] = (uint32_t)n;
+    if (!find_nullable(g, nullable)) {
+        st = bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory sealing a grammar of %zu elements",
+                             g->n_elems);
+        goto out;
+    }
     int32_t lr = find_left_recursion(g, nullable, mark, stk, at);
     if (lr >= 0) {
         st = bt_error_printf(err, errlen, BT_ERR_INVALID, "grammar: rule %d is left-recursive", (int)lr);

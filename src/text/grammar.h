@@ -37,7 +37,7 @@
 #define BT_GRAMMAR_MAX_DEPTH 256 /* positions on one stack: how deep a text may nest */
 #endif
 #ifndef BT_GRAMMAR_MAX_STACKS
-#define BT_GRAMMAR_MAX_STACKS 2048 /* stacks of one state: how ambiguous a prefix may be */
+#define BT_GRAMMAR_MAX_STACKS 512 /* stacks of one state: how ambiguous a prefix may be */
 #endif
 
 typedef struct bt_grammar bt_grammar;

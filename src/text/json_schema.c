@@ -327,9 +327,9 @@ static bool count_of(struct ctx *c, json_t *s, const char *key, int64_t *out) {
 /* a rule with one alternative per member of the array `key` of s */
 static int32_t alternatives(struct ctx *c, json_t *s, const char *key, bool schemas) {
     json_t *a = json_object_get(s, key);
-    if (!json_is_array(a) || json_array_size(a) == 0) {
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > BT_JSON_SCHEMA_MAX_COUNT) {
         path_push(c, "%s%s", c->plen ? "." : "", key);
-        return bad(c, "'%s' must be a non-empty array", key);
+        return bad(c, "'%s' must be an array of 1 to %d entries", key, BT_JSON_SCHEMA_MAX_COUNT);
     }
     int32_t r = bt_grammar_rule(c->g);
     if (r < 0) return grammar_bad(c);
