@@ -360,7 +360,7 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
             goto out;
         }
         g->rule_off[r] = (uint32_t)n;
-        memcpy(g->el + n, g->rb[r].el, g->rb[r].n * sizeof *g->el);
+        if (g->rb[r].n) memcpy(g->el + n, g->rb[r].el, g->rb[r].n * sizeof *g->el);
         n += g->rb[r].n;
         g->el[n++] = (elem){E_END, 0};
     }
@@ -450,6 +450,7 @@ void bt_grammar_state_copy(bt_grammar_state *dst, const bt_grammar_state *src) {
     dst->n = dst->used = 0;
     dst->complete = src->complete;
     if (!reserve(dst, src->n, src->used)) return; /* out of memory: an empty state, which refuses every byte */
+    if (!src->n) return;
     memcpy(dst->off, src->off, src->n * sizeof *dst->off);
     memcpy(dst->len, src->len, src->n * sizeof *dst->len);
     memcpy(dst->hash, src->hash, src->n * sizeof *dst->hash);
