@@ -11,6 +11,9 @@
 #include <string.h>
 
 #define NONE UINT32_MAX
+/* masks kept per output, by the state they were made in: inside a string
+ * without a bound the state repeats token after token */
+#define N_CACHED 4
 
 struct node {
     uint32_t child, sibling, tok; /* tok: the first token ending here (NONE: none) */
@@ -24,6 +27,8 @@ struct bt_token_trie {
     uint32_t n_nodes, cap_nodes;
     uint32_t *tok_next; /* [n_vocab] */
     uint8_t *eog;       /* [n_vocab] end-of-generation tokens */
+    uint32_t *eog_ids;  /* [n_eog] the same as a list */
+    uint32_t n_eog;
     int max_len;        /* the longest piece in the trie */
 };
 
@@ -33,6 +38,11 @@ struct bt_constraint {
     bt_grammar_state *cur, *tmp;
     bt_grammar_state *depth[BT_TRIE_MAX_PIECE + 1]; /* the mask's states by depth (made as needed) */
     uint8_t *allowed;                                /* the mask being written */
+    struct {
+        bt_grammar_state *st; /* NULL: empty entry */
+        uint8_t *mask;        /* n_vocab, end-of-generation tokens 0 */
+    } cache[N_CACHED];
+    int next_slot;            /* the entry the next miss replaces */
 };
 
 static uint32_t new_node(bt_token_trie *t, uint8_t byte) {
@@ -59,6 +69,7 @@ enum bt_status bt_token_trie_new(const bt_tokenizer *tok, bt_token_trie **out, c
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         t->tok_next[id] = NONE;
         t->eog[id] = bt_tokenizer_is_eog(tok, (int32_t)id) != 0;
+        t->n_eog += t->eog[id];
         size_t len;
         const char *p = bt_tokenizer_piece(tok, (int32_t)id, 0, &len);
         if (len == 0 || len > BT_TRIE_MAX_PIECE) continue;
@@ -78,6 +89,9 @@ enum bt_status bt_token_trie_new(const bt_tokenizer *tok, bt_token_trie **out, c
         t->tok_next[id] = t->nodes[at].tok;
         t->nodes[at].tok = id;
     }
+    if (!(t->eog_ids = malloc((t->n_eog ? t->n_eog : 1) * sizeof *t->eog_ids))) goto nomem;
+    for (uint32_t id = 0, k = 0; id < t->n_vocab; id++)
+        if (t->eog[id]) t->eog_ids[k++] = id;
     *out = t;
     return BT_OK;
 nomem:
@@ -90,6 +104,7 @@ void bt_token_trie_free(bt_token_trie *t) {
     free(t->nodes);
     free(t->tok_next);
     free(t->eog);
+    free(t->eog_ids);
     free(t);
 }
 
@@ -112,6 +127,10 @@ void bt_constraint_free(bt_constraint *c) {
     bt_grammar_state_free(c->cur);
     bt_grammar_state_free(c->tmp);
     for (int i = 0; i <= BT_TRIE_MAX_PIECE; i++) bt_grammar_state_free(c->depth[i]);
+    for (int i = 0; i < N_CACHED; i++) {
+        bt_grammar_state_free(c->cache[i].st);
+        free(c->cache[i].mask);
+    }
     free(c);
 }
 
@@ -150,19 +169,36 @@ static void mask_walk(bt_constraint *c, uint32_t at, int d) {
     }
 }
 
+/* the bytes of a mask made in state c->cur, kept for when that state comes again (out of memory: not kept) */
+static void cache_put(bt_constraint *c, const uint8_t *allowed) {
+    const bt_token_trie *t = c->t;
+    int k = c->next_slot;
+    c->next_slot = (k + 1) % N_CACHED;
+    if (!c->cache[k].st && !(c->cache[k].st = bt_grammar_state_new(c->g))) return;
+    if (!c->cache[k].mask && !(c->cache[k].mask = malloc(t->n_vocab ? t->n_vocab : 1))) return;
+    bt_grammar_state_copy(c->cache[k].st, c->cur);
+    memcpy(c->cache[k].mask, allowed, t->n_vocab);
+}
+
 void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed) {
     const bt_token_trie *t = c->t;
-    memset(allowed, 0, t->n_vocab);
-    for (uint32_t id = 0; id < t->n_vocab; id++)
-        if (t->eog[id]) allowed[id] = end_ok;
-    if (!c->depth[0] && !(c->depth[0] = bt_grammar_state_new(c->g))) return;
-    bt_grammar_state_copy(c->depth[0], c->cur);
-    c->allowed = allowed;
-    mask_walk(c, 0, 0);
-    /* an end-of-generation token whose piece shows text is still only an end */
-    for (uint32_t id = 0; id < t->n_vocab; id++)
-        if (t->eog[id]) allowed[id] = end_ok;
-    c->allowed = NULL;
+    int hit = -1;
+    for (int k = 0; k < N_CACHED && hit < 0; k++)
+        if (c->cache[k].st && c->cache[k].mask && bt_grammar_state_equal(c->cache[k].st, c->cur)) hit = k;
+    if (hit >= 0) {
+        memcpy(allowed, c->cache[hit].mask, t->n_vocab);
+    } else {
+        memset(allowed, 0, t->n_vocab);
+        if (!c->depth[0] && !(c->depth[0] = bt_grammar_state_new(c->g))) return;
+        bt_grammar_state_copy(c->depth[0], c->cur);
+        c->allowed = allowed;
+        mask_walk(c, 0, 0);
+        c->allowed = NULL;
+        /* an end-of-generation token whose piece shows text is still only an end */
+        for (uint32_t k = 0; k < t->n_eog; k++) allowed[t->eog_ids[k]] = 0;
+        cache_put(c, allowed);
+    }
+    for (uint32_t k = 0; k < t->n_eog; k++) allowed[t->eog_ids[k]] = end_ok;
 }
 
 bool bt_constraint_accept(bt_constraint *c, int32_t id) {

@@ -7,7 +7,9 @@
  * end-of-generation token is allowed only where the caller says the end
  * may come (the grammar complete).  The whole vocabulary's mask walks a
  * byte trie of the pieces with the grammar state, dropping every subtree
- * whose prefix the grammar refuses: a shared prefix is matched once. */
+ * whose prefix the grammar refuses: a shared prefix is matched once; the
+ * last masks are kept by the state they were made in (inside a string
+ * without a bound the state repeats token after token). */
 #ifndef BATON_TEXT_CONSTRAIN_H
 #define BATON_TEXT_CONSTRAIN_H
 

@@ -541,6 +541,12 @@ bool bt_grammar_state_complete(const bt_grammar_state *s) { return s->complete; 
 bool bt_grammar_state_closed(const bt_grammar_state *s) { return s->n == 0; }
 bool bt_grammar_state_empty(const bt_grammar_state *s) { return s->n == 0 && !s->complete; }
 
+bool bt_grammar_state_equal(const bt_grammar_state *a, const bt_grammar_state *b) {
+    if (a->g != b->g || a->n != b->n || a->complete != b->complete || a->used != b->used) return false;
+    if (!a->n) return true;
+    return !memcmp(a->len, b->len, a->n * sizeof *a->len) && !memcmp(a->pool, b->pool, a->used * sizeof *a->pool);
+}
+
 bool bt_grammar_match(const bt_grammar *g, const char *text, size_t n) {
     bt_grammar_state *s = bt_grammar_state_new(g), *t = bt_grammar_state_new(g);
     bool ok = s && t && bt_grammar_state_bytes(s, text, n, t) && bt_grammar_state_complete(s);
