@@ -6,7 +6,8 @@
  * the slots' capacity, the token and context limits, the errors of bad
  * requests, and requests added from another thread while the loop steps;
  * requests with a grammar (a JSON schema): the text inside it, the same
- * tokens alone and among others (greedy, seeded with and without top-k). */
+ * tokens alone and among others (greedy, seeded with and without top-k),
+ * a grammar that starts at a trigger. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -401,6 +402,33 @@ START_TEST(test_grammar_requests) {
         bt_grammar_state_free(tmp);
         ck_assert(o->n_text > 0 && o->text[0] == '{');
     }
+    /* a trigger: free until the output holds it, then the grammar from it.
+     * "{" pushed up by logit_bias comes first and starts the grammar; a
+     * trigger that never comes leaves the output as without a grammar */
+    bt_tokens brace = tokenize("{");
+    ck_assert_uint_eq(brace.n, 1);
+    const float up = 100.0f;
+    struct out trig, never, plain;
+    for (int k = 0; k < 3; k++) {
+        struct out *o = k == 0 ? &trig : k == 1 ? &never : &plain;
+        memset(o, 0, sizeof *o);
+        struct bt_gen_request r = request(&p, o, 0.0f, 1, MAX_GEN - 4);
+        r.grammar = k < 2 ? g : NULL;
+        r.grammar_trigger = k == 0 ? "{" : k == 1 ? "\x01\x02\x03" : NULL;
+        if (k == 0) r.bias_ids = brace.ids, r.bias = &up, r.n_bias = 1;
+        uint64_t id;
+        ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+    }
+    run_until_idle(b);
+    ck_assert(trig.n_text > 0 && trig.text[0] == '{');
+    bt_grammar_state *st = bt_grammar_state_new(g), *tmp = bt_grammar_state_new(g);
+    ck_assert_msg(bt_grammar_state_bytes(st, trig.text, trig.n_text, tmp), "%.*s", (int)trig.n_text, trig.text);
+    ck_assert(trig.res.finish != BT_FINISH_STOP || bt_grammar_state_complete(st));
+    bt_grammar_state_free(st);
+    bt_grammar_state_free(tmp);
+    ck_assert_int_eq(never.n, plain.n);
+    ck_assert(memcmp(never.tok, plain.tok, (size_t)plain.n * sizeof(int32_t)) == 0);
+    bt_tokens_free(&brace);
     /* ignore_eos could never end a grammar's output: refused */
     struct out o;
     memset(&o, 0, sizeof o);

@@ -115,6 +115,12 @@ struct bt_gen_request {
      * those tokens alone; the end of generation only where it is complete),
      * or NULL.  Not copied: it must outlive the request (until on_done). */
     const bt_grammar *grammar;
+    /* With a grammar: NULL, or a text (1 to 64 bytes) that starts it.
+     * Until the output holds the trigger it is free (sampled as without a
+     * grammar); from there the grammar applies, its text beginning with the
+     * trigger.  If the bytes after it are refused, the output stays free.
+     * Not copied. */
+    const char *grammar_trigger;
 };
 
 struct bt_batcher_params {

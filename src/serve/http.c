@@ -318,8 +318,10 @@ static bool key_ok(struct bt_server *s, struct MHD_Connection *c, struct bt_api_
 
 /* ---- prompts ---- */
 
-/* A chat with tools: the template's call format into j, and for
- * tool_choice required or named the grammar of the calls. */
+/* A chat with tools: the template's call format into j, and the grammar
+ * of the calls: from the start for tool_choice required or named; for
+ * "auto" from the format's opening mark on (unless response_format asks
+ * for JSON: that grammar stays). */
 static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
     struct bt_api_request *q = &j->req;
     if (q->tool_choice == BT_API_TOOLS_NONE) return true;
@@ -332,7 +334,10 @@ static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_erro
                          bt_chat_template_kind(s->chat_template));
         return false;
     }
-    if (q->tool_choice == BT_API_TOOLS_AUTO) return true;
+    if (q->tool_choice == BT_API_TOOLS_AUTO) {
+        if (q->grammar) return true;
+        j->trigger = bt_tool_format_trigger(j->tools);
+    }
     char where[256], msg[400];
     int bad_tool;
     const int only = q->tool_choice == BT_API_TOOLS_NAMED ? q->tool_named : -1;

@@ -80,6 +80,7 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .pooling = j->pooling,
             .on_embd = on_embd,
             .grammar = j->req.grammar,
+            .grammar_trigger = j->trigger,
         };
         uint64_t id = 0;
         char msg[512] = "";

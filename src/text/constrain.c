@@ -209,3 +209,8 @@ bool bt_constraint_accept(bt_constraint *c, int32_t id) {
     const char *p = bt_tokenizer_piece(t->tok, id, 0, &len);
     return bt_grammar_state_bytes(c->cur, p, len, c->tmp);
 }
+
+bool bt_constraint_accept_byte(bt_constraint *c, uint8_t byte) {
+    const char b = (char)byte;
+    return bt_grammar_state_bytes(c->cur, &b, 1, c->tmp);
+}

@@ -39,6 +39,9 @@ void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed);
 /* The text goes on with token id's piece (an end-of-generation token: no
  * change).  False when the grammar refuses it (the state is then empty). */
 bool bt_constraint_accept(bt_constraint *c, int32_t id);
+/* The text goes on with one byte (what a trigger and the bytes after it
+ * in a token feed).  False when refused (the state is then empty). */
+bool bt_constraint_accept_byte(bt_constraint *c, uint8_t byte);
 /* The text so far is a whole sentence of the grammar. */
 bool bt_constraint_complete(const bt_constraint *c);
 /* No byte can follow: only the end may come. */

@@ -29,6 +29,8 @@ const char *bt_tool_format_name(enum bt_tool_format f) {
     return f == BT_TOOL_FORMAT_HERMES ? "hermes" : "none";
 }
 
+const char *bt_tool_format_trigger(enum bt_tool_format f) { return f == BT_TOOL_FORMAT_HERMES ? HERMES_OPEN : NULL; }
+
 /* "\"NAME\"" ws "," ws "\"arguments\"" ws ":" ws args ws as a new alternative of fn */
 static bool add_function(bt_json_rules *j, int32_t fn, const struct bt_tool *t, int32_t ws, char *where,
                          size_t wherelen, char *err, size_t errlen) {

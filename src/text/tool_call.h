@@ -32,6 +32,10 @@ enum bt_tool_format {
 enum bt_tool_format bt_tool_format_detect(const char *template_text);
 /* "hermes", or "none" */
 const char *bt_tool_format_name(enum bt_tool_format f);
+/* The text that opens a call in format f ("<tool_call>"; NULL for NONE):
+ * with tool_choice "auto" the reply is free until it, then the calls'
+ * grammar applies (the grammar's text starts with it). */
+const char *bt_tool_format_trigger(enum bt_tool_format f);
 
 /* A tool as a request gives it: its name and its parameters schema (a JSON
  * text; NULL: any object). */
