@@ -13,6 +13,10 @@
  * each request its new text.  A sequence's next decode token waits only for its
  * own previous token; its prompt chunks follow each other without waiting.
  *
+ * A request may carry a grammar (constrain.h): rank 0 samples only tokens
+ * that keep its text inside it, the same tokens as sampling over the
+ * allowed ones alone.
+ *
  * Results: the engine gives each sequence its own cells and its kernels do not
  * depend on the batch, so with greedy sampling (or a fixed seed) a request's
  * tokens are the same bits whether it runs alone or among many, on any number

@@ -2,7 +2,9 @@
  * thread per connection (a request's thread may block on its job), routing,
  * the Bearer key, the body limit, prompts (chat template, tokenizer, length
  * against a sequence's share of the context), job submission, and answers as
- * one JSON object or as server-sent events.  Besides OpenAI's routes:
+ * one JSON object or as server-sent events.  A chat with tools gets the
+ * template's call format and the calls' grammar here, and its reply parsed
+ * back into tool_calls.  Besides OpenAI's routes:
  * llama-server's /tokenize and /detokenize (the tokenizer alone, no job),
  * /v1/embeddings (a job per input: its prompt's hidden states pooled by the
  * batcher, --pooling),
