@@ -660,14 +660,14 @@ static int32_t sample_constrained(struct bt_batcher *b, int s, const float *row)
         bt_constraint_mask(sl->con, end_ok, b->allowed);
         id = bt_sampler_sample_masked(sl->smp, row, b->allowed);
     }
-    if (id >= 0) {
-        const bool ok = bt_constraint_accept(sl->con, id);
-        BT_ASSERT(ok); /* only allowed tokens are sampled */
-        return id;
-    }
-    snprintf(b->error, sizeof b->error,
-             "no token of the vocabulary continues the output inside its grammar (after %lld generated tokens)",
-             (long long)sl->n_gen);
+    /* an allowed token is taken: only memory for the state can fail here */
+    if (id >= 0 && bt_constraint_accept(sl->con, id)) return id;
+    if (id >= 0)
+        snprintf(b->error, sizeof b->error, "out of memory for a grammar's state");
+    else
+        snprintf(b->error, sizeof b->error,
+                 "no token of the vocabulary continues the output inside its grammar (after %lld generated tokens)",
+                 (long long)sl->n_gen);
 end:
     if (bt_engine_seq_rm(b->e, s) != BT_OK) {
         fail(b, BT_ERR_COMM);
