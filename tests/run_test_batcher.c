@@ -365,7 +365,7 @@ START_TEST(test_grammar_requests) {
     bt_grammar *g = bt_grammar_new();
     bt_json_rules j;
     bt_json_rules_init(&j, g);
-    int32_t root = bt_json_schema_rule(&j, schema, strlen(schema), where, sizeof where, err, sizeof err);
+    int32_t root = bt_json_schema_compile(&j, schema, strlen(schema), where, sizeof where, err, sizeof err);
     ck_assert_msg(root >= 0 && bt_grammar_finish(g, root, err, sizeof err) == BT_OK, "%s", err);
     const float temps[3] = {0.0f, 0.8f, 0.8f};
     const int32_t top_k[3] = {0, 0, 8};

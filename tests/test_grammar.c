@@ -29,21 +29,21 @@ START_TEST(test_grammar_basics) {
     char err[256];
     bt_grammar *g = bt_grammar_new();
     /* root ::= "ab" digit{1,3} ("x" | "yz" | nothing) */
-    int32_t d = bt_grammar_rule(g);
-    bt_grammar_alt(g, d);
-    bt_grammar_range(g, d, '0', '9');
+    int32_t d = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, d);
+    bt_grammar_add_range(g, d, '0', '9');
     int32_t ds = bt_grammar_repeat(g, d, 1, 3);
-    int32_t tail = bt_grammar_rule(g);
-    bt_grammar_alt(g, tail);
-    bt_grammar_lit(g, tail, "x", 1);
-    bt_grammar_alt(g, tail);
-    bt_grammar_lit(g, tail, "yz", 2);
-    bt_grammar_alt(g, tail);
-    int32_t root = bt_grammar_rule(g);
-    bt_grammar_alt(g, root);
-    bt_grammar_lit(g, root, "ab", 2);
-    bt_grammar_ref(g, root, ds);
-    bt_grammar_ref(g, root, tail);
+    int32_t tail = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, tail);
+    bt_grammar_add_lit(g, tail, "x", 1);
+    bt_grammar_add_alt(g, tail);
+    bt_grammar_add_lit(g, tail, "yz", 2);
+    bt_grammar_add_alt(g, tail);
+    int32_t root = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, root);
+    bt_grammar_add_lit(g, root, "ab", 2);
+    bt_grammar_add_ref(g, root, ds);
+    bt_grammar_add_ref(g, root, tail);
     ck_assert_int_eq(bt_grammar_finish(g, root, err, sizeof err), BT_OK);
     ck_assert(matches(g, "ab1"));
     ck_assert(matches(g, "ab123x"));
@@ -71,27 +71,27 @@ START_TEST(test_grammar_refused) {
     char err[256];
     /* left recursion through a nullable rule: e ::= n e "x" | "y", n ::= "" | "a" */
     bt_grammar *g = bt_grammar_new();
-    int32_t n = bt_grammar_rule(g), e = bt_grammar_rule(g);
-    bt_grammar_alt(g, n);
-    bt_grammar_alt(g, n);
-    bt_grammar_lit(g, n, "a", 1);
-    bt_grammar_alt(g, e);
-    bt_grammar_ref(g, e, n);
-    bt_grammar_ref(g, e, e);
-    bt_grammar_lit(g, e, "x", 1);
-    bt_grammar_alt(g, e);
-    bt_grammar_lit(g, e, "y", 1);
+    int32_t n = bt_grammar_add_rule(g), e = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, n);
+    bt_grammar_add_alt(g, n);
+    bt_grammar_add_lit(g, n, "a", 1);
+    bt_grammar_add_alt(g, e);
+    bt_grammar_add_ref(g, e, n);
+    bt_grammar_add_ref(g, e, e);
+    bt_grammar_add_lit(g, e, "x", 1);
+    bt_grammar_add_alt(g, e);
+    bt_grammar_add_lit(g, e, "y", 1);
     ck_assert_int_eq(bt_grammar_finish(g, e, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "grammar: rule 1 is left-recursive");
     bt_grammar_free(g);
     /* right recursion is fine, and deep nesting stops at the depth bound: p ::= "(" p ")" | "" */
     g = bt_grammar_new();
-    int32_t p = bt_grammar_rule(g);
-    bt_grammar_alt(g, p);
-    bt_grammar_lit(g, p, "(", 1);
-    bt_grammar_ref(g, p, p);
-    bt_grammar_lit(g, p, ")", 1);
-    bt_grammar_alt(g, p);
+    int32_t p = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, p);
+    bt_grammar_add_lit(g, p, "(", 1);
+    bt_grammar_add_ref(g, p, p);
+    bt_grammar_add_lit(g, p, ")", 1);
+    bt_grammar_add_alt(g, p);
     ck_assert_int_eq(bt_grammar_finish(g, p, err, sizeof err), BT_OK);
     ck_assert(matches(g, "((()))"));
     ck_assert(!matches(g, "(()"));
@@ -102,9 +102,9 @@ START_TEST(test_grammar_refused) {
     bt_grammar_free(g);
     /* a rule without an alternative */
     g = bt_grammar_new();
-    int32_t r = bt_grammar_rule(g), q = bt_grammar_rule(g);
-    bt_grammar_alt(g, r);
-    bt_grammar_ref(g, r, q);
+    int32_t r = bt_grammar_add_rule(g), q = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_ref(g, r, q);
     ck_assert_int_eq(bt_grammar_finish(g, r, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err, "grammar: rule 1 has no alternative");
     bt_grammar_free(g);
@@ -118,7 +118,7 @@ static bt_grammar *schema_grammar(const char *schema, char *where, char *err) {
     bt_grammar *g = bt_grammar_new();
     bt_json_rules j;
     bt_json_rules_init(&j, g);
-    int32_t r = bt_json_schema_rule(&j, schema, strlen(schema), where, 256, err, 256);
+    int32_t r = bt_json_schema_compile(&j, schema, strlen(schema), where, 256, err, 256);
     if (r < 0 || bt_grammar_finish(g, r, err, 256) != BT_OK) {
         bt_grammar_free(g);
         return NULL;
@@ -140,10 +140,9 @@ START_TEST(test_schema_texts) {
                  "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":2}},"
                  "\"required\":[\"name\"]}",
                  (const char *const[]){"{\"name\":\"x\"}", "{\"name\": \"\\u00e9t\\u00E9 \\\"q\\\"\", \"age\": -12}",
-                                        "{\"name\":\"\xc3\xa9\",\"tags\":[\"a\",\"b\"]}",
-                                        "{\n  \"name\": \"a\",\n  \"age\": 0\n}",
-                                        "{\"name\":\"a\",\"age\":3,\"tags\":[]}",
-                                        NULL},
+                                       "{\"name\":\"\xc3\xa9\",\"tags\":[\"a\",\"b\"]}",
+                                       "{\n  \"name\": \"a\",\n  \"age\": 0\n}",
+                                       "{\"name\":\"a\",\"age\":3,\"tags\":[]}", NULL},
                  (const char *const[]){"{}", "{\"age\":1}", "{\"name\":\"a\",\"other\":1}",
                                        "{\"name\":\"a\",\"tags\":[\"a\",\"b\",\"c\"]}", "{\"name\":\"a\",\"age\":01}",
                                        "{\"name\":\"a\",\"age\":1.5}", "{\"age\":1,\"name\":\"a\"}",
@@ -243,8 +242,8 @@ START_TEST(test_tool_calls) {
     };
     bt_grammar *g;
     int bad_tool;
-    ck_assert_int_eq(bt_tool_grammar(BT_TOOL_FORMAT_HERMES, tools, 2, -1, 2, &g, &bad_tool, where, sizeof where, err,
-                                     sizeof err),
+    ck_assert_int_eq(bt_tool_grammar_build(BT_TOOL_FORMAT_HERMES, tools, 2, -1, 2, &g, &bad_tool, where, sizeof where,
+                                           err, sizeof err),
                      BT_OK);
     ck_assert(matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
                          "</tool_call>"));
@@ -255,8 +254,8 @@ START_TEST(test_tool_calls) {
     ck_assert(!matches(g, "hello"));
     bt_grammar_free(g);
     /* one named function, one call */
-    ck_assert_int_eq(bt_tool_grammar(BT_TOOL_FORMAT_HERMES, tools, 2, 1, 1, &g, &bad_tool, where, sizeof where, err,
-                                     sizeof err),
+    ck_assert_int_eq(bt_tool_grammar_build(BT_TOOL_FORMAT_HERMES, tools, 2, 1, 1, &g, &bad_tool, where, sizeof where,
+                                           err, sizeof err),
                      BT_OK);
     ck_assert(matches(g, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>"));
     ck_assert(!matches(g, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"now\","
@@ -265,8 +264,8 @@ START_TEST(test_tool_calls) {
     /* a bad parameters schema names the tool and the path */
     const struct bt_tool bad[1] = {
         {"f", "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"maximum\":3}}}"}};
-    ck_assert_int_eq(bt_tool_grammar(BT_TOOL_FORMAT_HERMES, bad, 1, -1, 1, &g, &bad_tool, where, sizeof where, err,
-                                     sizeof err),
+    ck_assert_int_eq(bt_tool_grammar_build(BT_TOOL_FORMAT_HERMES, bad, 1, -1, 1, &g, &bad_tool, where, sizeof where,
+                                           err, sizeof err),
                      BT_ERR_INVALID);
     ck_assert_int_eq(bad_tool, 0);
     ck_assert_str_eq(where, "properties.x.maximum");
@@ -371,8 +370,10 @@ START_TEST(test_fast_path_equals_mask) {
         ck_assert_int_eq(bt_sampler_create(&p, NV, &a, err, sizeof err), BT_OK);
         ck_assert_int_eq(bt_sampler_create(&p, NV, &b, err, sizeof err), BT_OK);
         int32_t fast = bt_sampler_sample_checked(a, logits, allow_from, allowed);
-        if (fast < 0) fast = bt_sampler_sample_masked(a, logits, allowed);
-        else decided++;
+        if (fast < 0)
+            fast = bt_sampler_sample_masked(a, logits, allowed);
+        else
+            decided++;
         int32_t slow = bt_sampler_sample_masked(b, logits, allowed);
         ck_assert_int_eq(fast, slow);
         ck_assert(slow < 0 || allowed[slow]);

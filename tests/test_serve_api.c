@@ -86,8 +86,7 @@ static const struct bad_case k_bad[] = {
      "'top_logprobs' is 1: it needs 'logprobs': true"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs",
      "'top_logprobs' is 21: it must be between 0 and 20"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, "top_logprobs",
-     "between 0 and 20"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, "top_logprobs", "between 0 and 20"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":\"2\"}", 400, "top_logprobs",
      "must be an integer, not a string"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs",
@@ -104,21 +103,27 @@ static const struct bad_case k_bad[] = {
      "tools[0].function.name", "1 to 64 letters"},
     {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "," TOOL_F "]}", 400, "tools[1].function.name",
      "the name of tools[0] too"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\","
-        "\"function\":{\"name\":\"g\"}}}", 400, "tool_choice.function.name", "'g', which is not in 'tools'"},
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\","
+     "\"function\":{\"name\":\"g\"}}}",
+     400, "tool_choice.function.name", "'g', which is not in 'tools'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"tool_choice\":\"required\"}", 400, "tool_choice", "has no 'tools'"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\","
-        "\"response_format\":{\"type\":\"json_object\"}}", 400, "tool_choice", "give one of them"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-        "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":1}}}}}]}",
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\","
+     "\"response_format\":{\"type\":\"json_object\"}}",
+     400, "tool_choice", "give one of them"},
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":1}}}}}]}",
      400, "tools[0].function.parameters.properties.x.minimum", "the schema keyword 'minimum' is not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type",
      "must be 'text', 'json_object' or 'json_schema'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
      400, "response_format.json_schema.schema", "is required"},
-    {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
-        "{\"schema\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/no\"}}}}}", 400,
-     "response_format.json_schema.schema.items", "'$ref' '#/$defs/no' does not name a schema"},
+    {C,
+     "{\"model\":\"tiny\",\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+     "{\"schema\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/no\"}}}}}",
+     400, "response_format.json_schema.schema.items", "'$ref' '#/$defs/no' does not name a schema"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"x\":1}}", 400, "logit_bias", "key 'x' is not a token id"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"1000\":1}}", 400, "logit_bias", "ids 0 to 999"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", "between -100 and 100"},

@@ -49,7 +49,8 @@ struct slot {
     bt_stopper *stop;
     bt_constraint *con;        /* a request with a grammar: its state (made at its first constrained sample) */
     bool waiting;              /* a grammar with a trigger not seen yet: the output is free */
-    char win[BT_BATCHER_MAX_TRIGGER]; /* waiting: the output's last bytes, where the trigger may be ending */
+    /* waiting: the output's last bytes, where the trigger may be ending */
+    char win[BT_BATCHER_MAX_TRIGGER];
     size_t n_win;
     int32_t next;              /* READY: the token to submit */
     int32_t pos;               /* the position of the next token submitted */
@@ -652,8 +653,8 @@ static void watch_trigger(struct bt_batcher *b, struct slot *sl, int32_t id) {
 static int32_t sample_constrained(struct bt_batcher *b, int s, const float *row) {
     struct slot *sl = &b->slots[s];
     if (!sl->con && !start_constraint(b, sl)) goto end;
-    const bool end_ok = bt_constraint_complete(sl->con) &&
-                        (sl->n_gen >= sl->req.min_tokens || bt_constraint_closed(sl->con));
+    const bool end_ok =
+        bt_constraint_complete(sl->con) && (sl->n_gen >= sl->req.min_tokens || bt_constraint_closed(sl->con));
     struct allow_ctx a = {sl->con, end_ok};
     int32_t id = bt_sampler_sample_checked(sl->smp, row, allow_token, &a);
     if (id < 0) {

@@ -498,7 +498,7 @@ static bool compile_schema(bt_json_rules *j, json_t *schema, const char *param, 
     char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text) return nomem(err);
     char where[256], msg[400], full[512];
-    *rule = bt_json_schema_rule(j, text, strlen(text), where, sizeof where, msg, sizeof msg);
+    *rule = bt_json_schema_compile(j, text, strlen(text), where, sizeof where, msg, sizeof msg);
     free(text);
     if (*rule >= 0) return true;
     snprintf(full, sizeof full, "%s%s%s", param, where[0] && where[0] != '[' ? "." : "", where);
@@ -612,9 +612,12 @@ static bool parse_tool_choice(json_t *o, struct bt_api_request *r, struct bt_api
     if (!v || json_is_null(v)) return true;
     if (json_is_string(v)) {
         const char *c = json_string_value(v);
-        if (!strcmp(c, "none")) r->tool_choice = BT_API_TOOLS_NONE;
-        else if (!strcmp(c, "auto")) r->tool_choice = r->n_tools ? BT_API_TOOLS_AUTO : BT_API_TOOLS_NONE;
-        else if (!strcmp(c, "required")) r->tool_choice = BT_API_TOOLS_REQUIRED;
+        if (!strcmp(c, "none"))
+            r->tool_choice = BT_API_TOOLS_NONE;
+        else if (!strcmp(c, "auto"))
+            r->tool_choice = r->n_tools ? BT_API_TOOLS_AUTO : BT_API_TOOLS_NONE;
+        else if (!strcmp(c, "required"))
+            r->tool_choice = BT_API_TOOLS_REQUIRED;
         else {
             BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not '%.64s'", c);
             return false;
@@ -1102,8 +1105,8 @@ char *bt_api_tool_chunk_json(const struct bt_api_request *r, const char *id, int
         json_decref(tc);
         return NULL;
     }
-    json_t *choice = json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta", "tool_calls", tc, "logprobs",
-                               "finish_reason");
+    json_t *choice =
+        json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta", "tool_calls", tc, "logprobs", "finish_reason");
     if (json_object_set_new(o, "choices", json_pack("[o]", choice))) {
         json_decref(o);
         return NULL;

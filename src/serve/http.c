@@ -95,8 +95,8 @@ struct req {
     bool submitted; /* counted in s->n_answering */
     /* a chat with tools (job->tools): the calls parsed from the whole answer */
     struct bt_tool_call *calls;
-    int n_calls;      /* -1: not parsed yet */
-    bool calls_sent;  /* streamed */
+    int n_calls;     /* -1: not parsed yet */
+    bool calls_sent; /* streamed */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -343,9 +343,9 @@ static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_erro
     char where[256], msg[400];
     int bad_tool;
     const int only = q->tool_choice == BT_API_TOOLS_NAMED ? q->tool_named : -1;
-    enum bt_status st = bt_tool_grammar(j->tools, q->tools, q->n_tools, only,
-                                        q->parallel_tool_calls && only < 0 ? BT_TOOL_MAX_CALLS : 1, &q->grammar,
-                                        &bad_tool, where, sizeof where, msg, sizeof msg);
+    enum bt_status st = bt_tool_grammar_build(j->tools, q->tools, q->n_tools, only,
+                                              q->parallel_tool_calls && only < 0 ? BT_TOOL_MAX_CALLS : 1, &q->grammar,
+                                              &bad_tool, where, sizeof where, msg, sizeof msg);
     if (st == BT_OK) return true;
     char param[300];
     if (bad_tool >= 0)

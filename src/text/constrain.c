@@ -29,7 +29,7 @@ struct bt_token_trie {
     uint8_t *eog;       /* [n_vocab] end-of-generation tokens */
     uint32_t *eog_ids;  /* [n_eog] the same as a list */
     uint32_t n_eog;
-    int max_len;        /* the longest piece in the trie */
+    int max_len; /* the longest piece in the trie */
 };
 
 struct bt_constraint {
@@ -37,12 +37,12 @@ struct bt_constraint {
     const bt_token_trie *t;
     bt_grammar_state *cur, *tmp;
     bt_grammar_state *depth[BT_TRIE_MAX_PIECE + 1]; /* the mask's states by depth (made as needed) */
-    uint8_t *allowed;                                /* the mask being written */
+    uint8_t *allowed;                               /* the mask being written */
     struct {
         bt_grammar_state *st; /* NULL: empty entry */
         uint8_t *mask;        /* n_vocab, end-of-generation tokens 0 */
     } cache[N_CACHED];
-    int next_slot;            /* the entry the next miss replaces */
+    int next_slot; /* the entry the next miss replaces */
 };
 
 static uint32_t new_node(bt_token_trie *t, uint8_t byte) {

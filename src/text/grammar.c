@@ -56,11 +56,11 @@ struct bt_grammar {
 
 struct bt_grammar_state {
     const bt_grammar *g;
-    uint32_t n, cap;          /* stacks */
+    uint32_t n, cap; /* stacks */
     uint32_t *off, *len, *hash;
-    uint32_t *pool;           /* the stacks' positions, one after another */
+    uint32_t *pool; /* the stacks' positions, one after another */
     size_t used, cap_pool;
-    bool complete;            /* an empty stack: the text is a whole sentence */
+    bool complete; /* an empty stack: the text is a whole sentence */
     int work;
     uint32_t buf[BT_GRAMMAR_MAX_DEPTH + 1]; /* the stack being expanded */
 };
@@ -94,7 +94,7 @@ void bt_grammar_free(bt_grammar *g) {
 const char *bt_grammar_error(const bt_grammar *g) { return g->err; }
 int32_t bt_grammar_n_rules(const bt_grammar *g) { return g->n_rules; }
 
-int32_t bt_grammar_rule(bt_grammar *g) {
+int32_t bt_grammar_add_rule(bt_grammar *g) {
     BT_ASSERT(!g->done);
     if (g->err[0]) return -1;
     if (g->n_rules >= BT_GRAMMAR_MAX_RULES) {
@@ -137,7 +137,7 @@ static void push(bt_grammar *g, int32_t r, uint32_t type, uint32_t arg) {
     g->n_elems++;
 }
 
-void bt_grammar_alt(bt_grammar *g, int32_t r) {
+void bt_grammar_add_alt(bt_grammar *g, int32_t r) {
     if (g->err[0]) return;
     BT_ASSERT(r >= 0 && r < g->n_rules);
     if (g->rb[r].n_alt++ > 0) push(g, r, E_ALT, 0);
@@ -174,11 +174,11 @@ static void add_byte(bt_grammar *g, int32_t r, uint8_t c) {
     push(g, r, E_CLASS, (uint32_t)g->byte_cls[c]);
 }
 
-void bt_grammar_lit(bt_grammar *g, int32_t r, const char *s, size_t n) {
+void bt_grammar_add_lit(bt_grammar *g, int32_t r, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) add_byte(g, r, (uint8_t)s[i]);
 }
 
-void bt_grammar_class(bt_grammar *g, int32_t r, const uint8_t *lo, const uint8_t *hi, int n, bool negate) {
+void bt_grammar_add_class(bt_grammar *g, int32_t r, const uint8_t *lo, const uint8_t *hi, int n, bool negate) {
     uint64_t m[4] = {0};
     for (int i = 0; i < n; i++)
         for (unsigned c = lo[i]; c <= hi[i]; c++) m[c >> 6] |= 1ull << (c & 63);
@@ -188,12 +188,14 @@ void bt_grammar_class(bt_grammar *g, int32_t r, const uint8_t *lo, const uint8_t
     if (k >= 0) push(g, r, E_CLASS, (uint32_t)k);
 }
 
-void bt_grammar_range(bt_grammar *g, int32_t r, uint8_t lo, uint8_t hi) {
-    if (lo == hi) add_byte(g, r, lo);
-    else bt_grammar_class(g, r, &lo, &hi, 1, false);
+void bt_grammar_add_range(bt_grammar *g, int32_t r, uint8_t lo, uint8_t hi) {
+    if (lo == hi)
+        add_byte(g, r, lo);
+    else
+        bt_grammar_add_class(g, r, &lo, &hi, 1, false);
 }
 
-void bt_grammar_ref(bt_grammar *g, int32_t r, int32_t target) {
+void bt_grammar_add_ref(bt_grammar *g, int32_t r, int32_t target) {
     if (g->err[0]) return;
     BT_ASSERT(target >= 0 && target < g->n_rules);
     push(g, r, E_REF, (uint32_t)target);
@@ -208,28 +210,28 @@ int32_t bt_grammar_repeat(bt_grammar *g, int32_t item, int64_t min, int64_t max)
     /* tail: item tail | empty (no bound), or item o_{k-1} | empty, k = max - min */
     int32_t tail = -1;
     if (max < 0) {
-        tail = bt_grammar_rule(g);
+        tail = bt_grammar_add_rule(g);
         if (tail < 0) return -1;
-        bt_grammar_alt(g, tail);
-        bt_grammar_ref(g, tail, item);
-        bt_grammar_ref(g, tail, tail);
-        bt_grammar_alt(g, tail);
+        bt_grammar_add_alt(g, tail);
+        bt_grammar_add_ref(g, tail, item);
+        bt_grammar_add_ref(g, tail, tail);
+        bt_grammar_add_alt(g, tail);
     } else {
         for (int64_t k = 0; k < max - min; k++) {
-            int32_t o = bt_grammar_rule(g);
+            int32_t o = bt_grammar_add_rule(g);
             if (o < 0) return -1;
-            bt_grammar_alt(g, o);
-            bt_grammar_ref(g, o, item);
-            if (tail >= 0) bt_grammar_ref(g, o, tail);
-            bt_grammar_alt(g, o);
+            bt_grammar_add_alt(g, o);
+            bt_grammar_add_ref(g, o, item);
+            if (tail >= 0) bt_grammar_add_ref(g, o, tail);
+            bt_grammar_add_alt(g, o);
             tail = o;
         }
     }
-    int32_t r = bt_grammar_rule(g);
+    int32_t r = bt_grammar_add_rule(g);
     if (r < 0) return -1;
-    bt_grammar_alt(g, r);
-    for (int64_t i = 0; i < min && !g->err[0]; i++) bt_grammar_ref(g, r, item);
-    if (tail >= 0) bt_grammar_ref(g, r, tail);
+    bt_grammar_add_alt(g, r);
+    for (int64_t i = 0; i < min && !g->err[0]; i++) bt_grammar_add_ref(g, r, item);
+    if (tail >= 0) bt_grammar_add_ref(g, r, tail);
     return g->err[0] ? -1 : r;
 }
 
@@ -256,8 +258,10 @@ static bool find_nullable(const bt_grammar *g, bool *nullable) {
         left[0] = 0;
         for (size_t p = 0; p < n_el; p++) { /* references per alternative, and per rule referred to */
             const elem *e = &g->el[p];
-            if (e->type == E_REF) left[a] += left[a] >= 0, occ_off[e->arg + 1]++;
-            else if (e->type == E_CLASS) left[a] = -1;
+            if (e->type == E_REF)
+                left[a] += left[a] >= 0, occ_off[e->arg + 1]++;
+            else if (e->type == E_CLASS)
+                left[a] = -1;
             else {
                 owner[a++] = r;
                 if (e->type == E_END) r++;
@@ -270,8 +274,10 @@ static bool find_nullable(const bt_grammar *g, bool *nullable) {
         a = 0;
         for (size_t p = 0; ok && p < n_el; p++) {
             const elem *e = &g->el[p];
-            if (e->type == E_REF) occ[occ_off[e->arg] + fill[e->arg]++] = (uint32_t)a;
-            else if (is_end(e)) a++;
+            if (e->type == E_REF)
+                occ[occ_off[e->arg] + fill[e->arg]++] = (uint32_t)a;
+            else if (is_end(e))
+                a++;
         }
         free(fill);
         int32_t head = 0, tail = 0;
@@ -340,8 +346,7 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
     BT_ASSERT(!g->done);
     if (g->err[0]) return bt_error_printf(err, errlen, BT_ERR_INVALID, "%s", g->err);
     if (root < 0 || root >= g->n_rules)
-        return bt_error_printf(err, errlen, BT_ERR_INVALID, "grammar: root rule %d of %d", (int)root,
-                               (int)g->n_rules);
+        return bt_error_printf(err, errlen, BT_ERR_INVALID, "grammar: root rule %d of %d", (int)root, (int)g->n_rules);
     g->el = malloc((g->n_elems + (size_t)g->n_rules) * sizeof *g->el);
     g->rule_off = malloc(((size_t)g->n_rules + 1) * sizeof *g->rule_off);
     bool *nullable = calloc((size_t)g->n_rules + 1, sizeof *nullable);
@@ -349,8 +354,7 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
     uint32_t *stk = malloc(((size_t)g->n_rules + 1) * sizeof *stk), *at = malloc(((size_t)g->n_rules + 1) * sizeof *at);
     enum bt_status st = BT_OK;
     if (!g->el || !g->rule_off || !nullable || !mark || !stk || !at) {
-        st = bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory sealing a grammar of %zu elements",
-                             g->n_elems);
+        st = bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory sealing a grammar of %zu elements", g->n_elems);
         goto out;
     }
     size_t n = 0;
@@ -366,8 +370,7 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
     }
     g->rule_off[g->n_rules] = (uint32_t)n;
     if (!find_nullable(g, nullable)) {
-        st = bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory sealing a grammar of %zu elements",
-                             g->n_elems);
+        st = bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory sealing a grammar of %zu elements", g->n_elems);
         goto out;
     }
     int32_t lr = find_left_recursion(g, nullable, mark, stk, at);

@@ -48,17 +48,17 @@ bt_grammar *bt_grammar_new(void); /* NULL when out of memory */
 void bt_grammar_free(bt_grammar *g);
 /* A new rule without alternatives; its id (>= 0), or -1 past a bound or out
  * of memory (bt_grammar_error says which). */
-int32_t bt_grammar_rule(bt_grammar *g);
+int32_t bt_grammar_add_rule(bt_grammar *g);
 /* Start a new alternative of rule r; the elements added to r next go into
  * it (rules are built side by side: each has its own last alternative). */
-void bt_grammar_alt(bt_grammar *g, int32_t r);
+void bt_grammar_add_alt(bt_grammar *g, int32_t r);
 /* Elements appended to rule r's last alternative: the bytes of s[0..n) in
  * order; one byte class [lo, hi]; a class of several ranges (lo[i]..hi[i]),
  * negated or not; a reference to rule target. */
-void bt_grammar_lit(bt_grammar *g, int32_t r, const char *s, size_t n);
-void bt_grammar_range(bt_grammar *g, int32_t r, uint8_t lo, uint8_t hi);
-void bt_grammar_class(bt_grammar *g, int32_t r, const uint8_t *lo, const uint8_t *hi, int n, bool negate);
-void bt_grammar_ref(bt_grammar *g, int32_t r, int32_t target);
+void bt_grammar_add_lit(bt_grammar *g, int32_t r, const char *s, size_t n);
+void bt_grammar_add_range(bt_grammar *g, int32_t r, uint8_t lo, uint8_t hi);
+void bt_grammar_add_class(bt_grammar *g, int32_t r, const uint8_t *lo, const uint8_t *hi, int n, bool negate);
+void bt_grammar_add_ref(bt_grammar *g, int32_t r, int32_t target);
 /* A rule of one alternative: e, repeated min..max times (max < 0: no
  * bound), where e is rule `item`; a bounded count builds max - min nested
  * optional rules.  Returns the new rule, or -1 (a bound, out of memory). */

@@ -41,29 +41,27 @@ struct ctx {
     bool failed;
 };
 
-void bt_json_rules_init(bt_json_rules *j, bt_grammar *g) {
-    *j = (bt_json_rules){g, -1, -1, -1, -1, -1, -1, -1, -1};
-}
+void bt_json_rules_init(bt_json_rules *j, bt_grammar *g) { *j = (bt_json_rules){g, -1, -1, -1, -1, -1, -1, -1, -1}; }
 
 /* ---- the rules every schema shares ---- */
 
 int32_t bt_json_ws_rule(bt_json_rules *j) {
     if (j->ws >= 0) return j->ws;
     bt_grammar *g = j->g;
-    int32_t ind = bt_grammar_rule(g);
+    int32_t ind = bt_grammar_add_rule(g);
     if (ind < 0) return -1;
     static const uint8_t lo[2] = {' ', '\t'}, hi[2] = {' ', '\t'};
-    bt_grammar_alt(g, ind);
-    bt_grammar_class(g, ind, lo, hi, 2, false);
+    bt_grammar_add_alt(g, ind);
+    bt_grammar_add_class(g, ind, lo, hi, 2, false);
     int32_t indent = bt_grammar_repeat(g, ind, 0, 20);
-    int32_t ws = bt_grammar_rule(g);
+    int32_t ws = bt_grammar_add_rule(g);
     if (indent < 0 || ws < 0) return -1;
-    bt_grammar_alt(g, ws); /* nothing */
-    bt_grammar_alt(g, ws);
-    bt_grammar_lit(g, ws, " ", 1);
-    bt_grammar_alt(g, ws);
-    bt_grammar_lit(g, ws, "\n", 1);
-    bt_grammar_ref(g, ws, indent);
+    bt_grammar_add_alt(g, ws); /* nothing */
+    bt_grammar_add_alt(g, ws);
+    bt_grammar_add_lit(g, ws, " ", 1);
+    bt_grammar_add_alt(g, ws);
+    bt_grammar_add_lit(g, ws, "\n", 1);
+    bt_grammar_add_ref(g, ws, indent);
     return j->ws = ws;
 }
 
@@ -71,29 +69,33 @@ int32_t bt_json_ws_rule(bt_json_rules *j) {
 static int32_t char_rule(bt_json_rules *j) {
     if (j->chr >= 0) return j->chr;
     bt_grammar *g = j->g;
-    int32_t c = bt_grammar_rule(g);
+    int32_t c = bt_grammar_add_rule(g);
     if (c < 0) return -1;
     static const uint8_t lo[3] = {0x20, 0x23, 0x5D}, hi[3] = {0x21, 0x5B, 0x7F};
-    bt_grammar_alt(g, c);
-    bt_grammar_class(g, c, lo, hi, 3, false);
+    bt_grammar_add_alt(g, c);
+    bt_grammar_add_class(g, c, lo, hi, 3, false);
     static const uint8_t elo[8] = {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'};
-    bt_grammar_alt(g, c);
-    bt_grammar_lit(g, c, "\\", 1);
-    bt_grammar_class(g, c, elo, elo, 8, false);
+    bt_grammar_add_alt(g, c);
+    bt_grammar_add_lit(g, c, "\\", 1);
+    bt_grammar_add_class(g, c, elo, elo, 8, false);
     static const uint8_t xlo[3] = {'0', 'a', 'A'}, xhi[3] = {'9', 'f', 'F'};
-    bt_grammar_alt(g, c);
-    bt_grammar_lit(g, c, "\\u", 2);
-    for (int i = 0; i < 4; i++) bt_grammar_class(g, c, xlo, xhi, 3, false);
+    bt_grammar_add_alt(g, c);
+    bt_grammar_add_lit(g, c, "\\u", 2);
+    for (int i = 0; i < 4; i++) bt_grammar_add_class(g, c, xlo, xhi, 3, false);
     /* UTF-8 (RFC 3629's table): no overlongs, no surrogates, at most U+10FFFF */
     static const uint8_t seq[][8] = {
-        {0xC2, 0xDF, 0x80, 0xBF, 0, 0, 0, 0},       {0xE0, 0xE0, 0xA0, 0xBF, 0x80, 0xBF, 0, 0},
-        {0xE1, 0xEC, 0x80, 0xBF, 0x80, 0xBF, 0, 0}, {0xED, 0xED, 0x80, 0x9F, 0x80, 0xBF, 0, 0},
-        {0xEE, 0xEF, 0x80, 0xBF, 0x80, 0xBF, 0, 0}, {0xF0, 0xF0, 0x90, 0xBF, 0x80, 0xBF, 0x80, 0xBF},
-        {0xF1, 0xF3, 0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF}, {0xF4, 0xF4, 0x80, 0x8F, 0x80, 0xBF, 0x80, 0xBF},
+        {0xC2, 0xDF, 0x80, 0xBF, 0, 0, 0, 0},
+        {0xE0, 0xE0, 0xA0, 0xBF, 0x80, 0xBF, 0, 0},
+        {0xE1, 0xEC, 0x80, 0xBF, 0x80, 0xBF, 0, 0},
+        {0xED, 0xED, 0x80, 0x9F, 0x80, 0xBF, 0, 0},
+        {0xEE, 0xEF, 0x80, 0xBF, 0x80, 0xBF, 0, 0},
+        {0xF0, 0xF0, 0x90, 0xBF, 0x80, 0xBF, 0x80, 0xBF},
+        {0xF1, 0xF3, 0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF},
+        {0xF4, 0xF4, 0x80, 0x8F, 0x80, 0xBF, 0x80, 0xBF},
     };
     for (size_t s = 0; s < sizeof seq / sizeof seq[0]; s++) {
-        bt_grammar_alt(g, c);
-        for (int k = 0; k < 8 && seq[s][k]; k += 2) bt_grammar_range(g, c, seq[s][k], seq[s][k + 1]);
+        bt_grammar_add_alt(g, c);
+        for (int k = 0; k < 8 && seq[s][k]; k += 2) bt_grammar_add_range(g, c, seq[s][k], seq[s][k + 1]);
     }
     return j->chr = c;
 }
@@ -104,22 +106,22 @@ static int32_t string_rule(bt_json_rules *j, int64_t min, int64_t max) {
     bt_grammar *g = j->g;
     int32_t c = char_rule(j);
     int32_t body = c < 0 ? -1 : bt_grammar_repeat(g, c, min, max);
-    int32_t s = bt_grammar_rule(g);
+    int32_t s = bt_grammar_add_rule(g);
     if (body < 0 || s < 0) return -1;
-    bt_grammar_alt(g, s);
-    bt_grammar_lit(g, s, "\"", 1);
-    bt_grammar_ref(g, s, body);
-    bt_grammar_lit(g, s, "\"", 1);
+    bt_grammar_add_alt(g, s);
+    bt_grammar_add_lit(g, s, "\"", 1);
+    bt_grammar_add_ref(g, s, body);
+    bt_grammar_add_lit(g, s, "\"", 1);
     if (min == 0 && max < 0) j->str = s;
     return s;
 }
 
 /* a rule of one digit class repeated min..max times */
 static int32_t digits(bt_grammar *g, uint8_t lo, int64_t min, int64_t max) {
-    int32_t d = bt_grammar_rule(g);
+    int32_t d = bt_grammar_add_rule(g);
     if (d < 0) return -1;
-    bt_grammar_alt(g, d);
-    bt_grammar_range(g, d, lo, '9');
+    bt_grammar_add_alt(g, d);
+    bt_grammar_add_range(g, d, lo, '9');
     return bt_grammar_repeat(g, d, min, max);
 }
 
@@ -127,18 +129,18 @@ static int32_t digits(bt_grammar *g, uint8_t lo, int64_t min, int64_t max) {
 static int32_t integer_rule(bt_json_rules *j) {
     if (j->integer >= 0) return j->integer;
     bt_grammar *g = j->g;
-    int32_t rest = digits(g, '0', 0, 15), sign = bt_grammar_rule(g), r = bt_grammar_rule(g);
+    int32_t rest = digits(g, '0', 0, 15), sign = bt_grammar_add_rule(g), r = bt_grammar_add_rule(g);
     if (rest < 0 || sign < 0 || r < 0) return -1;
-    bt_grammar_alt(g, sign);
-    bt_grammar_alt(g, sign);
-    bt_grammar_lit(g, sign, "-", 1);
-    bt_grammar_alt(g, r);
-    bt_grammar_ref(g, r, sign);
-    bt_grammar_lit(g, r, "0", 1);
-    bt_grammar_alt(g, r);
-    bt_grammar_ref(g, r, sign);
-    bt_grammar_range(g, r, '1', '9');
-    bt_grammar_ref(g, r, rest);
+    bt_grammar_add_alt(g, sign);
+    bt_grammar_add_alt(g, sign);
+    bt_grammar_add_lit(g, sign, "-", 1);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_ref(g, r, sign);
+    bt_grammar_add_lit(g, r, "0", 1);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_ref(g, r, sign);
+    bt_grammar_add_range(g, r, '1', '9');
+    bt_grammar_add_ref(g, r, rest);
     return j->integer = r;
 }
 
@@ -147,25 +149,25 @@ static int32_t number_rule(bt_json_rules *j) {
     if (j->num >= 0) return j->num;
     bt_grammar *g = j->g;
     int32_t in = integer_rule(j), fd = digits(g, '0', 1, 16), ed = digits(g, '0', 1, 3);
-    int32_t frac = bt_grammar_rule(g), ex = bt_grammar_rule(g), r = bt_grammar_rule(g);
+    int32_t frac = bt_grammar_add_rule(g), ex = bt_grammar_add_rule(g), r = bt_grammar_add_rule(g);
     if (in < 0 || fd < 0 || ed < 0 || frac < 0 || ex < 0 || r < 0) return -1;
-    bt_grammar_alt(g, frac);
-    bt_grammar_alt(g, frac);
-    bt_grammar_lit(g, frac, ".", 1);
-    bt_grammar_ref(g, frac, fd);
+    bt_grammar_add_alt(g, frac);
+    bt_grammar_add_alt(g, frac);
+    bt_grammar_add_lit(g, frac, ".", 1);
+    bt_grammar_add_ref(g, frac, fd);
     static const uint8_t e[2] = {'e', 'E'}, s[2] = {'-', '+'};
-    bt_grammar_alt(g, ex);
-    bt_grammar_alt(g, ex);
-    bt_grammar_class(g, ex, e, e, 2, false);
-    bt_grammar_ref(g, ex, ed);
-    bt_grammar_alt(g, ex);
-    bt_grammar_class(g, ex, e, e, 2, false);
-    bt_grammar_class(g, ex, s, s, 2, false);
-    bt_grammar_ref(g, ex, ed);
-    bt_grammar_alt(g, r);
-    bt_grammar_ref(g, r, in);
-    bt_grammar_ref(g, r, frac);
-    bt_grammar_ref(g, r, ex);
+    bt_grammar_add_alt(g, ex);
+    bt_grammar_add_alt(g, ex);
+    bt_grammar_add_class(g, ex, e, e, 2, false);
+    bt_grammar_add_ref(g, ex, ed);
+    bt_grammar_add_alt(g, ex);
+    bt_grammar_add_class(g, ex, e, e, 2, false);
+    bt_grammar_add_class(g, ex, s, s, 2, false);
+    bt_grammar_add_ref(g, ex, ed);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_ref(g, r, in);
+    bt_grammar_add_ref(g, r, frac);
+    bt_grammar_add_ref(g, r, ex);
     return j->num = r;
 }
 
@@ -175,54 +177,54 @@ static int32_t list_rule(bt_json_rules *j, const char *open, const char *close, 
     bt_grammar *g = j->g;
     int32_t ws = bt_json_ws_rule(j);
     if (ws < 0 || item < 0) return -1;
-    int32_t r = bt_grammar_rule(g);
+    int32_t r = bt_grammar_add_rule(g);
     if (r < 0) return -1;
     if (min == 0) {
-        bt_grammar_alt(g, r);
-        bt_grammar_lit(g, r, open, 1);
-        bt_grammar_ref(g, r, ws);
-        bt_grammar_lit(g, r, close, 1);
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_lit(g, r, open, 1);
+        bt_grammar_add_ref(g, r, ws);
+        bt_grammar_add_lit(g, r, close, 1);
     }
     if (max == 0) return r;
-    int32_t more = bt_grammar_rule(g);
+    int32_t more = bt_grammar_add_rule(g);
     if (more < 0) return -1;
-    bt_grammar_alt(g, more);
-    bt_grammar_lit(g, more, ",", 1);
-    bt_grammar_ref(g, more, ws);
-    bt_grammar_ref(g, more, item);
-    bt_grammar_ref(g, more, ws);
+    bt_grammar_add_alt(g, more);
+    bt_grammar_add_lit(g, more, ",", 1);
+    bt_grammar_add_ref(g, more, ws);
+    bt_grammar_add_ref(g, more, item);
+    bt_grammar_add_ref(g, more, ws);
     int64_t lo = min > 0 ? min - 1 : 0;
     int32_t rest = bt_grammar_repeat(g, more, lo, max < 0 ? -1 : max - 1);
     if (rest < 0) return -1;
-    bt_grammar_alt(g, r);
-    bt_grammar_lit(g, r, open, 1);
-    bt_grammar_ref(g, r, ws);
-    bt_grammar_ref(g, r, item);
-    bt_grammar_ref(g, r, ws);
-    bt_grammar_ref(g, r, rest);
-    bt_grammar_lit(g, r, close, 1);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_lit(g, r, open, 1);
+    bt_grammar_add_ref(g, r, ws);
+    bt_grammar_add_ref(g, r, item);
+    bt_grammar_add_ref(g, r, ws);
+    bt_grammar_add_ref(g, r, rest);
+    bt_grammar_add_lit(g, r, close, 1);
     return r;
 }
 
 /* key ws ":" ws value ws, key a rule (a literal or any string) */
 static int32_t kv_rule(bt_json_rules *j, int32_t key, int32_t value) {
     bt_grammar *g = j->g;
-    int32_t ws = bt_json_ws_rule(j), r = bt_grammar_rule(g);
+    int32_t ws = bt_json_ws_rule(j), r = bt_grammar_add_rule(g);
     if (ws < 0 || r < 0 || key < 0 || value < 0) return -1;
-    bt_grammar_alt(g, r);
-    bt_grammar_ref(g, r, key);
-    bt_grammar_ref(g, r, ws);
-    bt_grammar_lit(g, r, ":", 1);
-    bt_grammar_ref(g, r, ws);
-    bt_grammar_ref(g, r, value);
-    bt_grammar_ref(g, r, ws);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_ref(g, r, key);
+    bt_grammar_add_ref(g, r, ws);
+    bt_grammar_add_lit(g, r, ":", 1);
+    bt_grammar_add_ref(g, r, ws);
+    bt_grammar_add_ref(g, r, value);
+    bt_grammar_add_ref(g, r, ws);
     return r;
 }
 
 int32_t bt_json_value_rule(bt_json_rules *j) {
     if (j->value >= 0) return j->value;
     bt_grammar *g = j->g;
-    int32_t v = bt_grammar_rule(g);
+    int32_t v = bt_grammar_add_rule(g);
     if (v < 0) return -1;
     j->value = v; /* before its parts, which refer to it */
     int32_t obj = bt_json_object_rule(j), str = string_rule(j, 0, -1), num = number_rule(j);
@@ -230,13 +232,13 @@ int32_t bt_json_value_rule(bt_json_rules *j) {
     if (obj < 0 || str < 0 || num < 0 || arr < 0) return -1;
     const int32_t parts[4] = {obj, arr, str, num};
     for (int i = 0; i < 4; i++) {
-        bt_grammar_alt(g, v);
-        bt_grammar_ref(g, v, parts[i]);
+        bt_grammar_add_alt(g, v);
+        bt_grammar_add_ref(g, v, parts[i]);
     }
     static const char *const lits[3] = {"true", "false", "null"};
     for (int i = 0; i < 3; i++) {
-        bt_grammar_alt(g, v);
-        bt_grammar_lit(g, v, lits[i], strlen(lits[i]));
+        bt_grammar_add_alt(g, v);
+        bt_grammar_add_lit(g, v, lits[i], strlen(lits[i]));
     }
     return v;
 }
@@ -301,10 +303,10 @@ static int32_t visit_index(struct ctx *c, json_t *s, size_t idx) {
 static int32_t literal(struct ctx *c, json_t *v) {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!t) return bad(c, "out of memory");
-    int32_t r = bt_grammar_rule(c->g);
+    int32_t r = bt_grammar_add_rule(c->g);
     if (r >= 0) {
-        bt_grammar_alt(c->g, r);
-        bt_grammar_lit(c->g, r, t, strlen(t));
+        bt_grammar_add_alt(c->g, r);
+        bt_grammar_add_lit(c->g, r, t, strlen(t));
     }
     free(t);
     return r < 0 ? grammar_bad(c) : r;
@@ -331,7 +333,7 @@ static int32_t alternatives(struct ctx *c, json_t *s, const char *key, bool sche
         path_push(c, "%s%s", c->plen ? "." : "", key);
         return bad(c, "'%s' must be an array of 1 to %d entries", key, BT_JSON_SCHEMA_MAX_COUNT);
     }
-    int32_t r = bt_grammar_rule(c->g);
+    int32_t r = bt_grammar_add_rule(c->g);
     if (r < 0) return grammar_bad(c);
     for (size_t i = 0; i < json_array_size(a); i++) {
         json_t *m = json_array_get(a, i);
@@ -345,8 +347,8 @@ static int32_t alternatives(struct ctx *c, json_t *s, const char *key, bool sche
             x = literal(c, m);
         }
         if (x < 0) return -1;
-        bt_grammar_alt(c->g, r);
-        bt_grammar_ref(c->g, r, x);
+        bt_grammar_add_alt(c->g, r);
+        bt_grammar_add_ref(c->g, r, x);
     }
     return r;
 }
@@ -375,23 +377,23 @@ static int32_t object_schema(struct ctx *c, json_t *s) {
         return o < 0 ? grammar_bad(c) : o;
     }
     int32_t ws = bt_json_ws_rule(c->j);
-    int32_t comma_extra = -1, sn = bt_grammar_rule(g), tn = bt_grammar_rule(g);
+    int32_t comma_extra = -1, sn = bt_grammar_add_rule(g), tn = bt_grammar_add_rule(g);
     if (ws < 0 || sn < 0 || tn < 0) return grammar_bad(c);
     /* S_n, T_n: the additional properties, comma-separated */
-    bt_grammar_alt(g, sn);
-    bt_grammar_alt(g, tn);
+    bt_grammar_add_alt(g, sn);
+    bt_grammar_add_alt(g, tn);
     if (extra >= 0) {
-        if ((comma_extra = bt_grammar_rule(g)) < 0) return grammar_bad(c);
-        bt_grammar_alt(g, comma_extra);
-        bt_grammar_lit(g, comma_extra, ",", 1);
-        bt_grammar_ref(g, comma_extra, ws);
-        bt_grammar_ref(g, comma_extra, extra);
+        if ((comma_extra = bt_grammar_add_rule(g)) < 0) return grammar_bad(c);
+        bt_grammar_add_alt(g, comma_extra);
+        bt_grammar_add_lit(g, comma_extra, ",", 1);
+        bt_grammar_add_ref(g, comma_extra, ws);
+        bt_grammar_add_ref(g, comma_extra, extra);
         int32_t more = bt_grammar_repeat(g, comma_extra, 0, -1);
         if (more < 0) return grammar_bad(c);
-        bt_grammar_ref(g, tn, more);
-        bt_grammar_alt(g, sn);
-        bt_grammar_ref(g, sn, extra);
-        bt_grammar_ref(g, sn, more);
+        bt_grammar_add_ref(g, tn, more);
+        bt_grammar_add_alt(g, sn);
+        bt_grammar_add_ref(g, sn, extra);
+        bt_grammar_add_ref(g, sn, more);
     }
     /* S_i, T_i from the last property back */
     const char **keys = malloc((n ? n : 1) * sizeof *keys);
@@ -422,37 +424,37 @@ static int32_t object_schema(struct ctx *c, json_t *s) {
         int32_t kl = kj ? literal(c, kj) : bad(c, "out of memory");
         json_decref(kj);
         int32_t kv = kl < 0 ? -1 : kv_rule(c->j, kl, v);
-        int32_t si = bt_grammar_rule(g), ti = bt_grammar_rule(g);
+        int32_t si = bt_grammar_add_rule(g), ti = bt_grammar_add_rule(g);
         if (kv < 0 || si < 0 || ti < 0) {
             if (!c->failed) grammar_bad(c);
             goto out;
         }
-        bt_grammar_alt(g, si);
-        bt_grammar_ref(g, si, kv);
-        bt_grammar_ref(g, si, t_next);
-        bt_grammar_alt(g, ti);
-        bt_grammar_lit(g, ti, ",", 1);
-        bt_grammar_ref(g, ti, ws);
-        bt_grammar_ref(g, ti, kv);
-        bt_grammar_ref(g, ti, t_next);
+        bt_grammar_add_alt(g, si);
+        bt_grammar_add_ref(g, si, kv);
+        bt_grammar_add_ref(g, si, t_next);
+        bt_grammar_add_alt(g, ti);
+        bt_grammar_add_lit(g, ti, ",", 1);
+        bt_grammar_add_ref(g, ti, ws);
+        bt_grammar_add_ref(g, ti, kv);
+        bt_grammar_add_ref(g, ti, t_next);
         if (!required) {
-            bt_grammar_alt(g, si);
-            bt_grammar_ref(g, si, s_next);
-            bt_grammar_alt(g, ti);
-            bt_grammar_ref(g, ti, t_next);
+            bt_grammar_add_alt(g, si);
+            bt_grammar_add_ref(g, si, s_next);
+            bt_grammar_add_alt(g, ti);
+            bt_grammar_add_ref(g, ti, t_next);
         }
         s_next = si;
         t_next = ti;
     }
-    if ((r = bt_grammar_rule(g)) < 0) {
+    if ((r = bt_grammar_add_rule(g)) < 0) {
         grammar_bad(c);
         goto out;
     }
-    bt_grammar_alt(g, r);
-    bt_grammar_lit(g, r, "{", 1);
-    bt_grammar_ref(g, r, ws);
-    bt_grammar_ref(g, r, s_next);
-    bt_grammar_lit(g, r, "}", 1);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_lit(g, r, "{", 1);
+    bt_grammar_add_ref(g, r, ws);
+    bt_grammar_add_ref(g, r, s_next);
+    bt_grammar_add_lit(g, r, "}", 1);
 out:
     free(keys);
     free(vals);
@@ -486,17 +488,19 @@ static int32_t typed(struct ctx *c, json_t *s, const char *t) {
     if (!strcmp(t, "array")) return array_schema(c, s);
     if (!strcmp(t, "string")) return string_schema(c, s);
     int32_t r = -1;
-    if (!strcmp(t, "number")) r = number_rule(c->j);
-    else if (!strcmp(t, "integer")) r = integer_rule(c->j);
+    if (!strcmp(t, "number"))
+        r = number_rule(c->j);
+    else if (!strcmp(t, "integer"))
+        r = integer_rule(c->j);
     else if (!strcmp(t, "boolean") || !strcmp(t, "null")) {
-        r = bt_grammar_rule(c->g);
+        r = bt_grammar_add_rule(c->g);
         if (r >= 0) {
             bool b = !strcmp(t, "boolean");
-            bt_grammar_alt(c->g, r);
-            bt_grammar_lit(c->g, r, b ? "true" : "null", 4);
+            bt_grammar_add_alt(c->g, r);
+            bt_grammar_add_lit(c->g, r, b ? "true" : "null", 4);
             if (b) {
-                bt_grammar_alt(c->g, r);
-                bt_grammar_lit(c->g, r, "false", 5);
+                bt_grammar_add_alt(c->g, r);
+                bt_grammar_add_lit(c->g, r, "false", 5);
             }
         }
     } else {
@@ -508,11 +512,11 @@ static int32_t typed(struct ctx *c, json_t *s, const char *t) {
 
 static const char *const k_known[] = {
     /* compiled */
-    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
-    "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
     /* annotations, ignored */
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs", "definitions",
-    "deprecated", "readOnly", "writeOnly", NULL};
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs", "definitions", "deprecated",
+    "readOnly", "writeOnly", NULL};
 
 /* the JSON pointer ref ("#", "#/a/b") inside the document, or NULL */
 static json_t *resolve(json_t *doc, const char *ref, char *path, size_t pathlen) {
@@ -534,9 +538,12 @@ static json_t *resolve(json_t *doc, const char *ref, char *path, size_t pathlen)
         }
         seg[n] = '\0';
         if (*p && *p != '/') return NULL; /* a segment too long */
-        if (json_is_object(v)) v = json_object_get(v, seg);
-        else if (json_is_array(v)) v = json_array_get(v, (size_t)strtoul(seg, NULL, 10));
-        else return NULL;
+        if (json_is_object(v))
+            v = json_object_get(v, seg);
+        else if (json_is_array(v))
+            v = json_array_get(v, (size_t)strtoul(seg, NULL, 10));
+        else
+            return NULL;
         if (!v) return NULL;
         int k = snprintf(path + pl, pathlen - pl, "%s%s", pl ? "." : "", seg);
         if (k > 0) pl += (size_t)k < pathlen - pl ? (size_t)k : pathlen - pl - 1;
@@ -558,7 +565,7 @@ static int32_t visit_ref(struct ctx *c, const char *ref) {
         c->cap_refs = cap;
     }
     /* the rule first, so a schema that refers to itself finds it */
-    int32_t r = bt_grammar_rule(c->g);
+    int32_t r = bt_grammar_add_rule(c->g);
     char *dup = strdup(ref);
     if (r < 0 || !dup) {
         free(dup);
@@ -575,8 +582,8 @@ static int32_t visit_ref(struct ctx *c, const char *ref) {
     if (body < 0) return -1;
     memcpy(c->path, keep, sizeof keep);
     c->plen = keep_len;
-    bt_grammar_alt(c->g, r);
-    bt_grammar_ref(c->g, r, body);
+    bt_grammar_add_alt(c->g, r);
+    bt_grammar_add_ref(c->g, r, body);
     return r;
 }
 
@@ -621,15 +628,15 @@ static int32_t visit_object(struct ctx *c, json_t *s) {
     if (json_is_string(type)) return typed(c, s, json_string_value(type));
     if (!json_is_array(type) || json_array_size(type) == 0)
         return bad(c, "'type' must be a type name or a non-empty array of them");
-    int32_t r = bt_grammar_rule(c->g);
+    int32_t r = bt_grammar_add_rule(c->g);
     if (r < 0) return grammar_bad(c);
     for (size_t i = 0; i < json_array_size(type); i++) {
         json_t *t = json_array_get(type, i);
         if (!json_is_string(t)) return bad(c, "'type[%zu]' is not a type name", i);
         int32_t x = typed(c, s, json_string_value(t));
         if (x < 0) return -1;
-        bt_grammar_alt(c->g, r);
-        bt_grammar_ref(c->g, r, x);
+        bt_grammar_add_alt(c->g, r);
+        bt_grammar_add_ref(c->g, r, x);
     }
     return r;
 }
@@ -650,8 +657,8 @@ static int32_t visit(struct ctx *c, json_t *s) {
     return r;
 }
 
-int32_t bt_json_schema_rule(bt_json_rules *j, const char *schema, size_t len, char *where, size_t wherelen,
-                            char *err, size_t errlen) {
+int32_t bt_json_schema_compile(bt_json_rules *j, const char *schema, size_t len, char *where, size_t wherelen,
+                               char *err, size_t errlen) {
     struct ctx c = {.j = j, .g = j->g, .where = where, .err = err, .wherelen = wherelen, .errlen = errlen};
     where[0] = '\0';
     json_error_t je;

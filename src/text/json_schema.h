@@ -49,8 +49,8 @@ void bt_json_rules_init(bt_json_rules *j, bt_grammar *g);
  * Returns the rule, or -1 with a message in err and, in where, the path of
  * the schema at fault inside the document ("" for the root,
  * "properties.tags.items", "$defs.Node.anyOf[1]"). */
-int32_t bt_json_schema_rule(bt_json_rules *j, const char *schema, size_t len, char *where, size_t wherelen,
-                            char *err, size_t errlen);
+int32_t bt_json_schema_compile(bt_json_rules *j, const char *schema, size_t len, char *where, size_t wherelen,
+                               char *err, size_t errlen);
 /* A rule for any JSON value, for any JSON object (-1: a bound or out of
  * memory, bt_grammar_error). */
 int32_t bt_json_value_rule(bt_json_rules *j);

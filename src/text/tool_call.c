@@ -25,9 +25,7 @@ enum bt_tool_format bt_tool_format_detect(const char *t) {
     return BT_TOOL_FORMAT_NONE;
 }
 
-const char *bt_tool_format_name(enum bt_tool_format f) {
-    return f == BT_TOOL_FORMAT_HERMES ? "hermes" : "none";
-}
+const char *bt_tool_format_name(enum bt_tool_format f) { return f == BT_TOOL_FORMAT_HERMES ? "hermes" : "none"; }
 
 const char *bt_tool_format_trigger(enum bt_tool_format f) { return f == BT_TOOL_FORMAT_HERMES ? HERMES_OPEN : NULL; }
 
@@ -35,7 +33,7 @@ const char *bt_tool_format_trigger(enum bt_tool_format f) { return f == BT_TOOL_
 static bool add_function(bt_json_rules *j, int32_t fn, const struct bt_tool *t, int32_t ws, char *where,
                          size_t wherelen, char *err, size_t errlen) {
     bt_grammar *g = j->g;
-    int32_t args = t->params ? bt_json_schema_rule(j, t->params, strlen(t->params), where, wherelen, err, errlen)
+    int32_t args = t->params ? bt_json_schema_compile(j, t->params, strlen(t->params), where, wherelen, err, errlen)
                              : bt_json_object_rule(j);
     if (args < 0) {
         if (!t->params) snprintf(err, errlen, "%s", bt_grammar_error(g));
@@ -48,24 +46,24 @@ static bool add_function(bt_json_rules *j, int32_t fn, const struct bt_tool *t, 
         snprintf(err, errlen, "out of memory");
         return false;
     }
-    bt_grammar_alt(g, fn);
-    bt_grammar_lit(g, fn, lit, strlen(lit));
+    bt_grammar_add_alt(g, fn);
+    bt_grammar_add_lit(g, fn, lit, strlen(lit));
     free(lit);
-    bt_grammar_ref(g, fn, ws);
-    bt_grammar_lit(g, fn, ",", 1);
-    bt_grammar_ref(g, fn, ws);
-    bt_grammar_lit(g, fn, "\"arguments\"", 11);
-    bt_grammar_ref(g, fn, ws);
-    bt_grammar_lit(g, fn, ":", 1);
-    bt_grammar_ref(g, fn, ws);
-    bt_grammar_ref(g, fn, args);
-    bt_grammar_ref(g, fn, ws);
+    bt_grammar_add_ref(g, fn, ws);
+    bt_grammar_add_lit(g, fn, ",", 1);
+    bt_grammar_add_ref(g, fn, ws);
+    bt_grammar_add_lit(g, fn, "\"arguments\"", 11);
+    bt_grammar_add_ref(g, fn, ws);
+    bt_grammar_add_lit(g, fn, ":", 1);
+    bt_grammar_add_ref(g, fn, ws);
+    bt_grammar_add_ref(g, fn, args);
+    bt_grammar_add_ref(g, fn, ws);
     return true;
 }
 
-enum bt_status bt_tool_grammar(enum bt_tool_format f, const struct bt_tool *tools, size_t n, int only, int max_calls,
-                               bt_grammar **out, int *bad_tool, char *where, size_t wherelen, char *err,
-                               size_t errlen) {
+enum bt_status bt_tool_grammar_build(enum bt_tool_format f, const struct bt_tool *tools, size_t n, int only,
+                                     int max_calls, bt_grammar **out, int *bad_tool, char *where, size_t wherelen,
+                                     char *err, size_t errlen) {
     BT_ASSERT(f == BT_TOOL_FORMAT_HERMES && n > 0 && only < (int)n && max_calls >= 1);
     *out = NULL;
     *bad_tool = -1;
@@ -74,7 +72,7 @@ enum bt_status bt_tool_grammar(enum bt_tool_format f, const struct bt_tool *tool
     if (!g) return bt_error_printf(err, errlen, BT_ERR_NOMEM, "out of memory for a grammar");
     bt_json_rules j;
     bt_json_rules_init(&j, g);
-    int32_t ws = bt_json_ws_rule(&j), fn = bt_grammar_rule(g);
+    int32_t ws = bt_json_ws_rule(&j), fn = bt_grammar_add_rule(g);
     for (size_t i = 0; ws >= 0 && fn >= 0 && i < n; i++) {
         if (only >= 0 && (size_t)only != i) continue;
         if (!add_function(&j, fn, &tools[i], ws, where, wherelen, err, errlen)) {
@@ -83,31 +81,31 @@ enum bt_status bt_tool_grammar(enum bt_tool_format f, const struct bt_tool *tool
             return BT_ERR_INVALID;
         }
     }
-    int32_t call = bt_grammar_rule(g), sep = bt_grammar_rule(g);
+    int32_t call = bt_grammar_add_rule(g), sep = bt_grammar_add_rule(g);
     if (call >= 0 && sep >= 0 && ws >= 0 && fn >= 0) {
-        bt_grammar_alt(g, call);
-        bt_grammar_lit(g, call, HERMES_OPEN, strlen(HERMES_OPEN));
-        bt_grammar_ref(g, call, ws);
-        bt_grammar_lit(g, call, "{", 1);
-        bt_grammar_ref(g, call, ws);
-        bt_grammar_lit(g, call, "\"name\"", 6);
-        bt_grammar_ref(g, call, ws);
-        bt_grammar_lit(g, call, ":", 1);
-        bt_grammar_ref(g, call, ws);
-        bt_grammar_ref(g, call, fn);
-        bt_grammar_lit(g, call, "}", 1);
-        bt_grammar_ref(g, call, ws);
-        bt_grammar_lit(g, call, HERMES_CLOSE, strlen(HERMES_CLOSE));
-        bt_grammar_alt(g, sep);
-        bt_grammar_ref(g, sep, ws);
-        bt_grammar_ref(g, sep, call);
+        bt_grammar_add_alt(g, call);
+        bt_grammar_add_lit(g, call, HERMES_OPEN, strlen(HERMES_OPEN));
+        bt_grammar_add_ref(g, call, ws);
+        bt_grammar_add_lit(g, call, "{", 1);
+        bt_grammar_add_ref(g, call, ws);
+        bt_grammar_add_lit(g, call, "\"name\"", 6);
+        bt_grammar_add_ref(g, call, ws);
+        bt_grammar_add_lit(g, call, ":", 1);
+        bt_grammar_add_ref(g, call, ws);
+        bt_grammar_add_ref(g, call, fn);
+        bt_grammar_add_lit(g, call, "}", 1);
+        bt_grammar_add_ref(g, call, ws);
+        bt_grammar_add_lit(g, call, HERMES_CLOSE, strlen(HERMES_CLOSE));
+        bt_grammar_add_alt(g, sep);
+        bt_grammar_add_ref(g, sep, ws);
+        bt_grammar_add_ref(g, sep, call);
     }
     int32_t more = sep >= 0 ? bt_grammar_repeat(g, sep, 0, max_calls - 1) : -1;
-    int32_t reply = bt_grammar_rule(g);
+    int32_t reply = bt_grammar_add_rule(g);
     if (more >= 0 && reply >= 0) {
-        bt_grammar_alt(g, reply);
-        bt_grammar_ref(g, reply, call);
-        bt_grammar_ref(g, reply, more);
+        bt_grammar_add_alt(g, reply);
+        bt_grammar_add_ref(g, reply, call);
+        bt_grammar_add_ref(g, reply, more);
     }
     enum bt_status st = bt_grammar_finish(g, reply, err, errlen);
     if (st != BT_OK) {

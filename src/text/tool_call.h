@@ -49,9 +49,9 @@ struct bt_tool {
  * (bt_grammar_free).  A parameters schema that does not compile is
  * BT_ERR_INVALID with the tool's index in *bad_tool, the path inside its
  * schema in where and the reason in err. */
-enum bt_status bt_tool_grammar(enum bt_tool_format f, const struct bt_tool *tools, size_t n, int only, int max_calls,
-                               bt_grammar **out, int *bad_tool, char *where, size_t wherelen, char *err,
-                               size_t errlen);
+enum bt_status bt_tool_grammar_build(enum bt_tool_format f, const struct bt_tool *tools, size_t n, int only,
+                                     int max_calls, bt_grammar **out, int *bad_tool, char *where, size_t wherelen,
+                                     char *err, size_t errlen);
 
 /* A call parsed from a reply: the function's name and its arguments as a
  * compact JSON text (both malloc'd). */

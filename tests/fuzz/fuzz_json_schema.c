@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bt_json_rules j;
     bt_json_rules_init(&j, g);
     char where[256], err[512];
-    int32_t r = bt_json_schema_rule(&j, schema, sn, where, sizeof where, err, sizeof err);
+    int32_t r = bt_json_schema_compile(&j, schema, sn, where, sizeof where, err, sizeof err);
     if (r < 0 || bt_grammar_finish(g, r, err, sizeof err) != BT_OK) {
         if (!err[0]) abort(); /* every failure says why */
         goto out;
