@@ -3,7 +3,13 @@
  *
  * Trie: node 0 is the root; each node has its first child and next sibling
  * (a list: the root has up to 256 children, deeper nodes few) and the list
- * of tokens whose piece ends there (tok_next links tokens of one node). */
+ * of tokens whose piece ends there (tok_next links tokens of one node).
+ *
+ * The mask's walk meets few distinct grammar states among many trie nodes
+ * (inside a string, every node at one depth has the same state), so the
+ * states are interned with their transitions by byte: a transition is
+ * computed once and then looked up.  The table lives as long as the output
+ * and is emptied when full, at the start of a mask. */
 #include "constrain.h"
 
 #include <stdio.h>
@@ -14,6 +20,14 @@
 /* masks kept per output, by the state they were made in: inside a string
  * without a bound the state repeats token after token */
 #define N_CACHED 4
+/* distinct states a mask's walk names (each with its 256 transitions; a
+ * power of two), and the size of their hash index */
+#ifndef BT_CONSTRAIN_MAX_STATES
+#define BT_CONSTRAIN_MAX_STATES 2048
+#endif
+#define MAX_STATES BT_CONSTRAIN_MAX_STATES
+#define INDEX_SIZE (2 * MAX_STATES)
+_Static_assert((MAX_STATES & (MAX_STATES - 1)) == 0, "BT_CONSTRAIN_MAX_STATES must be a power of two");
 
 struct node {
     uint32_t child, sibling, tok; /* tok: the first token ending here (NONE: none) */
@@ -43,6 +57,14 @@ struct bt_constraint {
         uint8_t *mask;        /* n_vocab, end-of-generation tokens 0 */
     } cache[N_CACHED];
     int next_slot; /* the entry the next miss replaces */
+    /* interned states: st[i] with next[i][byte] (-1 not known yet, -2
+     * refused, else the state's index) */
+    bt_grammar_state **st;
+    int32_t (*next)[256];
+    uint32_t *hash;
+    int32_t n_st;
+    int32_t *index; /* INDEX_SIZE: a state's index + 1, by hash (0: empty) */
+    bt_grammar_state *scratch;
 };
 
 static uint32_t new_node(bt_token_trie *t, uint8_t byte) {
@@ -131,6 +153,12 @@ void bt_constraint_free(bt_constraint *c) {
         bt_grammar_state_free(c->cache[i].st);
         free(c->cache[i].mask);
     }
+    for (int32_t i = 0; c->st && i < MAX_STATES; i++) bt_grammar_state_free(c->st[i]);
+    free(c->st);
+    free(c->next);
+    free(c->hash);
+    free(c->index);
+    bt_grammar_state_free(c->scratch);
     free(c);
 }
 
@@ -169,6 +197,68 @@ static void mask_walk(bt_constraint *c, uint32_t at, int d) {
     }
 }
 
+/* s's index among the interned states, interned now if new; -1 when the
+ * table is full or out of memory */
+static int32_t intern(bt_constraint *c, const bt_grammar_state *s) {
+    const uint32_t h = bt_grammar_state_hash(s);
+    uint32_t k = h & (INDEX_SIZE - 1);
+    for (; c->index[k]; k = (k + 1) & (INDEX_SIZE - 1)) {
+        int32_t i = c->index[k] - 1;
+        if (c->hash[i] == h && bt_grammar_state_equal(c->st[i], s)) return i;
+    }
+    if (c->n_st == MAX_STATES) return -1;
+    int32_t i = c->n_st;
+    if (!c->st[i] && !(c->st[i] = bt_grammar_state_new(c->g))) return -1;
+    bt_grammar_state_copy(c->st[i], s);
+    c->hash[i] = h;
+    for (int b = 0; b < 256; b++) c->next[i][b] = -1;
+    c->index[k] = i + 1;
+    c->n_st++;
+    return i;
+}
+
+/* the interned states' table, made or emptied (false: out of memory) */
+static bool intern_reset(bt_constraint *c) {
+    if (!c->st) {
+        c->st = calloc(MAX_STATES, sizeof *c->st);
+        c->next = malloc(MAX_STATES * sizeof *c->next);
+        c->hash = malloc(MAX_STATES * sizeof *c->hash);
+        c->index = calloc(INDEX_SIZE, sizeof *c->index);
+        c->scratch = bt_grammar_state_new(c->g);
+        if (!c->st || !c->next || !c->hash || !c->index || !c->scratch) return false;
+    } else if (c->n_st > MAX_STATES / 2) {
+        memset(c->index, 0, INDEX_SIZE * sizeof *c->index);
+        c->n_st = 0;
+    }
+    return true;
+}
+
+/* the subtree under node at, whose prefix left the grammar in interned
+ * state i; a state the full table cannot name continues by the plain walk */
+static void mask_walk_interned(bt_constraint *c, uint32_t at, int32_t i, int d) {
+    const bt_token_trie *t = c->t;
+    for (uint32_t ch = t->nodes[at].child; ch != NONE; ch = t->nodes[ch].sibling) {
+        const uint8_t b = t->nodes[ch].byte;
+        int32_t nx = c->next[i][b];
+        if (nx == -1) {
+            if (!bt_grammar_state_byte(c->st[i], b, c->scratch)) {
+                nx = c->next[i][b] = -2;
+            } else if ((nx = intern(c, c->scratch)) >= 0) {
+                c->next[i][b] = nx;
+            } else { /* no room: this subtree the plain way, from the state just made */
+                if (!c->depth[d + 1] && !(c->depth[d + 1] = bt_grammar_state_new(c->g))) continue;
+                bt_grammar_state_copy(c->depth[d + 1], c->scratch);
+                for (uint32_t id = t->nodes[ch].tok; id != NONE; id = t->tok_next[id]) c->allowed[id] = 1;
+                if (t->nodes[ch].child != NONE && d + 1 < BT_TRIE_MAX_PIECE) mask_walk(c, ch, d + 1);
+                continue;
+            }
+        }
+        if (nx < 0) continue;
+        for (uint32_t id = t->nodes[ch].tok; id != NONE; id = t->tok_next[id]) c->allowed[id] = 1;
+        if (t->nodes[ch].child != NONE && d + 1 < BT_TRIE_MAX_PIECE) mask_walk_interned(c, ch, nx, d + 1);
+    }
+}
+
 /* the bytes of a mask made in state c->cur, kept for when that state comes again (out of memory: not kept) */
 static void cache_put(bt_constraint *c, const uint8_t *allowed) {
     const bt_token_trie *t = c->t;
@@ -189,10 +279,15 @@ void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed) {
         memcpy(allowed, c->cache[hit].mask, t->n_vocab);
     } else {
         memset(allowed, 0, t->n_vocab);
-        if (!c->depth[0] && !(c->depth[0] = bt_grammar_state_new(c->g))) return;
-        bt_grammar_state_copy(c->depth[0], c->cur);
         c->allowed = allowed;
-        mask_walk(c, 0, 0);
+        int32_t root = intern_reset(c) ? intern(c, c->cur) : -1;
+        if (root >= 0) {
+            mask_walk_interned(c, 0, root, 0);
+        } else { /* out of memory for the table: the plain walk */
+            if (!c->depth[0] && !(c->depth[0] = bt_grammar_state_new(c->g))) return;
+            bt_grammar_state_copy(c->depth[0], c->cur);
+            mask_walk(c, 0, 0);
+        }
         c->allowed = NULL;
         /* an end-of-generation token whose piece shows text is still only an end */
         for (uint32_t k = 0; k < t->n_eog; k++) allowed[t->eog_ids[k]] = 0;

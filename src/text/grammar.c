@@ -550,6 +550,12 @@ bool bt_grammar_state_equal(const bt_grammar_state *a, const bt_grammar_state *b
     return !memcmp(a->len, b->len, a->n * sizeof *a->len) && !memcmp(a->pool, b->pool, a->used * sizeof *a->pool);
 }
 
+uint32_t bt_grammar_state_hash(const bt_grammar_state *s) {
+    uint32_t h = 2166136261u ^ (s->complete ? 0x9e3779b9u : 0);
+    for (uint32_t i = 0; i < s->n; i++) h = (h ^ s->hash[i]) * 16777619u;
+    return h;
+}
+
 bool bt_grammar_match(const bt_grammar *g, const char *text, size_t n) {
     bt_grammar_state *s = bt_grammar_state_new(g), *t = bt_grammar_state_new(g);
     bool ok = s && t && bt_grammar_state_bytes(s, text, n, t) && bt_grammar_state_complete(s);

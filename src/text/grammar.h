@@ -95,6 +95,8 @@ bool bt_grammar_state_empty(const bt_grammar_state *s);
 /* a and b hold the same stacks in the same order (then every byte takes
  * them to equal states: what a cache of masks keys on). */
 bool bt_grammar_state_equal(const bt_grammar_state *a, const bt_grammar_state *b);
+/* A hash of the stacks, equal for equal states. */
+uint32_t bt_grammar_state_hash(const bt_grammar_state *s);
 
 /* Whether text[0..n) is a whole sentence of g (for tests and checks). */
 bool bt_grammar_match(const bt_grammar *g, const char *text, size_t n);
