@@ -41,7 +41,7 @@ struct ctx {
     bool failed;
 };
 
-void bt_json_rules_init(bt_json_rules *j, bt_grammar *g) { *j = (bt_json_rules){g, -1, -1, -1, -1, -1, -1, -1, -1}; }
+void bt_json_rules_init(bt_json_rules *j, bt_grammar *g) { *j = (bt_json_rules){g, -1, -1, -1, -1, -1, -1, -1}; }
 
 /* ---- the rules every schema shares ---- */
 

@@ -34,14 +34,14 @@
 #define BT_JSON_SCHEMA_MAX_NODES 4096 /* schemas visited in one document ($refs counted once) */
 #endif
 #ifndef BT_JSON_SCHEMA_MAX_COUNT
-#define BT_JSON_SCHEMA_MAX_COUNT 4096 /* the largest minItems / maxItems / minLength / maxLength */
+#define BT_JSON_SCHEMA_MAX_COUNT 4096 /* the largest min/maxItems, min/maxLength; entries of enum, anyOf */
 #endif
 
 /* The rules of one grammar shared by every schema compiled into it (-1:
  * not made yet). */
 typedef struct bt_json_rules {
     bt_grammar *g;
-    int32_t ws, str, chr, num, integer, value, object, array;
+    int32_t ws, str, chr, num, integer, value, object;
 } bt_json_rules;
 void bt_json_rules_init(bt_json_rules *j, bt_grammar *g);
 
