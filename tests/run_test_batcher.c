@@ -6,7 +6,10 @@
  * the slots' capacity, the token and context limits, the errors of bad
  * requests, requests added from another thread while the loop steps, and
  * the reuse of a prompt prefix's cells (the same bits as a cold run), and
- * n > 1 choices of one prompt (each choice bitwise a request with its seed). */
+ * n > 1 choices of one prompt (each choice bitwise a request with its seed);
+ * requests with a grammar (a JSON schema): the text inside it, the same
+ * tokens alone and among others (greedy, seeded with and without top-k),
+ * a grammar that starts at a trigger. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -18,6 +21,7 @@
 #include "run/batcher.h"
 #include "run/bringup.h"
 #include "run/engine.h"
+#include "text/json_schema.h"
 #include "text/vocab_gguf.h"
 
 #define N_SEQ 4
@@ -484,6 +488,98 @@ START_TEST(test_add_from_another_thread) {
 }
 END_TEST
 
+/* A JSON schema's grammar on requests: greedy and seeded (top-k 0: the
+ * whole mask; top-k 8: the checked path), each alone and then among free
+ * requests; the same tokens both ways, and a text the grammar takes (whole
+ * when it stopped, a prefix when max_tokens cut it). */
+START_TEST(test_grammar_requests) {
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"x\",\"yy\"]},"
+                         "\"b\":{\"type\":\"boolean\"},\"c\":{\"type\":\"string\",\"maxLength\":4}},"
+                         "\"required\":[\"a\",\"b\"]}";
+    char where[256], err[256];
+    bt_grammar *g = bt_grammar_new();
+    bt_json_rules j;
+    bt_json_rules_init(&j, g);
+    int32_t root = bt_json_schema_compile(&j, schema, strlen(schema), where, sizeof where, err, sizeof err);
+    ck_assert_msg(root >= 0 && bt_grammar_finish(g, root, err, sizeof err) == BT_OK, "%s", err);
+    const float temps[3] = {0.0f, 0.8f, 0.8f};
+    const int32_t top_k[3] = {0, 0, 8};
+    bt_tokens p = tokenize("Answer in JSON:"), q = tokenize("Once upon a time");
+    struct out alone[3], together[3], free_run;
+    struct bt_batcher *b = batcher(2, 0);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 3; i++) {
+            struct out *o = pass ? &together[i] : &alone[i];
+            memset(o, 0, sizeof *o);
+            struct bt_gen_request r = request(&p, o, temps[i], 40 + (uint64_t)i, MAX_GEN - 4);
+            r.sampling.top_k = top_k[i];
+            r.grammar = g;
+            uint64_t id;
+            ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+            if (pass && i == 0) add_ok(b, &q, &free_run, 0.7f, 9, 10); /* N_SEQ: 3 + 1 */
+            if (!pass) run_until_idle(b);
+        }
+        run_until_idle(b);
+    }
+    ck_assert(free_run.done && free_run.n == 10);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(alone[i].done && together[i].done);
+        ck_assert_int_eq(alone[i].n, together[i].n);
+        ck_assert(memcmp(alone[i].tok, together[i].tok, (size_t)alone[i].n * sizeof(int32_t)) == 0);
+        const struct out *o = &alone[i];
+        ck_assert_msg(o->res.finish == BT_FINISH_STOP || o->res.finish == BT_FINISH_LENGTH, "finish %d",
+                      (int)o->res.finish);
+        bt_grammar_state *st = bt_grammar_state_new(g), *tmp = bt_grammar_state_new(g);
+        ck_assert_msg(bt_grammar_state_bytes(st, o->text, o->n_text, tmp), "%.*s", (int)o->n_text, o->text);
+        if (o->res.finish == BT_FINISH_STOP)
+            ck_assert_msg(bt_grammar_state_complete(st), "%.*s", (int)o->n_text, o->text);
+        bt_grammar_state_free(st);
+        bt_grammar_state_free(tmp);
+        ck_assert(o->n_text > 0 && o->text[0] == '{');
+    }
+    /* a trigger: free until the output holds it, then the grammar from it.
+     * "{" pushed up by logit_bias comes first and starts the grammar; a
+     * trigger that never comes leaves the output as without a grammar */
+    bt_tokens brace = tokenize("{");
+    ck_assert_uint_eq(brace.n, 1);
+    const float up = 100.0f;
+    struct out trig, never, plain;
+    for (int k = 0; k < 3; k++) {
+        struct out *o = k == 0 ? &trig : k == 1 ? &never : &plain;
+        memset(o, 0, sizeof *o);
+        struct bt_gen_request r = request(&p, o, 0.0f, 1, MAX_GEN - 4);
+        r.grammar = k < 2 ? g : NULL;
+        r.grammar_trigger = k == 0 ? "{" : k == 1 ? "\x01\x02\x03" : NULL;
+        if (k == 0) r.bias_ids = brace.ids, r.bias = &up, r.n_bias = 1;
+        uint64_t id;
+        ck_assert_msg(bt_batcher_add(b, &r, &id, err, sizeof err) == BT_OK, "%s", err);
+    }
+    run_until_idle(b);
+    ck_assert(trig.n_text > 0 && trig.text[0] == '{');
+    bt_grammar_state *st = bt_grammar_state_new(g), *tmp = bt_grammar_state_new(g);
+    ck_assert_msg(bt_grammar_state_bytes(st, trig.text, trig.n_text, tmp), "%.*s", (int)trig.n_text, trig.text);
+    ck_assert(trig.res.finish != BT_FINISH_STOP || bt_grammar_state_complete(st));
+    bt_grammar_state_free(st);
+    bt_grammar_state_free(tmp);
+    ck_assert_int_eq(never.n, plain.n);
+    ck_assert(memcmp(never.tok, plain.tok, (size_t)plain.n * sizeof(int32_t)) == 0);
+    bt_tokens_free(&brace);
+    /* ignore_eos could never end a grammar's output: refused */
+    struct out o;
+    memset(&o, 0, sizeof o);
+    struct bt_gen_request r = request(&p, &o, 0.0f, 1, 8);
+    r.grammar = g;
+    r.ignore_eos = true;
+    uint64_t id;
+    ck_assert_int_eq(bt_batcher_add(b, &r, &id, err, sizeof err), BT_ERR_INVALID);
+    ck_assert_str_eq(err, "ignore_eos with a grammar: the output could not end where the grammar is complete");
+    bt_batcher_free(b);
+    bt_grammar_free(g);
+    bt_tokens_free(&p);
+    bt_tokens_free(&q);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     char dir[] = "/tmp/bt_batcher.XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -525,6 +621,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_add_from_another_thread);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_choices);
+    tcase_add_test(tc, test_grammar_requests);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one MPI process, one engine */

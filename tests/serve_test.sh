@@ -220,6 +220,11 @@ expect 400 "'top_logprobs' is 21: it must be between 0 and 20" "${auth[@]}" "${j
 expect 400 "'logprobs' must be a boolean, not an integer" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"logprobs\":3}" "$H"
 expect 400 "'logprobs' is -1: it must be between 0 and 20" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"x\",\"logprobs\":-1}" "$C"
 expect 400 "'logprobs' with 'echo' is not supported" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}" "$C"
+# Phi-3's template shows no tool-call format: tools are refused, a JSON answer is not
+expect 400 "its chat template (jinja) shows no tool-call format baton knows" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}" "$H"
+out=$(curl -s "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",$msg,\"max_tokens\":60,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"b\",\"schema\":{\"enum\":[\"yes\",\"no\"]}}}}" "$H" |
+    python3 -c 'import sys, json; r = json.load(sys.stdin)["choices"][0]; print(r["finish_reason"], json.loads(r["message"]["content"]))' 2>&1)
+case "$out" in "stop yes" | "stop no") echo "ok: a JSON answer on a llama vocabulary: $out" ;; *) fail "a JSON answer: '$out'" ;; esac
 # longer than a request's share of the context (1024 / 4 = 256 tokens)
 long=$(python3 -c 'print(" ".join(["word"] * 400))')
 expect 400 "maximum context length is 256 tokens per request" "${auth[@]}" "${json[@]}" -d "{\"model\":\"$mid\",\"prompt\":\"$long\"}" "$C"

@@ -25,6 +25,7 @@ struct bad_case {
 #define C BT_API_COMPLETION
 #define H BT_API_CHAT
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define TOOL_F "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"
 
 static const struct bad_case k_bad[] = {
     {C, "", 400, NULL, "body is empty"},
@@ -87,8 +88,7 @@ static const struct bad_case k_bad[] = {
      "'top_logprobs' is 1: it needs 'logprobs': true"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs",
      "'top_logprobs' is 21: it must be between 0 and 20"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, "top_logprobs",
-     "between 0 and 20"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, "top_logprobs", "between 0 and 20"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logprobs\":true,\"top_logprobs\":\"2\"}", 400, "top_logprobs",
      "must be an integer, not a string"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs",
@@ -99,9 +99,35 @@ static const struct bad_case k_bad[] = {
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2.5}", 400, "logprobs", "must be an integer"},
     {C, "{\"model\":\"tiny\",\"prompt\":\"a\",\"logprobs\":2,\"echo\":true}", 400, "logprobs",
      "'logprobs' with 'echo' is not supported"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "not supported"},
-    {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format",
-     "must be {\"type\": \"text\"}"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0].function",
+     "must be an object with a 'name'"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", 400,
+     "tools[0].function.name", "1 to 64 letters"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"n\":2}", 400, "n",
+     "'n' is 2: a request with 'tools' gives one choice on this server"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "," TOOL_F "]}", 400, "tools[1].function.name",
+     "the name of tools[0] too"},
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\","
+     "\"function\":{\"name\":\"g\"}}}",
+     400, "tool_choice.function.name", "'g', which is not in 'tools'"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"tool_choice\":\"required\"}", 400, "tool_choice", "has no 'tools'"},
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\","
+     "\"response_format\":{\"type\":\"json_object\"}}",
+     400, "tool_choice", "give one of them"},
+    {H,
+     "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":1}}}}}]}",
+     400, "tools[0].function.parameters.properties.x.minimum", "the schema keyword 'minimum' is not supported"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type",
+     "must be 'text', 'json_object' or 'json_schema'"},
+    {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
+     400, "response_format.json_schema.schema", "is required"},
+    {C,
+     "{\"model\":\"tiny\",\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+     "{\"schema\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/no\"}}}}}",
+     400, "response_format.json_schema.schema.items", "'$ref' '#/$defs/no' does not name a schema"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"x\":1}}", 400, "logit_bias", "key 'x' is not a token id"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"1000\":1}}", 400, "logit_bias", "ids 0 to 999"},
     {H, "{\"model\":\"tiny\"," MSG ",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", "between -100 and 100"},
@@ -261,6 +287,78 @@ START_TEST(test_good_chat) {
     ck_assert_str_eq(r.msg_json[1], "{\"role\":\"user\",\"name\":\"ann\",\"content\":\"Hi there\"}");
     ck_assert_int_eq(r.max_tokens, 256);
     bt_api_request_free(&r);
+}
+END_TEST
+
+static json_t *load(char *s);
+
+/* response_format and tools: the grammar of the answer, the tools for the template */
+START_TEST(test_good_constrained) {
+    const char *b = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                    "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"strict\":true,"
+                    "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                    "\"required\":[\"a\"]}}}}";
+    struct bt_api_request r;
+    struct bt_api_error e;
+    ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_ptr_nonnull(r.grammar);
+    ck_assert(bt_grammar_match(r.grammar, "{\"a\": 12}", 9));
+    ck_assert(!bt_grammar_match(r.grammar, "{}", 2));
+    ck_assert_int_eq(r.tool_choice, BT_API_TOOLS_NONE);
+    bt_api_request_free(&r);
+    b = "{\"model\":\"tiny\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}";
+    ck_assert_msg(bt_api_parse(BT_API_COMPLETION, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert(bt_grammar_match(r.grammar, "{\"k\":[1,{}]}", 12));
+    ck_assert(!bt_grammar_match(r.grammar, "[1]", 3));
+    bt_api_request_free(&r);
+    b = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" TOOL_F ","
+        "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\"}}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"parallel_tool_calls\":false}";
+    ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_uint_eq(r.n_tools, 2);
+    ck_assert_str_eq(r.tools[1].name, "g");
+    ck_assert_str_eq(r.tools[1].params, "{\"type\":\"object\"}");
+    ck_assert_ptr_null(r.tools[0].params);
+    ck_assert_int_eq(r.tool_choice, BT_API_TOOLS_NAMED);
+    ck_assert_int_eq(r.tool_named, 1);
+    ck_assert(!r.parallel_tool_calls);
+    ck_assert_ptr_nonnull(r.tools_json);
+    ck_assert_ptr_null(r.grammar); /* the call grammar needs the template's format: the server makes it */
+    bt_api_request_free(&r);
+    /* tool_choice "none": the tools are not given to the template */
+    b = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" TOOL_F "],"
+        "\"tool_choice\":\"none\"}";
+    ck_assert_msg(bt_api_parse(BT_API_CHAT, b, strlen(b), &k_lim, 1, &r, &e), "%s", e.message);
+    ck_assert_int_eq(r.tool_choice, BT_API_TOOLS_NONE);
+    ck_assert_ptr_null(r.tools_json);
+    bt_api_request_free(&r);
+}
+END_TEST
+
+/* the answers that carry tool calls */
+START_TEST(test_tool_output) {
+    struct bt_api_request r;
+    memset(&r, 0, sizeof r);
+    r.kind = BT_API_CHAT;
+    struct bt_tool_call calls[2] = {{(char *)"f", (char *)"{\"a\":1}"}, {(char *)"g", (char *)"{}"}};
+    const struct bt_api_usage u = {3, 0, 4};
+    json_t *o = load(bt_api_tool_response_json(&r, "chatcmpl-1", 5, "tiny", NULL, calls, 2, &u, NULL));
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0), *m = json_object_get(c, "message");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
+    ck_assert(json_is_null(json_object_get(m, "content")));
+    json_t *tc = json_array_get(json_object_get(m, "tool_calls"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(tc, "id")), "call_chatcmpl-1_1");
+    ck_assert_str_eq(json_string_value(json_object_get(tc, "type")), "function");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "g");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{}");
+    json_decref(o);
+    o = load(bt_api_tool_chunk_json(&r, "chatcmpl-1", 5, "tiny", calls, 2));
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(tc, "index")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{\"a\":1}");
+    ck_assert(json_is_null(json_object_get(c, "finish_reason")));
+    json_decref(o);
 }
 END_TEST
 
@@ -720,6 +818,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_good_completion);
     tcase_add_test(tc, test_client_fields);
     tcase_add_test(tc, test_good_chat);
+    tcase_add_test(tc, test_good_constrained);
+    tcase_add_test(tc, test_tool_output);
     tcase_add_test(tc, test_output);
     tcase_add_test(tc, test_good_logprobs);
     tcase_add_test(tc, test_logprobs_output);

@@ -28,6 +28,10 @@
 
 #include "../text/stop.h"
 
+#ifndef BT_BATCHER_MAX_TRIGGER
+#define BT_BATCHER_MAX_TRIGGER 64 /* bytes of a grammar's trigger */
+#endif
+
 /* the shortest prompt chunk cut for the pipeline's sake (n_ubatch still bounds every ubatch) */
 #ifndef BT_BATCHER_MIN_CHUNK
 #define BT_BATCHER_MIN_CHUNK 32
@@ -45,6 +49,11 @@ struct slot {
     size_t n_prompt, n_sub;    /* prompt tokens, and how many are submitted */
     bt_sampler *smp;
     bt_stopper *stop;
+    bt_constraint *con;        /* a request with a grammar: its state (made at its first constrained sample) */
+    bool waiting;              /* a grammar with a trigger not seen yet: the output is free */
+    /* waiting: the output's last bytes, where the trigger may be ending */
+    char win[BT_BATCHER_MAX_TRIGGER];
+    size_t n_win;
     int32_t next;              /* READY: the token to submit */
     int32_t pos;               /* the position of the next token submitted */
     int64_t n_gen;
@@ -103,6 +112,8 @@ struct bt_batcher {
     float *eog_raw;    /* their logits in a row before the ban (the log-probabilities are the model's) */
     float *row_keep, *row_tmp; /* n_vocab each: a leader's row for its later choices */
     int32_t n_eog;
+    bt_token_trie *trie; /* the vocabulary's pieces, made for the first request with a grammar */
+    uint8_t *allowed;    /* n_vocab: the tokens a grammar allows now */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -166,6 +177,7 @@ void bt_batcher_free(struct bt_batcher *b) {
         free(sl->acc);
         bt_sampler_free(sl->smp);
         bt_stopper_free(sl->stop);
+        bt_constraint_free(sl->con);
     }
     for (int i = 0; i < b->n_adds; i++) {
         struct pending_add *a = &b->adds[i];
@@ -196,6 +208,8 @@ void bt_batcher_free(struct bt_batcher *b) {
     free(b->eog_raw);
     free(b->row_keep);
     free(b->row_tmp);
+    bt_token_trie_free(b->trie);
+    free(b->allowed);
     free(b);
 }
 
@@ -421,6 +435,15 @@ enum bt_status bt_batcher_add(struct bt_batcher *b, const struct bt_gen_request 
                  BT_MAX_TOP_LOGPROBS);
         return BT_ERR_INVALID;
     }
+    if (req->grammar_trigger &&
+        (!req->grammar || !req->grammar_trigger[0] || strlen(req->grammar_trigger) > BT_BATCHER_MAX_TRIGGER)) {
+        snprintf(err, n_err, "a grammar's trigger must be 1 to %d bytes, with a grammar", BT_BATCHER_MAX_TRIGGER);
+        return BT_ERR_INVALID;
+    }
+    if (req->grammar && req->ignore_eos) {
+        snprintf(err, n_err, "ignore_eos with a grammar: the output could not end where the grammar is complete");
+        return BT_ERR_INVALID;
+    }
     if (req->max_tokens == 0 || req->max_tokens < -1) {
         snprintf(err, n_err, "max_tokens %lld: the number of tokens to generate must be positive (or -1: no limit)",
                  (long long)req->max_tokens);
@@ -524,6 +547,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     free(sl->acc);
     bt_sampler_free(sl->smp);
     bt_stopper_free(sl->stop);
+    bt_constraint_free(sl->con);
     int32_t *cell_tok = sl->cell_tok;
     const int64_t n_cells = keep && why != BT_FINISH_ERROR ? (int64_t)sl->pos : 0;
     const uint64_t last_use = sl->last_use;
@@ -632,6 +656,7 @@ static void drain_inbox(struct bt_batcher *b) {
         sl->smp = adds[i].smp;
         sl->stop = adds[i].stop;
         sl->acc = adds[i].acc;
+        sl->waiting = sl->req.grammar && sl->req.grammar_trigger;
     }
     for (int i = 0; i < n_cancels; i++)
         for (int s = 0; s < b->n_seq; s++)
@@ -701,6 +726,88 @@ static bool form_ubatch(struct bt_batcher *b, struct flight *f, enum bt_llm_out 
     return f->n_tokens > 0;
 }
 
+/* what bt_sampler_sample_checked asks: may this token come next */
+struct allow_ctx {
+    bt_constraint *con;
+    bool end_ok;
+};
+static bool allow_token(void *user, int32_t id) {
+    struct allow_ctx *a = user;
+    return bt_constraint_allows(a->con, id, a->end_ok);
+}
+
+/* sl's grammar state, before any byte (and the batcher's trie and mask);
+ * false with b->error when out of memory */
+static bool start_constraint(struct bt_batcher *b, struct slot *sl) {
+    if (!b->trie && bt_token_trie_new(b->tok, &b->trie, b->error, sizeof b->error) != BT_OK) return false;
+    if ((!b->allowed && !(b->allowed = malloc((size_t)b->n_vocab))) ||
+        !(sl->con = bt_constraint_new(sl->req.grammar, b->trie))) {
+        snprintf(b->error, sizeof b->error, "out of memory for a grammar's state");
+        return false;
+    }
+    return true;
+}
+
+/* A waiting slot's free token: when the output now ends with the trigger,
+ * the grammar starts, fed the trigger and what the token holds after it.
+ * Those bytes refused, or no memory for the state: the output stays free. */
+static void watch_trigger(struct bt_batcher *b, struct slot *sl, int32_t id) {
+    const char *trig = sl->req.grammar_trigger;
+    const size_t tn = strlen(trig);
+    size_t len;
+    const char *p = bt_tokenizer_piece(b->tok, id, 0, &len);
+    for (size_t i = 0; i < len; i++) {
+        if (sl->n_win == BT_BATCHER_MAX_TRIGGER) memmove(sl->win, sl->win + 1, --sl->n_win);
+        sl->win[sl->n_win++] = p[i];
+        if (sl->n_win < tn || memcmp(sl->win + sl->n_win - tn, trig, tn)) continue;
+        sl->waiting = false;
+        if (!start_constraint(b, sl)) return;
+        bool ok = true;
+        for (size_t k = 0; k < tn && ok; k++) ok = bt_constraint_accept_byte(sl->con, (uint8_t)trig[k]);
+        for (size_t k = i + 1; k < len && ok; k++) ok = bt_constraint_accept_byte(sl->con, (uint8_t)p[k]);
+        if (!ok) {
+            bt_constraint_free(sl->con);
+            sl->con = NULL;
+            sl->req.grammar = NULL; /* free text to the end */
+        }
+        return;
+    }
+}
+
+/* Slot s's next token under its grammar, the same as sampling over the
+ * allowed tokens only: the sampled choice checked first, the whole
+ * vocabulary's mask when that does not settle it.  The end may come where
+ * the grammar is complete, after min_tokens, or at once where nothing else
+ * can follow.  -1: the request has ended (no token continues the grammar,
+ * or out of memory; b->error says which). */
+static int32_t sample_constrained(struct bt_batcher *b, int s, const float *row) {
+    struct slot *sl = &b->slots[s];
+    if (!sl->con && !start_constraint(b, sl)) goto end;
+    const bool end_ok =
+        bt_constraint_complete(sl->con) && (sl->n_gen >= sl->req.min_tokens || bt_constraint_closed(sl->con));
+    struct allow_ctx a = {sl->con, end_ok};
+    int32_t id = bt_sampler_sample_checked(sl->smp, row, allow_token, &a);
+    if (id < 0) {
+        bt_constraint_mask(sl->con, end_ok, b->allowed);
+        id = bt_sampler_sample_masked(sl->smp, row, b->allowed);
+    }
+    /* an allowed token is taken: only memory for the state can fail here */
+    if (id >= 0 && bt_constraint_accept(sl->con, id)) return id;
+    if (id >= 0)
+        snprintf(b->error, sizeof b->error, "out of memory for a grammar's state");
+    else
+        snprintf(b->error, sizeof b->error,
+                 "no token of the vocabulary continues the output inside its grammar (after %lld generated tokens)",
+                 (long long)sl->n_gen);
+end:
+    if (bt_engine_seq_rm(b->e, s) != BT_OK) {
+        fail(b, BT_ERR_COMM);
+        return -1;
+    }
+    finish(b, s, BT_FINISH_ERROR);
+    return -1;
+}
+
 /* One row of logits for slot s: sample, call back, go on or finish.  A row
  * with a NaN (a damaged weight, an overflow) has no token to sample: the
  * request ends with BT_FINISH_ERROR and why in b->error (the others go on),
@@ -721,13 +828,17 @@ static void take_row(struct bt_batcher *b, int s, float *row, double t) {
         return;
     }
     /* min_tokens: no end of generation yet (the row is this batcher's own;
-     * the banned logits come back for the log-probabilities) */
-    const bool ban = sl->n_gen < sl->req.min_tokens;
+     * the banned logits come back for the log-probabilities); a grammar
+     * decides the end itself */
+    const bool constrained = sl->req.grammar && !sl->waiting;
+    const bool ban = sl->n_gen < sl->req.min_tokens && !constrained;
     for (int32_t i = 0; ban && i < b->n_eog; i++) {
         b->eog_raw[i] = row[b->eog[i]];
         row[b->eog[i]] = -INFINITY;
     }
-    const int32_t id = bt_sampler_sample(sl->smp, row);
+    const int32_t id = constrained ? sample_constrained(b, s, row) : bt_sampler_sample(sl->smp, row);
+    if (id < 0) return; /* ended */
+    if (sl->waiting) watch_trigger(b, sl, id);
     for (int32_t i = 0; ban && i < b->n_eog; i++) row[b->eog[i]] = b->eog_raw[i];
     bt_logprobs lp;
     if (sl->req.logprobs) bt_logprobs_compute(row, (int32_t)b->n_vocab, id, sl->req.top_logprobs, &lp);

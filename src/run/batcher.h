@@ -22,6 +22,10 @@
  * each request its new text.  A sequence's next decode token waits only for its
  * own previous token; its prompt chunks follow each other without waiting.
  *
+ * A request may carry a grammar (constrain.h): rank 0 samples only tokens
+ * that keep its text inside it, the same tokens as sampling over the
+ * allowed ones alone.
+ *
  * Results: the engine gives each sequence its own cells and its kernels do not
  * depend on the batch, so with greedy sampling (or a fixed seed) a request's
  * tokens are the same bits whether it runs alone or among many, on any number
@@ -41,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../text/constrain.h"
 #include "../text/sampler.h"
 #include "../text/tokenizer.h"
 #include "engine.h"
@@ -134,6 +139,17 @@ struct bt_gen_request {
      * user.  At most the batcher's slots; generation only. */
     int n_choices;
     void *const *choice_users;
+    /* A grammar the output must follow (constrain.h: only tokens that keep
+     * the text inside it are sampled, the result the same as sampling over
+     * those tokens alone; the end of generation only where it is complete),
+     * or NULL.  Not copied: it must outlive the request (until on_done). */
+    const bt_grammar *grammar;
+    /* With a grammar: NULL, or a text (1 to 64 bytes) that starts it.
+     * Until the output holds the trigger it is free (sampled as without a
+     * grammar); from there the grammar applies, its text beginning with the
+     * trigger.  If the bytes after it are refused, the output stays free.
+     * Not copied. */
+    const char *grammar_trigger;
 };
 
 struct bt_batcher_params {
@@ -160,7 +176,7 @@ void bt_batcher_free(struct bt_batcher *b);
  *   BT_ERR_INVALID:  a bad request (empty prompt, a token id outside the
  *                    vocabulary, a prompt longer than a sequence's share of
  *                    the context, bad sampling values, max_tokens 0, a bad
- *                    stop string, top_logprobs out of range) with one
+ *                    stop string, top_logprobs out of range, ignore_eos with a grammar) with one
  *                    message in err;
  *   BT_ERR_COMM:     the engine has failed.
  * Nothing is called back for a request that add refused. */

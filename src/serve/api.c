@@ -4,9 +4,13 @@
  * The checks are OpenAI's where it documents a range (temperature 0..2,
  * top_p 0..1, penalties -2..2, at most 4 stop strings, n 1 here) and
  * llama.cpp server's for the extensions (top_k, min_p, repeat_penalty).  An
- * argument OpenAI defines that baton does not implement (n > 1, tools,
- * best_of, suffix, logprobs with echo) is a 400 naming it, never ignored in
- * silence.
+ * argument OpenAI defines that baton does not implement (n > 1, best_of,
+ * suffix, logprobs with echo) is a 400 naming it, never ignored in silence.
+ *
+ * response_format and tools become grammars (json_schema.h, tool_call.h):
+ * a schema is compiled here, so a bad one is a 400 naming its path
+ * ("response_format.json_schema.schema.properties.age.minimum") before
+ * anything runs.
  *
  * logprobs are the model's: the log-softmax of the raw logits (before
  * logit_bias, penalties, temperature and the filters), as OpenAI reports
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../text/json_schema.h"
 #include "../text/tokenizer.h" /* bt_utf8_check */
 
 void bt_api_error_set(struct bt_api_error *e, int status, const char *type, const char *param, const char *code,
@@ -53,6 +58,13 @@ void bt_api_request_free(struct bt_api_request *r) {
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->bias_ids);
     free(r->bias);
+    bt_grammar_free(r->grammar);
+    for (size_t i = 0; i < r->n_tools; i++) {
+        free((char *)r->tools[i].name);
+        free((char *)r->tools[i].params);
+    }
+    free(r->tools);
+    free(r->tools_json);
     memset(r, 0, sizeof *r);
 }
 
@@ -147,27 +159,6 @@ static bool check_unsupported(enum bt_api_kind kind, json_t *o, struct bt_api_er
         if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
             !(json_is_integer(v) && json_integer_value(v) == 1)) {
             BAD("best_of", "'best_of' must be 1 on this server");
-            return false;
-        }
-    } else {
-        if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
-            BAD("tools", "'tools' is not supported by this server");
-            return false;
-        }
-        if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
-            !(json_is_string(v) && !strcmp(json_string_value(v), "none"))) {
-            BAD("tool_choice", "'tool_choice' is not supported by this server (only \"none\")");
-            return false;
-        }
-        if ((v = json_object_get(o, "response_format")) && !json_is_null(v)) {
-            json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-            if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text")) {
-                BAD("response_format", "'response_format' must be {\"type\": \"text\"} on this server");
-                return false;
-            }
-        }
-        if ((v = json_object_get(o, "parallel_tool_calls")) && !json_is_null(v) && !json_is_boolean(v)) {
-            BAD("parallel_tool_calls", "'parallel_tool_calls' must be a boolean, not %s", json_kind(v));
             return false;
         }
     }
@@ -498,6 +489,203 @@ static bool parse_logprobs(enum bt_api_kind kind, json_t *o, struct bt_api_reque
     return true;
 }
 
+/* ---- response_format and tools ---- */
+
+/* schema (a JSON value) compiled into rule *rule of g; a bad one is a 400
+ * whose param is `param` and the path inside the schema */
+static bool compile_schema(bt_json_rules *j, json_t *schema, const char *param, int32_t *rule,
+                           struct bt_api_error *err) {
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return nomem(err);
+    char where[256], msg[400], full[512];
+    *rule = bt_json_schema_compile(j, text, strlen(text), where, sizeof where, msg, sizeof msg);
+    free(text);
+    if (*rule >= 0) return true;
+    snprintf(full, sizeof full, "%s%s%s", param, where[0] && where[0] != '[' ? "." : "", where);
+    BAD(full, "'%s' is not a schema baton can follow: %s", full, msg);
+    return false;
+}
+
+/* g finished with root rule; its failure as a 400 on param */
+static bool finish_grammar(bt_grammar *g, int32_t root, const char *param, struct bt_api_error *err) {
+    char msg[300];
+    if (bt_grammar_finish(g, root, msg, sizeof msg) == BT_OK) return true;
+    BAD(param, "'%s' cannot be followed: %s", param, msg);
+    return false;
+}
+
+/* response_format: "text", "json_object" (any object, or llama.cpp's
+ * {"type": "json_object", "schema": {...}}) or "json_schema"
+ * ({"json_schema": {"name", "schema", "strict"}}) */
+static bool parse_response_format(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_object(v)) {
+        BAD("response_format", "'response_format' must be an object, not %s", json_kind(v));
+        return false;
+    }
+    json_t *t = json_object_get(v, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "";
+    json_t *schema = NULL;
+    const char *param = NULL;
+    if (!strcmp(type, "text")) return true;
+    if (!strcmp(type, "json_object")) {
+        schema = json_object_get(v, "schema");
+        param = "response_format.schema";
+    } else if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js)) {
+            BAD("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+            return false;
+        }
+        json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+        if (name && !json_is_string(name)) {
+            BAD("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+            return false;
+        }
+        if (strict && !json_is_boolean(strict) && !json_is_null(strict)) {
+            BAD("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+            return false;
+        }
+        param = "response_format.json_schema.schema";
+        if (!(schema = json_object_get(js, "schema"))) {
+            BAD(param, "'%s' is required", param);
+            return false;
+        }
+    } else {
+        BAD("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+        return false;
+    }
+    if (!(r->grammar = bt_grammar_new())) return nomem(err);
+    bt_json_rules j;
+    bt_json_rules_init(&j, r->grammar);
+    int32_t root;
+    if (schema) {
+        if (!compile_schema(&j, schema, param, &root, err)) return false;
+    } else if ((root = bt_json_object_rule(&j)) < 0) {
+        return nomem(err);
+    }
+    return finish_grammar(r->grammar, root, schema ? param : "response_format", err);
+}
+
+/* tools[i]: {"type": "function", "function": {"name", "description", "parameters", "strict"}} */
+static bool parse_tool(json_t *t, size_t i, bt_json_rules *j, struct bt_tool *out, struct bt_api_error *err) {
+    char p[96];
+    snprintf(p, sizeof p, "tools[%zu]", i);
+    json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+    if (!json_is_object(t) || (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))) {
+        BAD(p, "'%s' must be an object of type 'function'", p);
+        return false;
+    }
+    json_t *f = json_object_get(t, "function");
+    snprintf(p, sizeof p, "tools[%zu].function", i);
+    if (!json_is_object(f)) {
+        BAD(p, "'%s' must be an object with a 'name'", p);
+        return false;
+    }
+    json_t *name = json_object_get(f, "name"), *params = json_object_get(f, "parameters");
+    snprintf(p, sizeof p, "tools[%zu].function.name", i);
+    const char *n = json_is_string(name) ? json_string_value(name) : "";
+    size_t len = strlen(n);
+    bool ok = len > 0 && len <= 64;
+    for (size_t k = 0; k < len; k++)
+        if (!(n[k] == '_' || n[k] == '-' || (n[k] >= 'a' && n[k] <= 'z') || (n[k] >= 'A' && n[k] <= 'Z') ||
+              (n[k] >= '0' && n[k] <= '9')))
+            ok = false;
+    if (!ok) {
+        BAD(p, "'%s' must be a function name of 1 to 64 letters, digits, '_' or '-'", p);
+        return false;
+    }
+    if (!(out->name = strdup(n))) return nomem(err);
+    if (!params || json_is_null(params)) return true;
+    snprintf(p, sizeof p, "tools[%zu].function.parameters", i);
+    int32_t rule;
+    if (!compile_schema(j, params, p, &rule, err)) return false;
+    if (!(out->params = json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY))) return nomem(err);
+    return true;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}} */
+static bool parse_tool_choice(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, "tool_choice");
+    r->tool_choice = r->n_tools ? BT_API_TOOLS_AUTO : BT_API_TOOLS_NONE;
+    if (!v || json_is_null(v)) return true;
+    if (json_is_string(v)) {
+        const char *c = json_string_value(v);
+        if (!strcmp(c, "none"))
+            r->tool_choice = BT_API_TOOLS_NONE;
+        else if (!strcmp(c, "auto"))
+            r->tool_choice = r->n_tools ? BT_API_TOOLS_AUTO : BT_API_TOOLS_NONE;
+        else if (!strcmp(c, "required"))
+            r->tool_choice = BT_API_TOOLS_REQUIRED;
+        else {
+            BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not '%.64s'", c);
+            return false;
+        }
+    } else {
+        json_t *f = json_is_object(v) ? json_object_get(v, "function") : NULL;
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        if (!json_is_string(name)) {
+            BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return false;
+        }
+        r->tool_choice = BT_API_TOOLS_NAMED;
+        r->tool_named = -1;
+        for (size_t i = 0; i < r->n_tools; i++)
+            if (!strcmp(r->tools[i].name, json_string_value(name))) r->tool_named = (int)i;
+        if (r->tool_named < 0 && r->n_tools) {
+            BAD("tool_choice.function.name", "'tool_choice.function.name' is '%.64s', which is not in 'tools'",
+                json_string_value(name));
+            return false;
+        }
+    }
+    if (r->tool_choice >= BT_API_TOOLS_REQUIRED && !r->n_tools) {
+        BAD("tool_choice", "'tool_choice' asks for a call, but the request has no 'tools'");
+        return false;
+    }
+    return true;
+}
+
+static bool parse_tools(json_t *o, struct bt_api_request *r, struct bt_api_error *err) {
+    json_t *v = json_object_get(o, "tools");
+    r->parallel_tool_calls = true;
+    if (!get_bool(o, "parallel_tool_calls", &r->parallel_tool_calls, err)) return false;
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v) || json_array_size(v) > BT_API_MAX_TOOLS) {
+            BAD("tools", "'tools' must be an array of at most %d functions", BT_API_MAX_TOOLS);
+            return false;
+        }
+        size_t n = json_array_size(v);
+        if (n && !(r->tools = calloc(n, sizeof *r->tools))) return nomem(err);
+        bt_grammar *scratch = bt_grammar_new(); /* each schema compiled once, to check it */
+        if (!scratch) return nomem(err);
+        bt_json_rules j;
+        bt_json_rules_init(&j, scratch);
+        bool ok = true;
+        for (size_t i = 0; ok && i < n; i++) {
+            ok = parse_tool(json_array_get(v, i), i, &j, &r->tools[i], err);
+            r->n_tools = i + 1;
+            for (size_t k = 0; ok && k < i; k++)
+                if (!strcmp(r->tools[k].name, r->tools[i].name)) {
+                    char p[64];
+                    snprintf(p, sizeof p, "tools[%zu].function.name", i);
+                    BAD(p, "'%s' is '%s', the name of tools[%zu] too", p, r->tools[i].name, k);
+                    ok = false;
+                }
+        }
+        bt_grammar_free(scratch);
+        if (!ok) return false;
+    }
+    if (!parse_tool_choice(o, r, err)) return false;
+    if (r->tool_choice != BT_API_TOOLS_NONE && !(r->tools_json = json_dumps(v, JSON_COMPACT))) return nomem(err);
+    if (r->tool_choice >= BT_API_TOOLS_REQUIRED && r->grammar) {
+        BAD("tool_choice", "'tool_choice' asks for a call, and 'response_format' for JSON: give one of them");
+        return false;
+    }
+    return true;
+}
+
 /* The body's "model": present, a string, this server's. */
 static bool check_model(json_t *o, const struct bt_api_limits *lim, struct bt_api_error *err) {
     json_t *model = json_object_get(o, "model");
@@ -567,6 +755,12 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
     if (!get_bool(o, "ignore_eos", &r->ignore_eos, err)) return false;
     if (!parse_logprobs(kind, o, r, err)) return false;
     if (!parse_logit_bias(o, lim, r, err)) return false;
+    if (!parse_response_format(o, r, err)) return false;
+    if (kind == BT_API_CHAT && !parse_tools(o, r, err)) return false;
+    if (r->n > 1 && r->tool_choice != BT_API_TOOLS_NONE) {
+        BAD("n", "'n' is %d: a request with 'tools' gives one choice on this server", r->n);
+        return false;
+    }
 
     /* OpenAI's defaults: the model's whole distribution */
     bt_sampler_params *sp = &r->sampling;
@@ -881,6 +1075,63 @@ char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int
         }
     }
     if (json_object_set_new(o, "usage", usage(u))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+/* calls[0..n) as OpenAI's tool_calls array (index: with the stream's "index") */
+static json_t *tool_calls_value(const char *id, const struct bt_tool_call *calls, int n, bool index) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) {
+        char cid[96];
+        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name",
+                              calls[i].name, "arguments", calls[i].arguments);
+        if (c && index) json_object_set_new(c, "index", json_integer(i));
+        if (!c || json_array_append_new(a, c)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                                const char *content, const struct bt_tool_call *calls, int n,
+                                const struct bt_api_usage *u, const struct bt_api_logprobs *lp) {
+    json_t *o = envelope(r, id, created, model, false), *l = logprobs_value(r, lp);
+    json_t *tc = tool_calls_value(id, calls, n, false);
+    json_t *t = content ? text_value(content, strlen(content)) : json_null();
+    if (!o || !l || !tc || !t) {
+        json_decref(o);
+        json_decref(l);
+        json_decref(tc);
+        json_decref(t);
+        return NULL;
+    }
+    json_t *choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
+                               "content", t, "tool_calls", tc, "logprobs", l, "finish_reason", "tool_calls");
+    if (json_object_set_new(o, "choices", json_pack("[o]", choice)) ||
+        json_object_set_new(o, "usage", usage(u))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+char *bt_api_tool_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                             const struct bt_tool_call *calls, int n) {
+    json_t *o = envelope(r, id, created, model, true), *tc = tool_calls_value(id, calls, n, true);
+    if (!o || !tc) {
+        json_decref(o);
+        json_decref(tc);
+        return NULL;
+    }
+    json_t *choice =
+        json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", 0, "delta", "tool_calls", tc, "logprobs", "finish_reason");
+    if (json_object_set_new(o, "choices", json_pack("[o]", choice))) {
         json_decref(o);
         return NULL;
     }

@@ -17,7 +17,9 @@
 #include <stdint.h>
 
 #include "../text/chat.h"
+#include "../text/grammar.h"
 #include "../text/sampler.h"
+#include "../text/tool_call.h"
 
 #ifndef BT_API_MAX_TOKENS
 #define BT_API_MAX_TOKENS (1 << 24) /* the largest max_tokens taken; a request ends when its context share is full */
@@ -38,6 +40,18 @@
 #define BT_API_MAX_MESSAGES 1024 /* chat messages per request */
 #endif
 
+#ifndef BT_API_MAX_TOOLS
+#define BT_API_MAX_TOOLS 128 /* tools per request, as OpenAI */
+#endif
+
+/* chat: whether and how the model calls tools (tool_choice) */
+enum bt_api_tool_choice {
+    BT_API_TOOLS_NONE = 0,     /* no tools given, or "none": text only */
+    BT_API_TOOLS_AUTO = 1,     /* "auto" (the default with tools): text or calls, as the model writes */
+    BT_API_TOOLS_REQUIRED = 2, /* "required": one or more calls, constrained */
+    BT_API_TOOLS_NAMED = 3,    /* {"type": "function", "function": {"name": N}}: calls to N, constrained */
+};
+
 enum bt_api_kind {
     BT_API_COMPLETION = 0, /* POST /v1/completions */
     BT_API_CHAT = 1,       /* POST /v1/chat/completions */
@@ -50,7 +64,7 @@ struct bt_api_error {
     const char *type;  /* "invalid_request_error", "authentication_error", "server_error", ... */
     const char *param; /* "max_tokens", "messages[2].role", ... (points into param_buf or a literal) */
     const char *code;  /* "model_not_found", "context_length_exceeded", ... or NULL */
-    char param_buf[64];
+    char param_buf[256];
     char message[512];
 };
 /* Fill e (printf-style message). */
@@ -101,6 +115,19 @@ struct bt_api_request {
     /* n: choices, 1 to the server's slots; the prompt is computed once, and
      * choice i samples with seed + i */
     int n;
+    /* response_format json_object / json_schema: the grammar the answer
+     * follows (json_schema.h), or NULL (text).  The server also puts a
+     * tool-call grammar here (tool_choice required or named). */
+    bt_grammar *grammar;
+    /* chat: tools, checked (each name, each parameters schema compiles),
+     * names and schemas owned; tools_json the array as the chat template
+     * gets it.  With tool_choice "none" the tools are dropped. */
+    struct bt_tool *tools;
+    size_t n_tools;
+    char *tools_json;
+    enum bt_api_tool_choice tool_choice;
+    int tool_named;           /* NAMED: the tool's index */
+    bool parallel_tool_calls; /* more than one call may come (default true) */
 };
 void bt_api_request_free(struct bt_api_request *r);
 
@@ -161,6 +188,16 @@ struct bt_api_choice {
 };
 char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                              const struct bt_api_choice *ch, size_t n, const struct bt_api_usage *u);
+/* A chat answer that calls tools: content (NULL: null) and calls[0..n),
+ * each given the id "call_" + the answer's id + "_" + its index;
+ * finish_reason "tool_calls". */
+char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                                const char *content, const struct bt_tool_call *calls, int n,
+                                const struct bt_api_usage *u, const struct bt_api_logprobs *lp);
+/* A stream chunk whose delta carries calls[0..n) whole (index, id, type,
+ * function name and arguments). */
+char *bt_api_tool_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
+                             const struct bt_tool_call *calls, int n);
 /* One stream chunk: text (may be empty), the log-probabilities of the tokens
  * sampled since the last chunk (NULL when not asked), and finish (NULL until
  * the last).  first: a chat chunk carries the assistant's role. */

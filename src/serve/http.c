@@ -2,7 +2,9 @@
  * thread per connection (a request's thread may block on its job), routing,
  * the Bearer key, the body limit, prompts (chat template, tokenizer, length
  * against a sequence's share of the context), job submission, and answers as
- * one JSON object or as server-sent events.  Besides OpenAI's routes:
+ * one JSON object or as server-sent events.  A chat with tools gets the
+ * template's call format and the calls' grammar here, and its reply parsed
+ * back into tool_calls.  Besides OpenAI's routes:
  * llama-server's /tokenize and /detokenize (the tokenizer alone, no job),
  * /v1/embeddings (a job per input: its prompt's hidden states pooled by the
  * batcher, --pooling),
@@ -89,6 +91,10 @@ struct req {
     bool timed;
     bool gone;      /* the client went away before the end of its answer */
     bool submitted; /* counted in s->n_answering */
+    /* a chat with tools (job->tools): the calls parsed from the whole answer */
+    struct bt_tool_call *calls;
+    int n_calls;     /* -1: not parsed yet */
+    bool calls_sent; /* streamed */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -312,6 +318,43 @@ static bool key_ok(struct bt_server *s, struct MHD_Connection *c, struct bt_api_
 
 /* ---- prompts ---- */
 
+/* A chat with tools: the template's call format into j, and the grammar
+ * of the calls: from the start for tool_choice required or named; for
+ * "auto" from the format's opening mark on (unless response_format asks
+ * for JSON: that grammar stays). */
+static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
+    struct bt_api_request *q = &j->req;
+    if (q->tool_choice == BT_API_TOOLS_NONE) return true;
+    j->tools = bt_chat_template_tools(s->chat_template);
+    if (j->tools == BT_TOOL_FORMAT_NONE) {
+        bt_api_error_set(e, 400, "invalid_request_error", "tools", NULL,
+                         "'tools' cannot be used with this model: its chat template (%s) shows no tool-call format "
+                         "baton knows (Hermes <tool_call>, as Qwen2.5 and Qwen3 write it); give one with "
+                         "--chat-template FILE",
+                         bt_chat_template_kind(s->chat_template));
+        return false;
+    }
+    if (q->tool_choice == BT_API_TOOLS_AUTO) {
+        if (q->grammar) return true;
+        j->trigger = bt_tool_format_trigger(j->tools);
+    }
+    char where[256], msg[400];
+    int bad_tool;
+    const int only = q->tool_choice == BT_API_TOOLS_NAMED ? q->tool_named : -1;
+    enum bt_status st = bt_tool_grammar_build(j->tools, q->tools, q->n_tools, only,
+                                              q->parallel_tool_calls && only < 0 ? BT_TOOL_MAX_CALLS : 1, &q->grammar,
+                                              &bad_tool, where, sizeof where, msg, sizeof msg);
+    if (st == BT_OK) return true;
+    char param[300];
+    if (bad_tool >= 0)
+        snprintf(param, sizeof param, "tools[%d].function.parameters%s%s", bad_tool, where[0] ? "." : "", where);
+    else
+        snprintf(param, sizeof param, "tools");
+    bt_api_error_set(e, st == BT_ERR_NOMEM ? 500 : 400, st == BT_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                     param, NULL, "'%s' cannot be followed: %s", param, msg);
+    return false;
+}
+
 /* The prompt's tokens into j (the request already checked). */
 static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_error *e) {
     struct bt_api_request *q = &j->req;
@@ -330,8 +373,9 @@ static bool make_prompt(struct bt_server *s, struct bt_job *j, struct bt_api_err
         char *text = q->prompt;
         char *owned = NULL;
         if (q->kind == BT_API_CHAT) {
+            if (!tool_setup(s, j, e)) return false;
             enum bt_status cst = bt_chat_template_apply(s->chat_template, q->msgs, (const char *const *)q->msg_json,
-                                                        q->n_msgs, NULL, 1, &owned, msg, sizeof msg);
+                                                        q->n_msgs, q->tools_json, 1, &owned, msg, sizeof msg);
             if (cst == BT_ERR_ABORTED) { /* the template's own refusal (roles must alternate, ...): the client's */
                 bt_api_error_set(e, 400, "invalid_request_error", "messages", NULL, "%s", msg);
                 return false;
@@ -469,6 +513,32 @@ static char *whole_json(struct req *r) {
     return js;
 }
 
+/* A chat answer with tools (one choice) whose text holds calls: the
+ * tool_calls answer.  *plain: it holds none (or there are no tools), the
+ * plain answer follows; NULL without *plain: out of memory. */
+static char *tool_answer_json(struct req *r, bool *plain) {
+    struct bt_server *s = r->s;
+    struct bt_job *j = r->job;
+    *plain = true;
+    if (j->tools == BT_TOOL_FORMAT_NONE) return NULL;
+    char *content = NULL;
+    const int n_calls = bt_tool_calls_parse(j->tools, j->text, j->len, &r->calls, &content);
+    if (n_calls == 0) return NULL;
+    *plain = false;
+    struct bt_api_logprobs lp;
+    if (n_calls < 0 || (j->req.logprobs && !logprobs_view(s->tok, j->lp, j->n_lp, 0, &lp))) {
+        free(content);
+        return NULL;
+    }
+    r->n_calls = n_calls;
+    const struct bt_api_usage u = job_usage(j);
+    char *js = bt_api_tool_response_json(&j->req, j->id, j->created, s->cfg.model_id, content, r->calls, n_calls, &u,
+                                         j->req.logprobs ? &lp : NULL);
+    free(content);
+    if (j->req.logprobs) logprobs_free(&lp);
+    return js;
+}
+
 static enum MHD_Result answer_whole(struct req *r) {
     struct bt_server *s = r->s;
     struct bt_job *j = r->job;
@@ -489,7 +559,9 @@ static enum MHD_Result answer_whole(struct req *r) {
         return fail(r, 500, "server_error", NULL, "the request failed: %s",
                     bad->error[0] ? bad->error : "it was cancelled");
     count_timing(r);
-    char *js = whole_json(r);
+    bool plain = true;
+    char *js = tool_answer_json(r, &plain);
+    if (plain) js = whole_json(r);
     if (!js) return fail(r, 500, "server_error", NULL, "out of memory");
     return send_text(r, 200, "application/json", js, NULL, NULL);
 }
@@ -511,6 +583,23 @@ static char *chunk_with_logprobs(struct req *r, int i, const char *text, size_t 
     return js;
 }
 
+/* How much of choice c's text a stream may show now (s->jobs.mu held): all
+ * of it, but in a chat with tools (one choice) only what cannot be part of a
+ * call until its end; then the calls are parsed (once), and the text before
+ * the first call is what is shown as content (text between or after calls is
+ * not streamed; the whole answer has it). */
+static size_t shown_len(struct req *r, const struct bt_job *c) {
+    if (c->tools == BT_TOOL_FORMAT_NONE) return c->len;
+    if (!c->ended) return bt_tool_calls_plain_len(c->tools, c->text, c->len);
+    if (r->n_calls < 0) {
+        char *content = NULL;
+        r->n_calls = bt_tool_calls_parse(c->tools, c->text, c->len, &r->calls, &content);
+        free(content);
+        if (r->n_calls < 0) r->n_calls = 0; /* out of memory: the text as it is */
+    }
+    return r->n_calls > 0 ? bt_tool_calls_plain_len(c->tools, c->text, c->len) : c->len;
+}
+
 /* Streaming, with the queue's mutex held: the next choice with news, from
  * r->next on (text not sent yet, or its end), -1 when none has; *all: every
  * choice's last chunk is sent. */
@@ -521,7 +610,7 @@ static int next_news(struct req *r, bool *all) {
         const int i = (r->next + k) % j->n_choices;
         const struct bt_job *c = bt_job_choice(j, i);
         *all = *all && c->final_sent;
-        if (c->len > c->text_seen) return i;
+        if (shown_len(r, c) > c->text_seen) return i;
         if (c->ended && !c->final_sent && c->res.finish != BT_FINISH_ERROR && c->res.finish != BT_FINISH_CANCELLED &&
             !c->error[0])
             return i;
@@ -570,17 +659,24 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     struct bt_job *c = bt_job_choice(j, i);
     /* the text and the log-probabilities of the tokens that came since the last chunk; at its end, the entries
      * of tokens that showed no text */
-    const bool last = c->len <= c->text_seen;
-    const size_t from = c->text_seen, n = c->len - from, n_lp = c->n_lp - c->lp_seen;
+    const size_t avail = shown_len(r, c);
+    const bool last = avail <= c->text_seen;
+    if (last && r->n_calls > 0 && !r->calls_sent) {
+        /* the calls, whole, before the last chunk */
+        r->calls_sent = true;
+        pthread_mutex_unlock(&s->jobs.mu);
+        return bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, r->calls, r->n_calls);
+    }
+    const size_t from = c->text_seen, n = avail - from, n_lp = c->n_lp - c->lp_seen;
     char *piece = malloc(n ? n : 1);
     bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
     if (piece) memcpy(piece, c->text + from, n);
     if (lps && n_lp) memcpy(lps, c->lp + c->lp_seen, n_lp * sizeof *lps);
-    c->text_seen = c->len;
+    c->text_seen = last ? c->len : avail;
     c->lp_seen = c->n_lp;
     if (last) c->final_sent = true;
     pthread_mutex_unlock(&s->jobs.mu);
-    const char *finish = last ? bt_finish_name(c->res.finish) : NULL;
+    const char *finish = !last ? NULL : r->n_calls > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
     char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
     free(piece);
     free(lps);
@@ -944,6 +1040,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         /* the headers: route, method, key, declared size */
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->n_calls = -1;
         r->s = s;
         r->conn = conn;
         r->route = route_of(url);
@@ -1076,6 +1173,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         s->n_answering--;
         pthread_mutex_unlock(&s->jobs.mu);
     }
+    bt_tool_calls_free(r->calls, r->n_calls);
     free(r->body);
     free(r->out);
     free(r);

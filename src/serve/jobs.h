@@ -38,6 +38,8 @@ struct bt_job {
     size_t n_prompt;
     char *echo;      /* completions with echo: the prompt's text, shown first */
     enum bt_pooling pooling; /* an embedding job (not NONE): no text, a vector */
+    enum bt_tool_format tools; /* a chat with tools: the format its calls are parsed from (NONE: text) */
+    const char *trigger;       /* tool_choice "auto": the text after which req.grammar applies (NULL: from the start) */
     char id[48];     /* "cmpl-..." / "chatcmpl-..." */
     int64_t created; /* Unix seconds */
     double t_submit; /* monotonic seconds */

@@ -84,6 +84,8 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .no_reuse = !j->req.cache_prompt,
             .n_choices = j->n_choices,
             .choice_users = j->users,
+            .grammar = j->req.grammar,
+            .grammar_trigger = j->trigger,
         };
         uint64_t id = 0;
         char msg[512] = "";

@@ -393,6 +393,7 @@ struct bt_chat_template {
     bt_jinja *jinja;    /* NULL: the built-in format `name` */
     const char *name;   /* one of k_names, or "jinja" */
     char *bos, *eos;
+    enum bt_tool_format tools; /* how the Jinja text asks for tool calls */
 };
 
 static char *dup_or_empty(const char *s) {
@@ -402,8 +403,8 @@ static char *dup_or_empty(const char *s) {
     return d;
 }
 
-static enum bt_status new_template(bt_jinja *j, const char *name, const char *bos, const char *eos,
-                                   bt_chat_template **out, char *err, size_t errlen) {
+static enum bt_status new_template(bt_jinja *j, const char *name, enum bt_tool_format tools, const char *bos,
+                                   const char *eos, bt_chat_template **out, char *err, size_t errlen) {
     bt_chat_template *t = calloc(1, sizeof *t);
     if (t) t->bos = dup_or_empty(bos), t->eos = dup_or_empty(eos);
     if (!t || !t->bos || !t->eos) {
@@ -413,7 +414,7 @@ static enum bt_status new_template(bt_jinja *j, const char *name, const char *bo
         snprintf(err, errlen, "out of memory");
         return BT_ERR_NOMEM;
     }
-    t->jinja = j, t->name = name;
+    t->jinja = j, t->name = name, t->tools = tools;
     *out = t;
     return BT_OK;
 }
@@ -467,7 +468,7 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
     bt_jinja *j = NULL;
     if (arg) {
         const char *name = builtin(arg);
-        if (name) return new_template(NULL, name, bos, eos, out, err, errlen);
+        if (name) return new_template(NULL, name, BT_TOOL_FORMAT_NONE, bos, eos, out, err, errlen);
         size_t n;
         char *src = read_file(arg, &n, e, sizeof e);
         if (!src) {
@@ -477,16 +478,17 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
             return BT_ERR_INVALID;
         }
         enum bt_status st = bt_jinja_parse(src, n, &j, e, sizeof e);
+        const enum bt_tool_format tools = bt_tool_format_detect(src);
         free(src);
         if (st != BT_OK) {
             snprintf(err, errlen, "%s:%s", arg, e);
             return st;
         }
-        return new_template(j, "jinja", bos, eos, out, err, errlen);
+        return new_template(j, "jinja", tools, bos, eos, out, err, errlen);
     }
     if (model_tmpl) {
         enum bt_status st = bt_jinja_parse(model_tmpl, strlen(model_tmpl), &j, e, sizeof e);
-        if (st == BT_OK) return new_template(j, "jinja", bos, eos, out, err, errlen);
+        if (st == BT_OK) return new_template(j, "jinja", bt_tool_format_detect(model_tmpl), bos, eos, out, err, errlen);
         if (st == BT_ERR_NOMEM) {
             snprintf(err, errlen, "tokenizer.chat_template: %s", e);
             return st;
@@ -495,16 +497,19 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
         if (det || fallback) {
             snprintf(note, notelen, "the model's chat template cannot be run (tokenizer.chat_template:%s): chats use "
                      "the built-in format %s", e, det ? det : fallback);
-            return new_template(NULL, det ? det : fallback, bos, eos, out, err, errlen);
+            return new_template(NULL, det ? det : fallback, BT_TOOL_FORMAT_NONE, bos, eos, out, err, errlen);
         }
         snprintf(err, errlen, "tokenizer.chat_template:%s", e);
         return BT_ERR_UNSUPPORTED;
     }
-    if (fallback && builtin(fallback)) return new_template(NULL, builtin(fallback), bos, eos, out, err, errlen);
+    if (fallback && builtin(fallback))
+        return new_template(NULL, builtin(fallback), BT_TOOL_FORMAT_NONE, bos, eos, out, err, errlen);
     snprintf(err, errlen, "the model has no chat template (tokenizer.chat_template)");
     return BT_ERR_INVALID;
 }
 
+const char *bt_chat_template_kind(const bt_chat_template *t) { return t->name; }
+enum bt_tool_format bt_chat_template_tools(const bt_chat_template *t) { return t->tools; }
 
 void bt_chat_template_free(bt_chat_template *t) {
     if (!t) return;

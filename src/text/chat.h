@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "tensor.h" /* enum bt_status */
+#include "tool_call.h"
 
 typedef struct bt_chat_msg {
     const char *role; /* "system", "user", "assistant" */
@@ -46,6 +47,11 @@ enum bt_status bt_chat_template_choose(const char *arg, const char *model_tmpl, 
                                        const char *eos, bt_chat_template **out, char *note, size_t notelen, char *err,
                                        size_t errlen);
 
+/* "jinja" (the model's or a file's template) or the name of the built-in format. */
+const char *bt_chat_template_kind(const bt_chat_template *t);
+/* The tool-call format the Jinja text asks for (tool_call.h); NONE for a
+ * built-in format, which has no tools. */
+enum bt_tool_format bt_chat_template_tools(const bt_chat_template *t);
 
 /* Write msgs[0..n) into a malloc'd NUL-terminated *out.  msg_json (may be
  * NULL; an entry may be NULL): message i as a JSON object, given to a Jinja

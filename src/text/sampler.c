@@ -224,9 +224,8 @@ static void softmax(cand *c, int32_t n) {
     for (int32_t i = 0; i < n; i++) c[i].p /= sum;
 }
 
-/* the chain up to the draw; returns how many candidates are left (sorted,
- * with their probabilities), or 0 for greedy (then c[0] is the choice) */
-static int32_t prepare(bt_sampler *s, const float *logits) {
+/* c[i] = token i with its logit after logit_bias and the penalties */
+static void fill(bt_sampler *s, const float *logits) {
     const bt_sampler_params *par = &s->par;
     int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i], 0};
@@ -243,20 +242,12 @@ static int32_t prepare(bt_sampler *s, const float *logits) {
             s->c[i].logit = l;
         }
     }
-    if (par->temp <= 0) { /* greedy: the first of the largest */
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (s->c[i].logit > s->c[best].logit) best = i;
-        cand t = s->c[0];
-        s->c[0] = s->c[best];
-        s->c[best] = t;
-        return 0;
-    }
-    /* top-k: the k first in the order (larger logit, then smaller id) kept
-     * in a heap, then sorted; a full sort of 150k candidates took 30-70 ms a
-     * token, more than a small model's forward pass */
-    if (par->top_k > 0 && par->top_k < n) n = top_k_select(s->c, n, par->top_k);
-    qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
+}
+
+/* c[0..n) sorted (c[0] the largest): top-p, min-p and temperature; how many
+ * are left, with the probabilities drawn from */
+static int32_t filter_sorted(bt_sampler *s, int32_t n) {
+    const bt_sampler_params *par = &s->par;
     /* top-p on the probabilities at temperature 1 */
     softmax(s->c, n);
     if (par->top_p < 1.0f) {
@@ -282,8 +273,35 @@ static int32_t prepare(bt_sampler *s, const float *logits) {
     return n;
 }
 
-int32_t bt_sampler_sample(bt_sampler *s, const float *logits) {
-    int32_t n = prepare(s, logits);
+/* the first of the largest of c[0..n): its index */
+static int32_t argmax(const bt_sampler *s, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (s->c[i].logit > s->c[best].logit) best = i;
+    return best;
+}
+
+/* the chain after fill over c[0..n); returns how many candidates are left
+ * (sorted, with their probabilities), or 0 for greedy (then c[0] is the
+ * choice) */
+static int32_t filter(bt_sampler *s, int32_t n) {
+    const bt_sampler_params *par = &s->par;
+    if (par->temp <= 0) { /* greedy: the first of the largest */
+        int32_t best = argmax(s, n);
+        cand t = s->c[0];
+        s->c[0] = s->c[best];
+        s->c[best] = t;
+        return 0;
+    }
+    /* top-k: the k first in the order (larger logit, then smaller id) kept
+     * in a heap, then sorted; a full sort of 150k candidates took 30-70 ms a
+     * token, more than a small model's forward pass */
+    if (par->top_k > 0 && par->top_k < n) n = top_k_select(s->c, n, par->top_k);
+    qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
+    return filter_sorted(s, n);
+}
+
+static int32_t draw(bt_sampler *s, int32_t n) {
     if (n == 0) return s->c[0].id;
     double u = bt_rng_uniform(&s->rng), cum = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -293,6 +311,45 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits) {
     return s->c[n - 1].id; /* u within rounding of 1 */
 }
 
+int32_t bt_sampler_sample(bt_sampler *s, const float *logits) {
+    fill(s, logits);
+    return draw(s, filter(s, s->n_vocab));
+}
+
+int32_t bt_sampler_sample_masked(bt_sampler *s, const float *logits, const uint8_t *allowed) {
+    fill(s, logits);
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (allowed[i] && s->c[i].logit > -INFINITY) s->c[n++] = s->c[i];
+    if (n == 0) return -1;
+    return draw(s, filter(s, n));
+}
+
+int32_t bt_sampler_sample_checked(bt_sampler *s, const float *logits, bt_sampler_allow_fn allow, void *user) {
+    const bt_sampler_params *par = &s->par;
+    fill(s, logits);
+    int32_t n = s->n_vocab;
+    if (par->temp <= 0) { /* the masked choice is the best, if it is allowed */
+        const cand *b = &s->c[argmax(s, n)];
+        return b->logit > -INFINITY && allow(user, b->id) ? b->id : -1;
+    }
+    if (par->top_k <= 0) return -1; /* every allowed token counts: only the mask tells them */
+    /* the masked top-k is the first k allowed tokens in cand_cmp's order:
+     * walk the best m in that order, asking, until k are found */
+    int32_t m = par->top_k > BT_SAMPLER_CHECK_MAX ? par->top_k : BT_SAMPLER_CHECK_MAX;
+    if (m < n) n = top_k_select(s->c, n, m);
+    qsort(s->c, (size_t)n, sizeof *s->c, cand_cmp);
+    int32_t found = 0, asked = 0, i = 0;
+    for (; i < n && found < par->top_k; i++) {
+        if (s->c[i].logit == -INFINITY) break; /* the rest are -inf too: no more candidates anywhere */
+        if (++asked > BT_SAMPLER_CHECK_MAX) return -1;
+        if (allow(user, s->c[i].id)) s->c[found++] = s->c[i];
+    }
+    /* undecided: fewer than k found while candidates outside the m remain */
+    if (found < par->top_k && i == n && n < s->n_vocab) return -1;
+    if (found == 0) return -1;
+    return draw(s, filter_sorted(s, found));
+}
 
 /* ---- log-probabilities ---- */
 

@@ -9,6 +9,7 @@
 #ifndef BATON_TEXT_SAMPLER_H
 #define BATON_TEXT_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,28 @@ void bt_sampler_accept(bt_sampler *s, int32_t id);
 /* The next token for logits[0..n_vocab).  Deterministic for a seed and a
  * sequence of calls.  Does not accept the token (call bt_sampler_accept). */
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits);
+/* ---- constrained sampling (a grammar decides which tokens may come) ----
+ *
+ * The result is always that of masking first: the chain run over the
+ * allowed tokens only (those whose logit after logit_bias and the penalties
+ * is above -inf).  bt_sampler_sample_checked finds it by asking about a few
+ * candidates (greedy: the best; top-k: the best in order until k are
+ * allowed); when that does not settle it, bt_sampler_sample_masked does,
+ * with the whole vocabulary's mask.  Neither draws from the random stream
+ * unless it returns a token. */
+
+#ifndef BT_SAMPLER_CHECK_MAX
+#define BT_SAMPLER_CHECK_MAX 64 /* candidates the fast path asks about before giving up */
+#endif
+
+/* whether token id may come next */
+typedef bool (*bt_sampler_allow_fn)(void *user, int32_t id);
+/* The masked choice, or -1 when the candidates asked do not settle it
+ * (top-k 0 at a temperature, or more than BT_SAMPLER_CHECK_MAX refused). */
+int32_t bt_sampler_sample_checked(bt_sampler *s, const float *logits, bt_sampler_allow_fn allow, void *user);
+/* The next token among those with allowed[id] != 0; -1 when none is
+ * allowed. */
+int32_t bt_sampler_sample_masked(bt_sampler *s, const float *logits, const uint8_t *allowed);
 /* logit_bias: bias[i] added to token ids[i]'s logit before the penalties and
  * every filter (-INFINITY: never sampled), for every later sample; copied; n
  * 0 removes it.  BT_ERR_INVALID naming an id out of the vocabulary or a NaN. */

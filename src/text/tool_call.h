@@ -1,0 +1,75 @@
+/* tool_call.h - the way a chat template asks a model to call tools: which
+ * format it uses (found in the template's text), the grammar of a reply
+ * that calls them (each call's arguments following the tool's parameters
+ * schema), and a reply parsed back into calls.
+ *
+ * Formats:
+ *   - Hermes (NousResearch Hermes 2 Pro / 3, Qwen2.5, Qwen3, QwQ, SmolLM3,
+ *     ...): a template that mentions "<tool_call>"; each call is
+ *       <tool_call>
+ *       {"name": "NAME", "arguments": {...}}
+ *       </tool_call>
+ *     and several calls follow one another. */
+#ifndef BATON_TEXT_TOOL_CALL_H
+#define BATON_TEXT_TOOL_CALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar.h"
+
+#ifndef BT_TOOL_MAX_CALLS
+#define BT_TOOL_MAX_CALLS 8 /* calls in one reply when parallel calls are allowed */
+#endif
+
+enum bt_tool_format {
+    BT_TOOL_FORMAT_NONE = 0,   /* the template shows no format baton knows */
+    BT_TOOL_FORMAT_HERMES = 1, /* <tool_call>{"name", "arguments"}</tool_call> */
+};
+
+/* The format of a Jinja chat template's text (NULL: NONE). */
+enum bt_tool_format bt_tool_format_detect(const char *template_text);
+/* "hermes", or "none" */
+const char *bt_tool_format_name(enum bt_tool_format f);
+/* The text that opens a call in format f ("<tool_call>"; NULL for NONE):
+ * with tool_choice "auto" the reply is free until it, then the calls'
+ * grammar applies (the grammar's text starts with it). */
+const char *bt_tool_format_trigger(enum bt_tool_format f);
+
+/* A tool as a request gives it: its name and its parameters schema (a JSON
+ * text; NULL: any object). */
+struct bt_tool {
+    const char *name;
+    const char *params;
+};
+
+/* The grammar of a reply of 1..max_calls calls in format f to tools[only]
+ * (only >= 0) or to any of tools[0..n).  *out owned by the caller
+ * (bt_grammar_free).  A parameters schema that does not compile is
+ * BT_ERR_INVALID with the tool's index in *bad_tool, the path inside its
+ * schema in where and the reason in err. */
+enum bt_status bt_tool_grammar_build(enum bt_tool_format f, const struct bt_tool *tools, size_t n, int only,
+                                     int max_calls, bt_grammar **out, int *bad_tool, char *where, size_t wherelen,
+                                     char *err, size_t errlen);
+
+/* A call parsed from a reply: the function's name and its arguments as a
+ * compact JSON text (both malloc'd). */
+struct bt_tool_call {
+    char *name;
+    char *arguments;
+};
+/* The calls in text[0..len) (format f): *calls (malloc'd, n entries) and
+ * *content, the text outside the calls with the whitespace around it
+ * trimmed (malloc'd; NULL when empty).  Returns the number of calls: 0 when
+ * the text has none or one is not well formed (then *content is the whole
+ * text, trimmed), -1 when out of memory. */
+int bt_tool_calls_parse(enum bt_tool_format f, const char *text, size_t len, struct bt_tool_call **calls,
+                        char **content);
+void bt_tool_calls_free(struct bt_tool_call *calls, int n);
+/* How much of text[0..len) is sure not to be part of a call: the bytes
+ * before the first call's opening mark, or before a tail that may still
+ * become one (what a stream may show as content at once). */
+size_t bt_tool_calls_plain_len(enum bt_tool_format f, const char *text, size_t len);
+
+#endif
