@@ -534,15 +534,15 @@ mismatch() { # OPTION-WORDS-ON-RANK-1... -- expected message tail
     expect 2 "^baton demo: rank 1 was started $want\$" "rank 1 started with $*" -- \
         mpirun -np 1 "$baton" demo "${small[@]}" : -np 1 "$baton" demo "${small[@]}" "$@"
 }
-mismatch "with --micro-batches 8 but rank 0 with --micro-batches 6; every rank needs the same --micro-batches" -m 8
-mismatch "with --copies 4 but rank 0 with --copies 2; every rank needs the same --copies" -c 4
-mismatch "with --copies 1 but rank 0 with --copies 2; every rank needs the same --copies" -c 1
+mismatch "with --micro-batches 8 but rank 0 with --micro-batches 6; every rank needs the same --micro-batches" --micro-batches 8
+mismatch "with --copies 4 but rank 0 with --copies 2; every rank needs the same --copies" --copies 4
+mismatch "with --copies 1 but rank 0 with --copies 2; every rank needs the same --copies" --copies 1
 mismatch "with --seed 7 but rank 0 with --seed 42; every rank needs the same --seed" --seed 7
 mismatch "with --partition 1,3 but rank 0 without --partition; every rank needs the same --partition" --partition 1,3
 mismatch "with --trace but rank 0 without --trace; every rank needs the same --trace" --trace "$tmp/t1.json"
 mismatch "with --type f16 but rank 0 with --type f32; every rank needs the same --type" --type f16
 mismatch "with --backend cpu but rank 0 without --backend; every rank needs the same --backend" --backend cpu
-# -c 2 on the command line and a topology's micro_batches: 2 agree
+# --copies 2 on the command line and a topology's micro_batches: 2 agree
 expect 0 "bitwise" "same copies from the command line and the topology" -- \
     mpirun -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}" --copies 2 : \
     -np 1 -x BATON_TOPOLOGY="$root/configs/local-cpu-2.yaml" "$baton" demo "${small[@]}"
