@@ -238,7 +238,7 @@ rank 1 local 1" ]; then
 import os, signal, subprocess, sys, time
 run, topo, sig, target, late = sys.argv[1], sys.argv[2], getattr(signal, sys.argv[3]), sys.argv[4], sys.argv[5] == "late"
 mark = "--seed %d" % (1000000 + os.getpid())  # finds this job's ranks
-p = subprocess.Popen([run, "-t", topo, "--", "baton", "demo", "-m", "1000000", "--no-check"] + mark.split(),
+p = subprocess.Popen([run, "-t", topo, "--", "baton", "demo", "--micro-batches", "1000000", "--no-check"] + mark.split(),
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                      preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
 def ranks():
