@@ -1739,16 +1739,18 @@ static void progress_between_ops(void *user) {
  * kept moving as bt_dist_set_progress chose. */
 static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view) {
     enum bt_dist_progress mode = d->progress;
-    const bool cpu = bt_backend_is_cpu(d->backend);
-    if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !cpu))
-        mode = cpu ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
+    /* the compute thread drives the transfers where the backend calls a
+     * hook between ops (the CPU's); else a progress thread does */
+    const bool hook = mode != BT_DIST_PROGRESS_THREAD && mode != BT_DIST_PROGRESS_NONE &&
+                      bt_backend_set_node_hook(d->backend, progress_between_ops, d);
+    if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !hook))
+        mode = hook ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
     enum bt_status st;
     if (mode == BT_DIST_PROGRESS_COMPUTE) {
         d->next_progress_s = bt_now_s() + d->progress_period_s;
         d->progress_status = BT_OK; /* this split's own */
-        bt_backend_cpu_set_node_hook(d->backend, progress_between_ops, d);
         st = bt_backend_graph_compute(d->backend, view);
-        bt_backend_cpu_set_node_hook(d->backend, NULL, NULL);
+        bt_backend_set_node_hook(d->backend, NULL, NULL);
         if (st == BT_OK && d->progress_status != BT_OK) return d->progress_status; /* d->err says why */
     } else {
         if (mode == BT_DIST_PROGRESS_THREAD) bt_transport_set_busy(d->t, true);

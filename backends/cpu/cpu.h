@@ -1,4 +1,6 @@
-/* cpu.h - the CPU executor: a persistent thread pool; every node of a graph
+/* cpu.h - the CPU backend's public header (as ggml-cpu.h): the backend
+ * (bt_backend_cpu_init and the calls only a CPU backend answers), and under
+ * it the CPU executor: a persistent thread pool; every node of a graph
  * is computed by all threads together, each taking its share by (ith, nth),
  * or by thread 0 alone when it is tiny, with a barrier wherever a node needs
  * what earlier ones wrote (ggml's ggml_graph_compute has one after every
@@ -10,11 +12,26 @@
 #ifndef BATON_CPU_H
 #define BATON_CPU_H
 
+#include "backend.h"
 #include "graph.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the CPU backend (cpu_backend.c) ---------------------------------------- */
+
+/* n_threads <= 0: every online core.  NULL when threads cannot start. */
+bt_backend_t bt_backend_cpu_init(int n_threads);
+bool bt_backend_is_cpu(bt_backend_t backend);
+/* Per-op time of the graphs the backend computes while on (bt_cpu_set_profile,
+ * bt_cpu_get_profile: the rows' meaning); on starts from zero. */
+struct bt_cpu_op_profile;
+void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
+int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                               double *graph_s);
+
+/* ---- the executor (cpu.c) ----------------------------------------------------- */
 
 typedef struct bt_cpu bt_cpu;
 

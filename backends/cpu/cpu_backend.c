@@ -4,10 +4,12 @@
 #include "backend-impl.h"
 #include "cpu.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The CPU's buffers are the core's plain host memory (bt_cpu_buffer_type,
  * backend.c). */
+
 
 /* ---- backend --------------------------------------------------------------- */
 
@@ -51,6 +53,16 @@ static const char *cpu_get_error(bt_backend_t backend) {
     return bt_cpu_error(((struct cpu_backend *)backend->context)->cpu);
 }
 
+static void cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
+    bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
+}
+
+/* "CPU(avx512)": the variant of the kernels, so that ranks on different
+ * CPUs say which ran (every variant gives the same bits) */
+static void cpu_describe(bt_backend_t backend, char *buf, size_t n) {
+    snprintf(buf, n, "%s(%s)", cpu_get_name(backend), bt_cpu_variant_name());
+}
+
 static const struct bt_backend_i cpu_backend_i = {
     /* .get_name                = */ cpu_get_name,
     /* .free                    = */ cpu_free,
@@ -71,6 +83,8 @@ static const struct bt_backend_i cpu_backend_i = {
     /* .get_error               = */ cpu_get_error,
     /* .get_host_buffer_type    = */ NULL,
     /* .get_memory              = */ NULL,
+    /* .set_node_hook           = */ cpu_set_node_hook,
+    /* .describe                = */ cpu_describe,
 };
 
 bt_backend_t bt_backend_cpu_init(int n_threads) {
@@ -90,12 +104,6 @@ bt_backend_t bt_backend_cpu_init(int n_threads) {
 }
 
 bool bt_backend_is_cpu(bt_backend_t backend) { return backend && backend->iface.get_name == cpu_get_name; }
-
-
-void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
-    BT_ASSERT(bt_backend_is_cpu(backend));
-    bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
-}
 
 void bt_backend_cpu_set_profile(bt_backend_t backend, bool on) {
     BT_ASSERT(bt_backend_is_cpu(backend));
