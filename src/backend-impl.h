@@ -114,6 +114,10 @@ struct bt_backend_i {
     /* optional: a description for a log line into buf (bt_backend_describe);
      * without it, the backend's name */
     void (*describe)(bt_backend_t backend, char *buf, size_t n);
+    /* optional: memory for weights only this backend reads, in the layout
+     * its kernels read fastest, laid out as their bytes are set (the CPU's
+     * repacked matrices); without it, the default buffer type */
+    bt_buffer_type_t (*get_weight_buffer_type)(bt_backend_t backend);
 };
 
 struct bt_backend {

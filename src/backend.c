@@ -253,6 +253,11 @@ const char *bt_backend_describe(bt_backend_t backend, char *buf, size_t n) {
     return buf;
 }
 
+bt_buffer_type_t bt_backend_get_weight_buffer_type(bt_backend_t backend) {
+    if (backend->iface.get_weight_buffer_type) return backend->iface.get_weight_buffer_type(backend);
+    return bt_backend_get_default_buffer_type(backend);
+}
+
 const char *bt_backend_error(bt_backend_t backend) {
     return backend->iface.get_error ? backend->iface.get_error(backend) : "";
 }

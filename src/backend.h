@@ -70,6 +70,13 @@ const char *bt_backend_name(bt_backend_t backend);
 void bt_backend_free(bt_backend_t backend);
 bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend);
 bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size);
+/* Memory for weights that only this backend reads: a buffer type that lays
+ * a weight out for the backend's kernels as its bytes are set (the CPU's
+ * repacks the matrices its matmul reads fastest repacked: the same results'
+ * bits, the same bytes), else the default buffer type.  A weight in it is
+ * read by this backend's ops alone and set whole (or whole matrices of it),
+ * never read back (bt_tensor_get asserts on a repacked one). */
+bt_buffer_type_t bt_backend_get_weight_buffer_type(bt_backend_t backend);
 /* Host memory for staging this backend's tensors (is_host): the backend's
  * own (pinned for a GPU) or else the CPU's. */
 bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend);

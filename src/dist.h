@@ -80,6 +80,11 @@ struct bt_dist_options {
      * same; rank 0's plan places the layers on their first ranks */
     const struct bt_expert_group *groups;
     int n_groups;
+    /* the weights this rank holds and no transfer sends go into this buffer
+     * type, one the backend computes from (bt_backend_get_weight_buffer_type:
+     * the CPU's repacks a matrix as its bytes are set); those a transfer
+     * sends, and every weight when NULL, into the backend's default */
+    bt_buffer_type_t weight_buft;
 };
 
 struct bt_dist_stats {

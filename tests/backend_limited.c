@@ -366,6 +366,7 @@ static const struct bt_backend_i lim_i = {
     /* .get_memory              = */ NULL,
     /* .set_node_hook           = */ NULL,
     /* .describe                = */ NULL,
+    /* .get_weight_buffer_type  = */ NULL,
 };
 
 bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused) {
