@@ -6,10 +6,15 @@
  *   ops.h       op constructors (shape rules; nothing computed)
  *   graph.h     the static graph: nodes/leafs by post-order DFS, views, hash
  *   backend.h   backends, buffer types, buffers, events (opaque handles: their
- *               vtables are internal, backend-impl.h); the CPU backend
+ *               vtables are internal, backend-impl.h)
+ *   backend-reg.h  backends by name ("cpu", "cuda", "cuda:N") and the list of
+ *               those this build holds
  *   alloc.h     the graph allocator
  *   bt_sched.h  the scheduler over several backends (splits, copies, ring)
- *   cpu.h       the CPU executor (thread pool, kernels)
+ *   cpu.h       the CPU backend's own header (backends/cpu/: bt_backend_cpu_init,
+ *               its profile, the executor, repacked weights), offered here
+ *               for a user's convenience as ggml's umbrella header offers
+ *               ggml-cpu.h; the core does not include it
  *
  * Errors, one convention: a call on an object that can fail on a user's
  * input returns an enum bt_status (or NULL) and leaves its message in that
@@ -38,6 +43,7 @@
 #include "ops.h"
 #include "graph.h"
 #include "backend.h"
+#include "backend-reg.h"
 #include "alloc.h"
 #include "bt_sched.h"
 #include "cpu.h"

@@ -107,6 +107,17 @@ struct bt_backend_i {
     /* optional: a backend with memory of its own (a GPU's): its free and
      * total bytes now; without it, the backend computes in host memory */
     void (*get_memory)(bt_backend_t backend, size_t *free, size_t *total);
+
+    /* optional: fn(user) on the calling thread after its share of each
+     * computed node (bt_backend_set_node_hook); without it, no hook */
+    void (*set_node_hook)(bt_backend_t backend, void (*fn)(void *user), void *user);
+    /* optional: a description for a log line into buf (bt_backend_describe);
+     * without it, the backend's name */
+    void (*describe)(bt_backend_t backend, char *buf, size_t n);
+    /* optional: memory for weights only this backend reads, in the layout
+     * its kernels read fastest, laid out as their bytes are set (the CPU's
+     * repacked matrices); without it, the default buffer type */
+    bt_buffer_type_t (*get_weight_buffer_type)(bt_backend_t backend);
 };
 
 struct bt_backend {

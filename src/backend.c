@@ -238,6 +238,26 @@ bool bt_backend_get_memory(bt_backend_t backend, size_t *free, size_t *total) {
     return true;
 }
 
+bool bt_backend_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
+    if (!backend->iface.set_node_hook) return false;
+    backend->iface.set_node_hook(backend, fn, user);
+    return true;
+}
+
+const char *bt_backend_describe(bt_backend_t backend, char *buf, size_t n) {
+    if (n == 0) return buf;
+    if (backend->iface.describe)
+        backend->iface.describe(backend, buf, n);
+    else
+        snprintf(buf, n, "%s", bt_backend_name(backend));
+    return buf;
+}
+
+bt_buffer_type_t bt_backend_get_weight_buffer_type(bt_backend_t backend) {
+    if (backend->iface.get_weight_buffer_type) return backend->iface.get_weight_buffer_type(backend);
+    return bt_backend_get_default_buffer_type(backend);
+}
+
 const char *bt_backend_error(bt_backend_t backend) {
     return backend->iface.get_error ? backend->iface.get_error(backend) : "";
 }

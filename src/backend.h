@@ -70,6 +70,13 @@ const char *bt_backend_name(bt_backend_t backend);
 void bt_backend_free(bt_backend_t backend);
 bt_buffer_type_t bt_backend_get_default_buffer_type(bt_backend_t backend);
 bt_buffer_t bt_backend_alloc_buffer(bt_backend_t backend, size_t size);
+/* Memory for weights that only this backend reads: a buffer type that lays
+ * a weight out for the backend's kernels as its bytes are set (the CPU's
+ * repacks the matrices its matmul reads fastest repacked: the same results'
+ * bits, the same bytes), else the default buffer type.  A weight in it is
+ * read by this backend's ops alone and set whole (or whole matrices of it),
+ * never read back (bt_tensor_get asserts on a repacked one). */
+bt_buffer_type_t bt_backend_get_weight_buffer_type(bt_backend_t backend);
 /* Host memory for staging this backend's tensors (is_host): the backend's
  * own (pinned for a GPU) or else the CPU's. */
 bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend);
@@ -113,25 +120,25 @@ void bt_backend_event_wait(bt_backend_t backend, bt_event_t event);
 bt_buffer_t bt_alloc_ctx_tensors_from_buft(bt_context *ctx, bt_buffer_type_t buft);
 bt_buffer_t bt_alloc_ctx_tensors(bt_context *ctx, bt_backend_t backend);
 
-/* ---- the CPU backend (backends/cpu/cpu_backend.c) ------------------------- */
+/* fn(user) on the calling thread after it has done its share of each node
+ * of the graphs the backend computes from now on (before the barrier that
+ * follows the node, if any): a place for short work between ops, such as a
+ * transport's progress, without a thread of its own competing for the
+ * cores; it must not touch the graph.  fn NULL: none.  false, with nothing
+ * set, when the backend has no such hook (a GPU's, whose host thread is
+ * free while the device computes). */
+bool bt_backend_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user);
+/* A description of the backend for a log line into buf (n bytes, cut to
+ * fit): its name and what it runs where it says more (the CPU: the variant
+ * of its kernels, "CPU(avx512)"), else its name.  Returns buf. */
+const char *bt_backend_describe(bt_backend_t backend, char *buf, size_t n);
 
-/* n_threads <= 0: every online core.  NULL when threads cannot start. */
-bt_backend_t bt_backend_cpu_init(int n_threads);
-bool bt_backend_is_cpu(bt_backend_t backend);
-/* fn(user) on the calling thread after its share of each computed node
- * (bt_cpu_set_node_hook); NULL: none. */
-void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user);
-/* Per-op time of the graphs the backend computes while on (bt_cpu_set_profile,
- * bt_cpu_get_profile: the rows' meaning); on starts from zero. */
-struct bt_cpu_op_profile;
-void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
-int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
-                               double *graph_s);
+/* ---- host memory -------------------------------------------------------------- */
+
 /* The host buffer type: 64-byte aligned plain host memory (a singleton in
  * the core, backend.c, as ggml keeps its CPU buffer type; the CPU backend's
  * default, and the staging memory of a backend without its own). */
 bt_buffer_type_t bt_cpu_buffer_type(void);
-
 
 /* The backend's mul_mat speed in GFLOP/s (a ~50 ms probe on a 512 x 512 x 64
  * f32 product; 1.0 when it cannot run). */

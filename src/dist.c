@@ -136,7 +136,8 @@ struct bt_dist {
     bt_sched_t sched;               /* the splitter's scheduler: split views, copy slots */
 
     /* this rank's execution */
-    bt_buffer_t weight_buf;
+    bt_buffer_t weight_buf;     /* the backend's default buffer type */
+    bt_buffer_t weight_buf_own; /* opt.weight_buft: the weights no other rank reads */
     bt_gallocr_t galloc;
     struct bt_graph local;
     struct xfer *xfers;
@@ -321,14 +322,17 @@ static void release_plan(bt_dist *d) {
     if (d->graph) {
         for (int i = 0; i < d->graph->n_leafs; i++) {
             struct bt_tensor *l = d->graph->leafs[i];
-            if (d->weight_buf && l->buffer == d->weight_buf) {
+            if (l->buffer && (l->buffer == d->weight_buf || l->buffer == d->weight_buf_own)) {
                 l->buffer = NULL;
                 l->data = NULL;
+                l->flags &= ~BT_TENSOR_FLAG_REPACKED; /* a layout of that buffer's */
             }
         }
     }
     bt_buffer_free(d->weight_buf);
+    bt_buffer_free(d->weight_buf_own);
     d->weight_buf = NULL;
+    d->weight_buf_own = NULL;
     free(d->local.nodes);
     free(d->local.leafs);
     memset(&d->local, 0, sizeof d->local);
@@ -981,30 +985,56 @@ static enum bt_status build_local_graph(bt_dist *d) {
     return BT_OK;
 }
 
-/* the weights' buffer of wbytes, each weight placed (of an expert group's,
- * the experts held) and filled by init */
-static enum bt_status alloc_weights(bt_dist *d, bt_buffer_type_t buft, size_t wbytes, bt_dist_weight_init_fn init,
-                                   void *user) {
+/* Does a transfer send weight t (or a view of it) from this rank?  Such a
+ * weight keeps the layout every backend reads (the default buffer type). */
+static bool weight_sent(const bt_dist *d, const struct bt_tensor *t) {
+    for (int x = 0; x < d->n_xfers; x++) {
+        const struct xfer *xf = &d->xfers[x];
+        if (xf->src == d->rank && (xf->tensor == t || xf->tensor->view_src == t)) return true;
+    }
+    return false;
+}
+
+/* Which buffer type this rank's weight t goes into: opt.weight_buft for a
+ * weight no other rank reads, else the backend's default (buft). */
+static bt_buffer_type_t weight_buft_of(const bt_dist *d, bt_buffer_type_t buft, const struct bt_tensor *t) {
+    return d->opt.weight_buft && !weight_sent(d, t) ? d->opt.weight_buft : buft;
+}
+
+/* this rank's weights for the split into buffers: whether leaf i is one */
+static bool my_weight(const bt_dist *d, int i) {
+    const struct bt_tensor *t = d->graph->leafs[i];
+    int64_t lo, hi;
+    return (d->plan.leaf_owner[i] == d->rank || held_share(d, t, &lo, &hi)) && !t->data && bt_tensor_is_weight(t);
+}
+
+/* the weights' buffer of wbytes of buft (own: of opt.weight_buft), each of
+ * its weights placed (of an expert group's, the experts held) and filled by
+ * init */
+static enum bt_status alloc_weights(bt_dist *d, bt_buffer_type_t buft, bool own, size_t wbytes,
+                                   bt_dist_weight_init_fn init, void *user) {
     struct bt_graph *g = d->graph;
+    const bt_buffer_type_t def = bt_backend_get_default_buffer_type(d->backend);
     const size_t align = bt_buft_get_alignment(buft);
     if (wbytes > 0) {
-        d->weight_buf = bt_buft_alloc_buffer(buft, wbytes);
-        if (!d->weight_buf)
+        bt_buffer_t b = bt_buft_alloc_buffer(buft, wbytes);
+        if (!b)
             return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its weights on %s", d->rank,
                         (double)wbytes / 1048576.0, bt_backend_name(d->backend));
-        bt_buffer_set_usage(d->weight_buf, BT_BUFFER_USAGE_WEIGHTS);
-        uint8_t *p = bt_buffer_get_base(d->weight_buf);
+        *(own ? &d->weight_buf_own : &d->weight_buf) = b;
+        bt_buffer_set_usage(b, BT_BUFFER_USAGE_WEIGHTS);
+        uint8_t *p = bt_buffer_get_base(b);
         for (int i = 0; i < g->n_leafs; i++) {
             struct bt_tensor *t = g->leafs[i];
             int64_t lo, hi;
             const bool share = held_share(d, t, &lo, &hi);
-            if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
+            if (!my_weight(d, i) || (weight_buft_of(d, def, t) != def) != own) continue;
             if (share) {
                 /* data addresses expert 0; only [lo, hi) is there */
-                t->buffer = d->weight_buf;
+                t->buffer = b;
                 t->data = p - (size_t)lo * t->nb[2];
             } else {
-                bt_tensor_alloc(d->weight_buf, t, p);
+                bt_tensor_alloc(b, t, p);
             }
             p += (held_bytes(buft, t) + align - 1) / align * align;
             if (init) init(t, user);
@@ -1016,10 +1046,9 @@ static enum bt_status alloc_weights(bt_dist *d, bt_buffer_type_t buft, size_t wb
 static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, void *user) {
     struct bt_graph *g = d->graph;
     bt_buffer_type_t buft = bt_backend_get_default_buffer_type(d->backend);
-    const size_t align = bt_buft_get_alignment(buft);
     /* weights: sized here, allocated after the check; of an expert group's
      * weights, the experts this rank holds */
-    size_t wbytes = 0;
+    size_t wbytes_def = 0, wbytes_own = 0;
     int n_w = 0;
     for (int i = 0; i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
@@ -1037,7 +1066,9 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
                         d->rank, t->name, t->expert_lo, t->expert_hi, (long long)lo, (long long)hi);
         }
         if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
-        wbytes += (held_bytes(buft, t) + align - 1) / align * align;
+        const bt_buffer_type_t wb = weight_buft_of(d, buft, t);
+        const size_t wa = bt_buft_get_alignment(wb);
+        *(wb == buft ? &wbytes_def : &wbytes_own) += (held_bytes(wb, t) + wa - 1) / wa * wa;
         n_w++;
     }
 
@@ -1067,6 +1098,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
         }
     }
 
+    const size_t wbytes = wbytes_def + wbytes_own;
     enum bt_status st = build_local_graph(d);
     if (st != BT_OK) return st;
 
@@ -1088,7 +1120,9 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     if (st == BT_OK) st = check_memory(d, wbytes, compute_bytes, host_bytes + (size_t)d->chain_bytes);
     if (st != BT_OK) return st;
 
-    if ((st = alloc_weights(d, buft, wbytes, init, user)) != BT_OK) return st;
+    if ((st = alloc_weights(d, buft, false, wbytes_def, init, user)) != BT_OK) return st;
+    if (wbytes_own > 0 && (st = alloc_weights(d, d->opt.weight_buft, true, wbytes_own, init, user)) != BT_OK)
+        return st;
     d->stats.weight_bytes = (int64_t)wbytes;
     d->stats.n_weights = n_w;
 
@@ -1739,16 +1773,18 @@ static void progress_between_ops(void *user) {
  * kept moving as bt_dist_set_progress chose. */
 static enum bt_status compute_nodes(bt_dist *d, struct bt_graph *view) {
     enum bt_dist_progress mode = d->progress;
-    const bool cpu = bt_backend_is_cpu(d->backend);
-    if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !cpu))
-        mode = cpu ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
+    /* the compute thread drives the transfers where the backend calls a
+     * hook between ops (the CPU's); else a progress thread does */
+    const bool hook = mode != BT_DIST_PROGRESS_THREAD && mode != BT_DIST_PROGRESS_NONE &&
+                      bt_backend_set_node_hook(d->backend, progress_between_ops, d);
+    if (mode == BT_DIST_PROGRESS_AUTO || (mode == BT_DIST_PROGRESS_COMPUTE && !hook))
+        mode = hook ? BT_DIST_PROGRESS_COMPUTE : BT_DIST_PROGRESS_THREAD;
     enum bt_status st;
     if (mode == BT_DIST_PROGRESS_COMPUTE) {
         d->next_progress_s = bt_now_s() + d->progress_period_s;
         d->progress_status = BT_OK; /* this split's own */
-        bt_backend_cpu_set_node_hook(d->backend, progress_between_ops, d);
         st = bt_backend_graph_compute(d->backend, view);
-        bt_backend_cpu_set_node_hook(d->backend, NULL, NULL);
+        bt_backend_set_node_hook(d->backend, NULL, NULL);
         if (st == BT_OK && d->progress_status != BT_OK) return d->progress_status; /* d->err says why */
     } else {
         if (mode == BT_DIST_PROGRESS_THREAD) bt_transport_set_busy(d->t, true);

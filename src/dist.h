@@ -80,6 +80,11 @@ struct bt_dist_options {
      * same; rank 0's plan places the layers on their first ranks */
     const struct bt_expert_group *groups;
     int n_groups;
+    /* the weights this rank holds and no transfer sends go into this buffer
+     * type, one the backend computes from (bt_backend_get_weight_buffer_type:
+     * the CPU's repacks a matrix as its bytes are set); those a transfer
+     * sends, and every weight when NULL, into the backend's default */
+    bt_buffer_type_t weight_buft;
 };
 
 struct bt_dist_stats {
@@ -110,12 +115,14 @@ struct bt_dist_stats {
 /* How this rank's transfers in flight move while it computes: an MPI message
  * moves only while some thread of each end calls into MPI. */
 enum bt_dist_progress {
-    /* COMPUTE on a CPU backend (its threads hold the cores: a progress
-     * thread would take time from them), THREAD on any other (a GPU rank's
-     * host thread is free while the device computes) */
+    /* COMPUTE on a backend that calls a hook between ops
+     * (bt_backend_set_node_hook: the CPU's, whose threads hold the cores: a
+     * progress thread would take time from them), THREAD on any other (a
+     * GPU rank's host thread is free while the device computes) */
     BT_DIST_PROGRESS_AUTO = 0,
-    /* the compute thread tests the sends in flight between ops (CPU backend
-     * only; others fall back to THREAD), at most once per period */
+    /* the compute thread tests the sends in flight between ops (a backend
+     * with a node hook only; others fall back to THREAD), at most once per
+     * period */
     BT_DIST_PROGRESS_COMPUTE,
     /* the transport's progress thread (bt_transport_mpi_init's progress_us)
      * runs while this rank computes */

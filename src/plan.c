@@ -88,6 +88,9 @@ static const struct bt_backend_i proxy_i = {
     /* .get_error               = */ NULL,
     /* .get_host_buffer_type    = */ NULL,
     /* .get_memory              = */ NULL,
+    /* .set_node_hook           = */ NULL,
+    /* .describe                = */ NULL,
+    /* .get_weight_buffer_type  = */ NULL,
 };
 
 static const struct bt_buffer_type_i proxy_buft_i = {

@@ -364,6 +364,9 @@ static const struct bt_backend_i lim_i = {
     /* .get_error               = */ lim_error,
     /* .get_host_buffer_type    = */ lim_host_buft,
     /* .get_memory              = */ NULL,
+    /* .set_node_hook           = */ NULL,
+    /* .describe                = */ NULL,
+    /* .get_weight_buffer_type  = */ NULL,
 };
 
 bt_backend_t bt_backend_limited_init(const char *name, int n_threads, const enum bt_op *refused, int n_refused) {

@@ -22,6 +22,7 @@
 #include "backend_limited.h"
 #include "kv.h"
 #include "model/arch.h"
+#include "model/arch_impl.h"
 #include "model/random_model.h"
 #include "testutil.h"
 
@@ -253,7 +254,7 @@ START_TEST(test_stage_fallback) {
     struct bt_gguf *g = NULL;
     ck_assert_msg(bt_gguf_open(r.path, &g, err, sizeof err) == BT_OK, "%s", err);
     struct bt_llm *dm = NULL;
-    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, buft, false, false, &dm, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, buft, false, &dm, err, sizeof err) == BT_OK, "%s", err);
     struct bt_kv_config kc;
     bt_llm_kv_config(dm, 64, 1, 64, BT_TYPE_F32, &kc);
     kc.buft = buft;
@@ -281,6 +282,63 @@ START_TEST(test_stage_fallback) {
     bt_llm_free(dm);
     bt_gguf_close(g);
     bt_backend_free(lim);
+    free(want);
+    free(got);
+    ref_free(&r);
+}
+END_TEST
+
+/* A model loaded into the CPU's weight buffer type (bt_llm_load_gguf with
+ * bt_backend_get_weight_buffer_type: the repack buffer type) has its Q8_0
+ * matrices repacked as their bytes are set, and a CPU stage over it gives
+ * bitwise the logits of the plain model's. */
+START_TEST(test_load_repacked) {
+    struct ref r;
+    make_model("qwen3moe", "q8_0", "none", &r);
+    char err[512];
+    struct bt_llm *m = load(r.path);
+    ck_assert_uint_eq(m->repacked_bytes, 0);
+    const int n = r.n_tok, V = r.n_vocab;
+    float *want = malloc((size_t)n * V * sizeof *want), *got = malloc((size_t)n * V * sizeof *got);
+    struct bt_llm_ctx *c = new_ctx(m, 64, 1, 64, BT_TYPE_F32, 1);
+    decode(c, r.tokens, n, 0, 0, want);
+    bt_llm_ctx_free(c);
+    bt_llm_free(m);
+
+    bt_backend_t be = bt_backend_cpu_init(1);
+    ck_assert_ptr_nonnull(be);
+    struct bt_gguf *g = NULL;
+    ck_assert_msg(bt_gguf_open(r.path, &g, err, sizeof err) == BT_OK, "%s", err);
+    struct bt_llm *dm = NULL;
+    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, bt_backend_get_weight_buffer_type(be), false, &dm, err, sizeof err) ==
+                      BT_OK,
+                  "%s", err);
+    if (bt_cpu_weight_repack_available(BT_TYPE_Q8_0))
+        ck_assert_uint_gt(dm->repacked_bytes, 0);
+    else
+        ck_assert_uint_eq(dm->repacked_bytes, 0);
+    struct bt_kv_config kc;
+    bt_llm_kv_config(dm, 64, 1, 64, BT_TYPE_F32, &kc);
+    struct bt_kv *kv = NULL;
+    ck_assert_msg(bt_kv_new(&kc, &kv, err, sizeof err) == BT_OK, "kv: %s", err);
+    struct bt_llm_stage *st = NULL;
+    ck_assert_msg(bt_llm_stage_new(dm, kv, be, 64, &st, err, sizeof err) == BT_OK, "stage: %s", err);
+    int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4), *cells = malloc((size_t)n * 4),
+            *rows = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) pos[i] = rows[i] = i;
+    ck_assert(bt_kv_place(kv, n, seq, pos, cells, err, sizeof err) == BT_OK);
+    ck_assert_msg(bt_llm_stage_run(st, n, r.tokens, NULL, pos, seq, cells, n, rows, got, err, sizeof err) == BT_OK,
+                  "run: %s", err);
+    ck_assert_msg(memcmp(want, got, (size_t)n * V * sizeof *got) == 0, "repacked logits differ from the plain ones");
+    free(pos);
+    free(seq);
+    free(cells);
+    free(rows);
+    bt_llm_stage_free(st);
+    bt_kv_free(kv);
+    bt_llm_free(dm);
+    bt_gguf_close(g);
+    bt_backend_free(be);
     free(want);
     free(got);
     ref_free(&r);
@@ -574,7 +632,7 @@ START_TEST(test_random_model) {
         void *bytes = NULL, *header = NULL;
         ck_assert_msg(bt_random_model_open(&rm, 0, &g, &bytes, err, sizeof err) == BT_OK, "%s: %s", archs[a], err);
         struct bt_llm *m = NULL;
-        ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, false, &m, err, sizeof err) == BT_OK, "%s", err);
+        ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, &m, err, sizeof err) == BT_OK, "%s", err);
         const struct bt_hparams *hp = bt_llm_hparams(m);
         ck_assert_int_eq(hp->n_layer, 2);
         ck_assert_int_eq(hp->n_embd, 64);
@@ -738,6 +796,7 @@ int main(void) {
     tcase_add_test(tc, test_incremental_kv_types);
     tcase_add_test(tc, test_stage_graphs);
     tcase_add_test(tc, test_stage_fallback);
+    tcase_add_test(tc, test_load_repacked);
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_sliding_window_ring, 0, 2);
     tcase_add_test(tc, test_broken_files);

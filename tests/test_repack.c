@@ -3,7 +3,8 @@
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
  * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
  * bytes unpack to the plain ones, only tensors with a layout and whole groups of
- * 16 rows are repacked, and nothing but the matmul may read one. */
+ * 16 rows are repacked, the repack buffer type repacks what is set in it,
+ * and nothing but the matmul may read one. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,6 +195,59 @@ END_TEST
 
 /* which tensors can be repacked: Q8_0, Q4_0, Q4_K and Q6_K (where the build
  * has the kernels; not Q5_K), whole groups of 16 rows, whole tensors */
+/* the repack buffer type (the CPU backend's weight buffer type): a weight
+ * set there whole, or by whole experts as a rank that holds some sets them,
+ * holds the bytes bt_cpu_weight_repack writes and is flagged; a tensor
+ * without a layout keeps the bytes it was given */
+START_TEST(test_repack_buffer_type) {
+    const enum bt_type type = rp_types[_i];
+    bt_backend_t cpu = bt_backend_cpu_init(1);
+    ck_assert_ptr_nonnull(cpu);
+    ck_assert_ptr_eq(bt_backend_get_weight_buffer_type(cpu), bt_cpu_repack_buffer_type());
+    bt_backend_free(cpu);
+    ck_assert(bt_buft_is_host(bt_cpu_repack_buffer_type()));
+    ck_assert_str_eq(bt_buft_name(bt_cpu_repack_buffer_type()), "CPU_REPACK");
+
+    bt_context *ctx = tu_ctx(16);
+    tu_rng r;
+    tu_rng_init(&r, 2100 + (uint64_t)_i);
+    const int64_t k = kb(type, 3), m = 32, E = 4;
+    struct bt_tensor *plain = bt_new_tensor_3d(ctx, type, k, m, E);
+    TU_OK(ctx, plain);
+    tu_fill(plain, &r);
+    scramble_kq(plain, &r);
+    bt_context *wctx = bt_init((struct bt_init_params){8 * bt_tensor_overhead(), NULL, true});
+    ck_assert_ptr_nonnull(wctx);
+    struct bt_tensor *whole = bt_new_tensor_3d(wctx, type, k, m, E);
+    struct bt_tensor *held = bt_new_tensor_3d(wctx, type, k, m, E);
+    struct bt_tensor *f = bt_new_tensor_2d(wctx, BT_TYPE_F32, 64, 16);
+    bt_buffer_t buf = bt_alloc_ctx_tensors_from_buft(wctx, bt_cpu_repack_buffer_type());
+    ck_assert_ptr_nonnull(buf);
+    const size_t n = bt_nbytes(plain), nb2 = plain->nb[2];
+    bt_tensor_set(whole, plain->data, 0, n);
+    if (!bt_cpu_weight_repackable(whole)) { /* a build without the layout: plain */
+        ck_assert(!(whole->flags & BT_TENSOR_FLAG_REPACKED));
+        ck_assert(memcmp(whole->data, plain->data, n) == 0);
+    } else {
+        const struct bt_tensor *ref = repacked_copy(ctx, plain);
+        ck_assert(whole->flags & BT_TENSOR_FLAG_REPACKED);
+        ck_assert(memcmp(whole->data, ref->data, n) == 0);
+        ck_assert(memcmp(whole->data, plain->data, n) != 0);
+        bt_tensor_set(held, (const uint8_t *)plain->data + nb2, nb2, 2 * nb2); /* experts [1, 3) */
+        ck_assert(held->flags & BT_TENSOR_FLAG_REPACKED);
+        ck_assert(memcmp((const uint8_t *)held->data + nb2, (const uint8_t *)ref->data + nb2, 2 * nb2) == 0);
+    }
+    float v[64 * 16];
+    for (int i = 0; i < 64 * 16; i++) v[i] = tu_rng_f32(&r, -1.0f, 1.0f);
+    bt_tensor_set(f, v, 0, sizeof v);
+    ck_assert(!(f->flags & BT_TENSOR_FLAG_REPACKED));
+    ck_assert(memcmp(f->data, v, sizeof v) == 0);
+    bt_buffer_free(buf);
+    bt_free(wctx);
+    bt_free(ctx);
+}
+END_TEST
+
 START_TEST(test_repackable) {
     bt_context *ctx = tu_ctx(4);
     const bool have = bt_cpu_weight_repack_available(BT_TYPE_Q8_0);
@@ -287,6 +341,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 2 * N_RP);
     tcase_add_loop_test(tc, test_reference_path, 0, N_RP);
     tcase_add_test(tc, test_repackable);
+    tcase_add_loop_test(tc, test_repack_buffer_type, 0, N_RP);
     tcase_add_loop_test(tc, test_get_rows, 0, N_RP);
     tcase_add_test_raise_signal(tc, test_view_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_tensor_get_aborts, SIGABRT);

@@ -1,4 +1,6 @@
-/* cpu.h - the CPU executor: a persistent thread pool; every node of a graph
+/* cpu.h - the CPU backend's public header (as ggml-cpu.h): the backend
+ * (bt_backend_cpu_init and the calls only a CPU backend answers), and under
+ * it the CPU executor: a persistent thread pool; every node of a graph
  * is computed by all threads together, each taking its share by (ith, nth),
  * or by thread 0 alone when it is tiny, with a barrier wherever a node needs
  * what earlier ones wrote (ggml's ggml_graph_compute has one after every
@@ -10,11 +12,26 @@
 #ifndef BATON_CPU_H
 #define BATON_CPU_H
 
+#include "backend.h"
 #include "graph.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the CPU backend (cpu_backend.c) ---------------------------------------- */
+
+/* n_threads <= 0: every online core.  NULL when threads cannot start. */
+bt_backend_t bt_backend_cpu_init(int n_threads);
+bool bt_backend_is_cpu(bt_backend_t backend);
+/* Per-op time of the graphs the backend computes while on (bt_cpu_set_profile,
+ * bt_cpu_get_profile: the rows' meaning); on starts from zero. */
+struct bt_cpu_op_profile;
+void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
+int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+                               double *graph_s);
+
+/* ---- the executor (cpu.c) ----------------------------------------------------- */
 
 typedef struct bt_cpu bt_cpu;
 
@@ -102,10 +119,17 @@ int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int ca
  * as they were.  Such a tensor carries BT_TENSOR_FLAG_REPACKED; only the CPU
  * backend's MUL_MAT / MUL_MAT_ID (as their weights) and GET_ROWS (as its
  * table, unpacking each row it takes) read it, as src[0] and whole: the
- * caller repacks only tensors that nothing else reads and that no other
- * backend computes with (bt_llm_load_gguf: see there), and the core and the
- * CPU executor assert that nothing else touches it. */
+ * weights placed in the repack buffer type (below) are those that nothing
+ * else reads and that no other backend computes with (bt_llm_load_gguf,
+ * and the distributed runtime's weight_buft: a weight it sends stays
+ * plain), and the core and the CPU executor assert that nothing else
+ * touches it. */
 bool bt_cpu_weight_repackable(const struct bt_tensor *t);
+/* The repack buffer type (the CPU backend's weight buffer type,
+ * bt_backend_get_weight_buffer_type): host memory in which a repackable
+ * weight is repacked as its bytes are set (whole, or whole matrices of a 3-d
+ * one); everything else is plain. */
+bt_buffer_type_t bt_cpu_repack_buffer_type(void);
 /* does this build repack weights of type t at all (its kernels built in)? */
 bool bt_cpu_weight_repack_available(enum bt_type t);
 /* t (repackable, with host data) <- the plain bytes of its type at plain

@@ -4,10 +4,80 @@
 #include "backend-impl.h"
 #include "cpu.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The CPU's buffers are the core's plain host memory (bt_cpu_buffer_type,
- * backend.c). */
+ * backend.c), and for the weights only it reads, the repack buffer type. */
+
+/* ---- the repack buffer type (as ggml's CPU_REPACK) ---------------------------- */
+
+/* Host memory as bt_cpu_buffer_type's, but a weight matrix the CPU's matmul
+ * reads faster repacked (bt_cpu_weight_repackable) is repacked as its bytes
+ * are set: set whole, or whole matrices of a 3-d weight (the experts a rank
+ * holds); any other tensor is copied as it is.  The same bytes, the same
+ * sizes and offsets, the same results' bits (repack.c). */
+static void repack_set_tensor(bt_buffer_t buffer, struct bt_tensor *t, const void *data, size_t offset,
+                              size_t size) {
+    (void)buffer;
+    if (!bt_cpu_weight_repackable(t)) {
+        memcpy((uint8_t *)t->data + offset, data, size);
+        return;
+    }
+    if (offset == 0 && size == bt_nbytes(t)) {
+        bt_cpu_weight_repack(t, data);
+        return;
+    }
+    BT_ASSERT(t->ne[3] == 1 && offset % t->nb[2] == 0 && size % t->nb[2] == 0); /* whole matrices only */
+    struct bt_tensor part = *t; /* those matrices as a tensor of their own */
+    part.ne[2] = (int64_t)(size / t->nb[2]);
+    part.nb[3] = part.nb[2] * (size_t)part.ne[2];
+    part.data = (uint8_t *)t->data + offset;
+    bt_cpu_weight_repack(&part, data);
+    t->flags |= BT_TENSOR_FLAG_REPACKED;
+}
+
+static const char *repack_buft_name(bt_buffer_type_t buft) {
+    (void)buft;
+    return "CPU_REPACK";
+}
+
+static bt_buffer_t repack_buft_alloc(bt_buffer_type_t buft, size_t size) {
+    void *p = bt_host_alloc(size);
+    bt_buffer_t b = p ? bt_host_buffer_new(buft, p, size, true) : NULL;
+    if (!b) {
+        free(p);
+        return NULL;
+    }
+    b->iface.set_tensor = repack_set_tensor;
+    b->iface.cpy_tensor = NULL; /* a copy into it is a set (bt_tensor_copy) */
+    return b;
+}
+
+static size_t repack_buft_alignment(bt_buffer_type_t buft) {
+    (void)buft;
+    return bt_buft_get_alignment(bt_cpu_buffer_type());
+}
+
+static bool repack_buft_is_host(bt_buffer_type_t buft) {
+    (void)buft;
+    return true;
+}
+
+static struct bt_buffer_type repack_buft = {
+    .iface =
+        {
+            /* .get_name       = */ repack_buft_name,
+            /* .alloc_buffer   = */ repack_buft_alloc,
+            /* .get_alignment  = */ repack_buft_alignment,
+            /* .get_max_size   = */ NULL,
+            /* .get_alloc_size = */ NULL,
+            /* .is_host        = */ repack_buft_is_host,
+        },
+    .context = NULL,
+};
+
+bt_buffer_type_t bt_cpu_repack_buffer_type(void) { return &repack_buft; }
 
 /* ---- backend --------------------------------------------------------------- */
 
@@ -51,6 +121,21 @@ static const char *cpu_get_error(bt_backend_t backend) {
     return bt_cpu_error(((struct cpu_backend *)backend->context)->cpu);
 }
 
+static bt_buffer_type_t cpu_get_weight_buffer_type(bt_backend_t backend) {
+    (void)backend;
+    return bt_cpu_repack_buffer_type();
+}
+
+static void cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
+    bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
+}
+
+/* "CPU(avx512)": the variant of the kernels, so that ranks on different
+ * CPUs say which ran (every variant gives the same bits) */
+static void cpu_describe(bt_backend_t backend, char *buf, size_t n) {
+    snprintf(buf, n, "%s(%s)", cpu_get_name(backend), bt_cpu_variant_name());
+}
+
 static const struct bt_backend_i cpu_backend_i = {
     /* .get_name                = */ cpu_get_name,
     /* .free                    = */ cpu_free,
@@ -71,6 +156,9 @@ static const struct bt_backend_i cpu_backend_i = {
     /* .get_error               = */ cpu_get_error,
     /* .get_host_buffer_type    = */ NULL,
     /* .get_memory              = */ NULL,
+    /* .set_node_hook           = */ cpu_set_node_hook,
+    /* .describe                = */ cpu_describe,
+    /* .get_weight_buffer_type  = */ cpu_get_weight_buffer_type,
 };
 
 bt_backend_t bt_backend_cpu_init(int n_threads) {
@@ -90,12 +178,6 @@ bt_backend_t bt_backend_cpu_init(int n_threads) {
 }
 
 bool bt_backend_is_cpu(bt_backend_t backend) { return backend && backend->iface.get_name == cpu_get_name; }
-
-
-void bt_backend_cpu_set_node_hook(bt_backend_t backend, void (*fn)(void *user), void *user) {
-    BT_ASSERT(bt_backend_is_cpu(backend));
-    bt_cpu_set_node_hook(((struct cpu_backend *)backend->context)->cpu, fn, user);
-}
 
 void bt_backend_cpu_set_profile(bt_backend_t backend, bool on) {
     BT_ASSERT(bt_backend_is_cpu(backend));

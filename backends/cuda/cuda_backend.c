@@ -567,6 +567,9 @@ static const struct bt_backend_i cuda_backend_i = {
     /* .get_error               = */ cuda_get_error,
     /* .get_host_buffer_type    = */ cuda_get_host_buffer_type,
     /* .get_memory              = */ cuda_get_memory,
+    /* .set_node_hook           = */ NULL,
+    /* .describe                = */ NULL,
+    /* .get_weight_buffer_type  = */ NULL,
 };
 
 enum bt_status bt_backend_cuda_init(int device, bt_backend_t *out, char *err, size_t n_err) {

@@ -585,7 +585,7 @@ bool bt_cli_prompts_init(struct bt_cli_prompts *p, struct bt_gguf *g, int64_t n,
                          char *err, size_t n_err) {
     memset(p, 0, sizeof *p);
     p->n = n;
-    if (bt_llm_load_gguf(g, 0, -1, NULL, false, false, &p->m, err, n_err) != BT_OK) return false;
+    if (bt_llm_load_gguf(g, 0, -1, NULL, false, &p->m, err, n_err) != BT_OK) return false;
     struct bt_llm_ctx_params cp;
     bt_llm_ctx_default_params(&cp);
     cp.n_ctx = n_ctx;

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "arch_impl.h"
-#include "cpu.h"
 
 /* ---- the table: one entry per architecture ------------------------------------ */
 
@@ -553,16 +552,6 @@ static bool usable_in_place(struct bt_gguf *g, const struct bt_gguf_tensor *ft, 
     return buft == bt_cpu_buffer_type() && p % 32 == 0 && ft->size > 0;
 }
 
-/* May weight t (entry e) be repacked for the CPU's matmul?  Only what no op
- * but MUL_MAT / MUL_MAT_ID (as weights) and GET_ROWS (as its table: the
- * CPU's unpacks the rows it takes) reads: every matrix of the architectures
- * (llm.c), token_embd included (GET_ROWS, and the output projection when
- * the output is tied); vectors (norms, biases) are F32 and never
- * repackable.  cpu.c asserts the rule at run time. */
-static bool repack_this(const struct bt_arch_tensor *e, const struct bt_tensor *t) {
-    return !e->vector && bt_cpu_weight_repackable(t);
-}
-
 /* A weight tensor for a file's tensor (its type, shape and name), no data. */
 static struct bt_tensor *new_weight(bt_context *ctx, const struct bt_gguf_tensor *ft) {
     struct bt_tensor *t = bt_new_tensor(ctx, ft->type, 4, ft->ne);
@@ -576,11 +565,10 @@ static struct bt_tensor *new_weight(bt_context *ctx, const struct bt_gguf_tensor
 /* bt_llm_load_gguf, or with `describe` every tensor of every layer without
  * memory (bt_llm_describe_gguf). */
 static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                 bool repack, bool describe, struct bt_llm **out, char *err, size_t n_err) {
+                                 bool describe, struct bt_llm **out, char *err, size_t n_err) {
     *out = NULL;
     const char *path = bt_gguf_path(g);
     if (!buft) buft = bt_cpu_buffer_type();
-    BT_ASSERT(!repack || buft == bt_cpu_buffer_type());
     struct bt_llm *m = calloc(1, sizeof *m);
     struct bt_arch_tensor *tt = NULL;
     int64_t *fidx = NULL; /* per entry of tt: its index in the file, -1: not this range's */
@@ -669,12 +657,8 @@ static enum bt_status load_range(struct bt_gguf *g, int il0, int il1, bt_buffer_
             struct bt_tensor *t = fidx[i] >= 0 ? *e->slot : NULL;
             if (!t || !t->buffer) continue;
             const struct bt_gguf_tensor *ft = bt_gguf_tensor(g, fidx[i]);
-            if (repack && repack_this(e, t)) {
-                bt_cpu_weight_repack(t, bt_gguf_tensor_data(g, ft));
-                m->repacked_bytes += ft->size;
-            } else {
-                bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size);
-            }
+            bt_tensor_set(t, bt_gguf_tensor_data(g, ft), 0, ft->size); /* a weight buffer type may repack it */
+            if (t->flags & BT_TENSOR_FLAG_REPACKED) m->repacked_bytes += ft->size;
             bt_gguf_tensor_release(g, ft);
         }
     }
@@ -691,12 +675,12 @@ done:
 }
 
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                bool repack, struct bt_llm **out, char *err, size_t n_err) {
-    return load_range(g, il0, il1, buft, in_place, repack, false, out, err, n_err);
+                                struct bt_llm **out, char *err, size_t n_err) {
+    return load_range(g, il0, il1, buft, in_place, false, out, err, n_err);
 }
 
 enum bt_status bt_llm_describe_gguf(struct bt_gguf *g, struct bt_llm **out, char *err, size_t n_err) {
-    return load_range(g, 0, -1, NULL, false, false, true, out, err, n_err);
+    return load_range(g, 0, -1, NULL, false, true, out, err, n_err);
 }
 
 enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **out, char *err, size_t n_err) {
@@ -704,7 +688,7 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
     struct bt_gguf *g = NULL;
     enum bt_status st = bt_gguf_open(path, &g, err, n_err);
     if (st != BT_OK) return st;
-    st = bt_llm_load_gguf(g, il0, il1, NULL, false, false, out, err, n_err);
+    st = bt_llm_load_gguf(g, il0, il1, NULL, false, out, err, n_err);
     if (st != BT_OK) {
         bt_gguf_close(g);
         return st;

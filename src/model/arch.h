@@ -173,12 +173,13 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
  * they came from leave the process's memory.  in_place: CPU weights whose
  * bytes in the mapping are aligned are used there in place, not copied (less
  * memory while loading, a faster start; a slower decode on 4 KiB pages).
- * repack (only for a model the CPU backend alone computes with, buft the
- * CPU's): the copied weight matrices that only matmuls read are repacked
- * for the CPU's matmul where their type and shape allow
- * (bt_cpu_weight_repack; the same results, a faster decode). */
+ * buft a backend's weight buffer type (bt_backend_get_weight_buffer_type;
+ * only for a model that backend alone computes with): the CPU's repacks the
+ * weight matrices for its matmul where their type and shape allow (the same
+ * results, a faster decode); every matrix of the architectures is read only
+ * by matmuls and GET_ROWS, which read repacked weights. */
 enum bt_status bt_llm_load_gguf(struct bt_gguf *g, int il0, int il1, bt_buffer_type_t buft, bool in_place,
-                                bool repack, struct bt_llm **out, char *err, size_t n_err);
+                                struct bt_llm **out, char *err, size_t n_err);
 /* The whole model (every layer) as tensors without memory: the graph a plan
  * is made for (bt_model_plan).  Checked as bt_llm_load checks; nothing is
  * read but the file's metadata. */

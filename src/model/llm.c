@@ -44,6 +44,7 @@
 
 #include "../alloc.h"
 #include "../bt_sched.h"
+#include "../backend-reg.h"
 #include "arch_impl.h"
 #include "ffn.h"
 
@@ -455,8 +456,8 @@ enum bt_status bt_llm_stage_new(const struct bt_llm *m, struct bt_kv *kv, bt_bac
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (the mask of %lld tokens x %lld cells)",
                                (long long)n_ubatch, (long long)n_ctx);
     }
-    if (!bt_backend_is_cpu(backend) && !runs_every_op(m, kv, backend, n_ctx)) {
-        s->fallback = bt_backend_cpu_init(0);
+    if (!bt_backend_is(backend, "cpu") && !runs_every_op(m, kv, backend, n_ctx)) {
+        s->fallback = bt_backend_init_by_name("cpu", 0, NULL, 0);
         if (!s->fallback) {
             bt_llm_stage_free(s);
             return bt_error_printf(err, n_err, BT_ERR_NOMEM, "cannot start the CPU threads beside backend %s",
@@ -615,7 +616,7 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
         free(c);
         return st;
     }
-    c->backend = bt_backend_cpu_init(p->n_threads);
+    c->backend = bt_backend_init_by_name("cpu", p->n_threads, NULL, 0);
     c->cells = malloc((size_t)p->n_ubatch * sizeof *c->cells);
     c->out_ids = malloc((size_t)p->n_ubatch * sizeof *c->out_ids);
     if (!c->backend || !c->cells || !c->out_ids) {

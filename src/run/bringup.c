@@ -8,10 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
-#ifdef BATON_HAVE_CUDA
-#include "bt_cuda.h"
-#endif
+#include "backend-reg.h"
 #ifdef BATON_HAVE_NCCL
 #include "bt_nccl.h"
 #endif
@@ -195,27 +192,29 @@ static enum bt_status start_backend(struct bt_rank *r, const struct bt_rank_conf
     if (on_cuda) {
         const int dev = r->have_topo ? bt_topology_rank(&r->topo, r->rank)->device
                                      : (env_local_rank() >= 0 ? env_local_rank() : r->t->local_rank);
-#ifdef BATON_HAVE_CUDA
-        const int n_dev = bt_cuda_device_count();
+        const int n_dev = bt_backend_reg_device_count("cuda");
+        if (n_dev < 0) {
+            if (r->have_topo)
+                return rfail(r, BT_ERR_UNSUPPORTED, 1,
+                             "%s: rank %d: backend cuda:%d: this build of baton has no CUDA backend", c->topology,
+                             r->rank, dev);
+            return rfail(r, BT_ERR_UNSUPPORTED, 1, "--backend cuda: rank %d: this build of baton has no CUDA backend",
+                         r->rank);
+        }
         if (r->have_topo && dev >= n_dev)
             return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: rank %d: backend cuda:%d: this process sees %d CUDA devices",
                          c->topology, r->rank, dev, n_dev);
         if (!r->have_topo && n_dev == 0)
             return rfail(r, BT_ERR_UNSUPPORTED, 1, "--backend cuda: rank %d: this process sees no CUDA device", r->rank);
         const int use = r->have_topo ? dev : dev % n_dev;
-        char cerr[256];
-        const enum bt_status cst = bt_backend_cuda_init(use, &r->backend, cerr, sizeof cerr);
-        if (cst != BT_OK)
-            return rfail(r, cst, 1, "rank %d: cannot start CUDA device %d: %s", r->rank, use, cerr);
+        char name[32], cerr[256];
+        snprintf(name, sizeof name, "cuda:%d", use);
+        r->backend = bt_backend_init_by_name(name, 0, cerr, sizeof cerr);
+        if (!r->backend)
+            return rfail(r, BT_ERR_UNSUPPORTED, 1, "rank %d: cannot start CUDA device %d: %s", r->rank, use, cerr);
         return BT_OK;
-#else
-        if (r->have_topo)
-            return rfail(r, BT_ERR_UNSUPPORTED, 1, "%s: rank %d: backend cuda:%d: this build of baton has no CUDA backend",
-                         c->topology, r->rank, dev);
-        return rfail(r, BT_ERR_UNSUPPORTED, 1, "--backend cuda: rank %d: this build of baton has no CUDA backend", r->rank);
-#endif
     }
-    r->backend = bt_backend_cpu_init(r->threads);
+    r->backend = bt_backend_init_by_name("cpu", r->threads, NULL, 0);
     if (!r->backend)
         return rfail(r, BT_ERR_NOMEM, 1, "rank %d: cannot start a CPU backend with %d threads", r->rank, r->threads);
     return BT_OK;
@@ -235,7 +234,7 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
     if (!r->have_topo) {
         /* two ranks on one GPU (its UUID is the same in every process) */
         uint8_t mine[16] = {0}, *all = r->rank == 0 ? calloc((size_t)P, 16) : NULL;
-        bt_cuda_device_uuid(bt_backend_cuda_device(r->backend), mine);
+        bt_backend_device_uuid(r->backend, mine);
         if (t->iface.gather(t, mine, 16, all, 0) != BT_OK) return rfail(r, BT_ERR_COMM, 1, "%s", t->error);
         int64_t shared = r->rank == 0 && !all;
         for (int a = 0; all && a < P && !shared; a++)
@@ -255,7 +254,7 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
     for (int a = 0; st == BT_OK && a < P; a++)
         if (!r->have_topo || bt_topology_rank(&r->topo, a)->backend == BT_TOPO_BACKEND_CUDA) cuda_ranks[n_cuda++] = a;
     if (st == BT_OK && (!r->have_topo || bt_topology_rank(&r->topo, r->rank)->backend == BT_TOPO_BACKEND_CUDA)) {
-        r->device_t = bt_transport_nccl_init_ranks(t, bt_backend_cuda_stream(r->backend), cuda_ranks, n_cuda, err,
+        r->device_t = bt_transport_nccl_init_ranks(t, bt_backend_stream(r->backend), cuda_ranks, n_cuda, err,
                                                    sizeof err);
         if (!r->device_t) st = rfail(r, BT_ERR_COMM, 1, "rank %d: NCCL: %s", r->rank, err);
     }
@@ -301,16 +300,12 @@ enum bt_status bt_rank_start(struct bt_rank *r, const struct bt_rank_config *c, 
         }
     }
     if ((failed || st != BT_OK) && !start_mpi_on_error) return st;
-#ifdef BATON_HAVE_CUDA
     /* a CUDA rank's device is current before MPI starts (MPI may touch CUDA,
      * and would make a context on device 0 for every rank) */
     const int er = env_rank();
     if (r->have_topo && er < r->topo.n_ranks && bt_topology_rank(&r->topo, er)->backend == BT_TOPO_BACKEND_CUDA)
-        bt_cuda_select_device_from_local_rank(bt_topology_rank(&r->topo, er)->device);
-    if (all_cuda && !failed) bt_cuda_select_device_from_local_rank(env_local_rank());
-#else
-    (void)env_rank;
-#endif
+        bt_backend_reg_select_device("cuda", bt_topology_rank(&r->topo, er)->device);
+    if (all_cuda && !failed) bt_backend_reg_select_device("cuda", env_local_rank());
     char terr[256];
     const enum bt_status tst = bt_transport_mpi_init(argc, argv, c->progress_us, &r->t, terr, sizeof terr);
     if (tst != BT_OK) return rfail(r, tst, 1, "%s: %s", c->prog, terr);

@@ -34,7 +34,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpu.h"
 #include "model_dist.h"
 #include "place.h"
 
@@ -500,11 +499,9 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         const int P = e->P;
         struct bt_rank_desc d;
         memset(&d, 0, sizeof d);
-        /* a CPU rank names its kernels' variant (cpu.h): ranks on different CPUs give the same bits */
-        if (bt_backend_is_cpu(r->backend))
-            msgf(d.backend, sizeof d.backend, "%s(%s)@%s", bt_backend_name(r->backend), bt_cpu_variant_name(), host);
-        else
-            msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_name(r->backend), host);
+        /* a CPU rank names its kernels' variant: ranks on different CPUs give the same bits */
+        char what[64];
+        msgf(d.backend, sizeof d.backend, "%s@%s", bt_backend_describe(r->backend, what, sizeof what), host);
         d.mem_bytes = bt_backend_plan_memory(r->backend, r->dist.mem_limit, t->local_size, NULL);
         d.gflops = r->layer_counts ? 1.0 : bt_backend_measure_gflops(r->backend);
         descs = t->rank == 0 ? calloc((size_t)P, sizeof *descs) : NULL;

@@ -1,12 +1,10 @@
 /* model_dist.c - a GGUF model on the distributed runtime (see model_dist.h). */
 #include "model_dist.h"
 
-#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bringup.h"
-#include "cpu.h"
 
 #define MAX_SHAPES 8
 /* transport tags per shape's runtime: each shape has its own range, so the
@@ -83,19 +81,6 @@ int bt_model_dist_n_shapes(const struct bt_model_dist *md) {
 
 static bool is_cache(const struct bt_tensor *w) { return strncmp(w->name, "cache_", 6) == 0; }
 
-/* Whether a weight in this rank's memory is repacked for the CPU's matmul,
- * as the engine's CPU ranks do (bt_llm_load_gguf): a matrix in CPU memory
- * that no other rank reads (a pin with compute: layer sends its tensors, and
- * they must travel plain). */
-static bool repack_here(const struct bt_model_dist *md, const struct bt_tensor *w) {
-    if (!w->buffer || bt_buffer_get_type(w->buffer) != bt_cpu_buffer_type() || w->ne[1] <= 1 ||
-        !bt_cpu_weight_repackable(w))
-        return false;
-    for (int k = 0; k < md->p.dist.n_pins; k++)
-        if (md->p.dist.pins[k].compute_at_layer && fnmatch(md->p.dist.pins[k].pattern, w->name, 0) == 0) return false;
-    return true;
-}
-
 /* bt_dist's callback for each tensor a rank holds: a weight's bytes from the
  * file (a described tied output projection has the embedding's name, and so
  * its bytes); the cache's layers zeroed. */
@@ -113,17 +98,10 @@ static void read_weight(struct bt_tensor *w, void *user) {
     const size_t off = w->expert_hi > 0 ? (size_t)w->expert_lo * w->nb[2] : 0;
     const size_t size = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2] : ft->size;
     const uint8_t *src = (const uint8_t *)bt_gguf_tensor_data(md->g, ft) + off;
-    if (repack_here(md, w)) {
-        struct bt_tensor part = *w; /* the held experts as a tensor of their own */
-        part.ne[2] = w->expert_hi > 0 ? w->expert_hi - w->expert_lo : w->ne[2];
-        part.nb[3] = part.nb[2] * (size_t)part.ne[2];
-        part.data = (uint8_t *)w->data + off;
-        bt_cpu_weight_repack(&part, src);
-        w->flags |= BT_TENSOR_FLAG_REPACKED;
-        md->repacked_bytes += size;
-    } else {
-        bt_tensor_set(w, src, off, size);
-    }
+    /* in the backend's weight buffer type (a weight no other rank reads, on a
+     * CPU rank: the repack buffer type) the matrices are repacked as set */
+    bt_tensor_set(w, src, off, size);
+    if (w->flags & BT_TENSOR_FLAG_REPACKED) md->repacked_bytes += size;
     bt_gguf_tensor_release(md->g, ft);
 }
 
@@ -208,6 +186,7 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
     struct bt_dist_options opt = md->p.dist;
     opt.ends_with_layers = true;
     opt.tag_base = i * TAG_SPAN;
+    opt.weight_buft = bt_backend_get_weight_buffer_type(md->backend);
     if (i > 0) {
         const struct bt_plan *first = bt_dist_get_plan(md->shapes[0].d);
         opt.layers_per_rank = md->counts;

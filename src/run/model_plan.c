@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend-reg.h"
 #include "../place.h"
 
 void bt_model_plan_free(struct bt_model_plan *mp) {
@@ -95,7 +96,7 @@ enum bt_status bt_model_plan_make(struct bt_gguf *g, const struct bt_engine_para
         goto done;
     }
     /* each rank's compute buffer and slots, as the runtime sizes them */
-    bt_backend_t cpu = bt_backend_cpu_init(1);
+    bt_backend_t cpu = bt_backend_init_by_name("cpu", 1, NULL, 0);
     if (!cpu) st = bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (a CPU backend)");
     for (int r = 0; r < P && st == BT_OK; r++) {
         struct bt_dist_stats ms;
