@@ -46,13 +46,19 @@ struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, str
                                      struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
                                      struct bt_tensor *weights, int il) {
     if (!cur || !ids || !weights) return NULL;
-    const int64_t d = cur->ne[0], T = cur->ne[1], K = ids->ne[0];
+    const int64_t d = cur->ne[0], T = cur->ne[1];
     struct bt_tensor *x3 = nm(bt_reshape_3d(ctx, cur, d, 1, T), il, "ffn_moe_in");           /* [d, 1, T] */
     struct bt_tensor *g = nm(bt_mul_mat_id(ctx, gate_exps, x3, ids), il, "ffn_moe_gate");    /* [ff, K, T] */
     struct bt_tensor *u = nm(bt_mul_mat_id(ctx, up_exps, x3, ids), il, "ffn_moe_up");
     struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, "ffn_moe_act");
     struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, down_exps, a, ids), il, "ffn_moe_down");   /* [d, K, T] */
-    struct bt_tensor *wd = nm(bt_mul(ctx, dn, weights), il, "ffn_moe_weighted");             /* [d, K, T] */
+    return nm(bt_ffn_moe_weighted_sum(ctx, dn, weights, il), il, "ffn_moe_out");
+}
+
+struct bt_tensor *bt_ffn_moe_weighted_sum(bt_context *ctx, struct bt_tensor *dn, struct bt_tensor *weights, int il) {
+    if (!dn || !weights) return NULL;
+    const int64_t d = dn->ne[0], K = dn->ne[1], T = dn->ne[2];
+    struct bt_tensor *wd = nm(bt_mul(ctx, dn, weights), il, "ffn_moe_weighted"); /* [d, K, T] */
     if (!wd) return NULL;
     char n[32];
     struct bt_tensor *out = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], 0), il, "ffn_moe_slot0");
@@ -62,5 +68,5 @@ struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, str
         snprintf(n, sizeof n, "ffn_moe_sum%lld", (long long)e);
         out = nm(bt_add(ctx, out, v), il, n);
     }
-    return nm(out, il, "ffn_moe_out");
+    return out;
 }

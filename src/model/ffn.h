@@ -31,6 +31,11 @@ struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, str
                                      struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
                                      struct bt_tensor *weights, int il);
 
+/* The experts' outputs dn [d, K, T] times their weights [1, K, T], the K
+ * slots added in slot order into [d, T] (batch-invariant: a token's sum does
+ * not depend on the others); the caller names the result. */
+struct bt_tensor *bt_ffn_moe_weighted_sum(bt_context *ctx, struct bt_tensor *dn, struct bt_tensor *weights, int il);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "arch_impl.h"
+#include "ffn.h"
 
 #define OAI_ALPHA 1.702f /* ggml's swiglu_oai, llama.cpp's LLM_FFN_SWIGLU_OAI_MOE */
 #define OAI_LIMIT 7.0f
@@ -163,16 +164,7 @@ static struct bt_tensor *oai_moe(bt_context *ctx, const struct bt_llm *m, const 
     struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, ly->ffn_down_exps, act, ids), il, "ffn_moe_down"); /* [d, K, T] */
     dn = nm(bt_add(ctx, dn, expert_bias(ctx, ly->ffn_down_exps_b, ids_flat, K, T, il, "ffn_moe_down_b")), il,
             "ffn_moe_down_biased");
-    struct bt_tensor *wd = nm(bt_mul(ctx, dn, w), il, "ffn_moe_weighted"); /* [d, K, T] */
-    if (!wd) return NULL;
-    char n[32];
-    struct bt_tensor *out = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], 0), il, "ffn_moe_slot0");
-    for (int64_t e = 1; e < K && out; e++) {
-        snprintf(n, sizeof n, "ffn_moe_slot%lld", (long long)e);
-        struct bt_tensor *v = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], (size_t)e * wd->nb[1]), il, n);
-        snprintf(n, sizeof n, "ffn_moe_sum%lld", (long long)e);
-        out = nm(bt_add(ctx, out, v), il, n);
-    }
+    struct bt_tensor *out = bt_ffn_moe_weighted_sum(ctx, dn, w, il);
     if (out && K == 1) out = bt_cont(ctx, out); /* a view of wd: the residual add wants its own */
     return nm(out, il, "ffn_moe_out");
 }
