@@ -38,8 +38,9 @@ done
 # (qwen3moe, llama with experts), shared expert beside the routed ones
 # (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
 # 16 tokens cross, every 2nd layer global; deepseek2 (latent attention, a
-# dense first layer)
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2; do
+# dense first layer); glm4moe (the rope over half a head, q/k/v biases,
+# sigmoid routing with a selection bias, a shared expert, a dense first layer)
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2 glm4moe; do
     expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" --copies 4 \
         --swa 4 --swa-pattern 2
 done
