@@ -689,6 +689,11 @@ expect 0 "expert group 0: ranks 0, 1; layers 0-1 on rank 0" "plan -m with an exp
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: deepseek2, an expert group of 2" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/ds.gguf" \
     --tokens 7 --micro-batches 5
+# and glm4moe's (the same routing through llm.c's layers, the first layer dense)
+"$baton" make-model "$tmp/glm.gguf" --vocab "$vocab2" --arch glm4moe --layers 2 >/dev/null
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: glm4moe, an expert group of 2" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/glm.gguf" \
+    --tokens 7 --micro-batches 5
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)

@@ -41,7 +41,8 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier);
         gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
         its attention.sliding_window); glm4moe only: probsb (without
-        blk.1.exp_probs_b.bias), nextn (nextn_predict_layers = block_count)
+        blk.1.exp_probs_b.bias), nextn (nextn_predict_layers = block_count),
+        mrope (rope.dimension_sections, GLM-4.5V's)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -398,6 +399,8 @@ def write_glm(wtype, w, rng, brk):
     w.add_float32(f"{a}.expert_weights_scale", M_SCALE)
     w.add_bool(f"{a}.expert_weights_norm", True)
     w.add_uint32(f"{a}.nextn_predict_layers", n_all if brk == "nextn" else M_NEXTN)
+    if brk == "mrope":  # GLM-4.5V's sections of the multimodal rope
+        w.add_array(f"{a}.rope.dimension_sections", [8, 4, 4, 0])
     put = put_fn(w, wtype, brk)
 
     def mat(*shape):

@@ -12,7 +12,7 @@
  *   - broken files stop with the exact message (unknown architecture,
  *     missing tensor, wrong shape, deepseek2's older attn_kv_b layout and
  *     expert groups that do not divide the experts, glm4moe's missing
- *     selection bias and too many prediction layers);
+ *     selection bias, too many prediction layers and GLM-4.5V's rope);
  *   - glm4moe's next-token-prediction layer is in the file but not loaded.
  * Needs python3 with numpy and gguf (launch/bootstrap.sh installs them). */
 #include <math.h>
@@ -562,6 +562,8 @@ START_TEST(test_broken_files) {
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
     check_broken("glm4moe", "probsb", BT_ERR_INVALID, "tensor \"blk.1.exp_probs_b.bias\" is missing (expected [4])");
     check_broken("glm4moe", "nextn", BT_ERR_INVALID, "key glm4moe.nextn_predict_layers = 3 out of [0, 2]");
+    check_broken("glm4moe", "mrope", BT_ERR_UNSUPPORTED,
+                 "key glm4moe.rope.dimension_sections (GLM-4.5V's multimodal rope) is not supported");
 }
 END_TEST
 
