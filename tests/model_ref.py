@@ -13,7 +13,10 @@ the whole kv_b_proj the file's attn_k_b and attn_v_b were split from, with
 leading dense layers, sigmoid or softmax routing, a selection bias and
 ungated shared experts; OpenAI's gpt-oss with its
 attention sinks, YaRN rotary, alternating sliding and full layers, biases
-everywhere, router softmax over the top k and clamped SwiGLU), reads the
+everywhere, router softmax over the top k and clamped SwiGLU; GLM-4.5's
+rotary over half of each head, q/k/v biases, per-head q/k norms, sigmoid
+routing with a selection bias, a shared expert, a leading dense layer and a
+next-token-prediction layer in the file that is not run), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
@@ -21,6 +24,7 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
   ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2
         (V3's form: q_lora_rank, sigmoid gating with exp_probs_b, renormalised,
         scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax) gpt-oss
+        glm4moe
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
@@ -36,7 +40,9 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         key_length_mla), groups (4 experts in 3 groups), geometry (key_length
         one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier);
         gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
-        its attention.sliding_window)
+        its attention.sliding_window); glm4moe only: probsb (without
+        blk.1.exp_probs_b.bias), nextn (nextn_predict_layers = block_count),
+        mrope (rope.dimension_sections, GLM-4.5V's)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -77,6 +83,7 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "deepseek2": ("deepseek2", "norm", True, True, True, None, False, 0),
     "deepseek2-lite": ("deepseek2", "norm", True, False, True, None, False, 0),
     "gpt-oss": ("gpt-oss", "neox", True, False, False, None, True, 32),
+    "glm4moe": ("glm4moe", "neox", True, True, True, "head", True, 32),
 }
 # DeepSeek: kv_lora_rank, q_lora_rank (0: lite), qk_nope_head_dim,
 # qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
@@ -100,6 +107,11 @@ G_SWA, G_PATTERN, G_ROPE_GLOBAL, G_ROPE_LOCAL, G_ROPE_SCALE = 4, 2, 1e6, 10000.0
 # alpha and limit
 O_SWA, O_ROPE_BASE, O_YARN_FACTOR, O_YARN_ORIG, O_CTX = 4, 150000.0, 32.0, 4096, 131072
 O_ALPHA, O_LIMIT = 1.702, 7.0
+# GLM-4.5: heads of 32 rotated over their first half (partial_rotary_factor
+# 0.5), rotary base 1e6; layer 0 dense, layer 1 MoE with one shared expert;
+# sigmoid routing with the selection bias, renormalised, times 2.5; one
+# next-token-prediction layer after the two (block_count 3), never run
+M_ROT, M_ROPE_BASE, M_DENSE, M_SHARED, M_SCALE, M_NEXTN = 16, 1e6, 1, 1, 2.5, 1
 
 
 def copy_vocab(w, vocab):
@@ -141,6 +153,8 @@ def write(name, wtype, path, brk, vocab=None):
         N_VOCAB = copy_vocab(w, vocab)
     if arch == "deepseek2":
         return write_deepseek(name, wtype, w, rng, brk)
+    if arch == "glm4moe":
+        return write_glm(wtype, w, rng, brk)
     w.add_uint32(f"{arch}.block_count", N_LAYER)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
@@ -358,6 +372,86 @@ def write_deepseek(name, wtype, w, rng, brk):
     w.close()
 
 
+def write_glm(wtype, w, rng, brk):
+    """GLM-4.5 as its converter writes it (conversion/glm.py's Glm4MoeModel):
+    block_count with the prediction layers, whose tensors (a whole MoE layer
+    and nextn.*) come after the model's; q/k/v biases, per-head q/k norms
+    (the 355B's use_qk_norm), post_attention_norm before the FFN"""
+    a, hd = "glm4moe", SPEC["glm4moe"][7]
+    n_all = N_LAYER + M_NEXTN
+    w.add_uint32(f"{a}.block_count", n_all)
+    w.add_uint32(f"{a}.context_length", 4096)
+    w.add_uint32(f"{a}.embedding_length", N_EMBD)
+    w.add_uint32(f"{a}.feed_forward_length", N_FF)
+    w.add_uint32(f"{a}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{a}.attention.head_count_kv", N_HEAD_KV)
+    w.add_uint32(f"{a}.attention.key_length", hd)
+    w.add_uint32(f"{a}.attention.value_length", hd)
+    w.add_uint32(f"{a}.rope.dimension_count", M_ROT)
+    w.add_float32(f"{a}.rope.freq_base", M_ROPE_BASE)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", EPS)
+    w.add_uint32(f"{a}.expert_count", N_EXPERT)
+    w.add_uint32(f"{a}.expert_used_count", N_USED)
+    w.add_uint32(f"{a}.expert_feed_forward_length", N_FF_EXP)
+    w.add_uint32(f"{a}.expert_shared_count", M_SHARED)
+    w.add_uint32(f"{a}.leading_dense_block_count", M_DENSE)
+    w.add_uint32(f"{a}.expert_gating_func", 2)
+    w.add_float32(f"{a}.expert_weights_scale", M_SCALE)
+    w.add_bool(f"{a}.expert_weights_norm", True)
+    w.add_uint32(f"{a}.nextn_predict_layers", n_all if brk == "nextn" else M_NEXTN)
+    if brk == "mrope":  # GLM-4.5V's sections of the multimodal rope
+        w.add_array(f"{a}.rope.dimension_sections", [8, 4, 4, 0])
+    put = put_fn(w, wtype, brk)
+
+    def mat(*shape):
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+
+    q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    put("output.weight", mat(N_VOCAB, N_EMBD))
+    for il in range(n_all):
+        b = f"blk.{il}."
+        put(b + "attn_norm.weight", vec(N_EMBD), False)
+        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
+        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
+        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
+        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
+        put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
+        put(b + "attn_v.bias", vec(kv_dim, 0.0, 0.5), False)
+        put(b + "attn_q_norm.weight", vec(hd), False)
+        put(b + "attn_k_norm.weight", vec(hd), False)
+        put(b + "post_attention_norm.weight", vec(N_EMBD), False)
+        if il < M_DENSE:
+            put(b + "ffn_gate.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_up.weight", mat(N_FF, N_EMBD))
+            put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
+            continue
+        put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+        if not (brk == "probsb" and il == 1):
+            put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
+        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
+        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        fs = N_FF_EXP * M_SHARED
+        put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
+        put(b + "ffn_down_shexp.weight", mat(N_EMBD, fs))
+        if il >= N_LAYER:  # the prediction layer's own
+            put(b + "nextn.eh_proj.weight", mat(N_EMBD, 2 * N_EMBD))
+            put(b + "nextn.enorm.weight", vec(N_EMBD), False)
+            put(b + "nextn.hnorm.weight", vec(N_EMBD), False)
+            put(b + "nextn.shared_head_norm.weight", vec(N_EMBD), False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 # ---- the reference ----------------------------------------------------------
 
 def load(path):
@@ -557,11 +651,66 @@ def forward_deepseek(name, t, tokens, hidden=False):
     return x if hidden else x @ t["output.weight"].T
 
 
+def forward_glm(t, tokens, hidden=False):
+    """GLM-4.5 as transformers' modeling_glm4_moe computes it: q, k, v with
+    biases, q and k RMS-normed per head, rotate_half rotary on the first
+    rotary_dim = head_dim * partial_rotary_factor of each head (inv_freq
+    base^(-2i/rotary_dim)), the rest passed through, scale head_dim^-0.5;
+    post_attention_layernorm before the MLP; the first first_k_dense_replace
+    layers a SwiGLU MLP, the others Glm4MoeMoE: scores sigmoid(router), the
+    top-k of scores + e_score_correction_bias (n_group 1), weights the
+    unbiased scores renormalised (norm_topk_prob) times
+    routed_scaling_factor, plus the ungated shared experts.  The layers
+    past num_hidden_layers (the MTP layers) are not run"""
+    T = len(tokens)
+    pos = np.arange(T)
+    hd = SPEC["glm4moe"][7]
+    x = t["token_embd.weight"][tokens]
+    group = N_HEAD // N_HEAD_KV
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    inv = M_ROPE_BASE ** (-np.arange(0, M_ROT, 2, dtype=np.float64) / M_ROT)
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        h = rms(x, t[b + "attn_norm.weight"])
+        q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t[b + f"attn_{n}.bias"] for n in "qkv")
+        q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
+        q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
+        q = np.concatenate([rope_inv(q[..., :M_ROT], pos, "neox", inv), q[..., M_ROT:]], axis=-1)
+        k = np.concatenate([rope_inv(k[..., :M_ROT], pos, "neox", inv), k[..., M_ROT:]], axis=-1)
+        att = np.zeros((T, N_HEAD, hd))
+        for hh in range(N_HEAD):
+            s = np.where(causal, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            att[:, hh] = p @ v[:, hh // group]
+        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        h = rms(x, t[b + "post_attention_norm.weight"])
+        if il < M_DENSE:
+            f = silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)
+            x = x + f @ t[b + "ffn_down.weight"].T
+            continue
+        sc = 1 / (1 + np.exp(-(h @ t[b + "ffn_gate_inp.weight"].T)))  # [T, E]
+        choose = sc + t[b + "exp_probs_b.bias"]
+        f = (silu(h @ t[b + "ffn_gate_shexp.weight"].T) * (h @ t[b + "ffn_up_shexp.weight"].T)) @ t[
+            b + "ffn_down_shexp.weight"].T
+        for i in range(T):
+            sel = np.argsort(-choose[i], kind="stable")[:N_USED]
+            wsel = sc[i, sel] / sc[i, sel].sum() * M_SCALE
+            for e, we in zip(sel, wsel):
+                g = silu(t[b + "ffn_gate_exps.weight"][e] @ h[i]) * (t[b + "ffn_up_exps.weight"][e] @ h[i])
+                f[i] += we * (t[b + "ffn_down_exps.weight"][e] @ g)
+        x = x + f
+    x = rms(x, t["output_norm.weight"])
+    return x if hidden else x @ t["output.weight"].T
+
+
 def forward(name, t, tokens, hidden=False):
     """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
     if arch == "deepseek2":
         return forward_deepseek(name, t, tokens, hidden)
+    if arch == "glm4moe":
+        return forward_glm(t, tokens, hidden)
     T = len(tokens)
     pos = np.arange(T)
     gemma = arch == "gemma3"

@@ -11,7 +11,9 @@
  *     frees its cells for another;
  *   - broken files stop with the exact message (unknown architecture,
  *     missing tensor, wrong shape, deepseek2's older attn_kv_b layout and
- *     expert groups that do not divide the experts).
+ *     expert groups that do not divide the experts, glm4moe's missing
+ *     selection bias, too many prediction layers and GLM-4.5V's rope);
+ *   - glm4moe's next-token-prediction layer is in the file but not loaded.
  * Needs python3 with numpy and gguf (launch/bootstrap.sh installs them). */
 #include <math.h>
 #include <stdio.h>
@@ -125,8 +127,8 @@ static double max_rel(const float *a, const float *r, int64_t n) {
     return md / mr;
 }
 
-static const char *const ARCHES[] = {"llama",    "llama-moe", "qwen2",     "qwen3",          "qwen2moe", "qwen3moe",
-                                     "olmoe",    "gemma3",    "deepseek2", "deepseek2-lite", "gpt-oss"};
+static const char *const ARCHES[] = {"llama",  "llama-moe", "qwen2",          "qwen3",   "qwen2moe", "qwen3moe",
+                                     "olmoe",  "gemma3",    "deepseek2",      "gpt-oss", "glm4moe",  "deepseek2-lite"};
 #define N_ARCHES ((int)(sizeof ARCHES / sizeof ARCHES[0]))
 
 static void check_reference(const char *arch, const char *type, double tol) {
@@ -158,8 +160,9 @@ START_TEST(test_reference_q8_0) {
      * rounds them more often (q_a, q_b, the absorbed attn_k_b and attn_v_b)
      * and scales the routed experts by 2.5: measured 1.8e-2 on these models
      * (2.9e-2 on an earlier one); on another such file llama.cpp's Q8_0
-     * logits were 1.9e-2 from numpy and baton's 2.2e-2 */
-    const bool ds = strncmp(ARCHES[_i], "deepseek2", 9) == 0;
+     * logits were 1.9e-2 from numpy and baton's 2.2e-2.  glm4moe scales its
+     * routed experts by 2.5 too: measured 2.3e-2 */
+    const bool ds = strncmp(ARCHES[_i], "deepseek2", 9) == 0 || strcmp(ARCHES[_i], "glm4moe") == 0;
     check_reference(ARCHES[_i], "q8_0", ds ? 4e-2 : 3e-2);
 }
 END_TEST
@@ -590,7 +593,7 @@ static void check_broken(const char *arch, const char *brk, enum bt_status want,
 START_TEST(test_broken_files) {
     check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
                  "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
-                 "gemma3, deepseek2, gpt-oss)");
+                 "gemma3, deepseek2, gpt-oss, glm4moe)");
     check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
     check_broken("llama", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
@@ -612,14 +615,51 @@ START_TEST(test_broken_files) {
     check_broken("gpt-oss", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 64])");
     check_broken("gpt-oss", "sinks", BT_ERR_INVALID, "tensor \"blk.0.attn_sinks.weight\" is missing (expected [4])");
     check_broken("gpt-oss", "nowindow", BT_ERR_INVALID, "key gpt-oss.attention.sliding_window is missing");
+    check_broken("glm4moe", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 64])");
+    check_broken("glm4moe", "shape", BT_ERR_INVALID,
+                 "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
+    check_broken("glm4moe", "probsb", BT_ERR_INVALID, "tensor \"blk.1.exp_probs_b.bias\" is missing (expected [4])");
+    check_broken("glm4moe", "nextn", BT_ERR_INVALID, "key glm4moe.nextn_predict_layers = 3 out of [0, 2]");
+    check_broken("glm4moe", "mrope", BT_ERR_UNSUPPORTED,
+                 "key glm4moe.rope.dimension_sections (GLM-4.5V's multimodal rope) is not supported");
+}
+END_TEST
+
+/* GLM-4.5's file counts its next-token-prediction layer in block_count
+ * (3): the model has the 2 others; the third layer's tensors stay in the
+ * file, neither expected nor loaded. */
+START_TEST(test_glm4moe_nextn) {
+    struct ref r;
+    make_model("glm4moe", "f32", "none", &r);
+    char err[512];
+    struct bt_gguf *g = NULL;
+    ck_assert_msg(bt_gguf_open(r.path, &g, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_int_eq(bt_gguf_n_layers(g), 3);
+    ck_assert_int_ge(bt_gguf_find_tensor(g, "blk.2.nextn.eh_proj.weight"), 0);
+    struct bt_llm *m = NULL;
+    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, false, &m, err, sizeof err) == BT_OK, "%s", err);
+    const struct bt_hparams *hp = bt_llm_hparams(m);
+    ck_assert_int_eq(hp->n_layer, 2);
+    ck_assert_int_eq(hp->n_rot, 16);
+    ck_assert_int_eq(hp->n_layer_dense_lead, 1);
+    ck_assert(hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 2.5f && hp->n_expert_shared == 1);
+    ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->ffn_exp_probs_b);
+    ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->q_norm);
+    /* the weights are the globals' and the two layers', not the third's */
+    const uint64_t want = bt_gguf_layer_bytes(g, -1) + bt_gguf_layer_bytes(g, 0) + bt_gguf_layer_bytes(g, 1);
+    ck_assert_uint_ge(bt_llm_weight_bytes(m), want);
+    ck_assert_uint_lt(bt_llm_weight_bytes(m), want + bt_gguf_layer_bytes(g, 2) / 2);
+    bt_llm_free(m);
+    bt_gguf_close(g);
+    ref_free(&r);
 }
 END_TEST
 
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama",    "qwen2", "qwen3",  "qwen2moe",
-                                        "qwen3moe", "olmoe", "gemma3", "deepseek2", "gpt-oss"};
+    static const char *const archs[] = {"llama", "qwen2",  "qwen3",     "qwen2moe", "qwen3moe",
+                                        "olmoe", "gemma3", "deepseek2", "gpt-oss",  "glm4moe"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -644,6 +684,14 @@ START_TEST(test_random_model) {
             ck_assert_int_eq(hp->n_lora_q, 384);
             ck_assert_int_eq(hp->n_layer_dense_lead, 1);
             ck_assert(hp->kv_v_in_k && hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 2.5f);
+        }
+        if (a == 9) { /* GLM-4.5's form: rope over half a head, the first layer dense, one shared expert */
+            ck_assert_int_eq(hp->n_rot, 16);
+            ck_assert_int_eq(hp->n_layer_dense_lead, 1);
+            ck_assert(hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 2.5f && hp->n_expert_shared == 1);
+            ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->bq);
+            ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->ffn_exp_probs_b);
+            ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->ffn_gate_shexp);
         }
         const bool sliding = strcmp(archs[a], "gemma3") == 0 || strcmp(archs[a], "gpt-oss") == 0;
         ck_assert_int_eq(hp->n_swa, sliding ? rm.n_swa : 0);
@@ -723,7 +771,8 @@ START_TEST(test_random_model) {
     rm.arch = "gpt9";
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err,
-                     "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss");
+                     "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, "
+                     "gpt-oss, glm4moe");
     rm.arch = "deepseek2";
     rm.head_dim = 34;
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
@@ -800,6 +849,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_sequences_bitwise, 0, N_ARCHES);
     tcase_add_loop_test(tc, test_sliding_window_ring, 0, 2);
     tcase_add_test(tc, test_broken_files);
+    tcase_add_test(tc, test_glm4moe_nextn);
     tcase_add_test(tc, test_batch_errors);
     tcase_add_test(tc, test_random_model);
     suite_add_tcase(s, tc);

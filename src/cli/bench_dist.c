@@ -349,9 +349,12 @@ static int bench_pipeline_model(bt_transport *t, struct bt_gguf *g, const char *
             t->iface.abort(t, 1);
         }
     }
-    /* equal stages: an even layer split when it divides */
-    const int n_layer = bt_gguf_n_layers(g);
-    int *counts = n_layer % P == 0 ? malloc(sizeof(int) * (size_t)P) : NULL;
+    /* equal stages: an even layer split when it divides (the model's layers:
+     * not glm4moe's prediction layers, which the file holds too) */
+    const struct bt_arch *arch = NULL;
+    struct bt_hparams hp;
+    const int n_layer = bt_llm_check_gguf(g, &arch, &hp, err, sizeof err) == BT_OK ? hp.n_layer : 0;
+    int *counts = n_layer > 0 && n_layer % P == 0 ? malloc(sizeof(int) * (size_t)P) : NULL;
     for (int r = 0; counts && r < P; r++) counts[r] = n_layer / P;
     struct bt_model_dist_params mp;
     bt_model_dist_default_params(&mp);

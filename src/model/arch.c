@@ -24,6 +24,8 @@ static const struct bt_arch arches[] = {
     {"deepseek2", BT_ROPE_NORMAL, false, false, 2, false, false, false, false, false, false, true},
     /* its own builder (gpt_oss.c; bt_arch_builder_of): the flags past moe are unused */
     {"gpt-oss", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false, false},
+    /* its own builder (glm4moe.c) for the keys and tensors, llm.c's layers */
+    {"glm4moe", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false, false},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -33,7 +35,9 @@ const struct bt_arch *bt_arch_find(const char *name) {
     return NULL;
 }
 
-const char *bt_arch_names(void) { return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss"; }
+const char *bt_arch_names(void) {
+    return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss, glm4moe";
+}
 
 bool bt_hparams_layer_moe(const struct bt_hparams *h, int il) {
     return h->n_expert > 0 && il >= h->n_layer_dense_lead;
@@ -45,6 +49,7 @@ static const struct {
     const struct bt_arch_builder *builder;
 } builders[] = {
     {"gpt-oss", &bt_gpt_oss_builder},
+    {"glm4moe", &bt_glm4moe_builder},
 };
 
 const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a) {
@@ -140,6 +145,35 @@ enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char
         if (st_ != BT_OK) return st_;      \
     } while (0)
 
+/* The routing keys of DeepSeek-V3's MoE, which GLM-4.5's share (llama.cpp's
+ * deepseek2 and glm4moe loaders): the leading dense layers (all of them
+ * without experts), the shared experts (each n_ff_exp wide), the weights'
+ * scale (0 or absent: 1) and renormalising, the gating function (1 softmax,
+ * 2 sigmoid; 0 or absent: sigmoid when sigmoid_default, else softmax).
+ * After the shared keys (n_layer, n_expert, n_ff, n_ff_exp known). */
+enum bt_status bt_arch_read_routing(struct bt_gguf *g, const char *name, struct bt_hparams *h, bool sigmoid_default,
+                                    char *err, size_t n_err) {
+    const char *path = bt_gguf_path(g);
+    int64_t x;
+    TRY(key_int(g, name, "leading_dense_block_count", 0, 0, h->n_layer, &x, err, n_err));
+    h->n_layer_dense_lead = h->n_expert > 0 ? (int)x : h->n_layer;
+    if (h->n_layer_dense_lead > 0 && h->n_ff < 1)
+        FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is missing or 0 (the first %d layers are dense)", path,
+             name, h->n_layer_dense_lead);
+    if (h->n_expert == 0) return BT_OK;
+    TRY(key_int(g, name, "expert_shared_count", 0, 0, 4096, &h->n_expert_shared, err, n_err));
+    h->n_ff_shexp = h->n_ff_exp * h->n_expert_shared;
+    TRY(key_float(g, name, "expert_weights_scale", 0.0, 0.0, 1e6, &h->moe_w_scale, err, n_err));
+    if (h->moe_w_scale == 0.0f) h->moe_w_scale = 1.0f; /* llama.cpp: 0, absent: no scaling */
+    TRY(key_bool(g, name, "expert_weights_norm", false, &h->moe_norm_w, err, n_err));
+    TRY(key_int(g, name, "expert_gating_func", 0, 0, 16, &x, err, n_err));
+    if (x > 2)
+        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", path,
+             name, (long long)x);
+    h->moe_sigmoid = x == 2 || (x == 0 && sigmoid_default);
+    return BT_OK;
+}
+
 /* DeepSeek-V2/V3's keys (llama.cpp's deepseek2 loader): the latent
  * attention's ranks and head lengths, checked against the cache geometry the
  * converter writes (key_length R + r, value_length R, one KV head), and the
@@ -147,7 +181,6 @@ enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char
 static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, struct bt_hparams *h, char *err,
                                        size_t n_err) {
     const char *path = bt_gguf_path(g);
-    int64_t x;
     char key[160];
     snprintf(key, sizeof key, "%s.attention.key_length_mla", name);
     if (bt_gguf_find_key(g, key) < 0 && bt_gguf_find_tensor(g, "blk.0.attn_kv_b.weight") >= 0)
@@ -170,22 +203,8 @@ static enum bt_status read_mla_hparams(struct bt_gguf *g, const char *name, stru
     if (temp != 0.0f)
         FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.attention.temperature_scale (attention temperature tuning) is not "
              "supported", path, name);
-    TRY(key_int(g, name, "leading_dense_block_count", 0, 0, h->n_layer, &x, err, n_err));
-    h->n_layer_dense_lead = h->n_expert > 0 ? (int)x : h->n_layer;
-    if (h->n_layer_dense_lead > 0 && h->n_ff < 1)
-        FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length is missing or 0 (the first %d layers are dense)", path,
-             name, h->n_layer_dense_lead);
+    TRY(bt_arch_read_routing(g, name, h, false, err, n_err));
     if (h->n_expert == 0) return BT_OK;
-    TRY(key_int(g, name, "expert_shared_count", 0, 0, 4096, &h->n_expert_shared, err, n_err));
-    h->n_ff_shexp = h->n_ff_exp * h->n_expert_shared;
-    TRY(key_float(g, name, "expert_weights_scale", 0.0, 0.0, 1e6, &h->moe_w_scale, err, n_err));
-    if (h->moe_w_scale == 0.0f) h->moe_w_scale = 1.0f; /* llama.cpp: 0, absent: no scaling */
-    TRY(key_bool(g, name, "expert_weights_norm", false, &h->moe_norm_w, err, n_err));
-    TRY(key_int(g, name, "expert_gating_func", 0, 0, 16, &x, err, n_err));
-    if (x > 2)
-        FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", path,
-             name, (long long)x);
-    h->moe_sigmoid = x == 2;
     int64_t G, gu;
     TRY(key_int(g, name, "expert_group_count", 1, 0, h->n_expert, &G, err, n_err));
     if (G == 0) G = 1; /* llama.cpp's default: no groups */

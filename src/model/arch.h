@@ -64,6 +64,15 @@
  *             router bias, top-k of the logits, softmax over the k, expert
  *             biases (ffn_*_exps.bias [n, E]) and the clamped SwiGLU
  *             (SWIGLU_OAI: alpha 1.702, limit 7).
+ *   glm4moe   GLM-4.5 / 4.6, its keys and tensors in glm4moe.c, the shared
+ *             layers: rope NEOX over the first rope.dimension_count of each
+ *             head; q/k/v biases; per-head q/k RMSNorm where the file has
+ *             attn_q_norm / attn_k_norm; post_attention_norm is the FFN's
+ *             pre-norm; deepseek2's leading dense layers, routing (sigmoid
+ *             when expert_gating_func is absent, exp_probs_b required) and
+ *             ungated shared experts; block_count counts the
+ *             nextn_predict_layers at the end, which are not the model's
+ *             (their tensors stay in the file, unloaded).
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *

@@ -41,7 +41,7 @@ int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct 
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t);
 int bt_arch_max_tensors(const struct bt_hparams *h);
 
-/* ---- an architecture with a builder of its own (gpt_oss.c) ---- */
+/* ---- an architecture with a builder of its own (gpt_oss.c, glm4moe.c) ---- */
 struct bt_arch_builder {
     /* takes rope.scaling.type "yarn" (the shared part reads its factor) */
     bool yarn;
@@ -51,13 +51,14 @@ struct bt_arch_builder {
      * bt_arch_max_tensors) */
     int (*tensors)(const struct bt_hparams *h, struct bt_llm_globals *gl, struct bt_llm_layer *layers,
                    struct bt_arch_tensor *t);
-    /* layer il's graph: x [n_embd, T] -> [n_embd, T] (llm.c's layer()) */
+    /* layer il's graph: x [n_embd, T] -> [n_embd, T]; NULL: llm.c's layer() */
     struct bt_tensor *(*layer)(bt_context *ctx, const struct bt_llm *m, struct bt_kv *kv, struct bt_tensor *x,
                                int il, const struct bt_llm_graph *gi);
 };
 /* The builder of architecture a; NULL: the shared one (arch.c, llm.c). */
 const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a);
 extern const struct bt_arch_builder bt_gpt_oss_builder;
+extern const struct bt_arch_builder bt_glm4moe_builder;
 
 /* For builders: {arch}.<what> as an integer in [lo, hi] or a number in
  * [lo, hi]; absent: def, or an error naming the key when def < 0 (NAN for
@@ -67,6 +68,11 @@ enum bt_status bt_arch_key_int(struct bt_gguf *g, const char *arch, const char *
                                int64_t hi, int64_t *out, char *err, size_t n_err);
 enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char *what, double def, double lo,
                                  double hi, float *out, char *err, size_t n_err);
+/* DeepSeek-V3's routing keys (arch.c), shared with GLM-4.5: leading dense
+ * layers, shared experts, the weights' scale and renormalising, the gating
+ * (absent or 0: sigmoid when sigmoid_default, else softmax). */
+enum bt_status bt_arch_read_routing(struct bt_gguf *g, const char *name, struct bt_hparams *h, bool sigmoid_default,
+                                    char *err, size_t n_err);
 int bt_arch_tensor_add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_off, int layer, const char *fmt,
                        int64_t ne0, int64_t ne1, int64_t ne2, bool required, bool vector);
 

@@ -35,6 +35,11 @@
  *   h = x + rms(Wo a) * post_attention_norm
  *   out = h + rms(ffn(rms(h) * ffn_norm)) * post_ffw_norm
  *
+ * glm4moe (glm4moe.c: its keys and tensors) is built here: q/k/v biases,
+ * per-head q/k norms where the file has them, the rope over the first n_rot
+ * of each head, post_attention_norm as the FFN's norm, deepseek2's routing
+ * (sigmoid, selection bias, renormalised, scaled) and ungated shared experts.
+ *
  * An architecture with a builder of its own (arch_impl.h's
  * bt_arch_builder_of: gpt-oss, gpt_oss.c) builds its layers there, on the
  * same inputs, cache and head.
@@ -209,9 +214,11 @@ static struct bt_tensor *attn_mha(bt_context *ctx, const struct bt_llm *m, struc
     }
     q = nm(bt_reshape_3d(ctx, q, hd, H, T), il, "q_heads");
     k = nm(bt_reshape_3d(ctx, k, hd, Hk, T), il, "k_heads");
-    if (m->arch->qk_norm_head) {
-        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
-        k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
+    if (!m->arch->qk_norm_full) { /* per head: qwen3's, gemma3's, glm4moe's where its file has them */
+        if (ly->q_norm)
+            q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
+        if (ly->k_norm)
+            k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
     }
     /* a sliding layer: its rope, its cells, its mask */
     const bool swa = bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
@@ -334,7 +341,7 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
     }
     const struct bt_arch_builder *own = bt_arch_builder_of(m->arch);
     for (int il = m->il0; il < m->il1 && x; il++)
-        x = own ? own->layer(ctx, m, kv, x, il, out) : layer(ctx, m, kv, x, il, out);
+        x = own && own->layer ? own->layer(ctx, m, kv, x, il, out) : layer(ctx, m, kv, x, il, out);
     if (head && x) {
         out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
         if (out->out_ids) bt_set_input(out->out_ids);

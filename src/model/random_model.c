@@ -1,7 +1,8 @@
 /* random_model.c - a random-weight model as a GGUF file (random_model.h).
  *
  * The tensors are the ones the architecture expects (bt_arch_tensors, the list
- * the loader checks against), with q/k/v biases for the qwen2 family; each
+ * the loader checks against), with q/k/v biases for the qwen2 family and
+ * glm4moe (without its optional q/k norms); each
  * tensor's values come from its own stream (the seed and its name). */
 #include "random_model.h"
 
@@ -34,8 +35,8 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
     if (m->n_head % m->n_head_kv)
         FAIL("--heads %lld is not a multiple of --heads-kv %lld", (long long)m->n_head, (long long)m->n_head_kv);
     if (m->head_dim % 2) FAIL("--head-dim %lld: must be even (rotary pairs)", (long long)m->head_dim);
-    if (a->mla && m->head_dim % 4)
-        FAIL("--head-dim %lld: deepseek2's rope part (half a head) must be even", (long long)m->head_dim);
+    if ((a->mla || bt_arch_builder_of(a) == &bt_glm4moe_builder) && m->head_dim % 4)
+        FAIL("--head-dim %lld: %s's rope part (half a head) must be even", (long long)m->head_dim, m->arch);
     if (a->moe == 1 && m->n_expert == 0) FAIL("--experts 0: %s is a MoE architecture", m->arch);
     if (bt_arch_builder_of(a) == &bt_gpt_oss_builder && m->n_swa == 0)
         FAIL("--swa 0: %s has sliding-window layers (its window is required)", m->arch);
@@ -107,9 +108,11 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK && a->mla) st = SET_U32("attention.q_lora_rank", h->n_lora_q);
     if (st == BT_OK && a->mla) st = SET_U32("attention.key_length_mla", h->head_dim_mla);
     if (st == BT_OK && a->mla) st = SET_U32("attention.value_length_mla", h->head_dim_v_mla);
-    if (st == BT_OK && a->mla) st = SET_U32("leading_dense_block_count", h->n_layer_dense_lead);
-    if (st == BT_OK && a->mla && moe) st = SET_U32("expert_shared_count", h->n_expert_shared);
-    if (st == BT_OK && a->mla && moe) st = SET_U32("expert_gating_func", 2);
+    /* deepseek2's routing keys, which glm4moe shares */
+    const bool routing = a->mla || bt_arch_builder_of(a) == &bt_glm4moe_builder;
+    if (st == BT_OK && routing) st = SET_U32("leading_dense_block_count", h->n_layer_dense_lead);
+    if (st == BT_OK && routing && moe) st = SET_U32("expert_shared_count", h->n_expert_shared);
+    if (st == BT_OK && routing && moe) st = SET_U32("expert_gating_func", 2);
     if (st == BT_OK) st = SET_U32("feed_forward_length", m->n_ff);
     if (st == BT_OK && moe) st = SET_U32("expert_count", h->n_expert);
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
@@ -125,9 +128,9 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch);
     if (st == BT_OK) st = bt_gguf_writer_set_f32(w, key, 1e-6f);
     snprintf(key, sizeof key, "%s.expert_weights_scale", m->arch);
-    if (st == BT_OK && a->mla && moe) st = bt_gguf_writer_set_f32(w, key, h->moe_w_scale);
+    if (st == BT_OK && routing && moe) st = bt_gguf_writer_set_f32(w, key, h->moe_w_scale);
     snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch);
-    if (st == BT_OK && a->mla && moe) st = bt_gguf_writer_set_bool(w, key, true);
+    if (st == BT_OK && routing && moe) st = bt_gguf_writer_set_bool(w, key, true);
     return st;
 }
 
@@ -165,11 +168,22 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         h.n_ff_shexp = m->n_ff_exp;
         h.moe_w_scale = 2.5f;
     }
+    if (bt_arch_builder_of(a) == &bt_glm4moe_builder) {
+        /* GLM-4.5's form: the rope over half of each head, the first layer
+         * dense, sigmoid routing renormalised and times 2.5, one shared
+         * expert as wide as a routed one (no prediction layer) */
+        h.n_rot = (int)(m->head_dim / 2);
+        h.n_ff = m->n_ff;
+        h.n_layer_dense_lead = m->n_layer > 1 ? 1 : 0;
+        h.n_expert_shared = 1;
+        h.n_ff_shexp = m->n_ff_exp;
+        h.moe_w_scale = 2.5f;
+    }
     if (vocab && (st = copy_vocab(w, vocab, &h.n_vocab, err, n_err)) != BT_OK) return st;
     if ((st = write_keys(m, a, &h, w)) != BT_OK) return snprintf(err, n_err, "%s", bt_gguf_writer_error(w)), st;
 
-    /* the tensors the loader expects, with q/k/v biases for the qwen2 family */
-    const bool biases = strncmp(m->arch, "qwen2", 5) == 0;
+    /* the tensors the loader expects, with q/k/v biases for the qwen2 family and glm4moe */
+    const bool biases = strncmp(m->arch, "qwen2", 5) == 0 || bt_arch_builder_of(a) == &bt_glm4moe_builder;
     const int n_max = bt_arch_max_tensors(&h);
     struct bt_llm_globals gl;
     struct bt_arch_tensor *tt = calloc((size_t)n_max, sizeof *tt);

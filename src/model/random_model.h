@@ -14,7 +14,9 @@
  * the latent attention's rope part hd/2, kv rank 4 hd, q rank 12 hd, value
  * heads of hd, one latent KV head (n_head_kv is not used); with experts the
  * first layer dense (n_ff), then sigmoid routing renormalised and times 2.5
- * and one shared expert of n_ff_exp.
+ * and one shared expert of n_ff_exp.  glm4moe takes GLM-4.5's form: the
+ * rope over half of each head, q/k/v biases, the first layer dense, the
+ * same routing and shared expert, no prediction layer.
  *
  * The same options give the same bytes, on every machine: every rank of a
  * job makes the same model itself. */
