@@ -637,7 +637,7 @@ START_TEST(test_glm4moe_nextn) {
     ck_assert_int_eq(bt_gguf_n_layers(g), 3);
     ck_assert_int_ge(bt_gguf_find_tensor(g, "blk.2.nextn.eh_proj.weight"), 0);
     struct bt_llm *m = NULL;
-    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, false, &m, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_msg(bt_llm_load_gguf(g, 0, -1, NULL, false, &m, err, sizeof err) == BT_OK, "%s", err);
     const struct bt_hparams *hp = bt_llm_hparams(m);
     ck_assert_int_eq(hp->n_layer, 2);
     ck_assert_int_eq(hp->n_rot, 16);
