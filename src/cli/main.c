@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "  demo          the runtime's own job: a model's prompts (a GGUF file's, or a\n"
             "                random-weight MoE model made in memory) as a pipeline over the\n"
             "                ranks it was launched with, checked against one process\n"
-            "  plan          [-m FILE] [-t TOPOLOGY]: the plan generate runs for a model\n"
+            "  plan          [-m FILE] [--topology FILE]: the plan generate runs for a model\n"
             "                (layers, memory and transfers per rank), without running it\n"
             "  bench model   -m FILE: a GGUF model's prompt and generation tokens/s, as\n"
             "                llama-bench prints them (baton bench model --help)\n"

@@ -1,4 +1,4 @@
-/* plan_cmd.c - `baton plan [-m MODEL.gguf] [-t TOPOLOGY]`: the plan `baton
+/* plan_cmd.c - `baton plan [-m MODEL.gguf] [--topology FILE]`: the plan `baton
  * generate` runs for a GGUF model (src/run/model_plan.h: the engine's
  * placement and the splitter on the model's graph, from the file's metadata
  * alone), for a topology's declared ranks or one CPU rank on this machine.
