@@ -29,6 +29,12 @@ const char *bt_tool_format_name(enum bt_tool_format f) { return f == BT_TOOL_FOR
 
 const char *bt_tool_format_trigger(enum bt_tool_format f) { return f == BT_TOOL_FORMAT_HERMES ? HERMES_OPEN : NULL; }
 
+/* the literal text, then optional white space (rule ws) */
+static void lit_ws(bt_grammar *g, int32_t rule, const char *text, int32_t ws) {
+    bt_grammar_add_lit(g, rule, text, strlen(text));
+    bt_grammar_add_ref(g, rule, ws);
+}
+
 /* "\"NAME\"" ws "," ws "\"arguments\"" ws ":" ws args ws as a new alternative of fn */
 static bool add_function(bt_json_rules *j, int32_t fn, const struct bt_tool *t, int32_t ws, char *where,
                          size_t wherelen, char *err, size_t errlen) {
@@ -47,15 +53,11 @@ static bool add_function(bt_json_rules *j, int32_t fn, const struct bt_tool *t, 
         return false;
     }
     bt_grammar_add_alt(g, fn);
-    bt_grammar_add_lit(g, fn, lit, strlen(lit));
+    lit_ws(g, fn, lit, ws);
     free(lit);
-    bt_grammar_add_ref(g, fn, ws);
-    bt_grammar_add_lit(g, fn, ",", 1);
-    bt_grammar_add_ref(g, fn, ws);
-    bt_grammar_add_lit(g, fn, "\"arguments\"", 11);
-    bt_grammar_add_ref(g, fn, ws);
-    bt_grammar_add_lit(g, fn, ":", 1);
-    bt_grammar_add_ref(g, fn, ws);
+    lit_ws(g, fn, ",", ws);
+    lit_ws(g, fn, "\"arguments\"", ws);
+    lit_ws(g, fn, ":", ws);
     bt_grammar_add_ref(g, fn, args);
     bt_grammar_add_ref(g, fn, ws);
     return true;
@@ -84,17 +86,12 @@ enum bt_status bt_tool_grammar_build(enum bt_tool_format f, const struct bt_tool
     int32_t call = bt_grammar_add_rule(g), sep = bt_grammar_add_rule(g);
     if (call >= 0 && sep >= 0 && ws >= 0 && fn >= 0) {
         bt_grammar_add_alt(g, call);
-        bt_grammar_add_lit(g, call, HERMES_OPEN, strlen(HERMES_OPEN));
-        bt_grammar_add_ref(g, call, ws);
-        bt_grammar_add_lit(g, call, "{", 1);
-        bt_grammar_add_ref(g, call, ws);
-        bt_grammar_add_lit(g, call, "\"name\"", 6);
-        bt_grammar_add_ref(g, call, ws);
-        bt_grammar_add_lit(g, call, ":", 1);
-        bt_grammar_add_ref(g, call, ws);
+        lit_ws(g, call, HERMES_OPEN, ws);
+        lit_ws(g, call, "{", ws);
+        lit_ws(g, call, "\"name\"", ws);
+        lit_ws(g, call, ":", ws);
         bt_grammar_add_ref(g, call, fn);
-        bt_grammar_add_lit(g, call, "}", 1);
-        bt_grammar_add_ref(g, call, ws);
+        lit_ws(g, call, "}", ws);
         bt_grammar_add_lit(g, call, HERMES_CLOSE, strlen(HERMES_CLOSE));
         bt_grammar_add_alt(g, sep);
         bt_grammar_add_ref(g, sep, ws);
