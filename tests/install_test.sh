@@ -18,6 +18,10 @@ for f in lib/libbaton.a include/baton/baton.h include/baton/tensor.h include/bat
          lib/pkgconfig/baton.pc lib/cmake/baton/batonConfig.cmake lib/cmake/baton/batonTargets.cmake; do
     [ -f "$tmp/prefix/$f" ] || bad "installed: $f is missing"
 done
+# a library is installed with its headers or not at all: only the core has public headers
+for f in libbaton_topology.a libbaton_mpi.a libbaton_text.a libbaton_run.a libbaton_serve.a; do
+    [ -e "$tmp/prefix/lib/$f" ] && bad "installed: lib/$f, which has no public headers"
+done
 # the example is copied out of the tree: nothing else of the tree is reachable
 mkdir -p "$tmp/ex" && cp "$src/examples/matmul.c" "$src/examples/CMakeLists.txt" "$tmp/ex/"
 
