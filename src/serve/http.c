@@ -667,7 +667,7 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
         pthread_mutex_unlock(&s->jobs.mu);
         return bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, r->calls, r->n_calls);
     }
-    const size_t from = c->text_seen, n = avail - from, n_lp = c->n_lp - c->lp_seen;
+    const size_t from = c->text_seen, n = avail > from ? avail - from : 0, n_lp = c->n_lp - c->lp_seen;
     char *piece = malloc(n ? n : 1);
     bt_logprobs *lps = malloc((n_lp ? n_lp : 1) * sizeof *lps);
     if (piece) memcpy(piece, c->text + from, n);
