@@ -57,6 +57,12 @@ struct bt_arch_builder {
 };
 /* The builder of architecture a; NULL: the shared one (arch.c, llm.c). */
 const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a);
+/* The new K and V rows [kd, T], [vd, T] of layer il into its cache at cells,
+ * and the views [kd/heads, heads, n_kv], [vd/heads, heads, n_kv] of its first
+ * n_kv cells the attention reads (llm.c; V inside K where the cache has no V). */
+void bt_llm_cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor *k, struct bt_tensor *v,
+                     struct bt_tensor *cells, int64_t n_kv, int64_t heads, struct bt_tensor **kc,
+                     struct bt_tensor **vc);
 extern const struct bt_arch_builder bt_gpt_oss_builder;
 extern const struct bt_arch_builder bt_glm4moe_builder;
 

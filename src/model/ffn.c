@@ -3,10 +3,16 @@
 
 #include <stdio.h>
 
-static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
-    if (t) bt_format_name(t, "blk.%d.%s", il, what);
+struct bt_tensor *bt_layer_name(struct bt_tensor *t, int il, const char *what) {
+    if (t) {
+        if (il >= 0)
+            bt_format_name(t, "blk.%d.%s", il, what);
+        else
+            bt_set_name(t, what);
+    }
     return t;
 }
+#define nm bt_layer_name
 
 /* gate, up, the activation (silu(g) * u, or gelu(g) * u with its gelu node
  * of its own), down: [d, T] */

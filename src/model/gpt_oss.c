@@ -33,10 +33,7 @@
 #define OAI_ALPHA 1.702f /* ggml's swiglu_oai, llama.cpp's LLM_FFN_SWIGLU_OAI_MOE */
 #define OAI_LIMIT 7.0f
 
-static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
-    if (t) bt_format_name(t, "blk.%d.%s", il, what);
-    return t;
-}
+#define nm bt_layer_name /* ffn.h */
 
 /* ---- hyperparameters ----------------------------------------------------------------- */
 
@@ -188,16 +185,11 @@ static struct bt_tensor *oai_attn(bt_context *ctx, const struct bt_llm *m, struc
     k = nm(bt_rope_ext(ctx, k, gi->pos, h->n_rot, BT_ROPE_NEOX, base, fscale, y), il, "k_rope");
     struct bt_tensor *cells = swa ? gi->cells_swa : gi->cells, *mask = swa ? gi->mask_swa : gi->mask;
     const int64_t n_kv = swa ? gi->n_kv_swa : gi->n_kv;
-    struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
-    struct bt_tensor *ks = nm(bt_set_rows(ctx, ck, nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows"), cells),
-                              il, "cache_k_write");
-    struct bt_tensor *vs = nm(bt_set_rows(ctx, cv, nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows"), cells),
-                              il, "cache_v_write");
-    if (!ks || !vs) return NULL;
-    struct bt_tensor *kc =
-        nm(bt_view_3d(ctx, ks, hd, Hk, n_kv, bt_row_size(ck->type, hd), ck->nb[1], 0), il, "cache_k_view");
-    struct bt_tensor *vc =
-        nm(bt_view_3d(ctx, vs, hdv, Hk, n_kv, bt_row_size(cv->type, hdv), cv->nb[1], 0), il, "cache_v_view");
+    k = nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows");
+    v = nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows");
+    struct bt_tensor *kc = NULL, *vc = NULL;
+    if (k && v) bt_llm_cache_rw(ctx, kv, il, k, v, cells, n_kv, Hk, &kc, &vc);
+    if (!kc || !vc) return NULL;
     struct bt_tensor *a = nm(bt_flash_attn_ext(ctx, q, kc, vc, mask, ly->attn_sinks, h->attn_scale), il, "attn");
     return nm(bt_reshape_2d(ctx, a, hdv * H, T), il, "attn_merged");
 }

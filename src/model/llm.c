@@ -53,15 +53,7 @@
 #include "arch_impl.h"
 #include "ffn.h"
 
-static struct bt_tensor *nm(struct bt_tensor *t, int il, const char *what) {
-    if (t) {
-        if (il >= 0)
-            bt_format_name(t, "blk.%d.%s", il, what);
-        else
-            bt_set_name(t, what);
-    }
-    return t;
-}
+#define nm bt_layer_name /* ffn.h */
 
 static struct bt_tensor *add_bias(bt_context *ctx, struct bt_tensor *x, struct bt_tensor *b, int il,
                                   const char *what) {
@@ -129,7 +121,7 @@ static void moe_route(bt_context *ctx, const struct bt_llm *m, const struct bt_l
  * views [kd/heads, heads, n_kv] and [vd/heads, heads, n_kv] of its first n_kv
  * cells that the attention reads (views of the SET_ROWS results, so that the
  * writes come first in the graph's order). */
-static void cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor *k, struct bt_tensor *v,
+void bt_llm_cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor *k, struct bt_tensor *v,
                      struct bt_tensor *cells, int64_t n_kv, int64_t heads, struct bt_tensor **kc,
                      struct bt_tensor **vc) {
     struct bt_tensor *ck = bt_kv_k(kv, il), *cv = bt_kv_v(kv, il);
@@ -188,7 +180,7 @@ static struct bt_tensor *attn_mla(bt_context *ctx, const struct bt_llm *m, struc
     struct bt_tensor *K = nm(bt_concat(ctx, nm(bt_reshape_3d(ctx, c, R, 1, T), il, "kv_cmpr_3d"), kr, 0), il, "k_mla");
     K = nm(bt_reshape_2d(ctx, K, R + r, T), il, "k_rows");
     struct bt_tensor *kc = NULL, *vc = NULL;
-    if (K && c) cache_rw(ctx, kv, il, K, c, gi->cells, gi->n_kv, 1, &kc, &vc);
+    if (K && c) bt_llm_cache_rw(ctx, kv, il, K, c, gi->cells, gi->n_kv, 1, &kc, &vc);
     struct bt_tensor *a = nm(bt_flash_attn(ctx, Q, kc, vc, gi->mask, h->attn_scale), il, "attn"); /* [R, H, T] */
     /* per head h: o_h = attn_v_b[:, :, h] a_h, [dv, H, T] -> [dv * H, T] */
     a = nm(bt_permute(ctx, a, 0, 2, 1, 3), il, "attn_perm");          /* [R, T, H] */
@@ -232,7 +224,7 @@ static struct bt_tensor *attn_mha(bt_context *ctx, const struct bt_llm *m, struc
     k = nm(bt_reshape_2d(ctx, k, hd * Hk, T), il, "k_rows");
     v = nm(bt_reshape_2d(ctx, v, hdv * Hk, T), il, "v_rows");
     struct bt_tensor *kc = NULL, *vc = NULL;
-    if (k && v) cache_rw(ctx, kv, il, k, v, cells, n_kv, Hk, &kc, &vc);
+    if (k && v) bt_llm_cache_rw(ctx, kv, il, k, v, cells, n_kv, Hk, &kc, &vc);
     struct bt_tensor *a = nm(bt_flash_attn(ctx, q, kc, vc, mask, h->attn_scale), il, "attn");
     a = nm(bt_reshape_2d(ctx, a, hdv * H, T), il, "attn_merged");
     return nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
