@@ -549,7 +549,7 @@ static void finish(struct bt_batcher *b, int s, enum bt_finish why) {
     bt_stopper_free(sl->stop);
     bt_constraint_free(sl->con);
     int32_t *cell_tok = sl->cell_tok;
-    const int64_t n_cells = keep && why != BT_FINISH_ERROR ? (int64_t)sl->pos : 0;
+    const int64_t n_cells = keep ? (int64_t)sl->pos : 0;
     const uint64_t last_use = sl->last_use;
     memset(sl, 0, sizeof *sl);
     sl->cell_tok = cell_tok;
