@@ -6,14 +6,8 @@
 # (every answer valid for its schema whatever the weights, the bad inputs a
 # 400 each), and the greedy answers the same on both.
 set -u
-baton=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-server=""
-trap 'if [ -n "$server" ]; then kill -9 $server 2>/dev/null; fi; rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_base_warn_component_unused=0
-mpirun=${MPIEXEC:-mpirun}
+# shellcheck source=tests/serve_lib.sh
+source "$(dirname "$0")/serve_lib.sh"
 
 python3 -c 'import openai' 2>/dev/null || {
     echo "SKIP: python3 with openai is needed (launch/bootstrap.sh test installs it)"

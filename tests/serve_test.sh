@@ -10,19 +10,8 @@
 # those of two (the same printed values), and a rank killed
 # while serving (the job ends with a message, no hang).
 set -u
-baton=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-server=""
-trap 'if [ -n "$server" ]; then kill -9 $server 2>/dev/null; fi; rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_base_warn_component_unused=0
-mpirun=${MPIEXEC:-mpirun}
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
+# shellcheck source=tests/serve_lib.sh
+source "$(dirname "$0")/serve_lib.sh"
 
 python3 -c 'import gguf, numpy, openai' 2>/dev/null || {
     echo "SKIP: python3 with gguf, numpy and openai is needed (launch/bootstrap.sh test installs them)"
