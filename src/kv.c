@@ -213,7 +213,8 @@ static void copy_rows(struct bt_kv *kv, bool ring_layers, int64_t j0, int64_t k0
         if ((kv->ring && bt_kv_swa_layer(kv->cfg.n_swa, kv->cfg.swa_pattern, il)) != ring_layers) continue;
         struct bt_tensor *t[2] = {kv->k[il - kv->cfg.il0], kv->v[il - kv->cfg.il0]};
         for (int i = 0; i < 2; i++) {
-            if (!t[i]->data) continue; /* a layer another rank holds (the runtime allocates the held ones) */
+            /* no V with V inside K; a layer another rank holds (the runtime allocates the held ones) */
+            if (!t[i] || !t[i]->data) continue;
             const size_t row = t[i]->nb[1];
             bt_tensor_get(t[i], buf, (size_t)j0 * row, (size_t)n * row);
             bt_tensor_set(t[i], buf, (size_t)k0 * row, (size_t)n * row);
@@ -265,7 +266,8 @@ enum bt_status bt_kv_seq_cp(struct bt_kv *kv, int32_t src, int32_t dst, int32_t 
     size_t row = 0;
     for (int il = kv->cfg.il0; il < kv->cfg.il1; il++) {
         if (!kv->k[il - kv->cfg.il0]->data) continue;
-        const size_t rk = kv->k[il - kv->cfg.il0]->nb[1], rv = kv->v[il - kv->cfg.il0]->nb[1];
+        const struct bt_tensor *v = kv->v[il - kv->cfg.il0];
+        const size_t rk = kv->k[il - kv->cfg.il0]->nb[1], rv = v ? v->nb[1] : 0;
         row = rk > row ? rk : row;
         row = rv > row ? rv : row;
     }

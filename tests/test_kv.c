@@ -163,6 +163,24 @@ START_TEST(test_v_in_k) {
     ck_assert_str_eq(err, "KV cache: V inside K needs one head and V rows no longer than K's (64, 64)");
     struct bt_kv_config longer = {64, 1, BT_TYPE_F16, 0, 2, 64, 96, 64, 96, NULL, false, 0, 0, 0, true};
     ck_assert_int_eq(bt_kv_new(&longer, &kv, err, sizeof err), BT_ERR_INVALID);
+    /* a sequence's cells copied into another's (n > 1 choices): K's rows alone */
+    struct bt_kv_config two_seq = {64, 2, BT_TYPE_F32, 0, 2, 96, 64, 96, 64, NULL, false, 0, 0, 0, true};
+    ck_assert_msg(bt_kv_new(&two_seq, &kv, err, sizeof err) == BT_OK, "%s", err);
+    int32_t cells[3];
+    place(kv, 3, (const int32_t[]){0, 0, 0}, (const int32_t[]){0, 1, 2}, cells);
+    for (int il = 0; il < 2; il++)
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 96; i++)
+                ((float *)((char *)bt_kv_k(kv, il)->data + cells[j] * bt_kv_k(kv, il)->nb[1]))[i] =
+                    (float)(1000 * il + 100 * j + i);
+    ck_assert_msg(bt_kv_seq_cp(kv, 0, 1, 3, err, sizeof err) == BT_OK, "%s", err);
+    ck_assert_int_eq(bt_kv_seq_pos_max(kv, 1), 2);
+    for (int il = 0; il < 2; il++)
+        for (int j = 0; j < 3; j++)
+            ck_assert_float_eq(((const float *)((char *)bt_kv_k(kv, il)->data +
+                                                (32 + j) * bt_kv_k(kv, il)->nb[1]))[95],
+                               (float)(1000 * il + 100 * j + 95));
+    bt_kv_free(kv);
 }
 END_TEST
 
