@@ -39,6 +39,7 @@ expect_usage "no model: give -m FILE"
 expect_usage "--port: '70000' is not an integer in [0, 65535]" -m "$model" --port 70000
 expect_usage "--parallel: 'x' is not an integer" -m "$model" --parallel x
 expect_usage "--ctx-size 16 over --parallel 16 leaves 1 cells per request" -m "$model" --ctx-size 16 --parallel 16
+expect_usage "--ctx-size 32 over --parallel 32 leaves 1 cells per request" -m "$model" -c 32 -np 32
 expect_usage "--api-key: the key is empty" -m "$model" --api-key ""
 expect_usage "--host: the address is empty" -m "$model" --host ""
 expect_usage "unknown option --frob" -m "$model" --frob

@@ -352,6 +352,7 @@ struct prompt {
     int32_t *gen;
     size_t n_gen, cap_gen;
     struct bt_gen_result res;
+    uint64_t id; /* the batcher's, once added */
     bool done;
     struct gen_run *run;
 };
@@ -368,6 +369,10 @@ struct gen_run {
     size_t n_done;
     double t_start, t_first_token, t_end;
 };
+
+/* A stop asked for (^C, SIGTERM, the launcher's SIGUSR1): the signal's
+ * number.  Rank 0 cancels what runs and ends with what it has. */
+static volatile sig_atomic_t gen_stop;
 
 static void free_prompts(struct prompt *p, size_t n) {
     for (size_t i = 0; p && i < n; i++) {
@@ -745,8 +750,14 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
     int rc = 0;
     size_t next = 0;
     run->t_start = bt_now_s();
-    while (run->n_done < run->n) {
-        while (next < run->n && bt_batcher_n_free(b) > 0) {
+    bool cancelled = false;
+    while (run->n_done < next || (next < run->n && !gen_stop)) {
+        if (gen_stop && !cancelled) { /* once: the rest are not started */
+            for (size_t i = 0; i < next; i++)
+                if (!run->p[i].done) bt_batcher_cancel(b, run->p[i].id);
+            cancelled = true;
+        }
+        while (next < run->n && bt_batcher_n_free(b) > 0 && !gen_stop) {
             struct prompt *p = &run->p[next];
             const struct bt_gen_request req = {
                 .prompt = p->ids.ids,
@@ -759,9 +770,8 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
                 .on_done = on_done,
                 .user = p,
             };
-            uint64_t id;
             char e2[768];
-            if (bt_batcher_add(b, &req, &id, e2, sizeof e2) != BT_OK) {
+            if (bt_batcher_add(b, &req, &p->id, e2, sizeof e2) != BT_OK) {
                 snprintf(err, errn, "prompt %zu: %s", next + 1, e2);
                 rc = 1;
                 break;
@@ -785,6 +795,7 @@ static int run_prompts(struct gen_run *run, struct bt_engine *e, const bt_tokeni
             break;
         }
     }
+    for (size_t i = next; i < run->n; i++) run->p[i].res.finish = BT_FINISH_CANCELLED; /* stopped first */
     bt_batcher_free(b);
     return rc;
 }
@@ -878,11 +889,17 @@ static int conv_turn(const struct gen_opts *o, struct bt_batcher *b, const bt_to
         snprintf(err, errn, "turn %zu: %s", turn, e);
         rc = 1;
     }
-    while (!rc && !t.done)
+    bool cancelled = false;
+    while (!rc && !t.done) {
+        if (gen_stop && !cancelled) {
+            bt_batcher_cancel(b, id);
+            cancelled = true;
+        }
         if (bt_batcher_step(b) != BT_OK) {
             snprintf(err, errn, "%s", bt_batcher_error(b));
             rc = 1;
         }
+    }
     if (!rc && t.res.finish == BT_FINISH_ERROR) snprintf(err, errn, "turn %zu: %s", turn, bt_batcher_error(b));
     if (!rc && t.nomem) snprintf(err, errn, "out of memory keeping the reply");
     if (!rc && (fputc('\n', stdout) == EOF || fflush(stdout) != 0) && !t.write_errno)
@@ -920,7 +937,7 @@ static int run_conversation(const struct gen_opts *o, struct bt_engine *e, const
     size_t cap = 0, turn = 0, lineno = 0;
     ssize_t got;
     const bool tty = isatty(STDIN_FILENO);
-    while (!rc && (!tty || (fputs("> ", stdout) != EOF && fflush(stdout) == 0)) &&
+    while (!rc && !gen_stop && (!tty || (fputs("> ", stdout) != EOF && fflush(stdout) == 0)) &&
            (got = getline(&line, &cap, stdin)) >= 0) {
         size_t len = (size_t)got;
         lineno++;
@@ -940,7 +957,7 @@ static int run_conversation(const struct gen_opts *o, struct bt_engine *e, const
         }
         rc = conv_turn(o, b, tok, tmpl, &c, ++turn, share, err, errn);
     }
-    if (!rc && ferror(stdin)) {
+    if (!rc && ferror(stdin) && !gen_stop) { /* a stop asked for cuts the read short */
         snprintf(err, errn, "reading stdin: %s", strerror(errno));
         rc = 1;
     }
@@ -964,6 +981,7 @@ static int agree_items(const struct gen_opts *o, struct bt_cli_agree_item *it) {
 #define GEN_AGREE_ITEMS 7
 
 int bt_cli_generate(int argc, char **argv) {
+    int stop_rc = 0; /* a stop asked for: the exit status after the output */
     struct gen_opts o;
     memset(&o, 0, sizeof o);
     bt_sampler_params_default(&o.sp);
@@ -1043,6 +1061,7 @@ int bt_cli_generate(int argc, char **argv) {
     }
     struct gen_run run = {.o = &o, .model = bt_gguf_path(bt_engine_gguf(e)), .p = prompts, .n = n_prompts, .stream = n_prompts == 1 && !o.json};
     for (size_t i = 0; i < n_prompts; i++) prompts[i].run = &run;
+    bt_cli_signals_finish_on_stop(rank, &gen_stop, GEN_PROG ": stop requested: ending with what it has (a second signal stops at once)");
     if (rank == 0) {
         if (!verdict && o.conversation) rc = run_conversation(&o, e, tok, tmpl, o.n_ctx / o.parallel, err, sizeof err);
         else if (!verdict) rc = run_prompts(&run, e, tok, err, sizeof err);
@@ -1087,6 +1106,15 @@ int bt_cli_generate(int argc, char **argv) {
     int64_t rcv = rc;
     t->iface.allreduce_max(t, &rcv, 1);
     rc = (int)rcv;
+    /* stopped on request: what it had is out; ^C, SIGTERM and SIGHUP exit as
+     * the shell's convention (128 + the signal), the launcher's SIGUSR1 0
+     * (the launcher says how it was stopped) */
+    if (rank == 0 && gen_stop && !rc && !verdict) {
+        const int sig = (int)gen_stop;
+        fprintf(stderr, GEN_PROG ": stopped by %s: the output above is what was generated until then\n",
+                sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
+        stop_rc = sig == SIGUSR1 ? 0 : 128 + sig;
+    }
 
 out:
     if (err[0] && rank == 0) fprintf(stderr, GEN_PROG ": %s\n", err);
@@ -1097,5 +1125,5 @@ out:
     bt_cli_dump_free(&dump);
     free_prompts(prompts, n_prompts);
     bt_cli_rank_end(&R, rc);
-    return rc;
+    return rc ? rc : stop_rc;
 }

@@ -3,9 +3,10 @@
  * batcher on its main thread and HTTP on libmicrohttpd's threads; the other
  * ranks run their stage (bt_engine_serve) until rank 0 stops them.
  *
- * SIGTERM or SIGINT to rank 0's process drains: no new requests (503), the
- * running and queued ones finish, then every rank stops and the job exits 0.
- * A second signal ends rank 0 at once.  A rank that dies ends the job through
+ * SIGTERM, SIGINT or SIGHUP to rank 0's process, or SIGUSR1 to every rank
+ * (mpirun forwards it; launch/baton-run sends it on ^C or SIGTERM), drains:
+ * no new requests (503), the running and queued ones finish, then every rank
+ * stops and the job exits 0.  A second signal ends rank 0 at once.  A rank that dies ends the job through
  * mpirun (with its message), never a hang. */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -33,7 +34,6 @@ enum {
     OPT_HOST = 2000,
     OPT_PORT,
     OPT_PARALLEL,
-    OPT_CTX_SIZE,
     OPT_API_KEY,
     OPT_MAX_QUEUE,
     OPT_MAX_BODY,
@@ -69,7 +69,7 @@ static void serve_usage(FILE *f) {
             "      --host ADDR         address to listen on (default 127.0.0.1: this machine only)\n"
             "      --port N            TCP port, 0 = any free one (default 8080)\n"
             "      --parallel N        requests generating at once, each with its own sequence (default 4)\n"
-            "      --ctx-size N        KV cache cells in all; each request gets N / parallel (default 4096)\n"
+            "  -c, --ctx-size N        KV cache cells in all; each request gets N / parallel (default 4096)\n"
             "      --api-key KEY       ask every caller for 'Authorization: Bearer KEY' (else 401);\n"
             "                          also read from $BATON_API_KEY\n"
             "      --alias NAME        the model's name in the API (default: the file's name)\n"
@@ -93,7 +93,8 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "  -h, --help              this text\n"
             "\n"
-            "Stop it with SIGTERM or SIGINT to rank 0 (its pid is printed): running requests finish first.\n");
+            "Stop it with ^C or SIGTERM to launch/baton-run, SIGUSR1 to mpirun, or SIGTERM or SIGINT to\n"
+            "rank 0 (its pid is printed): running and queued requests finish first, then every rank stops.\n");
 }
 
 /* --cors: "*", or an origin as a browser writes it in its Origin header
@@ -113,7 +114,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},          {"host", required_argument, 0, OPT_HOST},
         {"port", required_argument, 0, OPT_PORT},       {"parallel", required_argument, 0, OPT_PARALLEL},
-        {"ctx-size", required_argument, 0, OPT_CTX_SIZE},    {"api-key", required_argument, 0, OPT_API_KEY},
+        {"ctx-size", required_argument, 0, 'c'},    {"api-key", required_argument, 0, OPT_API_KEY},
         {"max-queue", required_argument, 0, OPT_MAX_QUEUE}, {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"max-connections", required_argument, 0, OPT_MAX_CONN}, {"ubatch", required_argument, 0, OPT_UBATCH},
         {"alias", required_argument, 0, OPT_ALIAS},     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
@@ -125,7 +126,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    if (!bt_cli_llama_flags(argc, argv, ":m:t:h", longs, err, n)) {
+    if (!bt_cli_llama_flags(argc, argv, ":m:c:t:h", longs, err, n)) {
         strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
         return 2;
     }
@@ -133,7 +134,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
     optind = 1;
     int code;
     long v;
-    while ((code = getopt_long(argc, argv, ":m:t:h", longs, NULL)) != -1) {
+    while ((code = getopt_long(argc, argv, ":m:c:t:h", longs, NULL)) != -1) {
         err[0] = 0;
         if (bt_cli_engine_option(&o->eng, code, optarg, err, n)) code = 0;
         switch (code) {
@@ -177,7 +178,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         break;
         INT_OPT(OPT_PORT, "--port", 0, 65535, o->port)
         INT_OPT(OPT_PARALLEL, "--parallel", 1, 256, o->parallel)
-        INT_OPT(OPT_CTX_SIZE, "--ctx-size", 16, 1L << 24, o->ctx)
+        INT_OPT('c', "--ctx-size", 16, 1L << 24, o->ctx)
         INT_OPT(OPT_MAX_QUEUE, "--max-queue", 0, 100000, o->max_queue)
         INT_OPT(OPT_MAX_BODY, "--max-body", 1024, 1L << 30, o->max_body)
         INT_OPT(OPT_MAX_CONN, "--max-connections", 1, 65536, o->max_conn)
@@ -213,15 +214,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
     return -1;
 }
 
-static volatile sig_atomic_t g_stop; /* the drain flag: set by the signal handler only */
-
-static void on_stop_signal(int sig) {
-    static const char msg[] = "baton serve: signal received: draining (a second one stops at once)\n";
-    ssize_t k = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)k;
-    g_stop = 1;
-    signal(sig, SIG_DFL); /* the second one ends the process */
-}
+static volatile sig_atomic_t g_stop; /* the drain: the number of the signal that asked for it */
 
 /* --chat-template, else the model's tokenizer.chat_template, else chatml (as llama.cpp) */
 static enum bt_status chat_template_of(const struct serve_opts *o, struct bt_gguf *g, const bt_tokenizer *tok,
@@ -268,12 +261,7 @@ static int serve_rank0(struct bt_engine *e, const struct serve_opts *o, int P) {
     };
     if (bt_server_start(&srv, &cfg, tok, tmpl, err, sizeof err) != BT_OK) goto out;
     started = true;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    bt_cli_signals_finish_on_stop(0, &g_stop, "baton serve: stop requested: draining (a second signal stops at once)");
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer is the socket's error, not the process's end */
     printf("baton serve: listening on http://%s%s%s:%d (model %s, %d rank%s, %d parallel requests of up to %lld "
            "tokens, %s; pid %d)\n",
@@ -360,6 +348,7 @@ int bt_cli_serve(int argc, char **argv) {
         rc = serve_rank0(e, &o, P);
     } else {
         /* this rank's stage until rank 0 stops (a failed rank: an error naming it) */
+        bt_cli_signals_finish_on_stop(rank, &g_stop, "");
         if (bt_engine_serve(e) != BT_OK) {
             fprintf(stderr, "baton serve: rank %d: %s\n", rank, bt_engine_error(e));
             rc = 1;

@@ -1,4 +1,5 @@
-/* signals.c - a rank stopped by a signal says so.  mpirun ends a job by
+/* signals.c - a rank stopped by a signal says so; a program that can finish
+ * its work takes a stop as a request (bt_cli_signals_finish_on_stop).  mpirun ends a job by
  * sending its ranks SIGTERM (after a SIGINT or SIGTERM of its own, or when
  * another rank failed), and then exits 1 without a word: the rank's line is
  * what tells the user that the run was stopped from outside and not by a
@@ -25,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 #define N_CAUGHT (sizeof caught / sizeof caught[0])
 static char messages[N_CAUGHT][192]; /* written before the handlers go in */
 static int linger;                    /* several ranks: wait before ending */
@@ -60,7 +61,7 @@ static void on_signal(int sig) {
 }
 
 void bt_cli_signals_install(const char *prog, int rank) {
-    static const char *names[] = {"SIGINT", "SIGTERM", "SIGHUP"};
+    static const char *names[] = {"SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1"};
     for (size_t i = 0; i < N_CAUGHT; i++)
         snprintf(messages[i], sizeof messages[i], "%s: rank %d: stopped by %s: the job was ended (interrupted, or another rank failed)\n", prog,
                  rank, names[i]);
@@ -76,3 +77,37 @@ void bt_cli_signals_install(const char *prog, int rank) {
 }
 
 void bt_cli_signals_ending(void) { ending = 1; }
+
+/* ---- a stop as a request to finish ---- */
+
+static volatile sig_atomic_t *finish_flag;
+static int finish_rank;
+static char finish_notice[256];
+
+static void on_finish_signal(int sig) {
+    if (sig == SIGUSR1 && (finish_rank != 0 || *finish_flag)) return; /* rank 0 ends the others */
+    if (*finish_flag) {
+        on_signal(sig); /* the second INT, TERM or HUP: at once, with the rank's line */
+        return;
+    }
+    *finish_flag = sig;
+    if (finish_rank == 0) {
+        ssize_t k = write(STDERR_FILENO, finish_notice, strlen(finish_notice));
+        (void)k;
+    }
+}
+
+void bt_cli_signals_finish_on_stop(int rank, volatile sig_atomic_t *stop, const char *notice) {
+    finish_flag = stop;
+    finish_rank = rank;
+    snprintf(finish_notice, sizeof finish_notice, "%s\n", notice);
+    for (size_t i = 0; i < N_CAUGHT; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_finish_signal;
+        sigemptyset(&sa.sa_mask);
+        /* no SA_RESTART: a read of stdin (generate's conversation) returns
+         * EINTR, and the program sees the request at once */
+        sigaction(caught[i], &sa, NULL);
+    }
+}
