@@ -6,7 +6,7 @@ serve on two ranks, a stream running:
   ^C under launch/baton-run (SIGINT to its process group, as a terminal sends it),
   SIGTERM to baton-run alone, SIGUSR1 to a plain mpirun, SIGINT to rank 0:
   the stream gets to its end and [DONE], the job ends, and the files Open MPI
-  keeps while a job runs (its session folder, the ranks' shared-memory segments)
+  keeps while a job runs (the folder of its mpirun, the ranks' shared-memory segments)
   are gone.
 generate on two ranks under baton-run, and alone: ^C ends it with what it has
 (the text so far on stdout, a line that says so), exit 130; -cnv too.
@@ -77,7 +77,7 @@ def comm(pid):
 
 
 def job_files(top):
-    """Open MPI's files of the job below top: the session folder of its mpirun
+    """Open MPI's files of the job below top: the folder of its mpirun under ompi.*
     and the shared-memory segments its ranks map."""
     files = set()
     for p in [top] + children(top):
