@@ -427,7 +427,7 @@ make-model: --vocab|make-model x.gguf --vocab
 generate: -m|generate -p hi -m
 serve: -m|serve -m
 bench model: -m|bench model -m
-launch-files: -t|launch-files --out x -t
+launch-files: --topology|launch-files --out x --topology
 generate: --prompts|generate -m x --prompts
 plan: --topology|plan --topology
 plan: --project|plan --project
@@ -503,7 +503,7 @@ start=$(date +%s)
 expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 4096 baton runs \(BT_SCHED_MAX_BACKENDS\)\$" \
     "plan: 65537 ranks" -- "$baton" plan --topology "$tmp/many.yaml"
 expect 1 "^$tmp/many.yaml:4:3: ranks: 65537 ranks, more than the 4096 baton runs" "launch-files: 65537 ranks" -- \
-    "$baton" launch-files -t "$tmp/many.yaml" --out "$tmp/many-out"
+    "$baton" launch-files --topology "$tmp/many.yaml" --out "$tmp/many-out"
 [ $(($(date +%s) - start)) -lt 30 ] && ok "65537 ranks refused quickly" || bad "65537 ranks refused quickly"
 printf 'hosts:\n  - {name: a, slots: 2}\nranks:\n  - {rank: 0, host: a, backend: cpu, memory: 8EiB}\n' >"$tmp/mem.yaml"
 sed -i 's/8EiB/9223372036854775808/' "$tmp/mem.yaml"

@@ -179,20 +179,22 @@ capture "$run" -t "$work/bad.yaml" --dry-run -- hostname
 expect "bad topology" 1 "$(printf '%s' "$work" | normalise)/bad.yaml:4:47: rank 0: threads: must be at least 1, got '0'"
 
 # ---- baton launch-files itself ----
-capture "$baton" launch-files -t "$root/configs/local-cpu-2.yaml"
-expect "launch-files without --out" 2 "baton launch-files: missing --out DIR (usage: baton launch-files -t TOPOLOGY --out DIR)"
-capture "$baton" launch-files -t "$root/configs/local-cpu-2.yaml" --out ''
+capture "$baton" launch-files --topology "$root/configs/local-cpu-2.yaml"
+expect "launch-files without --out" 2 "baton launch-files: missing --out DIR (usage: baton launch-files --topology FILE --out DIR)"
+capture "$baton" launch-files -t "$root/configs/local-cpu-2.yaml" --out "$work/out-t"
+expect "launch-files -t" 2 "baton launch-files: -t is --threads in every baton subcommand that has it (as in llama.cpp); launch-files reads the topology file from --topology FILE"
+capture "$baton" launch-files --topology "$root/configs/local-cpu-2.yaml" --out ''
 expect "launch-files --out ''" 2 "baton launch-files: --out: the directory name is empty (try: baton launch-files --help)"
 capture "$baton" launch-files --frobnicate
 expect "launch-files unknown flag" 2 "baton launch-files: unknown option '--frobnicate' (try: baton launch-files --help)"
 mkdir -p "$work/out-bad"
-capture "$baton" launch-files -t "$work/bad.yaml" --out "$work/out-bad"
+capture "$baton" launch-files --topology "$work/bad.yaml" --out "$work/out-bad"
 if [ "$rc" = 1 ] && [ -z "$(ls -A "$work/out-bad")" ]; then
     pass "launch-files: bad topology writes nothing"
 else
     fail "launch-files: bad topology writes nothing (rc $rc, files: $(ls -A "$work/out-bad"))"
 fi
-capture "$baton" launch-files -t "$root/configs/two-nodes-16gpu.yaml" --out "$work/out16"
+capture "$baton" launch-files --topology "$root/configs/two-nodes-16gpu.yaml" --out "$work/out16"
 # shellcheck disable=SC2012 # the names are ours
 if [ "$rc" = 0 ] && [ "$out" = 16 ] && [ "$(ls -A "$work/out16" | tr '\n' ' ')" = "env hostfile mpirun-args rankfile " ] &&
     [ "$(grep -v '^#' "$work/out16/hostfile")" = "gpu01 slots=64

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "                Q6_K Q4_K_M Q5_K_M; baton quantize --help)\n"
             "  serve         -m FILE: an OpenAI-compatible HTTP server for a GGUF model over the\n"
             "                ranks (continuous batching; baton serve --help)\n"
-            "  launch-files  -t TOPOLOGY --out DIR: write the hostfile, rankfile and environment\n"
+            "  launch-files  --topology FILE --out DIR: write the hostfile, rankfile and environment\n"
             "                for mpirun (used by launch/baton-run)\n"
             "  version       print the version\n"
             "  help          this text\n");

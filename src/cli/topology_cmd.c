@@ -1,4 +1,4 @@
-/* topology_cmd.c - `baton launch-files -t TOPOLOGY --out DIR`: turn a topology
+/* topology_cmd.c - `baton launch-files --topology FILE --out DIR`: turn a topology
  * file into what mpirun reads, for launch/baton-run:
  *
  *   DIR/hostfile     Open MPI hostfile, "TARGET slots=N" for each host with ranks
@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "topology.h"
 
 #define N_OUT 4
@@ -39,14 +40,14 @@ struct out_file {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: baton launch-files -t TOPOLOGY --out DIR\n"
+    fprintf(f, "usage: baton launch-files --topology FILE --out DIR\n"
                "\n"
                "Reads and checks a topology file (docs/topology.md) and writes the files\n"
                "mpirun needs into DIR: hostfile, rankfile, env (NAME=VALUE lines to export),\n"
                "mpirun-args (extra arguments, one a line).  Prints the number of ranks.\n"
                "launch/baton-run calls this; you rarely need it yourself.\n"
                "\n"
-               "  -t, --topology FILE   the topology file\n"
+               "      --topology FILE   the topology file\n"
                "  -o, --out DIR         output folder (created if missing)\n"
                "  -h, --help            this text\n");
 }
@@ -183,7 +184,13 @@ int bt_cli_launch_files(int argc, char **argv) {
             return 0;
         }
         const char **dst = NULL;
-        if (!strcmp(a, "-t") || !strcmp(a, "--topology"))
+        if (!strcmp(a, "-t")) {
+            char err[256];
+            bt_cli_short_flag_elsewhere('t', "launch-files reads the topology file from --topology FILE", err, sizeof err);
+            fprintf(stderr, "baton launch-files: %s\n", err);
+            return 2;
+        }
+        if (!strcmp(a, "--topology"))
             dst = &topo;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out"))
             dst = &dir;
@@ -211,8 +218,8 @@ int bt_cli_launch_files(int argc, char **argv) {
     if (!topo || !dir) {
         fprintf(
             stderr,
-            "baton launch-files: missing %s (usage: baton launch-files -t TOPOLOGY --out DIR)\n",
-            !topo ? "-t TOPOLOGY" : "--out DIR");
+            "baton launch-files: missing %s (usage: baton launch-files --topology FILE --out DIR)\n",
+            !topo ? "--topology FILE" : "--out DIR");
         return 2;
     }
 
