@@ -29,6 +29,8 @@
 
 #include "cuda_common.cuh"
 
+BT_CUDA_TABLES_UPLOAD(bt_cuda_tables_upload_attn)
+
 #define ATTN_WARPS 4
 #define ATTN_PER_LANE (BT_CUDA_ATTN_MAX_D / 32)
 

@@ -597,6 +597,9 @@ enum bt_status bt_backend_cuda_init(int device, bt_backend_t *out, char *err, si
     if (!what && (e = cudaMalloc((void **)&c->d_err, 2 * sizeof(int))) != cudaSuccess) what = "error word";
     if (!what && (e = cudaMemset(c->d_err, 0, 2 * sizeof(int))) != cudaSuccess) what = "error word";
     if (!what && (e = cudaMallocHost((void **)&c->h_err, 2 * sizeof(int))) != cudaSuccess) what = "error word";
+    if (!what && ((e = bt_cuda_tables_upload_matmul()) != cudaSuccess || (e = bt_cuda_tables_upload_ops()) != cudaSuccess ||
+                  (e = bt_cuda_tables_upload_attn()) != cudaSuccess))
+        what = "the tables of the IQ and MXFP4 types";
     if (what) {
         const enum bt_status st =
             bt_error_printf(err, n_err, BT_ERR_UNSUPPORTED, "CUDA%d: %s: %s", device, what, cudaGetErrorString(e));

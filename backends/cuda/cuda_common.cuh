@@ -46,6 +46,42 @@ static inline unsigned grid_for(int64_t n) {
 #define GRID_STRIDE(e, n) \
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < (n); e += (int64_t)gridDim.x * blockDim.x)
 
+/* ---- the table types (MXFP4, IQ4_NL, IQ4_XS, the lattice types) ----------
+ * Their element reads are table_get.h's, shared with a CPU test
+ * (tests/test_cuda_tables.c).  The tables live on the device: each .cu that
+ * includes this header has its own copies (no relocatable device code),
+ * filled from quants.c's by the function BT_CUDA_TABLES_UPLOAD defines in it,
+ * which the backend calls for its device when it starts. */
+static __device__ int8_t d_tab_mxfp4_values[16], d_tab_iq4nl_values[16];
+static __device__ uint8_t d_tab_iq2_signs[128];
+static __device__ uint64_t d_tab_iq2xxs_grid[256], d_tab_iq2xs_grid[512], d_tab_iq2s_grid[1024], d_tab_iq1s_grid[2048];
+static __device__ uint32_t d_tab_iq3xxs_grid[256], d_tab_iq3s_grid[512];
+
+#define BT_CUDA_TABLE_COPY(name)                                                          \
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(d_tab_##name, bt_##name, sizeof d_tab_##name)
+#define BT_CUDA_TABLES_UPLOAD(fn)                                                        \
+    extern "C" cudaError_t fn(void) {                                                     \
+        cudaError_t e = cudaSuccess;                                                      \
+        BT_CUDA_TABLE_COPY(mxfp4_values);                                                 \
+        BT_CUDA_TABLE_COPY(iq4nl_values);                                                 \
+        BT_CUDA_TABLE_COPY(iq2_signs);                                                    \
+        BT_CUDA_TABLE_COPY(iq2xxs_grid);                                                  \
+        BT_CUDA_TABLE_COPY(iq2xs_grid);                                                   \
+        BT_CUDA_TABLE_COPY(iq2s_grid);                                                    \
+        BT_CUDA_TABLE_COPY(iq3xxs_grid);                                                  \
+        BT_CUDA_TABLE_COPY(iq3s_grid);                                                    \
+        BT_CUDA_TABLE_COPY(iq1s_grid);                                                    \
+        return e;                                                                         \
+    }
+
+#define BT_TG_FN __device__ __forceinline__
+#define BT_TG_MUL(a, b) __fmul_rn(a, b)
+#define BT_TG_ADD(a, b) __fadd_rn(a, b)
+#define BT_TG_H2F(h) __half2float(__ushort_as_half(h))
+#define BT_TG_U2F(u) __uint_as_float(u)
+#define BT_TG_TAB(name) d_tab_##name
+#include "table_get.h"
+
 /* the block types the kernels also write (quantize_block) */
 __device__ __forceinline__ bool d_is_quant(int type) { return type == BT_TYPE_Q8_0 || type == BT_TYPE_Q4_0; }
 /* elements per block: 32, 256 for the K-quants, 1 for the plain types */
@@ -61,7 +97,7 @@ __device__ __forceinline__ int64_t d_blck(int type) {
         case BT_TYPE_Q4_K:
         case BT_TYPE_Q5_K:
         case BT_TYPE_Q6_K: return BT_QK_K;
-        default: return 1;
+        default: return bt_tg_blck(type) ? bt_tg_blck(type) : 1;
     }
 }
 /* bytes per block of a block type */
@@ -77,7 +113,7 @@ __device__ __forceinline__ int64_t d_block_bytes(int type) {
         case BT_TYPE_Q4_K: return sizeof(bt_block_q4_K);
         case BT_TYPE_Q5_K: return sizeof(bt_block_q5_K);
         case BT_TYPE_Q6_K: return sizeof(bt_block_q6_K);
-        default: return 1;
+        default: return bt_tg_block_bytes(type) ? bt_tg_block_bytes(type) : 1;
     }
 }
 
@@ -119,7 +155,7 @@ __device__ __forceinline__ float d_q4_0_get(const char *blk, int j) {
 }
 
 /* Element j of a block of the types only read (Q4_1, Q5_0, Q5_1, Q2_K ..
- * Q6_K): the arithmetic of src/quants.c's bt_*_to_f32, each product and sum
+ * Q6_K, and the table types through table_get.h): the arithmetic of src/quants.c's bt_*_to_f32, each product and sum
  * rounded on its own (quants.c is built with -ffp-contract=off; nvcc would
  * fuse a * b + c), so the values are bit for bit the CPU's. */
 __device__ __forceinline__ float d_block_get(int type, const char *blk, int j) {
@@ -194,7 +230,7 @@ __device__ __forceinline__ float d_block_get(int type, const char *blk, int j) {
             const float dl = __fmul_rn(d_fp16_to_f32(b->d), (float)b->scales[j / 16]);
             return __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
         }
-        default: return 0.0f;
+        default: return bt_tg_get(type, blk, j); /* the table types */
     }
 }
 

@@ -68,6 +68,12 @@ void *bt_cuda_scratch(struct bt_cuda_ctx *c, enum bt_cuda_scratch_slot slot, siz
  * caller synchronised).  NULL with BT_ERR_NOMEM recorded on failure. */
 void *bt_cuda_host_stage(struct bt_cuda_ctx *c, size_t bytes);
 
+/* The table types' tables (quants.c's) into the current device's copies,
+ * one per .cu file that reads blocks (cuda_common.cuh). */
+cudaError_t bt_cuda_tables_upload_matmul(void);
+cudaError_t bt_cuda_tables_upload_ops(void);
+cudaError_t bt_cuda_tables_upload_attn(void);
+
 /* support rules (supports.c) */
 bool bt_cuda_op_supported(const struct bt_tensor *node);
 #define BT_CUDA_ARGSORT_MAX 4096 /* longest row ARGSORT sorts (shared memory) */

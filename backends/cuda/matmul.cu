@@ -27,6 +27,8 @@
 
 #include "cuda_common.cuh"
 
+BT_CUDA_TABLES_UPLOAD(bt_cuda_tables_upload_matmul)
+
 #define MMV_MAX_COLS 8
 #define MMV_WARPS 4
 
@@ -287,7 +289,8 @@ __global__ void k_dequant8_f16(const char *A, int64_t a_nb1, int64_t k, uint16_t
 #define BT_CUDA_WEIGHT_TYPES(X)                                                                         \
     X(BT_TYPE_F32) X(BT_TYPE_F16) X(BT_TYPE_BF16) X(BT_TYPE_Q8_0) X(BT_TYPE_Q4_0) X(BT_TYPE_Q4_1)        \
     X(BT_TYPE_Q5_0) X(BT_TYPE_Q5_1) X(BT_TYPE_Q2_K) X(BT_TYPE_Q3_K) X(BT_TYPE_Q4_K) X(BT_TYPE_Q5_K) \
-    X(BT_TYPE_Q6_K)
+    X(BT_TYPE_Q6_K) X(BT_TYPE_MXFP4) X(BT_TYPE_IQ4_NL) X(BT_TYPE_IQ4_XS) X(BT_TYPE_IQ2_XXS) X(BT_TYPE_IQ2_XS)    \
+    X(BT_TYPE_IQ2_S) X(BT_TYPE_IQ3_XXS) X(BT_TYPE_IQ3_S) X(BT_TYPE_IQ1_S)
 
 /* A's rows for weights8: 16-byte loads (F32, F16, BF16), 8 (Q4_K), else 2 */
 static bool weights8_aligned(enum bt_type type, const char *A, int64_t a_nb1) {

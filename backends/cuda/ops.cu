@@ -17,6 +17,8 @@
 #include "cuda_common.cuh"
 #include "ops.h"
 
+BT_CUDA_TABLES_UPLOAD(bt_cuda_tables_upload_ops)
+
 /* ---- binary element-wise with broadcast of b ---------------------------- */
 
 __global__ void k_binary(int op, t4 d, t4 a, t4 b, int64_t n) {

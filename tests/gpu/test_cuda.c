@@ -450,15 +450,18 @@ START_TEST(test_flash_attn_rows_alone) {
 }
 END_TEST
 
-/* The block types the GPU only reads (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K): GET_ROWS
+/* The block types the GPU only reads (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, MXFP4 and
+ * the IQ types, whose element reads tests/test_cuda_tables.c also checks on the CPU): GET_ROWS
  * dequantises bit for bit as quants.c does on the CPU (tolerance 0), MUL_MAT
  * and MUL_MAT_ID within the matmul tolerance (decode columns through the
  * direct kernel, prompt columns through F16 and cuBLAS); the support rules
  * refuse them anywhere else (as a copy's destination). */
 START_TEST(test_read_only_quants) {
-    const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                  BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
-    for (int i = 0; i < 8; i++) {
+    const enum bt_type types[] = {BT_TYPE_Q4_1,   BT_TYPE_Q5_0,   BT_TYPE_Q5_1,    BT_TYPE_Q2_K,    BT_TYPE_Q3_K,
+                                  BT_TYPE_Q4_K,   BT_TYPE_Q5_K,   BT_TYPE_Q6_K,    BT_TYPE_MXFP4,   BT_TYPE_IQ4_NL,
+                                  BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS, BT_TYPE_IQ2_S,   BT_TYPE_IQ3_XXS,
+                                  BT_TYPE_IQ3_S,  BT_TYPE_IQ1_S};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         check_case(&(struct spec){K_GET_ROWS, BT_OP_GET_ROWS, types[i], 512, 10, 7, 0}, 0);
         for (int c = 0; c < 2; c++)
             check_case(&(struct spec){K_MUL_MAT, BT_OP_MUL_MAT, types[i], c ? 37 : 3, 70, 512, 0}, TOL_MATMUL);

@@ -62,12 +62,15 @@ static int check_graph(const char *what, const struct bt_llm *m, enum bt_type kv
     return bad;
 }
 
-/* Weights of the types the GPU only reads: accepted as MUL_MAT's and
- * MUL_MAT_ID's matrix and GET_ROWS' table, refused as a copy's destination
- * or source. */
+/* Weights of the types the GPU only reads (the K-quants but Q8_K, MXFP4 and
+ * the IQ types): accepted as MUL_MAT's and MUL_MAT_ID's matrix and GET_ROWS'
+ * table, refused as a copy's destination or source. */
 static int check_read_only_types(void) {
-    static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,
-                                         BT_TYPE_Q3_K, BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+    static const enum bt_type types[] = {BT_TYPE_Q4_1,    BT_TYPE_Q5_0,   BT_TYPE_Q5_1,   BT_TYPE_Q2_K,
+                                         BT_TYPE_Q3_K,    BT_TYPE_Q4_K,   BT_TYPE_Q5_K,   BT_TYPE_Q6_K,
+                                         BT_TYPE_MXFP4,   BT_TYPE_IQ4_NL, BT_TYPE_IQ4_XS, BT_TYPE_IQ2_XXS,
+                                         BT_TYPE_IQ2_XS,  BT_TYPE_IQ2_S,  BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S,
+                                         BT_TYPE_IQ1_S};
     int bad = 0;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         bt_context *ctx = bt_init((struct bt_init_params){1 << 20, NULL, true});
@@ -88,8 +91,8 @@ static int check_read_only_types(void) {
                         ok[j] ? bt_op_name(ok[j]->op) : bt_context_error(ctx));
                 bad++;
             }
-        for (int j = 0; j < 2; j++)
-            if (!no[j] || bt_cuda_op_supported(no[j])) {
+        for (int j = 0; j < 2; j++) /* (a lattice type has no quantiser: no copy into it is built at all) */
+            if ((!no[j] && (j == 1 || bt_type_can_quantize(types[i]))) || (no[j] && bt_cuda_op_supported(no[j]))) {
                 fprintf(stderr, "%s: CUDA accepts a copy %s it\n", bt_type_name(types[i]), j ? "from" : "into");
                 bad++;
             }
@@ -100,7 +103,7 @@ static int check_read_only_types(void) {
 
 int main(void) {
     static const char *archs[] = {"llama",  "llama-moe", "qwen2",    "qwen3",          "qwen2moe", "qwen3moe",
-                                  "olmoe", "gemma3",    "deepseek2", "deepseek2-lite"};
+                                  "olmoe", "gemma3",    "deepseek2", "deepseek2-lite", "gpt-oss", "glm4moe"};
     static const char *wtypes[] = {"f32", "q8_0"};
     static const enum bt_type kv_types[] = {BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0};
     char dir[] = "/tmp/bt_cuda_support_XXXXXX";
