@@ -180,5 +180,6 @@ int bt_cli_rank_agree(struct bt_rank *R, const struct bt_rank_config *c, int prc
         snprintf(err, n_err, "%s", R->error);
         return R->exit_code;
     }
+    if (R->note[0]) fprintf(stderr, "%s: %s\n", c->prog, R->note); /* rank 0's only */
     return 0;
 }

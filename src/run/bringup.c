@@ -223,9 +223,9 @@ static enum bt_status start_backend(struct bt_rank *r, const struct bt_rank_conf
 /* NCCL between CUDA ranks: with a topology, on its edges between two CUDA
  * ranks that ask for nccl; with --backend cuda, on every edge when no two
  * ranks of a node share a GPU (NCCL refuses that).  Edges without NCCL go
- * over MPI, staged through pinned host memory; rank 0 says why when NCCL was
- * asked for or expected. */
-static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_rank_config *c, bool all_cuda) {
+ * over MPI, staged through pinned host memory; rank 0's note says why when
+ * NCCL was asked for or expected. */
+static enum bt_status open_device_transport(struct bt_rank *r, bool all_cuda) {
     const int P = r->size;
     if (P < 2 || (!r->have_topo && !all_cuda)) return BT_OK;
     if (r->have_topo && !r->device_edges) return BT_OK;
@@ -243,8 +243,8 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
         if (t->iface.allreduce_max(t, &shared, 1) != BT_OK) return rfail(r, BT_ERR_COMM, 1, "%s", t->error);
         if (shared) {
             if (r->rank == 0)
-                fprintf(stderr, "%s: ranks share GPUs on a node (NCCL refuses that): GPU-to-GPU transfers go over MPI, "
-                                "staged through pinned host memory\n", c->prog);
+                snprintf(r->note, sizeof r->note, "ranks share GPUs on a node (NCCL refuses that): GPU-to-GPU "
+                                                  "transfers go over MPI, staged through pinned host memory");
             return BT_OK;
         }
     }
@@ -262,8 +262,8 @@ static enum bt_status open_device_transport(struct bt_rank *r, const struct bt_r
     return agree(r, st);
 #else
     if (r->rank == 0)
-        fprintf(stderr, "%s: this build of baton has no NCCL: GPU-to-GPU transfers%s go over MPI, staged through host "
-                        "memory\n", c->prog, r->have_topo ? " the topology asks NCCL for" : "");
+        snprintf(r->note, sizeof r->note, "this build of baton has no NCCL: GPU-to-GPU transfers%s go over MPI, staged "
+                                          "through host memory", r->have_topo ? " the topology asks NCCL for" : "");
     return BT_OK;
 #endif
 }
@@ -353,7 +353,7 @@ enum bt_status bt_rank_setup(struct bt_rank *r, const struct bt_rank_config *c) 
 
     /* per rank from here: agreed on before the next collective */
     enum bt_status st = agree(r, start_backend(r, c, all_cuda));
-    if (st == BT_OK) st = open_device_transport(r, c, all_cuda);
+    if (st == BT_OK) st = open_device_transport(r, all_cuda);
     if (st != BT_OK) return st;
     r->dist = (struct bt_dist_options){
         .n_copies = r->copies,

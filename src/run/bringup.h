@@ -44,6 +44,10 @@ struct bt_rank {
     struct bt_dist_options dist; /* for bt_dist_new; points into this struct */
     int exit_code;
     char error[1024];
+    /* rank 0: what the user should know of how the run goes on (GPU-to-GPU
+     * transfers over MPI instead of NCCL, and why), empty when nothing; the
+     * program prints it (the library prints nothing) */
+    char note[256];
     /* owned by the struct, read through `dist` */
     int *layer_counts;
     struct bt_dist_pin *pins;
