@@ -14,6 +14,7 @@ first failure."""
 import concurrent.futures as cf
 import http.client
 import json
+import re
 import sys
 
 import openai
@@ -37,6 +38,10 @@ def resolve(root, ref):
     for part in ref.lstrip("#").split("/")[1:]:
         node = node[part.replace("~1", "/").replace("~0", "~")]
     return node
+
+
+DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+FORMATS = {"date": f"^{DATE}$", "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
 
 
 def valid(v, s, root=None):
@@ -67,13 +72,21 @@ def valid(v, s, root=None):
     if t == "array":
         if not isinstance(v, list):
             return False
+        if "prefixItems" in s:  # a tuple: exactly its schemas
+            return len(v) == len(s["prefixItems"]) and all(valid(x, p, root) for x, p in zip(v, s["prefixItems"]))
         if len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", len(v)):
             return False
         return all(valid(x, s.get("items", True), root) for x in v)
     if t == "string":
+        pattern = s.get("pattern", FORMATS.get(s.get("format")))
+        # ECMAScript's "$" is the end only; \d, \w, \s as ASCII (the checker's patterns need no more)
+        if pattern is not None and not (isinstance(v, str) and re.search(pattern.replace("$", r"\Z"), v, re.ASCII)):
+            return False
         return isinstance(v, str) and s.get("minLength", 0) <= len(v) <= s.get("maxLength", len(v))
     if t == "integer":
-        return isinstance(v, int) and not isinstance(v, bool)
+        bounds = (v >= s.get("minimum", v) and v > s.get("exclusiveMinimum", v - 1) and v <= s.get("maximum", v)
+                  and v < s.get("exclusiveMaximum", v + 1)) if isinstance(v, int) else False
+        return isinstance(v, int) and not isinstance(v, bool) and bounds
     if t == "number":
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if t == "boolean":
@@ -95,7 +108,11 @@ PERSON = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}(x|yz)?$"},
+        "born": {"type": "string", "format": "date"},
+        "point": {"type": "array", "prefixItems": [{"type": "integer", "exclusiveMinimum": -16, "maximum": 27},
+                                                    {"type": "number"}], "items": False},
         "height": {"type": "number"},
         "member": {"type": "boolean"},
         "role": {"enum": ["admin", "user", "guest"]},
@@ -103,7 +120,7 @@ PERSON = {
         "address": {"$ref": "#/$defs/address"},
         "nickname": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
     },
-    "required": ["name", "age", "role", "address"],
+    "required": ["name", "age", "code", "role", "address"],
     "additionalProperties": False,
     "$defs": {
         "address": {
@@ -273,7 +290,8 @@ r = client.chat.completions.create(model=MODEL, messages=MSGS, temperature=0, ma
 check(r.choices[0].message.content.startswith("}"), "the same without response_format starts with '}'")
 
 # ---- completions ----
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
+SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                          "n": {"type": "integer", "minimum": -15, "maximum": 27},
                                           "word": {"enum": ["alpha", "beta"]}}, "required": ["ok", "n", "word"]}
 r = client.completions.create(model=MODEL, prompt="JSON:", max_tokens=200, temperature=0,
                               extra_body={"response_format": {"type": "json_schema",
@@ -291,7 +309,9 @@ TOOLS = [
             "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
     {"type": "function", "function": {
         "name": "get_time", "description": "The time in a zone",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "integer"}}, "required": ["zone"]}}},
+        "parameters": {"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14},
+                                                         "id": {"type": "string", "format": "uuid"}},
+                       "required": ["zone"]}}},
 ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 TMSGS = [{"role": "user", "content": "What is the weather in Oslo?"}]
@@ -382,8 +402,12 @@ def expect_400(body, param, words, path="/v1/chat/completions"):
 expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}},
            "response_format.json_schema.schema", "a schema must be an object or a boolean")
 expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-    "type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}}}},
-           "response_format.json_schema.schema.properties.age.minimum", "'minimum' is not supported")
+    "type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}}}}},
+           "response_format.json_schema.schema.properties.age.multipleOf", "'multipleOf' is not supported")
+expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+    "type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=a)"}}}}}},
+           "response_format.json_schema.schema.properties.code.pattern",
+           "'pattern' at offset 1: a group '(?' other than '(?:' (a lookaround, a named group) is not supported")
 expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
            "response_format.json_schema.schema", "is required")
 expect_400({"response_format": {"type": "xml"}}, "response_format.type", "'text', 'json_object' or 'json_schema'")
@@ -396,8 +420,8 @@ expect_400({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"na
 expect_400({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "\"auto\"")
 expect_400({"tool_choice": "required"}, "tool_choice", "no 'tools'")
 expect_400({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-    "type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]},
-           "tools[0].function.parameters.properties.x.pattern", "'pattern' is not supported")
+    "type": "object", "properties": {"x": {"type": "string", "pattern": "(a+"}}}}}]},
+           "tools[0].function.parameters.properties.x.pattern", "'pattern' at offset 0: '(' is not closed")
 
 with open(OUT, "w") as f:
     json.dump(answers, f)

@@ -6,6 +6,7 @@
  * and the sampler's fast path against masking first (the same token, and
  * the same random stream after it). */
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,18 +188,19 @@ static void expect_bad(const char *schema, const char *where, const char *msg) {
 START_TEST(test_schema_bad) {
     expect_bad("{\"type\":\"object\",", "",
                "the schema is not valid JSON: line 1, column 17: string or '}' expected near end of file");
-    expect_bad("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
-               "properties.age.minimum", "the schema keyword 'minimum' is not supported");
-    expect_bad("{\"type\":\"string\",\"pattern\":\"^a\"}", "pattern", "the schema keyword 'pattern' is not supported");
+    expect_bad("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"multipleOf\":2}}}",
+               "properties.age.multipleOf", "the schema keyword 'multipleOf' is not supported");
+    expect_bad("{\"type\":\"object\",\"minProperties\":1}", "minProperties",
+               "the schema keyword 'minProperties' is not supported");
     expect_bad("{\"type\":\"strin\"}", "type",
                "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
     expect_bad("{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "",
                "'required' names 'b', which is not in 'properties'");
     expect_bad("{\"$ref\":\"#/$defs/missing\"}", "",
                "'$ref' '#/$defs/missing' does not name a schema of this document (\"#/$defs/Name\")");
-    expect_bad("{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"format\":\"int32\"}}},"
+    expect_bad("{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"not\":{}}}},"
                "\"$ref\":\"#/$defs/a\"}",
-               "$defs.a.items.format", "the schema keyword 'format' is not supported");
+               "$defs.a.items.not", "the schema keyword 'not' is not supported");
     expect_bad("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "", "'maxItems' 2 is below 'minItems' 3");
     expect_bad("{\"type\":\"array\",\"maxItems\":100000}", "maxItems", "'maxItems' must be an integer from 0 to 4096");
     expect_bad("false", "", "the schema 'false' allows no value");
@@ -226,6 +228,220 @@ START_TEST(test_schema_bad) {
     for (int i = 0; i < 70; i++) strcat(deep, "}");
     ck_assert(!schema_grammar(deep, w, err));
     ck_assert_str_eq(err, "schemas nested deeper than 64");
+}
+END_TEST
+
+/* ---- integer bounds, patterns, formats, tuples ---- */
+
+/* the schema {"type":"integer", bounds} takes exactly the integers lo..hi among -1100..1100 */
+static void expect_int_range(const char *bounds, long lo, long hi) {
+    char schema[256], where[256], err[256], t[32];
+    snprintf(schema, sizeof schema, "{\"type\":\"integer\",%s}", bounds);
+    bt_grammar *g = schema_grammar(schema, where, err);
+    ck_assert_msg(g, "%s: %s: %s", schema, where, err);
+    for (long v = -1100; v <= 1100; v++) {
+        snprintf(t, sizeof t, "%ld", v);
+        ck_assert_msg(matches(g, t) == (v >= lo && v <= hi), "%s: %s", schema, t);
+    }
+    static const char *const never[] = {"01", "-01", "+1", "1.0", "1e2", "", "-", "00", NULL};
+    for (int i = 0; never[i]; i++) ck_assert_msg(!matches(g, never[i]), "%s should refuse %s", schema, never[i]);
+    bt_grammar_free(g);
+}
+
+START_TEST(test_schema_integer_bounds) {
+    expect_int_range("\"minimum\":0,\"maximum\":1000", 0, 1000);
+    expect_int_range("\"minimum\":-15,\"maximum\":27", -15, 27);
+    expect_int_range("\"minimum\":-27,\"maximum\":-15", -27, -15);
+    expect_int_range("\"minimum\":1,\"maximum\":9", 1, 9);
+    expect_int_range("\"minimum\":10,\"maximum\":99", 10, 99);
+    expect_int_range("\"minimum\":19,\"maximum\":201", 19, 201);
+    expect_int_range("\"minimum\":-999,\"maximum\":999", -999, 999);
+    expect_int_range("\"minimum\":-1000,\"maximum\":-1", -1000, -1);
+    expect_int_range("\"minimum\":5,\"maximum\":5", 5, 5);
+    expect_int_range("\"minimum\":0,\"maximum\":0", 0, 0);
+    expect_int_range("\"minimum\":-5,\"maximum\":0", -5, 0);
+    expect_int_range("\"minimum\":123", 123, 100000);
+    expect_int_range("\"minimum\":-15", -15, 100000);
+    expect_int_range("\"minimum\":0", 0, 100000);
+    expect_int_range("\"maximum\":27", -100000, 27);
+    expect_int_range("\"maximum\":-15", -100000, -15);
+    expect_int_range("\"maximum\":0", -100000, 0);
+    expect_int_range("\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":10", 3, 9);
+    expect_int_range("\"exclusiveMinimum\":-4,\"exclusiveMaximum\":-2.5", -3, -3);
+    expect_int_range("\"minimum\":1.5,\"maximum\":7.5", 2, 7);
+    expect_int_range("\"minimum\":-7.5,\"maximum\":7.9", -7, 7);
+    expect_int_range("\"minimum\":3,\"exclusiveMinimum\":5,\"maximum\":20,\"exclusiveMaximum\":30", 6, 20);
+    expect_int_range("\"minimum\":-1e300,\"maximum\":1e300", -100000, 100000);
+    /* random bounds against the arithmetic */
+    bt_rng rng;
+    bt_rng_seed(&rng, 7);
+    for (int k = 0; k < 40; k++) {
+        long a = (long)(bt_rng_next(&rng) % 2001) - 1000, b = (long)(bt_rng_next(&rng) % 2001) - 1000;
+        char bounds[64];
+        snprintf(bounds, sizeof bounds, "\"minimum\":%ld,\"maximum\":%ld", a < b ? a : b, a < b ? b : a);
+        expect_int_range(bounds, a < b ? a : b, a < b ? b : a);
+    }
+    /* 16 digits, as the integer without bounds */
+    expect_texts("{\"type\":\"integer\",\"minimum\":5}", (const char *const[]){"9999999999999999", "5", NULL},
+                 (const char *const[]){"10000000000000000", "4", "-5", NULL});
+    expect_texts("{\"type\":[\"integer\",\"null\"],\"maximum\":-9999999999999998}",
+                 (const char *const[]){"-9999999999999999", "-9999999999999998", "null", NULL},
+                 (const char *const[]){"-9999999999999997", "0", NULL});
+    /* number bounds are not enforced (as llama.cpp) */
+    expect_texts("{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", (const char *const[]){"0.5", "7", "-2.5", NULL},
+                 (const char *const[]){"a", NULL});
+}
+END_TEST
+
+/* {"type":"string","pattern":pattern}: takes the JSON texts good, refuses bad */
+static void expect_pattern(const char *pattern, const char *const *good, const char *const *bad) {
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pattern);
+    char *text = json_dumps(s, JSON_COMPACT);
+    expect_texts(text, good, bad);
+    free(text);
+    json_decref(s);
+}
+
+START_TEST(test_schema_pattern) {
+    expect_pattern("^[a-z]+$", (const char *const[]){"\"abc\"", "\"z\"", NULL},
+                   (const char *const[]){"\"\"", "\"aB\"", "\"a b\"", "abc", NULL});
+    expect_pattern("^\\d{3}-\\d{4}$", (const char *const[]){"\"555-1234\"", NULL},
+                   (const char *const[]){"\"55-1234\"", "\"5555-1234\"", "\"555-12345\"", "\"abc-defg\"", NULL});
+    expect_pattern("^(foo|bar)+baz?$", (const char *const[]){"\"fooba\"", "\"barfoobaz\"", NULL},
+                   (const char *const[]){"\"ba\"", "\"foobazz\"", "\"fobaz\"", NULL});
+    expect_pattern("^a{2,3}$", (const char *const[]){"\"aa\"", "\"aaa\"", NULL},
+                   (const char *const[]){"\"a\"", "\"aaaa\"", NULL});
+    expect_pattern("^a{2,}$", (const char *const[]){"\"aa\"", "\"aaaaa\"", NULL}, (const char *const[]){"\"a\"", NULL});
+    expect_pattern("^a{0}b$", (const char *const[]){"\"b\"", NULL}, (const char *const[]){"\"ab\"", NULL});
+    /* a negated class: escapes and UTF-8 as JSON writes them */
+    expect_pattern("^[^0-9]*$",
+                   (const char *const[]){"\"\"", "\"abc\"", "\"a\\\"b\\\\\"", "\"\xc3\xa9\"", "\"\\n\\u001f\\u001F\"", NULL},
+                   (const char *const[]){"\"a1\"", "\"\\u0041\"", "\"a\"b\"", NULL});
+    expect_pattern("^.$",
+                   (const char *const[]){"\"a\"", "\"\xc3\xa9\"", "\"\xe2\x82\xac\"", "\"\xf0\x9f\x98\x80\"", "\"\\\"\"",
+                                         "\"\\t\"", NULL},
+                   (const char *const[]){"\"\\n\"", "\"\\r\"", "\"ab\"", "\"\"", "\"\xe2\x80\xa8\"", NULL});
+    expect_pattern("^[^]$", (const char *const[]){"\"\\n\"", "\"x\"", NULL}, (const char *const[]){"\"\"", NULL});
+    /* anchors: a side without one is free */
+    expect_pattern("abc", (const char *const[]){"\"xxabcyy\"", "\"abc\"", "\"\\nabc\"", NULL},
+                   (const char *const[]){"\"abx\"", "\"\"", NULL});
+    expect_pattern("^ab", (const char *const[]){"\"abzzz\"", "\"ab\"", NULL}, (const char *const[]){"\"xab\"", NULL});
+    expect_pattern("c$", (const char *const[]){"\"abc\"", NULL}, (const char *const[]){"\"ca\"", NULL});
+    expect_pattern("^a|b$", (const char *const[]){"\"axx\"", "\"xxb\"", NULL}, (const char *const[]){"\"xax\"", NULL});
+    /* escapes, classes, groups, lazy quantifiers */
+    expect_pattern("^\\w+@\\w+\\.com$", (const char *const[]){"\"a_1@b.com\"", NULL},
+                   (const char *const[]){"\"a@b.org\"", "\"a@bxcom\"", "\"@b.com\"", NULL});
+    expect_pattern("^[\\u00e0-\\u00ff]+$", (const char *const[]){"\"\xc3\xa0\xc3\xbf\"", NULL},
+                   (const char *const[]){"\"a\"", "\"\xc4\x80\"", NULL});
+    expect_pattern("^\\s?x$", (const char *const[]){"\"x\"", "\" x\"", "\"\\tx\"", NULL},
+                   (const char *const[]){"\"  x\"", NULL});
+    expect_pattern("^[A-Fa-f0-9-]{3}$", (const char *const[]){"\"a-F\"", NULL},
+                   (const char *const[]){"\"g00\"", "\"a-\"", NULL});
+    expect_pattern("^\\.\\*\\(\\)\\[\\{$", (const char *const[]){"\".*()[{\"", NULL},
+                   (const char *const[]){"\"a*()[{\"", NULL});
+    expect_pattern("^(?:ab)*$", (const char *const[]){"\"\"", "\"abab\"", NULL}, (const char *const[]){"\"aba\"", NULL});
+    expect_pattern("^x*?y+?$", (const char *const[]){"\"xxy\"", "\"y\"", NULL}, (const char *const[]){"\"x\"", NULL});
+    expect_pattern("^\\x41\\u0042\\uD83D\\uDE00$", (const char *const[]){"\"AB\xf0\x9f\x98\x80\"", NULL},
+                   (const char *const[]){"\"AB\"", NULL});
+    expect_pattern("^\"\\\\$", (const char *const[]){"\"\\\"\\\\\"", NULL}, (const char *const[]){"\"\\\"\"", NULL});
+    expect_pattern("^[\\d\\s]+$", (const char *const[]){"\"1 2\"", NULL}, (const char *const[]){"\"1a\"", NULL});
+    expect_pattern("^()a(b|)$", (const char *const[]){"\"a\"", "\"ab\"", NULL}, (const char *const[]){"\"b\"", NULL});
+    expect_pattern("^a{,2}}$", (const char *const[]){"\"a{,2}}\"", NULL}, (const char *const[]){"\"aa\"", NULL});
+    /* nested counts stay linear: 4096 x 4096 */
+    expect_pattern("^(a{0,4096}){0,4096}b$", (const char *const[]){"\"b\"", "\"aaab\"", NULL},
+                   (const char *const[]){"\"a\"", NULL});
+    /* no type: a pattern makes it a string */
+    expect_texts("{\"pattern\":\"^a$\"}", (const char *const[]){"\"a\"", NULL}, (const char *const[]){"1", NULL});
+}
+END_TEST
+
+static void expect_bad_pattern(const char *pattern, const char *msg) {
+    json_t *s = json_pack("{s:{s:{s:s}}}", "properties", "code", "pattern", pattern);
+    char *text = json_dumps(s, JSON_COMPACT);
+    expect_bad(text, "properties.code.pattern", msg);
+    free(text);
+    json_decref(s);
+}
+
+START_TEST(test_schema_pattern_bad) {
+    expect_bad_pattern("^(?=a)", "'pattern' at offset 1: a group '(?' other than '(?:' (a lookaround, a named group) "
+                                 "is not supported");
+    expect_bad_pattern("(a", "'pattern' at offset 0: '(' is not closed");
+    expect_bad_pattern("a)", "'pattern' at offset 1: ')' without its '('");
+    expect_bad_pattern("x[a", "'pattern' at offset 1: '[' is not closed");
+    expect_bad_pattern("*a", "'pattern' at offset 0: '*' has nothing to repeat");
+    expect_bad_pattern("a**", "'pattern' at offset 2: '*' has nothing to repeat");
+    expect_bad_pattern("(a)\\1", "'pattern' at offset 3: '\\1' (a backreference) is not supported");
+    expect_bad_pattern("a\\b", "'pattern' at offset 1: '\\b' (a word boundary) is not supported");
+    expect_bad_pattern("\\p{L}", "'pattern' at offset 0: the escape '\\p' is not supported");
+    expect_bad_pattern("a{3,2}", "'pattern' at offset 1: the count's maximum 2 is below its minimum 3");
+    expect_bad_pattern("a{5000}", "'pattern' at offset 1: a count past 4096");
+    expect_bad_pattern("(a*)*", "'pattern' at offset 4: an unbounded repetition of what may be empty (as '(a*)*') is "
+                                "not supported");
+    expect_bad_pattern("[z-a]", "'pattern' at offset 1: the range's start is after its end");
+    expect_bad_pattern("[\\d-z]", "'pattern' at offset 1: a range with a class escape (\\d, \\w, \\s) as an end");
+    expect_bad_pattern("a^", "'pattern' at offset 1: '^' is supported only at the start ('^') or end ('$') of the "
+                             "pattern or of a top-level alternative");
+    expect_bad_pattern("(a$)", "'pattern' at offset 2: '$' is supported only at the start ('^') or end ('$') of the "
+                               "pattern or of a top-level alternative");
+    expect_bad_pattern("[]", "'pattern' at offset 0: '[]' matches no character");
+    expect_bad_pattern("a\\", "'pattern' at offset 1: a '\\' ends the pattern");
+    expect_bad_pattern("\\uD800", "'pattern' at offset 0: a lone surrogate '\\uD800'");
+    expect_bad_pattern("\\x4", "'pattern' at offset 0: '\\x' needs 2 hex digits");
+    expect_bad("{\"type\":\"string\",\"pattern\":3}", "pattern", "'pattern' must be a string");
+    expect_bad("{\"type\":\"string\",\"pattern\":\"^a$\",\"maxLength\":3}", "maxLength",
+               "'maxLength' beside 'pattern' is not supported");
+    expect_bad("{\"type\":\"string\",\"format\":\"date\",\"minLength\":3}", "minLength",
+               "'minLength' beside 'format' is not supported");
+    expect_bad("{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"a\"}", "format",
+               "'format' beside 'pattern' is not supported");
+    expect_bad("{\"type\":\"string\",\"format\":1}", "format", "'format' must be a string");
+    expect_bad("{\"type\":\"integer\",\"minimum\":\"1\"}", "minimum", "'minimum' must be a number");
+    expect_bad("{\"type\":\"integer\",\"minimum\":5,\"exclusiveMaximum\":5}", "",
+               "no integer of at most 16 digits is within the bounds (from 5 to 4)");
+    expect_bad("{\"type\":\"integer\",\"minimum\":1e20}", "",
+               "no integer of at most 16 digits is within the bounds (from 10000000000000000 to 9999999999999999)");
+    /* deep groups */
+    char deep[256] = "";
+    for (int i = 0; i < 70; i++) strcat(deep, "(");
+    expect_bad_pattern(deep, "'pattern' at offset 64: groups nested deeper than 64");
+}
+END_TEST
+
+START_TEST(test_schema_format_tuple) {
+    expect_texts("{\"type\":\"string\",\"format\":\"date\"}", (const char *const[]){"\"2024-02-29\"", "\"1999-12-31\"", NULL},
+                 (const char *const[]){"\"2024-13-01\"", "\"2024-1-01\"", "\"24-01-01\"", "\"2024-01-32\"", NULL});
+    expect_texts("{\"type\":\"string\",\"format\":\"time\"}",
+                 (const char *const[]){"\"12:34:56Z\"", "\"23:59:59.123+05:30\"", NULL},
+                 (const char *const[]){"\"24:00:00Z\"", "\"12:34:56\"", "\"12:60:00Z\"", NULL});
+    expect_texts("{\"format\":\"date-time\"}", (const char *const[]){"\"2024-01-02T03:04:05Z\"", NULL},
+                 (const char *const[]){"\"2024-01-02 03:04:05Z\"", "1", NULL});
+    for (int i = 0; i < 2; i++)
+        expect_texts(i ? "{\"type\":\"string\",\"format\":\"uuid4\"}" : "{\"type\":\"string\",\"format\":\"uuid\"}",
+                     (const char *const[]){"\"123e4567-e89b-12d3-A456-426614174000\"", NULL},
+                     (const char *const[]){"\"123e4567e89b-12d3-a456-426614174000\"", "\"123e4567-e89b-12d3-a456\"",
+                                           NULL});
+    /* an unknown format is an annotation, on a string or not */
+    expect_texts("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":2}",
+                 (const char *const[]){"\"ab\"", NULL}, (const char *const[]){"\"abc\"", NULL});
+    expect_texts("{\"type\":\"integer\",\"format\":\"int32\"}", (const char *const[]){"-5", NULL},
+                 (const char *const[]){"\"5\"", NULL});
+    /* tuples: exactly their schemas */
+    expect_texts("{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}",
+                 (const char *const[]){"[1,\"a\"]", "[ 1 , \"a\" ]", NULL},
+                 (const char *const[]){"[1]", "[1,\"a\",2]", "[\"a\",1]", "[]", NULL});
+    expect_texts("{\"type\":\"array\",\"items\":[{\"const\":1}],\"uniqueItems\":false}", (const char *const[]){"[1]", NULL},
+                 (const char *const[]){"[2]", "[1,1]", NULL});
+    expect_texts("{\"type\":\"array\",\"prefixItems\":[]}", (const char *const[]){"[]", "[ ]", NULL},
+                 (const char *const[]){"[1]", NULL});
+    expect_bad("{\"prefixItems\":[{}],\"items\":{}}", "items",
+               "'items' beside 'prefixItems' (a tuple of exactly its schemas) is not supported");
+    expect_bad("{\"type\":\"array\",\"items\":[{}],\"minItems\":1}", "minItems",
+               "'minItems' beside 'items' (a tuple of exactly its schemas) is not supported");
+    expect_bad("{\"prefixItems\":[{\"type\":\"strin\"}]}", "prefixItems[0].type",
+               "unknown type 'strin' (object, array, string, number, integer, boolean, null)");
+    expect_bad("{\"type\":\"array\",\"prefixItems\":{}}", "prefixItems", "'prefixItems' must be an array of schemas");
+    expect_bad("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems", "'uniqueItems' true is not supported");
 }
 END_TEST
 
@@ -263,12 +479,12 @@ START_TEST(test_tool_calls) {
     bt_grammar_free(g);
     /* a bad parameters schema names the tool and the path */
     const struct bt_tool bad[1] = {
-        {"f", "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"maximum\":3}}}"}};
+        {"f", "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"multipleOf\":3}}}"}};
     ck_assert_int_eq(bt_tool_grammar_build(BT_TOOL_FORMAT_HERMES, bad, 1, -1, 1, &g, &bad_tool, where, sizeof where,
                                            err, sizeof err),
                      BT_ERR_INVALID);
     ck_assert_int_eq(bad_tool, 0);
-    ck_assert_str_eq(where, "properties.x.maximum");
+    ck_assert_str_eq(where, "properties.x.multipleOf");
     /* parse: calls and the text outside them */
     const char *reply = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
                         "</tool_call>\n<tool_call>{\"name\":\"now\",\"arguments\":\"{\\\"tz\\\": 2}\"}</tool_call>\n";
@@ -402,6 +618,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_grammar_refused);
     tcase_add_test(tc, test_schema_texts);
     tcase_add_test(tc, test_schema_bad);
+    tcase_add_test(tc, test_schema_integer_bounds);
+    tcase_add_test(tc, test_schema_pattern);
+    tcase_add_test(tc, test_schema_pattern_bad);
+    tcase_add_test(tc, test_schema_format_tuple);
     tcase_add_test(tc, test_tool_calls);
     tcase_add_test(tc, test_mask_matches_check);
     tcase_add_test(tc, test_fast_path_equals_mask);

@@ -118,8 +118,8 @@ static const struct bad_case k_bad[] = {
      400, "tool_choice", "give one of them"},
     {H,
      "{\"model\":\"tiny\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":1}}}}}]}",
-     400, "tools[0].function.parameters.properties.x.minimum", "the schema keyword 'minimum' is not supported"},
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"multipleOf\":1}}}}}]}",
+     400, "tools[0].function.parameters.properties.x.multipleOf", "the schema keyword 'multipleOf' is not supported"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type",
      "must be 'text', 'json_object' or 'json_schema'"},
     {H, "{\"model\":\"tiny\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",

@@ -17,10 +17,16 @@
 #include "json_schema.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "json_pattern.h"
+
+/* the largest integer of 16 digits, integer_rule's bound */
+#define INT16_DIGITS_MAX 9999999999999999LL
 
 struct ref { /* a $ref already compiled: its rule */
     char *ptr;
@@ -142,6 +148,89 @@ static int32_t integer_rule(bt_json_rules *j) {
     bt_grammar_add_range(g, r, '1', '9');
     bt_grammar_add_ref(g, r, rest);
     return j->integer = r;
+}
+
+/* The n-digit strings from a to b (a <= b, both n digits).  After their
+ * common prefix p and first differing digits x < y, with k digits left:
+ *   p x (a's rest .. 9{k}) | p [x+1 .. y-1] [0-9]{k} | p y (0{k} .. b's rest)
+ * where a rest of zeros joins x to the middle and a rest of nines y. */
+static int32_t digits_between(bt_grammar *g, const char *a, const char *b, int n) {
+    int i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    int32_t r = bt_grammar_add_rule(g);
+    if (r < 0) return -1;
+    if (i >= n - 1) {
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_lit(g, r, a, (size_t)i);
+        if (i < n) bt_grammar_add_range(g, r, (uint8_t)a[i], (uint8_t)b[i]);
+        return r;
+    }
+    int k = n - i - 1;
+    char zeros[24], nines[24];
+    memset(zeros, '0', (size_t)k);
+    memset(nines, '9', (size_t)k);
+    bool a_low = !memcmp(a + i + 1, zeros, (size_t)k), b_high = !memcmp(b + i + 1, nines, (size_t)k);
+    char lo = (char)(a_low ? a[i] : a[i] + 1), hi = (char)(b_high ? b[i] : b[i] - 1);
+    /* each side: its first digit and the range of its rest */
+    const char *const side[2][3] = {{a_low ? NULL : a, a + i + 1, nines}, {b_high ? NULL : b, zeros, b + i + 1}};
+    for (int q = 0; q < 2; q++) {
+        if (!side[q][0]) continue;
+        int32_t rest = digits_between(g, side[q][1], side[q][2], k);
+        if (rest < 0) return -1;
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_lit(g, r, a, (size_t)i);
+        bt_grammar_add_lit(g, r, side[q][0] + i, 1);
+        bt_grammar_add_ref(g, r, rest);
+    }
+    if (lo <= hi) {
+        int32_t any = digits(g, '0', k, k);
+        if (any < 0) return -1;
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_lit(g, r, a, (size_t)i);
+        bt_grammar_add_range(g, r, (uint8_t)lo, (uint8_t)hi);
+        bt_grammar_add_ref(g, r, any);
+    }
+    return r;
+}
+
+/* the integers lo..hi written without sign (0 <= lo <= hi <= INT16_DIGITS_MAX):
+ * one alternative per count of digits */
+static int32_t naturals_between(bt_grammar *g, int64_t lo, int64_t hi) {
+    int32_t r = bt_grammar_add_rule(g);
+    if (r < 0) return -1;
+    int64_t p = 1; /* 10^(d-1) */
+    for (int d = 1; d <= 16; d++, p *= 10) {
+        int64_t first = d == 1 ? 0 : p, a = lo > first ? lo : first, b = hi < 10 * p - 1 ? hi : 10 * p - 1;
+        if (a > b) continue;
+        char sa[24], sb[24];
+        snprintf(sa, sizeof sa, "%lld", (long long)a);
+        snprintf(sb, sizeof sb, "%lld", (long long)b);
+        int32_t x = digits_between(g, sa, sb, d);
+        if (x < 0) return -1;
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_ref(g, r, x);
+    }
+    return r;
+}
+
+/* the integers lo..hi (|lo|, |hi| <= INT16_DIGITS_MAX): "-" (-hi .. -lo) | (lo .. hi), each side where it has one */
+static int32_t integer_between(bt_grammar *g, int64_t lo, int64_t hi) {
+    int32_t r = bt_grammar_add_rule(g);
+    if (r < 0) return -1;
+    if (lo < 0) {
+        int32_t neg = naturals_between(g, hi < 0 ? -hi : 1, -lo);
+        if (neg < 0) return -1;
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_lit(g, r, "-", 1);
+        bt_grammar_add_ref(g, r, neg);
+    }
+    if (hi >= 0) {
+        int32_t pos = naturals_between(g, lo > 0 ? lo : 0, hi);
+        if (pos < 0) return -1;
+        bt_grammar_add_alt(g, r);
+        bt_grammar_add_ref(g, r, pos);
+    }
+    return r;
 }
 
 /* integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? */
@@ -461,24 +550,179 @@ out:
     return c->failed ? -1 : r;
 }
 
+/* "[" ws item_0 ws ("," ws item_i ws)* "]": exactly the schemas of the array s[key], as llama.cpp */
+static int32_t tuple_schema(struct ctx *c, json_t *s, const char *key) {
+    json_t *a = json_object_get(s, key), *items = json_object_get(s, "items");
+    const char *other = strcmp(key, "items") && items && !json_is_false(items) ? "items"
+                        : json_object_get(s, "minItems")                       ? "minItems"
+                        : json_object_get(s, "maxItems")                       ? "maxItems"
+                                                                               : NULL;
+    if (other) {
+        path_push(c, "%s%s", c->plen ? "." : "", other);
+        return bad(c, "'%s' beside '%s' (a tuple of exactly its schemas) is not supported", other, key);
+    }
+    if (json_array_size(a) > BT_JSON_SCHEMA_MAX_COUNT) {
+        path_push(c, "%s%s", c->plen ? "." : "", key);
+        return bad(c, "'%s' must be an array of at most %d schemas", key, BT_JSON_SCHEMA_MAX_COUNT);
+    }
+    int32_t ws = bt_json_ws_rule(c->j), r = bt_grammar_add_rule(c->g);
+    if (ws < 0 || r < 0) return grammar_bad(c);
+    bt_grammar_add_alt(c->g, r);
+    bt_grammar_add_lit(c->g, r, "[", 1);
+    bt_grammar_add_ref(c->g, r, ws);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        size_t keep = c->plen;
+        path_push(c, "%s%s", c->plen ? "." : "", key);
+        int32_t x = visit_index(c, json_array_get(a, i), i);
+        if (x < 0) return -1;
+        c->path[c->plen = keep] = '\0';
+        if (i) {
+            bt_grammar_add_lit(c->g, r, ",", 1);
+            bt_grammar_add_ref(c->g, r, ws);
+        }
+        bt_grammar_add_ref(c->g, r, x);
+        bt_grammar_add_ref(c->g, r, ws);
+    }
+    bt_grammar_add_lit(c->g, r, "]", 1);
+    return bt_grammar_error(c->g)[0] ? grammar_bad(c) : r;
+}
+
 static int32_t array_schema(struct ctx *c, json_t *s) {
+    json_t *u = json_object_get(s, "uniqueItems"), *items = json_object_get(s, "items");
+    if (u && !json_is_false(u)) {
+        path_push(c, "%suniqueItems", c->plen ? "." : "");
+        return bad(c, json_is_true(u) ? "'uniqueItems' true is not supported" : "'uniqueItems' must be a boolean");
+    }
+    json_t *pre = json_object_get(s, "prefixItems");
+    if (pre && !json_is_array(pre)) {
+        path_push(c, "%sprefixItems", c->plen ? "." : "");
+        return bad(c, "'prefixItems' must be an array of schemas");
+    }
+    if (pre || json_is_array(items)) return tuple_schema(c, s, pre ? "prefixItems" : "items");
     int64_t min = 0, max = -1;
     if (!count_of(c, s, "minItems", &min) || !count_of(c, s, "maxItems", &max)) return -1;
     if (max >= 0 && max < min)
         return bad(c, "'maxItems' %lld is below 'minItems' %lld", (long long)max, (long long)min);
-    json_t *items = json_object_get(s, "items");
     int32_t item = items ? visit_key(c, items, "items") : bt_json_value_rule(c->j);
     if (item < 0) return c->failed ? -1 : grammar_bad(c);
     int32_t r = list_rule(c->j, "[", "]", item, min, max);
     return r < 0 ? grammar_bad(c) : r;
 }
 
+/* The pattern of a string format llama.cpp's converter knows (uuid1 to
+ * uuid5 are uuid), or NULL: a format not known is only an annotation. */
+#define FORMAT_DATE "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+#define FORMAT_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{3})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+static const char *format_pattern(json_t *format) {
+    static const char *const known[][2] = {
+        {"date", "^" FORMAT_DATE "$"},
+        {"time", "^" FORMAT_TIME "$"},
+        {"date-time", "^" FORMAT_DATE "T" FORMAT_TIME "$"},
+        {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    };
+    const char *f = json_string_value(format);
+    if (!f) return NULL;
+    if (!strncmp(f, "uuid", 4) && f[4] >= '1' && f[4] <= '5' && !f[5]) f = "uuid";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(f, known[i][0])) return known[i][1];
+    return NULL;
+}
+
+/* '"' body '"' with the body what pattern[0..len) matches; key: where it came from */
+static int32_t pattern_string(struct ctx *c, const char *pattern, size_t len, const char *key) {
+    int32_t ch = char_rule(c->j);
+    if (ch < 0) return grammar_bad(c);
+    char msg[256];
+    size_t at;
+    int32_t body = bt_json_pattern_rule(c->g, ch, pattern, len, &at, msg, sizeof msg);
+    if (body < 0 && msg[0]) {
+        path_push(c, "%s%s", c->plen ? "." : "", key);
+        return bad(c, "'%s' at offset %zu: %s", key, at, msg);
+    }
+    int32_t r = body < 0 ? -1 : bt_grammar_add_rule(c->g);
+    if (r < 0) return grammar_bad(c);
+    bt_grammar_add_alt(c->g, r);
+    bt_grammar_add_lit(c->g, r, "\"", 1);
+    bt_grammar_add_ref(c->g, r, body);
+    bt_grammar_add_lit(c->g, r, "\"", 1);
+    return r;
+}
+
+/* a string: by its pattern, or its known format, or its length; one of them only */
 static int32_t string_schema(struct ctx *c, json_t *s) {
     int64_t min = 0, max = -1;
     if (!count_of(c, s, "minLength", &min) || !count_of(c, s, "maxLength", &max)) return -1;
     if (max >= 0 && max < min)
         return bad(c, "'maxLength' %lld is below 'minLength' %lld", (long long)max, (long long)min);
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    const char *wrong = pat && !json_is_string(pat) ? "pattern" : fmt && !json_is_string(fmt) ? "format" : NULL;
+    if (wrong) {
+        path_push(c, "%s%s", c->plen ? "." : "", wrong);
+        return bad(c, "'%s' must be a string", wrong);
+    }
+    const char *fp = format_pattern(fmt), *by = pat ? "pattern" : fp ? "format" : NULL;
+    if (by) {
+        const char *other = pat && fp                           ? "format"
+                            : json_object_get(s, "minLength") ? "minLength"
+                            : json_object_get(s, "maxLength") ? "maxLength"
+                                                              : NULL;
+        if (other) {
+            path_push(c, "%s%s", c->plen ? "." : "", other);
+            return bad(c, "'%s' beside '%s' is not supported", other, by);
+        }
+        return pat ? pattern_string(c, json_string_value(pat), json_string_length(pat), "pattern")
+                   : pattern_string(c, fp, strlen(fp), "format");
+    }
     int32_t r = string_rule(c->j, min, max);
+    return r < 0 ? grammar_bad(c) : r;
+}
+
+/* The integer bound s[key] rounded inwards (up: to the next integer up)
+ * and clamped to +-(INT16_DIGITS_MAX + 1) into *v: 1; 0 when absent; -1 when it is not a number. */
+static int int_bound(struct ctx *c, json_t *s, const char *key, bool up, int64_t *v) {
+    json_t *x = json_object_get(s, key);
+    if (!x) return 0;
+    if (!json_is_number(x)) {
+        path_push(c, "%s%s", c->plen ? "." : "", key);
+        bad(c, "'%s' must be a number", key);
+        return -1;
+    }
+    const int64_t lim = INT16_DIGITS_MAX + 1;
+    if (json_is_integer(x)) {
+        json_int_t i = json_integer_value(x);
+        *v = i > lim ? lim : i < -lim ? -lim : (int64_t)i;
+    } else {
+        double d = up ? ceil(json_real_value(x)) : floor(json_real_value(x));
+        *v = d > (double)lim ? lim : d < -(double)lim ? -lim : (int64_t)d;
+    }
+    return 1;
+}
+
+/* an integer within minimum, exclusiveMinimum, maximum, exclusiveMaximum (every one given) */
+static int32_t integer_schema(struct ctx *c, json_t *s) {
+    static const struct {
+        const char *key;
+        bool up, low;
+        int add;
+    } b[4] = {{"minimum", true, true, 0},
+              {"exclusiveMinimum", false, true, 1},
+              {"maximum", false, false, 0},
+              {"exclusiveMaximum", true, false, -1}};
+    int64_t lo = -INT16_DIGITS_MAX, hi = INT16_DIGITS_MAX, v;
+    bool bounded = false;
+    for (int i = 0; i < 4; i++) {
+        int got = int_bound(c, s, b[i].key, b[i].up, &v);
+        if (got < 0) return -1;
+        if (!got) continue;
+        bounded = true;
+        v += b[i].add;
+        if (b[i].low && v > lo) lo = v;
+        if (!b[i].low && v < hi) hi = v;
+    }
+    if (lo > hi)
+        return bad(c, "no integer of at most 16 digits is within the bounds (from %lld to %lld)", (long long)lo,
+                   (long long)hi);
+    int32_t r = bounded ? integer_between(c->g, lo, hi) : integer_rule(c->j);
     return r < 0 ? grammar_bad(c) : r;
 }
 
@@ -491,7 +735,7 @@ static int32_t typed(struct ctx *c, json_t *s, const char *t) {
     if (!strcmp(t, "number"))
         r = number_rule(c->j);
     else if (!strcmp(t, "integer"))
-        r = integer_rule(c->j);
+        return integer_schema(c, s);
     else if (!strcmp(t, "boolean") || !strcmp(t, "null")) {
         r = bt_grammar_add_rule(c->g);
         if (r >= 0) {
@@ -513,7 +757,8 @@ static int32_t typed(struct ctx *c, json_t *s, const char *t) {
 static const char *const k_known[] = {
     /* compiled */
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
-    "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "prefixItems", "uniqueItems",
     /* annotations, ignored */
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs", "definitions", "deprecated",
     "readOnly", "writeOnly", NULL};
@@ -621,7 +866,10 @@ static int32_t visit_object(struct ctx *c, json_t *s) {
     if (!type) { /* the type from the keywords present, else any value */
         if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties"))
             return typed(c, s, "object");
-        if (json_object_get(s, "items")) return typed(c, s, "array");
+        if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) return typed(c, s, "array");
+        if (json_object_get(s, "pattern") || json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
+            format_pattern(json_object_get(s, "format")))
+            return typed(c, s, "string");
         int32_t r = bt_json_value_rule(c->j);
         return r < 0 ? grammar_bad(c) : r;
     }

@@ -5,14 +5,24 @@
  * Supported: type (one or a list of object, array, string, number, integer,
  * boolean, null), properties / required / additionalProperties (absent or
  * false: no other keys, as llama.cpp's converter; true or a schema: other
- * keys after the listed ones), items / minItems / maxItems, minLength /
- * maxLength, enum, const, anyOf, oneOf (as anyOf: exclusivity is not
- * checked), allOf of one schema, $ref to a JSON pointer in the same document
- * ("#/$defs/Name", "#/definitions/Name", "#"); the annotations title,
- * description, default, examples, $schema, $id, $comment, $defs,
- * definitions, deprecated, readOnly, writeOnly are ignored.  Every other
- * keyword (pattern, format, minimum, ...) is refused with its path, rather
- * than an output that might break it.
+ * keys after the listed ones), items / minItems / maxItems, prefixItems (or
+ * items as an array: a tuple of exactly those schemas, as llama.cpp),
+ * uniqueItems false, minLength / maxLength, pattern (json_pattern.h),
+ * format (date, time, date-time, uuid and uuid1..uuid5 with llama.cpp's
+ * rules; any other format is an annotation, as llama.cpp), minimum /
+ * maximum / exclusiveMinimum / exclusiveMaximum on integers (every integer
+ * of at most 16 digits within them and no other; a fractional bound
+ * rounded inwards; on numbers they are not enforced, as llama.cpp), enum,
+ * const, anyOf, oneOf (as anyOf: exclusivity is not checked), allOf of one
+ * schema, $ref to a JSON pointer in the same document ("#/$defs/Name",
+ * "#/definitions/Name", "#"); the annotations title, description, default,
+ * examples, $schema, $id, $comment, $defs, definitions, deprecated,
+ * readOnly, writeOnly are ignored.  A string takes one of pattern, a known
+ * format, or lengths: two of them together are refused, as is every other
+ * keyword (multipleOf, minProperties, uniqueItems true, not, ...), with
+ * its path, rather than an output that might break it.  Without a type,
+ * properties or additionalProperties make an object, items or prefixItems
+ * an array, pattern, a known format or a length a string.
  *
  * Properties come in the schema's order; a required one must appear, an
  * optional one may be left out.  Numbers have at most 16 integer and 16

@@ -19,7 +19,8 @@ clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/seeds"
 if ! command -v "$clang" >/dev/null 2>&1 ||
     ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" \
-        "$root/src/text/grammar.c" "$root/src/text/json_schema.c" "$root/src/tensor.c" "$root/src/quants.c" \
+        "$root/src/text/grammar.c" "$root/src/text/json_schema.c" "$root/src/text/json_pattern.c" \
+        "$root/src/tensor.c" "$root/src/quants.c" \
         "$root/src/iq_grids.c" "$here/fuzz_json_schema.c" -ljansson -lm -o "$out/fuzz_json_schema" \
         2>"$out/build.log"; then
     echo "fuzz: clang with libFuzzer not available, skipped (see $out/build.log)"
