@@ -27,10 +27,14 @@
  * error: bt_transport_mpi_init says on rank 0's stderr when the run goes on
  * without the watchdog or the progress thread (no MPI_THREAD_MULTIPLE, or
  * the watchdog thread did not start), which
- * the user must see (transport.h).  Two aborts only: BT_ASSERT on a broken
- * invariant inside baton, and a failure
- * in the middle of the distributed pipeline, which must stop every rank
- * (dist.h says which).
+ * the user must see (transport.h).  A device's failure inside a call that
+ * returns nothing (a copy whose cudaMemcpy fails) is kept on the device and
+ * returned by its next graph computation (cuda_backend.c).  Two aborts only,
+ * each after writing its reason to stderr: BT_ASSERT on a broken invariant
+ * inside baton, and a failure in the middle of the distributed pipeline,
+ * which must stop every rank (dist.h says which; the engine's ranks out of
+ * step with rank 0, and the watchdog's peer silent past its limit, are such
+ * failures).
  *
  * The core library (libbaton) needs neither MPI nor libyaml; the
  * distributed runtime's transports and topology files are libbaton_mpi and

@@ -7,22 +7,48 @@
  * status (MUL_MAT_ID always waits, to group tokens by expert on the host).
  *
  * Failures of the world inside a void vtable slot (a set_tensor whose
- * cudaMemcpy fails: a lost device) abort with the CUDA message; failures a
- * caller can act on (no device, out of memory, a bad id) are statuses. */
+ * cudaMemcpy fails: a kernel's fault surfacing, a lost device) mark the
+ * device failed (device_fail): that call and every later copy on the device
+ * do nothing, and the next graph computation on it returns BT_ERR_IO with the
+ * CUDA message, so the program stops with a status and never aborts (such an
+ * error leaves the device's context unusable anyway).  Failures a caller can
+ * act on (no device, out of memory, a bad id) are statuses at once. */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cuda_impl.h"
 
-#define CUDA_ABORT_ON_ERROR(call)                                                                   \
-    do {                                                                                            \
-        const cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: CUDA error in %s: %s\n", __FILE__, __LINE__, #call,             \
-                    cudaGetErrorString(err_));                                                      \
-            abort();                                                                                \
-        }                                                                                           \
+/* ---- a failed device ---------------------------------------------------------- */
+
+static struct {
+    atomic_int failed;
+    pthread_mutex_t lock;
+    char msg[320]; /* the first failure, kept */
+} g_dev[BT_CUDA_MAX_DEVICES] = {[0 ... BT_CUDA_MAX_DEVICES - 1] = {0, PTHREAD_MUTEX_INITIALIZER, ""}};
+
+static bool device_failed(int dev) { return dev >= 0 && dev < BT_CUDA_MAX_DEVICES && atomic_load(&g_dev[dev].failed); }
+
+/* e == cudaSuccess: true; else the device is marked failed with "CUDAdev: what: message" */
+static bool device_ok(int dev, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return true;
+    if (dev < 0 || dev >= BT_CUDA_MAX_DEVICES) dev = 0;
+    pthread_mutex_lock(&g_dev[dev].lock);
+    if (!atomic_load(&g_dev[dev].failed))
+        snprintf(g_dev[dev].msg, sizeof g_dev[dev].msg, "CUDA%d: %s: %s (the device is unusable from here on)", dev,
+                 what, cudaGetErrorString(e));
+    atomic_store(&g_dev[dev].failed, 1);
+    pthread_mutex_unlock(&g_dev[dev].lock);
+    return false;
+}
+
+/* In a void (or bool) slot: nothing once the device has failed; a failing
+ * call marks it failed and ends the slot (returning the rest, if any). */
+#define CUDA_OR_FAIL(dev, call, ...)                                                  \
+    do {                                                                              \
+        if (device_failed(dev) || !device_ok((dev), (call), #call)) return __VA_ARGS__; \
     } while (0)
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -98,20 +124,23 @@ static void *cuda_buffer_get_base(bt_buffer_t buffer) { return cbuf(buffer)->bas
 
 static void cuda_buffer_memset_tensor(bt_buffer_t buffer, struct bt_tensor *tensor, uint8_t value, size_t offset,
                                       size_t size) {
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(cbuf(buffer)->device));
-    CUDA_ABORT_ON_ERROR(cudaMemset((char *)tensor->data + offset, value, size));
+    const int dev = cbuf(buffer)->device;
+    CUDA_OR_FAIL(dev, cudaSetDevice(dev));
+    CUDA_OR_FAIL(dev, cudaMemset((char *)tensor->data + offset, value, size));
 }
 
 static void cuda_buffer_set_tensor(bt_buffer_t buffer, struct bt_tensor *tensor, const void *data, size_t offset,
                                    size_t size) {
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(cbuf(buffer)->device));
-    CUDA_ABORT_ON_ERROR(cudaMemcpy((char *)tensor->data + offset, data, size, cudaMemcpyHostToDevice));
+    const int dev = cbuf(buffer)->device;
+    CUDA_OR_FAIL(dev, cudaSetDevice(dev));
+    CUDA_OR_FAIL(dev, cudaMemcpy((char *)tensor->data + offset, data, size, cudaMemcpyHostToDevice));
 }
 
 static void cuda_buffer_get_tensor(bt_buffer_t buffer, const struct bt_tensor *tensor, void *data, size_t offset,
                                    size_t size) {
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(cbuf(buffer)->device));
-    CUDA_ABORT_ON_ERROR(cudaMemcpy(data, (const char *)tensor->data + offset, size, cudaMemcpyDeviceToHost));
+    const int dev = cbuf(buffer)->device;
+    CUDA_OR_FAIL(dev, cudaSetDevice(dev));
+    CUDA_OR_FAIL(dev, cudaMemcpy(data, (const char *)tensor->data + offset, size, cudaMemcpyDeviceToHost));
 }
 
 static bt_buffer_t tensor_buffer(const struct bt_tensor *t) { return t->view_src ? t->view_src->buffer : t->buffer; }
@@ -127,24 +156,25 @@ static bool cuda_buffer_cpy_tensor(bt_buffer_t buffer, const struct bt_tensor *s
     if (bt_buffer_is_cuda(sb)) {
         const int sdev = cbuf(sb)->device;
         if (sdev == ddev) {
-            CUDA_ABORT_ON_ERROR(cudaSetDevice(ddev));
-            CUDA_ABORT_ON_ERROR(cudaMemcpy(dst->data, src->data, n, cudaMemcpyDeviceToDevice));
+            CUDA_OR_FAIL(ddev, cudaSetDevice(ddev), true);
+            CUDA_OR_FAIL(ddev, cudaMemcpy(dst->data, src->data, n, cudaMemcpyDeviceToDevice), true);
         } else {
-            CUDA_ABORT_ON_ERROR(cudaMemcpyPeer(dst->data, ddev, src->data, sdev, n));
+            CUDA_OR_FAIL(ddev, cudaMemcpyPeer(dst->data, ddev, src->data, sdev, n), true);
         }
         return true;
     }
     if (!sb || bt_buffer_is_host(sb)) {
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(ddev));
-        CUDA_ABORT_ON_ERROR(cudaMemcpy(dst->data, src->data, n, cudaMemcpyHostToDevice));
+        CUDA_OR_FAIL(ddev, cudaSetDevice(ddev), true);
+        CUDA_OR_FAIL(ddev, cudaMemcpy(dst->data, src->data, n, cudaMemcpyHostToDevice), true);
         return true;
     }
     return false;
 }
 
 static void cuda_buffer_clear(bt_buffer_t buffer, uint8_t value) {
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(cbuf(buffer)->device));
-    CUDA_ABORT_ON_ERROR(cudaMemset(cbuf(buffer)->base, value, buffer->size));
+    const int dev = cbuf(buffer)->device;
+    CUDA_OR_FAIL(dev, cudaSetDevice(dev));
+    CUDA_OR_FAIL(dev, cudaMemset(cbuf(buffer)->base, value, buffer->size));
 }
 
 static const struct bt_buffer_i cuda_buffer_i = {
@@ -246,8 +276,9 @@ static bool pinned_cpy_tensor(bt_buffer_t buffer, const struct bt_tensor *src, s
     (void)buffer;
     bt_buffer_t sb = tensor_buffer(src);
     if (bt_buffer_is_cuda(sb)) {
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(cbuf(sb)->device));
-        CUDA_ABORT_ON_ERROR(cudaMemcpy(dst->data, src->data, bt_nbytes(src), cudaMemcpyDeviceToHost));
+        const int dev = cbuf(sb)->device;
+        CUDA_OR_FAIL(dev, cudaSetDevice(dev), true);
+        CUDA_OR_FAIL(dev, cudaMemcpy(dst->data, src->data, bt_nbytes(src), cudaMemcpyDeviceToHost), true);
         return true;
     }
     if (sb && !bt_buffer_is_host(sb)) return false;
@@ -392,17 +423,17 @@ static bt_buffer_type_t cuda_get_host_buffer_type(bt_backend_t backend) {
 static void cuda_set_tensor_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data, size_t offset,
                                   size_t size) {
     struct bt_cuda_ctx *c = bctx(backend);
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(c->device));
-    CUDA_ABORT_ON_ERROR(
-        cudaMemcpyAsync((char *)tensor->data + offset, data, size, cudaMemcpyHostToDevice, c->stream));
+    CUDA_OR_FAIL(c->device, cudaSetDevice(c->device));
+    CUDA_OR_FAIL(c->device,
+                 cudaMemcpyAsync((char *)tensor->data + offset, data, size, cudaMemcpyHostToDevice, c->stream));
 }
 
 static void cuda_get_tensor_async(bt_backend_t backend, const struct bt_tensor *tensor, void *data, size_t offset,
                                   size_t size) {
     struct bt_cuda_ctx *c = bctx(backend);
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(c->device));
-    CUDA_ABORT_ON_ERROR(
-        cudaMemcpyAsync(data, (const char *)tensor->data + offset, size, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_OR_FAIL(c->device, cudaSetDevice(c->device));
+    CUDA_OR_FAIL(c->device,
+                 cudaMemcpyAsync(data, (const char *)tensor->data + offset, size, cudaMemcpyDeviceToHost, c->stream));
 }
 
 /* Between two CUDA backends (device buffers on both sides): the copy runs on
@@ -414,30 +445,32 @@ static bool cuda_cpy_tensor_async(bt_backend_t backend_src, bt_backend_t backend
     if (!bt_buffer_is_cuda(tensor_buffer(src)) || !bt_buffer_is_cuda(tensor_buffer(dst))) return false;
     struct bt_cuda_ctx *cs = bctx(backend_src), *cd = bctx(backend_dst);
     const size_t n = bt_nbytes(src);
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(cs->device));
+    /* (a failure marks the device whose call failed; true: the copy is this backend's, failed or not) */
+    CUDA_OR_FAIL(cs->device, cudaSetDevice(cs->device), true);
     if (backend_src != backend_dst) {
         /* the destination may still be reading dst from the last micro-batch */
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(cd->device));
-        CUDA_ABORT_ON_ERROR(cudaEventRecord(cd->copy_event, cd->stream));
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(cs->device));
-        CUDA_ABORT_ON_ERROR(cudaStreamWaitEvent(cs->stream, cd->copy_event, 0));
+        CUDA_OR_FAIL(cd->device, cudaSetDevice(cd->device), true);
+        CUDA_OR_FAIL(cd->device, cudaEventRecord(cd->copy_event, cd->stream), true);
+        CUDA_OR_FAIL(cs->device, cudaSetDevice(cs->device), true);
+        CUDA_OR_FAIL(cs->device, cudaStreamWaitEvent(cs->stream, cd->copy_event, 0), true);
     }
     if (cs->device == cd->device)
-        CUDA_ABORT_ON_ERROR(cudaMemcpyAsync(dst->data, src->data, n, cudaMemcpyDeviceToDevice, cs->stream));
+        CUDA_OR_FAIL(cs->device, cudaMemcpyAsync(dst->data, src->data, n, cudaMemcpyDeviceToDevice, cs->stream), true);
     else
-        CUDA_ABORT_ON_ERROR(cudaMemcpyPeerAsync(dst->data, cd->device, src->data, cs->device, n, cs->stream));
+        CUDA_OR_FAIL(cs->device, cudaMemcpyPeerAsync(dst->data, cd->device, src->data, cs->device, n, cs->stream),
+                     true);
     if (backend_src != backend_dst) {
-        CUDA_ABORT_ON_ERROR(cudaEventRecord(cs->copy_event, cs->stream));
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(cd->device));
-        CUDA_ABORT_ON_ERROR(cudaStreamWaitEvent(cd->stream, cs->copy_event, 0));
+        CUDA_OR_FAIL(cs->device, cudaEventRecord(cs->copy_event, cs->stream), true);
+        CUDA_OR_FAIL(cd->device, cudaSetDevice(cd->device), true);
+        CUDA_OR_FAIL(cd->device, cudaStreamWaitEvent(cd->stream, cs->copy_event, 0), true);
     }
     return true;
 }
 
 static void cuda_synchronize(bt_backend_t backend) {
     struct bt_cuda_ctx *c = bctx(backend);
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(c->device));
-    CUDA_ABORT_ON_ERROR(cudaStreamSynchronize(c->stream));
+    CUDA_OR_FAIL(c->device, cudaSetDevice(c->device));
+    CUDA_OR_FAIL(c->device, cudaStreamSynchronize(c->stream));
 }
 
 /* Read the device error word (after the graph's kernels) and turn a bad id
@@ -462,6 +495,12 @@ static enum bt_status check_ids(struct bt_cuda_ctx *c, const struct bt_graph *gr
 static enum bt_status cuda_graph_compute(bt_backend_t backend, struct bt_graph *graph) {
     struct bt_cuda_ctx *c = bctx(backend);
     c->error[0] = '\0';
+    if (device_failed(c->device)) { /* an earlier copy failed (device_fail) */
+        pthread_mutex_lock(&g_dev[c->device].lock);
+        bt_cuda_fail(c, BT_ERR_IO, "%s", g_dev[c->device].msg);
+        pthread_mutex_unlock(&g_dev[c->device].lock);
+        return BT_ERR_IO;
+    }
     enum bt_status s = bt_cuda_check(c, cudaSetDevice(c->device), "cudaSetDevice");
     if (s != BT_OK) return s;
     c->ids_checked = false;
@@ -515,8 +554,8 @@ static void cuda_event_free(bt_event_t event) {
 
 static void cuda_event_record(bt_event_t event, bt_backend_t backend) {
     struct bt_cuda_ctx *c = bctx(backend);
-    CUDA_ABORT_ON_ERROR(cudaSetDevice(c->device));
-    CUDA_ABORT_ON_ERROR(cudaEventRecord((cudaEvent_t)event->context, c->stream));
+    CUDA_OR_FAIL(c->device, cudaSetDevice(c->device));
+    CUDA_OR_FAIL(c->device, cudaEventRecord((cudaEvent_t)event->context, c->stream));
 }
 
 /* The backend's stream waits for an event of a CUDA backend (any device);
@@ -524,15 +563,16 @@ static void cuda_event_record(bt_event_t event, bt_backend_t backend) {
 static void cuda_event_wait(bt_backend_t backend, bt_event_t event) {
     struct bt_cuda_ctx *c = bctx(backend);
     if (bt_backend_is_cuda(event->backend)) {
-        CUDA_ABORT_ON_ERROR(cudaSetDevice(c->device));
-        CUDA_ABORT_ON_ERROR(cudaStreamWaitEvent(c->stream, (cudaEvent_t)event->context, 0));
+        CUDA_OR_FAIL(c->device, cudaSetDevice(c->device));
+        CUDA_OR_FAIL(c->device, cudaStreamWaitEvent(c->stream, (cudaEvent_t)event->context, 0));
     } else {
         bt_event_synchronize(event);
     }
 }
 
 static void cuda_event_synchronize(bt_event_t event) {
-    CUDA_ABORT_ON_ERROR(cudaEventSynchronize((cudaEvent_t)event->context));
+    CUDA_OR_FAIL(bt_backend_is_cuda(event->backend) ? bctx(event->backend)->device : 0,
+                 cudaEventSynchronize((cudaEvent_t)event->context));
 }
 
 static const char *cuda_get_error(bt_backend_t backend) { return bctx(backend)->error; }
