@@ -198,26 +198,16 @@ def write(name, wtype, path, brk, vocab=None):
         if shared:
             w.add_uint32(f"{arch}.expert_shared_feed_forward_length", N_FF_SH)
 
-    def mat(*shape):  # numpy shape (.., out, in): GGUF ne = reversed
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
-
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    mat, vec = makers(rng)
 
     put = put_fn(w, wtype, brk, oss)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    if name not in ("qwen3", "gemma3"):  # their files tie the output to token_embd
-        put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, name not in ("qwen3", "gemma3"))  # their files tie the output to token_embd
     for il in range(N_LAYER):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
-        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
-        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put_attn(put, mat, b, q_dim, kv_dim)
         if bias:
             put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
             put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
@@ -237,9 +227,7 @@ def write(name, wtype, path, brk, vocab=None):
             put(b + "post_attention_norm.weight", vec(N_EMBD), False)
             put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
             put(b + "ffn_gate_inp.bias", vec(N_EXPERT, 0.0, 1.0), False)
-            put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-            put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-            put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+            put_experts(put, mat, b, N_EXPERT)
             # biases of 6 around 0: gate and up values past the clamp's 7
             put(b + "ffn_gate_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
             put(b + "ffn_up_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
@@ -252,14 +240,50 @@ def write(name, wtype, path, brk, vocab=None):
             put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
             continue
         put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, N_EXPERT)
         if shared:
             put(b + "ffn_gate_inp_shexp.weight", mat(N_EMBD), False)
             put(b + "ffn_gate_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_up_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_down_shexp.weight", mat(N_EMBD, N_FF_SH))
+    finish(w)
+
+
+def makers(rng):
+    """mat(*shape): a random matrix in numpy's shape (.., out, in), GGUF's ne
+    reversed, scaled by 1.7 / sqrt(in); vec(n): n values around a value"""
+    def mat(*shape):
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    return mat, vec
+
+
+def put_globals(put, rng, mat, vec, output):
+    """token_embd, output_norm and (unless tied) output"""
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    if output:
+        put("output.weight", mat(N_VOCAB, N_EMBD))
+
+
+def put_attn(put, mat, b, q_dim, kv_dim):
+    """a layer's q, k, v and output matrices"""
+    put(b + "attn_q.weight", mat(q_dim, N_EMBD))
+    put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
+    put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
+    put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+
+
+def put_experts(put, mat, b, n_expert):
+    """a layer's routed experts, stacked: gate, up [E, ff, d], down [E, d, ff]"""
+    put(b + "ffn_gate_exps.weight", mat(n_expert, N_FF_EXP, N_EMBD))
+    put(b + "ffn_up_exps.weight", mat(n_expert, N_FF_EXP, N_EMBD))
+    put(b + "ffn_down_exps.weight", mat(n_expert, N_EMBD, N_FF_EXP))
+
+
+def finish(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -334,15 +358,9 @@ def write_deepseek(name, wtype, w, rng, brk):
         w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
     put = put_fn(w, wtype, brk)
 
-    def mat(*shape):
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+    mat, vec = makers(rng)
 
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
-
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, True)
     for il in range(N_LAYER):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
@@ -370,17 +388,12 @@ def write_deepseek(name, wtype, w, rng, brk):
         put(b + "ffn_gate_inp.weight", mat(D_EXPERT, N_EMBD) * 4, False)
         if not lite:
             put(b + "exp_probs_b.bias", vec(D_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(D_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, D_EXPERT)
         fs = N_FF_EXP * D_SHARED
         put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_down_shexp.weight", mat(N_EMBD, fs))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_glm(wtype, w, rng, brk):
@@ -414,23 +427,14 @@ def write_glm(wtype, w, rng, brk):
         w.add_array(f"{a}.rope.dimension_sections", [8, 4, 4, 0])
     put = put_fn(w, wtype, brk)
 
-    def mat(*shape):
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
-
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    mat, vec = makers(rng)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, True)
     for il in range(n_all):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
-        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
-        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put_attn(put, mat, b, q_dim, kv_dim)
         put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
         put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
         put(b + "attn_v.bias", vec(kv_dim, 0.0, 0.5), False)
@@ -445,9 +449,7 @@ def write_glm(wtype, w, rng, brk):
         put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
         if not (brk == "probsb" and il == 1):
             put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, N_EXPERT)
         fs = N_FF_EXP * M_SHARED
         put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
@@ -457,10 +459,7 @@ def write_glm(wtype, w, rng, brk):
             put(b + "nextn.enorm.weight", vec(N_EMBD), False)
             put(b + "nextn.hnorm.weight", vec(N_EMBD), False)
             put(b + "nextn.shared_head_norm.weight", vec(N_EMBD), False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_minimax(wtype, w, rng, brk):
@@ -492,37 +491,22 @@ def write_minimax(wtype, w, rng, brk):
     w.add_uint32(f"{a}.rope.dimension_count", X_ROT)
     put = put_fn(w, wtype, brk)
 
-    def mat(*shape):
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
-
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    mat, vec = makers(rng)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    if brk != "tied":
-        put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, brk != "tied")
     for il in range(N_LAYER):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
-        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
-        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put_attn(put, mat, b, q_dim, kv_dim)
         put(b + "attn_q_norm.weight", vec(q_dim), False)
         put(b + "attn_k_norm.weight", vec(kv_dim), False)
         put(b + "ffn_norm.weight", vec(N_EMBD), False)
         put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
         if not (brk == "probsb" and il == 1):
             put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        put_experts(put, mat, b, N_EXPERT)
+    finish(w)
 
 
 # ---- the reference ----------------------------------------------------------
@@ -724,6 +708,28 @@ def forward_deepseek(name, t, tokens, hidden=False):
     return x if hidden else x @ t["output.weight"].T
 
 
+def partial_rope(x, pos, n_rot, base):
+    """x [T, heads, hd]: the first n_rot of each head rotated (rotate_half
+    pairs, inv_freq base^(-2i/n_rot)), the rest passed through"""
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    return np.concatenate([rope_inv(x[..., :n_rot], pos, "neox", inv), x[..., n_rot:]], axis=-1)
+
+
+def causal_attention(q, k, v):
+    """q [T, H, hd], k and v [T, Hk, hd]: each head's causal softmax
+    attention, scale hd^-0.5, its kv head shared by H / Hk query heads:
+    [T, H * hd]"""
+    T, H, hd = q.shape
+    group = H // k.shape[1]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    att = np.zeros((T, H, hd))
+    for hh in range(H):
+        s = np.where(causal, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        att[:, hh] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hh // group]
+    return att.reshape(T, H * hd)
+
+
 def forward_glm(t, tokens, hidden=False):
     """GLM-4.5 as transformers' modeling_glm4_moe computes it: q, k, v with
     biases, q and k RMS-normed per head, rotate_half rotary on the first
@@ -739,24 +745,14 @@ def forward_glm(t, tokens, hidden=False):
     pos = np.arange(T)
     hd = SPEC["glm4moe"][7]
     x = t["token_embd.weight"][tokens]
-    group = N_HEAD // N_HEAD_KV
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    inv = M_ROPE_BASE ** (-np.arange(0, M_ROT, 2, dtype=np.float64) / M_ROT)
     for il in range(N_LAYER):
         b = f"blk.{il}."
         h = rms(x, t[b + "attn_norm.weight"])
         q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t[b + f"attn_{n}.bias"] for n in "qkv")
         q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
         q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
-        q = np.concatenate([rope_inv(q[..., :M_ROT], pos, "neox", inv), q[..., M_ROT:]], axis=-1)
-        k = np.concatenate([rope_inv(k[..., :M_ROT], pos, "neox", inv), k[..., M_ROT:]], axis=-1)
-        att = np.zeros((T, N_HEAD, hd))
-        for hh in range(N_HEAD):
-            s = np.where(causal, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            p /= p.sum(axis=1, keepdims=True)
-            att[:, hh] = p @ v[:, hh // group]
-        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        q, k = partial_rope(q, pos, M_ROT, M_ROPE_BASE), partial_rope(k, pos, M_ROT, M_ROPE_BASE)
+        x = x + causal_attention(q, k, v) @ t[b + "attn_output.weight"].T
         h = rms(x, t[b + "post_attention_norm.weight"])
         if il < M_DENSE:
             f = silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)
@@ -788,27 +784,16 @@ def forward_minimax(t, tokens, hidden=False):
     routing weights sigmoid(gate(h)) in float, the top-k of those plus
     e_score_correction_bias, the chosen unbiased weights divided by their sum;
     each expert w2(silu(w1 h) * w3 h); no shared expert; lm_head its own"""
-    T = len(tokens)
-    pos = np.arange(T)
-    hd = SPEC["minimax-m2"][7]
-    x = t["token_embd.weight"][tokens]
-    group = N_HEAD // N_HEAD_KV
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    inv = X_ROPE_BASE ** (-np.arange(0, X_ROT, 2, dtype=np.float64) / X_ROT)
+    T, hd = len(tokens), SPEC["minimax-m2"][7]
+    pos, x = np.arange(T), t["token_embd.weight"][tokens]
     for il in range(N_LAYER):
         b = f"blk.{il}."
         h = rms(x, t[b + "attn_norm.weight"])
         q = rms(h @ t[b + "attn_q.weight"].T, t[b + "attn_q_norm.weight"]).reshape(T, N_HEAD, hd)
         k = rms(h @ t[b + "attn_k.weight"].T, t[b + "attn_k_norm.weight"]).reshape(T, N_HEAD_KV, hd)
         v = (h @ t[b + "attn_v.weight"].T).reshape(T, N_HEAD_KV, hd)
-        q = np.concatenate([rope_inv(q[..., :X_ROT], pos, "neox", inv), q[..., X_ROT:]], axis=-1)
-        k = np.concatenate([rope_inv(k[..., :X_ROT], pos, "neox", inv), k[..., X_ROT:]], axis=-1)
-        att = np.zeros((T, N_HEAD, hd))
-        for hh in range(N_HEAD):
-            s = np.where(causal, q[:, hh] @ k[:, hh // group].T * hd ** -0.5, -np.inf)
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            att[:, hh] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hh // group]
-        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        q, k = partial_rope(q, pos, X_ROT, X_ROPE_BASE), partial_rope(k, pos, X_ROT, X_ROPE_BASE)
+        x = x + causal_attention(q, k, v) @ t[b + "attn_output.weight"].T
         h = rms(x, t[b + "ffn_norm.weight"])
         rw = 1 / (1 + np.exp(-(h @ t[b + "ffn_gate_inp.weight"].T)))  # [T, E]
         top = np.argsort(-(rw + t[b + "exp_probs_b.bias"]), axis=1, kind="stable")[:, :N_USED]
