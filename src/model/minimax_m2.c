@@ -55,15 +55,18 @@ static enum bt_status mm2_hparams(struct bt_gguf *g, const char *arch, struct bt
         FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", path,
              arch, (long long)x);
     h->moe_sigmoid = x == 2;
-    static const char *const unread[] = {"leading_dense_block_count", "expert_shared_count", "expert_group_count",
-                                         "expert_weights_scale"};
+    /* each key's values that ask for nothing: 0 (as absent) and `also` */
+    static const struct {
+        const char *key;
+        float also;
+    } unread[] = {{"leading_dense_block_count", 0.0f}, {"expert_shared_count", 0.0f}, {"expert_group_count", 1.0f},
+                  {"expert_weights_scale", 1.0f}};
     for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
         float v;
-        TRY(bt_arch_key_float(g, arch, unread[i], 0.0, -1e9, 1e9, &v, err, n_err));
-        const bool none = v == 0.0f || ((i == 2 || i == 3) && v == 1.0f); /* one group, a scale of 1 */
-        if (!none)
+        TRY(bt_arch_key_float(g, arch, unread[i].key, 0.0, -1e9, 1e9, &v, err, n_err));
+        if (v != 0.0f && v != unread[i].also)
             FAIL(BT_ERR_UNSUPPORTED, "%s: key %s.%s = %g is not supported (MiniMax-M2 has none; llama.cpp's "
-                 "minimax-m2 does not read it)", path, arch, unread[i], (double)v);
+                 "minimax-m2 does not read it)", path, arch, unread[i].key, (double)v);
     }
     h->tied_output = false; /* llama.cpp requires output.weight */
     return BT_OK;
