@@ -45,7 +45,7 @@ static enum bt_status mm2_hparams(struct bt_gguf *g, const char *arch, struct bt
     if (h->head_dim_v != h->head_dim)
         FAIL(BT_ERR_INVALID, "%s: %s.attention.value_length (%lld) differs from key_length (%lld)", path, arch,
              (long long)h->head_dim_v, (long long)h->head_dim);
-    int64_t x;
+    int64_t x; /* expert_feed_forward_length required, as llama.cpp's loader has it (the shared part read it) */
     TRY(bt_arch_key_int(g, arch, "expert_feed_forward_length", -1, 1, 1 << 20, &x, err, n_err));
     if (h->n_ff != h->n_ff_exp)
         FAIL(BT_ERR_INVALID, "%s: key %s.feed_forward_length (%lld, the experts' width) is not "
@@ -72,9 +72,9 @@ static enum bt_status mm2_hparams(struct bt_gguf *g, const char *arch, struct bt
     return BT_OK;
 }
 
-#define ADD(field, fmt, ne0, ne1, ne2, required, vector)                                                           \
-    n = bt_arch_tensor_add(t, n, ly, offsetof(struct bt_llm_layer, field), il, fmt, ne0, ne1, ne2, required, \
-                           vector)
+/* a layer's norm weight [n_embd] */
+#define NORM(field, fmt) \
+    n = bt_arch_tensor_add(t, n, ly, offsetof(struct bt_llm_layer, field), il, fmt, h->n_embd, 1, 1, true, true)
 
 /* The shared attention (the table's qk_norm_full: attn_q_norm [H*hd],
  * attn_k_norm [Hk*hd] required; q/k/v biases taken where present, as
@@ -86,9 +86,9 @@ static int mm2_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, st
     int n = bt_arch_global_tensors(h, gl, t);
     for (int il = 0; il < h->n_layer; il++) {
         struct bt_llm_layer *ly = &layers[il];
-        ADD(attn_norm, "blk.%d.attn_norm.weight", h->n_embd, 1, 1, true, true);
+        NORM(attn_norm, "blk.%d.attn_norm.weight");
         n = bt_arch_attn_tensors(a, h, ly, il, t, n);
-        ADD(ffn_norm, "blk.%d.ffn_norm.weight", h->n_embd, 1, 1, true, true);
+        NORM(ffn_norm, "blk.%d.ffn_norm.weight");
         n = bt_arch_biased_experts(h, ly, il, t, n);
     }
     return n;
