@@ -39,8 +39,10 @@ done
 # (qwen2moe), dense (every expert used); gemma3 with a window of 4 that the
 # 16 tokens cross, every 2nd layer global; deepseek2 (latent attention, a
 # dense first layer); glm4moe (the rope over half a head, q/k/v biases,
-# sigmoid routing with a selection bias, a shared expert, a dense first layer)
-for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2 glm4moe; do
+# sigmoid routing with a selection bias, a shared expert, a dense first layer);
+# minimax-m2 (whole-q/k norms, the rope over half a head, every layer MoE with
+# sigmoid routing and a selection bias, no shared expert, an output of its own)
+for arch in llama qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2 glm4moe minimax-m2; do
     expect 0 "bitwise" "demo --arch $arch on 2 ranks" -- mpirun -np 2 "$baton" demo "${small[@]}" --arch "$arch" --copies 4 \
         --swa 4 --swa-pattern 2
 done
@@ -693,6 +695,11 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: deep
 "$baton" make-model "$tmp/glm.gguf" --vocab "$vocab2" --arch glm4moe --layers 2 >/dev/null
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: glm4moe, an expert group of 2" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/glm.gguf" \
+    --tokens 7 --micro-batches 5
+# and minimax-m2's (every layer MoE, no shared expert)
+"$baton" make-model "$tmp/mm2.gguf" --vocab "$vocab2" --arch minimax-m2 --layers 2 >/dev/null
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: minimax-m2, an expert group of 2" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/mm2.gguf" \
     --tokens 7 --micro-batches 5
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do

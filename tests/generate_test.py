@@ -477,7 +477,7 @@ def ref_tests():
     vocab = os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf")
     prompt, n = "Once upon a time", 6
     for arch in ("llama", "llama-moe", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "deepseek2",
-                 "deepseek2-lite", "gpt-oss", "glm4moe"):
+                 "deepseek2-lite", "gpt-oss", "glm4moe", "minimax-m2"):
         m = os.path.join(TMP, arch + ".gguf")
         model_ref.write(arch, "f32", m, "none", vocab)
         rc, out, err = run(["tokenize", "-m", m, "-p", prompt, "--ids"])

@@ -16,7 +16,9 @@ attention sinks, YaRN rotary, alternating sliding and full layers, biases
 everywhere, router softmax over the top k and clamped SwiGLU; GLM-4.5's
 rotary over half of each head, q/k/v biases, per-head q/k norms, sigmoid
 routing with a selection bias, a shared expert, a leading dense layer and a
-next-token-prediction layer in the file that is not run), reads the
+next-token-prediction layer in the file that is not run; MiniMax-M2's RMSNorm
+over the whole q and k projections, rotary over half of each head, every
+layer a sigmoid-routed MoE with a selection bias, renormalised), reads the
 GGUF back with the gguf package (dequantising Q8_0 with gguf.quants) and
 computes in float64; nothing here comes from baton.
 
@@ -24,7 +26,7 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
   ARCH  llama llama-moe qwen2 qwen3 qwen2moe qwen3moe olmoe gemma3 deepseek2
         (V3's form: q_lora_rank, sigmoid gating with exp_probs_b, renormalised,
         scaled) deepseek2-lite (V2-Lite's: q without a rank, softmax) gpt-oss
-        glm4moe
+        glm4moe minimax-m2
   TYPE  f32, q8_0, mxfp4, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs,
         iq3_s or iq1_s (the matrices whose rows are whole blocks of TYPE; the
         rest, norms and biases stay f32).  Q8_0 and MXFP4 through
@@ -42,7 +44,10 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
         its attention.sliding_window); glm4moe only: probsb (without
         blk.1.exp_probs_b.bias), nextn (nextn_predict_layers = block_count),
-        mrope (rope.dimension_sections, GLM-4.5V's)
+        mrope (rope.dimension_sections, GLM-4.5V's); minimax-m2 only: probsb
+        (without blk.1.exp_probs_b.bias), gating (no expert_gating_func),
+        ffwidth (feed_forward_length not the experts' width), tied (no
+        output.weight), shared (expert_shared_count 1)
 Writes DIR/model.gguf and DIR/ref.bin: int32 n_tokens, int32 n_vocab,
 int32 tokens[n_tokens], float32 logits[n_tokens][n_vocab] (every position of
 one sequence, positions 0..n-1).
@@ -84,6 +89,7 @@ SPEC = {  # gguf arch, rope (norm / neox), moe, renorm top-k, shared, qk norm (h
     "deepseek2-lite": ("deepseek2", "norm", True, False, True, None, False, 0),
     "gpt-oss": ("gpt-oss", "neox", True, False, False, None, True, 32),
     "glm4moe": ("glm4moe", "neox", True, True, True, "head", True, 32),
+    "minimax-m2": ("minimax-m2", "neox", True, True, False, "full", False, 32),
 }
 # DeepSeek: kv_lora_rank, q_lora_rank (0: lite), qk_nope_head_dim,
 # qk_rope_head_dim, v_head_dim; layer 0 dense, layer 1 MoE with one shared
@@ -112,6 +118,9 @@ O_ALPHA, O_LIMIT = 1.702, 7.0
 # sigmoid routing with the selection bias, renormalised, times 2.5; one
 # next-token-prediction layer after the two (block_count 3), never run
 M_ROT, M_ROPE_BASE, M_DENSE, M_SHARED, M_SCALE, M_NEXTN = 16, 1e6, 1, 1, 2.5, 1
+# MiniMax-M2: heads of 32 rotated over their first half (rotary_dim 64 of
+# head_dim 128 there), its rotary base 5e6; every layer MoE
+X_ROT, X_ROPE_BASE = 16, 5e6
 
 
 def copy_vocab(w, vocab):
@@ -155,6 +164,8 @@ def write(name, wtype, path, brk, vocab=None):
         return write_deepseek(name, wtype, w, rng, brk)
     if arch == "glm4moe":
         return write_glm(wtype, w, rng, brk)
+    if arch == "minimax-m2":
+        return write_minimax(wtype, w, rng, brk)
     w.add_uint32(f"{arch}.block_count", N_LAYER)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
@@ -187,26 +198,16 @@ def write(name, wtype, path, brk, vocab=None):
         if shared:
             w.add_uint32(f"{arch}.expert_shared_feed_forward_length", N_FF_SH)
 
-    def mat(*shape):  # numpy shape (.., out, in): GGUF ne = reversed
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
-
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    mat, vec = makers(rng)
 
     put = put_fn(w, wtype, brk, oss)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    if name not in ("qwen3", "gemma3"):  # their files tie the output to token_embd
-        put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, name not in ("qwen3", "gemma3"))  # their files tie the output to token_embd
     for il in range(N_LAYER):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
-        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
-        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put_attn(put, mat, b, q_dim, kv_dim)
         if bias:
             put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
             put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
@@ -226,9 +227,7 @@ def write(name, wtype, path, brk, vocab=None):
             put(b + "post_attention_norm.weight", vec(N_EMBD), False)
             put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
             put(b + "ffn_gate_inp.bias", vec(N_EXPERT, 0.0, 1.0), False)
-            put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-            put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-            put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+            put_experts(put, mat, b, N_EXPERT)
             # biases of 6 around 0: gate and up values past the clamp's 7
             put(b + "ffn_gate_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
             put(b + "ffn_up_exps.bias", (rng.uniform(-6, 6, size=(N_EXPERT, N_FF_EXP))).astype(np.float32), False)
@@ -241,14 +240,50 @@ def write(name, wtype, path, brk, vocab=None):
             put(b + "ffn_down.weight", mat(N_EMBD, N_FF))
             continue
         put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, N_EXPERT)
         if shared:
             put(b + "ffn_gate_inp_shexp.weight", mat(N_EMBD), False)
             put(b + "ffn_gate_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_up_shexp.weight", mat(N_FF_SH, N_EMBD))
             put(b + "ffn_down_shexp.weight", mat(N_EMBD, N_FF_SH))
+    finish(w)
+
+
+def makers(rng):
+    """mat(*shape): a random matrix in numpy's shape (.., out, in), GGUF's ne
+    reversed, scaled by 1.7 / sqrt(in); vec(n): n values around a value"""
+    def mat(*shape):
+        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def vec(n, around=1.0, spread=0.25):
+        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    return mat, vec
+
+
+def put_globals(put, rng, mat, vec, output):
+    """token_embd, output_norm and (unless tied) output"""
+    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
+    put("output_norm.weight", vec(N_EMBD), False)
+    if output:
+        put("output.weight", mat(N_VOCAB, N_EMBD))
+
+
+def put_attn(put, mat, b, q_dim, kv_dim):
+    """a layer's q, k, v and output matrices"""
+    put(b + "attn_q.weight", mat(q_dim, N_EMBD))
+    put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
+    put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
+    put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+
+
+def put_experts(put, mat, b, n_expert):
+    """a layer's routed experts, stacked: gate, up [E, ff, d], down [E, d, ff]"""
+    put(b + "ffn_gate_exps.weight", mat(n_expert, N_FF_EXP, N_EMBD))
+    put(b + "ffn_up_exps.weight", mat(n_expert, N_FF_EXP, N_EMBD))
+    put(b + "ffn_down_exps.weight", mat(n_expert, N_EMBD, N_FF_EXP))
+
+
+def finish(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -323,15 +358,9 @@ def write_deepseek(name, wtype, w, rng, brk):
         w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * D_MSCALE[name])
     put = put_fn(w, wtype, brk)
 
-    def mat(*shape):
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
+    mat, vec = makers(rng)
 
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
-
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, True)
     for il in range(N_LAYER):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
@@ -359,17 +388,12 @@ def write_deepseek(name, wtype, w, rng, brk):
         put(b + "ffn_gate_inp.weight", mat(D_EXPERT, N_EMBD) * 4, False)
         if not lite:
             put(b + "exp_probs_b.bias", vec(D_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(D_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(D_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, D_EXPERT)
         fs = N_FF_EXP * D_SHARED
         put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_down_shexp.weight", mat(N_EMBD, fs))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_glm(wtype, w, rng, brk):
@@ -403,23 +427,14 @@ def write_glm(wtype, w, rng, brk):
         w.add_array(f"{a}.rope.dimension_sections", [8, 4, 4, 0])
     put = put_fn(w, wtype, brk)
 
-    def mat(*shape):
-        return (rng.uniform(-1, 1, size=shape) * (1.7 / np.sqrt(shape[-1]))).astype(np.float32)
-
-    def vec(n, around=1.0, spread=0.25):
-        return (around + rng.uniform(-spread, spread, size=n)).astype(np.float32)
+    mat, vec = makers(rng)
 
     q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
-    put("token_embd.weight", rng.uniform(-1, 1, size=(N_VOCAB, N_EMBD)).astype(np.float32))
-    put("output_norm.weight", vec(N_EMBD), False)
-    put("output.weight", mat(N_VOCAB, N_EMBD))
+    put_globals(put, rng, mat, vec, True)
     for il in range(n_all):
         b = f"blk.{il}."
         put(b + "attn_norm.weight", vec(N_EMBD), False)
-        put(b + "attn_q.weight", mat(q_dim, N_EMBD))
-        put(b + "attn_k.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_v.weight", mat(kv_dim, N_EMBD))
-        put(b + "attn_output.weight", mat(N_EMBD, q_dim))
+        put_attn(put, mat, b, q_dim, kv_dim)
         put(b + "attn_q.bias", vec(q_dim, 0.0, 0.5), False)
         put(b + "attn_k.bias", vec(kv_dim, 0.0, 0.5), False)
         put(b + "attn_v.bias", vec(kv_dim, 0.0, 0.5), False)
@@ -434,9 +449,7 @@ def write_glm(wtype, w, rng, brk):
         put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
         if not (brk == "probsb" and il == 1):
             put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
-        put(b + "ffn_gate_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_up_exps.weight", mat(N_EXPERT, N_FF_EXP, N_EMBD))
-        put(b + "ffn_down_exps.weight", mat(N_EXPERT, N_EMBD, N_FF_EXP))
+        put_experts(put, mat, b, N_EXPERT)
         fs = N_FF_EXP * M_SHARED
         put(b + "ffn_gate_shexp.weight", mat(fs, N_EMBD))
         put(b + "ffn_up_shexp.weight", mat(fs, N_EMBD))
@@ -446,10 +459,54 @@ def write_glm(wtype, w, rng, brk):
             put(b + "nextn.enorm.weight", vec(N_EMBD), False)
             put(b + "nextn.hnorm.weight", vec(N_EMBD), False)
             put(b + "nextn.shared_head_norm.weight", vec(N_EMBD), False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
+
+
+def write_minimax(wtype, w, rng, brk):
+    """MiniMax-M2 as its converter writes it (conversion/minimax.py's
+    MiniMaxM2Model over TextModel's keys): intermediate_size as both
+    feed_forward_length and expert_feed_forward_length, rotary_dim as
+    rope.dimension_count, head_dim as key/value length, scoring_func sigmoid
+    as expert_gating_func 2; the experts stacked; q_norm/k_norm over the whole
+    projections; post_attention_layernorm as ffn_norm;
+    e_score_correction_bias as exp_probs_b; lm_head untied"""
+    a, hd = "minimax-m2", SPEC["minimax-m2"][7]
+    w.add_uint32(f"{a}.block_count", N_LAYER)
+    w.add_uint32(f"{a}.context_length", 4096)
+    w.add_uint32(f"{a}.embedding_length", N_EMBD)
+    w.add_uint32(f"{a}.feed_forward_length", N_FF if brk == "ffwidth" else N_FF_EXP)
+    w.add_uint32(f"{a}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{a}.attention.head_count_kv", N_HEAD_KV)
+    w.add_float32(f"{a}.rope.freq_base", X_ROPE_BASE)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", EPS)
+    w.add_uint32(f"{a}.expert_count", N_EXPERT)
+    w.add_uint32(f"{a}.expert_used_count", N_USED)
+    if brk != "gating":
+        w.add_uint32(f"{a}.expert_gating_func", 2)
+    if brk == "shared":
+        w.add_uint32(f"{a}.expert_shared_count", 1)
+    w.add_uint32(f"{a}.attention.key_length", hd)
+    w.add_uint32(f"{a}.attention.value_length", hd)
+    w.add_uint32(f"{a}.expert_feed_forward_length", N_FF_EXP)
+    w.add_uint32(f"{a}.rope.dimension_count", X_ROT)
+    put = put_fn(w, wtype, brk)
+
+    mat, vec = makers(rng)
+
+    q_dim, kv_dim = N_HEAD * hd, N_HEAD_KV * hd
+    put_globals(put, rng, mat, vec, brk != "tied")
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        put(b + "attn_norm.weight", vec(N_EMBD), False)
+        put_attn(put, mat, b, q_dim, kv_dim)
+        put(b + "attn_q_norm.weight", vec(q_dim), False)
+        put(b + "attn_k_norm.weight", vec(kv_dim), False)
+        put(b + "ffn_norm.weight", vec(N_EMBD), False)
+        put(b + "ffn_gate_inp.weight", mat(N_EXPERT, N_EMBD) * 4, False)
+        if not (brk == "probsb" and il == 1):
+            put(b + "exp_probs_b.bias", vec(N_EXPERT, 0.0, 0.5), False)
+        put_experts(put, mat, b, N_EXPERT)
+    finish(w)
 
 
 # ---- the reference ----------------------------------------------------------
@@ -651,6 +708,28 @@ def forward_deepseek(name, t, tokens, hidden=False):
     return x if hidden else x @ t["output.weight"].T
 
 
+def partial_rope(x, pos, n_rot, base):
+    """x [T, heads, hd]: the first n_rot of each head rotated (rotate_half
+    pairs, inv_freq base^(-2i/n_rot)), the rest passed through"""
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    return np.concatenate([rope_inv(x[..., :n_rot], pos, "neox", inv), x[..., n_rot:]], axis=-1)
+
+
+def causal_attention(q, k, v):
+    """q [T, H, hd], k and v [T, Hk, hd]: each head's causal softmax
+    attention, scale hd^-0.5, its kv head shared by H / Hk query heads:
+    [T, H * hd]"""
+    T, H, hd = q.shape
+    group = H // k.shape[1]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    att = np.zeros((T, H, hd))
+    for hh in range(H):
+        s = np.where(causal, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        att[:, hh] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hh // group]
+    return att.reshape(T, H * hd)
+
+
 def forward_glm(t, tokens, hidden=False):
     """GLM-4.5 as transformers' modeling_glm4_moe computes it: q, k, v with
     biases, q and k RMS-normed per head, rotate_half rotary on the first
@@ -666,24 +745,14 @@ def forward_glm(t, tokens, hidden=False):
     pos = np.arange(T)
     hd = SPEC["glm4moe"][7]
     x = t["token_embd.weight"][tokens]
-    group = N_HEAD // N_HEAD_KV
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    inv = M_ROPE_BASE ** (-np.arange(0, M_ROT, 2, dtype=np.float64) / M_ROT)
     for il in range(N_LAYER):
         b = f"blk.{il}."
         h = rms(x, t[b + "attn_norm.weight"])
         q, k, v = (h @ t[b + f"attn_{n}.weight"].T + t[b + f"attn_{n}.bias"] for n in "qkv")
         q, k, v = q.reshape(T, N_HEAD, hd), k.reshape(T, N_HEAD_KV, hd), v.reshape(T, N_HEAD_KV, hd)
         q, k = rms(q, t[b + "attn_q_norm.weight"]), rms(k, t[b + "attn_k_norm.weight"])
-        q = np.concatenate([rope_inv(q[..., :M_ROT], pos, "neox", inv), q[..., M_ROT:]], axis=-1)
-        k = np.concatenate([rope_inv(k[..., :M_ROT], pos, "neox", inv), k[..., M_ROT:]], axis=-1)
-        att = np.zeros((T, N_HEAD, hd))
-        for hh in range(N_HEAD):
-            s = np.where(causal, q[:, hh] @ k[:, hh // group].T / np.sqrt(hd), -np.inf)
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            p /= p.sum(axis=1, keepdims=True)
-            att[:, hh] = p @ v[:, hh // group]
-        x = x + att.reshape(T, N_HEAD * hd) @ t[b + "attn_output.weight"].T
+        q, k = partial_rope(q, pos, M_ROT, M_ROPE_BASE), partial_rope(k, pos, M_ROT, M_ROPE_BASE)
+        x = x + causal_attention(q, k, v) @ t[b + "attn_output.weight"].T
         h = rms(x, t[b + "post_attention_norm.weight"])
         if il < M_DENSE:
             f = silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)
@@ -704,6 +773,41 @@ def forward_glm(t, tokens, hidden=False):
     return x if hidden else x @ t["output.weight"].T
 
 
+def forward_minimax(t, tokens, hidden=False):
+    """MiniMax-M2 as transformers' modeling_minimax_m2 computes it: q, k, v
+    without biases; q_norm and k_norm (use_qk_norm, qk_norm_type per_layer)
+    RMS-normalise the whole q projection [H * head_dim] and the whole k
+    projection [Hk * head_dim] before they are cut into heads; the rotary
+    embedding turns the first rotary_dim of each head (rotate_half, inv_freq
+    base^(-2i/rotary_dim)) and passes the rest; scale head_dim^-0.5; the
+    post_attention_layernorm before MiniMaxM2SparseMoeBlock, in every layer:
+    routing weights sigmoid(gate(h)) in float, the top-k of those plus
+    e_score_correction_bias, the chosen unbiased weights divided by their sum;
+    each expert w2(silu(w1 h) * w3 h); no shared expert; lm_head its own"""
+    T, hd = len(tokens), SPEC["minimax-m2"][7]
+    pos, x = np.arange(T), t["token_embd.weight"][tokens]
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        h = rms(x, t[b + "attn_norm.weight"])
+        q = rms(h @ t[b + "attn_q.weight"].T, t[b + "attn_q_norm.weight"]).reshape(T, N_HEAD, hd)
+        k = rms(h @ t[b + "attn_k.weight"].T, t[b + "attn_k_norm.weight"]).reshape(T, N_HEAD_KV, hd)
+        v = (h @ t[b + "attn_v.weight"].T).reshape(T, N_HEAD_KV, hd)
+        q, k = partial_rope(q, pos, X_ROT, X_ROPE_BASE), partial_rope(k, pos, X_ROT, X_ROPE_BASE)
+        x = x + causal_attention(q, k, v) @ t[b + "attn_output.weight"].T
+        h = rms(x, t[b + "ffn_norm.weight"])
+        rw = 1 / (1 + np.exp(-(h @ t[b + "ffn_gate_inp.weight"].T)))  # [T, E]
+        top = np.argsort(-(rw + t[b + "exp_probs_b.bias"]), axis=1, kind="stable")[:, :N_USED]
+        f = np.zeros_like(h)
+        for i in range(T):
+            wk = rw[i, top[i]] / rw[i, top[i]].sum()
+            for e, we in zip(top[i], wk):
+                g = t[b + "ffn_gate_exps.weight"][e] @ h[i]
+                f[i] += we * (t[b + "ffn_down_exps.weight"][e] @ (silu(g) * (t[b + "ffn_up_exps.weight"][e] @ h[i])))
+        x = x + f
+    x = rms(x, t["output_norm.weight"])
+    return x if hidden else x @ t["output.weight"].T
+
+
 def forward(name, t, tokens, hidden=False):
     """the logits [T, V], or with hidden the states after the output norm [T, d]"""
     arch, rope_mode, moe, renorm, shared, qkn, _, hd = SPEC[name]
@@ -711,6 +815,8 @@ def forward(name, t, tokens, hidden=False):
         return forward_deepseek(name, t, tokens, hidden)
     if arch == "glm4moe":
         return forward_glm(t, tokens, hidden)
+    if arch == "minimax-m2":
+        return forward_minimax(t, tokens, hidden)
     T = len(tokens)
     pos = np.arange(T)
     gemma = arch == "gemma3"

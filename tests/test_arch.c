@@ -12,7 +12,9 @@
  *   - broken files stop with the exact message (unknown architecture,
  *     missing tensor, wrong shape, deepseek2's older attn_kv_b layout and
  *     expert groups that do not divide the experts, glm4moe's missing
- *     selection bias, too many prediction layers and GLM-4.5V's rope);
+ *     selection bias, too many prediction layers and GLM-4.5V's rope,
+ *     minimax-m2's missing selection bias, gating function and output
+ *     projection, the experts' two widths that differ and shared experts);
  *   - glm4moe's next-token-prediction layer is in the file but not loaded.
  * Needs python3 with numpy and gguf (launch/bootstrap.sh installs them). */
 #include <math.h>
@@ -127,8 +129,9 @@ static double max_rel(const float *a, const float *r, int64_t n) {
     return md / mr;
 }
 
-static const char *const ARCHES[] = {"llama",  "llama-moe", "qwen2",          "qwen3",   "qwen2moe", "qwen3moe",
-                                     "olmoe",  "gemma3",    "deepseek2",      "gpt-oss", "glm4moe",  "deepseek2-lite"};
+static const char *const ARCHES[] = {"llama",     "llama-moe", "qwen2",      "qwen3",         "qwen2moe",
+                                     "qwen3moe",  "olmoe",     "gemma3",     "deepseek2",     "gpt-oss",
+                                     "glm4moe",   "minimax-m2", "deepseek2-lite"};
 #define N_ARCHES ((int)(sizeof ARCHES / sizeof ARCHES[0]))
 
 static void check_reference(const char *arch, const char *type, double tol) {
@@ -593,7 +596,7 @@ static void check_broken(const char *arch, const char *brk, enum bt_status want,
 START_TEST(test_broken_files) {
     check_broken("qwen2", "arch", BT_ERR_UNSUPPORTED,
                  "architecture \"gpt9\" is not supported (baton knows llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
-                 "gemma3, deepseek2, gpt-oss, glm4moe)");
+                 "gemma3, deepseek2, gpt-oss, glm4moe, minimax-m2)");
     check_broken("llama", "missing", BT_ERR_INVALID, "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 32])");
     check_broken("llama", "shape", BT_ERR_INVALID,
                  "tensor \"blk.0.ffn_up.weight\" has shape [64, 64], expected [64, 96]");
@@ -622,6 +625,18 @@ START_TEST(test_broken_files) {
     check_broken("glm4moe", "nextn", BT_ERR_INVALID, "key glm4moe.nextn_predict_layers = 3 out of [0, 2]");
     check_broken("glm4moe", "mrope", BT_ERR_UNSUPPORTED,
                  "key glm4moe.rope.dimension_sections (GLM-4.5V's multimodal rope) is not supported");
+    check_broken("minimax-m2", "missing", BT_ERR_INVALID,
+                 "tensor \"blk.1.attn_k.weight\" is missing (expected [64, 64])");
+    check_broken("minimax-m2", "shape", BT_ERR_INVALID,
+                 "tensor \"blk.0.ffn_up_exps.weight\" has shape [64, 16, 4], expected [64, 32, 4]");
+    check_broken("minimax-m2", "probsb", BT_ERR_INVALID, "tensor \"blk.1.exp_probs_b.bias\" is missing (expected [4])");
+    check_broken("minimax-m2", "tied", BT_ERR_INVALID, "tensor \"output.weight\" is missing (expected [64, 100])");
+    check_broken("minimax-m2", "gating", BT_ERR_INVALID, "key minimax-m2.expert_gating_func is missing");
+    check_broken("minimax-m2", "ffwidth", BT_ERR_INVALID,
+                 "key minimax-m2.feed_forward_length (96, the experts' width) is not expert_feed_forward_length (32)");
+    check_broken("minimax-m2", "shared", BT_ERR_UNSUPPORTED,
+                 "key minimax-m2.expert_shared_count = 1 is not supported (MiniMax-M2 has none; llama.cpp's "
+                 "minimax-m2 does not read it)");
 }
 END_TEST
 
@@ -658,8 +673,8 @@ END_TEST
 /* The random-weight model: made in memory, written to a file, or its header
  * alone: the same bytes and tensor table, loadable, its options checked. */
 START_TEST(test_random_model) {
-    static const char *const archs[] = {"llama", "qwen2",  "qwen3",     "qwen2moe", "qwen3moe",
-                                        "olmoe", "gemma3", "deepseek2", "gpt-oss",  "glm4moe"};
+    static const char *const archs[] = {"llama",  "qwen2",     "qwen3",   "qwen2moe", "qwen3moe",  "olmoe",
+                                        "gemma3", "deepseek2", "gpt-oss", "glm4moe",  "minimax-m2"};
     char err[512];
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         struct bt_random_model rm;
@@ -692,6 +707,17 @@ START_TEST(test_random_model) {
             ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->bq);
             ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->ffn_exp_probs_b);
             ck_assert_ptr_nonnull(bt_llm_layer(m, 1)->ffn_gate_shexp);
+        }
+        if (a == 10) { /* MiniMax-M2's form: rope over half a head, whole-q/k norms, every layer MoE, untied */
+            ck_assert_int_eq(hp->n_rot, 16);
+            ck_assert_int_eq(hp->n_layer_dense_lead, 0);
+            ck_assert(hp->moe_sigmoid && hp->moe_norm_w && hp->moe_w_scale == 1.0f && hp->n_expert_shared == 0);
+            ck_assert(!hp->tied_output && m->gl.output != NULL);
+            ck_assert_int_eq(bt_llm_layer(m, 0)->q_norm->ne[0], hp->n_head * hp->head_dim);
+            ck_assert_int_eq(bt_llm_layer(m, 0)->k_norm->ne[0], hp->n_head_kv * hp->head_dim);
+            ck_assert_ptr_nonnull(bt_llm_layer(m, 0)->ffn_exp_probs_b);
+            ck_assert_ptr_null(bt_llm_layer(m, 0)->bq);
+            ck_assert_ptr_null(bt_llm_layer(m, 0)->ffn_gate_shexp);
         }
         const bool sliding = strcmp(archs[a], "gemma3") == 0 || strcmp(archs[a], "gpt-oss") == 0;
         ck_assert_int_eq(hp->n_swa, sliding ? rm.n_swa : 0);
@@ -772,7 +798,7 @@ START_TEST(test_random_model) {
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);
     ck_assert_str_eq(err,
                      "--arch: 'gpt9' is not one of llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, "
-                     "gpt-oss, glm4moe");
+                     "gpt-oss, glm4moe, minimax-m2");
     rm.arch = "deepseek2";
     rm.head_dim = 34;
     ck_assert_int_eq(bt_random_model_check(&rm, err, sizeof err), BT_ERR_INVALID);

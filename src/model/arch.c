@@ -26,6 +26,8 @@ static const struct bt_arch arches[] = {
     {"gpt-oss", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false, false},
     /* its own builder (glm4moe.c) for the keys and tensors, llm.c's layers */
     {"glm4moe", BT_ROPE_NEOX, false, false, 1, false, false, false, false, false, false, false},
+    /* its own builder (minimax_m2.c) for the keys and tensors, llm.c's layers (qk_norm_full, renormalised) */
+    {"minimax-m2", BT_ROPE_NEOX, false, true, 1, true, false, false, false, false, false, false},
 };
 #define N_ARCHES ((int)(sizeof arches / sizeof arches[0]))
 
@@ -36,7 +38,7 @@ const struct bt_arch *bt_arch_find(const char *name) {
 }
 
 const char *bt_arch_names(void) {
-    return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss, glm4moe";
+    return "llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, deepseek2, gpt-oss, glm4moe, minimax-m2";
 }
 
 bool bt_hparams_layer_moe(const struct bt_hparams *h, int il) {
@@ -50,6 +52,7 @@ static const struct {
 } builders[] = {
     {"gpt-oss", &bt_gpt_oss_builder},
     {"glm4moe", &bt_glm4moe_builder},
+    {"minimax-m2", &bt_minimax_m2_builder},
 };
 
 const struct bt_arch_builder *bt_arch_builder_of(const struct bt_arch *a) {
@@ -392,9 +395,18 @@ int bt_arch_tensor_add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t
 
 #define L(field) offsetof(struct bt_llm_layer, field)
 
-/* A layer's attention weights (q, k, v, output, biases, q/k norms). */
-static int attn_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_layer *ly, int il,
-                        struct bt_arch_tensor *t, int n) {
+int bt_arch_global_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, struct bt_arch_tensor *t) {
+    const int64_t d = h->n_embd, V = h->n_vocab;
+    int n = 0;
+    n = add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1, true, false);
+    n = add(t, n, gl, offsetof(struct bt_llm_globals, output_norm), -1, "output_norm.weight", d, 1, 1, true, true);
+    if (!h->tied_output)
+        n = add(t, n, gl, offsetof(struct bt_llm_globals, output), -1, "output.weight", d, V, 1, true, false);
+    return n;
+}
+
+int bt_arch_attn_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_layer *ly, int il,
+                         struct bt_arch_tensor *t, int n) {
     const int64_t d = h->n_embd, q = h->n_head * h->head_dim, kd = h->n_head_kv * h->head_dim,
                   vd = h->n_head_kv * h->head_dim_v;
     n = add(t, n, ly, L(wq), il, "blk.%d.attn_q.weight", d, q, 1, true, false);
@@ -413,6 +425,16 @@ static int attn_tensors(const struct bt_arch *a, const struct bt_hparams *h, str
         n = add(t, n, ly, L(k_norm), il, "blk.%d.attn_k_norm.weight", kd, 1, 1, true, true);
     }
     return n;
+}
+
+int bt_arch_biased_experts(const struct bt_hparams *h, struct bt_llm_layer *ly, int il, struct bt_arch_tensor *t,
+                           int n) {
+    const int64_t d = h->n_embd, E = h->n_expert, f = h->n_ff_exp;
+    n = add(t, n, ly, L(ffn_gate_inp), il, "blk.%d.ffn_gate_inp.weight", d, E, 1, true, false);
+    n = add(t, n, ly, L(ffn_exp_probs_b), il, "blk.%d.exp_probs_b.bias", E, 1, 1, true, true);
+    n = add(t, n, ly, L(ffn_gate_exps), il, "blk.%d.ffn_gate_exps.weight", d, f, E, true, false);
+    n = add(t, n, ly, L(ffn_up_exps), il, "blk.%d.ffn_up_exps.weight", d, f, E, true, false);
+    return add(t, n, ly, L(ffn_down_exps), il, "blk.%d.ffn_down_exps.weight", f, d, E, true, false);
 }
 
 /* A deepseek2 layer's latent attention weights (arch.h): with R the KV rank,
@@ -438,19 +460,15 @@ static int mla_tensors(const struct bt_hparams *h, struct bt_llm_layer *ly, int 
 int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_globals *gl,
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t) {
     if (bt_arch_builder_of(a)) return bt_arch_builder_of(a)->tensors(h, gl, layers, t);
-    int n = 0;
-    const int64_t d = h->n_embd, V = h->n_vocab;
-    n = add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1, true, false);
-    n = add(t, n, gl, offsetof(struct bt_llm_globals, output_norm), -1, "output_norm.weight", d, 1, 1, true, true);
-    if (!h->tied_output)
-        n = add(t, n, gl, offsetof(struct bt_llm_globals, output), -1, "output.weight", d, V, 1, true, false);
+    const int64_t d = h->n_embd;
+    int n = bt_arch_global_tensors(h, gl, t);
     for (int il = 0; il < h->n_layer; il++) {
         struct bt_llm_layer *ly = &layers[il];
         n = add(t, n, ly, L(attn_norm), il, "blk.%d.attn_norm.weight", d, 1, 1, true, true);
         if (a->mla) {
             n = mla_tensors(h, ly, il, t, n);
         } else {
-            n = attn_tensors(a, h, ly, il, t, n);
+            n = bt_arch_attn_tensors(a, h, ly, il, t, n);
         }
         if (a->post_norm) {
             n = add(t, n, ly, L(attn_post_norm), il, "blk.%d.post_attention_norm.weight", d, 1, 1, true, true);

@@ -73,6 +73,15 @@
  *             ungated shared experts; block_count counts the
  *             nextn_predict_layers at the end, which are not the model's
  *             (their tensors stay in the file, unloaded).
+ *   minimax-m2 MiniMax-M2 / M2.1, its keys and tensors in minimax_m2.c, the
+ *             shared layers: rope NEOX over the first rope.dimension_count
+ *             of each head; RMSNorm of the whole q and k (olmoe's
+ *             attn_q_norm [H*hd], attn_k_norm [Hk*hd]); every layer MoE,
+ *             gating by expert_gating_func (required; MiniMax's sigmoid), a
+ *             selection bias exp_probs_b (required), the weights always
+ *             renormalised and unscaled, no shared expert; the experts
+ *             feed_forward_length wide (= expert_feed_forward_length);
+ *             output.weight required.
  * q/k/v biases (attn_q.bias ...) are used by any architecture when present.
  * Tied output: output.weight absent -> token_embd is the output projection.
  *

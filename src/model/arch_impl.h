@@ -41,7 +41,7 @@ int bt_arch_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct 
                     struct bt_llm_layer *layers, struct bt_arch_tensor *t);
 int bt_arch_max_tensors(const struct bt_hparams *h);
 
-/* ---- an architecture with a builder of its own (gpt_oss.c, glm4moe.c) ---- */
+/* ---- an architecture with a builder of its own (gpt_oss.c, glm4moe.c, minimax_m2.c) ---- */
 struct bt_arch_builder {
     /* takes rope.scaling.type "yarn" (the shared part reads its factor) */
     bool yarn;
@@ -65,6 +65,7 @@ void bt_llm_cache_rw(bt_context *ctx, struct bt_kv *kv, int il, struct bt_tensor
                      struct bt_tensor **vc);
 extern const struct bt_arch_builder bt_gpt_oss_builder;
 extern const struct bt_arch_builder bt_glm4moe_builder;
+extern const struct bt_arch_builder bt_minimax_m2_builder;
 
 /* For builders: {arch}.<what> as an integer in [lo, hi] or a number in
  * [lo, hi]; absent: def, or an error naming the key when def < 0 (NAN for
@@ -81,5 +82,16 @@ enum bt_status bt_arch_read_routing(struct bt_gguf *g, const char *name, struct 
                                     char *err, size_t n_err);
 int bt_arch_tensor_add(struct bt_arch_tensor *t, int n, void *slot_owner, size_t slot_off, int layer, const char *fmt,
                        int64_t ne0, int64_t ne1, int64_t ne2, bool required, bool vector);
+/* Groups of expected weights into t from t[0] (the globals: token_embd,
+ * output_norm, output unless tied; returns the count) or from t[n] (returns
+ * n plus theirs): layer il's attention as the shared table has it (q, k, v,
+ * output, the optional q/k/v biases, a's q/k norms), and its routed experts
+ * with DeepSeek-V3's selection bias (ffn_gate_inp, exp_probs_b required,
+ * ffn_{gate,up,down}_exps n_ff_exp wide). */
+int bt_arch_global_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, struct bt_arch_tensor *t);
+int bt_arch_attn_tensors(const struct bt_arch *a, const struct bt_hparams *h, struct bt_llm_layer *ly, int il,
+                         struct bt_arch_tensor *t, int n);
+int bt_arch_biased_experts(const struct bt_hparams *h, struct bt_llm_layer *ly, int il, struct bt_arch_tensor *t,
+                           int n);
 
 #endif

@@ -55,7 +55,6 @@ static enum bt_status glm_hparams(struct bt_gguf *g, const char *arch, struct bt
 }
 
 #define L(field) offsetof(struct bt_llm_layer, field)
-#define G(field) offsetof(struct bt_llm_globals, field)
 #define ADD(field, fmt, ne0, ne1, ne2, required, vector) \
     n = bt_arch_tensor_add(t, n, ly, L(field), il, fmt, ne0, ne1, ne2, required, vector)
 
@@ -80,11 +79,8 @@ static int glm_attn_tensors(const struct bt_hparams *h, struct bt_llm_layer *ly,
 
 static int glm_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, struct bt_llm_layer *layers,
                        struct bt_arch_tensor *t) {
-    const int64_t d = h->n_embd, V = h->n_vocab, E = h->n_expert, f = h->n_ff_exp, fs = h->n_ff_shexp;
-    int n = 0;
-    n = bt_arch_tensor_add(t, n, gl, G(tok_embd), -1, "token_embd.weight", d, V, 1, true, false);
-    n = bt_arch_tensor_add(t, n, gl, G(output_norm), -1, "output_norm.weight", d, 1, 1, true, true);
-    if (!h->tied_output) n = bt_arch_tensor_add(t, n, gl, G(output), -1, "output.weight", d, V, 1, true, false);
+    const int64_t d = h->n_embd, fs = h->n_ff_shexp;
+    int n = bt_arch_global_tensors(h, gl, t);
     for (int il = 0; il < h->n_layer; il++) {
         struct bt_llm_layer *ly = &layers[il];
         n = glm_attn_tensors(h, ly, il, t, n);
@@ -95,11 +91,7 @@ static int glm_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, st
             ADD(ffn_down, "blk.%d.ffn_down.weight", h->n_ff, d, 1, true, false);
             continue;
         }
-        ADD(ffn_gate_inp, "blk.%d.ffn_gate_inp.weight", d, E, 1, true, false);
-        ADD(ffn_exp_probs_b, "blk.%d.exp_probs_b.bias", E, 1, 1, true, true);
-        ADD(ffn_gate_exps, "blk.%d.ffn_gate_exps.weight", d, f, E, true, false);
-        ADD(ffn_up_exps, "blk.%d.ffn_up_exps.weight", d, f, E, true, false);
-        ADD(ffn_down_exps, "blk.%d.ffn_down_exps.weight", f, d, E, true, false);
+        n = bt_arch_biased_experts(h, ly, il, t, n);
         if (h->n_expert_shared > 0) {
             ADD(ffn_gate_shexp, "blk.%d.ffn_gate_shexp.weight", d, fs, 1, true, false);
             ADD(ffn_up_shexp, "blk.%d.ffn_up_shexp.weight", d, fs, 1, true, false);

@@ -87,17 +87,10 @@ static enum bt_status oai_hparams(struct bt_gguf *g, const char *arch, struct bt
 
 static int oai_tensors(const struct bt_hparams *h, struct bt_llm_globals *gl, struct bt_llm_layer *layers,
                        struct bt_arch_tensor *t) {
-    const int64_t d = h->n_embd, V = h->n_vocab, H = h->n_head, q = H * h->head_dim,
+    const int64_t d = h->n_embd, H = h->n_head, q = H * h->head_dim,
                   kd = h->n_head_kv * h->head_dim, vd = h->n_head_kv * h->head_dim_v, E = h->n_expert,
                   f = h->n_ff_exp;
-    int n = 0;
-    n = bt_arch_tensor_add(t, n, gl, offsetof(struct bt_llm_globals, tok_embd), -1, "token_embd.weight", d, V, 1,
-                           true, false);
-    n = bt_arch_tensor_add(t, n, gl, offsetof(struct bt_llm_globals, output_norm), -1, "output_norm.weight", d, 1, 1,
-                           true, true);
-    if (!h->tied_output)
-        n = bt_arch_tensor_add(t, n, gl, offsetof(struct bt_llm_globals, output), -1, "output.weight", d, V, 1, true,
-                               false);
+    int n = bt_arch_global_tensors(h, gl, t);
     for (int il = 0; il < h->n_layer; il++) {
         struct bt_llm_layer *ly = &layers[il];
         ADD(attn_norm, "blk.%d.attn_norm.weight", d, 1, 1, true);

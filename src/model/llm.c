@@ -40,6 +40,11 @@
  * of each head, post_attention_norm as the FFN's norm, deepseek2's routing
  * (sigmoid, selection bias, renormalised, scaled) and ungated shared experts.
  *
+ * minimax-m2 (minimax_m2.c: its keys and tensors) is built here too: olmoe's
+ * q/k norms over the whole of q and k, the rope over the first n_rot of each
+ * head, every layer MoE with deepseek2's routing (sigmoid, selection bias,
+ * renormalised, unscaled) and no shared expert.
+ *
  * An architecture with a builder of its own (arch_impl.h's
  * bt_arch_builder_of: gpt-oss, gpt_oss.c) builds its layers there, on the
  * same inputs, cache and head.

@@ -2,7 +2,8 @@
  *
  * The tensors are the ones the architecture expects (bt_arch_tensors, the list
  * the loader checks against), with q/k/v biases for the qwen2 family and
- * glm4moe (without its optional q/k norms); each
+ * glm4moe (without its optional q/k norms; minimax-m2 without its optional
+ * biases); each
  * tensor's values come from its own stream (the seed and its name). */
 #include "random_model.h"
 
@@ -25,6 +26,12 @@ void bt_random_model_default(struct bt_random_model *m) {
 
 #define FAIL(...) return snprintf(err, n_err, __VA_ARGS__), BT_ERR_INVALID
 
+/* the architectures whose random model rotates half of each head (GLM-4.5's
+ * and MiniMax-M2's partial rotary) */
+static bool half_rope(const struct bt_arch *a) {
+    return bt_arch_builder_of(a) == &bt_glm4moe_builder || bt_arch_builder_of(a) == &bt_minimax_m2_builder;
+}
+
 enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err, size_t n_err) {
     const struct bt_arch *a = m->arch ? bt_arch_find(m->arch) : NULL;
     if (!a) FAIL("--arch: '%s' is not one of %s", m->arch ? m->arch : "", bt_arch_names());
@@ -35,7 +42,7 @@ enum bt_status bt_random_model_check(const struct bt_random_model *m, char *err,
     if (m->n_head % m->n_head_kv)
         FAIL("--heads %lld is not a multiple of --heads-kv %lld", (long long)m->n_head, (long long)m->n_head_kv);
     if (m->head_dim % 2) FAIL("--head-dim %lld: must be even (rotary pairs)", (long long)m->head_dim);
-    if ((a->mla || bt_arch_builder_of(a) == &bt_glm4moe_builder) && m->head_dim % 4)
+    if ((a->mla || half_rope(a)) && m->head_dim % 4)
         FAIL("--head-dim %lld: %s's rope part (half a head) must be even", (long long)m->head_dim, m->arch);
     if (a->moe == 1 && m->n_expert == 0) FAIL("--experts 0: %s is a MoE architecture", m->arch);
     if (bt_arch_builder_of(a) == &bt_gpt_oss_builder && m->n_swa == 0)
@@ -108,12 +115,14 @@ static enum bt_status write_keys(const struct bt_random_model *m, const struct b
     if (st == BT_OK && a->mla) st = SET_U32("attention.q_lora_rank", h->n_lora_q);
     if (st == BT_OK && a->mla) st = SET_U32("attention.key_length_mla", h->head_dim_mla);
     if (st == BT_OK && a->mla) st = SET_U32("attention.value_length_mla", h->head_dim_v_mla);
-    /* deepseek2's routing keys, which glm4moe shares */
+    /* deepseek2's routing keys, which glm4moe shares; minimax-m2 has its gating function alone */
     const bool routing = a->mla || bt_arch_builder_of(a) == &bt_glm4moe_builder;
+    const bool gating = routing || bt_arch_builder_of(a) == &bt_minimax_m2_builder;
     if (st == BT_OK && routing) st = SET_U32("leading_dense_block_count", h->n_layer_dense_lead);
     if (st == BT_OK && routing && moe) st = SET_U32("expert_shared_count", h->n_expert_shared);
-    if (st == BT_OK && routing && moe) st = SET_U32("expert_gating_func", 2);
-    if (st == BT_OK) st = SET_U32("feed_forward_length", m->n_ff);
+    if (st == BT_OK && gating && moe) st = SET_U32("expert_gating_func", 2);
+    /* minimax-m2's converter writes the experts' width here too */
+    if (st == BT_OK) st = SET_U32("feed_forward_length", h->n_ff > 0 ? h->n_ff : m->n_ff);
     if (st == BT_OK && moe) st = SET_U32("expert_count", h->n_expert);
     if (st == BT_OK && moe) st = SET_U32("expert_used_count", h->n_expert_used);
     if (st == BT_OK && moe) st = SET_U32("expert_feed_forward_length", h->n_ff_exp);
@@ -145,8 +154,10 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         .n_layer = m->n_layer, .n_embd = m->n_embd, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
         .head_dim = m->head_dim, .head_dim_v = m->head_dim, .n_ff = moe ? 0 : m->n_ff, .n_vocab = m->n_vocab,
         .n_expert = moe ? m->n_expert : 0, .n_expert_used = moe ? m->n_expert_used : 0, .n_ff_exp = m->n_ff_exp,
-        .n_ff_shexp = m->n_ff, .tied_output = bt_arch_builder_of(a) != &bt_gpt_oss_builder, .n_rot = (int)m->head_dim,
-    }; /* a tied output, but for gpt-oss, whose llama.cpp loader needs output.weight */
+        .n_ff_shexp = m->n_ff, .n_rot = (int)m->head_dim,
+        .tied_output = bt_arch_builder_of(a) != &bt_gpt_oss_builder &&
+                       bt_arch_builder_of(a) != &bt_minimax_m2_builder,
+    }; /* a tied output, but for gpt-oss and minimax-m2, whose llama.cpp loaders need output.weight */
     if (a->mla) {
         /* DeepSeek-V3's proportions to a head of hd (V3: 128): rope hd/2,
          * kv rank 4 hd, q rank 12 hd; one latent KV head; the first layer
@@ -168,17 +179,21 @@ static enum bt_status write_model(const struct bt_random_model *m, struct bt_ggu
         h.n_ff_shexp = m->n_ff_exp;
         h.moe_w_scale = 2.5f;
     }
+    if (half_rope(a)) h.n_rot = (int)(m->head_dim / 2);
     if (bt_arch_builder_of(a) == &bt_glm4moe_builder) {
         /* GLM-4.5's form: the rope over half of each head, the first layer
          * dense, sigmoid routing renormalised and times 2.5, one shared
          * expert as wide as a routed one (no prediction layer) */
-        h.n_rot = (int)(m->head_dim / 2);
         h.n_ff = m->n_ff;
         h.n_layer_dense_lead = m->n_layer > 1 ? 1 : 0;
         h.n_expert_shared = 1;
         h.n_ff_shexp = m->n_ff_exp;
         h.moe_w_scale = 2.5f;
     }
+    /* MiniMax-M2's form: the rope over half of each head (64 of 128), every
+     * layer MoE with sigmoid routing renormalised, the experts' width in
+     * feed_forward_length too */
+    if (bt_arch_builder_of(a) == &bt_minimax_m2_builder) h.n_ff = m->n_ff_exp;
     if (vocab && (st = copy_vocab(w, vocab, &h.n_vocab, err, n_err)) != BT_OK) return st;
     if ((st = write_keys(m, a, &h, w)) != BT_OK) return snprintf(err, n_err, "%s", bt_gguf_writer_error(w)), st;
 

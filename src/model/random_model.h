@@ -16,7 +16,11 @@
  * first layer dense (n_ff), then sigmoid routing renormalised and times 2.5
  * and one shared expert of n_ff_exp.  glm4moe takes GLM-4.5's form: the
  * rope over half of each head, q/k/v biases, the first layer dense, the
- * same routing and shared expert, no prediction layer.
+ * same routing and shared expert, no prediction layer.  minimax-m2 takes
+ * MiniMax-M2's: the rope over half of each head, q/k norms over the whole of
+ * q and k, every layer MoE with sigmoid routing (a selection bias,
+ * renormalised, unscaled), no shared expert, an output projection of its
+ * own.
  *
  * The same options give the same bytes, on every machine: every rank of a
  * job makes the same model itself. */
