@@ -103,7 +103,7 @@ static int check_read_only_types(void) {
 
 int main(void) {
     static const char *archs[] = {"llama",  "llama-moe", "qwen2",    "qwen3",          "qwen2moe", "qwen3moe",
-                                  "olmoe", "gemma3",    "deepseek2", "deepseek2-lite", "gpt-oss", "glm4moe"};
+                                  "olmoe", "gemma3",    "deepseek2", "deepseek2-lite", "gpt-oss", "glm4moe", "minimax-m2"};
     static const char *wtypes[] = {"f32", "q8_0"};
     static const enum bt_type kv_types[] = {BT_TYPE_F16, BT_TYPE_F32, BT_TYPE_Q8_0};
     char dir[] = "/tmp/bt_cuda_support_XXXXXX";
