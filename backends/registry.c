@@ -2,13 +2,13 @@
  * the CPU always, CUDA where the build has it (BATON_HAVE_CUDA).  The one
  * file of baton that knows every backend, as ggml's ggml-backend-reg.cpp;
  * it goes into libbaton, and a CUDA build links libbaton_cuda after it. */
-#include "backend-reg.h"
+#include "baton/backend-reg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
+#include "baton/cpu.h"
 #ifdef BATON_HAVE_CUDA
 #include "cuda/bt_cuda.h"
 #endif

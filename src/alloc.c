@@ -2,12 +2,12 @@
  * per buffer ("dyn"), the planning pass over a graph (reserve) with its
  * liveness counts and in-place reuse, and the placement of a graph's tensors
  * at the planned offsets (alloc_graph). */
-#include "alloc.h"
+#include "baton/alloc.h"
 
 #include <stdarg.h>
 #include <string.h>
 
-#include "ops.h"
+#include "baton/ops.h"
 
 #define ALLOC_ERR_LEN 512
 

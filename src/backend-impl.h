@@ -7,7 +7,7 @@
 #ifndef BATON_BACKEND_IMPL_H
 #define BATON_BACKEND_IMPL_H
 
-#include "backend.h"
+#include "baton/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ops.h"
+#include "baton/ops.h"
 
 /* ---- buffer type ---------------------------------------------------------- */
 

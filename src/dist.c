@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "baton/alloc.h"
 #include "backend-impl.h"
-#include "ops.h"
+#include "baton/ops.h"
 #include "plan.h"
 #include "staging.h"
 

@@ -32,8 +32,8 @@
 #ifndef BATON_DIST_H
 #define BATON_DIST_H
 
-#include "backend.h"
-#include "bt_sched.h"
+#include "baton/backend.h"
+#include "baton/sched.h"
 #include "plan.h"
 #include "trace.h"
 #include "transport.h"
@@ -175,7 +175,7 @@ void bt_dist_reset_stats(bt_dist *d);
 void bt_dist_set_progress(bt_dist *d, enum bt_dist_progress mode, int period_us);
 
 /* Called for the nodes of this rank's splits from now on, as the
- * scheduler's eval callback is (bt_sched.h: asked first, then shown each
+ * scheduler's eval callback is (baton/sched.h: asked first, then shown each
  * node it wanted once computed); NULL: none.  A callback that answers false
  * after a node stops the pipeline, which ends every rank. */
 void bt_dist_set_eval_callback(bt_dist *d, bt_sched_eval_callback cb, void *user);

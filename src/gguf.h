@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

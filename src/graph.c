@@ -1,6 +1,6 @@
 /* graph.c - the static graph: visited hash set, post-order DFS that fills
  * nodes[] and leafs[], graph views and the structural graph hash. */
-#include "graph.h"
+#include "baton/graph.h"
 
 #include <string.h>
 

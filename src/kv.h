@@ -37,8 +37,8 @@
 #ifndef BATON_KV_H
 #define BATON_KV_H
 
-#include "backend.h"
-#include "tensor.h"
+#include "baton/backend.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

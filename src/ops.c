@@ -2,7 +2,7 @@
  * bt_op_is_well_formed, which checks a built node against the same semantics
  * (every backend's supports_op starts there).  Nothing is computed here; see
  * ops.h for each op's semantics. */
-#include "ops.h"
+#include "baton/ops.h"
 
 #include <math.h>
 #include <string.h>

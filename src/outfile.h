@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

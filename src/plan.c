@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "backend-impl.h"
-#include "ops.h"
+#include "baton/ops.h"
 #include "place.h"
 
 /* ---- stand-in backends: the splitter's view of the ranks ---------------------- */

@@ -20,8 +20,8 @@
 
 #include <stdio.h>
 
-#include "bt_sched.h"
-#include "graph.h"
+#include "baton/sched.h"
+#include "baton/graph.h"
 
 #ifdef __cplusplus
 extern "C" {

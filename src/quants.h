@@ -27,7 +27,7 @@
 
 #include <string.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

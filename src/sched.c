@@ -22,12 +22,12 @@
  *    BT_TENSOR_FLAG_WEIGHT with an assigned backend, so that rank 0 can plan
  *    for weights that live in other processes.
  */
-#include "bt_sched.h"
+#include "baton/sched.h"
 
 #include <string.h>
 
-#include "alloc.h"
-#include "ops.h"
+#include "baton/alloc.h"
+#include "baton/ops.h"
 
 struct rewrite {
     struct bt_tensor *node;

@@ -1,6 +1,6 @@
 /* tensor.c - element types (their traits; F16 and BF16 conversions here, the
  * block types' in quants.c), the context arena, and tensor creation and inspection. */
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #include "quants.h"
 

@@ -78,8 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bt_sched.h" /* BT_SCHED_MAX_BACKENDS */
-#include "tensor.h"   /* enum bt_status */
+#include "baton/sched.h" /* BT_SCHED_MAX_BACKENDS */
+#include "baton/tensor.h"   /* enum bt_status */
 
 #ifdef __cplusplus
 extern "C" {

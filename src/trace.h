@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "backend-impl.h"
-#include "cpu.h"
+#include "baton/cpu.h"
 
 /* One piece of work on the asynchronous backend's queue (its "stream"). */
 enum cmd_kind { CMD_COMPUTE, CMD_COPY, CMD_MARK, CMD_WAIT };

@@ -9,7 +9,7 @@
 #ifndef BATON_TEST_BACKEND_LIMITED_H
 #define BATON_TEST_BACKEND_LIMITED_H
 
-#include "backend.h"
+#include "baton/backend.h"
 
 struct bt_limited_stats {
     uint64_t set_async_calls; /* bt_backend_tensor_set_async into this backend */

@@ -15,7 +15,7 @@
 
 #include "ggml.h"
 #include "quants.h"
-#include "tensor.h"
+#include "baton/tensor.h"
 
 static uint64_t s = 88172645463325252ull;
 static float rnd_normal(void) {

@@ -14,19 +14,20 @@ fail=0
 bad() { echo "FAILED: $1"; [ -f "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -20; fail=1; }
 
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/log" 2>&1 || { bad "cmake --install"; exit 1; }
-for f in lib/libbaton.a include/baton/baton.h include/baton/tensor.h include/baton/cpu.h \
+for f in lib/libbaton.so include/baton/baton.h include/baton/tensor.h include/baton/cpu.h include/baton/sched.h \
          lib/pkgconfig/baton.pc lib/cmake/baton/batonConfig.cmake lib/cmake/baton/batonTargets.cmake; do
     [ -f "$tmp/prefix/$f" ] || bad "installed: $f is missing"
 done
 # a library is installed with its headers or not at all: only the core has public headers
-for f in libbaton_topology.a libbaton_mpi.a libbaton_text.a libbaton_run.a libbaton_serve.a; do
+# (libbaton.so; the static archive is the tree's own, with every internal symbol)
+for f in libbaton.a libbaton_topology.a libbaton_mpi.a libbaton_text.a libbaton_run.a libbaton_serve.a; do
     [ -e "$tmp/prefix/lib/$f" ] && bad "installed: lib/$f, which has no public headers"
 done
 # the example is copied out of the tree: nothing else of the tree is reachable
 mkdir -p "$tmp/ex" && cp "$src/examples/matmul.c" "$src/examples/CMakeLists.txt" "$tmp/ex/"
 
 if cmake -S "$tmp/ex" -B "$tmp/ex/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="$cflags" >"$tmp/log" 2>&1 &&
-   cmake --build "$tmp/ex/build" >>"$tmp/log" 2>&1 && "$tmp/ex/build/matmul" >"$tmp/log" 2>&1 &&
+   cmake --build "$tmp/ex/build" >>"$tmp/log" 2>&1 && LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/ex/build/matmul" >"$tmp/log" 2>&1 &&
    grep -q "ok$" "$tmp/log"; then
     echo "ok: find_package(baton): $(cat "$tmp/log")"
 else
@@ -35,7 +36,7 @@ fi
 
 if cc $cflags -o "$tmp/ex/matmul_pc" "$tmp/ex/matmul.c" \
       $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs baton) >"$tmp/log" 2>&1 &&
-   "$tmp/ex/matmul_pc" >"$tmp/log" 2>&1 && grep -q "ok$" "$tmp/log"; then
+   LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/ex/matmul_pc" >"$tmp/log" 2>&1 && grep -q "ok$" "$tmp/log"; then
     echo "ok: pkg-config baton: $(cat "$tmp/log")"
 else
     bad "the example with pkg-config"
@@ -53,9 +54,20 @@ else
     bad "the opaque-handle check did not compile for another reason"
 fi
 # the core needs neither MPI nor libyaml
-if nm -u "$tmp/prefix/lib/libbaton.a" 2>/dev/null | grep -qE " (MPI_|yaml_)"; then
-    bad "libbaton.a refers to MPI or libyaml"
+if nm -D -u "$tmp/prefix/lib/libbaton.so" 2>/dev/null | grep -qE " (MPI_|yaml_)"; then
+    bad "libbaton.so refers to MPI or libyaml"
 else
-    echo "ok: libbaton.a needs neither MPI nor libyaml"
+    echo "ok: libbaton.so needs neither MPI nor libyaml"
+fi
+# it exports the functions the installed headers mark BT_API, and nothing else
+nm -D --defined-only "$tmp/prefix/lib/libbaton.so" | awk '{print $3}' | sort >"$tmp/exported"
+# (each declaration starts a line with BT_API and names its function before the first parenthesis)
+grep -hoE '^BT_API [^(;]*\(' "$tmp/prefix/include/baton/"*.h | sed -E 's/[[:space:]]*\($//; s/.*[ *]//' |
+    sort -u >"$tmp/declared"
+if [ -s "$tmp/declared" ] && cmp -s "$tmp/exported" "$tmp/declared"; then
+    echo "ok: libbaton.so exports the $(wc -l <"$tmp/declared") BT_API functions of the headers, nothing else"
+else
+    comm -3 "$tmp/declared" "$tmp/exported" | head -20 >"$tmp/log"
+    bad "libbaton.so's exports differ from the headers' BT_API functions (left: declared only; right: exported only)"
 fi
 exit $fail

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backend_limited.h"
-#include "baton.h"
+#include "baton/baton.h"
 #include "dist.h"
 #include "synth_model.h"
 #include "transport.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "quants.h"
-#include "tensor.h"
+#include "baton/tensor.h"
 
 static uint64_t rng_state;
 static uint32_t rng_u32(void) {

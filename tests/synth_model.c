@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "model/ffn.h"
 
 /* ---- FFN kind names ---------------------------------------------------------- */

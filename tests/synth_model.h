@@ -50,9 +50,9 @@
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
-#include "graph.h"
-#include "ops.h"
-#include "tensor.h"
+#include "baton/graph.h"
+#include "baton/ops.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,9 +6,9 @@
  * CPU backend bitwise equal to a context that holds its own data. */
 #include <string.h>
 
-#include "alloc.h"
+#include "baton/alloc.h"
 #include "backend-impl.h"
-#include "backend.h"
+#include "baton/backend.h"
 #include "testutil.h"
 
 #define N_THREADS 2

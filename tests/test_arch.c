@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "backend_limited.h"
 #include "kv.h"
 #include "model/arch.h"

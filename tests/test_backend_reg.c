@@ -5,9 +5,9 @@
  * them (the test backend "cpu-limited"). */
 #include <string.h>
 
-#include "backend-reg.h"
+#include "baton/backend-reg.h"
 #include "backend_limited.h"
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "testutil.h"
 
 START_TEST(test_list) {

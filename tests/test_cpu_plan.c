@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "backend.h"
+#include "baton/alloc.h"
+#include "baton/backend.h"
 #include "synth_model.h"
 #include "testutil.h"
 

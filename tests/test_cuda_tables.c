@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "quants.h"
-#include "tensor.h"
+#include "baton/tensor.h"
 #include "testutil.h"
 
 #define BT_TG_FN static inline

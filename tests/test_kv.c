@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "kv.h"
 #include "testutil.h"
 

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "synth_model.h"
 #include "testutil.h"
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "outfile.h"
-#include "tensor.h"
+#include "baton/tensor.h"
 
 static char DIR_[64];
 

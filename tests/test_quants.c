@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "cpu_variant.h"
 #include "qtypes.h"
 #include "quant_dot.h"

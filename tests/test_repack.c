@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "quants.h"
 #include "testutil.h"
 

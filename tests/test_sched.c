@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "backend.h"
+#include "baton/alloc.h"
+#include "baton/backend.h"
 #include "backend_limited.h"
-#include "bt_sched.h"
+#include "baton/sched.h"
 #include "testutil.h"
 
 #define N_THREADS 1

@@ -12,10 +12,10 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "cpu.h"
-#include "graph.h"
-#include "ops.h"
-#include "tensor.h"
+#include "baton/cpu.h"
+#include "baton/graph.h"
+#include "baton/ops.h"
+#include "baton/tensor.h"
 
 /* ---- RNG: splitmix64, one stream per test (seed it with a test-specific
  * constant so a failure reproduces) ---- */

@@ -19,7 +19,7 @@
 #ifndef BATON_STAGING_H
 #define BATON_STAGING_H
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "transport.h"
 
 #ifdef __cplusplus

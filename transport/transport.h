@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
  * thread-pool executor (cpu.c) behind the backend vtable.  The CPU computes
  * synchronously, so it needs no events: the scheduler synchronises instead. */
 #include "backend-impl.h"
-#include "cpu.h"
+#include "baton/cpu.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -4,8 +4,8 @@
 #ifndef BATON_CPU_IMPL_H
 #define BATON_CPU_IMPL_H
 
-#include "cpu.h"
-#include "ops.h"
+#include "baton/cpu.h"
+#include "baton/ops.h"
 
 #include <stdint.h>
 #include <string.h>

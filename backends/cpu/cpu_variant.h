@@ -35,7 +35,7 @@
 
 #include <stdbool.h>
 
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "cpu_impl.h"
 #include "qtypes.h"
 #include "quant_dot.h"

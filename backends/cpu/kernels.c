@@ -5,7 +5,7 @@
  * compiler was given. */
 #include "cpu_variant.h"
 
-#include "cpu.h"
+#include "baton/cpu.h"
 
 #define BT_KSTR2(x) #x
 #define BT_KSTR(x) BT_KSTR2(x)

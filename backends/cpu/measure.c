@@ -4,7 +4,7 @@
  * thread's; best of several passes). */
 #include "cpu_impl.h"
 
-#include "backend.h"
+#include "baton/backend.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -42,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tensor.h"
+#include "baton/tensor.h"
 
 /* one activation column x[k] -> y (act_size(k) bytes) */
 typedef void (*bt_cpu_quantize_act_fn)(const float *x, void *y, int64_t k);

@@ -3,7 +3,7 @@
  * layout of qtypes.h (each type's entry says where its scale and payload
  * sit: quant_i8.c for Q8_0 and Q4_0, quant_dot.c for Q4_K and Q6_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "qtypes.h"
 
 #include <string.h>

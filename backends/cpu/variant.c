@@ -11,7 +11,7 @@
  * changes: a process-wide constant, like the CPU it describes. */
 #include "cpu_variant.h"
 
-#include "cpu.h"
+#include "baton/cpu.h"
 
 #include <pthread.h>
 #include <stdio.h>

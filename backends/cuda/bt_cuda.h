@@ -12,7 +12,7 @@
 #ifndef BATON_BT_CUDA_H
 #define BATON_BT_CUDA_H
 
-#include "backend.h"
+#include "baton/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

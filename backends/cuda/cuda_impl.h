@@ -8,7 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "ops.h"
+#include "baton/ops.h"
 #include "backend-impl.h"
 #include "bt_cuda.h"
 

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "cuda_common.cuh"
-#include "ops.h"
+#include "baton/ops.h"
 
 BT_CUDA_TABLES_UPLOAD(bt_cuda_tables_upload_ops)
 

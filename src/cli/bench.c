@@ -28,10 +28,10 @@
  * --repacked the decode, prompt and moe rows' weights are laid out as a CPU
  * rank loads a model's (bt_cpu_weight_repack), their shape marked "rp".
  */
-#include "baton.h"
+#include "baton/baton.h"
 #include "cli.h"
 #include "common.h"
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "quants.h"
 
 #include <errno.h>

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloc.h"
-#include "baton.h"
+#include "baton/alloc.h"
+#include "baton/baton.h"
 #include "cli.h"
 #include "common.h"
 #include "run/bringup.h"

@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "agree.h"
-#include "backend.h"
-#include "cpu.h"
+#include "baton/backend.h"
+#include "baton/cpu.h"
 #include "cli.h"
 #include "common.h"
 #include "gguf.h"

@@ -12,7 +12,7 @@
 #include <limits.h>
 
 #include "agree.h"
-#include "baton.h"
+#include "baton/baton.h"
 #include "cli.h"
 #include "common.h"
 #include "dump_tensors.h"

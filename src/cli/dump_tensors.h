@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 
 struct bt_cli_dump {
     const char *pattern;        /* fnmatch glob on node names */

@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "baton.h"
+#include "baton/baton.h"
 #include "cli.h"
 #include "common.h"
-#include "cpu.h"
+#include "baton/cpu.h"
 #include "topology_cmd.h"
 
 static void usage(FILE *f) {

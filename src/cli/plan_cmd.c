@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "baton.h"
+#include "baton/baton.h"
 #include "cli.h"
 #include "common.h"
 #include "project_file.h"

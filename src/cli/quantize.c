@@ -49,7 +49,7 @@
 #include "gguf.h"
 #include "outfile.h"
 #include "quants.h"
-#include "tensor.h"
+#include "baton/tensor.h"
 
 /* llama.cpp's llama_ftype numbers, written to general.file_type */
 enum {

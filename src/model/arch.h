@@ -104,12 +104,12 @@
 #ifndef BATON_ARCH_H
 #define BATON_ARCH_H
 
-#include "../backend.h"
-#include "../bt_sched.h"
+#include "baton/backend.h"
+#include "baton/sched.h"
 #include "../gguf.h"
-#include "../graph.h"
+#include "baton/graph.h"
 #include "../kv.h"
-#include "../ops.h"
+#include "baton/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

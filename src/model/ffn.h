@@ -6,7 +6,7 @@
 #ifndef BATON_FFN_H
 #define BATON_FFN_H
 
-#include "../ops.h"
+#include "baton/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -52,9 +52,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../alloc.h"
-#include "../bt_sched.h"
-#include "../backend-reg.h"
+#include "baton/alloc.h"
+#include "baton/sched.h"
+#include "baton/backend-reg.h"
 #include "arch_impl.h"
 #include "ffn.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend-reg.h"
+#include "baton/backend-reg.h"
 #ifdef BATON_HAVE_NCCL
 #include "bt_nccl.h"
 #endif

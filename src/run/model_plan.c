@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend-reg.h"
+#include "baton/backend-reg.h"
 #include "../place.h"
 
 void bt_model_plan_free(struct bt_model_plan *mp) {

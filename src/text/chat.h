@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "tensor.h" /* enum bt_status */
+#include "baton/tensor.h" /* enum bt_status */
 #include "tool_call.h"
 
 typedef struct bt_chat_msg {

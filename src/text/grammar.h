@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h" /* enum bt_status */
+#include "baton/tensor.h" /* enum bt_status */
 
 #ifndef BT_GRAMMAR_MAX_RULES
 #define BT_GRAMMAR_MAX_RULES 65536 /* rules of one grammar */

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h" /* enum bt_status */
+#include "baton/tensor.h" /* enum bt_status */
 
 typedef struct bt_jinja bt_jinja; /* a parsed template */
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "rng.h"
-#include "tensor.h" /* enum bt_status */
+#include "baton/tensor.h" /* enum bt_status */
 
 
 typedef struct bt_sampler_params {

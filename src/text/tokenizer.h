@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensor.h" /* enum bt_status */
+#include "baton/tensor.h" /* enum bt_status */
 
 #define BT_TOKEN_NONE (-1)
 

@@ -19,7 +19,7 @@ shift 2
 clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/seeds"
 if ! command -v "$clang" >/dev/null 2>&1 ||
-    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" \
+    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/include" -I"$root/src" \
         "$root/src/gguf.c" "$root/src/tensor.c" "$root/src/quants.c" "$root/src/iq_grids.c" "$here/fuzz_gguf.c" -lm -o "$out/fuzz_gguf" 2>"$out/build.log"; then
     echo "fuzz: clang with libFuzzer not available, skipped (see $out/build.log)"
     exit 77

@@ -19,7 +19,7 @@ shift
 clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/seeds"
 if ! command -v "$clang" >/dev/null 2>&1 ||
-    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" \
+    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/include" -I"$root/src" \
         "$root/src/text/jinja.c" "$here/fuzz_jinja.c" -lm -o "$out/fuzz_jinja" 2>"$out/build.log"; then
     echo "fuzz: clang with libFuzzer not available, skipped (see $out/build.log)"
     exit 77

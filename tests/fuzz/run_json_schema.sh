@@ -18,7 +18,7 @@ shift
 clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/seeds"
 if ! command -v "$clang" >/dev/null 2>&1 ||
-    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/src" \
+    ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/include" -I"$root/src" \
         "$root/src/text/grammar.c" "$root/src/text/json_schema.c" "$root/src/text/json_pattern.c" \
         "$root/src/tensor.c" "$root/src/quants.c" \
         "$root/src/iq_grids.c" "$here/fuzz_json_schema.c" -ljansson -lm -o "$out/fuzz_json_schema" \

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "baton/backend.h"
 #include "bt_cuda.h"
-#include "ops.h"
+#include "baton/ops.h"
 
 #define PEAK_TFLOPS 989.0 /* H200 dense BF16 */
 #define PEAK_GBS 4800.0   /* H200 HBM3e */

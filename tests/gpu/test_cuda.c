@@ -14,8 +14,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend.h"
-#include "bt_sched.h"
+#include "baton/backend.h"
+#include "baton/sched.h"
 #include "bt_cuda.h"
 #include "testutil.h"
 #ifdef BATON_HAVE_NCCL

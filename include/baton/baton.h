@@ -10,7 +10,7 @@
  *   backend-reg.h  backends by name ("cpu", "cuda", "cuda:N") and the list of
  *               those this build holds
  *   alloc.h     the graph allocator
- *   bt_sched.h  the scheduler over several backends (splits, copies, ring)
+ *   sched.h     the scheduler over several backends (splits, copies, ring)
  *   cpu.h       the CPU backend's own header (backends/cpu/: bt_backend_cpu_init,
  *               its profile, the executor, repacked weights), offered here
  *               for a user's convenience as ggml's umbrella header offers
@@ -49,7 +49,7 @@
 #include "backend.h"
 #include "backend-reg.h"
 #include "alloc.h"
-#include "bt_sched.h"
+#include "sched.h"
 #include "cpu.h"
 
 #define BATON_VERSION "0.1.0"

@@ -22,6 +22,17 @@
 extern "C" {
 #endif
 
+/* BT_API marks the library's public functions, those libbaton.so exports:
+ * the library is compiled with hidden visibility, so nothing else is seen
+ * from outside it. */
+#ifndef BT_API
+#if defined(__GNUC__) || defined(__clang__)
+#define BT_API __attribute__((visibility("default")))
+#else
+#define BT_API
+#endif
+#endif
+
 #define BT_MAX_DIMS 4
 #ifndef BT_MAX_SRC
 #define BT_MAX_SRC 5 /* FLASH_ATTN: q, k, v, mask, sinks */
@@ -35,10 +46,10 @@ extern "C" {
 /* Host memory as contexts and the CPU buffer type allocate it (free() it):
  * BT_MEM_ALIGN aligned, and from 4 MiB up on a 2 MiB boundary advised for
  * transparent huge pages.  NULL when out of memory. */
-void *bt_host_alloc(size_t size);
+BT_API void *bt_host_alloc(size_t size);
 
 /* The monotonic clock in seconds (timings, deadlines, watchdogs). */
-double bt_now_s(void);
+BT_API double bt_now_s(void);
 #define BT_QK 32 /* elements per Q8_0 / Q4_0 block */
 
 /* Programmer's errors (broken invariants inside baton): abort with file:line. */
@@ -62,7 +73,7 @@ enum bt_status {
     BT_ERR_COMM = -7,        /* transport / peer failure */
     BT_ERR_MISMATCH = -8,    /* e.g. graph hashes differ between ranks */
 };
-const char *bt_status_str(enum bt_status s);
+BT_API const char *bt_status_str(enum bt_status s);
 
 enum bt_type {
     BT_TYPE_F32 = 0,
@@ -122,22 +133,22 @@ struct bt_type_traits {
     bt_from_float_fn from_float; /* n elements (multiple of blck_size); NULL
                                   * for the types baton cannot quantise to */
 };
-const struct bt_type_traits *bt_type_traits(enum bt_type t);
-const char *bt_type_name(enum bt_type t);
-size_t bt_type_size(enum bt_type t);
-bool bt_type_can_quantize(enum bt_type t); /* has from_float (rows can be written from F32) */
-int64_t bt_blck_size(enum bt_type t);
-size_t bt_row_size(enum bt_type t, int64_t ne0); /* bytes of ne0 elements */
+BT_API const struct bt_type_traits *bt_type_traits(enum bt_type t);
+BT_API const char *bt_type_name(enum bt_type t);
+BT_API size_t bt_type_size(enum bt_type t);
+BT_API bool bt_type_can_quantize(enum bt_type t); /* has from_float (rows can be written from F32) */
+BT_API int64_t bt_blck_size(enum bt_type t);
+BT_API size_t bt_row_size(enum bt_type t, int64_t ne0); /* bytes of ne0 elements */
 
-float bt_fp16_to_fp32(bt_fp16_t h);
-bt_fp16_t bt_fp32_to_fp16(float f); /* round to nearest even */
-float bt_bf16_to_fp32(bt_bf16_t h);
-bt_bf16_t bt_fp32_to_bf16(float f); /* round to nearest even */
+BT_API float bt_fp16_to_fp32(bt_fp16_t h);
+BT_API bt_fp16_t bt_fp32_to_fp16(float f); /* round to nearest even */
+BT_API float bt_bf16_to_fp32(bt_bf16_t h);
+BT_API bt_bf16_t bt_fp32_to_bf16(float f); /* round to nearest even */
 
 /* Row conversion between any type and F32 (n a multiple of the block size;
  * I32 converts by value). */
-void bt_row_to_f32(enum bt_type t, const void *src, float *dst, int64_t n);
-void bt_row_from_f32(enum bt_type t, const float *src, void *dst, int64_t n);
+BT_API void bt_row_to_f32(enum bt_type t, const void *src, float *dst, int64_t n);
+BT_API void bt_row_from_f32(enum bt_type t, const float *src, void *dst, int64_t n);
 
 enum bt_op {
     BT_OP_NONE = 0,
@@ -184,19 +195,19 @@ enum bt_op {
 
     BT_OP_COUNT,
 };
-const char *bt_op_name(enum bt_op op);
+BT_API const char *bt_op_name(enum bt_op op);
 /* VIEW, RESHAPE, PERMUTE, TRANSPOSE compute nothing: their data is their
  * source's.  (CPY and SET_ROWS are views too but write into their view_src.) */
-bool bt_op_is_view(enum bt_op op);
+BT_API bool bt_op_is_view(enum bt_op op);
 
 enum bt_tensor_flag {
     BT_TENSOR_FLAG_INPUT = 1,  /* set by the user before each run */
     BT_TENSOR_FLAG_OUTPUT = 2, /* read by the user after a run; never freed early */
     BT_TENSOR_FLAG_WEIGHT = 4, /* model parameter: set once */
-    /* memory placed by a scheduler's allocator (bt_sched.h), which takes it
+    /* memory placed by a scheduler's allocator (sched.h), which takes it
      * back when it plans the tensor's graph again; not part of a graph's hash */
     BT_TENSOR_FLAG_SCHED = 8,
-    /* bytes in the CPU backend's repacked layout (backends/cpu/cpu.h,
+    /* bytes in the CPU backend's repacked layout (cpu.h,
      * bt_cpu_weight_repack): only its matmul and GET_ROWS read them; bt_tensor_set,
      * _get, _memset and _copy refuse such a tensor */
     BT_TENSOR_FLAG_REPACKED = 16,
@@ -243,28 +254,28 @@ struct bt_init_params {
 typedef struct bt_context bt_context;
 
 /* NULL when the arena cannot be allocated. */
-bt_context *bt_init(struct bt_init_params params);
-void bt_free(bt_context *ctx);
-size_t bt_used_mem(const bt_context *ctx);
-bool bt_get_no_alloc(const bt_context *ctx);
+BT_API bt_context *bt_init(struct bt_init_params params);
+BT_API void bt_free(bt_context *ctx);
+BT_API size_t bt_used_mem(const bt_context *ctx);
+BT_API bool bt_get_no_alloc(const bt_context *ctx);
 /* Bytes the arena needs per tensor of metadata (for sizing mem_size). */
-size_t bt_tensor_overhead(void);
+BT_API size_t bt_tensor_overhead(void);
 /* Carve n bytes (aligned) from the arena; NULL and an error when full. */
-void *bt_context_alloc(bt_context *ctx, size_t n);
+BT_API void *bt_context_alloc(bt_context *ctx, size_t n);
 /* A zeroed tensor struct carved from the arena and recorded in the context's
  * list of tensors (op constructors and views use it); NULL when full. */
-struct bt_tensor *bt_context_new_tensor_struct(bt_context *ctx);
+BT_API struct bt_tensor *bt_context_new_tensor_struct(bt_context *ctx);
 /* The tensors of a context in creation order: i from 0 to bt_context_n_tensors. */
-int bt_context_n_tensors(const bt_context *ctx);
-struct bt_tensor *bt_context_tensor(const bt_context *ctx, int i);
+BT_API int bt_context_n_tensors(const bt_context *ctx);
+BT_API struct bt_tensor *bt_context_tensor(const bt_context *ctx, int i);
 
 /* The last error a constructor in this context reported (a shape error, an
  * exhausted arena); "" when none.  Constructors that fail return NULL, and a
  * constructor given a NULL source returns NULL and keeps the first message,
  * so a chain of calls can be checked once at its end. */
-const char *bt_context_error(const bt_context *ctx);
-void bt_context_clear_error(bt_context *ctx);
-void bt_context_set_error(bt_context *ctx, const char *fmt, ...)
+BT_API const char *bt_context_error(const bt_context *ctx);
+BT_API void bt_context_clear_error(bt_context *ctx);
+BT_API void bt_context_set_error(bt_context *ctx, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
@@ -273,7 +284,7 @@ void bt_context_set_error(bt_context *ctx, const char *fmt, ...)
 /* A constructor's failure (the one error convention, baton.h): the
  * message into the caller's buffer err of n bytes (nothing when err is NULL
  * or n is 0), and st returned. */
-enum bt_status bt_error_printf(char *err, size_t n, enum bt_status st, const char *fmt, ...)
+BT_API enum bt_status bt_error_printf(char *err, size_t n, enum bt_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
@@ -281,44 +292,44 @@ enum bt_status bt_error_printf(char *err, size_t n, enum bt_status st, const cha
 
 /* ---- tensors ----------------------------------------------------------- */
 
-struct bt_tensor *bt_new_tensor(bt_context *ctx, enum bt_type type, int n_dims, const int64_t *ne);
-struct bt_tensor *bt_new_tensor_1d(bt_context *ctx, enum bt_type type, int64_t ne0);
-struct bt_tensor *bt_new_tensor_2d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1);
-struct bt_tensor *bt_new_tensor_3d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_new_tensor(bt_context *ctx, enum bt_type type, int n_dims, const int64_t *ne);
+BT_API struct bt_tensor *bt_new_tensor_1d(bt_context *ctx, enum bt_type type, int64_t ne0);
+BT_API struct bt_tensor *bt_new_tensor_2d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1);
+BT_API struct bt_tensor *bt_new_tensor_3d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
                                    int64_t ne2);
-struct bt_tensor *bt_new_tensor_4d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_new_tensor_4d(bt_context *ctx, enum bt_type type, int64_t ne0, int64_t ne1,
                                    int64_t ne2, int64_t ne3);
 /* Same type and shape, contiguous, new data. */
-struct bt_tensor *bt_dup_tensor(bt_context *ctx, const struct bt_tensor *src);
+BT_API struct bt_tensor *bt_dup_tensor(bt_context *ctx, const struct bt_tensor *src);
 /* Same type, shape and strides (not necessarily contiguous), new data. */
-struct bt_tensor *bt_dup_tensor_layout(bt_context *ctx, const struct bt_tensor *src);
+BT_API struct bt_tensor *bt_dup_tensor_layout(bt_context *ctx, const struct bt_tensor *src);
 
-int64_t bt_nelements(const struct bt_tensor *t);
-int64_t bt_nrows(const struct bt_tensor *t); /* ne1*ne2*ne3 */
-size_t bt_nbytes(const struct bt_tensor *t); /* span of the data, strides included */
-int bt_n_dims(const struct bt_tensor *t);    /* highest dim with ne>1, plus one (>= 1) */
-bool bt_is_contiguous(const struct bt_tensor *t);
-bool bt_is_contiguous_rows(const struct bt_tensor *t); /* nb[0] == element size */
-bool bt_are_same_shape(const struct bt_tensor *a, const struct bt_tensor *b);
-bool bt_is_view(const struct bt_tensor *t);
+BT_API int64_t bt_nelements(const struct bt_tensor *t);
+BT_API int64_t bt_nrows(const struct bt_tensor *t); /* ne1*ne2*ne3 */
+BT_API size_t bt_nbytes(const struct bt_tensor *t); /* span of the data, strides included */
+BT_API int bt_n_dims(const struct bt_tensor *t);    /* highest dim with ne>1, plus one (>= 1) */
+BT_API bool bt_is_contiguous(const struct bt_tensor *t);
+BT_API bool bt_is_contiguous_rows(const struct bt_tensor *t); /* nb[0] == element size */
+BT_API bool bt_are_same_shape(const struct bt_tensor *a, const struct bt_tensor *b);
+BT_API bool bt_is_view(const struct bt_tensor *t);
 
-struct bt_tensor *bt_set_name(struct bt_tensor *t, const char *name);
-struct bt_tensor *bt_format_name(struct bt_tensor *t, const char *fmt, ...)
+BT_API struct bt_tensor *bt_set_name(struct bt_tensor *t, const char *name);
+BT_API struct bt_tensor *bt_format_name(struct bt_tensor *t, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-const char *bt_get_name(const struct bt_tensor *t);
-void bt_set_input(struct bt_tensor *t);
-void bt_set_output(struct bt_tensor *t);
-void bt_set_weight(struct bt_tensor *t);
+BT_API const char *bt_get_name(const struct bt_tensor *t);
+BT_API void bt_set_input(struct bt_tensor *t);
+BT_API void bt_set_output(struct bt_tensor *t);
+BT_API void bt_set_weight(struct bt_tensor *t);
 
 /* Element access (host data only; i in elements of a contiguous view of the
  * tensor's logical index order).  For tests and small tools. */
-float bt_get_f32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
-void bt_set_f32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v);
-int32_t bt_get_i32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
-void bt_set_i32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int32_t v);
+BT_API float bt_get_f32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+BT_API void bt_set_f32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v);
+BT_API int32_t bt_get_i32_nd(const struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+BT_API void bt_set_i32_nd(struct bt_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int32_t v);
 
 /* op_params helpers */
 static inline int32_t bt_get_op_param_i32(const struct bt_tensor *t, int i) { return t->op_params[i]; }

@@ -40,13 +40,13 @@ extern "C" {
 typedef struct bt_gallocr *bt_gallocr_t;
 
 /* One buffer of buft.  NULL when out of host memory. */
-bt_gallocr_t bt_gallocr_new(bt_buffer_type_t buft);
+BT_API bt_gallocr_t bt_gallocr_new(bt_buffer_type_t buft);
 /* Buffers 0..n_bufs-1; a buffer type that appears several times gets one
  * buffer (and one allocator) shared by those ids.  NULL when out of host
  * memory or n_bufs < 1. */
-bt_gallocr_t bt_gallocr_new_n(bt_buffer_type_t *bufts, int n_bufs);
+BT_API bt_gallocr_t bt_gallocr_new_n(bt_buffer_type_t *bufts, int n_bufs);
 /* Frees the allocator and its buffers (tensors placed in them dangle). */
-void bt_gallocr_free(bt_gallocr_t galloc);
+BT_API void bt_gallocr_free(bt_gallocr_t galloc);
 
 /* Measure pass: plan addresses for graph and grow each buffer to the plan's
  * peak (a buffer never shrinks).  node_buffer_ids[i] / leaf_buffer_ids[i]
@@ -54,8 +54,8 @@ void bt_gallocr_free(bt_gallocr_t galloc);
  * false (and a message) when an id is out of range, a view's source has no
  * data and is not in the graph, or a buffer cannot be allocated or exceeds
  * its buffer type's largest size. */
-bool bt_gallocr_reserve(bt_gallocr_t galloc, struct bt_graph *graph);
-bool bt_gallocr_reserve_n(bt_gallocr_t galloc, struct bt_graph *graph, const int *node_buffer_ids,
+BT_API bool bt_gallocr_reserve(bt_gallocr_t galloc, struct bt_graph *graph);
+BT_API bool bt_gallocr_reserve_n(bt_gallocr_t galloc, struct bt_graph *graph, const int *node_buffer_ids,
                           const int *leaf_buffer_ids);
 
 /* Place every tensor of graph that has no data yet at its planned offset
@@ -65,17 +65,17 @@ bool bt_gallocr_reserve_n(bt_gallocr_t galloc, struct bt_graph *graph, const int
  * block, the graph is re-reserved automatically with one buffer; with
  * several buffers the call returns false with a message (the caller must
  * reserve_n again). */
-bool bt_gallocr_alloc_graph(bt_gallocr_t galloc, struct bt_graph *graph);
+BT_API bool bt_gallocr_alloc_graph(bt_gallocr_t galloc, struct bt_graph *graph);
 
 /* Bytes of buffer buffer_id (0 before the first reserve).  A buffer shared by
  * several ids is counted once: the first of those ids reports its size, the
  * others 0, so a sum over the ids is the memory used. */
-size_t bt_gallocr_get_buffer_size(bt_gallocr_t galloc, int buffer_id);
+BT_API size_t bt_gallocr_get_buffer_size(bt_gallocr_t galloc, int buffer_id);
 /* The buffer behind buffer_id (shared ids return the same one); NULL before
  * the first reserve that needed memory in it. */
-bt_buffer_t bt_gallocr_get_buffer(bt_gallocr_t galloc, int buffer_id);
+BT_API bt_buffer_t bt_gallocr_get_buffer(bt_gallocr_t galloc, int buffer_id);
 /* The message of the last failed call; "" after a call that succeeded. */
-const char *bt_gallocr_error(bt_gallocr_t galloc);
+BT_API const char *bt_gallocr_error(bt_gallocr_t galloc);
 
 #ifdef __cplusplus
 }

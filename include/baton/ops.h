@@ -114,52 +114,52 @@ enum bt_sort_order {
     BT_SORT_DESC = 1,
 };
 
-struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_sub(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_mul(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_div(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_scale(bt_context *ctx, struct bt_tensor *a, float s);
-struct bt_tensor *bt_sqr(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_sqrt(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_sum_rows(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_mean(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_sub(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_mul(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_div(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_scale(bt_context *ctx, struct bt_tensor *a, float s);
+BT_API struct bt_tensor *bt_sqr(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_sqrt(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_sum_rows(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_mean(bt_context *ctx, struct bt_tensor *a);
 
-struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
+BT_API struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
                                 struct bt_tensor *ids);
 
-struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *ids);
-struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
+BT_API struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *ids);
+BT_API struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
                               struct bt_tensor *ids);
-struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_cont(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_cpy(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_cont(bt_context *ctx, struct bt_tensor *a);
 
-struct bt_tensor *bt_view_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, size_t offset);
-struct bt_tensor *bt_view_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_view_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, size_t offset);
+BT_API struct bt_tensor *bt_view_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
                              size_t nb1, size_t offset);
-struct bt_tensor *bt_view_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_view_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
                              int64_t ne2, size_t nb1, size_t nb2, size_t offset);
-struct bt_tensor *bt_view_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_view_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
                              int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
                              size_t offset);
 /* A view of the whole of a (same shape and strides). */
-struct bt_tensor *bt_view_tensor(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_reshape_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0);
-struct bt_tensor *bt_reshape_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1);
-struct bt_tensor *bt_reshape_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_view_tensor(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_reshape_1d(bt_context *ctx, struct bt_tensor *a, int64_t ne0);
+BT_API struct bt_tensor *bt_reshape_2d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1);
+BT_API struct bt_tensor *bt_reshape_3d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
                                 int64_t ne2);
-struct bt_tensor *bt_reshape_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
+BT_API struct bt_tensor *bt_reshape_4d(bt_context *ctx, struct bt_tensor *a, int64_t ne0, int64_t ne1,
                                 int64_t ne2, int64_t ne3);
-struct bt_tensor *bt_permute(bt_context *ctx, struct bt_tensor *a, int axis0, int axis1, int axis2,
+BT_API struct bt_tensor *bt_permute(bt_context *ctx, struct bt_tensor *a, int axis0, int axis1, int axis2,
                              int axis3);
-struct bt_tensor *bt_transpose(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_transpose(bt_context *ctx, struct bt_tensor *a);
 
-struct bt_tensor *bt_rms_norm(bt_context *ctx, struct bt_tensor *a, float eps);
-struct bt_tensor *bt_norm(bt_context *ctx, struct bt_tensor *a, float eps);
-struct bt_tensor *bt_soft_max(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *mask,
+BT_API struct bt_tensor *bt_rms_norm(bt_context *ctx, struct bt_tensor *a, float eps);
+BT_API struct bt_tensor *bt_norm(bt_context *ctx, struct bt_tensor *a, float eps);
+BT_API struct bt_tensor *bt_soft_max(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_soft_max_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *mask,
                                   float scale);
-struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+BT_API struct bt_tensor *bt_rope(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
                           int mode, float freq_base, float freq_scale);
 /* YaRN's context extension (ggml_rope_ext's last five parameters) */
 struct bt_rope_yarn {
@@ -169,7 +169,7 @@ struct bt_rope_yarn {
     int n_ctx_orig; /* the training context the correction dims are computed for */
 };
 /* ROPE with YaRN; yarn NULL is bt_rope (the same bits). */
-struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
+BT_API struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *pos, int n_dims,
                               int mode, float freq_base, float freq_scale, const struct bt_rope_yarn *yarn);
 #ifdef __CUDACC__
 #define BT_ROPE_FN static inline __host__ __device__
@@ -193,31 +193,31 @@ BT_ROPE_FN void bt_rope_yarn_angle(int32_t ps, int i, int n_dims, float freq_bas
 }
 #undef BT_ROPE_FN
 /* ggml_rope_yarn_corr_dims: the first and last rotated pair the ramp spans */
-void bt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+BT_API void bt_rope_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
                             float dims[2]);
 
-struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_relu(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a);
-struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
-struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, float alpha,
+BT_API struct bt_tensor *bt_silu(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_gelu(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_relu(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a);
+BT_API struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
+BT_API struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, float alpha,
                                 float limit);
 
-struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
-struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
-struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim);
+BT_API struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
+BT_API struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);
+BT_API struct bt_tensor *bt_concat(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, int dim);
 /* FLASH_ATTN as documented above; mask may be NULL. */
-struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+BT_API struct bt_tensor *bt_flash_attn(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
                                 struct bt_tensor *v, struct bt_tensor *mask, float scale);
 /* The same with attention sinks (F32 [H], one per q head; NULL: none). */
-struct bt_tensor *bt_flash_attn_ext(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
+BT_API struct bt_tensor *bt_flash_attn_ext(bt_context *ctx, struct bt_tensor *q, struct bt_tensor *k,
                                     struct bt_tensor *v, struct bt_tensor *mask, struct bt_tensor *sinks,
                                     float scale);
 
 /* Is node a well-formed instance of its op as documented above (types,
  * shapes, op params)?  Backends add their own limits on top. */
-bool bt_op_is_well_formed(const struct bt_tensor *node);
+BT_API bool bt_op_is_well_formed(const struct bt_tensor *node);
 
 /* The element-wise ops: element i of the result depends only on element i
  * of each source (a binary op's second source broadcast), so a kernel reads
@@ -230,7 +230,7 @@ enum bt_elementwise {
     BT_ELEMENTWISE_BINARY,   /* a[i] op b[i mod b's shape] */
     BT_ELEMENTWISE_GLU,      /* f(a[i]) * b[i], a and b the same shape */
 };
-enum bt_elementwise bt_op_elementwise(enum bt_op op);
+BT_API enum bt_elementwise bt_op_elementwise(enum bt_op op);
 
 #ifdef __cplusplus
 }

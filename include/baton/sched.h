@@ -77,67 +77,67 @@ struct bt_sched_stats {
  * else *out NULL, BT_ERR_INVALID (a count out of range, a buffer type its
  * backend cannot use) or BT_ERR_NOMEM, and the message in err (n_err bytes:
  * a constructor has no object yet to keep it).  Nothing is printed. */
-enum bt_status bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends, size_t graph_size,
+BT_API enum bt_status bt_sched_new(bt_backend_t *backends, bt_buffer_type_t *bufts, int n_backends, size_t graph_size,
                             int n_copies, bt_sched_t *out, char *err, size_t n_err);
 /* Puts back the sources of a graph that bt_sched_split_graph or
  * bt_sched_set_cur_copy left rewritten (touches no other graph).  Tensors the
  * scheduler placed keep pointers into its freed memory. */
-void bt_sched_free(bt_sched_t sched);
+BT_API void bt_sched_free(bt_sched_t sched);
 
 /* Forget the plan and every user assignment. */
-void bt_sched_reset(bt_sched_t sched);
+BT_API void bt_sched_reset(bt_sched_t sched);
 
 /* Pin a node or leaf to a backend before planning (never overwritten). */
-void bt_sched_set_tensor_backend(bt_sched_t sched, struct bt_tensor *t, bt_backend_t backend);
+BT_API void bt_sched_set_tensor_backend(bt_sched_t sched, struct bt_tensor *t, bt_backend_t backend);
 /* The backend a tensor was assigned (NULL when none). */
-bt_backend_t bt_sched_get_tensor_backend(bt_sched_t sched, struct bt_tensor *t);
-int bt_sched_get_backend_id(bt_sched_t sched, const struct bt_tensor *t); /* -1 when none */
+BT_API bt_backend_t bt_sched_get_tensor_backend(bt_sched_t sched, struct bt_tensor *t);
+BT_API int bt_sched_get_backend_id(bt_sched_t sched, const struct bt_tensor *t); /* -1 when none */
 
 /* Plan only: the five passes and the split inputs (no memory).  Rewrites the
  * graph's node sources to the copies of the current slot, for a caller that
  * runs the splits' graphs itself (keep the graph alive: see above). */
-enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph);
+BT_API enum bt_status bt_sched_split_graph(bt_sched_t sched, struct bt_graph *graph);
 
 /* Plan (when graph is new) and size the buffers for it. */
-enum bt_status bt_sched_reserve(bt_sched_t sched, struct bt_graph *measure_graph);
+BT_API enum bt_status bt_sched_reserve(bt_sched_t sched, struct bt_graph *measure_graph);
 /* Plan when needed, allocate, and advance to the next copy slot. */
-enum bt_status bt_sched_alloc_graph(bt_sched_t sched, struct bt_graph *graph);
+BT_API enum bt_status bt_sched_alloc_graph(bt_sched_t sched, struct bt_graph *graph);
 /* alloc (when not yet done for this micro-batch) + run; _async may return
  * before the backends finish: bt_sched_synchronize waits. */
-enum bt_status bt_sched_graph_compute_async(bt_sched_t sched, struct bt_graph *graph);
-enum bt_status bt_sched_graph_compute(bt_sched_t sched, struct bt_graph *graph);
-void bt_sched_synchronize(bt_sched_t sched);
+BT_API enum bt_status bt_sched_graph_compute_async(bt_sched_t sched, struct bt_graph *graph);
+BT_API enum bt_status bt_sched_graph_compute(bt_sched_t sched, struct bt_graph *graph);
+BT_API void bt_sched_synchronize(bt_sched_t sched);
 
 /* Use copy slot c for the next run and point the rewritten sources at its
  * copies: the distributed runtime drives the ring itself. */
-void bt_sched_set_cur_copy(bt_sched_t sched, int c);
+BT_API void bt_sched_set_cur_copy(bt_sched_t sched, int c);
 
-void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);
+BT_API void bt_sched_set_eval_callback(bt_sched_t sched, bt_sched_eval_callback cb, void *user_data);
 
 /* The experts a MUL_MAT_ID's ids [K, T] (I32, any strides) select: used[e]
  * = 1 for each id e, 0 for the others; host holds the bytes of ids as
  * bt_tensor_get gives them (bt_nbytes(ids) from its first element).  An id
  * outside [0, n_expert) is BT_ERR_INVALID, named in err.  The scheduler's
  * used-experts copy and the distributed runtime's both read ids this way. */
-enum bt_status bt_moe_used_experts(const struct bt_tensor *ids, const void *host, int64_t n_expert, uint8_t *used,
+BT_API enum bt_status bt_moe_used_experts(const struct bt_tensor *ids, const void *host, int64_t n_expert, uint8_t *used,
                                    char *err, size_t n_err);
 
-bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i);
-int bt_sched_get_n_copies(bt_sched_t sched);
-int bt_sched_get_cur_copy(bt_sched_t sched);
-int bt_sched_get_n_splits(bt_sched_t sched);
-const struct bt_sched_split *bt_sched_get_split(bt_sched_t sched, int i);
+BT_API bt_backend_t bt_sched_get_backend(bt_sched_t sched, int i);
+BT_API int bt_sched_get_n_copies(bt_sched_t sched);
+BT_API int bt_sched_get_cur_copy(bt_sched_t sched);
+BT_API int bt_sched_get_n_splits(bt_sched_t sched);
+BT_API const struct bt_sched_split *bt_sched_get_split(bt_sched_t sched, int i);
 /* The copy of a split input on backend_id in slot c (NULL if none). */
-struct bt_tensor *bt_sched_get_tensor_copy(bt_sched_t sched, const struct bt_tensor *t, int backend_id,
+BT_API struct bt_tensor *bt_sched_get_tensor_copy(bt_sched_t sched, const struct bt_tensor *t, int backend_id,
                                            int c);
-size_t bt_sched_get_buffer_size(bt_sched_t sched, bt_backend_t backend);
-struct bt_sched_stats bt_sched_get_stats(bt_sched_t sched);
-const char *bt_sched_error(bt_sched_t sched);
+BT_API size_t bt_sched_get_buffer_size(bt_sched_t sched, bt_backend_t backend);
+BT_API struct bt_sched_stats bt_sched_get_stats(bt_sched_t sched);
+BT_API const char *bt_sched_error(bt_sched_t sched);
 
 /* A readable plan: each split, its backend, its nodes, its inputs and their
  * bytes.  Printed to stderr after each planning when BATON_SCHED_DEBUG is set
  * (1: splits and inputs, 2: also every node's backend and why). */
-void bt_sched_print_plan(bt_sched_t sched, FILE *f);
+BT_API void bt_sched_print_plan(bt_sched_t sched, FILE *f);
 
 #ifdef __cplusplus
 }

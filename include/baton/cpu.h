@@ -22,13 +22,13 @@ extern "C" {
 /* ---- the CPU backend (cpu_backend.c) ---------------------------------------- */
 
 /* n_threads <= 0: every online core.  NULL when threads cannot start. */
-bt_backend_t bt_backend_cpu_init(int n_threads);
-bool bt_backend_is_cpu(bt_backend_t backend);
+BT_API bt_backend_t bt_backend_cpu_init(int n_threads);
+BT_API bool bt_backend_is_cpu(bt_backend_t backend);
 /* Per-op time of the graphs the backend computes while on (bt_cpu_set_profile,
  * bt_cpu_get_profile: the rows' meaning); on starts from zero. */
 struct bt_cpu_op_profile;
-void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
-int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+BT_API void bt_backend_cpu_set_profile(bt_backend_t backend, bool on);
+BT_API int bt_backend_cpu_get_profile(bt_backend_t backend, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
                                double *graph_s);
 
 /* ---- the executor (cpu.c) ----------------------------------------------------- */
@@ -37,17 +37,17 @@ typedef struct bt_cpu bt_cpu;
 
 /* n_threads <= 0: the number of online cores.  NULL when threads cannot be
  * started. */
-bt_cpu *bt_cpu_new(int n_threads);
-void bt_cpu_free(bt_cpu *cpu);
-int bt_cpu_n_threads(const bt_cpu *cpu);
+BT_API bt_cpu *bt_cpu_new(int n_threads);
+BT_API void bt_cpu_free(bt_cpu *cpu);
+BT_API int bt_cpu_n_threads(const bt_cpu *cpu);
 
 /* Use the plain reference kernels (no SIMD, no blocking) for mul_mat and
  * mul_mat_id: kept for tests and for comparison in benchmarks. */
-void bt_cpu_set_reference(bt_cpu *cpu, bool reference);
+BT_API void bt_cpu_set_reference(bt_cpu *cpu, bool reference);
 
 /* A barrier after every node, every node on every thread (ggml's way): for
  * tests, which compare it with the plan (cpu_plan.c); off by default. */
-void bt_cpu_set_barrier_every_node(bt_cpu *cpu, bool on);
+BT_API void bt_cpu_set_barrier_every_node(bt_cpu *cpu, bool on);
 
 /* How bt_cpu_graph_compute runs a graph (cpu_plan.c): one step per computed
  * node (views skip), in graph order. */
@@ -61,25 +61,25 @@ struct bt_cpu_step {
 /* The plan for nth threads into steps (room for g->n_nodes); returns the
  * number of steps; *wsize: the work buffer it needs.  barrier_every_node:
  * a barrier after each step and no solo steps.  Nodes must have data. */
-int bt_cpu_plan(const struct bt_graph *g, int nth, bool barrier_every_node, struct bt_cpu_step *steps,
+BT_API int bt_cpu_plan(const struct bt_graph *g, int nth, bool barrier_every_node, struct bt_cpu_step *steps,
                 size_t *wsize);
 /* What the plan of g depends on, as words into key (room for
  * bt_cpu_plan_key_words(g->n_nodes)); returns the count.  Two graphs with
  * equal keys have the same plan.  Nodes must have data. */
-size_t bt_cpu_plan_key(const struct bt_graph *g, int nth, bool barrier_every_node, uint64_t *key);
-size_t bt_cpu_plan_key_words(int n_nodes);
+BT_API size_t bt_cpu_plan_key(const struct bt_graph *g, int nth, bool barrier_every_node, uint64_t *key);
+BT_API size_t bt_cpu_plan_key_words(int n_nodes);
 /* Plans made so far (bt_cpu_graph_compute keeps the last graph's plan while
  * its key stays the same). */
-uint64_t bt_cpu_n_plans(const bt_cpu *cpu);
+BT_API uint64_t bt_cpu_n_plans(const bt_cpu *cpu);
 
 /* Can the CPU compute this node (op, types, layout)? */
-bool bt_cpu_supports_op(const struct bt_tensor *node);
+BT_API bool bt_cpu_supports_op(const struct bt_tensor *node);
 
 /* Compute nodes [0, n_nodes) in order.  Every tensor must have host data.
  * A run-time error (an expert id out of range, an unsupported op) stops the
  * run with a status and a message in bt_cpu_error(cpu). */
-enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g);
-const char *bt_cpu_error(const bt_cpu *cpu);
+BT_API enum bt_status bt_cpu_graph_compute(bt_cpu *cpu, struct bt_graph *g);
+BT_API const char *bt_cpu_error(const bt_cpu *cpu);
 
 /* Called on the calling thread (thread 0 of the pool) after it has done its
  * share of each computed node (before the barrier that follows it, if
@@ -88,7 +88,7 @@ const char *bt_cpu_error(const bt_cpu *cpu);
  * own competing for the cores.  It must not touch the graph.  NULL: none
  * (the default). */
 typedef void (*bt_cpu_node_hook)(void *user);
-void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
+BT_API void bt_cpu_set_node_hook(bt_cpu *cpu, bt_cpu_node_hook fn, void *user);
 
 /* Where a graph's time goes, per op and type (the type of the node's first
  * source, e.g. a matmul's weights; the node's own when it has none), as the
@@ -104,10 +104,10 @@ struct bt_cpu_op_profile {
     uint64_t count;
     double compute_s, wait_s, weight_bytes;
 };
-void bt_cpu_set_profile(bt_cpu *cpu, bool on);
+BT_API void bt_cpu_set_profile(bt_cpu *cpu, bool on);
 /* Up to cap rows with a count (in op, then type order) into rows; returns
  * how many there are in all. */
-int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
+BT_API int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int cap, uint64_t *n_graphs,
                        double *graph_s);
 
 /* Repacked weights (repack.c).  A quantised weight matrix whose type has a
@@ -124,38 +124,38 @@ int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int ca
  * and the distributed runtime's weight_buft: a weight it sends stays
  * plain), and the core and the CPU executor assert that nothing else
  * touches it. */
-bool bt_cpu_weight_repackable(const struct bt_tensor *t);
+BT_API bool bt_cpu_weight_repackable(const struct bt_tensor *t);
 /* The repack buffer type (the CPU backend's weight buffer type,
  * bt_backend_get_weight_buffer_type): host memory in which a repackable
  * weight is repacked as its bytes are set (whole, or whole matrices of a 3-d
  * one); everything else is plain. */
-bt_buffer_type_t bt_cpu_repack_buffer_type(void);
+BT_API bt_buffer_type_t bt_cpu_repack_buffer_type(void);
 /* does this build repack weights of type t at all (its kernels built in)? */
-bool bt_cpu_weight_repack_available(enum bt_type t);
+BT_API bool bt_cpu_weight_repack_available(enum bt_type t);
 /* t (repackable, with host data) <- the plain bytes of its type at plain
  * (bt_nbytes(t) of them, not overlapping t's), repacked; flags t. */
-void bt_cpu_weight_repack(struct bt_tensor *t, const void *plain);
+BT_API void bt_cpu_weight_repack(struct bt_tensor *t, const void *plain);
 /* the plain bytes of a repacked t (bt_nbytes(t)) into plain */
-void bt_cpu_weight_unpack(const struct bt_tensor *t, void *plain);
+BT_API void bt_cpu_weight_unpack(const struct bt_tensor *t, void *plain);
 /* t, or the tensor it views, is repacked */
-bool bt_cpu_weight_is_repacked(const struct bt_tensor *t);
+BT_API bool bt_cpu_weight_is_repacked(const struct bt_tensor *t);
 
 /* The variant of the CPU kernels in use ("c", "avx2", "avx512",
  * "avx512bf16"): in a build of several (BATON_CPU_VARIANTS), the widest this
  * CPU runs, or the one the environment variable BATON_CPU names; every
  * variant gives the same bits. */
-const char *bt_cpu_variant_name(void);
+BT_API const char *bt_cpu_variant_name(void);
 /* The variants this build holds, narrowest first: how many, the name of
  * variant i, and whether this CPU runs it. */
-int bt_cpu_n_variants(void);
-const char *bt_cpu_variant_name_at(int i);
-bool bt_cpu_variant_runs(int i);
+BT_API int bt_cpu_n_variants(void);
+BT_API const char *bt_cpu_variant_name_at(int i);
+BT_API bool bt_cpu_variant_runs(int i);
 
 /* Measured machine figures for benchmarks: streaming-read bandwidth in
  * bytes/s over `bytes` (>= 1 GiB recommended) with n_threads; FMA peak in
  * FLOP/s of n_threads cores (independent FMA chains). */
-double bt_cpu_measure_read_bw(size_t bytes, int n_threads);
-double bt_cpu_measure_fma_peak(int n_threads);
+BT_API double bt_cpu_measure_read_bw(size_t bytes, int n_threads);
+BT_API double bt_cpu_measure_fma_peak(int n_threads);
 
 #ifdef __cplusplus
 }
