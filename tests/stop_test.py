@@ -143,6 +143,16 @@ def late_request(port):
         return 0
 
 
+def finish(p, name, limit=120):
+    """The process's (stdout, stderr) once it ends; killed, and a failure, past limit seconds."""
+    try:
+        return p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        fail(f"{name}: did not end within {limit} s")
+        return p.communicate()
+
+
 def serve_case(name, argv, stop, want_rc, want_err):
     """Start the server with argv, a stream running, stop(process, rank 0's pid)."""
     p, port, pid0 = start_server(argv, name)
@@ -159,13 +169,7 @@ def serve_case(name, argv, stop, want_rc, want_err):
     except (OSError, http.client.HTTPException) as e:  # cut mid-stream
         rest = f"(cut: {e!r})"
     conn.close()
-    try:
-        out, err = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        fail(f"{name}: the job did not end within 120 s")
-    err = text(err)
+    err = text(finish(p, name)[1])
     done = rest.rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in rest
     if done:
         ok(f"{name}: the running stream got to its end and [DONE]")
@@ -207,12 +211,7 @@ def generate_case(name, argv, stop, want_rc, cnv=False):
     piece = p.stdout.read(1) if wait_for(lambda: p.poll() is None, 5) else b""
     time.sleep(0.3)
     stop(p)
-    try:
-        out, err = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        fail(f"{name}: did not end within 120 s")
+    out, err = finish(p, name)
     out, err = text(piece + out), text(err)
     if p.returncode != want_rc:
         fail(f"{name}: exit {p.returncode}, wanted {want_rc}: {err[-600:]}")
@@ -269,16 +268,11 @@ def main():
         p.stdout.read(1)
         os.killpg(p.pid, signal.SIGINT)
         os.killpg(p.pid, signal.SIGINT)
-        try:
-            p.communicate(timeout=60)
-            if p.returncode == 130:
-                ok("a second ^C under baton-run: the job stopped, exit 130")
-            else:
-                fail(f"a second ^C: exit {p.returncode}")
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            fail("a second ^C: the job did not end within 60 s")
+        finish(p, "a second ^C", 60)
+        if p.returncode == 130:
+            ok("a second ^C under baton-run: the job stopped, exit 130")
+        else:
+            fail(f"a second ^C: exit {p.returncode}")
     finally:
         subprocess.run(["rm", "-rf", tmp])
     if fails:

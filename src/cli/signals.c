@@ -33,16 +33,22 @@ static int linger;                    /* several ranks: wait before ending */
 static volatile sig_atomic_t ending;  /* bt_cli_signals_ending: no line */
 #define LINGER_S 3 /* longer than mpirun's default 1 s grace period */
 
+/* every caught signal to fn (sigaction is async-signal-safe) */
+static void handle_all(void (*fn)(int), int flags) {
+    for (size_t i = 0; i < N_CAUGHT; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = fn;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = flags;
+        sigaction(caught[i], &sa, NULL);
+    }
+}
+
 static void on_signal(int sig) {
     /* one line per rank: any further signal ends it at once (a second ^C
      * while it lingers) */
-    for (size_t i = 0; i < N_CAUGHT; i++) {
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(caught[i], &dfl, NULL);
-    }
+    handle_all(SIG_DFL, 0);
     for (size_t i = 0; i < N_CAUGHT && !ending; i++) {
         if (caught[i] != sig) continue;
         /* write(2) is async-signal-safe; stdio is not */
@@ -66,14 +72,7 @@ void bt_cli_signals_install(const char *prog, int rank) {
         snprintf(messages[i], sizeof messages[i], "%s: rank %d: stopped by %s: the job was ended (interrupted, or another rank failed)\n", prog,
                  rank, names[i]);
     linger = bt_cli_env_many_ranks();
-    for (size_t i = 0; i < N_CAUGHT; i++) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND;
-        sigaction(caught[i], &sa, NULL);
-    }
+    handle_all(on_signal, SA_RESETHAND);
 }
 
 void bt_cli_signals_ending(void) { ending = 1; }
@@ -101,13 +100,7 @@ void bt_cli_signals_finish_on_stop(int rank, volatile sig_atomic_t *stop, const 
     finish_flag = stop;
     finish_rank = rank;
     snprintf(finish_notice, sizeof finish_notice, "%s\n", notice);
-    for (size_t i = 0; i < N_CAUGHT; i++) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_finish_signal;
-        sigemptyset(&sa.sa_mask);
-        /* no SA_RESTART: a read of stdin (generate's conversation) returns
-         * EINTR, and the program sees the request at once */
-        sigaction(caught[i], &sa, NULL);
-    }
+    /* no SA_RESTART: a read of stdin (generate's conversation) returns
+     * EINTR, and the program sees the request at once */
+    handle_all(on_finish_signal, 0);
 }
