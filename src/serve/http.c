@@ -93,8 +93,13 @@ struct req {
     bool submitted; /* counted in s->n_answering */
     /* a chat with tools (job->tools): the calls parsed from the whole answer */
     struct bt_tool_call *calls;
-    int n_calls;     /* -1: not parsed yet */
-    bool calls_sent; /* streamed */
+    int n_calls;
+    /* ... or streamed: the reply read call by call (tool_news) */
+    struct bt_tool_scan scan;
+    struct bt_tool_call call; /* the call read and not sent yet (name NULL: none) */
+    bool head_sent;           /* its head sent, its arguments next */
+    bool broken;              /* a call not well formed at the end: the rest is content */
+    int n_sent;               /* calls sent whole */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -329,8 +334,8 @@ static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_erro
     if (j->tools == BT_TOOL_FORMAT_NONE) {
         bt_api_error_set(e, 400, "invalid_request_error", "tools", NULL,
                          "'tools' cannot be used with this model: its chat template (%s) shows no tool-call format "
-                         "baton knows (Hermes <tool_call>, as Qwen2.5 and Qwen3 write it); give one with "
-                         "--chat-template FILE",
+                         "baton knows (Hermes <tool_call> as Qwen2.5 and Qwen3 write it, Llama 3.1's JSON call, "
+                         "Mistral's [TOOL_CALLS]); give one with --chat-template FILE",
                          bt_chat_template_kind(s->chat_template));
         return false;
     }
@@ -583,21 +588,51 @@ static char *chunk_with_logprobs(struct req *r, int i, const char *text, size_t 
     return js;
 }
 
-/* How much of choice c's text a stream may show now (s->jobs.mu held): all
- * of it, but in a chat with tools (one choice) only what cannot be part of a
- * call until its end; then the calls are parsed (once), and the text before
- * the first call is what is shown as content (text between or after calls is
- * not streamed; the whole answer has it). */
-static size_t shown_len(struct req *r, const struct bt_job *c) {
-    if (c->tools == BT_TOOL_FORMAT_NONE) return c->len;
-    if (!c->ended) return bt_tool_calls_plain_len(c->tools, c->text, c->len);
-    if (r->n_calls < 0) {
-        char *content = NULL;
-        r->n_calls = bt_tool_calls_parse(c->tools, c->text, c->len, &r->calls, &content);
-        free(content);
-        if (r->n_calls < 0) r->n_calls = 0; /* out of memory: the text as it is */
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return false;
+    return true;
+}
+
+/* A stream of a chat with tools (one choice c, s->jobs.mu held): how far
+ * its text may be shown as content now, and (*call) whether a call is
+ * ready to send.  Content comes as it is written but for a tail that may
+ * open a call; a call, once its text is whole, goes as its head and then
+ * its arguments (the content before it first, when not blank); after the
+ * first call, text outside calls waits for the next call or the end.  A
+ * call that is not well formed at the end: the rest of the text is content
+ * (the calls sent before it stay sent). */
+static size_t tool_news(struct req *r, struct bt_job *c, bool *call) {
+    *call = false;
+    if (r->call.name) {
+        /* the content before it (not blank) first */
+        if (!r->head_sent && r->scan.open > c->text_seen && !blank(c->text + c->text_seen, r->scan.open - c->text_seen))
+            return r->scan.open;
+        if (!r->head_sent) c->text_seen = r->scan.open;
+        *call = true;
+        return c->text_seen;
     }
-    return r->n_calls > 0 ? bt_tool_calls_plain_len(c->tools, c->text, c->len) : c->len;
+    if (!r->broken) {
+        bool oom;
+        const int got = bt_tool_scan_next(c->tools, &r->scan, c->text, c->len, c->ended, &r->call, &oom);
+        if (got > 0) return tool_news(r, c, call);
+        r->broken = c->ended && got < 0;
+        if (!c->ended && r->n_sent > 0) return c->text_seen;
+        if (!c->ended)
+            return c->text_seen + bt_tool_calls_plain_len(c->tools, c->text + c->text_seen, c->len - c->text_seen);
+    }
+    /* the end: the rest, past the last call's text, is content unless blank after calls */
+    if (!r->broken && r->scan.pos > c->text_seen) c->text_seen = r->scan.pos;
+    if (r->n_sent > 0 && blank(c->text + c->text_seen, c->len - c->text_seen)) c->text_seen = c->len;
+    return c->len;
+}
+
+/* How much of choice c's text a stream may show now (s->jobs.mu held): all
+ * of it, but in a chat with tools what tool_news says (*call: a call to
+ * send). */
+static size_t shown_len(struct req *r, struct bt_job *c, bool *call) {
+    *call = false;
+    return c->tools == BT_TOOL_FORMAT_NONE ? c->len : tool_news(r, c, call);
 }
 
 /* Streaming, with the queue's mutex held: the next choice with news, from
@@ -608,9 +643,10 @@ static int next_news(struct req *r, bool *all) {
     *all = true;
     for (int k = 0; k < j->n_choices; k++) {
         const int i = (r->next + k) % j->n_choices;
-        const struct bt_job *c = bt_job_choice(j, i);
+        struct bt_job *c = bt_job_choice(j, i);
         *all = *all && c->final_sent;
-        if (shown_len(r, c) > c->text_seen) return i;
+        bool call;
+        if (shown_len(r, c, &call) > c->text_seen || call) return i;
         if (c->ended && !c->final_sent && c->res.finish != BT_FINISH_ERROR && c->res.finish != BT_FINISH_CANCELLED &&
             !c->error[0])
             return i;
@@ -659,13 +695,21 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     struct bt_job *c = bt_job_choice(j, i);
     /* the text and the log-probabilities of the tokens that came since the last chunk; at its end, the entries
      * of tokens that showed no text */
-    const size_t avail = shown_len(r, c);
-    const bool last = avail <= c->text_seen;
-    if (last && r->n_calls > 0 && !r->calls_sent) {
-        /* the calls, whole, before the last chunk */
-        r->calls_sent = true;
+    bool call;
+    const size_t avail = shown_len(r, c, &call);
+    const bool last = avail <= c->text_seen && !call;
+    if (call) {
+        /* a call's head, then its arguments */
+        const enum bt_api_call_part part = r->head_sent ? BT_API_CALL_ARGS : BT_API_CALL_HEAD;
+        char *js = bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, &r->call, r->n_sent, part);
+        if (r->head_sent) {
+            bt_tool_call_clear(&r->call);
+            r->n_sent++;
+            c->text_seen = r->scan.pos;
+        }
+        r->head_sent = !r->head_sent;
         pthread_mutex_unlock(&s->jobs.mu);
-        return bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, r->calls, r->n_calls);
+        return js;
     }
     const size_t from = c->text_seen, n = avail > from ? avail - from : 0, n_lp = c->n_lp - c->lp_seen;
     char *piece = malloc(n ? n : 1);
@@ -676,7 +720,7 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     c->lp_seen = c->n_lp;
     if (last) c->final_sent = true;
     pthread_mutex_unlock(&s->jobs.mu);
-    const char *finish = !last ? NULL : r->n_calls > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
+    const char *finish = !last ? NULL : r->n_sent > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
     char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
     free(piece);
     free(lps);
@@ -1040,7 +1084,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         /* the headers: route, method, key, declared size */
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
-        r->n_calls = -1;
         r->s = s;
         r->conn = conn;
         r->route = route_of(url);
@@ -1174,6 +1217,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&s->jobs.mu);
     }
     bt_tool_calls_free(r->calls, r->n_calls);
+    bt_tool_call_clear(&r->call);
     free(r->body);
     free(r->out);
     free(r);
