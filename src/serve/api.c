@@ -1081,15 +1081,28 @@ char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int
     return dump(o);
 }
 
+/* Call i's id in a format whose model writes ids (Mistral): 9 letters or
+ * digits, as its template wants them back, made from the answer's id
+ * (FNV-1a) and i; not the model's own, which may repeat within a reply. */
+static void short_call_id(const char *id, int i, char out[10]) {
+    static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    for (int k = 0; k < 7; k++, h /= 62) out[k] = digits[h % 62];
+    out[7] = digits[i / 62 % 62];
+    out[8] = digits[i % 62];
+    out[9] = '\0';
+}
+
 /* call i as OpenAI's tool_calls entry: whole (part BT_API_CALL_WHOLE), or
  * as a stream sends it, with its index: the head (id, type, name, arguments
- * "") then the arguments alone.  Its id: the model's (Mistral), else
- * "call_" + the answer's id + "_" + i. */
+ * "") then the arguments alone.  Its id: short_call_id where the model
+ * wrote one, else "call_" + the answer's id + "_" + i. */
 static json_t *tool_call_value(const char *id, const struct bt_tool_call *c, int i, enum bt_api_call_part part) {
     if (part == BT_API_CALL_ARGS) return json_pack("{s:i, s:{s:s}}", "index", i, "function", "arguments", c->arguments);
     char cid[96];
     if (c->id)
-        snprintf(cid, sizeof cid, "%s", c->id);
+        short_call_id(id, i, cid);
     else
         snprintf(cid, sizeof cid, "call_%s_%d", id, i);
     json_t *v = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name", c->name,

@@ -189,8 +189,9 @@ struct bt_api_choice {
 char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                              const struct bt_api_choice *ch, size_t n, const struct bt_api_usage *u);
 /* A chat answer that calls tools: content (NULL: null) and calls[0..n),
- * each with the id the model wrote (Mistral) or else "call_" + the
- * answer's id + "_" + its index; finish_reason "tool_calls". */
+ * each with the id "call_" + the answer's id + "_" + its index, or where
+ * the model wrote an id (Mistral) one of 9 letters or digits made from the
+ * answer's id and the index; finish_reason "tool_calls". */
 char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                                 const char *content, const struct bt_tool_call *calls, int n,
                                 const struct bt_api_usage *u, const struct bt_api_logprobs *lp);

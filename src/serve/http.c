@@ -605,7 +605,8 @@ static bool blank(const char *s, size_t n) {
 static size_t tool_news(struct req *r, struct bt_job *c, bool *call) {
     *call = false;
     if (r->call.name) {
-        /* the content before it (not blank) first */
+        /* the content before it (not blank) first; the text between two calls of one list is none */
+        if (!r->head_sent && r->scan.from > c->text_seen) c->text_seen = r->scan.from;
         if (!r->head_sent && r->scan.open > c->text_seen && !blank(c->text + c->text_seen, r->scan.open - c->text_seen))
             return r->scan.open;
         if (!r->head_sent) c->text_seen = r->scan.open;

@@ -373,6 +373,7 @@ int bt_tool_scan_next(enum bt_tool_format f, struct bt_tool_scan *s, const char 
     struct bt_tool_scan n = *s;
     size_t p, end = 0;
     for (;;) {
+        const bool listed = n.inside; /* a call after another in Mistral's list: nothing outside it between them */
         if (!n.inside) {
             bool found;
             size_t skip;
@@ -392,7 +393,7 @@ int bt_tool_scan_next(enum bt_tool_format f, struct bt_tool_scan *s, const char 
         if (p < len && t[p] == ',') p = skip_ws(t, len, p + 1);
         if (p == len) goto unfinished;
         if (t[p] != ']') {
-            n.from = n.open = p;
+            if (listed) n.from = n.open = p;
             break;
         }
         n.inside = false;
