@@ -7,7 +7,7 @@
 # 400 each), and the greedy answers the same on both.  Then the other
 # tool-call formats on 1 rank, the tools checks only: Llama 3 (a llama model
 # with the Llama 3 vocabulary and tests/data/chat/llama3_tools.jinja), and
-# Mistral's three (the qwen2 model with the Mistral-Nemo, Devstral and
+# Mistral's three (the qwen2 model with the Mistral-Nemo, Ministral 3 and
 # Mistral-Small-3.2 templates).
 set -u
 # shellcheck source=tests/serve_lib.sh
@@ -74,7 +74,7 @@ echo "ok: the greedy answers are the same on 1 and 2 ranks"
 make_model "$tmp/l.gguf" llama-bpe llama
 run 1 "$tmp/l.gguf" "$here/data/chat/llama3_tools.jinja" llama3
 run 1 "$model" "$here/data/chat_templates/mistralai-Mistral-Nemo-Instruct-2407.jinja" mistral
-# (Devstral's and Mistral-Small-3.2's system prompts are long: 4096 tokens a request)
-run 1 "$model" "$here/data/chat_templates/unsloth-mistral-Devstral-Small-2507.jinja" mistral-args 16384
+# (Ministral 3's and Mistral-Small-3.2's system prompts are long: 4096 tokens a request)
+run 1 "$model" "$here/data/chat_templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja" mistral-args 16384
 run 1 "$model" "$here/data/chat_templates/Mistral-Small-3.2-24B-Instruct-2506.jinja" mistral-call-id 16384
 echo "serve_json_test: all passed"

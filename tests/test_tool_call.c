@@ -39,7 +39,7 @@ START_TEST(test_detect) {
         {"chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja", BT_TOOL_FORMAT_HERMES},
         {"chat_templates/Qwen-Qwen3-0.6B.jinja", BT_TOOL_FORMAT_HERMES},
         {"chat_templates/mistralai-Mistral-Nemo-Instruct-2407.jinja", BT_TOOL_FORMAT_MISTRAL},
-        {"chat_templates/unsloth-mistral-Devstral-Small-2507.jinja", BT_TOOL_FORMAT_MISTRAL_ARGS},
+        {"chat_templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja", BT_TOOL_FORMAT_MISTRAL_ARGS},
         {"chat_templates/Mistral-Small-3.2-24B-Instruct-2506.jinja", BT_TOOL_FORMAT_MISTRAL_CALL_ID},
         {"chat_templates/microsoft-Phi-3.5-mini-instruct.jinja", BT_TOOL_FORMAT_NONE},
         {"chat/llama3_tools.jinja", BT_TOOL_FORMAT_LLAMA3},
