@@ -3,15 +3,21 @@
  * the texts each format's grammar takes and refuses, a reply parsed back
  * into calls (a malformed one is all content), and a reply read call by
  * call as a stream grows: a call comes out once it is whole, the content
- * before it at once but for a tail that may open a call. */
+ * before it at once but for a tail that may open a call; a mark that is a
+ * control token of the vocabulary, shown (its text in the output, taken by
+ * a grammar) only where asked. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "text/constrain.h"
 #include "text/grammar.h"
+#include "text/stop.h"
+#include "text/tokenizer.h"
 #include "text/tool_call.h"
+#include "text/vocab_gguf.h"
 
 static const struct bt_tool tools[2] = {
     {"get_weather", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}"},
@@ -286,6 +292,61 @@ START_TEST(test_stream) {
 }
 END_TEST
 
+/* Qwen2's control token <|im_start|> standing for a mark such as Mistral's
+ * [TOOL_CALLS] (a control token in Mistral's vocabulary): shown, a grammar
+ * that begins with its text takes it and the stopper gives its text; not
+ * shown, neither. */
+START_TEST(test_shown_control) {
+    char path[512], err[256];
+    bt_tokenizer *tok;
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", BATON_TEST_DATA);
+    ck_assert_msg(bt_tokenizer_load(path, &tok, NULL, err, sizeof err) == BT_OK, "%s", err);
+    const char *mark = "<|im_start|>";
+    const int32_t id = bt_tokenizer_find(tok, mark, strlen(mark));
+    size_t len;
+    ck_assert_int_ge(id, 0);
+    bt_tokenizer_piece(tok, id, 0, &len);
+    ck_assert_uint_eq(len, 0); /* a control token: no text of its own */
+    bt_grammar *g = bt_grammar_new();
+    int32_t r = bt_grammar_add_rule(g);
+    bt_grammar_add_alt(g, r);
+    bt_grammar_add_lit(g, r, "<|im_start|>ok", strlen("<|im_start|>ok"));
+    ck_assert_int_eq(bt_grammar_finish(g, r, err, sizeof err), BT_OK);
+    bt_token_trie *trie;
+    ck_assert_int_eq(bt_token_trie_new(tok, &trie, err, sizeof err), BT_OK);
+    uint8_t *mask = malloc(bt_tokenizer_n_tokens(tok));
+    for (int shown = 0; shown < 2; shown++) {
+        bt_constraint *c = bt_constraint_new(g, trie);
+        if (shown) bt_constraint_show_token(c, id);
+        bt_constraint_mask(c, false, mask);
+        ck_assert_int_eq(mask[id], shown);
+        ck_assert_int_eq(bt_constraint_allows(c, id, false), shown);
+        if (shown) {
+            ck_assert(bt_constraint_accept(c, id));
+            const int32_t ok = bt_tokenizer_find(tok, "ok", 2);
+            ck_assert(bt_constraint_allows(c, ok, false));
+            ck_assert(bt_constraint_accept(c, ok));
+            ck_assert(bt_constraint_complete(c));
+        }
+        bt_constraint_free(c);
+        /* the output's text */
+        bt_stopper *st;
+        ck_assert_int_eq(bt_stopper_create(NULL, 0, 2, &st, err, sizeof err), BT_OK);
+        if (shown) bt_stopper_show_token(st, id);
+        const char *text;
+        ck_assert_int_eq(bt_stopper_push(st, tok, id, &text, &len), BT_STOP_NONE);
+        char got[64];
+        snprintf(got, sizeof got, "%.*s", (int)len, text);
+        ck_assert_str_eq(got, shown ? mark : "");
+        bt_stopper_free(st);
+    }
+    free(mask);
+    bt_token_trie_free(trie);
+    bt_grammar_free(g);
+    bt_tokenizer_free(tok);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("tool_call");
     TCase *tc = tcase_create("tool_call");
@@ -293,6 +354,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_grammars);
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_stream);
+    tcase_add_test(tc, test_shown_control);
     suite_add_tcase(s, tc);
     return s;
 }

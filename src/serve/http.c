@@ -339,9 +339,10 @@ static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_erro
                          bt_chat_template_kind(s->chat_template));
         return false;
     }
+    j->mark = bt_tool_format_trigger(j->tools);
     if (q->tool_choice == BT_API_TOOLS_AUTO) {
         if (q->grammar) return true;
-        j->trigger = bt_tool_format_trigger(j->tools);
+        j->trigger = j->mark;
     }
     char where[256], msg[400];
     int bad_tool;
