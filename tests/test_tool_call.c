@@ -63,6 +63,8 @@ START_TEST(test_detect) {
                      BT_TOOL_FORMAT_LLAMA3);
     ck_assert_int_eq(bt_tool_format_detect("<|start_header_id|>ipython<|end_header_id|> <tool_call>"),
                      BT_TOOL_FORMAT_HERMES);
+    ck_assert_int_eq(bt_tool_format_detect("<|start_header_id|>ipython<|end_header_id|> <function="),
+                     BT_TOOL_FORMAT_NONE);
     ck_assert_str_eq(bt_tool_format_name(BT_TOOL_FORMAT_MISTRAL_ARGS), "mistral-args");
     ck_assert_str_eq(bt_tool_format_trigger(BT_TOOL_FORMAT_LLAMA3), "{\"name\"");
     ck_assert_str_eq(bt_tool_format_trigger(BT_TOOL_FORMAT_MISTRAL), "[TOOL_CALLS]");

@@ -54,7 +54,8 @@ static const struct format formats[] = {
 enum bt_tool_format bt_tool_format_detect(const char *t) {
     if (!t) return BT_TOOL_FORMAT_NONE;
     if (strstr(t, HERMES_OPEN)) return BT_TOOL_FORMAT_HERMES;
-    if (strstr(t, LLAMA3_HEADER)) return BT_TOOL_FORMAT_LLAMA3;
+    /* functionary v3.1, on Llama 3.1's template, writes <function=NAME>{...}</function> instead */
+    if (strstr(t, LLAMA3_HEADER)) return strstr(t, "<function=") ? BT_TOOL_FORMAT_NONE : BT_TOOL_FORMAT_LLAMA3;
     if (!strstr(t, MISTRAL_OPEN)) return BT_TOOL_FORMAT_NONE;
     if (!strstr(t, MISTRAL_ARGS)) return BT_TOOL_FORMAT_MISTRAL;
     return strstr(t, MISTRAL_CALL_ID) ? BT_TOOL_FORMAT_MISTRAL_CALL_ID : BT_TOOL_FORMAT_MISTRAL_ARGS;

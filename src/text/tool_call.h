@@ -14,7 +14,8 @@
  *     ("<|start_header_id|>ipython<|end_header_id|>"); one call, the reply
  *       {"name": "NAME", "parameters": {...}}
  *     (a leading "<|python_tag|>" and a "type": "function" member taken
- *     too when parsing; the template allows a single call).
+ *     too when parsing; the template allows a single call).  Not
+ *     functionary v3.1's template, which has the header and "<function=".
  *   - Mistral, JSON list (Mistral-Nemo): a template with "[TOOL_CALLS]" but
  *     no "[ARGS]"; the calls in one list, each with an id of 9 letters or
  *     digits that the model writes
