@@ -7,10 +7,13 @@ unsupported keyword, a tool without a name, a tool_choice naming an unknown
 function), each a 400 naming the field.  The model has random weights: every
 answer must still be valid for its schema, whatever the weights.
 
-Usage: serve_json.py PORT MODEL OUT [FORMAT]
+Usage: serve_json.py PORT MODEL OUT [FORMAT [MARK_ID]]
 FORMAT: the tool-call format of the served template (hermes, the default:
 every check; llama3, mistral, mistral-args, mistral-call-id: the tools
-checks only).  OUT gets the answers of the greedy requests, for serve_json_test.sh to
+checks only).  MARK_ID (mistral): the vocabulary's control token
+"[TOOL_CALLS]", which logit_bias then pushes up: the calls come with
+tool_choice "auto" (the token shown, the trigger fired) and "required"
+(the grammar takes it).  OUT gets the answers of the greedy requests, for serve_json_test.sh to
 compare between 1 and 2 ranks.  Prints one line per check; exits 1 on the
 first failure."""
 import concurrent.futures as cf
@@ -22,6 +25,7 @@ import openai
 
 PORT, MODEL, OUT = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 FMT = sys.argv[4] if len(sys.argv) > 4 else "hermes"
+MARK_ID = sys.argv[5] if len(sys.argv) > 5 else None  # mistral: "[TOOL_CALLS]" a control token of this id
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="none", max_retries=0, timeout=300)
 answers = []
 
@@ -382,6 +386,19 @@ def tools_checks():
     check_calls(r.choices[0].message, r.choices[0].finish_reason, "required after a call and its result")
 
 
+def control_mark_checks():
+    for choice in ("auto", "required"):
+        for stream in (False, True):
+            what = f"[TOOL_CALLS] a control token, tool_choice {choice}{', streamed' if stream else ''}"
+            kw = dict(tool_choice=choice, max_tokens=400, parallel_tool_calls=False, logit_bias={MARK_ID: 100})
+            if stream:
+                calls, finish, content = stream_chat(**kw)
+                check(finish == "tool_calls" and len(calls) == 1 and content == "", f"{what}: {finish}, {content!r}")
+                continue
+            r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, **kw)
+            check_calls(r.choices[0].message, r.choices[0].finish_reason, what, most=1)
+
+
 # ---- bad inputs: a 400 naming the field ----
 def raw(path, body):
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
@@ -425,7 +442,10 @@ def bad_input_checks():
 if FMT == "hermes":
     response_format_checks()
     json_object_checks()
-tools_checks()
+if MARK_ID is None:
+    tools_checks()
+else:
+    control_mark_checks()
 if FMT == "hermes":
     bad_input_checks()
 with open(OUT, "w") as f:

@@ -190,7 +190,8 @@ static const struct parse_case {
      {"a1B2c3D4e"},
      NULL},
     /* not well formed: no call, all of the reply is content (trimmed), as Hermes */
-    {BT_TOOL_FORMAT_LLAMA3, "{\"name\": \"Bob\", \"age\": 3}", 0, {NULL}, {NULL}, {NULL}, "{\"name\": \"Bob\", \"age\": 3}"},
+    {BT_TOOL_FORMAT_LLAMA3, "{\"name\": \"Bob\", \"age\": 3}", 0, {NULL}, {NULL}, {NULL},
+     "{\"name\": \"Bob\", \"age\": 3}"},
     {BT_TOOL_FORMAT_LLAMA3, "{\"name\": \"now\", \"parameters\": {", 0, {NULL}, {NULL}, {NULL},
      "{\"name\": \"now\", \"parameters\": {"},
     {BT_TOOL_FORMAT_MISTRAL, " [TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}} ", 0, {NULL}, {NULL}, {NULL},
