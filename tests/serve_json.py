@@ -13,9 +13,9 @@ every check; llama3, mistral, mistral-args, mistral-call-id: the tools
 checks only).  MARK_ID (mistral): the vocabulary's control token
 "[TOOL_CALLS]", which logit_bias then pushes up: the calls come with
 tool_choice "auto" (the token shown, the trigger fired) and "required"
-(the grammar takes it).  OUT gets the answers of the greedy requests, for serve_json_test.sh to
-compare between 1 and 2 ranks.  Prints one line per check; exits 1 on the
-first failure."""
+(the grammar takes it).  OUT gets the answers of the greedy requests, for
+serve_json_test.sh to compare between 1 and 2 ranks.  Prints one line per
+check; exits 1 on the first failure."""
 import concurrent.futures as cf
 import http.client
 import json

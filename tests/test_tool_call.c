@@ -183,7 +183,7 @@ static const struct parse_case {
      {NULL, NULL},
      "I will check."},
     {BT_TOOL_FORMAT_MISTRAL_CALL_ID,
-     "[TOOL_CALLS]now[CALL_ID]a1B2c3D4e[ARGS]{\"tz\": 2}",
+     "[TOOL_CALLS] now [CALL_ID]a1B2c3D4e[ARGS]{\"tz\": 2}",
      1,
      {"now"},
      {"{\"tz\":2}"},

@@ -322,11 +322,14 @@ static json_t *object_at(const char *t, size_t len, size_t p, size_t *end) {
     return v;
 }
 
-/* A raw-name call's text at t[p..len): NAME ["[CALL_ID]" ID] "[ARGS]" {...} */
+/* A raw-name call's text at t[p..len): NAME ["[CALL_ID]" ID] "[ARGS]" {...} (whitespace around NAME taken) */
 static int raw_call(enum bt_tool_format f, const char *t, size_t len, size_t p, size_t *end, struct bt_tool_call *c,
                     bool *oom) {
+    p = skip_ws(t, len, p);
     const char *name = t + p, *id = NULL, *br = memchr(name, '[', len - p);
     if (!br) return 0;
+    size_t name_len = (size_t)(br - name);
+    while (name_len && is_space(name[name_len - 1])) name_len--;
     size_t q = (size_t)(br - t), id_len = 0;
     int m;
     if (f == BT_TOOL_FORMAT_MISTRAL_CALL_ID) {
@@ -340,7 +343,7 @@ static int raw_call(enum bt_tool_format f, const char *t, size_t len, size_t p, 
     if ((m = match_lit(t + q, len - q, MISTRAL_ARGS)) != 1) return m == 2 ? 0 : -1;
     json_t *args = object_at(t, len, q + strlen(MISTRAL_ARGS), end);
     if (!args) return 0;
-    m = make_call(c, name, (size_t)(br - name), args, id, id_len, oom);
+    m = make_call(c, name, name_len, args, id, id_len, oom);
     json_decref(args);
     return m;
 }
