@@ -3,9 +3,10 @@
  * the texts each format's grammar takes and refuses, a reply parsed back
  * into calls (a malformed one is all content), and a reply read call by
  * call as a stream grows: a call comes out once it is whole, the content
- * before it at once but for a tail that may open a call; a mark that is a
- * control token of the vocabulary, shown (its text in the output, taken by
- * a grammar) only where asked. */
+ * before it at once but for a tail that may open a call; what a stream
+ * sends of a reply (content, each call's head and arguments); a mark that
+ * is a control token of the vocabulary, shown (its text in the output,
+ * taken by a grammar) only where asked. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +296,74 @@ START_TEST(test_stream) {
 }
 END_TEST
 
+/* What a stream sends of a reply fed one byte at a time, as a transcript:
+ * content as it is, "<H name>" and "<A arguments>" for a call's head and
+ * arguments. */
+static void stream_transcript(enum bt_tool_format f, const char *reply, char *out, size_t cap) {
+    struct bt_tool_stream s = {0};
+    const size_t len = strlen(reply);
+    size_t seen = 0, n = 0;
+    out[0] = '\0';
+    for (size_t l = 1; l <= len; l++) {
+        for (;;) {
+            bool call;
+            const size_t to = bt_tool_stream_news(f, &s, reply, l, l == len, &seen, &call);
+            ck_assert_uint_le(to, l);
+            if (call) {
+                n += (size_t)snprintf(out + n, cap - n, s.head_sent ? "<A %s>" : "<H %s>",
+                                      s.head_sent ? s.call.arguments : s.call.name);
+                bt_tool_stream_call_sent(&s, &seen);
+            } else if (to > seen) {
+                n += (size_t)snprintf(out + n, cap - n, "%.*s", (int)(to - seen), reply + seen);
+                seen = to;
+            } else {
+                break;
+            }
+            ck_assert_uint_lt(n, cap);
+        }
+    }
+    ck_assert_uint_eq(seen, len);
+    bt_tool_stream_free(&s);
+}
+
+START_TEST(test_stream_events) {
+    static const struct {
+        enum bt_tool_format f;
+        const char *reply, *sent;
+    } cases[] = {
+        {BT_TOOL_FORMAT_HERMES,
+         "Let me look.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+         "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>\n",
+         "Let me look.\n<H now><A {}><H get_weather><A {\"city\":\"Oslo\"}>"},
+        /* text after the calls, at the end */
+        {BT_TOOL_FORMAT_HERMES, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call> Done.",
+         "<H now><A {}> Done."},
+        /* a call not well formed after one that is: the rest is content */
+        {BT_TOOL_FORMAT_HERMES,
+         "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call><tool_call>{\"name\": 3}</tool_call>",
+         "<H now><A {}><tool_call>{\"name\": 3}</tool_call>"},
+        /* Mistral's list: its "," and "]" are no content */
+        {BT_TOOL_FORMAT_MISTRAL,
+         "ok [TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}, \"id\": \"abcdefghi\"}, "
+         "{\"name\": \"now\", \"arguments\": {\"a\": 1}, \"id\": \"abcdefghj\"}]",
+         "ok <H now><A {}><H now><A {\"a\":1}>"},
+        {BT_TOOL_FORMAT_LLAMA3, "Let me see: {\"name\": \"now\", \"parameters\": {}}",
+         "Let me see: <H now><A {}>"},
+        /* a "{" held back until it cannot open a call */
+        {BT_TOOL_FORMAT_LLAMA3, "Hello { world {\"a\": 1}", "Hello { world {\"a\": 1}"},
+        /* max_tokens cut a mark */
+        {BT_TOOL_FORMAT_MISTRAL_ARGS, "[TOOL_CALLS]now[ARGS]{}[TOOL_C", "<H now><A {}>[TOOL_C"},
+        {BT_TOOL_FORMAT_MISTRAL_CALL_ID, "Hi.[TOOL_CALLS]now[CALL_ID]abcdefghi[ARGS]{\"x\": [1, 2]}",
+         "Hi.<H now><A {\"x\":[1,2]}>"},
+    };
+    char got[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stream_transcript(cases[i].f, cases[i].reply, got, sizeof got);
+        ck_assert_str_eq(got, cases[i].sent);
+    }
+}
+END_TEST
+
 /* Qwen2's control token <|im_start|> standing for a mark such as Mistral's
  * [TOOL_CALLS] (a control token in Mistral's vocabulary): shown, a grammar
  * that begins with its text takes it and the stopper gives its text; not
@@ -357,6 +426,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_grammars);
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_stream);
+    tcase_add_test(tc, test_stream_events);
     tcase_add_test(tc, test_shown_control);
     suite_add_tcase(s, tc);
     return s;

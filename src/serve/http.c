@@ -94,12 +94,7 @@ struct req {
     /* a chat with tools (job->tools): the calls parsed from the whole answer */
     struct bt_tool_call *calls;
     int n_calls;
-    /* ... or streamed: the reply read call by call (tool_news) */
-    struct bt_tool_scan scan;
-    struct bt_tool_call call; /* the call read and not sent yet (name NULL: none) */
-    bool head_sent;           /* its head sent, its arguments next */
-    bool broken;              /* a call not well formed at the end: the rest is content */
-    int n_sent;               /* calls sent whole */
+    struct bt_tool_stream ts; /* ... or streamed: the reply read call by call */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -589,52 +584,13 @@ static char *chunk_with_logprobs(struct req *r, int i, const char *text, size_t 
     return js;
 }
 
-static bool blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return false;
-    return true;
-}
-
-/* A stream of a chat with tools (one choice c, s->jobs.mu held): how far
- * its text may be shown as content now, and (*call) whether a call is
- * ready to send.  Content comes as it is written but for a tail that may
- * open a call; a call, once its text is whole, goes as its head and then
- * its arguments (the content before it first, when not blank); after the
- * first call, text outside calls waits for the next call or the end.  A
- * call that is not well formed at the end: the rest of the text is content
- * (the calls sent before it stay sent). */
-static size_t tool_news(struct req *r, struct bt_job *c, bool *call) {
-    *call = false;
-    if (r->call.name) {
-        /* the content before it (not blank) first; the text between two calls of one list is none */
-        if (!r->head_sent && r->scan.from > c->text_seen) c->text_seen = r->scan.from;
-        if (!r->head_sent && r->scan.open > c->text_seen && !blank(c->text + c->text_seen, r->scan.open - c->text_seen))
-            return r->scan.open;
-        if (!r->head_sent) c->text_seen = r->scan.open;
-        *call = true;
-        return c->text_seen;
-    }
-    if (!r->broken) {
-        bool oom;
-        const int got = bt_tool_scan_next(c->tools, &r->scan, c->text, c->len, c->ended, &r->call, &oom);
-        if (got > 0) return tool_news(r, c, call);
-        r->broken = c->ended && got < 0;
-        if (!c->ended && r->n_sent > 0) return c->text_seen;
-        if (!c->ended)
-            return c->text_seen + bt_tool_calls_plain_len(c->tools, c->text + c->text_seen, c->len - c->text_seen);
-    }
-    /* the end: the rest, past the last call's text, is content unless blank after calls */
-    if (!r->broken && r->scan.pos > c->text_seen) c->text_seen = r->scan.pos;
-    if (r->n_sent > 0 && blank(c->text + c->text_seen, c->len - c->text_seen)) c->text_seen = c->len;
-    return c->len;
-}
-
 /* How much of choice c's text a stream may show now (s->jobs.mu held): all
- * of it, but in a chat with tools what tool_news says (*call: a call to
- * send). */
+ * of it, but in a chat with tools (one choice) what bt_tool_stream_news
+ * says (*call: a call's part to send). */
 static size_t shown_len(struct req *r, struct bt_job *c, bool *call) {
     *call = false;
-    return c->tools == BT_TOOL_FORMAT_NONE ? c->len : tool_news(r, c, call);
+    if (c->tools == BT_TOOL_FORMAT_NONE) return c->len;
+    return bt_tool_stream_news(c->tools, &r->ts, c->text, c->len, c->ended, &c->text_seen, call);
 }
 
 /* Streaming, with the queue's mutex held: the next choice with news, from
@@ -702,14 +658,9 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     const bool last = avail <= c->text_seen && !call;
     if (call) {
         /* a call's head, then its arguments */
-        const enum bt_api_call_part part = r->head_sent ? BT_API_CALL_ARGS : BT_API_CALL_HEAD;
-        char *js = bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, &r->call, r->n_sent, part);
-        if (r->head_sent) {
-            bt_tool_call_clear(&r->call);
-            r->n_sent++;
-            c->text_seen = r->scan.pos;
-        }
-        r->head_sent = !r->head_sent;
+        const enum bt_api_call_part part = r->ts.head_sent ? BT_API_CALL_ARGS : BT_API_CALL_HEAD;
+        char *js = bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, &r->ts.call, r->ts.n_sent, part);
+        bt_tool_stream_call_sent(&r->ts, &c->text_seen);
         pthread_mutex_unlock(&s->jobs.mu);
         return js;
     }
@@ -722,7 +673,7 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     c->lp_seen = c->n_lp;
     if (last) c->final_sent = true;
     pthread_mutex_unlock(&s->jobs.mu);
-    const char *finish = !last ? NULL : r->n_sent > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
+    const char *finish = !last ? NULL : r->ts.n_sent > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
     char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
     free(piece);
     free(lps);
@@ -1219,7 +1170,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&s->jobs.mu);
     }
     bt_tool_calls_free(r->calls, r->n_calls);
-    bt_tool_call_clear(&r->call);
+    bt_tool_stream_free(&r->ts);
     free(r->body);
     free(r->out);
     free(r);

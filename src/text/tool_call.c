@@ -415,6 +415,49 @@ unfinished:
     return ended ? -1 : 0;
 }
 
+/* ---- a reply streamed ---- */
+
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!is_space(s[i])) return false;
+    return true;
+}
+
+size_t bt_tool_stream_news(enum bt_tool_format f, struct bt_tool_stream *s, const char *t, size_t len, bool ended,
+                           size_t *seen, bool *call) {
+    *call = false;
+    if (s->call.name) {
+        /* the content before it (not blank) first; the text between two calls of one list is none */
+        if (!s->head_sent && s->scan.from > *seen) *seen = s->scan.from;
+        if (!s->head_sent && s->scan.open > *seen && !blank(t + *seen, s->scan.open - *seen)) return s->scan.open;
+        if (!s->head_sent) *seen = s->scan.open;
+        *call = true;
+        return *seen;
+    }
+    if (!s->broken) {
+        bool oom;
+        const int got = bt_tool_scan_next(f, &s->scan, t, len, ended, &s->call, &oom);
+        if (got > 0) return bt_tool_stream_news(f, s, t, len, ended, seen, call);
+        s->broken = ended && got < 0;
+        if (!ended) return s->n_sent > 0 ? *seen : *seen + bt_tool_calls_plain_len(f, t + *seen, len - *seen);
+    }
+    /* the end: the rest, past the last call's text, is content unless blank after calls */
+    if (!s->broken && s->scan.pos > *seen) *seen = s->scan.pos;
+    if (s->n_sent > 0 && blank(t + *seen, len - *seen)) *seen = len;
+    return len;
+}
+
+void bt_tool_stream_call_sent(struct bt_tool_stream *s, size_t *seen) {
+    if (s->head_sent) {
+        bt_tool_call_clear(&s->call);
+        s->n_sent++;
+        *seen = s->scan.pos;
+    }
+    s->head_sent = !s->head_sent;
+}
+
+void bt_tool_stream_free(struct bt_tool_stream *s) { bt_tool_call_clear(&s->call); }
+
 /* a malloc'd copy of s[0..n) trimmed; NULL when nothing is left (*oom when out of memory) */
 static char *trimmed(const char *s, size_t n, bool *oom) {
     while (n && is_space(*s)) s++, n--;

@@ -113,4 +113,32 @@ int bt_tool_scan_next(enum bt_tool_format f, struct bt_tool_scan *s, const char 
                       struct bt_tool_call *call, bool *oom);
 void bt_tool_call_clear(struct bt_tool_call *call);
 
+/* A reply as a stream sends it: content as it is written, but for a tail
+ * that may still open a call; each call once its text is whole, as its
+ * head and then its arguments (the content before it first, unless only
+ * whitespace); after the first call, text outside calls waits for the next
+ * call or the end, and is sent then unless only whitespace (the syntax of
+ * Mistral's list, "," and "]", is none).  A call that is not well formed
+ * when the reply ends: the rest of the reply is content (the calls before
+ * it stay sent).  Start zeroed; bt_tool_stream_free. */
+struct bt_tool_stream {
+    struct bt_tool_scan scan;
+    struct bt_tool_call call; /* read and not sent yet (name NULL: none) */
+    bool head_sent;           /* its head sent, its arguments next */
+    bool broken;              /* a call not well formed at the end */
+    int n_sent;               /* calls sent whole */
+};
+/* What comes next of text[0..len) (ended: the reply is whole), *seen the
+ * bytes sent or read so far (moved here past text that is sent as
+ * nothing): *call, the head (!s->head_sent) or the arguments of s->call,
+ * call number s->n_sent; else content text[*seen..returned) when the
+ * returned offset is past *seen; else nothing yet (or, ended, nothing
+ * more). */
+size_t bt_tool_stream_news(enum bt_tool_format f, struct bt_tool_stream *s, const char *text, size_t len, bool ended,
+                           size_t *seen, bool *call);
+/* The part of s->call that news announced is sent; after its arguments
+ * *seen moves past the call's text. */
+void bt_tool_stream_call_sent(struct bt_tool_stream *s, size_t *seen);
+void bt_tool_stream_free(struct bt_tool_stream *s);
+
 #endif
