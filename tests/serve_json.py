@@ -7,10 +7,15 @@ unsupported keyword, a tool without a name, a tool_choice naming an unknown
 function), each a 400 naming the field.  The model has random weights: every
 answer must still be valid for its schema, whatever the weights.
 
-Usage: serve_json.py PORT MODEL OUT
-OUT gets the answers of the greedy requests, for serve_json_test.sh to
-compare between 1 and 2 ranks.  Prints one line per check; exits 1 on the
-first failure."""
+Usage: serve_json.py PORT MODEL OUT [FORMAT [MARK_ID]]
+FORMAT: the tool-call format of the served template (hermes, the default:
+every check; llama3, mistral, mistral-args, mistral-call-id: the tools
+checks only).  MARK_ID (mistral): the vocabulary's control token
+"[TOOL_CALLS]", which logit_bias then pushes up: the calls come with
+tool_choice "auto" (the token shown, the trigger fired) and "required"
+(the grammar takes it).  OUT gets the answers of the greedy requests, for
+serve_json_test.sh to compare between 1 and 2 ranks.  Prints one line per
+check; exits 1 on the first failure."""
 import concurrent.futures as cf
 import http.client
 import json
@@ -20,6 +25,8 @@ import sys
 import openai
 
 PORT, MODEL, OUT = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+FMT = sys.argv[4] if len(sys.argv) > 4 else "hermes"
+MARK_ID = sys.argv[5] if len(sys.argv) > 5 else None  # mistral: "[TOOL_CALLS]" a control token of this id
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="none", max_retries=0, timeout=300)
 answers = []
 
@@ -133,37 +140,38 @@ PERSON = {
 RF = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
 MSGS = [{"role": "user", "content": "Describe a person as JSON."}]
 
-# ---- response_format json_schema, chat: greedy, sampled, streamed ----
-for temp, seed in ((0, None), (0.9, 11), (1.0, 12)):
-    r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=temp, seed=seed,
-                                       max_tokens=400)
-    c = r.choices[0]
-    check(c.finish_reason == "stop" and valid_text(c.message.content, PERSON),
-          f"json_schema, temperature {temp}: valid for the schema: {c.message.content!r} ({c.finish_reason})")
-    if temp == 0:
-        greedy = c.message.content
-        answers.append(greedy)
-# top_k: the fast path that asks about a few candidates
-r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=0.8, seed=5,
-                                   max_tokens=400, extra_body={"top_k": 20})
-check(valid_text(r.choices[0].message.content, PERSON), "json_schema with top_k 20: valid")
-answers.append(r.choices[0].message.content)
-stream = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=0,
-                                        max_tokens=400, stream=True)
-text, finish = "", None
-for ch in stream:
-    if ch.choices:
-        text += ch.choices[0].delta.content or ""
-        finish = ch.choices[0].finish_reason or finish
-check(text == greedy and finish == "stop", "json_schema streamed: the same text as not streamed")
+def response_format_checks():
+    # ---- response_format json_schema, chat: greedy, sampled, streamed ----
+    for temp, seed in ((0, None), (0.9, 11), (1.0, 12)):
+        r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=temp, seed=seed,
+                                           max_tokens=400)
+        c = r.choices[0]
+        check(c.finish_reason == "stop" and valid_text(c.message.content, PERSON),
+              f"json_schema, temperature {temp}: valid for the schema: {c.message.content!r} ({c.finish_reason})")
+        if temp == 0:
+            greedy = c.message.content
+            answers.append(greedy)
+    # top_k: the fast path that asks about a few candidates
+    r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=0.8, seed=5,
+                                       max_tokens=400, extra_body={"top_k": 20})
+    check(valid_text(r.choices[0].message.content, PERSON), "json_schema with top_k 20: valid")
+    answers.append(r.choices[0].message.content)
+    stream = client.chat.completions.create(model=MODEL, messages=MSGS, response_format=RF, temperature=0,
+                                            max_tokens=400, stream=True)
+    text, finish = "", None
+    for ch in stream:
+        if ch.choices:
+            text += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+    check(text == greedy and finish == "stop", "json_schema streamed: the same text as not streamed")
 
-# alone and among concurrent requests: the same answer
-with cf.ThreadPoolExecutor(4) as ex:
-    outs = list(ex.map(lambda i: client.chat.completions.create(
-        model=MODEL, messages=MSGS if i == 0 else [{"role": "user", "content": f"other {i}"}],
-        response_format=RF if i % 2 == 0 else None, temperature=0, max_tokens=400).choices[0].message.content,
-        range(4)))
-check(outs[0] == greedy, "json_schema among concurrent requests: the same answer as alone")
+    # alone and among concurrent requests: the same answer
+    with cf.ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda i: client.chat.completions.create(
+            model=MODEL, messages=MSGS if i == 0 else [{"role": "user", "content": f"other {i}"}],
+            response_format=RF if i % 2 == 0 else None, temperature=0, max_tokens=400).choices[0].message.content,
+            range(4)))
+    check(outs[0] == greedy, "json_schema among concurrent requests: the same answer as alone")
 
 # ---- json_object ----
 class Cut(Exception):
@@ -266,39 +274,40 @@ def json_prefix(s):
         return False
 
 
-r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format={"type": "json_object"},
-                                   temperature=0.7, seed=3, max_tokens=300)
-c = r.choices[0]
-text = c.message.content
-ok = (c.finish_reason == "stop" and isinstance(json.loads(text), dict)) or (
-    c.finish_reason == "length" and json_prefix(text))
-check(json_prefix('{"a": [1, "x') and json_prefix('{"a":{}}') and not json_prefix('{"a" 1') and not json_prefix(
-    '{"a":1}}') and not json_prefix("[1]"), "the prefix checker")
-check(ok,
-      f"json_object: a JSON object, or the start of one where max_tokens cut it ({c.finish_reason})")
-# the grammar outweighs the weights: '}' pushed up by logit_bias still cannot come first, so the answer is {}
-st_tok = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
-st_tok.request("POST", "/tokenize", body=json.dumps({"content": "}"}), headers={"Content-Type": "application/json"})
-close_id = json.loads(st_tok.getresponse().read())["tokens"][0]
-st_tok.close()
-r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format={"type": "json_object"},
-                                   temperature=0, max_tokens=50, logit_bias={str(close_id): 100})
-check(r.choices[0].message.content == "{}" and r.choices[0].finish_reason == "stop",
-      f"json_object with '}}' favoured: {r.choices[0].message.content!r}")
-r = client.chat.completions.create(model=MODEL, messages=MSGS, temperature=0, max_tokens=3,
-                                   logit_bias={str(close_id): 100})
-check(r.choices[0].message.content.startswith("}"), "the same without response_format starts with '}'")
+def json_object_checks():
+    r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format={"type": "json_object"},
+                                       temperature=0.7, seed=3, max_tokens=300)
+    c = r.choices[0]
+    text = c.message.content
+    ok = (c.finish_reason == "stop" and isinstance(json.loads(text), dict)) or (
+        c.finish_reason == "length" and json_prefix(text))
+    check(json_prefix('{"a": [1, "x') and json_prefix('{"a":{}}') and not json_prefix('{"a" 1') and not json_prefix(
+        '{"a":1}}') and not json_prefix("[1]"), "the prefix checker")
+    check(ok,
+          f"json_object: a JSON object, or the start of one where max_tokens cut it ({c.finish_reason})")
+    # the grammar outweighs the weights: '}' pushed up by logit_bias still cannot come first, so the answer is {}
+    st_tok = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    st_tok.request("POST", "/tokenize", body=json.dumps({"content": "}"}), headers={"Content-Type": "application/json"})
+    close_id = json.loads(st_tok.getresponse().read())["tokens"][0]
+    st_tok.close()
+    r = client.chat.completions.create(model=MODEL, messages=MSGS, response_format={"type": "json_object"},
+                                       temperature=0, max_tokens=50, logit_bias={str(close_id): 100})
+    check(r.choices[0].message.content == "{}" and r.choices[0].finish_reason == "stop",
+          f"json_object with '}}' favoured: {r.choices[0].message.content!r}")
+    r = client.chat.completions.create(model=MODEL, messages=MSGS, temperature=0, max_tokens=3,
+                                       logit_bias={str(close_id): 100})
+    check(r.choices[0].message.content.startswith("}"), "the same without response_format starts with '}'")
 
-# ---- completions ----
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
-                                          "n": {"type": "integer", "minimum": -15, "maximum": 27},
-                                          "word": {"enum": ["alpha", "beta"]}}, "required": ["ok", "n", "word"]}
-r = client.completions.create(model=MODEL, prompt="JSON:", max_tokens=200, temperature=0,
-                              extra_body={"response_format": {"type": "json_schema",
-                                                              "json_schema": {"name": "s", "schema": SMALL}}})
-check(r.choices[0].finish_reason == "stop" and valid_text(r.choices[0].text, SMALL),
-      f"completions with json_schema: valid: {r.choices[0].text!r}")
-answers.append(r.choices[0].text)
+    # ---- completions ----
+    SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                              "n": {"type": "integer", "minimum": -15, "maximum": 27},
+                                              "word": {"enum": ["alpha", "beta"]}}, "required": ["ok", "n", "word"]}
+    r = client.completions.create(model=MODEL, prompt="JSON:", max_tokens=200, temperature=0,
+                                  extra_body={"response_format": {"type": "json_schema",
+                                                                  "json_schema": {"name": "s", "schema": SMALL}}})
+    check(r.choices[0].finish_reason == "stop" and valid_text(r.choices[0].text, SMALL),
+          f"completions with json_schema: valid: {r.choices[0].text!r}")
+    answers.append(r.choices[0].text)
 
 # ---- tools ----
 TOOLS = [
@@ -319,6 +328,7 @@ TMSGS = [{"role": "user", "content": "What is the weather in Oslo?"}]
 
 def check_calls(msg, finish, what, only=None, most=None):
     calls = msg.tool_calls or []
+    most = 1 if FMT == "llama3" else most  # the Llama 3.1 template allows one call
     check(finish == "tool_calls" and len(calls) >= 1 and (most is None or len(calls) <= most),
           f"{what}: finish_reason tool_calls with {len(calls)} call(s)")
     for tc in calls:
@@ -326,58 +336,87 @@ def check_calls(msg, finish, what, only=None, most=None):
         check(tc.type == "function" and tc.id and f.name in SCHEMAS and (only is None or f.name == only)
               and valid_text(f.arguments, SCHEMAS[f.name]), f"{what}: {f.name}({f.arguments}) follows its schema")
     check(len({tc.id for tc in calls}) == len(calls), f"{what}: the call ids differ")
+    if FMT in ("mistral", "mistral-call-id"):  # the ids the model wrote, as its template wants them back
+        check(all(len(tc.id) == 9 and tc.id.isalnum() for tc in calls), f"{what}: ids of 9 letters or digits")
     return [(tc.function.name, tc.function.arguments) for tc in calls]
 
 
-r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0,
-                                   max_tokens=400)
-req_calls = check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required")
-answers.append(json.dumps(req_calls))
-r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, max_tokens=400,
-                                   tool_choice={"type": "function", "function": {"name": "get_time"}},
-                                   parallel_tool_calls=False)
-answers.append(json.dumps(check_calls(r.choices[0].message, r.choices[0].finish_reason, "a named function",
-                                      only="get_time", most=1)))
-r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0.9,
-                                   seed=4, max_tokens=400)
-check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required, sampled")
+def stream_chat(**kw):
+    """A streamed chat with TOOLS: its calls by index (name, arguments, id as the deltas build them), its
+    finish_reason and its content."""
+    stream = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, stream=True, **kw)
+    calls, finish, content = {}, None, ""
+    for ch in stream:
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            e = calls.setdefault(tc.index, {"name": "", "arguments": "", "id": None})
+            if tc.id:
+                e["id"] = tc.id
+            if tc.function and tc.function.name:
+                e["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                e["arguments"] += tc.function.arguments
+        finish = ch.choices[0].finish_reason or finish
+    return calls, finish, content
 
-# streamed: the calls come as tool_calls deltas, the same as not streamed
-stream = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required",
-                                        temperature=0, max_tokens=400, stream=True)
-calls, finish, content = {}, None, ""
-for ch in stream:
-    if not ch.choices:
-        continue
-    d = ch.choices[0].delta
-    content += d.content or ""
-    for tc in d.tool_calls or []:
-        e = calls.setdefault(tc.index, {"name": "", "arguments": "", "id": None})
-        if tc.id:
-            e["id"] = tc.id
-        if tc.function and tc.function.name:
-            e["name"] += tc.function.name
-        if tc.function and tc.function.arguments:
-            e["arguments"] += tc.function.arguments
-    finish = ch.choices[0].finish_reason or finish
-got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
-check(finish == "tool_calls" and got == req_calls and all(calls[i]["id"] for i in calls) and content == "",
-      f"tools streamed: the same calls as not streamed: {got}")
 
-# auto: text or calls, either well formed
-r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="auto", temperature=0,
-                                   max_tokens=24)
-m = r.choices[0].message
-check((r.choices[0].finish_reason == "tool_calls") == bool(m.tool_calls) and (m.tool_calls or m.content is not None),
-      f"tool_choice auto: an answer ({r.choices[0].finish_reason})")
-# a history with a call and its result goes through the template
-hist = TMSGS + [{"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call_1", "type": "function", "function": {"name": "get_weather",
-                                                      "arguments": "{\"city\": \"Oslo\", \"unit\": \"celsius\"}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "12 degrees"}]
-r = client.chat.completions.create(model=MODEL, messages=hist, tools=TOOLS, tool_choice="required", temperature=0,
-                                   max_tokens=400)
-check_calls(r.choices[0].message, r.choices[0].finish_reason, "required after a call and its result")
+def tools_checks():
+    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0,
+                                       max_tokens=400)
+    req_calls = check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required")
+    req_content = r.choices[0].message.content or ""  # the start of a call max_tokens cut
+    answers.append(json.dumps(req_calls))
+    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, max_tokens=400,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                       parallel_tool_calls=False)
+    answers.append(json.dumps(check_calls(r.choices[0].message, r.choices[0].finish_reason, "a named function",
+                                          only="get_time", most=1)))
+    # (Mistral's list of several calls, sampled from random weights, seldom closes inside max_tokens: one call)
+    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0.9,
+                                       seed=4, max_tokens=400, parallel_tool_calls=FMT == "hermes")
+    check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required, sampled")
+
+    # streamed: the calls come as tool_calls deltas, the same as not streamed
+    calls, finish, content = stream_chat(tool_choice="required", max_tokens=400)
+    got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
+    check(finish == "tool_calls" and got == req_calls and all(calls[i]["id"] for i in calls)
+          and content.strip() == req_content, f"tools streamed: the same calls as not streamed: {got}")
+
+    # auto: text or calls, either well formed; streamed, the same
+    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="auto", temperature=0,
+                                       max_tokens=24)
+    m = r.choices[0].message
+    check((r.choices[0].finish_reason == "tool_calls") == bool(m.tool_calls) and (m.tool_calls or m.content is not None),
+          f"tool_choice auto: an answer ({r.choices[0].finish_reason})")
+    calls, finish, content = stream_chat(tool_choice="auto", max_tokens=24)
+    got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
+    want = [(tc.function.name, tc.function.arguments) for tc in m.tool_calls or []]
+    check(finish == r.choices[0].finish_reason and got == want and content.strip() == (m.content or "").strip(),
+          f"tool_choice auto streamed: the same answer ({finish}, {content!r})")
+    # a history with a call and its result goes through the template
+    hist = TMSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a1b2c3d4e", "type": "function", "function": {"name": "get_weather",
+                                                          "arguments": "{\"city\": \"Oslo\", \"unit\": \"celsius\"}"}}]},
+                    {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "12 degrees"}]
+    r = client.chat.completions.create(model=MODEL, messages=hist, tools=TOOLS, tool_choice="required", temperature=0,
+                                       max_tokens=400)
+    check_calls(r.choices[0].message, r.choices[0].finish_reason, "required after a call and its result")
+
+
+def control_mark_checks():
+    for choice in ("auto", "required"):
+        for stream in (False, True):
+            what = f"[TOOL_CALLS] a control token, tool_choice {choice}{', streamed' if stream else ''}"
+            kw = dict(tool_choice=choice, max_tokens=400, parallel_tool_calls=False, logit_bias={MARK_ID: 100})
+            if stream:
+                calls, finish, content = stream_chat(**kw)
+                check(finish == "tool_calls" and len(calls) == 1 and content == "", f"{what}: {finish}, {content!r}")
+                continue
+            r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, **kw)
+            check_calls(r.choices[0].message, r.choices[0].finish_reason, what, most=1)
 
 
 # ---- bad inputs: a 400 naming the field ----
@@ -399,30 +438,40 @@ def expect_400(body, param, words, path="/v1/chat/completions"):
           f"400 {param}: {err.get('message')}")
 
 
-expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}},
-           "response_format.json_schema.schema", "a schema must be an object or a boolean")
-expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-    "type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}}}}},
-           "response_format.json_schema.schema.properties.age.multipleOf", "'multipleOf' is not supported")
-expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-    "type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=a)"}}}}}},
-           "response_format.json_schema.schema.properties.code.pattern",
-           "'pattern' at offset 1: a group '(?' other than '(?:' (a lookaround, a named group) is not supported")
-expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-           "response_format.json_schema.schema", "is required")
-expect_400({"response_format": {"type": "xml"}}, "response_format.type", "'text', 'json_object' or 'json_schema'")
-expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}},
-           "response_format.json_schema.schema.type", "unknown type 'strin'", path="/v1/completions")
-expect_400({"tools": [{"type": "function", "function": {"parameters": {"type": "object"}}}]},
-           "tools[0].function.name", "name")
-expect_400({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-           "tool_choice.function.name", "'nope'")
-expect_400({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "\"auto\"")
-expect_400({"tool_choice": "required"}, "tool_choice", "no 'tools'")
-expect_400({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-    "type": "object", "properties": {"x": {"type": "string", "pattern": "(a+"}}}}}]},
-           "tools[0].function.parameters.properties.x.pattern", "'pattern' at offset 0: '(' is not closed")
+def bad_input_checks():
+    expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}},
+               "response_format.json_schema.schema", "a schema must be an object or a boolean")
+    expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}}}}},
+               "response_format.json_schema.schema.properties.age.multipleOf", "'multipleOf' is not supported")
+    expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=a)"}}}}}},
+               "response_format.json_schema.schema.properties.code.pattern",
+               "'pattern' at offset 1: a group '(?' other than '(?:' (a lookaround, a named group) is not supported")
+    expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+               "response_format.json_schema.schema", "is required")
+    expect_400({"response_format": {"type": "xml"}}, "response_format.type", "'text', 'json_object' or 'json_schema'")
+    expect_400({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}},
+               "response_format.json_schema.schema.type", "unknown type 'strin'", path="/v1/completions")
+    expect_400({"tools": [{"type": "function", "function": {"parameters": {"type": "object"}}}]},
+               "tools[0].function.name", "name")
+    expect_400({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+               "tool_choice.function.name", "'nope'")
+    expect_400({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "\"auto\"")
+    expect_400({"tool_choice": "required"}, "tool_choice", "no 'tools'")
+    expect_400({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": "(a+"}}}}}]},
+               "tools[0].function.parameters.properties.x.pattern", "'pattern' at offset 0: '(' is not closed")
 
+if FMT == "hermes":
+    response_format_checks()
+    json_object_checks()
+if MARK_ID is None:
+    tools_checks()
+else:
+    control_mark_checks()
+if FMT == "hermes":
+    bad_input_checks()
 with open(OUT, "w") as f:
     json.dump(answers, f)
 print("serve_json.py: all checks passed", flush=True)

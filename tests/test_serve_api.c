@@ -4,6 +4,7 @@
  * values asked for, OpenAI's defaults otherwise; responses, chunks and error
  * objects are JSON of OpenAI's shape (read back with jansson). */
 #include <check.h>
+#include <ctype.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,7 +341,7 @@ START_TEST(test_tool_output) {
     struct bt_api_request r;
     memset(&r, 0, sizeof r);
     r.kind = BT_API_CHAT;
-    struct bt_tool_call calls[2] = {{(char *)"f", (char *)"{\"a\":1}"}, {(char *)"g", (char *)"{}"}};
+    struct bt_tool_call calls[2] = {{(char *)"f", (char *)"{\"a\":1}", NULL}, {(char *)"g", (char *)"{}", NULL}};
     const struct bt_api_usage u = {3, 0, 4};
     json_t *o = load(bt_api_tool_response_json(&r, "chatcmpl-1", 5, "tiny", NULL, calls, 2, &u, NULL));
     json_t *c = json_array_get(json_object_get(o, "choices"), 0), *m = json_object_get(c, "message");
@@ -352,12 +353,37 @@ START_TEST(test_tool_output) {
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "g");
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{}");
     json_decref(o);
-    o = load(bt_api_tool_chunk_json(&r, "chatcmpl-1", 5, "tiny", calls, 2));
+    /* a stream: each call's head, then its arguments */
+    o = load(bt_api_tool_chunk_json(&r, "chatcmpl-1", 5, "tiny", &calls[0], 0, BT_API_CALL_HEAD));
     c = json_array_get(json_object_get(o, "choices"), 0);
     tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(tc, "index")), 0);
-    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{\"a\":1}");
+    ck_assert_str_eq(json_string_value(json_object_get(tc, "id")), "call_chatcmpl-1_0");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "f");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "");
     ck_assert(json_is_null(json_object_get(c, "finish_reason")));
+    json_decref(o);
+    o = load(bt_api_tool_chunk_json(&r, "chatcmpl-1", 5, "tiny", &calls[1], 1, BT_API_CALL_ARGS));
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    tc = json_array_get(json_object_get(json_object_get(c, "delta"), "tool_calls"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(tc, "index")), 1);
+    ck_assert_ptr_null(json_object_get(tc, "id"));
+    ck_assert_ptr_null(json_object_get(json_object_get(tc, "function"), "name"));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{}");
+    json_decref(o);
+    /* where the model writes ids (Mistral, which may repeat them): 9 letters or digits, one a call */
+    calls[0].id = calls[1].id = (char *)"a1B2c3D4e";
+    o = load(bt_api_tool_response_json(&r, "chatcmpl-1", 5, "tiny", "x", calls, 2, &u, NULL));
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    const char *id0 = json_string_value(
+        json_object_get(json_array_get(json_object_get(json_object_get(c, "message"), "tool_calls"), 0), "id"));
+    tc = json_array_get(json_object_get(json_object_get(c, "message"), "tool_calls"), 1);
+    const char *id1 = json_string_value(json_object_get(tc, "id"));
+    ck_assert_uint_eq(strlen(id0), 9);
+    ck_assert_uint_eq(strlen(id1), 9);
+    ck_assert_str_ne(id0, id1);
+    for (int k = 0; k < 9; k++) ck_assert(isalnum((unsigned char)id0[k]) && isalnum((unsigned char)id1[k]));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "x");
     json_decref(o);
 }
 END_TEST

@@ -50,6 +50,7 @@ struct slot {
     bt_sampler *smp;
     bt_stopper *stop;
     bt_constraint *con;        /* a request with a grammar: its state (made at its first constrained sample) */
+    int32_t shown;             /* req.shown_control's token (-1: none) */
     bool waiting;              /* a grammar with a trigger not seen yet: the output is free */
     /* waiting: the output's last bytes, where the trigger may be ending */
     char win[BT_BATCHER_MAX_TRIGGER];
@@ -78,6 +79,7 @@ struct pending_add {
     int32_t *prompt;
     bt_sampler *smp;
     bt_stopper *stop;
+    int32_t shown; /* req.shown_control's token (-1: none) */
     double *acc;
 };
 
@@ -331,6 +333,7 @@ static enum bt_status queue_add(struct bt_batcher *b, struct pending_add *a, int
 static enum bt_status add_embedding(struct bt_batcher *b, const struct bt_gen_request *req, uint64_t *id, char *err,
                                     size_t n_err) {
     struct pending_add a = {0};
+    a.shown = -1;
     a.req = *req;
     a.req.prompt = NULL;
     a.req.stops = NULL;
@@ -355,6 +358,15 @@ static enum bt_status add_embedding(struct bt_batcher *b, const struct bt_gen_re
     return st;
 }
 
+/* The control token whose text is text (NULL, or none such: -1) */
+static int32_t shown_control(const bt_tokenizer *tok, const char *text) {
+    const int32_t id = text ? bt_tokenizer_find(tok, text, strlen(text)) : BT_TOKEN_NONE;
+    size_t len;
+    if (id < 0) return -1;
+    bt_tokenizer_piece(tok, id, 0, &len);
+    return len == 0 ? id : -1;
+}
+
 /* Choice i of a checked generation request: its own copy of the prompt,
  * stopper and sampler (seed + i), and its user. */
 static enum bt_status make_choice(struct bt_batcher *b, const struct bt_gen_request *req, int i, struct pending_add *a,
@@ -377,6 +389,8 @@ static enum bt_status make_choice(struct bt_batcher *b, const struct bt_gen_requ
     if (st == BT_OK && req->n_bias > 0)
         st = bt_sampler_set_bias(a->smp, req->bias_ids, req->bias, (int32_t)req->n_bias, err, n_err);
     if (st == BT_OK) {
+        a->shown = shown_control(b->tok, req->shown_control);
+        bt_stopper_show_token(a->stop, a->shown);
         bt_stopper_set_ignore_eog(a->stop, req->ignore_eos);
         for (size_t k = 0; k < req->n_prompt; k++) bt_sampler_accept(a->smp, a->prompt[k]);
     }
@@ -655,6 +669,7 @@ static void drain_inbox(struct bt_batcher *b) {
         sl->n_prompt = adds[i].req.n_prompt;
         sl->smp = adds[i].smp;
         sl->stop = adds[i].stop;
+        sl->shown = adds[i].shown;
         sl->acc = adds[i].acc;
         sl->waiting = sl->req.grammar && sl->req.grammar_trigger;
     }
@@ -745,6 +760,7 @@ static bool start_constraint(struct bt_batcher *b, struct slot *sl) {
         snprintf(b->error, sizeof b->error, "out of memory for a grammar's state");
         return false;
     }
+    bt_constraint_show_token(sl->con, sl->shown);
     return true;
 }
 
@@ -755,7 +771,7 @@ static void watch_trigger(struct bt_batcher *b, struct slot *sl, int32_t id) {
     const char *trig = sl->req.grammar_trigger;
     const size_t tn = strlen(trig);
     size_t len;
-    const char *p = bt_tokenizer_piece(b->tok, id, 0, &len);
+    const char *p = bt_tokenizer_piece(b->tok, id, id == sl->shown, &len);
     for (size_t i = 0; i < len; i++) {
         if (sl->n_win == BT_BATCHER_MAX_TRIGGER) memmove(sl->win, sl->win + 1, --sl->n_win);
         sl->win[sl->n_win++] = p[i];

@@ -150,6 +150,13 @@ struct bt_gen_request {
      * trigger.  If the bytes after it are refused, the output stays free.
      * Not copied. */
     const char *grammar_trigger;
+    /* NULL, or a text that, where it is a control token of the vocabulary
+     * (a tool-call mark: Mistral's "[TOOL_CALLS]"), that token shows: its
+     * text is in the output given to on_token, the trigger may be it, and
+     * a grammar may take the token itself where it takes its text (else a
+     * control token shows nothing and a grammar never takes it).  Not
+     * copied. */
+    const char *shown_control;
 };
 
 struct bt_batcher_params {

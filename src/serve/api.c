@@ -1081,15 +1081,44 @@ char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int
     return dump(o);
 }
 
-/* calls[0..n) as OpenAI's tool_calls array (index: with the stream's "index") */
-static json_t *tool_calls_value(const char *id, const struct bt_tool_call *calls, int n, bool index) {
+/* Call i's id in a format whose model writes ids (Mistral): 9 letters or
+ * digits, as its template wants them back, made from the answer's id
+ * (FNV-1a) and i; not the model's own, which may repeat within a reply. */
+static void short_call_id(const char *id, int i, char out[10]) {
+    static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    for (int k = 0; k < 7; k++, h /= 62) out[k] = digits[h % 62];
+    out[7] = digits[i / 62 % 62];
+    out[8] = digits[i % 62];
+    out[9] = '\0';
+}
+
+/* call i as OpenAI's tool_calls entry: whole (part BT_API_CALL_WHOLE), or
+ * as a stream sends it, with its index: the head (id, type, name, arguments
+ * "") then the arguments alone.  Its id: short_call_id where the model
+ * wrote one, else "call_" + the answer's id + "_" + i. */
+static json_t *tool_call_value(const char *id, const struct bt_tool_call *c, int i, enum bt_api_call_part part) {
+    if (part == BT_API_CALL_ARGS) return json_pack("{s:i, s:{s:s}}", "index", i, "function", "arguments", c->arguments);
+    char cid[96];
+    if (c->id)
+        short_call_id(id, i, cid);
+    else
+        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
+    json_t *v = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name", c->name,
+                          "arguments", part == BT_API_CALL_HEAD ? "" : c->arguments);
+    if (v && part == BT_API_CALL_HEAD && json_object_set_new(v, "index", json_integer(i))) {
+        json_decref(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* calls[0..n) whole as OpenAI's tool_calls array */
+static json_t *tool_calls_value(const char *id, const struct bt_tool_call *calls, int n) {
     json_t *a = json_array();
     for (int i = 0; a && i < n; i++) {
-        char cid[96];
-        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
-        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name",
-                              calls[i].name, "arguments", calls[i].arguments);
-        if (c && index) json_object_set_new(c, "index", json_integer(i));
+        json_t *c = tool_call_value(id, &calls[i], i, BT_API_CALL_WHOLE);
         if (!c || json_array_append_new(a, c)) {
             json_decref(a);
             return NULL;
@@ -1102,7 +1131,7 @@ char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, 
                                 const char *content, const struct bt_tool_call *calls, int n,
                                 const struct bt_api_usage *u, const struct bt_api_logprobs *lp) {
     json_t *o = envelope(r, id, created, model, false), *l = logprobs_value(r, lp);
-    json_t *tc = tool_calls_value(id, calls, n, false);
+    json_t *tc = tool_calls_value(id, calls, n);
     json_t *t = content ? text_value(content, strlen(content)) : json_null();
     if (!o || !l || !tc || !t) {
         json_decref(o);
@@ -1122,8 +1151,9 @@ char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, 
 }
 
 char *bt_api_tool_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                             const struct bt_tool_call *calls, int n) {
-    json_t *o = envelope(r, id, created, model, true), *tc = tool_calls_value(id, calls, n, true);
+                             const struct bt_tool_call *call, int index, enum bt_api_call_part part) {
+    json_t *o = envelope(r, id, created, model, true), *c = tool_call_value(id, call, index, part);
+    json_t *tc = c ? json_pack("[o]", c) : NULL;
     if (!o || !tc) {
         json_decref(o);
         json_decref(tc);

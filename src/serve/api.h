@@ -189,15 +189,24 @@ struct bt_api_choice {
 char *bt_api_response_n_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                              const struct bt_api_choice *ch, size_t n, const struct bt_api_usage *u);
 /* A chat answer that calls tools: content (NULL: null) and calls[0..n),
- * each given the id "call_" + the answer's id + "_" + its index;
- * finish_reason "tool_calls". */
+ * each with the id "call_" + the answer's id + "_" + its index, or where
+ * the model wrote an id (Mistral) one of 9 letters or digits made from the
+ * answer's id and the index; finish_reason "tool_calls". */
 char *bt_api_tool_response_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
                                 const char *content, const struct bt_tool_call *calls, int n,
                                 const struct bt_api_usage *u, const struct bt_api_logprobs *lp);
-/* A stream chunk whose delta carries calls[0..n) whole (index, id, type,
- * function name and arguments). */
+/* How much of a call one tool_calls entry carries: all of it (an answer),
+ * or as a stream sends a call in two chunks, as OpenAI's API does: its
+ * head (index, id, type, function name, arguments "") then its arguments
+ * (index, function.arguments). */
+enum bt_api_call_part {
+    BT_API_CALL_WHOLE = 0,
+    BT_API_CALL_HEAD = 1,
+    BT_API_CALL_ARGS = 2,
+};
+/* A stream chunk whose delta carries part of call number index. */
 char *bt_api_tool_chunk_json(const struct bt_api_request *r, const char *id, int64_t created, const char *model,
-                             const struct bt_tool_call *calls, int n);
+                             const struct bt_tool_call *call, int index, enum bt_api_call_part part);
 /* One stream chunk: text (may be empty), the log-probabilities of the tokens
  * sampled since the last chunk (NULL when not asked), and finish (NULL until
  * the last).  first: a chat chunk carries the assistant's role. */

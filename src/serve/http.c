@@ -93,8 +93,8 @@ struct req {
     bool submitted; /* counted in s->n_answering */
     /* a chat with tools (job->tools): the calls parsed from the whole answer */
     struct bt_tool_call *calls;
-    int n_calls;     /* -1: not parsed yet */
-    bool calls_sent; /* streamed */
+    int n_calls;
+    struct bt_tool_stream ts; /* ... or streamed: the reply read call by call */
 };
 
 static bool client_gone(struct MHD_Connection *c) {
@@ -329,14 +329,15 @@ static bool tool_setup(struct bt_server *s, struct bt_job *j, struct bt_api_erro
     if (j->tools == BT_TOOL_FORMAT_NONE) {
         bt_api_error_set(e, 400, "invalid_request_error", "tools", NULL,
                          "'tools' cannot be used with this model: its chat template (%s) shows no tool-call format "
-                         "baton knows (Hermes <tool_call>, as Qwen2.5 and Qwen3 write it); give one with "
-                         "--chat-template FILE",
+                         "baton knows (Hermes <tool_call> as Qwen2.5 and Qwen3 write it, Llama 3.1's JSON call, "
+                         "Mistral's [TOOL_CALLS]); give one with --chat-template FILE",
                          bt_chat_template_kind(s->chat_template));
         return false;
     }
+    j->mark = bt_tool_format_trigger(j->tools);
     if (q->tool_choice == BT_API_TOOLS_AUTO) {
         if (q->grammar) return true;
-        j->trigger = bt_tool_format_trigger(j->tools);
+        j->trigger = j->mark;
     }
     char where[256], msg[400];
     int bad_tool;
@@ -584,20 +585,12 @@ static char *chunk_with_logprobs(struct req *r, int i, const char *text, size_t 
 }
 
 /* How much of choice c's text a stream may show now (s->jobs.mu held): all
- * of it, but in a chat with tools (one choice) only what cannot be part of a
- * call until its end; then the calls are parsed (once), and the text before
- * the first call is what is shown as content (text between or after calls is
- * not streamed; the whole answer has it). */
-static size_t shown_len(struct req *r, const struct bt_job *c) {
+ * of it, but in a chat with tools (one choice) what bt_tool_stream_news
+ * says (*call: a call's part to send). */
+static size_t shown_len(struct req *r, struct bt_job *c, bool *call) {
+    *call = false;
     if (c->tools == BT_TOOL_FORMAT_NONE) return c->len;
-    if (!c->ended) return bt_tool_calls_plain_len(c->tools, c->text, c->len);
-    if (r->n_calls < 0) {
-        char *content = NULL;
-        r->n_calls = bt_tool_calls_parse(c->tools, c->text, c->len, &r->calls, &content);
-        free(content);
-        if (r->n_calls < 0) r->n_calls = 0; /* out of memory: the text as it is */
-    }
-    return r->n_calls > 0 ? bt_tool_calls_plain_len(c->tools, c->text, c->len) : c->len;
+    return bt_tool_stream_news(c->tools, &r->ts, c->text, c->len, c->ended, &c->text_seen, call);
 }
 
 /* Streaming, with the queue's mutex held: the next choice with news, from
@@ -608,9 +601,10 @@ static int next_news(struct req *r, bool *all) {
     *all = true;
     for (int k = 0; k < j->n_choices; k++) {
         const int i = (r->next + k) % j->n_choices;
-        const struct bt_job *c = bt_job_choice(j, i);
+        struct bt_job *c = bt_job_choice(j, i);
         *all = *all && c->final_sent;
-        if (shown_len(r, c) > c->text_seen) return i;
+        bool call;
+        if (shown_len(r, c, &call) > c->text_seen || call) return i;
         if (c->ended && !c->final_sent && c->res.finish != BT_FINISH_ERROR && c->res.finish != BT_FINISH_CANCELLED &&
             !c->error[0])
             return i;
@@ -659,13 +653,16 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     struct bt_job *c = bt_job_choice(j, i);
     /* the text and the log-probabilities of the tokens that came since the last chunk; at its end, the entries
      * of tokens that showed no text */
-    const size_t avail = shown_len(r, c);
-    const bool last = avail <= c->text_seen;
-    if (last && r->n_calls > 0 && !r->calls_sent) {
-        /* the calls, whole, before the last chunk */
-        r->calls_sent = true;
+    bool call;
+    const size_t avail = shown_len(r, c, &call);
+    const bool last = avail <= c->text_seen && !call;
+    if (call) {
+        /* a call's head, then its arguments */
+        const enum bt_api_call_part part = r->ts.head_sent ? BT_API_CALL_ARGS : BT_API_CALL_HEAD;
+        char *js = bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, &r->ts.call, r->ts.n_sent, part);
+        bt_tool_stream_call_sent(&r->ts, &c->text_seen);
         pthread_mutex_unlock(&s->jobs.mu);
-        return bt_api_tool_chunk_json(&j->req, j->id, j->created, s->cfg.model_id, r->calls, r->n_calls);
+        return js;
     }
     const size_t from = c->text_seen, n = avail > from ? avail - from : 0, n_lp = c->n_lp - c->lp_seen;
     char *piece = malloc(n ? n : 1);
@@ -676,7 +673,7 @@ static char *next_text_event(struct req *r, bool *gone, bool *none) {
     c->lp_seen = c->n_lp;
     if (last) c->final_sent = true;
     pthread_mutex_unlock(&s->jobs.mu);
-    const char *finish = !last ? NULL : r->n_calls > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
+    const char *finish = !last ? NULL : r->ts.n_sent > 0 ? "tool_calls" : bt_finish_name(c->res.finish);
     char *js = piece && lps ? chunk_with_logprobs(r, i, piece, n, lps, n_lp, finish) : NULL;
     free(piece);
     free(lps);
@@ -1040,7 +1037,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         /* the headers: route, method, key, declared size */
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
-        r->n_calls = -1;
         r->s = s;
         r->conn = conn;
         r->route = route_of(url);
@@ -1174,6 +1170,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&s->jobs.mu);
     }
     bt_tool_calls_free(r->calls, r->n_calls);
+    bt_tool_stream_free(&r->ts);
     free(r->body);
     free(r->out);
     free(r);

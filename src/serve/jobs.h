@@ -40,6 +40,7 @@ struct bt_job {
     enum bt_pooling pooling; /* an embedding job (not NONE): no text, a vector */
     enum bt_tool_format tools; /* a chat with tools: the format its calls are parsed from (NONE: text) */
     const char *trigger;       /* tool_choice "auto": the text after which req.grammar applies (NULL: from the start) */
+    const char *mark;          /* a chat with tools: its format's mark, shown where it is a control token */
     char id[48];     /* "cmpl-..." / "chatcmpl-..." */
     int64_t created; /* Unix seconds */
     double t_submit; /* monotonic seconds */

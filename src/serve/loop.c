@@ -86,6 +86,7 @@ static void admit(struct bt_server *s, struct bt_batcher *b) {
             .choice_users = j->users,
             .grammar = j->req.grammar,
             .grammar_trigger = j->trigger,
+            .shown_control = j->mark,
         };
         uint64_t id = 0;
         char msg[512] = "";

@@ -65,6 +65,7 @@ struct bt_constraint {
     int32_t n_st;
     int32_t *index; /* INDEX_SIZE: a state's index + 1, by hash (0: empty) */
     bt_grammar_state *scratch;
+    int32_t shown; /* a control token that counts with its text (-1: none); never in the trie */
 };
 
 static uint32_t new_node(bt_token_trie *t, uint8_t byte) {
@@ -135,6 +136,7 @@ bt_constraint *bt_constraint_new(const bt_grammar *g, const bt_token_trie *t) {
     if (!c) return NULL;
     c->g = g;
     c->t = t;
+    c->shown = -1;
     c->cur = bt_grammar_state_new(g);
     c->tmp = bt_grammar_state_new(g);
     if (!c->cur || !c->tmp) {
@@ -165,12 +167,14 @@ void bt_constraint_free(bt_constraint *c) {
 bool bt_constraint_complete(const bt_constraint *c) { return bt_grammar_state_complete(c->cur); }
 bool bt_constraint_closed(const bt_constraint *c) { return bt_grammar_state_closed(c->cur); }
 
+void bt_constraint_show_token(bt_constraint *c, int32_t id) { c->shown = id; }
+
 bool bt_constraint_allows(bt_constraint *c, int32_t id, bool end_ok) {
     const bt_token_trie *t = c->t;
     if (id < 0 || (uint32_t)id >= t->n_vocab) return false;
     if (t->eog[id]) return end_ok;
     size_t len;
-    const char *p = bt_tokenizer_piece(t->tok, id, 0, &len);
+    const char *p = bt_tokenizer_piece(t->tok, id, id == c->shown, &len);
     if (len == 0 || len > BT_TRIE_MAX_PIECE) return false;
     /* byte by byte between two scratch states, the current one untouched */
     bt_grammar_state *a = c->depth[0], *b = c->depth[1];
@@ -294,6 +298,7 @@ void bt_constraint_mask(bt_constraint *c, bool end_ok, uint8_t *allowed) {
         cache_put(c, allowed);
     }
     for (uint32_t k = 0; k < t->n_eog; k++) allowed[t->eog_ids[k]] = end_ok;
+    if (c->shown >= 0) allowed[c->shown] = bt_constraint_allows(c, c->shown, end_ok);
 }
 
 bool bt_constraint_accept(bt_constraint *c, int32_t id) {
@@ -301,7 +306,7 @@ bool bt_constraint_accept(bt_constraint *c, int32_t id) {
     if (id < 0 || (uint32_t)id >= t->n_vocab) return false;
     if (t->eog[id]) return true;
     size_t len;
-    const char *p = bt_tokenizer_piece(t->tok, id, 0, &len);
+    const char *p = bt_tokenizer_piece(t->tok, id, id == c->shown, &len);
     return bt_grammar_state_bytes(c->cur, p, len, c->tmp);
 }
 

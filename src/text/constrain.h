@@ -32,6 +32,10 @@ void bt_token_trie_free(bt_token_trie *t);
 typedef struct bt_constraint bt_constraint;
 bt_constraint *bt_constraint_new(const bt_grammar *g, const bt_token_trie *t); /* NULL: out of memory */
 void bt_constraint_free(bt_constraint *c);
+/* Control token id (-1: none) counts with its text, which it otherwise
+ * lacks (a tool-call mark such as Mistral's "[TOOL_CALLS]"): allowed where
+ * the grammar takes that text, which accepting it feeds. */
+void bt_constraint_show_token(bt_constraint *c, int32_t id);
 /* Whether token id may come next; an end-of-generation token: end_ok. */
 bool bt_constraint_allows(bt_constraint *c, int32_t id, bool end_ok);
 /* allowed[0..n_vocab) = whether each token may come next. */

@@ -21,9 +21,12 @@ struct bt_stopper {
     size_t cap_out;
     int done;
     int ignore_eog; /* an end-of-generation token is one more token (ignore_eos) */
+    int32_t shown;  /* a control token whose text is shown (-1: none) */
 };
 
 void bt_stopper_set_ignore_eog(bt_stopper *s, int on) { s->ignore_eog = on != 0; }
+
+void bt_stopper_show_token(bt_stopper *s, int32_t id) { s->shown = id; }
 
 void bt_stopper_free(bt_stopper *s) {
     if (!s) return;
@@ -57,6 +60,7 @@ enum bt_status bt_stopper_create(const char *const *stops, size_t n_stops, int64
     bt_stopper *s = calloc(1, sizeof *s);
     if (!s) goto nomem;
     s->max_tokens = max_tokens;
+    s->shown = -1;
     s->n_stops = n_stops;
     s->stops = calloc(n_stops ? n_stops : 1, sizeof *s->stops);
     s->stop_len = calloc(n_stops ? n_stops : 1, sizeof *s->stop_len);
@@ -102,15 +106,16 @@ enum bt_stop_reason bt_stopper_push(bt_stopper *s, const bt_tokenizer *tok, int3
     if (s->done) return BT_STOP_NONE;
     s->n_tokens++;
     int eog = !s->ignore_eog && bt_tokenizer_is_eog(tok, id);
+    const int special = id == s->shown;
     size_t pl;
-    bt_tokenizer_piece(tok, id, 0, &pl);
+    bt_tokenizer_piece(tok, id, special, &pl);
     /* room for the piece, a pending partial character, or the flush's U+FFFDs */
     if (reserve(&s->held, &s->cap_held, s->n_held + pl + 16) || reserve(&s->out, &s->cap_out, s->cap_held)) {
         s->done = 1; /* out of memory: end here rather than lose text silently */
         return BT_STOP_LIMIT;
     }
     if (!eog) {
-        long n = bt_detok_stream_push(&s->ds, tok, id, 0, s->held + s->n_held, s->cap_held - s->n_held);
+        long n = bt_detok_stream_push(&s->ds, tok, id, special, s->held + s->n_held, s->cap_held - s->n_held);
         BT_ASSERT(n >= 0);
         s->n_held += (size_t)n;
     }

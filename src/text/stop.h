@@ -30,6 +30,9 @@ void bt_stopper_free(bt_stopper *s);
 /* on: an end-of-generation token does not end the output (it shows no
  * text, as every control token): ignore_eos. */
 void bt_stopper_set_ignore_eog(bt_stopper *s, int on);
+/* Control token id (-1: none) shows its text, as a tool-call mark that is
+ * a control token in its vocabulary (Mistral's "[TOOL_CALLS]") must. */
+void bt_stopper_show_token(bt_stopper *s, int32_t id);
 /* One generated token.  *text / *len: the text that may be shown now (valid
  * until the next call).  After a reason other than BT_STOP_NONE the stopper
  * is done: everything that was held back and belongs to the output has been
