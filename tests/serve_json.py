@@ -365,22 +365,22 @@ def stream_chat(**kw):
 
 def tools_checks():
     r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0,
-                                       max_tokens=400)
+                                       max_tokens=1000)
     req_calls = check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required")
     req_content = r.choices[0].message.content or ""  # the start of a call max_tokens cut
     answers.append(json.dumps(req_calls))
-    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, max_tokens=400,
+    r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, temperature=0, max_tokens=1000,
                                        tool_choice={"type": "function", "function": {"name": "get_time"}},
                                        parallel_tool_calls=False)
     answers.append(json.dumps(check_calls(r.choices[0].message, r.choices[0].finish_reason, "a named function",
                                           only="get_time", most=1)))
     # (Mistral's list of several calls, sampled from random weights, seldom closes inside max_tokens: one call)
     r = client.chat.completions.create(model=MODEL, messages=TMSGS, tools=TOOLS, tool_choice="required", temperature=0.9,
-                                       seed=4, max_tokens=400, parallel_tool_calls=FMT == "hermes")
+                                       seed=4, max_tokens=1000, parallel_tool_calls=FMT == "hermes")
     check_calls(r.choices[0].message, r.choices[0].finish_reason, "tool_choice required, sampled")
 
     # streamed: the calls come as tool_calls deltas, the same as not streamed
-    calls, finish, content = stream_chat(tool_choice="required", max_tokens=400)
+    calls, finish, content = stream_chat(tool_choice="required", max_tokens=1000)
     got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
     check(finish == "tool_calls" and got == req_calls and all(calls[i]["id"] for i in calls)
           and content.strip() == req_content, f"tools streamed: the same calls as not streamed: {got}")
@@ -402,7 +402,7 @@ def tools_checks():
                                                           "arguments": "{\"city\": \"Oslo\", \"unit\": \"celsius\"}"}}]},
                     {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "12 degrees"}]
     r = client.chat.completions.create(model=MODEL, messages=hist, tools=TOOLS, tool_choice="required", temperature=0,
-                                       max_tokens=400)
+                                       max_tokens=1000)
     check_calls(r.choices[0].message, r.choices[0].finish_reason, "required after a call and its result")
 
 
