@@ -3,6 +3,7 @@
  * liveness counts and in-place reuse, and the placement of a graph's tensors
  * at the planned offsets (alloc_graph). */
 #include "alloc.h"
+#include "mem.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -222,15 +223,7 @@ void bt_gallocr_free(bt_gallocr_t g) {
     if (!g) return;
     for (int i = 0; g->buffers && i < g->n_bufs; i++) bt_buffer_free(g->buffers[i]);
     for (int i = 0; g->dyns && i < g->n_bufs; i++) free(g->dyns[i].free);
-    free(g->bufts);
-    free(g->owner);
-    free(g->buffers);
-    free(g->dyns);
-    free(g->set.keys);
-    free(g->infos);
-    free(g->nodes);
-    free(g->leafs);
-    free(g);
+    BT_FREE_ALL(g->bufts, g->owner, g->buffers, g->dyns, g->set.keys, g->infos, g->nodes, g->leafs, g);
 }
 
 const char *bt_gallocr_error(bt_gallocr_t g) { return g->err; }

@@ -15,6 +15,7 @@
  * alignment, into a temporary file renamed into place at the end.
  */
 #include "gguf.h"
+#include "mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -808,16 +809,8 @@ void bt_gguf_close(struct bt_gguf *g) {
     if (g->mapped) munmap((void *)g->base, (size_t)g->size);
     if (g->keys)
         for (int64_t i = 0; i < g->n_kv; i++) free(g->keys[i]);
-    free(g->keys);
-    free(g->key_off);
-    free(g->kv_val);
-    free(g->pool);
-    free(g->key_set.slot);
-    free(g->tensors);
-    free(g->tensor_set.slot);
-    free(g->by_layer);
-    free(g->path);
-    free(g);
+    BT_FREE_ALL(g->keys, g->key_off, g->kv_val, g->pool, g->key_set.slot, g->tensors, g->tensor_set.slot, g->by_layer,
+                g->path, g);
 }
 
 const char *bt_gguf_error(const struct bt_gguf *g) { return g->err; }
@@ -1401,12 +1394,7 @@ enum bt_status bt_gguf_writer_write_data(struct bt_gguf_writer *w, const void *d
 
 static void writer_free(struct bt_gguf_writer *w) {
     for (int64_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
-    free(w->keys);
-    free(w->kv);
-    free(w->t);
-    free(w->tmp);
-    free(w->path);
-    free(w);
+    BT_FREE_ALL(w->keys, w->kv, w->t, w->tmp, w->path, w);
 }
 
 /* The header if not written yet and the data not written yet. */

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "topology.h"
+#include "mem.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1143,10 +1144,7 @@ void bt_topology_free(struct bt_topology *t) {
     free(t->ranks);
     free(t->pipeline.layers);
     for (int i = 0; i < t->pipeline.n_pins; i++) free(t->pipeline.pins[i].pattern);
-    free(t->pipeline.pins);
-    free(t->pipeline.groups);
-    free(t->pipeline.model);
-    free(t->transport.edges);
+    BT_FREE_ALL(t->pipeline.pins, t->pipeline.groups, t->pipeline.model, t->transport.edges);
     for (int i = 0; i < t->mpi.n_extra_args; i++) free(t->mpi.extra_args[i]);
     free(t->mpi.extra_args);
     free(t->path);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "../mem.h"
 #include "baton.h"
 #include "cli.h"
 #include "common.h"
@@ -428,10 +429,7 @@ static int bench_pipeline_model(bt_transport *t, struct bt_gguf *g, const char *
                    plans1 - plans0, plans1 - plans0 == 1 ? "" : "s", plan_s * 1e3, 100 * plan_s / s);
         }
     }
-    free(all);
-    free(tok);
-    free(last);
-    free(counts);
+    BT_FREE_ALL(all, tok, last, counts);
     bt_model_dist_free(md);
     if (device_t) device_t->iface.free(device_t);
     if (t->rank == 0) bt_cli_prompts_free(&one);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "../mem.h"
 #include "backend.h"
 #include "cpu.h"
 #include "cli.h"
@@ -536,17 +537,8 @@ int bt_cli_bench_model(int argc, char **argv) {
 
 out:
     if (err[0] && rank == 0) fprintf(stderr, BM_PROG ": %s\n", err);
-    free(b.logits);
-    free(b.tok);
-    free(b.pos);
-    free(b.seq);
-    free(b.want);
-    free(res[0].ts);
-    free(res[1].ts);
-    free(res[0].rank_s);
-    free(res[1].rank_s);
-    free(c0);
-    free(prof.rows);
+    BT_FREE_ALL(b.logits, b.tok, b.pos, b.seq, b.want, res[0].ts, res[1].ts, res[0].rank_s, res[1].rank_s, c0,
+                prof.rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);
     return rc;

@@ -1,6 +1,7 @@
 /* common.c - model options, number parsers and the progress display shared
  * by the baton program's subcommands. */
 #include "common.h"
+#include "../mem.h"
 
 #include "outfile.h"
 #include "plan.h"
@@ -610,11 +611,7 @@ bool bt_cli_prompts_init(struct bt_cli_prompts *p, struct bt_gguf *g, int64_t n,
 void bt_cli_prompts_free(struct bt_cli_prompts *p) {
     bt_llm_ctx_free(p->c);
     bt_llm_free(p->m);
-    free(p->tok);
-    free(p->pos);
-    free(p->seq);
-    free(p->want);
-    free(p->logits);
+    BT_FREE_ALL(p->tok, p->pos, p->seq, p->want, p->logits);
     memset(p, 0, sizeof *p);
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "baton.h"
+#include "../mem.h"
 #include "cli.h"
 #include "common.h"
 #include "project_file.h"
@@ -286,11 +287,7 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
     rc = bt_cli_stdout_finish("baton plan", rc);
 out:
     bt_model_plan_free(&mp);
-    free(edges);
-    free(pins);
-    free(groups);
-    free(counts);
-    free(descs);
+    BT_FREE_ALL(edges, pins, groups, counts, descs);
     if (have_topo) bt_topology_free(&topo);
     return rc;
 }

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "../alloc.h"
+#include "../mem.h"
 #include "../bt_sched.h"
 #include "../backend-reg.h"
 #include "arch_impl.h"
@@ -483,10 +484,7 @@ void bt_llm_stage_free(struct bt_llm_stage *s) {
     if (!s) return;
     for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&s->slots[i]);
     if (s->fallback) bt_backend_free(s->fallback);
-    free(s->out_ids);
-    free(s->mask);
-    free(s->mask_swa);
-    free(s);
+    BT_FREE_ALL(s->out_ids, s->mask, s->mask_swa, s);
 }
 
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s) { return s->n_built; }

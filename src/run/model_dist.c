@@ -1,5 +1,6 @@
 /* model_dist.c - a GGUF model on the distributed runtime (see model_dist.h). */
 #include "model_dist.h"
+#include "../mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -323,12 +324,7 @@ void bt_model_dist_free(struct bt_model_dist *md) {
     shape_free(&md->shapes[0]);
     bt_kv_free(md->kv);
     bt_llm_free(md->m);
-    free(md->cells);
-    free(md->rows);
-    free(md->mask);
-    free(md->mask_swa);
-    free(md->counts);
-    free(md);
+    BT_FREE_ALL(md->cells, md->rows, md->mask, md->mask_swa, md->counts, md);
 }
 
 /* The slot of a shape: found, or planned (collective) in a free slot or in

@@ -2,6 +2,7 @@
  * engine's thread, and each job's text and end (jobs.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "jobs.h"
+#include "../mem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,11 +73,7 @@ static void job_free(struct bt_job *j) {
     free(j->more);
     free(j->users);
     bt_api_request_free(&j->req);
-    free(j->prompt);
-    free(j->echo);
-    free(j->text);
-    free(j->lp);
-    free(j->embd);
+    BT_FREE_ALL(j->prompt, j->echo, j->text, j->lp, j->embd);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
