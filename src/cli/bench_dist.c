@@ -493,8 +493,7 @@ static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     char err[256];

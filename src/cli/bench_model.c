@@ -87,8 +87,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
 #define NUM(FLAG, LO, HI, DST)                                                                               \

@@ -420,6 +420,30 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
     return 1;
 }
 
+void bt_cli_getopt_start(void) {
+    opterr = 0;
+    optind = 1;
+}
+
+void bt_cli_getopt_error(int code, char **argv, char *err, size_t n) {
+    if (code == ':') snprintf(err, n, "%s needs a value", argv[optind - 1]);
+    else if (optopt) snprintf(err, n, "unknown option -%c", optopt);
+    else snprintf(err, n, "unknown option %s", argv[optind - 1]);
+}
+
+bool bt_cli_try_help(const char *cmd, char *err, size_t n) {
+    if (!err[0]) return false;
+    const size_t len = strlen(err);
+    snprintf(err + len, n - len, " (try: baton %s --help)", cmd);
+    return true;
+}
+
+bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n) {
+    if (optind >= argc) return false;
+    snprintf(err, n, "unexpected argument '%s'", argv[optind]);
+    return bt_cli_try_help(cmd, err, n);
+}
+
 static const struct option *find_long(const struct option *longs, const char *name) {
     for (; longs->name; longs++)
         if (!strcmp(longs->name, name)) return longs;

@@ -137,6 +137,16 @@ enum bt_status bt_cli_chat_template(const char *arg, struct bt_gguf *g, const st
 /* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
  * name is empty" in err (the callers' usage error, exit 2). */
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);
+/* The pieces of a subcommand's getopt_long loop (demo, generate, serve):
+ * bt_cli_getopt_start resets getopt for a new argv (quiet: the command
+ * words its own messages); bt_cli_getopt_error words getopt's ':' (a flag
+ * without its value) and '?' (an unknown flag) in err; bt_cli_try_help ends a
+ * message in err with " (try: baton CMD --help)" and says whether there was
+ * one; bt_cli_extra_arg words a word left after the flags the same way. */
+void bt_cli_getopt_start(void);
+void bt_cli_getopt_error(int code, char **argv, char *err, size_t n);
+bool bt_cli_try_help(const char *cmd, char *err, size_t n);
+bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n);
 /* llama.cpp's spellings, before getopt: argv's flags rewritten in place to
  * the command's own where they mean the same (-np --parallel, -ub and -b
  * --ubatch, --batch-size --ubatch, -s --seed, --temperature --temp, -f

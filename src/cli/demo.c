@@ -131,8 +131,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     const size_t errn = errlen;
@@ -194,11 +193,8 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             break;
         case 'v': o->verbose = true; break;
         case 'h': return 0;
-        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
-            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, errn); break;
         default:
             if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
                 bt_cli_model_option(&o->model, code, optarg, err, errn);
@@ -206,22 +202,16 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             }
             break;
         }
-        if (err[0]) {
-            strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("demo", err, errn)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "demo", err, errn)) return 2;
     if (o->model_path && o->model_opt) {
         snprintf(err, errn, "--arch, --layers, --embd and the like describe the built-in model; --model's file has "
                             "its own (try: baton demo --help)");
         return 2;
     }
     if (bt_random_model_check(&o->model, err, errn) != BT_OK) {
-        strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
+        bt_cli_try_help("demo", err, errn);
         return 2;
     }
     return -1; /* go on */

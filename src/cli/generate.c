@@ -195,11 +195,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {0, 0, 0, 0},
     };
     if (!bt_cli_llama_flags(argc, argv, ":m:p:n:c:t:h", longs, err, errn)) {
-        strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
+        bt_cli_try_help("generate", err, errn);
         return 2;
     }
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     while ((code = getopt_long(argc, argv, ":m:p:n:c:t:h", longs, NULL)) != -1) {
@@ -277,22 +276,13 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             o->dump_tensors = optarg;
             break;
         case 'h': return 0;
-        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
-            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, errn); break;
         default: BT_ASSERT(!"an option without a case");
         }
-        if (err[0]) {
-            strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("generate", err, errn)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "generate", err, errn)) return 2;
     return check_generate(o, err, errn);
 }
 

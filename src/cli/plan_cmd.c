@@ -320,8 +320,7 @@ int bt_cli_plan(int argc, char **argv) {
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     char err[1024];
     while ((code = getopt_long(argc, argv, ":t:m:c:h", longs, NULL)) != -1) {

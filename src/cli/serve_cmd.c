@@ -126,11 +126,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {0, 0, 0, 0},
     };
     if (!bt_cli_llama_flags(argc, argv, ":m:t:h", longs, err, n)) {
-        strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
+        bt_cli_try_help("serve", err, n);
         return 2;
     }
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     while ((code = getopt_long(argc, argv, ":m:t:h", longs, NULL)) != -1) {
@@ -186,21 +185,12 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
 #undef INT_OPT
         case 'h': return 0;
-        case ':': snprintf(err, n, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, n, "unknown option -%c", optopt);
-            else snprintf(err, n, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, n); break;
         }
-        if (err[0]) {
-            strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("serve", err, n)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, n, "unexpected argument '%s' (try: baton serve --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "serve", err, n)) return 2;
     if (!o->model) {
         snprintf(err, n, "no model: give -m FILE (try: baton serve --help)");
         return 2;
