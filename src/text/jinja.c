@@ -811,6 +811,14 @@ static node *parse_subscribed(parser *P) {
     return s;
 }
 
+/* a call of n at the current "(" */
+static node *parse_call(parser *P, node *n, size_t off) {
+    node *c = mk(P, E_CALL, off);
+    c->a = n;
+    parse_call_args(P, c);
+    return c;
+}
+
 static node *parse_postfix(parser *P, node *n) {
     for (;;) {
         tok *t = cur(P);
@@ -833,27 +841,25 @@ static node *parse_postfix(parser *P, node *n) {
             if (is_op(P, ",")) perr(P, cur(P), "a tuple index is not supported");
             expect_op(P, "]");
             n = a;
-        } else if (is_op(P, "(")) {
-            node *c = mk(P, E_CALL, t->off);
-            c->a = n;
-            parse_call_args(P, c);
-            n = c;
-        } else return n;
+        } else if (is_op(P, "(")) n = parse_call(P, n, t->off);
+        else return n;
     }
+}
+
+/* one filter over n at the current "|": | name, | name(args) */
+static node *parse_filter(parser *P, node *n) {
+    P->i++;
+    node *f = mk(P, E_FILTER, cur(P)->off);
+    f->a = n, f->s = expect_name(P);
+    if (is_op(P, "(")) parse_call_args(P, f);
+    return f;
 }
 
 static node *parse_filter_expr(parser *P, node *n) {
     for (;;) {
         tok *t = cur(P);
-        if (is_op(P, "|")) {
-            P->i++;
-            node *f = mk(P, E_FILTER, cur(P)->off);
-            tok *nt = cur(P);
-            f->a = n, f->s = expect_name(P);
-            (void)nt;
-            if (is_op(P, "(")) parse_call_args(P, f);
-            n = f;
-        } else if (is_name(P, "is")) {
+        if (is_op(P, "|")) n = parse_filter(P, n);
+        else if (is_name(P, "is")) {
             P->i++;
             node *te = mk(P, E_TEST, t->off);
             if (is_name(P, "not")) P->i++, te->flag = 1;
@@ -872,12 +878,8 @@ static node *parse_filter_expr(parser *P, node *n) {
                 arg_push(P, te, parse_postfix(P, parse_primary(P)), NULL);
             }
             n = te;
-        } else if (is_op(P, "(")) {
-            node *c = mk(P, E_CALL, t->off);
-            c->a = n;
-            parse_call_args(P, c);
-            n = c;
-        } else return n;
+        } else if (is_op(P, "(")) n = parse_call(P, n, t->off);
+        else return n;
     }
 }
 
@@ -1055,15 +1057,7 @@ static int at_end(parser *P, const char *const *ends) {
 /* a chain of filters (| f(args)) over an E_BLOCKVAL */
 static node *parse_block_filters(parser *P, size_t off) {
     node *n = mk(P, E_BLOCKVAL, off);
-    while (is_op(P, "|")) {
-        P->i++;
-        node *f = mk(P, E_FILTER, cur(P)->off);
-        tok *nt = cur(P);
-        f->a = n, f->s = expect_name(P);
-        (void)nt;
-        if (is_op(P, "(")) parse_call_args(P, f);
-        n = f;
-    }
+    while (is_op(P, "|")) n = parse_filter(P, n);
     return n;
 }
 
