@@ -37,12 +37,6 @@
 
 /* ---- hyperparameters ----------------------------------------------------------------- */
 
-#define TRY(x)                        \
-    do {                              \
-        enum bt_status st_ = (x);     \
-        if (st_ != BT_OK) return st_; \
-    } while (0)
-
 /* After the shared keys (llama.cpp's openai-moe loader): the window (required),
  * the pattern (default 2), the sliding layers' rope (the file's base unless
  * rope.freq_base_swa, the file's scaling); YaRN's parameters as llama.cpp's
