@@ -1182,42 +1182,33 @@ uint64_t bt_topology_rank_memory(const struct bt_topology *t, int r) {
     return t->hosts[tr->host].gpu_memory;
 }
 
-int bt_topology_host_ranks(const struct bt_topology *t, int h) {
-    int k = 0;
-    for (int i = 0; i < t->n_ranks; i++)
-        if (t->ranks[i].host == h) k++;
-    return k;
-}
-
-int64_t bt_topology_host_threads(const struct bt_topology *t, int h) {
+/* What host h's ranks take of its slots: one each (threads false), or a CPU
+ * rank's threads and one for any other (threads true). */
+static int64_t host_load(const struct bt_topology *t, int h, bool threads) {
     int64_t k = 0;
     for (int i = 0; i < t->n_ranks; i++)
         if (t->ranks[i].host == h)
-            k += t->ranks[i].backend == BT_TOPO_BACKEND_CPU ? t->ranks[i].threads : 1;
+            k += threads && t->ranks[i].backend == BT_TOPO_BACKEND_CPU ? t->ranks[i].threads : 1;
     return k;
 }
 
-bool bt_topology_host_oversubscribed(const struct bt_topology *t, int h) {
+static bool host_exceeds(const struct bt_topology *t, int h, bool threads) {
     const struct bt_topo_host *x = bt_topology_host(t, h);
-    return x && bt_topology_host_ranks(t, h) > x->slots;
+    return x && host_load(t, h, threads) > x->slots;
 }
 
-bool bt_topology_any_oversubscribed(const struct bt_topology *t) {
+static bool any_host_exceeds(const struct bt_topology *t, bool threads) {
     for (int h = 0; h < t->n_hosts; h++)
-        if (bt_topology_host_oversubscribed(t, h)) return true;
+        if (host_exceeds(t, h, threads)) return true;
     return false;
 }
 
-bool bt_topology_host_threads_exceed(const struct bt_topology *t, int h) {
-    const struct bt_topo_host *x = bt_topology_host(t, h);
-    return x && bt_topology_host_threads(t, h) > x->slots;
-}
-
-bool bt_topology_any_threads_exceed(const struct bt_topology *t) {
-    for (int h = 0; h < t->n_hosts; h++)
-        if (bt_topology_host_threads_exceed(t, h)) return true;
-    return false;
-}
+int bt_topology_host_ranks(const struct bt_topology *t, int h) { return (int)host_load(t, h, false); }
+int64_t bt_topology_host_threads(const struct bt_topology *t, int h) { return host_load(t, h, true); }
+bool bt_topology_host_oversubscribed(const struct bt_topology *t, int h) { return host_exceeds(t, h, false); }
+bool bt_topology_any_oversubscribed(const struct bt_topology *t) { return any_host_exceeds(t, false); }
+bool bt_topology_host_threads_exceed(const struct bt_topology *t, int h) { return host_exceeds(t, h, true); }
+bool bt_topology_any_threads_exceed(const struct bt_topology *t) { return any_host_exceeds(t, true); }
 
 int bt_topology_n_cuda(const struct bt_topology *t) {
     int k = 0;
