@@ -242,6 +242,23 @@ static yaml_node_t *seq_at(struct tp *p, const yaml_node_t *v, int i) {
     return node(p, v->data.sequence.items.start[i]);
 }
 
+/* The mapping v (with what) of the place w, its keys in f. */
+static enum bt_status map_fields(struct tp *p, const struct where *w, yaml_node_t *v, const char *what,
+                                 struct field *f, int nf) {
+    enum bt_status st = need_map(p, w->name, v, what);
+    return st ? st : get_fields(p, w, v, f, nf);
+}
+
+/* Entry i of the list v named list: a mapping (with what) whose keys fill f;
+ * *we names it "list[i]" for messages. */
+static enum bt_status list_map_at(struct tp *p, yaml_node_t *v, int i, const char *list, const char *what,
+                                  struct where *we, struct field *f, int nf, yaml_node_t **e) {
+    *e = seq_at(p, v, i);
+    we->sep = ": ";
+    snprintf(we->name, sizeof we->name, "%s[%d]", list, i);
+    return map_fields(p, we, *e, what, f, nf);
+}
+
 static char *dupstr(const char *s) {
     char *d = strdup(s);
     BT_ASSERT(d); /* a few bytes: out of memory here is not recoverable anyway */
@@ -329,15 +346,13 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
     t->hosts = xcalloc((size_t)n, sizeof *t->hosts);
     t->n_hosts = n;
     for (int i = 0; i < n; i++) {
-        yaml_node_t *e = seq_at(p, v, i);
+        yaml_node_t *e;
         struct bt_topo_host *h = &t->hosts[i];
-        struct where w = {"", ": "};
-        snprintf(w.name, sizeof w.name, "hosts[%d]", i);
-        if ((st = need_map(p, w.name, e, "name and slots"))) return st;
-        h->pos = pos_of(e);
+        struct where w;
         struct field f[] = {{.key = "name"},    {.key = "slots"},      {.key = "gpus"},
                             {.key = "address"}, {.key = "gpu_memory"}, {.key = "model"}};
-        if ((st = get_fields(p, &w, e, f, 6))) return st;
+        if ((st = list_map_at(p, v, i, "hosts", "name and slots", &w, f, 6, &e))) return st;
+        h->pos = pos_of(e);
         if ((st = need_key(p, &w, e, &f[0], "the host's name, used by ranks: host:"))) return st;
         const char *name;
         if ((st = get_str(p, &w, "name", f[0].v, &name))) return st;
@@ -652,12 +667,11 @@ static enum bt_status parse_groups(struct tp *p, yaml_node_t *v) {
 static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "pipeline", v, "micro_batches, partition, pin, expert_groups or model"))) return st;
-    t->pipeline.pos = pos_of(v);
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
                         {.key = "expert_groups"}};
-    if ((st = get_fields(p, &w, v, f, 5))) return st;
+    enum bt_status st = map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups or model", f, 5);
+    if (st) return st;
+    t->pipeline.pos = pos_of(v);
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[3].v) {
         const char *m;
@@ -722,14 +736,12 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
         t->pipeline.pin_pos = pos_of(pv);
         t->pipeline.pins = xcalloc((size_t)n, sizeof *t->pipeline.pins);
         for (int i = 0; i < n; i++) {
-            yaml_node_t *e = seq_at(p, pv, i);
             struct bt_topo_pin *pin = &t->pipeline.pins[i];
-            struct where we = {"", ": "};
-            snprintf(we.name, sizeof we.name, "pipeline.pin[%d]", i);
-            if ((st = need_map(p, we.name, e, "pattern, rank and compute"))) return st;
-            pin->pos = pos_of(e);
+            struct where we;
             struct field pf[] = {{.key = "pattern"}, {.key = "rank"}, {.key = "compute"}};
-            if ((st = get_fields(p, &we, e, pf, 3))) return st;
+            yaml_node_t *e;
+            if ((st = list_map_at(p, pv, i, "pipeline.pin", "pattern, rank and compute", &we, pf, 3, &e))) return st;
+            pin->pos = pos_of(e);
             if ((st = need_key(p, &we, e, &pf[0], "a glob on tensor names, e.g. \"blk.0.*\"")))
                 return st;
             const char *pat;
@@ -762,11 +774,10 @@ static const char *const link_names[] = {"mpi", "nccl"};
 static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"transport", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "transport", v, "host, device or edges"))) return st;
-    t->transport.pos = pos_of(v);
     struct field f[] = {{.key = "host"}, {.key = "device"}, {.key = "edges"}};
-    if ((st = get_fields(p, &w, v, f, 3))) return st;
+    enum bt_status st = map_fields(p, &w, v, "host, device or edges", f, 3);
+    if (st) return st;
+    t->transport.pos = pos_of(v);
     int n_cuda = bt_topology_n_cuda(t);
     if (f[0].v) {
         static const char *const host_names[] = {"mpi"};
@@ -794,15 +805,13 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
         t->transport.edges_pos = pos_of(ev);
         t->transport.edges = xcalloc((size_t)n, sizeof *t->transport.edges);
         for (int i = 0; i < n; i++) {
-            yaml_node_t *e = seq_at(p, ev, i);
             struct bt_topo_edge *ed = &t->transport.edges[i];
-            struct where we = {"", ": "};
+            struct where we;
             char b[64];
-            snprintf(we.name, sizeof we.name, "transport.edges[%d]", i);
-            if ((st = need_map(p, we.name, e, "ranks and device"))) return st;
-            ed->pos = pos_of(e);
             struct field ef[] = {{.key = "ranks"}, {.key = "device"}};
-            if ((st = get_fields(p, &we, e, ef, 2))) return st;
+            yaml_node_t *e;
+            if ((st = list_map_at(p, ev, i, "transport.edges", "ranks and device", &we, ef, 2, &e))) return st;
+            ed->pos = pos_of(e);
             if ((st = need_key(p, &we, e, &ef[0], "the two ranks of the edge, e.g. [0, 1]")))
                 return st;
             yaml_node_t *rv = ef[0].v;
@@ -859,11 +868,10 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
 static enum bt_status parse_mpi(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"mpi", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "mpi", v, "pml, single_copy or extra_args"))) return st;
-    t->mpi.pos = pos_of(v);
     struct field f[] = {{.key = "pml"}, {.key = "single_copy"}, {.key = "extra_args"}};
-    if ((st = get_fields(p, &w, v, f, 3))) return st;
+    enum bt_status st = map_fields(p, &w, v, "pml, single_copy or extra_args", f, 3);
+    if (st) return st;
+    t->mpi.pos = pos_of(v);
     if (f[0].v) {
         static const char *const names[] = {"ucx", "ob1"};
         int x = 0;
