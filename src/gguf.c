@@ -627,9 +627,10 @@ static struct bt_gguf *gguf_new(const char *name) {
     return g;
 }
 
-enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *name, struct bt_gguf **out, char *err,
-                                   size_t n_err) {
-    *out = NULL;
+/* data (size bytes; header_only: the header alone, size the whole file's)
+ * parsed as a GGUF named name. */
+static enum bt_status open_bytes(const void *data, uint64_t size, bool header_only, const char *name,
+                                 struct bt_gguf **out, char *err, size_t n_err) {
     struct bt_gguf *g = gguf_new(name);
     if (!g) {
         snprintf(err, n_err, "%s: out of memory", name ? name : "(memory)");
@@ -637,7 +638,14 @@ enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *na
     }
     g->base = data;
     g->size = size;
+    g->header_only = header_only;
     return open_common(g, out, err, n_err);
+}
+
+enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *name, struct bt_gguf **out, char *err,
+                                   size_t n_err) {
+    *out = NULL;
+    return open_bytes(data, size, false, name, out, err, n_err);
 }
 
 enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_t file_size, const char *name,
@@ -648,17 +656,9 @@ enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_
                  header_size);
         return BT_ERR_INVALID;
     }
-    struct bt_gguf *g = gguf_new(name);
-    if (!g) {
-        snprintf(err, n_err, "%s: out of memory", name ? name : "(memory)");
-        return BT_ERR_NOMEM;
-    }
     /* the parser reads the header alone; the data section is checked
      * against the size the whole file has */
-    g->base = data;
-    g->size = file_size;
-    g->header_only = true;
-    return open_common(g, out, err, n_err);
+    return open_bytes(data, file_size, true, name, out, err, n_err);
 }
 
 static enum bt_status open_file(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
