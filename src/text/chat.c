@@ -7,6 +7,7 @@
  * baton's tests).  Formats that llama.cpp detects after the last one baton
  * writes (exaone, granite, ...) are reported as unknown rather than guessed. */
 #include "chat.h"
+#include "../mem.h"
 #include "jinja.h"
 
 #include <ctype.h>
@@ -92,17 +93,12 @@ typedef struct {
 
 static void put_n(out_buf *b, const char *s, size_t n) {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+    char *p = bt_grow(b->p, &b->cap, b->n + n + 1, 1, 256);
+    if (!p) {
+        b->oom = 1;
+        return;
     }
+    b->p = p;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
