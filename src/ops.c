@@ -29,6 +29,16 @@ static struct bt_tensor *new_result(bt_context *ctx, enum bt_type type, const in
     return t;
 }
 
+/* A new result of op over a and b (src[0], src[1]). */
+static struct bt_tensor *binary_result(bt_context *ctx, enum bt_type type, const int64_t ne[4], enum bt_op op,
+                                       struct bt_tensor *a, struct bt_tensor *b) {
+    struct bt_tensor *t = new_result(ctx, type, ne, op);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
 /* A view tensor over a's data: metadata only, data = a's data + offs. */
 static struct bt_tensor *new_view(bt_context *ctx, struct bt_tensor *a, enum bt_type type,
                                   const int64_t ne[4], const size_t nb[4], size_t offs,
@@ -63,11 +73,7 @@ static struct bt_tensor *binary(bt_context *ctx, struct bt_tensor *a, struct bt_
             FAIL(ctx, "%s: %s cannot be broadcast to %s (dim %d)", bt_op_name(op), SHAPE(b),
                  SHAPE(a), i);
     }
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, a->ne, op);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = b;
-    return t;
+    return binary_result(ctx, BT_TYPE_F32, a->ne, op, a, b);
 }
 
 struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
@@ -163,11 +169,7 @@ struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_ten
     if (!bt_is_contiguous_rows(b))
         FAIL(ctx, "MUL_MAT: activation rows of %s must be contiguous", SHAPE(b));
     const int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = b;
-    return t;
+    return binary_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT, a, b);
 }
 
 struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
@@ -206,12 +208,7 @@ struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_te
         FAIL(ctx, "GET_ROWS: ids %s do not match %s (need [nr, %lld, %lld])", SHAPE(ids), SHAPE(a),
              (long long)a->ne[2], (long long)a->ne[3]);
     const int64_t ne[4] = {a->ne[0], ids->ne[0], ids->ne[1], ids->ne[2]};
-    struct bt_tensor *t = new_result(ctx, a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32, ne,
-                                     BT_OP_GET_ROWS);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = ids;
-    return t;
+    return binary_result(ctx, a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32, ne, BT_OP_GET_ROWS, a, ids);
 }
 
 struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
