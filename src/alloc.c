@@ -177,15 +177,8 @@ struct bt_gallocr {
     char err[ALLOC_ERR_LEN];
 };
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void set_error(bt_gallocr_t g, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-}
+/* The allocator's last error (bt_gallocr_error). */
+#define set_error(g, ...) (void)bt_error_printf((g)->err, sizeof (g)->err, BT_ERR_INVALID, __VA_ARGS__)
 
 bt_gallocr_t bt_gallocr_new_n(bt_buffer_type_t *bufts, int n_bufs) {
     if (!bufts || n_bufs < 1) return NULL;

@@ -107,18 +107,8 @@ struct bt_sched {
 
 #define SET_CAUSE(t, c) (sched->hv_cause[hash_id(sched, (t))] = (c))
 
-static void set_error(bt_sched_t sched, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-#include <stdarg.h>
-static void set_error(bt_sched_t sched, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sched->err, sizeof sched->err, fmt, ap);
-    va_end(ap);
-}
+/* The scheduler's last error (bt_sched_error). */
+#define set_error(sched, ...) (void)bt_error_printf((sched)->err, sizeof (sched)->err, BT_ERR_INVALID, __VA_ARGS__)
 
 static size_t hash_id(bt_sched_t sched, const struct bt_tensor *t) {
     const size_t i = bt_hash_insert(&sched->hash_set, (struct bt_tensor *)t);
