@@ -794,12 +794,9 @@ enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, s
     struct bt_gguf *g = NULL;
     enum bt_status st = open_file(path, &g, err, n_err);
     if (st == BT_OK) st = open_shards(g, err, n_err);
-    if (st != BT_OK) {
-        bt_gguf_close(g);
-        return st;
-    }
-    *out = g;
-    return BT_OK;
+    if (st == BT_OK) *out = g;
+    else bt_gguf_close(g);
+    return st;
 }
 
 void bt_gguf_close(struct bt_gguf *g) {

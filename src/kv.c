@@ -132,8 +132,8 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
 
 void bt_kv_free(struct bt_kv *kv) {
     if (!kv) return;
-    if (kv->buf) bt_buffer_free(kv->buf);
-    if (kv->ctx) bt_free(kv->ctx);
+    bt_buffer_free(kv->buf);
+    bt_free(kv->ctx);
     BT_FREE_ALL(kv->k, kv->v, kv->pos, kv->seq, kv->swa_pos, kv->swa_seq, kv->swa_cells, kv);
 }
 

@@ -716,8 +716,8 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
 
 void bt_llm_free(struct bt_llm *m) {
     if (!m) return;
-    if (m->wbuf) bt_buffer_free(m->wbuf);
-    if (m->wctx) bt_free(m->wctx);
+    bt_buffer_free(m->wbuf);
+    bt_free(m->wctx);
     bt_gguf_close(m->own_gguf);
     free(m->layers);
     free(m);

@@ -621,12 +621,9 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
     }
     st = bt_llm_stage_new(m, c->kv, c->backend, p->n_ubatch, &c->stage, err, n_err);
-    if (st != BT_OK) {
-        bt_llm_ctx_free(c);
-        return st;
-    }
-    *out = c;
-    return BT_OK;
+    if (st == BT_OK) *out = c;
+    else bt_llm_ctx_free(c);
+    return st;
 }
 
 void bt_llm_ctx_free(struct bt_llm_ctx *c) {

@@ -302,12 +302,9 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
         st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1, BT_LLM_OUT_LOGITS);
         if (st != BT_OK) snprintf(err, n_err, "%s", md->err);
     }
-    if (st != BT_OK) {
-        bt_model_dist_free(md);
-        return st;
-    }
-    *out = md;
-    return BT_OK;
+    if (st == BT_OK) *out = md;
+    else bt_model_dist_free(md);
+    return st;
 }
 
 void bt_model_dist_free(struct bt_model_dist *md) {
