@@ -433,8 +433,7 @@ static int bm_run_tests(struct bm_run *b, const struct bm_opts *o, bt_backend_t 
 
 int bt_cli_bench_model(int argc, char **argv) {
     struct bm_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .n_ubatch = 512, .seqs = 1};
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install(BM_PROG, env_rank);
+    const int env_rank = bt_cli_start(BM_PROG);
     char perr[1024] = "";
     int prc = bm_parse(argc, argv, &o, perr, sizeof perr);
     if (prc == 0) {

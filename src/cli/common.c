@@ -2,6 +2,7 @@
  * by the baton program's subcommands. */
 #include "common.h"
 #include "../mem.h"
+#include "signals.h"
 
 #include "outfile.h"
 #include "plan.h"
@@ -258,7 +259,11 @@ int bt_cli_env_rank(void) {
     return 0;
 }
 
-
+int bt_cli_start(const char *prog) {
+    const int env_rank = bt_cli_env_rank();
+    bt_cli_signals_install(prog, env_rank);
+    return env_rank;
+}
 
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
     /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
@@ -492,9 +497,13 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
     return true;
 }
 
-void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
-    if (!*arg) snprintf(err, n, "%s: the file name is empty", flag);
+void bt_cli_text_arg(const char *flag, const char *what, const char *arg, const char **dst, char *err, size_t n) {
+    if (!*arg) snprintf(err, n, "%s: the %s is empty", flag, what);
     else *dst = arg;
+}
+
+void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
+    bt_cli_text_arg(flag, "file name", arg, dst, err, n);
 }
 
 int bt_cli_stdout_finish(const char *prog, int rc) {

@@ -134,8 +134,10 @@ enum bt_status bt_cli_chat_template(const char *arg, struct bt_gguf *g, const st
                                     const char *fallback, struct bt_chat_template **out, char *note, size_t notelen,
                                     char *err, size_t errlen);
 
-/* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
- * name is empty" in err (the callers' usage error, exit 2). */
+/* A flag's text: *dst = arg, or, when it is empty, "FLAG: the WHAT is
+ * empty" in err (the callers' usage error, exit 2); bt_cli_file_arg for a
+ * file name. */
+void bt_cli_text_arg(const char *flag, const char *what, const char *arg, const char **dst, char *err, size_t n);
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);
 /* The pieces of a subcommand's getopt_long loop (demo, generate, serve):
  * bt_cli_getopt_start resets getopt for a new argv (quiet: the command
@@ -175,6 +177,12 @@ void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, lo
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);
+
+/* A subcommand's start over ranks: bt_cli_env_rank, with prog's signal
+ * handlers (signals.h) installed for that rank at once: a signal during MPI's
+ * start-up (seconds on a loaded machine) must not end the rank without its
+ * line; the subcommand installs them again once MPI has started. */
+int bt_cli_start(const char *prog);
 
 /* Progress on long steps, rank 0 only, only when stderr is a terminal (or
  * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;

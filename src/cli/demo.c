@@ -183,10 +183,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         case 'm':
             bt_cli_file_arg("--model", optarg, &o->model_path, err, errn);
             break;
-        case OPT_DUMP_TENSORS:
-            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
-            o->dump_tensors = optarg;
-            break;
+        case OPT_DUMP_TENSORS: bt_cli_text_arg("--dump-tensors", "pattern", optarg, &o->dump_tensors, err, errn); break;
         case OPT_TOKENS:
             if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, errn, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
             else o->tokens = (int)v;
@@ -461,11 +458,7 @@ int bt_cli_demo(int argc, char **argv) {
     o.micro_batches = 16;
     o.check = -1;
     o.progress_us = 50;
-    const int env_rank = bt_cli_env_rank();
-    /* at once, with the rank mpirun gave in the environment: a signal during
-     * MPI's start-up (seconds on a loaded machine) must not end the rank
-     * without its line; installed again once MPI has started */
-    bt_cli_signals_install("baton demo", env_rank);
+    const int env_rank = bt_cli_start("baton demo");
     /* An error found before MPI starts (prc, perr) ends a one-process run at
      * once; among several ranks it waits for MPI, so that the job ends with
      * one message naming the rank even when only rank 1 found it. */

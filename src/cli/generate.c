@@ -271,10 +271,7 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             break;
         case OPT_JSON: o->json = true; break;
         case OPT_DUMP_PLAN: bt_cli_file_arg("--dump-plan", optarg, &o->dump_plan, err, errn); break;
-        case OPT_DUMP_TENSORS:
-            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
-            o->dump_tensors = optarg;
-            break;
+        case OPT_DUMP_TENSORS: bt_cli_text_arg("--dump-tensors", "pattern", optarg, &o->dump_tensors, err, errn); break;
         case 'h': return 0;
         case ':':
         case '?': bt_cli_getopt_error(code, argv, err, errn); break;
@@ -962,8 +959,7 @@ int bt_cli_generate(int argc, char **argv) {
     o.n_ubatch = 0; /* 512, at most the context */
     o.parallel = 1;
     o.escape = true;
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install(GEN_PROG, env_rank);
+    const int env_rank = bt_cli_start(GEN_PROG);
     char perr[1024] = "";
     int prc = parse_generate(argc, argv, &o, perr, sizeof perr);
     if (prc == 0) {

@@ -140,10 +140,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         case 'm':
             bt_cli_file_arg("-m", optarg, &o->model, err, n);
             break;
-        case OPT_HOST:
-            if (!*optarg) snprintf(err, n, "--host: the address is empty");
-            else o->host = optarg;
-            break;
+        case OPT_HOST: bt_cli_text_arg("--host", "address", optarg, &o->host, err, n); break;
         case OPT_ALIAS:
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
@@ -160,14 +157,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
             else if (!strcmp(optarg, "last")) o->pooling = BT_POOLING_LAST;
             else snprintf(err, n, "--pooling: '%s' is not a pooling: give mean or last", optarg);
             break;
-        case OPT_CHAT_TEMPLATE:
-            if (!*optarg) snprintf(err, n, "--chat-template: the name is empty");
-            else o->chat_template = optarg;
-            break;
-        case OPT_API_KEY:
-            if (!*optarg) snprintf(err, n, "--api-key: the key is empty");
-            else o->api_key = optarg;
-            break;
+        case OPT_CHAT_TEMPLATE: bt_cli_text_arg("--chat-template", "name", optarg, &o->chat_template, err, n); break;
+        case OPT_API_KEY: bt_cli_text_arg("--api-key", "key", optarg, &o->api_key, err, n); break;
 #define INT_OPT(CODE, NAME, LO, HI, DST)                                                                        \
     case CODE:                                                                                                \
         if (!bt_cli_parse_int(optarg, LO, HI, &v))                                                            \
@@ -298,8 +289,7 @@ int bt_cli_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
                            .max_conn = 256, .max_client_conn = 128, .timeout = 120, .pooling = BT_POOLING_MEAN, .ubatch = 0,
                            .max_body = 1 << 20};
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install("baton serve", env_rank);
+    const int env_rank = bt_cli_start("baton serve");
     char perr[1024] = "";
     int prc = parse_serve(argc, argv, &o, perr, sizeof perr);
     if (prc == 0) {
