@@ -497,8 +497,7 @@ static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
     int code;
     long v;
     char err[256];
-    while ((code = getopt_long(argc, argv, ":hm:c:t:", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":hm:c:t:", longs, err)) != -1) {
         if (code == 'c') {
             bt_cli_short_flag_elsewhere('c', "bench pipeline's micro-batches in flight are --copies N", err, sizeof err);
         } else if (code == 'C') {

@@ -97,8 +97,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         else                                                                                                 \
             (DST) = v;                                                                                       \
     } while (0)
-    while ((code = getopt_long(argc, argv, ":m:p:n:r:t:h", longs, NULL)) != -1) {
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:p:n:r:t:h", longs, &o->eng, err, errn)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':

@@ -118,6 +118,12 @@ bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *va
     }
 }
 
+int bt_cli_next_engine_opt(int argc, char **argv, const char *shorts, const struct option *longs,
+                           struct bt_cli_engine_opts *o, char *err, size_t n) {
+    const int code = bt_cli_next_opt(argc, argv, shorts, longs, err);
+    return code != -1 && bt_cli_engine_option(o, code, optarg, err, n) ? 0 : code;
+}
+
 struct bt_rank_config bt_cli_engine_rank_config(const char *prog, const struct bt_cli_engine_opts *o,
                                                 int progress_us) {
     return (struct bt_rank_config){
@@ -430,6 +436,11 @@ void bt_cli_getopt_start(void) {
     optind = 1;
 }
 
+int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err) {
+    err[0] = '\0';
+    return getopt_long(argc, argv, shorts, longs, NULL);
+}
+
 void bt_cli_getopt_error(int code, char **argv, char *err, size_t n) {
     if (code == ':') snprintf(err, n, "%s needs a value", argv[optind - 1]);
     else if (optopt) snprintf(err, n, "unknown option -%c", optopt);
@@ -494,6 +505,16 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
                 return false;
             }
     }
+    return true;
+}
+
+bool bt_cli_llama_start(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd,
+                        char *err, size_t n) {
+    if (!bt_cli_llama_flags(argc, argv, shorts, longs, err, n)) {
+        bt_cli_try_help(cmd, err, n);
+        return false;
+    }
+    bt_cli_getopt_start();
     return true;
 }
 

@@ -86,6 +86,10 @@ void bt_cli_engine_help(FILE *f, int col);
 /* True when code (getopt_long's) is one of BT_CLI_ENGINE_LONGOPTS ('t' among
  * them): value applied, or its message in err. */
 bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *value, char *err, size_t n);
+/* bt_cli_next_opt for a command with the engine's options: 0 for one of
+ * them, applied to o (or its message in err). */
+int bt_cli_next_engine_opt(int argc, char **argv, const char *shorts, const struct option *longs,
+                           struct bt_cli_engine_opts *o, char *err, size_t n);
 /* After parsing: the topology from $BATON_TOPOLOGY when none was given, then
  * --backend and a topology together refused (bt_rank_backend_topology_check).
  * False with the message in err (err NULL: an error already found, the
@@ -146,6 +150,8 @@ void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *
  * message in err with " (try: baton CMD --help)" and says whether there was
  * one; bt_cli_extra_arg words a word left after the flags the same way. */
 void bt_cli_getopt_start(void);
+/* getopt_long's next code (-1 after the flags), err emptied for its message. */
+int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err);
 void bt_cli_getopt_error(int code, char **argv, char *err, size_t n);
 bool bt_cli_try_help(const char *cmd, char *err, size_t n);
 bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n);
@@ -157,6 +163,10 @@ bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t 
  * False and one message in err for a flag of llama.cpp's that does not apply
  * here (-ngl: a rank's backend and the topology place the layers; -cnv). */
 bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct option *longs, char *err, size_t n);
+/* bt_cli_llama_flags, then bt_cli_getopt_start; false and the message in
+ * err, ending " (try: baton CMD --help)", for a flag that does not apply. */
+bool bt_cli_llama_start(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd,
+                        char *err, size_t n);
 
 /* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
  * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started

@@ -135,8 +135,7 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
     int code;
     long v;
     const size_t errn = errlen;
-    while ((code = getopt_long(argc, argv, ":t:m:c:vh", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":t:m:c:vh", longs, err)) != -1) {
         switch (code) {
         case OPT_TOPOLOGY:
             bt_cli_file_arg("--topology", optarg, &o->topology, err, errn);

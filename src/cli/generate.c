@@ -194,16 +194,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    if (!bt_cli_llama_flags(argc, argv, ":m:p:n:c:t:h", longs, err, errn)) {
-        bt_cli_try_help("generate", err, errn);
-        return 2;
-    }
-    bt_cli_getopt_start();
+    if (!bt_cli_llama_start(argc, argv, ":m:p:n:c:t:h", longs, "generate", err, errn)) return 2;
     int code;
     long v;
-    while ((code = getopt_long(argc, argv, ":m:p:n:c:t:h", longs, NULL)) != -1) {
-        err[0] = '\0';
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:p:n:c:t:h", longs, &o->eng, err, errn)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':

@@ -44,8 +44,7 @@ static int parse_mm(int argc, char **argv, struct mm_opts *o, char *err, size_t 
     };
     bt_cli_getopt_start();
     int code;
-    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":h", longs, err)) != -1) {
         switch (code) {
         case O_VOCAB: bt_cli_file_arg("--vocab", optarg, &o->vocab, err, errn); break;
         case 'h': return 0;

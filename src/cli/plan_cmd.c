@@ -323,8 +323,7 @@ int bt_cli_plan(int argc, char **argv) {
     bt_cli_getopt_start();
     int code;
     char err[1024];
-    while ((code = getopt_long(argc, argv, ":t:m:c:h", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":t:m:c:h", longs, err)) != -1) {
         if ((code == 'T' || code == 'D' || code == 'P' || code == 'm') && !*optarg)
             snprintf(err, sizeof err, "%s: the file name is empty",
                      code == 'T' ? "--topology" : code == 'D' ? "--dump-plan" : code == 'm' ? "--model" : "--project");

@@ -125,16 +125,10 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    if (!bt_cli_llama_flags(argc, argv, ":m:t:h", longs, err, n)) {
-        bt_cli_try_help("serve", err, n);
-        return 2;
-    }
-    bt_cli_getopt_start();
+    if (!bt_cli_llama_start(argc, argv, ":m:t:h", longs, "serve", err, n)) return 2;
     int code;
     long v;
-    while ((code = getopt_long(argc, argv, ":m:t:h", longs, NULL)) != -1) {
-        err[0] = 0;
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, n)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:t:h", longs, &o->eng, err, n)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':
