@@ -1061,6 +1061,16 @@ static node *parse_block_filters(parser *P, size_t off) {
     return n;
 }
 
+/* A block's body, from its opening tag's %} up to its {% END (consumed up to
+ * what follows END). */
+static nlist parse_block(parser *P, const char *end) {
+    expect_bend(P);
+    const char *const ends[] = {end, NULL};
+    nlist body = parse_body(P, ends);
+    P->i += 2;
+    return body;
+}
+
 static node *parse_stmt(parser *P) {
     tok *bt = cur(P);
     P->i++; /* {% */
@@ -1107,12 +1117,7 @@ static node *parse_stmt(parser *P) {
         static const char *const e1[] = {"else", "endfor", NULL};
         n->x = parse_body(P, e1);
         P->i++;
-        if (!strcmp(expect_name(P), "else")) {
-            expect_bend(P);
-            static const char *const e2[] = {"endfor", NULL};
-            n->y = parse_body(P, e2);
-            P->i += 2;
-        }
+        if (!strcmp(expect_name(P), "else")) n->y = parse_block(P, "endfor");
         expect_bend(P);
     } else if (!strcmp(w, "set")) {
         node *target = parse_target(P, 1, NULL);
@@ -1126,10 +1131,7 @@ static node *parse_stmt(parser *P) {
             n = mk(P, N_SETBLOCK, bt->off);
             n->b = target;
             n->a = parse_block_filters(P, cur(P)->off);
-            expect_bend(P);
-            static const char *const e[] = {"endset", NULL};
-            n->x = parse_body(P, e);
-            P->i += 2;
+            n->x = parse_block(P, "endset");
             expect_bend(P);
         }
     } else if (!strcmp(w, "macro")) {
@@ -1148,10 +1150,7 @@ static node *parse_stmt(parser *P) {
             arg_push(P, n, def, pn);
         }
         P->i++;
-        expect_bend(P);
-        static const char *const e[] = {"endmacro", NULL};
-        n->y = parse_body(P, e);
-        P->i += 2;
+        n->y = parse_block(P, "endmacro");
         if (cur(P)->t == T_NAME) P->i++; /* {% endmacro name %} */
         expect_bend(P);
     } else if (!strcmp(w, "filter")) {
@@ -1173,20 +1172,14 @@ static node *parse_stmt(parser *P) {
             chain = g;
         }
         n->a = chain;
-        expect_bend(P);
-        static const char *const e[] = {"endfilter", NULL};
-        n->x = parse_body(P, e);
-        P->i += 2;
+        n->x = parse_block(P, "endfilter");
         expect_bend(P);
     } else if (!strcmp(w, "break") || !strcmp(w, "continue")) {
         n = mk(P, w[0] == 'b' ? N_BREAK : N_CONTINUE, bt->off);
         expect_bend(P);
     } else if (!strcmp(w, "generation")) { /* transformers' marker of the assistant's text: renders its body */
         n = mk(P, N_BODY, bt->off);
-        expect_bend(P);
-        static const char *const e[] = {"endgeneration", NULL};
-        n->x = parse_body(P, e);
-        P->i += 2;
+        n->x = parse_block(P, "endgeneration");
         expect_bend(P);
     } else {
         static const char *const known[] = {"include", "extends", "import", "from", "block", "call", "raw", "with",
