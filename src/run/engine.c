@@ -156,12 +156,7 @@ uint64_t bt_engine_computing(const struct bt_engine *e) {
 }
 
 void bt_engine_default_params(struct bt_engine_params *p) {
-    memset(p, 0, sizeof *p);
-    p->n_ctx = 4096;
-    p->n_seq_max = 1;
-    p->n_ubatch = 512;
-    p->kv_type = BT_TYPE_F16;
-    p->max_inflight = 0;
+    *p = (struct bt_engine_params){.n_ctx = 4096, .n_seq_max = 1, .n_ubatch = 512, .kv_type = BT_TYPE_F16};
 }
 
 /* ---- messages --------------------------------------------------------------------- */

@@ -60,12 +60,8 @@ struct bt_model_dist {
 };
 
 void bt_model_dist_default_params(struct bt_model_dist_params *p) {
-    memset(p, 0, sizeof *p);
-    p->n_ctx = 512;
-    p->n_seq_max = 1;
-    p->n_ubatch = 32;
-    p->kv_type = BT_TYPE_F16;
-    p->dist.n_copies = 2;
+    *p = (struct bt_model_dist_params){
+        .n_ctx = 512, .n_seq_max = 1, .n_ubatch = 32, .kv_type = BT_TYPE_F16, .dist = {.n_copies = 2}};
 }
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md) { return bt_llm_hparams(md->m); }
