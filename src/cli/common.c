@@ -13,6 +13,7 @@
 #include "text/tokenizer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -60,6 +61,20 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out) {
     if (errno || *end) return false;
     *out = (uint64_t)v;
     return true;
+}
+
+void bt_cli_float_arg(const char *flag, const char *arg, float *dst, char *err, size_t n) {
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(arg, &end);
+    if (!*arg || *end || errno || !isfinite(v)) snprintf(err, n, "%s: '%s' is not a number", flag, arg);
+    else *dst = (float)v;
+}
+
+void bt_cli_i32_arg(const char *flag, const char *arg, int32_t *dst, char *err, size_t n) {
+    long v;
+    if (!bt_cli_parse_int(arg, INT32_MIN, INT32_MAX, &v)) snprintf(err, n, "%s: '%s' is not an integer", flag, arg);
+    else *dst = (int32_t)v;
 }
 
 long bt_cli_cores(void) {

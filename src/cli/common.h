@@ -115,6 +115,11 @@ long bt_cli_cores(void);
 /* Strict number parsers: the whole string, in range. */
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);
 bool bt_cli_parse_u64(const char *s, uint64_t *out);
+/* A flag's value as a finite float (strtod's syntax, nothing after it), or
+ * as an int32_t: *dst, or "FLAG: 'ARG' is not a number" ("... an integer")
+ * in err. */
+void bt_cli_float_arg(const char *flag, const char *arg, float *dst, char *err, size_t n);
+void bt_cli_i32_arg(const char *flag, const char *arg, int32_t *dst, char *err, size_t n);
 
 /* --dump-plan FILE: the plan as text (bt_plan_dump), written whole or not at
  * all (outfile.h); 0, or 1 after "PROG: FILE: cannot write the plan: why". */

@@ -150,15 +150,6 @@ enum {
     OPT_CONVERSATION,
 };
 
-static bool parse_float(const char *s, float *out) {
-    char *end = NULL;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v)) return false;
-    *out = (float)v;
-    return true;
-}
-
 /* 0: --help; 2: a bad flag or value (message in err); -1: go on. */
 static int check_generate(const struct gen_opts *o, char *err, size_t errn);
 
@@ -226,32 +217,14 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         case OPT_CHAT_TEMPLATE: o->chat_template = optarg, o->chat = true; break;
         case OPT_SYSTEM: o->system = optarg; break;
         case OPT_CONVERSATION: o->conversation = o->chat = true; break;
-        case OPT_TEMP:
-            if (!parse_float(optarg, &o->sp.temp)) snprintf(err, errn, "--temp: '%s' is not a number", optarg);
-            break;
-        case OPT_TOPK:
-            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--top-k: '%s' is not an integer", optarg);
-            else o->sp.top_k = (int32_t)v;
-            break;
-        case OPT_TOPP:
-            if (!parse_float(optarg, &o->sp.top_p)) snprintf(err, errn, "--top-p: '%s' is not a number", optarg);
-            break;
-        case OPT_MINP:
-            if (!parse_float(optarg, &o->sp.min_p)) snprintf(err, errn, "--min-p: '%s' is not a number", optarg);
-            break;
-        case OPT_REPEAT_PENALTY:
-            if (!parse_float(optarg, &o->sp.repeat_penalty)) snprintf(err, errn, "--repeat-penalty: '%s' is not a number", optarg);
-            break;
-        case OPT_REPEAT_LAST_N:
-            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--repeat-last-n: '%s' is not an integer", optarg);
-            else o->sp.penalty_last_n = (int32_t)v;
-            break;
-        case OPT_PRESENCE:
-            if (!parse_float(optarg, &o->sp.presence_penalty)) snprintf(err, errn, "--presence-penalty: '%s' is not a number", optarg);
-            break;
-        case OPT_FREQUENCY:
-            if (!parse_float(optarg, &o->sp.frequency_penalty)) snprintf(err, errn, "--frequency-penalty: '%s' is not a number", optarg);
-            break;
+        case OPT_TEMP: bt_cli_float_arg("--temp", optarg, &o->sp.temp, err, errn); break;
+        case OPT_TOPK: bt_cli_i32_arg("--top-k", optarg, &o->sp.top_k, err, errn); break;
+        case OPT_TOPP: bt_cli_float_arg("--top-p", optarg, &o->sp.top_p, err, errn); break;
+        case OPT_MINP: bt_cli_float_arg("--min-p", optarg, &o->sp.min_p, err, errn); break;
+        case OPT_REPEAT_PENALTY: bt_cli_float_arg("--repeat-penalty", optarg, &o->sp.repeat_penalty, err, errn); break;
+        case OPT_REPEAT_LAST_N: bt_cli_i32_arg("--repeat-last-n", optarg, &o->sp.penalty_last_n, err, errn); break;
+        case OPT_PRESENCE: bt_cli_float_arg("--presence-penalty", optarg, &o->sp.presence_penalty, err, errn); break;
+        case OPT_FREQUENCY: bt_cli_float_arg("--frequency-penalty", optarg, &o->sp.frequency_penalty, err, errn); break;
         case OPT_SEED_:
             if (!bt_cli_parse_u64(optarg, &o->sp.seed)) snprintf(err, errn, "--seed: '%s' is not a non-negative integer", optarg);
             break;
