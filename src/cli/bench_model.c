@@ -435,10 +435,7 @@ int bt_cli_bench_model(int argc, char **argv) {
     const int env_rank = bt_cli_start(BM_PROG);
     char perr[1024] = "";
     int prc = bm_parse(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) bm_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, bm_usage);
     if (prc == 1) prc = 0;
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
     const struct bt_rank_config rcfg = bt_cli_engine_rank_config(BM_PROG, &o.eng, 0);
@@ -446,7 +443,6 @@ int bt_cli_bench_model(int argc, char **argv) {
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install(BM_PROG, rank);
     int rc = 0;
     char err[1024] = "";
     struct bt_engine *e = NULL;

@@ -286,6 +286,11 @@ int bt_cli_start(const char *prog) {
     return env_rank;
 }
 
+int bt_cli_help(int env_rank, void (*usage)(FILE *)) {
+    if (env_rank == 0) usage(stdout);
+    return 0;
+}
+
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
     /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
      * its own stderr is a terminal */

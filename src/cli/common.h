@@ -198,6 +198,9 @@ int bt_cli_env_rank(void);
  * start-up (seconds on a loaded machine) must not end the rank without its
  * line; the subcommand installs them again once MPI has started. */
 int bt_cli_start(const char *prog);
+/* --help: usage written to stdout by rank 0 alone (env_rank, bt_cli_start's);
+ * the exit code, 0. */
+int bt_cli_help(int env_rank, void (*usage)(FILE *));
 
 /* Progress on long steps, rank 0 only, only when stderr is a terminal (or
  * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;

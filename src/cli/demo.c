@@ -506,7 +506,6 @@ int bt_cli_demo(int argc, char **argv) {
         return prc;
     }
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install("baton demo", rank);
     /* every rank takes the same path through the checks below: a failure is
      * reported once (rank 0) and every rank leaves through `out` */
     char err[1024] = "";

@@ -929,10 +929,7 @@ int bt_cli_generate(int argc, char **argv) {
     const int env_rank = bt_cli_start(GEN_PROG);
     char perr[1024] = "";
     int prc = parse_generate(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) gen_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, gen_usage);
     if (prc < 0) prc = 0;
     if (o.n_ubatch == 0) o.n_ubatch = o.n_ctx < 512 ? o.n_ctx : 512;
     if (!prc && o.n_ubatch > o.n_ctx) {
@@ -952,7 +949,6 @@ int bt_cli_generate(int argc, char **argv) {
     }
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install(GEN_PROG, rank);
     int rc = 0;
     char err[1024] = "";
     struct bt_engine *e = NULL;

@@ -286,10 +286,7 @@ int bt_cli_serve(int argc, char **argv) {
     const int env_rank = bt_cli_start("baton serve");
     char perr[1024] = "";
     int prc = parse_serve(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) serve_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, serve_usage);
     if (prc < 0) prc = 0;
     if (o.max_queue < 0) o.max_queue = 4 * o.parallel;
     if (!o.api_key && getenv("BATON_API_KEY") && *getenv("BATON_API_KEY")) o.api_key = getenv("BATON_API_KEY");
@@ -299,7 +296,6 @@ int bt_cli_serve(int argc, char **argv) {
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;
-    bt_cli_signals_install("baton serve", rank);
     struct bt_cli_agree_item items[8];
     int n_items = 0;
     bt_cli_agree_add_where(items, &n_items, o.eng.topology, o.eng.backend);
