@@ -201,12 +201,15 @@ static enum bt_status get_str(struct tp *p, const struct where *w, const char *k
 }
 
 /* One of names[0..n); *out = its index. */
+/* v as one of names[0..n): its index in *out, its place in *pos (NULL: not
+ * kept). */
 static enum bt_status get_enum(struct tp *p, const struct where *w, const char *key, yaml_node_t *v,
-                               const char *const *names, int n, int *out) {
+                               const char *const *names, int n, int *out, struct bt_topo_pos *pos) {
     const char *s = scalar_text(v);
     for (int i = 0; s && i < n; i++)
         if (!strcmp(s, names[i])) {
             *out = i;
+            if (pos) *pos = pos_of(v);
             return BT_OK;
         }
     char lb[160], b[64], one[128] = "";
@@ -242,21 +245,24 @@ static yaml_node_t *seq_at(struct tp *p, const yaml_node_t *v, int i) {
     return node(p, v->data.sequence.items.start[i]);
 }
 
-/* The mapping v (with what) of the place w, its keys in f. */
+/* The mapping v (with what) of the place w, its keys in f, its place in *pos. */
 static enum bt_status map_fields(struct tp *p, const struct where *w, yaml_node_t *v, const char *what,
-                                 struct field *f, int nf) {
+                                 struct field *f, int nf, struct bt_topo_pos *pos) {
     enum bt_status st = need_map(p, w->name, v, what);
-    return st ? st : get_fields(p, w, v, f, nf);
+    if (st) return st;
+    *pos = pos_of(v);
+    return get_fields(p, w, v, f, nf);
 }
 
-/* Entry i of the list v named list: a mapping (with what) whose keys fill f;
- * *we names it "list[i]" for messages. */
+/* Entry i of the list v named list: a mapping (with what) whose keys fill f,
+ * its place in *pos; *we names it "list[i]" for messages. */
 static enum bt_status list_map_at(struct tp *p, yaml_node_t *v, int i, const char *list, const char *what,
-                                  struct where *we, struct field *f, int nf, yaml_node_t **e) {
+                                  struct where *we, struct field *f, int nf, yaml_node_t **e,
+                                  struct bt_topo_pos *pos) {
     *e = seq_at(p, v, i);
     we->sep = ": ";
     snprintf(we->name, sizeof we->name, "%s[%d]", list, i);
-    return map_fields(p, we, *e, what, f, nf);
+    return map_fields(p, we, *e, what, f, nf, pos);
 }
 
 static char *dupstr(const char *s) {
@@ -351,8 +357,7 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
         struct where w;
         struct field f[] = {{.key = "name"},    {.key = "slots"},      {.key = "gpus"},
                             {.key = "address"}, {.key = "gpu_memory"}, {.key = "model"}};
-        if ((st = list_map_at(p, v, i, "hosts", "name and slots", &w, f, 6, &e))) return st;
-        h->pos = pos_of(e);
+        if ((st = list_map_at(p, v, i, "hosts", "name and slots", &w, f, 6, &e, &h->pos))) return st;
         if ((st = need_key(p, &w, e, &f[0], "the host's name, used by ranks: host:"))) return st;
         const char *name;
         if ((st = get_str(p, &w, "name", f[0].v, &name))) return st;
@@ -669,9 +674,9 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct where w = {"pipeline", "."};
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
                         {.key = "expert_groups"}};
-    enum bt_status st = map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups or model", f, 5);
+    enum bt_status st =
+        map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups or model", f, 5, &t->pipeline.pos);
     if (st) return st;
-    t->pipeline.pos = pos_of(v);
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[3].v) {
         const char *m;
@@ -740,8 +745,8 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
             struct where we;
             struct field pf[] = {{.key = "pattern"}, {.key = "rank"}, {.key = "compute"}};
             yaml_node_t *e;
-            if ((st = list_map_at(p, pv, i, "pipeline.pin", "pattern, rank and compute", &we, pf, 3, &e))) return st;
-            pin->pos = pos_of(e);
+            if ((st = list_map_at(p, pv, i, "pipeline.pin", "pattern, rank and compute", &we, pf, 3, &e, &pin->pos)))
+                return st;
             if ((st = need_key(p, &we, e, &pf[0], "a glob on tensor names, e.g. \"blk.0.*\"")))
                 return st;
             const char *pat;
@@ -759,7 +764,7 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
             if (pf[2].v) {
                 static const char *const computes[] = {"pinned", "layer"};
                 int x = 0;
-                if ((st = get_enum(p, &we, "compute", pf[2].v, computes, 2, &x))) return st;
+                if ((st = get_enum(p, &we, "compute", pf[2].v, computes, 2, &x, NULL))) return st;
                 pin->compute_at_layer = x == 1;
             }
         }
@@ -775,23 +780,20 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"transport", "."};
     struct field f[] = {{.key = "host"}, {.key = "device"}, {.key = "edges"}};
-    enum bt_status st = map_fields(p, &w, v, "host, device or edges", f, 3);
+    enum bt_status st = map_fields(p, &w, v, "host, device or edges", f, 3, &t->transport.pos);
     if (st) return st;
-    t->transport.pos = pos_of(v);
     int n_cuda = bt_topology_n_cuda(t);
     if (f[0].v) {
         static const char *const host_names[] = {"mpi"};
         int x = 0;
-        if ((st = get_enum(p, &w, "host", f[0].v, host_names, 1, &x))) return st;
+        if ((st = get_enum(p, &w, "host", f[0].v, host_names, 1, &x, &t->transport.host_pos))) return st;
         t->transport.host = BT_TOPO_LINK_MPI;
-        t->transport.host_pos = pos_of(f[0].v);
     }
     if (f[1].v) {
         int x = 0;
-        if ((st = get_enum(p, &w, "device", f[1].v, link_names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "device", f[1].v, link_names, 2, &x, &t->transport.device_pos))) return st;
         t->transport.device = (enum bt_topo_link)x;
         t->transport.device_given = true;
-        t->transport.device_pos = pos_of(f[1].v);
         if (x == BT_TOPO_LINK_NCCL && n_cuda < 2)
             return FAIL(p, f[1].v,
                         "transport.device: nccl joins two CUDA ranks, but this file has %s; use "
@@ -810,8 +812,8 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
             char b[64];
             struct field ef[] = {{.key = "ranks"}, {.key = "device"}};
             yaml_node_t *e;
-            if ((st = list_map_at(p, ev, i, "transport.edges", "ranks and device", &we, ef, 2, &e))) return st;
-            ed->pos = pos_of(e);
+            if ((st = list_map_at(p, ev, i, "transport.edges", "ranks and device", &we, ef, 2, &e, &ed->pos)))
+                return st;
             if ((st = need_key(p, &we, e, &ef[0], "the two ranks of the edge, e.g. [0, 1]")))
                 return st;
             yaml_node_t *rv = ef[0].v;
@@ -844,9 +846,8 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
                                 t->transport.edges[j].ranks_pos.col);
             if ((st = need_key(p, &we, e, &ef[1], "nccl or mpi"))) return st;
             int x = 0;
-            if ((st = get_enum(p, &we, "device", ef[1].v, link_names, 2, &x))) return st;
+            if ((st = get_enum(p, &we, "device", ef[1].v, link_names, 2, &x, &ed->device_pos))) return st;
             ed->device = (enum bt_topo_link)x;
-            ed->device_pos = pos_of(ef[1].v);
             t->transport.n_edges = i + 1;
             if (x == BT_TOPO_LINK_NCCL) {
                 for (int k = 0; k < 2; k++) {
@@ -869,22 +870,19 @@ static enum bt_status parse_mpi(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"mpi", "."};
     struct field f[] = {{.key = "pml"}, {.key = "single_copy"}, {.key = "extra_args"}};
-    enum bt_status st = map_fields(p, &w, v, "pml, single_copy or extra_args", f, 3);
+    enum bt_status st = map_fields(p, &w, v, "pml, single_copy or extra_args", f, 3, &t->mpi.pos);
     if (st) return st;
-    t->mpi.pos = pos_of(v);
     if (f[0].v) {
         static const char *const names[] = {"ucx", "ob1"};
         int x = 0;
-        if ((st = get_enum(p, &w, "pml", f[0].v, names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "pml", f[0].v, names, 2, &x, &t->mpi.pml_pos))) return st;
         t->mpi.pml = x == 0 ? BT_TOPO_PML_UCX : BT_TOPO_PML_OB1;
-        t->mpi.pml_pos = pos_of(f[0].v);
     }
     if (f[1].v) {
         static const char *const names[] = {"cma", "none"};
         int x = 0;
-        if ((st = get_enum(p, &w, "single_copy", f[1].v, names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "single_copy", f[1].v, names, 2, &x, &t->mpi.single_copy_pos))) return st;
         t->mpi.single_copy = x == 0 ? BT_TOPO_SINGLE_COPY_CMA : BT_TOPO_SINGLE_COPY_NONE;
-        t->mpi.single_copy_pos = pos_of(f[1].v);
     }
     if (f[2].v) {
         yaml_node_t *av = f[2].v;
