@@ -155,11 +155,11 @@ void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *
  * message in err with " (try: baton CMD --help)" and says whether there was
  * one; bt_cli_extra_arg words a word left after the flags the same way. */
 void bt_cli_getopt_start(void);
-/* getopt_long's next code (-1 after the flags), err emptied for its message. */
-int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err);
 void bt_cli_getopt_error(int code, char **argv, char *err, size_t n);
 bool bt_cli_try_help(const char *cmd, char *err, size_t n);
 bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n);
+/* getopt_long's next code (-1 after the flags), err emptied for its message. */
+int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err);
 /* llama.cpp's spellings, before getopt: argv's flags rewritten in place to
  * the command's own where they mean the same (-np --parallel, -ub and -b
  * --ubatch, --batch-size --ubatch, -s --seed, --temperature --temp, -f
@@ -196,7 +196,7 @@ int bt_cli_env_rank(void);
 /* A subcommand's start over ranks: bt_cli_env_rank, with prog's signal
  * handlers (signals.h) installed for that rank at once: a signal during MPI's
  * start-up (seconds on a loaded machine) must not end the rank without its
- * line; the subcommand installs them again once MPI has started. */
+ * line; bt_cli_rank_start (agree.h) installs them again once MPI has started. */
 int bt_cli_start(const char *prog);
 /* --help: usage written to stdout by rank 0 alone (env_rank, bt_cli_start's);
  * the exit code, 0. */
