@@ -21,6 +21,20 @@
 static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
 static inline bt_fp16_t f2h(float f) { return bt_fp32_to_fp16(f); }
 
+/* the element of largest magnitude of x[0..n): returns it, *amax its magnitude */
+static float signed_max(const float *x, int n, float *amax) {
+    float max = 0;
+    *amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > *amax) {
+            *amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
+
 /* ---- Q8_0: d = max|x| / 127, q = round(x / d) ----------------------------- */
 
 void bt_q8_0_from_f32(const float *src, void *dst, int64_t n) {
@@ -50,13 +64,8 @@ void bt_q4_0_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q4_0 *y = dst;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float *x = src + b * BT_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < BT_QK; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = signed_max(x, BT_QK, &amax);
         const float d = max / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = f2h(d);
@@ -92,16 +101,23 @@ static void block_min_max(const float *x, float *min, float *max) {
     }
 }
 
+/* A block's d = (max - min) / levels and m = min (stored as f16); returns
+ * 1 / d (0 when d is 0), *min the block's minimum. */
+static float block_min_scale(const float *x, float levels, bt_fp16_t *dh, bt_fp16_t *mh, float *min) {
+    float max;
+    block_min_max(x, min, &max);
+    const float d = (max - *min) / levels;
+    *dh = f2h(d);
+    *mh = f2h(*min);
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
 void bt_q4_1_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q4_1 *y = dst;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float *x = src + b * BT_QK;
-        float min, max;
-        block_min_max(x, &min, &max);
-        const float d = (max - min) / 15.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        y[b].m = f2h(min);
+        float min;
+        const float id = block_min_scale(x, 15.0f, &y[b].d, &y[b].m, &min);
         for (int j = 0; j < BT_QK / 2; j++) {
             const float x0 = (x[j] - min) * id;
             const float x1 = (x[j + BT_QK / 2] - min) * id;
@@ -129,18 +145,26 @@ static void store_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Q5_0 / Q5_1's quants q0 and q1, elements j and j + 16 of a block, 5 bits
+ * each: the low 4 in qs[j]'s nibbles as Q4_0's, the fifth bit j and j + 16
+ * of qh. */
+static void q5_put(uint8_t *qs, uint32_t *qh, int j, int q0, int q1) {
+    qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+    *qh |= (uint32_t)(q0 >> 4) << j;
+    *qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
+}
+static void q5_get(const uint8_t *qs, uint32_t qh, int j, int *q0, int *q1) {
+    *q0 = (qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+    *q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+}
+
 /* Q5_0: the element of largest magnitude maps to -16, d = max / -16. */
 void bt_q5_0_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q5_0 *y = dst;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float *x = src + b * BT_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < BT_QK; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = signed_max(x, BT_QK, &amax);
         const float d = max / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = f2h(d);
@@ -148,9 +172,7 @@ void bt_q5_0_from_f32(const float *src, void *dst, int64_t n) {
         for (int j = 0; j < BT_QK / 2; j++) {
             const int q0 = QMIN(31, (int)(x[j] * id + 16.5f));
             const int q1 = QMIN(31, (int)(x[j + BT_QK / 2] * id + 16.5f));
-            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-            qh |= (uint32_t)(q0 >> 4) << j;
-            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
+            q5_put(y[b].qs, &qh, j, q0, q1);
         }
         store_u32(y[b].qh, qh);
     }
@@ -161,8 +183,8 @@ void bt_q5_0_to_f32(const void *src, float *dst, int64_t n) {
         const float d = h2f(x[b].d);
         const uint32_t qh = load_u32(x[b].qh);
         for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            int q0, q1;
+            q5_get(x[b].qs, qh, j, &q0, &q1);
             dst[b * BT_QK + j] = (float)(q0 - 16) * d;
             dst[b * BT_QK + j + BT_QK / 2] = (float)(q1 - 16) * d;
         }
@@ -173,19 +195,13 @@ void bt_q5_1_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q5_1 *y = dst;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float *x = src + b * BT_QK;
-        float min, max;
-        block_min_max(x, &min, &max);
-        const float d = (max - min) / 31.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        y[b].m = f2h(min);
+        float min;
+        const float id = block_min_scale(x, 31.0f, &y[b].d, &y[b].m, &min);
         uint32_t qh = 0;
         for (int j = 0; j < BT_QK / 2; j++) {
             const int q0 = QMIN(31, (int)((x[j] - min) * id + 0.5f));
             const int q1 = QMIN(31, (int)((x[j + BT_QK / 2] - min) * id + 0.5f));
-            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-            qh |= (uint32_t)(q0 >> 4) << j;
-            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
+            q5_put(y[b].qs, &qh, j, q0, q1);
         }
         store_u32(y[b].qh, qh);
     }
@@ -196,8 +212,8 @@ void bt_q5_1_to_f32(const void *src, float *dst, int64_t n) {
         const float d = h2f(x[b].d), m = h2f(x[b].m);
         const uint32_t qh = load_u32(x[b].qh);
         for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            int q0, q1;
+            q5_get(x[b].qs, qh, j, &q0, &q1);
             dst[b * BT_QK + j] = (float)q0 * d + m;
             dst[b * BT_QK + j + BT_QK / 2] = (float)q1 * d + m;
         }
@@ -273,20 +289,6 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
     }
     *the_min = -min;
     return scale;
-}
-
-/* the element of largest magnitude of x[0..n): returns it, *amax its magnitude */
-static float signed_max(const float *x, int n, float *amax) {
-    float max = 0;
-    *amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > *amax) {
-            *amax = ax;
-            max = x[i];
-        }
-    }
-    return max;
 }
 
 /* x on the grid of iscale, q = clamp(round(iscale x), -nmax, nmax-1) stored
@@ -459,17 +461,8 @@ void bt_q2_K_to_f32(const void *src, float *dst, int64_t n) {
  * that magnitude. */
 static float sub_scales_16(const float *x, int8_t *L, float scales[16],
                            float (*make)(int, int, const float *, int8_t *), int nmax, float *amax) {
-    float max_scale = 0;
-    *amax = 0;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
-        const float a = fabsf(scales[j]);
-        if (a > *amax) {
-            *amax = a;
-            max_scale = scales[j];
-        }
-    }
-    return max_scale;
+    for (int j = 0; j < 16; j++) scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+    return signed_max(scales, 16, amax);
 }
 
 /* Each sub-block's values again on the block's stored scale d0 * sc[j]:
@@ -710,14 +703,8 @@ void bt_q8_K_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q8_K *y = dst;
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max = 0, amax = 0;
-        for (int j = 0; j < BT_QK_K; j++) {
-            const float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = signed_max(x, BT_QK_K, &amax);
         if (!amax) {
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -816,14 +803,8 @@ static int iq4_best_index(float x) {
  * L then untouched. */
 static float iq4_block_scale(const float *x, uint8_t *L) {
     const int8_t *v = bt_iq4nl_values;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++) {
-        const float ax = fabsf(x[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[j];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, 32, &amax);
     if (amax < GROUP_MAX_EPS) return 0.0f;
     float d = -max / v[0];
     float id = 1 / d;
