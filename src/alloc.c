@@ -3,6 +3,7 @@
  * liveness counts and in-place reuse, and the placement of a graph's tensors
  * at the planned offsets (alloc_graph). */
 #include "baton/alloc.h"
+#include "mem.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -176,15 +177,8 @@ struct bt_gallocr {
     char err[ALLOC_ERR_LEN];
 };
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void set_error(bt_gallocr_t g, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-}
+/* The allocator's last error (bt_gallocr_error). */
+#define set_error(g, ...) (void)bt_error_printf((g)->err, sizeof (g)->err, BT_ERR_INVALID, __VA_ARGS__)
 
 bt_gallocr_t bt_gallocr_new_n(bt_buffer_type_t *bufts, int n_bufs) {
     if (!bufts || n_bufs < 1) return NULL;
@@ -222,15 +216,7 @@ void bt_gallocr_free(bt_gallocr_t g) {
     if (!g) return;
     for (int i = 0; g->buffers && i < g->n_bufs; i++) bt_buffer_free(g->buffers[i]);
     for (int i = 0; g->dyns && i < g->n_bufs; i++) free(g->dyns[i].free);
-    free(g->bufts);
-    free(g->owner);
-    free(g->buffers);
-    free(g->dyns);
-    free(g->set.keys);
-    free(g->infos);
-    free(g->nodes);
-    free(g->leafs);
-    free(g);
+    BT_FREE_ALL(g->bufts, g->owner, g->buffers, g->dyns, g->set.keys, g->infos, g->nodes, g->leafs, g);
 }
 
 const char *bt_gallocr_error(bt_gallocr_t g) { return g->err; }

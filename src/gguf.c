@@ -15,6 +15,7 @@
  * alignment, into a temporary file renamed into place at the end.
  */
 #include "gguf.h"
+#include "mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -626,9 +627,10 @@ static struct bt_gguf *gguf_new(const char *name) {
     return g;
 }
 
-enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *name, struct bt_gguf **out, char *err,
-                                   size_t n_err) {
-    *out = NULL;
+/* data (size bytes; header_only: the header alone, size the whole file's)
+ * parsed as a GGUF named name. */
+static enum bt_status open_bytes(const void *data, uint64_t size, bool header_only, const char *name,
+                                 struct bt_gguf **out, char *err, size_t n_err) {
     struct bt_gguf *g = gguf_new(name);
     if (!g) {
         snprintf(err, n_err, "%s: out of memory", name ? name : "(memory)");
@@ -636,7 +638,14 @@ enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *na
     }
     g->base = data;
     g->size = size;
+    g->header_only = header_only;
     return open_common(g, out, err, n_err);
+}
+
+enum bt_status bt_gguf_open_memory(const void *data, size_t size, const char *name, struct bt_gguf **out, char *err,
+                                   size_t n_err) {
+    *out = NULL;
+    return open_bytes(data, size, false, name, out, err, n_err);
 }
 
 enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_t file_size, const char *name,
@@ -647,17 +656,9 @@ enum bt_status bt_gguf_open_header(const void *data, size_t header_size, uint64_
                  header_size);
         return BT_ERR_INVALID;
     }
-    struct bt_gguf *g = gguf_new(name);
-    if (!g) {
-        snprintf(err, n_err, "%s: out of memory", name ? name : "(memory)");
-        return BT_ERR_NOMEM;
-    }
     /* the parser reads the header alone; the data section is checked
      * against the size the whole file has */
-    g->base = data;
-    g->size = file_size;
-    g->header_only = true;
-    return open_common(g, out, err, n_err);
+    return open_bytes(data, file_size, true, name, out, err, n_err);
 }
 
 static enum bt_status open_file(const char *path, struct bt_gguf **out, char *err, size_t n_err) {
@@ -793,12 +794,9 @@ enum bt_status bt_gguf_open(const char *path, struct bt_gguf **out, char *err, s
     struct bt_gguf *g = NULL;
     enum bt_status st = open_file(path, &g, err, n_err);
     if (st == BT_OK) st = open_shards(g, err, n_err);
-    if (st != BT_OK) {
-        bt_gguf_close(g);
-        return st;
-    }
-    *out = g;
-    return BT_OK;
+    if (st == BT_OK) *out = g;
+    else bt_gguf_close(g);
+    return st;
 }
 
 void bt_gguf_close(struct bt_gguf *g) {
@@ -808,16 +806,8 @@ void bt_gguf_close(struct bt_gguf *g) {
     if (g->mapped) munmap((void *)g->base, (size_t)g->size);
     if (g->keys)
         for (int64_t i = 0; i < g->n_kv; i++) free(g->keys[i]);
-    free(g->keys);
-    free(g->key_off);
-    free(g->kv_val);
-    free(g->pool);
-    free(g->key_set.slot);
-    free(g->tensors);
-    free(g->tensor_set.slot);
-    free(g->by_layer);
-    free(g->path);
-    free(g);
+    BT_FREE_ALL(g->keys, g->key_off, g->kv_val, g->pool, g->key_set.slot, g->tensors, g->tensor_set.slot, g->by_layer,
+                g->path, g);
 }
 
 const char *bt_gguf_error(const struct bt_gguf *g) { return g->err; }
@@ -1401,12 +1391,7 @@ enum bt_status bt_gguf_writer_write_data(struct bt_gguf_writer *w, const void *d
 
 static void writer_free(struct bt_gguf_writer *w) {
     for (int64_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
-    free(w->keys);
-    free(w->kv);
-    free(w->t);
-    free(w->tmp);
-    free(w->path);
-    free(w);
+    BT_FREE_ALL(w->keys, w->kv, w->t, w->tmp, w->path, w);
 }
 
 /* The header if not written yet and the data not written yet. */

@@ -2,6 +2,7 @@
  * placement of a ubatch and its attention masks (the sliding layers' ring
  * beside the others' cells).  See kv.h. */
 #include "kv.h"
+#include "mem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -131,16 +132,9 @@ enum bt_status bt_kv_new(const struct bt_kv_config *c, struct bt_kv **out, char 
 
 void bt_kv_free(struct bt_kv *kv) {
     if (!kv) return;
-    if (kv->buf) bt_buffer_free(kv->buf);
-    if (kv->ctx) bt_free(kv->ctx);
-    free(kv->k);
-    free(kv->v);
-    free(kv->pos);
-    free(kv->seq);
-    free(kv->swa_pos);
-    free(kv->swa_seq);
-    free(kv->swa_cells);
-    free(kv);
+    bt_buffer_free(kv->buf);
+    bt_free(kv->ctx);
+    BT_FREE_ALL(kv->k, kv->v, kv->pos, kv->seq, kv->swa_pos, kv->swa_seq, kv->swa_cells, kv);
 }
 
 const struct bt_kv_config *bt_kv_get_config(const struct bt_kv *kv) { return &kv->cfg; }

@@ -29,6 +29,17 @@ static struct bt_tensor *new_result(bt_context *ctx, enum bt_type type, const in
     return t;
 }
 
+/* A new result of op over the sources src[0 .. n). */
+static struct bt_tensor *result_over(bt_context *ctx, enum bt_type type, const int64_t ne[4], enum bt_op op, int n,
+                                     struct bt_tensor *const *src) {
+    struct bt_tensor *t = new_result(ctx, type, ne, op);
+    for (int i = 0; t && i < n; i++) t->src[i] = src[i];
+    return t;
+}
+#define RESULT_OVER(ctx, type, ne, op, ...)                                                                   \
+    result_over(ctx, type, ne, op, (int)(sizeof((struct bt_tensor *[]){__VA_ARGS__}) / sizeof(struct bt_tensor *)), \
+                (struct bt_tensor *[]){__VA_ARGS__})
+
 /* A view tensor over a's data: metadata only, data = a's data + offs. */
 static struct bt_tensor *new_view(bt_context *ctx, struct bt_tensor *a, enum bt_type type,
                                   const int64_t ne[4], const size_t nb[4], size_t offs,
@@ -63,11 +74,7 @@ static struct bt_tensor *binary(bt_context *ctx, struct bt_tensor *a, struct bt_
             FAIL(ctx, "%s: %s cannot be broadcast to %s (dim %d)", bt_op_name(op), SHAPE(b),
                  SHAPE(a), i);
     }
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, a->ne, op);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = b;
-    return t;
+    return RESULT_OVER(ctx, BT_TYPE_F32, a->ne, op, a, b);
 }
 
 struct bt_tensor *bt_add(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b) {
@@ -163,11 +170,7 @@ struct bt_tensor *bt_mul_mat(bt_context *ctx, struct bt_tensor *a, struct bt_ten
     if (!bt_is_contiguous_rows(b))
         FAIL(ctx, "MUL_MAT: activation rows of %s must be contiguous", SHAPE(b));
     const int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = b;
-    return t;
+    return RESULT_OVER(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT, a, b);
 }
 
 struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt_tensor *b,
@@ -189,12 +192,7 @@ struct bt_tensor *bt_mul_mat_id(bt_context *ctx, struct bt_tensor *as, struct bt
     if (!bt_is_contiguous_rows(as) || !bt_is_contiguous_rows(b))
         FAIL(ctx, "MUL_MAT_ID: rows of %s and %s must be contiguous", SHAPE(as), SHAPE(b));
     const int64_t ne[4] = {as->ne[1], ids->ne[0], ids->ne[1], 1};
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT_ID);
-    if (!t) return NULL;
-    t->src[0] = as;
-    t->src[1] = b;
-    t->src[2] = ids;
-    return t;
+    return RESULT_OVER(ctx, BT_TYPE_F32, ne, BT_OP_MUL_MAT_ID, as, b, ids);
 }
 
 /* ---- rows and copies ------------------------------------------------------ */
@@ -206,12 +204,7 @@ struct bt_tensor *bt_get_rows(bt_context *ctx, struct bt_tensor *a, struct bt_te
         FAIL(ctx, "GET_ROWS: ids %s do not match %s (need [nr, %lld, %lld])", SHAPE(ids), SHAPE(a),
              (long long)a->ne[2], (long long)a->ne[3]);
     const int64_t ne[4] = {a->ne[0], ids->ne[0], ids->ne[1], ids->ne[2]};
-    struct bt_tensor *t = new_result(ctx, a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32, ne,
-                                     BT_OP_GET_ROWS);
-    if (!t) return NULL;
-    t->src[0] = a;
-    t->src[1] = ids;
-    return t;
+    return RESULT_OVER(ctx, a->type == BT_TYPE_I32 ? BT_TYPE_I32 : BT_TYPE_F32, ne, BT_OP_GET_ROWS, a, ids);
 }
 
 struct bt_tensor *bt_set_rows(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b,
@@ -549,13 +542,8 @@ struct bt_tensor *bt_flash_attn_ext(bt_context *ctx, struct bt_tensor *q, struct
                  SHAPE(k), SHAPE(q), (long long)k->ne[2], (long long)q->ne[2]);
     }
     const int64_t ne[4] = {v->ne[0], q->ne[1], q->ne[2], 1};
-    struct bt_tensor *t = new_result(ctx, BT_TYPE_F32, ne, BT_OP_FLASH_ATTN);
+    struct bt_tensor *t = RESULT_OVER(ctx, BT_TYPE_F32, ne, BT_OP_FLASH_ATTN, q, k, v, mask, sinks);
     if (!t) return NULL;
-    t->src[0] = q;
-    t->src[1] = k;
-    t->src[2] = v;
-    t->src[3] = mask;
-    t->src[4] = sinks;
     bt_set_op_param_f32(t, 0, scale);
     return t;
 }

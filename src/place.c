@@ -3,6 +3,7 @@
  * partitions (minimise the slowest stage; a rank's weights must fit its
  * memory). */
 #include "place.h"
+#include "mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -82,11 +83,7 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
     int *last_c = malloc(hs.size * sizeof(int));
     int *own = malloc(hs.size * sizeof(int));
     if (!hs.keys || !first_c || !last_c || !own) {
-        free(hs.keys);
-        free(first_c);
-        free(last_c);
-        free(own);
-        free(node_layer);
+        BT_FREE_ALL(hs.keys, first_c, last_c, own, node_layer);
         snprintf(err, errlen, "out of memory");
         return BT_ERR_NOMEM;
     }
@@ -135,19 +132,12 @@ enum bt_status bt_layer_costs_make(const struct bt_graph *g, struct bt_layer_cos
         for (int c = a; c <= last_c[h] && c <= L; c++)
             if (c >= 0) lc->cut_bytes[c] += (double)bt_nbytes(t);
     }
-    free(hs.keys);
-    free(first_c);
-    free(last_c);
-    free(own);
-    free(node_layer);
+    BT_FREE_ALL(hs.keys, first_c, last_c, own, node_layer);
     return BT_OK;
 }
 
 void bt_layer_costs_free(struct bt_layer_costs *lc) {
-    free(lc->flops);
-    free(lc->wbytes);
-    free(lc->cut_bytes);
-    free(lc->weight_layer);
+    BT_FREE_ALL(lc->flops, lc->wbytes, lc->cut_bytes, lc->weight_layer);
 }
 
 static double stage_time(const struct bt_layer_costs *lc, const struct bt_rank_desc *desc, int r, int P, int a, int b,
@@ -223,12 +213,7 @@ enum bt_status bt_place_layers(const struct bt_layer_costs *lc, const struct bt_
         pred[r] = stage[r] >= 0 ? sp[stage[r]] : 0.0;
     }
     if (st == BT_ERR_NOMEM && !(stage && counts && sf && sl && sp && sd)) snprintf(err, errlen, "out of memory");
-    free(stage);
-    free(counts);
-    free(sf);
-    free(sl);
-    free(sp);
-    free(sd);
+    BT_FREE_ALL(stage, counts, sf, sl, sp, sd);
     return st;
 }
 

@@ -3,6 +3,7 @@
  * their order, which transfers use the device transport, the plan in words,
  * and the plan as bytes for its broadcast. */
 #include "plan.h"
+#include "mem.h"
 
 #include <fnmatch.h>
 #include <stdarg.h>
@@ -105,11 +106,7 @@ static const struct bt_buffer_type_i proxy_buft_i = {
 void bt_plan_splitter_free(bt_plan_splitter *s) {
     if (!s) return;
     bt_sched_free(s->sched); /* restores the graph's sources */
-    free(s->slot_index);
-    free(s->proxies);
-    free(s->bufts);
-    free(s->ctx);
-    free(s);
+    BT_FREE_ALL(s->slot_index, s->proxies, s->bufts, s->ctx, s);
 }
 
 /* The splitter for graph on n_ranks stand-ins (nothing pinned yet). */
@@ -495,15 +492,8 @@ static enum bt_status find_transfers(struct bt_plan *p, const bt_plan_splitter *
 }
 
 void bt_plan_free(struct bt_plan *p) {
-    free(p->ranks);
-    free(p->node_owner);
-    free(p->leaf_owner);
-    free(p->layer_first);
-    free(p->layer_last);
-    free(p->predicted_s);
-    free(p->splits);
-    free(p->transfers);
-    free(p->inputs);
+    BT_FREE_ALL(p->ranks, p->node_owner, p->leaf_owner, p->layer_first, p->layer_last, p->predicted_s, p->splits,
+                p->transfers, p->inputs);
     p->inputs = NULL;
     p->ranks = NULL;
     p->node_owner = p->leaf_owner = p->layer_first = p->layer_last = NULL;
@@ -709,10 +699,7 @@ void bt_plan_print(const struct bt_plan *p, const struct bt_graph *g, FILE *f) {
             fprintf(f, ", predicted stage %.3f ms\n", p->predicted_s[r] * 1e3);
         }
     }
-    free(nodes);
-    free(splits);
-    free(wbytes);
-    free(in_bytes);
+    BT_FREE_ALL(nodes, splits, wbytes, in_bytes);
     print_boundaries(p, g, f);
 }
 

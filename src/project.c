@@ -2,6 +2,7 @@
  * placement by bt_place_layers, then per stage compute and receive times
  * from the device's speed and the link each cut crosses. */
 #include "project.h"
+#include "mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,10 +39,7 @@ enum bt_status bt_project(const struct bt_layer_costs *lc, const struct bt_clust
     double *pred = malloc(sizeof(double) * (size_t)P);
     out->stage = calloc((size_t)P, sizeof *out->stage);
     if (!descs || !first || !last || !pred || !out->stage) {
-        free(descs);
-        free(first);
-        free(last);
-        free(pred);
+        BT_FREE_ALL(descs, first, last, pred);
         bt_projection_free(out);
         snprintf(err, errlen, "out of memory");
         return BT_ERR_NOMEM;
@@ -105,10 +103,7 @@ enum bt_status bt_project(const struct bt_layer_costs *lc, const struct bt_clust
     } else {
         bt_projection_free(out);
     }
-    free(descs);
-    free(first);
-    free(last);
-    free(pred);
+    BT_FREE_ALL(descs, first, last, pred);
     return st;
 }
 
@@ -242,10 +237,7 @@ enum bt_status bt_moe_costs_make(const struct bt_graph *g, double weight_bits, s
 }
 
 void bt_moe_costs_free(struct bt_moe_costs *mc) {
-    free(mc->dense_bytes);
-    free(mc->dense_flops);
-    free(mc->expert_bytes);
-    free(mc->expert_flops);
+    BT_FREE_ALL(mc->dense_bytes, mc->dense_flops, mc->expert_bytes, mc->expert_flops);
     memset(mc, 0, sizeof *mc);
 }
 

@@ -21,6 +21,36 @@
 static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
 static inline bt_fp16_t f2h(float f) { return bt_fp32_to_fp16(f); }
 
+/* the element of largest magnitude of x[0..n): returns it, *amax its
+ * magnitude (amax NULL: not wanted) */
+static float signed_max(const float *x, int n, float *amax) {
+    float max = 0, a = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > a) {
+            a = ax;
+            max = x[i];
+        }
+    }
+    if (amax) *amax = a;
+    return max;
+}
+
+/* A block's d = m / q, stored as f16 in *dh; returns 1 / d (0 when d is 0). */
+static float block_scale(float m, float q, bt_fp16_t *dh) {
+    const float d = m / q;
+    *dh = f2h(d);
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+/* A row of n elements (a multiple of QKN) quantised block by block:
+ * name##_block(x, y) writes block y from QKN floats x. */
+#define ROW_FROM_F32(name, QKN)                                                       \
+    void bt_##name##_from_f32(const float *src, void *dst, int64_t n) {               \
+        bt_block_##name *y = dst;                                                     \
+        for (int64_t b = 0; b < n / (QKN); b++) name##_block(src + b * (QKN), &y[b]); \
+    }
+
 /* ---- Q8_0: d = max|x| / 127, q = round(x / d) ----------------------------- */
 
 void bt_q8_0_from_f32(const float *src, void *dst, int64_t n) {
@@ -29,9 +59,7 @@ void bt_q8_0_from_f32(const float *src, void *dst, int64_t n) {
         const float *x = src + b * BT_QK;
         float amax = 0.0f;
         for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
+        const float id = block_scale(amax, 127.0f, &y[b].d);
         for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
@@ -46,29 +74,17 @@ void bt_q8_0_to_f32(const void *src, float *dst, int64_t n) {
 /* ---- Q4_0 (as ggml): the element of largest magnitude maps to -8,
  * d = max / -8, q = clamp(x/d + 8.5, 0, 15) -------------------------------- */
 
-void bt_q4_0_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q4_0 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < BT_QK; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const float x0 = x[j] * id + 8.5f;
-            const float x1 = x[j + BT_QK / 2] * id + 8.5f;
-            const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
-            const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
-            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
-        }
+static void q4_0_block(const float *x, bt_block_q4_0 *y) {
+    const float id = block_scale(signed_max(x, BT_QK, NULL), -8.0f, &y->d);
+    for (int j = 0; j < BT_QK / 2; j++) {
+        const float x0 = x[j] * id + 8.5f;
+        const float x1 = x[j + BT_QK / 2] * id + 8.5f;
+        const uint8_t q0 = (uint8_t)(x0 < 0 ? 0 : x0 > 15 ? 15 : (int)x0);
+        const uint8_t q1 = (uint8_t)(x1 < 0 ? 0 : x1 > 15 ? 15 : (int)x1);
+        y->qs[j] = (uint8_t)(q0 | (q1 << 4));
     }
 }
+
 void bt_q4_0_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q4_0 *x = src;
     for (int64_t b = 0; b < n / BT_QK; b++) {
@@ -92,25 +108,29 @@ static void block_min_max(const float *x, float *min, float *max) {
     }
 }
 
-void bt_q4_1_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q4_1 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float min, max;
-        block_min_max(x, &min, &max);
-        const float d = (max - min) / 15.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        y[b].m = f2h(min);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const float x0 = (x[j] - min) * id;
-            const float x1 = (x[j + BT_QK / 2] - min) * id;
-            const int q0 = QMIN(15, (int)(x0 + 0.5f));
-            const int q1 = QMIN(15, (int)(x1 + 0.5f));
-            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
-        }
+/* A block's d = (max - min) / levels and m = min (stored as f16); returns
+ * 1 / d (0 when d is 0), *min the block's minimum. */
+static float block_min_scale(const float *x, float levels, bt_fp16_t *dh, bt_fp16_t *mh, float *min) {
+    float max;
+    block_min_max(x, min, &max);
+    const float d = (max - *min) / levels;
+    *dh = f2h(d);
+    *mh = f2h(*min);
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+static void q4_1_block(const float *x, bt_block_q4_1 *y) {
+    float min;
+    const float id = block_min_scale(x, 15.0f, &y->d, &y->m, &min);
+    for (int j = 0; j < BT_QK / 2; j++) {
+        const float x0 = (x[j] - min) * id;
+        const float x1 = (x[j + BT_QK / 2] - min) * id;
+        const int q0 = QMIN(15, (int)(x0 + 0.5f));
+        const int q1 = QMIN(15, (int)(x1 + 0.5f));
+        y->qs[j] = (uint8_t)(q0 | (q1 << 4));
     }
 }
+
 void bt_q4_1_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q4_1 *x = src;
     for (int64_t b = 0; b < n / BT_QK; b++) {
@@ -129,78 +149,58 @@ static void store_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Q5_0: the element of largest magnitude maps to -16, d = max / -16. */
-void bt_q5_0_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q5_0 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < BT_QK; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -16.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        uint32_t qh = 0;
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = QMIN(31, (int)(x[j] * id + 16.5f));
-            const int q1 = QMIN(31, (int)(x[j + BT_QK / 2] * id + 16.5f));
-            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-            qh |= (uint32_t)(q0 >> 4) << j;
-            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
-        }
-        store_u32(y[b].qh, qh);
+/* Q5_0 / Q5_1's 32 quants of 5 bits: the low 4 in qs's nibbles as Q4_0's
+ * (element j low, j + 16 high), the fifth bit j of qh (little-endian). */
+static void q5_pack(const int q[BT_QK], uint8_t *qs, uint8_t *qh) {
+    uint32_t h = 0;
+    for (int j = 0; j < BT_QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + BT_QK / 2] & 0x0f) << 4));
+        h |= (uint32_t)(q[j] >> 4) << j;
+        h |= (uint32_t)(q[j + BT_QK / 2] >> 4) << (j + BT_QK / 2);
+    }
+    store_u32(qh, h);
+}
+static void q5_unpack(const uint8_t *qs, const uint8_t *qh, int q[BT_QK]) {
+    const uint32_t h = load_u32(qh);
+    for (int j = 0; j < BT_QK / 2; j++) {
+        q[j] = (qs[j] & 0x0f) | (int)(((h >> j) & 1) << 4);
+        q[j + BT_QK / 2] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
     }
 }
+
+/* Q5_0: the element of largest magnitude maps to -16, d = max / -16. */
+static void q5_0_block(const float *x, bt_block_q5_0 *y) {
+    const float id = block_scale(signed_max(x, BT_QK, NULL), -16.0f, &y->d);
+    int q[BT_QK];
+    for (int j = 0; j < BT_QK; j++) q[j] = QMIN(31, (int)(x[j] * id + 16.5f));
+    q5_pack(q, y->qs, y->qh);
+}
+
 void bt_q5_0_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q5_0 *x = src;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float d = h2f(x[b].d);
-        const uint32_t qh = load_u32(x[b].qh);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            dst[b * BT_QK + j] = (float)(q0 - 16) * d;
-            dst[b * BT_QK + j + BT_QK / 2] = (float)(q1 - 16) * d;
-        }
+        int q[BT_QK];
+        q5_unpack(x[b].qs, x[b].qh, q);
+        for (int j = 0; j < BT_QK; j++) dst[b * BT_QK + j] = (float)(q[j] - 16) * d;
     }
 }
 
-void bt_q5_1_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q5_1 *y = dst;
-    for (int64_t b = 0; b < n / BT_QK; b++) {
-        const float *x = src + b * BT_QK;
-        float min, max;
-        block_min_max(x, &min, &max);
-        const float d = (max - min) / 31.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        y[b].m = f2h(min);
-        uint32_t qh = 0;
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = QMIN(31, (int)((x[j] - min) * id + 0.5f));
-            const int q1 = QMIN(31, (int)((x[j + BT_QK / 2] - min) * id + 0.5f));
-            y[b].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
-            qh |= (uint32_t)(q0 >> 4) << j;
-            qh |= (uint32_t)(q1 >> 4) << (j + BT_QK / 2);
-        }
-        store_u32(y[b].qh, qh);
-    }
+static void q5_1_block(const float *x, bt_block_q5_1 *y) {
+    float min;
+    const float id = block_min_scale(x, 31.0f, &y->d, &y->m, &min);
+    int q[BT_QK];
+    for (int j = 0; j < BT_QK; j++) q[j] = QMIN(31, (int)((x[j] - min) * id + 0.5f));
+    q5_pack(q, y->qs, y->qh);
 }
+
 void bt_q5_1_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q5_1 *x = src;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float d = h2f(x[b].d), m = h2f(x[b].m);
-        const uint32_t qh = load_u32(x[b].qh);
-        for (int j = 0; j < BT_QK / 2; j++) {
-            const int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            const int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            dst[b * BT_QK + j] = (float)q0 * d + m;
-            dst[b * BT_QK + j + BT_QK / 2] = (float)q1 * d + m;
-        }
+        int q[BT_QK];
+        q5_unpack(x[b].qs, x[b].qh, q);
+        for (int j = 0; j < BT_QK; j++) dst[b * BT_QK + j] = (float)q[j] * d + m;
     }
 }
 
@@ -275,20 +275,6 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
     return scale;
 }
 
-/* the element of largest magnitude of x[0..n): returns it, *amax its magnitude */
-static float signed_max(const float *x, int n, float *amax) {
-    float max = 0;
-    *amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > *amax) {
-            *amax = ax;
-            max = x[i];
-        }
-    }
-    return max;
-}
-
 /* x on the grid of iscale, q = clamp(round(iscale x), -nmax, nmax-1) stored
  * as L[i] = q + off; the x^2-weighted sums of x q and q^2 */
 static void fit_grid(const float *x, int n, int nmax, float iscale, int off, int8_t *L, float *sumlx, float *suml2) {
@@ -303,16 +289,22 @@ static void fit_grid(const float *x, int n, int nmax, float iscale, int off, int
     }
 }
 
+/* The element of largest magnitude of a group of n in *max; false, with L
+ * zeroed, for a group of (near) zeros. */
+static bool group_max(const float *x, int n, int8_t *L, float *max) {
+    float amax;
+    *max = signed_max(x, n, &amax);
+    if (amax >= GROUP_MAX_EPS) return true;
+    for (int i = 0; i < n; i++) L[i] = 0;
+    return false;
+}
+
 /* Symmetric scale for n values, L[i] = q + nmax with q in -nmax..nmax-1:
  * starts from the grid through the element of largest magnitude, then moves
  * single quants while the x^2-weighted fit improves (up to 5 sweeps). */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float amax;
-    const float max = signed_max(x, n, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        for (int i = 0; i < n; i++) L[i] = 0;
-        return 0.f;
-    }
+    float max;
+    if (!group_max(x, n, L, &max)) return 0.f;
     float sumlx, suml2;
     fit_grid(x, n, nmax, -nmax / max, 0, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
@@ -347,12 +339,8 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
  * through the element of largest magnitude (ggml's make_qx_quants with
  * rmse_type 1 and no importance weights). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float amax;
-    const float max = signed_max(x, n, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        for (int i = 0; i < n; i++) L[i] = 0;
-        return 0.f;
-    }
+    float max;
+    if (!group_max(x, n, L, &max)) return 0.f;
     float iscale = -nmax / max;
     float sumlx, suml2;
     fit_grid(x, n, nmax, iscale, nmax, L, &sumlx, &suml2);
@@ -459,17 +447,8 @@ void bt_q2_K_to_f32(const void *src, float *dst, int64_t n) {
  * that magnitude. */
 static float sub_scales_16(const float *x, int8_t *L, float scales[16],
                            float (*make)(int, int, const float *, int8_t *), int nmax, float *amax) {
-    float max_scale = 0;
-    *amax = 0;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
-        const float a = fabsf(scales[j]);
-        if (a > *amax) {
-            *amax = a;
-            max_scale = scales[j];
-        }
-    }
-    return max_scale;
+    for (int j = 0; j < 16; j++) scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+    return signed_max(scales, 16, amax);
 }
 
 /* Each sub-block's values again on the block's stored scale d0 * sc[j]:
@@ -485,46 +464,42 @@ static void requant_16(const float *x, float d0, const int8_t sc[16], int lo, in
     }
 }
 
-void bt_q3_K_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q3_K *y = dst;
+static void q3_K_block(const float *x, bt_block_q3_K *y) {
     int8_t L[BT_QK_K];
     float scales[16];
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float *x = src + b * BT_QK_K;
-        float amax;
-        const float max_scale = sub_scales_16(x, L, scales, make_q3_quants, 4, &amax);
-        memset(y[b].scales, 0, 12);
-        if (max_scale) {
-            const float iscale = -32.f / max_scale;
-            for (int j = 0; j < 16; j++) {
-                int l = bt_nearest_int(iscale * scales[j]);
-                l = QMAX(-32, QMIN(31, l)) + 32; /* 0..63 */
-                if (j < 8)
-                    y[b].scales[j] = (uint8_t)(l & 0xF);
-                else
-                    y[b].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
-                y[b].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
-            }
-            y[b].d = f2h(1 / iscale);
-        } else {
-            y[b].d = f2h(0.f);
+    float amax;
+    const float max_scale = sub_scales_16(x, L, scales, make_q3_quants, 4, &amax);
+    memset(y->scales, 0, 12);
+    if (max_scale) {
+        const float iscale = -32.f / max_scale;
+        for (int j = 0; j < 16; j++) {
+            int l = bt_nearest_int(iscale * scales[j]);
+            l = QMAX(-32, QMIN(31, l)) + 32; /* 0..63 */
+            if (j < 8)
+                y->scales[j] = (uint8_t)(l & 0xF);
+            else
+                y->scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+            y->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
         }
-        int8_t sc[16];
-        bt_q3_K_scales(y[b].scales, sc);
-        requant_16(x, h2f(y[b].d), sc, -4, 3, L);
-        /* high bit of element j into bit j/32 of hmask[j%32]; low 2 bits packed */
-        uint8_t lo[BT_QK_K];
-        memset(y[b].hmask, 0, sizeof y[b].hmask);
-        for (int j = 0; j < BT_QK_K; j++) {
-            int l = L[j];
-            if (l > 3) {
-                y[b].hmask[j % 32] |= (uint8_t)(1 << (j / 32));
-                l -= 4;
-            }
-            lo[j] = (uint8_t)l;
-        }
-        pack_2bit(lo, y[b].qs);
+        y->d = f2h(1 / iscale);
+    } else {
+        y->d = f2h(0.f);
     }
+    int8_t sc[16];
+    bt_q3_K_scales(y->scales, sc);
+    requant_16(x, h2f(y->d), sc, -4, 3, L);
+    /* high bit of element j into bit j/32 of hmask[j%32]; low 2 bits packed */
+    uint8_t lo[BT_QK_K];
+    memset(y->hmask, 0, sizeof y->hmask);
+    for (int j = 0; j < BT_QK_K; j++) {
+        int l = L[j];
+        if (l > 3) {
+            y->hmask[j % 32] |= (uint8_t)(1 << (j / 32));
+            l -= 4;
+        }
+        lo[j] = (uint8_t)l;
+    }
+    pack_2bit(lo, y->qs);
 }
 
 void bt_q3_K_to_f32(const void *src, float *dst, int64_t n) {
@@ -593,16 +568,12 @@ static void qk_scales_mins(const float *x, int nmax, float rmin, int nstep, uint
     }
 }
 
-void bt_q4_K_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q4_K *y = dst;
+static void q4_K_block(const float *x, bt_block_q4_K *y) {
     uint8_t L[BT_QK_K];
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float *x = src + b * BT_QK_K;
-        qk_scales_mins(x, 15, -1.f, 20, L, y[b].scales, &y[b].d, &y[b].dmin);
-        for (int g = 0; g < 4; g++)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
-    }
+    qk_scales_mins(x, 15, -1.f, 20, L, y->scales, &y->d, &y->dmin);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            y->qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
 }
 
 /* One Q4_K or Q5_K block (qh NULL: Q4_K): eight sub-blocks of 32, each
@@ -628,26 +599,22 @@ void bt_q4_K_to_f32(const void *src, float *dst, int64_t n) {
         q45_K_block_to_f32(x[b].scales, h2f(x[b].d), h2f(x[b].dmin), x[b].qs, NULL, dst + b * BT_QK_K);
 }
 
-void bt_q5_K_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q5_K *y = dst;
+static void q5_K_block(const float *x, bt_block_q5_K *y) {
     uint8_t L[BT_QK_K];
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float *x = src + b * BT_QK_K;
-        qk_scales_mins(x, 31, -0.5f, 15, L, y[b].scales, &y[b].d, &y[b].dmin);
-        memset(y[b].qh, 0, sizeof y[b].qh);
-        for (int g = 0; g < 4; g++) {
-            for (int l = 0; l < 32; l++) {
-                int l1 = L[64 * g + l], l2 = L[64 * g + 32 + l];
-                if (l1 > 15) {
-                    l1 -= 16;
-                    y[b].qh[l] |= (uint8_t)(1 << (2 * g));
-                }
-                if (l2 > 15) {
-                    l2 -= 16;
-                    y[b].qh[l] |= (uint8_t)(2 << (2 * g));
-                }
-                y[b].qs[32 * g + l] = (uint8_t)(l1 | (l2 << 4));
+    qk_scales_mins(x, 31, -0.5f, 15, L, y->scales, &y->d, &y->dmin);
+    memset(y->qh, 0, sizeof y->qh);
+    for (int g = 0; g < 4; g++) {
+        for (int l = 0; l < 32; l++) {
+            int l1 = L[64 * g + l], l2 = L[64 * g + 32 + l];
+            if (l1 > 15) {
+                l1 -= 16;
+                y->qh[l] |= (uint8_t)(1 << (2 * g));
             }
+            if (l2 > 15) {
+                l2 -= 16;
+                y->qh[l] |= (uint8_t)(2 << (2 * g));
+            }
+            y->qs[32 * g + l] = (uint8_t)(l1 | (l2 << 4));
         }
     }
 }
@@ -660,31 +627,27 @@ void bt_q5_K_to_f32(const void *src, float *dst, int64_t n) {
 
 /* ---- Q6_K ------------------------------------------------------------------ */
 
-void bt_q6_K_from_f32(const float *src, void *dst, int64_t n) {
-    bt_block_q6_K *y = dst;
+static void q6_K_block(const float *x, bt_block_q6_K *y) {
     int8_t L[BT_QK_K];
     float scales[16];
-    for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float *x = src + b * BT_QK_K;
-        float max_abs_scale;
-        const float max_scale = sub_scales_16(x, L, scales, make_qx_quants, 32, &max_abs_scale);
-        if (max_abs_scale < GROUP_MAX_EPS) {
-            memset(&y[b], 0, sizeof y[b]);
-            continue;
-        }
-        const float iscale = -128.f / max_scale;
-        y[b].d = f2h(1 / iscale);
-        for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
-        requant_16(x, h2f(y[b].d), y[b].scales, -32, 31, L);
-        for (int h = 0; h < 2; h++) {
-            const int8_t *Lh = L + 128 * h;
-            uint8_t *ql = y[b].ql + 64 * h, *qh = y[b].qh + 32 * h;
-            for (int l = 0; l < 32; l++) {
-                ql[l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
-                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
-                qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
-                                  ((Lh[l + 96] >> 4) << 6));
-            }
+    float max_abs_scale;
+    const float max_scale = sub_scales_16(x, L, scales, make_qx_quants, 32, &max_abs_scale);
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    const float iscale = -128.f / max_scale;
+    y->d = f2h(1 / iscale);
+    for (int j = 0; j < 16; j++) y->scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
+    requant_16(x, h2f(y->d), y->scales, -32, 31, L);
+    for (int h = 0; h < 2; h++) {
+        const int8_t *Lh = L + 128 * h;
+        uint8_t *ql = y->ql + 64 * h, *qh = y->qh + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            ql[l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
+            ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
+            qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                              ((Lh[l + 96] >> 4) << 6));
         }
     }
 }
@@ -704,20 +667,24 @@ void bt_q6_K_to_f32(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* The rows of the block quantisers above (quants.h). */
+ROW_FROM_F32(q4_0, BT_QK)
+ROW_FROM_F32(q4_1, BT_QK)
+ROW_FROM_F32(q5_0, BT_QK)
+ROW_FROM_F32(q5_1, BT_QK)
+ROW_FROM_F32(q3_K, BT_QK_K)
+ROW_FROM_F32(q4_K, BT_QK_K)
+ROW_FROM_F32(q5_K, BT_QK_K)
+ROW_FROM_F32(q6_K, BT_QK_K)
+
 /* ---- Q8_K: d = max / -127 (the element of largest magnitude maps to -127) -- */
 
 void bt_q8_K_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q8_K *y = dst;
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float *x = src + b * BT_QK_K;
-        float max = 0, amax = 0;
-        for (int j = 0; j < BT_QK_K; j++) {
-            const float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = signed_max(x, BT_QK_K, &amax);
         if (!amax) {
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -816,14 +783,8 @@ static int iq4_best_index(float x) {
  * L then untouched. */
 static float iq4_block_scale(const float *x, uint8_t *L) {
     const int8_t *v = bt_iq4nl_values;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; j++) {
-        const float ax = fabsf(x[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[j];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, 32, &amax);
     if (amax < GROUP_MAX_EPS) return 0.0f;
     float d = -max / v[0];
     float id = 1 / d;
@@ -958,13 +919,18 @@ void bt_iq2_xxs_to_f32(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* IQ2_XS / IQ2_S: group g's scale, d (0.5 + ls) / 4 with the block's d and
+ * ls 4 bits a group of 16 */
+static float iq2_db(bt_fp16_t d, const uint8_t *scales, int g) {
+    const int ls = (scales[g / 4] >> (4 * ((g / 2) % 2))) & 0xF;
+    return h2f(d) * (0.5f + (float)ls) * 0.25f;
+}
+
 void bt_iq2_xs_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_iq2_xs *x = src;
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d);
         for (int g = 0; g < 32; g++) {
-            const int ls = (x[b].scales[g / 4] >> (4 * ((g / 2) % 2))) & 0xF;
-            const float db = d * (0.5f + (float)ls) * 0.25f;
+            const float db = iq2_db(x[b].d, x[b].scales, g);
             grid8(db, bt_iq2xs_grid[x[b].qs[g] & 511], bt_iq2_signs[x[b].qs[g] >> 9], dst + b * BT_QK_K + 8 * g);
         }
     }
@@ -973,10 +939,8 @@ void bt_iq2_xs_to_f32(const void *src, float *dst, int64_t n) {
 void bt_iq2_s_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_iq2_s *x = src;
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
-        const float d = h2f(x[b].d);
         for (int g = 0; g < 32; g++) {
-            const int ls = (x[b].scales[g / 4] >> (4 * ((g / 2) % 2))) & 0xF;
-            const float db = d * (0.5f + (float)ls) * 0.25f;
+            const float db = iq2_db(x[b].d, x[b].scales, g);
             const int idx = x[b].qs[g] | (((x[b].qh[g / 4] >> (2 * (g % 4))) & 3) << 8);
             grid8(db, bt_iq2s_grid[idx], x[b].signs[g], dst + b * BT_QK_K + 8 * g);
         }

@@ -23,6 +23,7 @@
  *    for weights that live in other processes.
  */
 #include "baton/sched.h"
+#include "mem.h"
 
 #include <string.h>
 
@@ -106,18 +107,8 @@ struct bt_sched {
 
 #define SET_CAUSE(t, c) (sched->hv_cause[hash_id(sched, (t))] = (c))
 
-static void set_error(bt_sched_t sched, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-#include <stdarg.h>
-static void set_error(bt_sched_t sched, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sched->err, sizeof sched->err, fmt, ap);
-    va_end(ap);
-}
+/* The scheduler's last error (bt_sched_error). */
+#define set_error(sched, ...) (void)bt_error_printf((sched)->err, sizeof (sched)->err, BT_ERR_INVALID, __VA_ARGS__)
 
 static size_t hash_id(bt_sched_t sched, const struct bt_tensor *t) {
     const size_t i = bt_hash_insert(&sched->hash_set, (struct bt_tensor *)t);
@@ -303,24 +294,10 @@ void bt_sched_free(bt_sched_t sched) {
     for (int b = 0; sched->events && b < sched->n_backends; b++)
         for (int c = 0; c < sched->n_copies; c++) bt_event_free(*event_slot(sched, b, c));
     if (sched->galloc) bt_gallocr_free(sched->galloc);
-    free(sched->hash_set.keys);
-    free(sched->hv_backend_ids);
-    free(sched->hv_cause);
-    free(sched->hv_user);
-    free(sched->hv_copy_block);
-    free(sched->copies);
-    free(sched->backends);
-    free(sched->bufts);
-    free(sched->events);
-    free(sched->graph.nodes);
-    free(sched->graph.leafs);
-    free(sched->node_backend_ids);
-    free(sched->leaf_backend_ids);
-    free(sched->splits);
-    free(sched->split_extra);
-    free(sched->planned_tensors);
-    free(sched->rewrites);
-    free(sched);
+    BT_FREE_ALL(sched->hash_set.keys, sched->hv_backend_ids, sched->hv_cause, sched->hv_user, sched->hv_copy_block,
+                sched->copies, sched->backends, sched->bufts, sched->events, sched->graph.nodes, sched->graph.leafs,
+                sched->node_backend_ids, sched->leaf_backend_ids, sched->splits, sched->split_extra,
+                sched->planned_tensors, sched->rewrites, sched);
 }
 
 void bt_sched_reset(bt_sched_t sched) { drop_plan(sched, true); }

@@ -83,30 +83,22 @@ bt_bf16_t bt_fp32_to_bf16(float f) {
 static void f32_to_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 static void f32_from_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 
-static void f16_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_fp16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = bt_fp16_to_fp32(s[i]);
-}
-static void f16_from_f32(const float *src, void *dst, int64_t n) {
-    bt_fp16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = bt_fp32_to_fp16(src[i]);
-}
-static void bf16_to_f32(const void *src, float *dst, int64_t n) {
-    const bt_bf16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = bt_bf16_to_fp32(s[i]);
-}
-static void bf16_from_f32(const float *src, void *dst, int64_t n) {
-    bt_bf16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = bt_fp32_to_bf16(src[i]);
-}
-static void i32_to_f32(const void *src, float *dst, int64_t n) {
-    const int32_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
-}
-static void i32_from_f32(const float *src, void *dst, int64_t n) {
-    int32_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
-}
+/* ELEM's rows to f32 (each element TO_F32(x)) and back (FROM_F32(x)). */
+#define ROW_CONVERSIONS(name, ELEM, TO_F32, FROM_F32)                     \
+    static void name##_to_f32(const void *src, float *dst, int64_t n) {   \
+        const ELEM *s = src;                                              \
+        for (int64_t i = 0; i < n; i++) dst[i] = TO_F32(s[i]);            \
+    }                                                                     \
+    static void name##_from_f32(const float *src, void *dst, int64_t n) { \
+        ELEM *d = dst;                                                    \
+        for (int64_t i = 0; i < n; i++) d[i] = FROM_F32(src[i]);          \
+    }
+#define I32_TO_F32(x) ((float)(x))
+#define F32_TO_I32(x) ((int32_t)(x))
+ROW_CONVERSIONS(f16, bt_fp16_t, bt_fp16_to_fp32, bt_fp32_to_fp16)
+ROW_CONVERSIONS(bf16, bt_bf16_t, bt_bf16_to_fp32, bt_fp32_to_bf16)
+ROW_CONVERSIONS(i32, int32_t, I32_TO_F32, F32_TO_I32)
+#undef ROW_CONVERSIONS
 
 static const struct bt_type_traits type_traits[BT_TYPE_COUNT] = {
     [BT_TYPE_F32] = {"f32", 1, sizeof(float), false, f32_to_f32, f32_from_f32},

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "topology.h"
+#include "mem.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -200,12 +201,15 @@ static enum bt_status get_str(struct tp *p, const struct where *w, const char *k
 }
 
 /* One of names[0..n); *out = its index. */
+/* v as one of names[0..n): its index in *out, its place in *pos (NULL: not
+ * kept). */
 static enum bt_status get_enum(struct tp *p, const struct where *w, const char *key, yaml_node_t *v,
-                               const char *const *names, int n, int *out) {
+                               const char *const *names, int n, int *out, struct bt_topo_pos *pos) {
     const char *s = scalar_text(v);
     for (int i = 0; s && i < n; i++)
         if (!strcmp(s, names[i])) {
             *out = i;
+            if (pos) *pos = pos_of(v);
             return BT_OK;
         }
     char lb[160], b[64], one[128] = "";
@@ -239,6 +243,26 @@ static int seq_len(const yaml_node_t *v) {
 }
 static yaml_node_t *seq_at(struct tp *p, const yaml_node_t *v, int i) {
     return node(p, v->data.sequence.items.start[i]);
+}
+
+/* The mapping v (with what) of the place w, its keys in f, its place in *pos. */
+static enum bt_status map_fields(struct tp *p, const struct where *w, yaml_node_t *v, const char *what,
+                                 struct field *f, int nf, struct bt_topo_pos *pos) {
+    enum bt_status st = need_map(p, w->name, v, what);
+    if (st) return st;
+    *pos = pos_of(v);
+    return get_fields(p, w, v, f, nf);
+}
+
+/* Entry i of the list v named list: a mapping (with what) whose keys fill f,
+ * its place in *pos; *we names it "list[i]" for messages. */
+static enum bt_status list_map_at(struct tp *p, yaml_node_t *v, int i, const char *list, const char *what,
+                                  struct where *we, struct field *f, int nf, yaml_node_t **e,
+                                  struct bt_topo_pos *pos) {
+    *e = seq_at(p, v, i);
+    we->sep = ": ";
+    snprintf(we->name, sizeof we->name, "%s[%d]", list, i);
+    return map_fields(p, we, *e, what, f, nf, pos);
 }
 
 static char *dupstr(const char *s) {
@@ -328,15 +352,12 @@ static enum bt_status parse_hosts(struct tp *p, yaml_node_t *v) {
     t->hosts = xcalloc((size_t)n, sizeof *t->hosts);
     t->n_hosts = n;
     for (int i = 0; i < n; i++) {
-        yaml_node_t *e = seq_at(p, v, i);
+        yaml_node_t *e;
         struct bt_topo_host *h = &t->hosts[i];
-        struct where w = {"", ": "};
-        snprintf(w.name, sizeof w.name, "hosts[%d]", i);
-        if ((st = need_map(p, w.name, e, "name and slots"))) return st;
-        h->pos = pos_of(e);
+        struct where w;
         struct field f[] = {{.key = "name"},    {.key = "slots"},      {.key = "gpus"},
                             {.key = "address"}, {.key = "gpu_memory"}, {.key = "model"}};
-        if ((st = get_fields(p, &w, e, f, 6))) return st;
+        if ((st = list_map_at(p, v, i, "hosts", "name and slots", &w, f, 6, &e, &h->pos))) return st;
         if ((st = need_key(p, &w, e, &f[0], "the host's name, used by ranks: host:"))) return st;
         const char *name;
         if ((st = get_str(p, &w, "name", f[0].v, &name))) return st;
@@ -651,12 +672,11 @@ static enum bt_status parse_groups(struct tp *p, yaml_node_t *v) {
 static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "pipeline", v, "micro_batches, partition, pin, expert_groups or model"))) return st;
-    t->pipeline.pos = pos_of(v);
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
                         {.key = "expert_groups"}};
-    if ((st = get_fields(p, &w, v, f, 5))) return st;
+    enum bt_status st =
+        map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups or model", f, 5, &t->pipeline.pos);
+    if (st) return st;
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[3].v) {
         const char *m;
@@ -721,14 +741,12 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
         t->pipeline.pin_pos = pos_of(pv);
         t->pipeline.pins = xcalloc((size_t)n, sizeof *t->pipeline.pins);
         for (int i = 0; i < n; i++) {
-            yaml_node_t *e = seq_at(p, pv, i);
             struct bt_topo_pin *pin = &t->pipeline.pins[i];
-            struct where we = {"", ": "};
-            snprintf(we.name, sizeof we.name, "pipeline.pin[%d]", i);
-            if ((st = need_map(p, we.name, e, "pattern, rank and compute"))) return st;
-            pin->pos = pos_of(e);
+            struct where we;
             struct field pf[] = {{.key = "pattern"}, {.key = "rank"}, {.key = "compute"}};
-            if ((st = get_fields(p, &we, e, pf, 3))) return st;
+            yaml_node_t *e;
+            if ((st = list_map_at(p, pv, i, "pipeline.pin", "pattern, rank and compute", &we, pf, 3, &e, &pin->pos)))
+                return st;
             if ((st = need_key(p, &we, e, &pf[0], "a glob on tensor names, e.g. \"blk.0.*\"")))
                 return st;
             const char *pat;
@@ -746,7 +764,7 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
             if (pf[2].v) {
                 static const char *const computes[] = {"pinned", "layer"};
                 int x = 0;
-                if ((st = get_enum(p, &we, "compute", pf[2].v, computes, 2, &x))) return st;
+                if ((st = get_enum(p, &we, "compute", pf[2].v, computes, 2, &x, NULL))) return st;
                 pin->compute_at_layer = x == 1;
             }
         }
@@ -761,25 +779,21 @@ static const char *const link_names[] = {"mpi", "nccl"};
 static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"transport", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "transport", v, "host, device or edges"))) return st;
-    t->transport.pos = pos_of(v);
     struct field f[] = {{.key = "host"}, {.key = "device"}, {.key = "edges"}};
-    if ((st = get_fields(p, &w, v, f, 3))) return st;
+    enum bt_status st = map_fields(p, &w, v, "host, device or edges", f, 3, &t->transport.pos);
+    if (st) return st;
     int n_cuda = bt_topology_n_cuda(t);
     if (f[0].v) {
         static const char *const host_names[] = {"mpi"};
         int x = 0;
-        if ((st = get_enum(p, &w, "host", f[0].v, host_names, 1, &x))) return st;
+        if ((st = get_enum(p, &w, "host", f[0].v, host_names, 1, &x, &t->transport.host_pos))) return st;
         t->transport.host = BT_TOPO_LINK_MPI;
-        t->transport.host_pos = pos_of(f[0].v);
     }
     if (f[1].v) {
         int x = 0;
-        if ((st = get_enum(p, &w, "device", f[1].v, link_names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "device", f[1].v, link_names, 2, &x, &t->transport.device_pos))) return st;
         t->transport.device = (enum bt_topo_link)x;
         t->transport.device_given = true;
-        t->transport.device_pos = pos_of(f[1].v);
         if (x == BT_TOPO_LINK_NCCL && n_cuda < 2)
             return FAIL(p, f[1].v,
                         "transport.device: nccl joins two CUDA ranks, but this file has %s; use "
@@ -793,15 +807,13 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
         t->transport.edges_pos = pos_of(ev);
         t->transport.edges = xcalloc((size_t)n, sizeof *t->transport.edges);
         for (int i = 0; i < n; i++) {
-            yaml_node_t *e = seq_at(p, ev, i);
             struct bt_topo_edge *ed = &t->transport.edges[i];
-            struct where we = {"", ": "};
+            struct where we;
             char b[64];
-            snprintf(we.name, sizeof we.name, "transport.edges[%d]", i);
-            if ((st = need_map(p, we.name, e, "ranks and device"))) return st;
-            ed->pos = pos_of(e);
             struct field ef[] = {{.key = "ranks"}, {.key = "device"}};
-            if ((st = get_fields(p, &we, e, ef, 2))) return st;
+            yaml_node_t *e;
+            if ((st = list_map_at(p, ev, i, "transport.edges", "ranks and device", &we, ef, 2, &e, &ed->pos)))
+                return st;
             if ((st = need_key(p, &we, e, &ef[0], "the two ranks of the edge, e.g. [0, 1]")))
                 return st;
             yaml_node_t *rv = ef[0].v;
@@ -834,9 +846,8 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
                                 t->transport.edges[j].ranks_pos.col);
             if ((st = need_key(p, &we, e, &ef[1], "nccl or mpi"))) return st;
             int x = 0;
-            if ((st = get_enum(p, &we, "device", ef[1].v, link_names, 2, &x))) return st;
+            if ((st = get_enum(p, &we, "device", ef[1].v, link_names, 2, &x, &ed->device_pos))) return st;
             ed->device = (enum bt_topo_link)x;
-            ed->device_pos = pos_of(ef[1].v);
             t->transport.n_edges = i + 1;
             if (x == BT_TOPO_LINK_NCCL) {
                 for (int k = 0; k < 2; k++) {
@@ -858,24 +869,20 @@ static enum bt_status parse_transport(struct tp *p, yaml_node_t *v) {
 static enum bt_status parse_mpi(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"mpi", "."};
-    enum bt_status st;
-    if ((st = need_map(p, "mpi", v, "pml, single_copy or extra_args"))) return st;
-    t->mpi.pos = pos_of(v);
     struct field f[] = {{.key = "pml"}, {.key = "single_copy"}, {.key = "extra_args"}};
-    if ((st = get_fields(p, &w, v, f, 3))) return st;
+    enum bt_status st = map_fields(p, &w, v, "pml, single_copy or extra_args", f, 3, &t->mpi.pos);
+    if (st) return st;
     if (f[0].v) {
         static const char *const names[] = {"ucx", "ob1"};
         int x = 0;
-        if ((st = get_enum(p, &w, "pml", f[0].v, names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "pml", f[0].v, names, 2, &x, &t->mpi.pml_pos))) return st;
         t->mpi.pml = x == 0 ? BT_TOPO_PML_UCX : BT_TOPO_PML_OB1;
-        t->mpi.pml_pos = pos_of(f[0].v);
     }
     if (f[1].v) {
         static const char *const names[] = {"cma", "none"};
         int x = 0;
-        if ((st = get_enum(p, &w, "single_copy", f[1].v, names, 2, &x))) return st;
+        if ((st = get_enum(p, &w, "single_copy", f[1].v, names, 2, &x, &t->mpi.single_copy_pos))) return st;
         t->mpi.single_copy = x == 0 ? BT_TOPO_SINGLE_COPY_CMA : BT_TOPO_SINGLE_COPY_NONE;
-        t->mpi.single_copy_pos = pos_of(f[1].v);
     }
     if (f[2].v) {
         yaml_node_t *av = f[2].v;
@@ -1143,10 +1150,7 @@ void bt_topology_free(struct bt_topology *t) {
     free(t->ranks);
     free(t->pipeline.layers);
     for (int i = 0; i < t->pipeline.n_pins; i++) free(t->pipeline.pins[i].pattern);
-    free(t->pipeline.pins);
-    free(t->pipeline.groups);
-    free(t->pipeline.model);
-    free(t->transport.edges);
+    BT_FREE_ALL(t->pipeline.pins, t->pipeline.groups, t->pipeline.model, t->transport.edges);
     for (int i = 0; i < t->mpi.n_extra_args; i++) free(t->mpi.extra_args[i]);
     free(t->mpi.extra_args);
     free(t->path);
@@ -1184,42 +1188,33 @@ uint64_t bt_topology_rank_memory(const struct bt_topology *t, int r) {
     return t->hosts[tr->host].gpu_memory;
 }
 
-int bt_topology_host_ranks(const struct bt_topology *t, int h) {
-    int k = 0;
-    for (int i = 0; i < t->n_ranks; i++)
-        if (t->ranks[i].host == h) k++;
-    return k;
-}
-
-int64_t bt_topology_host_threads(const struct bt_topology *t, int h) {
+/* What host h's ranks take of its slots: one each (threads false), or a CPU
+ * rank's threads and one for any other (threads true). */
+static int64_t host_load(const struct bt_topology *t, int h, bool threads) {
     int64_t k = 0;
     for (int i = 0; i < t->n_ranks; i++)
         if (t->ranks[i].host == h)
-            k += t->ranks[i].backend == BT_TOPO_BACKEND_CPU ? t->ranks[i].threads : 1;
+            k += threads && t->ranks[i].backend == BT_TOPO_BACKEND_CPU ? t->ranks[i].threads : 1;
     return k;
 }
 
-bool bt_topology_host_oversubscribed(const struct bt_topology *t, int h) {
+static bool host_exceeds(const struct bt_topology *t, int h, bool threads) {
     const struct bt_topo_host *x = bt_topology_host(t, h);
-    return x && bt_topology_host_ranks(t, h) > x->slots;
+    return x && host_load(t, h, threads) > x->slots;
 }
 
-bool bt_topology_any_oversubscribed(const struct bt_topology *t) {
+static bool any_host_exceeds(const struct bt_topology *t, bool threads) {
     for (int h = 0; h < t->n_hosts; h++)
-        if (bt_topology_host_oversubscribed(t, h)) return true;
+        if (host_exceeds(t, h, threads)) return true;
     return false;
 }
 
-bool bt_topology_host_threads_exceed(const struct bt_topology *t, int h) {
-    const struct bt_topo_host *x = bt_topology_host(t, h);
-    return x && bt_topology_host_threads(t, h) > x->slots;
-}
-
-bool bt_topology_any_threads_exceed(const struct bt_topology *t) {
-    for (int h = 0; h < t->n_hosts; h++)
-        if (bt_topology_host_threads_exceed(t, h)) return true;
-    return false;
-}
+int bt_topology_host_ranks(const struct bt_topology *t, int h) { return (int)host_load(t, h, false); }
+int64_t bt_topology_host_threads(const struct bt_topology *t, int h) { return host_load(t, h, true); }
+bool bt_topology_host_oversubscribed(const struct bt_topology *t, int h) { return host_exceeds(t, h, false); }
+bool bt_topology_any_oversubscribed(const struct bt_topology *t) { return any_host_exceeds(t, false); }
+bool bt_topology_host_threads_exceed(const struct bt_topology *t, int h) { return host_exceeds(t, h, true); }
+bool bt_topology_any_threads_exceed(const struct bt_topology *t) { return any_host_exceeds(t, true); }
 
 int bt_topology_n_cuda(const struct bt_topology *t) {
     int k = 0;

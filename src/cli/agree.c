@@ -148,7 +148,10 @@ bool bt_cli_rank_start(struct bt_rank *R, const struct bt_rank_config *c, int en
         *prc = R->exit_code;
         bare = true;
     }
-    if (R->t) return true;
+    if (R->t) {
+        bt_cli_signals_install(c->prog, R->rank); /* again, for the world rank */
+        return true;
+    }
     const bool prefix = *prc && !bare;
     if (env_rank == 0) fprintf(stderr, "%s%s%s\n", prefix ? c->prog : "", prefix ? ": " : "", *prc ? perr : R->error);
     bt_rank_free(R);

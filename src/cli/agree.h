@@ -49,7 +49,8 @@ struct bt_rank;
 struct bt_rank_config;
 /* bt_rank_start for a subcommand whose own checks of its command line so far
  * gave *prc (0, or an exit code with its message in perr[n]).  True when MPI
- * is up (R->t): a failure of the start or of the topology file is then in *prc
+ * is up (R->t), c->prog's signal handlers installed again for the world rank
+ * (signals.h): a failure of the start or of the topology file is then in *prc
  * and perr, for bt_cli_agree to report once.  False when it is not: the one
  * message was printed (by the launcher's rank env_rank 0; a topology's own
  * message, FILE:LINE:COLUMN: ..., without the program's prefix), R freed, and

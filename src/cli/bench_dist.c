@@ -14,6 +14,7 @@
 
 #include "baton/alloc.h"
 #include "baton/baton.h"
+#include "../mem.h"
 #include "cli.h"
 #include "common.h"
 #include "run/bringup.h"
@@ -428,10 +429,7 @@ static int bench_pipeline_model(bt_transport *t, struct bt_gguf *g, const char *
                    plans1 - plans0, plans1 - plans0 == 1 ? "" : "s", plan_s * 1e3, 100 * plan_s / s);
         }
     }
-    free(all);
-    free(tok);
-    free(last);
-    free(counts);
+    BT_FREE_ALL(all, tok, last, counts);
     bt_model_dist_free(md);
     if (device_t) device_t->iface.free(device_t);
     if (t->rank == 0) bt_cli_prompts_free(&one);
@@ -495,13 +493,11 @@ static int bp_parse(int argc, char **argv, struct bp_opts *o, bool quiet) {
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     char err[256];
-    while ((code = getopt_long(argc, argv, ":hm:c:t:", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":hm:c:t:", longs, err)) != -1) {
         if (code == 'c') {
             bt_cli_short_flag_elsewhere('c', "bench pipeline's micro-batches in flight are --copies N", err, sizeof err);
         } else if (code == 'C') {

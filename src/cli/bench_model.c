@@ -33,6 +33,7 @@
 #include "agree.h"
 #include "baton/backend.h"
 #include "baton/cpu.h"
+#include "../mem.h"
 #include "cli.h"
 #include "common.h"
 #include "gguf.h"
@@ -86,8 +87,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         BT_CLI_ENGINE_LONGOPTS,
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
 #define NUM(FLAG, LO, HI, DST)                                                                               \
@@ -97,8 +97,7 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
         else                                                                                                 \
             (DST) = v;                                                                                       \
     } while (0)
-    while ((code = getopt_long(argc, argv, ":m:p:n:r:t:h", longs, NULL)) != -1) {
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:p:n:r:t:h", longs, &o->eng, err, errn)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':
@@ -433,14 +432,10 @@ static int bm_run_tests(struct bm_run *b, const struct bm_opts *o, bt_backend_t 
 
 int bt_cli_bench_model(int argc, char **argv) {
     struct bm_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .n_ubatch = 512, .seqs = 1};
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install(BM_PROG, env_rank);
+    const int env_rank = bt_cli_start(BM_PROG);
     char perr[1024] = "";
     int prc = bm_parse(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) bm_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, bm_usage);
     if (prc == 1) prc = 0;
     if (!bt_cli_engine_finish(&o.eng, prc ? NULL : perr, sizeof perr) && !prc) prc = 2;
     const struct bt_rank_config rcfg = bt_cli_engine_rank_config(BM_PROG, &o.eng, 0);
@@ -448,7 +443,6 @@ int bt_cli_bench_model(int argc, char **argv) {
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install(BM_PROG, rank);
     int rc = 0;
     char err[1024] = "";
     struct bt_engine *e = NULL;
@@ -536,17 +530,8 @@ int bt_cli_bench_model(int argc, char **argv) {
 
 out:
     if (err[0] && rank == 0) fprintf(stderr, BM_PROG ": %s\n", err);
-    free(b.logits);
-    free(b.tok);
-    free(b.pos);
-    free(b.seq);
-    free(b.want);
-    free(res[0].ts);
-    free(res[1].ts);
-    free(res[0].rank_s);
-    free(res[1].rank_s);
-    free(c0);
-    free(prof.rows);
+    BT_FREE_ALL(b.logits, b.tok, b.pos, b.seq, b.want, res[0].ts, res[1].ts, res[0].rank_s, res[1].rank_s, c0,
+                prof.rows);
     bt_engine_close(e);
     bt_cli_rank_end(&R, rc);
     return rc;

@@ -1,6 +1,8 @@
 /* common.c - model options, number parsers and the progress display shared
  * by the baton program's subcommands. */
 #include "common.h"
+#include "../mem.h"
+#include "signals.h"
 
 #include "outfile.h"
 #include "plan.h"
@@ -11,6 +13,7 @@
 #include "text/tokenizer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -58,6 +61,20 @@ bool bt_cli_parse_u64(const char *s, uint64_t *out) {
     if (errno || *end) return false;
     *out = (uint64_t)v;
     return true;
+}
+
+void bt_cli_float_arg(const char *flag, const char *arg, float *dst, char *err, size_t n) {
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(arg, &end);
+    if (!*arg || *end || errno || !isfinite(v)) snprintf(err, n, "%s: '%s' is not a number", flag, arg);
+    else *dst = (float)v;
+}
+
+void bt_cli_i32_arg(const char *flag, const char *arg, int32_t *dst, char *err, size_t n) {
+    long v;
+    if (!bt_cli_parse_int(arg, INT32_MIN, INT32_MAX, &v)) snprintf(err, n, "%s: '%s' is not an integer", flag, arg);
+    else *dst = (int32_t)v;
 }
 
 long bt_cli_cores(void) {
@@ -114,6 +131,12 @@ bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *va
     case BT_CLI_OPT_MMAP: o->mmap = true; return true;
     default: return false;
     }
+}
+
+int bt_cli_next_engine_opt(int argc, char **argv, const char *shorts, const struct option *longs,
+                           struct bt_cli_engine_opts *o, char *err, size_t n) {
+    const int code = bt_cli_next_opt(argc, argv, shorts, longs, err);
+    return code != -1 && bt_cli_engine_option(o, code, optarg, err, n) ? 0 : code;
 }
 
 struct bt_rank_config bt_cli_engine_rank_config(const char *prog, const struct bt_cli_engine_opts *o,
@@ -257,7 +280,16 @@ int bt_cli_env_rank(void) {
     return 0;
 }
 
+int bt_cli_start(const char *prog) {
+    const int env_rank = bt_cli_env_rank();
+    bt_cli_signals_install(prog, env_rank);
+    return env_rank;
+}
 
+int bt_cli_help(int env_rank, void (*usage)(FILE *)) {
+    if (env_rank == 0) usage(stdout);
+    return 0;
+}
 
 void bt_progress_begin(struct bt_progress *p, bool rank0, const char *label) {
     /* under mpirun stderr is a pipe: the launcher sets BATON_PROGRESS=1 when
@@ -419,6 +451,35 @@ int bt_cli_dump_plan(const struct bt_plan *plan, const char *path, const char *p
     return 1;
 }
 
+void bt_cli_getopt_start(void) {
+    opterr = 0;
+    optind = 1;
+}
+
+int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err) {
+    err[0] = '\0';
+    return getopt_long(argc, argv, shorts, longs, NULL);
+}
+
+void bt_cli_getopt_error(int code, char **argv, char *err, size_t n) {
+    if (code == ':') snprintf(err, n, "%s needs a value", argv[optind - 1]);
+    else if (optopt) snprintf(err, n, "unknown option -%c", optopt);
+    else snprintf(err, n, "unknown option %s", argv[optind - 1]);
+}
+
+bool bt_cli_try_help(const char *cmd, char *err, size_t n) {
+    if (!err[0]) return false;
+    const size_t len = strlen(err);
+    snprintf(err + len, n - len, " (try: baton %s --help)", cmd);
+    return true;
+}
+
+bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n) {
+    if (optind >= argc) return false;
+    snprintf(err, n, "unexpected argument '%s'", argv[optind]);
+    return bt_cli_try_help(cmd, err, n);
+}
+
 static const struct option *find_long(const struct option *longs, const char *name) {
     for (; longs->name; longs++)
         if (!strcmp(longs->name, name)) return longs;
@@ -467,9 +528,23 @@ bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct 
     return true;
 }
 
-void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
-    if (!*arg) snprintf(err, n, "%s: the file name is empty", flag);
+bool bt_cli_llama_start(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd,
+                        char *err, size_t n) {
+    if (!bt_cli_llama_flags(argc, argv, shorts, longs, err, n)) {
+        bt_cli_try_help(cmd, err, n);
+        return false;
+    }
+    bt_cli_getopt_start();
+    return true;
+}
+
+void bt_cli_text_arg(const char *flag, const char *what, const char *arg, const char **dst, char *err, size_t n) {
+    if (!*arg) snprintf(err, n, "%s: the %s is empty", flag, what);
     else *dst = arg;
+}
+
+void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n) {
+    bt_cli_text_arg(flag, "file name", arg, dst, err, n);
 }
 
 int bt_cli_stdout_finish(const char *prog, int rc) {
@@ -610,11 +685,7 @@ bool bt_cli_prompts_init(struct bt_cli_prompts *p, struct bt_gguf *g, int64_t n,
 void bt_cli_prompts_free(struct bt_cli_prompts *p) {
     bt_llm_ctx_free(p->c);
     bt_llm_free(p->m);
-    free(p->tok);
-    free(p->pos);
-    free(p->seq);
-    free(p->want);
-    free(p->logits);
+    BT_FREE_ALL(p->tok, p->pos, p->seq, p->want, p->logits);
     memset(p, 0, sizeof *p);
 }
 

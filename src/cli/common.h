@@ -86,6 +86,10 @@ void bt_cli_engine_help(FILE *f, int col);
 /* True when code (getopt_long's) is one of BT_CLI_ENGINE_LONGOPTS ('t' among
  * them): value applied, or its message in err. */
 bool bt_cli_engine_option(struct bt_cli_engine_opts *o, int code, const char *value, char *err, size_t n);
+/* bt_cli_next_opt for a command with the engine's options: 0 for one of
+ * them, applied to o (or its message in err). */
+int bt_cli_next_engine_opt(int argc, char **argv, const char *shorts, const struct option *longs,
+                           struct bt_cli_engine_opts *o, char *err, size_t n);
 /* After parsing: the topology from $BATON_TOPOLOGY when none was given, then
  * --backend and a topology together refused (bt_rank_backend_topology_check).
  * False with the message in err (err NULL: an error already found, the
@@ -111,6 +115,11 @@ long bt_cli_cores(void);
 /* Strict number parsers: the whole string, in range. */
 bool bt_cli_parse_int(const char *s, long lo, long hi, long *out);
 bool bt_cli_parse_u64(const char *s, uint64_t *out);
+/* A flag's value as a finite float (strtod's syntax, nothing after it), or
+ * as an int32_t: *dst, or "FLAG: 'ARG' is not a number" ("... an integer")
+ * in err. */
+void bt_cli_float_arg(const char *flag, const char *arg, float *dst, char *err, size_t n);
+void bt_cli_i32_arg(const char *flag, const char *arg, int32_t *dst, char *err, size_t n);
 
 /* --dump-plan FILE: the plan as text (bt_plan_dump), written whole or not at
  * all (outfile.h); 0, or 1 after "PROG: FILE: cannot write the plan: why". */
@@ -134,9 +143,23 @@ enum bt_status bt_cli_chat_template(const char *arg, struct bt_gguf *g, const st
                                     const char *fallback, struct bt_chat_template **out, char *note, size_t notelen,
                                     char *err, size_t errlen);
 
-/* A flag's file name: *dst = arg, or, when it is empty, "FLAG: the file
- * name is empty" in err (the callers' usage error, exit 2). */
+/* A flag's text: *dst = arg, or, when it is empty, "FLAG: the WHAT is
+ * empty" in err (the callers' usage error, exit 2); bt_cli_file_arg for a
+ * file name. */
+void bt_cli_text_arg(const char *flag, const char *what, const char *arg, const char **dst, char *err, size_t n);
 void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *err, size_t n);
+/* The pieces of a subcommand's getopt_long loop (demo, generate, serve):
+ * bt_cli_getopt_start resets getopt for a new argv (quiet: the command
+ * words its own messages); bt_cli_getopt_error words getopt's ':' (a flag
+ * without its value) and '?' (an unknown flag) in err; bt_cli_try_help ends a
+ * message in err with " (try: baton CMD --help)" and says whether there was
+ * one; bt_cli_extra_arg words a word left after the flags the same way. */
+void bt_cli_getopt_start(void);
+void bt_cli_getopt_error(int code, char **argv, char *err, size_t n);
+bool bt_cli_try_help(const char *cmd, char *err, size_t n);
+bool bt_cli_extra_arg(int argc, char **argv, const char *cmd, char *err, size_t n);
+/* getopt_long's next code (-1 after the flags), err emptied for its message. */
+int bt_cli_next_opt(int argc, char **argv, const char *shorts, const struct option *longs, char *err);
 /* llama.cpp's spellings, before getopt: argv's flags rewritten in place to
  * the command's own where they mean the same (-np --parallel, -ub and -b
  * --ubatch, --batch-size --ubatch, -s --seed, --temperature --temp, -f
@@ -145,6 +168,10 @@ void bt_cli_file_arg(const char *flag, const char *arg, const char **dst, char *
  * False and one message in err for a flag of llama.cpp's that does not apply
  * here (-ngl: a rank's backend and the topology place the layers; -cnv). */
 bool bt_cli_llama_flags(int argc, char **argv, const char *shorts, const struct option *longs, char *err, size_t n);
+/* bt_cli_llama_flags, then bt_cli_getopt_start; false and the message in
+ * err, ending " (try: baton CMD --help)", for a flag that does not apply. */
+bool bt_cli_llama_start(int argc, char **argv, const char *shorts, const struct option *longs, const char *cmd,
+                        char *err, size_t n);
 
 /* Under mpirun, Open MPI forwards the ranks' stdout and drops its own write
  * errors (a full disk, /dev/full: exit 0, the output lost).  Rank 0 started
@@ -165,6 +192,15 @@ void bt_cli_ctx_warn(const char *prog, const struct bt_engine *e, long n_ctx, lo
 /* The world rank before MPI starts (from the launcher's environment), so only
  * rank 0 prints usage errors. */
 int bt_cli_env_rank(void);
+
+/* A subcommand's start over ranks: bt_cli_env_rank, with prog's signal
+ * handlers (signals.h) installed for that rank at once: a signal during MPI's
+ * start-up (seconds on a loaded machine) must not end the rank without its
+ * line; bt_cli_rank_start (agree.h) installs them again once MPI has started. */
+int bt_cli_start(const char *prog);
+/* --help: usage written to stdout by rank 0 alone (env_rank, bt_cli_start's);
+ * the exit code, 0. */
+int bt_cli_help(int env_rank, void (*usage)(FILE *));
 
 /* Progress on long steps, rank 0 only, only when stderr is a terminal (or
  * BATON_PROGRESS=1, which launch/baton-run sets when its stderr is one;

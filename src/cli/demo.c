@@ -131,13 +131,11 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     long v;
     const size_t errn = errlen;
-    while ((code = getopt_long(argc, argv, ":t:m:c:vh", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":t:m:c:vh", longs, err)) != -1) {
         switch (code) {
         case OPT_TOPOLOGY:
             bt_cli_file_arg("--topology", optarg, &o->topology, err, errn);
@@ -184,21 +182,15 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
         case 'm':
             bt_cli_file_arg("--model", optarg, &o->model_path, err, errn);
             break;
-        case OPT_DUMP_TENSORS:
-            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
-            o->dump_tensors = optarg;
-            break;
+        case OPT_DUMP_TENSORS: bt_cli_text_arg("--dump-tensors", "pattern", optarg, &o->dump_tensors, err, errn); break;
         case OPT_TOKENS:
             if (!bt_cli_parse_int(optarg, 1, 65536, &v)) snprintf(err, errn, "--tokens: '%s' is not an integer in [1, 65536]", optarg);
             else o->tokens = (int)v;
             break;
         case 'v': o->verbose = true; break;
         case 'h': return 0;
-        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
-            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, errn); break;
         default:
             if (code >= OPT_ARCH && code < OPT_MODEL_LAST) {
                 bt_cli_model_option(&o->model, code, optarg, err, errn);
@@ -206,22 +198,16 @@ static int parse_demo(int argc, char **argv, struct demo_opts *o, char *err, siz
             }
             break;
         }
-        if (err[0]) {
-            strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("demo", err, errn)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, errn, "unexpected argument '%s' (try: baton demo --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "demo", err, errn)) return 2;
     if (o->model_path && o->model_opt) {
         snprintf(err, errn, "--arch, --layers, --embd and the like describe the built-in model; --model's file has "
                             "its own (try: baton demo --help)");
         return 2;
     }
     if (bt_random_model_check(&o->model, err, errn) != BT_OK) {
-        strncat(err, " (try: baton demo --help)", errn - strlen(err) - 1);
+        bt_cli_try_help("demo", err, errn);
         return 2;
     }
     return -1; /* go on */
@@ -471,11 +457,7 @@ int bt_cli_demo(int argc, char **argv) {
     o.micro_batches = 16;
     o.check = -1;
     o.progress_us = 50;
-    const int env_rank = bt_cli_env_rank();
-    /* at once, with the rank mpirun gave in the environment: a signal during
-     * MPI's start-up (seconds on a loaded machine) must not end the rank
-     * without its line; installed again once MPI has started */
-    bt_cli_signals_install("baton demo", env_rank);
+    const int env_rank = bt_cli_start("baton demo");
     /* An error found before MPI starts (prc, perr) ends a one-process run at
      * once; among several ranks it waits for MPI, so that the job ends with
      * one message naming the rank even when only rank 1 found it. */
@@ -524,7 +506,6 @@ int bt_cli_demo(int argc, char **argv) {
         return prc;
     }
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install("baton demo", rank);
     /* every rank takes the same path through the checks below: a failure is
      * reported once (rank 0) and every rank leaves through `out` */
     char err[1024] = "";

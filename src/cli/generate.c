@@ -150,15 +150,6 @@ enum {
     OPT_CONVERSATION,
 };
 
-static bool parse_float(const char *s, float *out) {
-    char *end = NULL;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v)) return false;
-    *out = (float)v;
-    return true;
-}
-
 /* 0: --help; 2: a bad flag or value (message in err); -1: go on. */
 static int check_generate(const struct gen_opts *o, char *err, size_t errn);
 
@@ -194,17 +185,10 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    if (!bt_cli_llama_flags(argc, argv, ":m:p:n:c:t:h", longs, err, errn)) {
-        strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
-        return 2;
-    }
-    opterr = 0;
-    optind = 1;
+    if (!bt_cli_llama_start(argc, argv, ":m:p:n:c:t:h", longs, "generate", err, errn)) return 2;
     int code;
     long v;
-    while ((code = getopt_long(argc, argv, ":m:p:n:c:t:h", longs, NULL)) != -1) {
-        err[0] = '\0';
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, errn)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:p:n:c:t:h", longs, &o->eng, err, errn)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':
@@ -233,32 +217,14 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
         case OPT_CHAT_TEMPLATE: o->chat_template = optarg, o->chat = true; break;
         case OPT_SYSTEM: o->system = optarg; break;
         case OPT_CONVERSATION: o->conversation = o->chat = true; break;
-        case OPT_TEMP:
-            if (!parse_float(optarg, &o->sp.temp)) snprintf(err, errn, "--temp: '%s' is not a number", optarg);
-            break;
-        case OPT_TOPK:
-            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--top-k: '%s' is not an integer", optarg);
-            else o->sp.top_k = (int32_t)v;
-            break;
-        case OPT_TOPP:
-            if (!parse_float(optarg, &o->sp.top_p)) snprintf(err, errn, "--top-p: '%s' is not a number", optarg);
-            break;
-        case OPT_MINP:
-            if (!parse_float(optarg, &o->sp.min_p)) snprintf(err, errn, "--min-p: '%s' is not a number", optarg);
-            break;
-        case OPT_REPEAT_PENALTY:
-            if (!parse_float(optarg, &o->sp.repeat_penalty)) snprintf(err, errn, "--repeat-penalty: '%s' is not a number", optarg);
-            break;
-        case OPT_REPEAT_LAST_N:
-            if (!bt_cli_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) snprintf(err, errn, "--repeat-last-n: '%s' is not an integer", optarg);
-            else o->sp.penalty_last_n = (int32_t)v;
-            break;
-        case OPT_PRESENCE:
-            if (!parse_float(optarg, &o->sp.presence_penalty)) snprintf(err, errn, "--presence-penalty: '%s' is not a number", optarg);
-            break;
-        case OPT_FREQUENCY:
-            if (!parse_float(optarg, &o->sp.frequency_penalty)) snprintf(err, errn, "--frequency-penalty: '%s' is not a number", optarg);
-            break;
+        case OPT_TEMP: bt_cli_float_arg("--temp", optarg, &o->sp.temp, err, errn); break;
+        case OPT_TOPK: bt_cli_i32_arg("--top-k", optarg, &o->sp.top_k, err, errn); break;
+        case OPT_TOPP: bt_cli_float_arg("--top-p", optarg, &o->sp.top_p, err, errn); break;
+        case OPT_MINP: bt_cli_float_arg("--min-p", optarg, &o->sp.min_p, err, errn); break;
+        case OPT_REPEAT_PENALTY: bt_cli_float_arg("--repeat-penalty", optarg, &o->sp.repeat_penalty, err, errn); break;
+        case OPT_REPEAT_LAST_N: bt_cli_i32_arg("--repeat-last-n", optarg, &o->sp.penalty_last_n, err, errn); break;
+        case OPT_PRESENCE: bt_cli_float_arg("--presence-penalty", optarg, &o->sp.presence_penalty, err, errn); break;
+        case OPT_FREQUENCY: bt_cli_float_arg("--frequency-penalty", optarg, &o->sp.frequency_penalty, err, errn); break;
         case OPT_SEED_:
             if (!bt_cli_parse_u64(optarg, &o->sp.seed)) snprintf(err, errn, "--seed: '%s' is not a non-negative integer", optarg);
             break;
@@ -272,27 +238,15 @@ static int parse_generate(int argc, char **argv, struct gen_opts *o, char *err, 
             break;
         case OPT_JSON: o->json = true; break;
         case OPT_DUMP_PLAN: bt_cli_file_arg("--dump-plan", optarg, &o->dump_plan, err, errn); break;
-        case OPT_DUMP_TENSORS:
-            if (!optarg[0]) snprintf(err, errn, "--dump-tensors: the pattern is empty");
-            o->dump_tensors = optarg;
-            break;
+        case OPT_DUMP_TENSORS: bt_cli_text_arg("--dump-tensors", "pattern", optarg, &o->dump_tensors, err, errn); break;
         case 'h': return 0;
-        case ':': snprintf(err, errn, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, errn, "unknown option -%c", optopt);
-            else snprintf(err, errn, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, errn); break;
         default: BT_ASSERT(!"an option without a case");
         }
-        if (err[0]) {
-            strncat(err, " (try: baton generate --help)", errn - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("generate", err, errn)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, errn, "unexpected argument '%s' (try: baton generate --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "generate", err, errn)) return 2;
     return check_generate(o, err, errn);
 }
 
@@ -990,14 +944,10 @@ int bt_cli_generate(int argc, char **argv) {
     o.n_ubatch = 0; /* 512, at most the context */
     o.parallel = 1;
     o.escape = true;
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install(GEN_PROG, env_rank);
+    const int env_rank = bt_cli_start(GEN_PROG);
     char perr[1024] = "";
     int prc = parse_generate(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) gen_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, gen_usage);
     if (prc < 0) prc = 0;
     if (o.n_ubatch == 0) o.n_ubatch = o.n_ctx < 512 ? o.n_ctx : 512;
     if (!prc && o.n_ubatch > o.n_ctx) {
@@ -1017,7 +967,6 @@ int bt_cli_generate(int argc, char **argv) {
     }
     bt_transport *t = R.t;
     const int P = R.size, rank = R.rank;
-    bt_cli_signals_install(GEN_PROG, rank);
     int rc = 0;
     char err[1024] = "";
     struct bt_engine *e = NULL;

@@ -359,8 +359,7 @@ int bt_cli_gguf(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
         if (code == 'T') tensors = true;

@@ -42,11 +42,9 @@ static int parse_mm(int argc, char **argv, struct mm_opts *o, char *err, size_t 
         {"help", no_argument, 0, 'h'},           BT_CLI_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
-    while ((code = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":h", longs, err)) != -1) {
         switch (code) {
         case O_VOCAB: bt_cli_file_arg("--vocab", optarg, &o->vocab, err, errn); break;
         case 'h': return 0;
@@ -54,10 +52,7 @@ static int parse_mm(int argc, char **argv, struct mm_opts *o, char *err, size_t 
         case '?': snprintf(err, errn, "unknown option %s", argv[optind - 1]); break;
         default: bt_cli_model_option(&o->m, code, optarg, err, errn); break;
         }
-        if (err[0]) {
-            strncat(err, " (try: baton make-model --help)", errn - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("make-model", err, errn)) return 2;
     }
     if (optind + 1 != argc) {
         snprintf(err, errn, "%s (try: baton make-model --help)",

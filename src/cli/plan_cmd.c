@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "baton/baton.h"
+#include "../mem.h"
 #include "cli.h"
 #include "common.h"
 #include "project_file.h"
@@ -286,11 +287,7 @@ static int plan_model(struct bt_gguf *g, const char *topo_path, const struct bt_
     rc = bt_cli_stdout_finish("baton plan", rc);
 out:
     bt_model_plan_free(&mp);
-    free(edges);
-    free(pins);
-    free(groups);
-    free(counts);
-    free(descs);
+    BT_FREE_ALL(edges, pins, groups, counts, descs);
     if (have_topo) bt_topology_free(&topo);
     return rc;
 }
@@ -323,12 +320,10 @@ int bt_cli_plan(int argc, char **argv) {
         BT_CLI_BUILTIN_MODEL_LONG_OPTIONS,
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     char err[1024];
-    while ((code = getopt_long(argc, argv, ":t:m:c:h", longs, NULL)) != -1) {
-        err[0] = '\0';
+    while ((code = bt_cli_next_opt(argc, argv, ":t:m:c:h", longs, err)) != -1) {
         if ((code == 'T' || code == 'D' || code == 'P' || code == 'm') && !*optarg)
             snprintf(err, sizeof err, "%s: the file name is empty",
                      code == 'T' ? "--topology" : code == 'D' ? "--dump-plan" : code == 'm' ? "--model" : "--project");

@@ -126,26 +126,16 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    if (!bt_cli_llama_flags(argc, argv, ":m:c:t:h", longs, err, n)) {
-        strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
-        return 2;
-    }
-    opterr = 0;
-    optind = 1;
+    if (!bt_cli_llama_start(argc, argv, ":m:c:t:h", longs, "serve", err, n)) return 2;
     int code;
     long v;
-    while ((code = getopt_long(argc, argv, ":m:c:t:h", longs, NULL)) != -1) {
-        err[0] = 0;
-        if (bt_cli_engine_option(&o->eng, code, optarg, err, n)) code = 0;
+    while ((code = bt_cli_next_engine_opt(argc, argv, ":m:c:t:h", longs, &o->eng, err, n)) != -1) {
         switch (code) {
         case 0: break;
         case 'm':
             bt_cli_file_arg("-m", optarg, &o->model, err, n);
             break;
-        case OPT_HOST:
-            if (!*optarg) snprintf(err, n, "--host: the address is empty");
-            else o->host = optarg;
-            break;
+        case OPT_HOST: bt_cli_text_arg("--host", "address", optarg, &o->host, err, n); break;
         case OPT_ALIAS:
             if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "\"\\\n"))
                 snprintf(err, n, "--alias: '%s' is not a name (1 to 128 bytes, no quotes or backslashes)", optarg);
@@ -162,14 +152,8 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
             else if (!strcmp(optarg, "last")) o->pooling = BT_POOLING_LAST;
             else snprintf(err, n, "--pooling: '%s' is not a pooling: give mean or last", optarg);
             break;
-        case OPT_CHAT_TEMPLATE:
-            if (!*optarg) snprintf(err, n, "--chat-template: the name is empty");
-            else o->chat_template = optarg;
-            break;
-        case OPT_API_KEY:
-            if (!*optarg) snprintf(err, n, "--api-key: the key is empty");
-            else o->api_key = optarg;
-            break;
+        case OPT_CHAT_TEMPLATE: bt_cli_text_arg("--chat-template", "name", optarg, &o->chat_template, err, n); break;
+        case OPT_API_KEY: bt_cli_text_arg("--api-key", "key", optarg, &o->api_key, err, n); break;
 #define INT_OPT(CODE, NAME, LO, HI, DST)                                                                        \
     case CODE:                                                                                                \
         if (!bt_cli_parse_int(optarg, LO, HI, &v))                                                            \
@@ -187,21 +171,12 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o, char *err, s
         INT_OPT(OPT_UBATCH, "--ubatch", 1, 1L << 16, o->ubatch)
 #undef INT_OPT
         case 'h': return 0;
-        case ':': snprintf(err, n, "%s needs a value", argv[optind - 1]); break;
-        case '?':
-            if (optopt) snprintf(err, n, "unknown option -%c", optopt);
-            else snprintf(err, n, "unknown option %s", argv[optind - 1]);
-            break;
+        case ':':
+        case '?': bt_cli_getopt_error(code, argv, err, n); break;
         }
-        if (err[0]) {
-            strncat(err, " (try: baton serve --help)", n - strlen(err) - 1);
-            return 2;
-        }
+        if (bt_cli_try_help("serve", err, n)) return 2;
     }
-    if (optind < argc) {
-        snprintf(err, n, "unexpected argument '%s' (try: baton serve --help)", argv[optind]);
-        return 2;
-    }
+    if (bt_cli_extra_arg(argc, argv, "serve", err, n)) return 2;
     if (!o->model) {
         snprintf(err, n, "no model: give -m FILE (try: baton serve --help)");
         return 2;
@@ -296,14 +271,10 @@ int bt_cli_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096, .max_queue = -1,
                            .max_conn = 256, .max_client_conn = 128, .timeout = 120, .pooling = BT_POOLING_MEAN, .ubatch = 0,
                            .max_body = 1 << 20};
-    const int env_rank = bt_cli_env_rank();
-    bt_cli_signals_install("baton serve", env_rank);
+    const int env_rank = bt_cli_start("baton serve");
     char perr[1024] = "";
     int prc = parse_serve(argc, argv, &o, perr, sizeof perr);
-    if (prc == 0) {
-        if (env_rank == 0) serve_usage(stdout);
-        return 0;
-    }
+    if (prc == 0) return bt_cli_help(env_rank, serve_usage);
     if (prc < 0) prc = 0;
     if (o.max_queue < 0) o.max_queue = 4 * o.parallel;
     if (!o.api_key && getenv("BATON_API_KEY") && *getenv("BATON_API_KEY")) o.api_key = getenv("BATON_API_KEY");
@@ -313,7 +284,6 @@ int bt_cli_serve(int argc, char **argv) {
     struct bt_rank R;
     if (!bt_cli_rank_start(&R, &rcfg, env_rank, &prc, perr, sizeof perr, &argc, &argv)) return prc;
     const int rank = R.rank, P = R.size;
-    bt_cli_signals_install("baton serve", rank);
     struct bt_cli_agree_item items[8];
     int n_items = 0;
     bt_cli_agree_add_where(items, &n_items, o.eng.topology, o.eng.backend);

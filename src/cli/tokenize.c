@@ -142,8 +142,7 @@ int bt_cli_tokenize(int argc, char **argv) {
         {"info", no_argument, 0, OPT_INFO},       {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    opterr = 0;
-    optind = 1;
+    bt_cli_getopt_start();
     int code;
     while ((code = getopt_long(argc, argv, ":m:p:f:h", longs, NULL)) != -1) {
         switch (code) {

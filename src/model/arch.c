@@ -71,13 +71,18 @@ static bool is_number(enum bt_gguf_type t) {
     return t != BT_GGUF_TYPE_BOOL && t != BT_GGUF_TYPE_STRING && t != BT_GGUF_TYPE_ARRAY && t < BT_GGUF_TYPE_COUNT;
 }
 
+/* The index of key {arch}.<what> (written in key, n bytes), -1 when absent. */
+static int64_t find_arch_key(struct bt_gguf *g, const char *arch, const char *what, char *key, size_t n) {
+    snprintf(key, n, "%s.%s", arch, what);
+    return bt_gguf_find_key(g, key);
+}
+
 /* {arch}.<what> as an integer in [lo, hi]; absent: def, or an error when def < 0
  * (required). */
 static enum bt_status key_int(struct bt_gguf *g, const char *arch, const char *what, int64_t def, int64_t lo,
                               int64_t hi, int64_t *out, char *err, size_t n_err) {
     char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, what);
-    const int64_t i = bt_gguf_find_key(g, key);
+    const int64_t i = find_arch_key(g, arch, what, key, sizeof key);
     if (i < 0) {
         if (def < 0) FAIL(BT_ERR_INVALID, "%s: key %s is missing", bt_gguf_path(g), key);
         *out = def;
@@ -97,8 +102,7 @@ static enum bt_status key_int(struct bt_gguf *g, const char *arch, const char *w
 static enum bt_status key_float(struct bt_gguf *g, const char *arch, const char *what, double def, double lo,
                                 double hi, float *out, char *err, size_t n_err) {
     char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, what);
-    const int64_t i = bt_gguf_find_key(g, key);
+    const int64_t i = find_arch_key(g, arch, what, key, sizeof key);
     if (i < 0) {
         if (isnan(def)) FAIL(BT_ERR_INVALID, "%s: key %s is missing", bt_gguf_path(g), key);
         *out = (float)def;
@@ -118,8 +122,7 @@ static enum bt_status key_float(struct bt_gguf *g, const char *arch, const char 
 static enum bt_status key_bool(struct bt_gguf *g, const char *arch, const char *what, bool def, bool *out, char *err,
                                size_t n_err) {
     char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, what);
-    const int64_t i = bt_gguf_find_key(g, key);
+    const int64_t i = find_arch_key(g, arch, what, key, sizeof key);
     if (i < 0) {
         *out = def;
         return BT_OK;
@@ -142,11 +145,6 @@ enum bt_status bt_arch_key_float(struct bt_gguf *g, const char *arch, const char
 }
 
 #define LIM (1 << 20)
-#define TRY(x)                             \
-    do {                                   \
-        enum bt_status st_ = (x);          \
-        if (st_ != BT_OK) return st_;      \
-    } while (0)
 
 /* The routing keys of DeepSeek-V3's MoE, which GLM-4.5's share (llama.cpp's
  * deepseek2 and glm4moe loaders): the leading dense layers (all of them
@@ -736,8 +734,8 @@ enum bt_status bt_llm_load(const char *path, int il0, int il1, struct bt_llm **o
 
 void bt_llm_free(struct bt_llm *m) {
     if (!m) return;
-    if (m->wbuf) bt_buffer_free(m->wbuf);
-    if (m->wctx) bt_free(m->wctx);
+    bt_buffer_free(m->wbuf);
+    bt_free(m->wctx);
     bt_gguf_close(m->own_gguf);
     free(m->layers);
     free(m);

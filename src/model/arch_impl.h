@@ -5,6 +5,13 @@
 
 #include "arch.h"
 
+/* The hyperparameter readers' step: return a failing status as it is. */
+#define TRY(x)                        \
+    do {                              \
+        enum bt_status st_ = (x);     \
+        if (st_ != BT_OK) return st_; \
+    } while (0)
+
 struct bt_llm_globals {
     struct bt_tensor *tok_embd, *output_norm, *output;
 };

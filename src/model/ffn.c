@@ -14,6 +14,15 @@ struct bt_tensor *bt_layer_name(struct bt_tensor *t, int il, const char *what) {
 }
 #define nm bt_layer_name
 
+struct bt_tensor *bt_layer_rms_norm(bt_context *ctx, struct bt_tensor *x, struct bt_tensor *w, float eps, int il,
+                                    const char *what) {
+    char n[48];
+    snprintf(n, sizeof n, "%s_rms", what);
+    struct bt_tensor *r = nm(bt_rms_norm(ctx, x, eps), il, n);
+    snprintf(n, sizeof n, "%s_norm", what);
+    return nm(bt_mul(ctx, r, w), il, n);
+}
+
 /* gate, up, the activation (silu(g) * u, or gelu(g) * u with its gelu node
  * of its own), down: [d, T] */
 static struct bt_tensor *mlp(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate, struct bt_tensor *up,

@@ -36,6 +36,11 @@ struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, str
  * not depend on the others); the caller names the result. */
 struct bt_tensor *bt_ffn_moe_weighted_sum(bt_context *ctx, struct bt_tensor *dn, struct bt_tensor *weights, int il);
 
+/* rms_norm(x) * w, the two nodes named "blk.IL.WHAT_rms" and
+ * "blk.IL.WHAT_norm" (il < 0: without "blk.IL."); x [d, T], w [d]. */
+struct bt_tensor *bt_layer_rms_norm(bt_context *ctx, struct bt_tensor *x, struct bt_tensor *w, float eps, int il,
+                                    const char *what);
+
 /* Names t "blk.IL.WHAT" (il < 0: WHAT alone), as llama.cpp names a layer's
  * nodes; t may be NULL (a failed constructor): returned as given. */
 struct bt_tensor *bt_layer_name(struct bt_tensor *t, int il, const char *what);

@@ -27,12 +27,6 @@
 
 #include "arch_impl.h"
 
-#define TRY(x)                        \
-    do {                              \
-        enum bt_status st_ = (x);     \
-        if (st_ != BT_OK) return st_; \
-    } while (0)
-
 /* After the shared keys (llama.cpp's glm4moe loader): the prediction layers
  * taken off block_count, then deepseek2's routing keys with sigmoid gating
  * by default. */

@@ -37,12 +37,6 @@
 
 /* ---- hyperparameters ----------------------------------------------------------------- */
 
-#define TRY(x)                        \
-    do {                              \
-        enum bt_status st_ = (x);     \
-        if (st_ != BT_OK) return st_; \
-    } while (0)
-
 /* After the shared keys (llama.cpp's openai-moe loader): the window (required),
  * the pattern (default 2), the sliding layers' rope (the file's base unless
  * rope.freq_base_swa, the file's scaling); YaRN's parameters as llama.cpp's
@@ -191,14 +185,12 @@ static struct bt_tensor *oai_layer(bt_context *ctx, const struct bt_llm *m, stru
                                    int il, const struct bt_llm_graph *gi) {
     const struct bt_hparams *h = &m->hp;
     const struct bt_llm_layer *ly = &m->layers[il];
-    struct bt_tensor *cur = nm(bt_rms_norm(ctx, x, h->norm_eps), il, "attn_rms");
-    cur = nm(bt_mul(ctx, cur, ly->attn_norm), il, "attn_norm");
+    struct bt_tensor *cur = bt_layer_rms_norm(ctx, x, ly->attn_norm, h->norm_eps, il, "attn");
     struct bt_tensor *a = cur ? oai_attn(ctx, m, kv, ly, cur, il, gi) : NULL;
     a = nm(bt_mul_mat(ctx, ly->wo, a), il, "attn_out");
     a = nm(bt_add(ctx, a, ly->bo), il, "attn_out_biased");
     struct bt_tensor *hres = nm(bt_add(ctx, x, a), il, "attn_residual");
-    cur = nm(bt_rms_norm(ctx, hres, h->norm_eps), il, "ffn_rms");
-    cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
+    cur = bt_layer_rms_norm(ctx, hres, ly->ffn_norm, h->norm_eps, il, "ffn");
     struct bt_tensor *f = cur ? oai_moe(ctx, m, ly, cur, il) : NULL;
     return nm(bt_add(ctx, hres, f), il, "out");
 }

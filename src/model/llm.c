@@ -55,6 +55,7 @@
 #include "baton/alloc.h"
 #include "baton/sched.h"
 #include "baton/backend-reg.h"
+#include "../mem.h"
 #include "arch_impl.h"
 #include "ffn.h"
 
@@ -156,7 +157,7 @@ static struct bt_tensor *attn_mla(bt_context *ctx, const struct bt_llm *m, struc
     struct bt_tensor *q;
     if (ly->wq_a) {
         q = nm(bt_mul_mat(ctx, ly->wq_a, cur), il, "q_a"); /* [q_lora, T] */
-        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_a_rms"), ly->q_a_norm), il, "q_a_norm");
+        q = bt_layer_rms_norm(ctx, q, ly->q_a_norm, h->norm_eps, il, "q_a");
         q = nm(bt_mul_mat(ctx, ly->wq_b, q), il, "q"); /* [hk * H, T] */
     } else {
         q = nm(bt_mul_mat(ctx, ly->wq, cur), il, "q");
@@ -166,7 +167,7 @@ static struct bt_tensor *attn_mla(bt_context *ctx, const struct bt_llm *m, struc
     if (!q || !kvp) return NULL;
     /* the latent c [R, T] normed, the shared rope key kr [r, 1, T] roped */
     struct bt_tensor *c = nm(bt_view_2d(ctx, kvp, R, T, kvp->nb[1], 0), il, "kv_cmpr");
-    c = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, c, h->norm_eps), il, "kv_cmpr_rms"), ly->kv_a_norm), il, "kv_cmpr_norm");
+    c = bt_layer_rms_norm(ctx, c, ly->kv_a_norm, h->norm_eps, il, "kv_cmpr");
     struct bt_tensor *kr = nm(bt_view_3d(ctx, kvp, r, 1, T, kvp->nb[1], kvp->nb[1], (size_t)R * kvp->nb[0]), il,
                               "k_pe");
     const struct bt_rope_yarn *yarn = h->rope_yarn.ext_factor != 0.0f ? &h->rope_yarn : NULL;
@@ -206,16 +207,16 @@ static struct bt_tensor *attn_mha(bt_context *ctx, const struct bt_llm *m, struc
     struct bt_tensor *k = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wk, cur), il, "k"), ly->bk, il, "k_bias");
     struct bt_tensor *v = add_bias(ctx, nm(bt_mul_mat(ctx, ly->wv, cur), il, "v"), ly->bv, il, "v_bias");
     if (m->arch->qk_norm_full) {
-        q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
-        k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
+        q = bt_layer_rms_norm(ctx, q, ly->q_norm, h->norm_eps, il, "q");
+        k = bt_layer_rms_norm(ctx, k, ly->k_norm, h->norm_eps, il, "k");
     }
     q = nm(bt_reshape_3d(ctx, q, hd, H, T), il, "q_heads");
     k = nm(bt_reshape_3d(ctx, k, hd, Hk, T), il, "k_heads");
     if (!m->arch->qk_norm_full) { /* per head: qwen3's, gemma3's, glm4moe's where its file has them */
         if (ly->q_norm)
-            q = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, q, h->norm_eps), il, "q_rms"), ly->q_norm), il, "q_norm");
+            q = bt_layer_rms_norm(ctx, q, ly->q_norm, h->norm_eps, il, "q");
         if (ly->k_norm)
-            k = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, k, h->norm_eps), il, "k_rms"), ly->k_norm), il, "k_norm");
+            k = bt_layer_rms_norm(ctx, k, ly->k_norm, h->norm_eps, il, "k");
     }
     /* a sliding layer: its rope, its cells, its mask */
     const bool swa = bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
@@ -261,22 +262,18 @@ static struct bt_tensor *layer(bt_context *ctx, const struct bt_llm *m, struct b
                                int il, const struct bt_llm_graph *gi) {
     const struct bt_hparams *h = &m->hp;
     const struct bt_llm_layer *ly = &m->layers[il];
-    struct bt_tensor *cur = nm(bt_rms_norm(ctx, x, h->norm_eps), il, "attn_rms");
-    cur = nm(bt_mul(ctx, cur, ly->attn_norm), il, "attn_norm");
+    struct bt_tensor *cur = bt_layer_rms_norm(ctx, x, ly->attn_norm, h->norm_eps, il, "attn");
     struct bt_tensor *a = !cur           ? NULL
                           : m->arch->mla ? attn_mla(ctx, m, kv, cur, il, gi)
                                          : attn_mha(ctx, m, kv, cur, il, gi);
     if (m->arch->post_norm)
-        a = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, a, h->norm_eps), il, "attn_post_rms"), ly->attn_post_norm), il,
-               "attn_post_norm");
+        a = bt_layer_rms_norm(ctx, a, ly->attn_post_norm, h->norm_eps, il, "attn_post");
     struct bt_tensor *hres = nm(bt_add(ctx, x, a), il, "attn_residual");
 
-    cur = nm(bt_rms_norm(ctx, hres, h->norm_eps), il, "ffn_rms");
-    cur = nm(bt_mul(ctx, cur, ly->ffn_norm), il, "ffn_norm");
+    cur = bt_layer_rms_norm(ctx, hres, ly->ffn_norm, h->norm_eps, il, "ffn");
     struct bt_tensor *f = ffn(ctx, m, cur, il);
     if (m->arch->post_norm)
-        f = nm(bt_mul(ctx, nm(bt_rms_norm(ctx, f, h->norm_eps), il, "ffn_post_rms"), ly->ffn_post_norm), il,
-               "ffn_post_norm");
+        f = bt_layer_rms_norm(ctx, f, ly->ffn_post_norm, h->norm_eps, il, "ffn_post");
     return nm(bt_add(ctx, hres, f), il, "out");
 }
 
@@ -343,8 +340,7 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
         out->out_ids = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, n_out), -1, "inp_out_ids");
         if (out->out_ids) bt_set_input(out->out_ids);
         x = nm(bt_get_rows(ctx, x, out->out_ids), -1, "result_rows"); /* [d, n_out] */
-        x = nm(bt_rms_norm(ctx, x, h->norm_eps), -1, "result_rms");
-        x = nm(bt_mul(ctx, x, m->gl.output_norm), -1, "result_norm");
+        x = bt_layer_rms_norm(ctx, x, m->gl.output_norm, h->norm_eps, -1, "result");
         /* tied: the embedding (a described model has a tensor of its own for it) */
         if (kind == BT_LLM_OUT_LOGITS)
             x = nm(bt_mul_mat(ctx, m->gl.output ? m->gl.output : m->gl.tok_embd, x), -1, "result_output");
@@ -488,10 +484,7 @@ void bt_llm_stage_free(struct bt_llm_stage *s) {
     if (!s) return;
     for (int i = 0; i < MAX_GRAPHS; i++) slot_free(&s->slots[i]);
     if (s->fallback) bt_backend_free(s->fallback);
-    free(s->out_ids);
-    free(s->mask);
-    free(s->mask_swa);
-    free(s);
+    BT_FREE_ALL(s->out_ids, s->mask, s->mask_swa, s);
 }
 
 int bt_llm_stage_n_graphs(const struct bt_llm_stage *s) { return s->n_built; }
@@ -628,12 +621,9 @@ enum bt_status bt_llm_ctx_new(struct bt_llm *m, const struct bt_llm_ctx_params *
         return bt_error_printf(err, n_err, BT_ERR_NOMEM, "out of memory (context of %lld cells)", (long long)p->n_ctx);
     }
     st = bt_llm_stage_new(m, c->kv, c->backend, p->n_ubatch, &c->stage, err, n_err);
-    if (st != BT_OK) {
-        bt_llm_ctx_free(c);
-        return st;
-    }
-    *out = c;
-    return BT_OK;
+    if (st == BT_OK) *out = c;
+    else bt_llm_ctx_free(c);
+    return st;
 }
 
 void bt_llm_ctx_free(struct bt_llm_ctx *c) {

@@ -17,6 +17,7 @@
  * work is ready; its rows are pooled as they come back, in token order. */
 #define _GNU_SOURCE /* clock_gettime, pthread_cond_timedwait */
 #include "batcher.h"
+#include "../mem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -149,12 +150,7 @@ void bt_batcher_default_params(struct bt_batcher_params *p) {
 }
 
 static void flight_free(struct flight *f) {
-    free(f->token);
-    free(f->pos);
-    free(f->seq);
-    free(f->logits);
-    free(f->row_slot);
-    free(f->row_req);
+    BT_FREE_ALL(f->token, f->pos, f->seq, f->logits, f->row_slot, f->row_req);
 }
 
 void bt_batcher_free(struct bt_batcher *b) {
@@ -196,23 +192,11 @@ void bt_batcher_free(struct bt_batcher *b) {
             b->failed = true;
     for (int i = 0; i < b->max_inflight && b->fl; i++) flight_free(&b->fl[i]);
     for (int s = 0; s < b->n_seq && b->slots; s++) free(b->slots[s].cell_tok);
-    free(b->fl);
-    free(b->slots);
-    free(b->adds);
-    free(b->adds_taken);
-    free(b->cancels);
-    free(b->logits);
-    free(b->hidden);
-    free(b->vec);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
-    free(b->eog);
-    free(b->eog_raw);
-    free(b->row_keep);
-    free(b->row_tmp);
     bt_token_trie_free(b->trie);
-    free(b->allowed);
-    free(b);
+    BT_FREE_ALL(b->fl, b->slots, b->adds, b->adds_taken, b->cancels, b->logits, b->hidden, b->vec, b->eog, b->eog_raw,
+                b->row_keep, b->row_tmp, b->allowed, b);
 }
 
 enum bt_status bt_batcher_new(struct bt_engine *e, const bt_tokenizer *tok, const struct bt_batcher_params *p,

@@ -2,6 +2,7 @@
  * device transport, dist options; and what a topology says about its ranks
  * for the offline plan. */
 #include "bringup.h"
+#include "../mem.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -378,10 +379,7 @@ enum bt_status bt_rank_init(struct bt_rank *r, const struct bt_rank_config *c, i
 void bt_rank_free(struct bt_rank *r) {
     if (r->device_t) r->device_t->iface.free(r->device_t);
     bt_backend_free(r->backend);
-    free(r->layer_counts);
-    free(r->pins);
-    free(r->groups);
-    free(r->device_edges);
+    BT_FREE_ALL(r->layer_counts, r->pins, r->groups, r->device_edges);
     if (r->have_topo) bt_topology_free(&r->topo);
     if (r->t) bt_transport_mpi_finalize(r->t);
     memset(r, 0, sizeof *r);

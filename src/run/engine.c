@@ -25,6 +25,7 @@
  * STATS, a few bytes), which bt_engine_compute_seconds reports.
  */
 #include "engine.h"
+#include "../mem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -155,12 +156,7 @@ uint64_t bt_engine_computing(const struct bt_engine *e) {
 }
 
 void bt_engine_default_params(struct bt_engine_params *p) {
-    memset(p, 0, sizeof *p);
-    p->n_ctx = 4096;
-    p->n_seq_max = 1;
-    p->n_ubatch = 512;
-    p->kv_type = BT_TYPE_F16;
-    p->max_inflight = 0;
+    *p = (struct bt_engine_params){.n_ctx = 4096, .n_seq_max = 1, .n_ubatch = 512, .kv_type = BT_TYPE_F16};
 }
 
 /* ---- messages --------------------------------------------------------------------- */
@@ -347,10 +343,7 @@ static enum bt_status place_layers(struct bt_gguf *g, const struct bt_hparams *h
             st = BT_ERR_NOMEM;
         }
     }
-    free(lc.flops);
-    free(lc.wbytes);
-    free(lc.cut_bytes);
-    free(pred);
+    BT_FREE_ALL(lc.flops, lc.wbytes, lc.cut_bytes, pred);
     return st;
 }
 
@@ -630,14 +623,7 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->outs);
     bt_model_dist_free(e->md); /* collective: every rank closes */
     bt_gguf_close(e->g);
-    free(e->rows);
-    free(e->in);
-    free(e->il0s);
-    free(e->il1s);
-    free(e->stats_in);
-    free(e->stats_rq);
-    free(e->rank_compute_s);
-    free(e);
+    BT_FREE_ALL(e->rows, e->in, e->il0s, e->il1s, e->stats_in, e->stats_rq, e->rank_compute_s, e);
 }
 
 const char *bt_engine_error(const struct bt_engine *e) { return e->err; }

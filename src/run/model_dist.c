@@ -1,5 +1,6 @@
 /* model_dist.c - a GGUF model on the distributed runtime (see model_dist.h). */
 #include "model_dist.h"
+#include "../mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +60,8 @@ struct bt_model_dist {
 };
 
 void bt_model_dist_default_params(struct bt_model_dist_params *p) {
-    memset(p, 0, sizeof *p);
-    p->n_ctx = 512;
-    p->n_seq_max = 1;
-    p->n_ubatch = 32;
-    p->kv_type = BT_TYPE_F16;
-    p->dist.n_copies = 2;
+    *p = (struct bt_model_dist_params){
+        .n_ctx = 512, .n_seq_max = 1, .n_ubatch = 32, .kv_type = BT_TYPE_F16, .dist = {.n_copies = 2}};
 }
 
 const struct bt_hparams *bt_model_dist_hparams(const struct bt_model_dist *md) { return bt_llm_hparams(md->m); }
@@ -301,12 +298,9 @@ enum bt_status bt_model_dist_open(bt_transport *t, bt_backend_t backend, struct 
         st = shape_plan(md, 0, p->n_ubatch, bt_kv_get_config(md->kv)->n_ctx, 1, BT_LLM_OUT_LOGITS);
         if (st != BT_OK) snprintf(err, n_err, "%s", md->err);
     }
-    if (st != BT_OK) {
-        bt_model_dist_free(md);
-        return st;
-    }
-    *out = md;
-    return BT_OK;
+    if (st == BT_OK) *out = md;
+    else bt_model_dist_free(md);
+    return st;
 }
 
 void bt_model_dist_free(struct bt_model_dist *md) {
@@ -323,12 +317,7 @@ void bt_model_dist_free(struct bt_model_dist *md) {
     shape_free(&md->shapes[0]);
     bt_kv_free(md->kv);
     bt_llm_free(md->m);
-    free(md->cells);
-    free(md->rows);
-    free(md->mask);
-    free(md->mask_swa);
-    free(md->counts);
-    free(md);
+    BT_FREE_ALL(md->cells, md->rows, md->mask, md->mask_swa, md->counts, md);
 }
 
 /* The slot of a shape: found, or planned (collective) in a free slot or in

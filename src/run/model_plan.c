@@ -1,5 +1,6 @@
 /* model_plan.c - the plan of a GGUF model over ranks (see model_plan.h). */
 #include "model_plan.h"
+#include "../mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +13,7 @@ void bt_model_plan_free(struct bt_model_plan *mp) {
     if (mp->ctx) bt_free(mp->ctx);
     bt_kv_free(mp->kv);
     bt_llm_free(mp->m);
-    free(mp->ranges);
-    free(mp->kv_bytes);
-    free(mp->compute_bytes);
-    free(mp->slot_bytes);
+    BT_FREE_ALL(mp->ranges, mp->kv_bytes, mp->compute_bytes, mp->slot_bytes);
     memset(mp, 0, sizeof *mp);
 }
 

@@ -138,6 +138,22 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
+/* v, the value of param, as a JSON array of n >= 1 entries; else false and
+ * "'PARAM' must be KIND, not ..." or "'PARAM' is empty" + EMPTY_MORE. */
+static bool nonempty_array(const json_t *v, const char *param, const char *kind, const char *empty_more, size_t *n,
+                           struct bt_api_error *err) {
+    if (!json_is_array(v)) {
+        BAD(param, "'%s' must be %s, not %s", param, kind, json_kind(v));
+        return false;
+    }
+    *n = json_array_size(v);
+    if (*n == 0) {
+        BAD(param, "'%s' is empty%s", param, empty_more);
+        return false;
+    }
+    return true;
+}
+
 static bool nomem(struct bt_api_error *err) {
     bt_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
     return false;
@@ -217,15 +233,8 @@ static bool parse_prompt(json_t *o, const struct bt_api_limits *lim, struct bt_a
         if (!(r->prompt = dup_n(json_string_value(p), json_string_length(p)))) return nomem(err);
         return true;
     }
-    if (!json_is_array(p)) {
-        BAD("prompt", "'prompt' must be a string or an array of token ids, not %s", json_kind(p));
-        return false;
-    }
-    size_t n = json_array_size(p);
-    if (n == 0) {
-        BAD("prompt", "'prompt' is empty");
-        return false;
-    }
+    size_t n;
+    if (!nonempty_array(p, "prompt", "a string or an array of token ids", "", &n, err)) return false;
     if (!json_is_integer(json_array_get(p, 0))) {
         BAD("prompt", "'prompt' as an array holds one string or token ids; several prompts in one request are "
                       "not supported");
@@ -311,15 +320,8 @@ static bool parse_messages(json_t *o, struct bt_api_request *r, struct bt_api_er
         BAD("messages", "you must provide 'messages'");
         return false;
     }
-    if (!json_is_array(m)) {
-        BAD("messages", "'messages' must be an array, not %s", json_kind(m));
-        return false;
-    }
-    size_t n = json_array_size(m);
-    if (n == 0) {
-        BAD("messages", "'messages' is empty: give at least one message");
-        return false;
-    }
+    size_t n;
+    if (!nonempty_array(m, "messages", "an array", ": give at least one message", &n, err)) return false;
     if (n > BT_API_MAX_MESSAGES) {
         BAD("messages", "'messages' has %zu messages: at most %d", n, BT_API_MAX_MESSAGES);
         return false;
@@ -1271,16 +1273,10 @@ static bool parse_embd_input(json_t *v, const char *param, const struct bt_api_l
         in->len = json_string_length(v);
         return (in->text = dup_n(json_string_value(v), in->len)) != NULL || nomem(err);
     }
-    if (!json_is_array(v)) {
-        BAD(param, "'%s' must be a string or an array of token ids, not %s", param, json_kind(v));
-        return false;
-    }
-    if (json_array_size(v) == 0) {
-        BAD(param, "'%s' is empty", param);
-        return false;
-    }
+    size_t n;
+    if (!nonempty_array(v, param, "a string or an array of token ids", "", &n, err)) return false;
     if (!parse_ids(v, param, lim, &in->ids, err)) return false;
-    in->n_ids = json_array_size(v);
+    in->n_ids = n;
     return true;
 }
 

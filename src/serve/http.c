@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "serve.h"
+#include "../mem.h"
 
 #define WAIT_MS 50
 #define RETRY_AFTER_S "1"
@@ -195,13 +196,9 @@ static struct bt_conn_client *client_entry(struct bt_conn_count *cc, const struc
     for (int i = 0; i < cc->n_clients; i++)
         if (cc->clients[i].family == who->family && !memcmp(cc->clients[i].addr, who->addr, sizeof who->addr))
             return &cc->clients[i];
-    if (cc->n_clients == cc->cap_clients) {
-        int cap = cc->cap_clients ? 2 * cc->cap_clients : 16;
-        struct bt_conn_client *t = realloc(cc->clients, (size_t)cap * sizeof *t);
-        if (!t) return NULL;
-        cc->clients = t;
-        cc->cap_clients = cap;
-    }
+    struct bt_conn_client *t = bt_grow(cc->clients, &cc->cap_clients, (size_t)cc->n_clients + 1, sizeof *t, 16);
+    if (!t) return NULL;
+    cc->clients = t;
     struct bt_conn_client *e = &cc->clients[cc->n_clients++];
     *e = *who;
     e->open = 0;
@@ -1118,14 +1115,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->answered = r->raw = true;
             return send_raw(s, conn, r->route, &e) ? MHD_YES : MHD_NO;
         }
-        if (r->len + n + 1 > r->cap) {
-            size_t cap = r->cap ? r->cap : 4096;
-            while (cap < r->len + n + 1) cap *= 2;
-            char *b = realloc(r->body, cap);
-            if (!b) return MHD_NO;
-            r->body = b;
-            r->cap = cap;
-        }
+        char *b = bt_grow(r->body, &r->cap, r->len + n + 1, 1, 4096);
+        if (!b) return MHD_NO;
+        r->body = b;
         memcpy(r->body + r->len, upload, n);
         r->len += n;
         r->body[r->len] = 0;

@@ -2,6 +2,7 @@
  * engine's thread, and each job's text and end (jobs.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "jobs.h"
+#include "../mem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,11 +73,7 @@ static void job_free(struct bt_job *j) {
     free(j->more);
     free(j->users);
     bt_api_request_free(&j->req);
-    free(j->prompt);
-    free(j->echo);
-    free(j->text);
-    free(j->lp);
-    free(j->embd);
+    BT_FREE_ALL(j->prompt, j->echo, j->text, j->lp, j->embd);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -213,40 +210,34 @@ void bt_job_set_embd(struct bt_jobs *q, struct bt_job *j, const float *embd, int
     pthread_mutex_unlock(&q->mu);
 }
 
+/* The answer cannot be kept: the job (j, of parent job p) ends as failed
+ * with error; unlocks q. */
+static void emit_failed(struct bt_jobs *q, struct bt_job *j, struct bt_job *p, const char *error) {
+    snprintf(j->error, sizeof j->error, "%s", error);
+    p->cancel = true;
+    pthread_mutex_unlock(&q->mu);
+}
+
 void bt_job_emit(struct bt_jobs *q, struct bt_job *j, const char *text, size_t len, const bt_logprobs *lp) {
     pthread_mutex_lock(&q->mu);
     struct bt_job *p = j->parent ? j->parent : j; /* its job: where cancels and waits are */
     j->n_tokens++;
     if (lp) {
-        if (j->n_lp == j->cap_lp) {
-            size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
-            bt_logprobs *l = realloc(j->lp, cap * sizeof *l);
-            if (!l) {
-                snprintf(j->error, sizeof j->error, "out of memory for the answer's log-probabilities");
-                p->cancel = true;
-                pthread_mutex_unlock(&q->mu);
-                return;
-            }
-            j->lp = l;
-            j->cap_lp = cap;
+        bt_logprobs *l = bt_grow(j->lp, &j->cap_lp, j->n_lp + 1, sizeof *l, 64);
+        if (!l) {
+            emit_failed(q, j, p, "out of memory for the answer's log-probabilities");
+            return;
         }
+        j->lp = l;
         j->lp[j->n_lp++] = *lp;
     }
     if (len > 0) {
-        if (j->len + len + 1 > j->cap) {
-            size_t cap = j->cap ? j->cap : 256;
-            while (cap < j->len + len + 1) cap *= 2;
-            char *t = realloc(j->text, cap);
-            if (!t) {
-                /* the answer cannot be kept: end the job as failed */
-                snprintf(j->error, sizeof j->error, "out of memory for the answer's text");
-                p->cancel = true;
-                pthread_mutex_unlock(&q->mu);
-                return;
-            }
-            j->text = t;
-            j->cap = cap;
+        char *t = bt_grow(j->text, &j->cap, j->len + len + 1, 1, 256);
+        if (!t) {
+            emit_failed(q, j, p, "out of memory for the answer's text");
+            return;
         }
+        j->text = t;
         memcpy(j->text + j->len, text, len);
         j->len += len;
         j->text[j->len] = 0;

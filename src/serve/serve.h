@@ -58,7 +58,8 @@ struct bt_conn_count {
     pthread_mutex_t mu;
     int open;
     struct bt_conn_client *clients; /* one per address with connections open */
-    int n_clients, cap_clients;
+    int n_clients;
+    size_t cap_clients;
 };
 
 struct bt_server {

@@ -7,6 +7,7 @@
  * baton's tests).  Formats that llama.cpp detects after the last one baton
  * writes (exaone, granite, ...) are reported as unknown rather than guessed. */
 #include "chat.h"
+#include "../mem.h"
 #include "jinja.h"
 
 #include <ctype.h>
@@ -92,17 +93,12 @@ typedef struct {
 
 static void put_n(out_buf *b, const char *s, size_t n) {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+    char *p = bt_grow(b->p, &b->cap, b->n + n + 1, 1, 256);
+    if (!p) {
+        b->oom = 1;
+        return;
     }
+    b->p = p;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -241,13 +237,35 @@ static void write_turns(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass,
     }
 }
 
+/* The formats that write each message as PRE role MID content END (the
+ * first message's PRE is FIRST) and the assistant's turn as GEN; false for
+ * another format. */
+static bool write_tagged(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+    static const struct {
+        enum fmt f;
+        const char *first, *pre, *mid, *end, *gen;
+    } tags[] = {
+        {F_CHATML, "<|im_start|>", "<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n"},
+        {F_PHI3, "<|", "<|", "|>\n", "<|end|>\n", "<|assistant|>\n"},
+        {F_PHI4, "<|im_start|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>", "<|im_start|>assistant<|im_sep|>"},
+        {F_FALCON3, "<|", "<|", "|>\n", "\n", "<|assistant|>\n"},
+        {F_ZEPHYR, "<|", "<|", "|>\n", "<|endoftext|>\n", "<|assistant|>\n"},
+        {F_MONARCH, "", "<s>", "\n", "</s>\n", "<s>assistant\n"},
+    };
+    const size_t n_tags = sizeof tags / sizeof tags[0];
+    size_t t = 0;
+    while (t < n_tags && tags[t].f != f) t++;
+    if (t == n_tags) return false;
+    for (size_t i = 0; i < n; i++)
+        put(b, i ? tags[t].pre : tags[t].first), put(b, m[i].role), put(b, tags[t].mid), put(b, m[i].content),
+            put(b, tags[t].end);
+    if (add_ass) put(b, tags[t].gen);
+    return true;
+}
+
 static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, out_buf *b) {
+    if (write_tagged(f, m, n, add_ass, b)) return;
     switch (f) {
-    case F_CHATML:
-        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
-                                       put(b, "<|im_end|>\n");
-        if (add_ass) put(b, "<|im_start|>assistant\n");
-        break;
     case F_MISTRAL_V7:
     case F_MISTRAL_V7_TEKKEN:
     case F_MISTRAL_V1:
@@ -258,30 +276,6 @@ static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, o
     case F_LLAMA2_SYS_BOS:
     case F_LLAMA2_SYS_STRIP:
         write_inst(f, m, n, b);
-        break;
-    case F_PHI3:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
-                                       put(b, "<|end|>\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_PHI4:
-        for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "<|im_sep|>"),
-                                       put(b, m[i].content), put(b, "<|im_end|>");
-        if (add_ass) put(b, "<|im_start|>assistant<|im_sep|>");
-        break;
-    case F_FALCON3:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content), put(b, "\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_ZEPHYR:
-        for (size_t i = 0; i < n; i++) put(b, "<|"), put(b, m[i].role), put(b, "|>\n"), put(b, m[i].content),
-                                       put(b, "<|endoftext|>\n");
-        if (add_ass) put(b, "<|assistant|>\n");
-        break;
-    case F_MONARCH:
-        for (size_t i = 0; i < n; i++) put(b, i ? "<s>" : ""), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
-                                       put(b, "</s>\n");
-        if (add_ass) put(b, "<s>assistant\n");
         break;
     case F_GEMMA:
     case F_ORION:
@@ -349,8 +343,7 @@ static void write_fmt(enum fmt f, const bt_chat_msg *m, size_t n, int add_ass, o
             else put_trim(b, m[i].content);
         }
         break;
-    case F_COUNT:
-    case F_UNKNOWN:
+    default: /* F_UNKNOWN, F_COUNT: write_tagged wrote the tagged formats */
         BT_ASSERT(!"unknown format");
     }
 }

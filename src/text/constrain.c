@@ -11,6 +11,7 @@
  * computed once and then looked up.  The table lives as long as the output
  * and is emptied when full, at the start of a mask. */
 #include "constrain.h"
+#include "../mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,11 +125,7 @@ nomem:
 
 void bt_token_trie_free(bt_token_trie *t) {
     if (!t) return;
-    free(t->nodes);
-    free(t->tok_next);
-    free(t->eog);
-    free(t->eog_ids);
-    free(t);
+    BT_FREE_ALL(t->nodes, t->tok_next, t->eog, t->eog_ids, t);
 }
 
 bt_constraint *bt_constraint_new(const bt_grammar *g, const bt_token_trie *t) {
@@ -156,10 +153,7 @@ void bt_constraint_free(bt_constraint *c) {
         free(c->cache[i].mask);
     }
     for (int32_t i = 0; c->st && i < MAX_STATES; i++) bt_grammar_state_free(c->st[i]);
-    free(c->st);
-    free(c->next);
-    free(c->hash);
-    free(c->index);
+    BT_FREE_ALL(c->st, c->next, c->hash, c->index);
     bt_grammar_state_free(c->scratch);
     free(c);
 }

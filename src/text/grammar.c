@@ -16,6 +16,7 @@
  *     dropped, so a hostile grammar costs bounded time and the outcome is
  *     the same every run. */
 #include "grammar.h"
+#include "../mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,11 +85,7 @@ bt_grammar *bt_grammar_new(void) {
 void bt_grammar_free(bt_grammar *g) {
     if (!g) return;
     for (int32_t i = 0; i < g->n_rules; i++) free(g->rb[i].el);
-    free(g->rb);
-    free(g->cls);
-    free(g->el);
-    free(g->rule_off);
-    free(g);
+    BT_FREE_ALL(g->rb, g->cls, g->el, g->rule_off, g);
 }
 
 const char *bt_grammar_error(const bt_grammar *g) { return g->err; }
@@ -292,11 +289,7 @@ static bool find_nullable(const bt_grammar *g, bool *nullable) {
             }
         }
     }
-    free(left);
-    free(owner);
-    free(occ_off);
-    free(occ);
-    free(queue);
+    BT_FREE_ALL(left, owner, occ_off, occ, queue);
     return ok;
 }
 
@@ -381,10 +374,7 @@ enum bt_status bt_grammar_finish(bt_grammar *g, int32_t root, char *err, size_t 
     g->root = root;
     g->done = true;
 out:
-    free(nullable);
-    free(mark);
-    free(stk);
-    free(at);
+    BT_FREE_ALL(nullable, mark, stk, at);
     return st;
 }
 
@@ -417,11 +407,7 @@ bt_grammar_state *bt_grammar_state_new(const bt_grammar *g) {
 
 void bt_grammar_state_free(bt_grammar_state *s) {
     if (!s) return;
-    free(s->off);
-    free(s->len);
-    free(s->hash);
-    free(s->pool);
-    free(s);
+    BT_FREE_ALL(s->off, s->len, s->hash, s->pool, s);
 }
 
 static bool reserve(bt_grammar_state *s, uint32_t n_stacks, size_t n_pool) {

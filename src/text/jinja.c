@@ -811,6 +811,14 @@ static node *parse_subscribed(parser *P) {
     return s;
 }
 
+/* a call of n at the current "(" */
+static node *parse_call(parser *P, node *n, size_t off) {
+    node *c = mk(P, E_CALL, off);
+    c->a = n;
+    parse_call_args(P, c);
+    return c;
+}
+
 static node *parse_postfix(parser *P, node *n) {
     for (;;) {
         tok *t = cur(P);
@@ -833,27 +841,25 @@ static node *parse_postfix(parser *P, node *n) {
             if (is_op(P, ",")) perr(P, cur(P), "a tuple index is not supported");
             expect_op(P, "]");
             n = a;
-        } else if (is_op(P, "(")) {
-            node *c = mk(P, E_CALL, t->off);
-            c->a = n;
-            parse_call_args(P, c);
-            n = c;
-        } else return n;
+        } else if (is_op(P, "(")) n = parse_call(P, n, t->off);
+        else return n;
     }
+}
+
+/* one filter over n at the current "|": | name, | name(args) */
+static node *parse_filter(parser *P, node *n) {
+    P->i++;
+    node *f = mk(P, E_FILTER, cur(P)->off);
+    f->a = n, f->s = expect_name(P);
+    if (is_op(P, "(")) parse_call_args(P, f);
+    return f;
 }
 
 static node *parse_filter_expr(parser *P, node *n) {
     for (;;) {
         tok *t = cur(P);
-        if (is_op(P, "|")) {
-            P->i++;
-            node *f = mk(P, E_FILTER, cur(P)->off);
-            tok *nt = cur(P);
-            f->a = n, f->s = expect_name(P);
-            (void)nt;
-            if (is_op(P, "(")) parse_call_args(P, f);
-            n = f;
-        } else if (is_name(P, "is")) {
+        if (is_op(P, "|")) n = parse_filter(P, n);
+        else if (is_name(P, "is")) {
             P->i++;
             node *te = mk(P, E_TEST, t->off);
             if (is_name(P, "not")) P->i++, te->flag = 1;
@@ -872,12 +878,8 @@ static node *parse_filter_expr(parser *P, node *n) {
                 arg_push(P, te, parse_postfix(P, parse_primary(P)), NULL);
             }
             n = te;
-        } else if (is_op(P, "(")) {
-            node *c = mk(P, E_CALL, t->off);
-            c->a = n;
-            parse_call_args(P, c);
-            n = c;
-        } else return n;
+        } else if (is_op(P, "(")) n = parse_call(P, n, t->off);
+        else return n;
     }
 }
 
@@ -1055,16 +1057,18 @@ static int at_end(parser *P, const char *const *ends) {
 /* a chain of filters (| f(args)) over an E_BLOCKVAL */
 static node *parse_block_filters(parser *P, size_t off) {
     node *n = mk(P, E_BLOCKVAL, off);
-    while (is_op(P, "|")) {
-        P->i++;
-        node *f = mk(P, E_FILTER, cur(P)->off);
-        tok *nt = cur(P);
-        f->a = n, f->s = expect_name(P);
-        (void)nt;
-        if (is_op(P, "(")) parse_call_args(P, f);
-        n = f;
-    }
+    while (is_op(P, "|")) n = parse_filter(P, n);
     return n;
+}
+
+/* A block's body, from its opening tag's %} up to its {% END (consumed up to
+ * what follows END). */
+static nlist parse_block(parser *P, const char *end) {
+    expect_bend(P);
+    const char *const ends[] = {end, NULL};
+    nlist body = parse_body(P, ends);
+    P->i += 2;
+    return body;
 }
 
 static node *parse_stmt(parser *P) {
@@ -1113,12 +1117,7 @@ static node *parse_stmt(parser *P) {
         static const char *const e1[] = {"else", "endfor", NULL};
         n->x = parse_body(P, e1);
         P->i++;
-        if (!strcmp(expect_name(P), "else")) {
-            expect_bend(P);
-            static const char *const e2[] = {"endfor", NULL};
-            n->y = parse_body(P, e2);
-            P->i += 2;
-        }
+        if (!strcmp(expect_name(P), "else")) n->y = parse_block(P, "endfor");
         expect_bend(P);
     } else if (!strcmp(w, "set")) {
         node *target = parse_target(P, 1, NULL);
@@ -1132,10 +1131,7 @@ static node *parse_stmt(parser *P) {
             n = mk(P, N_SETBLOCK, bt->off);
             n->b = target;
             n->a = parse_block_filters(P, cur(P)->off);
-            expect_bend(P);
-            static const char *const e[] = {"endset", NULL};
-            n->x = parse_body(P, e);
-            P->i += 2;
+            n->x = parse_block(P, "endset");
             expect_bend(P);
         }
     } else if (!strcmp(w, "macro")) {
@@ -1154,10 +1150,7 @@ static node *parse_stmt(parser *P) {
             arg_push(P, n, def, pn);
         }
         P->i++;
-        expect_bend(P);
-        static const char *const e[] = {"endmacro", NULL};
-        n->y = parse_body(P, e);
-        P->i += 2;
+        n->y = parse_block(P, "endmacro");
         if (cur(P)->t == T_NAME) P->i++; /* {% endmacro name %} */
         expect_bend(P);
     } else if (!strcmp(w, "filter")) {
@@ -1179,20 +1172,14 @@ static node *parse_stmt(parser *P) {
             chain = g;
         }
         n->a = chain;
-        expect_bend(P);
-        static const char *const e[] = {"endfilter", NULL};
-        n->x = parse_body(P, e);
-        P->i += 2;
+        n->x = parse_block(P, "endfilter");
         expect_bend(P);
     } else if (!strcmp(w, "break") || !strcmp(w, "continue")) {
         n = mk(P, w[0] == 'b' ? N_BREAK : N_CONTINUE, bt->off);
         expect_bend(P);
     } else if (!strcmp(w, "generation")) { /* transformers' marker of the assistant's text: renders its body */
         n = mk(P, N_BODY, bt->off);
-        expect_bend(P);
-        static const char *const e[] = {"endgeneration", NULL};
-        n->x = parse_body(P, e);
-        P->i += 2;
+        n->x = parse_block(P, "endgeneration");
         expect_bend(P);
     } else {
         static const char *const known[] = {"include", "extends", "import", "from", "block", "call", "raw", "with",

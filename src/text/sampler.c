@@ -9,6 +9,7 @@
  *     std::discrete_distribution, whose algorithm differs between C++
  *     libraries). */
 #include "sampler.h"
+#include "../mem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -116,12 +117,7 @@ nomem:
 
 void bt_sampler_free(bt_sampler *s) {
     if (!s) return;
-    free(s->c);
-    free(s->hist);
-    free(s->count);
-    free(s->bias_id);
-    free(s->bias);
-    free(s);
+    BT_FREE_ALL(s->c, s->hist, s->count, s->bias_id, s->bias, s);
 }
 
 enum bt_status bt_sampler_set_bias(bt_sampler *s, const int32_t *ids, const float *bias, int32_t n, char *err,

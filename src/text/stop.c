@@ -4,6 +4,7 @@
  * string that appears later must begin inside it, so only it is searched. */
 #define _GNU_SOURCE /* memmem */
 #include "stop.h"
+#include "../mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +32,7 @@ void bt_stopper_show_token(bt_stopper *s, int32_t id) { s->shown = id; }
 void bt_stopper_free(bt_stopper *s) {
     if (!s) return;
     for (size_t i = 0; i < s->n_stops; i++) free(s->stops[i]);
-    free(s->stops);
-    free(s->stop_len);
-    free(s->held);
-    free(s->out);
-    free(s);
+    BT_FREE_ALL(s->stops, s->stop_len, s->held, s->out, s);
 }
 
 enum bt_status bt_stopper_create(const char *const *stops, size_t n_stops, int64_t max_tokens, bt_stopper **out,

@@ -22,6 +22,7 @@
 #include <pcre2.h>
 
 #include "tokenizer.h"
+#include "../mem.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -433,19 +434,8 @@ void bt_tokenizer_free(bt_tokenizer *tok) {
     for (int i = 0; i < tok->n_rx; i++) pcre2_code_free(tok->rx[i]);
     if (tok->piece)
         for (uint32_t i = 0; i < tok->n_tokens; i++) free(tok->piece[i]);
-    free(tok->piece);
-    free(tok->piece_len);
-    free(tok->pool);
-    free(tok->text);
-    free(tok->len);
-    free(tok->score);
-    free(tok->attr);
-    free(tok->tok_map.slots);
-    free(tok->merge_map.slots);
-    free(tok->special);
-    free(tok->eog);
-    free(tok->pairs.k);
-    free(tok);
+    BT_FREE_ALL(tok->piece, tok->piece_len, tok->pool, tok->text, tok->len, tok->score, tok->attr, tok->tok_map.slots,
+                tok->merge_map.slots, tok->special, tok->eog, tok->pairs.k, tok);
 }
 
 static void byte_map_init(bt_tokenizer *t) {
@@ -936,10 +926,7 @@ typedef struct {
 } work;
 
 static void work_free(work *w) {
-    free(w->len);
-    free(w->q.h);
-    free(w->key.p);
-    free(w->wc);
+    BT_FREE_ALL(w->len, w->q.h, w->key.p, w->wc);
     bt_tokens_free(&w->wc_ids);
 }
 

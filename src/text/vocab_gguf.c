@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "../mem.h"
 #include "tokenizer.h"
 #include "vocab_gguf.h"
 
@@ -216,12 +217,7 @@ enum bt_status bt_tokenizer_from_gguf(struct bt_gguf *g, bt_tokenizer **out, cha
     st = bt_tokenizer_create(&sp, out, inner, sizeof inner);
     if (st != BT_OK) snprintf(err, errlen, "%s: %s", path, inner);
 done:
-    free(tok_text);
-    free(tok_len);
-    free(merge_text);
-    free(merge_len);
-    free(scores);
-    free(types);
+    BT_FREE_ALL(tok_text, tok_len, merge_text, merge_len, scores, types);
     return st;
 }
 
