@@ -155,24 +155,28 @@ bt_buffer_type_t bt_backend_get_host_buffer_type(bt_backend_t backend) {
     return h ? h : bt_cpu_buffer_type();
 }
 
+/* An asynchronous copy of size bytes at offset goes through the backend's
+ * own slot where it has one (true: checked against the tensor), else it is a
+ * synchronous one. */
+static bool async_slot(bool has_slot, const struct bt_tensor *tensor, size_t offset, size_t size) {
+    if (has_slot) BT_ASSERT(tensor->data != NULL && offset + size <= bt_nbytes(tensor));
+    return has_slot;
+}
+
 void bt_backend_tensor_set_async(bt_backend_t backend, struct bt_tensor *tensor, const void *data,
                                  size_t offset, size_t size) {
-    if (backend->iface.set_tensor_async) {
-        BT_ASSERT(tensor->data != NULL && offset + size <= bt_nbytes(tensor));
+    if (async_slot(backend->iface.set_tensor_async != NULL, tensor, offset, size))
         backend->iface.set_tensor_async(backend, tensor, data, offset, size);
-    } else {
+    else
         bt_tensor_set(tensor, data, offset, size);
-    }
 }
 
 void bt_backend_tensor_get_async(bt_backend_t backend, const struct bt_tensor *tensor, void *data,
                                  size_t offset, size_t size) {
-    if (backend->iface.get_tensor_async) {
-        BT_ASSERT(tensor->data != NULL && offset + size <= bt_nbytes(tensor));
+    if (async_slot(backend->iface.get_tensor_async != NULL, tensor, offset, size))
         backend->iface.get_tensor_async(backend, tensor, data, offset, size);
-    } else {
+    else
         bt_tensor_get(tensor, data, offset, size);
-    }
 }
 
 bool bt_backend_tensor_try_copy_async(bt_backend_t backend_src, bt_backend_t backend_dst,

@@ -580,16 +580,7 @@ int bt_cli_bench_pipeline(int argc, char **argv) {
                          .mbs = {1, 2, 4, 8, 16}, .n_mbs = 5,
                          .modes = {BT_DIST_PROGRESS_COMPUTE, BT_DIST_PROGRESS_THREAD}, .n_modes = 2};
     struct bt_random_model *cfg = &o.cfg;
-    bt_random_model_default(cfg);
-    cfg->arch = "llama";
-    cfg->n_expert = 0;
-    cfg->n_layer = 8;
-    cfg->n_embd = 1024;
-    cfg->n_head = 16;
-    cfg->n_head_kv = 16;
-    cfg->head_dim = 64;
-    cfg->n_ff = 2048;
-    cfg->n_vocab = 256;
+    bt_cli_model_shape(cfg, "llama", &(struct bt_cli_model_dims){8, 1024, 16, 16, 64, 2048, 256});
     const bool quiet = bt_cli_env_rank() != 0;
     const int prc = bp_parse(argc, argv, &o, quiet);
     if (prc >= 0) return prc;

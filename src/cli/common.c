@@ -26,19 +26,24 @@
 
 extern char **environ;
 
-void bt_cli_model_defaults(struct bt_random_model *m) {
+void bt_cli_model_shape(struct bt_random_model *m, const char *arch, const struct bt_cli_model_dims *d) {
     bt_random_model_default(m);
-    m->arch = "qwen2moe";
-    m->n_layer = 8;
-    m->n_embd = 256;
-    m->n_head = 8;
-    m->n_head_kv = 4;
-    m->head_dim = 32;
-    m->n_ff = 512;
+    m->arch = arch;
+    m->n_layer = d->n_layer;
+    m->n_embd = d->n_embd;
+    m->n_head = d->n_head;
+    m->n_head_kv = d->n_head_kv;
+    m->head_dim = d->head_dim;
+    m->n_ff = d->n_ff;
+    m->n_vocab = d->n_vocab;
+    m->n_expert = 0;
+}
+
+void bt_cli_model_defaults(struct bt_random_model *m) {
+    bt_cli_model_shape(m, "qwen2moe", &(struct bt_cli_model_dims){8, 256, 8, 4, 32, 512, 1024});
     m->n_expert = 8;
     m->n_expert_used = 2;
     m->n_ff_exp = 256;
-    m->n_vocab = 1024;
 }
 
 /* strtol and strtoull skip blanks and take a sign; a value here is digits

@@ -53,6 +53,12 @@ enum {
  * (several micro-batches, several layers per rank, MoE layers with a gated
  * shared expert). */
 void bt_cli_model_defaults(struct bt_random_model *m);
+/* A random model of architecture arch (no experts) in these dimensions, the
+ * rest bt_random_model_default's. */
+struct bt_cli_model_dims {
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+};
+void bt_cli_model_shape(struct bt_random_model *m, const char *arch, const struct bt_cli_model_dims *d);
 /* The model options' help, each with its range and m's value as default
  * (one table in common.c gives the help and the parser's ranges); file: the
  * options of make-model (--ctx; no --n-vocab), else of a model in memory. */

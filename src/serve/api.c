@@ -766,14 +766,7 @@ static bool parse_object(enum bt_api_kind kind, json_t *o, const struct bt_api_l
 
     /* OpenAI's defaults: the model's whole distribution */
     bt_sampler_params *sp = &r->sampling;
-    bt_sampler_params_default(sp);
-    sp->temp = 1.0f;
-    sp->top_k = 0;
-    sp->top_p = 1.0f;
-    sp->min_p = 0.0f;
-    sp->repeat_penalty = 1.0f;
-    sp->frequency_penalty = 0.0f;
-    sp->presence_penalty = 0.0f;
+    bt_sampler_params_whole(sp);
     if (!get_number(o, "temperature", 0.0, 2.0, &sp->temp, err)) return false;
     if (!get_number(o, "top_p", 0.0, 1.0, &sp->top_p, err)) return false;
     if (sp->top_p <= 0.0f) {

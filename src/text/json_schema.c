@@ -550,6 +550,12 @@ out:
     return c->failed ? -1 : r;
 }
 
+/* keyword other of a schema refused beside keyword by: a 400 at other's path */
+static int32_t refuse_beside(struct ctx *c, const char *other, const char *by, const char *why) {
+    path_push(c, "%s%s", c->plen ? "." : "", other);
+    return bad(c, "'%s' beside '%s'%s is not supported", other, by, why);
+}
+
 /* "[" ws item_0 ws ("," ws item_i ws)* "]": exactly the schemas of the array s[key], as llama.cpp */
 static int32_t tuple_schema(struct ctx *c, json_t *s, const char *key) {
     json_t *a = json_object_get(s, key), *items = json_object_get(s, "items");
@@ -557,10 +563,7 @@ static int32_t tuple_schema(struct ctx *c, json_t *s, const char *key) {
                         : json_object_get(s, "minItems")                       ? "minItems"
                         : json_object_get(s, "maxItems")                       ? "maxItems"
                                                                                : NULL;
-    if (other) {
-        path_push(c, "%s%s", c->plen ? "." : "", other);
-        return bad(c, "'%s' beside '%s' (a tuple of exactly its schemas) is not supported", other, key);
-    }
+    if (other) return refuse_beside(c, other, key, " (a tuple of exactly its schemas)");
     if (json_array_size(a) > BT_JSON_SCHEMA_MAX_COUNT) {
         path_push(c, "%s%s", c->plen ? "." : "", key);
         return bad(c, "'%s' must be an array of at most %d schemas", key, BT_JSON_SCHEMA_MAX_COUNT);
@@ -666,10 +669,7 @@ static int32_t string_schema(struct ctx *c, json_t *s) {
                             : json_object_get(s, "minLength") ? "minLength"
                             : json_object_get(s, "maxLength") ? "maxLength"
                                                               : NULL;
-        if (other) {
-            path_push(c, "%s%s", c->plen ? "." : "", other);
-            return bad(c, "'%s' beside '%s' is not supported", other, by);
-        }
+        if (other) return refuse_beside(c, other, by, "");
         return pat ? pattern_string(c, json_string_value(pat), json_string_length(pat), "pattern")
                    : pattern_string(c, fp, strlen(fp), "format");
     }

@@ -30,6 +30,14 @@ void bt_sampler_params_default(bt_sampler_params *p) {
     p->seed = 0;
 }
 
+void bt_sampler_params_whole(bt_sampler_params *p) {
+    bt_sampler_params_default(p);
+    p->temp = 1.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+}
+
 enum bt_status bt_sampler_params_check(const bt_sampler_params *p, char *err, size_t errlen) {
     if (!(p->temp >= 0) || !isfinite(p->temp)) {
         snprintf(err, errlen, "--temp %g: the temperature must be 0 (greedy) or positive", (double)p->temp);

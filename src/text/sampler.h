@@ -30,6 +30,9 @@ typedef struct bt_sampler_params {
 } bt_sampler_params;
 
 void bt_sampler_params_default(bt_sampler_params *p);
+/* The model's whole distribution (OpenAI's defaults): temperature 1, no
+ * top-k, top-p or min-p cut, no penalties; the rest as the defaults. */
+void bt_sampler_params_whole(bt_sampler_params *p);
 /* A value a user gave out of range: BT_ERR_INVALID and one message naming
  * the option as llama.cpp's flags do (--temp, --top-k, ...). */
 enum bt_status bt_sampler_params_check(const bt_sampler_params *p, char *err, size_t errlen);
