@@ -64,6 +64,10 @@ START_TEST(test_detect) {
                      BT_TOOL_FORMAT_LLAMA3);
     ck_assert_int_eq(bt_tool_format_detect("<|start_header_id|>ipython<|end_header_id|> <tool_call>"),
                      BT_TOOL_FORMAT_HERMES);
+    /* other formats inside <tool_call> (Qwen3-Coder, Qwen3.5; GLM-4.5 .. 4.7): none baton reads */
+    ck_assert_int_eq(bt_tool_format_detect("<tool_call>\n<function={{ tc.name }}>\n<parameter="),
+                     BT_TOOL_FORMAT_NONE);
+    ck_assert_int_eq(bt_tool_format_detect("<tool_call>{{ tc.name }}<arg_key>{{ k }}</arg_key>"), BT_TOOL_FORMAT_NONE);
     ck_assert_int_eq(bt_tool_format_detect("<|start_header_id|>ipython<|end_header_id|> <function="),
                      BT_TOOL_FORMAT_NONE);
     ck_assert_str_eq(bt_tool_format_name(BT_TOOL_FORMAT_MISTRAL_ARGS), "mistral-args");

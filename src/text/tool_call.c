@@ -53,7 +53,10 @@ static const struct format formats[] = {
 
 enum bt_tool_format bt_tool_format_detect(const char *t) {
     if (!t) return BT_TOOL_FORMAT_NONE;
-    if (strstr(t, HERMES_OPEN)) return BT_TOOL_FORMAT_HERMES;
+    /* Qwen3-Coder's and Qwen3.5's <tool_call><function=NAME><parameter=...>, GLM's
+     * <tool_call>NAME<arg_key>...: other formats inside Hermes' mark, not read here */
+    if (strstr(t, HERMES_OPEN))
+        return strstr(t, "<function=") || strstr(t, "<arg_key>") ? BT_TOOL_FORMAT_NONE : BT_TOOL_FORMAT_HERMES;
     /* functionary v3.1, on Llama 3.1's template, writes <function=NAME>{...}</function> instead */
     if (strstr(t, LLAMA3_HEADER)) return strstr(t, "<function=") ? BT_TOOL_FORMAT_NONE : BT_TOOL_FORMAT_LLAMA3;
     if (!strstr(t, MISTRAL_OPEN)) return BT_TOOL_FORMAT_NONE;
