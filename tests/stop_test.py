@@ -251,7 +251,8 @@ def main():
             os.kill(pid0, signal.SIGINT)
 
         serve_case("serve, ^C under baton-run", run_cmd("run"), ctrl_c, 130,
-                   ["baton-run: got SIGINT: asking the 2 ranks to finish", "draining"])
+                   ["baton-run: got SIGINT: asking the 2 ranks to finish", "draining",
+                    "baton-run: the job finished what it was doing after SIGINT"])
         serve_case("serve, SIGTERM to baton-run", run_cmd("run"), term_run, 143,
                    ["baton-run: got SIGTERM: asking the 2 ranks to finish", "draining"])
         serve_case("serve, SIGUSR1 to mpirun", run_cmd("mpirun"), usr1_mpirun, 0, ["draining"])
