@@ -24,7 +24,7 @@
 
 static inline void *bt_grow(void *p, size_t *cap, size_t need, size_t elem, size_t first) {
     if (need <= *cap) return p;
-    size_t c = *cap ? *cap : first;
+    size_t c = *cap ? *cap : first ? first : 1;
     while (c < need) {
         if (c > SIZE_MAX / 2) return NULL;
         c *= 2;
