@@ -6,16 +6,14 @@
  * with each key, and every tensor's first and last data bytes and its layer
  * are read: whatever the reader accepted must be safe to use.
  *
- * Built with -DBT_FUZZ_STANDALONE it is a plain program that runs the same
+ * Linked with standalone.c it is a plain program that runs the same
  * function over files and folders given on the command line: ctest runs it
  * over tests/fuzz/crashes/ (every input that once crashed) under ASan.
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "gguf.h"
 
@@ -100,53 +98,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(copy);
     return 0;
 }
-
-#ifdef BT_FUZZ_STANDALONE
-static int run_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: cannot open\n", path);
-        return 1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *b = malloc(cap);
-    size_t k;
-    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) b = realloc(b, cap *= 2);
-    }
-    fclose(f);
-    if (!b) return 1;
-    LLVMFuzzerTestOneInput(b, n);
-    free(b);
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    int files = 0, bad = 0;
-    for (int i = 1; i < argc; i++) {
-        struct stat st;
-        if (stat(argv[i], &st) != 0) {
-            fprintf(stderr, "%s: not found\n", argv[i]);
-            return 1;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            bad |= run_file(argv[i]);
-            files++;
-            continue;
-        }
-        DIR *d = opendir(argv[i]);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", argv[i], e->d_name);
-            bad |= run_file(p);
-            files++;
-        }
-        if (d) closedir(d);
-    }
-    printf("fuzz_gguf: %d inputs ran without a fault\n", files);
-    return bad;
-}
-#endif

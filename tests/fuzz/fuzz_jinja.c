@@ -9,16 +9,14 @@
  * its message quickly.  Whatever the input, the result is an output or one
  * message: never a crash, a leak or a hang.
  *
- * Built with -DBT_FUZZ_STANDALONE it is a plain program that runs the same
+ * Linked with standalone.c it is a plain program that runs the same
  * function over the files and folders given on the command line: ctest runs
  * it over tests/data/chat_templates/ and tests/fuzz/jinja_crashes/ under
  * ASan and UBSan. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "text/jinja.h"
 
@@ -61,42 +59,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(ctx);
     return 0;
 }
-
-#ifdef BT_FUZZ_STANDALONE
-static int run_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    size_t got = buf && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf) return 1;
-    LLVMFuzzerTestOneInput(buf, got);
-    free(buf);
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    int files = 0;
-    for (int i = 1; i < argc; i++) {
-        struct stat st;
-        if (stat(argv[i], &st)) continue;
-        if (!S_ISDIR(st.st_mode)) {
-            files += !run_file(argv[i]);
-            continue;
-        }
-        DIR *d = opendir(argv[i]);
-        for (struct dirent *e; d && (e = readdir(d));) {
-            if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", argv[i], e->d_name);
-            files += !run_file(p);
-        }
-        if (d) closedir(d);
-    }
-    printf("fuzz_jinja: %d inputs ran\n", files);
-    return files ? 0 : 1;
-}
-#endif

@@ -10,15 +10,13 @@
  * the input: an answer, never a crash, a leak or a hang (every expansion is
  * bounded).
  *
- * Built with -DBT_FUZZ_STANDALONE it is a plain program that runs the same
+ * Linked with standalone.c it is a plain program that runs the same
  * function over the files and folders given on the command line: ctest runs
  * it over tests/fuzz/schema_seeds/ under ASan and UBSan. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "text/grammar.h"
 #include "text/json_schema.h"
@@ -57,51 +55,3 @@ out:
     free(text);
     return 0;
 }
-
-#ifdef BT_FUZZ_STANDALONE
-static int run_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    size_t got = buf && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf) return 1;
-    LLVMFuzzerTestOneInput(buf, got);
-    free(buf);
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    int n = 0;
-    for (int a = 1; a < argc; a++) {
-        struct stat st;
-        if (stat(argv[a], &st) != 0) {
-            fprintf(stderr, "%s: cannot stat\n", argv[a]);
-            return 1;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            if (run_file(argv[a])) return 1;
-            n++;
-            continue;
-        }
-        DIR *d = opendir(argv[a]);
-        if (!d) return 1;
-        for (struct dirent *e; (e = readdir(d));) {
-            if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", argv[a], e->d_name);
-            if (run_file(p)) {
-                closedir(d);
-                return 1;
-            }
-            n++;
-        }
-        closedir(d);
-    }
-    printf("fuzz_json_schema: %d inputs, no crash\n", n);
-    return 0;
-}
-#endif
