@@ -15,14 +15,14 @@ chunk carries the cached tokens; /metrics counts them; a cache_prompt that
 is not a boolean is a 400.  OUT gets the answers and log-probabilities as
 printed, for serve_test.sh to compare between 1 and 2 ranks.  Prints one
 line per check; exits 1 on the first failure."""
-import http.client
 import json
 import sys
 
-import openai
+import serve_util
 
 PORT, KEY, MODEL, OUT = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key=KEY, max_retries=0, timeout=120)
+client = serve_util.client(PORT, KEY)
+check = serve_util.check
 
 SYSTEM = ("You are the archivist of a small library by the sea. Every answer you give names the shelf, "
           "the row and the year the book came in, and says nothing of the weather, the tides or the "
@@ -31,21 +31,9 @@ QUESTIONS = ["Where is the atlas of the northern islands?", "Where is the atlas 
              "Which shelf holds the ledgers of 1911?"]
 
 
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-    print(f"ok: {what}", flush=True)
-
-
 def raw(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-    h = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
+    st, _, data = serve_util.request(PORT, method, path, body, KEY)
+    return st, data
 
 
 def messages(question, k=0):

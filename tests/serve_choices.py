@@ -13,32 +13,21 @@ choice ends with its finish_reason, then the usage); completions with n=2,
 echo, streamed and not; n=4 (every slot) while nothing else runs; n=5 is a
 400.  OUT gets the answers as printed, for serve_test.sh to compare between
 1 and 2 ranks.  Prints one line per check; exits 1 on the first failure."""
-import http.client
 import json
 import sys
 
 import openai
+import serve_util
 
 PORT, KEY, MODEL, OUT = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key=KEY, max_retries=0, timeout=120)
+client = serve_util.client(PORT, KEY)
+check = serve_util.check
 MESSAGES = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper and a lost whale."}]
 
 
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-    print(f"ok: {what}", flush=True)
-
-
 def raw(path, body):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-    c.request("POST", path, body=json.dumps(body),
-              headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
+    st, _, data = serve_util.request(PORT, "POST", path, body, KEY)
+    return st, data
 
 
 def printed(c):

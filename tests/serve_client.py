@@ -27,19 +27,14 @@ import threading
 import time
 
 import openai
+import serve_util
 
 PORT, KEY, MODEL, PID = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 LOGPROBS_OUT = sys.argv[5] if len(sys.argv) > 5 else None
 ONLY_LOGPROBS = len(sys.argv) > 6 and sys.argv[6] == "logprobs"
 BASE = f"http://127.0.0.1:{PORT}/v1"
-client = openai.OpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-    print(f"ok: {what}", flush=True)
+client = serve_util.client(PORT, KEY)
+check = serve_util.check
 
 
 def rss_kib():
@@ -51,16 +46,7 @@ def rss_kib():
 
 
 def raw(method, path, body=None, headers=None, key=KEY):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-    h = {"Content-Type": "application/json"}
-    if key:
-        h["Authorization"] = f"Bearer {key}"
-    h.update(headers or {})
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, dict(r.getheaders()), data
+    return serve_util.request(PORT, method, path, body, key, headers)
 
 
 def metric(name):

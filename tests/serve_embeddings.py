@@ -15,7 +15,6 @@ others, and among concurrent completions and embeddings.  OUT gets the
 vectors as printed, for serve_test.sh to compare between 1 and 2 ranks."""
 import base64
 import concurrent.futures as cf
-import http.client
 import json
 import math
 import os
@@ -23,30 +22,19 @@ import struct
 import subprocess
 import sys
 
-import openai
+import serve_util
 
 PORT, KEY, MODEL, MODEL_FILE, POOLING, OUT = sys.argv[1:7]
 PORT = int(PORT)
 HERE = os.path.dirname(os.path.abspath(__file__))
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key=KEY, max_retries=0, timeout=120)
+client = serve_util.client(PORT, KEY)
+check = serve_util.check
 TEXTS = ["Hello, world!", "The colour of the sky is", "x", "two  spaces,\ttab\nnew line \u4f60\u597d"]
 
 
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-    print(f"ok: {what}", flush=True)
-
-
 def raw(path, body):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-    c.request("POST", path, body=json.dumps(body),
-              headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
+    st, _, data = serve_util.request(PORT, "POST", path, body, KEY)
+    return st, data
 
 
 def printed(body):

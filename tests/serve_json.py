@@ -22,20 +22,14 @@ import json
 import re
 import sys
 
-import openai
+import serve_util
 
 PORT, MODEL, OUT = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 FMT = sys.argv[4] if len(sys.argv) > 4 else "hermes"
 MARK_ID = sys.argv[5] if len(sys.argv) > 5 else None  # mistral: "[TOOL_CALLS]" a control token of this id
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="none", max_retries=0, timeout=300)
+client = serve_util.client(PORT, "none", timeout=300)
+check = serve_util.check
 answers = []
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-    print(f"ok: {what}", flush=True)
 
 
 # ---- a small JSON schema checker (the keywords the server supports) ----
@@ -421,12 +415,8 @@ def control_mark_checks():
 
 # ---- bad inputs: a 400 naming the field ----
 def raw(path, body):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
-    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data)
+    st, _, data = serve_util.request(PORT, "POST", path, body, timeout=60)
+    return st, json.loads(data)
 
 
 def expect_400(body, param, words, path="/v1/chat/completions"):
