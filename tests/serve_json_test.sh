@@ -40,19 +40,7 @@ run() {
     "$mpirun" -np "$ranks" "$baton" serve -m "$m" --port 0 --threads 1 --parallel 4 --ctx-size "$ctx" \
         --chat-template "$template" >"$log.out" 2>"$log.err" &
     server=$!
-    for _ in $(seq 1 600); do
-        if grep -q "listening on" "$log.out" 2>/dev/null || ! kill -0 $server 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    local line port pid0
-    line=$(grep "listening on" "$log.out")
-    if [ -z "$line" ]; then
-        echo "FAIL: the server did not start on $ranks rank(s):"
-        cat "$log.out" "$log.err"
-        exit 1
-    fi
-    port=$(sed -E 's/.*:([0-9]+) \(model.*/\1/' <<<"$line")
-    pid0=$(sed -E 's/.*pid ([0-9]+)\).*/\1/' <<<"$line")
+    listening "$log" " on $ranks rank(s)"
     echo "server on $ranks rank(s) ($format): $line"
     python3 "$here/serve_json.py" "$port" "$(basename "$m")" "$tmp/answers.$ranks.$format" "$format" ${mark:+"$mark"}
     local rc=$?

@@ -57,19 +57,7 @@ start_server() { # log-name, extra options; sets server, port, pid0 (ranks: $ran
     shift
     "$mpirun" -np "${ranks:-2}" "$baton" serve -m "$model" --port 0 --threads 1 "$@" >"$log.out" 2>"$log.err" &
     server=$!
-    for _ in $(seq 1 600); do
-        if grep -q "listening on" "$log.out" 2>/dev/null; then break; fi
-        if ! kill -0 $server 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    line=$(grep "listening on" "$log.out")
-    if [ -z "$line" ]; then
-        echo "FAIL: the server did not start:"
-        cat "$log.out" "$log.err"
-        exit 1
-    fi
-    port=$(sed -E 's/.*:([0-9]+) \(model.*/\1/' <<<"$line")
-    pid0=$(sed -E 's/.*pid ([0-9]+)\).*/\1/' <<<"$line")
+    listening "$log" ""
     echo "server: $line"
 }
 key=sekrit-test-key
