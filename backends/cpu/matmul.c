@@ -61,14 +61,6 @@ static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
 static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
 static inline vf vf_set1(float x) { return _mm512_set1_ps(x); }
-/* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
-static inline vf vf_ftz(vf v) {
-    const __m512i x = _mm512_castps_si512(v);
-    const __mmask16 tiny = _mm512_cmp_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                 _mm512_set1_epi32(0x00800000), _MM_CMPINT_LT);
-    return _mm512_castsi512_ps(_mm512_mask_and_epi32(x, tiny, x, _mm512_set1_epi32((int)0x80000000u)));
-}
-static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm512_fmadd_ps(a, b, c)); }
 static inline vf vf_load_n(const float *p, int n) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
 }
@@ -85,14 +77,8 @@ static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
 static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
 static inline vf vf_set1(float x) { return _mm256_set1_ps(x); }
-/* v with |v| < FLT_MIN (denormals) replaced by a zero of the same sign */
-static inline vf vf_ftz(vf v) {
-    const __m256i x = _mm256_castps_si256(v);
-    const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000),
-                                            _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)));
-    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_andnot_si256(_mm256_set1_epi32((int)0x80000000u), tiny), x));
-}
-static inline vf vf_fma_ftz(vf a, vf b, vf c) { return vf_ftz(_mm256_fmadd_ps(a, b, c)); }
+/* one step of the BF16 pair order: an FMA, run with MXCSR's FTZ and DAZ set (bf16_fp_begin) */
+static inline vf vf_fma_ftz(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline __m256i lane_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -108,12 +94,21 @@ static inline vf vf_zero(void) { return vdupq_n_f32(0.0f); }
 static inline vf vf_load(const float *p) { return vld1q_f32(p); }
 static inline void vf_store(float *p, vf v) { vst1q_f32(p, v); }
 static inline vf vf_set1(float x) { return vdupq_n_f32(x); }
-/* c = fma(a, b, c) rounded once (vfmaq_f32, as fmaf), then denormals to a
- * zero of the same sign */
+static inline float ftz_tiny(float a, float b, float c, float r);
+/* c = fma(a, b, c) rounded once (vfmaq_f32, as fmaf), then flushed as x86's
+ * FTZ does (ftz_tiny: lane by lane, for the rare lanes with 0 < |r| <= FLT_MIN) */
 static inline vf vf_fma_ftz(vf a, vf b, vf c) {
-    const uint32x4_t x = vreinterpretq_u32_f32(vfmaq_f32(c, a, b));
-    const uint32x4_t tiny = vcltq_u32(vandq_u32(x, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x00800000u));
-    return vreinterpretq_f32_u32(vbslq_u32(tiny, vandq_u32(x, vdupq_n_u32(0x80000000u)), x));
+    const vf x = vfmaq_f32(c, a, b);
+    const uint32x4_t tiny = vandq_u32(vcleq_f32(vabsq_f32(x), vdupq_n_f32(FLT_MIN)), vmvnq_u32(vceqzq_f32(x)));
+    if (vmaxvq_u32(tiny) == 0) return x;
+    float av[4], bv[4], cv[4], xv[4];
+    vst1q_f32(av, a);
+    vst1q_f32(bv, b);
+    vst1q_f32(cv, c);
+    vst1q_f32(xv, x);
+    for (int i = 0; i < 4; i++)
+        if (xv[i] != 0.0f && fabsf(xv[i]) <= FLT_MIN) xv[i] = ftz_tiny(av[i], bv[i], cv[i], xv[i]);
+    return vld1q_f32(xv);
 }
 static inline vf vf_load_n(const float *p, int n) {
     float t[VL] = {0};
@@ -149,11 +144,12 @@ static inline vf vf_set1(float x) {
     for (int i = 0; i < VL; i++) r.v[i] = x;
     return r;
 }
-/* c = fma(a, b, c) rounded once, then denormals to a zero of the same sign */
+static inline float ftz_tiny(float a, float b, float c, float r);
+/* c = fma(a, b, c) rounded once, then flushed as x86's FTZ does (ftz_tiny) */
 static inline vf vf_fma_ftz(vf a, vf b, vf c) {
     for (int i = 0; i < VL; i++) {
         const float r = fmaf(a.v[i], b.v[i], c.v[i]);
-        c.v[i] = fabsf(r) < FLT_MIN ? copysignf(0.0f, r) : r;
+        c.v[i] = r != 0.0f && fabsf(r) <= FLT_MIN ? ftz_tiny(a.v[i], b.v[i], c.v[i], r) : r;
     }
     return c;
 }
@@ -214,18 +210,27 @@ _Static_assert(UNIT_ROWS % MR == 0, "UNIT_ROWS must be a multiple of MR");
  *
  * each step rounded once to nearest even (a product of two BF16 values is
  * exact in F32, so each step is an FMA), BF16 inputs that are denormal read
- * as zero, and ftz replacing a denormal result by a zero of the same sign;
- * the activations are rounded to nearest even, denormals to a zero of the
- * same sign, NaN quietened (vcvtne2ps2bf16).  That is vdpbf16ps exactly (the
- * Intel SDM's definition, and checked bit for bit against the instruction on
- * Zen 4 by tests/test_bf16_emu.c), so a CPU without the instruction gives
- * the same bits by emulating it:
+ * as zero, and ftz replacing a tiny result by a zero of the same sign, where
+ * tiny is x86's FTZ rule (tininess after rounding): the exact sum rounded to
+ * 24 bits with an unbounded exponent is below FLT_MIN in magnitude (so
+ * 2^-126 - 2^-150 flushes, though the denormal format would round it up to
+ * FLT_MIN); the activations are rounded to nearest even, denormals to a zero
+ * of the same sign, NaN quietened (vcvtne2ps2bf16).  That is vdpbf16ps
+ * exactly (the Intel SDM's definition, and checked bit for bit against the
+ * instruction on Zen 4, sums at FLT_MIN's edge included, by
+ * tests/test_bf16_emu.c), so a CPU without the instruction gives the same
+ * bits by emulating it:
+ *  - x86 without the instruction: every BF16 path runs with MXCSR's FTZ and
+ *    DAZ set (bf16_fp_begin), under which a plain F32 FMA is one step.
  *  - AVX-512 (F, BW, VL): the instruction where the build has AVX512-BF16,
  *    else dpbf16() below emulates it lane by lane; the GEMM path (packed
  *    pairs) and the dot path (16 x 16 pair blocks transposed in registers).
- *  - AVX2 / NEON / plain C: the GEMM path on every batch size, its panels holding
- *    the weights and the rounded activations as F32, each pair's halves
- *    swapped (so the order above is the k order), FMA then ftz per step. */
+ *  - AVX2: a dot path for few columns (16 rows, 8 x 8 pair blocks transposed
+ *    in registers) and the GEMM path below, its panels holding the weights
+ *    and the rounded activations as F32, each pair's halves swapped (so the
+ *    order above is the k order).
+ *  - NEON / plain C: the same GEMM path on every batch size, FMA then ftz per
+ *    step (ftz_tiny decides the rare results at or below FLT_MIN). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define HAVE_BF16_DOT 1
 #else
@@ -242,6 +247,37 @@ static inline bt_bf16_t bf16_round(float x) {
     return (bt_bf16_t)(u >> 16);
 }
 
+#if defined(__x86_64__) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))) && \
+    !defined(__AVX512BF16__)
+#define BF16_MXCSR 1
+/* Sets MXCSR's FTZ (bit 15) and DAZ (bit 6) for the BF16 paths; returns the
+ * value to restore (bf16_fp_end).  MXCSR is the thread's own. */
+static inline unsigned bf16_fp_begin(void) {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    return csr;
+}
+static inline void bf16_fp_end(unsigned csr) { _mm_setcsr(csr); }
+#else
+#define BF16_MXCSR 0
+#endif
+
+#if !defined(__x86_64__) || !(defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+/* r = fma(a, b, c) rounded to the F32 format (denormals included), where
+ * 0 < |r| <= FLT_MIN; a, b BF16 values or zero, c an earlier step's result:
+ * the step flushed as x86's FTZ does.  |r| < FLT_MIN: the exact sum is below
+ * FLT_MIN, and so is its rounding to 24 bits, a flush.  |r| == FLT_MIN: the
+ * sum is recomputed scaled by 2^64 (the smaller factor and c scaled: exact,
+ * and far from overflow, as a sum near 2^-126 of products with 16
+ * significant bits cannot involve values above 2^64), where it is a normal
+ * number rounded to 24 bits once. */
+static inline float ftz_tiny(float a, float b, float c, float r) {
+    if (fabsf(r) < FLT_MIN) return copysignf(0.0f, r);
+    const float s = fabsf(a) <= fabsf(b) ? fmaf(a * 0x1p64f, b, c * 0x1p64f) : fmaf(a, b * 0x1p64f, c * 0x1p64f);
+    return fabsf(s) < 0x1p-62f ? copysignf(0.0f, r) : r;
+}
+#endif
+
 #if !HAVE_BF16_DOT
 /* a BF16 value as F32, a denormal read as a zero of the same sign */
 static inline float bf16_daz(bt_bf16_t h) {
@@ -252,12 +288,14 @@ static inline float bf16_daz(bt_bf16_t h) {
 /* n elements of a BF16 row (w) or of F32 activations rounded to BF16 (x) as
  * F32 in the pair order: dst[2i] = element 2i+1, dst[2i+1] = element 2i; an
  * odd n's last pair has a zero first */
+#if !BF16_MXCSR /* (x86: pack_a converts the rows in registers) */
 static void bf16_row_pairs(const bt_bf16_t *w, int64_t n, float *dst) {
     for (int64_t i = 0; i < n; i += 2) {
         dst[i] = i + 1 < n ? bf16_daz(w[i + 1]) : 0.0f;
         dst[i + 1] = bf16_daz(w[i]);
     }
 }
+#endif
 static void f32_col_pairs(const float *x, int64_t n, float *dst) {
     for (int64_t i = 0; i < n; i += 2) {
         dst[i] = i + 1 < n ? bf16_daz(bf16_round(x[i + 1])) : 0.0f;
@@ -267,6 +305,7 @@ static void f32_col_pairs(const float *x, int64_t n, float *dst) {
 #endif
 
 /* ---- GEMM path -------------------------------------------------------------- */
+#if !HAVE_BF16_DOT
 
 /* d[row .. row+mr) of columns dcols[0 .. nr) (+)= A panel x B panel over kc.
  * ap: kc x MR (row index fastest), bp: kc x NR (column index fastest).
@@ -319,6 +358,7 @@ static inline __attribute__((always_inline)) void gemm_ukernel(int64_t kc, const
         }
     }
 }
+#endif
 
 /* ---- jobs and the per-thread work buffer ------------------------------------ */
 
@@ -678,6 +718,63 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
  * pairs (bf16_row_pairs). */
 static inline int64_t packed_k(int64_t kc) { return (kc + 1) / 2 * 2; }
 
+#if BF16_MXCSR
+/* r[i] lane l -> r[l] lane i (8 x 8 dwords) */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h+3: s[4h + e] holds elements e and e + 4 */
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
+    }
+}
+
+/* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]
+ * (kk < packed_k), as BF16 pairs: 8 rows x 8 pairs transposed in registers,
+ * each pair's high half (element 2q+1) to kk = 2q and its low half to 2q+1;
+ * denormals are left as they are (read as zero under DAZ). */
+static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
+                   int64_t kc, float *restrict ap, float *restrict tmp) {
+    (void)tmp;
+    const int64_t kp = packed_k(kc), nq = kc / 2; /* whole pairs */
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        float *panel = ap + p0 * kp;
+        for (int h = 0; h < MR; h += 8) {
+            const uint16_t *src[8];
+            for (int i = 0; i < 8; i++)
+                src[i] = p0 + h + i < mc ? (const uint16_t *)(a + (size_t)(r0 + p0 + h + i) * pl->a_nb1) + pc : NULL;
+            int64_t q = 0;
+            for (; q + 8 <= nq; q += 8) {
+                __m256 r[8];
+                for (int i = 0; i < 8; i++)
+                    r[i] = src[i] ? _mm256_loadu_ps((const float *)(src[i] + 2 * q)) : _mm256_setzero_ps();
+                transpose8(r);
+                for (int t = 0; t < 8; t++) {
+                    const __m256i v = _mm256_castps_si256(r[t]);
+                    _mm256_storeu_ps(panel + (2 * (q + t)) * MR + h, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
+                    _mm256_storeu_ps(panel + (2 * (q + t) + 1) * MR + h, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+                }
+            }
+            for (; 2 * q < kp; q++) /* the last pairs (an odd kc's last with a zero high half) */
+                for (int i = 0; i < 8; i++) {
+                    const uint16_t e0 = src[i] ? src[i][2 * q] : 0, e1 = src[i] && 2 * q + 1 < kc ? src[i][2 * q + 1] : 0;
+                    panel[(2 * q) * MR + h + i] = bt_bf16_to_fp32(e1);
+                    panel[(2 * q + 1) * MR + h + i] = bt_bf16_to_fp32(e0);
+                }
+        }
+    }
+}
+#else
 /* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]
  * (kk < packed_k), as BF16 pairs.  tmp: MR * packed_k floats for the pairs. */
 static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
@@ -695,6 +792,7 @@ static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t 
         for (int h = 0; h < MR; h += INTERLEAVE_ROWS) interleave(src + h, kp, ap + p0 * kp + h, MR);
     }
 }
+#endif
 
 /* Pack columns [j0, j0+nc) x k [pc, pc+kc) into NR-column panels: bp[p][kk][NR]
  * (kk < packed_k; the columns rounded to BF16 in the pair order). */
@@ -772,15 +870,16 @@ static inline __m512i bf16_round32(__m512 lo, __m512 hi) {
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 #else
-/* Without AVX512-BF16: the same per lane, exactly (see above). */
+/* Without AVX512-BF16: the same per lane, exactly (see above): two FMAs
+ * under MXCSR's FTZ and DAZ (bf16_fp_begin). */
 static inline __m512 dpbf16(__m512 acc, __m512 w, __m512 b) {
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     const __m512i wi = _mm512_castps_si512(w), bi = _mm512_castps_si512(b);
-    const __m512 w1 = vf_ftz(_mm512_castsi512_ps(_mm512_and_si512(wi, hi)));
-    const __m512 b1 = vf_ftz(_mm512_castsi512_ps(_mm512_and_si512(bi, hi)));
-    const __m512 w0 = vf_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(wi, 16)));
-    const __m512 b0 = vf_ftz(_mm512_castsi512_ps(_mm512_slli_epi32(bi, 16)));
-    return vf_fma_ftz(w0, b0, vf_fma_ftz(w1, b1, vf_ftz(acc)));
+    const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(wi, hi));
+    const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(bi, hi));
+    const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(wi, 16));
+    const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(bi, 16));
+    return _mm512_fmadd_ps(w0, b0, _mm512_fmadd_ps(w1, b1, acc));
 }
 /* 16 floats -> 16 BF16 in 32-bit lanes, as bf16_round */
 static inline __m512i bf16_round16(__m512 x) {
@@ -1047,30 +1146,12 @@ static void f32_to_bf16_pairs_c(const float *x, int64_t n, uint32_t *dst) {
         dst[i / 2] = (uint32_t)bf16_round(x[i]) | (i + 1 < n ? (uint32_t)bf16_round(x[i + 1]) << 16 : 0u);
 }
 
-/* r[i] lane l -> r[l] lane i (8 x 8 dwords) */
-static inline void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h+3: s[4h + e] holds elements e and e + 4 */
-        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int e = 0; e < 4; e++) {
-        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
-        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
-    }
-}
 
 /* Rows rows[16] (the last real row repeated beyond nrows) x RN columns
  * given as BF16 pairs (pcols); acc[v][j]: rows 8v .. 8v+7 of column j.
- * Per pair, high half then low half: acc = ftz(fma(w, b, acc)), the rows'
- * denormal halves read as zero; the columns' halves come from bf16_round,
- * which gives no denormals. */
+ * Per pair, high half then low half: acc = fma(w, b, acc) under MXCSR's FTZ
+ * and DAZ (the rows' denormal halves read as zero; the columns' halves come
+ * from bf16_round, which gives no denormals). */
 static inline __attribute__((always_inline)) void dot_t_bf16_avx2_pairs(const int RN, const int n, __m256 r[2][8],
                                                                         const uint32_t *const *pcols, int64_t q,
                                                                         __m256 acc[2][BT_MM_GEMM_MIN_COLS]) {
@@ -1080,11 +1161,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_avx2_pairs(const in
         __m256 w1[2], w0[2];
 #pragma GCC unroll 2
         for (int v = 0; v < 2; v++) {
-            /* both halves' denormals to a zero of the same sign at once, in 16-bit lanes */
-            __m256i wi = _mm256_castps_si256(r[v][t]);
-            const __m256i den = _mm256_cmpeq_epi16(_mm256_and_si256(wi, _mm256_set1_epi16(0x7f80)),
-                                                   _mm256_setzero_si256());
-            wi = _mm256_andnot_si256(_mm256_and_si256(den, _mm256_set1_epi16(0x7fff)), wi);
+            const __m256i wi = _mm256_castps_si256(r[v][t]);
             w1[v] = _mm256_castsi256_ps(_mm256_and_si256(wi, hi));
             w0[v] = _mm256_castsi256_ps(_mm256_slli_epi32(wi, 16));
         }
@@ -1094,7 +1171,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_avx2_pairs(const in
             const __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(bi, hi));
             const __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(bi, 16));
 #pragma GCC unroll 2
-            for (int v = 0; v < 2; v++) acc[v][j] = vf_fma_ftz(w0[v], b0, vf_fma_ftz(w1[v], b1, acc[v][j]));
+            for (int v = 0; v < 2; v++) acc[v][j] = _mm256_fmadd_ps(w0[v], b0, _mm256_fmadd_ps(w1[v], b1, acc[v][j]));
         }
     }
 }
@@ -1195,6 +1272,29 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
 #define HAVE_BF16_DOT_AVX2 0
 #endif
 
+/* BF16 weights: rows [r0, r1) of a job (on x86 without vdpbf16ps, under
+ * bf16_fp_begin) */
+static void run_bf16(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
+                     float *const *dcols, int64_t r0, int64_t r1, char *slice, const struct mm_slice *sl,
+                     struct mm_claim *cl) {
+#if HAVE_BF16_DOT || HAVE_BF16_DOT_AVX2
+    if (ncols < BT_MM_GEMM_MIN_COLS) {
+        run_dot_t_bf16(pl, a, ncols, bcols, dcols, r0, r1, (uint32_t *)(slice + sl->tmp), cl);
+        return;
+    }
+    pl->bfc->n = 0; /* the GEMM path writes into tmp */
+#else
+    (void)cl;
+#endif
+#if HAVE_BF16_DOT
+    run_gemm_bf16(pl, a, ncols, bcols, dcols, r0, r1, (uint32_t *)(slice + sl->ap), (uint32_t *)(slice + sl->bp),
+                  (uint32_t *)(slice + sl->tmp));
+#else
+    run_gemm(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->ap), (float *)(slice + sl->bp),
+             (float *)(slice + sl->tmp));
+#endif
+}
+
 /* Rows [r0, r1) of job jb on this thread. */
 static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1, char *slice,
                     const struct mm_slice *sl, struct mm_claim *cl) {
@@ -1207,36 +1307,19 @@ static void run_job(const struct mm_plan *pl, int64_t jb, int64_t r0, int64_t r1
         run_q(pl, a, ncols, bcols, dcols, r0, r1, slice + sl->tmp, cl);
         return;
     }
-#if HAVE_BF16_DOT
     if (pl->type == BT_TYPE_BF16) {
-        if (ncols < BT_MM_GEMM_MIN_COLS) {
-            run_dot_t_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1,
-                           (uint32_t *)(slice + sl->tmp), cl);
-            return;
-        }
-        pl->bfc->n = 0; /* the GEMM path writes into tmp */
-        run_gemm_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (uint32_t *)(slice + sl->ap),
-                      (uint32_t *)(slice + sl->bp), (uint32_t *)(slice + sl->tmp));
+#if BF16_MXCSR
+        const unsigned csr = bf16_fp_begin();
+        run_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, slice, sl, cl);
+        bf16_fp_end(csr);
+#else
+        run_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, slice, sl, cl);
+#endif
         return;
     }
-#endif
-    if (pl->type != BT_TYPE_BF16) {
-        struct mm_after c = {pl, cl};
-        bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols, r0, r1,
-                         (float *)(slice + sl->ap), (struct bt_cpu_next){claim_after, &c});
-        return;
-    }
-#if !HAVE_BF16_DOT
-#if HAVE_BF16_DOT_AVX2
-    if (ncols < BT_MM_GEMM_MIN_COLS) {
-        run_dot_t_bf16(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (uint32_t *)(slice + sl->tmp), cl);
-        return;
-    }
-    pl->bfc->n = 0; /* the GEMM path writes into tmp */
-#endif
-    run_gemm(pl, a, ncols, (const float *const *)bcols, dcols, r0, r1, (float *)(slice + sl->ap),
-             (float *)(slice + sl->bp), (float *)(slice + sl->tmp));
-#endif
+    struct mm_after c = {pl, cl};
+    bt_cpu_fdot_rows(pl->type, a, pl->a_nb1, pl->k, ncols, (const float *const *)bcols, dcols, r0, r1,
+                     (float *)(slice + sl->ap), (struct bt_cpu_next){claim_after, &c});
 }
 
 
