@@ -573,11 +573,18 @@ static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int6
  * pass pi pop and add as many times as pi has trailing one bits (v[l] =
  * u[l] + u[l+4], t, s), then push.  Packed, both operands are laid out
  * [l % 8][g][l / 8][16 rows or NR columns]: a pass reads one stream of
- * weights and one of columns, in order (1-3% faster than four). */
+ * weights and one of columns, in order (1-3% faster than four).
+ * Without AVX-512 (a vector of 16 is two registers of 8, or four of 4) a
+ * pass takes one lane and twice the columns, 16 passes in the order
+ * l = 0, 8, 4, 12, 2, 10, ... (bit-reversed), the same stack giving the same
+ * additions (u = P[l] + P[l+8] once lane l + 8's pass ends): AVX2's sixteen
+ * registers hold 12 accumulators, the 2 weight halves and a broadcast. */
 #if defined(__AVX512F__)
 #define GM_NR 14 /* columns of a full tile: 28 accumulators, 2 weight vectors */
+#define GM_LANES 2 /* lanes a pass takes */
 #else
-#define GM_NR 3 /* two 8-float registers a vector: 12 accumulators, 4 weights */
+#define GM_NR 6 /* two 8-float registers a vector: 12 accumulators, 2 weights */
+#define GM_LANES 1
 #endif
 
 /* acc + w * (x[0] broadcast) */
@@ -617,6 +624,7 @@ static inline void store_rows(float *d, v16 s, int n, bool add) {
 /* One chunk of a tile, rows row0 .. row0 + nrows (nrows <= 16) x NR
  * columns.  ap: the tile's packed weights, [l % 8][g][l / 8][16]; bp: the
  * panel's packed columns, [l % 8][g][l / 8][NR]. */
+#if GM_LANES == 2
 static inline __attribute__((always_inline)) void gm_tile(const int NR, const float *ap,
                                                            const float *bp, int64_t G,
                                                            float *const *dcols, int64_t row0,
@@ -658,6 +666,42 @@ static inline __attribute__((always_inline)) void gm_tile(const int NR, const fl
 #pragma GCC unroll 32
     for (int j = 0; j < NR; j++) store_rows(dcols[j] + row0, acc[2 * j], nrows, add);
 }
+#else
+static inline __attribute__((always_inline)) void gm_tile(const int NR, const float *ap,
+                                                           const float *bp, int64_t G,
+                                                           float *const *dcols, int64_t row0,
+                                                           int nrows, bool add) {
+    static const unsigned char order[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    v16 stack[4][GM_NR]; /* R's pending partial sums: a P, a u, a v, a t */
+    v16 acc[GM_NR];      /* lane l of column j */
+    int depth = 0;
+    for (int pi = 0; pi < 16; pi++) {
+        const int l = order[pi];
+        const float *a = ap + (int64_t)(l % 8) * G * 32 + (l / 8) * 16;
+        const float *b = bp + (int64_t)(l % 8) * G * 2 * NR + (l / 8) * NR;
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) acc[j] = v16_zero();
+        for (int64_t g = 0; g < G; g++, a += 32, b += 2 * NR) {
+            v16 w = v16_load(a);
+            V16_PIN(w);
+#pragma GCC unroll 16
+            for (int j = 0; j < NR; j++) V16_FMA_BCAST(acc[j], w, b + j);
+        }
+        for (int t = pi; t & 1; t >>= 1) {
+            depth--;
+#pragma GCC unroll 16
+            for (int j = 0; j < NR; j++) acc[j] = v16_add(stack[depth][j], acc[j]);
+        }
+        if (pi < 15) {
+#pragma GCC unroll 16
+            for (int j = 0; j < NR; j++) stack[depth][j] = acc[j];
+            depth++;
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NR; j++) store_rows(dcols[j] + row0, acc[j], nrows, add);
+}
+#endif
 
 typedef void (*gm_fn)(const float *ap, const float *bp, int64_t G, float *const *dcols,
                       int64_t row0, int nrows, bool add);
@@ -672,8 +716,8 @@ DEF_GM(8) DEF_GM(9) DEF_GM(10) DEF_GM(11) DEF_GM(12) DEF_GM(13) DEF_GM(14)
 static const gm_fn gm_fns[GM_NR + 1] = {NULL, gm_1, gm_2,  gm_3,  gm_4,  gm_5,  gm_6, gm_7,
                                         gm_8, gm_9, gm_10, gm_11, gm_12, gm_13, gm_14};
 #else
-DEF_GM(1) DEF_GM(2) DEF_GM(3)
-static const gm_fn gm_fns[GM_NR + 1] = {NULL, gm_1, gm_2, gm_3};
+DEF_GM(1) DEF_GM(2) DEF_GM(3) DEF_GM(4) DEF_GM(5) DEF_GM(6)
+static const gm_fn gm_fns[GM_NR + 1] = {NULL, gm_1, gm_2, gm_3, gm_4, gm_5, gm_6};
 #endif
 
 #if defined(__AVX512F__)
