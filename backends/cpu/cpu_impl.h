@@ -161,6 +161,26 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
 #endif
 
 #if defined(__AVX2__)
+/* Transpose 8 x 8 32-bit values in registers (r[i] lane j <-> r[j] lane i);
+ * only bit moves, so it serves BF16 pairs cast to __m256 too. */
+static inline void bt_cpu_transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h+3: s[4h + e] holds elements e and e + 4 */
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
+    }
+}
+
 /* The AVX2 integer dots (quant_i8.c, quant_dot.c): per int32 lane, the 4
  * products of unsigned bytes u and signed bytes s summed: vpdpbusd where the
  * build has AVX-VNNI, else vpmaddubsw then vpmaddwd by ones (the same

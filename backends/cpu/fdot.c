@@ -773,8 +773,25 @@ static void pack_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t ro
         for (int l = 0; l < 16; l++) _mm512_storeu_ps(ap + ((l % 8) * G + g) * 32 + l / 8 * 16, r[l]);
     }
 #else
+    int64_t g0 = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+    /* whole groups: 8 rows x 8 elements transposed in registers */
+    for (; g0 < kc / 16; g0++)
+        for (int h = 0; h < 2; h++)
+            for (int i0 = 0; i0 < 16; i0 += 8) {
+                const int64_t e = 16 * g0 + 8 * h;
+                __m256 r[8];
+                for (int i = 0; i < 8; i++)
+                    r[i] = !rows[i0 + i]              ? _mm256_setzero_ps()
+                           : type == BT_TYPE_F32 ? _mm256_loadu_ps((const float *)rows[i0 + i] + e)
+                                                 : _mm256_cvtph_ps(_mm_loadu_si128(
+                                                       (const __m128i *)((const bt_fp16_t *)rows[i0 + i] + e)));
+                bt_cpu_transpose8(r);
+                for (int l = 0; l < 8; l++) _mm256_storeu_ps(ap + (l * G + g0) * 32 + h * 16 + i0, r[l]);
+            }
+#endif
     for (int i = 0; i < 16; i++)
-        for (int64_t e = 0; e < 16 * G; e++) {
+        for (int64_t e = 16 * g0; e < 16 * G; e++) {
             float w = 0.0f;
             if (rows[i] && e < kc)
                 w = type == BT_TYPE_F32 ? ((const float *)rows[i])[e]
@@ -804,9 +821,22 @@ static void pack_cols(const float *const *bcols, int nr, int64_t pc, int64_t kc,
             _mm512_mask_storeu_ps(bp + ((l % 8) * G + g) * 2 * nr + l / 8 * nr, m, r[l]);
     }
 #else
+    int64_t g0 = 0;
+#if defined(__AVX2__)
+    /* whole groups: the nr (<= 8) columns x 8 elements transposed in registers */
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (; g0 < kc / 16; g0++)
+        for (int h = 0; h < 2; h++) {
+            const int64_t e = pc + 16 * g0 + 8 * h;
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) r[j] = j < nr ? _mm256_loadu_ps(bcols[j] + e) : _mm256_setzero_ps();
+            bt_cpu_transpose8(r);
+            for (int l = 0; l < 8; l++) _mm256_maskstore_ps(bp + (l * G + g0) * 2 * nr + h * nr, m, r[l]);
+        }
+#endif
     for (int j = 0; j < nr; j++) {
         const float *x = bcols[j] + pc;
-        for (int64_t e = 0; e < 16 * G; e++)
+        for (int64_t e = 16 * g0; e < 16 * G; e++)
             bp[((e % 8) * G + e / 16) * 2 * nr + e % 16 / 8 * nr + j] = e < kc ? x[e] : 0.0f;
     }
 #endif

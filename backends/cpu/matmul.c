@@ -719,24 +719,6 @@ static void interleave(const float *const *src, int64_t kc, float *restrict dst,
 static inline int64_t packed_k(int64_t kc) { return (kc + 1) / 2 * 2; }
 
 #if BF16_MXCSR
-/* r[i] lane l -> r[l] lane i (8 x 8 dwords) */
-static inline void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h+3: s[4h + e] holds elements e and e + 4 */
-        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int e = 0; e < 4; e++) {
-        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
-        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
-    }
-}
 
 /* Pack rows [r0, r0+mc) x k [pc, pc+kc) of a into MR-row panels: ap[p][kk][MR]
  * (kk < packed_k), as BF16 pairs: 8 rows x 8 pairs transposed in registers,
@@ -758,7 +740,7 @@ static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t 
                 __m256 r[8];
                 for (int i = 0; i < 8; i++)
                     r[i] = src[i] ? _mm256_loadu_ps((const float *)(src[i] + 2 * q)) : _mm256_setzero_ps();
-                transpose8(r);
+                bt_cpu_transpose8(r);
                 for (int t = 0; t < 8; t++) {
                     const __m256i v = _mm256_castps_si256(r[t]);
                     _mm256_storeu_ps(panel + (2 * (q + t)) * MR + h, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
@@ -1198,7 +1180,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_avx2_tile(const int
         __m256 r[2][8];
         for (int v = 0; v < 2; v++) {
             for (int i = 0; i < 8; i++) r[v][i] = _mm256_loadu_ps((const float *)(rows[8 * v + i] + q * 4));
-            transpose8(r[v]);
+            bt_cpu_transpose8(r[v]);
         }
         dot_t_bf16_avx2_pairs(RN, 8, r, pcols, q, acc);
     }
@@ -1212,7 +1194,7 @@ static inline __attribute__((always_inline)) void dot_t_bf16_avx2_tile(const int
                 memcpy(h, rows[8 * v + i] + q * 4, (size_t)(k - 2 * q) * 2);
                 r[v][i] = _mm256_loadu_ps((const float *)h);
             }
-            transpose8(r[v]);
+            bt_cpu_transpose8(r[v]);
         }
         dot_t_bf16_avx2_pairs(RN, n, r, pcols, q, acc);
     }
