@@ -1,7 +1,8 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
  * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
- * entries in matmul.c's table (qtypes.h), and the K-quants' packed GEMM.
+ * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants,
+ * IQ4_NL and MXFP4.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
@@ -1235,6 +1236,129 @@ Q32_TILES(iq4_nl, 3)
 Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
+/* ---- IQ4_NL / MXFP4 packed GEMM (prompt-size products) ----------------------- *
+ * matmul.c packs 16 weight rows at a time (a panel) and runs every column
+ * against it.  Per 32-element block, the panel holds
+ *   bytes 0..511     u = table value + 128 (unsigned), lane group l (elements
+ *                    4l .. 4l+3) of row r at 64l + 4r (a lane per row)
+ *   512..575         dw (float, row r at r)
+ * The kernel keeps, per column, dot_table32_ref's 8 lane accumulators as 8
+ * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of u with the
+ * activation's 4 bytes broadcast, started at -128 asum_l (the offset of u;
+ * asum_l by vpdpbusd of ones), exact; then acc_l = fma((float)isum_l, dw *
+ * da, acc_l) per block, and hsum8's tree at the end.  The lanes run in two
+ * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
+ * every element has the bits of vec_dot. */
+#define T32_PB 576
+
+static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
+
+static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
+                                                           void *panel) {
+    const size_t bs = mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const __m128i lut = _mm256_castsi256_si128(table_u8(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const int64_t nblk = k / BT_QK;
+    for (int64_t b = 0; b < nblk; b += 2) {
+        const int nb = b + 1 < nblk ? 2 : 1; /* two blocks a transposition */
+        _Alignas(64) float dw[2][16];
+        __m512 v[16];
+        for (int r = 0; r < 16; r++) {
+            __m256i h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int i = 0; i < nb; i++) {
+                const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
+                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == 3 ? 2 : 1)));
+                h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
+                                        _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
+                bt_fp16_t d16;
+                memcpy(&d16, blk, 2);
+                dw[i][r] = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+            }
+            v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+        }
+        bt_cpu_transpose16(v); /* bit moves only: v[8i + l] lane r = group l of row r's block b + i */
+        for (int i = 0; i < nb; i++) {
+            uint8_t *pb = (uint8_t *)panel + (size_t)(b + i) * T32_PB;
+            for (int l = 0; l < 8; l++) _mm512_store_si512(pb + 64 * l, _mm512_castps_si512(v[8 * i + l]));
+            _mm512_store_ps(pb + 512, _mm512_load_ps(dw[i]));
+        }
+    }
+}
+
+/* one pass: lanes 4h .. 4h+3 of RN (<= 4) columns over every block of a panel */
+static inline __attribute__((always_inline)) void t32_pass(const int RN, const int h, int64_t k,
+                                                           const uint8_t *panel, const void *const *acts,
+                                                           __m512 acc[4][4]) {
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) acc[c][i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        const uint8_t *pb = panel + (size_t)b * T32_PB;
+        const __m512 dw = _mm512_load_ps(pb + 512);
+        __m512i u[4];
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) u[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            const int8_t *aq = ab->qs + 16 * h;
+            /* -128 asum_l for the pass's 4 lanes */
+            _Alignas(16) int32_t off[4];
+            const __m128i asum = _mm_dpbusd_epi32(_mm_setzero_si128(), _mm_set1_epi8(1),
+                                                  _mm_loadu_si128((const __m128i *)aq));
+            _mm_store_si128((__m128i *)off, _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(asum, 7)));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(h2f_fast(ab->d)));
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < 4; i++) {
+                const __m512i isum = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[i]), u[i],
+                                                         _mm512_set1_epi32(bt_cpu_load_i32(aq + 4 * i)));
+                acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[c][i]);
+            }
+        }
+    }
+}
+
+/* rows row0 .. row0+nrows of columns dcols[0 .. RN) (RN <= 4) from a packed panel */
+static inline __attribute__((always_inline)) void t32_gemm_tile(const int RN, int64_t k, const uint8_t *panel,
+                                                                const void *const *acts, float *const *dcols,
+                                                                int64_t row0, int nrows) {
+    __m512 lo[4][4], hi[4][4]; /* lanes 0..3, 4..7 */
+    t32_pass(RN, 0, k, panel, acts, lo);
+    t32_pass(RN, 1, k, panel, acts, hi);
+    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        /* hsum8: lanes i + 4, then + 2, + 1 */
+        const __m512 t0 = _mm512_add_ps(lo[c][0], hi[c][0]), t1 = _mm512_add_ps(lo[c][1], hi[c][1]);
+        const __m512 t2 = _mm512_add_ps(lo[c][2], hi[c][2]), t3 = _mm512_add_ps(lo[c][3], hi[c][3]);
+        _mm512_mask_storeu_ps(dcols[c] + row0, mask, _mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3)));
+    }
+}
+
+static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void *panel, const void *const *acts,
+                                                           int64_t ncols, float *const *dcols, int64_t row0,
+                                                           int nrows) {
+    int64_t j = 0;
+    for (; j + 4 <= ncols; j += 4) t32_gemm_tile(4, k, panel, acts + j, dcols + j, row0, nrows);
+    if (ncols - j >= 2) {
+        t32_gemm_tile(2, k, panel, acts + j, dcols + j, row0, nrows);
+        j += 2;
+    }
+    if (j < ncols) t32_gemm_tile(1, k, panel, acts + j, dcols + j, row0, nrows);
+}
+
+#define T32_GEMM(name, mode)                                                                                 \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack(mode, k, rows, panel); } \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
+                             float *const *dcols, int64_t row0, int nrows) {                                      \
+        t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
+    }
+T32_GEMM(iq4_nl, 3)
+T32_GEMM(mxfp4, 4)
+#define T32_GEMM_MIN_COLS 8
+#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
+
 #define FAST(name) dot_##name##_avx512
 
 #elif defined(HAVE_QDOT_AVX2)
@@ -1779,6 +1903,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #endif
 #ifndef HAVE_QDOT_AVX512
 #define K_GEMM(name) 0, NULL, NULL, NULL
+#define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
 #define NO_REPACK NULL, NULL, NULL, 0
@@ -1806,8 +1931,8 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
-QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), NO_GEMM, NO_REPACK);
-QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), NO_GEMM, NO_REPACK);
+QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
+QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);
