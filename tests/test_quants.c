@@ -412,7 +412,7 @@ START_TEST(test_gemm_equal_vec_dot) {
     enum { K = 768, R = 16, C = 19 };
     static float x[K], d[C][R];
     static uint8_t w[R][K / 32 * 34], act[C][K / 256 * 292 + K / 32 * 40 + 64];
-    static _Alignas(64) uint8_t panel[K / 256 * 8192];
+    static _Alignas(64) uint8_t panel[K / 256 * 10240];
     tu_rng r;
     tu_rng_init(&r, 77);
     int with_gemm = 0;
@@ -476,7 +476,7 @@ START_TEST(test_variants_same_bits) {
     enum { K = 544, R = 16, C = 11 };
     static float x[K], ref[C][R], d[C][R];
     static uint8_t w[R][K / 32 * 34 + 64], act[C][K / 32 * 40 + K / 256 * 292 + 64], act_v[K / 32 * 40 + K / 256 * 292 + 64];
-    static _Alignas(64) uint8_t panel[K / 32 * 1024];
+    static _Alignas(64) uint8_t panel[K / 32 * 1280];
     tu_rng r;
     tu_rng_init(&r, 2828);
     const struct bt_cpu_kernels *plain = bt_cpu_variant_at(0);

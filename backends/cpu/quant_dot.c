@@ -1239,24 +1239,25 @@ Q32_TILES(mxfp4, 4)
 /* ---- IQ4_NL / MXFP4 packed GEMM (prompt-size products) ----------------------- *
  * matmul.c packs 16 weight rows at a time (a panel) and runs every column
  * against it.  Per 32-element block, the panel holds
- *   bytes 0..511     u = table value + 128 (unsigned), lane group l (elements
+ *   bytes 0..511     the table values v (int8), lane group l (elements
  *                    4l .. 4l+3) of row r at 64l + 4r (a lane per row)
- *   512..575         dw (float, row r at r)
+ *   512..1023        int32 16l + r: -128 times the sum of group l's v
+ *   1024..1087       dw (float, row r at r)
  * The kernel keeps, per column, dot_table32_ref's 8 lane accumulators as 8
- * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of u with the
- * activation's 4 bytes broadcast, started at -128 asum_l (the offset of u;
- * asum_l by vpdpbusd of ones), exact; then acc_l = fma((float)isum_l, dw *
- * da, acc_l) per block, and hsum8's tree at the end.  The lanes run in two
+ * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of the
+ * activation's 4 bytes + 128 (unsigned, broadcast) with v, started at
+ * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
+ * acc_l) per block, and hsum8's tree at the end.  The lanes run in two
  * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
  * every element has the bits of vec_dot. */
-#define T32_PB 576
+#define T32_PB 1088
 
 static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
 
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
     const size_t bs = mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
-    const __m128i lut = _mm256_castsi256_si128(table_u8(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
+    const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const int64_t nblk = k / BT_QK;
     for (int64_t b = 0; b < nblk; b += 2) {
@@ -1279,8 +1280,13 @@ static inline __attribute__((always_inline)) void t32_pack(const int mode, int64
         bt_cpu_transpose16(v); /* bit moves only: v[8i + l] lane r = group l of row r's block b + i */
         for (int i = 0; i < nb; i++) {
             uint8_t *pb = (uint8_t *)panel + (size_t)(b + i) * T32_PB;
-            for (int l = 0; l < 8; l++) _mm512_store_si512(pb + 64 * l, _mm512_castps_si512(v[8 * i + l]));
-            _mm512_store_ps(pb + 512, _mm512_load_ps(dw[i]));
+            for (int l = 0; l < 8; l++) {
+                const __m512i vl = _mm512_castps_si512(v[8 * i + l]);
+                _mm512_store_si512(pb + 64 * l, vl);
+                const __m512i s128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), vl);
+                _mm512_store_si512(pb + 512 + 64 * l, _mm512_sub_epi32(_mm512_setzero_si512(), s128));
+            }
+            _mm512_store_ps(pb + 1024, _mm512_load_ps(dw[i]));
         }
     }
 }
@@ -1295,24 +1301,24 @@ static inline __attribute__((always_inline)) void t32_pass(const int RN, const i
         for (int i = 0; i < 4; i++) acc[c][i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint8_t *pb = panel + (size_t)b * T32_PB;
-        const __m512 dw = _mm512_load_ps(pb + 512);
-        __m512i u[4];
+        const __m512 dw = _mm512_load_ps(pb + 1024);
+        __m512i v[4], off[4];
         _Pragma("GCC unroll 4")
-        for (int i = 0; i < 4; i++) u[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
+            off[i] = _mm512_load_si512(pb + 512 + 64 * (4 * h + i));
+        }
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            const int8_t *aq = ab->qs + 16 * h;
-            /* -128 asum_l for the pass's 4 lanes */
-            _Alignas(16) int32_t off[4];
-            const __m128i asum = _mm_dpbusd_epi32(_mm_setzero_si128(), _mm_set1_epi8(1),
-                                                  _mm_loadu_si128((const __m128i *)aq));
-            _mm_store_si128((__m128i *)off, _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(asum, 7)));
+            /* the pass's 16 activation bytes + 128 */
+            _Alignas(16) uint8_t au[16];
+            _mm_store_si128((__m128i *)au, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * h)),
+                                                         _mm_set1_epi8((char)0x80)));
             const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(h2f_fast(ab->d)));
             _Pragma("GCC unroll 4")
             for (int i = 0; i < 4; i++) {
-                const __m512i isum = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[i]), u[i],
-                                                         _mm512_set1_epi32(bt_cpu_load_i32(aq + 4 * i)));
+                const __m512i isum = _mm512_dpbusd_epi32(off[i], _mm512_set1_epi32(bt_cpu_load_i32(au + 4 * i)), v[i]);
                 acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[c][i]);
             }
         }
