@@ -1,8 +1,8 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
  * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
- * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants,
- * IQ4_NL and MXFP4.
+ * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
+ * (IQ4_XS's too, as one of them: kind KQI4), IQ4_NL and MXFP4.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
@@ -193,7 +193,11 @@ static inline int q6_get(const bt_block_q6_K *w, int j) {
  * a path groups them: the plain C dot, the AVX-512 dot and tiles (16 int32
  * lanes, reduced per block), and the packed GEMM (a lane per weight row)
  * give the same bits. */
-enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6 };
+/* KQI4: IQ4_XS in the K-quants' packed GEMM only (quant_iq.c has its dots):
+ * q = its level + 128 (1..241), sc = ls - 32 per 32 elements, mn = 128 sc,
+ * no min, so I - M = sum_s sc[s] sum_{e in s} level[e] a.qs[e], dot_iq_ref's
+ * integer, and kq_step's fma(I - M, da d, acc) its float step. */
+enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6, KQI4 };
 
 struct kq_block {
     uint8_t q[BT_QK_K];
@@ -213,6 +217,7 @@ static size_t kq_block_bytes(int kind) {
     case KQ3: return sizeof(bt_block_q3_K);
     case KQ4: return sizeof(bt_block_q4_K);
     case KQ5: return sizeof(bt_block_q5_K);
+    case KQI4: return sizeof(bt_block_iq4_xs);
     default: return sizeof(bt_block_q6_K);
     }
 }
@@ -235,6 +240,13 @@ static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
         for (int s = 0; s < 16; s++) {
             o->sc[s] = w->scales[s];
             o->mn[s] = (int16_t)(32 * w->scales[s]);
+        }
+        o->d = h2f(w->d);
+    } else if (kind == KQI4) {
+        const bt_block_iq4_xs *w = blk;
+        for (int s = 0; s < 16; s++) {
+            o->sc[s] = (int8_t)(bt_iq4_xs_scale(w, s / 2) - 32);
+            o->mn[s] = (int16_t)(128 * o->sc[s]);
         }
         o->d = h2f(w->d);
     } else if (kind == KQ3) {
@@ -957,6 +969,15 @@ static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind
             _mm256_store_si256((__m256i *)(q + 64 * g), lo);
             _mm256_store_si256((__m256i *)(q + 64 * g + 32), hi);
         }
+    } else if (kind == KQI4) {
+        const bt_block_iq4_xs *w = blk;
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_xor_si128(
+            _mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80))); /* levels + 128 */
+        for (int s = 0; s < 8; s++) { /* sub-block s: the low nibbles of its 16 bytes, then the high */
+            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
+            const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            _mm256_store_si256((__m256i *)(q + 32 * s), _mm256_shuffle_epi8(lut, n));
+        }
     } else if (kind == KQ6) {
         const bt_block_q6_K *w = blk;
         for (int h = 0; h < 2; h++) {
@@ -1038,7 +1059,7 @@ static inline __attribute__((always_inline)) void kq_rpack(const int kind, const
 static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, const int RN, int64_t k,
                                                                const uint8_t *panel, const void *const *acts,
                                                                float *const *dcols, int64_t row0, int nrows) {
-    const int SL = kind == KQ4 || kind == KQ5 ? 32 : 16; /* sub-block length with one scale */
+    const int SL = kind == KQ4 || kind == KQ5 || kind == KQI4 ? 32 : 16; /* sub-block length with one scale */
     __m512 acc[8];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
@@ -1105,6 +1126,13 @@ KQ_GEMM(q3_K, KQ3)
 KQ_GEMM(q4_K, KQ4)
 KQ_GEMM(q5_K, KQ5)
 KQ_GEMM(q6_K, KQ6)
+KQ_GEMM(iq4_xs, KQI4)
+size_t bt_cpu_iq4_xs_panel_size(int64_t k) { return kq_panel_size(k); }
+void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel) { qpack_iq4_xs(k, rows, panel); }
+void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
+                        int64_t row0, int nrows) {
+    qgemm_iq4_xs(k, panel, acts, ncols, dcols, row0, nrows);
+}
 #define KQ_GEMM_MIN_COLS 16
 #define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 

@@ -25,14 +25,15 @@
  * signs moved onto the activation bytes (exact: Q8_K's are in -127..127),
  * vpmaddubsw (pairs, at most 2 * 127 * 127 < 2^15), vpdpwssd with each
  * pair's scale into 16 int32 lanes, then the lanes added.
- * IQ4_XS's packed GEMM (prompt sizes, below) forms the same I with a lane
- * per weight row.  Integer sums are exact in any grouping, so every path
+ * IQ4_XS's packed GEMM (prompt sizes: the K-quants' in quant_dot.c) forms
+ * the same I with a lane per weight row.  Integer sums are exact in any grouping, so every path
  * gives the same bits (tests/test_quants.c compares them).  Built with
  * -ffp-contract=off.
  */
 #include "qtypes.h"
 
 #include "cpu_impl.h"
+#include "quant_dot.h"
 #include "quants.h"
 
 #include <math.h>
@@ -464,119 +465,15 @@ IQ_FAST(iq3_s, IQ3S)
 IQ_FAST(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_avx512
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
-
-/* ---- IQ4_XS packed GEMM (prompt-size products) ------------------------------ *
- * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
- * buffer) and runs every column against it.  Per block, the panel holds
- *   bytes 0..4095     u = v + 128 (unsigned, 1..241), 4-element group g of
- *                     row r at 64g + 4r (a lane per row)
- *   4096..4607        sub-block s (32 elements): int32 16s + r = row r's sc[s]
- *   4608..4671        d * mult (float, row r at r)
- * and the kernel keeps a lane per row: per sub-block, P = the activation's
- * two 16-element sums times -128 (vpmaddwd: -128 sum a, the offset of u),
- * then vpdpbusd of 4 weight bytes with 4 broadcast activation bytes (P =
- * sum v a over the sub-block, exact), times its scale (vpmulld) into I; then
- * acc = fma((float)I, (d * mult) * a.d, acc) in float lanes.  I is the
- * block's integer of dot_iq_ref (int32 arithmetic wraps modulo 2^32 and the
- * sum fits), so every element has the bits of vec_dot. */
-#define IQX_PB 4672 /* bytes of one block of a 16-row panel */
-#define IQX_GEMM_MIN_COLS 8
-
-static size_t iqx_panel_size(int64_t k) { return (size_t)(k / BT_QK_K) * IQX_PB; }
-
-/* one block of a panel (at pb) from the 16 rows' IQ4_XS blocks blks[r] */
-static inline void iqx_pack_block(const void *const *blks, uint8_t *pb) {
-    _Alignas(64) uint8_t q[16][BT_QK_K];
-    _Alignas(64) int32_t sc[8][16];
-    _Alignas(64) float d[16];
-    const __m128i lut = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
-                                      (char)181, (char)197, (char)217, (char)241); /* bt_iq4nl_values + 128 */
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int r = 0; r < 16; r++) {
-        const bt_block_iq4_xs *w = blks[r];
-        for (int s = 0; s < 8; s++) {
-            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
-            _mm_store_si128((__m128i *)(q[r] + 32 * s), _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
-            _mm_store_si128((__m128i *)(q[r] + 32 * s + 16), _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)));
-            sc[s][r] = bt_iq4_xs_scale(w, s) - 32;
-        }
-        d[r] = iq_d(w) * iq_mult(IQ4XS);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v[16];
-        for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
-        bt_cpu_transpose16(v); /* bit moves only */
-        for (int g = 0; g < 16; g++) _mm512_store_si512(pb + 64 * (16 * c + g), _mm512_castps_si512(v[g]));
-    }
-    memcpy(pb + 4096, sc, sizeof sc);
-    memcpy(pb + 4608, d, sizeof d);
-}
-
-static void qpack_iq4_xs(int64_t k, const void *const *rows, void *panel) {
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const void *blks[16];
-        for (int r = 0; r < 16; r++) blks[r] = (const bt_block_iq4_xs *)rows[r] + b;
-        iqx_pack_block(blks, (uint8_t *)panel + (size_t)b * IQX_PB);
-    }
-}
-
-/* rows row0 .. row0+nrows of columns dcols[0 .. RN) from a packed panel */
-static inline __attribute__((always_inline)) void iqx_gemm_tile(const int RN, int64_t k, const uint8_t *panel,
-                                                                const void *const *acts, float *const *dcols,
-                                                                int64_t row0, int nrows) {
-    const __m512i off = _mm512_set1_epi16(-128);
-    __m512 acc[8];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const uint8_t *pb = panel + (size_t)b * IQX_PB;
-        const bt_block_q8_K *ab[8];
-        __m512i I[8];
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) {
-            ab[c] = (const bt_block_q8_K *)acts[c] + b;
-            I[c] = _mm512_setzero_si512();
-        }
-        _Pragma("GCC unroll 8")
-        for (int s = 0; s < 8; s++) {
-            __m512i P[8];
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++)
-                P[c] = _mm512_madd_epi16(off, _mm512_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * s])));
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < 8; t++) {
-                const int g = 8 * s + t;
-                const __m512i w = _mm512_load_si512(pb + 64 * g);
-                _Pragma("GCC unroll 8")
-                for (int c = 0; c < RN; c++)
-                    P[c] = _mm512_dpbusd_epi32(P[c], w, _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)));
-            }
-            const __m512i scv = _mm512_load_si512(pb + 4096 + 64 * s);
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(P[c], scv));
-        }
-        const __m512 dw = _mm512_load_ps((const float *)(pb + 4608));
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++)
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(dw, _mm512_set1_ps(ab[c]->d)), acc[c]);
-    }
-    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
-}
-
-static void qgemm_iq4_xs(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
-                         int64_t row0, int nrows) {
-#define IQX_GEMM_TILE(RN, j) iqx_gemm_tile(RN, k, panel, acts + (j), dcols + (j), row0, nrows)
-    BT_CPU_COL_TILES(ncols, IQX_GEMM_TILE);
-#undef IQX_GEMM_TILE
-}
-#define GEMM_iq4_xs IQX_GEMM_MIN_COLS, iqx_panel_size, qpack_iq4_xs, qgemm_iq4_xs
 #else
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
 #endif
-#ifndef GEMM_iq4_xs
+/* IQ4_XS's packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns
+ * or more (the tiles decode a row once per 4 columns) */
+#ifdef BT_CPU_IQ4_XS_GEMM
+#define GEMM_iq4_xs 8, bt_cpu_iq4_xs_panel_size, bt_cpu_iq4_xs_pack, bt_cpu_iq4_xs_gemm
+#else
 #define GEMM_iq4_xs 0, NULL, NULL, NULL
 #endif
 #define GEMM_iq2_xxs 0, NULL, NULL, NULL
