@@ -400,16 +400,19 @@ START_TEST(test_tiles_equal_vec_dot) {
 }
 END_TEST
 
-/* The packed GEMM of qtypes.h's entries (Q8_0, Q4_0, the K-quants) gives, element by
- * element, the bits of vec_dot: every column count up to 19 (each tile width
- * and remainder), panels of 16 rows and of fewer (the last row repeated). */
+/* The packed GEMM of qtypes.h's entries (Q8_0, Q4_0, the K-quants, IQ4_XS, IQ4_NL,
+ * MXFP4) gives,
+ * element by element, the bits of vec_dot: every column count up to 19 (each
+ * tile width and remainder), panels of 16 rows and of fewer (the last row
+ * repeated). */
 START_TEST(test_gemm_equal_vec_dot) {
     static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
-                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K};
+                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_XS,
+                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
     enum { K = 768, R = 16, C = 19 };
     static float x[K], d[C][R];
     static uint8_t w[R][K / 32 * 34], act[C][K / 256 * 292 + K / 32 * 40 + 64];
-    static _Alignas(64) uint8_t panel[K / 256 * 8192];
+    static _Alignas(64) uint8_t panel[K / 256 * 10240];
     tu_rng r;
     tu_rng_init(&r, 77);
     int with_gemm = 0;
@@ -458,7 +461,7 @@ START_TEST(test_gemm_equal_vec_dot) {
         }
     }
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    ck_assert_int_eq(with_gemm, 7);
+    ck_assert_int_eq(with_gemm, 10);
 #endif
 }
 END_TEST
@@ -473,7 +476,7 @@ START_TEST(test_variants_same_bits) {
     enum { K = 544, R = 16, C = 11 };
     static float x[K], ref[C][R], d[C][R];
     static uint8_t w[R][K / 32 * 34 + 64], act[C][K / 32 * 40 + K / 256 * 292 + 64], act_v[K / 32 * 40 + K / 256 * 292 + 64];
-    static _Alignas(64) uint8_t panel[K / 32 * 1024];
+    static _Alignas(64) uint8_t panel[K / 32 * 1280];
     tu_rng r;
     tu_rng_init(&r, 2828);
     const struct bt_cpu_kernels *plain = bt_cpu_variant_at(0);

@@ -1,7 +1,8 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
  * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
- * entries in matmul.c's table (qtypes.h), and the K-quants' packed GEMM.
+ * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
+ * (IQ4_XS's too, as one of them: kind KQI4), IQ4_NL and MXFP4.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
@@ -192,7 +193,11 @@ static inline int q6_get(const bt_block_q6_K *w, int j) {
  * a path groups them: the plain C dot, the AVX-512 dot and tiles (16 int32
  * lanes, reduced per block), and the packed GEMM (a lane per weight row)
  * give the same bits. */
-enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6 };
+/* KQI4: IQ4_XS in the K-quants' packed GEMM only (quant_iq.c has its dots):
+ * q = its level + 128 (1..241), sc = ls - 32 per 32 elements, mn = 128 sc,
+ * no min, so I - M = sum_s sc[s] sum_{e in s} level[e] a.qs[e], dot_iq_ref's
+ * integer, and kq_step's fma(I - M, da d, acc) its float step. */
+enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6, KQI4 };
 
 struct kq_block {
     uint8_t q[BT_QK_K];
@@ -212,6 +217,7 @@ static size_t kq_block_bytes(int kind) {
     case KQ3: return sizeof(bt_block_q3_K);
     case KQ4: return sizeof(bt_block_q4_K);
     case KQ5: return sizeof(bt_block_q5_K);
+    case KQI4: return sizeof(bt_block_iq4_xs);
     default: return sizeof(bt_block_q6_K);
     }
 }
@@ -234,6 +240,13 @@ static void kq_unpack_scales(int kind, const void *blk, struct kq_block *o) {
         for (int s = 0; s < 16; s++) {
             o->sc[s] = w->scales[s];
             o->mn[s] = (int16_t)(32 * w->scales[s]);
+        }
+        o->d = h2f(w->d);
+    } else if (kind == KQI4) {
+        const bt_block_iq4_xs *w = blk;
+        for (int s = 0; s < 16; s++) {
+            o->sc[s] = (int8_t)(bt_iq4_xs_scale(w, s / 2) - 32);
+            o->mn[s] = (int16_t)(128 * o->sc[s]);
         }
         o->d = h2f(w->d);
     } else if (kind == KQ3) {
@@ -956,6 +969,15 @@ static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind
             _mm256_store_si256((__m256i *)(q + 64 * g), lo);
             _mm256_store_si256((__m256i *)(q + 64 * g + 32), hi);
         }
+    } else if (kind == KQI4) {
+        const bt_block_iq4_xs *w = blk;
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_xor_si128(
+            _mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80))); /* levels + 128 */
+        for (int s = 0; s < 8; s++) { /* sub-block s: the low nibbles of its 16 bytes, then the high */
+            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
+            const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            _mm256_store_si256((__m256i *)(q + 32 * s), _mm256_shuffle_epi8(lut, n));
+        }
     } else if (kind == KQ6) {
         const bt_block_q6_K *w = blk;
         for (int h = 0; h < 2; h++) {
@@ -1037,7 +1059,7 @@ static inline __attribute__((always_inline)) void kq_rpack(const int kind, const
 static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, const int RN, int64_t k,
                                                                const uint8_t *panel, const void *const *acts,
                                                                float *const *dcols, int64_t row0, int nrows) {
-    const int SL = kind == KQ4 || kind == KQ5 ? 32 : 16; /* sub-block length with one scale */
+    const int SL = kind == KQ4 || kind == KQ5 || kind == KQI4 ? 32 : 16; /* sub-block length with one scale */
     __m512 acc[8];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
@@ -1104,6 +1126,13 @@ KQ_GEMM(q3_K, KQ3)
 KQ_GEMM(q4_K, KQ4)
 KQ_GEMM(q5_K, KQ5)
 KQ_GEMM(q6_K, KQ6)
+KQ_GEMM(iq4_xs, KQI4)
+size_t bt_cpu_iq4_xs_panel_size(int64_t k) { return kq_panel_size(k); }
+void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel) { qpack_iq4_xs(k, rows, panel); }
+void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
+                        int64_t row0, int nrows) {
+    qgemm_iq4_xs(k, panel, acts, ncols, dcols, row0, nrows);
+}
 #define KQ_GEMM_MIN_COLS 16
 #define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 
@@ -1234,6 +1263,135 @@ Q32_TILES(q5_1, 2)
 Q32_TILES(iq4_nl, 3)
 Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
+
+/* ---- IQ4_NL / MXFP4 packed GEMM (prompt-size products) ----------------------- *
+ * matmul.c packs 16 weight rows at a time (a panel) and runs every column
+ * against it.  Per 32-element block, the panel holds
+ *   bytes 0..511     the table values v (int8), lane group l (elements
+ *                    4l .. 4l+3) of row r at 64l + 4r (a lane per row)
+ *   512..1023        int32 16l + r: -128 times the sum of group l's v
+ *   1024..1087       dw (float, row r at r)
+ * The kernel keeps, per column, dot_table32_ref's 8 lane accumulators as 8
+ * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of the
+ * activation's 4 bytes + 128 (unsigned, broadcast) with v, started at
+ * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
+ * acc_l) per block, and hsum8's tree at the end.  The lanes run in two
+ * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
+ * every element has the bits of vec_dot. */
+#define T32_PB 1088
+
+static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
+
+static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
+                                                           void *panel) {
+    const size_t bs = mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const int64_t nblk = k / BT_QK;
+    for (int64_t b = 0; b < nblk; b += 2) {
+        const int nb = b + 1 < nblk ? 2 : 1; /* two blocks a transposition */
+        _Alignas(64) float dw[2][16];
+        __m512 v[16];
+        for (int r = 0; r < 16; r++) {
+            __m256i h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int i = 0; i < nb; i++) {
+                const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
+                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == 3 ? 2 : 1)));
+                h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
+                                        _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
+                bt_fp16_t d16;
+                memcpy(&d16, blk, 2);
+                dw[i][r] = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+            }
+            v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+        }
+        bt_cpu_transpose16(v); /* bit moves only: v[8i + l] lane r = group l of row r's block b + i */
+        for (int i = 0; i < nb; i++) {
+            uint8_t *pb = (uint8_t *)panel + (size_t)(b + i) * T32_PB;
+            for (int l = 0; l < 8; l++) {
+                const __m512i vl = _mm512_castps_si512(v[8 * i + l]);
+                _mm512_store_si512(pb + 64 * l, vl);
+                const __m512i s128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), vl);
+                _mm512_store_si512(pb + 512 + 64 * l, _mm512_sub_epi32(_mm512_setzero_si512(), s128));
+            }
+            _mm512_store_ps(pb + 1024, _mm512_load_ps(dw[i]));
+        }
+    }
+}
+
+/* one pass: lanes 4h .. 4h+3 of RN (<= 4) columns over every block of a panel */
+static inline __attribute__((always_inline)) void t32_pass(const int RN, const int h, int64_t k,
+                                                           const uint8_t *panel, const void *const *acts,
+                                                           __m512 acc[4][4]) {
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) acc[c][i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        const uint8_t *pb = panel + (size_t)b * T32_PB;
+        const __m512 dw = _mm512_load_ps(pb + 1024);
+        __m512i v[4], off[4];
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
+            off[i] = _mm512_load_si512(pb + 512 + 64 * (4 * h + i));
+        }
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            /* the pass's 16 activation bytes + 128 */
+            _Alignas(16) uint8_t au[16];
+            _mm_store_si128((__m128i *)au, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * h)),
+                                                         _mm_set1_epi8((char)0x80)));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(h2f_fast(ab->d)));
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < 4; i++) {
+                const __m512i isum = _mm512_dpbusd_epi32(off[i], _mm512_set1_epi32(bt_cpu_load_i32(au + 4 * i)), v[i]);
+                acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[c][i]);
+            }
+        }
+    }
+}
+
+/* rows row0 .. row0+nrows of columns dcols[0 .. RN) (RN <= 4) from a packed panel */
+static inline __attribute__((always_inline)) void t32_gemm_tile(const int RN, int64_t k, const uint8_t *panel,
+                                                                const void *const *acts, float *const *dcols,
+                                                                int64_t row0, int nrows) {
+    __m512 lo[4][4], hi[4][4]; /* lanes 0..3, 4..7 */
+    t32_pass(RN, 0, k, panel, acts, lo);
+    t32_pass(RN, 1, k, panel, acts, hi);
+    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        /* hsum8: lanes i + 4, then + 2, + 1 */
+        const __m512 t0 = _mm512_add_ps(lo[c][0], hi[c][0]), t1 = _mm512_add_ps(lo[c][1], hi[c][1]);
+        const __m512 t2 = _mm512_add_ps(lo[c][2], hi[c][2]), t3 = _mm512_add_ps(lo[c][3], hi[c][3]);
+        _mm512_mask_storeu_ps(dcols[c] + row0, mask, _mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3)));
+    }
+}
+
+static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void *panel, const void *const *acts,
+                                                           int64_t ncols, float *const *dcols, int64_t row0,
+                                                           int nrows) {
+    int64_t j = 0;
+    for (; j + 4 <= ncols; j += 4) t32_gemm_tile(4, k, panel, acts + j, dcols + j, row0, nrows);
+    if (ncols - j >= 2) {
+        t32_gemm_tile(2, k, panel, acts + j, dcols + j, row0, nrows);
+        j += 2;
+    }
+    if (j < ncols) t32_gemm_tile(1, k, panel, acts + j, dcols + j, row0, nrows);
+}
+
+#define T32_GEMM(name, mode)                                                                                 \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack(mode, k, rows, panel); } \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
+                             float *const *dcols, int64_t row0, int nrows) {                                      \
+        t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
+    }
+T32_GEMM(iq4_nl, 3)
+T32_GEMM(mxfp4, 4)
+#define T32_GEMM_MIN_COLS 8
+#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
 
 #define FAST(name) dot_##name##_avx512
 
@@ -1779,6 +1937,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #endif
 #ifndef HAVE_QDOT_AVX512
 #define K_GEMM(name) 0, NULL, NULL, NULL
+#define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
 #define NO_REPACK NULL, NULL, NULL, 0
@@ -1806,8 +1965,8 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
-QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), NO_GEMM, NO_REPACK);
-QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), NO_GEMM, NO_REPACK);
+QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
+QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);

@@ -25,12 +25,15 @@
  * signs moved onto the activation bytes (exact: Q8_K's are in -127..127),
  * vpmaddubsw (pairs, at most 2 * 127 * 127 < 2^15), vpdpwssd with each
  * pair's scale into 16 int32 lanes, then the lanes added.
- * Integer sums are exact in any grouping, so both paths give the same bits
- * (tests/test_quants.c compares them).  Built with -ffp-contract=off.
+ * IQ4_XS's packed GEMM (prompt sizes: the K-quants' in quant_dot.c) forms
+ * the same I with a lane per weight row.  Integer sums are exact in any grouping, so every path
+ * gives the same bits (tests/test_quants.c compares them).  Built with
+ * -ffp-contract=off.
  */
 #include "qtypes.h"
 
 #include "cpu_impl.h"
+#include "quant_dot.h"
 #include "quants.h"
 
 #include <math.h>
@@ -466,6 +469,19 @@ IQ_FAST(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
 #endif
+/* IQ4_XS's packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns
+ * or more (the tiles decode a row once per 4 columns) */
+#ifdef BT_CPU_IQ4_XS_GEMM
+#define GEMM_iq4_xs 8, bt_cpu_iq4_xs_panel_size, bt_cpu_iq4_xs_pack, bt_cpu_iq4_xs_gemm
+#else
+#define GEMM_iq4_xs 0, NULL, NULL, NULL
+#endif
+#define GEMM_iq2_xxs 0, NULL, NULL, NULL
+#define GEMM_iq2_xs 0, NULL, NULL, NULL
+#define GEMM_iq2_s 0, NULL, NULL, NULL
+#define GEMM_iq3_xxs 0, NULL, NULL, NULL
+#define GEMM_iq3_s 0, NULL, NULL, NULL
+#define GEMM_iq1_s 0, NULL, NULL, NULL
 
 /* ---- qtypes.h entries ------------------------------------------------------------ */
 
@@ -478,7 +494,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .quantize_act = */ bt_q8_K_from_f32,                           \
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ TILES(name),                                \
-        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ 0, NULL, NULL, NULL, \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ GEMM_##name,   \
         /* .rp, .rgemm, .rpack, .rpack_min_cols = */ NULL, NULL, NULL, 0, \
         /* .quantize_act_ref = */ bt_q8_K_from_f32,                       \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \

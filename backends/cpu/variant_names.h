@@ -38,6 +38,9 @@
 #define bt_cpu_qtype_q6_K BT_CPU_VN(BT_CPU_VARIANT, qtype_q6_K)
 #define bt_cpu_qtype_iq4_nl BT_CPU_VN(BT_CPU_VARIANT, qtype_iq4_nl)
 #define bt_cpu_qtype_mxfp4 BT_CPU_VN(BT_CPU_VARIANT, qtype_mxfp4)
+#define bt_cpu_iq4_xs_panel_size BT_CPU_VN(BT_CPU_VARIANT, iq4_xs_panel_size)
+#define bt_cpu_iq4_xs_pack BT_CPU_VN(BT_CPU_VARIANT, iq4_xs_pack)
+#define bt_cpu_iq4_xs_gemm BT_CPU_VN(BT_CPU_VARIANT, iq4_xs_gemm)
 /* quant_iq.c */
 #define bt_cpu_qtype_iq4_xs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq4_xs)
 #define bt_cpu_qtype_iq2_xxs BT_CPU_VN(BT_CPU_VARIANT, qtype_iq2_xxs)
