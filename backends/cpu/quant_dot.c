@@ -327,6 +327,19 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * saturation), and the int16 pairs weighted by their sub-block's scale into
  * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
+#if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
+/* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
+ * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
+static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
+    uint16_t S[8];
+    for (int j = 0; j < 8; j++) S[j] = (uint16_t)(a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    s[0] = S[0] | (uint32_t)S[2] << 16;
+    s[1] = S[1] | (uint32_t)S[3] << 16;
+    s[2] = S[4] | (uint32_t)S[6] << 16;
+    s[3] = S[5] | (uint32_t)S[7] << 16;
+}
+#endif
+
 #ifdef HAVE_QDOT_AVX512
 
 /* fp16 -> fp32 with F16C (exact, as bt_fp16_to_fp32, for every finite value) */
@@ -718,16 +731,6 @@ K_TILES(q2_K, CALL_Q2_K)
  * (vpdpwssd); then kq_step in float lanes.  The integers of dot_kq_ref, so
  * the same bits as the plain rows. */
 
-/* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
- * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
-static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
-    uint16_t S[8];
-    for (int j = 0; j < 8; j++) S[j] = (uint16_t)(a->bsums[2 * j] + a->bsums[2 * j + 1]);
-    s[0] = S[0] | (uint32_t)S[2] << 16;
-    s[1] = S[1] | (uint32_t)S[3] << 16;
-    s[2] = S[4] | (uint32_t)S[6] << 16;
-    s[3] = S[5] | (uint32_t)S[7] << 16;
-}
 
 static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64_t k, const uint8_t *g,
                                                              const void *const *acts, float *const *dcols,
@@ -1570,6 +1573,95 @@ KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
 #define K_TILE_LIST(name) {{2, 1, qtile_##name##_2x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 
+/* Q4_K repacked on AVX2: the AVX-512 kernel's arithmetic (rp_k4_tile) for
+ * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
+ * each 64-byte vector), vpdpbusd as vpmaddubsw + vpmaddwd (exact: nibbles
+ * against int8, pairs below 2 * 15 * 128), vpdpwssd as vpmaddwd; the same
+ * integers and float steps, so the same bits. */
+static inline __attribute__((always_inline)) void rp_k4_half_avx2(const int RN, int64_t k, const uint8_t *g,
+                                                                  const void *const *acts, float *const *dcols,
+                                                                  int64_t row0, const int half) {
+    const int64_t nblk = k / BT_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x03);
+    const __m256i lo16 = _mm256_set1_epi32(0x00FF00FF), lo16w = _mm256_set1_epi32(0xFFFF), ff = _mm256_set1_epi32(0xFF);
+    __m256 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
+        const uint8_t *v = g + vof + 32 * half;
+        const __m256i dd = _mm256_loadu_si256((const __m256i *)(g + dof + 32 * half));
+        /* the 8 rows' d and dmin (fp16 in a dword each) as 8 floats each */
+        const __m256i dl = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(dd, lo16w), dd), 0x08);
+        const __m256i dh = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(dd, 16), dd), 0x08);
+        const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dl));
+        const __m256 dm = _mm256_cvtph_ps(_mm256_castsi256_si128(dh));
+        const __m256i u0 = _mm256_load_si256((const __m256i *)v), u1 = _mm256_load_si256((const __m256i *)(v + 64));
+        const __m256i u2 = _mm256_load_si256((const __m256i *)(v + 128));
+        const __m256i s03 = _mm256_and_si256(u0, m6);
+        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
+        const __m256i n03 = _mm256_and_si256(u1, m6);
+        const __m256i n47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
+        const __m256i mp[4] = {_mm256_and_si256(n03, lo16), _mm256_and_si256(_mm256_srli_epi32(n03, 8), lo16),
+                               _mm256_and_si256(n47, lo16), _mm256_and_si256(_mm256_srli_epi32(n47, 8), lo16)};
+        const bt_block_q8_K *ab[8];
+        __m256i I[8], M[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            uint32_t sp[4];
+            k4_sum_pairs(ab[c], sp);
+            M[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < 4; i++) M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(mp[i], _mm256_set1_epi32((int)sp[i])));
+            I[c] = _mm256_setzero_si256();
+        }
+        _Pragma("GCC unroll 8")
+        for (int sb = 0; sb < 8; sb++) {
+            const int gq = sb / 2, h = sb % 2;
+            const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(sb < 4 ? s03 : s47, 8 * (sb % 4)), ff);
+            __m256i p[8];
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) p[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < 8; i++) {
+                const __m256i q = _mm256_load_si256((const __m256i *)(v + (size_t)(3 + 8 * gq + i) * 64));
+                const __m256i qn = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4);
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++)
+                    p[c] = _mm256_add_epi32(p[c], bt_cpu_dot4_avx2(qn, _mm256_set1_epi32(bt_cpu_load_i32(
+                                                                           ab[c]->qs + 64 * gq + 32 * h + 4 * i))));
+            }
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) I[c] = _mm256_add_epi32(I[c], _mm256_mullo_epi32(p[c], sc));
+        }
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            const __m256 da = _mm256_set1_ps(ab[c]->d);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(da, dw), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M[c]), _mm256_mul_ps(da, dm), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
+}
+
+static void rgemm_q4_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
+                       float *const *dcols, int64_t row0) {
+    (void)next;
+    const uint8_t *g = group;
+#define RP_K4_TILE(RN, j)                                                \
+    do {                                                                 \
+        rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 0);     \
+        rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 1);     \
+    } while (0)
+    BT_CPU_COL_TILES(ncols, RP_K4_TILE);
+#undef RP_K4_TILE
+}
+
 /* 32-element types x Q8_0: one block per vector, lanes32's 8 lanes as int32
  * lanes (vpmaddwd's quads are vpdpbusd's), the float steps 8 lanes wide */
 
@@ -1958,6 +2050,9 @@ static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
 static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel); }
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
+#elif defined(HAVE_QDOT_AVX2)
+#define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
+#define K6_REPACK &rp_q6_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #else
 #define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
