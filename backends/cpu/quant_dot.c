@@ -328,6 +328,17 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
+/* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
+ * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
+ * without a software prefetch the hardware prefetchers left a decode waiting
+ * on memory (one 32000 x 2048 product from memory, 1 thread, 4 KiB pages,
+ * repacked against plain: 0.38x).
+ * So the 16 rows' block BT_RP6_PREFETCH blocks ahead (past the group's end:
+ * the next group's, `next`) goes to L2 a block at a time: 1 block ahead
+ * 0.94-1.03x, 2 1.20-1.24x, 3 1.18-1.27x, 4 1.02-1.11x, 8 0.98-1.09x. */
+#ifndef BT_RP6_PREFETCH
+#define BT_RP6_PREFETCH 2
+#endif
 /* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
  * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
 static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
@@ -851,17 +862,6 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
  * I - M of dot_kq_ref exactly (int32 sums, the same integers), and the float
  * step is kq_step's: acc += (float)I * (d_act * d).  So the same bits as the
  * plain rows. */
-/* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
- * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
- * without a software prefetch the hardware prefetchers left a decode waiting
- * on memory (one 32000 x 2048 product from memory, 1 thread, 4 KiB pages,
- * repacked against plain: 0.38x).
- * So the 16 rows' block BT_RP6_PREFETCH blocks ahead (past the group's end:
- * the next group's, `next`) goes to L2 a block at a time: 1 block ahead
- * 0.94-1.03x, 2 1.20-1.24x, 3 1.18-1.27x, 4 1.02-1.11x, 8 0.98-1.09x. */
-#ifndef BT_RP6_PREFETCH
-#define BT_RP6_PREFETCH 2
-#endif
 static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64_t k, const uint8_t *g,
                                                              const uint8_t *next, const void *const *acts,
                                                              float *const *dcols, int64_t row0) {
@@ -1662,6 +1662,90 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
 #undef RP_K4_TILE
 }
 
+/* Q6_K repacked on AVX2: rp_k6_tile's arithmetic on two halves of 8 rows,
+ * as rp_k4_half_avx2 (6-bit values against int8: pairs below 2 * 63 * 128);
+ * the first half prefetches the blocks ahead, the second reads them from
+ * cache. */
+static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, int64_t k, const uint8_t *g,
+                                                                  const uint8_t *next, const void *const *acts,
+                                                                  float *const *dcols, int64_t row0, const int half) {
+    const int64_t nblk = k / BT_QK_K;
+    const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
+        if (half == 0)
+            for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs;
+                 BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
+                if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
+                else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
+            }
+        const uint8_t *v = g + vof + 32 * half;
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
+        const bt_block_q8_K *ab[8];
+        __m256i I[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            I[c] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            _Pragma("GCC unroll 4")
+            for (int sb = 0; sb < 4; sb++) {
+                _Pragma("GCC unroll 2")
+                for (int m = 0; m < 2; m++) {
+                    const int s = 8 * h + 2 * sb + m;
+                    __m256i P[8];
+                    _Pragma("GCC unroll 8")
+                    for (int c = 0; c < RN; c++) P[c] = _mm256_set1_epi32(-32 * ab[c]->bsums[s]);
+                    _Pragma("GCC unroll 4")
+                    for (int tt = 0; tt < 4; tt++) {
+                        const int t = 4 * m + tt;
+                        __m256i lo = _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1))));
+                        if (sb >> 1) lo = _mm256_srli_epi16(lo, 4);
+                        __m256i hi = _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t)));
+                        if (sb == 0) hi = _mm256_slli_epi16(hi, 4);
+                        else if (sb == 1) hi = _mm256_slli_epi16(hi, 2);
+                        else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
+                        /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
+                        const __m256i q = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+                        _Pragma("GCC unroll 8")
+                        for (int c = 0; c < RN; c++)
+                            P[c] = _mm256_add_epi32(
+                                P[c], bt_cpu_dot4_avx2(q, _mm256_set1_epi32(bt_cpu_load_i32(
+                                                              ab[c]->qs + 128 * h + 32 * sb + 4 * t))));
+                    }
+                    const __m256i sw = _mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4)));
+                    const __m256i scv = _mm256_srai_epi32(_mm256_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
+                    _Pragma("GCC unroll 8")
+                    for (int c = 0; c < RN; c++) I[c] = _mm256_add_epi32(I[c], _mm256_mullo_epi32(P[c], scv));
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[c]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
+}
+
+static void rgemm_q6_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
+                       float *const *dcols, int64_t row0) {
+    const uint8_t *g = group, *nx = next;
+#define RP_K6_TILE(RN, j)                                                    \
+    do {                                                                     \
+        rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 0);     \
+        rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 1);     \
+    } while (0)
+    BT_CPU_COL_TILES(ncols, RP_K6_TILE);
+#undef RP_K6_TILE
+}
+
 /* 32-element types x Q8_0: one block per vector, lanes32's 8 lanes as int32
  * lanes (vpmaddwd's quads are vpdpbusd's), the float steps 8 lanes wide */
 
@@ -2052,7 +2136,7 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #elif defined(HAVE_QDOT_AVX2)
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
-#define K6_REPACK &rp_q6_K, NULL, NULL, 0 /* the layout, no kernels: not used */
+#define K6_REPACK &rp_q6_K, rgemm_q6_K, NULL, 0
 #else
 #define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
