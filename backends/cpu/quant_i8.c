@@ -745,11 +745,71 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
 I8_AVX2_DEFS(q8_0, true)
 I8_AVX2_DEFS(q4_0, false)
 
+/* Q4_0 repacked on AVX2: rp_tile's arithmetic (a block at a time) on two
+ * halves of the group's 16 rows (bytes 32h .. 32h + 31 of each vector: 8
+ * rows' 4 bytes), vpdpbusd as bt_cpu_dot4_avx2 (nibbles against int8:
+ * exact); the same integers and float steps, so the same bits.  (Q8_0's
+ * repacked bytes are w + 128, up to 255: vpmaddubsw could saturate, so Q8_0
+ * stays on plain rows here.) */
+static inline __attribute__((always_inline)) void rp_q4_half_avx2(const int RN, int64_t k, const uint8_t *g,
+                                                                  const void *const *acts, float *const *dcols,
+                                                                  int64_t row0, const int half) {
+    const int64_t nblk = k / I8_QK;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    struct i8col a[8];
+    __m256 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_0), 2, &dof, &vof);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
+        const uint8_t *w = g + vof + 32 * half;
+        __m256i I[8];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++) I[c] = _mm256_set1_epi32(-8 * a[c].s[b]);
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < 4; v++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v));
+            const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) {
+                const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
+                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(lo, _mm256_set1_epi32(bt_cpu_load_i32(aq))));
+                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(hi, _mm256_set1_epi32(bt_cpu_load_i32(aq + 16))));
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < RN; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
+}
+
+static void rgemm_q4_0(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
+                       float *const *dcols, int64_t row0) {
+    (void)next;
+    const uint8_t *g = group;
+#define RP_Q4_TILE(RN, j)                                                \
+    do {                                                                 \
+        rp_q4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 0);     \
+        rp_q4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 1);     \
+    } while (0)
+    BT_CPU_COL_TILES(ncols, RP_Q4_TILE);
+#undef RP_Q4_TILE
+}
+
 #define I8_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_avx2
-#define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
+#define I8_REPACK_q8_0 &rp_q8_0, NULL, NULL, 0 /* the layout, no kernels: not used */
+#define I8_REPACK_q4_0 &rp_q4_0, rgemm_q4_0, NULL, 0
+#define I8_REPACK(name) I8_REPACK_##name
 #elif defined(HAVE_I8_NEON)
 /* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
  * dot_ref's I_b and float step per output element.  A block's weights are
