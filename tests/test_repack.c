@@ -250,12 +250,10 @@ END_TEST
 
 START_TEST(test_repackable) {
     bt_context *ctx = tu_ctx(4);
-    /* the variants with kernels for some of the layouts: AVX-512 (VNNI) all four, AVX2 all but Q8_0's */
     const bool have = bt_cpu_weight_repack_available(BT_TYPE_Q8_0);
-    const bool have4 = bt_cpu_weight_repack_available(BT_TYPE_Q4_0);
-    ck_assert(have4 == bt_cpu_weight_repack_available(BT_TYPE_Q4_K));
-    ck_assert(have4 == bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
-    ck_assert(!have || have4);
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_0));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_K));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
     ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q5_K));
     struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
     struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);
@@ -266,10 +264,10 @@ START_TEST(test_repackable) {
     struct bt_tensor *f = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 32);
     struct bt_tensor *v = bt_view_2d(ctx, q8, 64, 16, q8->nb[1], 0);
     ck_assert(bt_cpu_weight_repackable(q8) == have);
-    ck_assert(bt_cpu_weight_repackable(q4) == have4);
+    ck_assert(bt_cpu_weight_repackable(q4) == have);
     ck_assert(!bt_cpu_weight_repackable(odd));
-    ck_assert(bt_cpu_weight_repackable(k4) == have4);
-    ck_assert(bt_cpu_weight_repackable(k6) == have4);
+    ck_assert(bt_cpu_weight_repackable(k4) == have);
+    ck_assert(bt_cpu_weight_repackable(k6) == have);
     ck_assert(!bt_cpu_weight_repackable(k5));
     ck_assert(!bt_cpu_weight_repackable(f));
     ck_assert(!bt_cpu_weight_repackable(v));

@@ -745,17 +745,20 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
 I8_AVX2_DEFS(q8_0, true)
 I8_AVX2_DEFS(q4_0, false)
 
-/* Q4_0 repacked on AVX2: rp_tile's arithmetic (a block at a time) on two
- * halves of the group's 16 rows (bytes 32h .. 32h + 31 of each vector: 8
- * rows' 4 bytes), vpdpbusd as bt_cpu_dot4_avx2 (nibbles against int8:
- * exact); the same integers and float steps, so the same bits.  (Q8_0's
- * repacked bytes are w + 128, up to 255: vpmaddubsw could saturate, so Q8_0
- * stays on plain rows here.) */
-static inline __attribute__((always_inline)) void rp_q4_half_avx2(const int RN, int64_t k, const uint8_t *g,
-                                                                  const void *const *acts, float *const *dcols,
-                                                                  int64_t row0, const int half) {
+/* Q8_0 and Q4_0 repacked on AVX2: rp_tile's arithmetic (a block at a time)
+ * on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each
+ * vector: 8 rows' 4 bytes).  Q4_0: vpdpbusd as bt_cpu_dot4_avx2 (nibbles
+ * against int8: exact), from -8 s.  Q8_0: the repacked bytes w + 128 (up to
+ * 255 against int8 could saturate vpmaddubsw) back to w, then |w| against
+ * the activation with w's sign (pairs at most 2 * 128 * 127), from 0: the
+ * integer rp_tile forms as -128 s + sum (w + 128) a.  The same integers and
+ * float steps, so the same bits. */
+static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8, const int RN, int64_t k,
+                                                                  const uint8_t *g, const void *const *acts,
+                                                                  float *const *dcols, int64_t row0, const int half) {
     const int64_t nblk = k / I8_QK;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80);
     struct i8col a[8];
     __m256 acc[8];
     _Pragma("GCC unroll 8")
@@ -765,14 +768,24 @@ static inline __attribute__((always_inline)) void rp_q4_half_avx2(const int RN, 
     }
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_0), 2, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, 2, &dof, &vof);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
         const uint8_t *w = g + vof + 32 * half;
         __m256i I[8];
         _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) I[c] = _mm256_set1_epi32(-8 * a[c].s[b]);
+        for (int c = 0; c < RN; c++) I[c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-8 * a[c].s[b]);
+        _Pragma("GCC unroll 8")
+        for (int u = 0; q8 && u < 8; u++) {
+            const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * u)), x80);
+            const __m256i ax = _mm256_abs_epi8(x);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < RN; c++) {
+                const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u));
+                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(ax, _mm256_sign_epi8(av, x)));
+            }
+        }
         _Pragma("GCC unroll 4")
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; !q8 && v < 4; v++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v));
             const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
             _Pragma("GCC unroll 8")
@@ -790,26 +803,27 @@ static inline __attribute__((always_inline)) void rp_q4_half_avx2(const int RN, 
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
 }
 
-static void rgemm_q4_0(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
-                       float *const *dcols, int64_t row0) {
-    (void)next;
-    const uint8_t *g = group;
-#define RP_Q4_TILE(RN, j)                                                \
-    do {                                                                 \
-        rp_q4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 0);     \
-        rp_q4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 1);     \
+#define RP_I8_TILE(RN, j)                                                     \
+    do {                                                                      \
+        rp_i8_half_avx2(q8_, RN, k, g, acts + (j), dcols + (j), row0, 0);     \
+        rp_i8_half_avx2(q8_, RN, k, g, acts + (j), dcols + (j), row0, 1);     \
     } while (0)
-    BT_CPU_COL_TILES(ncols, RP_Q4_TILE);
-#undef RP_Q4_TILE
-}
+#define RP_I8_AVX2(name, q8)                                                                                  \
+    static void rgemm_##name(int64_t k, const void *group, const void *next, const void *const *acts,         \
+                             int64_t ncols, float *const *dcols, int64_t row0) {                               \
+        (void)next;                                                                                             \
+        const uint8_t *g = group;                                                                               \
+        const bool q8_ = q8;                                                                                    \
+        BT_CPU_COL_TILES(ncols, RP_I8_TILE);                                                                    \
+    }
+RP_I8_AVX2(q8_0, true)
+RP_I8_AVX2(q4_0, false)
 
 #define I8_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_avx2
-#define I8_REPACK_q8_0 &rp_q8_0, NULL, NULL, 0 /* the layout, no kernels: not used */
-#define I8_REPACK_q4_0 &rp_q4_0, rgemm_q4_0, NULL, 0
-#define I8_REPACK(name) I8_REPACK_##name
+#define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0
 #elif defined(HAVE_I8_NEON)
 /* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
  * dot_ref's I_b and float step per output element.  A block's weights are
