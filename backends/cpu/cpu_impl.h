@@ -105,6 +105,19 @@ size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
         if ((ncols) - j_ >= 1) TILE(1, j_); \
     } while (0)
 
+/* the same with tiles of at most 4 columns (AVX2's 16 registers) */
+#define BT_CPU_COL_TILES4(ncols, TILE)      \
+    do {                                    \
+        int64_t j_ = 0;                     \
+        for (; j_ + 4 <= (ncols); j_ += 4)  \
+            TILE(4, j_);                    \
+        if ((ncols) - j_ >= 2) {            \
+            TILE(2, j_);                    \
+            j_ += 2;                        \
+        }                                   \
+        if ((ncols) - j_ >= 1) TILE(1, j_); \
+    } while (0)
+
 #define BT_MM_FKC 1024 /* fdot.c: chunk of the float order, in elements (a multiple of 16) */
 #endif
 

@@ -1577,7 +1577,11 @@ KQ_AVX2_DEFS(q6_K, KQ6)
  * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
  * each 64-byte vector), vpdpbusd as vpmaddubsw + vpmaddwd (exact: nibbles
  * against int8, pairs below 2 * 15 * 128), vpdpwssd as vpmaddwd; the same
- * integers and float steps, so the same bits. */
+ * integers and float steps, so the same bits.  Tiles of at most 4 columns
+ * (BT_CPU_COL_TILES4: 8 spill AVX2's registers; bench ops --repacked,
+ * BATON_CPU=avx2, 1 thread, two rounds: q6_K n 512 84.0, 88.7 -> 89.1, 98.5
+ * and MUL_MAT_ID at 32 tokens 57.0, 66.3 -> 65.8, 68.4 GFLOP per CPU-second,
+ * q4_K within the rounds' spread). */
 static inline __attribute__((always_inline)) void rp_k4_half_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const void *const *acts, float *const *dcols,
                                                                   int64_t row0, const int half) {
@@ -1658,7 +1662,7 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
         rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 0);     \
         rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 1);     \
     } while (0)
-    BT_CPU_COL_TILES(ncols, RP_K4_TILE);
+    BT_CPU_COL_TILES4(ncols, RP_K4_TILE);
 #undef RP_K4_TILE
 }
 
@@ -1742,7 +1746,7 @@ static void rgemm_q6_K(int64_t k, const void *group, const void *next, const voi
         rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 0);     \
         rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 1);     \
     } while (0)
-    BT_CPU_COL_TILES(ncols, RP_K6_TILE);
+    BT_CPU_COL_TILES4(ncols, RP_K6_TILE);
 #undef RP_K6_TILE
 }
 
