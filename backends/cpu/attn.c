@@ -389,25 +389,6 @@ static bool avx2_available(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
-/* 8 x 8 floats: r[i] lane j <-> r[j] lane i */
-TARGET_AVX2 static void avx2_transpose8(__m256 r[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 2; g++) {
-        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
-    }
-}
-
 TARGET_AVX2 static bool avx2_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
     if (D % 8) return false;
     for (int64_t i0 = 0; i0 < D; i0 += 8)
@@ -417,7 +398,7 @@ TARGET_AVX2 static bool avx2_k_tile_f16(const char *base, size_t stride, int nj,
                 r[c] = c0 + c < nj ? _mm256_cvtph_ps(_mm_loadu_si128(
                                          (const __m128i *)((const bt_fp16_t *)(base + (size_t)(c0 + c) * stride) + i0)))
                                    : _mm256_setzero_ps();
-            avx2_transpose8(r);
+            bt_cpu_transpose8(r);
             for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (i0 + i) * TILE + c0, r[i]);
         }
     return true;

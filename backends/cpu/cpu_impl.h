@@ -86,37 +86,30 @@ void bt_cpu_fdot_rows(enum bt_type type, const char *a, size_t a_nb1, int64_t k,
                       float *buf, struct bt_cpu_next after);
 size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
 #ifndef BT_MM_FKC
-/* The quantised GEMMs' column tiles: columns [0, ncols) as tiles of 8, then
- * one of 4, 2 and 1 where left; TILE(RN, j) runs the tile of RN columns from
- * column j (RN a constant, for the always-inline tiles). */
-#define BT_CPU_COL_TILES(ncols, TILE)       \
-    do {                                    \
-        int64_t j_ = 0;                     \
-        for (; j_ + 8 <= (ncols); j_ += 8)  \
-            TILE(8, j_);                    \
-        if ((ncols) - j_ >= 4) {            \
-            TILE(4, j_);                    \
-            j_ += 4;                        \
-        }                                   \
-        if ((ncols) - j_ >= 2) {            \
-            TILE(2, j_);                    \
-            j_ += 2;                        \
-        }                                   \
-        if ((ncols) - j_ >= 1) TILE(1, j_); \
+/* The quantised GEMMs' column tiles: columns [j0, ncols) as tiles of 4,
+ * then one of 2 and 1 where left; TILE(RN, j) runs the tile of RN columns
+ * from column j (RN a constant, for the always-inline tiles). */
+#define BT_CPU_COL_TILES_FROM(ncols, TILE, j0) \
+    do {                                      \
+        int64_t j_ = (j0);                    \
+        for (; j_ + 4 <= (ncols); j_ += 4)    \
+            TILE(4, j_);                      \
+        if ((ncols) - j_ >= 2) {              \
+            TILE(2, j_);                      \
+            j_ += 2;                          \
+        }                                     \
+        if ((ncols) - j_ >= 1) TILE(1, j_);   \
     } while (0)
-
-/* the same with tiles of at most 4 columns (AVX2's 16 registers) */
-#define BT_CPU_COL_TILES4(ncols, TILE)      \
-    do {                                    \
-        int64_t j_ = 0;                     \
-        for (; j_ + 4 <= (ncols); j_ += 4)  \
-            TILE(4, j_);                    \
-        if ((ncols) - j_ >= 2) {            \
-            TILE(2, j_);                    \
-            j_ += 2;                        \
-        }                                   \
-        if ((ncols) - j_ >= 1) TILE(1, j_); \
+/* tiles of 8, then the rest as above (one of 4, 2 and 1 where left) */
+#define BT_CPU_COL_TILES(ncols, TILE)           \
+    do {                                        \
+        int64_t j8_ = 0;                        \
+        for (; j8_ + 8 <= (ncols); j8_ += 8)    \
+            TILE(8, j8_);                       \
+        BT_CPU_COL_TILES_FROM(ncols, TILE, j8_); \
     } while (0)
+/* at most 4 columns a tile (AVX2's 16 registers) */
+#define BT_CPU_COL_TILES4(ncols, TILE) BT_CPU_COL_TILES_FROM(ncols, TILE, 0)
 
 #define BT_MM_FKC 1024 /* fdot.c: chunk of the float order, in elements (a multiple of 16) */
 #endif
@@ -173,10 +166,14 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
 }
 #endif
 
-#if defined(__AVX2__)
 /* Transpose 8 x 8 32-bit values in registers (r[i] lane j <-> r[j] lane i);
- * only bit moves, so it serves BF16 pairs cast to __m256 too. */
+ * only bit moves, so it serves BF16 pairs cast to __m256 too.  Built for
+ * AVX2 whatever the file's -march, as bt_cpu_transpose16 (attn.c). */
+#if defined(__AVX2__)
 static inline void bt_cpu_transpose8(__m256 r[8]) {
+#else
+__attribute__((target("avx2"))) static inline void bt_cpu_transpose8(__m256 r[8]) {
+#endif
     __m256 t[8], s[8];
     for (int i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -193,6 +190,8 @@ static inline void bt_cpu_transpose8(__m256 r[8]) {
         r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
     }
 }
+
+#if defined(__AVX2__)
 
 /* The AVX2 integer dots (quant_i8.c, quant_dot.c): per int32 lane, the 4
  * products of unsigned bytes u and signed bytes s summed: vpdpbusd where the
