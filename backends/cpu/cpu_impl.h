@@ -164,7 +164,6 @@ __attribute__((target("avx512f"))) static inline void bt_cpu_transpose16(__m512 
     }
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
-#endif
 
 /* Transpose 8 x 8 32-bit values in registers (r[i] lane j <-> r[j] lane i);
  * only bit moves, so it serves BF16 pairs cast to __m256 too.  Built for
@@ -190,6 +189,8 @@ __attribute__((target("avx2"))) static inline void bt_cpu_transpose8(__m256 r[8]
         r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
     }
 }
+#endif
+
 
 #if defined(__AVX2__)
 
