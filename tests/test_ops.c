@@ -264,7 +264,8 @@ START_TEST(test_unary) {
 }
 END_TEST
 
-/* SILU and SWIGLU over packed rows (16 lanes at a time, then a masked tail)
+/* SILU and SWIGLU over packed rows (8 or 16 lanes at a time as the kernel
+ * variant has them, then a masked tail)
  * and over strided ones (an element at a time) give the same bits for every
  * value: a sweep over [-100, 100], the clamp's edges, zeros, denormals,
  * infinities and NaN, in rows whose lengths leave every tail length. */

@@ -13,6 +13,7 @@
  * at wdata + ith * op_scratch_bytes(node).
  */
 #include "cpu_impl.h"
+#include "cpu_variant.h"
 #include "qtypes.h"
 
 #include <float.h>
@@ -184,12 +185,15 @@ static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst)
  * (Cephes' expf: n = rint(y log2 e), r = y - n ln 2 by two fma's, a degree-6
  * polynomial by fma's, times 2^n made from its bits), with y = -x clamped to
  * [-87, 88] so that every step stays a normal float (past the clamp 1 + e^y
- * is 1, or silu is 0 to within 6e-37; a NaN x gives NaN).  silu_f32 and
- * silu_v16 (AVX-512, 16 lanes) take the same steps, so they give the same
- * bits for every x (test_ops checks), and whether an element is in a
- * vector or in a row's tail never shows.  glibc's expf, one element at a
- * time, had made SWIGLU about 2.5% of a decode step.  e^-x is within about
- * 2 ulp. */
+ * is 1, or silu is 0 to within 6e-37; a NaN x gives NaN).  silu_f32,
+ * silu_v8 (AVX2, 8 lanes) and silu_v16 (AVX-512, 16 lanes) take the same
+ * steps, so they give the same bits for every x (test_ops checks under
+ * each kernel variant), and whether an element is in a vector or in a
+ * row's tail never shows.  glibc's expf, one element at a time, had made
+ * SWIGLU about 2.5% of a decode step, and the plain C steps (a call to
+ * libm's fmaf each where the file is built for the x86-64 baseline) about
+ * 9% of a prompt's time in the portable build.  e^-x is within about 2
+ * ulp. */
 #define SILU_Y_MIN -87.0f
 #define SILU_Y_MAX 88.0f
 #define SILU_LOG2E 1.44269504088896341f
@@ -233,40 +237,87 @@ static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
     return x / (1.0f + exp_clamped(0.0f - alpha * x)) * (y + 1.0f);
 }
 
-#if defined(__AVX512F__)
+/* The vector versions, for the portable build too: compiled for AVX2 and
+ * AVX-512 whatever the file's -march, run up to the kernel variant's
+ * instruction set where the CPU has it (attention's rule, attn.c), plain C
+ * under p->reference.  A 256-bit and a 512-bit lane take silu_f32's steps,
+ * so every choice gives the same bits. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-static inline __m512 silu_v16(__m512 x) {
-    __m512 y = _mm512_sub_ps(_mm512_setzero_ps(), x);
-    y = _mm512_max_ps(y, _mm512_set1_ps(SILU_Y_MIN));
-    y = _mm512_min_ps(y, _mm512_set1_ps(SILU_Y_MAX));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(SILU_LOG2E)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SILU_LN2_HI), y);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SILU_LN2_LO), r);
-    __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(SILU_P0), r, _mm512_set1_ps(SILU_P1));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(SILU_P2));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(SILU_P3));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(SILU_P4));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(SILU_P5));
-    q = _mm512_add_ps(_mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    const __m512 scale = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(q, scale)));
-}
-#endif
+#define SILU_X86 1
+#define SILU_V_STEPS(V, P, SET1, SUB, MAX, MIN, ROUND, FNMADD, FMADD, ADD, MUL, DIV, CVTI, ADDI, SLLI, CASTF)  \
+    V y = SUB(P##_setzero_ps(), x);                                                                      \
+    y = MAX(y, SET1(SILU_Y_MIN));                                                                        \
+    y = MIN(y, SET1(SILU_Y_MAX));                                                                        \
+    const V n = ROUND(MUL(y, SET1(SILU_LOG2E)));                                                         \
+    V r = FNMADD(n, SET1(SILU_LN2_HI), y);                                                               \
+    r = FNMADD(n, SET1(SILU_LN2_LO), r);                                                                 \
+    V q = FMADD(SET1(SILU_P0), r, SET1(SILU_P1));                                                        \
+    q = FMADD(q, r, SET1(SILU_P2));                                                                      \
+    q = FMADD(q, r, SET1(SILU_P3));                                                                      \
+    q = FMADD(q, r, SET1(SILU_P4));                                                                      \
+    q = FMADD(q, r, SET1(SILU_P5));                                                                      \
+    q = ADD(FMADD(q, MUL(r, r), r), SET1(1.0f));                                                         \
+    const V scale = CASTF(SLLI(ADDI(CVTI(n), P##_set1_epi32(127)), 23));                                 \
+    return DIV(x, ADD(SET1(1.0f), MUL(q, scale)))
+#define SILU_ROUND8(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define SILU_ROUND16(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
-/* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n, packed rows */
-static void silu_row(int64_t n, const float *a, const float *b, float *d) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i < n; i += 16) {
+__attribute__((target("avx2,fma"))) static inline __m256 silu_v8(__m256 x) {
+    SILU_V_STEPS(__m256, _mm256, _mm256_set1_ps, _mm256_sub_ps, _mm256_max_ps, _mm256_min_ps, SILU_ROUND8,
+                 _mm256_fnmadd_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_cvtps_epi32,
+                 _mm256_add_epi32, _mm256_slli_epi32, _mm256_castsi256_ps);
+}
+__attribute__((target("avx512f,fma"))) static inline __m512 silu_v16(__m512 x) {
+    SILU_V_STEPS(__m512, _mm512, _mm512_set1_ps, _mm512_sub_ps, _mm512_max_ps, _mm512_min_ps, SILU_ROUND16,
+                 _mm512_fnmadd_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_cvtps_epi32,
+                 _mm512_add_epi32, _mm512_slli_epi32, _mm512_castsi512_ps);
+}
+
+/* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n: 8 lanes, the tail masked */
+__attribute__((target("avx2,fma"))) static void silu_row_avx2(int64_t n, const float *a, const float *b, float *d) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int left = n - i >= 8 ? 8 : (int)(n - i);
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+        __m256 v = silu_v8(_mm256_maskload_ps(a + i, m));
+        if (b) v = _mm256_mul_ps(v, _mm256_maskload_ps(b + i, m));
+        _mm256_maskstore_ps(d + i, m, v);
+    }
+}
+__attribute__((target("avx512f,fma"))) static void silu_row_avx512(int64_t n, const float *a, const float *b,
+                                                                   float *d) {
+    for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
         __m512 v = silu_v16(_mm512_maskz_loadu_ps(m, a + i));
         if (b) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, b + i));
         _mm512_mask_storeu_ps(d + i, m, v);
     }
+}
 #endif
-    for (; i < n; i++) d[i] = b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
+
+/* the widest vector set for the elementwise rows: attention's choice */
+static enum bt_cpu_attn_isa vec_isa(const struct bt_cpu_params *p) {
+    if (!p->reference)
+        for (int i = (int)bt_cpu_kernels()->attn; i > BT_CPU_ATTN_C; i--)
+            if (bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)i)) return (enum bt_cpu_attn_isa)i;
+    return BT_CPU_ATTN_C;
+}
+
+/* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n, packed rows */
+static void silu_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const float *b, float *d) {
+#if defined(SILU_X86)
+    if (isa == BT_CPU_ATTN_AVX512) {
+        silu_row_avx512(n, a, b, d);
+        return;
+    }
+    if (isa == BT_CPU_ATTN_AVX2) {
+        silu_row_avx2(n, a, b, d);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t i = 0; i < n; i++) d[i] = b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
 }
 
 static inline float op_silu(float x) { return silu_f32(x); }
@@ -323,6 +374,7 @@ static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) 
     const float s = dst->op == BT_OP_SCALE ? bt_get_op_param_f32(dst, 0) : 0.0f;
     const size_t sa = a->nb[0], sd = dst->nb[0];
     const bool packed = sa == sizeof(float) && sd == sizeof(float);
+    const enum bt_cpu_attn_isa isa = vec_isa(p);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -331,7 +383,7 @@ static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) 
         const char *ra = row_ptr(a, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
         if (packed && dst->op == BT_OP_SILU)
-            silu_row(n0, (const float *)ra, NULL, (float *)rd);
+            silu_row(isa, n0, (const float *)ra, NULL, (float *)rd);
         else if (packed)
             unary_row(dst->op, n0, ra, sizeof(float), rd, sizeof(float), s);
         else
@@ -344,6 +396,7 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
     const int64_t n0 = dst->ne[0];
     const bool oai = dst->op == BT_OP_SWIGLU_OAI;
     const float alpha = oai ? bt_get_op_param_f32(dst, 0) : 0.0f, limit = oai ? bt_get_op_param_f32(dst, 1) : 0.0f;
+    const enum bt_cpu_attn_isa isa = vec_isa(p);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
@@ -356,7 +409,7 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
                 *f32_ptr(rd, dst->nb[0], i) =
                     swiglu_oai_f32(f32_at(ra, a->nb[0], i), f32_at(rb, b->nb[0], i), alpha, limit);
         else if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float))
-            silu_row(n0, (const float *)ra, (const float *)rb, (float *)rd);
+            silu_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd);
         else
             for (int64_t i = 0; i < n0; i++)
                 *f32_ptr(rd, dst->nb[0], i) = op_silu(f32_at(ra, a->nb[0], i)) * f32_at(rb, b->nb[0], i);
