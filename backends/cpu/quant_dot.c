@@ -1573,83 +1573,117 @@ KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
 #define K_TILE_LIST(name) {{2, 1, qtile_##name##_2x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 
+/* The AVX2 K-quant sums of the repacked kernels below: a sub-block's
+ * q * a per row lane, then times the sub-block's scale into int32.  Without
+ * AVX-VNNI, vpmaddubsw's pairs are added as int16 (the callers add at most
+ * 16 products of |q a| <= 15 * 128, or 4 of 63 * 128: below 2^15, so no
+ * saturation) and the scale is one vpmaddwd with it in both int16 halves of
+ * each dword; with AVX-VNNI, vpdpbusd into int32 and vpmulld.  Either way
+ * the same integers as the AVX-512 kernels.  (vpmaddwd by ones and vpmulld
+ * per sub-block, as before: bench ops --repacked, BATON_CPU=avx2, 1 thread,
+ * GFLOP per CPU-second: see docs/benchmarks.md.) */
+#if defined(__AVXVNNI__)
+#define KQ_ACC(p, u, s) _mm256_dpbusd_avx_epi32((p), (u), (s))
+#define KQ_SCALE(I, p, sc) _mm256_add_epi32((I), _mm256_mullo_epi32((p), (sc)))
+/* byte j of each dword, unsigned or signed, as KQ_SCALE's scale */
+static inline __m256i kq_scale_u8(__m256i x, const int j) {
+    return _mm256_and_si256(_mm256_srli_epi32(x, 8 * j), _mm256_set1_epi32(0xFF));
+}
+static inline __m256i kq_scale_s8(__m256i x, const int j) {
+    return _mm256_srai_epi32(_mm256_slli_epi32(x, 24 - 8 * j), 24);
+}
+#else
+#define KQ_ACC(p, u, s) _mm256_add_epi16((p), _mm256_maddubs_epi16((u), (s)))
+#define KQ_SCALE(I, p, sc) _mm256_add_epi32((I), _mm256_madd_epi16((p), (sc)))
+/* vpshufb's pattern putting byte j of each dword into both int16 halves:
+ * their low bytes (hi 0) or their high bytes (hi 1), the other bytes zero */
+static inline __m256i kq_pick(const int j, const int hi) {
+    const unsigned u = hi ? 0x00800080u : 0x80008000u, m = hi ? 0x01000100u : 0x00010001u;
+    const int d0 = (int)(u + (unsigned)j * m), d1 = (int)(u + (unsigned)(4 + j) * m);
+    const int d2 = (int)(u + (unsigned)(8 + j) * m), d3 = (int)(u + (unsigned)(12 + j) * m);
+    return _mm256_setr_epi32(d0, d1, d2, d3, d0, d1, d2, d3);
+}
+static inline __m256i kq_scale_u8(__m256i x, const int j) { return _mm256_shuffle_epi8(x, kq_pick(j, 0)); }
+static inline __m256i kq_scale_s8(__m256i x, const int j) {
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(x, kq_pick(j, 1)), 8);
+}
+#endif
+
 /* Q4_K repacked on AVX2: the AVX-512 kernel's arithmetic (rp_k4_tile) for
  * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
- * each 64-byte vector), vpdpbusd as vpmaddubsw + vpmaddwd (exact: nibbles
- * against int8, pairs below 2 * 15 * 128), vpdpwssd as vpmaddwd; the same
- * integers and float steps, so the same bits.  Tiles of at most 4 columns
- * (BT_CPU_COL_TILES4: 8 spill AVX2's registers; bench ops --repacked,
- * BATON_CPU=avx2, 1 thread, two rounds: q6_K n 512 84.0, 88.7 -> 89.1, 98.5
- * and MUL_MAT_ID at 32 tokens 57.0, 66.3 -> 65.8, 68.4 GFLOP per CPU-second,
- * q4_K within the rounds' spread). */
+ * each 64-byte vector), vpdpbusd as KQ_ACC, the scale as KQ_SCALE (nibbles
+ * against int8: 8 pairs a sub-block, below 2^15), vpdpwssd as vpmaddwd;
+ * the same integers and float steps, so the same bits.  Tiles of at most 4
+ * columns (BT_CPU_COL_TILES4: 8 spill AVX2's registers); the mins' sums
+ * after the sub-blocks, for the same reason. */
 static inline __attribute__((always_inline)) void rp_k4_half_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const void *const *acts, float *const *dcols,
                                                                   int64_t row0, const int half) {
     const int64_t nblk = k / BT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x03);
-    const __m256i lo16 = _mm256_set1_epi32(0x00FF00FF), lo16w = _mm256_set1_epi32(0xFFFF), ff = _mm256_set1_epi32(0xFF);
-    __m256 acc[8];
-    _Pragma("GCC unroll 8")
+    const __m256i lo16 = _mm256_set1_epi32(0x00FF00FF), lo16w = _mm256_set1_epi32(0xFFFF);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
         const uint8_t *v = g + vof + 32 * half;
+        const __m256i u0 = _mm256_load_si256((const __m256i *)v), u2 = _mm256_load_si256((const __m256i *)(v + 128));
+        const __m256i s03 = _mm256_and_si256(u0, m6);
+        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
+        const bt_block_q8_K *ab[4];
+        __m256i I[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            I[c] = _mm256_setzero_si256();
+        }
+        _Pragma("GCC unroll 8")
+        for (int sb = 0; sb < 8; sb++) {
+            const int gq = sb / 2, h = sb % 2;
+            const __m256i sc = kq_scale_u8(sb < 4 ? s03 : s47, sb % 4);
+            __m256i p[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) p[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < 8; i++) {
+                const __m256i q = _mm256_load_si256((const __m256i *)(v + (size_t)(3 + 8 * gq + i) * 64));
+                const __m256i qn = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4);
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    p[c] = KQ_ACC(p[c], qn, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * gq + 32 * h + 4 * i)));
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], p[c], sc);
+        }
+        /* the mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), and d, dmin */
+        const __m256i u1 = _mm256_load_si256((const __m256i *)(v + 64));
+        const __m256i n03 = _mm256_and_si256(u1, m6);
+        const __m256i n47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
+        const __m256i mp[4] = {_mm256_and_si256(n03, lo16), _mm256_and_si256(_mm256_srli_epi32(n03, 8), lo16),
+                               _mm256_and_si256(n47, lo16), _mm256_and_si256(_mm256_srli_epi32(n47, 8), lo16)};
         const __m256i dd = _mm256_loadu_si256((const __m256i *)(g + dof + 32 * half));
         /* the 8 rows' d and dmin (fp16 in a dword each) as 8 floats each */
         const __m256i dl = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(dd, lo16w), dd), 0x08);
         const __m256i dh = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(dd, 16), dd), 0x08);
         const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dl));
         const __m256 dm = _mm256_cvtph_ps(_mm256_castsi256_si128(dh));
-        const __m256i u0 = _mm256_load_si256((const __m256i *)v), u1 = _mm256_load_si256((const __m256i *)(v + 64));
-        const __m256i u2 = _mm256_load_si256((const __m256i *)(v + 128));
-        const __m256i s03 = _mm256_and_si256(u0, m6);
-        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
-        const __m256i n03 = _mm256_and_si256(u1, m6);
-        const __m256i n47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
-        const __m256i mp[4] = {_mm256_and_si256(n03, lo16), _mm256_and_si256(_mm256_srli_epi32(n03, 8), lo16),
-                               _mm256_and_si256(n47, lo16), _mm256_and_si256(_mm256_srli_epi32(n47, 8), lo16)};
-        const bt_block_q8_K *ab[8];
-        __m256i I[8], M[8];
-        _Pragma("GCC unroll 8")
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
-            ab[c] = (const bt_block_q8_K *)acts[c] + b;
             uint32_t sp[4];
             k4_sum_pairs(ab[c], sp);
-            M[c] = _mm256_setzero_si256();
+            __m256i M = _mm256_setzero_si256();
             _Pragma("GCC unroll 4")
-            for (int i = 0; i < 4; i++) M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(mp[i], _mm256_set1_epi32((int)sp[i])));
-            I[c] = _mm256_setzero_si256();
-        }
-        _Pragma("GCC unroll 8")
-        for (int sb = 0; sb < 8; sb++) {
-            const int gq = sb / 2, h = sb % 2;
-            const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(sb < 4 ? s03 : s47, 8 * (sb % 4)), ff);
-            __m256i p[8];
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++) p[c] = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int i = 0; i < 8; i++) {
-                const __m256i q = _mm256_load_si256((const __m256i *)(v + (size_t)(3 + 8 * gq + i) * 64));
-                const __m256i qn = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4);
-                _Pragma("GCC unroll 8")
-                for (int c = 0; c < RN; c++)
-                    p[c] = _mm256_add_epi32(p[c], bt_cpu_dot4_avx2(qn, _mm256_set1_epi32(bt_cpu_load_i32(
-                                                                           ab[c]->qs + 64 * gq + 32 * h + 4 * i))));
-            }
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < RN; c++) I[c] = _mm256_add_epi32(I[c], _mm256_mullo_epi32(p[c], sc));
-        }
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) {
+            for (int i = 0; i < 4; i++) M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[i], _mm256_set1_epi32((int)sp[i])));
             const __m256 da = _mm256_set1_ps(ab[c]->d);
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(da, dw), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M[c]), _mm256_mul_ps(da, dm), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(da, dm), acc[c]);
         }
     }
-    _Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
 }
 
@@ -1667,17 +1701,21 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
 }
 
 /* Q6_K repacked on AVX2: rp_k6_tile's arithmetic on two halves of 8 rows,
- * as rp_k4_half_avx2 (6-bit values against int8: pairs below 2 * 63 * 128);
- * the first half prefetches the blocks ahead, the second reads them from
- * cache. */
+ * as rp_k4_half_avx2 (6-bit values against int8: two pairs of groups
+ * before each KQ_SCALE, below 2^15), but the offset: rp_k6_tile starts a
+ * sub-block's sum at -32 bsums[s], which int16 sums cannot hold, so here
+ * the block's -32 sum over s of sc[s] bsums[s] (vpmaddwd of the scales'
+ * pairs with the bsums' pairs) is taken off I at the end: the same
+ * integer.  The first half prefetches the blocks ahead, the second reads
+ * them from cache. */
 static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const uint8_t *next, const void *const *acts,
                                                                   float *const *dcols, int64_t row0, const int half) {
     const int64_t nblk = k / BT_QK_K;
     const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[8];
-    _Pragma("GCC unroll 8")
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
@@ -1689,10 +1727,9 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                 else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
             }
         const uint8_t *v = g + vof + 32 * half;
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
-        const bt_block_q8_K *ab[8];
-        __m256i I[8];
-        _Pragma("GCC unroll 8")
+        const bt_block_q8_K *ab[4];
+        __m256i I[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             I[c] = _mm256_setzero_si256();
@@ -1703,9 +1740,9 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                 _Pragma("GCC unroll 2")
                 for (int m = 0; m < 2; m++) {
                     const int s = 8 * h + 2 * sb + m;
-                    __m256i P[8];
-                    _Pragma("GCC unroll 8")
-                    for (int c = 0; c < RN; c++) P[c] = _mm256_set1_epi32(-32 * ab[c]->bsums[s]);
+                    const __m256i sc =
+                        kq_scale_s8(_mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4))), s % 4);
+                    __m256i P[4];
                     _Pragma("GCC unroll 4")
                     for (int tt = 0; tt < 4; tt++) {
                         const int t = 4 * m + tt;
@@ -1717,24 +1754,41 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                         else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
                         /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
                         const __m256i q = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
-                        _Pragma("GCC unroll 8")
-                        for (int c = 0; c < RN; c++)
-                            P[c] = _mm256_add_epi32(
-                                P[c], bt_cpu_dot4_avx2(q, _mm256_set1_epi32(bt_cpu_load_i32(
-                                                              ab[c]->qs + 128 * h + 32 * sb + 4 * t))));
+                        _Pragma("GCC unroll 4")
+                        for (int c = 0; c < RN; c++) {
+                            if (tt % 2 == 0) P[c] = _mm256_setzero_si256();
+                            P[c] = KQ_ACC(P[c], q,
+                                          _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 128 * h + 32 * sb + 4 * t)));
+                        }
+                        if (tt % 2 == 1)
+                            _Pragma("GCC unroll 4")
+                            for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], P[c], sc);
                     }
-                    const __m256i sw = _mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4)));
-                    const __m256i scv = _mm256_srai_epi32(_mm256_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
-                    _Pragma("GCC unroll 8")
-                    for (int c = 0; c < RN; c++) I[c] = _mm256_add_epi32(I[c], _mm256_mullo_epi32(P[c], scv));
                 }
             }
         }
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++)
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[c]);
+        /* the offset: -32 sum over s of sc[s] bsums[s], the scales as int16
+         * pairs (sc[4w], sc[4w+1]) and (sc[4w+2], sc[4w+3]) */
+        __m256i sp[8];
+        _Pragma("GCC unroll 4")
+        for (int w = 0; w < 4; w++) {
+            const __m256i x = _mm256_load_si256((const __m256i *)(v + 64 * (48 + w)));
+            const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), o = _mm256_srai_epi16(x, 8);
+            sp[2 * w] = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
+            sp[2 * w + 1] = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            __m256i M = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++)
+                M = _mm256_add_epi32(M, _mm256_madd_epi16(sp[j], _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
+            const __m256i Ic = _mm256_sub_epi32(I[c], _mm256_slli_epi32(M, 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ic), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[c]);
+        }
     }
-    _Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
 }
 
