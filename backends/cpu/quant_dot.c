@@ -1613,101 +1613,224 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
  * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
  * each 64-byte vector), vpdpbusd as KQ_ACC, the scale as KQ_SCALE (nibbles
  * against int8: 8 pairs a sub-block, below 2^15), vpdpwssd as vpmaddwd;
- * the same integers and float steps, so the same bits.  Tiles of at most 4
- * columns (BT_CPU_COL_TILES4: 8 spill AVX2's registers); the mins' sums
- * after the sub-blocks, for the same reason. */
-static inline __attribute__((always_inline)) void rp_k4_half_avx2(const int RN, int64_t k, const uint8_t *g,
+ * the same integers and float steps, so the same bits.  Both halves of a
+ * block at once, so that an activation's broadcast serves 16 rows and the
+ * group's bytes pass through L1 once per tile; tiles of at most 2 columns
+ * (AVX2's 16 registers).  (Halves of 8 rows one after the other in tiles of
+ * 4 columns: q4_K prompt 150, 151 -> see docs/benchmarks.md.) */
+static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const void *const *acts, float *const *dcols,
-                                                                  int64_t row0, const int half) {
+                                                                  int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x03);
     const __m256i lo16 = _mm256_set1_epi32(0x00FF00FF), lo16w = _mm256_set1_epi32(0xFFFF);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    __m256 acc[2][2];
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
-        const uint8_t *v = g + vof + 32 * half;
-        const __m256i u0 = _mm256_load_si256((const __m256i *)v), u2 = _mm256_load_si256((const __m256i *)(v + 128));
-        const __m256i s03 = _mm256_and_si256(u0, m6);
-        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
-        const bt_block_q8_K *ab[4];
-        __m256i I[4];
-        _Pragma("GCC unroll 4")
+        const uint8_t *v = g + vof;
+        __m256i scs[2][8]; /* the sub-blocks' scales, per half */
+        _Pragma("GCC unroll 2")
+        for (int hf = 0; hf < 2; hf++) {
+            const __m256i u0 = _mm256_load_si256((const __m256i *)(v + 32 * hf));
+            const __m256i u2 = _mm256_load_si256((const __m256i *)(v + 128 + 32 * hf));
+            const __m256i s03 = _mm256_and_si256(u0, m6);
+            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
+            _Pragma("GCC unroll 8")
+            for (int sb = 0; sb < 8; sb++) scs[hf][sb] = kq_scale_u8(sb < 4 ? s03 : s47, sb % 4);
+        }
+        const bt_block_q8_K *ab[2];
+        __m256i I[2][2];
+        _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
-            I[c] = _mm256_setzero_si256();
+            I[0][c] = I[1][c] = _mm256_setzero_si256();
         }
         _Pragma("GCC unroll 8")
         for (int sb = 0; sb < 8; sb++) {
             const int gq = sb / 2, h = sb % 2;
-            const __m256i sc = kq_scale_u8(sb < 4 ? s03 : s47, sb % 4);
-            __m256i p[4];
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) p[c] = _mm256_setzero_si256();
+            __m256i p[2][2];
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) p[0][c] = p[1][c] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int i = 0; i < 8; i++) {
-                const __m256i q = _mm256_load_si256((const __m256i *)(v + (size_t)(3 + 8 * gq + i) * 64));
-                const __m256i qn = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4);
-                _Pragma("GCC unroll 4")
-                for (int c = 0; c < RN; c++)
-                    p[c] = KQ_ACC(p[c], qn, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * gq + 32 * h + 4 * i)));
+                __m256i qn[2];
+                _Pragma("GCC unroll 2")
+                for (int hf = 0; hf < 2; hf++) {
+                    const __m256i q = _mm256_load_si256((const __m256i *)(v + (size_t)(3 + 8 * gq + i) * 64 + 32 * hf));
+                    qn[hf] = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, m4);
+                }
+                _Pragma("GCC unroll 2")
+                for (int c = 0; c < RN; c++) {
+                    const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * gq + 32 * h + 4 * i));
+                    p[0][c] = KQ_ACC(p[0][c], qn[0], av);
+                    p[1][c] = KQ_ACC(p[1][c], qn[1], av);
+                }
             }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], p[c], sc);
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                I[0][c] = KQ_SCALE(I[0][c], p[0][c], scs[0][sb]);
+                I[1][c] = KQ_SCALE(I[1][c], p[1][c], scs[1][sb]);
+            }
         }
-        /* the mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), and d, dmin */
-        const __m256i u1 = _mm256_load_si256((const __m256i *)(v + 64));
-        const __m256i n03 = _mm256_and_si256(u1, m6);
-        const __m256i n47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
-        const __m256i mp[4] = {_mm256_and_si256(n03, lo16), _mm256_and_si256(_mm256_srli_epi32(n03, 8), lo16),
-                               _mm256_and_si256(n47, lo16), _mm256_and_si256(_mm256_srli_epi32(n47, 8), lo16)};
-        const __m256i dd = _mm256_loadu_si256((const __m256i *)(g + dof + 32 * half));
-        /* the 8 rows' d and dmin (fp16 in a dword each) as 8 floats each */
-        const __m256i dl = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(dd, lo16w), dd), 0x08);
-        const __m256i dh = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(dd, 16), dd), 0x08);
-        const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dl));
-        const __m256 dm = _mm256_cvtph_ps(_mm256_castsi256_si128(dh));
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            uint32_t sp[4];
-            k4_sum_pairs(ab[c], sp);
-            __m256i M = _mm256_setzero_si256();
-            _Pragma("GCC unroll 4")
-            for (int i = 0; i < 4; i++) M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[i], _mm256_set1_epi32((int)sp[i])));
-            const __m256 da = _mm256_set1_ps(ab[c]->d);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(da, dw), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(da, dm), acc[c]);
+        _Pragma("GCC unroll 2")
+        for (int hf = 0; hf < 2; hf++) {
+            /* the mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), and d, dmin */
+            const __m256i u1 = _mm256_load_si256((const __m256i *)(v + 64 + 32 * hf));
+            const __m256i u2 = _mm256_load_si256((const __m256i *)(v + 128 + 32 * hf));
+            const __m256i n03 = _mm256_and_si256(u1, m6);
+            const __m256i n47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
+            const __m256i mp[4] = {_mm256_and_si256(n03, lo16), _mm256_and_si256(_mm256_srli_epi32(n03, 8), lo16),
+                                   _mm256_and_si256(n47, lo16), _mm256_and_si256(_mm256_srli_epi32(n47, 8), lo16)};
+            const __m256i dd = _mm256_loadu_si256((const __m256i *)(g + dof + 32 * hf));
+            /* the 8 rows' d and dmin (fp16 in a dword each) as 8 floats each */
+            const __m256i dl = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(dd, lo16w), dd), 0x08);
+            const __m256i dh = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(dd, 16), dd), 0x08);
+            const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dl));
+            const __m256 dm = _mm256_cvtph_ps(_mm256_castsi256_si128(dh));
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                uint32_t sp[4];
+                k4_sum_pairs(ab[c], sp);
+                __m256i M = _mm256_setzero_si256();
+                _Pragma("GCC unroll 4")
+                for (int i = 0; i < 4; i++)
+                    M = _mm256_add_epi32(M, _mm256_madd_epi16(mp[i], _mm256_set1_epi32((int)sp[i])));
+                const __m256 da = _mm256_set1_ps(ab[c]->d);
+                acc[hf][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[hf][c]), _mm256_mul_ps(da, dw), acc[hf][c]);
+                acc[hf][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(da, dm), acc[hf][c]);
+            }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) {
+        _mm256_storeu_ps(dcols[c] + row0, acc[0][c]);
+        _mm256_storeu_ps(dcols[c] + row0 + 8, acc[1][c]);
+    }
 }
 
 static void rgemm_q4_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
                        float *const *dcols, int64_t row0) {
     (void)next;
     const uint8_t *g = group;
-#define RP_K4_TILE(RN, j)                                                \
-    do {                                                                 \
-        rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 0);     \
-        rp_k4_half_avx2(RN, k, g, acts + (j), dcols + (j), row0, 1);     \
-    } while (0)
-    BT_CPU_COL_TILES4(ncols, RP_K4_TILE);
-#undef RP_K4_TILE
+    int64_t j = 0;
+    for (; j + 2 <= ncols; j += 2) rp_k4_tile_avx2(2, k, g, acts + j, dcols + j, row0);
+    if (j < ncols) rp_k4_tile_avx2(1, k, g, acts + j, dcols + j, row0);
 }
 
 /* Q6_K repacked on AVX2: rp_k6_tile's arithmetic on two halves of 8 rows,
- * as rp_k4_half_avx2 (6-bit values against int8: two pairs of groups
+ * as rp_k4_tile_avx2 (6-bit values against int8: two pairs of groups
  * before each KQ_SCALE, below 2^15), but the offset: rp_k6_tile starts a
  * sub-block's sum at -32 bsums[s], which int16 sums cannot hold, so here
  * the block's -32 sum over s of sc[s] bsums[s] (vpmaddwd of the scales'
  * pairs with the bsums' pairs) is taken off I at the end: the same
- * integer.  The first half prefetches the blocks ahead, the second reads
- * them from cache. */
+ * integer. */
+static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, int64_t k, const uint8_t *g,
+                                                                  const uint8_t *next, const void *const *acts,
+                                                                  float *const *dcols, int64_t row0) {
+    const int64_t nblk = k / BT_QK_K;
+    const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[2][2];
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
+        for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs;
+             BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
+            if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
+            else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
+        }
+        const uint8_t *v = g + vof;
+        const bt_block_q8_K *ab[2];
+        __m256i I[2][2];
+        _Pragma("GCC unroll 2")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            I[0][c] = I[1][c] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            _Pragma("GCC unroll 4")
+            for (int sb = 0; sb < 4; sb++) {
+                _Pragma("GCC unroll 2")
+                for (int m = 0; m < 2; m++) {
+                    const int s = 8 * h + 2 * sb + m;
+                    __m256i P[2][2];
+                    _Pragma("GCC unroll 4")
+                    for (int tt = 0; tt < 4; tt++) {
+                        const int t = 4 * m + tt;
+                        __m256i q[2];
+                        _Pragma("GCC unroll 2")
+                        for (int hf = 0; hf < 2; hf++) {
+                            __m256i lo = _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)) + 32 * hf));
+                            if (sb >> 1) lo = _mm256_srli_epi16(lo, 4);
+                            __m256i hi = _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t) + 32 * hf));
+                            if (sb == 0) hi = _mm256_slli_epi16(hi, 4);
+                            else if (sb == 1) hi = _mm256_slli_epi16(hi, 2);
+                            else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
+                            /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
+                            q[hf] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+                        }
+                        _Pragma("GCC unroll 2")
+                        for (int c = 0; c < RN; c++) {
+                            const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 128 * h + 32 * sb + 4 * t));
+                            _Pragma("GCC unroll 2")
+                            for (int hf = 0; hf < 2; hf++)
+                                P[hf][c] = KQ_ACC(tt % 2 == 0 ? _mm256_setzero_si256() : P[hf][c], q[hf], av);
+                        }
+                        if (tt % 2 == 1)
+                            _Pragma("GCC unroll 2")
+                            for (int hf = 0; hf < 2; hf++) {
+                                const __m256i sc = kq_scale_s8(
+                                    _mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4) + 32 * hf)), s % 4);
+                                _Pragma("GCC unroll 2")
+                                for (int c = 0; c < RN; c++) I[hf][c] = KQ_SCALE(I[hf][c], P[hf][c], sc);
+                            }
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 2")
+        for (int hf = 0; hf < 2; hf++) {
+            /* the offset: -32 sum over s of sc[s] bsums[s], the scales as int16
+             * pairs (sc[4w], sc[4w+1]) and (sc[4w+2], sc[4w+3]) */
+            __m256i sp[8];
+            _Pragma("GCC unroll 4")
+            for (int w = 0; w < 4; w++) {
+                const __m256i x = _mm256_load_si256((const __m256i *)(v + 64 * (48 + w) + 32 * hf));
+                const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), o = _mm256_srai_epi16(x, 8);
+                sp[2 * w] = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
+                sp[2 * w + 1] = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * hf)));
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                __m256i M = _mm256_setzero_si256();
+                _Pragma("GCC unroll 8")
+                for (int j = 0; j < 8; j++)
+                    M = _mm256_add_epi32(
+                        M, _mm256_madd_epi16(sp[j], _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
+                const __m256i Ic = _mm256_sub_epi32(I[hf][c], _mm256_slli_epi32(M, 5));
+                acc[hf][c] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ic), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[hf][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) {
+        _mm256_storeu_ps(dcols[c] + row0, acc[0][c]);
+        _mm256_storeu_ps(dcols[c] + row0 + 8, acc[1][c]);
+    }
+}
+
+/* the same sums for one half of the group (8 rows), in tiles of up to 4
+ * columns: for a prompt's many columns, where the 6-bit values' unpacking
+ * (5 operations a vector) is shared by 4 columns instead of 2 */
 static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const uint8_t *next, const void *const *acts,
                                                                   float *const *dcols, int64_t row0, const int half) {
@@ -1720,7 +1843,7 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        if (half == 0)
+        if (half == 0) /* the second half reads them from cache */
             for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs;
                  BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
                 if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
@@ -1795,13 +1918,13 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
 static void rgemm_q6_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
                        float *const *dcols, int64_t row0) {
     const uint8_t *g = group, *nx = next;
-#define RP_K6_TILE(RN, j)                                                    \
-    do {                                                                     \
-        rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 0);     \
-        rp_k6_half_avx2(RN, k, g, nx, acts + (j), dcols + (j), row0, 1);     \
-    } while (0)
-    BT_CPU_COL_TILES4(ncols, RP_K6_TILE);
-#undef RP_K6_TILE
+    int64_t j = 0;
+    for (; j + 4 <= ncols; j += 4) {
+        rp_k6_half_avx2(4, k, g, nx, acts + j, dcols + j, row0, 0);
+        rp_k6_half_avx2(4, k, g, nx, acts + j, dcols + j, row0, 1);
+    }
+    for (; j + 2 <= ncols; j += 2) rp_k6_tile_avx2(2, k, g, nx, acts + j, dcols + j, row0);
+    if (j < ncols) rp_k6_tile_avx2(1, k, g, nx, acts + j, dcols + j, row0);
 }
 
 /* 32-element types x Q8_0: one block per vector, lanes32's 8 lanes as int32
