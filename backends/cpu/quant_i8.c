@@ -803,6 +803,91 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8,
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
 }
 
+/* The same sums for both halves of a block at once, in tiles of at most 2
+ * columns: for few columns (decode), where a broadcast then serves 16 rows
+ * and the group's bytes pass through L1 once; Q4_0's pairs summed as int16
+ * first (8 pairs of nibbles against int8 a row lane: below 2^15), then one
+ * vpmaddwd by ones.  The same integers. */
+static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q8, const int RN, int64_t k,
+                                                                    const uint8_t *g, const void *const *acts,
+                                                                    float *const *dcols, int64_t row0) {
+    const int64_t nblk = k / I8_QK;
+    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    struct i8col a[2];
+    __m256 acc[2][2];
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) {
+        a[c] = i8col_at(acts[c], k);
+        acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, bs, 2, &dof, &vof);
+        const uint8_t *w = g + vof;
+        __m256i I[2][2];
+        _Pragma("GCC unroll 2")
+        for (int c = 0; c < RN; c++) I[0][c] = I[1][c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-8 * a[c].s[b]);
+        _Pragma("GCC unroll 8")
+        for (int u = 0; q8 && u < 8; u++) {
+            __m256i x[2], ax[2];
+            _Pragma("GCC unroll 2")
+            for (int hf = 0; hf < 2; hf++) {
+                x[hf] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * u + 32 * hf)), x80);
+                ax[hf] = _mm256_abs_epi8(x[hf]);
+            }
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(a[c].q + b * I8_QK + 4 * u));
+                _Pragma("GCC unroll 2")
+                for (int hf = 0; hf < 2; hf++)
+                    I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(ax[hf], _mm256_sign_epi8(av, x[hf])));
+            }
+        }
+        if (!q8) {
+            __m256i p[2][2];
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) p[0][c] = p[1][c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < 4; v++) {
+                __m256i lo[2], hi[2];
+                _Pragma("GCC unroll 2")
+                for (int hf = 0; hf < 2; hf++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v + 32 * hf));
+                    lo[hf] = _mm256_and_si256(x, m4);
+                    hi[hf] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                }
+                _Pragma("GCC unroll 2")
+                for (int c = 0; c < RN; c++) {
+                    const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
+                    const __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq)), ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
+                    _Pragma("GCC unroll 2")
+                    for (int hf = 0; hf < 2; hf++)
+                        p[hf][c] = _mm256_add_epi16(p[hf][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo[hf], al),
+                                                                               _mm256_maddubs_epi16(hi[hf], ah)));
+                }
+            }
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++)
+                _Pragma("GCC unroll 2")
+                for (int hf = 0; hf < 2; hf++) I[hf][c] = _mm256_add_epi32(I[hf][c], _mm256_madd_epi16(p[hf][c], ones));
+        }
+        _Pragma("GCC unroll 2")
+        for (int hf = 0; hf < 2; hf++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * hf)));
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++)
+                acc[hf][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[hf][c]), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])),
+                                             acc[hf][c]);
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) {
+        _mm256_storeu_ps(dcols[c] + row0, acc[0][c]);
+        _mm256_storeu_ps(dcols[c] + row0 + 8, acc[1][c]);
+    }
+}
+
 #define RP_I8_TILE(RN, j)                                                     \
     do {                                                                      \
         rp_i8_half_avx2(q8_, RN, k, g, acts + (j), dcols + (j), row0, 0);     \
@@ -814,6 +899,12 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8,
         (void)next;                                                                                             \
         const uint8_t *g = group;                                                                               \
         const bool q8_ = q8;                                                                                    \
+        if (ncols < 4) {                                                                                        \
+            int64_t j = 0;                                                                                      \
+            for (; j + 2 <= ncols; j += 2) rp_i8_tile16_avx2(q8_, 2, k, g, acts + j, dcols + j, row0);          \
+            if (j < ncols) rp_i8_tile16_avx2(q8_, 1, k, g, acts + j, dcols + j, row0);                          \
+            return;                                                                                             \
+        }                                                                                                       \
         BT_CPU_COL_TILES(ncols, RP_I8_TILE);                                                                    \
     }
 RP_I8_AVX2(q8_0, true)
