@@ -1579,9 +1579,9 @@ KQ_AVX2_DEFS(q6_K, KQ6)
  * 16 products of |q a| <= 15 * 128, or 4 of 63 * 128: below 2^15, so no
  * saturation) and the scale is one vpmaddwd with it in both int16 halves of
  * each dword; with AVX-VNNI, vpdpbusd into int32 and vpmulld.  Either way
- * the same integers as the AVX-512 kernels.  (vpmaddwd by ones and vpmulld
- * per sub-block, as before: bench ops --repacked, BATON_CPU=avx2, 1 thread,
- * GFLOP per CPU-second: see docs/benchmarks.md.) */
+ * the same integers as the AVX-512 kernels.  (Against a vpmaddwd by ones
+ * per vector and a vpmulld per sub-block, q4_K prompt 83-108 -> 133-150
+ * GFLOP per CPU-second: docs/benchmarks.md.) */
 #if defined(__AVXVNNI__)
 #define KQ_ACC(p, u, s) _mm256_dpbusd_avx_epi32((p), (u), (s))
 #define KQ_SCALE(I, p, sc) _mm256_add_epi32((I), _mm256_mullo_epi32((p), (sc)))
@@ -1616,8 +1616,9 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
  * the same integers and float steps, so the same bits.  Both halves of a
  * block at once, so that an activation's broadcast serves 16 rows and the
  * group's bytes pass through L1 once per tile; tiles of at most 2 columns
- * (AVX2's 16 registers).  (Halves of 8 rows one after the other in tiles of
- * 4 columns: q4_K prompt 150, 151 -> see docs/benchmarks.md.) */
+ * (AVX2's 16 registers).  (Against halves of 8 rows one after the other in
+ * tiles of 4 columns: q4_K decode 51-61 -> 89-99 GFLOP per CPU-second, the
+ * prompt as fast: docs/benchmarks.md.) */
 static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const void *const *acts, float *const *dcols,
                                                                   int64_t row0) {
