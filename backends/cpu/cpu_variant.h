@@ -11,7 +11,7 @@
  *   avx2vnni    the same and AVX-VNNI, the 256-bit vpdpbusd (Alder Lake, Zen 5)
  *   avx512f     AVX-512 F, BW, VL, DQ, CD without VNNI (Skylake-SP): its
  *               integer dots are the AVX2 ones, the rest AVX-512
- *   avx512      AVX-512 F, BW, VL, DQ, CD, VNNI, VBMI and GFNI (Ice Lake and later)
+ *   avx512      AVX-512 F, BW, VL, DQ, CD, VNNI, VBMI, GFNI and BMI2 (Ice Lake and later)
  *   avx512bf16  the same and AVX512-BF16 (Sapphire Rapids, Zen 4 and later)
  * and in an aarch64 build (cmake/aarch64-linux-gnu.cmake):
  *   c           no Advanced SIMD (the plain C kernels)

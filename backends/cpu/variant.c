@@ -84,7 +84,7 @@ static bool cpu_runs(const char *name) {
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512cd");
     const bool avx512 = avx512f && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-                        __builtin_cpu_supports("gfni");
+                        __builtin_cpu_supports("gfni") && __builtin_cpu_supports("bmi2");
     if (strcmp(name, "c") == 0) return true;
     if (strcmp(name, "avx2") == 0) return avx2;
     if (strcmp(name, "avx2vnni") == 0) return avx2 && __builtin_cpu_supports("avxvnni");
