@@ -465,6 +465,71 @@ IQ_FAST(iq3_s, IQ3S)
 IQ_FAST(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_avx512
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#elif defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+/* ---- AVX2: IQ4_XS --------------------------------------------------------------- *
+ * The AVX-512 path's arithmetic 32 elements (one sub-block, one scale) at a
+ * time: |level| by vpshufb, the levels' signs moved onto the activation
+ * bytes (vpsignb), vpmaddubsw (pairs at most 2 * 127 * 127 < 2^15), vpmaddwd
+ * with the sub-block's scale, the int32 lanes added: the same exact I per
+ * block and the same float step.  The lattice types stay plain C here. */
+static inline __attribute__((always_inline)) void iq4_xs_row_avx2(const int RN, int64_t k, const void *w_row,
+                                                                  const void *const *acts, float *out) {
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8), one = _mm256_set1_epi8(1);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_iq4_xs *w = (const bt_block_iq4_xs *)w_row + b;
+        const float dm = iq_d(w) * iq_mult(IQ4XS);
+        __m256i I[4];
+        for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
+            /* elements 32s .. 32s + 15: low nibbles; + 16 .. + 31: high */
+            const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            const __m256i u = _mm256_shuffle_epi8(lut, nib);
+            const __m256i sg = _mm256_or_si256(_mm256_cmpgt_epi8(eight, nib), one); /* -1: levels 0..7 */
+            const __m256i sc = _mm256_set1_epi16((short)(bt_iq4_xs_scale(w, s) - 32));
+            for (int c = 0; c < RN; c++) {
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(((const bt_block_q8_K *)acts[c] + b)->qs + 32 * s));
+                I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), sc));
+            }
+        }
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_K *a = (const bt_block_q8_K *)acts[c] + b;
+            acc[c] = fmaf((float)bt_cpu_hsum_i32x8(I[c]), dm * a->d, acc[c]);
+        }
+    }
+    for (int c = 0; c < RN; c++) out[c] = acc[c];
+}
+static void dot_iq4_xs_avx2(int64_t k, float *s, const void *w, const void *a) { iq4_xs_row_avx2(1, k, w, &a, s); }
+static void qtile_iq4_xs_1x2(int64_t k, const void *const *w, const void *const *a, const void *const *next,
+                             float *out) {
+    (void)next;
+    iq4_xs_row_avx2(2, k, w[0], a, out);
+}
+static void qtile_iq4_xs_1x4(int64_t k, const void *const *w, const void *const *a, const void *const *next,
+                             float *out) {
+    (void)next;
+    iq4_xs_row_avx2(4, k, w[0], a, out);
+}
+#define FAST_iq4_xs dot_iq4_xs_avx2
+#define TILES_iq4_xs {{1, 2, qtile_iq4_xs_1x2}, {1, 4, qtile_iq4_xs_1x4}, {0, 0, NULL}}
+#define FAST(name) FAST_##name
+#define TILES(name) TILES_##name
+#define FAST_iq2_xxs dot_iq2_xxs_ref
+#define FAST_iq2_xs dot_iq2_xs_ref
+#define FAST_iq2_s dot_iq2_s_ref
+#define FAST_iq3_xxs dot_iq3_xxs_ref
+#define FAST_iq3_s dot_iq3_s_ref
+#define FAST_iq1_s dot_iq1_s_ref
+#define TILES_iq2_xxs {{0, 0, NULL}}
+#define TILES_iq2_xs {{0, 0, NULL}}
+#define TILES_iq2_s {{0, 0, NULL}}
+#define TILES_iq3_xxs {{0, 0, NULL}}
+#define TILES_iq3_s {{0, 0, NULL}}
+#define TILES_iq1_s {{0, 0, NULL}}
 #else
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
