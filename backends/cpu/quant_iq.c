@@ -467,33 +467,127 @@ IQ_FAST(iq1_s, IQ1S)
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 #elif defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
-/* ---- AVX2: IQ4_XS --------------------------------------------------------------- *
- * The AVX-512 path's arithmetic 32 elements (one sub-block, one scale) at a
- * time: |level| by vpshufb, the levels' signs moved onto the activation
- * bytes (vpsignb), vpmaddubsw (pairs at most 2 * 127 * 127 < 2^15), vpmaddwd
- * with the sub-block's scale, the int32 lanes added: the same exact I per
- * block and the same float step.  The lattice types stay plain C here. */
-static inline __attribute__((always_inline)) void iq4_xs_row_avx2(const int RN, int64_t k, const void *w_row,
-                                                                  const void *const *acts, float *out) {
-    const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8), one = _mm256_set1_epi8(1);
+/* ---- AVX2 ------------------------------------------------------------------------ *
+ * The AVX-512 path's arithmetic 32 elements (one sub-block) at a time: the
+ * bytes |v| (IQ4_XS's levels by vpshufb, the grids' entries gathered), the
+ * signs moved onto the activation bytes (vpsignb by +-1, or by v itself for
+ * IQ1_S, whose v = 8 grid +- 1 is never 0), vpmaddubsw (pairs at most
+ * 2 * 127 * 127 < 2^15), vpmaddwd with each pair's 16-element scale, the
+ * int32 lanes added: the same exact I per block and the same float step. */
+
+/* 4 sign bytes (byte l: elements 8l .. 8l+7) as 32 bytes of +-1 */
+static inline __m256i signs32(uint32_t s) {
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(1));
+}
+/* IQ2's and IQ3_XXS's 4 sign bytes from four 7-bit indices at bits 7l of x */
+static inline uint32_t signs4(uint32_t x) {
+    return (uint32_t)bt_iq2_signs[x & 127] | (uint32_t)bt_iq2_signs[(x >> 7) & 127] << 8 |
+           (uint32_t)bt_iq2_signs[(x >> 14) & 127] << 16 | (uint32_t)bt_iq2_signs[(x >> 21) & 127] << 24;
+}
+/* 4 grid entries (u64: 8 elements each) at idx */
+static inline __m256i gather4(const uint64_t *grid, __m128i idx) {
+    return _mm256_i32gather_epi64((const long long *)grid, idx, 8);
+}
+/* 8 grid entries (u32: 4 elements each) at idx */
+static inline __m256i gather8x4(const uint32_t *grid, __m256i idx) {
+    return _mm256_i32gather_epi32((const int *)grid, idx, 4);
+}
+/* the scales of elements 0..15 and 16..31 in every int16 lane of their half */
+static inline __m256i scale2(int s0, int s1) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+}
+
+/* sub-block c (elements 32c .. 32c+31) of a block: |v| (*u), the signs to
+ * put on the activation (*sg) and the scales (*scv) */
+static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, const void *blk, int c, __m256i *u,
+                                                                __m256i *sg, __m256i *scv) {
+    if (kind == IQ4XS) {
+        const bt_block_iq4_xs *w = blk;
+        const __m256i lut = _mm256_broadcastsi128_si256(
+            _mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+        const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * c));
+        /* elements 0..15: the low nibbles; 16..31: the high */
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+        *u = _mm256_shuffle_epi8(lut, nib);
+        *sg = _mm256_or_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(8), nib), _mm256_set1_epi8(1)); /* levels 0..7 < 0 */
+        const int sc = bt_iq4_xs_scale(w, c) - 32;
+        *scv = scale2(sc, sc);
+    } else if (kind == IQ2XXS) {
+        const bt_block_iq2_xxs *w = blk;
+        const uint32_t idx = rd32(w->qs + 4 * c), sgs = rd32(w->qs + 4 * c + 2);
+        *u = gather4(bt_iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)idx)));
+        *sg = signs32(signs4(sgs));
+        const int sc = 2 * (int)(sgs >> 28) + 1;
+        *scv = scale2(sc, sc);
+    } else if (kind == IQ2XS) {
+        const bt_block_iq2_xs *w = blk;
+        const __m128i q = _mm_loadl_epi64((const __m128i *)(w->qs + 4 * c));
+        *u = gather4(bt_iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(q), _mm_set1_epi32(511)));
+        *sg = signs32((uint32_t)bt_iq2_signs[w->qs[4 * c] >> 9] | (uint32_t)bt_iq2_signs[w->qs[4 * c + 1] >> 9] << 8 |
+                      (uint32_t)bt_iq2_signs[w->qs[4 * c + 2] >> 9] << 16 |
+                      (uint32_t)bt_iq2_signs[w->qs[4 * c + 3] >> 9] << 24);
+        *scv = scale2(2 * (w->scales[c] & 0xF) + 1, 2 * (w->scales[c] >> 4) + 1);
+    } else if (kind == IQ2S) {
+        const bt_block_iq2_s *w = blk;
+        const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
+        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(w->qh[c]), _mm_setr_epi32(0, 2, 4, 6)),
+                                         _mm_set1_epi32(3));
+        *u = gather4(bt_iq2s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8)));
+        *sg = signs32(rd32(w->signs + 4 * c));
+        *scv = scale2(2 * (w->scales[c] & 0xF) + 1, 2 * (w->scales[c] >> 4) + 1);
+    } else if (kind == IQ3XXS) {
+        const bt_block_iq3_xxs *w = blk;
+        const uint32_t sgs = rd32(w->qs + 64 + 4 * c);
+        *u = gather8x4(bt_iq3xxs_grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->qs + 8 * c))));
+        *sg = signs32(signs4(sgs));
+        const int sc = 2 * (int)(sgs >> 28) + 1;
+        *scv = scale2(sc, sc);
+    } else if (kind == IQ3S) {
+        const bt_block_iq3_s *w = blk;
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->qs + 8 * c)));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w->qh[c]),
+                                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                            _mm256_set1_epi32(1));
+        *u = gather8x4(bt_iq3s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
+        *sg = signs32(rd32(w->signs + 4 * c));
+        const int sc = 2 * ((w->scales[c / 2] >> (4 * (c % 2))) & 0xF) + 1;
+        *scv = scale2(sc, sc);
+    } else {
+        const bt_block_iq1_s *w = blk;
+        const uint32_t qh = w->qh[c];
+        const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
+        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)qh), _mm_setr_epi32(0, 3, 6, 9)),
+                                         _mm_set1_epi32(7));
+        const __m256i g = gather4(bt_iq1s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8))); /* -1, 0, 1 */
+        const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
+        const __m256i v = _mm256_add_epi8(_mm256_add_epi8(g4, g4), _mm256_set1_epi8((char)(qh & 0x8000 ? -1 : 1)));
+        *u = _mm256_abs_epi8(v);
+        *sg = v; /* 8 grid +- 1: never 0 */
+        const int sc = 2 * (int)((qh >> 12) & 7) + 1;
+        *scv = scale2(sc, sc);
+    }
+}
+
+/* one row against RN columns (out[c]) */
+static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, const int RN, int64_t k,
+                                                              const void *w_row, const void *const *acts, float *out) {
+    const size_t bs = iq_block_bytes(kind);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const bt_block_iq4_xs *w = (const bt_block_iq4_xs *)w_row + b;
-        const float dm = iq_d(w) * iq_mult(IQ4XS);
+        const void *blk = (const char *)w_row + (size_t)b * bs;
+        const float dm = iq_d(blk) * iq_mult(kind);
         __m256i I[4];
         for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
-            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
-            /* elements 32s .. 32s + 15: low nibbles; + 16 .. + 31: high */
-            const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-            const __m256i u = _mm256_shuffle_epi8(lut, nib);
-            const __m256i sg = _mm256_or_si256(_mm256_cmpgt_epi8(eight, nib), one); /* -1: levels 0..7 */
-            const __m256i sc = _mm256_set1_epi16((short)(bt_iq4_xs_scale(w, s) - 32));
+            __m256i u, sg, scv;
+            iq_chunk_avx2(kind, blk, s, &u, &sg, &scv);
             for (int c = 0; c < RN; c++) {
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(((const bt_block_q8_K *)acts[c] + b)->qs + 32 * s));
-                I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), sc));
+                I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
             }
         }
         for (int c = 0; c < RN; c++) {
@@ -503,33 +597,30 @@ static inline __attribute__((always_inline)) void iq4_xs_row_avx2(const int RN, 
     }
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
-static void dot_iq4_xs_avx2(int64_t k, float *s, const void *w, const void *a) { iq4_xs_row_avx2(1, k, w, &a, s); }
-static void qtile_iq4_xs_1x2(int64_t k, const void *const *w, const void *const *a, const void *const *next,
-                             float *out) {
-    (void)next;
-    iq4_xs_row_avx2(2, k, w[0], a, out);
-}
-static void qtile_iq4_xs_1x4(int64_t k, const void *const *w, const void *const *a, const void *const *next,
-                             float *out) {
-    (void)next;
-    iq4_xs_row_avx2(4, k, w[0], a, out);
-}
-#define FAST_iq4_xs dot_iq4_xs_avx2
-#define TILES_iq4_xs {{1, 2, qtile_iq4_xs_1x2}, {1, 4, qtile_iq4_xs_1x4}, {0, 0, NULL}}
-#define FAST(name) FAST_##name
-#define TILES(name) TILES_##name
-#define FAST_iq2_xxs dot_iq2_xxs_ref
-#define FAST_iq2_xs dot_iq2_xs_ref
-#define FAST_iq2_s dot_iq2_s_ref
-#define FAST_iq3_xxs dot_iq3_xxs_ref
-#define FAST_iq3_s dot_iq3_s_ref
-#define FAST_iq1_s dot_iq1_s_ref
-#define TILES_iq2_xxs {{0, 0, NULL}}
-#define TILES_iq2_xs {{0, 0, NULL}}
-#define TILES_iq2_s {{0, 0, NULL}}
-#define TILES_iq3_xxs {{0, 0, NULL}}
-#define TILES_iq3_s {{0, 0, NULL}}
-#define TILES_iq1_s {{0, 0, NULL}}
+
+#define IQ_AVX2(name, kind)                                                                                 \
+    static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                      \
+        iq_row_avx2(kind, 1, k, w, &a, s);                                                                  \
+    }                                                                                                       \
+    static void qtile_##name##_1x2(int64_t k, const void *const *w, const void *const *a,                   \
+                                   const void *const *next, float *out) {                                   \
+        (void)next;                                                                                         \
+        iq_row_avx2(kind, 2, k, w[0], a, out);                                                              \
+    }                                                                                                       \
+    static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,                   \
+                                   const void *const *next, float *out) {                                   \
+        (void)next;                                                                                         \
+        iq_row_avx2(kind, 4, k, w[0], a, out);                                                              \
+    }
+IQ_AVX2(iq4_xs, IQ4XS)
+IQ_AVX2(iq2_xxs, IQ2XXS)
+IQ_AVX2(iq2_xs, IQ2XS)
+IQ_AVX2(iq2_s, IQ2S)
+IQ_AVX2(iq3_xxs, IQ3XXS)
+IQ_AVX2(iq3_s, IQ3S)
+IQ_AVX2(iq1_s, IQ1S)
+#define FAST(name) dot_##name##_avx2
+#define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 #else
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
