@@ -240,8 +240,8 @@ static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
 /* The vector versions, for the portable build too: compiled for AVX2 and
  * AVX-512 whatever the file's -march, run up to the kernel variant's
  * instruction set where the CPU has it (attention's rule, attn.c), plain C
- * under p->reference.  A 256-bit and a 512-bit lane take silu_f32's steps,
- * so every choice gives the same bits. */
+ * under p->reference.  Every lane of both takes silu_f32's steps, so
+ * every choice gives the same bits. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SILU_X86 1
