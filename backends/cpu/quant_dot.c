@@ -1723,6 +1723,26 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
     if (j < ncols) rp_k4_tile_avx2(1, k, g, acts + j, dcols + j, row0);
 }
 
+/* Q6_K's offset on AVX2 (below): the 8 rows' 16 int8 scales (v: the half's
+ * bytes of the block) as int16 pairs (sc[4w], sc[4w+1]) and (sc[4w+2],
+ * sc[4w+3]), then per column the sum over s of sc[s] bsums[s] */
+static inline __attribute__((always_inline)) void k6_scale_pairs(const uint8_t *v, __m256i sp[8]) {
+    _Pragma("GCC unroll 4")
+    for (int w = 0; w < 4; w++) {
+        const __m256i x = _mm256_load_si256((const __m256i *)(v + 64 * (48 + w)));
+        const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), o = _mm256_srai_epi16(x, 8);
+        sp[2 * w] = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
+        sp[2 * w + 1] = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
+    }
+}
+static inline __attribute__((always_inline)) __m256i k6_scale_bsums(const __m256i sp[8], const bt_block_q8_K *a) {
+    __m256i M = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++)
+        M = _mm256_add_epi32(M, _mm256_madd_epi16(sp[j], _mm256_set1_epi32(bt_cpu_load_i32(&a->bsums[2 * j]))));
+    return M;
+}
+
 /* Q6_K repacked on AVX2: rp_k6_tile's arithmetic on two halves of 8 rows,
  * as rp_k4_tile_avx2 (6-bit values against int8: two pairs of groups
  * before each KQ_SCALE, below 2^15), but the offset: rp_k6_tile starts a
@@ -1798,25 +1818,12 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
         }
         _Pragma("GCC unroll 2")
         for (int hf = 0; hf < 2; hf++) {
-            /* the offset: -32 sum over s of sc[s] bsums[s], the scales as int16
-             * pairs (sc[4w], sc[4w+1]) and (sc[4w+2], sc[4w+3]) */
             __m256i sp[8];
-            _Pragma("GCC unroll 4")
-            for (int w = 0; w < 4; w++) {
-                const __m256i x = _mm256_load_si256((const __m256i *)(v + 64 * (48 + w) + 32 * hf));
-                const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), o = _mm256_srai_epi16(x, 8);
-                sp[2 * w] = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
-                sp[2 * w + 1] = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
-            }
+            k6_scale_pairs(v + 32 * hf, sp);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * hf)));
             _Pragma("GCC unroll 2")
             for (int c = 0; c < RN; c++) {
-                __m256i M = _mm256_setzero_si256();
-                _Pragma("GCC unroll 8")
-                for (int j = 0; j < 8; j++)
-                    M = _mm256_add_epi32(
-                        M, _mm256_madd_epi16(sp[j], _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
-                const __m256i Ic = _mm256_sub_epi32(I[hf][c], _mm256_slli_epi32(M, 5));
+                const __m256i Ic = _mm256_sub_epi32(I[hf][c], _mm256_slli_epi32(k6_scale_bsums(sp, ab[c]), 5));
                 acc[hf][c] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ic), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[hf][c]);
             }
@@ -1891,24 +1898,12 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                 }
             }
         }
-        /* the offset: -32 sum over s of sc[s] bsums[s], the scales as int16
-         * pairs (sc[4w], sc[4w+1]) and (sc[4w+2], sc[4w+3]) */
         __m256i sp[8];
-        _Pragma("GCC unroll 4")
-        for (int w = 0; w < 4; w++) {
-            const __m256i x = _mm256_load_si256((const __m256i *)(v + 64 * (48 + w)));
-            const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), o = _mm256_srai_epi16(x, 8);
-            sp[2 * w] = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
-            sp[2 * w + 1] = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
-        }
+        k6_scale_pairs(v, sp);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
-            __m256i M = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++)
-                M = _mm256_add_epi32(M, _mm256_madd_epi16(sp[j], _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
-            const __m256i Ic = _mm256_sub_epi32(I[c], _mm256_slli_epi32(M, 5));
+            const __m256i Ic = _mm256_sub_epi32(I[c], _mm256_slli_epi32(k6_scale_bsums(sp, ab[c]), 5));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ic), _mm256_mul_ps(_mm256_set1_ps(ab[c]->d), dw), acc[c]);
         }
     }
