@@ -339,6 +339,16 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
 #ifndef BT_RP6_PREFETCH
 #define BT_RP6_PREFETCH 2
 #endif
+/* the prefetch above for the block at vof of a group of gsize bytes */
+static inline __attribute__((always_inline)) void rp6_prefetch(const uint8_t *g, const uint8_t *next, size_t vof,
+                                                               size_t gsize) {
+    const size_t span = 16 * sizeof(bt_block_q6_K);
+    for (size_t o = vof + BT_RP6_PREFETCH * span; BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * span;
+         o += 64) {
+        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
+        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
+    }
+}
 /* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
  * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
 static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
@@ -874,10 +884,7 @@ static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs; BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
-            if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
-            else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
-        }
+        rp6_prefetch(g, next, vof, gsize);
         const uint8_t *v = g + vof;
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
         const bt_block_q8_K *ab[8];
@@ -1762,11 +1769,7 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs;
-             BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
-            if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
-            else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
-        }
+        rp6_prefetch(g, next, vof, gsize);
         const uint8_t *v = g + vof;
         const bt_block_q8_K *ab[2];
         __m256i I[2][2];
@@ -1851,12 +1854,7 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        if (half == 0) /* the second half reads them from cache */
-            for (size_t o = vof + BT_RP6_PREFETCH * 16 * bs;
-                 BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * 16 * bs; o += 64) {
-                if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
-                else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
-            }
+        if (half == 0) rp6_prefetch(g, next, vof, gsize); /* the second half reads them from cache */
         const uint8_t *v = g + vof + 32 * half;
         const bt_block_q8_K *ab[4];
         __m256i I[4];

@@ -207,6 +207,11 @@ IQ_REF(iq3_xxs, IQ3XXS)
 IQ_REF(iq3_s, IQ3S)
 IQ_REF(iq1_s, IQ1S)
 
+#if defined(HAVE_IQ_AVX512) || (defined(__AVX2__) && defined(__F16C__))
+/* IQ4_XS's 16 |level| bytes (the vector paths put the sign on the activation) */
+static inline __m128i iq4_abs_levels(void) { return _mm_abs_epi8(_mm_loadu_si128((const __m128i *)bt_iq4nl_values)); }
+#endif
+
 #ifdef HAVE_IQ_AVX512
 /* ---- AVX-512 (BW, VL, VNNI; BMI2) ---------------------------------------------- */
 
@@ -280,7 +285,7 @@ static inline __attribute__((always_inline)) void iq_decode(const int kind, cons
         const bt_block_iq4_xs *w = blk;
         const uint64_t ls = nibbles8(rd32(w->scales_l)) | _pdep_u64(w->scales_h, 0x3030303030303030ull);
         sc = _mm_sub_epi8(dup8(ls), _mm_set1_epi8(32));
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+        const __m512i lut = _mm512_broadcast_i32x4(iq4_abs_levels());
         const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
         for (int c = 0; c < 4; c++) {
             /* 128-bit lanes: sub-block 2c's 16 bytes twice, then 2c+1's; low nibbles, high */
@@ -508,8 +513,7 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
                                                                 __m256i *sg, __m256i *scv) {
     if (kind == IQ4XS) {
         const bt_block_iq4_xs *w = blk;
-        const __m256i lut = _mm256_broadcastsi128_si256(
-            _mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+        const __m256i lut = _mm256_broadcastsi128_si256(iq4_abs_levels());
         const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * c));
         /* elements 0..15: the low nibbles; 16..31: the high */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
