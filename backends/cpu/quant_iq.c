@@ -448,29 +448,7 @@ static inline __attribute__((always_inline)) void iq_row(const int kind, const i
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-#define IQ_FAST(name, kind)                                                                                 \
-    static void dot_##name##_avx512(int64_t k, float *s, const void *w, const void *a) {                    \
-        iq_row(kind, 1, k, w, &a, s);                                                                       \
-    }                                                                                                       \
-    static void qtile_##name##_1x2(int64_t k, const void *const *w, const void *const *a,                   \
-                                   const void *const *next, float *out) {                                   \
-        (void)next;                                                                                         \
-        iq_row(kind, 2, k, w[0], a, out);                                                                   \
-    }                                                                                                       \
-    static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,                   \
-                                   const void *const *next, float *out) {                                   \
-        (void)next;                                                                                         \
-        iq_row(kind, 4, k, w[0], a, out);                                                                   \
-    }
-IQ_FAST(iq4_xs, IQ4XS)
-IQ_FAST(iq2_xxs, IQ2XXS)
-IQ_FAST(iq2_xs, IQ2XS)
-IQ_FAST(iq2_s, IQ2S)
-IQ_FAST(iq3_xxs, IQ3XXS)
-IQ_FAST(iq3_s, IQ3S)
-IQ_FAST(iq1_s, IQ1S)
-#define FAST(name) dot_##name##_avx512
-#define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#define IQ_ROW iq_row
 #elif defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 /* ---- AVX2 ------------------------------------------------------------------------ *
@@ -603,32 +581,36 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-#define IQ_AVX2(name, kind)                                                                                 \
-    static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                      \
-        iq_row_avx2(kind, 1, k, w, &a, s);                                                                  \
+#define IQ_ROW iq_row_avx2
+#else
+#define FAST(name) dot_##name##_ref
+#define TILES(name) {{0, 0, NULL}}
+#endif
+#ifdef IQ_ROW
+/* the vector row (AVX-512 or AVX2) as the type's vec_dot and its 2- and 4-column tiles */
+#define IQ_VEC(name, kind)                                                                                  \
+    static void dot_##name##_vec(int64_t k, float *s, const void *w, const void *a) {                       \
+        IQ_ROW(kind, 1, k, w, &a, s);                                                                       \
     }                                                                                                       \
     static void qtile_##name##_1x2(int64_t k, const void *const *w, const void *const *a,                   \
                                    const void *const *next, float *out) {                                   \
         (void)next;                                                                                         \
-        iq_row_avx2(kind, 2, k, w[0], a, out);                                                              \
+        IQ_ROW(kind, 2, k, w[0], a, out);                                                                   \
     }                                                                                                       \
     static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,                   \
                                    const void *const *next, float *out) {                                   \
         (void)next;                                                                                         \
-        iq_row_avx2(kind, 4, k, w[0], a, out);                                                              \
+        IQ_ROW(kind, 4, k, w[0], a, out);                                                                   \
     }
-IQ_AVX2(iq4_xs, IQ4XS)
-IQ_AVX2(iq2_xxs, IQ2XXS)
-IQ_AVX2(iq2_xs, IQ2XS)
-IQ_AVX2(iq2_s, IQ2S)
-IQ_AVX2(iq3_xxs, IQ3XXS)
-IQ_AVX2(iq3_s, IQ3S)
-IQ_AVX2(iq1_s, IQ1S)
-#define FAST(name) dot_##name##_avx2
+IQ_VEC(iq4_xs, IQ4XS)
+IQ_VEC(iq2_xxs, IQ2XXS)
+IQ_VEC(iq2_xs, IQ2XS)
+IQ_VEC(iq2_s, IQ2S)
+IQ_VEC(iq3_xxs, IQ3XXS)
+IQ_VEC(iq3_s, IQ3S)
+IQ_VEC(iq1_s, IQ1S)
+#define FAST(name) dot_##name##_vec
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
-#else
-#define FAST(name) dot_##name##_ref
-#define TILES(name) {{0, 0, NULL}}
 #endif
 /* IQ4_XS's packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns
  * or more (the tiles decode a row once per 4 columns) */
