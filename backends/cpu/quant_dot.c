@@ -359,6 +359,114 @@ static inline void k4_sum_pairs(const bt_block_q8_K *a, uint32_t s[4]) {
     s[2] = S[4] | (uint32_t)S[6] << 16;
     s[3] = S[5] | (uint32_t)S[7] << 16;
 }
+
+/* ---- K-quant packed GEMM (prompt-size products) ----------------------------- *
+ * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
+ * buffer) and runs every column against it.  Per block, the panel holds
+ *   bytes 0..4095     q, 4-element group g of row r at 64g + 4r (a lane per row)
+ *   4096..4351        sc: int32 16w + r holds the int8 scales of row r's
+ *                     sub-blocks 4w .. 4w+3 (byte i: sub-block 4w + i)
+ *   4352..4863        mn: int32 16j + r = row r's mn[2j] | mn[2j+1] << 16
+ *   4864..4927        d, 4928..4991 dmin (float, row r at r)
+ * that is, after q, the 16 x 14 words of each row's struct kq_block from sc
+ * on, transposed.
+ * and the kernel keeps a lane per row: vpdpbusd of 4 unsigned weight bytes
+ * with 4 broadcast activation bytes, one sub-block at a time, times its
+ * scale (vpmulld) into I; vpdpwssd of the mins with the activation sums into
+ * M; then kq_step in float lanes.  The same integers as the dot, so the same
+ * bits.  (The AVX-512 kernel below; AVX2's, on the same panel, further on.) */
+#define KQ_PB 4992 /* bytes of one block of a 16-row panel */
+
+static size_t kq_panel_size(int64_t k) { return (size_t)(k / BT_QK_K) * KQ_PB; }
+
+/* one block's q (as kq_unpack_q_ref), 32 values per 256-bit step */
+static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind, const void *blk, uint8_t *q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+#define SRL8(v, n) _mm256_srl_epi16((v), _mm_cvtsi32_si128(n)) /* bytes >> n, n < 8, before masking */
+    if (kind == KQ4 || kind == KQ5) {
+        const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
+        const __m256i qh =
+            kind == KQ5 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q5_K *)blk)->qh) : _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (kind == KQ5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g + 1), one), 4));
+            }
+            _mm256_store_si256((__m256i *)(q + 64 * g), lo);
+            _mm256_store_si256((__m256i *)(q + 64 * g + 32), hi);
+        }
+    } else if (kind == KQI4) {
+        const bt_block_iq4_xs *w = blk;
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_xor_si128(
+            _mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80))); /* levels + 128 */
+        for (int s = 0; s < 8; s++) { /* sub-block s: the low nibbles of its 16 bytes, then the high */
+            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
+            const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+            _mm256_store_si256((__m256i *)(q + 32 * s), _mm256_shuffle_epi8(lut, n));
+        }
+    } else if (kind == KQ6) {
+        const bt_block_q6_K *w = blk;
+        for (int h = 0; h < 2; h++) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+            for (int sb = 0; sb < 4; sb++) {
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
+                const __m256i lo = _mm256_and_si256(SRL8(ql, 4 * (sb >> 1)), m4);
+                const __m256i hi = _mm256_and_si256(SRL8(qh, 2 * sb), m3);
+                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sb), _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+            }
+        }
+    } else {
+        const uint8_t *qs = kind == KQ3 ? ((const bt_block_q3_K *)blk)->qs : ((const bt_block_q2_K *)blk)->qs;
+        const __m256i hm =
+            kind == KQ3 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q3_K *)blk)->hmask) : _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            for (int sh = 0; sh < 4; sh++) {
+                __m256i x = _mm256_and_si256(SRL8(v, 2 * sh), m3);
+                if (kind == KQ3) x = _mm256_add_epi8(x, _mm256_slli_epi16(_mm256_and_si256(SRL8(hm, 4 * h + sh), one), 2));
+                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sh), x);
+            }
+        }
+    }
+#undef SRL8
+}
+
+/* A panel from 16 plain rows, block by block through pack_block (the
+ * AVX-512 or the AVX2 one: the same bytes) */
+typedef void kq_pack_block_fn(int kind, const void *const *blks, uint8_t *pb);
+static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_t k, const void *const *rows,
+                                                          void *panel, kq_pack_block_fn *pack_block) {
+    const size_t bs = kq_block_bytes(kind);
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const void *blks[16];
+        for (int r = 0; r < 16; r++) blks[r] = (const char *)rows[r] + (size_t)b * bs;
+        pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
+    }
+}
+
+/* The same panel from a repacked group of 16 rows (layout L): each block's
+ * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  With
+ * enough columns this is cheaper than a repacked kernel (rgemm) that
+ * unpacks the values again for every few columns; the GEMM gives the same
+ * bits. */
+static inline __attribute__((always_inline)) void kq_rpack(const int kind, const struct bt_cpu_rp_layout *L,
+                                                           int64_t k, const void *group, void *panel,
+                                                           kq_pack_block_fn *pack_block) {
+    const size_t bs = kq_block_bytes(kind);
+    const int64_t nblk = k / BT_QK_K;
+    _Alignas(64) uint8_t plain[16][sizeof(bt_block_q6_K) > sizeof(bt_block_q4_K) ? sizeof(bt_block_q6_K)
+                                                                                 : sizeof(bt_block_q4_K)];
+    for (int64_t b = 0; b < nblk; b++) {
+        const void *blks[16];
+        for (int r = 0; r < 16; r++) {
+            bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, plain[r]);
+            blks[r] = plain[r];
+        }
+        pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
+    }
+}
 #endif
 
 #ifdef HAVE_QDOT_AVX512
@@ -942,81 +1050,8 @@ static void rgemm_q6_K(int64_t k, const void *group, const void *next, const voi
 #undef RP_K6_TILE
 }
 
-/* ---- K-quant packed GEMM (prompt-size products) ----------------------------- *
- * matmul.c packs 16 weight rows at a time (a panel, in the thread's work
- * buffer) and runs every column against it.  Per block, the panel holds
- *   bytes 0..4095     q, 4-element group g of row r at 64g + 4r (a lane per row)
- *   4096..4351        sc: int32 16w + r holds the int8 scales of row r's
- *                     sub-blocks 4w .. 4w+3 (byte i: sub-block 4w + i)
- *   4352..4863        mn: int32 16j + r = row r's mn[2j] | mn[2j+1] << 16
- *   4864..4927        d, 4928..4991 dmin (float, row r at r)
- * that is, after q, the 16 x 14 words of each row's struct kq_block from sc
- * on, transposed.
- * and the kernel keeps a lane per row: vpdpbusd of 4 unsigned weight bytes
- * with 4 broadcast activation bytes, one sub-block at a time, times its
- * scale (vpmulld) into I; vpdpwssd of the mins with the activation sums into
- * M; then kq_step in float lanes.  The same integers as the dot, so the same
- * bits. */
-#define KQ_PB 4992 /* bytes of one block of a 16-row panel */
-
-static size_t kq_panel_size(int64_t k) { return (size_t)(k / BT_QK_K) * KQ_PB; }
-
-/* one block's q (as kq_unpack_q_ref), 32 values per 256-bit step */
-static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind, const void *blk, uint8_t *q) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-#define SRL8(v, n) _mm256_srl_epi16((v), _mm_cvtsi32_si128(n)) /* bytes >> n, n < 8, before masking */
-    if (kind == KQ4 || kind == KQ5) {
-        const uint8_t *qs = kind == KQ4 ? ((const bt_block_q4_K *)blk)->qs : ((const bt_block_q5_K *)blk)->qs;
-        const __m256i qh =
-            kind == KQ5 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q5_K *)blk)->qh) : _mm256_setzero_si256();
-        for (int g = 0; g < 4; g++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (kind == KQ5) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(SRL8(qh, 2 * g + 1), one), 4));
-            }
-            _mm256_store_si256((__m256i *)(q + 64 * g), lo);
-            _mm256_store_si256((__m256i *)(q + 64 * g + 32), hi);
-        }
-    } else if (kind == KQI4) {
-        const bt_block_iq4_xs *w = blk;
-        const __m256i lut = _mm256_broadcastsi128_si256(_mm_xor_si128(
-            _mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80))); /* levels + 128 */
-        for (int s = 0; s < 8; s++) { /* sub-block s: the low nibbles of its 16 bytes, then the high */
-            const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * s));
-            const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-            _mm256_store_si256((__m256i *)(q + 32 * s), _mm256_shuffle_epi8(lut, n));
-        }
-    } else if (kind == KQ6) {
-        const bt_block_q6_K *w = blk;
-        for (int h = 0; h < 2; h++) {
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-            for (int sb = 0; sb < 4; sb++) {
-                const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
-                const __m256i lo = _mm256_and_si256(SRL8(ql, 4 * (sb >> 1)), m4);
-                const __m256i hi = _mm256_and_si256(SRL8(qh, 2 * sb), m3);
-                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sb), _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
-            }
-        }
-    } else {
-        const uint8_t *qs = kind == KQ3 ? ((const bt_block_q3_K *)blk)->qs : ((const bt_block_q2_K *)blk)->qs;
-        const __m256i hm =
-            kind == KQ3 ? _mm256_loadu_si256((const __m256i *)((const bt_block_q3_K *)blk)->hmask) : _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
-            for (int sh = 0; sh < 4; sh++) {
-                __m256i x = _mm256_and_si256(SRL8(v, 2 * sh), m3);
-                if (kind == KQ3) x = _mm256_add_epi8(x, _mm256_slli_epi16(_mm256_and_si256(SRL8(hm, 4 * h + sh), one), 2));
-                _mm256_store_si256((__m256i *)(q + 128 * h + 32 * sh), x);
-            }
-        }
-    }
-#undef SRL8
-}
-
 /* one block of a panel (at pb) from the 16 rows' plain blocks blks[r] */
-static inline __attribute__((always_inline)) void kq_pack_block(const int kind, const void *const *blks, uint8_t *pb) {
+static void kq_pack_block(const int kind, const void *const *blks, uint8_t *pb) {
     _Alignas(64) uint8_t q[16][BT_QK_K];
     __m512 meta[16];
     for (int r = 0; r < 16; r++) {
@@ -1032,36 +1067,6 @@ static inline __attribute__((always_inline)) void kq_pack_block(const int kind, 
         for (int r = 0; r < 16; r++) v[r] = _mm512_castsi512_ps(_mm512_load_si512(q[r] + 64 * c));
         bt_cpu_transpose16(v); /* bit moves only */
         for (int g = 0; g < 16; g++) _mm512_store_si512(pb + 64 * (16 * c + g), _mm512_castps_si512(v[g]));
-    }
-}
-
-static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_t k, const void *const *rows,
-                                                          void *panel) {
-    const size_t bs = kq_block_bytes(kind);
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        const void *blks[16];
-        for (int r = 0; r < 16; r++) blks[r] = (const char *)rows[r] + (size_t)b * bs;
-        kq_pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
-    }
-}
-
-/* The same panel from a repacked group of 16 rows (layout L): each block's
- * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  With
- * enough columns this is cheaper than Q6_K's rgemm, which rebuilds the
- * 6-bit values for every 8 columns; the GEMM gives the same bits. */
-static inline __attribute__((always_inline)) void kq_rpack(const int kind, const struct bt_cpu_rp_layout *L,
-                                                           int64_t k, const void *group, void *panel) {
-    const size_t bs = kq_block_bytes(kind);
-    const int64_t nblk = k / BT_QK_K;
-    _Alignas(64) uint8_t plain[16][sizeof(bt_block_q6_K) > sizeof(bt_block_q4_K) ? sizeof(bt_block_q6_K)
-                                                                                 : sizeof(bt_block_q4_K)];
-    for (int64_t b = 0; b < nblk; b++) {
-        const void *blks[16];
-        for (int r = 0; r < 16; r++) {
-            bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, plain[r]);
-            blks[r] = plain[r];
-        }
-        kq_pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
     }
 }
 
@@ -1125,7 +1130,7 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
 /* (inside KQ_GEMM's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
 #define KQ_GEMM_TILE(RN, j) kq_gemm_tile(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
 #define KQ_GEMM(name, kind)                                                                                   \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel); } \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel, kq_pack_block); } \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         const int kind_ = kind;                                                                                   \
@@ -1615,6 +1620,124 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
     return _mm256_srai_epi16(_mm256_shuffle_epi8(x, kq_pick(j, 1)), 8);
 }
 #endif
+
+/* The K-quants' packed GEMM on AVX2: the AVX-512 kernel's panel (KQ_PB
+ * bytes a block, packed here with plain moves) and arithmetic for the 16
+ * rows as two halves of 8 (bytes 32h .. 32h + 31 of each vector): KQ_ACC
+ * for vpdpbusd, KQ_SCALE for the scale's vpmulld, vpmaddwd for vpdpwssd.
+ * Without AVX-VNNI the int16 sums take at most kq_gemm_run(kind) vectors
+ * before the scale (2 products of q <= qmax against |a| <= 128 a pair:
+ * Q6_K 2 vectors, Q5_K 4, Q4_K 8; Q2_K and Q3_K a whole 16-element
+ * sub-block), so they do not saturate.  The same integers and float steps,
+ * so the same bits.  IQ4_XS (levels + 128, up to 241) would saturate
+ * vpmaddubsw and keeps its tiles here. */
+static inline int kq_gemm_run(const int kind) {
+#if defined(__AVXVNNI__)
+    return kind == KQ4 || kind == KQ5 ? 8 : 4; /* a sub-block: int32 sums */
+#else
+    return kind == KQ6 ? 2 : kind == KQ5 ? 4 : kind == KQ4 ? 8 : 4;
+#endif
+}
+
+static void kq_pack_block_avx2(const int kind, const void *const *blks, uint8_t *pb) {
+    _Alignas(32) uint8_t q[BT_QK_K];
+    for (int r = 0; r < 16; r++) {
+        struct kq_block o;
+        kq_unpack_scales(kind, blks[r], &o);
+        kq_unpack_q_avx(kind, blks[r], q);
+        for (int g = 0; g < BT_QK_K / 4; g++) memcpy(pb + 64 * g + 4 * r, q + 4 * g, 4);
+        for (int w = 0; w < 14; w++) memcpy(pb + 4096 + 64 * w + 4 * r, (const uint8_t *)o.sc + 4 * w, 4);
+    }
+}
+
+/* rows row0 + 8h .. of columns dcols[0 .. RN) (RN <= 4) from a packed panel, nrows of the 16 valid */
+static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int kind, const int RN, int64_t k,
+                                                                    const uint8_t *panel, const void *const *acts,
+                                                                    float *const *dcols, int64_t row0, int nrows,
+                                                                    const int h) {
+    const int SL = kind == KQ4 || kind == KQ5 ? 32 : 16; /* sub-block length with one scale */
+    const int RUN = kq_gemm_run(kind);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const uint8_t *pb = panel + (size_t)b * KQ_PB + 32 * h;
+        const bt_block_q8_K *ab[4];
+        __m256i I[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            I[c] = _mm256_setzero_si256();
+        }
+        for (int sb = 0; sb < BT_QK_K / SL; sb++) {
+            const int s16 = sb * SL / 16; /* the first 16-element sub-block */
+            const __m256i scv = kq_scale_s8(_mm256_load_si256((const __m256i *)(pb + 4096 + 64 * (s16 / 4))), s16 % 4);
+            for (int g0 = sb * (SL / 4); g0 < (sb + 1) * (SL / 4); g0 += RUN) {
+                __m256i P[4];
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++) P[c] = _mm256_setzero_si256();
+                _Pragma("GCC unroll 8")
+                for (int g = g0; g < g0 + RUN; g++) {
+                    const __m256i w = _mm256_load_si256((const __m256i *)(pb + 64 * g));
+                    _Pragma("GCC unroll 4")
+                    for (int c = 0; c < RN; c++)
+                        P[c] = KQ_ACC(P[c], w, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)));
+                }
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], P[c], scv);
+            }
+        }
+        const __m256 dw = _mm256_load_ps((const float *)(pb + 4864));
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            __m256i M = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++)
+                M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(pb + 4352 + 64 * j)),
+                                                          _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
+            const __m256 da = _mm256_set1_ps(ab[c]->d);
+            if (kq_has_min(kind)) {
+                const __m256 dm = _mm256_load_ps((const float *)(pb + 4928));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(da, dw), acc[c]);
+                acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(da, dm), acc[c]);
+            } else {
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(I[c], M)), _mm256_mul_ps(da, dw), acc[c]);
+            }
+        }
+    }
+    const int n = nrows - 8 * h;
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) {
+        if (n >= 8) {
+            _mm256_storeu_ps(dcols[c] + row0 + 8 * h, acc[c]);
+        } else if (n > 0) {
+            float t[8];
+            _mm256_storeu_ps(t, acc[c]);
+            memcpy(dcols[c] + row0 + 8 * h, t, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+/* (inside KQ_GEMM_AVX2's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
+#define KQ_GEMM_TILE_AVX2(RN, j)                                                              \
+    do {                                                                                      \
+        kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 0);      \
+        if (nrows > 8) kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 1); \
+    } while (0)
+#define KQ_GEMM_AVX2(name, kind)                                                                                   \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel, kq_pack_block_avx2); } \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                     \
+                             float *const *dcols, int64_t row0, int nrows) {                                           \
+        const int kind_ = kind;                                                                                        \
+        BT_CPU_COL_TILES4(ncols, KQ_GEMM_TILE_AVX2);                                                                   \
+    }
+KQ_GEMM_AVX2(q2_K, KQ2)
+KQ_GEMM_AVX2(q3_K, KQ3)
+KQ_GEMM_AVX2(q4_K, KQ4)
+KQ_GEMM_AVX2(q5_K, KQ5)
+KQ_GEMM_AVX2(q6_K, KQ6)
+#define KQ_GEMM_MIN_COLS 16
+#define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 
 /* Q4_K repacked on AVX2: the AVX-512 kernel's arithmetic (rp_k4_tile) for
  * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
@@ -2286,8 +2409,10 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define K_TILE_LIST(name) NO_TILES
 #define Q32_TILE_LIST(name) NO_TILES
 #endif
-#ifndef HAVE_QDOT_AVX512
+#if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define K_GEMM(name) 0, NULL, NULL, NULL
+#endif
+#ifndef HAVE_QDOT_AVX512
 #define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
@@ -2306,12 +2431,26 @@ static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
  * 147.4-151.6, so the packing pays from about 106 columns (a fit of the
  * two).  Q4_K's rgemm unpacks less: n 512 gained 2-15%, 32 columns lost
  * 35%; it keeps rgemm. */
-static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel); }
+static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block); }
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #elif defined(HAVE_QDOT_AVX2)
+/* Repacked Q6_K through the AVX2 GEMM's panel, from 128 columns on (16 with
+ * AVX-VNNI): bench ops --repacked, 1 thread, GF/cpu-s, three alternating
+ * rounds on an AVX-512 Xeon with the variant forced: n 512, rgemm 66-83
+ * against 74-86 (avx2), 64-72 against 102-131 (avx2vnni); MUL_MAT_ID at 512
+ * tokens (32 columns an expert) 57-75 against 52-60 (avx2), 55-71 against
+ * 69-76 (avx2vnni).  Q4_K's rgemm is as fast at n 512 and faster at 32
+ * columns: it keeps rgemm. */
+static void rpack_q6_K(int64_t k, const void *group, void *panel) {
+    kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block_avx2);
+}
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
-#define K6_REPACK &rp_q6_K, rgemm_q6_K, NULL, 0
+#if defined(__AVXVNNI__)
+#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 16
+#else
+#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
+#endif
 #else
 #define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
