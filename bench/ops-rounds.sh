@@ -4,13 +4,17 @@
 # and 512 tokens) test-backend-ops and `bench ops` on the same shapes and types, the order swapped
 # every round so that neither side always runs first.  Then one table: per row the median GFLOP/s
 # of each side over the rounds, their ratio (baton / llama.cpp) and the rounds baton was ahead.
-# The decode rows and MUL_MAT_ID at 1 token read at the machine's memory bandwidth on both
-# sides, which swings 10-50% from one minute to the next: a pair run seconds apart, many rounds,
-# and medians compare them; a single pass does not.
+# test-backend-ops times an op on one copy of its weights, read again every call: a decode row's
+# matrix (m 4096 k 14336: 19 MB in Q2_K to 235 MB in F32) stays in a last-level cache that holds it (a 260 MB Xeon's; partly a
+# 32 MB Zen 4 CCD's), so baton's decode rows run `bench ops --cached` (one copy too) unless
+# STREAM=1 (baton's rows from memory, its default; not comparable where the cache holds the
+# matrix).  Rows read at the memory's or the cache's bandwidth, which swings 10-50% from one
+# minute to the next: a pair run seconds apart, many rounds, and medians compare them; a single
+# pass does not.
 # usage: bench/ops-rounds.sh ROUNDS   (from the repository root, build/ built; a quiet machine)
 #   THREADS (default 2: wall-clock GFLOP/s; 1: GFLOP per CPU-second on both sides), BATON
 #   (default build/baton), BATON_FLAGS (extra `bench ops` flags, e.g. --repacked), LLAMA_BIN
-#   (llama.cpp's build/bin, required), TYPES (default
+#   (llama.cpp's build/bin, required), STREAM=1 (baton's decode rows from memory), TYPES (default
 #   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0)
 set -u
 NAME=bench/ops-rounds.sh
@@ -47,7 +51,12 @@ group() { # group r side: that group's rows of one side
       if [ "$3" = llama ]; then
         llama_rows -o MUL_MAT -p "type_a=($(alt "$TYPES")),type_b=f32,m=4096,n=$n,k=14336,bs=\\[1,1\\]"
       else
-        baton_rows --types "$TYPES" --shapes "$([ "$1" = dec ] && echo decode || echo prompt)"
+        if [ "$1" = dec ]; then
+          # shellcheck disable=SC2046
+          baton_rows --types "$TYPES" --shapes decode $([ "${STREAM:-0}" = 1 ] || echo --cached)
+        else
+          baton_rows --types "$TYPES" --shapes prompt
+        fi
       fi ;;
     id*)
       [ -n "$IDTYPES" ] || return 0

@@ -601,6 +601,15 @@ if [ "$rc" -eq 0 ] && [ "$got_rp" -eq "$want_rp" ] && grep -qE '^mul_mat_id +f16
 else
     bad "bench ops --repacked: exit $rc, q8_0 marked rp $got_rp (want $want_rp)"
 fi
+# --cached: the decode row on one copy of the weights (shape marked cached), the prompt row as before
+timeout 120 "$baton" bench ops --threads 1 --types q4_0 --shapes decode,prompt --quick --reps 1 --cached >"$tmp/out" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qE '^mul_mat +q4_0 +m=4096 n=1 k=14336 cached +1 ' "$tmp/out" &&
+    grep -qE '^mul_mat +q4_0 +m=4096 n=512 k=14336 +1 ' "$tmp/out"; then
+    ok "bench ops --cached: the decode row marked cached"
+else
+    bad "bench ops --cached: exit $rc"
+fi
 expect 2 "2 ranks" "bench transport on 1 rank" -- mpirun -np 1 "$baton" bench transport
 expect 2 "--device: 'nccl' is not none or ordered" "bench pipeline: bad --device" -- \
     "$baton" bench pipeline --device nccl

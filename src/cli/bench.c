@@ -60,6 +60,7 @@ struct bench_opts {
     bool types[BT_TYPE_COUNT];
     int reps; /* 0: per-shape default */
     bool quick;
+    bool cached; /* --cached: decode rows reuse one copy of the weights */
     bool repacked; /* decode, prompt and moe weights laid out as a CPU rank loads them */
     unsigned shapes; /* SHAPE_* bits: the rows --shapes selects */
 };
@@ -237,13 +238,15 @@ static int time_rows(const struct bench_opts *o, const struct machine *mc, struc
  * n_copies independent mul_mats, each with its own copy of the weights, so
  * that one run touches more than BENCH_STREAM_BYTES of weights and they are
  * read from memory, not from a last-level cache that could hold one copy
- * (32 MiB on this machine; BENCH_STREAM_BYTES is well above any).
+ * (32 MiB on a Zen 4 CCD, 260 MiB on some Xeons; BENCH_STREAM_BYTES is above
+ * both).  With --cached one copy, read again by every call, as
+ * test-backend-ops times an op: from the cache where it fits.
  * Returns 0, or 1 on an allocation / compute failure. */
 static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, enum bt_type type,
                          int64_t m, int64_t n, int64_t k, int reps, bool each) {
     const size_t wsize = bt_row_size(type, k) * (size_t)m;
     /* only shapes bound by weight bandwidth (few columns) need the copies */
-    int n_copies = n <= 4 ? (int)((BENCH_STREAM_BYTES + wsize - 1) / wsize) : 1;
+    int n_copies = n <= 4 && !o->cached ? (int)((BENCH_STREAM_BYTES + wsize - 1) / wsize) : 1;
     if (n_copies < 1) n_copies = 1;
     if (n_copies > BENCH_MAX_COPIES) n_copies = BENCH_MAX_COPIES;
     const size_t bytes = (wsize + sizeof(float) * (size_t)(m * n) + 4 * BT_MEM_ALIGN) * (size_t)n_copies +
@@ -281,7 +284,8 @@ static int bench_mul_mat(const struct bench_opts *o, const struct machine *mc, e
         return 1;
     }
     char shape[64];
-    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld%s", (long long)m, (long long)n, (long long)k, rp > 0 ? " rp" : "");
+    snprintf(shape, sizeof(shape), "m=%lld n=%lld k=%lld%s%s", (long long)m, (long long)n, (long long)k, rp > 0 ? " rp" : "",
+             n <= 4 && o->cached ? " cached" : "");
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     const double wbytes = (double)wsize;
     const int rc = time_rows(o, mc, g, reps, n_copies, each, "mul_mat", type, shape, flop, wbytes);
@@ -465,7 +469,7 @@ static int bench_flash_attn(const struct bench_opts *o, const struct machine *mc
 static void usage(FILE *f) {
     fprintf(f,
             "usage: baton bench ops [--threads LIST] [--types LIST] [--reps N] [--quick] [--shapes LIST]\n"
-            "                       [--repacked]\n"
+            "                       [--repacked] [--cached]\n"
             "  --threads LIST  thread counts, e.g. 1,2 (default 1,2)\n"
             "  --types LIST    weight types among f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,\n"
             "                  q2_K,q3_K,q4_K,q5_K,q6_K,mxfp4,iq4_nl,iq4_xs,iq2_xxs,\n"
@@ -484,7 +488,10 @@ static void usage(FILE *f) {
             "  --repacked      the decode, prompt and moe rows' weights laid out as a CPU rank\n"
             "                  loads a model's (q8_0, q4_0, q4_K, q6_K in groups of 16 rows; shape\n"
             "                  marked rp); default: plain rows, as --mmap and llama.cpp's\n"
-            "                  test-backend-ops have them\n");
+            "                  test-backend-ops have them\n"
+            "  --cached        the decode rows reuse one copy of the weights, as test-backend-ops\n"
+            "                  does (default: they rotate over copies that stream from memory); a\n"
+            "                  matrix the last-level cache holds is then read from there\n");
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -594,6 +601,8 @@ int bt_cli_bench(int argc, char **argv) {
             o.quick = true;
         } else if (!strcmp(f, "--repacked")) {
             o.repacked = true;
+        } else if (!strcmp(f, "--cached")) {
+            o.cached = true;
         } else if (!strcmp(f, "--threads") || !strcmp(f, "--types") || !strcmp(f, "--reps") ||
                    !strcmp(f, "--shapes")) {
             if (i + 1 >= argc) {
