@@ -1428,12 +1428,26 @@ static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 /* v >> n in every 16-bit lane (n need not be a constant) */
 static inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
 
-/* A K-quant block's 16 sub-block scales sc and "mins" mn (kq_unpack_scales)
- * as int16 lanes, and its float scales. */
+/* A K-quant block's sub-block scales and "mins" (kq_unpack_scales) as
+ * int16 lanes, and its float scales.  sc is laid out for kq_chunk_scale:
+ * Q4_K and Q5_K's 8 scales in both 128-bit lanes; the other types' 16
+ * (a 16-element sub-block each) the even ones in the low lane, the odd ones
+ * in the high.  mn is in sub-block order (16 lanes, Q4_K and Q5_K's each
+ * twice), against the activation's 16 bsums. */
 struct kq_scales {
     __m256i sc, mn;
     float d, dmin;
 };
+/* 16 int8 scales s0..s15 as int16 (s0, s2, .., s14 | s1, s3, .., s15) */
+static inline __m256i kq_scales_eo(__m128i s8, const bool is_signed) {
+    const __m128i eo = _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    return is_signed ? _mm256_cvtepi8_epi16(eo) : _mm256_cvtepu8_epi16(eo);
+}
+/* the int16 scales of chunk ch (elements 32ch .. 32ch+31) in every lane of its
+ * 16-element halves: int16 ch of each 128-bit lane of sc (one vpshufb) */
+static inline __m256i kq_chunk_scale(__m256i sc, const int ch) {
+    return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * ch)));
+}
 static inline __attribute__((always_inline)) struct kq_scales kq_scales_avx2(const int kind, const void *blk) {
     struct kq_scales o;
     o.dmin = 0.0f;
@@ -1446,16 +1460,17 @@ static inline __attribute__((always_inline)) struct kq_scales kq_scales_avx2(con
         u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
         u[2] = mins_lo;
         u[0] &= 0x3f3f3f3f;
-        /* bytes 0..7: the 8 scales, 8..15: the 8 mins; each on its two halves */
+        /* bytes 0..7: the 8 scales, 8..15: the 8 mins (each min on its two halves) */
         const __m128i x = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
-        o.sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
+        o.sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(x));
         o.mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x, x));
         o.d = h2f_fast(w->d);
         o.dmin = h2f_fast(w->dmin);
     } else if (kind == KQ6) {
         const bt_block_q6_K *w = blk;
-        o.sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
-        o.mn = _mm256_slli_epi16(o.sc, 5);
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)w->scales);
+        o.sc = kq_scales_eo(s8, true);
+        o.mn = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5);
         o.d = h2f_fast(w->d);
     } else if (kind == KQ3) {
         const bt_block_q3_K *w = blk;
@@ -1468,13 +1483,13 @@ static inline __attribute__((always_inline)) struct kq_scales kq_scales_avx2(con
                                                       (int)((aux[1] & m2) | (((aux[2] >> 2) & m1) << 4)),
                                                       (int)((aux[0] & m2) | ((aux[2] & m1) << 4))),
                                         _mm_set1_epi8(32));
-        o.sc = _mm256_cvtepi8_epi16(s8);
-        o.mn = _mm256_slli_epi16(o.sc, 2);
+        o.sc = kq_scales_eo(s8, true);
+        o.mn = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 2);
         o.d = h2f_fast(w->d);
     } else {
         const bt_block_q2_K *w = blk;
         const __m128i raw = _mm_loadu_si128((const __m128i *)w->scales);
-        o.sc = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+        o.sc = kq_scales_eo(_mm_and_si128(raw, _mm_set1_epi8(0x0F)), false);
         o.mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
         o.d = h2f_fast(w->d);
         o.dmin = h2f_fast(w->dmin);
@@ -1513,57 +1528,72 @@ static inline __attribute__((always_inline)) __m256i kq_chunk_avx2(const int kin
     return q;
 }
 
-/* An RM x RN tile of K-quant rows against Q8_K columns (out[c * RM + r]):
- * per block, I in 8 int32 lanes (chunk c's int16 lanes 0..7 sub-block 2c,
- * 8..15 sub-block 2c+1, each weighted by its scale), M from the mins and
- * the activation's sums, then kq_step. */
+/* the sums of the 8 int32 lanes of a, b, c and d, in that order */
+static inline __m128i hsum4_i32x8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+}
+
+/* An RM x RN tile (RM RN <= 4) of K-quant rows against Q8_K columns
+ * (out[c * RM + r]): per block, I in 8 int32 lanes (chunk c's int16 lanes
+ * 0..7 sub-block 2c, 8..15 sub-block 2c+1, each weighted by its scale), M
+ * from the mins and the activation's sums, both summed across lanes for
+ * two (row, column) pairs at a time, then kq_step. */
 static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, const int RM, const int RN, int64_t k,
                                                                const void *const *w_rows, const void *const *acts,
                                                                float *out) {
     const size_t bs = kq_block_bytes(kind);
-    /* per 128-bit lane: int16 0 of a dword (low lane) or int16 1 (high lane) in every int16 */
-    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
-                                          3, 2, 3, 2, 3, 2, 3);
-    float acc[4][4];
+    float acc[4];
     _Pragma("GCC unroll 4")
-    for (int r = 0; r < RM; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) acc[r][c] = 0.0f;
+    for (int i = 0; i < RM * RN; i++) acc[i] = 0.0f;
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
+        __m256i iv[4], mv[4]; /* pair i = r RN + c */
+        float d[4], dmin[4];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
             const struct kq_scales o = kq_scales_avx2(kind, blk);
-            __m256i isum[4];
+            d[r] = o.d;
+            dmin[r] = o.dmin;
             _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) isum[c] = _mm256_setzero_si256();
+            for (int c = 0; c < RN; c++) iv[r * RN + c] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int ch = 0; ch < 8; ch++) {
                 const __m256i q = kq_chunk_avx2(kind, blk, ch);
-                /* dword ch of sc: the scales of sub-blocks 2ch, 2ch+1 (one scale in Q4_K, Q5_K) */
-                const __m256i scd = _mm256_permutevar8x32_epi32(o.sc, _mm256_set1_epi32(ch));
-                const __m256i scv = kind == KQ4 || kind == KQ5 ? scd : _mm256_shuffle_epi8(scd, pick);
+                const __m256i scv = kq_chunk_scale(o.sc, ch);
                 _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++) {
                     const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
-                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
+                    iv[r * RN + c] = _mm256_add_epi32(iv[r * RN + c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
                 }
             }
             _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[c]->bsums);
-                const int32_t I = bt_cpu_hsum_i32x8(isum[c]), M = bt_cpu_hsum_i32x8(_mm256_madd_epi16(o.mn, bsums));
-                acc[r][c] = kq_step(kq_has_min(kind), acc[r][c], I, M, ab[c]->d, o.d, o.dmin);
+            for (int c = 0; c < RN; c++)
+                mv[r * RN + c] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
+        }
+        if (RM * RN == 1) {
+            acc[0] = kq_step(kq_has_min(kind), acc[0], bt_cpu_hsum_i32x8(iv[0]), bt_cpu_hsum_i32x8(mv[0]), ab[0]->d,
+                             d[0], dmin[0]);
+        } else {
+            _Pragma("GCC unroll 2")
+            for (int i = 0; i < RM * RN; i += 2) {
+                int32_t s4[4];
+                _mm_storeu_si128((__m128i *)s4, hsum4_i32x8(iv[i], mv[i], iv[i + 1], mv[i + 1]));
+                _Pragma("GCC unroll 2")
+                for (int j = 0; j < 2; j++) {
+                    const int r = (i + j) / RN, c = (i + j) % RN;
+                    acc[i + j] = kq_step(kq_has_min(kind), acc[i + j], s4[2 * j], s4[2 * j + 1], ab[c]->d, d[r], dmin[r]);
+                }
             }
         }
     }
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r][c];
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r * RN + c];
 }
 
 #define KQ_AVX2_TILE(name, kind, RM, RN)                                                                \
