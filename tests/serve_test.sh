@@ -607,10 +607,11 @@ want(ask("127.0.0.1", "/v1/models", tries=6), 429,
      "127.0.0.1 has 4 connections open, the most one client may have (--max-client-connections 4): only /health "
      "is answered on another", "300 idle from 127.0.0.1: /v1/models on a spare slot")
 # the server's limit: 4 more idle from 127.0.0.3 fill the 8; a fifth address gets /health only.
-# First the spare connections of the asks above must be gone (the server closes them after it
-# answers, or idle after a second): one still open would make one of the 4 a spare one, closed
-# after a second (seen on a loaded machine)
-time.sleep(1.5)
+# First the spare connection of the last ask must be gone (the server closes it after it answers,
+# at the latest idle after a second): still open, it would make one of the 4 a spare one, closed
+# after a second (seen on a loaded machine).  Not much longer: the flood's own 4 time out 6 s
+# after t0, and the 503 below needs them open.
+time.sleep(1.0)
 t1 = time.time()
 more = [conn("127.0.0.3") for _ in range(4)]
 time.sleep(0.3)

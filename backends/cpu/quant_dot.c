@@ -1130,7 +1130,9 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
 /* (inside KQ_GEMM's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
 #define KQ_GEMM_TILE(RN, j) kq_gemm_tile(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
 #define KQ_GEMM(name, kind)                                                                                   \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel, kq_pack_block); } \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) {                                   \
+        kq_pack(kind, k, rows, panel, kq_pack_block);                                                             \
+    }                                                                                                             \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         const int kind_ = kind;                                                                                   \
@@ -1567,7 +1569,8 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
                 _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++) {
                     const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
-                    iv[r * RN + c] = _mm256_add_epi32(iv[r * RN + c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv);
+                    iv[r * RN + c] = _mm256_add_epi32(iv[r * RN + c], p);
                 }
             }
             _Pragma("GCC unroll 4")
@@ -1585,7 +1588,8 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
                 _Pragma("GCC unroll 2")
                 for (int j = 0; j < 2; j++) {
                     const int r = (i + j) / RN, c = (i + j) % RN;
-                    acc[i + j] = kq_step(kq_has_min(kind), acc[i + j], s4[2 * j], s4[2 * j + 1], ab[c]->d, d[r], dmin[r]);
+                    acc[i + j] =
+                        kq_step(kq_has_min(kind), acc[i + j], s4[2 * j], s4[2 * j + 1], ab[c]->d, d[r], dmin[r]);
                 }
             }
         }
@@ -1656,9 +1660,10 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
  * rows as two halves of 8 (bytes 32h .. 32h + 31 of each vector): KQ_ACC
  * for vpdpbusd, KQ_SCALE for the scale's vpmulld, vpmaddwd for vpdpwssd.
  * Without AVX-VNNI the int16 sums take at most kq_gemm_run(kind) vectors
- * before the scale (2 products of q <= qmax against |a| <= 128 a pair:
- * Q6_K 2 vectors, Q5_K 4, Q4_K 8; Q2_K and Q3_K a whole 16-element
- * sub-block), so they do not saturate.  The same integers and float steps,
+ * before the scale: a vpmaddubsw lane is 2 products of q <= qmax and
+ * |a| <= 128, so n vectors sum 2n of them, below 2^15 for Q6_K (qmax 63)
+ * at 2, Q5_K (31) at 4, Q4_K (15) at 8, Q3_K (7) and Q2_K (3) at a whole
+ * 16-element sub-block (4).  The same integers and float steps,
  * so the same bits.  IQ4_XS (levels + 128, up to 241) would saturate
  * vpmaddubsw and keeps its tiles here. */
 static inline int kq_gemm_run(const int kind) {
@@ -1749,17 +1754,19 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
 }
 
 /* (inside KQ_GEMM_AVX2's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
-#define KQ_GEMM_TILE_AVX2(RN, j)                                                              \
-    do {                                                                                      \
-        kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 0);      \
+#define KQ_GEMM_TILE_AVX2(RN, j)                                                                       \
+    do {                                                                                               \
+        kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 0);               \
         if (nrows > 8) kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 1); \
     } while (0)
-#define KQ_GEMM_AVX2(name, kind)                                                                                   \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { kq_pack(kind, k, rows, panel, kq_pack_block_avx2); } \
-    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                     \
-                             float *const *dcols, int64_t row0, int nrows) {                                           \
-        const int kind_ = kind;                                                                                        \
-        BT_CPU_COL_TILES4(ncols, KQ_GEMM_TILE_AVX2);                                                                   \
+#define KQ_GEMM_AVX2(name, kind)                                                                  \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) {                   \
+        kq_pack(kind, k, rows, panel, kq_pack_block_avx2);                                        \
+    }                                                                                             \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols, \
+                             float *const *dcols, int64_t row0, int nrows) {                      \
+        const int kind_ = kind;                                                                   \
+        BT_CPU_COL_TILES4(ncols, KQ_GEMM_TILE_AVX2);                                              \
     }
 KQ_GEMM_AVX2(q2_K, KQ2)
 KQ_GEMM_AVX2(q3_K, KQ3)
@@ -2461,7 +2468,9 @@ static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
  * 147.4-151.6, so the packing pays from about 106 columns (a fit of the
  * two).  Q4_K's rgemm unpacks less: n 512 gained 2-15%, 32 columns lost
  * 35%; it keeps rgemm. */
-static void rpack_q6_K(int64_t k, const void *group, void *panel) { kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block); }
+static void rpack_q6_K(int64_t k, const void *group, void *panel) {
+    kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block);
+}
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #elif defined(HAVE_QDOT_AVX2)
