@@ -1144,12 +1144,6 @@ KQ_GEMM(q4_K, KQ4)
 KQ_GEMM(q5_K, KQ5)
 KQ_GEMM(q6_K, KQ6)
 KQ_GEMM(iq4_xs, KQI4)
-size_t bt_cpu_iq4_xs_panel_size(int64_t k) { return kq_panel_size(k); }
-void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel) { qpack_iq4_xs(k, rows, panel); }
-void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
-                        int64_t row0, int nrows) {
-    qgemm_iq4_xs(k, panel, acts, ncols, dcols, row0, nrows);
-}
 #define KQ_GEMM_MIN_COLS 16
 #define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 
@@ -1663,14 +1657,17 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
  * before the scale: a vpmaddubsw lane is 2 products of q <= qmax and
  * |a| <= 128, so n vectors sum 2n of them, below 2^15 for Q6_K (qmax 63)
  * at 2, Q5_K (31) at 4, Q4_K (15) at 8, Q3_K (7) and Q2_K (3) at a whole
- * 16-element sub-block (4).  The same integers and float steps,
- * so the same bits.  IQ4_XS (levels + 128, up to 241) would saturate
- * vpmaddubsw and keeps its tiles here. */
+ * 16-element sub-block (4).  IQ4_XS's panel bytes (its levels + 128, up to
+ * 241) would saturate vpmaddubsw: they go back to the signed levels, whose
+ * magnitudes multiply the activation bytes with the levels' signs (as the
+ * repacked Q8_0 does), a lane pair at most 2 * 127 * 127, one vector a run,
+ * and I is then I - M of the AVX-512 kernel.  The same integers and float
+ * steps, so the same bits. */
 static inline int kq_gemm_run(const int kind) {
 #if defined(__AVXVNNI__)
-    return kind == KQ4 || kind == KQ5 ? 8 : 4; /* a sub-block: int32 sums */
+    return kind == KQ4 || kind == KQ5 || kind == KQI4 ? 8 : 4; /* a sub-block: int32 sums */
 #else
-    return kind == KQ6 ? 2 : kind == KQ5 ? 4 : kind == KQ4 ? 8 : 4;
+    return kind == KQI4 ? 1 : kind == KQ6 ? 2 : kind == KQ5 ? 4 : kind == KQ4 ? 8 : 4;
 #endif
 }
 
@@ -1690,7 +1687,7 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
                                                                     const uint8_t *panel, const void *const *acts,
                                                                     float *const *dcols, int64_t row0, int nrows,
                                                                     const int h) {
-    const int SL = kind == KQ4 || kind == KQ5 ? 32 : 16; /* sub-block length with one scale */
+    const int SL = kind == KQ4 || kind == KQ5 || kind == KQI4 ? 32 : 16; /* sub-block length with one scale */
     const int RUN = kq_gemm_run(kind);
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -1714,9 +1711,16 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
                 _Pragma("GCC unroll 8")
                 for (int g = g0; g < g0 + RUN; g++) {
                     const __m256i w = _mm256_load_si256((const __m256i *)(pb + 64 * g));
-                    _Pragma("GCC unroll 4")
-                    for (int c = 0; c < RN; c++)
-                        P[c] = KQ_ACC(P[c], w, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)));
+                    if (kind == KQI4) { /* |level| against the activation with the level's sign */
+                        const __m256i lv = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), u = _mm256_abs_epi8(lv);
+                        _Pragma("GCC unroll 4")
+                        for (int c = 0; c < RN; c++)
+                            P[c] = KQ_ACC(P[c], u, _mm256_sign_epi8(_mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)), lv));
+                    } else {
+                        _Pragma("GCC unroll 4")
+                        for (int c = 0; c < RN; c++)
+                            P[c] = KQ_ACC(P[c], w, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 4 * g)));
+                    }
                 }
                 _Pragma("GCC unroll 4")
                 for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], P[c], scv);
@@ -1725,9 +1729,9 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
         const __m256 dw = _mm256_load_ps((const float *)(pb + 4864));
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
-            __m256i M = _mm256_setzero_si256();
+            __m256i M = _mm256_setzero_si256(); /* IQ4_XS: I is already the signed levels' sum */
             _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; kind != KQI4 && j < 8; j++)
                 M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(pb + 4352 + 64 * j)),
                                                           _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
             const __m256 da = _mm256_set1_ps(ab[c]->d);
@@ -1773,6 +1777,7 @@ KQ_GEMM_AVX2(q3_K, KQ3)
 KQ_GEMM_AVX2(q4_K, KQ4)
 KQ_GEMM_AVX2(q5_K, KQ5)
 KQ_GEMM_AVX2(q6_K, KQ6)
+KQ_GEMM_AVX2(iq4_xs, KQI4)
 #define KQ_GEMM_MIN_COLS 16
 #define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 
@@ -2453,6 +2458,14 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
+#ifdef BT_CPU_IQ4_XS_GEMM
+size_t bt_cpu_iq4_xs_panel_size(int64_t k) { return kq_panel_size(k); }
+void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel) { qpack_iq4_xs(k, rows, panel); }
+void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
+                        int64_t row0, int nrows) {
+    qgemm_iq4_xs(k, panel, acts, ncols, dcols, row0, nrows);
+}
+#endif
 #define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */

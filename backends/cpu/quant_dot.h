@@ -25,10 +25,11 @@ struct bt_quant_dot {
 /* The entry for weight type t; NULL for types quant_dot.c does not handle. */
 const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t);
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)) || \
+    (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
 /* IQ4_XS's packed GEMM for quant_iq.c's entry (qtypes.h's panel_size, pack,
- * gemm): the K-quants' panel and kernel, each element the bits of IQ4_XS's
- * vec_dot (quant_dot.c, kind KQI4) */
+ * gemm): the K-quants' panel and kernel (AVX-512 VNNI or AVX2), each element
+ * the bits of IQ4_XS's vec_dot (quant_dot.c, kind KQI4) */
 #define BT_CPU_IQ4_XS_GEMM 1
 size_t bt_cpu_iq4_xs_panel_size(int64_t k);
 void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel);
