@@ -467,6 +467,29 @@ static inline __attribute__((always_inline)) void kq_rpack(const int kind, const
         pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
     }
 }
+
+/* The K-quant GEMMs' entry points (qtypes.h's pack and gemm) for each type
+ * of the panel: qpack_NAME through pack_block, qgemm_NAME in column tiles
+ * (COL_TILES: BT_CPU_COL_TILES or BT_CPU_COL_TILES4) of TILE(RN, j), which
+ * sees kind_, k, panel, acts, dcols, row0 and nrows */
+#define KQ_GEMM_FNS(name, kind, pack_block, COL_TILES, TILE)                                       \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) {                   \
+        kq_pack(kind, k, rows, panel, pack_block);                                                \
+    }                                                                                             \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols, \
+                             float *const *dcols, int64_t row0, int nrows) {                      \
+        const int kind_ = kind;                                                                   \
+        COL_TILES(ncols, TILE);                                                                   \
+    }
+#define KQ_GEMMS(pack_block, COL_TILES, TILE)                 \
+    KQ_GEMM_FNS(q2_K, KQ2, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(q3_K, KQ3, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(q4_K, KQ4, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(q5_K, KQ5, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(q6_K, KQ6, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(iq4_xs, KQI4, pack_block, COL_TILES, TILE)
+#define KQ_GEMM_MIN_COLS 16
+#define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 #endif
 
 #ifdef HAVE_QDOT_AVX512
@@ -1127,25 +1150,9 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
     for (int c = 0; c < RN; c++) _mm512_mask_storeu_ps(dcols[c] + row0, mask, acc[c]);
 }
 
-/* (inside KQ_GEMM's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
+/* (inside KQ_GEMMS's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
 #define KQ_GEMM_TILE(RN, j) kq_gemm_tile(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
-#define KQ_GEMM(name, kind)                                                                                   \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) {                                   \
-        kq_pack(kind, k, rows, panel, kq_pack_block);                                                             \
-    }                                                                                                             \
-    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
-                             float *const *dcols, int64_t row0, int nrows) {                                      \
-        const int kind_ = kind;                                                                                   \
-        BT_CPU_COL_TILES(ncols, KQ_GEMM_TILE);                                                                    \
-    }
-KQ_GEMM(q2_K, KQ2)
-KQ_GEMM(q3_K, KQ3)
-KQ_GEMM(q4_K, KQ4)
-KQ_GEMM(q5_K, KQ5)
-KQ_GEMM(q6_K, KQ6)
-KQ_GEMM(iq4_xs, KQI4)
-#define KQ_GEMM_MIN_COLS 16
-#define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
+KQ_GEMMS(kq_pack_block, BT_CPU_COL_TILES, KQ_GEMM_TILE)
 
 /* 32-element types x Q8_0: one block per 256-bit vector */
 /* the 32 nibbles of a Q4 block as bytes 0..15, element order */
@@ -1757,29 +1764,13 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
     }
 }
 
-/* (inside KQ_GEMM_AVX2's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
+/* (inside KQ_GEMMS's qgemm: kind_, k, panel, acts, dcols, row0, nrows) */
 #define KQ_GEMM_TILE_AVX2(RN, j)                                                                       \
     do {                                                                                               \
         kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 0);               \
         if (nrows > 8) kq_gemm_half_avx2(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows, 1); \
     } while (0)
-#define KQ_GEMM_AVX2(name, kind)                                                                  \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) {                   \
-        kq_pack(kind, k, rows, panel, kq_pack_block_avx2);                                        \
-    }                                                                                             \
-    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols, \
-                             float *const *dcols, int64_t row0, int nrows) {                      \
-        const int kind_ = kind;                                                                   \
-        BT_CPU_COL_TILES4(ncols, KQ_GEMM_TILE_AVX2);                                              \
-    }
-KQ_GEMM_AVX2(q2_K, KQ2)
-KQ_GEMM_AVX2(q3_K, KQ3)
-KQ_GEMM_AVX2(q4_K, KQ4)
-KQ_GEMM_AVX2(q5_K, KQ5)
-KQ_GEMM_AVX2(q6_K, KQ6)
-KQ_GEMM_AVX2(iq4_xs, KQI4)
-#define KQ_GEMM_MIN_COLS 16
-#define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
+KQ_GEMMS(kq_pack_block_avx2, BT_CPU_COL_TILES4, KQ_GEMM_TILE_AVX2)
 
 /* Q4_K repacked on AVX2: the AVX-512 kernel's arithmetic (rp_k4_tile) for
  * the group's 16 rows as two halves of 8 (a half: bytes 32h .. 32h + 31 of
