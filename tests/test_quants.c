@@ -406,9 +406,10 @@ END_TEST
  * tile width and remainder), panels of 16 rows and of fewer (the last row
  * repeated). */
 START_TEST(test_gemm_equal_vec_dot) {
-    static const enum bt_type types[] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q2_K, BT_TYPE_Q3_K,
-                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_XS,
-                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
+    static const enum bt_type types[] = {BT_TYPE_Q8_0,   BT_TYPE_Q4_0,    BT_TYPE_Q2_K,    BT_TYPE_Q3_K,
+                                         BT_TYPE_Q4_K,   BT_TYPE_Q5_K,    BT_TYPE_Q6_K,    BT_TYPE_IQ4_XS,
+                                         BT_TYPE_IQ4_NL, BT_TYPE_MXFP4,   BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS,
+                                         BT_TYPE_IQ2_S,  BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S,   BT_TYPE_IQ1_S};
     enum { K = 768, R = 16, C = 19 };
     static float x[K], d[C][R];
     static uint8_t w[R][K / 32 * 34], act[C][K / 256 * 292 + K / 32 * 40 + 64];
@@ -427,7 +428,7 @@ START_TEST(test_gemm_equal_vec_dot) {
         ck_assert_int_ge(qt->gemm_min_cols, 1);
         for (int i = 0; i < R; i++) {
             for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -1.0f, 1.0f) * (1.0f + (float)(j % 97) / 20.0f) + (i % 3 == 1 ? 0.4f : 0.0f);
-            bt_row_from_f32(types[t], x, w[i], k);
+            weights_row(types[t], x, w[i], k, &r);
         }
         for (int c = 0; c < C; c++) {
             for (int j = 0; j < k; j++) x[j] = tu_rng_f32(&r, -3.0f, 3.0f) * (c % 4 == 2 && j % 50 == 3 ? 20.0f : 1.0f);
@@ -461,10 +462,10 @@ START_TEST(test_gemm_equal_vec_dot) {
         }
     }
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    ck_assert_int_eq(with_gemm, 10);
+    ck_assert_int_eq(with_gemm, 16);
 #endif
-    /* the AVX2 variants have the K-quants' GEMM (Q2_K .. Q6_K) */
-    if (!strcmp(bt_cpu_variant_name(), "avx2") || !strcmp(bt_cpu_variant_name(), "avx2vnni")) ck_assert_int_ge(with_gemm, 5);
+    /* the AVX2 variants have the K-quants' and the IQ types' GEMM (Q2_K .. Q6_K, IQ4_XS, the lattice types) */
+    if (!strcmp(bt_cpu_variant_name(), "avx2") || !strcmp(bt_cpu_variant_name(), "avx2vnni")) ck_assert_int_ge(with_gemm, 12);
 }
 END_TEST
 

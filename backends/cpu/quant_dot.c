@@ -193,11 +193,21 @@ static inline int q6_get(const bt_block_q6_K *w, int j) {
  * a path groups them: the plain C dot, the AVX-512 dot and tiles (16 int32
  * lanes, reduced per block), and the packed GEMM (a lane per weight row)
  * give the same bits. */
-/* KQI4: IQ4_XS in the K-quants' packed GEMM only (quant_iq.c has its dots):
- * q = its level + 128 (1..241), sc = ls - 32 per 32 elements, mn = 128 sc,
- * no min, so I - M = sum_s sc[s] sum_{e in s} level[e] a.qs[e], dot_iq_ref's
- * integer, and kq_step's fma(I - M, da d, acc) its float step. */
-enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6, KQI4 };
+/* KQI4 .. KQI1S: the IQ types in the K-quants' packed GEMM only (quant_iq.c
+ * has their dots).  Each is a signed value v per element (IQ4_XS's level,
+ * the lattice types' signed grid values), an integer scale sc per 16 or 32
+ * elements and d * mult (quant_iq.c's header): q = v + 128, mn = 128 sc, no
+ * min, so I - M = sum_s sc[s] sum_{e in s} v[e] a.qs[e], dot_iq_ref's
+ * integer, and kq_step's fma(I - M, da (d mult), acc) its float step. */
+enum kq_kind { KQ2, KQ3, KQ4, KQ5, KQ6, KQI4, KQI2XXS, KQI2XS, KQI2S, KQI3XXS, KQI3S, KQI1S };
+/* q holds v + 128 of signed values (the IQ types) */
+static inline bool kq_signed(int kind) { return kind >= KQI4; }
+/* the lattice IQ types, unpacked by quant_iq.c */
+static inline bool kq_lattice(int kind) { return kind > KQI4; }
+/* the elements that share one scale: 32 or 16 */
+static inline int kq_sub_len(int kind) {
+    return kind == KQ2 || kind == KQ3 || kind == KQ6 || kind == KQI2XS || kind == KQI2S ? 16 : 32;
+}
 
 struct kq_block {
     uint8_t q[BT_QK_K];
@@ -218,6 +228,12 @@ static size_t kq_block_bytes(int kind) {
     case KQ4: return sizeof(bt_block_q4_K);
     case KQ5: return sizeof(bt_block_q5_K);
     case KQI4: return sizeof(bt_block_iq4_xs);
+    case KQI2XXS: return sizeof(bt_block_iq2_xxs);
+    case KQI2XS: return sizeof(bt_block_iq2_xs);
+    case KQI2S: return sizeof(bt_block_iq2_s);
+    case KQI3XXS: return sizeof(bt_block_iq3_xxs);
+    case KQI3S: return sizeof(bt_block_iq3_s);
+    case KQI1S: return sizeof(bt_block_iq1_s);
     default: return sizeof(bt_block_q6_K);
     }
 }
@@ -433,6 +449,34 @@ static inline __attribute__((always_inline)) void kq_unpack_q_avx(const int kind
 #undef SRL8
 }
 
+#ifdef BT_CPU_IQ_GEMM
+static enum bt_type kq_iq_type(int kind) {
+    switch (kind) {
+    case KQI2XXS: return BT_TYPE_IQ2_XXS;
+    case KQI2XS: return BT_TYPE_IQ2_XS;
+    case KQI2S: return BT_TYPE_IQ2_S;
+    case KQI3XXS: return BT_TYPE_IQ3_XXS;
+    case KQI3S: return BT_TYPE_IQ3_S;
+    default: return BT_TYPE_IQ1_S;
+    }
+}
+#endif
+
+/* one block's scales, mins and float scales (kq_unpack_scales) and q */
+static inline __attribute__((always_inline)) void kq_unpack_block(const int kind, const void *blk, struct kq_block *o,
+                                                                  uint8_t *q) {
+#ifdef BT_CPU_IQ_GEMM
+    if (kq_lattice(kind)) {
+        bt_cpu_iq_unpack(kq_iq_type(kind), blk, q, o->sc, &o->d);
+        for (int s = 0; s < 16; s++) o->mn[s] = (int16_t)(128 * o->sc[s]);
+        o->dmin = 0.0f;
+        return;
+    }
+#endif
+    kq_unpack_scales(kind, blk, o);
+    kq_unpack_q_avx(kind, blk, q);
+}
+
 /* A panel from 16 plain rows, block by block through pack_block (the
  * AVX-512 or the AVX2 one: the same bytes) */
 typedef void kq_pack_block_fn(int kind, const void *const *blks, uint8_t *pb);
@@ -487,7 +531,13 @@ static inline __attribute__((always_inline)) void kq_rpack(const int kind, const
     KQ_GEMM_FNS(q4_K, KQ4, pack_block, COL_TILES, TILE)       \
     KQ_GEMM_FNS(q5_K, KQ5, pack_block, COL_TILES, TILE)       \
     KQ_GEMM_FNS(q6_K, KQ6, pack_block, COL_TILES, TILE)       \
-    KQ_GEMM_FNS(iq4_xs, KQI4, pack_block, COL_TILES, TILE)
+    KQ_GEMM_FNS(iq4_xs, KQI4, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(iq2_xxs, KQI2XXS, pack_block, COL_TILES, TILE)   \
+    KQ_GEMM_FNS(iq2_xs, KQI2XS, pack_block, COL_TILES, TILE)     \
+    KQ_GEMM_FNS(iq2_s, KQI2S, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(iq3_xxs, KQI3XXS, pack_block, COL_TILES, TILE)   \
+    KQ_GEMM_FNS(iq3_s, KQI3S, pack_block, COL_TILES, TILE)       \
+    KQ_GEMM_FNS(iq1_s, KQI1S, pack_block, COL_TILES, TILE)
 #define KQ_GEMM_MIN_COLS 16
 #define K_GEMM(name) KQ_GEMM_MIN_COLS, kq_panel_size, qpack_##name, qgemm_##name
 #endif
@@ -1079,8 +1129,7 @@ static void kq_pack_block(const int kind, const void *const *blks, uint8_t *pb) 
     __m512 meta[16];
     for (int r = 0; r < 16; r++) {
         struct kq_block o;
-        kq_unpack_scales(kind, blks[r], &o);
-        kq_unpack_q_avx(kind, blks[r], q[r]);
+        kq_unpack_block(kind, blks[r], &o, q[r]);
         meta[r] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(0x3FFF, o.sc));
     }
     bt_cpu_transpose16(meta); /* bit moves only */
@@ -1097,7 +1146,7 @@ static void kq_pack_block(const int kind, const void *const *blks, uint8_t *pb) 
 static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, const int RN, int64_t k,
                                                                const uint8_t *panel, const void *const *acts,
                                                                float *const *dcols, int64_t row0, int nrows) {
-    const int SL = kind == KQ4 || kind == KQ5 || kind == KQI4 ? 32 : 16; /* sub-block length with one scale */
+    const int SL = kq_sub_len(kind);
     __m512 acc[8];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
@@ -1664,17 +1713,24 @@ static inline __m256i kq_scale_s8(__m256i x, const int j) {
  * before the scale: a vpmaddubsw lane is 2 products of q <= qmax and
  * |a| <= 128, so n vectors sum 2n of them, below 2^15 for Q6_K (qmax 63)
  * at 2, Q5_K (31) at 4, Q4_K (15) at 8, Q3_K (7) and Q2_K (3) at a whole
- * 16-element sub-block (4).  IQ4_XS's panel bytes (its levels + 128, up to
- * 241) would saturate vpmaddubsw: they go back to the signed levels, whose
- * magnitudes multiply the activation bytes with the levels' signs (as the
- * repacked Q8_0 does), a lane pair at most 2 * 127 * 127, one vector a run,
- * and I is then I - M of the AVX-512 kernel.  The same integers and float
- * steps, so the same bits. */
+ * 16-element sub-block (4).  The IQ types' panel bytes (v + 128, up to
+ * 241 for IQ4_XS) would saturate vpmaddubsw: they go back to the signed
+ * values, whose magnitudes multiply the activation bytes with the values'
+ * signs (as the repacked Q8_0 does), so |v| <= vmax against |a| <= 127:
+ * IQ4_XS (127) one vector a run, IQ3_XXS (62) and the IQ2 types (43) 2,
+ * IQ3_S (15) and IQ1_S (9) a whole 32-element sub-block (8); I is then
+ * I - M of the AVX-512 kernel.  The same integers and float steps, so the
+ * same bits. */
 static inline int kq_gemm_run(const int kind) {
 #if defined(__AVXVNNI__)
-    return kind == KQ4 || kind == KQ5 || kind == KQI4 ? 8 : 4; /* a sub-block: int32 sums */
+    return kq_sub_len(kind) / 4; /* a sub-block: int32 sums */
 #else
-    return kind == KQI4 ? 1 : kind == KQ6 ? 2 : kind == KQ5 ? 4 : kind == KQ4 ? 8 : 4;
+    switch (kind) {
+    case KQI4: return 1;
+    case KQ6: case KQI2XXS: case KQI2XS: case KQI2S: case KQI3XXS: return 2;
+    case KQ4: case KQI3S: case KQI1S: return 8;
+    default: return 4; /* Q5_K; Q2_K, Q3_K: a 16-element sub-block */
+    }
 #endif
 }
 
@@ -1682,8 +1738,7 @@ static void kq_pack_block_avx2(const int kind, const void *const *blks, uint8_t 
     _Alignas(32) uint8_t q[BT_QK_K];
     for (int r = 0; r < 16; r++) {
         struct kq_block o;
-        kq_unpack_scales(kind, blks[r], &o);
-        kq_unpack_q_avx(kind, blks[r], q);
+        kq_unpack_block(kind, blks[r], &o, q);
         for (int g = 0; g < BT_QK_K / 4; g++) memcpy(pb + 64 * g + 4 * r, q + 4 * g, 4);
         for (int w = 0; w < 14; w++) memcpy(pb + 4096 + 64 * w + 4 * r, (const uint8_t *)o.sc + 4 * w, 4);
     }
@@ -1694,7 +1749,7 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
                                                                     const uint8_t *panel, const void *const *acts,
                                                                     float *const *dcols, int64_t row0, int nrows,
                                                                     const int h) {
-    const int SL = kind == KQ4 || kind == KQ5 || kind == KQI4 ? 32 : 16; /* sub-block length with one scale */
+    const int SL = kq_sub_len(kind);
     const int RUN = kq_gemm_run(kind);
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -1718,7 +1773,7 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
                 _Pragma("GCC unroll 8")
                 for (int g = g0; g < g0 + RUN; g++) {
                     const __m256i w = _mm256_load_si256((const __m256i *)(pb + 64 * g));
-                    if (kind == KQI4) { /* |level| against the activation with the level's sign */
+                    if (kq_signed(kind)) { /* |v| against the activation with v's sign */
                         const __m256i lv = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), u = _mm256_abs_epi8(lv);
                         _Pragma("GCC unroll 4")
                         for (int c = 0; c < RN; c++)
@@ -1736,11 +1791,13 @@ static inline __attribute__((always_inline)) void kq_gemm_half_avx2(const int ki
         const __m256 dw = _mm256_load_ps((const float *)(pb + 4864));
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
-            __m256i M = _mm256_setzero_si256(); /* IQ4_XS: I is already the signed levels' sum */
-            _Pragma("GCC unroll 8")
-            for (int j = 0; kind != KQI4 && j < 8; j++)
-                M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(pb + 4352 + 64 * j)),
-                                                          _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
+            __m256i M = _mm256_setzero_si256(); /* IQ types: I is already the signed values' sum */
+            if (!kq_signed(kind)) {
+                _Pragma("GCC unroll 8")
+                for (int j = 0; j < 8; j++)
+                    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(pb + 4352 + 64 * j)),
+                                                              _mm256_set1_epi32(bt_cpu_load_i32(&ab[c]->bsums[2 * j]))));
+            }
             const __m256 da = _mm256_set1_ps(ab[c]->d);
             if (kq_has_min(kind)) {
                 const __m256 dm = _mm256_load_ps((const float *)(pb + 4928));
@@ -2449,13 +2506,21 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
-#ifdef BT_CPU_IQ4_XS_GEMM
-size_t bt_cpu_iq4_xs_panel_size(int64_t k) { return kq_panel_size(k); }
-void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel) { qpack_iq4_xs(k, rows, panel); }
-void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
-                        int64_t row0, int nrows) {
-    qgemm_iq4_xs(k, panel, acts, ncols, dcols, row0, nrows);
-}
+#ifdef BT_CPU_IQ_GEMM
+size_t bt_cpu_iq_panel_size(int64_t k) { return kq_panel_size(k); }
+#define IQ_GEMM_EXPORT(name)                                                                                     \
+    void bt_cpu_##name##_pack(int64_t k, const void *const *rows, void *panel) { qpack_##name(k, rows, panel); } \
+    void bt_cpu_##name##_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols,              \
+                              float *const *dcols, int64_t row0, int nrows) {                                    \
+        qgemm_##name(k, panel, acts, ncols, dcols, row0, nrows);                                                 \
+    }
+IQ_GEMM_EXPORT(iq4_xs)
+IQ_GEMM_EXPORT(iq2_xxs)
+IQ_GEMM_EXPORT(iq2_xs)
+IQ_GEMM_EXPORT(iq2_s)
+IQ_GEMM_EXPORT(iq3_xxs)
+IQ_GEMM_EXPORT(iq3_s)
+IQ_GEMM_EXPORT(iq1_s)
 #endif
 #define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,

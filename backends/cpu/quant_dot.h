@@ -27,14 +27,28 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t);
 
 #if (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)) || \
     (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
-/* IQ4_XS's packed GEMM for quant_iq.c's entry (qtypes.h's panel_size, pack,
- * gemm): the K-quants' panel and kernel (AVX-512 VNNI or AVX2), each element
- * the bits of IQ4_XS's vec_dot (quant_dot.c, kind KQI4) */
-#define BT_CPU_IQ4_XS_GEMM 1
-size_t bt_cpu_iq4_xs_panel_size(int64_t k);
-void bt_cpu_iq4_xs_pack(int64_t k, const void *const *rows, void *panel);
-void bt_cpu_iq4_xs_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols, float *const *dcols,
-                        int64_t row0, int nrows);
+/* The IQ types' packed GEMMs for quant_iq.c's entries (qtypes.h's
+ * panel_size, pack, gemm): the K-quants' panel and kernel (AVX-512 VNNI or
+ * AVX2), each element the bits of the type's vec_dot (quant_dot.c, kinds
+ * KQI4 .. KQI1S).  The lattice types' blocks are unpacked by quant_iq.c's
+ * bt_cpu_iq_unpack. */
+#define BT_CPU_IQ_GEMM 1
+size_t bt_cpu_iq_panel_size(int64_t k);
+#define BT_CPU_IQ_GEMM_DECL(name)                                                                              \
+    void bt_cpu_##name##_pack(int64_t k, const void *const *rows, void *panel);                                 \
+    void bt_cpu_##name##_gemm(int64_t k, const void *panel, const void *const *acts, int64_t ncols,             \
+                              float *const *dcols, int64_t row0, int nrows);
+BT_CPU_IQ_GEMM_DECL(iq4_xs)
+BT_CPU_IQ_GEMM_DECL(iq2_xxs)
+BT_CPU_IQ_GEMM_DECL(iq2_xs)
+BT_CPU_IQ_GEMM_DECL(iq2_s)
+BT_CPU_IQ_GEMM_DECL(iq3_xxs)
+BT_CPU_IQ_GEMM_DECL(iq3_s)
+BT_CPU_IQ_GEMM_DECL(iq1_s)
+/* one block of a lattice IQ type (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+ * IQ1_S; quant_iq.c's header): its signed values v + 128 in element order
+ * (q), its 16-element scales (sc) and d * mult (*dm) */
+void bt_cpu_iq_unpack(enum bt_type t, const void *blk, uint8_t q[BT_QK_K], int8_t sc[16], float *dm);
 #endif
 
 #endif

@@ -449,6 +449,16 @@ static inline __attribute__((always_inline)) void iq_row(const int kind, const i
 }
 
 #define IQ_ROW iq_row
+
+/* a lattice block's 256 values v + 128 (bt_cpu_iq_unpack) */
+static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
+    struct iq_dec o;
+    iq_decode(kind, blk, &o);
+    for (int c = 0; c < 4; c++) {
+        const __m512i v = _mm512_mask_sub_epi8(o.u[c], o.sm[c], _mm512_setzero_si512(), o.u[c]);
+        _mm512_storeu_si512(q + 64 * c, _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
+    }
+}
 #elif defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 /* ---- AVX2 ------------------------------------------------------------------------ *
@@ -582,6 +592,16 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
 }
 
 #define IQ_ROW iq_row_avx2
+
+/* a lattice block's 256 values v + 128 (bt_cpu_iq_unpack) */
+static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
+    for (int s = 0; s < 8; s++) {
+        __m256i u, sg, scv;
+        iq_chunk_avx2(kind, blk, s, &u, &sg, &scv);
+        _mm256_storeu_si256((__m256i *)(q + 32 * s),
+                            _mm256_xor_si256(_mm256_sign_epi8(u, sg), _mm256_set1_epi8((char)0x80)));
+    }
+}
 #else
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
@@ -612,19 +632,47 @@ IQ_VEC(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_vec
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 #endif
-/* IQ4_XS's packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns
- * or more (the tiles decode a row once per 4 columns) */
-#ifdef BT_CPU_IQ4_XS_GEMM
-#define GEMM_iq4_xs 8, bt_cpu_iq4_xs_panel_size, bt_cpu_iq4_xs_pack, bt_cpu_iq4_xs_gemm
+/* The packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns or
+ * more (the tiles decode a row once per 4 columns) */
+#ifdef BT_CPU_IQ_GEMM
+#define GEMM(name) 8, bt_cpu_iq_panel_size, bt_cpu_##name##_pack, bt_cpu_##name##_gemm
+
+void bt_cpu_iq_unpack(enum bt_type t, const void *blk, uint8_t q[BT_QK_K], int8_t sc[16], float *dm) {
+    int kind;
+    switch (t) {
+#ifdef IQ_ROW
+#define IQ_CASE(T, K)            \
+    case T:                      \
+        kind = K;                \
+        iq_unpack_values(K, blk, q); \
+        break;
 #else
-#define GEMM_iq4_xs 0, NULL, NULL, NULL
+#define IQ_CASE(T, K)                                                       \
+    case T: {                                                               \
+        int8_t v[BT_QK_K];                                                  \
+        kind = K;                                                           \
+        iq_values(K, blk, v);                                               \
+        for (int e = 0; e < BT_QK_K; e++) q[e] = (uint8_t)(v[e] + 128);     \
+        break;                                                              \
+    }
 #endif
-#define GEMM_iq2_xxs 0, NULL, NULL, NULL
-#define GEMM_iq2_xs 0, NULL, NULL, NULL
-#define GEMM_iq2_s 0, NULL, NULL, NULL
-#define GEMM_iq3_xxs 0, NULL, NULL, NULL
-#define GEMM_iq3_s 0, NULL, NULL, NULL
-#define GEMM_iq1_s 0, NULL, NULL, NULL
+        IQ_CASE(BT_TYPE_IQ2_XXS, IQ2XXS)
+        IQ_CASE(BT_TYPE_IQ2_XS, IQ2XS)
+        IQ_CASE(BT_TYPE_IQ2_S, IQ2S)
+        IQ_CASE(BT_TYPE_IQ3_XXS, IQ3XXS)
+        IQ_CASE(BT_TYPE_IQ3_S, IQ3S)
+        IQ_CASE(BT_TYPE_IQ1_S, IQ1S)
+#undef IQ_CASE
+    default: BT_ASSERT(!"bt_cpu_iq_unpack: not a lattice IQ type"); return;
+    }
+    int s16[16];
+    iq_scales(kind, blk, s16);
+    for (int j = 0; j < 16; j++) sc[j] = (int8_t)s16[j];
+    *dm = iq_d(blk) * iq_mult(kind);
+}
+#else
+#define GEMM(name) 0, NULL, NULL, NULL
+#endif
 
 /* ---- qtypes.h entries ------------------------------------------------------------ */
 
@@ -637,7 +685,7 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
         /* .quantize_act = */ bt_q8_K_from_f32,                           \
         /* .vec_dot      = */ FAST(name),                                 \
         /* .tiles        = */ TILES(name),                                \
-        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ GEMM_##name,   \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ GEMM(name),    \
         /* .rp, .rgemm, .rpack, .rpack_min_cols = */ NULL, NULL, NULL, 0, \
         /* .quantize_act_ref = */ bt_q8_K_from_f32,                       \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
