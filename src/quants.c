@@ -53,14 +53,22 @@ static float block_scale(float m, float q, bt_fp16_t *dh) {
 
 /* ---- Q8_0: d = max|x| / 127, q = round(x / d) ----------------------------- */
 
+/* roundf(v) (to nearest, ties away from zero) for |v| <= 1024, checked for
+ * every float there, without roundf's libm call: the largest float below
+ * 0.5 added with v's sign, then truncated */
+static inline int round_away(float v) { return (int)(v + copysignf(0x1.fffffep-2f, v)); }
+
 void bt_q8_0_from_f32(const float *src, void *dst, int64_t n) {
     bt_block_q8_0 *y = dst;
     for (int64_t b = 0; b < n / BT_QK; b++) {
         const float *x = src + b * BT_QK;
         float amax = 0.0f;
-        for (int j = 0; j < BT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < BT_QK; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax; /* fmaxf(amax, a), NaN ignored too, without its call */
+        }
         const float id = block_scale(amax, 127.0f, &y[b].d);
-        for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < BT_QK; j++) y[b].qs[j] = (int8_t)round_away(x[j] * id); /* |x id| <= 127 */
     }
 }
 void bt_q8_0_to_f32(const void *src, float *dst, int64_t n) {
