@@ -2,7 +2,8 @@
  * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
  * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
- * (IQ4_XS's too, as one of them: kind KQI4), IQ4_NL and MXFP4.
+ * (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S), IQ4_NL
+ * and MXFP4.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);

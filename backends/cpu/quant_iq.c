@@ -26,8 +26,9 @@
  * vpmaddubsw (pairs, at most 2 * 127 * 127 < 2^15), vpdpwssd with each
  * pair's scale into 16 int32 lanes, then the lanes added; the AVX2 path
  * (builds without AVX-512) the same 32 elements at a time.
- * IQ4_XS's packed GEMM (prompt sizes: the K-quants' in quant_dot.c) forms
- * the same I with a lane per weight row.  Integer sums are exact in any grouping, so every path
+ * The packed GEMM (prompt sizes: the K-quants' in quant_dot.c, the lattice
+ * types' blocks unpacked by bt_cpu_iq_unpack below) forms the same I with a
+ * lane per weight row.  Integer sums are exact in any grouping, so every path
  * gives the same bits (tests/test_quants.c compares them).  Built with
  * -ffp-contract=off.
  */
