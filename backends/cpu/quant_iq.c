@@ -642,9 +642,9 @@ void bt_cpu_iq_unpack(enum bt_type t, const void *blk, uint8_t q[BT_QK_K], int8_
     int kind;
     switch (t) {
 #ifdef IQ_ROW
-#define IQ_CASE(T, K)            \
-    case T:                      \
-        kind = K;                \
+#define IQ_CASE(T, K)                \
+    case T:                          \
+        kind = K;                    \
         iq_unpack_values(K, blk, q); \
         break;
 #else
