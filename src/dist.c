@@ -100,6 +100,10 @@ struct gbuf {
 };
 struct gchain {
     int group, home, split;
+    /* a dense product divided by rows (plan.h: bt_expert_group dense): one
+     * MUL_MAT node; lo/hi are each rank's rows of its weight, T the columns
+     * of x, and home sends every member all of x */
+    bool rows;
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
     int ranks[BT_EXPERT_GROUP_MAX];
@@ -162,6 +166,7 @@ struct bt_dist {
     double paused_s;       /* time a split spent paused in its transfers (not compute) */
     struct gbuf *gbufs;    /* [n_gbufs]: the chains' rows */
     int n_gbufs;
+    bt_buffer_t gout_buf;  /* a member: the results of all its chains (member_outs) */
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
     const char *mem_what;  /* which memory that is, for a message */
     int64_t k_next;
@@ -259,6 +264,7 @@ static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) {
 
 static void release_chains(bt_dist *d);
 
+static void member_outs(bt_dist *d, bt_buffer_t b, void *data);
 static void release_plan(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
@@ -308,6 +314,9 @@ static void release_plan(bt_dist *d) {
         bt_gallocr_free(d->galloc);
     }
     d->galloc = NULL;
+    member_outs(d, NULL, NULL);
+    bt_buffer_free(d->gout_buf);
+    d->gout_buf = NULL;
     /* the user's graph as it was: flags (this rank's plan marked the tensors
      * it sends), then sources (the splitter's copies) */
     for (int i = d->n_flag_changes - 1; i >= 0; i--) d->flag_changes[i].t->flags = d->flag_changes[i].flags;
@@ -536,6 +545,34 @@ static void chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
     }
 }
 
+static bool weight_sent(const bt_dist *d, const struct bt_tensor *t);
+static bool my_weight(const bt_dist *d, int i);
+
+/* Whether node nd (of a group's home split) is a dense product the group's
+ * n ranks divide by rows (plan.h: bt_row_divisible), of a weight of home's
+ * that no transfer sends. */
+static bool row_divisible(const bt_dist *d, const struct bt_tensor *nd, int n) {
+    return nd->op == BT_OP_MUL_MAT && bt_row_divisible(d->graph, nd->src[0], n) && !weight_sent(d, nd->src[0]);
+}
+
+/* A dense product's chain: the one node j of a split. */
+static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+    struct bt_tensor *nd = v->nodes[j];
+    ch->rows = true;
+    ch->x = nd->src[1];
+    ch->out = nd;
+    ch->first = ch->last = j;
+    ch->nodes[0] = nd;
+    ch->n_nodes = 1;
+    ch->w[0] = nd->src[0];
+    ch->n_w = 1;
+    ch->K = 1;
+    ch->T = bt_nelements(ch->x) / ch->x->ne[0];
+    ch->d_x = ch->x->ne[0];
+    ch->d_out = nd->ne[0];
+    for (int m = 0; m < ch->n_ranks; m++) bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+}
+
 /* Whether the chain can run in a group: rows of x and of out are whole
  * tokens' and slots', and nothing after it reads a tensor of it but out. */
 static enum bt_status chain_check(bt_dist *d, struct gchain *ch) {
@@ -578,7 +615,8 @@ static enum bt_status find_chains(bt_dist *d) {
         if (sp->backend_id != grp->ranks[0]) continue;
         for (int j = 0; j < sp->graph.n_nodes; j++) {
             const struct bt_tensor *nd = sp->graph.nodes[j];
-            if (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0])) continue;
+            const bool rows = grp->dense && row_divisible(d, nd, grp->n_ranks);
+            if (!rows && (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0]))) continue;
             struct gchain *nc = realloc(d->chains, sizeof *nc * (size_t)(d->n_chains + 1));
             if (!nc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
             d->chains = nc;
@@ -590,15 +628,20 @@ static enum bt_status find_chains(bt_dist *d) {
             ch->n_ranks = grp->n_ranks;
             ch->me = me;
             memcpy(ch->ranks, grp->ranks, sizeof ch->ranks);
-            chain_at(ch, &sp->graph, j);
-            enum bt_status st = chain_check(d, ch);
-            if (st != BT_OK) return st;
-            ch->K = ch->ids->ne[0];
-            ch->T = ch->ids->ne[1];
-            ch->d_x = ch->x->ne[0];
-            ch->d_out = ch->out->ne[0];
-            for (int m = 0; m < ch->n_ranks; m++) bt_expert_share(ch->n_expert, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
-            for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
+            if (rows) {
+                row_chain_at(ch, &sp->graph, j);
+            } else {
+                chain_at(ch, &sp->graph, j);
+                enum bt_status st = chain_check(d, ch);
+                if (st != BT_OK) return st;
+                ch->K = ch->ids->ne[0];
+                ch->T = ch->ids->ne[1];
+                ch->d_x = ch->x->ne[0];
+                ch->d_out = ch->out->ne[0];
+                for (int m = 0; m < ch->n_ranks; m++)
+                    bt_expert_share(ch->n_expert, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+                for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
+            }
             for (int c = 0; c < MAXC; c++) ch->done_k[c] = -1;
             ch->tag0 = tag;
             tag += 3 * d->n_copies;
@@ -616,10 +659,10 @@ static enum bt_status find_chains(bt_dist *d) {
         struct gchain *ch = &d->chains[i];
         ch->slots = calloc((size_t)(d->n_copies * ch->n_ranks), sizeof *ch->slots);
         if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
-        const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+        const size_t ib = ch->rows ? 0 : sizeof(int32_t) * (size_t)(ch->K * ch->T);
         if (sizeof(float) * (size_t)(ch->T * ch->d_x) > xb) xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
         if (sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out) > ob) ob = sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out);
-        for (int c = 0; c < d->n_copies; c++) {
+        for (int c = 0; c < d->n_copies && ib > 0; c++) {
             d->chain_bytes += (int64_t)ib;
             if (d->measure_only) continue;
             ch->slots[c * ch->n_ranks].ids = malloc(ib);
@@ -641,32 +684,47 @@ static enum bt_status find_chains(bt_dist *d) {
     if (!d->gctx) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
-        ch->x_in = bt_new_tensor_3d(d->gctx, BT_TYPE_F32, ch->d_x, 1, ch->T);
-        ch->ids_in = bt_new_tensor_2d(d->gctx, BT_TYPE_I32, ch->K, ch->T);
-        if (!ch->x_in || !ch->ids_in) return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_context_error(d->gctx));
-        bt_format_name(ch->x_in, "%s (group)", ch->x->name);
-        bt_format_name(ch->ids_in, "%s (group)", ch->ids->name);
+        /* a dense product's input as home's (any shape, contiguous): one
+         * tensor for all the products of that shape (a member computes one
+         * product at a time, and its input is set just before) */
+        ch->x_in = NULL;
+        for (int j = 0; j < i && ch->rows; j++)
+            if (d->chains[j].rows && !memcmp(d->chains[j].x_in->ne, ch->x->ne, sizeof ch->x->ne))
+                ch->x_in = d->chains[j].x_in;
+        if (!ch->x_in) {
+            ch->x_in = ch->rows ? bt_new_tensor(d->gctx, BT_TYPE_F32, 4, ch->x->ne)
+                                : bt_new_tensor_3d(d->gctx, BT_TYPE_F32, ch->d_x, 1, ch->T);
+            if (ch->x_in) bt_format_name(ch->x_in, "%s (group)", ch->x->name);
+        }
+        ch->ids_in = ch->rows ? NULL : bt_new_tensor_2d(d->gctx, BT_TYPE_I32, ch->K, ch->T);
+        if (!ch->x_in || (!ch->rows && !ch->ids_in))
+            return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_context_error(d->gctx));
         ch->x_in->flags |= BT_TENSOR_FLAG_INPUT;
-        ch->ids_in->flags |= BT_TENSOR_FLAG_INPUT;
+        if (ch->ids_in) {
+            bt_format_name(ch->ids_in, "%s (group)", ch->ids->name);
+            ch->ids_in->flags |= BT_TENSOR_FLAG_INPUT;
+        }
         for (int n = 0; n < ch->n_nodes; n++)
             for (int k = 0; k < BT_MAX_SRC; k++) {
                 struct bt_tensor *src = ch->nodes[n]->src[k];
                 ch->was[n][k] = src;
                 if (src == ch->x) ch->nodes[n]->src[k] = ch->x_in;
-                if (src == ch->ids) ch->nodes[n]->src[k] = ch->ids_in;
+                if (src == ch->ids && ch->ids_in) ch->nodes[n]->src[k] = ch->ids_in;
             }
     }
     return BT_OK;
 }
 
-/* Whether weight t holds experts of a chain this rank takes part in, and which. */
-static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo, int64_t *hi) {
+/* Whether weight t is divided in a chain this rank takes part in, and the
+ * share this rank holds: experts [lo, hi), or with *rows rows [lo, hi). */
+static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo, int64_t *hi, bool *rows) {
     for (int i = 0; i < d->n_chains; i++) {
         const struct gchain *ch = &d->chains[i];
         for (int k = 0; k < ch->n_w; k++)
             if (ch->w[k] == t) {
                 *lo = ch->lo[ch->me];
                 *hi = ch->hi[ch->me];
+                *rows = ch->rows;
                 return true;
             }
     }
@@ -678,6 +736,32 @@ static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
     for (int i = 0; i < d->n_chains; i++)
         if (d->chains[i].me > 0 && in_chain(&d->chains[i], t)) return true;
     return false;
+}
+
+/* A member's chain results share one piece of memory: it computes one chain
+ * at a time and sends its rows before the next (left to the graph
+ * allocator, results that nothing on the member reads would each keep
+ * their own).  Each result gets data (in buffer b; NULL, NULL: none). */
+static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
+    for (int i = 0; i < d->n_chains; i++) {
+        struct bt_tensor *out = d->chains[i].out;
+        if (d->chains[i].me <= 0) continue;
+        out->buffer = NULL;
+        out->data = data;
+        if (b) {
+            out->data = NULL;
+            bt_tensor_alloc(b, out, data);
+        }
+    }
+}
+
+/* The memory member_outs shares: the largest result. */
+static size_t member_out_bytes(const bt_dist *d, bt_buffer_type_t buft) {
+    size_t n = 0;
+    for (int i = 0; i < d->n_chains; i++)
+        if (d->chains[i].me > 0 && bt_buft_get_alloc_size(buft, d->chains[i].out) > n)
+            n = bt_buft_get_alloc_size(buft, d->chains[i].out);
+    return n;
 }
 
 static void release_chains(bt_dist *d) {
@@ -710,7 +794,8 @@ static void release_chains(bt_dist *d) {
     free(d->chains);
     d->chains = NULL;
     d->n_chains = d->n_chain_home = 0;
-    for (int i = 0; i < d->n_ranged; i++) d->ranged[i]->expert_lo = d->ranged[i]->expert_hi = 0;
+    for (int i = 0; i < d->n_ranged; i++)
+        d->ranged[i]->expert_lo = d->ranged[i]->expert_hi = d->ranged[i]->row_lo = d->ranged[i]->row_hi = 0;
     free(d->ranged);
     d->ranged = NULL;
     d->n_ranged = 0;
@@ -911,12 +996,9 @@ static enum bt_status measure_compute(bt_dist *d, bt_buffer_type_t buft, size_t 
         /* .is_host        = */ measure_is_host,
     };
     m.buft.context = &m;
-    for (int i = 0; i < g->n_leafs; i++) {
-        int64_t lo, hi;
-        if ((d->plan.leaf_owner[i] == d->rank || held_share(d, g->leafs[i], &lo, &hi)) && !g->leafs[i]->data &&
-            bt_tensor_is_weight(g->leafs[i]))
-            g->leafs[i]->data = &mark;
-    }
+    for (int i = 0; i < g->n_leafs; i++)
+        if (my_weight(d, i)) g->leafs[i]->data = &mark;
+    member_outs(d, NULL, &mark); /* apart (allocate_local) */
     bt_gallocr_t meas = bt_gallocr_new(&m.buft);
     enum bt_status st = BT_OK;
     if (!meas) st = fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
@@ -925,6 +1007,7 @@ static enum bt_status measure_compute(bt_dist *d, bt_buffer_type_t buft, size_t 
     bt_gallocr_free(meas);
     for (int i = 0; i < g->n_leafs; i++)
         if (g->leafs[i]->data == &mark) g->leafs[i]->data = NULL;
+    member_outs(d, NULL, NULL);
     return st;
 }
 
@@ -940,10 +1023,11 @@ static enum bt_status check_memory(bt_dist *d, size_t weights, size_t compute, s
                 d->mem_what);
 }
 
-/* The bytes a weight takes on this rank: all of it, or of an expert
- * group's, the experts held (and the buffer type's padding). */
+/* The bytes a weight takes on this rank: all of it, or of a group's, the
+ * experts or rows held (and the buffer type's padding). */
 static size_t held_bytes(bt_buffer_type_t buft, const struct bt_tensor *t) {
     const size_t all = bt_buft_get_alloc_size(buft, t);
+    if (t->row_hi > 0) return (size_t)(t->row_hi - t->row_lo) * t->nb[1] + (all - bt_nbytes(t));
     if (t->expert_hi == 0) return all;
     return (size_t)(t->expert_hi - t->expert_lo) * t->nb[2] + (all - bt_nbytes(t));
 }
@@ -972,8 +1056,10 @@ static enum bt_status build_local_graph(bt_dist *d) {
     /* a member's chains: their inputs, and their nodes where they fall */
     for (int i = 0; i < d->n_chains; i++)
         if (d->chains[i].x_in) {
-            d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
-            d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
+            bool seen = false; /* a shared input, once */
+            for (int j = 0; j < i; j++) seen |= d->chains[j].x_in == d->chains[i].x_in;
+            if (!seen) d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
+            if (d->chains[i].ids_in) d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
         }
     int n_mine = 0;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -1005,7 +1091,9 @@ static bt_buffer_type_t weight_buft_of(const bt_dist *d, bt_buffer_type_t buft, 
 static bool my_weight(const bt_dist *d, int i) {
     const struct bt_tensor *t = d->graph->leafs[i];
     int64_t lo, hi;
-    return (d->plan.leaf_owner[i] == d->rank || held_share(d, t, &lo, &hi)) && !t->data && bt_tensor_is_weight(t);
+    bool rows;
+    return (d->plan.leaf_owner[i] == d->rank || held_share(d, t, &lo, &hi, &rows)) && !t->data &&
+           bt_tensor_is_weight(t);
 }
 
 /* the weights' buffer of wbytes of buft (own: of opt.weight_buft), each of
@@ -1027,12 +1115,13 @@ static enum bt_status alloc_weights(bt_dist *d, bt_buffer_type_t buft, bool own,
         for (int i = 0; i < g->n_leafs; i++) {
             struct bt_tensor *t = g->leafs[i];
             int64_t lo, hi;
-            const bool share = held_share(d, t, &lo, &hi);
+            bool rows = false;
+            const bool share = held_share(d, t, &lo, &hi, &rows);
             if (!my_weight(d, i) || (weight_buft_of(d, def, t) != def) != own) continue;
             if (share) {
-                /* data addresses expert 0; only [lo, hi) is there */
+                /* data addresses expert 0 (row 0); only [lo, hi) is there */
                 t->buffer = b;
-                t->data = p - (size_t)lo * t->nb[2];
+                t->data = p - (size_t)lo * t->nb[rows ? 1 : 2];
             } else {
                 bt_tensor_alloc(b, t, p);
             }
@@ -1053,17 +1142,19 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     for (int i = 0; i < g->n_leafs; i++) {
         struct bt_tensor *t = g->leafs[i];
         int64_t lo = 0, hi = 0;
-        const bool share = held_share(d, t, &lo, &hi);
-        if (share && t->expert_hi == 0) {
+        bool rows = false;
+        const bool share = held_share(d, t, &lo, &hi, &rows);
+        int32_t *rlo = rows ? &t->row_lo : &t->expert_lo, *rhi = rows ? &t->row_hi : &t->expert_hi;
+        if (share && *rhi == 0) {
             struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
             if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
             d->ranged = nr;
             d->ranged[d->n_ranged++] = t;
-            t->expert_lo = (int32_t)lo;
-            t->expert_hi = (int32_t)hi;
-        } else if (share && (t->expert_lo != lo || t->expert_hi != hi)) {
-            return fail(d, BT_ERR_MISMATCH, "rank %d: '%s' holds experts [%d, %d), this plan's group gives it [%lld, %lld)",
-                        d->rank, t->name, t->expert_lo, t->expert_hi, (long long)lo, (long long)hi);
+            *rlo = (int32_t)lo;
+            *rhi = (int32_t)hi;
+        } else if (share && (*rlo != lo || *rhi != hi)) {
+            return fail(d, BT_ERR_MISMATCH, "rank %d: '%s' holds %s [%d, %d), this plan's group gives it [%lld, %lld)",
+                        d->rank, t->name, rows ? "rows" : "experts", *rlo, *rhi, (long long)lo, (long long)hi);
         }
         if ((d->plan.leaf_owner[i] != d->rank && !share) || t->data || !bt_tensor_is_weight(t)) continue;
         const bt_buffer_type_t wb = weight_buft_of(d, buft, t);
@@ -1110,6 +1201,8 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     const size_t host_bytes = layout_slots(d, NULL, halign, &slot_bytes);
     size_t compute_bytes = 0;
     st = measure_compute(d, buft, &compute_bytes);
+    const size_t gout_bytes = member_out_bytes(d, buft);
+    compute_bytes += gout_bytes;
     if (st == BT_OK && d->measure_only) {
         d->stats.weight_bytes = (int64_t)wbytes;
         d->stats.compute_bytes = (int64_t)compute_bytes;
@@ -1126,12 +1219,19 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     d->stats.weight_bytes = (int64_t)wbytes;
     d->stats.n_weights = n_w;
 
-    /* compute */
+    /* compute: a member's chain results, then the rest */
+    if (gout_bytes > 0) {
+        d->gout_buf = bt_buft_alloc_buffer(buft, gout_bytes);
+        if (!d->gout_buf)
+            return fail(d, BT_ERR_NOMEM, "rank %d: cannot allocate %.1f MiB for its groups' results on %s", d->rank,
+                        (double)gout_bytes / 1048576.0, bt_backend_name(d->backend));
+        member_outs(d, d->gout_buf, bt_buffer_get_base(d->gout_buf));
+    }
     d->galloc = bt_gallocr_new(buft);
     if (!d->galloc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
-    d->stats.compute_bytes = (int64_t)bt_gallocr_get_buffer_size(d->galloc, 0);
+    d->stats.compute_bytes = (int64_t)(bt_gallocr_get_buffer_size(d->galloc, 0) + gout_bytes);
 
     /* slots: one buffer of the backend's host memory (pinned for a GPU, so
      * its copies are fast) */
@@ -1329,7 +1429,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
         /* a member: the ids of each chain */
         for (int i = 0; i < d->n_chains && st == BT_OK; i++) {
             struct gchain *ch = &d->chains[i];
-            if (ch->me <= 0) continue;
+            if (ch->me <= 0 || ch->rows) continue;
             struct gslot *sl = &ch->slots[c * ch->n_ranks];
             if (bt_transport_irecv(d->t, sl->ids, sizeof(int32_t) * (size_t)(ch->K * ch->T), ch->home,
                                    ch->tag0 + 3 * c, &sl->ids_req) != BT_OK)
@@ -1662,6 +1762,86 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     return BT_OK;
 }
 
+/* ---- groups' dense products (struct gchain, rows) ------------------------------- */
+
+/* home, before the product of micro-batch k: all of x to every member that
+ * holds rows, and the receive of exactly those rows of out. */
+static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
+    bt_transport *t = d->t;
+    const double t0 = bt_now_s();
+    const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
+    for (int m = 1; m < ch->n_ranks; m++) {
+        const int64_t rows = ch->hi[m] - ch->lo[m];
+        struct gbuf *gb = &d->gbufs[m];
+        if (rows == 0) continue;
+        enum bt_status st = chain_wait(d, &gb->x_req);
+        if (st != BT_OK) return st;
+        bt_tensor_get(ch->x, gb->x, 0, xb);
+        const size_t ob = sizeof(float) * (size_t)(rows * ch->T);
+        if ((st = bt_transport_isend(t, gb->x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK ||
+            (st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
+            return fail(d, st, "%s", t->error);
+        d->stats.bytes_sent += (int64_t)xb;
+        d->stats.bytes_group += (int64_t)xb;
+        if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, ch->ranks[m], (int64_t)xb);
+    }
+    d->stats.send_s += bt_now_s() - t0;
+    return BT_OK;
+}
+
+/* home, after its own rows: each member's rows of every column, in place. */
+static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) {
+    for (int m = 1; m < ch->n_ranks; m++) {
+        const int64_t rows = ch->hi[m] - ch->lo[m];
+        if (rows == 0) continue;
+        const double w0 = bt_now_s();
+        const enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
+        if (st != BT_OK) return st;
+        const size_t rb = sizeof(float) * (size_t)rows;
+        d->stats.wait_s += bt_now_s() - w0;
+        d->stats.bytes_recv += (int64_t)rb * ch->T;
+        if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->ranks[m], (int64_t)rb * ch->T);
+        for (int64_t j = 0; j < ch->T; j++)
+            bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)j * rb,
+                          sizeof(float) * (size_t)(j * ch->d_out + ch->lo[m]), rb);
+    }
+    ch->done_k[c] = k;
+    return BT_OK;
+}
+
+/* A member, at the product of micro-batch k (in the order of the graph):
+ * x, its rows of the product, and those rows back to home. */
+static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k) {
+    bt_transport *t = d->t;
+    struct gbuf *gb = &d->gbufs[0];
+    const int64_t rows = ch->hi[ch->me] - ch->lo[ch->me];
+    if (rows == 0) return BT_OK;
+    const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x), rb = sizeof(float) * (size_t)rows;
+    const double w0 = bt_now_s();
+    enum bt_status st = bt_transport_irecv(t, gb->x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
+    if (st != BT_OK) return fail(d, st, "%s", t->error);
+    if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
+    d->stats.bytes_recv += (int64_t)xb;
+    d->stats.wait_s += bt_now_s() - w0;
+    if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
+    bt_tensor_set(ch->x_in, gb->x, 0, xb);
+    const double t1 = bt_now_s();
+    struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
+    if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
+    const double t2 = bt_now_s();
+    d->stats.compute_s += t2 - t1;
+    if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
+    if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
+    for (int64_t j = 0; j < ch->T; j++)
+        bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)j * rb, sizeof(float) * (size_t)(j * ch->d_out + ch->lo[ch->me]),
+                      rb);
+    if ((st = bt_transport_isend(t, gb->o, rb * (size_t)ch->T, ch->home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
+        return fail(d, st, "%s", t->error);
+    d->stats.bytes_sent += (int64_t)rb * ch->T;
+    d->stats.bytes_group += (int64_t)rb * ch->T;
+    return BT_OK;
+}
+
 /* Where a slot lies in the host buffer (the staging calls take offsets). */
 static size_t slot_offset(const bt_dist *d, const void *slot) {
     return (size_t)((const uint8_t *)slot - (const uint8_t *)bt_buffer_get_base(d->host_buf));
@@ -1848,13 +2028,13 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
         enum bt_status st = compute_range(d, &part);
         const double p0 = bt_now_s();
         if (st == BT_OK && chain) {
-            st = chain_send(d, chain, c);
+            st = chain->rows ? row_send(d, chain, c) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             if (st == BT_OK) st = compute_nodes(d, &rows);
             const double t2 = bt_now_s();
-            d->stats.expert_s += t2 - t1;
-            if (st == BT_OK) st = chain_take(d, chain, c, k);
+            if (!chain->rows) d->stats.expert_s += t2 - t1;
+            if (st == BT_OK) st = chain->rows ? row_take(d, chain, c, k) : chain_take(d, chain, c, k);
             d->paused_s += (t1 - p0) + (bt_now_s() - t2);
             /* the eval callback sees the chain's result whole */
             if (st == BT_OK && d->eval_cb && d->eval_cb(chain->out, true, d->eval_user) &&
@@ -1927,7 +2107,8 @@ enum bt_status bt_dist_submit(bt_dist *d) {
         const struct bt_sched_split *sp = bt_sched_get_split(d->sched, s);
         /* a member's part of an expert group's chains in this split, in order */
         for (int i = 0; i < d->n_chains && st == BT_OK; i++)
-            if (d->chains[i].me > 0 && d->chains[i].split == s) st = chain_serve(d, &d->chains[i], c, k);
+            if (d->chains[i].me > 0 && d->chains[i].split == s)
+                st = d->chains[i].rows ? row_serve(d, &d->chains[i], c, k) : chain_serve(d, &d->chains[i], c, k);
         if (sp->backend_id != d->rank || st != BT_OK) continue;
         const double t0 = bt_now_s();
         for (int x = 0; x < d->n_xfers && st == BT_OK; x++) {

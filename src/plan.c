@@ -598,6 +598,32 @@ void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi) {
     *hi = n_expert * (i + 1) / n;
 }
 
+void bt_row_share(int64_t m, int n, int i, int64_t *lo, int64_t *hi) {
+    const int64_t units = (m + BT_ROW_UNIT - 1) / BT_ROW_UNIT;
+    *lo = units * i / n * BT_ROW_UNIT;
+    *hi = units * (i + 1) / n * BT_ROW_UNIT;
+    if (*lo > m) *lo = m;
+    if (*hi > m) *hi = m;
+}
+
+bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n) {
+    if (!w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] != 1 || w->ne[3] != 1 || !bt_is_contiguous(w) ||
+        w->ne[1] < (int64_t)BT_ROW_UNIT * n || w->ne[1] > INT32_MAX)
+        return false;
+    int readers = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *o = g->nodes[i];
+        for (int k = 0; k < BT_MAX_SRC; k++) {
+            if (o->src[k] != w) continue;
+            if (o->op != BT_OP_MUL_MAT || k != 0 || o->src[1]->type != BT_TYPE_F32 || !bt_is_contiguous(o->src[1]) ||
+                o->type != BT_TYPE_F32 || !bt_is_contiguous(o))
+                return false;
+            readers++;
+        }
+    }
+    return readers > 0;
+}
+
 int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member) {
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n_ranks; i++)

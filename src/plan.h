@@ -51,15 +51,35 @@ struct bt_dist_pin {
  * every rank of the group over the experts that rank holds: member i holds
  * bt_expert_share(n_expert, n_ranks, i).  The first rank sends each member
  * the routing ids and the rows of the tokens that chose one of its experts,
- * and takes back exactly the rows those experts computed (dist.c). */
+ * and takes back exactly the rows those experts computed (dist.c).
+ *
+ * With dense set, the group also divides the rows of every dense product
+ * of those layers (a MUL_MAT of a 2-d weight that nothing but MUL_MATs
+ * reads, of at least BT_ROW_UNIT rows per rank): member i holds
+ * bt_row_share(rows, n_ranks, i) of the weight, the first rank sends each
+ * member the product's input and takes back the member's rows of its
+ * result.  Every rank of the group then computes a share of every layer. */
 struct bt_expert_group {
     int32_t n_ranks;
     int32_t ranks[BT_EXPERT_GROUP_MAX]; /* ranks[0] runs the layers */
+    bool dense;
 };
 
 /* The experts member i of an n-rank group holds, of n_expert: [*lo, *hi),
  * contiguous ranges in member order whose sizes differ by at most one. */
 void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi);
+
+/* The rows member i of an n-rank group holds of a dense weight of m rows:
+ * [*lo, *hi), contiguous in member order, in whole units of BT_ROW_UNIT rows
+ * (the CPU's unit of matmul work, a multiple of its repacked groups) but the
+ * last, whose counts of units differ by at most one.  Empty for some member
+ * when m < BT_ROW_UNIT n: such a weight is not divided. */
+#define BT_ROW_UNIT 32
+void bt_row_share(int64_t m, int n, int i, int64_t *lo, int64_t *hi);
+/* Whether an n-rank group divides weight w of graph g by rows: a 2-d
+ * contiguous weight of at least BT_ROW_UNIT n rows that only MUL_MATs read,
+ * as their weight, each of an F32 input into an F32 result (contiguous). */
+bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n);
 /* The group rank r is in (its index in groups), and r's place in it; -1 and
  * -1 when none. */
 int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member);

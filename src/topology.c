@@ -673,11 +673,20 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
-                        {.key = "expert_groups"}};
+                        {.key = "expert_groups"}, {.key = "divide"}};
     enum bt_status st =
-        map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups or model", f, 5, &t->pipeline.pos);
+        map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups, divide or model", f, 6, &t->pipeline.pos);
     if (st) return st;
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
+    if (f[5].v) {
+        /* what the expert groups divide: their experts, or every product's rows as well */
+        static const char *const divides[] = {"experts", "all"};
+        int x = 0;
+        if ((st = get_enum(p, &w, "divide", f[5].v, divides, 2, &x, NULL))) return st;
+        if (x == 1 && t->pipeline.n_groups == 0)
+            return FAIL(p, f[5].v, "pipeline.divide: all: there are no expert_groups to divide the products");
+        t->pipeline.divide_dense = x == 1;
+    }
     if (f[3].v) {
         const char *m;
         if ((st = get_str(p, &w, "model", f[3].v, &m))) return st;

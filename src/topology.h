@@ -211,6 +211,7 @@ struct bt_topology {
         int n_pins;
         struct bt_topo_group *groups;
         int n_groups;
+        bool divide_dense; /* divide: all: the groups divide every dense product's rows too */
         char *model; /* NULL when the file names none */
         struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos, model_pos;
     } pipeline;

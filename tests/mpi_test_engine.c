@@ -1511,28 +1511,32 @@ END_TEST
 
 /* Expert groups (plan.h: bt_expert_group): _i 0, every rank in one group,
  * rank 0 running every layer; _i 1, groups inside a pipeline of two stages
- * (3 ranks: {0, 1} and rank 2 alone; 4 ranks: {0, 1} and {2, 3}).  Every
- * micro-batch's logits are bitwise one process's: prompts of 1, 7 and 32
- * tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding with
- * two sequences (check_dist_decode).  Each rank holds its share of the
- * experts and no more; for prompts of one token the group reads exactly the
- * two chosen experts of each layer, once, between its ranks. */
+ * (3 ranks: {0, 1} and rank 2 alone; 4 ranks: {0, 1} and {2, 3}); _i 2 and
+ * 3 the same with the groups dividing their dense products' rows too.
+ * Every micro-batch's logits are bitwise one process's: prompts of 1, 7
+ * and 32 tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding
+ * with two sequences (check_dist_decode).  Each rank holds its share of the
+ * experts (and rows) and no more; for prompts of one token the group reads
+ * exactly the two chosen experts of each layer, once, between its ranks. */
 START_TEST(test_dist_expert_groups) {
-    if (T->size < 2 || (_i == 1 && T->size < 3)) return;
+    const int layout = _i % 2;
+    const bool dense = _i >= 2;
+    if (T->size < 2 || (layout == 1 && T->size < 3)) return;
     struct bt_expert_group groups[2];
     int n_groups = 1, counts[8] = {0};
     memset(groups, 0, sizeof groups);
-    if (_i == 0) {
+    if (layout == 0) {
         /* the model has 4 experts: at most 4 ranks in the group (past them,
          * ranks that hold nothing) */
         groups[0].n_ranks = T->size < 4 ? T->size : 4;
         for (int r = 0; r < groups[0].n_ranks; r++) groups[0].ranks[r] = r;
         counts[0] = N_LAYER;
     } else {
-        groups[0] = (struct bt_expert_group){2, {0, 1}};
-        if (T->size == 4) groups[n_groups++] = (struct bt_expert_group){2, {2, 3}};
+        groups[0] = (struct bt_expert_group){2, {0, 1}, false};
+        if (T->size == 4) groups[n_groups++] = (struct bt_expert_group){2, {2, 3}, false};
         counts[0] = counts[2] = N_LAYER / 2;
     }
+    for (int gi = 0; gi < n_groups; gi++) groups[gi].dense = dense;
     for (int wi = 0; wi < 2; wi++) {
         const enum bt_type wtype = wi ? BT_TYPE_Q8_0 : BT_TYPE_F32;
         char path[512];
@@ -1566,16 +1570,27 @@ START_TEST(test_dist_expert_groups) {
         const struct bt_graph *gr = bt_model_dist_graph(md)->graph;
         int member = -1;
         const int gi = bt_expert_group_of(groups, n_groups, T->rank, &member);
-        int64_t exps_held = 0, exps_all = 0, one_expert = 0, others = 0;
+        int64_t exps_held = 0, exps_all = 0, one_expert = 0, others = 0, rows_held = 0, n_divided = 0;
         for (int i = 0; i < gr->n_leafs; i++) {
             const struct bt_tensor *l = gr->leafs[i];
             if (bt_tensor_is_weight(l) && !strstr(l->name, "_exps") && strncmp(l->name, "cache_", 6) != 0)
                 others += (int64_t)bt_nbytes(l);
+            /* a dense weight divided by rows: the share bt_row_share gives */
+            if (l->row_hi > 0) {
+                ck_assert_msg(dense && gi >= 0, "'%s' divided by rows without a dense group", l->name);
+                int64_t lo, hi;
+                bt_row_share(l->ne[1], groups[gi].n_ranks, member, &lo, &hi);
+                ck_assert_int_eq(l->row_lo, lo);
+                ck_assert_int_eq(l->row_hi, hi);
+                ck_assert_int_lt(hi - lo, l->ne[1]);
+                rows_held += (hi - lo) * (int64_t)l->nb[1];
+                n_divided++;
+            }
             if (!bt_tensor_is_weight(l) || !strstr(l->name, "_exps")) continue;
             exps_all += (int64_t)bt_nbytes(l);
             if (bt_dist_name_layer(l->name) == 0) one_expert += (int64_t)l->nb[2];
             if (gi < 0 || bt_dist_name_layer(l->name) < 0) continue;
-            const bool mine = (_i == 0) || (bt_dist_name_layer(l->name) < N_LAYER / 2) == (gi == 0);
+            const bool mine = (layout == 0) || (bt_dist_name_layer(l->name) < N_LAYER / 2) == (gi == 0);
             if (!mine) continue;
             int64_t lo, hi;
             bt_expert_share(l->ne[2], groups[gi].n_ranks, member, &lo, &hi);
@@ -1588,8 +1603,10 @@ START_TEST(test_dist_expert_groups) {
             ck_assert_int_lt(exps_held, exps_all);
             size_t w, mapped, repacked, kv;
             bt_model_dist_memory(md, &w, &mapped, &repacked, &kv);
-            if (member > 0) ck_assert_int_eq((int64_t)w, exps_held); /* its experts, nothing else */
+            if (member > 0) ck_assert_int_eq((int64_t)w, exps_held + rows_held); /* its shares, nothing else */
             else ck_assert_int_le((int64_t)w, exps_held + others);
+            /* two ranks divide each layer's q and output projections (64 rows) */
+            if (dense && groups[gi].n_ranks == 2) ck_assert_int_ge(n_divided, (layout == 0 ? N_LAYER : N_LAYER / 2) * 2);
         }
         for (int si = 0; si < 3; si++) {
             const int64_t n = sizes[si];
@@ -1615,7 +1632,7 @@ START_TEST(test_dist_expert_groups) {
                     reference(path, 1, tok[k], pos, seq, (int)n, ref);
                     ck_assert_msg(memcmp(ref, got + (size_t)k * n * N_VOCAB, (size_t)n * row) == 0,
                                   "%s, expert groups (%d) on %d ranks, %lld tokens: micro-batch %d differs from one "
-                                  "process",
+                                  "process (dense products divided as well: _i >= 2)",
                                   bt_type_name(wtype), _i, T->size, (long long)n, k);
                 }
                 free(ref);
@@ -1635,7 +1652,7 @@ START_TEST(test_dist_expert_groups) {
         if (T->rank == 0) {
             int64_t read = 0;
             for (int r = 0; r < T->size; r++) read += all[r].expert_bytes_read;
-            const int grouped = _i == 0 || n_groups == 2 ? N_LAYER : N_LAYER / 2; /* layers run by a group */
+            const int grouped = layout == 0 || n_groups == 2 ? N_LAYER : N_LAYER / 2; /* layers run by a group */
             ck_assert_int_eq(read, (int64_t)D * grouped * 2 * one_expert);
             /* members send only their rows back; home sends ids and rows */
             ck_assert_int_gt(all[0].bytes_group, 0);
@@ -1702,7 +1719,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_decode_dense);
     tcase_add_test(tm, test_dist_decode_moe);
     tcase_add_test(tm, test_dist_decode_ordered);
-    tcase_add_loop_test(tm, test_dist_expert_groups, 0, 2);
+    tcase_add_loop_test(tm, test_dist_expert_groups, 0, 4);
     TCase *tp = tcase_create("prefix"); /* the cells a sequence reuses or copies */
     tcase_set_timeout(tp, 300);
     tcase_add_test(tp, test_trim_and_copy_bitwise);

@@ -139,7 +139,8 @@ START_TEST(test_root_and_sections) {
     expect_err(HOSTS "ranks:\n", "7:7: ranks: expected a list of ranks, got nothing");
     expect_err(HOSTS "ranks: []\n", "7:8: ranks: the list is empty; give at least one rank");
     expect_err(HOSTS RANKS2 "pipeline: 4\n",
-               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups or model, got '4'");
+               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups, divide or model, got "
+               "'4'");
     expect_err(HOSTS "ranks:\n  - 0\n", "8:5: ranks[0]: expected a mapping with rank, host and "
                                         "backend, got '0'");
 }
@@ -486,7 +487,19 @@ START_TEST(test_expert_groups) {
     bt_topology_free(&t);
     load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1, 2, 3]]\n", &t);
     ck_assert_int_eq(t.pipeline.groups[0].n_ranks, 4);
+    ck_assert(!t.pipeline.divide_dense);
     bt_topology_free(&t);
+    /* divide: all: the groups divide their dense products' rows too */
+    load_ok(HOSTS RANKS4 "pipeline:\n  divide: all\n  expert_groups: [[0, 1, 2, 3]]\n", &t);
+    ck_assert(t.pipeline.divide_dense);
+    bt_topology_free(&t);
+    load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1, 2, 3]]\n  divide: experts\n", &t);
+    ck_assert(!t.pipeline.divide_dense);
+    bt_topology_free(&t);
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  divide: rows\n",
+               "14:11: pipeline.divide: expected experts or all, got 'rows'");
+    expect_err(HOSTS RANKS4 "pipeline:\n  divide: all\n",
+               "13:11: pipeline.divide: all: there are no expert_groups to divide the products");
     expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [0, 1]\n",
                "13:19: pipeline.expert_groups[0]: expected a list of ranks, got '0'");
     expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0]]\n",

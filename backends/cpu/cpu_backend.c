@@ -3,6 +3,7 @@
  * synchronously, so it needs no events: the scheduler synchronises instead. */
 #include "backend-impl.h"
 #include "baton/cpu.h"
+#include "qtypes.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,9 +15,10 @@
 
 /* Host memory as bt_cpu_buffer_type's, but a weight matrix the CPU's matmul
  * reads faster repacked (bt_cpu_weight_repackable) is repacked as its bytes
- * are set: set whole, or whole matrices of a 3-d weight (the experts a rank
- * holds); any other tensor is copied as it is.  The same bytes, the same
- * sizes and offsets, the same results' bits (repack.c). */
+ * are set: set whole, or whole groups of its rows (the experts of a 3-d
+ * weight or the rows of a 2-d one that a rank holds); any other tensor is
+ * copied as it is.  The same bytes, the same sizes and offsets, the same
+ * results' bits (repack.c). */
 static void repack_set_tensor(bt_buffer_t buffer, struct bt_tensor *t, const void *data, size_t offset,
                               size_t size) {
     (void)buffer;
@@ -28,10 +30,13 @@ static void repack_set_tensor(bt_buffer_t buffer, struct bt_tensor *t, const voi
         bt_cpu_weight_repack(t, data);
         return;
     }
-    BT_ASSERT(t->ne[3] == 1 && offset % t->nb[2] == 0 && size % t->nb[2] == 0); /* whole matrices only */
-    struct bt_tensor part = *t; /* those matrices as a tensor of their own */
-    part.ne[2] = (int64_t)(size / t->nb[2]);
-    part.nb[3] = part.nb[2] * (size_t)part.ne[2];
+    /* whole groups of rows only (the experts or the rows a rank holds) */
+    const size_t gb = (size_t)BT_CPU_PANEL_ROWS * t->nb[1];
+    BT_ASSERT(offset % gb == 0 && size % gb == 0);
+    struct bt_tensor part = *t; /* those rows as a matrix of their own */
+    part.ne[1] = (int64_t)(size / t->nb[1]);
+    part.ne[2] = part.ne[3] = 1;
+    part.nb[2] = part.nb[3] = size;
     part.data = (uint8_t *)t->data + offset;
     bt_cpu_weight_repack(&part, data);
     t->flags |= BT_TENSOR_FLAG_REPACKED;

@@ -1456,6 +1456,23 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     const struct bt_tensor *a = d->src[0], *b = d->src[1];
     const struct mm_slice sl = slice_layout(d);
     char *slice = thread_slice(p, &sl);
+    /* a group's share of the rows (bt_tensor row_lo/hi): the product of
+     * those rows alone, as tensors that begin at row_lo (a multiple of the
+     * repacked groups' rows); each element the same bits as in the whole */
+    struct bt_tensor a_rows, d_rows;
+    if (a->row_hi > 0) {
+        BT_ASSERT(a->ne[2] == 1 && a->ne[3] == 1 && a->row_lo % BT_CPU_PANEL_ROWS == 0 && a->row_hi <= a->ne[1]);
+        a_rows = *a;
+        a_rows.data = (char *)a->data + (size_t)a->row_lo * a->nb[1];
+        a_rows.ne[1] = a->row_hi - a->row_lo;
+        a_rows.row_lo = a_rows.row_hi = 0;
+        d_rows = *d;
+        d_rows.data = (char *)d->data + (size_t)a->row_lo * d->nb[0];
+        d_rows.ne[0] = a_rows.ne[1];
+        d_rows.src[0] = &a_rows;
+        a = &a_rows;
+        d = &d_rows;
+    }
     if (p->reference) {
         ref_mul_mat(p, d, (float *)(slice + sl.tmp));
         return;

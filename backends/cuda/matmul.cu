@@ -434,12 +434,14 @@ static enum bt_status mm_2d(struct bt_cuda_ctx *c, enum bt_type type, const char
 extern "C" enum bt_status bt_cuda_mul_mat(struct bt_cuda_ctx *c, struct bt_tensor *d) {
     const struct bt_tensor *a = d->src[0], *b = d->src[1];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    /* a group's share of the rows (bt_tensor row_lo/hi): only those rows */
+    const int64_t lo = a->row_hi > 0 ? a->row_lo : 0, hi = a->row_hi > 0 ? a->row_hi : a->ne[1];
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
-            const char *A = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+            const char *A = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3] + lo * a->nb[1];
             const float *B = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
-            float *D = (float *)((char *)d->data + i2 * d->nb[2] + i3 * d->nb[3]);
-            const enum bt_status s = mm_2d(c, a->type, A, (int64_t)a->nb[1], a->ne[0], a->ne[1], B,
+            float *D = (float *)((char *)d->data + i2 * d->nb[2] + i3 * d->nb[3]) + lo;
+            const enum bt_status s = mm_2d(c, a->type, A, (int64_t)a->nb[1], a->ne[0], hi - lo, B,
                                            (int64_t)(b->nb[1] / sizeof(float)), b->ne[1], D,
                                            (int64_t)(d->nb[1] / sizeof(float)));
             if (s != BT_OK) return s;

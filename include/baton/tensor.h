@@ -239,6 +239,11 @@ struct bt_tensor {
      * computes only the (slot, token) pairs whose expert is held, leaving
      * the rest of its result as it was.  expert_hi 0: every expert. */
     int32_t expert_lo, expert_hi;
+    /* A 2-d weight of which this process holds only rows [row_lo, row_hi)
+     * (a group's share of a dense product): data still addresses row 0, the
+     * other rows' bytes are not there, and MUL_MAT computes only those rows
+     * of its result, leaving the rest as it was.  row_hi 0: every row. */
+    int32_t row_lo, row_hi;
 
     char name[BT_MAX_NAME];
 };

@@ -91,9 +91,15 @@ static void read_weight(struct bt_tensor *w, void *user) {
     BT_ASSERT(i >= 0); /* described from this file */
     const struct bt_gguf_tensor *ft = bt_gguf_tensor(md->g, i);
     BT_ASSERT(ft->size == bt_nbytes(w));
-    /* an expert group's weight: the experts this rank holds (bt_tensor) */
-    const size_t off = w->expert_hi > 0 ? (size_t)w->expert_lo * w->nb[2] : 0;
-    const size_t size = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2] : ft->size;
+    /* a group's weight: the experts or the rows this rank holds (bt_tensor) */
+    size_t off = 0, size = ft->size;
+    if (w->expert_hi > 0) {
+        off = (size_t)w->expert_lo * w->nb[2];
+        size = (size_t)(w->expert_hi - w->expert_lo) * w->nb[2];
+    } else if (w->row_hi > 0) {
+        off = (size_t)w->row_lo * w->nb[1];
+        size = (size_t)(w->row_hi - w->row_lo) * w->nb[1];
+    }
     const uint8_t *src = (const uint8_t *)bt_gguf_tensor_data(md->g, ft) + off;
     /* in the backend's weight buffer type (a weight no other rank reads, on a
      * CPU rank: the repack buffer type) the matrices are repacked as set */
@@ -208,13 +214,16 @@ static enum bt_status shape_plan(struct bt_model_dist *md, int i, int64_t T, int
         const struct bt_graph *gr = sh->g.graph;
         for (int l = 0; l < gr->n_leafs; l++) {
             const struct bt_tensor *w = gr->leafs[l];
-            /* an expert group's weights: the experts held here */
-            if (!bt_tensor_is_weight(w) || (bt_dist_owner(sh->d, w) != md->t->rank && w->expert_hi == 0)) continue;
+            /* a group's weights: the experts or rows held here */
+            if (!bt_tensor_is_weight(w) || (bt_dist_owner(sh->d, w) != md->t->rank && w->expert_hi == 0 && w->row_hi == 0))
+                continue;
             if (is_cache(w)) {
                 md->kv_bytes += bt_nbytes(w);
                 continue;
             }
-            const size_t held = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2] : bt_nbytes(w);
+            const size_t held = w->expert_hi > 0 ? (size_t)(w->expert_hi - w->expert_lo) * w->nb[2]
+                                : w->row_hi > 0  ? (size_t)(w->row_hi - w->row_lo) * w->nb[1]
+                                                 : bt_nbytes(w);
             md->weight_bytes += held;
             if (!w->buffer && w->data) md->mapped_bytes += held;
         }

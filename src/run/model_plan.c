@@ -153,18 +153,25 @@ static bool is_experts(const struct bt_graph *g, const struct bt_tensor *w) {
 }
 
 /* The bytes of leaf i that rank r holds: all of it where it is the owner,
- * or of an expert group's experts, the share of each of the group's ranks
- * (the first rank owns them in the plan). */
+ * or of an expert group's experts (and with dense, its dense weights' rows),
+ * the share of each of the group's ranks (the first rank owns them in the
+ * plan). */
 static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
     const struct bt_graph *g = mp->g.graph;
     const struct bt_tensor *w = g->leafs[i];
     const int owner = mp->plan.leaf_owner[i];
     int member = -1;
     const int gi = bt_expert_group_of(mp->groups, mp->n_groups, owner, &member);
-    if (gi < 0 || member != 0 || !is_experts(g, w)) return owner == r ? (double)bt_nbytes(w) : 0.0;
+    const bool rows = gi >= 0 && member == 0 && mp->groups[gi].dense &&
+                      bt_row_divisible(g, w, mp->groups[gi].n_ranks);
+    if (gi < 0 || member != 0 || (!rows && !is_experts(g, w))) return owner == r ? (double)bt_nbytes(w) : 0.0;
     int mine = -1;
     if (bt_expert_group_of(mp->groups, mp->n_groups, r, &mine) != gi) return 0.0;
     int64_t lo, hi;
+    if (rows) {
+        bt_row_share(w->ne[1], mp->groups[gi].n_ranks, mine, &lo, &hi);
+        return (double)(hi - lo) * (double)w->nb[1];
+    }
     bt_expert_share(w->ne[2], mp->groups[gi].n_ranks, mine, &lo, &hi);
     return (double)(hi - lo) * (double)w->nb[2];
 }
@@ -199,13 +206,21 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
         for (int i = 0; i < grp->n_ranks; i++) fprintf(f, "%s%d", i ? ", " : " ", grp->ranks[i]);
         if (b > a) fprintf(f, "; layers %d-%d on rank %d, their routed experts divided:\n", a, b - 1, home);
         else fprintf(f, "; no layers\n");
-        /* one layer's experts: the bytes of one expert of every expert weight */
-        double one = 0;
+        /* the bytes of one expert of every expert weight of the group's
+         * layers (all: n_moe layers; a leading dense layer has none) and of
+         * one such layer */
+        double all = 0;
+        int n_moe = 0, last = -1;
         const struct bt_graph *g = mp->g.graph;
         for (int i = 0; i < g->n_leafs; i++) {
             const struct bt_tensor *w = g->leafs[i];
-            if (bt_dist_name_layer(w->name) == a && is_experts(g, w)) one += (double)w->nb[2];
+            const int l = bt_dist_name_layer(w->name);
+            if (l < a || l >= b || !is_experts(g, w)) continue;
+            all += (double)w->nb[2];
+            if (l != last) n_moe++;
+            last = l;
         }
+        const double one = n_moe > 0 ? all / n_moe : 0.0;
         for (int i = 0; i < grp->n_ranks && b > a; i++) {
             int64_t lo, hi;
             bt_expert_share(h->n_expert, grp->n_ranks, i, &lo, &hi);
@@ -214,7 +229,7 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
                     "    rank %d: experts %lld-%lld of %lld (%.1f MiB a layer, %.1f MiB in all); a token reads at most "
                     "%lld of them a layer (%.1f MiB for its %d layers)\n",
                     grp->ranks[i], (long long)lo, (long long)hi - 1, (long long)h->n_expert, (double)(hi - lo) * one / mib,
-                    (double)(hi - lo) * one * (b - a) / mib, (long long)used, (double)used * one * (b - a) / mib, b - a);
+                    (double)(hi - lo) * all / mib, (long long)used, (double)used * all / mib, n_moe);
         }
         if (b > a) {
             const double ids = 4.0 * (double)h->n_expert_used, row = 4.0 * (double)h->n_embd;
@@ -223,6 +238,26 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
                     "the member's experts, the token's row (%.1f KiB); the member sends back a row (%.1f KiB) per "
                     "chosen expert it holds\n",
                     home, ids, row / 1024.0, row / 1024.0);
+        }
+        if (b > a && grp->dense) {
+            /* the dense weights the group divides by rows, and each rank's share */
+            int n_w = 0;
+            double dense = 0, per[BT_EXPERT_GROUP_MAX] = {0};
+            for (int i = 0; i < g->n_leafs; i++) {
+                const struct bt_tensor *w = g->leafs[i];
+                if (mp->plan.leaf_owner[i] != home || !bt_row_divisible(g, w, grp->n_ranks)) continue;
+                n_w++;
+                dense += (double)bt_nbytes(w);
+                for (int m = 0; m < grp->n_ranks; m++) {
+                    int64_t lo, hi;
+                    bt_row_share(w->ne[1], grp->n_ranks, m, &lo, &hi);
+                    per[m] += (double)(hi - lo) * (double)w->nb[1];
+                }
+            }
+            fprintf(f, "    dense products divided by rows: %d weights (%.1f MiB);", n_w, dense / mib);
+            for (int m = 0; m < grp->n_ranks; m++)
+                fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
+            fprintf(f, "; per product, rank %d sends each member its input and takes back the member's rows\n", home);
         }
     }
 }
