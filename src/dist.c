@@ -1764,21 +1764,34 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
 
 /* ---- groups' dense products (struct gchain, rows) ------------------------------- */
 
+/* Whether tensor x lives in host memory (a transfer may read or write it in place). */
+static bool in_host_memory(const struct bt_tensor *x) {
+    const bt_buffer_t b = x->view_src ? x->view_src->buffer : x->buffer;
+    return b && bt_buft_is_host(bt_buffer_get_type(b));
+}
+
 /* home, before the product of micro-batch k: all of x to every member that
- * holds rows, and the receive of exactly those rows of out. */
+ * holds rows (from x itself in host memory: row_take waits for the sends
+ * before anything can overwrite it), and the receive of exactly those rows
+ * of out. */
 static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
     bt_transport *t = d->t;
     const double t0 = bt_now_s();
     const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
+    const bool in_place = in_host_memory(ch->x);
     for (int m = 1; m < ch->n_ranks; m++) {
         const int64_t rows = ch->hi[m] - ch->lo[m];
         struct gbuf *gb = &d->gbufs[m];
         if (rows == 0) continue;
         enum bt_status st = chain_wait(d, &gb->x_req);
         if (st != BT_OK) return st;
-        bt_tensor_get(ch->x, gb->x, 0, xb);
+        const void *x = ch->x->data;
+        if (!in_place) {
+            bt_tensor_get(ch->x, gb->x, 0, xb);
+            x = gb->x;
+        }
         const size_t ob = sizeof(float) * (size_t)(rows * ch->T);
-        if ((st = bt_transport_isend(t, gb->x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK ||
+        if ((st = bt_transport_isend(t, x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK ||
             (st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
         d->stats.bytes_sent += (int64_t)xb;
@@ -1795,7 +1808,8 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         const int64_t rows = ch->hi[m] - ch->lo[m];
         if (rows == 0) continue;
         const double w0 = bt_now_s();
-        const enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
+        enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
+        if (st == BT_OK) st = chain_wait(d, &d->gbufs[m].x_req); /* x may be sent from itself */
         if (st != BT_OK) return st;
         const size_t rb = sizeof(float) * (size_t)rows;
         d->stats.wait_s += bt_now_s() - w0;
@@ -1818,13 +1832,16 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     if (rows == 0) return BT_OK;
     const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x), rb = sizeof(float) * (size_t)rows;
     const double w0 = bt_now_s();
-    enum bt_status st = bt_transport_irecv(t, gb->x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
+    /* into x_in itself where it is host memory */
+    const bool in_place = in_host_memory(ch->x_in);
+    void *x = in_place ? ch->x_in->data : gb->x;
+    enum bt_status st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
     if (st != BT_OK) return fail(d, st, "%s", t->error);
     if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
     d->stats.bytes_recv += (int64_t)xb;
     d->stats.wait_s += bt_now_s() - w0;
     if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
-    bt_tensor_set(ch->x_in, gb->x, 0, xb);
+    if (!in_place) bt_tensor_set(ch->x_in, gb->x, 0, xb);
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
