@@ -1382,6 +1382,9 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
             .n_pins = d->opt.n_pins,
             .link_gbps = d->opt.link_gbps,
             .device_edges = d->opt.device_edges,
+            /* a group's members run no layer of their own (placed without counts too) */
+            .groups = d->opt.groups,
+            .n_groups = d->opt.n_groups,
         };
         st = bt_plan_make(&d->plan, graph, descs, d->size, support, &popt);
         if (st != BT_OK) fail(d, st, "%s", d->plan.error);

@@ -1512,7 +1512,8 @@ END_TEST
 /* Expert groups (plan.h: bt_expert_group): _i 0, every rank in one group,
  * rank 0 running every layer; _i 1, groups inside a pipeline of two stages
  * (3 ranks: {0, 1} and rank 2 alone; 4 ranks: {0, 1} and {2, 3}); _i 2 and
- * 3 the same with the groups dividing their dense products' rows too.
+ * 3 the same with the groups dividing their dense products' rows too
+ * (their Q8_0 weights used in place in the file's mapping).
  * Every micro-batch's logits are bitwise one process's: prompts of 1, 7
  * and 32 tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding
  * with two sequences (check_dist_decode).  Each rank holds its share of the
@@ -1561,9 +1562,11 @@ START_TEST(test_dist_expert_groups) {
         p.dist = R.dist;
         p.dist.n_copies = 2;
         p.dist.gflops = 10;
-        p.dist.layers_per_rank = counts;
+        /* _i 2: no counts, the runtime's own placement (the group's members get no layer) */
+        p.dist.layers_per_rank = _i == 2 ? NULL : counts;
         p.dist.groups = groups;
         p.dist.n_groups = n_groups;
+        p.in_place = dense && wi == 1; /* the rows read from the file's mapping (--mmap) */
         struct bt_model_dist *md = NULL;
         ck_assert_msg(bt_model_dist_open(T, R.backend, g, &p, &md, err, sizeof err) == BT_OK, "%s", err);
         /* each rank of a group holds its share of each layer's experts */
@@ -1603,6 +1606,7 @@ START_TEST(test_dist_expert_groups) {
             ck_assert_int_lt(exps_held, exps_all);
             size_t w, mapped, repacked, kv;
             bt_model_dist_memory(md, &w, &mapped, &repacked, &kv);
+            if (p.in_place) ck_assert_uint_eq(mapped, w); /* every weight in the mapping */
             if (member > 0) ck_assert_int_eq((int64_t)w, exps_held + rows_held); /* its shares, nothing else */
             else ck_assert_int_le((int64_t)w, exps_held + others);
             /* two ranks divide each layer's q and output projections (64 rows) */
