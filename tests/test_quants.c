@@ -400,8 +400,8 @@ START_TEST(test_tiles_equal_vec_dot) {
 }
 END_TEST
 
-/* The packed GEMM of qtypes.h's entries (Q8_0, Q4_0, the K-quants, IQ4_XS, IQ4_NL,
- * MXFP4) gives,
+/* The packed GEMM of qtypes.h's entries (Q8_0, Q4_0, Q5_0, the K-quants, IQ4_XS,
+ * IQ4_NL, MXFP4, the lattice IQ types) gives,
  * element by element, the bits of vec_dot: every column count up to 19 (each
  * tile width and remainder), panels of 16 rows and of fewer (the last row
  * repeated). */
@@ -409,7 +409,8 @@ START_TEST(test_gemm_equal_vec_dot) {
     static const enum bt_type types[] = {BT_TYPE_Q8_0,   BT_TYPE_Q4_0,    BT_TYPE_Q2_K,    BT_TYPE_Q3_K,
                                          BT_TYPE_Q4_K,   BT_TYPE_Q5_K,    BT_TYPE_Q6_K,    BT_TYPE_IQ4_XS,
                                          BT_TYPE_IQ4_NL, BT_TYPE_MXFP4,   BT_TYPE_IQ2_XXS, BT_TYPE_IQ2_XS,
-                                         BT_TYPE_IQ2_S,  BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S,   BT_TYPE_IQ1_S};
+                                         BT_TYPE_IQ2_S,  BT_TYPE_IQ3_XXS, BT_TYPE_IQ3_S,   BT_TYPE_IQ1_S,
+                                         BT_TYPE_Q5_0};
     enum { K = 768, R = 16, C = 19 };
     static float x[K], d[C][R];
     static uint8_t w[R][K / 32 * 34], act[C][K / 256 * 292 + K / 32 * 40 + 64];
@@ -462,7 +463,7 @@ START_TEST(test_gemm_equal_vec_dot) {
         }
     }
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    ck_assert_int_eq(with_gemm, 16);
+    ck_assert_int_eq(with_gemm, 17);
 #endif
     /* the AVX2 variants have the K-quants' and the IQ types' GEMM (Q2_K .. Q6_K, IQ4_XS, the lattice types) */
     if (!strcmp(bt_cpu_variant_name(), "avx2") || !strcmp(bt_cpu_variant_name(), "avx2vnni")) ck_assert_int_ge(with_gemm, 12);

@@ -141,6 +141,9 @@ static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst)
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     const enum bt_op op = dst->op;
     const bool fast = a->nb[0] == 4 && b->nb[0] == 4 && dst->nb[0] == 4 && nb_0 == n0;
+    /* b one value a row (a MoE's expert weights over its rows): the same
+     * element operations, without an index division per element */
+    const bool scalar = a->nb[0] == 4 && dst->nb[0] == 4 && nb_0 == 1;
 
     for (int64_t ir = r0; ir < r1; ir++) {
         int64_t i1, i2, i3;
@@ -160,9 +163,21 @@ static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst)
             }
             continue;
         }
-        for (int64_t i = 0; i < n0; i++) {
+        if (scalar) {
+            const float *x = (const float *)ra, y = f32_at(rb, b->nb[0], 0);
+            float *z = (float *)rd;
+            switch (op) {
+                case BT_OP_ADD: for (int64_t i = 0; i < n0; i++) z[i] = x[i] + y; break;
+                case BT_OP_SUB: for (int64_t i = 0; i < n0; i++) z[i] = x[i] - y; break;
+                case BT_OP_MUL: for (int64_t i = 0; i < n0; i++) z[i] = x[i] * y; break;
+                case BT_OP_DIV: for (int64_t i = 0; i < n0; i++) z[i] = x[i] / y; break;
+                default: BT_ASSERT(false);
+            }
+            continue;
+        }
+        for (int64_t i = 0, ib = 0; i < n0; i++, ib = ib + 1 == nb_0 ? 0 : ib + 1) {
             const float x = f32_at(ra, a->nb[0], i);
-            const float y = f32_at(rb, b->nb[0], i % nb_0);
+            const float y = f32_at(rb, b->nb[0], ib);
             float z;
             switch (op) {
                 case BT_OP_ADD: z = x + y; break;

@@ -1332,11 +1332,12 @@ Q32_TILES(iq4_nl, 3)
 Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
-/* ---- IQ4_NL / MXFP4 packed GEMM (prompt-size products) ----------------------- *
+/* ---- IQ4_NL / MXFP4 / Q5_0 packed GEMM (prompt-size products) ----------------- *
  * matmul.c packs 16 weight rows at a time (a panel) and runs every column
  * against it.  Per 32-element block, the panel holds
- *   bytes 0..511     the table values v (int8), lane group l (elements
- *                    4l .. 4l+3) of row r at 64l + 4r (a lane per row)
+ *   bytes 0..511     the values v (int8: the table's, or Q5_0's q - 16), lane
+ *                    group l (elements 4l .. 4l+3) of row r at 64l + 4r (a
+ *                    lane per row)
  *   512..1023        int32 16l + r: -128 times the sum of group l's v
  *   1024..1087       dw (float, row r at r)
  * The kernel keeps, per column, dot_table32_ref's 8 lane accumulators as 8
@@ -1345,14 +1346,15 @@ Q32_TILES(mxfp4, 4)
  * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
  * acc_l) per block, and hsum8's tree at the end.  The lanes run in two
  * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
- * every element has the bits of vec_dot. */
+ * every element has the bits of vec_dot (Q5_0's q32_tile subtracts 16 sum a
+ * from the same lane's sum q a: the same integer sum v a, the same steps). */
 #define T32_PB 1088
 
 static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
 
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
-    const size_t bs = mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const size_t bs = mode == 1 ? sizeof(bt_block_q5_0) : mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
     const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const int64_t nblk = k / BT_QK;
@@ -1364,11 +1366,17 @@ static inline __attribute__((always_inline)) void t32_pack(const int mode, int64
             __m256i h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             for (int i = 0; i < nb; i++) {
                 const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
+                bt_fp16_t d16;
+                memcpy(&d16, blk, 2);
+                if (mode == 1) { /* Q5_0: d, qh, qs; v = q - 16 */
+                    const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
+                    h[i] = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
+                    dw[i][r] = h2f_fast(d16);
+                    continue;
+                }
                 const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == 3 ? 2 : 1)));
                 h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
                                         _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
-                bt_fp16_t d16;
-                memcpy(&d16, blk, 2);
                 dw[i][r] = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
             }
             v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
@@ -1456,6 +1464,7 @@ static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
     }
+T32_GEMM(q5_0, 1)
 T32_GEMM(iq4_nl, 3)
 T32_GEMM(mxfp4, 4)
 #define T32_GEMM_MIN_COLS 8
@@ -2565,7 +2574,7 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
 #endif
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
-QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), NO_GEMM, NO_REPACK);
+QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), T32_GEMM_OF(q5_0), NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
 QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
 QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
