@@ -2272,6 +2272,141 @@ Q32_TILES(iq4_nl, 3)
 Q32_TILES(mxfp4, 4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
+/* ---- Q5_0 / IQ4_NL / MXFP4 packed GEMM on AVX2 (prompt-size products) -------- *
+ * The AVX-512 section's panel layout, bytes for bytes (T32_PB per block: the
+ * values v of lane group l, row r at 64l + 4r; int32 -128 sum v at 512 +
+ * 64l + 4r; dw at 1024 + 4r), read as halves of 8 rows.  Per block, lane l
+ * of a column: isum = -128 sum v + sum (a + 128) v over the group's 4
+ * elements, exactly sum v a: vpdpbusd with AVX-VNNI; without it vpmaddubsw
+ * (pairs of (a + 128) v, |v| <= 16 for Q5_0: at most 8160, no saturation)
+ * and vpmaddwd, so plain AVX2 runs Q5_0 only (the tables' |v| <= 127 would
+ * saturate).  Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree:
+ * q32_tile's order, the bits of vec_dot. */
+#define T32_PB 1088
+static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
+
+static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
+                                                                void *panel) {
+    const size_t bs = mode == 1 ? sizeof(bt_block_q5_0) : mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)));
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        uint8_t *pb = (uint8_t *)panel + (size_t)b * T32_PB;
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)b * bs;
+            bt_fp16_t d16;
+            memcpy(&d16, blk, 2);
+            __m256i v;
+            float dw;
+            if (mode == 1) {
+                const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
+                v = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
+                dw = h2f_fast(d16);
+            } else {
+                v = _mm256_shuffle_epi8(lut, nibbles32(blk + (mode == 3 ? 2 : 1)));
+                dw = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+            }
+            /* the groups' sums of v times -128: vpmaddubsw of 1s and v, then pairs */
+            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+            const __m256i off = _mm256_mullo_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), _mm256_set1_epi32(-128));
+            _Alignas(32) int32_t vg[8], og[8];
+            _mm256_store_si256((__m256i *)vg, v);
+            _mm256_store_si256((__m256i *)og, off);
+            for (int l = 0; l < 8; l++) {
+                memcpy(pb + 64 * l + 4 * r, &vg[l], 4);
+                memcpy(pb + 512 + 64 * l + 4 * r, &og[l], 4);
+            }
+            memcpy(pb + 1024 + 4 * r, &dw, 4);
+        }
+    }
+}
+
+/* isum = off + sum over each 4-byte group of u v (u unsigned, v signed) */
+static inline __m256i t32_dot_avx2(__m256i off, __m256i u, __m256i v) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(off, u, v);
+#else
+    return _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* one pass: lanes 4p .. 4p+3 of rows 8h .. 8h+7 for RN (<= 2) columns, every block */
+static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, const int p, const int h, int64_t k,
+                                                                const uint8_t *panel, const void *const *acts,
+                                                                __m256 acc[2][4]) {
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) acc[c][i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK; b++) {
+        const uint8_t *pb = panel + (size_t)b * T32_PB;
+        const __m256 dw = _mm256_loadu_ps((const float *)(pb + 1024 + 32 * h));
+        _Pragma("GCC unroll 2")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            /* the pass's 16 activation bytes + 128 */
+            _Alignas(16) uint8_t au[16];
+            _mm_store_si128((__m128i *)au, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)),
+                                                         _mm_set1_epi8((char)0x80)));
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(h2f_fast(ab->d)));
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < 4; i++) {
+                const int l = 4 * p + i;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 * l + 32 * h));
+                const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
+                const __m256i isum = t32_dot_avx2(off, _mm256_set1_epi32(bt_cpu_load_i32(au + 4 * i)), v);
+                acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[c][i]);
+            }
+        }
+    }
+}
+
+/* rows row0 + 8h .. of columns dcols[0 .. RN) (RN <= 2), half h of a panel */
+static inline __attribute__((always_inline)) void t32_half_avx2(const int RN, const int h, int64_t k,
+                                                                const uint8_t *panel, const void *const *acts,
+                                                                float *const *dcols, int64_t row0, int nrows) {
+    __m256 lo[2][4], hi[2][4]; /* lanes 0..3, 4..7 */
+    t32_pass_avx2(RN, 0, h, k, panel, acts, lo);
+    t32_pass_avx2(RN, 1, h, k, panel, acts, hi);
+    const int n = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
+    _Pragma("GCC unroll 2")
+    for (int c = 0; c < RN; c++) {
+        /* hsum8: lanes i + 4, then + 2, + 1 */
+        const __m256 t0 = _mm256_add_ps(lo[c][0], hi[c][0]), t1 = _mm256_add_ps(lo[c][1], hi[c][1]);
+        const __m256 t2 = _mm256_add_ps(lo[c][2], hi[c][2]), t3 = _mm256_add_ps(lo[c][3], hi[c][3]);
+        _Alignas(32) float o[8];
+        _mm256_store_ps(o, _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3)));
+        memcpy(dcols[c] + row0 + 8 * h, o, sizeof(float) * (size_t)n);
+    }
+}
+
+static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const void *panel, const void *const *acts,
+                                                                int64_t ncols, float *const *dcols, int64_t row0,
+                                                                int nrows) {
+    for (int h = 0; h < 2 && 8 * h < nrows; h++) {
+        int64_t j = 0;
+        for (; j + 2 <= ncols; j += 2) t32_half_avx2(2, h, k, panel, acts + j, dcols + j, row0, nrows);
+        if (j < ncols) t32_half_avx2(1, h, k, panel, acts + j, dcols + j, row0, nrows);
+    }
+}
+
+#define T32_GEMM(name, mode)                                                                                      \
+    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack_avx2(mode, k, rows, panel); } \
+    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
+                             float *const *dcols, int64_t row0, int nrows) {                                      \
+        t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                                 \
+    }
+#define T32_GEMM_MIN_COLS 8
+#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
+T32_GEMM(q5_0, 1)
+#if defined(__AVXVNNI__)
+T32_GEMM(iq4_nl, 3)
+T32_GEMM(mxfp4, 4)
+#define T32_TABLE_GEMM_OF(name) T32_GEMM_OF(name)
+#else
+#define T32_TABLE_GEMM_OF(name) 0, NULL, NULL, NULL /* vpmaddubsw would saturate: the tiles */
+#endif
+
 #define FAST(name) dot_##name##_avx2
 #elif defined(HAVE_QDOT_NEON)
 /* ---- NEON (aarch64; sdot with dotprod) ------------------------------------------ *
@@ -2512,8 +2647,13 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
-#ifndef HAVE_QDOT_AVX512
+#if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define T32_GEMM_OF(name) 0, NULL, NULL, NULL
+#endif
+#if defined(HAVE_QDOT_AVX512)
+#define T32_TABLE_GEMM_OF(name) T32_GEMM_OF(name)
+#elif !defined(HAVE_QDOT_AVX2)
+#define T32_TABLE_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
 #define NO_GEMM 0, NULL, NULL, NULL
 #ifdef BT_CPU_IQ_GEMM
@@ -2576,8 +2716,8 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), T32_GEMM_OF(q5_0), NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
-QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
-QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
+QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_TABLE_GEMM_OF(iq4_nl), NO_REPACK);
+QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_TABLE_GEMM_OF(mxfp4), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);
