@@ -258,9 +258,13 @@ expect 1 "host g: gpu_memory: expected a size like 16GiB" "topology: bad gpu_mem
     "$baton" plan --topology <(sed 's/gpu_memory: 5MiB/gpu_memory: lots/' "$tmp/gpu-mem.yaml")
 
 # ---- plans ----
-for cfg in local-cpu-1 local-cpu-2 local-cpu-4 one-node-8gpu two-nodes-16gpu; do
+for cfg in local-cpu-1 local-cpu-2 local-cpu-2-divided local-cpu-4 one-node-8gpu two-nodes-16gpu; do
     expect 0 "rank 0 " "plan for $cfg" -- "$baton" plan --topology "$root/configs/$cfg.yaml" --layers 32
 done
+# a group that divides every product: the plan says which weights and each rank's share
+expect 0 "^    dense products divided by rows: [0-9]+ weights .*; rank 0 holds .*, rank 1 holds " \
+    "plan for a group with divide: all shows the dense weights divided" -- \
+    "$baton" plan --topology "$root/configs/local-cpu-2-divided.yaml" --layers 32
 # (that the live plan is the offline one: generate_test, on every CPU config)
 # x between GPU ranks whose edges ask for nccl goes over NCCL; a CPU-only
 # topology has none

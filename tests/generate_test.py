@@ -184,9 +184,12 @@ def cli_tests():
         last = stages[-1]["rank"]
         check(outs == ([] if last == 0 else [(last, 0)]), f"plan -m on {cfg}: the logits from the last stage to rank 0",
               f"{outs}")
+        # an expert group's members run no layer but hold their shares of its weights
+        members = {m for g in js["groups"] for m in g["ranks"][1:]}
         check(all(r["weight_bytes"] > 0 and r["kv_bytes"] > 0 for r in stages) and
-              all(r["weight_bytes"] == 0 for r in js["ranks"] if r not in stages),
-              f"plan -m on {cfg}: weights and cache on the stages only", f"{js['ranks']}")
+              all(r["weight_bytes"] == 0 for r in js["ranks"] if r not in stages and r["rank"] not in members) and
+              all(0 < js["ranks"][m]["weight_bytes"] and js["ranks"][m]["kv_bytes"] == 0 for m in members),
+              f"plan -m on {cfg}: weights and cache on the stages only (and the groups' shares)", f"{js['ranks']}")
         if cfg.startswith("local-cpu-"):
             np = len(js["ranks"])
             live, planned = os.path.join(TMP, "live.plan"), os.path.join(TMP, "planned.plan")

@@ -343,5 +343,12 @@ void bt_model_plan_json(const struct bt_model_plan *mp, FILE *f) {
                 t->src, t->dst, (long long)t->bytes, t->direct ? "nccl" : "mpi", t->consumer < 0 ? "true" : "false",
                 routed ? "true" : "false", most);
     }
+    /* the expert groups: their ranks (the first runs the layers), and whether they divide the dense products */
+    fprintf(f, "], \"groups\": [");
+    for (int g = 0; g < mp->n_groups; g++) {
+        fprintf(f, "%s{\"ranks\": [", g ? ", " : "");
+        for (int i = 0; i < mp->groups[g].n_ranks; i++) fprintf(f, "%s%d", i ? ", " : "", mp->groups[g].ranks[i]);
+        fprintf(f, "], \"divide\": \"%s\"}", mp->groups[g].dense ? "all" : "experts");
+    }
     fprintf(f, "]}\n");
 }
