@@ -345,6 +345,18 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
+/* The 32-element types' packed GEMM (Q5_0, IQ4_NL, MXFP4): one panel layout
+ * for AVX-512 and AVX2, T32_PB bytes a block (see the AVX-512 section), from
+ * T32_GEMM_MIN_COLS columns on; each section defines qpack_ and qgemm_. */
+#define T32_PB 1088
+#define T32_GEMM_MIN_COLS 8
+#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
+static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
+/* half p of a Q8_0 activation block's bytes, + 128 (unsigned for vpdpbusd / vpmaddubsw) */
+static inline void t32_act_u8(const bt_block_q8_0 *ab, int p, uint8_t au[16]) {
+    _mm_store_si128((__m128i *)au,
+                    _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)), _mm_set1_epi8((char)0x80)));
+}
 /* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
  * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
  * without a software prefetch the hardware prefetchers left a decode waiting
@@ -1348,9 +1360,6 @@ Q32_TILES(mxfp4, 4)
  * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
  * every element has the bits of vec_dot (Q5_0's q32_tile subtracts 16 sum a
  * from the same lane's sum q a: the same integer sum v a, the same steps). */
-#define T32_PB 1088
-
-static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
 
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
@@ -1415,10 +1424,8 @@ static inline __attribute__((always_inline)) void t32_pass(const int RN, const i
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            /* the pass's 16 activation bytes + 128 */
-            _Alignas(16) uint8_t au[16];
-            _mm_store_si128((__m128i *)au, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * h)),
-                                                         _mm_set1_epi8((char)0x80)));
+            _Alignas(16) uint8_t au[16]; /* the pass's 16 activation bytes + 128 */
+            t32_act_u8(ab, h, au);
             const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(h2f_fast(ab->d)));
             _Pragma("GCC unroll 4")
             for (int i = 0; i < 4; i++) {
@@ -1467,8 +1474,6 @@ static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void
 T32_GEMM(q5_0, 1)
 T32_GEMM(iq4_nl, 3)
 T32_GEMM(mxfp4, 4)
-#define T32_GEMM_MIN_COLS 8
-#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
 
 #define FAST(name) dot_##name##_avx512
 
@@ -2282,8 +2287,6 @@ Q32_TILES(mxfp4, 4)
  * and vpmaddwd, so plain AVX2 runs Q5_0 only (the tables' |v| <= 127 would
  * saturate).  Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree:
  * q32_tile's order, the bits of vec_dot. */
-#define T32_PB 1088
-static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
 
 static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
                                                                 void *panel) {
@@ -2344,10 +2347,8 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, co
         _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            /* the pass's 16 activation bytes + 128 */
-            _Alignas(16) uint8_t au[16];
-            _mm_store_si128((__m128i *)au, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)),
-                                                         _mm_set1_epi8((char)0x80)));
+            _Alignas(16) uint8_t au[16]; /* the pass's 16 activation bytes + 128 */
+            t32_act_u8(ab, p, au);
             const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(h2f_fast(ab->d)));
             _Pragma("GCC unroll 4")
             for (int i = 0; i < 4; i++) {
@@ -2396,8 +2397,6 @@ static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                                 \
     }
-#define T32_GEMM_MIN_COLS 8
-#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
 T32_GEMM(q5_0, 1)
 #if defined(__AVXVNNI__)
 T32_GEMM(iq4_nl, 3)
