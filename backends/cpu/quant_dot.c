@@ -357,6 +357,28 @@ static inline void t32_act_u8(const bt_block_q8_0 *ab, int p, uint8_t au[16]) {
     _mm_store_si128((__m128i *)au,
                     _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)), _mm_set1_epi8((char)0x80)));
 }
+/* The GEMM's passes read a column's activation bytes + 128 four at a time,
+ * broadcast to every row lane.  Made in registers (a shift and a broadcast
+ * per group, both on the shuffle port) they held the kernel at two thirds of
+ * its speed; so a pass first writes T32_KC blocks of them (and the blocks'
+ * da) for its columns to memory, and the kernel broadcasts from there (a
+ * load, no shuffle).  The integers and float steps are unchanged. */
+#define T32_KC 64
+struct t32_acts {
+    _Alignas(64) uint8_t au[4][T32_KC][16];
+    float da[4][T32_KC];
+};
+/* blocks b0 .. b0+nb of RN columns, half p of each block's bytes */
+static inline __attribute__((always_inline)) void t32_acts_fill(const int RN, const int p, const void *const *acts,
+                                                                int64_t b0, int nb, struct t32_acts *t) {
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        for (int j = 0; j < nb; j++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b0 + j;
+            t32_act_u8(ab, p, t->au[c][j]);
+            t->da[c][j] = _cvtsh_ss(ab->d);
+        }
+}
 /* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
  * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
  * without a software prefetch the hardware prefetchers left a decode waiting
@@ -1412,25 +1434,28 @@ static inline __attribute__((always_inline)) void t32_pass(const int RN, const i
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
         for (int i = 0; i < 4; i++) acc[c][i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint8_t *pb = panel + (size_t)b * T32_PB;
-        const __m512 dw = _mm512_load_ps(pb + 1024);
-        __m512i v[4], off[4];
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < 4; i++) {
-            v[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
-            off[i] = _mm512_load_si512(pb + 512 + 64 * (4 * h + i));
-        }
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            _Alignas(16) uint8_t au[16]; /* the pass's 16 activation bytes + 128 */
-            t32_act_u8(ab, h, au);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(h2f_fast(ab->d)));
+    struct t32_acts t;
+    const int64_t nblk = k / BT_QK;
+    for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
+        const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
+        t32_acts_fill(RN, h, acts, b0, nb, &t);
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
+            const __m512 dw = _mm512_load_ps(pb + 1024);
+            __m512i v[4], off[4];
             _Pragma("GCC unroll 4")
             for (int i = 0; i < 4; i++) {
-                const __m512i isum = _mm512_dpbusd_epi32(off[i], _mm512_set1_epi32(bt_cpu_load_i32(au + 4 * i)), v[i]);
-                acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[c][i]);
+                v[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
+                off[i] = _mm512_load_si512(pb + 512 + 64 * (4 * h + i));
+            }
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(t.da[c][j]));
+                _Pragma("GCC unroll 4")
+                for (int i = 0; i < 4; i++) {
+                    const __m512i a = _mm512_set1_epi32(bt_cpu_load_i32(t.au[c][j] + 4 * i));
+                    acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(off[i], a, v[i])), dd, acc[c][i]);
+                }
             }
         }
     }
@@ -2341,22 +2366,25 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, co
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
         for (int i = 0; i < 4; i++) acc[c][i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint8_t *pb = panel + (size_t)b * T32_PB;
-        const __m256 dw = _mm256_loadu_ps((const float *)(pb + 1024 + 32 * h));
-        _Pragma("GCC unroll 2")
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            _Alignas(16) uint8_t au[16]; /* the pass's 16 activation bytes + 128 */
-            t32_act_u8(ab, p, au);
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(h2f_fast(ab->d)));
-            _Pragma("GCC unroll 4")
-            for (int i = 0; i < 4; i++) {
-                const int l = 4 * p + i;
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 * l + 32 * h));
-                const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
-                const __m256i isum = t32_dot_avx2(off, _mm256_set1_epi32(bt_cpu_load_i32(au + 4 * i)), v);
-                acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[c][i]);
+    struct t32_acts t;
+    const int64_t nblk = k / BT_QK;
+    for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
+        const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
+        t32_acts_fill(RN, p, acts, b0, nb, &t);
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
+            const __m256 dw = _mm256_loadu_ps((const float *)(pb + 1024 + 32 * h));
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(t.da[c][j]));
+                _Pragma("GCC unroll 4")
+                for (int i = 0; i < 4; i++) {
+                    const int l = 4 * p + i;
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 * l + 32 * h));
+                    const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
+                    const __m256i a = _mm256_set1_epi32(bt_cpu_load_i32(t.au[c][j] + 4 * i));
+                    acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t32_dot_avx2(off, a, v)), dd, acc[c][i]);
+                }
             }
         }
     }
