@@ -449,7 +449,47 @@ static inline __attribute__((always_inline)) void iq_row(const int kind, const i
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
+/* RM (<= 4) rows against one column (out[r]), the decode rows: one row at a
+ * time left each block's lane sum and float step waiting on the last (a
+ * scalar chain through the reduction), and the rows' four reductions now
+ * share one tree.  The same I and float step per row and block. */
+static inline __attribute__((always_inline)) void iq_rows(const int kind, const int RM, int64_t k,
+                                                          const void *const *w_rows, const void *act, float *out) {
+    const size_t bs = iq_block_bytes(kind);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
+        __m512i I[4];
+        float dm[4];
+        for (int r = 0; r < 4; r++) {
+            if (r >= RM) {
+                I[r] = _mm512_setzero_si512();
+                continue;
+            }
+            struct iq_dec o;
+            iq_decode(kind, (const char *)w_rows[r] + (size_t)b * bs, &o);
+            dm[r] = o.dm;
+            I[r] = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                __m512i av = _mm512_loadu_si512(a->qs + 64 * c);
+                av = _mm512_mask_sub_epi8(av, o.sm[c], _mm512_setzero_si512(), av);
+                I[r] = _mm512_dpwssd_epi32(I[r], _mm512_maddubs_epi16(o.u[c], av), o.scv[c]);
+            }
+        }
+        /* the four lane sums at once (exact integers, any order) */
+        __m256i h[4];
+        for (int r = 0; r < 4; r++)
+            h[r] = _mm256_add_epi32(_mm512_castsi512_si256(I[r]), _mm512_extracti64x4_epi64(I[r], 1));
+        const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+        _Alignas(16) int32_t s4[4];
+        _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+        for (int r = 0; r < RM; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
+    }
+    for (int r = 0; r < RM; r++) out[r] = acc[r];
+}
+
 #define IQ_ROW iq_row
+#define IQ_ROWS iq_rows
 
 /* a lattice block's 256 values v + 128 (bt_cpu_iq_unpack) */
 static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
@@ -608,6 +648,17 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
 #define TILES(name) {{0, 0, NULL}}
 #endif
 #ifdef IQ_ROW
+#ifdef IQ_ROWS
+/* 4 rows against one column (decode) */
+#define IQ_ROWS_TILE(name, kind)                                                                            \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,                   \
+                                   const void *const *next, float *out) {                                   \
+        (void)next;                                                                                         \
+        IQ_ROWS(kind, 4, k, w, a[0], out);                                                                  \
+    }
+#else
+#define IQ_ROWS_TILE(name, kind)
+#endif
 /* the vector row (AVX-512 or AVX2) as the type's vec_dot and its 2- and 4-column tiles */
 #define IQ_VEC(name, kind)                                                                                  \
     static void dot_##name##_vec(int64_t k, float *s, const void *w, const void *a) {                       \
@@ -622,7 +673,8 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
                                    const void *const *next, float *out) {                                   \
         (void)next;                                                                                         \
         IQ_ROW(kind, 4, k, w[0], a, out);                                                                   \
-    }
+    }                                                                                                       \
+    IQ_ROWS_TILE(name, kind)
 IQ_VEC(iq4_xs, IQ4XS)
 IQ_VEC(iq2_xxs, IQ2XXS)
 IQ_VEC(iq2_xs, IQ2XS)
@@ -631,7 +683,11 @@ IQ_VEC(iq3_xxs, IQ3XXS)
 IQ_VEC(iq3_s, IQ3S)
 IQ_VEC(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_vec
+#ifdef IQ_ROWS
+#define TILES(name) {{4, 1, qtile_##name##_4x1}, {1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#else
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#endif
 #endif
 /* The packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns or
  * more (the tiles decode a row once per 4 columns) */
