@@ -673,8 +673,7 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
                                    const void *const *next, float *out) {                                   \
         (void)next;                                                                                         \
         IQ_ROW(kind, 4, k, w[0], a, out);                                                                   \
-    }                                                                                                       \
-    IQ_ROWS_TILE(name, kind)
+    }
 IQ_VEC(iq4_xs, IQ4XS)
 IQ_VEC(iq2_xxs, IQ2XXS)
 IQ_VEC(iq2_xs, IQ2XS)
@@ -683,11 +682,16 @@ IQ_VEC(iq3_xxs, IQ3XXS)
 IQ_VEC(iq3_s, IQ3S)
 IQ_VEC(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_vec
-#ifdef IQ_ROWS
-#define TILES(name) {{4, 1, qtile_##name##_4x1}, {1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
-#else
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#ifdef IQ_ROWS
+/* IQ4_XS decodes 4 rows at a time (decode rows 1.4x; the lattice types,
+ * bound by their grid gathers, showed no clear change and keep one) */
+IQ_ROWS_TILE(iq4_xs, IQ4XS)
+#define TILES_IQ4_XS {{4, 1, qtile_iq4_xs_4x1}, {1, 2, qtile_iq4_xs_1x2}, {1, 4, qtile_iq4_xs_1x4}, {0, 0, NULL}}
 #endif
+#endif
+#ifndef TILES_IQ4_XS
+#define TILES_IQ4_XS TILES(iq4_xs)
 #endif
 /* The packed GEMM: the K-quants' (quant_dot.c), for jobs of 8 columns or
  * more (the tiles decode a row once per 4 columns) */
@@ -735,19 +739,20 @@ void bt_cpu_iq_unpack(enum bt_type t, const void *blk, uint8_t q[BT_QK_K], int8_
 
 static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
 
-#define IQTYPE(name)                                                      \
+#define IQTYPE(name) IQTYPE_T(name, TILES(name))
+#define IQTYPE_T(name, tiles)                                             \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                     \
         /* .act_name     = */ "q8_K (ggml's block_q8_K)",                 \
         /* .act_size     = */ act_size_q8_K,                              \
         /* .quantize_act = */ bt_q8_K_from_f32,                           \
         /* .vec_dot      = */ FAST(name),                                 \
-        /* .tiles        = */ TILES(name),                                \
+        /* .tiles        = */ tiles,                                      \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ GEMM(name),    \
         /* .rp, .rgemm, .rpack, .rpack_min_cols = */ NULL, NULL, NULL, 0, \
         /* .quantize_act_ref = */ bt_q8_K_from_f32,                       \
         /* .vec_dot_ref  = */ dot_##name##_ref,                           \
     }
-IQTYPE(iq4_xs);
+IQTYPE_T(iq4_xs, TILES_IQ4_XS);
 IQTYPE(iq2_xxs);
 IQTYPE(iq2_xs);
 IQTYPE(iq2_s);
