@@ -632,7 +632,38 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
+/* RM (<= 4) rows against one column (out[r]): the AVX-512 iq_rows, 8 lanes */
+static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, const int RM, int64_t k,
+                                                               const void *const *w_rows, const void *act, float *out) {
+    const size_t bs = iq_block_bytes(kind);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
+        __m256i I[4];
+        float dm[4];
+        for (int r = 0; r < 4; r++) {
+            I[r] = _mm256_setzero_si256();
+            if (r >= RM) continue;
+            const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
+            dm[r] = iq_d(blk) * iq_mult(kind);
+            for (int c = 0; c < 8; c++) {
+                __m256i u, sg, scv;
+                iq_chunk_avx2(kind, blk, c, &u, &sg, &scv);
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+                I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
+            }
+        }
+        /* the four lane sums at once (exact integers, any order) */
+        const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
+        _Alignas(16) int32_t s4[4];
+        _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+        for (int r = 0; r < RM; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
+    }
+    for (int r = 0; r < RM; r++) out[r] = acc[r];
+}
+
 #define IQ_ROW iq_row_avx2
+#define IQ_ROWS iq_rows_avx2
 
 /* a lattice block's 256 values v + 128 (bt_cpu_iq_unpack) */
 static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
