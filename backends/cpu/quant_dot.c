@@ -358,11 +358,11 @@ static inline void t32_act_u8(const bt_block_q8_0 *ab, int p, uint8_t au[16]) {
                     _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)), _mm_set1_epi8((char)0x80)));
 }
 /* The GEMM's passes read a column's activation bytes + 128 four at a time,
- * broadcast to every row lane.  Made in registers (a shift and a broadcast
- * per group, both on the shuffle port) they held the kernel at two thirds of
- * its speed; so a pass first writes T32_KC blocks of them (and the blocks'
- * da) for its columns to memory, and the kernel broadcasts from there (a
- * load, no shuffle).  The integers and float steps are unchanged. */
+ * broadcast to every row lane.  Made in registers they cost a shift and a
+ * broadcast per group, both on the shuffle port; so a pass first writes
+ * T32_KC blocks of them (and the blocks' da) for its columns to memory, and
+ * the kernel broadcasts from there (a load, no shuffle): prompt rows 1.17x
+ * (docs/benchmarks.md).  The integers and float steps are unchanged. */
 #define T32_KC 64
 struct t32_acts {
     _Alignas(64) uint8_t au[4][T32_KC][16];
