@@ -352,11 +352,6 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
 #define T32_GEMM_MIN_COLS 8
 #define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
 static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
-/* half p of a Q8_0 activation block's bytes, + 128 (unsigned for vpdpbusd / vpmaddubsw) */
-static inline void t32_act_u8(const bt_block_q8_0 *ab, int p, uint8_t au[16]) {
-    _mm_store_si128((__m128i *)au,
-                    _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)), _mm_set1_epi8((char)0x80)));
-}
 /* The GEMM's passes read a column's activation bytes + 128 four at a time,
  * broadcast to every row lane.  Made in registers they cost a shift and a
  * broadcast per group, both on the shuffle port; so a pass first writes
@@ -368,14 +363,16 @@ struct t32_acts {
     _Alignas(64) uint8_t au[4][T32_KC][16];
     float da[4][T32_KC];
 };
-/* blocks b0 .. b0+nb of RN columns, half p of each block's bytes */
+/* blocks b0 .. b0+nb of RN columns: half p of each block's bytes + 128 (unsigned for vpdpbusd /
+ * vpmaddubsw), and its d */
 static inline __attribute__((always_inline)) void t32_acts_fill(const int RN, const int p, const void *const *acts,
                                                                 int64_t b0, int nb, struct t32_acts *t) {
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         for (int j = 0; j < nb; j++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b0 + j;
-            t32_act_u8(ab, p, t->au[c][j]);
+            _mm_store_si128((__m128i *)t->au[c][j], _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)),
+                                                                  _mm_set1_epi8((char)0x80)));
             t->da[c][j] = _cvtsh_ss(ab->d);
         }
 }

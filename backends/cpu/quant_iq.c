@@ -449,12 +449,13 @@ static inline __attribute__((always_inline)) void iq_row(const int kind, const i
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-/* RM (<= 4) rows against one column (out[r]), the decode rows: one row at a
- * time left each block's lane sum and float step waiting on the last (a
- * scalar chain through the reduction), and the rows' four reductions now
- * share one tree.  The same I and float step per row and block. */
-static inline __attribute__((always_inline)) void iq_rows(const int kind, const int RM, int64_t k,
-                                                          const void *const *w_rows, const void *act, float *out) {
+/* 4 rows against one column (out[r]), the decode rows (matmul repeats the
+ * last row for a shorter tail): one row at a time left each block's lane
+ * sum and float step waiting on the last (a scalar chain through the
+ * reduction), and the rows' four reductions now share one tree.  The same I
+ * and float step per row and block. */
+static inline __attribute__((always_inline)) void iq_rows(const int kind, int64_t k, const void *const *w_rows,
+                                                          const void *act, float *out) {
     const size_t bs = iq_block_bytes(kind);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
@@ -462,10 +463,6 @@ static inline __attribute__((always_inline)) void iq_rows(const int kind, const 
         __m512i I[4];
         float dm[4];
         for (int r = 0; r < 4; r++) {
-            if (r >= RM) {
-                I[r] = _mm512_setzero_si512();
-                continue;
-            }
             struct iq_dec o;
             iq_decode(kind, (const char *)w_rows[r] + (size_t)b * bs, &o);
             dm[r] = o.dm;
@@ -483,9 +480,9 @@ static inline __attribute__((always_inline)) void iq_rows(const int kind, const 
         const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
         _Alignas(16) int32_t s4[4];
         _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
-        for (int r = 0; r < RM; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
+        for (int r = 0; r < 4; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
     }
-    for (int r = 0; r < RM; r++) out[r] = acc[r];
+    for (int r = 0; r < 4; r++) out[r] = acc[r];
 }
 
 #define IQ_ROW iq_row
@@ -632,9 +629,9 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-/* RM (<= 4) rows against one column (out[r]): the AVX-512 iq_rows, 8 lanes */
-static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, const int RM, int64_t k,
-                                                               const void *const *w_rows, const void *act, float *out) {
+/* 4 rows against one column (out[r]): the AVX-512 iq_rows, 8 lanes */
+static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
+                                                               const void *act, float *out) {
     const size_t bs = iq_block_bytes(kind);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
@@ -643,7 +640,6 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, c
         float dm[4];
         for (int r = 0; r < 4; r++) {
             I[r] = _mm256_setzero_si256();
-            if (r >= RM) continue;
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
             dm[r] = iq_d(blk) * iq_mult(kind);
             for (int c = 0; c < 8; c++) {
@@ -657,9 +653,9 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, c
         const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
         _Alignas(16) int32_t s4[4];
         _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
-        for (int r = 0; r < RM; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
+        for (int r = 0; r < 4; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
     }
-    for (int r = 0; r < RM; r++) out[r] = acc[r];
+    for (int r = 0; r < 4; r++) out[r] = acc[r];
 }
 
 #define IQ_ROW iq_row_avx2
@@ -685,7 +681,7 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,                   \
                                    const void *const *next, float *out) {                                   \
         (void)next;                                                                                         \
-        IQ_ROWS(kind, 4, k, w, a[0], out);                                                                  \
+        IQ_ROWS(kind, k, w, a[0], out);                                                                       \
     }
 #else
 #define IQ_ROWS_TILE(name, kind)
