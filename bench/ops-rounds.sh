@@ -15,7 +15,8 @@
 #   THREADS (default 2: wall-clock GFLOP/s; 1: GFLOP per CPU-second on both sides), BATON
 #   (default build/baton), BATON_FLAGS (extra `bench ops` flags, e.g. --repacked), LLAMA_BIN
 #   (llama.cpp's build/bin, required), STREAM=1 (baton's decode rows from memory), TYPES (default
-#   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0)
+#   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0), ROWGROUPS
+#   (default "dec pp id1 id32 id512": the row groups to run)
 set -u
 NAME=bench/ops-rounds.sh
 R=${1:?usage: bench/ops-rounds.sh ROUNDS}
@@ -25,6 +26,10 @@ T=${THREADS:-2}
 B=${BATON:-build/baton}
 [ -x "$B" ] || { echo "$NAME: $B is missing (build first, or set BATON)" >&2; exit 1; }
 TYPES=${TYPES:-f32,f16,bf16,q8_0,q4_0,q4_K,q6_K}
+ROWGROUPS=${ROWGROUPS:-dec pp id1 id32 id512}
+for g in $ROWGROUPS; do
+  case "$g" in dec | pp | id1 | id32 | id512) ;; *) echo "$NAME: ROWGROUPS: unknown group '$g' (dec, pp, id1, id32, id512)" >&2; exit 2 ;; esac
+done
 IDTYPES=$(echo "$TYPES" | tr ',' '\n' | grep -xE 'f32|f16|q8_0|q4_0' | paste -sd,)
 # shellcheck source=bench/llama-shims.sh
 source "$(dirname "${BASH_SOURCE[0]}")/llama-shims.sh" # $L, $PRE, $W (removed at exit)
@@ -69,7 +74,7 @@ group() { # group r side: that group's rows of one side
 }
 echo "$R rounds, types $TYPES; $B bench ops ${BATON_FLAGS:-}"
 for r in $(seq 1 "$R"); do
-  for g in dec pp id1 id32 id512; do
+  for g in $ROWGROUPS; do
     if [ $((r % 2)) = 1 ]; then group "$g" "$r" llama; group "$g" "$r" baton
     else group "$g" "$r" baton; group "$g" "$r" llama; fi
   done | tee -a "$W/rows"

@@ -1687,6 +1687,64 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r * RN + c];
 }
 
+/* 4 rows against one column (out[r]), the decode rows (matmul repeats the
+ * last row for a shorter tail).  kq_tile_avx2's I and M per row and block;
+ * its 2x1 tile reduced each pair's lanes apart and took the float steps one
+ * by one, a serial chain per block.  Here the four rows' lanes are reduced
+ * in one tree and their steps taken as one 4-lane vector: per lane the
+ * operations of kq_step (da dw, then one fma; -M's fma as fnmadd; without
+ * mins I - M subtracted as integers before the sum), so the same bits. */
+static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
+                                                               const void *act, float *out) {
+    const size_t bs = kq_block_bytes(kind);
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
+        __m256i iv[4], mv[4];
+        _Alignas(16) float d[4], dmin[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
+            const struct kq_scales o = kq_scales_avx2(kind, blk);
+            d[r] = o.d;
+            dmin[r] = o.dmin;
+            iv[r] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int ch = 0; ch < 8; ch++) {
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * ch));
+                const __m256i p = _mm256_maddubs_epi16(kq_chunk_avx2(kind, blk, ch), av);
+#if defined(__AVXVNNI__)
+                iv[r] = _mm256_dpwssd_avx_epi32(iv[r], p, kq_chunk_scale(o.sc, ch));
+#else
+                iv[r] = _mm256_add_epi32(iv[r], _mm256_madd_epi16(p, kq_chunk_scale(o.sc, ch)));
+                /* one running sum: left to itself GCC regroups the 32 adds
+                 * into trees whose live products spill */
+                __asm__("" : "+x"(iv[r]));
+#endif
+            }
+            mv[r] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)a->bsums));
+        }
+        const __m128 da = _mm_set1_ps(a->d);
+        if (kq_has_min(kind)) {
+            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(iv[0], iv[1]), _mm256_hadd_epi32(iv[2], iv[3]));
+            const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(mv[0], mv[1]), _mm256_hadd_epi32(mv[2], mv[3]));
+            /* I of rows 0..3 in the low lane, M in the high */
+            const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20),
+                                               _mm256_permute2x128_si256(x, y, 0x31));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(s)), _mm_mul_ps(da, _mm_load_ps(d)), acc);
+            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(_mm256_extracti128_si256(s, 1)), _mm_mul_ps(da, _mm_load_ps(dmin)),
+                                acc);
+        } else {
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < 4; r++) iv[r] = _mm256_sub_epi32(iv[r], mv[r]);
+            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(iv[0], iv[1]), _mm256_hadd_epi32(iv[2], iv[3]));
+            const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(da, _mm_load_ps(d)), acc);
+        }
+    }
+    _mm_storeu_ps(out, acc);
+}
+
 #define KQ_AVX2_TILE(name, kind, RM, RN)                                                                \
     static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,      \
                                            const void *const *next, float *out) {                      \
@@ -1697,14 +1755,18 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
     static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {               \
         kq_tile_avx2(kind, 1, 1, k, &vw, &va, s);                                                      \
     }                                                                                                  \
-    KQ_AVX2_TILE(name, kind, 2, 1)                                                                     \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,               \
+                                   const void *const *next, float *out) {                              \
+        (void)next;                                                                                    \
+        kq_rows_avx2(kind, k, w, a[0], out);                                                           \
+    }                                                                                                  \
     KQ_AVX2_TILE(name, kind, 1, 4)
 KQ_AVX2_DEFS(q2_K, KQ2)
 KQ_AVX2_DEFS(q3_K, KQ3)
 KQ_AVX2_DEFS(q4_K, KQ4)
 KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
-#define K_TILE_LIST(name) {{2, 1, qtile_##name##_2x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+#define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 
 /* The AVX2 K-quant sums of the repacked kernels below: a sub-block's
  * q * a per row lane, then times the sub-block's scale into int32.  Without
