@@ -1623,77 +1623,66 @@ static inline __m128i hsum4_i32x8(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
 }
 
-/* An RM x RN tile (RM RN <= 4) of K-quant rows against Q8_K columns
- * (out[c * RM + r]): per block, I in 8 int32 lanes (chunk c's int16 lanes
- * 0..7 sub-block 2c, 8..15 sub-block 2c+1, each weighted by its scale), M
- * from the mins and the activation's sums, both summed across lanes for
- * two (row, column) pairs at a time, then kq_step. */
-static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, const int RM, const int RN, int64_t k,
-                                                               const void *const *w_rows, const void *const *acts,
+/* One K-quant row against RN <= 4 Q8_K columns (out[c]): per block, I in 8
+ * int32 lanes (chunk c's int16 lanes 0..7 sub-block 2c, 8..15 sub-block
+ * 2c+1, each weighted by its scale), M from the mins and the activation's
+ * sums, both summed across lanes for two columns at a time, then kq_step. */
+static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, const int RN, int64_t k,
+                                                               const void *w_row, const void *const *acts,
                                                                float *out) {
     const size_t bs = kq_block_bytes(kind);
     float acc[4];
     _Pragma("GCC unroll 4")
-    for (int i = 0; i < RM * RN; i++) acc[i] = 0.0f;
+    for (int c = 0; c < RN; c++) acc[c] = 0.0f;
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
-        __m256i iv[4], mv[4]; /* pair i = r RN + c */
-        float d[4], dmin[4];
+        __m256i iv[4], mv[4];
+        const void *blk = (const char *)w_row + (size_t)b * bs;
+        const struct kq_scales o = kq_scales_avx2(kind, blk);
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) {
-            const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
-            const struct kq_scales o = kq_scales_avx2(kind, blk);
-            d[r] = o.d;
-            dmin[r] = o.dmin;
+        for (int c = 0; c < RN; c++) iv[c] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8")
+        for (int ch = 0; ch < 8; ch++) {
+            const __m256i q = kq_chunk_avx2(kind, blk, ch);
+            const __m256i scv = kq_chunk_scale(o.sc, ch);
             _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) iv[r * RN + c] = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int ch = 0; ch < 8; ch++) {
-                const __m256i q = kq_chunk_avx2(kind, blk, ch);
-                const __m256i scv = kq_chunk_scale(o.sc, ch);
-                _Pragma("GCC unroll 4")
-                for (int c = 0; c < RN; c++) {
-                    const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
-                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv);
-                    iv[r * RN + c] = _mm256_add_epi32(iv[r * RN + c], p);
-                }
+            for (int c = 0; c < RN; c++) {
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * ch));
+                iv[c] = _mm256_add_epi32(iv[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
             }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++)
-                mv[r * RN + c] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
         }
-        if (RM * RN == 1) {
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++)
+            mv[c] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
+        if (RN == 1) {
             acc[0] = kq_step(kq_has_min(kind), acc[0], bt_cpu_hsum_i32x8(iv[0]), bt_cpu_hsum_i32x8(mv[0]), ab[0]->d,
-                             d[0], dmin[0]);
+                             o.d, o.dmin);
         } else {
             _Pragma("GCC unroll 2")
-            for (int i = 0; i < RM * RN; i += 2) {
+            for (int c = 0; c < RN; c += 2) {
                 int32_t s4[4];
-                _mm_storeu_si128((__m128i *)s4, hsum4_i32x8(iv[i], mv[i], iv[i + 1], mv[i + 1]));
+                _mm_storeu_si128((__m128i *)s4, hsum4_i32x8(iv[c], mv[c], iv[c + 1], mv[c + 1]));
                 _Pragma("GCC unroll 2")
-                for (int j = 0; j < 2; j++) {
-                    const int r = (i + j) / RN, c = (i + j) % RN;
-                    acc[i + j] =
-                        kq_step(kq_has_min(kind), acc[i + j], s4[2 * j], s4[2 * j + 1], ab[c]->d, d[r], dmin[r]);
-                }
+                for (int j = 0; j < 2; j++)
+                    acc[c + j] = kq_step(kq_has_min(kind), acc[c + j], s4[2 * j], s4[2 * j + 1], ab[c + j]->d, o.d,
+                                         o.dmin);
             }
         }
     }
     _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[r * RN + c];
+    for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
 /* 4 rows against one column (out[r]), the decode rows (matmul repeats the
- * last row for a shorter tail).  kq_tile_avx2's I and M per row and block;
- * its 2x1 tile reduced each pair's lanes apart and took the float steps one
- * by one, a serial chain per block.  Here the four rows' lanes are reduced
- * in one tree and their steps taken as one 4-lane vector: per lane the
- * operations of kq_step (da dw, then one fma; -M's fma as fnmadd; without
- * mins I - M subtracted as integers before the sum), so the same bits. */
+ * last row for a shorter tail): kq_tile_avx2's I and M per row and block.
+ * A 2-row tile reduced each row's lanes apart and took the float steps one
+ * by one, a serial chain per block; here the four rows' lanes are reduced in
+ * one tree and their steps taken as one 4-lane vector (1.2x on plain AVX2's
+ * Q2_K .. Q6_K decode rows).  Per lane the operations of kq_step (da dw,
+ * then one fma; -M's fma as fnmadd; without mins I - M subtracted as
+ * integers before the sum), so the same bits. */
 static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
                                                                const void *act, float *out) {
     const size_t bs = kq_block_bytes(kind);
@@ -1745,22 +1734,20 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
     _mm_storeu_ps(out, acc);
 }
 
-#define KQ_AVX2_TILE(name, kind, RM, RN)                                                                \
-    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,      \
-                                           const void *const *next, float *out) {                      \
-        (void)next;                                                                                    \
-        kq_tile_avx2(kind, RM, RN, k, w, a, out);                                                      \
-    }
 #define KQ_AVX2_DEFS(name, kind)                                                                        \
     static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {               \
-        kq_tile_avx2(kind, 1, 1, k, &vw, &va, s);                                                      \
+        kq_tile_avx2(kind, 1, k, vw, &va, s);                                                          \
     }                                                                                                  \
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,               \
                                    const void *const *next, float *out) {                              \
         (void)next;                                                                                    \
         kq_rows_avx2(kind, k, w, a[0], out);                                                           \
     }                                                                                                  \
-    KQ_AVX2_TILE(name, kind, 1, 4)
+    static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,               \
+                                   const void *const *next, float *out) {                              \
+        (void)next;                                                                                    \
+        kq_tile_avx2(kind, 4, k, w[0], a, out);                                                        \
+    }
 KQ_AVX2_DEFS(q2_K, KQ2)
 KQ_AVX2_DEFS(q3_K, KQ3)
 KQ_AVX2_DEFS(q4_K, KQ4)
