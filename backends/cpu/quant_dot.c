@@ -1508,8 +1508,9 @@ T32_GEMM(mxfp4, 4)
  * 32-element types, or there vpdpbusd where the build has AVX-VNNI) into
  * int32 lanes (vpmaddwd).  Exact, so any grouping
  * gives dot_kq_ref's I and M and lanes32's sums; the float steps are the
- * plain C ones: kq_step per block in scalar, the 32-element types' 8 lanes
- * as one vector. */
+ * plain C ones: kq_step per block (in scalar, or four rows' steps as one
+ * 4-lane vector in the decode tile), the 32-element types' 8 lanes as one
+ * vector. */
 
 static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 
