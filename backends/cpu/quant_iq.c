@@ -610,13 +610,26 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)qh), _mm_setr_epi32(0, 3, 6, 9)),
                                          _mm_set1_epi32(7));
         const __m256i g = gather4(bt_iq1s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8))); /* -1, 0, 1 */
-        const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
-        const __m256i v = _mm256_add_epi8(_mm256_add_epi8(g4, g4), _mm256_set1_epi8((char)(qh & 0x8000 ? -1 : 1)));
-        *u = _mm256_abs_epi8(v);
-        *sg = v; /* 8 grid +- 1: never 0 */
-        const int sc = 2 * (int)((qh >> 12) & 7) + 1;
+        /* the grid part 8 g only (iq1s_delta adds the +-1) */
+        *u = _mm256_abs_epi8(g);
+        *sg = g; /* where g is 0, so is |g| */
+        const int sc = 8 * (2 * (int)((qh >> 12) & 7) + 1);
         *scv = scale2(sc, sc);
     }
+}
+
+/* IQ1_S's v = 8 g + delta (delta +-1 per 32-element sub-block c), so
+ * sum v a = 8 sum g a + delta (a.bsums[2c] + a.bsums[2c+1]): the chunks
+ * dot 8 g (scale 8 sc), and this is the rest, sc delta times each
+ * sub-block's activation sum, in int32 lanes (the same integer I; building
+ * 8 g + delta per chunk cost six vector operations more) */
+static inline __m256i iq1s_delta(const bt_block_iq1_s *w, const bt_block_q8_K *a) {
+    const __m128i qh = _mm_loadu_si128((const __m128i *)w->qh);
+    const __m128i sc = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)), _mm_set1_epi16(1));
+    const __m128i sd = _mm_sign_epi16(sc, _mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1)));
+    /* each sub-block's sc delta on its two 16-element halves' sums */
+    const __m256i w2 = _mm256_set_m128i(_mm_unpackhi_epi16(sd, sd), _mm_unpacklo_epi16(sd, sd));
+    return _mm256_madd_epi16(w2, _mm256_loadu_si256((const __m256i *)a->bsums));
 }
 
 /* one row against RN columns (out[c]) */
@@ -639,6 +652,7 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
         }
         for (int c = 0; c < RN; c++) {
             const bt_block_q8_K *a = (const bt_block_q8_K *)acts[c] + b;
+            if (kind == IQ1S) I[c] = _mm256_add_epi32(I[c], iq1s_delta(blk, a));
             acc[c] = fmaf((float)bt_cpu_hsum_i32x8(I[c]), dm * a->d, acc[c]);
         }
     }
@@ -664,6 +678,7 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
                 I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
             }
+            if (kind == IQ1S) I[r] = _mm256_add_epi32(I[r], iq1s_delta(blk, a));
         }
         /* the four lane sums at once (exact integers, any order) */
         const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
@@ -682,8 +697,13 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
     for (int s = 0; s < 8; s++) {
         __m256i u, sg, scv;
         iq_chunk_avx2(kind, blk, s, &u, &sg, &scv);
-        _mm256_storeu_si256((__m256i *)(q + 32 * s),
-                            _mm256_xor_si256(_mm256_sign_epi8(u, sg), _mm256_set1_epi8((char)0x80)));
+        __m256i v = _mm256_sign_epi8(u, sg);
+        if (kind == IQ1S) { /* 8 g + delta */
+            const __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
+            v = _mm256_add_epi8(_mm256_add_epi8(v4, v4),
+                                _mm256_set1_epi8((char)(((const bt_block_iq1_s *)blk)->qh[s] & 0x8000 ? -1 : 1)));
+        }
+        _mm256_storeu_si256((__m256i *)(q + 32 * s), _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
     }
 }
 #else
