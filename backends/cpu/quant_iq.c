@@ -502,8 +502,8 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
 /* ---- AVX2 ------------------------------------------------------------------------ *
  * The AVX-512 path's arithmetic 32 elements (one sub-block) at a time: the
  * bytes |v| (IQ4_XS's levels by vpshufb, the grids' entries gathered), the
- * signs moved onto the activation bytes (vpsignb by +-1, or by v itself for
- * IQ1_S, whose v = 8 grid +- 1 is never 0), vpmaddubsw (pairs at most
+ * signs moved onto the activation bytes (vpsignb by +-1, or for IQ1_S by
+ * its grid value -1, 0, 1: iq1s_delta adds the rest of v), vpmaddubsw (pairs at most
  * 2 * 127 * 127 < 2^15), vpmaddwd with each pair's 16-element scale, the
  * int32 lanes added: the same exact I per block and the same float step. */
 
@@ -511,20 +511,25 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
 #define SIGN1(b, i) ((((b) >> (i)) & 1 ? 0xFFull : 0x01ull) << (8 * (i)))
 #define SIGN8(b)                                                                                             \
     (SIGN1(b, 0) | SIGN1(b, 1) | SIGN1(b, 2) | SIGN1(b, 3) | SIGN1(b, 4) | SIGN1(b, 5) | SIGN1(b, 6) | SIGN1(b, 7))
-#define SIGN8X4(b) SIGN8(b), SIGN8((b) + 1), SIGN8((b) + 2), SIGN8((b) + 3)
-#define SIGN8X16(b) SIGN8X4(b), SIGN8X4((b) + 4), SIGN8X4((b) + 8), SIGN8X4((b) + 12)
-#define SIGN8X64(b) SIGN8X16(b), SIGN8X16((b) + 16), SIGN8X16((b) + 32), SIGN8X16((b) + 48)
-static const uint64_t sign_bytes[256] = {SIGN8X64(0), SIGN8X64(64), SIGN8X64(128), SIGN8X64(192)};
-/* 4 sign bytes (byte l: elements 8l .. 8l+7) as 32 bytes of +-1, four
- * loads of the table: for bytes looked up one by one (the 7-bit indices of
- * IQ2_XXS, IQ2_XS, IQ3_XXS), where packing them for signs32_packed made a
- * scalar chain ahead of its vector one (their decode rows 1.1-1.7x) */
-static inline __m256i signs32(unsigned s0, unsigned s1, unsigned s2, unsigned s3) {
-    return _mm256_setr_epi64x((long long)sign_bytes[s0], (long long)sign_bytes[s1], (long long)sign_bytes[s2],
-                              (long long)sign_bytes[s3]);
+/* the sign byte of a 7-bit index i as 8 bytes of +-1: i and its parity in
+ * bit 7 (bt_iq2_signs[i]), in one table (1 KB) */
+#define PARITY7(i) (((i) ^ (i) >> 1 ^ (i) >> 2 ^ (i) >> 3 ^ (i) >> 4 ^ (i) >> 5 ^ (i) >> 6) & 1)
+#define EVEN8(i) SIGN8((i) | PARITY7(i) << 7)
+#define EVEN8X4(b) EVEN8(b), EVEN8((b) + 1), EVEN8((b) + 2), EVEN8((b) + 3)
+#define EVEN8X16(b) EVEN8X4(b), EVEN8X4((b) + 4), EVEN8X4((b) + 8), EVEN8X4((b) + 12)
+#define EVEN8X64(b) EVEN8X16(b), EVEN8X16((b) + 16), EVEN8X16((b) + 32), EVEN8X16((b) + 48)
+static const uint64_t sign_even_bytes[128] = {EVEN8X64(0), EVEN8X64(64)};
+/* the signs of four 7-bit indices (IQ2_XXS, IQ2_XS, IQ3_XXS; byte l:
+ * elements 8l .. 8l+7) as 32 bytes of +-1, four loads of the table: looked
+ * up one by one, then packed for signs32_packed, they made a scalar chain
+ * ahead of its vector one (their decode rows 1.1-1.7x) */
+static inline __m256i signs32_even4(unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
+    return _mm256_setr_epi64x((long long)sign_even_bytes[i0], (long long)sign_even_bytes[i1],
+                              (long long)sign_even_bytes[i2], (long long)sign_even_bytes[i3]);
 }
-/* 4 sign bytes packed in s (byte l: elements 8l .. 8l+7), as signs32: for
- * bytes that lie packed in the block (IQ2_S, IQ3_S; 1.05-1.3x the table) */
+/* 4 sign bytes packed in s (byte l: elements 8l .. 8l+7) as 32 bytes of
+ * +-1, for bytes that lie packed in the block (IQ2_S, IQ3_S: 1.05-1.3x a
+ * table of their 256 values) */
 static inline __m256i signs32_packed(uint32_t s) {
     const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s),
                                               _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
@@ -534,8 +539,7 @@ static inline __m256i signs32_packed(uint32_t s) {
 }
 /* IQ2's and IQ3_XXS's 4 sign bytes from four 7-bit indices at bits 7l of x */
 static inline __m256i signs32_even(uint32_t x) {
-    return signs32(bt_iq2_signs[x & 127], bt_iq2_signs[(x >> 7) & 127], bt_iq2_signs[(x >> 14) & 127],
-                   bt_iq2_signs[(x >> 21) & 127]);
+    return signs32_even4(x & 127, (x >> 7) & 127, (x >> 14) & 127, (x >> 21) & 127);
 }
 /* 4 grid entries (u64: 8 elements each) at idx */
 static inline __m256i gather4(const uint64_t *grid, __m128i idx) {
@@ -575,8 +579,7 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         const bt_block_iq2_xs *w = blk;
         const __m128i q = _mm_loadl_epi64((const __m128i *)(w->qs + 4 * c));
         *u = gather4(bt_iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(q), _mm_set1_epi32(511)));
-        *sg = signs32(bt_iq2_signs[w->qs[4 * c] >> 9], bt_iq2_signs[w->qs[4 * c + 1] >> 9],
-                      bt_iq2_signs[w->qs[4 * c + 2] >> 9], bt_iq2_signs[w->qs[4 * c + 3] >> 9]);
+        *sg = signs32_even4(w->qs[4 * c] >> 9, w->qs[4 * c + 1] >> 9, w->qs[4 * c + 2] >> 9, w->qs[4 * c + 3] >> 9);
         *scv = scale2(2 * (w->scales[c] & 0xF) + 1, 2 * (w->scales[c] >> 4) + 1);
     } else if (kind == IQ2S) {
         const bt_block_iq2_s *w = blk;
