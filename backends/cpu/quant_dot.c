@@ -1716,20 +1716,14 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
         }
         const __m128 da = _mm_set1_ps(a->d);
         if (kq_has_min(kind)) {
-            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(iv[0], iv[1]), _mm256_hadd_epi32(iv[2], iv[3]));
-            const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(mv[0], mv[1]), _mm256_hadd_epi32(mv[2], mv[3]));
-            /* I of rows 0..3 in the low lane, M in the high */
-            const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20),
-                                               _mm256_permute2x128_si256(x, y, 0x31));
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(s)), _mm_mul_ps(da, _mm_load_ps(d)), acc);
-            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(_mm256_extracti128_si256(s, 1)), _mm_mul_ps(da, _mm_load_ps(dmin)),
-                                acc);
+            const __m128i I = hsum4_i32x8(iv[0], iv[1], iv[2], iv[3]), M = hsum4_i32x8(mv[0], mv[1], mv[2], mv[3]);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(da, _mm_load_ps(d)), acc);
+            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(da, _mm_load_ps(dmin)), acc);
         } else {
             _Pragma("GCC unroll 4")
             for (int r = 0; r < 4; r++) iv[r] = _mm256_sub_epi32(iv[r], mv[r]);
-            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(iv[0], iv[1]), _mm256_hadd_epi32(iv[2], iv[3]));
-            const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(da, _mm_load_ps(d)), acc);
+            const __m128i IM = hsum4_i32x8(iv[0], iv[1], iv[2], iv[3]);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(IM), _mm_mul_ps(da, _mm_load_ps(d)), acc);
         }
     }
     _mm_storeu_ps(out, acc);

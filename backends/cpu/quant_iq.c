@@ -503,8 +503,8 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
  * The AVX-512 path's arithmetic 32 elements (one sub-block) at a time: the
  * bytes |v| (IQ4_XS's levels by vpshufb, the grids' entries gathered), the
  * signs moved onto the activation bytes (vpsignb by +-1, or for IQ1_S by
- * its grid value -1, 0, 1: iq1s_delta adds the rest of v), vpmaddubsw (pairs at most
- * 2 * 127 * 127 < 2^15), vpmaddwd with each pair's 16-element scale, the
+ * its grid value -1, 0, 1: iq1s_delta adds the rest of v), vpmaddubsw
+ * (pairs at most 2 * 127 * 127 < 2^15), vpmaddwd with each pair's 16-element scale, the
  * int32 lanes added: the same exact I per block and the same float step. */
 
 /* a sign byte (bit i: element i) as 8 bytes of +-1 */
