@@ -519,7 +519,7 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
 #define EVEN8X16(b) EVEN8X4(b), EVEN8X4((b) + 4), EVEN8X4((b) + 8), EVEN8X4((b) + 12)
 #define EVEN8X64(b) EVEN8X16(b), EVEN8X16((b) + 16), EVEN8X16((b) + 32), EVEN8X16((b) + 48)
 static const uint64_t sign_even_bytes[128] = {EVEN8X64(0), EVEN8X64(64)};
-/* the signs of four 7-bit indices (IQ2_XXS, IQ2_XS, IQ3_XXS; byte l:
+/* the signs of four 7-bit indices (IQ2_XXS, IQ3_XXS; byte l:
  * elements 8l .. 8l+7) as 32 bytes of +-1, four loads of the table: looked
  * up one by one, then packed for signs32_packed, they made a scalar chain
  * ahead of its vector one (their decode rows 1.1-1.7x) */
@@ -554,20 +554,64 @@ static inline __m256i scale2(int s0, int s1) {
     return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
 }
 
+/* what a block's sub-blocks share, made once a block in vectors (a
+ * sub-block then takes its part with a shuffle or two instead of scalar
+ * look-ups, shifts and inserts of its own).  IQ2_XS: its 32 sign bytes,
+ * byte 2j the 7-bit index of group j with its parity in bit 7 (a byte
+ * table look-up of 4 bits: the parity of i ^ i >> 4), and its 16 scales
+ * 2 s + 1 as bytes.  IQ4_XS: its 8 scales ls - 32, each in both int16
+ * halves of int32 lane j. */
+struct iq_blk_avx2 {
+    __m256i sgn[2]; /* IQ2_XS: groups 0..15, 16..31; lane l: groups 8l .. 8l+7 of its 16 */
+    __m128i sc;     /* IQ2_XS: the scale of 16-element half i in byte i */
+    __m256i sc32;   /* IQ4_XS */
+};
+static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, const void *blk,
+                                                                struct iq_blk_avx2 *p) {
+    if (kind == IQ4XS) {
+        const bt_block_iq4_xs *w = blk;
+        uint32_t lo;
+        memcpy(&lo, w->scales_l, 4);
+        /* sub-block j: nibble j of scales_l, bits 2j, 2j+1 of scales_h */
+        const __m256i j4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        const __m256i l = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo), j4), _mm256_set1_epi32(0xF));
+        const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h), _mm256_srli_epi32(j4, 1)),
+                                           _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(h, 4)), _mm256_set1_epi32(32));
+        p->sc32 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ls, 16));
+        return;
+    }
+    if (kind != IQ2XS) return;
+    const bt_block_iq2_xs *w = blk;
+    /* 0x80 where the 4-bit index has odd parity */
+    const __m256i odd = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * h));
+        const __m256i s = _mm256_srli_epi16(q, 9); /* 7 bits in the low byte, 0 in the high */
+        p->sgn[h] = _mm256_or_si256(s, _mm256_shuffle_epi8(odd, _mm256_xor_si256(s, _mm256_srli_epi16(q, 13))));
+    }
+    const __m128i x = _mm_loadl_epi64((const __m128i *)w->scales);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    p->sc = _mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1));
+}
+
 /* sub-block c (elements 32c .. 32c+31) of a block: |v| (*u), the signs to
- * put on the activation (*sg) and the scales (*scv) */
-static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, const void *blk, int c, __m256i *u,
+ * put on the activation (*sg) and the scales (*scv); p from iq_block_avx2 */
+static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, const void *blk,
+                                                                const struct iq_blk_avx2 *p, int c, __m256i *u,
                                                                 __m256i *sg, __m256i *scv) {
     if (kind == IQ4XS) {
         const bt_block_iq4_xs *w = blk;
-        const __m256i lut = _mm256_broadcastsi128_si256(iq4_abs_levels());
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
         const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * c));
         /* elements 0..15: the low nibbles; 16..31: the high */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-        *u = _mm256_shuffle_epi8(lut, nib);
-        *sg = _mm256_or_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(8), nib), _mm256_set1_epi8(1)); /* levels 0..7 < 0 */
-        const int sc = bt_iq4_xs_scale(w, c) - 32;
-        *scv = scale2(sc, sc);
+        const __m256i v = _mm256_shuffle_epi8(lut, nib);
+        *u = _mm256_abs_epi8(v);
+        *sg = v; /* no level is 0 */
+        *scv = _mm256_permutevar8x32_epi32(p->sc32, _mm256_set1_epi32(c));
     } else if (kind == IQ2XXS) {
         const bt_block_iq2_xxs *w = blk;
         const uint32_t idx = rd32(w->qs + 4 * c), sgs = rd32(w->qs + 4 * c + 2);
@@ -579,8 +623,23 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         const bt_block_iq2_xs *w = blk;
         const __m128i q = _mm_loadl_epi64((const __m128i *)(w->qs + 4 * c));
         *u = gather4(bt_iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(q), _mm_set1_epi32(511)));
-        *sg = signs32_even4(w->qs[4 * c] >> 9, w->qs[4 * c + 1] >> 9, w->qs[4 * c + 2] >> 9, w->qs[4 * c + 3] >> 9);
-        *scv = scale2(2 * (w->scales[c] & 0xF) + 1, 2 * (w->scales[c] >> 4) + 1);
+        /* groups 4c .. 4c+3: bytes o, o+2 of sgn's lane (c / 2) % 2 in the low lane, o+4, o+6 in the high */
+        const __m256i g = (c / 2) % 2 ? _mm256_permute2x128_si256(p->sgn[c / 4], p->sgn[c / 4], 0x11)
+                                      : _mm256_permute2x128_si256(p->sgn[c / 4], p->sgn[c / 4], 0x00);
+        const char o = (char)(8 * (c % 2));
+        const __m256i pick = _mm256_setr_epi8(o, o, o, o, o, o, o, o, (char)(o + 2), (char)(o + 2), (char)(o + 2),
+                                              (char)(o + 2), (char)(o + 2), (char)(o + 2), (char)(o + 2), (char)(o + 2),
+                                              (char)(o + 4), (char)(o + 4), (char)(o + 4), (char)(o + 4), (char)(o + 4),
+                                              (char)(o + 4), (char)(o + 4), (char)(o + 4), (char)(o + 6), (char)(o + 6),
+                                              (char)(o + 6), (char)(o + 6), (char)(o + 6), (char)(o + 6), (char)(o + 6),
+                                              (char)(o + 6));
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        *sg = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(g, pick), bit), bit),
+                              _mm256_set1_epi8(1));
+        /* halves 2c, 2c+1 as the int16 lanes of the low and high lane */
+        const char h0 = (char)(2 * c), h1 = (char)(2 * c + 1);
+        *scv = _mm256_cvtepu8_epi16(
+            _mm_shuffle_epi8(p->sc, _mm_setr_epi8(h0, h0, h0, h0, h0, h0, h0, h0, h1, h1, h1, h1, h1, h1, h1, h1)));
     } else if (kind == IQ2S) {
         const bt_block_iq2_s *w = blk;
         const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
@@ -645,9 +704,11 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
         const float dm = iq_d(blk) * iq_mult(kind);
         __m256i I[4];
         for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
+        struct iq_blk_avx2 p;
+        iq_block_avx2(kind, blk, &p);
         for (int s = 0; s < 8; s++) {
             __m256i u, sg, scv;
-            iq_chunk_avx2(kind, blk, s, &u, &sg, &scv);
+            iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
             for (int c = 0; c < RN; c++) {
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(((const bt_block_q8_K *)acts[c] + b)->qs + 32 * s));
                 I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
@@ -675,9 +736,11 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
             I[r] = _mm256_setzero_si256();
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
             dm[r] = iq_d(blk) * iq_mult(kind);
+            struct iq_blk_avx2 p;
+            iq_block_avx2(kind, blk, &p);
             for (int c = 0; c < 8; c++) {
                 __m256i u, sg, scv;
-                iq_chunk_avx2(kind, blk, c, &u, &sg, &scv);
+                iq_chunk_avx2(kind, blk, &p, c, &u, &sg, &scv);
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
                 I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
             }
@@ -697,9 +760,11 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
 
 /* a lattice block's 256 values v + 128 (bt_cpu_iq_unpack) */
 static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
+    struct iq_blk_avx2 p;
+    iq_block_avx2(kind, blk, &p);
     for (int s = 0; s < 8; s++) {
         __m256i u, sg, scv;
-        iq_chunk_avx2(kind, blk, s, &u, &sg, &scv);
+        iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
         __m256i v = _mm256_sign_epi8(u, sg);
         if (kind == IQ1S) { /* 8 g + delta */
             const __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
