@@ -1676,6 +1676,35 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
+/* the float scales d (and dmin) of block b of four rows (byte offset off),
+ * converted together: each taken by kq_scales_avx2 alone was a vpinsrw, a
+ * vcvtph2ps and a store per row, and a load of the four stores that could
+ * not be forwarded */
+static inline __attribute__((always_inline)) void kq_d4_avx2(const int kind, const void *const *w_rows,
+                                                             const size_t off, __m128 *d, __m128 *dmin) {
+    const size_t at = kind == KQ2   ? offsetof(bt_block_q2_K, d)
+                      : kind == KQ3 ? offsetof(bt_block_q3_K, d)
+                      : kind == KQ6 ? offsetof(bt_block_q6_K, d)
+                                    : offsetof(bt_block_q4_K, d); /* Q5_K's d and dmin lie there too */
+    uint64_t h[4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < 4; r++) {
+        uint32_t x = 0;
+        memcpy(&x, (const char *)w_rows[r] + off + at, kq_has_min(kind) ? 4 : 2); /* d, then dmin */
+        h[r] = x;
+    }
+    if (kq_has_min(kind)) {
+        /* halves d0 m0 d1 m1 d2 m2 d3 m3 -> d0..d3 | m0..m3 */
+        const __m128i x = _mm_set_epi64x((long long)(h[2] | h[3] << 32), (long long)(h[0] | h[1] << 32));
+        const __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(x), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        *d = _mm256_castps256_ps128(f);
+        *dmin = _mm256_extractf128_ps(f, 1);
+    } else {
+        *d = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)(h[0] | h[1] << 16 | h[2] << 32 | h[3] << 48)));
+        *dmin = _mm_setzero_ps();
+    }
+}
+
 /* 4 rows against one column (out[r]), the decode rows (matmul repeats the
  * last row for a shorter tail): kq_tile_avx2's I and M per row and block.
  * A 2-row tile reduced each row's lanes apart and took the float steps one
@@ -1691,13 +1720,12 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
         __m256i iv[4], mv[4];
-        _Alignas(16) float d[4], dmin[4];
+        __m128 d, dmin;
+        kq_d4_avx2(kind, w_rows, (size_t)b * bs, &d, &dmin);
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
-            const struct kq_scales o = kq_scales_avx2(kind, blk);
-            d[r] = o.d;
-            dmin[r] = o.dmin;
+            const struct kq_scales o = kq_scales_avx2(kind, blk); /* its d, dmin unused: d, dmin above */
             iv[r] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int ch = 0; ch < 8; ch++) {
@@ -1717,13 +1745,13 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
         const __m128 da = _mm_set1_ps(a->d);
         if (kq_has_min(kind)) {
             const __m128i I = hsum4_i32x8(iv[0], iv[1], iv[2], iv[3]), M = hsum4_i32x8(mv[0], mv[1], mv[2], mv[3]);
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(da, _mm_load_ps(d)), acc);
-            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(da, _mm_load_ps(dmin)), acc);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(da, d), acc);
+            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(da, dmin), acc);
         } else {
             _Pragma("GCC unroll 4")
             for (int r = 0; r < 4; r++) iv[r] = _mm256_sub_epi32(iv[r], mv[r]);
             const __m128i IM = hsum4_i32x8(iv[0], iv[1], iv[2], iv[3]);
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(IM), _mm_mul_ps(da, _mm_load_ps(d)), acc);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(IM), _mm_mul_ps(da, d), acc);
         }
     }
     _mm_storeu_ps(out, acc);
