@@ -559,11 +559,11 @@ static inline __m256i scale2(int s0, int s1) {
  * look-ups, shifts and inserts of its own).  IQ2_XS: its 32 sign bytes,
  * byte 2j the 7-bit index of group j with its parity in bit 7 (a byte
  * table look-up of 4 bits: the parity of i ^ i >> 4), and its 16 scales
- * 2 s + 1 as bytes.  IQ4_XS: its 8 scales ls - 32, each in both int16
+ * 2 s + 1 as bytes (IQ2_S's too).  IQ4_XS: its 8 scales ls - 32, each in both int16
  * halves of int32 lane j. */
 struct iq_blk_avx2 {
     __m256i sgn[2]; /* IQ2_XS: groups 0..15, 16..31; lane l: groups 8l .. 8l+7 of its 16 */
-    __m128i sc;     /* IQ2_XS: the scale of 16-element half i in byte i */
+    __m128i sc;     /* IQ2_XS, IQ2_S: the scale of 16-element half i in byte i */
     __m256i sc32;   /* IQ4_XS */
 };
 static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, const void *blk,
@@ -581,20 +581,31 @@ static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, 
         p->sc32 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ls, 16));
         return;
     }
-    if (kind != IQ2XS) return;
-    const bt_block_iq2_xs *w = blk;
-    /* 0x80 where the 4-bit index has odd parity */
-    const __m256i odd = _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
-    for (int h = 0; h < 2; h++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * h));
-        const __m256i s = _mm256_srli_epi16(q, 9); /* 7 bits in the low byte, 0 in the high */
-        p->sgn[h] = _mm256_or_si256(s, _mm256_shuffle_epi8(odd, _mm256_xor_si256(s, _mm256_srli_epi16(q, 13))));
+    if (kind != IQ2XS && kind != IQ2S) return;
+    if (kind == IQ2XS) {
+        const bt_block_iq2_xs *w = blk;
+        /* 0x80 where the 4-bit index has odd parity */
+        const __m256i odd = _mm256_broadcastsi128_si256(
+            _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * h));
+            const __m256i s = _mm256_srli_epi16(q, 9); /* 7 bits in the low byte, 0 in the high */
+            p->sgn[h] = _mm256_or_si256(s, _mm256_shuffle_epi8(odd, _mm256_xor_si256(s, _mm256_srli_epi16(q, 13))));
+        }
     }
-    const __m128i x = _mm_loadl_epi64((const __m128i *)w->scales);
+    const __m128i x = _mm_loadl_epi64(
+        (const __m128i *)(kind == IQ2XS ? ((const bt_block_iq2_xs *)blk)->scales : ((const bt_block_iq2_s *)blk)->scales));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
     p->sc = _mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1));
+}
+
+/* IQ2_XS and IQ2_S: the scales of halves 2c, 2c+1 (bytes of sc from
+ * iq_block_avx2) as the int16 lanes of the low and the high 128-bit lane */
+static inline __m256i iq2_half_scales(__m128i sc, const int c) {
+    const char h0 = (char)(2 * c), h1 = (char)(2 * c + 1);
+    return _mm256_cvtepu8_epi16(
+        _mm_shuffle_epi8(sc, _mm_setr_epi8(h0, h0, h0, h0, h0, h0, h0, h0, h1, h1, h1, h1, h1, h1, h1, h1)));
 }
 
 /* sub-block c (elements 32c .. 32c+31) of a block: |v| (*u), the signs to
@@ -636,10 +647,7 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
         *sg = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(g, pick), bit), bit),
                               _mm256_set1_epi8(1));
-        /* halves 2c, 2c+1 as the int16 lanes of the low and high lane */
-        const char h0 = (char)(2 * c), h1 = (char)(2 * c + 1);
-        *scv = _mm256_cvtepu8_epi16(
-            _mm_shuffle_epi8(p->sc, _mm_setr_epi8(h0, h0, h0, h0, h0, h0, h0, h0, h1, h1, h1, h1, h1, h1, h1, h1)));
+        *scv = iq2_half_scales(p->sc, c);
     } else if (kind == IQ2S) {
         const bt_block_iq2_s *w = blk;
         const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
@@ -647,7 +655,7 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
                                          _mm_set1_epi32(3));
         *u = gather4(bt_iq2s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8)));
         *sg = signs32_packed(rd32(w->signs + 4 * c));
-        *scv = scale2(2 * (w->scales[c] & 0xF) + 1, 2 * (w->scales[c] >> 4) + 1);
+        *scv = iq2_half_scales(p->sc, c);
     } else if (kind == IQ3XXS) {
         const bt_block_iq3_xxs *w = blk;
         const uint32_t sgs = rd32(w->qs + 64 + 4 * c);
