@@ -48,6 +48,9 @@
     defined(__BMI2__)
 #define HAVE_IQ_AVX512 1
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
 
 enum iq_kind { IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S };
 
@@ -782,6 +785,97 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
         _mm256_storeu_si256((__m256i *)(q + 32 * s), _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
     }
 }
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+/* ---- NEON (plain, dotprod): the reference's integers, 16 elements at a time ---- */
+
+/* 8 grid bytes e, element j negated where bit j of s is set */
+static inline int8x8_t iq_signed8_neon(uint64_t e, unsigned s) {
+    static const uint8_t bit[8] = {1, 2, 4, 8, 16, 32, 64, 128};
+    const int8x8_t v = vreinterpret_s8_u64(vcreate_u64(e));
+    return vbsl_s8(vtst_u8(vdup_n_u8((uint8_t)s), vld1_u8(bit)), vneg_s8(v), v);
+}
+
+/* group g (elements 8g .. 8g+7) of a lattice block: iq_values' bytes */
+static inline __attribute__((always_inline)) int8x8_t iq_group_neon(const int kind, const void *blk, const int g) {
+    const int s32 = g / 4, l = g % 4;
+    switch (kind) {
+    case IQ2XXS: {
+        const bt_block_iq2_xxs *w = blk;
+        const uint32_t idx = rd32(w->qs + 4 * s32), sg = rd32(w->qs + 4 * s32 + 2);
+        return iq_signed8_neon(bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF], bt_iq2_signs[(sg >> (7 * l)) & 127]);
+    }
+    case IQ2XS: {
+        const bt_block_iq2_xs *w = blk;
+        return iq_signed8_neon(bt_iq2xs_grid[w->qs[g] & 511], bt_iq2_signs[w->qs[g] >> 9]);
+    }
+    case IQ2S: {
+        const bt_block_iq2_s *w = blk;
+        return iq_signed8_neon(bt_iq2s_grid[w->qs[g] | (((w->qh[g / 4] >> (2 * (g % 4))) & 3) << 8)], w->signs[g]);
+    }
+    case IQ3XXS: {
+        const bt_block_iq3_xxs *w = blk;
+        const uint64_t e = bt_iq3xxs_grid[w->qs[2 * g]] | (uint64_t)bt_iq3xxs_grid[w->qs[2 * g + 1]] << 32;
+        return iq_signed8_neon(e, bt_iq2_signs[(rd32(w->qs + 64 + 4 * s32) >> (7 * l)) & 127]);
+    }
+    case IQ3S: {
+        const bt_block_iq3_s *w = blk;
+        const int q = 2 * g; /* groups of 4: q, q + 1 */
+        const uint64_t e = bt_iq3s_grid[w->qs[q] | (((w->qh[q / 8] >> (q % 8)) & 1) << 8)] |
+                           (uint64_t)bt_iq3s_grid[w->qs[q + 1] | (((w->qh[q / 8] >> (q % 8 + 1)) & 1) << 8)] << 32;
+        return iq_signed8_neon(e, w->signs[g]);
+    }
+    default: { /* IQ1_S: 8 g + delta */
+        const bt_block_iq1_s *w = blk;
+        const uint16_t qh = w->qh[s32];
+        const int8x8_t e = vreinterpret_s8_u64(vcreate_u64(bt_iq1s_grid[w->qs[g] | (((qh >> (3 * l)) & 7) << 8)]));
+        return vadd_s8(vshl_n_s8(e, 3), vdup_n_s8(qh & 0x8000 ? -1 : 1));
+    }
+    }
+}
+
+/* the sum of 16 products (|v|, |a| <= 127), in 4 int32 lanes */
+static inline int32x4_t iq_dot16_neon(int8x16_t v, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdupq_n_s32(0), v, a);
+#else
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(v), vget_low_s8(a))), vmull_high_s8(v, a));
+#endif
+}
+
+/* one row against RN columns (out[c]): per block I = sum of sc[j] times the
+ * 16-element half j's products, exact integers in any order; then
+ * dot_iq_ref's float step */
+static inline __attribute__((always_inline)) void iq_row_neon(const int kind, const int RN, int64_t k,
+                                                              const void *w_row, const void *const *acts, float *out) {
+    const size_t bs = iq_block_bytes(kind);
+    const int8x16_t lut = vld1q_s8(bt_iq4nl_values);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        const void *blk = (const char *)w_row + (size_t)b * bs;
+        int sc[16];
+        iq_scales(kind, blk, sc);
+        int32x4_t I[4];
+        for (int c = 0; c < RN; c++) I[c] = vdupq_n_s32(0);
+        for (int j = 0; j < 16; j++) {
+            int8x16_t v;
+            if (kind == IQ4XS) { /* half j: the low (j even) or high nibbles of qs[16 (j / 2) ..] */
+                const uint8x16_t x = vld1q_u8(((const bt_block_iq4_xs *)blk)->qs + 16 * (j / 2));
+                v = vqtbl1q_s8(lut, j % 2 ? vshrq_n_u8(x, 4) : vandq_u8(x, vdupq_n_u8(0x0F)));
+            } else {
+                v = vcombine_s8(iq_group_neon(kind, blk, 2 * j), iq_group_neon(kind, blk, 2 * j + 1));
+            }
+            for (int c = 0; c < RN; c++) {
+                const bt_block_q8_K *a = (const bt_block_q8_K *)acts[c] + b;
+                I[c] = vmlaq_n_s32(I[c], iq_dot16_neon(v, vld1q_s8(a->qs + 16 * j)), sc[j]);
+            }
+        }
+        const float dm = iq_d(blk) * iq_mult(kind);
+        for (int c = 0; c < RN; c++)
+            acc[c] = fmaf((float)vaddvq_s32(I[c]), dm * ((const bt_block_q8_K *)acts[c] + b)->d, acc[c]);
+    }
+    for (int c = 0; c < RN; c++) out[c] = acc[c];
+}
+#define IQ_ROW iq_row_neon
 #else
 #define FAST(name) dot_##name##_ref
 #define TILES(name) {{0, 0, NULL}}
@@ -798,7 +892,7 @@ static inline __attribute__((always_inline)) void iq_unpack_values(const int kin
 #else
 #define IQ_ROWS_TILE(name, kind)
 #endif
-/* the vector row (AVX-512 or AVX2) as the type's vec_dot and its 2- and 4-column tiles */
+/* the vector row (AVX-512, AVX2 or NEON) as the type's vec_dot and its 2- and 4-column tiles */
 #define IQ_VEC(name, kind)                                                                                  \
     static void dot_##name##_vec(int64_t k, float *s, const void *w, const void *a) {                       \
         IQ_ROW(kind, 1, k, w, &a, s);                                                                       \
