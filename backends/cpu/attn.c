@@ -41,9 +41,11 @@
  *
  * Instruction sets: the kernels (k tile, scores, running maximum and exp,
  * accumulation; the sum S is plain C in all) come in
- * AVX-512, AVX2+FMA+F16C and plain C; bt_cpu_flash_attn takes the widest the
- * CPU has at run time (whatever -march the file was built with), the plain C
- * one under p->reference.  All three do the same operations lane by lane
+ * AVX-512, AVX2+FMA+F16C and plain C on x86-64, NEON and plain C on aarch64
+ * (NEON's running maximum in scalar, its exp in vectors); bt_cpu_flash_attn
+ * takes the widest the CPU has at run time (whatever -march the file was
+ * built with), the plain C one under p->reference.  All do the same
+ * operations lane by lane
  * (the plain C one with fmaf), so they give the same bits: test_attn.c runs
  * each variant the CPU has against the plain one.  This file is built with
  * -ffp-contract=off so that the compiler fuses nothing on its own.
@@ -64,6 +66,10 @@
 #include <immintrin.h>
 #define TARGET_AVX512 __attribute__((target("avx512f,fma,f16c")))
 #define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define ATTN_NEON 1
+#include <arm_neon.h>
 #endif
 
 #define TILE 16      /* cells per tile: one AVX-512 vector of scores */
@@ -168,8 +174,11 @@ static void c_scores(const float *kt, int64_t D, const float *const *qp, int nr,
     }
 }
 
-static void c_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
-    float mp[TILE], m = *M;
+/* the softmax's cells skipped and raising the maximum, and the maximum
+ * before each cell mp[c], in scalar (c_softmax's and NEON's) */
+static inline void softmax_marks(const float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip,
+                                 float *mp) {
+    float m = *M;
     uint32_t nb = 0, sk = 0;
     for (int c = 0; c < TILE; c++) {
         mp[c] = m;
@@ -183,6 +192,11 @@ static void c_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint3
     *M = m;
     *newb = nb;
     *skip = sk;
+}
+
+static void c_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
+    float mp[TILE];
+    softmax_marks(s, mr, M, newb, skip, mp);
     for (int c = 0; c < TILE; c++) {
         const float lo = s[c] < mp[c] ? s[c] : mp[c], hi = s[c] < mp[c] ? mp[c] : s[c];
         s[c] = exp_fixed(lo - hi);
@@ -548,6 +562,137 @@ TARGET_AVX2 static void avx2_accum2(float *a0, float *a1, float *S0, float *S1, 
 }
 #endif /* ATTN_X86 */
 
+#ifdef ATTN_NEON
+/* ---- NEON (every aarch64 CPU): the plain C kernels' operations, 4 lanes ---- */
+
+static bool neon_available(void) { return true; }
+
+/* 4 x 4 blocks: four rows' D elements converted, then transposed */
+static bool neon_k_tile_f16(const char *base, size_t stride, int nj, int64_t D, float *kt) {
+    if (D % 4) return false;
+    for (int64_t i0 = 0; i0 < D; i0 += 4)
+        for (int c0 = 0; c0 < TILE; c0 += 4) {
+            float32x4_t r[4];
+            for (int c = 0; c < 4; c++)
+                r[c] = c0 + c < nj ? vcvt_f32_f16(vreinterpret_f16_u16(
+                                         vld1_u16((const uint16_t *)(base + (size_t)(c0 + c) * stride) + i0)))
+                                   : vdupq_n_f32(0.0f);
+            const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+            const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+            const float32x4_t o[4] = {
+                vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2))),
+                vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3))),
+                vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2))),
+                vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)))};
+            for (int i = 0; i < 4; i++) vst1q_f32(kt + (i0 + i) * TILE + c0, o[i]);
+        }
+    return true;
+}
+
+static void neon_f16_row(const bt_fp16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)x + i))));
+    for (; i < n; i++) y[i] = bt_fp16_to_fp32(x[i]);
+}
+
+/* c_scores per row: the 16 cells' chains in 4 vectors (vfmaq: one rounding) */
+static void neon_scores(const float *kt, int64_t D, const float *const *qp, int nr, int group, const float *mt,
+                        float scale, float *s) {
+    for (int r = 0; r < nr; r++) {
+        float32x4_t d[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        for (int64_t i = 0; i < D; i++) {
+            const float32x4_t qv = vdupq_n_f32(qp[r][i]);
+            for (int h = 0; h < 4; h++) d[h] = vfmaq_f32(d[h], qv, vld1q_f32(kt + i * TILE + 4 * h));
+        }
+        const float *m = mt + (r / group) * TILE;
+        for (int h = 0; h < 4; h++)
+            vst1q_f32(s + r * TILE + 4 * h, vaddq_f32(vmulq_f32(d[h], vdupq_n_f32(scale)), vld1q_f32(m + 4 * h)));
+    }
+}
+
+/* exp_fixed in 4 lanes (a lane below EXP_LO, -inf or NaN gives 0, as AVX2's) */
+static float32x4_t neon_exp_fixed(float32x4_t x) {
+    const uint32x4_t ok = vcgeq_f32(x, vdupq_n_f32(EXP_LO));
+    const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(EXP_LOG2E)));
+    float32x4_t r = vfmaq_f32(x, n, vdupq_n_f32(-EXP_C1));
+    r = vfmaq_f32(r, n, vdupq_n_f32(-EXP_C2));
+    float32x4_t p = vdupq_n_f32(EXP_P0);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P5), p, r);
+    float32x4_t y = vfmaq_f32(r, p, vmulq_f32(r, r));
+    y = vaddq_f32(y, vdupq_n_f32(1.0f));
+    /* n is in [-126, 0] where ok; elsewhere the lane is cleared below */
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vreinterpretq_f32_u32(vandq_u32(ok, vreinterpretq_u32_f32(vmulq_f32(y, vreinterpretq_f32_s32(e)))));
+}
+
+static void neon_softmax(float *s, const float *mr, float *M, uint32_t *newb, uint32_t *skip) {
+    float mp[TILE];
+    softmax_marks(s, mr, M, newb, skip, mp);
+    for (int h = 0; h < TILE; h += 4) {
+        const float32x4_t a = vld1q_f32(s + h), m = vld1q_f32(mp + h);
+        const uint32x4_t lt = vcltq_f32(a, m);
+        vst1q_f32(s + h, neon_exp_fixed(vsubq_f32(vbslq_f32(lt, a, m), vbslq_f32(lt, m, a))));
+    }
+}
+
+/* 16-element chunks; a tail of Dv % 16 elements in plain C (the same operations) */
+static void neon_accum(float *acc, float *S, int64_t Dv, const float *v, int64_t vs, const float *x, uint32_t newb,
+                       uint32_t skip) {
+    sum_update(S, x, newb, skip);
+    int64_t d0 = 0;
+    for (; d0 + 16 <= Dv; d0 += 16) {
+        float32x4_t a[4];
+        for (int l = 0; l < 4; l++) a[l] = vld1q_f32(acc + d0 + 4 * l);
+        for (int c = 0; c < TILE; c++) {
+            if (skip >> c & 1) continue;
+            const float *vc = v + c * vs + d0;
+            const float32x4_t xc = vdupq_n_f32(x[c]);
+            if (newb >> c & 1)
+                for (int l = 0; l < 4; l++) a[l] = vaddq_f32(vmulq_f32(a[l], xc), vld1q_f32(vc + 4 * l));
+            else
+                for (int l = 0; l < 4; l++) a[l] = vfmaq_f32(a[l], xc, vld1q_f32(vc + 4 * l));
+        }
+        for (int l = 0; l < 4; l++) vst1q_f32(acc + d0 + 4 * l, a[l]);
+    }
+    if (d0 < Dv) c_accum_v(acc + d0, Dv - d0, v + d0, vs, x, newb, skip);
+}
+
+static void neon_accum2(float *a0, float *a1, float *S0, float *S1, int64_t Dv, const float *v, int64_t vs,
+                        const float *x0, const float *x1) {
+    sum_update(S0, x0, 0, 0);
+    sum_update(S1, x1, 0, 0);
+    int64_t d0 = 0;
+    for (; d0 + 16 <= Dv; d0 += 16) {
+        float32x4_t p[4], q[4];
+        for (int l = 0; l < 4; l++) {
+            p[l] = vld1q_f32(a0 + d0 + 4 * l);
+            q[l] = vld1q_f32(a1 + d0 + 4 * l);
+        }
+        for (int c = 0; c < TILE; c++) {
+            const float *vc = v + c * vs + d0;
+            const float32x4_t y0 = vdupq_n_f32(x0[c]), y1 = vdupq_n_f32(x1[c]);
+            for (int l = 0; l < 4; l++) {
+                const float32x4_t vv = vld1q_f32(vc + 4 * l);
+                p[l] = vfmaq_f32(p[l], y0, vv);
+                q[l] = vfmaq_f32(q[l], y1, vv);
+            }
+        }
+        for (int l = 0; l < 4; l++) {
+            vst1q_f32(a0 + d0 + 4 * l, p[l]);
+            vst1q_f32(a1 + d0 + 4 * l, q[l]);
+        }
+    }
+    if (d0 < Dv) {
+        c_accum_v(a0 + d0, Dv - d0, v + d0, vs, x0, 0, 0);
+        c_accum_v(a1 + d0, Dv - d0, v + d0, vs, x1, 0, 0);
+    }
+}
+#endif /* ATTN_NEON */
+
 static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
     [BT_CPU_ATTN_C] = {
         /* .name       = */ "c",
@@ -579,6 +724,18 @@ static const struct attn_isa isas[BT_CPU_ATTN_ISA_COUNT] = {
         /* .softmax    = */ avx512_softmax,
         /* .accum      = */ avx512_accum,
         /* .accum2     = */ avx512_accum2,
+    },
+#endif
+#ifdef ATTN_NEON
+    [BT_CPU_ATTN_NEON] = {
+        /* .name       = */ "neon",
+        /* .available  = */ neon_available,
+        /* .k_tile_f16 = */ neon_k_tile_f16,
+        /* .f16_row    = */ neon_f16_row,
+        /* .scores     = */ neon_scores,
+        /* .softmax    = */ neon_softmax,
+        /* .accum      = */ neon_accum,
+        /* .accum2     = */ neon_accum2,
     },
 #endif
 };

@@ -117,11 +117,11 @@ size_t bt_cpu_fdot_buf_bytes(int64_t ncols);
 /* attn.c: FLASH_ATTN.  bt_cpu_flash_attn runs the widest kernel set the
  * CPU has (the plain C one under p->reference); every set gives the same
  * bits, and bt_cpu_flash_attn_isa runs a chosen one (for the tests). */
-enum bt_cpu_attn_isa { BT_CPU_ATTN_C, BT_CPU_ATTN_AVX2, BT_CPU_ATTN_AVX512, BT_CPU_ATTN_ISA_COUNT };
+enum bt_cpu_attn_isa { BT_CPU_ATTN_C, BT_CPU_ATTN_AVX2, BT_CPU_ATTN_AVX512, BT_CPU_ATTN_NEON, BT_CPU_ATTN_ISA_COUNT };
 void bt_cpu_flash_attn(const struct bt_cpu_params *p, struct bt_tensor *dst);
 bool bt_cpu_flash_attn_supported(const struct bt_tensor *node);
 size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth);
-/* "c", "avx2", "avx512"; NULL for a set this build lacks */
+/* "c", "avx2", "avx512", "neon"; NULL for a set this build lacks */
 const char *bt_cpu_attn_isa_name(enum bt_cpu_attn_isa isa);
 /* built in and supported by this CPU */
 bool bt_cpu_attn_isa_available(enum bt_cpu_attn_isa isa);

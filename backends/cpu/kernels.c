@@ -37,7 +37,9 @@
 /* attention's kernels (attn.c, chosen at run time on their own) go up to
  * this variant's instruction set; in a build of one variant, as wide as the
  * CPU has */
-#if !defined(BT_CPU_VARIANT) || defined(__AVX512F__)
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define KERNELS_ATTN BT_CPU_ATTN_NEON
+#elif !defined(BT_CPU_VARIANT) || defined(__AVX512F__)
 #define KERNELS_ATTN BT_CPU_ATTN_AVX512
 #elif defined(__AVX2__)
 #define KERNELS_ATTN BT_CPU_ATTN_AVX2
