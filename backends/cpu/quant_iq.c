@@ -102,70 +102,75 @@ static void iq_scales(int kind, const void *blk, int sc16[16]) {
 
 static inline int sgn(uint8_t signs, int j, int v) { return (signs >> j) & 1 ? -v : v; }
 
+/* group g (elements 8g .. 8g+7) of a lattice block: its 8 grid bytes *e
+ * (IQ3_XXS and IQ3_S: two entries of 4) and its sign bits *s (bit j: element
+ * j negative); IQ1_S: *s is 1 where its delta is -1 (element 8 e_j + delta) */
+static inline __attribute__((always_inline)) void iq_group(const int kind, const void *blk, const int g, uint64_t *e,
+                                                           unsigned *s) {
+    const int s32 = g / 4, l = g % 4;
+    switch (kind) {
+    case IQ2XXS: {
+        const bt_block_iq2_xxs *w = blk;
+        const uint32_t idx = rd32(w->qs + 4 * s32), sg = rd32(w->qs + 4 * s32 + 2);
+        *e = bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF];
+        *s = bt_iq2_signs[(sg >> (7 * l)) & 127];
+        return;
+    }
+    case IQ2XS: {
+        const bt_block_iq2_xs *w = blk;
+        *e = bt_iq2xs_grid[w->qs[g] & 511];
+        *s = bt_iq2_signs[w->qs[g] >> 9];
+        return;
+    }
+    case IQ2S: {
+        const bt_block_iq2_s *w = blk;
+        *e = bt_iq2s_grid[w->qs[g] | (((w->qh[g / 4] >> (2 * (g % 4))) & 3) << 8)];
+        *s = w->signs[g];
+        return;
+    }
+    case IQ3XXS: {
+        const bt_block_iq3_xxs *w = blk;
+        *e = bt_iq3xxs_grid[w->qs[2 * g]] | (uint64_t)bt_iq3xxs_grid[w->qs[2 * g + 1]] << 32;
+        *s = bt_iq2_signs[(rd32(w->qs + 64 + 4 * s32) >> (7 * l)) & 127];
+        return;
+    }
+    case IQ3S: {
+        const bt_block_iq3_s *w = blk;
+        const int q = 2 * g; /* groups of 4: q, q + 1 (the same byte of qh) */
+        *e = bt_iq3s_grid[w->qs[q] | (((w->qh[q / 8] >> (q % 8)) & 1) << 8)] |
+             (uint64_t)bt_iq3s_grid[w->qs[q + 1] | (((w->qh[q / 8] >> (q % 8 + 1)) & 1) << 8)] << 32;
+        *s = w->signs[g];
+        return;
+    }
+    default: {
+        const bt_block_iq1_s *w = blk;
+        const uint16_t qh = w->qh[s32];
+        *e = bt_iq1s_grid[w->qs[g] | (((qh >> (3 * l)) & 7) << 8)];
+        *s = qh >> 15;
+        return;
+    }
+    }
+}
+
 /* the 256 signed values of a block */
 static void iq_values(int kind, const void *blk, int8_t v[BT_QK_K]) {
     for (int g = 0; g < 32; g++) { /* groups of 8 */
         int8_t *o = v + 8 * g;
-        const int s32 = g / 4, l = g % 4;
-        switch (kind) {
-        case IQ4XS: {
+        if (kind == IQ4XS) {
             const bt_block_iq4_xs *w = blk;
             for (int j = 0; j < 8; j++) {
-                const int e = 8 * l + j; /* in the sub-block */
-                const uint8_t q = w->qs[16 * s32 + e % 16];
+                const int e = 8 * (g % 4) + j; /* in the sub-block */
+                const uint8_t q = w->qs[16 * (g / 4) + e % 16];
                 o[j] = bt_iq4nl_values[e < 16 ? q & 0xF : q >> 4];
             }
-            break;
+            continue;
         }
-        case IQ2XXS: {
-            const bt_block_iq2_xxs *w = blk;
-            const uint32_t idx = rd32(w->qs + 4 * s32), sg = rd32(w->qs + 4 * s32 + 2);
-            const uint64_t e = bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF];
-            const uint8_t s = bt_iq2_signs[(sg >> (7 * l)) & 127];
-            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(s, j, (int8_t)(e >> (8 * j)));
-            break;
-        }
-        case IQ2XS: {
-            const bt_block_iq2_xs *w = blk;
-            const uint64_t e = bt_iq2xs_grid[w->qs[g] & 511];
-            const uint8_t s = bt_iq2_signs[w->qs[g] >> 9];
-            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(s, j, (int8_t)(e >> (8 * j)));
-            break;
-        }
-        case IQ2S: {
-            const bt_block_iq2_s *w = blk;
-            const uint64_t e = bt_iq2s_grid[w->qs[g] | (((w->qh[g / 4] >> (2 * (g % 4))) & 3) << 8)];
-            for (int j = 0; j < 8; j++) o[j] = (int8_t)sgn(w->signs[g], j, (int8_t)(e >> (8 * j)));
-            break;
-        }
-        case IQ3XXS: {
-            const bt_block_iq3_xxs *w = blk;
-            const uint8_t s = bt_iq2_signs[(rd32(w->qs + 64 + 4 * s32) >> (7 * l)) & 127];
-            const uint32_t e0 = bt_iq3xxs_grid[w->qs[2 * g]], e1 = bt_iq3xxs_grid[w->qs[2 * g + 1]];
-            for (int j = 0; j < 4; j++) {
-                o[j] = (int8_t)sgn(s, j, (int8_t)(e0 >> (8 * j)));
-                o[j + 4] = (int8_t)sgn(s, j + 4, (int8_t)(e1 >> (8 * j)));
-            }
-            break;
-        }
-        case IQ3S: {
-            const bt_block_iq3_s *w = blk;
-            for (int h = 0; h < 2; h++) {
-                const int q = 2 * g + h; /* group of 4 */
-                const uint32_t e = bt_iq3s_grid[w->qs[q] | (((w->qh[q / 8] >> (q % 8)) & 1) << 8)];
-                for (int j = 0; j < 4; j++) o[4 * h + j] = (int8_t)sgn(w->signs[g], 4 * h + j, (int8_t)(e >> (8 * j)));
-            }
-            break;
-        }
-        default: {
-            const bt_block_iq1_s *w = blk;
-            const uint16_t qh = w->qh[s32];
-            const uint64_t e = bt_iq1s_grid[w->qs[g] | (((qh >> (3 * l)) & 7) << 8)];
-            const int dsg = qh & 0x8000 ? -1 : 1;
-            for (int j = 0; j < 8; j++) o[j] = (int8_t)(8 * (int8_t)(e >> (8 * j)) + dsg);
-            break;
-        }
-        }
+        uint64_t e;
+        unsigned s;
+        iq_group(kind, blk, g, &e, &s);
+        for (int j = 0; j < 8; j++)
+            o[j] = kind == IQ1S ? (int8_t)(8 * (int8_t)(e >> (8 * j)) + (s ? -1 : 1))
+                                : (int8_t)sgn((uint8_t)s, j, (int8_t)(e >> (8 * j)));
     }
 }
 
@@ -797,40 +802,12 @@ static inline int8x8_t iq_signed8_neon(uint64_t e, unsigned s) {
 
 /* group g (elements 8g .. 8g+7) of a lattice block: iq_values' bytes */
 static inline __attribute__((always_inline)) int8x8_t iq_group_neon(const int kind, const void *blk, const int g) {
-    const int s32 = g / 4, l = g % 4;
-    switch (kind) {
-    case IQ2XXS: {
-        const bt_block_iq2_xxs *w = blk;
-        const uint32_t idx = rd32(w->qs + 4 * s32), sg = rd32(w->qs + 4 * s32 + 2);
-        return iq_signed8_neon(bt_iq2xxs_grid[(idx >> (8 * l)) & 0xFF], bt_iq2_signs[(sg >> (7 * l)) & 127]);
-    }
-    case IQ2XS: {
-        const bt_block_iq2_xs *w = blk;
-        return iq_signed8_neon(bt_iq2xs_grid[w->qs[g] & 511], bt_iq2_signs[w->qs[g] >> 9]);
-    }
-    case IQ2S: {
-        const bt_block_iq2_s *w = blk;
-        return iq_signed8_neon(bt_iq2s_grid[w->qs[g] | (((w->qh[g / 4] >> (2 * (g % 4))) & 3) << 8)], w->signs[g]);
-    }
-    case IQ3XXS: {
-        const bt_block_iq3_xxs *w = blk;
-        const uint64_t e = bt_iq3xxs_grid[w->qs[2 * g]] | (uint64_t)bt_iq3xxs_grid[w->qs[2 * g + 1]] << 32;
-        return iq_signed8_neon(e, bt_iq2_signs[(rd32(w->qs + 64 + 4 * s32) >> (7 * l)) & 127]);
-    }
-    case IQ3S: {
-        const bt_block_iq3_s *w = blk;
-        const int q = 2 * g; /* groups of 4: q, q + 1 */
-        const uint64_t e = bt_iq3s_grid[w->qs[q] | (((w->qh[q / 8] >> (q % 8)) & 1) << 8)] |
-                           (uint64_t)bt_iq3s_grid[w->qs[q + 1] | (((w->qh[q / 8] >> (q % 8 + 1)) & 1) << 8)] << 32;
-        return iq_signed8_neon(e, w->signs[g]);
-    }
-    default: { /* IQ1_S: 8 g + delta */
-        const bt_block_iq1_s *w = blk;
-        const uint16_t qh = w->qh[s32];
-        const int8x8_t e = vreinterpret_s8_u64(vcreate_u64(bt_iq1s_grid[w->qs[g] | (((qh >> (3 * l)) & 7) << 8)]));
-        return vadd_s8(vshl_n_s8(e, 3), vdup_n_s8(qh & 0x8000 ? -1 : 1));
-    }
-    }
+    uint64_t e;
+    unsigned s;
+    iq_group(kind, blk, g, &e, &s);
+    if (kind == IQ1S) /* 8 g + delta */
+        return vadd_s8(vshl_n_s8(vreinterpret_s8_u64(vcreate_u64(e)), 3), vdup_n_s8(s ? -1 : 1));
+    return iq_signed8_neon(e, s);
 }
 
 /* the sum of 16 products (|v|, |a| <= 127), in 4 int32 lanes */
