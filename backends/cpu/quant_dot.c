@@ -1676,7 +1676,7 @@ static inline __attribute__((always_inline)) void kq_tile_avx2(const int kind, c
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-/* the float scales d (and dmin) of block b of four rows (byte offset off),
+/* the float scales d (and dmin) of four rows' blocks at byte offset off,
  * converted together: each taken by kq_scales_avx2 alone was a vpinsrw, a
  * vcvtph2ps and a store per row, and a load of the four stores that could
  * not be forwarded */
