@@ -40,14 +40,17 @@
  *     with a padded stride; 4 x 6 tiles, a tile's columns kept in L1 while
  *     the rows pass by (the next tile's rows prefetched; a full tile
  *     addresses its 10 packed streams from two pointers, as ten pointers
- *     spill general registers in the inner loop);
+ *     spill general registers in the inner loop).  With vectors of 8 lanes
+ *     (AVX2, NEON) the tiles are 4 x 3 and take lanes 0-7 and 8-15 in two
+ *     passes over the chunk (tile_chunk_h): 12 accumulators that stay in
+ *     registers, where a 4 x 6 tile's 48 spilled every FMA;
  *   - lane passes (more columns: prompt): a chunk at a time, up to
  *     BT_MM_FNC columns and BT_MM_FMC rows are packed transposed, lane by
  *     lane, and each lane's FMA chains run as a GEMM vectorised along the
  *     rows (16 rows x 14 columns a tile, lanes l and l + 8 in one pass), so
  *     that R adds whole vectors (section "lane passes" below).  The
  *     transposition costs a 16 x 16 shuffle per 256 weights, repaid only
- *     over many columns; below BT_MM_FLANE_COLS the 4 x 6 tiles are faster.
+ *     over many columns; below BT_MM_FLANE_COLS the 4 x 6 (4 x 3) tiles are faster.
  * In both blocked paths a chunk's sums are added into d, which holds the
  * sum of the chunks before (the order above, since d = d + s_c).
  * The direct and 4 x 6 tiles reduce their accumulators 16 at a time: a
@@ -308,7 +311,7 @@ static inline __attribute__((always_inline)) void prefetch(const char *p, const 
  * is the chunk sum s_c of row i, column j.  PF: prefetch PF bytes ahead in
  * each row (none when 0; into L2 only when L2) (rows of row_bytes bytes),
  * near a row's end into next[i] (when not NULL). */
-static inline __attribute__((always_inline)) void tile_chunk(enum bt_type type, const int RM,
+static inline __attribute__((always_inline)) void tile_chunk_full(enum bt_type type, const int RM,
                                                               const int RN, const int PF,
                                                               const bool L2,
                                                               const char *const *rows,
@@ -366,6 +369,95 @@ static inline __attribute__((always_inline)) void tile_chunk(enum bt_type type, 
     if (RM * RN > 16) s[1] = v16_sum16(acc + 16);
 }
 
+#if defined(__AVX512F__)
+#define tile_chunk_few tile_chunk_full
+#else
+/* 8 weights from element e of a row (all 8 exist) */
+static inline __attribute__((always_inline)) v8 load_w8(enum bt_type type, const char *row, int64_t e) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    return type == BT_TYPE_F32 ? v8_load((const float *)row + e)
+                               : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const bt_fp16_t *)row + e)));
+#elif defined(FDOT_NEON)
+    return type == BT_TYPE_F32 ? v8_load((const float *)row + e) : v8_load_f16((const bt_fp16_t *)row + e);
+#else
+    if (type == BT_TYPE_F32) return v8_load((const float *)row + e);
+    float t[8];
+    for (int i = 0; i < 8; i++) t[i] = bt_fp16_to_fp32(((const bt_fp16_t *)row)[e + i]);
+    return v8_load(t);
+#endif
+}
+
+/* tile_chunk_full's sums with registers of 8 lanes: lanes 0-7 of every
+ * accumulator in one pass over the chunk, then lanes 8-15 in a second (the
+ * rows are in cache by then; the first pass prefetches).  Each lane takes
+ * the same FMAs in the same order, so the sums are the same bits; a tile
+ * keeps RM * RN registers of accumulators instead of twice that (AVX2 has
+ * 16: a 4 x 3 tile with its 3 columns and a weight, where the full 4 x 3
+ * spilled 24).  RM * RN <= 12, RN <= 4.  The direct path keeps
+ * tile_chunk_full: there the second pass over rows read from memory cost
+ * more than the spills (MoE products of 1 and 32 tokens 0.6-0.9x). */
+static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type, const int RM, const int RN,
+                                                                const int PF, const bool L2,
+                                                                const char *const *rows, const char *const *next,
+                                                                int64_t row_bytes, const float *const *x, int64_t e0,
+                                                                int64_t e1, v16 *s) {
+    const int64_t es = (int64_t)type_bytes(type);
+    v16 acc[32]; /* [TILE_MAX] used, the rest zero for the second v16_sum16 */
+#pragma GCC unroll 32
+    for (int i = 0; i < 32; i++) acc[i] = v16_zero();
+#pragma GCC unroll 1
+    for (int h = 0; h < 2; h++) {
+        v8 a[12];
+#pragma GCC unroll 12
+        for (int i = 0; i < RM * RN; i++) a[i] = v8_zero();
+        int64_t e = e0;
+        for (; e + 16 <= e1; e += 16) {
+            if (PF > 0 && h == 0 && ((e * es) & 63) == 0) {
+                const int64_t off = e * es + PF;
+                if (off < row_bytes)
+#pragma GCC unroll 32
+                    for (int i = 0; i < RM; i++) prefetch(rows[i] + off, L2);
+                else if (next && off - row_bytes < row_bytes)
+#pragma GCC unroll 32
+                    for (int i = 0; i < RM; i++) prefetch(next[i] + (off - row_bytes), L2);
+            }
+            const int64_t eh = e + 8 * h;
+            v8 b[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) b[j] = v8_load(x[j] + eh);
+#pragma GCC unroll 16
+            for (int i = 0; i < RM; i++) {
+                const v8 w = load_w8(type, rows[i], eh);
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++) a[j * RM + i] = v8_fma(w, b[j], a[j * RM + i]);
+            }
+        }
+        if (e < e1) { /* the last n < 16 elements: this pass's half of them, zero beyond */
+            const int n = (int)(e1 - e);
+#pragma GCC unroll 16
+            for (int i = 0; i < RM; i++) {
+                const v16 w = load_w_tail(type, rows[i], e, n);
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++) {
+                    const v16 b = load_x_tail(x[j] + e, n);
+                    a[j * RM + i] = v8_fma(h ? w.hi : w.lo, h ? b.hi : b.lo, a[j * RM + i]);
+                }
+            }
+        }
+#pragma GCC unroll 12
+        for (int i = 0; i < RM * RN; i++) {
+            if (h)
+                acc[i].hi = a[i];
+            else
+                acc[i].lo = a[i];
+        }
+    }
+    s[0] = v16_sum16(acc);
+    if (RM * RN > 16) s[1] = v16_sum16(acc + 16);
+}
+#define tile_chunk_few tile_chunk_h
+#endif
+
 /* d[j][row0 + i] (+)= lane a % 16 of s[a / 16], a = j * RM + i, for j < RN,
  * i < nrows */
 static inline __attribute__((always_inline)) void tile_store(const v16 *s, const int RM,
@@ -412,9 +504,10 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
                                                                float *const *dcols, int64_t row0,
                                                                int nrows) {
     v16 tot[1], s[1];
-    tile_chunk(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, 0, k < BT_MM_FKC ? k : BT_MM_FKC, tot);
+    tile_chunk_full(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, 0,
+                    k < BT_MM_FKC ? k : BT_MM_FKC, tot);
     for (int64_t e0 = BT_MM_FKC; e0 < k; e0 += BT_MM_FKC) {
-        tile_chunk(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, e0,
+        tile_chunk_full(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, e0,
                    k - e0 < BT_MM_FKC ? k : e0 + BT_MM_FKC, s);
         tot[0] = v16_add(tot[0], s[0]);
     }
@@ -463,7 +556,7 @@ static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k
     }
 }
 
-/* ---- blocked path, few columns: converted rows, 4 x 6 tiles --------------- */
+/* ---- blocked path, few columns: converted rows, 4 x 6 tiles (4 x 3) ------- */
 
 typedef void (*chunk_fn)(const char *const *rows, const char *const *next, const float *const *x,
                          int64_t n, float *const *dcols, int64_t row0, int nrows, bool add);
@@ -474,40 +567,49 @@ typedef void (*chunk_fn)(const char *const *rows, const char *const *next, const
                              const float *const *x, int64_t n, float *const *dcols, int64_t row0, \
                              int nrows, bool add) {                                              \
         v16 s[2];                                                                                \
-        tile_chunk(BT_TYPE_F32, 4, RN, BT_MM_FPREFETCH_PACKED, false, rows, next, n * (int64_t)sizeof(float), x, 0, n, s); \
+        tile_chunk_few(BT_TYPE_F32, 4, RN, BT_MM_FPREFETCH_PACKED, false, rows, next, n * (int64_t)sizeof(float), x, 0, n, s); \
         tile_store(s, 4, RN, dcols, row0, nrows, add);                                           \
     }
+#if defined(__AVX512F__)
 DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3) DEF_CHUNK(4) DEF_CHUNK(5) DEF_CHUNK(6)
-#define BLOCK_RN 6 /* columns of a blocked tile */
+#define BLOCK_RN 6 /* columns of a blocked tile: 24 accumulators */
+#else
+DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3)
+#define BLOCK_RN 3 /* 12 accumulators of 8 lanes (tile_chunk_h) */
+#endif
 
 /* Stride in floats of a packed row or column: a chunk plus a cache line, so
  * that a tile's 10 streams do not all fall in the same L1 sets (rows of 2^n
  * bytes would). */
 #define PACK_LD (BT_MM_FKC + 16)
 
-/* The full 4 x 6 tile: 4 packed rows from r, 6 packed columns from c, each
- * PACK_LD floats after the one before; the same work as chunk_4x6, but the
- * streams are two registers and constant offsets (ten pointers spill) */
-static void chunk_4x6_packed(const float *r, const float *c, int64_t n, float *const *dcols,
+/* The full 4 x BLOCK_RN tile: 4 packed rows from r, BLOCK_RN packed columns
+ * from c, each PACK_LD floats after the one before; the same work as
+ * chunk_4x6, but the streams are two registers and constant offsets (ten
+ * pointers spill) */
+static void chunk_4xB_packed(const float *r, const float *c, int64_t n, float *const *dcols,
                              int64_t row0, bool last, bool add) {
     const char *rows[4], *next[4];
-    const float *x[6];
+    const float *x[BLOCK_RN];
     for (int i = 0; i < 4; i++) {
         rows[i] = (const char *)(r + i * PACK_LD);
         next[i] = (const char *)(r + (4 + i) * PACK_LD);
     }
-    for (int j = 0; j < 6; j++) x[j] = c + j * PACK_LD;
+    for (int j = 0; j < BLOCK_RN; j++) x[j] = c + j * PACK_LD;
     v16 s[2];
-    tile_chunk(BT_TYPE_F32, 4, 6, BT_MM_FPREFETCH_PACKED, false, rows, last ? NULL : next, n * (int64_t)sizeof(float), x, 0,
-               n, s);
-    tile_store(s, 4, 6, dcols, row0, 4, add);
+    tile_chunk_few(BT_TYPE_F32, 4, BLOCK_RN, BT_MM_FPREFETCH_PACKED, false, rows, last ? NULL : next,
+               n * (int64_t)sizeof(float), x, 0, n, s);
+    tile_store(s, 4, BLOCK_RN, dcols, row0, 4, add);
 }
 
 static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                         const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
                         float *buf) {
-    static const chunk_fn fns[BLOCK_RN + 1] = {NULL,      chunk_4x1, chunk_4x2, chunk_4x3,
-                                               chunk_4x4, chunk_4x5, chunk_4x6};
+    static const chunk_fn fns[BLOCK_RN + 1] = {NULL, chunk_4x1, chunk_4x2, chunk_4x3,
+#if BLOCK_RN == 6
+                                               chunk_4x4, chunk_4x5, chunk_4x6
+#endif
+    };
     const size_t es = type_bytes(type);
     float *abuf = buf, *bbuf = buf + (size_t)BT_MM_FMC * PACK_LD;
     for (int64_t jc = 0; jc < ncols; jc += BT_MM_FNC) {
@@ -541,7 +643,7 @@ static void run_blocked_few(enum bt_type type, const char *a, size_t a_nb1, int6
                     for (int64_t ir = 0; ir < mc; ir += 4) {
                         const int nr = (int)(mc - ir < 4 ? mc - ir : 4);
                         if (rn == BLOCK_RN && nr == 4) {
-                            chunk_4x6_packed((const float *)src[ir], x[jr], kc, dcols + jc + jr,
+                            chunk_4xB_packed((const float *)src[ir], x[jr], kc, dcols + jc + jr,
                                              ic + ir, ir + 8 > mc, pc > 0);
                             continue;
                         }
