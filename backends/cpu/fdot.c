@@ -306,6 +306,21 @@ static inline __attribute__((always_inline)) void prefetch(const char *p, const 
         __builtin_prefetch(p, 0, 3);
 }
 
+/* At byte pos of the rows (once a cache line): prefetch PF bytes ahead in
+ * each of the RM rows, or near a row's end into next[i] (when not NULL). */
+static inline __attribute__((always_inline)) void tile_prefetch(const int RM, const int PF, const bool L2,
+                                                                 const char *const *rows, const char *const *next,
+                                                                 int64_t row_bytes, int64_t pos) {
+    if ((pos & 63) != 0) return;
+    const int64_t off = pos + PF;
+    if (off < row_bytes)
+#pragma GCC unroll 32
+        for (int i = 0; i < RM; i++) prefetch(rows[i] + off, L2);
+    else if (next && off - row_bytes < row_bytes)
+#pragma GCC unroll 32
+        for (int i = 0; i < RM; i++) prefetch(next[i] + (off - row_bytes), L2);
+}
+
 /* One chunk, elements [e0, e1) of RM weight rows x RN columns (RM * RN <=
  * TILE_MAX, RM a divisor of 16): lane a % 16 of s[a / 16], a = j * RM + i,
  * is the chunk sum s_c of row i, column j.  PF: prefetch PF bytes ahead in
@@ -325,15 +340,7 @@ static inline __attribute__((always_inline)) void tile_chunk_full(enum bt_type t
     for (int i = 0; i < 32; i++) acc[i] = v16_zero();
     int64_t e = e0;
     for (; e + 16 <= e1; e += 16) {
-        if (PF > 0 && ((e * es) & 63) == 0) {
-            const int64_t off = e * es + PF;
-            if (off < row_bytes)
-#pragma GCC unroll 32
-                for (int i = 0; i < RM; i++) prefetch(rows[i] + off, L2);
-            else if (next && off - row_bytes < row_bytes)
-#pragma GCC unroll 32
-                for (int i = 0; i < RM; i++) prefetch(next[i] + (off - row_bytes), L2);
-        }
+        if (PF > 0) tile_prefetch(RM, PF, L2, rows, next, row_bytes, e * es);
         if (RN == 1) { /* each weight used once: the FMA may read it from memory */
             v16 b = v16_load(x[0] + e);
             V16_PIN(b);
@@ -412,15 +419,7 @@ static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type
         for (int i = 0; i < RM * RN; i++) a[i] = v8_zero();
         int64_t e = e0;
         for (; e + 16 <= e1; e += 16) {
-            if (PF > 0 && h == 0 && ((e * es) & 63) == 0) {
-                const int64_t off = e * es + PF;
-                if (off < row_bytes)
-#pragma GCC unroll 32
-                    for (int i = 0; i < RM; i++) prefetch(rows[i] + off, L2);
-                else if (next && off - row_bytes < row_bytes)
-#pragma GCC unroll 32
-                    for (int i = 0; i < RM; i++) prefetch(next[i] + (off - row_bytes), L2);
-            }
+            if (PF > 0 && h == 0) tile_prefetch(RM, PF, L2, rows, next, row_bytes, e * es);
             const int64_t eh = e + 8 * h;
             v8 b[4];
 #pragma GCC unroll 4
