@@ -48,6 +48,14 @@ static void make_model(const char *arch, const char *type, const char *brk, stru
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "python3 %s/tests/model_ref.py %s %s %s %s", BATON_SOURCE_DIR, arch, type, r->dir, brk);
     const int rc = system(cmd);
+    if (rc != 0) { /* leave nothing behind: what the script may have written, and the folder */
+        char p[300];
+        snprintf(p, sizeof p, "%s/model.gguf", r->dir);
+        unlink(p);
+        snprintf(p, sizeof p, "%s/ref.bin", r->dir);
+        unlink(p);
+        rmdir(r->dir);
+    }
     ck_assert_msg(rc == 0, "%s failed (%d): python3 with numpy and gguf 0.19.0 is needed", cmd, rc);
     snprintf(r->path, sizeof r->path, "%s/model.gguf", r->dir);
     if (strcmp(brk, "none") != 0 && strcmp(brk, "long") != 0) return;
