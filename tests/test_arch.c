@@ -41,6 +41,16 @@ struct ref {
     char dir[256], path[300];
 };
 
+/* the reference folder: the model, the reference logits, the folder */
+static void ref_dir_remove(const char *dir) {
+    char p[300];
+    snprintf(p, sizeof p, "%s/model.gguf", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/ref.bin", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 static void make_model(const char *arch, const char *type, const char *brk, struct ref *r) {
     memset(r, 0, sizeof *r);
     snprintf(r->dir, sizeof r->dir, "/tmp/bt_arch_XXXXXX");
@@ -48,14 +58,7 @@ static void make_model(const char *arch, const char *type, const char *brk, stru
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "python3 %s/tests/model_ref.py %s %s %s %s", BATON_SOURCE_DIR, arch, type, r->dir, brk);
     const int rc = system(cmd);
-    if (rc != 0) { /* leave nothing behind: what the script may have written, and the folder */
-        char p[300];
-        snprintf(p, sizeof p, "%s/model.gguf", r->dir);
-        unlink(p);
-        snprintf(p, sizeof p, "%s/ref.bin", r->dir);
-        unlink(p);
-        rmdir(r->dir);
-    }
+    if (rc != 0) ref_dir_remove(r->dir); /* leave nothing behind */
     ck_assert_msg(rc == 0, "%s failed (%d): python3 with numpy and gguf 0.19.0 is needed", cmd, rc);
     snprintf(r->path, sizeof r->path, "%s/model.gguf", r->dir);
     if (strcmp(brk, "none") != 0 && strcmp(brk, "long") != 0) return;
@@ -75,12 +78,7 @@ static void make_model(const char *arch, const char *type, const char *brk, stru
 }
 
 static void ref_free(struct ref *r) {
-    char p[300];
-    snprintf(p, sizeof p, "%s/model.gguf", r->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/ref.bin", r->dir);
-    unlink(p);
-    rmdir(r->dir);
+    ref_dir_remove(r->dir);
     free(r->tokens);
     free(r->logits);
 }
