@@ -399,8 +399,8 @@ static inline __attribute__((always_inline)) v8 load_w8(enum bt_type type, const
  * rows are in cache by then; the first pass prefetches).  Each lane takes
  * the same FMAs in the same order, so the sums are the same bits; a tile
  * keeps RM * RN registers of accumulators instead of twice that (AVX2 has
- * 16: a 4 x 3 tile with its 3 columns and a weight, where the full 4 x 3
- * spilled 24).  RM * RN <= 12, RN <= 4.  The direct path keeps
+ * 16: a 4 x 3 tile with its 3 columns and a weight, where tile_chunk_full
+ * needs 24 for 4 x 3 and 48 for 4 x 6).  RM * RN <= 12, RN <= 4.  The direct path keeps
  * tile_chunk_full: there the second pass over rows read from memory cost
  * more than the spills (MoE products of 1 and 32 tokens 0.6-0.9x). */
 static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type, const int RM, const int RN,
@@ -507,7 +507,7 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
                     k < BT_MM_FKC ? k : BT_MM_FKC, tot);
     for (int64_t e0 = BT_MM_FKC; e0 < k; e0 += BT_MM_FKC) {
         tile_chunk_full(type, RM, RN, BT_MM_FPREFETCH, BT_MM_FPREFETCH_L2, rows, next, row_bytes, x, e0,
-                   k - e0 < BT_MM_FKC ? k : e0 + BT_MM_FKC, s);
+                        k - e0 < BT_MM_FKC ? k : e0 + BT_MM_FKC, s);
         tot[0] = v16_add(tot[0], s[0]);
     }
     tile_store(tot, RM, RN, dcols, row0, nrows, false);
@@ -584,8 +584,8 @@ DEF_CHUNK(1) DEF_CHUNK(2) DEF_CHUNK(3)
 
 /* The full 4 x BLOCK_RN tile: 4 packed rows from r, BLOCK_RN packed columns
  * from c, each PACK_LD floats after the one before; the same work as
- * chunk_4x6, but the streams are two registers and constant offsets (ten
- * pointers spill) */
+ * chunk_4x6 (chunk_4x3), but the streams are two registers and constant
+ * offsets (ten pointers spill) */
 static void chunk_4xB_packed(const float *r, const float *c, int64_t n, float *const *dcols,
                              int64_t row0, bool last, bool add) {
     const char *rows[4], *next[4];
