@@ -409,9 +409,9 @@ static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type
                                                                 int64_t row_bytes, const float *const *x, int64_t e0,
                                                                 int64_t e1, v16 *s) {
     const int64_t es = (int64_t)type_bytes(type);
-    v16 acc[32]; /* [TILE_MAX] used, the rest zero for the second v16_sum16 */
-#pragma GCC unroll 32
-    for (int i = 0; i < 32; i++) acc[i] = v16_zero();
+    v16 acc[16]; /* [RM * RN] used, the rest zero for v16_sum16 */
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = v16_zero();
 #pragma GCC unroll 1
     for (int h = 0; h < 2; h++) {
         v8 a[12];
@@ -433,14 +433,17 @@ static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type
         }
         if (e < e1) { /* the last n < 16 elements: this pass's half of them, zero beyond */
             const int n = (int)(e1 - e);
+            v8 b[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) {
+                const v16 bt = load_x_tail(x[j] + e, n);
+                b[j] = h ? bt.hi : bt.lo;
+            }
 #pragma GCC unroll 16
             for (int i = 0; i < RM; i++) {
                 const v16 w = load_w_tail(type, rows[i], e, n);
 #pragma GCC unroll 4
-                for (int j = 0; j < RN; j++) {
-                    const v16 b = load_x_tail(x[j] + e, n);
-                    a[j * RM + i] = v8_fma(h ? w.hi : w.lo, h ? b.hi : b.lo, a[j * RM + i]);
-                }
+                for (int j = 0; j < RN; j++) a[j * RM + i] = v8_fma(h ? w.hi : w.lo, b[j], a[j * RM + i]);
             }
         }
 #pragma GCC unroll 12
@@ -452,7 +455,6 @@ static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type
         }
     }
     s[0] = v16_sum16(acc);
-    if (RM * RN > 16) s[1] = v16_sum16(acc + 16);
 }
 #define tile_chunk_few tile_chunk_h
 #endif
