@@ -402,7 +402,7 @@ static inline __attribute__((always_inline)) v8 load_w8(enum bt_type type, const
  * 16: a 4 x 3 tile with its 3 columns and a weight, where tile_chunk_full
  * needs 24 for 4 x 3 and 48 for 4 x 6).  RM * RN <= 12, RN <= 4.  The direct path keeps
  * tile_chunk_full: there the second pass over rows read from memory cost
- * more than the spills (MoE products of 1 and 32 tokens 0.6-0.9x). */
+ * more than the spills (MoE products of 1 and 32 tokens 0.5-1.0x). */
 static inline __attribute__((always_inline)) void tile_chunk_h(enum bt_type type, const int RM, const int RN,
                                                                 const int PF, const bool L2,
                                                                 const char *const *rows, const char *const *next,
