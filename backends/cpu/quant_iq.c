@@ -549,18 +549,16 @@ static inline __m256i signs32_packed(uint32_t s) {
 static inline __m256i signs32_even(uint32_t x) {
     return signs32_even4(x & 127, (x >> 7) & 127, (x >> 14) & 127, (x >> 21) & 127);
 }
-/* 4 grid entries (u64: 8 elements each) at idx, by scalar loads: on a Zen 4
- * vpgatherdq and vpgatherdd made the lattice types' decode rows 1.02-1.1x
- * slower */
-static inline __m256i gather4(const uint64_t *grid, __m128i idx) {
-    _Alignas(16) uint32_t i[4];
-    _mm_store_si128((__m128i *)i, idx);
-    return _mm256_setr_epi64x((long long)grid[i[0]], (long long)grid[i[1]], (long long)grid[i[2]], (long long)grid[i[3]]);
+/* 4 grid entries (u64: 8 elements each) at indices i0 .. i3, by scalar loads
+ * (on a Zen 4 vpgatherdq and vpgatherdd made the lattice types' decode rows
+ * 1.02-1.1x slower).  The indices come from the block's bytes in scalar
+ * registers: made in a vector and stored for scalar loads, they cost a
+ * store-to-load round trip a group */
+static inline __m256i grid4(const uint64_t *grid, unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
+    return _mm256_setr_epi64x((long long)grid[i0], (long long)grid[i1], (long long)grid[i2], (long long)grid[i3]);
 }
-/* 8 grid entries (u32: 4 elements each) at idx */
-static inline __m256i gather8x4(const uint32_t *grid, __m256i idx) {
-    _Alignas(32) uint32_t i[8];
-    _mm256_store_si256((__m256i *)i, idx);
+/* 8 grid entries (u32: 4 elements each) at the 8 indices i */
+static inline __m256i grid8x4(const uint32_t *grid, const unsigned i[8]) {
     return _mm256_setr_epi32((int)grid[i[0]], (int)grid[i[1]], (int)grid[i[2]], (int)grid[i[3]], (int)grid[i[4]],
                              (int)grid[i[5]], (int)grid[i[6]], (int)grid[i[7]]);
 }
@@ -637,14 +635,14 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
     } else if (kind == IQ2XXS) {
         const bt_block_iq2_xxs *w = blk;
         const uint32_t idx = rd32(w->qs + 4 * c), sgs = rd32(w->qs + 4 * c + 2);
-        *u = gather4(bt_iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)idx)));
+        *u = grid4(bt_iq2xxs_grid, idx & 0xFF, (idx >> 8) & 0xFF, (idx >> 16) & 0xFF, idx >> 24);
         *sg = signs32_even(sgs);
         const int sc = 2 * (int)(sgs >> 28) + 1;
         *scv = _mm256_set1_epi16((short)sc);
     } else if (kind == IQ2XS) {
         const bt_block_iq2_xs *w = blk;
-        const __m128i q = _mm_loadl_epi64((const __m128i *)(w->qs + 4 * c));
-        *u = gather4(bt_iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(q), _mm_set1_epi32(511)));
+        const uint16_t *q = w->qs + 4 * c;
+        *u = grid4(bt_iq2xs_grid, q[0] & 511u, q[1] & 511u, q[2] & 511u, q[3] & 511u);
         /* groups 4c .. 4c+3: bytes o, o+2 of sgn's lane (c / 2) % 2 in the low lane, o+4, o+6 in the high */
         const __m256i g = (c / 2) % 2 ? _mm256_permute2x128_si256(p->sgn[c / 4], p->sgn[c / 4], 0x11)
                                       : _mm256_permute2x128_si256(p->sgn[c / 4], p->sgn[c / 4], 0x00);
@@ -661,36 +659,38 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         *scv = iq2_half_scales(p->sc, c);
     } else if (kind == IQ2S) {
         const bt_block_iq2_s *w = blk;
-        const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
-        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(w->qh[c]), _mm_setr_epi32(0, 2, 4, 6)),
-                                         _mm_set1_epi32(3));
-        *u = gather4(bt_iq2s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8)));
+        const uint8_t *q = w->qs + 4 * c;
+        const unsigned h = w->qh[c]; /* group j: bits 2j, 2j+1 */
+        *u = grid4(bt_iq2s_grid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
+                   q[3] | ((h << 2) & 0x300));
         *sg = signs32_packed(rd32(w->signs + 4 * c));
         *scv = iq2_half_scales(p->sc, c);
     } else if (kind == IQ3XXS) {
         const bt_block_iq3_xxs *w = blk;
         const uint32_t sgs = rd32(w->qs + 64 + 4 * c);
-        *u = gather8x4(bt_iq3xxs_grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->qs + 8 * c))));
+        const uint8_t *q = w->qs + 8 * c;
+        const unsigned i[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+        *u = grid8x4(bt_iq3xxs_grid, i);
         *sg = signs32_even(sgs);
         const int sc = 2 * (int)(sgs >> 28) + 1;
         *scv = _mm256_set1_epi16((short)sc);
     } else if (kind == IQ3S) {
         const bt_block_iq3_s *w = blk;
-        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->qs + 8 * c)));
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w->qh[c]),
-                                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                            _mm256_set1_epi32(1));
-        *u = gather8x4(bt_iq3s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
+        const uint8_t *q = w->qs + 8 * c;
+        const unsigned h = w->qh[c]; /* entry j: bit j */
+        const unsigned i[8] = {q[0] | ((h << 8) & 0x100), q[1] | ((h << 7) & 0x100), q[2] | ((h << 6) & 0x100),
+                               q[3] | ((h << 5) & 0x100), q[4] | ((h << 4) & 0x100), q[5] | ((h << 3) & 0x100),
+                               q[6] | ((h << 2) & 0x100), q[7] | ((h << 1) & 0x100)};
+        *u = grid8x4(bt_iq3s_grid, i);
         *sg = signs32_packed(rd32(w->signs + 4 * c));
         const int sc = 2 * ((w->scales[c / 2] >> (4 * (c % 2))) & 0xF) + 1;
         *scv = _mm256_set1_epi16((short)sc);
     } else {
         const bt_block_iq1_s *w = blk;
         const uint32_t qh = w->qh[c];
-        const __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)rd32(w->qs + 4 * c)));
-        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)qh), _mm_setr_epi32(0, 3, 6, 9)),
-                                         _mm_set1_epi32(7));
-        const __m256i g = gather4(bt_iq1s_grid, _mm_or_si128(lo, _mm_slli_epi32(hi, 8))); /* -1, 0, 1 */
+        const uint8_t *q = w->qs + 4 * c; /* group j: bits 3j .. 3j+2 of qh */
+        const __m256i g = grid4(bt_iq1s_grid, q[0] | ((qh << 8) & 0x700), q[1] | ((qh << 5) & 0x700),
+                                q[2] | ((qh << 2) & 0x700), q[3] | ((qh >> 1) & 0x700)); /* -1, 0, 1 */
         /* the grid part 8 g only (iq1s_delta adds the +-1) */
         *u = _mm256_abs_epi8(g);
         *sg = g; /* where g is 0, so is |g| */
@@ -725,6 +725,8 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
         for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
         struct iq_blk_avx2 p;
         iq_block_avx2(kind, blk, &p);
+        /* unrolled: a sub-block's shuffle masks are then constants (IQ2_XS: 2.2x its decode row) */
+#pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             __m256i u, sg, scv;
             iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
@@ -757,6 +759,8 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
             dm[r] = iq_d(blk) * iq_mult(kind);
             struct iq_blk_avx2 p;
             iq_block_avx2(kind, blk, &p);
+            /* unrolled, as iq_row_avx2's */
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
                 __m256i u, sg, scv;
                 iq_chunk_avx2(kind, blk, &p, c, &u, &sg, &scv);
@@ -781,6 +785,8 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
 static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
     struct iq_blk_avx2 p;
     iq_block_avx2(kind, blk, &p);
+    /* unrolled, as iq_row_avx2's */
+#pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m256i u, sg, scv;
         iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
