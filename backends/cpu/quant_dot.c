@@ -1761,22 +1761,35 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
     static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {               \
         kq_tile_avx2(kind, 1, k, vw, &va, s);                                                          \
     }                                                                                                  \
-    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,               \
-                                   const void *const *next, float *out) {                              \
-        (void)next;                                                                                    \
-        kq_rows_avx2(kind, k, w, a[0], out);                                                           \
-    }                                                                                                  \
     static void qtile_##name##_1x4(int64_t k, const void *const *w, const void *const *a,               \
                                    const void *const *next, float *out) {                              \
         (void)next;                                                                                    \
         kq_tile_avx2(kind, 4, k, w[0], a, out);                                                        \
+    }
+#define KQ_AVX2_ROWS(name, kind)                                                                        \
+    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,               \
+                                   const void *const *next, float *out) {                              \
+        (void)next;                                                                                    \
+        kq_rows_avx2(kind, k, w, a[0], out);                                                           \
     }
 KQ_AVX2_DEFS(q2_K, KQ2)
 KQ_AVX2_DEFS(q3_K, KQ3)
 KQ_AVX2_DEFS(q4_K, KQ4)
 KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
-#define K_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
+/* The 4-row decode tile for Q2_K, Q4_K and Q5_K; Q3_K and Q6_K decode a row
+ * at a time (their vec_dot), which on a Zen 4 ran their decode rows 1.1-1.4x
+ * faster than the tile (Q2_K, Q4_K: 0.8-0.9x); the Xeon had shown 1.2x for the
+ * tile on every type (docs/benchmarks.md) */
+KQ_AVX2_ROWS(q2_K, KQ2)
+KQ_AVX2_ROWS(q4_K, KQ4)
+KQ_AVX2_ROWS(q5_K, KQ5)
+#define K_ROWS_TILE_q2_K {4, 1, qtile_q2_K_4x1},
+#define K_ROWS_TILE_q3_K
+#define K_ROWS_TILE_q4_K {4, 1, qtile_q4_K_4x1},
+#define K_ROWS_TILE_q5_K {4, 1, qtile_q5_K_4x1},
+#define K_ROWS_TILE_q6_K
+#define K_TILE_LIST(name) {K_ROWS_TILE_##name {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 
 /* The AVX2 K-quant sums of the repacked kernels below: a sub-block's
  * q * a per row lane, then times the sub-block's scale into int32.  Without
