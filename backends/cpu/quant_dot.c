@@ -1778,9 +1778,9 @@ KQ_AVX2_DEFS(q4_K, KQ4)
 KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
 /* The 4-row decode tile for Q2_K, Q4_K and Q5_K; Q3_K and Q6_K decode a row
- * at a time (their vec_dot), which on a Zen 4 ran their decode rows 1.1-1.4x
- * faster than the tile (Q2_K, Q4_K: 0.8-0.9x); the Xeon had shown 1.2x for the
- * tile on every type (docs/benchmarks.md) */
+ * at a time (their vec_dot), which on a Zen 4 ran their decode rows 1.1-1.7x
+ * faster than the tile, where Q2_K and Q4_K read 0.8-0.9x without it (the
+ * Xeon had shown 1.2x for the tile on every type; docs/benchmarks.md) */
 KQ_AVX2_ROWS(q2_K, KQ2)
 KQ_AVX2_ROWS(q4_K, KQ4)
 KQ_AVX2_ROWS(q5_K, KQ5)
