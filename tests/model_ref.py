@@ -38,7 +38,8 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         shape (blk.0.ffn_up has a wrong shape; deepseek2-lite, whose layer 0
         is dense too: also blk.1.attn_v_b), arch (general.architecture
         "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
-        ring wraps); deepseek2 only: legacy (the older attn_kv_b, no
+        ring wraps); gemma3 only: slideall (as none with a window pattern
+        longer than the model: every layer slides); deepseek2 only: legacy (the older attn_kv_b, no
         key_length_mla), groups (4 experts in 3 groups), geometry (key_length
         one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier);
         gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
@@ -107,6 +108,8 @@ D_YARN_FACTOR, D_YARN_ORIG, D_MSCALE = 4.0, 32, {"deepseek2": 1.0, "deepseek2-li
 # every 2nd, so both kinds are in 2 layers).  Global layers use the file's
 # rotary base with its linear scaling, sliding ones base 10000 unscaled.
 G_SWA, G_PATTERN, G_ROPE_GLOBAL, G_ROPE_LOCAL, G_ROPE_SCALE = 4, 2, 1e6, 10000.0, 2.0
+# BREAK slideall: a pattern longer than the model, so that every layer slides
+g_pattern = G_PATTERN
 # gpt-oss: the even layers slide over 4 tokens (the file does not say the
 # pattern: llama.cpp's default 2, gpt-oss's layer_types), every layer rotates
 # with YaRN at gpt-oss's base, factor and original context; swiglu_oai's
@@ -186,7 +189,7 @@ def write(name, wtype, path, brk, vocab=None):
     if gemma:  # llama.cpp's gemma3 loader wants the context length
         w.add_uint32(f"{arch}.context_length", 4096)
         w.add_uint32(f"{arch}.attention.sliding_window", G_SWA)
-        w.add_uint32(f"{arch}.attention.sliding_window_pattern", G_PATTERN)
+        w.add_uint32(f"{arch}.attention.sliding_window_pattern", g_pattern)
         w.add_string(f"{arch}.rope.scaling.type", "linear")
         w.add_float32(f"{arch}.rope.scaling.factor", G_ROPE_SCALE)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", EPS)
@@ -832,7 +835,7 @@ def forward(name, t, tokens, hidden=False):
             x = gpt_oss_layer(t, il, x, pos)
             continue
         b = f"blk.{il}."
-        local = gemma and il % G_PATTERN != G_PATTERN - 1
+        local = gemma and il % g_pattern != g_pattern - 1
         base, scale = (G_ROPE_LOCAL, 1.0) if local else (G_ROPE_GLOBAL, G_ROPE_SCALE) if gemma else (ROPE_BASE, 1.0)
         seen = window if local else causal
         h = rms(x, t[b + "attn_norm.weight"])
@@ -899,7 +902,7 @@ def greedy(name, path, ids, n):
 
 
 def main():
-    global N_VOCAB, N_EMBD, N_FF
+    global N_VOCAB, N_EMBD, N_FF, g_pattern
     name, wtype, d = sys.argv[1], sys.argv[2], sys.argv[3]
     brk = sys.argv[4] if len(sys.argv) > 4 else "none"
     if name not in SPEC or wtype not in WTYPES:
@@ -921,8 +924,10 @@ def main():
         out, margin = greedy(name, path, [int(x) for x in sys.argv[5].split(",")], int(sys.argv[6]))
         print(json.dumps({"tokens": out, "margin": margin}))
         return
-    write(name, wtype, path, "none" if brk == "long" else brk)
-    if brk not in ("none", "long"):
+    if brk == "slideall":
+        g_pattern = N_LAYER + 1
+    write(name, wtype, path, "none" if brk in ("long", "slideall") else brk)
+    if brk not in ("none", "long", "slideall"):
         return
     n_tok = 80 if brk == "long" else N_TOK
     tokens = np.random.default_rng(5).integers(0, N_VOCAB, size=n_tok)

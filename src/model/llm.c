@@ -316,14 +316,23 @@ enum bt_status bt_llm_build_graph_out(const struct bt_llm *m, struct bt_kv *kv, 
         if (x) bt_set_input(x);
     }
     out->pos = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_pos");
-    out->cells = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_kv_cells");
-    out->mask = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, n_kv, T), -1, "inp_kq_mask");
-    if (!out->pos || !out->cells || !out->mask) return BT_ERR_NOMEM;
+    if (!out->pos) return BT_ERR_NOMEM;
     bt_set_input(out->pos);
-    bt_set_input(out->cells);
-    bt_set_input(out->mask);
-    bool any_swa = false;
-    for (int il = m->il0; il < m->il1; il++) any_swa |= bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
+    bool any_swa = false, any_full = false;
+    for (int il = m->il0; il < m->il1; il++) {
+        const bool swa = bt_kv_swa_layer(h->n_swa, h->swa_pattern, il);
+        any_swa |= swa;
+        any_full |= !swa;
+    }
+    /* the full layers' cells and mask (none when every layer slides: a file
+     * of fewer layers than its pattern, or a stage of sliding layers only) */
+    if (any_full) {
+        out->cells = nm(bt_new_tensor_1d(ctx, BT_TYPE_I32, T), -1, "inp_kv_cells");
+        out->mask = nm(bt_new_tensor_2d(ctx, BT_TYPE_F32, n_kv, T), -1, "inp_kq_mask");
+        if (!out->cells || !out->mask) return BT_ERR_NOMEM;
+        bt_set_input(out->cells);
+        bt_set_input(out->mask);
+    }
     if (any_swa) {
         BT_ASSERT(bt_kv_has_swa(kv));
         out->n_kv_swa = bt_kv_swa_n_kv(kv, n_kv);
@@ -557,8 +566,10 @@ enum bt_status bt_llm_stage_run(struct bt_llm_stage *s, int64_t T, const int32_t
     if (g->tokens) bt_tensor_set(g->tokens, token, 0, (size_t)T * sizeof(int32_t));
     else if (x) bt_tensor_set(g->inp_x, x, 0, (size_t)(T * m->hp.n_embd) * sizeof(float));
     bt_tensor_set(g->pos, pos, 0, (size_t)T * sizeof(int32_t));
-    bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
-    bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
+    if (g->cells) {
+        bt_tensor_set(g->cells, cells, 0, (size_t)T * sizeof(int32_t));
+        bt_tensor_set(g->mask, s->mask, 0, (size_t)(n_kv * T) * sizeof(float));
+    }
     if (g->mask_swa) {
         bt_kv_mask_swa(s->kv, g->n_kv_swa, T, seq, pos, s->mask_swa);
         bt_tensor_set(g->cells_swa, bt_kv_swa_cells(s->kv), 0, (size_t)T * sizeof(int32_t));

@@ -422,7 +422,9 @@ enum bt_status bt_model_dist_run(struct bt_model_dist *md, const struct bt_model
         {gr->out_ids, ub->rows, (size_t)ub->n_out * sizeof(int32_t)},
     };
     for (size_t j = 0; j < sizeof in / sizeof in[0]; j++) {
-        if (!in[j].t) continue; /* no rows asked for: no out_ids; no sliding layers: no swa inputs */
+        /* no rows asked for: no out_ids; no sliding layers: no swa inputs;
+         * every layer sliding: no full layers' cells and mask */
+        if (!in[j].t) continue;
         st = bt_dist_set_input(sh->d, in[j].t, in[j].data, in[j].bytes);
         if (st != BT_OK) return bt_error_printf(md->err, sizeof md->err, st, "%s", bt_dist_error(sh->d));
     }
