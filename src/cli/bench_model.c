@@ -183,17 +183,17 @@ struct bm_result {
 /* Per rank over the run: compute (of it an expert group's chains), waits,
  * bytes sent (of them a group's rows) and received, expert bytes read; per
  * token of rank 0 (the tokens the model processed). */
-static void bm_print_ranks(const struct bt_engine_stats *all, int P) {
+static void bm_print_ranks(const struct bt_engine *e, const struct bt_engine_stats *all, int P) {
     const double tok = all[0].tokens > 0 ? (double)all[0].tokens : 1.0;
     printf("\nper rank over the run (%llu tokens; per token: ms and KiB):\n", (unsigned long long)all[0].tokens);
-    printf("%4s  %10s  %10s  %10s  %10s  %10s  %10s  %12s\n", "rank", "compute", "experts", "other", "wait", "sent",
-           "received", "experts_KiB");
+    printf("%4s  %10s  %10s  %10s  %10s  %10s  %10s  %12s  %s\n", "rank", "compute", "experts", "other", "wait", "sent",
+           "received", "experts_KiB", "backend");
     for (int r = 0; r < P; r++) {
         const struct bt_engine_stats *s = &all[r];
-        printf("%4d  %10.3f  %10.3f  %10.3f  %10.3f  %10.1f  %10.1f  %12.1f\n", r, 1e3 * s->compute_s / tok,
+        printf("%4d  %10.3f  %10.3f  %10.3f  %10.3f  %10.1f  %10.1f  %12.1f  %s\n", r, 1e3 * s->compute_s / tok,
                1e3 * s->expert_s / tok, 1e3 * (s->compute_s - s->expert_s) / tok, 1e3 * s->wait_s / tok,
                (double)s->bytes_sent / tok / 1024.0, (double)s->bytes_received / tok / 1024.0,
-               (double)s->expert_bytes_read / tok / 1024.0);
+               (double)s->expert_bytes_read / tok / 1024.0, bt_engine_rank_backend(e, r));
     }
 }
 
@@ -521,7 +521,7 @@ int bt_cli_bench_model(int argc, char **argv) {
      * warm-up repetitions too), per token of rank 0 */
     if (o.per_rank && !o.json) {
         struct bt_engine_stats *all = rank == 0 ? calloc((size_t)P, sizeof *all) : NULL;
-        if (bt_engine_gather_stats(e, all) == BT_OK && all && !rc) bm_print_ranks(all, P);
+        if (bt_engine_gather_stats(e, all) == BT_OK && all && !rc) bm_print_ranks(e, all, P);
         free(all);
     }
     int64_t rcv = rc;

@@ -593,7 +593,7 @@ static void on_done(void *user, const struct bt_gen_result *r) {
 
 static void print_rank_table(FILE *f, const struct bt_engine *e, const struct bt_engine_stats *all, int P) {
     fprintf(f, "rank  layers   ubatches   tokens  compute_s   wait_s   sent_MiB  recv_MiB  weights_MiB  kv_MiB  "
-               "peak_MiB\n");
+               "peak_MiB  backend\n");
     for (int r = 0; r < P; r++) {
         const struct bt_engine_stats *s = &all[r];
         int il0 = 0, il1 = 0;
@@ -601,10 +601,10 @@ static void print_rank_table(FILE *f, const struct bt_engine *e, const struct bt
         char layers[32];
         if (il1 > il0) snprintf(layers, sizeof layers, "%d-%d", il0, il1 - 1);
         else snprintf(layers, sizeof layers, "-");
-        fprintf(f, "%4d  %-7s %9llu %8llu  %9.3f  %7.3f  %9.2f  %8.2f  %11.2f  %6.2f  %8.2f\n", r, layers,
+        fprintf(f, "%4d  %-7s %9llu %8llu  %9.3f  %7.3f  %9.2f  %8.2f  %11.2f  %6.2f  %8.2f  %s\n", r, layers,
                 (unsigned long long)s->ubatches, (unsigned long long)s->tokens, s->compute_s, s->wait_s,
                 s->bytes_sent / 1048576.0, s->bytes_received / 1048576.0, s->weight_bytes / 1048576.0,
-                s->kv_bytes / 1048576.0, s->peak_rss / 1048576.0);
+                s->kv_bytes / 1048576.0, s->peak_rss / 1048576.0, bt_engine_rank_backend(e, r));
     }
 }
 
@@ -664,10 +664,13 @@ static void print_json(const struct gen_run *run, const struct gen_totals *t, co
         bt_engine_range(e, r, &il0, &il1);
         printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"ubatches\": %llu, \"tokens\": %llu, "
                "\"compute_s\": %.6f, \"wait_s\": %.6f, \"bytes_sent\": %llu, \"bytes_received\": %llu, "
-               "\"weight_bytes\": %zu, \"kv_bytes\": %zu, \"compute_bytes\": %zu, \"peak_rss\": %zu}",
+               "\"weight_bytes\": %zu, \"kv_bytes\": %zu, \"compute_bytes\": %zu, \"peak_rss\": %zu, \"backend\": ",
                r ? ", " : "", r, il0, il1 - 1, (unsigned long long)s->ubatches, (unsigned long long)s->tokens,
                s->compute_s, s->wait_s, (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_received,
                s->weight_bytes, s->kv_bytes, s->compute_bytes, s->peak_rss);
+        const char *be = bt_engine_rank_backend(e, r);
+        bt_cli_json_str(stdout, be, strlen(be));
+        printf("}");
     }
     printf("]}\n");
 }

@@ -97,6 +97,7 @@ struct bt_engine {
     struct bt_hparams hp;
     int P;
     int *il0s, *il1s; /* every rank's range ([0, 0): none) */
+    char (*backends)[32]; /* rank 0: every rank's backend as placed ("CPU(avx2)@host") */
     struct bt_model_dist *md;
     int32_t *rows;    /* one ubatch's rows asked for */
     int32_t *in;      /* ranks 1..P-1: a ubatch's body as it comes, sized at open for the largest */
@@ -509,6 +510,11 @@ enum bt_status bt_engine_open(struct bt_rank *r, const struct bt_engine_params *
         if (st == BT_OK && t->rank == 0)
             st = bt_engine_place(e->g, &e->hp, &e->p, descs, P, r->layer_counts, r->dist.groups, r->dist.n_groups,
                                  ranges, msg, sizeof msg);
+        if (st == BT_OK && t->rank == 0) {
+            e->backends = calloc((size_t)P, sizeof *e->backends);
+            if (!e->backends) st = BT_ERR_NOMEM, msgf(msg, sizeof msg, "rank 0: out of memory");
+            for (int i = 0; e->backends && i < P; i++) msgf(e->backends[i], sizeof e->backends[i], "%s", descs[i].backend);
+        }
         free(descs);
         descs = NULL;
         AGREE();
@@ -623,7 +629,7 @@ void bt_engine_close(struct bt_engine *e) {
     free(e->outs);
     bt_model_dist_free(e->md); /* collective: every rank closes */
     bt_gguf_close(e->g);
-    BT_FREE_ALL(e->rows, e->in, e->il0s, e->il1s, e->stats_in, e->stats_rq, e->rank_compute_s, e);
+    BT_FREE_ALL(e->rows, e->in, e->il0s, e->il1s, e->backends, e->stats_in, e->stats_rq, e->rank_compute_s, e);
 }
 
 const char *bt_engine_error(const struct bt_engine *e) { return e->err; }
@@ -633,6 +639,10 @@ const struct bt_engine_params *bt_engine_params(const struct bt_engine *e) { ret
 struct bt_gguf *bt_engine_gguf(const struct bt_engine *e) { return e->g; }
 const struct bt_plan *bt_engine_plan(const struct bt_engine *e) { return bt_dist_get_plan(bt_model_dist_runtime(e->md)); }
 int bt_engine_n_ranks(const struct bt_engine *e) { return e->P; }
+const char *bt_engine_rank_backend(const struct bt_engine *e, int rank) {
+    BT_ASSERT(rank >= 0 && rank < e->P);
+    return e->backends ? e->backends[rank] : "";
+}
 void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1) {
     BT_ASSERT(rank >= 0 && rank < e->P);
     *il0 = e->il0s[rank];

@@ -107,6 +107,10 @@ const struct bt_plan *bt_engine_plan(const struct bt_engine *e);
 /* This rank's layers [*il0, *il1), and every rank's (rank 0: all P ranges). */
 void bt_engine_range(const struct bt_engine *e, int rank, int *il0, int *il1);
 int bt_engine_n_ranks(const struct bt_engine *e);
+/* Rank 0: rank `rank`'s backend as it described itself for placement
+ * ("CPU(avx2)@host": a CPU rank names the variant of its kernels, so a job
+ * whose ranks run on different CPUs shows which ran where); elsewhere "". */
+const char *bt_engine_rank_backend(const struct bt_engine *e, int rank);
 
 /* Every rank that wants to watch its nodes: the scheduler's eval callback
  * (bt_sched.h) on the graphs of this rank's layers, for every ubatch from
