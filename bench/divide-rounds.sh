@@ -21,6 +21,7 @@ PP=${PP:-512}; TG=${TG:-64}; REPS=${REPS:-2}; B=${BATON:-build/baton}; M=${MODEL
 LAYOUTS=${LAYOUTS:-one pipeline experts all}
 [ $# -gt 0 ] || set -- "$M"/mixtral-Q4_0.gguf
 [ -x "$B" ] || { echo "bench/divide-rounds.sh: $B is not an executable" >&2; exit 1; }
+B=$(cd "$(dirname "$B")" && pwd)/$(basename "$B") # launch/baton-run runs this one too (BATON_BIN)
 for f in "$@"; do [ -r "$f" ] || { echo "bench/divide-rounds.sh: cannot read $f" >&2; exit 1; }; done
 here=$(cd "$(dirname "$0")/.." && pwd)
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -36,7 +37,7 @@ ub=(); [ -n "${UBATCH:-}" ] && ub=(--ubatch "$UBATCH")
 # "ppN X tgN Y": the t/s of a llama-bench-style table's rows
 run() { # run LAYOUT FILE
   local cmd=("$B" bench model -m "$2" -p "$PP" -n "$TG" -r "$REPS" "${ub[@]}")
-  if [ "$1" = one ]; then "${cmd[@]}" -t 2; else "$here/launch/baton-run" -t "$work/$1.yaml" -- "${cmd[@]}"; fi 2>/dev/null |
+  if [ "$1" = one ]; then "${cmd[@]}" -t 2; else BATON_BIN="$B" "$here/launch/baton-run" -t "$work/$1.yaml" -- "${cmd[@]}"; fi 2>/dev/null |
     awk -F'|' '/\| *(pp|tg)[0-9]+ *\|/ { gsub(/ /, "", $(NF-2)); split($(NF-1), v, " "); printf "%s %s ", $(NF-2), v[1] }'
 }
 OUT=$work/rows
