@@ -44,12 +44,9 @@ gpt-oss-mxfp4|--arch gpt-oss --type f32|MXFP4_MOE
 gemma3-f16|--arch gemma3 --type f16 --swa-pattern 2|-
 gemma3-all-sliding-f32|--arch gemma3 --type f32|-"
 
-run_case() { # $1 file, then generate's environment and options: the case's hash, or nothing
-    local f=$1
-    shift
-    env "$@" >"$tmp/gen" 2>&1 || { cp "$tmp/gen" "$tmp/out"; return 1; }
-    { grep -o 'result_output .* hash [0-9a-f]*' "$tmp/gen" | sed 's/ min .* hash / /'
-      grep -o 'digest [0-9a-f]*' "$tmp/gen"; } >"$tmp/sum"
+run_case() { # VARIANT THREADS generate's options: the case's hash, or nothing
+    BATON_CPU=$1 timeout 300 "$baton" "${@:3}" -t "$2" >"$tmp/gen" 2>&1 || { cp "$tmp/gen" "$tmp/out"; return 1; }
+    logits_summary "$tmp/gen" >"$tmp/sum"
     grep -q digest "$tmp/sum" || { cp "$tmp/gen" "$tmp/out"; return 1; }
     sha256sum <"$tmp/sum" | cut -c1-16
 }
@@ -72,10 +69,12 @@ while IFS='|' read -r name mk qt; do
     gen=(generate -m "$f" -p "The quick brown fox jumps" -n 5 --temp 0 --dump-tensors result_output)
     first=
     # every variant at 1 thread, the widest at 2 as well
-    for v in "${variants[@]}" "${variants[-1]}:2"; do
-        var=${v%%:*} thr=1
-        [ "$v" != "$var" ] && thr=${v#*:}
-        h=$(run_case "$f" BATON_CPU="$var" timeout 300 "$baton" "${gen[@]}" -t "$thr")
+    runs=()
+    for v in "${variants[@]}"; do runs+=("$v 1"); done
+    runs+=("${variants[-1]} 2")
+    for run in "${runs[@]}"; do
+        read -r var thr <<<"$run"
+        h=$(run_case "$var" "$thr" "${gen[@]}")
         if [ -z "$h" ]; then
             bad "$name on $var, $thr threads: generate failed"
             continue

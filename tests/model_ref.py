@@ -39,8 +39,8 @@ Usage: model_ref.py ARCH TYPE DIR [BREAK]
         is dense too: also blk.1.attn_v_b), arch (general.architecture
         "gpt9"), long (as none with a prompt of 80 tokens: a sliding window's
         ring wraps); gemma3 only: slideall (as none with a window pattern
-        longer than the model: every layer slides); deepseek2 only: legacy (the older attn_kv_b, no
-        key_length_mla), groups (4 experts in 3 groups), geometry (key_length
+        longer than the model: every layer slides); deepseek2 only: legacy
+        (the older attn_kv_b, no key_length_mla), groups (4 experts in 3 groups), geometry (key_length
         one more than kv_lora_rank + rope), yarn (no yarn_log_multiplier);
         gpt-oss only: sinks (without blk.0.attn_sinks.weight), nowindow (without
         its attention.sliding_window); glm4moe only: probsb (without

@@ -37,9 +37,7 @@ if ! timeout 120 "$baton" make-model "$tmp/m.gguf" --vocab "$vocab" --type q8_0 
     exit 1
 fi
 gen=(generate -m "$tmp/m.gguf" -p "The quick brown fox" -n 6 --temp 0 --dump-tensors result_output)
-# the logits' hashes and the tokens' digest of a run's output
-summary() { grep -o 'result_output .* hash [0-9a-f]*' "$1" | sed 's/ min .* hash / /'; grep -o 'digest [0-9a-f]*' "$1"; }
-if timeout 300 "$baton" "${gen[@]}" >"$tmp/native" 2>&1 && summary "$tmp/native" >"$tmp/want" &&
+if timeout 300 "$baton" "${gen[@]}" >"$tmp/native" 2>&1 && logits_summary "$tmp/native" >"$tmp/want" &&
     grep -q digest "$tmp/want"; then
     ok "native run ($("$baton" version | sed -n 's/^cpu kernels: \([a-z0-9]*\) .*/\1/p'))"
 else
@@ -71,14 +69,14 @@ for pair in "Nehalem c" "Haswell avx2"; do
     fi
     timeout 600 "$qemu" -cpu "$cpu" "$baton" "${gen[@]}" >"$tmp/out" 2>&1
     rc=$?
-    if [ "$rc" -eq 0 ] && summary "$tmp/out" | cmp -s - "$tmp/want"; then
+    if [ "$rc" -eq 0 ] && logits_summary "$tmp/out" | cmp -s - "$tmp/want"; then
         ok "$cpu: generate gives this CPU's logits and tokens bitwise"
     else
         bad "$cpu: generate: exit $rc, or logits or tokens differ"
     fi
     timeout 600 mpirun -np 1 "$baton" "${gen[@]}" : -np 1 "$qemu" -cpu "$cpu" "$baton" "${gen[@]}" >"$tmp/out" 2>&1
     rc=$?
-    if [ "$rc" -eq 0 ] && summary "$tmp/out" | cmp -s - "$tmp/want" &&
+    if [ "$rc" -eq 0 ] && logits_summary "$tmp/out" | cmp -s - "$tmp/want" &&
         grep -Eq "^ +1 .* CPU\($want\)@" "$tmp/out"; then
         ok "$cpu: rank 1 there, rank 0 here: one rank's logits and tokens, the table names CPU($want)"
     else
