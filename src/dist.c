@@ -104,6 +104,12 @@ struct gchain {
      * MUL_MAT node; lo/hi are each rank's rows of its weight, T the columns
      * of x, and home sends every member all of x */
     bool rows;
+    /* an attention divided by q heads (a group's prompt attention, with rows
+     * set: out is [Dv, H, T] and lo/hi count its floats per token, a
+     * whole number of heads); home sends each member its heads of q, the kv
+     * heads they read, the mask and the sinks, packed (attn_pack) */
+    bool attn;
+    struct bt_tensor *ins[BT_MAX_SRC]; /* a member: its copies of the sources */
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
     int ranks[BT_EXPERT_GROUP_MAX];
@@ -573,6 +579,83 @@ static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
     for (int m = 0; m < ch->n_ranks; m++) bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
 }
 
+/* The prompt attention of a group that divides every product: its q heads
+ * divided among the ranks (in whole groups of the q heads that share a kv
+ * head, or one by one where every head reads the one kv head), each rank
+ * computing its heads over the kv cache home sends it.  Only for ubatches
+ * of at least ATTN_CHAIN_MIN_T tokens (a decode step's attention is small
+ * beside sending the cache) and only on CPU ranks (their attention computes
+ * a share of the heads: tensor.h's row_lo/hi of the node). */
+#define ATTN_CHAIN_MIN_T 16
+static bool attn_divisible(const bt_dist *d, const struct bt_tensor *nd, const struct bt_expert_group *grp) {
+    if (nd->op != BT_OP_FLASH_ATTN || nd->src[0]->ne[2] < ATTN_CHAIN_MIN_T) return false;
+    const int64_t H = nd->src[0]->ne[1], Hk = nd->src[1]->ne[1];
+    if ((Hk > 1 ? Hk : H) < grp->n_ranks || !bt_is_contiguous(nd)) return false;
+    for (int m = 0; m < grp->n_ranks; m++)
+        if (strncmp(d->plan.ranks[grp->ranks[m]].backend, "CPU", 3) != 0) return false;
+    return true;
+}
+
+static void attn_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+    struct bt_tensor *nd = v->nodes[j];
+    ch->rows = ch->attn = true;
+    ch->x = nd->src[0];
+    ch->out = nd;
+    ch->first = ch->last = j;
+    ch->nodes[0] = nd;
+    ch->n_nodes = 1;
+    ch->n_w = 0;
+    ch->K = 1;
+    ch->T = nd->ne[2];
+    ch->d_out = nd->ne[0] * nd->ne[1];
+    const int64_t H = nd->src[0]->ne[1], Hk = nd->src[1]->ne[1], unit = Hk > 1 ? H / Hk : 1;
+    for (int m = 0; m < ch->n_ranks; m++) {
+        bt_expert_share(H / unit, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+        ch->lo[m] *= unit * nd->ne[0];
+        ch->hi[m] *= unit * nd->ne[0];
+    }
+}
+
+/* Member m's part of source k of an attention chain: the range [*lo, *hi)
+ * of its dimension 1 (q: its heads; k and v: the kv heads they read; the
+ * mask and the sinks whole). */
+static void attn_src_range(const struct gchain *ch, int m, int k, int64_t *lo, int64_t *hi) {
+    const struct bt_tensor *nd = ch->out, *src = nd->src[k];
+    const int64_t Dv = nd->ne[0], group = nd->src[0]->ne[1] / nd->src[1]->ne[1];
+    *lo = 0;
+    *hi = src->ne[1];
+    if (k == 0) {
+        *lo = ch->lo[m] / Dv;
+        *hi = ch->hi[m] / Dv;
+    } else if ((k == 1 || k == 2) && nd->src[1]->ne[1] > 1) {
+        *lo = ch->lo[m] / Dv / group;
+        *hi = ch->hi[m] / Dv / group;
+    }
+}
+
+/* Member m's parts of the sources of an attention chain, to buf (pack) or
+ * from it into the sources (a member's own copies): the rows of each in
+ * order; returns the bytes (buf NULL: only counts). */
+static size_t attn_pack(const struct gchain *ch, int m, uint8_t *buf, bool unpack) {
+    size_t n = 0;
+    for (int k = 0; k < BT_MAX_SRC; k++) {
+        struct bt_tensor *src = ch->out->src[k];
+        if (!src) continue;
+        int64_t lo, hi;
+        attn_src_range(ch, m, k, &lo, &hi);
+        const size_t row = bt_row_size(src->type, src->ne[0]);
+        for (int64_t i3 = 0; i3 < src->ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < src->ne[2]; i2++)
+                for (int64_t i1 = lo; i1 < hi; i1++, n += row) {
+                    if (!buf) continue;
+                    uint8_t *at = (uint8_t *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3];
+                    if (unpack) memcpy(at, buf + n, row);
+                    else memcpy(buf + n, at, row);
+                }
+    }
+    return n;
+}
+
 /* Whether the chain can run in a group: rows of x and of out are whole
  * tokens' and slots', and nothing after it reads a tensor of it but out. */
 static enum bt_status chain_check(bt_dist *d, struct gchain *ch) {
@@ -600,6 +683,33 @@ static enum bt_status chain_check(bt_dist *d, struct gchain *ch) {
                 ch->w[0]->name, why);
 }
 
+/* A member's copies of attention chain i's sources (contiguous, each
+ * shared with the earlier chains' of its type and shape: a member computes
+ * one chain at a time and sets its inputs just before), in place of them. */
+static enum bt_status attn_inputs(bt_dist *d, int i) {
+    struct gchain *ch = &d->chains[i];
+    struct bt_tensor *nd = ch->out;
+    for (int k = 0; k < BT_MAX_SRC; k++) {
+        struct bt_tensor *src = nd->src[k];
+        ch->was[0][k] = src;
+        if (!src) continue;
+        for (int j = 0; j < i && !ch->ins[k]; j++) {
+            const struct bt_tensor *o = d->chains[j].ins[k];
+            if (d->chains[j].attn && o && o->type == src->type && !memcmp(o->ne, src->ne, sizeof src->ne))
+                ch->ins[k] = d->chains[j].ins[k];
+        }
+        if (!ch->ins[k]) {
+            ch->ins[k] = bt_new_tensor(d->gctx, src->type, 4, src->ne);
+            if (!ch->ins[k]) return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_context_error(d->gctx));
+            bt_format_name(ch->ins[k], "%s (group)", src->name);
+            ch->ins[k]->flags |= BT_TENSOR_FLAG_INPUT;
+        }
+        nd->src[k] = ch->ins[k];
+    }
+    ch->x_in = ch->ins[0]; /* (x_in set: release puts the sources back) */
+    return BT_OK;
+}
+
 /* The chains of the groups this rank is in, in the splits of each group's
  * first rank (every rank of a group finds the same, in the same order), their
  * tags after the transfers', and their slots; a member's inputs of its own. */
@@ -616,7 +726,8 @@ static enum bt_status find_chains(bt_dist *d) {
         for (int j = 0; j < sp->graph.n_nodes; j++) {
             const struct bt_tensor *nd = sp->graph.nodes[j];
             const bool rows = grp->dense && row_divisible(d, nd, grp->n_ranks);
-            if (!rows && (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0]))) continue;
+            const bool attn = grp->dense && attn_divisible(d, nd, grp);
+            if (!rows && !attn && (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0]))) continue;
             struct gchain *nc = realloc(d->chains, sizeof *nc * (size_t)(d->n_chains + 1));
             if (!nc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
             d->chains = nc;
@@ -628,7 +739,9 @@ static enum bt_status find_chains(bt_dist *d) {
             ch->n_ranks = grp->n_ranks;
             ch->me = me;
             memcpy(ch->ranks, grp->ranks, sizeof ch->ranks);
-            if (rows) {
+            if (attn) {
+                attn_chain_at(ch, &sp->graph, j);
+            } else if (rows) {
                 row_chain_at(ch, &sp->graph, j);
             } else {
                 chain_at(ch, &sp->graph, j);
@@ -661,6 +774,8 @@ static enum bt_status find_chains(bt_dist *d) {
         if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         const size_t ib = ch->rows ? 0 : sizeof(int32_t) * (size_t)(ch->K * ch->T);
         if (sizeof(float) * (size_t)(ch->T * ch->d_x) > xb) xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
+        for (int m = 1; ch->attn && m < ch->n_ranks; m++)
+            if (attn_pack(ch, m, NULL, false) > xb) xb = attn_pack(ch, m, NULL, false);
         if (sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out) > ob) ob = sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out);
         for (int c = 0; c < d->n_copies && ib > 0; c++) {
             d->chain_bytes += (int64_t)ib;
@@ -670,6 +785,16 @@ static enum bt_status find_chains(bt_dist *d) {
         }
     }
     if (d->n_chains == 0) return BT_OK;
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        if (!ch->attn) continue;
+        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
+        if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+        d->ranged = nr;
+        d->ranged[d->n_ranged++] = ch->out;
+        ch->out->row_lo = (int32_t)(ch->lo[me] / ch->out->ne[0]);
+        ch->out->row_hi = (int32_t)(ch->hi[me] / ch->out->ne[0]);
+    }
     d->n_gbufs = me == 0 ? grp->n_ranks : 1;
     d->chain_bytes += (int64_t)(me == 0 ? grp->n_ranks - 1 : 1) * (int64_t)(xb + ob);
     d->gbufs = calloc((size_t)d->n_gbufs, sizeof *d->gbufs);
@@ -680,10 +805,16 @@ static enum bt_status find_chains(bt_dist *d) {
         if (!d->gbufs[m].x || !d->gbufs[m].o) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     }
     if (me == 0) return BT_OK;
-    d->gctx = bt_init((struct bt_init_params){(size_t)(2 * d->n_chains + 1) * bt_tensor_overhead() + 1024, NULL, true});
+    d->gctx = bt_init((struct bt_init_params){(size_t)((BT_MAX_SRC + 2) * d->n_chains + 1) * bt_tensor_overhead() + 1024,
+                                              NULL, true});
     if (!d->gctx) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
+        if (ch->attn) {
+            enum bt_status st = attn_inputs(d, i);
+            if (st != BT_OK) return st;
+            continue;
+        }
         /* a dense product's input as home's (any shape, contiguous): one
          * tensor for all the products of that shape (a member computes one
          * product at a time, and its input is set just before) */
@@ -1037,7 +1168,7 @@ static enum bt_status build_local_graph(bt_dist *d) {
     struct bt_graph *g = d->graph;
     for (int i = 0; i < d->n_lins; i++)
         for (int c = 0; c < d->n_copies; c++) d->lins[i].copies[c]->flags |= BT_TENSOR_FLAG_INPUT | BT_TENSOR_FLAG_OUTPUT;
-    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + 2 * d->n_chains + 8;
+    const int cap = g->n_nodes + g->n_leafs + (d->n_xfers + d->n_lins) * d->n_copies + (BT_MAX_SRC + 2) * d->n_chains + 8;
     d->local.nodes = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     d->local.leafs = malloc(sizeof(struct bt_tensor *) * (size_t)cap);
     if (!d->local.nodes || !d->local.leafs) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
@@ -1054,13 +1185,19 @@ static enum bt_status build_local_graph(bt_dist *d) {
         if (d->plan.leaf_owner[i] == d->rank && !g->leafs[i]->data && !bt_tensor_is_weight(g->leafs[i]))
             d->local.leafs[d->local.n_leafs++] = g->leafs[i];
     /* a member's chains: their inputs, and their nodes where they fall */
-    for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].x_in) {
-            bool seen = false; /* a shared input, once */
-            for (int j = 0; j < i; j++) seen |= d->chains[j].x_in == d->chains[i].x_in;
-            if (!seen) d->local.leafs[d->local.n_leafs++] = d->chains[i].x_in;
-            if (d->chains[i].ids_in) d->local.leafs[d->local.n_leafs++] = d->chains[i].ids_in;
+    for (int i = 0; i < d->n_chains; i++) {
+        const struct gchain *ch = &d->chains[i];
+        if (!ch->x_in) continue;
+        bool seen = false; /* a shared input, once */
+        for (int j = 0; j < i; j++) seen |= d->chains[j].x_in == ch->x_in;
+        if (!seen) d->local.leafs[d->local.n_leafs++] = ch->x_in;
+        if (ch->ids_in) d->local.leafs[d->local.n_leafs++] = ch->ids_in;
+        for (int k = 1; k < BT_MAX_SRC; k++) {
+            seen = !ch->ins[k];
+            for (int j = 0; j < i && !seen; j++) seen = d->chains[j].ins[k] == ch->ins[k];
+            if (!seen) d->local.leafs[d->local.n_leafs++] = ch->ins[k];
         }
+    }
     int n_mine = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         if (d->plan.node_owner[i] != d->rank && !(d->n_chains > 0 && member_node(d, g->nodes[i]))) continue;
@@ -1780,8 +1917,8 @@ static bool in_host_memory(const struct bt_tensor *x) {
 static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
     bt_transport *t = d->t;
     const double t0 = bt_now_s();
-    const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
-    const bool in_place = in_host_memory(ch->x);
+    size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
+    const bool in_place = in_host_memory(ch->x) && !ch->attn;
     for (int m = 1; m < ch->n_ranks; m++) {
         const int64_t rows = ch->hi[m] - ch->lo[m];
         struct gbuf *gb = &d->gbufs[m];
@@ -1789,7 +1926,10 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
         enum bt_status st = chain_wait(d, &gb->x_req);
         if (st != BT_OK) return st;
         const void *x = ch->x->data;
-        if (!in_place) {
+        if (ch->attn) {
+            xb = attn_pack(ch, m, (uint8_t *)gb->x, false);
+            x = gb->x;
+        } else if (!in_place) {
             bt_tensor_get(ch->x, gb->x, 0, xb);
             x = gb->x;
         }
@@ -1833,10 +1973,14 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     struct gbuf *gb = &d->gbufs[0];
     const int64_t rows = ch->hi[ch->me] - ch->lo[ch->me];
     if (rows == 0) return BT_OK;
-    const size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x), rb = sizeof(float) * (size_t)rows;
+    const size_t xb = ch->attn ? attn_pack(ch, ch->me, NULL, false) : sizeof(float) * (size_t)(ch->T * ch->d_x);
+    const size_t rb = sizeof(float) * (size_t)rows;
     const double w0 = bt_now_s();
-    /* into x_in itself where it is host memory */
-    const bool in_place = in_host_memory(ch->x_in);
+    /* into x_in itself where it is host memory (an attention's sources
+     * unpacked from the rows); the sources the scheduler points at its
+     * slots' copies back at the member's own */
+    for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
+    const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
     void *x = in_place ? ch->x_in->data : gb->x;
     enum bt_status st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
     if (st != BT_OK) return fail(d, st, "%s", t->error);
@@ -1844,12 +1988,14 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.bytes_recv += (int64_t)xb;
     d->stats.wait_s += bt_now_s() - w0;
     if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
-    if (!in_place) bt_tensor_set(ch->x_in, gb->x, 0, xb);
+    if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
+    else if (!in_place) bt_tensor_set(ch->x_in, gb->x, 0, xb);
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
     const double t2 = bt_now_s();
     d->stats.compute_s += t2 - t1;
+    d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
     for (int64_t j = 0; j < ch->T; j++)
@@ -2054,6 +2200,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             if (st == BT_OK) st = compute_nodes(d, &rows);
             const double t2 = bt_now_s();
             if (!chain->rows) d->stats.expert_s += t2 - t1;
+            d->stats.attn_divided += chain->attn;
             if (st == BT_OK) st = chain->rows ? row_take(d, chain, c, k) : chain_take(d, chain, c, k);
             d->paused_s += (t1 - p0) + (bt_now_s() - t2);
             /* the eval callback sees the chain's result whole */

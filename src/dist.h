@@ -110,6 +110,7 @@ struct bt_dist_stats {
     int32_t n_nodes, n_weights, first_layer, last_layer;
     double bubble;            /* 1 - compute / wall */
     int64_t progress_calls;   /* BT_DIST_PROGRESS_COMPUTE: times the compute thread drove the transfers */
+    int64_t attn_divided;     /* prompt attentions whose q heads this rank computed a share of (a group's) */
 };
 
 /* How this rank's transfers in flight move while it computes: an MPI message

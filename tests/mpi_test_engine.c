@@ -1644,6 +1644,19 @@ START_TEST(test_dist_expert_groups) {
             }
             free(got);
         }
+        /* the 32-token prompts: a group of two that divides every product
+         * divides each layer's attention by heads too (the model's 2 kv
+         * heads), both ranks computing their share */
+        struct bt_dist_stats div[8];
+        ck_assert(bt_model_dist_gather_stats(md, div) == BT_OK);
+        if (T->rank == 0)
+            for (int gj = 0; gj < n_groups; gj++)
+                for (int r = 0; r < groups[gj].n_ranks; r++) {
+                    const int64_t want = dense && groups[gj].n_ranks == 2 ? (int64_t)M * counts[groups[gj].ranks[0]] : 0;
+                    ck_assert_msg(div[groups[gj].ranks[r]].attn_divided == want,
+                                  "rank %d divided %lld attentions, not %lld", groups[gj].ranks[r],
+                                  (long long)div[groups[gj].ranks[r]].attn_divided, (long long)want);
+                }
         /* one token: the group reads each layer's two chosen experts once */
         bt_model_dist_reset_stats(md);
         enum { D = 3 };

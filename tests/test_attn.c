@@ -6,8 +6,9 @@
  * the row's position in it, and over where the unmasked cells sit in the
  * cache; every instruction-set variant the CPU has against the plain C one,
  * bitwise; a prompt's rows computed in blocks against the same rows decoded
- * one at a time over a growing cache, bitwise, in every variant; the
- * constructor's shape errors. */
+ * one at a time over a growing cache, bitwise, in every variant; shares of
+ * the q heads (a group's) against the whole, bitwise; the constructor's
+ * shape errors. */
 #include <math.h>
 #include <string.h>
 
@@ -219,11 +220,10 @@ END_TEST
 /* dst computed by one instruction-set variant with nth threads (run one
  * after another: the threads share nothing but the scratch buffer, each its
  * own slice); returns a malloc'd copy of the output */
-static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) {
+static void run_isa_into(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) {
     const size_t ws = bt_cpu_flash_attn_work_size(dst, nth);
     void *w = NULL;
     ck_assert_int_eq(posix_memalign(&w, 64, ws > 0 ? ws : 64), 0);
-    memset(dst->data, 0xff, bt_nbytes(dst)); /* NaN: an unwritten element shows */
     for (int ith = 0; ith < nth; ith++) {
         volatile int status = 0;
         char errbuf[BT_CPU_ERRBUF];
@@ -232,6 +232,11 @@ static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) 
         bt_cpu_flash_attn_isa(&p, dst, isa);
     }
     free(w);
+}
+
+static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) {
+    memset(dst->data, 0xff, bt_nbytes(dst)); /* NaN: an unwritten element shows */
+    run_isa_into(dst, isa, nth);
     float *o = malloc(bt_nbytes(dst));
     memcpy(o, dst->data, bt_nbytes(dst));
     return o;
@@ -373,6 +378,73 @@ START_TEST(test_prompt_equals_decode) {
 }
 END_TEST
 
+/* A group's share of the q heads (the node's row_lo/hi: dist.c's attention
+ * chains): each share computes its heads and nothing else, and the shares
+ * together are bitwise the whole, in every variant, with one and two
+ * threads; GQA (shares of whole kv-head groups), MHA, MQA and MLA's shape
+ * (one latent kv head of 576, v of 512: any range of heads), with sinks. */
+START_TEST(test_head_shares) {
+    const struct attn_case cases[] = {
+        {64, 64, 8, 2, 100, 37, BT_TYPE_F16, BT_TYPE_F16, true, false},
+        {32, 48, 4, 4, 40, 9, BT_TYPE_F32, BT_TYPE_F32, true, true},
+        {64, 64, 6, 1, 50, 20, BT_TYPE_Q8_0, BT_TYPE_F32, true, false},
+        {576, 512, 5, 1, 48, 33, BT_TYPE_F16, BT_TYPE_F16, true, false},
+        {40, 24, 6, 3, 33, 5, BT_TYPE_F16, BT_TYPE_F32, true, true},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct attn_case *c = &cases[ci];
+        bt_context *ctx = tu_ctx(32);
+        tu_rng r;
+        tu_rng_init(&r, 900 + ci);
+        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
+        struct bt_tensor *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
+        struct bt_tensor *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
+        struct bt_tensor *m = bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T);
+        tu_fill_uniform(q, &r, -4.0f, 4.0f);
+        tu_fill_uniform(k, &r, -2.0f, 2.0f);
+        tu_fill(v, &r);
+        for (int64_t t = 0; t < c->T; t++) /* causal over the last T cells */
+            for (int64_t j = 0; j < c->N; j++) bt_set_f32_nd(m, j, t, 0, 0, j <= c->N - c->T + t ? 0.0f : -INFINITY);
+        struct bt_tensor *sk = c->with_sinks ? bt_new_tensor_1d(ctx, BT_TYPE_F32, c->H) : NULL;
+        if (sk) tu_fill_uniform(sk, &r, -4.0f, 4.0f);
+        struct bt_tensor *out = bt_flash_attn_ext(ctx, q, k, v, m, sk, 1.0f / sqrtf((float)c->D));
+        TU_OK(ctx, out);
+        float *base = run_isa(out, BT_CPU_ATTN_C, 1);
+        const int64_t n = bt_nelements(out), unit = c->Hk > 1 ? c->H / c->Hk : 1, n_units = c->H / unit;
+        for (int isa = 0; isa < BT_CPU_ATTN_ISA_COUNT; isa++) {
+            if (!bt_cpu_attn_isa_available((enum bt_cpu_attn_isa)isa)) continue;
+            const char *name = bt_cpu_attn_isa_name((enum bt_cpu_attn_isa)isa);
+            for (int nth = 1; nth <= 2; nth++) {
+                memset(out->data, 0xff, bt_nbytes(out));
+                /* the shares: the first unit, the next half of the rest, the others */
+                const int64_t cut[4] = {0, 1, 1 + (n_units - 1) / 2, n_units};
+                for (int s = 0; s < 3; s++) {
+                    if (cut[s] == cut[s + 1]) continue;
+                    out->row_lo = (int32_t)(cut[s] * unit);
+                    out->row_hi = (int32_t)(cut[s + 1] * unit);
+                    run_isa_into(out, (enum bt_cpu_attn_isa)isa, nth);
+                    /* its heads written, the heads of the shares after it not yet */
+                    for (int64_t i = 0; i < n; i++) {
+                        const int64_t h = i / c->Dv % c->H;
+                        const bool done = h < out->row_hi;
+                        ck_assert_msg(done != isnan(((float *)out->data)[i]),
+                                      "case %zu, %s, %d threads: heads [%d, %d): element %lld (head %lld) %s", ci,
+                                      name, nth, out->row_lo, out->row_hi, (long long)i, (long long)h,
+                                      done ? "unset" : "written");
+                    }
+                }
+                out->row_lo = out->row_hi = 0;
+                const int64_t d = first_diff(out->data, base, n);
+                ck_assert_msg(d < 0, "case %zu, %s, %d threads: the shares differ from the whole at %lld: %a vs %a", ci,
+                              name, nth, (long long)d, ((float *)out->data)[d < 0 ? 0 : d], base[d < 0 ? 0 : d]);
+            }
+        }
+        free(base);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 START_TEST(test_errors) {
     bt_context *ctx = tu_ctx(4);
     struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, 16, 6, 3);
@@ -441,6 +513,7 @@ int main(void) {
     tcase_add_test(tc, test_bitwise_invariance);
     tcase_add_test(tc, test_isa_variants);
     tcase_add_test(tc, test_prompt_equals_decode);
+    tcase_add_test(tc, test_head_shares);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -817,9 +817,55 @@ static struct scratch_layout scratch_layout(const struct bt_tensor *node, int nt
     return l;
 }
 
+/* A group's share of the q heads (the node's row_lo/hi, set by dist.c's
+ * attention chains): the attention of heads [row_lo, row_hi) alone, as
+ * tensors that begin there (q, the kv heads they read, the sinks, the
+ * result).  With several kv heads the share is of whole kv heads' groups;
+ * with one (MQA, MLA's latent) any range.  Each head's rows are computed by
+ * the same operations as in the whole, so they get the same bits. */
+struct head_share {
+    struct bt_tensor q, k, v, sinks, dst;
+};
+
+static const struct bt_tensor *share_of(const struct bt_tensor *dst, struct head_share *hs) {
+    if (dst->row_hi <= 0) return dst;
+    const struct bt_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *sinks = dst->src[4];
+    const int64_t H = q->ne[1], Hk = k->ne[1], group = H / Hk, lo = dst->row_lo, hi = dst->row_hi;
+    BT_ASSERT(0 <= lo && lo < hi && hi <= H && (Hk == 1 || (lo % group == 0 && hi % group == 0)));
+    hs->dst = *dst;
+    hs->dst.row_lo = hs->dst.row_hi = 0;
+    hs->dst.data = (char *)dst->data + (size_t)lo * dst->nb[1];
+    hs->dst.ne[1] = hi - lo;
+    hs->q = *q;
+    hs->q.data = (char *)q->data + (size_t)lo * q->nb[1];
+    hs->q.ne[1] = hi - lo;
+    hs->dst.src[0] = &hs->q;
+    if (Hk > 1) {
+        hs->k = *k;
+        hs->k.data = (char *)k->data + (size_t)(lo / group) * k->nb[1];
+        hs->k.ne[1] = (hi - lo) / group;
+        hs->v = *v;
+        hs->v.data = (char *)v->data + (size_t)(lo / group) * v->nb[1];
+        hs->v.ne[1] = (hi - lo) / group;
+        hs->dst.src[1] = &hs->k;
+        hs->dst.src[2] = &hs->v;
+    }
+    if (sinks) {
+        hs->sinks = *sinks;
+        hs->sinks.data = (float *)sinks->data + lo;
+        hs->sinks.ne[0] = hi - lo;
+        hs->dst.src[4] = &hs->sinks;
+    }
+    return &hs->dst;
+}
+
 size_t bt_cpu_flash_attn_work_size(const struct bt_tensor *node, int nth) {
     if (nth < 1) nth = 1;
-    return scratch_layout(node, nth).total * (size_t)nth;
+    size_t n = scratch_layout(node, nth).total;
+    struct head_share hs;
+    const struct bt_tensor *share = share_of(node, &hs);
+    if (share != node && scratch_layout(share, nth).total > n) n = scratch_layout(share, nth).total;
+    return n * (size_t)nth;
 }
 
 bool bt_cpu_flash_attn_supported(const struct bt_tensor *node) {
@@ -901,8 +947,10 @@ static const float *v_tile(const struct attn_isa *isa, const struct bt_tensor *v
     return vt;
 }
 
-void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *dst, enum bt_cpu_attn_isa which) {
+void bt_cpu_flash_attn_isa(const struct bt_cpu_params *p, struct bt_tensor *node, enum bt_cpu_attn_isa which) {
     BT_ASSERT(bt_cpu_attn_isa_available(which));
+    struct head_share hs;
+    const struct bt_tensor *dst = share_of(node, &hs);
     const struct attn_isa *isa = &isas[which];
     const struct bt_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float *sinks = dst->src[4] ? (const float *)dst->src[4]->data : NULL; /* [H] */
