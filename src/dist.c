@@ -1976,9 +1976,9 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     const size_t xb = ch->attn ? attn_pack(ch, ch->me, NULL, false) : sizeof(float) * (size_t)(ch->T * ch->d_x);
     const size_t rb = sizeof(float) * (size_t)rows;
     const double w0 = bt_now_s();
-    /* into x_in itself where it is host memory (an attention's sources
-     * unpacked from the rows); the sources the scheduler points at its
-     * slots' copies back at the member's own */
+    /* into x_in itself where it is host memory (an attention's packed
+     * sources into the buffer, then into its own copies of them, at which
+     * its node points again: the scheduler points it at its slots' copies) */
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
     const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
     void *x = in_place ? ch->x_in->data : gb->x;

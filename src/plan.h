@@ -58,7 +58,8 @@ struct bt_dist_pin {
  * reads, of at least BT_ROW_UNIT rows per rank): member i holds
  * bt_row_share(rows, n_ranks, i) of the weight, the first rank sends each
  * member the product's input and takes back the member's rows of its
- * result.  Every rank of the group then computes a share of every layer. */
+ * result; and a prompt's attention by q heads (dist.c: attn_divisible).
+ * Every rank of the group then computes a share of every layer. */
 struct bt_expert_group {
     int32_t n_ranks;
     int32_t ranks[BT_EXPERT_GROUP_MAX]; /* ranks[0] runs the layers */

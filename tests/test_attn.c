@@ -242,6 +242,16 @@ static float *run_isa(struct bt_tensor *dst, enum bt_cpu_attn_isa isa, int nth) 
     return o;
 }
 
+/* a case's q [D, H, T], k [D, Hk, N], v [Dv, Hk, N] and mask [N, T] (NULL
+ * without one), unfilled */
+static void case_tensors(bt_context *ctx, const struct attn_case *c, struct bt_tensor **q, struct bt_tensor **k,
+                         struct bt_tensor **v, struct bt_tensor **m) {
+    *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
+    *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
+    *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
+    *m = c->with_mask ? bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T) : NULL;
+}
+
 /* the first index where a and b differ bitwise, -1 if none */
 static int64_t first_diff(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -274,10 +284,8 @@ START_TEST(test_isa_variants) {
         bt_context *ctx = tu_ctx(16);
         tu_rng r;
         tu_rng_init(&r, 500 + ci);
-        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
-        struct bt_tensor *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
-        struct bt_tensor *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
-        struct bt_tensor *m = c->with_mask ? bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T) : NULL;
+        struct bt_tensor *q, *k, *v, *m;
+        case_tensors(ctx, c, &q, &k, &v, &m);
         /* case 6: scores within 1e-3 of each other (exp near 1) */
         tu_fill_uniform(q, &r, ci == 6 ? -0.002f : -6.0f, ci == 6 ? 0.002f : 6.0f);
         tu_fill_uniform(k, &r, -3.0f, 3.0f);
@@ -396,10 +404,8 @@ START_TEST(test_head_shares) {
         bt_context *ctx = tu_ctx(32);
         tu_rng r;
         tu_rng_init(&r, 900 + ci);
-        struct bt_tensor *q = bt_new_tensor_3d(ctx, BT_TYPE_F32, c->D, c->H, c->T);
-        struct bt_tensor *k = bt_new_tensor_3d(ctx, c->kv_type, c->D, c->Hk, c->N);
-        struct bt_tensor *v = bt_new_tensor_3d(ctx, c->kv_type, c->Dv, c->Hk, c->N);
-        struct bt_tensor *m = bt_new_tensor_2d(ctx, c->mask_type, c->N, c->T);
+        struct bt_tensor *q, *k, *v, *m;
+        case_tensors(ctx, c, &q, &k, &v, &m);
         tu_fill_uniform(q, &r, -4.0f, 4.0f);
         tu_fill_uniform(k, &r, -2.0f, 2.0f);
         tu_fill(v, &r);
