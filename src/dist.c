@@ -3,6 +3,7 @@
  * per-rank allocation, and the micro-batch pipeline over a transport. */
 #include "dist.h"
 
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <string.h>
@@ -88,7 +89,8 @@ struct local_output {
 struct gslot {
     int32_t *ids;  /* the ids of the micro-batch, packed [K * T] */
     int64_t n_o;   /* home: the rows of out the member sends in this slot */
-    bt_treq ids_req;
+    int32_t divide; /* an attention's: whether this micro-batch divides it (attn_tell) */
+    bt_treq ids_req; /* (an attention's: of divide) */
 };
 /* The rows of one member (home: one per member; a member: its own), shared
  * by every chain: a rank runs one chain at a time, and each waits for the
@@ -171,6 +173,10 @@ struct bt_dist {
     int64_t chain_bytes;   /* the chains' slots and rows (host memory) */
     double paused_s;       /* time a split spent paused in its transfers (not compute) */
     struct gbuf *gbufs;    /* [n_gbufs]: the chains' rows */
+    struct mask_seen {     /* attn_worth's counts of the micro-batch: a mask, how many pairs it lets through */
+        const struct bt_tensor *mask;
+        int64_t k, seen;
+    } seen[2];
     int n_gbufs;
     bt_buffer_t gout_buf;  /* a member: the results of all its chains (member_outs) */
     int64_t mem_bytes;     /* the memory this rank may use (bt_backend_plan_memory) */
@@ -1904,6 +1910,58 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
 
 /* ---- groups' dense products (struct gchain, rows) ------------------------------- */
 
+/* The (token, cell) pairs of micro-batch k that mask lets through, of T
+ * tokens over N cells (counted once a micro-batch per mask: the full
+ * layers' and the sliding layers'). */
+static int64_t mask_seen(bt_dist *d, const struct bt_tensor *mask, int64_t T, int64_t N, int64_t k) {
+    for (int i = 0; i < 2; i++)
+        if (d->seen[i].mask == mask && d->seen[i].k == k) return d->seen[i].seen;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const uint8_t *row = (const uint8_t *)mask->data + t * mask->nb[1];
+        for (int64_t j = 0; j < N; j++) {
+            const uint8_t *at = row + j * mask->nb[0];
+            n += mask->type == BT_TYPE_F16 ? *(const uint16_t *)at != 0xfc00u : *(const float *)at != -INFINITY;
+        }
+    }
+    d->seen[1] = d->seen[0];
+    d->seen[0] = (struct mask_seen){mask, k, n};
+    return n;
+}
+
+/* Whether dividing an attention by heads is worth its transfer: a member
+ * is sent every cell of its kv heads and spares home its heads' work on the
+ * cells each token sees.  Divided when the pairs the mask lets through,
+ * times the q heads per kv head, reach ATTN_WORTH times the cells: a prompt's
+ * tokens over its cells do; a ubatch of many sequences' decode steps, each
+ * token over its own sequence's cells, does not.  Either way each head's
+ * rows are the same bits. */
+#define ATTN_WORTH 16
+static bool attn_worth(bt_dist *d, const struct gchain *ch, int64_t k) {
+    const struct bt_tensor *q = ch->out->src[0], *kc = ch->out->src[1], *mask = ch->out->src[3];
+    const int64_t T = q->ne[2], N = kc->ne[2], group = q->ne[1] / kc->ne[1];
+    const int64_t seen = mask ? mask_seen(d, mask, T, N, k) : T * N;
+    return seen * group >= ATTN_WORTH * N;
+}
+
+/* home, before an attention chain of micro-batch k: whether it is divided
+ * this time, told to every member that holds heads (a word on the chain's
+ * first tag; the member then waits for its sources, or computes nothing);
+ * *alone: home computes every head. */
+static enum bt_status attn_tell(bt_dist *d, struct gchain *ch, int c, int64_t k, bool *alone) {
+    *alone = !attn_worth(d, ch, k);
+    for (int m = 1; m < ch->n_ranks; m++) {
+        if (ch->hi[m] == ch->lo[m]) continue;
+        struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
+        enum bt_status st = chain_wait(d, &sl->ids_req);
+        if (st != BT_OK) return st;
+        sl->divide = !*alone;
+        st = bt_transport_isend(d->t, &sl->divide, sizeof sl->divide, ch->ranks[m], ch->tag0 + 3 * c, &sl->ids_req);
+        if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    }
+    return BT_OK;
+}
+
 /* Whether tensor x lives in host memory (a transfer may read or write it in place). */
 static bool in_host_memory(const struct bt_tensor *x) {
     const bt_buffer_t b = x->view_src ? x->view_src->buffer : x->buffer;
@@ -1973,16 +2031,28 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     struct gbuf *gb = &d->gbufs[0];
     const int64_t rows = ch->hi[ch->me] - ch->lo[ch->me];
     if (rows == 0) return BT_OK;
+    const double w0 = bt_now_s();
+    enum bt_status st;
+    if (ch->attn) { /* home's word: divided this time, or computed whole at home */
+        struct gslot *sl = &ch->slots[c * ch->n_ranks];
+        if ((st = bt_transport_irecv(t, &sl->divide, sizeof sl->divide, ch->home, ch->tag0 + 3 * c, &sl->ids_req)) !=
+            BT_OK)
+            return fail(d, st, "%s", t->error);
+        if ((st = chain_wait(d, &sl->ids_req)) != BT_OK) return st;
+        if (!sl->divide) {
+            d->stats.wait_s += bt_now_s() - w0;
+            return BT_OK;
+        }
+    }
     const size_t xb = ch->attn ? attn_pack(ch, ch->me, NULL, false) : sizeof(float) * (size_t)(ch->T * ch->d_x);
     const size_t rb = sizeof(float) * (size_t)rows;
-    const double w0 = bt_now_s();
     /* into x_in itself where it is host memory (an attention's packed
      * sources into the buffer, then into its own copies of them, at which
      * its node points again: the scheduler points it at its slots' copies) */
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
     const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
     void *x = in_place ? ch->x_in->data : gb->x;
-    enum bt_status st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
+    st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
     if (st != BT_OK) return fail(d, st, "%s", t->error);
     if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
     d->stats.bytes_recv += (int64_t)xb;
@@ -2194,14 +2264,21 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
         enum bt_status st = compute_range(d, &part);
         const double p0 = bt_now_s();
         if (st == BT_OK && chain) {
-            st = chain->rows ? row_send(d, chain, c) : chain_send(d, chain, c);
+            bool alone = false; /* an attention home computes whole this time (attn_tell) */
+            if (chain->attn) st = attn_tell(d, chain, c, k, &alone);
+            if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
+            const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
+            if (alone) chain->out->row_lo = chain->out->row_hi = 0;
             if (st == BT_OK) st = compute_nodes(d, &rows);
+            chain->out->row_lo = head_lo;
+            chain->out->row_hi = head_hi;
             const double t2 = bt_now_s();
             if (!chain->rows) d->stats.expert_s += t2 - t1;
-            d->stats.attn_divided += chain->attn;
-            if (st == BT_OK) st = chain->rows ? row_take(d, chain, c, k) : chain_take(d, chain, c, k);
+            d->stats.attn_divided += chain->attn && !alone;
+            if (st == BT_OK && alone) chain->done_k[c] = k;
+            else if (st == BT_OK) st = chain->rows ? row_take(d, chain, c, k) : chain_take(d, chain, c, k);
             d->paused_s += (t1 - p0) + (bt_now_s() - t2);
             /* the eval callback sees the chain's result whole */
             if (st == BT_OK && d->eval_cb && d->eval_cb(chain->out, true, d->eval_user) &&

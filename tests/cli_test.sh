@@ -714,6 +714,19 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: glm4
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: minimax-m2, an expert group of 2" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/mm2.gguf" \
     --tokens 7 --micro-batches 5
+# a group that divides every product (divide: all): with micro-batches of 20 tokens the prompt
+# attention is divided by heads too (deepseek2's MLA heads one by one, gemma3's sliding layers
+# over their own mask); one process's logits
+sed 's/^  expert_groups: \[\[0, 1\]\]$/&\n  divide: all/' "$tmp/group.yaml" >"$tmp/divided.yaml"
+"$baton" make-model "$tmp/gemma.gguf" --vocab "$vocab2" --arch gemma3 --layers 2 --swa 8 --swa-pattern 2 >/dev/null
+for m in ds gemma; do
+    for want in "output equals a one-rank run \(3 micro-batches, bitwise\)" \
+        "attention divided by heads \(runs\): rank 0 [1-9][0-9]*, rank 1 [1-9]"; do
+        expect 0 "$want" "demo: $m, a group of 2 that divides every product and the attention heads" -- \
+            env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
+            --model "$tmp/$m.gguf" --tokens 20 --micro-batches 3
+    done
+done
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)

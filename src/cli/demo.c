@@ -289,11 +289,12 @@ static void print_stats(const struct demo_opts *o, const char *what, const struc
             printf("%s{\"rank\": %d, \"first_layer\": %d, \"last_layer\": %d, \"nodes\": %d, \"compute_s\": %.6f, "
                    "\"wait_s\": %.6f, \"send_s\": %.6f, \"wall_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %lld, "
                    "\"bytes_direct\": %lld, \"bytes_recv\": %lld, \"weight_bytes\": %lld, \"peak_bytes\": %lld, "
-                   "\"rss_bytes\": %lld}",
+                   "\"rss_bytes\": %lld, \"attn_divided\": %lld}",
                    r ? ", " : "", s->rank, s->first_layer, s->last_layer, s->n_nodes, s->compute_s, s->wait_s,
                    s->send_s, s->wall_s, s->bubble, (long long)s->bytes_sent, (long long)s->bytes_direct,
                    (long long)s->bytes_recv,
-                   (long long)s->weight_bytes, (long long)s->peak_bytes, (long long)s->rss_bytes);
+                   (long long)s->weight_bytes, (long long)s->peak_bytes, (long long)s->rss_bytes,
+                   (long long)s->attn_divided);
         }
         printf("]}\n");
         return;
@@ -318,6 +319,13 @@ static void print_stats(const struct demo_opts *o, const char *what, const struc
     if (direct > 0)
         printf("\nGPU to GPU over NCCL: %.2f MiB of the %.2f MiB sent (the rest over MPI)\n", direct / 1048576.0,
                sent / 1048576.0);
+    /* a group's prompt attention, each rank its heads: how often, per rank */
+    char divided[512] = "";
+    for (int r = 0, at = 0; r < P && at < (int)sizeof divided - 64; r++)
+        if (all[r].attn_divided > 0)
+            at += snprintf(divided + at, sizeof divided - (size_t)at, "%s rank %d %lld", at ? "," : "", r,
+                           (long long)all[r].attn_divided);
+    if (divided[0]) printf("\nattention divided by heads (runs):%s\n", divided);
     printf("\nthroughput: %.1f tokens/s (%.3f s for %d micro-batches)\n", tokens / wall, wall, M);
     printf("pipeline efficiency E = %.3f (ideal M/(M+P-1) = %.3f, %.0f%% of ideal); bubble %.1f%%\n", E, ideal,
            100 * E / ideal, 100 * (1 - E));
