@@ -123,7 +123,7 @@ struct gchain {
     int n_w;
     int64_t n_expert, K, T, d_x, d_out;
     size_t expert_bytes; /* one expert of every weight */
-    int tag0;            /* slot c: tag0 + 3c: ids, + 1: rows of x, + 2: rows of out */
+    int tag0;            /* slot c: tag0 + 3c: ids (an attention: home's word), + 1: rows of x, + 2: rows of out */
     struct gslot *slots; /* [n_copies * n_ranks]: slot c, member m (member: m 0) */
     int64_t done_k[MAXC]; /* home: the micro-batch whose chain slot c last ran */
     /* member: its inputs, and the chain's sources as they were */
@@ -650,10 +650,13 @@ static size_t attn_pack(const struct gchain *ch, int m, uint8_t *buf, bool unpac
         int64_t lo, hi;
         attn_src_range(ch, m, k, &lo, &hi);
         const size_t row = bt_row_size(src->type, src->ne[0]);
+        if (!buf) {
+            n += row * (size_t)((hi - lo) * src->ne[2] * src->ne[3]);
+            continue;
+        }
         for (int64_t i3 = 0; i3 < src->ne[3]; i3++)
             for (int64_t i2 = 0; i2 < src->ne[2]; i2++)
                 for (int64_t i1 = lo; i1 < hi; i1++, n += row) {
-                    if (!buf) continue;
                     uint8_t *at = (uint8_t *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3];
                     if (unpack) memcpy(at, buf + n, row);
                     else memcpy(buf + n, at, row);
@@ -780,8 +783,10 @@ static enum bt_status find_chains(bt_dist *d) {
         if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         const size_t ib = ch->rows ? 0 : sizeof(int32_t) * (size_t)(ch->K * ch->T);
         if (sizeof(float) * (size_t)(ch->T * ch->d_x) > xb) xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
-        for (int m = 1; ch->attn && m < ch->n_ranks; m++)
-            if (attn_pack(ch, m, NULL, false) > xb) xb = attn_pack(ch, m, NULL, false);
+        for (int m = 1; ch->attn && m < ch->n_ranks; m++) {
+            const size_t pb = attn_pack(ch, m, NULL, false);
+            if (pb > xb) xb = pb;
+        }
         if (sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out) > ob) ob = sizeof(float) * (size_t)(ch->K * ch->T * ch->d_out);
         for (int c = 0; c < d->n_copies && ib > 0; c++) {
             d->chain_bytes += (int64_t)ib;
