@@ -241,6 +241,56 @@ static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t
     const uintptr_t l0 = (p + lo) & ~(uintptr_t)63, l1 = (p + hi - 1) & ~(uintptr_t)63;
     for (uintptr_t l = l0; l <= l1; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T1);
 }
+
+/* The K-quant and IQ4_XS decode tiles' prefetch (quant_dot.c, quant_iq.c). */
+/* Prefetch (to L2) the block PF blocks ahead in each of a tile's rows,
+ * about BT_CPU_TILE_PREFETCH bytes on; near a row's end, the start of the row the next
+ * tile reads (next, when there is one), so that it does not begin by waiting
+ * on memory.  The hardware prefetcher alone leaves the 1-column tiles waiting
+ * on memory: more rows' lines in flight read faster. */
+#ifndef BT_CPU_TILE_PREFETCH
+#define BT_CPU_TILE_PREFETCH 1536
+#endif
+#ifndef BT_CPU_TILE_BLOCK_ROW
+#define BT_CPU_TILE_BLOCK_ROW 2048 /* rows up to this many bytes prefetch the next tiles as one block */
+#endif
+/* block (bt_cpu_tile_block_kind): the next tile's rows are one block of memory
+ * (bt_cpu_rows_block) and short: per block b a share of the rows after them (the tile after the
+ * next: at one tile, the next tile's last rows came too late for its first
+ * blocks, Q6_K 20.7 -> 17.3 GB/s; at two, Q6_K as before, Q4_K 13 -> 15
+ * GB/s, 1 thread, 2 MiB pages, k = 2048), in address order
+ * (bt_cpu_prefetch_share) */
+/* 0: no block; 1: block; 2: block, and the next tile does not follow this
+ * one (a new chunk of rows, whose first tile no tile has prefetched yet: it
+ * too) */
+static inline int bt_cpu_tile_block_kind(const void *const *w_rows, const void *const *next, int64_t nblk, size_t bs,
+                                const int RM) {
+    if ((size_t)nblk * bs > BT_CPU_TILE_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
+    return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
+}
+static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows, const void *const *next,
+                                                              int block, int64_t b, int64_t nblk, size_t bs,
+                                                              const int RM) {
+    if (block) {
+        /* a 4-row tile is short: the tile after the next one */
+        const size_t tb = (size_t)RM * (size_t)nblk * bs;
+        bt_cpu_prefetch_share(next[0], tb, tb, b, nblk);
+        if (block == 2) bt_cpu_prefetch_share(next[0], 0, tb, b, nblk);
+        return;
+    }
+    const int64_t pf = (int64_t)(BT_CPU_TILE_PREFETCH / bs) + 1, pos = b + pf;
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < RM; r++) {
+        /* rows shorter than the distance wrap round in the next tile's rows */
+        const char *p = pos < nblk ? (const char *)w_rows[r] + (size_t)pos * bs
+                        : next ? (const char *)next[r] + (size_t)((pos - nblk) % nblk) * bs
+                               : NULL;
+        if (p) {
+            for (size_t o = 0; o < bs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            _mm_prefetch(p + bs - 1, _MM_HINT_T1);
+        }
+    }
+}
 #endif
 
 /* 4 bytes at p (any alignment) as an int32 (quant_i8.c, quant_dot.c) */

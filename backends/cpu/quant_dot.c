@@ -662,55 +662,6 @@ struct k_row {
     float d, dmin;
 };
 
-/* Prefetch (to L2) the block PF blocks ahead in each of a tile's rows,
- * about KQ_PREFETCH bytes on; near a row's end, the start of the row the next
- * tile reads (next, when there is one), so that it does not begin by waiting
- * on memory.  The hardware prefetcher alone leaves the 1-column tiles waiting
- * on memory: more rows' lines in flight read faster. */
-#ifndef KQ_PREFETCH
-#define KQ_PREFETCH 1536
-#endif
-#ifndef KQ_BLOCK_ROW
-#define KQ_BLOCK_ROW 2048 /* rows up to this many bytes prefetch the next tiles as one block */
-#endif
-/* block (kq_block_kind): the next tile's rows are one block of memory
- * (bt_cpu_rows_block) and short: per block b a share of the rows after them (the tile after the
- * next: at one tile, the next tile's last rows came too late for its first
- * blocks, Q6_K 20.7 -> 17.3 GB/s; at two, Q6_K as before, Q4_K 13 -> 15
- * GB/s, 1 thread, 2 MiB pages, k = 2048), in address order
- * (bt_cpu_prefetch_share) */
-/* 0: no block; 1: block; 2: block, and the next tile does not follow this
- * one (a new chunk of rows, whose first tile no tile has prefetched yet: it
- * too) */
-static inline int kq_block_kind(const void *const *w_rows, const void *const *next, int64_t nblk, size_t bs,
-                                const int RM) {
-    if ((size_t)nblk * bs > KQ_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
-    return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
-}
-static inline __attribute__((always_inline)) void kq_prefetch(const void *const *w_rows, const void *const *next,
-                                                              int block, int64_t b, int64_t nblk, size_t bs,
-                                                              const int RM) {
-    if (block) {
-        /* a 4-row tile is short: the tile after the next one */
-        const size_t tb = (size_t)RM * (size_t)nblk * bs;
-        bt_cpu_prefetch_share(next[0], tb, tb, b, nblk);
-        if (block == 2) bt_cpu_prefetch_share(next[0], 0, tb, b, nblk);
-        return;
-    }
-    const int64_t pf = (int64_t)(KQ_PREFETCH / bs) + 1, pos = b + pf;
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < RM; r++) {
-        /* rows shorter than the distance wrap round in the next tile's rows */
-        const char *p = pos < nblk ? (const char *)w_rows[r] + (size_t)pos * bs
-                        : next ? (const char *)next[r] + (size_t)((pos - nblk) % nblk) * bs
-                               : NULL;
-        if (p) {
-            for (size_t o = 0; o < bs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-            _mm_prefetch(p + bs - 1, _MM_HINT_T1);
-        }
-    }
-}
-
 /* An RM x RN tile of Q4_K (qh false) or Q5_K rows against Q8_K columns: the
  * block's I and M of dot_kq_ref in 16 int32 lanes (scales applied per int16
  * pair by vpdpwssd), reduced per block, then kq_step. */
@@ -728,9 +679,9 @@ static inline __attribute__((always_inline)) void q45_K_tile(int64_t k, const vo
         _mm256_set1_epi16(8));
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     const size_t bs = q5 ? sizeof(bt_block_q5_K) : sizeof(bt_block_q4_K);
-    const int block = kq_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
+    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        kq_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
+        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
@@ -814,9 +765,9 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
                          10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         3);
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
-    const int block = kq_block_kind(w_rows, next, k / BT_QK_K, kq_block_bytes(kind), RM);
+    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, kq_block_bytes(kind), RM);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        kq_prefetch(w_rows, next, block, b, k / BT_QK_K, kq_block_bytes(kind), RM);
+        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, kq_block_bytes(kind), RM);
         const bt_block_q8_K *ab[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) ab[c] = (const bt_block_q8_K *)acts[c] + b;
@@ -1337,21 +1288,116 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
         for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
 }
 
+/* q32_tile for RM = 4 rows: two rows a 512-bit vector (row 2p's block in
+ * bytes 0..31, row 2p + 1's in 32..63; each half the 256-bit path's lanes
+ * and accumulator, so the same float steps), the rows' scales converted 4 at
+ * a time, and the rows' lines prefetched (the decode rows were compute-bound at
+ * a third of the read bandwidth, and the hardware prefetcher alone leaves
+ * a 1-column tile waiting on memory). */
+static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const void *const *w_rows,
+                                                            const void *const *acts, const void *const *next,
+                                                            float *out, const int RN, const int mode) {
+    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
+                      : mode == 1 ? sizeof(bt_block_q5_0)
+                      : mode == 2 ? sizeof(bt_block_q5_1)
+                      : mode == 3 ? sizeof(bt_block_iq4_nl)
+                                  : sizeof(bt_block_mxfp4);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)),
+                      _mm_set1_epi8((char)0x80)));
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i pair1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    /* prefetch by groups of 4 blocks (one or two lines a row) */
+    const int64_t nblk = k / BT_QK, ngrp = k % (4 * BT_QK) == 0 ? nblk / 4 : 0;
+    const int block = ngrp ? bt_cpu_tile_block_kind(w_rows, next, ngrp, 4 * bs, 4) : 0;
+    __m512 acc[2][4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        if (ngrp && (b & 3) == 0) bt_cpu_tile_prefetch(w_rows, next, block, b / 4, ngrp, 4 * bs, 4);
+        __m512i av[4], neg[4];
+        __m512 asumf[4], da[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
+            av[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
+            const __m512i asum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), av[c]);
+            /* the offset (Q5_0's 16, the table types' 128) as the accumulator's start */
+            neg[c] = mode == 1 || mode >= 3 ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, mode == 1 ? 4 : 7))
+                                            : _mm512_setzero_si512();
+            asumf[c] = _mm512_cvtepi32_ps(asum);
+            da[c] = _mm512_set1_ps(h2f_fast(ab->d));
+        }
+        const uint8_t *wb[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+        /* the 4 rows' d (and m) */
+        __m128 dw4, mw4 = _mm_setzero_ps();
+        if (mode == 4) {
+            dw4 = _mm_setr_ps(bt_e8m0_half(((const bt_block_mxfp4 *)wb[0])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[1])->e),
+                              bt_e8m0_half(((const bt_block_mxfp4 *)wb[2])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[3])->e));
+        } else {
+            /* d is each block's first half, m (Q4_1, Q5_1) its second */
+            uint16_t h[4], m[4];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < 4; r++) {
+                memcpy(&h[r], wb[r], 2);
+                memcpy(&m[r], wb[r] + 2, 2);
+            }
+            dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
+            if (mode == 0 || mode == 2) mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
+        }
+        _Pragma("GCC unroll 2")
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *w0 = wb[2 * p], *w1 = wb[2 * p + 1];
+            const size_t qo = mode == 0 ? offsetof(bt_block_q4_1, qs)
+                              : mode == 1 ? offsetof(bt_block_q5_0, qs)
+                              : mode == 2 ? offsetof(bt_block_q5_1, qs)
+                              : mode == 3 ? offsetof(bt_block_iq4_nl, qs)
+                                          : offsetof(bt_block_mxfp4, qs);
+            /* [qs0, qs0, qs1, qs1] -> low nibbles, high, of each row */
+            const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w0 + qo))),
+                                                          0xFF00, _mm_loadu_si128((const __m128i *)(w1 + qo)));
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi64(x, shift), m4);
+            if (mode == 1 || mode == 2) {
+                const size_t ho = mode == 1 ? offsetof(bt_block_q5_0, qh) : offsetof(bt_block_q5_1, qh);
+                const __mmask64 kq = (__mmask64)qh_u32(w0 + ho) | (__mmask64)qh_u32(w1 + ho) << 32;
+                q = _mm512_mask_add_epi8(q, kq, q, _mm512_set1_epi8(16));
+            } else if (mode >= 3) {
+                q = _mm512_shuffle_epi8(lut, q);
+            }
+            const __m512 dwp = _mm512_permutexvar_ps(p ? pair1 : pair0, _mm512_castps128_ps512(dw4));
+            const __m512 mwp = _mm512_permutexvar_ps(p ? pair1 : pair0, _mm512_castps128_ps512(mw4));
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                const __m512i li = _mm512_dpbusd_epi32(neg[c], q, av[c]);
+                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_mul_ps(dwp, da[c]), acc[p][c]);
+                if (mode == 0 || mode == 2) acc[p][c] = _mm512_fmadd_ps(asumf[c], _mm512_mul_ps(mwp, da[c]), acc[p][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 2")
+        for (int p = 0; p < 2; p++) {
+            out[c * 4 + 2 * p] = hsum8_avx(_mm512_castps512_ps256(acc[p][c]));
+            out[c * 4 + 2 * p + 1] = hsum8_avx(_mm512_extractf32x8_ps(acc[p][c], 1));
+        }
+}
+
 #define Q32_TILES(name, mode)                                                                        \
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        q32_tile(k, w, a, out, 4, 1, mode);                                                          \
+        q32_tile4(k, w, a, next, out, 1, mode);                                                      \
     }                                                                                                \
     static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        q32_tile(k, w, a, out, 4, 2, mode);                                                          \
+        q32_tile4(k, w, a, next, out, 2, mode);                                                      \
     }                                                                                                \
     static void qtile_##name##_4x4(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
-        (void)next;                                                                                  \
-        q32_tile(k, w, a, out, 4, 4, mode);                                                          \
+        q32_tile4(k, w, a, next, out, 4, mode);                                                      \
     }                                                                                                \
     static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
         q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
