@@ -215,7 +215,7 @@ static inline int32_t bt_cpu_hsum_i32x8(__m256i v) {
 }
 #endif
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 /* Decode tiles over short weight rows (quant_i8.c, quant_dot.c): a tile of
  * rm rows of rb bytes reads them side by side; when the next tile's rows
  * are one block of memory (next[r] = next[0] + r rb, consecutive rows of a

@@ -799,10 +799,12 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
 /* 4 rows against one column (out[r]): the AVX-512 iq_rows, 8 lanes */
 static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
                                                                const void *act, const void *const *next, float *out) {
-    (void)next;
     const size_t bs = iq_block_bytes(kind);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+    const int64_t nblk = k / BT_QK_K;
+    const int block = bt_cpu_tile_block_kind(w_rows, next, nblk, bs, 4);
+    for (int64_t b = 0; b < nblk; b++) {
+        bt_cpu_tile_prefetch(w_rows, next, block, b, nblk, bs, 4);
         const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
         __m256i I[4];
         float dm[4];
