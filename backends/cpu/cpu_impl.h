@@ -216,7 +216,7 @@ static inline int32_t bt_cpu_hsum_i32x8(__m256i v) {
 #endif
 
 #if defined(__AVX512F__) || defined(__AVX2__)
-/* Decode tiles over short weight rows (quant_i8.c, quant_dot.c): a tile of
+/* Decode tiles over short weight rows (quant_i8.c, quant_dot.c, quant_iq.c): a tile of
  * rm rows of rb bytes reads them side by side; when the next tile's rows
  * are one block of memory (next[r] = next[0] + r rb, consecutive rows of a
  * weight matrix), the tile prefetches that block (or, for small tiles, the
@@ -242,8 +242,8 @@ static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t
     for (uintptr_t l = l0; l <= l1; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T1);
 }
 
-/* The K-quant and IQ4_XS decode tiles' prefetch (quant_dot.c, quant_iq.c). */
-/* Prefetch (to L2) the block PF blocks ahead in each of a tile's rows,
+/* The decode tiles' prefetch (the K-quants' and the 32-element types' in
+ * quant_dot.c, IQ4_XS's in quant_iq.c): to L2, the block PF blocks ahead in each of a tile's rows,
  * about BT_CPU_TILE_PREFETCH bytes on; near a row's end, the start of the row the next
  * tile reads (next, when there is one), so that it does not begin by waiting
  * on memory.  The hardware prefetcher alone leaves the 1-column tiles waiting
@@ -263,14 +263,14 @@ static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t
 /* 0: no block; 1: block; 2: block, and the next tile does not follow this
  * one (a new chunk of rows, whose first tile no tile has prefetched yet: it
  * too) */
-static inline int bt_cpu_tile_block_kind(const void *const *w_rows, const void *const *next, int64_t nblk, size_t bs,
-                                const int RM) {
+static inline int bt_cpu_tile_block_kind(const void *const *w_rows, const void *const *next, int64_t nblk,
+                                         size_t bs, const int RM) {
     if ((size_t)nblk * bs > BT_CPU_TILE_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
     return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
 }
-static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows, const void *const *next,
-                                                              int block, int64_t b, int64_t nblk, size_t bs,
-                                                              const int RM) {
+static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows,
+                                                                       const void *const *next, int block, int64_t b,
+                                                                       int64_t nblk, size_t bs, const int RM) {
     if (block) {
         /* a 4-row tile is short: the tile after the next one */
         const size_t tb = (size_t)RM * (size_t)nblk * bs;
