@@ -2333,8 +2333,8 @@ static inline float hsum8_avx(__m256 v) {
  * their magnitudes and the activations with their signs (no pair of
  * products reaches 2^15), the same integers. */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
-                                                           const void *const *acts, float *out,
-                                                           const int RM, const int RN, const int mode) {
+                                                           const void *const *acts, const void *const *next,
+                                                           float *out, const int RM, const int RN, const int mode) {
     const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
                       : mode == 1 ? sizeof(bt_block_q5_0)
                       : mode == 2 ? sizeof(bt_block_q5_1)
@@ -2348,7 +2348,11 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     for (int r = 0; r < RM; r++)
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++) {
+    /* the 4-row tile prefetches its rows (the AVX-512 q32_tile4's, by groups of 4 blocks) */
+    const int64_t nblk = k / BT_QK, ngrp = RM == 4 && k % (4 * BT_QK) == 0 ? nblk / 4 : 0;
+    const int block = ngrp ? bt_cpu_tile_block_kind(w_rows, next, ngrp, 4 * bs, RM) : 0;
+    for (int64_t b = 0; b < nblk; b++) {
+        if (ngrp && (b & 3) == 0) bt_cpu_tile_prefetch(w_rows, next, block, b / 4, ngrp, 4 * bs, RM);
         __m256i av[4], asum[4];
         __m256 asumf[4];
         float da[4];
@@ -2413,12 +2417,11 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
 #define Q32_AVX2_TILE(name, mode, RM, RN)                                                                \
     static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,       \
                                            const void *const *next, float *out) {                       \
-        (void)next;                                                                                     \
-        q32_tile(k, w, a, out, RM, RN, mode);                                                           \
+        q32_tile(k, w, a, next, out, RM, RN, mode);                                                     \
     }
 #define Q32_TILES(name, mode)                                                                            \
     static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {                \
-        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                           \
+        q32_tile(k, &vw, &va, NULL, s, 1, 1, mode);                                                     \
     }                                                                                                   \
     Q32_AVX2_TILE(name, mode, 4, 1)                                                                     \
     Q32_AVX2_TILE(name, mode, 2, 2)                                                                     \
