@@ -20,7 +20,7 @@
  * and one float step, blocks in increasing order from acc = +0:
  *   acc = fma((float)I, (d * mult) * a.d, acc).
  * dot_iq_ref spells it out in plain C; the AVX-512 path (one row, 1, 2 or 4
- * columns sharing the row's decoding; IQ4_XS also 4 rows against a column)
+ * columns sharing the row's decoding; IQ4_XS 4 rows against 1, 2 or 4)
  * forms the same I: IQ4_XS by its levels + 128 against the activation bytes
  * (iq4_act_prep), the lattice types per 64 elements as the
  * bytes |v| (grid entries gathered) with the
@@ -999,10 +999,10 @@ IQ_VEC(iq1_s, IQ1S)
 #define FAST(name) dot_##name##_vec
 #define TILES(name) {{1, 2, qtile_##name##_1x2}, {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 #ifdef IQ_ROWS
-/* IQ4_XS decodes 4 rows at a time, the rows' lines prefetched (AVX-512 on a
- * Zen 4, 1 thread, m 4096 k 14336 from memory: 12.1 -> 24 GB/s with the
- * offset form; the lattice types, bound by their grid gathers, showed no
- * clear change and keep one) */
+/* IQ4_XS decodes 4 rows at a time (on AVX-512 against 1, 2 or 4 columns),
+ * the rows' lines prefetched (AVX-512 on a Zen 4, 1 thread, m 4096 k 14336
+ * from memory: 12.1 -> 24 GB/s with the offset form; the lattice types,
+ * bound by their grid gathers, showed no clear change and keep one) */
 IQ_ROWS_TILE(iq4_xs, IQ4XS)
 #ifdef IQ4_XS_TILES_4XN
 #define TILES_IQ4_XS {{4, 1, qtile_iq4_xs_4x1}, {4, 2, qtile_iq4_xs_4x2}, {4, 4, qtile_iq4_xs_4x4}, {0, 0, NULL}}
