@@ -54,6 +54,24 @@ static inline uint32_t qh_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* The 32-element types of the vector tiles and packed GEMMs by mode: Q4_1 (0),
+ * Q5_0 (1), Q5_1 (2), IQ4_NL (3), MXFP4 (4): a block's bytes and where its
+ * nibbles begin */
+static inline size_t q32_block_bytes(int mode) {
+    return mode == 0   ? sizeof(bt_block_q4_1)
+           : mode == 1 ? sizeof(bt_block_q5_0)
+           : mode == 2 ? sizeof(bt_block_q5_1)
+           : mode == 3 ? sizeof(bt_block_iq4_nl)
+                       : sizeof(bt_block_mxfp4);
+}
+static inline size_t q32_qs_offset(int mode) {
+    return mode == 0   ? offsetof(bt_block_q4_1, qs)
+           : mode == 1 ? offsetof(bt_block_q5_0, qs)
+           : mode == 2 ? offsetof(bt_block_q5_1, qs)
+           : mode == 3 ? offsetof(bt_block_iq4_nl, qs)
+                       : offsetof(bt_block_mxfp4, qs);
+}
+
 /* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
  * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
  * lane): isum_l (sum of q_w * q_a) and asum_l (sum of q_a), as
@@ -1217,11 +1235,7 @@ static inline __m256i table_u8(const int8_t *tab) {
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
-    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
-                      : mode == 1 ? sizeof(bt_block_q5_0)
-                      : mode == 2 ? sizeof(bt_block_q5_1)
-                      : mode == 3 ? sizeof(bt_block_iq4_nl)
-                                  : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(mode);
     const __m256i lut = mode == 3 ? table_u8(bt_iq4nl_values) : table_u8(bt_mxfp4_values);
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
@@ -1297,11 +1311,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
 static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const void *const *w_rows,
                                                             const void *const *acts, const void *const *next,
                                                             float *out, const int RN, const int mode) {
-    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
-                      : mode == 1 ? sizeof(bt_block_q5_0)
-                      : mode == 2 ? sizeof(bt_block_q5_1)
-                      : mode == 3 ? sizeof(bt_block_iq4_nl)
-                                  : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(mode);
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_xor_si128(_mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)),
                       _mm_set1_epi8((char)0x80)));
@@ -1341,21 +1351,18 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             /* d is each block's first half, m (Q4_1, Q5_1) its second */
             uint16_t h[4], m[4];
             _Pragma("GCC unroll 4")
-            for (int r = 0; r < 4; r++) {
-                memcpy(&h[r], wb[r], 2);
-                memcpy(&m[r], wb[r] + 2, 2);
-            }
+            for (int r = 0; r < 4; r++) memcpy(&h[r], wb[r], 2);
             dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
-            if (mode == 0 || mode == 2) mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
+            if (mode == 0 || mode == 2) {
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < 4; r++) memcpy(&m[r], wb[r] + 2, 2);
+                mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
+            }
         }
         _Pragma("GCC unroll 2")
         for (int p = 0; p < 2; p++) {
             const uint8_t *w0 = wb[2 * p], *w1 = wb[2 * p + 1];
-            const size_t qo = mode == 0 ? offsetof(bt_block_q4_1, qs)
-                              : mode == 1 ? offsetof(bt_block_q5_0, qs)
-                              : mode == 2 ? offsetof(bt_block_q5_1, qs)
-                              : mode == 3 ? offsetof(bt_block_iq4_nl, qs)
-                                          : offsetof(bt_block_mxfp4, qs);
+            const size_t qo = q32_qs_offset(mode);
             /* [qs0, qs0, qs1, qs1] -> low nibbles, high, of each row */
             const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w0 + qo))),
                                                           0xFF00, _mm_loadu_si128((const __m128i *)(w1 + qo)));
@@ -1428,7 +1435,7 @@ Q32_TILES(mxfp4, 4)
 
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
-    const size_t bs = mode == 1 ? sizeof(bt_block_q5_0) : mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(mode);
     const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const int64_t nblk = k / BT_QK;
@@ -2335,11 +2342,7 @@ static inline float hsum8_avx(__m256 v) {
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, const void *const *next,
                                                            float *out, const int RM, const int RN, const int mode) {
-    const size_t bs = mode == 0   ? sizeof(bt_block_q4_1)
-                      : mode == 1 ? sizeof(bt_block_q5_0)
-                      : mode == 2 ? sizeof(bt_block_q5_1)
-                      : mode == 3 ? sizeof(bt_block_iq4_nl)
-                                  : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(mode);
     const __m256i ones8 = _mm256_set1_epi8(1);
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)));
@@ -2446,7 +2449,7 @@ Q32_TILES(mxfp4, 4)
 
 static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
                                                                 void *panel) {
-    const size_t bs = mode == 1 ? sizeof(bt_block_q5_0) : mode == 3 ? sizeof(bt_block_iq4_nl) : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(mode);
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)));
     for (int64_t b = 0; b < k / BT_QK; b++) {
@@ -2677,16 +2680,12 @@ static inline uint8x16_t q5_high_neon(uint32_t qh, int j0) {
     return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
 }
 
-enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 };
+enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 }; /* q32_block_bytes's modes */
 
 static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, int64_t k, float *s, const void *vw,
                                                                const void *va) {
     const bt_block_q8_0 *a = va;
-    const size_t bs = kind == Q32_Q4_1     ? sizeof(bt_block_q4_1)
-                      : kind == Q32_Q5_0   ? sizeof(bt_block_q5_0)
-                      : kind == Q32_Q5_1   ? sizeof(bt_block_q5_1)
-                      : kind == Q32_IQ4_NL ? sizeof(bt_block_iq4_nl)
-                                           : sizeof(bt_block_mxfp4);
+    const size_t bs = q32_block_bytes(kind); /* the kinds are the modes */
     const int8x16_t tab = vld1q_s8(kind == Q32_MXFP4 ? bt_mxfp4_values : bt_iq4nl_values);
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < k / BT_QK; b++) {
