@@ -245,6 +245,31 @@ static inline v16 v16_sum16(const v16 v[16]) {
     }
     return (v16){(v8){s4[0], s4[1]}, (v8){s4[2], s4[3]}};
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* s[i] = R(v[i]) for i < 16, each by R's own additions, in registers: u =
+ * lo + hi per vector; then three rounds that each fold two vectors' halves
+ * together (a: 128-bit halves, v = u[l] + u[l+4]; b: pairs, t = v[l] +
+ * v[l+2]; c: s = t[0] + t[1]), which leave lane j of c[r] holding vector
+ * 8r + 2 (j % 4) + j / 4; a last permutation puts them in order. */
+static inline v16 v16_sum16(const v16 v[16]) {
+    __m256 u[16], a[8], b[4], c[2];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) u[i] = _mm256_add_ps(v[i].lo, v[i].hi);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) /* [v of u[2i] | v of u[2i+1]] */
+        a[i] = _mm256_add_ps(_mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x31));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* [t of 4i, t of 4i + 2 | t of 4i + 1, t of 4i + 3] */
+        b[i] = _mm256_add_ps(_mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256i idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    return (v16){_mm256_permutevar8x32_ps(c[0], idx), _mm256_permutevar8x32_ps(c[1], idx)};
+}
 #else
 static inline v16 v16_sum16(const v16 v[16]) {
     float s[16];
