@@ -231,12 +231,14 @@ static inline bool bt_cpu_rows_block(const void *const *next, int rm, size_t rb)
         if ((const char *)next[r] != (const char *)next[0] + (size_t)r * rb) return false;
     return true;
 }
-/* the lines of share `step` of the `bytes` bytes that start `ahead` bytes
- * after block (addresses as integers: past the block may be past its
- * allocation, where a prefetch is harmless) */
-static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t bytes, int64_t step, int64_t nsteps) {
+/* the lines of shares step .. step + n - 1 (of nsteps) of the `bytes` bytes
+ * that start `ahead` bytes after block (addresses as integers: past the
+ * block may be past its allocation, where a prefetch is harmless) */
+static inline void bt_cpu_prefetch_share(const void *block, size_t ahead, size_t bytes, int64_t step, int64_t n,
+                                         int64_t nsteps) {
     const uintptr_t p = (uintptr_t)block + ahead;
-    const size_t lo = bytes * (size_t)step / (size_t)nsteps, hi = bytes * (size_t)(step + 1) / (size_t)nsteps;
+    const int64_t end = step + n < nsteps ? step + n : nsteps;
+    const size_t lo = bytes * (size_t)step / (size_t)nsteps, hi = bytes * (size_t)end / (size_t)nsteps;
     if (hi <= lo) return;
     const uintptr_t l0 = (p + lo) & ~(uintptr_t)63, l1 = (p + hi - 1) & ~(uintptr_t)63;
     for (uintptr_t l = l0; l <= l1; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T1);
@@ -268,28 +270,37 @@ static inline int bt_cpu_tile_block_kind(const void *const *w_rows, const void *
     if ((size_t)nblk * bs > BT_CPU_TILE_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
     return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
 }
-static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows,
-                                                                       const void *const *next, int block, int64_t b,
-                                                                       int64_t nblk, size_t bs, const int RM) {
+/* for the n blocks b .. b + n - 1 of rows of nblk blocks of bs bytes (a tile
+ * may prefetch for a group of blocks at once, nblk any multiple of 1) */
+static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch_n(const void *const *w_rows,
+                                                                         const void *const *next, int block, int64_t b,
+                                                                         int n, int64_t nblk, size_t bs, const int RM) {
     if (block) {
         /* a 4-row tile is short: the tile after the next one */
         const size_t tb = (size_t)RM * (size_t)nblk * bs;
-        bt_cpu_prefetch_share(next[0], tb, tb, b, nblk);
-        if (block == 2) bt_cpu_prefetch_share(next[0], 0, tb, b, nblk);
+        bt_cpu_prefetch_share(next[0], tb, tb, b, n, nblk);
+        if (block == 2) bt_cpu_prefetch_share(next[0], 0, tb, b, n, nblk);
         return;
     }
     const int64_t pf = (int64_t)(BT_CPU_TILE_PREFETCH / bs) + 1, pos = b + pf;
+    const size_t bytes = (size_t)n * bs;
     _Pragma("GCC unroll 8")
     for (int r = 0; r < RM; r++) {
-        /* rows shorter than the distance wrap round in the next tile's rows */
+        /* rows shorter than the distance wrap round in the next tile's rows
+         * (a group's blocks past a row's end: the next row's, as harmless) */
         const char *p = pos < nblk ? (const char *)w_rows[r] + (size_t)pos * bs
                         : next ? (const char *)next[r] + (size_t)((pos - nblk) % nblk) * bs
                                : NULL;
         if (p) {
-            for (size_t o = 0; o < bs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-            _mm_prefetch(p + bs - 1, _MM_HINT_T1);
+            for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+            _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
         }
     }
+}
+static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows,
+                                                                       const void *const *next, int block, int64_t b,
+                                                                       int64_t nblk, size_t bs, const int RM) {
+    bt_cpu_tile_prefetch_n(w_rows, next, block, b, 1, nblk, bs, RM);
 }
 #endif
 

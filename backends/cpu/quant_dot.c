@@ -1319,13 +1319,13 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
     const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i pair1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     /* prefetch by groups of 4 blocks (one or two lines a row) */
-    const int64_t nblk = k / BT_QK, ngrp = k % (4 * BT_QK) == 0 ? nblk / 4 : 0;
-    const int block = ngrp ? bt_cpu_tile_block_kind(w_rows, next, ngrp, 4 * bs, 4) : 0;
+    const int64_t nblk = k / BT_QK;
+    const int block = bt_cpu_tile_block_kind(w_rows, next, nblk, bs, 4);
     __m512 acc[2][4];
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b++) {
-        if (ngrp && (b & 3) == 0) bt_cpu_tile_prefetch(w_rows, next, block, b / 4, ngrp, 4 * bs, 4);
+        if ((b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, 4);
         __m512i av[4], neg[4];
         __m512 asumf[4], da[4];
         _Pragma("GCC unroll 4")
@@ -2352,10 +2352,10 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     /* the 4-row tile prefetches its rows (the AVX-512 q32_tile4's, by groups of 4 blocks) */
-    const int64_t nblk = k / BT_QK, ngrp = RM == 4 && k % (4 * BT_QK) == 0 ? nblk / 4 : 0;
-    const int block = ngrp ? bt_cpu_tile_block_kind(w_rows, next, ngrp, 4 * bs, RM) : 0;
+    const int64_t nblk = k / BT_QK;
+    const int block = RM == 4 ? bt_cpu_tile_block_kind(w_rows, next, nblk, bs, RM) : 0;
     for (int64_t b = 0; b < nblk; b++) {
-        if (ngrp && (b & 3) == 0) bt_cpu_tile_prefetch(w_rows, next, block, b / 4, ngrp, 4 * bs, RM);
+        if (RM == 4 && (b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, RM);
         __m256i av[4], asum[4];
         __m256 asumf[4];
         float da[4];

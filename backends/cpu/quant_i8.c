@@ -331,7 +331,7 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
          * end, the next tile's rows (rows shorter than the distance wrap
          * round), so that the next tile does not begin by waiting on memory */
         if (block) {
-            bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, nsteps);
+            bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, 1, nsteps);
         } else {
             const int64_t pos = c0 + pf_chunks;
             const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
