@@ -1374,13 +1374,20 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             } else if (mode >= 3) {
                 q = _mm512_shuffle_epi8(lut, q);
             }
-            const __m512 dwp = _mm512_permutexvar_ps(p ? pair1 : pair0, _mm512_castps128_ps512(dw4));
-            const __m512 mwp = _mm512_permutexvar_ps(p ? pair1 : pair0, _mm512_castps128_ps512(mw4));
+            const __m512i pair = p ? pair1 : pair0;
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m512i li = _mm512_dpbusd_epi32(neg[c], q, av[c]);
-                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_mul_ps(dwp, da[c]), acc[p][c]);
-                if (mode == 0 || mode == 2) acc[p][c] = _mm512_fmadd_ps(asumf[c], _mm512_mul_ps(mwp, da[c]), acc[p][c]);
+                /* the rows' d times the column's, lane by lane (one column:
+                 * the 4 products once, then spread; more: spread d once) */
+                const __m512 dd = RN == 1 ? _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(dw4, _mm512_castps512_ps128(da[c]))))
+                                          : _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(dw4)), da[c]);
+                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), dd, acc[p][c]);
+                if (mode == 0 || mode == 2) {
+                    const __m512 md = RN == 1 ? _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(mw4, _mm512_castps512_ps128(da[c]))))
+                                              : _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(mw4)), da[c]);
+                    acc[p][c] = _mm512_fmadd_ps(asumf[c], md, acc[p][c]);
+                }
             }
         }
     }
