@@ -264,11 +264,12 @@ START_TEST(test_unary) {
 }
 END_TEST
 
-/* SILU and SWIGLU over packed rows (8 or 16 lanes at a time as the kernel
- * variant has them, then a masked tail)
+/* SILU, SWIGLU and SWIGLU_OAI over packed rows (8 or 16 lanes at a time as
+ * the kernel variant has them, then a masked tail)
  * and over strided ones (an element at a time) give the same bits for every
  * value: a sweep over [-100, 100], the clamp's edges, zeros, denormals,
- * infinities and NaN, in rows whose lengths leave every tail length. */
+ * infinities and NaN, in rows whose lengths leave every tail length
+ * (SWIGLU_OAI's b over [-10, 10] and the specials: both sides of its limit). */
 START_TEST(test_silu_bitwise) {
     enum { N = 4099 };
     static float v[N];
@@ -293,15 +294,28 @@ START_TEST(test_silu_bitwise) {
             ((float *)b2->data)[2 * i] = ((float *)b2->data)[2 * i + 1] = y;
         }
         struct bt_tensor *at = bt_transpose(ctx, a2), *bt = bt_transpose(ctx, b2);
-        struct bt_tensor *outs[4] = {bt_silu(ctx, a), bt_silu(ctx, at), bt_swiglu(ctx, a, b), bt_swiglu(ctx, at, bt)};
-        for (int k = 0; k < 4; k++) TU_OK(ctx, outs[k]);
+        /* b for SWIGLU_OAI: the specials, then [-10, 10] */
+        struct bt_tensor *c = bt_new_tensor_1d(ctx, BT_TYPE_F32, len), *c2 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 2, len);
+        TU_OK(ctx, c);
+        TU_OK(ctx, c2);
+        for (int i = 0; i < len; i++) {
+            const float y = i % 5 == 0 ? special[(i / 5) % ns] : v[(i * 11 + 3) % N] * 0.1f;
+            ((float *)c->data)[i] = y;
+            ((float *)c2->data)[2 * i] = ((float *)c2->data)[2 * i + 1] = y;
+        }
+        struct bt_tensor *ct = bt_transpose(ctx, c2);
+        struct bt_tensor *outs[6] = {bt_silu(ctx, a),         bt_silu(ctx, at),
+                                     bt_swiglu(ctx, a, b),    bt_swiglu(ctx, at, bt),
+                                     bt_swiglu_oai(ctx, a, c, 1.702f, 7.0f), bt_swiglu_oai(ctx, at, ct, 1.702f, 7.0f)};
+        static const char *name[3] = {"silu", "swiglu", "swiglu_oai"};
+        for (int k = 0; k < 6; k++) TU_OK(ctx, outs[k]);
         ck_assert(at->nb[0] == 2 * sizeof(float));
-        ck_assert_int_eq(tu_run(tu_graph(ctx, outs, 4), 2), BT_OK);
-        for (int k = 0; k < 4; k += 2)
+        ck_assert_int_eq(tu_run(tu_graph(ctx, outs, 6), 2), BT_OK);
+        for (int k = 0; k < 6; k += 2)
             for (int i = 0; i < len; i++) {
                 const float p = ((const float *)outs[k]->data)[i], q = ((const float *)outs[k + 1]->data)[i];
                 ck_assert_msg(memcmp(&p, &q, sizeof p) == 0 || (isnan(p) && isnan(q)),
-                              "%s len %d, x[%d] = %g: packed %a, strided %a", k ? "swiglu" : "silu", len, i,
+                              "%s len %d, x[%d] = %g: packed %a, strided %a", name[k / 2], len, i,
                               (double)((const float *)a->data)[i], (double)p, (double)q);
             }
         bt_free(ctx);

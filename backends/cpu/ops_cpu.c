@@ -202,7 +202,8 @@ static void compute_binary(const struct bt_cpu_params *p, struct bt_tensor *dst)
  * [-87, 88] so that every step stays a normal float (past the clamp 1 + e^y
  * is 1, or silu is 0 to within 6e-37; a NaN x gives NaN).  silu_f32,
  * silu_v8 (AVX2, 8 lanes) and silu_v16 (AVX-512, 16 lanes) take the same
- * steps, so they give the same bits for every x (test_ops checks under
+ * steps, as do swiglu_oai_f32 and its _v8 and _v16 (gpt-oss's clamped
+ * SwiGLU, e^-(alpha x) the same way), so they give the same bits for every x (test_ops checks under
  * each kernel variant), and whether an element is in a vector or in a
  * row's tail never shows.  glibc's expf, one element at a time, had made
  * SWIGLU about 2.5% of a decode step, and the plain C steps (a call to
@@ -260,8 +261,9 @@ static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SILU_X86 1
-#define SILU_V_STEPS(V, P, SET1, SUB, MAX, MIN, ROUND, FNMADD, FMADD, ADD, MUL, DIV, CVTI, ADDI, SLLI, CASTF)  \
-    V y = SUB(P##_setzero_ps(), x);                                                                      \
+/* e = exp_clamped(0 - z), the same steps lane by lane */
+#define EXPNEG_V_STEPS(V, P, SET1, SUB, MAX, MIN, ROUND, FNMADD, FMADD, ADD, MUL, CVTI, ADDI, SLLI, CASTF)      \
+    V y = SUB(P##_setzero_ps(), z);                                                                      \
     y = MAX(y, SET1(SILU_Y_MIN));                                                                        \
     y = MIN(y, SET1(SILU_Y_MAX));                                                                        \
     const V n = ROUND(MUL(y, SET1(SILU_LOG2E)));                                                         \
@@ -274,19 +276,42 @@ static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
     q = FMADD(q, r, SET1(SILU_P5));                                                                      \
     q = ADD(FMADD(q, MUL(r, r), r), SET1(1.0f));                                                         \
     const V scale = CASTF(SLLI(ADDI(CVTI(n), P##_set1_epi32(127)), 23));                                 \
-    return DIV(x, ADD(SET1(1.0f), MUL(q, scale)))
+    return MUL(q, scale)
 #define SILU_ROUND8(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define SILU_ROUND16(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
+__attribute__((target("avx2,fma"))) static inline __m256 expneg_v8(__m256 z) {
+    EXPNEG_V_STEPS(__m256, _mm256, _mm256_set1_ps, _mm256_sub_ps, _mm256_max_ps, _mm256_min_ps, SILU_ROUND8,
+                   _mm256_fnmadd_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_cvtps_epi32,
+                   _mm256_add_epi32, _mm256_slli_epi32, _mm256_castsi256_ps);
+}
+__attribute__((target("avx512f,fma"))) static inline __m512 expneg_v16(__m512 z) {
+    EXPNEG_V_STEPS(__m512, _mm512, _mm512_set1_ps, _mm512_sub_ps, _mm512_max_ps, _mm512_min_ps, SILU_ROUND16,
+                   _mm512_fnmadd_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_mul_ps, _mm512_cvtps_epi32,
+                   _mm512_add_epi32, _mm512_slli_epi32, _mm512_castsi512_ps);
+}
 __attribute__((target("avx2,fma"))) static inline __m256 silu_v8(__m256 x) {
-    SILU_V_STEPS(__m256, _mm256, _mm256_set1_ps, _mm256_sub_ps, _mm256_max_ps, _mm256_min_ps, SILU_ROUND8,
-                 _mm256_fnmadd_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_cvtps_epi32,
-                 _mm256_add_epi32, _mm256_slli_epi32, _mm256_castsi256_ps);
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), expneg_v8(x)));
 }
 __attribute__((target("avx512f,fma"))) static inline __m512 silu_v16(__m512 x) {
-    SILU_V_STEPS(__m512, _mm512, _mm512_set1_ps, _mm512_sub_ps, _mm512_max_ps, _mm512_min_ps, SILU_ROUND16,
-                 _mm512_fnmadd_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_cvtps_epi32,
-                 _mm512_add_epi32, _mm512_slli_epi32, _mm512_castsi512_ps);
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), expneg_v16(x)));
+}
+/* swiglu_oai_f32's steps: min and max return their second operand where
+ * the first is NaN or the two are equal, as the C ternaries do */
+__attribute__((target("avx2,fma"))) static inline __m256 swiglu_oai_v8(__m256 a, __m256 b, float alpha, float limit) {
+    const __m256 x = _mm256_min_ps(a, _mm256_set1_ps(limit));
+    const __m256 y = _mm256_max_ps(_mm256_set1_ps(-limit), _mm256_min_ps(_mm256_set1_ps(limit), b));
+    const __m256 e = expneg_v8(_mm256_mul_ps(_mm256_set1_ps(alpha), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                         _mm256_add_ps(y, _mm256_set1_ps(1.0f)));
+}
+__attribute__((target("avx512f,fma"))) static inline __m512 swiglu_oai_v16(__m512 a, __m512 b, float alpha,
+                                                                          float limit) {
+    const __m512 x = _mm512_min_ps(a, _mm512_set1_ps(limit));
+    const __m512 y = _mm512_max_ps(_mm512_set1_ps(-limit), _mm512_min_ps(_mm512_set1_ps(limit), b));
+    const __m512 e = expneg_v16(_mm512_mul_ps(_mm512_set1_ps(alpha), x));
+    return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                         _mm512_add_ps(y, _mm512_set1_ps(1.0f)));
 }
 
 /* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n: 8 lanes, the tail masked */
@@ -307,6 +332,25 @@ __attribute__((target("avx512f,fma"))) static void silu_row_avx512(int64_t n, co
         __m512 v = silu_v16(_mm512_maskz_loadu_ps(m, a + i));
         if (b) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, b + i));
         _mm512_mask_storeu_ps(d + i, m, v);
+    }
+}
+
+/* d[i] = swiglu_oai(a[i], b[i]), i < n: as silu_row_avx2 and _avx512 */
+__attribute__((target("avx2,fma"))) static void swiglu_oai_row_avx2(int64_t n, const float *a, const float *b, float *d,
+                                                                    float alpha, float limit) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int left = n - i >= 8 ? 8 : (int)(n - i);
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+        _mm256_maskstore_ps(d + i, m, swiglu_oai_v8(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), alpha, limit));
+    }
+}
+__attribute__((target("avx512f,fma"))) static void swiglu_oai_row_avx512(int64_t n, const float *a, const float *b,
+                                                                         float *d, float alpha, float limit) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(
+            d + i, m, swiglu_oai_v16(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), alpha, limit));
     }
 }
 #endif
@@ -333,6 +377,23 @@ static void silu_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const 
 #endif
     (void)isa;
     for (int64_t i = 0; i < n; i++) d[i] = b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
+}
+
+/* d[i] = swiglu_oai(a[i], b[i]), i < n, packed rows */
+static void swiglu_oai_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const float *b, float *d, float alpha,
+                           float limit) {
+#if defined(SILU_X86)
+    if (isa == BT_CPU_ATTN_AVX512) {
+        swiglu_oai_row_avx512(n, a, b, d, alpha, limit);
+        return;
+    }
+    if (isa == BT_CPU_ATTN_AVX2) {
+        swiglu_oai_row_avx2(n, a, b, d, alpha, limit);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t i = 0; i < n; i++) d[i] = swiglu_oai_f32(a[i], b[i], alpha, limit);
 }
 
 static inline float op_silu(float x) { return silu_f32(x); }
@@ -419,11 +480,14 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
         row_index(dst, ir, &i1, &i2, &i3);
         const char *ra = row_ptr(a, i1, i2, i3), *rb = row_ptr(b, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
-        if (oai)
+        const bool packed = a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float);
+        if (oai && packed)
+            swiglu_oai_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd, alpha, limit);
+        else if (oai)
             for (int64_t i = 0; i < n0; i++)
                 *f32_ptr(rd, dst->nb[0], i) =
                     swiglu_oai_f32(f32_at(ra, a->nb[0], i), f32_at(rb, b->nb[0], i), alpha, limit);
-        else if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float))
+        else if (packed)
             silu_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd);
         else
             for (int64_t i = 0; i < n0; i++)
