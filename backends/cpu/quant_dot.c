@@ -1774,10 +1774,13 @@ static inline __attribute__((always_inline)) void kq_d4_avx2(const int kind, con
  * then one fma; -M's fma as fnmadd; without mins I - M subtracted as
  * integers before the sum), so the same bits. */
 static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
-                                                               const void *act, float *out) {
+                                                               const void *const *next, const void *act, float *out) {
     const size_t bs = kq_block_bytes(kind);
     __m128 acc = _mm_setzero_ps();
+    /* the rows ahead, as the AVX-512 tiles prefetch them */
+    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, 4);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, 4);
         const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
         __m256i iv[4], mv[4];
         __m128 d, dmin;
@@ -1829,8 +1832,7 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, i
 #define KQ_AVX2_ROWS(name, kind)                                                                        \
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,               \
                                    const void *const *next, float *out) {                              \
-        (void)next;                                                                                    \
-        kq_rows_avx2(kind, k, w, a[0], out);                                                           \
+        kq_rows_avx2(kind, k, w, next, a[0], out);                                                     \
     }
 KQ_AVX2_DEFS(q2_K, KQ2)
 KQ_AVX2_DEFS(q3_K, KQ3)
