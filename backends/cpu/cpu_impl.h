@@ -270,8 +270,8 @@ static inline int bt_cpu_tile_block_kind(const void *const *w_rows, const void *
     if ((size_t)nblk * bs > BT_CPU_TILE_BLOCK_ROW || !bt_cpu_rows_block(next, RM, (size_t)nblk * bs)) return 0;
     return (const char *)next[0] == (const char *)w_rows[0] + (size_t)RM * (size_t)nblk * bs ? 1 : 2;
 }
-/* for the n blocks b .. b + n - 1 of rows of nblk blocks of bs bytes (a tile
- * may prefetch for a group of blocks at once, nblk any multiple of 1) */
+/* for the n blocks b .. b + n - 1 of rows of nblk blocks of bs bytes: a tile
+ * may prefetch for a group of blocks at once, nblk not a multiple of n */
 static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch_n(const void *const *w_rows,
                                                                          const void *const *next, int block, int64_t b,
                                                                          int n, int64_t nblk, size_t bs, const int RM) {

@@ -342,7 +342,8 @@ __attribute__((target("avx2,fma"))) static void swiglu_oai_row_avx2(int64_t n, c
     for (int64_t i = 0; i < n; i += 8) {
         const int left = n - i >= 8 ? 8 : (int)(n - i);
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-        _mm256_maskstore_ps(d + i, m, swiglu_oai_v8(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), alpha, limit));
+        const __m256 v = swiglu_oai_v8(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), alpha, limit);
+        _mm256_maskstore_ps(d + i, m, v);
     }
 }
 __attribute__((target("avx512f,fma"))) static void swiglu_oai_row_avx512(int64_t n, const float *a, const float *b,

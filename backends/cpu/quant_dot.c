@@ -1308,6 +1308,15 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
  * a time, and the rows' lines prefetched (the decode rows were compute-bound at
  * a third of the read bandwidth, and the hardware prefetcher alone leaves
  * a 1-column tile waiting on memory). */
+/* the 4 rows' scales s4 times the column's (da, broadcast), spread over the
+ * lanes of a row pair (pair): with one column the 4 products at once, then
+ * spread; with more, spread once and multiplied per column (the same
+ * products either way) */
+static inline __attribute__((always_inline)) __m512 q32_scale4(const int RN, __m512i pair, __m128 s4, __m512 da) {
+    if (RN == 1) return _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(s4, _mm512_castps512_ps128(da))));
+    return _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(s4)), da);
+}
+
 static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const void *const *w_rows,
                                                             const void *const *acts, const void *const *next,
                                                             float *out, const int RN, const int mode) {
@@ -1378,16 +1387,9 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m512i li = _mm512_dpbusd_epi32(neg[c], q, av[c]);
-                /* the rows' d times the column's, lane by lane (one column:
-                 * the 4 products once, then spread; more: spread d once) */
-                const __m512 dd = RN == 1 ? _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(dw4, _mm512_castps512_ps128(da[c]))))
-                                          : _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(dw4)), da[c]);
-                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), dd, acc[p][c]);
-                if (mode == 0 || mode == 2) {
-                    const __m512 md = RN == 1 ? _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(mw4, _mm512_castps512_ps128(da[c]))))
-                                              : _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(mw4)), da[c]);
-                    acc[p][c] = _mm512_fmadd_ps(asumf[c], md, acc[p][c]);
-                }
+                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), q32_scale4(RN, pair, dw4, da[c]), acc[p][c]);
+                if (mode == 0 || mode == 2)
+                    acc[p][c] = _mm512_fmadd_ps(asumf[c], q32_scale4(RN, pair, mw4, da[c]), acc[p][c]);
             }
         }
     }
