@@ -228,15 +228,18 @@ struct bt_context {
     int n_tensors, cap_tensors;
 };
 
-/* From 4 MiB up on huge pages: a decode step streams every weight once, and
- * with 4 KiB pages the TLB misses and the prefetchers stopping at each page
- * cost a fifth of its speed here (Q4_0 tg 90 -> 110 tokens/s). */
 double bt_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* From 4 MiB up on huge pages: a decode step streams every weight once, and
+ * with 4 KiB pages the TLB misses and the prefetchers stopping at each page
+ * cost a fifth of its speed here (Q4_0 tg 90 -> 110 tokens/s).  Where the
+ * kernel's THP defrag is "madvise", a fault in such memory may compact
+ * memory first: the first copy of a model's weights can then take seconds
+ * of system time (`--mmap` avoids the copy). */
 void *bt_host_alloc(size_t size) {
     const size_t huge = (size_t)2 << 20;
     void *p = NULL;
