@@ -253,6 +253,11 @@ static inline float swiglu_oai_f32(float a, float b, float alpha, float limit) {
     return x / (1.0f + exp_clamped(0.0f - alpha * x)) * (y + 1.0f);
 }
 
+/* gpt-oss's clamped SwiGLU's two parameters (ops.h: bt_swiglu_oai) */
+struct oai_params {
+    float alpha, limit;
+};
+
 /* The vector versions, for the portable build too: compiled for AVX2 and
  * AVX-512 whatever the file's -march, run up to the kernel variant's
  * instruction set where the CPU has it (attention's rule, attn.c), plain C
@@ -314,44 +319,38 @@ __attribute__((target("avx512f,fma"))) static inline __m512 swiglu_oai_v16(__m51
                          _mm512_add_ps(y, _mm512_set1_ps(1.0f)));
 }
 
-/* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n: 8 lanes, the tail masked */
-__attribute__((target("avx2,fma"))) static void silu_row_avx2(int64_t n, const float *a, const float *b, float *d) {
+/* d[i] = silu(a[i]) (b NULL), silu(a[i]) * b[i], or with oai swiglu_oai(a[i],
+ * b[i]), i < n: 8 lanes, the tail masked */
+__attribute__((target("avx2,fma"))) static void silu_row_avx2(int64_t n, const float *a, const float *b, float *d,
+                                                              const struct oai_params *oai) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t i = 0; i < n; i += 8) {
         const int left = n - i >= 8 ? 8 : (int)(n - i);
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-        __m256 v = silu_v8(_mm256_maskload_ps(a + i, m));
-        if (b) v = _mm256_mul_ps(v, _mm256_maskload_ps(b + i, m));
+        const __m256 x = _mm256_maskload_ps(a + i, m);
+        __m256 v;
+        if (oai)
+            v = swiglu_oai_v8(x, _mm256_maskload_ps(b + i, m), oai->alpha, oai->limit);
+        else if (b)
+            v = _mm256_mul_ps(silu_v8(x), _mm256_maskload_ps(b + i, m));
+        else
+            v = silu_v8(x);
         _mm256_maskstore_ps(d + i, m, v);
     }
 }
 __attribute__((target("avx512f,fma"))) static void silu_row_avx512(int64_t n, const float *a, const float *b,
-                                                                   float *d) {
+                                                                   float *d, const struct oai_params *oai) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512 v = silu_v16(_mm512_maskz_loadu_ps(m, a + i));
-        if (b) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, b + i));
+        const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+        __m512 v;
+        if (oai)
+            v = swiglu_oai_v16(x, _mm512_maskz_loadu_ps(m, b + i), oai->alpha, oai->limit);
+        else if (b)
+            v = _mm512_mul_ps(silu_v16(x), _mm512_maskz_loadu_ps(m, b + i));
+        else
+            v = silu_v16(x);
         _mm512_mask_storeu_ps(d + i, m, v);
-    }
-}
-
-/* d[i] = swiglu_oai(a[i], b[i]), i < n: as silu_row_avx2 and _avx512 */
-__attribute__((target("avx2,fma"))) static void swiglu_oai_row_avx2(int64_t n, const float *a, const float *b, float *d,
-                                                                    float alpha, float limit) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t i = 0; i < n; i += 8) {
-        const int left = n - i >= 8 ? 8 : (int)(n - i);
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-        const __m256 v = swiglu_oai_v8(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), alpha, limit);
-        _mm256_maskstore_ps(d + i, m, v);
-    }
-}
-__attribute__((target("avx512f,fma"))) static void swiglu_oai_row_avx512(int64_t n, const float *a, const float *b,
-                                                                         float *d, float alpha, float limit) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(
-            d + i, m, swiglu_oai_v16(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), alpha, limit));
     }
 }
 #endif
@@ -364,37 +363,22 @@ static enum bt_cpu_attn_isa vec_isa(const struct bt_cpu_params *p) {
     return BT_CPU_ATTN_C;
 }
 
-/* d[i] = silu(a[i]) (b NULL) or silu(a[i]) * b[i], i < n, packed rows */
-static void silu_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const float *b, float *d) {
+/* silu_row_avx2's rows (packed) on the widest vector set isa allows */
+static void silu_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const float *b, float *d,
+                     const struct oai_params *oai) {
 #if defined(SILU_X86)
     if (isa == BT_CPU_ATTN_AVX512) {
-        silu_row_avx512(n, a, b, d);
+        silu_row_avx512(n, a, b, d, oai);
         return;
     }
     if (isa == BT_CPU_ATTN_AVX2) {
-        silu_row_avx2(n, a, b, d);
+        silu_row_avx2(n, a, b, d, oai);
         return;
     }
 #endif
     (void)isa;
-    for (int64_t i = 0; i < n; i++) d[i] = b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
-}
-
-/* d[i] = swiglu_oai(a[i], b[i]), i < n, packed rows */
-static void swiglu_oai_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const float *b, float *d, float alpha,
-                           float limit) {
-#if defined(SILU_X86)
-    if (isa == BT_CPU_ATTN_AVX512) {
-        swiglu_oai_row_avx512(n, a, b, d, alpha, limit);
-        return;
-    }
-    if (isa == BT_CPU_ATTN_AVX2) {
-        swiglu_oai_row_avx2(n, a, b, d, alpha, limit);
-        return;
-    }
-#endif
-    (void)isa;
-    for (int64_t i = 0; i < n; i++) d[i] = swiglu_oai_f32(a[i], b[i], alpha, limit);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = oai ? swiglu_oai_f32(a[i], b[i], oai->alpha, oai->limit) : b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
 }
 
 static inline float op_silu(float x) { return silu_f32(x); }
@@ -460,7 +444,7 @@ static void compute_unary(const struct bt_cpu_params *p, struct bt_tensor *dst) 
         const char *ra = row_ptr(a, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
         if (packed && dst->op == BT_OP_SILU)
-            silu_row(isa, n0, (const float *)ra, NULL, (float *)rd);
+            silu_row(isa, n0, (const float *)ra, NULL, (float *)rd, NULL);
         else if (packed)
             unary_row(dst->op, n0, ra, sizeof(float), rd, sizeof(float), s);
         else
@@ -472,7 +456,8 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
     const struct bt_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t n0 = dst->ne[0];
     const bool oai = dst->op == BT_OP_SWIGLU_OAI;
-    const float alpha = oai ? bt_get_op_param_f32(dst, 0) : 0.0f, limit = oai ? bt_get_op_param_f32(dst, 1) : 0.0f;
+    const struct oai_params oaip = {oai ? bt_get_op_param_f32(dst, 0) : 0.0f, oai ? bt_get_op_param_f32(dst, 1) : 0.0f};
+    const bool packed = a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float);
     const enum bt_cpu_attn_isa isa = vec_isa(p);
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
@@ -481,15 +466,12 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
         row_index(dst, ir, &i1, &i2, &i3);
         const char *ra = row_ptr(a, i1, i2, i3), *rb = row_ptr(b, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
-        const bool packed = a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float);
-        if (oai && packed)
-            swiglu_oai_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd, alpha, limit);
+        if (packed)
+            silu_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd, oai ? &oaip : NULL);
         else if (oai)
             for (int64_t i = 0; i < n0; i++)
                 *f32_ptr(rd, dst->nb[0], i) =
-                    swiglu_oai_f32(f32_at(ra, a->nb[0], i), f32_at(rb, b->nb[0], i), alpha, limit);
-        else if (packed)
-            silu_row(isa, n0, (const float *)ra, (const float *)rb, (float *)rd);
+                    swiglu_oai_f32(f32_at(ra, a->nb[0], i), f32_at(rb, b->nb[0], i), oaip.alpha, oaip.limit);
         else
             for (int64_t i = 0; i < n0; i++)
                 *f32_ptr(rd, dst->nb[0], i) = op_silu(f32_at(ra, a->nb[0], i)) * f32_at(rb, b->nb[0], i);

@@ -54,22 +54,23 @@ static inline uint32_t qh_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The 32-element types of the vector tiles and packed GEMMs by mode: Q4_1 (0),
- * Q5_0 (1), Q5_1 (2), IQ4_NL (3), MXFP4 (4): a block's bytes and where its
- * nibbles begin */
+/* The 32-element types of the vector tiles and packed GEMMs by mode (the x86
+ * tiles take the numbers, NEON's dot the names): a block's bytes and where
+ * its nibbles begin */
+enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 };
 static inline size_t q32_block_bytes(int mode) {
-    return mode == 0   ? sizeof(bt_block_q4_1)
-           : mode == 1 ? sizeof(bt_block_q5_0)
-           : mode == 2 ? sizeof(bt_block_q5_1)
-           : mode == 3 ? sizeof(bt_block_iq4_nl)
-                       : sizeof(bt_block_mxfp4);
+    return mode == Q32_Q4_1   ? sizeof(bt_block_q4_1)
+           : mode == Q32_Q5_0 ? sizeof(bt_block_q5_0)
+           : mode == Q32_Q5_1 ? sizeof(bt_block_q5_1)
+           : mode == Q32_IQ4_NL ? sizeof(bt_block_iq4_nl)
+                                : sizeof(bt_block_mxfp4);
 }
 static inline size_t q32_qs_offset(int mode) {
-    return mode == 0   ? offsetof(bt_block_q4_1, qs)
-           : mode == 1 ? offsetof(bt_block_q5_0, qs)
-           : mode == 2 ? offsetof(bt_block_q5_1, qs)
-           : mode == 3 ? offsetof(bt_block_iq4_nl, qs)
-                       : offsetof(bt_block_mxfp4, qs);
+    return mode == Q32_Q4_1   ? offsetof(bt_block_q4_1, qs)
+           : mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qs)
+           : mode == Q32_Q5_1 ? offsetof(bt_block_q5_1, qs)
+           : mode == Q32_IQ4_NL ? offsetof(bt_block_iq4_nl, qs)
+                                : offsetof(bt_block_mxfp4, qs);
 }
 
 /* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
@@ -2347,9 +2348,10 @@ static inline float hsum8_avx(__m256 v) {
 
 /* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1), Q5_1 (2), IQ4_NL (3) or MXFP4
  * (4) rows against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
- * dot_table32_ref).  The table types' values are signed: vpmaddubsw takes
- * their magnitudes and the activations with their signs (no pair of
- * products reaches 2^15), the same integers. */
+ * dot_table32_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
+ * magnitudes and the activations with their signs (no pair of products
+ * reaches 2^15); MXFP4's plus 16 are unsigned, 16 times the activation's
+ * sums taken off as Q5_0's; the same integers. */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, const void *const *next,
                                                            float *out, const int RM, const int RN, const int mode) {
@@ -2695,12 +2697,11 @@ static inline uint8x16_t q5_high_neon(uint32_t qh, int j0) {
     return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
 }
 
-enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 }; /* q32_block_bytes's modes */
 
 static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, int64_t k, float *s, const void *vw,
                                                                const void *va) {
     const bt_block_q8_0 *a = va;
-    const size_t bs = q32_block_bytes(kind); /* the kinds are the modes */
+    const size_t bs = q32_block_bytes(kind);
     const int8x16_t tab = vld1q_s8(kind == Q32_MXFP4 ? bt_mxfp4_values : bt_iq4nl_values);
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < k / BT_QK; b++) {
