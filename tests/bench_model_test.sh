@@ -89,11 +89,22 @@ out=$(timeout 120 "$baton" bench model -m "$m" -p 0 -n 4 -r 1 -t 2 --profile 2>&
 rc=$?
 if [ $rc -ne 0 ]; then
     bad "--profile: exit $rc" "$out"
-elif ! echo "$out" | grep -q "^profile of rank 0's tg4 steps: 4 steps, " ||
+elif ! echo "$out" | grep -q "^profile of rank 0's tg4 steps: 4 graphs, " ||
     ! echo "$out" | grep -q "^| MUL_MAT_ID   | q8_0   |    6.0 |" || ! echo "$out" | grep -q "^| all  "; then
     bad "--profile: the table" "$out"
 else
     ok "--profile"
+fi
+# with -n 0, the pp test's ubatches: 2 timed prompts of 16 tokens in ubatches of 8
+out=$(timeout 120 "$baton" bench model -m "$m" -p 16 -n 0 -r 2 --ubatch 8 -t 2 --profile 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+    bad "--profile -n 0: exit $rc" "$out"
+elif ! echo "$out" | grep -q "^profile of rank 0's pp16 ubatches: 4 graphs, " ||
+    ! echo "$out" | grep -q "^| MUL_MAT_ID   | q8_0   |    6.0 |"; then
+    bad "--profile -n 0: the table" "$out"
+else
+    ok "--profile -n 0"
 fi
 out=$(timeout 120 "$baton" bench model -m "$m" -p 0 -n 4 -r 1 -t 2 --profile --json 2>&1)
 rc=$?
@@ -157,7 +168,6 @@ expect_fail 2 "baton bench model: -p 0 and -n 0: nothing to measure" "nothing to
 expect_fail 2 "baton bench model: -r: '0' is not an integer in \[1, 1000\]" "-r 0" -- "$baton" bench model -m "$m" -r 0
 expect_fail 2 "baton bench model: --ubatch: 'x' is not an integer" "--ubatch x" -- "$baton" bench model -m "$m" --ubatch x
 expect_fail 2 "baton bench model: unknown option '--bogus'" "unknown option" -- "$baton" bench model -m "$m" --bogus
-expect_fail 2 "baton bench model: --profile: it profiles the tg test, and -n is 0" "--profile -n 0" -- "$baton" bench model -m "$m" -n 0 --profile
 expect_fail 1 "$tmp/none.gguf: cannot open" "missing file" -- "$baton" bench model -m "$tmp/none.gguf"
 printf 'not a gguf file at all, just text\n' > "$tmp/text.gguf"
 expect_fail 1 "$tmp/text.gguf" "not a GGUF file" -- "$baton" bench model -m "$tmp/text.gguf"

@@ -20,9 +20,10 @@
  * (bt_engine_compute_seconds: the stages' own figures, carried back with the
  * answers), so that a pipeline's imbalance shows without a profiler.
  *
- * --profile: where rank 0's time went in the timed tgN steps, per op and
- * weight type (the CPU executor's profile, backends/cpu/cpu.h), printed
- * after the results: a decode step's accounting without a profiler. */
+ * --profile: where rank 0's time went in the timed tgN steps (the ppN
+ * ubatches when -n is 0), per op and weight type (the CPU executor's
+ * profile, backends/cpu/cpu.h), printed after the results: a step's
+ * accounting without a profiler. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -69,7 +70,8 @@ static void bm_usage(FILE *f) {
             "      --per-rank          then each rank's time per token over the run (compute, of it\n"
             "                          an expert group's experts, waits) and bytes sent, received\n"
             "                          and of experts read\n"
-            "      --profile           then rank 0's time in the tg steps per op and weight type\n"
+            "      --profile           then rank 0's time in the tg steps (with -n 0: the pp\n"
+            "                          ubatches) per op and weight type\n"
             "                          (CPU backend): ms per step, barrier waits, weight GB/s\n");
     bt_cli_engine_help(f, 26);
     fprintf(f, "  -h, --help              this text\n");
@@ -130,10 +132,6 @@ static int bm_parse(int argc, char **argv, struct bm_opts *o, char *err, size_t 
     }
     if (o->n_prompt == 0 && o->n_gen == 0) {
         snprintf(err, errn, "-p 0 and -n 0: nothing to measure");
-        return 2;
-    }
-    if (o->profile && o->n_gen == 0) {
-        snprintf(err, errn, "--profile: it profiles the tg test, and -n is 0");
         return 2;
     }
     return 1;
@@ -340,8 +338,9 @@ static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *
     const double g = (double)n_graphs, step_ms = 1e3 * graph_s / g;
     double sum_c = 0, sum_w = 0, sum_b = 0;
     if (!o->json) {
-        printf("\nprofile of rank 0's tg%ld steps: %llu steps, %.3f ms a step; per step, thread 0's time:\n", o->n_gen,
-               (unsigned long long)n_graphs, step_ms);
+        printf("\nprofile of rank 0's %s%ld %s: %llu graph%s, %.3f ms a graph; per graph, thread 0's time:\n",
+               o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, o->n_gen ? "steps" : "ubatches",
+               (unsigned long long)n_graphs, n_graphs == 1 ? "" : "s", step_ms);
         printf("| %-12s | %-6s | %6s | %10s | %6s | %8s | %10s | %7s |\n", "op", "type", "nodes", "compute ms", "%",
                "wait ms", "weights MB", "GB/s");
         printf("| ------------ | ------ | -----: | ---------: | -----: | -------: | ---------: | ------: |\n");
@@ -354,9 +353,9 @@ static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *
         sum_w += w;
         sum_b += mb;
         if (o->json)
-            printf("{\"profile\": {\"test\": \"tg%ld\", \"op\": \"%s\", \"type\": \"%s\", \"nodes\": %.3f, "
+            printf("{\"profile\": {\"test\": \"%s%ld\", \"op\": \"%s\", \"type\": \"%s\", \"nodes\": %.3f, "
                    "\"compute_ms\": %.6f, \"wait_ms\": %.6f, \"weight_mb\": %.6f, \"step_ms\": %.6f}}\n",
-                   o->n_gen, bt_op_name(r->op), bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
+                   o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, bt_op_name(r->op), bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
         else if (mb > 0)
             printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10.1f | %7.1f |\n", bt_op_name(r->op),
                    bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, mb, gbs);
@@ -409,7 +408,7 @@ static int bm_run_tests(struct bm_run *b, const struct bm_opts *o, bt_backend_t 
             snprintf(err, err_size, "%s", bt_engine_error(b->e));
             rc = 1;
         }
-        const bool profiled = o->profile && !pp && !rc;
+        const bool profiled = o->profile && !rc && (pp ? o->n_gen == 0 : true); /* tg, else pp */
         if (profiled) bt_backend_cpu_set_profile(backend, true);
         bt_engine_compute_seconds(b->e, c0);
         const double w0 = bt_now_s();
