@@ -111,6 +111,11 @@ struct gchain {
      * whole number of heads); home sends each member its heads of q, the kv
      * heads they read, the mask and the sinks, packed (attn_pack) */
     bool attn;
+    /* a per-head product divided by heads (plan.h: bt_head_divisible; with
+     * rows set: one MUL_MAT node, out [n, T, H]; lo/hi are each rank's
+     * heads, d_x and d_out a token's floats over all heads); home sends each
+     * member its heads of x and takes back those of out */
+    bool heads;
     struct bt_tensor *ins[BT_MAX_SRC]; /* a member: its copies of the sources */
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
@@ -596,10 +601,26 @@ static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
 static bool attn_divisible(const bt_dist *d, const struct bt_tensor *nd, const struct bt_expert_group *grp) {
     if (nd->op != BT_OP_FLASH_ATTN || nd->src[0]->ne[2] < ATTN_CHAIN_MIN_T) return false;
     const int64_t H = nd->src[0]->ne[1], Hk = nd->src[1]->ne[1];
-    if ((Hk > 1 ? Hk : H) < grp->n_ranks || !bt_is_contiguous(nd)) return false;
-    for (int m = 0; m < grp->n_ranks; m++)
-        if (strncmp(d->plan.ranks[grp->ranks[m]].backend, "CPU", 3) != 0) return false;
-    return true;
+    return (Hk > 1 ? Hk : H) >= grp->n_ranks && bt_is_contiguous(nd) && bt_group_on_cpu(&d->plan, grp);
+}
+
+/* A per-head product's chain: the one node j of a split, its weight's
+ * matrices (heads) divided as experts are. */
+static void heads_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+    struct bt_tensor *nd = v->nodes[j];
+    ch->rows = ch->heads = true;
+    ch->x = nd->src[1];
+    ch->out = nd;
+    ch->first = ch->last = j;
+    ch->nodes[0] = nd;
+    ch->n_nodes = 1;
+    ch->w[0] = nd->src[0];
+    ch->n_w = 1;
+    ch->K = 1;
+    ch->T = nd->ne[1];
+    ch->d_x = ch->x->ne[0] * ch->x->ne[2];
+    ch->d_out = nd->ne[0] * nd->ne[2];
+    for (int m = 0; m < ch->n_ranks; m++) bt_expert_share(nd->src[0]->ne[2], ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
 }
 
 static void attn_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
@@ -736,7 +757,9 @@ static enum bt_status find_chains(bt_dist *d) {
             const struct bt_tensor *nd = sp->graph.nodes[j];
             const bool rows = grp->dense && row_divisible(d, nd, grp->n_ranks);
             const bool attn = grp->dense && attn_divisible(d, nd, grp);
-            if (!rows && !attn && (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0]))) continue;
+            const bool heads = nd->op == BT_OP_MUL_MAT && bt_head_divisible(&d->plan, grp, d->graph, nd->src[0]) &&
+                               !weight_sent(d, nd->src[0]);
+            if (!rows && !attn && !heads && (nd->op != BT_OP_MUL_MAT_ID || !is_experts(nd->src[0]))) continue;
             struct gchain *nc = realloc(d->chains, sizeof *nc * (size_t)(d->n_chains + 1));
             if (!nc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
             d->chains = nc;
@@ -750,6 +773,8 @@ static enum bt_status find_chains(bt_dist *d) {
             memcpy(ch->ranks, grp->ranks, sizeof ch->ranks);
             if (attn) {
                 attn_chain_at(ch, &sp->graph, j);
+            } else if (heads) {
+                heads_chain_at(ch, &sp->graph, j);
             } else if (rows) {
                 row_chain_at(ch, &sp->graph, j);
             } else {
@@ -866,7 +891,7 @@ static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo,
             if (ch->w[k] == t) {
                 *lo = ch->lo[ch->me];
                 *hi = ch->hi[ch->me];
-                *rows = ch->rows;
+                *rows = ch->rows && !ch->heads; /* a per-head product's: matrices, as experts */
                 return true;
             }
     }
@@ -1973,30 +1998,47 @@ static bool in_host_memory(const struct bt_tensor *x) {
     return b && bt_buft_is_host(bt_buffer_get_type(b));
 }
 
+/* Member m's heads of a per-head product's x (dimension 2) to buf, in the
+ * order of a contiguous x; returns the bytes (buf NULL: only counts). */
+static size_t heads_pack(const struct gchain *ch, int m, uint8_t *buf) {
+    const struct bt_tensor *x = ch->x;
+    const size_t row = sizeof(float) * (size_t)x->ne[0];
+    size_t n = 0;
+    for (int64_t h = ch->lo[m]; h < ch->hi[m]; h++)
+        for (int64_t t = 0; t < x->ne[1]; t++, n += row)
+            if (buf) memcpy(buf + n, (const uint8_t *)x->data + h * x->nb[2] + t * x->nb[1], row);
+    return n;
+}
+
+/* The bytes of out that member m computes: its rows of every column, or its heads. */
+static size_t row_out_bytes(const struct gchain *ch, int m) {
+    return ch->heads ? (size_t)(ch->hi[m] - ch->lo[m]) * ch->out->nb[2]
+                     : sizeof(float) * (size_t)((ch->hi[m] - ch->lo[m]) * ch->T);
+}
+
 /* home, before the product of micro-batch k: all of x to every member that
  * holds rows (from x itself in host memory: row_take waits for the sends
- * before anything can overwrite it), and the receive of exactly those rows
- * of out. */
+ * before anything can overwrite it), or its heads of x, or its part of an
+ * attention's sources; and the receive of exactly what it computes of out. */
 static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
     bt_transport *t = d->t;
     const double t0 = bt_now_s();
     size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
-    const bool in_place = in_host_memory(ch->x) && !ch->attn;
+    const bool in_place = in_host_memory(ch->x) && !ch->attn && !ch->heads;
     for (int m = 1; m < ch->n_ranks; m++) {
-        const int64_t rows = ch->hi[m] - ch->lo[m];
         struct gbuf *gb = &d->gbufs[m];
-        if (rows == 0) continue;
+        if (ch->hi[m] == ch->lo[m]) continue;
         enum bt_status st = chain_wait(d, &gb->x_req);
         if (st != BT_OK) return st;
         const void *x = ch->x->data;
-        if (ch->attn) {
-            xb = attn_pack(ch, m, (uint8_t *)gb->x, false);
+        if (ch->attn || ch->heads) {
+            xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false) : heads_pack(ch, m, (uint8_t *)gb->x);
             x = gb->x;
         } else if (!in_place) {
             bt_tensor_get(ch->x, gb->x, 0, xb);
             x = gb->x;
         }
-        const size_t ob = sizeof(float) * (size_t)(rows * ch->T);
+        const size_t ob = row_out_bytes(ch, m);
         if ((st = bt_transport_isend(t, x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK ||
             (st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
@@ -2008,7 +2050,8 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
     return BT_OK;
 }
 
-/* home, after its own rows: each member's rows of every column, in place. */
+/* home, after its own rows: each member's rows of every column (or its
+ * heads), in place. */
 static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) {
     for (int m = 1; m < ch->n_ranks; m++) {
         const int64_t rows = ch->hi[m] - ch->lo[m];
@@ -2017,10 +2060,14 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
         if (st == BT_OK) st = chain_wait(d, &d->gbufs[m].x_req); /* x may be sent from itself */
         if (st != BT_OK) return st;
-        const size_t rb = sizeof(float) * (size_t)rows;
+        const size_t rb = sizeof(float) * (size_t)rows, ob = row_out_bytes(ch, m);
         d->stats.wait_s += bt_now_s() - w0;
-        d->stats.bytes_recv += (int64_t)rb * ch->T;
-        if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->ranks[m], (int64_t)rb * ch->T);
+        d->stats.bytes_recv += (int64_t)ob;
+        if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->ranks[m], (int64_t)ob);
+        if (ch->heads) {
+            bt_tensor_set(ch->out, d->gbufs[m].o, (size_t)ch->lo[m] * ch->out->nb[2], ob);
+            continue;
+        }
         for (int64_t j = 0; j < ch->T; j++)
             bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)j * rb,
                           sizeof(float) * (size_t)(j * ch->d_out + ch->lo[m]), rb);
@@ -2049,14 +2096,18 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
             return BT_OK;
         }
     }
-    const size_t xb = ch->attn ? attn_pack(ch, ch->me, NULL, false) : sizeof(float) * (size_t)(ch->T * ch->d_x);
-    const size_t rb = sizeof(float) * (size_t)rows;
+    const size_t xb = ch->attn    ? attn_pack(ch, ch->me, NULL, false)
+                      : ch->heads ? heads_pack(ch, ch->me, NULL)
+                                  : sizeof(float) * (size_t)(ch->T * ch->d_x);
+    const size_t rb = sizeof(float) * (size_t)rows, ob = row_out_bytes(ch, ch->me);
+    /* a per-head product's heads of x where they lie in x_in */
+    const size_t x_at = ch->heads ? (size_t)ch->lo[ch->me] * ch->x_in->nb[2] : 0;
     /* into x_in itself where it is host memory (an attention's packed
      * sources into the buffer, then into its own copies of them, at which
      * its node points again: the scheduler points it at its slots' copies) */
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
     const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
-    void *x = in_place ? ch->x_in->data : gb->x;
+    void *x = in_place ? (void *)((uint8_t *)ch->x_in->data + x_at) : gb->x;
     st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
     if (st != BT_OK) return fail(d, st, "%s", t->error);
     if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
@@ -2064,7 +2115,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.wait_s += bt_now_s() - w0;
     if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
     if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
-    else if (!in_place) bt_tensor_set(ch->x_in, gb->x, 0, xb);
+    else if (!in_place) bt_tensor_set(ch->x_in, gb->x, x_at, xb);
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
@@ -2073,13 +2124,16 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
-    for (int64_t j = 0; j < ch->T; j++)
-        bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)j * rb, sizeof(float) * (size_t)(j * ch->d_out + ch->lo[ch->me]),
-                      rb);
-    if ((st = bt_transport_isend(t, gb->o, rb * (size_t)ch->T, ch->home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
+    if (ch->heads)
+        bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
+    else
+        for (int64_t j = 0; j < ch->T; j++)
+            bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)j * rb,
+                          sizeof(float) * (size_t)(j * ch->d_out + ch->lo[ch->me]), rb);
+    if ((st = bt_transport_isend(t, gb->o, ob, ch->home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
         return fail(d, st, "%s", t->error);
-    d->stats.bytes_sent += (int64_t)rb * ch->T;
-    d->stats.bytes_group += (int64_t)rb * ch->T;
+    d->stats.bytes_sent += (int64_t)ob;
+    d->stats.bytes_group += (int64_t)ob;
     return BT_OK;
 }
 

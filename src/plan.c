@@ -624,6 +624,32 @@ bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n
     return readers > 0;
 }
 
+bool bt_group_on_cpu(const struct bt_plan *p, const struct bt_expert_group *grp) {
+    for (int m = 0; m < grp->n_ranks; m++)
+        if (strncmp(p->ranks[grp->ranks[m]].backend, "CPU", 3) != 0) return false;
+    return true;
+}
+
+bool bt_head_divisible(const struct bt_plan *p, const struct bt_expert_group *grp, const struct bt_graph *g,
+                       const struct bt_tensor *w) {
+    if (!grp->dense || !w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] < grp->n_ranks || w->ne[3] != 1 ||
+        w->ne[2] > INT32_MAX || !bt_is_contiguous(w) || !bt_group_on_cpu(p, grp))
+        return false;
+    int readers = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *o = g->nodes[i];
+        for (int k = 0; k < BT_MAX_SRC; k++) {
+            if (o->src[k] != w) continue;
+            const struct bt_tensor *x = o->src[1];
+            if (o->op != BT_OP_MUL_MAT || k != 0 || x->type != BT_TYPE_F32 || x->nb[0] != sizeof(float) ||
+                x->ne[2] != w->ne[2] || x->ne[3] != 1 || o->type != BT_TYPE_F32 || !bt_is_contiguous(o))
+                return false;
+            readers++;
+        }
+    }
+    return readers > 0;
+}
+
 int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member) {
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n_ranks; i++)

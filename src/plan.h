@@ -58,7 +58,9 @@ struct bt_dist_pin {
  * reads, of at least BT_ROW_UNIT rows per rank): member i holds
  * bt_row_share(rows, n_ranks, i) of the weight, the first rank sends each
  * member the product's input and takes back the member's rows of its
- * result; and a prompt's attention by q heads (dist.c: attn_divisible).
+ * result; the per-head products of an attention by heads
+ * (bt_head_divisible); and a prompt's attention by q heads (dist.c:
+ * attn_divisible).
  * Every rank of the group then computes a share of every layer. */
 struct bt_expert_group {
     int32_t n_ranks;
@@ -162,6 +164,19 @@ struct bt_plan {
     double seconds;               /* time bt_plan_make took */
     char error[512];              /* the message of the last failure */
 };
+
+/* Whether an n-rank group of CPU ranks (plan p) divides weight w of graph g
+ * by matrices: a 3-d contiguous weight of at least n matrices that only
+ * MUL_MATs read, as their weight, each of an F32 input of as many matrices
+ * (rows packed, any strides between rows and matrices) into a contiguous F32
+ * result: the per-head products of an attention (MLA's attn_k_b, attn_v_b).
+ * Member i holds bt_expert_share(matrices, n, i) of them (expert_lo/hi),
+ * the first rank sends each member its matrices of the input and takes back
+ * those of the result. */
+bool bt_head_divisible(const struct bt_plan *p, const struct bt_expert_group *grp, const struct bt_graph *g,
+                       const struct bt_tensor *w);
+/* Whether every rank of group grp runs on a CPU backend (plan p). */
+bool bt_group_on_cpu(const struct bt_plan *p, const struct bt_expert_group *grp);
 
 /* The plan of `graph` on n_ranks ranks.  support: NULL (every rank runs every
  * op) or [n_ranks][n_nodes], nonzero where rank r can run node i.  On error a

@@ -727,6 +727,14 @@ for m in ds gemma; do
             --model "$tmp/$m.gguf" --tokens 20 --micro-batches 3
     done
 done
+# MLA's per-head products (attn_k_b, attn_v_b) divided by heads in every ubatch, one token too
+expect 0 "per-head products divided by heads: 4 weights .*; rank 0 holds .*, rank 1 holds " \
+    "plan: deepseek2's per-head products divided by heads" -- \
+    "$baton" plan -m "$tmp/ds.gguf" --topology "$tmp/divided.yaml"
+expect 0 "output equals a one-rank run \(3 micro-batches, bitwise\)" \
+    "demo: ds, one token a micro-batch, its per-head products divided" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
+    --model "$tmp/ds.gguf" --tokens 1 --micro-batches 3
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)

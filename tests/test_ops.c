@@ -962,6 +962,60 @@ START_TEST(test_mul_mat_id_share) {
 }
 END_TEST
 
+/* An attention's per-head product divided by heads (bt_tensor expert_lo/hi
+ * of a 3-d weight: dist.c's heads chains): MUL_MAT computes only the held
+ * heads' matrices of its result, bitwise the whole node's, over an input
+ * with its heads and tokens swapped (MLA's q_nope_perm), leaving the other
+ * matrices as they were; the shares together give the whole.  1 and 3
+ * threads, one token and a prompt's worth. */
+START_TEST(test_mul_mat_heads_share) {
+    enum bt_type wt = wtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 770 + _i);
+    const int64_t H = 5, m = 33;
+    const int64_t k = k_blocks(wt, is_block(wt) ? 64 : 63);
+    for (int ti = 0; ti < 2; ti++) {
+        const int64_t T = ti ? 40 : 1;
+        snprintf(g_case, sizeof(g_case), "heads share %s T %lld", bt_type_name(wt), (long long)T);
+        bt_context *ctx = tu_ctx(16);
+        int64_t nea[4] = {k, m, H, 1}, neb[4] = {k, T, H, 1};
+        struct bt_tensor *a = new_input(ctx, wt, nea, L_CONT, &r, -1, 1);
+        struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, L_PERM, &r, -1, 1);
+        struct bt_tensor *out = bt_mul_mat(ctx, a, b);
+        struct bt_graph *g = graph1(ctx, out);
+        require_supported(out);
+        const size_t n = (size_t)(m * T * H), per = (size_t)(m * T);
+        float *whole = malloc(n * sizeof(float)), *both = malloc(n * sizeof(float));
+        for (int nt = 1; nt <= 3; nt += 2) {
+            a->expert_lo = a->expert_hi = 0;
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            memcpy(whole, out->data, n * sizeof(float));
+            const int64_t cut[3] = {0, 2, H};
+            for (int sh = 0; sh < 2; sh++) {
+                a->expert_lo = (int32_t)cut[sh];
+                a->expert_hi = (int32_t)cut[sh + 1];
+                float *o = out->data;
+                for (size_t i = 0; i < n; i++) o[i] = -7.0f; /* what was there */
+                ck_assert_int_eq(tu_run(g, nt), BT_OK);
+                for (size_t i = 0; i < n; i++) {
+                    const int64_t h = (int64_t)(i / per);
+                    if (h >= cut[sh] && h < cut[sh + 1])
+                        both[i] = o[i];
+                    else
+                        ck_assert_msg(o[i] == -7.0f, "%s: a matrix of a head not held was written", g_case);
+                }
+            }
+            a->expert_lo = a->expert_hi = 0;
+            ck_assert_msg(memcmp(whole, both, n * sizeof(float)) == 0, "%s threads %d: the shares differ from the whole",
+                          g_case, nt);
+        }
+        free(whole);
+        free(both);
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- get_rows ---- */
 
 START_TEST(test_get_rows) {
@@ -1593,6 +1647,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_id_share, 0, N_WTYPES);
+    tcase_add_loop_test(tc, test_mul_mat_heads_share, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_get_rows, 0, 9);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);
     tcase_add_test(tc, test_cpy);

@@ -148,7 +148,9 @@ int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows, int ca
 static double weight_bytes(const struct bt_tensor *node) {
     const struct bt_tensor *a = node->src[0];
     if (node->op == BT_OP_MUL_MAT)
-        return a->row_hi > 0 ? (double)(a->row_hi - a->row_lo) * (double)a->nb[1] : (double)bt_nbytes(a);
+        return a->row_hi > 0      ? (double)(a->row_hi - a->row_lo) * (double)a->nb[1]
+               : a->expert_hi > 0 ? (double)(a->expert_hi - a->expert_lo) * (double)a->nb[2]
+                                  : (double)bt_nbytes(a);
     const struct bt_tensor *ids = node->src[2];
     uint64_t seen[64] = {0};
     if (a->ne[2] > 64 * 64) return (double)bt_nbytes(a);

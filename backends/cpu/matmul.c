@@ -512,12 +512,15 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, f
 
 /* Each thread quantises its share of b's columns for the table entry pl->qt
  * into the shared part of the work buffer; then all wait for all.  With at
- * most BT_MM_QPRIVATE_COLS columns, each thread quantises them all into its
- * own slice (priv) and nobody waits (the same function: the same bits). */
-static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, char *shared, char *priv) {
+ * most BT_MM_QPRIVATE_COLS columns in the node (slice_layout: no shared
+ * part), each thread quantises them all into its own slice (priv) and nobody
+ * waits (the same function: the same bits).  (A group's share of a node's
+ * matrices may have fewer columns than the node: the node's layout decides.) */
+static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, const struct mm_slice *sl, char *shared,
+                          char *priv) {
     const struct bt_tensor *b = pl->b;
     const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
-    const bool own = n <= BT_MM_QPRIVATE_COLS;
+    const bool own = sl->shared == 0;
     pl->qcb = pl->qt->act_size(pl->k);
     pl->qbuf = own ? priv : shared;
     const int64_t c0 = own ? 0 : n * p->ith / p->nth, c1 = own ? n : n * (p->ith + 1) / p->nth;
@@ -1473,6 +1476,29 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
         a = &a_rows;
         d = &d_rows;
     }
+    /* a group's share of the matrices (bt_tensor expert_lo/hi: an
+     * attention's per-head products): those matrices of the input and the
+     * result alone, each element the same bits as in the whole */
+    struct bt_tensor a_mats, b_mats, d_mats;
+    if (a->expert_hi > 0) {
+        const int64_t lo = a->expert_lo, n = a->expert_hi - a->expert_lo;
+        BT_ASSERT(a->row_hi == 0 && a->ne[3] == 1 && b->ne[2] == a->ne[2] && b->ne[3] == 1 && a->expert_hi <= a->ne[2]);
+        a_mats = *a;
+        a_mats.data = (char *)a->data + (size_t)lo * a->nb[2];
+        a_mats.ne[2] = n;
+        a_mats.expert_lo = a_mats.expert_hi = 0;
+        b_mats = *b;
+        b_mats.data = (char *)b->data + (size_t)lo * b->nb[2];
+        b_mats.ne[2] = n;
+        d_mats = *d;
+        d_mats.data = (char *)d->data + (size_t)lo * d->nb[2];
+        d_mats.ne[2] = n;
+        d_mats.src[0] = &a_mats;
+        d_mats.src[1] = &b_mats;
+        a = &a_mats;
+        b = &b_mats;
+        d = &d_mats;
+    }
     if (p->reference) {
         ref_mul_mat(p, d, (float *)(slice + sl.tmp));
         return;
@@ -1493,7 +1519,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(a);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
+    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1571,6 +1597,6 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(as);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
-    if (pl.qt) quantize_acts(p, &pl, (char *)p->wdata, slice + sl.qact);
+    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }

@@ -237,7 +237,9 @@ struct bt_tensor {
      * only [expert_lo, expert_hi) (an expert group's share): data still
      * addresses expert 0, the others' bytes are not there, and MUL_MAT_ID
      * computes only the (slot, token) pairs whose expert is held, leaving
-     * the rest of its result as it was.  expert_hi 0: every expert. */
+     * the rest of its result as it was; of an attention's per-head weight
+     * [.., .., n_head], MUL_MAT computes only the held heads' matrices of
+     * its result.  expert_hi 0: every expert. */
     int32_t expert_lo, expert_hi;
     /* A 2-d weight of which this process holds only rows [row_lo, row_hi)
      * (a group's share of a dense product): data still addresses row 0, the

@@ -164,7 +164,8 @@ static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
     const int gi = bt_expert_group_of(mp->groups, mp->n_groups, owner, &member);
     const bool rows = gi >= 0 && member == 0 && mp->groups[gi].dense &&
                       bt_row_divisible(g, w, mp->groups[gi].n_ranks);
-    if (gi < 0 || member != 0 || (!rows && !is_experts(g, w))) return owner == r ? (double)bt_nbytes(w) : 0.0;
+    const bool heads = gi >= 0 && member == 0 && !rows && bt_head_divisible(&mp->plan, &mp->groups[gi], g, w);
+    if (gi < 0 || member != 0 || (!rows && !heads && !is_experts(g, w))) return owner == r ? (double)bt_nbytes(w) : 0.0;
     int mine = -1;
     if (bt_expert_group_of(mp->groups, mp->n_groups, r, &mine) != gi) return 0.0;
     int64_t lo, hi;
@@ -258,6 +259,28 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
             for (int m = 0; m < grp->n_ranks; m++)
                 fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
             fprintf(f, "; per product, rank %d sends each member its input and takes back the member's rows\n", home);
+            /* the per-head products divided by heads */
+            n_w = 0;
+            dense = 0;
+            memset(per, 0, sizeof per);
+            for (int i = 0; i < g->n_leafs; i++) {
+                const struct bt_tensor *w = g->leafs[i];
+                if (mp->plan.leaf_owner[i] != home || !bt_head_divisible(&mp->plan, grp, g, w)) continue;
+                n_w++;
+                dense += (double)bt_nbytes(w);
+                for (int m = 0; m < grp->n_ranks; m++) {
+                    int64_t lo, hi;
+                    bt_expert_share(w->ne[2], grp->n_ranks, m, &lo, &hi);
+                    per[m] += (double)(hi - lo) * (double)w->nb[2];
+                }
+            }
+            if (n_w > 0) {
+                fprintf(f, "    per-head products divided by heads: %d weights (%.1f MiB);", n_w, dense / mib);
+                for (int m = 0; m < grp->n_ranks; m++)
+                    fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
+                fprintf(f, "; per product, rank %d sends each member its heads of the input and takes back theirs "
+                           "of the result\n", home);
+            }
         }
     }
 }
