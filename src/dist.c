@@ -572,18 +572,25 @@ static bool row_divisible(const bt_dist *d, const struct bt_tensor *nd, int n) {
     return nd->op == BT_OP_MUL_MAT && bt_row_divisible(d->graph, nd->src[0], n) && !weight_sent(d, nd->src[0]);
 }
 
-/* A dense product's chain: the one node j of a split. */
-static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+/* A chain of one node j of a split (of rows, heads or an attention), its
+ * input x; returns the node. */
+static struct bt_tensor *one_node_chain(struct gchain *ch, const struct bt_graph *v, int j, struct bt_tensor *x) {
     struct bt_tensor *nd = v->nodes[j];
     ch->rows = true;
-    ch->x = nd->src[1];
+    ch->x = x;
     ch->out = nd;
     ch->first = ch->last = j;
     ch->nodes[0] = nd;
     ch->n_nodes = 1;
-    ch->w[0] = nd->src[0];
-    ch->n_w = 1;
+    ch->w[0] = nd->op == BT_OP_MUL_MAT ? nd->src[0] : NULL;
+    ch->n_w = nd->op == BT_OP_MUL_MAT;
     ch->K = 1;
+    return nd;
+}
+
+/* A dense product's chain: the one node j of a split. */
+static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+    struct bt_tensor *nd = one_node_chain(ch, v, j, v->nodes[j]->src[1]);
     ch->T = bt_nelements(ch->x) / ch->x->ne[0];
     ch->d_x = ch->x->ne[0];
     ch->d_out = nd->ne[0];
@@ -607,16 +614,8 @@ static bool attn_divisible(const bt_dist *d, const struct bt_tensor *nd, const s
 /* A per-head product's chain: the one node j of a split, its weight's
  * matrices (heads) divided as experts are. */
 static void heads_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
-    struct bt_tensor *nd = v->nodes[j];
-    ch->rows = ch->heads = true;
-    ch->x = nd->src[1];
-    ch->out = nd;
-    ch->first = ch->last = j;
-    ch->nodes[0] = nd;
-    ch->n_nodes = 1;
-    ch->w[0] = nd->src[0];
-    ch->n_w = 1;
-    ch->K = 1;
+    struct bt_tensor *nd = one_node_chain(ch, v, j, v->nodes[j]->src[1]);
+    ch->heads = true;
     ch->T = nd->ne[1];
     ch->d_x = ch->x->ne[0] * ch->x->ne[2];
     ch->d_out = nd->ne[0] * nd->ne[2];
@@ -624,15 +623,8 @@ static void heads_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
 }
 
 static void attn_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
-    struct bt_tensor *nd = v->nodes[j];
-    ch->rows = ch->attn = true;
-    ch->x = nd->src[0];
-    ch->out = nd;
-    ch->first = ch->last = j;
-    ch->nodes[0] = nd;
-    ch->n_nodes = 1;
-    ch->n_w = 0;
-    ch->K = 1;
+    struct bt_tensor *nd = one_node_chain(ch, v, j, v->nodes[j]->src[0]);
+    ch->attn = true;
     ch->T = nd->ne[2];
     ch->d_out = nd->ne[0] * nd->ne[1];
     const int64_t H = nd->src[0]->ne[1], Hk = nd->src[1]->ne[1], unit = Hk > 1 ? H / Hk : 1;

@@ -606,22 +606,32 @@ void bt_row_share(int64_t m, int n, int i, int64_t *lo, int64_t *hi) {
     if (*hi > m) *hi = m;
 }
 
-bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n) {
-    if (!w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] != 1 || w->ne[3] != 1 || !bt_is_contiguous(w) ||
-        w->ne[1] < (int64_t)BT_ROW_UNIT * n || w->ne[1] > INT32_MAX)
-        return false;
+/* Whether w is read in g, and only as the weight of MUL_MATs of an F32
+ * input into a contiguous F32 result: the input contiguous, or with heads
+ * an input of w's matrices with packed rows. */
+static bool only_product_weight(const struct bt_graph *g, const struct bt_tensor *w, bool heads) {
     int readers = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const struct bt_tensor *o = g->nodes[i];
         for (int k = 0; k < BT_MAX_SRC; k++) {
             if (o->src[k] != w) continue;
-            if (o->op != BT_OP_MUL_MAT || k != 0 || o->src[1]->type != BT_TYPE_F32 || !bt_is_contiguous(o->src[1]) ||
-                o->type != BT_TYPE_F32 || !bt_is_contiguous(o))
+            const struct bt_tensor *x = o->src[1];
+            const bool x_ok = heads ? x->nb[0] == sizeof(float) && x->ne[2] == w->ne[2] && x->ne[3] == 1
+                                    : bt_is_contiguous(x);
+            if (o->op != BT_OP_MUL_MAT || k != 0 || x->type != BT_TYPE_F32 || !x_ok || o->type != BT_TYPE_F32 ||
+                !bt_is_contiguous(o))
                 return false;
             readers++;
         }
     }
     return readers > 0;
+}
+
+bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n) {
+    if (!w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] != 1 || w->ne[3] != 1 || !bt_is_contiguous(w) ||
+        w->ne[1] < (int64_t)BT_ROW_UNIT * n || w->ne[1] > INT32_MAX)
+        return false;
+    return only_product_weight(g, w, false);
 }
 
 bool bt_group_on_cpu(const struct bt_plan *p, const struct bt_expert_group *grp) {
@@ -635,19 +645,7 @@ bool bt_head_divisible(const struct bt_plan *p, const struct bt_expert_group *gr
     if (!grp->dense || !w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] < grp->n_ranks || w->ne[3] != 1 ||
         w->ne[2] > INT32_MAX || !bt_is_contiguous(w) || !bt_group_on_cpu(p, grp))
         return false;
-    int readers = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const struct bt_tensor *o = g->nodes[i];
-        for (int k = 0; k < BT_MAX_SRC; k++) {
-            if (o->src[k] != w) continue;
-            const struct bt_tensor *x = o->src[1];
-            if (o->op != BT_OP_MUL_MAT || k != 0 || x->type != BT_TYPE_F32 || x->nb[0] != sizeof(float) ||
-                x->ne[2] != w->ne[2] || x->ne[3] != 1 || o->type != BT_TYPE_F32 || !bt_is_contiguous(o))
-                return false;
-            readers++;
-        }
-    }
-    return readers > 0;
+    return only_product_weight(g, w, true);
 }
 
 int bt_expert_group_of(const struct bt_expert_group *groups, int n_groups, int r, int *member) {
