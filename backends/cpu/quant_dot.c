@@ -1230,14 +1230,14 @@ static inline __m256i table_u8(const int8_t *tab) {
     return _mm256_broadcastsi128_si256(t);
 }
 
-/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1), Q5_1 (2), IQ4_NL (3) or MXFP4
- * (4) rows against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
+/* An RM x RN tile of Q4_1, Q5_0, Q5_1, IQ4_NL or MXFP4 rows (mode: enum
+ * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_table32_ref). */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
     const size_t bs = q32_block_bytes(mode);
-    const __m256i lut = mode == 3 ? table_u8(bt_iq4nl_values) : table_u8(bt_mxfp4_values);
+    const __m256i lut = mode == Q32_IQ4_NL ? table_u8(bt_iq4nl_values) : table_u8(bt_mxfp4_values);
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -1260,21 +1260,21 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             __m256i q;
             float dw, mw = 0.0f;
-            if (mode == 0) {
+            if (mode == Q32_Q4_1) {
                 const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
                 q = nibbles32(w->qs);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == 1) {
+            } else if (mode == Q32_Q5_0) {
                 const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
-            } else if (mode == 2) {
+            } else if (mode == Q32_Q5_1) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == 3) {
+            } else if (mode == Q32_IQ4_NL) {
                 const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
                 q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
                 dw = h2f_fast(w->d);
@@ -1286,9 +1286,9 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
-                if (mode == 1 || mode >= 3) {
+                if (mode == Q32_Q5_0 || mode >= Q32_IQ4_NL) {
                     /* the offset: Q5_0's 16, the table types' 128 */
-                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], mode == 1 ? 4 : 7));
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], mode == Q32_Q5_0 ? 4 : 7));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
@@ -1323,7 +1323,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
                                                             float *out, const int RN, const int mode) {
     const size_t bs = q32_block_bytes(mode);
     const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)),
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values)),
                       _mm_set1_epi8((char)0x80)));
     const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), m4 = _mm512_set1_epi8(0x0F);
     const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -1344,8 +1344,9 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             av[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
             const __m512i asum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), av[c]);
             /* the offset (Q5_0's 16, the table types' 128) as the accumulator's start */
-            neg[c] = mode == 1 || mode >= 3 ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, mode == 1 ? 4 : 7))
-                                            : _mm512_setzero_si512();
+            neg[c] = mode == Q32_Q5_0 || mode >= Q32_IQ4_NL
+                         ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, mode == Q32_Q5_0 ? 4 : 7))
+                         : _mm512_setzero_si512();
             asumf[c] = _mm512_cvtepi32_ps(asum);
             da[c] = _mm512_set1_ps(h2f_fast(ab->d));
         }
@@ -1354,7 +1355,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
         for (int r = 0; r < 4; r++) wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
         /* the 4 rows' d (and m) */
         __m128 dw4, mw4 = _mm_setzero_ps();
-        if (mode == 4) {
+        if (mode == Q32_MXFP4) {
             dw4 = _mm_setr_ps(bt_e8m0_half(((const bt_block_mxfp4 *)wb[0])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[1])->e),
                               bt_e8m0_half(((const bt_block_mxfp4 *)wb[2])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[3])->e));
         } else {
@@ -1363,7 +1364,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             _Pragma("GCC unroll 4")
             for (int r = 0; r < 4; r++) memcpy(&h[r], wb[r], 2);
             dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
-            if (mode == 0 || mode == 2) {
+            if (mode == Q32_Q4_1 || mode == Q32_Q5_1) {
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < 4; r++) memcpy(&m[r], wb[r] + 2, 2);
                 mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
@@ -1377,11 +1378,11 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w0 + qo))),
                                                           0xFF00, _mm_loadu_si128((const __m128i *)(w1 + qo)));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi64(x, shift), m4);
-            if (mode == 1 || mode == 2) {
-                const size_t ho = mode == 1 ? offsetof(bt_block_q5_0, qh) : offsetof(bt_block_q5_1, qh);
+            if (mode == Q32_Q5_0 || mode == Q32_Q5_1) {
+                const size_t ho = mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qh) : offsetof(bt_block_q5_1, qh);
                 const __mmask64 kq = (__mmask64)qh_u32(w0 + ho) | (__mmask64)qh_u32(w1 + ho) << 32;
                 q = _mm512_mask_add_epi8(q, kq, q, _mm512_set1_epi8(16));
-            } else if (mode >= 3) {
+            } else if (mode >= Q32_IQ4_NL) {
                 q = _mm512_shuffle_epi8(lut, q);
             }
             const __m512i pair = p ? pair1 : pair0;
@@ -1389,7 +1390,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             for (int c = 0; c < RN; c++) {
                 const __m512i li = _mm512_dpbusd_epi32(neg[c], q, av[c]);
                 acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), q32_scale4(RN, pair, dw4, da[c]), acc[p][c]);
-                if (mode == 0 || mode == 2)
+                if (mode == Q32_Q4_1 || mode == Q32_Q5_1)
                     acc[p][c] = _mm512_fmadd_ps(asumf[c], q32_scale4(RN, pair, mw4, da[c]), acc[p][c]);
             }
         }
@@ -1419,11 +1420,11 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
     static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
         q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
     }
-Q32_TILES(q4_1, 0)
-Q32_TILES(q5_0, 1)
-Q32_TILES(q5_1, 2)
-Q32_TILES(iq4_nl, 3)
-Q32_TILES(mxfp4, 4)
+Q32_TILES(q4_1, Q32_Q4_1)
+Q32_TILES(q5_0, Q32_Q5_0)
+Q32_TILES(q5_1, Q32_Q5_1)
+Q32_TILES(iq4_nl, Q32_IQ4_NL)
+Q32_TILES(mxfp4, Q32_MXFP4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
 /* ---- IQ4_NL / MXFP4 / Q5_0 packed GEMM (prompt-size products) ----------------- *
@@ -1446,7 +1447,7 @@ Q32_TILES(mxfp4, 4)
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
     const size_t bs = q32_block_bytes(mode);
-    const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values));
+    const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values));
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const int64_t nblk = k / BT_QK;
     for (int64_t b = 0; b < nblk; b += 2) {
@@ -1459,16 +1460,16 @@ static inline __attribute__((always_inline)) void t32_pack(const int mode, int64
                 const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
                 bt_fp16_t d16;
                 memcpy(&d16, blk, 2);
-                if (mode == 1) { /* Q5_0: d, qh, qs; v = q - 16 */
+                if (mode == Q32_Q5_0) { /* Q5_0: d, qh, qs; v = q - 16 */
                     const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
                     h[i] = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
                     dw[i][r] = h2f_fast(d16);
                     continue;
                 }
-                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == 3 ? 2 : 1)));
+                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == Q32_IQ4_NL ? 2 : 1)));
                 h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
                                         _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
-                dw[i][r] = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+                dw[i][r] = mode == Q32_IQ4_NL ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
             }
             v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
         }
@@ -1556,9 +1557,9 @@ static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
     }
-T32_GEMM(q5_0, 1)
-T32_GEMM(iq4_nl, 3)
-T32_GEMM(mxfp4, 4)
+T32_GEMM(q5_0, Q32_Q5_0)
+T32_GEMM(iq4_nl, Q32_IQ4_NL)
+T32_GEMM(mxfp4, Q32_MXFP4)
 
 #define FAST(name) dot_##name##_avx512
 
@@ -2346,8 +2347,8 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* An RM x RN tile of Q4_1 (mode 0), Q5_0 (1), Q5_1 (2), IQ4_NL (3) or MXFP4
- * (4) rows against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
+/* An RM x RN tile of Q4_1, Q5_0, Q5_1, IQ4_NL or MXFP4 rows (mode: enum
+ * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_table32_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
  * magnitudes and the activations with their signs (no pair of products
  * reaches 2^15); MXFP4's plus 16 are unsigned, 16 times the activation's
@@ -2360,9 +2361,9 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     /* IQ4_NL's values (|v| <= 127: |v| and the activation with v's sign for
      * vpmaddubsw); MXFP4's plus 16 (unsigned, 4..28; 16 sum a taken off, as
      * Q5_0's offset: no saturation, two sign operations fewer a row) */
-    const __m256i lut = _mm256_add_epi8(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values))),
-        _mm256_set1_epi8(mode == 4 ? 16 : 0));
+    const __m256i lut = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                            (const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values))),
+                                        _mm256_set1_epi8(mode == Q32_MXFP4 ? 16 : 0));
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -2389,21 +2390,21 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             __m256i q;
             float dw, mw = 0.0f;
-            if (mode == 0) {
+            if (mode == Q32_Q4_1) {
                 const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
                 q = nibbles32(w->qs);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == 1) {
+            } else if (mode == Q32_Q5_0) {
                 const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
-            } else if (mode == 2) {
+            } else if (mode == Q32_Q5_1) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == 3) {
+            } else if (mode == Q32_IQ4_NL) {
                 const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
                 q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
                 dw = h2f_fast(w->d);
@@ -2414,11 +2415,12 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i isum = mode == 3 ? bt_cpu_dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
-                                               : bt_cpu_dot4_avx2(q, av[c]);
-                if (mode == 3) {
+                const __m256i isum = mode == Q32_IQ4_NL
+                                         ? bt_cpu_dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
+                                         : bt_cpu_dot4_avx2(q, av[c]);
+                if (mode == Q32_IQ4_NL) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                } else if (mode == 1 || mode == 4) {
+                } else if (mode == Q32_Q5_0 || mode == Q32_MXFP4) {
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
@@ -2446,11 +2448,11 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     Q32_AVX2_TILE(name, mode, 4, 1)                                                                     \
     Q32_AVX2_TILE(name, mode, 2, 2)                                                                     \
     Q32_AVX2_TILE(name, mode, 2, 4)
-Q32_TILES(q4_1, 0)
-Q32_TILES(q5_0, 1)
-Q32_TILES(q5_1, 2)
-Q32_TILES(iq4_nl, 3)
-Q32_TILES(mxfp4, 4)
+Q32_TILES(q4_1, Q32_Q4_1)
+Q32_TILES(q5_0, Q32_Q5_0)
+Q32_TILES(q5_1, Q32_Q5_1)
+Q32_TILES(iq4_nl, Q32_IQ4_NL)
+Q32_TILES(mxfp4, Q32_MXFP4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
 /* ---- Q5_0 / IQ4_NL / MXFP4 packed GEMM on AVX2 (prompt-size products) -------- *
@@ -2468,7 +2470,7 @@ static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, 
                                                                 void *panel) {
     const size_t bs = q32_block_bytes(mode);
     const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(mode == 3 ? bt_iq4nl_values : bt_mxfp4_values)));
+        _mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values)));
     for (int64_t b = 0; b < k / BT_QK; b++) {
         uint8_t *pb = (uint8_t *)panel + (size_t)b * T32_PB;
         for (int r = 0; r < 16; r++) {
@@ -2477,13 +2479,13 @@ static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, 
             memcpy(&d16, blk, 2);
             __m256i v;
             float dw;
-            if (mode == 1) {
+            if (mode == Q32_Q5_0) {
                 const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
                 v = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
                 dw = h2f_fast(d16);
             } else {
-                v = _mm256_shuffle_epi8(lut, nibbles32(blk + (mode == 3 ? 2 : 1)));
-                dw = mode == 3 ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+                v = _mm256_shuffle_epi8(lut, nibbles32(blk + (mode == Q32_IQ4_NL ? 2 : 1)));
+                dw = mode == Q32_IQ4_NL ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
             }
             /* the groups' sums of v times -128: vpmaddubsw of 1s and v, then pairs */
             const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
@@ -2576,10 +2578,10 @@ static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                                 \
     }
-T32_GEMM(q5_0, 1)
+T32_GEMM(q5_0, Q32_Q5_0)
 #if defined(__AVXVNNI__)
-T32_GEMM(iq4_nl, 3)
-T32_GEMM(mxfp4, 4)
+T32_GEMM(iq4_nl, Q32_IQ4_NL)
+T32_GEMM(mxfp4, Q32_MXFP4)
 #define T32_TABLE_GEMM_OF(name) T32_GEMM_OF(name)
 #else
 #define T32_TABLE_GEMM_OF(name) 0, NULL, NULL, NULL /* vpmaddubsw would saturate: the tiles */
