@@ -85,7 +85,7 @@ struct local_output {
  * member computes its rows on inputs of its own (x_in, ids_in) and sends
  * them back, and home puts them in place in `out`: the ids' order, each row
  * computed once, by the kernel one process uses. */
-#define GCHAIN_MAX_NODES 16
+#define GCHAIN_MAX_NODES 24
 struct gslot {
     int32_t *ids;  /* the ids of the micro-batch, packed [K * T] */
     int64_t n_o;   /* home: the rows of out the member sends in this slot */
@@ -126,6 +126,8 @@ struct gchain {
     int n_nodes;
     struct bt_tensor *w[GCHAIN_MAX_NODES]; /* its expert weights */
     int n_w;
+    struct bt_tensor *rep[GCHAIN_MAX_NODES]; /* its experts' biases, held whole by every rank */
+    int n_rep;
     int64_t n_expert, K, T, d_x, d_out;
     size_t expert_bytes; /* one expert of every weight */
     int tag0;            /* slot c: tag0 + 3c: ids (an attention: home's word), + 1: rows of x, + 2: rows of out */
@@ -522,9 +524,27 @@ static bool in_chain(const struct gchain *ch, const struct bt_tensor *t) {
     return false;
 }
 
+/* Whether t is a source a chain's node may read besides the chain's own
+ * results: the chain's ids (a member's own copy of them), or a weight of
+ * the experts' biases, which every rank of the group holds whole (plan.h:
+ * bt_expert_bias; gpt-oss's, taken per slot by GET_ROWS with the ids). */
+static bool chain_source(const bt_dist *d, const struct gchain *ch, const struct bt_tensor *t) {
+    return in_chain(ch, t) || t == ch->ids || bt_expert_bias(d->graph, t);
+}
+
+/* Whether node nd reads tensor t. */
+static bool reads(const struct bt_tensor *nd, const struct bt_tensor *t) {
+    for (int k = 0; k < BT_MAX_SRC; k++)
+        if (nd->src[k] == t) return true;
+    return false;
+}
+
 /* The chain that starts at node j of a split (a MUL_MAT_ID of experts): the
- * nodes that continue it, up to the last MUL_MAT_ID among them. */
-static void chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+ * nodes that continue it (of its results, its ids and its experts' biases:
+ * chain_source; views of its results), up to the last MUL_MAT_ID among them
+ * or past it the nodes of one row per slot that go on from its result (a
+ * bias added). */
+static void chain_at(const bt_dist *d, struct gchain *ch, const struct bt_graph *v, int j) {
     const struct bt_tensor *n0 = v->nodes[j];
     ch->x = n0->src[1];
     ch->ids = n0->src[2];
@@ -538,27 +558,34 @@ static void chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
         if (nd->op == BT_OP_MUL_MAT_ID) {
             ok = is_experts(nd->src[0]) && nd->src[0]->ne[2] == ch->n_expert && nd->src[2] == ch->ids &&
                  (nd->src[1] == ch->x || in_chain(ch, nd->src[1]));
+        } else if (bt_op_is_view(nd->op)) {
+            ok = nd->src[0] && in_chain(ch, nd->src[0]);
         } else {
-            ok = !bt_op_is_view(nd->op) && nd->src[0];
+            ok = nd->src[0] != NULL;
             for (int k = 0; ok && k < BT_MAX_SRC; k++)
-                if (nd->src[k] && !in_chain(ch, nd->src[k])) ok = false;
+                if (nd->src[k] && !chain_source(d, ch, nd->src[k])) ok = false;
         }
         if (!ok) break;
         ch->nodes[ch->n_nodes++] = nd;
-        if (nd->op == BT_OP_MUL_MAT_ID) {
+        const bool goes_on = kept > 0 && !bt_op_is_view(nd->op) && reads(nd, ch->nodes[kept - 1]) &&
+                             nd->type == BT_TYPE_F32 && nd->ne[1] == ch->ids->ne[0] && nd->ne[2] == ch->ids->ne[1];
+        if (nd->op == BT_OP_MUL_MAT_ID || goes_on) {
             ch->last = i;
             kept = ch->n_nodes;
         }
     }
     ch->n_nodes = kept;
     ch->out = ch->nodes[kept - 1];
-    ch->n_w = 0;
+    ch->n_w = ch->n_rep = 0;
     for (int i = 0; i < ch->n_nodes; i++) {
         struct bt_tensor *w = ch->nodes[i]->src[0];
-        if (ch->nodes[i]->op != BT_OP_MUL_MAT_ID) continue;
+        const bool bias = ch->nodes[i]->op == BT_OP_GET_ROWS && bt_expert_bias(d->graph, w);
+        if (ch->nodes[i]->op != BT_OP_MUL_MAT_ID && !bias) continue;
+        struct bt_tensor **list = bias ? ch->rep : ch->w;
+        int *n = bias ? &ch->n_rep : &ch->n_w;
         bool seen = false;
-        for (int k = 0; k < ch->n_w; k++) seen |= ch->w[k] == w;
-        if (!seen) ch->w[ch->n_w++] = w;
+        for (int k = 0; k < *n; k++) seen |= list[k] == w;
+        if (!seen) list[(*n)++] = w;
     }
 }
 
@@ -770,7 +797,7 @@ static enum bt_status find_chains(bt_dist *d) {
             } else if (rows) {
                 row_chain_at(ch, &sp->graph, j);
             } else {
-                chain_at(ch, &sp->graph, j);
+                chain_at(d, ch, &sp->graph, j);
                 enum bt_status st = chain_check(d, ch);
                 if (st != BT_OK) return st;
                 ch->K = ch->ids->ne[0];
@@ -884,6 +911,13 @@ static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo,
                 *lo = ch->lo[ch->me];
                 *hi = ch->hi[ch->me];
                 *rows = ch->rows && !ch->heads; /* a per-head product's: matrices, as experts */
+                return true;
+            }
+        for (int k = 0; k < ch->n_rep; k++)
+            if (ch->rep[k] == t) { /* the experts' biases: whole, [n, E] as one matrix */
+                *lo = 0;
+                *hi = t->ne[2];
+                *rows = false;
                 return true;
             }
     }

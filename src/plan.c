@@ -634,6 +634,23 @@ bool bt_row_divisible(const struct bt_graph *g, const struct bt_tensor *w, int n
     return only_product_weight(g, w, false);
 }
 
+bool bt_expert_bias(const struct bt_graph *g, const struct bt_tensor *w) {
+    if (!w || !bt_tensor_is_weight(w) || w->view_src || w->ne[2] != 1 || w->ne[3] != 1 || !bt_is_contiguous(w))
+        return false;
+    int readers = 0;
+    bool experts = false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct bt_tensor *o = g->nodes[i];
+        experts |= o->op == BT_OP_MUL_MAT_ID && o->src[0]->ne[2] == w->ne[1];
+        for (int k = 0; k < BT_MAX_SRC; k++) {
+            if (o->src[k] != w) continue;
+            if (o->op != BT_OP_GET_ROWS || k != 0) return false;
+            readers++;
+        }
+    }
+    return readers > 0 && experts;
+}
+
 bool bt_group_on_cpu(const struct bt_plan *p, const struct bt_expert_group *grp) {
     for (int m = 0; m < grp->n_ranks; m++)
         if (strncmp(p->ranks[grp->ranks[m]].backend, "CPU", 3) != 0) return false;

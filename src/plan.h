@@ -175,6 +175,11 @@ struct bt_plan {
  * those of the result. */
 bool bt_head_divisible(const struct bt_plan *p, const struct bt_expert_group *grp, const struct bt_graph *g,
                        const struct bt_tensor *w);
+/* Whether weight w of graph g holds the biases of experts, [n, E] (E the
+ * experts of a MUL_MAT_ID's weight in g), that only GET_ROWS read (as their
+ * table, by a routing's ids: gpt-oss's ffn_*_exps.bias): an expert group's
+ * chains take them in, and every rank of the group holds them whole. */
+bool bt_expert_bias(const struct bt_graph *g, const struct bt_tensor *w);
 /* Whether every rank of group grp runs on a CPU backend (plan p). */
 bool bt_group_on_cpu(const struct bt_plan *p, const struct bt_expert_group *grp);
 

@@ -709,6 +709,12 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: deep
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: glm4moe, an expert group of 2" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/glm.gguf" \
     --tokens 7 --micro-batches 5
+# and gpt-oss's (each expert's three biases added inside the chain, its clamped SwiGLU; the biases
+# held whole by both ranks)
+"$baton" make-model "$tmp/oss.gguf" --vocab "$vocab2" --arch gpt-oss --layers 2 >/dev/null
+expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: gpt-oss, an expert group of 2" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/group.yaml" -- baton demo --model "$tmp/oss.gguf" \
+    --tokens 7 --micro-batches 5
 # and minimax-m2's (every layer MoE, no shared expert)
 "$baton" make-model "$tmp/mm2.gguf" --vocab "$vocab2" --arch minimax-m2 --layers 2 >/dev/null
 expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: minimax-m2, an expert group of 2" -- \
@@ -719,7 +725,7 @@ expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" "demo: mini
 # over their own mask); one process's logits
 sed 's/^  expert_groups: \[\[0, 1\]\]$/&\n  divide: all/' "$tmp/group.yaml" >"$tmp/divided.yaml"
 "$baton" make-model "$tmp/gemma.gguf" --vocab "$vocab2" --arch gemma3 --layers 2 --swa 8 --swa-pattern 2 >/dev/null
-for m in ds gemma; do
+for m in ds gemma oss; do
     for want in "output equals a one-rank run \(3 micro-batches, bitwise\)" \
         "attention divided by heads \(runs\): rank 0 [1-9][0-9]*, rank 1 [1-9]"; do
         expect 0 "$want" "demo: $m, a group of 2 that divides every product and the attention heads" -- \

@@ -165,9 +165,12 @@ static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
     const bool rows = gi >= 0 && member == 0 && mp->groups[gi].dense &&
                       bt_row_divisible(g, w, mp->groups[gi].n_ranks);
     const bool heads = gi >= 0 && member == 0 && !rows && bt_head_divisible(&mp->plan, &mp->groups[gi], g, w);
-    if (gi < 0 || member != 0 || (!rows && !heads && !is_experts(g, w))) return owner == r ? (double)bt_nbytes(w) : 0.0;
+    const bool bias = gi >= 0 && member == 0 && bt_expert_bias(g, w); /* held whole by every rank of the group */
+    if (gi < 0 || member != 0 || (!rows && !heads && !bias && !is_experts(g, w)))
+        return owner == r ? (double)bt_nbytes(w) : 0.0;
     int mine = -1;
     if (bt_expert_group_of(mp->groups, mp->n_groups, r, &mine) != gi) return 0.0;
+    if (bias) return (double)bt_nbytes(w);
     int64_t lo, hi;
     if (rows) {
         bt_row_share(w->ne[1], mp->groups[gi].n_ranks, mine, &lo, &hi);
