@@ -178,6 +178,22 @@ printf 'hosts:\n  - {name: a, slots: 2}\nranks:\n  - {rank: 0, host: a, backend:
 capture "$run" -t "$work/bad.yaml" --dry-run -- hostname
 expect "bad topology" 1 "$(printf '%s' "$work" | normalise)/bad.yaml:4:47: rank 0: threads: must be at least 1, got '0'"
 
+# ---- more slots on this machine than its CPUs: mpirun would stop without a word at the rankfile ----
+ncpu=$(getconf _NPROCESSORS_ONLN)
+printf 'hosts:\n  - {name: localhost, slots: %d}\nranks:\n  - {rank: 0, host: localhost, backend: cpu}\n' \
+    $((ncpu + 1)) >"$work/many.yaml"
+many_msg="$(printf '%s' "$work" | normalise)/many.yaml: host 'localhost' has slots: $((ncpu + 1)), but this machine has $ncpu CPUs: set slots to at most $ncpu (ranks past them share the cores, oversubscribed), or run with --no-bind"
+capture "$run" -t "$work/many.yaml" -- hostname
+expect "slots past this machine's CPUs" 1 "baton-run: $many_msg"
+capture "$run" -t "$work/many.yaml" --dry-run -- hostname
+if [ "$rc" = 0 ] && [ "$(printf '%s\n' "$out" | head -n 1)" = "baton-run: warning: $many_msg" ]; then
+    pass "slots past this machine's CPUs, --dry-run: a warning"
+else
+    fail "slots past this machine's CPUs, --dry-run: rc $rc: $(printf '%s\n' "$out" | head -n 2)"
+fi
+capture "$run" -t "$work/many.yaml" --no-bind -- true
+expect "slots past this machine's CPUs, --no-bind: runs" 0 ""
+
 # ---- baton launch-files itself ----
 capture "$baton" launch-files --topology "$root/configs/local-cpu-2.yaml"
 expect "launch-files without --out" 2 "baton launch-files: missing --out DIR (usage: baton launch-files --topology FILE --out DIR)"
