@@ -327,20 +327,26 @@ static int bm_prof_cmp(const void *x, const void *y) {
     return a < b ? 1 : a > b ? -1 : 0;
 }
 
+/* Per step (tg) or ubatch (pp): units of them timed, in n_graphs graph
+ * runs of graph_s seconds in all (a rank that waits for a group's members
+ * runs several a step). */
 static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *rows, int n, uint64_t n_graphs,
-                             double graph_s) {
-    if (n_graphs == 0) {
+                             uint64_t units, double graph_s) {
+    if (n_graphs == 0 || units == 0) {
         printf(o->json ? "{\"profile\": null, \"why\": \"rank 0 computed no graph\"}\n"
                        : "\nprofile: rank 0 computed no graph (it holds no layer)\n");
         return;
     }
     qsort(rows, (size_t)n, sizeof *rows, bm_prof_cmp);
-    const double g = (double)n_graphs, step_ms = 1e3 * graph_s / g;
+    const double g = (double)units, step_ms = 1e3 * graph_s / g;
+    const char *unit = o->n_gen ? "step" : "ubatch", *plural = o->n_gen ? "steps" : "ubatches";
     double sum_c = 0, sum_w = 0, sum_b = 0;
     if (!o->json) {
-        printf("\nprofile of rank 0's %s%ld %s: %llu graph%s, %.3f ms a graph; per graph, thread 0's time:\n",
-               o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, o->n_gen ? "steps" : "ubatches",
-               (unsigned long long)n_graphs, n_graphs == 1 ? "" : "s", step_ms);
+        char runs[64] = "";
+        if (n_graphs != units) snprintf(runs, sizeof runs, " (%llu graph runs)", (unsigned long long)n_graphs);
+        printf("\nprofile of rank 0's %s%ld %s: %llu %s%s, %.3f ms a %s; per %s, thread 0's time:\n",
+               o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, plural, (unsigned long long)units,
+               units == 1 ? unit : plural, runs, step_ms, unit, unit);
         printf("| %-12s | %-6s | %6s | %10s | %6s | %8s | %10s | %7s |\n", "op", "type", "nodes", "compute ms", "%",
                "wait ms", "weights MB", "GB/s");
         printf("| ------------ | ------ | -----: | ---------: | -----: | -------: | ---------: | ------: |\n");
@@ -355,7 +361,8 @@ static void bm_print_profile(const struct bm_opts *o, struct bt_cpu_op_profile *
         if (o->json)
             printf("{\"profile\": {\"test\": \"%s%ld\", \"op\": \"%s\", \"type\": \"%s\", \"nodes\": %.3f, "
                    "\"compute_ms\": %.6f, \"wait_ms\": %.6f, \"weight_mb\": %.6f, \"step_ms\": %.6f}}\n",
-                   o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, bt_op_name(r->op), bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
+                   o->n_gen ? "tg" : "pp", o->n_gen ? o->n_gen : o->n_prompt, bt_op_name(r->op),
+                   bt_type_name(r->type), (double)r->count / g, c, w, mb, step_ms);
         else if (mb > 0)
             printf("| %-12s | %-6s | %6.1f | %10.3f | %6.1f | %8.3f | %10.1f | %7.1f |\n", bt_op_name(r->op),
                    bt_type_name(r->type), (double)r->count / g, c, 100.0 * c / step_ms, w, mb, gbs);
@@ -387,7 +394,8 @@ static int bm_agree_items(const struct bm_opts *o, struct bt_cli_agree_item *it)
 struct bm_profile {
     struct bt_cpu_op_profile *rows;
     int n;
-    uint64_t graphs;
+    uint64_t graphs; /* the backend's graph runs (several a step where rank 0 waits for a group) */
+    uint64_t units;  /* the timed steps (tg) or ubatches (pp) */
     double s;
 };
 
@@ -423,6 +431,8 @@ static int bm_run_tests(struct bm_run *b, const struct bm_opts *o, bt_backend_t 
         if (profiled) {
             prof->n = bt_backend_cpu_get_profile(backend, prof->rows, BT_OP_COUNT * BT_TYPE_COUNT, &prof->graphs,
                                                  &prof->s);
+            prof->units = (uint64_t)r->n * (uint64_t)(pp ? o->seqs * ((o->n_prompt + o->n_ubatch - 1) / o->n_ubatch)
+                                                         : o->n_gen);
             bt_backend_cpu_set_profile(backend, false);
         }
     }
@@ -506,7 +516,7 @@ int bt_cli_bench_model(int argc, char **argv) {
             struct bm_model m;
             bm_describe(bt_engine_gguf(e), bt_engine_arch(e)->name, &m);
             bm_print(&o, &m, bt_backend_name(R.backend), P, R.threads, res, n_res);
-            if (o.profile) bm_print_profile(&o, prof.rows, prof.n, prof.graphs, prof.s);
+            if (o.profile) bm_print_profile(&o, prof.rows, prof.n, prof.graphs, prof.units, prof.s);
             if (fflush(stdout) != 0) {
                 snprintf(err, sizeof err, "writing the output: %s", strerror(errno));
                 rc = 1;
