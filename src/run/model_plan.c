@@ -199,6 +199,33 @@ static double weight_bytes(const struct bt_model_plan *mp, int r) {
 /* Each expert group: its ranks and the experts each holds (the same share
  * of every layer the group runs), and per token the expert bytes each reads
  * at most and the rows that cross the group. */
+/* A group's dense weights divided by rows (or with heads, its per-head
+ * products divided by heads), and each rank's share (held_bytes); the
+ * per-head line only where there are some. */
+static void print_divided(const struct bt_model_plan *mp, const struct bt_expert_group *grp, bool heads, FILE *f) {
+    const struct bt_graph *g = mp->g.graph;
+    const double mib = 1048576.0;
+    const int home = grp->ranks[0];
+    int n_w = 0;
+    double all = 0, per[BT_EXPERT_GROUP_MAX] = {0};
+    for (int i = 0; i < g->n_leafs; i++) {
+        const struct bt_tensor *w = g->leafs[i];
+        const bool divided = heads ? bt_head_divisible(&mp->plan, grp, g, w) : bt_row_divisible(g, w, grp->n_ranks);
+        if (mp->plan.leaf_owner[i] != home || !divided) continue;
+        n_w++;
+        all += (double)bt_nbytes(w);
+        for (int m = 0; m < grp->n_ranks; m++) per[m] += held_bytes(mp, i, grp->ranks[m]);
+    }
+    if (heads && n_w == 0) return;
+    fprintf(f, "    %s: %d weights (%.1f MiB);",
+            heads ? "per-head products divided by heads" : "dense products divided by rows", n_w, all / mib);
+    for (int m = 0; m < grp->n_ranks; m++)
+        fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
+    fprintf(f, "; per product, rank %d sends each member %s\n", home,
+            heads ? "its heads of the input and takes back theirs of the result"
+                  : "its input and takes back the member's rows");
+}
+
 static void print_groups(const struct bt_model_plan *mp, FILE *f) {
     const struct bt_hparams *h = &mp->hp;
     const double mib = 1048576.0;
@@ -244,46 +271,8 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
                     home, ids, row / 1024.0, row / 1024.0);
         }
         if (b > a && grp->dense) {
-            /* the dense weights the group divides by rows, and each rank's share */
-            int n_w = 0;
-            double dense = 0, per[BT_EXPERT_GROUP_MAX] = {0};
-            for (int i = 0; i < g->n_leafs; i++) {
-                const struct bt_tensor *w = g->leafs[i];
-                if (mp->plan.leaf_owner[i] != home || !bt_row_divisible(g, w, grp->n_ranks)) continue;
-                n_w++;
-                dense += (double)bt_nbytes(w);
-                for (int m = 0; m < grp->n_ranks; m++) {
-                    int64_t lo, hi;
-                    bt_row_share(w->ne[1], grp->n_ranks, m, &lo, &hi);
-                    per[m] += (double)(hi - lo) * (double)w->nb[1];
-                }
-            }
-            fprintf(f, "    dense products divided by rows: %d weights (%.1f MiB);", n_w, dense / mib);
-            for (int m = 0; m < grp->n_ranks; m++)
-                fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
-            fprintf(f, "; per product, rank %d sends each member its input and takes back the member's rows\n", home);
-            /* the per-head products divided by heads */
-            n_w = 0;
-            dense = 0;
-            memset(per, 0, sizeof per);
-            for (int i = 0; i < g->n_leafs; i++) {
-                const struct bt_tensor *w = g->leafs[i];
-                if (mp->plan.leaf_owner[i] != home || !bt_head_divisible(&mp->plan, grp, g, w)) continue;
-                n_w++;
-                dense += (double)bt_nbytes(w);
-                for (int m = 0; m < grp->n_ranks; m++) {
-                    int64_t lo, hi;
-                    bt_expert_share(w->ne[2], grp->n_ranks, m, &lo, &hi);
-                    per[m] += (double)(hi - lo) * (double)w->nb[2];
-                }
-            }
-            if (n_w > 0) {
-                fprintf(f, "    per-head products divided by heads: %d weights (%.1f MiB);", n_w, dense / mib);
-                for (int m = 0; m < grp->n_ranks; m++)
-                    fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
-                fprintf(f, "; per product, rank %d sends each member its heads of the input and takes back theirs "
-                           "of the result\n", home);
-            }
+            print_divided(mp, grp, false, f);
+            print_divided(mp, grp, true, f);
         }
     }
 }
