@@ -134,7 +134,11 @@ enum bt_dist_progress {
 
 typedef struct bt_dist bt_dist;
 
-/* Called on the owning rank for each of its weights, once allocated. */
+/* Called on the owning rank for each of its weights, once allocated.  A
+ * weight an expert group divides holds only this rank's share: the
+ * matrices [expert_lo, expert_hi) of dimension 2, or the rows [row_lo,
+ * row_hi) (expert_hi or row_hi > 0); data addresses matrix 0 (row 0), and
+ * the callback writes only the share. */
 typedef void (*bt_dist_weight_init_fn)(struct bt_tensor *weight, void *user);
 
 /* The rank's one backend and its transport (neither owned). */

@@ -651,6 +651,54 @@ START_TEST(test_device_transport_edges) {
 END_TEST
 
 /* Ranks that build different graphs: one clear error on every rank. */
+/* An expert group that cannot divide a layer's experts says so at plan
+ * time, before any rank allocates, with the same message on every rank:
+ * here the experts' first product is also a graph output, which a member's
+ * share would leave incomplete on the group's first rank.  The same graph
+ * without the flag plans. */
+START_TEST(test_group_chain_refused) {
+    if (T->size < 2) return;
+    for (int flagged = 1; flagged >= 0; flagged--) {
+        struct bt_model_config cfg;
+        bt_model_config_default(&cfg);
+        cfg.ffn = BT_FFN_MOE_TOPK;
+        cfg.n_layers = 2;
+        struct bt_expert_group grp = {.n_ranks = T->size};
+        for (int r = 0; r < T->size; r++) grp.ranks[r] = r;
+        const struct bt_dist_options opt = {.n_copies = 2, .groups = &grp, .n_groups = 1};
+        struct distributed x;
+        memset(&x, 0, sizeof x);
+        char merr[256];
+        ck_assert_msg(bt_model_new(&cfg, &x.m, merr, sizeof merr) == BT_OK, "%s", merr);
+        x.cpu = bt_backend_cpu_init(1);
+        ck_assert_ptr_nonnull(x.cpu);
+        x.ctx = bt_init((struct bt_init_params){bt_model_graph_ctx_size(&cfg), NULL, true});
+        ck_assert_ptr_nonnull(x.ctx);
+        ck_assert_int_eq(bt_model_build_graph(x.m, x.ctx, &x.g), BT_OK);
+        struct bt_tensor *gate = NULL;
+        for (int i = 0; i < x.g.graph->n_nodes; i++)
+            if (strcmp(x.g.graph->nodes[i]->name, "blk.1.ffn_moe_gate") == 0) gate = x.g.graph->nodes[i];
+        ck_assert_ptr_nonnull(gate);
+        ck_assert_int_eq(gate->op, BT_OP_MUL_MAT_ID);
+        if (flagged) gate->flags |= BT_TENSOR_FLAG_OUTPUT;
+        x.d = bt_dist_new(T, x.cpu, &opt);
+        ck_assert_ptr_nonnull(x.d);
+        /* no values: the synthetic filler writes whole weights, a member holds a share */
+        const enum bt_status st = bt_dist_plan(x.d, x.g.graph, NULL, NULL);
+        if (flagged) {
+            ck_assert_int_eq(st, BT_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(bt_dist_error(x.d), "the experts of 'blk.1.ffn_gate_exps' cannot be divided: a "
+                                                     "tensor inside it is a graph output") != NULL,
+                          "message: %s", bt_dist_error(x.d));
+            ck_assert_msg(strstr(bt_dist_error(x.d), "expert group 0") != NULL, "message: %s", bt_dist_error(x.d));
+        } else {
+            ck_assert_msg(st == BT_OK, "plan: %s", bt_dist_error(x.d));
+        }
+        distributed_free(&x);
+    }
+}
+END_TEST
+
 START_TEST(test_graph_mismatch) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
@@ -799,6 +847,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_device_transport_drain);
     tcase_add_test(tc, test_sent_memory_alone);
     tcase_add_test(tc, test_device_transport_refused);
+    tcase_add_test(tc, test_group_chain_refused);
     tcase_add_test(tc, test_pipeline_kinds);
     tcase_add_test(tc, test_pipeline_micro_batch_counts);
     tcase_add_test(tc, test_progress_modes);
