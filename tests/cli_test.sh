@@ -741,6 +741,14 @@ expect 0 "output equals a one-rank run \(3 micro-batches, bitwise\)" \
     "demo: ds, one token a micro-batch, its per-head products divided" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
     --model "$tmp/ds.gguf" --tokens 1 --micro-batches 3
+# the trace of such a run, chain by chain (bench/chain-trace.py): every chain's row and the totals
+expect 0 "trace written" "demo --trace: ds, a group of 2 that divides every product" -- \
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
+    --model "$tmp/ds.gguf" --tokens 20 --micro-batches 2 --trace "$tmp/ds-trace.json"
+expect 0 "^rank 0's split: [0-9.]+ ms .*transfers free: [0-9.]+; the work shared evenly: [0-9.]+$" \
+    "chain-trace.py on a divided group's trace" -- python3 "$root/bench/chain-trace.py" "$tmp/ds-trace.json" 1
+expect 1 "no chains of micro-batch 1 \(an expert group's trace\?\)" "chain-trace.py on a pipeline's trace" -- \
+    python3 "$root/bench/chain-trace.py" "$tmp/t.json"
 # a member of the group that dies, or hangs, mid-run: the job ends, naming it
 for how in KILL STOP; do
     start=$(date +%s)
