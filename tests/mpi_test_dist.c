@@ -650,7 +650,6 @@ START_TEST(test_device_transport_edges) {
 }
 END_TEST
 
-/* Ranks that build different graphs: one clear error on every rank. */
 /* An expert group that cannot divide a layer's experts says so at plan
  * time, before any rank allocates, with the same message on every rank:
  * here the experts' first product is also a graph output, which a member's
@@ -699,6 +698,7 @@ START_TEST(test_group_chain_refused) {
 }
 END_TEST
 
+/* Ranks that build different graphs: one clear error on every rank. */
 START_TEST(test_graph_mismatch) {
     struct bt_model_config cfg;
     bt_model_config_default(&cfg);
