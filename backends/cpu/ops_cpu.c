@@ -497,6 +497,12 @@ static void compute_sum_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
     }
 }
 
+/* RMS_NORM's factor from a row's sum of squares (in double, element by element) */
+static inline float rms_scale(double sum, int64_t n0, float eps) {
+    const float mean = (float)(sum / (double)n0);
+    return 1.0f / sqrtf(mean + eps);
+}
+
 static BT_ALWAYS_INLINE void norm_row(bool rms, int64_t n0, const char *ra, size_t sa, char *rd,
                                       size_t sd, float eps) {
     if (rms) {
@@ -506,8 +512,7 @@ static BT_ALWAYS_INLINE void norm_row(bool rms, int64_t n0, const char *ra, size
             const float x = f32_at(ra, sa, i);
             sum += (double)(x * x);
         }
-        const float mean = (float)(sum / (double)n0);
-        const float scale = 1.0f / sqrtf(mean + eps);
+        const float scale = rms_scale(sum, n0, eps);
         for (int64_t i = 0; i < n0; i++) *f32_ptr(rd, sd, i) = f32_at(ra, sa, i) * scale;
     } else {
         /* (x - mean) / sqrt(var + eps) */
@@ -535,8 +540,7 @@ static void rms_rows(int64_t n0, const float *const *a, float *const *d, float e
     for (int64_t i = 0; i < n0; i++)
         for (int r = 0; r < NORM_ROWS; r++) sum[r] += (double)(a[r][i] * a[r][i]);
     for (int r = 0; r < NORM_ROWS; r++) {
-        const float mean = (float)(sum[r] / (double)n0);
-        const float scale = 1.0f / sqrtf(mean + eps);
+        const float scale = rms_scale(sum[r], n0, eps);
         for (int64_t i = 0; i < n0; i++) d[r][i] = a[r][i] * scale;
     }
 }

@@ -196,9 +196,6 @@ static double weight_bytes(const struct bt_model_plan *mp, int r) {
     return b;
 }
 
-/* Each expert group: its ranks and the experts each holds (the same share
- * of every layer the group runs), and per token the expert bytes each reads
- * at most and the rows that cross the group. */
 /* A group's dense weights divided by rows (or with heads, its per-head
  * products divided by heads), and each rank's share (held_bytes); the
  * per-head line only where there are some. */
@@ -226,6 +223,9 @@ static void print_divided(const struct bt_model_plan *mp, const struct bt_expert
                   : "its input and takes back the member's rows");
 }
 
+/* Each expert group: its ranks and the experts each holds (the same share
+ * of every layer the group runs), and per token the expert bytes each reads
+ * at most and the rows that cross the group. */
 static void print_groups(const struct bt_model_plan *mp, FILE *f) {
     const struct bt_hparams *h = &mp->hp;
     const double mib = 1048576.0;
