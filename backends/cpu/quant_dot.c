@@ -1843,18 +1843,21 @@ KQ_AVX2_DEFS(q3_K, KQ3)
 KQ_AVX2_DEFS(q4_K, KQ4)
 KQ_AVX2_DEFS(q5_K, KQ5)
 KQ_AVX2_DEFS(q6_K, KQ6)
-/* The 4-row decode tile for Q2_K, Q4_K and Q5_K; Q3_K and Q6_K decode a row
- * at a time (their vec_dot), which on a Zen 4 ran their decode rows 1.1-1.7x
- * faster than the tile, where Q2_K and Q4_K read 0.8-0.9x without it (the
- * Xeon had shown 1.2x for the tile on every type; docs/benchmarks.md) */
+/* The 4-row decode tile for every K-quant.  A Zen 4 running this AVX2 code
+ * had Q3_K and Q6_K faster a row at a time (1.1-1.7x), but the CPUs it is
+ * for do not: on a Zen 3 the tile runs Q6_K's decode row 1.4x and Q3_K's
+ * 1.12x the row at a time, and on a Xeon 1.2x for every type
+ * (docs/benchmarks.md) */
 KQ_AVX2_ROWS(q2_K, KQ2)
+KQ_AVX2_ROWS(q3_K, KQ3)
 KQ_AVX2_ROWS(q4_K, KQ4)
 KQ_AVX2_ROWS(q5_K, KQ5)
+KQ_AVX2_ROWS(q6_K, KQ6)
 #define K_ROWS_TILE_q2_K {4, 1, qtile_q2_K_4x1},
-#define K_ROWS_TILE_q3_K
+#define K_ROWS_TILE_q3_K {4, 1, qtile_q3_K_4x1},
 #define K_ROWS_TILE_q4_K {4, 1, qtile_q4_K_4x1},
 #define K_ROWS_TILE_q5_K {4, 1, qtile_q5_K_4x1},
-#define K_ROWS_TILE_q6_K
+#define K_ROWS_TILE_q6_K {4, 1, qtile_q6_K_4x1},
 #define K_TILE_LIST(name) {K_ROWS_TILE_##name {1, 4, qtile_##name##_1x4}, {0, 0, NULL}}
 
 /* The AVX2 K-quant sums of the repacked kernels below: a sub-block's
