@@ -383,15 +383,16 @@ struct t32_acts {
     float da[4][T32_KC];
 };
 /* blocks b0 .. b0+nb of RN columns: half p of each block's bytes + 128 (unsigned for vpdpbusd /
- * vpmaddubsw), and its d */
+ * vpmaddubsw; as they are where raw), and its d */
 static inline __attribute__((always_inline)) void t32_acts_fill(const int RN, const int p, const void *const *acts,
-                                                                int64_t b0, int nb, struct t32_acts *t) {
+                                                                int64_t b0, int nb, struct t32_acts *t,
+                                                                const bool raw) {
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         for (int j = 0; j < nb; j++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b0 + j;
             _mm_store_si128((__m128i *)t->au[c][j], _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)),
-                                                                  _mm_set1_epi8((char)0x80)));
+                                                                  _mm_set1_epi8(raw ? 0 : (char)0x80)));
             t->da[c][j] = _cvtsh_ss(ab->d);
         }
 }
@@ -1499,7 +1500,7 @@ static inline __attribute__((always_inline)) void t32_pass(const int RN, const i
     const int64_t nblk = k / BT_QK;
     for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
         const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
-        t32_acts_fill(RN, h, acts, b0, nb, &t);
+        t32_acts_fill(RN, h, acts, b0, nb, &t, false);
         for (int j = 0; j < nb; j++) {
             const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
             const __m512 dw = _mm512_load_ps(pb + 1024);
@@ -2465,9 +2466,11 @@ Q32_TILES(mxfp4, Q32_MXFP4)
  * of a column: isum = -128 sum v + sum (a + 128) v over the group's 4
  * elements, exactly sum v a: vpdpbusd with AVX-VNNI; without it vpmaddubsw
  * (pairs of (a + 128) v, |v| <= 16 for Q5_0: at most 8160, no saturation)
- * and vpmaddwd, so plain AVX2 runs Q5_0 only (the tables' |v| <= 127 would
- * saturate).  Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree:
- * q32_tile's order, the bits of vec_dot. */
+ * and vpmaddwd.  The tables' |v| <= 127 would saturate there: for IQ4_NL
+ * and MXFP4 plain AVX2 takes |v| against the activation bytes as they are
+ * with v's sign (pairs at most 2 * 127 * 127), no offset, the same sum v a.
+ * Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree: q32_tile's
+ * order, the bits of vec_dot. */
 
 static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
                                                                 void *panel) {
@@ -2515,9 +2518,15 @@ static inline __m256i t32_dot_avx2(__m256i off, __m256i u, __m256i v) {
 }
 
 /* one pass: lanes 4p .. 4p+3 of rows 8h .. 8h+7 for RN (<= 2) columns, every block */
-static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, const int p, const int h, int64_t k,
-                                                                const uint8_t *panel, const void *const *acts,
-                                                                __m256 acc[2][4]) {
+static inline __attribute__((always_inline)) void t32_pass_avx2(const int mode, const int RN, const int p, const int h,
+                                                                int64_t k, const uint8_t *panel,
+                                                                const void *const *acts, __m256 acc[2][4]) {
+#if defined(__AVXVNNI__)
+    const bool sgn = false;
+    (void)mode;
+#else
+    const bool sgn = mode != Q32_Q5_0; /* |v| and the signed activation */
+#endif
     _Pragma("GCC unroll 2")
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
@@ -2526,7 +2535,7 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, co
     const int64_t nblk = k / BT_QK;
     for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
         const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
-        t32_acts_fill(RN, p, acts, b0, nb, &t);
+        t32_acts_fill(RN, p, acts, b0, nb, &t, sgn);
         for (int j = 0; j < nb; j++) {
             const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
             const __m256 dw = _mm256_loadu_ps((const float *)(pb + 1024 + 32 * h));
@@ -2537,9 +2546,16 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, co
                 for (int i = 0; i < 4; i++) {
                     const int l = 4 * p + i;
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 * l + 32 * h));
-                    const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
                     const __m256i a = _mm256_set1_epi32(bt_cpu_load_i32(t.au[c][j] + 4 * i));
-                    acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t32_dot_avx2(off, a, v)), dd, acc[c][i]);
+                    __m256i isum;
+                    if (sgn) {
+                        isum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(a, v)),
+                                                 _mm256_set1_epi16(1));
+                    } else {
+                        const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
+                        isum = t32_dot_avx2(off, a, v);
+                    }
+                    acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[c][i]);
                 }
             }
         }
@@ -2547,12 +2563,12 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, co
 }
 
 /* rows row0 + 8h .. of columns dcols[0 .. RN) (RN <= 2), half h of a panel */
-static inline __attribute__((always_inline)) void t32_half_avx2(const int RN, const int h, int64_t k,
+static inline __attribute__((always_inline)) void t32_half_avx2(const int mode, const int RN, const int h, int64_t k,
                                                                 const uint8_t *panel, const void *const *acts,
                                                                 float *const *dcols, int64_t row0, int nrows) {
     __m256 lo[2][4], hi[2][4]; /* lanes 0..3, 4..7 */
-    t32_pass_avx2(RN, 0, h, k, panel, acts, lo);
-    t32_pass_avx2(RN, 1, h, k, panel, acts, hi);
+    t32_pass_avx2(mode, RN, 0, h, k, panel, acts, lo);
+    t32_pass_avx2(mode, RN, 1, h, k, panel, acts, hi);
     const int n = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
     _Pragma("GCC unroll 2")
     for (int c = 0; c < RN; c++) {
@@ -2565,13 +2581,14 @@ static inline __attribute__((always_inline)) void t32_half_avx2(const int RN, co
     }
 }
 
-static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const void *panel, const void *const *acts,
+static inline __attribute__((always_inline)) void t32_gemm_avx2(const int mode, int64_t k, const void *panel,
+                                                                const void *const *acts,
                                                                 int64_t ncols, float *const *dcols, int64_t row0,
                                                                 int nrows) {
     for (int h = 0; h < 2 && 8 * h < nrows; h++) {
         int64_t j = 0;
-        for (; j + 2 <= ncols; j += 2) t32_half_avx2(2, h, k, panel, acts + j, dcols + j, row0, nrows);
-        if (j < ncols) t32_half_avx2(1, h, k, panel, acts + j, dcols + j, row0, nrows);
+        for (; j + 2 <= ncols; j += 2) t32_half_avx2(mode, 2, h, k, panel, acts + j, dcols + j, row0, nrows);
+        if (j < ncols) t32_half_avx2(mode, 1, h, k, panel, acts + j, dcols + j, row0, nrows);
     }
 }
 
@@ -2579,16 +2596,11 @@ static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const
     static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack_avx2(mode, k, rows, panel); } \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
-        t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                                 \
+        t32_gemm_avx2(mode, k, panel, acts, ncols, dcols, row0, nrows);                                           \
     }
 T32_GEMM(q5_0, Q32_Q5_0)
-#if defined(__AVXVNNI__)
 T32_GEMM(iq4_nl, Q32_IQ4_NL)
 T32_GEMM(mxfp4, Q32_MXFP4)
-#define T32_TABLE_GEMM_OF(name) T32_GEMM_OF(name)
-#else
-#define T32_TABLE_GEMM_OF(name) 0, NULL, NULL, NULL /* vpmaddubsw would saturate: the tiles */
-#endif
 
 #define FAST(name) dot_##name##_avx2
 #elif defined(HAVE_QDOT_NEON)
@@ -2828,11 +2840,6 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define T32_GEMM_OF(name) 0, NULL, NULL, NULL
 #endif
-#if defined(HAVE_QDOT_AVX512)
-#define T32_TABLE_GEMM_OF(name) T32_GEMM_OF(name)
-#elif !defined(HAVE_QDOT_AVX2)
-#define T32_TABLE_GEMM_OF(name) 0, NULL, NULL, NULL
-#endif
 #define NO_GEMM 0, NULL, NULL, NULL
 #ifdef BT_CPU_IQ_GEMM
 size_t bt_cpu_iq_panel_size(int64_t k) { return kq_panel_size(k); }
@@ -2894,8 +2901,8 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), T32_GEMM_OF(q5_0), NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
-QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_TABLE_GEMM_OF(iq4_nl), NO_REPACK);
-QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_TABLE_GEMM_OF(mxfp4), NO_REPACK);
+QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
+QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);
