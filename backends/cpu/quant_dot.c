@@ -2351,6 +2351,19 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
+/* bt_e8m0_half(e)'s bits for every e: MXFP4's scale by a load (with the
+ * activation's d as a vector product, the same float) where the formula's
+ * compare, shifts and move to a vector register ran per row and block */
+#define E8H(e) ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
+#define E8H4(e) E8H(e), E8H((e) + 1), E8H((e) + 2), E8H((e) + 3)
+#define E8H16(e) E8H4(e), E8H4((e) + 4), E8H4((e) + 8), E8H4((e) + 12)
+#define E8H64(e) E8H16(e), E8H16((e) + 16), E8H16((e) + 32), E8H16((e) + 48)
+_Alignas(64) static const uint32_t e8m0_half_bits[256] = {E8H64(0), E8H64(64), E8H64(128), E8H64(192)};
+#undef E8H64
+#undef E8H16
+#undef E8H4
+#undef E8H
+
 /* An RM x RN tile of Q4_1, Q5_0, Q5_1, IQ4_NL or MXFP4 rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_table32_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
@@ -2379,7 +2392,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     for (int64_t b = 0; b < nblk; b++) {
         if (RM == 4 && (b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, RM);
         __m256i av[4], asum[4];
-        __m256 asumf[4];
+        __m256 asumf[4], dav[4];
         float da[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
@@ -2388,12 +2401,14 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             asum[c] = bt_cpu_dot4_avx2(ones8, av[c]);
             asumf[c] = _mm256_cvtepi32_ps(asum[c]);
             da[c] = h2f_fast(ab->d);
+            dav[c] = _mm256_set1_ps(da[c]);
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             __m256i q;
-            float dw, mw = 0.0f;
+            float dw = 0.0f, mw = 0.0f;
+            __m256 dwv = _mm256_setzero_ps(); /* MXFP4's dw in every lane */
             if (mode == Q32_Q4_1) {
                 const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
                 q = nibbles32(w->qs);
@@ -2415,7 +2430,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             } else {
                 const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)wb;
                 q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
-                dw = bt_e8m0_half(w->e);
+                dwv = _mm256_castsi256_ps(_mm256_set1_epi32((int)e8m0_half_bits[w->e]));
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
@@ -2426,7 +2441,8 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else if (mode == Q32_Q5_0 || mode == Q32_MXFP4) {
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
+                    const __m256 dd = mode == Q32_MXFP4 ? _mm256_mul_ps(dwv, dav[c]) : _mm256_set1_ps(dw * da[c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), dd, acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                     acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
