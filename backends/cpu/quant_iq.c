@@ -835,71 +835,48 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
 
-/* IQ4_XS's 4 rows against one column, two sub-blocks (32 weight bytes) a
- * step: the low nibbles of sub-blocks 2p and 2p + 1 in one vector, their
- * high nibbles in another, against the activation laid out once a block to
- * match (each sub-block's first 16 bytes paired with the next one's, then
- * the last 16), each 128-bit lane's pairs times its own sub-block's scale.
- * The same exact int32 sums as iq_rows_avx2's chunks in another grouping,
- * so the same I per block and the same float step; 15 vector operations for
- * 64 weights where the chunks take 22 (a Zen 3's decode row: docs/benchmarks.md). */
-static inline __attribute__((always_inline)) void iq4_rows_avx2(int64_t k, const void *const *w_rows, const void *act,
-                                                                const void *const *next, float *out) {
-    const size_t bs = sizeof(bt_block_iq4_xs);
+/* IQ4_XS in iq_rows_avx2, two sub-blocks (32 weight bytes) a step: the low
+ * nibbles of sub-blocks 2p and 2p + 1 in one vector, their high nibbles in
+ * another, against the activation laid out once a block to match (each
+ * sub-block's first 16 bytes paired with the next one's, then the last 16:
+ * iq4_act_pairs), each 128-bit lane's pairs times its own sub-block's scale.
+ * The same exact int32 sums as the chunks' in another grouping, so the same
+ * I per block and the same float step; 15 vector operations for 64 weights
+ * where the chunks take 22 (a Zen 3's decode row 1.46x: docs/benchmarks.md). */
+static inline __attribute__((always_inline)) void iq4_act_pairs(const bt_block_q8_K *a, __m256i alo[4],
+                                                                __m256i ahi[4]) {
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p + 32));
+        alo[p] = _mm256_permute2x128_si256(a0, a1, 0x20);
+        ahi[p] = _mm256_permute2x128_si256(a0, a1, 0x31);
+    }
+}
+static inline __attribute__((always_inline)) __m256i iq4_block_pairs(const bt_block_iq4_xs *w,
+                                                                     const struct iq_blk_avx2 *pb,
+                                                                     const __m256i alo[4], const __m256i ahi[4]) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const int64_t nblk = k / BT_QK_K;
-    const int block = bt_cpu_tile_block_kind(w_rows, next, nblk, bs, 4);
-    for (int64_t b = 0; b < nblk; b++) {
-        bt_cpu_tile_prefetch(w_rows, next, block, b, nblk, bs, 4);
-        const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
-        __m256i alo[4], ahi[4];
+    __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * p + 32));
-            alo[p] = _mm256_permute2x128_si256(a0, a1, 0x20);
-            ahi[p] = _mm256_permute2x128_si256(a0, a1, 0x31);
-        }
-        __m256i I[4];
-        float dm[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            const bt_block_iq4_xs *w = (const bt_block_iq4_xs *)((const char *)w_rows[r] + (size_t)b * bs);
-            dm[r] = iq_d(w) * iq_mult(IQ4XS);
-            struct iq_blk_avx2 pb;
-            iq_block_avx2(IQ4XS, w, &pb);
-            __m256i s = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
-                const __m256i vl = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, m4));
-                const __m256i vh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
-                const __m256i sc = _mm256_permutevar8x32_epi32(
-                    pb.sc32, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
-                /* no level is 0: v's sign is the activation's */
-                const __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(vl), _mm256_sign_epi8(alo[p], vl));
-                const __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(vh), _mm256_sign_epi8(ahi[p], vh));
-                s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
-            }
-            I[r] = s;
-        }
-        const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
-        _Alignas(16) int32_t s4[4];
-        _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
-        for (int r = 0; r < 4; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
+    for (int p = 0; p < 4; p++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+        const __m256i vl = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, m4));
+        const __m256i vh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
+        const __m256i sc = _mm256_permutevar8x32_epi32(
+            pb->sc32, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
+        /* no level is 0: v's sign is the activation's */
+        const __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(vl), _mm256_sign_epi8(alo[p], vl));
+        const __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(vh), _mm256_sign_epi8(ahi[p], vh));
+        s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
     }
-    for (int r = 0; r < 4; r++) out[r] = acc[r];
+    return s;
 }
 
 /* 4 rows against one column (out[r]): the AVX-512 iq_rows, 8 lanes */
 static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, int64_t k, const void *const *w_rows,
                                                                const void *act, const void *const *next, float *out) {
-    if (kind == IQ4XS) {
-        iq4_rows_avx2(k, w_rows, act, next, out);
-        return;
-    }
     const size_t bs = iq_block_bytes(kind);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t nblk = k / BT_QK_K;
@@ -907,14 +884,20 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
     for (int64_t b = 0; b < nblk; b++) {
         bt_cpu_tile_prefetch(w_rows, next, block, b, nblk, bs, 4);
         const bt_block_q8_K *a = (const bt_block_q8_K *)act + b;
-        __m256i I[4];
+        __m256i I[4], alo[4], ahi[4];
         float dm[4];
+        if (kind == IQ4XS) iq4_act_pairs(a, alo, ahi);
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             I[r] = _mm256_setzero_si256();
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
             dm[r] = iq_d(blk) * iq_mult(kind);
             struct iq_blk_avx2 p;
             iq_block_avx2(kind, blk, &p);
+            if (kind == IQ4XS) {
+                I[r] = iq4_block_pairs(blk, &p, alo, ahi);
+                continue;
+            }
             /* unrolled, as iq_row_avx2's */
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
