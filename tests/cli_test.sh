@@ -594,11 +594,14 @@ else
     bad "bench ops --shapes moe1: exit $rc, $rows rows"
 fi
 # --repacked: the q8_0 row's weights laid out as a CPU rank loads them (shape marked rp) where the
-# build has the repacked kernels (a native build on a CPU with AVX-512 VNNI); f16 is never repacked
+# kernel variant in use has the repacked kernels (every x86 SIMD one: AVX2 and wider; not plain C
+# or NEON); f16 is never repacked
 timeout 120 "$baton" bench ops --threads 1 --types f16,q8_0 --shapes moe1 --quick --reps 1 --repacked >"$tmp/out" 2>&1
 rc=$?
 want_rp=0
-grep -q avx512_vnni /proc/cpuinfo && want_rp=1
+case "$("$baton" version | sed -n 's/^cpu kernels: \([a-z0-9]*\).*/\1/p')" in
+avx2 | avx2vnni | avx512f | avx512 | avx512bf16) want_rp=1 ;;
+esac
 got_rp=$(grep -cE '^mul_mat_id +q8_0 +m=768 k=2048 tok=1 E8/128 rp +1 ' "$tmp/out")
 if [ "$rc" -eq 0 ] && [ "$got_rp" -eq "$want_rp" ] && grep -qE '^mul_mat_id +f16 +m=768 k=2048 tok=1 E8/128 +1 ' "$tmp/out"; then
     ok "bench ops --repacked: q8_0 repacked ($want_rp), f16 plain"
