@@ -222,9 +222,11 @@ extern const uint64_t bt_iq1s_grid[2048];
 /* IQ2's 8 sign bits from a 7-bit index (the 8th makes the parity even) */
 extern const uint8_t bt_iq2_signs[128];
 
-/* MXFP4's scale: 2^(e - 128) (E8M0 halved, as its values are doubled) */
+/* MXFP4's scale: 2^(e - 128) (E8M0 halved, as its values are doubled), as float bits (a constant
+ * expression, for tables of it) and as a float */
+#define BT_E8M0_HALF_BITS(e) ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
 static inline float bt_e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    const uint32_t bits = BT_E8M0_HALF_BITS(e);
     float f;
     memcpy(&f, &bits, 4);
     return f;

@@ -391,8 +391,8 @@ static inline __attribute__((always_inline)) void t32_acts_fill(const int RN, co
     for (int c = 0; c < RN; c++)
         for (int j = 0; j < nb; j++) {
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b0 + j;
-            _mm_store_si128((__m128i *)t->au[c][j], _mm_xor_si128(_mm_loadu_si128((const __m128i *)(ab->qs + 16 * p)),
-                                                                  _mm_set1_epi8(raw ? 0 : (char)0x80)));
+            const __m128i x = _mm_loadu_si128((const __m128i *)(ab->qs + 16 * p));
+            _mm_store_si128((__m128i *)t->au[c][j], raw ? x : _mm_xor_si128(x, _mm_set1_epi8((char)0x80)));
             t->da[c][j] = _cvtsh_ss(ab->d);
         }
 }
@@ -2354,7 +2354,7 @@ static inline float hsum8_avx(__m256 v) {
 /* bt_e8m0_half(e)'s bits for every e: MXFP4's scale by a load (with the
  * activation's d as a vector product, the same float) where the formula's
  * compare, shifts and move to a vector register ran per row and block */
-#define E8H(e) ((e) < 2 ? 0x00200000u << (e) : (uint32_t)((e) - 1) << 23)
+#define E8H(e) BT_E8M0_HALF_BITS(e)
 #define E8H4(e) E8H(e), E8H((e) + 1), E8H((e) + 2), E8H((e) + 3)
 #define E8H16(e) E8H4(e), E8H4((e) + 4), E8H4((e) + 8), E8H4((e) + 12)
 #define E8H64(e) E8H16(e), E8H16((e) + 16), E8H16((e) + 32), E8H16((e) + 48)
