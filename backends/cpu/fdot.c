@@ -28,7 +28,8 @@
  * every element of MUL_MAT and MUL_MAT_ID, 1..131 columns, against a scalar
  * model of the order, bitwise):
  *   - direct (fewer than BT_MM_FGEMM_COLS columns: decode, MoE experts):
- *     tiles of RM rows x RN columns (8x1, 8x2, 4x3, 4x4) read the rows
+ *     tiles of RM rows x RN columns (8x1, 8x2, 4x3, 4x4; with 8-lane
+ *     registers 4x1, 2x2, 2x3, 2x4) read the rows
  *     where they lie, a chunk at a time, the chunk sums kept in a register
  *     and stored once.  Rows of a multiple of 4 KiB (every model shape) all
  *     fall in one L1 set, of 8 ways: a 1-column tile of 16 rows and an L1
@@ -95,8 +96,32 @@
  * fall in one L1 set, which prefetching a tile's rows into L1 would thrash */
 #define BT_MM_FPREFETCH_L2 1
 #endif
+/* direct path: rows of a 1-column tile and of 2-, 3- and 4-column tiles (divisors
+ * of 16).  With 8-lane registers (AVX2, NEON's pairs of 4) a tile holds 2 RM RN
+ * accumulators: 8 x 1 and 8 x 2 spilled every FMA, and on a Zen 3 (an AVX2-only
+ * CPU) 4 x 1 and 2 x RN ran the F16 decode row 1.08x, its 1-token MoE row 1.2x
+ * and its 32-token one 1.33x (docs/benchmarks.md); a Zen 4 forced to AVX2 had
+ * preferred 8 x 1, but AVX-512 CPUs run the AVX-512 variant */
 #ifndef BT_MM_FRM1
-#define BT_MM_FRM1 8 /* direct path: rows of a 1-column tile (a divisor of 16) */
+#if defined(__AVX512F__)
+#define BT_MM_FRM1 8
+#else
+#define BT_MM_FRM1 4
+#endif
+#endif
+#ifndef BT_MM_FRM2
+#if defined(__AVX512F__)
+#define BT_MM_FRM2 8
+#else
+#define BT_MM_FRM2 2
+#endif
+#endif
+#ifndef BT_MM_FRMN
+#if defined(__AVX512F__)
+#define BT_MM_FRMN 4 /* 3 and 4 columns */
+#else
+#define BT_MM_FRMN 2
+#endif
 #endif
 _Static_assert(BT_MM_FKC % 16 == 0 && BT_MM_FKC > 0, "BT_MM_FKC must be a multiple of 16");
 _Static_assert(BT_MM_FMC % 16 == 0 && BT_MM_FMC > 0, "BT_MM_FMC must be a multiple of 16");
@@ -549,11 +574,13 @@ static inline __attribute__((always_inline)) void direct_tile(enum bt_type type,
                                   int64_t row0, int nrows) {                                     \
         direct_tile(BT_TYPE_##T, RM, RN, k, rows, next, row_bytes, x, dcols, row0, nrows);       \
     }
-#define DEF_DIRECTS(T) DEF_DIRECT(T, BT_MM_FRM1, 1) DEF_DIRECT(T, 8, 2) DEF_DIRECT(T, 4, 3) DEF_DIRECT(T, 4, 4)
+#define DEF_DIRECTS(T) \
+    DEF_DIRECT(T, BT_MM_FRM1, 1) DEF_DIRECT(T, BT_MM_FRM2, 2) DEF_DIRECT(T, BT_MM_FRMN, 3) DEF_DIRECT(T, BT_MM_FRMN, 4)
 DEF_DIRECTS(F32)
 DEF_DIRECTS(F16)
 
-static const int direct_rm[5] = {0, BT_MM_FRM1, 8, 4, 4}; /* tile rows for 1..4 columns (w[8] above) */
+/* tile rows for 1..4 columns (w[8] above) */
+static const int direct_rm[5] = {0, BT_MM_FRM1, BT_MM_FRM2, BT_MM_FRMN, BT_MM_FRMN};
 
 static void run_direct(enum bt_type type, const char *a, size_t a_nb1, int64_t k, int64_t ncols,
                        const float *const *bcols, float *const *dcols, int64_t r0, int64_t r1,
@@ -746,6 +773,11 @@ static inline void store_rows(float *d, v16 s, int n, bool add) {
     if (add) s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), s);
     _mm512_mask_storeu_ps(d, m, s);
 #else
+    if (n == 16) { /* a full tile: whole vectors (the same additions) */
+        if (add) s = v16_add(v16_load(d), s);
+        v16_store(d, s);
+        return;
+    }
     float t[16];
     v16_store(t, s);
     for (int i = 0; i < n; i++) d[i] = add ? d[i] + t[i] : t[i];
