@@ -1670,8 +1670,10 @@ static inline __attribute__((always_inline)) __m256i kq_chunk_avx2(const int kin
         const int h = c / 4, sb = c % 4;
         const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-        const __m256i lo = _mm256_and_si256(srl16(ql, 4 * (sb >> 1)), m4);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * sb), m3), 4));
+        const __m256i lo = _mm256_and_si256(sb >> 1 ? srl16(ql, 4) : ql, m4);
+        /* qh's 2-bit field sb moved to bits 4-5 by one shift (none for sb 2), then masked */
+        const __m256i hs = sb < 2 ? _mm256_slli_epi16(qh, 4 - 2 * sb) : sb == 2 ? qh : srl16(qh, 2);
+        return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
     }
     /* Q2_K, Q3_K: 2-bit field c % 4 of half c / 4, Q3_K plus 4 for bit c of
      * hmask.  With few vector shifts: field 0 is taken without one, and
