@@ -15,7 +15,8 @@
 #   THREADS (default 2: wall-clock GFLOP/s; 1: GFLOP per CPU-second on both sides), BATON
 #   (default build/baton), BATON_FLAGS (extra `bench ops` flags, e.g. --repacked), LLAMA_BIN
 #   (llama.cpp's build/bin, required), STREAM=1 (baton's decode rows from memory), TYPES (default
-#   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0), ROWGROUPS
+#   f32,f16,bf16,q8_0,q4_0,q4_K,q6_K; MUL_MAT_ID rows for those among f32,f16,q8_0,q4_0,q4_K,q6_K,
+#   iq2_xs,iq4_xs: the types test-backend-ops times at that shape), ROWGROUPS
 #   (default "dec pp id1 id32 id512": the row groups to run)
 set -u
 NAME=bench/ops-rounds.sh
@@ -30,7 +31,7 @@ ROWGROUPS=${ROWGROUPS:-dec pp id1 id32 id512}
 for g in $ROWGROUPS; do
   case "$g" in dec | pp | id1 | id32 | id512) ;; *) echo "$NAME: ROWGROUPS: unknown group '$g' (dec, pp, id1, id32, id512)" >&2; exit 2 ;; esac
 done
-IDTYPES=$(echo "$TYPES" | tr ',' '\n' | grep -xE 'f32|f16|q8_0|q4_0' | paste -sd,)
+IDTYPES=$(echo "$TYPES" | tr ',' '\n' | grep -xE 'f32|f16|q8_0|q4_0|q4_K|q6_K|iq2_xs|iq4_xs' | paste -sd,)
 # shellcheck source=bench/llama-shims.sh
 source "$(dirname "${BASH_SOURCE[0]}")/llama-shims.sh" # $L, $PRE, $W (removed at exit)
 alt() { echo "$1" | tr ',' '|'; }
