@@ -1784,8 +1784,8 @@ static inline __attribute__((always_inline)) void kq_d4_avx2(const int kind, con
 /* 4 rows against RN = 1 or 2 columns (out[4 c + r]): the decode rows, and a
  * MoE expert's one or two tokens (matmul repeats the last row for a shorter
  * tail); each chunk is unpacked once for both columns, where two 4 x 1 tiles
- * unpacked it twice (the 32-token MoE rows of Q3_K, Q4_K, Q6_K 1.2-1.27x on
- * a Zen 3).  kq_tile_avx2's I and M per row and block.
+ * unpacked it twice (the 32-token MoE rows of Q3_K, Q4_K, Q6_K 1.18-1.28x
+ * on a Zen 3).  kq_tile_avx2's I and M per row and block.
  * A 2-row tile reduced each row's lanes apart and took the float steps one
  * by one, a serial chain per block; here the four rows' lanes are reduced in
  * one tree and their steps taken as one 4-lane vector (1.2x on plain AVX2's
@@ -1834,7 +1834,8 @@ static inline __attribute__((always_inline)) void kq_rows_avx2(const int kind, c
                 }
             }
             _Pragma("GCC unroll 2")
-            for (int c = 0; c < RN; c++) mv[c][r] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)a[c]->bsums));
+            for (int c = 0; c < RN; c++)
+                mv[c][r] = _mm256_madd_epi16(o.mn, _mm256_loadu_si256((const __m256i *)a[c]->bsums));
         }
         _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
