@@ -1652,6 +1652,16 @@ static inline __attribute__((always_inline)) struct kq_scales kq_scales_avx2(con
     return o;
 }
 
+/* Q6_K's 6-bit values of sub-block field sb (0..3) as bytes: bits 0..3 the low
+ * (sb < 2) or high nibbles of lo, bits 4..5 hi's 2-bit field sb, moved there
+ * by one shift (none for sb 2) and masked; bits 6..7 zero */
+static inline __attribute__((always_inline)) __m256i q6_bytes_avx2(__m256i lo, __m256i hi, const int sb) {
+    if (sb >> 1) lo = _mm256_srli_epi16(lo, 4);
+    if (sb < 2) hi = _mm256_slli_epi16(hi, 4 - 2 * sb);
+    else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
 /* elements 32c .. 32c+31 (c < 8) of a K-quant block as unsigned bytes: kq_unpack_q_ref's q */
 static inline __attribute__((always_inline)) __m256i kq_chunk_avx2(const int kind, const void *blk, const int c) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
@@ -1670,10 +1680,7 @@ static inline __attribute__((always_inline)) __m256i kq_chunk_avx2(const int kin
         const int h = c / 4, sb = c % 4;
         const __m256i ql = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (sb & 1)));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-        const __m256i lo = _mm256_and_si256(sb >> 1 ? srl16(ql, 4) : ql, m4);
-        /* qh's 2-bit field sb moved to bits 4-5 by one shift (none for sb 2), then masked */
-        const __m256i hs = sb < 2 ? _mm256_slli_epi16(qh, 4 - 2 * sb) : sb == 2 ? qh : srl16(qh, 2);
-        return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+        return q6_bytes_avx2(ql, qh, sb);
     }
     /* Q2_K, Q3_K: 2-bit field c % 4 of half c / 4, Q3_K plus 4 for bit c of
      * hmask.  With few vector shifts: field 0 is taken without one, and
@@ -2203,7 +2210,6 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
                                                                   float *const *dcols, int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
     const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[2][2];
     _Pragma("GCC unroll 2")
     for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
@@ -2232,14 +2238,9 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
                         __m256i q[2];
                         _Pragma("GCC unroll 2")
                         for (int hf = 0; hf < 2; hf++) {
-                            __m256i lo = _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)) + 32 * hf));
-                            if (sb >> 1) lo = _mm256_srli_epi16(lo, 4);
-                            __m256i hi = _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t) + 32 * hf));
-                            if (sb == 0) hi = _mm256_slli_epi16(hi, 4);
-                            else if (sb == 1) hi = _mm256_slli_epi16(hi, 2);
-                            else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
-                            /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
-                            q[hf] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+                            q[hf] = q6_bytes_avx2(
+                                _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)) + 32 * hf)),
+                                _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t) + 32 * hf)), sb);
                         }
                         _Pragma("GCC unroll 2")
                         for (int c = 0; c < RN; c++) {
@@ -2288,7 +2289,6 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                                                                   float *const *dcols, int64_t row0, const int half) {
     const int64_t nblk = k / BT_QK_K;
     const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4];
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
@@ -2316,14 +2316,9 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
                     _Pragma("GCC unroll 4")
                     for (int tt = 0; tt < 4; tt++) {
                         const int t = 4 * m + tt;
-                        __m256i lo = _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1))));
-                        if (sb >> 1) lo = _mm256_srli_epi16(lo, 4);
-                        __m256i hi = _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t)));
-                        if (sb == 0) hi = _mm256_slli_epi16(hi, 4);
-                        else if (sb == 1) hi = _mm256_slli_epi16(hi, 2);
-                        else if (sb == 3) hi = _mm256_srli_epi16(hi, 2);
-                        /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
-                        const __m256i q = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+                        const __m256i q =
+                            q6_bytes_avx2(_mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)))),
+                                          _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t))), sb);
                         _Pragma("GCC unroll 4")
                         for (int c = 0; c < RN; c++) {
                             if (tt % 2 == 0) P[c] = _mm256_setzero_si256();
