@@ -214,7 +214,7 @@ static void weights_row(enum bt_type t, const float *w, void *q, int64_t k, tu_r
  * activations up to float rounding. */
 START_TEST(test_vec_dots) {
     static const enum bt_type types[] = {BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1, BT_TYPE_Q2_K,  BT_TYPE_Q3_K,
-                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_NL, BT_TYPE_MXFP4};
+                                         BT_TYPE_Q4_K, BT_TYPE_Q5_K, BT_TYPE_Q6_K, BT_TYPE_IQ4_NL};
     enum { K = 4096 };
     static float w[K], x[K], wd[K], xd[K];
     static uint8_t wq[K / 32 * 34 + 4096], xq[K / 256 * 292 + 4096];

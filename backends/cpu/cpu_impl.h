@@ -213,6 +213,12 @@ static inline int32_t bt_cpu_hsum_i32x8(__m256i v) {
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(x);
 }
+/* 16 bytes of nibbles (p) as 32 bytes: 0..15 the low nibbles, 16..31 the
+ * high ones; a broadcast load, one shift of the upper half, a mask */
+static inline __m256i bt_cpu_nibbles32_avx2(const void *p) {
+    const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
 #endif
 
 #if defined(__AVX512F__) || defined(__AVX2__)

@@ -1,16 +1,16 @@
 /* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
- * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
+ * IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
  * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
- * (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S), IQ4_NL
- * and MXFP4.
+ * (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S) and
+ * IQ4_NL (MXFP4 takes Q4_0's order: quant_i8.c).
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
  * only the float accumulation has an order, and it is fixed per type:
  *   - Q2_K .. Q6_K: one float accumulator, one or two fused steps per block
  *     on the block's two integers (kq_step, described above dot_kq_ref);
- *   - Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: 8 float lanes, each lane taking the integers of the
+ *   - Q4_1, Q5_0, Q5_1, IQ4_NL: 8 float lanes, each lane taking the integers of the
  *     same 4-element groups in every block (the groups vpdpbusd gathers),
  *     then a fixed tree of sums.
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions,
@@ -57,20 +57,18 @@ static inline uint32_t qh_u32(const uint8_t *p) {
 /* The 32-element types of the vector tiles and packed GEMMs by mode (the x86
  * tiles take the numbers, NEON's dot the names): a block's bytes and where
  * its nibbles begin */
-enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL, Q32_MXFP4 };
+enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL };
 static inline size_t q32_block_bytes(int mode) {
     return mode == Q32_Q4_1   ? sizeof(bt_block_q4_1)
            : mode == Q32_Q5_0 ? sizeof(bt_block_q5_0)
            : mode == Q32_Q5_1 ? sizeof(bt_block_q5_1)
-           : mode == Q32_IQ4_NL ? sizeof(bt_block_iq4_nl)
-                                : sizeof(bt_block_mxfp4);
+                              : sizeof(bt_block_iq4_nl);
 }
 static inline size_t q32_qs_offset(int mode) {
     return mode == Q32_Q4_1   ? offsetof(bt_block_q4_1, qs)
            : mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qs)
            : mode == Q32_Q5_1 ? offsetof(bt_block_q5_1, qs)
-           : mode == Q32_IQ4_NL ? offsetof(bt_block_iq4_nl, qs)
-                                : offsetof(bt_block_mxfp4, qs);
+                              : offsetof(bt_block_iq4_nl, qs);
 }
 
 /* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
@@ -150,37 +148,27 @@ static void dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *va) {
     *s = hsum8(acc);
 }
 
-/* IQ4_NL and MXFP4: q = the table value of each nibble (signed), in lanes32's
+/* IQ4_NL: q = the table value of each nibble (signed), in lanes32's
  * order with one fma per lane and block:
- *     acc[l] = fma(isum_l, dw * da, acc[l])
- * (IQ4_NL dw = d, MXFP4 dw = 2^(e-128)); the AVX-512 path takes the table
- * values + 128 as unsigned bytes and 128 asum_l off, the same integer. */
-static void dot_table32_ref(const int8_t *tab, size_t bs, bool e8m0, int64_t k, float *s, const void *vw,
-                            const void *va) {
+ *     acc[l] = fma(isum_l, d * da, acc[l])
+ * the AVX-512 path takes the table values + 128 as unsigned bytes and 128
+ * asum_l off, the same integer. */
+static void dot_iq4_nl_ref(int64_t k, float *s, const void *vw, const void *va) {
+    const bt_block_iq4_nl *w = vw;
     const bt_block_q8_0 *a = va;
     float acc[8] = {0};
     for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint8_t *blk = (const uint8_t *)vw + (size_t)b * bs;
-        const uint8_t *qs = blk + (e8m0 ? 1 : 2);
-        bt_fp16_t d16;
-        memcpy(&d16, blk, 2);
-        const float dw = e8m0 ? bt_e8m0_half(blk[0]) : h2f(d16);
+        const float dw = h2f(w[b].d);
         int q[32], isum[8], asum[8];
         for (int j = 0; j < 16; j++) {
-            q[j] = tab[qs[j] & 0xF];
-            q[j + 16] = tab[qs[j] >> 4];
+            q[j] = bt_iq4nl_values[w[b].qs[j] & 0xF];
+            q[j + 16] = bt_iq4nl_values[w[b].qs[j] >> 4];
         }
         lanes32(q, a[b].qs, isum, asum);
         const float dd = dw * h2f(a[b].d);
         for (int l = 0; l < 8; l++) acc[l] = fmaf((float)isum[l], dd, acc[l]);
     }
     *s = hsum8(acc);
-}
-static void dot_iq4_nl_ref(int64_t k, float *s, const void *vw, const void *va) {
-    dot_table32_ref(bt_iq4nl_values, sizeof(bt_block_iq4_nl), false, k, s, vw, va);
-}
-static void dot_mxfp4_ref(int64_t k, float *s, const void *vw, const void *va) {
-    dot_table32_ref(bt_mxfp4_values, sizeof(bt_block_mxfp4), true, k, s, vw, va);
 }
 
 /* 2-bit field of element j (0..255) in Q2_K / Q3_K's qs */
@@ -364,7 +352,7 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
-/* The 32-element types' packed GEMM (Q5_0, IQ4_NL, MXFP4): one panel layout
+/* The 32-element types' packed GEMM (Q5_0, IQ4_NL): one panel layout
  * for AVX-512 and AVX2, T32_PB bytes a block (see the AVX-512 section), from
  * T32_GEMM_MIN_COLS columns on; each section defines qpack_ and qgemm_. */
 #define T32_PB 1088
@@ -1231,14 +1219,14 @@ static inline __m256i table_u8(const int8_t *tab) {
     return _mm256_broadcastsi128_si256(t);
 }
 
-/* An RM x RN tile of Q4_1, Q5_0, Q5_1, IQ4_NL or MXFP4 rows (mode: enum
+/* An RM x RN tile of Q4_1, Q5_0, Q5_1 or IQ4_NL rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
- * dot_table32_ref). */
+ * dot_iq4_nl_ref). */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, float *out,
                                                            const int RM, const int RN, const int mode) {
     const size_t bs = q32_block_bytes(mode);
-    const __m256i lut = mode == Q32_IQ4_NL ? table_u8(bt_iq4nl_values) : table_u8(bt_mxfp4_values);
+    const __m256i lut = table_u8(bt_iq4nl_values);
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -1275,20 +1263,16 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == Q32_IQ4_NL) {
+            } else {
                 const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
                 q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
                 dw = h2f_fast(w->d);
-            } else {
-                const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)wb;
-                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
-                dw = bt_e8m0_half(w->e);
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
-                if (mode == Q32_Q5_0 || mode >= Q32_IQ4_NL) {
-                    /* the offset: Q5_0's 16, the table types' 128 */
+                if (mode == Q32_Q5_0 || mode == Q32_IQ4_NL) {
+                    /* the offset: Q5_0's 16, IQ4_NL's 128 */
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], mode == Q32_Q5_0 ? 4 : 7));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
@@ -1324,8 +1308,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
                                                             float *out, const int RN, const int mode) {
     const size_t bs = q32_block_bytes(mode);
     const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values)),
-                      _mm_set1_epi8((char)0x80)));
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80)));
     const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), m4 = _mm512_set1_epi8(0x0F);
     const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i pair1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -1344,8 +1327,8 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
             av[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
             const __m512i asum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), av[c]);
-            /* the offset (Q5_0's 16, the table types' 128) as the accumulator's start */
-            neg[c] = mode == Q32_Q5_0 || mode >= Q32_IQ4_NL
+            /* the offset (Q5_0's 16, IQ4_NL's 128) as the accumulator's start */
+            neg[c] = mode == Q32_Q5_0 || mode == Q32_IQ4_NL
                          ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, mode == Q32_Q5_0 ? 4 : 7))
                          : _mm512_setzero_si512();
             asumf[c] = _mm512_cvtepi32_ps(asum);
@@ -1355,21 +1338,16 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
         /* the 4 rows' d (and m) */
-        __m128 dw4, mw4 = _mm_setzero_ps();
-        if (mode == Q32_MXFP4) {
-            dw4 = _mm_setr_ps(bt_e8m0_half(((const bt_block_mxfp4 *)wb[0])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[1])->e),
-                              bt_e8m0_half(((const bt_block_mxfp4 *)wb[2])->e), bt_e8m0_half(((const bt_block_mxfp4 *)wb[3])->e));
-        } else {
-            /* d is each block's first half, m (Q4_1, Q5_1) its second */
-            uint16_t h[4], m[4];
+        /* d is each block's first half, m (Q4_1, Q5_1) its second */
+        __m128 mw4 = _mm_setzero_ps();
+        uint16_t h[4], m[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) memcpy(&h[r], wb[r], 2);
+        const __m128 dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
+        if (mode == Q32_Q4_1 || mode == Q32_Q5_1) {
             _Pragma("GCC unroll 4")
-            for (int r = 0; r < 4; r++) memcpy(&h[r], wb[r], 2);
-            dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
-            if (mode == Q32_Q4_1 || mode == Q32_Q5_1) {
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < 4; r++) memcpy(&m[r], wb[r] + 2, 2);
-                mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
-            }
+            for (int r = 0; r < 4; r++) memcpy(&m[r], wb[r] + 2, 2);
+            mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
         }
         _Pragma("GCC unroll 2")
         for (int p = 0; p < 2; p++) {
@@ -1383,7 +1361,7 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
                 const size_t ho = mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qh) : offsetof(bt_block_q5_1, qh);
                 const __mmask64 kq = (__mmask64)qh_u32(w0 + ho) | (__mmask64)qh_u32(w1 + ho) << 32;
                 q = _mm512_mask_add_epi8(q, kq, q, _mm512_set1_epi8(16));
-            } else if (mode >= Q32_IQ4_NL) {
+            } else if (mode == Q32_IQ4_NL) {
                 q = _mm512_shuffle_epi8(lut, q);
             }
             const __m512i pair = p ? pair1 : pair0;
@@ -1425,10 +1403,9 @@ Q32_TILES(q4_1, Q32_Q4_1)
 Q32_TILES(q5_0, Q32_Q5_0)
 Q32_TILES(q5_1, Q32_Q5_1)
 Q32_TILES(iq4_nl, Q32_IQ4_NL)
-Q32_TILES(mxfp4, Q32_MXFP4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
-/* ---- IQ4_NL / MXFP4 / Q5_0 packed GEMM (prompt-size products) ----------------- *
+/* ---- IQ4_NL / Q5_0 packed GEMM (prompt-size products) ------------------------- *
  * matmul.c packs 16 weight rows at a time (a panel) and runs every column
  * against it.  Per 32-element block, the panel holds
  *   bytes 0..511     the values v (int8: the table's, or Q5_0's q - 16), lane
@@ -1436,7 +1413,7 @@ Q32_TILES(mxfp4, Q32_MXFP4)
  *                    lane per row)
  *   512..1023        int32 16l + r: -128 times the sum of group l's v
  *   1024..1087       dw (float, row r at r)
- * The kernel keeps, per column, dot_table32_ref's 8 lane accumulators as 8
+ * The kernel keeps, per column, dot_iq4_nl_ref's 8 lane accumulators as 8
  * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of the
  * activation's 4 bytes + 128 (unsigned, broadcast) with v, started at
  * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
@@ -1448,7 +1425,7 @@ Q32_TILES(mxfp4, Q32_MXFP4)
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
     const size_t bs = q32_block_bytes(mode);
-    const __m128i lut = _mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values));
+    const __m128i lut = _mm_loadu_si128((const __m128i *)bt_iq4nl_values);
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const int64_t nblk = k / BT_QK;
     for (int64_t b = 0; b < nblk; b += 2) {
@@ -1467,10 +1444,10 @@ static inline __attribute__((always_inline)) void t32_pack(const int mode, int64
                     dw[i][r] = h2f_fast(d16);
                     continue;
                 }
-                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + (mode == Q32_IQ4_NL ? 2 : 1)));
+                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + offsetof(bt_block_iq4_nl, qs)));
                 h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
                                         _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
-                dw[i][r] = mode == Q32_IQ4_NL ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+                dw[i][r] = h2f_fast(d16);
             }
             v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
         }
@@ -1560,7 +1537,6 @@ static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void
     }
 T32_GEMM(q5_0, Q32_Q5_0)
 T32_GEMM(iq4_nl, Q32_IQ4_NL)
-T32_GEMM(mxfp4, Q32_MXFP4)
 
 #define FAST(name) dot_##name##_avx512
 
@@ -2361,10 +2337,7 @@ static void rgemm_q6_K(int64_t k, const void *group, const void *next, const voi
  * lanes (vpmaddwd's quads are vpdpbusd's), the float steps 8 lanes wide */
 
 /* the 32 nibbles of a Q4 block as bytes 0..15, element order */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-}
+static inline __m256i nibbles32(const uint8_t *qs) { return bt_cpu_nibbles32_avx2(qs); }
 /* plus 16 where bit j of qh is set */
 static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
     /* byte j <- byte j / 8 of qh, then bit j % 8 of it tested */
@@ -2382,36 +2355,20 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* bt_e8m0_half(e)'s bits for every e: MXFP4's scale by a load (with the
- * activation's d as a vector product, the same float) where the formula's
- * compare, shifts and move to a vector register ran per row and block */
-#define E8H(e) BT_E8M0_HALF_BITS(e)
-#define E8H4(e) E8H(e), E8H((e) + 1), E8H((e) + 2), E8H((e) + 3)
-#define E8H16(e) E8H4(e), E8H4((e) + 4), E8H4((e) + 8), E8H4((e) + 12)
-#define E8H64(e) E8H16(e), E8H16((e) + 16), E8H16((e) + 32), E8H16((e) + 48)
-_Alignas(64) static const uint32_t e8m0_half_bits[256] = {E8H64(0), E8H64(64), E8H64(128), E8H64(192)};
-#undef E8H64
-#undef E8H16
-#undef E8H4
-#undef E8H
 
-/* An RM x RN tile of Q4_1, Q5_0, Q5_1, IQ4_NL or MXFP4 rows (mode: enum
+/* An RM x RN tile of Q4_1, Q5_0, Q5_1 or IQ4_NL rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
- * dot_table32_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
+ * dot_iq4_nl_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
  * magnitudes and the activations with their signs (no pair of products
- * reaches 2^15); MXFP4's plus 16 are unsigned, 16 times the activation's
- * sums taken off as Q5_0's; the same integers. */
+ * reaches 2^15); the same integers. */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
                                                            const void *const *acts, const void *const *next,
                                                            float *out, const int RM, const int RN, const int mode) {
     const size_t bs = q32_block_bytes(mode);
     const __m256i ones8 = _mm256_set1_epi8(1);
     /* IQ4_NL's values (|v| <= 127: |v| and the activation with v's sign for
-     * vpmaddubsw); MXFP4's plus 16 (unsigned, 4..28; 16 sum a taken off, as
-     * Q5_0's offset: no saturation, two sign operations fewer a row) */
-    const __m256i lut = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                            (const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values))),
-                                        _mm256_set1_epi8(mode == Q32_MXFP4 ? 16 : 0));
+     * vpmaddubsw) */
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
     __m256 acc[4][4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < RM; r++)
@@ -2423,7 +2380,7 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     for (int64_t b = 0; b < nblk; b++) {
         if (RM == 4 && (b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, RM);
         __m256i av[4], asum[4];
-        __m256 asumf[4], dav[4];
+        __m256 asumf[4];
         float da[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
@@ -2432,14 +2389,12 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             asum[c] = bt_cpu_dot4_avx2(ones8, av[c]);
             asumf[c] = _mm256_cvtepi32_ps(asum[c]);
             da[c] = h2f_fast(ab->d);
-            dav[c] = _mm256_set1_ps(da[c]);
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
             const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             __m256i q;
-            float dw = 0.0f, mw = 0.0f;
-            __m256 dwv = _mm256_setzero_ps(); /* MXFP4's dw in every lane */
+            float dw, mw = 0.0f;
             if (mode == Q32_Q4_1) {
                 const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
                 q = nibbles32(w->qs);
@@ -2454,14 +2409,10 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 q = add_qh(nibbles32(w->qs), w->qh);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == Q32_IQ4_NL) {
+            } else {
                 const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
                 q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
                 dw = h2f_fast(w->d);
-            } else {
-                const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)wb;
-                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
-                dwv = _mm256_castsi256_ps(_mm256_set1_epi32((int)e8m0_half_bits[w->e]));
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
@@ -2470,10 +2421,9 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                                          : bt_cpu_dot4_avx2(q, av[c]);
                 if (mode == Q32_IQ4_NL) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                } else if (mode == Q32_Q5_0 || mode == Q32_MXFP4) {
+                } else if (mode == Q32_Q5_0) {
                     const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
-                    const __m256 dd = mode == Q32_MXFP4 ? _mm256_mul_ps(dwv, dav[c]) : _mm256_set1_ps(dw * da[c]);
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), dd, acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                     acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
@@ -2503,10 +2453,9 @@ Q32_TILES(q4_1, Q32_Q4_1)
 Q32_TILES(q5_0, Q32_Q5_0)
 Q32_TILES(q5_1, Q32_Q5_1)
 Q32_TILES(iq4_nl, Q32_IQ4_NL)
-Q32_TILES(mxfp4, Q32_MXFP4)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
-/* ---- Q5_0 / IQ4_NL / MXFP4 packed GEMM on AVX2 (prompt-size products) -------- *
+/* ---- Q5_0 / IQ4_NL packed GEMM on AVX2 (prompt-size products) ---------------- *
  * The AVX-512 section's panel layout, bytes for bytes (T32_PB per block: the
  * values v of lane group l, row r at 64l + 4r; int32 -128 sum v at 512 +
  * 64l + 4r; dw at 1024 + 4r), read as halves of 8 rows.  Per block, lane l
@@ -2514,7 +2463,7 @@ Q32_TILES(mxfp4, Q32_MXFP4)
  * elements, exactly sum v a: vpdpbusd with AVX-VNNI; without it vpmaddubsw
  * (pairs of (a + 128) v, |v| <= 16 for Q5_0: at most 8160, no saturation)
  * and vpmaddwd.  The tables' |v| <= 127 would saturate there: for IQ4_NL
- * and MXFP4 plain AVX2 takes |v| against the activation bytes as they are
+ * plain AVX2 takes |v| against the activation bytes as they are
  * with v's sign (pairs at most 2 * 127 * 127), no offset, the same sum v a.
  * Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree: q32_tile's
  * order, the bits of vec_dot. */
@@ -2522,8 +2471,7 @@ Q32_TILES(mxfp4, Q32_MXFP4)
 static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
                                                                 void *panel) {
     const size_t bs = q32_block_bytes(mode);
-    const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(mode == Q32_IQ4_NL ? bt_iq4nl_values : bt_mxfp4_values)));
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
     for (int64_t b = 0; b < k / BT_QK; b++) {
         uint8_t *pb = (uint8_t *)panel + (size_t)b * T32_PB;
         for (int r = 0; r < 16; r++) {
@@ -2537,8 +2485,8 @@ static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, 
                 v = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
                 dw = h2f_fast(d16);
             } else {
-                v = _mm256_shuffle_epi8(lut, nibbles32(blk + (mode == Q32_IQ4_NL ? 2 : 1)));
-                dw = mode == Q32_IQ4_NL ? h2f_fast(d16) : bt_e8m0_half(blk[0]);
+                v = _mm256_shuffle_epi8(lut, nibbles32(blk + offsetof(bt_block_iq4_nl, qs)));
+                dw = h2f_fast(d16);
             }
             /* the groups' sums of v times -128: vpmaddubsw of 1s and v, then pairs */
             const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
@@ -2647,7 +2595,6 @@ static inline __attribute__((always_inline)) void t32_gemm_avx2(const int mode, 
     }
 T32_GEMM(q5_0, Q32_Q5_0)
 T32_GEMM(iq4_nl, Q32_IQ4_NL)
-T32_GEMM(mxfp4, Q32_MXFP4)
 
 #define FAST(name) dot_##name##_avx2
 #elif defined(HAVE_QDOT_NEON)
@@ -2766,7 +2713,7 @@ static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, i
                                                                const void *va) {
     const bt_block_q8_0 *a = va;
     const size_t bs = q32_block_bytes(kind);
-    const int8x16_t tab = vld1q_s8(kind == Q32_MXFP4 ? bt_mxfp4_values : bt_iq4nl_values);
+    const int8x16_t tab = vld1q_s8(bt_iq4nl_values);
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < k / BT_QK; b++) {
         const uint8_t *blk = (const uint8_t *)vw + (size_t)b * bs;
@@ -2794,17 +2741,15 @@ static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, i
             hi = vorrq_u8(vshrq_n_u8(x, 4), q5_high_neon(qh, 16));
             dd = h2f(w->d) * da;
         } else {
-            const uint8x16_t x = vld1q_u8(blk + (kind == Q32_MXFP4 ? 1 : 2));
-            bt_fp16_t d16;
-            memcpy(&d16, blk, 2);
-            const float dw = kind == Q32_MXFP4 ? bt_e8m0_half(blk[0]) : h2f(d16);
+            const bt_block_iq4_nl *w = (const void *)blk;
+            const uint8x16_t x = vld1q_u8(w->qs);
             lo = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f))));
             hi = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vshrq_n_u8(x, 4)));
-            dd = dw * da;
+            dd = h2f(w->d) * da;
         }
         const int8x16_t a0 = vld1q_s8(a[b].qs), a1 = vld1q_s8(a[b].qs + 16);
         int32x4_t i0 = dot4x4_neon(vreinterpretq_s8_u8(lo), a0), i1 = dot4x4_neon(vreinterpretq_s8_u8(hi), a1);
-        if (kind == Q32_IQ4_NL || kind == Q32_MXFP4) {
+        if (kind == Q32_IQ4_NL) {
             acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd));
             acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd));
             continue;
@@ -2831,7 +2776,6 @@ static void dot_q5_1_neon(int64_t k, float *s, const void *vw, const void *va) {
 static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va) {
     dot_q32_neon(Q32_IQ4_NL, k, s, vw, va);
 }
-static void dot_mxfp4_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_MXFP4, k, s, vw, va); }
 #define FAST(name) dot_##name##_neon
 #else
 #define FAST(name) dot_##name##_ref
@@ -2850,7 +2794,7 @@ static const struct bt_quant_dot quant_dots[BT_TYPE_COUNT] = {
     ENTRY(BT_TYPE_Q5_1, q5_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q3_K, q3_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q4_K, q4_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q5_K, q5_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q6_K, q6_K, BT_TYPE_Q8_K, q8_K),
-    ENTRY(BT_TYPE_IQ4_NL, iq4_nl, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_MXFP4, mxfp4, BT_TYPE_Q8_0, q8_0),
+    ENTRY(BT_TYPE_IQ4_NL, iq4_nl, BT_TYPE_Q8_0, q8_0),
 };
 
 const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
@@ -2949,7 +2893,6 @@ QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
 QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), T32_GEMM_OF(q5_0), NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
 QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
-QTYPE(mxfp4, q8_0, Q32_TILE_LIST(mxfp4), T32_GEMM_OF(mxfp4), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);

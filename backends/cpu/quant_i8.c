@@ -1,6 +1,7 @@
-/* quant_i8.c - Q8_0 and Q4_0 weights on the CPU: their activation format,
- * dot product, decode tiles and packed GEMM, and their two entries in
- * matmul.c's table of quantised weight types (qtypes.h).
+/* quant_i8.c - Q8_0, Q4_0 and MXFP4 weights on the CPU: their activation
+ * format, dot product, decode tiles, packed GEMM and repacked kernels, and
+ * their three entries in matmul.c's table of quantised weight types
+ * (qtypes.h).
  *
  * Activation column (act_size(k) bytes, 64-byte multiple), nblk = k / 32:
  *   q [nblk][32] int8   element order; q = roundf(x / d)
@@ -10,10 +11,12 @@
  * One accumulation order per output element, on every path (plain C, the
  * AVX-512 dot and tiles, the GEMM): per block b the exact integer
  *   I_b = sum_i w_i q_i      (Q8_0: w = qs; Q4_0: w = nibble - 8)
+ * (MXFP4: w = bt_mxfp4_values[nibble], element i's nibble the low one of
+ * byte i for i < 16, the high one of byte i - 16 after)
  * then, blocks in increasing order from acc = +0,
  *   acc = fma((float)I_b, dw_b * d_b, acc)
- * (dw_b the block's fp16 scale as float; |I_b| < 2^21, so (float)I_b is
- * exact).  The integers are exact however a path groups them, so a path only
+ * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e); |I_b| <
+ * 2^21, so (float)I_b is exact).  The integers are exact however a path groups them, so a path only
  * has to produce I_b and take the same float steps:
  *   - dot_ref: plain C, one block at a time;
  *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): two
@@ -33,15 +36,17 @@
  *     GEMM's panel order kept in the weights themselves, so the decode and
  *     the prompt both run the GEMM's loop on them with no packing (below);
  *   - NEON (aarch64): section "NEON" below;
- *   - AVX2 (FMA, F16C; builds without AVX-512): each block's I_b through
+ *   - AVX2 (FMA, F16C; builds without AVX-512 VNNI): each block's I_b through
  *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
  *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
- *     the 8 rows' I_b into one vector and take the 8 rows' fma at once
- *     (section "AVX2" below).
+ *     the 8 rows' I_b into one vector and take the 8 rows' fma at once,
+ *     the repacked weights a row per lane (section "AVX2" below).  MXFP4
+ *     runs these 256-bit kernels on every x86 build, AVX-512 ones too.
  *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
 #include "qtypes.h"
+#include "quants.h"
 
 #include "cpu_impl.h"
 
@@ -60,6 +65,9 @@
 #endif
 
 #define I8_QK 32
+
+/* the weight types of the kernels below that are written once for all three */
+enum i8_kind { I8_Q8, I8_Q4, I8_MX };
 
 /* ---- the activation column ---------------------------------------------------- */
 
@@ -124,11 +132,17 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
             const bt_block_q8_0 *w = (const bt_block_q8_0 *)w_row + b;
             for (int i = 0; i < I8_QK; i++) isum += (int32_t)w->qs[i] * qa[i];
             dw = bt_fp16_to_fp32(w->d);
-        } else {
+        } else if (type == BT_TYPE_Q4_0) {
             const bt_block_q4_0 *w = (const bt_block_q4_0 *)w_row + b;
             for (int i = 0; i < I8_QK / 2; i++)
                 isum += ((int32_t)(w->qs[i] & 15) - 8) * qa[i] + ((int32_t)(w->qs[i] >> 4) - 8) * qa[i + I8_QK / 2];
             dw = bt_fp16_to_fp32(w->d);
+        } else {
+            const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)w_row + b;
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += (int32_t)bt_mxfp4_values[w->qs[i] & 15] * qa[i] +
+                        (int32_t)bt_mxfp4_values[w->qs[i] >> 4] * qa[i + I8_QK / 2];
+            dw = bt_e8m0_half(w->e);
         }
         acc = fmaf((float)isum, dw * a.d[b], acc);
     }
@@ -136,13 +150,15 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
 }
 static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
 static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
+static void dot_mxfp4_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_MXFP4, k, s, w, a); }
 
 /* the repacked layout (qtypes.h): payload = the quants, Q8_0 as unsigned
- * bytes (w + 128), Q4_0 as they are (a lane's low nibbles elements 4v ..
- * 4v+3, its high nibbles 16+4v .., both + 8) */
+ * bytes (w + 128), Q4_0 and MXFP4 as they are (a lane's low nibbles elements
+ * 4v .. 4v+3, its high nibbles 16+4v ..); MXFP4's scale the E8M0 byte */
 #define RP_ROWS 16
 static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2};
 static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2};
+static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1};
 
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
@@ -606,7 +622,9 @@ I8_DEFS(q4_0, false)
 #define I8_QUANTIZE i8_quantize
 #define FAST(name) dot_##name##_avx512
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0 /* rgemm is the GEMM's own loop */
-#elif defined(HAVE_I8_AVX2)
+#endif
+
+#if defined(HAVE_I8_AVX512) || defined(HAVE_I8_AVX2)
 /* ---- AVX2 (FMA, F16C) ------------------------------------------------------------ *
  * dot_ref's I_b and float step per output element, the products of a block
  * summed in 8 int32 lanes: vpmaddubsw (unsigned x signed bytes, pairs to
@@ -614,18 +632,65 @@ I8_DEFS(q4_0, false)
  * where the build has AVX-VNNI.  Q8_0's signed weights go in as |w|
  * against a with w's sign (vpsignb; |w| <= 128, so a pair is at most
  * 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the nibble (w + 8)
- * with 8 s_b taken off after.  The lanes' sum is exact, and
+ * with 8 s_b taken off after, MXFP4's as its table value + 16 (4 .. 28)
+ * with 16 s_b taken off.  The lanes' sum is exact, and
  * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
- * rows, each row's block unpacked once for the tile's columns). */
+ * rows, each row's block unpacked once for the tile's columns).  Builds
+ * with AVX-512 VNNI run the section's MXFP4 kernels only. */
 
+/* the offset the unsigned weight bytes carry, taken off through s (Q8_0's
+ * signs go onto the activation instead) */
+static inline int i8_off(const int kind) { return kind == I8_Q8 ? 0 : kind == I8_Q4 ? 8 : 16; }
+
+/* MXFP4's table + 16 in both 128-bit lanes, for vpshufb */
+static inline __m256i mx_lut16(void) {
+    return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_mxfp4_values)),
+                           _mm256_set1_epi8(16));
+}
+
+/* 32 nibbles (bytes 0..15 the low ones, elements 0..15) as the kind's
+ * unsigned weight bytes: Q4_0 the nibble, MXFP4 its table value + 16 */
+static inline __m256i i8_nib_u8(const int kind, __m256i n, __m256i lut) {
+    return kind == I8_MX ? _mm256_shuffle_epi8(lut, n) : n;
+}
+
+/* bt_e8m0_half of 8 E8M0 bytes at e, as floats */
+static inline __m256 mx_scales8(const uint8_t *e) {
+    const __m256i z = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(z, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), z);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), z)));
+}
+
+/* a block's bytes and scale: its size, and dw */
+static inline size_t i8_block_bytes(const int kind) {
+    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
+}
+static inline float i8_block_scale(const int kind, const char *blk) {
+    if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
+    return _cvtsh_ss(kind == I8_Q8 ? ((const bt_block_q8_0 *)blk)->d : ((const bt_block_q4_0 *)blk)->d);
+}
+/* its 32 weights for bt_cpu_dot4_avx2: *u the unsigned bytes, *w the
+ * signed ones whose signs go onto the activation (Q8_0) */
+static inline __attribute__((always_inline)) void i8_block_u8(const int kind, const char *blk, __m256i lut,
+                                                              __m256i *u, __m256i *w) {
+    if (kind == I8_Q8) {
+        *w = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)blk)->qs);
+        *u = _mm256_abs_epi8(*w);
+        return;
+    }
+    const uint8_t *qs = kind == I8_Q4 ? ((const bt_block_q4_0 *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs;
+    *u = *w = i8_nib_u8(kind, bt_cpu_nibbles32_avx2(qs), lut);
+}
 
 /* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN, one element at a time */
-static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, const int RM, const int RN, int64_t k,
+static inline __attribute__((always_inline)) void i8_tile_avx2(const int kind, const int RM, const int RN, int64_t k,
                                                                const void *const *rows, const void *const *acts,
                                                                float *out) {
-    const int off = q8 ? 0 : 8;
+    const int off = i8_off(kind);
+    const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i lut = mx_lut16();
     struct i8col a[4];
     float acc[4][4];
     _Pragma("GCC unroll 4")
@@ -640,23 +705,13 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const bool q8, co
         for (int c = 0; c < RN; c++) av[c] = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
+            const char *blk = (const char *)rows[r] + (size_t)b * bs;
             __m256i w, u;
-            float dw;
-            if (q8) {
-                const bt_block_q8_0 *blk = (const bt_block_q8_0 *)rows[r] + b;
-                w = _mm256_loadu_si256((const __m256i *)blk->qs);
-                u = _mm256_abs_epi8(w);
-                dw = _cvtsh_ss(blk->d);
-            } else {
-                const bt_block_q4_0 *blk = (const bt_block_q4_0 *)rows[r] + b;
-                const __m128i x = _mm_loadu_si128((const __m128i *)blk->qs);
-                /* bytes 0..15: the low nibbles (elements 0..15), 16..31 the high ones */
-                w = u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-                dw = _cvtsh_ss(blk->d);
-            }
+            i8_block_u8(kind, blk, lut, &u, &w);
+            const float dw = i8_block_scale(kind, blk);
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i s = q8 ? _mm256_sign_epi8(av[c], w) : av[c];
+                const __m256i s = kind == I8_Q8 ? _mm256_sign_epi8(av[c], w) : av[c];
                 const __m256i p = bt_cpu_dot4_avx2(u, s);
                 const int32_t isum = bt_cpu_hsum_i32x8(p) - off * a[c].s[b];
                 acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
@@ -683,12 +738,12 @@ static inline __m256i hsum8x8_i32(const __m256i p[8]) {
  * 8 rows' sums of a block gathered into one vector (a lane per row), then
  * the fma of the 8 rows in one instruction; the same operations per element
  * as the scalar fma. */
-static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, const int RN, int64_t k,
+static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, const int RN, int64_t k,
                                                                 const void *const *rows, const void *const *acts,
                                                                 float *out) {
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i lut = mx_lut16();
     struct i8col a[4];
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -697,31 +752,26 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nblk; b++) {
-        const char *blk[8];
-        uint16_t d[8]; /* the rows' fp16 scales (first in both block types) */
+        uint16_t d[8]; /* the rows' fp16 scales (first in Q8_0's and Q4_0's blocks) */
+        uint8_t e[8];  /* or MXFP4's E8M0 ones */
         __m256i w[8], u[8];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < 8; r++) {
-            blk[r] = (const char *)rows[r] + (size_t)b * bs;
-            memcpy(&d[r], blk[r], sizeof d[r]);
-            if (q8) {
-                w[r] = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)blk[r])->qs);
-                u[r] = _mm256_abs_epi8(w[r]);
-            } else {
-                const __m128i x = _mm_loadu_si128((const __m128i *)((const bt_block_q4_0 *)blk[r])->qs);
-                u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-            }
+            const char *blk = (const char *)rows[r] + (size_t)b * bs;
+            if (kind == I8_MX) e[r] = (uint8_t)blk[0];
+            else memcpy(&d[r], blk, sizeof d[r]);
+            i8_block_u8(kind, blk, lut, &u[r], &w[r]);
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        const __m256 dw = kind == I8_MX ? mx_scales8(e) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
             __m256i p[8];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < 8; r++)
-                p[r] = bt_cpu_dot4_avx2(u[r], q8 ? _mm256_sign_epi8(av, w[r]) : av);
+                p[r] = bt_cpu_dot4_avx2(u[r], kind == I8_Q8 ? _mm256_sign_epi8(av, w[r]) : av);
             __m256i isum = hsum8x8_i32(p);
-            if (!q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a[c].s[b]));
+            if (kind != I8_Q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(i8_off(kind) * a[c].s[b]));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
         }
     }
@@ -729,36 +779,42 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const bool q8, c
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(out + c * 8, acc[c]);
 }
 
-#define I8_AVX2_TILE(name, q8, RN)                                                                              \
+#define I8_AVX2_TILE(name, kind, RN)                                                                            \
     static void qtile_##name##_8x##RN(int64_t k, const void *const *w, const void *const *a,                   \
                                       const void *const *n, float *out) {                                      \
         (void)n;                                                                                               \
-        i8_tile8_avx2(q8, RN, k, w, a, out);                                                                   \
+        i8_tile8_avx2(kind, RN, k, w, a, out);                                                                 \
     }
-#define I8_AVX2_DEFS(name, q8)                                                                                  \
+#define I8_AVX2_DEFS(name, kind)                                                                                \
     static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                         \
-        i8_tile_avx2(q8, 1, 1, k, &w, &a, s);                                                                  \
+        i8_tile_avx2(kind, 1, 1, k, &w, &a, s);                                                                \
     }                                                                                                          \
-    I8_AVX2_TILE(name, q8, 1)                                                                                  \
-    I8_AVX2_TILE(name, q8, 2)                                                                                  \
-    I8_AVX2_TILE(name, q8, 4)
-I8_AVX2_DEFS(q8_0, true)
-I8_AVX2_DEFS(q4_0, false)
+    I8_AVX2_TILE(name, kind, 1)                                                                                \
+    I8_AVX2_TILE(name, kind, 2)                                                                                \
+    I8_AVX2_TILE(name, kind, 4)
 
-/* Q8_0 and Q4_0 repacked on AVX2: rp_tile's arithmetic (a block at a time)
- * on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each
- * vector: 8 rows' 4 bytes).  Q4_0: vpdpbusd as bt_cpu_dot4_avx2 (nibbles
- * against int8: exact), from -8 s.  Q8_0: the repacked bytes w + 128 (up to
+/* the 16 rows' scales of a repacked block at g + dof, rows 8 h .. 8 h + 7 */
+static inline __m256 rp_scales8(const int kind, const uint8_t *sc, const int h) {
+    if (kind == I8_MX) return mx_scales8(sc + 8 * h);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
+}
+
+/* Q8_0, Q4_0 and MXFP4 repacked on AVX2: rp_tile's arithmetic (a block at a
+ * time) on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each
+ * vector: 8 rows' 4 bytes).  Q4_0 and MXFP4: vpdpbusd as bt_cpu_dot4_avx2
+ * (the nibbles, or MXFP4's table + 16, against int8: exact), from -off s.
+ * Q8_0: the repacked bytes w + 128 (up to
  * 255 against int8 could saturate vpmaddubsw) back to w, then |w| against
  * the activation with w's sign (pairs at most 2 * 128 * 127), from 0: the
  * integer rp_tile forms as -128 s + sum (w + 128) a.  The same integers and
  * float steps, so the same bits. */
-static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8, const int RN, int64_t k,
+static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind, const int RN, int64_t k,
                                                                   const uint8_t *g, const void *const *acts,
                                                                   float *const *dcols, int64_t row0, const int half) {
+    const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80);
+    const size_t bs = i8_block_bytes(kind);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80), lut = mx_lut16();
     struct i8col a[8];
     __m256 acc[8];
     _Pragma("GCC unroll 8")
@@ -768,12 +824,12 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8,
     }
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, 2, &dof, &vof);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
+        bt_cpu_rp_offsets(nblk, b, bs, kind == I8_MX ? 1 : 2, &dof, &vof);
+        const __m256 dw = rp_scales8(kind, g + dof, half);
         const uint8_t *w = g + vof + 32 * half;
         __m256i I[8];
         _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) I[c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-8 * a[c].s[b]);
+        for (int c = 0; c < RN; c++) I[c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
         _Pragma("GCC unroll 8")
         for (int u = 0; q8 && u < 8; u++) {
             const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * u)), x80);
@@ -787,7 +843,8 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8,
         _Pragma("GCC unroll 4")
         for (int v = 0; !q8 && v < 4; v++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v));
-            const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            const __m256i lo = i8_nib_u8(kind, _mm256_and_si256(x, m4), lut);
+            const __m256i hi = i8_nib_u8(kind, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), lut);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
@@ -805,15 +862,18 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const bool q8,
 
 /* The same sums for both halves of a block at once, in tiles of at most 2
  * columns: for few columns (decode), where a broadcast then serves 16 rows
- * and the group's bytes pass through L1 once; Q4_0's pairs summed as int16
- * first (8 pairs of nibbles against int8 a row lane: below 2^15), then one
- * vpmaddwd by ones.  The same integers. */
-static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q8, const int RN, int64_t k,
+ * and the group's bytes pass through L1 once; Q4_0's and MXFP4's pairs
+ * summed as int16 first, then vpmaddwd by ones: Q4_0's 8 pairs of nibbles
+ * against int8 a row lane (below 2^15), MXFP4's 4 (its bytes reach 28).
+ * The same integers. */
+static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int kind, const int RN, int64_t k,
                                                                     const uint8_t *g, const void *const *acts,
                                                                     float *const *dcols, int64_t row0) {
+    const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const size_t bs = i8_block_bytes(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const __m256i lut = mx_lut16();
     struct i8col a[2];
     __m256 acc[2][2];
     _Pragma("GCC unroll 2")
@@ -823,11 +883,12 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q
     }
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, 2, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, kind == I8_MX ? 1 : 2, &dof, &vof);
         const uint8_t *w = g + vof;
         __m256i I[2][2];
         _Pragma("GCC unroll 2")
-        for (int c = 0; c < RN; c++) I[0][c] = I[1][c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-8 * a[c].s[b]);
+        for (int c = 0; c < RN; c++)
+            I[0][c] = I[1][c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
         _Pragma("GCC unroll 8")
         for (int u = 0; q8 && u < 8; u++) {
             __m256i x[2], ax[2];
@@ -845,17 +906,20 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q
             }
         }
         if (!q8) {
+            const int run = kind == I8_MX ? 2 : 4; /* v steps summed as int16 */
             __m256i p[2][2];
-            _Pragma("GCC unroll 2")
-            for (int c = 0; c < RN; c++) p[0][c] = p[1][c] = _mm256_setzero_si256();
             _Pragma("GCC unroll 4")
             for (int v = 0; v < 4; v++) {
+                if (v % run == 0) {
+                    _Pragma("GCC unroll 2")
+                    for (int c = 0; c < RN; c++) p[0][c] = p[1][c] = _mm256_setzero_si256();
+                }
                 __m256i lo[2], hi[2];
                 _Pragma("GCC unroll 2")
                 for (int hf = 0; hf < 2; hf++) {
                     const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v + 32 * hf));
-                    lo[hf] = _mm256_and_si256(x, m4);
-                    hi[hf] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                    lo[hf] = i8_nib_u8(kind, _mm256_and_si256(x, m4), lut);
+                    hi[hf] = i8_nib_u8(kind, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), lut);
                 }
                 _Pragma("GCC unroll 2")
                 for (int c = 0; c < RN; c++) {
@@ -866,15 +930,18 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q
                         p[hf][c] = _mm256_add_epi16(p[hf][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo[hf], al),
                                                                                _mm256_maddubs_epi16(hi[hf], ah)));
                 }
+                if (v % run == run - 1) {
+                    _Pragma("GCC unroll 2")
+                    for (int c = 0; c < RN; c++)
+                        _Pragma("GCC unroll 2")
+                        for (int hf = 0; hf < 2; hf++)
+                            I[hf][c] = _mm256_add_epi32(I[hf][c], _mm256_madd_epi16(p[hf][c], ones));
+                }
             }
-            _Pragma("GCC unroll 2")
-            for (int c = 0; c < RN; c++)
-                _Pragma("GCC unroll 2")
-                for (int hf = 0; hf < 2; hf++) I[hf][c] = _mm256_add_epi32(I[hf][c], _mm256_madd_epi16(p[hf][c], ones));
         }
         _Pragma("GCC unroll 2")
         for (int hf = 0; hf < 2; hf++) {
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * hf)));
+            const __m256 dw = rp_scales8(kind, g + dof, hf);
             _Pragma("GCC unroll 2")
             for (int c = 0; c < RN; c++)
                 acc[hf][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[hf][c]), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])),
@@ -890,35 +957,46 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const bool q
 
 #define RP_I8_TILE(RN, j)                                                     \
     do {                                                                      \
-        rp_i8_half_avx2(q8_, RN, k, g, acts + (j), dcols + (j), row0, 0);     \
-        rp_i8_half_avx2(q8_, RN, k, g, acts + (j), dcols + (j), row0, 1);     \
+        rp_i8_half_avx2(kind_, RN, k, g, acts + (j), dcols + (j), row0, 0);   \
+        rp_i8_half_avx2(kind_, RN, k, g, acts + (j), dcols + (j), row0, 1);   \
     } while (0)
-#define RP_I8_AVX2(name, q8)                                                                                  \
+#define RP_I8_AVX2(name, kind)                                                                                \
     static void rgemm_##name(int64_t k, const void *group, const void *next, const void *const *acts,         \
                              int64_t ncols, float *const *dcols, int64_t row0) {                               \
         (void)next;                                                                                             \
         const uint8_t *g = group;                                                                               \
-        const bool q8_ = q8;                                                                                    \
+        const int kind_ = kind;                                                                                 \
         if (ncols < 4) {                                                                                        \
             int64_t j = 0;                                                                                      \
-            for (; j + 2 <= ncols; j += 2) rp_i8_tile16_avx2(q8_, 2, k, g, acts + j, dcols + j, row0);          \
-            if (j < ncols) rp_i8_tile16_avx2(q8_, 1, k, g, acts + j, dcols + j, row0);                          \
+            for (; j + 2 <= ncols; j += 2) rp_i8_tile16_avx2(kind_, 2, k, g, acts + j, dcols + j, row0);        \
+            if (j < ncols) rp_i8_tile16_avx2(kind_, 1, k, g, acts + j, dcols + j, row0);                        \
             return;                                                                                             \
         }                                                                                                       \
         BT_CPU_COL_TILES(ncols, RP_I8_TILE);                                                                    \
     }
-RP_I8_AVX2(q8_0, true)
-RP_I8_AVX2(q4_0, false)
-
-#define I8_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
+#define I8_AVX2_TILES(name) {{8, 1, qtile_##name##_8x1}, {8, 2, qtile_##name##_8x2}, {8, 4, qtile_##name##_8x4}, {0, 0, NULL}}
+#ifdef HAVE_I8_AVX2
+I8_AVX2_DEFS(q8_0, I8_Q8)
+I8_AVX2_DEFS(q4_0, I8_Q4)
+RP_I8_AVX2(q8_0, I8_Q8)
+RP_I8_AVX2(q4_0, I8_Q4)
+#define I8_TILES(name) I8_AVX2_TILES(name)
 #define I8_GEMM(name) 0, NULL, NULL, NULL
 #define I8_QUANTIZE i8_quantize_ref
 #define FAST(name) dot_##name##_avx2
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0
+#endif
+I8_AVX2_DEFS(mxfp4, I8_MX)
+RP_I8_AVX2(mxfp4, I8_MX)
+#define MX_TILES I8_AVX2_TILES(mxfp4)
+#define MX_GEMM 0, NULL, NULL, NULL
+#define MX_FAST dot_mxfp4_avx2
+#define MX_REPACK &rp_mxfp4, rgemm_mxfp4, NULL, 0
 #elif defined(HAVE_I8_NEON)
 /* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
  * dot_ref's I_b and float step per output element.  A block's weights are
- * 32 signed bytes in element order (Q4_0: the nibble - 8, in [-8, 7]), its
+ * 32 signed bytes in element order (Q4_0: the nibble - 8, in [-8, 7];
+ * MXFP4: its table value, by tbl), its
  * activation's 32 q; the products summed in 4 int32 lanes: sdot where the
  * build has dotprod, else smull / smull2 to int16 (no overflow: one
  * product at most 128 * 128) and sadalp into int32.  With i8mm, the tiles'
@@ -929,17 +1007,32 @@ RP_I8_AVX2(q4_0, false)
  * scalar fmaf's rounding), the dot takes dot_ref's fma in scalar. */
 
 /* block b of a weight row: 32 signed bytes (*w0 elements 0..15, *w1 16..31) */
-static inline __attribute__((always_inline)) void i8_block_neon(const bool q8, const char *blk, int8x16_t *w0,
+static inline __attribute__((always_inline)) void i8_block_neon(const int kind, const char *blk, int8x16_t *w0,
                                                                 int8x16_t *w1) {
-    if (q8) {
+    if (kind == I8_Q8) {
         const bt_block_q8_0 *q = (const bt_block_q8_0 *)blk;
         *w0 = vld1q_s8(q->qs);
         *w1 = vld1q_s8(q->qs + 16);
-    } else {
+    } else if (kind == I8_Q4) {
         const uint8x16_t x = vld1q_u8(((const bt_block_q4_0 *)blk)->qs);
         *w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
         *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
+    } else {
+        const int8x16_t tab = vld1q_s8(bt_mxfp4_values);
+        const uint8x16_t x = vld1q_u8(((const bt_block_mxfp4 *)blk)->qs);
+        *w0 = vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f)));
+        *w1 = vqtbl1q_s8(tab, vshrq_n_u8(x, 4));
     }
+}
+/* its scale as float */
+static inline float i8_scale_neon(const int kind, const char *blk) {
+    if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
+    bt_fp16_t d; /* first in both block types */
+    memcpy(&d, blk, sizeof d);
+    return bt_fp16_to_fp32(d);
+}
+static inline size_t i8_block_bytes_neon(const int kind) {
+    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
 }
 
 /* the 32 products of a block, summed into 4 int32 lanes */
@@ -980,10 +1073,10 @@ static inline void i8_pair_groups(int8x16_t x0, int8x16_t x1, int8x16_t y0, int8
 
 /* A 4-row x RN-column tile (out[c * 4 + r]): each element dot_ref's
  * integers and float steps, the 4 rows' in one vector */
-static inline __attribute__((always_inline)) void i8_tile4_neon(const bool q8, const int RN, int64_t k,
+static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, const int RN, int64_t k,
                                                                 const void *const *rows, const void *const *acts,
                                                                 float *out) {
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const size_t bs = i8_block_bytes_neon(kind);
     const int64_t nblk = k / I8_QK;
     struct i8col a[4];
     float32x4_t acc[4];
@@ -994,14 +1087,16 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const bool q8, c
     }
     for (int64_t b = 0; b < nblk; b++) {
         int8x16_t w0[4], w1[4];
-        uint16_t d[4]; /* the rows' fp16 scales (first in both block types) */
+        uint16_t d[4]; /* the rows' fp16 scales (first in Q8_0's and Q4_0's blocks) */
+        float dm[4];   /* or MXFP4's */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
             const char *blk = (const char *)rows[r] + (size_t)b * bs;
-            memcpy(&d[r], blk, sizeof d[r]);
-            i8_block_neon(q8, blk, &w0[r], &w1[r]);
+            if (kind == I8_MX) dm[r] = i8_scale_neon(kind, blk);
+            else memcpy(&d[r], blk, sizeof d[r]);
+            i8_block_neon(kind, blk, &w0[r], &w1[r]);
         }
-        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
+        const float32x4_t dw = kind == I8_MX ? vld1q_f32(dm) : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
         int32x4_t isum[4];
 #if defined(__ARM_FEATURE_MATMUL_INT8)
         if (RN % 2 == 0) {
@@ -1039,40 +1134,39 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const bool q8, c
 }
 
 /* one row, one column: dot_ref with the block's integers in registers */
-static inline __attribute__((always_inline)) void i8_dot_neon(const bool q8, int64_t k, float *out,
+static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, int64_t k, float *out,
                                                               const void *w_row, const void *act) {
-    const size_t bs = q8 ? sizeof(bt_block_q8_0) : sizeof(bt_block_q4_0);
+    const size_t bs = i8_block_bytes_neon(kind);
     const int64_t nblk = k / I8_QK;
     const struct i8col a = i8col_at(act, k);
     float acc = 0.0f;
     for (int64_t b = 0; b < nblk; b++) {
         const char *blk = (const char *)w_row + (size_t)b * bs;
-        bt_fp16_t d;
-        memcpy(&d, blk, sizeof d);
         int8x16_t w0, w1;
-        i8_block_neon(q8, blk, &w0, &w1);
+        i8_block_neon(kind, blk, &w0, &w1);
         const int8_t *q = a.q + b * I8_QK;
         const int32_t isum = vaddvq_s32(i8_dot32_neon(w0, w1, vld1q_s8(q), vld1q_s8(q + 16)));
-        acc = fmaf((float)isum, bt_fp16_to_fp32(d) * a.d[b], acc);
+        acc = fmaf((float)isum, i8_scale_neon(kind, blk) * a.d[b], acc);
     }
     *out = acc;
 }
 
-#define I8_NEON_TILE(name, q8, RN)                                                                              \
+#define I8_NEON_TILE(name, kind, RN)                                                                            \
     static void qtile_##name##_4x##RN(int64_t k, const void *const *w, const void *const *a,                   \
                                       const void *const *n, float *out) {                                      \
         (void)n;                                                                                               \
-        i8_tile4_neon(q8, RN, k, w, a, out);                                                                   \
+        i8_tile4_neon(kind, RN, k, w, a, out);                                                                 \
     }
-#define I8_NEON_DEFS(name, q8)                                                                                  \
+#define I8_NEON_DEFS(name, kind)                                                                                \
     static void dot_##name##_neon(int64_t k, float *s, const void *w, const void *a) {                         \
-        i8_dot_neon(q8, k, s, w, a);                                                                           \
+        i8_dot_neon(kind, k, s, w, a);                                                                         \
     }                                                                                                          \
-    I8_NEON_TILE(name, q8, 1)                                                                                  \
-    I8_NEON_TILE(name, q8, 2)                                                                                  \
-    I8_NEON_TILE(name, q8, 4)
-I8_NEON_DEFS(q8_0, true)
-I8_NEON_DEFS(q4_0, false)
+    I8_NEON_TILE(name, kind, 1)                                                                                \
+    I8_NEON_TILE(name, kind, 2)                                                                                \
+    I8_NEON_TILE(name, kind, 4)
+I8_NEON_DEFS(q8_0, I8_Q8)
+I8_NEON_DEFS(q4_0, I8_Q4)
+I8_NEON_DEFS(mxfp4, I8_MX)
 
 #define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 #define I8_GEMM(name) 0, NULL, NULL, NULL
@@ -1086,20 +1180,27 @@ I8_NEON_DEFS(q4_0, false)
 #define FAST(name) dot_##name##_ref
 #define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #endif
+#ifndef MX_TILES /* MXFP4 as the other two (x86 has its own kernels above) */
+#define MX_TILES I8_TILES(mxfp4)
+#define MX_GEMM I8_GEMM(mxfp4)
+#define MX_FAST FAST(mxfp4)
+#define MX_REPACK I8_REPACK(mxfp4)
+#endif
 
 /* ---- qtypes.h entries ------------------------------------------------------------- */
 
-#define I8_QTYPE(name)                                                            \
+#define I8_QTYPE(name, fast, tiles, gemm, rp)                                     \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                             \
         /* .act_name         = */ "int8 blocks of 32, float scale, block sums",   \
         /* .act_size         = */ i8_act_size,                                    \
         /* .quantize_act     = */ I8_QUANTIZE,                                    \
-        /* .vec_dot          = */ FAST(name),                                     \
-        /* .tiles            = */ I8_TILES(name),                                 \
-        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ I8_GEMM(name),          \
-        /* .rp, .rgemm, .rpack, .rpack_min_cols = */ I8_REPACK(name),             \
+        /* .vec_dot          = */ fast,                                           \
+        /* .tiles            = */ tiles,                                          \
+        /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,                   \
+        /* .rp, .rgemm, .rpack, .rpack_min_cols = */ rp,                          \
         /* .quantize_act_ref = */ i8_quantize_ref,                                \
         /* .vec_dot_ref      = */ dot_##name##_ref,                               \
     }
-I8_QTYPE(q8_0);
-I8_QTYPE(q4_0);
+I8_QTYPE(q8_0, FAST(q8_0), I8_TILES(q8_0), I8_GEMM(q8_0), I8_REPACK(q8_0));
+I8_QTYPE(q4_0, FAST(q4_0), I8_TILES(q4_0), I8_GEMM(q4_0), I8_REPACK(q4_0));
+I8_QTYPE(mxfp4, MX_FAST, MX_TILES, MX_GEMM, MX_REPACK);

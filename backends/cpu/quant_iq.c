@@ -715,9 +715,8 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
     if (kind == IQ4XS) {
         const bt_block_iq4_xs *w = blk;
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
-        const __m128i x = _mm_loadu_si128((const __m128i *)(w->qs + 16 * c));
         /* elements 0..15: the low nibbles; 16..31: the high */
-        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+        const __m256i nib = bt_cpu_nibbles32_avx2(w->qs + 16 * c);
         const __m256i v = _mm256_shuffle_epi8(lut, nib);
         *u = _mm256_abs_epi8(v);
         *sg = v; /* no level is 0 */
