@@ -5,7 +5,9 @@
  *
  * Activation column (act_size(k) bytes, 64-byte multiple), nblk = k / 32:
  *   q [nblk][32] int8   element order; q = roundf(x / d)
- *   d [nblk]     float  d = max|x| / 127 of the block (kept in float)
+ *   d [nblk]     float  d = max|x| / 127 of the block (kept in float; for
+ *                       MXFP4 rounded to fp16 after q is made, as ggml's
+ *                       Q8_0 columns keep it)
  *   s [nblk]     int32  the sum of the block's 32 q
  *
  * One accumulation order per output element, on every path (plain C, the
@@ -1187,20 +1189,38 @@ I8_NEON_DEFS(mxfp4, I8_MX)
 #define MX_REPACK I8_REPACK(mxfp4)
 #endif
 
+/* MXFP4's activation columns: the same q and s, d rounded to fp16 as ggml's
+ * block_q8_0 keeps it, so that the products are llama.cpp's (whose MXFP4
+ * dot takes Q8_0 columns) to the float order */
+static void i8_round_d16(void *y, int64_t k) {
+    float *d = (float *)((char *)y + (size_t)(k / I8_QK) * I8_QK);
+    for (int64_t b = 0; b < k / I8_QK; b++) d[b] = bt_fp16_to_fp32(bt_fp32_to_fp16(d[b]));
+}
+static void mx_quantize_ref(const float *x, void *y, int64_t k) {
+    i8_quantize_ref(x, y, k);
+    i8_round_d16(y, k);
+}
+static void mx_quantize(const float *x, void *y, int64_t k) {
+    I8_QUANTIZE(x, y, k);
+    i8_round_d16(y, k);
+}
+
 /* ---- qtypes.h entries ------------------------------------------------------------- */
 
-#define I8_QTYPE(name, fast, tiles, gemm, rp)                                     \
+#define I8_QTYPE(name, act_name, quant, quant_ref, fast, tiles, gemm, rp)         \
     const struct bt_cpu_qtype bt_cpu_qtype_##name = {                             \
-        /* .act_name         = */ "int8 blocks of 32, float scale, block sums",   \
+        /* .act_name         = */ act_name,                                       \
         /* .act_size         = */ i8_act_size,                                    \
-        /* .quantize_act     = */ I8_QUANTIZE,                                    \
+        /* .quantize_act     = */ quant,                                          \
         /* .vec_dot          = */ fast,                                           \
         /* .tiles            = */ tiles,                                          \
         /* .gemm_min_cols, .panel_size, .pack, .gemm = */ gemm,                   \
         /* .rp, .rgemm, .rpack, .rpack_min_cols = */ rp,                          \
-        /* .quantize_act_ref = */ i8_quantize_ref,                                \
+        /* .quantize_act_ref = */ quant_ref,                                      \
         /* .vec_dot_ref      = */ dot_##name##_ref,                               \
     }
-I8_QTYPE(q8_0, FAST(q8_0), I8_TILES(q8_0), I8_GEMM(q8_0), I8_REPACK(q8_0));
-I8_QTYPE(q4_0, FAST(q4_0), I8_TILES(q4_0), I8_GEMM(q4_0), I8_REPACK(q4_0));
-I8_QTYPE(mxfp4, MX_FAST, MX_TILES, MX_GEMM, MX_REPACK);
+#define I8_ACT "int8 blocks of 32, float scale, block sums"
+I8_QTYPE(q8_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q8_0), I8_TILES(q8_0), I8_GEMM(q8_0), I8_REPACK(q8_0));
+I8_QTYPE(q4_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q4_0), I8_TILES(q4_0), I8_GEMM(q4_0), I8_REPACK(q4_0));
+I8_QTYPE(mxfp4, "int8 blocks of 32, fp16-valued float scale, block sums", mx_quantize, mx_quantize_ref, MX_FAST,
+         MX_TILES, MX_GEMM, MX_REPACK);
