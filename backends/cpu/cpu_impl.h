@@ -196,12 +196,14 @@ __attribute__((target("avx2"))) static inline void bt_cpu_transpose8(__m256 r[8]
 
 /* The AVX2 integer dots (quant_i8.c, quant_dot.c): per int32 lane, the 4
  * products of unsigned bytes u and signed bytes s summed: vpdpbusd where the
- * build has AVX-VNNI, else vpmaddubsw then vpmaddwd by ones (the same
+ * build has AVX-VNNI or AVX-512 VNNI, else vpmaddubsw then vpmaddwd by ones (the same
  * integers when no pair of products reaches 32768, which the callers keep:
  * small u, or magnitudes against signs moved onto s). */
 static inline __m256i bt_cpu_dot4_avx2(__m256i u, __m256i s) {
 #if defined(__AVXVNNI__)
     return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
