@@ -30,10 +30,10 @@
  *    and batch size; each element is the entry's vec_dot or a tile that
  *    gives the same bits (exact integer block dots, float accumulation in a
  *    fixed block order); entries with a packed GEMM (Q8_0, Q4_0, the
- *    K-quants, IQ4_XS, IQ4_NL, MXFP4) pack 16
+ *    K-quants, IQ4_XS, IQ4_NL, Q5_0) pack 16
  *    weight rows at a time into the thread's slice for jobs with many
  *    columns, with the same bits again; weights repacked at load (cpu.h,
- *    repack.c: Q8_0, Q4_0, Q4_K, Q6_K) are already in that order, 16 rows a
+ *    repack.c: Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) are already in that order, 16 rows a
  *    group, and every job of theirs runs the entry's rgemm on the groups
  *    as they stand (decode and prompt alike), with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
