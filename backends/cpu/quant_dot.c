@@ -2355,7 +2355,6 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-
 /* An RM x RN tile of Q4_1, Q5_0, Q5_1 or IQ4_NL rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_iq4_nl_ref).  IQ4_NL's values are signed: vpmaddubsw takes their

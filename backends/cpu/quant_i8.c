@@ -18,8 +18,9 @@
  * then, blocks in increasing order from acc = +0,
  *   acc = fma((float)I_b, dw_b * d_b, acc)
  * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e); |I_b| <
- * 2^21, so (float)I_b is exact).  The integers are exact however a path groups them, so a path only
- * has to produce I_b and take the same float steps:
+ * 2^21, so (float)I_b is exact).  The integers are exact however a path
+ * groups them, so a path only has to produce I_b and take the same float
+ * steps:
  *   - dot_ref: plain C, one block at a time;
  *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): two
  *     blocks' unsigned weight bytes per row (Q8_0 w + 128, Q4_0 the nibble),
@@ -70,6 +71,9 @@
 
 /* the weight types of the kernels below that are written once for all three */
 enum i8_kind { I8_Q8, I8_Q4, I8_MX };
+static inline size_t i8_block_bytes(const int kind) {
+    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
+}
 
 /* ---- the activation column ---------------------------------------------------- */
 
@@ -664,10 +668,7 @@ static inline __m256 mx_scales8(const uint8_t *e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), z)));
 }
 
-/* a block's bytes and scale: its size, and dw */
-static inline size_t i8_block_bytes(const int kind) {
-    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
-}
+/* a block's scale dw */
 static inline float i8_block_scale(const int kind, const char *blk) {
     if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
     return _cvtsh_ss(kind == I8_Q8 ? ((const bt_block_q8_0 *)blk)->d : ((const bt_block_q4_0 *)blk)->d);
@@ -1033,9 +1034,6 @@ static inline float i8_scale_neon(const int kind, const char *blk) {
     memcpy(&d, blk, sizeof d);
     return bt_fp16_to_fp32(d);
 }
-static inline size_t i8_block_bytes_neon(const int kind) {
-    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
-}
 
 /* the 32 products of a block, summed into 4 int32 lanes */
 static inline int32x4_t i8_dot32_neon(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
@@ -1078,7 +1076,7 @@ static inline void i8_pair_groups(int8x16_t x0, int8x16_t x1, int8x16_t y0, int8
 static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, const int RN, int64_t k,
                                                                 const void *const *rows, const void *const *acts,
                                                                 float *out) {
-    const size_t bs = i8_block_bytes_neon(kind);
+    const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
     struct i8col a[4];
     float32x4_t acc[4];
@@ -1138,7 +1136,7 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, 
 /* one row, one column: dot_ref with the block's integers in registers */
 static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, int64_t k, float *out,
                                                               const void *w_row, const void *act) {
-    const size_t bs = i8_block_bytes_neon(kind);
+    const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
     const struct i8col a = i8col_at(act, k);
     float acc = 0.0f;
