@@ -487,8 +487,8 @@ static void usage(FILE *f) {
             "                  with f16 among --types)\n"
             "  --repacked      the decode, prompt and moe rows' weights laid out as a CPU rank\n"
             "                  loads a model's (q8_0, q4_0, mxfp4, q4_K, q6_K in groups of 16\n"
-            "                  rows; shape marked rp); default: plain rows, as --mmap and llama.cpp's\n"
-            "                  test-backend-ops have them\n"
+            "                  rows; shape marked rp); default: plain rows, as --mmap and\n"
+            "                  llama.cpp's test-backend-ops have them\n"
             "  --cached        the decode rows reuse one copy of the weights, as test-backend-ops\n"
             "                  does (default: they rotate over copies that stream from memory); a\n"
             "                  matrix the last-level cache holds is then read from there\n");
