@@ -16,8 +16,8 @@
 static const enum bt_type rp_types[5] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K, BT_TYPE_MXFP4};
 #define N_RP 5
 
-/* the types scramble_kq changes */
-static bool is_kq(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K || t == BT_TYPE_MXFP4; }
+/* the types scramble changes (the second round of test_mul_mat_bitwise) */
+static bool is_scrambled(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K || t == BT_TYPE_MXFP4; }
 
 /* Q4_K: every block's 12 scale bytes and 128 quant bytes random (d and dmin
  * kept), so that every bit of the packed 6-bit scales and mins is exercised;
@@ -26,7 +26,7 @@ static bool is_kq(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_
  * the blocks all 12 (the largest value, against test_mul_mat_bitwise's
  * block of 127s: the int16 sums' bound), a fourth of the blocks' E8M0
  * scales 0 .. 3 (the denormal scales), the rest 100 .. 139 */
-static void scramble_kq(struct bt_tensor *w, tu_rng *r) {
+static void scramble(struct bt_tensor *w, tu_rng *r) {
     if (w->type == BT_TYPE_Q4_K) {
         const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
         for (size_t i = 0; i < n; i++) {
@@ -88,14 +88,14 @@ static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64, 129}; /* 
 START_TEST(test_mul_mat_bitwise) {
     const enum bt_type type = rp_types[_i % N_RP];
     const int64_t k = mm_kb[(_i / N_RP) % 3] ? kb(type, mm_kb[(_i / N_RP) % 3]) : 2048, m = mm_m[(_i / (3 * N_RP)) % 3];
-    if (_i / (9 * N_RP) && !is_kq(type)) return; /* the second round is Q4_K's, Q6_K's and MXFP4's scrambled one */
+    if (_i / (9 * N_RP) && !is_scrambled(type)) return; /* the second round is Q4_K's, Q6_K's and MXFP4's scrambled one */
     bt_context *ctx = tu_ctx(64);
     tu_rng r;
     tu_rng_init(&r, 900 + (uint64_t)_i);
     struct bt_tensor *w = bt_new_tensor_2d(ctx, type, k, m);
     TU_OK(ctx, w);
     tu_fill(w, &r);
-    if (_i / (9 * N_RP)) scramble_kq(w, &r);
+    if (_i / (9 * N_RP)) scramble(w, &r);
     if (!bt_cpu_weight_repackable(w)) { /* a build without the kernels: nothing is repacked */
         ck_assert(!bt_cpu_weight_repack_available(type));
         bt_free(ctx);
@@ -138,7 +138,7 @@ START_TEST(test_mul_mat_id_bitwise) {
     struct bt_tensor *as = bt_new_tensor_3d(ctx, type, k, m, E);
     TU_OK(ctx, as);
     tu_fill(as, &r);
-    scramble_kq(as, &r);
+    scramble(as, &r);
     if (!bt_cpu_weight_repackable(as)) {
         bt_free(ctx);
         return;
@@ -229,7 +229,7 @@ START_TEST(test_repack_buffer_type) {
     struct bt_tensor *plain = bt_new_tensor_3d(ctx, type, k, m, E);
     TU_OK(ctx, plain);
     tu_fill(plain, &r);
-    scramble_kq(plain, &r);
+    scramble(plain, &r);
     bt_context *wctx = bt_init((struct bt_init_params){8 * bt_tensor_overhead(), NULL, true});
     ck_assert_ptr_nonnull(wctx);
     struct bt_tensor *whole = bt_new_tensor_3d(wctx, type, k, m, E);

@@ -91,8 +91,9 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  *   n_dw * 64 bytes   block b+1, the same
  * and an odd nblk's last block: its 16 ds bytes of scales, then its
  * vectors.  With an even nblk (or ds 4) and a 64-byte aligned tensor every
- * vector is aligned (ds 1: at 32 bytes, a pair's 544 bytes).  The lanes are what vpdpbusd takes, a row per lane: a
- * decode reads the 16 rows with no transposition. */
+ * vector is aligned (ds 1: at 32 bytes, a pair's 544 bytes).  The lanes
+ * are what vpdpbusd takes, a row per lane: a decode reads the 16 rows with
+ * no transposition. */
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
