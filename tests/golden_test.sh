@@ -33,6 +33,9 @@ qwen3moe-f16|--type f16|-
 qwen3moe-bf16|--type bf16|-
 qwen3moe-q8_0|--type q8_0|-
 qwen3moe-q4_0|--type q4_0|-
+qwen3moe-q4_1|--type q4_1|-
+qwen3moe-q5_0|--type q5_0|-
+qwen3moe-q5_1|--type q5_1|-
 qwen3moe-q4_k_m|--type f32|Q4_K_M
 qwen3moe-q5_k_m|--type f32|Q5_K_M
 qwen3moe-q6_k|--type f32|Q6_K

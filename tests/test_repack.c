@@ -1,4 +1,4 @@
-/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights (cpu.h,
+/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 / Q5_0 / MXFP4 / Q4_K / Q6_K weights (cpu.h,
  * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
  * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
@@ -13,11 +13,14 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type rp_types[5] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K, BT_TYPE_MXFP4};
-#define N_RP 5
+static const enum bt_type rp_types[6] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K,
+                                        BT_TYPE_Q6_K, BT_TYPE_MXFP4, BT_TYPE_Q5_0};
+#define N_RP 6
 
 /* the types scramble changes (the second round of test_mul_mat_bitwise) */
-static bool is_scrambled(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K || t == BT_TYPE_MXFP4; }
+static bool is_scrambled(enum bt_type t) {
+    return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K || t == BT_TYPE_MXFP4 || t == BT_TYPE_Q5_0;
+}
 
 /* Q4_K: every block's 12 scale bytes and 128 quant bytes random (d and dmin
  * kept), so that every bit of the packed 6-bit scales and mins is exercised;
@@ -25,7 +28,9 @@ static bool is_scrambled(enum bt_type t) { return t == BT_TYPE_Q4_K || t == BT_T
  * scale from -128 to 127); MXFP4: every nibble random, but an eighth of
  * the blocks all 12 (the largest value, against test_mul_mat_bitwise's
  * block of 127s: the int16 sums' bound), a fourth of the blocks' E8M0
- * scales 0 .. 3 (the denormal scales), the rest 100 .. 139 */
+ * scales 0 .. 3 (the denormal scales), the rest 100 .. 139; Q5_0: every
+ * nibble and fifth bit random, but an eighth of the blocks all 31 (the
+ * int16 sums' bound again) */
 static void scramble(struct bt_tensor *w, tu_rng *r) {
     if (w->type == BT_TYPE_Q4_K) {
         const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
@@ -48,6 +53,13 @@ static void scramble(struct bt_tensor *w, tu_rng *r) {
             bt_block_mxfp4 *b = (bt_block_mxfp4 *)w->data + i;
             b->e = (uint8_t)(i % 4 == 0 ? tu_rng_int(r, 4) : 100 + tu_rng_int(r, 40));
             for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = i % 8 == 1 ? 0x77 : (uint8_t)tu_rng_int(r, 256);
+        }
+    } else if (w->type == BT_TYPE_Q5_0) {
+        const size_t n = bt_nbytes(w) / sizeof(bt_block_q5_0);
+        for (size_t i = 0; i < n; i++) {
+            bt_block_q5_0 *b = (bt_block_q5_0 *)w->data + i;
+            for (size_t j = 0; j < sizeof b->qh; j++) b->qh[j] = i % 8 == 1 ? 0xff : (uint8_t)tu_rng_int(r, 256);
+            for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = i % 8 == 1 ? 0xff : (uint8_t)tu_rng_int(r, 256);
         }
     }
 }
@@ -88,7 +100,7 @@ static const int64_t mm_n[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64, 129}; /* 
 START_TEST(test_mul_mat_bitwise) {
     const enum bt_type type = rp_types[_i % N_RP];
     const int64_t k = mm_kb[(_i / N_RP) % 3] ? kb(type, mm_kb[(_i / N_RP) % 3]) : 2048, m = mm_m[(_i / (3 * N_RP)) % 3];
-    if (_i / (9 * N_RP) && !is_scrambled(type)) return; /* the second round is Q4_K's, Q6_K's and MXFP4's scrambled one */
+    if (_i / (9 * N_RP) && !is_scrambled(type)) return; /* the second round: the scrambled types' */
     bt_context *ctx = tu_ctx(64);
     tu_rng r;
     tu_rng_init(&r, 900 + (uint64_t)_i);
@@ -207,7 +219,7 @@ START_TEST(test_reference_path) {
 }
 END_TEST
 
-/* which tensors can be repacked: Q8_0, Q4_0, MXFP4, Q4_K and Q6_K (where the build
+/* which tensors can be repacked: Q8_0, Q4_0, Q5_0, MXFP4, Q4_K and Q6_K (where the build
  * has the kernels; not Q5_K), whole groups of 16 rows, whole tensors */
 /* the repack buffer type (the CPU backend's weight buffer type): a weight
  * set there whole, or by whole experts as a rank that holds some sets them,
@@ -269,6 +281,7 @@ START_TEST(test_repackable) {
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_K));
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_MXFP4));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q5_0));
     ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q5_K));
     struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
     struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);
@@ -352,7 +365,7 @@ int main(void) {
     Suite *s = suite_create("repack");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 9 * N_RP + 9 * N_RP); /* then again, Q4_K, Q6_K, MXFP4 scrambled */
+    tcase_add_loop_test(tc, test_mul_mat_bitwise, 0, 9 * N_RP + 9 * N_RP); /* then again, the scrambled types */
     tcase_add_loop_test(tc, test_mul_mat_id_bitwise, 0, 2 * N_RP);
     tcase_add_loop_test(tc, test_reference_path, 0, N_RP);
     tcase_add_test(tc, test_repackable);

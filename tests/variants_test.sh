@@ -44,7 +44,7 @@ done
 small=(--layers 4 --embd 256 --heads 4 --heads-kv 2 --head-dim 16 --ff 256 --ff-exp 64 --n-vocab 128 --tokens 16 --micro-batches 6)
 for pair in "${pairs[@]}"; do
     set -- $pair
-    for type in f32 f16 bf16 q8_0 q4_0; do
+    for type in f32 f16 bf16 q8_0 q4_0 q5_0; do
         name="demo --type $type, rank 0 on $1, rank 1 on $2"
         timeout 300 mpirun -np 1 -x BATON_CPU="$1" "$baton" demo "${small[@]}" --type "$type" : \
             -np 1 -x BATON_CPU="$2" "$baton" demo "${small[@]}" --type "$type" >"$tmp/out" 2>&1

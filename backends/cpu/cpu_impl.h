@@ -221,6 +221,18 @@ static inline __m256i bt_cpu_nibbles32_avx2(const void *p) {
     const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
     return _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
+/* a Q5 block's 32 fifth bits (qh, bit j element j) as bytes in element
+ * order: 16 where the bit is set, else 0 */
+static inline __m256i bt_cpu_q5_bits_avx2(const void *qh) {
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    /* byte j <- byte j / 8 of qh, then bit j % 8 of it tested */
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(16));
+}
 #endif
 
 #if defined(__AVX512F__) || defined(__AVX2__)

@@ -38,6 +38,7 @@
 #ifndef BATON_CPU_QTYPES_H
 #define BATON_CPU_QTYPES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -93,12 +94,34 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * vectors.  With an even nblk (or ds 4) and a 64-byte aligned tensor every
  * vector is aligned (ds 1: at 32 bytes, a pair's 544 bytes).  The lanes
  * are what vpdpbusd takes, a row per lane: a decode reads the 16 rows with
- * no transposition. */
+ * no transposition.  Q5_0's payload dword 0, its 32 fifth bits, is kept in
+ * the order bt_cpu_qh_order gives (a shift and a mask put the bits of 4
+ * elements in place), its dwords 1..4 the nibbles as Q4_0's. */
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
     int ds;      /* bytes of a block's scale: 1 (MXFP4's E8M0), 2 or 4 */
+    bool qh0;    /* payload dword 0: Q5_0's fifth bits, in bt_cpu_qh_order */
 };
+
+/* Q5_0's fifth bits qh (bit j: element j) reordered: byte i of the result
+ * holds, in bits 0..3, the bits of elements i, 4 + i, 8 + i, 12 + i, in bits
+ * 4..7 those of 16 + i, 20 + i, 24 + i, 28 + i; so that for the 4-element
+ * groups 4v + i (v = 0..3) a left shift by 4 - v, and for 16 + 4v + i a right
+ * shift by v, puts each element's bit at bit 4 of byte i */
+static inline uint32_t bt_cpu_qh_order(uint32_t qh) {
+    uint32_t p = 0;
+    for (int j = 0; j < 32; j++)
+        if (qh >> j & 1) p |= 1u << (8 * (j & 3) + 4 * (j >> 4) + ((j & 15) >> 2));
+    return p;
+}
+/* its inverse */
+static inline uint32_t bt_cpu_qh_plain(uint32_t p) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; j++)
+        if (p >> (8 * (j & 3) + 4 * (j >> 4) + ((j & 15) >> 2)) & 1) qh |= 1u << j;
+    return qh;
+}
 typedef void (*bt_cpu_rgemm_fn)(int64_t k, const void *group, const void *next, const void *const *acts,
                                 int64_t ncols, float *const *dcols, int64_t row0);
 
@@ -128,6 +151,7 @@ static inline void bt_cpu_rp_unpack_block(const struct bt_cpu_rp_layout *L, int6
         uint32_t x;
         memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
         x ^= L->xr;
+        if (u == 0 && L->qh0) x = bt_cpu_qh_plain(x);
         memcpy((uint8_t *)blk + L->q_pos + 4 * u, &x, 4);
     }
 }
@@ -178,10 +202,10 @@ const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type);
 extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_dot.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_iq4_nl; /* quant_dot.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_mxfp4; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_mxfp4; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q2_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q3_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_K; /* quant_dot.c */

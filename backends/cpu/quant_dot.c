@@ -1,16 +1,16 @@
-/* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_0, Q5_1,
+/* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_1,
  * IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
  * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
  * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
  * (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S) and
- * IQ4_NL (MXFP4 takes Q4_0's order: quant_i8.c).
+ * IQ4_NL (Q5_0 and MXFP4 take Q4_0's order: quant_i8.c).
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
  * only the float accumulation has an order, and it is fixed per type:
  *   - Q2_K .. Q6_K: one float accumulator, one or two fused steps per block
  *     on the block's two integers (kq_step, described above dot_kq_ref);
- *   - Q4_1, Q5_0, Q5_1, IQ4_NL: 8 float lanes, each lane taking the integers of the
+ *   - Q4_1, Q5_1, IQ4_NL: 8 float lanes, each lane taking the integers of the
  *     same 4-element groups in every block (the groups vpdpbusd gathers),
  *     then a fixed tree of sums.
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions,
@@ -57,25 +57,22 @@ static inline uint32_t qh_u32(const uint8_t *p) {
 /* The 32-element types of the vector tiles and packed GEMMs by mode (the x86
  * tiles take the numbers, NEON's dot the names): a block's bytes and where
  * its nibbles begin */
-enum q32_kind { Q32_Q4_1, Q32_Q5_0, Q32_Q5_1, Q32_IQ4_NL };
+enum q32_kind { Q32_Q4_1, Q32_Q5_1, Q32_IQ4_NL };
 static inline size_t q32_block_bytes(int mode) {
     return mode == Q32_Q4_1   ? sizeof(bt_block_q4_1)
-           : mode == Q32_Q5_0 ? sizeof(bt_block_q5_0)
            : mode == Q32_Q5_1 ? sizeof(bt_block_q5_1)
                               : sizeof(bt_block_iq4_nl);
 }
 static inline size_t q32_qs_offset(int mode) {
     return mode == Q32_Q4_1   ? offsetof(bt_block_q4_1, qs)
-           : mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qs)
            : mode == Q32_Q5_1 ? offsetof(bt_block_q5_1, qs)
                               : offsetof(bt_block_iq4_nl, qs);
 }
 
-/* Q4_1, Q5_0, Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
+/* Q4_1 and Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
  * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
  * lane): isum_l (sum of q_w * q_a) and asum_l (sum of q_a), as
- *     Q4_1, Q5_1: acc[l] = fma(isum_l, dw * da, acc[l]); acc[l] = fma(asum_l, mw * da, acc[l])
- *     Q5_0:       acc[l] = fma(isum_l - 16 asum_l, dw * da, acc[l])   (q_w unsigned 0..31)
+ *     acc[l] = fma(isum_l, dw * da, acc[l]); acc[l] = fma(asum_l, mw * da, acc[l])
  * and at the end the fixed tree hsum8 (lanes l + 4, then + 2, + 1). */
 static float hsum8(const float a[8]) {
     float t4[4], t2[2];
@@ -111,21 +108,6 @@ static void dot_q4_1_ref(int64_t k, float *s, const void *vw, const void *va) {
             acc[l] = fmaf((float)isum[l], dd, acc[l]);
             acc[l] = fmaf((float)asum[l], dm, acc[l]);
         }
-    }
-    *s = hsum8(acc);
-}
-
-static void dot_q5_0_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_0 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc[8] = {0};
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint32_t qh = qh_u32(w[b].qh);
-        int q[32], isum[8], asum[8];
-        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
-        lanes32(q, a[b].qs, isum, asum);
-        const float dd = h2f(w[b].d) * h2f(a[b].d);
-        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)(isum[l] - 16 * asum[l]), dd, acc[l]);
     }
     *s = hsum8(acc);
 }
@@ -349,10 +331,10 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * Weights are unpacked to unsigned bytes, multiplied with the signed
  * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768, no
  * saturation), and the int16 pairs weighted by their sub-block's scale into
- * int32 lanes (vpdpwssd); offsets (Q5_0's 16, Q3_K's 4, Q6_K's 32) come off
+ * int32 lanes (vpdpwssd); offsets (Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
-/* The 32-element types' packed GEMM (Q5_0, IQ4_NL): one panel layout
+/* IQ4_NL's packed GEMM: one panel layout
  * for AVX-512 and AVX2, T32_PB bytes a block (see the AVX-512 section), from
  * T32_GEMM_MIN_COLS columns on; each section defines qpack_ and qgemm_. */
 #define T32_PB 1088
@@ -1219,7 +1201,7 @@ static inline __m256i table_u8(const int8_t *tab) {
     return _mm256_broadcastsi128_si256(t);
 }
 
-/* An RM x RN tile of Q4_1, Q5_0, Q5_1 or IQ4_NL rows (mode: enum
+/* An RM x RN tile of Q4_1, Q5_1 or IQ4_NL rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_iq4_nl_ref). */
 static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
@@ -1254,10 +1236,6 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 q = nibbles32(w->qs);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == Q32_Q5_0) {
-                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
-                q = add_qh(nibbles32(w->qs), w->qh);
-                dw = h2f_fast(w->d);
             } else if (mode == Q32_Q5_1) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
@@ -1271,9 +1249,9 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
-                if (mode == Q32_Q5_0 || mode == Q32_IQ4_NL) {
-                    /* the offset: Q5_0's 16, IQ4_NL's 128 */
-                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], mode == Q32_Q5_0 ? 4 : 7));
+                if (mode == Q32_IQ4_NL) {
+                    /* the offset: IQ4_NL's 128 */
+                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 7));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
@@ -1327,10 +1305,9 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
             av[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
             const __m512i asum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), av[c]);
-            /* the offset (Q5_0's 16, IQ4_NL's 128) as the accumulator's start */
-            neg[c] = mode == Q32_Q5_0 || mode == Q32_IQ4_NL
-                         ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, mode == Q32_Q5_0 ? 4 : 7))
-                         : _mm512_setzero_si512();
+            /* the offset (IQ4_NL's 128) as the accumulator's start */
+            neg[c] = mode == Q32_IQ4_NL ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, 7))
+                                        : _mm512_setzero_si512();
             asumf[c] = _mm512_cvtepi32_ps(asum);
             da[c] = _mm512_set1_ps(h2f_fast(ab->d));
         }
@@ -1357,8 +1334,8 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
             const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w0 + qo))),
                                                           0xFF00, _mm_loadu_si128((const __m128i *)(w1 + qo)));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi64(x, shift), m4);
-            if (mode == Q32_Q5_0 || mode == Q32_Q5_1) {
-                const size_t ho = mode == Q32_Q5_0 ? offsetof(bt_block_q5_0, qh) : offsetof(bt_block_q5_1, qh);
+            if (mode == Q32_Q5_1) {
+                const size_t ho = offsetof(bt_block_q5_1, qh);
                 const __mmask64 kq = (__mmask64)qh_u32(w0 + ho) | (__mmask64)qh_u32(w1 + ho) << 32;
                 q = _mm512_mask_add_epi8(q, kq, q, _mm512_set1_epi8(16));
             } else if (mode == Q32_IQ4_NL) {
@@ -1400,15 +1377,14 @@ static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const voi
         q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
     }
 Q32_TILES(q4_1, Q32_Q4_1)
-Q32_TILES(q5_0, Q32_Q5_0)
 Q32_TILES(q5_1, Q32_Q5_1)
 Q32_TILES(iq4_nl, Q32_IQ4_NL)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
 
-/* ---- IQ4_NL / Q5_0 packed GEMM (prompt-size products) ------------------------- *
+/* ---- IQ4_NL packed GEMM (prompt-size products) ---------------------------------- *
  * matmul.c packs 16 weight rows at a time (a panel) and runs every column
  * against it.  Per 32-element block, the panel holds
- *   bytes 0..511     the values v (int8: the table's, or Q5_0's q - 16), lane
+ *   bytes 0..511     the values v (int8: the table's), lane
  *                    group l (elements 4l .. 4l+3) of row r at 64l + 4r (a
  *                    lane per row)
  *   512..1023        int32 16l + r: -128 times the sum of group l's v
@@ -1419,8 +1395,7 @@ Q32_TILES(iq4_nl, Q32_IQ4_NL)
  * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
  * acc_l) per block, and hsum8's tree at the end.  The lanes run in two
  * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
- * every element has the bits of vec_dot (Q5_0's q32_tile subtracts 16 sum a
- * from the same lane's sum q a: the same integer sum v a, the same steps). */
+ * every element has the bits of vec_dot. */
 
 static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
                                                            void *panel) {
@@ -1438,12 +1413,6 @@ static inline __attribute__((always_inline)) void t32_pack(const int mode, int64
                 const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
                 bt_fp16_t d16;
                 memcpy(&d16, blk, 2);
-                if (mode == Q32_Q5_0) { /* Q5_0: d, qh, qs; v = q - 16 */
-                    const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
-                    h[i] = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
-                    dw[i][r] = h2f_fast(d16);
-                    continue;
-                }
                 const __m128i x = _mm_loadu_si128((const __m128i *)(blk + offsetof(bt_block_iq4_nl, qs)));
                 h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
                                         _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
@@ -1535,7 +1504,6 @@ static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void
                              float *const *dcols, int64_t row0, int nrows) {                                      \
         t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
     }
-T32_GEMM(q5_0, Q32_Q5_0)
 T32_GEMM(iq4_nl, Q32_IQ4_NL)
 
 #define FAST(name) dot_##name##_avx512
@@ -2339,15 +2307,7 @@ static void rgemm_q6_K(int64_t k, const void *group, const void *next, const voi
 /* the 32 nibbles of a Q4 block as bytes 0..15, element order */
 static inline __m256i nibbles32(const uint8_t *qs) { return bt_cpu_nibbles32_avx2(qs); }
 /* plus 16 where bit j of qh is set */
-static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
-    /* byte j <- byte j / 8 of qh, then bit j % 8 of it tested */
-    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh_u32(qh)),
-                                              _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
-                                                                 0x0303030303030303LL));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    return _mm256_add_epi8(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-}
+static inline __m256i add_qh(__m256i q, const uint8_t *qh) { return _mm256_add_epi8(q, bt_cpu_q5_bits_avx2(qh)); }
 /* hsum8's tree */
 static inline float hsum8_avx(__m256 v) {
     const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -2355,7 +2315,7 @@ static inline float hsum8_avx(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* An RM x RN tile of Q4_1, Q5_0, Q5_1 or IQ4_NL rows (mode: enum
+/* An RM x RN tile of Q4_1, Q5_1 or IQ4_NL rows (mode: enum
  * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
  * dot_iq4_nl_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
  * magnitudes and the activations with their signs (no pair of products
@@ -2399,10 +2359,6 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                 q = nibbles32(w->qs);
                 dw = h2f_fast(w->d);
                 mw = h2f_fast(w->m);
-            } else if (mode == Q32_Q5_0) {
-                const bt_block_q5_0 *w = (const bt_block_q5_0 *)wb;
-                q = add_qh(nibbles32(w->qs), w->qh);
-                dw = h2f_fast(w->d);
             } else if (mode == Q32_Q5_1) {
                 const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
                 q = add_qh(nibbles32(w->qs), w->qh);
@@ -2420,9 +2376,6 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
                                          : bt_cpu_dot4_avx2(q, av[c]);
                 if (mode == Q32_IQ4_NL) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                } else if (mode == Q32_Q5_0) {
-                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 4));
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                 } else {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
                     acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
@@ -2449,21 +2402,19 @@ static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void
     Q32_AVX2_TILE(name, mode, 2, 2)                                                                     \
     Q32_AVX2_TILE(name, mode, 2, 4)
 Q32_TILES(q4_1, Q32_Q4_1)
-Q32_TILES(q5_0, Q32_Q5_0)
 Q32_TILES(q5_1, Q32_Q5_1)
 Q32_TILES(iq4_nl, Q32_IQ4_NL)
 #define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
 
-/* ---- Q5_0 / IQ4_NL packed GEMM on AVX2 (prompt-size products) ---------------- *
+/* ---- IQ4_NL packed GEMM on AVX2 (prompt-size products) ------------------------- *
  * The AVX-512 section's panel layout, bytes for bytes (T32_PB per block: the
  * values v of lane group l, row r at 64l + 4r; int32 -128 sum v at 512 +
  * 64l + 4r; dw at 1024 + 4r), read as halves of 8 rows.  Per block, lane l
  * of a column: isum = -128 sum v + sum (a + 128) v over the group's 4
- * elements, exactly sum v a: vpdpbusd with AVX-VNNI; without it vpmaddubsw
- * (pairs of (a + 128) v, |v| <= 16 for Q5_0: at most 8160, no saturation)
- * and vpmaddwd.  The tables' |v| <= 127 would saturate there: for IQ4_NL
- * plain AVX2 takes |v| against the activation bytes as they are
- * with v's sign (pairs at most 2 * 127 * 127), no offset, the same sum v a.
+ * elements, exactly sum v a, with AVX-VNNI's vpdpbusd.  vpmaddubsw would
+ * saturate there (|v| <= 127): plain AVX2 takes |v| against the activation
+ * bytes as they are with v's sign (pairs at most 2 * 127 * 127), no
+ * offset, the same sum v a.
  * Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree: q32_tile's
  * order, the bits of vec_dot. */
 
@@ -2477,16 +2428,8 @@ static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, 
             const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)b * bs;
             bt_fp16_t d16;
             memcpy(&d16, blk, 2);
-            __m256i v;
-            float dw;
-            if (mode == Q32_Q5_0) {
-                const bt_block_q5_0 *w = (const bt_block_q5_0 *)blk;
-                v = _mm256_sub_epi8(add_qh(nibbles32(w->qs), w->qh), _mm256_set1_epi8(16));
-                dw = h2f_fast(d16);
-            } else {
-                v = _mm256_shuffle_epi8(lut, nibbles32(blk + offsetof(bt_block_iq4_nl, qs)));
-                dw = h2f_fast(d16);
-            }
+            const __m256i v = _mm256_shuffle_epi8(lut, nibbles32(blk + offsetof(bt_block_iq4_nl, qs)));
+            const float dw = h2f_fast(d16);
             /* the groups' sums of v times -128: vpmaddubsw of 1s and v, then pairs */
             const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
             const __m256i off = _mm256_mullo_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), _mm256_set1_epi32(-128));
@@ -2512,14 +2455,13 @@ static inline __m256i t32_dot_avx2(__m256i off, __m256i u, __m256i v) {
 }
 
 /* one pass: lanes 4p .. 4p+3 of rows 8h .. 8h+7 for RN (<= 2) columns, every block */
-static inline __attribute__((always_inline)) void t32_pass_avx2(const int mode, const int RN, const int p, const int h,
-                                                                int64_t k, const uint8_t *panel,
-                                                                const void *const *acts, __m256 acc[2][4]) {
+static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, const int p, const int h, int64_t k,
+                                                                const uint8_t *panel, const void *const *acts,
+                                                                __m256 acc[2][4]) {
 #if defined(__AVXVNNI__)
     const bool sgn = false;
-    (void)mode;
 #else
-    const bool sgn = mode != Q32_Q5_0; /* |v| and the signed activation */
+    const bool sgn = true; /* |v| and the signed activation */
 #endif
     _Pragma("GCC unroll 2")
     for (int c = 0; c < RN; c++)
@@ -2557,12 +2499,12 @@ static inline __attribute__((always_inline)) void t32_pass_avx2(const int mode, 
 }
 
 /* rows row0 + 8h .. of columns dcols[0 .. RN) (RN <= 2), half h of a panel */
-static inline __attribute__((always_inline)) void t32_half_avx2(const int mode, const int RN, const int h, int64_t k,
+static inline __attribute__((always_inline)) void t32_half_avx2(const int RN, const int h, int64_t k,
                                                                 const uint8_t *panel, const void *const *acts,
                                                                 float *const *dcols, int64_t row0, int nrows) {
     __m256 lo[2][4], hi[2][4]; /* lanes 0..3, 4..7 */
-    t32_pass_avx2(mode, RN, 0, h, k, panel, acts, lo);
-    t32_pass_avx2(mode, RN, 1, h, k, panel, acts, hi);
+    t32_pass_avx2(RN, 0, h, k, panel, acts, lo);
+    t32_pass_avx2(RN, 1, h, k, panel, acts, hi);
     const int n = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
     _Pragma("GCC unroll 2")
     for (int c = 0; c < RN; c++) {
@@ -2575,14 +2517,13 @@ static inline __attribute__((always_inline)) void t32_half_avx2(const int mode, 
     }
 }
 
-static inline __attribute__((always_inline)) void t32_gemm_avx2(const int mode, int64_t k, const void *panel,
-                                                                const void *const *acts,
+static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const void *panel, const void *const *acts,
                                                                 int64_t ncols, float *const *dcols, int64_t row0,
                                                                 int nrows) {
     for (int h = 0; h < 2 && 8 * h < nrows; h++) {
         int64_t j = 0;
-        for (; j + 2 <= ncols; j += 2) t32_half_avx2(mode, 2, h, k, panel, acts + j, dcols + j, row0, nrows);
-        if (j < ncols) t32_half_avx2(mode, 1, h, k, panel, acts + j, dcols + j, row0, nrows);
+        for (; j + 2 <= ncols; j += 2) t32_half_avx2(2, h, k, panel, acts + j, dcols + j, row0, nrows);
+        if (j < ncols) t32_half_avx2(1, h, k, panel, acts + j, dcols + j, row0, nrows);
     }
 }
 
@@ -2590,9 +2531,8 @@ static inline __attribute__((always_inline)) void t32_gemm_avx2(const int mode, 
     static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack_avx2(mode, k, rows, panel); } \
     static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
                              float *const *dcols, int64_t row0, int nrows) {                                      \
-        t32_gemm_avx2(mode, k, panel, acts, ncols, dcols, row0, nrows);                                           \
+        t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                           \
     }
-T32_GEMM(q5_0, Q32_Q5_0)
 T32_GEMM(iq4_nl, Q32_IQ4_NL)
 
 #define FAST(name) dot_##name##_avx2
@@ -2732,13 +2672,6 @@ static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, i
             }
             dd = h2f(kind == Q32_Q4_1 ? w4->d : w5->d) * da;
             dm = h2f(kind == Q32_Q4_1 ? w4->m : w5->m) * da;
-        } else if (kind == Q32_Q5_0) {
-            const bt_block_q5_0 *w = (const void *)blk;
-            const uint8x16_t x = vld1q_u8(w->qs);
-            const uint32_t qh = qh_u32(w->qh);
-            lo = vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), q5_high_neon(qh, 0));
-            hi = vorrq_u8(vshrq_n_u8(x, 4), q5_high_neon(qh, 16));
-            dd = h2f(w->d) * da;
         } else {
             const bt_block_iq4_nl *w = (const void *)blk;
             const uint8x16_t x = vld1q_u8(w->qs);
@@ -2754,13 +2687,6 @@ static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, i
             continue;
         }
         const int32x4_t s0 = vpaddlq_s16(vpaddlq_s8(a0)), s1 = vpaddlq_s16(vpaddlq_s8(a1));
-        if (kind == Q32_Q5_0) { /* isum - 16 asum */
-            i0 = vsubq_s32(i0, vshlq_n_s32(s0, 4));
-            i1 = vsubq_s32(i1, vshlq_n_s32(s1, 4));
-            acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd));
-            acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd));
-            continue;
-        }
         acc0 = vfmaq_f32(vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd)), vcvtq_f32_s32(s0), vdupq_n_f32(dm));
         acc1 = vfmaq_f32(vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd)), vcvtq_f32_s32(s1), vdupq_n_f32(dm));
     }
@@ -2770,7 +2696,6 @@ static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, i
     *s = vget_lane_f32(t2, 0) + vget_lane_f32(t2, 1);
 }
 static void dot_q4_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q4_1, k, s, vw, va); }
-static void dot_q5_0_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q5_0, k, s, vw, va); }
 static void dot_q5_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q5_1, k, s, vw, va); }
 static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va) {
     dot_q32_neon(Q32_IQ4_NL, k, s, vw, va);
@@ -2789,8 +2714,7 @@ static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va)
            /* .vec_dot_ref  = */ dot_##name##_ref}
 
 static const struct bt_quant_dot quant_dots[BT_TYPE_COUNT] = {
-    ENTRY(BT_TYPE_Q4_1, q4_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q5_0, q5_0, BT_TYPE_Q8_0, q8_0),
-    ENTRY(BT_TYPE_Q5_1, q5_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K),
+    ENTRY(BT_TYPE_Q4_1, q4_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q5_1, q5_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q3_K, q3_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q4_K, q4_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_Q5_K, q5_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q6_K, q6_K, BT_TYPE_Q8_K, q8_K),
     ENTRY(BT_TYPE_IQ4_NL, iq4_nl, BT_TYPE_Q8_0, q8_0),
@@ -2850,10 +2774,10 @@ IQ_GEMM_EXPORT(iq1_s)
 #define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
-static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4};
+static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4, false};
 /* Q6_K's: d as the block's 2-byte scale (byte 208), then the 128 ql, 64 qh
  * and 16 scale bytes as 52 dwords */
-static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2};
+static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false};
 #ifdef HAVE_QDOT_AVX512
 /* Repacked Q6_K from 128 columns on through the GEMM's panel (kq_rpack):
  * bench ops --repacked, 1 thread, GFLOP per CPU-second, three alternating
@@ -2889,7 +2813,6 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
 #endif
 QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
-QTYPE(q5_0, q8_0, Q32_TILE_LIST(q5_0), T32_GEMM_OF(q5_0), NO_REPACK);
 QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
 QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);

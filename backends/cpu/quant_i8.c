@@ -1,20 +1,21 @@
-/* quant_i8.c - Q8_0, Q4_0 and MXFP4 weights on the CPU: their activation
- * format, dot product, decode tiles, packed GEMM and repacked kernels, and
- * their three entries in matmul.c's table of quantised weight types
- * (qtypes.h).
+/* quant_i8.c - Q8_0, Q4_0, Q5_0 and MXFP4 weights on the CPU: their
+ * activation format, dot product, decode tiles, packed GEMM and repacked
+ * kernels, and their four entries in matmul.c's table of quantised weight
+ * types (qtypes.h).
  *
  * Activation column (act_size(k) bytes, 64-byte multiple), nblk = k / 32:
  *   q [nblk][32] int8   element order; q = roundf(x / d)
  *   d [nblk]     float  d = max|x| / 127 of the block (kept in float; for
- *                       MXFP4 rounded to fp16 after q is made, as ggml's
- *                       Q8_0 columns keep it)
+ *                       Q5_0 and MXFP4 rounded to fp16 after q is made, as
+ *                       ggml's Q8_0 columns keep it)
  *   s [nblk]     int32  the sum of the block's 32 q
  *
  * One accumulation order per output element, on every path (plain C, the
  * AVX-512 dot and tiles, the GEMM): per block b the exact integer
  *   I_b = sum_i w_i q_i      (Q8_0: w = qs; Q4_0: w = nibble - 8)
- * (MXFP4: w = bt_mxfp4_values[nibble], element i's nibble the low one of
- * byte i for i < 16, the high one of byte i - 16 after)
+ * (Q5_0: w = (nibble | bit i of qh << 4) - 16; MXFP4: w =
+ * bt_mxfp4_values[nibble]; element i's nibble the low one of byte i for
+ * i < 16, the high one of byte i - 16 after)
  * then, blocks in increasing order from acc = +0,
  *   acc = fma((float)I_b, dw_b * d_b, acc)
  * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e); |I_b| <
@@ -43,8 +44,9 @@
  *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
  *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
  *     the 8 rows' I_b into one vector and take the 8 rows' fma at once,
- *     the repacked weights a row per lane (section "AVX2" below).  MXFP4
- *     runs these 256-bit kernels on every x86 build, AVX-512 ones too.
+ *     the repacked weights a row per lane (section "AVX2" below).  Q5_0
+ *     and MXFP4 run these 256-bit kernels on every x86 build, AVX-512 ones
+ *     too.
  *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
@@ -69,10 +71,13 @@
 
 #define I8_QK 32
 
-/* the weight types of the kernels below that are written once for all three */
-enum i8_kind { I8_Q8, I8_Q4, I8_MX };
+/* the weight types of the kernels below that are written once for all four */
+enum i8_kind { I8_Q8, I8_Q4, I8_MX, I8_Q5 };
 static inline size_t i8_block_bytes(const int kind) {
-    return kind == I8_Q8 ? sizeof(bt_block_q8_0) : kind == I8_Q4 ? sizeof(bt_block_q4_0) : sizeof(bt_block_mxfp4);
+    return kind == I8_Q8   ? sizeof(bt_block_q8_0)
+           : kind == I8_Q4 ? sizeof(bt_block_q4_0)
+           : kind == I8_Q5 ? sizeof(bt_block_q5_0)
+                           : sizeof(bt_block_mxfp4);
 }
 
 /* ---- the activation column ---------------------------------------------------- */
@@ -143,6 +148,14 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
             for (int i = 0; i < I8_QK / 2; i++)
                 isum += ((int32_t)(w->qs[i] & 15) - 8) * qa[i] + ((int32_t)(w->qs[i] >> 4) - 8) * qa[i + I8_QK / 2];
             dw = bt_fp16_to_fp32(w->d);
+        } else if (type == BT_TYPE_Q5_0) {
+            const bt_block_q5_0 *w = (const bt_block_q5_0 *)w_row + b;
+            uint32_t qh;
+            memcpy(&qh, w->qh, sizeof qh);
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += ((int32_t)((w->qs[i] & 15) | (qh >> i & 1) << 4) - 16) * qa[i] +
+                        ((int32_t)((w->qs[i] >> 4) | (qh >> (i + 16) & 1) << 4) - 16) * qa[i + I8_QK / 2];
+            dw = bt_fp16_to_fp32(w->d);
         } else {
             const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)w_row + b;
             for (int i = 0; i < I8_QK / 2; i++)
@@ -156,15 +169,18 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
 }
 static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
 static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
+static void dot_q5_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q5_0, k, s, w, a); }
 static void dot_mxfp4_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_MXFP4, k, s, w, a); }
 
 /* the repacked layout (qtypes.h): payload = the quants, Q8_0 as unsigned
  * bytes (w + 128), Q4_0 and MXFP4 as they are (a lane's low nibbles elements
- * 4v .. 4v+3, its high nibbles 16+4v ..); MXFP4's scale the E8M0 byte */
+ * 4v .. 4v+3, its high nibbles 16+4v ..), Q5_0 its fifth bits reordered
+ * (bt_cpu_qh_order) then its nibbles as Q4_0's; MXFP4's scale the E8M0 byte */
 #define RP_ROWS 16
-static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2};
-static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2};
-static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1};
+static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2, false};
+static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2, false};
+static const struct bt_cpu_rp_layout rp_q5_0 = {0, 2, 5, 0u, 2, true};
+static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1, false};
 
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
@@ -638,15 +654,16 @@ I8_DEFS(q4_0, false)
  * where the build has AVX-VNNI.  Q8_0's signed weights go in as |w|
  * against a with w's sign (vpsignb; |w| <= 128, so a pair is at most
  * 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the nibble (w + 8)
- * with 8 s_b taken off after, MXFP4's as its table value + 16 (4 .. 28)
- * with 16 s_b taken off.  The lanes' sum is exact, and
+ * with 8 s_b taken off after, Q5_0's as nibble | fifth bit << 4 (w + 16,
+ * 0 .. 31) and MXFP4's as its table value + 16 (4 .. 28), both with 16 s_b
+ * taken off.  The lanes' sum is exact, and
  * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
  * rows, each row's block unpacked once for the tile's columns).  Builds
- * with AVX-512 VNNI run the section's MXFP4 kernels only. */
+ * with AVX-512 VNNI run the section's Q5_0 and MXFP4 kernels only. */
 
 /* the offset the unsigned weight bytes carry, taken off through s (Q8_0's
  * signs go onto the activation instead) */
-static inline int i8_off(const int kind) { return kind == I8_Q8 ? 0 : kind == I8_Q4 ? 8 : 16; }
+static inline int i8_off(const int kind) { return kind == I8_Q8 ? 0 : kind == I8_Q4 ? 8 : 16; } /* Q5_0, MXFP4: 16 */
 
 /* MXFP4's table + 16 in both 128-bit lanes, for vpshufb */
 static inline __m256i mx_lut16(void) {
@@ -671,7 +688,9 @@ static inline __m256 mx_scales8(const uint8_t *e) {
 /* a block's scale dw */
 static inline float i8_block_scale(const int kind, const char *blk) {
     if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    return _cvtsh_ss(kind == I8_Q8 ? ((const bt_block_q8_0 *)blk)->d : ((const bt_block_q4_0 *)blk)->d);
+    bt_fp16_t d; /* first in the other three */
+    memcpy(&d, blk, sizeof d);
+    return _cvtsh_ss(d);
 }
 /* its 32 weights for bt_cpu_dot4_avx2: *u the unsigned bytes, *w the
  * signed ones whose signs go onto the activation (Q8_0) */
@@ -680,6 +699,11 @@ static inline __attribute__((always_inline)) void i8_block_u8(const int kind, co
     if (kind == I8_Q8) {
         *w = _mm256_loadu_si256((const __m256i *)((const bt_block_q8_0 *)blk)->qs);
         *u = _mm256_abs_epi8(*w);
+        return;
+    }
+    if (kind == I8_Q5) {
+        const bt_block_q5_0 *q = (const bt_block_q5_0 *)blk;
+        *u = *w = _mm256_or_si256(bt_cpu_nibbles32_avx2(q->qs), bt_cpu_q5_bits_avx2(q->qh));
         return;
     }
     const uint8_t *qs = kind == I8_Q4 ? ((const bt_block_q4_0 *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs;
@@ -755,7 +779,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nblk; b++) {
-        uint16_t d[8]; /* the rows' fp16 scales (first in Q8_0's and Q4_0's blocks) */
+        uint16_t d[8]; /* the rows' fp16 scales (first in Q8_0's, Q4_0's and Q5_0's blocks) */
         uint8_t e[8];  /* or MXFP4's E8M0 ones */
         __m256i w[8], u[8];
         _Pragma("GCC unroll 8")
@@ -802,10 +826,29 @@ static inline __m256 rp_scales8(const int kind, const uint8_t *sc, const int h) 
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
 }
 
-/* Q8_0, Q4_0 and MXFP4 repacked on AVX2: rp_tile's arithmetic (a block at a
- * time) on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each
- * vector: 8 rows' 4 bytes).  Q4_0 and MXFP4: vpdpbusd as bt_cpu_dot4_avx2
- * (the nibbles, or MXFP4's table + 16, against int8: exact), from -off s.
+/* the unsigned weight bytes of 8 rows' step v (0 .. 3) of a repacked block
+ * from its vector of nibbles x: *lo elements 4v .. 4v+3 of each row, *hi
+ * 16+4v ..; Q5_0's fifth bits from P, its vector of them (bt_cpu_qh_order) */
+static inline __attribute__((always_inline)) void rp_nib_u8(const int kind, __m256i x, __m256i P, const int v,
+                                                            __m256i lut, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    *lo = _mm256_and_si256(x, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    if (kind == I8_Q5) {
+        const __m256i m10 = _mm256_set1_epi8(0x10);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi32(P, 4 - v), m10));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi32(P, v), m10));
+    } else {
+        *lo = i8_nib_u8(kind, *lo, lut);
+        *hi = i8_nib_u8(kind, *hi, lut);
+    }
+}
+
+/* Q8_0, Q4_0, Q5_0 and MXFP4 repacked on AVX2: rp_tile's arithmetic (a block
+ * at a time) on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of
+ * each vector: 8 rows' 4 bytes).  Q4_0, Q5_0 and MXFP4: vpdpbusd as
+ * bt_cpu_dot4_avx2 (the nibbles, Q5_0's with their fifth bits, or MXFP4's
+ * table + 16, against int8: exact), from -off s.
  * Q8_0: the repacked bytes w + 128 (up to
  * 255 against int8 could saturate vpmaddubsw) back to w, then |w| against
  * the activation with w's sign (pairs at most 2 * 128 * 127), from 0: the
@@ -817,7 +860,7 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
     const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
     const size_t bs = i8_block_bytes(kind);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80), lut = mx_lut16();
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), lut = mx_lut16();
     struct i8col a[8];
     __m256 acc[8];
     _Pragma("GCC unroll 8")
@@ -843,11 +886,12 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
                 I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(ax, _mm256_sign_epi8(av, x)));
             }
         }
+        const int v0 = kind == I8_Q5; /* Q5_0's nibbles after its fifth bits */
+        const __m256i P = kind == I8_Q5 ? _mm256_loadu_si256((const __m256i *)w) : _mm256_setzero_si256();
         _Pragma("GCC unroll 4")
         for (int v = 0; !q8 && v < 4; v++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v));
-            const __m256i lo = i8_nib_u8(kind, _mm256_and_si256(x, m4), lut);
-            const __m256i hi = i8_nib_u8(kind, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), lut);
+            __m256i lo, hi;
+            rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * (v0 + v))), P, v, lut, &lo, &hi);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
@@ -865,18 +909,18 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
 
 /* The same sums for both halves of a block at once, in tiles of at most 2
  * columns: for few columns (decode), where a broadcast then serves 16 rows
- * and the group's bytes pass through L1 once; Q4_0's and MXFP4's pairs
+ * and the group's bytes pass through L1 once; the pairs of the nibble types
  * summed as int16 first, then vpmaddwd by ones: Q4_0's 8 pairs of nibbles
- * against int8 a row lane (below 2^15), MXFP4's 4 (its bytes reach 28).
- * The same integers. */
+ * against int8 a row lane (8 * 2 * 15 * 127 < 2^15), MXFP4's and Q5_0's 4
+ * (their bytes reach 28 and 31: 4 * 2 * 31 * 127 < 2^15).  The same
+ * integers. */
 static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int kind, const int RN, int64_t k,
                                                                     const uint8_t *g, const void *const *acts,
                                                                     float *const *dcols, int64_t row0) {
     const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
     const size_t bs = i8_block_bytes(kind);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-    const __m256i lut = mx_lut16();
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), lut = mx_lut16();
     struct i8col a[2];
     __m256 acc[2][2];
     _Pragma("GCC unroll 2")
@@ -909,7 +953,12 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
             }
         }
         if (!q8) {
-            const int run = kind == I8_MX ? 2 : 4; /* v steps summed as int16 */
+            const int run = kind == I8_Q4 ? 4 : 2; /* v steps summed as int16 */
+            const int v0 = kind == I8_Q5;         /* Q5_0's nibbles after its fifth bits */
+            __m256i P[2];
+            _Pragma("GCC unroll 2")
+            for (int hf = 0; hf < 2; hf++)
+                P[hf] = kind == I8_Q5 ? _mm256_loadu_si256((const __m256i *)(w + 32 * hf)) : _mm256_setzero_si256();
             __m256i p[2][2];
             _Pragma("GCC unroll 4")
             for (int v = 0; v < 4; v++) {
@@ -919,11 +968,9 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
                 }
                 __m256i lo[2], hi[2];
                 _Pragma("GCC unroll 2")
-                for (int hf = 0; hf < 2; hf++) {
-                    const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 64 * v + 32 * hf));
-                    lo[hf] = i8_nib_u8(kind, _mm256_and_si256(x, m4), lut);
-                    hi[hf] = i8_nib_u8(kind, _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), lut);
-                }
+                for (int hf = 0; hf < 2; hf++)
+                    rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * (v0 + v) + 32 * hf)), P[hf], v, lut,
+                              &lo[hf], &hi[hf]);
                 _Pragma("GCC unroll 2")
                 for (int c = 0; c < RN; c++) {
                     const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
@@ -989,17 +1036,20 @@ RP_I8_AVX2(q4_0, I8_Q4)
 #define FAST(name) dot_##name##_avx2
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0
 #endif
+I8_AVX2_DEFS(q5_0, I8_Q5)
+RP_I8_AVX2(q5_0, I8_Q5)
 I8_AVX2_DEFS(mxfp4, I8_MX)
 RP_I8_AVX2(mxfp4, I8_MX)
-#define MX_TILES I8_AVX2_TILES(mxfp4)
-#define MX_GEMM 0, NULL, NULL, NULL
-#define MX_FAST dot_mxfp4_avx2
-#define MX_REPACK &rp_mxfp4, rgemm_mxfp4, NULL, 0
+/* Q5_0's and MXFP4's kernels on every x86 build (W: a type's name) */
+#define W_TILES(name) I8_AVX2_TILES(name)
+#define W_GEMM(name) 0, NULL, NULL, NULL
+#define W_FAST(name) dot_##name##_avx2
+#define W_REPACK(name) &rp_##name, rgemm_##name, NULL, 0
 #elif defined(HAVE_I8_NEON)
 /* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
  * dot_ref's I_b and float step per output element.  A block's weights are
  * 32 signed bytes in element order (Q4_0: the nibble - 8, in [-8, 7];
- * MXFP4: its table value, by tbl), its
+ * Q5_0: its 5-bit value - 16; MXFP4: its table value, by tbl), its
  * activation's 32 q; the products summed in 4 int32 lanes: sdot where the
  * build has dotprod, else smull / smull2 to int16 (no overflow: one
  * product at most 128 * 128) and sadalp into int32.  With i8mm, the tiles'
@@ -1020,6 +1070,19 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
         const uint8x16_t x = vld1q_u8(((const bt_block_q4_0 *)blk)->qs);
         *w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
         *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
+    } else if (kind == I8_Q5) {
+        const bt_block_q5_0 *q = (const bt_block_q5_0 *)blk;
+        const uint8x16_t x = vld1q_u8(q->qs);
+        uint32_t qh;
+        memcpy(&qh, q->qh, sizeof qh);
+        /* byte j of h0 (h1): bit j (16 + j) of qh tested, 16 where set */
+        const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+        const uint8x16_t h0 = vcombine_u8(vdup_n_u8((uint8_t)qh), vdup_n_u8((uint8_t)(qh >> 8)));
+        const uint8x16_t h1 = vcombine_u8(vdup_n_u8((uint8_t)(qh >> 16)), vdup_n_u8((uint8_t)(qh >> 24)));
+        const uint8x16_t s16 = vdupq_n_u8(16);
+        *w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bit), s16))),
+                       vdupq_n_s8(16));
+        *w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(x, 4), vandq_u8(vtstq_u8(h1, bit), s16))), vdupq_n_s8(16));
     } else {
         const int8x16_t tab = vld1q_s8(bt_mxfp4_values);
         const uint8x16_t x = vld1q_u8(((const bt_block_mxfp4 *)blk)->qs);
@@ -1030,7 +1093,7 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
 /* its scale as float */
 static inline float i8_scale_neon(const int kind, const char *blk) {
     if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    bt_fp16_t d; /* first in both block types */
+    bt_fp16_t d; /* first in the other three block types */
     memcpy(&d, blk, sizeof d);
     return bt_fp16_to_fp32(d);
 }
@@ -1087,7 +1150,7 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, 
     }
     for (int64_t b = 0; b < nblk; b++) {
         int8x16_t w0[4], w1[4];
-        uint16_t d[4]; /* the rows' fp16 scales (first in Q8_0's and Q4_0's blocks) */
+        uint16_t d[4]; /* the rows' fp16 scales (first in Q8_0's, Q4_0's and Q5_0's blocks) */
         float dm[4];   /* or MXFP4's */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
@@ -1166,6 +1229,7 @@ static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, in
     I8_NEON_TILE(name, kind, 4)
 I8_NEON_DEFS(q8_0, I8_Q8)
 I8_NEON_DEFS(q4_0, I8_Q4)
+I8_NEON_DEFS(q5_0, I8_Q5)
 I8_NEON_DEFS(mxfp4, I8_MX)
 
 #define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
@@ -1180,25 +1244,25 @@ I8_NEON_DEFS(mxfp4, I8_MX)
 #define FAST(name) dot_##name##_ref
 #define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #endif
-#ifndef MX_TILES /* MXFP4 as the other two (x86 has its own kernels above) */
-#define MX_TILES I8_TILES(mxfp4)
-#define MX_GEMM I8_GEMM(mxfp4)
-#define MX_FAST FAST(mxfp4)
-#define MX_REPACK I8_REPACK(mxfp4)
+#ifndef W_TILES /* Q5_0 and MXFP4 as the other two (x86 has their kernels above) */
+#define W_TILES(name) I8_TILES(name)
+#define W_GEMM(name) I8_GEMM(name)
+#define W_FAST(name) FAST(name)
+#define W_REPACK(name) I8_REPACK(name)
 #endif
 
-/* MXFP4's activation columns: the same q and s, d rounded to fp16 as ggml's
- * block_q8_0 keeps it, so that the products are llama.cpp's (whose MXFP4
- * dot takes Q8_0 columns) to the float order */
+/* Q5_0's and MXFP4's activation columns: the same q and s, d rounded to
+ * fp16 as ggml's block_q8_0 keeps it, so that the products are llama.cpp's
+ * (whose Q5_0 and MXFP4 dots take Q8_0 columns) to the float order */
 static void i8_round_d16(void *y, int64_t k) {
     float *d = (float *)((char *)y + (size_t)(k / I8_QK) * I8_QK);
     for (int64_t b = 0; b < k / I8_QK; b++) d[b] = bt_fp16_to_fp32(bt_fp32_to_fp16(d[b]));
 }
-static void mx_quantize_ref(const float *x, void *y, int64_t k) {
+static void d16_quantize_ref(const float *x, void *y, int64_t k) {
     i8_quantize_ref(x, y, k);
     i8_round_d16(y, k);
 }
-static void mx_quantize(const float *x, void *y, int64_t k) {
+static void d16_quantize(const float *x, void *y, int64_t k) {
     I8_QUANTIZE(x, y, k);
     i8_round_d16(y, k);
 }
@@ -1220,5 +1284,7 @@ static void mx_quantize(const float *x, void *y, int64_t k) {
 #define I8_ACT "int8 blocks of 32, float scale, block sums"
 I8_QTYPE(q8_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q8_0), I8_TILES(q8_0), I8_GEMM(q8_0), I8_REPACK(q8_0));
 I8_QTYPE(q4_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q4_0), I8_TILES(q4_0), I8_GEMM(q4_0), I8_REPACK(q4_0));
-I8_QTYPE(mxfp4, "int8 blocks of 32, fp16-valued float scale, block sums", mx_quantize, mx_quantize_ref, MX_FAST,
-         MX_TILES, MX_GEMM, MX_REPACK);
+#define D16_ACT "int8 blocks of 32, fp16-valued float scale, block sums"
+I8_QTYPE(q5_0, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(q5_0), W_TILES(q5_0), W_GEMM(q5_0), W_REPACK(q5_0));
+I8_QTYPE(mxfp4, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(mxfp4), W_TILES(mxfp4), W_GEMM(mxfp4),
+         W_REPACK(mxfp4));

@@ -1,7 +1,8 @@
 /* repack.c - the CPU's repacked weights (cpu.h): which tensors can be
  * repacked, the repack at load and its inverse, group by group in the one
  * layout of qtypes.h (each type's entry says where its scale and payload
- * sit: quant_i8.c for Q8_0 and Q4_0, quant_dot.c for Q4_K and Q6_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
+ * sit: quant_i8.c for Q8_0, Q4_0, Q5_0 and MXFP4, quant_dot.c for Q4_K and
+ * Q6_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
 #include "baton/cpu.h"
 #include "qtypes.h"
@@ -24,6 +25,7 @@ static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *g
                 uint32_t x;
                 memcpy(&x, blk + L->q_pos + 4 * u, 4);
                 x ^= L->xr;
+                if (u == 0 && L->qh0) x = bt_cpu_qh_order(x);
                 memcpy((uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, &x, 4);
             }
         }

@@ -177,7 +177,8 @@ enum bt_status bt_cli_model_open(const struct bt_random_model *m, bt_transport *
 /* The weight types a random model can have: those baton quantises to whose
  * blocks fit small models (32 values). */
 static bool parse_type(const char *s, enum bt_type *t) {
-    const enum bt_type ok[] = {BT_TYPE_F32, BT_TYPE_F16, BT_TYPE_BF16, BT_TYPE_Q8_0, BT_TYPE_Q4_0};
+    const enum bt_type ok[] = {BT_TYPE_F32,  BT_TYPE_F16,  BT_TYPE_BF16, BT_TYPE_Q8_0,
+                               BT_TYPE_Q4_0, BT_TYPE_Q4_1, BT_TYPE_Q5_0, BT_TYPE_Q5_1};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         if (!strcmp(s, bt_type_name(ok[i]))) {
             *t = ok[i];
@@ -232,7 +233,7 @@ void bt_cli_model_help(FILE *f, const struct bt_random_model *m, bool file) {
         snprintf(text, sizeof text, "%s [%ld, %ld]", o->help, o->lo, o->hi);
         fprintf(f, "  %-20s %-50s (default %ld)\n", flag, text, get_int(m, o));
     }
-    fprintf(f, "  %-20s %-50s (default %s)\n", "--type T", "weight type: f32 f16 bf16 q8_0 q4_0", bt_type_name(m->type));
+    fprintf(f, "  %-20s %-50s (default %s)\n", "--type T", "weights: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1", bt_type_name(m->type));
     fprintf(f, "  %-20s %-50s (default %llu)\n", "--seed N", "the weights [0, 2^64-1]", (unsigned long long)m->seed);
 }
 
@@ -260,7 +261,7 @@ bool bt_cli_model_option(struct bt_random_model *m, int code, const char *value,
         return true;
     case OPT_TYPE:
         if (!parse_type(value, &m->type)) {
-            snprintf(err, n, "--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0", value);
+            snprintf(err, n, "--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1", value);
             return false;
         }
         return true;
