@@ -1,4 +1,4 @@
-/* test_repack.c - the CPU's repacked Q8_0 / Q4_0 / Q5_0 / MXFP4 / Q4_K / Q6_K weights (cpu.h,
+/* test_repack.c - the CPU's repacked weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q6_K; cpu.h,
  * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
  * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
  * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
@@ -13,13 +13,13 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type rp_types[6] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K,
-                                        BT_TYPE_Q6_K, BT_TYPE_MXFP4, BT_TYPE_Q5_0};
-#define N_RP 6
+static const enum bt_type rp_types[9] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K,  BT_TYPE_MXFP4,
+                                        BT_TYPE_Q5_0, BT_TYPE_Q4_1, BT_TYPE_Q5_1, BT_TYPE_IQ4_NL};
+#define N_RP 9
 
 /* the types scramble changes (the second round of test_mul_mat_bitwise) */
 static bool is_scrambled(enum bt_type t) {
-    return t == BT_TYPE_Q4_K || t == BT_TYPE_Q6_K || t == BT_TYPE_MXFP4 || t == BT_TYPE_Q5_0;
+    return t != BT_TYPE_Q8_0 && t != BT_TYPE_Q4_0;
 }
 
 /* Q4_K: every block's 12 scale bytes and 128 quant bytes random (d and dmin
@@ -28,9 +28,9 @@ static bool is_scrambled(enum bt_type t) {
  * scale from -128 to 127); MXFP4: every nibble random, but an eighth of
  * the blocks all 12 (the largest value, against test_mul_mat_bitwise's
  * block of 127s: the int16 sums' bound), a fourth of the blocks' E8M0
- * scales 0 .. 3 (the denormal scales), the rest 100 .. 139; Q5_0: every
- * nibble and fifth bit random, but an eighth of the blocks all 31 (the
- * int16 sums' bound again) */
+ * scales 0 .. 3 (the denormal scales), the rest 100 .. 139; Q5_0, Q4_1,
+ * Q5_1, IQ4_NL: every nibble and fifth bit random, but an eighth of the
+ * blocks all 31, 15 or -127 (the int16 sums' bound again) */
 static void scramble(struct bt_tensor *w, tu_rng *r) {
     if (w->type == BT_TYPE_Q4_K) {
         const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
@@ -54,13 +54,16 @@ static void scramble(struct bt_tensor *w, tu_rng *r) {
             b->e = (uint8_t)(i % 4 == 0 ? tu_rng_int(r, 4) : 100 + tu_rng_int(r, 40));
             for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = i % 8 == 1 ? 0x77 : (uint8_t)tu_rng_int(r, 256);
         }
-    } else if (w->type == BT_TYPE_Q5_0) {
-        const size_t n = bt_nbytes(w) / sizeof(bt_block_q5_0);
-        for (size_t i = 0; i < n; i++) {
-            bt_block_q5_0 *b = (bt_block_q5_0 *)w->data + i;
-            for (size_t j = 0; j < sizeof b->qh; j++) b->qh[j] = i % 8 == 1 ? 0xff : (uint8_t)tu_rng_int(r, 256);
-            for (size_t j = 0; j < sizeof b->qs; j++) b->qs[j] = i % 8 == 1 ? 0xff : (uint8_t)tu_rng_int(r, 256);
-        }
+    } else if (w->type == BT_TYPE_Q5_0 || w->type == BT_TYPE_Q4_1 || w->type == BT_TYPE_Q5_1 ||
+               w->type == BT_TYPE_IQ4_NL) {
+        /* the quants after the fp16 scale (Q5_0, IQ4_NL) or scale and min (Q4_1, Q5_1); Q5_0's and Q5_1's fifth
+         * bits first; IQ4_NL's extreme blocks all -127 */
+        const size_t bs = bt_row_size(w->type, 32), n = bt_nbytes(w) / bs;
+        const size_t q0 = w->type == BT_TYPE_Q4_1 || w->type == BT_TYPE_Q5_1 ? 4 : 2;
+        const uint8_t top = w->type == BT_TYPE_IQ4_NL ? 0x00 : 0xff;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = q0; j < bs; j++)
+                ((uint8_t *)w->data)[i * bs + j] = i % 8 == 1 ? top : (uint8_t)tu_rng_int(r, 256);
     }
 }
 
@@ -219,7 +222,7 @@ START_TEST(test_reference_path) {
 }
 END_TEST
 
-/* which tensors can be repacked: Q8_0, Q4_0, Q5_0, MXFP4, Q4_K and Q6_K (where the build
+/* which tensors can be repacked: the 32-element types, Q4_K and Q6_K (where the build
  * has the kernels; not Q5_K), whole groups of 16 rows, whole tensors */
 /* the repack buffer type (the CPU backend's weight buffer type): a weight
  * set there whole, or by whole experts as a rank that holds some sets them,
@@ -282,6 +285,9 @@ START_TEST(test_repackable) {
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q6_K));
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_MXFP4));
     ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q5_0));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q4_1));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_Q5_1));
+    ck_assert(have == bt_cpu_weight_repack_available(BT_TYPE_IQ4_NL));
     ck_assert(!bt_cpu_weight_repack_available(BT_TYPE_Q5_K));
     struct bt_tensor *q8 = bt_new_tensor_2d(ctx, BT_TYPE_Q8_0, 64, 32);
     struct bt_tensor *q4 = bt_new_tensor_3d(ctx, BT_TYPE_Q4_0, 64, 16, 3);

@@ -201,10 +201,10 @@ const struct bt_cpu_qtype *bt_cpu_qtype_of(enum bt_type weight_type);
 /* entries (each defined in the file named) */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q8_0; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q4_0; /* quant_i8.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q4_1; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q5_0; /* quant_i8.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_dot.c */
-extern const struct bt_cpu_qtype bt_cpu_qtype_iq4_nl; /* quant_dot.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_q5_1; /* quant_i8.c */
+extern const struct bt_cpu_qtype bt_cpu_qtype_iq4_nl; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_mxfp4; /* quant_i8.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q2_K; /* quant_dot.c */
 extern const struct bt_cpu_qtype bt_cpu_qtype_q3_K; /* quant_dot.c */

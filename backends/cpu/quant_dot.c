@@ -1,18 +1,14 @@
-/* quant_dot.c - dot products of quantised weight rows (Q4_1, Q5_1,
- * IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with int8-quantised activation columns
- * (Q8_0 blocks for the 32-element types, Q8_K for the K-quants), their
- * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the K-quants
- * (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S) and
- * IQ4_NL (Q5_0 and MXFP4 take Q4_0's order: quant_i8.c).
+/* quant_dot.c - dot products of the K-quants' weight rows (Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K) with int8-quantised activation columns (Q8_K), their
+ * entries in matmul.c's table (qtypes.h), and the packed GEMMs of the
+ * K-quants (IQ4_XS's and the lattice IQ types' too, as kinds KQI4 .. KQI1S).
+ * The 32-element types are quant_i8.c's.
  *
  * As in ggml, each weight block's dot is made of exact integers (the sums of
  * q_w * q_a, and for types with a min or an offset the activation sums);
- * only the float accumulation has an order, and it is fixed per type:
- *   - Q2_K .. Q6_K: one float accumulator, one or two fused steps per block
- *     on the block's two integers (kq_step, described above dot_kq_ref);
- *   - Q4_1, Q5_1, IQ4_NL: 8 float lanes, each lane taking the integers of the
- *     same 4-element groups in every block (the groups vpdpbusd gathers),
- *     then a fixed tree of sums.
+ * only the float accumulation has an order, and it is fixed per type: one
+ * float accumulator, one or two fused steps per block on the block's two
+ * integers (kq_step, described above dot_kq_ref).
  * The plain C versions (dot_*_ref) spell the order out; the AVX-512 versions,
  * the AVX2 ones (builds without AVX-512), the NEON dots (aarch64) and
  * the tiles compute the same
@@ -44,114 +40,6 @@
 static inline float h2f(bt_fp16_t h) { return bt_fp16_to_fp32(h); }
 
 /* ---- plain C ---------------------------------------------------------------- */
-
-/* element j (0..31) of a Q5 block's 5-bit value: nibble and bit j of qh */
-static inline int q5_get(const uint8_t *qs, uint32_t qh, int j) {
-    const int lo = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
-    return lo | (int)(((qh >> j) & 1) << 4);
-}
-static inline uint32_t qh_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The 32-element types of the vector tiles and packed GEMMs by mode (the x86
- * tiles take the numbers, NEON's dot the names): a block's bytes and where
- * its nibbles begin */
-enum q32_kind { Q32_Q4_1, Q32_Q5_1, Q32_IQ4_NL };
-static inline size_t q32_block_bytes(int mode) {
-    return mode == Q32_Q4_1   ? sizeof(bt_block_q4_1)
-           : mode == Q32_Q5_1 ? sizeof(bt_block_q5_1)
-                              : sizeof(bt_block_iq4_nl);
-}
-static inline size_t q32_qs_offset(int mode) {
-    return mode == Q32_Q4_1   ? offsetof(bt_block_q4_1, qs)
-           : mode == Q32_Q5_1 ? offsetof(bt_block_q5_1, qs)
-                              : offsetof(bt_block_iq4_nl, qs);
-}
-
-/* Q4_1 and Q5_1 keep 8 float lanes per dot: lane l takes, per block, the
- * exact integers of elements 4l .. 4l+3 (the bytes vpdpbusd gathers into a
- * lane): isum_l (sum of q_w * q_a) and asum_l (sum of q_a), as
- *     acc[l] = fma(isum_l, dw * da, acc[l]); acc[l] = fma(asum_l, mw * da, acc[l])
- * and at the end the fixed tree hsum8 (lanes l + 4, then + 2, + 1). */
-static float hsum8(const float a[8]) {
-    float t4[4], t2[2];
-    for (int i = 0; i < 4; i++) t4[i] = a[i] + a[i + 4];
-    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
-    return t2[0] + t2[1];
-}
-
-/* lane sums of one 32-element block: q[32] unsigned weights, a the activations */
-static void lanes32(const int *q, const int8_t *a, int isum[8], int asum[8]) {
-    for (int l = 0; l < 8; l++) {
-        isum[l] = asum[l] = 0;
-        for (int i = 4 * l; i < 4 * l + 4; i++) {
-            isum[l] += q[i] * a[i];
-            asum[l] += a[i];
-        }
-    }
-}
-
-static void dot_q4_1_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q4_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc[8] = {0};
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        int q[32], isum[8], asum[8];
-        for (int j = 0; j < 16; j++) {
-            q[j] = w[b].qs[j] & 0xF;
-            q[j + 16] = w[b].qs[j] >> 4;
-        }
-        lanes32(q, a[b].qs, isum, asum);
-        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
-        for (int l = 0; l < 8; l++) {
-            acc[l] = fmaf((float)isum[l], dd, acc[l]);
-            acc[l] = fmaf((float)asum[l], dm, acc[l]);
-        }
-    }
-    *s = hsum8(acc);
-}
-
-static void dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_q5_1 *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc[8] = {0};
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint32_t qh = qh_u32(w[b].qh);
-        int q[32], isum[8], asum[8];
-        for (int j = 0; j < 32; j++) q[j] = q5_get(w[b].qs, qh, j);
-        lanes32(q, a[b].qs, isum, asum);
-        const float da = h2f(a[b].d), dd = h2f(w[b].d) * da, dm = h2f(w[b].m) * da;
-        for (int l = 0; l < 8; l++) {
-            acc[l] = fmaf((float)isum[l], dd, acc[l]);
-            acc[l] = fmaf((float)asum[l], dm, acc[l]);
-        }
-    }
-    *s = hsum8(acc);
-}
-
-/* IQ4_NL: q = the table value of each nibble (signed), in lanes32's
- * order with one fma per lane and block:
- *     acc[l] = fma(isum_l, d * da, acc[l])
- * the AVX-512 path takes the table values + 128 as unsigned bytes and 128
- * asum_l off, the same integer. */
-static void dot_iq4_nl_ref(int64_t k, float *s, const void *vw, const void *va) {
-    const bt_block_iq4_nl *w = vw;
-    const bt_block_q8_0 *a = va;
-    float acc[8] = {0};
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const float dw = h2f(w[b].d);
-        int q[32], isum[8], asum[8];
-        for (int j = 0; j < 16; j++) {
-            q[j] = bt_iq4nl_values[w[b].qs[j] & 0xF];
-            q[j + 16] = bt_iq4nl_values[w[b].qs[j] >> 4];
-        }
-        lanes32(q, a[b].qs, isum, asum);
-        const float dd = dw * h2f(a[b].d);
-        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)isum[l], dd, acc[l]);
-    }
-    *s = hsum8(acc);
-}
 
 /* 2-bit field of element j (0..255) in Q2_K / Q3_K's qs */
 static inline int q2_get(const uint8_t *qs, int j) {
@@ -334,38 +222,6 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * int32 lanes (vpdpwssd); offsets (Q3_K's 4, Q6_K's 32) come off
  * exactly through the activation sums. */
 #if defined(HAVE_QDOT_AVX512) || defined(HAVE_QDOT_AVX2)
-/* IQ4_NL's packed GEMM: one panel layout
- * for AVX-512 and AVX2, T32_PB bytes a block (see the AVX-512 section), from
- * T32_GEMM_MIN_COLS columns on; each section defines qpack_ and qgemm_. */
-#define T32_PB 1088
-#define T32_GEMM_MIN_COLS 8
-#define T32_GEMM_OF(name) T32_GEMM_MIN_COLS, t32_panel_size, qpack_##name, qgemm_##name
-static size_t t32_panel_size(int64_t k) { return (size_t)(k / BT_QK) * T32_PB; }
-/* The GEMM's passes read a column's activation bytes + 128 four at a time,
- * broadcast to every row lane.  Made in registers they cost a shift and a
- * broadcast per group, both on the shuffle port; so a pass first writes
- * T32_KC blocks of them (and the blocks' da) for its columns to memory, and
- * the kernel broadcasts from there (a load, no shuffle): prompt rows 1.17x
- * (docs/benchmarks.md).  The integers and float steps are unchanged. */
-#define T32_KC 64
-struct t32_acts {
-    _Alignas(64) uint8_t au[4][T32_KC][16];
-    float da[4][T32_KC];
-};
-/* blocks b0 .. b0+nb of RN columns: half p of each block's bytes + 128 (unsigned for vpdpbusd /
- * vpmaddubsw; as they are where raw), and its d */
-static inline __attribute__((always_inline)) void t32_acts_fill(const int RN, const int p, const void *const *acts,
-                                                                int64_t b0, int nb, struct t32_acts *t,
-                                                                const bool raw) {
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        for (int j = 0; j < nb; j++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b0 + j;
-            const __m128i x = _mm_loadu_si128((const __m128i *)(ab->qs + 16 * p));
-            _mm_store_si128((__m128i *)t->au[c][j], raw ? x : _mm_xor_si128(x, _mm_set1_epi8((char)0x80)));
-            t->da[c][j] = _cvtsh_ss(ab->d);
-        }
-}
 /* Unlike Q8_0's and Q4_0's groups, read in address order, a Q6_K block's
  * 52 vectors are read out of order (ql, qh and scale vectors by turns), and
  * without a software prefetch the hardware prefetchers left a decode waiting
@@ -1176,336 +1032,6 @@ static inline __attribute__((always_inline)) void kq_gemm_tile(const int kind, c
 #define KQ_GEMM_TILE(RN, j) kq_gemm_tile(kind_, RN, k, panel, acts + (j), dcols + (j), row0, nrows)
 KQ_GEMMS(kq_pack_block, BT_CPU_COL_TILES, KQ_GEMM_TILE)
 
-/* 32-element types x Q8_0: one block per 256-bit vector */
-/* the 32 nibbles of a Q4 block as bytes 0..15, element order */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
-/* plus 16 where bit j of qh is set */
-static inline __m256i add_qh(__m256i q, const uint8_t *qh) {
-    const __mmask32 k = (__mmask32)qh_u32(qh);
-    return _mm256_mask_add_epi8(q, k, q, _mm256_set1_epi8(16));
-}
-/* hsum8's tree */
-static inline float hsum8_avx(__m256 v) {
-    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
-
-/* 16 table values + 128, in both 128-bit lanes, for vpshufb */
-static inline __m256i table_u8(const int8_t *tab) {
-    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i *)tab), _mm_set1_epi8((char)0x80));
-    return _mm256_broadcastsi128_si256(t);
-}
-
-/* An RM x RN tile of Q4_1, Q5_1 or IQ4_NL rows (mode: enum
- * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
- * dot_iq4_nl_ref). */
-static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
-                                                           const void *const *acts, float *out,
-                                                           const int RM, const int RN, const int mode) {
-    const size_t bs = q32_block_bytes(mode);
-    const __m256i lut = table_u8(bt_iq4nl_values);
-    __m256 acc[4][4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < RM; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        __m256i av[4], asum[4];
-        __m256 asumf[4];
-        float da[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
-            asum[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), av[c]);
-            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
-            da[c] = h2f_fast(ab->d);
-        }
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
-            __m256i q;
-            float dw, mw = 0.0f;
-            if (mode == Q32_Q4_1) {
-                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
-                q = nibbles32(w->qs);
-                dw = h2f_fast(w->d);
-                mw = h2f_fast(w->m);
-            } else if (mode == Q32_Q5_1) {
-                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
-                q = add_qh(nibbles32(w->qs), w->qh);
-                dw = h2f_fast(w->d);
-                mw = h2f_fast(w->m);
-            } else {
-                const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
-                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
-                dw = h2f_fast(w->d);
-            }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av[c]);
-                if (mode == Q32_IQ4_NL) {
-                    /* the offset: IQ4_NL's 128 */
-                    const __m256i li = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum[c], 7));
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(li), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                } else {
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
-                }
-            }
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
-}
-
-/* q32_tile for RM = 4 rows: two rows a 512-bit vector (row 2p's block in
- * bytes 0..31, row 2p + 1's in 32..63; each half the 256-bit path's lanes
- * and accumulator, so the same float steps), the rows' scales converted 4 at
- * a time, and the rows' lines prefetched (the decode rows were compute-bound at
- * a third of the read bandwidth, and the hardware prefetcher alone leaves
- * a 1-column tile waiting on memory). */
-/* the 4 rows' scales s4 times the column's (da, broadcast), spread over the
- * lanes of a row pair (pair): with one column the 4 products at once, then
- * spread; with more, spread once and multiplied per column (the same
- * products either way) */
-static inline __attribute__((always_inline)) __m512 q32_scale4(const int RN, __m512i pair, __m128 s4, __m512 da) {
-    if (RN == 1) return _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_mul_ps(s4, _mm512_castps512_ps128(da))));
-    return _mm512_mul_ps(_mm512_permutexvar_ps(pair, _mm512_castps128_ps512(s4)), da);
-}
-
-static inline __attribute__((always_inline)) void q32_tile4(int64_t k, const void *const *w_rows,
-                                                            const void *const *acts, const void *const *next,
-                                                            float *out, const int RN, const int mode) {
-    const size_t bs = q32_block_bytes(mode);
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)bt_iq4nl_values), _mm_set1_epi8((char)0x80)));
-    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i pair1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    /* prefetch by groups of 4 blocks (one or two lines a row) */
-    const int64_t nblk = k / BT_QK;
-    const int block = bt_cpu_tile_block_kind(w_rows, next, nblk, bs, 4);
-    __m512 acc[2][4];
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++) acc[0][c] = acc[1][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++) {
-        if ((b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, 4);
-        __m512i av[4], neg[4];
-        __m512 asumf[4], da[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            av[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
-            const __m512i asum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), av[c]);
-            /* the offset (IQ4_NL's 128) as the accumulator's start */
-            neg[c] = mode == Q32_IQ4_NL ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(asum, 7))
-                                        : _mm512_setzero_si512();
-            asumf[c] = _mm512_cvtepi32_ps(asum);
-            da[c] = _mm512_set1_ps(h2f_fast(ab->d));
-        }
-        const uint8_t *wb[4];
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < 4; r++) wb[r] = (const uint8_t *)w_rows[r] + (size_t)b * bs;
-        /* the 4 rows' d (and m) */
-        /* d is each block's first half, m (Q4_1, Q5_1) its second */
-        __m128 mw4 = _mm_setzero_ps();
-        uint16_t h[4], m[4];
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < 4; r++) memcpy(&h[r], wb[r], 2);
-        const __m128 dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
-        if (mode == Q32_Q4_1 || mode == Q32_Q5_1) {
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < 4; r++) memcpy(&m[r], wb[r] + 2, 2);
-            mw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m));
-        }
-        _Pragma("GCC unroll 2")
-        for (int p = 0; p < 2; p++) {
-            const uint8_t *w0 = wb[2 * p], *w1 = wb[2 * p + 1];
-            const size_t qo = q32_qs_offset(mode);
-            /* [qs0, qs0, qs1, qs1] -> low nibbles, high, of each row */
-            const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w0 + qo))),
-                                                          0xFF00, _mm_loadu_si128((const __m128i *)(w1 + qo)));
-            __m512i q = _mm512_and_si512(_mm512_srlv_epi64(x, shift), m4);
-            if (mode == Q32_Q5_1) {
-                const size_t ho = offsetof(bt_block_q5_1, qh);
-                const __mmask64 kq = (__mmask64)qh_u32(w0 + ho) | (__mmask64)qh_u32(w1 + ho) << 32;
-                q = _mm512_mask_add_epi8(q, kq, q, _mm512_set1_epi8(16));
-            } else if (mode == Q32_IQ4_NL) {
-                q = _mm512_shuffle_epi8(lut, q);
-            }
-            const __m512i pair = p ? pair1 : pair0;
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                const __m512i li = _mm512_dpbusd_epi32(neg[c], q, av[c]);
-                acc[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), q32_scale4(RN, pair, dw4, da[c]), acc[p][c]);
-                if (mode == Q32_Q4_1 || mode == Q32_Q5_1)
-                    acc[p][c] = _mm512_fmadd_ps(asumf[c], q32_scale4(RN, pair, mw4, da[c]), acc[p][c]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 2")
-        for (int p = 0; p < 2; p++) {
-            out[c * 4 + 2 * p] = hsum8_avx(_mm512_castps512_ps256(acc[p][c]));
-            out[c * 4 + 2 * p + 1] = hsum8_avx(_mm512_extractf32x8_ps(acc[p][c], 1));
-        }
-}
-
-#define Q32_TILES(name, mode)                                                                        \
-    static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        q32_tile4(k, w, a, next, out, 1, mode);                                                      \
-    }                                                                                                \
-    static void qtile_##name##_4x2(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        q32_tile4(k, w, a, next, out, 2, mode);                                                      \
-    }                                                                                                \
-    static void qtile_##name##_4x4(int64_t k, const void *const *w, const void *const *a,            \
-                                   const void *const *next, float *out) {                            \
-        q32_tile4(k, w, a, next, out, 4, mode);                                                      \
-    }                                                                                                \
-    static void dot_##name##_avx512(int64_t k, float *s, const void *vw, const void *va) {           \
-        q32_tile(k, &vw, &va, s, 1, 1, mode);                                                        \
-    }
-Q32_TILES(q4_1, Q32_Q4_1)
-Q32_TILES(q5_1, Q32_Q5_1)
-Q32_TILES(iq4_nl, Q32_IQ4_NL)
-#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
-
-/* ---- IQ4_NL packed GEMM (prompt-size products) ---------------------------------- *
- * matmul.c packs 16 weight rows at a time (a panel) and runs every column
- * against it.  Per 32-element block, the panel holds
- *   bytes 0..511     the values v (int8: the table's), lane
- *                    group l (elements 4l .. 4l+3) of row r at 64l + 4r (a
- *                    lane per row)
- *   512..1023        int32 16l + r: -128 times the sum of group l's v
- *   1024..1087       dw (float, row r at r)
- * The kernel keeps, per column, dot_iq4_nl_ref's 8 lane accumulators as 8
- * vectors of 16 rows: lane l's integer isum_l is vpdpbusd of the
- * activation's 4 bytes + 128 (unsigned, broadcast) with v, started at
- * -128 sum v (the offset), exact; then acc_l = fma((float)isum_l, dw * da,
- * acc_l) per block, and hsum8's tree at the end.  The lanes run in two
- * passes of 4 (registers for 4 columns), each lane's order unchanged.  So
- * every element has the bits of vec_dot. */
-
-static inline __attribute__((always_inline)) void t32_pack(const int mode, int64_t k, const void *const *rows,
-                                                           void *panel) {
-    const size_t bs = q32_block_bytes(mode);
-    const __m128i lut = _mm_loadu_si128((const __m128i *)bt_iq4nl_values);
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const int64_t nblk = k / BT_QK;
-    for (int64_t b = 0; b < nblk; b += 2) {
-        const int nb = b + 1 < nblk ? 2 : 1; /* two blocks a transposition */
-        _Alignas(64) float dw[2][16];
-        __m512 v[16];
-        for (int r = 0; r < 16; r++) {
-            __m256i h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int i = 0; i < nb; i++) {
-                const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)(b + i) * bs;
-                bt_fp16_t d16;
-                memcpy(&d16, blk, 2);
-                const __m128i x = _mm_loadu_si128((const __m128i *)(blk + offsetof(bt_block_iq4_nl, qs)));
-                h[i] = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m4)),
-                                        _mm_shuffle_epi8(lut, _mm_and_si128(x, m4)));
-                dw[i][r] = h2f_fast(d16);
-            }
-            v[r] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
-        }
-        bt_cpu_transpose16(v); /* bit moves only: v[8i + l] lane r = group l of row r's block b + i */
-        for (int i = 0; i < nb; i++) {
-            uint8_t *pb = (uint8_t *)panel + (size_t)(b + i) * T32_PB;
-            for (int l = 0; l < 8; l++) {
-                const __m512i vl = _mm512_castps_si512(v[8 * i + l]);
-                _mm512_store_si512(pb + 64 * l, vl);
-                const __m512i s128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), vl);
-                _mm512_store_si512(pb + 512 + 64 * l, _mm512_sub_epi32(_mm512_setzero_si512(), s128));
-            }
-            _mm512_store_ps(pb + 1024, _mm512_load_ps(dw[i]));
-        }
-    }
-}
-
-/* one pass: lanes 4h .. 4h+3 of RN (<= 4) columns over every block of a panel */
-static inline __attribute__((always_inline)) void t32_pass(const int RN, const int h, int64_t k,
-                                                           const uint8_t *panel, const void *const *acts,
-                                                           __m512 acc[4][4]) {
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < 4; i++) acc[c][i] = _mm512_setzero_ps();
-    struct t32_acts t;
-    const int64_t nblk = k / BT_QK;
-    for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
-        const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
-        t32_acts_fill(RN, h, acts, b0, nb, &t, false);
-        for (int j = 0; j < nb; j++) {
-            const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
-            const __m512 dw = _mm512_load_ps(pb + 1024);
-            __m512i v[4], off[4];
-            _Pragma("GCC unroll 4")
-            for (int i = 0; i < 4; i++) {
-                v[i] = _mm512_load_si512(pb + 64 * (4 * h + i));
-                off[i] = _mm512_load_si512(pb + 512 + 64 * (4 * h + i));
-            }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(t.da[c][j]));
-                _Pragma("GCC unroll 4")
-                for (int i = 0; i < 4; i++) {
-                    const __m512i a = _mm512_set1_epi32(bt_cpu_load_i32(t.au[c][j] + 4 * i));
-                    acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(off[i], a, v[i])), dd, acc[c][i]);
-                }
-            }
-        }
-    }
-}
-
-/* rows row0 .. row0+nrows of columns dcols[0 .. RN) (RN <= 4) from a packed panel */
-static inline __attribute__((always_inline)) void t32_gemm_tile(const int RN, int64_t k, const uint8_t *panel,
-                                                                const void *const *acts, float *const *dcols,
-                                                                int64_t row0, int nrows) {
-    __m512 lo[4][4], hi[4][4]; /* lanes 0..3, 4..7 */
-    t32_pass(RN, 0, k, panel, acts, lo);
-    t32_pass(RN, 1, k, panel, acts, hi);
-    const __mmask16 mask = (__mmask16)(nrows >= 16 ? 0xFFFF : (1u << nrows) - 1u);
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++) {
-        /* hsum8: lanes i + 4, then + 2, + 1 */
-        const __m512 t0 = _mm512_add_ps(lo[c][0], hi[c][0]), t1 = _mm512_add_ps(lo[c][1], hi[c][1]);
-        const __m512 t2 = _mm512_add_ps(lo[c][2], hi[c][2]), t3 = _mm512_add_ps(lo[c][3], hi[c][3]);
-        _mm512_mask_storeu_ps(dcols[c] + row0, mask, _mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3)));
-    }
-}
-
-static inline __attribute__((always_inline)) void t32_gemm(int64_t k, const void *panel, const void *const *acts,
-                                                           int64_t ncols, float *const *dcols, int64_t row0,
-                                                           int nrows) {
-    int64_t j = 0;
-    for (; j + 4 <= ncols; j += 4) t32_gemm_tile(4, k, panel, acts + j, dcols + j, row0, nrows);
-    if (ncols - j >= 2) {
-        t32_gemm_tile(2, k, panel, acts + j, dcols + j, row0, nrows);
-        j += 2;
-    }
-    if (j < ncols) t32_gemm_tile(1, k, panel, acts + j, dcols + j, row0, nrows);
-}
-
-#define T32_GEMM(name, mode)                                                                                 \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack(mode, k, rows, panel); } \
-    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
-                             float *const *dcols, int64_t row0, int nrows) {                                      \
-        t32_gemm(k, panel, acts, ncols, dcols, row0, nrows);                                                      \
-    }
-T32_GEMM(iq4_nl, Q32_IQ4_NL)
-
 #define FAST(name) dot_##name##_avx512
 
 #elif defined(HAVE_QDOT_AVX2)
@@ -1513,13 +1039,10 @@ T32_GEMM(iq4_nl, Q32_IQ4_NL)
  * The integers of the plain C dots in 8 int32 lanes: weights unpacked to
  * unsigned bytes, 32 elements a vector, multiplied with the signed
  * activation bytes pairwise (vpmaddubsw: at most 2 * 63 * 127 < 32768), the
- * int16 pairs weighted by their sub-block's scale (K-quants) or by 1 (the
- * 32-element types, or there vpdpbusd where the build has AVX-VNNI) into
- * int32 lanes (vpmaddwd).  Exact, so any grouping
- * gives dot_kq_ref's I and M and lanes32's sums; the float steps are the
- * plain C ones: kq_step per block (in scalar, or four rows' steps as one
- * 4-lane vector in the decode tile), the 32-element types' 8 lanes as one
- * vector. */
+ * int16 pairs weighted by their sub-block's scale into int32 lanes
+ * (vpmaddwd).  Exact, so any grouping gives dot_kq_ref's I and M; the float
+ * steps are the plain C ones: kq_step per block (in scalar, or four rows'
+ * steps as one 4-lane vector in the decode tile). */
 
 static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 
@@ -2301,240 +1824,6 @@ static void rgemm_q6_K(int64_t k, const void *group, const void *next, const voi
     if (j < ncols) rp_k6_tile_avx2(1, k, g, nx, acts + j, dcols + j, row0);
 }
 
-/* 32-element types x Q8_0: one block per vector, lanes32's 8 lanes as int32
- * lanes (vpmaddwd's quads are vpdpbusd's), the float steps 8 lanes wide */
-
-/* the 32 nibbles of a Q4 block as bytes 0..15, element order */
-static inline __m256i nibbles32(const uint8_t *qs) { return bt_cpu_nibbles32_avx2(qs); }
-/* plus 16 where bit j of qh is set */
-static inline __m256i add_qh(__m256i q, const uint8_t *qh) { return _mm256_add_epi8(q, bt_cpu_q5_bits_avx2(qh)); }
-/* hsum8's tree */
-static inline float hsum8_avx(__m256 v) {
-    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
-
-/* An RM x RN tile of Q4_1, Q5_1 or IQ4_NL rows (mode: enum
- * q32_kind) against Q8_0 columns, in lanes32's order (see dot_q4_1_ref and
- * dot_iq4_nl_ref).  IQ4_NL's values are signed: vpmaddubsw takes their
- * magnitudes and the activations with their signs (no pair of products
- * reaches 2^15); the same integers. */
-static inline __attribute__((always_inline)) void q32_tile(int64_t k, const void *const *w_rows,
-                                                           const void *const *acts, const void *const *next,
-                                                           float *out, const int RM, const int RN, const int mode) {
-    const size_t bs = q32_block_bytes(mode);
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    /* IQ4_NL's values (|v| <= 127: |v| and the activation with v's sign for
-     * vpmaddubsw) */
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
-    __m256 acc[4][4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < RM; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
-    /* the 4-row tile prefetches its rows (the AVX-512 q32_tile4's, by groups of 4 blocks) */
-    const int64_t nblk = k / BT_QK;
-    const int block = RM == 4 ? bt_cpu_tile_block_kind(w_rows, next, nblk, bs, RM) : 0;
-    for (int64_t b = 0; b < nblk; b++) {
-        if (RM == 4 && (b & 3) == 0) bt_cpu_tile_prefetch_n(w_rows, next, block, b, 4, nblk, bs, RM);
-        __m256i av[4], asum[4];
-        __m256 asumf[4];
-        float da[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_0 *ab = (const bt_block_q8_0 *)acts[c] + b;
-            av[c] = _mm256_loadu_si256((const __m256i *)ab->qs);
-            asum[c] = bt_cpu_dot4_avx2(ones8, av[c]);
-            asumf[c] = _mm256_cvtepi32_ps(asum[c]);
-            da[c] = h2f_fast(ab->d);
-        }
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *wb = (const uint8_t *)w_rows[r] + (size_t)b * bs;
-            __m256i q;
-            float dw, mw = 0.0f;
-            if (mode == Q32_Q4_1) {
-                const bt_block_q4_1 *w = (const bt_block_q4_1 *)wb;
-                q = nibbles32(w->qs);
-                dw = h2f_fast(w->d);
-                mw = h2f_fast(w->m);
-            } else if (mode == Q32_Q5_1) {
-                const bt_block_q5_1 *w = (const bt_block_q5_1 *)wb;
-                q = add_qh(nibbles32(w->qs), w->qh);
-                dw = h2f_fast(w->d);
-                mw = h2f_fast(w->m);
-            } else {
-                const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)wb;
-                q = _mm256_shuffle_epi8(lut, nibbles32(w->qs));
-                dw = h2f_fast(w->d);
-            }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                const __m256i isum = mode == Q32_IQ4_NL
-                                         ? bt_cpu_dot4_avx2(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av[c], q))
-                                         : bt_cpu_dot4_avx2(q, av[c]);
-                if (mode == Q32_IQ4_NL) {
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                } else {
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * da[c]), acc[r][c]);
-                    acc[r][c] = _mm256_fmadd_ps(asumf[c], _mm256_set1_ps(mw * da[c]), acc[r][c]);
-                }
-            }
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = hsum8_avx(acc[r][c]);
-}
-
-#define Q32_AVX2_TILE(name, mode, RM, RN)                                                                \
-    static void qtile_##name##_##RM##x##RN(int64_t k, const void *const *w, const void *const *a,       \
-                                           const void *const *next, float *out) {                       \
-        q32_tile(k, w, a, next, out, RM, RN, mode);                                                     \
-    }
-#define Q32_TILES(name, mode)                                                                            \
-    static void dot_##name##_avx2(int64_t k, float *s, const void *vw, const void *va) {                \
-        q32_tile(k, &vw, &va, NULL, s, 1, 1, mode);                                                     \
-    }                                                                                                   \
-    Q32_AVX2_TILE(name, mode, 4, 1)                                                                     \
-    Q32_AVX2_TILE(name, mode, 2, 2)                                                                     \
-    Q32_AVX2_TILE(name, mode, 2, 4)
-Q32_TILES(q4_1, Q32_Q4_1)
-Q32_TILES(q5_1, Q32_Q5_1)
-Q32_TILES(iq4_nl, Q32_IQ4_NL)
-#define Q32_TILE_LIST(name) {{4, 1, qtile_##name##_4x1}, {2, 2, qtile_##name##_2x2}, {2, 4, qtile_##name##_2x4}, {0, 0, NULL}}
-
-/* ---- IQ4_NL packed GEMM on AVX2 (prompt-size products) ------------------------- *
- * The AVX-512 section's panel layout, bytes for bytes (T32_PB per block: the
- * values v of lane group l, row r at 64l + 4r; int32 -128 sum v at 512 +
- * 64l + 4r; dw at 1024 + 4r), read as halves of 8 rows.  Per block, lane l
- * of a column: isum = -128 sum v + sum (a + 128) v over the group's 4
- * elements, exactly sum v a, with AVX-VNNI's vpdpbusd.  vpmaddubsw would
- * saturate there (|v| <= 127): plain AVX2 takes |v| against the activation
- * bytes as they are with v's sign (pairs at most 2 * 127 * 127), no
- * offset, the same sum v a.
- * Then acc_l = fma((float)isum, dw da, acc_l) and hsum8's tree: q32_tile's
- * order, the bits of vec_dot. */
-
-static inline __attribute__((always_inline)) void t32_pack_avx2(const int mode, int64_t k, const void *const *rows,
-                                                                void *panel) {
-    const size_t bs = q32_block_bytes(mode);
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        uint8_t *pb = (uint8_t *)panel + (size_t)b * T32_PB;
-        for (int r = 0; r < 16; r++) {
-            const uint8_t *blk = (const uint8_t *)rows[r] + (size_t)b * bs;
-            bt_fp16_t d16;
-            memcpy(&d16, blk, 2);
-            const __m256i v = _mm256_shuffle_epi8(lut, nibbles32(blk + offsetof(bt_block_iq4_nl, qs)));
-            const float dw = h2f_fast(d16);
-            /* the groups' sums of v times -128: vpmaddubsw of 1s and v, then pairs */
-            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
-            const __m256i off = _mm256_mullo_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), _mm256_set1_epi32(-128));
-            _Alignas(32) int32_t vg[8], og[8];
-            _mm256_store_si256((__m256i *)vg, v);
-            _mm256_store_si256((__m256i *)og, off);
-            for (int l = 0; l < 8; l++) {
-                memcpy(pb + 64 * l + 4 * r, &vg[l], 4);
-                memcpy(pb + 512 + 64 * l + 4 * r, &og[l], 4);
-            }
-            memcpy(pb + 1024 + 4 * r, &dw, 4);
-        }
-    }
-}
-
-/* isum = off + sum over each 4-byte group of u v (u unsigned, v signed) */
-static inline __m256i t32_dot_avx2(__m256i off, __m256i u, __m256i v) {
-#if defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(off, u, v);
-#else
-    return _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1)));
-#endif
-}
-
-/* one pass: lanes 4p .. 4p+3 of rows 8h .. 8h+7 for RN (<= 2) columns, every block */
-static inline __attribute__((always_inline)) void t32_pass_avx2(const int RN, const int p, const int h, int64_t k,
-                                                                const uint8_t *panel, const void *const *acts,
-                                                                __m256 acc[2][4]) {
-#if defined(__AVXVNNI__)
-    const bool sgn = false;
-#else
-    const bool sgn = true; /* |v| and the signed activation */
-#endif
-    _Pragma("GCC unroll 2")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < 4; i++) acc[c][i] = _mm256_setzero_ps();
-    struct t32_acts t;
-    const int64_t nblk = k / BT_QK;
-    for (int64_t b0 = 0; b0 < nblk; b0 += T32_KC) {
-        const int nb = nblk - b0 < T32_KC ? (int)(nblk - b0) : T32_KC;
-        t32_acts_fill(RN, p, acts, b0, nb, &t, sgn);
-        for (int j = 0; j < nb; j++) {
-            const uint8_t *pb = panel + (size_t)(b0 + j) * T32_PB;
-            const __m256 dw = _mm256_loadu_ps((const float *)(pb + 1024 + 32 * h));
-            _Pragma("GCC unroll 2")
-            for (int c = 0; c < RN; c++) {
-                const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(t.da[c][j]));
-                _Pragma("GCC unroll 4")
-                for (int i = 0; i < 4; i++) {
-                    const int l = 4 * p + i;
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 * l + 32 * h));
-                    const __m256i a = _mm256_set1_epi32(bt_cpu_load_i32(t.au[c][j] + 4 * i));
-                    __m256i isum;
-                    if (sgn) {
-                        isum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(a, v)),
-                                                 _mm256_set1_epi16(1));
-                    } else {
-                        const __m256i off = _mm256_loadu_si256((const __m256i *)(pb + 512 + 64 * l + 32 * h));
-                        isum = t32_dot_avx2(off, a, v);
-                    }
-                    acc[c][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[c][i]);
-                }
-            }
-        }
-    }
-}
-
-/* rows row0 + 8h .. of columns dcols[0 .. RN) (RN <= 2), half h of a panel */
-static inline __attribute__((always_inline)) void t32_half_avx2(const int RN, const int h, int64_t k,
-                                                                const uint8_t *panel, const void *const *acts,
-                                                                float *const *dcols, int64_t row0, int nrows) {
-    __m256 lo[2][4], hi[2][4]; /* lanes 0..3, 4..7 */
-    t32_pass_avx2(RN, 0, h, k, panel, acts, lo);
-    t32_pass_avx2(RN, 1, h, k, panel, acts, hi);
-    const int n = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
-    _Pragma("GCC unroll 2")
-    for (int c = 0; c < RN; c++) {
-        /* hsum8: lanes i + 4, then + 2, + 1 */
-        const __m256 t0 = _mm256_add_ps(lo[c][0], hi[c][0]), t1 = _mm256_add_ps(lo[c][1], hi[c][1]);
-        const __m256 t2 = _mm256_add_ps(lo[c][2], hi[c][2]), t3 = _mm256_add_ps(lo[c][3], hi[c][3]);
-        _Alignas(32) float o[8];
-        _mm256_store_ps(o, _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3)));
-        memcpy(dcols[c] + row0 + 8 * h, o, sizeof(float) * (size_t)n);
-    }
-}
-
-static inline __attribute__((always_inline)) void t32_gemm_avx2(int64_t k, const void *panel, const void *const *acts,
-                                                                int64_t ncols, float *const *dcols, int64_t row0,
-                                                                int nrows) {
-    for (int h = 0; h < 2 && 8 * h < nrows; h++) {
-        int64_t j = 0;
-        for (; j + 2 <= ncols; j += 2) t32_half_avx2(2, h, k, panel, acts + j, dcols + j, row0, nrows);
-        if (j < ncols) t32_half_avx2(1, h, k, panel, acts + j, dcols + j, row0, nrows);
-    }
-}
-
-#define T32_GEMM(name, mode)                                                                                      \
-    static void qpack_##name(int64_t k, const void *const *rows, void *panel) { t32_pack_avx2(mode, k, rows, panel); } \
-    static void qgemm_##name(int64_t k, const void *panel, const void *const *acts, int64_t ncols,                \
-                             float *const *dcols, int64_t row0, int nrows) {                                      \
-        t32_gemm_avx2(k, panel, acts, ncols, dcols, row0, nrows);                                           \
-    }
-T32_GEMM(iq4_nl, Q32_IQ4_NL)
-
 #define FAST(name) dot_##name##_avx2
 #elif defined(HAVE_QDOT_NEON)
 /* ---- NEON (aarch64; sdot with dotprod) ------------------------------------------ *
@@ -2627,79 +1916,6 @@ static void dot_q3_K_neon(int64_t k, float *s, const void *vw, const void *va) {
 static void dot_q4_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ4, k, s, vw, va); }
 static void dot_q5_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ5, k, s, vw, va); }
 static void dot_q6_K_neon(int64_t k, float *s, const void *vw, const void *va) { dot_kq_neon(KQ6, k, s, vw, va); }
-/* The 32-element types: lanes32's 8 lanes as two int32x4 (lane l the
- * products of elements 4l .. 4l+3: exactly what sdot sums into a lane; else
- * smull/smull2, then pairwise adds), their float steps in two float32x4,
- * hsum8's tree at the end.  Weights as signed bytes: nibbles 0..15, Q5's
- * 0..31, the tables' values (|v| <= 127, so a product fits int16). */
-static inline int32x4_t dot4x4_neon(int8x16_t w, int8x16_t a) {
-#if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(vdupq_n_s32(0), w, a);
-#else
-    return vpaddq_s32(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a))), vpaddlq_s16(vmull_high_s8(w, a)));
-#endif
-}
-
-/* bits j0 .. j0+15 of qh as 16 bytes of 0 or 16 (Q5's fifth bit) */
-static inline uint8x16_t q5_high_neon(uint32_t qh, int j0) {
-    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(qh >> j0)), vdup_n_u8((uint8_t)(qh >> (j0 + 8))));
-    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
-}
-
-
-static inline __attribute__((always_inline)) void dot_q32_neon(const int kind, int64_t k, float *s, const void *vw,
-                                                               const void *va) {
-    const bt_block_q8_0 *a = va;
-    const size_t bs = q32_block_bytes(kind);
-    const int8x16_t tab = vld1q_s8(bt_iq4nl_values);
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < k / BT_QK; b++) {
-        const uint8_t *blk = (const uint8_t *)vw + (size_t)b * bs;
-        const float da = h2f(a[b].d);
-        uint8x16_t lo, hi; /* the weights of elements 0..15 and 16..31 */
-        float dd, dm = 0.0f;
-        if (kind == Q32_Q4_1 || kind == Q32_Q5_1) {
-            const bt_block_q4_1 *w4 = (const void *)blk;
-            const bt_block_q5_1 *w5 = (const void *)blk;
-            const uint8x16_t x = vld1q_u8(kind == Q32_Q4_1 ? w4->qs : w5->qs);
-            lo = vandq_u8(x, vdupq_n_u8(0x0f));
-            hi = vshrq_n_u8(x, 4);
-            if (kind == Q32_Q5_1) {
-                const uint32_t qh = qh_u32(w5->qh);
-                lo = vorrq_u8(lo, q5_high_neon(qh, 0));
-                hi = vorrq_u8(hi, q5_high_neon(qh, 16));
-            }
-            dd = h2f(kind == Q32_Q4_1 ? w4->d : w5->d) * da;
-            dm = h2f(kind == Q32_Q4_1 ? w4->m : w5->m) * da;
-        } else {
-            const bt_block_iq4_nl *w = (const void *)blk;
-            const uint8x16_t x = vld1q_u8(w->qs);
-            lo = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f))));
-            hi = vreinterpretq_u8_s8(vqtbl1q_s8(tab, vshrq_n_u8(x, 4)));
-            dd = h2f(w->d) * da;
-        }
-        const int8x16_t a0 = vld1q_s8(a[b].qs), a1 = vld1q_s8(a[b].qs + 16);
-        int32x4_t i0 = dot4x4_neon(vreinterpretq_s8_u8(lo), a0), i1 = dot4x4_neon(vreinterpretq_s8_u8(hi), a1);
-        if (kind == Q32_IQ4_NL) {
-            acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd));
-            acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd));
-            continue;
-        }
-        const int32x4_t s0 = vpaddlq_s16(vpaddlq_s8(a0)), s1 = vpaddlq_s16(vpaddlq_s8(a1));
-        acc0 = vfmaq_f32(vfmaq_f32(acc0, vcvtq_f32_s32(i0), vdupq_n_f32(dd)), vcvtq_f32_s32(s0), vdupq_n_f32(dm));
-        acc1 = vfmaq_f32(vfmaq_f32(acc1, vcvtq_f32_s32(i1), vdupq_n_f32(dd)), vcvtq_f32_s32(s1), vdupq_n_f32(dm));
-    }
-    /* hsum8: lanes l + 4, then + 2, then + 1 */
-    const float32x4_t t4 = vaddq_f32(acc0, acc1);
-    const float32x2_t t2 = vadd_f32(vget_low_f32(t4), vget_high_f32(t4));
-    *s = vget_lane_f32(t2, 0) + vget_lane_f32(t2, 1);
-}
-static void dot_q4_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q4_1, k, s, vw, va); }
-static void dot_q5_1_neon(int64_t k, float *s, const void *vw, const void *va) { dot_q32_neon(Q32_Q5_1, k, s, vw, va); }
-static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va) {
-    dot_q32_neon(Q32_IQ4_NL, k, s, vw, va);
-}
 #define FAST(name) dot_##name##_neon
 #else
 #define FAST(name) dot_##name##_ref
@@ -2714,10 +1930,9 @@ static void dot_iq4_nl_neon(int64_t k, float *s, const void *vw, const void *va)
            /* .vec_dot_ref  = */ dot_##name##_ref}
 
 static const struct bt_quant_dot quant_dots[BT_TYPE_COUNT] = {
-    ENTRY(BT_TYPE_Q4_1, q4_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q5_1, q5_1, BT_TYPE_Q8_0, q8_0), ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K),
-    ENTRY(BT_TYPE_Q3_K, q3_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q4_K, q4_K, BT_TYPE_Q8_K, q8_K),
-    ENTRY(BT_TYPE_Q5_K, q5_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q6_K, q6_K, BT_TYPE_Q8_K, q8_K),
-    ENTRY(BT_TYPE_IQ4_NL, iq4_nl, BT_TYPE_Q8_0, q8_0),
+    ENTRY(BT_TYPE_Q2_K, q2_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q3_K, q3_K, BT_TYPE_Q8_K, q8_K),
+    ENTRY(BT_TYPE_Q4_K, q4_K, BT_TYPE_Q8_K, q8_K), ENTRY(BT_TYPE_Q5_K, q5_K, BT_TYPE_Q8_K, q8_K),
+    ENTRY(BT_TYPE_Q6_K, q6_K, BT_TYPE_Q8_K, q8_K),
 };
 
 const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
@@ -2727,8 +1942,7 @@ const struct bt_quant_dot *bt_quant_dot_of(enum bt_type t) {
 
 /* ---- qtypes.h entries: matmul.c's table of quantised weight types ---------- */
 
-/* an activation column: k / 32 Q8_0 blocks, or k / 256 Q8_K blocks */
-static size_t act_size_q8_0(int64_t k) { return (size_t)(k / BT_QK) * sizeof(bt_block_q8_0); }
+/* an activation column: k / 256 Q8_K blocks */
 static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(bt_block_q8_K); }
 
 #define QTYPE(name, act, tiles, gemm, rp)                                 \
@@ -2746,15 +1960,8 @@ static size_t act_size_q8_K(int64_t k) { return (size_t)(k / BT_QK_K) * sizeof(b
 #define NO_TILES {{0, 0, NULL}}
 #if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define K_TILE_LIST(name) NO_TILES
-#define Q32_TILE_LIST(name) NO_TILES
-#endif
-#if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
 #define K_GEMM(name) 0, NULL, NULL, NULL
 #endif
-#if !defined(HAVE_QDOT_AVX512) && !defined(HAVE_QDOT_AVX2)
-#define T32_GEMM_OF(name) 0, NULL, NULL, NULL
-#endif
-#define NO_GEMM 0, NULL, NULL, NULL
 #ifdef BT_CPU_IQ_GEMM
 size_t bt_cpu_iq_panel_size(int64_t k) { return kq_panel_size(k); }
 #define IQ_GEMM_EXPORT(name)                                                                                     \
@@ -2812,9 +2019,6 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 #define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
 #endif
-QTYPE(q4_1, q8_0, Q32_TILE_LIST(q4_1), NO_GEMM, NO_REPACK);
-QTYPE(q5_1, q8_0, Q32_TILE_LIST(q5_1), NO_GEMM, NO_REPACK);
-QTYPE(iq4_nl, q8_0, Q32_TILE_LIST(iq4_nl), T32_GEMM_OF(iq4_nl), NO_REPACK);
 QTYPE(q2_K, q8_K, K_TILE_LIST(q2_K), K_GEMM(q2_K), NO_REPACK);
 QTYPE(q3_K, q8_K, K_TILE_LIST(q3_K), K_GEMM(q3_K), NO_REPACK);
 QTYPE(q4_K, q8_K, K_TILE_LIST(q4_K), K_GEMM(q4_K), K4_REPACK);

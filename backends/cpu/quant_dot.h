@@ -1,7 +1,6 @@
-/* quant_dot.h - dot products of one row of quantised weights (Q4_1, Q5_0,
- * Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K) with one activation column quantised to
- * int8 blocks (Q8_0 for the 32-element types, Q8_K for the K-quants).  Internal to the
- * CPU backend (matmul.c's table of quantised weight types).
+/* quant_dot.h - dot products of one row of K-quant weights (Q2_K .. Q6_K)
+ * with one activation column quantised to int8 blocks (Q8_K).  Internal to
+ * the CPU backend (matmul.c's table of quantised weight types).
  *
  * Accumulation order: fixed per type, the same on every path (quant_dot.c's
  * header), so any caller gets the same bits for a row and a column.
@@ -16,7 +15,7 @@
 typedef void (*bt_quant_vec_dot_fn)(int64_t k, float *s, const void *w_row, const void *act);
 
 struct bt_quant_dot {
-    enum bt_type act_type; /* BT_TYPE_Q8_0 or BT_TYPE_Q8_K */
+    enum bt_type act_type; /* BT_TYPE_Q8_K */
     void (*quantize_act)(const float *x, void *y, int64_t k);
     bt_quant_vec_dot_fn vec_dot;     /* the fastest this build has */
     bt_quant_vec_dot_fn vec_dot_ref; /* plain C, bitwise equal to vec_dot */

@@ -1,25 +1,27 @@
-/* quant_i8.c - Q8_0, Q4_0, Q5_0 and MXFP4 weights on the CPU: their
- * activation format, dot product, decode tiles, packed GEMM and repacked
- * kernels, and their four entries in matmul.c's table of quantised weight
- * types (qtypes.h).
+/* quant_i8.c - the 32-element weight types on the CPU (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL, MXFP4): their activation format, dot product, decode
+ * tiles, packed GEMM and repacked kernels, and their seven entries in
+ * matmul.c's table of quantised weight types (qtypes.h).
  *
  * Activation column (act_size(k) bytes, 64-byte multiple), nblk = k / 32:
  *   q [nblk][32] int8   element order; q = roundf(x / d)
  *   d [nblk]     float  d = max|x| / 127 of the block (kept in float; for
- *                       Q5_0 and MXFP4 rounded to fp16 after q is made, as
- *                       ggml's Q8_0 columns keep it)
+ *                       all but Q8_0 and Q4_0 rounded to fp16 after q is
+ *                       made, as ggml's Q8_0 columns keep it)
  *   s [nblk]     int32  the sum of the block's 32 q
  *
  * One accumulation order per output element, on every path (plain C, the
  * AVX-512 dot and tiles, the GEMM): per block b the exact integer
  *   I_b = sum_i w_i q_i      (Q8_0: w = qs; Q4_0: w = nibble - 8)
  * (Q5_0: w = (nibble | bit i of qh << 4) - 16; MXFP4: w =
- * bt_mxfp4_values[nibble]; element i's nibble the low one of byte i for
- * i < 16, the high one of byte i - 16 after)
- * then, blocks in increasing order from acc = +0,
+ * bt_mxfp4_values[nibble]; IQ4_NL: w = bt_iq4nl_values[nibble]; Q4_1: w =
+ * nibble; Q5_1: w = nibble | bit i of qh << 4; element i's nibble the low one of byte i for i < 16, the high
+ * one of byte i - 16 after) then, blocks in increasing order from acc = +0,
  *   acc = fma((float)I_b, dw_b * d_b, acc)
- * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e); |I_b| <
- * 2^21, so (float)I_b is exact).  The integers are exact however a path
+ * and for Q4_1 and Q5_1, whose value is dw w + mw, then
+ *   acc = fma((float)s_b, mw_b * d_b, acc)
+ * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e), mw_b its
+ * fp16 min; |I_b| < 2^21, so (float)I_b is exact).  The integers are exact however a path
  * groups them, so a path only has to produce I_b and take the same float
  * steps:
  *   - dot_ref: plain C, one block at a time;
@@ -44,9 +46,9 @@
  *     vpmaddubsw / vpmaddwd (vpdpbusd with AVX-VNNI); the dot takes
  *     dot_ref's fma in scalar, the tiles (8 rows x 1, 2 or 4 columns) gather
  *     the 8 rows' I_b into one vector and take the 8 rows' fma at once,
- *     the repacked weights a row per lane (section "AVX2" below).  Q5_0
- *     and MXFP4 run these 256-bit kernels on every x86 build, AVX-512 ones
- *     too.
+ *     the repacked weights a row per lane (section "AVX2" below).  The
+ *     types but Q8_0 and Q4_0 run these 256-bit kernels on every x86
+ *     build, AVX-512 ones too.
  *
  * The file is built with -ffp-contract=off: no fusing beyond the fma above.
  */
@@ -71,14 +73,24 @@
 
 #define I8_QK 32
 
-/* the weight types of the kernels below that are written once for all four */
-enum i8_kind { I8_Q8, I8_Q4, I8_MX, I8_Q5 };
+/* the weight types of the kernels below that are written once for all seven */
+enum i8_kind { I8_Q8, I8_Q4, I8_MX, I8_Q5, I8_Q41, I8_Q51, I8_NL };
 static inline size_t i8_block_bytes(const int kind) {
-    return kind == I8_Q8   ? sizeof(bt_block_q8_0)
-           : kind == I8_Q4 ? sizeof(bt_block_q4_0)
-           : kind == I8_Q5 ? sizeof(bt_block_q5_0)
-                           : sizeof(bt_block_mxfp4);
+    return kind == I8_Q8    ? sizeof(bt_block_q8_0)
+           : kind == I8_Q4  ? sizeof(bt_block_q4_0)
+           : kind == I8_NL  ? sizeof(bt_block_iq4_nl)
+           : kind == I8_Q5  ? sizeof(bt_block_q5_0)
+           : kind == I8_Q41 ? sizeof(bt_block_q4_1)
+           : kind == I8_Q51 ? sizeof(bt_block_q5_1)
+                            : sizeof(bt_block_mxfp4);
 }
+/* Q4_1 and Q5_1: a min beside the scale (the second fp16 of the block) */
+static inline bool i8_has_min(const int kind) { return kind == I8_Q41 || kind == I8_Q51; }
+/* Q5_0 and Q5_1: fifth bits (qh, before the nibbles) */
+static inline bool i8_has_qh(const int kind) { return kind == I8_Q5 || kind == I8_Q51; }
+/* bytes of a block's scale in the repacked layout: MXFP4's E8M0 byte, an
+ * fp16, or Q4_1's and Q5_1's fp16 scale and min */
+static inline size_t i8_rp_ds(const int kind) { return kind == I8_MX ? 1 : i8_has_min(kind) ? 4 : 2; }
 
 /* ---- the activation column ---------------------------------------------------- */
 
@@ -137,7 +149,8 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
     float acc = 0.0f;
     for (int64_t b = 0; b < nblk; b++) {
         int32_t isum = 0;
-        float dw;
+        float dw, mw = 0.0f;
+        bool min = false;
         const int8_t *qa = a.q + b * I8_QK;
         if (type == BT_TYPE_Q8_0) {
             const bt_block_q8_0 *w = (const bt_block_q8_0 *)w_row + b;
@@ -156,6 +169,29 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
                 isum += ((int32_t)((w->qs[i] & 15) | (qh >> i & 1) << 4) - 16) * qa[i] +
                         ((int32_t)((w->qs[i] >> 4) | (qh >> (i + 16) & 1) << 4) - 16) * qa[i + I8_QK / 2];
             dw = bt_fp16_to_fp32(w->d);
+        } else if (type == BT_TYPE_IQ4_NL) {
+            const bt_block_iq4_nl *w = (const bt_block_iq4_nl *)w_row + b;
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += (int32_t)bt_iq4nl_values[w->qs[i] & 15] * qa[i] +
+                        (int32_t)bt_iq4nl_values[w->qs[i] >> 4] * qa[i + I8_QK / 2];
+            dw = bt_fp16_to_fp32(w->d);
+        } else if (type == BT_TYPE_Q4_1) {
+            const bt_block_q4_1 *w = (const bt_block_q4_1 *)w_row + b;
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += (int32_t)(w->qs[i] & 15) * qa[i] + (int32_t)(w->qs[i] >> 4) * qa[i + I8_QK / 2];
+            dw = bt_fp16_to_fp32(w->d);
+            mw = bt_fp16_to_fp32(w->m);
+            min = true;
+        } else if (type == BT_TYPE_Q5_1) {
+            const bt_block_q5_1 *w = (const bt_block_q5_1 *)w_row + b;
+            uint32_t qh;
+            memcpy(&qh, w->qh, sizeof qh);
+            for (int i = 0; i < I8_QK / 2; i++)
+                isum += (int32_t)((w->qs[i] & 15) | (qh >> i & 1) << 4) * qa[i] +
+                        (int32_t)((w->qs[i] >> 4) | (qh >> (i + 16) & 1) << 4) * qa[i + I8_QK / 2];
+            dw = bt_fp16_to_fp32(w->d);
+            mw = bt_fp16_to_fp32(w->m);
+            min = true;
         } else {
             const bt_block_mxfp4 *w = (const bt_block_mxfp4 *)w_row + b;
             for (int i = 0; i < I8_QK / 2; i++)
@@ -164,22 +200,30 @@ static void i8_dot_ref(enum bt_type type, int64_t k, float *out, const void *w_r
             dw = bt_e8m0_half(w->e);
         }
         acc = fmaf((float)isum, dw * a.d[b], acc);
+        if (min) acc = fmaf((float)a.s[b], mw * a.d[b], acc);
     }
     *out = acc;
 }
 static void dot_q8_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q8_0, k, s, w, a); }
 static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_0, k, s, w, a); }
+static void dot_q4_1_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_1, k, s, w, a); }
 static void dot_q5_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q5_0, k, s, w, a); }
+static void dot_q5_1_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q5_1, k, s, w, a); }
+static void dot_iq4_nl_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_IQ4_NL, k, s, w, a); }
 static void dot_mxfp4_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_MXFP4, k, s, w, a); }
 
 /* the repacked layout (qtypes.h): payload = the quants, Q8_0 as unsigned
- * bytes (w + 128), Q4_0 and MXFP4 as they are (a lane's low nibbles elements
- * 4v .. 4v+3, its high nibbles 16+4v ..), Q5_0 its fifth bits reordered
- * (bt_cpu_qh_order) then its nibbles as Q4_0's; MXFP4's scale the E8M0 byte */
+ * bytes (w + 128), Q4_0, Q4_1, IQ4_NL and MXFP4 as they are (a lane's low nibbles
+ * elements 4v .. 4v+3, its high nibbles 16+4v ..), Q5_0 and Q5_1 their fifth
+ * bits reordered (bt_cpu_qh_order) then their nibbles as Q4_0's; MXFP4's
+ * scale the E8M0 byte, Q4_1's and Q5_1's the fp16 scale and min */
 #define RP_ROWS 16
 static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2, false};
 static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2, false};
 static const struct bt_cpu_rp_layout rp_q5_0 = {0, 2, 5, 0u, 2, true};
+static const struct bt_cpu_rp_layout rp_q4_1 = {0, 4, 4, 0u, 4, false};
+static const struct bt_cpu_rp_layout rp_q5_1 = {0, 4, 5, 0u, 4, true};
+static const struct bt_cpu_rp_layout rp_iq4_nl = {0, 2, 4, 0u, 2, false};
 static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1, false};
 
 #ifdef HAVE_I8_AVX512
@@ -656,25 +700,36 @@ I8_DEFS(q4_0, false)
  * 2 * 128 * 127 < 32768 and never saturates), Q4_0's as the nibble (w + 8)
  * with 8 s_b taken off after, Q5_0's as nibble | fifth bit << 4 (w + 16,
  * 0 .. 31) and MXFP4's as its table value + 16 (4 .. 28), both with 16 s_b
- * taken off.  The lanes' sum is exact, and
- * the fma is dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
+ * taken off, Q4_1's and Q5_1's as they are (w), IQ4_NL's as Q8_0's (|w|
+ * against a with w's sign: |w| <= 127).  The lanes' sum is exact, and the
+ * fmas are dot_ref's, in scalar (the dot), or 8 rows' at once (tiles of 8
  * rows, each row's block unpacked once for the tile's columns).  Builds
- * with AVX-512 VNNI run the section's Q5_0 and MXFP4 kernels only. */
+ * with AVX-512 VNNI run the section's kernels but Q8_0's and Q4_0's. */
 
 /* the offset the unsigned weight bytes carry, taken off through s (Q8_0's
  * signs go onto the activation instead) */
-static inline int i8_off(const int kind) { return kind == I8_Q8 ? 0 : kind == I8_Q4 ? 8 : 16; } /* Q5_0, MXFP4: 16 */
+static inline int i8_off(const int kind) {
+    return kind == I8_Q4 ? 8 : kind == I8_Q5 || kind == I8_MX ? 16 : 0;
+}
 
-/* MXFP4's table + 16 in both 128-bit lanes, for vpshufb */
-static inline __m256i mx_lut16(void) {
+/* Q8_0 and IQ4_NL: signed weight bytes, |w| against the activation with
+ * w's sign (|w| <= 128, IQ4_NL's <= 127: a pair of products at most
+ * 2 * 128 * 127 < 2^15) */
+static inline bool i8_signed(const int kind) { return kind == I8_Q8 || kind == I8_NL; }
+
+/* the table types' values in both 128-bit lanes, for vpshufb: MXFP4's + 16,
+ * IQ4_NL's as they are */
+static inline __m256i i8_lut(const int kind) {
+    if (kind == I8_NL) return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_iq4nl_values));
     return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt_mxfp4_values)),
                            _mm256_set1_epi8(16));
 }
 
 /* 32 nibbles (bytes 0..15 the low ones, elements 0..15) as the kind's
- * unsigned weight bytes: Q4_0 the nibble, MXFP4 its table value + 16 */
+ * weight bytes: Q4_0 the nibble, MXFP4 its table value + 16, IQ4_NL its
+ * (signed) table value */
 static inline __m256i i8_nib_u8(const int kind, __m256i n, __m256i lut) {
-    return kind == I8_MX ? _mm256_shuffle_epi8(lut, n) : n;
+    return kind == I8_MX || kind == I8_NL ? _mm256_shuffle_epi8(lut, n) : n;
 }
 
 /* bt_e8m0_half of 8 E8M0 bytes at e, as floats */
@@ -688,12 +743,18 @@ static inline __m256 mx_scales8(const uint8_t *e) {
 /* a block's scale dw */
 static inline float i8_block_scale(const int kind, const char *blk) {
     if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    bt_fp16_t d; /* first in the other three */
+    bt_fp16_t d; /* first in the other blocks */
     memcpy(&d, blk, sizeof d);
     return _cvtsh_ss(d);
 }
+/* Q4_1's and Q5_1's min mw (the fp16 after d) */
+static inline float i8_block_min(const char *blk) {
+    bt_fp16_t m;
+    memcpy(&m, blk + sizeof m, sizeof m);
+    return _cvtsh_ss(m);
+}
 /* its 32 weights for bt_cpu_dot4_avx2: *u the unsigned bytes, *w the
- * signed ones whose signs go onto the activation (Q8_0) */
+ * signed ones whose signs go onto the activation (Q8_0, IQ4_NL) */
 static inline __attribute__((always_inline)) void i8_block_u8(const int kind, const char *blk, __m256i lut,
                                                               __m256i *u, __m256i *w) {
     if (kind == I8_Q8) {
@@ -706,8 +767,17 @@ static inline __attribute__((always_inline)) void i8_block_u8(const int kind, co
         *u = *w = _mm256_or_si256(bt_cpu_nibbles32_avx2(q->qs), bt_cpu_q5_bits_avx2(q->qh));
         return;
     }
-    const uint8_t *qs = kind == I8_Q4 ? ((const bt_block_q4_0 *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs;
+    if (kind == I8_Q51) {
+        const bt_block_q5_1 *q = (const bt_block_q5_1 *)blk;
+        *u = *w = _mm256_or_si256(bt_cpu_nibbles32_avx2(q->qs), bt_cpu_q5_bits_avx2(q->qh));
+        return;
+    }
+    const uint8_t *qs = kind == I8_Q4    ? ((const bt_block_q4_0 *)blk)->qs
+                        : kind == I8_Q41 ? ((const bt_block_q4_1 *)blk)->qs
+                        : kind == I8_NL  ? ((const bt_block_iq4_nl *)blk)->qs
+                                         : ((const bt_block_mxfp4 *)blk)->qs;
     *u = *w = i8_nib_u8(kind, bt_cpu_nibbles32_avx2(qs), lut);
+    if (kind == I8_NL) *u = _mm256_abs_epi8(*w);
 }
 
 /* out[c * RM + r] = dot(rows[r], acts[c]) for r < RM, c < RN, one element at a time */
@@ -717,7 +787,7 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const int kind, c
     const int off = i8_off(kind);
     const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
-    const __m256i lut = mx_lut16();
+    const __m256i lut = i8_lut(kind);
     struct i8col a[4];
     float acc[4][4];
     _Pragma("GCC unroll 4")
@@ -735,13 +805,14 @@ static inline __attribute__((always_inline)) void i8_tile_avx2(const int kind, c
             const char *blk = (const char *)rows[r] + (size_t)b * bs;
             __m256i w, u;
             i8_block_u8(kind, blk, lut, &u, &w);
-            const float dw = i8_block_scale(kind, blk);
+            const float dw = i8_block_scale(kind, blk), mw = i8_has_min(kind) ? i8_block_min(blk) : 0.0f;
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
-                const __m256i s = kind == I8_Q8 ? _mm256_sign_epi8(av[c], w) : av[c];
+                const __m256i s = i8_signed(kind) ? _mm256_sign_epi8(av[c], w) : av[c];
                 const __m256i p = bt_cpu_dot4_avx2(u, s);
                 const int32_t isum = bt_cpu_hsum_i32x8(p) - off * a[c].s[b];
                 acc[r][c] = fmaf((float)isum, dw * a[c].d[b], acc[r][c]);
+                if (i8_has_min(kind)) acc[r][c] = fmaf((float)a[c].s[b], mw * a[c].d[b], acc[r][c]);
             }
         }
     }
@@ -770,7 +841,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
                                                                 float *out) {
     const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
-    const __m256i lut = mx_lut16();
+    const __m256i lut = i8_lut(kind);
     struct i8col a[4];
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -779,27 +850,32 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nblk; b++) {
-        uint16_t d[8]; /* the rows' fp16 scales (first in Q8_0's, Q4_0's and Q5_0's blocks) */
-        uint8_t e[8];  /* or MXFP4's E8M0 ones */
+        uint16_t d[8], m[8]; /* the rows' fp16 scales (first in the blocks but MXFP4's), Q4_1's and Q5_1's mins */
+        uint8_t e[8];        /* or MXFP4's E8M0 scales */
         __m256i w[8], u[8];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < 8; r++) {
             const char *blk = (const char *)rows[r] + (size_t)b * bs;
             if (kind == I8_MX) e[r] = (uint8_t)blk[0];
             else memcpy(&d[r], blk, sizeof d[r]);
+            if (i8_has_min(kind)) memcpy(&m[r], blk + sizeof d[r], sizeof m[r]);
             i8_block_u8(kind, blk, lut, &u[r], &w[r]);
         }
         const __m256 dw = kind == I8_MX ? mx_scales8(e) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        const __m256 mw = i8_has_min(kind) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m)) : _mm256_setzero_ps();
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(a[c].q + b * I8_QK));
             __m256i p[8];
             _Pragma("GCC unroll 8")
             for (int r = 0; r < 8; r++)
-                p[r] = bt_cpu_dot4_avx2(u[r], kind == I8_Q8 ? _mm256_sign_epi8(av, w[r]) : av);
+                p[r] = bt_cpu_dot4_avx2(u[r], i8_signed(kind) ? _mm256_sign_epi8(av, w[r]) : av);
             __m256i isum = hsum8x8_i32(p);
-            if (kind != I8_Q8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(i8_off(kind) * a[c].s[b]));
+            if (i8_off(kind)) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(i8_off(kind) * a[c].s[b]));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
+            if (i8_has_min(kind))
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps((float)a[c].s[b]), _mm256_mul_ps(mw, _mm256_set1_ps(a[c].d[b])),
+                                         acc[c]);
         }
     }
     _Pragma("GCC unroll 4")
@@ -820,21 +896,32 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
     I8_AVX2_TILE(name, kind, 2)                                                                                \
     I8_AVX2_TILE(name, kind, 4)
 
-/* the 16 rows' scales of a repacked block at g + dof, rows 8 h .. 8 h + 7 */
-static inline __m256 rp_scales8(const int kind, const uint8_t *sc, const int h) {
+/* the scales of rows 8 h .. 8 h + 7 of a repacked block whose 16 rows'
+ * scales are at sc; Q4_1's and Q5_1's mins in *mw (their 4-byte scales: d
+ * then m a row) */
+static inline __m256 rp_scales8(const int kind, const uint8_t *sc, const int h, __m256 *mw) {
     if (kind == I8_MX) return mx_scales8(sc + 8 * h);
+    if (i8_has_min(kind)) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(sc + 32 * h));
+        const __m256i lo = _mm256_and_si256(x, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(x, 16);
+        /* per 128-bit lane: 4 rows' d, then their m; then the d of 8 rows, their m */
+        const __m256i dm = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+        *mw = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+        return _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+    }
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
 }
 
 /* the unsigned weight bytes of 8 rows' step v (0 .. 3) of a repacked block
  * from its vector of nibbles x: *lo elements 4v .. 4v+3 of each row, *hi
- * 16+4v ..; Q5_0's fifth bits from P, its vector of them (bt_cpu_qh_order) */
+ * 16+4v ..; Q5_0's and Q5_1's fifth bits from P, their vector of them
+ * (bt_cpu_qh_order) */
 static inline __attribute__((always_inline)) void rp_nib_u8(const int kind, __m256i x, __m256i P, const int v,
                                                             __m256i lut, __m256i *lo, __m256i *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     *lo = _mm256_and_si256(x, m4);
     *hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-    if (kind == I8_Q5) {
+    if (i8_has_qh(kind)) {
         const __m256i m10 = _mm256_set1_epi8(0x10);
         *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi32(P, 4 - v), m10));
         *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi32(P, v), m10));
@@ -844,11 +931,11 @@ static inline __attribute__((always_inline)) void rp_nib_u8(const int kind, __m2
     }
 }
 
-/* Q8_0, Q4_0, Q5_0 and MXFP4 repacked on AVX2: rp_tile's arithmetic (a block
- * at a time) on two halves of the group's 16 rows (bytes 32h .. 32h + 31 of
- * each vector: 8 rows' 4 bytes).  Q4_0, Q5_0 and MXFP4: vpdpbusd as
- * bt_cpu_dot4_avx2 (the nibbles, Q5_0's with their fifth bits, or MXFP4's
- * table + 16, against int8: exact), from -off s.
+/* The repacked types on AVX2: rp_tile's arithmetic (a block at a time) on
+ * two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each vector:
+ * 8 rows' 4 bytes).  The nibble types: vpdpbusd as bt_cpu_dot4_avx2 (the
+ * nibbles, Q5_0's and Q5_1's with their fifth bits, or MXFP4's table + 16,
+ * against int8: exact), from -off s.
  * Q8_0: the repacked bytes w + 128 (up to
  * 255 against int8 could saturate vpmaddubsw) back to w, then |w| against
  * the activation with w's sign (pairs at most 2 * 128 * 127), from 0: the
@@ -860,7 +947,7 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
     const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
     const size_t bs = i8_block_bytes(kind);
-    const __m256i x80 = _mm256_set1_epi8((char)0x80), lut = mx_lut16();
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), lut = i8_lut(kind);
     struct i8col a[8];
     __m256 acc[8];
     _Pragma("GCC unroll 8")
@@ -870,12 +957,13 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
     }
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, kind == I8_MX ? 1 : 2, &dof, &vof);
-        const __m256 dw = rp_scales8(kind, g + dof, half);
+        bt_cpu_rp_offsets(nblk, b, bs, i8_rp_ds(kind), &dof, &vof);
+        __m256 mw = _mm256_setzero_ps();
+        const __m256 dw = rp_scales8(kind, g + dof, half, &mw);
         const uint8_t *w = g + vof + 32 * half;
         __m256i I[8];
         _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++) I[c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
+        for (int c = 0; c < RN; c++) I[c] = _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
         _Pragma("GCC unroll 8")
         for (int u = 0; q8 && u < 8; u++) {
             const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * u)), x80);
@@ -886,22 +974,33 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
                 I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(ax, _mm256_sign_epi8(av, x)));
             }
         }
-        const int v0 = kind == I8_Q5; /* Q5_0's nibbles after its fifth bits */
-        const __m256i P = kind == I8_Q5 ? _mm256_loadu_si256((const __m256i *)w) : _mm256_setzero_si256();
+        const int v0 = i8_has_qh(kind); /* Q5_0's and Q5_1's nibbles after their fifth bits */
+        const __m256i P = i8_has_qh(kind) ? _mm256_loadu_si256((const __m256i *)w) : _mm256_setzero_si256();
         _Pragma("GCC unroll 4")
         for (int v = 0; !q8 && v < 4; v++) {
             __m256i lo, hi;
             rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * (v0 + v))), P, v, lut, &lo, &hi);
+            /* IQ4_NL: |w| against the activation with w's sign */
+            const __m256i ulo = kind == I8_NL ? _mm256_abs_epi8(lo) : lo, uhi = kind == I8_NL ? _mm256_abs_epi8(hi) : hi;
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
-                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(lo, _mm256_set1_epi32(bt_cpu_load_i32(aq))));
-                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(hi, _mm256_set1_epi32(bt_cpu_load_i32(aq + 16))));
+                __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq)), ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
+                if (kind == I8_NL) {
+                    al = _mm256_sign_epi8(al, lo);
+                    ah = _mm256_sign_epi8(ah, hi);
+                }
+                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(ulo, al));
+                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(uhi, ah));
             }
         }
         _Pragma("GCC unroll 8")
-        for (int c = 0; c < RN; c++)
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])), acc[c]);
+        for (int c = 0; c < RN; c++) {
+            const __m256 da = _mm256_set1_ps(a[c].d[b]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[c]), _mm256_mul_ps(dw, da), acc[c]);
+            if (i8_has_min(kind))
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps((float)a[c].s[b]), _mm256_mul_ps(mw, da), acc[c]);
+        }
     }
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
@@ -910,17 +1009,17 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
 /* The same sums for both halves of a block at once, in tiles of at most 2
  * columns: for few columns (decode), where a broadcast then serves 16 rows
  * and the group's bytes pass through L1 once; the pairs of the nibble types
- * summed as int16 first, then vpmaddwd by ones: Q4_0's 8 pairs of nibbles
- * against int8 a row lane (8 * 2 * 15 * 127 < 2^15), MXFP4's and Q5_0's 4
- * (their bytes reach 28 and 31: 4 * 2 * 31 * 127 < 2^15).  The same
- * integers. */
+ * summed as int16 first, then vpmaddwd by ones: Q4_0's and Q4_1's 8 pairs
+ * of nibbles against int8 a row lane (8 * 2 * 15 * 127 < 2^15), MXFP4's,
+ * Q5_0's and Q5_1's 4 (their bytes reach 28 and 31: 4 * 2 * 31 * 127 <
+ * 2^15).  The same integers. */
 static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int kind, const int RN, int64_t k,
                                                                     const uint8_t *g, const void *const *acts,
                                                                     float *const *dcols, int64_t row0) {
     const bool q8 = kind == I8_Q8;
     const int64_t nblk = k / I8_QK;
     const size_t bs = i8_block_bytes(kind);
-    const __m256i x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), lut = mx_lut16();
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), lut = i8_lut(kind);
     struct i8col a[2];
     __m256 acc[2][2];
     _Pragma("GCC unroll 2")
@@ -930,12 +1029,11 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
     }
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
-        bt_cpu_rp_offsets(nblk, b, bs, kind == I8_MX ? 1 : 2, &dof, &vof);
+        bt_cpu_rp_offsets(nblk, b, bs, i8_rp_ds(kind), &dof, &vof);
         const uint8_t *w = g + vof;
         __m256i I[2][2];
         _Pragma("GCC unroll 2")
-        for (int c = 0; c < RN; c++)
-            I[0][c] = I[1][c] = q8 ? _mm256_setzero_si256() : _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
+        for (int c = 0; c < RN; c++) I[0][c] = I[1][c] = _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
         _Pragma("GCC unroll 8")
         for (int u = 0; q8 && u < 8; u++) {
             __m256i x[2], ax[2];
@@ -952,13 +1050,34 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
                     I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(ax[hf], _mm256_sign_epi8(av, x[hf])));
             }
         }
-        if (!q8) {
-            const int run = kind == I8_Q4 ? 4 : 2; /* v steps summed as int16 */
-            const int v0 = kind == I8_Q5;         /* Q5_0's nibbles after its fifth bits */
+        _Pragma("GCC unroll 4")
+        for (int v = 0; kind == I8_NL && v < 4; v++) { /* |w| against a with w's sign, a vpmaddwd each */
+            __m256i lo[2], hi[2], ulo[2], uhi[2];
+            _Pragma("GCC unroll 2")
+            for (int hf = 0; hf < 2; hf++) {
+                rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * v + 32 * hf)), _mm256_setzero_si256(), v,
+                          lut, &lo[hf], &hi[hf]);
+                ulo[hf] = _mm256_abs_epi8(lo[hf]);
+                uhi[hf] = _mm256_abs_epi8(hi[hf]);
+            }
+            _Pragma("GCC unroll 2")
+            for (int c = 0; c < RN; c++) {
+                const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
+                const __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq)), ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
+                _Pragma("GCC unroll 2")
+                for (int hf = 0; hf < 2; hf++) {
+                    I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(ulo[hf], _mm256_sign_epi8(al, lo[hf])));
+                    I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(uhi[hf], _mm256_sign_epi8(ah, hi[hf])));
+                }
+            }
+        }
+        if (!q8 && kind != I8_NL) {
+            const int run = kind == I8_Q4 || kind == I8_Q41 ? 4 : 2; /* v steps summed as int16 */
+            const int v0 = i8_has_qh(kind); /* Q5_0's and Q5_1's nibbles after their fifth bits */
             __m256i P[2];
             _Pragma("GCC unroll 2")
             for (int hf = 0; hf < 2; hf++)
-                P[hf] = kind == I8_Q5 ? _mm256_loadu_si256((const __m256i *)(w + 32 * hf)) : _mm256_setzero_si256();
+                P[hf] = v0 ? _mm256_loadu_si256((const __m256i *)(w + 32 * hf)) : _mm256_setzero_si256();
             __m256i p[2][2];
             _Pragma("GCC unroll 4")
             for (int v = 0; v < 4; v++) {
@@ -991,11 +1110,15 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
         }
         _Pragma("GCC unroll 2")
         for (int hf = 0; hf < 2; hf++) {
-            const __m256 dw = rp_scales8(kind, g + dof, hf);
+            __m256 mw = _mm256_setzero_ps();
+            const __m256 dw = rp_scales8(kind, g + dof, hf, &mw);
             _Pragma("GCC unroll 2")
-            for (int c = 0; c < RN; c++)
-                acc[hf][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[hf][c]), _mm256_mul_ps(dw, _mm256_set1_ps(a[c].d[b])),
-                                             acc[hf][c]);
+            for (int c = 0; c < RN; c++) {
+                const __m256 da = _mm256_set1_ps(a[c].d[b]);
+                acc[hf][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[hf][c]), _mm256_mul_ps(dw, da), acc[hf][c]);
+                if (i8_has_min(kind))
+                    acc[hf][c] = _mm256_fmadd_ps(_mm256_set1_ps((float)a[c].s[b]), _mm256_mul_ps(mw, da), acc[hf][c]);
+            }
         }
     }
     _Pragma("GCC unroll 2")
@@ -1036,11 +1159,17 @@ RP_I8_AVX2(q4_0, I8_Q4)
 #define FAST(name) dot_##name##_avx2
 #define I8_REPACK(name) &rp_##name, rgemm_##name, NULL, 0
 #endif
+I8_AVX2_DEFS(q4_1, I8_Q41)
+RP_I8_AVX2(q4_1, I8_Q41)
 I8_AVX2_DEFS(q5_0, I8_Q5)
 RP_I8_AVX2(q5_0, I8_Q5)
+I8_AVX2_DEFS(q5_1, I8_Q51)
+RP_I8_AVX2(q5_1, I8_Q51)
+I8_AVX2_DEFS(iq4_nl, I8_NL)
+RP_I8_AVX2(iq4_nl, I8_NL)
 I8_AVX2_DEFS(mxfp4, I8_MX)
 RP_I8_AVX2(mxfp4, I8_MX)
-/* Q5_0's and MXFP4's kernels on every x86 build (W: a type's name) */
+/* the other types' kernels on every x86 build (W: a type's name) */
 #define W_TILES(name) I8_AVX2_TILES(name)
 #define W_GEMM(name) 0, NULL, NULL, NULL
 #define W_FAST(name) dot_##name##_avx2
@@ -1049,7 +1178,8 @@ RP_I8_AVX2(mxfp4, I8_MX)
 /* ---- NEON (aarch64; sdot with dotprod, smmla with i8mm) --------------------------- *
  * dot_ref's I_b and float step per output element.  A block's weights are
  * 32 signed bytes in element order (Q4_0: the nibble - 8, in [-8, 7];
- * Q5_0: its 5-bit value - 16; MXFP4: its table value, by tbl), its
+ * Q5_0: its 5-bit value - 16; Q4_1, Q5_1: the value; MXFP4: its table
+ * value, by tbl), its
  * activation's 32 q; the products summed in 4 int32 lanes: sdot where the
  * build has dotprod, else smull / smull2 to int16 (no overflow: one
  * product at most 128 * 128) and sadalp into int32.  With i8mm, the tiles'
@@ -1070,22 +1200,27 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
         const uint8x16_t x = vld1q_u8(((const bt_block_q4_0 *)blk)->qs);
         *w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
         *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
-    } else if (kind == I8_Q5) {
-        const bt_block_q5_0 *q = (const bt_block_q5_0 *)blk;
-        const uint8x16_t x = vld1q_u8(q->qs);
+    } else if (kind == I8_Q41) {
+        const uint8x16_t x = vld1q_u8(((const bt_block_q4_1 *)blk)->qs);
+        *w0 = vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f)));
+        *w1 = vreinterpretq_s8_u8(vshrq_n_u8(x, 4));
+    } else if (kind == I8_Q5 || kind == I8_Q51) {
+        const uint8_t *qs = kind == I8_Q5 ? ((const bt_block_q5_0 *)blk)->qs : ((const bt_block_q5_1 *)blk)->qs;
+        const uint8x16_t x = vld1q_u8(qs);
         uint32_t qh;
-        memcpy(&qh, q->qh, sizeof qh);
+        memcpy(&qh, kind == I8_Q5 ? ((const bt_block_q5_0 *)blk)->qh : ((const bt_block_q5_1 *)blk)->qh, sizeof qh);
         /* byte j of h0 (h1): bit j (16 + j) of qh tested, 16 where set */
         const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
         const uint8x16_t h0 = vcombine_u8(vdup_n_u8((uint8_t)qh), vdup_n_u8((uint8_t)(qh >> 8)));
         const uint8x16_t h1 = vcombine_u8(vdup_n_u8((uint8_t)(qh >> 16)), vdup_n_u8((uint8_t)(qh >> 24)));
         const uint8x16_t s16 = vdupq_n_u8(16);
-        *w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bit), s16))),
-                       vdupq_n_s8(16));
-        *w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(x, 4), vandq_u8(vtstq_u8(h1, bit), s16))), vdupq_n_s8(16));
+        /* the 5-bit values, Q5_0's less 16 */
+        const int8x16_t off = vdupq_n_s8(kind == I8_Q5 ? 16 : 0);
+        *w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bit), s16))), off);
+        *w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(x, 4), vandq_u8(vtstq_u8(h1, bit), s16))), off);
     } else {
-        const int8x16_t tab = vld1q_s8(bt_mxfp4_values);
-        const uint8x16_t x = vld1q_u8(((const bt_block_mxfp4 *)blk)->qs);
+        const int8x16_t tab = vld1q_s8(kind == I8_NL ? bt_iq4nl_values : bt_mxfp4_values);
+        const uint8x16_t x = vld1q_u8(kind == I8_NL ? ((const bt_block_iq4_nl *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs);
         *w0 = vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f)));
         *w1 = vqtbl1q_s8(tab, vshrq_n_u8(x, 4));
     }
@@ -1093,9 +1228,15 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
 /* its scale as float */
 static inline float i8_scale_neon(const int kind, const char *blk) {
     if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    bt_fp16_t d; /* first in the other three block types */
+    bt_fp16_t d; /* first in the other block types */
     memcpy(&d, blk, sizeof d);
     return bt_fp16_to_fp32(d);
+}
+/* Q4_1's and Q5_1's min (the fp16 after d) */
+static inline float i8_min_neon(const char *blk) {
+    bt_fp16_t m;
+    memcpy(&m, blk + sizeof m, sizeof m);
+    return bt_fp16_to_fp32(m);
 }
 
 /* the 32 products of a block, summed into 4 int32 lanes */
@@ -1150,16 +1291,18 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, 
     }
     for (int64_t b = 0; b < nblk; b++) {
         int8x16_t w0[4], w1[4];
-        uint16_t d[4]; /* the rows' fp16 scales (first in Q8_0's, Q4_0's and Q5_0's blocks) */
-        float dm[4];   /* or MXFP4's */
+        uint16_t d[4], m[4]; /* the rows' fp16 scales (first in the blocks but MXFP4's), Q4_1's and Q5_1's mins */
+        float dm[4];         /* or MXFP4's scales */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
             const char *blk = (const char *)rows[r] + (size_t)b * bs;
             if (kind == I8_MX) dm[r] = i8_scale_neon(kind, blk);
             else memcpy(&d[r], blk, sizeof d[r]);
+            if (i8_has_min(kind)) memcpy(&m[r], blk + sizeof d[r], sizeof m[r]);
             i8_block_neon(kind, blk, &w0[r], &w1[r]);
         }
         const float32x4_t dw = kind == I8_MX ? vld1q_f32(dm) : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
+        const float32x4_t mw = i8_has_min(kind) ? vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(m))) : vdupq_n_f32(0.0f);
         int32x4_t isum[4];
 #if defined(__ARM_FEATURE_MATMUL_INT8)
         if (RN % 2 == 0) {
@@ -1189,8 +1332,10 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, 
             }
         }
         _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++)
+        for (int c = 0; c < RN; c++) {
             acc[c] = vfmaq_f32(acc[c], vcvtq_f32_s32(isum[c]), vmulq_n_f32(dw, a[c].d[b]));
+            if (i8_has_min(kind)) acc[c] = vfmaq_f32(acc[c], vdupq_n_f32((float)a[c].s[b]), vmulq_n_f32(mw, a[c].d[b]));
+        }
     }
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++) vst1q_f32(out + c * 4, acc[c]);
@@ -1210,6 +1355,7 @@ static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, in
         const int8_t *q = a.q + b * I8_QK;
         const int32_t isum = vaddvq_s32(i8_dot32_neon(w0, w1, vld1q_s8(q), vld1q_s8(q + 16)));
         acc = fmaf((float)isum, i8_scale_neon(kind, blk) * a.d[b], acc);
+        if (i8_has_min(kind)) acc = fmaf((float)a.s[b], i8_min_neon(blk) * a.d[b], acc);
     }
     *out = acc;
 }
@@ -1229,7 +1375,10 @@ static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, in
     I8_NEON_TILE(name, kind, 4)
 I8_NEON_DEFS(q8_0, I8_Q8)
 I8_NEON_DEFS(q4_0, I8_Q4)
+I8_NEON_DEFS(q4_1, I8_Q41)
 I8_NEON_DEFS(q5_0, I8_Q5)
+I8_NEON_DEFS(q5_1, I8_Q51)
+I8_NEON_DEFS(iq4_nl, I8_NL)
 I8_NEON_DEFS(mxfp4, I8_MX)
 
 #define I8_TILES(name) {{4, 1, qtile_##name##_4x1}, {4, 2, qtile_##name##_4x2}, {4, 4, qtile_##name##_4x4}, {0, 0, NULL}}
@@ -1244,16 +1393,17 @@ I8_NEON_DEFS(mxfp4, I8_MX)
 #define FAST(name) dot_##name##_ref
 #define I8_REPACK(name) &rp_##name, NULL, NULL, 0 /* the layout, no kernels: not used */
 #endif
-#ifndef W_TILES /* Q5_0 and MXFP4 as the other two (x86 has their kernels above) */
+#ifndef W_TILES /* the other types as Q8_0 and Q4_0 (x86 has their kernels above) */
 #define W_TILES(name) I8_TILES(name)
 #define W_GEMM(name) I8_GEMM(name)
 #define W_FAST(name) FAST(name)
 #define W_REPACK(name) I8_REPACK(name)
 #endif
 
-/* Q5_0's and MXFP4's activation columns: the same q and s, d rounded to
- * fp16 as ggml's block_q8_0 keeps it, so that the products are llama.cpp's
- * (whose Q5_0 and MXFP4 dots take Q8_0 columns) to the float order */
+/* the activation columns of the types but Q8_0 and Q4_0: the same q and s,
+ * d rounded to fp16 as ggml's block_q8_0 keeps it, so that the products are
+ * llama.cpp's (whose dots of these types take Q8_0 or Q8_1 columns, the
+ * same q and d) to the float order */
 static void i8_round_d16(void *y, int64_t k) {
     float *d = (float *)((char *)y + (size_t)(k / I8_QK) * I8_QK);
     for (int64_t b = 0; b < k / I8_QK; b++) d[b] = bt_fp16_to_fp32(bt_fp32_to_fp16(d[b]));
@@ -1285,6 +1435,10 @@ static void d16_quantize(const float *x, void *y, int64_t k) {
 I8_QTYPE(q8_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q8_0), I8_TILES(q8_0), I8_GEMM(q8_0), I8_REPACK(q8_0));
 I8_QTYPE(q4_0, I8_ACT, I8_QUANTIZE, i8_quantize_ref, FAST(q4_0), I8_TILES(q4_0), I8_GEMM(q4_0), I8_REPACK(q4_0));
 #define D16_ACT "int8 blocks of 32, fp16-valued float scale, block sums"
+I8_QTYPE(q4_1, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(q4_1), W_TILES(q4_1), W_GEMM(q4_1), W_REPACK(q4_1));
 I8_QTYPE(q5_0, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(q5_0), W_TILES(q5_0), W_GEMM(q5_0), W_REPACK(q5_0));
+I8_QTYPE(q5_1, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(q5_1), W_TILES(q5_1), W_GEMM(q5_1), W_REPACK(q5_1));
+I8_QTYPE(iq4_nl, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(iq4_nl), W_TILES(iq4_nl), W_GEMM(iq4_nl),
+         W_REPACK(iq4_nl));
 I8_QTYPE(mxfp4, D16_ACT, d16_quantize, d16_quantize_ref, W_FAST(mxfp4), W_TILES(mxfp4), W_GEMM(mxfp4),
          W_REPACK(mxfp4));
