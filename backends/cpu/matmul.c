@@ -22,18 +22,18 @@
  *    (prompt) paths.
  *  - BF16 weights: the pair order of vdpbf16ps (section below), on the GEMM
  *    and dot paths of AVX-512 and on the GEMM path (run_gemm) elsewhere.
- *  - quantised weights (what qtypes.h's table holds: Q8_0 and Q4_0 in
- *    quant_i8.c, IQ4_XS and the IQ lattice types in quant_iq.c, the others
- *    in quant_dot.c): every
+ *  - quantised weights (what qtypes.h's table holds: the 32-element types
+ *    in quant_i8.c, IQ4_XS and the IQ lattice types in quant_iq.c, the
+ *    K-quants in quant_dot.c): every
  *    activation column is quantised once per node (all threads share the
  *    work, then a barrier) to the entry's activation format, on every path
  *    and batch size; each element is the entry's vec_dot or a tile that
  *    gives the same bits (exact integer block dots, float accumulation in a
- *    fixed block order); entries with a packed GEMM (Q8_0, Q4_0, the
- *    K-quants, IQ4_XS, IQ4_NL, Q5_0) pack 16
+ *    fixed block order); entries with a packed GEMM (Q8_0 and Q4_0 on
+ *    AVX-512 VNNI, the K-quants, IQ4_XS, the lattice types) pack 16
  *    weight rows at a time into the thread's slice for jobs with many
  *    columns, with the same bits again; weights repacked at load (cpu.h,
- *    repack.c: Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) are already in that order, 16 rows a
+ *    repack.c: the 32-element types, Q4_K, Q6_K) are already in that order, 16 rows a
  *    group, and every job of theirs runs the entry's rgemm on the groups
  *    as they stand (decode and prompt alike), with the same bits again.
  *  - reference path (p->reference): the plain triple loop.
