@@ -15,15 +15,16 @@
  *   I_b = sum_i w_i q_i      (Q8_0: w = qs; Q4_0: w = nibble - 8)
  * (Q5_0: w = (nibble | bit i of qh << 4) - 16; MXFP4: w =
  * bt_mxfp4_values[nibble]; IQ4_NL: w = bt_iq4nl_values[nibble]; Q4_1: w =
- * nibble; Q5_1: w = nibble | bit i of qh << 4; element i's nibble the low one of byte i for i < 16, the high
- * one of byte i - 16 after) then, blocks in increasing order from acc = +0,
+ * nibble; Q5_1: w = nibble | bit i of qh << 4; element i's nibble the low
+ * one of byte i for i < 16, the high one of byte i - 16 after) then, blocks
+ * in increasing order from acc = +0,
  *   acc = fma((float)I_b, dw_b * d_b, acc)
  * and for Q4_1 and Q5_1, whose value is dw w + mw, then
  *   acc = fma((float)s_b, mw_b * d_b, acc)
  * (dw_b the block's fp16 scale as float, MXFP4's bt_e8m0_half(e), mw_b its
- * fp16 min; |I_b| < 2^21, so (float)I_b is exact).  The integers are exact however a path
- * groups them, so a path only has to produce I_b and take the same float
- * steps:
+ * fp16 min; |I_b| < 2^21, so (float)I_b is exact).  The integers are exact
+ * however a path groups them, so a path only has to produce I_b and take
+ * the same float steps:
  *   - dot_ref: plain C, one block at a time;
  *   - decode tiles (AVX-512 VNNI, 16 rows x 1, 2 or 4 columns): two
  *     blocks' unsigned weight bytes per row (Q8_0 w + 128, Q4_0 the nibble),
@@ -209,14 +210,16 @@ static void dot_q4_0_ref(int64_t k, float *s, const void *w, const void *a) { i8
 static void dot_q4_1_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q4_1, k, s, w, a); }
 static void dot_q5_0_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q5_0, k, s, w, a); }
 static void dot_q5_1_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_Q5_1, k, s, w, a); }
-static void dot_iq4_nl_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_IQ4_NL, k, s, w, a); }
+static void dot_iq4_nl_ref(int64_t k, float *s, const void *w, const void *a) {
+    i8_dot_ref(BT_TYPE_IQ4_NL, k, s, w, a);
+}
 static void dot_mxfp4_ref(int64_t k, float *s, const void *w, const void *a) { i8_dot_ref(BT_TYPE_MXFP4, k, s, w, a); }
 
 /* the repacked layout (qtypes.h): payload = the quants, Q8_0 as unsigned
- * bytes (w + 128), Q4_0, Q4_1, IQ4_NL and MXFP4 as they are (a lane's low nibbles
- * elements 4v .. 4v+3, its high nibbles 16+4v ..), Q5_0 and Q5_1 their fifth
- * bits reordered (bt_cpu_qh_order) then their nibbles as Q4_0's; MXFP4's
- * scale the E8M0 byte, Q4_1's and Q5_1's the fp16 scale and min */
+ * bytes (w + 128), Q4_0, Q4_1, IQ4_NL and MXFP4 as they are (a lane's low
+ * nibbles elements 4v .. 4v+3, its high nibbles 16+4v ..), Q5_0 and Q5_1
+ * their fifth bits reordered (bt_cpu_qh_order) then their nibbles as Q4_0's;
+ * MXFP4's scale the E8M0 byte, Q4_1's and Q5_1's the fp16 scale and min */
 #define RP_ROWS 16
 static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2, false};
 static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2, false};
@@ -935,7 +938,8 @@ static inline __attribute__((always_inline)) void rp_nib_u8(const int kind, __m2
  * two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each vector:
  * 8 rows' 4 bytes).  The nibble types: vpdpbusd as bt_cpu_dot4_avx2 (the
  * nibbles, Q5_0's and Q5_1's with their fifth bits, or MXFP4's table + 16,
- * against int8: exact), from -off s.
+ * against int8: exact), from -off s; IQ4_NL's table values as Q8_0's
+ * weights, |w| against the activation with w's sign.
  * Q8_0: the repacked bytes w + 128 (up to
  * 255 against int8 could saturate vpmaddubsw) back to w, then |w| against
  * the activation with w's sign (pairs at most 2 * 128 * 127), from 0: the
@@ -981,7 +985,8 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
             __m256i lo, hi;
             rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * (v0 + v))), P, v, lut, &lo, &hi);
             /* IQ4_NL: |w| against the activation with w's sign */
-            const __m256i ulo = kind == I8_NL ? _mm256_abs_epi8(lo) : lo, uhi = kind == I8_NL ? _mm256_abs_epi8(hi) : hi;
+            const __m256i ulo = kind == I8_NL ? _mm256_abs_epi8(lo) : lo;
+            const __m256i uhi = kind == I8_NL ? _mm256_abs_epi8(hi) : hi;
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
@@ -1063,7 +1068,8 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
             _Pragma("GCC unroll 2")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
-                const __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq)), ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
+                const __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq));
+                const __m256i ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
                 _Pragma("GCC unroll 2")
                 for (int hf = 0; hf < 2; hf++) {
                     I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(ulo[hf], _mm256_sign_epi8(al, lo[hf])));
@@ -1216,11 +1222,14 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
         const uint8x16_t s16 = vdupq_n_u8(16);
         /* the 5-bit values, Q5_0's less 16 */
         const int8x16_t off = vdupq_n_s8(kind == I8_Q5 ? 16 : 0);
-        *w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bit), s16))), off);
-        *w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(x, 4), vandq_u8(vtstq_u8(h1, bit), s16))), off);
+        const uint8x16_t v0 = vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bit), s16));
+        const uint8x16_t v1 = vorrq_u8(vshrq_n_u8(x, 4), vandq_u8(vtstq_u8(h1, bit), s16));
+        *w0 = vsubq_s8(vreinterpretq_s8_u8(v0), off);
+        *w1 = vsubq_s8(vreinterpretq_s8_u8(v1), off);
     } else {
         const int8x16_t tab = vld1q_s8(kind == I8_NL ? bt_iq4nl_values : bt_mxfp4_values);
-        const uint8x16_t x = vld1q_u8(kind == I8_NL ? ((const bt_block_iq4_nl *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs);
+        const uint8_t *qs = kind == I8_NL ? ((const bt_block_iq4_nl *)blk)->qs : ((const bt_block_mxfp4 *)blk)->qs;
+        const uint8x16_t x = vld1q_u8(qs);
         *w0 = vqtbl1q_s8(tab, vandq_u8(x, vdupq_n_u8(0x0f)));
         *w1 = vqtbl1q_s8(tab, vshrq_n_u8(x, 4));
     }
