@@ -229,6 +229,20 @@ static const struct bt_cpu_rp_layout rp_q5_1 = {0, 4, 5, 0u, 4, true};
 static const struct bt_cpu_rp_layout rp_iq4_nl = {0, 2, 4, 0u, 2, false};
 static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1, false};
 
+/* a block's scale dw as float (MXFP4's E8M0, else the block's first fp16) */
+static inline float i8_block_scale(const int kind, const char *blk) {
+    if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
+    bt_fp16_t d;
+    memcpy(&d, blk, sizeof d);
+    return bt_fp16_to_fp32(d);
+}
+/* Q4_1's and Q5_1's min mw as float (the fp16 after d) */
+static inline float i8_block_min(const char *blk) {
+    bt_fp16_t m;
+    memcpy(&m, blk + sizeof m, sizeof m);
+    return bt_fp16_to_fp32(m);
+}
+
 #ifdef HAVE_I8_AVX512
 /* ---- AVX-512 VNNI --------------------------------------------------------------- */
 
@@ -743,19 +757,6 @@ static inline __m256 mx_scales8(const uint8_t *e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), z)));
 }
 
-/* a block's scale dw */
-static inline float i8_block_scale(const int kind, const char *blk) {
-    if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    bt_fp16_t d; /* first in the other blocks */
-    memcpy(&d, blk, sizeof d);
-    return _cvtsh_ss(d);
-}
-/* Q4_1's and Q5_1's min mw (the fp16 after d) */
-static inline float i8_block_min(const char *blk) {
-    bt_fp16_t m;
-    memcpy(&m, blk + sizeof m, sizeof m);
-    return _cvtsh_ss(m);
-}
 /* its 32 weights for bt_cpu_dot4_avx2: *u the unsigned bytes, *w the
  * signed ones whose signs go onto the activation (Q8_0, IQ4_NL) */
 static inline __attribute__((always_inline)) void i8_block_u8(const int kind, const char *blk, __m256i lut,
@@ -1234,19 +1235,6 @@ static inline __attribute__((always_inline)) void i8_block_neon(const int kind, 
         *w1 = vqtbl1q_s8(tab, vshrq_n_u8(x, 4));
     }
 }
-/* its scale as float */
-static inline float i8_scale_neon(const int kind, const char *blk) {
-    if (kind == I8_MX) return bt_e8m0_half(((const bt_block_mxfp4 *)blk)->e);
-    bt_fp16_t d; /* first in the other block types */
-    memcpy(&d, blk, sizeof d);
-    return bt_fp16_to_fp32(d);
-}
-/* Q4_1's and Q5_1's min (the fp16 after d) */
-static inline float i8_min_neon(const char *blk) {
-    bt_fp16_t m;
-    memcpy(&m, blk + sizeof m, sizeof m);
-    return bt_fp16_to_fp32(m);
-}
 
 /* the 32 products of a block, summed into 4 int32 lanes */
 static inline int32x4_t i8_dot32_neon(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
@@ -1305,7 +1293,7 @@ static inline __attribute__((always_inline)) void i8_tile4_neon(const int kind, 
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
             const char *blk = (const char *)rows[r] + (size_t)b * bs;
-            if (kind == I8_MX) dm[r] = i8_scale_neon(kind, blk);
+            if (kind == I8_MX) dm[r] = i8_block_scale(kind, blk);
             else memcpy(&d[r], blk, sizeof d[r]);
             if (i8_has_min(kind)) memcpy(&m[r], blk + sizeof d[r], sizeof m[r]);
             i8_block_neon(kind, blk, &w0[r], &w1[r]);
@@ -1363,8 +1351,8 @@ static inline __attribute__((always_inline)) void i8_dot_neon(const int kind, in
         i8_block_neon(kind, blk, &w0, &w1);
         const int8_t *q = a.q + b * I8_QK;
         const int32_t isum = vaddvq_s32(i8_dot32_neon(w0, w1, vld1q_s8(q), vld1q_s8(q + 16)));
-        acc = fmaf((float)isum, i8_scale_neon(kind, blk) * a.d[b], acc);
-        if (i8_has_min(kind)) acc = fmaf((float)a.s[b], i8_min_neon(blk) * a.d[b], acc);
+        acc = fmaf((float)isum, i8_block_scale(kind, blk) * a.d[b], acc);
+        if (i8_has_min(kind)) acc = fmaf((float)a.s[b], i8_block_min(blk) * a.d[b], acc);
     }
     *out = acc;
 }
