@@ -1,10 +1,11 @@
-/* test_repack.c - the CPU's repacked weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q6_K; cpu.h,
- * backends/cpu/repack.c): a repacked matrix gives bitwise what the plain one
- * gives, on every path (decode tiles, the prompt GEMM, MUL_MAT_ID with
- * several experts, 1 and 2 threads, the reference kernels; GET_ROWS), its
- * bytes unpack to the plain ones, only tensors with a layout and whole groups of
- * 16 rows are repacked, the repack buffer type repacks what is set in it,
- * and nothing but the matmul may read one. */
+/* test_repack.c - the CPU's repacked weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL, MXFP4, Q4_K, Q6_K; cpu.h, backends/cpu/repack.c): a repacked
+ * matrix gives bitwise what the plain one gives, on every path (decode
+ * tiles, the prompt GEMM, MUL_MAT_ID with several experts, 1 and 2 threads,
+ * the reference kernels; GET_ROWS), its bytes unpack to the plain ones, only
+ * tensors with a layout and whole groups of 16 rows are repacked, the
+ * repack buffer type repacks what is set in it, and nothing but the matmul
+ * may read one. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,9 +19,7 @@ static const enum bt_type rp_types[9] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_
 #define N_RP 9
 
 /* the types scramble changes (the second round of test_mul_mat_bitwise) */
-static bool is_scrambled(enum bt_type t) {
-    return t != BT_TYPE_Q8_0 && t != BT_TYPE_Q4_0;
-}
+static bool is_scrambled(enum bt_type t) { return t != BT_TYPE_Q8_0 && t != BT_TYPE_Q4_0; }
 
 /* Q4_K: every block's 12 scale bytes and 128 quant bytes random (d and dmin
  * kept), so that every bit of the packed 6-bit scales and mins is exercised;

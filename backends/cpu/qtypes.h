@@ -94,21 +94,23 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * vectors.  With an even nblk (or ds 4) and a 64-byte aligned tensor every
  * vector is aligned (ds 1: at 32 bytes, a pair's 544 bytes).  The lanes
  * are what vpdpbusd takes, a row per lane: a decode reads the 16 rows with
- * no transposition.  Q5_0's payload dword 0, its 32 fifth bits, is kept in
- * the order bt_cpu_qh_order gives (a shift and a mask put the bits of 4
- * elements in place), its dwords 1..4 the nibbles as Q4_0's. */
+ * no transposition.  Q5_0's and Q5_1's payload dword 0, the block's 32
+ * fifth bits, is kept in the order bt_cpu_qh_order gives (a shift and a
+ * mask put the bits of 4 elements in place), dwords 1..4 the nibbles as
+ * Q4_0's. */
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
     int ds;      /* bytes of a block's scale: 1 (MXFP4's E8M0), 2 or 4 */
-    bool qh0;    /* payload dword 0: Q5_0's fifth bits, in bt_cpu_qh_order */
+    bool qh0;    /* payload dword 0: Q5_0's or Q5_1's fifth bits, in bt_cpu_qh_order */
 };
 
-/* Q5_0's fifth bits qh (bit j: element j) reordered: byte i of the result
- * holds, in bits 0..3, the bits of elements i, 4 + i, 8 + i, 12 + i, in bits
- * 4..7 those of 16 + i, 20 + i, 24 + i, 28 + i; so that for the 4-element
- * groups 4v + i (v = 0..3) a left shift by 4 - v, and for 16 + 4v + i a right
- * shift by v, puts each element's bit at bit 4 of byte i */
+/* a Q5 block's fifth bits qh (bit j: element j) reordered: byte i of the
+ * result holds, in bits 0..3, the bits of elements i, 4 + i, 8 + i, 12 + i,
+ * in bits 4..7 those of 16 + i, 20 + i, 24 + i, 28 + i; so that for the
+ * 4-element groups 4v + i (v = 0..3) a left shift by 4 - v, and for
+ * 16 + 4v + i a right shift by v, puts each element's bit at bit 4 of
+ * byte i */
 static inline uint32_t bt_cpu_qh_order(uint32_t qh) {
     uint32_t p = 0;
     for (int j = 0; j < 32; j++)

@@ -1,7 +1,7 @@
 /* repack.c - the CPU's repacked weights (cpu.h): which tensors can be
  * repacked, the repack at load and its inverse, group by group in the one
  * layout of qtypes.h (each type's entry says where its scale and payload
- * sit: quant_i8.c for Q8_0, Q4_0, Q5_0 and MXFP4, quant_dot.c for Q4_K and
+ * sit: quant_i8.c for the 32-element types, quant_dot.c for Q4_K and
  * Q6_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
 #include "baton/cpu.h"
