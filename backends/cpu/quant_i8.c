@@ -935,6 +935,13 @@ static inline __attribute__((always_inline)) void rp_nib_u8(const int kind, __m2
     }
 }
 
+/* bt_cpu_dot4_avx2 of a repacked step's weight bytes w against activation
+ * bytes a; IQ4_NL's signed w as |w| against a with w's sign */
+static inline __m256i rp_dot4(const int kind, __m256i w, __m256i a) {
+    if (kind == I8_NL) return bt_cpu_dot4_avx2(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+    return bt_cpu_dot4_avx2(w, a);
+}
+
 /* The repacked types on AVX2: rp_tile's arithmetic (a block at a time) on
  * two halves of the group's 16 rows (bytes 32h .. 32h + 31 of each vector:
  * 8 rows' 4 bytes).  The nibble types: vpdpbusd as bt_cpu_dot4_avx2 (the
@@ -985,19 +992,11 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
         for (int v = 0; !q8 && v < 4; v++) {
             __m256i lo, hi;
             rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * (v0 + v))), P, v, lut, &lo, &hi);
-            /* IQ4_NL: |w| against the activation with w's sign */
-            const __m256i ulo = kind == I8_NL ? _mm256_abs_epi8(lo) : lo;
-            const __m256i uhi = kind == I8_NL ? _mm256_abs_epi8(hi) : hi;
             _Pragma("GCC unroll 8")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
-                __m256i al = _mm256_set1_epi32(bt_cpu_load_i32(aq)), ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
-                if (kind == I8_NL) {
-                    al = _mm256_sign_epi8(al, lo);
-                    ah = _mm256_sign_epi8(ah, hi);
-                }
-                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(ulo, al));
-                I[c] = _mm256_add_epi32(I[c], bt_cpu_dot4_avx2(uhi, ah));
+                I[c] = _mm256_add_epi32(I[c], rp_dot4(kind, lo, _mm256_set1_epi32(bt_cpu_load_i32(aq))));
+                I[c] = _mm256_add_epi32(I[c], rp_dot4(kind, hi, _mm256_set1_epi32(bt_cpu_load_i32(aq + 16))));
             }
         }
         _Pragma("GCC unroll 8")
@@ -1058,14 +1057,11 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
         }
         _Pragma("GCC unroll 4")
         for (int v = 0; kind == I8_NL && v < 4; v++) { /* |w| against a with w's sign, a vpmaddwd each */
-            __m256i lo[2], hi[2], ulo[2], uhi[2];
+            __m256i lo[2], hi[2];
             _Pragma("GCC unroll 2")
-            for (int hf = 0; hf < 2; hf++) {
+            for (int hf = 0; hf < 2; hf++)
                 rp_nib_u8(kind, _mm256_loadu_si256((const __m256i *)(w + 64 * v + 32 * hf)), _mm256_setzero_si256(), v,
                           lut, &lo[hf], &hi[hf]);
-                ulo[hf] = _mm256_abs_epi8(lo[hf]);
-                uhi[hf] = _mm256_abs_epi8(hi[hf]);
-            }
             _Pragma("GCC unroll 2")
             for (int c = 0; c < RN; c++) {
                 const int8_t *aq = a[c].q + b * I8_QK + 4 * v;
@@ -1073,8 +1069,8 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
                 const __m256i ah = _mm256_set1_epi32(bt_cpu_load_i32(aq + 16));
                 _Pragma("GCC unroll 2")
                 for (int hf = 0; hf < 2; hf++) {
-                    I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(ulo[hf], _mm256_sign_epi8(al, lo[hf])));
-                    I[hf][c] = _mm256_add_epi32(I[hf][c], bt_cpu_dot4_avx2(uhi[hf], _mm256_sign_epi8(ah, hi[hf])));
+                    I[hf][c] = _mm256_add_epi32(I[hf][c], rp_dot4(kind, lo[hf], al));
+                    I[hf][c] = _mm256_add_epi32(I[hf][c], rp_dot4(kind, hi[hf], ah));
                 }
             }
         }
