@@ -662,9 +662,16 @@ static inline __m256i grid8x4(const uint32_t *grid, const unsigned i[8]) {
  * halves of int32 lane j. */
 struct iq_blk_avx2 {
     __m256i sgn[2]; /* IQ2_XS: groups 0..15, 16..31; lane l: groups 8l .. 8l+7 of its 16 */
-    __m128i sc;     /* IQ2_XS, IQ2_S: the scale of 16-element half i in byte i */
+    __m256i sc;     /* IQ2_XS, IQ2_S: the scale 2 s + 1 of 16-element half 2i in int16 lane i of the low
+                     * 128-bit lane, of half 2i + 1 in lane i of the high one */
     __m256i sc32;   /* IQ4_XS */
+    _Alignas(32) uint16_t ix[64]; /* IQ3_S: the grid indices */
 };
+/* the indices stored and read back by scalar loads: left to itself GCC takes
+ * each out of the vector register (vpextrw, two operations); the IQ3_S
+ * decode row 1.25x a Zen 3's scalar shifts and masks, IQ2_S's four indices
+ * a group 0.94x: it keeps them */
+#define IX_IN_MEMORY(ix) __asm__("" : "+m"(ix))
 static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, const void *blk,
                                                                 struct iq_blk_avx2 *p) {
     if (kind == IQ4XS) {
@@ -678,6 +685,22 @@ static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, 
                                            _mm256_set1_epi32(3));
         const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(h, 4)), _mm256_set1_epi32(32));
         p->sc32 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ls, 16));
+        return;
+    }
+    if (kind == IQ3S) {
+        /* entry g: qs[g] | bit g % 8 of qh[g / 8] at bit 8; 16 a step */
+        const bt_block_iq3_s *w = blk;
+        const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                              (short)-32768);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w->qs + 16 * t)));
+            const __m256i h = _mm256_set1_epi16((short)(w->qh[2 * t] | w->qh[2 * t + 1] << 8));
+            const __m256i h9 =
+                _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h, bit), bit), _mm256_set1_epi16(0x100));
+            _mm256_store_si256((__m256i *)(p->ix + 16 * t), _mm256_or_si256(q, h9));
+        }
+        IX_IN_MEMORY(p->ix);
         return;
     }
     if (kind != IQ2XS && kind != IQ2S) return;
@@ -695,16 +718,18 @@ static inline __attribute__((always_inline)) void iq_block_avx2(const int kind, 
     const __m128i x = _mm_loadl_epi64(
         (const __m128i *)(kind == IQ2XS ? ((const bt_block_iq2_xs *)blk)->scales : ((const bt_block_iq2_s *)blk)->scales));
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
-    p->sc = _mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1));
+    /* the even halves' nibbles in bytes 0..7, the odd ones' in 8..15 */
+    const __m128i nib = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    const __m256i n16 = _mm256_cvtepu8_epi16(nib);
+    p->sc = _mm256_add_epi16(_mm256_add_epi16(n16, n16), _mm256_set1_epi16(1));
 }
 
-/* IQ2_XS and IQ2_S: the scales of halves 2c, 2c+1 (bytes of sc from
- * iq_block_avx2) as the int16 lanes of the low and the high 128-bit lane */
-static inline __m256i iq2_half_scales(__m128i sc, const int c) {
-    const char h0 = (char)(2 * c), h1 = (char)(2 * c + 1);
-    return _mm256_cvtepu8_epi16(
-        _mm_shuffle_epi8(sc, _mm_setr_epi8(h0, h0, h0, h0, h0, h0, h0, h0, h1, h1, h1, h1, h1, h1, h1, h1)));
+/* IQ2_XS and IQ2_S: the scales of halves 2c, 2c+1 (from sc of iq_block_avx2)
+ * as the int16 lanes of the low and the high 128-bit lane: one shuffle */
+static inline __m256i iq2_half_scales(__m256i sc, const int c) {
+    const char b0 = (char)(2 * c), b1 = (char)(2 * c + 1);
+    return _mm256_shuffle_epi8(sc, _mm256_setr_epi8(b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1,
+                                                    b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1));
 }
 
 /* sub-block c (elements 32c .. 32c+31) of a block: |v| (*u), the signs to
@@ -723,8 +748,9 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         *scv = _mm256_permutevar8x32_epi32(p->sc32, _mm256_set1_epi32(c));
     } else if (kind == IQ2XXS) {
         const bt_block_iq2_xxs *w = blk;
-        const uint32_t idx = rd32(w->qs + 4 * c), sgs = rd32(w->qs + 4 * c + 2);
-        *u = grid4(bt_iq2xxs_grid, idx & 0xFF, (idx >> 8) & 0xFF, (idx >> 16) & 0xFF, idx >> 24);
+        const uint8_t *q = (const uint8_t *)(w->qs + 4 * c);
+        const uint32_t sgs = rd32(w->qs + 4 * c + 2);
+        *u = grid4(bt_iq2xxs_grid, q[0], q[1], q[2], q[3]);
         *sg = signs32_even(sgs);
         const int sc = 2 * (int)(sgs >> 28) + 1;
         *scv = _mm256_set1_epi16((short)sc);
@@ -765,11 +791,8 @@ static inline __attribute__((always_inline)) void iq_chunk_avx2(const int kind, 
         *scv = _mm256_set1_epi16((short)sc);
     } else if (kind == IQ3S) {
         const bt_block_iq3_s *w = blk;
-        const uint8_t *q = w->qs + 8 * c;
-        const unsigned h = w->qh[c]; /* entry j: bit j */
-        const unsigned i[8] = {q[0] | ((h << 8) & 0x100), q[1] | ((h << 7) & 0x100), q[2] | ((h << 6) & 0x100),
-                               q[3] | ((h << 5) & 0x100), q[4] | ((h << 4) & 0x100), q[5] | ((h << 3) & 0x100),
-                               q[6] | ((h << 2) & 0x100), q[7] | ((h << 1) & 0x100)};
+        const uint16_t *ix = p->ix + 8 * c;
+        const unsigned i[8] = {ix[0], ix[1], ix[2], ix[3], ix[4], ix[5], ix[6], ix[7]};
         *u = grid8x4(bt_iq3s_grid, i);
         *sg = signs32_packed(rd32(w->signs + 4 * c));
         const int sc = 2 * ((w->scales[c / 2] >> (4 * (c % 2))) & 0xF) + 1;
@@ -802,20 +825,62 @@ static inline __m256i iq1s_delta(const bt_block_iq1_s *w, const bt_block_q8_K *a
     return _mm256_madd_epi16(w2, _mm256_loadu_si256((const __m256i *)a->bsums));
 }
 
-/* one row against RN columns (out[c]) */
+/* one block against one column: the int32 lanes of its I */
+static inline __attribute__((always_inline)) __m256i iq_block_dot_avx2(const int kind, const void *blk,
+                                                                       const bt_block_q8_K *a) {
+    __m256i I = _mm256_setzero_si256();
+    struct iq_blk_avx2 p;
+    iq_block_avx2(kind, blk, &p);
+    /* unrolled, so that a sub-block's shuffle masks are constants: left rolled, GCC built them
+     * byte by byte at run time (IQ2_XS's decode row at a third of its speed) */
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m256i u, sg, scv;
+        iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * s));
+        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
+    }
+    if (kind == IQ1S) I = _mm256_add_epi32(I, iq1s_delta(blk, a));
+    return I;
+}
+
+/* one row against RN columns (out[c]).  One column (decode) takes 4 blocks'
+ * lanes before it adds them, in one reduction: each block's own (a chain of
+ * shuffles, a conversion and the float step at the end of ~300 operations)
+ * held the next block back (a Zen 3's lattice decode rows 1.03-1.07x) */
 static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, const int RN, int64_t k,
                                                               const void *w_row, const void *const *acts, float *out) {
     const size_t bs = iq_block_bytes(kind);
+    const int64_t nblk = k / BT_QK_K;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+    int64_t b = 0;
+    if (RN == 1) {
+        const bt_block_q8_K *a = acts[0];
+        float acc0 = 0.0f;
+        for (; b + 4 <= nblk; b += 4) {
+            __m256i I[4];
+#pragma GCC unroll 1
+            for (int j = 0; j < 4; j++)
+                I[j] = iq_block_dot_avx2(kind, (const char *)w_row + (size_t)(b + j) * bs, a + b + j);
+            /* the four lane sums at once (exact integers, any order) */
+            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
+            _Alignas(16) int32_t s4[4];
+            _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+            for (int j = 0; j < 4; j++) {
+                const void *blk = (const char *)w_row + (size_t)(b + j) * bs;
+                acc0 = fmaf((float)s4[j], iq_d(blk) * iq_mult(kind) * a[b + j].d, acc0);
+            }
+        }
+        acc[0] = acc0;
+    }
+    for (; b < nblk; b++) {
         const void *blk = (const char *)w_row + (size_t)b * bs;
         const float dm = iq_d(blk) * iq_mult(kind);
         __m256i I[4];
         for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
         struct iq_blk_avx2 p;
         iq_block_avx2(kind, blk, &p);
-        /* unrolled, so that a sub-block's shuffle masks are constants: left rolled, GCC built them
-         * byte by byte at run time (IQ2_XS's decode row at a third of its speed) */
+        /* unrolled, as iq_block_dot_avx2's */
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             __m256i u, sg, scv;
