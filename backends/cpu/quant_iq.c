@@ -825,10 +825,11 @@ static inline __m256i iq1s_delta(const bt_block_iq1_s *w, const bt_block_q8_K *a
     return _mm256_madd_epi16(w2, _mm256_loadu_si256((const __m256i *)a->bsums));
 }
 
-/* one block against one column: the int32 lanes of its I */
-static inline __attribute__((always_inline)) __m256i iq_block_dot_avx2(const int kind, const void *blk,
-                                                                       const bt_block_q8_K *a) {
-    __m256i I = _mm256_setzero_si256();
+/* block b of a row (blk) against RN columns: the int32 lanes of each one's I */
+static inline __attribute__((always_inline)) void iq_block_dots_avx2(const int kind, const int RN, const void *blk,
+                                                                     const void *const *acts, int64_t b,
+                                                                     __m256i I[4]) {
+    for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
     struct iq_blk_avx2 p;
     iq_block_avx2(kind, blk, &p);
     /* unrolled, so that a sub-block's shuffle masks are constants: left rolled, GCC built them
@@ -837,11 +838,13 @@ static inline __attribute__((always_inline)) __m256i iq_block_dot_avx2(const int
     for (int s = 0; s < 8; s++) {
         __m256i u, sg, scv;
         iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * s));
-        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
+        for (int c = 0; c < RN; c++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(((const bt_block_q8_K *)acts[c] + b)->qs + 32 * s));
+            I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
+        }
     }
-    if (kind == IQ1S) I = _mm256_add_epi32(I, iq1s_delta(blk, a));
-    return I;
+    if (kind == IQ1S)
+        for (int c = 0; c < RN; c++) I[c] = _mm256_add_epi32(I[c], iq1s_delta(blk, (const bt_block_q8_K *)acts[c] + b));
 }
 
 /* one row against RN columns (out[c]).  One column (decode) takes 4 blocks'
@@ -861,7 +864,7 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
             __m256i I[4];
 #pragma GCC unroll 1
             for (int j = 0; j < 4; j++)
-                I[j] = iq_block_dot_avx2(kind, (const char *)w_row + (size_t)(b + j) * bs, a + b + j);
+                iq_block_dots_avx2(kind, 1, (const char *)w_row + (size_t)(b + j) * bs, acts, b + j, &I[j]);
             /* the four lane sums at once (exact integers, any order) */
             const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
             _Alignas(16) int32_t s4[4];
@@ -877,24 +880,9 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
         const void *blk = (const char *)w_row + (size_t)b * bs;
         const float dm = iq_d(blk) * iq_mult(kind);
         __m256i I[4];
-        for (int c = 0; c < RN; c++) I[c] = _mm256_setzero_si256();
-        struct iq_blk_avx2 p;
-        iq_block_avx2(kind, blk, &p);
-        /* unrolled, as iq_block_dot_avx2's */
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            __m256i u, sg, scv;
-            iq_chunk_avx2(kind, blk, &p, s, &u, &sg, &scv);
-            for (int c = 0; c < RN; c++) {
-                const __m256i av = _mm256_loadu_si256((const __m256i *)(((const bt_block_q8_K *)acts[c] + b)->qs + 32 * s));
-                I[c] = _mm256_add_epi32(I[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
-            }
-        }
-        for (int c = 0; c < RN; c++) {
-            const bt_block_q8_K *a = (const bt_block_q8_K *)acts[c] + b;
-            if (kind == IQ1S) I[c] = _mm256_add_epi32(I[c], iq1s_delta(blk, a));
-            acc[c] = fmaf((float)bt_cpu_hsum_i32x8(I[c]), dm * a->d, acc[c]);
-        }
+        iq_block_dots_avx2(kind, RN, blk, acts, b, I);
+        for (int c = 0; c < RN; c++)
+            acc[c] = fmaf((float)bt_cpu_hsum_i32x8(I[c]), dm * ((const bt_block_q8_K *)acts[c] + b)->d, acc[c]);
     }
     for (int c = 0; c < RN; c++) out[c] = acc[c];
 }
