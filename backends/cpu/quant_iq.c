@@ -941,24 +941,15 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
         if (kind == IQ4XS) iq4_act_pairs(a, alo, ahi);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            I[r] = _mm256_setzero_si256();
             const void *blk = (const char *)w_rows[r] + (size_t)b * bs;
             dm[r] = iq_d(blk) * iq_mult(kind);
-            struct iq_blk_avx2 p;
-            iq_block_avx2(kind, blk, &p);
             if (kind == IQ4XS) {
+                struct iq_blk_avx2 p;
+                iq_block_avx2(kind, blk, &p);
                 I[r] = iq4_block_pairs(blk, &p, alo, ahi);
-                continue;
+            } else {
+                iq_block_dots_avx2(kind, 1, blk, &act, b, &I[r]);
             }
-            /* unrolled, as iq_row_avx2's */
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) {
-                __m256i u, sg, scv;
-                iq_chunk_avx2(kind, blk, &p, c, &u, &sg, &scv);
-                const __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
-                I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(av, sg)), scv));
-            }
-            if (kind == IQ1S) I[r] = _mm256_add_epi32(I[r], iq1s_delta(blk, a));
         }
         /* the four lane sums at once (exact integers, any order) */
         const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
