@@ -658,8 +658,8 @@ static inline __m256i grid8x4(const uint32_t *grid, const unsigned i[8]) {
  * look-ups, shifts and inserts of its own).  IQ2_XS: its 32 sign bytes,
  * byte 2j the 7-bit index of group j with its parity in bit 7 (a byte
  * table look-up of 4 bits: the parity of i ^ i >> 4), and its 16 scales
- * 2 s + 1 as bytes (IQ2_S's too).  IQ4_XS: its 8 scales ls - 32, each in both int16
- * halves of int32 lane j. */
+ * 2 s + 1 as int16 (IQ2_S's too).  IQ3_S: its 64 grid indices.  IQ4_XS: its
+ * 8 scales ls - 32, each in both int16 halves of int32 lane j. */
 struct iq_blk_avx2 {
     __m256i sgn[2]; /* IQ2_XS: groups 0..15, 16..31; lane l: groups 8l .. 8l+7 of its 16 */
     __m256i sc;     /* IQ2_XS, IQ2_S: the scale 2 s + 1 of 16-element half 2i in int16 lane i of the low
@@ -967,7 +967,7 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
 static inline __attribute__((always_inline)) void iq_unpack_values(const int kind, const void *blk, uint8_t *q) {
     struct iq_blk_avx2 p;
     iq_block_avx2(kind, blk, &p);
-    /* unrolled, as iq_row_avx2's */
+    /* unrolled, as iq_block_dots_avx2's */
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m256i u, sg, scv;
