@@ -825,6 +825,12 @@ static inline __m256i iq1s_delta(const bt_block_iq1_s *w, const bt_block_q8_K *a
     return _mm256_madd_epi16(w2, _mm256_loadu_si256((const __m256i *)a->bsums));
 }
 
+/* the lane sums of I[0..3] into s4 at once (exact integers, any order) */
+static inline void iq_hsum4(const __m256i I[4], int32_t s4[4]) {
+    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
+    _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+}
+
 /* block b of a row (blk) against RN columns: the int32 lanes of each one's I */
 static inline __attribute__((always_inline)) void iq_block_dots_avx2(const int kind, const int RN, const void *blk,
                                                                      const void *const *acts, int64_t b,
@@ -865,10 +871,8 @@ static inline __attribute__((always_inline)) void iq_row_avx2(const int kind, co
 #pragma GCC unroll 1
             for (int j = 0; j < 4; j++)
                 iq_block_dots_avx2(kind, 1, (const char *)w_row + (size_t)(b + j) * bs, acts, b + j, &I[j]);
-            /* the four lane sums at once (exact integers, any order) */
-            const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
             _Alignas(16) int32_t s4[4];
-            _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+            iq_hsum4(I, s4);
             for (int j = 0; j < 4; j++) {
                 const void *blk = (const char *)w_row + (size_t)(b + j) * bs;
                 acc0 = fmaf((float)s4[j], iq_d(blk) * iq_mult(kind) * a[b + j].d, acc0);
@@ -951,10 +955,8 @@ static inline __attribute__((always_inline)) void iq_rows_avx2(const int kind, i
                 iq_block_dots_avx2(kind, 1, blk, &act, b, &I[r]);
             }
         }
-        /* the four lane sums at once (exact integers, any order) */
-        const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(I[0], I[1]), _mm256_hadd_epi32(I[2], I[3]));
         _Alignas(16) int32_t s4[4];
-        _mm_store_si128((__m128i *)s4, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+        iq_hsum4(I, s4);
         for (int r = 0; r < 4; r++) acc[r] = fmaf((float)s4[r], dm[r] * a->d, acc[r]);
     }
     for (int r = 0; r < 4; r++) out[r] = acc[r];
