@@ -6,13 +6,15 @@
 #   experts   2 ranks x 1 thread, one expert group (rank 0 runs the layers, the routed experts divided)
 #   all       2 ranks x 1 thread, one expert group that divides every dense product's rows as well
 #             (pipeline.divide: all)
+#   balanced  as all, the ranks' experts overlapping by OVERLAP (pipeline.expert_overlap): the first
+#             rank balances each layer's routed pairs between the ranks per ubatch
 # then per file, layout and test the median t/s and its ratio to `one`.  Both ranks share this
 # machine's cores and memory bandwidth: what separate hosts would add (a second host's bandwidth)
 # cannot show here; what a layout costs in transfers and in work left undivided can.
 # usage: bench/divide-rounds.sh ROUNDS [FILE...]   (from the repository root)
 #   default files: $MODELS/mixtral-Q4_0.gguf (MODELS default build/bench-models)
 #   LAYOUTS (default "one pipeline experts all"), PP (default 512), TG (default 64), REPS (default 2),
-#   UBATCH (default: bench model's), BATON (default build/baton)
+#   UBATCH (default: bench model's), BATON (default build/baton), OVERLAP (default 4)
 set -u
 R=${1:?usage: bench/divide-rounds.sh ROUNDS [FILE...]}
 shift
@@ -33,6 +35,7 @@ topo() { # topo NAME PIPELINE-LINES
 topo pipeline '  partition: auto\n'
 topo experts '  partition: auto\n  expert_groups: [[0, 1]]\n'
 topo all '  partition: auto\n  expert_groups: [[0, 1]]\n  divide: all\n'
+topo balanced "  partition: auto\n  expert_groups: [[0, 1]]\n  divide: all\n  expert_overlap: ${OVERLAP:-4}\n"
 ub=(); [ -n "${UBATCH:-}" ] && ub=(--ubatch "$UBATCH")
 # "ppN X tgN Y": the t/s of a llama-bench-style table's rows
 run() { # run LAYOUT FILE

@@ -121,6 +121,11 @@ struct gchain {
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
     int ranks[BT_EXPERT_GROUP_MAX];
     int64_t lo[BT_EXPERT_GROUP_MAX], hi[BT_EXPERT_GROUP_MAX];
+    /* an expert chain's: the experts each rank holds (lo/hi: those it
+     * computes for the micro-batch at hand, within them: chain_bounds) */
+    int64_t hold_lo[BT_EXPERT_GROUP_MAX], hold_hi[BT_EXPERT_GROUP_MAX];
+    int overlap;     /* the group's (plan.h: bt_expert_group) */
+    int64_t *counts; /* home, with overlap: the slots that chose each expert */
     struct bt_tensor *x, *ids, *out;
     struct bt_tensor *nodes[GCHAIN_MAX_NODES];
     int n_nodes;
@@ -137,6 +142,11 @@ struct gchain {
     struct bt_tensor *x_in, *ids_in;
     struct bt_tensor *was[GCHAIN_MAX_NODES][BT_MAX_SRC];
 };
+
+/* An expert chain's header, home to each member: the ids [K * T], then
+ * where each rank's experts begin for this micro-batch (lo[0..n-1]; rank
+ * m's end where m + 1's begin, the last's at n_expert). */
+static size_t ids_bytes(const struct gchain *ch) { return sizeof(int32_t) * (size_t)(ch->K * ch->T + ch->n_ranks); }
 
 struct bt_dist {
     bt_transport *t;
@@ -804,8 +814,13 @@ static enum bt_status find_chains(bt_dist *d) {
                 ch->T = ch->ids->ne[1];
                 ch->d_x = ch->x->ne[0];
                 ch->d_out = ch->out->ne[0];
-                for (int m = 0; m < ch->n_ranks; m++)
+                ch->overlap = grp->overlap;
+                for (int m = 0; m < ch->n_ranks; m++) {
                     bt_expert_share(ch->n_expert, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+                    bt_expert_hold(ch->n_expert, ch->n_ranks, m, ch->overlap, &ch->hold_lo[m], &ch->hold_hi[m]);
+                }
+                if (me == 0 && ch->overlap > 0 && !(ch->counts = calloc((size_t)ch->n_expert + 1, sizeof *ch->counts)))
+                    return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
                 for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
             }
             for (int c = 0; c < MAXC; c++) ch->done_k[c] = -1;
@@ -825,7 +840,7 @@ static enum bt_status find_chains(bt_dist *d) {
         struct gchain *ch = &d->chains[i];
         ch->slots = calloc((size_t)(d->n_copies * ch->n_ranks), sizeof *ch->slots);
         if (!ch->slots) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
-        const size_t ib = ch->rows ? 0 : sizeof(int32_t) * (size_t)(ch->K * ch->T);
+        const size_t ib = ch->rows ? 0 : ids_bytes(ch);
         if (sizeof(float) * (size_t)(ch->T * ch->d_x) > xb) xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
         for (int m = 1; ch->attn && m < ch->n_ranks; m++) {
             const size_t pb = attn_pack(ch, m, NULL, false);
@@ -908,8 +923,8 @@ static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo,
         const struct gchain *ch = &d->chains[i];
         for (int k = 0; k < ch->n_w; k++)
             if (ch->w[k] == t) {
-                *lo = ch->lo[ch->me];
-                *hi = ch->hi[ch->me];
+                *lo = ch->rows ? ch->lo[ch->me] : ch->hold_lo[ch->me];
+                *hi = ch->rows ? ch->hi[ch->me] : ch->hold_hi[ch->me];
                 *rows = ch->rows && !ch->heads; /* a per-head product's: matrices, as experts */
                 return true;
             }
@@ -970,6 +985,7 @@ static void release_chains(bt_dist *d) {
                 free(sl->ids);
             }
         free(ch->slots);
+        free(ch->counts);
         if (ch->x_in)
             for (int n = 0; n < ch->n_nodes; n++)
                 for (int k = 0; k < BT_MAX_SRC; k++) ch->nodes[n]->src[k] = ch->was[n][k];
@@ -1633,8 +1649,7 @@ enum bt_status bt_dist_plan(bt_dist *d, struct bt_graph *graph, bt_dist_weight_i
             struct gchain *ch = &d->chains[i];
             if (ch->me <= 0 || ch->rows) continue;
             struct gslot *sl = &ch->slots[c * ch->n_ranks];
-            if (bt_transport_irecv(d->t, sl->ids, sizeof(int32_t) * (size_t)(ch->K * ch->T), ch->home,
-                                   ch->tag0 + 3 * c, &sl->ids_req) != BT_OK)
+            if (bt_transport_irecv(d->t, sl->ids, ids_bytes(ch), ch->home, ch->tag0 + 3 * c, &sl->ids_req) != BT_OK)
                 st = fail(d, BT_ERR_COMM, "%s", d->t->error);
         }
     }
@@ -1805,6 +1820,66 @@ static enum bt_status chain_wait(bt_dist *d, bt_treq *r) { return r->active ? wa
 
 static bool held(const struct gchain *ch, int m, int32_t id) { return id >= ch->lo[m] && id < ch->hi[m]; }
 
+/* home, before the chain: the experts each rank computes for these ids.
+ * Without overlap, each its share.  With it, the boundary between ranks
+ * m - 1 and m moves within [share - overlap, share + overlap] (both hold
+ * those experts) to where the slots before it come nearest to an even
+ * part of the rest, each rank keeping at least one expert: the ranks then
+ * compute about as many (token, expert) pairs when the routing favours
+ * some experts.  Which rank computes a row changes no bit of it.  Whether
+ * a boundary moved off the shares. */
+static bool chain_bounds(struct gchain *ch, const int32_t *ids) {
+    const int n = ch->n_ranks;
+    const int64_t E = ch->n_expert;
+    bool moved = false;
+    for (int m = 0; m < n; m++) bt_expert_share(E, n, m, &ch->lo[m], &ch->hi[m]);
+    if (ch->overlap > 0) {
+        int64_t *cum = ch->counts; /* cum[e]: the slots that chose an expert below e */
+        memset(cum, 0, sizeof *cum * (size_t)(E + 1));
+        for (int64_t i = 0; i < ch->K * ch->T; i++) cum[ids[i] + 1]++;
+        for (int64_t e = 0; e < E; e++) cum[e + 1] += cum[e];
+        for (int m = 1; m < n; m++) {
+            const int64_t share = ch->lo[m];
+            const int64_t lo = share - ch->overlap > ch->lo[m - 1] + 1 ? share - ch->overlap : ch->lo[m - 1] + 1;
+            const int64_t hi = share + ch->overlap < E - (n - m) ? share + ch->overlap : E - (n - m);
+            /* an even part of the slots from lo[m - 1] on, over the n - m + 1 ranks left */
+            const int64_t want = cum[ch->lo[m - 1]] + (cum[E] - cum[ch->lo[m - 1]]) / (n - m + 1);
+            int64_t best = share < lo ? lo : share > hi ? hi : share;
+            for (int64_t b = lo; b <= hi; b++) {
+                const int64_t gap = cum[b] > want ? cum[b] - want : want - cum[b];
+                const int64_t gap_best = cum[best] > want ? cum[best] - want : want - cum[best];
+                if (gap < gap_best) best = b;
+            }
+            moved |= best != share;
+            ch->lo[m] = best;
+            ch->hi[m - 1] = best;
+        }
+    }
+    return moved;
+}
+
+/* A member: the experts each rank computes, from the header home sent
+ * (ids_bytes); whether this rank's lie within those it holds. */
+static bool chain_bounds_read(struct gchain *ch, const int32_t *header) {
+    const int n = ch->n_ranks;
+    for (int m = 0; m < n; m++) {
+        ch->lo[m] = header[ch->K * ch->T + m];
+        ch->hi[m] = m + 1 < n ? header[ch->K * ch->T + m + 1] : ch->n_expert;
+    }
+    return ch->lo[ch->me] >= ch->hold_lo[ch->me] && ch->hi[ch->me] <= ch->hold_hi[ch->me] &&
+           ch->lo[ch->me] < ch->hi[ch->me];
+}
+
+/* The expert weights of a chain computing experts [lo, hi) (MUL_MAT_ID
+ * computes the held experts: bt_tensor expert_lo/hi), or back to all this
+ * rank holds. */
+static void chain_compute_experts(const struct gchain *ch, int64_t lo, int64_t hi) {
+    for (int k = 0; k < ch->n_w; k++) {
+        ch->w[k]->expert_lo = (int32_t)lo;
+        ch->w[k]->expert_hi = (int32_t)hi;
+    }
+}
+
 /* Whether token tok chose one of member m's experts; adds to *slots how many
  * of its slots did (the rows of out m computes for it). */
 static bool token_held(const struct gchain *ch, int m, const int32_t *ids, int64_t tok, int64_t *slots) {
@@ -1858,6 +1933,8 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
                      ch->ids->name, (long long)ch->n_expert);
             return fail(d, BT_ERR_INVALID, "%s", why);
         }
+    d->stats.experts_moved += chain_bounds(ch, ids);
+    for (int m = 0; m < n; m++) ids[ch->K * ch->T + m] = (int32_t)ch->lo[m];
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     for (int m = 1; m < n; m++) {
         struct gslot *sl = &ch->slots[c * n + m];
@@ -1867,7 +1944,7 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
         for (int64_t tok = 0; tok < ch->T; tok++)
             if (token_held(ch, m, ids, tok, &no))
                 bt_tensor_get(ch->x, (uint8_t *)gb->x + (size_t)(nx++) * xrow, (size_t)tok * ch->x->nb[2], xrow);
-        const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+        const size_t ib = ids_bytes(ch);
         sl->n_o = no;
         if ((st = bt_transport_isend(t, ids, ib, peer, ch->tag0 + 3 * c, &sl->ids_req)) != BT_OK ||
             (nx > 0 && (st = bt_transport_isend(t, gb->x, (size_t)nx * xrow, peer, ch->tag0 + 3 * c + 1, &gb->x_req)) !=
@@ -1881,6 +1958,7 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
         if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, peer, b);
     }
     d->stats.expert_bytes_read += chain_expert_bytes(ch, ids, 0);
+    for (int64_t i = 0; i < ch->K * ch->T; i++) d->stats.expert_pairs += held(ch, 0, ids[i]);
     d->stats.send_s += bt_now_s() - t0;
     return BT_OK;
 }
@@ -1922,7 +2000,11 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     const double w0 = bt_now_s();
     enum bt_status st = chain_wait(d, &sl->ids_req);
     if (st != BT_OK) return st;
-    const size_t ib = sizeof(int32_t) * (size_t)(ch->K * ch->T);
+    const size_t ib = ids_bytes(ch);
+    if (!chain_bounds_read(ch, sl->ids))
+        return fail(d, BT_ERR_MISMATCH, "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds",
+                    d->rank, home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name,
+                    (long long)ch->hold_lo[me], (long long)ch->hold_hi[me]);
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     d->stats.bytes_recv += (int64_t)ib;
     int64_t nx = 0, no = 0;
@@ -1936,18 +2018,22 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     d->stats.wait_s += bt_now_s() - w0;
     if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, home, (int64_t)ib + nx * (int64_t)xrow);
     if (no > 0) {
-        bt_tensor_set(ch->ids_in, sl->ids, 0, ib);
+        bt_tensor_set(ch->ids_in, sl->ids, 0, sizeof(int32_t) * (size_t)(ch->K * ch->T));
         int64_t r = 0, slots = 0;
         for (int64_t tok = 0; tok < ch->T; tok++)
             if (token_held(ch, me, sl->ids, tok, &slots))
                 bt_tensor_set(ch->x_in, (const uint8_t *)gb->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
         const double t1 = bt_now_s();
         struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
-        if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
+        chain_compute_experts(ch, ch->lo[me], ch->hi[me]);
+        st = compute_nodes(d, &cg);
+        chain_compute_experts(ch, ch->hold_lo[me], ch->hold_hi[me]);
+        if (st != BT_OK) return st;
         const double t2 = bt_now_s();
         d->stats.compute_s += t2 - t1;
         d->stats.expert_s += t2 - t1;
         d->stats.expert_bytes_read += chain_expert_bytes(ch, sl->ids, me);
+        d->stats.expert_pairs += no;
         if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
         if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
         r = 0;
@@ -2356,7 +2442,9 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
+            if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
             if (st == BT_OK) st = compute_nodes(d, &rows);
+            if (!chain->rows) chain_compute_experts(chain, chain->hold_lo[0], chain->hold_hi[0]);
             chain->out->row_lo = head_lo;
             chain->out->row_hi = head_hi;
             const double t2 = bt_now_s();

@@ -111,6 +111,8 @@ struct bt_dist_stats {
     double bubble;            /* 1 - compute / wall */
     int64_t progress_calls;   /* BT_DIST_PROGRESS_COMPUTE: times the compute thread drove the transfers */
     int64_t attn_divided;     /* prompt attentions whose q heads this rank computed a share of (a group's) */
+    int64_t expert_pairs;     /* routed (token, expert) pairs an expert group's chains computed here */
+    int64_t experts_moved;    /* home: chains whose ranks' experts moved off the even shares (expert_overlap) */
 };
 
 /* How this rank's transfers in flight move while it computes: an MPI message

@@ -598,6 +598,12 @@ void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi) {
     *hi = n_expert * (i + 1) / n;
 }
 
+void bt_expert_hold(int64_t n_expert, int n, int i, int overlap, int64_t *lo, int64_t *hi) {
+    bt_expert_share(n_expert, n, i, lo, hi);
+    *lo = *lo > overlap ? *lo - overlap : 0;
+    *hi = *hi + overlap < n_expert ? *hi + overlap : n_expert;
+}
+
 void bt_row_share(int64_t m, int n, int i, int64_t *lo, int64_t *hi) {
     const int64_t units = (m + BT_ROW_UNIT - 1) / BT_ROW_UNIT;
     *lo = units * i / n * BT_ROW_UNIT;

@@ -66,11 +66,21 @@ struct bt_expert_group {
     int32_t n_ranks;
     int32_t ranks[BT_EXPERT_GROUP_MAX]; /* ranks[0] runs the layers */
     bool dense;
+    /* experts each rank holds past its share on either side (the
+     * topology's pipeline.expert_overlap): the first rank then moves each
+     * layer's boundaries between the ranks within them per ubatch, so that
+     * each computes as many of the routed (token, expert) pairs as it can */
+    int32_t overlap;
 };
 
-/* The experts member i of an n-rank group holds, of n_expert: [*lo, *hi),
- * contiguous ranges in member order whose sizes differ by at most one. */
+/* The experts member i of an n-rank group computes when the routing is
+ * even, of n_expert: [*lo, *hi), contiguous ranges in member order whose
+ * sizes differ by at most one. */
 void bt_expert_share(int64_t n_expert, int n, int i, int64_t *lo, int64_t *hi);
+
+/* The experts member i holds: its share and up to overlap experts on either
+ * side of it (bt_expert_group). */
+void bt_expert_hold(int64_t n_expert, int n, int i, int overlap, int64_t *lo, int64_t *hi);
 
 /* The rows member i of an n-rank group holds of a dense weight of m rows:
  * [*lo, *hi), contiguous in member order, in whole units of BT_ROW_UNIT rows

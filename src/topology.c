@@ -673,9 +673,9 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct bt_topology *t = p->t;
     struct where w = {"pipeline", "."};
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
-                        {.key = "expert_groups"}, {.key = "divide"}};
-    enum bt_status st =
-        map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups, divide or model", f, 6, &t->pipeline.pos);
+                        {.key = "expert_groups"}, {.key = "divide"}, {.key = "expert_overlap"}};
+    enum bt_status st = map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups, divide, expert_overlap or model",
+                                   f, 7, &t->pipeline.pos);
     if (st) return st;
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[5].v) {
@@ -686,6 +686,14 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
         if (x == 1 && t->pipeline.n_groups == 0)
             return FAIL(p, f[5].v, "pipeline.divide: all: there are no expert_groups to divide the products");
         t->pipeline.divide_dense = x == 1;
+    }
+    if (f[6].v) {
+        /* experts held past the even share, so the first rank can balance
+         * each layer's routed pairs per ubatch (dist.c: chain_bounds) */
+        if ((st = get_int(p, &w, "expert_overlap", f[6].v, 0, BT_TOPO_MAX_EXPERT_OVERLAP, &t->pipeline.expert_overlap)))
+            return st;
+        if (t->pipeline.n_groups == 0)
+            return FAIL(p, f[6].v, "pipeline.expert_overlap: there are no expert_groups whose experts could overlap");
     }
     if (f[3].v) {
         const char *m;

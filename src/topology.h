@@ -104,6 +104,7 @@ extern "C" {
 #define BT_TOPO_MAX_GPUS 1024
 #endif
 #define BT_TOPO_MAX_MICRO_BATCHES 16
+#define BT_TOPO_MAX_EXPERT_OVERLAP 4096
 /* Read before parsing: a topology is a few KiB; libyaml's parser is quadratic
  * in the nesting depth, so a deeply nested file is refused at the first level
  * past the limit (the schema needs 5). */
@@ -212,6 +213,7 @@ struct bt_topology {
         struct bt_topo_group *groups;
         int n_groups;
         bool divide_dense; /* divide: all: the groups divide every dense product's rows too */
+        int expert_overlap; /* experts a group's rank holds past its even share on either side */
         char *model; /* NULL when the file names none */
         struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos, model_pos;
     } pipeline;

@@ -1513,7 +1513,9 @@ END_TEST
  * rank 0 running every layer; _i 1, groups inside a pipeline of two stages
  * (3 ranks: {0, 1} and rank 2 alone; 4 ranks: {0, 1} and {2, 3}); _i 2 and
  * 3 the same with the groups dividing their dense products' rows too
- * (their Q8_0 weights used in place in the file's mapping).
+ * (their Q8_0 weights used in place in the file's mapping); _i 4 and 5 as
+ * 0 and 1 with the ranks' experts overlapping by one (expert_overlap), so
+ * that home moves the boundaries between them by the routing.
  * Every micro-batch's logits are bitwise one process's: prompts of 1, 7
  * and 32 tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding
  * with two sequences (check_dist_decode).  Each rank holds its share of the
@@ -1521,7 +1523,8 @@ END_TEST
  * exactly the two chosen experts of each layer, once, between its ranks. */
 START_TEST(test_dist_expert_groups) {
     const int layout = _i % 2;
-    const bool dense = _i >= 2;
+    const bool dense = _i == 2 || _i == 3;
+    const int overlap = _i >= 4 ? 1 : 0;
     if (T->size < 2 || (layout == 1 && T->size < 3)) return;
     struct bt_expert_group groups[2];
     int n_groups = 1, counts[8] = {0};
@@ -1533,11 +1536,14 @@ START_TEST(test_dist_expert_groups) {
         for (int r = 0; r < groups[0].n_ranks; r++) groups[0].ranks[r] = r;
         counts[0] = N_LAYER;
     } else {
-        groups[0] = (struct bt_expert_group){2, {0, 1}, false};
-        if (T->size == 4) groups[n_groups++] = (struct bt_expert_group){2, {2, 3}, false};
+        groups[0] = (struct bt_expert_group){.n_ranks = 2, .ranks = {0, 1}};
+        if (T->size == 4) groups[n_groups++] = (struct bt_expert_group){.n_ranks = 2, .ranks = {2, 3}};
         counts[0] = counts[2] = N_LAYER / 2;
     }
-    for (int gi = 0; gi < n_groups; gi++) groups[gi].dense = dense;
+    for (int gi = 0; gi < n_groups; gi++) {
+        groups[gi].dense = dense;
+        groups[gi].overlap = overlap;
+    }
     for (int wi = 0; wi < 2; wi++) {
         const enum bt_type wtype = wi ? BT_TYPE_Q8_0 : BT_TYPE_F32;
         char path[512];
@@ -1597,7 +1603,7 @@ START_TEST(test_dist_expert_groups) {
             const bool mine = (layout == 0) || (bt_dist_name_layer(l->name) < N_LAYER / 2) == (gi == 0);
             if (!mine) continue;
             int64_t lo, hi;
-            bt_expert_share(l->ne[2], groups[gi].n_ranks, member, &lo, &hi);
+            bt_expert_hold(l->ne[2], groups[gi].n_ranks, member, overlap, &lo, &hi);
             ck_assert_int_eq(l->expert_lo, lo);
             ck_assert_int_eq(l->expert_hi, hi);
             exps_held += (hi - lo) * (int64_t)l->nb[2];
@@ -1657,6 +1663,18 @@ START_TEST(test_dist_expert_groups) {
                                   "rank %d divided %lld attentions, not %lld", groups[gj].ranks[r],
                                   (long long)div[groups[gj].ranks[r]].attn_divided, (long long)want);
                 }
+        /* every routed pair of the prompts computed once, by one rank of its
+         * group; with overlap, home moved the boundaries by the routing
+         * (where no rank has a single expert of the model's 4) */
+        if (T->rank == 0)
+            for (int gj = 0; gj < n_groups; gj++) {
+                const int home = groups[gj].ranks[0];
+                int64_t pairs = 0;
+                for (int r = 0; r < groups[gj].n_ranks; r++) pairs += div[groups[gj].ranks[r]].expert_pairs;
+                ck_assert_int_eq(pairs, (int64_t)M * (sizes[0] + sizes[1] + sizes[2]) * 2 * counts[home]);
+                if (overlap && groups[gj].n_ranks < 4) ck_assert_int_gt(div[home].experts_moved, 0);
+                if (!overlap || groups[gj].n_ranks == 4) ck_assert_int_eq(div[home].experts_moved, 0);
+            }
         /* one token: the group reads each layer's two chosen experts once */
         bt_model_dist_reset_stats(md);
         enum { D = 3 };
@@ -1737,7 +1755,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, test_dist_decode_dense);
     tcase_add_test(tm, test_dist_decode_moe);
     tcase_add_test(tm, test_dist_decode_ordered);
-    tcase_add_loop_test(tm, test_dist_expert_groups, 0, 4);
+    tcase_add_loop_test(tm, test_dist_expert_groups, 0, 6);
     TCase *tp = tcase_create("prefix"); /* the cells a sequence reuses or copies */
     tcase_set_timeout(tp, 300);
     tcase_add_test(tp, test_trim_and_copy_bitwise);

@@ -139,7 +139,7 @@ START_TEST(test_root_and_sections) {
     expect_err(HOSTS "ranks:\n", "7:7: ranks: expected a list of ranks, got nothing");
     expect_err(HOSTS "ranks: []\n", "7:8: ranks: the list is empty; give at least one rank");
     expect_err(HOSTS RANKS2 "pipeline: 4\n",
-               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups, divide or model, got "
+               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups, divide, expert_overlap or model, got "
                "'4'");
     expect_err(HOSTS "ranks:\n  - 0\n", "8:5: ranks[0]: expected a mapping with rank, host and "
                                         "backend, got '0'");
@@ -500,6 +500,19 @@ START_TEST(test_expert_groups) {
                "14:11: pipeline.divide: expected experts or all, got 'rows'");
     expect_err(HOSTS RANKS4 "pipeline:\n  divide: all\n",
                "13:11: pipeline.divide: all: there are no expert_groups to divide the products");
+    /* expert_overlap: experts held past the share, for home to balance by */
+    load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  expert_overlap: 3\n", &t);
+    ck_assert_int_eq(t.pipeline.expert_overlap, 3);
+    bt_topology_free(&t);
+    load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n", &t);
+    ck_assert_int_eq(t.pipeline.expert_overlap, 0);
+    bt_topology_free(&t);
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_overlap: 2\n",
+               "13:19: pipeline.expert_overlap: there are no expert_groups whose experts could overlap");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  expert_overlap: -1\n",
+               "14:19: pipeline.expert_overlap: must be at least 0, got '-1'");
+    expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  expert_overlap: many\n",
+               "14:19: pipeline.expert_overlap: expected an integer, got 'many'");
     expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [0, 1]\n",
                "13:19: pipeline.expert_groups[0]: expected a list of ranks, got '0'");
     expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0]]\n",

@@ -183,15 +183,15 @@ struct bm_result {
  * token of rank 0 (the tokens the model processed). */
 static void bm_print_ranks(const struct bt_engine *e, const struct bt_engine_stats *all, int P) {
     const double tok = all[0].tokens > 0 ? (double)all[0].tokens : 1.0;
-    printf("\nper rank over the run (%llu tokens; per token: ms and KiB):\n", (unsigned long long)all[0].tokens);
-    printf("%4s  %10s  %10s  %10s  %10s  %10s  %10s  %12s  %s\n", "rank", "compute", "experts", "other", "wait", "sent",
-           "received", "experts_KiB", "backend");
+    printf("\nper rank over the run (%llu tokens; per token: ms, KiB and pairs):\n", (unsigned long long)all[0].tokens);
+    printf("%4s  %10s  %10s  %10s  %10s  %10s  %10s  %12s  %12s  %s\n", "rank", "compute", "experts", "other", "wait",
+           "sent", "received", "experts_KiB", "expert_pairs", "backend");
     for (int r = 0; r < P; r++) {
         const struct bt_engine_stats *s = &all[r];
-        printf("%4d  %10.3f  %10.3f  %10.3f  %10.3f  %10.1f  %10.1f  %12.1f  %s\n", r, 1e3 * s->compute_s / tok,
+        printf("%4d  %10.3f  %10.3f  %10.3f  %10.3f  %10.1f  %10.1f  %12.1f  %12.2f  %s\n", r, 1e3 * s->compute_s / tok,
                1e3 * s->expert_s / tok, 1e3 * (s->compute_s - s->expert_s) / tok, 1e3 * s->wait_s / tok,
                (double)s->bytes_sent / tok / 1024.0, (double)s->bytes_received / tok / 1024.0,
-               (double)s->expert_bytes_read / tok / 1024.0, bt_engine_rank_backend(e, r));
+               (double)s->expert_bytes_read / tok / 1024.0, (double)s->expert_pairs / tok, bt_engine_rank_backend(e, r));
     }
 }
 

@@ -946,6 +946,7 @@ void bt_engine_stats(const struct bt_engine *e, struct bt_engine_stats *s) {
         s->expert_s = d.expert_s;
         s->expert_bytes_read = (uint64_t)d.expert_bytes_read;
         s->bytes_group = (uint64_t)d.bytes_group;
+        s->expert_pairs = (uint64_t)d.expert_pairs;
     }
     for (int i = 0; e->outs && i < e->n_outs; i++) s->buffer_bytes += e->outs[i].cap;
     for (int i = 0; e->q && i < e->q_cap; i++) s->buffer_bytes += e->q[i].cap;

@@ -190,6 +190,7 @@ struct bt_engine_stats {
     double expert_s;             /* of compute_s: an expert group's chains (its experts' rows) */
     uint64_t expert_bytes_read;  /* expert weight bytes those chains read */
     uint64_t bytes_group;        /* of bytes_sent: an expert group's ids and rows */
+    uint64_t expert_pairs;       /* routed (token, expert) pairs those chains computed */
 };
 /* Rank 0, while the engine runs: each rank's seconds in graph compute so
  * far into compute_s[0..P), as the answers of the ubatches collected (or

@@ -176,7 +176,7 @@ static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
         bt_row_share(w->ne[1], mp->groups[gi].n_ranks, mine, &lo, &hi);
         return (double)(hi - lo) * (double)w->nb[1];
     }
-    bt_expert_share(w->ne[2], mp->groups[gi].n_ranks, mine, &lo, &hi);
+    bt_expert_hold(w->ne[2], mp->groups[gi].n_ranks, mine, mp->groups[gi].overlap, &lo, &hi);
     return (double)(hi - lo) * (double)w->nb[2];
 }
 
@@ -254,7 +254,7 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
         const double one = n_moe > 0 ? all / n_moe : 0.0;
         for (int i = 0; i < grp->n_ranks && b > a; i++) {
             int64_t lo, hi;
-            bt_expert_share(h->n_expert, grp->n_ranks, i, &lo, &hi);
+            bt_expert_hold(h->n_expert, grp->n_ranks, i, grp->overlap, &lo, &hi);
             const int64_t used = h->n_expert_used < hi - lo ? h->n_expert_used : hi - lo;
             fprintf(f,
                     "    rank %d: experts %lld-%lld of %lld (%.1f MiB a layer, %.1f MiB in all); a token reads at most "
@@ -269,6 +269,11 @@ static void print_groups(const struct bt_model_plan *mp, FILE *f) {
                     "the member's experts, the token's row (%.1f KiB); the member sends back a row (%.1f KiB) per "
                     "chosen expert it holds\n",
                     home, ids, row / 1024.0, row / 1024.0);
+            if (grp->overlap > 0)
+                fprintf(f,
+                        "    expert_overlap %d: the ranges overlap; per ubatch and layer rank %d sets the boundaries "
+                        "within them so that each rank computes about as many of the routed (token, expert) pairs\n",
+                        grp->overlap, home);
         }
         if (b > a && grp->dense) {
             print_divided(mp, grp, false, f);
