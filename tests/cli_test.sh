@@ -736,6 +736,17 @@ for m in ds gemma oss; do
             --model "$tmp/$m.gguf" --tokens 20 --micro-batches 3
     done
 done
+# ranks that hold experts past their shares (expert_overlap): rank 0 moves the boundaries between
+# them by each ubatch's routing; one process's logits, and plan shows the overlapping ranges
+sed 's/^  expert_groups: \[\[0, 1\]\]$/&\n  expert_overlap: 1/' "$tmp/group.yaml" >"$tmp/overlap.yaml"
+for m in ds oss mm2; do
+    expect 0 "output equals a one-rank run \(5 micro-batches, bitwise\)" \
+        "demo: $m, an expert group of 2 whose experts overlap by one" -- \
+        env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/overlap.yaml" -- baton demo --model "$tmp/$m.gguf" \
+        --tokens 7 --micro-batches 5
+done
+expect 0 "expert_overlap 1: the ranges overlap; per ubatch and layer rank 0 sets the boundaries" \
+    "plan: an expert group whose experts overlap" -- "$baton" plan -m "$tmp/oss.gguf" --topology "$tmp/overlap.yaml"
 # MLA's per-head products (attn_k_b, attn_v_b) divided by heads in every ubatch, one token too
 expect 0 "per-head products divided by heads: 4 weights .*; rank 0 holds .*, rank 1 holds " \
     "plan: deepseek2's per-head products divided by heads" -- \
