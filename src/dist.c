@@ -2002,8 +2002,8 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     if (st != BT_OK) return st;
     const size_t ib = ids_bytes(ch);
     if (!chain_bounds_read(ch, sl->ids))
-        return fail(d, BT_ERR_MISMATCH, "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds",
-                    d->rank, home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name,
+        return fail(d, BT_ERR_MISMATCH,
+                    "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds", d->rank, home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name,
                     (long long)ch->hold_lo[me], (long long)ch->hold_hi[me]);
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     d->stats.bytes_recv += (int64_t)ib;

@@ -674,8 +674,9 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     struct where w = {"pipeline", "."};
     struct field f[] = {{.key = "micro_batches"}, {.key = "partition"}, {.key = "pin"}, {.key = "model"},
                         {.key = "expert_groups"}, {.key = "divide"}, {.key = "expert_overlap"}};
-    enum bt_status st = map_fields(p, &w, v, "micro_batches, partition, pin, expert_groups, divide, expert_overlap or model",
-                                   f, 7, &t->pipeline.pos);
+    enum bt_status st = map_fields(p, &w, v,
+                                   "micro_batches, partition, pin, expert_groups, divide, expert_overlap or model", f, 7,
+                                   &t->pipeline.pos);
     if (st) return st;
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[5].v) {

@@ -139,8 +139,8 @@ START_TEST(test_root_and_sections) {
     expect_err(HOSTS "ranks:\n", "7:7: ranks: expected a list of ranks, got nothing");
     expect_err(HOSTS "ranks: []\n", "7:8: ranks: the list is empty; give at least one rank");
     expect_err(HOSTS RANKS2 "pipeline: 4\n",
-               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups, divide, expert_overlap or model, got "
-               "'4'");
+               "10:11: pipeline: expected a mapping with micro_batches, partition, pin, expert_groups, divide, "
+               "expert_overlap or model, got '4'");
     expect_err(HOSTS "ranks:\n  - 0\n", "8:5: ranks[0]: expected a mapping with rank, host and "
                                         "backend, got '0'");
 }

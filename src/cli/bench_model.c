@@ -191,7 +191,8 @@ static void bm_print_ranks(const struct bt_engine *e, const struct bt_engine_sta
         printf("%4d  %10.3f  %10.3f  %10.3f  %10.3f  %10.1f  %10.1f  %12.1f  %12.2f  %s\n", r, 1e3 * s->compute_s / tok,
                1e3 * s->expert_s / tok, 1e3 * (s->compute_s - s->expert_s) / tok, 1e3 * s->wait_s / tok,
                (double)s->bytes_sent / tok / 1024.0, (double)s->bytes_received / tok / 1024.0,
-               (double)s->expert_bytes_read / tok / 1024.0, (double)s->expert_pairs / tok, bt_engine_rank_backend(e, r));
+               (double)s->expert_bytes_read / tok / 1024.0, (double)s->expert_pairs / tok,
+               bt_engine_rank_backend(e, r));
     }
 }
 
