@@ -6,6 +6,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -1844,12 +1845,9 @@ static bool chain_bounds(struct gchain *ch, const int32_t *ids) {
             const int64_t hi = share + ch->overlap < E - (n - m) ? share + ch->overlap : E - (n - m);
             /* an even part of the slots from lo[m - 1] on, over the n - m + 1 ranks left */
             const int64_t want = cum[ch->lo[m - 1]] + (cum[E] - cum[ch->lo[m - 1]]) / (n - m + 1);
-            int64_t best = share < lo ? lo : share > hi ? hi : share;
-            for (int64_t b = lo; b <= hi; b++) {
-                const int64_t gap = cum[b] > want ? cum[b] - want : want - cum[b];
-                const int64_t gap_best = cum[best] > want ? cum[best] - want : want - cum[best];
-                if (gap < gap_best) best = b;
-            }
+            int64_t best = share < lo ? lo : share > hi ? hi : share, best_gap = llabs(cum[best] - want);
+            for (int64_t b = lo; b <= hi; b++)
+                if (llabs(cum[b] - want) < best_gap) best = b, best_gap = llabs(cum[b] - want);
             moved |= best != share;
             ch->lo[m] = best;
             ch->hi[m - 1] = best;
@@ -2003,8 +2001,9 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
     const size_t ib = ids_bytes(ch);
     if (!chain_bounds_read(ch, sl->ids))
         return fail(d, BT_ERR_MISMATCH,
-                    "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds", d->rank, home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name,
-                    (long long)ch->hold_lo[me], (long long)ch->hold_hi[me]);
+                    "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds", d->rank,
+                    home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name, (long long)ch->hold_lo[me],
+                    (long long)ch->hold_hi[me]);
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     d->stats.bytes_recv += (int64_t)ib;
     int64_t nx = 0, no = 0;
