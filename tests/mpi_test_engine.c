@@ -96,6 +96,8 @@ static void write_model_typed(const char *path, bool moe, int n_layer, uint64_t 
         } else {
             if (wtype == BT_TYPE_Q8_0) bt_q8_0_from_f32(data, qdata, n);
             else if (wtype == BT_TYPE_Q4_K) bt_q4_K_from_f32(data, qdata, n);
+            else if (wtype == BT_TYPE_BF16)
+                for (int64_t j = 0; j < n; j++) ((bt_bf16_t *)qdata)[j] = bt_fp32_to_bf16(data[j]);
             else bt_q4_0_from_f32(data, qdata, n);
             ck_assert(bt_gguf_writer_write_data(w, qdata, bt_row_size(wtype, n)) == BT_OK);
         }
@@ -719,12 +721,13 @@ END_TEST
 
 /* --mmap: each rank's weights are used in place in the file's mapping, and
  * the logits are bitwise those of the weights copied onto huge pages. */
-/* Weights copied (and, where the CPU computes, Q8_0 / Q4_0 / Q4_K matrices
- * repacked for its matmul) and used in place in the file's mapping (plain):
- * the same logits, bitwise; the repack is used exactly where it applies:
- * F32 never, Q8_0 / Q4_0 / Q4_K copied always (the models' matrices, token_embd
- * (GET_ROWS) included, come in groups of 16 rows but the 4-row router). */
-static const enum bt_type wip_types[4] = {BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K};
+/* Weights copied (and, where the CPU computes, Q8_0 / Q4_0 / Q4_K / BF16
+ * matrices repacked for its matmul) and used in place in the file's mapping
+ * (plain): the same logits, bitwise; the repack is used exactly where it
+ * applies: F32 never, the others copied where the kernels in use have the
+ * layout (the models' matrices, token_embd (GET_ROWS) included, come in
+ * groups of 16 rows but the 4-row router). */
+static const enum bt_type wip_types[5] = {BT_TYPE_F32, BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_BF16};
 START_TEST(test_weights_in_place) {
     char path[512];
     const enum bt_type wtype = wip_types[_i];
@@ -1738,7 +1741,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_submit_errors);
     tcase_add_test(tc, test_memory_per_rank);
-    tcase_add_loop_test(tc, test_weights_in_place, 0, 4);
+    tcase_add_loop_test(tc, test_weights_in_place, 0, 5);
     tcase_add_test(tc, test_model_from_topology);
     tcase_add_test(tc, test_failure_on_a_stage);
     tcase_add_test(tc, test_failure_leaves_nothing_behind);

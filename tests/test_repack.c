@@ -1,5 +1,6 @@
 /* test_repack.c - the CPU's repacked weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
- * IQ4_NL, MXFP4, Q4_K, Q6_K; cpu.h, backends/cpu/repack.c): a repacked
+ * IQ4_NL, MXFP4, Q4_K, Q6_K; BF16 on AVX2 builds without AVX-512; cpu.h,
+ * backends/cpu/repack.c): a repacked
  * matrix gives bitwise what the plain one gives, on every path (decode
  * tiles, the prompt GEMM, MUL_MAT_ID with several experts, 1 and 2 threads,
  * the reference kernels; GET_ROWS), its bytes unpack to the plain ones, only
@@ -14,9 +15,10 @@
 #include "quants.h"
 #include "testutil.h"
 
-static const enum bt_type rp_types[9] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K, BT_TYPE_Q6_K,  BT_TYPE_MXFP4,
-                                        BT_TYPE_Q5_0, BT_TYPE_Q4_1, BT_TYPE_Q5_1, BT_TYPE_IQ4_NL};
-#define N_RP 9
+static const enum bt_type rp_types[10] = {BT_TYPE_Q8_0, BT_TYPE_Q4_0, BT_TYPE_Q4_K,  BT_TYPE_Q6_K,
+                                         BT_TYPE_MXFP4, BT_TYPE_Q5_0, BT_TYPE_Q4_1, BT_TYPE_Q5_1,
+                                         BT_TYPE_IQ4_NL, BT_TYPE_BF16};
+#define N_RP 10
 
 /* the types scramble changes (the second round of test_mul_mat_bitwise) */
 static bool is_scrambled(enum bt_type t) { return t != BT_TYPE_Q8_0 && t != BT_TYPE_Q4_0; }
@@ -29,9 +31,15 @@ static bool is_scrambled(enum bt_type t) { return t != BT_TYPE_Q8_0 && t != BT_T
  * block of 127s: the int16 sums' bound), a fourth of the blocks' E8M0
  * scales 0 .. 3 (the denormal scales), the rest 100 .. 139; Q5_0, Q4_1,
  * Q5_1, IQ4_NL: every nibble and fifth bit random, but an eighth of the
- * blocks all 31, 15 or -127 (the int16 sums' bound again) */
+ * blocks all 31, 15 or -127 (the int16 sums' bound again); BF16: an eighth
+ * of the elements denormal (which the pair order reads as zero) */
 static void scramble(struct bt_tensor *w, tu_rng *r) {
-    if (w->type == BT_TYPE_Q4_K) {
+    if (w->type == BT_TYPE_BF16) {
+        const size_t n = bt_nelements(w);
+        for (size_t i = 0; i < n; i++)
+            if (tu_rng_int(r, 8) == 0)
+                ((bt_bf16_t *)w->data)[i] = (bt_bf16_t)(tu_rng_int(r, 2) << 15 | (1 + tu_rng_int(r, 127)));
+    } else if (w->type == BT_TYPE_Q4_K) {
         const size_t n = bt_nbytes(w) / sizeof(bt_block_q4_K);
         for (size_t i = 0; i < n; i++) {
             bt_block_q4_K *b = (bt_block_q4_K *)w->data + i;
@@ -66,8 +74,8 @@ static void scramble(struct bt_tensor *w, tu_rng *r) {
     }
 }
 
-/* k of nb blocks of type t */
-static int64_t kb(enum bt_type t, int64_t nb) { return nb * bt_blck_size(t); }
+/* k of nb blocks of type t (BF16: of its repacked layout's 16 elements) */
+static int64_t kb(enum bt_type t, int64_t nb) { return nb * (t == BT_TYPE_BF16 ? 16 : bt_blck_size(t)); }
 
 /* a repacked copy of w (same shape, in ctx) */
 static struct bt_tensor *repacked_copy(bt_context *ctx, const struct bt_tensor *w) {
@@ -295,6 +303,9 @@ START_TEST(test_repackable) {
     struct bt_tensor *k6 = bt_new_tensor_2d(ctx, BT_TYPE_Q6_K, 256, 32);
     struct bt_tensor *k5 = bt_new_tensor_2d(ctx, BT_TYPE_Q5_K, 256, 32);
     struct bt_tensor *f = bt_new_tensor_2d(ctx, BT_TYPE_F32, 64, 32);
+    struct bt_tensor *h = bt_new_tensor_2d(ctx, BT_TYPE_F16, 64, 32);
+    struct bt_tensor *bf = bt_new_tensor_2d(ctx, BT_TYPE_BF16, 64, 32);
+    struct bt_tensor *bf_k = bt_new_tensor_2d(ctx, BT_TYPE_BF16, 72, 32); /* rows not whole blocks of 16 */
     struct bt_tensor *v = bt_view_2d(ctx, q8, 64, 16, q8->nb[1], 0);
     ck_assert(bt_cpu_weight_repackable(q8) == have);
     ck_assert(bt_cpu_weight_repackable(q4) == have);
@@ -303,6 +314,9 @@ START_TEST(test_repackable) {
     ck_assert(bt_cpu_weight_repackable(k6) == have);
     ck_assert(!bt_cpu_weight_repackable(k5));
     ck_assert(!bt_cpu_weight_repackable(f));
+    ck_assert(!bt_cpu_weight_repackable(h));
+    ck_assert(bt_cpu_weight_repackable(bf) == bt_cpu_weight_repack_available(BT_TYPE_BF16));
+    ck_assert(!bt_cpu_weight_repackable(bf_k));
     ck_assert(!bt_cpu_weight_repackable(v));
     ck_assert(!bt_cpu_weight_is_repacked(q8));
     bt_free(ctx);

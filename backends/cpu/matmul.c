@@ -35,7 +35,9 @@
  *    columns, with the same bits again; weights repacked at load (cpu.h,
  *    repack.c: the 32-element types, Q4_K, Q6_K) are already in that order, 16 rows a
  *    group, and every job of theirs runs the entry's rgemm on the groups
- *    as they stand (decode and prompt alike), with the same bits again.
+ *    as they stand (decode and prompt alike), with the same bits again;
+ *    repacked BF16 (AVX2 without AVX-512) takes run_dot_rp_bf16 and, for
+ *    prompts, the GEMM path with its panels packed from the groups.
  *  - reference path (p->reference): the plain triple loop.
  */
 #include "cpu_impl.h"
@@ -433,6 +435,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     /* (reference path: a row as floats, and a repacked row's plain bytes) */
     if (k + (int64_t)(a->nb[1] / sizeof(float)) + 1 > tmp) tmp = k + (int64_t)(a->nb[1] / sizeof(float)) + 1;
     if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
+    /* (repacked BF16: the dot path's columns as pairs of floats) */
+    if (a->type == BT_TYPE_BF16 && BT_MM_GEMM_MIN_COLS * k > tmp) tmp = BT_MM_GEMM_MIN_COLS * k;
     /* or an odd k's last block of BF16 rows as pairs (pack_a_bf16) */
     const int64_t bkp = ((k < BT_MM_BF16_KC ? k : BT_MM_BF16_KC) + 1) / 2;
     if (a->type == BT_TYPE_BF16 && BT_MM_BF16_MR * bkp > tmp) tmp = BT_MM_BF16_MR * bkp;
@@ -729,9 +733,19 @@ static inline int64_t packed_k(int64_t kc) { return (kc + 1) / 2 * 2; }
  * (kk < packed_k), as BF16 pairs: 8 rows x 8 pairs transposed in registers,
  * each pair's high half (element 2q+1) to kk = 2q and its low half to 2q+1;
  * denormals are left as they are (read as zero under DAZ). */
+#if BT_CPU_BF16_REPACK
+static void pack_a_rp(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc, int64_t kc,
+                      float *restrict ap);
+#endif
 static void pack_a(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc,
                    int64_t kc, float *restrict ap, float *restrict tmp) {
     (void)tmp;
+#if BT_CPU_BF16_REPACK
+    if (pl->repacked) {
+        pack_a_rp(pl, a, r0, mc, pc, kc, ap);
+        return;
+    }
+#endif
     const int64_t kp = packed_k(kc), nq = kc / 2; /* whole pairs */
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t p0 = 0; p0 < mc; p0 += MR) {
@@ -1255,6 +1269,122 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
         fns[ncols](k, rows, has_next ? next : NULL, pcols, dcols, r, n);
     }
 }
+
+#if BT_CPU_BF16_REPACK
+/* Repacked BF16 weights (qtypes.h: pair q of row r of a group of 16 rows at
+ * dword 16 q + r): 8 rows' pair q are one vector as they lie, so a step
+ * needs no transposes and holds no rows in registers.  G groups (16 G rows)
+ * x RN columns; each row in the pair order of dot_t_bf16_avx2_pairs (the
+ * same bits), 2 G chains of dependent FMAs per column.  cf[j]: column j as
+ * floats, cf[j][2q] its element 2q+1 rounded to BF16, cf[j][2q+1] element
+ * 2q.  next: the group after these (a prefetch hint) or NULL. */
+static inline __attribute__((always_inline)) void dot_rp_bf16_tile(const int G, const int RN, int64_t kp,
+                                                                    const char *group, size_t group_bytes,
+                                                                    const char *next, const float *const *cf,
+                                                                    float *const *dcols, int64_t row0) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    const int64_t bytes = kp * 64; /* of a group */
+    __m256 acc[4][BT_MM_GEMM_MIN_COLS];
+    for (int v = 0; v < 2 * G; v++)
+        for (int j = 0; j < RN; j++) acc[v][j] = _mm256_setzero_ps();
+    for (int64_t q = 0; q < kp; q++) {
+        const int64_t off = q * 64 + BT_MM_PREFETCH_T;
+        for (int g = 0; g < G; g++) {
+            if (off < bytes) _mm_prefetch(group + (size_t)g * group_bytes + off, BT_MM_PF_HINT);
+            else if (next && off - bytes < bytes)
+                _mm_prefetch(next + (size_t)g * (size_t)bytes + (off - bytes), BT_MM_PF_HINT);
+        }
+        __m256 b1[BT_MM_GEMM_MIN_COLS], b0[BT_MM_GEMM_MIN_COLS];
+#pragma GCC unroll 8
+        for (int j = 0; j < RN; j++) {
+            b1[j] = _mm256_broadcast_ss(cf[j] + 2 * q);
+            b0[j] = _mm256_broadcast_ss(cf[j] + 2 * q + 1);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * G; v++) {
+            const __m256i wi =
+                _mm256_loadu_si256((const __m256i *)(group + (size_t)(v / 2) * group_bytes + q * 64 + (v % 2) * 32));
+            const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(wi, hi));
+            const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(wi, 16));
+#pragma GCC unroll 8
+            for (int j = 0; j < RN; j++) acc[v][j] = _mm256_fmadd_ps(w0, b0[j], _mm256_fmadd_ps(w1, b1[j], acc[v][j]));
+        }
+    }
+    for (int v = 0; v < 2 * G; v++)
+        for (int j = 0; j < RN; j++) _mm256_storeu_ps(dcols[j] + row0 + 8 * v, acc[v][j]);
+}
+
+typedef void (*dot_rp_bf16_fn)(int64_t kp, const char *group, size_t group_bytes, const char *next,
+                               const float *const *cf, float *const *dcols, int64_t row0);
+#define DEF_DOT_RB(G, RN)                                                                            \
+    static void dot_rp_bf16_##G##_##RN(int64_t kp, const char *group, size_t group_bytes, const char *next, \
+                                       const float *const *cf, float *const *dcols, int64_t row0) {    \
+        dot_rp_bf16_tile(G, RN, kp, group, group_bytes, next, cf, dcols, row0);                         \
+    }
+DEF_DOT_RB(2, 1) DEF_DOT_RB(2, 2)
+DEF_DOT_RB(1, 1) DEF_DOT_RB(1, 2) DEF_DOT_RB(1, 3) DEF_DOT_RB(1, 4) DEF_DOT_RB(1, 5) DEF_DOT_RB(1, 6)
+DEF_DOT_RB(1, 7)
+
+/* The dot path for repacked BF16 weights over rows [r0, r1) (multiples of
+ * 16) of a job with 1..7 columns: two groups at a time for one or two
+ * columns (four or eight chains), else one; the columns converted into tmp
+ * once a node (pl->bfc, as run_dot_t_bf16). */
+static void run_dot_rp_bf16(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
+                            float *const *dcols, int64_t r0, int64_t r1, float *tmp, struct mm_claim *cl) {
+    static const dot_rp_bf16_fn one[8] = {NULL, dot_rp_bf16_1_1, dot_rp_bf16_1_2, dot_rp_bf16_1_3,
+                                          dot_rp_bf16_1_4, dot_rp_bf16_1_5, dot_rp_bf16_1_6, dot_rp_bf16_1_7};
+    static const dot_rp_bf16_fn two[3] = {NULL, dot_rp_bf16_2_1, dot_rp_bf16_2_2};
+    BT_ASSERT(ncols >= 1 && ncols < BT_MM_GEMM_MIN_COLS && pl->k % BT_CPU_BF16_RP_BLK == 0);
+    BT_ASSERT(r0 % BT_CPU_PANEL_ROWS == 0 && r1 % BT_CPU_PANEL_ROWS == 0);
+    const int64_t kp = pl->k / 2;
+    struct mm_bf16_cols *c = pl->bfc;
+    bool same = c->n == ncols;
+    for (int64_t j = 0; j < ncols && same; j++) same = c->src[j] == bcols[j];
+    const float *cf[BT_MM_GEMM_MIN_COLS];
+    for (int64_t j = 0; j < ncols; j++) {
+        float *dst = tmp + j * 2 * kp;
+        if (!same) {
+            for (int64_t q = 0; q < kp; q++) {
+                dst[2 * q] = bt_bf16_to_fp32(bf16_round(bcols[j][2 * q + 1]));
+                dst[2 * q + 1] = bt_bf16_to_fp32(bf16_round(bcols[j][2 * q]));
+            }
+            c->src[j] = bcols[j];
+        }
+        cf[j] = dst;
+    }
+    c->n = ncols;
+    const size_t gb = BT_CPU_PANEL_ROWS * pl->a_nb1;
+    for (int64_t r = r0; r < r1;) {
+        const int G = ncols <= 2 && r + 2 * BT_CPU_PANEL_ROWS <= r1 ? 2 : 1;
+        const int64_t rn = r + G * BT_CPU_PANEL_ROWS;
+        const void *next = a + (size_t)rn * pl->a_nb1;
+        if (rn >= r1 && !claim_next(pl, cl, 1, &next)) next = NULL;
+        (G == 2 ? two : one)[ncols](kp, a + (size_t)r * pl->a_nb1, gb, next, cf, dcols, r);
+        r = rn;
+    }
+}
+
+/* Pack repacked rows [r0, r0+mc) (whole groups: MR is 16) x k [pc, pc+kc)
+ * (whole pairs) into MR-row panels as pack_a does: each pair's two halves
+ * straight from the group's vectors */
+static void pack_a_rp(const struct mm_plan *pl, const char *a, int64_t r0, int64_t mc, int64_t pc, int64_t kc,
+                      float *restrict ap) {
+    _Static_assert(MR == BT_CPU_PANEL_ROWS, "a panel is a repacked group");
+    BT_ASSERT(r0 % MR == 0 && mc % MR == 0 && pc % 2 == 0 && kc % 2 == 0);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    const int64_t kp = packed_k(kc);
+    for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        const char *group = a + (size_t)(r0 + p0) * pl->a_nb1 + (size_t)(pc / 2) * 64;
+        float *panel = ap + p0 * kp;
+        for (int64_t q = 0; q < kc / 2; q++)
+            for (int v = 0; v < 2; v++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(group + q * 64 + v * 32));
+                _mm256_storeu_ps(panel + (2 * q) * MR + 8 * v, _mm256_castsi256_ps(_mm256_and_si256(w, hi)));
+                _mm256_storeu_ps(panel + (2 * q + 1) * MR + 8 * v, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+            }
+    }
+}
+#endif
 #else
 #define HAVE_BF16_DOT_AVX2 0
 #endif
@@ -1264,6 +1394,12 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
 static void run_bf16(const struct mm_plan *pl, const char *a, int64_t ncols, const float *const *bcols,
                      float *const *dcols, int64_t r0, int64_t r1, char *slice, const struct mm_slice *sl,
                      struct mm_claim *cl) {
+#if BT_CPU_BF16_REPACK
+    if (pl->repacked && ncols < BT_MM_GEMM_MIN_COLS) {
+        run_dot_rp_bf16(pl, a, ncols, bcols, dcols, r0, r1, (float *)(slice + sl->tmp), cl);
+        return;
+    }
+#endif
 #if HAVE_BF16_DOT || HAVE_BF16_DOT_AVX2
     if (ncols < BT_MM_GEMM_MIN_COLS) {
         run_dot_t_bf16(pl, a, ncols, bcols, dcols, r0, r1, (uint32_t *)(slice + sl->tmp), cl);
@@ -1518,7 +1654,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     struct mm_bf16_cols bfc = {0};
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(a);
-    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
+    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
     if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }
@@ -1596,7 +1732,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     struct mm_bf16_cols bfc = {0};
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(as);
-    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm));
+    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
     if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
     run_plan(p, &pl, slice, &sl);
 }

@@ -101,9 +101,28 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
-    int ds;      /* bytes of a block's scale: 1 (MXFP4's E8M0), 2 or 4 */
+    int ds;      /* bytes of a block's scale: 0 (BF16), 1 (MXFP4's E8M0), 2 or 4 */
     bool qh0;    /* payload dword 0: Q5_0's or Q5_1's fifth bits, in bt_cpu_qh_order */
+    int blk;     /* elements of a block: 0 for the type's own block; BF16: 16 (8 pairs) */
 };
+
+/* BF16 weights have a layout too where this build's BF16 kernels read it
+ * (AVX2 without AVX-512: matmul.c's dot path otherwise transposes 8 rows x
+ * 8 pairs in registers per step): blocks of 16 elements, no scale, the 8
+ * payload dwords the element pairs, so that pair q of row r of a group sits
+ * at dword 16 q + r.  Rows whose length is not a multiple of 16 stay plain. */
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define BT_CPU_BF16_REPACK 1
+#else
+#define BT_CPU_BF16_REPACK 0
+#endif
+#define BT_CPU_BF16_RP_BLK 16
+
+/* the layout of weight type t (NULL: none) and its block's elements */
+const struct bt_cpu_rp_layout *bt_cpu_rp_layout_of(enum bt_type t);
+static inline int64_t bt_cpu_rp_blk(const struct bt_cpu_rp_layout *L, enum bt_type t) {
+    return L->blk ? L->blk : bt_blck_size(t);
+}
 
 /* a Q5 block's fifth bits qh (bit j: element j) reordered: byte i of the
  * result holds, in bits 0..3, the bits of elements i, 4 + i, 8 + i, 12 + i,

@@ -1981,10 +1981,10 @@ IQ_GEMM_EXPORT(iq1_s)
 #define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
-static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4, false};
+static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4, false, 0};
 /* Q6_K's: d as the block's 2-byte scale (byte 208), then the 128 ql, 64 qh
  * and 16 scale bytes as 52 dwords */
-static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false};
+static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false, 0};
 #ifdef HAVE_QDOT_AVX512
 /* Repacked Q6_K from 128 columns on through the GEMM's panel (kq_rpack):
  * bench ops --repacked, 1 thread, GFLOP per CPU-second, three alternating

@@ -2,28 +2,41 @@
  * repacked, the repack at load and its inverse, group by group in the one
  * layout of qtypes.h (each type's entry says where its scale and payload
  * sit: quant_i8.c for the 32-element types, quant_dot.c for Q4_K and
- * Q6_K).  matmul.c reads them (rgemm); cpu.c and the core assert that
+ * Q6_K; BF16's is here).  matmul.c reads them (rgemm); cpu.c and the core assert that
  * nothing else does. */
 #include "baton/cpu.h"
 #include "qtypes.h"
 
 #include <string.h>
 
+#if BT_CPU_BF16_REPACK
+static const struct bt_cpu_rp_layout rp_bf16 = {0, 0, BT_CPU_BF16_RP_BLK / 2, 0u, 0, false, BT_CPU_BF16_RP_BLK};
+#endif
+
+/* the layout of type t where this build has the kernels that read it */
+const struct bt_cpu_rp_layout *bt_cpu_rp_layout_of(enum bt_type t) {
+#if BT_CPU_BF16_REPACK
+    if (t == BT_TYPE_BF16) return &rp_bf16;
+#endif
+    const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(t);
+    return qt && qt->rgemm ? qt->rp : NULL;
+}
+
 /* 16 consecutive plain rows (k elements each) -> one group */
 static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *group) {
-    const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
-    const size_t bs = bt_row_size(t, bt_blck_size(t)), rb = bt_row_size(t, k);
-    const int64_t nblk = k / bt_blck_size(t);
+    const struct bt_cpu_rp_layout *L = bt_cpu_rp_layout_of(t);
+    const int64_t blk = bt_cpu_rp_blk(L, t), nblk = k / blk;
+    const size_t bs = bt_row_size(t, blk), rb = bt_row_size(t, k);
     BT_ASSERT(bs == (size_t)L->ds + 4 * (size_t)L->n_dw);
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
         for (int r = 0; r < BT_CPU_PANEL_ROWS; r++) {
-            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
-            memcpy((uint8_t *)group + dof + (size_t)L->ds * (size_t)r, blk + L->d_pos, (size_t)L->ds);
+            const uint8_t *src = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
+            memcpy((uint8_t *)group + dof + (size_t)L->ds * (size_t)r, src + L->d_pos, (size_t)L->ds);
             for (int u = 0; u < L->n_dw; u++) {
                 uint32_t x;
-                memcpy(&x, blk + L->q_pos + 4 * u, 4);
+                memcpy(&x, src + L->q_pos + 4 * u, 4);
                 x ^= L->xr;
                 if (u == 0 && L->qh0) x = bt_cpu_qh_order(x);
                 memcpy((uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, &x, 4);
@@ -33,21 +46,18 @@ static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *g
 }
 
 void bt_cpu_rp_unpack_row(enum bt_type t, int64_t k, const void *group, int r, void *row) {
-    const struct bt_cpu_rp_layout *L = bt_cpu_qtype_of(t)->rp;
-    const size_t bs = bt_row_size(t, bt_blck_size(t));
-    const int64_t nblk = k / bt_blck_size(t);
+    const struct bt_cpu_rp_layout *L = bt_cpu_rp_layout_of(t);
+    const int64_t blk = bt_cpu_rp_blk(L, t), nblk = k / blk;
+    const size_t bs = bt_row_size(t, blk);
     for (int64_t b = 0; b < nblk; b++) bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, (uint8_t *)row + (size_t)b * bs);
 }
 
-
-bool bt_cpu_weight_repack_available(enum bt_type t) {
-    const struct bt_cpu_qtype *qt = bt_cpu_qtype_of(t);
-    return qt && qt->rp && qt->rgemm;
-}
+bool bt_cpu_weight_repack_available(enum bt_type t) { return bt_cpu_rp_layout_of(t) != NULL; }
 
 bool bt_cpu_weight_repackable(const struct bt_tensor *t) {
-    return bt_cpu_weight_repack_available(t->type) && !t->view_src && t->ne[1] > 0 && t->ne[1] % BT_CPU_PANEL_ROWS == 0 &&
-           bt_is_contiguous(t);
+    const struct bt_cpu_rp_layout *L = bt_cpu_rp_layout_of(t->type);
+    return L && !t->view_src && t->ne[1] > 0 && t->ne[1] % BT_CPU_PANEL_ROWS == 0 &&
+           t->ne[0] % bt_cpu_rp_blk(L, t->type) == 0 && bt_is_contiguous(t);
 }
 
 bool bt_cpu_weight_is_repacked(const struct bt_tensor *t) {

@@ -64,6 +64,7 @@
 #define bt_cpu_iq_unpack BT_CPU_VN(BT_CPU_VARIANT, iq_unpack)
 /* repack.c */
 #define bt_cpu_rp_unpack_row BT_CPU_VN(BT_CPU_VARIANT, rp_unpack_row)
+#define bt_cpu_rp_layout_of BT_CPU_VN(BT_CPU_VARIANT, rp_layout_of)
 #define bt_cpu_weight_repackable BT_CPU_VN(BT_CPU_VARIANT, weight_repackable)
 #define bt_cpu_weight_repack_available BT_CPU_VN(BT_CPU_VARIANT, weight_repack_available)
 #define bt_cpu_weight_repack BT_CPU_VN(BT_CPU_VARIANT, weight_repack)

@@ -112,7 +112,8 @@ BT_API int bt_cpu_get_profile(const bt_cpu *cpu, struct bt_cpu_op_profile *rows,
 
 /* Repacked weights (repack.c).  A quantised weight matrix whose type has a
  * repacked layout (qtypes.h: Q8_0, Q4_0, MXFP4, Q4_K, Q6_K where the running kernels have
- * their AVX-512 VNNI or AVX2 versions) and whose rows come in groups of 16 can hold its bytes
+ * their AVX-512 VNNI or AVX2 versions; BF16 with rows of whole 16-element blocks on the
+ * AVX2 kernels without AVX-512) and whose rows come in groups of 16 can hold its bytes
  * rearranged, 16 rows at a time, for the CPU's matmul (the decode then reads
  * 16 rows' bytes per vector with no transposition; the results are the same
  * bits as from the plain rows).  The size and every offset of the tensor stay
