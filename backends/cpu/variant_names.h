@@ -12,6 +12,10 @@
 #endif
 #define BT_CPU_VN2(v, n) bt_cpu_##v##_##n
 #define BT_CPU_VN(v, n) BT_CPU_VN2(v, n)
+/* a variant's copies of the public functions (bt_cpu_weight_repack's ...)
+ * stay inside the library, which exports only the dispatching ones
+ * (variant.c): no visibility attribute here, so the hidden default holds */
+#define BT_API
 
 /* kernels.c */
 #define bt_cpu_kernels_table BT_CPU_VN(BT_CPU_VARIANT, kernels_table)
