@@ -436,7 +436,7 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     if (k + (int64_t)(a->nb[1] / sizeof(float)) + 1 > tmp) tmp = k + (int64_t)(a->nb[1] / sizeof(float)) + 1;
     if (BT_MM_GEMM_MIN_COLS * ((k + 1) / 2) > tmp) tmp = BT_MM_GEMM_MIN_COLS * ((k + 1) / 2);
     /* (repacked BF16: the dot path's columns as pairs of floats) */
-    if (a->type == BT_TYPE_BF16 && BT_MM_GEMM_MIN_COLS * k > tmp) tmp = BT_MM_GEMM_MIN_COLS * k;
+    if (BT_CPU_BF16_REPACK && a->type == BT_TYPE_BF16 && BT_MM_GEMM_MIN_COLS * k > tmp) tmp = BT_MM_GEMM_MIN_COLS * k;
     /* or an odd k's last block of BF16 rows as pairs (pack_a_bf16) */
     const int64_t bkp = ((k < BT_MM_BF16_KC ? k : BT_MM_BF16_KC) + 1) / 2;
     if (a->type == BT_TYPE_BF16 && BT_MM_BF16_MR * bkp > tmp) tmp = BT_MM_BF16_MR * bkp;

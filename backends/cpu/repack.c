@@ -2,8 +2,8 @@
  * repacked, the repack at load and its inverse, group by group in the one
  * layout of qtypes.h (each type's entry says where its scale and payload
  * sit: quant_i8.c for the 32-element types, quant_dot.c for Q4_K and
- * Q6_K; BF16's is here).  matmul.c reads them (rgemm); cpu.c and the core assert that
- * nothing else does. */
+ * Q6_K; BF16's is here).  matmul.c reads them (rgemm); cpu.c and the
+ * core assert that nothing else does. */
 #include "baton/cpu.h"
 #include "qtypes.h"
 
