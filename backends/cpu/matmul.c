@@ -402,7 +402,7 @@ struct mm_bf16_cols {
  * thread; offsets of a slice's parts. */
 struct mm_slice {
     size_t shared;
-    size_t ap, bp, tmp, bcols, dcols, offs, pairs, qact, size;
+    size_t ap, bp, tmp, bcols, dcols, offs, pairs, qact, need, size;
 };
 
 #ifndef BT_MM_QPRIVATE_COLS
@@ -467,6 +467,8 @@ static struct mm_slice slice_layout(const struct bt_tensor *node) {
     off += ALIGN_UP((size_t)npairs * sizeof(int32_t));
     s.qact = off;
     off += qprivate ? ALIGN_UP((size_t)b_ncols(node->src[1]) * qt->act_size(k)) : 0;
+    s.need = off; /* MUL_MAT_ID: which columns its pairs read (quantize_acts) */
+    off += qt && node->op == BT_OP_MUL_MAT_ID ? ALIGN_UP((size_t)b_ncols(node->src[1])) : 0;
     s.size = off;
     return s;
 }
@@ -521,14 +523,26 @@ static void job_cols(const struct mm_plan *pl, int64_t jb, const void **bcols, f
  * waits (the same function: the same bits).  (A group's share of a node's
  * matrices may have fewer columns than the node: the node's layout decides.) */
 static void quantize_acts(const struct bt_cpu_params *p, struct mm_plan *pl, const struct mm_slice *sl, char *shared,
-                          char *priv) {
+                          char *priv, uint8_t *need) {
     const struct bt_tensor *b = pl->b;
     const int64_t n = b_ncols(b), ne1 = b->ne[1], ne2 = b->ne[2];
     const bool own = sl->shared == 0;
     pl->qcb = pl->qt->act_size(pl->k);
     pl->qbuf = own ? priv : shared;
+    /* MUL_MAT_ID computing some experts only (an expert group's share:
+     * fewer pairs than slots): the columns its pairs read, the others
+     * (the slots of the experts other ranks compute) left as they are */
+    const bool some = pl->is_id && pl->offs[pl->njobs] < pl->n_used * ne2;
+    if (some) {
+        memset(need, 0, (size_t)n);
+        for (int32_t i = 0; i < pl->offs[pl->njobs]; i++) {
+            const int32_t v = pl->pairs[i];
+            need[(v % pl->n_used) % ne1 + ne1 * (v / pl->n_used)] = 1;
+        }
+    }
     const int64_t c0 = own ? 0 : n * p->ith / p->nth, c1 = own ? n : n * (p->ith + 1) / p->nth;
     for (int64_t c = c0; c < c1; c++) {
+        if (some && !need[c]) continue;
         const float *x = (const float *)((const char *)b->data + (size_t)(c % ne1) * b->nb[1] +
                                          (size_t)((c / ne1) % ne2) * b->nb[2] +
                                          (size_t)(c / (ne1 * ne2)) * b->nb[3]);
@@ -1655,7 +1669,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(a);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
-    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
+    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact, NULL);
     run_plan(p, &pl, slice, &sl);
 }
 
@@ -1733,6 +1747,6 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(as);
     BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
-    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact);
+    if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact, (uint8_t *)(slice + sl.need));
     run_plan(p, &pl, slice, &sl);
 }
