@@ -1293,20 +1293,19 @@ static void run_dot_t_bf16(const struct mm_plan *pl, const char *a, int64_t ncol
  * floats, cf[j][2q] its element 2q+1 rounded to BF16, cf[j][2q+1] element
  * 2q.  next: the group after these (a prefetch hint) or NULL. */
 static inline __attribute__((always_inline)) void dot_rp_bf16_tile(const int G, const int RN, int64_t kp,
-                                                                    const char *group, size_t group_bytes,
-                                                                    const char *next, const float *const *cf,
-                                                                    float *const *dcols, int64_t row0) {
+                                                                    const char *group, const char *next,
+                                                                    const float *const *cf, float *const *dcols,
+                                                                    int64_t row0) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    const int64_t bytes = kp * 64; /* of a group */
+    const int64_t bytes = kp * 64; /* of a group (a repacked matrix is contiguous) */
     __m256 acc[4][BT_MM_GEMM_MIN_COLS];
     for (int v = 0; v < 2 * G; v++)
         for (int j = 0; j < RN; j++) acc[v][j] = _mm256_setzero_ps();
     for (int64_t q = 0; q < kp; q++) {
         const int64_t off = q * 64 + BT_MM_PREFETCH_T;
         for (int g = 0; g < G; g++) {
-            if (off < bytes) _mm_prefetch(group + (size_t)g * group_bytes + off, BT_MM_PF_HINT);
-            else if (next && off - bytes < bytes)
-                _mm_prefetch(next + (size_t)g * (size_t)bytes + (off - bytes), BT_MM_PF_HINT);
+            if (off < bytes) _mm_prefetch(group + g * bytes + off, BT_MM_PF_HINT);
+            else if (next && off - bytes < bytes) _mm_prefetch(next + g * bytes + (off - bytes), BT_MM_PF_HINT);
         }
         __m256 b1[BT_MM_GEMM_MIN_COLS], b0[BT_MM_GEMM_MIN_COLS];
 #pragma GCC unroll 8
@@ -1317,7 +1316,7 @@ static inline __attribute__((always_inline)) void dot_rp_bf16_tile(const int G, 
 #pragma GCC unroll 4
         for (int v = 0; v < 2 * G; v++) {
             const __m256i wi =
-                _mm256_loadu_si256((const __m256i *)(group + (size_t)(v / 2) * group_bytes + q * 64 + (v % 2) * 32));
+                _mm256_loadu_si256((const __m256i *)(group + (v / 2) * bytes + q * 64 + (v % 2) * 32));
             const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(wi, hi));
             const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(wi, 16));
 #pragma GCC unroll 8
@@ -1328,12 +1327,12 @@ static inline __attribute__((always_inline)) void dot_rp_bf16_tile(const int G, 
         for (int j = 0; j < RN; j++) _mm256_storeu_ps(dcols[j] + row0 + 8 * v, acc[v][j]);
 }
 
-typedef void (*dot_rp_bf16_fn)(int64_t kp, const char *group, size_t group_bytes, const char *next,
-                               const float *const *cf, float *const *dcols, int64_t row0);
-#define DEF_DOT_RB(G, RN)                                                                            \
-    static void dot_rp_bf16_##G##_##RN(int64_t kp, const char *group, size_t group_bytes, const char *next, \
-                                       const float *const *cf, float *const *dcols, int64_t row0) {    \
-        dot_rp_bf16_tile(G, RN, kp, group, group_bytes, next, cf, dcols, row0);                         \
+typedef void (*dot_rp_bf16_fn)(int64_t kp, const char *group, const char *next, const float *const *cf,
+                               float *const *dcols, int64_t row0);
+#define DEF_DOT_RB(G, RN)                                                                             \
+    static void dot_rp_bf16_##G##_##RN(int64_t kp, const char *group, const char *next,              \
+                                       const float *const *cf, float *const *dcols, int64_t row0) { \
+        dot_rp_bf16_tile(G, RN, kp, group, next, cf, dcols, row0);                                   \
     }
 DEF_DOT_RB(2, 1) DEF_DOT_RB(2, 2)
 DEF_DOT_RB(1, 1) DEF_DOT_RB(1, 2) DEF_DOT_RB(1, 3) DEF_DOT_RB(1, 4) DEF_DOT_RB(1, 5) DEF_DOT_RB(1, 6)
@@ -1367,13 +1366,12 @@ static void run_dot_rp_bf16(const struct mm_plan *pl, const char *a, int64_t nco
         cf[j] = dst;
     }
     c->n = ncols;
-    const size_t gb = BT_CPU_PANEL_ROWS * pl->a_nb1;
     for (int64_t r = r0; r < r1;) {
         const int G = ncols <= 2 && r + 2 * BT_CPU_PANEL_ROWS <= r1 ? 2 : 1;
         const int64_t rn = r + G * BT_CPU_PANEL_ROWS;
         const void *next = a + (size_t)rn * pl->a_nb1;
         if (rn >= r1 && !claim_next(pl, cl, 1, &next)) next = NULL;
-        (G == 2 ? two : one)[ncols](kp, a + (size_t)r * pl->a_nb1, gb, next, cf, dcols, r);
+        (G == 2 ? two : one)[ncols](kp, a + (size_t)r * pl->a_nb1, next, cf, dcols, r);
         r = rn;
     }
 }
@@ -1668,7 +1666,7 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     struct mm_bf16_cols bfc = {0};
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(a);
-    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
+    BT_ASSERT(!pl.repacked || bt_cpu_rp_layout_of(pl.type)); /* the kernels that read it */
     if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact, NULL);
     run_plan(p, &pl, slice, &sl);
 }
@@ -1746,7 +1744,7 @@ void bt_cpu_mul_mat_id(const struct bt_cpu_params *p, struct bt_tensor *d) {
     struct mm_bf16_cols bfc = {0};
     pl.bfc = &bfc;
     pl.repacked = bt_cpu_weight_is_repacked(as);
-    BT_ASSERT(!pl.repacked || (pl.qt && pl.qt->rgemm) || (BT_CPU_BF16_REPACK && pl.type == BT_TYPE_BF16));
+    BT_ASSERT(!pl.repacked || bt_cpu_rp_layout_of(pl.type)); /* the kernels that read it */
     if (pl.qt) quantize_acts(p, &pl, &sl, (char *)p->wdata, slice + sl.qact, (uint8_t *)(slice + sl.need));
     run_plan(p, &pl, slice, &sl);
 }
