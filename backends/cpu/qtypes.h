@@ -97,14 +97,20 @@ typedef void (*bt_cpu_qgemm_fn)(int64_t k, const void *panel, const void *const 
  * no transposition.  Q5_0's and Q5_1's payload dword 0, the block's 32
  * fifth bits, is kept in the order bt_cpu_qh_order gives (a shift and a
  * mask put the bits of 4 elements in place), dwords 1..4 the nibbles as
- * Q4_0's. */
+ * Q4_0's.  Q6_K's payload is rearranged (enc, quant_dot.c): a byte holds
+ * one whole 6-bit value and a third of another. */
 struct bt_cpu_rp_layout {
     int d_pos, q_pos, n_dw;
     uint32_t xr; /* Q8_0: 0x80808080 (unsigned bytes), else 0 */
     int ds;      /* bytes of a block's scale: 0 (BF16), 1 (MXFP4's E8M0), 2 or 4 */
     bool qh0;    /* payload dword 0: Q5_0's or Q5_1's fifth bits, in bt_cpu_qh_order */
     int blk;     /* elements of a block: 0 for the type's own block; BF16: 16 (8 pairs) */
+    /* optional: a row's payload (4 n_dw bytes from q_pos) rearranged before
+     * it is cut into dwords (enc), and back (dec); NULL: as it lies */
+    void (*enc)(const uint8_t *plain, uint8_t *payload);
+    void (*dec)(const uint8_t *payload, uint8_t *plain);
 };
+#define BT_CPU_RP_PAYLOAD_MAX 256 /* bytes of the largest payload (Q6_K's 208) */
 
 /* BF16 weights have a layout too where this build's BF16 kernels read it
  * (AVX2 without AVX-512: matmul.c's dot path otherwise transposes 8 rows x
@@ -168,13 +174,16 @@ static inline void bt_cpu_rp_unpack_block(const struct bt_cpu_rp_layout *L, int6
     size_t dof, vof;
     bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
     memcpy((uint8_t *)blk + L->d_pos, (const uint8_t *)group + dof + (size_t)L->ds * (size_t)r, (size_t)L->ds);
+    uint8_t pay[BT_CPU_RP_PAYLOAD_MAX];
+    uint8_t *q = L->dec ? pay : (uint8_t *)blk + L->q_pos;
     for (int u = 0; u < L->n_dw; u++) {
         uint32_t x;
         memcpy(&x, (const uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, 4);
         x ^= L->xr;
         if (u == 0 && L->qh0) x = bt_cpu_qh_plain(x);
-        memcpy((uint8_t *)blk + L->q_pos + 4 * u, &x, 4);
+        memcpy(q + 4 * u, &x, 4);
     }
+    if (L->dec) L->dec(pay, (uint8_t *)blk + L->q_pos);
 }
 /* plain row i of a repacked matrix of type t whose rows (k elements, nb1
  * bytes apart) start at rows: the row unpacked from its group */

@@ -54,6 +54,40 @@ static inline int q6_get(const bt_block_q6_K *w, int j) {
     return lo | (hi << 4);
 }
 
+/* Q6_K's repacked payload (rp_q6_K below; the kernels' rp_k6_tile*): bytes
+ * 12 j + 4 p + i (j < 16, p < 3, i < 4) hold the 6-bit value of element
+ * 64 p + 4 j + i in bits 0..5 and bits 2p, 2p + 1 of element 192 + 4 j + i's
+ * in bits 6, 7; bytes 192..207 the 16 scales as they were.  So a vector of
+ * 16 rows' dwords gives three quarters' values by one AND each and the
+ * fourth's by three shifts (the plain order needs a shift of the nibbles
+ * for half of them and of the high bits for three quarters). */
+static void q6_rp_enc(const uint8_t *plain, uint8_t *pay) {
+    bt_block_q6_K w;
+    memcpy(&w, plain, offsetof(bt_block_q6_K, d));
+    for (int j = 0; j < 16; j++)
+        for (int p = 0; p < 3; p++)
+            for (int i = 0; i < 4; i++)
+                pay[12 * j + 4 * p + i] =
+                    (uint8_t)(q6_get(&w, 64 * p + 4 * j + i) | ((q6_get(&w, 192 + 4 * j + i) >> (2 * p)) & 3) << 6);
+    memcpy(pay + 192, w.scales, sizeof w.scales);
+}
+static void q6_rp_dec(const uint8_t *pay, uint8_t *plain) {
+    bt_block_q6_K w;
+    memset(&w, 0, sizeof w);
+    for (int e = 0; e < BT_QK_K; e++) {
+        const int j = e % 64 / 4, i = e % 4;
+        int v = 0;
+        if (e < 192) v = pay[12 * j + 4 * (e / 64) + i] & 63;
+        else
+            for (int p = 0; p < 3; p++) v |= (pay[12 * j + 4 * p + i] >> 6) << (2 * p);
+        const int h = e / 128, sb = e % 128 / 32, l = e % 32;
+        w.ql[64 * h + l + 32 * (sb & 1)] |= (uint8_t)((v & 15) << (4 * (sb >> 1)));
+        w.qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * sb));
+    }
+    memcpy(w.scales, pay + 192, sizeof w.scales);
+    memcpy(plain, &w, offsetof(bt_block_q6_K, d));
+}
+
 /* The K-quants (Q2_K .. Q6_K) all dot the same way.  A weight block is seen
  * as 256 unsigned values q (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63, Q2_K 0..3,
  * Q3_K 0..7), an integer scale sc[s] and an integer "min" mn[s] per
@@ -368,25 +402,48 @@ static inline __attribute__((always_inline)) void kq_pack(const int kind, int64_
     }
 }
 
-/* The same panel from a repacked group of 16 rows (layout L): each block's
- * 16 plain blocks unpacked (bt_cpu_rp_unpack_block), then packed.  With
- * enough columns this is cheaper than a repacked kernel (rgemm) that
- * unpacks the values again for every few columns; the GEMM gives the same
- * bits. */
-static inline __attribute__((always_inline)) void kq_rpack(const int kind, const struct bt_cpu_rp_layout *L,
-                                                           int64_t k, const void *group, void *panel,
-                                                           kq_pack_block_fn *pack_block) {
-    const size_t bs = kq_block_bytes(kind);
+/* q6_rp_fourth on AVX2: bits 6, 7 of x0, x1, x2 masked, then moved to bits
+ * 0..1, 2..3, 4..5 */
+static inline __attribute__((always_inline)) __m256i q6_rp_fourth_avx2(__m256i x0, __m256i x1, __m256i x2) {
+    const __m256i hi2 = _mm256_set1_epi8((char)0xC0);
+    const __m256i t = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(x0, hi2), 2), _mm256_and_si256(x1, hi2));
+    return _mm256_srli_epi16(_mm256_or_si256(_mm256_srli_epi16(t, 2), _mm256_and_si256(x2, hi2)), 2);
+}
+/* the values of a sub-block's vector j of quarter p, bytes 32 hf .. of each
+ * (v: the block's vectors) */
+static inline __attribute__((always_inline)) __m256i q6_rp_values_avx2(const uint8_t *v, const int j, const int p,
+                                                                      const int hf) {
+    const uint8_t *x = v + 64 * 3 * j + 32 * hf;
+    if (p < 3) return _mm256_and_si256(_mm256_load_si256((const __m256i *)(x + 64 * p)), _mm256_set1_epi8(0x3F));
+    return q6_rp_fourth_avx2(_mm256_load_si256((const __m256i *)x), _mm256_load_si256((const __m256i *)(x + 64)),
+                             _mm256_load_si256((const __m256i *)(x + 128)));
+}
+
+/* The same panel from a repacked Q6_K group (rp_q6_K): group g = 16p + j of
+ * the panel's q is the group's vector 3j + p's values as they stand (a lane
+ * per row), the rest each row's scales and d through kq_unpack_scales.
+ * With enough columns this is cheaper than the repacked kernel (rgemm),
+ * which takes the values apart again for every few columns; the GEMM gives
+ * the same bits. */
+static void rpack_q6_K(int64_t k, const void *group, void *panel) {
     const int64_t nblk = k / BT_QK_K;
-    _Alignas(64) uint8_t plain[16][sizeof(bt_block_q6_K) > sizeof(bt_block_q4_K) ? sizeof(bt_block_q6_K)
-                                                                                 : sizeof(bt_block_q4_K)];
     for (int64_t b = 0; b < nblk; b++) {
-        const void *blks[16];
+        uint8_t *pb = (uint8_t *)panel + (size_t)b * KQ_PB;
+        size_t dof, vof;
+        bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
+        const uint8_t *v = (const uint8_t *)group + vof;
+        for (int g = 0; g < 64; g++)
+            for (int hf = 0; hf < 2; hf++)
+                _mm256_storeu_si256((__m256i *)(pb + 64 * g + 32 * hf), q6_rp_values_avx2(v, g % 16, g / 16, hf));
         for (int r = 0; r < 16; r++) {
-            bt_cpu_rp_unpack_block(L, nblk, b, bs, group, r, plain[r]);
-            blks[r] = plain[r];
+            bt_block_q6_K w;
+            for (int s = 0; s < 16; s++) w.scales[s] = (int8_t)v[64 * (48 + s / 4) + 4 * r + s % 4];
+            memcpy(&w.d, (const uint8_t *)group + dof + 2 * r, sizeof w.d);
+            struct kq_block o;
+            kq_unpack_scales(KQ6, &w, &o);
+            o.dmin = 0.0f;
+            for (int wd = 0; wd < 14; wd++) memcpy(pb + 4096 + 64 * wd + 4 * r, (const uint8_t *)o.sc + 4 * wd, 4);
         }
-        pack_block(kind, blks, (uint8_t *)panel + (size_t)b * KQ_PB);
     }
 }
 
@@ -869,25 +926,33 @@ static void rgemm_q4_K(int64_t k, const void *group, const void *next, const voi
 }
 
 /* ---- Q6_K repacked (qtypes.h's layout, rp_q6_K) ------------------------------- *
- * A block's scale is its d (2 bytes), its 52 payload dwords its first 208
- * bytes as they stand: vectors 0..31 the ql bytes (vector 16h + t: bytes
- * 64h + 4t .. 64h + 4t + 3 of each row, t < 16), 32..47 the qh bytes (32 + 8h
- * + t: bytes 32h + 4t ..), 48..51 the 16 int8 scales (48 + w: scales 4w ..
- * 4w + 3).  Sub-block s = 8h + 2sb + m (16 elements: 128h + 32sb + 16m ..)
- * takes, per 4 elements 128h + 32sb + 4t (t = 4m .. 4m + 3), the low (sb 0,
- * 1) or high (sb 2, 3) nibbles of ql vector 16h + t + 8(sb & 1) and bits 2sb,
- * 2sb + 1 of qh vector 32 + 8h + t: the 6-bit values, unsigned, against the
- * activation's 4 bytes broadcast (vpdpbusd), started at -32 bsums[s] (the
- * offset); each sub-block's sum times its scale (vpmulld) into I.  I is then
- * I - M of dot_kq_ref exactly (int32 sums, the same integers), and the float
- * step is kq_step's: acc += (float)I * (d_act * d).  So the same bits as the
- * plain rows. */
+ * A block's scale is its d (2 bytes), its 52 payload dwords q6_rp_enc's
+ * bytes: vector 3j + p (j < 16, p < 3) holds per row the 4 elements
+ * 64p + 4j .. 64p + 4j + 3 (bits 0..5, unsigned) and a third of elements
+ * 192 + 4j .. (bits 6, 7), vectors 48..51 the 16 int8 scales (48 + w:
+ * scales 4w .. 4w + 3).  Sub-block s = 4p + u (16 elements: 64p + 16u ..)
+ * is the 4 vectors j = 4u .. 4u + 3 of quarter p: its values by an AND
+ * (p < 3) or by gathering bits 6, 7 of the three vectors of j (p = 3),
+ * against the activation's 4 bytes broadcast (vpdpbusd), started at
+ * -32 bsums[s] (the offset); each sub-block's sum times its scale
+ * (vpmulld) into I.  I is then I - M of dot_kq_ref exactly (int32 sums, the
+ * same integers), and the float step is kq_step's: acc += (float)I *
+ * (d_act * d).  So the same bits as the plain rows. */
+/* quarter 3's values from the three vectors of a j: bits 6, 7 of x0, x1, x2
+ * to bits 0..1, 2..3, 4..5 (16-bit shifts: what a byte's neighbour shifts
+ * in is masked off) */
+static inline __attribute__((always_inline)) __m512i q6_rp_fourth(__m512i x0, __m512i x1, __m512i x2) {
+    const __m512i t = _mm512_ternarylogic_epi32(_mm512_srli_epi16(x0, 6), _mm512_srli_epi16(x1, 4),
+                                                _mm512_set1_epi8(0x03), 0xE4); /* C ? A : B */
+    return _mm512_ternarylogic_epi32(_mm512_and_si512(t, _mm512_set1_epi8(0x0F)), _mm512_srli_epi16(x2, 2),
+                                     _mm512_set1_epi8(0x30), 0xF8); /* A | (B & C) */
+}
 static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64_t k, const uint8_t *g,
                                                              const uint8_t *next, const void *const *acts,
                                                              float *const *dcols, int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
     const size_t bs = sizeof(bt_block_q6_K), gsize = (size_t)nblk * 16 * bs;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m6 = _mm512_set1_epi8(0x3F);
     __m512 acc[8];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < RN; c++) acc[c] = _mm512_setzero_ps();
@@ -904,36 +969,36 @@ static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             I[c] = _mm512_setzero_si512();
         }
-        for (int h = 0; h < 2; h++) {
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) {
             _Pragma("GCC unroll 4")
-            for (int sb = 0; sb < 4; sb++) {
-                _Pragma("GCC unroll 2")
-                for (int m = 0; m < 2; m++) {
-                    const int s = 8 * h + 2 * sb + m;
-                    __m512i P[8];
+            for (int p = 0; p < 4; p++) {
+                const int s = 4 * p + u;
+                /* quarter 3 loads its vectors again (from L1) rather than
+                 * keeping quarters 0..2's 12 in registers: MUL_MAT_ID at
+                 * 32 tokens (1-4 columns an expert) ran 0.95x with them kept */
+                const uint8_t *w = v;
+                if (p == 3) __asm__("" : "+r"(w));
+                __m512i P[8];
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) P[c] = _mm512_set1_epi32(-32 * ab[c]->bsums[s]);
+                _Pragma("GCC unroll 4")
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = 4 * u + jj;
+                    __m512i q;
+                    if (p < 3) q = _mm512_and_si512(_mm512_loadu_si512(w + 64 * (3 * j + p)), m6);
+                    else
+                        q = q6_rp_fourth(_mm512_loadu_si512(w + 64 * (3 * j)), _mm512_loadu_si512(w + 64 * (3 * j + 1)),
+                                         _mm512_loadu_si512(w + 64 * (3 * j + 2)));
                     _Pragma("GCC unroll 8")
-                    for (int c = 0; c < RN; c++) P[c] = _mm512_set1_epi32(-32 * ab[c]->bsums[s]);
-                    _Pragma("GCC unroll 4")
-                    for (int tt = 0; tt < 4; tt++) {
-                        const int t = 4 * m + tt;
-                        __m512i lo = _mm512_loadu_si512(v + 64 * (16 * h + t + 8 * (sb & 1)));
-                        if (sb >> 1) lo = _mm512_srli_epi16(lo, 4);
-                        __m512i hi = _mm512_loadu_si512(v + 64 * (32 + 8 * h + t));
-                        if (sb == 0) hi = _mm512_slli_epi16(hi, 4);
-                        else if (sb == 1) hi = _mm512_slli_epi16(hi, 2);
-                        else if (sb == 3) hi = _mm512_srli_epi16(hi, 2);
-                        /* bits 0..3 from lo, 4..5 from hi, 6..7 zero */
-                        const __m512i q = _mm512_ternarylogic_epi32(lo, _mm512_and_si512(hi, m30), m4, 0xE4);
-                        _Pragma("GCC unroll 8")
-                        for (int c = 0; c < RN; c++)
-                            P[c] = _mm512_dpbusd_epi32(
-                                P[c], q, _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 128 * h + 32 * sb + 4 * t)));
-                    }
-                    const __m512i sw = _mm512_loadu_si512(v + 64 * (48 + s / 4));
-                    const __m512i scv = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
-                    _Pragma("GCC unroll 8")
-                    for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(P[c], scv));
+                    for (int c = 0; c < RN; c++)
+                        P[c] = _mm512_dpbusd_epi32(P[c], q,
+                                                   _mm512_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * p + 4 * j)));
                 }
+                const __m512i sw = _mm512_loadu_si512(v + 64 * (48 + p));
+                const __m512i scv = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * u), 24);
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < RN; c++) I[c] = _mm512_add_epi32(I[c], _mm512_mullo_epi32(P[c], scv));
             }
         }
         _Pragma("GCC unroll 8")
@@ -1692,39 +1757,32 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             I[0][c] = I[1][c] = _mm256_setzero_si256();
         }
-        for (int h = 0; h < 2; h++) {
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) {
             _Pragma("GCC unroll 4")
-            for (int sb = 0; sb < 4; sb++) {
-                _Pragma("GCC unroll 2")
-                for (int m = 0; m < 2; m++) {
-                    const int s = 8 * h + 2 * sb + m;
-                    __m256i P[2][2];
-                    _Pragma("GCC unroll 4")
-                    for (int tt = 0; tt < 4; tt++) {
-                        const int t = 4 * m + tt;
-                        __m256i q[2];
+            for (int p = 0; p < 4; p++) {
+                __m256i P[2][2];
+                _Pragma("GCC unroll 4")
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = 4 * u + jj;
+                    __m256i q[2];
+                    _Pragma("GCC unroll 2")
+                    for (int hf = 0; hf < 2; hf++) q[hf] = q6_rp_values_avx2(v, j, p, hf);
+                    _Pragma("GCC unroll 2")
+                    for (int c = 0; c < RN; c++) {
+                        const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * p + 4 * j));
+                        _Pragma("GCC unroll 2")
+                        for (int hf = 0; hf < 2; hf++)
+                            P[hf][c] = KQ_ACC(jj % 2 == 0 ? _mm256_setzero_si256() : P[hf][c], q[hf], av);
+                    }
+                    if (jj % 2 == 1)
                         _Pragma("GCC unroll 2")
                         for (int hf = 0; hf < 2; hf++) {
-                            q[hf] = q6_bytes_avx2(
-                                _mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)) + 32 * hf)),
-                                _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t) + 32 * hf)), sb);
-                        }
-                        _Pragma("GCC unroll 2")
-                        for (int c = 0; c < RN; c++) {
-                            const __m256i av = _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 128 * h + 32 * sb + 4 * t));
+                            const __m256i sc =
+                                kq_scale_s8(_mm256_load_si256((const __m256i *)(v + 64 * (48 + p) + 32 * hf)), u);
                             _Pragma("GCC unroll 2")
-                            for (int hf = 0; hf < 2; hf++)
-                                P[hf][c] = KQ_ACC(tt % 2 == 0 ? _mm256_setzero_si256() : P[hf][c], q[hf], av);
+                            for (int c = 0; c < RN; c++) I[hf][c] = KQ_SCALE(I[hf][c], P[hf][c], sc);
                         }
-                        if (tt % 2 == 1)
-                            _Pragma("GCC unroll 2")
-                            for (int hf = 0; hf < 2; hf++) {
-                                const __m256i sc = kq_scale_s8(
-                                    _mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4) + 32 * hf)), s % 4);
-                                _Pragma("GCC unroll 2")
-                                for (int c = 0; c < RN; c++) I[hf][c] = KQ_SCALE(I[hf][c], P[hf][c], sc);
-                            }
-                    }
                 }
             }
         }
@@ -1750,7 +1808,7 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
 
 /* the same sums for one half of the group (8 rows), in tiles of up to 4
  * columns: for a prompt's many columns, where the 6-bit values' unpacking
- * (5 operations a vector) is shared by 4 columns instead of 2 */
+ * is shared by 4 columns instead of 2 */
 static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, int64_t k, const uint8_t *g,
                                                                   const uint8_t *next, const void *const *acts,
                                                                   float *const *dcols, int64_t row0, const int half) {
@@ -1763,7 +1821,7 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
         if (half == 0) rp6_prefetch(g, next, vof, gsize); /* the second half reads them from cache */
-        const uint8_t *v = g + vof + 32 * half;
+        const uint8_t *v = g + vof;
         const bt_block_q8_K *ab[4];
         __m256i I[4];
         _Pragma("GCC unroll 4")
@@ -1771,36 +1829,30 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             I[c] = _mm256_setzero_si256();
         }
-        for (int h = 0; h < 2; h++) {
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) {
             _Pragma("GCC unroll 4")
-            for (int sb = 0; sb < 4; sb++) {
-                _Pragma("GCC unroll 2")
-                for (int m = 0; m < 2; m++) {
-                    const int s = 8 * h + 2 * sb + m;
-                    const __m256i sc =
-                        kq_scale_s8(_mm256_load_si256((const __m256i *)(v + 64 * (48 + s / 4))), s % 4);
-                    __m256i P[4];
+            for (int p = 0; p < 4; p++) {
+                const __m256i sc =
+                    kq_scale_s8(_mm256_load_si256((const __m256i *)(v + 64 * (48 + p) + 32 * half)), u);
+                __m256i P[4];
+                _Pragma("GCC unroll 4")
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = 4 * u + jj;
+                    const __m256i q = q6_rp_values_avx2(v, j, p, half);
                     _Pragma("GCC unroll 4")
-                    for (int tt = 0; tt < 4; tt++) {
-                        const int t = 4 * m + tt;
-                        const __m256i q =
-                            q6_bytes_avx2(_mm256_load_si256((const __m256i *)(v + 64 * (16 * h + t + 8 * (sb & 1)))),
-                                          _mm256_load_si256((const __m256i *)(v + 64 * (32 + 8 * h + t))), sb);
-                        _Pragma("GCC unroll 4")
-                        for (int c = 0; c < RN; c++) {
-                            if (tt % 2 == 0) P[c] = _mm256_setzero_si256();
-                            P[c] = KQ_ACC(P[c], q,
-                                          _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 128 * h + 32 * sb + 4 * t)));
-                        }
-                        if (tt % 2 == 1)
-                            _Pragma("GCC unroll 4")
-                            for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], P[c], sc);
+                    for (int c = 0; c < RN; c++) {
+                        if (jj % 2 == 0) P[c] = _mm256_setzero_si256();
+                        P[c] = KQ_ACC(P[c], q, _mm256_set1_epi32(bt_cpu_load_i32(ab[c]->qs + 64 * p + 4 * j)));
                     }
+                    if (jj % 2 == 1)
+                        _Pragma("GCC unroll 4")
+                        for (int c = 0; c < RN; c++) I[c] = KQ_SCALE(I[c], P[c], sc);
                 }
             }
         }
         __m256i sp[8];
-        k6_scale_pairs(v, sp);
+        k6_scale_pairs(v + 32 * half, sp);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * half)));
         _Pragma("GCC unroll 4")
         for (int c = 0; c < RN; c++) {
@@ -1981,21 +2033,18 @@ IQ_GEMM_EXPORT(iq1_s)
 #define NO_REPACK NULL, NULL, NULL, 0
 /* Q4_K's repacked layout (qtypes.h): d and dmin as the block's 4-byte scale,
  * then the 12 scale bytes and the 128 quant bytes as 35 dwords */
-static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4, false, 0};
-/* Q6_K's: d as the block's 2-byte scale (byte 208), then the 128 ql, 64 qh
- * and 16 scale bytes as 52 dwords */
-static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false, 0};
+static const struct bt_cpu_rp_layout rp_q4_K = {0, 4, 35, 0u, 4, false, 0, NULL, NULL};
+/* Q6_K's: d as the block's 2-byte scale (byte 208), then its 208 bytes of
+ * ql, qh and scales rearranged (q6_rp_enc) as 52 dwords */
+static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false, 0, q6_rp_enc, q6_rp_dec};
 #ifdef HAVE_QDOT_AVX512
-/* Repacked Q6_K from 128 columns on through the GEMM's panel (kq_rpack):
+/* Repacked Q6_K from 128 columns on through the GEMM's panel (rpack_q6_K):
  * bench ops --repacked, 1 thread, GFLOP per CPU-second, three alternating
  * rounds: n 512 229.5-240.0 (rgemm) against 272.1-284.5; but MUL_MAT_ID
  * at 512 tokens (about 32 columns an expert) 212.7-224.2 against
  * 147.4-151.6, so the packing pays from about 106 columns (a fit of the
  * two).  Q4_K's rgemm unpacks less: n 512 gained 2-15%, 32 columns lost
  * 35%; it keeps rgemm. */
-static void rpack_q6_K(int64_t k, const void *group, void *panel) {
-    kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block);
-}
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #elif defined(HAVE_QDOT_AVX2)
@@ -2006,9 +2055,6 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
  * tokens (32 columns an expert) 57-75 against 52-60 (avx2), 55-71 against
  * 69-76 (avx2vnni).  Q4_K's rgemm is as fast at n 512 and faster at 32
  * columns: it keeps rgemm. */
-static void rpack_q6_K(int64_t k, const void *group, void *panel) {
-    kq_rpack(KQ6, &rp_q6_K, k, group, panel, kq_pack_block_avx2);
-}
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #if defined(__AVXVNNI__)
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 16

@@ -221,13 +221,13 @@ static void dot_mxfp4_ref(int64_t k, float *s, const void *w, const void *a) { i
  * their fifth bits reordered (bt_cpu_qh_order) then their nibbles as Q4_0's;
  * MXFP4's scale the E8M0 byte, Q4_1's and Q5_1's the fp16 scale and min */
 #define RP_ROWS 16
-static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2, false, 0};
-static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2, false, 0};
-static const struct bt_cpu_rp_layout rp_q5_0 = {0, 2, 5, 0u, 2, true, 0};
-static const struct bt_cpu_rp_layout rp_q4_1 = {0, 4, 4, 0u, 4, false, 0};
-static const struct bt_cpu_rp_layout rp_q5_1 = {0, 4, 5, 0u, 4, true, 0};
-static const struct bt_cpu_rp_layout rp_iq4_nl = {0, 2, 4, 0u, 2, false, 0};
-static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1, false, 0};
+static const struct bt_cpu_rp_layout rp_q8_0 = {0, 2, 8, 0x80808080u, 2, false, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_q4_0 = {0, 2, 4, 0u, 2, false, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_q5_0 = {0, 2, 5, 0u, 2, true, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_q4_1 = {0, 4, 4, 0u, 4, false, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_q5_1 = {0, 4, 5, 0u, 4, true, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_iq4_nl = {0, 2, 4, 0u, 2, false, 0, NULL, NULL};
+static const struct bt_cpu_rp_layout rp_mxfp4 = {0, 1, 4, 0u, 1, false, 0, NULL, NULL};
 
 /* a block's scale dw as float (MXFP4's E8M0, else the block's first fp16) */
 static inline float i8_block_scale(const int kind, const char *blk) {

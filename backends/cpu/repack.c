@@ -10,7 +10,7 @@
 #include <string.h>
 
 #if BT_CPU_BF16_REPACK
-static const struct bt_cpu_rp_layout rp_bf16 = {0, 0, BT_CPU_BF16_RP_BLK / 2, 0u, 0, false, BT_CPU_BF16_RP_BLK};
+static const struct bt_cpu_rp_layout rp_bf16 = {0, 0, BT_CPU_BF16_RP_BLK / 2, 0u, 0, false, BT_CPU_BF16_RP_BLK, NULL, NULL};
 #endif
 
 /* the layout of type t where this build has the kernels that read it */
@@ -27,16 +27,22 @@ static void rp_repack_group(enum bt_type t, int64_t k, const void *rows, void *g
     const struct bt_cpu_rp_layout *L = bt_cpu_rp_layout_of(t);
     const int64_t blk = bt_cpu_rp_blk(L, t), nblk = k / blk;
     const size_t bs = bt_row_size(t, blk), rb = bt_row_size(t, k);
-    BT_ASSERT(bs == (size_t)L->ds + 4 * (size_t)L->n_dw);
+    BT_ASSERT(bs == (size_t)L->ds + 4 * (size_t)L->n_dw && 4 * L->n_dw <= BT_CPU_RP_PAYLOAD_MAX);
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, bs, (size_t)L->ds, &dof, &vof);
         for (int r = 0; r < BT_CPU_PANEL_ROWS; r++) {
             const uint8_t *src = (const uint8_t *)rows + (size_t)r * rb + (size_t)b * bs;
             memcpy((uint8_t *)group + dof + (size_t)L->ds * (size_t)r, src + L->d_pos, (size_t)L->ds);
+            uint8_t pay[BT_CPU_RP_PAYLOAD_MAX];
+            const uint8_t *q = src + L->q_pos;
+            if (L->enc) {
+                L->enc(q, pay);
+                q = pay;
+            }
             for (int u = 0; u < L->n_dw; u++) {
                 uint32_t x;
-                memcpy(&x, src + L->q_pos + 4 * u, 4);
+                memcpy(&x, q + 4 * u, 4);
                 x ^= L->xr;
                 if (u == 0 && L->qh0) x = bt_cpu_qh_order(x);
                 memcpy((uint8_t *)group + vof + (size_t)u * 64 + (size_t)r * 4, &x, 4);
