@@ -2048,19 +2048,20 @@ static const struct bt_cpu_rp_layout rp_q6_K = {208, 0, 52, 0u, 2, false, 0, q6_
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
 #elif defined(HAVE_QDOT_AVX2)
-/* Repacked Q6_K through the AVX2 GEMM's panel, from 128 columns on (16 with
- * AVX-VNNI): bench ops --repacked, 1 thread, GF/cpu-s, three alternating
- * rounds on an AVX-512 Xeon with the variant forced: n 512, rgemm 66-83
+/* Repacked Q6_K through the AVX2 GEMM's panel, from 16 columns on.  With
+ * the old layout (the panel from 16 plain blocks unpacked): bench ops
+ * --repacked, 1 thread, GF/cpu-s, three alternating rounds on an AVX-512
+ * Xeon with the variant forced: n 512, rgemm 66-83
  * against 74-86 (avx2), 64-72 against 102-131 (avx2vnni); MUL_MAT_ID at 512
  * tokens (32 columns an expert) 57-75 against 52-60 (avx2), 55-71 against
  * 69-76 (avx2vnni).  Q4_K's rgemm is as fast at n 512 and faster at 32
- * columns: it keeps rgemm. */
+ * columns: it keeps rgemm.  Since the panel copies the rearranged values
+ * as they stand (rpack_q6_K), plain AVX2 takes it from 16 columns too:
+ * MUL_MAT_ID at 512 tokens 93.6-97.2 (rgemm) against 104.2-106.4, three
+ * alternating rounds on an AVX-512 Xeon with avx2 forced; AVX-512 was level
+ * there (166.7-168.0 against 166.2-171.9) and keeps 128. */
 #define K4_REPACK &rp_q4_K, rgemm_q4_K, NULL, 0
-#if defined(__AVXVNNI__)
 #define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 16
-#else
-#define K6_REPACK &rp_q6_K, rgemm_q6_K, rpack_q6_K, 128
-#endif
 #else
 #define K4_REPACK &rp_q4_K, NULL, NULL, 0 /* the layout, no kernels: not used */
 #define K6_REPACK &rp_q6_K, NULL, NULL, 0
