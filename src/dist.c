@@ -117,6 +117,13 @@ struct gchain {
      * heads, d_x and d_out a token's floats over all heads); home sends each
      * member its heads of x and takes back those of out */
     bool heads;
+    /* a dense product of the x of the chain before it (the group's previous
+     * chain, a dense product too, in the same split, with rows on every
+     * member: Q's, K's and V's of one norm): home sends x once, for the
+     * first, and each member keeps it in its input, so that it goes on to
+     * this product's rows at once (home then takes them, computed while it
+     * ran the nodes between, a RoPE or a cache write) */
+    bool x_kept;
     struct bt_tensor *ins[BT_MAX_SRC]; /* a member: its copies of the sources */
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
@@ -660,6 +667,10 @@ static void heads_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
     for (int m = 0; m < ch->n_ranks; m++) bt_expert_share(nd->src[0]->ne[2], ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
 }
 
+/* Whether a chain is a dense product's (not an attention's or a per-head
+ * product's): every member is sent all of x. */
+static bool plain_rows(const struct gchain *ch) { return ch->rows && !ch->attn && !ch->heads; }
+
 static void attn_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
     struct bt_tensor *nd = one_node_chain(ch, v, j, v->nodes[j]->src[0]);
     ch->attn = true;
@@ -830,6 +841,10 @@ static enum bt_status find_chains(bt_dist *d) {
             if (tag - 1 > BT_TRANSPORT_MAX_USER_TAG)
                 return fail(d, BT_ERR_CAPACITY, "the expert groups' transfers need tags past the transport's %d",
                             BT_TRANSPORT_MAX_USER_TAG + 1);
+            const struct gchain *pc = d->n_chains > 1 ? &d->chains[d->n_chains - 2] : NULL;
+            ch->x_kept = pc && plain_rows(ch) && plain_rows(pc) && pc->split == s && pc->x == ch->x;
+            for (int m = 1; ch->x_kept && m < ch->n_ranks; m++)
+                ch->x_kept = pc->hi[m] > pc->lo[m] && ch->hi[m] > ch->lo[m];
             d->n_chain_home += me == 0;
             j = ch->last;
         }
@@ -1878,6 +1893,22 @@ static void chain_compute_experts(const struct gchain *ch, int64_t lo, int64_t h
     }
 }
 
+/* The chain's GLU nodes of a row per slot compute only the rows of experts
+ * [lo, hi) (tensor.h: held_ids), while this rank computes them; on: back to
+ * every row. */
+static void chain_glu_rows(const struct gchain *ch, int64_t lo, int64_t hi, bool on) {
+    const struct bt_tensor *ids = ch->ids_in ? ch->ids_in : ch->ids;
+    for (int i = 0; i < ch->n_nodes; i++) {
+        struct bt_tensor *nd = ch->nodes[i];
+        if ((nd->op != BT_OP_SWIGLU && nd->op != BT_OP_SWIGLU_OAI) || nd->ne[1] != ch->K || nd->ne[2] != ch->T ||
+            nd->ne[3] != 1)
+            continue;
+        nd->held_ids = on ? ids : NULL;
+        nd->expert_lo = on ? (int32_t)lo : 0;
+        nd->expert_hi = on ? (int32_t)hi : 0;
+    }
+}
+
 /* Whether token tok chose one of member m's experts; adds to *slots how many
  * of its slots did (the rows of out m computes for it). */
 static bool token_held(const struct gchain *ch, int m, const int32_t *ids, int64_t tok, int64_t *slots) {
@@ -2025,8 +2056,10 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         const double t1 = bt_now_s();
         struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
         chain_compute_experts(ch, ch->lo[me], ch->hi[me]);
+        chain_glu_rows(ch, ch->lo[me], ch->hi[me], true);
         st = compute_nodes(d, &cg);
         chain_compute_experts(ch, ch->hold_lo[me], ch->hold_hi[me]);
+        chain_glu_rows(ch, 0, 0, false);
         if (st != BT_OK) return st;
         const double t2 = bt_now_s();
         d->stats.compute_s += t2 - t1;
@@ -2139,8 +2172,11 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
     for (int m = 1; m < ch->n_ranks; m++) {
         struct gbuf *gb = &d->gbufs[m];
         if (ch->hi[m] == ch->lo[m]) continue;
-        enum bt_status st = chain_wait(d, &gb->x_req);
-        if (st != BT_OK) return st;
+        const size_t ob = row_out_bytes(ch, m);
+        enum bt_status st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
+        if (st != BT_OK) return fail(d, st, "%s", t->error);
+        if (ch->x_kept) continue; /* the member has it */
+        if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
         const void *x = ch->x->data;
         if (ch->attn || ch->heads) {
             xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false) : heads_pack(ch, m, (uint8_t *)gb->x);
@@ -2149,9 +2185,7 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
             bt_tensor_get(ch->x, gb->x, 0, xb);
             x = gb->x;
         }
-        const size_t ob = row_out_bytes(ch, m);
-        if ((st = bt_transport_isend(t, x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK ||
-            (st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
+        if ((st = bt_transport_isend(t, x, xb, ch->ranks[m], ch->tag0 + 3 * c + 1, &gb->x_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
         d->stats.bytes_sent += (int64_t)xb;
         d->stats.bytes_group += (int64_t)xb;
@@ -2219,14 +2253,16 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
     const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
     void *x = in_place ? (void *)((uint8_t *)ch->x_in->data + x_at) : gb->x;
-    st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
-    if (st != BT_OK) return fail(d, st, "%s", t->error);
-    if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
-    d->stats.bytes_recv += (int64_t)xb;
-    d->stats.wait_s += bt_now_s() - w0;
-    if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
-    if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
-    else if (!in_place) bt_tensor_set(ch->x_in, gb->x, x_at, xb);
+    if (!ch->x_kept) { /* else x_in holds it, from the chain before */
+        st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
+        if (st != BT_OK) return fail(d, st, "%s", t->error);
+        if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
+        d->stats.bytes_recv += (int64_t)xb;
+        d->stats.wait_s += bt_now_s() - w0;
+        if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
+        if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
+        else if (!in_place) bt_tensor_set(ch->x_in, gb->x, x_at, xb);
+    }
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
@@ -2442,8 +2478,10 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
             if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
+            if (!chain->rows && !alone) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
             if (st == BT_OK) st = compute_nodes(d, &rows);
             if (!chain->rows) chain_compute_experts(chain, chain->hold_lo[0], chain->hold_hi[0]);
+            if (!chain->rows) chain_glu_rows(chain, 0, 0, false);
             chain->out->row_lo = head_lo;
             chain->out->row_hi = head_hi;
             const double t2 = bt_now_s();

@@ -362,6 +362,59 @@ START_TEST(test_swiglu_oai_bitwise) {
 }
 END_TEST
 
+/* SWIGLU and SWIGLU_OAI with held_ids (tensor.h: an expert group's rank
+ * computing a share of a chain's experts): the rows (slot, token) whose id
+ * lies in [expert_lo, expert_hi) are the bits of the whole op's, for 1 and
+ * 3 threads, and the others are left as they were */
+START_TEST(test_glu_held_rows) {
+    const int64_t n = 29, K = 4, T = 7;
+    tu_rng r;
+    tu_rng_init(&r, 2903);
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T), *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, n, K, T);
+    struct bt_tensor *ids = bt_new_tensor_2d(ctx, BT_TYPE_I32, K, T);
+    tu_fill_uniform(a, &r, -9.0f, 9.0f);
+    tu_fill_uniform(b, &r, -9.0f, 9.0f);
+    for (int64_t i = 0; i < K * T; i++) ((int32_t *)ids->data)[i] = (int32_t)((i * 5 + i / 3) % 8);
+    for (int v = 0; v < 2; v++) {
+        struct bt_tensor *out = v ? bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f) : bt_swiglu(ctx, a, b);
+        TU_OK(ctx, out);
+        tu_compute(ctx, out, 1);
+        float *whole = tu_read_f32(out);
+        out->held_ids = ids;
+        out->expert_lo = 2;
+        out->expert_hi = 5;
+        for (int nth = 1; nth <= 3; nth += 2) {
+            memset(out->data, 0x7f, bt_nbytes(out));
+            tu_compute(ctx, out, nth);
+            int held = 0;
+            for (int64_t i = 0; i < K * T; i++) {
+                const int32_t e = ((const int32_t *)ids->data)[i];
+                const float *got = (const float *)out->data + i * n;
+                if (e >= 2 && e < 5) {
+                    held++;
+                    ck_assert_msg(memcmp(got, whole + i * n, (size_t)n * sizeof(float)) == 0,
+                                  "%s, %d threads: held row %lld differs from the whole op's", v ? "swiglu_oai" : "swiglu",
+                                  nth, (long long)i);
+                } else {
+                    uint8_t was[sizeof(float)];
+                    memset(was, 0x7f, sizeof was);
+                    for (int64_t j = 0; j < n; j++)
+                        ck_assert_msg(memcmp(got + j, was, sizeof was) == 0, "%s: row %lld of expert %d was written",
+                                      v ? "swiglu_oai" : "swiglu", (long long)i, e);
+                }
+            }
+            ck_assert_int_gt(held, 0);
+            ck_assert_int_lt(held, K * T);
+        }
+        out->held_ids = NULL;
+        out->expert_lo = out->expert_hi = 0;
+        free(whole);
+    }
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
 
 enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_SWIGLU_OAI, R_COUNT };
@@ -1639,6 +1692,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
     tcase_add_test(tc, test_silu_bitwise);
     tcase_add_test(tc, test_swiglu_oai_bitwise);
+    tcase_add_test(tc, test_glu_held_rows);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);

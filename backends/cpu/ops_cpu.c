@@ -459,11 +459,16 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
     const struct oai_params oaip = {oai ? bt_get_op_param_f32(dst, 0) : 0.0f, oai ? bt_get_op_param_f32(dst, 1) : 0.0f};
     const bool packed = a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float);
     const enum bt_cpu_attn_isa isa = vec_isa(p);
+    const struct bt_tensor *ids = dst->held_ids; /* only the rows of held experts (tensor.h) */
     int64_t r0, r1;
     thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t ir = r0; ir < r1; ir++) {
         int64_t i1, i2, i3;
         row_index(dst, ir, &i1, &i2, &i3);
+        if (ids) {
+            const int32_t e = *(const int32_t *)((const char *)ids->data + i1 * ids->nb[0] + i2 * ids->nb[1]);
+            if (e < dst->expert_lo || e >= dst->expert_hi) continue;
+        }
         const char *ra = row_ptr(a, i1, i2, i3), *rb = row_ptr(b, i1, i2, i3);
         char *rd = row_ptr(dst, i1, i2, i3);
         if (packed)

@@ -246,6 +246,13 @@ struct bt_tensor {
      * other rows' bytes are not there, and MUL_MAT computes only those rows
      * of its result, leaving the rest as it was.  row_hi 0: every row. */
     int32_t row_lo, row_hi;
+    /* A GLU node of an expert chain, of one row per (slot, token) ([n, K,
+     * T]), where an expert group's rank computes a share of the chain's
+     * experts: held_ids [K, T] the chain's ids, and the CPU computes only
+     * the rows whose expert lies in [expert_lo, expert_hi), leaving the
+     * rest as they were (no later node of the chain reads them).  NULL:
+     * every row. */
+    const struct bt_tensor *held_ids;
 
     char name[BT_MAX_NAME];
 };
