@@ -132,6 +132,10 @@ struct gchain {
     /* an expert chain's: the experts each rank holds (lo/hi: those it
      * computes for the micro-batch at hand, within them: chain_bounds) */
     int64_t hold_lo[BT_EXPERT_GROUP_MAX], hold_hi[BT_EXPERT_GROUP_MAX];
+    /* with overlap, where ranks m - 1 and m share expert lo[m] (= hi[m - 1]
+     * - 1) between them: its pairs before packed index cut[m] are m - 1's,
+     * the rest m's; -1: they share none (hi[m - 1] = lo[m]) */
+    int64_t cut[BT_EXPERT_GROUP_MAX];
     int overlap;     /* the group's (plan.h: bt_expert_group) */
     int64_t *counts; /* home, with overlap: the slots that chose each expert */
     struct bt_tensor *x, *ids, *out;
@@ -153,8 +157,9 @@ struct gchain {
 
 /* An expert chain's header, home to each member: the ids [K * T], then
  * where each rank's experts begin for this micro-batch (lo[0..n-1]; rank
- * m's end where m + 1's begin, the last's at n_expert). */
-static size_t ids_bytes(const struct gchain *ch) { return sizeof(int32_t) * (size_t)(ch->K * ch->T + ch->n_ranks); }
+ * m's end where m + 1's begin, the last's at n_expert, or one past that
+ * where they share it), then cut[0..n-1]. */
+static size_t ids_bytes(const struct gchain *ch) { return sizeof(int32_t) * (size_t)(ch->K * ch->T + 2 * ch->n_ranks); }
 
 struct bt_dist {
     bt_transport *t;
@@ -1831,42 +1836,79 @@ static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k,
 
 /* ---- expert groups (struct gchain): running the chains ------------------------------ */
 
+static bool in_host_memory(const struct bt_tensor *x);
 /* Wait for one of a chain's transfers (on the main transport). */
 static enum bt_status chain_wait(bt_dist *d, bt_treq *r) { return r->active ? wait_on(d, d->t, r) : BT_OK; }
 
-static bool held(const struct gchain *ch, int m, int32_t id) { return id >= ch->lo[m] && id < ch->hi[m]; }
+/* Whether rank m computes the pair of packed index i (slot i % K of token
+ * i / K), of expert e, for the micro-batch at hand: e among its experts,
+ * and of an expert it shares with a neighbour, on its side of the cut. */
+static bool owns(const struct gchain *ch, int m, int64_t i, int32_t e) {
+    if (e < ch->lo[m] || e >= ch->hi[m]) return false;
+    if (m + 1 < ch->n_ranks && ch->cut[m + 1] >= 0 && e == ch->lo[m + 1] && i >= ch->cut[m + 1]) return false;
+    return !(m > 0 && ch->cut[m] >= 0 && e == ch->lo[m] && i < ch->cut[m]);
+}
+
+/* The id rank m's MUL_MAT_ID reads for pair i of expert e: e where m owns
+ * the pair or m does not compute e at all, else an expert m does not
+ * compute (the pairs of a shared expert on the other side of the cut):
+ * the pair is then skipped, and any node reading the ids still reads an
+ * expert. */
+static int32_t masked_id(const struct gchain *ch, int m, int64_t i, int32_t e) {
+    if (e < ch->lo[m] || e >= ch->hi[m] || owns(ch, m, i, e)) return e;
+    return ch->lo[m] > 0 ? (int32_t)ch->lo[m] - 1 : (int32_t)ch->hi[m];
+}
 
 /* home, before the chain: the experts each rank computes for these ids.
  * Without overlap, each its share.  With it, the boundary between ranks
  * m - 1 and m moves within [share - overlap, share + overlap] (both hold
- * those experts) to where the slots before it come nearest to an even
- * part of the rest, each rank keeping at least one expert: the ranks then
- * compute about as many (token, expert) pairs when the routing favours
- * some experts.  Which rank computes a row changes no bit of it.  Whether
- * a boundary moved off the shares. */
-static bool chain_bounds(struct gchain *ch, const int32_t *ids) {
+ * those experts) to where the pairs before it make an even part of the
+ * rest, each rank keeping at least one expert of its own: where that falls
+ * inside an expert, and cut is set (the ids are in host memory, so that
+ * home can mask them: chain_mask_ids), both compute that expert, each its
+ * side of the cut in the order of the ids; else the boundary goes to the
+ * nearest expert's start.  The ranks then compute as many (token, expert)
+ * pairs, less one, when the routing favours some experts.  Which rank
+ * computes a row changes no bit of it.  Whether a boundary moved off the
+ * shares. */
+static bool chain_bounds(struct gchain *ch, const int32_t *ids, bool cut) {
     const int n = ch->n_ranks;
-    const int64_t E = ch->n_expert;
+    const int64_t E = ch->n_expert, P = ch->K * ch->T;
     bool moved = false;
-    for (int m = 0; m < n; m++) bt_expert_share(E, n, m, &ch->lo[m], &ch->hi[m]);
-    if (ch->overlap > 0) {
-        int64_t *cum = ch->counts; /* cum[e]: the slots that chose an expert below e */
-        memset(cum, 0, sizeof *cum * (size_t)(E + 1));
-        for (int64_t i = 0; i < ch->K * ch->T; i++) cum[ids[i] + 1]++;
-        for (int64_t e = 0; e < E; e++) cum[e + 1] += cum[e];
-        for (int m = 1; m < n; m++) {
-            const int64_t share = ch->lo[m];
-            const int64_t lo = share - ch->overlap > ch->lo[m - 1] + 1 ? share - ch->overlap : ch->lo[m - 1] + 1;
-            const int64_t hi = share + ch->overlap < E - (n - m) ? share + ch->overlap : E - (n - m);
-            /* an even part of the slots from lo[m - 1] on, over the n - m + 1 ranks left */
-            const int64_t want = cum[ch->lo[m - 1]] + (cum[E] - cum[ch->lo[m - 1]]) / (n - m + 1);
-            int64_t best = share < lo ? lo : share > hi ? hi : share, best_gap = llabs(cum[best] - want);
-            for (int64_t b = lo; b <= hi; b++)
-                if (llabs(cum[b] - want) < best_gap) best = b, best_gap = llabs(cum[b] - want);
-            moved |= best != share;
-            ch->lo[m] = best;
-            ch->hi[m - 1] = best;
+    for (int m = 0; m < n; m++) {
+        bt_expert_share(E, n, m, &ch->lo[m], &ch->hi[m]);
+        ch->cut[m] = -1;
+    }
+    if (ch->overlap <= 0) return false;
+    int64_t *cum = ch->counts; /* cum[e]: the pairs that chose an expert below e */
+    memset(cum, 0, sizeof *cum * (size_t)(E + 1));
+    for (int64_t i = 0; i < P; i++) cum[ids[i] + 1]++;
+    for (int64_t e = 0; e < E; e++) cum[e + 1] += cum[e];
+    int64_t from = 0; /* the pairs of the ranks before m - 1 */
+    for (int m = 1; m < n; m++) {
+        const int64_t share = ch->lo[m], first = ch->lo[m - 1] + 1; /* no expert on three ranks */
+        const int64_t lo = share - ch->overlap > first ? share - ch->overlap : first;
+        const int64_t hi = share + ch->overlap < E - (n - m) ? share + ch->overlap : E - (n - m);
+        /* an even part of the pairs from m - 1's own on, over the n - m + 1 ranks left */
+        const int64_t want = from + (cum[E] - from) / (n - m + 1);
+        int64_t b = lo;
+        while (b < hi && cum[b + 1] <= want) b++;
+        /* within expert b, and both hold it: m - 1's want - cum[b] of its pairs */
+        if (cut && cum[b] < want && b < hi) {
+            int64_t r = want - cum[b], i = 0;
+            for (; i < P && r > 0; i++) r -= ids[i] == b;
+            ch->lo[m] = b;
+            ch->hi[m - 1] = b + 1;
+            ch->cut[m] = i;
+            from = want;
+            moved = true;
+            continue;
         }
+        if (b < hi && want - cum[b] > cum[b + 1] - want) b++; /* the nearer start */
+        moved |= b != share;
+        ch->lo[m] = b;
+        ch->hi[m - 1] = b;
+        from = cum[b];
     }
     return moved;
 }
@@ -1875,9 +1917,11 @@ static bool chain_bounds(struct gchain *ch, const int32_t *ids) {
  * (ids_bytes); whether this rank's lie within those it holds. */
 static bool chain_bounds_read(struct gchain *ch, const int32_t *header) {
     const int n = ch->n_ranks;
+    const int32_t *lo = header + ch->K * ch->T, *cut = lo + n;
     for (int m = 0; m < n; m++) {
-        ch->lo[m] = header[ch->K * ch->T + m];
-        ch->hi[m] = m + 1 < n ? header[ch->K * ch->T + m + 1] : ch->n_expert;
+        ch->lo[m] = lo[m];
+        ch->cut[m] = cut[m];
+        ch->hi[m] = m + 1 < n ? lo[m + 1] + (cut[m + 1] >= 0) : ch->n_expert;
     }
     return ch->lo[ch->me] >= ch->hold_lo[ch->me] && ch->hi[ch->me] <= ch->hold_hi[ch->me] &&
            ch->lo[ch->me] < ch->hi[ch->me];
@@ -1890,6 +1934,21 @@ static void chain_compute_experts(const struct gchain *ch, int64_t lo, int64_t h
     for (int k = 0; k < ch->n_w; k++) {
         ch->w[k]->expert_lo = (int32_t)lo;
         ch->w[k]->expert_hi = (int32_t)hi;
+    }
+}
+
+/* home, around its part of the chain of slot c: the pairs of the expert it
+ * shares with rank 1 that are rank 1's, in the graph's ids, as another
+ * expert (masked_id); on false: back to the ids as they were (kept packed
+ * in the slot, and read again after the chain). */
+static void chain_mask_ids(const struct gchain *ch, int c, bool on) {
+    if (ch->n_ranks < 2 || ch->cut[1] < 0) return;
+    const int32_t *ids = ch->slots[c * ch->n_ranks].ids;
+    for (int64_t i = 0; i < ch->K * ch->T; i++) {
+        const int32_t v = masked_id(ch, 0, i, ids[i]);
+        if (v != ids[i])
+            bt_tensor_set(ch->ids, on ? &v : &ids[i], (size_t)(i / ch->K) * ch->ids->nb[1] + (size_t)(i % ch->K) * ch->ids->nb[0],
+                          sizeof v);
     }
 }
 
@@ -1913,7 +1972,7 @@ static void chain_glu_rows(const struct gchain *ch, int64_t lo, int64_t hi, bool
  * of its slots did (the rows of out m computes for it). */
 static bool token_held(const struct gchain *ch, int m, const int32_t *ids, int64_t tok, int64_t *slots) {
     int64_t n = 0;
-    for (int64_t e = 0; e < ch->K; e++) n += held(ch, m, ids[tok * ch->K + e]);
+    for (int64_t e = 0; e < ch->K; e++) n += owns(ch, m, tok * ch->K + e, ids[tok * ch->K + e]);
     *slots += n;
     return n > 0;
 }
@@ -1932,7 +1991,7 @@ static int64_t chain_expert_bytes(const struct gchain *ch, const int32_t *ids, i
     memset(seen, 0, (size_t)E);
     int64_t n = 0;
     for (int64_t i = 0; i < ch->K * ch->T; i++)
-        if (held(ch, m, ids[i]) && !seen[ids[i]]) {
+        if (owns(ch, m, i, ids[i]) && !seen[ids[i]]) {
             seen[ids[i]] = 1;
             n++;
         }
@@ -1962,8 +2021,12 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
                      ch->ids->name, (long long)ch->n_expert);
             return fail(d, BT_ERR_INVALID, "%s", why);
         }
-    d->stats.experts_moved += chain_bounds(ch, ids);
-    for (int m = 0; m < n; m++) ids[ch->K * ch->T + m] = (int32_t)ch->lo[m];
+    d->stats.experts_moved += chain_bounds(ch, ids, in_host_memory(ch->ids));
+    for (int m = 0; m < n; m++) {
+        d->stats.experts_cut += ch->cut[m] >= 0;
+        ids[ch->K * ch->T + m] = (int32_t)ch->lo[m];
+        ids[ch->K * ch->T + n + m] = (int32_t)ch->cut[m];
+    }
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     for (int m = 1; m < n; m++) {
         struct gslot *sl = &ch->slots[c * n + m];
@@ -1987,7 +2050,7 @@ static enum bt_status chain_send(bt_dist *d, struct gchain *ch, int c) {
         if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, peer, b);
     }
     d->stats.expert_bytes_read += chain_expert_bytes(ch, ids, 0);
-    for (int64_t i = 0; i < ch->K * ch->T; i++) d->stats.expert_pairs += held(ch, 0, ids[i]);
+    for (int64_t i = 0; i < ch->K * ch->T; i++) d->stats.expert_pairs += owns(ch, 0, i, ids[i]);
     d->stats.send_s += bt_now_s() - t0;
     return BT_OK;
 }
@@ -2009,7 +2072,7 @@ static enum bt_status chain_take(bt_dist *d, struct gchain *ch, int c, int64_t k
         if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->ranks[m], sl->n_o * (int64_t)orow);
         int64_t r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
-            if (held(ch, m, ids[i]))
+            if (owns(ch, m, i, ids[i]))
                 bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)(r++) * orow, out_offset(ch, i), orow);
     }
     ch->done_k[c] = k;
@@ -2035,6 +2098,9 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
                     "rank %d: rank %d gave it experts [%lld, %lld) of '%s', past the [%lld, %lld) it holds", d->rank,
                     home, (long long)ch->lo[me], (long long)ch->hi[me], ch->w[0]->name, (long long)ch->hold_lo[me],
                     (long long)ch->hold_hi[me]);
+    /* the pairs of its shared experts that are not its own: another
+     * expert's (ids_in, and what follows reads them so) */
+    for (int64_t i = 0; i < ch->K * ch->T; i++) sl->ids[i] = masked_id(ch, me, i, sl->ids[i]);
     const size_t xrow = sizeof(float) * (size_t)ch->d_x, orow = sizeof(float) * (size_t)ch->d_out;
     d->stats.bytes_recv += (int64_t)ib;
     int64_t nx = 0, no = 0;
@@ -2070,7 +2136,7 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
         if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
         r = 0;
         for (int64_t i = 0; i < ch->K * ch->T; i++)
-            if (held(ch, me, sl->ids[i]))
+            if (owns(ch, me, i, sl->ids[i]))
                 bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)(r++) * orow, out_offset(ch, i), orow);
         if ((st = bt_transport_isend(t, gb->o, (size_t)no * orow, home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
             return fail(d, st, "%s", t->error);
@@ -2479,7 +2545,9 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
             if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
             if (!chain->rows && !alone) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
+            if (!chain->rows) chain_mask_ids(chain, c, true);
             if (st == BT_OK) st = compute_nodes(d, &rows);
+            if (!chain->rows) chain_mask_ids(chain, c, false);
             if (!chain->rows) chain_compute_experts(chain, chain->hold_lo[0], chain->hold_hi[0]);
             if (!chain->rows) chain_glu_rows(chain, 0, 0, false);
             chain->out->row_lo = head_lo;

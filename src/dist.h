@@ -113,6 +113,7 @@ struct bt_dist_stats {
     int64_t attn_divided;     /* prompt attentions whose q heads this rank computed a share of (a group's) */
     int64_t expert_pairs;     /* routed (token, expert) pairs an expert group's chains computed here */
     int64_t experts_moved;    /* home: chains whose ranks' experts moved off the even shares (expert_overlap) */
+    int64_t experts_cut;      /* home: of them, boundaries that fell inside an expert two ranks then shared */
 };
 
 /* How this rank's transfers in flight move while it computes: an MPI message

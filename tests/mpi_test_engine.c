@@ -1518,7 +1518,8 @@ END_TEST
  * 3 the same with the groups dividing their dense products' rows too
  * (their Q8_0 weights used in place in the file's mapping); _i 4 and 5 as
  * 0 and 1 with the ranks' experts overlapping by one (expert_overlap), so
- * that home moves the boundaries between them by the routing.
+ * that home moves the boundaries between them by the routing, and divides
+ * an expert's pairs between two ranks where a boundary falls inside it.
  * Every micro-batch's logits are bitwise one process's: prompts of 1, 7
  * and 32 tokens, F32 and Q8_0 weights (repacked for the CPU), then decoding
  * with two sequences (check_dist_decode).  Each rank holds its share of the
@@ -1667,8 +1668,9 @@ START_TEST(test_dist_expert_groups) {
                                   (long long)div[groups[gj].ranks[r]].attn_divided, (long long)want);
                 }
         /* every routed pair of the prompts computed once, by one rank of its
-         * group; with overlap, home moved the boundaries by the routing
-         * (where no rank has a single expert of the model's 4) */
+         * group; with overlap, home moved the boundaries by the routing,
+         * some into an expert both ranks then computed a part of (where no
+         * rank has a single expert of the model's 4) */
         if (T->rank == 0)
             for (int gj = 0; gj < n_groups; gj++) {
                 const int home = groups[gj].ranks[0];
@@ -1676,7 +1678,9 @@ START_TEST(test_dist_expert_groups) {
                 for (int r = 0; r < groups[gj].n_ranks; r++) pairs += div[groups[gj].ranks[r]].expert_pairs;
                 ck_assert_int_eq(pairs, (int64_t)M * (sizes[0] + sizes[1] + sizes[2]) * 2 * counts[home]);
                 if (overlap && groups[gj].n_ranks < 4) ck_assert_int_gt(div[home].experts_moved, 0);
+                if (overlap && groups[gj].n_ranks < 4) ck_assert_int_gt(div[home].experts_cut, 0);
                 if (!overlap || groups[gj].n_ranks == 4) ck_assert_int_eq(div[home].experts_moved, 0);
+                if (!overlap || groups[gj].n_ranks == 4) ck_assert_int_eq(div[home].experts_cut, 0);
             }
         /* one token: the group reads each layer's two chosen experts once */
         bt_model_dist_reset_stats(md);

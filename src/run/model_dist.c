@@ -160,6 +160,7 @@ static void stats_add(struct bt_dist_stats *a, const struct bt_dist_stats *b) {
     a->attn_divided += b->attn_divided;
     a->expert_pairs += b->expert_pairs;
     a->experts_moved += b->experts_moved;
+    a->experts_cut += b->experts_cut;
     if (b->n_splits > a->n_splits) a->n_splits = b->n_splits;
     if (b->compute_bytes > a->compute_bytes) a->compute_bytes = b->compute_bytes;
     a->slot_bytes += b->slot_bytes;
