@@ -1863,14 +1863,15 @@ static int32_t masked_id(const struct gchain *ch, int m, int64_t i, int32_t e) {
  * Without overlap, each its share.  With it, the boundary between ranks
  * m - 1 and m moves within [share - overlap, share + overlap] (both hold
  * those experts) to where the pairs before it make an even part of the
- * rest, each rank keeping at least one expert of its own: where that falls
- * inside an expert, and cut is set (the ids are in host memory, so that
- * home can mask them: chain_mask_ids), both compute that expert, each its
- * side of the cut in the order of the ids; else the boundary goes to the
- * nearest expert's start.  The ranks then compute as many (token, expert)
- * pairs, less one, when the routing favours some experts.  Which rank
- * computes a row changes no bit of it.  Whether a boundary moved off the
- * shares. */
+ * rest, each rank keeping at least one expert and none on three ranks:
+ * where that falls inside an expert, and cut is set (the ids are in host
+ * memory, so that home can mask them: chain_mask_ids), both compute that
+ * expert, each its side of the cut in the order of the ids; else the
+ * boundary goes to the nearer expert start.  The ranks then compute as
+ * many (token, expert) pairs (to one) however the routing favours some
+ * experts, where the experts' counts alone left a part of an expert's
+ * between them.  Which rank computes a row changes no bit of it.  Whether
+ * a boundary moved off the shares. */
 static bool chain_bounds(struct gchain *ch, const int32_t *ids, bool cut) {
     const int n = ch->n_ranks;
     const int64_t E = ch->n_expert, P = ch->K * ch->T;
@@ -1946,9 +1947,8 @@ static void chain_mask_ids(const struct gchain *ch, int c, bool on) {
     const int32_t *ids = ch->slots[c * ch->n_ranks].ids;
     for (int64_t i = 0; i < ch->K * ch->T; i++) {
         const int32_t v = masked_id(ch, 0, i, ids[i]);
-        if (v != ids[i])
-            bt_tensor_set(ch->ids, on ? &v : &ids[i], (size_t)(i / ch->K) * ch->ids->nb[1] + (size_t)(i % ch->K) * ch->ids->nb[0],
-                          sizeof v);
+        const size_t at = (size_t)(i / ch->K) * ch->ids->nb[1] + (size_t)(i % ch->K) * ch->ids->nb[0];
+        if (v != ids[i]) bt_tensor_set(ch->ids, on ? &v : &ids[i], at, sizeof v);
     }
 }
 
@@ -2544,7 +2544,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
             if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
-            if (!chain->rows && !alone) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
+            if (!chain->rows) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
             if (!chain->rows) chain_mask_ids(chain, c, true);
             if (st == BT_OK) st = compute_nodes(d, &rows);
             if (!chain->rows) chain_mask_ids(chain, c, false);
