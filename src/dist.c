@@ -2241,7 +2241,10 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
         const size_t ob = row_out_bytes(ch, m);
         enum bt_status st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
-        if (ch->x_kept) continue; /* the member has it */
+        if (ch->x_kept) { /* the member has it (a send of nothing in the trace, chain by chain) */
+            if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, ch->ranks[m], 0);
+            continue;
+        }
         if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
         const void *x = ch->x->data;
         if (ch->attn || ch->heads) {
@@ -2328,6 +2331,8 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
         if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
         if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
         else if (!in_place) bt_tensor_set(ch->x_in, gb->x, x_at, xb);
+    } else if (d->trace) {
+        trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, 0);
     }
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};

@@ -648,14 +648,17 @@ static void q6_K_block(const float *x, bt_block_q6_K *y) {
     y->d = f2h(1 / iscale);
     for (int j = 0; j < 16; j++) y->scales[j] = (int8_t)QMIN(127, bt_nearest_int(iscale * scales[j]));
     requant_16(x, h2f(y->d), y->scales, -32, 31, L);
+    bt_q6_K_pack((const uint8_t *)L, y->ql, y->qh);
+}
+
+void bt_q6_K_pack(const uint8_t *v, uint8_t *ql, uint8_t *qh) {
     for (int h = 0; h < 2; h++) {
-        const int8_t *Lh = L + 128 * h;
-        uint8_t *ql = y->ql + 64 * h, *qh = y->qh + 32 * h;
+        const uint8_t *vh = v + 128 * h;
+        uint8_t *l0 = ql + 64 * h, *h0 = qh + 32 * h;
         for (int l = 0; l < 32; l++) {
-            ql[l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
-            ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
-            qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
-                              ((Lh[l + 96] >> 4) << 6));
+            l0[l] = (uint8_t)((vh[l] & 0xF) | ((vh[l + 64] & 0xF) << 4));
+            l0[l + 32] = (uint8_t)((vh[l + 32] & 0xF) | ((vh[l + 96] & 0xF) << 4));
+            h0[l] = (uint8_t)((vh[l] >> 4) | ((vh[l + 32] >> 4) << 2) | ((vh[l + 64] >> 4) << 4) | ((vh[l + 96] >> 4) << 6));
         }
     }
 }

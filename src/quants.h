@@ -260,6 +260,9 @@ void bt_q4_K_from_f32(const float *src, void *dst, int64_t n);
 void bt_q5_K_to_f32(const void *src, float *dst, int64_t n);
 void bt_q5_K_from_f32(const float *src, void *dst, int64_t n);
 void bt_q6_K_to_f32(const void *src, float *dst, int64_t n);
+/* A Q6_K block's 256 6-bit values (0..63, element order) into its ql and
+ * qh bytes. */
+void bt_q6_K_pack(const uint8_t *v, uint8_t *ql, uint8_t *qh);
 void bt_q6_K_from_f32(const float *src, void *dst, int64_t n);
 void bt_q8_K_to_f32(const void *src, float *dst, int64_t n);
 void bt_q8_K_from_f32(const float *src, void *dst, int64_t n);

@@ -73,17 +73,14 @@ static void q6_rp_enc(const uint8_t *plain, uint8_t *pay) {
 }
 static void q6_rp_dec(const uint8_t *pay, uint8_t *plain) {
     bt_block_q6_K w;
-    memset(&w, 0, sizeof w);
-    for (int e = 0; e < BT_QK_K; e++) {
-        const int j = e % 64 / 4, i = e % 4;
-        int v = 0;
-        if (e < 192) v = pay[12 * j + 4 * (e / 64) + i] & 63;
-        else
-            for (int p = 0; p < 3; p++) v |= (pay[12 * j + 4 * p + i] >> 6) << (2 * p);
-        const int h = e / 128, sb = e % 128 / 32, l = e % 32;
-        w.ql[64 * h + l + 32 * (sb & 1)] |= (uint8_t)((v & 15) << (4 * (sb >> 1)));
-        w.qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * sb));
-    }
+    uint8_t v[BT_QK_K];
+    for (int j = 0; j < 16; j++)
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *b = pay + 12 * j + i;
+            for (int p = 0; p < 3; p++) v[64 * p + 4 * j + i] = b[4 * p] & 63;
+            v[192 + 4 * j + i] = (uint8_t)(b[0] >> 6 | (b[4] >> 6) << 2 | (b[8] >> 6) << 4);
+        }
+    bt_q6_K_pack(v, w.ql, w.qh);
     memcpy(w.scales, pay + 192, sizeof w.scales);
     memcpy(plain, &w, offsetof(bt_block_q6_K, d));
 }
