@@ -12,7 +12,8 @@ each chain (a divided product, attention or experts' share, in graph order):
   send   rank 0 packing and posting the chain's inputs
   h      rank 0 computing its own share
   wait   rank 0 waiting for rank 1's share to arrive
-  mwait  rank 1 waiting for the chain's inputs (U, send and the transfer)
+  mwait  rank 1 waiting for the chain's inputs (U, send and the transfer;
+         none for a product of the x it kept from the chain before)
   m      rank 1 computing its share
   in/out MiB sent to rank 1 / received from it
 

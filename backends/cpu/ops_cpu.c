@@ -105,8 +105,10 @@ static size_t op_scratch_bytes(const struct bt_tensor *node) {
             break;
         case BT_OP_SET_ROWS:
         case BT_OP_SOFT_MAX:
-        case BT_OP_ROPE:
             n = max_ne0(node);
+            break;
+        case BT_OP_ROPE: /* a token's cos and sin, and the frequencies */
+            n = 2 * max_ne0(node);
             break;
         case BT_OP_CPY:
         case BT_OP_CONT:
@@ -637,8 +639,11 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
         bt_rope_yarn_corr_dims(n_dims, bt_get_op_param_i32(dst, 8), freq_base, bt_get_op_param_f32(dst, 6),
                                bt_get_op_param_f32(dst, 7), corr);
     const int half = n_dims / 2;
-    /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2 */
-    float *cache = scratch(p, dst);
+    /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2;
+     * freq[i] the power of freq_base in theta_i, once a call (powf as
+     * costly as cosf and sinf, for every head and token) */
+    float *cache = scratch(p, dst), *freq = cache + d;
+    for (int i = 0; i < half && ext_factor == 0.0f; i++) freq[i] = powf(freq_base, -2.0f * (float)i / (float)n_dims);
     int64_t cached = -1;
     const size_t sa = a->nb[0], sd = dst->nb[0];
 
@@ -651,8 +656,7 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
             const int32_t ps = *(const int32_t *)((const char *)pos->data + i2 * pos->nb[0]);
             for (int i = 0; i < half; i++) {
                 if (ext_factor == 0.0f) {
-                    const float theta = (float)ps * freq_scale *
-                                        powf(freq_base, -2.0f * (float)i / (float)n_dims);
+                    const float theta = (float)ps * freq_scale * freq[i];
                     cache[2 * i] = cosf(theta) * attn_factor;
                     cache[2 * i + 1] = sinf(theta) * attn_factor;
                 } else {
