@@ -258,20 +258,41 @@ static void dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *va) { 
  * without a software prefetch the hardware prefetchers left a decode waiting
  * on memory (one 32000 x 2048 product from memory, 1 thread, 4 KiB pages,
  * repacked against plain: 0.38x).
- * So the 16 rows' block BT_RP6_PREFETCH blocks ahead (past the group's end:
- * the next group's, `next`) goes to L2 a block at a time: 1 block ahead
- * 0.94-1.03x, 2 1.20-1.24x, 3 1.18-1.27x, 4 1.02-1.11x, 8 0.98-1.09x. */
+ * So a block's worth of the bytes BT_RP6_PREFETCH ahead of each block's
+ * (past the group's end: the next group's, `next`) goes to cache at each
+ * block.  Two blocks ahead into L2 gave 1.20-1.24x there (1 block
+ * 0.94-1.03x, 3 1.18-1.27x, 4 1.02-1.11x, 8 0.98-1.09x); with the payload
+ * rearranged (q6_rp_enc), 2048 bytes ahead into L1 reads 75-76% of the
+ * streaming bandwidth with AVX2 (2 threads, from memory; 65-68% so) and
+ * 80-87% with AVX-512 (76-78%), as the 32-element types' and Q4_K's tiles
+ * (BT_RP_AVX2_PREFETCH, BT_RPK4_PREFETCH) do. */
 #ifndef BT_RP6_PREFETCH
-#define BT_RP6_PREFETCH 2
+#define BT_RP6_PREFETCH 2048
 #endif
+/* Q4_K's groups are read in address order, but its decode tiles left as
+ * much waiting on memory (2 threads from memory, 73-85% of the streaming
+ * bandwidth with AVX-512, 67-80% with AVX2): the bytes BT_RPK4_PREFETCH
+ * ahead of each block's go to L1, a block's worth at a time (85-88% and
+ * 82% so, on an AVX-512 Xeon). */
+#ifndef BT_RPK4_PREFETCH
+#define BT_RPK4_PREFETCH 2048
+#endif
+static inline __attribute__((always_inline)) void rpk4_prefetch(const uint8_t *g, const uint8_t *next, int64_t b,
+                                                                size_t gsize) {
+    const size_t span = 16 * sizeof(bt_block_q4_K);
+    const size_t at = (size_t)b * span + BT_RPK4_PREFETCH;
+    for (size_t o = at; BT_RPK4_PREFETCH > 0 && o < at + span; o += 64) {
+        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
+        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
+    }
+}
 /* the prefetch above for the block at vof of a group of gsize bytes */
 static inline __attribute__((always_inline)) void rp6_prefetch(const uint8_t *g, const uint8_t *next, size_t vof,
                                                                size_t gsize) {
     const size_t span = 16 * sizeof(bt_block_q6_K);
-    for (size_t o = vof + BT_RP6_PREFETCH * span; BT_RP6_PREFETCH > 0 && o < vof + (BT_RP6_PREFETCH + 1) * span;
-         o += 64) {
-        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
-        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T1);
+    for (size_t o = vof + BT_RP6_PREFETCH; BT_RP6_PREFETCH > 0 && o < vof + BT_RP6_PREFETCH + span; o += 64) {
+        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
+        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
     }
 }
 /* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
@@ -818,9 +839,10 @@ K_TILES(q2_K, CALL_Q2_K)
 
 
 static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64_t k, const uint8_t *g,
-                                                             const void *const *acts, float *const *dcols,
-                                                             int64_t row0) {
+                                                             const uint8_t *next, const void *const *acts,
+                                                             float *const *dcols, int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
+    const size_t gsize = (size_t)nblk * 16 * sizeof(bt_block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x03);
     const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF), lo16w = _mm512_set1_epi32(0xFFFF), ff = _mm512_set1_epi32(0xFF);
     __m512 acc[8];
@@ -829,6 +851,7 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
+        if (RN <= 2) rpk4_prefetch(g, next, b, gsize);
         const uint8_t *v = g + vof;
         const __m512i dd = _mm512_load_si512(g + dof);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(dd, lo16w)));
@@ -915,9 +938,8 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
 
 static void rgemm_q4_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
                        float *const *dcols, int64_t row0) {
-    (void)next;
-    const uint8_t *g = group;
-#define RP_K4_TILE(RN, j) rp_k4_tile(RN, k, g, acts + (j), dcols + (j), row0)
+    const uint8_t *g = group, *nx = next;
+#define RP_K4_TILE(RN, j) rp_k4_tile(RN, k, g, nx, acts + (j), dcols + (j), row0)
     BT_CPU_COL_TILES(ncols, RP_K4_TILE);
 #undef RP_K4_TILE
 }
@@ -1604,9 +1626,10 @@ KQ_GEMMS(kq_pack_block_avx2, BT_CPU_COL_TILES4, KQ_GEMM_TILE_AVX2)
  * tiles of 4 columns: q4_K decode 51-61 -> 89-99 GFLOP per CPU-second, the
  * prompt as fast: docs/benchmarks.md.) */
 static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, int64_t k, const uint8_t *g,
-                                                                  const void *const *acts, float *const *dcols,
-                                                                  int64_t row0) {
+                                                                  const uint8_t *next, const void *const *acts,
+                                                                  float *const *dcols, int64_t row0) {
     const int64_t nblk = k / BT_QK_K;
+    const size_t gsize = (size_t)nblk * 16 * sizeof(bt_block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x03);
     const __m256i lo16 = _mm256_set1_epi32(0x00FF00FF), lo16w = _mm256_set1_epi32(0xFFFF);
     __m256 acc[2][2];
@@ -1615,6 +1638,7 @@ static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
+        rpk4_prefetch(g, next, b, gsize);
         const uint8_t *v = g + vof;
         __m256i scs[2][8]; /* the sub-blocks' scales, per half */
         _Pragma("GCC unroll 2")
@@ -1700,11 +1724,10 @@ static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, 
 
 static void rgemm_q4_K(int64_t k, const void *group, const void *next, const void *const *acts, int64_t ncols,
                        float *const *dcols, int64_t row0) {
-    (void)next;
-    const uint8_t *g = group;
+    const uint8_t *g = group, *nx = next;
     int64_t j = 0;
-    for (; j + 2 <= ncols; j += 2) rp_k4_tile_avx2(2, k, g, acts + j, dcols + j, row0);
-    if (j < ncols) rp_k4_tile_avx2(1, k, g, acts + j, dcols + j, row0);
+    for (; j + 2 <= ncols; j += 2) rp_k4_tile_avx2(2, k, g, nx, acts + j, dcols + j, row0);
+    if (j < ncols) rp_k4_tile_avx2(1, k, g, nx, acts + j, dcols + j, row0);
 }
 
 /* Q6_K's offset on AVX2 (below): the 8 rows' 16 int8 scales (v: the half's
