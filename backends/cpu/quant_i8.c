@@ -1022,9 +1022,9 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
  * BT_RP_AVX2_PREFETCH ahead in the group (past its end, the next one's) into
  * L1.  Unlike the AVX-512 tile's (BT_RP_PREFETCH), whose 512-bit loads keep
  * the hardware prefetchers ahead, the 256-bit one left the memory idle:
- * 2 threads from memory, Q4_0 65-72% of the streaming bandwidth, Q8_0
- * 80-85%, MXFP4 55-69%, IQ4_NL 54-65%; with 2048 bytes ahead 87-99%,
- * 91-97%, 80-103%, 75-92% (1024 about the same, 4096 72-86%; an AVX-512
+ * 2 threads from memory, Q4_0 64-67% of the streaming bandwidth, Q8_0
+ * 79-85%, MXFP4 54-63%, IQ4_NL 54-64%; with 2048 bytes ahead 87-97%,
+ * 91-97%, 80-90%, 75-92% (1024 about the same, 4096 72-86%; an AVX-512
  * Xeon, its avx2, avx2vnni and avx512f variants). */
 #ifndef BT_RP_AVX2_PREFETCH
 #define BT_RP_AVX2_PREFETCH 2048
