@@ -658,7 +658,8 @@ void bt_q6_K_pack(const uint8_t *v, uint8_t *ql, uint8_t *qh) {
         for (int l = 0; l < 32; l++) {
             l0[l] = (uint8_t)((vh[l] & 0xF) | ((vh[l + 64] & 0xF) << 4));
             l0[l + 32] = (uint8_t)((vh[l + 32] & 0xF) | ((vh[l + 96] & 0xF) << 4));
-            h0[l] = (uint8_t)((vh[l] >> 4) | ((vh[l + 32] >> 4) << 2) | ((vh[l + 64] >> 4) << 4) | ((vh[l + 96] >> 4) << 6));
+            h0[l] = (uint8_t)((vh[l] >> 4) | ((vh[l + 32] >> 4) << 2) | ((vh[l + 64] >> 4) << 4) |
+                              ((vh[l + 96] >> 4) << 6));
         }
     }
 }

@@ -1011,13 +1011,6 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
     for (int c = 0; c < RN; c++) _mm256_storeu_ps(dcols[c] + row0 + 8 * half, acc[c]);
 }
 
-/* The same sums for both halves of a block at once, in tiles of at most 2
- * columns: for few columns (decode), where a broadcast then serves 16 rows
- * and the group's bytes pass through L1 once; the pairs of the nibble types
- * summed as int16 first, then vpmaddwd by ones: Q4_0's and Q4_1's 8 pairs
- * of nibbles against int8 a row lane (8 * 2 * 15 * 127 < 2^15), MXFP4's,
- * Q5_0's and Q5_1's 4 (their bytes reach 28 and 31: 4 * 2 * 31 * 127 <
- * 2^15).  The same integers. */
 /* The decode tile prefetches, at each block, a block's worth of the bytes
  * BT_RP_AVX2_PREFETCH ahead in the group (past its end, the next one's) into
  * L1.  Unlike the AVX-512 tile's (BT_RP_PREFETCH), whose 512-bit loads keep
@@ -1029,6 +1022,14 @@ static inline __attribute__((always_inline)) void rp_i8_half_avx2(const int kind
 #ifndef BT_RP_AVX2_PREFETCH
 #define BT_RP_AVX2_PREFETCH 2048
 #endif
+
+/* The same sums for both halves of a block at once, in tiles of at most 2
+ * columns: for few columns (decode), where a broadcast then serves 16 rows
+ * and the group's bytes pass through L1 once; the pairs of the nibble types
+ * summed as int16 first, then vpmaddwd by ones: Q4_0's and Q4_1's 8 pairs
+ * of nibbles against int8 a row lane (8 * 2 * 15 * 127 < 2^15), MXFP4's,
+ * Q5_0's and Q5_1's 4 (their bytes reach 28 and 31: 4 * 2 * 31 * 127 <
+ * 2^15).  The same integers. */
 static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int kind, const int RN, int64_t k,
                                                                     const uint8_t *g, const uint8_t *next,
                                                                     const void *const *acts,
