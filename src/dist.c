@@ -1863,17 +1863,16 @@ static int32_t masked_id(const struct gchain *ch, int m, int64_t i, int32_t e) {
  * Without overlap, each its share.  With it, the boundary between ranks
  * m - 1 and m moves within [share - overlap, share + overlap] (both hold
  * those experts) to where the pairs before it make an even part of the
- * rest, each rank keeping at least one expert and none on three ranks:
- * where that falls inside an expert of CUT_MIN_PAIRS pairs or more (a
- * prompt's: a decode step's few pairs would cost the expert's weights read
- * twice), and cut is set (the ids are in host memory, so that home can
+ * rest, each rank keeping at least one expert and none on three ranks.
+ * Where that point falls inside an expert of CUT_MIN_PAIRS pairs or more
+ * (a prompt's: a decode step's few pairs would cost the expert's weights
+ * read twice) and cut is set (the ids are in host memory, so that home can
  * mask them: chain_mask_ids), both compute that expert, each its side of
  * the cut in the order of the ids; else the boundary goes to the nearer
- * expert start.  The ranks then compute as
- * many (token, expert) pairs (to one) however the routing favours some
- * experts, where the experts' counts alone left a part of an expert's
- * between them.  Which rank computes a row changes no bit of it.  Whether
- * a boundary moved off the shares. */
+ * expert start.  The ranks then compute as many (token, expert) pairs, to
+ * one, however the routing favours some experts (by whole experts alone a
+ * part of an expert's pairs was left between them).  Which rank computes
+ * a row changes no bit of it.  Whether a boundary moved off the shares. */
 #define CUT_MIN_PAIRS 16 /* an expert of fewer pairs is not divided: its weights read twice cost more */
 static bool chain_bounds(struct gchain *ch, const int32_t *ids, bool cut) {
     const int n = ch->n_ranks;

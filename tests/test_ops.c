@@ -394,8 +394,8 @@ START_TEST(test_glu_held_rows) {
                 if (e >= 2 && e < 5) {
                     held++;
                     ck_assert_msg(memcmp(got, whole + i * n, (size_t)n * sizeof(float)) == 0,
-                                  "%s, %d threads: held row %lld differs from the whole op's", v ? "swiglu_oai" : "swiglu",
-                                  nth, (long long)i);
+                                  "%s, %d threads: held row %lld differs from the whole op's",
+                                  v ? "swiglu_oai" : "swiglu", nth, (long long)i);
                 } else {
                     uint8_t was[sizeof(float)];
                     memset(was, 0x7f, sizeof was);
