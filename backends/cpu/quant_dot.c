@@ -527,24 +527,31 @@ static inline __m512i q23_unpack(const uint8_t *qs, const uint8_t *hmask, int h,
 /* One block's float step (kq_step) for n dots at once: dot i has the
  * integers I = the sum of iv[i]'s 16 int32 lanes, M = the sum of mv[i]'s 8
  * (exact, so how the lanes are grouped does not matter: four dots at a time
- * through horizontal adds), the scales da[i], dw[i], dm[i] and the
- * accumulator acc[i]; the same float operations as kq_step, 4 lanes wide. */
+ * through a transpose of unpacks and adds, three fewer shuffles a dot than
+ * horizontal adds), the scales da[i], dw[i], dm[i] and the accumulator
+ * acc[i]; the same float operations as kq_step, 4 lanes wide. */
 static inline __attribute__((always_inline)) void kq_step_n(const int n, const bool has_min, const __m512i *iv,
                                                             const __m256i *mv, const float *da, const float *dw,
                                                             const float *dm, float *acc) {
     _Pragma("GCC unroll 4")
     for (int i0 = 0; i0 < n; i0 += 4) {
-        __m256i f[4], m[4];
+        __m512i f[4];
+        __m256i m[4];
         _Pragma("GCC unroll 4")
         for (int j = 0; j < 4; j++) {
             const int i = i0 + j < n ? i0 + j : i0;
-            f[j] = _mm256_add_epi32(_mm512_castsi512_si256(iv[i]), _mm512_extracti64x4_epi64(iv[i], 1));
+            f[j] = iv[i];
             m[j] = mv[i];
         }
-        const __m256i fa = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
-        const __m256i ma = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
-        /* 128-bit halves of fa, ma: the 4 dots' partial sums of one half of the lanes */
-        const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(fa), _mm256_extracti128_si256(fa, 1));
+        /* per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], [c.., d..], then [a, b, c, d] */
+        const __m512i f01 = _mm512_add_epi32(_mm512_unpacklo_epi32(f[0], f[1]), _mm512_unpackhi_epi32(f[0], f[1]));
+        const __m512i f23 = _mm512_add_epi32(_mm512_unpacklo_epi32(f[2], f[3]), _mm512_unpackhi_epi32(f[2], f[3]));
+        const __m512i fl = _mm512_add_epi32(_mm512_unpacklo_epi64(f01, f23), _mm512_unpackhi_epi64(f01, f23));
+        const __m256i fh = _mm256_add_epi32(_mm512_castsi512_si256(fl), _mm512_extracti64x4_epi64(fl, 1));
+        const __m256i m01 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+        const __m256i m23 = _mm256_add_epi32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+        const __m256i ma = _mm256_add_epi32(_mm256_unpacklo_epi64(m01, m23), _mm256_unpackhi_epi64(m01, m23));
+        const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(fh), _mm256_extracti128_si256(fh, 1));
         const __m128i M = _mm_add_epi32(_mm256_castsi256_si128(ma), _mm256_extracti128_si256(ma, 1));
         const int nn = n - i0 < 4 ? n - i0 : 4;
         const __mmask8 lm = (__mmask8)((1u << nn) - 1u);
@@ -795,6 +802,89 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
 
+#if defined(__AVX512VBMI__)
+/* Q2_K with VBMI: a weight's 2-bit q times its sub-block's 4-bit scale is at
+ * most 45, a byte.  A row's block gets a 64-byte table of sc[s] q at 4s + q;
+ * vpermb looks each weight's product up by the index q | 4s and vpdpbusd
+ * multiplies it by the activations: per 64 weights a shift, a ternary logic,
+ * vpermb and vpdpbusd, where unpacking q then vpmaddubsw and vpdpwssd with the
+ * scales in int16 lanes (q236_K_tile) took six or seven.  Byte L of the 64
+ * quant bytes holds, in bits 2j .. 2j+1, element 128 (L / 32) + 32 j + L % 32:
+ * chunk j's activations are the two 32-byte runs from 32 j and 128 + 32 j.
+ * I and M are dot_kq_ref's (exact sums, in any order), then kq_step. */
+static inline __attribute__((always_inline)) void q2_K_tile_vbmi(int64_t k, const void *const *w_rows,
+                                                                 const void *const *acts, const void *const *next,
+                                                                 float *out, const int RM, const int RN) {
+    const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i iota = _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
+                                          0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
+                                          0x0f0e0d0c0b0a0908, 0x0706050403020100);
+    /* byte L: L / 4, the sub-block of table entry L; 4 (8 (L / 32) + (L % 32) / 16), chunk 0's 4s */
+    const __m512i quarter = _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(0x3F));
+    const __m512i sub4 = _mm512_or_si512(_mm512_and_si512(iota, _mm512_set1_epi8(32)),
+                                         _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(4)));
+    const __mmask64 q_odd = 0xAAAAAAAAAAAAAAAAull, q_two = 0xCCCCCCCCCCCCCCCCull;
+    float acc[16] = {0}; /* dot (r, c) at c * RM + r */
+    const size_t bs = sizeof(bt_block_q2_K);
+    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
+        const bt_block_q8_K *ab[4];
+        __m512i av[4][4]; /* column c, chunk j */
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++)
+                av[c][j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * j))),
+                                              _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 128 + 32 * j)), 1);
+        }
+        __m512i iv[16];
+        __m256i mv[16];
+        float da[16], dd[16], dm[16];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const bt_block_q2_K *w = (const bt_block_q2_K *)w_rows[r] + b;
+            const __m128i raw = _mm_loadu_si128((const __m128i *)w->scales);
+            const __m512i sc = _mm512_and_si512(_mm512_permutexvar_epi8(quarter, _mm512_castsi128_si512(raw)), m4);
+            __m512i table = _mm512_maskz_mov_epi8(q_odd, sc);
+            table = _mm512_mask_add_epi8(table, q_two, table, _mm512_add_epi8(sc, sc));
+            const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+            const __m512i q = _mm512_loadu_si512(w->qs);
+            __m512i isum[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) isum[c] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                const __m512i x = j ? _mm512_srli_epi16(q, 2 * j) : q;
+                /* (x & 3) | (sub4 + 8 j) */
+                const __m512i idx = _mm512_ternarylogic_epi32(x, m3, _mm512_add_epi8(sub4, _mm512_set1_epi8((char)(8 * j))), 0xEA);
+                const __m512i prod = _mm512_permutexvar_epi8(idx, table);
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], prod, av[c][j]);
+            }
+            const float dw = h2f_fast(w->d), dmin = h2f_fast(w->dmin);
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                iv[c * RM + r] = isum[c];
+                mv[c * RM + r] = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
+                da[c * RM + r] = ab[c]->d;
+                dd[c * RM + r] = dw;
+                dm[c * RM + r] = dmin;
+            }
+        }
+        kq_step_n(RM * RN, true, iv, mv, da, dd, dm, acc);
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
+}
+#define CALL_Q2_K(RM, RN) q2_K_tile_vbmi(k, w, a, next, out, RM, RN)
+#else
+#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ2)
+#endif
+
 #define K_TILES(name, call)                                                                          \
     static void qtile_##name##_4x1(int64_t k, const void *const *w, const void *const *a,            \
                                    const void *const *next, float *out) {                            \
@@ -817,7 +907,6 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
 #define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, true)
 #define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ6)
 #define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ3)
-#define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ2)
 K_TILES(q4_K, CALL_Q4_K)
 K_TILES(q5_K, CALL_Q5_K)
 K_TILES(q6_K, CALL_Q6_K)
