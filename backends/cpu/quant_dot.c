@@ -802,6 +802,96 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
 
+/* Q3_K's 16 6-bit scales less 32 (bt_q3_K_scales) as int16 lanes, in
+ * vectors: sub-block s has the low 4 bits in byte s % 8 at bit 4 (s / 8),
+ * the high 2 in byte 8 + s % 4 at bit 2 (s / 4).  The masked load reads the
+ * 12 bytes only. */
+static inline __m256i q3_K_scales16(const uint8_t *scales) {
+    const __m128i raw = _mm_maskz_loadu_epi8(0x0FFF, scales);
+    const __m256i lo = _mm256_srlv_epi16(
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7))),
+        _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
+    const __m256i hi = _mm256_srlv_epi16(
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(raw, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11))),
+        _mm256_setr_epi16(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
+    const __m256i v = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi16(0x0F)),
+                                      _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi16(3)), 4));
+    return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+}
+
+/* Q3_K's 2-bit fields taken from its 64 quant bytes in one vector: byte L
+ * holds, in bits 2j .. 2j+1, element 128 (L / 32) + 32 j + L % 32, whose high
+ * bit is bit 4 (L / 32) + j of hmask byte L % 32.  Chunk j is one shift and
+ * mask, the high bit tested in hmask loaded once a block, its activations the
+ * two 32-byte runs from 32 j and 128 + 32 j (q23_unpack loaded both halves'
+ * bytes and hmask again per chunk); the scales in vectors (q3_K_scales16).
+ * The integers of dot_kq_ref, exact, then kq_step: the same bits. */
+static inline __attribute__((always_inline)) void q3_K_tile(int64_t k, const void *const *w_rows,
+                                                            const void *const *acts, const void *const *next,
+                                                            float *out, const int RM, const int RN) {
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i iota16 = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
+                                            13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    /* int16 lane i of chunk 0 (elements 128 (i / 16) + 2 (i % 16), +1): sub-block 8 (i / 16) + (i % 16) / 8 */
+    const __m512i sub0 = _mm512_add_epi16(_mm512_slli_epi16(_mm512_srli_epi16(iota16, 4), 3),
+                                          _mm512_and_si512(_mm512_srli_epi16(iota16, 3), _mm512_set1_epi16(1)));
+    float acc[16] = {0}; /* dot (r, c) at c * RM + r */
+    const size_t bs = sizeof(bt_block_q3_K);
+    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
+    for (int64_t b = 0; b < k / BT_QK_K; b++) {
+        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
+        const bt_block_q8_K *ab[4];
+        __m512i av[4][4]; /* column c, chunk j */
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < RN; c++) {
+            ab[c] = (const bt_block_q8_K *)acts[c] + b;
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++)
+                av[c][j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * j))),
+                                              _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 128 + 32 * j)), 1);
+        }
+        __m512i iv[16];
+        __m256i mv[16];
+        float da[16], dd[16], dm[16];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) {
+            const bt_block_q3_K *w = (const bt_block_q3_K *)w_rows[r] + b;
+            const __m256i sc16 = q3_K_scales16(w->scales);
+            const __m512i table = _mm512_zextsi256_si512(sc16);
+            const __m512i q = _mm512_loadu_si512(w->qs), hm = bcast32(w->hmask);
+            __m512i isum[4];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) isum[c] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << j)), UPPER8,
+                                                         _mm512_set1_epi8((char)(1 << (4 + j))));
+                __m512i x = _mm512_and_si512(j ? _mm512_srli_epi16(q, 2 * j) : q, m3);
+                x = _mm512_mask_add_epi8(x, _mm512_test_epi8_mask(hm, bit), x, four);
+                const __m512i scv = perm16(table, _mm512_add_epi16(sub0, _mm512_set1_epi16((short)(2 * j))));
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < RN; c++)
+                    isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(x, av[c][j]), scv);
+            }
+            const float dw = h2f_fast(w->d);
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < RN; c++) {
+                iv[c * RM + r] = isum[c];
+                /* the offset 4 times sc[s] bsums[s] */
+                mv[c * RM + r] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab[c]->bsums)), 2);
+                da[c * RM + r] = ab[c]->d;
+                dd[c * RM + r] = dw;
+                dm[c * RM + r] = 0.0f;
+            }
+        }
+        kq_step_n(RM * RN, false, iv, mv, da, dd, dm, acc);
+    }
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < RN; c++)
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
+}
+
 #if defined(__AVX512VBMI__)
 /* Q2_K with VBMI: a weight's 2-bit q times its sub-block's 4-bit scale is at
  * most 45, a byte.  A row's block gets a 64-byte table of sc[s] q at 4s + q;
@@ -906,7 +996,7 @@ static inline __attribute__((always_inline)) void q2_K_tile_vbmi(int64_t k, cons
 #define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, false)
 #define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, true)
 #define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ6)
-#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ3)
+#define CALL_Q3_K(RM, RN) q3_K_tile(k, w, a, next, out, RM, RN)
 K_TILES(q4_K, CALL_Q4_K)
 K_TILES(q5_K, CALL_Q5_K)
 K_TILES(q6_K, CALL_Q6_K)
