@@ -317,6 +317,16 @@ static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch_n(const v
         }
     }
 }
+/* The repacked decode tiles' prefetch (quant_i8.c, quant_dot.c): into L1 the
+ * lines of bytes [at, at + n) of a group of gsize bytes, those past its end
+ * in the next group (next; none when it is NULL) */
+static inline __attribute__((always_inline)) void bt_cpu_group_prefetch(const uint8_t *g, size_t gsize,
+                                                                        const uint8_t *next, size_t at, size_t n) {
+    for (size_t o = at; o < at + n; o += 64) {
+        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
+        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
+    }
+}
 static inline __attribute__((always_inline)) void bt_cpu_tile_prefetch(const void *const *w_rows,
                                                                        const void *const *next, int block, int64_t b,
                                                                        int64_t nblk, size_t bs, const int RM) {

@@ -313,20 +313,12 @@ static inline __attribute__((always_inline)) void kq_d4(const int kind, const vo
 static inline __attribute__((always_inline)) void rpk4_prefetch(const uint8_t *g, const uint8_t *next, int64_t b,
                                                                 size_t gsize) {
     const size_t span = 16 * sizeof(bt_block_q4_K);
-    const size_t at = (size_t)b * span + BT_RPK4_PREFETCH;
-    for (size_t o = at; BT_RPK4_PREFETCH > 0 && o < at + span; o += 64) {
-        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
-        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
-    }
+    if (BT_RPK4_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, (size_t)b * span + BT_RPK4_PREFETCH, span);
 }
 /* the prefetch above for the block at vof of a group of gsize bytes */
 static inline __attribute__((always_inline)) void rp6_prefetch(const uint8_t *g, const uint8_t *next, size_t vof,
                                                                size_t gsize) {
-    const size_t span = 16 * sizeof(bt_block_q6_K);
-    for (size_t o = vof + BT_RP6_PREFETCH; BT_RP6_PREFETCH > 0 && o < vof + BT_RP6_PREFETCH + span; o += 64) {
-        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
-        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
-    }
+    if (BT_RP6_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, vof + BT_RP6_PREFETCH, 16 * sizeof(bt_block_q6_K));
 }
 /* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
  * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */

@@ -604,14 +604,6 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
 #define BT_RP_PREFETCH 0
 #endif
 
-/* the lines of [p + ahead, + n) in the group (size gsize), past its end in next */
-static inline void rp_prefetch(const uint8_t *g, size_t gsize, const uint8_t *next, size_t at, size_t n) {
-    for (size_t o = at; o < at + n; o += 64) {
-        if (o < gsize) _mm_prefetch((const char *)g + o, _MM_HINT_T0);
-        else if (next) _mm_prefetch((const char *)next + (o - gsize), _MM_HINT_T0);
-    }
-}
-
 /* 16 rows (group g) x RN columns into dcols[c][row0 .. row0+16) */
 static inline __attribute__((always_inline)) void rp_tile(const bool q8, const int RN, int64_t k, const uint8_t *g,
                                                           const uint8_t *next, const void *const *acts,
@@ -628,7 +620,7 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
      * more (prompt): a block at a time (registers for 8 columns) */
     for (; RN <= 2 && b + 1 < nblk; b += 2) {
         const uint8_t *p = g + (size_t)(b / 2) * pair;
-        if (BT_RP_PREFETCH > 0) rp_prefetch(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair);
+        if (BT_RP_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair);
         const __m512i ds = _mm512_loadu_si512(p);
         const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
         const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(ds, 1));
@@ -1050,9 +1042,8 @@ static inline __attribute__((always_inline)) void rp_i8_tile16_avx2(const int ki
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, bs, i8_rp_ds(kind), &dof, &vof);
         const uint8_t *w = g + vof;
-        const size_t at = (size_t)b * RP_ROWS * bs + BT_RP_AVX2_PREFETCH;
-        for (size_t o = at; BT_RP_AVX2_PREFETCH > 0 && o < at + RP_ROWS * bs; o += 64)
-            if (o < gsize || next) _mm_prefetch((const char *)(o < gsize ? g + o : next + (o - gsize)), _MM_HINT_T0);
+        if (BT_RP_AVX2_PREFETCH > 0)
+            bt_cpu_group_prefetch(g, gsize, next, (size_t)b * RP_ROWS * bs + BT_RP_AVX2_PREFETCH, RP_ROWS * bs);
         __m256i I[2][2];
         _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) I[0][c] = I[1][c] = _mm256_set1_epi32(-i8_off(kind) * a[c].s[b]);
