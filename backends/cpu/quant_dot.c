@@ -855,100 +855,43 @@ static inline __m256i q3_K_scales16(const uint8_t *scales) {
     return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
 }
 
-/* Q3_K's 2-bit fields taken from its 64 quant bytes in one vector: byte L
- * holds, in bits 2j .. 2j+1, element 128 (L / 32) + 32 j + L % 32, whose high
- * bit is bit 4 (L / 32) + j of hmask byte L % 32.  Chunk j is one shift and
- * mask, the high bit tested in hmask loaded once a block, its activations the
- * two 32-byte runs from 32 j and 128 + 32 j (q23_unpack loaded both halves'
- * bytes and hmask again per chunk); the scales in vectors (q3_K_scales16).
- * The integers of dot_kq_ref, exact, then kq_step: the same bits. */
-static inline __attribute__((always_inline)) void q3_K_tile(int64_t k, const void *const *w_rows,
-                                                            const void *const *acts, const void *const *next,
-                                                            float *out, const int RM, const int RN) {
-    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-    const __m512i iota16 = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                                            13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    /* int16 lane i of chunk 0 (elements 128 (i / 16) + 2 (i % 16), +1): sub-block 8 (i / 16) + (i % 16) / 8 */
-    const __m512i sub0 = _mm512_add_epi16(_mm512_slli_epi16(_mm512_srli_epi16(iota16, 4), 3),
-                                          _mm512_and_si512(_mm512_srli_epi16(iota16, 3), _mm512_set1_epi16(1)));
-    float acc[16] = {0}; /* dot (r, c) at c * RM + r */
-    const size_t bs = sizeof(bt_block_q3_K);
-    const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
-    for (int64_t b = 0; b < k / BT_QK_K; b++) {
-        bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
-        const bt_block_q8_K *ab[4];
-        __m512i av[4][4]; /* column c, chunk j */
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < RN; c++) {
-            ab[c] = (const bt_block_q8_K *)acts[c] + b;
-            _Pragma("GCC unroll 4")
-            for (int j = 0; j < 4; j++)
-                av[c][j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * j))),
-                                              _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 128 + 32 * j)), 1);
-        }
-        __m512i iv[16];
-        __m256i mv[16];
-        float da[16], dd[16], dm[16];
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) {
-            const bt_block_q3_K *w = (const bt_block_q3_K *)w_rows[r] + b;
-            const __m256i sc16 = q3_K_scales16(w->scales);
-            const __m512i table = _mm512_zextsi256_si512(sc16);
-            const __m512i q = _mm512_loadu_si512(w->qs), hm = bcast32(w->hmask);
-            __m512i isum[4];
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) isum[c] = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4")
-            for (int j = 0; j < 4; j++) {
-                const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << j)), UPPER8,
-                                                         _mm512_set1_epi8((char)(1 << (4 + j))));
-                __m512i x = _mm512_and_si512(j ? _mm512_srli_epi16(q, 2 * j) : q, m3);
-                x = _mm512_mask_add_epi8(x, _mm512_test_epi8_mask(hm, bit), x, four);
-                const __m512i scv = perm16(table, _mm512_add_epi16(sub0, _mm512_set1_epi16((short)(2 * j))));
-                _Pragma("GCC unroll 4")
-                for (int c = 0; c < RN; c++)
-                    isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(x, av[c][j]), scv);
-            }
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < RN; c++) {
-                iv[c * RM + r] = isum[c];
-                /* the offset 4 times sc[s] bsums[s] */
-                mv[c * RM + r] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab[c]->bsums)), 2);
-            }
-        }
-        kq_tile_scales(KQ3, RM, RN, w_rows, b, ab, da, dd, dm);
-        kq_step_n(RM * RN, false, iv, mv, da, dd, dm, acc);
-    }
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < RN; c++)
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
-}
-
 #if defined(__AVX512VBMI__)
-/* Q2_K with VBMI: a weight's 2-bit q times its sub-block's 4-bit scale is at
- * most 45, a byte.  A row's block gets a 64-byte table of sc[s] q at 4s + q;
- * vpermb looks each weight's product up by the index q | 4s and vpdpbusd
- * multiplies it by the activations: per 64 weights a shift, a ternary logic,
- * vpermb and vpdpbusd, where unpacking q then vpmaddubsw and vpdpwssd with the
- * scales in int16 lanes (q236_K_tile) took six or seven.  Byte L of the 64
- * quant bytes holds, in bits 2j .. 2j+1, element 128 (L / 32) + 32 j + L % 32:
- * chunk j's activations are the two 32-byte runs from 32 j and 128 + 32 j.
- * I and M are dot_kq_ref's (exact sums, in any order), then kq_step. */
-static inline __attribute__((always_inline)) void q2_K_tile_vbmi(int64_t k, const void *const *w_rows,
-                                                                 const void *const *acts, const void *const *next,
-                                                                 float *out, const int RM, const int RN) {
-    const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
+/* An RM x RN tile of Q2_K or Q3_K rows against Q8_K columns, their 64 quant
+ * bytes in one vector: byte L holds, in bits 2j .. 2j+1, element
+ * 128 (L / 32) + 32 j + L % 32, so chunk j is one shift and mask, and its
+ * activations the two 32-byte runs from 32 j and 128 + 32 j (q23_unpack
+ * loaded both halves' bytes, and Q3_K's hmask, again per chunk).
+ * Q2_K: a weight's 2-bit q times its sub-block's 4-bit scale is at most
+ * 45, a byte.  A row's block gets a 64-byte table of sc[s] q at 4s + q;
+ * vpermb looks each weight's product up by the index q | 4s (one ternary
+ * logic op) and vpdpbusd multiplies it by the activations: four
+ * instructions per 64 weights, where q236_K_tile's vpmaddubsw and vpdpwssd
+ * with the scales in int16 lanes took six or seven.
+ * Q3_K: its scales' products do not fit a byte; the high bit (bit
+ * 4 (L / 32) + j of hmask byte L % 32) is tested in hmask loaded once a
+ * block, the scales decoded in vectors (q3_K_scales16), then vpmaddubsw and
+ * vpdpwssd as before.
+ * I and M are dot_kq_ref's (exact sums, in any order), then kq_step: the
+ * same bits. */
+static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const void *const *w_rows,
+                                                             const void *const *acts, const void *const *next,
+                                                             float *out, const int RM, const int RN, const int kind) {
+    const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F), four = _mm512_set1_epi8(4);
     const __m512i iota = _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
                                           0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
                                           0x0f0e0d0c0b0a0908, 0x0706050403020100);
-    /* byte L: L / 4, the sub-block of table entry L; 4 (8 (L / 32) + (L % 32) / 16), chunk 0's 4s */
+    /* Q2_K, byte L: L / 4, the sub-block of table entry L; 4 (8 (L / 32) + (L % 32) / 16), chunk 0's 4s */
     const __m512i quarter = _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(0x3F));
     const __m512i sub4 = _mm512_or_si512(_mm512_and_si512(iota, _mm512_set1_epi8(32)),
                                          _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(4)));
     const __mmask64 q_odd = 0xAAAAAAAAAAAAAAAAull, q_two = 0xCCCCCCCCCCCCCCCCull;
+    /* Q3_K, int16 lane i of chunk 0 (elements 128 (i / 16) + 2 (i % 16), +1): sub-block 8 (i / 16) + (i % 16) / 8
+     * (from byte 2i of iota: 2i / 32 and (2i / 16) % 2) */
+    const __m512i iota16 = _mm512_and_si512(iota, _mm512_set1_epi16(0xFF));
+    const __m512i sub0 = _mm512_add_epi16(_mm512_slli_epi16(_mm512_srli_epi16(iota16, 5), 3),
+                                          _mm512_and_si512(_mm512_srli_epi16(iota16, 4), _mm512_set1_epi16(1)));
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
-    const size_t bs = sizeof(bt_block_q2_K);
+    const size_t bs = kq_block_bytes(kind);
     const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
     for (int64_t b = 0; b < k / BT_QK_K; b++) {
         bt_cpu_tile_prefetch(w_rows, next, block, b, k / BT_QK_K, bs, RM);
@@ -967,41 +910,66 @@ static inline __attribute__((always_inline)) void q2_K_tile_vbmi(int64_t k, cons
         float da[16], dd[16], dm[16];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) {
-            const bt_block_q2_K *w = (const bt_block_q2_K *)w_rows[r] + b;
-            const __m128i raw = _mm_loadu_si128((const __m128i *)w->scales);
-            const __m512i sc = _mm512_and_si512(_mm512_permutexvar_epi8(quarter, _mm512_castsi128_si512(raw)), m4);
-            __m512i table = _mm512_maskz_mov_epi8(q_odd, sc);
-            table = _mm512_mask_add_epi8(table, q_two, table, _mm512_add_epi8(sc, sc));
-            const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
-            const __m512i q = _mm512_loadu_si512(w->qs);
+            const uint8_t *w = (const uint8_t *)w_rows[r] + (size_t)b * bs;
+            const bt_block_q2_K *w2 = (const bt_block_q2_K *)w;
+            const bt_block_q3_K *w3 = (const bt_block_q3_K *)w;
+            __m512i table, hm = _mm512_setzero_si512();
+            __m256i m16; /* Q2_K: the mins; Q3_K: the scales (the offset 4 times sc[s] bsums[s]) */
+            if (kind == KQ2) {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)w2->scales);
+                const __m512i sc = _mm512_and_si512(_mm512_permutexvar_epi8(quarter, _mm512_castsi128_si512(raw)), m4);
+                table = _mm512_maskz_mov_epi8(q_odd, sc);
+                table = _mm512_mask_add_epi8(table, q_two, table, _mm512_add_epi8(sc, sc));
+                m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+            } else {
+                m16 = q3_K_scales16(w3->scales);
+                table = _mm512_zextsi256_si512(m16);
+                hm = bcast32(w3->hmask);
+            }
+            const __m512i q = _mm512_loadu_si512(kind == KQ2 ? w2->qs : w3->qs);
             __m512i isum[4];
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[c] = _mm512_setzero_si512();
             _Pragma("GCC unroll 4")
             for (int j = 0; j < 4; j++) {
                 const __m512i x = j ? _mm512_srli_epi16(q, 2 * j) : q;
-                /* (x & 3) | (sub4 + 8 j) */
-                const __m512i idx = _mm512_ternarylogic_epi32(x, m3, _mm512_add_epi8(sub4, _mm512_set1_epi8((char)(8 * j))), 0xEA);
-                const __m512i prod = _mm512_permutexvar_epi8(idx, table);
-                _Pragma("GCC unroll 4")
-                for (int c = 0; c < RN; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], prod, av[c][j]);
+                if (kind == KQ2) {
+                    /* (x & 3) | (sub4 + 8 j) */
+                    const __m512i idx =
+                        _mm512_ternarylogic_epi32(x, m3, _mm512_add_epi8(sub4, _mm512_set1_epi8((char)(8 * j))), 0xEA);
+                    const __m512i prod = _mm512_permutexvar_epi8(idx, table);
+                    _Pragma("GCC unroll 4")
+                    for (int c = 0; c < RN; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], prod, av[c][j]);
+                } else {
+                    const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << j)), UPPER8,
+                                                             _mm512_set1_epi8((char)(1 << (4 + j))));
+                    __m512i x3 = _mm512_and_si512(x, m3);
+                    x3 = _mm512_mask_add_epi8(x3, _mm512_test_epi8_mask(hm, bit), x3, four);
+                    const __m512i scv = perm16(table, _mm512_add_epi16(sub0, _mm512_set1_epi16((short)(2 * j))));
+                    _Pragma("GCC unroll 4")
+                    for (int c = 0; c < RN; c++)
+                        isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(x3, av[c][j]), scv);
+                }
             }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) {
                 iv[c * RM + r] = isum[c];
-                mv[c * RM + r] = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
+                const __m256i mb = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)ab[c]->bsums));
+                mv[c * RM + r] = kind == KQ2 ? mb : _mm256_slli_epi32(mb, 2);
             }
         }
-        kq_tile_scales(KQ2, RM, RN, w_rows, b, ab, da, dd, dm);
-        kq_step_n(RM * RN, true, iv, mv, da, dd, dm, acc);
+        kq_tile_scales(kind, RM, RN, w_rows, b, ab, da, dd, dm);
+        kq_step_n(RM * RN, kind == KQ2, iv, mv, da, dd, dm, acc);
     }
     _Pragma("GCC unroll 4")
     for (int c = 0; c < RN; c++)
         _Pragma("GCC unroll 4")
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
-#define CALL_Q2_K(RM, RN) q2_K_tile_vbmi(k, w, a, next, out, RM, RN)
+#define CALL_Q3_K(RM, RN) q23_K_tile(k, w, a, next, out, RM, RN, KQ3)
+#define CALL_Q2_K(RM, RN) q23_K_tile(k, w, a, next, out, RM, RN, KQ2)
 #else
+#define CALL_Q3_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ3)
 #define CALL_Q2_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ2)
 #endif
 
@@ -1026,7 +994,6 @@ static inline __attribute__((always_inline)) void q2_K_tile_vbmi(int64_t k, cons
 #define CALL_Q4_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, false)
 #define CALL_Q5_K(RM, RN) q45_K_tile(k, w, a, next, out, RM, RN, true)
 #define CALL_Q6_K(RM, RN) q236_K_tile(k, w, a, next, out, RM, RN, KQ6)
-#define CALL_Q3_K(RM, RN) q3_K_tile(k, w, a, next, out, RM, RN)
 K_TILES(q4_K, CALL_Q4_K)
 K_TILES(q5_K, CALL_Q5_K)
 K_TILES(q6_K, CALL_Q6_K)
