@@ -261,11 +261,11 @@ static inline size_t kq_d_at(const int kind) {
                          : offsetof(bt_block_q4_K, d); /* Q5_K's d and dmin lie there too */
 }
 /* the float scales d (and dmin) of four rows' blocks at byte offset off,
- * converted together (the AVX2 and AVX-512 decode tiles): each taken alone was a vpinsrw, a
- * vcvtph2ps and a store per row, and a load of the four stores that could
- * not be forwarded */
-static inline __attribute__((always_inline)) void kq_d4(const int kind, const void *const *w_rows,
-                                                             const size_t off, __m128 *d, __m128 *dmin) {
+ * converted together (the AVX2 and AVX-512 decode tiles): each taken alone
+ * was a vpinsrw, a vcvtph2ps and a store per row, and a load of the four
+ * stores that could not be forwarded */
+static inline __attribute__((always_inline)) void kq_d4(const int kind, const void *const *w_rows, const size_t off,
+                                                        __m128 *d, __m128 *dmin) {
     const size_t at = kq_d_at(kind);
     uint64_t h[4];
     _Pragma("GCC unroll 4")
@@ -838,6 +838,7 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
         for (int r = 0; r < RM; r++) out[c * RM + r] = acc[c * RM + r];
 }
 
+#if defined(__AVX512VBMI__)
 /* Q3_K's 16 6-bit scales less 32 (bt_q3_K_scales) as int16 lanes, in
  * vectors: sub-block s has the low 4 bits in byte s % 8 at bit 4 (s / 8),
  * the high 2 in byte 8 + s % 4 at bit 2 (s / 4).  The masked load reads the
@@ -848,14 +849,14 @@ static inline __m256i q3_K_scales16(const uint8_t *scales) {
         _mm256_cvtepu8_epi16(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7))),
         _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
     const __m256i hi = _mm256_srlv_epi16(
-        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(raw, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11))),
+        _mm256_cvtepu8_epi16(
+            _mm_shuffle_epi8(raw, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11))),
         _mm256_setr_epi16(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
     const __m256i v = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi16(0x0F)),
                                       _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi16(3)), 4));
     return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
 }
 
-#if defined(__AVX512VBMI__)
 /* An RM x RN tile of Q2_K or Q3_K rows against Q8_K columns, their 64 quant
  * bytes in one vector: byte L holds, in bits 2j .. 2j+1, element
  * 128 (L / 32) + 32 j + L % 32, so chunk j is one shift and mask, and its
@@ -901,9 +902,11 @@ static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const vo
         for (int c = 0; c < RN; c++) {
             ab[c] = (const bt_block_q8_K *)acts[c] + b;
             _Pragma("GCC unroll 4")
-            for (int j = 0; j < 4; j++)
-                av[c][j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * j))),
-                                              _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 128 + 32 * j)), 1);
+            for (int j = 0; j < 4; j++) {
+                const __m256i lo = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 32 * j));
+                const __m256i hi = _mm256_loadu_si256((const __m256i *)(ab[c]->qs + 128 + 32 * j));
+                av[c][j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            }
         }
         __m512i iv[16];
         __m256i mv[16];
