@@ -124,6 +124,16 @@ struct gchain {
      * this product's rows at once (home then takes them, computed while it
      * ran the nodes between, a RoPE or a cache write) */
     bool x_kept;
+    /* an attention's heads kept where they are computed: the chain after it
+     * is a per-head product of them (MLA's attn_v_b) with the same heads on
+     * every rank, and nothing else reads them.  A member copies its heads
+     * of out into that product's input (a member's x_in) and sends them
+     * home only when home asks (its eval callback may want them whole);
+     * home sends the product no x (keeps on the attention, x_from_attn on
+     * the product; both only in micro-batches whose attention is divided,
+     * divided_k) */
+    bool keeps, x_from_attn;
+    int64_t divided_k[MAXC]; /* an attention's: the micro-batch whose slot c last divided it */
     struct bt_tensor *ins[BT_MAX_SRC]; /* a member: its copies of the sources */
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
@@ -786,6 +796,29 @@ static enum bt_status attn_inputs(bt_dist *d, int i) {
     return BT_OK;
 }
 
+/* Whether attention chain a's heads can stay where they are computed for
+ * chain ch, the per-head product after it: ch's x is a's out with its
+ * dimensions 1 and 2 swapped ([Dv, T, H] over [Dv, H, T]), every rank
+ * computes the same heads of both, and nothing else reads a's out. */
+static bool heads_kept(const bt_dist *d, const struct gchain *a, const struct gchain *ch) {
+    const struct bt_tensor *o = a->out, *x = ch->x;
+    if (!a->attn || !ch->heads || x->view_src != o || x->view_offs != 0 || x->type != BT_TYPE_F32 ||
+        o->type != BT_TYPE_F32 || x->ne[0] != o->ne[0] || x->ne[1] != o->ne[2] || x->ne[2] != o->ne[1] ||
+        x->nb[1] != o->nb[2] || x->nb[2] != o->nb[1] || (o->flags & BT_TENSOR_FLAG_OUTPUT))
+        return false;
+    for (int m = 0; m < ch->n_ranks; m++)
+        if (a->lo[m] != ch->lo[m] * o->ne[0] || a->hi[m] != ch->hi[m] * o->ne[0]) return false;
+    for (int i = 0; i < d->graph->n_nodes; i++) {
+        const struct bt_tensor *nd = d->graph->nodes[i];
+        if (nd == ch->out) continue;
+        if ((nd->view_src == o || nd == o) && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) return false;
+        if (bt_op_is_view(nd->op)) continue;
+        for (int k = 0; k < BT_MAX_SRC; k++)
+            if (nd->src[k] && (nd->src[k] == o || nd->src[k]->view_src == o)) return false;
+    }
+    return true;
+}
+
 /* The chains of the groups this rank is in, in the splits of each group's
  * first rank (every rank of a group finds the same, in the same order), their
  * tags after the transfers', and their slots; a member's inputs of its own. */
@@ -840,7 +873,7 @@ static enum bt_status find_chains(bt_dist *d) {
                     return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
                 for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
             }
-            for (int c = 0; c < MAXC; c++) ch->done_k[c] = -1;
+            for (int c = 0; c < MAXC; c++) ch->done_k[c] = ch->divided_k[c] = -1;
             ch->tag0 = tag;
             tag += 3 * d->n_copies;
             if (tag - 1 > BT_TRANSPORT_MAX_USER_TAG)
@@ -850,6 +883,8 @@ static enum bt_status find_chains(bt_dist *d) {
             ch->x_kept = pc && plain_rows(ch) && plain_rows(pc) && pc->split == s && pc->x == ch->x;
             for (int m = 1; ch->x_kept && m < ch->n_ranks; m++)
                 ch->x_kept = pc->hi[m] > pc->lo[m] && ch->hi[m] > ch->lo[m];
+            ch->x_from_attn = pc && pc->split == s && heads_kept(d, pc, ch);
+            if (ch->x_from_attn) d->chains[d->n_chains - 2].keeps = true;
             d->n_chain_home += me == 0;
             j = ch->last;
         }
@@ -2186,6 +2221,22 @@ static bool attn_worth(bt_dist *d, const struct gchain *ch, int64_t k) {
     return seen * group >= ATTN_WORTH * N;
 }
 
+/* An attention's word to a member: divided this time (else home computes
+ * it whole), and the member's heads of out sent back (else they stay on the
+ * member, keeps). */
+#define ATTN_DIVIDE 1
+#define ATTN_ROWS_BACK 2
+/* home: whether the members send back their heads of attention chain ch:
+ * unless kept, or the eval callback may want the attention whole */
+static bool rows_back(const bt_dist *d, const struct gchain *ch) { return !ch->keeps || d->eval_cb; }
+
+/* Whether each member already holds chain ch's x in micro-batch k (slot c):
+ * kept from the dense product before it, or its heads of the attention
+ * before it, divided in this micro-batch. */
+static bool x_held(const struct gchain *ch, int c, int64_t k) {
+    return ch->x_kept || (ch->x_from_attn && ch[-1].divided_k[c] == k);
+}
+
 /* home, before an attention chain of micro-batch k: whether it is divided
  * this time, told to every member that holds heads (a word on the chain's
  * first tag; the member then waits for its sources, or computes nothing);
@@ -2197,7 +2248,7 @@ static enum bt_status attn_tell(bt_dist *d, struct gchain *ch, int c, int64_t k,
         struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
         enum bt_status st = chain_wait(d, &sl->ids_req);
         if (st != BT_OK) return st;
-        sl->divide = !*alone;
+        sl->divide = *alone ? 0 : rows_back(d, ch) ? ATTN_DIVIDE | ATTN_ROWS_BACK : ATTN_DIVIDE;
         st = bt_transport_isend(d->t, &sl->divide, sizeof sl->divide, ch->ranks[m], ch->tag0 + 3 * c, &sl->ids_req);
         if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     }
@@ -2232,7 +2283,7 @@ static size_t row_out_bytes(const struct gchain *ch, int m) {
  * holds rows (from x itself in host memory: row_take waits for the sends
  * before anything can overwrite it), or its heads of x, or its part of an
  * attention's sources; and the receive of exactly what it computes of out. */
-static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
+static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) {
     bt_transport *t = d->t;
     const double t0 = bt_now_s();
     size_t xb = sizeof(float) * (size_t)(ch->T * ch->d_x);
@@ -2241,10 +2292,12 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
         struct gbuf *gb = &d->gbufs[m];
         if (ch->hi[m] == ch->lo[m]) continue;
         const size_t ob = row_out_bytes(ch, m);
-        enum bt_status st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
+        enum bt_status st = BT_OK;
+        if (!ch->attn || rows_back(d, ch))
+            st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
-        if (ch->x_kept) { /* the member has it (a send of nothing in the trace, chain by chain) */
-            if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, ch->ranks[m], 0);
+        if (x_held(ch, c, k)) { /* the member has it (a send of nothing in the trace, chain by chain) */
+            if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), k, ch->split, ch->ranks[m], 0);
             continue;
         }
         if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
@@ -2260,7 +2313,7 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c) {
             return fail(d, st, "%s", t->error);
         d->stats.bytes_sent += (int64_t)xb;
         d->stats.bytes_group += (int64_t)xb;
-        if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), d->k_next, ch->split, ch->ranks[m], (int64_t)xb);
+        if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), k, ch->split, ch->ranks[m], (int64_t)xb);
     }
     d->stats.send_s += bt_now_s() - t0;
     return BT_OK;
@@ -2273,6 +2326,10 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         const int64_t rows = ch->hi[m] - ch->lo[m];
         if (rows == 0) continue;
         const double w0 = bt_now_s();
+        if (ch->attn && !rows_back(d, ch)) { /* kept on the member (a wait for nothing in the trace) */
+            if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, w0, k, ch->split, ch->ranks[m], 0);
+            continue;
+        }
         enum bt_status st = chain_wait(d, &d->gbufs[m].o_req);
         if (st == BT_OK) st = chain_wait(d, &d->gbufs[m].x_req); /* x may be sent from itself */
         if (st != BT_OK) return st;
@@ -2292,6 +2349,19 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
     return BT_OK;
 }
 
+/* A member, after attention chain ch (keeps): its heads of out into the
+ * input of the per-head product after it, where home would send them
+ * (heads_pack's order: each head's tokens in turn). */
+static void keep_heads(const struct gchain *ch) {
+    const struct bt_tensor *o = ch->out;
+    struct bt_tensor *x = ch[1].x_in;
+    const size_t row = sizeof(float) * (size_t)o->ne[0];
+    size_t n = (size_t)ch[1].lo[ch->me] * x->nb[2];
+    for (int64_t h = ch[1].lo[ch->me]; h < ch[1].hi[ch->me]; h++)
+        for (int64_t t = 0; t < o->ne[2]; t++, n += row)
+            bt_tensor_set(x, (const uint8_t *)o->data + h * o->nb[1] + t * o->nb[2], n, row);
+}
+
 /* A member, at the product of micro-batch k (in the order of the graph):
  * x, its rows of the product, and those rows back to home. */
 static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k) {
@@ -2307,10 +2377,11 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
             BT_OK)
             return fail(d, st, "%s", t->error);
         if ((st = chain_wait(d, &sl->ids_req)) != BT_OK) return st;
-        if (!sl->divide) {
+        if (!(sl->divide & ATTN_DIVIDE)) {
             d->stats.wait_s += bt_now_s() - w0;
             return BT_OK;
         }
+        ch->divided_k[c] = k;
     }
     const size_t xb = ch->attn    ? attn_pack(ch, ch->me, NULL, false)
                       : ch->heads ? heads_pack(ch, ch->me, NULL)
@@ -2324,7 +2395,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
     const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
     void *x = in_place ? (void *)((uint8_t *)ch->x_in->data + x_at) : gb->x;
-    if (!ch->x_kept) { /* else x_in holds it, from the chain before */
+    if (!x_held(ch, c, k)) { /* else x_in holds it, from the chain before */
         st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
         if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
@@ -2343,6 +2414,8 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.compute_s += t2 - t1;
     d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
+    if (ch->keeps) keep_heads(ch);
+    if (ch->attn && !(ch->slots[c * ch->n_ranks].divide & ATTN_ROWS_BACK)) return BT_OK;
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
     if (ch->heads)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
@@ -2545,7 +2618,8 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
         if (st == BT_OK && chain) {
             bool alone = false; /* an attention home computes whole this time (attn_tell) */
             if (chain->attn) st = attn_tell(d, chain, c, k, &alone);
-            if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c) : chain_send(d, chain, c);
+            if (st == BT_OK && chain->attn && !alone) chain->divided_k[c] = k;
+            if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c, k) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;

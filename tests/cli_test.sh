@@ -755,6 +755,18 @@ expect 0 "output equals a one-rank run \(3 micro-batches, bitwise\)" \
     "demo: ds, one token a micro-batch, its per-head products divided" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
     --model "$tmp/ds.gguf" --tokens 1 --micro-batches 3
+# 16 sequences decoded at once: ubatches of 16 tokens whose attention home computes whole (each
+# token sees only its own sequence's cells), the prompts' divided (each rank keeps its heads of
+# the attention for attn_v_b): one process's text
+for i in $(seq 1 16); do echo "prompt $i of sixteen"; done >"$tmp/p16.txt"
+"$baton" generate -m "$tmp/ds.gguf" --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-1.txt" 2>/dev/null
+env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton generate -m "$tmp/ds.gguf" \
+    --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-2.txt" 2>"$tmp/p16-2.err"
+if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-2.txt"; then
+    ok "generate: ds, 16 sequences at once on a group that divides every product: one process's text"
+else
+    bad "generate: ds, 16 sequences at once on a group that divides every product: $(head -c 300 "$tmp/p16-2.err")"
+fi
 # the trace of such a run, chain by chain (bench/chain-trace.py): every chain's row and the totals
 expect 0 "trace written" "demo --trace: ds, a group of 2 that divides every product" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
