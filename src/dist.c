@@ -134,6 +134,19 @@ struct gchain {
      * divided_k) */
     bool keeps, x_from_attn;
     int64_t divided_k[MAXC]; /* an attention's: the micro-batch whose slot c last divided it */
+    /* a per-head product's heads kept where they are computed for the
+     * attention chain q_to (its index; -1: none; MLA's attn_k_b, whose
+     * result is the first part of each row of the attention's q): a member
+     * copies its heads of out into that part of its copy of q and sends
+     * them home only when home asks; home then sends the attention only the
+     * rest of each row of q (q_kept on the attention: the floats of each
+     * row that are the product's, 0: none).  Home tells a member
+     * whether the attention is divided (its word) at this chain, before it
+     * (told_k on the attention), and keeps them only in micro-batches that
+     * divide it. */
+    int q_to;
+    int64_t q_kept;
+    int64_t told_k[MAXC];
     struct bt_tensor *ins[BT_MAX_SRC]; /* a member: its copies of the sources */
     int first, last; /* nodes [first, last] of the split's graph */
     int n_ranks, me; /* me: this rank's place in the group (0: home) */
@@ -718,7 +731,8 @@ static void attn_src_range(const struct gchain *ch, int m, int k, int64_t *lo, i
 
 /* Member m's parts of the sources of an attention chain, to buf (pack) or
  * from it into the sources (a member's own copies): the rows of each in
- * order; returns the bytes (buf NULL: only counts). */
+ * order (of q, with q_kept, the part of each row after the kept heads');
+ * returns the bytes (buf NULL: only counts). */
 static size_t attn_pack(const struct gchain *ch, int m, uint8_t *buf, bool unpack) {
     size_t n = 0;
     for (int k = 0; k < BT_MAX_SRC; k++) {
@@ -726,7 +740,8 @@ static size_t attn_pack(const struct gchain *ch, int m, uint8_t *buf, bool unpac
         if (!src) continue;
         int64_t lo, hi;
         attn_src_range(ch, m, k, &lo, &hi);
-        const size_t row = bt_row_size(src->type, src->ne[0]);
+        const size_t skip = k == 0 ? bt_row_size(src->type, ch->q_kept) : 0;
+        const size_t row = bt_row_size(src->type, src->ne[0]) - skip;
         if (!buf) {
             n += row * (size_t)((hi - lo) * src->ne[2] * src->ne[3]);
             continue;
@@ -734,7 +749,7 @@ static size_t attn_pack(const struct gchain *ch, int m, uint8_t *buf, bool unpac
         for (int64_t i3 = 0; i3 < src->ne[3]; i3++)
             for (int64_t i2 = 0; i2 < src->ne[2]; i2++)
                 for (int64_t i1 = lo; i1 < hi; i1++, n += row) {
-                    uint8_t *at = (uint8_t *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3];
+                    uint8_t *at = (uint8_t *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3] + skip;
                     if (unpack) memcpy(at, buf + n, row);
                     else memcpy(buf + n, at, row);
                 }
@@ -819,6 +834,36 @@ static bool heads_kept(const bt_dist *d, const struct gchain *a, const struct gc
     return true;
 }
 
+/* Whether per-head product hc's heads can stay where they are computed for
+ * attention chain a after it: a's q is a CONCAT along dimension 0 of hc's
+ * out with dimensions 1 and 2 swapped ([n, H, T] over [n, T, H]) and of
+ * another tensor, every rank computes the same heads of both, nothing else
+ * reads hc's out or q, and no chain between them takes an input of q's
+ * shape (a member's input of that shape may be its copy of q). */
+static bool q_kept_from(const bt_dist *d, const struct gchain *hc, const struct gchain *a) {
+    const struct bt_tensor *q = a->out->src[0], *o = hc->out, *x = q->src[0];
+    if (!hc->heads || q->op != BT_OP_CONCAT || q->op_params[0] != 0 || q->type != BT_TYPE_F32 ||
+        !bt_is_contiguous(q) || (q->flags & BT_TENSOR_FLAG_OUTPUT) || x->view_src != o || x->view_offs != 0 ||
+        o->type != BT_TYPE_F32 || x->ne[0] != o->ne[0] || x->ne[1] != o->ne[2] || x->ne[2] != o->ne[1] ||
+        x->nb[1] != o->nb[2] || x->nb[2] != o->nb[1])
+        return false;
+    for (int m = 0; m < a->n_ranks; m++)
+        if (a->lo[m] != hc->lo[m] * a->out->ne[0] || a->hi[m] != hc->hi[m] * a->out->ne[0]) return false;
+    for (const struct gchain *b = hc + 1; b < a; b++)
+        if (!memcmp(b->x->ne, q->ne, sizeof q->ne)) return false;
+    for (int i = 0; i < d->graph->n_nodes; i++) {
+        const struct bt_tensor *nd = d->graph->nodes[i];
+        if (nd == q || nd == a->out) continue;
+        if ((nd->view_src == o || nd == o || nd->view_src == q) && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) return false;
+        if (bt_op_is_view(nd->op)) continue;
+        for (int k = 0; k < BT_MAX_SRC; k++) {
+            const struct bt_tensor *src = nd->src[k];
+            if (src && (src == o || src->view_src == o || src == q || src->view_src == q)) return false;
+        }
+    }
+    return true;
+}
+
 /* The chains of the groups this rank is in, in the splits of each group's
  * first rank (every rank of a group finds the same, in the same order), their
  * tags after the transfers', and their slots; a member's inputs of its own. */
@@ -873,7 +918,14 @@ static enum bt_status find_chains(bt_dist *d) {
                     return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
                 for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
             }
-            for (int c = 0; c < MAXC; c++) ch->done_k[c] = ch->divided_k[c] = -1;
+            for (int c = 0; c < MAXC; c++) ch->done_k[c] = ch->divided_k[c] = ch->told_k[c] = -1;
+            ch->q_to = -1;
+            for (int h = d->n_chains - 2; ch->attn && h >= 0 && d->chains[h].split == s; h--)
+                if (q_kept_from(d, &d->chains[h], ch)) {
+                    d->chains[h].q_to = d->n_chains - 1;
+                    ch->q_kept = ch->out->src[0]->src[0]->ne[0];
+                    break;
+                }
             ch->tag0 = tag;
             tag += 3 * d->n_copies;
             if (tag - 1 > BT_TRANSPORT_MAX_USER_TAG)
@@ -2222,13 +2274,22 @@ static bool attn_worth(bt_dist *d, const struct gchain *ch, int64_t k) {
 }
 
 /* An attention's word to a member: divided this time (else home computes
- * it whole), and the member's heads of out sent back (else they stay on the
- * member, keeps). */
+ * it whole); the member's heads of out sent back (else they stay on the
+ * member, keeps); its heads of the per-head product before it (q_to) sent
+ * back. */
 #define ATTN_DIVIDE 1
 #define ATTN_ROWS_BACK 2
-/* home: whether the members send back their heads of attention chain ch:
- * unless kept, or the eval callback may want the attention whole */
-static bool rows_back(const bt_dist *d, const struct gchain *ch) { return !ch->keeps || d->eval_cb; }
+#define ATTN_Q_BACK 4
+/* home: whether the members send back their rows of chain ch in
+ * micro-batch k (slot c): all but those they keep (a divided attention's
+ * heads for the product after it, a product's heads for a divided attention
+ * after it), which come back too where the eval callback may want the
+ * results whole */
+static bool rows_back(const bt_dist *d, const struct gchain *ch, int c, int64_t k) {
+    if (d->eval_cb) return true;
+    if (ch->attn) return !ch->keeps; /* (asked only of a divided attention) */
+    return ch->q_to < 0 || d->chains[ch->q_to].divided_k[c] != k;
+}
 
 /* Whether each member already holds chain ch's x in micro-batch k (slot c):
  * kept from the dense product before it, or its heads of the attention
@@ -2243,12 +2304,15 @@ static bool x_held(const struct gchain *ch, int c, int64_t k) {
  * *alone: home computes every head. */
 static enum bt_status attn_tell(bt_dist *d, struct gchain *ch, int c, int64_t k, bool *alone) {
     *alone = !attn_worth(d, ch, k);
+    ch->told_k[c] = k;
+    if (!*alone) ch->divided_k[c] = k;
     for (int m = 1; m < ch->n_ranks; m++) {
         if (ch->hi[m] == ch->lo[m]) continue;
         struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
         enum bt_status st = chain_wait(d, &sl->ids_req);
         if (st != BT_OK) return st;
-        sl->divide = *alone ? 0 : rows_back(d, ch) ? ATTN_DIVIDE | ATTN_ROWS_BACK : ATTN_DIVIDE;
+        sl->divide = *alone ? 0
+                            : ATTN_DIVIDE | (rows_back(d, ch, c, k) ? ATTN_ROWS_BACK : 0) | (d->eval_cb ? ATTN_Q_BACK : 0);
         st = bt_transport_isend(d->t, &sl->divide, sizeof sl->divide, ch->ranks[m], ch->tag0 + 3 * c, &sl->ids_req);
         if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     }
@@ -2293,8 +2357,7 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         if (ch->hi[m] == ch->lo[m]) continue;
         const size_t ob = row_out_bytes(ch, m);
         enum bt_status st = BT_OK;
-        if (!ch->attn || rows_back(d, ch))
-            st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
+        if (rows_back(d, ch, c, k)) st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
         if (x_held(ch, c, k)) { /* the member has it (a send of nothing in the trace, chain by chain) */
             if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), k, ch->split, ch->ranks[m], 0);
@@ -2326,7 +2389,7 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         const int64_t rows = ch->hi[m] - ch->lo[m];
         if (rows == 0) continue;
         const double w0 = bt_now_s();
-        if (ch->attn && !rows_back(d, ch)) { /* kept on the member (a wait for nothing in the trace) */
+        if (!rows_back(d, ch, c, k)) { /* kept on the member (a wait for nothing in the trace) */
             if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, w0, k, ch->split, ch->ranks[m], 0);
             continue;
         }
@@ -2362,6 +2425,29 @@ static void keep_heads(const struct gchain *ch) {
             bt_tensor_set(x, (const uint8_t *)o->data + h * o->nb[1] + t * o->nb[2], n, row);
 }
 
+/* A member, after per-head product ch whose heads attention chain a keeps:
+ * its heads of out into the first part of each row of its copy of a's q
+ * (the rest home sends it, attn_pack). */
+static void keep_q(const struct gchain *ch, const struct gchain *a) {
+    const struct bt_tensor *o = ch->out;
+    struct bt_tensor *q = a->ins[0];
+    const size_t row = sizeof(float) * (size_t)o->ne[0];
+    for (int64_t h = ch->lo[ch->me]; h < ch->hi[ch->me]; h++)
+        for (int64_t t = 0; t < o->ne[1]; t++)
+            bt_tensor_set(q, (const uint8_t *)o->data + h * o->nb[2] + t * o->nb[1], h * q->nb[1] + t * q->nb[2], row);
+}
+
+/* A member: home's word of attention chain a in micro-batch k (slot c). */
+static enum bt_status attn_hear(bt_dist *d, struct gchain *a, int c, int64_t k) {
+    struct gslot *sl = &a->slots[c * a->n_ranks];
+    enum bt_status st = bt_transport_irecv(d->t, &sl->divide, sizeof sl->divide, a->home, a->tag0 + 3 * c, &sl->ids_req);
+    if (st != BT_OK) return fail(d, st, "%s", d->t->error);
+    if ((st = chain_wait(d, &sl->ids_req)) != BT_OK) return st;
+    a->told_k[c] = k;
+    if (sl->divide & ATTN_DIVIDE) a->divided_k[c] = k;
+    return BT_OK;
+}
+
 /* A member, at the product of micro-batch k (in the order of the graph):
  * x, its rows of the product, and those rows back to home. */
 static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k) {
@@ -2371,18 +2457,16 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     if (rows == 0) return BT_OK;
     const double w0 = bt_now_s();
     enum bt_status st;
-    if (ch->attn) { /* home's word: divided this time, or computed whole at home */
-        struct gslot *sl = &ch->slots[c * ch->n_ranks];
-        if ((st = bt_transport_irecv(t, &sl->divide, sizeof sl->divide, ch->home, ch->tag0 + 3 * c, &sl->ids_req)) !=
-            BT_OK)
-            return fail(d, st, "%s", t->error);
-        if ((st = chain_wait(d, &sl->ids_req)) != BT_OK) return st;
-        if (!(sl->divide & ATTN_DIVIDE)) {
-            d->stats.wait_s += bt_now_s() - w0;
-            return BT_OK;
-        }
-        ch->divided_k[c] = k;
+    /* home's word of the attention (this one, or the one after that keeps
+     * this product's heads): divided this time, or computed whole at home */
+    struct gchain *a = ch->attn ? ch : ch->q_to >= 0 ? &d->chains[ch->q_to] : NULL;
+    if (a && a->told_k[c] != k && (st = attn_hear(d, a, c, k)) != BT_OK) return st;
+    if (ch->attn && ch->divided_k[c] != k) {
+        d->stats.wait_s += bt_now_s() - w0;
+        return BT_OK;
     }
+    const int32_t word = a ? a->slots[c * a->n_ranks].divide : 0;
+    const bool q_keep = !ch->attn && (word & ATTN_DIVIDE);
     const size_t xb = ch->attn    ? attn_pack(ch, ch->me, NULL, false)
                       : ch->heads ? heads_pack(ch, ch->me, NULL)
                                   : sizeof(float) * (size_t)(ch->T * ch->d_x);
@@ -2415,7 +2499,8 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
     if (ch->keeps) keep_heads(ch);
-    if (ch->attn && !(ch->slots[c * ch->n_ranks].divide & ATTN_ROWS_BACK)) return BT_OK;
+    if (q_keep) keep_q(ch, a);
+    if ((ch->attn && !(word & ATTN_ROWS_BACK)) || (q_keep && !(word & ATTN_Q_BACK))) return BT_OK;
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
     if (ch->heads)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
@@ -2617,8 +2702,10 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
         const double p0 = bt_now_s();
         if (st == BT_OK && chain) {
             bool alone = false; /* an attention home computes whole this time (attn_tell) */
-            if (chain->attn) st = attn_tell(d, chain, c, k, &alone);
-            if (st == BT_OK && chain->attn && !alone) chain->divided_k[c] = k;
+            if (chain->attn && chain->told_k[c] == k) alone = chain->divided_k[c] != k;
+            else if (chain->attn) st = attn_tell(d, chain, c, k, &alone);
+            bool later = false; /* (the attention after a product whose heads it keeps, told now) */
+            if (st == BT_OK && chain->q_to >= 0) st = attn_tell(d, &d->chains[chain->q_to], c, k, &later);
             if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c, k) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
