@@ -15,6 +15,8 @@
 #   default files: $MODELS/mixtral-Q4_0.gguf (MODELS default build/bench-models)
 #   LAYOUTS (default "one pipeline experts all"), PP (default 512), TG (default 64), REPS (default 2),
 #   UBATCH (default: bench model's), BATON (default build/baton), OVERLAP (default 4)
+#   BASELINE: a second binary (an older build, copied away first); a layout named LAYOUT@base runs
+#   LAYOUT with it, in the same rounds: LAYOUTS="one balanced balanced@base" BASELINE=/tmp/baton-old
 set -u
 R=${1:?usage: bench/divide-rounds.sh ROUNDS [FILE...]}
 shift
@@ -24,6 +26,12 @@ LAYOUTS=${LAYOUTS:-one pipeline experts all}
 [ $# -gt 0 ] || set -- "$M"/mixtral-Q4_0.gguf
 [ -x "$B" ] || { echo "bench/divide-rounds.sh: $B is not an executable" >&2; exit 1; }
 B=$(cd "$(dirname "$B")" && pwd)/$(basename "$B") # launch/baton-run runs this one too (BATON_BIN)
+BASE=
+case " $LAYOUTS " in *@base\ *)
+    BASE=${BASELINE:?bench/divide-rounds.sh: a layout LAYOUT@base needs BASELINE, a second binary}
+    [ -x "$BASE" ] || { echo "bench/divide-rounds.sh: $BASE is not an executable" >&2; exit 1; }
+    BASE=$(cd "$(dirname "$BASE")" && pwd)/$(basename "$BASE") ;;
+esac
 for f in "$@"; do [ -r "$f" ] || { echo "bench/divide-rounds.sh: cannot read $f" >&2; exit 1; }; done
 here=$(cd "$(dirname "$0")/.." && pwd)
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -39,8 +47,10 @@ topo balanced "  partition: auto\n  expert_groups: [[0, 1]]\n  divide: all\n  ex
 ub=(); [ -n "${UBATCH:-}" ] && ub=(--ubatch "$UBATCH")
 # "ppN X tgN Y": the t/s of a llama-bench-style table's rows
 run() { # run LAYOUT FILE
-  local cmd=("$B" bench model -m "$2" -p "$PP" -n "$TG" -r "$REPS" "${ub[@]}")
-  if [ "$1" = one ]; then "${cmd[@]}" -t 2; else BATON_BIN="$B" "$here/launch/baton-run" -t "$work/$1.yaml" -- "${cmd[@]}"; fi 2>/dev/null |
+  local b=$B l=$1
+  case "$l" in *@base) b=$BASE l=${l%@base} ;; esac
+  local cmd=("$b" bench model -m "$2" -p "$PP" -n "$TG" -r "$REPS" "${ub[@]}")
+  if [ "$l" = one ]; then "${cmd[@]}" -t 2; else BATON_BIN="$b" "$here/launch/baton-run" -t "$work/$l.yaml" -- "${cmd[@]}"; fi 2>/dev/null |
     awk -F'|' '/\| *(pp|tg)[0-9]+ *\|/ { gsub(/ /, "", $(NF-2)); split($(NF-1), v, " "); printf "%s %s ", $(NF-2), v[1] }'
 }
 OUT=$work/rows
@@ -69,4 +79,10 @@ for (f, test, lay), v in sorted(rows.items()):
     one = rows.get((f, test, "one"))
     ratio = statistics.median(v) / statistics.median(one) if one else float("nan")
     print(f"  {f} {test} {lay}: {statistics.median(v):.1f} t/s ({' '.join(f'{x:.1f}' for x in v)}), {ratio:.2f} of one")
+for (f, test, lay), v in sorted(rows.items()):
+    base = rows.get((f, test, lay + "@base"))
+    if base and len(base) == len(v):
+        r = [a / b for a, b in zip(v, base)]
+        print(f"  {f} {test} {lay} / {lay}@base, round by round: {' '.join(f'{x:.3f}' for x in r)} "
+              f"(median {statistics.median(r):.3f}, ahead in {sum(x > 1 for x in r)} of {len(r)})")
 EOF
