@@ -2311,8 +2311,8 @@ static enum bt_status attn_tell(bt_dist *d, struct gchain *ch, int c, int64_t k,
         struct gslot *sl = &ch->slots[c * ch->n_ranks + m];
         enum bt_status st = chain_wait(d, &sl->ids_req);
         if (st != BT_OK) return st;
-        sl->divide = *alone ? 0
-                            : ATTN_DIVIDE | (rows_back(d, ch, c, k) ? ATTN_ROWS_BACK : 0) | (d->eval_cb ? ATTN_Q_BACK : 0);
+        sl->divide = *alone ? 0 : ATTN_DIVIDE | (d->eval_cb ? ATTN_Q_BACK : 0);
+        if (!*alone && rows_back(d, ch, c, k)) sl->divide |= ATTN_ROWS_BACK;
         st = bt_transport_isend(d->t, &sl->divide, sizeof sl->divide, ch->ranks[m], ch->tag0 + 3 * c, &sl->ids_req);
         if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     }
@@ -2357,7 +2357,8 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         if (ch->hi[m] == ch->lo[m]) continue;
         const size_t ob = row_out_bytes(ch, m);
         enum bt_status st = BT_OK;
-        if (rows_back(d, ch, c, k)) st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
+        if (rows_back(d, ch, c, k))
+            st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
         if (x_held(ch, c, k)) { /* the member has it (a send of nothing in the trace, chain by chain) */
             if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), k, ch->split, ch->ranks[m], 0);
@@ -2440,7 +2441,8 @@ static void keep_q(const struct gchain *ch, const struct gchain *a) {
 /* A member: home's word of attention chain a in micro-batch k (slot c). */
 static enum bt_status attn_hear(bt_dist *d, struct gchain *a, int c, int64_t k) {
     struct gslot *sl = &a->slots[c * a->n_ranks];
-    enum bt_status st = bt_transport_irecv(d->t, &sl->divide, sizeof sl->divide, a->home, a->tag0 + 3 * c, &sl->ids_req);
+    enum bt_status st =
+        bt_transport_irecv(d->t, &sl->divide, sizeof sl->divide, a->home, a->tag0 + 3 * c, &sl->ids_req);
     if (st != BT_OK) return fail(d, st, "%s", d->t->error);
     if ((st = chain_wait(d, &sl->ids_req)) != BT_OK) return st;
     a->told_k[c] = k;
@@ -2704,8 +2706,10 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             bool alone = false; /* an attention home computes whole this time (attn_tell) */
             if (chain->attn && chain->told_k[c] == k) alone = chain->divided_k[c] != k;
             else if (chain->attn) st = attn_tell(d, chain, c, k, &alone);
-            bool later = false; /* (the attention after a product whose heads it keeps, told now) */
-            if (st == BT_OK && chain->q_to >= 0) st = attn_tell(d, &d->chains[chain->q_to], c, k, &later);
+            if (st == BT_OK && chain->q_to >= 0) { /* the attention that keeps its heads, told now */
+                bool a_alone;
+                st = attn_tell(d, &d->chains[chain->q_to], c, k, &a_alone);
+            }
             if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c, k) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
