@@ -767,6 +767,18 @@ if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-2.txt"; then
 else
     bad "generate: ds, 16 sequences at once on a group that divides every product: $(head -c 300 "$tmp/p16-2.err")"
 fi
+# with --dump-tensors the kept heads come back: q and the attention's result whole, as one process's
+"$baton" demo --model "$tmp/ds.gguf" --tokens 20 --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 |
+    grep '^dump:' | sed 's/rank [0-9]* //' | sort >"$tmp/dsdump1"
+env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo --model "$tmp/ds.gguf" \
+    --tokens 20 --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 | grep '^dump:' | sed 's/rank [0-9]* //' |
+    sort >"$tmp/dsdump2"
+if grep -q 'q_mla CONCAT' "$tmp/dsdump1" && grep -q 'attn FLASH_ATTN' "$tmp/dsdump1" &&
+    cmp -s "$tmp/dsdump1" "$tmp/dsdump2"; then
+    ok "demo --dump-tensors: ds on a group that divides every product, q and the attention as one process's"
+else
+    bad "demo --dump-tensors: ds on a divided group: $(diff "$tmp/dsdump1" "$tmp/dsdump2" | head -c 300)"
+fi
 # the trace of such a run, chain by chain (bench/chain-trace.py): every chain's row and the totals
 expect 0 "trace written" "demo --trace: ds, a group of 2 that divides every product" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
