@@ -28,7 +28,11 @@ LAYOUTS=${LAYOUTS:-one pipeline experts all}
 B=$(cd "$(dirname "$B")" && pwd)/$(basename "$B") # launch/baton-run runs this one too (BATON_BIN)
 BASE=
 case " $LAYOUTS " in *@base\ *)
-    BASE=${BASELINE:?bench/divide-rounds.sh: a layout LAYOUT@base needs BASELINE, a second binary}
+    BASE=${BASELINE:-}
+    [ -n "$BASE" ] || {
+        echo "bench/divide-rounds.sh: a layout LAYOUT@base needs BASELINE, a second binary" >&2
+        exit 2
+    }
     [ -x "$BASE" ] || { echo "bench/divide-rounds.sh: $BASE is not an executable" >&2; exit 1; }
     BASE=$(cd "$(dirname "$BASE")" && pwd)/$(basename "$BASE") ;;
 esac
