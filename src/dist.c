@@ -864,6 +864,25 @@ static bool q_kept_from(const bt_dist *d, const struct gchain *hc, const struct 
     return true;
 }
 
+/* What chain i, just found, takes from the chains before it in its split:
+ * the x of the dense product before (x_kept), the heads of the attention
+ * before (x_from_attn), or, an attention, the heads of a per-head product
+ * before (q_kept). */
+static void chain_links(bt_dist *d, int i) {
+    struct gchain *ch = &d->chains[i], *pc = i > 0 && d->chains[i - 1].split == ch->split ? ch - 1 : NULL;
+    ch->x_kept = pc && plain_rows(ch) && plain_rows(pc) && pc->x == ch->x;
+    for (int m = 1; ch->x_kept && m < ch->n_ranks; m++) ch->x_kept = pc->hi[m] > pc->lo[m] && ch->hi[m] > ch->lo[m];
+    ch->x_from_attn = pc && heads_kept(d, pc, ch);
+    if (ch->x_from_attn) pc->keeps = true;
+    ch->q_to = -1;
+    for (int h = i - 1; ch->attn && h >= 0 && d->chains[h].split == ch->split; h--)
+        if (q_kept_from(d, &d->chains[h], ch)) {
+            d->chains[h].q_to = i;
+            ch->q_kept = ch->out->src[0]->src[0]->ne[0];
+            break;
+        }
+}
+
 /* The chains of the groups this rank is in, in the splits of each group's
  * first rank (every rank of a group finds the same, in the same order), their
  * tags after the transfers', and their slots; a member's inputs of its own. */
@@ -919,24 +938,12 @@ static enum bt_status find_chains(bt_dist *d) {
                 for (int k = 0; k < ch->n_w; k++) ch->expert_bytes += ch->w[k]->nb[2];
             }
             for (int c = 0; c < MAXC; c++) ch->done_k[c] = ch->divided_k[c] = ch->told_k[c] = -1;
-            ch->q_to = -1;
-            for (int h = d->n_chains - 2; ch->attn && h >= 0 && d->chains[h].split == s; h--)
-                if (q_kept_from(d, &d->chains[h], ch)) {
-                    d->chains[h].q_to = d->n_chains - 1;
-                    ch->q_kept = ch->out->src[0]->src[0]->ne[0];
-                    break;
-                }
+            chain_links(d, d->n_chains - 1);
             ch->tag0 = tag;
             tag += 3 * d->n_copies;
             if (tag - 1 > BT_TRANSPORT_MAX_USER_TAG)
                 return fail(d, BT_ERR_CAPACITY, "the expert groups' transfers need tags past the transport's %d",
                             BT_TRANSPORT_MAX_USER_TAG + 1);
-            const struct gchain *pc = d->n_chains > 1 ? &d->chains[d->n_chains - 2] : NULL;
-            ch->x_kept = pc && plain_rows(ch) && plain_rows(pc) && pc->split == s && pc->x == ch->x;
-            for (int m = 1; ch->x_kept && m < ch->n_ranks; m++)
-                ch->x_kept = pc->hi[m] > pc->lo[m] && ch->hi[m] > ch->lo[m];
-            ch->x_from_attn = pc && pc->split == s && heads_kept(d, pc, ch);
-            if (ch->x_from_attn) d->chains[d->n_chains - 2].keeps = true;
             d->n_chain_home += me == 0;
             j = ch->last;
         }
