@@ -811,57 +811,57 @@ static enum bt_status attn_inputs(bt_dist *d, int i) {
     return BT_OK;
 }
 
-/* Whether attention chain a's heads can stay where they are computed for
- * chain ch, the per-head product after it: ch's x is a's out with its
- * dimensions 1 and 2 swapped ([Dv, T, H] over [Dv, H, T]), every rank
- * computes the same heads of both, and nothing else reads a's out. */
-static bool heads_kept(const bt_dist *d, const struct gchain *a, const struct gchain *ch) {
-    const struct bt_tensor *o = a->out, *x = ch->x;
-    if (!a->attn || !ch->heads || x->view_src != o || x->view_offs != 0 || x->type != BT_TYPE_F32 ||
-        o->type != BT_TYPE_F32 || x->ne[0] != o->ne[0] || x->ne[1] != o->ne[2] || x->ne[2] != o->ne[1] ||
-        x->nb[1] != o->nb[2] || x->nb[2] != o->nb[1] || (o->flags & BT_TENSOR_FLAG_OUTPUT))
-        return false;
-    for (int m = 0; m < ch->n_ranks; m++)
-        if (a->lo[m] != ch->lo[m] * o->ne[0] || a->hi[m] != ch->hi[m] * o->ne[0]) return false;
+/* Whether x is all of o, F32, with its dimensions 1 and 2 swapped
+ * ([n, T, H] over [n, H, T], or the other way). */
+static bool swapped_12(const struct bt_tensor *x, const struct bt_tensor *o) {
+    return x->view_src == o && x->view_offs == 0 && x->type == BT_TYPE_F32 && o->type == BT_TYPE_F32 &&
+           x->ne[0] == o->ne[0] && x->ne[1] == o->ne[2] && x->ne[2] == o->ne[1] && x->nb[1] == o->nb[2] &&
+           x->nb[2] == o->nb[1];
+}
+
+/* Whether attention chain a and per-head product chain p compute the same
+ * heads on every rank (a's lo/hi count floats per token). */
+static bool same_heads(const struct gchain *a, const struct gchain *p) {
+    for (int m = 0; m < a->n_ranks; m++)
+        if (a->lo[m] != p->lo[m] * a->out->ne[0] || a->hi[m] != p->hi[m] * a->out->ne[0]) return false;
+    return true;
+}
+
+/* Whether nothing but node r (and views) reads t or a view of it, and
+ * neither is a graph output. */
+static bool read_only_by(const bt_dist *d, const struct bt_tensor *t, const struct bt_tensor *r) {
     for (int i = 0; i < d->graph->n_nodes; i++) {
         const struct bt_tensor *nd = d->graph->nodes[i];
-        if (nd == ch->out) continue;
-        if ((nd->view_src == o || nd == o) && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) return false;
-        if (bt_op_is_view(nd->op)) continue;
+        if ((nd == t || nd->view_src == t) && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) return false;
+        if (nd == r || bt_op_is_view(nd->op)) continue;
         for (int k = 0; k < BT_MAX_SRC; k++)
-            if (nd->src[k] && (nd->src[k] == o || nd->src[k]->view_src == o)) return false;
+            if (nd->src[k] && (nd->src[k] == t || nd->src[k]->view_src == t)) return false;
     }
     return true;
 }
 
+/* Whether attention chain a's heads can stay where they are computed for
+ * chain ch, the per-head product after it: ch's x is a's out with its
+ * dimensions 1 and 2 swapped, every rank computes the same heads of both,
+ * and nothing else reads a's out. */
+static bool heads_kept(const bt_dist *d, const struct gchain *a, const struct gchain *ch) {
+    return a->attn && ch->heads && swapped_12(ch->x, a->out) && same_heads(a, ch) && read_only_by(d, a->out, ch->out);
+}
+
 /* Whether per-head product hc's heads can stay where they are computed for
  * attention chain a after it: a's q is a CONCAT along dimension 0 of hc's
- * out with dimensions 1 and 2 swapped ([n, H, T] over [n, T, H]) and of
- * another tensor, every rank computes the same heads of both, nothing else
- * reads hc's out or q, and no chain between them takes an input of q's
- * shape (a member's input of that shape may be its copy of q). */
+ * out with dimensions 1 and 2 swapped and of another tensor, every rank
+ * computes the same heads of both, only the CONCAT reads hc's out and only
+ * the attention q, and no chain between them takes an input of q's shape
+ * (a member's input of that shape may be its copy of q). */
 static bool q_kept_from(const bt_dist *d, const struct gchain *hc, const struct gchain *a) {
-    const struct bt_tensor *q = a->out->src[0], *o = hc->out, *x = q->src[0];
+    const struct bt_tensor *q = a->out->src[0];
     if (!hc->heads || q->op != BT_OP_CONCAT || q->op_params[0] != 0 || q->type != BT_TYPE_F32 ||
-        !bt_is_contiguous(q) || (q->flags & BT_TENSOR_FLAG_OUTPUT) || x->view_src != o || x->view_offs != 0 ||
-        o->type != BT_TYPE_F32 || x->ne[0] != o->ne[0] || x->ne[1] != o->ne[2] || x->ne[2] != o->ne[1] ||
-        x->nb[1] != o->nb[2] || x->nb[2] != o->nb[1])
+        !bt_is_contiguous(q) || !swapped_12(q->src[0], hc->out) || !same_heads(a, hc))
         return false;
-    for (int m = 0; m < a->n_ranks; m++)
-        if (a->lo[m] != hc->lo[m] * a->out->ne[0] || a->hi[m] != hc->hi[m] * a->out->ne[0]) return false;
     for (const struct gchain *b = hc + 1; b < a; b++)
         if (!memcmp(b->x->ne, q->ne, sizeof q->ne)) return false;
-    for (int i = 0; i < d->graph->n_nodes; i++) {
-        const struct bt_tensor *nd = d->graph->nodes[i];
-        if (nd == q || nd == a->out) continue;
-        if ((nd->view_src == o || nd == o || nd->view_src == q) && (nd->flags & BT_TENSOR_FLAG_OUTPUT)) return false;
-        if (bt_op_is_view(nd->op)) continue;
-        for (int k = 0; k < BT_MAX_SRC; k++) {
-            const struct bt_tensor *src = nd->src[k];
-            if (src && (src == o || src->view_src == o || src == q || src->view_src == q)) return false;
-        }
-    }
-    return true;
+    return read_only_by(d, hc->out, q) && read_only_by(d, q, a->out);
 }
 
 /* What chain i, just found, takes from the chains before it in its split:
