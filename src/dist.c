@@ -107,6 +107,13 @@ struct gchain {
      * MUL_MAT node; lo/hi are each rank's rows of its weight, T the columns
      * of x, and home sends every member all of x */
     bool rows;
+    /* a dense product of a group whose ranks hold the dense weights whole
+     * (whole; plan.h: bt_expert_group tokens), and with cols divided by
+     * tokens (a ubatch of at least BT_TOKENS_MIN): lo/hi are each rank's
+     * columns of x and of out, home sends each member its columns of x
+     * and takes them back into out in place; without cols, by rows, each
+     * rank computing its rows of the whole weight (rows_of_whole) */
+    bool whole, cols;
     /* an attention divided by q heads (a group's prompt attention, with rows
      * set: out is [Dv, H, T] and lo/hi count its floats per token, a
      * whole number of heads); home sends each member its heads of q, the kv
@@ -126,8 +133,9 @@ struct gchain {
     bool x_kept;
     /* an attention's heads kept where they are computed: the chain after it
      * is a per-head product of them (MLA's attn_v_b) with the same heads on
-     * every rank, and nothing else reads them.  A member copies its heads
-     * of out into that product's input (a member's x_in) and sends them
+     * every rank, and nothing else reads them.  A member's product reads its
+     * heads of out in place (its x_in is out with dimensions 1 and 2
+     * swapped, out has memory of its own: member_outs) and it sends them
      * home only when home asks (its eval callback may want them whole);
      * home sends the product no x (keeps on the attention, x_from_attn on
      * the product; both only in micro-batches whose attention is divided,
@@ -137,8 +145,9 @@ struct gchain {
     /* a per-head product's heads kept where they are computed for the
      * attention chain q_to (its index; -1: none; MLA's attn_k_b, whose
      * result is the first part of each row of the attention's q): a member
-     * copies its heads of out into that part of its copy of q and sends
-     * them home only when home asks; home then sends the attention only the
+     * computes its heads of out into that part of its copy of q (its out is
+     * that part of the copy, dimensions 1 and 2 swapped: alias_q_outs) and
+     * sends them home only when home asks; home then sends the attention only the
      * rest of each row of q (q_kept on the attention: the floats of each
      * row that are the product's, 0: none).  Home tells a member
      * whether the attention is divided (its word) at this chain, before it
@@ -330,6 +339,7 @@ static bt_transport *xfer_transport(const bt_dist *d, const struct xfer *xf) {
 static void release_chains(bt_dist *d);
 
 static void member_outs(bt_dist *d, bt_buffer_t b, void *data);
+static bool in_host_memory(const struct bt_tensor *x);
 static void release_plan(bt_dist *d) {
     for (int x = 0; x < d->n_xfers; x++) {
         struct xfer *xf = &d->xfers[x];
@@ -662,12 +672,26 @@ static struct bt_tensor *one_node_chain(struct gchain *ch, const struct bt_graph
 }
 
 /* A dense product's chain: the one node j of a split. */
-static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j) {
+static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j, bool tokens) {
     struct bt_tensor *nd = one_node_chain(ch, v, j, v->nodes[j]->src[1]);
     ch->T = bt_nelements(ch->x) / ch->x->ne[0];
     ch->d_x = ch->x->ne[0];
     ch->d_out = nd->ne[0];
-    for (int m = 0; m < ch->n_ranks; m++) bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+    ch->whole = tokens;
+    ch->cols = tokens && ch->T >= BT_TOKENS_MIN && ch->x->ne[1] == ch->T && nd->ne[1] == ch->T &&
+               bt_is_contiguous(ch->x) && bt_is_contiguous(nd);
+    for (int m = 0; m < ch->n_ranks; m++) {
+        bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
+        if (ch->cols) ch->lo[m] = ch->T * m / ch->n_ranks, ch->hi[m] = ch->T * (m + 1) / ch->n_ranks;
+    }
+}
+
+/* A dense product's rows of a weight held whole (whole without cols): the
+ * weight's rows this rank computes while on, all of them (as held) after. */
+static void rows_of_whole(const struct gchain *ch, bool on) {
+    if (!ch->whole || ch->cols) return;
+    ch->w[0]->row_lo = on ? (int32_t)ch->lo[ch->me] : 0;
+    ch->w[0]->row_hi = on ? (int32_t)ch->hi[ch->me] : (int32_t)ch->w[0]->ne[1];
 }
 
 /* The prompt attention of a group that divides every product: its q heads
@@ -919,7 +943,7 @@ static enum bt_status find_chains(bt_dist *d) {
             } else if (heads) {
                 heads_chain_at(ch, &sp->graph, j);
             } else if (rows) {
-                row_chain_at(ch, &sp->graph, j);
+                row_chain_at(ch, &sp->graph, j, grp->tokens);
             } else {
                 chain_at(d, ch, &sp->graph, j);
                 enum bt_status st = chain_check(d, ch);
@@ -972,11 +996,16 @@ static enum bt_status find_chains(bt_dist *d) {
     if (d->n_chains == 0) return BT_OK;
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
-        if (!ch->attn) continue;
+        if (!ch->attn && !(ch->cols && me > 0)) continue; /* (home's columns: compute_split) */
         struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
         if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         d->ranged = nr;
         d->ranged[d->n_ranged++] = ch->out;
+        if (ch->cols) {
+            ch->out->col_lo = (int32_t)ch->lo[me];
+            ch->out->col_hi = (int32_t)ch->hi[me];
+            continue;
+        }
         ch->out->row_lo = (int32_t)(ch->lo[me] / ch->out->ne[0]);
         ch->out->row_hi = (int32_t)(ch->hi[me] / ch->out->ne[0]);
     }
@@ -1002,10 +1031,14 @@ static enum bt_status find_chains(bt_dist *d) {
         }
         /* a dense product's input as home's (any shape, contiguous): one
          * tensor for all the products of that shape (a member computes one
-         * product at a time, and its input is set just before) */
+         * product at a time, and its input is set just before); the heads
+         * of the attention before (x_from_attn): a tensor of its own, which
+         * member_outs makes that attention's result with dimensions 1 and 2
+         * swapped */
         ch->x_in = NULL;
-        for (int j = 0; j < i && ch->rows; j++)
-            if (d->chains[j].rows && !memcmp(d->chains[j].x_in->ne, ch->x->ne, sizeof ch->x->ne))
+        for (int j = 0; j < i && ch->rows && !ch->x_from_attn; j++)
+            if (d->chains[j].rows && !d->chains[j].x_from_attn &&
+                !memcmp(d->chains[j].x_in->ne, ch->x->ne, sizeof ch->x->ne))
                 ch->x_in = d->chains[j].x_in;
         if (!ch->x_in) {
             ch->x_in = ch->rows ? bt_new_tensor(d->gctx, BT_TYPE_F32, 4, ch->x->ne)
@@ -1038,8 +1071,8 @@ static bool held_share(const bt_dist *d, const struct bt_tensor *t, int64_t *lo,
         const struct gchain *ch = &d->chains[i];
         for (int k = 0; k < ch->n_w; k++)
             if (ch->w[k] == t) {
-                *lo = ch->rows ? ch->lo[ch->me] : ch->hold_lo[ch->me];
-                *hi = ch->rows ? ch->hi[ch->me] : ch->hold_hi[ch->me];
+                *lo = ch->whole ? 0 : ch->rows ? ch->lo[ch->me] : ch->hold_lo[ch->me];
+                *hi = ch->whole ? t->ne[1] : ch->rows ? ch->hi[ch->me] : ch->hold_hi[ch->me];
                 *rows = ch->rows && !ch->heads; /* a per-head product's: matrices, as experts */
                 return true;
             }
@@ -1061,30 +1094,75 @@ static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
     return false;
 }
 
+/* The memory of a member's chain results: the largest of those the chain
+ * after reads in place (kept: an attention's that keeps its heads), or of
+ * the others. */
+static size_t member_out_part(const bt_dist *d, bt_buffer_type_t buft, bool kept) {
+    size_t n = 0;
+    for (int i = 0; i < d->n_chains; i++)
+        if (d->chains[i].me > 0 && d->chains[i].keeps == kept && bt_buft_get_alloc_size(buft, d->chains[i].out) > n)
+            n = bt_buft_get_alloc_size(buft, d->chains[i].out);
+    return n;
+}
+
+static size_t member_out_bytes(const bt_dist *d, bt_buffer_type_t buft) {
+    const size_t a = bt_buft_get_alignment(buft);
+    return (member_out_part(d, buft, false) + a - 1) / a * a + member_out_part(d, buft, true);
+}
+
+/* Contiguous strides for t's shape and type. */
+static void contiguous_strides(struct bt_tensor *t) {
+    t->nb[1] = bt_row_size(t->type, t->ne[0]);
+    for (int i = 2; i < BT_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
+}
+
 /* A member's chain results share one piece of memory: it computes one chain
  * at a time and sends its rows before the next (left to the graph
  * allocator, results that nothing on the member reads would each keep
- * their own).  Each result gets data (in buffer b; NULL, NULL: none). */
+ * their own).  The results the chain after reads in place (keeps) share a
+ * second piece after it, and that chain's input (x_in) is the result with
+ * dimensions 1 and 2 swapped.  Each result gets data (in buffer b, of
+ * member_out_bytes; NULL, NULL: none, and the strides alias_q_outs
+ * changed back). */
 static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
+    const size_t a = b ? bt_buft_get_alignment(bt_buffer_get_type(b)) : 1;
+    uint8_t *kept = b ? (uint8_t *)data + (member_out_part(d, bt_buffer_get_type(b), false) + a - 1) / a * a
+                      : (uint8_t *)data;
     for (int i = 0; i < d->n_chains; i++) {
-        struct bt_tensor *out = d->chains[i].out;
-        if (d->chains[i].me <= 0) continue;
+        struct gchain *ch = &d->chains[i];
+        struct bt_tensor *out = ch->out;
+        if (ch->me <= 0) continue;
         out->buffer = NULL;
         out->data = data;
+        if (!data && ch->q_to >= 0) contiguous_strides(out);
         if (b) {
             out->data = NULL;
-            bt_tensor_alloc(b, out, data);
+            bt_tensor_alloc(b, out, ch->keeps ? kept : data);
         }
+        if (!ch->keeps || ch->attn == false) continue;
+        struct bt_tensor *x = ch[1].x_in; /* (a member's own tensor: find_chains) */
+        x->buffer = out->buffer;
+        x->data = out->data;
+        x->nb[1] = out->nb[2];
+        x->nb[2] = out->nb[1];
     }
 }
 
-/* The memory member_outs shares: the largest result. */
-static size_t member_out_bytes(const bt_dist *d, bt_buffer_type_t buft) {
-    size_t n = 0;
-    for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].me > 0 && bt_buft_get_alloc_size(buft, d->chains[i].out) > n)
-            n = bt_buft_get_alloc_size(buft, d->chains[i].out);
-    return n;
+/* A member's per-head products whose heads an attention after it keeps
+ * (q_to): each computes them in place into the first part of each row of
+ * the member's copy of that attention's q (its out that part with
+ * dimensions 1 and 2 swapped), once that copy has memory. */
+static void alias_q_outs(bt_dist *d) {
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        if (ch->me <= 0 || ch->q_to < 0) continue;
+        const struct bt_tensor *q = d->chains[ch->q_to].ins[0];
+        if (!in_host_memory(q)) continue;
+        ch->out->buffer = q->buffer;
+        ch->out->data = q->data;
+        ch->out->nb[1] = q->nb[2];
+        ch->out->nb[2] = q->nb[1];
+    }
 }
 
 static void release_chains(bt_dist *d) {
@@ -1120,6 +1198,7 @@ static void release_chains(bt_dist *d) {
     d->n_chains = d->n_chain_home = 0;
     for (int i = 0; i < d->n_ranged; i++)
         d->ranged[i]->expert_lo = d->ranged[i]->expert_hi = d->ranged[i]->row_lo = d->ranged[i]->row_hi = 0;
+    for (int i = 0; i < d->n_ranged; i++) d->ranged[i]->col_lo = d->ranged[i]->col_hi = 0;
     free(d->ranged);
     d->ranged = NULL;
     d->n_ranged = 0;
@@ -1561,6 +1640,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     if (!d->galloc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
+    alias_q_outs(d);
     d->stats.compute_bytes = (int64_t)(bt_gallocr_get_buffer_size(d->galloc, 0) + gout_bytes);
 
     /* slots: one buffer of the backend's host memory (pinned for a GPU, so
@@ -1930,7 +2010,6 @@ static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k,
 
 /* ---- expert groups (struct gchain): running the chains ------------------------------ */
 
-static bool in_host_memory(const struct bt_tensor *x);
 /* Wait for one of a chain's transfers (on the main transport). */
 static enum bt_status chain_wait(bt_dist *d, bt_treq *r) { return r->active ? wait_on(d, d->t, r) : BT_OK; }
 
@@ -2332,22 +2411,26 @@ static bool in_host_memory(const struct bt_tensor *x) {
     return b && bt_buft_is_host(bt_buffer_get_type(b));
 }
 
-/* Member m's heads of a per-head product's x (dimension 2) to buf, in the
- * order of a contiguous x; returns the bytes (buf NULL: only counts). */
-static size_t heads_pack(const struct gchain *ch, int m, uint8_t *buf) {
-    const struct bt_tensor *x = ch->x;
+/* Heads [lo, hi) of x, a per-head product's input or result ([n, T, H],
+ * any strides, host memory), to buf or from it (unpack), in the order of a
+ * contiguous x: each head's tokens in turn; returns the bytes (buf NULL:
+ * only counts). */
+static size_t heads_copy(struct bt_tensor *x, int64_t lo, int64_t hi, uint8_t *buf, bool unpack) {
     const size_t row = sizeof(float) * (size_t)x->ne[0];
     size_t n = 0;
-    for (int64_t h = ch->lo[m]; h < ch->hi[m]; h++)
-        for (int64_t t = 0; t < x->ne[1]; t++, n += row)
-            if (buf) memcpy(buf + n, (const uint8_t *)x->data + h * x->nb[2] + t * x->nb[1], row);
+    for (int64_t h = lo; h < hi; h++)
+        for (int64_t t = 0; t < x->ne[1]; t++, n += row) {
+            uint8_t *at = (uint8_t *)x->data + h * x->nb[2] + t * x->nb[1];
+            if (buf && unpack) memcpy(at, buf + n, row);
+            else if (buf) memcpy(buf + n, at, row);
+        }
     return n;
 }
 
 /* The bytes of out that member m computes: its rows of every column, or its heads. */
 static size_t row_out_bytes(const struct gchain *ch, int m) {
-    return ch->heads ? (size_t)(ch->hi[m] - ch->lo[m]) * ch->out->nb[2]
-                     : sizeof(float) * (size_t)((ch->hi[m] - ch->lo[m]) * ch->T);
+    return ch->heads ? (size_t)((ch->hi[m] - ch->lo[m]) * ch->out->ne[1]) * bt_row_size(ch->out->type, ch->out->ne[0])
+                     : sizeof(float) * (size_t)((ch->hi[m] - ch->lo[m]) * (ch->cols ? ch->d_out : ch->T));
 }
 
 /* home, before the product of micro-batch k: all of x to every member that
@@ -2364,8 +2447,9 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         if (ch->hi[m] == ch->lo[m]) continue;
         const size_t ob = row_out_bytes(ch, m);
         enum bt_status st = BT_OK;
-        if (rows_back(d, ch, c, k))
-            st = bt_transport_irecv(t, gb->o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
+        /* a member's columns of out: into out itself where it is host memory */
+        void *o = ch->cols && in_host_memory(ch->out) ? (uint8_t *)ch->out->data + ch->lo[m] * ch->out->nb[1] : (void *)gb->o;
+        if (rows_back(d, ch, c, k)) st = bt_transport_irecv(t, o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
         if (x_held(ch, c, k)) { /* the member has it (a send of nothing in the trace, chain by chain) */
             if (d->trace) trace_add(d, BT_TRACE_SEND, t0, bt_now_s(), k, ch->split, ch->ranks[m], 0);
@@ -2374,8 +2458,13 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
         const void *x = ch->x->data;
         if (ch->attn || ch->heads) {
-            xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false) : heads_pack(ch, m, (uint8_t *)gb->x);
+            xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false) : heads_copy(ch->x, ch->lo[m], ch->hi[m], (uint8_t *)gb->x, false);
             x = gb->x;
+        } else if (ch->cols) { /* its columns */
+            const size_t at = (size_t)ch->lo[m] * ch->x->nb[1];
+            xb = sizeof(float) * (size_t)((ch->hi[m] - ch->lo[m]) * ch->d_x);
+            if (in_place) x = (const uint8_t *)ch->x->data + at;
+            else bt_tensor_get(ch->x, gb->x, at, xb), x = gb->x;
         } else if (!in_place) {
             bt_tensor_get(ch->x, gb->x, 0, xb);
             x = gb->x;
@@ -2412,37 +2501,16 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
             bt_tensor_set(ch->out, d->gbufs[m].o, (size_t)ch->lo[m] * ch->out->nb[2], ob);
             continue;
         }
+        if (ch->cols) { /* (in place: row_send) */
+            if (!in_host_memory(ch->out)) bt_tensor_set(ch->out, d->gbufs[m].o, (size_t)ch->lo[m] * ch->out->nb[1], ob);
+            continue;
+        }
         for (int64_t j = 0; j < ch->T; j++)
             bt_tensor_set(ch->out, (const uint8_t *)d->gbufs[m].o + (size_t)j * rb,
                           sizeof(float) * (size_t)(j * ch->d_out + ch->lo[m]), rb);
     }
     ch->done_k[c] = k;
     return BT_OK;
-}
-
-/* A member, after attention chain ch (keeps): its heads of out into the
- * input of the per-head product after it, where home would send them
- * (heads_pack's order: each head's tokens in turn). */
-static void keep_heads(const struct gchain *ch) {
-    const struct bt_tensor *o = ch->out;
-    struct bt_tensor *x = ch[1].x_in;
-    const size_t row = sizeof(float) * (size_t)o->ne[0];
-    size_t n = (size_t)ch[1].lo[ch->me] * x->nb[2];
-    for (int64_t h = ch[1].lo[ch->me]; h < ch[1].hi[ch->me]; h++)
-        for (int64_t t = 0; t < o->ne[2]; t++, n += row)
-            bt_tensor_set(x, (const uint8_t *)o->data + h * o->nb[1] + t * o->nb[2], n, row);
-}
-
-/* A member, after per-head product ch whose heads attention chain a keeps:
- * its heads of out into the first part of each row of its copy of a's q
- * (the rest home sends it, attn_pack). */
-static void keep_q(const struct gchain *ch, const struct gchain *a) {
-    const struct bt_tensor *o = ch->out;
-    struct bt_tensor *q = a->ins[0];
-    const size_t row = sizeof(float) * (size_t)o->ne[0];
-    for (int64_t h = ch->lo[ch->me]; h < ch->hi[ch->me]; h++)
-        for (int64_t t = 0; t < o->ne[1]; t++)
-            bt_tensor_set(q, (const uint8_t *)o->data + h * o->nb[2] + t * o->nb[1], h * q->nb[1] + t * q->nb[2], row);
 }
 
 /* A member: home's word of attention chain a in micro-batch k (slot c). */
@@ -2477,16 +2545,21 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     const int32_t word = a ? a->slots[c * a->n_ranks].divide : 0;
     const bool q_keep = !ch->attn && (word & ATTN_DIVIDE);
     const size_t xb = ch->attn    ? attn_pack(ch, ch->me, NULL, false)
-                      : ch->heads ? heads_pack(ch, ch->me, NULL)
+                      : ch->heads ? heads_copy(ch->x, ch->lo[ch->me], ch->hi[ch->me], NULL, false)
+                      : ch->cols  ? sizeof(float) * (size_t)(rows * ch->d_x)
                                   : sizeof(float) * (size_t)(ch->T * ch->d_x);
     const size_t rb = sizeof(float) * (size_t)rows, ob = row_out_bytes(ch, ch->me);
     /* a per-head product's heads of x where they lie in x_in */
-    const size_t x_at = ch->heads ? (size_t)ch->lo[ch->me] * ch->x_in->nb[2] : 0;
-    /* into x_in itself where it is host memory (an attention's packed
-     * sources into the buffer, then into its own copies of them, at which
-     * its node points again: the scheduler points it at its slots' copies) */
+    const size_t x_at = ch->heads  ? (size_t)ch->lo[ch->me] * ch->x_in->nb[2]
+                        : ch->cols ? (size_t)ch->lo[ch->me] * ch->x_in->nb[1]
+                                   : 0;
+    /* into x_in itself where it is host memory and contiguous (an
+     * attention's packed sources into the buffer, then into its own copies
+     * of them, at which its node points again: the scheduler points it at
+     * its slots' copies; the heads of the attention before, x_from_attn,
+     * into that attention's result, where x_in reads them) */
     for (int k = 0; k < BT_MAX_SRC && ch->attn; k++) ch->out->src[k] = ch->ins[k];
-    const bool in_place = in_host_memory(ch->x_in) && !ch->attn;
+    const bool in_place = in_host_memory(ch->x_in) && !ch->attn && !ch->x_from_attn;
     void *x = in_place ? (void *)((uint8_t *)ch->x_in->data + x_at) : gb->x;
     if (!x_held(ch, c, k)) { /* else x_in holds it, from the chain before */
         st = bt_transport_irecv(t, x, xb, ch->home, ch->tag0 + 3 * c + 1, &gb->x_req);
@@ -2496,23 +2569,29 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
         d->stats.wait_s += bt_now_s() - w0;
         if (d->trace) trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, (int64_t)xb);
         if (ch->attn) attn_pack(ch, ch->me, (uint8_t *)gb->x, true);
+        else if (ch->x_from_attn) heads_copy(ch->x_in, ch->lo[ch->me], ch->hi[ch->me], (uint8_t *)gb->x, true);
         else if (!in_place) bt_tensor_set(ch->x_in, gb->x, x_at, xb);
     } else if (d->trace) {
         trace_add(d, BT_TRACE_WAIT, w0, bt_now_s(), k, ch->split, ch->home, 0);
     }
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
-    if ((st = compute_nodes(d, &cg)) != BT_OK) return st;
+    rows_of_whole(ch, true);
+    st = compute_nodes(d, &cg);
+    rows_of_whole(ch, false);
+    if (st != BT_OK) return st;
     const double t2 = bt_now_s();
     d->stats.compute_s += t2 - t1;
     d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
-    if (ch->keeps) keep_heads(ch);
-    if (q_keep) keep_q(ch, a);
     if ((ch->attn && !(word & ATTN_ROWS_BACK)) || (q_keep && !(word & ATTN_Q_BACK))) return BT_OK;
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
-    if (ch->heads)
+    if (ch->heads && in_host_memory(ch->out)) /* (its out may be q's first part: alias_q_outs) */
+        heads_copy(ch->out, ch->lo[ch->me], ch->hi[ch->me], (uint8_t *)gb->o, false);
+    else if (ch->heads)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
+    else if (ch->cols)
+        bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[1], ob);
     else
         for (int64_t j = 0; j < ch->T; j++)
             bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)j * rb,
@@ -2722,15 +2801,19 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
+            if (chain->cols) chain->out->col_lo = (int32_t)chain->lo[0], chain->out->col_hi = (int32_t)chain->hi[0];
             if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
             if (!chain->rows) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
             if (!chain->rows) chain_mask_ids(chain, c, true);
+            rows_of_whole(chain, true);
             if (st == BT_OK) st = compute_nodes(d, &rows);
+            rows_of_whole(chain, false);
             if (!chain->rows) chain_mask_ids(chain, c, false);
             if (!chain->rows) chain_compute_experts(chain, chain->hold_lo[0], chain->hold_hi[0]);
             if (!chain->rows) chain_glu_rows(chain, 0, 0, false);
             chain->out->row_lo = head_lo;
             chain->out->row_hi = head_hi;
+            chain->out->col_lo = chain->out->col_hi = 0;
             const double t2 = bt_now_s();
             if (!chain->rows) d->stats.expert_s += t2 - t1;
             d->stats.attn_divided += chain->attn && !alone;

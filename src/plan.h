@@ -60,12 +60,23 @@ struct bt_dist_pin {
  * member the product's input and takes back the member's rows of its
  * result; the per-head products of an attention by heads
  * (bt_head_divisible); and a prompt's attention by q heads (dist.c:
- * attn_divisible).
+ * attn_divisible).  With tokens set too, every member holds those dense
+ * weights whole, and a ubatch of at least BT_TOKENS_MIN tokens divides
+ * each dense product by tokens instead: member i computes every row for
+ * its columns of the input (a contiguous range of tokens), so the first
+ * rank sends it only those columns and takes back the same columns of the
+ * result, each a contiguous piece of memory.
  * Every rank of the group then computes a share of every layer. */
+#define BT_TOKENS_MIN 64
 struct bt_expert_group {
     int32_t n_ranks;
     int32_t ranks[BT_EXPERT_GROUP_MAX]; /* ranks[0] runs the layers */
     bool dense;
+    /* with dense: every rank holds the dense weights whole, and a ubatch of
+     * at least BT_TOKENS_MIN tokens has its dense products divided by
+     * tokens (each rank computes every row for its columns), a smaller
+     * one's by rows (the topology's divide: tokens; CPU ranks only) */
+    bool tokens;
     /* experts each rank holds past its share on either side (the
      * topology's pipeline.expert_overlap): the first rank then moves each
      * layer's boundaries between the ranks within them per ubatch, so that

@@ -680,13 +680,26 @@ static enum bt_status parse_pipeline(struct tp *p, yaml_node_t *v) {
     if (st) return st;
     if (f[4].v && (st = parse_groups(p, f[4].v))) return st;
     if (f[5].v) {
-        /* what the expert groups divide: their experts, or every product's rows as well */
-        static const char *const divides[] = {"experts", "all"};
+        /* what the expert groups divide: their experts, or every product's
+         * rows as well, or a prompt's tokens in the dense products (their
+         * weights whole on every rank of a group) */
+        static const char *const divides[] = {"experts", "all", "tokens"};
         int x = 0;
-        if ((st = get_enum(p, &w, "divide", f[5].v, divides, 2, &x, NULL))) return st;
-        if (x == 1 && t->pipeline.n_groups == 0)
-            return FAIL(p, f[5].v, "pipeline.divide: all: there are no expert_groups to divide the products");
-        t->pipeline.divide_dense = x == 1;
+        if ((st = get_enum(p, &w, "divide", f[5].v, divides, 3, &x, NULL))) return st;
+        if (x > 0 && t->pipeline.n_groups == 0)
+            return FAIL(p, f[5].v, "pipeline.divide: %s: there are no expert_groups to divide the products",
+                        divides[x]);
+        for (int g = 0; x == 2 && g < t->pipeline.n_groups; g++)
+            for (int i = 0; i < t->pipeline.groups[g].n_ranks; i++) {
+                const struct bt_topo_rank *r = &t->ranks[t->pipeline.groups[g].ranks[i]];
+                if (r->backend != BT_TOPO_BACKEND_CPU)
+                    return FAIL(p, f[5].v,
+                                "pipeline.divide: tokens: rank %d of expert group %d is cuda:%d; only cpu ranks "
+                                "divide a product by tokens (divide: all divides its rows on any rank)",
+                                t->pipeline.groups[g].ranks[i], g, r->device);
+            }
+        t->pipeline.divide_dense = x > 0;
+        t->pipeline.divide_tokens = x == 2;
     }
     if (f[6].v) {
         /* experts held past the even share, so the first rank can balance

@@ -212,7 +212,8 @@ struct bt_topology {
         int n_pins;
         struct bt_topo_group *groups;
         int n_groups;
-        bool divide_dense; /* divide: all: the groups divide every dense product's rows too */
+        bool divide_dense; /* divide: all or tokens: the groups divide every dense product too */
+        bool divide_tokens; /* divide: tokens: by a prompt's tokens, the dense weights whole on every rank */
         int expert_overlap; /* experts a group's rank holds past its even share on either side */
         char *model; /* NULL when the file names none */
         struct bt_topo_pos pos, micro_batches_pos, partition_pos, pin_pos, model_pos;

@@ -736,6 +736,21 @@ for m in ds gemma oss; do
             --model "$tmp/$m.gguf" --tokens 20 --micro-batches 3
     done
 done
+# divide: tokens: both ranks hold the dense weights whole; a ubatch of 64 tokens or more has each
+# dense product divided by tokens (each rank every row of its columns), a smaller one by rows of
+# the whole weight; one process's logits and text, and plan shows the weights whole on both
+sed 's/^  expert_groups: \[\[0, 1\]\]$/&\n  divide: tokens/' "$tmp/group.yaml" >"$tmp/tokens.yaml"
+for m in ds gemma oss; do
+    for n in 100 20; do
+        expect 0 "output equals a one-rank run \(3 micro-batches, bitwise\)" \
+            "demo: $m, $n tokens, a group of 2 that divides the dense products by tokens" -- \
+            env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/tokens.yaml" -- baton demo \
+            --model "$tmp/$m.gguf" --tokens "$n" --micro-batches 3
+    done
+done
+expect 0 "dense products divided by tokens \(ubatches of fewer than 64 tokens: by rows\): [0-9]+ weights \(([0-9.]+) MiB\); rank 0 holds \1 MiB, rank 1 holds \1 MiB" \
+    "plan: divide: tokens, the dense weights whole on both ranks" -- \
+    "$baton" plan -m "$tmp/ds.gguf" --topology "$tmp/tokens.yaml"
 # ranks that hold experts past their shares (expert_overlap): rank 0 moves the boundaries between
 # them by each ubatch's routing; one process's logits, and plan shows the overlapping ranges
 sed 's/^  expert_groups: \[\[0, 1\]\]$/&\n  expert_overlap: 1/' "$tmp/group.yaml" >"$tmp/overlap.yaml"
@@ -766,6 +781,14 @@ if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-2.txt"; then
     ok "generate: ds, 16 sequences at once on a group that divides every product: one process's text"
 else
     bad "generate: ds, 16 sequences at once on a group that divides every product: $(head -c 300 "$tmp/p16-2.err")"
+fi
+# and on the group that divides by tokens (the prompts' 80 tokens by tokens, the decode steps by rows)
+env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/tokens.yaml" -- baton generate -m "$tmp/ds.gguf" \
+    --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-3.txt" 2>"$tmp/p16-3.err"
+if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-3.txt"; then
+    ok "generate: ds, 16 sequences at once on a group that divides by tokens: one process's text"
+else
+    bad "generate: ds, 16 sequences at once on a group that divides by tokens: $(head -c 300 "$tmp/p16-3.err")"
 fi
 # with --dump-tensors the kept heads come back: q and the attention's result whole, as one process's
 "$baton" demo --model "$tmp/ds.gguf" --tokens 20 --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 |

@@ -1069,6 +1069,65 @@ START_TEST(test_mul_mat_heads_share) {
 }
 END_TEST
 
+/* A group's share of a prompt's tokens (bt_tensor col_lo/hi of the node:
+ * dist.c's dense products divided by tokens): MUL_MAT computes only those
+ * columns of its result, bitwise the whole node's, leaving the others as
+ * they were; the shares together give the whole.  With the weight's
+ * row_lo/hi as well (a share of rows inside the columns) only that block.
+ * 1 and 3 threads, cuts below and above the GEMM's width. */
+START_TEST(test_mul_mat_cols_share) {
+    enum bt_type wt = wtypes[_i];
+    tu_rng r;
+    tu_rng_init(&r, 790 + _i);
+    const int64_t m = 64, T = 70;
+    const int64_t k = k_blocks(wt, is_block(wt) ? 64 : 63);
+    snprintf(g_case, sizeof(g_case), "cols share %s", bt_type_name(wt));
+    bt_context *ctx = tu_ctx(16);
+    int64_t nea[4] = {k, m, 1, 1}, neb[4] = {k, T, 1, 1};
+    struct bt_tensor *a = new_input(ctx, wt, nea, L_CONT, &r, -1, 1);
+    struct bt_tensor *b = new_input(ctx, BT_TYPE_F32, neb, L_CONT, &r, -1, 1);
+    struct bt_tensor *out = bt_mul_mat(ctx, a, b);
+    struct bt_graph *g = graph1(ctx, out);
+    require_supported(out);
+    const size_t n = (size_t)(m * T);
+    float *whole = malloc(n * sizeof(float)), *both = malloc(n * sizeof(float));
+    for (int nt = 1; nt <= 3; nt += 2) {
+        ck_assert_int_eq(tu_run(g, nt), BT_OK);
+        memcpy(whole, out->data, n * sizeof(float));
+        for (int rows = 0; rows < 2; rows++) {
+            const int64_t cut[3] = {0, 3, T}, rlo = rows ? 32 : 0, rhi = m;
+            for (size_t i = 0; i < n; i++) both[i] = NAN;
+            for (int sh = 0; sh < 2; sh++) {
+                out->col_lo = (int32_t)cut[sh];
+                out->col_hi = (int32_t)cut[sh + 1];
+                a->row_lo = (int32_t)rlo;
+                a->row_hi = rows ? (int32_t)rhi : 0;
+                float *o = out->data;
+                for (size_t i = 0; i < n; i++) o[i] = -7.0f; /* what was there */
+                ck_assert_int_eq(tu_run(g, nt), BT_OK);
+                for (size_t i = 0; i < n; i++) {
+                    const int64_t row = (int64_t)(i % (size_t)m), col = (int64_t)(i / (size_t)m);
+                    if (col >= cut[sh] && col < cut[sh + 1] && row >= rlo && row < rhi)
+                        both[i] = o[i];
+                    else
+                        ck_assert_msg(o[i] == -7.0f, "%s: element (%lld, %lld) outside the share was written", g_case,
+                                      (long long)row, (long long)col);
+                }
+            }
+            out->col_lo = out->col_hi = a->row_lo = a->row_hi = 0;
+            for (size_t i = 0; i < n; i++)
+                if ((int64_t)(i % (size_t)m) >= rlo)
+                    ck_assert_msg(memcmp(&whole[i], &both[i], sizeof(float)) == 0,
+                                  "%s threads %d rows %d: element %zu of the shares differs from the whole", g_case,
+                                  nt, rows, i);
+        }
+    }
+    free(whole);
+    free(both);
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- get_rows ---- */
 
 START_TEST(test_get_rows) {
@@ -1701,6 +1760,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat_every_type, 0, BT_TYPE_COUNT);
     tcase_add_loop_test(tc, test_mul_mat_id, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_id_share, 0, N_WTYPES);
+    tcase_add_loop_test(tc, test_mul_mat_cols_share, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_mul_mat_heads_share, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_get_rows, 0, 9);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);

@@ -496,8 +496,21 @@ START_TEST(test_expert_groups) {
     load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1, 2, 3]]\n  divide: experts\n", &t);
     ck_assert(!t.pipeline.divide_dense);
     bt_topology_free(&t);
+    /* divide: tokens: the dense products by a prompt's tokens, their weights whole on every rank */
+    load_ok(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  divide: tokens\n", &t);
+    ck_assert(t.pipeline.divide_dense && t.pipeline.divide_tokens);
+    bt_topology_free(&t);
+    load_ok(HOSTS RANKS4 "pipeline:\n  divide: all\n  expert_groups: [[0, 1]]\n", &t);
+    ck_assert(t.pipeline.divide_dense && !t.pipeline.divide_tokens);
+    bt_topology_free(&t);
+    expect_err(HOSTS "ranks:\n  - {rank: 0, host: gpu01, backend: cpu}\n  - {rank: 1, host: gpu01, backend: cuda:3}\n"
+                     "pipeline:\n  expert_groups: [[0, 1]]\n  divide: tokens\n",
+               "12:11: pipeline.divide: tokens: rank 1 of expert group 0 is cuda:3; only cpu ranks divide a product by "
+               "tokens (divide: all divides its rows on any rank)");
+    expect_err(HOSTS RANKS4 "pipeline:\n  divide: tokens\n",
+               "13:11: pipeline.divide: tokens: there are no expert_groups to divide the products");
     expect_err(HOSTS RANKS4 "pipeline:\n  expert_groups: [[0, 1]]\n  divide: rows\n",
-               "14:11: pipeline.divide: expected experts or all, got 'rows'");
+               "14:11: pipeline.divide: expected experts, all or tokens, got 'rows'");
     expect_err(HOSTS RANKS4 "pipeline:\n  divide: all\n",
                "13:11: pipeline.divide: all: there are no expert_groups to divide the products");
     /* expert_overlap: experts held past the share, for home to balance by */

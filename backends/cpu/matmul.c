@@ -1607,6 +1607,23 @@ void bt_cpu_mul_mat(const struct bt_cpu_params *p, struct bt_tensor *d) {
     const struct bt_tensor *a = d->src[0], *b = d->src[1];
     const struct mm_slice sl = slice_layout(d);
     char *slice = thread_slice(p, &sl);
+    /* a group's share of the columns (bt_tensor col_lo/hi of the node):
+     * the product of those columns of b alone (each column's bits do not
+     * depend on the others: qtypes.h) */
+    struct bt_tensor b_cols, d_cols;
+    if (d->col_hi > 0) {
+        BT_ASSERT(b->ne[2] == 1 && b->ne[3] == 1 && d->col_lo >= 0 && d->col_hi <= b->ne[1]);
+        b_cols = *b;
+        b_cols.data = (char *)b->data + (size_t)d->col_lo * b->nb[1];
+        b_cols.ne[1] = d->col_hi - d->col_lo;
+        d_cols = *d;
+        d_cols.data = (char *)d->data + (size_t)d->col_lo * d->nb[1];
+        d_cols.ne[1] = b_cols.ne[1];
+        d_cols.col_lo = d_cols.col_hi = 0;
+        d_cols.src[1] = &b_cols;
+        b = &b_cols;
+        d = &d_cols;
+    }
     /* a group's share of the rows (bt_tensor row_lo/hi): the product of
      * those rows alone, as tensors that begin at row_lo (a multiple of the
      * repacked groups' rows); each element the same bits as in the whole */

@@ -69,6 +69,7 @@ enum bt_status bt_topology_plan_options(const struct bt_topology *t, struct bt_p
         for (int g = 0; g < t->pipeline.n_groups; g++) {
             (*groups)[g].n_ranks = t->pipeline.groups[g].n_ranks;
             (*groups)[g].dense = t->pipeline.divide_dense;
+            (*groups)[g].tokens = t->pipeline.divide_tokens;
             (*groups)[g].overlap = t->pipeline.expert_overlap;
             for (int i = 0; i < t->pipeline.groups[g].n_ranks; i++) (*groups)[g].ranks[i] = t->pipeline.groups[g].ranks[i];
         }

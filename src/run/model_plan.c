@@ -172,6 +172,7 @@ static double held_bytes(const struct bt_model_plan *mp, int i, int r) {
     if (bt_expert_group_of(mp->groups, mp->n_groups, r, &mine) != gi) return 0.0;
     if (bias) return (double)bt_nbytes(w);
     int64_t lo, hi;
+    if (rows && mp->groups[gi].tokens) return (double)bt_nbytes(w); /* whole on every rank */
     if (rows) {
         bt_row_share(w->ne[1], mp->groups[gi].n_ranks, mine, &lo, &hi);
         return (double)(hi - lo) * (double)w->nb[1];
@@ -196,9 +197,9 @@ static double weight_bytes(const struct bt_model_plan *mp, int r) {
     return b;
 }
 
-/* A group's dense weights divided by rows (or with heads, its per-head
- * products divided by heads), and each rank's share (held_bytes); the
- * per-head line only where there are some. */
+/* A group's dense weights divided by rows or by tokens (or with heads, its
+ * per-head products divided by heads), and each rank's share (held_bytes);
+ * the per-head line only where there are some. */
 static void print_divided(const struct bt_model_plan *mp, const struct bt_expert_group *grp, bool heads, FILE *f) {
     const struct bt_graph *g = mp->g.graph;
     const double mib = 1048576.0;
@@ -214,13 +215,18 @@ static void print_divided(const struct bt_model_plan *mp, const struct bt_expert
         for (int m = 0; m < grp->n_ranks; m++) per[m] += held_bytes(mp, i, grp->ranks[m]);
     }
     if (heads && n_w == 0) return;
-    fprintf(f, "    %s: %d weights (%.1f MiB);",
-            heads ? "per-head products divided by heads" : "dense products divided by rows", n_w, all / mib);
+    const bool tokens = !heads && grp->tokens;
+    if (tokens)
+        fprintf(f, "    dense products divided by tokens (ubatches of fewer than %d tokens: by rows)", BT_TOKENS_MIN);
+    else
+        fprintf(f, "    %s", heads ? "per-head products divided by heads" : "dense products divided by rows");
+    fprintf(f, ": %d weights (%.1f MiB);", n_w, all / mib);
     for (int m = 0; m < grp->n_ranks; m++)
         fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
     fprintf(f, "; per product, rank %d sends each member %s\n", home,
-            heads ? "its heads of the input and takes back theirs of the result"
-                  : "its input and takes back the member's rows");
+            heads    ? "its heads of the input and takes back theirs of the result"
+            : tokens ? "its tokens of the input and takes back their rows of the result"
+                     : "its input and takes back the member's rows");
 }
 
 /* Each expert group: its ranks and the experts each holds (the same share
@@ -368,7 +374,8 @@ void bt_model_plan_json(const struct bt_model_plan *mp, FILE *f) {
     for (int g = 0; g < mp->n_groups; g++) {
         fprintf(f, "%s{\"ranks\": [", g ? ", " : "");
         for (int i = 0; i < mp->groups[g].n_ranks; i++) fprintf(f, "%s%d", i ? ", " : "", mp->groups[g].ranks[i]);
-        fprintf(f, "], \"divide\": \"%s\"}", mp->groups[g].dense ? "all" : "experts");
+        fprintf(f, "], \"divide\": \"%s\"}",
+                mp->groups[g].tokens ? "tokens" : mp->groups[g].dense ? "all" : "experts");
     }
     fprintf(f, "]}\n");
 }
