@@ -8,6 +8,8 @@
 #             (pipeline.divide: all)
 #   balanced  as all, the ranks' experts overlapping by OVERLAP (pipeline.expert_overlap): the first
 #             rank balances each layer's routed pairs between the ranks per ubatch
+#   tokens    as balanced, the dense products divided by a prompt's tokens instead of rows (each rank
+#             holds the dense weights whole; pipeline.divide: tokens)
 # then per file, layout and test the median t/s and its ratio to `one`.  Both ranks share this
 # machine's cores and memory bandwidth: what separate hosts would add (a second host's bandwidth)
 # cannot show here; what a layout costs in transfers and in work left undivided can.
@@ -48,6 +50,7 @@ topo pipeline '  partition: auto\n'
 topo experts '  partition: auto\n  expert_groups: [[0, 1]]\n'
 topo all '  partition: auto\n  expert_groups: [[0, 1]]\n  divide: all\n'
 topo balanced "  partition: auto\n  expert_groups: [[0, 1]]\n  divide: all\n  expert_overlap: ${OVERLAP:-4}\n"
+topo tokens "  partition: auto\n  expert_groups: [[0, 1]]\n  divide: tokens\n  expert_overlap: ${OVERLAP:-4}\n"
 ub=(); [ -n "${UBATCH:-}" ] && ub=(--ubatch "$UBATCH")
 # "ppN X tgN Y": the t/s of a llama-bench-style table's rows
 run() { # run LAYOUT FILE

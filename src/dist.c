@@ -100,6 +100,9 @@ struct gbuf {
     float *x;      /* home: the rows of x for the member; member: the rows it was sent */
     float *o;      /* home: the member's rows of out; member: its rows, to send */
     bt_treq x_req, o_req;
+    /* a member: o_req sends from the memory of its chain results (a chain's
+     * columns, row_serve), which no chain computes into before it is done */
+    bool o_out;
 };
 struct gchain {
     int group, home, split;
@@ -2013,6 +2016,14 @@ static enum bt_status routed_take(bt_dist *d, struct xfer *xf, int c, int64_t k,
 /* Wait for one of a chain's transfers (on the main transport). */
 static enum bt_status chain_wait(bt_dist *d, bt_treq *r) { return r->active ? wait_on(d, d->t, r) : BT_OK; }
 
+/* A member, before it computes a chain into the memory of its results: the
+ * send of a chain's columns from there is done (gbuf o_out). */
+static enum bt_status outs_free(bt_dist *d, struct gbuf *gb) {
+    if (!gb->o_out) return BT_OK;
+    gb->o_out = false;
+    return chain_wait(d, &gb->o_req);
+}
+
 /* Whether rank m computes the pair of packed index i (slot i % K of token
  * i / K), of expert e, for the micro-batch at hand: e among its experts,
  * and of an expert it shares with a neighbour, on its side of the cut. */
@@ -2296,6 +2307,7 @@ static enum bt_status chain_serve(bt_dist *d, struct gchain *ch, int c, int64_t 
                 bt_tensor_set(ch->x_in, (const uint8_t *)gb->x + (size_t)(r++) * xrow, (size_t)tok * ch->x_in->nb[2], xrow);
         const double t1 = bt_now_s();
         struct bt_graph cg = {.size = ch->n_nodes, .n_nodes = ch->n_nodes, .nodes = ch->nodes, .ctx = d->graph->ctx};
+        if ((st = outs_free(d, gb)) != BT_OK) return st;
         chain_compute_experts(ch, ch->lo[me], ch->hi[me]);
         chain_glu_rows(ch, ch->lo[me], ch->hi[me], true);
         st = compute_nodes(d, &cg);
@@ -2576,6 +2588,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     }
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
+    if ((st = outs_free(d, gb)) != BT_OK) return st;
     rows_of_whole(ch, true);
     st = compute_nodes(d, &cg);
     rows_of_whole(ch, false);
@@ -2586,17 +2599,20 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
     if ((ch->attn && !(word & ATTN_ROWS_BACK)) || (q_keep && !(word & ATTN_Q_BACK))) return BT_OK;
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
-    if (ch->heads && in_host_memory(ch->out)) /* (its out may be q's first part: alias_q_outs) */
+    const void *o = gb->o;
+    if (ch->cols && in_host_memory(ch->out)) /* its columns, one piece: from out itself */
+        o = (const uint8_t *)ch->out->data + (size_t)ch->lo[ch->me] * ch->out->nb[1], gb->o_out = true;
+    else if (ch->cols)
+        bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[1], ob);
+    else if (ch->heads && in_host_memory(ch->out)) /* (its out may be q's first part: alias_q_outs) */
         heads_copy(ch->out, ch->lo[ch->me], ch->hi[ch->me], (uint8_t *)gb->o, false);
     else if (ch->heads)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
-    else if (ch->cols)
-        bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[1], ob);
     else
         for (int64_t j = 0; j < ch->T; j++)
             bt_tensor_get(ch->out, (uint8_t *)gb->o + (size_t)j * rb,
                           sizeof(float) * (size_t)(j * ch->d_out + ch->lo[ch->me]), rb);
-    if ((st = bt_transport_isend(t, gb->o, ob, ch->home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
+    if ((st = bt_transport_isend(t, o, ob, ch->home, ch->tag0 + 3 * c + 2, &gb->o_req)) != BT_OK)
         return fail(d, st, "%s", t->error);
     d->stats.bytes_sent += (int64_t)ob;
     d->stats.bytes_group += (int64_t)ob;
