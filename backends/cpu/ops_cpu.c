@@ -640,10 +640,15 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
                                bt_get_op_param_f32(dst, 7), corr);
     const int half = n_dims / 2;
     /* cache[2i], cache[2i+1] = cos, sin of theta_i for the token cached_i2;
-     * freq[i] the power of freq_base in theta_i, once a call (powf as
-     * costly as cosf and sinf, for every head and token) */
-    float *cache = scratch(p, dst), *freq = cache + d;
-    for (int i = 0; i < half && ext_factor == 0.0f; i++) freq[i] = powf(freq_base, -2.0f * (float)i / (float)n_dims);
+     * freq[i] the power of freq_base in theta_i, and with YaRN mix[i] its
+     * ramp's mix, once a call (powf as costly as cosf and sinf, for every
+     * head and token) */
+    float *cache = scratch(p, dst), *freq = cache + d, *mix = freq + half;
+    for (int i = 0; i < half; i++) {
+        freq[i] = bt_rope_yarn_freq(i, n_dims, freq_base);
+        if (ext_factor != 0.0f) mix[i] = bt_rope_yarn_mix(i, ext_factor, corr);
+    }
+    const float mscale = bt_rope_yarn_mscale(freq_scale, attn_factor);
     int64_t cached = -1;
     const size_t sa = a->nb[0], sd = dst->nb[0];
 
@@ -660,8 +665,7 @@ static void compute_rope(const struct bt_cpu_params *p, struct bt_tensor *dst) {
                     cache[2 * i] = cosf(theta) * attn_factor;
                     cache[2 * i + 1] = sinf(theta) * attn_factor;
                 } else {
-                    bt_rope_yarn_angle(ps, i, n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr,
-                                       &cache[2 * i], &cache[2 * i + 1]);
+                    bt_rope_yarn_cs(ps, freq[i], freq_scale, mix[i], mscale, &cache[2 * i], &cache[2 * i + 1]);
                 }
             }
             cached = i2;

@@ -176,20 +176,35 @@ BT_API struct bt_tensor *bt_rope_ext(bt_context *ctx, struct bt_tensor *a, struc
 #else
 #define BT_ROPE_FN static inline
 #endif
-/* cos and sin of pair i at position ps with YaRN (ggml's rope_yarn): the
- * interpolated and the extrapolated angle mixed by the ramp over the
- * correction dims; one definition for every backend */
-BT_ROPE_FN void bt_rope_yarn_angle(int32_t ps, int i, int n_dims, float freq_base, float freq_scale,
-                                   float ext_factor, float attn_factor, const float corr[2], float *c, float *s) {
-    const float theta_extrap = (float)ps * powf(freq_base, -2.0f * (float)i / (float)n_dims);
-    const float theta_interp = freq_scale * theta_extrap;
+/* YaRN (ggml's rope_yarn) in parts: pair i's frequency, the mix of its
+ * extrapolated angle by the ramp over the correction dims, and the cos/sin
+ * scale depend on no position (a caller may compute them once a call);
+ * bt_rope_yarn_cs then gives cos and sin of pair i at position ps.  One
+ * definition for every backend. */
+BT_ROPE_FN float bt_rope_yarn_freq(int i, int n_dims, float freq_base) {
+    return powf(freq_base, -2.0f * (float)i / (float)n_dims);
+}
+BT_ROPE_FN float bt_rope_yarn_mix(int i, float ext_factor, const float corr[2]) {
     float y = ((float)i - corr[0]) / fmaxf(0.001f, corr[1] - corr[0]);
     y = fminf(1.0f, fmaxf(0.0f, y));
-    const float mix = (1.0f - y) * ext_factor;
+    return (1.0f - y) * ext_factor;
+}
+BT_ROPE_FN float bt_rope_yarn_mscale(float freq_scale, float attn_factor) {
+    return attn_factor * (1.0f + 0.1f * logf(1.0f / freq_scale));
+}
+BT_ROPE_FN void bt_rope_yarn_cs(int32_t ps, float freq, float freq_scale, float mix, float mscale, float *c,
+                                float *s) {
+    const float theta_extrap = (float)ps * freq;
+    const float theta_interp = freq_scale * theta_extrap;
     const float theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
-    const float mscale = attn_factor * (1.0f + 0.1f * logf(1.0f / freq_scale));
     *c = cosf(theta) * mscale;
     *s = sinf(theta) * mscale;
+}
+/* cos and sin of pair i at position ps with YaRN: the parts above at once */
+BT_ROPE_FN void bt_rope_yarn_angle(int32_t ps, int i, int n_dims, float freq_base, float freq_scale,
+                                   float ext_factor, float attn_factor, const float corr[2], float *c, float *s) {
+    bt_rope_yarn_cs(ps, bt_rope_yarn_freq(i, n_dims, freq_base), freq_scale, bt_rope_yarn_mix(i, ext_factor, corr),
+                    bt_rope_yarn_mscale(freq_scale, attn_factor), c, s);
 }
 #undef BT_ROPE_FN
 /* ggml_rope_yarn_corr_dims: the first and last rotated pair the ramp spans */
