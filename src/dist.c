@@ -910,6 +910,29 @@ static void chain_links(bt_dist *d, int i) {
         }
 }
 
+/* The share of its result a node of the chains computes on this rank (put
+ * back at release): an attention's heads (row_lo/hi), a member's columns
+ * of a product divided by tokens (col_lo/hi; home's are set while it
+ * computes them, compute_split). */
+static enum bt_status range_outs(bt_dist *d, int me) {
+    for (int i = 0; i < d->n_chains; i++) {
+        struct gchain *ch = &d->chains[i];
+        if (!ch->attn && !(ch->cols && me > 0)) continue;
+        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
+        if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
+        d->ranged = nr;
+        d->ranged[d->n_ranged++] = ch->out;
+        if (ch->cols) {
+            ch->out->col_lo = (int32_t)ch->lo[me];
+            ch->out->col_hi = (int32_t)ch->hi[me];
+            continue;
+        }
+        ch->out->row_lo = (int32_t)(ch->lo[me] / ch->out->ne[0]);
+        ch->out->row_hi = (int32_t)(ch->hi[me] / ch->out->ne[0]);
+    }
+    return BT_OK;
+}
+
 /* The chains of the groups this rank is in, in the splits of each group's
  * first rank (every rank of a group finds the same, in the same order), their
  * tags after the transfers', and their slots; a member's inputs of its own. */
@@ -997,21 +1020,8 @@ static enum bt_status find_chains(bt_dist *d) {
         }
     }
     if (d->n_chains == 0) return BT_OK;
-    for (int i = 0; i < d->n_chains; i++) {
-        struct gchain *ch = &d->chains[i];
-        if (!ch->attn && !(ch->cols && me > 0)) continue; /* (home's columns: compute_split) */
-        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
-        if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
-        d->ranged = nr;
-        d->ranged[d->n_ranged++] = ch->out;
-        if (ch->cols) {
-            ch->out->col_lo = (int32_t)ch->lo[me];
-            ch->out->col_hi = (int32_t)ch->hi[me];
-            continue;
-        }
-        ch->out->row_lo = (int32_t)(ch->lo[me] / ch->out->ne[0]);
-        ch->out->row_hi = (int32_t)(ch->hi[me] / ch->out->ne[0]);
-    }
+    enum bt_status st = range_outs(d, me);
+    if (st != BT_OK) return st;
     d->n_gbufs = me == 0 ? grp->n_ranks : 1;
     d->chain_bytes += (int64_t)(me == 0 ? grp->n_ranks - 1 : 1) * (int64_t)(xb + ob);
     d->gbufs = calloc((size_t)d->n_gbufs, sizeof *d->gbufs);
@@ -1028,8 +1038,7 @@ static enum bt_status find_chains(bt_dist *d) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
         if (ch->attn) {
-            enum bt_status st = attn_inputs(d, i);
-            if (st != BT_OK) return st;
+            if ((st = attn_inputs(d, i)) != BT_OK) return st;
             continue;
         }
         /* a dense product's input as home's (any shape, contiguous): one
@@ -1103,8 +1112,8 @@ static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
 static size_t member_out_part(const bt_dist *d, bt_buffer_type_t buft, bool kept) {
     size_t n = 0;
     for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].me > 0 && d->chains[i].keeps == kept && bt_buft_get_alloc_size(buft, d->chains[i].out) > n)
-            n = bt_buft_get_alloc_size(buft, d->chains[i].out);
+        if (d->chains[i].me > 0 && d->chains[i].keeps == kept)
+            n = bt_buft_get_alloc_size(buft, d->chains[i].out) > n ? bt_buft_get_alloc_size(buft, d->chains[i].out) : n;
     return n;
 }
 
@@ -1142,7 +1151,7 @@ static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
             out->data = NULL;
             bt_tensor_alloc(b, out, ch->keeps ? kept : data);
         }
-        if (!ch->keeps || ch->attn == false) continue;
+        if (!ch->keeps) continue;
         struct bt_tensor *x = ch[1].x_in; /* (a member's own tensor: find_chains) */
         x->buffer = out->buffer;
         x->data = out->data;
@@ -2439,10 +2448,12 @@ static size_t heads_copy(struct bt_tensor *x, int64_t lo, int64_t hi, uint8_t *b
     return n;
 }
 
-/* The bytes of out that member m computes: its rows of every column, or its heads. */
+/* The bytes of out that member m computes: its rows of every column, its
+ * columns, or its heads. */
 static size_t row_out_bytes(const struct gchain *ch, int m) {
-    return ch->heads ? (size_t)((ch->hi[m] - ch->lo[m]) * ch->out->ne[1]) * bt_row_size(ch->out->type, ch->out->ne[0])
-                     : sizeof(float) * (size_t)((ch->hi[m] - ch->lo[m]) * (ch->cols ? ch->d_out : ch->T));
+    const int64_t n = ch->hi[m] - ch->lo[m];
+    if (ch->heads) return (size_t)(n * ch->out->ne[1]) * bt_row_size(ch->out->type, ch->out->ne[0]);
+    return sizeof(float) * (size_t)(n * (ch->cols ? ch->d_out : ch->T));
 }
 
 /* home, before the product of micro-batch k: all of x to every member that
@@ -2460,7 +2471,8 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         const size_t ob = row_out_bytes(ch, m);
         enum bt_status st = BT_OK;
         /* a member's columns of out: into out itself where it is host memory */
-        void *o = ch->cols && in_host_memory(ch->out) ? (uint8_t *)ch->out->data + ch->lo[m] * ch->out->nb[1] : (void *)gb->o;
+        void *o = gb->o;
+        if (ch->cols && in_host_memory(ch->out)) o = (uint8_t *)ch->out->data + ch->lo[m] * ch->out->nb[1];
         if (rows_back(d, ch, c, k)) st = bt_transport_irecv(t, o, ob, ch->ranks[m], ch->tag0 + 3 * c + 2, &gb->o_req);
         if (st != BT_OK) return fail(d, st, "%s", t->error);
         if (x_held(ch, c, k)) { /* the member has it (a send of nothing in the trace, chain by chain) */
@@ -2470,7 +2482,8 @@ static enum bt_status row_send(bt_dist *d, struct gchain *ch, int c, int64_t k) 
         if ((st = chain_wait(d, &gb->x_req)) != BT_OK) return st;
         const void *x = ch->x->data;
         if (ch->attn || ch->heads) {
-            xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false) : heads_copy(ch->x, ch->lo[m], ch->hi[m], (uint8_t *)gb->x, false);
+            xb = ch->attn ? attn_pack(ch, m, (uint8_t *)gb->x, false)
+                          : heads_copy(ch->x, ch->lo[m], ch->hi[m], (uint8_t *)gb->x, false);
             x = gb->x;
         } else if (ch->cols) { /* its columns */
             const size_t at = (size_t)ch->lo[m] * ch->x->nb[1];
@@ -2514,7 +2527,8 @@ static enum bt_status row_take(bt_dist *d, struct gchain *ch, int c, int64_t k) 
             continue;
         }
         if (ch->cols) { /* (in place: row_send) */
-            if (!in_host_memory(ch->out)) bt_tensor_set(ch->out, d->gbufs[m].o, (size_t)ch->lo[m] * ch->out->nb[1], ob);
+            if (!in_host_memory(ch->out))
+                bt_tensor_set(ch->out, d->gbufs[m].o, (size_t)ch->lo[m] * ch->out->nb[1], ob);
             continue;
         }
         for (int64_t j = 0; j < ch->T; j++)

@@ -748,8 +748,9 @@ for m in ds gemma oss; do
             --model "$tmp/$m.gguf" --tokens "$n" --micro-batches 3
     done
 done
-expect 0 "dense products divided by tokens \(ubatches of fewer than 64 tokens: by rows\): [0-9]+ weights \(([0-9.]+) MiB\); rank 0 holds \1 MiB, rank 1 holds \1 MiB" \
-    "plan: divide: tokens, the dense weights whole on both ranks" -- \
+want='dense products divided by tokens \(ubatches of fewer than 64 tokens: by rows\): [0-9]+ weights '
+want+='\(([0-9.]+) MiB\); rank 0 holds \1 MiB, rank 1 holds \1 MiB'
+expect 0 "$want" "plan: divide: tokens, the dense weights whole on both ranks" -- \
     "$baton" plan -m "$tmp/ds.gguf" --topology "$tmp/tokens.yaml"
 # ranks that hold experts past their shares (expert_overlap): rank 0 moves the boundaries between
 # them by each ubatch's routing; one process's logits, and plan shows the overlapping ranges
