@@ -776,33 +776,35 @@ expect 0 "output equals a one-rank run \(3 micro-batches, bitwise\)" \
 # the attention for attn_v_b): one process's text
 for i in $(seq 1 16); do echo "prompt $i of sixteen"; done >"$tmp/p16.txt"
 "$baton" generate -m "$tmp/ds.gguf" --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-1.txt" 2>/dev/null
-env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton generate -m "$tmp/ds.gguf" \
-    --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-2.txt" 2>"$tmp/p16-2.err"
-if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-2.txt"; then
-    ok "generate: ds, 16 sequences at once on a group that divides every product: one process's text"
-else
-    bad "generate: ds, 16 sequences at once on a group that divides every product: $(head -c 300 "$tmp/p16-2.err")"
-fi
-# and on the group that divides by tokens (the prompts' 80 tokens by tokens, the decode steps by rows)
-env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/tokens.yaml" -- baton generate -m "$tmp/ds.gguf" \
-    --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-3.txt" 2>"$tmp/p16-3.err"
-if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-3.txt"; then
-    ok "generate: ds, 16 sequences at once on a group that divides by tokens: one process's text"
-else
-    bad "generate: ds, 16 sequences at once on a group that divides by tokens: $(head -c 300 "$tmp/p16-3.err")"
-fi
+# (and on the group that divides by tokens: the prompts' 80 tokens by tokens, the decode steps by rows)
+for g in divided tokens; do
+    what="divides every product"
+    [ "$g" = tokens ] && what="divides the dense products by tokens"
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/$g.yaml" -- baton generate -m "$tmp/ds.gguf" \
+        --prompts "$tmp/p16.txt" --parallel 16 -n 6 --temp 0 >"$tmp/p16-$g.txt" 2>"$tmp/p16-$g.err"
+    if [ -s "$tmp/p16-1.txt" ] && cmp -s "$tmp/p16-1.txt" "$tmp/p16-$g.txt"; then
+        ok "generate: ds, 16 sequences at once on a group that $what: one process's text"
+    else
+        bad "generate: ds, 16 sequences at once on a group that $what: $(head -c 300 "$tmp/p16-$g.err")"
+    fi
+done
 # with --dump-tensors the kept heads come back: q and the attention's result whole, as one process's
-"$baton" demo --model "$tmp/ds.gguf" --tokens 20 --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 |
-    grep '^dump:' | sed 's/rank [0-9]* //' | sort >"$tmp/dsdump1"
-env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo --model "$tmp/ds.gguf" \
-    --tokens 20 --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 | grep '^dump:' | sed 's/rank [0-9]* //' |
-    sort >"$tmp/dsdump2"
-if grep -q 'q_mla CONCAT' "$tmp/dsdump1" && grep -q 'attn FLASH_ATTN' "$tmp/dsdump1" &&
-    cmp -s "$tmp/dsdump1" "$tmp/dsdump2"; then
-    ok "demo --dump-tensors: ds on a group that divides every product, q and the attention as one process's"
-else
-    bad "demo --dump-tensors: ds on a divided group: $(diff "$tmp/dsdump1" "$tmp/dsdump2" | head -c 300)"
-fi
+# (and with divide: tokens, 100 tokens: the products' columns in place)
+for n in 20 100; do
+    g=divided
+    [ "$n" = 100 ] && g=tokens
+    "$baton" demo --model "$tmp/ds.gguf" --tokens "$n" --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 |
+        grep '^dump:' | sed 's/rank [0-9]* //' | sort >"$tmp/dsdump1"
+    env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/$g.yaml" -- baton demo --model "$tmp/ds.gguf" \
+        --tokens "$n" --micro-batches 2 --dump-tensors 'blk.*.[aq]*' 2>&1 | grep '^dump:' | sed 's/rank [0-9]* //' |
+        sort >"$tmp/dsdump2"
+    if grep -q 'q_mla CONCAT' "$tmp/dsdump1" && grep -q 'attn FLASH_ATTN' "$tmp/dsdump1" &&
+        cmp -s "$tmp/dsdump1" "$tmp/dsdump2"; then
+        ok "demo --dump-tensors: ds on the $g group, $n tokens, q and the attention as one process's"
+    else
+        bad "demo --dump-tensors: ds on the $g group, $n tokens: $(diff "$tmp/dsdump1" "$tmp/dsdump2" | head -c 300)"
+    fi
+done
 # the trace of such a run, chain by chain (bench/chain-trace.py): every chain's row and the totals
 expect 0 "trace written" "demo --trace: ds, a group of 2 that divides every product" -- \
     env BATON_BIN="$baton" "$root/launch/baton-run" -t "$tmp/divided.yaml" -- baton demo \
