@@ -941,6 +941,8 @@ static enum bt_status find_chains(bt_dist *d) {
     const int g = bt_expert_group_of(d->opt.groups, d->opt.n_groups, d->rank, &me);
     if (g < 0) return BT_OK;
     const struct bt_expert_group *grp = &d->opt.groups[g];
+    if (grp->tokens && !bt_group_on_cpu(&d->plan, grp)) /* (the CPU's MUL_MAT honours a node's columns) */
+        return fail(d, BT_ERR_UNSUPPORTED, "expert group %d: divide: tokens needs every rank on the CPU", g);
     const int n_splits = bt_sched_get_n_splits(d->sched);
     int tag = d->opt.tag_base + d->plan.n_transfers * d->n_copies;
     for (int s = 0; s < n_splits; s++) {

@@ -225,7 +225,7 @@ static void print_divided(const struct bt_model_plan *mp, const struct bt_expert
         fprintf(f, "%s rank %d holds %.1f MiB", m ? "," : "", grp->ranks[m], per[m] / mib);
     fprintf(f, "; per product, rank %d sends each member %s\n", home,
             heads    ? "its heads of the input and takes back theirs of the result"
-            : tokens ? "its tokens of the input and takes back their rows of the result"
+            : tokens ? "its tokens of the input and takes back those tokens of the result"
                      : "its input and takes back the member's rows");
 }
 
