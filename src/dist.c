@@ -117,6 +117,14 @@ struct gchain {
      * and takes them back into out in place; without cols, by rows, each
      * rank computing its rows of the whole weight (rows_of_whole) */
     bool whole, cols;
+    /* products divided by tokens around a SwiGLU (gate and up, then down
+     * of the SwiGLU's result, glu): each rank computes the SwiGLU of its own
+     * columns of gate's and up's results (local on those two: they stay on
+     * the rank; with an eval callback home computes them whole itself), so
+     * that neither they nor down's input cross; apart: a member's result
+     * with memory of its own (read after the next chain's is computed) */
+    struct bt_tensor *glu;
+    bool local, apart;
     /* an attention divided by q heads (a group's prompt attention, with rows
      * set: out is [Dv, H, T] and lo/hi count its floats per token, a
      * whole number of heads); home sends each member its heads of q, the kv
@@ -891,6 +899,22 @@ static bool q_kept_from(const bt_dist *d, const struct gchain *hc, const struct 
     return read_only_by(d, hc->out, q) && read_only_by(d, q, a->out);
 }
 
+/* Whether chains g and u (in a split's order) are products divided by
+ * tokens whose results only a SwiGLU reads, and chain dn the product
+ * divided by tokens of that SwiGLU's result, which nothing else reads: the
+ * SwiGLU of its own columns on every rank (gchain glu). */
+static bool glu_between(const bt_dist *d, const struct gchain *g, const struct gchain *u, const struct gchain *dn) {
+    const struct bt_tensor *n = dn->x;
+    if (!g->cols || !u->cols || !dn->cols || g->split != dn->split || u->split != dn->split ||
+        (n->op != BT_OP_SWIGLU && n->op != BT_OP_SWIGLU_OAI) || !bt_is_contiguous(n) || n->ne[1] != dn->T ||
+        !((n->src[0] == g->out && n->src[1] == u->out) || (n->src[0] == u->out && n->src[1] == g->out)))
+        return false;
+    for (int m = 0; m < dn->n_ranks; m++)
+        if (g->lo[m] != dn->lo[m] || g->hi[m] != dn->hi[m] || u->lo[m] != dn->lo[m] || u->hi[m] != dn->hi[m])
+            return false;
+    return read_only_by(d, g->out, n) && read_only_by(d, u->out, n) && read_only_by(d, n, dn->out);
+}
+
 /* What chain i, just found, takes from the chains before it in its split:
  * the x of the dense product before (x_kept), the heads of the attention
  * before (x_from_attn), or, an attention, the heads of a per-head product
@@ -900,7 +924,11 @@ static void chain_links(bt_dist *d, int i) {
     ch->x_kept = pc && plain_rows(ch) && plain_rows(pc) && pc->x == ch->x;
     for (int m = 1; ch->x_kept && m < ch->n_ranks; m++) ch->x_kept = pc->hi[m] > pc->lo[m] && ch->hi[m] > ch->lo[m];
     ch->x_from_attn = pc && heads_kept(d, pc, ch);
-    if (ch->x_from_attn) pc->keeps = true;
+    if (ch->x_from_attn) pc->keeps = pc->apart = true;
+    if (pc && i > 1 && glu_between(d, ch - 2, pc, ch)) {
+        ch->glu = ch->x;
+        ch[-2].local = pc->local = ch[-2].apart = true;
+    }
     ch->q_to = -1;
     for (int h = i - 1; ch->attn && h >= 0 && d->chains[h].split == ch->split; h--)
         if (q_kept_from(d, &d->chains[h], ch)) {
@@ -917,10 +945,16 @@ static void chain_links(bt_dist *d, int i) {
 static enum bt_status range_outs(bt_dist *d, int me) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
-        if (!ch->attn && !(ch->cols && me > 0)) continue;
-        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 1));
+        if (!ch->attn && !(ch->cols && me > 0) && !ch->glu) continue;
+        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 2));
         if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         d->ranged = nr;
+        if (ch->glu) { /* (home's: while it computes only its own columns, compute_split) */
+            d->ranged[d->n_ranged++] = ch->glu;
+            ch->glu->col_lo = me > 0 ? (int32_t)ch->lo[me] : 0;
+            ch->glu->col_hi = me > 0 ? (int32_t)ch->hi[me] : 0;
+            if (me == 0) continue;
+        }
         d->ranged[d->n_ranged++] = ch->out;
         if (ch->cols) {
             ch->out->col_lo = (int32_t)ch->lo[me];
@@ -1114,7 +1148,7 @@ static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
 static size_t member_out_part(const bt_dist *d, bt_buffer_type_t buft, bool kept) {
     size_t n = 0;
     for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].me > 0 && d->chains[i].keeps == kept)
+        if (d->chains[i].me > 0 && d->chains[i].apart == kept)
             n = bt_buft_get_alloc_size(buft, d->chains[i].out) > n ? bt_buft_get_alloc_size(buft, d->chains[i].out) : n;
     return n;
 }
@@ -1149,9 +1183,10 @@ static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
         out->buffer = NULL;
         out->data = data;
         if (!data && ch->q_to >= 0) contiguous_strides(out);
+        if (!data && ch->glu) ch->glu->buffer = NULL, ch->glu->data = NULL; /* (alias_q_outs) */
         if (b) {
             out->data = NULL;
-            bt_tensor_alloc(b, out, ch->keeps ? kept : data);
+            bt_tensor_alloc(b, out, ch->apart ? kept : data);
         }
         if (!ch->keeps) continue;
         struct bt_tensor *x = ch[1].x_in; /* (a member's own tensor: find_chains) */
@@ -1165,10 +1200,13 @@ static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
 /* A member's per-head products whose heads an attention after it keeps
  * (q_to): each computes them in place into the first part of each row of
  * the member's copy of that attention's q (its out that part with
- * dimensions 1 and 2 swapped), once that copy has memory. */
+ * dimensions 1 and 2 swapped), once that copy has memory; and the SwiGLU
+ * a member computes its columns of (glu) into the input of the product
+ * after it. */
 static void alias_q_outs(bt_dist *d) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
+        if (ch->me > 0 && ch->glu) ch->glu->buffer = ch->x_in->buffer, ch->glu->data = ch->x_in->data;
         if (ch->me <= 0 || ch->q_to < 0) continue;
         const struct bt_tensor *q = d->chains[ch->q_to].ins[0];
         if (!in_host_memory(q)) continue;
@@ -2395,6 +2433,7 @@ static bool attn_worth(bt_dist *d, const struct gchain *ch, int64_t k) {
  * after it), which come back too where the eval callback may want the
  * results whole */
 static bool rows_back(const bt_dist *d, const struct gchain *ch, int c, int64_t k) {
+    if (ch->local) return false; /* (with an eval callback home computes them whole) */
     if (d->eval_cb) return true;
     if (ch->attn) return !ch->keeps; /* (asked only of a divided attention) */
     return ch->q_to < 0 || d->chains[ch->q_to].divided_k[c] != k;
@@ -2404,7 +2443,7 @@ static bool rows_back(const bt_dist *d, const struct gchain *ch, int c, int64_t 
  * kept from the dense product before it, or its heads of the attention
  * before it, divided in this micro-batch. */
 static bool x_held(const struct gchain *ch, int c, int64_t k) {
-    return ch->x_kept || (ch->x_from_attn && ch[-1].divided_k[c] == k);
+    return ch->x_kept || ch->glu || (ch->x_from_attn && ch[-1].divided_k[c] == k);
 }
 
 /* home, before an attention chain of micro-batch k: whether it is divided
@@ -2605,6 +2644,8 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = outs_free(d, gb)) != BT_OK) return st;
+    struct bt_graph gg = {.size = 1, .n_nodes = 1, .nodes = &ch->glu, .ctx = d->graph->ctx};
+    if (ch->glu && (st = compute_nodes(d, &gg)) != BT_OK) return st; /* its columns of x */
     rows_of_whole(ch, true);
     st = compute_nodes(d, &cg);
     rows_of_whole(ch, false);
@@ -2613,7 +2654,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     d->stats.compute_s += t2 - t1;
     d->stats.attn_divided += ch->attn;
     if (d->trace) trace_add(d, BT_TRACE_COMPUTE, t1, t2, k, ch->split, -1, 0);
-    if ((ch->attn && !(word & ATTN_ROWS_BACK)) || (q_keep && !(word & ATTN_Q_BACK))) return BT_OK;
+    if ((ch->attn && !(word & ATTN_ROWS_BACK)) || (q_keep && !(word & ATTN_Q_BACK)) || ch->local) return BT_OK;
     if ((st = chain_wait(d, &gb->o_req)) != BT_OK) return st;
     const void *o = gb->o;
     if (ch->cols && in_host_memory(ch->out)) /* its columns, one piece: from out itself */
@@ -2796,6 +2837,12 @@ static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
  * that reads its experts (take). */
 static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
     if (d->n_routed_dst == 0 && d->n_chain_home == 0) return compute_range(d, view);
+    for (int i = 0; i < d->n_chains; i++) { /* home's columns of a SwiGLU between products (all: the callback) */
+        const struct gchain *ch = &d->chains[i];
+        if (ch->me != 0 || ch->split != s || !ch->glu) continue;
+        ch->glu->col_lo = d->eval_cb ? 0 : (int32_t)ch->lo[0];
+        ch->glu->col_hi = d->eval_cb ? 0 : (int32_t)ch->hi[0];
+    }
     int j = 0;
     for (;;) {
         /* the next pause: the smallest position; at one position, asks first */
@@ -2833,7 +2880,8 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             struct bt_graph rows = bt_graph_view(view, chain->first, chain->last + 1);
             const int32_t head_lo = chain->out->row_lo, head_hi = chain->out->row_hi;
             if (alone) chain->out->row_lo = chain->out->row_hi = 0;
-            if (chain->cols) chain->out->col_lo = (int32_t)chain->lo[0], chain->out->col_hi = (int32_t)chain->hi[0];
+            if (chain->cols && !(chain->local && d->eval_cb)) /* (its columns; local: all for the callback) */
+                chain->out->col_lo = (int32_t)chain->lo[0], chain->out->col_hi = (int32_t)chain->hi[0];
             if (!chain->rows) chain_compute_experts(chain, chain->lo[0], chain->hi[0]);
             if (!chain->rows) chain_glu_rows(chain, chain->lo[0], chain->hi[0], true);
             if (!chain->rows) chain_mask_ids(chain, c, true);

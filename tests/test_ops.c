@@ -415,6 +415,49 @@ START_TEST(test_glu_held_rows) {
 }
 END_TEST
 
+/* SWIGLU and SWIGLU_OAI with a share of the tokens (tensor.h col_lo/hi: a
+ * group's columns of a SwiGLU between products divided by tokens): the rows
+ * [col_lo, col_hi) are the bits of the whole op's, for 1 and 3 threads, and
+ * the others are left as they were */
+START_TEST(test_glu_cols_share) {
+    const int64_t n = 29, T = 11;
+    tu_rng r;
+    tu_rng_init(&r, 2917);
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T), *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T);
+    tu_fill_uniform(a, &r, -9.0f, 9.0f);
+    tu_fill_uniform(b, &r, -9.0f, 9.0f);
+    for (int v = 0; v < 2; v++) {
+        struct bt_tensor *out = v ? bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f) : bt_swiglu(ctx, a, b);
+        TU_OK(ctx, out);
+        tu_compute(ctx, out, 1);
+        float *whole = tu_read_f32(out);
+        out->col_lo = 3;
+        out->col_hi = 8;
+        for (int nth = 1; nth <= 3; nth += 2) {
+            memset(out->data, 0x7f, bt_nbytes(out));
+            tu_compute(ctx, out, nth);
+            for (int64_t t = 0; t < T; t++) {
+                const float *got = (const float *)out->data + t * n;
+                uint8_t was[sizeof(float)];
+                memset(was, 0x7f, sizeof was);
+                if (t >= 3 && t < 8)
+                    ck_assert_msg(memcmp(got, whole + t * n, (size_t)n * sizeof(float)) == 0,
+                                  "%s, %d threads: token %lld differs from the whole op's", v ? "swiglu_oai" : "swiglu",
+                                  nth, (long long)t);
+                else
+                    for (int64_t j = 0; j < n; j++)
+                        ck_assert_msg(memcmp(got + j, was, sizeof was) == 0, "%s: token %lld was written",
+                                      v ? "swiglu_oai" : "swiglu", (long long)t);
+            }
+        }
+        out->col_lo = out->col_hi = 0;
+        free(whole);
+    }
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- swiglu, sum_rows, mean, rms_norm, norm ---- */
 
 enum rowop { R_SWIGLU, R_SUM_ROWS, R_MEAN, R_RMS_NORM, R_NORM, R_SWIGLU_OAI, R_COUNT };
@@ -1752,6 +1795,7 @@ int main(void) {
     tcase_add_test(tc, test_silu_bitwise);
     tcase_add_test(tc, test_swiglu_oai_bitwise);
     tcase_add_test(tc, test_glu_held_rows);
+    tcase_add_test(tc, test_glu_cols_share);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);
     tcase_add_test(tc, test_soft_max);
     tcase_add_test(tc, test_rope);

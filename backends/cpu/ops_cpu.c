@@ -462,8 +462,13 @@ static void compute_swiglu(const struct bt_cpu_params *p, struct bt_tensor *dst)
     const bool packed = a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float);
     const enum bt_cpu_attn_isa isa = vec_isa(p);
     const struct bt_tensor *ids = dst->held_ids; /* only the rows of held experts (tensor.h) */
+    /* a group's share of the tokens (tensor.h col_lo/hi): those rows alone */
+    const int64_t lo = dst->col_hi > 0 ? dst->col_lo : 0, hi = dst->col_hi > 0 ? dst->col_hi : bt_nrows(dst);
+    BT_ASSERT(dst->col_hi == 0 || (dst->ne[2] == 1 && dst->ne[3] == 1 && hi <= dst->ne[1]));
     int64_t r0, r1;
-    thread_range(bt_nrows(dst), p->ith, p->nth, &r0, &r1);
+    thread_range(hi - lo, p->ith, p->nth, &r0, &r1);
+    r0 += lo;
+    r1 += lo;
     for (int64_t ir = r0; ir < r1; ir++) {
         int64_t i1, i2, i3;
         row_index(dst, ir, &i1, &i2, &i3);

@@ -246,10 +246,10 @@ struct bt_tensor {
      * other rows' bytes are not there, and MUL_MAT computes only those rows
      * of its result, leaving the rest as it was.  row_hi 0: every row. */
     int32_t row_lo, row_hi;
-    /* A MUL_MAT node that computes only columns [col_lo, col_hi) of its
-     * result (a group's share of a prompt's tokens), each the same bits as
-     * in the whole, leaving the others as they were.  col_hi 0: every
-     * column. */
+    /* A MUL_MAT (or SWIGLU) node that computes only columns [col_lo,
+     * col_hi) of its result (a group's share of a prompt's tokens), each
+     * the same bits as in the whole, leaving the others as they were.
+     * col_hi 0: every column. */
     int32_t col_lo, col_hi;
     /* A GLU node of an expert chain, of one row per (slot, token) ([n, K,
      * T]), where an expert group's rank computes a share of the chain's
