@@ -118,13 +118,13 @@ struct gchain {
      * rank computing its rows of the whole weight (rows_of_whole) */
     bool whole, cols;
     /* products divided by tokens around a SwiGLU (gate and up, then down
-     * of the SwiGLU's result, glu): each rank computes the SwiGLU of its own
-     * columns of gate's and up's results (local on those two: they stay on
-     * the rank; with an eval callback home computes them whole itself), so
-     * that neither they nor down's input cross; apart: a member's result
-     * with memory of its own (read after the next chain's is computed) */
-    struct bt_tensor *glu;
-    bool local, apart;
+     * of the SwiGLU's result, glu: its x is that SwiGLU): each rank computes
+     * the SwiGLU of its own columns of gate's and up's results (local on
+     * those two: they stay on the rank; with an eval callback home computes
+     * them whole itself), so that neither they nor down's input cross;
+     * apart: a member's result with memory of its own (read after the next
+     * chain's is computed) */
+    bool glu, local, apart;
     /* an attention divided by q heads (a group's prompt attention, with rows
      * set: out is [Dv, H, T] and lo/hi count its floats per token, a
      * whole number of heads); home sends each member its heads of q, the kv
@@ -157,7 +157,7 @@ struct gchain {
      * attention chain q_to (its index; -1: none; MLA's attn_k_b, whose
      * result is the first part of each row of the attention's q): a member
      * computes its heads of out into that part of its copy of q (its out is
-     * that part of the copy, dimensions 1 and 2 swapped: alias_q_outs) and
+     * that part of the copy, dimensions 1 and 2 swapped: alias_member_outs) and
      * sends them home only when home asks; home then sends the attention only the
      * rest of each row of q (q_kept on the attention: the floats of each
      * row that are the product's, 0: none).  Home tells a member
@@ -692,8 +692,8 @@ static void row_chain_at(struct gchain *ch, const struct bt_graph *v, int j, boo
     ch->cols = tokens && ch->T >= BT_TOKENS_MIN && ch->x->ne[1] == ch->T && nd->ne[1] == ch->T &&
                bt_is_contiguous(ch->x) && bt_is_contiguous(nd);
     for (int m = 0; m < ch->n_ranks; m++) {
-        bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
         if (ch->cols) ch->lo[m] = ch->T * m / ch->n_ranks, ch->hi[m] = ch->T * (m + 1) / ch->n_ranks;
+        else bt_row_share(ch->d_out, ch->n_ranks, m, &ch->lo[m], &ch->hi[m]);
     }
 }
 
@@ -909,9 +909,7 @@ static bool glu_between(const bt_dist *d, const struct gchain *g, const struct g
         (n->op != BT_OP_SWIGLU && n->op != BT_OP_SWIGLU_OAI) || !bt_is_contiguous(n) || n->ne[1] != dn->T ||
         !((n->src[0] == g->out && n->src[1] == u->out) || (n->src[0] == u->out && n->src[1] == g->out)))
         return false;
-    for (int m = 0; m < dn->n_ranks; m++)
-        if (g->lo[m] != dn->lo[m] || g->hi[m] != dn->hi[m] || u->lo[m] != dn->lo[m] || u->hi[m] != dn->hi[m])
-            return false;
+    /* (the three divide the same T tokens alike: the SwiGLU's sources have its shape) */
     return read_only_by(d, g->out, n) && read_only_by(d, u->out, n) && read_only_by(d, n, dn->out);
 }
 
@@ -926,7 +924,7 @@ static void chain_links(bt_dist *d, int i) {
     ch->x_from_attn = pc && heads_kept(d, pc, ch);
     if (ch->x_from_attn) pc->keeps = pc->apart = true;
     if (pc && i > 1 && glu_between(d, ch - 2, pc, ch)) {
-        ch->glu = ch->x;
+        ch->glu = true;
         ch[-2].local = pc->local = ch[-2].apart = true;
     }
     ch->q_to = -1;
@@ -950,9 +948,9 @@ static enum bt_status range_outs(bt_dist *d, int me) {
         if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         d->ranged = nr;
         if (ch->glu) { /* (home's: while it computes only its own columns, compute_split) */
-            d->ranged[d->n_ranged++] = ch->glu;
-            ch->glu->col_lo = me > 0 ? (int32_t)ch->lo[me] : 0;
-            ch->glu->col_hi = me > 0 ? (int32_t)ch->hi[me] : 0;
+            d->ranged[d->n_ranged++] = ch->x;
+            ch->x->col_lo = me > 0 ? (int32_t)ch->lo[me] : 0;
+            ch->x->col_hi = me > 0 ? (int32_t)ch->hi[me] : 0;
             if (me == 0) continue;
         }
         d->ranged[d->n_ranged++] = ch->out;
@@ -1142,20 +1140,27 @@ static bool member_node(const bt_dist *d, const struct bt_tensor *t) {
     return false;
 }
 
-/* The memory of a member's chain results: the largest of those the chain
- * after reads in place (kept: an attention's that keeps its heads), or of
- * the others. */
-static size_t member_out_part(const bt_dist *d, bt_buffer_type_t buft, bool kept) {
+/* The memory of a member's chain results: the largest of those with memory
+ * apart (gchain apart), or of the others. */
+static size_t member_out_part(const bt_dist *d, bt_buffer_type_t buft, bool apart) {
     size_t n = 0;
-    for (int i = 0; i < d->n_chains; i++)
-        if (d->chains[i].me > 0 && d->chains[i].apart == kept)
-            n = bt_buft_get_alloc_size(buft, d->chains[i].out) > n ? bt_buft_get_alloc_size(buft, d->chains[i].out) : n;
+    for (int i = 0; i < d->n_chains; i++) {
+        const size_t b = d->chains[i].me > 0 && d->chains[i].apart == apart
+                             ? bt_buft_get_alloc_size(buft, d->chains[i].out) : 0;
+        if (b > n) n = b;
+    }
     return n;
 }
 
-static size_t member_out_bytes(const bt_dist *d, bt_buffer_type_t buft) {
+/* Where the results with memory apart begin in member_outs' memory: after
+ * the others', aligned. */
+static size_t member_apart_at(const bt_dist *d, bt_buffer_type_t buft) {
     const size_t a = bt_buft_get_alignment(buft);
-    return (member_out_part(d, buft, false) + a - 1) / a * a + member_out_part(d, buft, true);
+    return (member_out_part(d, buft, false) + a - 1) / a * a;
+}
+
+static size_t member_out_bytes(const bt_dist *d, bt_buffer_type_t buft) {
+    return member_apart_at(d, buft) + member_out_part(d, buft, true);
 }
 
 /* Contiguous strides for t's shape and type. */
@@ -1167,15 +1172,14 @@ static void contiguous_strides(struct bt_tensor *t) {
 /* A member's chain results share one piece of memory: it computes one chain
  * at a time and sends its rows before the next (left to the graph
  * allocator, results that nothing on the member reads would each keep
- * their own).  The results the chain after reads in place (keeps) share a
- * second piece after it, and that chain's input (x_in) is the result with
- * dimensions 1 and 2 swapped.  Each result gets data (in buffer b, of
- * member_out_bytes; NULL, NULL: none, and the strides alias_q_outs
- * changed back). */
+ * their own).  The results read after the next chain's is computed (apart:
+ * an attention's that keeps its heads, whose product's input x_in is that
+ * result with dimensions 1 and 2 swapped; the first of the two products
+ * before a SwiGLU on every rank) share a second piece after it.  Each
+ * result gets data (in buffer b, of member_out_bytes; NULL, NULL: none, and
+ * what alias_member_outs changed put back). */
 static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
-    const size_t a = b ? bt_buft_get_alignment(bt_buffer_get_type(b)) : 1;
-    uint8_t *kept = b ? (uint8_t *)data + (member_out_part(d, bt_buffer_get_type(b), false) + a - 1) / a * a
-                      : (uint8_t *)data;
+    uint8_t *apart = b ? (uint8_t *)data + member_apart_at(d, bt_buffer_get_type(b)) : (uint8_t *)data;
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
         struct bt_tensor *out = ch->out;
@@ -1183,10 +1187,10 @@ static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
         out->buffer = NULL;
         out->data = data;
         if (!data && ch->q_to >= 0) contiguous_strides(out);
-        if (!data && ch->glu) ch->glu->buffer = NULL, ch->glu->data = NULL; /* (alias_q_outs) */
+        if (!data && ch->glu) ch->x->buffer = NULL, ch->x->data = NULL; /* (alias_member_outs) */
         if (b) {
             out->data = NULL;
-            bt_tensor_alloc(b, out, ch->apart ? kept : data);
+            bt_tensor_alloc(b, out, ch->apart ? apart : data);
         }
         if (!ch->keeps) continue;
         struct bt_tensor *x = ch[1].x_in; /* (a member's own tensor: find_chains) */
@@ -1203,10 +1207,10 @@ static void member_outs(bt_dist *d, bt_buffer_t b, void *data) {
  * dimensions 1 and 2 swapped), once that copy has memory; and the SwiGLU
  * a member computes its columns of (glu) into the input of the product
  * after it. */
-static void alias_q_outs(bt_dist *d) {
+static void alias_member_outs(bt_dist *d) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
-        if (ch->me > 0 && ch->glu) ch->glu->buffer = ch->x_in->buffer, ch->glu->data = ch->x_in->data;
+        if (ch->me > 0 && ch->glu) ch->x->buffer = ch->x_in->buffer, ch->x->data = ch->x_in->data;
         if (ch->me <= 0 || ch->q_to < 0) continue;
         const struct bt_tensor *q = d->chains[ch->q_to].ins[0];
         if (!in_host_memory(q)) continue;
@@ -1248,9 +1252,10 @@ static void release_chains(bt_dist *d) {
     free(d->chains);
     d->chains = NULL;
     d->n_chains = d->n_chain_home = 0;
-    for (int i = 0; i < d->n_ranged; i++)
-        d->ranged[i]->expert_lo = d->ranged[i]->expert_hi = d->ranged[i]->row_lo = d->ranged[i]->row_hi = 0;
-    for (int i = 0; i < d->n_ranged; i++) d->ranged[i]->col_lo = d->ranged[i]->col_hi = 0;
+    for (int i = 0; i < d->n_ranged; i++) {
+        struct bt_tensor *t = d->ranged[i];
+        t->expert_lo = t->expert_hi = t->row_lo = t->row_hi = t->col_lo = t->col_hi = 0;
+    }
     free(d->ranged);
     d->ranged = NULL;
     d->n_ranged = 0;
@@ -1692,7 +1697,7 @@ static enum bt_status allocate_local(bt_dist *d, bt_dist_weight_init_fn init, vo
     if (!d->galloc) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
     if (!bt_gallocr_reserve(d->galloc, &d->local) || !bt_gallocr_alloc_graph(d->galloc, &d->local))
         return fail(d, BT_ERR_NOMEM, "rank %d: %s", d->rank, bt_gallocr_error(d->galloc));
-    alias_q_outs(d);
+    alias_member_outs(d);
     d->stats.compute_bytes = (int64_t)(bt_gallocr_get_buffer_size(d->galloc, 0) + gout_bytes);
 
     /* slots: one buffer of the backend's host memory (pinned for a GPU, so
@@ -2644,7 +2649,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
     const double t1 = bt_now_s();
     struct bt_graph cg = {.size = 1, .n_nodes = 1, .nodes = ch->nodes, .ctx = d->graph->ctx};
     if ((st = outs_free(d, gb)) != BT_OK) return st;
-    struct bt_graph gg = {.size = 1, .n_nodes = 1, .nodes = &ch->glu, .ctx = d->graph->ctx};
+    struct bt_graph gg = {.size = 1, .n_nodes = 1, .nodes = &ch->x, .ctx = d->graph->ctx};
     if (ch->glu && (st = compute_nodes(d, &gg)) != BT_OK) return st; /* its columns of x */
     rows_of_whole(ch, true);
     st = compute_nodes(d, &cg);
@@ -2661,7 +2666,7 @@ static enum bt_status row_serve(bt_dist *d, struct gchain *ch, int c, int64_t k)
         o = (const uint8_t *)ch->out->data + (size_t)ch->lo[ch->me] * ch->out->nb[1], gb->o_out = true;
     else if (ch->cols)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[1], ob);
-    else if (ch->heads && in_host_memory(ch->out)) /* (its out may be q's first part: alias_q_outs) */
+    else if (ch->heads && in_host_memory(ch->out)) /* (its out may be q's first part: alias_member_outs) */
         heads_copy(ch->out, ch->lo[ch->me], ch->hi[ch->me], (uint8_t *)gb->o, false);
     else if (ch->heads)
         bt_tensor_get(ch->out, gb->o, (size_t)ch->lo[ch->me] * ch->out->nb[2], ob);
@@ -2840,8 +2845,8 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
     for (int i = 0; i < d->n_chains; i++) { /* home's columns of a SwiGLU between products (all: the callback) */
         const struct gchain *ch = &d->chains[i];
         if (ch->me != 0 || ch->split != s || !ch->glu) continue;
-        ch->glu->col_lo = d->eval_cb ? 0 : (int32_t)ch->lo[0];
-        ch->glu->col_hi = d->eval_cb ? 0 : (int32_t)ch->hi[0];
+        ch->x->col_lo = d->eval_cb ? 0 : (int32_t)ch->lo[0];
+        ch->x->col_hi = d->eval_cb ? 0 : (int32_t)ch->hi[0];
     }
     int j = 0;
     for (;;) {
