@@ -944,9 +944,10 @@ static enum bt_status range_outs(bt_dist *d, int me) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
         if (!ch->attn && !(ch->cols && me > 0) && !ch->glu) continue;
-        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 2));
+        struct bt_tensor **nr = realloc(d->ranged, sizeof *nr * (size_t)(d->n_ranged + 3));
         if (!nr) return fail(d, BT_ERR_NOMEM, "rank %d: out of memory", d->rank);
         d->ranged = nr;
+        if (ch->q_kept && me == 0) d->ranged[d->n_ranged++] = ch->out->src[0]; /* (q_heads) */
         if (ch->glu) { /* (home's: while it computes only its own columns, compute_split) */
             d->ranged[d->n_ranged++] = ch->x;
             ch->x->col_lo = me > 0 ? (int32_t)ch->lo[me] : 0;
@@ -2840,6 +2841,18 @@ static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
 /* Split s of micro-batch k (slot c), paused where a routed transfer needs
  * this rank: after the node that makes its ids (ask), before the first node
  * that reads its experts (take). */
+/* Home, where the members keep their heads of attention a's q (q_kept):
+ * only its own heads of q's CONCAT (the others' first parts are theirs),
+ * while on; every head after the attention (or where home computes it
+ * whole: the members send theirs). */
+static void q_heads(const struct gchain *a, bool on) {
+    struct bt_tensor *q = a->out->src[0];
+    int64_t lo = 0, hi = 0;
+    if (on) attn_src_range(a, 0, 0, &lo, &hi);
+    q->row_lo = hi > lo ? (int32_t)lo : 0;
+    q->row_hi = hi > lo ? (int32_t)hi : 0;
+}
+
 static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
     if (d->n_routed_dst == 0 && d->n_chain_home == 0) return compute_range(d, view);
     for (int i = 0; i < d->n_chains; i++) { /* home's columns of a SwiGLU between products (all: the callback) */
@@ -2879,6 +2892,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             if (st == BT_OK && chain->q_to >= 0) { /* the attention that keeps its heads, told now */
                 bool a_alone;
                 st = attn_tell(d, &d->chains[chain->q_to], c, k, &a_alone);
+                q_heads(&d->chains[chain->q_to], !a_alone && !d->eval_cb);
             }
             if (st == BT_OK && !alone) st = chain->rows ? row_send(d, chain, c, k) : chain_send(d, chain, c);
             const double t1 = bt_now_s();
@@ -2902,6 +2916,7 @@ static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, in
             const double t2 = bt_now_s();
             if (!chain->rows) d->stats.expert_s += t2 - t1;
             d->stats.attn_divided += chain->attn && !alone;
+            if (chain->q_kept) q_heads(chain, false);
             if (st == BT_OK && alone) chain->done_k[c] = k;
             else if (st == BT_OK) st = chain->rows ? row_take(d, chain, c, k) : chain_take(d, chain, c, k);
             d->paused_s += (t1 - p0) + (bt_now_s() - t2);

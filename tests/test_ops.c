@@ -1650,6 +1650,50 @@ START_TEST(test_concat) {
 }
 END_TEST
 
+/* A CONCAT along dimension 0 with a share of dimension 1 (row_lo/hi: the
+ * q heads an expert group's home computes, the others' first parts being
+ * theirs): inside it the whole op's rows, outside it the second source's
+ * part written and the first's left as it was; 1 and 3 threads. */
+START_TEST(test_concat_heads_share) {
+    tu_rng r;
+    tu_rng_init(&r, 1301);
+    const int64_t na = 7, nb = 3, H = 5, T = 4;
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, na, H, T), *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, nb, H, T);
+    tu_fill_uniform(a, &r, -9.0f, 9.0f);
+    tu_fill_uniform(b, &r, -9.0f, 9.0f);
+    struct bt_tensor *out = bt_concat(ctx, a, b, 0);
+    TU_OK(ctx, out);
+    tu_compute(ctx, out, 1);
+    float *whole = tu_read_f32(out);
+    out->row_lo = 1;
+    out->row_hi = 3;
+    for (int nth = 1; nth <= 3; nth += 2) {
+        memset(out->data, 0x7f, bt_nbytes(out));
+        tu_compute(ctx, out, nth);
+        uint8_t was[sizeof(float)];
+        memset(was, 0x7f, sizeof was);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < na + nb; j++) {
+                    const int64_t at = (t * H + h) * (na + nb) + j;
+                    const float *got = (const float *)out->data + at;
+                    if ((h >= 1 && h < 3) || j >= na)
+                        ck_assert_msg(memcmp(got, whole + at, sizeof(float)) == 0,
+                                      "%d threads: token %lld head %lld element %lld differs from the whole op's", nth,
+                                      (long long)t, (long long)h, (long long)j);
+                    else
+                        ck_assert_msg(memcmp(got, was, sizeof was) == 0,
+                                      "%d threads: token %lld head %lld element %lld (the first source's) was written",
+                                      nth, (long long)t, (long long)h, (long long)j);
+                }
+    }
+    out->row_lo = out->row_hi = 0;
+    free(whole);
+    bt_free(ctx);
+}
+END_TEST
+
 /* ---- shape errors: NULL and a message ---- */
 
 #define EXPECT_SHAPE_ERROR(ctx, expr)                                                       \
@@ -1812,6 +1856,7 @@ int main(void) {
     tcase_add_test(tc, test_cont_views);
     tcase_add_test(tc, test_argsort_top_k);
     tcase_add_test(tc, test_concat);
+    tcase_add_test(tc, test_concat_heads_share);
     tcase_add_test(tc, test_shape_errors);
     tcase_add_test(tc, test_runtime_errors);
     suite_add_tcase(s, tc);

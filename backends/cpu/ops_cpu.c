@@ -765,12 +765,15 @@ static void compute_concat(const struct bt_cpu_params *p, struct bt_tensor *dst)
         const char *ra = row_ptr(a, i[1], i[2], i[3]);
         const char *rb = row_ptr(b, i[1], i[2], i[3]);
         const int64_t na = a->ne[0];
+        /* a group's share of dimension 1 (bt_tensor row_lo/hi): outside it,
+         * the first source's part is left as it was */
+        const int64_t k0 = dst->row_hi > 0 && (i[1] < dst->row_lo || i[1] >= dst->row_hi) ? na : 0;
         if (row_packed(a) && row_packed(b) && row_packed(dst)) { /* the two pieces whole */
-            memcpy(rd, ra, bt_row_size(dst->type, na));
+            if (k0 == 0) memcpy(rd, ra, bt_row_size(dst->type, na));
             memcpy(rd + bt_row_size(dst->type, na), rb, bt_row_size(dst->type, n0 - na));
             continue;
         }
-        for (int64_t k = 0; k < n0; k++) {
+        for (int64_t k = k0; k < n0; k++) {
             const char *e = k < na ? ra + k * a->nb[0] : rb + (k - na) * b->nb[0];
             memcpy(rd + k * dst->nb[0], e, ts);
         }

@@ -244,7 +244,11 @@ struct bt_tensor {
     /* A 2-d weight of which this process holds only rows [row_lo, row_hi)
      * (a group's share of a dense product): data still addresses row 0, the
      * other rows' bytes are not there, and MUL_MAT computes only those rows
-     * of its result, leaving the rest as it was.  row_hi 0: every row. */
+     * of its result, leaving the rest as it was.  On a FLASH_ATTN node: only
+     * rows [row_lo, row_hi) of its dimension 1 (a group's share of the q
+     * heads); on a CONCAT along dimension 0: the rows of dimension 1 outside
+     * them only the second source's part (the first's is another rank's).
+     * row_hi 0: every row. */
     int32_t row_lo, row_hi;
     /* A MUL_MAT (or SWIGLU) node that computes only columns [col_lo,
      * col_hi) of its result (a group's share of a prompt's tokens), each
