@@ -2838,9 +2838,6 @@ static enum bt_status compute_range(bt_dist *d, struct bt_graph *view) {
     return BT_OK;
 }
 
-/* Split s of micro-batch k (slot c), paused where a routed transfer needs
- * this rank: after the node that makes its ids (ask), before the first node
- * that reads its experts (take). */
 /* Home, where the members keep their heads of attention a's q (q_kept):
  * only its own heads of q's CONCAT (the others' first parts are theirs),
  * while on; every head after the attention (or where home computes it
@@ -2853,6 +2850,9 @@ static void q_heads(const struct gchain *a, bool on) {
     q->row_hi = hi > lo ? (int32_t)hi : 0;
 }
 
+/* Split s of micro-batch k (slot c), paused where a routed transfer needs
+ * this rank: after the node that makes its ids (ask), before the first node
+ * that reads its experts (take). */
 static enum bt_status compute_split(bt_dist *d, struct bt_graph *view, int s, int c, int64_t k) {
     if (d->n_routed_dst == 0 && d->n_chain_home == 0) return compute_range(d, view);
     for (int i = 0; i < d->n_chains; i++) { /* home's columns of a SwiGLU between products (all: the callback) */
