@@ -419,24 +419,37 @@ END_TEST
  * group's columns of a SwiGLU between products divided by tokens): the rows
  * [col_lo, col_hi) are the bits of the whole op's, for 1 and 3 threads, and
  * the others are left as they were */
-START_TEST(test_glu_cols_share) {
-    const int64_t n = 29, T = 11;
+/* A share test's two computes: the node whole (returned, malloc'd), then,
+ * its share set, on nth threads into memory of 0x7f bytes, so that what the
+ * share leaves alone shows. */
+static void fill_two(struct bt_tensor *a, struct bt_tensor *b, uint64_t seed) {
     tu_rng r;
-    tu_rng_init(&r, 2917);
-    bt_context *ctx = tu_ctx(8);
-    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T), *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T);
+    tu_rng_init(&r, seed);
     tu_fill_uniform(a, &r, -9.0f, 9.0f);
     tu_fill_uniform(b, &r, -9.0f, 9.0f);
+}
+static float *compute_whole(bt_context *ctx, struct bt_tensor *out) {
+    TU_OK(ctx, out);
+    tu_compute(ctx, out, 1);
+    return tu_read_f32(out);
+}
+static void compute_poisoned(bt_context *ctx, struct bt_tensor *out, int nth) {
+    memset(out->data, 0x7f, bt_nbytes(out));
+    tu_compute(ctx, out, nth);
+}
+
+START_TEST(test_glu_cols_share) {
+    const int64_t n = 29, T = 11;
+    bt_context *ctx = tu_ctx(8);
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T), *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, n, T);
+    fill_two(a, b, 2917);
     for (int v = 0; v < 2; v++) {
         struct bt_tensor *out = v ? bt_swiglu_oai(ctx, a, b, 1.702f, 7.0f) : bt_swiglu(ctx, a, b);
-        TU_OK(ctx, out);
-        tu_compute(ctx, out, 1);
-        float *whole = tu_read_f32(out);
+        float *whole = compute_whole(ctx, out);
         out->col_lo = 3;
         out->col_hi = 8;
         for (int nth = 1; nth <= 3; nth += 2) {
-            memset(out->data, 0x7f, bt_nbytes(out));
-            tu_compute(ctx, out, nth);
+            compute_poisoned(ctx, out, nth);
             for (int64_t t = 0; t < T; t++) {
                 const float *got = (const float *)out->data + t * n;
                 uint8_t was[sizeof(float)];
@@ -1655,22 +1668,16 @@ END_TEST
  * theirs): inside it the whole op's rows, outside it the second source's
  * part written and the first's left as it was; 1 and 3 threads. */
 START_TEST(test_concat_heads_share) {
-    tu_rng r;
-    tu_rng_init(&r, 1301);
     const int64_t na = 7, nb = 3, H = 5, T = 4;
     bt_context *ctx = tu_ctx(8);
     struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, na, H, T), *b = bt_new_tensor_3d(ctx, BT_TYPE_F32, nb, H, T);
-    tu_fill_uniform(a, &r, -9.0f, 9.0f);
-    tu_fill_uniform(b, &r, -9.0f, 9.0f);
+    fill_two(a, b, 1301);
     struct bt_tensor *out = bt_concat(ctx, a, b, 0);
-    TU_OK(ctx, out);
-    tu_compute(ctx, out, 1);
-    float *whole = tu_read_f32(out);
+    float *whole = compute_whole(ctx, out);
     out->row_lo = 1;
     out->row_hi = 3;
     for (int nth = 1; nth <= 3; nth += 2) {
-        memset(out->data, 0x7f, bt_nbytes(out));
-        tu_compute(ctx, out, nth);
+        compute_poisoned(ctx, out, nth);
         uint8_t was[sizeof(float)];
         memset(was, 0x7f, sizeof was);
         for (int64_t t = 0; t < T; t++)
