@@ -939,7 +939,8 @@ static void chain_links(bt_dist *d, int i) {
 /* The share of its result a node of the chains computes on this rank (put
  * back at release): an attention's heads (row_lo/hi), a member's columns
  * of a product divided by tokens (col_lo/hi; home's are set while it
- * computes them, compute_split). */
+ * computes them, compute_split; so are home's heads of the q whose other
+ * heads the members keep, q_heads). */
 static enum bt_status range_outs(bt_dist *d, int me) {
     for (int i = 0; i < d->n_chains; i++) {
         struct gchain *ch = &d->chains[i];
