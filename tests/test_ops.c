@@ -415,19 +415,16 @@ START_TEST(test_glu_held_rows) {
 }
 END_TEST
 
-/* SWIGLU and SWIGLU_OAI with a share of the tokens (tensor.h col_lo/hi: a
- * group's columns of a SwiGLU between products divided by tokens): the rows
- * [col_lo, col_hi) are the bits of the whole op's, for 1 and 3 threads, and
- * the others are left as they were */
-/* A share test's two computes: the node whole (returned, malloc'd), then,
- * its share set, on nth threads into memory of 0x7f bytes, so that what the
- * share leaves alone shows. */
+/* A share test's inputs: two float tensors of values in [-9, 9). */
 static void fill_two(struct bt_tensor *a, struct bt_tensor *b, uint64_t seed) {
     tu_rng r;
     tu_rng_init(&r, seed);
     tu_fill_uniform(a, &r, -9.0f, 9.0f);
     tu_fill_uniform(b, &r, -9.0f, 9.0f);
 }
+/* A share test's two computes: the node whole (returned, malloc'd), then,
+ * its share set, on nth threads into memory of 0x7f bytes, so that what the
+ * share leaves alone shows. */
 static float *compute_whole(bt_context *ctx, struct bt_tensor *out) {
     TU_OK(ctx, out);
     tu_compute(ctx, out, 1);
@@ -438,6 +435,10 @@ static void compute_poisoned(bt_context *ctx, struct bt_tensor *out, int nth) {
     tu_compute(ctx, out, nth);
 }
 
+/* SWIGLU and SWIGLU_OAI with a share of the tokens (tensor.h col_lo/hi: a
+ * group's columns of a SwiGLU between products divided by tokens): the rows
+ * [col_lo, col_hi) are the bits of the whole op's, for 1 and 3 threads, and
+ * the others are left as they were */
 START_TEST(test_glu_cols_share) {
     const int64_t n = 29, T = 11;
     bt_context *ctx = tu_ctx(8);
