@@ -526,6 +526,7 @@ static void rpack_q6_K(int64_t k, const void *group, void *panel) {
 static inline float h2f_fast(bt_fp16_t h) { return _cvtsh_ss(h); }
 
 #define UPPER16 ((__mmask32)0xFFFF0000u) /* the upper 256 bits, in 16-bit lanes */
+#define LOWER16 ((__mmask32)0x0000FFFFu) /* the lower 256 bits, in 16-bit lanes */
 #define UPPER8 ((__mmask64)0xFFFFFFFF00000000ull) /* the same, in bytes */
 
 /* 32 bytes broadcast to both halves of a 512-bit vector */
@@ -839,22 +840,55 @@ static inline __attribute__((always_inline)) void q236_K_tile(int64_t k, const v
 }
 
 #if defined(__AVX512VBMI__)
-/* Q3_K's 16 6-bit scales less 32 (bt_q3_K_scales) as int16 lanes, in
- * vectors: sub-block s has the low 4 bits in byte s % 8 at bit 4 (s / 8),
- * the high 2 in byte 8 + s % 4 at bit 2 (s / 4).  The masked load reads the
- * 12 bytes only. */
+/* Q3_K's 16 6-bit scales less 32 (bt_q3_K_scales) as int16 lanes: sub-block
+ * s has its low 4 bits in byte s % 8 at bit 4 (s / 8), its high 2 in byte
+ * 8 + s % 4 at bit 2 (s / 4).  vpermb puts those two bytes in lane s;
+ * gf2p8affineqb moves, in each byte of the quadword of sub-blocks 4t ..
+ * 4t + 3, bits 4 (t / 2) .. +3 to bits 0..3 and bits 2t, 2t + 1 to bits 4, 5
+ * (byte 7 - i of a quadword's matrix selects output bit i); the low byte's
+ * bits 0..3 and the high byte's 4, 5 are the scale.  The masked load reads
+ * the 12 bytes only. */
 static inline __m256i q3_K_scales16(const uint8_t *scales) {
-    const __m128i raw = _mm_maskz_loadu_epi8(0x0FFF, scales);
-    const __m256i lo = _mm256_srlv_epi16(
-        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7))),
-        _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
-    const __m256i hi = _mm256_srlv_epi16(
-        _mm256_cvtepu8_epi16(
-            _mm_shuffle_epi8(raw, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11))),
-        _mm256_setr_epi16(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
-    const __m256i v = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi16(0x0F)),
-                                      _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi16(3)), 4));
-    return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+    const __m256i raw = _mm256_zextsi128_si256(_mm_maskz_loadu_epi8(0x0FFF, scales));
+    const __m256i idx = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 8, 5, 9, 6, 10, 7, 11, 0, 8, 1, 9, 2, 10, 3, 11,
+                                         4, 8, 5, 9, 6, 10, 7, 11);
+#define Q3_SC_MAT(t)                                                                                    \
+    (0x01ull << (56 + 4 * ((t) / 2)) | 0x02ull << (48 + 4 * ((t) / 2)) | 0x04ull << (40 + 4 * ((t) / 2)) | \
+     0x08ull << (32 + 4 * ((t) / 2)) | 0x01ull << (24 + 2 * (t)) | 0x02ull << (16 + 2 * (t)))
+    const __m256i mat = _mm256_setr_epi64x((long long)Q3_SC_MAT(0), (long long)Q3_SC_MAT(1), (long long)Q3_SC_MAT(2),
+                                           (long long)Q3_SC_MAT(3));
+#undef Q3_SC_MAT
+    const __m256i v = _mm256_gf2p8affine_epi64_epi8(_mm256_permutexvar_epi8(idx, raw), mat, 0);
+    /* bits 0..3 from v's low byte, the rest from its high byte's result */
+    const __m256i sc = _mm256_ternarylogic_epi32(v, _mm256_srli_epi16(v, 8), _mm256_set1_epi16(0x0F), 0xE4);
+    return _mm256_sub_epi16(sc, _mm256_set1_epi16(32));
+}
+
+/* gf2p8affineqb's matrix taking input bits a, b (and c) of each byte to
+ * output bits 0, 1 (and 2), the others 0 (byte 7 - i of the quadword selects
+ * output bit i) */
+#define BIT_MAT2(a, b) ((long long)(1ull << (56 + (a)) | 1ull << (48 + (b))))
+#define BIT_MAT(a, b, c) (BIT_MAT2(a, b) | (long long)(1ull << (40 + (c))))
+
+/* Q2_K: chunk j's 2-bit fields (bits 2j, 2j + 1 of each byte of q) at bits
+ * 0, 1, and j at bits 2, 3: the index of a weight's product in vpshufb's
+ * table of its 128-bit lane.  The constant is an immediate, hence the cases. */
+static inline __attribute__((always_inline)) __m512i q2_field(__m512i q, const int j) {
+    switch (j) {
+    case 0: return _mm512_gf2p8affine_epi64_epi8(q, _mm512_set1_epi64(BIT_MAT2(0, 1)), 0);
+    case 1: return _mm512_gf2p8affine_epi64_epi8(q, _mm512_set1_epi64(BIT_MAT2(2, 3)), 4);
+    case 2: return _mm512_gf2p8affine_epi64_epi8(q, _mm512_set1_epi64(BIT_MAT2(4, 5)), 8);
+    default: return _mm512_gf2p8affine_epi64_epi8(q, _mm512_set1_epi64(BIT_MAT2(6, 7)), 12);
+    }
+}
+
+/* Q3_K: chunk j's weights less their offset, 0..7 (the 2-bit field plus 4
+ * where the high bit is set), from q23_K_tile's v1 (j < 2: fields at bits
+ * 2j, 2j + 1, high bits at 4 + j) or v2 (fields at 2j, 2j + 1, high bits at j) */
+static inline __attribute__((always_inline)) __m512i q3_field(__m512i v, const int j) {
+    const long long m = j == 0 ? BIT_MAT(0, 1, 4) : j == 1 ? BIT_MAT(2, 3, 5) : j == 2 ? BIT_MAT(4, 5, 2)
+                                                                                   : BIT_MAT(6, 7, 3);
+    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(m), 0);
 }
 
 /* An RM x RN tile of Q2_K or Q3_K rows against Q8_K columns, their 64 quant
@@ -877,20 +911,16 @@ static inline __m256i q3_K_scales16(const uint8_t *scales) {
 static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const void *const *w_rows,
                                                              const void *const *acts, const void *const *next,
                                                              float *out, const int RM, const int RN, const int kind) {
-    const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F), four = _mm512_set1_epi8(4);
-    const __m512i iota = _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
-                                          0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
-                                          0x0f0e0d0c0b0a0908, 0x0706050403020100);
-    /* Q2_K, byte L: L / 4, the sub-block of table entry L; 4 (8 (L / 32) + (L % 32) / 16), chunk 0's 4s */
-    const __m512i quarter = _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(0x3F));
-    const __m512i sub4 = _mm512_or_si512(_mm512_and_si512(iota, _mm512_set1_epi8(32)),
-                                         _mm512_and_si512(_mm512_srli_epi16(iota, 2), _mm512_set1_epi8(4)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8((char)0xF0);
+    /* Q2_K, table byte 16 t + 4 j + v: the sub-block of chunk j in 128-bit lane t, 8 (t / 2) + 2 j + t % 2 */
+#define B4(x) ((x) * 0x01010101)
+    const __m512i q2_sub = _mm512_setr_epi32(B4(0), B4(2), B4(4), B4(6), B4(1), B4(3), B4(5), B4(7), B4(8), B4(10),
+                                             B4(12), B4(14), B4(9), B4(11), B4(13), B4(15));
+#undef B4
     const __mmask64 q_odd = 0xAAAAAAAAAAAAAAAAull, q_two = 0xCCCCCCCCCCCCCCCCull;
-    /* Q3_K, int16 lane i of chunk 0 (elements 128 (i / 16) + 2 (i % 16), +1): sub-block 8 (i / 16) + (i % 16) / 8
-     * (from byte 2i of iota: 2i / 32 and (2i / 16) % 2) */
-    const __m512i iota16 = _mm512_and_si512(iota, _mm512_set1_epi16(0xFF));
-    const __m512i sub0 = _mm512_add_epi16(_mm512_slli_epi16(_mm512_srli_epi16(iota16, 5), 3),
-                                          _mm512_and_si512(_mm512_srli_epi16(iota16, 4), _mm512_set1_epi16(1)));
+    /* Q3_K, int16 word 8 t + j (j < 4): sub-block 8 (t / 2) + 2 j + t % 2 */
+    const __m512i q3_sub = _mm512_setr_epi64(0x0006000400020000, 0, 0x0007000500030001, 0, 0x000E000C000A0008, 0,
+                                             0x000F000D000B0009, 0);
     float acc[16] = {0}; /* dot (r, c) at c * RM + r */
     const size_t bs = kq_block_bytes(kind);
     const int block = bt_cpu_tile_block_kind(w_rows, next, k / BT_QK_K, bs, RM);
@@ -916,39 +946,37 @@ static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const vo
             const uint8_t *w = (const uint8_t *)w_rows[r] + (size_t)b * bs;
             const bt_block_q2_K *w2 = (const bt_block_q2_K *)w;
             const bt_block_q3_K *w3 = (const bt_block_q3_K *)w;
-            __m512i table, hm = _mm512_setzero_si512();
+            __m512i table, v1 = _mm512_setzero_si512(), v2 = _mm512_setzero_si512();
             __m256i m16; /* Q2_K: the mins; Q3_K: the scales (the offset 4 times sc[s] bsums[s]) */
+            const __m512i q = _mm512_loadu_si512(kind == KQ2 ? w2->qs : w3->qs);
             if (kind == KQ2) {
                 const __m128i raw = _mm_loadu_si128((const __m128i *)w2->scales);
-                const __m512i sc = _mm512_and_si512(_mm512_permutexvar_epi8(quarter, _mm512_castsi128_si512(raw)), m4);
+                const __m512i sc = _mm512_and_si512(_mm512_permutexvar_epi8(q2_sub, _mm512_castsi128_si512(raw)), m4);
                 table = _mm512_maskz_mov_epi8(q_odd, sc);
                 table = _mm512_mask_add_epi8(table, q_two, table, _mm512_add_epi8(sc, sc));
                 m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
             } else {
                 m16 = q3_K_scales16(w3->scales);
-                table = _mm512_zextsi256_si512(m16);
-                hm = bcast32(w3->hmask);
+                /* int16 word j of 128-bit lane t: the scale of chunk j's sub-block there, 8 (t / 2) + 2 j + t % 2 */
+                table = _mm512_permutexvar_epi16(q3_sub, _mm512_zextsi256_si512(m16));
+                /* the high bits of byte L's four elements, hmask bits 4 (L / 32) .. +3: at bits 4..7 of v1, below
+                 * chunks 0 and 1's fields, and at bits 0..3 of v2, below chunks 2 and 3's */
+                const __m512i hm = bcast32(w3->hmask);
+                v1 = _mm512_ternarylogic_epi32(q, _mm512_mask_slli_epi16(hm, LOWER16, hm, 4), m4, 0xE4);
+                v2 = _mm512_ternarylogic_epi32(q, _mm512_mask_srli_epi16(hm, UPPER16, hm, 4), hi4, 0xE4);
             }
-            const __m512i q = _mm512_loadu_si512(kind == KQ2 ? w2->qs : w3->qs);
             __m512i isum[4];
             _Pragma("GCC unroll 4")
             for (int c = 0; c < RN; c++) isum[c] = _mm512_setzero_si512();
             _Pragma("GCC unroll 4")
             for (int j = 0; j < 4; j++) {
-                const __m512i x = j ? _mm512_srli_epi16(q, 2 * j) : q;
                 if (kind == KQ2) {
-                    /* (x & 3) | (sub4 + 8 j) */
-                    const __m512i idx =
-                        _mm512_ternarylogic_epi32(x, m3, _mm512_add_epi8(sub4, _mm512_set1_epi8((char)(8 * j))), 0xEA);
-                    const __m512i prod = _mm512_permutexvar_epi8(idx, table);
+                    const __m512i prod = _mm512_shuffle_epi8(table, q2_field(q, j));
                     _Pragma("GCC unroll 4")
                     for (int c = 0; c < RN; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], prod, av[c][j]);
                 } else {
-                    const __m512i bit = _mm512_mask_mov_epi8(_mm512_set1_epi8((char)(1 << j)), UPPER8,
-                                                             _mm512_set1_epi8((char)(1 << (4 + j))));
-                    __m512i x3 = _mm512_and_si512(x, m3);
-                    x3 = _mm512_mask_add_epi8(x3, _mm512_test_epi8_mask(hm, bit), x3, four);
-                    const __m512i scv = perm16(table, _mm512_add_epi16(sub0, _mm512_set1_epi16((short)(2 * j))));
+                    const __m512i x3 = q3_field(j < 2 ? v1 : v2, j);
+                    const __m512i scv = _mm512_shuffle_epi8(table, _mm512_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
                     _Pragma("GCC unroll 4")
                     for (int c = 0; c < RN; c++)
                         isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(x3, av[c][j]), scv);
