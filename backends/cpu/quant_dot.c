@@ -298,7 +298,9 @@ static inline __attribute__((always_inline)) void kq_d4(const int kind, const vo
  * rearranged (q6_rp_enc), 2048 bytes ahead into L1 reads 75-76% of the
  * streaming bandwidth with AVX2 (2 threads, from memory; 65-68% so) and
  * 80-87% with AVX-512 (76-78%), as the 32-element types' and Q4_K's tiles
- * (BT_RP_AVX2_PREFETCH, BT_RPK4_PREFETCH) do. */
+ * (BT_RP_AVX2_PREFETCH, BT_RPK4_PREFETCH) do; the decode tiles issue a
+ * sixteenth of those lines at each of their 16 steps (bt_cpu_group_prefetch_part:
+ * AVX-512 78-83% -> 89-103%, AVX2 70-76% -> 88-98%). */
 #ifndef BT_RP6_PREFETCH
 #define BT_RP6_PREFETCH 2048
 #endif
@@ -306,19 +308,24 @@ static inline __attribute__((always_inline)) void kq_d4(const int kind, const vo
  * much waiting on memory (2 threads from memory, 73-85% of the streaming
  * bandwidth with AVX-512, 67-80% with AVX2): the bytes BT_RPK4_PREFETCH
  * ahead of each block's go to L1, a block's worth at a time (85-88% and
- * 82% so, on an AVX-512 Xeon). */
+ * 82% so, on an AVX-512 Xeon), spread over the tile's steps (AVX-512 4,
+ * AVX2 8: 1 thread 86-87% -> 96-98%, 2 threads 86-88% -> 91-92%). */
 #ifndef BT_RPK4_PREFETCH
 #define BT_RPK4_PREFETCH 2048
 #endif
+/* (part i of n, bt_cpu_group_prefetch_part) */
 static inline __attribute__((always_inline)) void rpk4_prefetch(const uint8_t *g, const uint8_t *next, int64_t b,
-                                                                size_t gsize) {
+                                                                size_t gsize, int i, int n) {
     const size_t span = 16 * sizeof(bt_block_q4_K);
-    if (BT_RPK4_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, (size_t)b * span + BT_RPK4_PREFETCH, span);
+    if (BT_RPK4_PREFETCH > 0)
+        bt_cpu_group_prefetch_part(g, gsize, next, (size_t)b * span + BT_RPK4_PREFETCH, span, i, n);
 }
-/* the prefetch above for the block at vof of a group of gsize bytes */
+/* the prefetch above for the block at vof of a group of gsize bytes, part i
+ * of n (bt_cpu_group_prefetch_part) */
 static inline __attribute__((always_inline)) void rp6_prefetch(const uint8_t *g, const uint8_t *next, size_t vof,
-                                                               size_t gsize) {
-    if (BT_RP6_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, vof + BT_RP6_PREFETCH, 16 * sizeof(bt_block_q6_K));
+                                                               size_t gsize, int i, int n) {
+    if (BT_RP6_PREFETCH > 0)
+        bt_cpu_group_prefetch_part(g, gsize, next, vof + BT_RP6_PREFETCH, 16 * sizeof(bt_block_q6_K), i, n);
 }
 /* column c's sums of 32 (bsums[2j] + bsums[2j+1], j = 0..7) of block b as
  * int16 pairs: s[0] = (S0, S2), s[1] = (S1, S3), s[2] = (S4, S6), s[3] = (S5, S7) */
@@ -1058,7 +1065,6 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
-        if (RN <= 2) rpk4_prefetch(g, next, b, gsize);
         const uint8_t *v = g + vof;
         const __m512i dd = _mm512_load_si512(g + dof);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(dd, lo16w)));
@@ -1089,6 +1095,7 @@ static inline __attribute__((always_inline)) void rp_k4_tile(const int RN, int64
         if (RN <= 4) { /* a pair of sub-blocks from each load: both nibbles */
             _Pragma("GCC unroll 4")
             for (int gq = 0; gq < 4; gq++) {
+                if (RN <= 2) rpk4_prefetch(g, next, b, gsize, gq, 4);
                 const __m512i sw = gq < 2 ? s03 : s47; /* sub-blocks 2gq, 2gq+1: bytes 2(gq%2), +1 */
                 const __m512i sc_lo = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2)), ff);
                 const __m512i sc_hi = _mm512_and_si512(_mm512_srli_epi32(sw, 16 * (gq % 2) + 8), ff);
@@ -1185,7 +1192,6 @@ static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        rp6_prefetch(g, next, vof, gsize);
         const uint8_t *v = g + vof;
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
         const bt_block_q8_K *ab[8];
@@ -1200,6 +1206,7 @@ static inline __attribute__((always_inline)) void rp_k6_tile(const int RN, int64
             _Pragma("GCC unroll 4")
             for (int p = 0; p < 4; p++) {
                 const int s = 4 * p + u;
+                rp6_prefetch(g, next, vof, gsize, 4 * u + p, 16);
                 /* quarter 3 loads its vectors again (from L1) rather than
                  * keeping quarters 0..2's 12 in registers: MUL_MAT_ID at
                  * 32 tokens (1-4 columns an expert) ran 0.95x with them kept */
@@ -1816,7 +1823,6 @@ static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q4_K), 4, &dof, &vof);
-        rpk4_prefetch(g, next, b, gsize);
         const uint8_t *v = g + vof;
         __m256i scs[2][8]; /* the sub-blocks' scales, per half */
         _Pragma("GCC unroll 2")
@@ -1838,6 +1844,7 @@ static inline __attribute__((always_inline)) void rp_k4_tile_avx2(const int RN, 
         }
         _Pragma("GCC unroll 8")
         for (int sb = 0; sb < 8; sb++) {
+            rpk4_prefetch(g, next, b, gsize, sb, 8);
             const int gq = sb / 2, h = sb % 2;
             __m256i p[2][2];
             _Pragma("GCC unroll 2")
@@ -1946,7 +1953,6 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        rp6_prefetch(g, next, vof, gsize);
         const uint8_t *v = g + vof;
         const bt_block_q8_K *ab[2];
         __m256i I[2][2];
@@ -1959,6 +1965,7 @@ static inline __attribute__((always_inline)) void rp_k6_tile_avx2(const int RN, 
         for (int u = 0; u < 4; u++) {
             _Pragma("GCC unroll 4")
             for (int p = 0; p < 4; p++) {
+                rp6_prefetch(g, next, vof, gsize, 4 * u + p, 16);
                 __m256i P[2][2];
                 _Pragma("GCC unroll 4")
                 for (int jj = 0; jj < 4; jj++) {
@@ -2018,7 +2025,7 @@ static inline __attribute__((always_inline)) void rp_k6_half_avx2(const int RN, 
     for (int64_t b = 0; b < nblk; b++) {
         size_t dof, vof;
         bt_cpu_rp_offsets(nblk, b, sizeof(bt_block_q6_K), 2, &dof, &vof);
-        if (half == 0) rp6_prefetch(g, next, vof, gsize); /* the second half reads them from cache */
+        if (half == 0) rp6_prefetch(g, next, vof, gsize, 0, 1); /* the second half reads them from cache */
         const uint8_t *v = g + vof;
         const bt_block_q8_K *ab[4];
         __m256i I[4];

@@ -596,12 +596,15 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
  * for one or two columns the two blocks of a pair in separate chains (the
  * decode: latency), for more a block at a time (the prompt: registers). */
 #ifndef BT_RP_PREFETCH
-/* repacked tiles: software prefetch distance in bytes, 0: none.  A group is
- * one contiguous run of bytes, which the hardware prefetchers stream on
- * their own: 1024 ran 6-16% slower in tg64 of the Q8_0 and Q4_0 Mixtral
- * files (4 rounds, a busy machine) and no faster than none in a lone
- * product from memory */
-#define BT_RP_PREFETCH 0
+/* repacked decode tiles (one or two columns): software prefetch distance in
+ * bytes, 0: none.  A group is one contiguous run of bytes, which the
+ * hardware prefetchers stream on their own, though not fast enough: with
+ * the lines 2048 bytes ahead, half of a pair's at each of its two blocks
+ * (bt_cpu_group_prefetch_part), Q8_0's decode row from memory read 86-89%
+ * -> 96-98% of the streaming bandwidth, the nibble types' 2-14% faster, and
+ * tg64 of the Mixtral-shaped Q8_0 file ran 1.17x.  (A pair's lines at once,
+ * 1024 bytes ahead, had run 6-16% slower in tg64.) */
+#define BT_RP_PREFETCH 2048
 #endif
 
 /* 16 rows (group g) x RN columns into dcols[c][row0 .. row0+16) */
@@ -620,7 +623,8 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
      * more (prompt): a block at a time (registers for 8 columns) */
     for (; RN <= 2 && b + 1 < nblk; b += 2) {
         const uint8_t *p = g + (size_t)(b / 2) * pair;
-        if (BT_RP_PREFETCH > 0) bt_cpu_group_prefetch(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair);
+        if (BT_RP_PREFETCH > 0)
+            bt_cpu_group_prefetch_part(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair, 0, 2);
         const __m512i ds = _mm512_loadu_si512(p);
         const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(ds));
         const __m512 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(ds, 1));
@@ -631,6 +635,8 @@ static inline __attribute__((always_inline)) void rp_tile(const bool q8, const i
             I1[c] = _mm512_set1_epi32(-off * a[c].s[b + 1]);
         }
         i8_block_cols(q8, RN, I0, p + 64, a, b);
+        if (BT_RP_PREFETCH > 0)
+            bt_cpu_group_prefetch_part(g, gsize, next, (size_t)(p - g) + BT_RP_PREFETCH, pair, 1, 2);
         i8_block_cols(q8, RN, I1, p + 64 + vb, a, b + 1);
         _Pragma("GCC unroll 2")
         for (int c = 0; c < RN; c++) {
