@@ -113,6 +113,13 @@ static const struct {
     {"{{ strftime_now('%Y-%m-%d') }}", "2025-01-02"},
     {"{{ bos_token }}{% if add_generation_prompt %}<|assistant|>{% endif %}", "<s><|assistant|>"},
     {"{% generation %}kept{% endgeneration %}", "kept"},
+    /* a list of 98 references to one list of 98 ..., 300 deep: == and < take the same list as equal at once,
+     * as Python does, and two such lists built apart compare by identity once 2^20 comparisons are spent
+     * (all of them would take 98^300) */
+    {"{% set ns = namespace(x=1, y=1) %}{% for i in range(300) %}{% set ns.x = [ns.x * 98] %}"
+     "{% set ns.y = [ns.y * 98] %}{% endfor %}{{ ns.x == ns.x }}{{ [ns.x] < [ns.x, 1] }}{{ ns.x == ns.y }}"
+     "{{ ns.x != ns.y }}{{ [2, ns.x] > [1, ns.y] }}",
+     "TrueTrueFalseTrueTrue"},
 };
 
 START_TEST(test_case) {

@@ -1288,9 +1288,16 @@ static value undef_msg(R *r, const char *fmt, ...) {
 static int is_num(value v) { return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT; }
 static double num_f(value v) { return v.t == V_FLOAT ? v.f : (double)v.i; }
 
-/* Python's ==; past BT_JINJA_MAX_JSON_DEPTH levels of nesting, containers
- * are equal only when they are the same one */
-static int veq_(value a, value b, int depth) {
+/* Python's ==.  A container is equal to itself at once, as Python's
+ * comparisons of the elements take it; other containers nested deeper than
+ * BT_JINJA_MAX_JSON_DEPTH, or met after BT_JINJA_MAX_COMPARE comparisons of
+ * one ==, are equal only when they are the same one (two lists of 98
+ * references to one list of 98 ..., built apart, would take 98^depth) */
+#ifndef BT_JINJA_MAX_COMPARE
+#define BT_JINJA_MAX_COMPARE ((size_t)1 << 20)
+#endif
+static int veq_(value a, value b, int depth, size_t *left) {
+    if (*left) --*left;
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return a.i == b.i;
         return num_f(a) == num_f(b);
@@ -1301,25 +1308,29 @@ static int veq_(value a, value b, int depth) {
     case V_NONE: return 1;
     case V_STR: return a.s->n == b.s->n && !memcmp(a.s->p, b.s->p, a.s->n);
     case V_LIST:
-        if (a.l->gen || b.l->gen || depth > BT_JINJA_MAX_JSON_DEPTH) return a.l == b.l;
+        if (a.l == b.l) return 1;
+        if (a.l->gen || b.l->gen || depth > BT_JINJA_MAX_JSON_DEPTH || !*left) return 0;
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n) return 0;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!veq_(a.l->v[i], b.l->v[i], depth + 1)) return 0;
+            if (!veq_(a.l->v[i], b.l->v[i], depth + 1, left)) return 0;
         return 1;
     case V_DICT:
-        if (depth > BT_JINJA_MAX_JSON_DEPTH) return a.d == b.d;
-        if (a.d->n != b.d->n) return 0;
+        if (a.d == b.d) return 1;
+        if (depth > BT_JINJA_MAX_JSON_DEPTH || !*left || a.d->n != b.d->n) return 0;
         for (size_t i = 0; i < a.d->n; i++) {
             size_t j = 0;
-            while (j < b.d->n && !veq_(a.d->k[i], b.d->k[j], depth + 1)) j++;
-            if (j == b.d->n || !veq_(a.d->v[i], b.d->v[j], depth + 1)) return 0;
+            while (j < b.d->n && *left && !veq_(a.d->k[i], b.d->k[j], depth + 1, left)) j++;
+            if (j == b.d->n || !*left || !veq_(a.d->v[i], b.d->v[j], depth + 1, left)) return 0;
         }
         return 1;
     case V_NS: return a.d == b.d;
     default: return a.fn == b.fn;
     }
 }
-static int veq(value a, value b) { return veq_(a, b, 0); }
+static int veq(value a, value b) {
+    size_t left = BT_JINJA_MAX_COMPARE;
+    return veq_(a, b, 0, &left);
+}
 
 static value *dict_find(jdict *d, value k) {
     if (k.t == V_STR) {
