@@ -900,19 +900,22 @@ static inline __attribute__((always_inline)) __m512i q3_field(__m512i v, const i
 
 /* An RM x RN tile of Q2_K or Q3_K rows against Q8_K columns, their 64 quant
  * bytes in one vector: byte L holds, in bits 2j .. 2j+1, element
- * 128 (L / 32) + 32 j + L % 32, so chunk j is one shift and mask, and its
- * activations the two 32-byte runs from 32 j and 128 + 32 j (q23_unpack
- * loaded both halves' bytes, and Q3_K's hmask, again per chunk).
+ * 128 (L / 32) + 32 j + L % 32, so chunk j's activations are the two
+ * 32-byte runs from 32 j and 128 + 32 j, and each 128-bit lane of a chunk
+ * lies in one sub-block (q23_unpack loaded both halves' bytes, and Q3_K's
+ * hmask, again per chunk).
  * Q2_K: a weight's 2-bit q times its sub-block's 4-bit scale is at most
- * 45, a byte.  A row's block gets a 64-byte table of sc[s] q at 4s + q;
- * vpermb looks each weight's product up by the index q | 4s (one ternary
- * logic op) and vpdpbusd multiplies it by the activations: four
- * instructions per 64 weights, where q236_K_tile's vpmaddubsw and vpdpwssd
- * with the scales in int16 lanes took six or seven.
- * Q3_K: its scales' products do not fit a byte; the high bit (bit
- * 4 (L / 32) + j of hmask byte L % 32) is tested in hmask loaded once a
- * block, the scales decoded in vectors (q3_K_scales16), then vpmaddubsw and
- * vpdpwssd as before.
+ * 45, a byte.  A row's block gets, in each 128-bit lane, a table of the
+ * four chunks' sc q at 4 j + q; vpshufb looks each weight's product up by
+ * the index q | 4 j (one gf2p8affineqb, q2_field) and vpdpbusd multiplies
+ * it by the activations: three instructions per 64 weights, where
+ * q236_K_tile's vpmaddubsw and vpdpwssd with the scales in int16 lanes took
+ * six or seven.
+ * Q3_K: its scales' products do not fit a byte.  Once a block the high bits
+ * (bit 4 (L / 32) + j of hmask byte L % 32) are merged into two copies of
+ * the quant bytes, beside chunks 0 and 1's fields and beside 2 and 3's;
+ * a chunk's 3-bit values are then one gf2p8affineqb (q3_field), its scales
+ * one vpshufb of the block's (q3_K_scales16), then vpmaddubsw and vpdpwssd.
  * I and M are dot_kq_ref's (exact sums, in any order), then kq_step: the
  * same bits. */
 static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const void *const *w_rows,
@@ -983,7 +986,8 @@ static inline __attribute__((always_inline)) void q23_K_tile(int64_t k, const vo
                     for (int c = 0; c < RN; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], prod, av[c][j]);
                 } else {
                     const __m512i x3 = q3_field(j < 2 ? v1 : v2, j);
-                    const __m512i scv = _mm512_shuffle_epi8(table, _mm512_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
+                    const __m512i scv =
+                        _mm512_shuffle_epi8(table, _mm512_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
                     _Pragma("GCC unroll 4")
                     for (int c = 0; c < RN; c++)
                         isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(x3, av[c][j]), scv);

@@ -405,6 +405,35 @@ static inline __attribute__((always_inline)) void i8_reduce(const __m512i lo[8],
 #define BT_I8_BLOCK_ROW 2048 /* decode tiles: rows up to this many bytes prefetch the next tile as a block */
 #endif
 
+/* i8_tile16's prefetch, part `part` of I8_CHUNK / 2 for the chunk of blocks
+ * from c0: about BT_I8_PREFETCH bytes ahead in two of the 16 rows (near a
+ * row's end, the next tile's rows: rows shorter than the distance wrap
+ * round, so that the next tile does not begin by waiting on memory), or a
+ * share of the next tile's rows when they are one block (block).  All 16
+ * rows' lines at once, at the chunk's start (136 prefetches for Q8_0), left
+ * the loads waiting for fill buffers, as in the repacked tiles
+ * (bt_cpu_group_prefetch_part). */
+static inline __attribute__((always_inline)) void i8_tile16_prefetch(const char *const *rows, const char *const *next,
+                                                                     bool block, size_t rb, int bs, int64_t nblk,
+                                                                     int64_t c0, int part) {
+    const int parts = I8_CHUNK / 2;
+    if (block) {
+        const int64_t nsteps = (nblk + I8_CHUNK - 1) / I8_CHUNK;
+        bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK * parts + part, 1, nsteps * parts);
+        return;
+    }
+    const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
+    const int64_t pos = c0 + pf_chunks;
+    const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
+    for (int r = 16 / parts * part; r < 16 / parts * (part + 1); r++) {
+        const char *pa = pos + I8_CHUNK <= nblk               ? rows[r] + (size_t)pos * (size_t)bs
+                         : next && npos + I8_CHUNK <= nblk ? next[r] + (size_t)npos * (size_t)bs
+                                                              : NULL;
+        if (pa)
+            for (int o = 0; o < I8_CHUNK * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
+    }
+}
+
 /* A 16-row x RN-column decode tile (out[c * 16 + r]); rows may repeat. */
 static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const int RN, int64_t k,
                                                             const char *const *rows, const char *const *next,
@@ -412,12 +441,10 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     const int bs = q8 ? (int)sizeof(bt_block_q8_0) : (int)sizeof(bt_block_q4_0);
     const int off = q8 ? 128 : 8;
     const int64_t nblk = k / I8_QK;
-    const int64_t pf_chunks = (BT_I8_PREFETCH / (I8_CHUNK * bs) + 1) * I8_CHUNK; /* in blocks */
     /* rows up to BT_I8_BLOCK_ROW bytes: the next tile's block of rows, in
      * order (bt_cpu_prefetch_share) */
     const size_t rb = (size_t)nblk * (size_t)bs;
     const bool block = rb <= BT_I8_BLOCK_ROW && bt_cpu_rows_block((const void *const *)next, 16, rb);
-    const int64_t nsteps = (nblk + I8_CHUNK - 1) / I8_CHUNK;
     struct i8col a[4];
     __m512 acc[4];
     for (int c = 0; c < RN; c++) {
@@ -426,23 +453,8 @@ static inline __attribute__((always_inline)) void i8_tile16(const bool q8, const
     }
     for (int64_t c0 = 0; c0 < nblk; c0 += I8_CHUNK) {
         const int nc = (int)(nblk - c0 < I8_CHUNK ? nblk - c0 : I8_CHUNK);
-        /* prefetch about BT_I8_PREFETCH bytes ahead in each row; near a row's
-         * end, the next tile's rows (rows shorter than the distance wrap
-         * round), so that the next tile does not begin by waiting on memory */
-        if (block) {
-            bt_cpu_prefetch_share(next[0], 0, 16 * rb, c0 / I8_CHUNK, 1, nsteps);
-        } else {
-            const int64_t pos = c0 + pf_chunks;
-            const int64_t npos = (pos - nblk) % nblk / I8_CHUNK * I8_CHUNK;
-            for (int r = 0; r < 16; r++) {
-                const char *pa = pos + I8_CHUNK <= nblk               ? rows[r] + (size_t)pos * (size_t)bs
-                                 : next && npos + I8_CHUNK <= nblk ? next[r] + (size_t)npos * (size_t)bs
-                                                                      : NULL;
-                if (pa)
-                    for (int o = 0; o < I8_CHUNK * bs; o += 64) _mm_prefetch(pa + o, _MM_HINT_T1);
-            }
-        }
         for (int i = 0; i < nc; i += 2) {
+            i8_tile16_prefetch(rows, next, block, rb, bs, nblk, c0, i / 2);
             const int64_t b = c0 + i;
             const bool two = i + 1 < nc;
             __m512i av[4];
@@ -834,13 +846,14 @@ static inline __m256i hsum8x8_i32(const __m256i p[8]) {
                             _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
+#define I8_TILE8_PF 4 /* blocks a prefetch of i8_tile8_avx2 covers */
 /* An 8-row x RN-column tile (out[c * 8 + r]): i8_tile_avx2's integers, the
  * 8 rows' sums of a block gathered into one vector (a lane per row), then
  * the fma of the 8 rows in one instruction; the same operations per element
  * as the scalar fma. */
 static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, const int RN, int64_t k,
-                                                                const void *const *rows, const void *const *acts,
-                                                                float *out) {
+                                                                const void *const *rows, const void *const *next,
+                                                                const void *const *acts, float *out) {
     const size_t bs = i8_block_bytes(kind);
     const int64_t nblk = k / I8_QK;
     const __m256i lut = i8_lut(kind);
@@ -851,7 +864,9 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
         a[c] = i8col_at(acts[c], k);
         acc[c] = _mm256_setzero_ps();
     }
+    const int block = bt_cpu_tile_block_kind(rows, next, nblk, bs, 8);
     for (int64_t b = 0; b < nblk; b++) {
+        if (b % I8_TILE8_PF == 0) bt_cpu_tile_prefetch_n(rows, next, block, b, I8_TILE8_PF, nblk, bs, 8);
         uint16_t d[8], m[8]; /* the rows' fp16 scales (first in the blocks but MXFP4's), Q4_1's and Q5_1's mins */
         uint8_t e[8];        /* or MXFP4's E8M0 scales */
         __m256i w[8], u[8];
@@ -887,8 +902,7 @@ static inline __attribute__((always_inline)) void i8_tile8_avx2(const int kind, 
 #define I8_AVX2_TILE(name, kind, RN)                                                                            \
     static void qtile_##name##_8x##RN(int64_t k, const void *const *w, const void *const *a,                   \
                                       const void *const *n, float *out) {                                      \
-        (void)n;                                                                                               \
-        i8_tile8_avx2(kind, RN, k, w, a, out);                                                                 \
+        i8_tile8_avx2(kind, RN, k, w, n, a, out);                                                              \
     }
 #define I8_AVX2_DEFS(name, kind)                                                                                \
     static void dot_##name##_avx2(int64_t k, float *s, const void *w, const void *a) {                         \
