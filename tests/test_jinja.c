@@ -152,6 +152,11 @@ static const struct {
     /* the template's own refusal: its message, nothing else */
     {"{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}",
      "ERR(-6): Conversation roles must alternate user/assistant/user/assistant/..."},
+    /* ... and when it gives none, that it gave none */
+    {"{{ raise_exception('') }}", "ERR(-6): the template raised an exception without a message"},
+    {"x{{ raise_exception(nothing) | tojson }}", "ERR(-6): the template raised an exception without a message"},
+    {"{{ 'a' + raise_exception() }}",
+     "ERR(-1): 1:25: raise_exception() missing 1 required positional argument: 'message'"},
     /* undefined: printed as nothing, its attribute an error */
     {"[{{ nothing }}]{{ nothing.attr }}", "ERR(-1): 1:26: 'nothing' is undefined"},
     {"{{ messages[0].nope.x }}", "ERR(-1): 1:20: 'dict object' has no attribute 'nope'"},

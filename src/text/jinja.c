@@ -3042,8 +3042,10 @@ static value call_macro(R *r, jfunc *fn, args *a) {
 static value call_global(R *r, const char *name, args *a) {
     if (!strcmp(name, "raise_exception")) {
         value *m = arg(a, 0, "message");
-        jstr *s = m ? to_s(r, *m) : str_new(r->f, "", 0);
-        fail_at(r->f, BT_ERR_ABORTED, (size_t)-1, "%s", s->p);
+        if (!m) RFAIL(r, "raise_exception() missing 1 required positional argument: 'message'");
+        jstr *s = to_s(r, *m);
+        fail_at(r->f, BT_ERR_ABORTED, (size_t)-1, "%s",
+                s->n ? s->p : "the template raised an exception without a message");
     }
     if (!strcmp(name, "strftime_now")) {
         static const char *const p[] = {"format", NULL};

@@ -23,9 +23,11 @@ fuzz_build() {
 
 # fuzz_run OUT NAME OPTION...: the fuzzer over OUT/corpus and OUT/seeds, in
 # OUT; libFuzzer writes crash-*/leak-*/timeout-* there and exits non-zero on any
+# (1: libFuzzer's own code for a crash is 77, which ctest reads as skipped)
 fuzz_run() {
     local out=$1 name=$2
     shift 2
     cd "$out"
-    exec "./$name" -artifact_prefix="$out/" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 "$@" corpus seeds
+    exec "./$name" -artifact_prefix="$out/" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 -error_exitcode=1 \
+        "$@" corpus seeds
 }
