@@ -615,8 +615,8 @@ static inline __attribute__((always_inline)) void i8_gemm_tile(const bool q8, co
  * (bt_cpu_group_prefetch_part), Q8_0's decode row from memory read 86-89%
  * -> 96-98% of the streaming bandwidth, Q4_0's 3-16% faster (Q5_0's and
  * IQ4_NL's 3-10%, Q4_1's and Q5_1's level), and tg64 of the Mixtral-shaped
- * Q8_0 file ran 1.17x.  (A pair's lines at once,
- * 1024 bytes ahead, had run 6-16% slower in tg64.) */
+ * Q8_0 file ran 1.17x.  (A pair's lines at once, 1024 bytes ahead, had run
+ * 6-16% slower in tg64.) */
 #define BT_RP_PREFETCH 2048
 #endif
 
