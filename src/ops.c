@@ -141,6 +141,18 @@ struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_
     return t;
 }
 
+struct bt_tensor *bt_moe_sum(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *w) {
+    if (!a || !w) return NULL;
+    if (a->type != BT_TYPE_F32 || w->type != BT_TYPE_F32)
+        FAIL(ctx, "MOE_SUM: operands must be f32, got %s and %s", bt_type_name(a->type), bt_type_name(w->type));
+    if (a->ne[3] != 1 || a->nb[0] != sizeof(float))
+        FAIL(ctx, "MOE_SUM: the results %s must be [n, K, T] with packed rows", SHAPE(a));
+    if (w->ne[0] != 1 || w->ne[1] != a->ne[1] || w->ne[2] != a->ne[2] || w->ne[3] != 1)
+        FAIL(ctx, "MOE_SUM: the weights %s must be [1, K, T] of the results %s", SHAPE(w), SHAPE(a));
+    const int64_t ne[4] = {a->ne[0], a->ne[2], 1, 1};
+    return RESULT_OVER(ctx, BT_TYPE_F32, ne, BT_OP_MOE_SUM, a, w);
+}
+
 static struct bt_tensor *row_reduce(bt_context *ctx, struct bt_tensor *a, enum bt_op op) {
     if (!a) return NULL;
     if (a->type != BT_TYPE_F32)
@@ -660,6 +672,10 @@ bool bt_op_is_well_formed(const struct bt_tensor *node) {
                    b->ne[0] >= a->ne[2] && n_dims > 0 && n_dims % 2 == 0 && n_dims <= a->ne[0] &&
                    (mode == BT_ROPE_NORMAL || mode == BT_ROPE_NEOX);
         }
+        case BT_OP_MOE_SUM:
+            return is_f32(node) && bt_is_contiguous(node) && is_f32(a) && is_f32(b) && a->nb[0] == sizeof(float) &&
+                   a->ne[3] == 1 && b->ne[0] == 1 && b->ne[1] == a->ne[1] && b->ne[2] == a->ne[2] && b->ne[3] == 1 &&
+                   node->ne[0] == a->ne[0] && node->ne[1] == a->ne[2] && node->ne[2] == 1 && node->ne[3] == 1;
         case BT_OP_ARGSORT: /* indices along dim 0 are I32 */
             return is_i32(node) && is_f32(a) && same_shape(node, a) && a->ne[0] <= INT32_MAX;
         case BT_OP_CONCAT: {

@@ -194,7 +194,7 @@ static const char *const op_names[BT_OP_COUNT] = {
     [BT_OP_RELU] = "RELU",         [BT_OP_SIGMOID] = "SIGMOID",
     [BT_OP_SWIGLU] = "SWIGLU",     [BT_OP_ARGSORT] = "ARGSORT",
     [BT_OP_CONCAT] = "CONCAT",     [BT_OP_FLASH_ATTN] = "FLASH_ATTN",
-    [BT_OP_SWIGLU_OAI] = "SWIGLU_OAI",
+    [BT_OP_SWIGLU_OAI] = "SWIGLU_OAI", [BT_OP_MOE_SUM] = "MOE_SUM",
 };
 
 const char *bt_op_name(enum bt_op op) {

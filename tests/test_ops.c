@@ -1712,6 +1712,69 @@ END_TEST
         ck_assert_msg(bt_context_error(ctx)[0] != '\0', "%s: NULL without a message", #expr); \
     } while (0)
 
+/* MOE_SUM against the graph it replaces (MUL by the weights, then the slots'
+ * views added in slot order) and a plain loop of the same operations: the
+ * same bits for 1 to 4 threads, rows longer and shorter than the kernel's
+ * pieces, one token (a decode step's row divided between the threads), the
+ * results strided or permuted (rows packed) and the weights strided */
+START_TEST(test_moe_sum) {
+    static const int64_t cases[][3] = {{37, 1, 5}, {1029, 6, 3}, {2048, 4, 1}, {513, 8, 9}, {5, 3, 17}};
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int c = 0; c < n_cases; c++) {
+        for (int lay = 0; lay < 3; lay++) {
+            const int64_t n = cases[c][0], K = cases[c][1], T = cases[c][2];
+            const enum layout la = lay == 0 ? L_CONT : lay == 1 ? L_STRIDED : L_PERM;
+            snprintf(g_case, sizeof g_case, "moe_sum n %lld K %lld T %lld, results %s", (long long)n, (long long)K,
+                     (long long)T, layout_name[la]);
+            tu_rng r;
+            tu_rng_init(&r, 3100 + 7 * (uint64_t)c + (uint64_t)lay);
+            bt_context *ctx = tu_ctx(64);
+            struct bt_tensor *a = new_input(ctx, BT_TYPE_F32, (int64_t[4]){n, K, T, 1}, la, &r, -3.0f, 3.0f);
+            struct bt_tensor *w = new_input(ctx, BT_TYPE_F32, (int64_t[4]){1, K, T, 1}, lay ? L_STRIDED : L_CONT, &r,
+                                            0.0f, 1.0f);
+            struct bt_tensor *out = bt_moe_sum(ctx, a, w);
+            ck_assert_msg(out != NULL, "%s: %s", g_case, bt_context_error(ctx));
+            require_supported(out);
+            /* the graph MOE_SUM replaces */
+            struct bt_tensor *wd = bt_mul(ctx, a, w);
+            struct bt_tensor *sum = bt_cont(ctx, bt_view_2d(ctx, wd, n, T, wd->nb[2], 0));
+            for (int64_t k = 1; k < K; k++)
+                sum = bt_add(ctx, sum, bt_view_2d(ctx, wd, n, T, wd->nb[2], (size_t)k * wd->nb[1]));
+            TU_OK(ctx, sum);
+            float *ref = malloc((size_t)(n * T) * sizeof(float)), *A = tu_read_f32(a), *W = tu_read_f32(w);
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t i = 0; i < n; i++) {
+                    float z = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        const float p = A[i + n * (k + K * t)] * W[k + K * t];
+                        z = k == 0 ? p : z + p;
+                    }
+                    ref[i + n * t] = z;
+                }
+            tu_compute(ctx, sum, 1);
+            ck_assert_msg(memcmp(sum->data, ref, bt_nbytes(sum)) == 0, "%s: MUL and ADDs differ from the loop", g_case);
+            struct bt_graph *g = graph1(ctx, out);
+            for (int nt = 1; nt <= MAX_NT; nt++) {
+                run_nt(g, out, nt);
+                ck_assert_msg(memcmp(out->data, ref, bt_nbytes(out)) == 0, "%s: nt=%d: not the bits of MUL and ADDs",
+                              g_case, nt);
+            }
+            free(ref);
+            free(A);
+            free(W);
+            bt_free(ctx);
+        }
+    }
+    bt_context *ctx = tu_ctx(4);
+    struct bt_tensor *a = bt_new_tensor_3d(ctx, BT_TYPE_F32, 8, 3, 5);
+    EXPECT_SHAPE_ERROR(ctx, bt_moe_sum(ctx, a, bt_new_tensor_3d(ctx, BT_TYPE_F32, 1, 2, 5))); /* K differs */
+    EXPECT_SHAPE_ERROR(ctx, bt_moe_sum(ctx, a, bt_new_tensor_3d(ctx, BT_TYPE_F32, 2, 3, 5))); /* two weights a slot */
+    EXPECT_SHAPE_ERROR(ctx, bt_moe_sum(ctx, bt_transpose(ctx, a), bt_new_tensor_3d(ctx, BT_TYPE_F32, 1, 8, 5)));
+    EXPECT_SHAPE_ERROR(ctx, bt_moe_sum(ctx, a, bt_new_tensor_3d(ctx, BT_TYPE_I32, 1, 3, 5)));
+    bt_free(ctx);
+}
+END_TEST
+
 START_TEST(test_shape_errors) {
     bt_context *ctx = tu_ctx(4);
     struct bt_tensor *a34 = bt_new_tensor_2d(ctx, BT_TYPE_F32, 3, 4);
@@ -1865,6 +1928,7 @@ int main(void) {
     tcase_add_test(tc, test_argsort_top_k);
     tcase_add_test(tc, test_concat);
     tcase_add_test(tc, test_concat_heads_share);
+    tcase_add_test(tc, test_moe_sum);
     tcase_add_test(tc, test_shape_errors);
     tcase_add_test(tc, test_runtime_errors);
     suite_add_tcase(s, tc);

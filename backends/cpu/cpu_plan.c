@@ -67,7 +67,8 @@ static int64_t work_elems(const struct bt_tensor *node) {
     switch (node->op) {
     case BT_OP_SET_ROWS: return bt_nelements(node->src[1]); /* the rows written, not the destination */
     case BT_OP_SUM_ROWS:
-    case BT_OP_MEAN: return bt_nelements(node->src[0]);
+    case BT_OP_MEAN:
+    case BT_OP_MOE_SUM: return bt_nelements(node->src[0]);
     default: return bt_nelements(node);
     }
 }

@@ -383,6 +383,73 @@ static void silu_row(enum bt_cpu_attn_isa isa, int64_t n, const float *a, const 
         d[i] = oai ? swiglu_oai_f32(a[i], b[i], oai->alpha, oai->limit) : b ? silu_f32(a[i]) * b[i] : silu_f32(a[i]);
 }
 
+/* ---- MOE_SUM: the slots' results weighted and summed ------------------------ */
+
+/* z[i] = x[i] * y (first) or z[i] + x[i] * y: a product rounded, then added
+ * (no FMA), the same steps in every lane of the vector forms */
+static void moe_row_c(int64_t n, float *z, const float *x, float y, bool first) {
+    if (first)
+        for (int64_t i = 0; i < n; i++) z[i] = x[i] * y;
+    else
+        for (int64_t i = 0; i < n; i++) z[i] = z[i] + x[i] * y;
+}
+#if defined(SILU_X86)
+__attribute__((target("avx2"))) static void moe_row_avx2(int64_t n, float *z, const float *x, float y, bool first) {
+    const __m256 vy = _mm256_set1_ps(y);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vy);
+        _mm256_storeu_ps(z + i, first ? v : _mm256_add_ps(_mm256_loadu_ps(z + i), v));
+    }
+    moe_row_c(n - i, z + i, x + i, y, first);
+}
+__attribute__((target("avx512f"))) static void moe_row_avx512(int64_t n, float *z, const float *x, float y,
+                                                              bool first) {
+    const __m512 vy = _mm512_set1_ps(y);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vy);
+        _mm512_mask_storeu_ps(z + i, m, first ? v : _mm512_add_ps(_mm512_maskz_loadu_ps(m, z + i), v));
+    }
+}
+#endif
+
+/* A thread's share is a run of the result's rows, each written once and
+ * summed in place while it stays in the L1 cache (a token's K slot rows are
+ * read one after the other: one stream); with fewer rows than threads (a
+ * decode step) the rows are divided into pieces of MOE_SUM_PIECE elements.
+ * Every element: the product of slot 0, then each later slot's product
+ * added, in slot order (MUL then ADDs; -ffp-contract=off keeps them apart). */
+#define MOE_SUM_PIECE 512
+static void compute_moe_sum(const struct bt_cpu_params *p, struct bt_tensor *dst) {
+    const struct bt_tensor *a = dst->src[0], *w = dst->src[1];
+    const int64_t n0 = dst->ne[0], K = a->ne[1];
+    const int64_t piece = dst->ne[1] >= p->nth ? n0 : MOE_SUM_PIECE, per_row = (n0 + piece - 1) / piece;
+    const enum bt_cpu_attn_isa isa = vec_isa(p);
+    int64_t u0, u1;
+    thread_range(per_row * dst->ne[1], p->ith, p->nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t t = u / per_row, i0 = (u % per_row) * piece;
+        const int64_t n = n0 - i0 < piece ? n0 - i0 : piece;
+        float *z = (float *)row_ptr(dst, t, 0, 0) + i0;
+        for (int64_t k = 0; k < K; k++) {
+            const float *x = (const float *)row_ptr(a, k, t, 0) + i0;
+            const float y = *(const float *)row_ptr(w, k, t, 0);
+#if defined(SILU_X86)
+            if (isa == BT_CPU_ATTN_AVX512) {
+                moe_row_avx512(n, z, x, y, k == 0);
+                continue;
+            }
+            if (isa == BT_CPU_ATTN_AVX2) {
+                moe_row_avx2(n, z, x, y, k == 0);
+                continue;
+            }
+#endif
+            moe_row_c(n, z, x, y, k == 0);
+        }
+    }
+}
+
 static inline float op_silu(float x) { return silu_f32(x); }
 static inline float op_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_COEF_A * x * x)));
@@ -1015,6 +1082,7 @@ void bt_cpu_compute_op(const struct bt_cpu_params *p, struct bt_tensor *node) {
             compute_norm(p, node);
             return;
         case BT_OP_SOFT_MAX: compute_soft_max(p, node); return;
+        case BT_OP_MOE_SUM: compute_moe_sum(p, node); return;
         case BT_OP_ROPE: compute_rope(p, node); return;
         case BT_OP_ARGSORT: compute_argsort(p, node); return;
         case BT_OP_CONCAT: compute_concat(p, node); return;

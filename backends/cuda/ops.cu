@@ -5,7 +5,7 @@
  * own (CPY's and SET_ROWS' dst is a view into another tensor), reductions
  * accumulate in double, conversions round as tensor.c does.
  *
- * Launch shapes: element-wise ops use one thread per element in a
+ * Launch shapes: element-wise ops and MOE_SUM use one thread per element in a
  * grid-stride loop; row ops (norms, soft_max, sum_rows, argsort, set_rows)
  * one block per row.  A bad row id in GET_ROWS / SET_ROWS is reported through
  * the backend's device error word (cuda_backend.c reads it at the end of the
@@ -80,6 +80,21 @@ __global__ void k_swiglu(t4 d, t4 a, t4 b, int64_t n, int oai, float alpha, floa
             z = d_silu(x) * y;
         }
         *(float *)elem_addr(d, i[0], i[1], i[2], i[3]) = z;
+    }
+}
+
+/* MOE_SUM: out[i,t] = a[i,0,t]*w[0,t] + a[i,1,t]*w[1,t] + .. in slot order,
+ * each product rounded before it is added (__fmul_rn / __fadd_rn: nvcc
+ * would contract them into FMAs), the bits of the CPU's MUL and ADDs */
+__global__ void k_moe_sum(t4 d, t4 a, t4 w, int64_t n) {
+    GRID_STRIDE(e, n) {
+        const int64_t i = e % d.ne[0], t = e / d.ne[0];
+        float z = 0.0f;
+        for (int64_t k = 0; k < a.ne[1]; k++) {
+            const float p = __fmul_rn(*(const float *)elem_addr(a, i, k, t, 0), *(const float *)elem_addr(w, 0, k, t, 0));
+            z = k == 0 ? p : __fadd_rn(z, p);
+        }
+        *(float *)elem_addr(d, i, t, 0, 0) = z;
     }
 }
 
@@ -447,6 +462,9 @@ extern "C" enum bt_status bt_cuda_compute_op(struct bt_cuda_ctx *c, struct bt_te
             k_cpy<<<grid_for(n / g), CUDA_THREADS, 0, st>>>(d, t4_of(a), g, ts, n / g);
             break;
         }
+        case BT_OP_MOE_SUM:
+            k_moe_sum<<<grid_for(n), CUDA_THREADS, 0, st>>>(d, t4_of(a), t4_of(b), n);
+            break;
         case BT_OP_FLASH_ATTN: return bt_cuda_flash_attn(c, node);
         case BT_OP_MUL_MAT: return bt_cuda_mul_mat(c, node);
         case BT_OP_MUL_MAT_ID: return bt_cuda_mul_mat_id(c, node);

@@ -92,6 +92,14 @@
  *                         shapes, f32[0] = alpha, f32[1] = limit:
  *                         x = min(a, limit), y = clamp(b, -limit, limit),
  *                         out = x * sigmoid(alpha * x) * (y + 1).
+ *  MOE_SUM(a, w)          a MoE layer's expert results weighted and summed:
+ *                         a F32 [n, K, T, 1] (nb[0] == 4), w F32 [1, K, T, 1]
+ *                         -> F32 [n, T, 1, 1] contiguous;
+ *                         out[:,t] = (..((a[:,0,t]*w[0,t]) + a[:,1,t]*w[1,t])
+ *                         + ..) + a[:,K-1,t]*w[K-1,t], each product rounded
+ *                         to F32 before it is added: the bits of MUL(a, w)
+ *                         followed by ADDs of its K slots in slot order, in
+ *                         one pass over a.
  */
 #ifndef BATON_OPS_H
 #define BATON_OPS_H
@@ -218,6 +226,9 @@ BT_API struct bt_tensor *bt_sigmoid(bt_context *ctx, struct bt_tensor *a);
 BT_API struct bt_tensor *bt_swiglu(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b);
 BT_API struct bt_tensor *bt_swiglu_oai(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *b, float alpha,
                                 float limit);
+
+/* MOE_SUM as documented above: a [n, K, T], w [1, K, T] -> [n, T] */
+BT_API struct bt_tensor *bt_moe_sum(bt_context *ctx, struct bt_tensor *a, struct bt_tensor *w);
 
 BT_API struct bt_tensor *bt_argsort(bt_context *ctx, struct bt_tensor *a, enum bt_sort_order order);
 BT_API struct bt_tensor *bt_top_k(bt_context *ctx, struct bt_tensor *a, int k);

@@ -192,6 +192,7 @@ enum bt_op {
 
     BT_OP_FLASH_ATTN, /* fused attention with an online softmax (ops.h) */
     BT_OP_SWIGLU_OAI, /* gpt-oss's clamped SwiGLU (ops.h) */
+    BT_OP_MOE_SUM,    /* a MoE's expert results weighted and summed over the slots (ops.h) */
 
     BT_OP_COUNT,
 };

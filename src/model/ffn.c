@@ -67,21 +67,6 @@ struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, str
     struct bt_tensor *u = nm(bt_mul_mat_id(ctx, up_exps, x3, ids), il, "ffn_moe_up");
     struct bt_tensor *a = nm(bt_swiglu(ctx, g, u), il, "ffn_moe_act");
     struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, down_exps, a, ids), il, "ffn_moe_down");   /* [d, K, T] */
-    return nm(bt_ffn_moe_weighted_sum(ctx, dn, weights, il), il, "ffn_moe_out");
-}
-
-struct bt_tensor *bt_ffn_moe_weighted_sum(bt_context *ctx, struct bt_tensor *dn, struct bt_tensor *weights, int il) {
-    if (!dn || !weights) return NULL;
-    const int64_t d = dn->ne[0], K = dn->ne[1], T = dn->ne[2];
-    struct bt_tensor *wd = nm(bt_mul(ctx, dn, weights), il, "ffn_moe_weighted"); /* [d, K, T] */
-    if (!wd) return NULL;
-    char n[32];
-    struct bt_tensor *out = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], 0), il, "ffn_moe_slot0");
-    for (int64_t e = 1; e < K && out; e++) {
-        snprintf(n, sizeof n, "ffn_moe_slot%lld", (long long)e);
-        struct bt_tensor *v = nm(bt_view_2d(ctx, wd, d, T, wd->nb[2], (size_t)e * wd->nb[1]), il, n);
-        snprintf(n, sizeof n, "ffn_moe_sum%lld", (long long)e);
-        out = nm(bt_add(ctx, out, v), il, n);
-    }
-    return out;
+    /* weighted and summed over the slots in slot order (batch-invariant) */
+    return nm(bt_moe_sum(ctx, dn, weights), il, "ffn_moe_out"); /* [d, T] */
 }

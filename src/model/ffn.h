@@ -25,16 +25,11 @@ struct bt_tensor *bt_ffn_mlp_gelu(bt_context *ctx, struct bt_tensor *cur, struct
 /* The routed experts: sum over k of weights[k,t] * expert_{ids[k,t]}(cur[:,t])
  * with expert e = down_e(silu(gate_e x) * up_e x); cur [d, T], ids I32 [K, T],
  * weights F32 [1, K, T], the expert matrices [d, ff, E] and [ff, d, E].  The
- * weighted outputs [d, K, T] are summed over K through K strided 2-d views
- * (slot e: offset e*nb[1], row stride nb[2]) and K-1 adds, in slot order. */
+ * outputs [d, K, T] are weighted and summed over K in slot order by one
+ * MOE_SUM node (the bits of a MUL and K-1 ADDs of the slots' views). */
 struct bt_tensor *bt_ffn_moe_experts(bt_context *ctx, struct bt_tensor *cur, struct bt_tensor *gate_exps,
                                      struct bt_tensor *up_exps, struct bt_tensor *down_exps, struct bt_tensor *ids,
                                      struct bt_tensor *weights, int il);
-
-/* The experts' outputs dn [d, K, T] times their weights [1, K, T], the K
- * slots added in slot order into [d, T] (batch-invariant: a token's sum does
- * not depend on the others); the caller names the result. */
-struct bt_tensor *bt_ffn_moe_weighted_sum(bt_context *ctx, struct bt_tensor *dn, struct bt_tensor *weights, int il);
 
 /* rms_norm(x) * w, the two nodes named "blk.IL.WHAT_rms" and
  * "blk.IL.WHAT_norm" (il < 0: without "blk.IL."); x [d, T], w [d]. */

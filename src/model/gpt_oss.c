@@ -122,7 +122,7 @@ static struct bt_tensor *expert_bias(bt_context *ctx, struct bt_tensor *b, struc
 }
 
 /* the routed experts with their biases and the clamped SwiGLU: cur [d, T] ->
- * [d, T] (the weighted sum over the K slots in slot order, as ffn.c's) */
+ * [d, T] (weighted and summed over the K slots by MOE_SUM, as ffn.c's) */
 static struct bt_tensor *oai_moe(bt_context *ctx, const struct bt_llm *m, const struct bt_llm_layer *ly,
                                  struct bt_tensor *cur, int il) {
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, d = cur->ne[0], T = cur->ne[1];
@@ -148,9 +148,7 @@ static struct bt_tensor *oai_moe(bt_context *ctx, const struct bt_llm *m, const 
     struct bt_tensor *dn = nm(bt_mul_mat_id(ctx, ly->ffn_down_exps, act, ids), il, "ffn_moe_down"); /* [d, K, T] */
     dn = nm(bt_add(ctx, dn, expert_bias(ctx, ly->ffn_down_exps_b, ids_flat, K, T, il, "ffn_moe_down_b")), il,
             "ffn_moe_down_biased");
-    struct bt_tensor *out = bt_ffn_moe_weighted_sum(ctx, dn, w, il);
-    if (out && K == 1) out = bt_cont(ctx, out); /* a view of wd: the residual add wants its own */
-    return nm(out, il, "ffn_moe_out");
+    return nm(bt_moe_sum(ctx, dn, w), il, "ffn_moe_out");
 }
 
 /* q, k, v of one ubatch into the cache and the attention over it: [hd_v * H, T] */
