@@ -323,6 +323,63 @@ START_TEST(test_silu_bitwise) {
 }
 END_TEST
 
+/* RMS_NORM's rows bitwise alike however they are computed: a batch of rows
+ * (the AVX-512 form takes 16 rows at once, lanes as rows, the C form 8; 1
+ * to 4 threads, so rows fall in and out of groups) against each row alone
+ * and against the same rows read through a stride; lengths around the
+ * vector widths, values over 2^-20 .. 2^20, where the order of a row's
+ * additions shows in the bits */
+START_TEST(test_rms_norm_bitwise) {
+    static const int64_t lens[] = {1, 7, 8, 9, 16, 63, 1027, 2048};
+    const int64_t R = 37;
+    for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
+        const int64_t n0 = lens[li];
+        tu_rng r;
+        tu_rng_init(&r, 4100 + (uint64_t)li);
+        bt_context *ctx = tu_ctx(8);
+        struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F32, n0, R);
+        struct bt_tensor *a2 = bt_new_tensor_3d(ctx, BT_TYPE_F32, 2, n0, R); /* the values twice, side by side */
+        TU_OK(ctx, a);
+        TU_OK(ctx, a2);
+        float *x = a->data;
+        for (int64_t i = 0; i < n0 * R; i++) {
+            x[i] = ldexpf(tu_rng_f32(&r, -1.0f, 1.0f), (int)tu_rng_f32(&r, -20.0f, 20.0f));
+            ((float *)a2->data)[2 * i] = ((float *)a2->data)[2 * i + 1] = x[i];
+        }
+        struct bt_tensor *as = bt_permute(ctx, a2, 1, 0, 2, 3); /* [n0, 2, R], elements 8 bytes apart */
+        TU_OK(ctx, as);
+        struct bt_tensor *out = bt_rms_norm(ctx, a, 1e-6f), *outs = bt_rms_norm(ctx, as, 1e-6f);
+        TU_OK(ctx, out);
+        TU_OK(ctx, outs);
+        struct bt_tensor *both[2] = {out, outs};
+        struct bt_graph *g = tu_graph(ctx, both, 2);
+        for (int nt = 1; nt <= MAX_NT; nt++) {
+            ck_assert_int_eq(tu_run(g, nt), BT_OK);
+            for (int64_t i = 0; i < n0 * R; i++) /* out [n0, R] against outs [n0, 2, R], both copies */
+                for (int64_t c = 0; c < 2; c++) {
+                    const float p = ((const float *)out->data)[i];
+                    const float q = ((const float *)outs->data)[i % n0 + n0 * (c + 2 * (i / n0))];
+                    ck_assert_msg(memcmp(&p, &q, sizeof p) == 0, "n0 %lld, nt %d: element %lld differs from strided",
+                                  (long long)n0, nt, (long long)i);
+                }
+            for (int64_t row = 0; row < R; row += 6) {
+                bt_context *c1 = tu_ctx(1);
+                struct bt_tensor *a1 = bt_new_tensor_1d(c1, BT_TYPE_F32, n0);
+                TU_OK(c1, a1);
+                memcpy(a1->data, x + row * n0, (size_t)n0 * sizeof(float));
+                struct bt_tensor *o1 = bt_rms_norm(c1, a1, 1e-6f);
+                TU_OK(c1, o1);
+                tu_compute(c1, o1, 1);
+                ck_assert_msg(memcmp(o1->data, (float *)out->data + row * n0, (size_t)n0 * sizeof(float)) == 0,
+                              "n0 %lld, nt %d: row %lld alone differs", (long long)n0, nt, (long long)row);
+                bt_free(c1);
+            }
+        }
+        bt_free(ctx);
+    }
+}
+END_TEST
+
 /* SWIGLU_OAI (gpt-oss's clamped SwiGLU): a [n, K, T] batch's rows bitwise
  * the same for 1-4 threads and when each token's rows are computed alone
  * (a batch of 1), over values on both sides of the limit and at it */
@@ -1909,6 +1966,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_unary, 0, U_COUNT);
     tcase_add_test(tc, test_silu_bitwise);
     tcase_add_test(tc, test_swiglu_oai_bitwise);
+    tcase_add_test(tc, test_rms_norm_bitwise);
     tcase_add_test(tc, test_glu_held_rows);
     tcase_add_test(tc, test_glu_cols_share);
     tcase_add_loop_test(tc, test_rowops, 0, R_COUNT);

@@ -43,7 +43,7 @@ static void teardown(void) {
 
 enum kind {
     K_BINARY, K_UNARY, K_SWIGLU, K_SUM_ROWS, K_NORM, K_SOFT_MAX, K_ROPE, K_GET_ROWS, K_SET_ROWS,
-    K_CPY, K_CPY_FLAT, K_CONT, K_ARGSORT, K_CONCAT, K_MUL_MAT, K_MUL_MAT_ID, K_FLASH_ATTN,
+    K_CPY, K_CPY_FLAT, K_CONT, K_ARGSORT, K_CONCAT, K_MUL_MAT, K_MUL_MAT_ID, K_FLASH_ATTN, K_MOE_SUM,
 };
 
 struct spec {
@@ -109,6 +109,8 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
             b = input(ctx, BT_TYPE_F32, n, m, 2, 1, 0);
             if (s->op == BT_OP_SWIGLU) return bt_swiglu(ctx, a, b);
             return bt_swiglu_oai(ctx, bt_scale(ctx, a, 12.0f), bt_scale(ctx, b, 12.0f), 1.702f, 7.0f);
+        case K_MOE_SUM: /* m slots of 5 tokens; its results' rows packed (no variant 1) */
+            return bt_moe_sum(ctx, input(ctx, BT_TYPE_F32, n, m, 5, 1, s->variant), input(ctx, BT_TYPE_F32, 1, m, 5, 1, 0));
         case K_SUM_ROWS:
             a = input(ctx, BT_TYPE_F32, n, m, 3, 1, s->variant);
             return s->op == BT_OP_MEAN ? bt_mean(ctx, a) : bt_sum_rows(ctx, a);
@@ -298,6 +300,8 @@ START_TEST(test_elementwise) {
     for (int v = 0; v < 4; v++) check_case(&(struct spec){K_SWIGLU, BT_OP_SWIGLU, BT_TYPE_F32, 29, 6, 0, v}, TOL_ELEM);
     for (int v = 0; v < 4; v++)
         check_case(&(struct spec){K_SWIGLU, BT_OP_SWIGLU_OAI, BT_TYPE_F32, 29, 6, 0, v}, TOL_ELEM);
+    for (int v = 0; v < 4; v += 1 + (v == 0))
+        check_case(&(struct spec){K_MOE_SUM, BT_OP_MOE_SUM, BT_TYPE_F32, 37, 6, 0, v}, TOL_ELEM);
 }
 END_TEST
 
