@@ -425,7 +425,9 @@ static void compute_moe_sum(const struct bt_cpu_params *p, struct bt_tensor *dst
     const struct bt_tensor *a = dst->src[0], *w = dst->src[1];
     const int64_t n0 = dst->ne[0], K = a->ne[1];
     const int64_t piece = dst->ne[1] >= p->nth ? n0 : MOE_SUM_PIECE, per_row = (n0 + piece - 1) / piece;
+#if defined(SILU_X86)
     const enum bt_cpu_attn_isa isa = vec_isa(p);
+#endif
     int64_t u0, u1;
     thread_range(per_row * dst->ne[1], p->ith, p->nth, &u0, &u1);
     for (int64_t u = u0; u < u1; u++) {
@@ -614,17 +616,14 @@ static BT_ALWAYS_INLINE void norm_row(bool rms, int64_t n0, const char *ra, size
  * by side so that their additions overlap (one row's chain waits on the
  * latency of each addition); the same bits as norm_row. */
 #define NORM_ROWS 8
-static void rms_scale_rows(int nr, int64_t n0, const float *const *a, float *const *d, const double *sum, float eps) {
-    for (int r = 0; r < nr; r++) {
-        const float scale = rms_scale(sum[r], n0, eps);
-        for (int64_t i = 0; i < n0; i++) d[r][i] = a[r][i] * scale;
-    }
-}
 static void rms_rows(int64_t n0, const float *const *a, float *const *d, float eps) {
     double sum[NORM_ROWS] = {0};
     for (int64_t i = 0; i < n0; i++)
         for (int r = 0; r < NORM_ROWS; r++) sum[r] += (double)(a[r][i] * a[r][i]);
-    rms_scale_rows(NORM_ROWS, n0, a, d, sum, eps);
+    for (int r = 0; r < NORM_ROWS; r++) {
+        const float scale = rms_scale(sum[r], n0, eps);
+        for (int64_t i = 0; i < n0; i++) d[r][i] = a[r][i] * scale;
+    }
 }
 
 #if defined(SILU_X86)
@@ -635,7 +634,8 @@ static void rms_rows(int64_t n0, const float *const *a, float *const *d, float e
  * norm_row's order; two (four) such groups side by side.  The scaling pass
  * runs along the rows. */
 __attribute__((target("avx512f"))) static inline void rms_t8(__m512d v[8]) {
-    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     __m512d s[8], x[8];
     for (int r = 0; r < 8; r += 2) {
         s[r] = _mm512_unpacklo_pd(v[r], v[r + 1]); /* elements 0 2 4 6 of rows r, r+1 */
@@ -647,9 +647,11 @@ __attribute__((target("avx512f"))) static inline void rms_t8(__m512d v[8]) {
             x[4 * h + 2 * o + 1] = _mm512_permutex2var_pd(s[4 * h + o], hi, s[4 * h + 2 + o]); /* e2|e6, e3|e7 */
         }
     /* x[0] e0|e4, x[1] e2|e6, x[2] e1|e5, x[3] e3|e7 of rows 0-3; x[4..7] of rows 4-7 */
-    static const int at[8] = {0, 2, 1, 3, 0, 2, 1, 3}; /* element j: x[at[j]], its half j / 4 */
-    for (int j = 0; j < 8; j++)
-        v[j] = j < 4 ? _mm512_shuffle_f64x2(x[at[j]], x[4 + at[j]], 0x44) : _mm512_shuffle_f64x2(x[at[j]], x[4 + at[j]], 0xee);
+    static const int at[4] = {0, 2, 1, 3}; /* elements j and j + 4: x[at[j]] */
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm512_shuffle_f64x2(x[at[j]], x[4 + at[j]], 0x44); /* the low halves: e0 .. e3 */
+        v[j + 4] = _mm512_shuffle_f64x2(x[at[j]], x[4 + at[j]], 0xee);
+    }
 }
 __attribute__((target("avx512f"))) static void rms_rows_avx512(int64_t n0, const float *const *a, float *const *d,
                                                                float eps) {

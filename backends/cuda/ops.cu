@@ -91,7 +91,8 @@ __global__ void k_moe_sum(t4 d, t4 a, t4 w, int64_t n) {
         const int64_t i = e % d.ne[0], t = e / d.ne[0];
         float z = 0.0f;
         for (int64_t k = 0; k < a.ne[1]; k++) {
-            const float p = __fmul_rn(*(const float *)elem_addr(a, i, k, t, 0), *(const float *)elem_addr(w, 0, k, t, 0));
+            const float x = *(const float *)elem_addr(a, i, k, t, 0), y = *(const float *)elem_addr(w, 0, k, t, 0);
+            const float p = __fmul_rn(x, y);
             z = k == 0 ? p : __fadd_rn(z, p);
         }
         *(float *)elem_addr(d, i, t, 0, 0) = z;

@@ -110,7 +110,8 @@ static struct bt_tensor *build(bt_context *ctx, const struct spec *s) {
             if (s->op == BT_OP_SWIGLU) return bt_swiglu(ctx, a, b);
             return bt_swiglu_oai(ctx, bt_scale(ctx, a, 12.0f), bt_scale(ctx, b, 12.0f), 1.702f, 7.0f);
         case K_MOE_SUM: /* m slots of 5 tokens; its results' rows packed (no variant 1) */
-            return bt_moe_sum(ctx, input(ctx, BT_TYPE_F32, n, m, 5, 1, s->variant), input(ctx, BT_TYPE_F32, 1, m, 5, 1, 0));
+            return bt_moe_sum(ctx, input(ctx, BT_TYPE_F32, n, m, 5, 1, s->variant),
+                              input(ctx, BT_TYPE_F32, 1, m, 5, 1, 0));
         case K_SUM_ROWS:
             a = input(ctx, BT_TYPE_F32, n, m, 3, 1, s->variant);
             return s->op == BT_OP_MEAN ? bt_mean(ctx, a) : bt_sum_rows(ctx, a);
