@@ -1333,6 +1333,42 @@ static void check_converted(enum bt_type ty, const float *src, const float *got,
     }
 }
 
+/* SET_ROWS into an F16 table (a prompt's cache rows): every element the
+ * bits of bt_fp32_to_fp16 (round to nearest even; NaNs quietened, their
+ * payload dropped), whichever CPU kernel runs: float bit patterns spread
+ * over all 2^32, NaNs with payloads, infinities, ties, the edges of the
+ * subnormals and of overflow, in rows that leave a tail of 7 */
+START_TEST(test_set_rows_f16_bitwise) {
+    const int64_t n0 = 1031, nr = 1024;
+    bt_context *ctx = tu_ctx(16);
+    struct bt_tensor *a = bt_new_tensor_2d(ctx, BT_TYPE_F16, n0, nr), *b = bt_new_tensor_2d(ctx, BT_TYPE_F32, n0, nr);
+    struct bt_tensor *ids = bt_new_tensor_1d(ctx, BT_TYPE_I32, nr);
+    TU_OK(ctx, ids);
+    static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7fd55555u, 0x7f800000u,
+                                       0xff800000u, 0x477fefffu, 0x477ff000u, 0x477fe000u, 0x33000000u, 0x33000001u,
+                                       0x387fc000u, 0x38800000u, 0x3f801000u, 0x3f803000u, 0x80000000u, 0u};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    uint32_t *bits = b->data;
+    for (int64_t i = 0; i < n0 * nr; i++) bits[i] = i % 97 < ns ? special[i % 97] : (uint32_t)i * 0x9e3779b1u;
+    for (int64_t i = 0; i < nr; i++) ((int32_t *)ids->data)[i] = (int32_t)((i * 389) % nr);
+    struct bt_tensor *out = bt_set_rows(ctx, a, b, ids);
+    struct bt_graph *g = graph1(ctx, out);
+    for (int nt = 1; nt <= 3; nt += 2) {
+        memset(a->data, 0, bt_nbytes(a));
+        ck_assert_int_eq(tu_run(g, nt), BT_OK);
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t i = 0; i < n0; i++) {
+                float x;
+                memcpy(&x, bits + r * n0 + i, sizeof x);
+                const bt_fp16_t got = ((const bt_fp16_t *)a->data)[((r * 389) % nr) * n0 + i];
+                ck_assert_msg(got == bt_fp32_to_fp16(x), "nt %d: 0x%08x -> 0x%04x, not 0x%04x", nt,
+                              (unsigned)bits[r * n0 + i], (unsigned)got, (unsigned)bt_fp32_to_fp16(x));
+            }
+    }
+    bt_free(ctx);
+}
+END_TEST
+
 START_TEST(test_set_rows) {
     enum bt_type ty = dtypes[_i];
     tu_rng r;
@@ -1981,6 +2017,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_mul_mat_heads_share, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_get_rows, 0, 9);
     tcase_add_loop_test(tc, test_set_rows, 0, 5);
+    tcase_add_test(tc, test_set_rows_f16_bitwise);
     tcase_add_test(tc, test_cpy);
     tcase_add_test(tc, test_cont_views);
     tcase_add_test(tc, test_argsort_top_k);

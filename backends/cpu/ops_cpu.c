@@ -1014,11 +1014,33 @@ static void compute_get_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
     }
 }
 
+/* A packed F32 row into a packed F16 row: F16C's conversion (round to
+ * nearest even, as bt_fp32_to_fp16) eight at a time where the CPU's vector
+ * set has it; eight that hold a NaN, and the tail, element by element
+ * (bt_fp32_to_fp16 quietens a NaN and drops its payload, F16C keeps it) */
+#if defined(SILU_X86)
+__attribute__((target("avx2,f16c"))) static void f16_row_store_avx2(const float *x, bt_fp16_t *h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) == 0) {
+            _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            continue;
+        }
+        for (int64_t j = i; j < i + 8; j++) h[j] = bt_fp32_to_fp16(x[j]);
+    }
+    for (; i < n; i++) h[i] = bt_fp32_to_fp16(x[i]);
+}
+#endif
+
 static void compute_set_rows(const struct bt_cpu_params *p, struct bt_tensor *dst) {
     const struct bt_tensor *b = dst->src[1], *ids = dst->src[2];
     if (!check_ids(p, dst, ids, dst->ne[1])) return;
     const int64_t n0 = b->ne[0];
     float *w = scratch(p, dst);
+#if defined(SILU_X86) /* (an F16 cache: a prompt's K and V rows) */
+    const bool f16c = dst->type == BT_TYPE_F16 && row_packed(dst) && vec_isa(p) != BT_CPU_ATTN_C;
+#endif
     /* Split by destination row (id % nth), not by source row: two source
      * rows with the same id go to one thread, in order, so the last one
      * wins whatever the thread count. */
@@ -1029,6 +1051,12 @@ static void compute_set_rows(const struct bt_cpu_params *p, struct bt_tensor *ds
                 if (id % p->nth != p->ith) continue;
                 const char *rb = row_ptr(b, i1, i2, i3);
                 char *rd = row_ptr(dst, id, i2, i3);
+#if defined(SILU_X86)
+                if (f16c && b->nb[0] == sizeof(float)) {
+                    f16_row_store_avx2((const float *)rb, (bt_fp16_t *)rd, n0);
+                    continue;
+                }
+#endif
                 if (b->nb[0] == sizeof(float)) {
                     store_row_f32(dst, rd, (const float *)rb, n0);
                 } else {
