@@ -327,8 +327,10 @@ END_TEST
  * (the AVX-512 form takes 16 rows at once, lanes as rows, the C form 8; 1
  * to 4 threads, so rows fall in and out of groups) against each row alone
  * and against the same rows read through a stride; lengths around the
- * vector widths, values over 2^-20 .. 2^20, where the order of a row's
- * additions shows in the bits */
+ * vector widths, values over 2^-20 .. 2^20.  (A row's sum taken in another
+ * order differs at the level of double rounding, which the float result
+ * seldom shows: what this catches is a row's lanes mixed with another's or
+ * elements left out.) */
 START_TEST(test_rms_norm_bitwise) {
     static const int64_t lens[] = {1, 7, 8, 9, 16, 63, 1027, 2048};
     const int64_t R = 37;
